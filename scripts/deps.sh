@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install what sluice needs to build, test and run its demo, from Debian's apt.
+# Runs as root or through sudo; does nothing when everything is present.
+set -euo pipefail
+PKGS=(build-essential cmake pkg-config clang libclang-rt-14-dev
+      libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libpng-dev zlib1g-dev
+      libzstd-dev libxxhash-dev libcjson-dev libdlpack-dev
+      python3-dev python3-numpy python3-torch python3-torchvision python3-pil python3-pytest
+      dataset-fashion-mnist)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "sluice: installing ${missing[*]}" >&2
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Build sluice three ways and run every test:
+#   build/        release build, -Werror: C tests, CLI tests, Python tests
+#   build-asan/   ASan+UBSan: every C test
+#   build-tsan/   TSan: the threaded C tests (core_pool, pipeline_*, …)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+JOBS=$(nproc)
+PY=/usr/bin/python3
+failed=0
+step() { echo; echo "== $*"; }
+
+step "release build (-Wall -Wextra -Werror)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_WERROR=ON \
+      -DPython3_EXECUTABLE=$PY >/dev/null
+cmake --build build -j"$JOBS"
+
+step "C tests"
+./build/sluice_tests || failed=1
+
+if [ -d tests/cli ] && ls tests/cli/*.sh >/dev/null 2>&1; then
+  step "CLI tests"
+  for t in tests/cli/*.sh; do
+    if SLUICE=./build/sluice bash "$t"; then echo "ok   $t"; else echo "FAIL $t"; failed=1; fi
+  done
+fi
+
+step "ASan+UBSan build"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=address,undefined \
+      -DSLUICE_BUILD_PYTHON=OFF -DSLUICE_BUILD_TOOLS=OFF >/dev/null
+cmake --build build-asan -j"$JOBS" --target sluice_tests
+step "C tests under ASan+UBSan"
+ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ./build-asan/sluice_tests || failed=1
+
+step "TSan build"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=thread \
+      -DSLUICE_BUILD_PYTHON=OFF -DSLUICE_BUILD_TOOLS=OFF >/dev/null
+cmake --build build-tsan -j"$JOBS" --target sluice_tests
+step "threaded C tests under TSan"
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
+  ./build-tsan/sluice_tests core_pool core_error__thread pipeline_ record_reader__threads || failed=1
+
+if [ -d tests/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
+  step "Python tests"
+  PYTHONPATH="$PWD/build/python" SLUICE_BIN="$PWD/build/sluice" $PY -m pytest -q tests/python || failed=1
+fi
+
+echo
+if [ $failed -ne 0 ]; then echo "== some tests FAILED"; exit 1; fi
+echo "== all tests passed"

@@ -1,0 +1,61 @@
+/* alloc.c — the one allocation seam of the library, with failure injection. */
+#include "core/core.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* fail_at == 0: injection off. Otherwise the allocation whose ordinal (counted
+ * from the last sl__alloc_fail_at call) equals fail_at returns NULL. */
+static _Atomic uint64_t fail_at;
+static _Atomic uint64_t count;
+
+void sl__alloc_fail_at(uint64_t n) {
+    atomic_store(&count, 0);
+    atomic_store(&fail_at, n);
+}
+
+uint64_t sl__alloc_count(void) { return atomic_load(&count); }
+
+static bool inject_failure(void) {
+    uint64_t n = atomic_fetch_add(&count, 1) + 1;
+    uint64_t f = atomic_load_explicit(&fail_at, memory_order_relaxed);
+    return f != 0 && n == f;
+}
+
+void *sl__malloc(size_t size) {
+    if (inject_failure())
+        return NULL;
+    return malloc(size ? size : 1);
+}
+
+void *sl__calloc(size_t n, size_t size) {
+    if (inject_failure())
+        return NULL;
+    return calloc(n ? n : 1, size ? size : 1);
+}
+
+void *sl__realloc(void *p, size_t size) {
+    if (inject_failure())
+        return NULL;
+    return realloc(p, size ? size : 1);
+}
+
+void *sl__aligned_alloc(size_t align, size_t size) {
+    if (inject_failure())
+        return NULL;
+    void *p = NULL;
+    if (posix_memalign(&p, align, size ? size : 1) != 0)
+        return NULL;
+    return p;
+}
+
+char *sl__strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = sl__malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+void sl__free(void *p) { free(p); }

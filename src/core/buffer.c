@@ -1,0 +1,188 @@
+/*
+ * buffer.c — reference-counted buffers and the pools that recycle them.
+ *
+ * A heap or pool buffer is one allocation: the sl_buffer header followed, at a
+ * 64-byte boundary, by the data. A wrapped buffer points at foreign memory and
+ * calls its release callback at the end.
+ *
+ * Pool invariants:
+ *  1. pool->refs counts the creator's reference (until sl_pool_free) plus one
+ *     per buffer currently handed out; the pool is destroyed when it hits 0.
+ *  2. Buffers on the free list have refcount 0 and belong to the pool.
+ *  3. pool->mu protects free_list and nfree only.
+ */
+#include "core/core.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#define SL_BUF_ALIGN 64
+
+struct sl_buffer {
+    _Atomic unsigned refs;
+    void *data;
+    size_t size;
+    sl_pool *pool;                 /* non-NULL: return to this pool */
+    void (*release)(void *user);   /* wrapped buffers */
+    void *user;
+    struct sl_buffer *next_free;   /* pool free list link */
+};
+
+struct sl_pool {
+    pthread_mutex_t mu;
+    _Atomic size_t refs;
+    size_t buf_size;
+    size_t max_cached;
+    sl_buffer *free_list;          /* guarded by mu */
+    size_t nfree;                  /* guarded by mu */
+    _Atomic size_t allocated;
+};
+
+static size_t header_size(void) {
+    return (sizeof(sl_buffer) + SL_BUF_ALIGN - 1) & ~(size_t)(SL_BUF_ALIGN - 1);
+}
+
+static sl_buffer *heap_buffer_new(size_t size) {
+    size_t total;
+    if (!sl__add_ok(header_size(), size, &total))
+        return NULL;
+    sl_buffer *b = sl__aligned_alloc(SL_BUF_ALIGN, total);
+    if (!b)
+        return NULL;
+    atomic_init(&b->refs, 1);
+    b->data = (char *)b + header_size();
+    b->size = size;
+    b->pool = NULL;
+    b->release = NULL;
+    b->user = NULL;
+    b->next_free = NULL;
+    return b;
+}
+
+int sl_buffer_alloc(sl_buffer **out, size_t size) {
+    *out = heap_buffer_new(size);
+    if (!*out)
+        return sl__oom("allocating a buffer");
+    return SL_OK;
+}
+
+int sl_buffer_wrap(sl_buffer **out, void *data, size_t size, void (*release)(void *user),
+                   void *user) {
+    sl_buffer *b = sl__malloc(sizeof *b);
+    if (!b) {
+        *out = NULL;
+        return sl__oom("wrapping a buffer");
+    }
+    atomic_init(&b->refs, 1);
+    b->data = data;
+    b->size = size;
+    b->pool = NULL;
+    b->release = release;
+    b->user = user;
+    b->next_free = NULL;
+    *out = b;
+    return SL_OK;
+}
+
+sl_buffer *sl_buffer_retain(sl_buffer *buf) {
+    if (buf)
+        atomic_fetch_add_explicit(&buf->refs, 1, memory_order_relaxed);
+    return buf;
+}
+
+static void pool_unref(sl_pool *pool);
+
+void sl_buffer_release(sl_buffer *buf) {
+    if (!buf)
+        return;
+    if (atomic_fetch_sub_explicit(&buf->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (buf->pool) {
+        sl_pool *pool = buf->pool;
+        bool cached = false;
+        pthread_mutex_lock(&pool->mu);
+        if (pool->max_cached == 0 || pool->nfree < pool->max_cached) {
+            buf->next_free = pool->free_list;
+            pool->free_list = buf;
+            pool->nfree++;
+            cached = true;
+        }
+        pthread_mutex_unlock(&pool->mu);
+        if (!cached)
+            sl__free(buf);
+        pool_unref(pool);
+        return;
+    }
+    if (buf->release)
+        buf->release(buf->user);
+    sl__free(buf);
+}
+
+void *sl_buffer_data(const sl_buffer *buf) { return buf->data; }
+size_t sl_buffer_size(const sl_buffer *buf) { return buf->size; }
+unsigned sl_buffer_refcount(const sl_buffer *buf) {
+    return atomic_load_explicit(&((sl_buffer *)buf)->refs, memory_order_relaxed);
+}
+
+int sl_pool_create(sl_pool **out, size_t buf_size, size_t max_cached) {
+    sl_pool *p = sl__calloc(1, sizeof *p);
+    if (!p) {
+        *out = NULL;
+        return sl__oom("creating a buffer pool");
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    atomic_init(&p->refs, 1);
+    atomic_init(&p->allocated, 0);
+    p->buf_size = buf_size;
+    p->max_cached = max_cached;
+    *out = p;
+    return SL_OK;
+}
+
+int sl_pool_get(sl_pool *pool, sl_buffer **out) {
+    sl_buffer *b = NULL;
+    pthread_mutex_lock(&pool->mu);
+    if (pool->free_list) {
+        b = pool->free_list;
+        pool->free_list = b->next_free;
+        pool->nfree--;
+    }
+    pthread_mutex_unlock(&pool->mu);
+    if (!b) {
+        b = heap_buffer_new(pool->buf_size);
+        if (!b) {
+            *out = NULL;
+            return sl__oom("taking a buffer from a pool");
+        }
+        atomic_fetch_add(&pool->allocated, 1);
+        b->pool = pool;
+    }
+    b->next_free = NULL;
+    atomic_store_explicit(&b->refs, 1, memory_order_relaxed);
+    atomic_fetch_add(&pool->refs, 1);
+    *out = b;
+    return SL_OK;
+}
+
+size_t sl_pool_allocated(const sl_pool *pool) {
+    return atomic_load(&((sl_pool *)pool)->allocated);
+}
+
+static void pool_unref(sl_pool *pool) {
+    if (atomic_fetch_sub(&pool->refs, 1) != 1)
+        return;
+    sl_buffer *b = pool->free_list;
+    while (b) {
+        sl_buffer *next = b->next_free;
+        sl__free(b);
+        b = next;
+    }
+    pthread_mutex_destroy(&pool->mu);
+    sl__free(pool);
+}
+
+void sl_pool_free(sl_pool *pool) {
+    if (pool)
+        pool_unref(pool);
+}

@@ -1,0 +1,128 @@
+/*
+ * core.h — internals shared by every layer: the allocation seam, error
+ * reporting macros, small helpers. Never installed.
+ */
+#ifndef SL_CORE_H
+#define SL_CORE_H
+
+#include "sluice.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define SL_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define SL_LIKELY(x) __builtin_expect(!!(x), 1)
+#define SL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define SL_PRINTF(a, b)
+#define SL_LIKELY(x) (x)
+#define SL_UNLIKELY(x) (x)
+#endif
+
+/* ---- allocation seam -------------------------------------------------------
+ * Every allocation in the library goes through these, so that tests can make
+ * the N-th allocation fail (sl__alloc_fail_at) and check that each failure
+ * gives SL_ENOMEM, a message and no leak. */
+void *sl__malloc(size_t size);
+void *sl__calloc(size_t n, size_t size);
+void *sl__realloc(void *p, size_t size);
+void *sl__aligned_alloc(size_t align, size_t size);
+char *sl__strdup(const char *s);
+void sl__free(void *p);
+/* Make the n-th allocation from now fail (1 = the next one); 0 disables.
+ * Process-wide; for single-threaded tests. */
+SL_API void sl__alloc_fail_at(uint64_t n);
+/* Number of allocations since the last sl__alloc_fail_at() call. */
+SL_API uint64_t sl__alloc_count(void);
+
+/* ---- errors ----------------------------------------------------------------
+ * sl__error sets this thread's message and returns `code`, so a failure is
+ * one line: `return sl__error(SL_EIO, "%s: %s", path, strerror(errno));`.
+ * The message buffer is a fixed thread-local array: reporting never allocates. */
+#define SL__ERRMSG_MAX 512
+SL_API int sl__error(int code, const char *fmt, ...) SL_PRINTF(2, 3);
+int sl__verror(int code, const char *fmt, va_list ap);
+/* SL_ENOMEM with a static message ("out of memory" plus what was being done). */
+SL_API int sl__oom(const char *what);
+/* Prefix the current message with "prefix: " (keeps the code). */
+SL_API int sl__error_prefix(int code, const char *fmt, ...) SL_PRINTF(2, 3);
+/* Copy a message into this thread's slot (errors carried across threads). */
+SL_API void sl__seterrmsg(const char *msg);
+
+/* Forward a failure unchanged. */
+#define SL_TRY(expr)                         \
+    do {                                     \
+        int sl__rc_ = (expr);                \
+        if (SL_UNLIKELY(sl__rc_ < 0))        \
+            return sl__rc_;                  \
+    } while (0)
+
+/* Set `rc` and the message, then jump to the function's `cleanup:` label. */
+#define SL_FAIL(code, ...)                   \
+    do {                                     \
+        rc = sl__error((code), __VA_ARGS__); \
+        goto cleanup;                        \
+    } while (0)
+
+/* Forward a failure into `rc` and jump to cleanup. */
+#define SL_CHECK(expr)                       \
+    do {                                     \
+        rc = (expr);                         \
+        if (SL_UNLIKELY(rc < 0))             \
+            goto cleanup;                    \
+    } while (0)
+
+/* ---- logging ---------------------------------------------------------------- */
+SL_API void sl__log(sl_log_level level, const char *fmt, ...) SL_PRINTF(2, 3);
+#define SL_LOG_ERROR(...) sl__log(SL_LOG_ERROR, __VA_ARGS__)
+#define SL_LOG_WARN(...) sl__log(SL_LOG_WARN, __VA_ARGS__)
+#define SL_LOG_INFO(...) \
+    do { if (sl_log_get_level() >= SL_LOG_INFO) sl__log(SL_LOG_INFO, __VA_ARGS__); } while (0)
+#define SL_LOG_DEBUG(...) \
+    do { if (sl_log_get_level() >= SL_LOG_DEBUG) sl__log(SL_LOG_DEBUG, __VA_ARGS__); } while (0)
+
+/* ---- time --------------------------------------------------------------------- */
+/* Monotonic time in nanoseconds. */
+SL_API uint64_t sl__now_ns(void);
+
+/* ---- little-endian load/store (the .slr format is little-endian) --------------- */
+static inline uint16_t sl__ld16(const void *p) {
+    const uint8_t *b = (const uint8_t *)p;
+    return (uint16_t)(b[0] | (b[1] << 8));
+}
+static inline uint32_t sl__ld32(const void *p) {
+    const uint8_t *b = (const uint8_t *)p;
+    return (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) |
+           ((uint32_t)b[3] << 24);
+}
+static inline uint64_t sl__ld64(const void *p) {
+    return (uint64_t)sl__ld32(p) | ((uint64_t)sl__ld32((const uint8_t *)p + 4) << 32);
+}
+static inline void sl__st16(void *p, uint16_t v) {
+    uint8_t *b = (uint8_t *)p;
+    b[0] = (uint8_t)v; b[1] = (uint8_t)(v >> 8);
+}
+static inline void sl__st32(void *p, uint32_t v) {
+    uint8_t *b = (uint8_t *)p;
+    b[0] = (uint8_t)v; b[1] = (uint8_t)(v >> 8); b[2] = (uint8_t)(v >> 16); b[3] = (uint8_t)(v >> 24);
+}
+static inline void sl__st64(void *p, uint64_t v) {
+    sl__st32(p, (uint32_t)v);
+    sl__st32((uint8_t *)p + 4, (uint32_t)(v >> 32));
+}
+
+/* Checked size arithmetic: return false on overflow. */
+static inline bool sl__mul_ok(size_t a, size_t b, size_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool sl__add_ok(size_t a, size_t b, size_t *out) {
+    return !__builtin_add_overflow(a, b, out);
+}
+
+/* Number of online CPUs (at least 1). */
+SL_API int sl__ncpus(void);
+
+#endif /* SL_CORE_H */

@@ -1,0 +1,170 @@
+/* runner.c — the C test runner: one child process per case, with a timeout. */
+#include "test.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    const char *name;
+    sl_test_fn fn;
+} test_case;
+
+static test_case *cases;
+static size_t ncases, capcases;
+static char tmpdir[512];
+
+void sl_test_register(const char *name, sl_test_fn fn) {
+    if (ncases == capcases) {
+        capcases = capcases ? capcases * 2 : 64;
+        cases = realloc(cases, capcases * sizeof *cases);
+        if (!cases)
+            abort();
+    }
+    cases[ncases].name = name;
+    cases[ncases].fn = fn;
+    ncases++;
+}
+
+void sl_test_fail(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "    %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    _exit(1);
+}
+
+const char *sl_test_tmpdir(void) { return tmpdir; }
+
+void sl_test_path(char *out, size_t cap, const char *name) {
+    snprintf(out, cap, "%s/%s", tmpdir, name);
+}
+
+static int cmp_case(const void *a, const void *b) {
+    return strcmp(((const test_case *)a)->name, ((const test_case *)b)->name);
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb; (void)flag; (void)ftw;
+    return remove(path);
+}
+
+static void make_tmpdir(const char *name) {
+    const char *base = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/sluice-test-%s-XXXXXX", base ? base : "/tmp", name);
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        exit(2);
+    }
+}
+
+static void remove_tmpdir(void) {
+    if (tmpdir[0] && !getenv("SLUICE_TEST_KEEP"))
+        nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int matches(const char *name, int nprefix, char **prefixes) {
+    if (nprefix == 0)
+        return 1;
+    for (int i = 0; i < nprefix; i++)
+        if (strncmp(name, prefixes[i], strlen(prefixes[i])) == 0)
+            return 1;
+    return 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Run one case in a child; returns 0 on pass. */
+static int run_forked(const test_case *tc, int timeout_s) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("fork");
+        return 1;
+    }
+    if (pid == 0) {
+        make_tmpdir(tc->name);
+        tc->fn();
+        remove_tmpdir();
+        fflush(stdout);
+        _exit(0);
+    }
+    double deadline = now_s() + timeout_s;
+    int status = 0;
+    for (;;) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid)
+            break;
+        if (w < 0 && errno != EINTR) {
+            perror("waitpid");
+            return 1;
+        }
+        if (now_s() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            fprintf(stderr, "    timed out after %d s\n", timeout_s);
+            return 1;
+        }
+        usleep(2000);
+    }
+    if (WIFSIGNALED(status)) {
+        fprintf(stderr, "    killed by signal %d (%s)\n", WTERMSIG(status), strsignal(WTERMSIG(status)));
+        return 1;
+    }
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    qsort(cases, ncases, sizeof *cases, cmp_case);
+    if (argc > 1 && strcmp(argv[1], "--list") == 0) {
+        for (size_t i = 0; i < ncases; i++)
+            printf("%s\n", cases[i].name);
+        return 0;
+    }
+    if (argc > 2 && strcmp(argv[1], "-s") == 0) {
+        for (size_t i = 0; i < ncases; i++) {
+            if (strcmp(cases[i].name, argv[2]) == 0) {
+                make_tmpdir(cases[i].name);
+                cases[i].fn();
+                remove_tmpdir();
+                printf("1 passed, 0 failed\n");
+                return 0;
+            }
+        }
+        fprintf(stderr, "no test called %s (try --list)\n", argv[2]);
+        return 2;
+    }
+    const char *t = getenv("SLUICE_TEST_TIMEOUT");
+    int timeout_s = t ? atoi(t) : 120;
+    if (timeout_s <= 0)
+        timeout_s = 120;
+    int passed = 0, failed = 0;
+    for (size_t i = 0; i < ncases; i++) {
+        if (!matches(cases[i].name, argc - 1, argv + 1))
+            continue;
+        double t0 = now_s();
+        int rc = run_forked(&cases[i], timeout_s);
+        double dt = now_s() - t0;
+        printf("%s %s (%.2fs)\n", rc ? "FAIL" : "ok  ", cases[i].name, dt);
+        fflush(stdout);
+        if (rc)
+            failed++;
+        else
+            passed++;
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
