@@ -269,7 +269,9 @@ typedef enum sl_coltype {
 /** A schema: an ordered list of named, typed columns. */
 typedef struct sl_schema sl_schema;
 
-/** Create an empty schema. Since 0.1 */
+/** Create an empty schema. The caller frees it with sl_schema_free().
+ *  A schema is a plain value: after building it, it may be read from any
+ *  thread. @return SL_OK, SL_ENOMEM. Since 0.1 */
 SL_API int sl_schema_create(sl_schema **out);
 /** Append a column. `name`: 1–63 bytes, unique. For SL_COL_ARRAY give `dtype`,
  *  `ndim` (1..SL_MAX_DIMS) and `shape` (-1 for a dim that varies per record);
@@ -314,11 +316,19 @@ typedef struct sl_writer_options {
 typedef struct sl_writer sl_writer;
 
 /** Start writing a dataset at `path`. The schema is copied. `opts` may be NULL.
- *  @return SL_OK, SL_EINVAL, SL_EIO (names the path). Since 0.1 */
+ *  Creates the directory "<path>.partial/" for the data in flight; refuses to
+ *  start (SL_EIO) while one exists, since it may hold an interrupted write to
+ *  salvage with sl_recover(). An existing file at `path` is replaced on close.
+ *  @return SL_OK, SL_EINVAL (no columns, options version, `path` is a
+ *  directory), SL_EIO (names the path), SL_ENOMEM. Since 0.1 */
 SL_API int sl_writer_open(sl_writer **out, const char *path, const sl_schema *schema,
                           const sl_writer_options *opts);
 /** Set a metadata entry (UTF-8 key and value, copied), stored with the dataset.
- *  The value is often JSON (e.g. "classes" → ["cat","dog"]). */
+ *  The value is often JSON (e.g. "classes" → ["cat","dog"]). Setting a key
+ *  again replaces its value. Entries set before the first append are also
+ *  stored in each shard's header, so sl_recover() keeps them.
+ *  Keys 1-255 bytes, values up to 16 MiB.
+ *  @return SL_OK, SL_EINVAL, SL_ELIMIT (over 64 MiB in all), SL_ENOMEM. Since 0.1 */
 SL_API int sl_writer_set_meta(sl_writer *w, const char *key, const char *value);
 /** Append one record: `cols[i]` holds column i's value — an SL_I64 or SL_F64
  *  scalar for INT64/FLOAT64 columns, a 1-D SL_U8 tensor for STRING/BYTES, an
@@ -329,7 +339,8 @@ SL_API int sl_writer_append(sl_writer *w, const sl_tensor *cols, int ncols);
 /** Records appended so far. */
 SL_API uint64_t sl_writer_count(const sl_writer *w);
 /** Finish: write index and footer, fsync, rename into place, fsync the
- *  directory. After an error the dataset is not published. */
+ *  directory. After an error the dataset is not published. Calling it again
+ *  after success does nothing. @return SL_OK, SL_EIO, SL_ENOMEM. Since 0.1 */
 SL_API int sl_writer_close(sl_writer *w);
 /** Free the writer. If it was not closed successfully, the temporary files
  *  are removed and nothing appears at `path`. Accepts NULL. */
@@ -404,9 +415,17 @@ SL_API int sl_reader_verify(const sl_reader *r, int keep_going, uint64_t *bad_ou
 SL_API void sl_reader_free(sl_reader *r);
 
 /** Salvage an interrupted write: read the complete, checksum-valid records of
- *  `partial` (a temporary shard left by a writer that did not close) and write
- *  them as a valid dataset at `out`. `kept_out`/`dropped_out` may be NULL.
- *  @return SL_OK, SL_ECORRUPT (nothing salvageable: no readable header), SL_EIO. */
+ *  `partial` (the "<path>.partial" directory left by a writer that did not
+ *  close, or a single shard file) and write them as a valid dataset at `out`.
+ *  `out` NULL means `partial` without its ".partial" suffix. Records are taken
+ *  in order and the walk stops at the first torn or damaged record, so the
+ *  output holds exactly the records before it, with the same numbers.
+ *  `partial` is not modified. `kept_out`/`dropped_out` (may be NULL) receive
+ *  the records kept and those known lost (the torn one; in a finished shard,
+ *  every record after the damage).
+ *  @return SL_OK, SL_EINVAL (no `out` and no ".partial" suffix),
+ *  SL_ECORRUPT (nothing salvageable: no readable header), SL_EIO, SL_ENOMEM.
+ *  Since 0.1 */
 SL_API int sl_recover(const char *partial, const char *out, uint64_t *kept_out,
                       uint64_t *dropped_out);
 
@@ -414,19 +433,553 @@ SL_API int sl_recover(const char *partial, const char *out, uint64_t *kept_out,
  * Packing datasets (ImageFolder, IDX) into .slr
  * ========================================================================== */
 
-/* (section owned by the source layer; see src/source/) */
+/** What sl_pack found at its inputs. Values are stable. */
+typedef enum sl_pack_kind {
+    SL_PACK_UNKNOWN = 0,
+    SL_PACK_IMAGEFOLDER = 1, /**< one directory: ROOT/CLASS/.../IMAGE, torchvision's layout */
+    SL_PACK_IDX = 2          /**< an IDX images file and an IDX labels file (MNIST style),
+                                  plain or gzip-compressed, in either order */
+} sl_pack_kind;
+
+/** Options for sl_pack. Initialise with SL_PACK_OPTIONS_INIT. */
+typedef struct sl_pack_options {
+    unsigned version;      /**< SL_PACK_OPTIONS_VERSION */
+    int jobs;              /**< threads that read and check input files; 0 (default) =
+                                one per online CPU. The output is byte-identical for
+                                every value. */
+    int skip_bad;          /**< 0 (default): an unreadable or non-image file stops the
+                                pack with an error and no output. 1: skip it, count it
+                                in sl_pack_report.skipped and go on. Never skips damage
+                                inside IDX files (their records have no boundaries). */
+    uint64_t shard_bytes;  /**< passed to the writer (sl_writer_options.shard_bytes);
+                                0 = the writer's default */
+    /** Called on the calling thread after each input record is handled (written
+     *  or skipped; may be NULL): `done` of `total` so far, `bytes` of input
+     *  payload written. Keep it cheap: it runs once per record. */
+    void (*progress)(uint64_t done, uint64_t total, uint64_t bytes, void *user);
+    void *user;            /**< passed to `progress` */
+} sl_pack_options;
+#define SL_PACK_OPTIONS_VERSION 1
+#define SL_PACK_OPTIONS_INIT {SL_PACK_OPTIONS_VERSION, 0, 0, 0, NULL, NULL}
+
+/** How many skipped inputs sl_pack_report names. */
+#define SL_PACK_REPORT_BAD 4
+/** Room for one "path: cause" line in sl_pack_report.bad. */
+#define SL_PACK_REPORT_LINE 512
+
+/** What sl_pack did. A plain struct the caller owns (no pointers inside). */
+typedef struct sl_pack_report {
+    sl_pack_kind kind;     /**< the input kind that was packed */
+    uint64_t records;      /**< records written */
+    uint64_t bytes;        /**< input payload bytes written (encoded images, pixels) */
+    uint64_t skipped;      /**< inputs skipped under skip_bad */
+    int nclasses;          /**< ImageFolder: number of classes; IDX: 0 */
+    int nbad;              /**< lines filled in `bad` (<= SL_PACK_REPORT_BAD) */
+    char bad[SL_PACK_REPORT_BAD][SL_PACK_REPORT_LINE]; /**< the first skipped
+                                inputs, in record order, each "path: cause" */
+} sl_pack_report;
+
+/** Pack a dataset into a .slr dataset at `dst`.
+ *
+ *  The kind is found from the inputs: one directory is an ImageFolder; files
+ *  are sniffed by content (IDX magic 0x00000803 images / 0x00000801 labels,
+ *  plain or gzip). Anything else is SL_EUNSUPPORTED, naming the kinds known.
+ *
+ *  ImageFolder: classes are the sorted names of ROOT's subdirectories, label =
+ *  a class's position in that order; each class directory is walked
+ *  recursively (following symlinks, ordered as torchvision's ImageFolder
+ *  orders it), taking files whose name ends in .jpg .jpeg .png .ppm .bmp .pgm
+ *  .tif .tiff .webp (any case). Every file is checked to be an image by its
+ *  content (a PNG named .jpg is accepted). Columns: `image` (bytes: the file
+ *  unchanged), `label` (int64), `path` (string, relative to ROOT). Metadata:
+ *  "classes" (a JSON list of names), "source" ("imagefolder").
+ *
+ *  IDX: columns `image` (uint8 array with the IDX dims after the first, e.g.
+ *  28x28) and `label` (int64). The two files must agree on the count and
+ *  every header must match its file's length. Metadata "source" ("idx").
+ *
+ *  Records are written in a deterministic order whatever `opts->jobs` is.
+ *  On failure nothing appears at `dst` (the writer's temporary files are
+ *  removed); on success a file at `dst` is replaced (a directory at `dst`
+ *  is an error: the writer never replaces one).
+ *
+ *  @param[in]  srcs    `nsrc` input paths (a directory, or IDX files)
+ *  @param[in]  dst     output path (a file, or a directory of shards if it
+ *                      grows past opts->shard_bytes)
+ *  @param[in]  opts    options, or NULL for SL_PACK_OPTIONS_INIT
+ *  @param[out] report  filled in (on failure: records 0, skipped and bad as far
+ *                      as the pack got); may be NULL
+ *  @return SL_OK; SL_EINVAL (bad arguments, empty folder, empty class, counts
+ *          that disagree); SL_EIO (a file cannot be read or written);
+ *          SL_EDECODE (a file is not an image); SL_ECORRUPT (a damaged IDX or
+ *          gzip file); SL_EUNSUPPORTED (an unknown input kind or IDX dtype);
+ *          SL_ELIMIT (an image file over 1 GiB, an IDX item over 256 MiB, a
+ *          path over 4 KiB); SL_ENOMEM. The message names the path, the record where there is
+ *          one, and the cause.
+ *  Thread safety: any thread; calls on different `dst` may run at once.
+ *  Since 0.1 */
+SL_API int sl_pack(const char *const *srcs, int nsrc, const char *dst,
+                   const sl_pack_options *opts, sl_pack_report *report);
+
+/** Find what kind of input sl_pack would see at `srcs`, without packing.
+ *  @return SL_OK with *kind_out set; SL_EUNSUPPORTED, SL_EIO, SL_EINVAL with a
+ *  message saying why. Thread safety: any thread. Since 0.1 */
+SL_API int sl_pack_detect(const char *const *srcs, int nsrc, sl_pack_kind *kind_out);
+
+/** A static name for a pack kind ("imagefolder", "idx", "unknown"). Since 0.1 */
+SL_API const char *sl_pack_kind_name(sl_pack_kind kind);
 
 /* ==========================================================================
  * Image ops
  * ========================================================================== */
 
-/* (section owned by the ops layer; see src/ops/) */
+/*
+ * Per-sample image transforms, usable alone from C or as pipeline ops.
+ * Images are HWC SL_U8 tensors (H, W, C) with C = 3 (RGB) or 1 (gray);
+ * encoded images are 1-D SL_U8 tensors or plain (pointer, size) pairs.
+ *
+ * Output tensors, for every function below that fills an `out` tensor:
+ *  - if `out->data` is NULL the function allocates a new heap buffer and
+ *    `out` owns one reference to it (release with sl_tensor_release);
+ *  - otherwise `out->data` is a caller-owned destination of `out->nbytes`
+ *    bytes (its capacity); the function writes there without allocating, and
+ *    on success sets dtype, ndim, shape and nbytes (out->buf is left as is).
+ *    Too small a destination gives SL_EINVAL. This is how a pipeline writes
+ *    into a reused scratch buffer or straight into a batch slot.
+ * Source and destination must not overlap unless a function says so.
+ * Thread safety: the functions are reentrant; an sl_decoder is used by one
+ * thread at a time (keep one per thread).
+ */
+
+/** Colour of a decoded image. */
+typedef enum sl_color {
+    SL_COLOR_GRAY = 1,   /**< one channel, PIL "L" (ITU-R 601-2 luma of RGB) */
+    SL_COLOR_RGB = 3     /**< three channels, PIL "RGB" (alpha dropped, not composited) */
+} sl_color;
+
+/** Encoded image formats, found from the bytes (magic), never the file name. */
+typedef enum sl_image_format {
+    SL_FORMAT_UNKNOWN = 0,
+    SL_FORMAT_JPEG = 1,
+    SL_FORMAT_PNG = 2
+} sl_image_format;
+
+/** What an image header says, read without decoding pixels. */
+typedef struct sl_image_info {
+    int32_t format;      /**< sl_image_format */
+    int32_t width;       /**< pixels */
+    int32_t height;      /**< pixels */
+    int32_t channels;    /**< channels as stored (1 gray, 2 gray+alpha, 3, 4) */
+} sl_image_info;
+
+/** Decoder tunables for sl_decoder_set / sl_decoder_get. Values are pinned. */
+typedef enum sl_decoder_param {
+    /** Largest width*height accepted; a larger header gives SL_ELIMIT before
+     *  any pixel memory is allocated. Range 1 .. 2^40, default 64 Mpx
+     *  (64*1024*1024). */
+    SL_DECODE_MAX_PIXELS = 1,
+    /** Largest number of progressive JPEG scans accepted (a hostile file can
+     *  make decoding slow with thousands of scans). Range 1 .. 1000000,
+     *  default 1000. */
+    SL_DECODE_MAX_SCANS = 2
+} sl_decoder_param;
+
+/** Reusable decoding state (a libjpeg decompressor, a PNG context, scratch
+ *  rows), kept per thread so that steady-state decoding does no allocation
+ *  beyond growing its scratch to the largest image seen. Opaque. */
+typedef struct sl_decoder sl_decoder;
+
+/** Create a decoder with default limits.
+ *  @param[out] out the new decoder; free with sl_decoder_free().
+ *  @return SL_OK, SL_ENOMEM. Thread safety: any thread. Since 0.1 */
+SL_API int sl_decoder_create(sl_decoder **out);
+/** Free a decoder and its scratch memory. Accepts NULL. Since 0.1 */
+SL_API void sl_decoder_free(sl_decoder *dec);
+/** Set a tunable (sl_decoder_param).
+ *  @return SL_OK, SL_EINVAL (unknown param or value out of range). Since 0.1 */
+SL_API int sl_decoder_set(sl_decoder *dec, int param, int64_t value);
+/** Current value of a tunable, or -1 for an unknown param. Since 0.1 */
+SL_API int64_t sl_decoder_get(const sl_decoder *dec, int param);
+
+/** Which format the bytes are, by their magic number. Since 0.1 */
+SL_API sl_image_format sl_image_sniff(const void *data, size_t size);
+
+/** Read an image's header (no pixels).
+ *  @return SL_OK, SL_EDECODE ("decode: cause"; unknown format, damaged
+ *  header), SL_ELIMIT (more pixels than SL_DECODE_MAX_PIXELS).
+ *  Thread safety: one thread per decoder. Since 0.1 */
+SL_API int sl_decode_info(sl_decoder *dec, const void *data, size_t size,
+                          sl_image_info *info_out);
+
+/** Decode a JPEG or PNG (chosen by content) into an HWC SL_U8 image.
+ *  JPEG: libjpeg-turbo with the settings PIL uses (ISLOW DCT, fancy
+ *  upsampling), so pixels equal PIL's; gray, YCbCr, CMYK/YCCK (converted to
+ *  RGB as PIL's convert("RGB") does) and progressive files. PNG: every colour
+ *  type and bit depth; 16-bit samples keep their high byte, alpha is dropped,
+ *  palettes expanded. Any libjpeg warning (truncated or corrupt data) is an
+ *  error: damaged data never yields silently wrong pixels.
+ *  @param[in] dec   decoder (per thread)
+ *  @param[in] data  encoded bytes, `size` of them (borrowed for the call)
+ *  @param[in] color SL_COLOR_RGB or SL_COLOR_GRAY
+ *  @param[out] out  see "Output tensors" above; shape (H, W, color)
+ *  @return SL_OK, SL_EINVAL, SL_EDECODE ("decode: corrupt JPEG data: premature
+ *  end of data segment"; callers prefix file/record/op), SL_ELIMIT, SL_ENOMEM.
+ *  Since 0.1 */
+SL_API int sl_decode(sl_decoder *dec, const void *data, size_t size, sl_color color,
+                     sl_tensor *out);
+
+/** A rectangle in pixel coordinates: top row `y`, left column `x`. */
+typedef struct sl_box {
+    int32_t y, x, h, w;
+} sl_box;
+
+/** Resampling filters. */
+typedef enum sl_interp {
+    SL_INTERP_BILINEAR = 1, /**< PIL BILINEAR: triangle filter, widened when
+                                 shrinking (antialiased) */
+    SL_INTERP_AREA = 2,     /**< PIL BOX: area average */
+    SL_INTERP_NEAREST = 3   /**< PIL NEAREST */
+} sl_interp;
+
+/** Fused decode + crop + resize: decode only the part of the image that
+ *  `crop` needs, at the smallest JPEG DCT scale (1/8 .. 8/8) that still has at
+ *  least out_h x out_w pixels in the crop, then resize straight into `out`.
+ *  Equal to sl_decode + sl_image_crop + sl_image_resize within a mean
+ *  absolute difference of 2 levels (exact when the scale is 8/8 and the crop
+ *  is the whole image). PNG input is decoded whole, then resized from the box.
+ *  @param[in] crop  box in original-image coordinates (NULL: whole image);
+ *                   must lie inside the image
+ *  @param[out] out  (out_h, out_w, color) SL_U8; see "Output tensors"
+ *  @return as sl_decode, plus SL_EINVAL for a box outside the image.
+ *  Since 0.1 */
+SL_API int sl_decode_crop_resize(sl_decoder *dec, const void *data, size_t size,
+                                 sl_color color, const sl_box *crop, int out_h, int out_w,
+                                 sl_interp interp, sl_tensor *out);
+
+/** Resize an HWC SL_U8 image to out_h x out_w, matching PIL's
+ *  Image.resize(size, filter) pixel for pixel (fixed-point, horizontal pass
+ *  then vertical). @return SL_OK, SL_EINVAL, SL_ENOMEM. Since 0.1 */
+SL_API int sl_image_resize(const sl_tensor *src, int out_h, int out_w, sl_interp interp,
+                           sl_tensor *out);
+/** Resize the region `box` of `src` (PIL's resize(size, filter, box=...)):
+ *  crop + resize in one pass, reading pixels outside the box as the filter
+ *  needs, as PIL does. `box` is (x0, y0, x1, y1) in source pixels, may be
+ *  fractional, must lie inside the image. Since 0.1 */
+SL_API int sl_image_resize_box(const sl_tensor *src, const double box[4], int out_h,
+                               int out_w, sl_interp interp, sl_tensor *out);
+/** Copy the region `box` of `src` into `out`. Parts of the box outside the
+ *  image are filled with 0 (torchvision's CenterCrop padding).
+ *  @return SL_OK, SL_EINVAL (empty box), SL_ENOMEM. Since 0.1 */
+SL_API int sl_image_crop(const sl_tensor *src, const sl_box *box, sl_tensor *out);
+/** Mirror left-right. `out` may be `src` itself (in place). Since 0.1 */
+SL_API int sl_image_flip(const sl_tensor *src, sl_tensor *out);
+/** Rotate counter-clockwise by `degrees` about the centre, keeping the size,
+ *  bilinear, uncovered pixels set to `fill` (PIL's rotate(angle, BILINEAR,
+ *  fillcolor=(fill,)*C)). Since 0.1 */
+SL_API int sl_image_rotate(const sl_tensor *src, double degrees, uint8_t fill,
+                           sl_tensor *out);
+
+/** Layouts for sl_image_normalize. */
+typedef enum sl_layout {
+    SL_LAYOUT_HWC = 0,
+    SL_LAYOUT_CHW = 1
+} sl_layout;
+
+/** Normalize, change layout and cast in one pass:
+ *  y = (x / 255 - mean[c]) / std[c] computed in float32 exactly as
+ *  torchvision's ToTensor + Normalize, stored as SL_F32, SL_F16 (round to
+ *  nearest even) or SL_U8 (round(255 * y), saturated; mean 0, std 1 gives the
+ *  pixels unchanged).
+ *  @param[in] mean,std per channel (C values each; NULL: 0 and 1)
+ *  @param[out] out shape (C, H, W) or (H, W, C); see "Output tensors" — pass a
+ *  view of a batch slot to write straight into a batch.
+ *  @return SL_OK, SL_EINVAL (dtype, std == 0), SL_ENOMEM. Since 0.1 */
+SL_API int sl_image_normalize(const sl_tensor *src, const float *mean, const float *std,
+                              sl_layout layout, sl_dtype dtype, sl_tensor *out);
+
+/** Convert a tensor's elements to `dtype` (saturating and rounding to nearest
+ *  for integer targets; float16 round to nearest even).
+ *  @return SL_OK, SL_EINVAL (unsupported dtype: bool), SL_ENOMEM. Since 0.1 */
+SL_API int sl_tensor_cast(const sl_tensor *src, sl_dtype dtype, sl_tensor *out);
+/** One-hot vector of length `classes` with 1 at `label`, as `dtype`.
+ *  @return SL_OK, SL_EINVAL (label out of range; names it). Since 0.1 */
+SL_API int sl_one_hot(int64_t label, int classes, sl_dtype dtype, sl_tensor *out);
+
+/** torchvision RandomResizedCrop.get_params, exactly, drawing from `rng`:
+ *  up to 10 tries of area fraction in `scale` and log-uniform aspect ratio in
+ *  `ratio`, else a centre crop with the ratio clamped.
+ *  @return SL_OK, SL_EINVAL (empty image, bad ranges). Since 0.1 */
+SL_API int sl_rrc_box(int height, int width, const double scale[2], const double ratio[2],
+                      sl_rng *rng, sl_box *out);
+/** The same with the uniform [0,1) draws given: try k (0..9) uses draws[4k]
+ *  (area), draws[4k+1] (log ratio), draws[4k+2] (top: floor(u * (H-h+1))),
+ *  draws[4k+3] (left). Area and ratio follow torch's float32 arithmetic
+ *  (lo + u * (hi - lo)). For tests that feed torchvision the same draws.
+ *  Since 0.1 */
+SL_API int sl_rrc_box_draws(int height, int width, const double scale[2],
+                            const double ratio[2], const double draws[40], sl_box *out);
+/** torchvision Resize(size) output shape for an int size: the shorter side
+ *  becomes `size`, the longer int(size * long / short). Since 0.1 */
+SL_API void sl_resize_shorter_shape(int height, int width, int size, int *out_h, int *out_w);
+/** torchvision CenterCrop box (round-half-even offsets; a crop larger than
+ *  the image gets negative offsets, i.e. zero padding in sl_image_crop).
+ *  Since 0.1 */
+SL_API void sl_center_crop_box(int height, int width, int crop_h, int crop_w, sl_box *out);
+
 
 /* ==========================================================================
  * Pipeline
  * ========================================================================== */
 
-/* (section owned by the pipeline layer; see src/pipeline/) */
+/*
+ * A pipeline turns a source (an .slr dataset, or samples held in memory)
+ * into a stream of batches, running its ops on worker threads. It is built in
+ * two steps: a *spec* says what is wanted (source, ops, seed, epochs, error
+ * policy) — from C calls or from JSON, one shape for both (docs/PIPELINE.md);
+ * sl_pipeline_create() plans, optimises and starts it.
+ *
+ * Guarantees:
+ *  - Deterministic: the same spec and seed give byte-identical batches
+ *    whatever the thread counts and timing (unless "deterministic": false).
+ *    Every random draw comes from sl_rng_init(seed, epoch, sample, op).
+ *  - Resumable: sl_pipeline_save_state() after any batch gives a small JSON
+ *    string; a new pipeline built from the same spec and given that state
+ *    yields exactly the batches that would have followed.
+ *  - Bounded memory: each stage has a bounded output queue; batch and sample
+ *    buffers come from pools.
+ *
+ * Thread safety: a pipeline is used by one consumer thread at a time, except
+ * sl_pipeline_stats*(), which may be called from any thread. Batches may be
+ * released from any thread, also after the pipeline is freed.
+ */
+
+/** A pipeline description (source, ops, options). Not thread-safe. */
+typedef struct sl_spec sl_spec;
+/** A running pipeline. */
+typedef struct sl_pipeline sl_pipeline;
+/** One batch handed to the consumer; borrowed until sl_batch_release(). */
+typedef struct sl_batch sl_batch;
+
+/** What to do with a sample whose read or op fails. */
+typedef enum sl_on_error {
+    SL_ON_ERROR_FAIL = 0,  /**< stop: sl_pipeline_next returns the error (default) */
+    SL_ON_ERROR_SKIP = 1   /**< drop the sample, count it, keep going */
+} sl_on_error;
+
+/** How sharding evens out ranks when the dataset does not divide. */
+typedef enum sl_shard_equal {
+    SL_SHARD_PAD = 0,   /**< repeat samples from the start so every rank has
+                             ceil(n/count) (default; as torch DistributedSampler) */
+    SL_SHARD_DROP = 1,  /**< drop the tail so every rank has floor(n/count) */
+    SL_SHARD_NONE = 2   /**< ranks differ by at most one sample */
+} sl_shard_equal;
+
+/** A user map: transform one sample in place. `s->col[i]` are the columns in
+ *  the order the pipeline has at this point (names: see docs/PIPELINE.md).
+ *  May replace a column (release the old tensor; put a new one with its own
+ *  buffer, e.g. from sl_tensor_alloc) but must NOT write into a column whose
+ *  `buf` is NULL (a borrowed view of source memory). Must keep ncols. Draw
+ *  randomness only from `rng` (keyed by seed, epoch, sample, op). Runs on
+ *  worker threads, concurrently with itself: `user` must be safe to share.
+ *  Must not call back into the pipeline. Return SL_OK, or a negative
+ *  sl_status (the thread's sl_errmsg(), if set by a sluice call, becomes the
+ *  cause in the pipeline's error message). */
+typedef int (*sl_map_fn)(sl_sample *s, sl_rng *rng, void *user);
+/** A user filter: return 1 to keep the sample, 0 to drop it, or a negative
+ *  sl_status on error. Same rules as sl_map_fn; must not modify `s`. */
+typedef int (*sl_filter_fn)(const sl_sample *s, void *user);
+
+/** Create an empty spec: no source, no ops, seed 0, 1 epoch, no shuffle,
+ *  policy fail, deterministic. @return SL_OK, SL_ENOMEM. Since 0.1 */
+SL_API int sl_spec_create(sl_spec **out);
+/** Create a spec from a JSON document (format in docs/PIPELINE.md):
+ *  `{"source": {"path": ..., "shuffle": bool, "shard": {...}|"env"},
+ *    "ops": [{"op": ..., ...}, ...], "seed": n, "epochs": n,
+ *    "on_error": "fail"|"skip", "deterministic": bool}`.
+ *  Op parameters are checked when the pipeline is created.
+ *  @return SL_OK, SL_EINVAL (message names the field: "source.shard.index:
+ *  must be below shard.count"), SL_ENOMEM. Since 0.1 */
+SL_API int sl_spec_from_json(sl_spec **out, const char *json);
+/** Free a spec. Accepts NULL. A pipeline made from it does not need it. Since 0.1 */
+SL_API void sl_spec_free(sl_spec *spec);
+
+/** Read from a .slr file or dataset directory (opened at pipeline creation).
+ *  The path is copied. Since 0.1 */
+SL_API int sl_spec_set_source_path(sl_spec *spec, const char *path);
+/** Read from memory, column-wise: column i is `cols[i]`, whose leading
+ *  dimension is the sample count (equal for all columns); sample j's value is
+ *  the slice cols[i][j] (a scalar for a 1-D column). `names` gives each
+ *  column's name. The bytes are copied. @return SL_OK, SL_EINVAL (counts
+ *  differ, bad name), SL_ENOMEM. Since 0.1 */
+SL_API int sl_spec_set_source_columns(sl_spec *spec, int ncols, const char *const *names,
+                                      const sl_tensor *cols);
+/** Read from memory, sample-wise: `samples[j].col[i]` is column i of sample j
+ *  (shapes may differ between samples: ragged). The bytes are copied.
+ *  @return SL_OK, SL_EINVAL, SL_ENOMEM. Since 0.1 */
+SL_API int sl_spec_set_source_samples(sl_spec *spec, int ncols, const char *const *names,
+                                      const sl_sample *samples, uint64_t count);
+/** Shuffle: a fresh permutation of the whole source every epoch, drawn from
+ *  (seed, epoch). Default off. Since 0.1 */
+SL_API int sl_spec_set_shuffle(sl_spec *spec, int shuffle);
+/** Read only shard `index` of `count` (0 <= index < count): a disjoint slice
+ *  of the epoch's (shuffled) order; the union over ranks is the whole source.
+ *  Without this call the shard comes from the environment variables RANK and
+ *  WORLD_SIZE when both are set (see docs/PIPELINE.md). @return SL_OK,
+ *  SL_EINVAL. Since 0.1 */
+SL_API int sl_spec_set_shard(sl_spec *spec, int64_t index, int64_t count, sl_shard_equal equal);
+/** Seed of every random draw (shuffle, augmentation). Default 0. Since 0.1 */
+SL_API int sl_spec_set_seed(sl_spec *spec, uint64_t seed);
+/** Number of epochs a plain iteration runs (>= 1, default 1); the pipeline
+ *  prepares epoch e+1 while the consumer finishes e when e+1 < epochs. Since 0.1 */
+SL_API int sl_spec_set_epochs(sl_spec *spec, int64_t epochs);
+/** Error policy (default SL_ON_ERROR_FAIL). Since 0.1 */
+SL_API int sl_spec_set_on_error(sl_spec *spec, sl_on_error policy);
+/** 1 (default): batches identical whatever the timing; 0: parallel stages
+ *  hand on samples as they finish (faster with uneven per-sample cost; order
+ *  and batch membership then vary between runs). Since 0.1 */
+SL_API int sl_spec_set_deterministic(sl_spec *spec, int deterministic);
+/** Force every stage's worker count to `threads` (>= 1), overriding the
+ *  ops' "parallel" values; 0 restores them. Since 0.1 */
+SL_API int sl_spec_set_threads(sl_spec *spec, int threads);
+/** Append a built-in op given as a JSON object, e.g.
+ *  `{"op": "batch", "size": 256}` or `{"op": "decode", "column": "image"}`.
+ *  The text is copied. @return SL_OK, SL_EINVAL (not a JSON object, no
+ *  "op"), SL_ENOMEM; parameters are checked at pipeline creation. Since 0.1 */
+SL_API int sl_spec_add_op_json(sl_spec *spec, const char *json);
+/** Append a user map (see sl_map_fn); `name` labels it in explain, stats and
+ *  errors. `fn` and `user` must stay valid while any pipeline built from this
+ *  spec lives. Since 0.1 */
+SL_API int sl_spec_add_map(sl_spec *spec, const char *name, sl_map_fn fn, void *user);
+/** Append a user filter (see sl_filter_fn). Same lifetime rule. Since 0.1 */
+SL_API int sl_spec_add_filter(sl_spec *spec, const char *name, sl_filter_fn fn, void *user);
+/** The spec as JSON (user maps/filters appear as {"op": "map", "name": ...}
+ *  and cannot be read back), written snprintf-style into buf[cap];
+ *  `*len_out` gets the full length (without the zero), so a caller can retry
+ *  with a larger buffer. `buf` may be NULL when cap is 0. Since 0.1 */
+SL_API int sl_spec_to_json(const sl_spec *spec, char *buf, size_t cap, size_t *len_out);
+
+/** Plan, optimise and prepare a pipeline (worker threads start at the first
+ *  sl_pipeline_next). The spec is copied; user functions are referenced.
+ *  @return SL_OK, SL_EINVAL (bad spec; the message names the field, e.g.
+ *  "ops[1].size: must be a positive integer"), SL_EIO / SL_ECORRUPT (source
+ *  cannot be opened: "source.path: x.slr: ..."), SL_ENOMEM. Since 0.1 */
+SL_API int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec);
+/** The next batch. @return SL_OK with *out set (release it with
+ *  sl_batch_release); SL_END at the end of each epoch (the call after it
+ *  starts the next epoch, if `epochs` allows, else returns SL_END again);
+ *  a negative status when a sample failed under policy fail (every later call
+ *  returns it too; the message names file, record, op and cause), or
+ *  SL_ENOMEM. Blocks until a batch is ready. Since 0.1 */
+SL_API int sl_pipeline_next(sl_pipeline *p, sl_batch **out);
+/** As sl_pipeline_next, but waits at most `timeout_ms` milliseconds; on
+ *  timeout returns SL_OK with *out = NULL (so a binding can check for
+ *  signals and call again). Since 0.1 */
+SL_API int sl_pipeline_next_timeout(sl_pipeline *p, sl_batch **out, int timeout_ms);
+/** Go to the start of epoch `epoch`. Free when the pipeline is already there
+ *  (nothing of that epoch consumed yet); otherwise the queued work is dropped
+ *  and the stages restart at the new position. Since 0.1 */
+SL_API int sl_pipeline_set_epoch(sl_pipeline *p, uint64_t epoch);
+/** The epoch of the next batch sl_pipeline_next will return. Since 0.1 */
+SL_API uint64_t sl_pipeline_epoch(const sl_pipeline *p);
+/** The spec's epoch count. Since 0.1 */
+SL_API int64_t sl_pipeline_epochs(const sl_pipeline *p);
+/** Batches per epoch when known before running (no filters but pushed-down
+ *  ones, no take/skip/shuffle_buffer... or all of them counted); -1 if not
+ *  known. Since 0.1 */
+SL_API int64_t sl_pipeline_len(const sl_pipeline *p);
+/** Number of output columns and their names (borrowed for the pipeline's
+ *  life), in batch column order. Since 0.1 */
+SL_API int sl_pipeline_ncols(const sl_pipeline *p);
+SL_API const char *sl_pipeline_column_name(const sl_pipeline *p, int col);
+/** The iterator state after the last batch handed out (prefetched batches do
+ *  not count), as a small JSON object ({"epoch", "batch", "pos", "seed", ...}),
+ *  written snprintf-style (see sl_spec_to_json). Since 0.1 */
+SL_API int sl_pipeline_save_state(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out);
+/** Continue from a saved state: the next batch is the one that followed it.
+ *  Call on a pipeline built from the same spec.
+ *  @return SL_OK, SL_EINVAL (malformed, or saved by a different spec). Since 0.1 */
+SL_API int sl_pipeline_restore_state(sl_pipeline *p, const char *state_json);
+/** The pipeline's explanation: the plan before and after optimisation, one
+ *  line per operator (fusions, pushed-down filters, stages, workers,
+ *  queues), written snprintf-style. Since 0.1 */
+SL_API int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out);
+/** The stored error of a failed pipeline ("" if none); borrowed until the
+ *  pipeline is freed. Since 0.1 */
+SL_API const char *sl_pipeline_error(const sl_pipeline *p);
+/** Stop the workers and free the pipeline, promptly (well under a second)
+ *  even mid-epoch with workers blocked or busy. Batches not yet released stay
+ *  valid. Accepts NULL. Since 0.1 */
+SL_API void sl_pipeline_free(sl_pipeline *p);
+
+/** Number of samples in the batch. */
+SL_API int64_t sl_batch_size(const sl_batch *b);
+/** Number of columns, and the name of column `col` (borrowed, batch life). */
+SL_API int sl_batch_ncols(const sl_batch *b);
+SL_API const char *sl_batch_name(const sl_batch *b, int col);
+/** Index of the column called `name`, or -1. */
+SL_API int sl_batch_find(const sl_batch *b, const char *name);
+/** 1 if the samples' shapes or dtypes differed in column `col`: use
+ *  sl_batch_item() for each sample; 0 if they were stacked. */
+SL_API int sl_batch_is_ragged(const sl_batch *b, int col);
+/** The stacked column: a tensor with a leading batch dimension (or, in a
+ *  pipeline without a batch op, the single sample's tensor). `buf` is set:
+ *  sl_buffer_retain(t->buf) keeps the bytes alive after sl_batch_release
+ *  (zero-copy handover). NULL for a ragged column or a bad index. Borrowed
+ *  until sl_batch_release. Since 0.1 */
+SL_API const sl_tensor *sl_batch_column(const sl_batch *b, int col);
+/** Sample `i` of a ragged column (with `buf` set), or NULL. Since 0.1 */
+SL_API const sl_tensor *sl_batch_item(const sl_batch *b, int col, int64_t i);
+/** The batch's index within its epoch, and its epoch. */
+SL_API uint64_t sl_batch_index(const sl_batch *b);
+SL_API uint64_t sl_batch_epoch(const sl_batch *b);
+/** Give the batch back (its buffers return to their pools once no other
+ *  reference holds them). Any thread; accepts NULL. Since 0.1 */
+SL_API void sl_batch_release(sl_batch *b);
+
+/* ==========================================================================
+ * Stats
+ * ========================================================================== */
+
+#define SL_STATS_MAX_STAGES 16
+#define SL_STATS_MAX_ERRORS 4
+
+/** Counters of one running stage. Times are summed over the stage's workers. */
+typedef struct sl_stage_stats {
+    char name[96];             /**< "source", "map[decode+random_resized_crop]", "batch" */
+    int32_t workers;           /**< worker threads now active */
+    int32_t queue_capacity;    /**< output queue capacity, in elements */
+    uint64_t elements;         /**< samples (or batches, for the batch stage) done */
+    double elements_per_s;     /**< elements / wall time since start */
+    double busy_s;             /**< time spent working */
+    double wait_in_s;          /**< time blocked waiting for input */
+    double wait_out_s;         /**< time blocked waiting for output space */
+    double queue_fill;         /**< mean fill of the output queue, 0..1 */
+    double cost_us;            /**< busy microseconds per element */
+} sl_stage_stats;
+
+/** A pipeline's counters and verdict. */
+typedef struct sl_pipeline_stats {
+    double wall_s;             /**< since the first sl_pipeline_next */
+    uint64_t batches;          /**< batches handed to the consumer */
+    uint64_t samples;          /**< samples in those batches */
+    double samples_per_s;
+    double consumer_wait_s;    /**< time the consumer spent blocked in next */
+    uint64_t skipped;          /**< samples dropped by policy skip */
+    int32_t nstages;
+    sl_stage_stats stage[SL_STATS_MAX_STAGES];
+    char bound;                /**< 'F' reading, 'P' processing, 'G' consumer, '?' too early */
+    char bound_stage[96];      /**< the limiting stage's name */
+    char verdict[256];         /**< one line: the verdict and the numbers behind it */
+    int32_t nerrors;           /**< messages kept (first few skipped samples) */
+    char errors[SL_STATS_MAX_ERRORS][256];
+    uint64_t threads_started;  /**< worker threads started over the pipeline's life */
+} sl_pipeline_stats;
+
+/** Fill `out` with the current counters. Any thread. Since 0.1 */
+SL_API int sl_pipeline_stats_get(const sl_pipeline *p, sl_pipeline_stats *out);
+/** The same as a JSON object ({"samples_per_s", "bound", "stages": [...],
+ *  ...}), snprintf-style. Any thread. Since 0.1 */
+SL_API int sl_pipeline_stats_json(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out);
 
 #ifdef __cplusplus
 }

@@ -41,7 +41,7 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=thread \
 cmake --build build-tsan -j"$JOBS" --target sluice_tests
 step "threaded C tests under TSan"
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
-  ./build-tsan/sluice_tests core_pool core_error__thread pipeline_ record_reader__threads || failed=1
+  ./build-tsan/sluice_tests core_pool core_error__thread pipeline_ record_reader__threads source_ || failed=1
 
 if [ -d tests/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
   step "Python tests"

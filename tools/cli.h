@@ -11,17 +11,43 @@
 #include <stdio.h>
 
 /* Each command: argv[0] is the command name. Returns the process exit code:
- * 0 success, 1 failure (damage, bad input), 2 usage error. */
+ * 0 success, 1 failure (damage, bad input), 2 usage error. To add a command,
+ * declare it here and add a row to the table in main.c. */
 int cmd_pack(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
 int cmd_recover(int argc, char **argv);
+int cmd_scan(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_explain(int argc, char **argv);
 
 /* Print "sluice CMD: " + sl_errmsg() to stderr and return 1. */
 int cli_fail(const char *cmd);
 /* Print a usage error and a hint to stderr and return 2. */
 int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* True if argv[i] is -h or --help. */
+int cli_is_help(const char *arg);
+/* Match an option that takes a value: `long_name` ("--jobs"), an optional
+ * `short_name` ("-j", or NULL), as "--jobs V", "--jobs=V" or "-j V".
+ * Returns 1 and sets *val (advancing *i past a separate value) on a match,
+ * 0 if argv[*i] is another argument, -1 if the value is missing (a usage
+ * message has been printed for `cmd`). */
+int cli_opt(const char *cmd, int argc, char **argv, int *i, const char *long_name,
+            const char *short_name, const char **val);
+/* Parse a non-negative integer (whole string). Returns 0 on success. */
+int cli_parse_u64(const char *s, uint64_t *out);
+/* Parse a byte size: an integer with an optional K, M, G or T suffix (powers
+ * of 1024; "KB"/"KiB"/"k" accepted). Returns 0 on success. */
+int cli_parse_size(const char *s, uint64_t *out);
+/* Parse a positive number of seconds ("2", "0.5"). Returns 0 on success. */
+int cli_parse_seconds(const char *s, double *out);
+/* Monotonic clock in nanoseconds. */
+uint64_t cli_now_ns(void);
+/* Bytes as text ("1.5 MB", powers of 1000) into buf. */
+const char *cli_bytes(char *buf, size_t cap, uint64_t bytes);
 
 /* A progress line on stderr, drawn only when stderr is a terminal and at most
  * ~10 times a second. */

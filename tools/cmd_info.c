@@ -1,9 +1,215 @@
-/* cmd_info.c — `sluice info`. */
+/* cmd_info.c — `sluice info DATASET [--json]`: schema, size, metadata, labels. */
 #include "cli.h"
 
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void help(FILE *f) {
+    fprintf(f, "usage: sluice info DATASET [--json]\n"
+               "\n"
+               "Describe a sluice dataset: record count, columns, shards, bytes, metadata\n"
+               "(class names) and, for an int64 column named 'label', the count of each\n"
+               "label, read from the index alone (no data pages are touched).\n"
+               "\n"
+               "options:\n"
+               "  --json      print one JSON object on stdout\n"
+               "  -h, --help  show this help\n"
+               "\n"
+               "exit status: 0 ok, 1 the dataset cannot be opened, 2 usage error\n"
+               "\n"
+               "example:\n"
+               "  sluice info /data/train.slr --json\n");
+}
+
+typedef struct {
+    int64_t value;
+    uint64_t count;
+} label_count;
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Distinct values of the 'label' index column with their counts (sorted by
+ * value). Returns the number of distinct values, or -1 (no such column or
+ * out of memory). */
+static long label_counts(const sl_reader *r, label_count **out) {
+    *out = NULL;
+    const sl_schema *s = sl_reader_schema(r);
+    int col = sl_schema_find(s, "label");
+    uint64_t n = sl_reader_count(r);
+    if (col < 0 || sl_schema_type(s, col) != SL_COL_INT64)
+        return -1;
+    const void *vals;
+    if (sl_reader_index_column(r, col, &vals) != SL_OK)
+        return -1;
+    if (n == 0)
+        return 0;
+    int64_t *v = malloc(n * sizeof *v);
+    label_count *lc = malloc(n * sizeof *lc);
+    if (!v || !lc) {
+        free(v);
+        free(lc);
+        return -1;
+    }
+    memcpy(v, vals, n * sizeof *v);
+    qsort(v, n, sizeof *v, cmp_i64);
+    long k = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        if (k && lc[k - 1].value == v[i])
+            lc[k - 1].count++;
+        else
+            lc[k++] = (label_count){v[i], 1};
+    }
+    free(v);
+    *out = lc;
+    return k;
+}
+
+static uint64_t file_bytes(const sl_reader *r) {
+    uint64_t total = 0;
+    for (int i = 0; i < sl_reader_shard_count(r); i++) {
+        struct stat st;
+        if (stat(sl_reader_shard_path(r, i), &st) == 0)
+            total += (uint64_t)st.st_size;
+    }
+    return total;
+}
+
+static cJSON *column_json(const sl_schema *s, int c) {
+    cJSON *o = cJSON_CreateObject();
+    sl_coltype t = sl_schema_type(s, c);
+    cJSON_AddStringToObject(o, "name", sl_schema_name(s, c));
+    cJSON_AddStringToObject(o, "type", sl_coltype_name(t));
+    if (t == SL_COL_ARRAY) {
+        int64_t shape[SL_MAX_DIMS];
+        int nd = sl_schema_shape(s, c, shape);
+        cJSON_AddStringToObject(o, "dtype", sl_dtype_name(sl_schema_dtype(s, c)));
+        cJSON *sh = cJSON_AddArrayToObject(o, "shape");
+        for (int d = 0; d < nd && d < SL_MAX_DIMS; d++)
+            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)shape[d]));
+    }
+    if (sl_schema_flags(s, c) & SL_COLF_ZSTD)
+        cJSON_AddBoolToObject(o, "zstd", 1);
+    return o;
+}
+
+static void print_json(const char *path, const sl_reader *r) {
+    const sl_schema *s = sl_reader_schema(r);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "path", path);
+    cJSON_AddNumberToObject(o, "records", (double)sl_reader_count(r));
+    cJSON_AddNumberToObject(o, "bytes", (double)sl_reader_data_bytes(r));
+    cJSON_AddNumberToObject(o, "file_bytes", (double)file_bytes(r));
+    cJSON *cols = cJSON_AddArrayToObject(o, "columns");
+    for (int c = 0; c < sl_schema_ncols(s); c++)
+        cJSON_AddItemToArray(cols, column_json(s, c));
+    cJSON *sh = cJSON_AddArrayToObject(o, "shards");
+    for (int i = 0; i < sl_reader_shard_count(r); i++)
+        cJSON_AddItemToArray(sh, cJSON_CreateString(sl_reader_shard_path(r, i)));
+    cJSON *meta = cJSON_AddObjectToObject(o, "metadata");
+    for (int i = 0; i < sl_reader_meta_count(r); i++) {
+        const char *k = sl_reader_meta_key(r, i), *v = sl_reader_meta(r, k);
+        cJSON *parsed = v ? cJSON_Parse(v) : NULL;
+        /* Values that are JSON (the class list) are embedded as JSON. */
+        cJSON_AddItemToObject(meta, k, parsed ? parsed : cJSON_CreateString(v ? v : ""));
+    }
+    const char *classes = sl_reader_meta(r, "classes");
+    cJSON *cl = classes ? cJSON_Parse(classes) : NULL;
+    if (cl)
+        cJSON_AddItemToObject(o, "classes", cl);
+    label_count *lc;
+    long k = label_counts(r, &lc);
+    if (k >= 0) {
+        cJSON *lo = cJSON_AddObjectToObject(o, "label_counts");
+        for (long i = 0; i < k; i++) {
+            char key[32];
+            snprintf(key, sizeof key, "%lld", (long long)lc[i].value);
+            cJSON_AddNumberToObject(lo, key, (double)lc[i].count);
+        }
+        free(lc);
+    }
+    char *txt = cJSON_PrintUnformatted(o);
+    if (txt)
+        printf("%s\n", txt);
+    free(txt);
+    cJSON_Delete(o);
+}
+
+static void print_text(const char *path, const sl_reader *r) {
+    const sl_schema *s = sl_reader_schema(r);
+    char b1[32], b2[32];
+    printf("dataset   %s\n", path);
+    printf("records   %llu\n", (unsigned long long)sl_reader_count(r));
+    int nsh = sl_reader_shard_count(r);
+    printf("shards    %d (%s of data, %s on disk)\n", nsh,
+           cli_bytes(b1, sizeof b1, sl_reader_data_bytes(r)),
+           cli_bytes(b2, sizeof b2, file_bytes(r)));
+    for (int c = 0; c < sl_schema_ncols(s); c++) {
+        sl_coltype t = sl_schema_type(s, c);
+        printf("%-9s %-12s %s", c ? "" : "columns", sl_schema_name(s, c), sl_coltype_name(t));
+        if (t == SL_COL_ARRAY) {
+            int64_t shape[SL_MAX_DIMS];
+            int nd = sl_schema_shape(s, c, shape);
+            printf(" %s [", sl_dtype_name(sl_schema_dtype(s, c)));
+            for (int d = 0; d < nd && d < SL_MAX_DIMS; d++)
+                printf(d ? ", %lld" : "%lld", (long long)shape[d]);
+            printf("]");
+        }
+        if (sl_schema_flags(s, c) & SL_COLF_ZSTD)
+            printf(" (zstd)");
+        printf("\n");
+    }
+    for (int i = 0; i < sl_reader_meta_count(r); i++) {
+        const char *k = sl_reader_meta_key(r, i), *v = sl_reader_meta(r, k);
+        int len = v ? (int)strlen(v) : 0;
+        printf("%-9s %s = %.*s%s\n", i ? "" : "metadata", k, len > 200 ? 200 : len,
+               v ? v : "", len > 200 ? "..." : "");
+    }
+    label_count *lc;
+    long k = label_counts(r, &lc);
+    if (k > 0) {
+        printf("labels    %ld distinct:", k);
+        long show = k > 20 ? 20 : k;
+        for (long i = 0; i < show; i++)
+            printf(" %lld:%llu", (long long)lc[i].value, (unsigned long long)lc[i].count);
+        printf("%s\n", k > show ? " ..." : "");
+        free(lc);
+    }
+}
+
 int cmd_info(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    sl_errclear();
-    return cli_usage("info", "not built yet");
+    const char *path = NULL;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (cli_is_help(argv[i])) {
+            help(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return cli_usage("info", "unknown option '%s'", argv[i]);
+        } else if (path) {
+            return cli_usage("info", "one dataset at a time ('%s' and '%s')", path, argv[i]);
+        } else {
+            path = argv[i];
+        }
+    }
+    if (!path)
+        return cli_usage("info", "missing the DATASET to describe");
+    sl_reader *r;
+    if (sl_reader_open(&r, path, 0) != SL_OK) {
+        cli_fail("info");
+        fprintf(stderr, "(is it a sluice dataset? 'sluice recover' salvages an interrupted pack)\n");
+        return 1;
+    }
+    if (json)
+        print_json(path, r);
+    else
+        print_text(path, r);
+    sl_reader_free(r);
+    return 0;
 }

@@ -1,9 +1,208 @@
-/* cmd_pack.c — `sluice pack`. */
+/* cmd_pack.c — `sluice pack SRC... DST`: an ImageFolder or IDX pair into .slr. */
 #include "cli.h"
 
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void help(FILE *f) {
+    fprintf(f,
+            "usage: sluice pack SRC... DST [options]\n"
+            "\n"
+            "Pack a dataset into a sluice record dataset (.slr) at DST.\n"
+            "  SRC is one directory, an ImageFolder (SRC/CLASS/IMAGE, labels from the\n"
+            "  sorted class names), or an IDX images file and an IDX labels file\n"
+            "  (MNIST style, plain or .gz, in either order).\n"
+            "\n"
+            "options:\n"
+            "  -j, --jobs N           threads reading and checking files (default: all cores);\n"
+            "                         the output is the same for every N\n"
+            "      --skip-bad         skip unreadable or non-image files, count and name them,\n"
+            "                         instead of stopping\n"
+            "      --shard-size SIZE  start a new shard past SIZE bytes (suffix K, M, G);\n"
+            "                         DST becomes a directory when there is more than one\n"
+            "  -f, --force            replace DST if it exists\n"
+            "      --json             print a JSON summary on stdout\n"
+            "  -h, --help             show this help\n"
+            "\n"
+            "exit status: 0 packed, 1 failed (nothing is written), 2 usage error\n"
+            "\n"
+            "examples:\n"
+            "  sluice pack /data/train /data/train.slr\n"
+            "  sluice pack train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz fmnist.slr\n");
+}
+
+/* --force over a sharded dataset (a directory): the writer will not replace
+ * a directory, so move the old dataset aside, and delete it only once the new
+ * one is in place (restore it if the pack fails). Only a directory that opens
+ * as a sluice dataset is touched, and only its own files are deleted. */
+static int move_aside(const char *dst, char *aside, size_t cap) {
+    sl_reader *r;
+    if (sl_reader_open(&r, dst, SL_READ_NO_VERIFY) != SL_OK) {
+        fprintf(stderr, "sluice pack: %s is a directory but not a sluice dataset; not replacing it\n",
+                dst);
+        return -1;
+    }
+    sl_reader_free(r);
+    snprintf(aside, cap, "%s.replaced", dst);
+    struct stat st;
+    if (lstat(aside, &st) == 0 || rename(dst, aside) != 0) {
+        fprintf(stderr, "sluice pack: cannot move %s aside to %s; remove it first\n", dst, aside);
+        return -1;
+    }
+    return 0;
+}
+
+static void remove_aside(const char *aside) {
+    sl_reader *r;
+    char path[4200];
+    if (sl_reader_open(&r, aside, SL_READ_NO_VERIFY) == SL_OK) {
+        for (int i = 0; i < sl_reader_shard_count(r); i++)
+            unlink(sl_reader_shard_path(r, i));
+        sl_reader_free(r);
+    }
+    snprintf(path, sizeof path, "%s/manifest.json", aside);
+    unlink(path);
+    if (rmdir(aside) != 0)
+        fprintf(stderr, "sluice pack: kept %s: it holds files that were not part of the old "
+                        "dataset\n",
+                aside);
+}
+
+static void on_progress(uint64_t done, uint64_t total, uint64_t bytes, void *user) {
+    cli_progress *p = user;
+    p->total = total;
+    cli_progress_update(p, done, bytes);
+}
+
 int cmd_pack(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    sl_errclear();
-    return cli_usage("pack", "not built yet");
+    const char *pos[256];
+    int npos = 0, json = 0, force = 0;
+    sl_pack_options opts = SL_PACK_OPTIONS_INIT;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int m;
+        if (cli_is_help(argv[i])) {
+            help(stdout);
+            return 0;
+        }
+        if ((m = cli_opt("pack", argc, argv, &i, "--jobs", "-j", &v)) != 0) {
+            uint64_t n;
+            if (m < 0)
+                return 2;
+            if (cli_parse_u64(v, &n) || n < 1 || n > 1024)
+                return cli_usage("pack", "--jobs wants a number of threads 1..1024, not '%s'", v);
+            opts.jobs = (int)n;
+        } else if ((m = cli_opt("pack", argc, argv, &i, "--shard-size", NULL, &v)) != 0) {
+            if (m < 0)
+                return 2;
+            if (cli_parse_size(v, &opts.shard_bytes) || opts.shard_bytes == 0)
+                return cli_usage("pack", "--shard-size wants a size such as 512M or 4G, not '%s'",
+                                 v);
+        } else if (!strcmp(argv[i], "--skip-bad")) {
+            opts.skip_bad = 1;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else if (!strcmp(argv[i], "--force") || !strcmp(argv[i], "-f")) {
+            force = 1;
+        } else if (argv[i][0] == '-' && argv[i][1] != 0) {
+            return cli_usage("pack", "unknown option '%s'", argv[i]);
+        } else {
+            if (npos == (int)(sizeof pos / sizeof pos[0]))
+                return cli_usage("pack", "too many inputs");
+            pos[npos++] = argv[i];
+        }
+    }
+    if (npos < 2)
+        return cli_usage("pack", npos ? "missing the output path DST"
+                                      : "missing SRC and DST: sluice pack SRC... DST");
+    const char *dst = pos[npos - 1];
+    struct stat st;
+    if (!force && lstat(dst, &st) == 0) {
+        fprintf(stderr, "sluice pack: %s already exists; pass --force to replace it\n", dst);
+        return 1;
+    }
+
+    char partial[4200];
+    snprintf(partial, sizeof partial, "%s.partial", dst);
+    if (lstat(partial, &st) == 0) {
+        fprintf(stderr,
+                "sluice pack: %s exists: an interrupted pack? run 'sluice recover %s' to salvage "
+                "its records, or remove it\n",
+                partial, partial);
+        return 1;
+    }
+    char aside[4200] = "";
+    if (force && stat(dst, &st) == 0 && S_ISDIR(st.st_mode) && move_aside(dst, aside, sizeof aside))
+        return 1;
+
+    cli_progress prog;
+    cli_progress_start(&prog, "pack", 0);
+    opts.progress = on_progress;
+    opts.user = &prog;
+    sl_pack_report rep;
+    uint64_t t0 = cli_now_ns();
+    int rc = sl_pack((const char *const *)pos, npos - 1, dst, &opts, &rep);
+    double secs = (double)(cli_now_ns() - t0) / 1e9;
+    cli_progress_end(&prog);
+    if (aside[0]) {
+        if (rc == SL_OK)
+            remove_aside(aside);
+        else if (rename(aside, dst) != 0)
+            fprintf(stderr, "sluice pack: the old dataset is at %s\n", aside);
+    }
+
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddBoolToObject(o, "ok", rc == SL_OK);
+        if (rc != SL_OK)
+            cJSON_AddStringToObject(o, "error", sl_errmsg());
+        cJSON_AddStringToObject(o, "output", dst);
+        cJSON_AddStringToObject(o, "kind", sl_pack_kind_name(rep.kind));
+        cJSON_AddNumberToObject(o, "records", (double)rep.records);
+        cJSON_AddNumberToObject(o, "bytes", (double)rep.bytes);
+        cJSON_AddNumberToObject(o, "skipped", (double)rep.skipped);
+        cJSON *bad = cJSON_AddArrayToObject(o, "bad");
+        for (int i = 0; i < rep.nbad; i++)
+            cJSON_AddItemToArray(bad, cJSON_CreateString(rep.bad[i]));
+        if (rep.kind == SL_PACK_IMAGEFOLDER)
+            cJSON_AddNumberToObject(o, "classes", rep.nclasses);
+        cJSON_AddNumberToObject(o, "seconds", secs);
+        char *s = cJSON_PrintUnformatted(o);
+        if (s)
+            printf("%s\n", s);
+        free(s);
+        cJSON_Delete(o);
+    }
+    if (rc != SL_OK) {
+        fprintf(stderr, "sluice pack: %s\n", sl_errmsg());
+        if (!opts.skip_bad && (rc == SL_EDECODE || rc == SL_EIO || rc == SL_ELIMIT) &&
+            rep.kind == SL_PACK_IMAGEFOLDER)
+            fprintf(stderr, "(fix or remove the file, or pass --skip-bad to skip such files; "
+                            "nothing was written)\n");
+        else
+            fprintf(stderr, "(nothing was written to %s)\n", dst);
+        return 1;
+    }
+    if (!json) {
+        char b[32];
+        printf("packed %llu records (%s", (unsigned long long)rep.records,
+               sl_pack_kind_name(rep.kind));
+        if (rep.kind == SL_PACK_IMAGEFOLDER)
+            printf(", %d classes", rep.nclasses);
+        printf(", %s) into %s in %.2f s\n", cli_bytes(b, sizeof b, rep.bytes), dst, secs);
+        if (rep.skipped) {
+            printf("skipped %llu bad file%s:\n", (unsigned long long)rep.skipped,
+                   rep.skipped == 1 ? "" : "s");
+            for (int i = 0; i < rep.nbad; i++)
+                printf("  %s\n", rep.bad[i]);
+            if (rep.skipped > (uint64_t)rep.nbad)
+                printf("  ... and %llu more\n", (unsigned long long)(rep.skipped - rep.nbad));
+        }
+        printf("next: 'sluice info %s' to describe it, 'sluice verify %s' to check it\n", dst,
+               dst);
+    }
+    return 0;
 }

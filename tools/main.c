@@ -1,6 +1,7 @@
 /* main.c — the `sluice` command: dispatch to cmd_<name>(). */
 #include "cli.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,10 @@ static const command commands[] = {
     {"verify", cmd_verify, "check every checksum of a dataset"},
     {"cat", cmd_cat, "write one field of one record to stdout"},
     {"recover", cmd_recover, "salvage the complete records of an interrupted pack"},
+    {"scan", cmd_scan, "read every record and report records/s and MB/s"},
+    {"run", cmd_run, "run a pipeline spec (--digest per batch, --save-state, --resume)"},
+    {"bench", cmd_bench, "measure a pipeline; say if reading, processing or the consumer bounds it"},
+    {"explain", cmd_explain, "show a pipeline's plan before and after optimisation"},
 };
 
 static void usage(FILE *f) {
@@ -43,23 +48,109 @@ int cli_usage(const char *cmd, const char *fmt, ...) {
     return 2;
 }
 
-static uint64_t now_ns(void) {
+uint64_t cli_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+int cli_is_help(const char *arg) { return !strcmp(arg, "-h") || !strcmp(arg, "--help"); }
+
+int cli_opt(const char *cmd, int argc, char **argv, int *i, const char *long_name,
+            const char *short_name, const char **val) {
+    const char *a = argv[*i];
+    size_t n = strlen(long_name);
+    if (!strncmp(a, long_name, n) && a[n] == '=') {
+        *val = a + n + 1;
+        return 1;
+    }
+    if (strcmp(a, long_name) != 0 && !(short_name && !strcmp(a, short_name)))
+        return 0;
+    if (*i + 1 >= argc) {
+        cli_usage(cmd, "%s needs a value", a);
+        return -1;
+    }
+    *val = argv[++*i];
+    return 1;
+}
+
+int cli_parse_u64(const char *s, uint64_t *out) {
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_size(const char *s, uint64_t *out) {
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno)
+        return -1;
+    unsigned shift = 0;
+    switch (*end) {
+    case 0: break;
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    default: return -1;
+    }
+    if (shift && (!strcmp(end, "B") || !strcmp(end, "iB") || !strcmp(end, "b")))
+        end += strlen(end);
+    if (*end)
+        return -1;
+    if (shift && v > (UINT64_MAX >> shift))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+int cli_parse_seconds(const char *s, double *out) {
+    if (!s || !*s)
+        return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !(v > 0) || v > 1e9)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+const char *cli_bytes(char *buf, size_t cap, uint64_t bytes) {
+    static const char *const unit[] = {"B", "kB", "MB", "GB", "TB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1000 && u < 4) {
+        v /= 1000;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, cap, "%llu B", (unsigned long long)bytes);
+    else
+        snprintf(buf, cap, "%.1f %s", v, unit[u]);
+    return buf;
+}
+
 void cli_progress_start(cli_progress *p, const char *label, uint64_t total) {
     p->label = label;
     p->total = total;
-    p->t0_ns = p->last_ns = now_ns();
+    p->t0_ns = p->last_ns = cli_now_ns();
     p->enabled = isatty(2) && !getenv("SLUICE_NO_PROGRESS");
 }
 
 void cli_progress_update(cli_progress *p, uint64_t done, uint64_t bytes) {
     if (!p->enabled)
         return;
-    uint64_t t = now_ns();
+    uint64_t t = cli_now_ns();
     if (t - p->last_ns < 100000000ull && done != p->total)
         return;
     p->last_ns = t;

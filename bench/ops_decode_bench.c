@@ -1,0 +1,262 @@
+/*
+ * ops_decode_bench.c — per-image CPU cost of sluice's image ops against the
+ * full-size decode limit, on the same files, cores and library.
+ *
+ *   ops_decode_bench [--threads T] [--repeat R] [--limit N] MODE DIR
+ *
+ * MODE:
+ *   tj      libjpeg-turbo (TurboJPEG) full-size RGB decode: the decode limit
+ *   decode  sluice full-size RGB decode (sl_decode, libjpeg API, same flags)
+ *   train   RandomResizedCrop 224 via fused DCT-scaled decode + flip (p=0.5)
+ *           + normalize to float32 CHW written into a 64-image batch buffer
+ *   eval    resize shorter side 256 + centre crop 224, fused, + normalize
+ * Files (*.jpg, *.jpeg, *.png, recursively) are read into memory first; each
+ * thread takes every T-th image. Prints one JSON line per repeat and a summary
+ * with the median images/s.
+ * Build: cmake -DSLUICE_BUILD_BENCH=ON, or
+ *   cc -O2 -Iinclude bench/ops_decode_bench.c -Lbuild -lsluice -lturbojpeg -lpthread -lm
+ */
+#include "sluice.h"
+
+#include <dirent.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <turbojpeg.h>
+
+typedef struct {
+    unsigned char *data;
+    size_t size;
+} blob;
+
+static blob *files;
+static size_t nfiles, capfiles;
+static const char *mode;
+static int nthreads = 1;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int has_ext(const char *n) {
+    const char *e = strrchr(n, '.');
+    return e && (!strcasecmp(e, ".jpg") || !strcasecmp(e, ".jpeg") || !strcasecmp(e, ".png"));
+}
+
+static void load_dir(const char *dir, size_t limit) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char **names = NULL;
+    size_t nn = 0;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        names = realloc(names, (nn + 1) * sizeof *names);
+        names[nn++] = strdup(e->d_name);
+    }
+    closedir(d);
+    /* sorted, so every run sees the same files in the same order */
+    for (size_t i = 1; i < nn; i++)
+        for (size_t j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
+            char *t = names[j]; names[j] = names[j - 1]; names[j - 1] = t;
+        }
+    for (size_t i = 0; i < nn; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        struct stat st;
+        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+            load_dir(path, limit);
+        } else if (has_ext(names[i]) && (limit == 0 || nfiles < limit)) {
+            FILE *f = fopen(path, "rb");
+            if (f) {
+                if (nfiles == capfiles) {
+                    capfiles = capfiles ? capfiles * 2 : 1024;
+                    files = realloc(files, capfiles * sizeof *files);
+                }
+                files[nfiles].data = malloc((size_t)st.st_size);
+                files[nfiles].size = fread(files[nfiles].data, 1, (size_t)st.st_size, f);
+                nfiles++;
+                fclose(f);
+            }
+        }
+        free(names[i]);
+    }
+    free(names);
+}
+
+typedef struct {
+    int id;
+    uint64_t epoch;
+    int failed;
+} worker;
+
+static void *run(void *arg) {
+    worker *w = arg;
+    sl_decoder *dec = NULL;
+    tjhandle tj = NULL;
+    unsigned char *big = NULL;
+    size_t bigcap = 0;
+    const int S = 224, B = 64;
+    float *batch = malloc(sizeof(float) * 3 * S * S * B);
+    unsigned char *crop = malloc(S * S * 3);
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
+    const double scale[2] = {0.08, 1.0}, ratio[2] = {3.0 / 4.0, 4.0 / 3.0};
+    if (!strcmp(mode, "tj"))
+        tj = tjInitDecompress();
+    else
+        sl_decoder_create(&dec);
+    int slot = 0;
+    for (size_t i = (size_t)w->id; i < nfiles; i += (size_t)nthreads) {
+        const blob *b = &files[i];
+        if (tj) {
+            int wd, ht, ss, cs;
+            if (tjDecompressHeader3(tj, b->data, b->size, &wd, &ht, &ss, &cs) != 0) {
+                w->failed++;
+                continue;
+            }
+            size_t need = (size_t)wd * ht * 3;
+            if (need > bigcap) {
+                free(big);
+                big = malloc(need);
+                bigcap = need;
+            }
+            if (tjDecompress2(tj, b->data, b->size, big, wd, 0, ht, TJPF_RGB, 0) != 0)
+                w->failed++;
+            continue;
+        }
+        sl_tensor t;
+        int64_t n1 = 0;
+        if (!strcmp(mode, "decode")) {
+            sl_image_info info;
+            if (sl_decode_info(dec, b->data, b->size, &info) != SL_OK) {
+                w->failed++;
+                continue;
+            }
+            size_t need = (size_t)info.width * info.height * 3;
+            if (need > bigcap) {
+                free(big);
+                big = malloc(need);
+                bigcap = need;
+            }
+            n1 = (int64_t)bigcap;
+            sl_tensor_view(&t, big, SL_U8, 1, &n1);
+            if (sl_decode(dec, b->data, b->size, SL_COLOR_RGB, &t) != SL_OK)
+                w->failed++;
+            continue;
+        }
+        sl_image_info info;
+        if (sl_decode_info(dec, b->data, b->size, &info) != SL_OK) {
+            w->failed++;
+            continue;
+        }
+        sl_box box;
+        sl_rng rng;
+        sl_rng_init(&rng, 42, w->epoch, i, 0);
+        if (!strcmp(mode, "train")) {
+            sl_rrc_box(info.height, info.width, scale, ratio, &rng, &box);
+        } else {
+            int rh, rw;
+            sl_resize_shorter_shape(info.height, info.width, 256, &rh, &rw);
+            sl_box c;
+            sl_center_crop_box(rh, rw, S, S, &c);
+            /* the centre crop of the resized image, in original pixels */
+            double fy = (double)info.height / rh, fx = (double)info.width / rw;
+            box.y = (int)(c.y * fy);
+            box.x = (int)(c.x * fx);
+            box.h = (int)(S * fy);
+            box.w = (int)(S * fx);
+        }
+        n1 = S * S * 3;
+        sl_tensor_view(&t, crop, SL_U8, 1, &n1);
+        if (sl_decode_crop_resize(dec, b->data, b->size, SL_COLOR_RGB, &box, S, S,
+                                  SL_INTERP_BILINEAR, &t) != SL_OK) {
+            w->failed++;
+            continue;
+        }
+        if (!strcmp(mode, "train") && (sl_rng_next(&rng) & 1))
+            sl_image_flip(&t, &t);
+        sl_tensor dst;
+        int64_t nb = (int64_t)sizeof(float) * 3 * S * S;
+        sl_tensor_view(&dst, batch + (size_t)slot * 3 * S * S, SL_U8, 1, &nb);
+        sl_image_normalize(&t, mean, sd, SL_LAYOUT_CHW, SL_F32, &dst);
+        slot = (slot + 1) % B;
+    }
+    free(batch);
+    free(crop);
+    free(big);
+    if (tj)
+        tjDestroy(tj);
+    sl_decoder_free(dec);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    int repeat = 3;
+    size_t limit = 0;
+    int a = 1;
+    for (; a < argc && argv[a][0] == '-'; a++) {
+        if (!strcmp(argv[a], "--threads") && a + 1 < argc)
+            nthreads = atoi(argv[++a]);
+        else if (!strcmp(argv[a], "--repeat") && a + 1 < argc)
+            repeat = atoi(argv[++a]);
+        else if (!strcmp(argv[a], "--limit") && a + 1 < argc)
+            limit = (size_t)atoll(argv[++a]);
+        else {
+            fprintf(stderr, "unknown option %s\n", argv[a]);
+            return 2;
+        }
+    }
+    if (argc - a != 2 || nthreads < 1) {
+        fprintf(stderr, "usage: ops_decode_bench [--threads T] [--repeat R] [--limit N] "
+                        "tj|decode|train|eval DIR\n");
+        return 2;
+    }
+    mode = argv[a];
+    if (strcmp(mode, "tj") && strcmp(mode, "decode") && strcmp(mode, "train") && strcmp(mode, "eval")) {
+        fprintf(stderr, "unknown mode %s\n", mode);
+        return 2;
+    }
+    load_dir(argv[a + 1], limit);
+    if (nfiles == 0) {
+        fprintf(stderr, "no images under %s\n", argv[a + 1]);
+        return 1;
+    }
+    double rates[64];
+    if (repeat > 64)
+        repeat = 64;
+    for (int r = 0; r < repeat; r++) {
+        pthread_t th[256];
+        worker ws[256];
+        if (nthreads > 256)
+            nthreads = 256;
+        double t0 = now();
+        for (int i = 0; i < nthreads; i++) {
+            ws[i] = (worker){i, (uint64_t)r, 0};
+            pthread_create(&th[i], NULL, run, &ws[i]);
+        }
+        int failed = 0;
+        for (int i = 0; i < nthreads; i++) {
+            pthread_join(th[i], NULL);
+            failed += ws[i].failed;
+        }
+        double dt = now() - t0;
+        rates[r] = nfiles / dt;
+        printf("{\"mode\": \"%s\", \"threads\": %d, \"images\": %zu, \"failed\": %d, "
+               "\"seconds\": %.3f, \"img_s\": %.1f}\n", mode, nthreads, nfiles, failed, dt, rates[r]);
+        fflush(stdout);
+    }
+    for (int i = 1; i < repeat; i++)
+        for (int j = i; j > 0 && rates[j - 1] > rates[j]; j--) {
+            double t = rates[j]; rates[j] = rates[j - 1]; rates[j - 1] = t;
+        }
+    printf("{\"mode\": \"%s\", \"threads\": %d, \"median_img_s\": %.1f, \"min\": %.1f, \"max\": %.1f}\n",
+           mode, nthreads, rates[repeat / 2], rates[0], rates[repeat - 1]);
+    return 0;
+}

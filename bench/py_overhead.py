@@ -1,0 +1,105 @@
+#!/usr/bin/python3
+"""Python iteration overhead: batches/s of one pipeline consumed from Python
+(numpy and torch) vs the same spec consumed from C, side by side.
+
+    /usr/bin/python3 bench/py_overhead.py [--build build] [--repeats 5] [--batch 256]
+
+The C side is `sluice bench SPEC --json` when the command has it, and always
+bench/py_c_consumer.c (compiled here against <build>/libsluice.a): a loop of
+sl_pipeline_next + sl_batch_release, nothing else. The Python side iterates
+ds.numpy() / ds.torch() and touches nothing either. Data: Fashion-MNIST
+packed to .slr (small samples: the per-batch cost of Python shows most).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from py_common import PY, REPO, env_with_sluice, json_lines, machine, med_spread  # noqa: E402
+
+ROOT = "/usr/share/datasets/fashion-mnist"
+
+PY_RUN = r"""
+import json, sys, time
+import sluice
+spec, epochs, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+ds = sluice.from_spec(spec)
+for ep in range(epochs):
+    ds.set_epoch(ep)
+    t0 = time.perf_counter(); n = 0
+    for b in (ds.torch() if kind == "torch" else ds.numpy()):
+        n += 1
+    dt = time.perf_counter() - t0
+    print(json.dumps({"epoch": ep, "batches": n, "batches_s": n / dt}), flush=True)
+"""
+
+
+def build_consumer(build, work):
+    exe = os.path.join(work, "py_c_consumer")
+    libs = ["-lturbojpeg", "-lzstd", "-lpng", "-lcjson", "-lz", "-lxxhash", "-lm", "-lpthread",
+            "-ldl"]
+    if subprocess.run(["pkg-config", "--exists", "spng"]).returncode == 0:
+        libs.insert(0, "-lspng")
+    subprocess.run(["cc", "-O2", "-o", exe, os.path.join(REPO, "bench", "py_c_consumer.c"),
+                    "-I", os.path.join(REPO, "include"), os.path.join(build, "libsluice.a")] + libs,
+                   check=True)
+    return exe
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(REPO, "build"))
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--workdir", default=None)
+    a = ap.parse_args()
+    env = env_with_sluice(a.build)
+    work = a.workdir or tempfile.mkdtemp(prefix="sluice-overhead-")
+    slr = os.path.join(work, "fmnist-train.slr")
+    sys.path.insert(0, os.path.join(a.build, "python"))
+    import sluice
+    if not os.path.exists(slr):
+        sluice.pack([f"{ROOT}/train-images-idx3-ubyte.gz", f"{ROOT}/train-labels-idx1-ubyte.gz"], slr)
+    ds = sluice.records(slr).shuffle(seed=0).batch(a.batch).prefetch(4)
+    spec = os.path.join(work, "spec.json")
+    with open(spec, "w") as f:
+        f.write(ds.to_json())
+    exe = build_consumer(a.build, work)
+    cli = os.path.join(a.build, "sluice")
+    has_bench = subprocess.run([cli, "bench", "--help"], capture_output=True).returncode == 0
+
+    runs = {}
+    for _ in range(a.repeats):
+        cmds = {"c": [exe, spec, str(a.epochs)],
+                "py-numpy": [PY, "-c", PY_RUN, spec, str(a.epochs), "numpy"],
+                "py-torch": [PY, "-c", PY_RUN, spec, str(a.epochs), "torch"]}
+        for name, cmd in cmds.items():
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+            rates = [r["batches_s"] for r in json_lines(out)][1:]  # drop the warm-up epoch
+            runs.setdefault(name, []).append(max(rates))
+        if has_bench:
+            out = subprocess.run([cli, "bench", spec, "--json"], capture_output=True, text=True)
+            recs = json_lines(out.stdout)
+            if out.returncode == 0 and recs:
+                r = recs[-1]
+                bs = r.get("batches_per_s") or r.get("batches_s")
+                if bs is None and r.get("samples_per_s"):
+                    bs = r["samples_per_s"] / a.batch
+                if bs:
+                    runs.setdefault("sluice-bench", []).append(bs)
+    summary = {"machine": machine(), "spec": ds.spec, "repeats": a.repeats}
+    for k, v in runs.items():
+        m, spread = med_spread(v)
+        summary[k] = {"batches_s": round(m, 1), "spread": [round(s, 1) for s in spread]}
+    for k in ("py-numpy", "py-torch"):
+        summary[f"{k}_slower_than_c_pct"] = round(
+            100 * (1 - summary[k]["batches_s"] / summary["c"]["batches_s"]), 1)
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,17 @@
+#!/bin/sh
+# Write the seed corpora of the fuzz targets.
+#   fuzz/make_corpus.sh BUILD_DIR [OUT_DIR]
+# BUILD_DIR was configured with -DSLUICE_BUILD_FUZZ=ON and built; corpora go to
+# OUT_DIR/<target> (default BUILD_DIR/fuzz_corpus). Then, for example:
+#   BUILD_DIR/fuzz/fuzz_record BUILD_DIR/fuzz_corpus/record          (gcc: replay)
+#   BUILD_DIR/fuzz/fuzz_record -max_total_time=600 CORPUS_COPY/       (clang: fuzz)
+set -eu
+build=${1:?usage: make_corpus.sh BUILD_DIR [OUT_DIR]}
+out=${2:-$build/fuzz_corpus}
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out/record"
+"$build/fuzz/corpus_record" "$out/record"
+echo "wrote $(ls "$out/record" | wc -l) seeds to $out/record"
+if [ -f "$here/make_decode_corpus.py" ]; then
+  /usr/bin/python3 "$here/make_decode_corpus.py" "$out/decode"
+fi

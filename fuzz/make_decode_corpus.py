@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Write the seed corpus of fuzz_decode into DIR (default build/fuzz_corpus/decode).
+
+Each file is 4 parameter bytes (see fuzz_decode.c) followed by an image made
+here with PIL: JPEG baseline/progressive/gray/CMYK/4:4:4, restart markers,
+PNG in every colour type and depth, plus damaged variants (truncated, a
+flipped byte, an oversized header). Deterministic: the same files each run.
+Usage: /usr/bin/python3 fuzz/make_decode_corpus.py [DIR]
+"""
+import io
+import os
+import struct
+import sys
+import zlib
+
+import numpy as np
+from PIL import Image
+
+
+def picture(w, h, seed):
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w]
+    base = np.stack([xx * 255 // max(w - 1, 1), yy * 255 // max(h - 1, 1),
+                     (xx + yy) * 127 // max(w + h - 2, 1)], -1)
+    noise = rng.integers(0, 40, (h, w, 3))
+    return np.clip(base + noise, 0, 255).astype(np.uint8)
+
+
+def save(img, fmt, **kw):
+    b = io.BytesIO()
+    img.save(b, fmt, **kw)
+    return b.getvalue()
+
+
+def seeds():
+    rgb = Image.fromarray(picture(48, 40, 1))
+    small = Image.fromarray(picture(9, 7, 2))
+    yield "jpeg_420", save(rgb, "JPEG", quality=85)
+    yield "jpeg_444", save(rgb, "JPEG", quality=95, subsampling=0)
+    yield "jpeg_prog", save(rgb, "JPEG", quality=80, progressive=True)
+    yield "jpeg_gray", save(rgb.convert("L"), "JPEG")
+    yield "jpeg_cmyk", save(rgb.convert("CMYK"), "JPEG")
+    yield "jpeg_tiny", save(small, "JPEG")
+    yield "jpeg_1x1", save(Image.new("RGB", (1, 1), (9, 80, 200)), "JPEG")
+    for mode in ("RGB", "RGBA", "L", "LA", "1"):
+        yield "png_" + mode, save(rgb.convert(mode), "PNG")
+    yield "png_P", save(rgb.convert("P", palette=Image.ADAPTIVE, colors=16), "PNG")
+    yield "png_P_trns", save(small.convert("P", palette=Image.ADAPTIVE, colors=4), "PNG",
+                             transparency=1)
+    yield "png_I16", save(Image.fromarray((np.arange(63).reshape(7, 9) * 1000).astype(np.int32),
+                                          "I").convert("I;16"), "PNG")
+    good = save(rgb, "JPEG", quality=85)
+    yield "jpeg_truncated", good[: len(good) * 2 // 3]
+    flipped = bytearray(good)
+    flipped[len(good) // 2] ^= 0x5A
+    yield "jpeg_flipped", bytes(flipped)
+    big = bytearray(save(small, "JPEG"))
+    i = big.index(b"\xff\xc0")
+    big[i + 5:i + 9] = struct.pack(">HH", 30000, 30000)
+    yield "jpeg_huge_header", bytes(big)
+    png = bytearray(save(small, "PNG"))
+    png[16:24] = struct.pack(">II", 30000, 30000)
+    png[29:33] = struct.pack(">I", zlib.crc32(bytes(png[12:29])) & 0xffffffff)
+    yield "png_huge_header", bytes(png)
+
+
+def main():
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(repo, "build", "fuzz_corpus", "decode")
+    os.makedirs(out, exist_ok=True)
+    n = 0
+    for name, data in seeds():
+        for k, params in enumerate((b"\x01\x80\x80\x40", b"\x08\x40\xc0\x10", b"\x0b\xff\xff\x00",
+                                    b"\x0d\x20\x10\xf0")):
+            with open(os.path.join(out, "%s_%d" % (name, k)), "wb") as f:
+                f.write(params + data)
+            n += 1
+    print("wrote %d files to %s" % (n, out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+/*
+ * _sluice.c — the `sluice._sluice` extension module: exceptions and module
+ * setup. Types live in py_tensor.c (batches as numpy/DLPack), py_record.c
+ * (Reader, Writer) and py_pipeline.c (the running pipeline, pack).
+ *
+ * Rules every file here follows:
+ *  1. The GIL is released around every engine call that reads files or waits
+ *     (open, read, next batch, pack); no Python object is touched meanwhile.
+ *  2. An engine failure becomes the sluice.Error subclass for its status,
+ *     carrying sl_errmsg() — read on the same thread right after the call,
+ *     because the message is thread-local.
+ *  3. Memory handed to Python holds an sl_buffer reference, released when
+ *     the last numpy array / torch tensor using it dies; the engine's pools
+ *     outlive their pipeline until then.
+ */
+#include "pysluice.h"
+
+static PyObject *exc_base;          /* sluice.Error */
+static PyObject *exc_nomem;         /* OutOfMemory(Error, MemoryError) */
+static PyObject *exc_invalid;       /* InvalidError(Error, ValueError) */
+static PyObject *exc_io;            /* IOFailure(Error, OSError) */
+static PyObject *exc_corrupt;       /* CorruptError */
+static PyObject *exc_unsupported;   /* UnsupportedError */
+static PyObject *exc_decode;        /* DecodeError */
+static PyObject *exc_limit;         /* LimitError */
+static PyObject *exc_canceled;      /* CanceledError */
+
+PyObject *py_sl_exc_for(int rc) {
+    switch (rc) {
+    case SL_ENOMEM: return exc_nomem;
+    case SL_EINVAL: return exc_invalid;
+    case SL_EIO: return exc_io;
+    case SL_ECORRUPT: return exc_corrupt;
+    case SL_EUNSUPPORTED: return exc_unsupported;
+    case SL_EDECODE: return exc_decode;
+    case SL_ELIMIT: return exc_limit;
+    case SL_ECANCELED: return exc_canceled;
+    default: return exc_base;
+    }
+}
+
+PyObject *py_sl_raise(int rc) {
+    const char *msg = sl_errmsg();
+    PyObject *cls = py_sl_exc_for(rc);
+    /* One argument only: OSError with two would read it as (errno, strerror). */
+    if (msg && *msg)
+        PyErr_SetString(cls, msg);
+    else
+        PyErr_Format(cls, "%s", sl_status_str(rc));
+    return NULL;
+}
+
+static PyObject *new_exc(PyObject *m, const char *name, const char *doc, PyObject *bases,
+                         const char *status, int code) {
+    char qual[64];
+    snprintf(qual, sizeof qual, "sluice.%s", name);
+    PyObject *dict = PyDict_New();
+    if (!dict)
+        return NULL;
+    PyObject *s = PyUnicode_FromString(status), *c = PyLong_FromLong(code);
+    if (!s || !c || PyDict_SetItemString(dict, "status", s) < 0 ||
+        PyDict_SetItemString(dict, "code", c) < 0) {
+        Py_XDECREF(s);
+        Py_XDECREF(c);
+        Py_DECREF(dict);
+        return NULL;
+    }
+    Py_DECREF(s);
+    Py_DECREF(c);
+    PyObject *cls = PyErr_NewExceptionWithDoc(qual, doc, bases, dict);
+    Py_DECREF(dict);
+    if (!cls)
+        return NULL;
+    if (PyModule_AddObjectRef(m, name, cls) < 0) {
+        Py_DECREF(cls);
+        return NULL;
+    }
+    return cls;
+}
+
+static PyObject *sub_exc(PyObject *m, const char *name, const char *doc, PyObject *extra,
+                         int rc) {
+    PyObject *bases = extra ? PyTuple_Pack(2, exc_base, extra) : PyTuple_Pack(1, exc_base);
+    if (!bases)
+        return NULL;
+    PyObject *cls = new_exc(m, name, doc, bases, sl_status_str(rc), rc);
+    Py_DECREF(bases);
+    return cls;
+}
+
+static int init_exceptions(PyObject *m) {
+    exc_base = new_exc(m, "Error",
+                       "Base class of every error raised by the sluice engine. The message is "
+                       "the engine's one line naming file, record, op and cause; `status` is "
+                       "the status name (\"SL_ECORRUPT\") and `code` its number.",
+                       PyExc_Exception, "SL_ERROR", -1);
+    if (!exc_base)
+        return -1;
+    exc_nomem = sub_exc(m, "OutOfMemory", "An allocation failed.", PyExc_MemoryError,
+                        SL_ENOMEM);
+    exc_invalid = sub_exc(m, "InvalidError",
+                          "A bad argument, spec field or user value (also a ValueError).",
+                          PyExc_ValueError, SL_EINVAL);
+    exc_io = sub_exc(m, "IOFailure",
+                     "The operating system failed a read or write (also an OSError).",
+                     PyExc_OSError, SL_EIO);
+    exc_corrupt = sub_exc(m, "CorruptError",
+                          "The data is damaged: checksum, truncation or bad structure.", NULL,
+                          SL_ECORRUPT);
+    exc_unsupported = sub_exc(m, "UnsupportedError",
+                              "A newer format version or a feature this build lacks.", NULL,
+                              SL_EUNSUPPORTED);
+    exc_decode = sub_exc(m, "DecodeError", "An image or payload could not be decoded.", NULL,
+                         SL_EDECODE);
+    exc_limit = sub_exc(m, "LimitError", "A size limit was hit (pixel cap, record size).",
+                        NULL, SL_ELIMIT);
+    exc_canceled = sub_exc(m, "CanceledError", "The operation was cancelled.", NULL,
+                           SL_ECANCELED);
+    if (!exc_nomem || !exc_invalid || !exc_io || !exc_corrupt || !exc_unsupported ||
+        !exc_decode || !exc_limit || !exc_canceled)
+        return -1;
+    return 0;
+}
+
+/* _sluice._raise(code, message): raise the exception for a status code, so
+ * the Python side maps its own argument checks onto the same classes. */
+static PyObject *py_raise_status(PyObject *self, PyObject *args) {
+    int code;
+    const char *msg;
+    if (!PyArg_ParseTuple(args, "is:_raise", &code, &msg))
+        return NULL;
+    PyErr_SetString(py_sl_exc_for(code), msg);
+    return NULL;
+}
+
+static PyObject *py_set_log_level(PyObject *self, PyObject *arg) {
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name)
+        return NULL;
+    static const char *names[] = {"error", "warn", "info", "debug"};
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(name, names[i]) == 0) {
+            sl_log_set_level((sl_log_level)i);
+            Py_RETURN_NONE;
+        }
+    }
+    PyErr_Format(PyExc_ValueError, "level: expected one of error|warn|info|debug, got '%s'",
+                 name);
+    return NULL;
+}
+
+static PyMethodDef module_methods[] = {
+    {"_raise", py_raise_status, METH_VARARGS, "Raise the sluice.Error subclass for a code."},
+    {"set_log_level", py_set_log_level, METH_O,
+     "set_log_level(level): engine log verbosity, one of 'error', 'warn', 'info', 'debug'."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "sluice._sluice",
+    "The C extension behind `import sluice`: the sluice engine's record reader and writer, "
+    "pipeline and zero-copy batch tensors. Use the `sluice` package, not this module.",
+    -1, module_methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__sluice(void);
+PyMODINIT_FUNC PyInit__sluice(void) {
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m)
+        return NULL;
+    if (init_exceptions(m) < 0 || py_sl_tensor_init(m) < 0 || py_sl_record_init(m) < 0 ||
+        py_sl_pipeline_init(m) < 0 || py_sl_pack_init(m) < 0 ||
+        PyModule_AddStringConstant(m, "__version__", sl_version_string()) < 0 ||
+        PyModule_AddIntConstant(m, "version_number", (long)sl_version_number()) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

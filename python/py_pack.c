@@ -1,0 +1,134 @@
+/*
+ * py_pack.c — sluice._sluice.pack: pack an ImageFolder or IDX files into a
+ * .slr dataset, with the GIL released for the whole job.
+ */
+#include "pysluice.h"
+
+#include <string.h>
+
+typedef struct {
+    PyObject *callback;     /* Python progress(done, total, bytes) or NULL */
+    int failed;             /* the callback raised: keep the first exception */
+    PyObject *et, *ev, *tb; /* that exception, re-raised after the pack */
+} pack_progress;
+
+/* Runs on the packing thread with the GIL released: take it just for the call. */
+static void on_progress(uint64_t done, uint64_t total, uint64_t bytes, void *user) {
+    pack_progress *p = user;
+    PyGILState_STATE g = PyGILState_Ensure();
+    if (!p->failed) {
+        PyObject *r = PyObject_CallFunction(p->callback, "KKK", (unsigned long long)done,
+                                            (unsigned long long)total,
+                                            (unsigned long long)bytes);
+        if (!r) {
+            p->failed = 1;
+            PyErr_Fetch(&p->et, &p->ev, &p->tb);
+        }
+        Py_XDECREF(r);
+    }
+    PyGILState_Release(g);
+}
+
+static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"srcs", "dst", "jobs", "skip_bad", "shard_bytes", "progress",
+                             NULL};
+    PyObject *srcs_obj, *dst_obj = NULL, *progress = Py_None;
+    int jobs = 0, skip_bad = 0;
+    unsigned long long shard_bytes = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO&|ipKO:pack", kwlist, &srcs_obj,
+                                     PyUnicode_FSConverter, &dst_obj, &jobs, &skip_bad,
+                                     &shard_bytes, &progress))
+        return NULL;
+    PyObject *result = NULL, *seq = NULL, **enc = NULL;
+    const char **srcs = NULL;
+    Py_ssize_t n = 0;
+    if (jobs < 0) {
+        PyErr_Format(PyExc_ValueError, "jobs: must be >= 0 (0 = one per CPU), got %d", jobs);
+        goto done;
+    }
+    if (progress != Py_None && !PyCallable_Check(progress)) {
+        PyErr_SetString(PyExc_TypeError, "progress: expected a callable or None");
+        goto done;
+    }
+    seq = PySequence_Fast(srcs_obj, "srcs: expected a list of paths");
+    if (!seq)
+        goto done;
+    n = PySequence_Fast_GET_SIZE(seq);
+    if (n < 1 || n > 64) {
+        PyErr_Format(PyExc_ValueError, "srcs: expected 1..64 paths, got %zd", n);
+        goto done;
+    }
+    enc = PyMem_Calloc((size_t)n, sizeof *enc);
+    srcs = PyMem_Calloc((size_t)n, sizeof *srcs);
+    if (!enc || !srcs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(seq, i), &enc[i])) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "srcs[%zd]: expected a path (str or os.PathLike)", i);
+            goto done;
+        }
+        srcs[i] = PyBytes_AS_STRING(enc[i]);
+    }
+    sl_pack_options opts = SL_PACK_OPTIONS_INIT;
+    opts.jobs = jobs;
+    opts.skip_bad = skip_bad;
+    opts.shard_bytes = shard_bytes;
+    pack_progress prog = {progress != Py_None ? progress : NULL, 0, NULL, NULL, NULL};
+    if (prog.callback) {
+        opts.progress = on_progress;
+        opts.user = &prog;
+    }
+    sl_pack_report rep;
+    memset(&rep, 0, sizeof rep);
+    const char *dst = PyBytes_AS_STRING(dst_obj);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sl_pack(srcs, (int)n, dst, &opts, &rep);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        Py_XDECREF(prog.et);
+        Py_XDECREF(prog.ev);
+        Py_XDECREF(prog.tb);
+        py_sl_raise(rc);
+        goto done;
+    }
+    if (prog.failed) {
+        PyErr_Restore(prog.et, prog.ev, prog.tb);
+        goto done;
+    }
+    PyObject *bad = PyList_New(0);
+    for (int i = 0; bad && i < rep.nbad && i < SL_PACK_REPORT_BAD; i++) {
+        PyObject *line = PyUnicode_DecodeUTF8(rep.bad[i], (Py_ssize_t)strnlen(rep.bad[i],
+                                              SL_PACK_REPORT_LINE), "replace");
+        if (!line || PyList_Append(bad, line) < 0)
+            Py_CLEAR(bad);
+        Py_XDECREF(line);
+    }
+    if (bad)
+        result = Py_BuildValue("{s:s,s:K,s:K,s:K,s:i,s:N}", "kind",
+                               sl_pack_kind_name(rep.kind), "records",
+                               (unsigned long long)rep.records, "bytes",
+                               (unsigned long long)rep.bytes, "skipped",
+                               (unsigned long long)rep.skipped, "classes", rep.nclasses,
+                               "bad", bad);
+done:
+    for (Py_ssize_t i = 0; enc && i < n; i++)
+        Py_XDECREF(enc[i]);
+    PyMem_Free(enc);
+    PyMem_Free(srcs);
+    Py_XDECREF(seq);
+    Py_XDECREF(dst_obj);
+    return result;
+}
+
+static PyMethodDef pack_methods[] = {
+    {"pack", (PyCFunction)(void (*)(void))py_pack, METH_VARARGS | METH_KEYWORDS,
+     "pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None) -> dict"},
+    {NULL, NULL, 0, NULL}};
+
+int py_sl_pack_init(PyObject *m) {
+    return PyModule_AddFunctions(m, pack_methods);
+}

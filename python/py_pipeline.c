@@ -1,0 +1,611 @@
+/*
+ * py_pipeline.c — sluice._sluice.Pipeline: a running engine pipeline seen
+ * from Python, and Python callables as map ops.
+ *
+ * Waiting: next() waits for a batch in slices of SLICE_MS with the GIL
+ * released, and between slices takes the GIL to run PyErr_CheckSignals, so
+ * Ctrl-C stops a blocked loop promptly (the pipeline stays usable).
+ *
+ * Zero copy: every column of a batch becomes a Tensor holding its own
+ * sl_buffer reference; the batch itself is released at once. The memory
+ * goes back to the engine's pool when the last array/tensor using it dies,
+ * also after the pipeline is freed (pools outlive their pipeline).
+ *
+ * Python maps run on the engine's worker threads and take the GIL for the
+ * call (the slow path). To avoid deadlock, every call that may wait for
+ * workers (next, set_epoch, restore, free) releases the GIL first. A
+ * callback's exception is kept and re-raised in the consumer, in place of
+ * the engine's generic status.
+ */
+#include "pysluice.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#define SLICE_MS 50
+
+/* One Python map op. */
+typedef struct {
+    PyObject *fn;          /* the callable */
+    PyObject *names;       /* tuple of column names at this point of the chain */
+    PyObject *et, *ev, *tb;/* first exception raised by fn (GIL-protected) */
+} py_map;
+
+typedef struct {
+    PyObject_HEAD
+    sl_pipeline *p;
+    py_map *maps;
+    int nmaps;
+    int busy;              /* a call is in flight with the GIL released */
+    PyObject *weakrefs;    /* the Python side tracks live pipelines weakly */
+} PySlPipeline;
+
+static PyObject *np_ascontiguousarray_p;
+
+/* ---- Python map ops ------------------------------------------------------ */
+
+static int value_into_column(PyObject *v, sl_tensor *col, const char *name) {
+    PyObject *arr = PyObject_CallOneArg(np_ascontiguousarray_p, v);
+    if (!arr)
+        return -1;
+    Py_buffer view;
+    sl_tensor in, out;
+    memset(&in, 0, sizeof in);
+    memset(&out, 0, sizeof out);
+    char what[96];
+    snprintf(what, sizeof what, "map result['%s']", name);
+    if (py_sl_tensor_from_buffer(arr, &view, &in, what) < 0) {
+        Py_DECREF(arr);
+        return -1;
+    }
+    /* The sample must own its bytes: copy out of numpy's memory. */
+    int rc = sl_tensor_copy(&out, &in);
+    PyBuffer_Release(&view);
+    Py_DECREF(arr);
+    if (rc < 0) {
+        py_sl_raise(rc);
+        return -1;
+    }
+    sl_tensor_release(col);
+    *col = out;
+    return 0;
+}
+
+static int py_map_call(sl_sample *s, sl_rng *rng, void *user) {
+    py_map *m = user;
+    (void)rng;
+    PyGILState_STATE g = PyGILState_Ensure();
+    int status = SL_OK;
+    PyObject *d = PyDict_New(), *res = NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(m->names);
+    if (!d)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n && i < (Py_ssize_t)s->ncols; i++) {
+        /* A copy: the sample's bytes may be a borrowed view of the source. */
+        sl_tensor copy;
+        memset(&copy, 0, sizeof copy);
+        int rc = sl_tensor_copy(&copy, &s->col[i]);
+        if (rc < 0) {
+            py_sl_raise(rc);
+            goto fail;
+        }
+        PyObject *t = py_sl_tensor_from(&copy);
+        PyObject *arr = t ? py_sl_tensor_numpy(t) : NULL;
+        Py_XDECREF(t);
+        if (!arr || PyDict_SetItem(d, PyTuple_GET_ITEM(m->names, i), arr) < 0) {
+            Py_XDECREF(arr);
+            goto fail;
+        }
+        Py_DECREF(arr);
+    }
+    res = PyObject_CallOneArg(m->fn, d);
+    if (!res)
+        goto fail;
+    if (!PyDict_Check(res)) {
+        PyErr_Format(PyExc_TypeError, "map function must return a dict of columns, got %.100s",
+                     Py_TYPE(res)->tp_name);
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < n && i < (Py_ssize_t)s->ncols; i++) {
+        PyObject *name = PyTuple_GET_ITEM(m->names, i);
+        PyObject *v = PyDict_GetItemWithError(res, name);
+        if (!v) {
+            if (PyErr_Occurred())
+                goto fail;
+            continue; /* a column left out stays as it was */
+        }
+        if (value_into_column(v, &s->col[i], PyUnicode_AsUTF8(name)) < 0)
+            goto fail;
+    }
+    goto done;
+fail:
+    status = SL_EINVAL;
+    if (!m->et)
+        PyErr_Fetch(&m->et, &m->ev, &m->tb);
+    else
+        PyErr_Clear();
+done:
+    Py_XDECREF(d);
+    Py_XDECREF(res);
+    PyGILState_Release(g);
+    return status;
+}
+
+/* Raise the first exception a Python map kept, if any. Returns 1 if it did. */
+static int raise_map_exception(PySlPipeline *self) {
+    for (int i = 0; i < self->nmaps; i++) {
+        py_map *m = &self->maps[i];
+        if (m->et) {
+            PyErr_Restore(m->et, m->ev, m->tb);
+            m->et = m->ev = m->tb = NULL;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Column names a pipeline made of `spec` so far would output. Creating a
+ * pipeline starts no thread (they start at the first next), so this costs an
+ * open of the source and a plan. */
+static PyObject *names_at(const sl_spec *spec) {
+    sl_pipeline *pp = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sl_pipeline_create(&pp, spec);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return py_sl_raise(rc);
+    int n = sl_pipeline_ncols(pp);
+    PyObject *tup = PyTuple_New(n > 0 ? n : 0);
+    for (int i = 0; tup && i < n; i++) {
+        PyObject *s = PyUnicode_FromString(sl_pipeline_column_name(pp, i));
+        if (!s)
+            Py_CLEAR(tup);
+        else
+            PyTuple_SET_ITEM(tup, i, s);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    sl_pipeline_free(pp);
+    Py_END_ALLOW_THREADS
+    return tup;
+}
+
+/* ---- the Pipeline type ------------------------------------------------------ */
+
+static int pipeline_check(PySlPipeline *self) {
+    if (!self->p) {
+        PyErr_SetString(PyExc_ValueError, "the pipeline is closed");
+        return -1;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the pipeline is in use by another thread (one consumer at a time)");
+        return -1;
+    }
+    return 0;
+}
+
+static void free_maps(PySlPipeline *self) {
+    for (int i = 0; i < self->nmaps; i++) {
+        Py_XDECREF(self->maps[i].fn);
+        Py_XDECREF(self->maps[i].names);
+        Py_XDECREF(self->maps[i].et);
+        Py_XDECREF(self->maps[i].ev);
+        Py_XDECREF(self->maps[i].tb);
+    }
+    PyMem_Free(self->maps);
+    self->maps = NULL;
+    self->nmaps = 0;
+}
+
+static void pipeline_close_now(PySlPipeline *self) {
+    sl_pipeline *p = self->p;
+    self->p = NULL;
+    if (p) {
+        /* Workers may be waiting for the GIL inside a Python map. */
+        Py_BEGIN_ALLOW_THREADS
+        sl_pipeline_free(p);
+        Py_END_ALLOW_THREADS
+    }
+    free_maps(self);
+}
+
+/* Pipeline(spec_json, ops=None, callables=()):
+ *  ops None: the whole pipeline is spec_json (the path `sluice run` takes).
+ *  else: spec_json is the spec without ops, and ops lists each op in order as
+ *  JSON text, or as an int: the index of a Python callable in `callables`. */
+static int pipeline_init(PySlPipeline *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"spec", "ops", "callables", NULL};
+    const char *json;
+    PyObject *ops = Py_None, *callables = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|OO:Pipeline", kwlist, &json, &ops,
+                                     &callables))
+        return -1;
+    if (self->p) {
+        PyErr_SetString(PyExc_RuntimeError, "Pipeline.__init__ called twice");
+        return -1;
+    }
+    sl_spec *spec = NULL;
+    int rc = sl_spec_from_json(&spec, json);
+    if (rc < 0) {
+        py_sl_raise(rc);
+        return -1;
+    }
+    if (ops != Py_None) {
+        PyObject *seq = PySequence_Fast(ops, "ops: expected a list");
+        PyObject *cseq = seq ? PySequence_Fast(callables ? callables : Py_None,
+                                               "callables: expected a list") : NULL;
+        if (!seq || !cseq) {
+            Py_XDECREF(seq);
+            sl_spec_free(spec);
+            return -1;
+        }
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        self->maps = PyMem_Calloc((size_t)(n ? n : 1), sizeof *self->maps);
+        if (!self->maps) {
+            PyErr_NoMemory();
+            goto fail_ops;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *op = PySequence_Fast_GET_ITEM(seq, i);
+            if (PyUnicode_Check(op)) {
+                rc = sl_spec_add_op_json(spec, PyUnicode_AsUTF8(op));
+                if (rc < 0) {
+                    py_sl_raise(rc);
+                    goto fail_ops;
+                }
+                continue;
+            }
+            Py_ssize_t k = PyLong_AsSsize_t(op);
+            if (k < 0 || k >= PySequence_Fast_GET_SIZE(cseq)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_ValueError, "ops[%zd]: expected op JSON or a callable index",
+                             i);
+                goto fail_ops;
+            }
+            py_map *m = &self->maps[self->nmaps];
+            m->names = names_at(spec);
+            if (!m->names)
+                goto fail_ops;
+            m->fn = Py_NewRef(PySequence_Fast_GET_ITEM(cseq, k));
+            self->nmaps++;
+            char label[64];
+            snprintf(label, sizeof label, "python[%zd]", k);
+            rc = sl_spec_add_map(spec, label, py_map_call, m);
+            if (rc < 0) {
+                py_sl_raise(rc);
+                goto fail_ops;
+            }
+        }
+        Py_DECREF(seq);
+        Py_DECREF(cseq);
+        goto create;
+    fail_ops:
+        Py_DECREF(seq);
+        Py_DECREF(cseq);
+        sl_spec_free(spec);
+        free_maps(self);
+        return -1;
+    }
+create:;
+    sl_pipeline *p = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sl_pipeline_create(&p, spec);
+    Py_END_ALLOW_THREADS
+    sl_spec_free(spec);
+    if (rc < 0) {
+        py_sl_raise(rc);
+        free_maps(self);
+        return -1;
+    }
+    self->p = p;
+    return 0;
+}
+
+static void pipeline_dealloc(PySlPipeline *self) {
+    if (self->weakrefs)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    pipeline_close_now(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *pipeline_close(PySlPipeline *self, PyObject *unused) {
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "close: the pipeline is in use by another thread");
+        return NULL;
+    }
+    pipeline_close_now(self);
+    Py_RETURN_NONE;
+}
+
+/* Wait for the next batch: in slices, checking for signals between them.
+ * Returns 1 with *out set, 0 at the end of the epoch, -1 with an exception. */
+static int wait_batch(PySlPipeline *self, sl_batch **out) {
+    sl_pipeline *p = self->p;
+    *out = NULL;
+    self->busy = 1;
+    for (;;) {
+        int rc;
+        sl_batch *b = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        rc = sl_pipeline_next_timeout(p, &b, SLICE_MS);
+        Py_END_ALLOW_THREADS
+        if (rc == SL_END) {
+            self->busy = 0;
+            return 0;
+        }
+        if (rc < 0) {
+            self->busy = 0;
+            if (!raise_map_exception(self))
+                py_sl_raise(rc);
+            return -1;
+        }
+        if (b) {
+            self->busy = 0;
+            *out = b;
+            return 1;
+        }
+        if (PyErr_CheckSignals() < 0) {
+            self->busy = 0;
+            return -1;
+        }
+    }
+}
+
+/* A Python object for a tensor borrowed from a batch: a Tensor with its own
+ * buffer reference, as numpy (as_numpy) or as is. */
+static PyObject *export_tensor(const sl_tensor *bt, int as_numpy) {
+    sl_tensor t = *bt;
+    if (t.buf)
+        sl_buffer_retain(t.buf); /* the zero-copy handover */
+    PyObject *obj = py_sl_tensor_from(&t);
+    if (!obj || !as_numpy)
+        return obj;
+    PyObject *arr = py_sl_tensor_numpy(obj);
+    Py_DECREF(obj);
+    return arr;
+}
+
+static PyObject *batch_to_dict(sl_batch *b, int as_numpy) {
+    PyObject *d = PyDict_New();
+    int n = sl_batch_ncols(b);
+    for (int c = 0; d && c < n; c++) {
+        PyObject *v;
+        if (sl_batch_is_ragged(b, c)) {
+            int64_t k = sl_batch_size(b);
+            v = PyList_New((Py_ssize_t)k);
+            for (int64_t i = 0; v && i < k; i++) {
+                const sl_tensor *it = sl_batch_item(b, c, i);
+                PyObject *e = it ? export_tensor(it, as_numpy) : NULL;
+                if (!e) {
+                    if (!PyErr_Occurred())
+                        PyErr_Format(PyExc_RuntimeError, "batch column %d item %lld missing", c,
+                                     (long long)i);
+                    Py_CLEAR(v);
+                } else {
+                    PyList_SET_ITEM(v, (Py_ssize_t)i, e);
+                }
+            }
+        } else {
+            const sl_tensor *t = sl_batch_column(b, c);
+            v = t ? export_tensor(t, as_numpy) : NULL;
+            if (!t)
+                PyErr_Format(PyExc_RuntimeError, "batch column %d missing", c);
+        }
+        if (!v || PyDict_SetItemString(d, sl_batch_name(b, c), v) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
+    return d;
+}
+
+static PyObject *next_common(PySlPipeline *self, int as_numpy) {
+    if (pipeline_check(self) < 0)
+        return NULL;
+    sl_batch *b = NULL;
+    int r = wait_batch(self, &b);
+    if (r <= 0) {
+        if (r == 0)
+            Py_RETURN_NONE;
+        return NULL;
+    }
+    PyObject *d = batch_to_dict(b, as_numpy);
+    sl_batch_release(b);
+    return d;
+}
+
+static PyObject *pipeline_next(PySlPipeline *self, PyObject *unused) {
+    return next_common(self, 0);
+}
+static PyObject *pipeline_next_numpy(PySlPipeline *self, PyObject *unused) {
+    return next_common(self, 1);
+}
+
+/* _next_raw(): (dict of Tensors, data pointer of each column) for tests of
+ * zero copy: the pointers are read from the engine's batch itself. */
+static PyObject *pipeline_next_raw(PySlPipeline *self, PyObject *unused) {
+    if (pipeline_check(self) < 0)
+        return NULL;
+    sl_batch *b = NULL;
+    int r = wait_batch(self, &b);
+    if (r <= 0) {
+        if (r == 0)
+            Py_RETURN_NONE;
+        return NULL;
+    }
+    PyObject *d = batch_to_dict(b, 0);
+    PyObject *ptrs = d ? PyDict_New() : NULL;
+    for (int c = 0; ptrs && c < sl_batch_ncols(b); c++) {
+        const sl_tensor *t = sl_batch_column(b, c);
+        PyObject *v = PyLong_FromVoidPtr(t ? t->data : NULL);
+        if (!v || PyDict_SetItemString(ptrs, sl_batch_name(b, c), v) < 0)
+            Py_CLEAR(ptrs);
+        Py_XDECREF(v);
+    }
+    sl_batch_release(b);
+    if (!ptrs) {
+        Py_XDECREF(d);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", d, ptrs);
+}
+
+static PyObject *pipeline_set_epoch(PySlPipeline *self, PyObject *arg) {
+    unsigned long long e = PyLong_AsUnsignedLongLong(arg);
+    if (e == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    if (pipeline_check(self) < 0)
+        return NULL;
+    int rc;
+    sl_pipeline *p = self->p;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sl_pipeline_set_epoch(p, (uint64_t)e);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (rc < 0)
+        return py_sl_raise(rc);
+    Py_RETURN_NONE;
+}
+
+/* Call an snprintf-style engine function and return its text as str. */
+typedef int (*text_fn)(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out);
+static PyObject *engine_text(PySlPipeline *self, text_fn fn) {
+    if (!self->p) {
+        PyErr_SetString(PyExc_ValueError, "the pipeline is closed");
+        return NULL;
+    }
+    char small[4096];
+    size_t len = 0;
+    int rc = fn(self->p, small, sizeof small, &len);
+    if (rc < 0)
+        return py_sl_raise(rc);
+    if (len < sizeof small)
+        return PyUnicode_FromStringAndSize(small, (Py_ssize_t)len);
+    char *big = PyMem_Malloc(len + 1);
+    if (!big)
+        return PyErr_NoMemory();
+    rc = fn(self->p, big, len + 1, &len);
+    PyObject *s = rc < 0 ? py_sl_raise(rc) : PyUnicode_FromStringAndSize(big, (Py_ssize_t)len);
+    PyMem_Free(big);
+    return s;
+}
+
+static PyObject *pipeline_state(PySlPipeline *self, PyObject *unused) {
+    return engine_text(self, sl_pipeline_save_state);
+}
+static PyObject *pipeline_stats(PySlPipeline *self, PyObject *unused) {
+    return engine_text(self, sl_pipeline_stats_json);
+}
+static PyObject *pipeline_explain(PySlPipeline *self, PyObject *unused) {
+    return engine_text(self, sl_pipeline_explain);
+}
+
+static PyObject *pipeline_restore(PySlPipeline *self, PyObject *arg) {
+    const char *json = PyUnicode_AsUTF8(arg);
+    if (!json)
+        return NULL;
+    if (pipeline_check(self) < 0)
+        return NULL;
+    int rc;
+    sl_pipeline *p = self->p;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sl_pipeline_restore_state(p, json);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (rc < 0)
+        return py_sl_raise(rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *pipeline_length(PySlPipeline *self, PyObject *unused) {
+    if (pipeline_check(self) < 0)
+        return NULL;
+    return PyLong_FromLongLong(sl_pipeline_len(self->p));
+}
+
+static PyObject *pipeline_get_columns(PySlPipeline *self, void *closure) {
+    if (!self->p) {
+        PyErr_SetString(PyExc_ValueError, "the pipeline is closed");
+        return NULL;
+    }
+    int n = sl_pipeline_ncols(self->p);
+    PyObject *list = PyList_New(0);
+    for (int i = 0; list && i < n; i++) {
+        PyObject *s = PyUnicode_FromString(sl_pipeline_column_name(self->p, i));
+        if (!s || PyList_Append(list, s) < 0)
+            Py_CLEAR(list);
+        Py_XDECREF(s);
+    }
+    return list;
+}
+
+static PyObject *pipeline_get_epoch(PySlPipeline *self, void *closure) {
+    if (!self->p) {
+        PyErr_SetString(PyExc_ValueError, "the pipeline is closed");
+        return NULL;
+    }
+    return PyLong_FromUnsignedLongLong(sl_pipeline_epoch(self->p));
+}
+
+static PyObject *pipeline_get_epochs(PySlPipeline *self, void *closure) {
+    if (!self->p) {
+        PyErr_SetString(PyExc_ValueError, "the pipeline is closed");
+        return NULL;
+    }
+    return PyLong_FromLongLong(sl_pipeline_epochs(self->p));
+}
+
+static PyMethodDef pipeline_methods[] = {
+    {"next", (PyCFunction)pipeline_next, METH_NOARGS,
+     "next() -> dict of Tensors, or None at the end of the epoch."},
+    {"next_numpy", (PyCFunction)pipeline_next_numpy, METH_NOARGS,
+     "next_numpy() -> dict of numpy arrays sharing the engine's memory, or None."},
+    {"_next_raw", (PyCFunction)pipeline_next_raw, METH_NOARGS,
+     "(dict of Tensors, dict of the engine's data pointers) or None; for tests."},
+    {"set_epoch", (PyCFunction)pipeline_set_epoch, METH_O, "Go to the start of an epoch."},
+    {"state", (PyCFunction)pipeline_state, METH_NOARGS,
+     "The iterator state after the last batch handed out, as JSON text."},
+    {"restore", (PyCFunction)pipeline_restore, METH_O, "Continue from a state() text."},
+    {"stats", (PyCFunction)pipeline_stats, METH_NOARGS, "Stage counters and verdict, JSON."},
+    {"explain", (PyCFunction)pipeline_explain, METH_NOARGS, "The plan, before and after."},
+    {"length", (PyCFunction)pipeline_length, METH_NOARGS,
+     "Batches per epoch, or -1 when not known in advance."},
+    {"close", (PyCFunction)pipeline_close, METH_NOARGS,
+     "Stop the workers; batches handed out stay valid."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef pipeline_getset[] = {
+    {"columns", (getter)pipeline_get_columns, NULL, "Output column names.", NULL},
+    {"epoch", (getter)pipeline_get_epoch, NULL, "Epoch of the next batch.", NULL},
+    {"epochs", (getter)pipeline_get_epochs, NULL, "The spec's epoch count.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject PySlPipeline_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "sluice._sluice.Pipeline",
+    .tp_basicsize = sizeof(PySlPipeline),
+    .tp_dealloc = (destructor)pipeline_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_weaklistoffset = offsetof(PySlPipeline, weakrefs),
+    .tp_doc = "Pipeline(spec_json, ops=None, callables=()): a running engine pipeline. "
+              "Use sluice.Dataset instead.",
+    .tp_methods = pipeline_methods,
+    .tp_getset = pipeline_getset,
+    .tp_init = (initproc)pipeline_init,
+    .tp_new = PyType_GenericNew,
+};
+
+int py_sl_pipeline_init(PyObject *m) {
+    PyObject *np = PyImport_ImportModule("numpy");
+    if (!np)
+        return -1;
+    np_ascontiguousarray_p = PyObject_GetAttrString(np, "ascontiguousarray");
+    Py_DECREF(np);
+    if (!np_ascontiguousarray_p)
+        return -1;
+    if (PyType_Ready(&PySlPipeline_Type) < 0)
+        return -1;
+    return PyModule_AddObjectRef(m, "Pipeline", (PyObject *)&PySlPipeline_Type);
+}

@@ -1,0 +1,48 @@
+"""sluice: a data-loading engine for deep-learning training.
+
+    import sluice
+    ds = (sluice.records("train.slr").shuffle(seed=0).shard()
+          .decode("image").random_resized_crop("image", 224).flip("image")
+          .normalize("image", mean=..., std=..., layout="chw")
+          .batch(256).prefetch(4))
+    for epoch in range(90):
+        ds.set_epoch(epoch)
+        for batch in ds.torch():      # dict of torch tensors, no copy
+            ...
+
+See docs/PYTHON.md.
+"""
+import os
+
+from . import _sluice
+from ._sluice import (Error, OutOfMemory, InvalidError, IOFailure, CorruptError,
+                      UnsupportedError, DecodeError, LimitError, CanceledError,
+                      Reader, Writer, Tensor, set_log_level, __version__)
+from .dataset import Dataset, records, from_spec
+
+__all__ = [
+    "Error", "OutOfMemory", "InvalidError", "IOFailure", "CorruptError", "UnsupportedError",
+    "DecodeError", "LimitError", "CanceledError", "Reader", "Writer", "Tensor", "Dataset",
+    "records", "from_spec", "pack", "set_log_level", "__version__",
+]
+
+
+def pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None):
+    """Pack an ImageFolder directory, or a pair of IDX files (MNIST style,
+    plain or gzip), into a .slr dataset at ``dst``.
+
+    ``srcs``: one path or a list of paths. ``jobs``: reader threads (0 = one
+    per CPU; the output is identical for any value). ``skip_bad``: skip
+    unreadable or non-image files instead of failing. ``progress(done, total,
+    bytes)`` is called as records are written. Returns a dict: kind, records,
+    bytes, skipped, classes, bad (the first skipped inputs, "path: cause").
+    The GIL is released while packing; on failure nothing appears at dst.
+    """
+    if isinstance(srcs, (str, bytes, os.PathLike)):
+        srcs = [srcs]
+    if isinstance(jobs, bool) or not isinstance(jobs, int):
+        raise TypeError(f"jobs: expected an int, got {type(jobs).__name__}")
+    if isinstance(shard_bytes, bool) or not isinstance(shard_bytes, int) or shard_bytes < 0:
+        raise TypeError(f"shard_bytes: expected a non-negative int, got {shard_bytes!r}")
+    return _sluice.pack(list(srcs), dst, jobs=jobs, skip_bad=bool(skip_bad),
+                        shard_bytes=shard_bytes, progress=progress)

@@ -1,0 +1,486 @@
+"""The chainable dataset builder.
+
+A :class:`Dataset` is an immutable description of a pipeline: every chain
+method returns a new Dataset with one more step. The description is the same
+JSON spec the ``sluice`` command reads (``source``, ``ops``, ``seed``,
+``epochs``, ``on_error``), so a pipeline built here and one run by
+``sluice run spec.json`` are the same engine doing the same work.
+
+The engine starts on the first iteration and keeps its threads across epochs.
+"""
+import atexit
+import copy
+import json
+import os
+import weakref
+
+from . import _sluice
+
+__all__ = ["Dataset", "records", "from_spec"]
+
+# Engines still running at interpreter exit are stopped before Python tears
+# down: a worker inside a Python map must not find the interpreter gone.
+_live_engines = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    for engine in list(_live_engines):
+        engine.close()
+
+
+def _check_column(name, arg="column"):
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{arg}: expected a column name (non-empty str), got {name!r}")
+    return name
+
+
+def _check_int(value, arg, minimum=None):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{arg}: expected an int, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{arg}: must be >= {minimum}, got {value}")
+    return value
+
+
+def _check_number(value, arg):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{arg}: expected a number, got {type(value).__name__}")
+    return float(value)
+
+
+def _numbers(value, arg):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [float(value)]
+    try:
+        out = [float(v) for v in value]
+    except (TypeError, ValueError):
+        raise TypeError(f"{arg}: expected a number or a sequence of numbers, got {value!r}") from None
+    if not out:
+        raise ValueError(f"{arg}: must not be empty")
+    return out
+
+
+def _size2(size, arg="size"):
+    if isinstance(size, int) and not isinstance(size, bool):
+        if size <= 0:
+            raise ValueError(f"{arg}: must be positive, got {size}")
+        return [size, size]
+    try:
+        h, w = size
+    except (TypeError, ValueError):
+        raise TypeError(f"{arg}: expected an int or (height, width), got {size!r}") from None
+    for v in (h, w):
+        _check_int(v, arg, 1)
+    return [h, w]
+
+
+def _launcher_rank_world():
+    """Rank and world size from torchrun / torch.distributed.launch / SLURM."""
+    for rank_var, world_var in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS"),
+                                ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")):
+        if rank_var in os.environ and world_var in os.environ:
+            return int(os.environ[rank_var]), int(os.environ[world_var])
+    return 0, 1
+
+
+class Dataset:
+    """A pipeline description plus, once iterated, the running engine.
+
+    Build one with :func:`records` or :func:`from_spec`; chain methods return
+    new Datasets. Iterate with :meth:`numpy` or :meth:`torch` (or plain
+    ``iter(ds)``, which is :meth:`numpy`). Each iteration is one epoch (or
+    ``repeat(n)`` epochs); :meth:`set_epoch` picks which, as PyTorch's
+    ``DistributedSampler.set_epoch`` does. Without set_epoch calls, successive
+    iterations run epochs 0, 1, 2, ...
+    """
+
+    def __init__(self, spec, callables=None):
+        if not isinstance(spec, dict):
+            raise TypeError(f"spec: expected a dict, got {type(spec).__name__}")
+        self._spec = spec
+        self._callables = list(callables or [])
+        self._engine = None
+        self._epoch = 0
+        self._pending_state = None
+        self._generation = 0
+
+    # ---- building --------------------------------------------------------
+
+    def _with(self, **changes):
+        spec = copy.deepcopy(self._spec)
+        for k, v in changes.items():
+            spec[k] = v
+        return Dataset(spec, self._callables)
+
+    def _with_source(self, **changes):
+        spec = copy.deepcopy(self._spec)
+        spec.setdefault("source", {}).update(changes)
+        return Dataset(spec, self._callables)
+
+    def op(self, name, **params):
+        """Append any engine op by its spec name: ``ds.op("resize", column="image",
+        size=[256, 256])``. The named methods below are shorthands for this."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name: expected an op name (str), got {name!r}")
+        spec = copy.deepcopy(self._spec)
+        step = {"op": name}
+        step.update({k: v for k, v in params.items() if v is not None})
+        spec.setdefault("ops", []).append(step)
+        return Dataset(spec, self._callables)
+
+    def shuffle(self, seed=None, buffer_size=None):
+        """Shuffle records: a fresh global permutation each epoch, keyed by
+        (seed, epoch). ``buffer_size`` asks for a bounded shuffle buffer instead
+        (streaming sources)."""
+        if seed is not None:
+            _check_int(seed, "seed", 0)
+        if buffer_size is not None:
+            _check_int(buffer_size, "buffer_size", 1)
+            ds = self.op("shuffle_buffer", size=buffer_size)
+        else:
+            ds = self._with_source(shuffle=True)
+        if seed is not None:
+            ds._spec["seed"] = seed
+        return ds
+
+    def shard(self, rank=None, world_size=None):
+        """Keep this rank's disjoint, equal slice of every epoch. Without
+        arguments, rank and world size come from the launcher's environment
+        (torchrun's RANK/WORLD_SIZE, SLURM, Open MPI), else 0 of 1."""
+        if rank is None and world_size is None:
+            rank, world_size = _launcher_rank_world()
+        elif rank is None or world_size is None:
+            raise TypeError("shard: give both rank and world_size, or neither")
+        _check_int(rank, "rank", 0)
+        _check_int(world_size, "world_size", 1)
+        if rank >= world_size:
+            raise ValueError(f"rank: must be < world_size ({world_size}), got {rank}")
+        return self._with_source(shard={"index": rank, "count": world_size})
+
+    def decode(self, column="image", color="rgb"):
+        """Decode JPEG/PNG bytes into an HWC uint8 image (``color``: rgb|gray)."""
+        if color not in ("rgb", "gray"):
+            raise ValueError(f"color: expected 'rgb' or 'gray', got {color!r}")
+        return self.op("decode", column=_check_column(column), color=color)
+
+    def resize(self, column, size, interpolation=None):
+        """Resize to ``size`` (int for square, or (height, width))."""
+        return self.op("resize", column=_check_column(column), size=_size2(size),
+                       interpolation=interpolation)
+
+    def center_crop(self, column, size):
+        return self.op("center_crop", column=_check_column(column), size=_size2(size))
+
+    def random_resized_crop(self, column, size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+        """torchvision's RandomResizedCrop: a random box of ``scale`` area and
+        ``ratio`` aspect, resized to ``size``."""
+        scale = _numbers(scale, "scale")
+        ratio = _numbers(ratio, "ratio")
+        if len(scale) != 2 or not 0 < scale[0] <= scale[1]:
+            raise ValueError(f"scale: expected (min, max) with 0 < min <= max, got {scale}")
+        if len(ratio) != 2 or not 0 < ratio[0] <= ratio[1]:
+            raise ValueError(f"ratio: expected (min, max) with 0 < min <= max, got {ratio}")
+        return self.op("random_resized_crop", column=_check_column(column), size=_size2(size),
+                       scale=scale, ratio=ratio)
+
+    def flip(self, column="image", p=0.5):
+        """Mirror left-right with probability ``p``."""
+        p = _check_number(p, "p")
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"p: must be in [0, 1], got {p}")
+        return self.op("flip", column=_check_column(column), p=p)
+
+    def rotate(self, column, degrees, fill=0):
+        """Rotate by a random angle in [-degrees, degrees] (or the range given)."""
+        return self.op("rotate", column=_check_column(column), degrees=_numbers(degrees, "degrees"),
+                       fill=_check_int(fill, "fill", 0))
+
+    def normalize(self, column="image", mean=(0.0,), std=(1.0,), layout="chw", dtype="float32"):
+        """``(x / 255 - mean) / std`` per channel, as torchvision's ToTensor +
+        Normalize; ``layout`` chw|hwc, ``dtype`` float32|float16|uint8."""
+        mean = _numbers(mean, "mean")
+        std = _numbers(std, "std")
+        if any(s == 0 for s in std):
+            raise ValueError("std: must not contain 0")
+        if layout not in ("chw", "hwc"):
+            raise ValueError(f"layout: expected 'chw' or 'hwc', got {layout!r}")
+        if dtype not in ("float32", "float16", "uint8"):
+            raise ValueError(f"dtype: expected 'float32', 'float16' or 'uint8', got {dtype!r}")
+        return self.op("normalize", column=_check_column(column), mean=mean, std=std,
+                       layout=layout, dtype=dtype)
+
+    def cast(self, column, dtype):
+        return self.op("cast", column=_check_column(column), dtype=dtype)
+
+    def one_hot(self, column, classes):
+        return self.op("one_hot", column=_check_column(column),
+                       classes=_check_int(classes, "classes", 1))
+
+    def filter(self, column, values=None, exclude=None):
+        """Keep samples whose scalar ``column`` is in ``values`` (or, with
+        ``exclude``, not in it). On a scalar column of an .slr index this runs
+        on the index alone, before any record is read."""
+        if (values is None) == (exclude is None):
+            raise TypeError("filter: give exactly one of values and exclude")
+        key, given = ("in", values) if values is not None else ("not_in", exclude)
+        return self.op("filter", column=_check_column(column), **{key: _numbers(given, key)})
+
+    def select(self, *columns):
+        """Keep only these columns, in this order."""
+        if not columns:
+            raise ValueError("columns: give at least one column name")
+        return self.op("select", columns=[_check_column(c, "columns") for c in columns])
+
+    def map(self, fn):
+        """Apply a Python callable to every sample: ``fn(sample) -> dict``,
+        where ``sample`` maps each column name to a numpy array (a copy the
+        function may keep or change) and the result maps column names to
+        array-likes (columns left out stay as they were; the set of columns
+        does not change). Exceptions raised by ``fn`` come out of the
+        iteration unchanged.
+
+        The slow path: it runs on the engine's worker threads but holding the
+        GIL, so it does not scale with threads, and each column is copied in
+        and out. Prefer engine ops. A spec with a Python map cannot be run by
+        the ``sluice`` command."""
+        if not callable(fn):
+            raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
+        ds = self._with()
+        ds._callables = self._callables + [fn]
+        return ds.op("python", id=len(ds._callables) - 1)
+
+    def batch(self, batch_size, drop_remainder=False):
+        """Stack ``batch_size`` samples into one batch (a leading dimension)."""
+        _check_int(batch_size, "batch_size", 1)
+        return self.op("batch", size=batch_size, drop_remainder=bool(drop_remainder))
+
+    def prefetch(self, n=2):
+        """Keep up to ``n`` finished batches ready ahead of the consumer."""
+        return self.op("prefetch", depth=_check_int(n, "n", 1))
+
+    def repeat(self, count):
+        """Go over the data ``count`` times in one iteration (each pass
+        draws fresh augmentations)."""
+        return self.op("repeat", count=_check_int(count, "count", 1))
+
+    def epochs(self, n):
+        """Tell the engine how many epochs you will run, so that it prepares
+        epoch e+1 while you finish epoch e. Iteration still stops at the end
+        of every epoch."""
+        return self._with(epochs=_check_int(n, "n", 1))
+
+    def take(self, n):
+        return self.op("take", count=_check_int(n, "n", 0))
+
+    def skip(self, n):
+        return self.op("skip", count=_check_int(n, "n", 0))
+
+    def on_error(self, policy):
+        """``"fail"`` (default): a bad sample raises, naming file, record and
+        op. ``"skip"``: drop it and count it in :meth:`stats`."""
+        if policy not in ("fail", "skip"):
+            raise ValueError(f"policy: expected 'fail' or 'skip', got {policy!r}")
+        return self._with(on_error=policy)
+
+    def deterministic(self, flag=True):
+        """True (default): batches identical whatever the timing. False:
+        parallel stages hand samples on as they finish (faster with uneven
+        per-sample cost; order and batch membership vary between runs)."""
+        return self._with(deterministic=bool(flag))
+
+    # ---- the spec --------------------------------------------------------
+
+    @property
+    def spec(self):
+        """The pipeline spec as a dict (a copy)."""
+        return copy.deepcopy(self._spec)
+
+    def to_json(self, indent=2):
+        """The spec as JSON text, ready for ``sluice run``."""
+        return json.dumps(self._spec, indent=indent)
+
+    def __repr__(self):
+        ops = ", ".join(o.get("op", "?") for o in self._spec.get("ops", []))
+        return f"sluice.Dataset({self._spec.get('source', {}).get('path')!r}: {ops})"
+
+    # ---- running ---------------------------------------------------------
+
+    def _get_engine(self):
+        if self._engine is None:
+            ops = self._spec.get("ops", [])
+            if any(o.get("op") == "python" for o in ops):
+                # Engine ops go in as JSON, Python maps as callables, in order.
+                base = dict(self._spec, ops=[])
+                steps = [o["id"] if o.get("op") == "python" else json.dumps(o) for o in ops]
+                engine = _sluice.Pipeline(json.dumps(base), steps, self._callables)
+            else:
+                engine = _sluice.Pipeline(json.dumps(self._spec))
+            _live_engines.add(engine)
+            self._engine = engine
+            if self._epoch:
+                engine.set_epoch(self._epoch)
+        return self._engine
+
+    def set_epoch(self, epoch):
+        """The epoch the next iteration runs: it picks the shuffle permutation
+        and every random augmentation, so the same (seed, epoch) gives the
+        same batches."""
+        self._epoch = _check_int(epoch, "epoch", 0)
+        self._pending_state = None
+        if self._engine is not None:
+            self._engine.set_epoch(self._epoch)
+
+    def state_dict(self):
+        """Where iteration stands: the position after the last batch handed
+        out (batches prefetched but not yet handed out do not count). Save it
+        with your checkpoint; :meth:`load_state_dict` resumes exactly there."""
+        if self._pending_state is not None:
+            return copy.deepcopy(self._pending_state)
+        return json.loads(self._get_engine().state())
+
+    def load_state_dict(self, state):
+        """Resume from a :meth:`state_dict`: the next iteration continues the
+        saved epoch from the saved position."""
+        if not isinstance(state, dict):
+            raise TypeError(f"state: expected a dict from state_dict(), got {type(state).__name__}")
+        if "epoch" not in state:
+            raise ValueError("state: missing 'epoch' (not a sluice state_dict)")
+        self._pending_state = copy.deepcopy(state)
+
+    def explain(self):
+        """The plan before and after optimisation (fusions, pushed-down
+        filters, stages, workers, queues), as ``sluice explain`` prints it."""
+        return self._get_engine().explain()
+
+    @property
+    def columns(self):
+        """Names of the columns each batch has."""
+        return self._get_engine().columns
+
+    def stats(self):
+        """Per-stage throughput, busy and wait times, queue occupancy, error
+        counts and the verdict (F: storage bound, P: CPU bound, G: consumer
+        bound): the numbers ``sluice bench`` prints, as a dict."""
+        return json.loads(self._get_engine().stats())
+
+    def __len__(self):
+        """Batches per epoch (per iteration), when the engine can know it
+        (not with filters or take)."""
+        n = self._get_engine().length()
+        if n < 0:
+            raise TypeError("len(): the number of batches is not known in advance "
+                            "(the pipeline filters samples)")
+        return n
+
+    def _start(self):
+        engine = self._get_engine()
+        if self._pending_state is not None:
+            engine.restore(json.dumps(self._pending_state))
+            self._epoch = int(self._pending_state["epoch"])
+            self._pending_state = None
+        else:
+            engine.set_epoch(self._epoch)
+        self._generation += 1
+        return engine, self._generation
+
+    def _finished(self, generation, epoch):
+        # An epoch ran to its end: the next iteration (without set_epoch) runs
+        # the following one.
+        if generation == self._generation and self._epoch == epoch:
+            self._epoch = epoch + 1
+
+    def numpy(self):
+        """Iterate batches as dicts of numpy arrays sharing the engine's
+        memory (no copy). An array stays valid as long as it lives, also
+        after the pipeline is gone."""
+        return _Loader(self, "numpy")
+
+    def torch(self, device=None, non_blocking=False):
+        """Iterate batches as dicts of torch tensors made with
+        ``torch.from_dlpack`` (no copy). With ``device``, each tensor is moved
+        there with ``.to(device, non_blocking=...)``."""
+        return _Loader(self, "torch", device=device, non_blocking=non_blocking)
+
+    def __iter__(self):
+        return iter(self.numpy())
+
+    def close(self):
+        """Stop the engine's threads now (also done when the Dataset is
+        garbage-collected). Arrays already handed out stay valid."""
+        if self._engine is not None:
+            _live_engines.discard(self._engine)
+            self._engine.close()
+            self._engine = None
+
+
+class _Loader:
+    """One pass over a Dataset, yielding numpy or torch batches."""
+
+    def __init__(self, ds, kind, device=None, non_blocking=False):
+        self._ds = ds
+        self._kind = kind
+        self._device = device
+        self._non_blocking = non_blocking
+
+    def __len__(self):
+        return len(self._ds)
+
+    def __iter__(self):
+        ds = self._ds
+        engine, generation = ds._start()
+        epoch = ds._epoch
+        if self._kind == "numpy":
+            nxt = engine.next_numpy
+            convert = None
+        else:
+            import torch
+            nxt = engine.next
+            from_dlpack = torch.from_dlpack
+            device, nb = self._device, self._non_blocking
+            if device is None:
+                def convert(batch):
+                    return {k: from_dlpack(v) for k, v in batch.items()}
+            else:
+                def convert(batch):
+                    return {k: from_dlpack(v).to(device, non_blocking=nb) for k, v in batch.items()}
+        while True:
+            if generation != ds._generation:
+                raise RuntimeError("this iteration was superseded: a newer iteration of the "
+                                   "same Dataset started (one pass at a time)")
+            batch = nxt()
+            if batch is None:
+                ds._finished(generation, epoch)
+                return
+            yield batch if convert is None else convert(batch)
+
+
+def records(path):
+    """A Dataset reading a .slr dataset (file or shard directory) at ``path``."""
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise TypeError(f"path: expected a str or os.PathLike, got {type(path).__name__}") from None
+    if not isinstance(path, str):
+        path = os.fsdecode(path)
+    return Dataset({"source": {"path": path}, "ops": []})
+
+
+def from_spec(spec):
+    """A Dataset from a pipeline spec: a dict, JSON text, or a path to a JSON
+    file (the format ``sluice run`` reads)."""
+    if isinstance(spec, dict):
+        return Dataset(copy.deepcopy(spec))
+    if isinstance(spec, (str, bytes, os.PathLike)):
+        text = spec
+        if isinstance(spec, os.PathLike) or (isinstance(spec, str) and not spec.lstrip().startswith("{")):
+            with open(spec, "r", encoding="utf-8") as f:
+                text = f.read()
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"spec: not valid JSON: {e}") from None
+        if not isinstance(d, dict):
+            raise ValueError("spec: the JSON must be an object")
+        return Dataset(d)
+    raise TypeError(f"spec: expected a dict, JSON text or a path, got {type(spec).__name__}")

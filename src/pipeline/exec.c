@@ -1,0 +1,1153 @@
+/*
+ * exec.c — running stages.
+ *
+ * DESIGN
+ * ------
+ * The optimised plan is cut into stages, each a pool of threads with a
+ * bounded output queue (queue.c):
+ *
+ *   source (N readers) -> map stage (N workers) [-> seq stage -> map ...]
+ *                      -> final stage (1 thread: take/skip/shuffle_buffer,
+ *                         batch collation) -> consumer (sl_pipeline_next)
+ *
+ * Elements moving between stages are chunks: runs of up to chunk_size
+ * consecutive samples, so that a queue operation is paid once per chunk, not
+ * per sample. The source numbers chunks (seq) in stream order; parallel
+ * stages keep the number, and their consumers reorder by it, so the final
+ * stage sees samples in exactly the stream order whatever the timing
+ * (deterministic mode). Sequential stages renumber their output.
+ *
+ * Every random draw is keyed by (seed, epoch, sample key, op position), so a
+ * sample's result does not depend on the thread that made it.
+ *
+ * Epochs: when the source finishes an epoch it sends an END chunk (a
+ * barrier) and, if the next epoch is below src_end_epoch, goes straight on
+ * with it: the pipeline fills with epoch e+1 while the consumer finishes e.
+ * Otherwise the source parks until set_epoch() moves the end. Threads are
+ * started once (first sl_pipeline_next) and live across epochs; only a jump
+ * to another position (set_epoch mid-epoch, restore_state) stops and
+ * restarts them.
+ *
+ * Errors: a failing read or op under policy fail turns its chunk into an
+ * ERROR chunk (a barrier) carrying the message; it reaches the consumer in
+ * stream order, so the error comes at the same batch on every run. Under
+ * policy skip the sample is dropped and counted.
+ *
+ * Cancel: sl_pipeline_free sets `cancel`, closes every queue (waking
+ * blocked pushes and pops) and broadcasts the park and autotune condition
+ * variables; workers check `cancel` between samples, so a slow op delays
+ * shutdown by at most one sample. Then all threads are joined.
+ *
+ * Lock order: never hold two of {src_mu, a queue's mu, chunk_mu, err_mu,
+ * tune_mu} at once, except src_mu -> chunk_mu (taking a chunk while cutting
+ * a range). Pools lock internally.
+ */
+#include "pipeline/pipeline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK_CAP 128
+#define PERM_OP 0xfffffffffffffff1ull
+
+/* ---- chunks ------------------------------------------------------------------------ */
+
+static sl_chunk *chunk_get(sl_pipeline *p) {
+    pthread_mutex_lock(&p->chunk_mu);
+    sl_chunk *c = p->free_chunks;
+    if (c)
+        p->free_chunks = c->next_free;
+    pthread_mutex_unlock(&p->chunk_mu);
+    if (!c) {
+        c = sl__calloc(1, sizeof *c);
+        if (!c)
+            return NULL;
+        c->cap = CHUNK_CAP;
+        c->pos = sl__calloc(CHUNK_CAP, sizeof *c->pos);
+        c->key = sl__calloc(CHUNK_CAP, sizeof *c->key);
+        c->s = sl__calloc(CHUNK_CAP, sizeof *c->s);
+        if (!c->pos || !c->key || !c->s) {
+            sl__free(c->pos);
+            sl__free(c->key);
+            sl__free(c->s);
+            sl__free(c);
+            return NULL;
+        }
+    }
+    c->n = 0;
+    c->kind = SL_CHUNK_DATA;
+    c->err_rc = 0;
+    c->errmsg[0] = '\0';
+    return c;
+}
+
+static void sample_release(sl_sample *s) {
+    for (uint32_t i = 0; i < s->ncols; i++)
+        sl_buffer_release(s->col[i].buf);
+    s->ncols = 0;
+}
+
+void sl_pipeline__chunk_put(sl_pipeline *p, sl_chunk *c) {
+    for (uint32_t i = 0; i < c->n; i++)
+        sample_release(&c->s[i]);
+    c->n = 0;
+    pthread_mutex_lock(&p->chunk_mu);
+    c->next_free = p->free_chunks;
+    p->free_chunks = c;
+    pthread_mutex_unlock(&p->chunk_mu);
+}
+
+static void chunk_destroy(sl_chunk *c) {
+    sl__free(c->pos);
+    sl__free(c->key);
+    sl__free(c->s);
+    sl__free(c);
+}
+
+/* Move sample j of a chunk to slot i (i <= j); only live columns are copied. */
+static void chunk_move(sl_chunk *c, uint32_t i, uint32_t j) {
+    if (i == j)
+        return;
+    sl_sample *d = &c->s[i], *s = &c->s[j];
+    d->index = s->index;
+    d->ncols = s->ncols;
+    memcpy(d->col, s->col, s->ncols * sizeof(sl_tensor));
+    s->ncols = 0;
+    c->pos[i] = c->pos[j];
+    c->key[i] = c->key[j];
+}
+
+/* Turn `c` into an error chunk (policy fail): its samples are released. */
+static void chunk_fail(sl_pipeline *p, sl_chunk *c, int rc, const char *msg) {
+    for (uint32_t i = 0; i < c->n; i++)
+        sample_release(&c->s[i]);
+    c->n = 0;
+    c->kind = SL_CHUNK_ERROR;
+    c->err_rc = rc;
+    snprintf(c->errmsg, sizeof c->errmsg, "%s", msg);
+}
+
+/* Copy with truncation (messages may be longer than a stats slot). */
+static void copy_str(char *dst, size_t cap, const char *src) {
+    size_t n = strlen(src);
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+/* Policy skip: count the sample and keep the first few messages. */
+static void note_skip(sl_pipeline *p, const char *msg) {
+    pthread_mutex_lock(&p->err_mu);
+    p->skipped++;
+    if (p->nerrors < SL_STATS_MAX_ERRORS)
+        copy_str(p->errors[p->nerrors++], sizeof p->errors[0], msg);
+    pthread_mutex_unlock(&p->err_mu);
+}
+
+/* ---- the source ------------------------------------------------------------------- */
+
+/* Build the permutation of pass (epoch, rep) into p->perm (src_mu held). */
+static void build_perm(sl_pipeline *p, uint64_t epoch, uint64_t rep) {
+    uint64_t m = p->nbase;
+    if (p->perm_valid && p->perm_epoch == epoch && p->perm_rep == rep)
+        return;
+    for (uint64_t i = 0; i < m; i++)
+        p->perm[i] = i;
+    sl_rng rng;
+    sl_rng_init(&rng, p->spec->seed, epoch, rep, PERM_OP);
+    for (uint64_t i = m; i > 1; i--) {
+        uint64_t j = sl_rng_below(&rng, i);
+        uint64_t t = p->perm[i - 1];
+        p->perm[i - 1] = p->perm[j];
+        p->perm[j] = t;
+    }
+    p->perm_epoch = epoch;
+    p->perm_rep = rep;
+    p->perm_valid = 1;
+}
+
+/* Record index at stream position `pos` of `epoch` for this rank (src_mu held). */
+static uint64_t record_at(sl_pipeline *p, uint64_t epoch, uint64_t pos, uint64_t *key) {
+    uint64_t rep = pos / p->per_pass, j = pos % p->per_pass;
+    uint64_t g = j * (uint64_t)p->shard_count + (uint64_t)p->shard_index;
+    uint64_t m = p->nbase;
+    g %= m; /* pad wraps around to the start */
+    if (p->spec->shuffle) {
+        build_perm(p, epoch, rep);
+        g = p->perm[g];
+    }
+    uint64_t idx = p->base ? p->base[g] : g;
+    *key = idx + rep * p->nrecords;
+    return idx;
+}
+
+static int read_slr(sl_pipeline *p, sl_record *rec, uint64_t idx, sl_sample *s) {
+    SL_TRY(sl_reader_read(p->reader, idx, rec));
+    int n = p->plan.src_cols.ncols;
+    s->index = idx;
+    s->ncols = 0;
+    for (int c = 0; c < n; c++) {
+        const sl_tensor *t = sl_record_column(rec, c);
+        if (t->buf) {
+            s->col[c] = *t;
+            sl_buffer_retain(t->buf);
+        } else {
+            /* The view dies with the next read into `rec`; the sample travels
+             * to other threads, so it gets its own (pooled) copy. */
+            int rc = sl_pipeline__pools_tensor(p->pools, &s->col[c], t->dtype, t->ndim, t->shape);
+            if (rc < 0) {
+                s->ncols = (uint32_t)c;
+                sample_release(s);
+                return rc;
+            }
+            if (t->nbytes)
+                memcpy(s->col[c].data, t->data, t->nbytes);
+        }
+        s->ncols = (uint32_t)c + 1;
+    }
+    return SL_OK;
+}
+
+static void worker_gate(sl_pipeline *p, sl_worker *w) {
+    if (w->id < atomic_load_explicit(&w->st->active, memory_order_relaxed))
+        return;
+    pthread_mutex_lock(&p->tune_mu);
+    while (w->id >= atomic_load(&w->st->active) && !atomic_load(&p->cancel))
+        pthread_cond_wait(&p->tune_cv, &p->tune_mu);
+    pthread_mutex_unlock(&p->tune_mu);
+}
+
+static void *source_main(void *arg) {
+    sl_worker *w = arg;
+    sl_pipeline *p = w->p;
+    sl_stage *st = w->st;
+    sl_record *rec = NULL;
+    if (p->reader && sl_record_create(&rec) < 0)
+        rec = NULL;
+    for (;;) {
+        worker_gate(p, w);
+        pthread_mutex_lock(&p->src_mu);
+        while (p->src_parked && !atomic_load(&p->cancel))
+            pthread_cond_wait(&p->src_cv, &p->src_mu);
+        if (atomic_load(&p->cancel)) {
+            pthread_mutex_unlock(&p->src_mu);
+            break;
+        }
+        sl_chunk *c = chunk_get(p);
+        if (!c) {
+            pthread_mutex_unlock(&p->src_mu);
+            break; /* out of memory: stop reading; the pipeline stalls on free */
+        }
+        c->seq = p->src_seq++;
+        c->epoch = p->src_epoch;
+        if (p->src_pos >= p->per_epoch) {
+            c->kind = SL_CHUNK_END;
+            p->src_epoch++;
+            p->src_pos = 0;
+            if (p->src_epoch >= p->src_end_epoch)
+                p->src_parked = 1;
+            pthread_mutex_unlock(&p->src_mu);
+            if (sl_queue__push(&st->out, c->seq, c, 1, NULL) < 0) {
+                sl_pipeline__chunk_put(p, c);
+                break;
+            }
+            continue;
+        }
+        uint64_t left_pass = p->per_pass - p->src_pos % p->per_pass;
+        uint64_t n = (uint64_t)p->chunk_size;
+        if (n > left_pass)
+            n = left_pass;
+        if (n > CHUNK_CAP)
+            n = CHUNK_CAP;
+        for (uint64_t i = 0; i < n; i++) {
+            c->pos[i] = p->src_pos + i;
+            c->s[i].index = record_at(p, c->epoch, p->src_pos + i, &c->key[i]);
+        }
+        p->src_pos += n;
+        pthread_mutex_unlock(&p->src_mu);
+
+        uint64_t t0 = sl__now_ns();
+        uint32_t kept = 0;
+        for (uint32_t i = 0; i < (uint32_t)n; i++) {
+            uint64_t idx = c->s[i].index;
+            c->pos[kept] = c->pos[i];
+            c->key[kept] = c->key[i];
+            sl_sample *s = &c->s[kept];
+            if (p->mem) {
+                sl_pipeline__memsrc_get(p->mem, idx, s);
+                kept++;
+                continue;
+            }
+            int rc = rec ? read_slr(p, rec, idx, s) : sl__oom("creating a record");
+            if (rc >= 0) {
+                kept++;
+                continue;
+            }
+            s->ncols = 0;
+            char msg[SL__ERRMSG_MAX];
+            snprintf(msg, sizeof msg, "read: %s", sl_errmsg());
+            if (p->spec->on_error == SL_ON_ERROR_SKIP && rc != SL_ENOMEM) {
+                note_skip(p, msg);
+                continue;
+            }
+            c->n = kept;
+            chunk_fail(p, c, rc, msg);
+            kept = 0;
+            break;
+        }
+        if (c->kind == SL_CHUNK_DATA)
+            c->n = kept;
+        atomic_fetch_add_explicit(&st->busy_ns, sl__now_ns() - t0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&st->elements, n, memory_order_relaxed);
+        uint64_t wait = 0;
+        int rc = sl_queue__push(&st->out, c->seq, c, c->kind != SL_CHUNK_DATA, &wait);
+        atomic_fetch_add_explicit(&st->wait_out_ns, wait, memory_order_relaxed);
+        if (rc < 0) {
+            sl_pipeline__chunk_put(p, c);
+            break;
+        }
+    }
+    sl_record_free(rec);
+    return NULL;
+}
+
+/* ---- map stages ----------------------------------------------------------------------- */
+
+/* Apply the stage's nodes to sample i of c. SL_OK keep, SL_OP_DROP drop,
+ * negative: error with the full message in `msg`. */
+static int apply_nodes(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, char *msg,
+                       size_t cap) {
+    const sl_stage *st = w->st;
+    sl_sample *s = &c->s[i];
+    for (int k = st->first; k < st->last; k++) {
+        const sl_pnode *nd = &p->plan.opt[k];
+        int rc;
+        if (nd->kind == SL_PN_OP) {
+            sl_op_ctx ctx;
+            ctx.seed = p->spec->seed;
+            ctx.epoch = c->epoch;
+            ctx.key = c->key[i];
+            ctx.index = s->index;
+            ctx.nparts = nd->nparts;
+            for (uint32_t q = 0; q < nd->nparts; q++)
+                ctx.pos[q] = nd->parts[q];
+            ctx.rng_ready = 0;
+            ctx.pools = p->pools;
+            rc = nd->def->apply(nd->params, w->state[k - st->first], &ctx, s);
+        } else if (nd->kind == SL_PN_MAP) {
+            sl_rng rng;
+            sl_rng_init(&rng, p->spec->seed, c->epoch, c->key[i], (uint64_t)nd->pos);
+            sl_errclear();
+            rc = nd->map(s, &rng, nd->user);
+            if (rc > 0)
+                rc = SL_OK;
+        } else { /* SL_PN_FILTER */
+            sl_errclear();
+            rc = nd->filter(s, nd->user);
+            rc = rc < 0 ? rc : rc > 0 ? SL_OK : SL_OP_DROP;
+        }
+        if (rc == SL_OP_DROP)
+            return SL_OP_DROP;
+        if (rc < 0) {
+            const char *cause = sl_errmsg();
+            snprintf(msg, cap, "%s: record %llu: ops[%d] (%s): %s", p->src_name,
+                     (unsigned long long)s->index, nd->pos, nd->label,
+                     cause[0] ? cause : sl_status_str(rc));
+            return rc;
+        }
+    }
+    return SL_OK;
+}
+
+static void *map_main(void *arg) {
+    sl_worker *w = arg;
+    sl_pipeline *p = w->p;
+    sl_stage *st = w->st;
+    sl_queue *in = &p->stage[st - p->stage - 1].out;
+    for (;;) {
+        worker_gate(p, w);
+        void *item;
+        uint64_t wait_in = 0;
+        int rc = sl_queue__pop(in, &item, &wait_in, -1);
+        atomic_fetch_add_explicit(&st->wait_in_ns, wait_in, memory_order_relaxed);
+        if (rc != SL_OK)
+            break;
+        sl_chunk *c = item;
+        if (c->kind == SL_CHUNK_DATA) {
+            uint64_t t0 = sl__now_ns();
+            uint32_t kept = 0, n = c->n;
+            for (uint32_t i = 0; i < n; i++) {
+                if (atomic_load_explicit(&p->cancel, memory_order_relaxed)) {
+                    /* every slot is either live or has ncols 0 */
+                    c->n = n;
+                    sl_pipeline__chunk_put(p, c);
+                    return NULL;
+                }
+                if (w->init_rc < 0) {
+                    for (uint32_t j = i; j < n; j++)
+                        sample_release(&c->s[j]);
+                    c->n = kept;
+                    chunk_fail(p, c, w->init_rc, w->init_msg);
+                    break;
+                }
+                char msg[SL__ERRMSG_MAX];
+                int r = apply_nodes(p, w, c, i, msg, sizeof msg);
+                if (r == SL_OK) {
+                    chunk_move(c, kept, i);
+                    kept++;
+                    continue;
+                }
+                sample_release(&c->s[i]);
+                if (r == SL_OP_DROP)
+                    continue;
+                if (p->spec->on_error == SL_ON_ERROR_SKIP && r != SL_ENOMEM) {
+                    note_skip(p, msg);
+                    continue;
+                }
+                /* release the untouched rest, then fail the chunk */
+                for (uint32_t j = i + 1; j < n; j++)
+                    sample_release(&c->s[j]);
+                c->n = kept;
+                chunk_fail(p, c, r, msg);
+                break;
+            }
+            if (c->kind == SL_CHUNK_DATA)
+                c->n = kept;
+            atomic_fetch_add_explicit(&st->busy_ns, sl__now_ns() - t0, memory_order_relaxed);
+            atomic_fetch_add_explicit(&st->elements, n, memory_order_relaxed);
+        }
+        uint64_t wait = 0;
+        rc = sl_queue__push(&st->out, c->seq, c, c->kind != SL_CHUNK_DATA, &wait);
+        atomic_fetch_add_explicit(&st->wait_out_ns, wait, memory_order_relaxed);
+        if (rc < 0) {
+            sl_pipeline__chunk_put(p, c);
+            break;
+        }
+    }
+    return NULL;
+}
+
+/* ---- sequential stages and the final (collating) stage --------------------------------- */
+
+typedef struct seq_buf { /* a shuffle buffer */
+    size_t cap, n, esz;
+    uint8_t *mem;          /* n entries of esz bytes: header + ncols tensors */
+    sl_rng rng;
+    uint64_t epoch;
+    int rng_ready;
+} seq_buf;
+
+typedef struct seq_entry {
+    uint64_t index, pos, key;
+    uint32_t ncols;
+    sl_tensor col[];
+} seq_entry;
+
+typedef struct seq_ctx {
+    sl_pipeline *p;
+    sl_stage *st;
+    int final;                     /* collate into batches */
+    int ncounters;
+    int64_t counter[SL_MAX_COUNTERS];
+    int counter_of[64];            /* node offset -> counter slot */
+    seq_buf buf[64];               /* by node offset */
+    uint64_t epoch;
+    int failed;                    /* an error passed: drop the rest */
+    /* non-final: the chunk being filled */
+    sl_chunk *out;
+    /* final: the batch being filled */
+    sl_batch *b;
+    int64_t filled;
+    size_t itemsize[SL_MAX_COLUMNS];
+    uint64_t batch_index;
+    int64_t post_counter[SL_MAX_COUNTERS];
+} seq_ctx;
+
+static int emit_item(seq_ctx *x, void *item, int barrier) {
+    uint64_t wait = 0;
+    int rc = sl_queue__push(&x->st->out, x->st->seq_out++, item, barrier, &wait);
+    atomic_fetch_add_explicit(&x->st->wait_out_ns, wait, memory_order_relaxed);
+    return rc;
+}
+
+static void batch_free(sl_batch *b) {
+    if (!b)
+        return;
+    for (int c = 0; c < b->ncols; c++) {
+        if (b->ragged[c] && b->items[c]) {
+            for (int64_t i = 0; i < b->size; i++)
+                sl_buffer_release(b->items[c][i].buf);
+            sl__free(b->items[c]);
+        }
+        sl_buffer_release(b->col[c].buf);
+    }
+    sl__free(b);
+}
+
+static sl_batch *batch_new(seq_ctx *x, int kind) {
+    sl_batch *b = sl__calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    b->kind = kind;
+    b->epoch = x->epoch;
+    const sl_colset *oc = &x->p->plan.out_cols;
+    b->ncols = oc->ncols;
+    for (int c = 0; c < oc->ncols; c++)
+        memcpy(b->names[c], oc->col[c].name, SL_COLNAME_MAX);
+    return b;
+}
+
+/* A tensor that owns its bytes (for a batch): moved if it has a buffer,
+ * else copied into a pooled buffer. */
+static int own_tensor(sl_pipeline *p, sl_tensor *dst, sl_tensor *src) {
+    if (src->buf) {
+        *dst = *src;
+        memset(src, 0, sizeof *src);
+        return SL_OK;
+    }
+    SL_TRY(sl_pipeline__pools_tensor(p->pools, dst, src->dtype, src->ndim, src->shape));
+    if (src->nbytes)
+        memcpy(dst->data, src->data, src->nbytes);
+    return SL_OK;
+}
+
+/* Make column c of the batch ragged: items so far become views of the
+ * stacked buffer (each holding a reference). */
+static int make_ragged(seq_ctx *x, int c) {
+    sl_batch *b = x->b;
+    int64_t cap = x->p->plan.batch_size;
+    sl_tensor *items = sl__calloc((size_t)cap, sizeof *items);
+    if (!items)
+        return sl__oom("collating a ragged column");
+    sl_tensor *st = &b->col[c];
+    for (int64_t i = 0; i < x->filled; i++) {
+        sl_tensor *t = &items[i];
+        sl_tensor_view(t, (char *)st->data + (size_t)i * x->itemsize[c], st->dtype, st->ndim - 1,
+                       st->shape + 1);
+        t->buf = sl_buffer_retain(st->buf);
+    }
+    sl_tensor_release(st);
+    b->items[c] = items;
+    b->ragged[c] = 1;
+    return SL_OK;
+}
+
+static int emit_batch(seq_ctx *x);
+
+static int collate(seq_ctx *x, sl_sample *s, uint64_t pos) {
+    sl_pipeline *p = x->p;
+    if (!p->plan.has_batch) {
+        x->b = batch_new(x, SL_CHUNK_DATA);
+        if (!x->b)
+            return sl__oom("collating a sample");
+        x->b->single = 1;
+        x->b->size = 1;
+        for (uint32_t c = 0; c < s->ncols && (int)c < x->b->ncols; c++)
+            SL_TRY(own_tensor(p, &x->b->col[c], &s->col[c]));
+        x->b->next_pos = pos + 1;
+        x->filled = 1;
+        return emit_batch(x);
+    }
+    int64_t cap = p->plan.batch_size;
+    if (!x->b) {
+        x->b = batch_new(x, SL_CHUNK_DATA);
+        if (!x->b)
+            return sl__oom("collating a batch");
+        x->filled = 0;
+        for (int c = 0; c < x->b->ncols && c < (int)s->ncols; c++) {
+            const sl_tensor *t = &s->col[c];
+            int64_t shape[SL_MAX_DIMS];
+            if (t->ndim >= SL_MAX_DIMS) { /* no room for the batch dim: ragged */
+                x->b->ragged[c] = 1;
+                x->b->items[c] = sl__calloc((size_t)cap, sizeof(sl_tensor));
+                if (!x->b->items[c])
+                    return sl__oom("collating a batch");
+                continue;
+            }
+            shape[0] = cap;
+            for (int d = 0; d < t->ndim; d++)
+                shape[d + 1] = t->shape[d];
+            SL_TRY(sl_pipeline__pools_tensor(p->pools, &x->b->col[c], t->dtype, t->ndim + 1, shape));
+            x->itemsize[c] = t->nbytes;
+        }
+    }
+    sl_batch *b = x->b;
+    for (int c = 0; c < b->ncols && c < (int)s->ncols; c++) {
+        sl_tensor *t = &s->col[c];
+        if (!b->ragged[c]) {
+            sl_tensor *st = &b->col[c];
+            int ok = t->dtype == st->dtype && t->ndim == st->ndim - 1 && t->nbytes == x->itemsize[c];
+            for (int d = 0; ok && d < t->ndim; d++)
+                ok = t->shape[d] == st->shape[d + 1];
+            if (ok) {
+                if (t->nbytes)
+                    memcpy((char *)st->data + (size_t)x->filled * x->itemsize[c], t->data, t->nbytes);
+                continue;
+            }
+            SL_TRY(make_ragged(x, c));
+        }
+        SL_TRY(own_tensor(p, &b->items[c][x->filled], t));
+    }
+    x->filled++;
+    b->next_pos = pos + 1;
+    if (x->filled == cap)
+        return emit_batch(x);
+    return SL_OK;
+}
+
+static int emit_batch(seq_ctx *x) {
+    sl_batch *b = x->b;
+    x->b = NULL;
+    if (!b)
+        return SL_OK;
+    sl_pipeline *p = x->p;
+    b->size = x->filled;
+    if (!b->single) {
+        for (int c = 0; c < b->ncols; c++) {
+            if (b->ragged[c])
+                continue;
+            b->col[c].shape[0] = x->filled;
+            b->col[c].nbytes = (size_t)x->filled * x->itemsize[c];
+        }
+    }
+    atomic_fetch_add_explicit(&x->st->elements, (uint64_t)x->filled, memory_order_relaxed);
+    x->filled = 0;
+    /* take/skip after batch count batches */
+    int keep = 1;
+    for (int k = x->st->first; k < x->st->last; k++) {
+        const sl_pnode *nd = &p->plan.opt[k];
+        if (!nd->after_batch || !keep)
+            continue;
+        int64_t *cnt = &x->counter[x->counter_of[k - x->st->first]];
+        if (nd->kind == SL_PN_SKIP) {
+            if (*cnt < nd->n) {
+                (*cnt)++;
+                keep = 0;
+            }
+        } else if (nd->kind == SL_PN_TAKE) {
+            if (*cnt < nd->n)
+                (*cnt)++;
+            else
+                keep = 0;
+        }
+    }
+    memcpy(b->counters, x->counter, sizeof b->counters);
+    if (!keep) {
+        batch_free(b);
+        return SL_OK;
+    }
+    b->index = x->batch_index++;
+    b->epoch = x->epoch;
+    if (emit_item(x, b, 0) < 0) {
+        batch_free(b);
+        return SL_ECANCELED;
+    }
+    return SL_OK;
+}
+
+/* Final or intermediate output of a sample that passed every sequential op. */
+static int seq_out(seq_ctx *x, sl_sample *s, uint64_t pos, uint64_t key) {
+    if (x->final) {
+        int rc = collate(x, s, pos);
+        sample_release(s);
+        return rc;
+    }
+    if (!x->out) {
+        x->out = chunk_get(x->p);
+        if (!x->out) {
+            sample_release(s);
+            return sl__oom("passing samples on");
+        }
+        x->out->epoch = x->epoch;
+    }
+    sl_chunk *c = x->out;
+    uint32_t i = c->n++;
+    c->s[i].index = s->index;
+    c->s[i].ncols = s->ncols;
+    memcpy(c->s[i].col, s->col, s->ncols * sizeof(sl_tensor));
+    s->ncols = 0;
+    c->pos[i] = pos;
+    c->key[i] = key;
+    if (c->n == c->cap || c->n >= (uint32_t)x->p->chunk_size) {
+        x->out = NULL;
+        c->seq = x->st->seq_out;
+        atomic_fetch_add_explicit(&x->st->elements, c->n, memory_order_relaxed);
+        if (emit_item(x, c, 0) < 0) {
+            sl_pipeline__chunk_put(x->p, c);
+            return SL_ECANCELED;
+        }
+    }
+    return SL_OK;
+}
+
+/* Feed a sample to node k of the stage (and on). Takes ownership of s. */
+static int seq_feed(seq_ctx *x, int k, sl_sample *s, uint64_t pos, uint64_t key) {
+    sl_pipeline *p = x->p;
+    for (; k < x->st->last; k++) {
+        const sl_pnode *nd = &p->plan.opt[k];
+        int off = k - x->st->first;
+        if (nd->after_batch || nd->kind == SL_PN_BATCH || nd->kind == SL_PN_PREFETCH)
+            continue;
+        int64_t *cnt = &x->counter[x->counter_of[off]];
+        if (nd->kind == SL_PN_TAKE) {
+            if (*cnt >= nd->n) {
+                sample_release(s);
+                return SL_OK;
+            }
+            (*cnt)++;
+        } else if (nd->kind == SL_PN_SKIP) {
+            if (*cnt < nd->n) {
+                (*cnt)++;
+                sample_release(s);
+                return SL_OK;
+            }
+        } else if (nd->kind == SL_PN_SHUFFLE_BUFFER) {
+            seq_buf *sb = &x->buf[off];
+            if (!sb->mem) {
+                sb->cap = (size_t)nd->n;
+                sb->esz = sizeof(seq_entry) + (size_t)SL_MAX_COLUMNS * sizeof(sl_tensor);
+                sb->mem = sl__calloc(sb->cap, sb->esz);
+                if (!sb->mem) {
+                    sample_release(s);
+                    return sl__oom("allocating a shuffle buffer");
+                }
+            }
+            if (!sb->rng_ready || sb->epoch != x->epoch) {
+                sl_rng_init(&sb->rng, p->spec->seed, x->epoch, 0, (uint64_t)nd->pos);
+                sb->epoch = x->epoch;
+                sb->rng_ready = 1;
+            }
+            seq_entry *in = NULL;
+            if (sb->n < sb->cap) {
+                in = (seq_entry *)(sb->mem + sb->n++ * sb->esz);
+            } else {
+                size_t j = (size_t)sl_rng_below(&sb->rng, sb->cap);
+                seq_entry *e = (seq_entry *)(sb->mem + j * sb->esz);
+                sl_sample out;
+                out.index = e->index;
+                out.ncols = e->ncols;
+                memcpy(out.col, e->col, e->ncols * sizeof(sl_tensor));
+                uint64_t opos = e->pos, okey = e->key;
+                in = e;
+                in->index = s->index;
+                in->ncols = s->ncols;
+                memcpy(in->col, s->col, s->ncols * sizeof(sl_tensor));
+                in->pos = pos;
+                in->key = key;
+                s->ncols = 0;
+                return seq_feed(x, k + 1, &out, opos, okey);
+            }
+            in->index = s->index;
+            in->ncols = s->ncols;
+            memcpy(in->col, s->col, s->ncols * sizeof(sl_tensor));
+            in->pos = pos;
+            in->key = key;
+            s->ncols = 0;
+            return SL_OK;
+        }
+    }
+    return seq_out(x, s, pos, key);
+}
+
+/* End of epoch from node k on: drain buffers, flush, reset counters. */
+static int seq_end_epoch(seq_ctx *x, int k) {
+    sl_pipeline *p = x->p;
+    for (; k < x->st->last; k++) {
+        const sl_pnode *nd = &p->plan.opt[k];
+        int off = k - x->st->first;
+        if (nd->kind == SL_PN_SHUFFLE_BUFFER) {
+            seq_buf *sb = &x->buf[off];
+            while (sb->n > 0) {
+                size_t j = (size_t)sl_rng_below(&sb->rng, sb->n);
+                seq_entry *e = (seq_entry *)(sb->mem + j * sb->esz);
+                sl_sample out;
+                out.index = e->index;
+                out.ncols = e->ncols;
+                memcpy(out.col, e->col, e->ncols * sizeof(sl_tensor));
+                uint64_t opos = e->pos, okey = e->key;
+                seq_entry *last = (seq_entry *)(sb->mem + (sb->n - 1) * sb->esz);
+                if (last != e)
+                    memcpy(e, last, sb->esz);
+                sb->n--;
+                SL_TRY(seq_feed(x, k + 1, &out, opos, okey));
+            }
+            sb->rng_ready = 0;
+        }
+    }
+    return SL_OK;
+}
+
+static void seq_reset_counters(seq_ctx *x) {
+    memset(x->counter, 0, sizeof x->counter);
+    x->batch_index = 0;
+}
+
+static void seq_ctx_clear(seq_ctx *x) {
+    for (int k = x->st->first; k < x->st->last; k++) {
+        seq_buf *sb = &x->buf[k - x->st->first];
+        for (size_t i = 0; sb->mem && i < sb->n; i++) {
+            seq_entry *e = (seq_entry *)(sb->mem + i * sb->esz);
+            for (uint32_t c = 0; c < e->ncols; c++)
+                sl_buffer_release(e->col[c].buf);
+        }
+        sl__free(sb->mem);
+        sb->mem = NULL;
+        sb->n = 0;
+    }
+    if (x->out)
+        sl_pipeline__chunk_put(x->p, x->out);
+    x->out = NULL;
+    batch_free(x->b);
+    x->b = NULL;
+}
+
+/* Pass an END or ERROR marker downstream. */
+static int seq_marker(seq_ctx *x, int kind, int err_rc, const char *msg, uint64_t epoch) {
+    if (x->final) {
+        sl_batch *b = batch_new(x, kind);
+        if (!b)
+            return sl__oom("ending an epoch");
+        b->epoch = epoch;
+        b->err_rc = err_rc;
+        if (msg)
+            snprintf(b->errmsg, sizeof b->errmsg, "%s", msg);
+        if (emit_item(x, b, 1) < 0) {
+            batch_free(b);
+            return SL_ECANCELED;
+        }
+        return SL_OK;
+    }
+    if (x->out) { /* flush the partial chunk first */
+        sl_chunk *c = x->out;
+        x->out = NULL;
+        c->seq = x->st->seq_out;
+        if (emit_item(x, c, 0) < 0) {
+            sl_pipeline__chunk_put(x->p, c);
+            return SL_ECANCELED;
+        }
+    }
+    sl_chunk *c = chunk_get(x->p);
+    if (!c)
+        return sl__oom("ending an epoch");
+    c->kind = kind;
+    c->epoch = epoch;
+    c->err_rc = err_rc;
+    if (msg)
+        snprintf(c->errmsg, sizeof c->errmsg, "%s", msg);
+    c->seq = x->st->seq_out;
+    if (emit_item(x, c, 1) < 0) {
+        sl_pipeline__chunk_put(x->p, c);
+        return SL_ECANCELED;
+    }
+    return SL_OK;
+}
+
+static void *seq_main(void *arg) {
+    sl_worker *w = arg;
+    sl_pipeline *p = w->p;
+    sl_stage *st = w->st;
+    sl_queue *in = &p->stage[st - p->stage - 1].out;
+    seq_ctx *x = sl__calloc(1, sizeof *x);
+    if (!x)
+        return NULL; /* the consumer then waits; free still works */
+    x->p = p;
+    x->st = st;
+    x->final = st->kind == SL_ST_COLLATE;
+    for (int k = st->first; k < st->last && k - st->first < 64; k++) {
+        const sl_pnode *nd = &p->plan.opt[k];
+        if ((nd->kind == SL_PN_TAKE || nd->kind == SL_PN_SKIP) && x->ncounters < SL_MAX_COUNTERS)
+            x->counter_of[k - st->first] = x->ncounters++;
+    }
+    x->epoch = p->start.epoch;
+    if (x->final) {
+        memcpy(x->counter, p->start.counters, sizeof x->counter);
+        x->batch_index = p->start.batch;
+    }
+    for (;;) {
+        void *item;
+        uint64_t wait_in = 0;
+        int rc = sl_queue__pop(in, &item, &wait_in, -1);
+        atomic_fetch_add_explicit(&st->wait_in_ns, wait_in, memory_order_relaxed);
+        if (rc != SL_OK)
+            break;
+        sl_chunk *c = item;
+        uint64_t t0 = sl__now_ns();
+        if (c->epoch != x->epoch && c->kind == SL_CHUNK_DATA) {
+            x->epoch = c->epoch;
+        }
+        if (c->kind == SL_CHUNK_DATA) {
+            rc = SL_OK;
+            for (uint32_t i = 0; i < c->n && rc >= 0; i++) {
+                rc = seq_feed(x, st->first, &c->s[i], c->pos[i], c->key[i]);
+                c->s[i].ncols = 0;
+            }
+            if (rc < 0 && rc != SL_ECANCELED)
+                rc = seq_marker(x, SL_CHUNK_ERROR, rc, sl_errmsg(), x->epoch);
+        } else if (c->kind == SL_CHUNK_END) {
+            x->epoch = c->epoch;
+            rc = seq_end_epoch(x, st->first);
+            if (rc >= 0 && x->final && x->b && p->plan.drop_remainder) {
+                batch_free(x->b);
+                x->b = NULL;
+                x->filled = 0;
+            }
+            if (rc >= 0 && x->final)
+                rc = emit_batch(x);
+            if (rc >= 0)
+                rc = seq_marker(x, SL_CHUNK_END, 0, NULL, c->epoch);
+            seq_reset_counters(x);
+            x->epoch = c->epoch + 1;
+        } else {
+            rc = seq_marker(x, SL_CHUNK_ERROR, c->err_rc, c->errmsg, c->epoch);
+        }
+        atomic_fetch_add_explicit(&st->busy_ns, sl__now_ns() - t0, memory_order_relaxed);
+        sl_pipeline__chunk_put(p, c);
+        if (rc == SL_ECANCELED)
+            break;
+    }
+    seq_ctx_clear(x);
+    sl__free(x);
+    return NULL;
+}
+
+/* ---- stage layout, start and stop ---------------------------------------------------- */
+
+static void *worker_main(void *arg) {
+    sl_worker *w = arg;
+    sl_pipeline *p = w->p;
+    sl_stage *st = w->st;
+    atomic_fetch_add(&p->threads_started, 1);
+    if (st->kind == SL_ST_SOURCE)
+        return source_main(arg);
+    if (st->kind == SL_ST_MAP) {
+        for (int k = st->first; k < st->last; k++) {
+            const sl_pnode *nd = &p->plan.opt[k];
+            w->state[k - st->first] = NULL;
+            if (w->init_rc == 0 && nd->kind == SL_PN_OP && nd->def->worker_init) {
+                int rc = nd->def->worker_init(nd->params, &w->state[k - st->first]);
+                if (rc < 0) {
+                    /* every chunk this worker takes then fails with this */
+                    w->init_rc = rc;
+                    snprintf(w->init_msg, sizeof w->init_msg, "ops[%d] (%s): %s", nd->pos,
+                             nd->label, sl_errmsg());
+                }
+            }
+        }
+        map_main(arg);
+        for (int k = st->first; k < st->last; k++) {
+            const sl_pnode *nd = &p->plan.opt[k];
+            if (nd->kind == SL_PN_OP && nd->def->worker_free && w->state[k - st->first])
+                nd->def->worker_free(w->state[k - st->first]);
+        }
+        return NULL;
+    }
+    return seq_main(arg);
+}
+
+/* Cut the optimised plan into stages. */
+int sl_pipeline__layout(sl_pipeline *p) {
+    const sl_plan *pl = &p->plan;
+    int ns = 0;
+    sl_stage *st = &p->stage[ns++];
+    st->kind = SL_ST_SOURCE;
+    snprintf(st->name, sizeof st->name, "source");
+    st->autotune = p->spec->threads == 0 && p->spec->source_parallel < 0;
+    int i = 0;
+    while (i < pl->nopt) {
+        if (ns >= SL_STATS_MAX_STAGES - 1)
+            return sl__error(SL_EINVAL, "ops: too many stages (at most %d)", SL_STATS_MAX_STAGES);
+        const sl_pnode *nd = &pl->opt[i];
+        if (nd->kind == SL_PN_PREFETCH) {
+            if (!nd->after_batch && !(i > 0 && (pl->opt[i - 1].kind == SL_PN_BATCH)))
+                p->stage[ns - 1].qcap = (int)nd->n;
+            i++;
+            continue;
+        }
+        st = &p->stage[ns];
+        st->first = i;
+        if (sl_plan__is_map_like(nd)) {
+            st->kind = SL_ST_MAP;
+            int par = 0;
+            size_t n = 0;
+            n += (size_t)snprintf(st->name + n, sizeof st->name - n, "map[");
+            while (i < pl->nopt && sl_plan__is_map_like(&pl->opt[i]) && i - st->first < 64) {
+                const sl_pnode *m = &pl->opt[i];
+                if (m->parallel < 0 || par < 0)
+                    par = -1;
+                else if (m->parallel > par)
+                    par = m->parallel;
+                if (n < sizeof st->name)
+                    n += (size_t)snprintf(st->name + n, sizeof st->name - n, "%s%s",
+                                          i > st->first ? "," : "", m->label);
+                i++;
+            }
+            if (n < sizeof st->name)
+                snprintf(st->name + n, sizeof st->name - n, "]");
+            st->autotune = p->spec->threads == 0 && par <= 0;
+            st->workers = par > 0 ? par : 0;
+        } else {
+            /* sequential ops up to the next map (or to the end) */
+            int rest_has_map = 0;
+            for (int j = i; j < pl->nopt; j++)
+                if (sl_plan__is_map_like(&pl->opt[j]))
+                    rest_has_map = 1;
+            st->kind = rest_has_map ? SL_ST_SEQ : SL_ST_COLLATE;
+            while (i < pl->nopt && !sl_plan__is_map_like(&pl->opt[i]) && i - st->first < 64)
+                i++;
+            if (!rest_has_map)
+                i = pl->nopt;
+        }
+        st->last = i;
+        if (st->kind != SL_ST_MAP) {
+            size_t n = 0;
+            for (int k = st->first; k < st->last && n < sizeof st->name; k++) {
+                const sl_pnode *m = &pl->opt[k];
+                if (m->kind == SL_PN_BATCH)
+                    n += (size_t)snprintf(st->name + n, sizeof st->name - n, "%sbatch(%lld)",
+                                          n ? "," : "", (long long)m->n);
+                else if (m->kind != SL_PN_PREFETCH)
+                    n += (size_t)snprintf(st->name + n, sizeof st->name - n, "%s%s(%lld)",
+                                          n ? "," : "", m->label, (long long)m->n);
+            }
+            if (n == 0)
+                snprintf(st->name, sizeof st->name, st->kind == SL_ST_COLLATE ? "collate" : "seq");
+        }
+        ns++;
+    }
+    if (p->stage[ns - 1].kind != SL_ST_COLLATE) {
+        st = &p->stage[ns++];
+        st->kind = SL_ST_COLLATE;
+        st->first = st->last = pl->nopt;
+        snprintf(st->name, sizeof st->name, pl->has_batch ? "batch" : "collate");
+    }
+    p->nstages = ns;
+    int n_auto = 0, fixed = 0;
+    for (int s = 0; s < ns; s++) {
+        st = &p->stage[s];
+        if (st->kind == SL_ST_SEQ || st->kind == SL_ST_COLLATE) {
+            st->workers = 1;
+            st->autotune = 0;
+        } else if (p->spec->threads > 0) {
+            st->workers = p->spec->threads;
+            st->autotune = 0;
+        } else if (st->kind == SL_ST_SOURCE) {
+            st->autotune = p->spec->source_parallel < 0;
+            st->workers = p->spec->source_parallel > 0 ? p->spec->source_parallel : 1;
+        }
+        if (st->autotune) {
+            st->workers = p->ncpus;
+            n_auto++;
+        } else if (st->kind == SL_ST_SOURCE || st->kind == SL_ST_MAP) {
+            fixed += st->workers;
+        }
+        atomic_init(&st->active, st->workers);
+    }
+    /* auto stages start with an equal share of the cores the fixed ones
+     * leave; autotune.c then moves cores to where the time goes */
+    int budget = p->ncpus - fixed;
+    if (budget < n_auto)
+        budget = n_auto;
+    for (int s = 0; s < ns; s++) {
+        st = &p->stage[s];
+        if (st->autotune) {
+            int share = st->kind == SL_ST_SOURCE ? 1 : budget / (n_auto ? n_auto : 1);
+            atomic_store(&st->active, share < 1 ? 1 : share > st->workers ? st->workers : share);
+        }
+    }
+    /* queue capacities: enough in flight to keep the next stage's workers busy */
+    for (int s = 0; s < ns; s++) {
+        st = &p->stage[s];
+        int want;
+        if (st->kind == SL_ST_COLLATE)
+            want = pl->out_depth;
+        else
+            want = 2 * (s + 1 < ns ? p->stage[s + 1].workers : 1) + 2;
+        if (want < 4 && st->kind != SL_ST_COLLATE)
+            want = 4;
+        if (st->qcap < want)
+            st->qcap = want;
+        SL_TRY(sl_queue__init(&st->out, (size_t)st->qcap, !p->spec->deterministic));
+    }
+    return SL_OK;
+}
+
+static void drop_chunk(void *item, void *ctx) { sl_pipeline__chunk_put(ctx, item); }
+static void drop_batch(void *item, void *ctx) { batch_free(item); }
+
+void sl_pipeline__stop(sl_pipeline *p) {
+    if (!p->running)
+        return;
+    atomic_store(&p->cancel, 1);
+    pthread_mutex_lock(&p->src_mu);
+    pthread_cond_broadcast(&p->src_cv);
+    pthread_mutex_unlock(&p->src_mu);
+    pthread_mutex_lock(&p->tune_mu);
+    pthread_cond_broadcast(&p->tune_cv);
+    pthread_mutex_unlock(&p->tune_mu);
+    for (int s = 0; s < p->nstages; s++)
+        sl_queue__close(&p->stage[s].out);
+    for (int s = 0; s < p->nstages; s++) {
+        sl_stage *st = &p->stage[s];
+        for (int i = 0; i < st->workers; i++)
+            if (st->w && st->w[i].started)
+                pthread_join(st->w[i].thread, NULL);
+        sl__free(st->w);
+        st->w = NULL;
+    }
+    for (int s = 0; s < p->nstages; s++)
+        sl_queue__reset(&p->stage[s].out, s == p->nstages - 1 ? drop_batch : drop_chunk, p);
+    p->running = 0;
+    atomic_store(&p->cancel, 0);
+}
+
+/* Start every stage at `r` (source position and final-stage state). */
+int sl_pipeline__start(sl_pipeline *p, const sl_resume *r) {
+    p->start = *r;
+    pthread_mutex_lock(&p->src_mu);
+    p->src_epoch = r->epoch;
+    p->src_pos = r->pos;
+    p->src_seq = 0;
+    if (p->src_end_epoch < r->epoch + 1)
+        p->src_end_epoch = r->epoch + 1;
+    p->src_parked = 0;
+    pthread_mutex_unlock(&p->src_mu);
+    for (int s = 0; s < p->nstages; s++)
+        p->stage[s].seq_out = 0;
+    if (!p->t_start)
+        p->t_start = sl__now_ns();
+    p->running = 1;
+    for (int s = 0; s < p->nstages; s++) {
+        sl_stage *st = &p->stage[s];
+        st->w = sl__calloc((size_t)st->workers, sizeof *st->w);
+        if (!st->w) {
+            sl_pipeline__stop(p);
+            return sl__oom("starting pipeline threads");
+        }
+        for (int i = 0; i < st->workers; i++) {
+            sl_worker *w = &st->w[i];
+            w->p = p;
+            w->st = st;
+            w->id = i;
+            if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+                sl_pipeline__stop(p);
+                return sl__error(SL_ENOMEM, "cannot start a pipeline thread");
+            }
+            w->started = 1;
+        }
+    }
+    return SL_OK;
+}
+
+void sl_pipeline__free_chunks(sl_pipeline *p) {
+    sl_chunk *c = p->free_chunks;
+    while (c) {
+        sl_chunk *n = c->next_free;
+        chunk_destroy(c);
+        c = n;
+    }
+    p->free_chunks = NULL;
+}
+
+void sl_pipeline__batch_free(sl_batch *b) { batch_free(b); }

@@ -1,0 +1,212 @@
+/*
+ * op.h — the interface between the pipeline engine and the per-sample ops it
+ * runs (decode, crops, normalize, filters, ...). Never installed.
+ *
+ * An op is described by one constant `sl_op_def` (a table of function
+ * pointers) and registered by one line in op_table.c. The engine drives each
+ * op through four phases:
+ *
+ *   1. parse   (plan time, once)      JSON params -> the op's params struct.
+ *   2. bind    (plan time, once)      column names -> indices; the op updates
+ *                                     the column set it receives to describe
+ *                                     its output (dtype/shape when known).
+ *   3. fuse    (optimiser, optional)  the op is asked whether it can merge
+ *                                     with the op right after it.
+ *   4. apply   (run time, per sample, on worker threads, concurrently)
+ *                                     transform one sample in place, using
+ *                                     per-worker state and the sample's RNG.
+ *
+ * Rules an op must follow (the engine relies on them):
+ *  - `params` are read-only after bind/fuse: apply() runs on many threads at
+ *    once with the same params. Mutable per-thread things (a TurboJPEG handle,
+ *    scratch rows) go in the per-worker state made by worker_init().
+ *  - Every random choice is drawn from sl_op_rng(ctx) (or sl_op_rng_part for a
+ *    fused op), never from rand()/time: the engine keys it by (seed, epoch,
+ *    sample, op position), which makes batches identical on 1 or 32 threads.
+ *  - Output tensors are taken with sl_op_alloc() (pooled: no malloc in steady
+ *    state) and installed with sl_op_set_column(), which releases the old one.
+ *    An input tensor may be a borrowed view (buf == NULL) of record bytes that
+ *    stay valid for the whole apply call; never keep a pointer to it after.
+ *  - On failure apply() returns a negative status with a message giving the
+ *    cause only ("corrupt JPEG data: premature end of data segment"); the
+ *    engine prefixes file, record and op ("a.slr: record 17: ops[1] (decode):
+ *    ...") and applies the pipeline's error policy. The sample is released by
+ *    the engine either way.
+ *  - apply() returning SL_OP_DROP (> 0) drops the sample silently (filters).
+ *
+ * Parameter errors name the spec field: the engine passes `field` = "ops[2]"
+ * and helpers below produce "ops[2].size: must be a positive integer".
+ *
+ * Map + batch: the batch stage copies each finished sample into a pooled
+ * batch buffer (one memcpy per column per sample, into the slot the sample's
+ * order gives it). The last map therefore does not write into the batch
+ * directly; the copy is small next to decode/resize work and keeps ragged
+ * columns, filters and the skip policy simple. See docs/PIPELINE.md.
+ */
+#ifndef SL_PIPELINE_OP_H
+#define SL_PIPELINE_OP_H
+
+#include "core/core.h"
+
+#include <cjson/cJSON.h>
+#include <string.h>
+
+/* apply() return value: drop this sample (not an error). */
+#define SL_OP_DROP 2
+
+/* Longest column name, including the terminating zero. */
+#define SL_COLNAME_MAX 64
+
+/* What the plan knows about one column at some point of the chain. */
+typedef struct sl_colinfo {
+    char name[SL_COLNAME_MAX];
+    sl_dtype dtype;             /* SL_DTYPE_INVALID when not known until run time */
+    int ndim;                   /* -1 when not known */
+    int64_t shape[SL_MAX_DIMS]; /* -1 for a dim that varies per sample */
+    int encoded;                /* 1: 1-D SL_U8 bytes holding an encoded payload
+                                   (JPEG/PNG...), to be decoded */
+    int index_column;           /* 1: an INT64/FLOAT64 column of an .slr index
+                                   (filters on it are pushed into the source) */
+} sl_colinfo;
+
+/* The columns of a sample at some point of the chain, in sample order. */
+typedef struct sl_colset {
+    int ncols;
+    sl_colinfo col[SL_MAX_COLUMNS];
+} sl_colset;
+
+/* Index of column `name` in `cols`; on failure returns SL_EINVAL with
+ * "<field>: no column 'x' (columns: image, label)". `field` is the spec field
+ * that named it, e.g. "ops[2].column". */
+int sl_op_find_column(const sl_colset *cols, const char *name, const char *field);
+
+/* Append a column (for ops that add one); SL_EINVAL if the name exists or
+ * there are SL_MAX_COLUMNS already. Returns the new index (>= 0) or an error. */
+int sl_op_add_column(sl_colset *cols, const char *name, const char *field);
+
+/* ---- parameter helpers -------------------------------------------------------
+ * Each reads obj[key]. `field` is the op's spec path ("ops[2]"); messages read
+ * "<field>.<key>: <problem>". `required`: a missing key is an error; else the
+ * default is stored. All return SL_OK or SL_EINVAL. */
+
+/* Reject keys not in `allowed` (a NULL-terminated list; "op" and "parallel"
+ * are always allowed): "<field>.sizee: unknown parameter". */
+int sl_op_param_check_keys(const cJSON *obj, const char *field, const char *const *allowed);
+/* An integer in [min, max]. */
+int sl_op_param_int(const cJSON *obj, const char *key, const char *field, int required,
+                    int64_t def, int64_t min, int64_t max, int64_t *out);
+/* A number in [min, max]. */
+int sl_op_param_double(const cJSON *obj, const char *key, const char *field, int required,
+                       double def, double min, double max, double *out);
+/* true/false. */
+int sl_op_param_bool(const cJSON *obj, const char *key, const char *field, int required,
+                     int def, int *out);
+/* A string copied into out[cap] (cap includes the zero); `def` may be NULL
+ * only when required. */
+int sl_op_param_string(const cJSON *obj, const char *key, const char *field, int required,
+                       const char *def, char *out, size_t cap);
+/* One of `choices` (NULL-terminated); *out is the index of the match. */
+int sl_op_param_enum(const cJSON *obj, const char *key, const char *field, int required,
+                     int def, const char *const *choices, int *out);
+/* A number or an array of numbers, between min_n and max_n of them
+ * (a bare number counts as an array of one). *n_out gets the count. */
+int sl_op_param_doubles(const cJSON *obj, const char *key, const char *field, int required,
+                        int min_n, int max_n, double *out, int *n_out);
+
+/* ---- run-time context ----------------------------------------------------------
+ * Filled by the engine for each (sample, op). Ops read it through the
+ * functions below; the fields are visible only so those can be inline. */
+#define SL_OP_MAX_PARTS 4
+struct sl_pipeline__pools;
+typedef struct sl_op_ctx {
+    uint64_t seed;                    /* pipeline seed */
+    uint64_t epoch;                   /* current epoch */
+    uint64_t key;                     /* the sample's RNG index: record index +
+                                         repetition * dataset size */
+    uint64_t index;                   /* record index the sample came from */
+    uint32_t nparts;                  /* 1, or the number of ops fused into this one */
+    uint32_t pos[SL_OP_MAX_PARTS];    /* op positions in the spec ("ops[pos]") */
+    unsigned rng_ready;               /* bit i: rng[i] is keyed */
+    sl_rng rng[SL_OP_MAX_PARTS];
+    struct sl_pipeline__pools *pools; /* where sl_op_alloc takes buffers */
+} sl_op_ctx;
+
+/* This sample's generator for this op, keyed by (seed, epoch, sample key,
+ * op position) on first use. For a fused op, the generator of its first part. */
+sl_rng *sl_op_rng(sl_op_ctx *ctx);
+/* The generator of part `part` (0-based) of a fused op: a fused
+ * decode+random_resized_crop draws its box from part 1, so that the box equals
+ * the one the unfused random_resized_crop (at that position) would draw. */
+sl_rng *sl_op_rng_part(sl_op_ctx *ctx, unsigned part);
+
+/* A tensor with a pooled buffer (no malloc in steady state): C-contiguous,
+ * dtype/shape as given, 64-byte aligned, contents uninitialised.
+ * @return SL_OK, SL_EINVAL (bad shape), SL_ENOMEM. */
+int sl_op_alloc(sl_op_ctx *ctx, sl_tensor *out, sl_dtype dtype, int ndim, const int64_t *shape);
+
+/* Replace column `col` of `s` with `t` (ownership of t's reference moves into
+ * the sample; the old column's reference is dropped). */
+static inline void sl_op_set_column(sl_sample *s, int col, sl_tensor *t) {
+    sl_tensor_release(&s->col[col]);
+    s->col[col] = *t;
+    if ((uint32_t)col >= s->ncols)
+        s->ncols = (uint32_t)col + 1;
+    memset(t, 0, sizeof *t);
+}
+
+/* ---- the op definition ----------------------------------------------------------- */
+
+/* Flags. */
+#define SL_OPF_RANDOM 0x1u   /* draws from the RNG (explain marks it) */
+#define SL_OPF_FILTER 0x2u   /* may return SL_OP_DROP */
+
+typedef struct sl_op_def sl_op_def;
+struct sl_op_def {
+    const char *name;      /* the JSON "op" value, e.g. "decode" */
+    const char *summary;   /* one line for explain and docs */
+    unsigned flags;        /* SL_OPF_* */
+    size_t params_size;    /* bytes of the params struct; the engine allocates it
+                              zeroed and passes it to parse() */
+
+    /* Read params from `json` (the whole op object). Required. */
+    int (*parse)(void *params, const cJSON *json, const char *field);
+
+    /* Resolve column names to indices and describe the output: update `cols`
+     * in place (change dtype/shape/encoded of the columns it writes, add
+     * columns). `field` is "ops[i]". Required. */
+    int (*bind)(void *params, sl_colset *cols, const char *field);
+
+    /* Release anything parse()/bind() allocated inside params (not params
+     * itself). Optional. */
+    void (*params_free)(void *params);
+
+    /* Per-worker state, made once per worker thread when the stage starts and
+     * freed when it stops (threads live across epochs). Optional. */
+    int (*worker_init)(const void *params, void **state_out);
+    void (*worker_free)(void *state);
+
+    /* Transform one sample in place. Required. See the rules at the top. */
+    int (*apply)(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s);
+
+    /* Optional: can this op fuse with `next` (the op right after it, already
+     * bound)? Return 0 for no; 1 for yes, with *fused_def set to the fused
+     * op's definition and *fused_params to its params (allocated with
+     * sl__calloc; the engine frees them with fused_def->params_free then
+     * sl__free). The fused params must be ready to apply (bind is not called
+     * again) and must not point into this op's or next's params, which the
+     * engine frees. Negative: an error. The fused op gets ctx->nparts = 2 with
+     * both positions, so it can key its draws like the unfused ops did. */
+    int (*fuse)(const void *params, const sl_op_def *next, const void *next_params,
+                const sl_op_def **fused_def, void **fused_params);
+
+    /* Optional: the params in a few words for explain ("size=224x224
+     * scale=[0.08,1]"). */
+    void (*describe)(const void *params, char *buf, size_t cap);
+};
+
+/* The registry (op_table.c): the op called `name`, or NULL. */
+const sl_op_def *sl_op_lookup(const char *name);
+/* The i-th registered op (for docs and `explain`), NULL past the end. */
+const sl_op_def *sl_op_at(int i);
+
+#endif /* SL_PIPELINE_OP_H */

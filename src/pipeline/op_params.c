@@ -1,0 +1,202 @@
+/*
+ * op_params.c — the helpers op.h promises: parameter parsing with messages
+ * that name the spec field, column lookup, the per-sample RNG and pooled
+ * output tensors.
+ */
+#include "pipeline/pipeline.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+int sl_op_find_column(const sl_colset *cols, const char *name, const char *field) {
+    for (int i = 0; i < cols->ncols; i++)
+        if (strcmp(cols->col[i].name, name) == 0)
+            return i;
+    char list[256];
+    size_t n = 0;
+    list[0] = '\0';
+    for (int i = 0; i < cols->ncols && n < sizeof list; i++)
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", cols->col[i].name);
+    return sl__error(SL_EINVAL, "%s: no column '%s' (columns: %s)", field, name,
+                     cols->ncols ? list : "none");
+}
+
+int sl_op_add_column(sl_colset *cols, const char *name, const char *field) {
+    if (strlen(name) == 0 || strlen(name) >= SL_COLNAME_MAX)
+        return sl__error(SL_EINVAL, "%s: column name must be 1-%d bytes", field, SL_COLNAME_MAX - 1);
+    for (int i = 0; i < cols->ncols; i++)
+        if (strcmp(cols->col[i].name, name) == 0)
+            return sl__error(SL_EINVAL, "%s: column '%s' exists already", field, name);
+    if (cols->ncols >= SL_MAX_COLUMNS)
+        return sl__error(SL_EINVAL, "%s: too many columns (at most %d)", field, SL_MAX_COLUMNS);
+    sl_colinfo *c = &cols->col[cols->ncols];
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->dtype = SL_DTYPE_INVALID;
+    c->ndim = -1;
+    return cols->ncols++;
+}
+
+int sl_op_param_check_keys(const cJSON *obj, const char *field, const char *const *allowed) {
+    if (!cJSON_IsObject(obj))
+        return sl__error(SL_EINVAL, "%s: must be an object", field);
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        const char *k = it->string ? it->string : "";
+        int ok = !strcmp(k, "op") || !strcmp(k, "parallel");
+        for (int i = 0; !ok && allowed && allowed[i]; i++)
+            ok = !strcmp(k, allowed[i]);
+        if (!ok)
+            return sl__error(SL_EINVAL, "%s.%s: unknown parameter", field, k);
+    }
+    return SL_OK;
+}
+
+static const cJSON *get(const cJSON *obj, const char *key) {
+    return cJSON_GetObjectItemCaseSensitive(obj, key);
+}
+
+int sl_op_param_int(const cJSON *obj, const char *key, const char *field, int required,
+                    int64_t def, int64_t min, int64_t max, int64_t *out) {
+    const cJSON *v = get(obj, key);
+    if (!v) {
+        if (required)
+            return sl__error(SL_EINVAL, "%s.%s: missing", field, key);
+        *out = def;
+        return SL_OK;
+    }
+    double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (!cJSON_IsNumber(v) || d != floor(d) || d < -9.2e18 || d > 9.2e18)
+        return sl__error(SL_EINVAL, "%s.%s: must be an integer", field, key);
+    int64_t x = (int64_t)d;
+    if (x < min || x > max) {
+        if (min == 1 && max == INT64_MAX)
+            return sl__error(SL_EINVAL, "%s.%s: must be a positive integer (got %lld)", field,
+                             key, (long long)x);
+        return sl__error(SL_EINVAL, "%s.%s: must be between %lld and %lld (got %lld)", field,
+                         key, (long long)min, (long long)max, (long long)x);
+    }
+    *out = x;
+    return SL_OK;
+}
+
+int sl_op_param_double(const cJSON *obj, const char *key, const char *field, int required,
+                       double def, double min, double max, double *out) {
+    const cJSON *v = get(obj, key);
+    if (!v) {
+        if (required)
+            return sl__error(SL_EINVAL, "%s.%s: missing", field, key);
+        *out = def;
+        return SL_OK;
+    }
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return sl__error(SL_EINVAL, "%s.%s: must be a number", field, key);
+    if (v->valuedouble < min || v->valuedouble > max)
+        return sl__error(SL_EINVAL, "%s.%s: must be between %g and %g (got %g)", field, key, min,
+                         max, v->valuedouble);
+    *out = v->valuedouble;
+    return SL_OK;
+}
+
+int sl_op_param_bool(const cJSON *obj, const char *key, const char *field, int required, int def,
+                     int *out) {
+    const cJSON *v = get(obj, key);
+    if (!v) {
+        if (required)
+            return sl__error(SL_EINVAL, "%s.%s: missing", field, key);
+        *out = def;
+        return SL_OK;
+    }
+    if (!cJSON_IsBool(v))
+        return sl__error(SL_EINVAL, "%s.%s: must be true or false", field, key);
+    *out = cJSON_IsTrue(v) ? 1 : 0;
+    return SL_OK;
+}
+
+int sl_op_param_string(const cJSON *obj, const char *key, const char *field, int required,
+                       const char *def, char *out, size_t cap) {
+    const cJSON *v = get(obj, key);
+    const char *s = def;
+    if (!v) {
+        if (required || !def)
+            return sl__error(SL_EINVAL, "%s.%s: missing", field, key);
+    } else if (!cJSON_IsString(v)) {
+        return sl__error(SL_EINVAL, "%s.%s: must be a string", field, key);
+    } else {
+        s = v->valuestring;
+    }
+    if (strlen(s) >= cap)
+        return sl__error(SL_EINVAL, "%s.%s: too long (at most %zu bytes)", field, key, cap - 1);
+    memcpy(out, s, strlen(s) + 1);
+    return SL_OK;
+}
+
+int sl_op_param_enum(const cJSON *obj, const char *key, const char *field, int required, int def,
+                     const char *const *choices, int *out) {
+    const cJSON *v = get(obj, key);
+    if (!v) {
+        if (required)
+            return sl__error(SL_EINVAL, "%s.%s: missing", field, key);
+        *out = def;
+        return SL_OK;
+    }
+    char list[256];
+    size_t n = 0;
+    list[0] = '\0';
+    for (int i = 0; choices[i]; i++) {
+        if (cJSON_IsString(v) && !strcmp(v->valuestring, choices[i])) {
+            *out = i;
+            return SL_OK;
+        }
+        if (n < sizeof list)
+            n += (size_t)snprintf(list + n, sizeof list - n, "%s\"%s\"", i ? ", " : "", choices[i]);
+    }
+    return sl__error(SL_EINVAL, "%s.%s: must be one of %s", field, key, list);
+}
+
+int sl_op_param_doubles(const cJSON *obj, const char *key, const char *field, int required,
+                        int min_n, int max_n, double *out, int *n_out) {
+    const cJSON *v = get(obj, key);
+    if (!v) {
+        if (required)
+            return sl__error(SL_EINVAL, "%s.%s: missing", field, key);
+        *n_out = 0;
+        return SL_OK;
+    }
+    if (cJSON_IsNumber(v)) {
+        if (min_n > 1 || max_n < 1)
+            return sl__error(SL_EINVAL, "%s.%s: must be an array of %d to %d numbers", field, key,
+                             min_n, max_n);
+        out[0] = v->valuedouble;
+        *n_out = 1;
+        return SL_OK;
+    }
+    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+    if (n < min_n || n > max_n)
+        return sl__error(SL_EINVAL, "%s.%s: must be an array of %d to %d numbers", field, key,
+                         min_n, max_n);
+    int i = 0;
+    for (const cJSON *it = v->child; it; it = it->next, i++) {
+        if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble))
+            return sl__error(SL_EINVAL, "%s.%s[%d]: must be a number", field, key, i);
+        out[i] = it->valuedouble;
+    }
+    *n_out = n;
+    return SL_OK;
+}
+
+sl_rng *sl_op_rng_part(sl_op_ctx *ctx, unsigned part) {
+    if (part >= ctx->nparts)
+        part = ctx->nparts ? ctx->nparts - 1 : 0;
+    if (!(ctx->rng_ready & (1u << part))) {
+        sl_rng_init(&ctx->rng[part], ctx->seed, ctx->epoch, ctx->key, ctx->pos[part]);
+        ctx->rng_ready |= 1u << part;
+    }
+    return &ctx->rng[part];
+}
+
+sl_rng *sl_op_rng(sl_op_ctx *ctx) { return sl_op_rng_part(ctx, 0); }
+
+int sl_op_alloc(sl_op_ctx *ctx, sl_tensor *out, sl_dtype dtype, int ndim, const int64_t *shape) {
+    return sl_pipeline__pools_tensor(ctx->pools, out, dtype, ndim, shape);
+}

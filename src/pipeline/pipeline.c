@@ -1,0 +1,515 @@
+/*
+ * pipeline.c — the public pipeline API: create (open the source, plan,
+ * optimise, lay out stages), iterate, epochs, save/restore, batch access,
+ * free. The threads themselves live in exec.c.
+ *
+ * Consumer state machine (one consumer thread):
+ *
+ *   CREATED --next()--> RUNNING (sl_pipeline__start)
+ *   RUNNING --next() gets END--> AT_END(epoch e done)
+ *   AT_END --next(), e+1 < src_end_epoch--> RUNNING (batches of e+1 were
+ *            already being prepared: no restart)
+ *   AT_END --next(), no more epochs--> AT_END (SL_END again)
+ *   any --set_epoch(e) at the start of e--> same state, src_end_epoch >= e+1
+ *   any --set_epoch elsewhere / restore_state--> stop + restart at the
+ *            position (sl_pipeline__stop, then start on the next call)
+ *   RUNNING --next() gets ERROR--> FAILED (every call returns the error)
+ */
+#include "pipeline/pipeline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+/* ---- creation --------------------------------------------------------------------- */
+
+static void schema_colset(const sl_schema *sc, sl_colset *out) {
+    memset(out, 0, sizeof *out);
+    int n = sl_schema_ncols(sc);
+    if (n > SL_MAX_COLUMNS)
+        n = SL_MAX_COLUMNS;
+    out->ncols = n;
+    for (int i = 0; i < n; i++) {
+        sl_colinfo *c = &out->col[i];
+        snprintf(c->name, sizeof c->name, "%s", sl_schema_name(sc, i));
+        switch (sl_schema_type(sc, i)) {
+        case SL_COL_INT64:
+            c->dtype = SL_I64;
+            c->ndim = 0;
+            c->index_column = 1;
+            break;
+        case SL_COL_FLOAT64:
+            c->dtype = SL_F64;
+            c->ndim = 0;
+            c->index_column = 1;
+            break;
+        case SL_COL_STRING:
+        case SL_COL_BYTES:
+            c->dtype = SL_U8;
+            c->ndim = 1;
+            c->shape[0] = -1;
+            c->encoded = sl_schema_type(sc, i) == SL_COL_BYTES;
+            break;
+        default:
+            c->dtype = sl_schema_dtype(sc, i);
+            c->ndim = sl_schema_shape(sc, i, c->shape);
+            break;
+        }
+    }
+}
+
+static int env_int(const char *name, int64_t *out) {
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return 0;
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    if (*end || x < 0)
+        return -1;
+    *out = x;
+    return 1;
+}
+
+static int setup_shard(sl_pipeline *p) {
+    const sl_spec *s = p->spec;
+    p->shard_index = 0;
+    p->shard_count = 1;
+    p->shard_equal = s->shard_equal;
+    if (s->shard_mode == SL_SHARD_SET) {
+        p->shard_index = s->shard_index;
+        p->shard_count = s->shard_count;
+        return SL_OK;
+    }
+    int64_t rank = 0, world = 0;
+    int a = env_int("RANK", &rank), b = env_int("WORLD_SIZE", &world);
+    if (a < 0 || b < 0)
+        return sl__error(SL_EINVAL, "source.shard: RANK and WORLD_SIZE must be non-negative integers");
+    if (a == 0 || b == 0) {
+        if (s->shard_mode == SL_SHARD_ENV)
+            return sl__error(SL_EINVAL, "source.shard: \"env\" needs RANK and WORLD_SIZE set");
+        return SL_OK;
+    }
+    if (world < 1 || rank >= world)
+        return sl__error(SL_EINVAL, "source.shard: RANK=%lld must be below WORLD_SIZE=%lld",
+                         (long long)rank, (long long)world);
+    p->shard_index = rank;
+    p->shard_count = world;
+    return SL_OK;
+}
+
+static int open_source(sl_pipeline *p, sl_colset *cols) {
+    const sl_spec *s = p->spec;
+    if (s->mem) {
+        p->mem = sl_pipeline__memsrc_retain(s->mem);
+        p->nrecords = sl_pipeline__memsrc_count(p->mem);
+        sl_pipeline__memsrc_colset(p->mem, cols);
+        snprintf(p->src_name, sizeof p->src_name, "memory");
+        return SL_OK;
+    }
+    if (!s->path)
+        return sl__error(SL_EINVAL, "source.path: missing (no source set)");
+    int rc = sl_reader_open(&p->reader, s->path, 0);
+    if (rc < 0)
+        return sl__error_prefix(rc, "source.path");
+    p->nrecords = sl_reader_count(p->reader);
+    schema_colset(sl_reader_schema(p->reader), cols);
+    const char *slash = strrchr(s->path, '/');
+    snprintf(p->src_name, sizeof p->src_name, "%s",
+             slash && slash[1] ? slash + 1 : s->path);
+    return SL_OK;
+}
+
+/* Evaluate pushed-down filters on the index: the records an epoch visits. */
+static int apply_pushed(sl_pipeline *p) {
+    if (p->plan.npushed == 0) {
+        p->nbase = p->nrecords;
+        return SL_OK;
+    }
+    const void *vals[8];
+    for (int f = 0; f < p->plan.npushed; f++)
+        SL_TRY(sl_reader_index_column(p->reader, p->plan.pushed[f]->col, &vals[f]));
+    p->base = sl__malloc((size_t)(p->nrecords ? p->nrecords : 1) * sizeof *p->base);
+    if (!p->base)
+        return sl__oom("applying a filter to the index");
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < p->nrecords; i++) {
+        int keep = 1;
+        for (int f = 0; f < p->plan.npushed && keep; f++) {
+            const sl_filter_params *fp = p->plan.pushed[f];
+            double v = p->plan.src_cols.col[fp->col].dtype == SL_I64
+                           ? (double)((const int64_t *)vals[f])[i]
+                           : ((const double *)vals[f])[i];
+            keep = sl_pipeline__filter_match(fp, v);
+        }
+        if (keep)
+            p->base[n++] = i;
+    }
+    p->nbase = n;
+    return SL_OK;
+}
+
+static uint64_t hash_spec(const sl_spec *s) {
+    cJSON *doc = sl_spec__to_cjson(s);
+    if (!doc)
+        return 0;
+    cJSON_DeleteItemFromObjectCaseSensitive(doc, "epochs"); /* may differ when resuming */
+    char *text = cJSON_PrintUnformatted(doc);
+    cJSON_Delete(doc);
+    if (!text)
+        return 0;
+    uint64_t h = XXH3_64bits(text, strlen(text));
+    cJSON_free(text);
+    return h;
+}
+
+int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
+    int rc;
+    *out = NULL;
+    if (!spec)
+        return sl__error(SL_EINVAL, "spec is NULL");
+    sl_pipeline *p = sl__calloc(1, sizeof *p);
+    if (!p)
+        return sl__oom("creating a pipeline");
+    pthread_mutex_init(&p->src_mu, NULL);
+    pthread_cond_init(&p->src_cv, NULL);
+    pthread_mutex_init(&p->tune_mu, NULL);
+    pthread_cond_init(&p->tune_cv, NULL);
+    pthread_mutex_init(&p->chunk_mu, NULL);
+    pthread_mutex_init(&p->err_mu, NULL);
+    atomic_init(&p->cancel, 0);
+    atomic_init(&p->threads_started, 0);
+    p->ncpus = sl__ncpus();
+    SL_CHECK(sl_spec__copy(&p->spec, spec));
+    sl_colset cols;
+    SL_CHECK(open_source(p, &cols));
+    SL_CHECK(sl_plan__build(&p->plan, p->spec, &cols));
+    SL_CHECK(sl_plan__optimize(&p->plan, p->reader != NULL));
+    SL_CHECK(apply_pushed(p));
+    SL_CHECK(setup_shard(p));
+    uint64_t m = p->nbase, w = (uint64_t)p->shard_count, k = (uint64_t)p->shard_index;
+    if (m == 0)
+        p->per_pass = 0;
+    else if (p->shard_equal == SL_SHARD_PAD)
+        p->per_pass = (m + w - 1) / w;
+    else if (p->shard_equal == SL_SHARD_DROP)
+        p->per_pass = m / w;
+    else
+        p->per_pass = k < m ? (m - k + w - 1) / w : 0;
+    p->per_epoch = p->per_pass * (uint64_t)p->plan.repeat;
+    if (p->spec->shuffle && m > 0) {
+        p->perm = sl__malloc((size_t)m * sizeof *p->perm);
+        if (!p->perm)
+            SL_FAIL(SL_ENOMEM, "out of memory while allocating the shuffle order (%llu records)",
+                    (unsigned long long)m);
+    }
+    SL_CHECK(sl_pipeline__pools_create(&p->pools));
+    p->chunk_size = p->spec->chunk > 0 ? p->spec->chunk : 16;
+    SL_CHECK(sl_pipeline__layout(p));
+    p->spec_hash = hash_spec(p->spec);
+    p->src_end_epoch = (uint64_t)p->spec->epochs;
+    *out = p;
+    return SL_OK;
+cleanup:
+    sl_pipeline_free(p);
+    return rc;
+}
+
+void sl_pipeline_free(sl_pipeline *p) {
+    if (!p)
+        return;
+    sl_pipeline__stop(p);
+    for (int s = 0; s < p->nstages; s++)
+        sl_queue__destroy(&p->stage[s].out);
+    sl_pipeline__free_chunks(p);
+    sl_plan__free(&p->plan);
+    sl_pipeline__pools_free(p->pools);
+    sl_reader_free(p->reader);
+    sl_pipeline__memsrc_release(p->mem);
+    sl__free(p->base);
+    sl__free(p->perm);
+    sl_spec_free(p->spec);
+    pthread_mutex_destroy(&p->src_mu);
+    pthread_cond_destroy(&p->src_cv);
+    pthread_mutex_destroy(&p->tune_mu);
+    pthread_cond_destroy(&p->tune_cv);
+    pthread_mutex_destroy(&p->chunk_mu);
+    pthread_mutex_destroy(&p->err_mu);
+    sl__free(p);
+}
+
+/* ---- iteration ----------------------------------------------------------------------- */
+
+static int fail(sl_pipeline *p, int rc, const char *msg) {
+    pthread_mutex_lock(&p->err_mu);
+    if (!p->failed) {
+        p->failed = 1;
+        p->fail_rc = rc;
+        snprintf(p->fail_msg, sizeof p->fail_msg, "%s", msg);
+    }
+    rc = p->fail_rc;
+    sl__seterrmsg(p->fail_msg);
+    pthread_mutex_unlock(&p->err_mu);
+    return rc;
+}
+
+int sl_pipeline_next_timeout(sl_pipeline *p, sl_batch **out, int timeout_ms) {
+    *out = NULL;
+    pthread_mutex_lock(&p->err_mu);
+    int failed = p->failed;
+    pthread_mutex_unlock(&p->err_mu);
+    if (failed)
+        return fail(p, 0, "");
+    if (p->cons_at_end) {
+        pthread_mutex_lock(&p->src_mu);
+        uint64_t end = p->src_end_epoch;
+        pthread_mutex_unlock(&p->src_mu);
+        if (p->cons_epoch >= end)
+            return SL_END;
+        p->cons_at_end = 0;
+    }
+    if (!p->running)
+        SL_TRY(sl_pipeline__start(p, &p->start));
+    sl_pipeline__autotune(p);
+    sl_queue *q = &p->stage[p->nstages - 1].out;
+    for (;;) {
+        void *item;
+        uint64_t wait = 0;
+        int rc = sl_queue__pop(q, &item, &wait, timeout_ms);
+        p->consumer_wait_ns += wait;
+        if (rc == SL_END)
+            return SL_OK; /* timed out */
+        if (rc < 0)
+            return sl__error(SL_ECANCELED, "pipeline: stopped");
+        sl_batch *b = item;
+        if (b->kind == SL_CHUNK_END) {
+            p->cons_epoch = b->epoch + 1;
+            p->cons_at_end = 1;
+            memset(&p->last, 0, sizeof p->last);
+            p->last.epoch = p->cons_epoch;
+            p->replay_skip = 0;
+            sl_pipeline__batch_free(b);
+            return SL_END;
+        }
+        if (b->kind == SL_CHUNK_ERROR) {
+            rc = fail(p, b->err_rc, b->errmsg);
+            sl_pipeline__batch_free(b);
+            return rc;
+        }
+        if (p->replay_skip > 0) {
+            p->replay_skip--;
+            sl_pipeline__batch_free(b);
+            continue;
+        }
+        p->cons_epoch = b->epoch;
+        p->last.epoch = b->epoch;
+        p->last.pos = b->next_pos;
+        p->last.batch = b->index + 1;
+        memcpy(p->last.counters, b->counters, sizeof p->last.counters);
+        p->batches_out++;
+        p->samples_out += (uint64_t)b->size;
+        *out = b;
+        return SL_OK;
+    }
+}
+
+int sl_pipeline_next(sl_pipeline *p, sl_batch **out) {
+    for (;;) {
+        int rc = sl_pipeline_next_timeout(p, out, -1);
+        if (rc != SL_OK || *out)
+            return rc;
+    }
+}
+
+static void restart_at(sl_pipeline *p, uint64_t epoch, const sl_resume *r, uint64_t skip) {
+    sl_pipeline__stop(p);
+    p->start = *r;
+    p->cons_epoch = epoch;
+    p->cons_at_end = 0;
+    p->replay_skip = skip;
+    pthread_mutex_lock(&p->src_mu);
+    if (p->src_end_epoch < epoch + 1)
+        p->src_end_epoch = epoch + 1;
+    p->perm_valid = 0;
+    pthread_mutex_unlock(&p->src_mu);
+}
+
+int sl_pipeline_set_epoch(sl_pipeline *p, uint64_t epoch) {
+    int fresh = p->cons_epoch == epoch && p->last.batch == 0 && p->last.pos == 0 &&
+                p->replay_skip == 0 && (p->running || (p->start.epoch == epoch && p->start.pos == 0));
+    if (fresh) {
+        pthread_mutex_lock(&p->src_mu);
+        if (p->src_end_epoch < epoch + 1)
+            p->src_end_epoch = epoch + 1;
+        if (p->src_parked && p->src_epoch < p->src_end_epoch) {
+            p->src_parked = 0;
+            pthread_cond_broadcast(&p->src_cv);
+        }
+        pthread_mutex_unlock(&p->src_mu);
+        p->last.epoch = epoch;
+        return SL_OK;
+    }
+    sl_resume r;
+    memset(&r, 0, sizeof r);
+    r.epoch = epoch;
+    restart_at(p, epoch, &r, 0);
+    p->last = r;
+    return SL_OK;
+}
+
+uint64_t sl_pipeline_epoch(const sl_pipeline *p) { return p->cons_epoch; }
+int64_t sl_pipeline_epochs(const sl_pipeline *p) { return p->spec->epochs; }
+
+int64_t sl_pipeline_len(const sl_pipeline *p) {
+    if (p->spec->on_error == SL_ON_ERROR_SKIP)
+        return -1;
+    int64_t n = (int64_t)p->per_epoch;
+    const sl_plan *pl = &p->plan;
+    int batched = 0;
+    for (int i = 0; i < pl->nopt; i++) {
+        const sl_pnode *nd = &pl->opt[i];
+        if (nd->kind == SL_PN_FILTER || (nd->kind == SL_PN_OP && (nd->def->flags & SL_OPF_FILTER)))
+            return -1;
+        if (nd->kind == SL_PN_BATCH) {
+            n = nd->flag ? n / nd->n : (n + nd->n - 1) / nd->n;
+            batched = 1;
+        } else if (nd->kind == SL_PN_SKIP) {
+            n = n > nd->n ? n - nd->n : 0;
+        } else if (nd->kind == SL_PN_TAKE) {
+            n = n < nd->n ? n : nd->n;
+        }
+    }
+    (void)batched;
+    return n;
+}
+
+int sl_pipeline_ncols(const sl_pipeline *p) { return p->plan.out_cols.ncols; }
+
+const char *sl_pipeline_column_name(const sl_pipeline *p, int col) {
+    if (col < 0 || col >= p->plan.out_cols.ncols)
+        return NULL;
+    return p->plan.out_cols.col[col].name;
+}
+
+const char *sl_pipeline_error(const sl_pipeline *p) {
+    return p->failed ? p->fail_msg : "";
+}
+
+/* ---- state ------------------------------------------------------------------------- */
+
+int sl_pipeline_save_state(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out) {
+    char text[1024];
+    size_t n = (size_t)snprintf(text, sizeof text,
+                                "{\"version\":1,\"epoch\":%llu,\"batch\":%llu,\"pos\":%llu,"
+                                "\"seed\":%llu,\"spec\":\"%016llx\",\"counters\":[",
+                                (unsigned long long)p->last.epoch,
+                                (unsigned long long)p->last.batch,
+                                (unsigned long long)p->last.pos,
+                                (unsigned long long)p->spec->seed,
+                                (unsigned long long)p->spec_hash);
+    for (int i = 0; i < SL_MAX_COUNTERS && n < sizeof text; i++)
+        n += (size_t)snprintf(text + n, sizeof text - n, "%s%lld", i ? "," : "",
+                              (long long)p->last.counters[i]);
+    if (n < sizeof text)
+        snprintf(text + n, sizeof text - n, "]}");
+    return sl_pipeline__write_out(text, buf, cap, len_out);
+}
+
+static int state_u64(const cJSON *doc, const char *key, uint64_t *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(doc, key);
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 9.0e15)
+        return sl__error(SL_EINVAL, "state.%s: missing or not a non-negative integer", key);
+    *out = (uint64_t)v->valuedouble;
+    return SL_OK;
+}
+
+int sl_pipeline_restore_state(sl_pipeline *p, const char *json) {
+    int rc = SL_OK;
+    cJSON *doc = json ? cJSON_Parse(json) : NULL;
+    if (!doc || !cJSON_IsObject(doc)) {
+        cJSON_Delete(doc);
+        return sl__error(SL_EINVAL, "state: not a JSON object");
+    }
+    uint64_t version, epoch, batch, pos, seed;
+    SL_CHECK(state_u64(doc, "version", &version));
+    if (version != 1)
+        SL_FAIL(SL_EUNSUPPORTED, "state.version: %llu is not supported (this build reads 1)",
+                (unsigned long long)version);
+    SL_CHECK(state_u64(doc, "epoch", &epoch));
+    SL_CHECK(state_u64(doc, "batch", &batch));
+    SL_CHECK(state_u64(doc, "pos", &pos));
+    SL_CHECK(state_u64(doc, "seed", &seed));
+    if (seed != p->spec->seed)
+        SL_FAIL(SL_EINVAL, "state.seed: saved with seed %llu, this pipeline has %llu",
+                (unsigned long long)seed, (unsigned long long)p->spec->seed);
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(doc, "spec");
+    char want[32];
+    snprintf(want, sizeof want, "%016llx", (unsigned long long)p->spec_hash);
+    if (!cJSON_IsString(h) || strcmp(h->valuestring, want) != 0)
+        SL_FAIL(SL_EINVAL, "state.spec: saved by a different pipeline spec");
+    if (pos > p->per_epoch)
+        SL_FAIL(SL_EINVAL, "state.pos: %llu is past the end of the epoch (%llu)",
+                (unsigned long long)pos, (unsigned long long)p->per_epoch);
+    sl_resume r;
+    memset(&r, 0, sizeof r);
+    r.epoch = epoch;
+    const cJSON *cn = cJSON_GetObjectItemCaseSensitive(doc, "counters");
+    int i = 0;
+    for (const cJSON *it = cJSON_IsArray(cn) ? cn->child : NULL; it && i < SL_MAX_COUNTERS;
+         it = it->next, i++) {
+        if (!cJSON_IsNumber(it) || it->valuedouble < 0)
+            SL_FAIL(SL_EINVAL, "state.counters[%d]: not a non-negative integer", i);
+        r.counters[i] = (int64_t)it->valuedouble;
+    }
+    sl_resume last = r;
+    last.pos = pos;
+    last.batch = batch;
+    if (p->plan.exact_resume) {
+        restart_at(p, epoch, &last, 0);
+    } else {
+        /* a shuffle buffer's contents are not part of the state: replay the
+         * epoch from its start and drop the batches already handed out */
+        restart_at(p, epoch, &r, batch);
+    }
+    p->last = last;
+cleanup:
+    cJSON_Delete(doc);
+    return rc;
+}
+
+/* ---- batches ------------------------------------------------------------------------- */
+
+int64_t sl_batch_size(const sl_batch *b) { return b->size; }
+int sl_batch_ncols(const sl_batch *b) { return b->ncols; }
+
+const char *sl_batch_name(const sl_batch *b, int col) {
+    return col >= 0 && col < b->ncols ? b->names[col] : NULL;
+}
+
+int sl_batch_find(const sl_batch *b, const char *name) {
+    for (int i = 0; i < b->ncols; i++)
+        if (!strcmp(b->names[i], name))
+            return i;
+    return -1;
+}
+
+int sl_batch_is_ragged(const sl_batch *b, int col) {
+    return col >= 0 && col < b->ncols && b->ragged[col];
+}
+
+const sl_tensor *sl_batch_column(const sl_batch *b, int col) {
+    if (col < 0 || col >= b->ncols || b->ragged[col])
+        return NULL;
+    return &b->col[col];
+}
+
+const sl_tensor *sl_batch_item(const sl_batch *b, int col, int64_t i) {
+    if (col < 0 || col >= b->ncols || !b->ragged[col] || i < 0 || i >= b->size)
+        return NULL;
+    return &b->items[col][i];
+}
+
+uint64_t sl_batch_index(const sl_batch *b) { return b->index; }
+uint64_t sl_batch_epoch(const sl_batch *b) { return b->epoch; }
+
+void sl_batch_release(sl_batch *b) { sl_pipeline__batch_free(b); }

@@ -1,0 +1,319 @@
+/*
+ * pipeline.h — internals shared by the pipeline layer's files (spec, plan,
+ * optimiser, executor, queues, sources, stats). Never installed.
+ */
+#ifndef SL_PIPELINE_H
+#define SL_PIPELINE_H
+
+#include "pipeline/op.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* ---- pools.c ------------------------------------------------------------------ */
+typedef struct sl_pipeline__pools sl_pipeline__pools;
+int sl_pipeline__pools_create(sl_pipeline__pools **out);
+int sl_pipeline__pools_get(sl_pipeline__pools *ps, size_t size, sl_buffer **out);
+/* A pooled tensor of the given dtype and shape. */
+int sl_pipeline__pools_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dtype, int ndim,
+                              const int64_t *shape);
+void sl_pipeline__pools_free(sl_pipeline__pools *ps);
+
+/* ---- ops_builtin.c ---------------------------------------------------------------- */
+#define SL_FILTER_MAX_VALUES 65536
+typedef struct sl_filter_params {
+    char column[SL_COLNAME_MAX];
+    int col;          /* bound column index */
+    int negate;       /* not_in */
+    int n;
+    double *values;   /* sorted */
+} sl_filter_params;
+int sl_pipeline__filter_match(const sl_filter_params *f, double v);
+extern const sl_op_def sl_op_filter;
+extern const sl_op_def sl_op_select;
+
+/* ---- source_mem.c: samples held in memory ------------------------------------------ */
+typedef struct sl_memsrc sl_memsrc;
+int sl_pipeline__memsrc_columns(sl_memsrc **out, int ncols, const char *const *names,
+                                const sl_tensor *cols);
+int sl_pipeline__memsrc_samples(sl_memsrc **out, int ncols, const char *const *names,
+                                const sl_sample *samples, uint64_t count);
+sl_memsrc *sl_pipeline__memsrc_retain(sl_memsrc *m);
+void sl_pipeline__memsrc_release(sl_memsrc *m);
+uint64_t sl_pipeline__memsrc_count(const sl_memsrc *m);
+void sl_pipeline__memsrc_colset(const sl_memsrc *m, sl_colset *out);
+/* Fill `s` with borrowed views (buf NULL) of sample i, valid while m lives. */
+void sl_pipeline__memsrc_get(const sl_memsrc *m, uint64_t i, sl_sample *s);
+/* Scalar value of column col of sample i (for filters on memory columns). */
+
+/* ---- spec.c ---------------------------------------------------------------------- */
+enum { SL_SPEC_OP_JSON = 0, SL_SPEC_OP_MAP = 1, SL_SPEC_OP_FILTER = 2 };
+typedef struct sl_spec_op {
+    int kind;
+    cJSON *json;                 /* SL_SPEC_OP_JSON: the op object (owned) */
+    char name[SL_COLNAME_MAX];   /* user fn label */
+    sl_map_fn map;
+    sl_filter_fn filter;
+    void *user;
+} sl_spec_op;
+
+enum { SL_SHARD_AUTO = 0, SL_SHARD_SET = 1, SL_SHARD_ENV = 2 };
+
+struct sl_spec {
+    char *path;
+    sl_memsrc *mem;
+    int shuffle;
+    int shard_mode;              /* SL_SHARD_AUTO / SET / ENV */
+    int64_t shard_index, shard_count;
+    int shard_equal;             /* sl_shard_equal */
+    uint64_t seed;
+    int64_t epochs;
+    int on_error;
+    int deterministic;
+    int threads;                 /* 0: per-op "parallel" values */
+    int source_parallel;         /* 0 default (1), -1 auto, > 0 */
+    int chunk;                   /* samples per chunk; 0: adaptive */
+    sl_spec_op *ops;
+    int nops, cap;
+};
+int sl_spec__copy(sl_spec **out, const sl_spec *src);
+/* The spec as a cJSON document (for to_json and state hashing). */
+cJSON *sl_spec__to_cjson(const sl_spec *s);
+/* snprintf-style copy of `text` into buf[cap]; *len_out = strlen(text). */
+int sl_pipeline__write_out(const char *text, char *buf, size_t cap, size_t *len_out);
+/* Parse a "parallel" value: number >= 1 or "auto" (-1); 0 when absent. */
+int sl_spec__parse_parallel(const cJSON *v, const char *field, int *out);
+
+/* ---- plan.c / optimize.c --------------------------------------------------------------- */
+enum {
+    SL_PN_OP = 1,          /* registry op (incl. filter, select, image ops) */
+    SL_PN_MAP,             /* user map */
+    SL_PN_FILTER,          /* user filter */
+    SL_PN_BATCH,
+    SL_PN_PREFETCH,
+    SL_PN_SHUFFLE_BUFFER,
+    SL_PN_TAKE,
+    SL_PN_SKIP,
+    SL_PN_REPEAT
+};
+
+typedef struct sl_pnode {
+    int kind;
+    int pos;                      /* index in spec ops */
+    char label[96];               /* "decode", "map 'fn'", "decode+random_resized_crop" */
+    char desc[192];               /* parameters in a few words */
+    const sl_op_def *def;
+    void *params;                 /* owned (SL_PN_OP) */
+    sl_map_fn map;
+    sl_filter_fn filter;
+    void *user;
+    int64_t n;                    /* batch size, depth, count */
+    int flag;                     /* batch: drop_remainder */
+    int parallel;                 /* 0 default, -1 auto, > 0 */
+    uint32_t nparts;
+    uint32_t parts[SL_OP_MAX_PARTS];
+    int pushed;                   /* filter answered from the source index */
+    int after_batch;              /* take/skip counting batches */
+    sl_colset cols;               /* columns after this node */
+} sl_pnode;
+
+/* A physical stage: a run of nodes executed by one pool of threads. */
+enum { SL_ST_SOURCE = 1, SL_ST_MAP, SL_ST_SEQ, SL_ST_COLLATE };
+
+typedef struct sl_plan {
+    sl_pnode *nodes;              /* logical plan, spec order */
+    int nnodes;
+    sl_pnode *opt;                /* optimised plan */
+    int nopt;
+    sl_colset src_cols;
+    sl_colset out_cols;
+    int64_t repeat;               /* source passes per epoch (>= 1) */
+    int has_batch;
+    int64_t batch_size;
+    int drop_remainder;
+    int out_depth;                /* final queue depth (prefetch) */
+    sl_filter_params *pushed[8];  /* filters answered from the index */
+    int npushed;
+    int exact_resume;             /* 1: state is (pos, counters); 0: replay */
+} sl_plan;
+
+/* Build the logical plan from a spec, given the source's columns. */
+int sl_plan__build(sl_plan *plan, const sl_spec *spec, const sl_colset *src_cols);
+/* Optimise: push filters into the source, fuse ops; fills plan->opt. */
+int sl_plan__optimize(sl_plan *plan, int index_filters_ok);
+void sl_plan__free(sl_plan *plan);
+int sl_plan__is_map_like(const sl_pnode *n);
+int sl_plan__is_seq(const sl_pnode *n);
+
+/* ---- queue.c ------------------------------------------------------------------------ */
+/* A bounded queue of elements with sequence numbers. Producers push element
+ * `seq` into the window [head, head + cap); consumers pop in seq order
+ * (ordered) or any finished element before the next barrier (relaxed). */
+typedef struct sl_queue {
+    pthread_mutex_t mu;           /* guards every field below */
+    pthread_cond_t not_empty;     /* an element arrived / closed */
+    pthread_cond_t not_full;      /* the window moved / closed */
+    void **slot;                  /* cap entries: NULL empty, TAKEN, or an element */
+    uint8_t *barrier;             /* slot holds a barrier (epoch end, error) */
+    size_t cap;
+    uint64_t head;                /* lowest seq not yet popped */
+    int relaxed;
+    int closed;
+    size_t count;                 /* elements present */
+    uint64_t fill_area;           /* sum of count * ns, for the mean fill */
+    uint64_t last_ns;
+    uint64_t t0_ns;
+} sl_queue;
+int sl_queue__init(sl_queue *q, size_t cap, int relaxed);
+void sl_queue__destroy(sl_queue *q);
+/* SL_OK, or SL_ECANCELED when closed (the caller still owns item). */
+int sl_queue__push(sl_queue *q, uint64_t seq, void *item, int barrier, uint64_t *wait_ns);
+/* SL_OK with *item, SL_ECANCELED when closed, SL_END on timeout (timeout_ms >= 0). */
+int sl_queue__pop(sl_queue *q, void **item, uint64_t *wait_ns, int timeout_ms);
+void sl_queue__close(sl_queue *q);
+/* Reset to empty and open; `drop` is called on every element left. */
+void sl_queue__reset(sl_queue *q, void (*drop)(void *item, void *ctx), void *ctx);
+double sl_queue__mean_fill(sl_queue *q);
+
+/* ---- exec.c ------------------------------------------------------------------------ */
+enum { SL_CHUNK_DATA = 0, SL_CHUNK_END = 1, SL_CHUNK_ERROR = 2 };
+
+/* A run of consecutive samples moving between stages. */
+typedef struct sl_chunk {
+    struct sl_chunk *next_free;
+    uint64_t seq;
+    int kind;
+    uint64_t epoch;
+    uint32_t n, cap;
+    uint64_t *pos;                /* stream position of each sample */
+    uint64_t *key;                /* RNG index of each sample */
+    sl_sample *s;
+    int err_rc;
+    char errmsg[SL__ERRMSG_MAX];
+} sl_chunk;
+
+#define SL_MAX_COUNTERS 8
+
+struct sl_batch {
+    int kind;                     /* SL_CHUNK_DATA / END / ERROR */
+    uint64_t index, epoch;
+    int64_t size;
+    int ncols;
+    int single;                   /* no batch op: one sample, no leading dim */
+    char names[SL_MAX_COLUMNS][SL_COLNAME_MAX];
+    sl_tensor col[SL_MAX_COLUMNS];
+    int ragged[SL_MAX_COLUMNS];
+    sl_tensor *items[SL_MAX_COLUMNS];
+    /* resume: where the stream continues after this batch */
+    uint64_t next_pos;
+    int64_t counters[SL_MAX_COUNTERS];
+    int err_rc;
+    char errmsg[SL__ERRMSG_MAX];
+};
+
+typedef struct sl_stage sl_stage;
+typedef struct sl_worker {
+    struct sl_pipeline *p;
+    sl_stage *st;
+    int id;
+    pthread_t thread;
+    int started;
+    void *state[64];              /* per-op worker state, by node offset in stage */
+    int init_rc;                  /* a worker_init failed: fail every chunk */
+    char init_msg[SL__ERRMSG_MAX];
+} sl_worker;
+
+struct sl_stage {
+    int kind;
+    char name[96];
+    int first, last;              /* opt nodes [first, last) */
+    int workers;                  /* threads started */
+    int autotune;
+    _Atomic int active;           /* workers allowed to work (autotune) */
+    sl_queue out;
+    int qcap;
+    sl_worker *w;
+    _Atomic uint64_t elements, busy_ns, wait_in_ns, wait_out_ns;
+    uint64_t seq_out;             /* sequential stages: next output seq */
+    uint64_t tune_busy, tune_elements; /* autotune: totals at the last tick */
+};
+
+/* Sequential-op state of the final stage, also what a saved state restores. */
+typedef struct sl_resume {
+    uint64_t epoch;
+    uint64_t pos;                 /* source stream position to start from */
+    uint64_t batch;               /* index of the next batch in the epoch */
+    int64_t counters[SL_MAX_COUNTERS];
+} sl_resume;
+
+struct sl_pipeline {
+    sl_spec *spec;
+    sl_plan plan;
+    uint64_t spec_hash;
+
+    /* source */
+    sl_reader *reader;
+    sl_memsrc *mem;
+    char src_name[256];
+    uint64_t nrecords;
+    uint64_t *base;               /* records kept by pushed filters; NULL: all */
+    uint64_t nbase;
+    int64_t shard_index, shard_count;
+    int shard_equal;
+    uint64_t per_pass;            /* samples per pass for this rank */
+    uint64_t per_epoch;           /* per_pass * repeat */
+
+    /* source cursor: guarded by src_mu */
+    pthread_mutex_t src_mu;
+    pthread_cond_t src_cv;        /* unpark */
+    uint64_t src_epoch, src_pos, src_end_epoch, src_seq;
+    int src_parked;
+    uint64_t *perm;
+    uint64_t perm_epoch, perm_rep;
+    int perm_valid;
+    int chunk_size;               /* samples per chunk (autotune may change it) */
+
+    /* stages */
+    sl_stage stage[SL_STATS_MAX_STAGES];
+    int nstages;
+    int running;
+    _Atomic int cancel;
+    pthread_mutex_t tune_mu;
+    pthread_cond_t tune_cv;       /* autotune changed `active` / cancel */
+    sl_resume start;              /* where the final stage starts */
+
+    /* recycled chunks: guarded by chunk_mu */
+    pthread_mutex_t chunk_mu;
+    sl_chunk *free_chunks;
+    sl_pipeline__pools *pools;
+
+    /* errors: guarded by err_mu */
+    pthread_mutex_t err_mu;
+    uint64_t skipped;
+    int nerrors;
+    char errors[SL_STATS_MAX_ERRORS][256];
+    int failed;
+    int fail_rc;
+    char fail_msg[SL__ERRMSG_MAX];
+
+    /* consumer (one thread) */
+    uint64_t cons_epoch;          /* epoch of the next batch */
+    int cons_at_end;              /* the last call returned SL_END */
+    sl_resume last;               /* state after the last batch handed out */
+    uint64_t replay_skip;         /* batches to drop after a replaying restore */
+    uint64_t t_start, consumer_wait_ns, batches_out, samples_out, last_tune_ns;
+    _Atomic uint64_t threads_started;
+    int ncpus;
+};
+
+/* exec.c */
+void sl_pipeline__chunk_put(struct sl_pipeline *p, sl_chunk *c);
+int sl_pipeline__layout(struct sl_pipeline *p);
+int sl_pipeline__start(struct sl_pipeline *p, const sl_resume *r);
+void sl_pipeline__stop(struct sl_pipeline *p);
+void sl_pipeline__free_chunks(struct sl_pipeline *p);
+void sl_pipeline__batch_free(sl_batch *b);
+/* autotune.c: rebalance workers of "auto" stages and the chunk size. */
+void sl_pipeline__autotune(struct sl_pipeline *p);
+
+#endif /* SL_PIPELINE_H */

@@ -1,0 +1,194 @@
+/*
+ * plan.c — the spec as a chain of logical operators: every op's parameters
+ * are parsed and its columns bound, so that errors name the spec field
+ * ("ops[1].size: ...") and no name is looked up per sample afterwards.
+ *
+ * Rules checked here (docs/PIPELINE.md, "Op order"):
+ *  - after `batch` only `prefetch`, `take` and `skip` (counting batches);
+ *  - `repeat` at most once, with only per-sample ops before it;
+ *  - at most one `batch`.
+ */
+#include "pipeline/pipeline.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int sl_plan__is_map_like(const sl_pnode *n) {
+    return n->kind == SL_PN_OP || n->kind == SL_PN_MAP || n->kind == SL_PN_FILTER;
+}
+
+int sl_plan__is_seq(const sl_pnode *n) {
+    return n->kind == SL_PN_SHUFFLE_BUFFER || n->kind == SL_PN_TAKE || n->kind == SL_PN_SKIP;
+}
+
+static const char *const structural[] = {"batch", "prefetch", "shuffle_buffer", "take",
+                                         "skip",  "repeat",   "map",            NULL};
+
+static int unknown_op(const char *name, const char *field) {
+    char list[512];
+    size_t n = 0;
+    list[0] = '\0';
+    for (int i = 0; structural[i] && n < sizeof list; i++)
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", structural[i]);
+    for (int i = 0; sl_op_at(i) && n < sizeof list; i++)
+        n += (size_t)snprintf(list + n, sizeof list - n, ", %s", sl_op_at(i)->name);
+    return sl__error(SL_EINVAL, "%s.op: unknown op '%s' (known: %s)", field, name, list);
+}
+
+static void forget_shapes(sl_colset *cols) {
+    for (int i = 0; i < cols->ncols; i++) {
+        cols->col[i].dtype = SL_DTYPE_INVALID;
+        cols->col[i].ndim = -1;
+        cols->col[i].encoded = 0;
+        cols->col[i].index_column = 0;
+    }
+}
+
+static int parse_structural(sl_pnode *nd, const char *name, const cJSON *j, const char *field) {
+    if (!strcmp(name, "batch")) {
+        static const char *const k[] = {"size", "drop_remainder", NULL};
+        SL_TRY(sl_op_param_check_keys(j, field, k));
+        SL_TRY(sl_op_param_int(j, "size", field, 1, 0, 1, INT64_MAX, &nd->n));
+        if (nd->n > (1 << 24))
+            return sl__error(SL_EINVAL, "%s.size: must be at most %d", field, 1 << 24);
+        SL_TRY(sl_op_param_bool(j, "drop_remainder", field, 0, 0, &nd->flag));
+        nd->kind = SL_PN_BATCH;
+        snprintf(nd->desc, sizeof nd->desc, "size=%lld%s", (long long)nd->n,
+                 nd->flag ? " drop_remainder" : "");
+    } else if (!strcmp(name, "prefetch")) {
+        static const char *const k[] = {"depth", NULL};
+        SL_TRY(sl_op_param_check_keys(j, field, k));
+        SL_TRY(sl_op_param_int(j, "depth", field, 0, 2, 1, 1024, &nd->n));
+        nd->kind = SL_PN_PREFETCH;
+        snprintf(nd->desc, sizeof nd->desc, "depth=%lld", (long long)nd->n);
+    } else if (!strcmp(name, "shuffle_buffer")) {
+        static const char *const k[] = {"size", NULL};
+        SL_TRY(sl_op_param_check_keys(j, field, k));
+        SL_TRY(sl_op_param_int(j, "size", field, 1, 0, 1, 1 << 24, &nd->n));
+        nd->kind = SL_PN_SHUFFLE_BUFFER;
+        snprintf(nd->desc, sizeof nd->desc, "size=%lld", (long long)nd->n);
+    } else if (!strcmp(name, "take") || !strcmp(name, "skip")) {
+        static const char *const k[] = {"count", NULL};
+        SL_TRY(sl_op_param_check_keys(j, field, k));
+        SL_TRY(sl_op_param_int(j, "count", field, 1, 0, 0, INT64_MAX, &nd->n));
+        nd->kind = name[0] == 't' ? SL_PN_TAKE : SL_PN_SKIP;
+        snprintf(nd->desc, sizeof nd->desc, "count=%lld", (long long)nd->n);
+    } else if (!strcmp(name, "repeat")) {
+        static const char *const k[] = {"count", NULL};
+        SL_TRY(sl_op_param_check_keys(j, field, k));
+        SL_TRY(sl_op_param_int(j, "count", field, 1, 0, 1, 1 << 20, &nd->n));
+        nd->kind = SL_PN_REPEAT;
+        snprintf(nd->desc, sizeof nd->desc, "count=%lld", (long long)nd->n);
+    } else if (!strcmp(name, "map")) {
+        return sl__error(SL_EINVAL, "%s.op: \"map\" runs a C function: add it with "
+                                    "sl_spec_add_map(), not from JSON", field);
+    } else {
+        return 1; /* not structural */
+    }
+    snprintf(nd->label, sizeof nd->label, "%s", name);
+    return SL_OK;
+}
+
+int sl_plan__build(sl_plan *plan, const sl_spec *spec, const sl_colset *src_cols) {
+    memset(plan, 0, sizeof *plan);
+    plan->src_cols = *src_cols;
+    plan->repeat = 1;
+    plan->out_depth = 2;
+    plan->nodes = sl__calloc((size_t)spec->nops + 1, sizeof *plan->nodes);
+    if (!plan->nodes)
+        return sl__oom("building a plan");
+    sl_colset cols = *src_cols;
+    int seen_batch = 0, seen_seq = 0, seen_repeat = 0;
+    for (int i = 0; i < spec->nops; i++) {
+        const sl_spec_op *o = &spec->ops[i];
+        sl_pnode *nd = &plan->nodes[plan->nnodes++];
+        char field[32];
+        snprintf(field, sizeof field, "ops[%d]", i);
+        nd->pos = i;
+        nd->nparts = 1;
+        nd->parts[0] = (uint32_t)i;
+        if (o->kind == SL_SPEC_OP_MAP || o->kind == SL_SPEC_OP_FILTER) {
+            nd->kind = o->kind == SL_SPEC_OP_MAP ? SL_PN_MAP : SL_PN_FILTER;
+            nd->map = o->map;
+            nd->filter = o->filter;
+            nd->user = o->user;
+            snprintf(nd->label, sizeof nd->label, "%s '%s'",
+                     o->kind == SL_SPEC_OP_MAP ? "map" : "filter_fn", o->name);
+            if (nd->kind == SL_PN_MAP)
+                forget_shapes(&cols);
+        } else {
+            const cJSON *j = o->json;
+            const char *name = cJSON_GetObjectItemCaseSensitive(j, "op")->valuestring;
+            SL_TRY(sl_spec__parse_parallel(cJSON_GetObjectItemCaseSensitive(j, "parallel"), field,
+                                           &nd->parallel));
+            int rc = parse_structural(nd, name, j, field);
+            if (rc < 0)
+                return rc;
+            if (rc > 0) {
+                const sl_op_def *def = sl_op_lookup(name);
+                if (!def)
+                    return unknown_op(name, field);
+                nd->kind = SL_PN_OP;
+                nd->def = def;
+                snprintf(nd->label, sizeof nd->label, "%s", def->name);
+                nd->params = sl__calloc(1, def->params_size ? def->params_size : 1);
+                if (!nd->params)
+                    return sl__oom("parsing op parameters");
+                SL_TRY(def->parse(nd->params, j, field));
+                SL_TRY(def->bind(nd->params, &cols, field));
+                if (def->describe)
+                    def->describe(nd->params, nd->desc, sizeof nd->desc);
+            }
+        }
+        /* order rules */
+        if (seen_batch && nd->kind != SL_PN_PREFETCH && nd->kind != SL_PN_TAKE &&
+            nd->kind != SL_PN_SKIP)
+            return sl__error(SL_EINVAL, "%s: '%s' after batch is not supported (only prefetch, "
+                                        "take and skip may follow batch)", field, nd->label);
+        if (nd->kind == SL_PN_REPEAT) {
+            if (seen_repeat)
+                return sl__error(SL_EINVAL, "%s: repeat given twice", field);
+            if (seen_seq || seen_batch)
+                return sl__error(SL_EINVAL, "%s: repeat must come before shuffle_buffer, take, "
+                                            "skip and batch", field);
+            seen_repeat = 1;
+            plan->repeat = nd->n;
+        }
+        if (sl_plan__is_seq(nd))
+            seen_seq = 1;
+        if (nd->kind == SL_PN_BATCH) {
+            seen_batch = 1;
+            plan->has_batch = 1;
+            plan->batch_size = nd->n;
+            plan->drop_remainder = nd->flag;
+        }
+        if ((nd->kind == SL_PN_TAKE || nd->kind == SL_PN_SKIP) && seen_batch)
+            nd->after_batch = 1;
+        nd->cols = cols;
+    }
+    plan->out_cols = cols;
+    return SL_OK;
+}
+
+void sl_plan__free(sl_plan *plan) {
+    for (int i = 0; i < plan->nnodes; i++) {
+        sl_pnode *nd = &plan->nodes[i];
+        if (nd->params) {
+            if (nd->def && nd->def->params_free)
+                nd->def->params_free(nd->params);
+            sl__free(nd->params);
+        }
+    }
+    /* fused nodes own their params; the others point into plan->nodes */
+    for (int i = 0; i < plan->nopt; i++) {
+        sl_pnode *nd = &plan->opt[i];
+        if (nd->nparts > 1 && nd->params) {
+            if (nd->def && nd->def->params_free)
+                nd->def->params_free(nd->params);
+            sl__free(nd->params);
+        }
+    }
+    sl__free(plan->nodes);
+    sl__free(plan->opt);
+    memset(plan, 0, sizeof *plan);
+}

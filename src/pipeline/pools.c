@@ -1,0 +1,103 @@
+/*
+ * pools.c — size-classed buffer pools for a pipeline's sample and batch
+ * tensors, so that steady-state iteration takes buffers from free lists
+ * instead of malloc.
+ *
+ * Sizes are rounded up to one of four classes per power of two (2^e * 5/4,
+ * 6/4, 7/4, 8/4), which wastes at most 25% of a buffer while letting samples
+ * of slightly different sizes (decoded images) share a pool. Each class is an
+ * sl_pool, created on first use; a pool outlives this set until its last
+ * buffer is released (a batch kept by the consumer after the pipeline is
+ * freed stays valid).
+ */
+#include "pipeline/pipeline.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#define MIN_SHIFT 8                /* smallest class: 256 bytes */
+#define NCLASSES (4 * 56)
+
+struct sl_pipeline__pools {
+    pthread_mutex_t mu;            /* serialises creation of a class's pool */
+    _Atomic(sl_pool *) pool[NCLASSES];
+};
+
+static int size_class(size_t size, size_t *class_size) {
+    if (size <= ((size_t)1 << MIN_SHIFT)) {
+        *class_size = (size_t)1 << MIN_SHIFT;
+        return 0;
+    }
+    int e = 63 - __builtin_clzll((unsigned long long)(size - 1)); /* 2^e < size <= 2^(e+1) */
+    size_t base = (size_t)1 << e, quarter = base >> 2;
+    size_t j = (size - base + quarter - 1) / quarter;              /* 1..4 */
+    *class_size = base + j * quarter;
+    int c = (e - MIN_SHIFT) * 4 + (int)j;
+    return c < NCLASSES ? c : -1;
+}
+
+int sl_pipeline__pools_create(sl_pipeline__pools **out) {
+    sl_pipeline__pools *ps = sl__calloc(1, sizeof *ps);
+    if (!ps)
+        return sl__oom("creating buffer pools");
+    pthread_mutex_init(&ps->mu, NULL);
+    for (int i = 0; i < NCLASSES; i++)
+        atomic_init(&ps->pool[i], NULL);
+    *out = ps;
+    return SL_OK;
+}
+
+int sl_pipeline__pools_get(sl_pipeline__pools *ps, size_t size, sl_buffer **out) {
+    size_t csize;
+    int c = size_class(size, &csize);
+    if (c < 0)
+        return sl_buffer_alloc(out, size);
+    sl_pool *pool = atomic_load_explicit(&ps->pool[c], memory_order_acquire);
+    if (!pool) {
+        pthread_mutex_lock(&ps->mu);
+        pool = atomic_load_explicit(&ps->pool[c], memory_order_acquire);
+        if (!pool) {
+            int rc = sl_pool_create(&pool, csize, 0);
+            if (rc < 0) {
+                pthread_mutex_unlock(&ps->mu);
+                return rc;
+            }
+            atomic_store_explicit(&ps->pool[c], pool, memory_order_release);
+        }
+        pthread_mutex_unlock(&ps->mu);
+    }
+    return sl_pool_get(pool, out);
+}
+
+int sl_pipeline__pools_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dtype, int ndim,
+                              const int64_t *shape) {
+    size_t n = sl_dtype_size(dtype);
+    memset(t, 0, sizeof *t);
+    if (n == 0 || ndim < 0 || ndim > SL_MAX_DIMS)
+        return sl__error(SL_EINVAL, "output tensor: bad dtype %d or ndim %d", (int)dtype, ndim);
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0 || !sl__mul_ok(n, (size_t)shape[i], &n))
+            return sl__error(SL_EINVAL, "output tensor: bad shape (dim %d = %lld)", i,
+                             (long long)shape[i]);
+    sl_buffer *b;
+    SL_TRY(sl_pipeline__pools_get(ps, n, &b));
+    t->buf = b;
+    t->data = sl_buffer_data(b);
+    t->nbytes = n;
+    t->dtype = dtype;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++)
+        t->shape[i] = shape[i];
+    t->device = SL_DEVICE_CPU;
+    return SL_OK;
+}
+
+void sl_pipeline__pools_free(sl_pipeline__pools *ps) {
+    if (!ps)
+        return;
+    for (int i = 0; i < NCLASSES; i++)
+        sl_pool_free(atomic_load(&ps->pool[i]));
+    pthread_mutex_destroy(&ps->mu);
+    sl__free(ps);
+}

@@ -1,0 +1,198 @@
+/*
+ * queue.c — the bounded queue between two stages.
+ *
+ * Elements carry sequence numbers. A producer that holds element `seq` may
+ * put it into slot seq % cap once seq < head + cap, so elements can arrive
+ * out of order (parallel workers finish at different times) while memory
+ * stays bounded. An ordered consumer takes element `head` only, which
+ * restores the producers' order; a relaxed consumer (non-deterministic mode)
+ * takes any element present in the window, but never moves past a barrier
+ * (epoch end, error) until everything before it is gone, so epochs never mix.
+ *
+ * No deadlock: the worker holding element `head` is always admitted, and it
+ * needs nothing held by a worker with a later element.
+ *
+ * Locking: one mutex per queue guards all fields; no other lock is ever held
+ * while waiting on it (stages take their input queue's lock, release it, then
+ * take their output queue's lock).
+ */
+#include "pipeline/pipeline.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#define TAKEN ((void *)1)
+
+static void account(sl_queue *q) {
+    uint64_t t = sl__now_ns();
+    q->fill_area += q->count * (t - q->last_ns);
+    q->last_ns = t;
+}
+
+int sl_queue__init(sl_queue *q, size_t cap, int relaxed) {
+    memset(q, 0, sizeof *q);
+    if (cap < 1)
+        cap = 1;
+    q->slot = sl__calloc(cap, sizeof *q->slot);
+    q->barrier = sl__calloc(cap, 1);
+    if (!q->slot || !q->barrier) {
+        sl__free(q->slot);
+        sl__free(q->barrier);
+        q->slot = NULL;
+        q->barrier = NULL;
+        return sl__oom("creating a stage queue");
+    }
+    q->cap = cap;
+    q->relaxed = relaxed;
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&q->not_empty, &ca);
+    pthread_cond_init(&q->not_full, &ca);
+    pthread_condattr_destroy(&ca);
+    q->t0_ns = q->last_ns = sl__now_ns();
+    return SL_OK;
+}
+
+void sl_queue__destroy(sl_queue *q) {
+    if (!q->slot)
+        return;
+    pthread_mutex_destroy(&q->mu);
+    pthread_cond_destroy(&q->not_empty);
+    pthread_cond_destroy(&q->not_full);
+    sl__free(q->slot);
+    sl__free(q->barrier);
+    q->slot = NULL;
+    q->barrier = NULL;
+}
+
+int sl_queue__push(sl_queue *q, uint64_t seq, void *item, int barrier, uint64_t *wait_ns) {
+    pthread_mutex_lock(&q->mu);
+    if (seq >= q->head + q->cap && !q->closed) {
+        uint64_t t0 = sl__now_ns();
+        while (seq >= q->head + q->cap && !q->closed)
+            pthread_cond_wait(&q->not_full, &q->mu);
+        if (wait_ns)
+            *wait_ns += sl__now_ns() - t0;
+    }
+    if (q->closed) {
+        pthread_mutex_unlock(&q->mu);
+        return SL_ECANCELED;
+    }
+    size_t i = (size_t)(seq % q->cap);
+    account(q);
+    q->slot[i] = item;
+    q->barrier[i] = (uint8_t)(barrier != 0);
+    q->count++;
+    /* Ordered consumers care only about `head`; waking all keeps relaxed ones
+     * and several ordered workers simple. */
+    pthread_cond_broadcast(&q->not_empty);
+    pthread_mutex_unlock(&q->mu);
+    return SL_OK;
+}
+
+static void advance_head(sl_queue *q) {
+    while (q->slot[q->head % q->cap] == TAKEN) {
+        q->slot[q->head % q->cap] = NULL;
+        q->head++;
+    }
+}
+
+/* Index (seq) of an element a consumer may take now, or UINT64_MAX. */
+static uint64_t ready(const sl_queue *q) {
+    void *h = q->slot[q->head % q->cap];
+    if (h && h != TAKEN)
+        return q->head;
+    if (!q->relaxed)
+        return UINT64_MAX;
+    for (uint64_t s = q->head + 1; s < q->head + q->cap; s++) {
+        size_t i = (size_t)(s % q->cap);
+        void *e = q->slot[i];
+        if (!e || e == TAKEN)
+            continue;
+        if (q->barrier[i])
+            return UINT64_MAX;
+        return s;
+    }
+    return UINT64_MAX;
+}
+
+int sl_queue__pop(sl_queue *q, void **item, uint64_t *wait_ns, int timeout_ms) {
+    pthread_mutex_lock(&q->mu);
+    uint64_t s = ready(q);
+    if (s == UINT64_MAX && !q->closed) {
+        uint64_t t0 = sl__now_ns();
+        struct timespec dl;
+        if (timeout_ms >= 0) {
+            clock_gettime(CLOCK_MONOTONIC, &dl);
+            dl.tv_sec += timeout_ms / 1000;
+            dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+            if (dl.tv_nsec >= 1000000000L) {
+                dl.tv_sec++;
+                dl.tv_nsec -= 1000000000L;
+            }
+        }
+        while ((s = ready(q)) == UINT64_MAX && !q->closed) {
+            if (timeout_ms < 0) {
+                pthread_cond_wait(&q->not_empty, &q->mu);
+            } else if (pthread_cond_timedwait(&q->not_empty, &q->mu, &dl) == ETIMEDOUT) {
+                s = ready(q);
+                break;
+            }
+        }
+        if (wait_ns)
+            *wait_ns += sl__now_ns() - t0;
+        if (s == UINT64_MAX && !q->closed) {
+            pthread_mutex_unlock(&q->mu);
+            return SL_END;
+        }
+    }
+    if (s == UINT64_MAX) {
+        pthread_mutex_unlock(&q->mu);
+        return SL_ECANCELED;
+    }
+    size_t i = (size_t)(s % q->cap);
+    account(q);
+    *item = q->slot[i];
+    q->slot[i] = TAKEN;
+    q->count--;
+    advance_head(q);
+    pthread_cond_broadcast(&q->not_full);
+    pthread_mutex_unlock(&q->mu);
+    return SL_OK;
+}
+
+void sl_queue__close(sl_queue *q) {
+    pthread_mutex_lock(&q->mu);
+    q->closed = 1;
+    pthread_cond_broadcast(&q->not_empty);
+    pthread_cond_broadcast(&q->not_full);
+    pthread_mutex_unlock(&q->mu);
+}
+
+void sl_queue__reset(sl_queue *q, void (*drop)(void *item, void *ctx), void *ctx) {
+    pthread_mutex_lock(&q->mu);
+    for (size_t i = 0; i < q->cap; i++) {
+        if (q->slot[i] && q->slot[i] != TAKEN && drop)
+            drop(q->slot[i], ctx);
+        q->slot[i] = NULL;
+        q->barrier[i] = 0;
+    }
+    q->head = 0;
+    q->count = 0;
+    q->closed = 0;
+    q->fill_area = 0;
+    q->t0_ns = q->last_ns = sl__now_ns();
+    pthread_mutex_unlock(&q->mu);
+}
+
+double sl_queue__mean_fill(sl_queue *q) {
+    pthread_mutex_lock(&q->mu);
+    account(q);
+    uint64_t span = q->last_ns - q->t0_ns;
+    double f = span ? (double)q->fill_area / ((double)span * (double)q->cap) : 0.0;
+    pthread_mutex_unlock(&q->mu);
+    return f;
+}

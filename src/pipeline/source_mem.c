@@ -1,0 +1,200 @@
+/*
+ * source_mem.c — a source over samples held in memory (tests, and users who
+ * already hold their data in RAM).
+ *
+ * The caller's bytes are copied once into one buffer; samples are then
+ * borrowed views into it (no per-sample allocation or reference count),
+ * valid while the source lives — the spec and every pipeline made from it
+ * hold a reference. Column-wise data keeps one template tensor per column
+ * and a stride; sample-wise (possibly ragged) data keeps a tensor per sample
+ * and column.
+ */
+#include "pipeline/pipeline.h"
+
+#include <stdio.h>
+#include <string.h>
+
+struct sl_memsrc {
+    _Atomic int refs;
+    int ncols;
+    uint64_t count;
+    char names[SL_MAX_COLUMNS][SL_COLNAME_MAX];
+    sl_buffer *data;
+    /* column-wise: template tensor (data = column base) and bytes per sample */
+    sl_tensor tmpl[SL_MAX_COLUMNS];
+    size_t stride[SL_MAX_COLUMNS];
+    /* sample-wise: count * ncols views; NULL for column-wise */
+    sl_tensor *items;
+};
+
+static int check_names(int ncols, const char *const *names) {
+    if (ncols < 1 || ncols > SL_MAX_COLUMNS)
+        return sl__error(SL_EINVAL, "source: need 1 to %d columns, got %d", SL_MAX_COLUMNS, ncols);
+    for (int i = 0; i < ncols; i++) {
+        if (!names || !names[i] || !names[i][0] || strlen(names[i]) >= SL_COLNAME_MAX)
+            return sl__error(SL_EINVAL, "source: column %d: name must be 1-%d bytes", i,
+                             SL_COLNAME_MAX - 1);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(names[i], names[j]))
+                return sl__error(SL_EINVAL, "source: column name '%s' given twice", names[i]);
+    }
+    return SL_OK;
+}
+
+static sl_memsrc *memsrc_new(int ncols, const char *const *names) {
+    sl_memsrc *m = sl__calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    atomic_init(&m->refs, 1);
+    m->ncols = ncols;
+    for (int i = 0; i < ncols; i++)
+        snprintf(m->names[i], SL_COLNAME_MAX, "%s", names[i]);
+    return m;
+}
+
+int sl_pipeline__memsrc_columns(sl_memsrc **out, int ncols, const char *const *names,
+                                const sl_tensor *cols) {
+    SL_TRY(check_names(ncols, names));
+    size_t total = 0;
+    int64_t count = -1;
+    for (int i = 0; i < ncols; i++) {
+        const sl_tensor *t = &cols[i];
+        if (t->ndim < 1 || sl_dtype_size(t->dtype) == 0 || (!t->data && t->nbytes))
+            return sl__error(SL_EINVAL, "source: column '%s': need a tensor of >= 1 dims", names[i]);
+        if (count >= 0 && t->shape[0] != count)
+            return sl__error(SL_EINVAL,
+                             "source: column '%s' has %lld samples, column '%s' has %lld",
+                             names[i], (long long)t->shape[0], names[0], (long long)count);
+        count = t->shape[0];
+        if (!sl__add_ok(total, t->nbytes, &total))
+            return sl__error(SL_EINVAL, "source: columns too large");
+        total = (total + 63) & ~(size_t)63;
+    }
+    sl_memsrc *m = memsrc_new(ncols, names);
+    if (!m)
+        return sl__oom("copying source columns");
+    int rc = sl_buffer_alloc(&m->data, total ? total : 1);
+    if (rc < 0) {
+        sl__free(m);
+        return rc;
+    }
+    m->count = (uint64_t)count;
+    char *base = sl_buffer_data(m->data);
+    size_t off = 0;
+    for (int i = 0; i < ncols; i++) {
+        const sl_tensor *t = &cols[i];
+        if (t->nbytes)
+            memcpy(base + off, t->data, t->nbytes);
+        sl_tensor_view(&m->tmpl[i], base + off, t->dtype, t->ndim - 1, t->shape + 1);
+        m->stride[i] = m->tmpl[i].nbytes;
+        off = (off + t->nbytes + 63) & ~(size_t)63;
+    }
+    *out = m;
+    return SL_OK;
+}
+
+int sl_pipeline__memsrc_samples(sl_memsrc **out, int ncols, const char *const *names,
+                                const sl_sample *samples, uint64_t count) {
+    SL_TRY(check_names(ncols, names));
+    size_t total = 0, nitems;
+    if (!sl__mul_ok((size_t)count, (size_t)ncols, &nitems))
+        return sl__error(SL_EINVAL, "source: too many samples");
+    for (uint64_t j = 0; j < count; j++) {
+        if (samples[j].ncols != (uint32_t)ncols)
+            return sl__error(SL_EINVAL, "source: sample %llu has %u columns, expected %d",
+                             (unsigned long long)j, samples[j].ncols, ncols);
+        for (int i = 0; i < ncols; i++) {
+            const sl_tensor *t = &samples[j].col[i];
+            if (sl_dtype_size(t->dtype) == 0 || t->ndim < 0 || t->ndim > SL_MAX_DIMS ||
+                (!t->data && t->nbytes))
+                return sl__error(SL_EINVAL, "source: sample %llu column '%s': bad tensor",
+                                 (unsigned long long)j, names[i]);
+            if (!sl__add_ok(total, (t->nbytes + 63) & ~(size_t)63, &total))
+                return sl__error(SL_EINVAL, "source: samples too large");
+        }
+    }
+    sl_memsrc *m = memsrc_new(ncols, names);
+    if (!m)
+        return sl__oom("copying source samples");
+    m->items = sl__calloc(nitems ? nitems : 1, sizeof *m->items);
+    if (!m->items || sl_buffer_alloc(&m->data, total ? total : 1) < 0) {
+        sl__free(m->items);
+        sl__free(m);
+        return sl__oom("copying source samples");
+    }
+    m->count = count;
+    char *base = sl_buffer_data(m->data);
+    size_t off = 0;
+    for (uint64_t j = 0; j < count; j++) {
+        for (int i = 0; i < ncols; i++) {
+            const sl_tensor *t = &samples[j].col[i];
+            if (t->nbytes)
+                memcpy(base + off, t->data, t->nbytes);
+            sl_tensor_view(&m->items[j * (size_t)ncols + (size_t)i], base + off, t->dtype,
+                           t->ndim, t->shape);
+            off += (t->nbytes + 63) & ~(size_t)63;
+        }
+    }
+    /* Column metadata for the plan: the first sample's, with dims that vary
+     * between samples marked -1. */
+    for (int i = 0; i < ncols && count; i++)
+        m->tmpl[i] = m->items[i];
+    *out = m;
+    return SL_OK;
+}
+
+sl_memsrc *sl_pipeline__memsrc_retain(sl_memsrc *m) {
+    if (m)
+        atomic_fetch_add(&m->refs, 1);
+    return m;
+}
+
+void sl_pipeline__memsrc_release(sl_memsrc *m) {
+    if (!m || atomic_fetch_sub(&m->refs, 1) != 1)
+        return;
+    sl_buffer_release(m->data);
+    sl__free(m->items);
+    sl__free(m);
+}
+
+uint64_t sl_pipeline__memsrc_count(const sl_memsrc *m) { return m->count; }
+
+void sl_pipeline__memsrc_colset(const sl_memsrc *m, sl_colset *out) {
+    memset(out, 0, sizeof *out);
+    out->ncols = m->ncols;
+    for (int i = 0; i < m->ncols; i++) {
+        sl_colinfo *c = &out->col[i];
+        snprintf(c->name, sizeof c->name, "%s", m->names[i]);
+        c->dtype = m->tmpl[i].dtype;
+        c->ndim = m->tmpl[i].ndim;
+        for (int d = 0; d < c->ndim; d++)
+            c->shape[d] = m->tmpl[i].shape[d];
+        if (m->items) {
+            for (uint64_t j = 1; j < m->count; j++) {
+                const sl_tensor *t = &m->items[j * (size_t)m->ncols + (size_t)i];
+                if (t->dtype != c->dtype)
+                    c->dtype = SL_DTYPE_INVALID;
+                if (t->ndim != c->ndim) {
+                    c->ndim = -1;
+                    break;
+                }
+                for (int d = 0; d < c->ndim; d++)
+                    if (t->shape[d] != c->shape[d])
+                        c->shape[d] = -1;
+            }
+        }
+    }
+}
+
+void sl_pipeline__memsrc_get(const sl_memsrc *m, uint64_t i, sl_sample *s) {
+    s->index = i;
+    s->ncols = (uint32_t)m->ncols;
+    if (m->items) {
+        memcpy(s->col, &m->items[i * (size_t)m->ncols], (size_t)m->ncols * sizeof(sl_tensor));
+        return;
+    }
+    for (int c = 0; c < m->ncols; c++) {
+        s->col[c] = m->tmpl[c];
+        s->col[c].data = (char *)m->tmpl[c].data + i * m->stride[c];
+    }
+}

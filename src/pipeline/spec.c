@@ -1,0 +1,445 @@
+/*
+ * spec.c — what the user asked for: a source, an ordered list of ops and a
+ * few options, built by C calls or read from JSON into the same structure.
+ * Top-level and source fields are checked here; op parameters are checked by
+ * the plan (plan.c), which knows the columns.
+ */
+#include "pipeline/pipeline.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+int sl_spec_create(sl_spec **out) {
+    sl_spec *s = sl__calloc(1, sizeof *s);
+    *out = NULL;
+    if (!s)
+        return sl__oom("creating a spec");
+    s->epochs = 1;
+    s->deterministic = 1;
+    s->shard_count = 1;
+    *out = s;
+    return SL_OK;
+}
+
+void sl_spec_free(sl_spec *s) {
+    if (!s)
+        return;
+    for (int i = 0; i < s->nops; i++)
+        cJSON_Delete(s->ops[i].json);
+    sl__free(s->ops);
+    sl__free(s->path);
+    sl_pipeline__memsrc_release(s->mem);
+    sl__free(s);
+}
+
+static int push_op(sl_spec *s, sl_spec_op *op) {
+    if (s->nops == s->cap) {
+        int cap = s->cap ? s->cap * 2 : 8;
+        sl_spec_op *n = sl__realloc(s->ops, (size_t)cap * sizeof *n);
+        if (!n)
+            return sl__oom("adding an op to a spec");
+        s->ops = n;
+        s->cap = cap;
+    }
+    s->ops[s->nops++] = *op;
+    return SL_OK;
+}
+
+int sl_spec_set_source_path(sl_spec *s, const char *path) {
+    if (!path || !path[0])
+        return sl__error(SL_EINVAL, "source.path: must be a non-empty string");
+    char *p = sl__strdup(path);
+    if (!p)
+        return sl__oom("setting the source path");
+    sl__free(s->path);
+    s->path = p;
+    sl_pipeline__memsrc_release(s->mem);
+    s->mem = NULL;
+    return SL_OK;
+}
+
+int sl_spec_set_source_columns(sl_spec *s, int ncols, const char *const *names,
+                               const sl_tensor *cols) {
+    sl_memsrc *m;
+    SL_TRY(sl_pipeline__memsrc_columns(&m, ncols, names, cols));
+    sl_pipeline__memsrc_release(s->mem);
+    s->mem = m;
+    sl__free(s->path);
+    s->path = NULL;
+    return SL_OK;
+}
+
+int sl_spec_set_source_samples(sl_spec *s, int ncols, const char *const *names,
+                               const sl_sample *samples, uint64_t count) {
+    sl_memsrc *m;
+    SL_TRY(sl_pipeline__memsrc_samples(&m, ncols, names, samples, count));
+    sl_pipeline__memsrc_release(s->mem);
+    s->mem = m;
+    sl__free(s->path);
+    s->path = NULL;
+    return SL_OK;
+}
+
+int sl_spec_set_shuffle(sl_spec *s, int shuffle) {
+    s->shuffle = shuffle != 0;
+    return SL_OK;
+}
+
+int sl_spec_set_shard(sl_spec *s, int64_t index, int64_t count, sl_shard_equal equal) {
+    if (count < 1)
+        return sl__error(SL_EINVAL, "source.shard.count: must be a positive integer");
+    if (index < 0 || index >= count)
+        return sl__error(SL_EINVAL, "source.shard.index: must be in [0, %lld) (got %lld)",
+                         (long long)count, (long long)index);
+    if ((int)equal < SL_SHARD_PAD || (int)equal > SL_SHARD_NONE)
+        return sl__error(SL_EINVAL, "source.shard.equal: must be pad, drop or none");
+    s->shard_mode = SL_SHARD_SET;
+    s->shard_index = index;
+    s->shard_count = count;
+    s->shard_equal = (int)equal;
+    return SL_OK;
+}
+
+int sl_spec_set_seed(sl_spec *s, uint64_t seed) {
+    s->seed = seed;
+    return SL_OK;
+}
+
+int sl_spec_set_epochs(sl_spec *s, int64_t epochs) {
+    if (epochs < 1)
+        return sl__error(SL_EINVAL, "epochs: must be a positive integer");
+    s->epochs = epochs;
+    return SL_OK;
+}
+
+int sl_spec_set_on_error(sl_spec *s, sl_on_error policy) {
+    if (policy != SL_ON_ERROR_FAIL && policy != SL_ON_ERROR_SKIP)
+        return sl__error(SL_EINVAL, "on_error: must be \"fail\" or \"skip\"");
+    s->on_error = (int)policy;
+    return SL_OK;
+}
+
+int sl_spec_set_deterministic(sl_spec *s, int deterministic) {
+    s->deterministic = deterministic != 0;
+    return SL_OK;
+}
+
+int sl_spec_set_threads(sl_spec *s, int threads) {
+    if (threads < 0 || threads > 1024)
+        return sl__error(SL_EINVAL, "threads: must be between 0 and 1024");
+    s->threads = threads;
+    return SL_OK;
+}
+
+static int add_json_op(sl_spec *s, cJSON *obj, int index) {
+    const cJSON *op = cJSON_GetObjectItemCaseSensitive(obj, "op");
+    if (!cJSON_IsObject(obj)) {
+        cJSON_Delete(obj);
+        return sl__error(SL_EINVAL, "ops[%d]: must be an object", index);
+    }
+    if (!cJSON_IsString(op) || !op->valuestring[0]) {
+        cJSON_Delete(obj);
+        return sl__error(SL_EINVAL, "ops[%d].op: missing (must name the op, e.g. \"batch\")",
+                         index);
+    }
+    sl_spec_op o;
+    memset(&o, 0, sizeof o);
+    o.kind = SL_SPEC_OP_JSON;
+    o.json = obj;
+    int rc = push_op(s, &o);
+    if (rc < 0)
+        cJSON_Delete(obj);
+    return rc;
+}
+
+int sl_spec_add_op_json(sl_spec *s, const char *json) {
+    cJSON *obj = json ? cJSON_Parse(json) : NULL;
+    if (!obj)
+        return sl__error(SL_EINVAL, "ops[%d]: not valid JSON", s->nops);
+    return add_json_op(s, obj, s->nops);
+}
+
+static int add_user(sl_spec *s, int kind, const char *name, sl_map_fn map, sl_filter_fn filter,
+                    void *user) {
+    if ((kind == SL_SPEC_OP_MAP && !map) || (kind == SL_SPEC_OP_FILTER && !filter))
+        return sl__error(SL_EINVAL, "ops[%d]: function is NULL", s->nops);
+    sl_spec_op o;
+    memset(&o, 0, sizeof o);
+    o.kind = kind;
+    snprintf(o.name, sizeof o.name, "%s", name && name[0] ? name : "fn");
+    o.map = map;
+    o.filter = filter;
+    o.user = user;
+    return push_op(s, &o);
+}
+
+int sl_spec_add_map(sl_spec *s, const char *name, sl_map_fn fn, void *user) {
+    return add_user(s, SL_SPEC_OP_MAP, name, fn, NULL, user);
+}
+
+int sl_spec_add_filter(sl_spec *s, const char *name, sl_filter_fn fn, void *user) {
+    return add_user(s, SL_SPEC_OP_FILTER, name, NULL, fn, user);
+}
+
+int sl_spec__parse_parallel(const cJSON *v, const char *field, int *out) {
+    if (!v) {
+        *out = 0;
+        return SL_OK;
+    }
+    if (cJSON_IsString(v) && !strcmp(v->valuestring, "auto")) {
+        *out = -1;
+        return SL_OK;
+    }
+    if (cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) && v->valuedouble >= 1 &&
+        v->valuedouble <= 1024) {
+        *out = (int)v->valuedouble;
+        return SL_OK;
+    }
+    return sl__error(SL_EINVAL, "%s.parallel: must be a number of threads (1-1024) or \"auto\"",
+                     field);
+}
+
+static int get_uint(const cJSON *v, const char *field, int64_t min, int64_t *out) {
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < min ||
+        v->valuedouble > 9.0e15)
+        return sl__error(SL_EINVAL, "%s: must be an integer >= %lld", field, (long long)min);
+    *out = (int64_t)v->valuedouble;
+    return SL_OK;
+}
+
+static int parse_shard(sl_spec *s, const cJSON *v) {
+    if (cJSON_IsString(v) && !strcmp(v->valuestring, "env")) {
+        s->shard_mode = SL_SHARD_ENV;
+        return SL_OK;
+    }
+    if (cJSON_IsString(v) && !strcmp(v->valuestring, "none")) {
+        s->shard_mode = SL_SHARD_SET;
+        s->shard_index = 0;
+        s->shard_count = 1;
+        return SL_OK;
+    }
+    if (!cJSON_IsObject(v))
+        return sl__error(SL_EINVAL, "source.shard: must be an object {\"index\", \"count\", "
+                                    "\"equal\"}, \"env\" or \"none\"");
+    int64_t index = -1, count = -1;
+    int equal = SL_SHARD_PAD;
+    for (const cJSON *it = v->child; it; it = it->next) {
+        if (!strcmp(it->string, "index"))
+            SL_TRY(get_uint(it, "source.shard.index", 0, &index));
+        else if (!strcmp(it->string, "count"))
+            SL_TRY(get_uint(it, "source.shard.count", 1, &count));
+        else if (!strcmp(it->string, "equal")) {
+            static const char *const eq[] = {"pad", "drop", "none"};
+            int k = -1;
+            for (int i = 0; i < 3; i++)
+                if (cJSON_IsString(it) && !strcmp(it->valuestring, eq[i]))
+                    k = i;
+            if (k < 0)
+                return sl__error(SL_EINVAL,
+                                 "source.shard.equal: must be \"pad\", \"drop\" or \"none\"");
+            equal = k;
+        } else {
+            return sl__error(SL_EINVAL, "source.shard.%s: unknown key", it->string);
+        }
+    }
+    if (count < 0)
+        return sl__error(SL_EINVAL, "source.shard.count: missing");
+    if (index < 0)
+        return sl__error(SL_EINVAL, "source.shard.index: missing");
+    if (index >= count)
+        return sl__error(SL_EINVAL, "source.shard.index: must be below shard.count (%lld), got %lld",
+                         (long long)count, (long long)index);
+    return sl_spec_set_shard(s, index, count, (sl_shard_equal)equal);
+}
+
+static int parse_source(sl_spec *s, const cJSON *src) {
+    if (cJSON_IsString(src))
+        return sl_spec_set_source_path(s, src->valuestring);
+    if (!cJSON_IsObject(src))
+        return sl__error(SL_EINVAL, "source: must be an object with \"path\"");
+    for (const cJSON *it = src->child; it; it = it->next) {
+        const char *k = it->string;
+        if (!strcmp(k, "path")) {
+            if (!cJSON_IsString(it) || !it->valuestring[0])
+                return sl__error(SL_EINVAL, "source.path: must be a non-empty string");
+            SL_TRY(sl_spec_set_source_path(s, it->valuestring));
+        } else if (!strcmp(k, "shuffle")) {
+            if (!cJSON_IsBool(it))
+                return sl__error(SL_EINVAL, "source.shuffle: must be true or false");
+            s->shuffle = cJSON_IsTrue(it);
+        } else if (!strcmp(k, "shard")) {
+            SL_TRY(parse_shard(s, it));
+        } else if (!strcmp(k, "parallel")) {
+            SL_TRY(sl_spec__parse_parallel(it, "source", &s->source_parallel));
+        } else if (!strcmp(k, "chunk")) {
+            int64_t c;
+            SL_TRY(get_uint(it, "source.chunk", 1, &c));
+            if (c > 256)
+                return sl__error(SL_EINVAL, "source.chunk: must be between 1 and 256");
+            s->chunk = (int)c;
+        } else {
+            return sl__error(SL_EINVAL, "source.%s: unknown key", k);
+        }
+    }
+    if (!s->path)
+        return sl__error(SL_EINVAL, "source.path: missing");
+    return SL_OK;
+}
+
+int sl_spec_from_json(sl_spec **out, const char *json) {
+    sl_spec *s = NULL;
+    int rc;
+    *out = NULL;
+    cJSON *doc = json ? cJSON_Parse(json) : NULL;
+    if (!doc) {
+        const char *at = cJSON_GetErrorPtr();
+        long off = (at && json) ? (long)(at - json) : 0;
+        return sl__error(SL_EINVAL, "spec: not valid JSON (near byte %ld)", off);
+    }
+    SL_CHECK(sl_spec_create(&s));
+    if (!cJSON_IsObject(doc))
+        SL_FAIL(SL_EINVAL, "spec: must be a JSON object");
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(doc, "source");
+    if (!src)
+        SL_FAIL(SL_EINVAL, "source: missing");
+    for (const cJSON *it = doc->child; it; it = it->next) {
+        const char *k = it->string;
+        if (!strcmp(k, "source")) {
+            SL_CHECK(parse_source(s, it));
+        } else if (!strcmp(k, "ops")) {
+            if (!cJSON_IsArray(it))
+                SL_FAIL(SL_EINVAL, "ops: must be an array of op objects");
+            int i = 0;
+            for (const cJSON *o = it->child; o; o = o->next, i++) {
+                cJSON *dup = cJSON_Duplicate(o, 1);
+                if (!dup)
+                    SL_FAIL(SL_ENOMEM, "out of memory while copying ops[%d]", i);
+                SL_CHECK(add_json_op(s, dup, i));
+            }
+        } else if (!strcmp(k, "seed")) {
+            int64_t v;
+            SL_CHECK(get_uint(it, "seed", 0, &v));
+            s->seed = (uint64_t)v;
+        } else if (!strcmp(k, "epochs")) {
+            SL_CHECK(get_uint(it, "epochs", 1, &s->epochs));
+        } else if (!strcmp(k, "on_error")) {
+            if (cJSON_IsString(it) && !strcmp(it->valuestring, "fail"))
+                s->on_error = SL_ON_ERROR_FAIL;
+            else if (cJSON_IsString(it) && !strcmp(it->valuestring, "skip"))
+                s->on_error = SL_ON_ERROR_SKIP;
+            else
+                SL_FAIL(SL_EINVAL, "on_error: must be \"fail\" or \"skip\"");
+        } else if (!strcmp(k, "deterministic")) {
+            if (!cJSON_IsBool(it))
+                SL_FAIL(SL_EINVAL, "deterministic: must be true or false");
+            s->deterministic = cJSON_IsTrue(it);
+        } else {
+            SL_FAIL(SL_EINVAL, "%s: unknown key (expected source, ops, seed, epochs, on_error, "
+                               "deterministic)", k);
+        }
+    }
+    cJSON_Delete(doc);
+    *out = s;
+    return SL_OK;
+cleanup:
+    cJSON_Delete(doc);
+    sl_spec_free(s);
+    return rc;
+}
+
+int sl_spec__copy(sl_spec **out, const sl_spec *src) {
+    sl_spec *s;
+    SL_TRY(sl_spec_create(&s));
+    sl_spec_op *ops = s->ops;
+    *s = *src;
+    s->ops = ops;
+    s->nops = s->cap = 0;
+    s->path = NULL;
+    s->mem = sl_pipeline__memsrc_retain(src->mem);
+    if (src->path && !(s->path = sl__strdup(src->path))) {
+        sl_spec_free(s);
+        return sl__oom("copying a spec");
+    }
+    for (int i = 0; i < src->nops; i++) {
+        sl_spec_op o = src->ops[i];
+        if (o.json && !(o.json = cJSON_Duplicate(src->ops[i].json, 1))) {
+            sl_spec_free(s);
+            return sl__oom("copying a spec");
+        }
+        int rc = push_op(s, &o);
+        if (rc < 0) {
+            cJSON_Delete(o.json);
+            sl_spec_free(s);
+            return rc;
+        }
+    }
+    *out = s;
+    return SL_OK;
+}
+
+static int write_out(const char *text, char *buf, size_t cap, size_t *len_out) {
+    size_t n = strlen(text);
+    if (len_out)
+        *len_out = n;
+    if (buf && cap) {
+        size_t m = n < cap - 1 ? n : cap - 1;
+        memcpy(buf, text, m);
+        buf[m] = '\0';
+    }
+    return SL_OK;
+}
+
+int sl_pipeline__write_out(const char *text, char *buf, size_t cap, size_t *len_out) {
+    return write_out(text, buf, cap, len_out);
+}
+
+cJSON *sl_spec__to_cjson(const sl_spec *s) {
+    cJSON *doc = cJSON_CreateObject();
+    if (!doc)
+        return NULL;
+    cJSON *src = cJSON_AddObjectToObject(doc, "source");
+    if (s->path)
+        cJSON_AddStringToObject(src, "path", s->path);
+    else if (s->mem)
+        cJSON_AddStringToObject(src, "memory", "samples held in memory");
+    cJSON_AddBoolToObject(src, "shuffle", s->shuffle);
+    if (s->shard_mode == SL_SHARD_SET) {
+        static const char *const eq[] = {"pad", "drop", "none"};
+        cJSON *sh = cJSON_AddObjectToObject(src, "shard");
+        cJSON_AddNumberToObject(sh, "index", (double)s->shard_index);
+        cJSON_AddNumberToObject(sh, "count", (double)s->shard_count);
+        cJSON_AddStringToObject(sh, "equal", eq[s->shard_equal]);
+    } else if (s->shard_mode == SL_SHARD_ENV) {
+        cJSON_AddStringToObject(src, "shard", "env");
+    }
+    cJSON *ops = cJSON_AddArrayToObject(doc, "ops");
+    for (int i = 0; i < s->nops; i++) {
+        const sl_spec_op *o = &s->ops[i];
+        cJSON *e;
+        if (o->kind == SL_SPEC_OP_JSON) {
+            e = cJSON_Duplicate(o->json, 1);
+        } else {
+            e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "op", o->kind == SL_SPEC_OP_MAP ? "map" : "filter_fn");
+            cJSON_AddStringToObject(e, "name", o->name);
+        }
+        cJSON_AddItemToArray(ops, e);
+    }
+    cJSON_AddNumberToObject(doc, "seed", (double)s->seed);
+    cJSON_AddNumberToObject(doc, "epochs", (double)s->epochs);
+    cJSON_AddStringToObject(doc, "on_error", s->on_error ? "skip" : "fail");
+    cJSON_AddBoolToObject(doc, "deterministic", s->deterministic);
+    return doc;
+}
+
+int sl_spec_to_json(const sl_spec *s, char *buf, size_t cap, size_t *len_out) {
+    cJSON *doc = sl_spec__to_cjson(s);
+    char *text = doc ? cJSON_PrintUnformatted(doc) : NULL;
+    cJSON_Delete(doc);
+    if (!text)
+        return sl__oom("writing a spec as JSON");
+    write_out(text, buf, cap, len_out);
+    cJSON_free(text);
+    return SL_OK;
+}

@@ -1,0 +1,302 @@
+/*
+ * stats.c — per-stage counters, the F/P/G verdict, the stats JSON and the
+ * plan explanation.
+ *
+ * Verdict. A stage's utilisation is busy / (wall * active workers). The
+ * consumer (G) bounds the run when batches were waiting for it: it spent
+ * under 10% of the time blocked in next() and the output queue was more than
+ * half full on average. Otherwise the producing stage with the highest
+ * utilisation is the limit: the source means reading (F), any other stage
+ * processing (P, named). The line shows the numbers behind the choice.
+ */
+#include "pipeline/pipeline.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int sl_pipeline_stats_get(const sl_pipeline *cp, sl_pipeline_stats *out) {
+    sl_pipeline *p = (sl_pipeline *)cp;
+    memset(out, 0, sizeof *out);
+    uint64_t now = sl__now_ns();
+    double wall = p->t_start ? (double)(now - p->t_start) / 1e9 : 0.0;
+    out->wall_s = wall;
+    out->batches = p->batches_out;
+    out->samples = p->samples_out;
+    out->samples_per_s = wall > 0 ? (double)p->samples_out / wall : 0.0;
+    out->consumer_wait_s = (double)p->consumer_wait_ns / 1e9;
+    out->threads_started = atomic_load(&p->threads_started);
+    out->nstages = p->nstages;
+    int worst = -1;
+    double worst_util = -1;
+    for (int s = 0; s < p->nstages; s++) {
+        sl_stage *st = &p->stage[s];
+        sl_stage_stats *o = &out->stage[s];
+        snprintf(o->name, sizeof o->name, "%s", st->name);
+        o->workers = atomic_load(&st->active);
+        o->queue_capacity = (int32_t)st->qcap;
+        o->elements = atomic_load(&st->elements);
+        o->busy_s = (double)atomic_load(&st->busy_ns) / 1e9;
+        o->wait_in_s = (double)atomic_load(&st->wait_in_ns) / 1e9;
+        o->wait_out_s = (double)atomic_load(&st->wait_out_ns) / 1e9;
+        o->elements_per_s = wall > 0 ? (double)o->elements / wall : 0.0;
+        o->cost_us = o->elements ? o->busy_s * 1e6 / (double)o->elements : 0.0;
+        o->queue_fill = sl_queue__mean_fill(&st->out);
+        double util = wall > 0 && o->workers > 0 ? o->busy_s / (wall * o->workers) : 0.0;
+        if (util > worst_util) {
+            worst_util = util;
+            worst = s;
+        }
+    }
+    pthread_mutex_lock(&p->err_mu);
+    out->skipped = p->skipped;
+    out->nerrors = p->nerrors;
+    for (int i = 0; i < p->nerrors; i++)
+        memcpy(out->errors[i], p->errors[i], sizeof out->errors[i]);
+    pthread_mutex_unlock(&p->err_mu);
+
+    out->bound = '?';
+    if (p->batches_out < 2 || wall <= 0 || worst < 0) {
+        snprintf(out->verdict, sizeof out->verdict, "?: too early to tell (%llu batches)",
+                 (unsigned long long)p->batches_out);
+        return SL_OK;
+    }
+    double cwait = out->consumer_wait_s / wall;
+    const sl_stage_stats *last = &out->stage[p->nstages - 1];
+    const sl_stage_stats *w = &out->stage[worst];
+    if (cwait < 0.10 && last->queue_fill > 0.5) {
+        out->bound = 'G';
+        snprintf(out->bound_stage, sizeof out->bound_stage, "consumer");
+        snprintf(out->verdict, sizeof out->verdict,
+                 "G: bound by the consumer: batches waited for it (output queue %.0f%% full, "
+                 "consumer blocked %.0f%% of the time); the pipeline has headroom",
+                 100 * last->queue_fill, 100 * cwait);
+        return SL_OK;
+    }
+    snprintf(out->bound_stage, sizeof out->bound_stage, "%s", w->name);
+    double util = w->busy_s / (wall * (w->workers ? w->workers : 1));
+    if (p->stage[worst].kind == SL_ST_SOURCE) {
+        out->bound = 'F';
+        snprintf(out->verdict, sizeof out->verdict,
+                 "F: bound by reading: source %.0f%% busy on %d worker(s), %.1f us/sample; "
+                 "consumer blocked %.0f%% of the time (faster storage, a packed .slr, or more "
+                 "source workers)",
+                 100 * util, w->workers, w->cost_us, 100 * cwait);
+    } else {
+        out->bound = 'P';
+        snprintf(out->verdict, sizeof out->verdict,
+                 "P: bound by processing in stage '%s': %.0f%% busy on %d worker(s), "
+                 "%.1f us/sample; consumer blocked %.0f%% of the time (more workers, cheaper or "
+                 "fused ops)",
+                 w->name, 100 * util, w->workers, w->cost_us, 100 * cwait);
+    }
+    return SL_OK;
+}
+
+int sl_pipeline_stats_json(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out) {
+    sl_pipeline_stats st;
+    SL_TRY(sl_pipeline_stats_get(p, &st));
+    cJSON *doc = cJSON_CreateObject();
+    if (!doc)
+        return sl__oom("writing stats");
+    char b[2] = {st.bound, 0};
+    cJSON_AddNumberToObject(doc, "samples_per_s", st.samples_per_s);
+    cJSON_AddNumberToObject(doc, "batches_per_s", st.wall_s > 0 ? st.batches / st.wall_s : 0);
+    cJSON_AddNumberToObject(doc, "samples", (double)st.samples);
+    cJSON_AddNumberToObject(doc, "batches", (double)st.batches);
+    cJSON_AddNumberToObject(doc, "wall_s", st.wall_s);
+    cJSON_AddNumberToObject(doc, "consumer_wait_s", st.consumer_wait_s);
+    cJSON_AddStringToObject(doc, "bound", b);
+    cJSON_AddStringToObject(doc, "bound_stage", st.bound_stage);
+    cJSON_AddStringToObject(doc, "verdict", st.verdict);
+    cJSON_AddNumberToObject(doc, "skipped", (double)st.skipped);
+    cJSON_AddNumberToObject(doc, "threads_started", (double)st.threads_started);
+    cJSON *errs = cJSON_AddArrayToObject(doc, "errors");
+    for (int i = 0; i < st.nerrors; i++)
+        cJSON_AddItemToArray(errs, cJSON_CreateString(st.errors[i]));
+    cJSON *stages = cJSON_AddArrayToObject(doc, "stages");
+    for (int i = 0; i < st.nstages; i++) {
+        const sl_stage_stats *s = &st.stage[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", s->name);
+        cJSON_AddNumberToObject(o, "workers", s->workers);
+        cJSON_AddNumberToObject(o, "elements", (double)s->elements);
+        cJSON_AddNumberToObject(o, "elements_per_s", s->elements_per_s);
+        cJSON_AddNumberToObject(o, "busy_s", s->busy_s);
+        cJSON_AddNumberToObject(o, "wait_in_s", s->wait_in_s);
+        cJSON_AddNumberToObject(o, "wait_out_s", s->wait_out_s);
+        cJSON_AddNumberToObject(o, "cost_us", s->cost_us);
+        cJSON_AddNumberToObject(o, "queue_fill", s->queue_fill);
+        cJSON_AddNumberToObject(o, "queue_capacity", s->queue_capacity);
+        cJSON_AddItemToArray(stages, o);
+    }
+    char *text = cJSON_PrintUnformatted(doc);
+    cJSON_Delete(doc);
+    if (!text)
+        return sl__oom("writing stats");
+    sl_pipeline__write_out(text, buf, cap, len_out);
+    cJSON_free(text);
+    return SL_OK;
+}
+
+/* ---- explain ------------------------------------------------------------------------- */
+
+typedef struct {
+    char *s;
+    size_t n, cap;
+    int oom;
+} strbuf;
+
+static void sb_printf(strbuf *b, const char *fmt, ...) SL_PRINTF(2, 3);
+static void sb_printf(strbuf *b, const char *fmt, ...) {
+    if (b->oom)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0)
+            return;
+        if (b->s && b->n + (size_t)k < b->cap) {
+            b->n += (size_t)k;
+            return;
+        }
+        size_t cap = (b->cap ? b->cap * 2 : 1024) + (size_t)k;
+        char *s = sl__realloc(b->s, cap);
+        if (!s) {
+            b->oom = 1;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+}
+
+static void col_text(strbuf *b, const sl_colinfo *c) {
+    sb_printf(b, "%s:", c->name);
+    if (c->encoded) {
+        sb_printf(b, "encoded");
+        return;
+    }
+    sb_printf(b, "%s", c->dtype == SL_DTYPE_INVALID ? "?" : sl_dtype_name(c->dtype));
+    if (c->ndim < 0) {
+        sb_printf(b, "[?]");
+        return;
+    }
+    sb_printf(b, "[");
+    for (int d = 0; d < c->ndim; d++) {
+        if (c->shape[d] < 0)
+            sb_printf(b, "%s*", d ? "," : "");
+        else
+            sb_printf(b, "%s%lld", d ? "," : "", (long long)c->shape[d]);
+    }
+    sb_printf(b, "]");
+}
+
+static void cols_text(strbuf *b, const sl_colset *cs) {
+    for (int i = 0; i < cs->ncols; i++) {
+        sb_printf(b, "%s", i ? ", " : "");
+        col_text(b, &cs->col[i]);
+    }
+}
+
+static void node_text(strbuf *b, const sl_pnode *nd) {
+    sb_printf(b, "%s", nd->label);
+    if (nd->desc[0])
+        sb_printf(b, " %s", nd->desc);
+    if (nd->def && (nd->def->flags & SL_OPF_RANDOM))
+        sb_printf(b, " (random)");
+    if (nd->parallel > 0)
+        sb_printf(b, " parallel=%d", nd->parallel);
+    else if (nd->parallel < 0)
+        sb_printf(b, " parallel=auto");
+}
+
+static void source_text(strbuf *b, const sl_pipeline *p) {
+    static const char *const eq[] = {"pad", "drop", "none"};
+    sb_printf(b, "source %s%s (%llu records", p->reader ? "" : "memory",
+              p->reader ? p->spec->path : "", (unsigned long long)p->nrecords);
+    if (p->spec->shuffle)
+        sb_printf(b, ", shuffled per epoch");
+    if (p->shard_count > 1)
+        sb_printf(b, ", shard %lld/%lld equal=%s", (long long)p->shard_index,
+                  (long long)p->shard_count, eq[p->shard_equal]);
+    sb_printf(b, ")\n");
+}
+
+int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out) {
+    strbuf b = {0};
+    const sl_plan *pl = &p->plan;
+    sb_printf(&b, "logical plan:\n  ");
+    source_text(&b, p);
+    sb_printf(&b, "    columns: ");
+    cols_text(&b, &pl->src_cols);
+    sb_printf(&b, "\n");
+    for (int i = 0; i < pl->nnodes; i++) {
+        sb_printf(&b, "  ops[%d] ", pl->nodes[i].pos);
+        node_text(&b, &pl->nodes[i]);
+        sb_printf(&b, "\n");
+    }
+    sb_printf(&b, "optimised plan:\n  ");
+    source_text(&b, p);
+    for (int i = 0; i < pl->nnodes; i++) {
+        const sl_pnode *nd = &pl->nodes[i];
+        if (nd->pushed)
+            sb_printf(&b, "    + filter pushed into the source index: %s (ops[%d]); %llu of %llu "
+                          "records kept, the others are never read\n",
+                      nd->desc, nd->pos, (unsigned long long)p->nbase,
+                      (unsigned long long)p->nrecords);
+        if (nd->kind == SL_PN_REPEAT)
+            sb_printf(&b, "    + repeat x%lld made by the source (ops[%d])\n", (long long)nd->n,
+                      nd->pos);
+    }
+    sb_printf(&b, "    %llu samples per epoch for this rank\n", (unsigned long long)p->per_epoch);
+    for (int i = 0; i < pl->nopt; i++) {
+        const sl_pnode *nd = &pl->opt[i];
+        sb_printf(&b, "  ");
+        node_text(&b, nd);
+        if (nd->nparts > 1) {
+            sb_printf(&b, "  [fused: ");
+            for (uint32_t k = 0; k < nd->nparts; k++)
+                sb_printf(&b, "%sops[%u] %s", k ? " + " : "", nd->parts[k],
+                          pl->nodes[nd->parts[k]].label);
+            sb_printf(&b, "]");
+        }
+        sb_printf(&b, "\n");
+    }
+    sb_printf(&b, "stages:\n");
+    for (int s = 0; s < p->nstages; s++) {
+        const sl_stage *st = &p->stage[s];
+        const char *kind = st->kind == SL_ST_SOURCE ? "read"
+                           : st->kind == SL_ST_MAP  ? "per-sample ops, parallel"
+                           : st->kind == SL_ST_SEQ  ? "sequential"
+                                                    : "sequential, collates batches";
+        sb_printf(&b, "  %d. %s (%s): ", s + 1, st->name, kind);
+        if (st->autotune)
+            sb_printf(&b, "workers=auto (now %d, up to %d)", atomic_load(&((sl_stage *)st)->active),
+                      st->workers);
+        else
+            sb_printf(&b, "workers=%d", st->workers);
+        sb_printf(&b, ", output queue %d %s\n", st->qcap,
+                  s == p->nstages - 1 ? "batches (prefetch)" : "chunks");
+    }
+    sb_printf(&b, "output: ");
+    cols_text(&b, &pl->out_cols);
+    if (pl->has_batch)
+        sb_printf(&b, " with a leading batch dim of %lld%s", (long long)pl->batch_size,
+                  pl->drop_remainder ? " (remainder dropped)" : "");
+    int64_t len = sl_pipeline_len(p);
+    if (len >= 0)
+        sb_printf(&b, "; %lld batches per epoch", (long long)len);
+    sb_printf(&b, "\norder: %s; resume: %s\n",
+              p->spec->deterministic ? "deterministic" : "as samples finish (non-deterministic)",
+              pl->exact_resume ? "exact from the stream position"
+                               : "exact by replaying the epoch up to the saved batch");
+    if (b.oom) {
+        sl__free(b.s);
+        return sl__oom("explaining a pipeline");
+    }
+    sl_pipeline__write_out(b.s ? b.s : "", buf, cap, len_out);
+    sl__free(b.s);
+    return SL_OK;
+}

@@ -1,0 +1,166 @@
+/*
+ * manifest.c — the manifest.json of a sharded dataset directory.
+ *
+ * The manifest has no checksum of its own; instead it is validated strictly
+ * (types, ranges, contiguous numbering, plain file names) and every shard's
+ * footer must agree with it (record range, size, footer checksum), so a
+ * damaged manifest or a swapped shard is reported, never read as data.
+ */
+#include "record/record_format.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+void sl_record__manifest_clear(slr_manifest *m) {
+    for (int i = 0; i < m->nshards; i++)
+        sl__free(m->shards[i].file);
+    sl__free(m->shards);
+    sl_record__meta_clear(&m->meta);
+    memset(m, 0, sizeof *m);
+}
+
+/* A JSON number that is an exact non-negative integer below 2^53. */
+static bool get_u64(const cJSON *o, const char *key, uint64_t *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v))
+        return false;
+    double d = v->valuedouble;
+    if (!(d >= 0 && d <= 9007199254740992.0) || floor(d) != d)
+        return false;
+    *out = (uint64_t)d;
+    return true;
+}
+
+static bool plain_name(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0 || n > 255 || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+        return false;
+    return strchr(s, '/') == NULL && strcmp(s, SLR_MANIFEST_NAME) != 0;
+}
+
+int sl_record__manifest_load(const char *mpath, slr_manifest *out) {
+    int rc = SL_OK;
+    char *text = NULL;
+    cJSON *root = NULL;
+    memset(out, 0, sizeof *out);
+    int fd = open(mpath, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return sl__error(errno == ENOENT ? SL_ECORRUPT : SL_EIO, "%s: cannot open: %s", mpath,
+                         strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        SL_FAIL(SL_EIO, "%s: cannot stat: %s", mpath, strerror(errno));
+    if (st.st_size == 0)
+        SL_FAIL(SL_ECORRUPT, "%s: empty file", mpath);
+    if ((uint64_t)st.st_size > SLR_MANIFEST_MAX)
+        SL_FAIL(SL_ELIMIT, "%s: %lld bytes is larger than a manifest may be (%u)", mpath,
+                (long long)st.st_size, SLR_MANIFEST_MAX);
+    text = sl__malloc((size_t)st.st_size + 1);
+    if (!text) {
+        rc = sl__oom("reading a manifest");
+        goto cleanup;
+    }
+    SL_CHECK(sl_record__pread_all(fd, text, (size_t)st.st_size, 0, mpath));
+    text[st.st_size] = 0;
+    if (strlen(text) != (size_t)st.st_size)
+        SL_FAIL(SL_ECORRUPT, "%s: not valid JSON (contains a NUL byte)", mpath);
+    root = cJSON_ParseWithLength(text, (size_t)st.st_size);
+    if (!root) {
+        /* cJSON also returns NULL when its allocator fails; it does not say which. */
+        const char *at = cJSON_GetErrorPtr();
+        long pos = at && at >= text && at <= text + st.st_size ? (long)(at - text) : -1;
+        SL_FAIL(SL_ECORRUPT, "%s: not valid JSON (error near byte %ld)", mpath, pos);
+    }
+    if (!cJSON_IsObject(root))
+        SL_FAIL(SL_ECORRUPT, "%s: not a JSON object", mpath);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, SLR_MANIFEST_FORMAT) != 0)
+        SL_FAIL(SL_ECORRUPT, "%s: \"format\" is not \"%s\"", mpath, SLR_MANIFEST_FORMAT);
+    uint64_t version;
+    if (!get_u64(root, "version", &version) || version == 0)
+        SL_FAIL(SL_ECORRUPT, "%s: \"version\" is missing or not a positive integer", mpath);
+    if (version > SLR_MANIFEST_VERSION)
+        SL_FAIL(SL_EUNSUPPORTED, "%s: format version %llu is newer than this reader (max %d)", mpath,
+                (unsigned long long)version, SLR_MANIFEST_VERSION);
+    if (!get_u64(root, "records", &out->records))
+        SL_FAIL(SL_ECORRUPT, "%s: \"records\" is missing or not a non-negative integer", mpath);
+    const cJSON *shards = cJSON_GetObjectItemCaseSensitive(root, "shards");
+    int n = cJSON_IsArray(shards) ? cJSON_GetArraySize(shards) : -1;
+    if (n < 1 || n > 1000000)
+        SL_FAIL(SL_ECORRUPT, "%s: \"shards\" must be a non-empty array", mpath);
+    out->shards = sl__calloc((size_t)n, sizeof *out->shards);
+    if (!out->shards) {
+        rc = sl__oom("reading a manifest");
+        goto cleanup;
+    }
+    uint64_t next = 0;
+    int i = 0;
+    const cJSON *s;
+    cJSON_ArrayForEach(s, shards) {
+        slr_manifest_shard *ms = &out->shards[i];
+        const cJSON *file = cJSON_GetObjectItemCaseSensitive(s, "file");
+        const cJSON *sum = cJSON_GetObjectItemCaseSensitive(s, "footer_checksum");
+        if (!cJSON_IsObject(s) || !cJSON_IsString(file) || !plain_name(file->valuestring))
+            SL_FAIL(SL_ECORRUPT, "%s: shard %d: \"file\" must be a plain file name", mpath, i);
+        if (!get_u64(s, "first", &ms->first) || !get_u64(s, "records", &ms->records) ||
+            !get_u64(s, "bytes", &ms->bytes))
+            SL_FAIL(SL_ECORRUPT, "%s: shard %d (%s): \"first\", \"records\" and \"bytes\" must be "
+                    "non-negative integers", mpath, i, file->valuestring);
+        char *end = NULL;
+        if (!cJSON_IsString(sum) || strlen(sum->valuestring) != 16)
+            SL_FAIL(SL_ECORRUPT, "%s: shard %d (%s): \"footer_checksum\" must be 16 hex digits",
+                    mpath, i, file->valuestring);
+        errno = 0;
+        ms->footer_checksum = strtoull(sum->valuestring, &end, 16);
+        if (errno || *end || sum->valuestring[0] == '-' || sum->valuestring[0] == '+' ||
+            sum->valuestring[0] == ' ')
+            SL_FAIL(SL_ECORRUPT, "%s: shard %d (%s): \"footer_checksum\" must be 16 hex digits",
+                    mpath, i, file->valuestring);
+        if (ms->first != next)
+            SL_FAIL(SL_ECORRUPT, "%s: shard %d (%s) starts at record %llu, expected %llu", mpath, i,
+                    file->valuestring, (unsigned long long)ms->first, (unsigned long long)next);
+        for (int k = 0; k < i; k++)
+            if (strcmp(out->shards[k].file, file->valuestring) == 0)
+                SL_FAIL(SL_ECORRUPT, "%s: shard %s is listed twice", mpath, file->valuestring);
+        ms->file = sl__strdup(file->valuestring);
+        if (!ms->file) {
+            rc = sl__oom("reading a manifest");
+            goto cleanup;
+        }
+        out->nshards = ++i;
+        next += ms->records;
+    }
+    if (next != out->records)
+        SL_FAIL(SL_ECORRUPT, "%s: shards hold %llu records, \"records\" says %llu", mpath,
+                (unsigned long long)next, (unsigned long long)out->records);
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "meta");
+    if (meta) {
+        if (!cJSON_IsObject(meta))
+            SL_FAIL(SL_ECORRUPT, "%s: \"meta\" is not an object", mpath);
+        const cJSON *kv;
+        cJSON_ArrayForEach(kv, meta) {
+            if (!cJSON_IsString(kv) || !kv->string || !*kv->string ||
+                strlen(kv->string) > SLR_META_KEY_MAX)
+                SL_FAIL(SL_ECORRUPT, "%s: \"meta\" entries must be strings with 1-%u byte keys",
+                        mpath, SLR_META_KEY_MAX);
+            if (sl_record__meta_get(&out->meta, kv->string))
+                SL_FAIL(SL_ECORRUPT, "%s: duplicate metadata key \"%.64s\"", mpath, kv->string);
+            SL_CHECK(sl_record__meta_set(&out->meta, kv->string, kv->valuestring));
+        }
+    }
+cleanup:
+    close(fd);
+    cJSON_Delete(root);
+    sl__free(text);
+    if (rc < 0)
+        sl_record__manifest_clear(out);
+    return rc;
+}

@@ -1,0 +1,231 @@
+/*
+ * record_common.c — pieces shared by the .slr writer, reader and recovery:
+ * metadata blocks, the checksum, and careful file I/O.
+ */
+#include "record/record_format.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+uint64_t sl_record__hash(const void *p, size_t len, uint64_t seed) {
+    return (uint64_t)XXH3_64bits_withSeed(p, len, (XXH64_hash_t)seed);
+}
+
+/* ---- metadata ------------------------------------------------------------------- */
+
+void sl_record__meta_clear(slr_meta *m) {
+    for (int i = 0; i < m->n; i++) {
+        sl__free(m->keys[i]);
+        sl__free(m->vals[i]);
+    }
+    sl__free(m->keys);
+    sl__free(m->vals);
+    memset(m, 0, sizeof *m);
+}
+
+const char *sl_record__meta_get(const slr_meta *m, const char *key) {
+    for (int i = 0; i < m->n; i++)
+        if (strcmp(m->keys[i], key) == 0)
+            return m->vals[i];
+    return NULL;
+}
+
+int sl_record__meta_set(slr_meta *m, const char *key, const char *value) {
+    char *v = sl__strdup(value);
+    if (!v)
+        return sl__oom("copying a metadata value");
+    for (int i = 0; i < m->n; i++) {
+        if (strcmp(m->keys[i], key) == 0) {
+            sl__free(m->vals[i]);
+            m->vals[i] = v;
+            return SL_OK;
+        }
+    }
+    char *k = sl__strdup(key);
+    if (!k) {
+        sl__free(v);
+        return sl__oom("copying a metadata key");
+    }
+    if (m->n == m->cap) {
+        int cap = m->cap ? m->cap * 2 : 8;
+        char **nk = sl__realloc(m->keys, (size_t)cap * sizeof *nk);
+        if (!nk)
+            goto oom;
+        m->keys = nk;
+        char **nv = sl__realloc(m->vals, (size_t)cap * sizeof *nv);
+        if (!nv)
+            goto oom;
+        m->vals = nv;
+        m->cap = cap;
+    }
+    m->keys[m->n] = k;
+    m->vals[m->n] = v;
+    m->n++;
+    return SL_OK;
+oom:
+    sl__free(k);
+    sl__free(v);
+    return sl__oom("growing the metadata table");
+}
+
+/* Block: u32 count, u32 reserved (0), then per entry u32 key_len, u32 value_len,
+ * key bytes, value bytes; zero padding to a multiple of 8. */
+uint64_t sl_record__meta_size(const slr_meta *m) {
+    uint64_t n = 8;
+    for (int i = 0; i < m->n; i++)
+        n += 8 + strlen(m->keys[i]) + strlen(m->vals[i]);
+    return slr_align8(n);
+}
+
+void sl_record__meta_encode(const slr_meta *m, uint8_t *out) {
+    uint64_t size = sl_record__meta_size(m);
+    memset(out, 0, size);
+    sl__st32(out, (uint32_t)m->n);
+    uint8_t *p = out + 8;
+    for (int i = 0; i < m->n; i++) {
+        size_t kl = strlen(m->keys[i]), vl = strlen(m->vals[i]);
+        sl__st32(p, (uint32_t)kl);
+        sl__st32(p + 4, (uint32_t)vl);
+        memcpy(p + 8, m->keys[i], kl);
+        memcpy(p + 8 + kl, m->vals[i], vl);
+        p += 8 + kl + vl;
+    }
+}
+
+static char *dup_n(const uint8_t *p, size_t n) {
+    char *s = sl__malloc(n + 1);
+    if (s) {
+        memcpy(s, p, n);
+        s[n] = 0;
+    }
+    return s;
+}
+
+int sl_record__meta_decode(const uint8_t *p, uint64_t len, slr_meta *m, const char *path,
+                           const char *where) {
+    int rc = SL_OK;
+    char *k = NULL, *v = NULL;
+    if (len < 8 || len % 8 || len > SLR_META_BLOCK_MAX)
+        return sl__error(SL_ECORRUPT, "%s: %s: metadata block of %llu bytes", path, where,
+                         (unsigned long long)len);
+    uint32_t n = sl__ld32(p);
+    if (sl__ld32(p + 4) != 0)
+        return sl__error(SL_ECORRUPT, "%s: %s: metadata reserved field is not zero", path, where);
+    uint64_t pos = 8;
+    for (uint32_t i = 0; i < n; i++) {
+        if (len - pos < 8)
+            SL_FAIL(SL_ECORRUPT, "%s: %s: metadata entry %u runs past its block", path, where, i);
+        uint32_t kl = sl__ld32(p + pos), vl = sl__ld32(p + pos + 4);
+        pos += 8;
+        if (kl < 1 || kl > SLR_META_KEY_MAX || vl > SLR_META_VALUE_MAX || len - pos < (uint64_t)kl + vl)
+            SL_FAIL(SL_ECORRUPT, "%s: %s: metadata entry %u has bad lengths (key %u, value %u)",
+                    path, where, i, kl, vl);
+        if (memchr(p + pos, 0, kl) || memchr(p + pos + kl, 0, vl))
+            SL_FAIL(SL_ECORRUPT, "%s: %s: metadata entry %u contains a NUL byte", path, where, i);
+        k = dup_n(p + pos, kl);
+        v = dup_n(p + pos + kl, vl);
+        if (!k || !v)
+        {
+            rc = sl__oom("reading metadata");
+            goto cleanup;
+        }
+        if (sl_record__meta_get(m, k))
+            SL_FAIL(SL_ECORRUPT, "%s: %s: duplicate metadata key \"%.64s\"", path, where, k);
+        SL_CHECK(sl_record__meta_set(m, k, v));
+        sl__free(k);
+        sl__free(v);
+        k = v = NULL;
+        pos += (uint64_t)kl + vl;
+    }
+    if (slr_align8(pos) != len)
+        SL_FAIL(SL_ECORRUPT, "%s: %s: metadata block is %llu bytes, entries use %llu", path, where,
+                (unsigned long long)len, (unsigned long long)pos);
+    for (uint64_t q = pos; q < len; q++)
+        if (p[q])
+            SL_FAIL(SL_ECORRUPT, "%s: %s: metadata padding is not zero", path, where);
+cleanup:
+    sl__free(k);
+    sl__free(v);
+    if (rc < 0)
+        sl_record__meta_clear(m);
+    return rc;
+}
+
+/* ---- file I/O ----------------------------------------------------------------------- */
+
+int sl_record__write_all(int fd, const void *p, size_t len, const char *path) {
+    const uint8_t *b = p;
+    while (len) {
+        ssize_t n = write(fd, b, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return sl__error(SL_EIO, "%s: write failed: %s", path, strerror(errno));
+        }
+        b += n;
+        len -= (size_t)n;
+    }
+    return SL_OK;
+}
+
+int sl_record__pread_all(int fd, void *p, size_t len, uint64_t off, const char *path) {
+    uint8_t *b = p;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = pread(fd, b + done, len - done, (off_t)(off + done));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return sl__error(SL_EIO, "%s: read failed at offset %llu: %s", path,
+                             (unsigned long long)(off + done), strerror(errno));
+        }
+        if (n == 0)
+            return sl__error(SL_ECORRUPT, "%s: truncated (read past the end at offset %llu)", path,
+                             (unsigned long long)(off + done));
+        done += (size_t)n;
+    }
+    return SL_OK;
+}
+
+int sl_record__fsync_dir(const char *dir_path) {
+    int fd = open(dir_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return sl__error(SL_EIO, "%s: cannot open directory to sync: %s", dir_path, strerror(errno));
+    int rc = SL_OK;
+    if (fsync(fd) != 0 && errno != EINVAL)
+        rc = sl__error(SL_EIO, "%s: fsync of directory failed: %s", dir_path, strerror(errno));
+    close(fd);
+    return rc;
+}
+
+char *sl_record__dirname(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return sl__strdup(".");
+    if (slash == path)
+        return sl__strdup("/");
+    size_t n = (size_t)(slash - path);
+    char *s = sl__malloc(n + 1);
+    if (s) {
+        memcpy(s, path, n);
+        s[n] = 0;
+    }
+    return s;
+}
+
+char *sl_record__join(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    char *s = sl__malloc(a + b + 2);
+    if (s) {
+        memcpy(s, dir, a);
+        s[a] = '/';
+        memcpy(s + a + 1, name, b + 1);
+    }
+    return s;
+}

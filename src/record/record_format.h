@@ -1,0 +1,225 @@
+/*
+ * record_format.h — byte layout of the .slr record format and the internals
+ * shared by the writer, reader, verifier and recovery. docs/FORMAT.md is the
+ * specification; every constant here is named there. Never installed.
+ */
+#ifndef SL_RECORD_FORMAT_H
+#define SL_RECORD_FORMAT_H
+
+#include "core/core.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Column views of scalars and arrays point straight into the little-endian
+ * file bytes, so a big-endian host would need a byte-swapping path. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the .slr reader's zero-copy views assume a little-endian host"
+#endif
+
+/* ---- constants pinned by the format ------------------------------------------ */
+
+/* Magic at offset 0 and as the last 8 bytes. The high first byte and the
+ * CR LF / ^Z / LF sequence make text-mode or 7-bit transfers visible (as in PNG). */
+#define SLR_MAGIC "\x89SLR\r\n\x1a\n"
+#define SLR_MAGIC_LEN 8
+
+#define SLR_VERSION 1u              /* highest version this code reads and writes */
+
+#define SLR_HEADER_FIXED 64u        /* fixed part of the header */
+#define SLR_COLDESC_SIZE 136u       /* one column descriptor */
+#define SLR_COLNAME_MAX 63u         /* name bytes, without the NUL padding */
+#define SLR_FOOTER_SIZE 64u
+#define SLR_FRAME_HEADER 16u        /* u64 payload length + u64 checksum */
+#define SLR_INDEX_ENTRY 24u         /* u64 offset, u64 length, u64 checksum */
+#define SLR_COLDIR_ENTRY 16u        /* u64 offset, u64 size, per column, in a payload */
+
+/* Required ("must understand") feature bits, header offset 16. */
+#define SLR_FEAT_ZSTD 0x1ull        /* some column has SL_COLF_ZSTD */
+#define SLR_FEAT_REQUIRED_KNOWN (SLR_FEAT_ZSTD)
+/* Optional feature bits (offset 24): none defined in version 1; readers ignore them. */
+
+#define SLR_COLF_KNOWN (SL_COLF_ZSTD)
+
+/* Limits a reader applies before trusting a size from a file. */
+#define SLR_META_KEY_MAX 255u
+#define SLR_META_VALUE_MAX (16u << 20)
+#define SLR_META_BLOCK_MAX (64u << 20)
+#define SLR_HEADER_MAX (SLR_HEADER_FIXED + SL_MAX_COLUMNS * SLR_COLDESC_SIZE + SLR_META_BLOCK_MAX + 8u)
+#define SLR_DECOMPRESSED_MAX ((uint64_t)1 << 31)   /* one column value after zstd */
+#define SLR_MANIFEST_MAX (64u << 20)
+
+#define SLR_DEFAULT_SHARD_BYTES ((uint64_t)4 << 30)
+#define SLR_DEFAULT_ZSTD_LEVEL 3
+
+#define SLR_MANIFEST_NAME "manifest.json"
+#define SLR_MANIFEST_FORMAT "sluice-dataset"
+#define SLR_MANIFEST_VERSION 1
+
+static inline uint64_t slr_align8(uint64_t x) { return (x + 7u) & ~(uint64_t)7u; }
+
+/* ---- schema (schema.c) -------------------------------------------------------- */
+
+typedef struct slr_column {
+    char name[SLR_COLNAME_MAX + 1];
+    sl_coltype type;
+    sl_dtype dtype;
+    int ndim;
+    int64_t shape[SL_MAX_DIMS];
+    unsigned flags;
+} slr_column;
+
+struct sl_schema {
+    int ncols;
+    slr_column col[SL_MAX_COLUMNS];
+};
+
+/* True if column c of s is INT64 or FLOAT64 (its values live in the index). */
+static inline bool slr_is_scalar(sl_coltype t) { return t == SL_COL_INT64 || t == SL_COL_FLOAT64; }
+/* True if an ARRAY column has a -1 dim (the record then stores the shape). */
+bool sl_record__col_varshape(const slr_column *c);
+/* Write ncols descriptors (ncols * SLR_COLDESC_SIZE bytes). */
+void sl_record__schema_encode(const sl_schema *s, uint8_t *out);
+/* Parse and validate descriptors; errors are "path: column i: cause". */
+int sl_record__schema_decode(const uint8_t *p, uint32_t ncols, sl_schema *out, const char *path);
+bool sl_record__schema_equal(const sl_schema *a, const sl_schema *b);
+
+/* ---- metadata (record_common.c) --------------------------------------------------- */
+
+typedef struct slr_meta {
+    int n, cap;
+    char **keys;
+    char **vals;
+} slr_meta;
+
+void sl_record__meta_clear(slr_meta *m);
+/* Insert or replace (copies both strings). */
+int sl_record__meta_set(slr_meta *m, const char *key, const char *value);
+const char *sl_record__meta_get(const slr_meta *m, const char *key);
+/* Encoded size (a multiple of 8) and encoding of a metadata block. */
+uint64_t sl_record__meta_size(const slr_meta *m);
+void sl_record__meta_encode(const slr_meta *m, uint8_t *out);
+/* Parse a block of exactly `len` bytes into an empty `m`. */
+int sl_record__meta_decode(const uint8_t *p, uint64_t len, slr_meta *m, const char *path,
+                           const char *where);
+
+/* ---- checksums ------------------------------------------------------------------ */
+
+uint64_t sl_record__hash(const void *p, size_t len, uint64_t seed);
+
+/* ---- file helpers (record_common.c) ------------------------------------------------ */
+
+int sl_record__write_all(int fd, const void *p, size_t len, const char *path);
+/* Read exactly len bytes at off; a short read is SL_ECORRUPT "path: truncated ...". */
+int sl_record__pread_all(int fd, void *p, size_t len, uint64_t off, const char *path);
+int sl_record__fsync_dir(const char *dir_path);
+/* The directory part of path ("." if none), into a new string. */
+char *sl_record__dirname(const char *path);
+/* Join dir + "/" + name into a new string. */
+char *sl_record__join(const char *dir, const char *name);
+
+/* ---- one shard file, parsed (record_reader.c) ----------------------------------- */
+
+typedef struct slr_header {
+    uint32_t version;
+    uint32_t header_bytes;
+    uint64_t required_features;
+    uint64_t optional_features;
+    uint32_t ncols;
+    uint32_t shard_index;
+    uint64_t first_record;
+    uint64_t shard_bytes;
+    uint32_t meta_bytes;
+} slr_header;
+
+typedef struct slr_shard {
+    char *path;
+    int fd;
+    const uint8_t *map;     /* whole file, or NULL in pread mode */
+    uint64_t size;
+    slr_header hdr;
+    uint64_t first;         /* global number of the first record */
+    uint64_t count;
+    uint64_t index_offset;
+    uint64_t index_bytes;
+    uint64_t footer_checksum;
+    uint8_t *entries;       /* count * SLR_INDEX_ENTRY bytes, heap copy */
+} slr_shard;
+
+struct sl_reader {
+    char *path;
+    unsigned flags;
+    sl_schema schema;
+    slr_meta meta;
+    int nshards;
+    slr_shard *shards;
+    uint64_t count;
+    uint64_t data_bytes;
+    int nscalar;
+    int scalar_slot[SL_MAX_COLUMNS];  /* column -> index into scalars, or -1 */
+    void *scalars[SL_MAX_COLUMNS];    /* per scalar column: count values */
+};
+
+/* Read and validate a header (magic, version, features, checksum, schema).
+ * meta_out (may be NULL) receives the header's metadata block. */
+int sl_record__read_header(int fd, const uint8_t *map, uint64_t size, const char *path,
+                           slr_header *hdr, sl_schema *schema, slr_meta *meta_out);
+
+/* ---- record payloads (record_reader.c) ------------------------------------------- */
+
+struct ZSTD_DCtx_s;
+struct sl_record {
+    uint64_t index;
+    int ncols;
+    sl_tensor col[SL_MAX_COLUMNS];
+    uint8_t *frame;             /* pread mode: the frame */
+    size_t frame_cap;
+    uint8_t *scratch;           /* decompressed columns */
+    size_t scratch_cap;
+    struct ZSTD_DCtx_s *dctx;
+};
+
+/* Decode a payload (already checksum-checked or not, as the caller chose) of
+ * record `index` into rec's column views. */
+int sl_record__decode_payload(const sl_schema *s, const uint8_t *payload, uint64_t len,
+                              uint64_t index, const char *path, sl_record *rec);
+
+/* Read record i; `verify` forces (true) or skips (false) the checksum. */
+int sl_record__read(const sl_reader *r, uint64_t i, sl_record *rec, bool verify);
+/* The shard holding global record i. */
+const slr_shard *sl_record__shard_of(const sl_reader *r, uint64_t i);
+
+/* ---- manifest (manifest.c) ------------------------------------------------------- */
+
+typedef struct slr_manifest_shard {
+    char *file;
+    uint64_t first, records, bytes, footer_checksum;
+} slr_manifest_shard;
+
+typedef struct slr_manifest {
+    uint64_t records;
+    int nshards;
+    slr_manifest_shard *shards;
+    slr_meta meta;
+} slr_manifest;
+
+/* Parse and strictly validate `mpath` (messages name it). */
+int sl_record__manifest_load(const char *mpath, slr_manifest *out);
+void sl_record__manifest_clear(slr_manifest *m);
+
+/* sl_recover, with the output's fsyncs optional (the fuzzer turns them off). */
+int sl_record__recover(const char *partial, const char *out, uint64_t *kept_out,
+                       uint64_t *dropped_out, bool fsync_output);
+
+/* ---- writer internals (record_writer.c) ------------------------------------------ */
+
+/* sl_writer_open with another temporary name than "<path>.partial" (recovery
+ * writes "<out>.recovering" so that it never collides with its input). */
+int sl_writer__open_ex(sl_writer **out, const char *path, const sl_schema *schema,
+                       const sl_writer_options *opts, const char *tmp_suffix);
+/* Push buffered records to the .partial file (no fsync). For tests of torn writes. */
+int sl_writer__flush(sl_writer *w);
+/* The temporary path the writer writes to ("<path>.partial"). */
+const char *sl_writer__partial_path(const sl_writer *w);
+
+#endif /* SL_RECORD_FORMAT_H */

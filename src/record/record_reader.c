@@ -1,0 +1,641 @@
+/*
+ * record_reader.c — opens a .slr file or a sharded dataset directory and reads
+ * records from it.
+ *
+ * Trust model: every size and offset read from a file is checked before use.
+ * Opening validates header, footer and index (each under its own checksum),
+ * and checks every index entry lies inside the data region, so reading record
+ * i afterwards never leaves the file; the payload's own structure is checked
+ * per read, after its checksum.
+ *
+ * Thread safety: after open, a reader is only read. sl_reader_read uses the
+ * caller's sl_record for all mutable state (pread buffer, decompression
+ * scratch, zstd context), so many threads may read at once.
+ */
+#include "record/record_format.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <zstd.h>
+
+/* ---- header ------------------------------------------------------------------------ */
+
+int sl_record__read_header(int fd, const uint8_t *map, uint64_t size, const char *path,
+                           slr_header *hdr, sl_schema *schema, slr_meta *meta_out) {
+    int rc = SL_OK;
+    uint8_t fixed[SLR_HEADER_FIXED];
+    uint8_t *heap = NULL;
+    const uint8_t *h;
+    if (size == 0)
+        return sl__error(SL_ECORRUPT, "%s: empty file", path);
+    size_t head = size < SLR_HEADER_FIXED ? (size_t)size : SLR_HEADER_FIXED;
+    if (map)
+        memcpy(fixed, map, head);
+    else
+        SL_TRY(sl_record__pread_all(fd, fixed, head, 0, path));
+    if (size < SLR_MAGIC_LEN || memcmp(fixed, SLR_MAGIC, SLR_MAGIC_LEN) != 0)
+        return sl__error(SL_ECORRUPT, "%s: not a sluice record file (bad magic)", path);
+    if (size < SLR_HEADER_FIXED)
+        return sl__error(SL_ECORRUPT, "%s: truncated (file is %llu bytes, shorter than a header)",
+                         path, (unsigned long long)size);
+    memset(hdr, 0, sizeof *hdr);
+    hdr->version = sl__ld32(fixed + 8);
+    /* The version is checked before anything else: a newer version may lay out
+     * everything after these 12 bytes differently. */
+    if (hdr->version > SLR_VERSION)
+        return sl__error(SL_EUNSUPPORTED, "%s: format version %u is newer than this reader (max %u)",
+                         path, hdr->version, SLR_VERSION);
+    if (hdr->version == 0)
+        return sl__error(SL_ECORRUPT, "%s: format version 0 is invalid", path);
+    hdr->header_bytes = sl__ld32(fixed + 12);
+    hdr->required_features = sl__ld64(fixed + 16);
+    hdr->optional_features = sl__ld64(fixed + 24);
+    hdr->ncols = sl__ld32(fixed + 32);
+    hdr->shard_index = sl__ld32(fixed + 36);
+    hdr->first_record = sl__ld64(fixed + 40);
+    hdr->shard_bytes = sl__ld64(fixed + 48);
+    hdr->meta_bytes = sl__ld32(fixed + 56);
+    uint32_t hb = hdr->header_bytes;
+    if (hb < SLR_HEADER_FIXED + SLR_COLDESC_SIZE + 16 || hb % 8 || hb > SLR_HEADER_MAX)
+        return sl__error(SL_ECORRUPT, "%s: header size %u is invalid", path, hb);
+    if (hb > size)
+        return sl__error(SL_ECORRUPT, "%s: truncated (file is %llu bytes, header says %u)", path,
+                         (unsigned long long)size, hb);
+    if (map) {
+        h = map;
+    } else {
+        heap = sl__malloc(hb);
+        if (!heap)
+            return sl__oom("reading a header");
+        SL_CHECK(sl_record__pread_all(fd, heap, hb, 0, path));
+        h = heap;
+    }
+    if (sl_record__hash(h, hb - 8, 0) != sl__ld64(h + hb - 8))
+        SL_FAIL(SL_ECORRUPT, "%s: header checksum mismatch", path);
+    if (hdr->required_features & ~SLR_FEAT_REQUIRED_KNOWN)
+        SL_FAIL(SL_EUNSUPPORTED,
+                "%s: uses required feature bits 0x%llx that this reader does not know (known 0x%llx)",
+                path, (unsigned long long)(hdr->required_features & ~SLR_FEAT_REQUIRED_KNOWN),
+                (unsigned long long)SLR_FEAT_REQUIRED_KNOWN);
+    if (sl__ld32(h + 60) != 0)
+        SL_FAIL(SL_ECORRUPT, "%s: header reserved field is not zero", path);
+    if (hdr->ncols < 1 || hdr->ncols > SL_MAX_COLUMNS ||
+        (uint64_t)SLR_HEADER_FIXED + (uint64_t)hdr->ncols * SLR_COLDESC_SIZE + hdr->meta_bytes + 8 != hb)
+        SL_FAIL(SL_ECORRUPT, "%s: header sizes disagree (%u columns, %u metadata bytes, %u in all)",
+                path, hdr->ncols, hdr->meta_bytes, hb);
+    SL_CHECK(sl_record__schema_decode(h + SLR_HEADER_FIXED, hdr->ncols, schema, path));
+    bool zstd = false;
+    for (int c = 0; c < schema->ncols; c++)
+        zstd |= (schema->col[c].flags & SL_COLF_ZSTD) != 0;
+    if (zstd != ((hdr->required_features & SLR_FEAT_ZSTD) != 0))
+        SL_FAIL(SL_ECORRUPT, "%s: zstd feature bit disagrees with the column flags", path);
+    if (meta_out)
+        SL_CHECK(sl_record__meta_decode(h + SLR_HEADER_FIXED + (size_t)hdr->ncols * SLR_COLDESC_SIZE,
+                                        hdr->meta_bytes, meta_out, path, "header"));
+cleanup:
+    sl__free(heap);
+    return rc;
+}
+
+/* ---- one shard ------------------------------------------------------------------------ */
+
+static void shard_close(slr_shard *sh) {
+    if (sh->map)
+        munmap((void *)sh->map, (size_t)sh->size);
+    if (sh->fd >= 0)
+        close(sh->fd);
+    sl__free(sh->entries);
+    sl__free(sh->path);
+    memset(sh, 0, sizeof *sh);
+    sh->fd = -1;
+}
+
+/* Open and validate one shard file. `meta` (may be NULL) receives the index's
+ * metadata; `scal_out` receives pointers to the shard's scalar columns inside
+ * a heap block (*idx_out) the caller frees. */
+static int shard_open(slr_shard *sh, const char *path, unsigned flags, sl_schema *schema,
+                      slr_meta *meta, uint8_t **idx_out) {
+    int rc = SL_OK;
+    uint8_t *idx = NULL;
+    *idx_out = NULL;
+    memset(sh, 0, sizeof *sh);
+    sh->fd = -1;
+    sh->path = sl__strdup(path);
+    if (!sh->path)
+        return sl__oom("opening a shard");
+    sh->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (sh->fd < 0)
+        return sl__error(errno == ENOMEM ? SL_ENOMEM : SL_EIO, "%s: cannot open: %s", path,
+                         strerror(errno));
+    struct stat st;
+    if (fstat(sh->fd, &st) != 0)
+        return sl__error(SL_EIO, "%s: cannot stat: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return sl__error(SL_EINVAL, "%s: not a regular file", path);
+    sh->size = (uint64_t)st.st_size;
+    if (!(flags & SL_READ_NO_MMAP) && sh->size > 0) {
+        void *m = mmap(NULL, (size_t)sh->size, PROT_READ, MAP_SHARED, sh->fd, 0);
+        if (m == MAP_FAILED)
+            return sl__error(SL_EIO, "%s: mmap failed: %s", path, strerror(errno));
+        sh->map = m;
+    }
+    SL_TRY(sl_record__read_header(sh->fd, sh->map, sh->size, path, &sh->hdr, schema, NULL));
+    uint64_t hb = sh->hdr.header_bytes;
+    if (sh->size < hb + SLR_FOOTER_SIZE)
+        return sl__error(SL_ECORRUPT,
+                         "%s: truncated or unfinished (file is %llu bytes, no footer at its end)",
+                         path, (unsigned long long)sh->size);
+    uint8_t foot[SLR_FOOTER_SIZE];
+    if (sh->map)
+        memcpy(foot, sh->map + sh->size - SLR_FOOTER_SIZE, SLR_FOOTER_SIZE);
+    else
+        SL_TRY(sl_record__pread_all(sh->fd, foot, SLR_FOOTER_SIZE, sh->size - SLR_FOOTER_SIZE, path));
+    if (memcmp(foot + 56, SLR_MAGIC, SLR_MAGIC_LEN) != 0)
+        return sl__error(SL_ECORRUPT,
+                         "%s: truncated or unfinished (file is %llu bytes, no footer at its end)",
+                         path, (unsigned long long)sh->size);
+    sh->footer_checksum = sl__ld64(foot + 48);
+    if (sl_record__hash(foot, 48, 0) != sh->footer_checksum)
+        return sl__error(SL_ECORRUPT, "%s: footer checksum mismatch", path);
+    sh->index_offset = sl__ld64(foot);
+    sh->index_bytes = sl__ld64(foot + 8);
+    sh->count = sl__ld64(foot + 16);
+    sh->first = sl__ld64(foot + 24);
+    uint64_t fsize = sl__ld64(foot + 32);
+    uint64_t isum = sl__ld64(foot + 40);
+    if (fsize != sh->size)
+        return sl__error(SL_ECORRUPT, "%s: truncated (file is %llu bytes, footer says %llu)", path,
+                         (unsigned long long)sh->size, (unsigned long long)fsize);
+    if (sh->first != sh->hdr.first_record)
+        return sl__error(SL_ECORRUPT, "%s: footer says the first record is %llu, header says %llu",
+                         path, (unsigned long long)sh->first,
+                         (unsigned long long)sh->hdr.first_record);
+    if (sh->index_offset < hb || sh->index_offset % 8 ||
+        sh->index_offset > sh->size - SLR_FOOTER_SIZE ||
+        sh->index_bytes != sh->size - SLR_FOOTER_SIZE - sh->index_offset)
+        return sl__error(SL_ECORRUPT, "%s: footer places the index at %llu (+%llu bytes), outside "
+                         "the file", path, (unsigned long long)sh->index_offset,
+                         (unsigned long long)sh->index_bytes);
+    int nscalar = 0;
+    for (int c = 0; c < schema->ncols; c++)
+        nscalar += slr_is_scalar(schema->col[c].type);
+    uint64_t per = SLR_INDEX_ENTRY + 8u * (uint64_t)nscalar;
+    /* Each record costs at least a frame header in the data region too. */
+    if (sh->count > sh->index_bytes / per ||
+        sh->count > (sh->index_offset - hb) / SLR_FRAME_HEADER)
+        return sl__error(SL_ECORRUPT, "%s: footer claims %llu records, more than the file can hold",
+                         path, (unsigned long long)sh->count);
+    if (UINT64_MAX - sh->first < sh->count)
+        return sl__error(SL_ECORRUPT, "%s: record numbers overflow", path);
+    idx = sl__malloc(sh->index_bytes ? (size_t)sh->index_bytes : 1);
+    if (!idx)
+        return sl__oom("reading an index");
+    if (sh->map)
+        memcpy(idx, sh->map + sh->index_offset, (size_t)sh->index_bytes);
+    else
+        SL_CHECK(sl_record__pread_all(sh->fd, idx, (size_t)sh->index_bytes, sh->index_offset, path));
+    if (sl_record__hash(idx, (size_t)sh->index_bytes, 0) != isum)
+        SL_FAIL(SL_ECORRUPT, "%s: index checksum mismatch", path);
+    uint64_t prev_end = hb;
+    for (uint64_t k = 0; k < sh->count; k++) {
+        const uint8_t *e = idx + k * SLR_INDEX_ENTRY;
+        uint64_t off = sl__ld64(e), len = sl__ld64(e + 8);
+        if (off != prev_end || len % 8 || len > sh->index_offset - off - SLR_FRAME_HEADER ||
+            off > sh->index_offset - SLR_FRAME_HEADER)
+            SL_FAIL(SL_ECORRUPT, "%s: record %llu: index entry (offset %llu, length %llu) is out of "
+                    "place", path, (unsigned long long)(sh->first + k), (unsigned long long)off,
+                    (unsigned long long)len);
+        prev_end = off + SLR_FRAME_HEADER + len;
+    }
+    if (prev_end != sh->index_offset)
+        SL_FAIL(SL_ECORRUPT, "%s: records end at %llu but the index starts at %llu", path,
+                (unsigned long long)prev_end, (unsigned long long)sh->index_offset);
+    uint64_t meta_off = sh->count * per;
+    if (meta) {
+        SL_CHECK(sl_record__meta_decode(idx + meta_off, sh->index_bytes - meta_off, meta, path,
+                                        "index"));
+    } else {
+        slr_meta tmp = {0};
+        rc = sl_record__meta_decode(idx + meta_off, sh->index_bytes - meta_off, &tmp, path, "index");
+        sl_record__meta_clear(&tmp);
+        SL_CHECK(rc);
+    }
+    *idx_out = idx;
+    return SL_OK;
+cleanup:
+    sl__free(idx);
+    return rc;
+}
+
+/* ---- dataset ----------------------------------------------------------------------------- */
+
+void sl_reader_free(sl_reader *r) {
+    if (!r)
+        return;
+    for (int i = 0; i < r->nshards; i++)
+        shard_close(&r->shards[i]);
+    sl__free(r->shards);
+    for (int c = 0; c < SL_MAX_COLUMNS; c++)
+        sl__free(r->scalars[c]);
+    sl_record__meta_clear(&r->meta);
+    sl__free(r->path);
+    sl__free(r);
+}
+
+/* Append shard `sh` (with its index block `idx`) to the reader: keep its entries,
+ * append its scalar columns to the global arrays. */
+static int adopt_shard(sl_reader *r, slr_shard *sh, uint8_t *idx) {
+    uint64_t n = sh->count;
+    uint64_t total = r->count + n;
+    size_t bytes;
+    for (int c = 0; c < r->schema.ncols; c++) {
+        int slot = r->scalar_slot[c];
+        if (slot < 0)
+            continue;
+        if (!sl__mul_ok((size_t)total, 8, &bytes))
+            return sl__error(SL_ELIMIT, "%s: too many records", sh->path);
+        void *p = sl__realloc(r->scalars[c], bytes ? bytes : 8);
+        if (!p)
+            return sl__oom("reading index columns");
+        r->scalars[c] = p;
+        memcpy((uint8_t *)p + r->count * 8, idx + n * SLR_INDEX_ENTRY + (uint64_t)slot * n * 8,
+               (size_t)n * 8);
+    }
+    /* Keep only the entry table; shrink the block to it. */
+    uint8_t *ent = sl__realloc(idx, n ? (size_t)n * SLR_INDEX_ENTRY : 1);
+    sh->entries = ent ? ent : idx;
+    r->count = total;
+    r->data_bytes += sh->size;
+    return SL_OK;
+}
+
+static int open_file(sl_reader *r, const char *path) {
+    uint8_t *idx = NULL;
+    r->shards = sl__calloc(1, sizeof *r->shards);
+    if (!r->shards)
+        return sl__oom("opening a reader");
+    r->shards[0].fd = -1;
+    r->nshards = 1;
+    int rc = shard_open(&r->shards[0], path, r->flags, &r->schema, &r->meta, &idx);
+    if (rc < 0)
+        return rc;
+    if (r->shards[0].first != 0) {
+        sl__free(idx);
+        return sl__error(SL_ECORRUPT, "%s: a single-file dataset must start at record 0 (starts at "
+                         "%llu; is it a shard of a directory?)", path,
+                         (unsigned long long)r->shards[0].first);
+    }
+    int nscalar = 0;
+    for (int c = 0; c < r->schema.ncols; c++)
+        r->scalar_slot[c] = slr_is_scalar(r->schema.col[c].type) ? nscalar++ : -1;
+    r->nscalar = nscalar;
+    rc = adopt_shard(r, &r->shards[0], idx);
+    if (rc < 0)
+        sl__free(idx);
+    return rc;
+}
+
+static int open_dir(sl_reader *r, const char *path) {
+    int rc = SL_OK;
+    uint8_t *idx = NULL;
+    slr_manifest man;
+    memset(&man, 0, sizeof man);
+    char *mpath = sl_record__join(path, SLR_MANIFEST_NAME), *spath = NULL;
+    if (!mpath)
+        return sl__oom("opening a dataset");
+    SL_CHECK(sl_record__manifest_load(mpath, &man));
+    r->shards = sl__calloc((size_t)man.nshards, sizeof *r->shards);
+    if (!r->shards) {
+        rc = sl__oom("opening a dataset");
+        goto cleanup;
+    }
+    for (int i = 0; i < man.nshards; i++)
+        r->shards[i].fd = -1;
+    for (int i = 0; i < man.nshards; i++) {
+        const slr_manifest_shard *ms = &man.shards[i];
+        spath = sl_record__join(path, ms->file);
+        if (!spath) {
+            rc = sl__oom("opening a dataset");
+            goto cleanup;
+        }
+        if (access(spath, F_OK) != 0)
+            SL_FAIL(errno == ENOENT ? SL_ECORRUPT : SL_EIO, "%s: shard %s is missing (%s)", mpath,
+                    ms->file, strerror(errno));
+        sl_schema sch;
+        r->nshards = i + 1;
+        SL_CHECK(shard_open(&r->shards[i], spath, r->flags, i == 0 ? &r->schema : &sch, NULL, &idx));
+        slr_shard *sh = &r->shards[i];
+        if (i == 0) {
+            int nscalar = 0;
+            for (int c = 0; c < r->schema.ncols; c++)
+                r->scalar_slot[c] = slr_is_scalar(r->schema.col[c].type) ? nscalar++ : -1;
+            r->nscalar = nscalar;
+        } else if (!sl_record__schema_equal(&r->schema, &sch)) {
+            SL_FAIL(SL_ECORRUPT, "%s: schema differs from the first shard's", spath);
+        }
+        if (sh->first != r->count || sh->first != ms->first || sh->count != ms->records ||
+            sh->size != ms->bytes || sh->footer_checksum != ms->footer_checksum ||
+            sh->hdr.shard_index != (uint32_t)i)
+            SL_FAIL(SL_ECORRUPT, "%s: shard %s does not match the manifest (file has records "
+                    "%llu..+%llu, %llu bytes; manifest says %llu..+%llu, %llu bytes)", mpath,
+                    ms->file, (unsigned long long)sh->first, (unsigned long long)sh->count,
+                    (unsigned long long)sh->size, (unsigned long long)ms->first,
+                    (unsigned long long)ms->records, (unsigned long long)ms->bytes);
+        SL_CHECK(adopt_shard(r, sh, idx));
+        idx = NULL;
+        sl__free(spath);
+        spath = NULL;
+    }
+    if (r->count != man.records)
+        SL_FAIL(SL_ECORRUPT, "%s: manifest says %llu records, shards hold %llu", mpath,
+                (unsigned long long)man.records, (unsigned long long)r->count);
+    r->meta = man.meta;
+    memset(&man.meta, 0, sizeof man.meta);
+cleanup:
+    sl__free(idx);
+    sl__free(spath);
+    sl__free(mpath);
+    sl_record__manifest_clear(&man);
+    return rc;
+}
+
+int sl_reader_open(sl_reader **out, const char *path, unsigned flags) {
+    *out = NULL;
+    if (!path || !*path)
+        return sl__error(SL_EINVAL, "sl_reader_open: empty path");
+    if (flags & ~(SL_READ_NO_VERIFY | SL_READ_NO_MMAP))
+        return sl__error(SL_EINVAL, "%s: unknown reader flags 0x%x", path, flags);
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return sl__error(SL_EIO, "%s: cannot open: %s", path, strerror(errno));
+    sl_reader *r = sl__calloc(1, sizeof *r);
+    if (!r)
+        return sl__oom("opening a reader");
+    r->flags = flags;
+    r->path = sl__strdup(path);
+    int rc;
+    if (!r->path)
+        rc = sl__oom("opening a reader");
+    else
+        rc = S_ISDIR(st.st_mode) ? open_dir(r, path) : open_file(r, path);
+    if (rc < 0) {
+        sl_reader_free(r);
+        return rc;
+    }
+    *out = r;
+    return SL_OK;
+}
+
+uint64_t sl_reader_count(const sl_reader *r) { return r ? r->count : 0; }
+const sl_schema *sl_reader_schema(const sl_reader *r) { return r ? &r->schema : NULL; }
+const char *sl_reader_meta(const sl_reader *r, const char *key) {
+    return r && key ? sl_record__meta_get(&r->meta, key) : NULL;
+}
+int sl_reader_meta_count(const sl_reader *r) { return r ? r->meta.n : 0; }
+const char *sl_reader_meta_key(const sl_reader *r, int i) {
+    return r && i >= 0 && i < r->meta.n ? r->meta.keys[i] : NULL;
+}
+int sl_reader_shard_count(const sl_reader *r) { return r ? r->nshards : 0; }
+const char *sl_reader_shard_path(const sl_reader *r, int i) {
+    return r && i >= 0 && i < r->nshards ? r->shards[i].path : NULL;
+}
+uint64_t sl_reader_data_bytes(const sl_reader *r) { return r ? r->data_bytes : 0; }
+
+int sl_reader_index_column(const sl_reader *r, int col, const void **out) {
+    *out = NULL;
+    if (!r || col < 0 || col >= r->schema.ncols)
+        return sl__error(SL_EINVAL, "%s: no column %d", r ? r->path : "reader", col);
+    if (r->scalar_slot[col] < 0)
+        return sl__error(SL_EINVAL, "%s: column \"%s\" is %s, not int64 or float64", r->path,
+                         r->schema.col[col].name, sl_coltype_name(r->schema.col[col].type));
+    static const uint64_t empty = 0;
+    *out = r->scalars[col] ? r->scalars[col] : (const void *)&empty;
+    return SL_OK;
+}
+
+/* ---- records ----------------------------------------------------------------------------- */
+
+int sl_record_create(sl_record **out) {
+    *out = sl__calloc(1, sizeof **out);
+    if (!*out)
+        return sl__oom("creating a record");
+    return SL_OK;
+}
+
+void sl_record_free(sl_record *rec) {
+    if (!rec)
+        return;
+    sl__free(rec->frame);
+    sl__free(rec->scratch);
+    ZSTD_freeDCtx(rec->dctx);
+    sl__free(rec);
+}
+
+const sl_tensor *sl_record_column(const sl_record *rec, int col) {
+    if (!rec || col < 0 || col >= rec->ncols)
+        return NULL;
+    return &rec->col[col];
+}
+
+uint64_t sl_record_index(const sl_record *rec) { return rec ? rec->index : 0; }
+
+const slr_shard *sl_record__shard_of(const sl_reader *r, uint64_t i) {
+    int lo = 0, hi = r->nshards - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (r->shards[mid].first <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return &r->shards[lo];
+}
+
+static int grow_buf(uint8_t **p, size_t *cap, size_t need, const char *what) {
+    if (need <= *cap)
+        return SL_OK;
+    size_t n = *cap ? *cap : 4096;
+    while (n < need)
+        n = n > SIZE_MAX / 2 ? need : n * 2;
+    uint8_t *q = sl__realloc(*p, n);
+    if (!q)
+        return sl__oom(what);
+    *p = q;
+    *cap = n;
+    return SL_OK;
+}
+
+#define BAD(...) return sl__error(SL_ECORRUPT, __VA_ARGS__)
+
+int sl_record__decode_payload(const sl_schema *s, const uint8_t *pl, uint64_t len, uint64_t index,
+                              const char *path, sl_record *rec) {
+    struct {
+        const uint8_t *data;     /* raw bytes, or the zstd frame */
+        uint64_t size;           /* stored size of data */
+        uint64_t raw;            /* bytes after decompression */
+        uint64_t scratch_off;
+        int64_t shape[SL_MAX_DIMS];
+        int ndim;
+    } v[SL_MAX_COLUMNS];
+    unsigned long long ri = (unsigned long long)index;
+    uint64_t dir = (uint64_t)s->ncols * SLR_COLDIR_ENTRY;
+    uint64_t scratch = 0;
+    rec->ncols = 0;
+    if (len < dir)
+        BAD("%s: record %llu: payload of %llu bytes is shorter than its column directory", path, ri,
+            (unsigned long long)len);
+    uint64_t prev_end = dir;
+    for (int c = 0; c < s->ncols; c++) {
+        const slr_column *col = &s->col[c];
+        uint64_t off = sl__ld64(pl + (size_t)c * SLR_COLDIR_ENTRY);
+        uint64_t size = sl__ld64(pl + (size_t)c * SLR_COLDIR_ENTRY + 8);
+        if (off % 8 || off < prev_end || off > len || size > len - off)
+            BAD("%s: record %llu: column \"%s\": bad place in the payload (offset %llu, size %llu, "
+                "payload %llu)", path, ri, col->name, (unsigned long long)off,
+                (unsigned long long)size, (unsigned long long)len);
+        prev_end = off + size;
+        const uint8_t *p = pl + off;
+        v[c].ndim = col->ndim;
+        v[c].scratch_off = UINT64_MAX;
+        switch (col->type) {
+        case SL_COL_INT64:
+        case SL_COL_FLOAT64:
+            if (size != 8)
+                BAD("%s: record %llu: column \"%s\": scalar of %llu bytes", path, ri, col->name,
+                    (unsigned long long)size);
+            v[c].ndim = 0;
+            v[c].raw = 8;
+            break;
+        case SL_COL_STRING:
+        case SL_COL_BYTES:
+        case SL_COL_ARRAY: {
+            uint64_t elem = 1;
+            if (col->type == SL_COL_ARRAY) {
+                bool var = sl_record__col_varshape(col);
+                elem = sl_dtype_size(col->dtype);
+                for (int d = 0; d < col->ndim; d++) {
+                    int64_t dim = col->shape[d];
+                    if (var) {
+                        if (size < 8) {
+                            BAD("%s: record %llu: column \"%s\": shape runs past the column", path,
+                                ri, col->name);
+                        }
+                        int64_t got = (int64_t)sl__ld64(p);
+                        p += 8;
+                        size -= 8;
+                        if (got < 0 || (dim != -1 && got != dim))
+                            BAD("%s: record %llu: column \"%s\": dim %d is %lld (schema %lld)", path,
+                                ri, col->name, d, (long long)got, (long long)dim);
+                        dim = got;
+                    }
+                    v[c].shape[d] = dim;
+                    if (__builtin_mul_overflow(elem, (uint64_t)dim, &elem))
+                        BAD("%s: record %llu: column \"%s\": shape overflows", path, ri, col->name);
+                }
+            }
+            if (col->flags & SL_COLF_ZSTD) {
+                if (size < 8)
+                    BAD("%s: record %llu: column \"%s\": compressed value without its size", path,
+                        ri, col->name);
+                uint64_t raw = sl__ld64(p);
+                p += 8;
+                size -= 8;
+                if (col->type == SL_COL_ARRAY && raw != elem)
+                    BAD("%s: record %llu: column \"%s\": shape needs %llu bytes, stored size says "
+                        "%llu", path, ri, col->name, (unsigned long long)elem,
+                        (unsigned long long)raw);
+                if (raw > SLR_DECOMPRESSED_MAX)
+                    return sl__error(SL_ELIMIT, "%s: record %llu: column \"%s\": %llu bytes "
+                                     "decompressed exceeds the limit (%llu)", path, ri, col->name,
+                                     (unsigned long long)raw,
+                                     (unsigned long long)SLR_DECOMPRESSED_MAX);
+                v[c].raw = raw;
+                v[c].scratch_off = scratch;
+                scratch += slr_align8(raw);
+            } else {
+                if (col->type == SL_COL_ARRAY && size != elem)
+                    BAD("%s: record %llu: column \"%s\": shape needs %llu bytes, column holds %llu",
+                        path, ri, col->name, (unsigned long long)elem, (unsigned long long)size);
+                v[c].raw = size;
+            }
+            if (col->type != SL_COL_ARRAY) {
+                v[c].ndim = 1;
+                v[c].shape[0] = (int64_t)v[c].raw;
+            }
+            break;
+        }
+        }
+        v[c].data = p;
+        v[c].size = size;
+    }
+    bool any_zstd = false;
+    for (int c = 0; c < s->ncols; c++)
+        any_zstd |= v[c].scratch_off != UINT64_MAX;
+    if (any_zstd) {
+        /* At least 8 bytes, so that an empty value still has somewhere to go. */
+        SL_TRY(grow_buf(&rec->scratch, &rec->scratch_cap, scratch ? (size_t)scratch : 8,
+                        "decompressing a record"));
+        if (!rec->dctx && !(rec->dctx = ZSTD_createDCtx()))
+            return sl__oom("creating a zstd context");
+    }
+    for (int c = 0; c < s->ncols; c++) {
+        const slr_column *col = &s->col[c];
+        void *data = (void *)v[c].data;
+        if (v[c].scratch_off != UINT64_MAX) {
+            data = rec->scratch + v[c].scratch_off;
+            size_t got = ZSTD_decompressDCtx(rec->dctx, data, (size_t)v[c].raw, v[c].data,
+                                             (size_t)v[c].size);
+            if (ZSTD_isError(got))
+                BAD("%s: record %llu: column \"%s\": zstd: %s", path, ri, col->name,
+                    ZSTD_getErrorName(got));
+            if (got != v[c].raw)
+                BAD("%s: record %llu: column \"%s\": decompressed to %zu bytes, expected %llu", path,
+                    ri, col->name, got, (unsigned long long)v[c].raw);
+        }
+        sl_dtype dt = col->type == SL_COL_INT64 ? SL_I64
+                      : col->type == SL_COL_FLOAT64 ? SL_F64
+                      : col->type == SL_COL_ARRAY ? col->dtype : SL_U8;
+        sl_tensor_view(&rec->col[c], data, dt, v[c].ndim, v[c].shape);
+    }
+    rec->ncols = s->ncols;
+    rec->index = index;
+    return SL_OK;
+}
+
+int sl_record__read(const sl_reader *r, uint64_t i, sl_record *rec, bool verify) {
+    if (!r || !rec)
+        return sl__error(SL_EINVAL, "sl_reader_read: NULL argument");
+    if (i >= r->count)
+        return sl__error(SL_EINVAL, "%s: record %llu is out of range (the dataset has %llu)",
+                         r->path, (unsigned long long)i, (unsigned long long)r->count);
+    const slr_shard *sh = sl_record__shard_of(r, i);
+    const uint8_t *e = sh->entries + (i - sh->first) * SLR_INDEX_ENTRY;
+    uint64_t off = sl__ld64(e), len = sl__ld64(e + 8), sum = sl__ld64(e + 16);
+    const uint8_t *f;
+    if (sh->map) {
+        f = sh->map + off;
+    } else {
+        SL_TRY(grow_buf(&rec->frame, &rec->frame_cap, (size_t)(SLR_FRAME_HEADER + len),
+                        "reading a record"));
+        SL_TRY(sl_record__pread_all(sh->fd, rec->frame, (size_t)(SLR_FRAME_HEADER + len), off,
+                                    sh->path));
+        f = rec->frame;
+    }
+    if (sl__ld64(f) != len || sl__ld64(f + 8) != sum)
+        return sl__error(SL_ECORRUPT, "%s: record %llu: frame header does not match the index",
+                         sh->path, (unsigned long long)i);
+    if (verify && sl_record__hash(f + SLR_FRAME_HEADER, (size_t)len, i) != sum)
+        return sl__error(SL_ECORRUPT, "%s: record %llu: checksum mismatch", sh->path,
+                         (unsigned long long)i);
+    return sl_record__decode_payload(&r->schema, f + SLR_FRAME_HEADER, len, i, sh->path, rec);
+}
+
+int sl_reader_read(const sl_reader *r, uint64_t i, sl_record *rec) {
+    return sl_record__read(r, i, rec, r ? !(r->flags & SL_READ_NO_VERIFY) : true);
+}

@@ -1,0 +1,240 @@
+/*
+ * record_recover.c — sl_recover: salvage the complete records of an
+ * interrupted write.
+ *
+ * Input is what a writer leaves when it stops before close (FORMAT.md, "Crash
+ * safety"): the directory "<path>.partial/" holding finished shards
+ * "shard-NNNNN.slr" and at most one unfinished "shard-NNNNN.slr.partial", or a
+ * single shard file. Every shard starts with a header carrying the schema, and
+ * every record is framed with its length and checksum, so records can be
+ * walked from the header on without an index.
+ *
+ * Rules: records are taken in order from shard 0 on; the walk stops at the
+ * first frame that is torn (runs past the data), fails its checksum, or does
+ * not decode; nothing after that point is used, so the output's records are
+ * exactly a prefix of the input's, with the same numbers. The input is never
+ * modified. The output is written by the ordinary writer (via
+ * "<out>.recovering"), so it is published atomically.
+ */
+#include "record/record_format.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct recover_state {
+    sl_writer *w;
+    sl_schema schema;
+    slr_meta meta;           /* best known metadata */
+    uint64_t next;           /* next expected global record number */
+    uint64_t kept, dropped;
+    bool stopped;
+    sl_record *rec;
+} recover_state;
+
+/* If the file ends in a valid footer, return its data end (index offset) and
+ * record count; else false. Trusts nothing the footer's checksum does not cover. */
+static bool footer_bounds(const uint8_t *map, uint64_t size, uint64_t hb, uint64_t *data_end,
+                          uint64_t *count, slr_meta *meta, const char *path, int nscalar) {
+    if (size < hb + SLR_FOOTER_SIZE)
+        return false;
+    const uint8_t *f = map + size - SLR_FOOTER_SIZE;
+    if (memcmp(f + 56, SLR_MAGIC, SLR_MAGIC_LEN) || sl_record__hash(f, 48, 0) != sl__ld64(f + 48))
+        return false;
+    uint64_t io = sl__ld64(f), ib = sl__ld64(f + 8), n = sl__ld64(f + 16);
+    if (sl__ld64(f + 32) != size || io < hb || io > size - SLR_FOOTER_SIZE ||
+        ib != size - SLR_FOOTER_SIZE - io || sl_record__hash(map + io, (size_t)ib, 0) != sl__ld64(f + 40))
+        return false;
+    uint64_t per = SLR_INDEX_ENTRY + 8u * (uint64_t)nscalar;
+    if (n > ib / per)
+        return false;
+    slr_meta tmp = {0};
+    if (sl_record__meta_decode(map + io + n * per, ib - n * per, &tmp, path, "index") == SL_OK) {
+        sl_record__meta_clear(meta);
+        *meta = tmp;
+    }
+    *data_end = io;
+    *count = n;
+    return true;
+}
+
+static int recover_file(recover_state *st, const char *path, const char *out, bool first_file,
+                        bool fsync_output) {
+    int rc = SL_OK;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    uint8_t *map = NULL;
+    uint64_t size = 0;
+    slr_meta hmeta = {0};
+    if (fd < 0)
+        return sl__error(SL_EIO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0)
+        SL_FAIL(SL_EIO, "%s: cannot stat: %s", path, strerror(errno));
+    size = (uint64_t)sb.st_size;
+    if (size) {
+        void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED)
+            SL_FAIL(SL_EIO, "%s: mmap failed: %s", path, strerror(errno));
+        map = m;
+    }
+    slr_header hdr;
+    sl_schema schema;
+    rc = sl_record__read_header(fd, map, size, path, &hdr, &schema, &hmeta);
+    if (rc < 0) {
+        if (first_file)
+            goto cleanup;          /* nothing salvageable without a header */
+        /* A later shard whose header was torn holds no complete record. */
+        st->stopped = true;
+        st->dropped += size > 0;
+        rc = SL_OK;
+        goto cleanup;
+    }
+    if (first_file) {
+        st->schema = schema;
+        st->meta = hmeta;
+        memset(&hmeta, 0, sizeof hmeta);
+        sl_writer_options o = SL_WRITER_OPTIONS_INIT;
+        o.shard_bytes = hdr.shard_bytes;
+        o.fsync = fsync_output;
+        SL_CHECK(sl_writer__open_ex(&st->w, out, &st->schema, &o, ".recovering"));
+    } else if (!sl_record__schema_equal(&schema, &st->schema)) {
+        st->stopped = true;
+        SL_LOG_WARN("%s: schema differs from the first shard's; stopping here", path);
+        goto cleanup;
+    }
+    if (hdr.first_record != st->next) {
+        st->stopped = true;
+        SL_LOG_WARN("%s: starts at record %llu, expected %llu; stopping here", path,
+                    (unsigned long long)hdr.first_record, (unsigned long long)st->next);
+        goto cleanup;
+    }
+    int nscalar = 0;
+    for (int c = 0; c < schema.ncols; c++)
+        nscalar += slr_is_scalar(schema.col[c].type);
+    uint64_t data_end = size, fcount = 0;
+    bool complete = footer_bounds(map, size, hdr.header_bytes, &data_end, &fcount, &st->meta, path,
+                                  nscalar);
+    uint64_t off = hdr.header_bytes, k = 0;
+    while (off < data_end) {
+        if (complete && k == fcount)
+            break;
+        if (data_end - off < SLR_FRAME_HEADER)
+            break;
+        uint64_t len = sl__ld64(map + off), sum = sl__ld64(map + off + 8);
+        if (len % 8 || len > data_end - off - SLR_FRAME_HEADER)
+            break;
+        const uint8_t *pl = map + off + SLR_FRAME_HEADER;
+        if (sl_record__hash(pl, (size_t)len, st->next) != sum)
+            break;
+        rc = sl_record__decode_payload(&st->schema, pl, len, st->next, path, st->rec);
+        if (rc == SL_ENOMEM)
+            goto cleanup;
+        if (rc < 0) {
+            rc = SL_OK;
+            break;
+        }
+        SL_CHECK(sl_writer_append(st->w, st->rec->col, st->rec->ncols));
+        st->kept++;
+        st->next++;
+        k++;
+        off += SLR_FRAME_HEADER + len;
+    }
+    if (complete ? k < fcount : off < data_end) {
+        st->stopped = true;
+        st->dropped += complete ? fcount - k : 1;
+    }
+cleanup:
+    sl_record__meta_clear(&hmeta);
+    if (map)
+        munmap(map, (size_t)size);
+    close(fd);
+    return rc;
+}
+
+int sl_recover(const char *partial, const char *out, uint64_t *kept_out, uint64_t *dropped_out) {
+    return sl_record__recover(partial, out, kept_out, dropped_out, true);
+}
+
+int sl_record__recover(const char *partial, const char *out, uint64_t *kept_out,
+                       uint64_t *dropped_out, bool fsync_output) {
+    int rc = SL_OK;
+    char *outp = NULL, *src = NULL;
+    recover_state st;
+    memset(&st, 0, sizeof st);
+    if (kept_out)
+        *kept_out = 0;
+    if (dropped_out)
+        *dropped_out = 0;
+    if (!partial || !*partial)
+        return sl__error(SL_EINVAL, "sl_recover: empty path");
+    if (!out) {
+        /* Strip a trailing slash and ".partial". */
+        size_t n = strlen(partial);
+        while (n > 1 && partial[n - 1] == '/')
+            n--;
+        if (n <= 8 || strncmp(partial + n - 8, ".partial", 8) != 0)
+            return sl__error(SL_EINVAL, "%s: name does not end in .partial; give an output path",
+                             partial);
+        outp = sl__malloc(n - 8 + 1);
+        if (!outp)
+            return sl__oom("recovering");
+        memcpy(outp, partial, n - 8);
+        outp[n - 8] = 0;
+        out = outp;
+    }
+    struct stat sb;
+    if (stat(partial, &sb) != 0)
+        SL_FAIL(SL_EIO, "%s: cannot open: %s", partial, strerror(errno));
+    SL_CHECK(sl_record_create(&st.rec));
+    if (S_ISDIR(sb.st_mode)) {
+        for (uint32_t i = 0; !st.stopped; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "shard-%05u.slr", i);
+            sl__free(src);
+            src = sl_record__join(partial, name);
+            if (!src) {
+                rc = sl__oom("recovering");
+                goto cleanup;
+            }
+            if (access(src, F_OK) != 0) {
+                snprintf(name, sizeof name, "shard-%05u.slr.partial", i);
+                sl__free(src);
+                src = sl_record__join(partial, name);
+                if (!src) {
+                    rc = sl__oom("recovering");
+                    goto cleanup;
+                }
+                if (access(src, F_OK) != 0) {
+                    if (i == 0)
+                        SL_FAIL(SL_ECORRUPT, "%s: no shard-00000.slr or shard-00000.slr.partial "
+                                "inside; nothing to recover", partial);
+                    break;
+                }
+            }
+            SL_CHECK(recover_file(&st, src, out, i == 0, fsync_output));
+        }
+    } else {
+        SL_CHECK(recover_file(&st, partial, out, true, fsync_output));
+    }
+    for (int i = 0; i < st.meta.n; i++)
+        SL_CHECK(sl_writer_set_meta(st.w, st.meta.keys[i], st.meta.vals[i]));
+    SL_CHECK(sl_writer_close(st.w));
+    if (kept_out)
+        *kept_out = st.kept;
+    if (dropped_out)
+        *dropped_out = st.dropped;
+    if (st.dropped || st.stopped)
+        SL_LOG_INFO("%s: recovered %llu records, dropped %llu", partial,
+                    (unsigned long long)st.kept, (unsigned long long)st.dropped);
+cleanup:
+    sl_writer_free(st.w);
+    sl_record_free(st.rec);
+    sl_record__meta_clear(&st.meta);
+    sl__free(src);
+    sl__free(outp);
+    return rc;
+}

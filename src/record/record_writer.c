@@ -1,0 +1,663 @@
+/*
+ * record_writer.c — writes a .slr dataset (one file, or shards + manifest).
+ *
+ * Crash-safety invariants (FORMAT.md, "Crash safety"):
+ *  1. Nothing appears at `path` before sl_writer_close() has written, synced
+ *     and renamed every shard; a file whose footer validates is complete.
+ *  2. While writing, everything lives in the directory "<path>.partial/": the
+ *     shard being written is "shard-NNNNN.slr.partial" (header + framed
+ *     records, no index yet), earlier shards are finished "shard-NNNNN.slr".
+ *  3. The header is written before the first record, so a .partial shard is
+ *     self-describing and sl_recover() can rebuild its complete records.
+ *  4. Write order per shard: records -> fsync -> index + footer -> fsync ->
+ *     rename .partial -> .slr. Then, on close: one shard is renamed to `path`,
+ *     several get a manifest and the directory is renamed to `path`; the parent
+ *     directory is synced last.
+ */
+#include "record/record_format.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <zstd.h>
+
+#define OBUF_SIZE ((size_t)1 << 20)
+
+typedef struct done_shard {
+    uint64_t first, count, bytes, footer_checksum;
+} done_shard;
+
+struct sl_writer {
+    char *path;
+    char *tmpdir;               /* "<path>.partial" */
+    char *shard_tmp;            /* current shard's temporary file path */
+    sl_schema schema;
+    sl_writer_options opts;
+    slr_meta meta;
+    int nscalar;
+    int scalar_cols[SL_MAX_COLUMNS];
+
+    /* current shard */
+    int fd;
+    uint32_t shard_no;
+    uint64_t shard_first;
+    uint64_t shard_count;
+    uint64_t shard_size;        /* bytes written or buffered so far */
+    bool header_written;
+    uint64_t *ent;              /* 3 per record: offset, length, checksum */
+    uint64_t *scal[SL_MAX_COLUMNS]; /* per scalar slot: values (bit patterns) */
+    uint64_t ent_cap;
+
+    uint8_t *obuf;
+    size_t olen;
+    uint8_t *scratch;
+    size_t scratch_cap;
+    ZSTD_CCtx *cctx;
+
+    uint64_t count;
+    done_shard *done;
+    uint32_t ndone, done_cap;
+    bool closed;                /* published successfully */
+    bool failed;                /* an I/O error left the current shard unusable */
+};
+
+static int shard_name(char *buf, size_t cap, uint32_t no, bool partial) {
+    return snprintf(buf, cap, "shard-%05u.slr%s", no, partial ? ".partial" : "");
+}
+
+static int grow(void **p, size_t *cap, size_t need, const char *what) {
+    if (need <= *cap)
+        return SL_OK;
+    size_t n = *cap ? *cap : 4096;
+    while (n < need)
+        n = n > SIZE_MAX / 2 ? need : n * 2;
+    void *q = sl__realloc(*p, n);
+    if (!q)
+        return sl__oom(what);
+    *p = q;
+    *cap = n;
+    return SL_OK;
+}
+
+const char *sl_writer__partial_path(const sl_writer *w) { return w->tmpdir; }
+
+static int open_shard(sl_writer *w) {
+    char name[64];
+    shard_name(name, sizeof name, w->shard_no, true);
+    sl__free(w->shard_tmp);
+    w->shard_tmp = sl_record__join(w->tmpdir, name);
+    if (!w->shard_tmp)
+        return sl__oom("naming a shard");
+    w->fd = open(w->shard_tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (w->fd < 0)
+        return sl__error(SL_EIO, "%s: cannot create: %s", w->shard_tmp, strerror(errno));
+    w->shard_first = w->count;
+    w->shard_count = 0;
+    w->shard_size = 0;
+    w->header_written = false;
+    return SL_OK;
+}
+
+int sl_writer_open(sl_writer **out, const char *path, const sl_schema *schema,
+                   const sl_writer_options *opts) {
+    return sl_writer__open_ex(out, path, schema, opts, ".partial");
+}
+
+int sl_writer__open_ex(sl_writer **out, const char *path, const sl_schema *schema,
+                       const sl_writer_options *opts, const char *tmp_suffix) {
+    int rc = SL_OK;
+    *out = NULL;
+    if (!path || !*path || !schema)
+        return sl__error(SL_EINVAL, "sl_writer_open: NULL path or schema");
+    if (schema->ncols < 1)
+        return sl__error(SL_EINVAL, "%s: the schema has no columns", path);
+    if (opts && opts->version != SL_WRITER_OPTIONS_VERSION)
+        return sl__error(SL_EINVAL, "%s: writer options version %u (this library knows %u)", path,
+                         opts->version, SL_WRITER_OPTIONS_VERSION);
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return sl__error(SL_EINVAL, "%s: is a directory (remove it or choose another path)", path);
+
+    sl_writer *w = sl__calloc(1, sizeof *w);
+    if (!w)
+        return sl__oom("creating a writer");
+    w->fd = -1;
+    w->schema = *schema;
+    sl_writer_options def = SL_WRITER_OPTIONS_INIT;
+    w->opts = opts ? *opts : def;
+    if (w->opts.shard_bytes == 0)
+        w->opts.shard_bytes = SLR_DEFAULT_SHARD_BYTES;
+    if (w->opts.zstd_level == 0)
+        w->opts.zstd_level = SLR_DEFAULT_ZSTD_LEVEL;
+    for (int c = 0; c < schema->ncols; c++)
+        if (slr_is_scalar(schema->col[c].type))
+            w->scalar_cols[w->nscalar++] = c;
+    w->path = sl__strdup(path);
+    size_t n = strlen(path), sl = strlen(tmp_suffix);
+    w->tmpdir = sl__malloc(n + sl + 1);
+    w->obuf = sl__malloc(OBUF_SIZE);
+    if (!w->path || !w->tmpdir || !w->obuf) {
+        rc = sl__oom("creating a writer");
+        goto cleanup;
+    }
+    memcpy(w->tmpdir, path, n);
+    memcpy(w->tmpdir + n, tmp_suffix, sl + 1);
+    /* An empty leftover (a crash after the final rename, before its rmdir)
+     * holds nothing to salvage: rmdir succeeds only then. */
+    if (mkdir(w->tmpdir, 0755) != 0 && !(errno == EEXIST && rmdir(w->tmpdir) == 0 &&
+                                         mkdir(w->tmpdir, 0755) == 0)) {
+        if (errno == EEXIST || errno == ENOTEMPTY)
+            SL_FAIL(SL_EIO, "%s: already exists (an interrupted write? salvage it with sl_recover "
+                    "or remove it)", w->tmpdir);
+        SL_FAIL(SL_EIO, "%s: cannot create: %s", w->tmpdir, strerror(errno));
+    }
+    rc = open_shard(w);
+    if (rc < 0) {
+        rmdir(w->tmpdir);
+        goto cleanup;
+    }
+    *out = w;
+    return SL_OK;
+cleanup:
+    sl__free(w->path);
+    sl__free(w->tmpdir);
+    sl__free(w->shard_tmp);
+    sl__free(w->obuf);
+    sl__free(w);
+    return rc;
+}
+
+int sl_writer_set_meta(sl_writer *w, const char *key, const char *value) {
+    if (!w || !key || !value)
+        return sl__error(SL_EINVAL, "sl_writer_set_meta: NULL argument");
+    size_t kl = strlen(key), vl = strlen(value);
+    if (kl < 1 || kl > SLR_META_KEY_MAX)
+        return sl__error(SL_EINVAL, "%s: metadata key must be 1-%u bytes", w->path, SLR_META_KEY_MAX);
+    if (vl > SLR_META_VALUE_MAX)
+        return sl__error(SL_EINVAL, "%s: metadata \"%s\": value is %zu bytes (max %u)", w->path,
+                         key, vl, SLR_META_VALUE_MAX);
+    if (w->closed)
+        return sl__error(SL_EINVAL, "%s: writer is closed", w->path);
+    int rc = sl_record__meta_set(&w->meta, key, value);
+    if (rc == SL_OK && sl_record__meta_size(&w->meta) > SLR_META_BLOCK_MAX)
+        return sl__error(SL_ELIMIT, "%s: metadata exceeds %u bytes in all", w->path,
+                         SLR_META_BLOCK_MAX);
+    return rc;
+}
+
+uint64_t sl_writer_count(const sl_writer *w) { return w ? w->count : 0; }
+
+int sl_writer__flush(sl_writer *w) {
+    if (w->olen) {
+        SL_TRY(sl_record__write_all(w->fd, w->obuf, w->olen, w->shard_tmp));
+        w->olen = 0;
+    }
+    return SL_OK;
+}
+
+static int emit(sl_writer *w, const void *p, size_t len) {
+    if (len > OBUF_SIZE - w->olen) {
+        SL_TRY(sl_writer__flush(w));
+        if (len >= OBUF_SIZE / 2)
+            return sl_record__write_all(w->fd, p, len, w->shard_tmp);
+    }
+    memcpy(w->obuf + w->olen, p, len);
+    w->olen += len;
+    return SL_OK;
+}
+
+static int write_header(sl_writer *w) {
+    uint64_t meta_bytes = sl_record__meta_size(&w->meta);
+    uint64_t size = SLR_HEADER_FIXED + (uint64_t)w->schema.ncols * SLR_COLDESC_SIZE + meta_bytes + 8;
+    /* Its own buffer: the scratch may hold the frame about to follow. */
+    uint8_t *h = sl__malloc((size_t)size);
+    if (!h)
+        return sl__oom("building a header");
+    memset(h, 0, SLR_HEADER_FIXED);
+    memcpy(h, SLR_MAGIC, SLR_MAGIC_LEN);
+    sl__st32(h + 8, SLR_VERSION);
+    sl__st32(h + 12, (uint32_t)size);
+    uint64_t req = 0;
+    for (int c = 0; c < w->schema.ncols; c++)
+        if (w->schema.col[c].flags & SL_COLF_ZSTD)
+            req |= SLR_FEAT_ZSTD;
+    sl__st64(h + 16, req);
+    sl__st64(h + 24, 0);
+    sl__st32(h + 32, (uint32_t)w->schema.ncols);
+    sl__st32(h + 36, w->shard_no);
+    sl__st64(h + 40, w->shard_first);
+    sl__st64(h + 48, w->opts.shard_bytes);
+    sl__st32(h + 56, (uint32_t)meta_bytes);
+    sl__st32(h + 60, 0);
+    sl_record__schema_encode(&w->schema, h + SLR_HEADER_FIXED);
+    sl_record__meta_encode(&w->meta, h + SLR_HEADER_FIXED + (size_t)w->schema.ncols * SLR_COLDESC_SIZE);
+    sl__st64(h + size - 8, sl_record__hash(h, size - 8, 0));
+    int rc = emit(w, h, size);
+    sl__free(h);
+    SL_TRY(rc);
+    w->shard_size = size;
+    w->header_written = true;
+    return SL_OK;
+}
+
+/* Finish the current shard: index + footer, syncs, rename to shard-NNNNN.slr. */
+static int finish_shard(sl_writer *w) {
+    int rc = SL_OK;
+    uint8_t *idx = NULL;
+    if (!w->header_written)
+        SL_CHECK(write_header(w));
+    SL_CHECK(sl_writer__flush(w));
+    if (w->opts.fsync && fsync(w->fd) != 0)
+        SL_FAIL(SL_EIO, "%s: fsync failed: %s", w->shard_tmp, strerror(errno));
+
+    uint64_t n = w->shard_count;
+    uint64_t meta_bytes = sl_record__meta_size(&w->meta);
+    uint64_t idx_bytes = n * SLR_INDEX_ENTRY + n * 8 * (uint64_t)w->nscalar + meta_bytes;
+    uint64_t index_offset = w->shard_size;
+    idx = sl__malloc((size_t)idx_bytes + SLR_FOOTER_SIZE);
+    if (!idx) {
+        rc = sl__oom("building a shard index");
+        goto cleanup;
+    }
+    uint8_t *p = idx;
+    for (uint64_t i = 0; i < n; i++, p += SLR_INDEX_ENTRY) {
+        sl__st64(p, w->ent[3 * i]);
+        sl__st64(p + 8, w->ent[3 * i + 1]);
+        sl__st64(p + 16, w->ent[3 * i + 2]);
+    }
+    for (int s = 0; s < w->nscalar; s++)
+        for (uint64_t i = 0; i < n; i++, p += 8)
+            sl__st64(p, w->scal[s][i]);
+    sl_record__meta_encode(&w->meta, p);
+    p += meta_bytes;
+    uint64_t file_size = index_offset + idx_bytes + SLR_FOOTER_SIZE;
+    sl__st64(p, index_offset);
+    sl__st64(p + 8, idx_bytes);
+    sl__st64(p + 16, n);
+    sl__st64(p + 24, w->shard_first);
+    sl__st64(p + 32, file_size);
+    sl__st64(p + 40, sl_record__hash(idx, (size_t)idx_bytes, 0));
+    uint64_t fsum = sl_record__hash(p, 48, 0);
+    sl__st64(p + 48, fsum);
+    memcpy(p + 56, SLR_MAGIC, SLR_MAGIC_LEN);
+    SL_CHECK(sl_record__write_all(w->fd, idx, (size_t)(idx_bytes + SLR_FOOTER_SIZE), w->shard_tmp));
+    if (w->opts.fsync && fsync(w->fd) != 0)
+        SL_FAIL(SL_EIO, "%s: fsync failed: %s", w->shard_tmp, strerror(errno));
+    if (close(w->fd) != 0) {
+        w->fd = -1;
+        SL_FAIL(SL_EIO, "%s: close failed: %s", w->shard_tmp, strerror(errno));
+    }
+    w->fd = -1;
+
+    if (w->ndone == w->done_cap) {
+        uint32_t cap = w->done_cap ? w->done_cap * 2 : 8;
+        done_shard *d = sl__realloc(w->done, cap * sizeof *d);
+        if (!d) {
+            rc = sl__oom("recording a finished shard");
+            goto cleanup;
+        }
+        w->done = d;
+        w->done_cap = cap;
+    }
+    char name[64];
+    shard_name(name, sizeof name, w->shard_no, false);
+    char *final = sl_record__join(w->tmpdir, name);
+    if (!final) {
+        rc = sl__oom("naming a shard");
+        goto cleanup;
+    }
+    if (rename(w->shard_tmp, final) != 0) {
+        rc = sl__error(SL_EIO, "%s: rename to %s failed: %s", w->shard_tmp, final, strerror(errno));
+        sl__free(final);
+        goto cleanup;
+    }
+    sl__free(final);
+    w->done[w->ndone++] = (done_shard){w->shard_first, n, file_size, fsum};
+cleanup:
+    sl__free(idx);
+    if (rc < 0)
+        w->failed = true;
+    return rc;
+}
+
+static int grow_index(sl_writer *w) {
+    if (w->shard_count < w->ent_cap)
+        return SL_OK;
+    uint64_t cap = w->ent_cap ? w->ent_cap * 2 : 1024;
+    uint64_t *e = sl__realloc(w->ent, (size_t)cap * 3 * sizeof *e);
+    if (!e)
+        return sl__oom("growing the index");
+    w->ent = e;
+    for (int s = 0; s < w->nscalar; s++) {
+        uint64_t *v = sl__realloc(w->scal[s], (size_t)cap * sizeof *v);
+        if (!v)
+            return sl__oom("growing the index");
+        w->scal[s] = v;
+    }
+    w->ent_cap = cap;
+    return SL_OK;
+}
+
+static int check_value(const sl_writer *w, const slr_column *c, const sl_tensor *t, uint64_t rec,
+                       int col, size_t *raw_len) {
+    const char *why = NULL;
+    char buf[96];
+    switch (c->type) {
+    case SL_COL_INT64:
+    case SL_COL_FLOAT64: {
+        sl_dtype want = c->type == SL_COL_INT64 ? SL_I64 : SL_F64;
+        if (t->dtype != want || sl_tensor_numel(t) != 1) {
+            snprintf(buf, sizeof buf, "want a %s scalar, got %s with %lld elements",
+                     sl_dtype_name(want), sl_dtype_name(t->dtype), (long long)sl_tensor_numel(t));
+            why = buf;
+        }
+        *raw_len = 8;
+        break;
+    }
+    case SL_COL_STRING:
+    case SL_COL_BYTES:
+        if ((t->dtype != SL_U8 && t->dtype != SL_I8) || t->ndim != 1 || t->shape[0] < 0)
+            why = "want a 1-D uint8 tensor";
+        *raw_len = t->ndim == 1 && t->shape[0] > 0 ? (size_t)t->shape[0] : 0;
+        break;
+    case SL_COL_ARRAY:
+        if (t->dtype != c->dtype || t->ndim != c->ndim) {
+            snprintf(buf, sizeof buf, "want %s with %d dims, got %s with %d", sl_dtype_name(c->dtype),
+                     c->ndim, sl_dtype_name(t->dtype), (int)t->ndim);
+            why = buf;
+            break;
+        }
+        size_t bytes = sl_dtype_size(c->dtype);
+        for (int d = 0; d < c->ndim && !why; d++) {
+            if (t->shape[d] < 0 || (c->shape[d] != -1 && t->shape[d] != c->shape[d])) {
+                snprintf(buf, sizeof buf, "dim %d is %lld, schema says %lld", d,
+                         (long long)t->shape[d], (long long)c->shape[d]);
+                why = buf;
+            } else if (!sl__mul_ok(bytes, (size_t)t->shape[d], &bytes)) {
+                why = "array too large";
+            }
+        }
+        *raw_len = bytes;
+        break;
+    }
+    if (!why && *raw_len && !t->data)
+        why = "data is NULL";
+    if (!why && c->type != SL_COL_INT64 && c->type != SL_COL_FLOAT64 && t->nbytes < *raw_len)
+        why = "tensor nbytes is smaller than its shape";
+    if (why)
+        return sl__error(SL_EINVAL, "%s: record %llu: column \"%s\" (%d): %s", w->path,
+                         (unsigned long long)rec, c->name, col, why);
+    return SL_OK;
+}
+
+int sl_writer_append(sl_writer *w, const sl_tensor *cols, int ncols) {
+    if (!w || (!cols && ncols))
+        return sl__error(SL_EINVAL, "sl_writer_append: NULL argument");
+    if (w->closed || w->failed)
+        return sl__error(SL_EINVAL, "%s: writer is %s", w->path, w->closed ? "closed" : "failed");
+    const sl_schema *s = &w->schema;
+    if (ncols != s->ncols)
+        return sl__error(SL_EINVAL, "%s: record %llu: %d columns given, schema has %d", w->path,
+                         (unsigned long long)w->count, ncols, s->ncols);
+    size_t raw[SL_MAX_COLUMNS];
+    /* Worst-case payload size: directory + each column's prefix, data or zstd bound. */
+    size_t need = SLR_FRAME_HEADER + (size_t)s->ncols * SLR_COLDIR_ENTRY;
+    for (int c = 0; c < s->ncols; c++) {
+        const slr_column *col = &s->col[c];
+        SL_TRY(check_value(w, col, &cols[c], w->count, c, &raw[c]));
+        size_t n = (col->flags & SL_COLF_ZSTD) ? 8 + ZSTD_compressBound(raw[c]) : raw[c];
+        if (sl_record__col_varshape(col))
+            n += 8 * (size_t)col->ndim;
+        if (!sl__add_ok(need, n + 8, &need))
+            return sl__error(SL_ELIMIT, "%s: record %llu: too large", w->path,
+                             (unsigned long long)w->count);
+    }
+    SL_TRY(grow((void **)&w->scratch, &w->scratch_cap, need + 8, "building a record"));
+    if (!w->cctx) {
+        for (int c = 0; c < s->ncols; c++) {
+            if ((s->col[c].flags & SL_COLF_ZSTD) && !(w->cctx = ZSTD_createCCtx()))
+                return sl__oom("creating a zstd context");
+            if (w->cctx)
+                break;
+        }
+    }
+
+    uint8_t *f = w->scratch, *pl = f + SLR_FRAME_HEADER;
+    uint64_t pos = (uint64_t)s->ncols * SLR_COLDIR_ENTRY;
+    for (int c = 0; c < s->ncols; c++) {
+        const slr_column *col = &s->col[c];
+        const sl_tensor *t = &cols[c];
+        uint64_t start = pos;
+        if (col->type == SL_COL_INT64 || col->type == SL_COL_FLOAT64) {
+            uint64_t v;
+            memcpy(&v, t->data, 8);
+            sl__st64(pl + pos, v);
+            pos += 8;
+        } else {
+            if (sl_record__col_varshape(col))
+                for (int d = 0; d < col->ndim; d++, pos += 8)
+                    sl__st64(pl + pos, (uint64_t)t->shape[d]);
+            if (col->flags & SL_COLF_ZSTD) {
+                sl__st64(pl + pos, raw[c]);
+                pos += 8;
+                size_t z = ZSTD_compressCCtx(w->cctx, pl + pos, ZSTD_compressBound(raw[c]),
+                                             t->data, raw[c], w->opts.zstd_level);
+                if (ZSTD_isError(z))
+                    return sl__error(SL_EINVAL, "%s: record %llu: column \"%s\": zstd: %s", w->path,
+                                     (unsigned long long)w->count, col->name, ZSTD_getErrorName(z));
+                pos += z;
+            } else {
+                if (raw[c])
+                    memcpy(pl + pos, t->data, raw[c]);
+                pos += raw[c];
+            }
+        }
+        sl__st64(pl + (size_t)c * SLR_COLDIR_ENTRY, start);
+        sl__st64(pl + (size_t)c * SLR_COLDIR_ENTRY + 8, pos - start);
+        uint64_t next = slr_align8(pos);
+        memset(pl + pos, 0, (size_t)(next - pos));
+        pos = next;
+    }
+    /* pos is the payload length, already a multiple of 8 (each column is padded). */
+    uint64_t len = pos;
+    uint64_t sum = sl_record__hash(pl, (size_t)len, w->count);
+    sl__st64(f, len);
+    sl__st64(f + 8, sum);
+    uint64_t frame = SLR_FRAME_HEADER + len;
+
+    /* Roll over when this record would push the finished file (data, index,
+     * metadata and footer) past shard_bytes; a shard always takes one record. */
+    uint64_t projected = w->shard_size + frame +
+                         (w->shard_count + 1) * (SLR_INDEX_ENTRY + 8u * (uint64_t)w->nscalar) +
+                         sl_record__meta_size(&w->meta) + SLR_FOOTER_SIZE;
+    if (w->shard_count > 0 && projected > w->opts.shard_bytes) {
+        SL_TRY(finish_shard(w));
+        w->shard_no++;
+        int rc = open_shard(w);
+        if (rc < 0) {
+            w->failed = true;
+            return rc;
+        }
+    }
+    if (!w->header_written) {
+        int rc = write_header(w);
+        if (rc < 0) {
+            w->failed = true;
+            return rc;
+        }
+    }
+    SL_TRY(grow_index(w));
+    int rc = emit(w, f, (size_t)frame);
+    if (rc < 0) {
+        w->failed = true;
+        return rc;
+    }
+    uint64_t i = w->shard_count;
+    w->ent[3 * i] = w->shard_size;
+    w->ent[3 * i + 1] = len;
+    w->ent[3 * i + 2] = sum;
+    for (int k = 0; k < w->nscalar; k++)
+        w->scal[k][i] = sl__ld64(pl + sl__ld64(pl + (size_t)w->scalar_cols[k] * SLR_COLDIR_ENTRY));
+    w->shard_size += frame;
+    w->shard_count++;
+    w->count++;
+    return SL_OK;
+}
+
+static int write_manifest(sl_writer *w) {
+    int rc = SL_OK;
+    char *text = NULL, *mpath = NULL;
+    int fd = -1;
+    cJSON *root = cJSON_CreateObject();
+    if (!root)
+        goto oom;
+    if (!cJSON_AddStringToObject(root, "format", SLR_MANIFEST_FORMAT) ||
+        !cJSON_AddNumberToObject(root, "version", SLR_MANIFEST_VERSION) ||
+        !cJSON_AddNumberToObject(root, "records", (double)w->count))
+        goto oom;
+    cJSON *shards = cJSON_AddArrayToObject(root, "shards");
+    if (!shards)
+        goto oom;
+    for (uint32_t i = 0; i < w->ndone; i++) {
+        char name[64], sum[17];
+        shard_name(name, sizeof name, i, false);
+        snprintf(sum, sizeof sum, "%016llx", (unsigned long long)w->done[i].footer_checksum);
+        cJSON *o = cJSON_CreateObject();
+        if (!o)
+            goto oom;
+        cJSON_AddItemToArray(shards, o);
+        if (!cJSON_AddStringToObject(o, "file", name) ||
+            !cJSON_AddNumberToObject(o, "first", (double)w->done[i].first) ||
+            !cJSON_AddNumberToObject(o, "records", (double)w->done[i].count) ||
+            !cJSON_AddNumberToObject(o, "bytes", (double)w->done[i].bytes) ||
+            !cJSON_AddStringToObject(o, "footer_checksum", sum))
+            goto oom;
+    }
+    cJSON *meta = cJSON_AddObjectToObject(root, "meta");
+    if (!meta)
+        goto oom;
+    for (int i = 0; i < w->meta.n; i++)
+        if (!cJSON_AddStringToObject(meta, w->meta.keys[i], w->meta.vals[i]))
+            goto oom;
+    text = cJSON_Print(root);
+    mpath = sl_record__join(w->tmpdir, SLR_MANIFEST_NAME);
+    if (!text || !mpath)
+        goto oom;
+    fd = open(mpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        SL_FAIL(SL_EIO, "%s: cannot create: %s", mpath, strerror(errno));
+    SL_CHECK(sl_record__write_all(fd, text, strlen(text), mpath));
+    SL_CHECK(sl_record__write_all(fd, "\n", 1, mpath));
+    if (w->opts.fsync && fsync(fd) != 0)
+        SL_FAIL(SL_EIO, "%s: fsync failed: %s", mpath, strerror(errno));
+    goto cleanup;
+oom:
+    rc = sl__oom("writing the manifest");
+cleanup:
+    if (fd >= 0)
+        close(fd);
+    cJSON_Delete(root);
+    if (text)
+        cJSON_free(text);
+    sl__free(mpath);
+    return rc;
+}
+
+int sl_writer_close(sl_writer *w) {
+    int rc = SL_OK;
+    char *parent = NULL, *src = NULL;
+    if (!w)
+        return sl__error(SL_EINVAL, "sl_writer_close: NULL writer");
+    if (w->closed)
+        return SL_OK;
+    if (w->failed)
+        return sl__error(SL_EIO, "%s: an earlier write failed; the dataset is not published", w->path);
+    SL_CHECK(finish_shard(w));
+    parent = sl_record__dirname(w->path);
+    if (!parent) {
+        rc = sl__oom("closing a writer");
+        goto cleanup;
+    }
+    if (w->ndone == 1) {
+        char name[64];
+        shard_name(name, sizeof name, 0, false);
+        src = sl_record__join(w->tmpdir, name);
+        if (!src) {
+            rc = sl__oom("closing a writer");
+            goto cleanup;
+        }
+        if (rename(src, w->path) != 0)
+            SL_FAIL(SL_EIO, "%s: cannot rename %s into place: %s", w->path, src, strerror(errno));
+        if (rmdir(w->tmpdir) != 0)
+            SL_LOG_WARN("%s: cannot remove: %s", w->tmpdir, strerror(errno));
+    } else {
+        SL_CHECK(write_manifest(w));
+        if (w->opts.fsync)
+            SL_CHECK(sl_record__fsync_dir(w->tmpdir));
+        struct stat st;
+        /* rename() cannot replace a file with a directory; an old single-file
+         * dataset at `path` is removed first (the one non-atomic step). */
+        if (stat(w->path, &st) == 0 && !S_ISDIR(st.st_mode) && unlink(w->path) != 0)
+            SL_FAIL(SL_EIO, "%s: cannot replace: %s", w->path, strerror(errno));
+        if (rename(w->tmpdir, w->path) != 0)
+            SL_FAIL(SL_EIO, "%s: cannot rename %s into place: %s", w->path, w->tmpdir,
+                    strerror(errno));
+    }
+    w->closed = true;
+    if (w->opts.fsync)
+        SL_CHECK(sl_record__fsync_dir(parent));
+cleanup:
+    if (rc < 0 && !w->closed)
+        w->failed = true;
+    sl__free(parent);
+    sl__free(src);
+    return rc;
+}
+
+static void remove_temporaries(sl_writer *w) {
+    char name[64];
+    if (w->fd >= 0) {
+        close(w->fd);
+        w->fd = -1;
+    }
+    for (uint32_t i = 0; i <= w->shard_no; i++) {
+        for (int partial = 0; partial < 2; partial++) {
+            shard_name(name, sizeof name, i, partial);
+            char *p = sl_record__join(w->tmpdir, name);
+            if (p)
+                unlink(p);
+            sl__free(p);
+        }
+    }
+    char *m = sl_record__join(w->tmpdir, SLR_MANIFEST_NAME);
+    if (m)
+        unlink(m);
+    sl__free(m);
+    rmdir(w->tmpdir);
+}
+
+void sl_writer_free(sl_writer *w) {
+    if (!w)
+        return;
+    if (!w->closed)
+        remove_temporaries(w);
+    if (w->fd >= 0)
+        close(w->fd);
+    sl_record__meta_clear(&w->meta);
+    for (int s = 0; s < w->nscalar; s++)
+        sl__free(w->scal[s]);
+    sl__free(w->ent);
+    sl__free(w->done);
+    sl__free(w->obuf);
+    sl__free(w->scratch);
+    ZSTD_freeCCtx(w->cctx);
+    sl__free(w->shard_tmp);
+    sl__free(w->tmpdir);
+    sl__free(w->path);
+    sl__free(w);
+}

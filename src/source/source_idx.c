@@ -1,0 +1,406 @@
+/*
+ * source_idx.c — IDX files (the MNIST format) into .slr.
+ *
+ * An IDX file is a 4-byte magic (0, 0, dtype, ndim), ndim big-endian uint32
+ * dims, then prod(dims) elements. Files usually ship gzip-compressed; we
+ * detect gzip by its magic (never by the name) and inflate with zlib as we
+ * go, so memory stays at two small buffers whatever the file size.
+ *
+ * Every size comes from an untrusted header, so before writing a single
+ * record we check what can be checked: for a plain file the header must
+ * account for exactly the file's length; for gzip (whose length is unknown
+ * until inflated) a short stream fails at the record where it ends and extra
+ * bytes fail after the last record. In both cases the partial output is
+ * discarded by the writer.
+ */
+#include "source/source.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define IDX_BUF (64 * 1024)
+#define IDX_MAGIC_U8 0x08
+/* One item (an image) above this is not a plausible IDX record. */
+#define IDX_MAX_ITEM ((uint64_t)1 << 28)
+
+typedef struct {
+    const char *path;
+    int fd;
+    int gz;              /* 1: the file is gzip; inflate it */
+    int zinit;           /* zs must be ended */
+    z_stream zs;
+    uint8_t *in;         /* compressed input (gz only) */
+    int in_eof;          /* the file has no more bytes */
+    int zend;            /* the last gzip member ended and nothing follows */
+    uint8_t *out;        /* decompressed (or plain) bytes not yet consumed */
+    size_t out_pos, out_len;
+    uint64_t file_size;
+
+    /* header */
+    int ndim;
+    uint32_t dims[SL_MAX_DIMS + 1];
+    uint64_t count;      /* dims[0] */
+    uint64_t item;       /* bytes per item: prod(dims[1..]) */
+} idx_stream;
+
+static voidpf z_alloc(voidpf opaque, uInt items, uInt size) {
+    (void)opaque;
+    size_t n;
+    if (!sl__mul_ok(items, size, &n))
+        return Z_NULL;
+    return sl__malloc(n);
+}
+
+static void z_free(voidpf opaque, voidpf p) {
+    (void)opaque;
+    sl__free(p);
+}
+
+static void idx_close(idx_stream *s) {
+    if (s->zinit)
+        inflateEnd(&s->zs);
+    if (s->fd >= 0)
+        close(s->fd);
+    sl__free(s->in);
+    sl__free(s->out);
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+}
+
+static int read_full(idx_stream *s, uint8_t *dst, size_t n, size_t *got) {
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = read(s->fd, dst + done, n - done);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return sl__error(SL_EIO, "%s: read failed: %s", s->path, strerror(errno));
+        }
+        if (r == 0)
+            break;
+        done += (size_t)r;
+    }
+    *got = done;
+    return SL_OK;
+}
+
+static int idx_open(idx_stream *s, const char *path) {
+    int rc = SL_OK;
+    memset(s, 0, sizeof *s);
+    s->path = path;
+    s->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (s->fd < 0)
+        return sl__error(SL_EIO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(s->fd, &st) != 0)
+        SL_FAIL(SL_EIO, "%s: cannot stat: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        SL_FAIL(SL_EINVAL, "%s: not a regular file", path);
+    s->file_size = (uint64_t)st.st_size;
+    uint8_t magic[2] = {0, 0};
+    if (pread(s->fd, magic, 2, 0) < 0)
+        SL_FAIL(SL_EIO, "%s: read failed: %s", path, strerror(errno));
+    s->gz = magic[0] == 0x1f && magic[1] == 0x8b;
+    s->out = sl__malloc(IDX_BUF);
+    if (!s->out)
+        SL_FAIL(SL_ENOMEM, "%s: out of memory", path);
+    if (s->gz) {
+        s->in = sl__malloc(IDX_BUF);
+        if (!s->in)
+            SL_FAIL(SL_ENOMEM, "%s: out of memory", path);
+        s->zs.zalloc = z_alloc;
+        s->zs.zfree = z_free;
+        int zr = inflateInit2(&s->zs, 16 + MAX_WBITS); /* 16: expect a gzip wrapper */
+        if (zr == Z_MEM_ERROR)
+            SL_FAIL(SL_ENOMEM, "%s: out of memory starting zlib", path);
+        if (zr != Z_OK)
+            SL_FAIL(SL_EIO, "%s: zlib failed to start (%d)", path, zr);
+        s->zinit = 1;
+    }
+    return SL_OK;
+cleanup:
+    idx_close(s);
+    return rc;
+}
+
+/* Refill s->out with up to IDX_BUF decompressed bytes; out_len 0 at the end. */
+static int idx_fill(idx_stream *s) {
+    s->out_pos = s->out_len = 0;
+    if (!s->gz) {
+        size_t got;
+        SL_TRY(read_full(s, s->out, IDX_BUF, &got));
+        s->out_len = got;
+        return SL_OK;
+    }
+    if (s->zend)
+        return SL_OK;
+    s->zs.next_out = s->out;
+    s->zs.avail_out = IDX_BUF;
+    while (s->zs.avail_out > 0) {
+        if (s->zs.avail_in == 0 && !s->in_eof) {
+            size_t got;
+            SL_TRY(read_full(s, s->in, IDX_BUF, &got));
+            s->zs.next_in = s->in;
+            s->zs.avail_in = (uInt)got;
+            if (got == 0)
+                s->in_eof = 1;
+        }
+        int zr = inflate(&s->zs, Z_NO_FLUSH);
+        if (zr == Z_STREAM_END) {
+            /* gzip allows several members back to back (cat a.gz b.gz). */
+            if (s->zs.avail_in == 0 && !s->in_eof) {
+                size_t got;
+                SL_TRY(read_full(s, s->in, IDX_BUF, &got));
+                s->zs.next_in = s->in;
+                s->zs.avail_in = (uInt)got;
+                if (got == 0)
+                    s->in_eof = 1;
+            }
+            if (s->zs.avail_in == 0) {
+                s->zend = 1;
+                break;
+            }
+            inflateReset(&s->zs);
+            continue;
+        }
+        int failed = zr == Z_MEM_ERROR || zr == Z_DATA_ERROR || zr == Z_NEED_DICT ||
+                     zr == Z_STREAM_ERROR || (zr == Z_BUF_ERROR && s->in_eof && s->zs.avail_in == 0);
+        /* Hand out what was inflated before the damage first; the next fill
+         * meets the same error again (zlib's error states are sticky), so the
+         * failure is reported at the record it hits. */
+        if (failed && s->zs.avail_out < IDX_BUF)
+            break;
+        if (zr == Z_MEM_ERROR)
+            return sl__error(SL_ENOMEM, "%s: out of memory in zlib", s->path);
+        if (zr == Z_DATA_ERROR || zr == Z_NEED_DICT || zr == Z_STREAM_ERROR)
+            return sl__error(SL_ECORRUPT, "%s: damaged gzip data after %llu bytes: %s",
+                             s->path, (unsigned long long)s->zs.total_out,
+                             s->zs.msg ? s->zs.msg : "inflate failed");
+        if (zr == Z_BUF_ERROR && s->in_eof && s->zs.avail_in == 0)
+            return sl__error(SL_ECORRUPT,
+                             "%s: gzip stream ends early after %llu bytes (truncated file)",
+                             s->path, (unsigned long long)s->zs.total_out);
+    }
+    s->out_len = IDX_BUF - s->zs.avail_out;
+    return SL_OK;
+}
+
+/* Read up to n bytes; *got < n only at the end of the data. */
+static int idx_read(idx_stream *s, void *dst, size_t n, size_t *got) {
+    uint8_t *d = dst;
+    size_t done = 0;
+    while (done < n) {
+        if (s->out_pos == s->out_len) {
+            SL_TRY(idx_fill(s));
+            if (s->out_len == 0)
+                break;
+        }
+        size_t take = s->out_len - s->out_pos;
+        if (take > n - done)
+            take = n - done;
+        memcpy(d + done, s->out + s->out_pos, take);
+        s->out_pos += take;
+        done += take;
+    }
+    *got = done;
+    return SL_OK;
+}
+
+static const char *idx_dtype_name(int code) {
+    switch (code) {
+    case 0x08: return "uint8";
+    case 0x09: return "int8";
+    case 0x0B: return "int16";
+    case 0x0C: return "int32";
+    case 0x0D: return "float32";
+    case 0x0E: return "float64";
+    default: return NULL;
+    }
+}
+
+static int idx_header(idx_stream *s) {
+    uint8_t h[4 + 4 * (SL_MAX_DIMS + 1)];
+    size_t got;
+    SL_TRY(idx_read(s, h, 4, &got));
+    if (got == 0)
+        return sl__error(SL_ECORRUPT, "%s: empty file, not an IDX file", s->path);
+    if (got < 4 || h[0] != 0 || h[1] != 0)
+        return sl__error(SL_ECORRUPT, "%s: not an IDX file (bad magic)", s->path);
+    const char *dt = idx_dtype_name(h[2]);
+    if (!dt)
+        return sl__error(SL_ECORRUPT, "%s: not an IDX file (unknown dtype code 0x%02X)",
+                         s->path, h[2]);
+    if (h[2] != IDX_MAGIC_U8)
+        return sl__error(SL_EUNSUPPORTED,
+                         "%s: IDX dtype %s is not supported; sluice packs uint8 IDX files",
+                         s->path, dt);
+    s->ndim = h[3];
+    if (s->ndim < 1 || s->ndim > SL_MAX_DIMS + 1)
+        return sl__error(SL_ECORRUPT, "%s: IDX header has %d dims (1..%d allowed)", s->path,
+                         s->ndim, SL_MAX_DIMS + 1);
+    SL_TRY(idx_read(s, h + 4, 4 * (size_t)s->ndim, &got));
+    if (got < 4 * (size_t)s->ndim)
+        return sl__error(SL_ECORRUPT, "%s: IDX header cut short (truncated file)", s->path);
+    uint64_t item = 1;
+    for (int d = 0; d < s->ndim; d++) {
+        const uint8_t *p = h + 4 + 4 * d;
+        s->dims[d] = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+        if (d > 0) {
+            if (s->dims[d] == 0)
+                return sl__error(SL_ECORRUPT, "%s: IDX dim %d is 0", s->path, d);
+            item *= s->dims[d];
+            if (item > IDX_MAX_ITEM)
+                return sl__error(SL_ELIMIT, "%s: one IDX item is over %llu bytes", s->path,
+                                 (unsigned long long)IDX_MAX_ITEM);
+        }
+    }
+    s->count = s->dims[0];
+    s->item = item;
+    if (!s->gz) {
+        uint64_t want = 4 + 4 * (uint64_t)s->ndim + s->count * s->item;
+        if (s->file_size < want)
+            return sl__error(SL_ECORRUPT,
+                             "%s: truncated: the header declares %llu items (%llu bytes) but "
+                             "the file has %llu bytes",
+                             s->path, (unsigned long long)s->count, (unsigned long long)want,
+                             (unsigned long long)s->file_size);
+        if (s->file_size > want)
+            return sl__error(SL_ECORRUPT,
+                             "%s: %llu extra bytes after the %llu items the header declares",
+                             s->path, (unsigned long long)(s->file_size - want),
+                             (unsigned long long)s->count);
+    }
+    return SL_OK;
+}
+
+/* After the last item: anything left is an error (gzip only; plain files
+ * were checked against their length up front). */
+static int idx_expect_end(idx_stream *s) {
+    uint8_t extra;
+    size_t got;
+    SL_TRY(idx_read(s, &extra, 1, &got));
+    if (got)
+        return sl__error(SL_ECORRUPT,
+                         "%s: extra bytes after the %llu items the header declares", s->path,
+                         (unsigned long long)s->count);
+    return SL_OK;
+}
+
+int sl_source__sniff_path(const char *path, sl_source__sniff_kind *kind_out) {
+    idx_stream s;
+    *kind_out = SL_SNIFF_OTHER;
+    SL_TRY(idx_open(&s, path));
+    uint8_t h[4];
+    size_t got;
+    int rc = idx_read(&s, h, 4, &got);
+    if (rc == SL_ECORRUPT) {
+        /* A damaged gzip is still "some file"; the packer reports it. */
+        rc = SL_OK;
+        got = 0;
+    }
+    if (rc == SL_OK && got == 4 && h[0] == 0 && h[1] == 0 && idx_dtype_name(h[2]) && h[3] >= 1)
+        *kind_out = h[3] == 1 ? SL_SNIFF_IDX_LABELS : SL_SNIFF_IDX_IMAGES;
+    idx_close(&s);
+    return rc;
+}
+
+int sl_source__pack_idx(const char *a, const char *b, const char *dst,
+                        const sl_pack_options *opts, sl_pack_report *rep) {
+    int rc = SL_OK;
+    idx_stream sa, sb;
+    idx_stream *img = NULL, *lab = NULL;
+    sl_schema *schema = NULL;
+    sl_writer *w = NULL;
+    uint8_t *item = NULL;
+    uint8_t labels[4096];
+    sa.fd = sb.fd = -1;
+    sa.in = sa.out = sb.in = sb.out = NULL;
+    sa.zinit = sb.zinit = 0;
+
+    rep->kind = SL_PACK_IDX;
+    SL_CHECK(idx_open(&sa, a));
+    SL_CHECK(idx_open(&sb, b));
+    SL_CHECK(idx_header(&sa));
+    SL_CHECK(idx_header(&sb));
+    if (sa.ndim == 1 && sb.ndim >= 2) {
+        img = &sb;
+        lab = &sa;
+    } else if (sb.ndim == 1 && sa.ndim >= 2) {
+        img = &sa;
+        lab = &sb;
+    } else {
+        SL_FAIL(SL_EINVAL,
+                "%s, %s: IDX packing needs one images file (3 dims, magic 0x00000803) and one "
+                "labels file (1 dim, magic 0x00000801); got %d and %d dims",
+                a, b, sa.ndim, sb.ndim);
+    }
+    if (img->count != lab->count)
+        SL_FAIL(SL_EINVAL, "%s has %llu images but %s has %llu labels; they must agree",
+                img->path, (unsigned long long)img->count, lab->path,
+                (unsigned long long)lab->count);
+
+    int64_t shape[SL_MAX_DIMS];
+    for (int d = 1; d < img->ndim; d++)
+        shape[d - 1] = img->dims[d];
+    SL_CHECK(sl_schema_create(&schema));
+    SL_CHECK(sl_schema_add(schema, "image", SL_COL_ARRAY, SL_U8, img->ndim - 1, shape, 0));
+    SL_CHECK(sl_schema_add(schema, "label", SL_COL_INT64, SL_DTYPE_INVALID, 0, NULL, 0));
+    sl_writer_options wo = SL_WRITER_OPTIONS_INIT;
+    wo.shard_bytes = opts->shard_bytes;
+    SL_CHECK(sl_writer_open(&w, dst, schema, &wo));
+    SL_CHECK(sl_writer_set_meta(w, "source", "idx"));
+
+    item = sl__malloc((size_t)img->item);
+    if (!item)
+        SL_FAIL(SL_ENOMEM, "%s: out of memory for one %llu-byte item", img->path,
+                (unsigned long long)img->item);
+    size_t lab_pos = 0, lab_len = 0;
+    for (uint64_t i = 0; i < img->count; i++) {
+        size_t got;
+        SL_CHECK(idx_read(img, item, (size_t)img->item, &got));
+        if (got < img->item)
+            SL_FAIL(SL_ECORRUPT,
+                    "%s: record %llu: data ends early; the header declares %llu items "
+                    "(truncated file)",
+                    img->path, (unsigned long long)i, (unsigned long long)img->count);
+        if (lab_pos == lab_len) {
+            uint64_t left = lab->count - i;
+            size_t want = left < sizeof labels ? (size_t)left : sizeof labels;
+            SL_CHECK(idx_read(lab, labels, want, &got));
+            if (got < want)
+                SL_FAIL(SL_ECORRUPT,
+                        "%s: record %llu: data ends early; the header declares %llu labels "
+                        "(truncated file)",
+                        lab->path, (unsigned long long)(i + got), (unsigned long long)lab->count);
+            lab_pos = 0;
+            lab_len = want;
+        }
+        int64_t label = labels[lab_pos++];
+        sl_tensor cols[2];
+        memset(cols, 0, sizeof cols);
+        sl_tensor_view(&cols[0], item, SL_U8, img->ndim - 1, shape);
+        sl_tensor_view(&cols[1], &label, SL_I64, 0, NULL);
+        SL_CHECK(sl_writer_append(w, cols, 2));
+        rep->records++;
+        rep->bytes += img->item;
+        if (opts->progress)
+            opts->progress(rep->records, img->count, rep->bytes, opts->user);
+    }
+    SL_CHECK(idx_expect_end(img));
+    SL_CHECK(idx_expect_end(lab));
+    SL_CHECK(sl_writer_close(w));
+
+cleanup:
+    if (rc < 0)
+        rep->records = 0;
+    sl_writer_free(w);
+    sl_schema_free(schema);
+    sl__free(item);
+    idx_close(&sa);
+    idx_close(&sb);
+    return rc;
+}

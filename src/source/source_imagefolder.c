@@ -1,0 +1,541 @@
+/*
+ * source_imagefolder.c — a torchvision-style ImageFolder into .slr.
+ *
+ * Order (so that a label and a record index mean what they mean to a
+ * torchvision user): classes are ROOT's subdirectory names sorted by byte
+ * value; label = position in that list. Inside a class, os.walk's order as
+ * torchvision sorts it: by directory path, then by file name within it.
+ *
+ * Reading is parallel, writing is not: `jobs` workers claim file indices in
+ * order, read and check each file into a slot of a ring of `window` slots,
+ * and the calling thread appends slot i only after slot i-1. The output is
+ * therefore identical for any number of workers, and memory is bounded by
+ * the window (a worker waits while it is `window` files ahead of the writer).
+ *
+ * Locking: one mutex guards `next_claim`, `next_write`, `stop` and every
+ * slot's `ready` flag; a slot's payload belongs to the worker that claimed
+ * its index until `ready` is set, then to the writer.
+ */
+#include "source/source.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+
+/* A file over this is not an image anyone trains on; refuse rather than
+ * try to hold it in memory. */
+#define MAX_IMAGE_BYTES ((uint64_t)1 << 30)
+/* Directory depth below a class; deeper is a symlink loop or a mistake. */
+#define MAX_DEPTH 32
+
+/* torchvision's IMG_EXTENSIONS. */
+static const char *const image_exts[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp",
+                                         ".pgm", ".tif",  ".tiff", ".webp"};
+
+typedef struct {
+    char *rel;        /* path relative to ROOT: "class/sub/name.jpg" */
+    size_t dirlen;    /* length of the directory part of rel (before the last '/') */
+    int label;
+} entry;
+
+typedef struct {
+    entry *v;
+    size_t n, cap;
+} entry_list;
+
+typedef struct {
+    char *name;
+    unsigned char type;   /* readdir's d_type: DT_REG, DT_DIR, or DT_LNK/DT_UNKNOWN (ask stat) */
+} name_item;
+
+typedef struct {
+    name_item *v;
+    size_t n, cap;
+} name_list;
+
+static int has_image_ext(const char *name) {
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof image_exts / sizeof image_exts[0]; i++) {
+        size_t e = strlen(image_exts[i]);
+        if (n > e && !strcasecmp(name + n - e, image_exts[i]))
+            return 1;
+    }
+    return 0;
+}
+
+static int names_push(name_list *l, const char *s, unsigned char type) {
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        name_item *v = sl__realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return sl__oom("listing an image folder");
+        l->v = v;
+        l->cap = cap;
+    }
+    char *d = sl__strdup(s);
+    if (!d)
+        return sl__oom("listing an image folder");
+    l->v[l->n++] = (name_item){d, type};
+    return SL_OK;
+}
+
+static void names_free(name_list *l) {
+    for (size_t i = 0; i < l->n; i++)
+        sl__free(l->v[i].name);
+    sl__free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static void entries_free(entry_list *l) {
+    for (size_t i = 0; i < l->n; i++)
+        sl__free(l->v[i].rel);
+    sl__free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(((const name_item *)a)->name, ((const name_item *)b)->name);
+}
+
+/* (label, directory, file name): torchvision's order. */
+static int cmp_entry(const void *pa, const void *pb) {
+    const entry *a = pa, *b = pb;
+    if (a->label != b->label)
+        return a->label < b->label ? -1 : 1;
+    size_t m = a->dirlen < b->dirlen ? a->dirlen : b->dirlen;
+    int c = memcmp(a->rel, b->rel, m);
+    if (c)
+        return c;
+    if (a->dirlen != b->dirlen)
+        return a->dirlen < b->dirlen ? -1 : 1;
+    return strcmp(a->rel + a->dirlen + 1, b->rel + b->dirlen + 1);
+}
+
+static int join(char *out, size_t cap, const char *a, const char *b) {
+    int n = snprintf(out, cap, "%s/%s", a, b);
+    if (n < 0 || (size_t)n >= cap)
+        return sl__error(SL_ELIMIT, "%s/%s: path too long", a, b);
+    return SL_OK;
+}
+
+/* Names in `dir` (without . and ..), sorted. */
+static int list_dir(const char *dir, name_list *out) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return sl__error(SL_EIO, "%s: cannot list directory: %s", dir, strerror(errno));
+    int rc = SL_OK;
+    struct dirent *de;
+    errno = 0;
+    while ((de = readdir(d)) != NULL) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        SL_CHECK(names_push(out, de->d_name, de->d_type));
+        errno = 0;
+    }
+    if (errno)
+        SL_FAIL(SL_EIO, "%s: cannot list directory: %s", dir, strerror(errno));
+    if (out->n)
+        qsort(out->v, out->n, sizeof *out->v, cmp_name);
+cleanup:
+    closedir(d);
+    return rc;
+}
+
+typedef struct {
+    const char *root;
+    int skip_bad;
+    sl_pack_report *rep;
+    entry_list *out;
+    struct stat anc[MAX_DEPTH + 1]; /* directories on the current walk path */
+} walker;
+
+static int add_entry(walker *wk, const char *rel_dir, const char *name, int label) {
+    entry_list *l = wk->out;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 256;
+        entry *v = sl__realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return sl__oom("listing an image folder");
+        l->v = v;
+        l->cap = cap;
+    }
+    size_t dl = strlen(rel_dir), nl = strlen(name);
+    char *rel = sl__malloc(dl + 1 + nl + 1);
+    if (!rel)
+        return sl__oom("listing an image folder");
+    memcpy(rel, rel_dir, dl);
+    rel[dl] = '/';
+    memcpy(rel + dl + 1, name, nl + 1);
+    l->v[l->n++] = (entry){rel, dl, label};
+    return SL_OK;
+}
+
+/* Is dir/it a directory (following symlinks)? readdir's type saves a stat per
+ * file, which matters for a million-file folder; links and file systems that
+ * do not fill d_type fall back to stat. A dangling symlink fails stat: it is
+ * a "file" (os.walk's view), whose read fails later with the path named. */
+static int is_dir(const char *dir, const name_item *it, char *buf, size_t cap) {
+    if (it->type == DT_DIR)
+        return 1;
+    if (it->type != DT_LNK && it->type != DT_UNKNOWN)
+        return 0;
+    struct stat st;
+    int n = snprintf(buf, cap, "%s/%s", dir, it->name);
+    return n > 0 && (size_t)n < cap && stat(buf, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Walk ROOT/rel_dir recursively, following symlinks (as torchvision does)
+ * but not around a loop. */
+static int walk(walker *wk, const char *rel_dir, int label, int depth) {
+    char dir[4096], sub[4096], subrel[4096];
+    name_list names = {0};
+    int rc = SL_OK;
+    SL_CHECK(join(dir, sizeof dir, wk->root, rel_dir));
+    if (depth > MAX_DEPTH)
+        SL_FAIL(SL_ELIMIT, "%s: directories nested over %d deep", dir, MAX_DEPTH);
+    if (stat(dir, &wk->anc[depth]) != 0)
+        SL_FAIL(SL_EIO, "%s: %s", dir, strerror(errno));
+    for (int i = 0; i < depth; i++)
+        if (wk->anc[i].st_dev == wk->anc[depth].st_dev &&
+            wk->anc[i].st_ino == wk->anc[depth].st_ino)
+            goto cleanup; /* a symlink back to an ancestor: already walked */
+    rc = list_dir(dir, &names);
+    if (rc == SL_EIO && wk->skip_bad) {
+        wk->rep->skipped++;
+        sl_source__report_bad(wk->rep, sl_errmsg());
+        rc = SL_OK;
+        goto cleanup;
+    }
+    SL_CHECK(rc);
+    for (size_t i = 0; i < names.n; i++) {
+        const name_item *it = &names.v[i];
+        if (is_dir(dir, it, sub, sizeof sub)) {
+            SL_CHECK(join(subrel, sizeof subrel, rel_dir, it->name));
+            SL_CHECK(walk(wk, subrel, label, depth + 1));
+        } else if (has_image_ext(it->name)) {
+            SL_CHECK(add_entry(wk, rel_dir, it->name, label));
+        }
+    }
+cleanup:
+    names_free(&names);
+    return rc;
+}
+
+/* Class names as a JSON list, escaped by hand: small, and it keeps every
+ * allocation behind the sl__malloc seam. */
+static int classes_json(const name_list *cls, char **out) {
+    size_t cap = 3;
+    for (size_t i = 0; i < cls->n; i++)
+        cap += 3 + 6 * strlen(cls->v[i].name);
+    char *s = sl__malloc(cap), *p = s;
+    if (!s)
+        return sl__oom("building class metadata");
+    *p++ = '[';
+    for (size_t i = 0; i < cls->n; i++) {
+        if (i)
+            *p++ = ',';
+        *p++ = '"';
+        for (const unsigned char *c = (const unsigned char *)cls->v[i].name; *c; c++) {
+            if (*c == '"' || *c == '\\') {
+                *p++ = '\\';
+                *p++ = (char)*c;
+            } else if (*c < 0x20) {
+                p += sprintf(p, "\\u%04x", *c);
+            } else {
+                *p++ = (char)*c;
+            }
+        }
+        *p++ = '"';
+    }
+    *p++ = ']';
+    *p = 0;
+    *out = s;
+    return SL_OK;
+}
+
+/* ---- reading files on worker threads ---------------------------------------- */
+
+typedef struct {
+    int ready;
+    int rc;
+    uint8_t *data;
+    size_t n;
+    char msg[SL__ERRMSG_MAX];
+} slot;
+
+typedef struct {
+    const char *root;
+    const entry *e;
+    size_t n;
+    size_t window;
+    slot *slots;
+    pthread_mutex_t mu;
+    pthread_cond_t ready_cv; /* a slot became ready (the writer waits) */
+    pthread_cond_t space_cv; /* the writer advanced, or stop (workers wait) */
+    size_t next_claim;
+    size_t next_write;
+    int stop;
+} reader_job;
+
+/* Read ROOT/e->rel whole and check it is an image. */
+static int load_file(const char *root, const entry *e, void *tj, uint8_t **data_out,
+                     size_t *n_out) {
+    char path[4096];
+    uint8_t *data = NULL;
+    int fd = -1, rc = SL_OK;
+    *data_out = NULL;
+    *n_out = 0;
+    SL_TRY(join(path, sizeof path, root, e->rel));
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        SL_FAIL(SL_EIO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        SL_FAIL(SL_EIO, "%s: cannot stat: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        SL_FAIL(SL_EIO, "%s: not a regular file", path);
+    if ((uint64_t)st.st_size > MAX_IMAGE_BYTES)
+        SL_FAIL(SL_ELIMIT, "%s: %lld bytes is over the %llu-byte limit for one image", path,
+                (long long)st.st_size, (unsigned long long)MAX_IMAGE_BYTES);
+    size_t size = (size_t)st.st_size, done = 0;
+    data = sl__malloc(size ? size : 1);
+    if (!data)
+        SL_FAIL(SL_ENOMEM, "%s: out of memory reading %zu bytes", path, size);
+    while (done < size) {
+        ssize_t r = read(fd, data + done, size - done);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            SL_FAIL(SL_EIO, "%s: read failed: %s", path, strerror(errno));
+        if (r == 0)
+            SL_FAIL(SL_EIO, "%s: file shrank while being read", path);
+        done += (size_t)r;
+    }
+    rc = sl_source__check_image(tj, data, size);
+    if (rc < 0) {
+        sl__error_prefix(rc, "%s", path);
+        goto cleanup;
+    }
+    *data_out = data;
+    *n_out = size;
+    data = NULL;
+cleanup:
+    if (fd >= 0)
+        close(fd);
+    sl__free(data);
+    return rc;
+}
+
+static void *reader_main(void *arg) {
+    reader_job *job = arg;
+    tjhandle tj = tjInitDecompress();
+    pthread_mutex_lock(&job->mu);
+    for (;;) {
+        while (!job->stop && job->next_claim < job->n &&
+               job->next_claim >= job->next_write + job->window)
+            pthread_cond_wait(&job->space_cv, &job->mu);
+        if (job->stop || job->next_claim >= job->n)
+            break;
+        size_t i = job->next_claim++;
+        pthread_mutex_unlock(&job->mu);
+
+        uint8_t *data = NULL;
+        size_t n = 0;
+        int rc = tj ? load_file(job->root, &job->e[i], tj, &data, &n)
+                    : sl__error(SL_ENOMEM, "cannot start a JPEG decompressor");
+
+        pthread_mutex_lock(&job->mu);
+        slot *s = &job->slots[i % job->window];
+        s->rc = rc;
+        s->data = data;
+        s->n = n;
+        if (rc < 0)
+            snprintf(s->msg, sizeof s->msg, "%s", sl_errmsg());
+        s->ready = 1;
+        pthread_cond_signal(&job->ready_cv);
+    }
+    pthread_mutex_unlock(&job->mu);
+    if (tj)
+        tjDestroy(tj);
+    return NULL;
+}
+
+static int skippable(int rc) { return rc == SL_EIO || rc == SL_EDECODE || rc == SL_ELIMIT; }
+
+int sl_source__pack_imagefolder(const char *root_in, const char *dst,
+                                const sl_pack_options *opts, sl_pack_report *rep) {
+    int rc = SL_OK;
+    char root[4096], path[4096];
+    name_list top = {0}, cls = {0};
+    entry_list ents = {0};
+    sl_schema *schema = NULL;
+    sl_writer *w = NULL;
+    char *classes = NULL;
+    pthread_t *threads = NULL;
+    int nthreads = 0, sync_init = 0;
+    tjhandle tj = NULL;
+    reader_job job;
+    memset(&job, 0, sizeof job);
+
+    rep->kind = SL_PACK_IMAGEFOLDER;
+    size_t rl = strlen(root_in);
+    while (rl > 1 && root_in[rl - 1] == '/')
+        rl--;
+    if (rl >= sizeof root)
+        return sl__error(SL_ELIMIT, "%s: path too long", root_in);
+    memcpy(root, root_in, rl);
+    root[rl] = 0;
+
+    /* classes: the sorted subdirectories of root */
+    SL_CHECK(list_dir(root, &top));
+    for (size_t i = 0; i < top.n; i++)
+        if (is_dir(root, &top.v[i], path, sizeof path))
+            SL_CHECK(names_push(&cls, top.v[i].name, DT_DIR));
+    if (cls.n == 0)
+        SL_FAIL(SL_EINVAL,
+                "%s: no class directories; an ImageFolder is ROOT/CLASS/IMAGE (e.g. "
+                "%s/cat/001.jpg)",
+                root, root);
+    if (cls.n > INT32_MAX)
+        SL_FAIL(SL_ELIMIT, "%s: too many classes", root);
+    rep->nclasses = (int)cls.n;
+
+    walker wk;
+    memset(&wk, 0, sizeof wk);
+    wk.root = root;
+    wk.skip_bad = opts->skip_bad;
+    wk.rep = rep;
+    wk.out = &ents;
+    for (size_t c = 0; c < cls.n; c++) {
+        size_t before = ents.n;
+        SL_CHECK(walk(&wk, cls.v[c].name, (int)c, 0));
+        if (ents.n == before)
+            SL_FAIL(SL_EINVAL,
+                    "%s/%s: class '%s' has no image files (.jpg .jpeg .png .ppm .bmp .pgm "
+                    ".tif .tiff .webp); add some or remove the directory",
+                    root, cls.v[c].name, cls.v[c].name);
+    }
+    if (ents.n)
+        qsort(ents.v, ents.n, sizeof *ents.v, cmp_entry);
+
+    SL_CHECK(sl_schema_create(&schema));
+    SL_CHECK(sl_schema_add(schema, "image", SL_COL_BYTES, SL_DTYPE_INVALID, 0, NULL, 0));
+    SL_CHECK(sl_schema_add(schema, "label", SL_COL_INT64, SL_DTYPE_INVALID, 0, NULL, 0));
+    SL_CHECK(sl_schema_add(schema, "path", SL_COL_STRING, SL_DTYPE_INVALID, 0, NULL, 0));
+    sl_writer_options wo = SL_WRITER_OPTIONS_INIT;
+    wo.shard_bytes = opts->shard_bytes;
+    SL_CHECK(sl_writer_open(&w, dst, schema, &wo));
+    SL_CHECK(classes_json(&cls, &classes));
+    SL_CHECK(sl_writer_set_meta(w, "classes", classes));
+    SL_CHECK(sl_writer_set_meta(w, "source", "imagefolder"));
+
+    int jobs = opts->jobs > 0 ? opts->jobs : sl__ncpus();
+    if ((size_t)jobs > ents.n)
+        jobs = ents.n ? (int)ents.n : 1;
+    job.root = root;
+    job.e = ents.v;
+    job.n = ents.n;
+    job.window = (size_t)jobs * 4;
+    if (jobs > 1) {
+        job.slots = sl__calloc(job.window, sizeof *job.slots);
+        threads = sl__calloc((size_t)jobs, sizeof *threads);
+        if (!job.slots || !threads)
+            SL_FAIL(SL_ENOMEM, "%s: out of memory starting %d readers", root, jobs);
+        pthread_mutex_init(&job.mu, NULL);
+        pthread_cond_init(&job.ready_cv, NULL);
+        pthread_cond_init(&job.space_cv, NULL);
+        sync_init = 1;
+        for (; nthreads < jobs; nthreads++)
+            if (pthread_create(&threads[nthreads], NULL, reader_main, &job) != 0)
+                break;
+        if (nthreads == 0)
+            SL_FAIL(SL_EIO, "%s: cannot start reader threads", root);
+    } else {
+        tj = tjInitDecompress();
+        if (!tj)
+            SL_FAIL(SL_ENOMEM, "cannot start a JPEG decompressor");
+    }
+
+    for (size_t i = 0; i < ents.n; i++) {
+        slot cur;
+        if (nthreads) {
+            pthread_mutex_lock(&job.mu);
+            slot *s = &job.slots[i % job.window];
+            while (!s->ready)
+                pthread_cond_wait(&job.ready_cv, &job.mu);
+            cur = *s;
+            s->ready = 0;
+            s->data = NULL;
+            job.next_write = i + 1;
+            pthread_cond_broadcast(&job.space_cv);
+            pthread_mutex_unlock(&job.mu);
+        } else {
+            cur.rc = load_file(root, &ents.v[i], tj, &cur.data, &cur.n);
+            if (cur.rc < 0)
+                snprintf(cur.msg, sizeof cur.msg, "%s", sl_errmsg());
+        }
+        if (cur.rc < 0) {
+            if (opts->skip_bad && skippable(cur.rc)) {
+                rep->skipped++;
+                sl_source__report_bad(rep, cur.msg);
+                continue;
+            }
+            SL_FAIL(cur.rc, "%s", cur.msg);
+        }
+        int64_t label = ents.v[i].label;
+        int64_t ilen = (int64_t)cur.n, plen = (int64_t)strlen(ents.v[i].rel);
+        sl_tensor cols[3];
+        memset(cols, 0, sizeof cols);
+        sl_tensor_view(&cols[0], cur.data, SL_U8, 1, &ilen);
+        sl_tensor_view(&cols[1], &label, SL_I64, 0, NULL);
+        sl_tensor_view(&cols[2], ents.v[i].rel, SL_U8, 1, &plen);
+        rc = sl_writer_append(w, cols, 3);
+        sl__free(cur.data);
+        SL_CHECK(rc);
+        rep->records++;
+        rep->bytes += cur.n;
+        if (opts->progress)
+            opts->progress(i + 1, ents.n, rep->bytes, opts->user);
+    }
+    if (rep->records == 0)
+        SL_FAIL(SL_EINVAL, "%s: every file was skipped; nothing to pack", root);
+    SL_CHECK(sl_writer_close(w));
+
+cleanup:
+    if (nthreads) {
+        pthread_mutex_lock(&job.mu);
+        job.stop = 1;
+        pthread_cond_broadcast(&job.space_cv);
+        pthread_mutex_unlock(&job.mu);
+        for (int t = 0; t < nthreads; t++)
+            pthread_join(threads[t], NULL);
+    }
+    if (job.slots)
+        for (size_t s = 0; s < job.window; s++)
+            sl__free(job.slots[s].data);
+    if (sync_init) {
+        pthread_mutex_destroy(&job.mu);
+        pthread_cond_destroy(&job.ready_cv);
+        pthread_cond_destroy(&job.space_cv);
+    }
+    if (tj)
+        tjDestroy(tj);
+    if (rc < 0)
+        rep->records = 0;
+    sl__free(job.slots);
+    sl__free(threads);
+    sl__free(classes);
+    sl_writer_free(w);
+    sl_schema_free(schema);
+    entries_free(&ents);
+    names_free(&cls);
+    names_free(&top);
+    return rc;
+}

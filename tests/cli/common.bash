@@ -1,0 +1,51 @@
+# common.bash — shared helpers for the CLI tests (sourced, not run; not named *.sh
+# so that the test loop does not run it as a test).
+# Each test script: SLUICE=./build/sluice bash tests/cli/X.sh, from the repo root.
+set -u
+: "${SLUICE:?set SLUICE to the sluice binary, e.g. SLUICE=./build/sluice}"
+SLUICE=$(cd "$(dirname "$SLUICE")" && pwd)/$(basename "$SLUICE")
+PY=/usr/bin/python3
+T=$(mktemp -d "${TMPDIR:-/tmp}/sluice-cli-XXXXXX")
+trap 'rm -rf "$T"' EXIT
+export SLUICE_NO_PROGRESS=1
+FAILS=0
+OUT=$T/.out
+ERR=$T/.err
+
+fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
+
+# run CODE CMD...: run CMD with stdout/stderr captured in $OUT/$ERR, expect exit CODE.
+run() {
+    local want=$1
+    shift
+    "$@" >"$OUT" 2>"$ERR"
+    local got=$?
+    if [ "$got" != "$want" ]; then
+        fail "'$*' exited $got, want $want"
+        sed 's/^/    stdout: /' "$OUT" | head -5 >&2
+        sed 's/^/    stderr: /' "$ERR" | head -5 >&2
+    fi
+}
+
+# has FILE TEXT: FILE contains TEXT (fixed string).
+has() {
+    if ! grep -qF -- "$2" "$1"; then
+        fail "$(basename "$1") lacks '$2'"
+        sed 's/^/    | /' "$1" | head -5 >&2
+    fi
+}
+
+# one_line FILE: the message is a single line (hints may follow on lines in parentheses).
+one_line() {
+    local n
+    n=$(grep -vc '^(' "$1")
+    [ "$n" = 1 ] || fail "$(basename "$1") has $n message lines, want 1"
+}
+
+finish() {
+    if [ "$FAILS" -ne 0 ]; then
+        echo "$FAILS check(s) failed in $(basename "$0")" >&2
+        exit 1
+    fi
+    exit 0
+}

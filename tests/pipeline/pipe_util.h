@@ -1,0 +1,82 @@
+/* pipe_util.h — helpers shared by the pipeline tests (static, header-only). */
+#ifndef PIPE_UTIL_H
+#define PIPE_UTIL_H
+
+#include "test.h"
+
+#include <xxhash.h>
+#include <time.h>
+#include <unistd.h>
+
+/* A memory spec of n samples: "x" uint8[28,28] filled from the sample index,
+ * "label" int64 = i % 10. */
+static inline sl_spec *pu_memory_spec(uint64_t n) {
+    sl_spec *spec;
+    if (sl_spec_create(&spec) != SL_OK)
+        sl_test_fail(__FILE__, __LINE__, "spec_create");
+    sl_tensor cols[2];
+    int64_t xs[3] = {(int64_t)n, 28, 28}, ls[1] = {(int64_t)n};
+    ASSERT_OK(sl_tensor_alloc(&cols[0], SL_U8, 3, xs));
+    ASSERT_OK(sl_tensor_alloc(&cols[1], SL_I64, 1, ls));
+    uint8_t *x = cols[0].data;
+    int64_t *l = cols[1].data;
+    for (uint64_t i = 0; i < n; i++) {
+        for (int k = 0; k < 28 * 28; k++)
+            x[i * 784 + (uint64_t)k] = (uint8_t)(sl_mix64(i * 1000 + (uint64_t)k) & 0xff);
+        x[i * 784] = (uint8_t)i;
+        x[i * 784 + 1] = (uint8_t)(i >> 8);
+        l[i] = (int64_t)(i % 10);
+    }
+    const char *names[2] = {"x", "label"};
+    ASSERT_OK(sl_spec_set_source_columns(spec, 2, names, cols));
+    sl_tensor_release(&cols[0]);
+    sl_tensor_release(&cols[1]);
+    return spec;
+}
+
+/* Digest of a batch: every column's name, dtype, shape and bytes. */
+static inline uint64_t pu_digest(const sl_batch *b) {
+    XXH3_state_t *st = XXH3_createState();
+    XXH3_64bits_reset(st);
+    for (int c = 0; c < sl_batch_ncols(b); c++) {
+        const char *name = sl_batch_name(b, c);
+        XXH3_64bits_update(st, name, strlen(name));
+        int64_t n = sl_batch_is_ragged(b, c) ? sl_batch_size(b) : 1;
+        for (int64_t i = 0; i < n; i++) {
+            const sl_tensor *t = sl_batch_is_ragged(b, c) ? sl_batch_item(b, c, i)
+                                                          : sl_batch_column(b, c);
+            XXH3_64bits_update(st, &t->dtype, sizeof t->dtype);
+            XXH3_64bits_update(st, &t->ndim, sizeof t->ndim);
+            XXH3_64bits_update(st, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+            XXH3_64bits_update(st, t->data, t->nbytes);
+        }
+    }
+    uint64_t h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return h;
+}
+
+/* Run one epoch; store up to cap digests; return the batch count. */
+static inline int pu_run_epoch(sl_pipeline *p, uint64_t *dig, int cap) {
+    int n = 0;
+    for (;;) {
+        sl_batch *b;
+        int rc = sl_pipeline_next(p, &b);
+        if (rc == SL_END)
+            return n;
+        if (rc != SL_OK)
+            sl_test_fail(__FILE__, __LINE__, "next: %s (%s)", sl_status_str(rc), sl_errmsg());
+        if (n < cap)
+            dig[n] = pu_digest(b);
+        n++;
+        sl_batch_release(b);
+    }
+}
+
+static inline double pu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+#endif

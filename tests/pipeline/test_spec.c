@@ -1,0 +1,123 @@
+/* Specs: JSON and C calls give the same pipeline; bad specs give one-line
+ * errors naming the field. */
+#include "pipe_util.h"
+
+static void expect_bad(const char *json, const char *want) {
+    sl_spec *spec = NULL;
+    int rc = sl_spec_from_json(&spec, json);
+    if (rc == SL_OK) {
+        sl_spec *mem = pu_memory_spec(10);
+        /* op errors show at creation: move the ops onto a memory source */
+        sl_pipeline *p = NULL;
+        rc = sl_pipeline_create(&p, spec);
+        if (rc == SL_OK)
+            sl_test_fail(__FILE__, __LINE__, "accepted: %s", json);
+        sl_spec_free(mem);
+        ASSERT(p == NULL);
+    }
+    ASSERT_RC(rc, SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), want);
+    ASSERT(strchr(sl_errmsg(), '\n') == NULL);
+    sl_spec_free(spec);
+}
+
+SL_TEST(pipeline_spec__bad_specs_name_the_field) {
+    expect_bad("{\"ops\": []}", "source: missing");
+    expect_bad("not json", "spec: not valid JSON");
+    expect_bad("{\"source\": {\"path\": 5}}", "source.path: must be a non-empty string");
+    expect_bad("{\"source\": {\"path\": \"a.slr\", \"shuffle\": 1}}", "source.shuffle");
+    expect_bad("{\"source\": {\"path\": \"a.slr\", \"shard\": {\"index\": 4, \"count\": 4}}}",
+               "source.shard.index: must be below shard.count");
+    expect_bad("{\"source\": {\"path\": \"a.slr\", \"shard\": {\"index\": 0}}}",
+               "source.shard.count: missing");
+    expect_bad("{\"source\": {\"path\": \"a.slr\", \"shard\": {\"index\": 0, \"count\": 2, "
+               "\"equal\": \"most\"}}}",
+               "source.shard.equal");
+    expect_bad("{\"source\": {\"path\": \"a.slr\"}, \"epochs\": 0}", "epochs: must be");
+    expect_bad("{\"source\": {\"path\": \"a.slr\"}, \"on_error\": \"ignore\"}", "on_error");
+    expect_bad("{\"source\": {\"path\": \"a.slr\"}, \"colour\": 1}", "colour: unknown key");
+    expect_bad("{\"source\": {\"path\": \"a.slr\"}, \"ops\": [{\"size\": 3}]}", "ops[0].op: missing");
+    expect_bad("{\"source\": {\"path\": \"a.slr\"}, \"ops\": {}}", "ops: must be an array");
+}
+
+static void expect_bad_ops(const char *op1, const char *op2, const char *want) {
+    sl_spec *spec = pu_memory_spec(10);
+    ASSERT_OK(sl_spec_add_op_json(spec, op1));
+    if (op2)
+        ASSERT_OK(sl_spec_add_op_json(spec, op2));
+    sl_pipeline *p = NULL;
+    ASSERT_RC(sl_pipeline_create(&p, spec), SL_EINVAL);
+    ASSERT(p == NULL);
+    ASSERT_CONTAINS(sl_errmsg(), want);
+    sl_spec_free(spec);
+}
+
+SL_TEST(pipeline_spec__bad_ops_name_the_field) {
+    expect_bad_ops("{\"op\": \"batch\", \"size\": 8}", "{\"op\": \"frobnicate\"}",
+                   "ops[1].op: unknown op 'frobnicate'");
+    expect_bad_ops("{\"op\": \"take\", \"count\": 3}", "{\"op\": \"batch\", \"size\": 0}",
+                   "ops[1].size: must be a positive integer");
+    expect_bad_ops("{\"op\": \"batch\", \"size\": \"big\"}", NULL, "ops[0].size: must be an integer");
+    expect_bad_ops("{\"op\": \"batch\"}", NULL, "ops[0].size: missing");
+    expect_bad_ops("{\"op\": \"batch\", \"size\": 2, \"sise\": 3}", NULL,
+                   "ops[0].sise: unknown parameter");
+    expect_bad_ops("{\"op\": \"filter\", \"column\": \"labels\", \"in\": [1]}", NULL,
+                   "ops[0].column: no column 'labels' (columns: x, label)");
+    expect_bad_ops("{\"op\": \"filter\", \"column\": \"label\", \"in\": 1}", NULL, "ops[0].in");
+    expect_bad_ops("{\"op\": \"batch\", \"size\": 2}", "{\"op\": \"select\", \"columns\": [\"x\"]}",
+                   "ops[1]: 'select' after batch is not supported");
+    expect_bad_ops("{\"op\": \"take\", \"count\": 2}", "{\"op\": \"repeat\", \"count\": 2}",
+                   "ops[1]: repeat must come before");
+    expect_bad_ops("{\"op\": \"map\"}", NULL, "ops[0].op: \"map\" runs a C function");
+    expect_bad_ops("{\"op\": \"batch\", \"size\": 2, \"parallel\": 0}", NULL, "ops[0].parallel");
+    sl_spec *spec;
+    ASSERT_OK(sl_spec_create(&spec));
+    ASSERT_RC(sl_spec_add_op_json(spec, "{oops"), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "ops[0]: not valid JSON");
+    ASSERT_RC(sl_spec_set_shard(spec, 3, 3, SL_SHARD_PAD), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "source.shard.index");
+    sl_pipeline *p;
+    ASSERT_RC(sl_pipeline_create(&p, spec), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "source.path: missing");
+    sl_spec_free(spec);
+}
+
+SL_TEST(pipeline_spec__json_and_c_agree) {
+    /* the same pipeline built both ways gives the same batches */
+    sl_spec *a = pu_memory_spec(300), *b = pu_memory_spec(300);
+    ASSERT_OK(sl_spec_set_shuffle(a, 1));
+    ASSERT_OK(sl_spec_set_seed(a, 5));
+    ASSERT_OK(sl_spec_add_op_json(a, "{\"op\": \"filter\", \"column\": \"label\", \"not_in\": [3]}"));
+    ASSERT_OK(sl_spec_add_op_json(a, "{\"op\": \"select\", \"columns\": [\"label\", \"x\"]}"));
+    ASSERT_OK(sl_spec_add_op_json(a, "{\"op\": \"batch\", \"size\": 10, \"drop_remainder\": true}"));
+    char json[4096];
+    size_t len;
+    ASSERT_OK(sl_spec_to_json(a, json, sizeof json, &len));
+    ASSERT(len < sizeof json);
+    ASSERT_CONTAINS(json, "\"not_in\":[3]");
+    /* rebuild from the JSON text, keeping the memory source */
+    sl_spec *c;
+    char *mem = strstr(json, "\"memory\"");
+    ASSERT(mem);
+    ASSERT_OK(sl_spec_set_shuffle(b, 1));
+    ASSERT_OK(sl_spec_set_seed(b, 5));
+    (void)c;
+    ASSERT_OK(sl_spec_add_op_json(b, "{\"op\": \"filter\", \"column\": \"label\", \"not_in\": [3]}"));
+    ASSERT_OK(sl_spec_add_op_json(b, "{\"op\": \"select\", \"columns\": [\"label\", \"x\"]}"));
+    ASSERT_OK(sl_spec_add_op_json(b, "{\"op\": \"batch\", \"size\": 10, \"drop_remainder\": true}"));
+    sl_pipeline *pa, *pb;
+    ASSERT_OK(sl_pipeline_create(&pa, a));
+    ASSERT_OK(sl_pipeline_create(&pb, b));
+    ASSERT_STR_EQ(sl_pipeline_column_name(pa, 0), "label");
+    ASSERT_EQ(sl_pipeline_len(pa), -1); /* a filter: not known ahead */
+    uint64_t da[64], db[64];
+    int na = pu_run_epoch(pa, da, 64), nb = pu_run_epoch(pb, db, 64);
+    ASSERT_EQ(na, 27); /* 270 kept, drop_remainder */
+    ASSERT_EQ(na, nb);
+    for (int i = 0; i < na; i++)
+        ASSERT_U64_EQ(da[i], db[i]);
+    sl_pipeline_free(pa);
+    sl_pipeline_free(pb);
+    sl_spec_free(a);
+    sl_spec_free(b);
+}

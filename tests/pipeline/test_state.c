@@ -1,0 +1,209 @@
+/* Resumable state and sharding. */
+#include "pipe_util.h"
+
+static int scaled_map(sl_sample *s, sl_rng *rng, void *user) {
+    (void)user;
+    sl_tensor t;
+    int64_t shape[1] = {2};
+    int rc = sl_tensor_alloc(&t, SL_U64, 1, shape);
+    if (rc)
+        return rc;
+    ((uint64_t *)t.data)[0] = s->index;
+    ((uint64_t *)t.data)[1] = sl_rng_next(rng);
+    sl_tensor_release(&s->col[0]);
+    s->col[0] = t;
+    return SL_OK;
+}
+
+static int drop_sevens(const sl_sample *s, void *user) {
+    (void)user;
+    return s->index % 7 != 0;
+}
+
+static sl_spec *resume_spec(int variant, int threads) {
+    sl_spec *spec = pu_memory_spec(500);
+    ASSERT_OK(sl_spec_set_seed(spec, 9));
+    ASSERT_OK(sl_spec_set_epochs(spec, 3));
+    ASSERT_OK(sl_spec_set_threads(spec, threads));
+    ASSERT_OK(sl_spec_set_shuffle(spec, 1));
+    ASSERT_OK(sl_spec_set_shard(spec, 1, 3, SL_SHARD_PAD));
+    ASSERT_OK(sl_spec_add_filter(spec, "drop7", drop_sevens, NULL));
+    ASSERT_OK(sl_spec_add_map(spec, "scaled", scaled_map, NULL));
+    if (variant == 1)
+        ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"shuffle_buffer\", \"size\": 50}"));
+    if (variant == 2) {
+        ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"skip\", \"count\": 5}"));
+        ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"take\", \"count\": 120}"));
+    }
+    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 16}"));
+    return spec;
+}
+
+static void check_resume(int variant) {
+    static uint64_t all[400];
+    int n = 0;
+    sl_spec *spec = resume_spec(variant, 1);
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    for (int e = 0; e < 3; e++)
+        n += pu_run_epoch(p, all + n, 400 - n);
+    sl_pipeline_free(p);
+    int per_epoch = n / 3;
+    ASSERT(per_epoch > 3);
+    int stops[] = {0, 1, per_epoch - 1, per_epoch, per_epoch + 2, 2 * per_epoch + 1};
+    for (int si = 0; si < 6; si++) {
+        int k = stops[si];
+        /* run k batches (crossing epochs as needed), save */
+        ASSERT_OK(sl_pipeline_create(&p, spec));
+        int got = 0;
+        while (got < k) {
+            sl_batch *b;
+            int rc = sl_pipeline_next(p, &b);
+            if (rc == SL_END)
+                continue;
+            ASSERT_OK(rc);
+            ASSERT_U64_EQ(pu_digest(b), all[got]);
+            got++;
+            sl_batch_release(b);
+        }
+        char state[1024];
+        size_t len;
+        ASSERT_OK(sl_pipeline_save_state(p, state, sizeof state, &len));
+        sl_pipeline_free(p);
+        /* a new pipeline (other thread count) continues exactly */
+        sl_spec *spec2 = resume_spec(variant, 4);
+        ASSERT_OK(sl_pipeline_create(&p, spec2));
+        ASSERT_OK(sl_pipeline_restore_state(p, state));
+        int i = k;
+        while ((int64_t)sl_pipeline_epoch(p) < 3) {
+            sl_batch *b;
+            int rc = sl_pipeline_next(p, &b);
+            if (rc == SL_END)
+                continue;
+            ASSERT_OK(rc);
+            ASSERT(i < n);
+            if (pu_digest(b) != all[i])
+                sl_test_fail(__FILE__, __LINE__, "variant %d stop %d: batch %d differs", variant,
+                             k, i);
+            i++;
+            sl_batch_release(b);
+        }
+        ASSERT_EQ(i, n);
+        sl_pipeline_free(p);
+        sl_spec_free(spec2);
+    }
+    sl_spec_free(spec);
+}
+
+SL_TEST(pipeline_state__resume_exact_shuffle_shard) { check_resume(0); }
+SL_TEST(pipeline_state__resume_with_shuffle_buffer) { check_resume(1); }
+SL_TEST(pipeline_state__resume_with_take_skip) { check_resume(2); }
+
+SL_TEST(pipeline_state__rejects_other_spec) {
+    sl_spec *a = resume_spec(0, 1), *b = resume_spec(2, 1);
+    sl_pipeline *p, *q;
+    ASSERT_OK(sl_pipeline_create(&p, a));
+    ASSERT_OK(sl_pipeline_create(&q, b));
+    char state[1024];
+    size_t len;
+    ASSERT_OK(sl_pipeline_save_state(p, state, sizeof state, &len));
+    ASSERT_RC(sl_pipeline_restore_state(q, state), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "state.spec");
+    ASSERT_RC(sl_pipeline_restore_state(q, "{\"version\": 1}"), SL_EINVAL);
+    ASSERT_RC(sl_pipeline_restore_state(q, "not json"), SL_EINVAL);
+    ASSERT(len < 300); /* small */
+    sl_pipeline_free(p);
+    sl_pipeline_free(q);
+    sl_spec_free(a);
+    sl_spec_free(b);
+}
+
+/* Sample indices seen by rank r of w in one epoch. */
+static int shard_indices(int r, int w, sl_shard_equal eq, uint64_t n, uint64_t *out, int cap,
+                         int *batches) {
+    sl_spec *spec = pu_memory_spec(n);
+    ASSERT_OK(sl_spec_set_shuffle(spec, 1));
+    ASSERT_OK(sl_spec_set_seed(spec, 3));
+    ASSERT_OK(sl_spec_set_shard(spec, r, w, eq));
+    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 4}"));
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    int k = 0;
+    *batches = 0;
+    sl_batch *b;
+    while (sl_pipeline_next(p, &b) == SL_OK) {
+        const sl_tensor *x = sl_batch_column(b, 0);
+        for (int64_t i = 0; i < sl_batch_size(b); i++) {
+            const uint8_t *px = (const uint8_t *)x->data + i * 784;
+            if (k < cap)
+                out[k] = px[0] | ((uint64_t)px[1] << 8);
+            k++;
+        }
+        (*batches)++;
+        sl_batch_release(b);
+    }
+    ASSERT_EQ(*batches, sl_pipeline_len(p));
+    sl_pipeline_free(p);
+    sl_spec_free(spec);
+    return k;
+}
+
+SL_TEST(pipeline_state__shards_disjoint_and_cover) {
+    const uint64_t n = 103;
+    const int w = 4;
+    for (int eq = 0; eq < 3; eq++) {
+        int count[103] = {0};
+        int nb[4], ns[4];
+        for (int r = 0; r < w; r++) {
+            uint64_t idx[200];
+            ns[r] = shard_indices(r, w, (sl_shard_equal)eq, n, idx, 200, &nb[r]);
+            for (int i = 0; i < ns[r]; i++)
+                count[idx[i]]++;
+        }
+        int covered = 0, dup = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            covered += count[i] > 0;
+            dup += count[i] > 1 ? count[i] - 1 : 0;
+        }
+        if (eq == SL_SHARD_PAD) {
+            ASSERT_EQ(covered, 103);           /* union = the whole dataset */
+            ASSERT_EQ(dup, 4 * 26 - 103);      /* only the padding repeats */
+            for (int r = 0; r < w; r++)
+                ASSERT_EQ(ns[r], 26);
+        } else if (eq == SL_SHARD_DROP) {
+            ASSERT_EQ(dup, 0);
+            ASSERT_EQ(covered, 100);
+            for (int r = 0; r < w; r++)
+                ASSERT_EQ(ns[r], 25);
+        } else {
+            ASSERT_EQ(dup, 0);
+            ASSERT_EQ(covered, 103);
+            ASSERT_EQ(ns[0] + ns[1] + ns[2] + ns[3], 103);
+        }
+        if (eq != SL_SHARD_NONE)
+            for (int r = 1; r < w; r++)
+                ASSERT_EQ(nb[r], nb[0]); /* every rank yields the same batches */
+    }
+}
+
+SL_TEST(pipeline_state__shard_from_env) {
+    setenv("RANK", "2", 1);
+    setenv("WORLD_SIZE", "4", 1);
+    uint64_t idx[64];
+    int nb;
+    sl_spec *spec = pu_memory_spec(40);
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    char text[4096];
+    size_t len;
+    ASSERT_OK(sl_pipeline_explain(p, text, sizeof text, &len));
+    ASSERT_CONTAINS(text, "shard 2/4");
+    sl_pipeline_free(p);
+    setenv("RANK", "4", 1);
+    ASSERT_RC(sl_pipeline_create(&p, spec), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "source.shard");
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    ASSERT_EQ(shard_indices(0, 1, SL_SHARD_PAD, 40, idx, 64, &nb), 40);
+    sl_spec_free(spec);
+}

@@ -1,0 +1,226 @@
+"""Iterating pipelines from Python: batches, epochs, resume, sharding, stats,
+errors, Python maps, Ctrl-C."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import sluice
+from conftest import REPO, image_of, write_slr
+
+
+def collect(ds, kind="numpy"):
+    it = ds.numpy() if kind == "numpy" else ds.torch()
+    return [{k: np.array(v) for k, v in b.items()} for b in it]
+
+
+def test_numpy_batches_hold_the_records(small_slr):
+    ds = sluice.records(small_slr).batch(16)
+    batches = collect(ds)
+    assert [b["image"].shape for b in batches] == [(16, 28, 28)] * 6 + [(4, 28, 28)]
+    assert batches[0]["image"].dtype == np.uint8
+    assert batches[0]["label"].dtype == np.int64
+    labels = np.concatenate([b["label"] for b in batches])
+    np.testing.assert_array_equal(labels, np.arange(100) % 10)
+    images = np.concatenate([b["image"] for b in batches])
+    for i in (0, 33, 99):
+        np.testing.assert_array_equal(images[i], image_of(i))
+    assert len(ds) == 7
+    assert sorted(ds.columns) == ["image", "label"]
+
+
+def test_drop_remainder_and_len(small_slr):
+    ds = sluice.records(small_slr).batch(16, drop_remainder=True)
+    assert len(ds) == 6
+    assert len(collect(ds)) == 6
+
+
+def test_shuffle_is_a_permutation_per_epoch_and_reproducible(small_slr):
+    ds = sluice.records(small_slr).shuffle(seed=5).batch(10)
+    ds.set_epoch(0)
+    e0 = np.concatenate([b["label"] * 0 + b["image"][:, 0, 0] for b in collect(ds)])
+    ds.set_epoch(1)
+    e1 = np.concatenate([b["image"][:, 0, 0] for b in collect(ds)])
+    ds.set_epoch(0)
+    e0b = np.concatenate([b["image"][:, 0, 0] for b in collect(ds)])
+    np.testing.assert_array_equal(e0, e0b)
+    assert not np.array_equal(e0, e1)
+    want = sorted(int(image_of(i)[0, 0]) for i in range(100))
+    assert sorted(e0.tolist()) == want and sorted(e1.tolist()) == want
+    other = sluice.records(small_slr).shuffle(seed=5).batch(10)
+    other.set_epoch(1)
+    np.testing.assert_array_equal(np.concatenate([b["image"][:, 0, 0] for b in collect(other)]), e1)
+
+
+def test_successive_iterations_advance_the_epoch(small_slr):
+    ds = sluice.records(small_slr).shuffle(seed=1).batch(100)
+    first = collect(ds)[0]["label"]
+    second = collect(ds)[0]["label"]
+    ds.set_epoch(1)
+    again = collect(ds)[0]["label"]
+    assert not np.array_equal(first, second)
+    np.testing.assert_array_equal(second, again)
+
+
+def test_state_dict_resumes_exactly(small_slr):
+    make = lambda: sluice.records(small_slr).shuffle(seed=3).batch(8)  # noqa: E731
+    ds = make()
+    ds.set_epoch(2)
+    full = collect(ds)
+    ds2 = make()
+    ds2.set_epoch(2)
+    it = iter(ds2.numpy())
+    head = [np.array(next(it)["label"]) for _ in range(5)]
+    state = ds2.state_dict()
+    assert state["epoch"] == 2
+    ds2.close()
+    ds3 = make()
+    ds3.load_state_dict(state)
+    tail = [b["label"] for b in collect(ds3)]
+    got = head + tail
+    assert len(got) == len(full)
+    for a, b in zip(got, full):
+        np.testing.assert_array_equal(a, b["label"])
+
+
+def test_shards_are_disjoint_and_cover(small_slr):
+    seen = []
+    for rank in range(3):
+        ds = sluice.records(small_slr).shuffle(seed=9).shard(rank=rank, world_size=3).batch(50)
+        ds.set_epoch(4)
+        seen.append(np.concatenate([b["image"][:, 0, 0] for b in collect(ds)]).tolist())
+    assert all(len(s) == len(seen[0]) for s in seen)
+    flat = [v for s in seen for v in s]
+    assert set(flat) == {int(image_of(i)[0, 0]) for i in range(100)}
+
+
+def test_torch_batches(small_slr):
+    torch = pytest.importorskip("torch")
+    ds = sluice.records(small_slr).batch(32)
+    batches = list(ds.torch())
+    assert isinstance(batches[0]["image"], torch.Tensor)
+    assert batches[0]["image"].dtype == torch.uint8
+    assert batches[0]["label"].dtype == torch.int64
+    assert tuple(batches[0]["image"].shape) == (32, 28, 28)
+    assert torch.equal(batches[1]["image"][0], torch.from_numpy(image_of(32)))
+
+
+def test_from_spec_runs_the_same_pipeline(small_slr):
+    a = sluice.records(small_slr).shuffle(seed=2).batch(25)
+    b = sluice.from_spec(a.to_json())
+    for x, y in zip(collect(a), collect(b)):
+        np.testing.assert_array_equal(x["image"], y["image"])
+
+
+def test_filter_select_and_repeat(small_slr):
+    ds = sluice.records(small_slr).filter("label", [3, 7]).select("label").batch(100)
+    (b,) = collect(ds)
+    assert list(b) == ["label"]
+    assert sorted(set(b["label"].tolist())) == [3, 7] and len(b["label"]) == 20
+    rep = sluice.records(small_slr).repeat(2).batch(50)
+    assert len(collect(rep)) == 4
+
+
+def test_stats_and_explain(small_slr):
+    ds = sluice.records(small_slr).batch(10)
+    collect(ds)
+    st = ds.stats()
+    assert st["batches"] == 10 and st["samples"] == 100
+    assert st["bound"] in ("F", "P", "G", "?")
+    assert st["stages"]
+    assert "batch" in ds.explain()
+
+
+def test_python_map(small_slr):
+    def invert(sample):
+        assert sample["image"].shape == (28, 28)
+        return {"image": 255 - sample["image"], "label": sample["label"] * 2}
+
+    ds = sluice.records(small_slr).map(invert).batch(50)
+    b = collect(ds)[0]
+    np.testing.assert_array_equal(b["image"][5], 255 - image_of(5))
+    assert b["label"][5] == 10
+
+
+def test_python_map_exception_comes_out(small_slr):
+    def bad(sample):
+        if sample["label"] == 4:
+            raise KeyError("my own failure")
+        return {}
+
+    ds = sluice.records(small_slr).map(bad).batch(10)
+    with pytest.raises(KeyError, match="my own failure"):
+        collect(ds)
+
+
+def test_damaged_record_raises_naming_file_and_record(small_slr):
+    from test_record import flip_record_byte
+    flip_record_byte(small_slr, 57)
+    ds = sluice.records(small_slr).batch(10)
+    with pytest.raises(sluice.CorruptError) as ei:
+        collect(ds)
+    assert "small.slr" in str(ei.value) and "57" in str(ei.value)
+    skipping = sluice.records(small_slr).batch(10).on_error("skip")
+    got = collect(skipping)
+    assert sum(len(b["label"]) for b in got) == 99
+    assert skipping.stats()["skipped"] == 1
+
+
+def test_bad_spec_and_missing_file(small_slr, tmp_path):
+    with pytest.raises(sluice.IOFailure, match="missing.slr"):
+        collect(sluice.records(tmp_path / "missing.slr").batch(4))
+    with pytest.raises(sluice.InvalidError, match=r"ops\[0\]"):
+        collect(sluice.records(small_slr).op("no_such_op"))
+    with pytest.raises(sluice.InvalidError, match="nope"):
+        collect(sluice.records(small_slr).select("nope"))
+    with pytest.raises(ValueError):  # InvalidError is a ValueError
+        collect(sluice.records(small_slr).op("batch", size=-3))
+
+
+def test_one_pass_at_a_time(small_slr):
+    ds = sluice.records(small_slr).batch(10)
+    a = iter(ds.numpy())
+    next(a)
+    b = iter(ds.numpy())
+    next(b)
+    with pytest.raises(RuntimeError, match="superseded"):
+        next(a)
+
+
+def test_ctrl_c_stops_a_blocked_iteration(tmp_path):
+    """SIGINT while the consumer waits for a slow map: KeyboardInterrupt comes
+    promptly, not after the epoch."""
+    path = write_slr(tmp_path / "s.slr", 50)
+    script = textwrap.dedent(f"""
+        import sys, time
+        import sluice
+        def slow(s):
+            time.sleep(0.5)
+            return {{}}
+        ds = sluice.records({path!r}).map(slow).batch(50)
+        print("ready", flush=True)
+        t0 = time.time()
+        try:
+            for b in ds.numpy():
+                pass
+            print("finished", flush=True)
+        except KeyboardInterrupt:
+            print("interrupted %.2f" % (time.time() - t0), flush=True)
+            ds.close()
+    """)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env,
+                            text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=20)
+    assert out.startswith("interrupted"), out
+    assert float(out.split()[1]) < 10.0  # the epoch would take 25 s

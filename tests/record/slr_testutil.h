@@ -1,0 +1,148 @@
+/*
+ * slr_testutil.h — small helpers shared by the record tests: a simple
+ * two/three-column dataset, file byte helpers and error expectations.
+ */
+#ifndef SLR_TESTUTIL_H
+#define SLR_TESTUTIL_H
+
+#include "test.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SLR_UNUSED __attribute__((unused))
+
+/* Simple dataset: "label" INT64 = i % 10, "data" BYTES of length i % 17 with
+ * bytes (i * 7 + k), and, with `with_array`, "vec" ARRAY float32 [-1] zstd of
+ * length i % 5 holding i + k. */
+static SLR_UNUSED sl_schema *slr_simple_schema(int with_array) {
+    sl_schema *s;
+    ASSERT_OK(sl_schema_create(&s));
+    ASSERT_OK(sl_schema_add(s, "label", SL_COL_INT64, SL_DTYPE_INVALID, 0, NULL, 0));
+    ASSERT_OK(sl_schema_add(s, "data", SL_COL_BYTES, SL_DTYPE_INVALID, 0, NULL, 0));
+    if (with_array) {
+        int64_t shape[1] = {-1};
+        ASSERT_OK(sl_schema_add(s, "vec", SL_COL_ARRAY, SL_F32, 1, shape, SL_COLF_ZSTD));
+    }
+    return s;
+}
+
+/* Append record i of the simple dataset; returns the writer's status. */
+static SLR_UNUSED int slr_simple_append(sl_writer *w, uint64_t i, int with_array) {
+    int64_t label = (int64_t)(i % 10);
+    uint8_t data[17];
+    float vec[5];
+    int64_t dlen = (int64_t)(i % 17), vlen = (int64_t)(i % 5);
+    for (int64_t k = 0; k < dlen; k++)
+        data[k] = (uint8_t)(i * 7 + (uint64_t)k);
+    for (int64_t k = 0; k < vlen; k++)
+        vec[k] = (float)i + (float)k;
+    sl_tensor t[3];
+    sl_tensor_view(&t[0], &label, SL_I64, 0, NULL);
+    sl_tensor_view(&t[1], data, SL_U8, 1, &dlen);
+    sl_tensor_view(&t[2], vec, SL_F32, 1, &vlen);
+    return sl_writer_append(w, t, with_array ? 3 : 2);
+}
+
+static SLR_UNUSED void slr_simple_check(const sl_record *rec, uint64_t i, int with_array) {
+    const sl_tensor *t = sl_record_column(rec, 0);
+    ASSERT_EQ(*(const int64_t *)t->data, (int64_t)(i % 10));
+    t = sl_record_column(rec, 1);
+    ASSERT_EQ(t->shape[0], (int64_t)(i % 17));
+    for (uint64_t k = 0; k < i % 17; k++)
+        ASSERT_EQ(((const uint8_t *)t->data)[k], (uint8_t)(i * 7 + k));
+    if (with_array) {
+        t = sl_record_column(rec, 2);
+        ASSERT_EQ(t->shape[0], (int64_t)(i % 5));
+        for (uint64_t k = 0; k < i % 5; k++)
+            ASSERT(((const float *)t->data)[k] == (float)i + (float)k);
+    }
+}
+
+/* Write n records of the simple dataset at path. */
+static SLR_UNUSED void slr_write_simple(const char *path, uint64_t n, int with_array,
+                                        uint64_t shard_bytes) {
+    sl_schema *s = slr_simple_schema(with_array);
+    sl_writer_options o = SL_WRITER_OPTIONS_INIT;
+    o.shard_bytes = shard_bytes;
+    o.fsync = 0;
+    sl_writer *w;
+    ASSERT_OK(sl_writer_open(&w, path, s, &o));
+    for (uint64_t i = 0; i < n; i++)
+        ASSERT_OK(slr_simple_append(w, i, with_array));
+    ASSERT_OK(sl_writer_set_meta(w, "classes", "[\"a\",\"b\"]"));
+    ASSERT_OK(sl_writer_close(w));
+    sl_writer_free(w);
+    sl_schema_free(s);
+}
+
+/* Open and read every record, checking values. */
+static SLR_UNUSED void slr_check_simple(const char *path, uint64_t n, int with_array,
+                                        unsigned flags) {
+    sl_reader *r;
+    ASSERT_OK(sl_reader_open(&r, path, flags));
+    ASSERT_EQ(sl_reader_count(r), n);
+    sl_record *rec;
+    ASSERT_OK(sl_record_create(&rec));
+    for (uint64_t i = 0; i < n; i++) {
+        ASSERT_OK(sl_reader_read(r, i, rec));
+        slr_simple_check(rec, i, with_array);
+    }
+    sl_record_free(rec);
+    sl_reader_free(r);
+}
+
+/* Whole-file helpers. */
+static SLR_UNUSED uint8_t *slr_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    ASSERT(f != NULL);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc((size_t)n + 1);
+    ASSERT(b != NULL);
+    ASSERT_EQ(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+static SLR_UNUSED void slr_write_file(const char *path, const void *p, size_t len) {
+    FILE *f = fopen(path, "wb");
+    ASSERT(f != NULL);
+    ASSERT_EQ(fwrite(p, 1, len, f), len);
+    ASSERT_EQ(fclose(f), 0);
+}
+
+static SLR_UNUSED int slr_exists(const char *path) { return access(path, F_OK) == 0; }
+
+/* Open must fail with `code` and a message containing both `path` and `what`. */
+static SLR_UNUSED void slr_expect_open_fail(const char *path, unsigned flags, int code,
+                                            const char *what) {
+    sl_reader *r = NULL;
+    ASSERT_RC(sl_reader_open(&r, path, flags), code);
+    ASSERT(r == NULL);
+    ASSERT_CONTAINS(sl_errmsg(), path);
+    ASSERT_CONTAINS(sl_errmsg(), what);
+}
+
+/* Open, read every record, then verify: the first failure's status (SL_OK if
+ * all pass). The message is left in sl_errmsg(). */
+static SLR_UNUSED int slr_open_read_verify(const char *path, unsigned flags) {
+    sl_reader *r = NULL;
+    int rc = sl_reader_open(&r, path, flags);
+    if (rc < 0)
+        return rc;
+    sl_record *rec;
+    ASSERT_OK(sl_record_create(&rec));
+    for (uint64_t i = 0; i < sl_reader_count(r) && rc == SL_OK; i++)
+        rc = sl_reader_read(r, i, rec);
+    if (rc == SL_OK)
+        rc = sl_reader_verify(r, 0, NULL, NULL, NULL);
+    sl_record_free(rec);
+    sl_reader_free(r);
+    return rc;
+}
+
+#endif /* SLR_TESTUTIL_H */

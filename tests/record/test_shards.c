@@ -1,0 +1,207 @@
+/*
+ * test_shards.c — datasets larger than one file: rollover at shard_bytes, the
+ * manifest, global record numbering, and damaged manifests.
+ */
+#include "slr_testutil.h"
+
+#include <dirent.h>
+
+static int count_shard_files(const char *dir) {
+    DIR *d = opendir(dir);
+    ASSERT(d != NULL);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strncmp(e->d_name, "shard-", 6) == 0)
+            n++;
+    closedir(d);
+    return n;
+}
+
+SL_TEST(record_shards__rollover_and_numbering) {
+    char path[512];
+    sl_test_path(path, sizeof path, "ds.slr");
+    slr_write_simple(path, 500, 1, 4096);
+    struct stat st;
+    ASSERT_EQ(stat(path, &st), 0);
+    ASSERT(S_ISDIR(st.st_mode));
+    char man[600];
+    snprintf(man, sizeof man, "%s/manifest.json", path);
+    ASSERT(slr_exists(man));
+    int nfiles = count_shard_files(path);
+    ASSERT(nfiles > 3);
+
+    for (int mode = 0; mode < 2; mode++) {
+        unsigned flags = mode ? SL_READ_NO_MMAP : 0;
+        slr_check_simple(path, 500, 1, flags);
+        sl_reader *r;
+        ASSERT_OK(sl_reader_open(&r, path, flags));
+        ASSERT_EQ(sl_reader_shard_count(r), nfiles);
+        uint64_t bytes = 0;
+        for (int i = 0; i < sl_reader_shard_count(r); i++) {
+            ASSERT_EQ(stat(sl_reader_shard_path(r, i), &st), 0);
+            ASSERT(st.st_size <= 4096);   /* rolled over before shard_bytes */
+            if (i + 1 < sl_reader_shard_count(r))
+                ASSERT(st.st_size > 2048);
+            bytes += (uint64_t)st.st_size;
+        }
+        ASSERT_EQ(sl_reader_data_bytes(r), bytes);
+        ASSERT_STR_EQ(sl_reader_meta(r, "classes"), "[\"a\",\"b\"]");
+        const void *vals;
+        ASSERT_OK(sl_reader_index_column(r, 0, &vals));
+        for (uint64_t i = 0; i < 500; i++)
+            ASSERT_EQ(((const int64_t *)vals)[i], (int64_t)(i % 10));
+        ASSERT_OK(sl_reader_verify(r, 0, NULL, NULL, NULL));
+        /* Random access across shard boundaries. */
+        sl_record *rec;
+        ASSERT_OK(sl_record_create(&rec));
+        for (uint64_t k = 0; k < 500; k++) {
+            uint64_t i = (k * 211) % 500;
+            ASSERT_OK(sl_reader_read(r, i, rec));
+            ASSERT_EQ(sl_record_index(rec), i);
+            slr_simple_check(rec, i, 1);
+        }
+        sl_record_free(rec);
+        sl_reader_free(r);
+    }
+}
+
+SL_TEST(record_shards__one_shard_is_a_file) {
+    char path[512];
+    sl_test_path(path, sizeof path, "one.slr");
+    slr_write_simple(path, 50, 0, 1 << 20);
+    struct stat st;
+    ASSERT_EQ(stat(path, &st), 0);
+    ASSERT(S_ISREG(st.st_mode));
+    char partial[600];
+    snprintf(partial, sizeof partial, "%s.partial", path);
+    ASSERT(!slr_exists(partial));
+    slr_check_simple(path, 50, 0, 0);
+}
+
+SL_TEST(record_shards__tiny_shard_bytes_one_record_each) {
+    char path[512];
+    sl_test_path(path, sizeof path, "tiny");
+    slr_write_simple(path, 7, 0, 1);   /* every record rolls over: one per shard */
+    ASSERT_EQ(count_shard_files(path), 7);
+    slr_check_simple(path, 7, 0, 0);
+}
+
+SL_TEST(record_shards__missing_shard) {
+    char path[512], shard[600], man[600];
+    sl_test_path(path, sizeof path, "ds");
+    slr_write_simple(path, 200, 0, 2048);
+    snprintf(shard, sizeof shard, "%s/shard-00001.slr", path);
+    snprintf(man, sizeof man, "%s/manifest.json", path);
+    ASSERT_EQ(unlink(shard), 0);
+    sl_reader *r = NULL;
+    ASSERT_RC(sl_reader_open(&r, path, 0), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), man);
+    ASSERT_CONTAINS(sl_errmsg(), "shard-00001.slr is missing");
+}
+
+SL_TEST(record_shards__manifest_not_json) {
+    char path[512], man[600];
+    sl_test_path(path, sizeof path, "ds");
+    slr_write_simple(path, 100, 0, 1024);
+    snprintf(man, sizeof man, "%s/manifest.json", path);
+    size_t len;
+    uint8_t *b = slr_read_file(man, &len);
+    slr_write_file(man, b, len / 2);   /* cut mid-document */
+    slr_expect_open_fail(path, 0, SL_ECORRUPT, "not valid JSON");
+    ASSERT_CONTAINS(sl_errmsg(), "manifest.json");
+    slr_write_file(man, "[1,2,3]", 7);
+    slr_expect_open_fail(path, 0, SL_ECORRUPT, "not a JSON object");
+    slr_write_file(man, "", 0);
+    slr_expect_open_fail(path, 0, SL_ECORRUPT, "manifest.json: empty file");
+    ASSERT_EQ(unlink(man), 0);
+    slr_expect_open_fail(path, 0, SL_ECORRUPT, "manifest.json: cannot open");
+    free(b);
+}
+
+/* Replace the first occurrence of `from` in the manifest by `to`. */
+static void edit_manifest(const char *man, const char *from, const char *to) {
+    size_t len;
+    uint8_t *b = slr_read_file(man, &len);
+    b[len] = 0;
+    char *at = strstr((char *)b, from);
+    ASSERT(at != NULL);
+    size_t pre = (size_t)(at - (char *)b), fl = strlen(from), tl = strlen(to);
+    char *o = malloc(len - fl + tl + 1);
+    memcpy(o, b, pre);
+    memcpy(o + pre, to, tl);
+    memcpy(o + pre + tl, at + fl, len - pre - fl);
+    slr_write_file(man, o, len - fl + tl);
+    free(o);
+    free(b);
+}
+
+SL_TEST(record_shards__manifest_validation) {
+    char path[512], man[600], keep[600];
+    sl_test_path(path, sizeof path, "ds");
+    slr_write_simple(path, 100, 0, 1024);
+    snprintf(man, sizeof man, "%s/manifest.json", path);
+    sl_test_path(keep, sizeof keep, "manifest.orig");
+    size_t len;
+    uint8_t *orig = slr_read_file(man, &len);
+    slr_write_file(keep, orig, len);
+
+    struct { const char *from, *to; int code; const char *what; } cases[] = {
+        {"\"version\":\t1", "\"version\":\t2", SL_EUNSUPPORTED, "format version 2 is newer"},
+        {"\"sluice-dataset\"", "\"other\"", SL_ECORRUPT, "\"format\""},
+        {"\"records\":\t100", "\"records\":\t101", SL_ECORRUPT, "records"},
+        {"\"records\":\t100", "\"records\":\t-1", SL_ECORRUPT, "records"},
+        {"\"records\":\t100", "\"records\":\t1.5", SL_ECORRUPT, "records"},
+        {"shard-00000.slr", "../x.slr", SL_ECORRUPT, "plain file name"},
+        {"shard-00001.slr", "shard-00000.slr", SL_ECORRUPT, "listed twice"},
+        {"\"footer_checksum\":\t\"", "\"footer_checksum\":\t\"0", SL_ECORRUPT, "16 hex digits"},
+        {"\"first\":\t0", "\"first\":\t1", SL_ECORRUPT, "starts at record 1"},
+        {"\"meta\":\t{", "\"meta\":\t{\"n\": 5, ", SL_ECORRUPT, "\"meta\" entries"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        slr_write_file(man, orig, len);
+        edit_manifest(man, cases[i].from, cases[i].to);
+        sl_reader *r = NULL;
+        int rc = sl_reader_open(&r, path, 0);
+        if (rc != cases[i].code)
+            sl_test_fail(__FILE__, __LINE__, "case %zu: got %s (%s)", i, sl_status_str(rc),
+                         sl_errmsg());
+        ASSERT_CONTAINS(sl_errmsg(), man);
+        ASSERT_CONTAINS(sl_errmsg(), cases[i].what);
+    }
+    /* The manifest's shard sizes must match the files. */
+    slr_write_file(man, orig, len);
+    char shard[600];
+    snprintf(shard, sizeof shard, "%s/shard-00002.slr", path);
+    size_t sl;
+    uint8_t *sb = slr_read_file(shard, &sl);
+    uint8_t *bigger = calloc(1, sl + 64);
+    memcpy(bigger, sb, sl);
+    memcpy(bigger + sl, sb + sl - 64, 64);
+    slr_write_file(shard, bigger, sl + 64);
+    slr_expect_open_fail(path, 0, SL_ECORRUPT, "footer says");
+    free(bigger);
+    free(sb);
+    free(orig);
+}
+
+SL_TEST(record_shards__swapped_shards_detected) {
+    char path[512], a[600], b[600], t[600];
+    sl_test_path(path, sizeof path, "ds");
+    slr_write_simple(path, 120, 0, 1024);
+    snprintf(a, sizeof a, "%s/shard-00000.slr", path);
+    snprintf(b, sizeof b, "%s/shard-00001.slr", path);
+    snprintf(t, sizeof t, "%s/tmp", path);
+    ASSERT_EQ(rename(a, t), 0);
+    ASSERT_EQ(rename(b, a), 0);
+    ASSERT_EQ(rename(t, b), 0);
+    slr_expect_open_fail(path, 0, SL_ECORRUPT, "does not match the manifest");
+}
+
+SL_TEST(record_shards__shard_alone_is_not_a_dataset) {
+    char path[512], s1[600];
+    sl_test_path(path, sizeof path, "ds");
+    slr_write_simple(path, 120, 0, 1024);
+    snprintf(s1, sizeof s1, "%s/shard-00001.slr", path);
+    slr_expect_open_fail(s1, 0, SL_ECORRUPT, "must start at record 0");
+}

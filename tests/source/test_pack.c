@@ -1,0 +1,872 @@
+/*
+ * Tests of src/source: packing IDX files and ImageFolders into .slr, read
+ * back with the record reader and compared field by field with the inputs.
+ * All data is made here: IDX files (plain and gzip) from counters, JPEGs
+ * encoded with TurboJPEG from synthetic pixels, PNGs written with zlib.
+ */
+#include "test.h"
+#include "core/core.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+#include <zlib.h>
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static void write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        sl_test_fail(__FILE__, __LINE__, "fopen %s: %s", path, strerror(errno));
+    if (n)
+        ASSERT_EQ(fwrite(data, 1, n, f), n);
+    ASSERT_EQ(fclose(f), 0);
+}
+
+static uint8_t *read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        sl_test_fail(__FILE__, __LINE__, "fopen %s: %s", path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *d = malloc((size_t)len + 1);
+    ASSERT(d);
+    ASSERT_EQ(fread(d, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    *n = (size_t)len;
+    return d;
+}
+
+static void write_gz(const char *path, const void *data, size_t n) {
+    gzFile g = gzopen(path, "wb");
+    ASSERT(g);
+    if (n)
+        ASSERT_EQ(gzwrite(g, data, (unsigned)n), (int)n);
+    ASSERT_EQ(gzclose(g), Z_OK);
+}
+
+static int exists(const char *path) {
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+static void tpath(char *out, const char *name) { sl_test_path(out, 4096, name); }
+
+/* An IDX buffer: magic (0,0,dtype,ndim), big-endian dims, then `body`. */
+static uint8_t *idx_bytes(uint8_t dtype, int ndim, const uint32_t *dims, const uint8_t *body,
+                          size_t body_n, size_t *n_out) {
+    size_t n = 4 + 4 * (size_t)ndim + body_n;
+    uint8_t *b = malloc(n);
+    ASSERT(b);
+    b[0] = 0;
+    b[1] = 0;
+    b[2] = dtype;
+    b[3] = (uint8_t)ndim;
+    for (int d = 0; d < ndim; d++) {
+        b[4 + 4 * d] = (uint8_t)(dims[d] >> 24);
+        b[5 + 4 * d] = (uint8_t)(dims[d] >> 16);
+        b[6 + 4 * d] = (uint8_t)(dims[d] >> 8);
+        b[7 + 4 * d] = (uint8_t)dims[d];
+    }
+    if (body_n)
+        memcpy(b + 4 + 4 * ndim, body, body_n);
+    *n_out = n;
+    return b;
+}
+
+/* A small MNIST-like pair: n images of rows x cols, pixel = (i*7 + k) & 255,
+ * label = (i*3) % 10. `gz` writes them gzip-compressed. */
+static void make_idx_pair(const char *img_path, const char *lab_path, uint32_t n, uint32_t rows,
+                          uint32_t cols, int gz) {
+    size_t items = (size_t)n * rows * cols;
+    uint8_t *px = malloc(items + 1), *lb = malloc(n + 1);
+    for (size_t k = 0; k < items; k++)
+        px[k] = (uint8_t)((k / (rows * cols)) * 7 + k % (rows * cols));
+    for (uint32_t i = 0; i < n; i++)
+        lb[i] = (uint8_t)((i * 3) % 10);
+    uint32_t idims[3] = {n, rows, cols}, ldims[1] = {n};
+    size_t in, ln;
+    uint8_t *ib = idx_bytes(0x08, 3, idims, px, items, &in);
+    uint8_t *lbb = idx_bytes(0x08, 1, ldims, lb, n, &ln);
+    if (gz) {
+        write_gz(img_path, ib, in);
+        write_gz(lab_path, lbb, ln);
+    } else {
+        write_file(img_path, ib, in);
+        write_file(lab_path, lbb, ln);
+    }
+    free(px);
+    free(lb);
+    free(ib);
+    free(lbb);
+}
+
+static void check_idx_dataset(const char *dst, uint32_t n, uint32_t rows, uint32_t cols) {
+    sl_reader *r;
+    ASSERT_OK(sl_reader_open(&r, dst, 0));
+    ASSERT_U64_EQ(sl_reader_count(r), n);
+    const sl_schema *s = sl_reader_schema(r);
+    ASSERT_EQ(sl_schema_ncols(s), 2);
+    ASSERT_STR_EQ(sl_schema_name(s, 0), "image");
+    ASSERT_EQ(sl_schema_type(s, 0), SL_COL_ARRAY);
+    ASSERT_EQ(sl_schema_dtype(s, 0), SL_U8);
+    int64_t shape[SL_MAX_DIMS];
+    ASSERT_EQ(sl_schema_shape(s, 0, shape), 2);
+    ASSERT_EQ(shape[0], rows);
+    ASSERT_EQ(shape[1], cols);
+    ASSERT_STR_EQ(sl_schema_name(s, 1), "label");
+    ASSERT_EQ(sl_schema_type(s, 1), SL_COL_INT64);
+    ASSERT(sl_reader_meta(r, "source"));
+    ASSERT_STR_EQ(sl_reader_meta(r, "source"), "idx");
+    sl_record *rec;
+    ASSERT_OK(sl_record_create(&rec));
+    for (uint32_t i = 0; i < n; i++) {
+        ASSERT_OK(sl_reader_read(r, i, rec));
+        const sl_tensor *img = sl_record_column(rec, 0), *lab = sl_record_column(rec, 1);
+        ASSERT_EQ(img->nbytes, rows * cols);
+        ASSERT_EQ(img->ndim, 2);
+        const uint8_t *p = img->data;
+        for (size_t k = 0; k < (size_t)rows * cols; k++)
+            if (p[k] != (uint8_t)(i * 7 + k))
+                sl_test_fail(__FILE__, __LINE__, "record %u pixel %zu: %u", i, k, p[k]);
+        ASSERT_EQ(*(const int64_t *)lab->data, (i * 3) % 10);
+    }
+    sl_record_free(rec);
+    sl_reader_free(r);
+}
+
+static int pack2(const char *a, const char *b, const char *dst, sl_pack_report *rep) {
+    const char *srcs[2] = {a, b};
+    return sl_pack(srcs, 2, dst, NULL, rep);
+}
+
+/* ---- IDX ---------------------------------------------------------------------- */
+
+SL_TEST(source_idx__plain_roundtrip) {
+    char img[4096], lab[4096], dst[4096];
+    tpath(img, "img-idx3-ubyte");
+    tpath(lab, "lab-idx1-ubyte");
+    tpath(dst, "out.slr");
+    make_idx_pair(img, lab, 37, 5, 4, 0);
+    sl_pack_report rep;
+    ASSERT_OK(pack2(img, lab, dst, &rep));
+    ASSERT_EQ(rep.kind, SL_PACK_IDX);
+    ASSERT_U64_EQ(rep.records, 37);
+    ASSERT_U64_EQ(rep.bytes, 37 * 20);
+    ASSERT_U64_EQ(rep.skipped, 0);
+    check_idx_dataset(dst, 37, 5, 4);
+}
+
+SL_TEST(source_idx__gzip_either_order) {
+    char img[4096], lab[4096], dst[4096];
+    tpath(img, "img.gz");
+    tpath(lab, "lab.gz");
+    tpath(dst, "out.slr");
+    /* more than one 64 KiB inflate buffer, labels given first */
+    make_idx_pair(img, lab, 300, 16, 16, 1);
+    sl_pack_kind kind;
+    const char *srcs[2] = {lab, img};
+    ASSERT_OK(sl_pack_detect(srcs, 2, &kind));
+    ASSERT_EQ(kind, SL_PACK_IDX);
+    ASSERT_OK(pack2(lab, img, dst, NULL));
+    check_idx_dataset(dst, 300, 16, 16);
+}
+
+SL_TEST(source_idx__fashion_mnist) {
+    const char *img = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
+    const char *lab = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz";
+    if (access(img, R_OK) != 0 || access(lab, R_OK) != 0) {
+        printf("    (skipped: Fashion-MNIST not installed)\n");
+        return;
+    }
+    char dst[4096];
+    tpath(dst, "fmnist.slr");
+    sl_pack_report rep;
+    ASSERT_OK(pack2(img, lab, dst, &rep));
+    ASSERT_U64_EQ(rep.records, 10000);
+    /* Compare every image and label with zlib's own reading of the files. */
+    gzFile gi = gzopen(img, "rb"), gl = gzopen(lab, "rb");
+    ASSERT(gi && gl);
+    uint8_t hi[16], hl[8], px[784], lb;
+    ASSERT_EQ(gzread(gi, hi, 16), 16);
+    ASSERT_EQ(gzread(gl, hl, 8), 8);
+    sl_reader *r;
+    sl_record *rec;
+    ASSERT_OK(sl_reader_open(&r, dst, 0));
+    ASSERT_OK(sl_record_create(&rec));
+    int64_t shape[SL_MAX_DIMS];
+    ASSERT_EQ(sl_schema_shape(sl_reader_schema(r), 0, shape), 2);
+    ASSERT_EQ(shape[0], 28);
+    ASSERT_EQ(shape[1], 28);
+    int64_t counts[10] = {0};
+    for (uint64_t i = 0; i < 10000; i++) {
+        ASSERT_EQ(gzread(gi, px, 784), 784);
+        ASSERT_EQ(gzread(gl, &lb, 1), 1);
+        ASSERT_OK(sl_reader_read(r, i, rec));
+        ASSERT_EQ(memcmp(sl_record_column(rec, 0)->data, px, 784), 0);
+        int64_t v = *(const int64_t *)sl_record_column(rec, 1)->data;
+        ASSERT_EQ(v, lb);
+        ASSERT(v >= 0 && v < 10);
+        counts[v]++;
+    }
+    for (int c = 0; c < 10; c++)
+        ASSERT_EQ(counts[c], 1000); /* the test set is balanced */
+    gzclose(gi);
+    gzclose(gl);
+    sl_record_free(rec);
+    sl_reader_free(r);
+}
+
+/* Pack (img, lab) and expect `code` with a message containing `a` and `b`,
+ * and nothing at dst. */
+static void expect_pack_fail(const char *img, const char *lab, int code, const char *a,
+                             const char *b) {
+    char dst[4096];
+    tpath(dst, "bad.slr");
+    sl_pack_report rep;
+    ASSERT_RC(pack2(img, lab, dst, &rep), code);
+    ASSERT_U64_EQ(rep.records, 0);
+    if (a)
+        ASSERT_CONTAINS(sl_errmsg(), a);
+    if (b)
+        ASSERT_CONTAINS(sl_errmsg(), b);
+    ASSERT(!exists(dst));
+    char partial[4200];
+    snprintf(partial, sizeof partial, "%s.partial", dst);
+    ASSERT(!exists(partial));
+}
+
+SL_TEST(source_idx__plain_truncated_and_extra) {
+    char img[4096], lab[4096];
+    tpath(img, "img");
+    tpath(lab, "lab");
+    make_idx_pair(img, lab, 10, 4, 4, 0);
+    size_t n;
+    uint8_t *d = read_file(img, &n);
+    write_file(img, d, n - 5); /* header says 10 items; the file is 5 bytes short */
+    expect_pack_fail(img, lab, SL_ECORRUPT, img, "truncated");
+    uint8_t *more = malloc(n + 3);
+    memcpy(more, d, n);
+    memset(more + n, 0xAB, 3);
+    write_file(img, more, n + 3);
+    expect_pack_fail(img, lab, SL_ECORRUPT, img, "3 extra bytes");
+    free(d);
+    free(more);
+}
+
+SL_TEST(source_idx__gzip_header_disagrees) {
+    char img[4096], lab[4096];
+    tpath(img, "img.gz");
+    tpath(lab, "lab.gz");
+    make_idx_pair(img, lab, 10, 4, 4, 0); /* plain first, then rewrite as gz */
+    size_t n, ln;
+    uint8_t *d = read_file(img, &n), *l = read_file(lab, &ln);
+    write_gz(lab, l, ln);
+    /* data for 8 items only: fails at record 8 */
+    write_gz(img, d, n - 2 * 16);
+    expect_pack_fail(img, lab, SL_ECORRUPT, img, "record 8");
+    /* extra bytes after the 10 items */
+    uint8_t *more = malloc(n + 16);
+    memcpy(more, d, n);
+    memset(more + n, 1, 16);
+    write_gz(img, more, n + 16);
+    expect_pack_fail(img, lab, SL_ECORRUPT, img, "extra bytes");
+    free(d);
+    free(l);
+    free(more);
+}
+
+SL_TEST(source_idx__gzip_truncated_and_damaged) {
+    char img[4096], lab[4096];
+    tpath(img, "img.gz");
+    tpath(lab, "lab.gz");
+    make_idx_pair(img, lab, 200, 16, 16, 1);
+    size_t n;
+    uint8_t *d = read_file(img, &n);
+    write_file(img, d, n / 2);
+    expect_pack_fail(img, lab, SL_ECORRUPT, img, "truncated");
+    /* the gzip trailer's CRC no longer matches */
+    uint8_t *bad = malloc(n);
+    memcpy(bad, d, n);
+    bad[n - 6] ^= 0xFF;
+    write_file(img, bad, n);
+    expect_pack_fail(img, lab, SL_ECORRUPT, img, "damaged gzip");
+    /* a byte flipped in the deflate stream */
+    memcpy(bad, d, n);
+    bad[n / 2] ^= 0x55;
+    write_file(img, bad, n);
+    char dst[4096];
+    tpath(dst, "x.slr");
+    int rc = pack2(img, lab, dst, NULL);
+    ASSERT(rc == SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), img);
+    ASSERT(!exists(dst));
+    free(d);
+    free(bad);
+}
+
+SL_TEST(source_idx__count_mismatch) {
+    char img[4096], lab[4096], lab2[4096], img2[4096];
+    tpath(img, "img");
+    tpath(lab, "lab");
+    tpath(img2, "img2");
+    tpath(lab2, "lab2");
+    make_idx_pair(img, lab, 10, 3, 3, 0);
+    make_idx_pair(img2, lab2, 11, 3, 3, 0);
+    expect_pack_fail(img, lab2, SL_EINVAL, "10 images", "11 labels");
+}
+
+SL_TEST(source_idx__bad_magic_dtype_empty) {
+    char img[4096], lab[4096], bad[4096];
+    tpath(img, "img");
+    tpath(lab, "lab");
+    tpath(bad, "bad");
+    make_idx_pair(img, lab, 4, 2, 2, 0);
+    /* float32 IDX images: recognised as IDX, dtype refused by name */
+    uint32_t dims[3] = {4, 2, 2};
+    uint8_t body[64] = {0};
+    size_t n;
+    uint8_t *b = idx_bytes(0x0D, 3, dims, body, sizeof body, &n);
+    write_file(bad, b, n);
+    expect_pack_fail(bad, lab, SL_EUNSUPPORTED, bad, "float32");
+    free(b);
+    /* a wrong magic: not an input kind at all */
+    write_file(bad, "\x01\x02\x08\x03garbagegarbage", 18);
+    expect_pack_fail(img, bad, SL_EUNSUPPORTED, bad, "ImageFolder");
+    /* unknown dtype code */
+    write_file(bad, "\x00\x00\x42\x03\x00\x00\x00\x01", 8);
+    expect_pack_fail(img, bad, SL_EUNSUPPORTED, bad, NULL);
+    /* empty file */
+    write_file(bad, "", 0);
+    expect_pack_fail(bad, lab, SL_EUNSUPPORTED, bad, "empty");
+    /* header cut inside the dims */
+    write_file(bad, "\x00\x00\x08\x03\x00\x00", 6);
+    expect_pack_fail(bad, lab, SL_ECORRUPT, bad, "truncated");
+    /* two labels files, or one file alone */
+    expect_pack_fail(lab, lab, SL_EINVAL, "one images file", NULL);
+    const char *one[1] = {img};
+    ASSERT_RC(sl_pack(one, 1, "/nonexistent/x.slr", NULL, NULL), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "labels");
+}
+
+SL_TEST(source_idx__hostile_headers) {
+    char img[4096], lab[4096];
+    tpath(img, "img.gz");
+    tpath(lab, "lab.gz");
+    /* gzip headers claiming 4 billion items over two items of data: fails
+     * where the data ends, without allocating for the claimed count */
+    uint32_t idims[3] = {0xFFFFFFFFu, 28, 28}, ldims[1] = {0xFFFFFFFFu};
+    uint8_t px[2 * 784], lb[2] = {1, 2};
+    memset(px, 9, sizeof px);
+    size_t n;
+    uint8_t *b = idx_bytes(0x08, 3, idims, px, sizeof px, &n);
+    write_gz(img, b, n);
+    free(b);
+    b = idx_bytes(0x08, 1, ldims, lb, 2, &n);
+    write_gz(lab, b, n);
+    free(b);
+    expect_pack_fail(img, lab, SL_ECORRUPT, "record 2", "ends early");
+    /* one item of 4 GiB */
+    uint32_t big[3] = {1, 65535, 65535};
+    b = idx_bytes(0x08, 3, big, NULL, 0, &n);
+    write_gz(img, b, n);
+    free(b);
+    expect_pack_fail(img, lab, SL_ELIMIT, img, "bytes");
+    /* a zero dim, too many dims */
+    uint32_t zero[3] = {1, 0, 5};
+    b = idx_bytes(0x08, 3, zero, NULL, 0, &n);
+    write_gz(img, b, n);
+    free(b);
+    expect_pack_fail(img, lab, SL_ECORRUPT, img, "dim 1 is 0");
+    uint32_t many[12] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    b = idx_bytes(0x08, 12, many, NULL, 0, &n);
+    write_gz(img, b, n);
+    free(b);
+    expect_pack_fail(img, lab, SL_ECORRUPT, img, "12 dims");
+}
+
+SL_TEST(source_idx__zero_items) {
+    char img[4096], lab[4096], dst[4096];
+    tpath(img, "img");
+    tpath(lab, "lab");
+    tpath(dst, "out.slr");
+    make_idx_pair(img, lab, 0, 28, 28, 0);
+    sl_pack_report rep;
+    ASSERT_OK(pack2(img, lab, dst, &rep));
+    ASSERT_U64_EQ(rep.records, 0);
+    check_idx_dataset(dst, 0, 28, 28);
+}
+
+SL_TEST(source_idx__oom) {
+    char img[4096], lab[4096], dst[4096];
+    tpath(img, "img.gz");
+    tpath(lab, "lab.gz");
+    tpath(dst, "out.slr");
+    make_idx_pair(img, lab, 20, 4, 4, 1);
+    int ok = 0;
+    uint64_t n = 1;
+    for (; n < 5000 && !ok; n++) {
+        sl__alloc_fail_at(n);
+        int rc = pack2(img, lab, dst, NULL);
+        sl__alloc_fail_at(0);
+        if (rc == SL_OK) {
+            ok = 1;
+            break;
+        }
+        if (rc != SL_ENOMEM)
+            sl_test_fail(__FILE__, __LINE__, "failing allocation %llu: %s (%s)",
+                         (unsigned long long)n, sl_status_str(rc), sl_errmsg());
+        ASSERT(sl_errmsg()[0] != 0);
+        ASSERT(!exists(dst));
+    }
+    ASSERT(ok);
+    ASSERT(n > 10); /* the loop did fail the packer's allocations */
+    check_idx_dataset(dst, 20, 4, 4);
+}
+
+/* ---- ImageFolder ---------------------------------------------------------------- */
+
+/* A w x h RGB JPEG whose pixels depend on `seed`; caller frees with tjFree. */
+static uint8_t *make_jpeg(int w, int h, int seed, unsigned long *size) {
+    uint8_t *px = malloc((size_t)w * h * 3);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            uint8_t *p = px + ((size_t)y * w + x) * 3;
+            p[0] = (uint8_t)(x * 4 + seed * 13);
+            p[1] = (uint8_t)(y * 4 + seed * 29);
+            p[2] = (uint8_t)((x ^ y) + seed);
+        }
+    tjhandle tj = tjInitCompress();
+    ASSERT(tj);
+    unsigned char *jpg = NULL;
+    *size = 0;
+    ASSERT_EQ(tjCompress2(tj, px, w, 0, h, TJPF_RGB, &jpg, size, TJSAMP_420, 85, 0), 0);
+    tjDestroy(tj);
+    free(px);
+    return jpg;
+}
+
+static void put_be32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+/* A valid w x h grayscale PNG (signature, IHDR, one IDAT, IEND). */
+static uint8_t *make_png(int w, int h, size_t *size) {
+    size_t raw_n = (size_t)(w + 1) * h;
+    uint8_t *raw = calloc(raw_n, 1);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            raw[(size_t)y * (w + 1) + 1 + x] = (uint8_t)(x * y);
+    uLongf zn = compressBound(raw_n);
+    uint8_t *z = malloc(zn);
+    ASSERT_EQ(compress(z, &zn, raw, raw_n), Z_OK);
+    size_t n = 8 + 25 + 12 + zn + 12;
+    uint8_t *p = malloc(n), *q = p;
+    memcpy(q, "\x89PNG\r\n\x1a\n", 8);
+    q += 8;
+    uint8_t ihdr[13];
+    put_be32(ihdr, (uint32_t)w);
+    put_be32(ihdr + 4, (uint32_t)h);
+    ihdr[8] = 8;  /* bit depth */
+    ihdr[9] = 0;  /* grayscale */
+    ihdr[10] = ihdr[11] = ihdr[12] = 0;
+    struct { const char *type; const uint8_t *data; size_t n; } chunks[3] = {
+        {"IHDR", ihdr, 13}, {"IDAT", z, zn}, {"IEND", NULL, 0}};
+    for (int c = 0; c < 3; c++) {
+        put_be32(q, (uint32_t)chunks[c].n);
+        memcpy(q + 4, chunks[c].type, 4);
+        if (chunks[c].n)
+            memcpy(q + 8, chunks[c].data, chunks[c].n);
+        put_be32(q + 8 + chunks[c].n, (uint32_t)crc32(0, q + 4, (uInt)(4 + chunks[c].n)));
+        q += 12 + chunks[c].n;
+    }
+    *size = (size_t)(q - p);
+    free(raw);
+    free(z);
+    return p;
+}
+
+static void mkdirs(const char *rel) {
+    char p[4096], tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", rel);
+    for (char *s = tmp; *s; s++) {
+        if (*s == '/') {
+            *s = 0;
+            tpath(p, tmp);
+            mkdir(p, 0755);
+            *s = '/';
+        }
+    }
+    tpath(p, tmp);
+    mkdir(p, 0755);
+}
+
+/* Write a JPEG at tmpdir/rel (directories made as needed). */
+static void put_jpeg(const char *rel, int seed) {
+    char dir[4096], p[4096];
+    snprintf(dir, sizeof dir, "%s", rel);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        *slash = 0;
+        mkdirs(dir);
+    }
+    unsigned long n;
+    uint8_t *j = make_jpeg(24 + seed % 5, 16 + seed % 3, seed, &n);
+    tpath(p, rel);
+    write_file(p, j, n);
+    tjFree(j);
+}
+
+static void put_text(const char *rel, const char *text) {
+    char p[4096];
+    tpath(p, rel);
+    write_file(p, text, strlen(text));
+}
+
+typedef struct {
+    const char *rel;   /* relative to root */
+    int label;
+} expect_rec;
+
+/* Read dst back and compare every record with the files under root. */
+static void check_folder(const char *root, const char *dst, const expect_rec *want, size_t n,
+                         const char *classes_json) {
+    sl_reader *r;
+    ASSERT_OK(sl_reader_open(&r, dst, 0));
+    ASSERT_U64_EQ(sl_reader_count(r), n);
+    const sl_schema *s = sl_reader_schema(r);
+    ASSERT_EQ(sl_schema_ncols(s), 3);
+    ASSERT_STR_EQ(sl_schema_name(s, 0), "image");
+    ASSERT_EQ(sl_schema_type(s, 0), SL_COL_BYTES);
+    ASSERT_STR_EQ(sl_schema_name(s, 1), "label");
+    ASSERT_EQ(sl_schema_type(s, 1), SL_COL_INT64);
+    ASSERT_STR_EQ(sl_schema_name(s, 2), "path");
+    ASSERT_EQ(sl_schema_type(s, 2), SL_COL_STRING);
+    ASSERT(sl_reader_meta(r, "classes"));
+    ASSERT_STR_EQ(sl_reader_meta(r, "classes"), classes_json);
+    ASSERT_STR_EQ(sl_reader_meta(r, "source"), "imagefolder");
+    sl_record *rec;
+    ASSERT_OK(sl_record_create(&rec));
+    for (size_t i = 0; i < n; i++) {
+        ASSERT_OK(sl_reader_read(r, i, rec));
+        const sl_tensor *img = sl_record_column(rec, 0), *lab = sl_record_column(rec, 1),
+                        *path = sl_record_column(rec, 2);
+        if (path->nbytes != strlen(want[i].rel) || memcmp(path->data, want[i].rel, path->nbytes))
+            sl_test_fail(__FILE__, __LINE__, "record %zu: path '%.*s', want '%s'", i,
+                         (int)path->nbytes, (const char *)path->data, want[i].rel);
+        ASSERT_EQ(*(const int64_t *)lab->data, want[i].label);
+        char full[4096];
+        snprintf(full, sizeof full, "%s/%s", root, want[i].rel);
+        size_t fn;
+        uint8_t *fd = read_file(full, &fn);
+        ASSERT_EQ(img->nbytes, fn);
+        ASSERT_EQ(memcmp(img->data, fd, fn), 0);
+        free(fd);
+    }
+    sl_record_free(rec);
+    sl_reader_free(r);
+}
+
+static int pack_dir(const char *root, const char *dst, const sl_pack_options *o,
+                    sl_pack_report *rep) {
+    const char *srcs[1] = {root};
+    return sl_pack(srcs, 1, dst, o, rep);
+}
+
+SL_TEST(source_imagefolder__roundtrip_and_order) {
+    char root[4096], dst[4096];
+    tpath(root, "root");
+    tpath(dst, "out.slr");
+    /* classes sorted by name: "a_cat" (0), "b dog" (1), "c\"q" (2) */
+    put_jpeg("root/b dog/2.jpg", 1);
+    put_jpeg("root/b dog/10.JPG", 2);
+    put_jpeg("root/a_cat/z.jpeg", 3);
+    put_jpeg("root/a_cat/sub/x.jpg", 4); /* os.walk: "a_cat" before "a_cat/sub" */
+    put_jpeg("root/a_cat/sub-b/y.jpg", 5); /* "a_cat/sub" is a prefix: before "a_cat/sub-b" */
+    put_jpeg("root/a_cat/sub/deep/w.jpg", 7); /* '-' < '/': "a_cat/sub-b" first */
+    put_jpeg("root/c\"q/only.webp.jpg", 6);
+    put_text("root/a_cat/notes.txt", "not an image, ignored by name");
+    put_text("root/README", "top-level files are not classes");
+    size_t pn;
+    uint8_t *png = make_png(9, 7, &pn);
+    char p[4096];
+    tpath(p, "root/b dog/png-named.jpg"); /* a PNG named .jpg: accepted by content */
+    write_file(p, png, pn);
+    free(png);
+
+    sl_pack_options o = SL_PACK_OPTIONS_INIT;
+    o.jobs = 1;
+    sl_pack_report rep;
+    ASSERT_OK(pack_dir(root, dst, &o, &rep));
+    ASSERT_EQ(rep.kind, SL_PACK_IMAGEFOLDER);
+    ASSERT_U64_EQ(rep.records, 8);
+    ASSERT_EQ(rep.nclasses, 3);
+    ASSERT_U64_EQ(rep.skipped, 0);
+    expect_rec want[] = {
+        {"a_cat/z.jpeg", 0},      {"a_cat/sub/x.jpg", 0}, {"a_cat/sub-b/y.jpg", 0},
+        {"a_cat/sub/deep/w.jpg", 0},
+        {"b dog/10.JPG", 1},      {"b dog/2.jpg", 1},     {"b dog/png-named.jpg", 1},
+        {"c\"q/only.webp.jpg", 2},
+    };
+    check_folder(root, dst, want, 8, "[\"a_cat\",\"b dog\",\"c\\\"q\"]");
+
+    /* a trailing slash on the root changes nothing */
+    char root2[4200], dst2[4096];
+    snprintf(root2, sizeof root2, "%s/", root);
+    tpath(dst2, "out2.slr");
+    ASSERT_OK(pack_dir(root2, dst2, NULL, NULL));
+    check_folder(root, dst2, want, 8, "[\"a_cat\",\"b dog\",\"c\\\"q\"]");
+}
+
+SL_TEST(source_imagefolder__non_image_stops_or_skips) {
+    char root[4096], dst[4096], bad[4096];
+    tpath(root, "root");
+    tpath(dst, "out.slr");
+    put_jpeg("root/a/1.jpg", 1);
+    put_jpeg("root/a/3.jpg", 3);
+    put_text("root/a/2.jpg", "this is text, not a JPEG");
+    put_jpeg("root/b/1.png", 4); /* a JPEG named .png: fine */
+    put_text("root/b/empty.png", "");
+    tpath(bad, "root/a/2.jpg");
+    for (int jobs = 1; jobs <= 3; jobs += 2) {
+        sl_pack_options o = SL_PACK_OPTIONS_INIT;
+        o.jobs = jobs;
+        sl_pack_report rep;
+        ASSERT_RC(pack_dir(root, dst, &o, &rep), SL_EDECODE);
+        /* the first bad file in record order, whatever the thread count */
+        ASSERT_CONTAINS(sl_errmsg(), bad);
+        ASSERT_CONTAINS(sl_errmsg(), "not an image");
+        ASSERT(!exists(dst));
+        o.skip_bad = 1;
+        ASSERT_OK(pack_dir(root, dst, &o, &rep));
+        ASSERT_U64_EQ(rep.records, 3);
+        ASSERT_U64_EQ(rep.skipped, 2);
+        ASSERT_EQ(rep.nbad, 2);
+        ASSERT_CONTAINS(rep.bad[0], "a/2.jpg");
+        ASSERT_CONTAINS(rep.bad[1], "b/empty.png");
+        ASSERT_CONTAINS(rep.bad[1], "empty");
+        expect_rec want[] = {{"a/1.jpg", 0}, {"a/3.jpg", 0}, {"b/1.png", 1}};
+        check_folder(root, dst, want, 3, "[\"a\",\"b\"]");
+        ASSERT_EQ(unlink(dst), 0);
+    }
+}
+
+SL_TEST(source_imagefolder__unreadable_files) {
+    char root[4096], dst[4096], link[4096];
+    tpath(root, "root");
+    tpath(dst, "out.slr");
+    put_jpeg("root/a/1.jpg", 1);
+    put_jpeg("root/a/2.jpg", 2);
+    tpath(link, "root/a/0-dangling.jpg");
+    ASSERT_EQ(symlink("/nonexistent/sluice/file.jpg", link), 0);
+    ASSERT_RC(pack_dir(root, dst, NULL, NULL), SL_EIO);
+    ASSERT_CONTAINS(sl_errmsg(), link);
+    ASSERT(!exists(dst));
+    if (geteuid() != 0) {
+        /* permissions only block reads for a non-root user */
+        ASSERT_EQ(unlink(link), 0);
+        char p[4096];
+        tpath(p, "root/a/2.jpg");
+        ASSERT_EQ(chmod(p, 0), 0);
+        ASSERT_RC(pack_dir(root, dst, NULL, NULL), SL_EIO);
+        ASSERT_CONTAINS(sl_errmsg(), p);
+        ASSERT_CONTAINS(sl_errmsg(), "ermission");
+        ASSERT_EQ(chmod(p, 0644), 0);
+        ASSERT_EQ(symlink("/nonexistent/sluice/file.jpg", link), 0);
+    }
+    sl_pack_options o = SL_PACK_OPTIONS_INIT;
+    o.skip_bad = 1;
+    sl_pack_report rep;
+    ASSERT_OK(pack_dir(root, dst, &o, &rep));
+    ASSERT_U64_EQ(rep.records, 2);
+    ASSERT_U64_EQ(rep.skipped, 1);
+    ASSERT_CONTAINS(rep.bad[0], "0-dangling.jpg");
+}
+
+SL_TEST(source_imagefolder__empty_class_no_classes) {
+    char root[4096], dst[4096];
+    tpath(root, "root");
+    tpath(dst, "out.slr");
+    mkdirs("root");
+    ASSERT_RC(pack_dir(root, dst, NULL, NULL), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "no class directories");
+    put_text("root/loose.jpg", "files at the top are not classes");
+    ASSERT_RC(pack_dir(root, dst, NULL, NULL), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "no class directories");
+    put_jpeg("root/a/1.jpg", 1);
+    mkdirs("root/b/deeper");
+    put_text("root/b/deeper/readme.txt", "no images here");
+    ASSERT_RC(pack_dir(root, dst, NULL, NULL), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "class 'b' has no image files");
+    ASSERT(!exists(dst));
+    /* every file skipped: an error, not an empty dataset */
+    char p[4096];
+    tpath(p, "root/b");
+    put_text("root/b/x.jpg", "bad");
+    put_text("root/a/1.jpg", "bad too");
+    sl_pack_options o = SL_PACK_OPTIONS_INIT;
+    o.skip_bad = 1;
+    ASSERT_RC(pack_dir(root, dst, &o, NULL), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "skipped");
+    ASSERT(!exists(dst));
+}
+
+SL_TEST(source_imagefolder__symlink_loop) {
+    char root[4096], dst[4096], link[4096];
+    tpath(root, "root");
+    tpath(dst, "out.slr");
+    put_jpeg("root/a/1.jpg", 1);
+    put_jpeg("root/a/in/2.jpg", 2);
+    tpath(link, "root/a/in/loop");
+    ASSERT_EQ(symlink("..", link), 0); /* root/a/in/loop -> root/a */
+    sl_pack_report rep;
+    ASSERT_OK(pack_dir(root, dst, NULL, &rep));
+    /* the loop is not followed back into its ancestor */
+    ASSERT_U64_EQ(rep.records, 2);
+}
+
+SL_TEST(source_imagefolder__oom) {
+    char root[4096], dst[4096];
+    tpath(root, "root");
+    tpath(dst, "out.slr");
+    put_jpeg("root/a/1.jpg", 1);
+    put_jpeg("root/a/sub/2.jpg", 2);
+    put_jpeg("root/b/3.jpg", 3);
+    /* one reader: the allocation seam counts process-wide, so the N-th
+     * allocation must be the same one on every run */
+    sl_pack_options o = SL_PACK_OPTIONS_INIT;
+    o.jobs = 1;
+    int ok = 0;
+    uint64_t n = 1;
+    for (; n < 5000 && !ok; n++) {
+        sl__alloc_fail_at(n);
+        int rc = pack_dir(root, dst, &o, NULL);
+        sl__alloc_fail_at(0);
+        if (rc == SL_OK) {
+            ok = 1;
+            break;
+        }
+        if (rc != SL_ENOMEM)
+            sl_test_fail(__FILE__, __LINE__, "failing allocation %llu: %s (%s)",
+                         (unsigned long long)n, sl_status_str(rc), sl_errmsg());
+        ASSERT(sl_errmsg()[0] != 0);
+        ASSERT(!exists(dst));
+    }
+    ASSERT(ok);
+    ASSERT(n > 10);
+    expect_rec want[] = {{"a/1.jpg", 0}, {"a/sub/2.jpg", 0}, {"b/3.jpg", 1}};
+    check_folder(root, dst, want, 3, "[\"a\",\"b\"]");
+}
+
+/* ---- sl_pack as a whole ----------------------------------------------------------- */
+
+static void make_folder(int classes, int per_class) {
+    for (int c = 0; c < classes; c++)
+        for (int i = 0; i < per_class; i++) {
+            char rel[256];
+            snprintf(rel, sizeof rel, "root/class%02d/%s/img%03d.jpg", c, i % 3 ? "x" : "y", i);
+            put_jpeg(rel, c * 100 + i);
+        }
+}
+
+SL_TEST(source_pack__deterministic_across_jobs) {
+    char root[4096], d1[4096], d4[4096];
+    tpath(root, "root");
+    tpath(d1, "j1.slr");
+    tpath(d4, "j4.slr");
+    make_folder(4, 25);
+    sl_pack_options o = SL_PACK_OPTIONS_INIT;
+    o.jobs = 1;
+    sl_pack_report r1, r4;
+    ASSERT_OK(pack_dir(root, d1, &o, &r1));
+    o.jobs = 4;
+    ASSERT_OK(pack_dir(root, d4, &o, &r4));
+    ASSERT_U64_EQ(r1.records, 100);
+    ASSERT_U64_EQ(r4.records, 100);
+    ASSERT_U64_EQ(r1.bytes, r4.bytes);
+    size_t n1, n4;
+    uint8_t *b1 = read_file(d1, &n1), *b4 = read_file(d4, &n4);
+    ASSERT_EQ(n1, n4);
+    ASSERT_EQ(memcmp(b1, b4, n1), 0);
+    free(b1);
+    free(b4);
+}
+
+typedef struct {
+    uint64_t calls, last_done, last_total, last_bytes;
+    int monotonic;
+} progress_log;
+
+static void log_progress(uint64_t done, uint64_t total, uint64_t bytes, void *user) {
+    progress_log *l = user;
+    if (done < l->last_done || bytes < l->last_bytes)
+        l->monotonic = 0;
+    l->calls++;
+    l->last_done = done;
+    l->last_total = total;
+    l->last_bytes = bytes;
+}
+
+SL_TEST(source_pack__progress_and_shards) {
+    char root[4096], dst[4096];
+    tpath(root, "root");
+    tpath(dst, "out.slr");
+    make_folder(2, 10);
+    progress_log log = {0, 0, 0, 0, 1};
+    sl_pack_options o = SL_PACK_OPTIONS_INIT;
+    o.jobs = 2;
+    o.progress = log_progress;
+    o.user = &log;
+    o.shard_bytes = 4096; /* several shards for 20 small JPEGs */
+    sl_pack_report rep;
+    ASSERT_OK(pack_dir(root, dst, &o, &rep));
+    ASSERT_U64_EQ(log.calls, 20);
+    ASSERT_U64_EQ(log.last_done, 20);
+    ASSERT_U64_EQ(log.last_total, 20);
+    ASSERT_U64_EQ(log.last_bytes, rep.bytes);
+    ASSERT(log.monotonic);
+    sl_reader *r;
+    ASSERT_OK(sl_reader_open(&r, dst, 0));
+    ASSERT_U64_EQ(sl_reader_count(r), 20);
+    ASSERT(sl_reader_shard_count(r) > 1);
+    ASSERT_OK(sl_reader_verify(r, 0, NULL, NULL, NULL));
+    sl_reader_free(r);
+}
+
+SL_TEST(source_pack__bad_arguments_and_kinds) {
+    char txt[4096], dst[4096], d1[4096], d2[4096];
+    tpath(txt, "notes.txt");
+    tpath(dst, "out.slr");
+    tpath(d1, "d1");
+    tpath(d2, "d2");
+    put_text("notes.txt", "hello");
+    const char *one[1] = {txt};
+    ASSERT_RC(sl_pack(one, 1, dst, NULL, NULL), SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_errmsg(), txt);
+    ASSERT_CONTAINS(sl_errmsg(), "ImageFolder");
+    const char *missing[1] = {"/nonexistent/sluice-input"};
+    ASSERT_RC(sl_pack(missing, 1, dst, NULL, NULL), SL_EIO);
+    ASSERT_CONTAINS(sl_errmsg(), "/nonexistent/sluice-input");
+    mkdirs("d1");
+    mkdirs("d2");
+    const char *two[2] = {d1, d2};
+    ASSERT_RC(sl_pack(two, 2, dst, NULL, NULL), SL_EUNSUPPORTED);
+    ASSERT_RC(sl_pack(NULL, 0, dst, NULL, NULL), SL_EINVAL);
+    ASSERT_RC(sl_pack(one, 1, NULL, NULL, NULL), SL_EINVAL);
+    sl_pack_options o = SL_PACK_OPTIONS_INIT;
+    o.version = 99;
+    ASSERT_RC(sl_pack(one, 1, dst, &o, NULL), SL_EUNSUPPORTED);
+    o.version = SL_PACK_OPTIONS_VERSION;
+    o.jobs = -1;
+    ASSERT_RC(sl_pack(one, 1, dst, &o, NULL), SL_EINVAL);
+    ASSERT_STR_EQ(sl_pack_kind_name(SL_PACK_IDX), "idx");
+    ASSERT_STR_EQ(sl_pack_kind_name(SL_PACK_IMAGEFOLDER), "imagefolder");
+    ASSERT_STR_EQ(sl_pack_kind_name((sl_pack_kind)42), "unknown");
+    ASSERT(!exists(dst));
+}

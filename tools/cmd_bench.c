@@ -1,0 +1,122 @@
+/* cmd_bench.c — `sluice bench SPEC`: run a pipeline flat out for a while and
+ * say what bounds it (reading F, processing P, or the consumer G). */
+#include "pipe_common.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void help(FILE *f) {
+    fprintf(f, "usage: sluice bench SPEC.json [--seconds S] [--threads N] [--json]\n"
+               "\n"
+               "Consume the pipeline's batches as fast as possible for S seconds (default\n"
+               "5; epochs repeat as needed), then report samples/s, per-stage counters\n"
+               "(elements/s, busy time, time waiting for input and for output space, queue\n"
+               "fill, us per sample) and the verdict: bound by reading (F), by processing\n"
+               "(P, naming the stage) or by the consumer (G), with the numbers behind it.\n"
+               "\n"
+               "options:\n"
+               "  --seconds S   how long to run (default 5; a decimal is fine)\n"
+               "  --threads N   workers of every parallel stage\n"
+               "  --json        print one JSON object (samples_per_s, bound, verdict, stages)\n"
+               "\n"
+               "exit status: 0 done, 1 bad spec, unreadable data or a failed sample, 2 usage\n");
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *spec_path = NULL;
+    double seconds = 5.0;
+    long long threads = -1;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            help(stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--seconds")) {
+            char *end = NULL;
+            if (i + 1 >= argc || (seconds = strtod(argv[i + 1], &end)) <= 0 || *end)
+                return cli_usage("bench", "--seconds needs a positive number");
+            i++;
+        } else if (!strcmp(a, "--threads")) {
+            if (i + 1 >= argc || (threads = cli_parse_count(argv[i + 1])) < 1)
+                return cli_usage("bench", "--threads needs a positive count");
+            i++;
+        } else if (a[0] == '-') {
+            return cli_usage("bench", "unknown option '%s'", a);
+        } else if (!spec_path) {
+            spec_path = a;
+        } else {
+            return cli_usage("bench", "more than one spec given");
+        }
+    }
+    if (!spec_path)
+        return cli_usage("bench", "no spec file given");
+    sl_pipeline *p;
+    /* epochs follow one another without a pause for as long as the bench runs */
+    int ec = cli_build_pipeline("bench", spec_path, 1000000000LL, threads, &p);
+    if (ec)
+        return ec;
+    double t0 = now_s();
+    uint64_t batches = 0;
+    while (now_s() - t0 < seconds) {
+        sl_batch *b;
+        int rc = sl_pipeline_next(p, &b);
+        if (rc == SL_END) {
+            if (sl_pipeline_len(p) == 0) {
+                fprintf(stderr, "sluice bench: the pipeline yields no batches\n");
+                sl_pipeline_free(p);
+                return 1;
+            }
+            continue;
+        }
+        if (rc < 0) {
+            ec = cli_fail("bench");
+            sl_pipeline_free(p);
+            return ec;
+        }
+        batches++;
+        sl_batch_release(b);
+    }
+    if (json) {
+        size_t len = 0;
+        sl_pipeline_stats_json(p, NULL, 0, &len);
+        char *text = malloc(len + 1);
+        if (!text || sl_pipeline_stats_json(p, text, len + 1, &len) < 0) {
+            free(text);
+            sl_pipeline_free(p);
+            return cli_fail("bench");
+        }
+        printf("%s\n", text);
+        free(text);
+    } else {
+        sl_pipeline_stats st;
+        sl_pipeline_stats_get(p, &st);
+        printf("%.0f samples/s, %.1f batches/s over %.2f s (%llu samples)\n", st.samples_per_s,
+               st.wall_s > 0 ? st.batches / st.wall_s : 0.0, st.wall_s,
+               (unsigned long long)st.samples);
+        printf("%-40s %7s %12s %9s %9s %9s %9s %6s\n", "stage", "workers", "elements/s",
+               "us/elem", "busy_s", "wait_in", "wait_out", "queue");
+        for (int i = 0; i < st.nstages; i++) {
+            const sl_stage_stats *s = &st.stage[i];
+            printf("%-40.40s %7d %12.0f %9.2f %9.2f %9.2f %9.2f %5.0f%%\n", s->name, s->workers,
+                   s->elements_per_s, s->cost_us, s->busy_s, s->wait_in_s, s->wait_out_s,
+                   100 * s->queue_fill);
+        }
+        printf("consumer waited %.2f s\n", st.consumer_wait_s);
+        if (st.skipped)
+            printf("skipped %llu samples (first: %s)\n", (unsigned long long)st.skipped,
+                   st.nerrors ? st.errors[0] : "");
+        printf("verdict: %s\n", st.verdict);
+    }
+    sl_pipeline_free(p);
+    return 0;
+}

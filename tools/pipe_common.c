@@ -1,0 +1,84 @@
+/* pipe_common.c — spec files and pipeline construction for the CLI. */
+#include "pipe_common.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+char *cli_read_file(const char *cmd, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "sluice %s: %s: %s\n", cmd, path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t k = fread(buf + n, 1, cap - n - 1, f);
+        n += k;
+        if (k == 0)
+            break;
+        if (n + 1 == cap) {
+            if (cap > (64u << 20)) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            char *b = realloc(buf, cap * 2);
+            if (!b) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = b;
+            cap *= 2;
+        }
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (!buf || err) {
+        free(buf);
+        fprintf(stderr, "sluice %s: %s: cannot read (too large or I/O error)\n", cmd, path);
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+long long cli_parse_count(const char *s) {
+    if (!s || !*s)
+        return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*end || errno || v < 0)
+        return -1;
+    return v;
+}
+
+int cli_build_pipeline(const char *cmd, const char *spec_path, long long epochs,
+                       long long threads, sl_pipeline **out) {
+    char *text = cli_read_file(cmd, spec_path);
+    if (!text)
+        return 1;
+    sl_spec *spec = NULL;
+    int rc = sl_spec_from_json(&spec, text);
+    free(text);
+    if (rc < 0) {
+        fprintf(stderr, "sluice %s: %s: %s\n", cmd, spec_path, sl_errmsg());
+        return 1;
+    }
+    if ((epochs >= 0 && sl_spec_set_epochs(spec, epochs) < 0) ||
+        (threads >= 0 && sl_spec_set_threads(spec, (int)threads) < 0)) {
+        fprintf(stderr, "sluice %s: %s\n", cmd, sl_errmsg());
+        sl_spec_free(spec);
+        return 2;
+    }
+    rc = sl_pipeline_create(out, spec);
+    sl_spec_free(spec);
+    if (rc < 0) {
+        fprintf(stderr, "sluice %s: %s: %s\n", cmd, spec_path, sl_errmsg());
+        return 1;
+    }
+    return 0;
+}

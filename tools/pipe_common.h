@@ -1,0 +1,18 @@
+/* pipe_common.h — what `sluice run`, `bench` and `explain` share: reading a
+ * spec file and building the pipeline with command-line overrides. */
+#ifndef SLUICE_PIPE_COMMON_H
+#define SLUICE_PIPE_COMMON_H
+
+#include "cli.h"
+
+/* Read a whole file into a NUL-terminated heap string (free()); NULL on
+ * failure with a message on stderr prefixed by `cmd`. */
+char *cli_read_file(const char *cmd, const char *path);
+/* Parse a non-negative integer option value; -1 if not one. */
+long long cli_parse_count(const char *s);
+/* Build a pipeline from a spec file; epochs/threads < 0 keep the spec's.
+ * Returns 0, or the exit code to return (message printed). */
+int cli_build_pipeline(const char *cmd, const char *spec_path, long long epochs,
+                       long long threads, sl_pipeline **out);
+
+#endif
