@@ -10,6 +10,9 @@
  *   train   RandomResizedCrop 224 via fused DCT-scaled decode + flip (p=0.5)
  *           + normalize to float32 CHW written into a 64-image batch buffer
  *   eval    resize shorter side 256 + centre crop 224, fused, + normalize
+ *   pipeline  the same training chain as a sluice pipeline over the files held
+ *           in memory: decode -> random_resized_crop 224 -> flip -> normalize
+ *           (float32 CHW) -> batch 64, T workers (sl_spec_set_threads)
  * Files (*.jpg, *.jpeg, *.png, recursively) are read into memory first; each
  * thread takes every T-th image. Prints one JSON line per repeat and a summary
  * with the median images/s.
@@ -197,6 +200,55 @@ static void *run(void *arg) {
     return NULL;
 }
 
+/* One epoch of the training pipeline over the in-memory files. */
+static double run_pipeline(uint64_t epoch, int *failed) {
+    static sl_spec *spec;
+    if (!spec) {
+        sl_sample *ss = calloc(nfiles, sizeof *ss);
+        for (size_t i = 0; i < nfiles; i++) {
+            int64_t n = (int64_t)files[i].size;
+            sl_tensor_view(&ss[i].col[0], files[i].data, SL_U8, 1, &n);
+            ss[i].ncols = 1;
+            ss[i].index = i;
+        }
+        const char *names[1] = {"image"};
+        if (sl_spec_create(&spec) || sl_spec_set_source_samples(spec, 1, names, ss, nfiles) ||
+            sl_spec_set_shuffle(spec, 1) || sl_spec_set_threads(spec, nthreads) ||
+            sl_spec_add_op_json(spec, "{\"op\": \"decode\", \"column\": \"image\"}") ||
+            sl_spec_add_op_json(spec, "{\"op\": \"random_resized_crop\", \"column\": \"image\", \"size\": 224}") ||
+            sl_spec_add_op_json(spec, "{\"op\": \"flip\", \"column\": \"image\"}") ||
+            sl_spec_add_op_json(spec, "{\"op\": \"normalize\", \"column\": \"image\", "
+                                      "\"mean\": [0.485, 0.456, 0.406], \"std\": [0.229, 0.224, 0.225], "
+                                      "\"layout\": \"chw\", \"dtype\": \"float32\"}") ||
+            sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 64}")) {
+            fprintf(stderr, "spec: %s\n", sl_errmsg());
+            exit(1);
+        }
+        free(ss);
+    }
+    sl_pipeline *p;
+    if (sl_pipeline_create(&p, spec) != SL_OK) {
+        fprintf(stderr, "pipeline: %s\n", sl_errmsg());
+        exit(1);
+    }
+    sl_pipeline_set_epoch(p, epoch);
+    double t0 = now();
+    sl_batch *b;
+    int rc;
+    size_t seen = 0;
+    while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
+        seen += (size_t)sl_batch_size(b);
+        sl_batch_release(b);
+    }
+    double dt = now() - t0;
+    if (rc < 0) {
+        fprintf(stderr, "pipeline: %s\n", sl_errmsg());
+        *failed = 1;
+    }
+    sl_pipeline_free(p);
+    return seen / dt;
+}
+
 int main(int argc, char **argv) {
     int repeat = 3;
     size_t limit = 0;
@@ -215,11 +267,12 @@ int main(int argc, char **argv) {
     }
     if (argc - a != 2 || nthreads < 1) {
         fprintf(stderr, "usage: ops_decode_bench [--threads T] [--repeat R] [--limit N] "
-                        "tj|decode|train|eval DIR\n");
+                        "tj|decode|train|eval|pipeline DIR\n");
         return 2;
     }
     mode = argv[a];
-    if (strcmp(mode, "tj") && strcmp(mode, "decode") && strcmp(mode, "train") && strcmp(mode, "eval")) {
+    if (strcmp(mode, "tj") && strcmp(mode, "decode") && strcmp(mode, "train") &&
+        strcmp(mode, "eval") && strcmp(mode, "pipeline")) {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
     }
@@ -231,7 +284,14 @@ int main(int argc, char **argv) {
     double rates[64];
     if (repeat > 64)
         repeat = 64;
-    for (int r = 0; r < repeat; r++) {
+    for (int r = 0; r < repeat && !strcmp(mode, "pipeline"); r++) {
+        int failed = 0;
+        rates[r] = run_pipeline((uint64_t)r, &failed);
+        printf("{\"mode\": \"pipeline\", \"threads\": %d, \"images\": %zu, \"failed\": %d, "
+               "\"img_s\": %.1f}\n", nthreads, nfiles, failed, rates[r]);
+        fflush(stdout);
+    }
+    for (int r = 0; r < repeat && strcmp(mode, "pipeline"); r++) {
         pthread_t th[256];
         worker ws[256];
         if (nthreads > 256)

@@ -7,6 +7,7 @@
  *
  *   py_c_consumer SPEC.json EPOCHS
  */
+#define _POSIX_C_SOURCE 200809L
 #include "sluice.h"
 
 #include <stdio.h>

@@ -5,7 +5,9 @@ DataLoader(TensorDataset) (../shared/bench/torch_fmnist.py), side by side.
     /usr/bin/python3 bench/py_fmnist.py [--build build] [--repeats 3] [--epochs 3]
 
 Both sides: the 60,000 training images, shuffled each epoch, batch 256, no
-model; images/s per epoch (first epoch dropped: warm-up) and the peak
+model (sluice three ways: from the packed .slr as torch tensors and as numpy
+arrays, and from arrays in memory with sluice.from_arrays as torch tensors —
+the same situation as the peer's TensorDataset); images/s per epoch (first epoch dropped: warm-up) and the peak
 resident memory of all their processes summed. Runs are interleaved.
 """
 import argparse
@@ -25,7 +27,17 @@ SLUICE_RUN = r"""
 import json, sys, time
 import sluice
 path, epochs, batch, kind = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-ds = sluice.records(path).shuffle(seed=0).batch(batch).prefetch(4)
+if kind == "arrays":  # in memory, as the peer's TensorDataset (loading not timed)
+    import gzip, numpy as np
+    def idx(p, skip):
+        return np.frombuffer(gzip.open(p).read(), np.uint8, offset=skip)
+    x = idx(path + "/train-images-idx3-ubyte.gz", 16).reshape(-1, 28, 28)
+    y = idx(path + "/train-labels-idx1-ubyte.gz", 8).astype(np.int64)
+    ds = sluice.from_arrays({"image": x, "label": y})
+    kind = "torch"
+else:
+    ds = sluice.records(path)
+ds = ds.shuffle(seed=0).batch(batch).prefetch(4)
 for ep in range(epochs):
     ds.set_epoch(ep)
     t0 = time.perf_counter(); seen = 0
@@ -54,8 +66,9 @@ def main():
         sluice.pack([f"{ROOT}/train-images-idx3-ubyte.gz", f"{ROOT}/train-labels-idx1-ubyte.gz"], slr)
     runs = {}
     for rep in range(a.repeats):
-        for kind in ("torch", "numpy"):
-            out, rss = run_measured([PY, "-c", SLUICE_RUN, slr, str(a.epochs), "256", kind], env=env)
+        for kind in ("torch", "numpy", "arrays"):
+            src = ROOT if kind == "arrays" else slr
+            out, rss = run_measured([PY, "-c", SLUICE_RUN, src, str(a.epochs), "256", kind], env=env)
             rates = [r["img_s"] for r in json_lines(out)][1:]
             runs.setdefault(f"sluice-{kind}", []).append((max(rates), rss))
         for w in a.workers.split(","):
@@ -69,7 +82,7 @@ def main():
         summary[k] = {"img_s": round(m), "spread": [round(s) for s in spread],
                       "peak_rss_mb": round(max(x[1] for x in v), 1)}
     best_peer = max((summary[k]["img_s"], k) for k in summary if k.startswith("dataloader"))
-    for kind in ("torch", "numpy"):
+    for kind in ("torch", "numpy", "arrays"):
         summary[f"ratio_{kind}_vs_best_dataloader"] = round(
             summary[f"sluice-{kind}"]["img_s"] / best_peer[0], 2)
     summary["best_dataloader"] = best_peer[1]

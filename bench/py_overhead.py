@@ -2,17 +2,21 @@
 """Python iteration overhead: batches/s of one pipeline consumed from Python
 (numpy and torch) vs the same spec consumed from C, side by side.
 
-    /usr/bin/python3 bench/py_overhead.py [--build build] [--repeats 5] [--batch 256]
+    /usr/bin/python3 bench/py_overhead.py [--build build] [--repeats 5] [--batch 64]
 
-The C side is `sluice bench SPEC --json` when the command has it, and always
-bench/py_c_consumer.c (compiled here against <build>/libsluice.a): a loop of
-sl_pipeline_next + sl_batch_release, nothing else. The Python side iterates
-ds.numpy() / ds.torch() and touches nothing either. Data: Fashion-MNIST
+Two comparisons. Across processes: `sluice bench SPEC --json` (when the
+command has it) and bench/py_c_consumer.c (compiled here against
+<build>/libsluice.a; a loop of sl_pipeline_next + sl_batch_release, nothing
+else) vs Python processes iterating ds.numpy() / ds.torch(). In one process:
+epochs drained in C (Pipeline._drain) alternate with epochs iterated from
+Python on the same pipeline, which removes the process-to-process variation
+BENCH.md warns about. Data: Fashion-MNIST
 packed to .slr (small samples: the per-batch cost of Python shows most).
 """
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,9 +41,40 @@ for ep in range(epochs):
 """
 
 
+# In one process, on one pipeline: epochs consumed by C (Pipeline._drain:
+# sl_pipeline_next + sl_batch_release with the GIL released) alternate with
+# epochs iterated from Python, so both see the same memory layout, the same
+# threads and the same machine load. The fairest side-by-side there is.
+INPROC_RUN = r"""
+import json, statistics, sys, time
+import sluice
+spec, rounds = sys.argv[1], int(sys.argv[2])
+ds = sluice.from_spec(spec)
+eng = ds._get_engine()
+rates = {"c": [], "py-numpy": [], "py-torch": []}
+ep = 0
+def one(mode):
+    global ep
+    ds.set_epoch(ep); ep += 1
+    t0 = time.perf_counter()
+    if mode == "c":
+        n, _ = eng._drain()
+    else:
+        n = 0
+        for b in (ds.numpy() if mode == "py-numpy" else ds.torch()):
+            n += 1
+    return n / (time.perf_counter() - t0)
+one("c"); one("py-numpy"); one("py-torch")  # warm-up
+for r in range(rounds):
+    for mode in ("c", "py-numpy", "py-torch"):
+        rates[mode].append(one(mode))
+print(json.dumps({k: statistics.median(v) for k, v in rates.items()}))
+"""
+
+
 def build_consumer(build, work):
     exe = os.path.join(work, "py_c_consumer")
-    libs = ["-lturbojpeg", "-lzstd", "-lpng", "-lcjson", "-lz", "-lxxhash", "-lm", "-lpthread",
+    libs = ["-lturbojpeg", "-ljpeg", "-lzstd", "-lpng", "-lcjson", "-lz", "-lxxhash", "-lm", "-lpthread",
             "-ldl"]
     if subprocess.run(["pkg-config", "--exists", "spng"]).returncode == 0:
         libs.insert(0, "-lspng")
@@ -53,8 +88,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--workdir", default=None)
     a = ap.parse_args()
     env = env_with_sluice(a.build)
@@ -80,7 +115,7 @@ def main():
         for name, cmd in cmds.items():
             out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
             rates = [r["batches_s"] for r in json_lines(out)][1:]  # drop the warm-up epoch
-            runs.setdefault(name, []).append(max(rates))
+            runs.setdefault(name, []).append(statistics.median(rates))
         if has_bench:
             out = subprocess.run([cli, "bench", spec, "--json"], capture_output=True, text=True)
             recs = json_lines(out.stdout)
@@ -91,7 +126,20 @@ def main():
                     bs = r["samples_per_s"] / a.batch
                 if bs:
                     runs.setdefault("sluice-bench", []).append(bs)
+    inproc = {}
+    for _ in range(a.repeats):
+        out = subprocess.run([PY, "-c", INPROC_RUN, spec, "10"], capture_output=True, text=True,
+                             env=env, check=True).stdout
+        for k, v in json_lines(out)[-1].items():
+            inproc.setdefault(k, []).append(v)
     summary = {"machine": machine(), "spec": ds.spec, "repeats": a.repeats}
+    for k, v in inproc.items():
+        m, spread = med_spread(v)
+        summary[f"inprocess-{k}"] = {"batches_s": round(m, 1),
+                                     "spread": [round(x, 1) for x in spread]}
+    for k in ("py-numpy", "py-torch"):
+        summary[f"inprocess-{k}_slower_than_c_pct"] = round(
+            100 * (1 - summary[f"inprocess-{k}"]["batches_s"] / summary["inprocess-c"]["batches_s"]), 1)
     for k, v in runs.items():
         m, spread = med_spread(v)
         summary[k] = {"batches_s": round(m, 1), "spread": [round(s, 1) for s in spread]}

@@ -317,7 +317,7 @@ typedef struct sl_writer sl_writer;
 
 /** Start writing a dataset at `path`. The schema is copied. `opts` may be NULL.
  *  Creates the directory "<path>.partial/" for the data in flight; refuses to
- *  start (SL_EIO) while one exists, since it may hold an interrupted write to
+ *  start (SL_EIO) while a non-empty one exists: it may hold an interrupted write to
  *  salvage with sl_recover(). An existing file at `path` is replaced on close.
  *  @return SL_OK, SL_EINVAL (no columns, options version, `path` is a
  *  directory), SL_EIO (names the path), SL_ENOMEM. Since 0.1 */
@@ -364,7 +364,11 @@ typedef struct sl_reader sl_reader;
  *  (zero copy) or into this record's own scratch memory (compressed columns,
  *  pread mode); they stay valid until the next read into this record, or
  *  sl_record_free(), or sl_reader_free(), whichever comes first.
- *  Use sl_tensor_copy (or sl_buffer_retain on col->buf, when set) to keep one. */
+ *  Use sl_tensor_copy (or sl_buffer_retain on col->buf, when set) to keep one.
+ *  In mmap mode, views of uncompressed columns carry `buf`: the buffer that
+ *  owns the file mapping, borrowed (the record holds no reference of its
+ *  own). Retaining it keeps the view valid after the reader is freed; release
+ *  only references you retained. Views into scratch memory have `buf` NULL. */
 typedef struct sl_record sl_record;
 
 /** Open a dataset; reads only footer, index, schema and manifest.
@@ -642,8 +646,10 @@ typedef enum sl_interp {
 } sl_interp;
 
 /** Fused decode + crop + resize: decode only the part of the image that
- *  `crop` needs, at the smallest JPEG DCT scale (1/8 .. 8/8) that still has at
- *  least out_h x out_w pixels in the crop, then resize straight into `out`.
+ *  `crop` needs, at the smallest JPEG DCT scale (1/8, 1/4, 1/2 or 1: those
+ *  libjpeg-turbo runs with SIMD) that still has at least out_h x out_w pixels
+ *  in the crop, then resize straight into `out`. The rows below the crop are
+ *  never decoded, so damage there goes unnoticed (the output is still right).
  *  Equal to sl_decode + sl_image_crop + sl_image_resize within a mean
  *  absolute difference of 2 levels (exact when the scale is 8/8 and the crop
  *  is the whole image). PNG input is decoded whole, then resized from the box.
@@ -883,9 +889,10 @@ SL_API int sl_pipeline_set_epoch(sl_pipeline *p, uint64_t epoch);
 SL_API uint64_t sl_pipeline_epoch(const sl_pipeline *p);
 /** The spec's epoch count. Since 0.1 */
 SL_API int64_t sl_pipeline_epochs(const sl_pipeline *p);
-/** Batches per epoch when known before running (no filters but pushed-down
- *  ones, no take/skip/shuffle_buffer... or all of them counted); -1 if not
- *  known. Since 0.1 */
+/** Batches per epoch when known before running: -1 when a filter that could
+ *  not be pushed into the source index, a user filter, or policy skip may drop
+ *  samples; take, skip, repeat, sharding and pushed-down filters are counted.
+ *  Since 0.1 */
 SL_API int64_t sl_pipeline_len(const sl_pipeline *p);
 /** Number of output columns and their names (borrowed for the pipeline's
  *  life), in batch column order. Since 0.1 */
@@ -948,7 +955,7 @@ typedef struct sl_stage_stats {
     char name[96];             /**< "source", "map[decode+random_resized_crop]", "batch" */
     int32_t workers;           /**< worker threads now active */
     int32_t queue_capacity;    /**< output queue capacity, in elements */
-    uint64_t elements;         /**< samples (or batches, for the batch stage) done */
+    uint64_t elements;         /**< samples this stage has handled */
     double elements_per_s;     /**< elements / wall time since start */
     double busy_s;             /**< time spent working */
     double wait_in_s;          /**< time blocked waiting for input */
@@ -980,6 +987,15 @@ SL_API int sl_pipeline_stats_get(const sl_pipeline *p, sl_pipeline_stats *out);
 /** The same as a JSON object ({"samples_per_s", "bound", "stages": [...],
  *  ...}), snprintf-style. Any thread. Since 0.1 */
 SL_API int sl_pipeline_stats_json(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out);
+/** Record a trace of the workers' activity (one span per chunk of work per
+ *  worker), keeping at most `max_events` spans (0: 1M); later ones are
+ *  dropped and counted. Call before the first sl_pipeline_next.
+ *  @return SL_OK, SL_EINVAL (already running), SL_ENOMEM. Since 0.1 */
+SL_API int sl_pipeline_trace_enable(sl_pipeline *p, size_t max_events);
+/** The trace as Chrome / Perfetto trace-event JSON (one row per worker;
+ *  open in ui.perfetto.dev), snprintf-style. Consumer thread.
+ *  @return SL_OK, SL_EINVAL (not enabled), SL_ENOMEM. Since 0.1 */
+SL_API int sl_pipeline_trace_json(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out);
 
 #ifdef __cplusplus
 }

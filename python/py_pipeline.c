@@ -37,15 +37,37 @@ typedef struct {
     py_map *maps;
     int nmaps;
     int busy;              /* a call is in flight with the GIL released */
+    int forked;            /* made before a fork(): unusable in this child */
     PyObject *weakrefs;    /* the Python side tracks live pipelines weakly */
 } PySlPipeline;
 
 static PyObject *np_ascontiguousarray_p;
+static PyObject *np_asarray_p;
 
 /* ---- Python map ops ------------------------------------------------------ */
 
 static int value_into_column(PyObject *v, sl_tensor *col, const char *name) {
-    PyObject *arr = PyObject_CallOneArg(np_ascontiguousarray_p, v);
+    /* numpy.asarray keeps a 0-d value 0-d (ascontiguousarray would make it
+     * 1-d); the buffer request below asks for C order, so only a
+     * non-contiguous array needs the extra contiguous copy. */
+    PyObject *arr = PyObject_CallOneArg(np_asarray_p, v);
+    if (arr && !PyObject_CheckBuffer(arr)) {
+        Py_DECREF(arr);
+        PyErr_Format(PyExc_TypeError, "map result['%s']: not convertible to an array", name);
+        return -1;
+    }
+    if (arr) {
+        PyObject *flags = PyObject_GetAttrString(arr, "flags");
+        PyObject *c = flags ? PyObject_GetAttrString(flags, "c_contiguous") : NULL;
+        int contiguous = c ? PyObject_IsTrue(c) : -1;
+        Py_XDECREF(c);
+        Py_XDECREF(flags);
+        if (contiguous < 0) {
+            Py_CLEAR(arr);
+        } else if (!contiguous) {
+            Py_SETREF(arr, PyObject_CallOneArg(np_ascontiguousarray_p, arr));
+        }
+    }
     if (!arr)
         return -1;
     Py_buffer view;
@@ -173,6 +195,11 @@ static PyObject *names_at(const sl_spec *spec) {
 /* ---- the Pipeline type ------------------------------------------------------ */
 
 static int pipeline_check(PySlPipeline *self) {
+    if (self->forked) {
+        PyErr_SetString(PyExc_RuntimeError, "the pipeline was started before fork(): its "
+                        "threads do not exist in this process; build a new Dataset here");
+        return -1;
+    }
     if (!self->p) {
         PyErr_SetString(PyExc_ValueError, "the pipeline is closed");
         return -1;
@@ -210,16 +237,65 @@ static void pipeline_close_now(PySlPipeline *self) {
     free_maps(self);
 }
 
-/* Pipeline(spec_json, ops=None, callables=()):
+/* Source from memory: `arrays` is (names, arrays), each array C-contiguous
+ * with the sample count as its first dimension. The engine copies the bytes. */
+static int set_memory_source(sl_spec *spec, PyObject *arrays) {
+    PyObject *names = NULL, *arrs = NULL;
+    if (!PyTuple_Check(arrays) || PyTuple_GET_SIZE(arrays) != 2) {
+        PyErr_SetString(PyExc_TypeError, "arrays: expected (names, arrays)");
+        return -1;
+    }
+    names = PySequence_Fast(PyTuple_GET_ITEM(arrays, 0), "arrays: names must be a list");
+    arrs = names ? PySequence_Fast(PyTuple_GET_ITEM(arrays, 1), "arrays: must be a list") : NULL;
+    if (!arrs) {
+        Py_XDECREF(names);
+        return -1;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(names);
+    int ret = -1, nviews = 0;
+    const char *cnames[SL_MAX_COLUMNS];
+    sl_tensor cols[SL_MAX_COLUMNS];
+    Py_buffer views[SL_MAX_COLUMNS];
+    if (n < 1 || n > SL_MAX_COLUMNS || PySequence_Fast_GET_SIZE(arrs) != n) {
+        PyErr_Format(PyExc_ValueError, "columns: expected 1..%d columns", SL_MAX_COLUMNS);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        cnames[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(names, i));
+        if (!cnames[i])
+            goto done;
+        char what[96];
+        snprintf(what, sizeof what, "columns['%s']", cnames[i]);
+        memset(&cols[i], 0, sizeof cols[i]);
+        if (py_sl_tensor_from_buffer(PySequence_Fast_GET_ITEM(arrs, i), &views[i], &cols[i],
+                                     what) < 0)
+            goto done;
+        nviews++;
+    }
+    int rc = sl_spec_set_source_columns(spec, (int)n, cnames, cols);
+    if (rc < 0)
+        py_sl_raise(rc);
+    else
+        ret = 0;
+done:
+    for (int i = 0; i < nviews; i++)
+        PyBuffer_Release(&views[i]);
+    Py_DECREF(names);
+    Py_DECREF(arrs);
+    return ret;
+}
+
+/* Pipeline(spec_json, ops=None, callables=(), arrays=None):
  *  ops None: the whole pipeline is spec_json (the path `sluice run` takes).
  *  else: spec_json is the spec without ops, and ops lists each op in order as
- *  JSON text, or as an int: the index of a Python callable in `callables`. */
+ *  JSON text, or as an int: the index of a Python callable in `callables`.
+ *  arrays: (names, arrays) to read from memory instead of the spec's path. */
 static int pipeline_init(PySlPipeline *self, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"spec", "ops", "callables", NULL};
+    static char *kwlist[] = {"spec", "ops", "callables", "arrays", NULL};
     const char *json;
-    PyObject *ops = Py_None, *callables = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|OO:Pipeline", kwlist, &json, &ops,
-                                     &callables))
+    PyObject *ops = Py_None, *callables = NULL, *arrays = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|OOO:Pipeline", kwlist, &json, &ops,
+                                     &callables, &arrays))
         return -1;
     if (self->p) {
         PyErr_SetString(PyExc_RuntimeError, "Pipeline.__init__ called twice");
@@ -229,6 +305,10 @@ static int pipeline_init(PySlPipeline *self, PyObject *args, PyObject *kwargs) {
     int rc = sl_spec_from_json(&spec, json);
     if (rc < 0) {
         py_sl_raise(rc);
+        return -1;
+    }
+    if (arrays != Py_None && set_memory_source(spec, arrays) < 0) {
+        sl_spec_free(spec);
         return -1;
     }
     if (ops != Py_None) {
@@ -482,13 +562,23 @@ static PyObject *engine_text(PySlPipeline *self, text_fn fn) {
         return py_sl_raise(rc);
     if (len < sizeof small)
         return PyUnicode_FromStringAndSize(small, (Py_ssize_t)len);
-    char *big = PyMem_Malloc(len + 1);
-    if (!big)
-        return PyErr_NoMemory();
-    rc = fn(self->p, big, len + 1, &len);
-    PyObject *s = rc < 0 ? py_sl_raise(rc) : PyUnicode_FromStringAndSize(big, (Py_ssize_t)len);
-    PyMem_Free(big);
-    return s;
+    /* Stats keep changing while workers run, so the text can grow between
+     * the sizing call and the filling one: retry until it fits. */
+    for (;;) {
+        size_t cap = len + 1024;
+        char *big = PyMem_Malloc(cap);
+        if (!big)
+            return PyErr_NoMemory();
+        rc = fn(self->p, big, cap, &len);
+        if (rc >= 0 && len >= cap) {
+            PyMem_Free(big);
+            continue;
+        }
+        PyObject *s = rc < 0 ? py_sl_raise(rc)
+                             : PyUnicode_FromStringAndSize(big, (Py_ssize_t)len);
+        PyMem_Free(big);
+        return s;
+    }
 }
 
 static PyObject *pipeline_state(PySlPipeline *self, PyObject *unused) {
@@ -499,6 +589,22 @@ static PyObject *pipeline_stats(PySlPipeline *self, PyObject *unused) {
 }
 static PyObject *pipeline_explain(PySlPipeline *self, PyObject *unused) {
     return engine_text(self, sl_pipeline_explain);
+}
+
+static PyObject *pipeline_trace(PySlPipeline *self, PyObject *unused) {
+    return engine_text(self, sl_pipeline_trace_json);
+}
+
+static PyObject *pipeline_trace_enable(PySlPipeline *self, PyObject *arg) {
+    size_t n = PyLong_AsSize_t(arg);
+    if (n == (size_t)-1 && PyErr_Occurred())
+        return NULL;
+    if (pipeline_check(self) < 0)
+        return NULL;
+    int rc = sl_pipeline_trace_enable(self->p, n);
+    if (rc < 0)
+        return py_sl_raise(rc);
+    Py_RETURN_NONE;
 }
 
 static PyObject *pipeline_restore(PySlPipeline *self, PyObject *arg) {
@@ -517,6 +623,50 @@ static PyObject *pipeline_restore(PySlPipeline *self, PyObject *arg) {
     if (rc < 0)
         return py_sl_raise(rc);
     Py_RETURN_NONE;
+}
+
+/* _drain(): consume the rest of the epoch in C — sl_pipeline_next and
+ * sl_batch_release, nothing else, the GIL released throughout — and return
+ * (batches, samples). The baseline bench/py_overhead.py compares Python
+ * iteration with, in the same process and on the same pipeline. */
+static PyObject *pipeline_drain(PySlPipeline *self, PyObject *unused) {
+    if (pipeline_check(self) < 0)
+        return NULL;
+    sl_pipeline *p = self->p;
+    long long batches = 0, samples = 0;
+    int rc;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    sl_batch *b;
+    while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
+        batches++;
+        samples += (long long)sl_batch_size(b);
+        sl_batch_release(b);
+    }
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (rc < 0) {
+        if (!raise_map_exception(self))
+            py_sl_raise(rc);
+        return NULL;
+    }
+    return Py_BuildValue("(LL)", batches, samples);
+}
+
+/* In a forked child the engine's threads are gone: freeing would wait for
+ * them forever, so the pipeline is dropped without freeing (the child's copy
+ * of its memory is simply not reused). Called from os.register_at_fork. */
+static PyObject *pipeline_after_fork(PySlPipeline *self, PyObject *unused) {
+    if (self->p) {
+        self->p = NULL;
+        self->forked = 1;
+    }
+    self->busy = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *pipeline_get_forked(PySlPipeline *self, void *closure) {
+    return PyBool_FromLong(self->forked);
 }
 
 static PyObject *pipeline_length(PySlPipeline *self, PyObject *unused) {
@@ -570,8 +720,16 @@ static PyMethodDef pipeline_methods[] = {
     {"restore", (PyCFunction)pipeline_restore, METH_O, "Continue from a state() text."},
     {"stats", (PyCFunction)pipeline_stats, METH_NOARGS, "Stage counters and verdict, JSON."},
     {"explain", (PyCFunction)pipeline_explain, METH_NOARGS, "The plan, before and after."},
+    {"trace_enable", (PyCFunction)pipeline_trace_enable, METH_O,
+     "trace_enable(max_events): record worker activity; before the first batch."},
+    {"trace", (PyCFunction)pipeline_trace, METH_NOARGS,
+     "The recorded trace as Chrome/Perfetto trace-event JSON text."},
     {"length", (PyCFunction)pipeline_length, METH_NOARGS,
      "Batches per epoch, or -1 when not known in advance."},
+    {"_drain", (PyCFunction)pipeline_drain, METH_NOARGS,
+     "Consume the rest of the epoch in C; (batches, samples). For benchmarks."},
+    {"_after_fork", (PyCFunction)pipeline_after_fork, METH_NOARGS,
+     "Drop the pipeline without freeing it, in a forked child."},
     {"close", (PyCFunction)pipeline_close, METH_NOARGS,
      "Stop the workers; batches handed out stay valid."},
     {NULL, NULL, 0, NULL}};
@@ -580,6 +738,8 @@ static PyGetSetDef pipeline_getset[] = {
     {"columns", (getter)pipeline_get_columns, NULL, "Output column names.", NULL},
     {"epoch", (getter)pipeline_get_epoch, NULL, "Epoch of the next batch.", NULL},
     {"epochs", (getter)pipeline_get_epochs, NULL, "The spec's epoch count.", NULL},
+    {"forked", (getter)pipeline_get_forked, NULL,
+     "True in a forked child: the pipeline's threads stayed in the parent.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject PySlPipeline_Type = {
@@ -602,8 +762,9 @@ int py_sl_pipeline_init(PyObject *m) {
     if (!np)
         return -1;
     np_ascontiguousarray_p = PyObject_GetAttrString(np, "ascontiguousarray");
+    np_asarray_p = PyObject_GetAttrString(np, "asarray");
     Py_DECREF(np);
-    if (!np_ascontiguousarray_p)
+    if (!np_ascontiguousarray_p || !np_asarray_p)
         return -1;
     if (PyType_Ready(&PySlPipeline_Type) < 0)
         return -1;

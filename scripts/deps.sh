@@ -5,7 +5,7 @@ set -euo pipefail
 PKGS=(build-essential cmake pkg-config clang libclang-rt-14-dev
       libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libpng-dev zlib1g-dev
       libzstd-dev libxxhash-dev libcjson-dev libdlpack-dev
-      python3-dev python3-numpy python3-torch python3-torchvision python3-pil python3-pytest
+      python3-dev python3-numpy python3-torch python3-torchvision python3-pil python3-pytest python3-opencv
       dataset-fashion-mnist)
 missing=()
 for p in "${PKGS[@]}"; do

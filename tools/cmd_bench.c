@@ -7,7 +7,7 @@
 #include <time.h>
 
 static void help(FILE *f) {
-    fprintf(f, "usage: sluice bench SPEC.json [--seconds S] [--threads N] [--json]\n"
+    fprintf(f, "usage: sluice bench SPEC.json [--seconds S] [--threads N] [--json] [--trace FILE]\n"
                "\n"
                "Consume the pipeline's batches as fast as possible for S seconds (default\n"
                "5; epochs repeat as needed), then report samples/s, per-stage counters\n"
@@ -19,6 +19,7 @@ static void help(FILE *f) {
                "  --seconds S   how long to run (default 5; a decimal is fine)\n"
                "  --threads N   workers of every parallel stage\n"
                "  --json        print one JSON object (samples_per_s, bound, verdict, stages)\n"
+               "  --trace FILE  write a Chrome/Perfetto trace of the workers there\n"
                "\n"
                "exit status: 0 done, 1 bad spec, unreadable data or a failed sample, 2 usage\n");
 }
@@ -30,7 +31,7 @@ static double now_s(void) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *spec_path = NULL;
+    const char *spec_path = NULL, *trace = NULL;
     double seconds = 5.0;
     long long threads = -1;
     int json = 0;
@@ -46,6 +47,10 @@ int cmd_bench(int argc, char **argv) {
             if (i + 1 >= argc || (seconds = strtod(argv[i + 1], &end)) <= 0 || *end)
                 return cli_usage("bench", "--seconds needs a positive number");
             i++;
+        } else if (!strcmp(a, "--trace")) {
+            if (i + 1 >= argc)
+                return cli_usage("bench", "--trace needs a file");
+            trace = argv[++i];
         } else if (!strcmp(a, "--threads")) {
             if (i + 1 >= argc || (threads = cli_parse_count(argv[i + 1])) < 1)
                 return cli_usage("bench", "--threads needs a positive count");
@@ -65,6 +70,10 @@ int cmd_bench(int argc, char **argv) {
     int ec = cli_build_pipeline("bench", spec_path, 1000000000LL, threads, &p);
     if (ec)
         return ec;
+    if (trace && sl_pipeline_trace_enable(p, 0) < 0) {
+        sl_pipeline_free(p);
+        return cli_fail("bench");
+    }
     double t0 = now_s();
     uint64_t batches = 0;
     while (now_s() - t0 < seconds) {
@@ -87,13 +96,20 @@ int cmd_bench(int argc, char **argv) {
         sl_batch_release(b);
     }
     if (json) {
-        size_t len = 0;
-        sl_pipeline_stats_json(p, NULL, 0, &len);
-        char *text = malloc(len + 1);
-        if (!text || sl_pipeline_stats_json(p, text, len + 1, &len) < 0) {
+        /* the numbers move between calls: size generously and retry if cut */
+        size_t cap = 16384, len = 0;
+        char *text = NULL;
+        for (;;) {
             free(text);
-            sl_pipeline_free(p);
-            return cli_fail("bench");
+            text = malloc(cap);
+            if (!text || sl_pipeline_stats_json(p, text, cap, &len) < 0) {
+                free(text);
+                sl_pipeline_free(p);
+                return cli_fail("bench");
+            }
+            if (len < cap)
+                break;
+            cap = len + 4096;
         }
         printf("%s\n", text);
         free(text);
@@ -117,6 +133,7 @@ int cmd_bench(int argc, char **argv) {
                    st.nerrors ? st.errors[0] : "");
         printf("verdict: %s\n", st.verdict);
     }
+    ec = trace ? cli_write_trace("bench", p, trace) : 0;
     sl_pipeline_free(p);
-    return 0;
+    return ec;
 }

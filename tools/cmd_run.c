@@ -9,7 +9,7 @@
 
 static void help(FILE *f) {
     fprintf(f, "usage: sluice run SPEC.json [--epochs N] [--threads N] [--digest]\n"
-               "                  [--stop-after K --save-state FILE] [--resume FILE]\n"
+               "                  [--stop-after K --save-state FILE] [--resume FILE] [--trace FILE]\n"
                "\n"
                "Run the pipeline a JSON spec describes (docs/PIPELINE.md) and consume its\n"
                "batches. Without --digest, prints one summary line at the end.\n"
@@ -22,6 +22,7 @@ static void help(FILE *f) {
                "  --stop-after K     stop after K batches\n"
                "  --save-state FILE  write the iterator state there when stopping\n"
                "  --resume FILE      continue from a state saved by --save-state\n"
+               "  --trace FILE       write a Chrome/Perfetto trace of the workers there\n"
                "  -h, --help         show this help\n"
                "\n"
                "exit status: 0 done, 1 bad spec, unreadable data or a failed sample, 2 usage\n"
@@ -56,7 +57,7 @@ static uint64_t batch_digest(const sl_batch *b) {
 }
 
 int cmd_run(int argc, char **argv) {
-    const char *spec_path = NULL, *save = NULL, *resume = NULL;
+    const char *spec_path = NULL, *save = NULL, *resume = NULL, *trace = NULL;
     long long epochs = -1, threads = -1, stop_after = -1;
     int digest = 0;
     for (int i = 1; i < argc; i++) {
@@ -79,6 +80,10 @@ int cmd_run(int argc, char **argv) {
                 threads = v;
             else
                 stop_after = v;
+        } else if (!strcmp(a, "--trace")) {
+            if (i + 1 >= argc)
+                return cli_usage("run", "--trace needs a file");
+            trace = argv[++i];
         } else if (!strcmp(a, "--save-state") || !strcmp(a, "--resume")) {
             if (i + 1 >= argc)
                 return cli_usage("run", "%s needs a file", a);
@@ -102,6 +107,10 @@ int cmd_run(int argc, char **argv) {
     int ec = cli_build_pipeline("run", spec_path, epochs, threads, &p);
     if (ec)
         return ec;
+    if (trace && sl_pipeline_trace_enable(p, 0) < 0) {
+        sl_pipeline_free(p);
+        return cli_fail("run");
+    }
     if (resume) {
         char *st = cli_read_file("run", resume);
         if (!st) {
@@ -153,6 +162,8 @@ int cmd_run(int argc, char **argv) {
             ec = 1;
         }
     }
+    if (!ec && trace)
+        ec = cli_write_trace("run", p, trace);
     if (!ec && !digest) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);

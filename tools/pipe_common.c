@@ -82,3 +82,31 @@ int cli_build_pipeline(const char *cmd, const char *spec_path, long long epochs,
     }
     return 0;
 }
+
+int cli_write_trace(const char *cmd, sl_pipeline *p, const char *path) {
+    size_t len = 0;
+    if (sl_pipeline_trace_json(p, NULL, 0, &len) < 0)
+        return cli_fail(cmd);
+    /* events may still arrive between the two calls: leave room, retry */
+    char *text = NULL;
+    for (size_t cap = len + 65536;; cap = len + 65536) {
+        free(text);
+        text = malloc(cap);
+        if (!text || sl_pipeline_trace_json(p, text, cap, &len) < 0) {
+            free(text);
+            return cli_fail(cmd);
+        }
+        if (len < cap)
+            break;
+    }
+    FILE *f = fopen(path, "w");
+    int ok = f && fputs(text, f) >= 0;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    free(text);
+    if (!ok) {
+        fprintf(stderr, "sluice %s: %s: cannot write the trace: %s\n", cmd, path, strerror(errno));
+        return 1;
+    }
+    return 0;
+}

@@ -15,4 +15,8 @@ long long cli_parse_count(const char *s);
 int cli_build_pipeline(const char *cmd, const char *spec_path, long long epochs,
                        long long threads, sl_pipeline **out);
 
+/* Write the pipeline's trace (Chrome trace-event JSON) to `path`.
+ * Returns 0 or 1 (message printed). */
+int cli_write_trace(const char *cmd, sl_pipeline *p, const char *path);
+
 #endif

@@ -16,7 +16,7 @@ import weakref
 
 from . import _sluice
 
-__all__ = ["Dataset", "records", "from_spec"]
+__all__ = ["Dataset", "records", "from_arrays", "from_spec"]
 
 # Engines still running at interpreter exit are stopped before Python tears
 # down: a worker inside a Python map must not find the interpreter gone.
@@ -27,6 +27,18 @@ _live_engines = weakref.WeakSet()
 def _close_all():
     for engine in list(_live_engines):
         engine.close()
+
+
+def _after_fork_in_child():
+    # The engine's threads stay in the parent; a Dataset used in the child
+    # starts a fresh engine of its own (see Dataset._get_engine).
+    for engine in list(_live_engines):
+        engine._after_fork()
+    _live_engines.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _check_column(name, arg="column"):
@@ -62,10 +74,11 @@ def _numbers(value, arg):
 
 
 def _size2(size, arg="size"):
+    """An int (kept: each op gives it torchvision's meaning) or [h, w]."""
     if isinstance(size, int) and not isinstance(size, bool):
         if size <= 0:
             raise ValueError(f"{arg}: must be positive, got {size}")
-        return [size, size]
+        return size
     try:
         h, w = size
     except (TypeError, ValueError):
@@ -95,11 +108,12 @@ class Dataset:
     iterations run epochs 0, 1, 2, ...
     """
 
-    def __init__(self, spec, callables=None):
+    def __init__(self, spec, callables=None, arrays=None):
         if not isinstance(spec, dict):
             raise TypeError(f"spec: expected a dict, got {type(spec).__name__}")
         self._spec = spec
         self._callables = list(callables or [])
+        self._arrays = arrays  # (names, arrays) of an in-memory source, or None
         self._engine = None
         self._epoch = 0
         self._pending_state = None
@@ -111,12 +125,12 @@ class Dataset:
         spec = copy.deepcopy(self._spec)
         for k, v in changes.items():
             spec[k] = v
-        return Dataset(spec, self._callables)
+        return Dataset(spec, self._callables, self._arrays)
 
     def _with_source(self, **changes):
         spec = copy.deepcopy(self._spec)
         spec.setdefault("source", {}).update(changes)
-        return Dataset(spec, self._callables)
+        return Dataset(spec, self._callables, self._arrays)
 
     def op(self, name, **params):
         """Append any engine op by its spec name: ``ds.op("resize", column="image",
@@ -127,7 +141,7 @@ class Dataset:
         step = {"op": name}
         step.update({k: v for k, v in params.items() if v is not None})
         spec.setdefault("ops", []).append(step)
-        return Dataset(spec, self._callables)
+        return Dataset(spec, self._callables, self._arrays)
 
     def shuffle(self, seed=None, buffer_size=None):
         """Shuffle records: a fresh global permutation each epoch, keyed by
@@ -158,18 +172,26 @@ class Dataset:
             raise ValueError(f"rank: must be < world_size ({world_size}), got {rank}")
         return self._with_source(shard={"index": rank, "count": world_size})
 
-    def decode(self, column="image", color="rgb"):
-        """Decode JPEG/PNG bytes into an HWC uint8 image (``color``: rgb|gray)."""
-        if color not in ("rgb", "gray"):
-            raise ValueError(f"color: expected 'rgb' or 'gray', got {color!r}")
-        return self.op("decode", column=_check_column(column), color=color)
+    def decode(self, column="image", mode="rgb"):
+        """Decode JPEG/PNG bytes into an HWC uint8 image (``mode``: "rgb" or
+        "gray", as PIL's convert). Fused with a crop/resize that follows."""
+        if mode not in ("rgb", "gray"):
+            raise ValueError(f"mode: expected 'rgb' or 'gray', got {mode!r}")
+        return self.op("decode", column=_check_column(column), mode=mode)
 
-    def resize(self, column, size, interpolation=None):
-        """Resize to ``size`` (int for square, or (height, width))."""
+    def resize(self, column, size, interpolation="bilinear"):
+        """torchvision's Resize: an int resizes the shorter side to it
+        (keeping the aspect ratio), (height, width) resizes to exactly that.
+        ``interpolation``: bilinear|area|nearest, as PIL's filters."""
+        if interpolation not in ("bilinear", "area", "nearest"):
+            raise ValueError("interpolation: expected 'bilinear', 'area' or 'nearest', "
+                             f"got {interpolation!r}")
         return self.op("resize", column=_check_column(column), size=_size2(size),
                        interpolation=interpolation)
 
     def center_crop(self, column, size):
+        """torchvision's CenterCrop (an int is a square; padded with 0 when
+        the image is smaller)."""
         return self.op("center_crop", column=_check_column(column), size=_size2(size))
 
     def random_resized_crop(self, column, size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
@@ -211,11 +233,15 @@ class Dataset:
                        layout=layout, dtype=dtype)
 
     def cast(self, column, dtype):
+        """Convert a column's elements to ``dtype`` ('float32', 'int64', ...)."""
         return self.op("cast", column=_check_column(column), dtype=dtype)
 
-    def one_hot(self, column, classes):
+    def one_hot(self, column="label", classes=None, dtype="float32"):
+        """An integer label as a one-hot vector of ``classes`` values."""
+        if classes is None:
+            raise TypeError("classes: required (the number of classes)")
         return self.op("one_hot", column=_check_column(column),
-                       classes=_check_int(classes, "classes", 1))
+                       classes=_check_int(classes, "classes", 1), dtype=dtype)
 
     def filter(self, column, values=None, exclude=None):
         """Keep samples whose scalar ``column`` is in ``values`` (or, with
@@ -298,6 +324,9 @@ class Dataset:
 
     def to_json(self, indent=2):
         """The spec as JSON text, ready for ``sluice run``."""
+        if self._arrays is not None:
+            raise TypeError("to_json: a Dataset over in-memory arrays has no file to name; "
+                            "write them with sluice.Writer to run them from a spec")
         return json.dumps(self._spec, indent=indent)
 
     def __repr__(self):
@@ -307,13 +336,16 @@ class Dataset:
     # ---- running ---------------------------------------------------------
 
     def _get_engine(self):
+        if self._engine is not None and self._engine.forked:
+            self._engine = None
         if self._engine is None:
             ops = self._spec.get("ops", [])
-            if any(o.get("op") == "python" for o in ops):
-                # Engine ops go in as JSON, Python maps as callables, in order.
+            if self._arrays is not None or any(o.get("op") == "python" for o in ops):
+                # Engine ops go in as JSON, Python maps as callables, in order;
+                # the arrays replace the spec's placeholder source path.
                 base = dict(self._spec, ops=[])
                 steps = [o["id"] if o.get("op") == "python" else json.dumps(o) for o in ops]
-                engine = _sluice.Pipeline(json.dumps(base), steps, self._callables)
+                engine = _sluice.Pipeline(json.dumps(base), steps, self._callables, self._arrays)
             else:
                 engine = _sluice.Pipeline(json.dumps(self._spec))
             _live_engines.add(engine)
@@ -328,6 +360,7 @@ class Dataset:
         same batches."""
         self._epoch = _check_int(epoch, "epoch", 0)
         self._pending_state = None
+        self._generation += 1  # an iteration still open belongs to the old epoch
         if self._engine is not None:
             self._engine.set_epoch(self._epoch)
 
@@ -347,11 +380,29 @@ class Dataset:
         if "epoch" not in state:
             raise ValueError("state: missing 'epoch' (not a sluice state_dict)")
         self._pending_state = copy.deepcopy(state)
+        self._generation += 1
 
     def explain(self):
         """The plan before and after optimisation (fusions, pushed-down
         filters, stages, workers, queues), as ``sluice explain`` prints it."""
         return self._get_engine().explain()
+
+    def enable_trace(self, max_events=0):
+        """Record the engine workers' activity from the next batch on (one
+        span per chunk of work per worker; at most ``max_events``, 0 = 1M).
+        Call before the first iteration; read it with :meth:`trace`."""
+        _check_int(max_events, "max_events", 0)
+        self._get_engine().trace_enable(max_events)
+
+    def trace(self, path=None):
+        """The recorded trace as Chrome/Perfetto trace-event JSON (open it in
+        ui.perfetto.dev): returned as text, or written to ``path``."""
+        text = self._get_engine().trace()
+        if path is None:
+            return text
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return None
 
     @property
     def columns(self):
@@ -436,18 +487,39 @@ class _Loader:
         else:
             import torch
             nxt = engine.next
-            from_dlpack = torch.from_dlpack
+            # Our tensors are always on the CPU, so torch.from_dlpack's device
+            # and stream checks have nothing to do: take the capsule straight
+            # to torch's converter when it is there (half the cost per column).
+            raw = getattr(torch._C, "_from_dlpack", None)
+            if raw is not None:
+                def from_dlpack(t):
+                    return raw(t.__dlpack__())
+            else:
+                from_dlpack = torch.from_dlpack
             device, nb = self._device, self._non_blocking
+
+            def to_torch(v):
+                if isinstance(v, list):  # ragged column
+                    return [from_dlpack(x) for x in v]
+                return from_dlpack(v)
+
             if device is None:
                 def convert(batch):
-                    return {k: from_dlpack(v) for k, v in batch.items()}
+                    return {k: to_torch(v) for k, v in batch.items()}
             else:
+                def move(v):
+                    t = to_torch(v)
+                    if isinstance(t, list):
+                        return [x.to(device, non_blocking=nb) for x in t]
+                    return t.to(device, non_blocking=nb)
+
                 def convert(batch):
-                    return {k: from_dlpack(v).to(device, non_blocking=nb) for k, v in batch.items()}
+                    return {k: move(v) for k, v in batch.items()}
         while True:
             if generation != ds._generation:
                 raise RuntimeError("this iteration was superseded: a newer iteration of the "
-                                   "same Dataset started (one pass at a time)")
+                                   "same Dataset started, or set_epoch/load_state_dict was "
+                                   "called (one pass at a time)")
             batch = nxt()
             if batch is None:
                 ds._finished(generation, epoch)
@@ -455,15 +527,55 @@ class _Loader:
             yield batch if convert is None else convert(batch)
 
 
-def records(path):
-    """A Dataset reading a .slr dataset (file or shard directory) at ``path``."""
+def records(path, parallel=None, chunk=None):
+    """A Dataset reading a .slr dataset (file or shard directory) at ``path``.
+
+    ``parallel``: reader threads (an int, or "auto" to let the engine tune
+    it; default 1). ``chunk``: records a reader hands on at a time (1-256;
+    default adaptive)."""
     try:
         path = os.fspath(path)
     except TypeError:
         raise TypeError(f"path: expected a str or os.PathLike, got {type(path).__name__}") from None
     if not isinstance(path, str):
         path = os.fsdecode(path)
-    return Dataset({"source": {"path": path}, "ops": []})
+    src = {"path": path}
+    if parallel is not None:
+        if parallel != "auto":
+            _check_int(parallel, "parallel", 1)
+        src["parallel"] = parallel
+    if chunk is not None:
+        _check_int(chunk, "chunk", 1)
+        if chunk > 256:
+            raise ValueError(f"chunk: must be at most 256, got {chunk}")
+        src["chunk"] = chunk
+    return Dataset({"source": src, "ops": []})
+
+
+def from_arrays(columns):
+    """A Dataset over arrays held in memory, like torch's TensorDataset:
+    ``columns`` maps each column name to an array-like whose first dimension
+    is the sample count (the same for all); sample i is ``arr[i]`` (a scalar
+    for a 1-D array). The data is copied into the engine once, here; after
+    that the arrays may change or go."""
+    import numpy as np
+    if not isinstance(columns, dict) or not columns:
+        raise TypeError("columns: expected a non-empty dict of name -> array")
+    names, arrays, n = [], [], None
+    for name, value in columns.items():
+        _check_column(name, "columns")
+        arr = np.asarray(value)
+        if arr.ndim < 1:
+            raise ValueError(f"columns['{name}']: needs a leading sample dimension")
+        arr = np.ascontiguousarray(arr)
+        if n is None:
+            n = arr.shape[0]
+        elif arr.shape[0] != n:
+            raise ValueError(f"columns['{name}']: {arr.shape[0]} samples, but the first column "
+                             f"has {n}")
+        names.append(name)
+        arrays.append(arr)
+    return Dataset({"source": {"path": "<memory>"}, "ops": []}, None, (names, arrays))
 
 
 def from_spec(spec):

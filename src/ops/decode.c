@@ -126,6 +126,25 @@ int sl_decode(sl_decoder *dec, const void *data, size_t size, sl_color color, sl
     }
 }
 
+int sl_ops__decode_box(sl_decoder *dec, const void *data, size_t size, sl_color color,
+                       const double box[4], const int lim[4], int out_h, int out_w,
+                       sl_interp interp, uint8_t *out) {
+    switch (sl_image_sniff(data, size)) {
+    case SL_FORMAT_JPEG:
+        return sl_ops__jpeg_decode_box(dec, data, size, color, box, lim, out_h, out_w, interp,
+                                       out);
+    case SL_FORMAT_PNG: {
+        const uint8_t *pix;
+        int h, w;
+        SL_TRY(sl_ops__png_decode(dec, data, size, color, NULL, &pix, &h, &w));
+        return sl_ops__resample(pix, h, w, (size_t)w * color, (int)color, box, lim, out_h, out_w,
+                                interp, out, (size_t)out_w * color);
+    }
+    default:
+        return unknown_format(data, size);
+    }
+}
+
 int sl_decode_crop_resize(sl_decoder *dec, const void *data, size_t size, sl_color color,
                           const sl_box *crop, int out_h, int out_w, sl_interp interp,
                           sl_tensor *out) {
@@ -136,9 +155,6 @@ int sl_decode_crop_resize(sl_decoder *dec, const void *data, size_t size, sl_col
         return sl__error(SL_EINVAL, "decode: bad output size %dx%d", out_w, out_h);
     if (interp != SL_INTERP_BILINEAR && interp != SL_INTERP_AREA && interp != SL_INTERP_NEAREST)
         return sl__error(SL_EINVAL, "decode: unknown interpolation %d", (int)interp);
-    sl_image_format fmt = sl_image_sniff(data, size);
-    if (fmt == SL_FORMAT_UNKNOWN)
-        return unknown_format(data, size);
     sl_image_info info;
     SL_TRY(sl_decode_info(dec, data, size, &info));
     sl_box full = {0, 0, info.height, info.width};
@@ -149,23 +165,11 @@ int sl_decode_crop_resize(sl_decoder *dec, const void *data, size_t size, sl_col
         return sl__error(SL_EINVAL, "decode: crop (y %d, x %d, h %d, w %d) outside the %dx%d image",
                          crop->y, crop->x, crop->h, crop->w, info.width, info.height);
     int64_t shape[3] = {out_h, out_w, (int64_t)color};
-    int allocated, rc;
+    int allocated;
     SL_TRY(sl_ops__out_prepare(out, SL_U8, 3, shape, "decode", &allocated));
-    if (fmt == SL_FORMAT_JPEG) {
-        rc = sl_ops__jpeg_decode_crop(dec, data, size, color, crop, out_h, out_w, interp,
-                                      out->data);
-    } else {
-        const uint8_t *pix;
-        int h, w;
-        rc = sl_ops__png_decode(dec, data, size, color, NULL, &pix, &h, &w);
-        if (rc == SL_OK) {
-            double box[4] = {crop->x, crop->y, (double)crop->x + crop->w,
-                             (double)crop->y + crop->h};
-            int lim[4] = {crop->x, crop->y, crop->x + crop->w, crop->y + crop->h};
-            rc = sl_ops__resample(pix, h, w, (size_t)w * color, (int)color, box, lim, out_h,
-                                  out_w, interp, out->data, (size_t)out_w * color);
-        }
-    }
+    double box[4] = {crop->x, crop->y, (double)crop->x + crop->w, (double)crop->y + crop->h};
+    int lim[4] = {crop->x, crop->y, crop->x + crop->w, crop->y + crop->h};
+    int rc = sl_ops__decode_box(dec, data, size, color, box, lim, out_h, out_w, interp, out->data);
     if (rc < 0 && allocated)
         sl_tensor_release(out);
     return rc;

@@ -41,11 +41,12 @@ int sl_ops__dec_scratch(sl_decoder *dec, size_t n);
 int sl_ops__jpeg_info(sl_decoder *dec, const uint8_t *data, size_t size, sl_image_info *info);
 int sl_ops__jpeg_decode(sl_decoder *dec, const uint8_t *data, size_t size, sl_color color,
                         sl_tensor *out);
-/* Decode the crop at a DCT scale and resample into out (already prepared,
- * out_h x out_w x color). */
-int sl_ops__jpeg_decode_crop(sl_decoder *dec, const uint8_t *data, size_t size, sl_color color,
-                             const sl_box *crop, int out_h, int out_w, sl_interp interp,
-                             uint8_t *out);
+/* Decode the part of a JPEG that `box` (x0, y0, x1, y1, original pixels)
+ * needs at a DCT scale and resample it into `out` (out_h x out_w x color),
+ * reading no source pixel outside `lim` (x0, y0, x1, y1). */
+int sl_ops__jpeg_decode_box(sl_decoder *dec, const uint8_t *data, size_t size, sl_color color,
+                            const double box[4], const int lim[4], int out_h, int out_w,
+                            sl_interp interp, uint8_t *out);
 
 int sl_ops__png_info(sl_decoder *dec, const uint8_t *data, size_t size, sl_image_info *info);
 /* Decode a PNG. When `out` is NULL the image goes into the decoder scratch

@@ -201,9 +201,9 @@ int sl_ops__jpeg_decode(sl_decoder *d, const uint8_t *data, size_t size, sl_colo
     return SL_OK;
 }
 
-int sl_ops__jpeg_decode_crop(sl_decoder *d, const uint8_t *data, size_t size, sl_color color,
-                             const sl_box *crop, int out_h, int out_w, sl_interp interp,
-                             uint8_t *out) {
+int sl_ops__jpeg_decode_box(sl_decoder *d, const uint8_t *data, size_t size, sl_color color,
+                            const double box[4], const int lim[4], int out_h, int out_w,
+                            sl_interp interp, uint8_t *out) {
     SL_TRY(jpeg_setup(d));
     j_decompress_ptr ci = &d->cinfo;
     int kind = setjmp(d->jerr.jb);
@@ -216,7 +216,8 @@ int sl_ops__jpeg_decode_crop(sl_decoder *d, const uint8_t *data, size_t size, sl
         return rc;
     }
     int jc = set_out_space(ci);
-    /* The smallest scale s/8 at which the crop still has at least the output's
+    double bw = box[2] - box[0], bh = box[3] - box[1];
+    /* The smallest scale s/8 at which the box still has at least the output's
      * pixels in each direction: each 8x8 DCT block is decoded straight to
      * s x s, so the work shrinks with s^2 and the result is pre-filtered.
      * Only 1/8, 2/8, 4/8 and 8/8 are used: libjpeg-turbo has SIMD inverse
@@ -224,7 +225,7 @@ int sl_ops__jpeg_decode_crop(sl_decoder *d, const uint8_t *data, size_t size, sl
      * transforms (chroma at twice the size) that cost more than they save. */
     int s = 8;
     for (int t = 1; t <= 8; t *= 2) {
-        if ((int64_t)crop->w * t >= (int64_t)out_w * 8 && (int64_t)crop->h * t >= (int64_t)out_h * 8) {
+        if (bw * t >= (double)out_w * 8 && bh * t >= (double)out_h * 8) {
             s = t;
             break;
         }
@@ -233,21 +234,30 @@ int sl_ops__jpeg_decode_crop(sl_decoder *d, const uint8_t *data, size_t size, sl
     ci->scale_denom = 8;
     (void)jpeg_start_decompress(ci);
     const double f = s / 8.0;
-    int ow_full = (int)ci->output_width, oh_full = (int)ci->output_height;
-    int sx0 = (int)floor(crop->x * f), sy0 = (int)floor(crop->y * f);
-    int sx1 = (int)ceil((crop->x + crop->w) * f), sy1 = (int)ceil((crop->y + crop->h) * f);
-    if (sx1 > ow_full)
-        sx1 = ow_full;
-    if (sy1 > oh_full)
-        sy1 = oh_full;
-    if (sx1 <= sx0)
-        sx1 = sx0 + 1;
-    if (sy1 <= sy0)
-        sy1 = sy0 + 1;
-    JDIMENSION xoff = (JDIMENSION)sx0, cw = (JDIMENSION)(sx1 - sx0);
+    int full_w = (int)ci->output_width, full_h = (int)ci->output_height;
+    /* Decode the box plus the filter's reach around it, within `lim`. */
+    double fsx = bw * f / out_w, fsy = bh * f / out_h;
+    int mx = (int)ceil(fsx < 1 ? 1 : fsx) + 1, my = (int)ceil(fsy < 1 ? 1 : fsy) + 1;
+    int lx0 = (int)floor(lim[0] * f), ly0 = (int)floor(lim[1] * f);
+    int lx1 = (int)ceil(lim[2] * f), ly1 = (int)ceil(lim[3] * f);
+    if (lx1 > full_w)
+        lx1 = full_w;
+    if (ly1 > full_h)
+        ly1 = full_h;
+    int rx0 = (int)floor(box[0] * f) - mx, rx1 = (int)ceil(box[2] * f) + mx;
+    int ry0 = (int)floor(box[1] * f) - my, ry1 = (int)ceil(box[3] * f) + my;
+    rx0 = rx0 < lx0 ? lx0 : rx0;
+    ry0 = ry0 < ly0 ? ly0 : ry0;
+    rx1 = rx1 > lx1 ? lx1 : rx1;
+    ry1 = ry1 > ly1 ? ly1 : ry1;
+    if (rx1 <= rx0)
+        rx1 = rx0 + 1;
+    if (ry1 <= ry0)
+        ry1 = ry0 + 1;
+    JDIMENSION xoff = (JDIMENSION)rx0, cw = (JDIMENSION)(rx1 - rx0);
     if (cw < ci->output_width)
         jpeg_crop_scanline(ci, &xoff, &cw);
-    int rows = sy1 - sy0;
+    int rows = ry1 - ry0;
     size_t w = cw;
     size_t region = w * (size_t)rows * (size_t)color;
     rc = sl_ops__dec_scratch(d, region + w * 4 + w * 3 + 64);
@@ -256,29 +266,29 @@ int sl_ops__jpeg_decode_crop(sl_decoder *d, const uint8_t *data, size_t size, sl
         return rc;
     }
     uint8_t *reg = d->scratch, *row = d->scratch + region, *tmp = row + w * 4;
-    if (sy0 > 0)
-        (void)jpeg_skip_scanlines(ci, (JDIMENSION)sy0);
+    if (ry0 > 0)
+        (void)jpeg_skip_scanlines(ci, (JDIMENSION)ry0);
     for (int y = 0; y < rows; y++) {
         uint8_t *o = reg + (size_t)y * w * color;
         JSAMPROW r = jc == (int)color ? o : row;
         if (jpeg_read_scanlines(ci, &r, 1) != 1) {
             jpeg_abort_decompress(ci);
-            return sl__error(SL_EDECODE, "decode: JPEG ended before row %d", sy0 + y);
+            return sl__error(SL_EDECODE, "decode: JPEG ended before row %d", ry0 + y);
         }
         convert_row(r, jc, o, color, w, tmp);
     }
-    /* The rows below the crop are never decoded. */
+    /* The rows below the region are never decoded. */
     jpeg_abort_decompress(ci);
-    double box[4] = {crop->x * f - xoff, crop->y * f - sy0, (crop->x + crop->w) * f - xoff,
-                     (crop->y + crop->h) * f - sy0};
-    int lim[4] = {sx0 - (int)xoff, 0, sx1 - (int)xoff, rows};
-    for (int i = 0; i < 4; i++)
-        if (box[i] < 0)
-            box[i] = 0;
-    if (box[2] > lim[2])
-        box[2] = lim[2];
-    if (box[3] > lim[3])
-        box[3] = lim[3];
-    return sl_ops__resample(reg, rows, (int)w, w * color, (int)color, box, lim, out_h, out_w,
+    double rbox[4] = {box[0] * f - xoff, box[1] * f - ry0, box[2] * f - xoff, box[3] * f - ry0};
+    int rlim[4] = {rx0 - (int)xoff, 0, rx1 - (int)xoff, rows};
+    if (rbox[0] < rlim[0])
+        rbox[0] = rlim[0];
+    if (rbox[1] < 0)
+        rbox[1] = 0;
+    if (rbox[2] > rlim[2])
+        rbox[2] = rlim[2];
+    if (rbox[3] > rlim[3])
+        rbox[3] = rlim[3];
+    return sl_ops__resample(reg, rows, (int)w, w * color, (int)color, rbox, rlim, out_h, out_w,
                             interp, out, (size_t)out_w * color);
 }

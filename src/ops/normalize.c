@@ -20,13 +20,18 @@
 
 int sl_image_normalize(const sl_tensor *src, const float *mean, const float *std,
                        sl_layout layout, sl_dtype dtype, sl_tensor *out) {
+    return sl_ops__normalize(src, mean, std, layout, dtype, 0, out);
+}
+
+int sl_ops__normalize(const sl_tensor *src, const float *mean, const float *std,
+                      sl_layout layout, sl_dtype dtype, int mirror, sl_tensor *out) {
     SL_TRY(sl_ops__check_image(src, "normalize"));
     if (dtype != SL_F32 && dtype != SL_F16 && dtype != SL_U8)
         return sl__error(SL_EINVAL, "normalize: dtype %s not supported (float32, float16, uint8)",
                          sl_dtype_name(dtype));
     if (layout != SL_LAYOUT_CHW && layout != SL_LAYOUT_HWC)
         return sl__error(SL_EINVAL, "normalize: unknown layout %d", (int)layout);
-    int64_t H = src->shape[0], W = src->shape[1], C = src->shape[2];
+    int64_t H = src->shape[0], W64 = src->shape[1], C = src->shape[2];
     for (int c = 0; c < C; c++)
         if (std && !(std[c] != 0.0f && isfinite(std[c])))
             return sl__error(SL_EINVAL, "normalize: std[%d] must be finite and non-zero", c);
@@ -53,29 +58,42 @@ int sl_image_normalize(const sl_tensor *src, const float *mean, const float *std
     }
     int64_t shape[3];
     if (layout == SL_LAYOUT_CHW) {
-        shape[0] = C; shape[1] = H; shape[2] = W;
+        shape[0] = C; shape[1] = H; shape[2] = W64;
     } else {
-        shape[0] = H; shape[1] = W; shape[2] = C;
+        shape[0] = H; shape[1] = W64; shape[2] = C;
     }
     int allocated;
     SL_TRY(sl_ops__out_prepare(out, dtype, 3, shape, "normalize", &allocated));
     const uint8_t *restrict s = src->data;
-    size_t n = (size_t)H * W;
+    size_t n = (size_t)H * (size_t)W64;
     size_t cc = (size_t)C;
+    size_t W = (size_t)W64;
+    /* Rows are read left to right, or right to left when mirroring (a
+     * horizontal flip folded into this pass). */
 #define NORM_LOOP(T, TAB)                                                      \
     do {                                                                       \
         T *restrict d = out->data;                                             \
-        if (layout == SL_LAYOUT_CHW) {                                         \
-            for (size_t c = 0; c < cc; c++) {                                  \
-                const T *restrict t = TAB[c];                                  \
-                T *restrict o = d + c * n;                                     \
-                for (size_t i = 0; i < n; i++)                                 \
-                    o[i] = t[s[i * cc + c]];                                   \
+        for (size_t y = 0; y < (size_t)H; y++) {                               \
+            const uint8_t *restrict r = s + y * W * cc;                        \
+            if (layout == SL_LAYOUT_CHW) {                                     \
+                for (size_t c = 0; c < cc; c++) {                              \
+                    const T *restrict t = TAB[c];                              \
+                    T *restrict o = d + c * n + y * W;                         \
+                    if (mirror)                                                \
+                        for (size_t x = 0; x < W; x++)                         \
+                            o[x] = t[r[(W - 1 - x) * cc + c]];                 \
+                    else                                                       \
+                        for (size_t x = 0; x < W; x++)                         \
+                            o[x] = t[r[x * cc + c]];                           \
+                }                                                              \
+            } else {                                                           \
+                T *restrict o = d + y * W * cc;                                \
+                for (size_t x = 0; x < W; x++) {                               \
+                    size_t sx = mirror ? W - 1 - x : x;                        \
+                    for (size_t c = 0; c < cc; c++)                            \
+                        o[x * cc + c] = TAB[c][r[sx * cc + c]];                \
+                }                                                              \
             }                                                                  \
-        } else {                                                               \
-            for (size_t i = 0; i < n; i++)                                     \
-                for (size_t c = 0; c < cc; c++)                                \
-                    d[i * cc + c] = TAB[c][s[i * cc + c]];                     \
         }                                                                      \
     } while (0)
     if (dtype == SL_F32)

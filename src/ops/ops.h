@@ -34,6 +34,19 @@ int sl_ops__resample(const uint8_t *src, int sh, int sw, size_t sstride, int C,
                      const double box[4], const int lim[4], int oh, int ow, sl_interp interp,
                      uint8_t *dst, size_t dstride);
 
+/* Fused decode + resample of the region `box` (x0, y0, x1, y1 in original
+ * pixels, fractional allowed) into `out` (out_h x out_w x color bytes),
+ * reading no source pixel outside `lim` (x0, y0, x1, y1): lim = the box's
+ * own edges reproduces crop-then-resize; lim = the whole image reproduces
+ * resize-then-crop. JPEG: DCT-scaled, region-of-interest decode. */
+int sl_ops__decode_box(sl_decoder *dec, const void *data, size_t size, sl_color color,
+                       const double box[4], const int lim[4], int out_h, int out_w,
+                       sl_interp interp, uint8_t *out);
+
+/* sl_image_normalize with an optional horizontal mirror folded in. */
+int sl_ops__normalize(const sl_tensor *src, const float *mean, const float *std,
+                      sl_layout layout, sl_dtype dtype, int mirror, sl_tensor *out);
+
 /* RGB row -> PIL "L" (ITU-R 601-2, PIL's fixed-point rounding). `dst` may
  * alias `src` (it is written behind the read position). */
 void sl_ops__rgb_to_gray(const uint8_t *src, uint8_t *dst, size_t npix);

@@ -2,11 +2,12 @@
  * autotune.c — worker counts for stages marked "parallel": "auto", and the
  * chunk size.
  *
- * Rule: every ~200 ms (checked from sl_pipeline_next), measure each auto
+ * Rule: every ~200 ms (checked from sl_pipeline_next), measure each parallel
  * stage's cost per sample over the last interval (busy time / samples). A
- * steady pipeline needs workers in proportion to cost, so the CPU budget (the
- * online cores, minus the workers of stages with a fixed count) is split
- * across auto stages in proportion to their cost, at least one each. Auto
+ * steady pipeline needs workers in proportion to cost, so an auto stage gets
+ * the share of the CPU budget (the online cores) that its cost is of the
+ * summed cost of all parallel stages, at least one worker; stages with a
+ * fixed count keep it. Auto
  * stages start all their threads once (up to the core count) and park the
  * ones above the current share, so a change costs a condition-variable
  * broadcast, not a thread start.
@@ -27,7 +28,7 @@ void sl_pipeline__autotune(sl_pipeline *p) {
         return;
     p->last_tune_ns = now;
     double cost[SL_STATS_MAX_STAGES] = {0}, total = 0, per_sample = 0;
-    int fixed = 0, n_auto = 0;
+    int n_auto = 0;
     for (int s = 0; s < p->nstages; s++) {
         sl_stage *st = &p->stage[s];
         uint64_t busy = atomic_load(&st->busy_ns), el = atomic_load(&st->elements);
@@ -36,14 +37,12 @@ void sl_pipeline__autotune(sl_pipeline *p) {
         st->tune_elements = el;
         if (de > 0)
             cost[s] = (double)db / (double)de;
-        if (st->kind == SL_ST_SOURCE || st->kind == SL_ST_MAP)
+        if (st->kind == SL_ST_SOURCE || st->kind == SL_ST_MAP) {
             per_sample += cost[s];
-        if (st->autotune) {
-            n_auto++;
             total += cost[s];
-        } else if (st->kind == SL_ST_SOURCE || st->kind == SL_ST_MAP) {
-            fixed += st->workers;
         }
+        if (st->autotune)
+            n_auto++;
     }
     if (p->spec->chunk == 0 && per_sample > 0) {
         double k = CHUNK_WORK_NS / per_sample;
@@ -54,9 +53,9 @@ void sl_pipeline__autotune(sl_pipeline *p) {
     }
     if (n_auto == 0 || total <= 0)
         return;
-    int budget = p->ncpus - fixed;
-    if (budget < n_auto)
-        budget = n_auto;
+    /* every parallel stage's share of the cores follows its cost; fixed
+     * stages keep their count, auto stages take their share */
+    int budget = p->ncpus;
     int changed = 0;
     for (int s = 0; s < p->nstages; s++) {
         sl_stage *st = &p->stage[s];

@@ -63,10 +63,10 @@ static sl_chunk *chunk_get(sl_pipeline *p) {
         c = sl__calloc(1, sizeof *c);
         if (!c)
             return NULL;
-        c->cap = CHUNK_CAP;
-        c->pos = sl__calloc(CHUNK_CAP, sizeof *c->pos);
-        c->key = sl__calloc(CHUNK_CAP, sizeof *c->key);
-        c->s = sl__calloc(CHUNK_CAP, sizeof *c->s);
+        c->cap = (uint32_t)p->chunk_cap;
+        c->pos = sl__calloc(c->cap, sizeof *c->pos);
+        c->key = sl__calloc(c->cap, sizeof *c->key);
+        c->s = sl__calloc(c->cap, sizeof *c->s);
         if (!c->pos || !c->key || !c->s) {
             sl__free(c->pos);
             sl__free(c->key);
@@ -79,6 +79,7 @@ static sl_chunk *chunk_get(sl_pipeline *p) {
     c->kind = SL_CHUNK_DATA;
     c->err_rc = 0;
     c->errmsg[0] = '\0';
+    c->batch = NULL;
     return c;
 }
 
@@ -88,10 +89,16 @@ static void sample_release(sl_sample *s) {
     s->ncols = 0;
 }
 
+static void batch_free(sl_batch *b);
+static int chunk_to_batch(struct sl_pipeline *p, sl_chunk *c);
+static int process_chunk(struct sl_pipeline *p, sl_worker *w, sl_chunk *c);
+
 void sl_pipeline__chunk_put(sl_pipeline *p, sl_chunk *c) {
     for (uint32_t i = 0; i < c->n; i++)
         sample_release(&c->s[i]);
     c->n = 0;
+    batch_free(c->batch);
+    c->batch = NULL;
     pthread_mutex_lock(&p->chunk_mu);
     c->next_free = p->free_chunks;
     p->free_chunks = c;
@@ -146,26 +153,80 @@ static void note_skip(sl_pipeline *p, const char *msg) {
     pthread_mutex_unlock(&p->err_mu);
 }
 
+/* A worker cannot go on (out of memory outside any sample): store the error
+ * and close the consumer's queue, so that a blocked sl_pipeline_next wakes
+ * up and returns it. */
+static void worker_fail(sl_pipeline *p, int rc, const char *msg) {
+    pthread_mutex_lock(&p->err_mu);
+    if (!p->failed) {
+        p->failed = 1;
+        p->fail_rc = rc;
+        copy_str(p->fail_msg, sizeof p->fail_msg, msg);
+    }
+    pthread_mutex_unlock(&p->err_mu);
+    sl_queue__close(&p->stage[p->nstages - 1].out);
+}
+
 /* ---- the source ------------------------------------------------------------------- */
 
 /* Build the permutation of pass (epoch, rep) into p->perm (src_mu held). */
-static void build_perm(sl_pipeline *p, uint64_t epoch, uint64_t rep) {
+static void fill_perm(const sl_pipeline *p, uint64_t *perm, uint64_t epoch, uint64_t rep) {
     uint64_t m = p->nbase;
-    if (p->perm_valid && p->perm_epoch == epoch && p->perm_rep == rep)
-        return;
     for (uint64_t i = 0; i < m; i++)
-        p->perm[i] = i;
+        perm[i] = i;
     sl_rng rng;
     sl_rng_init(&rng, p->spec->seed, epoch, rep, PERM_OP);
     for (uint64_t i = m; i > 1; i--) {
         uint64_t j = sl_rng_below(&rng, i);
-        uint64_t t = p->perm[i - 1];
-        p->perm[i - 1] = p->perm[j];
-        p->perm[j] = t;
+        uint64_t t = perm[i - 1];
+        perm[i - 1] = perm[j];
+        perm[j] = t;
+    }
+}
+
+/* Make p->perm the order of pass (epoch, rep) (src_mu held): the one built
+ * ahead (see prepare_next_perm) when it matches, else built here. */
+static void build_perm(sl_pipeline *p, uint64_t epoch, uint64_t rep) {
+    if (p->perm_valid && p->perm_epoch == epoch && p->perm_rep == rep)
+        return;
+    if (p->next_ready && p->next_epoch == epoch && p->next_rep == rep) {
+        uint64_t *t = p->perm;
+        p->perm = p->perm_next;
+        p->perm_next = t;
+        p->next_ready = 0;
+    } else {
+        fill_perm(p, p->perm, epoch, rep);
     }
     p->perm_epoch = epoch;
     p->perm_rep = rep;
     p->perm_valid = 1;
+}
+
+/* Halfway through a pass, one source worker builds the next pass's order
+ * outside the lock, so that the epoch boundary costs a pointer swap instead
+ * of an O(n) shuffle on the critical path. Called with src_mu held; may drop
+ * and retake it. */
+static void prepare_next_perm(sl_pipeline *p) {
+    if (!p->perm || p->next_ready || p->next_building || p->per_pass == 0)
+        return;
+    uint64_t rep = p->src_pos / p->per_pass, j = p->src_pos % p->per_pass;
+    if (j < p->per_pass / 2)
+        return;
+    uint64_t ne = p->src_epoch, nr = rep + 1;
+    if (nr >= (uint64_t)p->plan.repeat) {
+        ne++;
+        nr = 0;
+    }
+    if (ne >= p->src_end_epoch)
+        return; /* the source will park: nothing to prepare for */
+    p->next_building = 1;
+    pthread_mutex_unlock(&p->src_mu);
+    fill_perm(p, p->perm_next, ne, nr); /* perm_next is ours while building */
+    pthread_mutex_lock(&p->src_mu);
+    p->next_building = 0;
+    p->next_epoch = ne;
+    p->next_rep = nr;
+    p->next_ready = 1;
 }
 
 /* Record index at stream position `pos` of `epoch` for this rank (src_mu held). */
@@ -210,6 +271,27 @@ static int read_slr(sl_pipeline *p, sl_record *rec, uint64_t idx, sl_sample *s) 
     return SL_OK;
 }
 
+/* A worker finished a unit of work that began at t0: count the busy time
+ * and, when tracing, record the span. */
+static void span_end(sl_pipeline *p, sl_stage *st, int worker, uint64_t t0, uint32_t n) {
+    uint64_t t1 = sl__now_ns();
+    atomic_fetch_add_explicit(&st->busy_ns, t1 - t0, memory_order_relaxed);
+    if (p->trace)
+        sl_pipeline__trace_add(p, (int)(st - p->stage), worker, t0, t1 - t0, n);
+}
+
+/* Map + batch fusion: the last parallel stage collates its chunk. */
+static void maybe_collate(sl_pipeline *p, const sl_stage *st, sl_chunk *c) {
+    if (!p->fuse_batch || c->kind != SL_CHUNK_DATA || st != &p->stage[p->collate_stage])
+        return;
+    int rc = chunk_to_batch(p, c);
+    if (rc < 0) {
+        char msg[SL__ERRMSG_MAX];
+        snprintf(msg, sizeof msg, "%s: collating a batch: %s", p->src_name, sl_errmsg());
+        chunk_fail(p, c, rc, msg);
+    }
+}
+
 static void worker_gate(sl_pipeline *p, sl_worker *w) {
     if (w->id < atomic_load_explicit(&w->st->active, memory_order_relaxed))
         return;
@@ -238,7 +320,8 @@ static void *source_main(void *arg) {
         sl_chunk *c = chunk_get(p);
         if (!c) {
             pthread_mutex_unlock(&p->src_mu);
-            break; /* out of memory: stop reading; the pipeline stalls on free */
+            worker_fail(p, SL_ENOMEM, "source: out of memory while reading");
+            break;
         }
         c->seq = p->src_seq++;
         c->epoch = p->src_epoch;
@@ -255,17 +338,20 @@ static void *source_main(void *arg) {
             }
             continue;
         }
-        uint64_t left_pass = p->per_pass - p->src_pos % p->per_pass;
         uint64_t n = (uint64_t)p->chunk_size;
-        if (n > left_pass)
-            n = left_pass;
-        if (n > CHUNK_CAP)
-            n = CHUNK_CAP;
+        if (p->fuse_batch) /* one chunk = one batch: cut at batch boundaries */
+            n = (uint64_t)p->plan.batch_size - p->src_pos % (uint64_t)p->plan.batch_size;
+        if (n > p->per_epoch - p->src_pos)
+            n = p->per_epoch - p->src_pos;
+        if (n > c->cap)
+            n = c->cap;
         for (uint64_t i = 0; i < n; i++) {
             c->pos[i] = p->src_pos + i;
             c->s[i].index = record_at(p, c->epoch, p->src_pos + i, &c->key[i]);
         }
         p->src_pos += n;
+        if (p->spec->shuffle)
+            prepare_next_perm(p);
         pthread_mutex_unlock(&p->src_mu);
 
         uint64_t t0 = sl__now_ns();
@@ -297,9 +383,14 @@ static void *source_main(void *arg) {
             kept = 0;
             break;
         }
-        if (c->kind == SL_CHUNK_DATA)
+        if (c->kind == SL_CHUNK_DATA) {
             c->n = kept;
-        atomic_fetch_add_explicit(&st->busy_ns, sl__now_ns() - t0, memory_order_relaxed);
+            /* a memory source runs its ops in the reading workers */
+            if (st->last > st->first && process_chunk(p, w, c) < 0)
+                break;
+        }
+        maybe_collate(p, st, c);
+        span_end(p, st, w->id, t0, (uint32_t)n);
         atomic_fetch_add_explicit(&st->elements, n, memory_order_relaxed);
         uint64_t wait = 0;
         int rc = sl_queue__push(&st->out, c->seq, c, c->kind != SL_CHUNK_DATA, &wait);
@@ -361,6 +452,50 @@ static int apply_nodes(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, ch
     return SL_OK;
 }
 
+/* Run the stage's per-sample ops over a data chunk, dropping filtered and
+ * (policy skip) failed samples. Returns 0, or -1 on cancel (the chunk has
+ * been recycled). */
+static int process_chunk(sl_pipeline *p, sl_worker *w, sl_chunk *c) {
+    uint32_t kept = 0, n = c->n;
+    for (uint32_t i = 0; i < n; i++) {
+        if (atomic_load_explicit(&p->cancel, memory_order_relaxed)) {
+            /* every slot is either live or has ncols 0 */
+            c->n = n;
+            sl_pipeline__chunk_put(p, c);
+            return -1;
+        }
+        if (w->init_rc < 0) {
+            for (uint32_t j = i; j < n; j++)
+                sample_release(&c->s[j]);
+            c->n = kept;
+            chunk_fail(p, c, w->init_rc, w->init_msg);
+            return 0;
+        }
+        char msg[SL__ERRMSG_MAX];
+        int r = apply_nodes(p, w, c, i, msg, sizeof msg);
+        if (r == SL_OK) {
+            chunk_move(c, kept, i);
+            kept++;
+            continue;
+        }
+        sample_release(&c->s[i]);
+        if (r == SL_OP_DROP)
+            continue;
+        if (p->spec->on_error == SL_ON_ERROR_SKIP && r != SL_ENOMEM) {
+            note_skip(p, msg);
+            continue;
+        }
+        /* release the untouched rest, then fail the chunk */
+        for (uint32_t j = i + 1; j < n; j++)
+            sample_release(&c->s[j]);
+        c->n = kept;
+        chunk_fail(p, c, r, msg);
+        return 0;
+    }
+    c->n = kept;
+    return 0;
+}
+
 static void *map_main(void *arg) {
     sl_worker *w = arg;
     sl_pipeline *p = w->p;
@@ -377,45 +512,11 @@ static void *map_main(void *arg) {
         sl_chunk *c = item;
         if (c->kind == SL_CHUNK_DATA) {
             uint64_t t0 = sl__now_ns();
-            uint32_t kept = 0, n = c->n;
-            for (uint32_t i = 0; i < n; i++) {
-                if (atomic_load_explicit(&p->cancel, memory_order_relaxed)) {
-                    /* every slot is either live or has ncols 0 */
-                    c->n = n;
-                    sl_pipeline__chunk_put(p, c);
-                    return NULL;
-                }
-                if (w->init_rc < 0) {
-                    for (uint32_t j = i; j < n; j++)
-                        sample_release(&c->s[j]);
-                    c->n = kept;
-                    chunk_fail(p, c, w->init_rc, w->init_msg);
-                    break;
-                }
-                char msg[SL__ERRMSG_MAX];
-                int r = apply_nodes(p, w, c, i, msg, sizeof msg);
-                if (r == SL_OK) {
-                    chunk_move(c, kept, i);
-                    kept++;
-                    continue;
-                }
-                sample_release(&c->s[i]);
-                if (r == SL_OP_DROP)
-                    continue;
-                if (p->spec->on_error == SL_ON_ERROR_SKIP && r != SL_ENOMEM) {
-                    note_skip(p, msg);
-                    continue;
-                }
-                /* release the untouched rest, then fail the chunk */
-                for (uint32_t j = i + 1; j < n; j++)
-                    sample_release(&c->s[j]);
-                c->n = kept;
-                chunk_fail(p, c, r, msg);
-                break;
-            }
-            if (c->kind == SL_CHUNK_DATA)
-                c->n = kept;
-            atomic_fetch_add_explicit(&st->busy_ns, sl__now_ns() - t0, memory_order_relaxed);
+            uint32_t n = c->n;
+            if (process_chunk(p, w, c) < 0)
+                return NULL;
+            maybe_collate(p, st, c);
+            span_end(p, st, w->id, t0, n);
             atomic_fetch_add_explicit(&st->elements, n, memory_order_relaxed);
         }
         uint64_t wait = 0;
@@ -513,6 +614,68 @@ static int own_tensor(sl_pipeline *p, sl_tensor *dst, sl_tensor *src) {
     return SL_OK;
 }
 
+/* Map + batch fusion: collate a whole chunk (one batch's samples, in order)
+ * into a batch on the worker that finished it, so that the copies into the
+ * batch run in parallel. A column is stacked when every sample agrees in
+ * dtype and shape, else ragged. */
+static int chunk_to_batch(sl_pipeline *p, sl_chunk *c) {
+    sl_batch *b = sl__calloc(1, sizeof *b);
+    if (!b)
+        return sl__oom("collating a batch");
+    const sl_colset *oc = &p->plan.out_cols;
+    uint32_t n = c->n;
+    b->kind = SL_CHUNK_DATA;
+    b->ncols = oc->ncols;
+    b->size = n;
+    b->epoch = c->epoch;
+    b->next_pos = n ? c->pos[n - 1] + 1 : 0;
+    int rc = SL_OK;
+    for (int col = 0; col < oc->ncols; col++) {
+        memcpy(b->names[col], oc->col[col].name, SL_COLNAME_MAX);
+        const sl_tensor *t0 = &c->s[0].col[col];
+        int stack = n > 0 && t0->ndim < SL_MAX_DIMS;
+        for (uint32_t i = 1; stack && i < n; i++) {
+            const sl_tensor *t = &c->s[i].col[col];
+            stack = t->dtype == t0->dtype && t->ndim == t0->ndim && t->nbytes == t0->nbytes &&
+                    !memcmp(t->shape, t0->shape, sizeof(int64_t) * (size_t)t0->ndim);
+        }
+        if (stack) {
+            int64_t shape[SL_MAX_DIMS];
+            shape[0] = n;
+            for (int d = 0; d < t0->ndim; d++)
+                shape[d + 1] = t0->shape[d];
+            rc = sl_pipeline__pools_tensor(p->pools, &b->col[col], t0->dtype, t0->ndim + 1, shape);
+            if (rc < 0)
+                break;
+            char *dst = b->col[col].data;
+            size_t sz = t0->nbytes;
+            for (uint32_t i = 0; i < n; i++)
+                if (sz)
+                    memcpy(dst + (size_t)i * sz, c->s[i].col[col].data, sz);
+        } else {
+            b->ragged[col] = 1;
+            b->items[col] = sl__calloc(n ? n : 1, sizeof(sl_tensor));
+            if (!b->items[col]) {
+                rc = sl__oom("collating a ragged column");
+                break;
+            }
+            for (uint32_t i = 0; i < n && rc >= 0; i++)
+                rc = own_tensor(p, &b->items[col][i], &c->s[i].col[col]);
+            if (rc < 0)
+                break;
+        }
+    }
+    if (rc < 0) {
+        batch_free(b);
+        return rc;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        sample_release(&c->s[i]);
+    c->n = 0;
+    c->batch = b;
+    return SL_OK;
+}
+
 /* Make column c of the batch ragged: items so far become views of the
  * stacked buffer (each holding a reference). */
 static int make_ragged(seq_ctx *x, int c) {
@@ -535,6 +698,19 @@ static int make_ragged(seq_ctx *x, int c) {
 }
 
 static int emit_batch(seq_ctx *x);
+
+/* A batch filled by collate(): its stacked columns get the real length. */
+static void finish_batch(seq_ctx *x) {
+    sl_batch *b = x->b;
+    if (!b || b->single)
+        return;
+    for (int c = 0; c < b->ncols; c++) {
+        if (b->ragged[c])
+            continue;
+        b->col[c].shape[0] = x->filled;
+        b->col[c].nbytes = (size_t)x->filled * x->itemsize[c];
+    }
+}
 
 static int collate(seq_ctx *x, sl_sample *s, uint64_t pos) {
     sl_pipeline *p = x->p;
@@ -592,8 +768,10 @@ static int collate(seq_ctx *x, sl_sample *s, uint64_t pos) {
     }
     x->filled++;
     b->next_pos = pos + 1;
-    if (x->filled == cap)
+    if (x->filled == cap) {
+        finish_batch(x);
         return emit_batch(x);
+    }
     return SL_OK;
 }
 
@@ -604,14 +782,6 @@ static int emit_batch(seq_ctx *x) {
         return SL_OK;
     sl_pipeline *p = x->p;
     b->size = x->filled;
-    if (!b->single) {
-        for (int c = 0; c < b->ncols; c++) {
-            if (b->ragged[c])
-                continue;
-            b->col[c].shape[0] = x->filled;
-            b->col[c].nbytes = (size_t)x->filled * x->itemsize[c];
-        }
-    }
     atomic_fetch_add_explicit(&x->st->elements, (uint64_t)x->filled, memory_order_relaxed);
     x->filled = 0;
     /* take/skip after batch count batches */
@@ -877,14 +1047,31 @@ static void *seq_main(void *arg) {
         if (c->epoch != x->epoch && c->kind == SL_CHUNK_DATA) {
             x->epoch = c->epoch;
         }
-        if (c->kind == SL_CHUNK_DATA) {
+        if (c->kind == SL_CHUNK_DATA && c->batch) {
+            /* collated upstream (map + batch fusion) */
+            x->b = c->batch;
+            c->batch = NULL;
+            x->filled = x->b->size;
+            x->epoch = c->epoch;
+            if (p->plan.drop_remainder && x->filled < p->plan.batch_size) {
+                batch_free(x->b);
+                x->b = NULL;
+                x->filled = 0;
+                rc = SL_OK;
+            } else {
+                rc = emit_batch(x);
+            }
+        } else if (c->kind == SL_CHUNK_DATA) {
             rc = SL_OK;
             for (uint32_t i = 0; i < c->n && rc >= 0; i++) {
                 rc = seq_feed(x, st->first, &c->s[i], c->pos[i], c->key[i]);
                 c->s[i].ncols = 0;
             }
-            if (rc < 0 && rc != SL_ECANCELED)
-                rc = seq_marker(x, SL_CHUNK_ERROR, rc, sl_errmsg(), x->epoch);
+            if (rc < 0 && rc != SL_ECANCELED) {
+                char msg[SL__ERRMSG_MAX];
+                copy_str(msg, sizeof msg, sl_errmsg());
+                rc = seq_marker(x, SL_CHUNK_ERROR, rc, msg, x->epoch);
+            }
         } else if (c->kind == SL_CHUNK_END) {
             x->epoch = c->epoch;
             rc = seq_end_epoch(x, st->first);
@@ -893,8 +1080,10 @@ static void *seq_main(void *arg) {
                 x->b = NULL;
                 x->filled = 0;
             }
-            if (rc >= 0 && x->final)
+            if (rc >= 0 && x->final) {
+                finish_batch(x);
                 rc = emit_batch(x);
+            }
             if (rc >= 0)
                 rc = seq_marker(x, SL_CHUNK_END, 0, NULL, c->epoch);
             seq_reset_counters(x);
@@ -902,10 +1091,16 @@ static void *seq_main(void *arg) {
         } else {
             rc = seq_marker(x, SL_CHUNK_ERROR, c->err_rc, c->errmsg, c->epoch);
         }
-        atomic_fetch_add_explicit(&st->busy_ns, sl__now_ns() - t0, memory_order_relaxed);
+        span_end(p, st, 0, t0, c->n);
         sl_pipeline__chunk_put(p, c);
         if (rc == SL_ECANCELED)
             break;
+        if (rc < 0) { /* could not even pass the error on */
+            char msg[SL__ERRMSG_MAX];
+            snprintf(msg, sizeof msg, "%s: %s", st->name, sl_errmsg());
+            worker_fail(p, rc, msg);
+            break;
+        }
     }
     seq_ctx_clear(x);
     sl__free(x);
@@ -919,9 +1114,7 @@ static void *worker_main(void *arg) {
     sl_pipeline *p = w->p;
     sl_stage *st = w->st;
     atomic_fetch_add(&p->threads_started, 1);
-    if (st->kind == SL_ST_SOURCE)
-        return source_main(arg);
-    if (st->kind == SL_ST_MAP) {
+    if (st->kind == SL_ST_SOURCE || st->kind == SL_ST_MAP) {
         for (int k = st->first; k < st->last; k++) {
             const sl_pnode *nd = &p->plan.opt[k];
             w->state[k - st->first] = NULL;
@@ -935,7 +1128,10 @@ static void *worker_main(void *arg) {
                 }
             }
         }
-        map_main(arg);
+        if (st->kind == SL_ST_SOURCE)
+            source_main(arg);
+        else
+            map_main(arg);
         for (int k = st->first; k < st->last; k++) {
             const sl_pnode *nd = &p->plan.opt[k];
             if (nd->kind == SL_PN_OP && nd->def->worker_free && w->state[k - st->first])
@@ -1022,8 +1218,29 @@ int sl_pipeline__layout(sl_pipeline *p) {
         st->first = st->last = pl->nopt;
         snprintf(st->name, sizeof st->name, pl->has_batch ? "batch" : "collate");
     }
+    /* A memory source has no reading to overlap with: its first per-sample
+     * ops run in the reading workers (one hand-off fewer per chunk). */
+    if (p->mem && ns >= 2 && p->stage[1].kind == SL_ST_MAP) {
+        sl_stage *src = &p->stage[0], *m = &p->stage[1];
+        src->first = m->first;
+        src->last = m->last;
+        src->workers = m->workers;
+        src->autotune = m->autotune;
+        if (m->qcap > src->qcap)
+            src->qcap = m->qcap;
+        /* "source+" then as much of the map stage's name as fits */
+        size_t room = sizeof src->name - 8, len = strlen(m->name);
+        if (len > room)
+            len = room;
+        memcpy(src->name, "source+", 7);
+        memcpy(src->name + 7, m->name, len);
+        src->name[7 + len] = '\0';
+        memmove(&p->stage[1], &p->stage[2], (size_t)(ns - 2) * sizeof p->stage[0]);
+        ns--;
+        memset(&p->stage[ns], 0, sizeof p->stage[0]);
+    }
     p->nstages = ns;
-    int n_auto = 0, fixed = 0;
+    int n_auto = 0;
     for (int s = 0; s < ns; s++) {
         st = &p->stage[s];
         if (st->kind == SL_ST_SEQ || st->kind == SL_ST_COLLATE) {
@@ -1032,27 +1249,26 @@ int sl_pipeline__layout(sl_pipeline *p) {
         } else if (p->spec->threads > 0) {
             st->workers = p->spec->threads;
             st->autotune = 0;
-        } else if (st->kind == SL_ST_SOURCE) {
+        } else if (st->kind == SL_ST_SOURCE && st->last == st->first) {
             st->autotune = p->spec->source_parallel < 0;
             st->workers = p->spec->source_parallel > 0 ? p->spec->source_parallel : 1;
         }
         if (st->autotune) {
             st->workers = p->ncpus;
             n_auto++;
-        } else if (st->kind == SL_ST_SOURCE || st->kind == SL_ST_MAP) {
-            fixed += st->workers;
         }
         atomic_init(&st->active, st->workers);
     }
-    /* auto stages start with an equal share of the cores the fixed ones
-     * leave; autotune.c then moves cores to where the time goes */
-    int budget = p->ncpus - fixed;
-    if (budget < n_auto)
-        budget = n_auto;
+    /* until costs are measured, auto stages split the cores evenly (a
+     * reader with a fixed count is usually light, so it is not subtracted);
+     * autotune.c then moves cores to where the time goes */
+    int budget = p->ncpus;
     for (int s = 0; s < ns; s++) {
         st = &p->stage[s];
         if (st->autotune) {
-            int share = st->kind == SL_ST_SOURCE ? 1 : budget / (n_auto ? n_auto : 1);
+            int share = st->kind == SL_ST_SOURCE && st->last == st->first
+                            ? 1
+                            : budget / (n_auto ? n_auto : 1);
             atomic_store(&st->active, share < 1 ? 1 : share > st->workers ? st->workers : share);
         }
     }
@@ -1097,7 +1313,8 @@ void sl_pipeline__stop(sl_pipeline *p) {
         st->w = NULL;
     }
     for (int s = 0; s < p->nstages; s++)
-        sl_queue__reset(&p->stage[s].out, s == p->nstages - 1 ? drop_batch : drop_chunk, p);
+        sl_queue__reset(&p->stage[s].out,
+                        s == p->nstages - 1 && !p->direct ? drop_batch : drop_chunk, p);
     p->running = 0;
     atomic_store(&p->cancel, 0);
 }
@@ -1115,8 +1332,9 @@ int sl_pipeline__start(sl_pipeline *p, const sl_resume *r) {
     pthread_mutex_unlock(&p->src_mu);
     for (int s = 0; s < p->nstages; s++)
         p->stage[s].seq_out = 0;
-    if (!p->t_start)
-        p->t_start = sl__now_ns();
+    p->direct_index = r->batch;
+    if (!atomic_load(&p->t_start))
+        atomic_store(&p->t_start, sl__now_ns());
     p->running = 1;
     for (int s = 0; s < p->nstages; s++) {
         sl_stage *st = &p->stage[s];

@@ -37,11 +37,13 @@
  * Parameter errors name the spec field: the engine passes `field` = "ops[2]"
  * and helpers below produce "ops[2].size: must be a positive integer".
  *
- * Map + batch: the batch stage copies each finished sample into a pooled
- * batch buffer (one memcpy per column per sample, into the slot the sample's
- * order gives it). The last map therefore does not write into the batch
- * directly; the copy is small next to decode/resize work and keeps ragged
- * columns, filters and the skip policy simple. See docs/PIPELINE.md.
+ * Map + batch: ops never write into a batch. When no sample can be dropped
+ * before `batch` (no filters left, policy fail), each chunk of work is
+ * exactly one batch, and the worker that ran the last map copies the chunk's
+ * samples into a pooled batch buffer (one memcpy per column per sample), so
+ * collation runs in parallel on the map workers; otherwise the final stage
+ * does that copy. The copy is small next to decode/resize work and keeps
+ * ragged columns, filters and the skip policy simple. See docs/PIPELINE.md.
  */
 #ifndef SL_PIPELINE_OP_H
 #define SL_PIPELINE_OP_H

@@ -13,7 +13,16 @@
 #define SL_OP_TABLE(X)         \
     X(sl_op_filter)            \
     X(sl_op_select)            \
-    /* image ops (src/pipeline/image_ops.c) follow */
+    /* image ops (src/pipeline/image_ops.c) follow */ \
+    X(sl_op_decode)            \
+    X(sl_op_random_resized_crop) \
+    X(sl_op_flip)              \
+    X(sl_op_normalize)         \
+    X(sl_op_resize)            \
+    X(sl_op_center_crop)       \
+    X(sl_op_rotate)            \
+    X(sl_op_cast)              \
+    X(sl_op_one_hot)
 
 #define SL_OP_DECLARE(def) extern const sl_op_def def;
 SL_OP_TABLE(SL_OP_DECLARE)

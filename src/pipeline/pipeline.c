@@ -163,6 +163,29 @@ static uint64_t hash_spec(const sl_spec *s) {
     return h;
 }
 
+/* Map + batch fusion applies when every chunk can be exactly one batch: no
+ * sample is ever dropped before the batch (no filters left in the stages, no
+ * skip policy, no take/skip/shuffle_buffer before batch) and the stage before
+ * the final one is parallel (source or map). */
+static int can_fuse_batch(const sl_pipeline *p) {
+    const sl_plan *pl = &p->plan;
+    if (!pl->has_batch || pl->batch_size > 1024 || p->spec->on_error != SL_ON_ERROR_FAIL ||
+        p->nstages < 2)
+        return 0;
+    int kind = p->stage[p->nstages - 2].kind;
+    if (kind != SL_ST_SOURCE && kind != SL_ST_MAP)
+        return 0;
+    for (int i = 0; i < pl->nopt; i++) {
+        const sl_pnode *nd = &pl->opt[i];
+        if (nd->kind == SL_PN_BATCH)
+            break;
+        if (nd->kind == SL_PN_FILTER || sl_plan__is_seq(nd) ||
+            (nd->kind == SL_PN_OP && (nd->def->flags & SL_OPF_FILTER)))
+            return 0;
+    }
+    return 1;
+}
+
 int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     int rc;
     *out = NULL;
@@ -199,13 +222,41 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     p->per_epoch = p->per_pass * (uint64_t)p->plan.repeat;
     if (p->spec->shuffle && m > 0) {
         p->perm = sl__malloc((size_t)m * sizeof *p->perm);
-        if (!p->perm)
+        p->perm_next = sl__malloc((size_t)m * sizeof *p->perm_next);
+        if (!p->perm || !p->perm_next)
             SL_FAIL(SL_ENOMEM, "out of memory while allocating the shuffle order (%llu records)",
                     (unsigned long long)m);
     }
     SL_CHECK(sl_pipeline__pools_create(&p->pools));
-    p->chunk_size = p->spec->chunk > 0 ? p->spec->chunk : 16;
+    p->chunk_size = p->spec->chunk > 0 ? p->spec->chunk : 64;
+    p->chunk_cap = 128;
     SL_CHECK(sl_pipeline__layout(p));
+    p->fuse_batch = can_fuse_batch(p);
+    if (p->fuse_batch) {
+        p->collate_stage = p->nstages - 2;
+        if (p->plan.batch_size > p->chunk_cap)
+            p->chunk_cap = (int)p->plan.batch_size;
+        /* When the final stage would only pass batches on (no take/skip after
+         * batch), the consumer takes them from the collating stage itself:
+         * one thread and one hand-off fewer per batch. */
+        int only_batch = 1;
+        for (int i = 0; i < p->plan.nopt; i++)
+            if (p->plan.opt[i].after_batch)
+                only_batch = 0;
+        if (only_batch) {
+            sl_stage *fin = &p->stage[p->nstages - 1];
+            sl_queue__destroy(&fin->out);
+            memset(fin, 0, sizeof *fin);
+            p->nstages--;
+            p->direct = 1;
+            sl_stage *last = &p->stage[p->nstages - 1];
+            sl_queue__destroy(&last->out);
+            last->qcap = p->plan.out_depth > 2 ? p->plan.out_depth : 2;
+            snprintf(last->name + strlen(last->name), sizeof last->name - strlen(last->name),
+                     "+batch(%lld)", (long long)p->plan.batch_size);
+            SL_CHECK(sl_queue__init(&last->out, (size_t)last->qcap, !p->spec->deterministic));
+        }
+    }
     p->spec_hash = hash_spec(p->spec);
     p->src_end_epoch = (uint64_t)p->spec->epochs;
     *out = p;
@@ -222,12 +273,14 @@ void sl_pipeline_free(sl_pipeline *p) {
     for (int s = 0; s < p->nstages; s++)
         sl_queue__destroy(&p->stage[s].out);
     sl_pipeline__free_chunks(p);
+    sl_pipeline__trace_free(p);
     sl_plan__free(&p->plan);
     sl_pipeline__pools_free(p->pools);
     sl_reader_free(p->reader);
     sl_pipeline__memsrc_release(p->mem);
     sl__free(p->base);
     sl__free(p->perm);
+    sl__free(p->perm_next);
     sl_spec_free(p->spec);
     pthread_mutex_destroy(&p->src_mu);
     pthread_cond_destroy(&p->src_cv);
@@ -276,12 +329,47 @@ int sl_pipeline_next_timeout(sl_pipeline *p, sl_batch **out, int timeout_ms) {
         void *item;
         uint64_t wait = 0;
         int rc = sl_queue__pop(q, &item, &wait, timeout_ms);
-        p->consumer_wait_ns += wait;
+        atomic_fetch_add(&p->consumer_wait_ns, wait);
         if (rc == SL_END)
             return SL_OK; /* timed out */
-        if (rc < 0)
+        if (rc < 0) {
+            pthread_mutex_lock(&p->err_mu);
+            failed = p->failed;
+            pthread_mutex_unlock(&p->err_mu);
+            if (failed)
+                return fail(p, 0, "");
             return sl__error(SL_ECANCELED, "pipeline: stopped");
-        sl_batch *b = item;
+        }
+        sl_batch *b;
+        if (p->direct) {
+            sl_chunk *c = item;
+            if (c->kind == SL_CHUNK_DATA) {
+                b = c->batch;
+                c->batch = NULL;
+                if (!b || (p->plan.drop_remainder && b->size < p->plan.batch_size)) {
+                    sl_pipeline__chunk_put(p, c);
+                    sl_pipeline__batch_free(b);
+                    continue;
+                }
+                b->index = p->direct_index++;
+                b->epoch = c->epoch;
+            } else {
+                b = sl__calloc(1, sizeof *b);
+                if (!b) {
+                    sl_pipeline__chunk_put(p, c);
+                    return fail(p, SL_ENOMEM, "out of memory while ending an epoch");
+                }
+                b->kind = c->kind;
+                b->epoch = c->epoch;
+                b->err_rc = c->err_rc;
+                memcpy(b->errmsg, c->errmsg, sizeof b->errmsg);
+                if (c->kind == SL_CHUNK_END)
+                    p->direct_index = 0;
+            }
+            sl_pipeline__chunk_put(p, c);
+        } else {
+            b = item;
+        }
         if (b->kind == SL_CHUNK_END) {
             p->cons_epoch = b->epoch + 1;
             p->cons_at_end = 1;
@@ -306,8 +394,8 @@ int sl_pipeline_next_timeout(sl_pipeline *p, sl_batch **out, int timeout_ms) {
         p->last.pos = b->next_pos;
         p->last.batch = b->index + 1;
         memcpy(p->last.counters, b->counters, sizeof p->last.counters);
-        p->batches_out++;
-        p->samples_out += (uint64_t)b->size;
+        atomic_fetch_add(&p->batches_out, 1);
+        atomic_fetch_add(&p->samples_out, (uint64_t)b->size);
         *out = b;
         return SL_OK;
     }
@@ -331,6 +419,7 @@ static void restart_at(sl_pipeline *p, uint64_t epoch, const sl_resume *r, uint6
     if (p->src_end_epoch < epoch + 1)
         p->src_end_epoch = epoch + 1;
     p->perm_valid = 0;
+    p->next_ready = 0;
     pthread_mutex_unlock(&p->src_mu);
 }
 

@@ -188,6 +188,7 @@ typedef struct sl_chunk {
     uint64_t *pos;                /* stream position of each sample */
     uint64_t *key;                /* RNG index of each sample */
     sl_sample *s;
+    struct sl_batch *batch;       /* map+batch fusion: the chunk collated */
     int err_rc;
     char errmsg[SL__ERRMSG_MAX];
 } sl_chunk;
@@ -271,7 +272,17 @@ struct sl_pipeline {
     uint64_t *perm;
     uint64_t perm_epoch, perm_rep;
     int perm_valid;
+    uint64_t *perm_next;          /* the next pass's order, built ahead */
+    uint64_t next_epoch, next_rep;
+    int next_ready, next_building;
     int chunk_size;               /* samples per chunk (autotune may change it) */
+    int chunk_cap;                /* samples a chunk can hold */
+    int fuse_batch;               /* map+batch fusion: chunks are whole batches,
+                                     collated by the last parallel stage */
+    int collate_stage;            /* with fuse_batch: the stage that collates */
+    int direct;                   /* the consumer takes batches straight from the
+                                     collating stage (no final stage thread) */
+    uint64_t direct_index;        /* direct: index of the next batch in the epoch */
 
     /* stages */
     sl_stage stage[SL_STATS_MAX_STAGES];
@@ -301,9 +312,12 @@ struct sl_pipeline {
     int cons_at_end;              /* the last call returned SL_END */
     sl_resume last;               /* state after the last batch handed out */
     uint64_t replay_skip;         /* batches to drop after a replaying restore */
-    uint64_t t_start, consumer_wait_ns, batches_out, samples_out, last_tune_ns;
+    uint64_t last_tune_ns;
+    /* read by sl_pipeline_stats_get from any thread */
+    _Atomic uint64_t t_start, consumer_wait_ns, batches_out, samples_out;
     _Atomic uint64_t threads_started;
     int ncpus;
+    struct sl_pipeline__trace *trace; /* NULL unless sl_pipeline_trace_enable */
 };
 
 /* exec.c */
@@ -313,6 +327,10 @@ int sl_pipeline__start(struct sl_pipeline *p, const sl_resume *r);
 void sl_pipeline__stop(struct sl_pipeline *p);
 void sl_pipeline__free_chunks(struct sl_pipeline *p);
 void sl_pipeline__batch_free(sl_batch *b);
+/* trace.c */
+void sl_pipeline__trace_add(struct sl_pipeline *p, int stage, int worker, uint64_t t0,
+                            uint64_t dur, uint32_t n);
+void sl_pipeline__trace_free(struct sl_pipeline *p);
 /* autotune.c: rebalance workers of "auto" stages and the chunk size. */
 void sl_pipeline__autotune(struct sl_pipeline *p);
 

@@ -18,12 +18,13 @@ int sl_pipeline_stats_get(const sl_pipeline *cp, sl_pipeline_stats *out) {
     sl_pipeline *p = (sl_pipeline *)cp;
     memset(out, 0, sizeof *out);
     uint64_t now = sl__now_ns();
-    double wall = p->t_start ? (double)(now - p->t_start) / 1e9 : 0.0;
+    uint64_t t_start = atomic_load(&p->t_start);
+    double wall = t_start ? (double)(now - t_start) / 1e9 : 0.0;
     out->wall_s = wall;
-    out->batches = p->batches_out;
-    out->samples = p->samples_out;
-    out->samples_per_s = wall > 0 ? (double)p->samples_out / wall : 0.0;
-    out->consumer_wait_s = (double)p->consumer_wait_ns / 1e9;
+    out->batches = atomic_load(&p->batches_out);
+    out->samples = atomic_load(&p->samples_out);
+    out->samples_per_s = wall > 0 ? (double)out->samples / wall : 0.0;
+    out->consumer_wait_s = (double)atomic_load(&p->consumer_wait_ns) / 1e9;
     out->threads_started = atomic_load(&p->threads_started);
     out->nstages = p->nstages;
     int worst = -1;
@@ -55,9 +56,9 @@ int sl_pipeline_stats_get(const sl_pipeline *cp, sl_pipeline_stats *out) {
     pthread_mutex_unlock(&p->err_mu);
 
     out->bound = '?';
-    if (p->batches_out < 2 || wall <= 0 || worst < 0) {
+    if (out->batches < 2 || wall <= 0 || worst < 0) {
         snprintf(out->verdict, sizeof out->verdict, "?: too early to tell (%llu batches)",
-                 (unsigned long long)p->batches_out);
+                 (unsigned long long)out->batches);
         return SL_OK;
     }
     double cwait = out->consumer_wait_s / wall;
@@ -74,7 +75,7 @@ int sl_pipeline_stats_get(const sl_pipeline *cp, sl_pipeline_stats *out) {
     }
     snprintf(out->bound_stage, sizeof out->bound_stage, "%s", w->name);
     double util = w->busy_s / (wall * (w->workers ? w->workers : 1));
-    if (p->stage[worst].kind == SL_ST_SOURCE) {
+    if (p->stage[worst].kind == SL_ST_SOURCE && p->stage[worst].last == p->stage[worst].first) {
         out->bound = 'F';
         snprintf(out->verdict, sizeof out->verdict,
                  "F: bound by reading: source %.0f%% busy on %d worker(s), %.1f us/sample; "
@@ -267,7 +268,9 @@ int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len
     sb_printf(&b, "stages:\n");
     for (int s = 0; s < p->nstages; s++) {
         const sl_stage *st = &p->stage[s];
-        const char *kind = st->kind == SL_ST_SOURCE ? "read"
+        const char *kind = st->kind == SL_ST_SOURCE && st->last > st->first
+                               ? "read + per-sample ops, parallel"
+                           : st->kind == SL_ST_SOURCE ? "read"
                            : st->kind == SL_ST_MAP  ? "per-sample ops, parallel"
                            : st->kind == SL_ST_SEQ  ? "sequential"
                                                     : "sequential, collates batches";

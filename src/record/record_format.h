@@ -58,6 +58,13 @@
 
 static inline uint64_t slr_align8(uint64_t x) { return (x + 7u) & ~(uint64_t)7u; }
 
+/* The most a zstd frame of `z` bytes can decompress to. RFC 8878 caps a
+ * block's output at 128 KiB and every block costs at least 4 bytes (3-byte
+ * header + 1 RLE byte), so a frame expands at most 32768-fold (+ one block).
+ * Checking a stored raw_size against this before allocating keeps a small
+ * hostile file from requesting gigabytes. */
+static inline uint64_t slr_zstd_max_expansion(uint64_t z) { return (z / 4 + 1) * 131072u; }
+
 /* ---- schema (schema.c) -------------------------------------------------------- */
 
 typedef struct slr_column {
@@ -136,6 +143,8 @@ typedef struct slr_shard {
     char *path;
     int fd;
     const uint8_t *map;     /* whole file, or NULL in pread mode */
+    sl_buffer *mapbuf;      /* reference-counted owner of `map`; it is unmapped
+                               when the reader and every retained view let go */
     uint64_t size;
     slr_header hdr;
     uint64_t first;         /* global number of the first record */
@@ -180,9 +189,11 @@ struct sl_record {
 };
 
 /* Decode a payload (already checksum-checked or not, as the caller chose) of
- * record `index` into rec's column views. */
+ * record `index` into rec's column views. Views into the payload get
+ * `owner` (may be NULL) as their borrowed `buf`. */
 int sl_record__decode_payload(const sl_schema *s, const uint8_t *payload, uint64_t len,
-                              uint64_t index, const char *path, sl_record *rec);
+                              uint64_t index, const char *path, sl_record *rec,
+                              sl_buffer *owner);
 
 /* Read record i; `verify` forces (true) or skips (false) the checksum. */
 int sl_record__read(const sl_reader *r, uint64_t i, sl_record *rec, bool verify);

@@ -105,8 +105,21 @@ cleanup:
 
 /* ---- one shard ------------------------------------------------------------------------ */
 
+typedef struct slr_mapping {
+    void *addr;
+    size_t size;
+} slr_mapping;
+
+static void unmap_release(void *user) {
+    slr_mapping *m = user;
+    munmap(m->addr, m->size);
+    sl__free(m);
+}
+
 static void shard_close(slr_shard *sh) {
-    if (sh->map)
+    if (sh->mapbuf)
+        sl_buffer_release(sh->mapbuf);   /* unmaps once retained views are gone */
+    else if (sh->map)
         munmap((void *)sh->map, (size_t)sh->size);
     if (sh->fd >= 0)
         close(sh->fd);
@@ -144,6 +157,17 @@ static int shard_open(slr_shard *sh, const char *path, unsigned flags, sl_schema
         if (m == MAP_FAILED)
             return sl__error(SL_EIO, "%s: mmap failed: %s", path, strerror(errno));
         sh->map = m;
+        /* The mapping is owned by a buffer so a caller can keep a zero-copy
+         * view alive past the reader (sl_buffer_retain on the view's buf). */
+        slr_mapping *own = sl__malloc(sizeof *own);
+        if (!own)
+            return sl__oom("opening a shard");
+        own->addr = m;
+        own->size = (size_t)sh->size;
+        if (sl_buffer_wrap(&sh->mapbuf, m, (size_t)sh->size, unmap_release, own) != SL_OK) {
+            sl__free(own);
+            return sl__oom("opening a shard");
+        }
     }
     SL_TRY(sl_record__read_header(sh->fd, sh->map, sh->size, path, &sh->hdr, schema, NULL));
     uint64_t hb = sh->hdr.header_bytes;
@@ -474,7 +498,7 @@ static int grow_buf(uint8_t **p, size_t *cap, size_t need, const char *what) {
 #define BAD(...) return sl__error(SL_ECORRUPT, __VA_ARGS__)
 
 int sl_record__decode_payload(const sl_schema *s, const uint8_t *pl, uint64_t len, uint64_t index,
-                              const char *path, sl_record *rec) {
+                              const char *path, sl_record *rec, sl_buffer *owner) {
     struct {
         const uint8_t *data;     /* raw bytes, or the zstd frame */
         uint64_t size;           /* stored size of data */
@@ -550,7 +574,13 @@ int sl_record__decode_payload(const sl_schema *s, const uint8_t *pl, uint64_t le
                     BAD("%s: record %llu: column \"%s\": shape needs %llu bytes, stored size says "
                         "%llu", path, ri, col->name, (unsigned long long)elem,
                         (unsigned long long)raw);
-                if (raw > SLR_DECOMPRESSED_MAX)
+                /* Bound the allocation by what the stored bytes can expand to
+                 * (see slr_zstd_max_expansion) before trusting raw_size. */
+                if (raw > slr_zstd_max_expansion(size))
+                    BAD("%s: record %llu: column \"%s\": %llu compressed bytes cannot hold the "
+                        "%llu bytes the value claims", path, ri, col->name,
+                        (unsigned long long)size, (unsigned long long)raw);
+                if (raw > SLR_DECOMPRESSED_MAX || scratch + raw > SLR_DECOMPRESSED_MAX)
                     return sl__error(SL_ELIMIT, "%s: record %llu: column \"%s\": %llu bytes "
                                      "decompressed exceeds the limit (%llu)", path, ri, col->name,
                                      (unsigned long long)raw,
@@ -602,6 +632,8 @@ int sl_record__decode_payload(const sl_schema *s, const uint8_t *pl, uint64_t le
                       : col->type == SL_COL_FLOAT64 ? SL_F64
                       : col->type == SL_COL_ARRAY ? col->dtype : SL_U8;
         sl_tensor_view(&rec->col[c], data, dt, v[c].ndim, v[c].shape);
+        if (v[c].scratch_off == UINT64_MAX)
+            rec->col[c].buf = owner;   /* borrowed: the record holds no reference */
     }
     rec->ncols = s->ncols;
     rec->index = index;
@@ -633,7 +665,8 @@ int sl_record__read(const sl_reader *r, uint64_t i, sl_record *rec, bool verify)
     if (verify && sl_record__hash(f + SLR_FRAME_HEADER, (size_t)len, i) != sum)
         return sl__error(SL_ECORRUPT, "%s: record %llu: checksum mismatch", sh->path,
                          (unsigned long long)i);
-    return sl_record__decode_payload(&r->schema, f + SLR_FRAME_HEADER, len, i, sh->path, rec);
+    return sl_record__decode_payload(&r->schema, f + SLR_FRAME_HEADER, len, i, sh->path, rec,
+                                     sh->mapbuf);
 }
 
 int sl_reader_read(const sl_reader *r, uint64_t i, sl_record *rec) {

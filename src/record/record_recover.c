@@ -130,7 +130,7 @@ static int recover_file(recover_state *st, const char *path, const char *out, bo
         const uint8_t *pl = map + off + SLR_FRAME_HEADER;
         if (sl_record__hash(pl, (size_t)len, st->next) != sum)
             break;
-        rc = sl_record__decode_payload(&st->schema, pl, len, st->next, path, st->rec);
+        rc = sl_record__decode_payload(&st->schema, pl, len, st->next, path, st->rec, NULL);
         if (rc == SL_ENOMEM)
             goto cleanup;
         if (rc < 0) {

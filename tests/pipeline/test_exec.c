@@ -1,6 +1,7 @@
 /* Engine tests over in-memory sources: batching, determinism, epochs,
  * errors, shutdown, zero copy, ragged columns. */
 #include "pipe_util.h"
+#include "core/core.h"
 
 #include <pthread.h>
 
@@ -46,6 +47,15 @@ SL_TEST(pipeline_exec__basic_batches) {
     ASSERT_RC(sl_pipeline_next(p, &b), SL_END); /* one epoch only */
     sl_pipeline_free(p);
     sl_spec_free(spec);
+}
+
+/* The stage whose name contains `part` (memory sources run their first ops
+ * in the reading stage, so positions vary). */
+static const sl_stage_stats *find_stage(const sl_pipeline_stats *st, const char *part) {
+    for (int i = 0; i < st->nstages; i++)
+        if (strstr(st->stage[i].name, part))
+            return &st->stage[i];
+    sl_test_fail(__FILE__, __LINE__, "no stage named like '%s'", part);
 }
 
 /* A map that draws from its RNG and takes uneven time, so that workers
@@ -182,7 +192,7 @@ SL_TEST(pipeline_exec__threads_persist_across_epochs) {
             started = st.threads_started;
         ASSERT_U64_EQ(st.threads_started, started); /* no thread was restarted */
     }
-    ASSERT(started >= 4);
+    ASSERT(started >= 2);
     ASSERT(d[0][0] != d[1][0]);
     sl_batch *b;
     ASSERT_RC(sl_pipeline_next(p, &b), SL_END); /* past the last epoch */
@@ -279,7 +289,12 @@ SL_TEST(pipeline_exec__batch_memory_outlives_pipeline) {
     sl_batch_release(b2); /* a batch released after its pipeline is gone */
 }
 
-SL_TEST(pipeline_exec__ragged_columns) {
+static void ragged_case(int skip_policy);
+SL_TEST(pipeline_exec__ragged_columns) { ragged_case(0); }
+/* policy skip turns map+batch fusion off: the final stage collates */
+SL_TEST(pipeline_exec__ragged_columns_final_stage) { ragged_case(1); }
+
+static void ragged_case(int skip_policy) {
     /* samples whose "v" length varies: the batch keeps a list per sample */
     sl_sample s[20];
     memset(s, 0, sizeof s);
@@ -300,6 +315,8 @@ SL_TEST(pipeline_exec__ragged_columns) {
     ASSERT_OK(sl_spec_set_source_samples(spec, 2, names, s, 20));
     ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 6}"));
     ASSERT_OK(sl_spec_set_threads(spec, 2));
+    if (skip_policy)
+        ASSERT_OK(sl_spec_set_on_error(spec, SL_ON_ERROR_SKIP));
     sl_pipeline *p;
     ASSERT_OK(sl_pipeline_create(&p, spec));
     sl_batch *b;
@@ -424,7 +441,8 @@ SL_TEST(pipeline_exec__autotune_runs) {
     sl_pipeline_stats st;
     ASSERT_OK(sl_pipeline_stats_get(p, &st));
     ASSERT(st.bound == 'P' || st.bound == 'F' || st.bound == 'G');
-    ASSERT(st.stage[1].workers >= 1);
+    const sl_stage_stats *ms = find_stage(&st, "map[");
+    ASSERT(ms && ms->workers >= 1);
     sl_pipeline_free(p);
     /* same batches as a fixed thread count */
     ASSERT_OK(sl_spec_set_threads(spec, 1));
@@ -432,6 +450,145 @@ SL_TEST(pipeline_exec__autotune_runs) {
     ASSERT_EQ(pu_run_epoch(p, d, 64), 60);
     for (int i = 0; i < 60; i++)
         ASSERT_U64_EQ(d[i], ref[i]);
+    sl_pipeline_free(p);
+    sl_spec_free(spec);
+}
+
+static void *stats_reader(void *arg) {
+    sl_pipeline *p = arg;
+    for (int i = 0; i < 200; i++) {
+        sl_pipeline_stats st;
+        char js[8192];
+        size_t len;
+        sl_pipeline_stats_get(p, &st);
+        sl_pipeline_stats_json(p, js, sizeof js, &len);
+        usleep(200);
+    }
+    return NULL;
+}
+
+SL_TEST(pipeline_exec__stats_from_another_thread) {
+    sl_spec *spec = pu_memory_spec(2000);
+    ASSERT_OK(sl_spec_set_threads(spec, 2));
+    ASSERT_OK(sl_spec_set_epochs(spec, 5));
+    ASSERT_OK(sl_spec_add_map(spec, "noisy", noisy_map, NULL));
+    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 20}"));
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    pthread_t t;
+    ASSERT_EQ(pthread_create(&t, NULL, stats_reader, p), 0);
+    uint64_t d[128];
+    for (int e = 0; e < 5; e++)
+        ASSERT_EQ(pu_run_epoch(p, d, 128), 100);
+    pthread_join(t, NULL);
+    sl_pipeline_stats st;
+    ASSERT_OK(sl_pipeline_stats_get(p, &st));
+    ASSERT_EQ(st.samples, 10000);
+    ASSERT_EQ(st.batches, 500);
+    ASSERT(st.bound != 0);
+    sl_pipeline_free(p);
+    sl_spec_free(spec);
+}
+
+/* Fail the n-th allocation, for n = 1, 2, ...: every failure gives SL_ENOMEM
+ * with a message (at creation or from next), never a hang or a leak. */
+SL_TEST(pipeline_exec__out_of_memory_anywhere) {
+    int succeeded = 0;
+    uint64_t n;
+    for (n = 1; n < 400 && !succeeded; n++) {
+        sl_spec *spec = pu_memory_spec(50);
+        ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"select\", \"columns\": [\"label\", \"x\"]}"));
+        ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 8}"));
+        ASSERT_OK(sl_spec_set_threads(spec, 2));
+        sl_pipeline *p = NULL;
+        sl__alloc_fail_at(n);
+        int rc = sl_pipeline_create(&p, spec);
+        int batches = 0;
+        if (rc == SL_OK) {
+            sl_batch *b;
+            while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
+                batches++;
+                sl_batch_release(b);
+            }
+        }
+        uint64_t used = sl__alloc_count();
+        sl__alloc_fail_at(0);
+        if (rc == SL_END) {
+            ASSERT_EQ(batches, 7);
+            /* the injected failure may have hit a recycled path; fine if all
+             * batches came; stop once an untouched run completes */
+            succeeded = used < n;
+        } else {
+            ASSERT_RC(rc, SL_ENOMEM);
+            ASSERT(sl_errmsg()[0] != '\0');
+        }
+        sl_pipeline_free(p);
+        sl_spec_free(spec);
+    }
+    ASSERT(succeeded);
+    ASSERT(n > 20); /* many allocation sites were made to fail */
+}
+
+SL_TEST(pipeline_exec__verdict_names_the_bound) {
+    /* P: a slow per-sample op on one worker, a consumer that only takes */
+    sl_spec *spec = pu_memory_spec(400);
+    ASSERT_OK(sl_spec_set_threads(spec, 1));
+    ASSERT_OK(sl_spec_add_map(spec, "slow", slow_map, (void *)(uintptr_t)1500));
+    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 8}"));
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    sl_batch *b;
+    for (int i = 0; i < 30; i++) {
+        ASSERT_OK(sl_pipeline_next(p, &b));
+        sl_batch_release(b);
+    }
+    sl_pipeline_stats st;
+    ASSERT_OK(sl_pipeline_stats_get(p, &st));
+    ASSERT_EQ(st.bound, 'P');
+    ASSERT_CONTAINS(st.bound_stage, "map 'slow'");
+    ASSERT_CONTAINS(st.verdict, "P: bound by processing");
+    ASSERT(find_stage(&st, "map 'slow'")->cost_us > 1000);
+    sl_pipeline_free(p);
+    sl_spec_free(spec);
+
+    /* G: fast ops, a consumer that sleeps 20 ms per batch */
+    spec = pu_memory_spec(400);
+    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 8}"));
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    for (int i = 0; i < 25; i++) {
+        ASSERT_OK(sl_pipeline_next(p, &b));
+        sl_batch_release(b);
+        usleep(20000);
+    }
+    ASSERT_OK(sl_pipeline_stats_get(p, &st));
+    ASSERT_EQ(st.bound, 'G');
+    ASSERT_CONTAINS(st.verdict, "G: bound by the consumer");
+    sl_pipeline_free(p);
+    sl_spec_free(spec);
+}
+
+SL_TEST(pipeline_exec__trace_json) {
+    sl_spec *spec = pu_memory_spec(300);
+    ASSERT_OK(sl_spec_set_threads(spec, 2));
+    ASSERT_OK(sl_spec_add_map(spec, "noisy", noisy_map, NULL));
+    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 30}"));
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    size_t len;
+    ASSERT_RC(sl_pipeline_trace_json(p, NULL, 0, &len), SL_EINVAL);
+    ASSERT_OK(sl_pipeline_trace_enable(p, 4)); /* tiny: most spans are dropped */
+    uint64_t d[16];
+    ASSERT_EQ(pu_run_epoch(p, d, 16), 10);
+    ASSERT_RC(sl_pipeline_trace_enable(p, 0), SL_EINVAL); /* too late */
+    ASSERT_OK(sl_pipeline_trace_json(p, NULL, 0, &len));
+    char *text = malloc(len + 1);
+    ASSERT_OK(sl_pipeline_trace_json(p, text, len + 1, &len));
+    ASSERT_CONTAINS(text, "\"traceEvents\":[");
+    ASSERT_CONTAINS(text, "\"thread_name\"");
+    ASSERT_CONTAINS(text, "\"ph\":\"X\"");
+    ASSERT_CONTAINS(text, "samples\"");
+    ASSERT(strstr(text, "\"dropped\":0") == NULL);
+    free(text);
     sl_pipeline_free(p);
     sl_spec_free(spec);
 }

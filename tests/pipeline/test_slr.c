@@ -4,32 +4,6 @@
 
 #include <stdio.h>
 
-/* n records: "image" bytes "payload-%05d-..." (200 bytes), "label" = i % 10. */
-static void make_slr(const char *path, int n) {
-    sl_schema *sc;
-    ASSERT_OK(sl_schema_create(&sc));
-    ASSERT_OK(sl_schema_add(sc, "image", SL_COL_BYTES, SL_DTYPE_INVALID, 0, NULL, 0));
-    ASSERT_OK(sl_schema_add(sc, "label", SL_COL_INT64, SL_DTYPE_INVALID, 0, NULL, 0));
-    sl_writer *w;
-    sl_writer_options o = SL_WRITER_OPTIONS_INIT;
-    o.fsync = 0;
-    ASSERT_OK(sl_writer_open(&w, path, sc, &o));
-    for (int i = 0; i < n; i++) {
-        char buf[200];
-        for (int k = 0; k < 200; k += 20)
-            snprintf(buf + k, 21, "payload-%05d-%05d", i, k);
-        sl_tensor cols[2];
-        int64_t shape[1] = {200};
-        sl_tensor_view(&cols[0], buf, SL_U8, 1, shape);
-        int64_t label = i % 10;
-        sl_tensor_view(&cols[1], &label, SL_I64, 0, NULL);
-        ASSERT_OK(sl_writer_append(w, cols, 2));
-    }
-    ASSERT_OK(sl_writer_close(w));
-    sl_writer_free(w);
-    sl_schema_free(sc);
-}
-
 /* Flip one byte inside record i's payload. */
 static void corrupt_record(const char *path, int i) {
     FILE *f = fopen(path, "r+b");

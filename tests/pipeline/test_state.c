@@ -27,7 +27,8 @@ static sl_spec *resume_spec(int variant, int threads) {
     ASSERT_OK(sl_spec_set_threads(spec, threads));
     ASSERT_OK(sl_spec_set_shuffle(spec, 1));
     ASSERT_OK(sl_spec_set_shard(spec, 1, 3, SL_SHARD_PAD));
-    ASSERT_OK(sl_spec_add_filter(spec, "drop7", drop_sevens, NULL));
+    if (variant != 3) /* variant 3: nothing dropped, so map + batch fusion applies */
+        ASSERT_OK(sl_spec_add_filter(spec, "drop7", drop_sevens, NULL));
     ASSERT_OK(sl_spec_add_map(spec, "scaled", scaled_map, NULL));
     if (variant == 1)
         ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"shuffle_buffer\", \"size\": 50}"));
@@ -98,6 +99,7 @@ static void check_resume(int variant) {
 SL_TEST(pipeline_state__resume_exact_shuffle_shard) { check_resume(0); }
 SL_TEST(pipeline_state__resume_with_shuffle_buffer) { check_resume(1); }
 SL_TEST(pipeline_state__resume_with_take_skip) { check_resume(2); }
+SL_TEST(pipeline_state__resume_fused_batches) { check_resume(3); }
 
 SL_TEST(pipeline_state__rejects_other_spec) {
     sl_spec *a = resume_spec(0, 1), *b = resume_spec(2, 1);

@@ -38,7 +38,10 @@ def load():
     """The loaded library, or None when it has not been built."""
     if not os.path.exists(LIB_PATH):
         return None
-    return Ops(C.CDLL(LIB_PATH))
+    try:
+        return Ops(C.CDLL(LIB_PATH))
+    except AttributeError:  # a library built before the image ops existed
+        return None
 
 
 class SluiceError(Exception):

@@ -21,7 +21,7 @@ PIL = pytest.importorskip("PIL.Image")
 from PIL import Image  # noqa: E402
 
 _ops = R.load()
-pytestmark = pytest.mark.skipif(_ops is None, reason="libsluice not built at %s (set SLUICE_LIB)" % R.LIB_PATH)
+pytestmark = pytest.mark.skipif(_ops is None, reason="libsluice with image ops not built at %s (set SLUICE_LIB)" % R.LIB_PATH)
 
 SHAPES = [(1, 1), (17, 33), (500, 1), (1, 500), (97, 61), (640, 427), (333, 500)]
 
@@ -259,4 +259,46 @@ def test_fused_decode_crop_resize(ops, seed):
     want = np.asarray(ref.resize((out, out), Image.BILINEAR)).astype(int)
     got = ops.decode_crop_resize(data, (y, x, ch, cw), out, out).astype(int)
     diff = np.abs(got - want)
+    assert diff.mean() <= 2.0 and diff.max() <= 48, "mean %.3f max %d" % (diff.mean(), diff.max())
+
+
+# ---- real photos, where the machine has some: Debian wallpaper packages
+# (/usr/share/backgrounds, /usr/share/wallpapers), the copies unpacked by
+# make_photos.py under data/photos/src, and its imagenet-like set.
+
+def _real_photos(limit=4):
+    roots = ["/usr/share/backgrounds", "/usr/share/wallpapers",
+             os.path.join(R.REPO, "data", "photos", "src", "usr", "share"),
+             os.path.join(R.REPO, "data", "photos", "imagenet-like")]
+    found = []
+    for root in roots:
+        for d, _, fs in sorted(os.walk(root)):
+            for f in sorted(fs):
+                if f.lower().endswith((".jpg", ".jpeg", ".png")):
+                    p = os.path.join(d, f)
+                    if os.path.getsize(p) < 8 << 20:
+                        found.append(p)
+        if len(found) >= limit:
+            break
+    # spread over the list: different sources and sizes
+    step = max(1, len(found) // limit)
+    return found[::step][:limit]
+
+
+REAL = _real_photos()
+
+
+@pytest.mark.skipif(not REAL, reason="no photos on this machine (see make_photos.py)")
+@pytest.mark.parametrize("path", REAL)
+def test_real_photo_decode_resize_fused(ops, path):
+    data = open(path, "rb").read()
+    want = pil_rgb(data)
+    got = ops.decode(data, R.RGB)
+    np.testing.assert_array_equal(got, want)  # exact
+    h, w = want.shape[:2]
+    img = Image.fromarray(want)
+    np.testing.assert_array_equal(ops.resize(want, 224, 224), np.asarray(img.resize((224, 224), Image.BILINEAR)))
+    box = (h // 5, w // 7, h // 2, w // 2)  # y, x, h, w
+    ref = img.crop((box[1], box[0], box[1] + box[3], box[0] + box[2])).resize((224, 224), Image.BILINEAR)
+    diff = np.abs(ops.decode_crop_resize(data, box, 224, 224).astype(int) - np.asarray(ref).astype(int))
     assert diff.mean() <= 2.0 and diff.max() <= 48, "mean %.3f max %d" % (diff.mean(), diff.max())

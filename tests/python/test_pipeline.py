@@ -224,3 +224,122 @@ def test_ctrl_c_stops_a_blocked_iteration(tmp_path):
     out, _ = proc.communicate(timeout=20)
     assert out.startswith("interrupted"), out
     assert float(out.split()[1]) < 10.0  # the epoch would take 25 s
+
+
+def test_fork_child_gets_its_own_engine(small_slr):
+    """A Dataset iterated before fork() keeps working in the child (a fresh
+    engine there), and the parent's engine is untouched."""
+    ds = sluice.records(small_slr).batch(50)
+    first = collect(ds)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            got = collect(ds)
+            ok = len(got) == 2 and np.array_equal(got[1]["label"], first[1]["label"])
+            os.write(w, b"ok" if ok else b"bad")
+        except BaseException as e:  # pragma: no cover - reported to the parent
+            os.write(w, repr(e).encode()[:200])
+        finally:
+            os._exit(0)
+    os.close(w)
+    msg = os.read(r, 256)
+    os.waitpid(pid, 0)
+    assert msg == b"ok", msg
+    assert len(collect(ds)) == 2
+
+
+def test_python_map_must_return_a_dict(small_slr):
+    ds = sluice.records(small_slr).map(lambda s: [1, 2]).batch(10)
+    with pytest.raises(TypeError, match="dict"):
+        collect(ds)
+
+
+def test_pipelines_in_several_threads(small_slr):
+    results, errors = {}, []
+
+    def work(seed):
+        try:
+            ds = sluice.records(small_slr).shuffle(seed=seed).batch(7)
+            results[seed] = np.concatenate([b["label"] for b in collect(ds)])
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert errors == []
+    for seed, labels in results.items():
+        ds = sluice.records(small_slr).shuffle(seed=seed).batch(7)
+        np.testing.assert_array_equal(labels, np.concatenate([b["label"] for b in collect(ds)]))
+        assert sorted(labels.tolist()) == sorted((np.arange(100) % 10).tolist())
+
+
+def test_one_consumer_thread_at_a_time(tmp_path):
+    path = write_slr(tmp_path / "s.slr", 10)
+
+    def slow(s):
+        time.sleep(0.3)
+        return {}
+
+    ds = sluice.records(path).map(slow).batch(10)
+    eng = ds._get_engine()
+    eng.set_epoch(0)
+    t = threading.Thread(target=eng.next_numpy)
+    t.start()
+    time.sleep(0.1)
+    try:
+        with pytest.raises(RuntimeError, match="another thread"):
+            eng.next_numpy()
+    finally:
+        t.join()
+    ds.close()
+
+
+def test_set_epoch_ends_an_open_iteration(small_slr):
+    ds = sluice.records(small_slr).batch(10)
+    it = iter(ds.numpy())
+    next(it)
+    ds.set_epoch(3)
+    with pytest.raises(RuntimeError, match="superseded"):
+        next(it)
+    assert len(collect(ds)) == 10
+
+
+def test_trace_is_trace_event_json(small_slr, tmp_path):
+    import json
+    ds = sluice.records(small_slr).batch(10)
+    ds.enable_trace()
+    collect(ds)
+    doc = json.loads(ds.trace())
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    assert events and all("ph" in e for e in events)
+    ds.trace(tmp_path / "t.json")
+    assert json.loads((tmp_path / "t.json").read_text())
+    with pytest.raises(sluice.InvalidError):
+        sluice.records(small_slr).batch(10).trace()  # never enabled
+
+
+def test_from_arrays_is_an_in_memory_source():
+    x = np.arange(30 * 3 * 2, dtype=np.float32).reshape(30, 3, 2)
+    y = np.arange(30) * 10
+    ds = sluice.from_arrays({"x": x, "y": y}).shuffle(seed=4).map(
+        lambda s: {"y": s["y"] + 1}).batch(8)
+    batches = collect(ds)
+    assert len(ds) == 4 and [len(b["y"]) for b in batches] == [8, 8, 8, 6]
+    for b in batches:
+        idx = (b["y"] - 1) // 10
+        np.testing.assert_array_equal(b["x"], x[idx])
+    assert sorted(np.concatenate([b["y"] for b in batches]).tolist()) == (y + 1).tolist()
+    x[:] = -1  # the engine holds its own copy
+    assert collect(ds)[0]["x"].min() >= 0
+    with pytest.raises(TypeError, match="to_json"):
+        ds.to_json()
+    with pytest.raises(ValueError, match="samples"):
+        sluice.from_arrays({"x": x, "y": y[:5]})
+    with pytest.raises(TypeError, match="columns"):
+        sluice.from_arrays([x, y])
+    with pytest.raises(ValueError, match="leading"):
+        sluice.from_arrays({"x": np.float32(3)})

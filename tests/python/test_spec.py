@@ -23,7 +23,8 @@ def test_chain_builds_the_spec():
     assert [o["op"] for o in spec["ops"]] == ["decode", "random_resized_crop", "flip",
                                               "normalize", "batch", "prefetch"]
     assert spec["ops"][5] == {"op": "prefetch", "depth": 4}
-    assert spec["ops"][1]["size"] == [224, 224]
+    assert spec["ops"][1]["size"] == 224
+    assert spec["ops"][0] == {"op": "decode", "column": "image", "mode": "rgb"}
     assert spec["ops"][3]["layout"] == "chw"
     assert spec["ops"][4] == {"op": "batch", "size": 256, "drop_remainder": False}
     assert json.loads(ds.to_json()) == spec
@@ -59,7 +60,10 @@ def test_shard_reads_torchrun_env(monkeypatch):
     (lambda d: d.shard(rank=4, world_size=4), ValueError, "rank"),
     (lambda d: d.shard(rank=0), TypeError, "shard"),
     (lambda d: d.decode(3), TypeError, "column"),
-    (lambda d: d.decode("image", color="cmyk"), ValueError, "color"),
+    (lambda d: d.decode("image", mode="cmyk"), ValueError, "mode"),
+    (lambda d: d.resize("image", 256, interpolation="cubic"), ValueError, "interpolation"),
+    (lambda d: d.resize("image", (0, 3)), ValueError, "size"),
+    (lambda d: d.one_hot("label"), TypeError, "classes"),
     (lambda d: d.random_resized_crop("image", 0), ValueError, "size"),
     (lambda d: d.random_resized_crop("image", "big"), TypeError, "size"),
     (lambda d: d.random_resized_crop("image", 224, scale=(1.0, 0.5)), ValueError, "scale"),
@@ -91,6 +95,17 @@ def test_from_spec_dict_json_and_file(tmp_path):
         sluice.from_spec("{not json")
     with pytest.raises(TypeError, match="spec"):
         sluice.from_spec(42)
+
+
+def test_records_source_options():
+    assert sluice.records("a.slr", parallel="auto", chunk=64).spec["source"] == {
+        "path": "a.slr", "parallel": "auto", "chunk": 64}
+    with pytest.raises(ValueError, match="chunk"):
+        sluice.records("a.slr", chunk=1000)
+    with pytest.raises(TypeError, match="parallel"):
+        sluice.records("a.slr", parallel="many")
+    with pytest.raises(TypeError, match="path"):
+        sluice.records(42)
 
 
 def test_records_accepts_pathlike(tmp_path):

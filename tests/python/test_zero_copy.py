@@ -112,3 +112,14 @@ def test_ragged_columns_are_lists(tmp_path):
     (b,) = list(sluice.records(path).batch(6).numpy())
     assert isinstance(b["v"], list) and [len(x) for x in b["v"]] == list(range(6))
     np.testing.assert_array_equal(b["v"][4], np.arange(4))
+
+
+def test_ragged_columns_in_torch(tmp_path):
+    torch = pytest.importorskip("torch")
+    path = str(tmp_path / "rag.slr")
+    with sluice.Writer(path, [("v", "array", "float32", (-1,))], fsync=False) as w:
+        for i in range(4):
+            w.append({"v": np.full(i + 1, i, np.float32)})
+    (b,) = list(sluice.records(path).batch(4).torch())
+    assert [tuple(t.shape) for t in b["v"]] == [(1,), (2,), (3,), (4,)]
+    assert torch.equal(b["v"][2], torch.full((3,), 2.0))

@@ -267,13 +267,14 @@ SL_TEST(record_format__writer_matches_tables) {
 
 /* A zstd column built by hand: u64 raw size, then one zstd frame; the header's
  * required feature bit 0 is set. */
-SL_TEST(record_format__hand_built_zstd) {
-    char path[512];
-    sl_test_path(path, sizeof path, "z.slr");
-    const char *text = "zstd zstd zstd zstd zstd zstd zstd zstd zstd zstd";
-    size_t tl = strlen(text);
+static const char ZTEXT[] = "zstd zstd zstd zstd zstd zstd zstd zstd zstd zstd";
+
+/* One BYTES column with the ZSTD flag, one record holding ZTEXT; the stored
+ * raw_size is `claim` (the true size when 0). */
+static void build_zstd(bb *out, uint64_t claim) {
+    size_t tl = strlen(ZTEXT);
     uint8_t z[256];
-    size_t zl = ZSTD_compress(z, sizeof z, text, tl, 3);
+    size_t zl = ZSTD_compress(z, sizeof z, ZTEXT, tl, 3);
     ASSERT(!ZSTD_isError(zl));
 
     bb f = {0};
@@ -298,7 +299,7 @@ SL_TEST(record_format__hand_built_zstd) {
     bb pl = {0};
     u64(&pl, 16);
     u64(&pl, 8 + zl);
-    u64(&pl, tl);
+    u64(&pl, claim ? claim : tl);
     put(&pl, z, zl);
     pad8(&pl);
     uint64_t off = f.n, sum = XXH3_64bits_withSeed(pl.p, pl.n, 0);
@@ -322,6 +323,17 @@ SL_TEST(record_format__hand_built_zstd) {
     u64(&f, isum);
     u64(&f, XXH3_64bits_withSeed(f.p + foot, 48, 0));
     put(&f, MAGIC, 8);
+    free(pl.p);
+    *out = f;
+}
+
+SL_TEST(record_format__hand_built_zstd) {
+    char path[512];
+    sl_test_path(path, sizeof path, "z.slr");
+    size_t tl = strlen(ZTEXT);
+    uint32_t hb = 64 + 136 + 8 + 8;
+    bb f;
+    build_zstd(&f, 0);
     slr_write_file(path, f.p, f.n);
 
     sl_reader *r;
@@ -331,7 +343,7 @@ SL_TEST(record_format__hand_built_zstd) {
     ASSERT_OK(sl_reader_read(r, 0, rec));
     const sl_tensor *t = sl_record_column(rec, 0);
     ASSERT_EQ(t->nbytes, tl);
-    ASSERT(memcmp(t->data, text, tl) == 0);
+    ASSERT(memcmp(t->data, ZTEXT, tl) == 0);
     sl_record_free(rec);
     sl_reader_free(r);
 
@@ -340,6 +352,32 @@ SL_TEST(record_format__hand_built_zstd) {
     set64(&f, hb - 8, XXH3_64bits_withSeed(f.p, hb - 8, 0));
     slr_write_file(path, f.p, f.n);
     slr_expect_open_fail(path, 0, SL_ECORRUPT, "zstd feature bit");
-    free(pl.p);
     free(f.p);
+}
+
+/* A value claiming far more bytes than its zstd frame can hold is refused
+ * before anything is allocated for it; a merely wrong claim fails decoding. */
+SL_TEST(record_format__zstd_size_claims) {
+    char path[512];
+    sl_test_path(path, sizeof path, "claim.slr");
+    const uint64_t claims[2] = {(uint64_t)1 << 30, 7};
+    const char *whats[2] = {"cannot hold the 1073741824 bytes", "zstd"};
+    for (int i = 0; i < 2; i++) {
+        bb f;
+        build_zstd(&f, claims[i]);
+        slr_write_file(path, f.p, f.n);
+        free(f.p);
+        for (int mode = 0; mode < 2; mode++) {
+            sl_reader *r;
+            ASSERT_OK(sl_reader_open(&r, path, mode ? SL_READ_NO_MMAP : 0));
+            sl_record *rec;
+            ASSERT_OK(sl_record_create(&rec));
+            ASSERT_RC(sl_reader_read(r, 0, rec), SL_ECORRUPT);
+            ASSERT_CONTAINS(sl_errmsg(), path);
+            ASSERT_CONTAINS(sl_errmsg(), "record 0: column \"blob\"");
+            ASSERT_CONTAINS(sl_errmsg(), whats[i]);
+            sl_record_free(rec);
+            sl_reader_free(r);
+        }
+    }
 }

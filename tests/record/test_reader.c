@@ -274,3 +274,34 @@ SL_TEST(record_reader__oom_writer) {
     sl_schema_free(s);
     slr_check_simple(path, 40, 1, 0);
 }
+
+/* A zero-copy view can outlive the reader: its buf owns the file mapping. In
+ * pread mode and for decompressed columns there is no buf; copy instead. */
+SL_TEST(record_reader__view_outlives_reader) {
+    char path[512];
+    sl_test_path(path, sizeof path, "v.slr");
+    slr_write_simple(path, 20, 1, 0);
+    sl_reader *r;
+    ASSERT_OK(sl_reader_open(&r, path, 0));
+    sl_record *rec;
+    ASSERT_OK(sl_record_create(&rec));
+    ASSERT_OK(sl_reader_read(r, 13, rec));
+    sl_tensor keep = *sl_record_column(rec, 1);
+    ASSERT(keep.buf != NULL);
+    ASSERT(sl_record_column(rec, 2)->buf == NULL);   /* zstd: record scratch */
+    sl_buffer_retain(keep.buf);
+    sl_record_free(rec);
+    sl_reader_free(r);
+    ASSERT_EQ(sl_buffer_refcount(keep.buf), 1);
+    ASSERT_EQ(keep.shape[0], 13);
+    for (int k = 0; k < 13; k++)
+        ASSERT_EQ(((const uint8_t *)keep.data)[k], (uint8_t)(13 * 7 + k));
+    sl_tensor_release(&keep);   /* the last reference: unmaps */
+
+    ASSERT_OK(sl_reader_open(&r, path, SL_READ_NO_MMAP));
+    ASSERT_OK(sl_record_create(&rec));
+    ASSERT_OK(sl_reader_read(r, 13, rec));
+    ASSERT(sl_record_column(rec, 1)->buf == NULL);
+    sl_record_free(rec);
+    sl_reader_free(r);
+}

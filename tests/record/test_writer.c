@@ -189,7 +189,7 @@ SL_TEST(record_writer__schema_rules) {
     ASSERT(sl_schema_name(s, 5) == NULL);
     ASSERT_STR_EQ(sl_coltype_name(SL_COL_FLOAT64), "float64");
     for (int i = 2; i < SL_MAX_COLUMNS; i++) {
-        char n[8];
+        char n[16];
         snprintf(n, sizeof n, "c%d", i);
         ASSERT_OK(sl_schema_add(s, n, SL_COL_STRING, SL_DTYPE_INVALID, 0, NULL, 0));
     }

@@ -1,0 +1,1116 @@
+/*
+ * image_ops.c — the image ops of src/ops/ as pipeline ops, by JSON name:
+ *   decode, random_resized_crop, flip, normalize, resize, center_crop,
+ *   rotate, cast, one_hot
+ * and the fusions the optimiser asks for:
+ *   decode + random_resized_crop  -> decode_random_resized_crop: only the
+ *       box's region is decoded, at the smallest fast DCT scale, then resized
+ *       straight to the output (the box is drawn from the random_resized_crop
+ *       position's generator, so it equals the unfused op's box);
+ *   decode + resize (+ center_crop) -> decode_resize[_center_crop]: the
+ *       centre crop is mapped back to a box in the original image and decoded
+ *       and resized in one step (resize-then-crop semantics: the filter reads
+ *       around the box, as PIL's resize of the whole image would).
+ * Per-worker state is one sl_decoder (libjpeg decompressor + scratch).
+ * Messages give the cause only; the engine prefixes file, record and op.
+ */
+#include "ops/ops.h"
+#include "pipeline/op.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- shared helpers ---------------------------------------------------------- */
+
+/* The ops' messages begin with their own name ("resize: ..."); the engine
+ * names the op already, so keep the cause alone. */
+static int cause_only(int rc) {
+    char buf[SL__ERRMSG_MAX];
+    const char *m = sl_errmsg();
+    const char *colon = strstr(m, ": ");
+    if (colon && !memchr(m, ' ', (size_t)(colon - m))) {
+        snprintf(buf, sizeof buf, "%s", colon + 2);
+        return sl__error(rc, "%s", buf);
+    }
+    return rc;
+}
+
+static int bind_column(const char *name, int *col, sl_colset *cols, const char *field) {
+    char where[96];
+    snprintf(where, sizeof where, "%s.column", field);
+    int c = sl_op_find_column(cols, name, where);
+    if (c < 0)
+        return c;
+    *col = c;
+    return SL_OK;
+}
+
+/* An op that needs a decoded HWC uint8 image in `col`. */
+static int bind_image(const char *name, int *col, sl_colset *cols, const char *field) {
+    SL_TRY(bind_column(name, col, cols, field));
+    const sl_colinfo *ci = &cols->col[*col];
+    if (ci->encoded || (ci->dtype == SL_U8 && ci->ndim == 1))
+        return sl__error(SL_EINVAL, "%s.column: '%s' holds encoded bytes, not an image; add a "
+                         "decode op first", field, name);
+    if ((ci->dtype != SL_DTYPE_INVALID && ci->dtype != SL_U8) || (ci->ndim >= 0 && ci->ndim != 3))
+        return sl__error(SL_EINVAL, "%s.column: '%s' is not an HWC uint8 image", field, name);
+    return SL_OK;
+}
+
+static void set_image_info(sl_colinfo *ci, int64_t h, int64_t w, int64_t c) {
+    ci->dtype = SL_U8;
+    ci->ndim = 3;
+    ci->shape[0] = h;
+    ci->shape[1] = w;
+    ci->shape[2] = c;
+    ci->encoded = 0;
+    ci->index_column = 0;
+}
+
+/* "size": an int n (n x n, or the shorter side for resize) or [h, w]. */
+static int parse_size(const cJSON *json, const char *field, int *h, int *w, int *pair) {
+    double v[2];
+    int n;
+    SL_TRY(sl_op_param_doubles(json, "size", field, 1, 1, 2, v, &n));
+    for (int i = 0; i < n; i++)
+        if (!(v[i] >= 1 && v[i] <= 65536 && v[i] == floor(v[i])))
+            return sl__error(SL_EINVAL, "%s.size: must be a positive integer or [h, w]", field);
+    *h = (int)v[0];
+    *w = (int)(n == 2 ? v[1] : v[0]);
+    *pair = n == 2;
+    return SL_OK;
+}
+
+static int parse_range(const cJSON *json, const char *key, const char *field, double def_lo,
+                       double def_hi, double lo_min, double out[2]) {
+    if (!cJSON_GetObjectItemCaseSensitive(json, key)) {
+        out[0] = def_lo;
+        out[1] = def_hi;
+        return SL_OK;
+    }
+    int n;
+    SL_TRY(sl_op_param_doubles(json, key, field, 1, 2, 2, out, &n));
+    if (!(out[0] > lo_min && out[0] <= out[1] && isfinite(out[1])))
+        return sl__error(SL_EINVAL, "%s.%s: must be [lo, hi] with %g < lo <= hi", field, key,
+                         lo_min);
+    return SL_OK;
+}
+
+static const char *const interp_names[] = {"bilinear", "area", "nearest", NULL};
+
+static int decoder_init(const void *params, void **state_out) {
+    (void)params;
+    return sl_decoder_create((sl_decoder **)state_out);
+}
+
+static void decoder_free(void *state) { sl_decoder_free(state); }
+
+/* The encoded bytes of column `col`: a 1-D uint8 tensor. */
+static int encoded_bytes(const sl_sample *s, int col, const void **data, size_t *size) {
+    const sl_tensor *t = &s->col[col];
+    if (t->dtype != SL_U8 || t->ndim != 1)
+        return sl__error(SL_EINVAL, "column %d is not encoded bytes (dtype %s, %d dims)", col,
+                         sl_dtype_name(t->dtype), (int)t->ndim);
+    *data = t->data;
+    *size = t->nbytes;
+    return SL_OK;
+}
+
+/* ---- decode ------------------------------------------------------------------ */
+
+typedef struct {
+    char column[SL_COLNAME_MAX];
+    int col;
+    sl_color color;
+} decode_params;
+
+typedef struct {
+    char column[SL_COLNAME_MAX];
+    int col;
+    int oh, ow;
+    double scale[2], ratio[2];
+} rrc_params;
+
+typedef struct {
+    char column[SL_COLNAME_MAX];
+    int col;
+    int shorter; /* 1: size is the shorter side */
+    int oh, ow;
+    int interp;  /* sl_interp */
+} resize_params;
+
+typedef struct {
+    char column[SL_COLNAME_MAX];
+    int col;
+    int ch, cw;
+} ccrop_params;
+
+/* fused ops */
+typedef struct {
+    int col;
+    sl_color color;
+    rrc_params rrc;
+} decode_rrc_params;
+
+typedef struct {
+    int col;
+    sl_color color;
+    resize_params rs;
+    int has_crop;
+    ccrop_params cc;
+} decode_resize_params;
+
+extern const sl_op_def sl_op_decode, sl_op_random_resized_crop, sl_op_resize, sl_op_center_crop,
+    sl_op_normalize;
+static const sl_op_def op_decode_rrc, op_decode_resize, op_flip_normalize;
+
+static int decode_parse(void *params, const cJSON *json, const char *field) {
+    decode_params *p = params;
+    static const char *const keys[] = {"column", "mode", NULL};
+    static const char *const modes[] = {"rgb", "gray", NULL};
+    int mode;
+    SL_TRY(sl_op_param_check_keys(json, field, keys));
+    SL_TRY(sl_op_param_string(json, "column", field, 0, "image", p->column, sizeof p->column));
+    SL_TRY(sl_op_param_enum(json, "mode", field, 0, 0, modes, &mode));
+    p->color = mode == 0 ? SL_COLOR_RGB : SL_COLOR_GRAY;
+    return SL_OK;
+}
+
+static int decode_bind(void *params, sl_colset *cols, const char *field) {
+    decode_params *p = params;
+    SL_TRY(bind_column(p->column, &p->col, cols, field));
+    sl_colinfo *ci = &cols->col[p->col];
+    if (!ci->encoded && ci->dtype != SL_DTYPE_INVALID && !(ci->dtype == SL_U8 && ci->ndim == 1))
+        return sl__error(SL_EINVAL, "%s.column: '%s' is not encoded image bytes", field, p->column);
+    set_image_info(ci, -1, -1, (int64_t)p->color);
+    return SL_OK;
+}
+
+static int decode_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
+    const decode_params *p = params;
+    sl_decoder *dec = state;
+    const void *data;
+    size_t size;
+    sl_image_info info;
+    SL_TRY(encoded_bytes(s, p->col, &data, &size));
+    int rc = sl_decode_info(dec, data, size, &info);
+    if (rc < 0)
+        return cause_only(rc);
+    sl_tensor t;
+    int64_t shape[3] = {info.height, info.width, (int64_t)p->color};
+    SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
+    rc = sl_decode(dec, data, size, p->color, &t);
+    if (rc < 0) {
+        sl_tensor_release(&t);
+        return cause_only(rc);
+    }
+    sl_op_set_column(s, p->col, &t);
+    return SL_OK;
+}
+
+static int decode_fuse(const void *params, const sl_op_def *next, const void *next_params,
+                       const sl_op_def **fused_def, void **fused_params) {
+    const decode_params *p = params;
+    if (next == &sl_op_random_resized_crop) {
+        const rrc_params *r = next_params;
+        if (r->col != p->col)
+            return 0;
+        decode_rrc_params *f = sl__calloc(1, sizeof *f);
+        if (!f)
+            return sl__oom("fusing decode + random_resized_crop");
+        f->col = p->col;
+        f->color = p->color;
+        f->rrc = *r;
+        *fused_def = &op_decode_rrc;
+        *fused_params = f;
+        return 1;
+    }
+    if (next == &sl_op_resize) {
+        const resize_params *r = next_params;
+        if (r->col != p->col)
+            return 0;
+        decode_resize_params *f = sl__calloc(1, sizeof *f);
+        if (!f)
+            return sl__oom("fusing decode + resize");
+        f->col = p->col;
+        f->color = p->color;
+        f->rs = *r;
+        *fused_def = &op_decode_resize;
+        *fused_params = f;
+        return 1;
+    }
+    return 0;
+}
+
+static void decode_describe(const void *params, char *buf, size_t cap) {
+    const decode_params *p = params;
+    snprintf(buf, cap, "column=%s mode=%s", p->column, p->color == SL_COLOR_RGB ? "rgb" : "gray");
+}
+
+const sl_op_def sl_op_decode = {
+    .name = "decode",
+    .summary = "decode JPEG/PNG bytes into an HWC uint8 image (rgb or gray)",
+    .params_size = sizeof(decode_params),
+    .parse = decode_parse,
+    .bind = decode_bind,
+    .worker_init = decoder_init,
+    .worker_free = decoder_free,
+    .apply = decode_apply,
+    .fuse = decode_fuse,
+    .describe = decode_describe,
+};
+
+/* ---- random_resized_crop -------------------------------------------------------- */
+
+static int rrc_parse(void *params, const cJSON *json, const char *field) {
+    rrc_params *p = params;
+    static const char *const keys[] = {"column", "size", "scale", "ratio", NULL};
+    int pair;
+    SL_TRY(sl_op_param_check_keys(json, field, keys));
+    SL_TRY(sl_op_param_string(json, "column", field, 0, "image", p->column, sizeof p->column));
+    SL_TRY(parse_size(json, field, &p->oh, &p->ow, &pair));
+    SL_TRY(parse_range(json, "scale", field, 0.08, 1.0, 0.0, p->scale));
+    SL_TRY(parse_range(json, "ratio", field, 3.0 / 4.0, 4.0 / 3.0, 0.0, p->ratio));
+    return SL_OK;
+}
+
+static int rrc_bind(void *params, sl_colset *cols, const char *field) {
+    rrc_params *p = params;
+    SL_TRY(bind_image(p->column, &p->col, cols, field));
+    sl_colinfo *ci = &cols->col[p->col];
+    set_image_info(ci, p->oh, p->ow, ci->ndim == 3 ? ci->shape[2] : -1);
+    return SL_OK;
+}
+
+/* Crop `box` of the image and resize it to oh x ow (torchvision's
+ * resized_crop: crop first, so the filter never reads outside the box). */
+static int crop_resize_into(sl_op_ctx *ctx, sl_sample *s, int col, const sl_box *box, int oh,
+                            int ow, sl_interp interp) {
+    const sl_tensor *in = &s->col[col];
+    SL_TRY(sl_ops__check_image(in, "resize"));
+    int H = (int)in->shape[0], W = (int)in->shape[1], C = (int)in->shape[2];
+    sl_tensor t;
+    int64_t shape[3] = {oh, ow, C};
+    SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
+    double b[4] = {box->x, box->y, (double)box->x + box->w, (double)box->y + box->h};
+    int lim[4] = {box->x, box->y, box->x + box->w, box->y + box->h};
+    int rc = sl_ops__resample(in->data, H, W, (size_t)W * C, C, b, lim, oh, ow, interp, t.data,
+                              (size_t)ow * C);
+    if (rc < 0) {
+        sl_tensor_release(&t);
+        return cause_only(rc);
+    }
+    sl_op_set_column(s, col, &t);
+    return SL_OK;
+}
+
+static int rrc_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
+    const rrc_params *p = params;
+    (void)state;
+    const sl_tensor *in = &s->col[p->col];
+    SL_TRY(sl_ops__check_image(in, "random_resized_crop"));
+    sl_box box;
+    int rc = sl_rrc_box((int)in->shape[0], (int)in->shape[1], p->scale, p->ratio, sl_op_rng(ctx),
+                        &box);
+    if (rc < 0)
+        return cause_only(rc);
+    return crop_resize_into(ctx, s, p->col, &box, p->oh, p->ow, SL_INTERP_BILINEAR);
+}
+
+static void rrc_describe(const void *params, char *buf, size_t cap) {
+    const rrc_params *p = params;
+    snprintf(buf, cap, "size=%dx%d scale=[%g,%g] ratio=[%g,%g]", p->oh, p->ow, p->scale[0],
+             p->scale[1], p->ratio[0], p->ratio[1]);
+}
+
+const sl_op_def sl_op_random_resized_crop = {
+    .name = "random_resized_crop",
+    .summary = "torchvision RandomResizedCrop: random area/aspect box, resized (bilinear)",
+    .flags = SL_OPF_RANDOM,
+    .params_size = sizeof(rrc_params),
+    .parse = rrc_parse,
+    .bind = rrc_bind,
+    .apply = rrc_apply,
+    .describe = rrc_describe,
+};
+
+/* ---- decode + random_resized_crop (fused) ----------------------------------------- */
+
+static int decode_rrc_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
+    const decode_rrc_params *p = params;
+    sl_decoder *dec = state;
+    const void *data;
+    size_t size;
+    sl_image_info info;
+    SL_TRY(encoded_bytes(s, p->col, &data, &size));
+    int rc = sl_decode_info(dec, data, size, &info);
+    if (rc < 0)
+        return cause_only(rc);
+    sl_box box;
+    /* part 1 = the random_resized_crop position: the same box as unfused */
+    rc = sl_rrc_box(info.height, info.width, p->rrc.scale, p->rrc.ratio, sl_op_rng_part(ctx, 1),
+                    &box);
+    if (rc < 0)
+        return cause_only(rc);
+    sl_tensor t;
+    int64_t shape[3] = {p->rrc.oh, p->rrc.ow, (int64_t)p->color};
+    SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
+    double b[4] = {box.x, box.y, (double)box.x + box.w, (double)box.y + box.h};
+    int lim[4] = {box.x, box.y, box.x + box.w, box.y + box.h};
+    rc = sl_ops__decode_box(dec, data, size, p->color, b, lim, p->rrc.oh, p->rrc.ow,
+                            SL_INTERP_BILINEAR, t.data);
+    if (rc < 0) {
+        sl_tensor_release(&t);
+        return cause_only(rc);
+    }
+    sl_op_set_column(s, p->col, &t);
+    return SL_OK;
+}
+
+static int fused_bind(void *params, sl_colset *cols, const char *field) {
+    (void)params;
+    (void)cols;
+    (void)field;
+    return SL_OK; /* fused params come ready from fuse() */
+}
+
+static int fused_parse(void *params, const cJSON *json, const char *field) {
+    (void)params;
+    (void)json;
+    return sl__error(SL_EINVAL, "%s: this op is made by fusion only", field);
+}
+
+static void decode_rrc_describe(const void *params, char *buf, size_t cap) {
+    const decode_rrc_params *p = params;
+    snprintf(buf, cap, "mode=%s size=%dx%d scale=[%g,%g] ratio=[%g,%g] (region + DCT-scaled decode)",
+             p->color == SL_COLOR_RGB ? "rgb" : "gray", p->rrc.oh, p->rrc.ow, p->rrc.scale[0],
+             p->rrc.scale[1], p->rrc.ratio[0], p->rrc.ratio[1]);
+}
+
+static const sl_op_def op_decode_rrc = {
+    .name = "decode_random_resized_crop",
+    .summary = "fused decode + random_resized_crop: decode only the box, at a reduced DCT scale",
+    .flags = SL_OPF_RANDOM,
+    .params_size = sizeof(decode_rrc_params),
+    .parse = fused_parse,
+    .bind = fused_bind,
+    .worker_init = decoder_init,
+    .worker_free = decoder_free,
+    .apply = decode_rrc_apply,
+    .describe = decode_rrc_describe,
+};
+
+/* ---- resize ----------------------------------------------------------------------- */
+
+static int resize_parse(void *params, const cJSON *json, const char *field) {
+    resize_params *p = params;
+    static const char *const keys[] = {"column", "size", "interpolation", NULL};
+    int pair, interp;
+    SL_TRY(sl_op_param_check_keys(json, field, keys));
+    SL_TRY(sl_op_param_string(json, "column", field, 0, "image", p->column, sizeof p->column));
+    SL_TRY(parse_size(json, field, &p->oh, &p->ow, &pair));
+    SL_TRY(sl_op_param_enum(json, "interpolation", field, 0, 0, interp_names, &interp));
+    p->shorter = !pair;
+    p->interp = SL_INTERP_BILINEAR + interp;
+    return SL_OK;
+}
+
+static int resize_bind(void *params, sl_colset *cols, const char *field) {
+    resize_params *p = params;
+    SL_TRY(bind_image(p->column, &p->col, cols, field));
+    sl_colinfo *ci = &cols->col[p->col];
+    int64_t c = ci->ndim == 3 ? ci->shape[2] : -1;
+    if (p->shorter)
+        set_image_info(ci, -1, -1, c);
+    else
+        set_image_info(ci, p->oh, p->ow, c);
+    return SL_OK;
+}
+
+static void resize_shape(const resize_params *p, int H, int W, int *oh, int *ow) {
+    if (p->shorter)
+        sl_resize_shorter_shape(H, W, p->oh, oh, ow);
+    else {
+        *oh = p->oh;
+        *ow = p->ow;
+    }
+}
+
+static int resize_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
+    const resize_params *p = params;
+    (void)state;
+    const sl_tensor *in = &s->col[p->col];
+    SL_TRY(sl_ops__check_image(in, "resize"));
+    int oh, ow;
+    resize_shape(p, (int)in->shape[0], (int)in->shape[1], &oh, &ow);
+    sl_tensor t;
+    int64_t shape[3] = {oh, ow, in->shape[2]};
+    SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
+    int rc = sl_image_resize(in, oh, ow, (sl_interp)p->interp, &t);
+    if (rc < 0) {
+        sl_tensor_release(&t);
+        return cause_only(rc);
+    }
+    sl_op_set_column(s, p->col, &t);
+    return SL_OK;
+}
+
+static void resize_describe(const void *params, char *buf, size_t cap) {
+    const resize_params *p = params;
+    if (p->shorter)
+        snprintf(buf, cap, "shorter side=%d %s", p->oh, interp_names[p->interp - 1]);
+    else
+        snprintf(buf, cap, "size=%dx%d %s", p->oh, p->ow, interp_names[p->interp - 1]);
+}
+
+const sl_op_def sl_op_resize = {
+    .name = "resize",
+    .summary = "resize (PIL-exact; int size: the shorter side, as torchvision Resize(int))",
+    .params_size = sizeof(resize_params),
+    .parse = resize_parse,
+    .bind = resize_bind,
+    .apply = resize_apply,
+    .describe = resize_describe,
+};
+
+/* ---- center_crop ------------------------------------------------------------------ */
+
+static int ccrop_parse(void *params, const cJSON *json, const char *field) {
+    ccrop_params *p = params;
+    static const char *const keys[] = {"column", "size", NULL};
+    int pair;
+    SL_TRY(sl_op_param_check_keys(json, field, keys));
+    SL_TRY(sl_op_param_string(json, "column", field, 0, "image", p->column, sizeof p->column));
+    return parse_size(json, field, &p->ch, &p->cw, &pair);
+}
+
+static int ccrop_bind(void *params, sl_colset *cols, const char *field) {
+    ccrop_params *p = params;
+    SL_TRY(bind_image(p->column, &p->col, cols, field));
+    sl_colinfo *ci = &cols->col[p->col];
+    set_image_info(ci, p->ch, p->cw, ci->ndim == 3 ? ci->shape[2] : -1);
+    return SL_OK;
+}
+
+static int ccrop_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
+    const ccrop_params *p = params;
+    (void)state;
+    const sl_tensor *in = &s->col[p->col];
+    SL_TRY(sl_ops__check_image(in, "center_crop"));
+    sl_box box;
+    sl_center_crop_box((int)in->shape[0], (int)in->shape[1], p->ch, p->cw, &box);
+    sl_tensor t;
+    int64_t shape[3] = {p->ch, p->cw, in->shape[2]};
+    SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
+    int rc = sl_image_crop(in, &box, &t);
+    if (rc < 0) {
+        sl_tensor_release(&t);
+        return cause_only(rc);
+    }
+    sl_op_set_column(s, p->col, &t);
+    return SL_OK;
+}
+
+static void ccrop_describe(const void *params, char *buf, size_t cap) {
+    const ccrop_params *p = params;
+    snprintf(buf, cap, "size=%dx%d", p->ch, p->cw);
+}
+
+const sl_op_def sl_op_center_crop = {
+    .name = "center_crop",
+    .summary = "torchvision CenterCrop (zero padding when the image is smaller)",
+    .params_size = sizeof(ccrop_params),
+    .parse = ccrop_parse,
+    .bind = ccrop_bind,
+    .apply = ccrop_apply,
+    .describe = ccrop_describe,
+};
+
+/* ---- decode + resize (+ center_crop) (fused) --------------------------------------- */
+
+static int decode_resize_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
+    const decode_resize_params *p = params;
+    sl_decoder *dec = state;
+    const void *data;
+    size_t size;
+    sl_image_info info;
+    SL_TRY(encoded_bytes(s, p->col, &data, &size));
+    int rc = sl_decode_info(dec, data, size, &info);
+    if (rc < 0)
+        return cause_only(rc);
+    int H = info.height, W = info.width, rh, rw;
+    resize_shape(&p->rs, H, W, &rh, &rw);
+    double box[4] = {0, 0, W, H};
+    int lim[4] = {0, 0, W, H};
+    int oh = rh, ow = rw;
+    if (p->has_crop) {
+        sl_box c;
+        sl_center_crop_box(rh, rw, p->cc.ch, p->cc.cw, &c);
+        if (c.y < 0 || c.x < 0) {
+            /* the crop pads: no region to fuse, run the three steps */
+            sl_tensor full = {0}, r = {0}, t;
+            int64_t fs[3] = {H, W, (int64_t)p->color}, rs[3] = {rh, rw, (int64_t)p->color};
+            int64_t cs[3] = {p->cc.ch, p->cc.cw, (int64_t)p->color};
+            SL_TRY(sl_op_alloc(ctx, &full, SL_U8, 3, fs));
+            rc = sl_decode(dec, data, size, p->color, &full);
+            if (rc == SL_OK)
+                rc = sl_op_alloc(ctx, &r, SL_U8, 3, rs);
+            if (rc == SL_OK)
+                rc = sl_image_resize(&full, rh, rw, (sl_interp)p->rs.interp, &r);
+            sl_tensor_release(&full);
+            if (rc == SL_OK)
+                rc = sl_op_alloc(ctx, &t, SL_U8, 3, cs);
+            if (rc == SL_OK) {
+                rc = sl_image_crop(&r, &c, &t);
+                if (rc == SL_OK)
+                    sl_op_set_column(s, p->col, &t);
+                else
+                    sl_tensor_release(&t);
+            }
+            sl_tensor_release(&r);
+            return rc < 0 ? cause_only(rc) : SL_OK;
+        }
+        /* the crop of the resized image, as a box of the original */
+        double fx = (double)W / rw, fy = (double)H / rh;
+        box[0] = c.x * fx;
+        box[1] = c.y * fy;
+        box[2] = (c.x + c.w) * fx;
+        box[3] = (c.y + c.h) * fy;
+        oh = c.h;
+        ow = c.w;
+    }
+    sl_tensor t;
+    int64_t shape[3] = {oh, ow, (int64_t)p->color};
+    SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
+    rc = sl_ops__decode_box(dec, data, size, p->color, box, lim, oh, ow, (sl_interp)p->rs.interp,
+                            t.data);
+    if (rc < 0) {
+        sl_tensor_release(&t);
+        return cause_only(rc);
+    }
+    sl_op_set_column(s, p->col, &t);
+    return SL_OK;
+}
+
+static int decode_resize_fuse(const void *params, const sl_op_def *next, const void *next_params,
+                              const sl_op_def **fused_def, void **fused_params) {
+    const decode_resize_params *p = params;
+    if (next != &sl_op_center_crop || p->has_crop)
+        return 0;
+    const ccrop_params *c = next_params;
+    if (c->col != p->col)
+        return 0;
+    decode_resize_params *f = sl__calloc(1, sizeof *f);
+    if (!f)
+        return sl__oom("fusing decode + resize + center_crop");
+    *f = *p;
+    f->has_crop = 1;
+    f->cc = *c;
+    *fused_def = &op_decode_resize;
+    *fused_params = f;
+    return 1;
+}
+
+static void decode_resize_describe(const void *params, char *buf, size_t cap) {
+    const decode_resize_params *p = params;
+    char rs[64];
+    resize_describe(&p->rs, rs, sizeof rs);
+    if (p->has_crop)
+        snprintf(buf, cap, "mode=%s resize %s, center_crop %dx%d (region + DCT-scaled decode)",
+                 p->color == SL_COLOR_RGB ? "rgb" : "gray", rs, p->cc.ch, p->cc.cw);
+    else
+        snprintf(buf, cap, "mode=%s resize %s (DCT-scaled decode)",
+                 p->color == SL_COLOR_RGB ? "rgb" : "gray", rs);
+}
+
+static const sl_op_def op_decode_resize = {
+    .name = "decode_resize",
+    .summary = "fused decode + resize (+ center_crop): DCT-scaled decode of the needed region",
+    .params_size = sizeof(decode_resize_params),
+    .parse = fused_parse,
+    .bind = fused_bind,
+    .worker_init = decoder_init,
+    .worker_free = decoder_free,
+    .apply = decode_resize_apply,
+    .fuse = decode_resize_fuse,
+    .describe = decode_resize_describe,
+};
+
+/* ---- flip ---------------------------------------------------------------------------- */
+
+typedef struct {
+    char column[SL_COLNAME_MAX];
+    int col;
+    double p;
+} flip_params;
+
+static int flip_parse(void *params, const cJSON *json, const char *field) {
+    flip_params *p = params;
+    static const char *const keys[] = {"column", "p", NULL};
+    SL_TRY(sl_op_param_check_keys(json, field, keys));
+    SL_TRY(sl_op_param_string(json, "column", field, 0, "image", p->column, sizeof p->column));
+    return sl_op_param_double(json, "p", field, 0, 0.5, 0.0, 1.0, &p->p);
+}
+
+static int flip_bind(void *params, sl_colset *cols, const char *field) {
+    flip_params *p = params;
+    return bind_image(p->column, &p->col, cols, field);
+}
+
+static int flip_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
+    const flip_params *p = params;
+    (void)state;
+    /* torchvision: flip when torch.rand(1) < p */
+    if (!(sl_rng_uniform(sl_op_rng(ctx)) < p->p))
+        return SL_OK;
+    const sl_tensor *in = &s->col[p->col];
+    SL_TRY(sl_ops__check_image(in, "flip"));
+    /* Into a new pooled tensor: the input may be a read-only view of the
+     * source (a file mapping) or shared with another sample. */
+    sl_tensor t;
+    SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, in->shape));
+    int rc = sl_image_flip(in, &t);
+    if (rc < 0) {
+        sl_tensor_release(&t);
+        return cause_only(rc);
+    }
+    sl_op_set_column(s, p->col, &t);
+    return SL_OK;
+}
+
+static void flip_describe(const void *params, char *buf, size_t cap) {
+    snprintf(buf, cap, "p=%g", ((const flip_params *)params)->p);
+}
+
+static int flip_fuse(const void *params, const sl_op_def *next, const void *next_params,
+                     const sl_op_def **fused_def, void **fused_params);
+
+const sl_op_def sl_op_flip = {
+    .name = "flip",
+    .summary = "horizontal flip with probability p (torchvision RandomHorizontalFlip)",
+    .flags = SL_OPF_RANDOM,
+    .params_size = sizeof(flip_params),
+    .parse = flip_parse,
+    .bind = flip_bind,
+    .apply = flip_apply,
+    .fuse = flip_fuse,
+    .describe = flip_describe,
+};
+
+/* ---- rotate ---------------------------------------------------------------------------- */
+
+typedef struct {
+    char column[SL_COLNAME_MAX];
+    int col;
+    double lo, hi;
+    int fill;
+} rotate_params;
+
+static int rotate_parse(void *params, const cJSON *json, const char *field) {
+    rotate_params *p = params;
+    static const char *const keys[] = {"column", "degrees", "fill", NULL};
+    double v[2];
+    int n;
+    int64_t fill;
+    SL_TRY(sl_op_param_check_keys(json, field, keys));
+    SL_TRY(sl_op_param_string(json, "column", field, 0, "image", p->column, sizeof p->column));
+    SL_TRY(sl_op_param_doubles(json, "degrees", field, 1, 1, 2, v, &n));
+    if (n == 1) { /* torchvision: a number d means [-d, d] */
+        if (!(v[0] >= 0 && isfinite(v[0])))
+            return sl__error(SL_EINVAL, "%s.degrees: a single value must be >= 0", field);
+        p->lo = -v[0];
+        p->hi = v[0];
+    } else {
+        if (!(v[0] <= v[1] && isfinite(v[0]) && isfinite(v[1])))
+            return sl__error(SL_EINVAL, "%s.degrees: must be [lo, hi] with lo <= hi", field);
+        p->lo = v[0];
+        p->hi = v[1];
+    }
+    SL_TRY(sl_op_param_int(json, "fill", field, 0, 0, 0, 255, &fill));
+    p->fill = (int)fill;
+    return SL_OK;
+}
+
+static int rotate_bind(void *params, sl_colset *cols, const char *field) {
+    rotate_params *p = params;
+    return bind_image(p->column, &p->col, cols, field);
+}
+
+static int rotate_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
+    const rotate_params *p = params;
+    (void)state;
+    const sl_tensor *in = &s->col[p->col];
+    SL_TRY(sl_ops__check_image(in, "rotate"));
+    double angle = p->lo + sl_rng_uniform(sl_op_rng(ctx)) * (p->hi - p->lo);
+    sl_tensor t;
+    SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, in->shape));
+    int rc = sl_image_rotate(in, angle, (uint8_t)p->fill, &t);
+    if (rc < 0) {
+        sl_tensor_release(&t);
+        return cause_only(rc);
+    }
+    sl_op_set_column(s, p->col, &t);
+    return SL_OK;
+}
+
+static void rotate_describe(const void *params, char *buf, size_t cap) {
+    const rotate_params *p = params;
+    snprintf(buf, cap, "degrees=[%g,%g] fill=%d", p->lo, p->hi, p->fill);
+}
+
+const sl_op_def sl_op_rotate = {
+    .name = "rotate",
+    .summary = "rotate by a random angle in degrees (PIL rotate, bilinear, fill)",
+    .flags = SL_OPF_RANDOM,
+    .params_size = sizeof(rotate_params),
+    .parse = rotate_parse,
+    .bind = rotate_bind,
+    .apply = rotate_apply,
+    .describe = rotate_describe,
+};
+
+/* ---- normalize ------------------------------------------------------------------------ */
+
+typedef struct {
+    char column[SL_COLNAME_MAX];
+    int col;
+    int nmean, nstd;
+    float mean[4], std[4];
+    sl_layout layout;
+    sl_dtype dtype;
+} normalize_params;
+
+static int normalize_parse(void *params, const cJSON *json, const char *field) {
+    normalize_params *p = params;
+    static const char *const keys[] = {"column", "mean", "std", "layout", "dtype", NULL};
+    static const char *const layouts[] = {"hwc", "chw", NULL};
+    static const char *const dtypes[] = {"float32", "float16", "uint8", NULL};
+    static const sl_dtype dtype_of[] = {SL_F32, SL_F16, SL_U8};
+    double v[4];
+    int layout, dt;
+    SL_TRY(sl_op_param_check_keys(json, field, keys));
+    SL_TRY(sl_op_param_string(json, "column", field, 0, "image", p->column, sizeof p->column));
+    p->nmean = p->nstd = 1;
+    p->mean[0] = 0.0f;
+    p->std[0] = 1.0f;
+    if (cJSON_GetObjectItemCaseSensitive(json, "mean")) {
+        SL_TRY(sl_op_param_doubles(json, "mean", field, 1, 1, 4, v, &p->nmean));
+        for (int i = 0; i < p->nmean; i++)
+            p->mean[i] = (float)v[i];
+    }
+    if (cJSON_GetObjectItemCaseSensitive(json, "std")) {
+        SL_TRY(sl_op_param_doubles(json, "std", field, 1, 1, 4, v, &p->nstd));
+        for (int i = 0; i < p->nstd; i++) {
+            if (!(v[i] != 0 && isfinite(v[i])))
+                return sl__error(SL_EINVAL, "%s.std[%d]: must be non-zero", field, i);
+            p->std[i] = (float)v[i];
+        }
+    }
+    SL_TRY(sl_op_param_enum(json, "layout", field, 0, 1, layouts, &layout));
+    SL_TRY(sl_op_param_enum(json, "dtype", field, 0, 0, dtypes, &dt));
+    p->layout = layout == 0 ? SL_LAYOUT_HWC : SL_LAYOUT_CHW;
+    p->dtype = dtype_of[dt];
+    return SL_OK;
+}
+
+static int normalize_bind(void *params, sl_colset *cols, const char *field) {
+    normalize_params *p = params;
+    SL_TRY(bind_image(p->column, &p->col, cols, field));
+    sl_colinfo *ci = &cols->col[p->col];
+    int64_t c = ci->ndim == 3 ? ci->shape[2] : -1;
+    for (int k = 0; k < 2; k++) {
+        int n = k ? p->nstd : p->nmean;
+        if (n != 1 && c > 0 && n != c)
+            return sl__error(SL_EINVAL, "%s.%s: %d values for %lld channels", field,
+                             k ? "std" : "mean", n, (long long)c);
+    }
+    int64_t h = ci->ndim == 3 ? ci->shape[0] : -1, w = ci->ndim == 3 ? ci->shape[1] : -1;
+    ci->dtype = p->dtype;
+    ci->ndim = 3;
+    if (p->layout == SL_LAYOUT_CHW) {
+        ci->shape[0] = c; ci->shape[1] = h; ci->shape[2] = w;
+    } else {
+        ci->shape[0] = h; ci->shape[1] = w; ci->shape[2] = c;
+    }
+    return SL_OK;
+}
+
+static int normalize_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
+    const normalize_params *p = params;
+    (void)state;
+    const sl_tensor *in = &s->col[p->col];
+    SL_TRY(sl_ops__check_image(in, "normalize"));
+    int64_t H = in->shape[0], W = in->shape[1], C = in->shape[2];
+    float mean[4], sd[4];
+    for (int c = 0; c < C; c++) {
+        if ((p->nmean != 1 && p->nmean != C) || (p->nstd != 1 && p->nstd != C))
+            return sl__error(SL_EINVAL, "mean/std have %d/%d values for a %lld-channel image",
+                             p->nmean, p->nstd, (long long)C);
+        mean[c] = p->mean[p->nmean == 1 ? 0 : c];
+        sd[c] = p->std[p->nstd == 1 ? 0 : c];
+    }
+    sl_tensor t;
+    int64_t shape[3];
+    if (p->layout == SL_LAYOUT_CHW) {
+        shape[0] = C; shape[1] = H; shape[2] = W;
+    } else {
+        shape[0] = H; shape[1] = W; shape[2] = C;
+    }
+    SL_TRY(sl_op_alloc(ctx, &t, p->dtype, 3, shape));
+    int rc = sl_image_normalize(in, mean, sd, p->layout, p->dtype, &t);
+    if (rc < 0) {
+        sl_tensor_release(&t);
+        return cause_only(rc);
+    }
+    sl_op_set_column(s, p->col, &t);
+    return SL_OK;
+}
+
+static void normalize_describe(const void *params, char *buf, size_t cap) {
+    const normalize_params *p = params;
+    snprintf(buf, cap, "mean=[%g,...] std=[%g,...] %s %s", p->mean[0], p->std[0],
+             p->layout == SL_LAYOUT_CHW ? "chw" : "hwc", sl_dtype_name(p->dtype));
+}
+
+const sl_op_def sl_op_normalize = {
+    .name = "normalize",
+    .summary = "(x/255 - mean)/std, HWC->CHW and cast in one pass (ToTensor + Normalize)",
+    .params_size = sizeof(normalize_params),
+    .parse = normalize_parse,
+    .bind = normalize_bind,
+    .apply = normalize_apply,
+    .describe = normalize_describe,
+};
+
+/* ---- cast ------------------------------------------------------------------------------ */
+
+typedef struct {
+    char column[SL_COLNAME_MAX];
+    int col;
+    sl_dtype dtype;
+} cast_params;
+
+static int cast_parse(void *params, const cJSON *json, const char *field) {
+    cast_params *p = params;
+    static const char *const keys[] = {"column", "dtype", NULL};
+    char name[32];
+    SL_TRY(sl_op_param_check_keys(json, field, keys));
+    SL_TRY(sl_op_param_string(json, "column", field, 1, NULL, p->column, sizeof p->column));
+    SL_TRY(sl_op_param_string(json, "dtype", field, 1, NULL, name, sizeof name));
+    p->dtype = sl_dtype_parse(name);
+    if (p->dtype == SL_DTYPE_INVALID || p->dtype == SL_BOOL)
+        return sl__error(SL_EINVAL, "%s.dtype: unknown or unsupported dtype '%s'", field, name);
+    return SL_OK;
+}
+
+static int cast_bind(void *params, sl_colset *cols, const char *field) {
+    cast_params *p = params;
+    SL_TRY(bind_column(p->column, &p->col, cols, field));
+    sl_colinfo *ci = &cols->col[p->col];
+    if (ci->encoded)
+        return sl__error(SL_EINVAL, "%s.column: '%s' holds encoded bytes", field, p->column);
+    ci->dtype = p->dtype;
+    ci->index_column = 0;
+    return SL_OK;
+}
+
+static int cast_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
+    const cast_params *p = params;
+    (void)state;
+    const sl_tensor *in = &s->col[p->col];
+    if (in->dtype == p->dtype)
+        return SL_OK;
+    sl_tensor t;
+    SL_TRY(sl_op_alloc(ctx, &t, p->dtype, in->ndim, in->shape));
+    int rc = sl_tensor_cast(in, p->dtype, &t);
+    if (rc < 0) {
+        sl_tensor_release(&t);
+        return cause_only(rc);
+    }
+    sl_op_set_column(s, p->col, &t);
+    return SL_OK;
+}
+
+static void cast_describe(const void *params, char *buf, size_t cap) {
+    snprintf(buf, cap, "dtype=%s", sl_dtype_name(((const cast_params *)params)->dtype));
+}
+
+const sl_op_def sl_op_cast = {
+    .name = "cast",
+    .summary = "convert a column's elements to another dtype (rounding, saturating)",
+    .params_size = sizeof(cast_params),
+    .parse = cast_parse,
+    .bind = cast_bind,
+    .apply = cast_apply,
+    .describe = cast_describe,
+};
+
+/* ---- one_hot --------------------------------------------------------------------------- */
+
+typedef struct {
+    char column[SL_COLNAME_MAX];
+    int col;
+    int classes;
+    sl_dtype dtype;
+} one_hot_params;
+
+static int one_hot_parse(void *params, const cJSON *json, const char *field) {
+    one_hot_params *p = params;
+    static const char *const keys[] = {"column", "classes", "dtype", NULL};
+    char name[32];
+    int64_t classes;
+    SL_TRY(sl_op_param_check_keys(json, field, keys));
+    SL_TRY(sl_op_param_string(json, "column", field, 0, "label", p->column, sizeof p->column));
+    SL_TRY(sl_op_param_int(json, "classes", field, 1, 0, 1, 1 << 24, &classes));
+    SL_TRY(sl_op_param_string(json, "dtype", field, 0, "float32", name, sizeof name));
+    p->classes = (int)classes;
+    p->dtype = sl_dtype_parse(name);
+    if (p->dtype == SL_DTYPE_INVALID)
+        return sl__error(SL_EINVAL, "%s.dtype: unknown dtype '%s'", field, name);
+    return SL_OK;
+}
+
+static int one_hot_bind(void *params, sl_colset *cols, const char *field) {
+    one_hot_params *p = params;
+    SL_TRY(bind_column(p->column, &p->col, cols, field));
+    sl_colinfo *ci = &cols->col[p->col];
+    if (ci->encoded || ci->ndim > 1 || (ci->ndim == 1 && ci->shape[0] != 1 && !ci->index_column))
+        return sl__error(SL_EINVAL, "%s.column: '%s' is not a scalar label", field, p->column);
+    ci->dtype = p->dtype;
+    ci->ndim = 1;
+    ci->shape[0] = p->classes;
+    ci->index_column = 0;
+    return SL_OK;
+}
+
+static int label_value(const sl_tensor *t, int64_t *out) {
+    if (sl_tensor_numel(t) != 1 || !t->data)
+        return sl__error(SL_EINVAL, "label is not a scalar");
+    double v;
+    switch (t->dtype) {
+    case SL_I64: *out = *(const int64_t *)t->data; return SL_OK;
+    case SL_U64: *out = (int64_t)*(const uint64_t *)t->data; return SL_OK;
+    case SL_I32: *out = *(const int32_t *)t->data; return SL_OK;
+    case SL_U32: *out = *(const uint32_t *)t->data; return SL_OK;
+    case SL_I16: *out = *(const int16_t *)t->data; return SL_OK;
+    case SL_U16: *out = *(const uint16_t *)t->data; return SL_OK;
+    case SL_I8: *out = *(const int8_t *)t->data; return SL_OK;
+    case SL_U8: *out = *(const uint8_t *)t->data; return SL_OK;
+    case SL_F32: v = *(const float *)t->data; break;
+    case SL_F64: v = *(const double *)t->data; break;
+    default: return sl__error(SL_EINVAL, "label has dtype %s", sl_dtype_name(t->dtype));
+    }
+    if (!(v == floor(v) && fabs(v) < 9e15))
+        return sl__error(SL_EINVAL, "label %g is not an integer", v);
+    *out = (int64_t)v;
+    return SL_OK;
+}
+
+static int one_hot_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
+    const one_hot_params *p = params;
+    (void)state;
+    int64_t label = 0;
+    SL_TRY(label_value(&s->col[p->col], &label));
+    sl_tensor t;
+    int64_t shape[1] = {p->classes};
+    SL_TRY(sl_op_alloc(ctx, &t, p->dtype, 1, shape));
+    int rc = sl_one_hot(label, p->classes, p->dtype, &t);
+    if (rc < 0) {
+        sl_tensor_release(&t);
+        return cause_only(rc);
+    }
+    sl_op_set_column(s, p->col, &t);
+    return SL_OK;
+}
+
+static void one_hot_describe(const void *params, char *buf, size_t cap) {
+    const one_hot_params *p = params;
+    snprintf(buf, cap, "classes=%d dtype=%s", p->classes, sl_dtype_name(p->dtype));
+}
+
+const sl_op_def sl_op_one_hot = {
+    .name = "one_hot",
+    .summary = "integer label -> one-hot vector of `classes` values",
+    .params_size = sizeof(one_hot_params),
+    .parse = one_hot_parse,
+    .bind = one_hot_bind,
+    .apply = one_hot_apply,
+    .describe = one_hot_describe,
+};
+
+/* ---- flip + normalize (fused) ------------------------------------------------------ */
+
+/* The flip is folded into normalize's pass (it reads each row mirrored):
+ * one pass and one buffer fewer per sample. */
+typedef struct {
+    flip_params flip;
+    normalize_params norm;
+} flip_normalize_params;
+
+static int flip_fuse(const void *params, const sl_op_def *next, const void *next_params,
+                     const sl_op_def **fused_def, void **fused_params) {
+    const flip_params *p = params;
+    if (next != &sl_op_normalize || ((const normalize_params *)next_params)->col != p->col)
+        return 0;
+    flip_normalize_params *f = sl__calloc(1, sizeof *f);
+    if (!f)
+        return sl__oom("fusing flip + normalize");
+    f->flip = *p;
+    f->norm = *(const normalize_params *)next_params;
+    *fused_def = &op_flip_normalize;
+    *fused_params = f;
+    return 1;
+}
+
+static int flip_normalize_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
+    const flip_normalize_params *p = params;
+    (void)state;
+    /* part 0 = the flip position: the same draw as the unfused flip */
+    int mirror = sl_rng_uniform(sl_op_rng_part(ctx, 0)) < p->flip.p;
+    const normalize_params *n = &p->norm;
+    const sl_tensor *in = &s->col[n->col];
+    SL_TRY(sl_ops__check_image(in, "normalize"));
+    int64_t H = in->shape[0], W = in->shape[1], C = in->shape[2];
+    float mean[4], sd[4];
+    if ((n->nmean != 1 && n->nmean != C) || (n->nstd != 1 && n->nstd != C))
+        return sl__error(SL_EINVAL, "mean/std have %d/%d values for a %lld-channel image",
+                         n->nmean, n->nstd, (long long)C);
+    for (int c = 0; c < C; c++) {
+        mean[c] = n->mean[n->nmean == 1 ? 0 : c];
+        sd[c] = n->std[n->nstd == 1 ? 0 : c];
+    }
+    sl_tensor t;
+    int64_t shape[3];
+    if (n->layout == SL_LAYOUT_CHW) {
+        shape[0] = C; shape[1] = H; shape[2] = W;
+    } else {
+        shape[0] = H; shape[1] = W; shape[2] = C;
+    }
+    SL_TRY(sl_op_alloc(ctx, &t, n->dtype, 3, shape));
+    int rc = sl_ops__normalize(in, mean, sd, n->layout, n->dtype, mirror, &t);
+    if (rc < 0) {
+        sl_tensor_release(&t);
+        return cause_only(rc);
+    }
+    sl_op_set_column(s, n->col, &t);
+    return SL_OK;
+}
+
+static void flip_normalize_describe(const void *params, char *buf, size_t cap) {
+    const flip_normalize_params *p = params;
+    char nb[200];
+    normalize_describe(&p->norm, nb, sizeof nb);
+    snprintf(buf, cap, "flip p=%g folded into normalize %s", p->flip.p, nb);
+}
+
+static const sl_op_def op_flip_normalize = {
+    .name = "flip_normalize",
+    .summary = "fused flip + normalize: the flip is read mirrored in normalize's pass",
+    .flags = SL_OPF_RANDOM,
+    .params_size = sizeof(flip_normalize_params),
+    .parse = fused_parse,
+    .bind = fused_bind,
+    .apply = flip_normalize_apply,
+    .describe = flip_normalize_describe,
+};

@@ -1,0 +1,114 @@
+/*
+ * trace.c — an optional record of what each worker did when, written as
+ * Chrome / Perfetto trace-event JSON (open it in ui.perfetto.dev or
+ * chrome://tracing): one row per worker thread, one span per chunk of work.
+ *
+ * Events go into a fixed array claimed with an atomic counter (no lock on
+ * the workers' path); when it is full, later events are dropped and
+ * counted. Each slot has a ready flag so the writer of the JSON, which may
+ * run while workers still add events, reads only complete ones.
+ */
+#include "pipeline/pipeline.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct trace_event {
+    _Atomic int ready;
+    uint16_t stage, worker;
+    uint32_t n;
+    uint64_t ts, dur;
+} trace_event;
+
+struct sl_pipeline__trace {
+    size_t cap;
+    uint64_t t0;
+    _Atomic size_t next;
+    trace_event ev[];
+};
+
+int sl_pipeline_trace_enable(sl_pipeline *p, size_t max_events) {
+    if (p->running || atomic_load(&p->t_start))
+        return sl__error(SL_EINVAL, "trace: enable it before the first sl_pipeline_next");
+    if (max_events == 0)
+        max_events = 1u << 20;
+    if (max_events > (1u << 26))
+        return sl__error(SL_EINVAL, "trace: at most %u events", 1u << 26);
+    sl__free(p->trace);
+    p->trace = sl__calloc(1, sizeof *p->trace + max_events * sizeof(trace_event));
+    if (!p->trace)
+        return sl__oom("allocating the trace");
+    p->trace->cap = max_events;
+    p->trace->t0 = sl__now_ns();
+    atomic_init(&p->trace->next, 0);
+    return SL_OK;
+}
+
+void sl_pipeline__trace_add(sl_pipeline *p, int stage, int worker, uint64_t t0, uint64_t dur,
+                            uint32_t n) {
+    struct sl_pipeline__trace *t = p->trace;
+    size_t i = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
+    if (i >= t->cap)
+        return;
+    trace_event *e = &t->ev[i];
+    e->stage = (uint16_t)stage;
+    e->worker = (uint16_t)worker;
+    e->n = n;
+    e->ts = t0 > t->t0 ? t0 - t->t0 : 0;
+    e->dur = dur;
+    atomic_store_explicit(&e->ready, 1, memory_order_release);
+}
+
+void sl_pipeline__trace_free(sl_pipeline *p) {
+    sl__free(p->trace);
+    p->trace = NULL;
+}
+
+int sl_pipeline_trace_json(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out) {
+    struct sl_pipeline__trace *t = p->trace;
+    if (!t)
+        return sl__error(SL_EINVAL, "trace: not enabled (sl_pipeline_trace_enable)");
+    size_t n = atomic_load(&t->next);
+    size_t dropped = n > t->cap ? n - t->cap : 0;
+    if (n > t->cap)
+        n = t->cap;
+    /* ~140 bytes per event, plus thread names */
+    size_t need = 256 + n * 160 + (size_t)p->nstages * 64 * 200;
+    char *s = sl__malloc(need);
+    if (!s)
+        return sl__oom("writing the trace");
+    size_t k = 0;
+    k += (size_t)snprintf(s + k, need - k, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"dropped\":%zu},"
+                                           "\"traceEvents\":[", dropped);
+    int first = 1;
+    for (int st = 0; st < p->nstages; st++) {
+        int workers = p->stage[st].workers > 64 ? 64 : p->stage[st].workers;
+        for (int w = 0; w < workers && k < need; w++) {
+            k += (size_t)snprintf(s + k, need - k,
+                                  "%s{\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"name\":\"thread_name\","
+                                  "\"args\":{\"name\":\"%d. %.60s #%d\"}}",
+                                  first ? "" : ",", st * 1000 + w, st + 1, p->stage[st].name, w);
+            first = 0;
+        }
+    }
+    for (size_t i = 0; i < n && k < need; i++) {
+        const trace_event *e = &t->ev[i];
+        if (!atomic_load_explicit(&((trace_event *)e)->ready, memory_order_acquire))
+            continue;
+        k += (size_t)snprintf(s + k, need - k,
+                              "%s{\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"name\":\"%u samples\","
+                              "\"ts\":%.3f,\"dur\":%.3f}",
+                              first ? "" : ",", e->stage * 1000 + e->worker, e->n,
+                              (double)e->ts / 1e3, (double)e->dur / 1e3);
+        first = 0;
+    }
+    if (k < need)
+        k += (size_t)snprintf(s + k, need - k, "]}\n");
+    if (k >= need) {
+        sl__free(s);
+        return sl__error(SL_ELIMIT, "trace: output larger than expected");
+    }
+    sl_pipeline__write_out(s, buf, cap, len_out);
+    sl__free(s);
+    return SL_OK;
+}
