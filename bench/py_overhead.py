@@ -65,8 +65,9 @@ def one(mode):
             n += 1
     return n / (time.perf_counter() - t0)
 one("c"); one("py-numpy"); one("py-torch")  # warm-up
+modes = ["c", "py-numpy", "py-torch"]
 for r in range(rounds):
-    for mode in ("c", "py-numpy", "py-torch"):
+    for mode in modes[r % 3:] + modes[:r % 3]:  # rotate: no mode always runs first
         rates[mode].append(one(mode))
 print(json.dumps({k: statistics.median(v) for k, v in rates.items()}))
 """

@@ -15,3 +15,6 @@ echo "wrote $(ls "$out/record" | wc -l) seeds to $out/record"
 if [ -f "$here/make_decode_corpus.py" ]; then
   /usr/bin/python3 "$here/make_decode_corpus.py" "$out/decode"
 fi
+if [ -f "$here/make_parsers_corpus.sh" ]; then
+  sh "$here/make_parsers_corpus.sh" "$out"
+fi

@@ -91,6 +91,15 @@ typedef enum sl_status {
 SL_API const char *sl_errmsg(void);
 /** Forget this thread's last error message. Since 0.1 */
 SL_API void sl_errclear(void);
+/** Set this thread's error message (printf-style) and return `code`, for
+ *  user callbacks (map and filter functions) that fail: the pipeline puts
+ *  the message after the file, record and op it names.
+ *  `return sl_error_set(SL_EINVAL, "label %d out of range", v);` Since 0.1 */
+SL_API int sl_error_set(int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 /** A static name for a status code ("SL_ECORRUPT"). Since 0.1 */
 SL_API const char *sl_status_str(int status);
 
@@ -301,8 +310,12 @@ SL_API void sl_schema_free(sl_schema *s);
 typedef struct sl_writer_options {
     unsigned version;        /**< SL_WRITER_OPTIONS_VERSION */
     uint64_t shard_bytes;    /**< roll over to a new shard past this many bytes;
-                                  0 = default (4 GiB). With one shard the output is a
-                                  single file; with more, a directory (see FORMAT.md) */
+                                  0 = default (4 GiB). A shard file (index and footer
+                                  included) stays within it unless one record alone is
+                                  larger (metadata set after the last record may also
+                                  push the last shard over). With one shard the output
+                                  is a single file;
+                                  with more, a directory (see docs/FORMAT.md) */
     int zstd_level;          /**< level for SL_COLF_ZSTD columns; 0 = default (3) */
     int fsync;               /**< 1 (default): fsync files and directory on close */
 } sl_writer_options;
@@ -621,7 +634,8 @@ SL_API int sl_decode_info(sl_decoder *dec, const void *data, size_t size,
  *  RGB as PIL's convert("RGB") does) and progressive files. PNG: every colour
  *  type and bit depth; 16-bit samples keep their high byte, alpha is dropped,
  *  palettes expanded. Any libjpeg warning (truncated or corrupt data) is an
- *  error: damaged data never yields silently wrong pixels.
+ *  error: damaged data never yields silently wrong pixels. EXIF orientation
+ *  is not applied (as PIL's Image.open does not).
  *  @param[in] dec   decoder (per thread)
  *  @param[in] data  encoded bytes, `size` of them (borrowed for the call)
  *  @param[in] color SL_COLOR_RGB or SL_COLOR_GRAY

@@ -29,6 +29,8 @@ typedef struct {
     PyObject *fn;          /* the callable */
     PyObject *names;       /* tuple of column names at this point of the chain */
     PyObject *et, *ev, *tb;/* first exception raised by fn (GIL-protected) */
+    int skip;              /* on_error "skip": the engine drops the sample */
+    int reported;          /* skip mode: the first exception was printed */
 } py_map;
 
 typedef struct {
@@ -38,6 +40,7 @@ typedef struct {
     int nmaps;
     int busy;              /* a call is in flight with the GIL released */
     int forked;            /* made before a fork(): unusable in this child */
+    PyObject *colnames;    /* tuple of output column names (interned keys for batches) */
     PyObject *weakrefs;    /* the Python side tracks live pipelines weakly */
 } PySlPipeline;
 
@@ -142,10 +145,21 @@ static int py_map_call(sl_sample *s, sl_rng *rng, void *user) {
     goto done;
 fail:
     status = SL_EINVAL;
-    if (!m->et)
+    if (m->skip) {
+        /* The sample is dropped and counted; keeping the exception would
+         * raise it later for nothing. Show the first one, as Python does
+         * for errors it cannot raise. */
+        if (!m->reported) {
+            m->reported = 1;
+            PyErr_WriteUnraisable(m->fn);
+        } else {
+            PyErr_Clear();
+        }
+    } else if (!m->et) {
         PyErr_Fetch(&m->et, &m->ev, &m->tb);
-    else
+    } else {
         PyErr_Clear();
+    }
 done:
     Py_XDECREF(d);
     Py_XDECREF(res);
@@ -235,6 +249,7 @@ static void pipeline_close_now(PySlPipeline *self) {
         Py_END_ALLOW_THREADS
     }
     free_maps(self);
+    Py_CLEAR(self->colnames);
 }
 
 /* Source from memory: `arrays` is (names, arrays), each array C-contiguous
@@ -291,11 +306,12 @@ done:
  *  JSON text, or as an int: the index of a Python callable in `callables`.
  *  arrays: (names, arrays) to read from memory instead of the spec's path. */
 static int pipeline_init(PySlPipeline *self, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"spec", "ops", "callables", "arrays", NULL};
+    static char *kwlist[] = {"spec", "ops", "callables", "arrays", "skip_errors", NULL};
     const char *json;
     PyObject *ops = Py_None, *callables = NULL, *arrays = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|OOO:Pipeline", kwlist, &json, &ops,
-                                     &callables, &arrays))
+    int skip_errors = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|OOOp:Pipeline", kwlist, &json, &ops,
+                                     &callables, &arrays, &skip_errors))
         return -1;
     if (self->p) {
         PyErr_SetString(PyExc_RuntimeError, "Pipeline.__init__ called twice");
@@ -348,6 +364,7 @@ static int pipeline_init(PySlPipeline *self, PyObject *args, PyObject *kwargs) {
             if (!m->names)
                 goto fail_ops;
             m->fn = Py_NewRef(PySequence_Fast_GET_ITEM(cseq, k));
+            m->skip = skip_errors;
             self->nmaps++;
             char label[64];
             snprintf(label, sizeof label, "python[%zd]", k);
@@ -379,6 +396,17 @@ create:;
         return -1;
     }
     self->p = p;
+    int nc = sl_pipeline_ncols(p);
+    self->colnames = PyTuple_New(nc > 0 ? nc : 0);
+    for (int i = 0; self->colnames && i < nc; i++) {
+        PyObject *k = PyUnicode_InternFromString(sl_pipeline_column_name(p, i));
+        if (!k)
+            Py_CLEAR(self->colnames);
+        else
+            PyTuple_SET_ITEM(self->colnames, i, k);
+    }
+    if (!self->colnames)
+        return -1; /* dealloc frees the pipeline */
     return 0;
 }
 
@@ -446,7 +474,19 @@ static PyObject *export_tensor(const sl_tensor *bt, int as_numpy) {
     return arr;
 }
 
-static PyObject *batch_to_dict(sl_batch *b, int as_numpy) {
+/* The dict key for column c: the cached name when it matches (the usual
+ * case: batches have the pipeline's columns in its order), else a new str. */
+static PyObject *column_key(PyObject *colnames, sl_batch *b, int c) {
+    const char *name = sl_batch_name(b, c);
+    if (colnames && c < PyTuple_GET_SIZE(colnames)) {
+        PyObject *k = PyTuple_GET_ITEM(colnames, c);
+        if (strcmp(PyUnicode_AsUTF8(k), name) == 0)
+            return Py_NewRef(k);
+    }
+    return PyUnicode_FromString(name);
+}
+
+static PyObject *batch_to_dict(sl_batch *b, int as_numpy, PyObject *colnames) {
     PyObject *d = PyDict_New();
     int n = sl_batch_ncols(b);
     for (int c = 0; d && c < n; c++) {
@@ -472,8 +512,10 @@ static PyObject *batch_to_dict(sl_batch *b, int as_numpy) {
             if (!t)
                 PyErr_Format(PyExc_RuntimeError, "batch column %d missing", c);
         }
-        if (!v || PyDict_SetItemString(d, sl_batch_name(b, c), v) < 0)
+        PyObject *key = v ? column_key(colnames, b, c) : NULL;
+        if (!key || PyDict_SetItem(d, key, v) < 0)
             Py_CLEAR(d);
+        Py_XDECREF(key);
         Py_XDECREF(v);
     }
     return d;
@@ -489,7 +531,7 @@ static PyObject *next_common(PySlPipeline *self, int as_numpy) {
             Py_RETURN_NONE;
         return NULL;
     }
-    PyObject *d = batch_to_dict(b, as_numpy);
+    PyObject *d = batch_to_dict(b, as_numpy, self->colnames);
     sl_batch_release(b);
     return d;
 }
@@ -513,7 +555,7 @@ static PyObject *pipeline_next_raw(PySlPipeline *self, PyObject *unused) {
             Py_RETURN_NONE;
         return NULL;
     }
-    PyObject *d = batch_to_dict(b, 0);
+    PyObject *d = batch_to_dict(b, 0, self->colnames);
     PyObject *ptrs = d ? PyDict_New() : NULL;
     for (int c = 0; ptrs && c < sl_batch_ncols(b); c++) {
         const sl_tensor *t = sl_batch_column(b, c);

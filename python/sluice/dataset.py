@@ -345,7 +345,8 @@ class Dataset:
                 # the arrays replace the spec's placeholder source path.
                 base = dict(self._spec, ops=[])
                 steps = [o["id"] if o.get("op") == "python" else json.dumps(o) for o in ops]
-                engine = _sluice.Pipeline(json.dumps(base), steps, self._callables, self._arrays)
+                engine = _sluice.Pipeline(json.dumps(base), steps, self._callables, self._arrays,
+                                          self._spec.get("on_error") == "skip")
             else:
                 engine = _sluice.Pipeline(json.dumps(self._spec))
             _live_engines.add(engine)

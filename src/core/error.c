@@ -22,6 +22,14 @@ int sl__verror(int code, const char *fmt, va_list ap) {
     return code;
 }
 
+int sl_error_set(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    sl__verror(code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
 int sl__error(int code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

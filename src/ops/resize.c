@@ -22,6 +22,7 @@
 #include "ops/ops.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #define PRECISION_BITS (32 - 8 - 2)
@@ -169,13 +170,16 @@ pass_horizontal_rgb_sse41(const uint8_t *src, size_t sstride, int rows, int sw, 
     }
 }
 
+/* Several threads may ask at once; they all compute the same answer. */
 static int have_sse41(void) {
-    static int cached = -1;
-    if (cached < 0) {
+    static _Atomic int cached = -1;
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
         __builtin_cpu_init();
-        cached = __builtin_cpu_supports("sse4.1") ? 1 : 0;
+        v = __builtin_cpu_supports("sse4.1") ? 1 : 0;
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
     }
-    return cached;
+    return v;
 }
 #endif
 

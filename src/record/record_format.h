@@ -112,7 +112,10 @@ int sl_record__meta_decode(const uint8_t *p, uint64_t len, slr_meta *m, const ch
 
 /* ---- checksums ------------------------------------------------------------------ */
 
+/* XXH3-64 with a seed (FORMAT.md, "Checksums"). */
 uint64_t sl_record__hash(const void *p, size_t len, uint64_t seed);
+/* The same function for large inputs, using the CPU's widest vectors. */
+uint64_t sl_record__hash_large(const void *p, size_t len, uint64_t seed);
 
 /* ---- file helpers (record_common.c) ------------------------------------------------ */
 

@@ -169,7 +169,12 @@ static int shard_open(slr_shard *sh, const char *path, unsigned flags, sl_schema
             return sl__oom("opening a shard");
         }
     }
-    SL_TRY(sl_record__read_header(sh->fd, sh->map, sh->size, path, &sh->hdr, schema, NULL));
+    /* The header's metadata is superseded by the index's, but it is
+     * validated all the same: recovery relies on it. */
+    slr_meta hmeta = {0};
+    int hrc = sl_record__read_header(sh->fd, sh->map, sh->size, path, &sh->hdr, schema, &hmeta);
+    sl_record__meta_clear(&hmeta);
+    SL_TRY(hrc);
     uint64_t hb = sh->hdr.header_bytes;
     if (sh->size < hb + SLR_FOOTER_SIZE)
         return sl__error(SL_ECORRUPT,

@@ -23,6 +23,11 @@ static void *other_thread_error(void *arg) {
     return NULL;
 }
 
+SL_TEST(core_error__public_set) {
+    ASSERT_EQ(sl_error_set(SL_EINVAL, "label %d out of range", 12), SL_EINVAL);
+    ASSERT_STR_EQ(sl_errmsg(), "label 12 out of range");
+}
+
 SL_TEST(core_error__thread_local) {
     sl__error(SL_EINVAL, "main message");
     pthread_t t;

@@ -64,11 +64,12 @@ static inline uint8_t *td_picture_jpeg(int w, int h, int seed, int flags, size_t
 
 /* Encode raw PNG samples (in the PNG's own layout, 16-bit samples in host
  * byte order) with libspng. `plte` has nplte RGB entries. */
-static inline uint8_t *td_png(const uint8_t *raw, int w, int h, int color_type, int depth,
-                              const uint8_t *plte, int nplte, size_t *size) {
+static inline uint8_t *td_png_ex(const uint8_t *raw, int w, int h, int color_type, int depth,
+                                 const uint8_t *plte, int nplte, int interlace, size_t *size) {
     spng_ctx *ctx = spng_ctx_new(SPNG_CTX_ENCODER);
     spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
-    struct spng_ihdr ih = {(uint32_t)w, (uint32_t)h, (uint8_t)depth, (uint8_t)color_type, 0, 0, 0};
+    struct spng_ihdr ih = {(uint32_t)w, (uint32_t)h, (uint8_t)depth, (uint8_t)color_type, 0, 0,
+                           (uint8_t)interlace};
     spng_set_ihdr(ctx, &ih);
     if (plte) {
         struct spng_plte p;
@@ -93,6 +94,11 @@ static inline uint8_t *td_png(const uint8_t *raw, int w, int h, int color_type, 
     void *buf = spng_get_png_buffer(ctx, size, &err);
     spng_ctx_free(ctx);
     return buf; /* allocated with malloc by libspng */
+}
+
+static inline uint8_t *td_png(const uint8_t *raw, int w, int h, int color_type, int depth,
+                              const uint8_t *plte, int nplte, size_t *size) {
+    return td_png_ex(raw, w, h, color_type, depth, plte, nplte, 0, size);
 }
 
 /* Mean absolute difference of two equal-sized byte arrays. */

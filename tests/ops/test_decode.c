@@ -171,6 +171,16 @@ SL_TEST(ops_decode__png_color_types) {
     sl_image_info info;
     ASSERT_OK(sl_decode_info(d, png, n, &info));
     ASSERT_EQ(info.format, SL_FORMAT_PNG);
+    sl_tensor_release(&t);
+    free(png);
+    /* Adam7 interlaced RGB */
+    for (int i = 0; i < w * h * 3; i++)
+        raw[i] = (uint8_t)(i * 7 + 3);
+    png = td_png_ex(raw, w, h, 2, 8, NULL, 0, 1, &n);
+    ASSERT_EQ(png[28], 1); /* IHDR interlace method: Adam7 */
+    ASSERT_OK(sl_decode(d, png, n, SL_COLOR_RGB, &t));
+    ASSERT_EQ(memcmp(t.data, raw, (size_t)w * h * 3), 0);
+    ASSERT_OK(sl_decode_info(d, png, n, &info));
     ASSERT_EQ(info.width, w);
     ASSERT_EQ(info.height, h);
     sl_tensor_release(&t);

@@ -181,6 +181,10 @@ def test_bad_spec_and_missing_file(small_slr, tmp_path):
         collect(sluice.records(small_slr).select("nope"))
     with pytest.raises(ValueError):  # InvalidError is a ValueError
         collect(sluice.records(small_slr).op("batch", size=-3))
+    with pytest.raises(sluice.InvalidError, match="bogus"):
+        collect(sluice.from_spec({"source": {"path": small_slr}, "bogus": 1}))
+    with pytest.raises(sluice.InvalidError, match="shard"):
+        collect(sluice.from_spec({"source": {"path": small_slr, "shard": {"index": 5, "count": 2}}}))
 
 
 def test_one_pass_at_a_time(small_slr):
@@ -343,3 +347,18 @@ def test_from_arrays_is_an_in_memory_source():
         sluice.from_arrays([x, y])
     with pytest.raises(ValueError, match="leading"):
         sluice.from_arrays({"x": np.float32(3)})
+
+
+def test_python_map_errors_under_skip(small_slr, monkeypatch):
+    def picky(sample):
+        if sample["label"] == 4:
+            raise ValueError("no fours")
+        return {}
+
+    shown = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: shown.append(u.exc_value))
+    ds = sluice.records(small_slr).map(picky).batch(100).on_error("skip")
+    (b,) = collect(ds)
+    assert len(b["label"]) == 90 and 4 not in b["label"].tolist()
+    assert ds.stats()["skipped"] == 10
+    assert len(shown) == 1 and "no fours" in str(shown[0])  # the first one, once

@@ -49,8 +49,6 @@ static void make_vals(uint64_t i, rec_vals *v) {
 
 static void append_vals(sl_writer *w, const rec_vals *v) {
     sl_tensor t[6];
-    int64_t one = 1;
-    (void)one;
     sl_tensor_view(&t[0], (void *)&v->label, SL_I64, 0, NULL);
     sl_tensor_view(&t[1], (void *)&v->weight, SL_F64, 0, NULL);
     int64_t nlen = (int64_t)strlen(v->name);

@@ -205,3 +205,39 @@ SL_TEST(record_shards__shard_alone_is_not_a_dataset) {
     snprintf(s1, sizeof s1, "%s/shard-00001.slr", path);
     slr_expect_open_fail(s1, 0, SL_ECORRUPT, "must start at record 0");
 }
+
+/* Damage in a later shard: the message names that shard's file and the
+ * record's global number. */
+SL_TEST(record_shards__damage_names_shard_and_global_record) {
+    char path[512], shard[600];
+    sl_test_path(path, sizeof path, "ds");
+    slr_write_simple(path, 200, 0, 2048);
+    snprintf(shard, sizeof shard, "%s/shard-00002.slr", path);
+    size_t len;
+    uint8_t *b = slr_read_file(shard, &len);
+    uint64_t hb = 0, first = 0;
+    for (int i = 3; i >= 0; i--)
+        hb = (hb << 8) | b[12 + i];
+    for (int i = 7; i >= 0; i--)
+        first = (first << 8) | b[40 + i];
+    ASSERT(first > 0);
+    b[hb + 16 + 2] ^= 0x04;   /* the shard's first record's payload */
+    slr_write_file(shard, b, len);
+    free(b);
+    sl_reader *r;
+    ASSERT_OK(sl_reader_open(&r, path, 0));
+    sl_record *rec;
+    ASSERT_OK(sl_record_create(&rec));
+    ASSERT_OK(sl_reader_read(r, first - 1, rec));
+    ASSERT_RC(sl_reader_read(r, first, rec), SL_ECORRUPT);
+    char want[700];
+    snprintf(want, sizeof want, "%s: record %llu: checksum mismatch", shard,
+             (unsigned long long)first);
+    ASSERT_CONTAINS(sl_errmsg(), want);
+    uint64_t bad = 0;
+    ASSERT_RC(sl_reader_verify(r, 1, &bad, NULL, NULL), SL_ECORRUPT);
+    ASSERT_EQ(bad, 1);
+    ASSERT_CONTAINS(sl_errmsg(), want);
+    sl_record_free(rec);
+    sl_reader_free(r);
+}
