@@ -12,7 +12,7 @@ failed=0
 step() { echo; echo "== $*"; }
 
 step "release build (-Wall -Wextra -Werror)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_WERROR=ON \
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_WERROR=ON -DSLUICE_BUILD_PYTHON=ON \
       -DPython3_EXECUTABLE=$PY >/dev/null
 cmake --build build -j"$JOBS"
 
@@ -28,12 +28,27 @@ fi
 
 step "ASan+UBSan build"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=address,undefined \
-      -DSLUICE_BUILD_PYTHON=OFF -DSLUICE_BUILD_TOOLS=OFF >/dev/null
-cmake --build build-asan -j"$JOBS" --target sluice_tests
+      -DSLUICE_BUILD_PYTHON=OFF -DSLUICE_BUILD_TOOLS=OFF -DSLUICE_BUILD_FUZZ=ON >/dev/null
+cmake --build build-asan -j"$JOBS"
 step "C tests under ASan+UBSan"
-ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
-UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ./build-asan/sluice_tests || failed=1
+export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+./build-asan/sluice_tests || failed=1
+
+step "fuzz targets: replay the seed corpora under ASan+UBSan"
+rm -rf build-asan/fuzz_corpus
+sh fuzz/make_corpus.sh build-asan build-asan/fuzz_corpus >/dev/null
+for target in build-asan/fuzz/fuzz_*; do
+  name=$(basename "$target"); name=${name#fuzz_}
+  corpus=build-asan/fuzz_corpus/$name
+  if [ ! -d "$corpus" ]; then echo "FAIL fuzz_$name: no corpus at $corpus"; failed=1; continue; fi
+  if "$target" "$corpus" >/tmp/sluice-fuzz-$name.log 2>&1; then
+    echo "ok   fuzz_$name ($(ls "$corpus" | wc -l) inputs)"
+  else
+    echo "FAIL fuzz_$name"; tail -20 /tmp/sluice-fuzz-$name.log; failed=1
+  fi
+done
+unset ASAN_OPTIONS UBSAN_OPTIONS
 
 step "TSan build"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=thread \
@@ -45,7 +60,8 @@ TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/ts
 
 if [ -d tests/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
   step "Python tests"
-  PYTHONPATH="$PWD/build/python" SLUICE_BIN="$PWD/build/sluice" $PY -m pytest -q tests/python || failed=1
+  PYTHONPATH="$PWD/build/python" SLUICE_BIN="$PWD/build/sluice" SLUICE_LIB="$PWD/build/libsluice.so" \
+    $PY -m pytest -q -p no:cacheprovider tests/python || failed=1
 fi
 
 echo
