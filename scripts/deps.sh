@@ -6,7 +6,8 @@ PKGS=(build-essential cmake pkg-config clang libclang-rt-14-dev
       libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libpng-dev zlib1g-dev
       libzstd-dev libxxhash-dev libcjson-dev libdlpack-dev
       python3-dev python3-numpy python3-torch python3-torchvision python3-pil python3-pytest python3-opencv
-      dataset-fashion-mnist)
+      dataset-fashion-mnist
+      mate-backgrounds)   # real photographs for the image reference tests
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -767,6 +767,7 @@ static int collate(seq_ctx *x, sl_sample *s, uint64_t pos) {
         SL_TRY(own_tensor(p, &b->items[c][x->filled], t));
     }
     x->filled++;
+    b->size = x->filled; /* batch_free releases items[0..size): a partial batch too */
     b->next_pos = pos + 1;
     if (x->filled == cap) {
         finish_batch(x);
