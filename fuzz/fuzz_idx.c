@@ -323,6 +323,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
     }
     rm_tree(g_out);
+    /* Nothing else may be left beside the inputs: no temporary shard files
+     * or directories from the writer, whether the pack failed or not. */
+    DIR *d = opendir(g_dir);
+    if (!d)
+        abort();
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, "a") &&
+            strcmp(e->d_name, "b")) {
+            fprintf(stderr, "sl_pack left %s/%s behind\n", g_dir, e->d_name);
+            abort();
+        }
+    }
+    closedir(d);
     free(made);
     return 0;
 }

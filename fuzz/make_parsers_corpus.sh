@@ -8,6 +8,7 @@
 # fuzz/fuzz_data_producer.h (last byte = first parameter drawn).
 # Replay (gcc build):   BUILD/fuzz/fuzz_idx OUT_DIR/idx   (and so on)
 # Fuzz (clang build):   BUILD/fuzz/fuzz_idx -max_total_time=60 COPY_OF_OUT_DIR_idx/
+#   (fuzz/spec.dict and fuzz/manifest.dict help fuzz_spec and fuzz_manifest: -dict=...)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$here/../build/fuzz_corpus}

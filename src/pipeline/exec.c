@@ -80,6 +80,7 @@ static sl_chunk *chunk_get(sl_pipeline *p) {
     c->err_rc = 0;
     c->errmsg[0] = '\0';
     c->batch = NULL;
+    memset(&c->slot, 0, sizeof c->slot);
     return c;
 }
 
@@ -99,6 +100,7 @@ void sl_pipeline__chunk_put(sl_pipeline *p, sl_chunk *c) {
     c->n = 0;
     batch_free(c->batch);
     c->batch = NULL;
+    sl_tensor_release(&c->slot);
     pthread_mutex_lock(&p->chunk_mu);
     c->next_free = p->free_chunks;
     p->free_chunks = c;
@@ -408,8 +410,8 @@ static void *source_main(void *arg) {
 
 /* Apply the stage's nodes to sample i of c. SL_OK keep, SL_OP_DROP drop,
  * negative: error with the full message in `msg`. */
-static int apply_nodes(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, char *msg,
-                       size_t cap) {
+static int apply_nodes(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, void *slot,
+                       char *msg, size_t cap) {
     const sl_stage *st = w->st;
     sl_sample *s = &c->s[i];
     for (int k = st->first; k < st->last; k++) {
@@ -426,6 +428,15 @@ static int apply_nodes(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, ch
                 ctx.pos[q] = nd->parts[q];
             ctx.rng_ready = 0;
             ctx.pools = p->pools;
+            ctx.slot = NULL;
+            if (slot && k == st->last - 1) {
+                const sl_colinfo *ci = &p->plan.out_cols.col[p->slot_col];
+                ctx.slot = slot;
+                ctx.slot_buf = c->slot.buf;
+                ctx.slot_dtype = ci->dtype;
+                ctx.slot_ndim = ci->ndim;
+                ctx.slot_shape = ci->shape;
+            }
             rc = nd->def->apply(nd->params, w->state[k - st->first], &ctx, s);
         } else if (nd->kind == SL_PN_MAP) {
             sl_rng rng;
@@ -452,11 +463,37 @@ static int apply_nodes(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, ch
     return SL_OK;
 }
 
+/* Map + batch fusion: before the collating stage runs its ops over a chunk
+ * (one batch), take the batch buffer of column slot_col so that the stage's
+ * last op can write each sample straight into its slot (sl_op_alloc). Returns
+ * the buffer's bytes, or NULL when there is no slot to offer: then collation
+ * copies as usual. Failing to get the buffer is not an error here; the copy
+ * path meets the same shortage and reports it. */
+static char *take_slot(sl_pipeline *p, const sl_stage *st, sl_chunk *c) {
+    if (!p->fuse_batch || p->slot_col < 0 || c->n == 0 || st != &p->stage[p->collate_stage] ||
+        st->last <= st->first || p->plan.opt[st->last - 1].kind != SL_PN_OP)
+        return NULL;
+    const sl_colinfo *ci = &p->plan.out_cols.col[p->slot_col];
+    int64_t shape[SL_MAX_DIMS];
+    shape[0] = c->n;
+    for (int d = 0; d < ci->ndim; d++)
+        shape[d + 1] = ci->shape[d];
+    sl_tensor_release(&c->slot);
+    if (sl_pipeline__pools_tensor(p->pools, &c->slot, ci->dtype, ci->ndim + 1, shape) < 0) {
+        sl_errclear();
+        memset(&c->slot, 0, sizeof c->slot);
+        return NULL;
+    }
+    return c->slot.data;
+}
+
 /* Run the stage's per-sample ops over a data chunk, dropping filtered and
  * (policy skip) failed samples. Returns 0, or -1 on cancel (the chunk has
  * been recycled). */
 static int process_chunk(sl_pipeline *p, sl_worker *w, sl_chunk *c) {
     uint32_t kept = 0, n = c->n;
+    char *slot = take_slot(p, w->st, c);
+    size_t slot_sz = slot ? c->slot.nbytes / n : 0;
     for (uint32_t i = 0; i < n; i++) {
         if (atomic_load_explicit(&p->cancel, memory_order_relaxed)) {
             /* every slot is either live or has ncols 0 */
@@ -472,7 +509,9 @@ static int process_chunk(sl_pipeline *p, sl_worker *w, sl_chunk *c) {
             return 0;
         }
         char msg[SL__ERRMSG_MAX];
-        int r = apply_nodes(p, w, c, i, msg, sizeof msg);
+        /* the sample lands at position `kept` of the batch if it survives */
+        int r = apply_nodes(p, w, c, i, slot ? slot + (size_t)kept * slot_sz : NULL, msg,
+                            sizeof msg);
         if (r == SL_OK) {
             chunk_move(c, kept, i);
             kept++;
@@ -630,7 +669,12 @@ static int chunk_to_batch(sl_pipeline *p, sl_chunk *c) {
     b->epoch = c->epoch;
     b->next_pos = n ? c->pos[n - 1] + 1 : 0;
     int rc = SL_OK;
-    for (int col = 0; col < oc->ncols; col++) {
+    /* The slot column goes last: a sample's other column could (in theory)
+     * be a view of the slot bytes, and must be copied out before the slot is
+     * filled. */
+    int slot_col = c->slot.buf ? p->slot_col : -1;
+    for (int k = 0; k < oc->ncols; k++) {
+        int col = slot_col < 0 ? k : k < slot_col ? k : k + 1 < oc->ncols ? k + 1 : slot_col;
         memcpy(b->names[col], oc->col[col].name, SL_COLNAME_MAX);
         const sl_tensor *t0 = &c->s[0].col[col];
         int stack = n > 0 && t0->ndim < SL_MAX_DIMS;
@@ -644,14 +688,23 @@ static int chunk_to_batch(sl_pipeline *p, sl_chunk *c) {
             shape[0] = n;
             for (int d = 0; d < t0->ndim; d++)
                 shape[d + 1] = t0->shape[d];
-            rc = sl_pipeline__pools_tensor(p->pools, &b->col[col], t0->dtype, t0->ndim + 1, shape);
-            if (rc < 0)
-                break;
-            char *dst = b->col[col].data;
             size_t sz = t0->nbytes;
-            for (uint32_t i = 0; i < n; i++)
-                if (sz)
-                    memcpy(dst + (size_t)i * sz, c->s[i].col[col].data, sz);
+            if (col == slot_col && c->slot.dtype == t0->dtype && c->slot.ndim == t0->ndim + 1 &&
+                !memcmp(c->slot.shape, shape, sizeof(int64_t) * (size_t)c->slot.ndim)) {
+                b->col[col] = c->slot; /* the samples were written into it */
+                memset(&c->slot, 0, sizeof c->slot);
+            } else {
+                rc = sl_pipeline__pools_tensor(p->pools, &b->col[col], t0->dtype, t0->ndim + 1,
+                                               shape);
+                if (rc < 0)
+                    break;
+            }
+            char *dst = b->col[col].data;
+            for (uint32_t i = 0; i < n; i++) {
+                const void *src = c->s[i].col[col].data;
+                if (sz && src != dst + (size_t)i * sz)
+                    memcpy(dst + (size_t)i * sz, src, sz);
+            }
         } else {
             b->ragged[col] = 1;
             b->items[col] = sl__calloc(n ? n : 1, sizeof(sl_tensor));
@@ -671,6 +724,7 @@ static int chunk_to_batch(sl_pipeline *p, sl_chunk *c) {
     }
     for (uint32_t i = 0; i < n; i++)
         sample_release(&c->s[i]);
+    sl_tensor_release(&c->slot);
     c->n = 0;
     c->batch = b;
     return SL_OK;

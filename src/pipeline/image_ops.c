@@ -190,8 +190,8 @@ static int decode_bind(void *params, sl_colset *cols, const char *field) {
 static int decode_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
     const decode_params *p = params;
     sl_decoder *dec = state;
-    const void *data;
-    size_t size;
+    const void *data = NULL;
+    size_t size = 0;
     sl_image_info info;
     SL_TRY(encoded_bytes(s, p->col, &data, &size));
     int rc = sl_decode_info(dec, data, size, &info);
@@ -340,8 +340,8 @@ const sl_op_def sl_op_random_resized_crop = {
 static int decode_rrc_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
     const decode_rrc_params *p = params;
     sl_decoder *dec = state;
-    const void *data;
-    size_t size;
+    const void *data = NULL;
+    size_t size = 0;
     sl_image_info info;
     SL_TRY(encoded_bytes(s, p->col, &data, &size));
     int rc = sl_decode_info(dec, data, size, &info);
@@ -532,8 +532,8 @@ const sl_op_def sl_op_center_crop = {
 static int decode_resize_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
     const decode_resize_params *p = params;
     sl_decoder *dec = state;
-    const void *data;
-    size_t size;
+    const void *data = NULL;
+    size_t size = 0;
     sl_image_info info;
     SL_TRY(encoded_bytes(s, p->col, &data, &size));
     int rc = sl_decode_info(dec, data, size, &info);

@@ -37,13 +37,17 @@
  * Parameter errors name the spec field: the engine passes `field` = "ops[2]"
  * and helpers below produce "ops[2].size: must be a positive integer".
  *
- * Map + batch: ops never write into a batch. When no sample can be dropped
- * before `batch` (no filters left, policy fail), each chunk of work is
- * exactly one batch, and the worker that ran the last map copies the chunk's
- * samples into a pooled batch buffer (one memcpy per column per sample), so
- * collation runs in parallel on the map workers; otherwise the final stage
- * does that copy. The copy is small next to decode/resize work and keeps
- * ragged columns, filters and the skip policy simple. See docs/PIPELINE.md.
+ * Map + batch: when no sample can be dropped before `batch` (no filters
+ * left, policy fail), each chunk of work is exactly one batch, collated by
+ * the worker that ran the last map. That worker takes the batch buffer of the
+ * largest fixed-shape column before running the ops, and the stage's last op
+ * gets the sample's slot in it through sl_op_alloc: an op that allocates its
+ * output with sl_op_alloc writes into the batch with no further copy (for a
+ * 3x224x224 float32 image that saves a 602 KB memcpy per sample and keeps a
+ * whole batch of per-sample outputs from being live at once). A sample whose
+ * column did not land in its slot (another op last, a different shape) is
+ * copied in as before; ragged columns are per-sample lists. Ops need not know
+ * any of this. See docs/PIPELINE.md.
  */
 #ifndef SL_PIPELINE_OP_H
 #define SL_PIPELINE_OP_H
@@ -131,6 +135,14 @@ typedef struct sl_op_ctx {
     unsigned rng_ready;               /* bit i: rng[i] is keyed */
     sl_rng rng[SL_OP_MAX_PARTS];
     struct sl_pipeline__pools *pools; /* where sl_op_alloc takes buffers */
+    /* Map + batch: this sample's slot in the batch being filled, offered to
+     * the last op of the collating stage only (else NULL). sl_op_alloc hands
+     * it out once, for a request of exactly slot_dtype/slot_ndim/slot_shape. */
+    void *slot;
+    sl_buffer *slot_buf;              /* the batch buffer holding the slot */
+    sl_dtype slot_dtype;
+    int slot_ndim;
+    const int64_t *slot_shape;
 } sl_op_ctx;
 
 /* This sample's generator for this op, keyed by (seed, epoch, sample key,
@@ -142,7 +154,11 @@ sl_rng *sl_op_rng(sl_op_ctx *ctx);
 sl_rng *sl_op_rng_part(sl_op_ctx *ctx, unsigned part);
 
 /* A tensor with a pooled buffer (no malloc in steady state): C-contiguous,
- * dtype/shape as given, 64-byte aligned, contents uninitialised.
+ * dtype/shape as given, contents uninitialised. When the engine offers this
+ * sample's batch slot (ctx->slot) and dtype/shape are exactly the slot's, the
+ * tensor is that slot (a view holding a reference to the batch buffer), so
+ * the op writes straight into the batch and collation skips the copy; such a
+ * tensor is aligned to the sample size within the batch rather than to 64.
  * @return SL_OK, SL_EINVAL (bad shape), SL_ENOMEM. */
 int sl_op_alloc(sl_op_ctx *ctx, sl_tensor *out, sl_dtype dtype, int ndim, const int64_t *shape);
 

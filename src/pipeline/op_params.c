@@ -197,6 +197,35 @@ sl_rng *sl_op_rng_part(sl_op_ctx *ctx, unsigned part) {
 
 sl_rng *sl_op_rng(sl_op_ctx *ctx) { return sl_op_rng_part(ctx, 0); }
 
+/* True when the request is exactly the batch slot's per-sample dtype/shape. */
+static int slot_fits(const sl_op_ctx *ctx, sl_dtype dtype, int ndim, const int64_t *shape) {
+    if (!ctx->slot || dtype != ctx->slot_dtype || ndim != ctx->slot_ndim)
+        return 0;
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] != ctx->slot_shape[i])
+            return 0;
+    return 1;
+}
+
 int sl_op_alloc(sl_op_ctx *ctx, sl_tensor *out, sl_dtype dtype, int ndim, const int64_t *shape) {
+    if (slot_fits(ctx, dtype, ndim, shape)) {
+        /* write straight into the batch: the view keeps the batch buffer alive
+         * (released with the sample), collation sees the pointer and skips
+         * the copy */
+        size_t n = sl_dtype_size(dtype);
+        for (int i = 0; i < ndim; i++)
+            n *= (size_t)shape[i];
+        memset(out, 0, sizeof *out);
+        out->buf = sl_buffer_retain(ctx->slot_buf);
+        out->data = ctx->slot;
+        out->nbytes = n;
+        out->dtype = dtype;
+        out->ndim = ndim;
+        for (int i = 0; i < ndim; i++)
+            out->shape[i] = shape[i];
+        out->device = SL_DEVICE_CPU;
+        ctx->slot = NULL; /* handed out once */
+        return SL_OK;
+    }
     return sl_pipeline__pools_tensor(ctx->pools, out, dtype, ndim, shape);
 }

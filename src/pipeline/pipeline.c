@@ -186,6 +186,30 @@ static int can_fuse_batch(const sl_pipeline *p) {
     return 1;
 }
 
+/* The output column whose samples the last op writes straight into their
+ * batch slots (map + batch fusion): the largest column with a dtype and shape
+ * known at plan time. Below 4 KB per sample the copy costs next to nothing,
+ * so no slot is offered. -1: none. */
+static int pick_slot_col(const sl_colset *oc) {
+    int best = -1;
+    size_t best_bytes = 4095;
+    for (int c = 0; c < oc->ncols; c++) {
+        const sl_colinfo *ci = &oc->col[c];
+        if (ci->encoded || ci->dtype == SL_DTYPE_INVALID || ci->ndim < 0 ||
+            ci->ndim >= SL_MAX_DIMS)
+            continue;
+        size_t n = sl_dtype_size(ci->dtype);
+        int known = n > 0;
+        for (int d = 0; d < ci->ndim && known; d++)
+            known = ci->shape[d] >= 0 && sl__mul_ok(n, (size_t)ci->shape[d], &n);
+        if (known && n > best_bytes) {
+            best = c;
+            best_bytes = n;
+        }
+    }
+    return best;
+}
+
 int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     int rc;
     *out = NULL;
@@ -232,8 +256,10 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     p->chunk_cap = 128;
     SL_CHECK(sl_pipeline__layout(p));
     p->fuse_batch = can_fuse_batch(p);
+    p->slot_col = -1;
     if (p->fuse_batch) {
         p->collate_stage = p->nstages - 2;
+        p->slot_col = pick_slot_col(&p->plan.out_cols);
         if (p->plan.batch_size > p->chunk_cap)
             p->chunk_cap = (int)p->plan.batch_size;
         /* When the final stage would only pass batches on (no take/skip after
@@ -514,12 +540,12 @@ static int state_u64(const cJSON *doc, const char *key, uint64_t *out) {
 
 int sl_pipeline_restore_state(sl_pipeline *p, const char *json) {
     int rc = SL_OK;
-    cJSON *doc = json ? cJSON_Parse(json) : NULL;
+    cJSON *doc = json ? cJSON_ParseWithOpts(json, NULL, 1) : NULL; /* 1: no trailing text */
     if (!doc || !cJSON_IsObject(doc)) {
         cJSON_Delete(doc);
         return sl__error(SL_EINVAL, "state: not a JSON object");
     }
-    uint64_t version, epoch, batch, pos, seed;
+    uint64_t version = 0, epoch = 0, batch = 0, pos = 0, seed = 0;
     SL_CHECK(state_u64(doc, "version", &version));
     if (version != 1)
         SL_FAIL(SL_EUNSUPPORTED, "state.version: %llu is not supported (this build reads 1)",
@@ -557,7 +583,9 @@ int sl_pipeline_restore_state(sl_pipeline *p, const char *json) {
         restart_at(p, epoch, &last, 0);
     } else {
         /* a shuffle buffer's contents are not part of the state: replay the
-         * epoch from its start and drop the batches already handed out */
+         * epoch from its start and drop the batches already handed out; the
+         * replay counts take/skip afresh, so it starts from zeroed counters */
+        memset(r.counters, 0, sizeof r.counters);
         restart_at(p, epoch, &r, batch);
     }
     p->last = last;

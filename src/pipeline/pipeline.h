@@ -189,6 +189,9 @@ typedef struct sl_chunk {
     uint64_t *key;                /* RNG index of each sample */
     sl_sample *s;
     struct sl_batch *batch;       /* map+batch fusion: the chunk collated */
+    sl_tensor slot;               /* map+batch fusion: the batch buffer of column
+                                     slot_col, taken before the ops run so the
+                                     last op writes into it (buf NULL: none) */
     int err_rc;
     char errmsg[SL__ERRMSG_MAX];
 } sl_chunk;
@@ -280,6 +283,8 @@ struct sl_pipeline {
     int fuse_batch;               /* map+batch fusion: chunks are whole batches,
                                      collated by the last parallel stage */
     int collate_stage;            /* with fuse_batch: the stage that collates */
+    int slot_col;                 /* with fuse_batch: the output column the last
+                                     op may write into its batch slot, -1: none */
     int direct;                   /* the consumer takes batches straight from the
                                      collating stage (no final stage thread) */
     uint64_t direct_index;        /* direct: index of the next batch in the epoch */

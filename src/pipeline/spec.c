@@ -154,7 +154,7 @@ static int add_json_op(sl_spec *s, cJSON *obj, int index) {
 }
 
 int sl_spec_add_op_json(sl_spec *s, const char *json) {
-    cJSON *obj = json ? cJSON_Parse(json) : NULL;
+    cJSON *obj = json ? cJSON_ParseWithOpts(json, NULL, 1) : NULL; /* 1: no trailing text */
     if (!obj)
         return sl__error(SL_EINVAL, "ops[%d]: not valid JSON", s->nops);
     return add_json_op(s, obj, s->nops);
@@ -273,7 +273,7 @@ static int parse_source(sl_spec *s, const cJSON *src) {
         } else if (!strcmp(k, "parallel")) {
             SL_TRY(sl_spec__parse_parallel(it, "source", &s->source_parallel));
         } else if (!strcmp(k, "chunk")) {
-            int64_t c;
+            int64_t c = 0;
             SL_TRY(get_uint(it, "source.chunk", 1, &c));
             if (c > 256)
                 return sl__error(SL_EINVAL, "source.chunk: must be between 1 and 256");
@@ -291,7 +291,7 @@ int sl_spec_from_json(sl_spec **out, const char *json) {
     sl_spec *s = NULL;
     int rc;
     *out = NULL;
-    cJSON *doc = json ? cJSON_Parse(json) : NULL;
+    cJSON *doc = json ? cJSON_ParseWithOpts(json, NULL, 1) : NULL; /* 1: no trailing text */
     if (!doc) {
         const char *at = cJSON_GetErrorPtr();
         long off = (at && json) ? (long)(at - json) : 0;
@@ -318,7 +318,7 @@ int sl_spec_from_json(sl_spec **out, const char *json) {
                 SL_CHECK(add_json_op(s, dup, i));
             }
         } else if (!strcmp(k, "seed")) {
-            int64_t v;
+            int64_t v = 0;
             SL_CHECK(get_uint(it, "seed", 0, &v));
             s->seed = (uint64_t)v;
         } else if (!strcmp(k, "epochs")) {
