@@ -268,14 +268,30 @@ int sl_ops__jpeg_decode_box(sl_decoder *d, const uint8_t *data, size_t size, sl_
     uint8_t *reg = d->scratch, *row = d->scratch + region, *tmp = row + w * 4;
     if (ry0 > 0)
         (void)jpeg_skip_scanlines(ci, (JDIMENSION)ry0);
-    for (int y = 0; y < rows; y++) {
-        uint8_t *o = reg + (size_t)y * w * color;
-        JSAMPROW r = jc == (int)color ? o : row;
-        if (jpeg_read_scanlines(ci, &r, 1) != 1) {
-            jpeg_abort_decompress(ci);
-            return sl__error(SL_EDECODE, "decode: JPEG ended before row %d", ry0 + y);
+    if (jc == (int)color) {
+        /* several rows per call: fewer trips through libjpeg's controllers */
+        for (int y = 0; y < rows;) {
+            JSAMPROW r[8];
+            int k = rows - y < 8 ? rows - y : 8;
+            for (int i = 0; i < k; i++)
+                r[i] = reg + (size_t)(y + i) * w * color;
+            JDIMENSION got = jpeg_read_scanlines(ci, r, (JDIMENSION)k);
+            if (got == 0) {
+                jpeg_abort_decompress(ci);
+                return sl__error(SL_EDECODE, "decode: JPEG ended before row %d", ry0 + y);
+            }
+            y += (int)got;
         }
-        convert_row(r, jc, o, color, w, tmp);
+    } else {
+        for (int y = 0; y < rows; y++) {
+            uint8_t *o = reg + (size_t)y * w * color;
+            JSAMPROW r = row;
+            if (jpeg_read_scanlines(ci, &r, 1) != 1) {
+                jpeg_abort_decompress(ci);
+                return sl__error(SL_EDECODE, "decode: JPEG ended before row %d", ry0 + y);
+            }
+            convert_row(r, jc, o, color, w, tmp);
+        }
     }
     /* The rows below the region are never decoded. */
     jpeg_abort_decompress(ci);

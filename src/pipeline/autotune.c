@@ -4,10 +4,20 @@
  *
  * Rule: every ~200 ms (checked from sl_pipeline_next), measure each parallel
  * stage's cost per sample over the last interval (busy time / samples). A
- * steady pipeline needs workers in proportion to cost, so an auto stage gets
- * the share of the CPU budget (the online cores) that its cost is of the
- * summed cost of all parallel stages, at least one worker; stages with a
- * fixed count keep it. Auto
+ * steady pipeline needs cores in proportion to cost: stage s needs
+ * need_s = cores * cost_s / (sum of all parallel stages' costs). Workers are
+ * whole threads, so rounding every share loses cores: with a reader needing
+ * 0.6 of a core and a decode stage 1.4 on 2 cores, plain rounding gives the
+ * decode stage 1 worker and leaves most of a core idle. So the costliest auto
+ * stage gets every core the others do not fully need
+ * (cores - floor(sum of the other stages' needs)), other auto stages get
+ * their rounded share; each gets at least one worker and at most its
+ * threads; stages with a fixed count keep it. A light stage's worker then
+ * sleeps part of the time on a core the heavy stage shares. A stage that
+ * finished no chunk during a tick keeps its last cost (a chunk of slow
+ * samples can outlast the tick: reading it as free would park the workers of
+ * the very stage that needs them); with no cost measured yet, nothing
+ * changes. Auto
  * stages start all their threads once (up to the core count) and park the
  * ones above the current share, so a change costs a condition-variable
  * broadcast, not a thread start.
@@ -22,24 +32,72 @@
 #define TICK_NS 200000000ull
 #define CHUNK_WORK_NS 200000.0
 
+void sl_pipeline__tune_shares(int ncpus, int n, const double *cost, const int *is_auto,
+                              const int *max_workers, int *want) {
+    double total = 0;
+    int dom = -1;
+    for (int s = 0; s < n; s++) {
+        want[s] = 0;
+        if (cost[s] > 0)
+            total += cost[s];
+        if (is_auto[s] && (dom < 0 || cost[s] > cost[dom]))
+            dom = s;
+    }
+    if (total <= 0 || dom < 0)
+        return;
+    double others = 0;
+    for (int s = 0; s < n; s++)
+        if (s != dom && cost[s] > 0)
+            others += ncpus * cost[s] / total;
+    for (int s = 0; s < n; s++) {
+        if (!is_auto[s])
+            continue;
+        int w = s == dom ? ncpus - (int)others
+                         : (int)(ncpus * (cost[s] > 0 ? cost[s] : 0) / total + 0.5);
+        if (w < 1)
+            w = 1;
+        if (w > max_workers[s])
+            w = max_workers[s];
+        want[s] = w;
+    }
+}
+
 void sl_pipeline__autotune(sl_pipeline *p) {
     uint64_t now = sl__now_ns();
     if (now - p->last_tune_ns < TICK_NS)
         return;
     p->last_tune_ns = now;
     double cost[SL_STATS_MAX_STAGES] = {0}, total = 0, per_sample = 0;
-    int n_auto = 0;
+    int n_auto = 0, unmeasured = 0;
     for (int s = 0; s < p->nstages; s++) {
         sl_stage *st = &p->stage[s];
         uint64_t busy = atomic_load(&st->busy_ns), el = atomic_load(&st->elements);
         uint64_t db = busy - st->tune_busy, de = el - st->tune_elements;
+        int parallel = st->kind == SL_ST_SOURCE || st->kind == SL_ST_MAP;
+        if (de == 0 && parallel) {
+            /* No chunk finished in this interval: the stage is either working
+             * on a chunk that outlasts a tick (slow samples) or blocked. Not
+             * free either way: keep its last cost, and keep measuring from the
+             * old baseline; with no cost yet, wait for one. */
+            if (st->tune_cost <= 0)
+                unmeasured = 1;
+            cost[s] = st->tune_cost;
+            per_sample += cost[s];
+            total += cost[s];
+            if (st->autotune)
+                n_auto++;
+            continue;
+        }
         st->tune_busy = busy;
         st->tune_elements = el;
         if (de > 0)
             cost[s] = (double)db / (double)de;
-        if (st->kind == SL_ST_SOURCE || st->kind == SL_ST_MAP) {
+        if (parallel) {
+            st->tune_cost = cost[s];
             per_sample += cost[s];
             total += cost[s];
+        } else {
+            cost[s] = 0; /* sequential stages hold one thread whatever they cost */
         }
         if (st->autotune)
             n_auto++;
@@ -51,23 +109,20 @@ void sl_pipeline__autotune(sl_pipeline *p) {
         p->chunk_size = c;
         pthread_mutex_unlock(&p->src_mu);
     }
-    if (n_auto == 0 || total <= 0)
+    if (n_auto == 0 || total <= 0 || unmeasured)
         return;
-    /* every parallel stage's share of the cores follows its cost; fixed
-     * stages keep their count, auto stages take their share */
-    int budget = p->ncpus;
+    int is_auto[SL_STATS_MAX_STAGES] = {0}, maxw[SL_STATS_MAX_STAGES] = {0};
+    int want[SL_STATS_MAX_STAGES] = {0};
+    for (int s = 0; s < p->nstages; s++) {
+        is_auto[s] = p->stage[s].autotune;
+        maxw[s] = p->stage[s].workers;
+    }
+    sl_pipeline__tune_shares(p->ncpus, p->nstages, cost, is_auto, maxw, want);
     int changed = 0;
     for (int s = 0; s < p->nstages; s++) {
         sl_stage *st = &p->stage[s];
-        if (!st->autotune)
-            continue;
-        int want = (int)(budget * cost[s] / total + 0.5);
-        if (want < 1)
-            want = 1;
-        if (want > st->workers)
-            want = st->workers;
-        if (want != atomic_load(&st->active)) {
-            atomic_store(&st->active, want);
+        if (st->autotune && want[s] > 0 && want[s] != atomic_load(&st->active)) {
+            atomic_store(&st->active, want[s]);
             changed = 1;
         }
     }

@@ -700,11 +700,16 @@ static int chunk_to_batch(sl_pipeline *p, sl_chunk *c) {
                     break;
             }
             char *dst = b->col[col].data;
+            uint64_t in_place = 0;
             for (uint32_t i = 0; i < n; i++) {
                 const void *src = c->s[i].col[col].data;
                 if (sz && src != dst + (size_t)i * sz)
                     memcpy(dst + (size_t)i * sz, src, sz);
+                else
+                    in_place++;
             }
+            if (col == slot_col)
+                atomic_fetch_add_explicit(&p->slot_writes, in_place, memory_order_relaxed);
         } else {
             b->ragged[col] = 1;
             b->items[col] = sl__calloc(n ? n : 1, sizeof(sl_tensor));
@@ -1310,7 +1315,10 @@ int sl_pipeline__layout(sl_pipeline *p) {
         }
         if (st->autotune) {
             st->workers = p->ncpus;
-            n_auto++;
+            /* a reader-only source starts on one worker (below), so it does
+             * not take a share of the cores from the map stages */
+            if (!(st->kind == SL_ST_SOURCE && st->last == st->first))
+                n_auto++;
         }
         atomic_init(&st->active, st->workers);
     }

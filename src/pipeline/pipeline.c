@@ -226,6 +226,7 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     pthread_mutex_init(&p->err_mu, NULL);
     atomic_init(&p->cancel, 0);
     atomic_init(&p->threads_started, 0);
+    atomic_init(&p->slot_writes, 0);
     p->ncpus = sl__ncpus();
     SL_CHECK(sl_spec__copy(&p->spec, spec));
     sl_colset cols;

@@ -240,6 +240,7 @@ struct sl_stage {
     _Atomic uint64_t elements, busy_ns, wait_in_ns, wait_out_ns;
     uint64_t seq_out;             /* sequential stages: next output seq */
     uint64_t tune_busy, tune_elements; /* autotune: totals at the last tick */
+    double tune_cost;             /* autotune: last measured ns per sample (0: none) */
 };
 
 /* Sequential-op state of the final stage, also what a saved state restores. */
@@ -285,6 +286,8 @@ struct sl_pipeline {
     int collate_stage;            /* with fuse_batch: the stage that collates */
     int slot_col;                 /* with fuse_batch: the output column the last
                                      op may write into its batch slot, -1: none */
+    _Atomic uint64_t slot_writes; /* samples that landed in their batch slot
+                                     (no copy); read by tests */
     int direct;                   /* the consumer takes batches straight from the
                                      collating stage (no final stage thread) */
     uint64_t direct_index;        /* direct: index of the next batch in the epoch */
@@ -338,5 +341,11 @@ void sl_pipeline__trace_add(struct sl_pipeline *p, int stage, int worker, uint64
 void sl_pipeline__trace_free(struct sl_pipeline *p);
 /* autotune.c: rebalance workers of "auto" stages and the chunk size. */
 void sl_pipeline__autotune(struct sl_pipeline *p);
+/* The autotune rule, apart from the measuring (so it can be tested with
+ * chosen costs): for n stages with per-sample cost[s] (ns; 0 = not measured
+ * or not parallel), is_auto[s] and max_workers[s], set want[s] to the workers
+ * of each auto stage (0 for the others). See autotune.c. */
+void sl_pipeline__tune_shares(int ncpus, int n, const double *cost, const int *is_auto,
+                              const int *max_workers, int *want);
 
 #endif /* SL_PIPELINE_H */

@@ -131,7 +131,7 @@ cleanup:
 static int idx_fill(idx_stream *s) {
     s->out_pos = s->out_len = 0;
     if (!s->gz) {
-        size_t got;
+        size_t got = 0;
         SL_TRY(read_full(s, s->out, IDX_BUF, &got));
         s->out_len = got;
         return SL_OK;
@@ -142,7 +142,7 @@ static int idx_fill(idx_stream *s) {
     s->zs.avail_out = IDX_BUF;
     while (s->zs.avail_out > 0) {
         if (s->zs.avail_in == 0 && !s->in_eof) {
-            size_t got;
+            size_t got = 0;
             SL_TRY(read_full(s, s->in, IDX_BUF, &got));
             s->zs.next_in = s->in;
             s->zs.avail_in = (uInt)got;
@@ -153,7 +153,7 @@ static int idx_fill(idx_stream *s) {
         if (zr == Z_STREAM_END) {
             /* gzip allows several members back to back (cat a.gz b.gz). */
             if (s->zs.avail_in == 0 && !s->in_eof) {
-                size_t got;
+                size_t got = 0;
                 SL_TRY(read_full(s, s->in, IDX_BUF, &got));
                 s->zs.next_in = s->in;
                 s->zs.avail_in = (uInt)got;
@@ -224,7 +224,7 @@ static const char *idx_dtype_name(int code) {
 
 static int idx_header(idx_stream *s) {
     uint8_t h[4 + 4 * (SL_MAX_DIMS + 1)];
-    size_t got;
+    size_t got = 0;
     SL_TRY(idx_read(s, h, 4, &got));
     if (got == 0)
         return sl__error(SL_ECORRUPT, "%s: empty file, not an IDX file", s->path);
@@ -281,7 +281,7 @@ static int idx_header(idx_stream *s) {
  * were checked against their length up front). */
 static int idx_expect_end(idx_stream *s) {
     uint8_t extra;
-    size_t got;
+    size_t got = 0;
     SL_TRY(idx_read(s, &extra, 1, &got));
     if (got)
         return sl__error(SL_ECORRUPT,
@@ -295,7 +295,7 @@ int sl_source__sniff_path(const char *path, sl_source__sniff_kind *kind_out) {
     *kind_out = SL_SNIFF_OTHER;
     SL_TRY(idx_open(&s, path));
     uint8_t h[4];
-    size_t got;
+    size_t got = 0;
     int rc = idx_read(&s, h, 4, &got);
     if (rc == SL_ECORRUPT) {
         /* A damaged gzip is still "some file"; the packer reports it. */
@@ -360,7 +360,7 @@ int sl_source__pack_idx(const char *a, const char *b, const char *dst,
                 (unsigned long long)img->item);
     size_t lab_pos = 0, lab_len = 0;
     for (uint64_t i = 0; i < img->count; i++) {
-        size_t got;
+        size_t got = 0;
         SL_CHECK(idx_read(img, item, (size_t)img->item, &got));
         if (got < img->item)
             SL_FAIL(SL_ECORRUPT,
