@@ -5,7 +5,7 @@
 #   - the decode limit: libjpeg-turbo decoding every image at full size
 #     (TurboJPEG, RGB, one thread per core, nothing else);
 #   - PyTorch DataLoader + torchvision transforms at its best num_workers
-#     (0, 1, ... cores; persistent; /work/shared/bench/torch_imagefolder.py).
+#     (0, 1, ... cores; persistent; ../shared/bench/torch_imagefolder.py).
 # Plus the ops alone (no pipeline engine) and the full-size sluice decode.
 # Each sluice figure is the median of 3 epochs in one process (the pipeline is
 # kept across them, as a training loop keeps it); each PyTorch figure is its
@@ -14,7 +14,7 @@
 #   bash bench/ops_bench.sh [BUILD_DIR] [REPEATS] [DATA]
 #
 # BUILD_DIR holds libsluice.a (default build); DATA defaults to
-# data/photos/imagenet-like (make it with /work/shared/bench/make_photos.py).
+# data/photos/imagenet-like (make it with ../shared/bench/make_photos.py).
 # Prints JSON lines and a summary of medians and ratios. Speed is never asserted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +36,7 @@ for r in $(seq "$REPEATS"); do
   "$OUT/ops_bench" --threads "$T" --repeat 3 train "$DATA" | tail -1 | tee -a "$OUT/train.jsonl"
   "$OUT/ops_bench" --threads "$T" --repeat 3 decode "$DATA" | tail -1 | tee -a "$OUT/decode.jsonl"
   for w in $(seq 0 "$T"); do
-    $PY /work/shared/bench/torch_imagefolder.py --data "$DATA" --workers "$w" --persistent 1 \
+    $PY ../shared/bench/torch_imagefolder.py --data "$DATA" --workers "$w" --persistent 1 \
         --epochs 2 | tail -1 | tee -a "$OUT/torch$w.jsonl"
   done
 done
