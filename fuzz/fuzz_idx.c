@@ -27,33 +27,12 @@
 
 #include <zlib.h>
 
+#include "fuzz_util.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char g_dir[256];
 static char g_a[300], g_b[300], g_out[300];
-
-static void rm_tree(const char *path) {
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return;
-    if (S_ISDIR(st.st_mode)) {
-        DIR *d = opendir(path);
-        if (d) {
-            struct dirent *e;
-            while ((e = readdir(d))) {
-                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-                    continue;
-                char sub[600];
-                snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-                rm_tree(sub);
-            }
-            closedir(d);
-        }
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
 
 static void cleanup_dir(void) { rm_tree(g_dir); }
 
@@ -69,16 +48,6 @@ static void init(void) {
     snprintf(g_b, sizeof g_b, "%s/b", g_dir);
     snprintf(g_out, sizeof g_out, "%s/out.slr", g_dir);
     sl_log_set_level(SL_LOG_ERROR);
-}
-
-static void write_bytes(const char *path, const uint8_t *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        abort();
-    if (n && fwrite(p, 1, n, f) != n)
-        abort();
-    if (fclose(f) != 0)
-        abort();
 }
 
 /* Append one gzip member holding p[0..n) to f. */

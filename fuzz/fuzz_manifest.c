@@ -36,6 +36,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "fuzz_util.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define NREC 12
@@ -52,29 +54,6 @@ static char g_dir[256], g_ds[300], g_manifest[320], g_extra[320];
 static shard_fact g_sh[MAXSH];
 static int g_nsh;
 static shard_fact g_extra_fact;
-
-static void rm_tree(const char *path) {
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return;
-    if (S_ISDIR(st.st_mode)) {
-        DIR *d = opendir(path);
-        if (d) {
-            struct dirent *e;
-            while ((e = readdir(d))) {
-                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-                    continue;
-                char sub[600];
-                snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-                rm_tree(sub);
-            }
-            closedir(d);
-        }
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
 
 static void cleanup_dir(void) { rm_tree(g_dir); }
 

@@ -29,44 +29,14 @@
 
 #include <xxhash.h>
 
+#include "fuzz_util.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char g_dir[256];
 static char g_file[300], g_partial[300], g_out[300], g_ds[300], g_manifest[320];
 
-static void rm_tree(const char *path) {
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return;
-    if (S_ISDIR(st.st_mode)) {
-        DIR *d = opendir(path);
-        if (d) {
-            struct dirent *e;
-            while ((e = readdir(d))) {
-                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-                    continue;
-                char sub[600];
-                snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-                rm_tree(sub);
-            }
-            closedir(d);
-        }
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
-
 static void cleanup_dir(void) { rm_tree(g_dir); }
-
-static void write_bytes(const char *path, const uint8_t *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        abort();
-    if (n && fwrite(p, 1, n, f) != n)
-        abort();
-    fclose(f);
-}
 
 /* Two shards of a small dataset, for the manifest mode. */
 static void make_dataset(void) {

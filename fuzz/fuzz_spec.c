@@ -33,6 +33,8 @@
 #include <cjson/cJSON.h>
 #include <turbojpeg.h>
 
+#include "fuzz_util.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define NREC 8
@@ -42,29 +44,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static char g_dir[256];
 static char g_slr[300];
 static uint8_t g_pixels[NREC][IMG_H][IMG_W][3];
-
-static void rm_tree(const char *path) {
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return;
-    if (S_ISDIR(st.st_mode)) {
-        DIR *d = opendir(path);
-        if (d) {
-            struct dirent *e;
-            while ((e = readdir(d))) {
-                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-                    continue;
-                char sub[600];
-                snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-                rm_tree(sub);
-            }
-            closedir(d);
-        }
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
 
 static void cleanup_dir(void) { rm_tree(g_dir); }
 
