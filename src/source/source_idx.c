@@ -36,6 +36,7 @@ typedef struct {
     uint8_t *in;         /* compressed input (gz only) */
     int in_eof;          /* the file has no more bytes */
     int zend;            /* the last gzip member ended and nothing follows */
+    uint64_t members_out; /* bytes inflated by the gzip members before this one */
     uint8_t *out;        /* decompressed (or plain) bytes not yet consumed */
     size_t out_pos, out_len;
     uint64_t file_size;
@@ -164,6 +165,7 @@ static int idx_fill(idx_stream *s) {
                 s->zend = 1;
                 break;
             }
+            s->members_out += s->zs.total_out; /* inflateReset zeroes total_out */
             inflateReset(&s->zs);
             continue;
         }
@@ -178,12 +180,12 @@ static int idx_fill(idx_stream *s) {
             return sl__error(SL_ENOMEM, "%s: out of memory in zlib", s->path);
         if (zr == Z_DATA_ERROR || zr == Z_NEED_DICT || zr == Z_STREAM_ERROR)
             return sl__error(SL_ECORRUPT, "%s: damaged gzip data after %llu bytes: %s",
-                             s->path, (unsigned long long)s->zs.total_out,
+                             s->path, (unsigned long long)(s->members_out + s->zs.total_out),
                              s->zs.msg ? s->zs.msg : "inflate failed");
         if (zr == Z_BUF_ERROR && s->in_eof && s->zs.avail_in == 0)
             return sl__error(SL_ECORRUPT,
                              "%s: gzip stream ends early after %llu bytes (truncated file)",
-                             s->path, (unsigned long long)s->zs.total_out);
+                             s->path, (unsigned long long)(s->members_out + s->zs.total_out));
     }
     s->out_len = IDX_BUF - s->zs.avail_out;
     return SL_OK;

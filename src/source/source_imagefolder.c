@@ -228,6 +228,27 @@ cleanup:
     return rc;
 }
 
+/* True if s is well-formed UTF-8 (no overlong forms, no surrogates, <= U+10FFFF). */
+static bool valid_utf8(const unsigned char *s) {
+    while (*s) {
+        unsigned c = *s;
+        int n = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xe ? 2 : (c >> 3) == 0x1e ? 3 : -1;
+        if (n < 0)
+            return false;
+        uint32_t cp = n == 0 ? c : n == 1 ? (c & 0x1f) : n == 2 ? (c & 0x0f) : (c & 0x07);
+        for (int i = 1; i <= n; i++) {
+            if ((s[i] & 0xc0) != 0x80)
+                return false;
+            cp = (cp << 6) | (s[i] & 0x3f);
+        }
+        static const uint32_t min_cp[4] = {0, 0x80, 0x800, 0x10000};
+        if (cp < min_cp[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return false;
+        s += n + 1;
+    }
+    return true;
+}
+
 /* Class names as a JSON list, escaped by hand: small, and it keeps every
  * allocation behind the sl__malloc seam. */
 static int classes_json(const name_list *cls, char **out) {
@@ -405,6 +426,13 @@ int sl_source__pack_imagefolder(const char *root_in, const char *dst,
                 root, root);
     if (cls.n > INT32_MAX)
         SL_FAIL(SL_ELIMIT, "%s: too many classes", root);
+    /* class names go into JSON metadata, which must be UTF-8 */
+    for (size_t i = 0; i < cls.n; i++)
+        if (!valid_utf8((const unsigned char *)cls.v[i].name))
+            SL_FAIL(SL_EINVAL,
+                    "%s: class directory name #%zu is not valid UTF-8; rename it (e.g. with "
+                    "convmv) so the class names can be stored",
+                    root, i);
     rep->nclasses = (int)cls.n;
 
     walker wk;

@@ -870,3 +870,67 @@ SL_TEST(source_pack__bad_arguments_and_kinds) {
     ASSERT_STR_EQ(sl_pack_kind_name((sl_pack_kind)42), "unknown");
     ASSERT(!exists(dst));
 }
+
+/* Damage in a second gzip member: the message counts the bytes of every
+ * member before it, not only of the member being inflated. */
+SL_TEST(source_idx__gzip_members_damage_offset) {
+    enum { N = 400, R = 8, C = 8 };
+    uint8_t *px = malloc(N * R * C);
+    for (size_t k = 0; k < N * R * C; k++)
+        px[k] = (uint8_t)(sl_mix64(k) & 0xff); /* incompressible: damage lands in data */
+    uint32_t dims[3] = {N, R, C};
+    size_t n;
+    uint8_t *raw = idx_bytes(0x08, 3, dims, px, N * R * C, &n);
+    char a[4096], b[4096], img[4096], lab[4096], dummy[4096];
+    tpath(a, "a.gz");
+    tpath(b, "b.gz");
+    tpath(img, "img.gz");
+    tpath(lab, "lab");
+    tpath(dummy, "dummy");
+    size_t first = 20000; /* the second member is the smaller: its own count stays below this */
+    write_gz(a, raw, first);
+    write_gz(b, raw + first, n - first);
+    size_t na, nb;
+    uint8_t *ga = read_file(a, &na), *gb = read_file(b, &nb);
+    uint8_t *cat = malloc(na + nb);
+    memcpy(cat, ga, na);
+    memcpy(cat + na, gb, nb);
+    cat[na + nb / 2] ^= 0x55; /* inside the second member's deflate data */
+    write_file(img, cat, na + nb);
+    make_idx_pair(dummy, lab, N, R, C, 0);
+    char dst[4096];
+    tpath(dst, "x.slr");
+    ASSERT_RC(pack2(img, lab, dst, NULL), SL_ECORRUPT);
+    const char *msg = sl_errmsg(), *after = strstr(msg, "after ");
+    ASSERT(after != NULL);
+    unsigned long long off = strtoull(after + 6, NULL, 10);
+    if (off < first)
+        sl_test_fail(__FILE__, __LINE__, "offset %llu counts only the second member (%s)", off, msg);
+    ASSERT(!exists(dst));
+    free(px);
+    free(raw);
+    free(ga);
+    free(gb);
+    free(cat);
+}
+
+/* Class names are stored as JSON metadata: UTF-8 names round-trip, other
+ * byte strings are refused with a message saying what to do. */
+SL_TEST(source_imagefolder__class_names_utf8) {
+    char root[4096], dst[4096];
+    tpath(root, "root");
+    tpath(dst, "ok.slr");
+    put_jpeg("root/caf\xc3\xa9/1.jpg", 1);
+    put_jpeg("root/\xe7\x8c\xab/1.jpg", 2);
+    ASSERT_OK(pack_dir(root, dst, NULL, NULL));
+    sl_reader *r;
+    ASSERT_OK(sl_reader_open(&r, dst, 0));
+    ASSERT_STR_EQ(sl_reader_meta(r, "classes"), "[\"caf\xc3\xa9\",\"\xe7\x8c\xab\"]");
+    sl_reader_free(r);
+    put_jpeg("root/bad\xff/1.jpg", 3);
+    tpath(dst, "bad.slr");
+    ASSERT_RC(pack_dir(root, dst, NULL, NULL), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "not valid UTF-8");
+    ASSERT(!exists(dst));
+
+}
