@@ -153,7 +153,19 @@ static uint64_t hash_spec(const sl_spec *s) {
     cJSON *doc = sl_spec__to_cjson(s);
     if (!doc)
         return 0;
-    cJSON_DeleteItemFromObjectCaseSensitive(doc, "epochs"); /* may differ when resuming */
+    /* Leave out what may differ between a run and its resumption without
+     * changing a batch: the epoch count and the parallelism knobs (output is
+     * the same for any thread count or chunk size). */
+    cJSON_DeleteItemFromObjectCaseSensitive(doc, "epochs");
+    cJSON *src = cJSON_GetObjectItemCaseSensitive(doc, "source");
+    if (cJSON_IsObject(src)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(src, "parallel");
+        cJSON_DeleteItemFromObjectCaseSensitive(src, "chunk");
+    }
+    cJSON *ops = cJSON_GetObjectItemCaseSensitive(doc, "ops");
+    for (cJSON *op = cJSON_IsArray(ops) ? ops->child : NULL; op; op = op->next)
+        if (cJSON_IsObject(op))
+            cJSON_DeleteItemFromObjectCaseSensitive(op, "parallel");
     char *text = cJSON_PrintUnformatted(doc);
     cJSON_Delete(doc);
     if (!text)

@@ -404,6 +404,12 @@ cJSON *sl_spec__to_cjson(const sl_spec *s) {
     else if (s->mem)
         cJSON_AddStringToObject(src, "memory", "samples held in memory");
     cJSON_AddBoolToObject(src, "shuffle", s->shuffle);
+    if (s->source_parallel == -1)
+        cJSON_AddStringToObject(src, "parallel", "auto");
+    else if (s->source_parallel > 0)
+        cJSON_AddNumberToObject(src, "parallel", s->source_parallel);
+    if (s->chunk > 0)
+        cJSON_AddNumberToObject(src, "chunk", s->chunk);
     if (s->shard_mode == SL_SHARD_SET) {
         static const char *const eq[] = {"pad", "drop", "none"};
         cJSON *sh = cJSON_AddObjectToObject(src, "shard");
