@@ -109,7 +109,7 @@ def test_decode_png_gray16_high_byte(ops):
 
 
 # ---- resize vs PIL Image.resize: exact (0 levels), the same fixed-point
-# algorithm; the brief allows mean <= 1, max <= a few.
+# algorithm; the stated tolerance is mean <= 1, max <= a few.
 
 RESIZE_CASES = [((640, 427), (224, 224)), ((427, 640), (256, 384)), ((100, 80), (300, 200)),
                 ((33, 17), (7, 5)), ((1, 1), (5, 3)), ((1, 500), (1, 50)), ((500, 1), (50, 3)),
