@@ -117,6 +117,31 @@ static int encoded_bytes(const sl_sample *s, int col, const void **data, size_t 
     return SL_OK;
 }
 
+/* The encoded bytes of column `col` and their image header. */
+static int read_header(sl_decoder *dec, const sl_sample *s, int col, const void **data,
+                       size_t *size, sl_image_info *info) {
+    SL_TRY(encoded_bytes(s, col, data, size));
+    int rc = sl_decode_info(dec, *data, *size, info);
+    return rc < 0 ? cause_only(rc) : SL_OK;
+}
+
+/* Decode `box` (pixel limits `lim`) of the image, resized to oh x ow, into a
+ * new value of column `col` (the fused decode ops' common tail). */
+static int decode_box_column(sl_decoder *dec, sl_op_ctx *ctx, sl_sample *s, int col,
+                             const void *data, size_t size, sl_color color, const double box[4],
+                             const int lim[4], int oh, int ow, sl_interp interp) {
+    sl_tensor t;
+    int64_t shape[3] = {oh, ow, (int64_t)color};
+    SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
+    int rc = sl_ops__decode_box(dec, data, size, color, box, lim, oh, ow, interp, t.data);
+    if (rc < 0) {
+        sl_tensor_release(&t);
+        return cause_only(rc);
+    }
+    sl_op_set_column(s, col, &t);
+    return SL_OK;
+}
+
 /* ---- decode ------------------------------------------------------------------ */
 
 typedef struct {
@@ -193,10 +218,8 @@ static int decode_apply(const void *params, void *state, sl_op_ctx *ctx, sl_samp
     const void *data = NULL;
     size_t size = 0;
     sl_image_info info;
-    SL_TRY(encoded_bytes(s, p->col, &data, &size));
-    int rc = sl_decode_info(dec, data, size, &info);
-    if (rc < 0)
-        return cause_only(rc);
+    SL_TRY(read_header(dec, s, p->col, &data, &size, &info));
+    int rc;
     sl_tensor t;
     int64_t shape[3] = {info.height, info.width, (int64_t)p->color};
     SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
@@ -343,29 +366,18 @@ static int decode_rrc_apply(const void *params, void *state, sl_op_ctx *ctx, sl_
     const void *data = NULL;
     size_t size = 0;
     sl_image_info info;
-    SL_TRY(encoded_bytes(s, p->col, &data, &size));
-    int rc = sl_decode_info(dec, data, size, &info);
-    if (rc < 0)
-        return cause_only(rc);
+    SL_TRY(read_header(dec, s, p->col, &data, &size, &info));
+    int rc;
     sl_box box;
     /* part 1 = the random_resized_crop position: the same box as unfused */
     rc = sl_rrc_box(info.height, info.width, p->rrc.scale, p->rrc.ratio, sl_op_rng_part(ctx, 1),
                     &box);
     if (rc < 0)
         return cause_only(rc);
-    sl_tensor t;
-    int64_t shape[3] = {p->rrc.oh, p->rrc.ow, (int64_t)p->color};
-    SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
     double b[4] = {box.x, box.y, (double)box.x + box.w, (double)box.y + box.h};
     int lim[4] = {box.x, box.y, box.x + box.w, box.y + box.h};
-    rc = sl_ops__decode_box(dec, data, size, p->color, b, lim, p->rrc.oh, p->rrc.ow,
-                            SL_INTERP_BILINEAR, t.data);
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, p->col, &t);
-    return SL_OK;
+    return decode_box_column(dec, ctx, s, p->col, data, size, p->color, b, lim, p->rrc.oh,
+                             p->rrc.ow, SL_INTERP_BILINEAR);
 }
 
 static int fused_bind(void *params, sl_colset *cols, const char *field) {
@@ -535,10 +547,8 @@ static int decode_resize_apply(const void *params, void *state, sl_op_ctx *ctx, 
     const void *data = NULL;
     size_t size = 0;
     sl_image_info info;
-    SL_TRY(encoded_bytes(s, p->col, &data, &size));
-    int rc = sl_decode_info(dec, data, size, &info);
-    if (rc < 0)
-        return cause_only(rc);
+    SL_TRY(read_header(dec, s, p->col, &data, &size, &info));
+    int rc;
     int H = info.height, W = info.width, rh, rw;
     resize_shape(&p->rs, H, W, &rh, &rw);
     double box[4] = {0, 0, W, H};
@@ -580,17 +590,8 @@ static int decode_resize_apply(const void *params, void *state, sl_op_ctx *ctx, 
         oh = c.h;
         ow = c.w;
     }
-    sl_tensor t;
-    int64_t shape[3] = {oh, ow, (int64_t)p->color};
-    SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
-    rc = sl_ops__decode_box(dec, data, size, p->color, box, lim, oh, ow, (sl_interp)p->rs.interp,
-                            t.data);
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, p->col, &t);
-    return SL_OK;
+    return decode_box_column(dec, ctx, s, p->col, data, size, p->color, box, lim, oh, ow,
+                             (sl_interp)p->rs.interp);
 }
 
 static int decode_resize_fuse(const void *params, const sl_op_def *next, const void *next_params,
