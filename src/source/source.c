@@ -1,0 +1,343 @@
+/*
+ * source.c — the source interface's shared half: the registry of formats,
+ * opening from a spec's source object, references, cursors, and the helpers
+ * every implementation uses (columns, path lists). See source.h.
+ */
+#include "source/source.h"
+
+#include <assert.h>
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One line per format. The key is the source object's member that names the
+ * format's input ({"tfrecord": [...]}); "path" is sluice's own .slr. */
+const sl_source_kind sl_source__kinds[] = {
+    {"path", sl_source__open_slr, ".slr dataset (a directory with a manifest, or one .slr file)"},
+    {NULL, NULL, NULL},
+};
+
+/* Keys a source object may carry besides the kind key and the kind's own
+ * options: these belong to the pipeline, not the source. */
+static int pipeline_key(const char *k) {
+    return !strcmp(k, "shuffle") || !strcmp(k, "shard") || !strcmp(k, "parallel") ||
+           !strcmp(k, "chunk");
+}
+
+int sl_source__open_json(sl_source **out, const cJSON *obj, const char *field) {
+    *out = NULL;
+    if (!cJSON_IsObject(obj))
+        return sl__error(SL_EINVAL, "%s: must be an object", field);
+    const sl_source_kind *found = NULL;
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        for (const sl_source_kind *k = sl_source__kinds; k->key; k++) {
+            if (strcmp(it->string, k->key) != 0)
+                continue;
+            if (found)
+                return sl__error(SL_EINVAL, "%s: names two inputs (\"%s\" and \"%s\"); give one",
+                                 field, found->key, k->key);
+            found = k;
+        }
+    }
+    if (!found) {
+        char keys[256] = "";
+        size_t len = 0;
+        for (const sl_source_kind *k = sl_source__kinds; k->key; k++)
+            len += (size_t)snprintf(keys + len, len < sizeof keys ? sizeof keys - len : 0,
+                                    "%s\"%s\"", k == sl_source__kinds ? "" : ", ", k->key);
+        return sl__error(SL_EINVAL, "%s: no input given (expected one of %s)", field, keys);
+    }
+    /* Hand the implementation its own keys only. */
+    cJSON *own = cJSON_CreateObject();
+    if (!own)
+        return sl__oom("opening a source");
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        if (pipeline_key(it->string))
+            continue;
+        cJSON *dup = cJSON_Duplicate(it, 1);
+        if (!dup) {
+            cJSON_Delete(own);
+            return sl__oom("opening a source");
+        }
+        cJSON_AddItemToObject(own, it->string, dup);
+    }
+    int rc = found->open(out, own, field);
+    cJSON_Delete(own);
+    return rc;
+}
+
+sl_source *sl_source__retain(sl_source *s) {
+    if (s)
+        atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+    return s;
+}
+
+void sl_source__release(sl_source *s) {
+    if (!s || atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    cJSON_Delete(s->meta);
+    s->meta = NULL;
+    s->vt->free(s);
+}
+
+int sl_source__heap_alloc(void *ctx, sl_tensor *t, sl_dtype dtype, int ndim,
+                          const int64_t *shape) {
+    (void)ctx;
+    return sl_tensor_alloc(t, dtype, ndim, shape);
+}
+
+int sl_source__cursor_open(sl_source *s, sl_source_alloc_fn alloc, void *ctx,
+                           sl_source_cursor **out) {
+    *out = NULL;
+    sl_source_cursor *c = NULL;
+    if (s->vt->cursor_open) {
+        SL_TRY(s->vt->cursor_open(s, &c));
+    } else {
+        c = sl__calloc(1, sizeof *c);
+        if (!c)
+            return sl__oom("opening a source cursor");
+    }
+    c->alloc = alloc ? alloc : sl_source__heap_alloc;
+    c->alloc_ctx = alloc ? ctx : NULL;
+    *out = c;
+    return SL_OK;
+}
+
+void sl_source__cursor_free(sl_source *s, sl_source_cursor *cur) {
+    if (!cur)
+        return;
+    if (s->vt->cursor_free)
+        s->vt->cursor_free(s, cur);
+    else
+        sl__free(cur);
+}
+
+int sl_source__read(sl_source *s, sl_source_cursor *cur, uint64_t i, sl_sample *out) {
+    assert(i < s->count);
+    out->ncols = 0;
+    int rc = s->vt->read(s, cur, i, out);
+    assert(rc < 0 ? out->ncols == 0 : out->ncols == (uint32_t)s->ncols);
+    return rc;
+}
+
+void sl_source__locate(sl_source *s, uint64_t i, char *buf, size_t cap) {
+    if (s->vt->locate)
+        s->vt->locate(s, i, buf, cap);
+    else
+        snprintf(buf, cap, "%s: record %" PRIu64, s->name, i);
+}
+
+int sl_source__add_col(sl_source *s, const char *name, sl_coltype type, sl_dtype dtype,
+                       int ndim, const int64_t *shape) {
+    if (!name || !name[0] || strlen(name) >= SL_SOURCE_COLNAME_MAX)
+        return sl__error(SL_EINVAL, "column name '%s' must be 1-%d bytes", name ? name : "",
+                         SL_SOURCE_COLNAME_MAX - 1);
+    if (s->ncols >= SL_MAX_COLUMNS)
+        return sl__error(SL_EINVAL, "too many columns (at most %d); select fewer", SL_MAX_COLUMNS);
+    for (int c = 0; c < s->ncols; c++)
+        if (!strcmp(s->col[c].name, name))
+            return sl__error(SL_EINVAL, "column '%s' appears twice", name);
+    if (type == SL_COL_ARRAY && (ndim < 0 || ndim > SL_MAX_DIMS))
+        return sl__error(SL_EINVAL, "column '%s': %d dims (at most %d)", name, ndim, SL_MAX_DIMS);
+    sl_source_col *c = &s->col[s->ncols];
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->type = type;
+    switch (type) {
+    case SL_COL_INT64:
+        c->dtype = SL_I64;
+        break;
+    case SL_COL_FLOAT64:
+        c->dtype = SL_F64;
+        break;
+    case SL_COL_STRING:
+    case SL_COL_BYTES:
+        c->dtype = SL_U8;
+        c->ndim = 1;
+        c->shape[0] = -1;
+        break;
+    default:
+        c->dtype = dtype;
+        c->ndim = ndim;
+        for (int d = 0; d < ndim; d++)
+            c->shape[d] = shape ? shape[d] : -1;
+        break;
+    }
+    s->ncols++;
+    return SL_OK;
+}
+
+/* ---- path lists ----------------------------------------------------------------- */
+
+typedef struct pathlist {
+    char **v;
+    int n, cap;
+} pathlist;
+
+#define SL_SOURCE_MAX_PATHS (1 << 20)
+
+static int pl_add(pathlist *pl, const char *p, size_t len, const char *field) {
+    if (pl->n + 1 >= SL_SOURCE_MAX_PATHS)
+        return sl__error(SL_ELIMIT, "%s: more than %d paths", field, SL_SOURCE_MAX_PATHS);
+    if (pl->n + 1 >= pl->cap) {
+        int cap = pl->cap ? pl->cap * 2 : 16;
+        char **v = sl__realloc(pl->v, (size_t)cap * sizeof *v);
+        if (!v)
+            return sl__oom("listing source paths");
+        pl->v = v;
+        pl->cap = cap;
+    }
+    char *s = sl__malloc(len + 1);
+    if (!s)
+        return sl__oom("listing source paths");
+    memcpy(s, p, len);
+    s[len] = '\0';
+    pl->v[pl->n++] = s;
+    pl->v[pl->n] = NULL;
+    return SL_OK;
+}
+
+/* Expand the first brace group of `pat` (recursively the rest): "{a,b}" lists,
+ * "{000..127}" zero-padded numeric ranges (padding from the first bound). */
+static int expand_braces(pathlist *pl, const char *pat, const char *field, int depth) {
+    const char *open = strchr(pat, '{');
+    if (!open)
+        return pl_add(pl, pat, strlen(pat), field);
+    if (depth > 8)
+        return sl__error(SL_EINVAL, "%s: too many brace groups in '%s'", field, pat);
+    const char *close = strchr(open, '}');
+    if (!close)
+        return sl__error(SL_EINVAL, "%s: '{' without '}' in '%s'", field, pat);
+    size_t pre = (size_t)(open - pat);
+    const char *body = open + 1;
+    size_t blen = (size_t)(close - body);
+    const char *rest = close + 1;
+    size_t restlen = strlen(rest);
+    const char *dots = NULL;
+    for (size_t i = 0; i + 1 < blen; i++)
+        if (body[i] == '.' && body[i + 1] == '.') {
+            dots = body + i;
+            break;
+        }
+    char buf[4096];
+    if (dots) {
+        const char *a = body, *b = dots + 2;
+        size_t alen = (size_t)(dots - body), bl = (size_t)(close - b);
+        int ok = alen > 0 && bl > 0 && alen < 20 && bl < 20;
+        for (size_t i = 0; ok && i < alen; i++)
+            ok = isdigit((unsigned char)a[i]);
+        for (size_t i = 0; ok && i < bl; i++)
+            ok = isdigit((unsigned char)b[i]);
+        if (!ok)
+            return sl__error(SL_EINVAL, "%s: '{%.*s}' in '%s' is not a range of numbers like "
+                             "{000..127}", field, (int)blen, body, pat);
+        unsigned long long lo = strtoull(a, NULL, 10), hi = strtoull(b, NULL, 10);
+        if (lo > hi)
+            return sl__error(SL_EINVAL, "%s: range {%.*s} in '%s' runs backwards", field,
+                             (int)blen, body, pat);
+        if (hi - lo >= SL_SOURCE_MAX_PATHS)
+            return sl__error(SL_ELIMIT, "%s: range {%.*s} is too long", field, (int)blen, body);
+        int width = alen > 1 && a[0] == '0' ? (int)alen : 1;
+        for (unsigned long long v = lo; v <= hi; v++) {
+            int n = snprintf(buf, sizeof buf, "%.*s%0*llu%s", (int)pre, pat, width, v, rest);
+            if (n < 0 || (size_t)n >= sizeof buf)
+                return sl__error(SL_EINVAL, "%s: path too long in '%s'", field, pat);
+            SL_TRY(expand_braces(pl, buf, field, depth + 1));
+        }
+        return SL_OK;
+    }
+    const char *item = body;
+    for (;;) {
+        const char *comma = memchr(item, ',', (size_t)(close - item));
+        const char *end = comma ? comma : close;
+        int n = snprintf(buf, sizeof buf, "%.*s%.*s%.*s", (int)pre, pat, (int)(end - item), item,
+                         (int)restlen, rest);
+        if (n < 0 || (size_t)n >= sizeof buf)
+            return sl__error(SL_EINVAL, "%s: path too long in '%s'", field, pat);
+        SL_TRY(expand_braces(pl, buf, field, depth + 1));
+        if (!comma)
+            break;
+        item = comma + 1;
+    }
+    return SL_OK;
+}
+
+/* "@list.txt": one path a line; blank lines and '#' comments skipped;
+ * relative paths are taken relative to the list file's directory. */
+static int read_list_file(pathlist *pl, const char *path, const char *field) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return sl__error(SL_EIO, "%s: cannot open the path list %s: %s", field, path,
+                         strerror(errno));
+    const char *slash = strrchr(path, '/');
+    size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
+    char line[4096], full[8192];
+    int rc = SL_OK;
+    while (rc == SL_OK && fgets(line, sizeof line, f)) {
+        size_t n = strlen(line);
+        while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' '))
+            line[--n] = '\0';
+        char *p = line;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (!*p || *p == '#')
+            continue;
+        if (*p != '/' && dirlen) {
+            snprintf(full, sizeof full, "%.*s%s", (int)dirlen, path, p);
+            rc = pl_add(pl, full, strlen(full), field);
+        } else {
+            rc = pl_add(pl, p, strlen(p), field);
+        }
+    }
+    if (rc == SL_OK && ferror(f))
+        rc = sl__error(SL_EIO, "%s: reading the path list %s failed", field, path);
+    fclose(f);
+    return rc;
+}
+
+static int expand_one(pathlist *pl, const char *s, const char *field) {
+    if (!s[0])
+        return sl__error(SL_EINVAL, "%s: empty path", field);
+    if (s[0] == '@')
+        return read_list_file(pl, s + 1, field);
+    return expand_braces(pl, s, field, 0);
+}
+
+int sl_source__expand_paths(const cJSON *v, const char *field, char ***paths_out, int *n_out) {
+    *paths_out = NULL;
+    *n_out = 0;
+    pathlist pl = {0};
+    int rc = SL_OK;
+    if (cJSON_IsString(v)) {
+        rc = expand_one(&pl, v->valuestring, field);
+    } else if (cJSON_IsArray(v)) {
+        for (const cJSON *it = v->child; it && rc == SL_OK; it = it->next) {
+            if (!cJSON_IsString(it))
+                rc = sl__error(SL_EINVAL, "%s: every path must be a string", field);
+            else
+                rc = expand_one(&pl, it->valuestring, field);
+        }
+    } else {
+        rc = sl__error(SL_EINVAL, "%s: must be a path, a pattern or a list of paths", field);
+    }
+    if (rc == SL_OK && pl.n == 0)
+        rc = sl__error(SL_EINVAL, "%s: no paths given", field);
+    if (rc < 0) {
+        sl_source__free_paths(pl.v);
+        return rc;
+    }
+    *paths_out = pl.v;
+    *n_out = pl.n;
+    return SL_OK;
+}
+
+void sl_source__free_paths(char **paths) {
+    if (!paths)
+        return;
+    for (char **p = paths; *p; p++)
+        sl__free(*p);
+    sl__free(paths);
+}

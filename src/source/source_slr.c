@@ -1,0 +1,148 @@
+/*
+ * source_slr.c — sluice's own format behind the source interface: a thin
+ * layer over sl_reader (src/record/), which does the work.
+ *
+ * Views of mapped, uncompressed columns are passed on by reference (the
+ * mapping's buffer is retained), so an encoded JPEG travels from the page
+ * cache to the decoder without a copy. Views into a record's scratch
+ * (decompressed columns) die with the next read on that record, so they are
+ * copied into a tensor from the cursor's allocator (the executor's pools).
+ */
+#include "source/source.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct slr_source {
+    sl_source base;
+    sl_reader *reader;
+} slr_source;
+
+typedef struct slr_cursor {
+    sl_source_cursor base;
+    sl_record *rec;
+} slr_cursor;
+
+static int slr_cursor_open(sl_source *src, sl_source_cursor **out) {
+    (void)src;
+    slr_cursor *c = sl__calloc(1, sizeof *c);
+    if (!c)
+        return sl__oom("opening a .slr cursor");
+    int rc = sl_record_create(&c->rec);
+    if (rc < 0) {
+        sl__free(c);
+        return rc;
+    }
+    *out = &c->base;
+    return SL_OK;
+}
+
+static void slr_cursor_free(sl_source *src, sl_source_cursor *cur) {
+    (void)src;
+    slr_cursor *c = (slr_cursor *)cur;
+    sl_record_free(c->rec);
+    sl__free(c);
+}
+
+static int slr_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample *out) {
+    slr_source *s = (slr_source *)src;
+    slr_cursor *c = (slr_cursor *)cur;
+    SL_TRY(sl_reader_read(s->reader, i, c->rec));
+    out->index = i;
+    for (int k = 0; k < src->ncols; k++) {
+        const sl_tensor *t = sl_record_column(c->rec, k);
+        if (t->buf) {
+            out->col[k] = *t;
+            sl_buffer_retain(t->buf);
+        } else {
+            int rc = cur->alloc(cur->alloc_ctx, &out->col[k], t->dtype, t->ndim, t->shape);
+            if (rc < 0) {
+                out->ncols = (uint32_t)k;
+                sl_sample_clear(out);
+                return rc;
+            }
+            if (t->nbytes)
+                memcpy(out->col[k].data, t->data, t->nbytes);
+        }
+        out->ncols = (uint32_t)k + 1;
+    }
+    return SL_OK;
+}
+
+static int slr_index_column(sl_source *src, int col, const void **vals_out) {
+    return sl_reader_index_column(((slr_source *)src)->reader, col, vals_out);
+}
+
+static int slr_describe(sl_source *src, cJSON *obj) {
+    const sl_reader *r = ((slr_source *)src)->reader;
+    cJSON *shards = cJSON_AddArrayToObject(obj, "shards");
+    if (!shards)
+        return sl__oom("describing a source");
+    for (int k = 0; k < sl_reader_shard_count(r); k++) {
+        cJSON *p = cJSON_CreateString(sl_reader_shard_path(r, k));
+        if (!p)
+            return sl__oom("describing a source");
+        cJSON_AddItemToArray(shards, p);
+    }
+    if (!cJSON_AddNumberToObject(obj, "data_bytes", (double)sl_reader_data_bytes(r)))
+        return sl__oom("describing a source");
+    return SL_OK;
+}
+
+static void slr_free(sl_source *src) {
+    slr_source *s = (slr_source *)src;
+    sl_reader_free(s->reader);
+    sl__free(s);
+}
+
+static const sl_source_vtbl slr_vtbl = {
+    .kind = "slr",
+    .cursor_open = slr_cursor_open,
+    .cursor_free = slr_cursor_free,
+    .read = slr_read,
+    .index_column = slr_index_column,
+    .describe = slr_describe,
+    .free = slr_free,
+};
+
+int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field) {
+    *out = NULL;
+    const cJSON *path = cJSON_GetObjectItemCaseSensitive(obj, "path");
+    if (!cJSON_IsString(path) || !path->valuestring[0])
+        return sl__error(SL_EINVAL, "%s.path: must be a non-empty string", field);
+    for (const cJSON *it = obj->child; it; it = it->next)
+        if (strcmp(it->string, "path") != 0)
+            return sl__error(SL_EINVAL, "%s.%s: unknown key for a .slr source", field, it->string);
+    slr_source *s = sl__calloc(1, sizeof *s);
+    if (!s)
+        return sl__oom("opening a .slr source");
+    s->base.vt = &slr_vtbl;
+    atomic_init(&s->base.refs, 1);
+    int rc = sl_reader_open(&s->reader, path->valuestring, 0);
+    if (rc < 0) {
+        sl__free(s);
+        return sl__error_prefix(rc, "%s.path", field);
+    }
+    const char *slash = strrchr(path->valuestring, '/');
+    snprintf(s->base.name, sizeof s->base.name, "%s",
+             slash && slash[1] ? slash + 1 : path->valuestring);
+    s->base.count = sl_reader_count(s->reader);
+    const sl_schema *sc = sl_reader_schema(s->reader);
+    int n = sl_schema_ncols(sc);
+    for (int k = 0; k < n && rc == SL_OK; k++) {
+        int64_t shape[SL_MAX_DIMS] = {0};
+        sl_coltype t = sl_schema_type(sc, k);
+        int nd = t == SL_COL_ARRAY ? sl_schema_shape(sc, k, shape) : 0;
+        rc = sl_source__add_col(&s->base, sl_schema_name(sc, k), t, sl_schema_dtype(sc, k), nd,
+                                shape);
+        sl_source_col *c = &s->base.col[k];
+        c->indexed = t == SL_COL_INT64 || t == SL_COL_FLOAT64;
+        c->encoded = t == SL_COL_BYTES;
+    }
+    if (rc < 0) {
+        slr_free(&s->base);
+        return sl__error_prefix(rc, "%s.path", field);
+    }
+    *out = &s->base;
+    return SL_OK;
+}
