@@ -246,31 +246,9 @@ static uint64_t record_at(sl_pipeline *p, uint64_t epoch, uint64_t pos, uint64_t
     return idx;
 }
 
-static int read_slr(sl_pipeline *p, sl_record *rec, uint64_t idx, sl_sample *s) {
-    SL_TRY(sl_reader_read(p->reader, idx, rec));
-    int n = p->plan.src_cols.ncols;
-    s->index = idx;
-    s->ncols = 0;
-    for (int c = 0; c < n; c++) {
-        const sl_tensor *t = sl_record_column(rec, c);
-        if (t->buf) {
-            s->col[c] = *t;
-            sl_buffer_retain(t->buf);
-        } else {
-            /* The view dies with the next read into `rec`; the sample travels
-             * to other threads, so it gets its own (pooled) copy. */
-            int rc = sl_pipeline__pools_tensor(p->pools, &s->col[c], t->dtype, t->ndim, t->shape);
-            if (rc < 0) {
-                s->ncols = (uint32_t)c;
-                sample_release(s);
-                return rc;
-            }
-            if (t->nbytes)
-                memcpy(s->col[c].data, t->data, t->nbytes);
-        }
-        s->ncols = (uint32_t)c + 1;
-    }
-    return SL_OK;
+/* Reading threads take their output tensors from the pipeline's pools. */
+static int pool_alloc(void *ctx, sl_tensor *t, sl_dtype dtype, int ndim, const int64_t *shape) {
+    return sl_pipeline__pools_tensor(ctx, t, dtype, ndim, shape);
 }
 
 /* A worker finished a unit of work that began at t0: count the busy time
@@ -307,9 +285,11 @@ static void *source_main(void *arg) {
     sl_worker *w = arg;
     sl_pipeline *p = w->p;
     sl_stage *st = w->st;
-    sl_record *rec = NULL;
-    if (p->reader && sl_record_create(&rec) < 0)
-        rec = NULL;
+    sl_source_cursor *cur = NULL;
+    int cur_rc = sl_source__cursor_open(p->src, pool_alloc, p->pools, &cur);
+    char cur_msg[SL__ERRMSG_MAX] = "";
+    if (cur_rc < 0)
+        snprintf(cur_msg, sizeof cur_msg, "%s", sl_errmsg());
     for (;;) {
         worker_gate(p, w);
         pthread_mutex_lock(&p->src_mu);
@@ -363,12 +343,7 @@ static void *source_main(void *arg) {
             c->pos[kept] = c->pos[i];
             c->key[kept] = c->key[i];
             sl_sample *s = &c->s[kept];
-            if (p->mem) {
-                sl_pipeline__memsrc_get(p->mem, idx, s);
-                kept++;
-                continue;
-            }
-            int rc = rec ? read_slr(p, rec, idx, s) : sl__oom("creating a record");
+            int rc = cur ? sl_source__read(p->src, cur, idx, s) : sl__error(cur_rc, "%s", cur_msg);
             if (rc >= 0) {
                 kept++;
                 continue;
@@ -402,7 +377,7 @@ static void *source_main(void *arg) {
             break;
         }
     }
-    sl_record_free(rec);
+    sl_source__cursor_free(p->src, cur);
     return NULL;
 }
 
@@ -1280,7 +1255,7 @@ int sl_pipeline__layout(sl_pipeline *p) {
     }
     /* A memory source has no reading to overlap with: its first per-sample
      * ops run in the reading workers (one hand-off fewer per chunk). */
-    if (p->mem && ns >= 2 && p->stage[1].kind == SL_ST_MAP) {
+    if ((p->src->vt->flags & SL_SOURCE_F_MEMORY) && ns >= 2 && p->stage[1].kind == SL_ST_MAP) {
         sl_stage *src = &p->stage[0], *m = &p->stage[1];
         src->first = m->first;
         src->last = m->last;

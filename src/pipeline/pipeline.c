@@ -24,36 +24,33 @@
 
 /* ---- creation --------------------------------------------------------------------- */
 
-static void schema_colset(const sl_schema *sc, sl_colset *out) {
+/* What the plan knows of the source's columns. */
+static void source_colset(const sl_source *src, sl_colset *out) {
     memset(out, 0, sizeof *out);
-    int n = sl_schema_ncols(sc);
-    if (n > SL_MAX_COLUMNS)
-        n = SL_MAX_COLUMNS;
-    out->ncols = n;
-    for (int i = 0; i < n; i++) {
+    out->ncols = src->ncols;
+    for (int i = 0; i < src->ncols; i++) {
+        const sl_source_col *sc = &src->col[i];
         sl_colinfo *c = &out->col[i];
-        snprintf(c->name, sizeof c->name, "%s", sl_schema_name(sc, i));
-        switch (sl_schema_type(sc, i)) {
+        snprintf(c->name, sizeof c->name, "%s", sc->name);
+        switch (sc->type) {
         case SL_COL_INT64:
-            c->dtype = SL_I64;
-            c->ndim = 0;
-            c->index_column = 1;
-            break;
         case SL_COL_FLOAT64:
-            c->dtype = SL_F64;
+            c->dtype = sc->type == SL_COL_INT64 ? SL_I64 : SL_F64;
             c->ndim = 0;
-            c->index_column = 1;
+            c->index_column = sc->indexed;
             break;
         case SL_COL_STRING:
         case SL_COL_BYTES:
             c->dtype = SL_U8;
             c->ndim = 1;
             c->shape[0] = -1;
-            c->encoded = sl_schema_type(sc, i) == SL_COL_BYTES;
+            c->encoded = sc->encoded;
             break;
         default:
-            c->dtype = sl_schema_dtype(sc, i);
-            c->ndim = sl_schema_shape(sc, i, c->shape);
+            c->dtype = sc->dtype;
+            c->ndim = sc->ndim;
+            for (int d = 0; d < sc->ndim; d++)
+                c->shape[d] = sc->shape[d];
             break;
         }
     }
@@ -101,23 +98,23 @@ static int setup_shard(sl_pipeline *p) {
 static int open_source(sl_pipeline *p, sl_colset *cols) {
     const sl_spec *s = p->spec;
     if (s->mem) {
-        p->mem = sl_pipeline__memsrc_retain(s->mem);
-        p->nrecords = sl_pipeline__memsrc_count(p->mem);
-        sl_pipeline__memsrc_colset(p->mem, cols);
-        snprintf(p->src_name, sizeof p->src_name, "memory");
-        return SL_OK;
+        p->src = sl_source__retain(s->mem);
+    } else {
+        if (!s->input)
+            return sl__error(SL_EINVAL, "source.path: missing (no source set)");
+        SL_TRY(sl_source__open_json(&p->src, s->input, "source"));
     }
-    if (!s->path)
-        return sl__error(SL_EINVAL, "source.path: missing (no source set)");
-    int rc = sl_reader_open(&p->reader, s->path, 0);
-    if (rc < 0)
-        return sl__error_prefix(rc, "source.path");
-    p->nrecords = sl_reader_count(p->reader);
-    schema_colset(sl_reader_schema(p->reader), cols);
-    const char *slash = strrchr(s->path, '/');
-    snprintf(p->src_name, sizeof p->src_name, "%s",
-             slash && slash[1] ? slash + 1 : s->path);
+    p->nrecords = p->src->count;
+    source_colset(p->src, cols);
+    snprintf(p->src_name, sizeof p->src_name, "%s", p->src->name);
     return SL_OK;
+}
+
+static int any_indexed(const sl_source *src) {
+    for (int c = 0; c < src->ncols; c++)
+        if (src->col[c].indexed)
+            return 1;
+    return 0;
 }
 
 /* Evaluate pushed-down filters on the index: the records an epoch visits. */
@@ -128,7 +125,7 @@ static int apply_pushed(sl_pipeline *p) {
     }
     const void *vals[8];
     for (int f = 0; f < p->plan.npushed; f++)
-        SL_TRY(sl_reader_index_column(p->reader, p->plan.pushed[f]->col, &vals[f]));
+        SL_TRY(p->src->vt->index_column(p->src, p->plan.pushed[f]->col, &vals[f]));
     p->base = sl__malloc((size_t)(p->nrecords ? p->nrecords : 1) * sizeof *p->base);
     if (!p->base)
         return sl__oom("applying a filter to the index");
@@ -244,7 +241,7 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     sl_colset cols;
     SL_CHECK(open_source(p, &cols));
     SL_CHECK(sl_plan__build(&p->plan, p->spec, &cols));
-    SL_CHECK(sl_plan__optimize(&p->plan, p->reader != NULL));
+    SL_CHECK(sl_plan__optimize(&p->plan, any_indexed(p->src)));
     SL_CHECK(apply_pushed(p));
     SL_CHECK(setup_shard(p));
     uint64_t m = p->nbase, w = (uint64_t)p->shard_count, k = (uint64_t)p->shard_index;
@@ -315,8 +312,7 @@ void sl_pipeline_free(sl_pipeline *p) {
     sl_pipeline__trace_free(p);
     sl_plan__free(&p->plan);
     sl_pipeline__pools_free(p->pools);
-    sl_reader_free(p->reader);
-    sl_pipeline__memsrc_release(p->mem);
+    sl_source__release(p->src);
     sl__free(p->base);
     sl__free(p->perm);
     sl__free(p->perm_next);

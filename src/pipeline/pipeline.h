@@ -6,6 +6,7 @@
 #define SL_PIPELINE_H
 
 #include "pipeline/op.h"
+#include "source/source.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -32,20 +33,6 @@ int sl_pipeline__filter_match(const sl_filter_params *f, double v);
 extern const sl_op_def sl_op_filter;
 extern const sl_op_def sl_op_select;
 
-/* ---- source_mem.c: samples held in memory ------------------------------------------ */
-typedef struct sl_memsrc sl_memsrc;
-int sl_pipeline__memsrc_columns(sl_memsrc **out, int ncols, const char *const *names,
-                                const sl_tensor *cols);
-int sl_pipeline__memsrc_samples(sl_memsrc **out, int ncols, const char *const *names,
-                                const sl_sample *samples, uint64_t count);
-sl_memsrc *sl_pipeline__memsrc_retain(sl_memsrc *m);
-void sl_pipeline__memsrc_release(sl_memsrc *m);
-uint64_t sl_pipeline__memsrc_count(const sl_memsrc *m);
-void sl_pipeline__memsrc_colset(const sl_memsrc *m, sl_colset *out);
-/* Fill `s` with borrowed views (buf NULL) of sample i, valid while m lives. */
-void sl_pipeline__memsrc_get(const sl_memsrc *m, uint64_t i, sl_sample *s);
-/* Scalar value of column col of sample i (for filters on memory columns). */
-
 /* ---- spec.c ---------------------------------------------------------------------- */
 enum { SL_SPEC_OP_JSON = 0, SL_SPEC_OP_MAP = 1, SL_SPEC_OP_FILTER = 2 };
 typedef struct sl_spec_op {
@@ -60,8 +47,9 @@ typedef struct sl_spec_op {
 enum { SL_SHARD_AUTO = 0, SL_SHARD_SET = 1, SL_SHARD_ENV = 2 };
 
 struct sl_spec {
-    char *path;
-    sl_memsrc *mem;
+    cJSON *input;                /* the source object's input: the kind key and
+                                    its options ({"path": ...}); NULL for memory */
+    sl_source *mem;              /* a memory source (a reference) */
     int shuffle;
     int shard_mode;              /* SL_SHARD_AUTO / SET / ENV */
     int64_t shard_index, shard_count;
@@ -257,8 +245,7 @@ struct sl_pipeline {
     uint64_t spec_hash;
 
     /* source */
-    sl_reader *reader;
-    sl_memsrc *mem;
+    sl_source *src;
     char src_name[256];
     uint64_t nrecords;
     uint64_t *base;               /* records kept by pushed filters; NULL: all */

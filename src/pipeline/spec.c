@@ -28,8 +28,8 @@ void sl_spec_free(sl_spec *s) {
     for (int i = 0; i < s->nops; i++)
         cJSON_Delete(s->ops[i].json);
     sl__free(s->ops);
-    sl__free(s->path);
-    sl_pipeline__memsrc_release(s->mem);
+    cJSON_Delete(s->input);
+    sl_source__release(s->mem);
     sl__free(s);
 }
 
@@ -46,38 +46,44 @@ static int push_op(sl_spec *s, sl_spec_op *op) {
     return SL_OK;
 }
 
+/* Make `input` (owned) the spec's source: a file source's object. */
+static void set_input(sl_spec *s, cJSON *input) {
+    cJSON_Delete(s->input);
+    s->input = input;
+    sl_source__release(s->mem);
+    s->mem = NULL;
+}
+
 int sl_spec_set_source_path(sl_spec *s, const char *path) {
     if (!path || !path[0])
         return sl__error(SL_EINVAL, "source.path: must be a non-empty string");
-    char *p = sl__strdup(path);
-    if (!p)
+    cJSON *in = cJSON_CreateObject();
+    if (!in || !cJSON_AddStringToObject(in, "path", path)) {
+        cJSON_Delete(in);
         return sl__oom("setting the source path");
-    sl__free(s->path);
-    s->path = p;
-    sl_pipeline__memsrc_release(s->mem);
-    s->mem = NULL;
+    }
+    set_input(s, in);
     return SL_OK;
+}
+
+static void set_mem(sl_spec *s, sl_source *m) {
+    set_input(s, NULL);
+    s->mem = m;
 }
 
 int sl_spec_set_source_columns(sl_spec *s, int ncols, const char *const *names,
                                const sl_tensor *cols) {
-    sl_memsrc *m;
-    SL_TRY(sl_pipeline__memsrc_columns(&m, ncols, names, cols));
-    sl_pipeline__memsrc_release(s->mem);
-    s->mem = m;
-    sl__free(s->path);
-    s->path = NULL;
+    sl_source *m;
+    SL_TRY(sl_source__mem_columns(&m, ncols, names, cols));
+    set_mem(s, m);
     return SL_OK;
 }
 
 int sl_spec_set_source_samples(sl_spec *s, int ncols, const char *const *names,
                                const sl_sample *samples, uint64_t count) {
-    sl_memsrc *m;
-    SL_TRY(sl_pipeline__memsrc_samples(&m, ncols, names, samples, count));
-    sl_pipeline__memsrc_release(s->mem);
-    s->mem = m;
-    sl__free(s->path);
-    s->path = NULL;
+    sl_source *m;
+    SL_TRY(sl_source__mem_samples(&m, ncols, names, samples, count));
+    set_mem(s, m);
     return SL_OK;
 }
 
@@ -253,37 +259,69 @@ static int parse_shard(sl_spec *s, const cJSON *v) {
     return sl_spec_set_shard(s, index, count, (sl_shard_equal)equal);
 }
 
+/* Is `k` a key that names a source's input ({"tfrecord": ...})? */
+static int kind_key(const char *k) {
+    for (const sl_source_kind *kd = sl_source__kinds; kd->key; kd++)
+        if (!strcmp(k, kd->key))
+            return 1;
+    return 0;
+}
+
+/* The pipeline's own keys are read here; everything else (the input's kind
+ * key and that kind's options) is kept for the source to check when it is
+ * opened, so that a new format needs no change in the spec. */
 static int parse_source(sl_spec *s, const cJSON *src) {
     if (cJSON_IsString(src))
         return sl_spec_set_source_path(s, src->valuestring);
     if (!cJSON_IsObject(src))
-        return sl__error(SL_EINVAL, "source: must be an object with \"path\"");
+        return sl__error(SL_EINVAL, "source: must be an object naming an input (\"path\", "
+                                    "\"tfrecord\", ...)");
+    cJSON *input = cJSON_CreateObject();
+    if (!input)
+        return sl__oom("reading the source");
+    int nkinds = 0;
     for (const cJSON *it = src->child; it; it = it->next) {
         const char *k = it->string;
-        if (!strcmp(k, "path")) {
-            if (!cJSON_IsString(it) || !it->valuestring[0])
-                return sl__error(SL_EINVAL, "source.path: must be a non-empty string");
-            SL_TRY(sl_spec_set_source_path(s, it->valuestring));
-        } else if (!strcmp(k, "shuffle")) {
+        int rc = SL_OK;
+        if (!strcmp(k, "shuffle")) {
             if (!cJSON_IsBool(it))
-                return sl__error(SL_EINVAL, "source.shuffle: must be true or false");
+                rc = sl__error(SL_EINVAL, "source.shuffle: must be true or false");
             s->shuffle = cJSON_IsTrue(it);
         } else if (!strcmp(k, "shard")) {
-            SL_TRY(parse_shard(s, it));
+            rc = parse_shard(s, it);
         } else if (!strcmp(k, "parallel")) {
-            SL_TRY(sl_spec__parse_parallel(it, "source", &s->source_parallel));
+            rc = sl_spec__parse_parallel(it, "source", &s->source_parallel);
         } else if (!strcmp(k, "chunk")) {
             int64_t c = 0;
-            SL_TRY(get_uint(it, "source.chunk", 1, &c));
-            if (c > 256)
-                return sl__error(SL_EINVAL, "source.chunk: must be between 1 and 256");
+            rc = get_uint(it, "source.chunk", 1, &c);
+            if (rc == SL_OK && c > 256)
+                rc = sl__error(SL_EINVAL, "source.chunk: must be between 1 and 256");
             s->chunk = (int)c;
         } else {
-            return sl__error(SL_EINVAL, "source.%s: unknown key", k);
+            if (kind_key(k))
+                nkinds++;
+            if (!strcmp(k, "path") && (!cJSON_IsString(it) || !it->valuestring[0]))
+                rc = sl__error(SL_EINVAL, "source.path: must be a non-empty string");
+            cJSON *dup = rc == SL_OK ? cJSON_Duplicate(it, 1) : NULL;
+            if (rc == SL_OK && !dup)
+                rc = sl__oom("reading the source");
+            if (dup)
+                cJSON_AddItemToObject(input, k, dup);
+        }
+        if (rc < 0) {
+            cJSON_Delete(input);
+            return rc;
         }
     }
-    if (!s->path)
-        return sl__error(SL_EINVAL, "source.path: missing");
+    if (nkinds != 1) {
+        cJSON_Delete(input);
+        if (nkinds == 0)
+            return sl__error(SL_EINVAL, "source.path: missing (give \"path\" for .slr, or another "
+                                        "input such as \"tfrecord\", \"webdataset\", "
+                                        "\"image_folder\", \"idx\")");
+        return sl__error(SL_EINVAL, "source: names more than one input; give one");
+    }
+    set_input(s, input);
     return SL_OK;
 }
 
@@ -355,9 +393,9 @@ int sl_spec__copy(sl_spec **out, const sl_spec *src) {
     *s = *src;
     s->ops = ops;
     s->nops = s->cap = 0;
-    s->path = NULL;
-    s->mem = sl_pipeline__memsrc_retain(src->mem);
-    if (src->path && !(s->path = sl__strdup(src->path))) {
+    s->input = NULL;
+    s->mem = sl_source__retain(src->mem);
+    if (src->input && !(s->input = cJSON_Duplicate(src->input, 1))) {
         sl_spec_free(s);
         return sl__oom("copying a spec");
     }
@@ -399,9 +437,9 @@ cJSON *sl_spec__to_cjson(const sl_spec *s) {
     if (!doc)
         return NULL;
     cJSON *src = cJSON_AddObjectToObject(doc, "source");
-    if (s->path)
-        cJSON_AddStringToObject(src, "path", s->path);
-    else if (s->mem)
+    for (const cJSON *it = s->input ? s->input->child : NULL; it; it = it->next)
+        cJSON_AddItemToObject(src, it->string, cJSON_Duplicate(it, 1));
+    if (s->mem)
         cJSON_AddStringToObject(src, "memory", "samples held in memory");
     cJSON_AddBoolToObject(src, "shuffle", s->shuffle);
     if (s->source_parallel == -1)

@@ -215,8 +215,8 @@ static void node_text(strbuf *b, const sl_pnode *nd) {
 
 static void source_text(strbuf *b, const sl_pipeline *p) {
     static const char *const eq[] = {"pad", "drop", "none"};
-    sb_printf(b, "source %s%s (%llu records", p->reader ? "" : "memory",
-              p->reader ? p->spec->path : "", (unsigned long long)p->nrecords);
+    sb_printf(b, "source %s %s (%llu records", p->src->vt->kind, p->src->name,
+              (unsigned long long)p->nrecords);
     if (p->spec->shuffle)
         sb_printf(b, ", shuffled per epoch");
     if (p->shard_count > 1)

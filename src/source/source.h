@@ -80,8 +80,10 @@ typedef struct sl_source_col {
                                (int64 / float64 tensor, ndim 0);
                                SL_COL_STRING / SL_COL_BYTES: 1-D uint8;
                                SL_COL_ARRAY: `dtype` with `ndim` dims */
-    sl_dtype dtype;         /* SL_COL_ARRAY: element type */
-    int ndim;               /* SL_COL_ARRAY: 0 (a scalar of `dtype`) .. SL_MAX_DIMS */
+    sl_dtype dtype;         /* SL_COL_ARRAY: element type (SL_DTYPE_INVALID when
+                               it varies: memory samples) */
+    int ndim;               /* SL_COL_ARRAY: 0 (a scalar of `dtype`) .. SL_MAX_DIMS,
+                               -1 when it varies */
     int64_t shape[SL_MAX_DIMS]; /* SL_COL_ARRAY: -1 for a dim that varies per record */
     int encoded;            /* SL_COL_BYTES holding an encoded image (jpg/png/webp) */
     int indexed;            /* SL_COL_INT64/FLOAT64 whose values index_column()
@@ -106,9 +108,15 @@ typedef struct sl_source_cursor {
     void *alloc_ctx;
 } sl_source_cursor;
 
+/* Source flags. */
+#define SL_SOURCE_F_MEMORY 0x1u /* reads are views of memory: no I/O to overlap,
+                                   so the executor runs the first ops in the
+                                   reading threads */
+
 typedef struct sl_source_vtbl {
     const char *kind;       /* "slr", "memory", "tfrecord", "webdataset",
                                "image_folder", "idx" */
+    unsigned flags;         /* SL_SOURCE_F_* */
     /* A cursor for one reading thread; NULL: the plain sl_source_cursor is
      * enough. The interface fills alloc/alloc_ctx after this returns. */
     int (*cursor_open)(sl_source *src, sl_source_cursor **out);
@@ -167,6 +175,12 @@ void sl_source__locate(sl_source *s, uint64_t i, char *buf, size_t cap);
 
 /* The formats, one file each (the registry in source.c names them). */
 int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field);
+/* Memory: the caller's tensors are copied once; reads are views. Not in the
+ * registry: a spec gets one through sl_spec_set_source_columns/_samples. */
+int sl_source__mem_columns(sl_source **out, int ncols, const char *const *names,
+                           const sl_tensor *cols);
+int sl_source__mem_samples(sl_source **out, int ncols, const char *const *names,
+                           const sl_sample *samples, uint64_t count);
 
 /* Helpers for implementations. */
 /* Add a column; SL_EINVAL when the name is empty, too long or taken, or

@@ -9,31 +9,31 @@
  * and a stride; sample-wise (possibly ragged) data keeps a tensor per sample
  * and column.
  */
-#include "pipeline/pipeline.h"
+#include "source/source.h"
 
 #include <stdio.h>
 #include <string.h>
 
-struct sl_memsrc {
-    _Atomic int refs;
+typedef struct sl_memsrc {
+    sl_source base;
     int ncols;
     uint64_t count;
-    char names[SL_MAX_COLUMNS][SL_COLNAME_MAX];
+    char names[SL_MAX_COLUMNS][SL_SOURCE_COLNAME_MAX];
     sl_buffer *data;
     /* column-wise: template tensor (data = column base) and bytes per sample */
     sl_tensor tmpl[SL_MAX_COLUMNS];
     size_t stride[SL_MAX_COLUMNS];
     /* sample-wise: count * ncols views; NULL for column-wise */
     sl_tensor *items;
-};
+} sl_memsrc;
 
 static int check_names(int ncols, const char *const *names) {
     if (ncols < 1 || ncols > SL_MAX_COLUMNS)
         return sl__error(SL_EINVAL, "source: need 1 to %d columns, got %d", SL_MAX_COLUMNS, ncols);
     for (int i = 0; i < ncols; i++) {
-        if (!names || !names[i] || !names[i][0] || strlen(names[i]) >= SL_COLNAME_MAX)
+        if (!names || !names[i] || !names[i][0] || strlen(names[i]) >= SL_SOURCE_COLNAME_MAX)
             return sl__error(SL_EINVAL, "source: column %d: name must be 1-%d bytes", i,
-                             SL_COLNAME_MAX - 1);
+                             SL_SOURCE_COLNAME_MAX - 1);
         for (int j = 0; j < i; j++)
             if (!strcmp(names[i], names[j]))
                 return sl__error(SL_EINVAL, "source: column name '%s' given twice", names[i]);
@@ -45,14 +45,15 @@ static sl_memsrc *memsrc_new(int ncols, const char *const *names) {
     sl_memsrc *m = sl__calloc(1, sizeof *m);
     if (!m)
         return NULL;
-    atomic_init(&m->refs, 1);
     m->ncols = ncols;
     for (int i = 0; i < ncols; i++)
-        snprintf(m->names[i], SL_COLNAME_MAX, "%s", names[i]);
+        snprintf(m->names[i], SL_SOURCE_COLNAME_MAX, "%s", names[i]);
     return m;
 }
 
-int sl_pipeline__memsrc_columns(sl_memsrc **out, int ncols, const char *const *names,
+static int mem_finish(sl_memsrc *m, sl_source **out);
+
+int sl_source__mem_columns(sl_source **out, int ncols, const char *const *names,
                                 const sl_tensor *cols) {
     SL_TRY(check_names(ncols, names));
     size_t total = 0;
@@ -89,11 +90,10 @@ int sl_pipeline__memsrc_columns(sl_memsrc **out, int ncols, const char *const *n
         m->stride[i] = m->tmpl[i].nbytes;
         off = (off + t->nbytes + 63) & ~(size_t)63;
     }
-    *out = m;
-    return SL_OK;
+    return mem_finish(m, out);
 }
 
-int sl_pipeline__memsrc_samples(sl_memsrc **out, int ncols, const char *const *names,
+int sl_source__mem_samples(sl_source **out, int ncols, const char *const *names,
                                 const sl_sample *samples, uint64_t count) {
     SL_TRY(check_names(ncols, names));
     size_t total = 0, nitems;
@@ -139,32 +139,27 @@ int sl_pipeline__memsrc_samples(sl_memsrc **out, int ncols, const char *const *n
      * between samples marked -1. */
     for (int i = 0; i < ncols && count; i++)
         m->tmpl[i] = m->items[i];
-    *out = m;
-    return SL_OK;
+    return mem_finish(m, out);
 }
 
-sl_memsrc *sl_pipeline__memsrc_retain(sl_memsrc *m) {
-    if (m)
-        atomic_fetch_add(&m->refs, 1);
-    return m;
-}
-
-void sl_pipeline__memsrc_release(sl_memsrc *m) {
-    if (!m || atomic_fetch_sub(&m->refs, 1) != 1)
-        return;
+static void mem_free(sl_source *src) {
+    sl_memsrc *m = (sl_memsrc *)src;
     sl_buffer_release(m->data);
     sl__free(m->items);
     sl__free(m);
 }
 
-uint64_t sl_pipeline__memsrc_count(const sl_memsrc *m) { return m->count; }
-
-void sl_pipeline__memsrc_colset(const sl_memsrc *m, sl_colset *out) {
-    memset(out, 0, sizeof *out);
-    out->ncols = m->ncols;
+/* Column descriptions for the plan. Sample-wise data takes the first
+ * sample's dtype and shape, with what varies between samples marked
+ * unknown: dtype SL_DTYPE_INVALID, ndim -1, or a dim -1. */
+static void mem_columns(sl_memsrc *m) {
+    sl_source *s = &m->base;
+    s->ncols = m->ncols;
     for (int i = 0; i < m->ncols; i++) {
-        sl_colinfo *c = &out->col[i];
+        sl_source_col *c = &s->col[i];
+        memset(c, 0, sizeof *c);
         snprintf(c->name, sizeof c->name, "%s", m->names[i]);
+        c->type = SL_COL_ARRAY;
         c->dtype = m->tmpl[i].dtype;
         c->ndim = m->tmpl[i].ndim;
         for (int d = 0; d < c->ndim; d++)
@@ -186,15 +181,36 @@ void sl_pipeline__memsrc_colset(const sl_memsrc *m, sl_colset *out) {
     }
 }
 
-void sl_pipeline__memsrc_get(const sl_memsrc *m, uint64_t i, sl_sample *s) {
+/* Borrowed views into the one buffer: valid while the source lives. */
+static int mem_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample *s) {
+    (void)cur;
+    const sl_memsrc *m = (const sl_memsrc *)src;
     s->index = i;
     s->ncols = (uint32_t)m->ncols;
     if (m->items) {
         memcpy(s->col, &m->items[i * (size_t)m->ncols], (size_t)m->ncols * sizeof(sl_tensor));
-        return;
+        return SL_OK;
     }
     for (int c = 0; c < m->ncols; c++) {
         s->col[c] = m->tmpl[c];
         s->col[c].data = (char *)m->tmpl[c].data + i * m->stride[c];
     }
+    return SL_OK;
+}
+
+static const sl_source_vtbl mem_vtbl = {
+    .kind = "memory",
+    .flags = SL_SOURCE_F_MEMORY,
+    .read = mem_read,
+    .free = mem_free,
+};
+
+static int mem_finish(sl_memsrc *m, sl_source **out) {
+    m->base.vt = &mem_vtbl;
+    atomic_init(&m->base.refs, 1);
+    snprintf(m->base.name, sizeof m->base.name, "memory");
+    m->base.count = m->count;
+    mem_columns(m);
+    *out = &m->base;
+    return SL_OK;
 }
