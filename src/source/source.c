@@ -17,6 +17,9 @@
  * format's input ({"tfrecord": [...]}); "path" is sluice's own .slr. */
 const sl_source_kind sl_source__kinds[] = {
     {"path", sl_source__open_slr, ".slr dataset (a directory with a manifest, or one .slr file)"},
+    {"image_folder", sl_source__open_imagefolder,
+     "a torchvision ImageFolder: ROOT/CLASS/IMAGE, read in place"},
+    {"idx", sl_source__open_idx, "IDX (MNIST-style) images and labels, plain or gzip"},
     {NULL, NULL, NULL},
 };
 

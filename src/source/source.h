@@ -175,6 +175,8 @@ void sl_source__locate(sl_source *s, uint64_t i, char *buf, size_t cap);
 
 /* The formats, one file each (the registry in source.c names them). */
 int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field);
+int sl_source__open_imagefolder(sl_source **out, const cJSON *obj, const char *field);
+int sl_source__open_idx(sl_source **out, const cJSON *obj, const char *field);
 /* Memory: the caller's tensors are copied once; reads are views. Not in the
  * registry: a spec gets one through sl_spec_set_source_columns/_samples. */
 int sl_source__mem_columns(sl_source **out, int ncols, const char *const *names,

@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -404,5 +405,159 @@ cleanup:
     sl__free(item);
     idx_close(&sa);
     idx_close(&sb);
+    return rc;
+}
+
+/* ---- IDX as a direct source ---------------------------------------------------- */
+
+/* The two files are read (and inflated) once at open into one buffer of
+ * images and an array of labels: an IDX dataset is small next to memory
+ * (Fashion-MNIST: 47 MB), and holding it makes every read a view with no
+ * I/O, as a memory source is. */
+typedef struct idx_source {
+    sl_source base;
+    uint8_t *images;
+    int64_t *labels;
+    uint64_t item;
+    int ndim;
+    int64_t shape[SL_MAX_DIMS];
+} idx_source;
+
+static int idxsrc_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample *out) {
+    (void)cur;
+    idx_source *s = (idx_source *)src;
+    out->index = i;
+    sl_tensor_view(&out->col[0], s->images + i * s->item, SL_U8, s->ndim, s->shape);
+    sl_tensor_view(&out->col[1], &s->labels[i], SL_I64, 0, NULL);
+    out->ncols = 2;
+    return SL_OK;
+}
+
+static int idxsrc_index_column(sl_source *src, int col, const void **vals_out) {
+    idx_source *s = (idx_source *)src;
+    if (col != 1)
+        return sl__error(SL_EINVAL, "%s: column %d is not indexed", src->name, col);
+    *vals_out = s->labels;
+    return SL_OK;
+}
+
+static void idxsrc_free(sl_source *src) {
+    idx_source *s = (idx_source *)src;
+    sl__free(s->images);
+    sl__free(s->labels);
+    sl__free(s);
+}
+
+static const sl_source_vtbl idx_vtbl = {
+    .kind = "idx",
+    .flags = SL_SOURCE_F_MEMORY,
+    .read = idxsrc_read,
+    .index_column = idxsrc_index_column,
+    .free = idxsrc_free,
+};
+
+/* {"idx": {"images": PATH, "labels": PATH}} or {"idx": [PATH, PATH]} (either
+ * order: the labels file is the one with one dim). */
+static int idx_paths(const cJSON *v, const char *field, const char **a, const char **b) {
+    const cJSON *x = NULL, *y = NULL;
+    if (cJSON_IsObject(v)) {
+        x = cJSON_GetObjectItemCaseSensitive(v, "images");
+        y = cJSON_GetObjectItemCaseSensitive(v, "labels");
+        for (const cJSON *it = v->child; it; it = it->next)
+            if (strcmp(it->string, "images") && strcmp(it->string, "labels"))
+                return sl__error(SL_EINVAL, "%s.idx.%s: unknown key (expected images, labels)",
+                                 field, it->string);
+    } else if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 2) {
+        x = cJSON_GetArrayItem(v, 0);
+        y = cJSON_GetArrayItem(v, 1);
+    }
+    if (!cJSON_IsString(x) || !cJSON_IsString(y) || !x->valuestring[0] || !y->valuestring[0])
+        return sl__error(SL_EINVAL, "%s.idx: must be {\"images\": PATH, \"labels\": PATH} or "
+                                    "[IMAGES, LABELS]", field);
+    *a = x->valuestring;
+    *b = y->valuestring;
+    return SL_OK;
+}
+
+int sl_source__open_idx(sl_source **out, const cJSON *obj, const char *field) {
+    *out = NULL;
+    const char *a = NULL, *b = NULL;
+    int rc = SL_OK;
+    for (const cJSON *it = obj->child; it; it = it->next)
+        if (strcmp(it->string, "idx") != 0)
+            return sl__error(SL_EINVAL, "%s.%s: unknown key for an IDX source", field, it->string);
+    SL_TRY(idx_paths(cJSON_GetObjectItemCaseSensitive(obj, "idx"), field, &a, &b));
+    idx_stream sa, sb;
+    memset(&sa, 0, sizeof sa);
+    memset(&sb, 0, sizeof sb);
+    sa.fd = sb.fd = -1;
+    idx_source *s = sl__calloc(1, sizeof *s);
+    if (!s)
+        return sl__oom("opening an IDX source");
+    s->base.vt = &idx_vtbl;
+    atomic_init(&s->base.refs, 1);
+    SL_CHECK(idx_open(&sa, a));
+    SL_CHECK(idx_open(&sb, b));
+    SL_CHECK(idx_header(&sa));
+    SL_CHECK(idx_header(&sb));
+    idx_stream *img = &sa, *lab = &sb;
+    if (sa.ndim == 1 && sb.ndim >= 2) {
+        img = &sb;
+        lab = &sa;
+    } else if (!(sb.ndim == 1 && sa.ndim >= 2)) {
+        SL_FAIL(SL_EINVAL, "%s, %s: an IDX source needs one images file (2+ dims) and one "
+                           "labels file (1 dim); got %d and %d dims", a, b, sa.ndim, sb.ndim);
+    }
+    if (img->count != lab->count)
+        SL_FAIL(SL_EINVAL, "%s has %llu images but %s has %llu labels; they must agree",
+                img->path, (unsigned long long)img->count, lab->path,
+                (unsigned long long)lab->count);
+    size_t total;
+    if (!sl__mul_ok((size_t)img->count, (size_t)img->item, &total))
+        SL_FAIL(SL_ELIMIT, "%s: too large to hold in memory", img->path);
+    s->images = sl__malloc(total ? total : 1);
+    s->labels = sl__malloc((size_t)(lab->count ? lab->count : 1) * sizeof *s->labels);
+    uint8_t *lb = sl__malloc(lab->count ? (size_t)lab->count : 1);
+    if (!s->images || !s->labels || !lb) {
+        sl__free(lb);
+        SL_FAIL(SL_ENOMEM, "%s: out of memory holding %llu records", img->path,
+                (unsigned long long)img->count);
+    }
+    size_t got = 0;
+    rc = idx_read(img, s->images, total, &got);
+    if (rc == SL_OK && got < total)
+        rc = sl__error(SL_ECORRUPT, "%s: record %llu: data ends early; the header declares %llu "
+                       "items (truncated file)", img->path,
+                       (unsigned long long)(got / img->item), (unsigned long long)img->count);
+    if (rc == SL_OK)
+        rc = idx_read(lab, lb, (size_t)lab->count, &got);
+    if (rc == SL_OK && got < lab->count)
+        rc = sl__error(SL_ECORRUPT, "%s: record %llu: data ends early; the header declares %llu "
+                       "labels (truncated file)", lab->path, (unsigned long long)got,
+                       (unsigned long long)lab->count);
+    for (uint64_t i = 0; rc == SL_OK && i < lab->count; i++)
+        s->labels[i] = lb[i];
+    sl__free(lb);
+    SL_CHECK(rc);
+    SL_CHECK(idx_expect_end(img));
+    SL_CHECK(idx_expect_end(lab));
+    s->item = img->item;
+    s->ndim = img->ndim - 1;
+    for (int d = 1; d < img->ndim; d++)
+        s->shape[d - 1] = img->dims[d];
+    s->base.count = img->count;
+    const char *slash = strrchr(img->path, '/');
+    snprintf(s->base.name, sizeof s->base.name, "%s", slash ? slash + 1 : img->path);
+    SL_CHECK(sl_source__add_col(&s->base, "image", SL_COL_ARRAY, SL_U8, s->ndim, s->shape));
+    SL_CHECK(sl_source__add_col(&s->base, "label", SL_COL_INT64, SL_DTYPE_INVALID, 0, NULL));
+    s->base.col[1].indexed = 1;
+    idx_close(&sa);
+    idx_close(&sb);
+    *out = &s->base;
+    return SL_OK;
+cleanup:
+    idx_close(&sa);
+    idx_close(&sb);
+    idxsrc_free(&s->base);
     return rc;
 }

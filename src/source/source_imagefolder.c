@@ -281,6 +281,64 @@ static int classes_json(const name_list *cls, char **out) {
     return SL_OK;
 }
 
+/* The classes and image files of ROOT in torchvision's order. `root` gets
+ * ROOT without trailing slashes. With `skip_bad`, unreadable directories are
+ * counted in `rep` and passed over. */
+static int list_folder(const char *root_in, int skip_bad, sl_pack_report *rep, char *root,
+                       name_list *cls, entry_list *ents) {
+    int rc = SL_OK;
+    char path[4096];
+    name_list top = {0};
+    size_t rl = strlen(root_in);
+    while (rl > 1 && root_in[rl - 1] == '/')
+        rl--;
+    if (rl >= 4096)
+        return sl__error(SL_ELIMIT, "%s: path too long", root_in);
+    memcpy(root, root_in, rl);
+    root[rl] = 0;
+
+    /* classes: the sorted subdirectories of root */
+    SL_CHECK(list_dir(root, &top));
+    for (size_t i = 0; i < top.n; i++)
+        if (is_dir(root, &top.v[i], path, sizeof path))
+            SL_CHECK(names_push(cls, top.v[i].name, DT_DIR));
+    if (cls->n == 0)
+        SL_FAIL(SL_EINVAL,
+                "%s: no class directories; an ImageFolder is ROOT/CLASS/IMAGE (e.g. "
+                "%s/cat/001.jpg)",
+                root, root);
+    if (cls->n > INT32_MAX)
+        SL_FAIL(SL_ELIMIT, "%s: too many classes", root);
+    /* class names go into JSON metadata, which must be UTF-8 */
+    for (size_t i = 0; i < cls->n; i++)
+        if (!valid_utf8((const unsigned char *)cls->v[i].name))
+            SL_FAIL(SL_EINVAL,
+                    "%s: class directory name #%zu is not valid UTF-8; rename it (e.g. with "
+                    "convmv) so the class names can be stored",
+                    root, i);
+
+    walker wk;
+    memset(&wk, 0, sizeof wk);
+    wk.root = root;
+    wk.skip_bad = skip_bad;
+    wk.rep = rep;
+    wk.out = ents;
+    for (size_t c = 0; c < cls->n; c++) {
+        size_t before = ents->n;
+        SL_CHECK(walk(&wk, cls->v[c].name, (int)c, 0));
+        if (ents->n == before)
+            SL_FAIL(SL_EINVAL,
+                    "%s/%s: class '%s' has no image files (.jpg .jpeg .png .ppm .bmp .pgm "
+                    ".tif .tiff .webp); add some or remove the directory",
+                    root, cls->v[c].name, cls->v[c].name);
+    }
+    if (ents->n)
+        qsort(ents->v, ents->n, sizeof *ents->v, cmp_entry);
+cleanup:
+    names_free(&top);
+    return rc;
+}
+
 /* ---- reading files on worker threads ---------------------------------------- */
 
 typedef struct {
@@ -393,8 +451,8 @@ static int skippable(int rc) { return rc == SL_EIO || rc == SL_EDECODE || rc == 
 int sl_source__pack_imagefolder(const char *root_in, const char *dst,
                                 const sl_pack_options *opts, sl_pack_report *rep) {
     int rc = SL_OK;
-    char root[4096], path[4096];
-    name_list top = {0}, cls = {0};
+    char root[4096];
+    name_list cls = {0};
     entry_list ents = {0};
     sl_schema *schema = NULL;
     sl_writer *w = NULL;
@@ -406,52 +464,8 @@ int sl_source__pack_imagefolder(const char *root_in, const char *dst,
     memset(&job, 0, sizeof job);
 
     rep->kind = SL_PACK_IMAGEFOLDER;
-    size_t rl = strlen(root_in);
-    while (rl > 1 && root_in[rl - 1] == '/')
-        rl--;
-    if (rl >= sizeof root)
-        return sl__error(SL_ELIMIT, "%s: path too long", root_in);
-    memcpy(root, root_in, rl);
-    root[rl] = 0;
-
-    /* classes: the sorted subdirectories of root */
-    SL_CHECK(list_dir(root, &top));
-    for (size_t i = 0; i < top.n; i++)
-        if (is_dir(root, &top.v[i], path, sizeof path))
-            SL_CHECK(names_push(&cls, top.v[i].name, DT_DIR));
-    if (cls.n == 0)
-        SL_FAIL(SL_EINVAL,
-                "%s: no class directories; an ImageFolder is ROOT/CLASS/IMAGE (e.g. "
-                "%s/cat/001.jpg)",
-                root, root);
-    if (cls.n > INT32_MAX)
-        SL_FAIL(SL_ELIMIT, "%s: too many classes", root);
-    /* class names go into JSON metadata, which must be UTF-8 */
-    for (size_t i = 0; i < cls.n; i++)
-        if (!valid_utf8((const unsigned char *)cls.v[i].name))
-            SL_FAIL(SL_EINVAL,
-                    "%s: class directory name #%zu is not valid UTF-8; rename it (e.g. with "
-                    "convmv) so the class names can be stored",
-                    root, i);
+    SL_CHECK(list_folder(root_in, opts->skip_bad, rep, root, &cls, &ents));
     rep->nclasses = (int)cls.n;
-
-    walker wk;
-    memset(&wk, 0, sizeof wk);
-    wk.root = root;
-    wk.skip_bad = opts->skip_bad;
-    wk.rep = rep;
-    wk.out = &ents;
-    for (size_t c = 0; c < cls.n; c++) {
-        size_t before = ents.n;
-        SL_CHECK(walk(&wk, cls.v[c].name, (int)c, 0));
-        if (ents.n == before)
-            SL_FAIL(SL_EINVAL,
-                    "%s/%s: class '%s' has no image files (.jpg .jpeg .png .ppm .bmp .pgm "
-                    ".tif .tiff .webp); add some or remove the directory",
-                    root, cls.v[c].name, cls.v[c].name);
-    }
-    if (ents.n)
-        qsort(ents.v, ents.n, sizeof *ents.v, cmp_entry);
 
     SL_CHECK(sl_schema_create(&schema));
     SL_CHECK(sl_schema_add(schema, "image", SL_COL_BYTES, SL_DTYPE_INVALID, 0, NULL, 0));
@@ -564,6 +578,145 @@ cleanup:
     sl_schema_free(schema);
     entries_free(&ents);
     names_free(&cls);
-    names_free(&top);
+    return rc;
+}
+
+/* ---- an ImageFolder as a direct source ----------------------------------------- */
+
+/* Listed once at open (torchvision's classes, order and extensions, as pack
+ * sees them); each read is one file read into a tensor from the cursor's
+ * allocator. The content is not checked here: the decode op names a file
+ * that is not an image, with the record, under the pipeline's error policy. */
+typedef struct folder_source {
+    sl_source base;
+    char root[4096];
+    entry_list ents;
+    name_list cls;
+    int64_t *labels; /* per record, for filters on label */
+} folder_source;
+
+static int folder_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample *out) {
+    folder_source *s = (folder_source *)src;
+    const entry *e = &s->ents.v[i];
+    char path[4096];
+    int fd = -1, rc = SL_OK;
+    SL_TRY(join(path, sizeof path, s->root, e->rel));
+    out->index = i;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        SL_FAIL(SL_EIO, "%s: record %llu: cannot open: %s", path, (unsigned long long)i,
+                strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        SL_FAIL(SL_EIO, "%s: record %llu: not a readable regular file", path,
+                (unsigned long long)i);
+    if ((uint64_t)st.st_size > MAX_IMAGE_BYTES)
+        SL_FAIL(SL_ELIMIT, "%s: record %llu: %lld bytes is over the %llu-byte limit for one "
+                "image", path, (unsigned long long)i, (long long)st.st_size,
+                (unsigned long long)MAX_IMAGE_BYTES);
+    int64_t n = (int64_t)st.st_size, len = (int64_t)strlen(e->rel);
+    SL_CHECK(cur->alloc(cur->alloc_ctx, &out->col[0], SL_U8, 1, &n));
+    out->ncols = 1;
+    size_t done = 0;
+    uint8_t *d = out->col[0].data;
+    while (done < (size_t)n) {
+        ssize_t r = pread(fd, d + done, (size_t)n - done, (off_t)done);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            SL_FAIL(SL_EIO, "%s: record %llu: read failed: %s", path, (unsigned long long)i,
+                    strerror(errno));
+        if (r == 0)
+            SL_FAIL(SL_EIO, "%s: record %llu: file shrank while being read", path,
+                    (unsigned long long)i);
+        done += (size_t)r;
+    }
+    SL_CHECK(cur->alloc(cur->alloc_ctx, &out->col[1], SL_I64, 0, NULL));
+    out->ncols = 2;
+    *(int64_t *)out->col[1].data = e->label;
+    SL_CHECK(cur->alloc(cur->alloc_ctx, &out->col[2], SL_U8, 1, &len));
+    out->ncols = 3;
+    memcpy(out->col[2].data, e->rel, (size_t)len);
+cleanup:
+    if (fd >= 0)
+        close(fd);
+    if (rc < 0)
+        sl_sample_clear(out);
+    return rc;
+}
+
+static int folder_index_column(sl_source *src, int col, const void **vals_out) {
+    if (col != 1)
+        return sl__error(SL_EINVAL, "%s: column %d is not indexed", src->name, col);
+    *vals_out = ((folder_source *)src)->labels;
+    return SL_OK;
+}
+
+static void folder_locate(sl_source *src, uint64_t i, char *buf, size_t cap) {
+    folder_source *s = (folder_source *)src;
+    snprintf(buf, cap, "%s/%s: record %llu", s->root, s->ents.v[i].rel, (unsigned long long)i);
+}
+
+static void folder_free(sl_source *src) {
+    folder_source *s = (folder_source *)src;
+    entries_free(&s->ents);
+    names_free(&s->cls);
+    sl__free(s->labels);
+    sl__free(s);
+}
+
+static const sl_source_vtbl folder_vtbl = {
+    .kind = "image_folder",
+    .read = folder_read,
+    .index_column = folder_index_column,
+    .locate = folder_locate,
+    .free = folder_free,
+};
+
+int sl_source__open_imagefolder(sl_source **out, const cJSON *obj, const char *field) {
+    *out = NULL;
+    int rc = SL_OK;
+    const cJSON *root = cJSON_GetObjectItemCaseSensitive(obj, "image_folder");
+    if (!cJSON_IsString(root) || !root->valuestring[0])
+        return sl__error(SL_EINVAL, "%s.image_folder: must be a directory path", field);
+    for (const cJSON *it = obj->child; it; it = it->next)
+        if (strcmp(it->string, "image_folder") != 0)
+            return sl__error(SL_EINVAL, "%s.%s: unknown key for an image folder source", field,
+                             it->string);
+    folder_source *s = sl__calloc(1, sizeof *s);
+    if (!s)
+        return sl__oom("opening an image folder");
+    s->base.vt = &folder_vtbl;
+    atomic_init(&s->base.refs, 1);
+    SL_CHECK(list_folder(root->valuestring, 0, NULL, s->root, &s->cls, &s->ents));
+    const char *slash = strrchr(s->root, '/');
+    snprintf(s->base.name, sizeof s->base.name, "%.200s", slash && slash[1] ? slash + 1 : s->root);
+    s->base.count = s->ents.n;
+    s->labels = sl__malloc((s->ents.n ? s->ents.n : 1) * sizeof *s->labels);
+    if (!s->labels)
+        SL_FAIL(SL_ENOMEM, "%s: out of memory listing %zu files", s->root, s->ents.n);
+    for (size_t i = 0; i < s->ents.n; i++)
+        s->labels[i] = s->ents.v[i].label;
+    SL_CHECK(sl_source__add_col(&s->base, "image", SL_COL_BYTES, SL_DTYPE_INVALID, 0, NULL));
+    SL_CHECK(sl_source__add_col(&s->base, "label", SL_COL_INT64, SL_DTYPE_INVALID, 0, NULL));
+    SL_CHECK(sl_source__add_col(&s->base, "path", SL_COL_STRING, SL_DTYPE_INVALID, 0, NULL));
+    s->base.col[0].encoded = 1;
+    s->base.col[1].indexed = 1;
+    /* The class names travel as metadata, as a pack stores them. */
+    s->base.meta = cJSON_CreateObject();
+    cJSON *names = s->base.meta ? cJSON_AddArrayToObject(s->base.meta, "classes") : NULL;
+    if (!names)
+        SL_FAIL(SL_ENOMEM, "%s: out of memory", s->root);
+    for (size_t c = 0; c < s->cls.n; c++) {
+        cJSON *nm = cJSON_CreateString(s->cls.v[c].name);
+        if (!nm)
+            SL_FAIL(SL_ENOMEM, "%s: out of memory", s->root);
+        cJSON_AddItemToArray(names, nm);
+    }
+    *out = &s->base;
+    return SL_OK;
+cleanup:
+    cJSON_Delete(s->base.meta);
+    folder_free(&s->base);
     return rc;
 }
