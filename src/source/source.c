@@ -16,11 +16,14 @@
 /* One line per format. The key is the source object's member that names the
  * format's input ({"tfrecord": [...]}); "path" is sluice's own .slr. */
 const sl_source_kind sl_source__kinds[] = {
-    {"path", sl_source__open_slr, ".slr dataset (a directory with a manifest, or one .slr file)"},
+    {"path", sl_source__open_slr, ".slr dataset (a directory with a manifest, or one .slr file)",
+     sl_source__sniff_slr, 0},
     {"image_folder", sl_source__open_imagefolder,
-     "a torchvision ImageFolder: ROOT/CLASS/IMAGE, read in place"},
-    {"idx", sl_source__open_idx, "IDX (MNIST-style) images and labels, plain or gzip"},
-    {NULL, NULL, NULL},
+     "a torchvision ImageFolder: ROOT/CLASS/IMAGE, read in place", sl_source__sniff_imagefolder,
+     0},
+    {"idx", sl_source__open_idx, "IDX (MNIST-style) images and labels, plain or gzip",
+     sl_source__sniff_idx, 0},
+    {NULL, NULL, NULL, NULL, 0},
 };
 
 /* Keys a source object may carry besides the kind key and the kind's own
@@ -83,6 +86,8 @@ void sl_source__release(sl_source *s) {
         return;
     cJSON_Delete(s->meta);
     s->meta = NULL;
+    sl_source__cursor_free(s, s->api_cursor);
+    s->api_cursor = NULL;
     s->vt->free(s);
 }
 

@@ -143,8 +143,13 @@ struct sl_source {
     int ncols;
     sl_source_col col[SL_MAX_COLUMNS];
     cJSON *meta;            /* optional metadata to carry into a pack (owned;
-                               e.g. {"classes": [...], "source": "image_folder"}) */
+                               e.g. {"classes": [...]}) */
+    sl_source_cursor *api_cursor; /* sl_source_read's (public API), made on first use */
 };
+
+/* Pack any source into .slr (sl_pack_source): records in source order. */
+int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts,
+                    sl_pack_report *rep);
 
 /* An implementation's open: `obj` is the spec's source object (the kind key
  * and that kind's options; the pipeline-level keys shuffle, shard, parallel
@@ -153,11 +158,17 @@ struct sl_source {
  * first member, fill vt/name/count/ncols/col, and set refs to 1. */
 typedef int (*sl_source_open_fn)(sl_source **out, const cJSON *obj, const char *field);
 
+/* Does the file (or directory) at `path` look like this format? `head` holds
+ * its first `n` bytes (n may be short; 0 for a directory). 1 yes, 0 no. */
+typedef int (*sl_source_sniff_fn)(const char *path, int is_dir, const uint8_t *head, size_t n);
+
 /* The registry: which key of a source object opens which format. */
 typedef struct sl_source_kind {
     const char *key;        /* "path", "tfrecord", "webdataset", "image_folder", "idx" */
     sl_source_open_fn open;
     const char *summary;
+    sl_source_sniff_fn sniff; /* may be NULL: never chosen by content */
+    int multi;              /* the input is a list of files (1) or one path / a pair */
 } sl_source_kind;
 extern const sl_source_kind sl_source__kinds[];
 
@@ -177,6 +188,9 @@ void sl_source__locate(sl_source *s, uint64_t i, char *buf, size_t cap);
 int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field);
 int sl_source__open_imagefolder(sl_source **out, const cJSON *obj, const char *field);
 int sl_source__open_idx(sl_source **out, const cJSON *obj, const char *field);
+int sl_source__sniff_slr(const char *path, int is_dir, const uint8_t *head, size_t n);
+int sl_source__sniff_imagefolder(const char *path, int is_dir, const uint8_t *head, size_t n);
+int sl_source__sniff_idx(const char *path, int is_dir, const uint8_t *head, size_t n);
 /* Memory: the caller's tensors are copied once; reads are views. Not in the
  * registry: a spec gets one through sl_spec_set_source_columns/_samples. */
 int sl_source__mem_columns(sl_source **out, int ncols, const char *const *names,

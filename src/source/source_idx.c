@@ -561,3 +561,10 @@ cleanup:
     idxsrc_free(&s->base);
     return rc;
 }
+
+int sl_source__sniff_idx(const char *path, int is_dir, const uint8_t *head, size_t n) {
+    (void)head;
+    (void)n;
+    sl_source__sniff_kind k;
+    return !is_dir && sl_source__sniff_path(path, &k) == SL_OK && k != SL_SNIFF_OTHER;
+}

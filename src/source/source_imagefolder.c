@@ -720,3 +720,11 @@ cleanup:
     folder_free(&s->base);
     return rc;
 }
+
+/* Any directory that is not a .slr dataset: the open says what is wrong
+ * with it if it is not an ImageFolder either. */
+int sl_source__sniff_imagefolder(const char *path, int is_dir, const uint8_t *head, size_t n) {
+    (void)head;
+    (void)n;
+    return is_dir && !sl_source__sniff_slr(path, is_dir, head, n);
+}

@@ -12,6 +12,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct slr_source {
     sl_source base;
@@ -145,4 +146,12 @@ int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field) {
     }
     *out = &s->base;
     return SL_OK;
+}
+
+int sl_source__sniff_slr(const char *path, int is_dir, const uint8_t *head, size_t n) {
+    if (!is_dir)
+        return n >= 8 && memcmp(head, "\x89SLR\r\n\x1a\n", 8) == 0;
+    char m[4096];
+    int k = snprintf(m, sizeof m, "%s/manifest.json", path);
+    return k > 0 && (size_t)k < sizeof m && access(m, F_OK) == 0;
 }
