@@ -17,6 +17,7 @@
 #include "source/source.h"
 
 #include <string.h>
+#include <zlib.h>
 
 /* Above any real photo, below what makes w*h overflow: the header check
  * leaves the pixel cap to whoever decodes (a pipeline may raise it). */
@@ -77,6 +78,22 @@ static int decode_all(sl_source__checker *c, const uint8_t *p, size_t n) {
     return sl_decode(c->dec, p, n, SL_COLOR_RGB, &t);
 }
 
+static uint32_t be32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* libspng reads the IHDR fields without checking the chunk's CRC (it checks
+ * it when decoding), so a PNG cut inside its first chunk, or with a damaged
+ * IHDR, would pass a header read and fail in training. Check that the whole
+ * IHDR chunk is there and intact: the decoder would refuse it otherwise. */
+static int check_png_ihdr(const uint8_t *p, size_t n) {
+    if (n < 33) /* signature (8) + length (4) "IHDR" (4) data (13) crc (4) */
+        return sl__error(SL_EDECODE, "decode: png: cut short in its header (%zu bytes)", n);
+    if ((uint32_t)crc32(0L, p + 12, 17) != be32(p + 29))
+        return sl__error(SL_EDECODE, "decode: png: IHDR checksum mismatch");
+    return SL_OK;
+}
+
 int sl_source__check_image(sl_source__checker *c, const uint8_t *p, size_t n) {
     if (n == 0)
         return sl__error(SL_EDECODE, "empty file, not an image");
@@ -92,5 +109,8 @@ int sl_source__check_image(sl_source__checker *c, const uint8_t *p, size_t n) {
     if (c->mode == SL_PACK_CHECK_DECODE)
         return decode_all(c, p, n);
     sl_image_info info;
-    return sl_decode_info(c->dec, p, n, &info);
+    SL_TRY(sl_decode_info(c->dec, p, n, &info));
+    if (info.format == SL_FORMAT_PNG)
+        return check_png_ihdr(p, n);
+    return SL_OK;
 }
