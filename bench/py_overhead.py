@@ -75,7 +75,7 @@ print(json.dumps({k: statistics.median(v) for k, v in rates.items()}))
 
 def build_consumer(build, work):
     exe = os.path.join(work, "py_c_consumer")
-    libs = ["-lturbojpeg", "-ljpeg", "-lzstd", "-lpng", "-lcjson", "-lz", "-lxxhash", "-lm", "-lpthread",
+    libs = ["-lturbojpeg", "-ljpeg", "-lzstd", "-lpng", "-lcjson", "-lz", "-lwebp", "-lxxhash", "-lm", "-lpthread",
             "-ldl"]
     if subprocess.run(["pkg-config", "--exists", "spng"]).returncode == 0:
         libs.insert(0, "-lspng")

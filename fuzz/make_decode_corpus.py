@@ -3,7 +3,8 @@
 
 Each file is 4 parameter bytes (see fuzz_decode.c) followed by an image made
 here with PIL: JPEG baseline/progressive/gray/CMYK/4:4:4, restart markers,
-PNG in every colour type and depth, plus damaged variants (truncated, a
+PNG in every colour type and depth, WebP lossy/lossless/alpha/animated, plus
+damaged variants (truncated, a
 flipped byte, an oversized header). Deterministic: the same files each run.
 Usage: /usr/bin/python3 fuzz/make_decode_corpus.py [DIR]
 """
@@ -62,6 +63,30 @@ def seeds():
     png[16:24] = struct.pack(">II", 30000, 30000)
     png[29:33] = struct.pack(">I", zlib.crc32(bytes(png[12:29])) & 0xffffffff)
     yield "png_huge_header", bytes(png)
+    # WebP: lossy, lossless, with alpha, animated (refused), damaged
+    rgba = rgb.convert("RGBA")
+    a = np.asarray(rgba).copy()
+    a[..., 3] = np.arange(a.shape[0] * a.shape[1]).reshape(a.shape[:2]) % 256
+    rgba = Image.fromarray(a, "RGBA")
+    yield "webp_lossy", save(rgb, "WEBP", quality=80)
+    yield "webp_lossless", save(rgb, "WEBP", lossless=True)
+    yield "webp_lossy_alpha", save(rgba, "WEBP", quality=60)
+    yield "webp_lossless_alpha", save(rgba, "WEBP", lossless=True)
+    yield "webp_tiny", save(small, "WEBP")
+    yield "webp_animated", save(small, "WEBP", save_all=True, append_images=[rgb.resize((9, 7))],
+                                duration=40)
+    wgood = save(rgb, "WEBP", quality=80)
+    yield "webp_truncated", wgood[: len(wgood) * 2 // 3]
+    wflip = bytearray(wgood)
+    wflip[len(wgood) // 2] ^= 0x5A
+    yield "webp_flipped", bytes(wflip)
+    wbig = bytearray(save(small, "WEBP", lossless=True))
+    # VP8L header after "RIFF" size "WEBP" "VP8L" size and the 0x2f signature:
+    # 14-bit width-1 and height-1, set to the maximum
+    bits = int.from_bytes(wbig[21:25], "little")
+    bits = (bits & ~((1 << 28) - 1)) | (16383 << 14) | 16383
+    wbig[21:25] = bits.to_bytes(4, "little")
+    yield "webp_huge_header", bytes(wbig)
 
 
 def main():

@@ -458,7 +458,21 @@ typedef enum sl_pack_kind {
                                   plain or gzip-compressed, in either order */
 } sl_pack_kind;
 
-/** Options for sl_pack. Initialise with SL_PACK_OPTIONS_INIT. */
+/** How sl_pack checks each ImageFolder file. Values are stable. */
+typedef enum sl_pack_check {
+    /** Read the header with the decoder the decode op uses (sl_decode_info):
+     *  cheap, runs at disk speed; damage in the pixel data is found later,
+     *  by the decode op, with the record named. No pixel cap applies. */
+    SL_PACK_CHECK_HEADER = 0,
+    /** Decode every image fully (sl_decode, default decoder limits), on all
+     *  pack threads: a dataset that packs is one whose images all decode. */
+    SL_PACK_CHECK_DECODE = 1
+} sl_pack_check;
+
+/** Options for sl_pack. Initialise with SL_PACK_OPTIONS_INIT.
+ *  ABI: `version` says which fields the caller's struct has. sl_pack accepts
+ *  version 1 (the fields up to `user`; `check` is then SL_PACK_CHECK_HEADER)
+ *  and version 2, so callers built against an older header keep working. */
 typedef struct sl_pack_options {
     unsigned version;      /**< SL_PACK_OPTIONS_VERSION */
     int jobs;              /**< threads that read and check input files; 0 (default) =
@@ -475,9 +489,13 @@ typedef struct sl_pack_options {
      *  payload written. Keep it cheap: it runs once per record. */
     void (*progress)(uint64_t done, uint64_t total, uint64_t bytes, void *user);
     void *user;            /**< passed to `progress` */
+    /* ---- version 2 ---- */
+    int check;             /**< sl_pack_check: SL_PACK_CHECK_HEADER (default) or
+                                SL_PACK_CHECK_DECODE. Formats the decode op cannot
+                                read (BMP, PPM/PGM/PBM, TIFF, GIF) fail either way. */
 } sl_pack_options;
-#define SL_PACK_OPTIONS_VERSION 1
-#define SL_PACK_OPTIONS_INIT {SL_PACK_OPTIONS_VERSION, 0, 0, 0, NULL, NULL}
+#define SL_PACK_OPTIONS_VERSION 2
+#define SL_PACK_OPTIONS_INIT {SL_PACK_OPTIONS_VERSION, 0, 0, 0, NULL, NULL, SL_PACK_CHECK_HEADER}
 
 /** How many skipped inputs sl_pack_report names. */
 #define SL_PACK_REPORT_BAD 4
@@ -506,8 +524,11 @@ typedef struct sl_pack_report {
  *  a class's position in that order; each class directory is walked
  *  recursively (following symlinks, ordered as torchvision's ImageFolder
  *  orders it), taking files whose name ends in .jpg .jpeg .png .ppm .bmp .pgm
- *  .tif .tiff .webp (any case). Every file is checked to be an image by its
- *  content (a PNG named .jpg is accepted). Columns: `image` (bytes: the file
+ *  .tif .tiff .webp (any case). Every file is checked by its content with
+ *  the decoder the decode op uses (a PNG named .jpg is accepted): it must be
+ *  a JPEG, PNG or still WebP whose header (opts->check = header) or whole
+ *  image (decode) decodes; BMP, PPM/PGM, TIFF are refused with the file
+ *  named (convert them, or skip them with skip_bad). Columns: `image` (bytes: the file
  *  unchanged), `label` (int64), `path` (string, relative to ROOT). Metadata:
  *  "classes" (a JSON list of names), "source" ("imagefolder").
  *
@@ -528,7 +549,9 @@ typedef struct sl_pack_report {
  *                      as the pack got); may be NULL
  *  @return SL_OK; SL_EINVAL (bad arguments, empty folder, empty class, counts
  *          that disagree); SL_EIO (a file cannot be read or written);
- *          SL_EDECODE (a file is not an image); SL_ECORRUPT (a damaged IDX or
+ *          SL_EDECODE (a file is not an image the decode op can read);
+ *          SL_EUNSUPPORTED (animated WebP, an unknown options version);
+ *          SL_ECORRUPT (a damaged IDX or
  *          gzip file); SL_EUNSUPPORTED (an unknown input kind or IDX dtype);
  *          SL_ELIMIT (an image file over 1 GiB, an IDX item over 256 MiB, a
  *          path over 4 KiB); SL_ENOMEM. The message names the path, the record where there is
@@ -578,7 +601,8 @@ typedef enum sl_color {
 typedef enum sl_image_format {
     SL_FORMAT_UNKNOWN = 0,
     SL_FORMAT_JPEG = 1,
-    SL_FORMAT_PNG = 2
+    SL_FORMAT_PNG = 2,
+    SL_FORMAT_WEBP = 3   /**< RIFF container with the "WEBP" form type */
 } sl_image_format;
 
 /** What an image header says, read without decoding pixels. */
@@ -628,12 +652,14 @@ SL_API sl_image_format sl_image_sniff(const void *data, size_t size);
 SL_API int sl_decode_info(sl_decoder *dec, const void *data, size_t size,
                           sl_image_info *info_out);
 
-/** Decode a JPEG or PNG (chosen by content) into an HWC SL_U8 image.
+/** Decode a JPEG, PNG or WebP (chosen by content) into an HWC SL_U8 image.
  *  JPEG: libjpeg-turbo with the settings PIL uses (ISLOW DCT, fancy
  *  upsampling), so pixels equal PIL's; gray, YCbCr, CMYK/YCCK (converted to
  *  RGB as PIL's convert("RGB") does) and progressive files. PNG: every colour
  *  type and bit depth; 16-bit samples keep their high byte, alpha is dropped,
- *  palettes expanded. Any libjpeg warning (truncated or corrupt data) is an
+ *  palettes expanded. WebP (lossy and lossless, via libwebp): alpha dropped
+ *  as for PNG; animated WebP is SL_EUNSUPPORTED (refused, not cut to its
+ *  first frame). Any libjpeg warning (truncated or corrupt data) is an
  *  error: damaged data never yields silently wrong pixels. EXIF orientation
  *  is not applied (as PIL's Image.open does not).
  *  @param[in] dec   decoder (per thread)
@@ -641,8 +667,8 @@ SL_API int sl_decode_info(sl_decoder *dec, const void *data, size_t size,
  *  @param[in] color SL_COLOR_RGB or SL_COLOR_GRAY
  *  @param[out] out  see "Output tensors" above; shape (H, W, color)
  *  @return SL_OK, SL_EINVAL, SL_EDECODE ("decode: corrupt JPEG data: premature
- *  end of data segment"; callers prefix file/record/op), SL_ELIMIT, SL_ENOMEM.
- *  Since 0.1 */
+ *  end of data segment"; callers prefix file/record/op), SL_ELIMIT, SL_ENOMEM,
+ *  SL_EUNSUPPORTED (animated WebP). Since 0.1 */
 SL_API int sl_decode(sl_decoder *dec, const void *data, size_t size, sl_color color,
                      sl_tensor *out);
 
@@ -666,7 +692,8 @@ typedef enum sl_interp {
  *  never decoded, so damage there goes unnoticed (the output is still right).
  *  Equal to sl_decode + sl_image_crop + sl_image_resize within a mean
  *  absolute difference of 2 levels (exact when the scale is 8/8 and the crop
- *  is the whole image). PNG input is decoded whole, then resized from the box.
+ *  is the whole image). PNG and WebP input is decoded whole, then resized from
+ *  the box.
  *  @param[in] crop  box in original-image coordinates (NULL: whole image);
  *                   must lie inside the image
  *  @param[out] out  (out_h, out_w, color) SL_U8; see "Output tensors"

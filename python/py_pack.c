@@ -31,19 +31,27 @@ static void on_progress(uint64_t done, uint64_t total, uint64_t bytes, void *use
 
 static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"srcs", "dst", "jobs", "skip_bad", "shard_bytes", "progress",
-                             NULL};
+                             "check", NULL};
     PyObject *srcs_obj, *dst_obj = NULL, *progress = Py_None;
     int jobs = 0, skip_bad = 0;
     unsigned long long shard_bytes = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO&|ipKO:pack", kwlist, &srcs_obj,
+    const char *check = "header";
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO&|ipKOs:pack", kwlist, &srcs_obj,
                                      PyUnicode_FSConverter, &dst_obj, &jobs, &skip_bad,
-                                     &shard_bytes, &progress))
+                                     &shard_bytes, &progress, &check))
         return NULL;
     PyObject *result = NULL, *seq = NULL, **enc = NULL;
     const char **srcs = NULL;
     Py_ssize_t n = 0;
     if (jobs < 0) {
         PyErr_Format(PyExc_ValueError, "jobs: must be >= 0 (0 = one per CPU), got %d", jobs);
+        goto done;
+    }
+    int check_mode = SL_PACK_CHECK_HEADER;
+    if (!strcmp(check, "decode")) {
+        check_mode = SL_PACK_CHECK_DECODE;
+    } else if (strcmp(check, "header") != 0) {
+        PyErr_Format(PyExc_ValueError, "check: expected 'header' or 'decode', got '%s'", check);
         goto done;
     }
     if (progress != Py_None && !PyCallable_Check(progress)) {
@@ -76,6 +84,7 @@ static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kwargs) {
     opts.jobs = jobs;
     opts.skip_bad = skip_bad;
     opts.shard_bytes = shard_bytes;
+    opts.check = check_mode;
     pack_progress prog = {progress != Py_None ? progress : NULL, 0, NULL, NULL, NULL};
     if (prog.callback) {
         opts.progress = on_progress;
@@ -126,7 +135,7 @@ done:
 
 static PyMethodDef pack_methods[] = {
     {"pack", (PyCFunction)(void (*)(void))py_pack, METH_VARARGS | METH_KEYWORDS,
-     "pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None) -> dict"},
+     "pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check='header') -> dict"},
     {NULL, NULL, 0, NULL}};
 
 int py_sl_pack_init(PyObject *m) {

@@ -21,6 +21,10 @@ static void help(FILE *f) {
             "                         the output is the same for every N\n"
             "      --skip-bad         skip unreadable or non-image files, count and name them,\n"
             "                         instead of stopping\n"
+            "      --check MODE       how each image is checked, with the decoder training uses:\n"
+            "                         header (default: reads headers, runs at disk speed) or\n"
+            "                         decode (decodes every image: a dataset that packs trains);\n"
+            "                         BMP, PPM/PGM and TIFF are refused either way\n"
             "      --shard-size SIZE  start a new shard past SIZE bytes (suffix K, M, G);\n"
             "                         DST becomes a directory when there is more than one\n"
             "  -f, --force            replace DST if it exists\n"
@@ -101,6 +105,15 @@ int cmd_pack(int argc, char **argv) {
             if (cli_parse_size(v, &opts.shard_bytes) || opts.shard_bytes == 0)
                 return cli_usage("pack", "--shard-size wants a size such as 512M or 4G, not '%s'",
                                  v);
+        } else if ((m = cli_opt("pack", argc, argv, &i, "--check", NULL, &v)) != 0) {
+            if (m < 0)
+                return 2;
+            if (!strcmp(v, "header"))
+                opts.check = SL_PACK_CHECK_HEADER;
+            else if (!strcmp(v, "decode"))
+                opts.check = SL_PACK_CHECK_DECODE;
+            else
+                return cli_usage("pack", "--check wants 'header' or 'decode', not '%s'", v);
         } else if (!strcmp(argv[i], "--skip-bad")) {
             opts.skip_bad = 1;
         } else if (!strcmp(argv[i], "--json")) {
@@ -164,6 +177,8 @@ int cmd_pack(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "records", (double)rep.records);
         cJSON_AddNumberToObject(o, "bytes", (double)rep.bytes);
         cJSON_AddNumberToObject(o, "skipped", (double)rep.skipped);
+        cJSON_AddStringToObject(o, "check",
+                                opts.check == SL_PACK_CHECK_DECODE ? "decode" : "header");
         cJSON *bad = cJSON_AddArrayToObject(o, "bad");
         for (int i = 0; i < rep.nbad; i++)
             cJSON_AddItemToArray(bad, cJSON_CreateString(rep.bad[i]));
@@ -178,7 +193,8 @@ int cmd_pack(int argc, char **argv) {
     }
     if (rc != SL_OK) {
         fprintf(stderr, "sluice pack: %s\n", sl_errmsg());
-        if (!opts.skip_bad && (rc == SL_EDECODE || rc == SL_EIO || rc == SL_ELIMIT) &&
+        if (!opts.skip_bad &&
+            (rc == SL_EDECODE || rc == SL_EIO || rc == SL_ELIMIT || rc == SL_EUNSUPPORTED) &&
             rep.kind == SL_PACK_IMAGEFOLDER)
             fprintf(stderr, "(fix or remove the file, or pass --skip-bad to skip such files; "
                             "nothing was written)\n");

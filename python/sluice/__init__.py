@@ -27,14 +27,17 @@ __all__ = [
 ]
 
 
-def pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None):
+def pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check="header"):
     """Pack an ImageFolder directory, or a pair of IDX files (MNIST style,
     plain or gzip), into a .slr dataset at ``dst``.
 
     ``srcs``: one path or a list of paths. ``jobs``: reader threads (0 = one
     per CPU; the output is identical for any value). ``skip_bad``: skip
-    unreadable or non-image files instead of failing. ``progress(done, total,
-    bytes)`` is called as records are written. Returns a dict: kind, records,
+    unreadable or non-image files instead of failing. ``check``: "header"
+    (default: each image's header is read by the decoder training uses) or
+    "decode" (every image is decoded in full, so a dataset that packs is one
+    that trains); BMP, PPM/PGM and TIFF are refused either way. ``progress(done,
+    total, bytes)`` is called as records are written. Returns a dict: kind, records,
     bytes, skipped, classes, bad (the first skipped inputs, "path: cause").
     The GIL is released while packing; on failure nothing appears at dst.
     """
@@ -44,5 +47,7 @@ def pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None):
         raise TypeError(f"jobs: expected an int, got {type(jobs).__name__}")
     if isinstance(shard_bytes, bool) or not isinstance(shard_bytes, int) or shard_bytes < 0:
         raise TypeError(f"shard_bytes: expected a non-negative int, got {shard_bytes!r}")
+    if check not in ("header", "decode"):
+        raise ValueError(f"check: expected 'header' or 'decode', got {check!r}")
     return _sluice.pack(list(srcs), dst, jobs=jobs, skip_bad=bool(skip_bad),
-                        shard_bytes=shard_bytes, progress=progress)
+                        shard_bytes=shard_bytes, progress=progress, check=check)

@@ -84,6 +84,9 @@ sl_image_format sl_image_sniff(const void *data, size_t size) {
         return SL_FORMAT_JPEG;
     if (size >= 8 && memcmp(b, png_magic, 8) == 0)
         return SL_FORMAT_PNG;
+    /* RIFF container: "RIFF", 4-byte size, "WEBP" */
+    if (size >= 12 && memcmp(b, "RIFF", 4) == 0 && memcmp(b + 8, "WEBP", 4) == 0)
+        return SL_FORMAT_WEBP;
     return SL_FORMAT_UNKNOWN;
 }
 
@@ -95,7 +98,7 @@ static int unknown_format(const uint8_t *b, size_t size) {
     for (size_t i = 0; i < n; i++)
         snprintf(hex + 3 * i, 4, "%02x ", b[i]);
     hex[3 * n - 1] = '\0';
-    return sl__error(SL_EDECODE, "decode: not a JPEG or PNG image (starts with %s)", hex);
+    return sl__error(SL_EDECODE, "decode: not a JPEG, PNG or WebP image (starts with %s)", hex);
 }
 
 int sl_decode_info(sl_decoder *dec, const void *data, size_t size, sl_image_info *info) {
@@ -105,6 +108,7 @@ int sl_decode_info(sl_decoder *dec, const void *data, size_t size, sl_image_info
     switch (sl_image_sniff(data, size)) {
     case SL_FORMAT_JPEG: return sl_ops__jpeg_info(dec, data, size, info);
     case SL_FORMAT_PNG: return sl_ops__png_info(dec, data, size, info);
+    case SL_FORMAT_WEBP: return sl_ops__webp_info(dec, data, size, info);
     default: return unknown_format(data, size);
     }
 }
@@ -122,6 +126,8 @@ int sl_decode(sl_decoder *dec, const void *data, size_t size, sl_color color, sl
     switch (sl_image_sniff(data, size)) {
     case SL_FORMAT_JPEG: return sl_ops__jpeg_decode(dec, data, size, color, out);
     case SL_FORMAT_PNG: return sl_ops__png_decode(dec, data, size, color, out, NULL, NULL, NULL);
+    case SL_FORMAT_WEBP:
+        return sl_ops__webp_decode(dec, data, size, color, out, NULL, NULL, NULL);
     default: return unknown_format(data, size);
     }
 }
@@ -133,10 +139,15 @@ int sl_ops__decode_box(sl_decoder *dec, const void *data, size_t size, sl_color 
     case SL_FORMAT_JPEG:
         return sl_ops__jpeg_decode_box(dec, data, size, color, box, lim, out_h, out_w, interp,
                                        out);
-    case SL_FORMAT_PNG: {
+    case SL_FORMAT_PNG:
+    case SL_FORMAT_WEBP: {
+        /* no partial decoding in these codecs: decode whole, resample the box */
         const uint8_t *pix;
         int h, w;
-        SL_TRY(sl_ops__png_decode(dec, data, size, color, NULL, &pix, &h, &w));
+        if (sl_image_sniff(data, size) == SL_FORMAT_PNG)
+            SL_TRY(sl_ops__png_decode(dec, data, size, color, NULL, &pix, &h, &w));
+        else
+            SL_TRY(sl_ops__webp_decode(dec, data, size, color, NULL, &pix, &h, &w));
         return sl_ops__resample(pix, h, w, (size_t)w * color, (int)color, box, lim, out_h, out_w,
                                 interp, out, (size_t)out_w * color);
     }

@@ -1,6 +1,6 @@
 /*
- * decode.h — the decoder object shared by decode.c, decode_jpeg.c and
- * decode_png.c. Never installed.
+ * decode.h — the decoder object shared by decode.c, decode_jpeg.c,
+ * decode_png.c and decode_webp.c. Never installed.
  */
 #ifndef SL_OPS_DECODE_H
 #define SL_OPS_DECODE_H
@@ -53,5 +53,10 @@ int sl_ops__png_info(sl_decoder *dec, const uint8_t *data, size_t size, sl_image
  * and *pix_out points at it. */
 int sl_ops__png_decode(sl_decoder *dec, const uint8_t *data, size_t size, sl_color color,
                        sl_tensor *out, const uint8_t **pix_out, int *h_out, int *w_out);
+
+int sl_ops__webp_info(sl_decoder *dec, const uint8_t *data, size_t size, sl_image_info *info);
+/* Decode a still WebP; `out` NULL works as for sl_ops__png_decode. */
+int sl_ops__webp_decode(sl_decoder *dec, const uint8_t *data, size_t size, sl_color color,
+                        sl_tensor *out, const uint8_t **pix_out, int *h_out, int *w_out);
 
 #endif /* SL_OPS_DECODE_H */

@@ -5,6 +5,7 @@
 #include "source/source.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -77,17 +78,26 @@ int sl_pack_detect(const char *const *srcs, int nsrc, sl_pack_kind *kind_out) {
 
 int sl_pack(const char *const *srcs, int nsrc, const char *dst, const sl_pack_options *opts,
             sl_pack_report *report) {
-    sl_pack_options def = SL_PACK_OPTIONS_INIT;
+    sl_pack_options o = SL_PACK_OPTIONS_INIT;
     sl_pack_report local;
     sl_pack_report *rep = report ? report : &local;
     memset(rep, 0, sizeof *rep);
-    if (!opts)
-        opts = &def;
-    if (opts->version != SL_PACK_OPTIONS_VERSION)
+    /* A caller built against an older header passes a shorter struct: copy
+     * only the fields its version has, the rest keep their defaults. */
+    if (opts && opts->version == 1)
+        memcpy(&o, opts, offsetof(sl_pack_options, check));
+    else if (opts && opts->version == SL_PACK_OPTIONS_VERSION)
+        o = *opts;
+    else if (opts)
         return sl__error(SL_EUNSUPPORTED,
-                         "sl_pack: options version %u is not %u (initialise with "
+                         "sl_pack: options version %u is not 1..%u (initialise with "
                          "SL_PACK_OPTIONS_INIT)",
                          opts->version, SL_PACK_OPTIONS_VERSION);
+    o.version = SL_PACK_OPTIONS_VERSION;
+    opts = &o;
+    if (opts->check != SL_PACK_CHECK_HEADER && opts->check != SL_PACK_CHECK_DECODE)
+        return sl__error(SL_EINVAL, "sl_pack: check is %d (0 = header, 1 = decode)",
+                         opts->check);
     if (!dst || !*dst)
         return sl__error(SL_EINVAL, "sl_pack: no output path");
     if (opts->jobs < 0)

@@ -26,7 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <turbojpeg.h>
 #include <unistd.h>
 
 /* A file over this is not an image anyone trains on; refuse rather than
@@ -354,6 +353,7 @@ typedef struct {
     const entry *e;
     size_t n;
     size_t window;
+    int check;      /* sl_pack_check */
     slot *slots;
     pthread_mutex_t mu;
     pthread_cond_t ready_cv; /* a slot became ready (the writer waits) */
@@ -363,8 +363,8 @@ typedef struct {
     int stop;
 } reader_job;
 
-/* Read ROOT/e->rel whole and check it is an image. */
-static int load_file(const char *root, const entry *e, void *tj, uint8_t **data_out,
+/* Read ROOT/e->rel whole and check it is an image the decode op reads. */
+static int load_file(const char *root, const entry *e, sl_source__checker *chk, uint8_t **data_out,
                      size_t *n_out) {
     char path[4096];
     uint8_t *data = NULL;
@@ -397,7 +397,7 @@ static int load_file(const char *root, const entry *e, void *tj, uint8_t **data_
             SL_FAIL(SL_EIO, "%s: file shrank while being read", path);
         done += (size_t)r;
     }
-    rc = sl_source__check_image(tj, data, size);
+    rc = sl_source__check_image(chk, data, size);
     if (rc < 0) {
         sl__error_prefix(rc, "%s", path);
         goto cleanup;
@@ -414,7 +414,12 @@ cleanup:
 
 static void *reader_main(void *arg) {
     reader_job *job = arg;
-    tjhandle tj = tjInitDecompress();
+    /* One checker per thread: a decoder is used by one thread at a time. */
+    sl_source__checker chk;
+    int chk_rc = sl_source__checker_init(&chk, job->check);
+    char chk_msg[SL__ERRMSG_MAX] = "";
+    if (chk_rc < 0)
+        snprintf(chk_msg, sizeof chk_msg, "%s", sl_errmsg());
     pthread_mutex_lock(&job->mu);
     for (;;) {
         while (!job->stop && job->next_claim < job->n &&
@@ -427,8 +432,8 @@ static void *reader_main(void *arg) {
 
         uint8_t *data = NULL;
         size_t n = 0;
-        int rc = tj ? load_file(job->root, &job->e[i], tj, &data, &n)
-                    : sl__error(SL_ENOMEM, "cannot start a JPEG decompressor");
+        int rc = chk_rc < 0 ? sl__error(chk_rc, "%s", chk_msg)
+                            : load_file(job->root, &job->e[i], &chk, &data, &n);
 
         pthread_mutex_lock(&job->mu);
         slot *s = &job->slots[i % job->window];
@@ -441,12 +446,15 @@ static void *reader_main(void *arg) {
         pthread_cond_signal(&job->ready_cv);
     }
     pthread_mutex_unlock(&job->mu);
-    if (tj)
-        tjDestroy(tj);
+    sl_source__checker_dispose(&chk);
     return NULL;
 }
 
-static int skippable(int rc) { return rc == SL_EIO || rc == SL_EDECODE || rc == SL_ELIMIT; }
+/* What one file can be wrong with; anything else (SL_ENOMEM, a write error)
+ * stops the pack even under skip_bad. */
+static int skippable(int rc) {
+    return rc == SL_EIO || rc == SL_EDECODE || rc == SL_ELIMIT || rc == SL_EUNSUPPORTED;
+}
 
 int sl_source__pack_imagefolder(const char *root_in, const char *dst,
                                 const sl_pack_options *opts, sl_pack_report *rep) {
@@ -459,7 +467,8 @@ int sl_source__pack_imagefolder(const char *root_in, const char *dst,
     char *classes = NULL;
     pthread_t *threads = NULL;
     int nthreads = 0, sync_init = 0;
-    tjhandle tj = NULL;
+    sl_source__checker chk;
+    memset(&chk, 0, sizeof chk);
     reader_job job;
     memset(&job, 0, sizeof job);
 
@@ -485,6 +494,7 @@ int sl_source__pack_imagefolder(const char *root_in, const char *dst,
     job.e = ents.v;
     job.n = ents.n;
     job.window = (size_t)jobs * 4;
+    job.check = opts->check;
     if (jobs > 1) {
         job.slots = sl__calloc(job.window, sizeof *job.slots);
         threads = sl__calloc((size_t)jobs, sizeof *threads);
@@ -500,9 +510,7 @@ int sl_source__pack_imagefolder(const char *root_in, const char *dst,
         if (nthreads == 0)
             SL_FAIL(SL_EIO, "%s: cannot start reader threads", root);
     } else {
-        tj = tjInitDecompress();
-        if (!tj)
-            SL_FAIL(SL_ENOMEM, "cannot start a JPEG decompressor");
+        SL_CHECK(sl_source__checker_init(&chk, opts->check));
     }
 
     for (size_t i = 0; i < ents.n; i++) {
@@ -519,7 +527,7 @@ int sl_source__pack_imagefolder(const char *root_in, const char *dst,
             pthread_cond_broadcast(&job.space_cv);
             pthread_mutex_unlock(&job.mu);
         } else {
-            cur.rc = load_file(root, &ents.v[i], tj, &cur.data, &cur.n);
+            cur.rc = load_file(root, &ents.v[i], &chk, &cur.data, &cur.n);
             if (cur.rc < 0)
                 snprintf(cur.msg, sizeof cur.msg, "%s", sl_errmsg());
         }
@@ -567,8 +575,7 @@ cleanup:
         pthread_cond_destroy(&job.ready_cv);
         pthread_cond_destroy(&job.space_cv);
     }
-    if (tj)
-        tjDestroy(tj);
+    sl_source__checker_dispose(&chk);
     if (rc < 0)
         rep->records = 0;
     sl__free(job.slots);

@@ -9,15 +9,15 @@ import os, sys
 from PIL import Image
 root = sys.argv[1]
 files = ["cat/001.jpg", "cat/002.JPEG", "cat/sub/003.jpg", "cat/sub-b/004.png",
-         "cat/sub/deep/005.jpg", "dog/10.jpg", "dog/9.jpg", "dog/a b.bmp",
-         "dog/x.ppm", "emu/only.webp", "emu/z.tif"]
+         "cat/sub/deep/005.jpg", "dog/10.jpg", "dog/9.jpg", "dog/a b.jpeg",
+         "dog/x.png", "emu/only.webp", "emu/z.WEBP"]
 for i, rel in enumerate(files):
     p = os.path.join(root, rel)
     os.makedirs(os.path.dirname(p), exist_ok=True)
     im = Image.new("RGB", (20 + i, 12 + i), (i * 20 % 256, 100, 200 - i * 10))
-    fmt = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".bmp": "BMP", ".ppm": "PPM",
-           ".webp": "WEBP", ".tif": "TIFF"}[os.path.splitext(rel)[1].lower()]
-    im.save(p, fmt)
+    fmt = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG",
+           ".webp": "WEBP"}[os.path.splitext(rel)[1].lower()]
+    im.save(p, fmt, **({"lossless": True} if fmt == "WEBP" and "z" in rel else {}))
 # a PNG named .jpg is packed (content decides), text files are ignored by name
 Image.new("L", (8, 8), 7).save(os.path.join(root, "dog", "png-named.jpg"), "PNG")
 open(os.path.join(root, "cat", "notes.txt"), "w").write("not an image")
@@ -73,6 +73,30 @@ run 0 "$SLUICE" pack "$R" "$T/d.slr" --skip-bad --json
 $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["ok"] and d["records"]==12 and d["skipped"]==2 and len(d["bad"])==2 and d["classes"]==3, d' \
     "$OUT" || fail "pack --skip-bad --json"
 run 0 "$SLUICE" verify "$T/c.slr"
+
+# formats torchvision walks but the decode op cannot read: walked, refused by
+# name (never silently ignored), skipped and counted with --skip-bad
+F=$T/fmt
+$PY - "$F" <<'PYEOF' || fail "cannot make BMP/PPM/PGM/TIFF files"
+import os, sys
+from PIL import Image
+root = sys.argv[1]
+os.makedirs(os.path.join(root, "c"))
+Image.new("RGB", (9, 7), (1, 2, 3)).save(os.path.join(root, "c", "0.jpg"), "JPEG")
+for name, fmt, mode in [("a.bmp", "BMP", "RGB"), ("b.ppm", "PPM", "RGB"),
+                        ("c.pgm", "PPM", "L"), ("d.tif", "TIFF", "RGB")]:
+    Image.new(mode, (9, 7), 5).save(os.path.join(root, "c", name), fmt)
+PYEOF
+run 1 "$SLUICE" pack "$F" "$T/f.slr"
+has "$ERR" "$F/c/a.bmp: BMP images are not supported by decode (JPEG, PNG, WebP are); convert them or pass --skip-bad"
+for check in header decode; do
+    run 0 "$SLUICE" pack "$F" "$T/f-$check.slr" --skip-bad --check "$check" --json
+    $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["records"]==1 and d["skipped"]==4 and d["check"]==sys.argv[2], d; b=" ".join(d["bad"]); assert "a.bmp: BMP" in b and "b.ppm: PPM/PGM/PBM" in b and "c.pgm: PPM/PGM/PBM" in b and "d.tif: TIFF" in b, b' \
+        "$OUT" "$check" || fail "--skip-bad --check $check over BMP/PPM/PGM/TIFF"
+done
+run 2 "$SLUICE" pack "$F" "$T/g.slr" --check pixels
+has "$ERR" "--check wants 'header' or 'decode'"
+"$SLUICE" pack --help | grep -q -- "--check MODE" || fail "pack --help lacks --check"
 
 # an empty class directory, and a root without classes
 mkdir "$R/zebra"

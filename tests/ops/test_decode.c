@@ -220,7 +220,7 @@ SL_TEST(ops_decode__empty_and_not_an_image) {
     ASSERT_CONTAINS(sl_errmsg(), "empty");
     const char *text = "hello, this is not an image";
     ASSERT_RC(sl_decode(d, text, strlen(text), SL_COLOR_RGB, &t), SL_EDECODE);
-    ASSERT_CONTAINS(sl_errmsg(), "not a JPEG or PNG");
+    ASSERT_CONTAINS(sl_errmsg(), "not a JPEG, PNG or WebP");
     ASSERT_CONTAINS(sl_errmsg(), "68 65 6c 6c");
     /* JPEG magic and nothing else */
     const uint8_t soi[3] = {0xff, 0xd8, 0xff};

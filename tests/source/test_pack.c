@@ -10,8 +10,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <stddef.h>
 #include <turbojpeg.h>
 #include <unistd.h>
+#include <webp/encode.h>
 #include <zlib.h>
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -933,4 +935,342 @@ SL_TEST(source_imagefolder__class_names_utf8) {
     ASSERT_CONTAINS(sl_errmsg(), "not valid UTF-8");
     ASSERT(!exists(dst));
 
+}
+
+/* ---- bad neighbours: one bad file must never cost a good one -------------------- */
+
+/* A lossless WebP of a pattern, made with libwebp (caller frees). */
+static uint8_t *make_webp(int w, int h, int seed, size_t *size) {
+    uint8_t *px = malloc((size_t)w * h * 3), *enc = NULL;
+    for (int i = 0; i < w * h; i++) {
+        px[3 * i] = (uint8_t)(i * 3 + seed);
+        px[3 * i + 1] = (uint8_t)(i / w * 5);
+        px[3 * i + 2] = (uint8_t)(seed * 11);
+    }
+    size_t n = WebPEncodeLosslessRGB(px, w, h, w * 3, &enc);
+    ASSERT(n > 0);
+    uint8_t *out = malloc(n);
+    memcpy(out, enc, n);
+    WebPFree(enc);
+    free(px);
+    *size = n;
+    return out;
+}
+
+/* A lossy WebP (its body can be cut with the header intact). */
+static uint8_t *make_lossy_webp(int w, int h, size_t *size) {
+    uint8_t *px = malloc((size_t)w * h * 3), *enc = NULL;
+    for (int i = 0; i < w * h * 3; i++)
+        px[i] = (uint8_t)(i * 7 ^ i >> 5);
+    size_t n = WebPEncodeRGB(px, w, h, w * 3, 80, &enc);
+    ASSERT(n > 0);
+    uint8_t *out = malloc(n);
+    memcpy(out, enc, n);
+    WebPFree(enc);
+    free(px);
+    *size = n;
+    return out;
+}
+
+static long find_marker(const uint8_t *j, size_t n, uint8_t m) {
+    for (size_t i = 2; i + 1 < n; i++)
+        if (j[i] == 0xff && j[i + 1] == m)
+            return (long)i;
+    return -1;
+}
+
+/* Every kind of bad file a real folder has been seen to hold. The first
+ * group fails the header check; the second has a good header and damaged
+ * pixel data, so only SL_PACK_CHECK_DECODE catches it. */
+typedef struct {
+    const char *name;   /* file name suffix */
+    const char *cause;  /* expected in the message */
+    int body_only;      /* header fine, pixels damaged */
+} bad_kind;
+
+static const bad_kind bad_kinds[] = {
+    {"zero-height.jpg", "empty JPEG image", 0},
+    {"zero-width.jpg", "empty JPEG image", 0},
+    {"dnl.jpg", "DNL not supported", 0},
+    {"cut-header.jpg", "decode: ", 0},
+    {"bogus-length.jpg", "ogus marker length", 0},
+    {"garbage.jpg", "not an image", 0},
+    {"empty.jpg", "empty file", 0},
+    {"text.png", "not an image", 0},
+    {"photo.bmp", "BMP images are not supported by decode", 0},
+    {"damaged.png", "png", 0},
+    {"damaged.webp", "webp", 0},
+    {"bad-crc.png", "decode: png: ", 0},
+    {"cut-body.jpg", "JPEG", 1},
+    {"cut-body.png", "png", 1},
+    {"cut-body.webp", "webp", 1},
+};
+#define NBAD_KINDS (sizeof bad_kinds / sizeof bad_kinds[0])
+
+/* The bytes of bad kind k. */
+static uint8_t *make_bad(size_t k, size_t *size) {
+    unsigned long jn;
+    uint8_t *j = make_jpeg(40, 30, (int)k, &jn);
+    size_t n = jn;
+    uint8_t *b = malloc(jn + 64);
+    memcpy(b, j, jn);
+    tjFree(j);
+    long sof = find_marker(b, n, 0xc0), dqt = find_marker(b, n, 0xdb);
+    ASSERT(sof > 0 && dqt > 0);
+    const char *name = bad_kinds[k].name;
+    if (!strcmp(name, "zero-height.jpg")) {
+        b[sof + 5] = b[sof + 6] = 0;
+    } else if (!strcmp(name, "zero-width.jpg")) {
+        b[sof + 7] = b[sof + 8] = 0;
+    } else if (!strcmp(name, "dnl.jpg")) {
+        /* height 0 in the frame header, the real height in a DNL segment
+         * after the scan (legal JPEG; libjpeg does not support it) */
+        b[sof + 5] = b[sof + 6] = 0;
+        memmove(b + n - 2 + 6, b + n - 2, 2);
+        const uint8_t dnl[6] = {0xff, 0xdc, 0, 4, 0, 30};
+        memcpy(b + n - 2, dnl, 6);
+        n += 6;
+    } else if (!strcmp(name, "cut-header.jpg")) {
+        n = (size_t)sof + 6;
+    } else if (!strcmp(name, "bogus-length.jpg")) {
+        b[dqt + 2] = 0;
+        b[dqt + 3] = 1;
+    } else if (!strcmp(name, "garbage.jpg")) {
+        for (size_t i = 0; i < n; i++)
+            b[i] = (uint8_t)(i * 131 + 17);
+    } else if (!strcmp(name, "empty.jpg")) {
+        n = 0;
+    } else if (!strcmp(name, "text.png")) {
+        n = (size_t)sprintf((char *)b, "just some notes, not a picture\n");
+    } else if (!strcmp(name, "photo.bmp")) {
+        /* a valid 2x2 24-bit BMP: PIL opens it, the decode op does not */
+        static const uint8_t bmp[70] = {
+            'B', 'M', 70, 0, 0, 0, 0, 0, 0, 0, 54, 0, 0, 0, 40, 0, 0, 0, 2, 0, 0, 0, 2, 0,
+            0, 0, 1, 0, 24, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0x13, 0x0b, 0, 0, 0x13, 0x0b, 0, 0,
+            0, 0, 0, 0, 0, 0, 0, 0, 255, 0, 0, 0, 255, 0, 0, 0, 0, 0, 255, 255, 255, 255, 0, 0};
+        memcpy(b, bmp, sizeof bmp);
+        n = sizeof bmp;
+    } else if (!strcmp(name, "damaged.png") || !strcmp(name, "cut-body.png")) {
+        size_t pn;
+        uint8_t *png = make_png(33, 21, &pn);
+        free(b);
+        b = png;
+        if (name[0] == 'd')
+            put_be32(b + 16, 0); /* width 0 ... */
+        if (name[0] == 'd')
+            put_be32(b + 29, (uint32_t)crc32(0, b + 12, 17)); /* ... with a valid CRC */
+        n = name[0] == 'd' ? pn : pn - 20; /* cut inside the image data */
+    } else if (!strcmp(name, "bad-crc.png")) {
+        size_t pn;
+        uint8_t *png = make_png(33, 21, &pn);
+        free(b);
+        b = png;
+        n = pn;
+        b[23] ^= 0x01; /* the height, the CRC left as it was */
+    } else if (!strcmp(name, "damaged.webp") || !strcmp(name, "cut-body.webp")) {
+        size_t wn;
+        uint8_t *w = make_lossy_webp(48, 40, &wn);
+        free(b);
+        b = w;
+        n = name[0] == 'd' ? 24 : wn - wn / 3;
+    } else if (!strcmp(name, "cut-body.jpg")) {
+        long sos = find_marker(b, n, 0xda);
+        ASSERT(sos > 0);
+        n = (size_t)sos + (n - (size_t)sos) / 2; /* inside the entropy-coded data */
+    }
+    *size = n;
+    return b;
+}
+
+/* ROOT/a/ and ROOT/b/: ngood good images (JPEG, with a PNG and a WebP among
+ * them, and real photos when the machine has some), each followed in name
+ * order by a bad file of the next kind. Fills good[] (relative paths, in
+ * record order) with the good files and the body-only bad ones separately. */
+static void make_bad_neighbour_folder(int ngood, char (*good)[64], int *ngood_out,
+                                      char (*body_bad)[64], int *nbody_out) {
+    int g = 0, nb = 0;
+    static const char *photos[] = {"/usr/share/backgrounds/mate/nature/FreshFlower.jpg",
+                                   "/usr/share/backgrounds/mate/nature/GreenMeadow.jpg"};
+    mkdirs("root/a");
+    mkdirs("root/b");
+    for (int i = 0; i < ngood; i++) {
+        char rel[64], p[4096];
+        const char *cls = i < ngood / 2 ? "a" : "b";
+        int photo = i == 3 || i == ngood - 2;
+        const char *ext = i % 10 == 4 ? "png" : i % 10 == 7 ? "webp" : "jpg";
+        snprintf(rel, sizeof rel, "%s/%03d-good.%s", cls, i, ext);
+        tpath(p, "root");
+        strcat(p, "/");
+        strcat(p, rel);
+        if (photo && access(photos[i == 3 ? 0 : 1], R_OK) == 0) {
+            size_t n;
+            uint8_t *d = read_file(photos[i == 3 ? 0 : 1], &n);
+            write_file(p, d, n);
+            free(d);
+        } else if (!strcmp(ext, "png")) {
+            size_t n;
+            uint8_t *d = make_png(20 + i, 10 + i % 7, &n);
+            write_file(p, d, n);
+            free(d);
+        } else if (!strcmp(ext, "webp")) {
+            size_t n;
+            uint8_t *d = make_webp(17 + i, 9 + i % 5, i, &n);
+            write_file(p, d, n);
+            free(d);
+        } else {
+            unsigned long n;
+            uint8_t *d = make_jpeg(64 + i % 9, 48 + i % 5, i, &n);
+            write_file(p, d, n);
+            tjFree(d);
+        }
+        snprintf(good[g++], 64, "%s", rel);
+        /* the bad neighbour, right after it in record order */
+        size_t k = (size_t)i % NBAD_KINDS, n;
+        snprintf(rel, sizeof rel, "%s/%03d-x-%s", cls, i, bad_kinds[k].name);
+        tpath(p, "root");
+        strcat(p, "/");
+        strcat(p, rel);
+        uint8_t *d = make_bad(k, &n);
+        write_file(p, d, n);
+        free(d);
+        if (bad_kinds[k].body_only)
+            snprintf(body_bad[nb++], 64, "%s", rel);
+    }
+    *ngood_out = g;
+    *nbody_out = nb;
+}
+
+/* Read dst back: exactly the files named in want (in order), bytes equal. */
+static void check_kept(const char *root, const char *dst, char (*want)[64], int n) {
+    expect_rec *e = calloc((size_t)n, sizeof *e);
+    for (int i = 0; i < n; i++) {
+        e[i].rel = want[i];
+        e[i].label = want[i][0] == 'a' ? 0 : 1;
+    }
+    check_folder(root, dst, e, (size_t)n, "[\"a\",\"b\"]");
+    free(e);
+}
+
+static int cmp_rel(const void *a, const void *b) { return strcmp(a, b); }
+
+SL_TEST(source_pack__bad_neighbours_keep_every_good_file) {
+    enum { NGOOD = 60 };
+    static char good[NGOOD][64], body_bad[NGOOD][64], kept[2 * NGOOD][64];
+    int ngood, nbody;
+    char root[4096], dst[4096];
+    tpath(root, "root");
+    tpath(dst, "out.slr");
+    make_bad_neighbour_folder(NGOOD, good, &ngood, body_bad, &nbody);
+    ASSERT_EQ(ngood, NGOOD);
+    int want_body = 0;
+    for (int i = 0; i < NGOOD; i++)
+        want_body += bad_kinds[(size_t)i % NBAD_KINDS].body_only;
+    ASSERT_EQ(nbody, want_body);
+    ASSERT(nbody >= 3);
+    /* header check: the body-damaged files have good headers and are kept */
+    int nkept = 0;
+    for (int i = 0; i < ngood; i++)
+        memcpy(kept[nkept++], good[i], sizeof kept[0]);
+    for (int i = 0; i < nbody; i++)
+        memcpy(kept[nkept++], body_bad[i], sizeof kept[0]);
+    qsort(kept, (size_t)nkept, sizeof kept[0], cmp_rel);
+
+    for (int check = SL_PACK_CHECK_HEADER; check <= SL_PACK_CHECK_DECODE; check++) {
+        for (int jobs = 1; jobs <= 2; jobs++) {
+            sl_pack_options o = SL_PACK_OPTIONS_INIT;
+            o.jobs = jobs;
+            o.check = check;
+            sl_pack_report rep;
+            /* without skip_bad: stops at the first bad file in record order */
+            ASSERT_RC(pack_dir(root, dst, &o, &rep), SL_EDECODE);
+            ASSERT_CONTAINS(sl_errmsg(), "a/000-x-zero-height.jpg");
+            ASSERT_CONTAINS(sl_errmsg(), "empty JPEG image");
+            ASSERT(!exists(dst));
+            o.skip_bad = 1;
+            ASSERT_OK(pack_dir(root, dst, &o, &rep));
+            int want_kept = check == SL_PACK_CHECK_DECODE ? ngood : nkept;
+            ASSERT_U64_EQ(rep.records, (uint64_t)want_kept);
+            ASSERT_U64_EQ(rep.skipped, (uint64_t)(2 * NGOOD - want_kept));
+            ASSERT_EQ(rep.nbad, SL_PACK_REPORT_BAD);
+            for (int i = 0; i < rep.nbad; i++) {
+                ASSERT_CONTAINS(rep.bad[i], bad_kinds[i].name);
+                ASSERT_CONTAINS(rep.bad[i], bad_kinds[i].cause);
+            }
+            if (check == SL_PACK_CHECK_DECODE)
+                check_kept(root, dst, good, ngood);
+            else
+                check_kept(root, dst, kept, nkept);
+            ASSERT_EQ(unlink(dst), 0);
+        }
+    }
+}
+
+/* The cause of each bad kind, as pack reports it (the report keeps only the
+ * first few lines): one folder per kind, next to a good file. */
+SL_TEST(source_pack__bad_kinds_named_with_cause) {
+    for (size_t k = 0; k < NBAD_KINDS; k++) {
+        char rel[128], root[4096], dst[4096], p[4096];
+        snprintf(rel, sizeof rel, "k%zu/c", k);
+        mkdirs(rel);
+        snprintf(rel, sizeof rel, "k%zu/c/1-%s", k, bad_kinds[k].name);
+        tpath(p, rel);
+        size_t n;
+        uint8_t *d = make_bad(k, &n);
+        write_file(p, d, n);
+        free(d);
+        snprintf(rel, sizeof rel, "k%zu/c/2-good.jpg", k);
+        put_jpeg(rel, (int)k);
+        snprintf(rel, sizeof rel, "k%zu", k);
+        tpath(root, rel);
+        snprintf(rel, sizeof rel, "k%zu.slr", k);
+        tpath(dst, rel);
+        for (int check = SL_PACK_CHECK_HEADER; check <= SL_PACK_CHECK_DECODE; check++) {
+            sl_pack_options o = SL_PACK_OPTIONS_INIT;
+            o.check = check;
+            o.jobs = 1;
+            o.skip_bad = 1;
+            sl_pack_report rep;
+            ASSERT_OK(pack_dir(root, dst, &o, &rep));
+            int caught = !bad_kinds[k].body_only || check == SL_PACK_CHECK_DECODE;
+            if (rep.skipped != (uint64_t)caught)
+                sl_test_fail(__FILE__, __LINE__, "%s, check %d: skipped %llu",
+                             bad_kinds[k].name, check, (unsigned long long)rep.skipped);
+            ASSERT_U64_EQ(rep.records, caught ? 1 : 2);
+            if (caught) {
+                ASSERT_CONTAINS(rep.bad[0], bad_kinds[k].name);
+                ASSERT_CONTAINS(rep.bad[0], bad_kinds[k].cause);
+            }
+            ASSERT_EQ(unlink(dst), 0);
+        }
+    }
+}
+
+/* A caller built against the version-1 options struct (no `check` field)
+ * still packs, with the header check. */
+SL_TEST(source_pack__options_version_1) {
+    struct {
+        unsigned version;
+        int jobs;
+        int skip_bad;
+        uint64_t shard_bytes;
+        void (*progress)(uint64_t, uint64_t, uint64_t, void *);
+        void *user;
+    } v1 = {1, 1, 1, 0, NULL, NULL};
+    ASSERT_EQ(sizeof v1, offsetof(sl_pack_options, check));
+    char root[4096], dst[4096];
+    tpath(root, "root");
+    tpath(dst, "out.slr");
+    put_jpeg("root/a/1.jpg", 1);
+    put_text("root/a/2.jpg", "text");
+    sl_pack_report rep;
+    ASSERT_OK(pack_dir(root, dst, (const sl_pack_options *)(const void *)&v1, &rep));
+    ASSERT_U64_EQ(rep.records, 1);
+    ASSERT_U64_EQ(rep.skipped, 1);
+    sl_pack_options o = SL_PACK_OPTIONS_INIT;
+    o.version = 3;
+    ASSERT_RC(pack_dir(root, dst, &o, NULL), SL_EUNSUPPORTED);
+    o.version = SL_PACK_OPTIONS_VERSION;
+    o.check = 7;
+    ASSERT_RC(pack_dir(root, dst, &o, NULL), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "check");
 }
