@@ -454,8 +454,10 @@ SL_API int sl_recover(const char *partial, const char *out, uint64_t *kept_out,
 typedef enum sl_pack_kind {
     SL_PACK_UNKNOWN = 0,
     SL_PACK_IMAGEFOLDER = 1, /**< one directory: ROOT/CLASS/.../IMAGE, torchvision's layout */
-    SL_PACK_IDX = 2          /**< an IDX images file and an IDX labels file (MNIST style),
+    SL_PACK_IDX = 2,         /**< an IDX images file and an IDX labels file (MNIST style),
                                   plain or gzip-compressed, in either order */
+    SL_PACK_SOURCE = 3       /**< any other source (TFRecord files, tar shards, a .slr
+                                  dataset): packed through sl_pack_source. Since 0.2 */
 } sl_pack_kind;
 
 /** How sl_pack checks each ImageFolder file. Values are stable. */
@@ -566,8 +568,91 @@ SL_API int sl_pack(const char *const *srcs, int nsrc, const char *dst,
  *  message saying why. Thread safety: any thread. Since 0.1 */
 SL_API int sl_pack_detect(const char *const *srcs, int nsrc, sl_pack_kind *kind_out);
 
-/** A static name for a pack kind ("imagefolder", "idx", "unknown"). Since 0.1 */
+/** A static name for a pack kind ("imagefolder", "idx", "source", "unknown"). Since 0.1 */
 SL_API const char *sl_pack_kind_name(sl_pack_kind kind);
+
+/* ==========================================================================
+ * Sources: the data users already have
+ *
+ * A source yields records as samples of named, typed columns. Formats:
+ * sluice's .slr, a torchvision ImageFolder, IDX files, TFRecord files and
+ * WebDataset tar shards (docs/SOURCES.md says how each maps to columns). A
+ * pipeline names its source in the spec's "source" object; these calls open
+ * one directly, to inspect it (`sluice info`), read records, or pack it.
+ * ========================================================================== */
+
+/** An open source. Opaque. One thread at a time per handle. */
+typedef struct sl_source sl_source;
+
+/** Open the source a spec's source object describes, e.g.
+ *  `{"tfrecord": ["a.tfrecord"], "features": {"image/encoded": "image"}}`,
+ *  `{"webdataset": "shard-{000..009}.tar"}`, `{"image_folder": "/data/train"}`,
+ *  `{"idx": {"images": I, "labels": L}}` or `{"path": "train.slr"}`.
+ *  Pipeline keys (shuffle, shard, parallel, chunk) are ignored.
+ *  @return SL_OK; SL_EINVAL (bad object, naming the field), SL_EIO,
+ *  SL_ECORRUPT, SL_EUNSUPPORTED, SL_ENOMEM, with a message naming the file.
+ *  The caller frees `*out` with sl_source_free(). Since 0.2 */
+SL_API int sl_source_open(sl_source **out, const char *json);
+
+/** Open `n` paths, finding the format from their content: a .slr file or
+ *  dataset directory, an ImageFolder directory, an IDX images + labels
+ *  pair, TFRecord files, tar shards. `options_json` (may be NULL) adds that
+ *  format's options (e.g. `{"features": {...}}`). Since 0.2 */
+SL_API int sl_source_open_paths(sl_source **out, const char *const *paths, int n,
+                                const char *options_json);
+
+/** Release a source. Accepts NULL. Since 0.2 */
+SL_API void sl_source_free(sl_source *src);
+
+/** The format's name ("slr", "image_folder", "idx", "tfrecord", "webdataset",
+ *  "memory"); static. Since 0.2 */
+SL_API const char *sl_source_kind(const sl_source *src);
+/** A short name for messages (a file or directory name); borrowed. */
+SL_API const char *sl_source_name(const sl_source *src);
+/** Number of records. */
+SL_API uint64_t sl_source_count(const sl_source *src);
+/** Number of columns, and column `col`'s name (borrowed) and type. */
+SL_API int sl_source_ncols(const sl_source *src);
+SL_API const char *sl_source_colname(const sl_source *src, int col);
+SL_API sl_coltype sl_source_coltype(const sl_source *src, int col);
+
+/** Describe the source as one JSON object: kind, name, records, columns
+ *  (name, type, dtype, shape, encoded, indexed) and the format's own facts
+ *  (files, index, compression). snprintf-style: writes at most `cap` bytes
+ *  with a terminating zero into `buf` (may be NULL with cap 0) and sets
+ *  `*len_out` (may be NULL) to the full length. Since 0.2 */
+SL_API int sl_source_describe(const sl_source *src, char *buf, size_t cap, size_t *len_out);
+
+/** Read record `i` into `out` (cleared first). Columns are owning references
+ *  or views valid until sl_source_free(src); release them with
+ *  sl_sample_clear(). Checksums are verified where the format has them.
+ *  @return SL_OK; SL_EINVAL (i out of range); SL_ECORRUPT, SL_EIO,
+ *  SL_EDECODE with a message naming file, record and cause; SL_ENOMEM.
+ *  The source stays usable after a failed read. Since 0.2 */
+SL_API int sl_source_read(sl_source *src, uint64_t i, sl_sample *out);
+
+/** Values of column `col` for every record when the source can give them
+ *  without reading records (an index): `*out` points at sl_source_count()
+ *  int64_t (SL_COL_INT64) or double (SL_COL_FLOAT64) values, borrowed for
+ *  the source's life. @return SL_OK, SL_EINVAL (column not indexed). */
+SL_API int sl_source_index_column(const sl_source *src, int col, const void **out);
+
+/** Pack a source into a .slr dataset at `dst`: one column per source column
+ *  (scalar int64 and float columns go to the index, so filters on them run
+ *  on the index), records in source order, metadata "source" = the kind.
+ *  `opts->jobs` and `opts->check` apply as in sl_pack; `opts->skip_bad`
+ *  skips records that fail to read. Same crash safety as sl_pack.
+ *  Thread safety: any thread, one call per source at a time. Since 0.2 */
+SL_API int sl_pack_source(sl_source *src, const char *dst, const sl_pack_options *opts,
+                          sl_pack_report *report);
+
+/** Build the sidecar index of one TFRecord file or tar shard (`PATH.slidx`:
+ *  record offsets, column types and scalar columns), so that opening it
+ *  needs no scan and its scalar columns filter without reading records.
+ *  `options_json` (may be NULL): the source options used to read it.
+ *  @return SL_OK, SL_EUNSUPPORTED (a format without sidecar indexes), and
+ *  the errors of reading it. Since 0.2 */
+SL_API int sl_source_index_build(const char *path, const char *options_json);
 
 /* ==========================================================================
  * Image ops

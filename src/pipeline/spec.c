@@ -261,7 +261,7 @@ static int parse_shard(sl_spec *s, const cJSON *v) {
 
 /* Is `k` a key that names a source's input ({"tfrecord": ...})? */
 static int kind_key(const char *k) {
-    for (const sl_source_kind *kd = sl_source__kinds; kd->key; kd++)
+    for (const sl_source_format *kd = sl_source__kinds; kd->key; kd++)
         if (!strcmp(k, kd->key))
             return 1;
     return 0;

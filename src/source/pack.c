@@ -14,6 +14,7 @@ const char *sl_pack_kind_name(sl_pack_kind kind) {
     switch (kind) {
     case SL_PACK_IMAGEFOLDER: return "imagefolder";
     case SL_PACK_IDX: return "idx";
+    case SL_PACK_SOURCE: return "source";
     default: return "unknown";
     }
 }
@@ -24,8 +25,8 @@ void sl_source__report_bad(sl_pack_report *rep, const char *line) {
 }
 
 #define KINDS_KNOWN \
-    "sluice packs one directory (an ImageFolder: ROOT/CLASS/IMAGE) or an IDX images " \
-    "file and an IDX labels file (plain or .gz)"
+    "sluice packs one directory (an ImageFolder: ROOT/CLASS/IMAGE), an IDX images " \
+    "file and an IDX labels file (plain or .gz), TFRecord files, tar shards or a .slr dataset"
 
 int sl_pack_detect(const char *const *srcs, int nsrc, sl_pack_kind *kind_out) {
     if (!kind_out)
@@ -33,6 +34,15 @@ int sl_pack_detect(const char *const *srcs, int nsrc, sl_pack_kind *kind_out) {
     *kind_out = SL_PACK_UNKNOWN;
     if (!srcs || nsrc <= 0)
         return sl__error(SL_EINVAL, "no input given; " KINDS_KNOWN);
+    /* Formats with a packer of their own (parallel reads, per-file checks)
+     * are found below; every other format a source knows packs through the
+     * source interface. */
+    const sl_source_format *fmt;
+    if (sl_source__detect(srcs, nsrc, &fmt) == SL_OK && fmt->open != sl_source__open_imagefolder &&
+        fmt->open != sl_source__open_idx) {
+        *kind_out = SL_PACK_SOURCE;
+        return SL_OK;
+    }
     int dirs = 0, idx_img = 0, idx_lab = 0;
     for (int i = 0; i < nsrc; i++) {
         struct stat st;
@@ -76,36 +86,194 @@ int sl_pack_detect(const char *const *srcs, int nsrc, sl_pack_kind *kind_out) {
                      nsrc, idx_img, idx_lab);
 }
 
-int sl_pack(const char *const *srcs, int nsrc, const char *dst, const sl_pack_options *opts,
-            sl_pack_report *report) {
-    sl_pack_options o = SL_PACK_OPTIONS_INIT;
-    sl_pack_report local;
-    sl_pack_report *rep = report ? report : &local;
-    memset(rep, 0, sizeof *rep);
+/* Copy the caller's options into `o`, whatever version of the struct it
+ * was built with, and check them. */
+static int pack_options(const sl_pack_options *opts, const char *dst, sl_pack_options *o) {
+    sl_pack_options d = SL_PACK_OPTIONS_INIT;
+    *o = d;
     /* A caller built against an older header passes a shorter struct: copy
      * only the fields its version has, the rest keep their defaults. */
     if (opts && opts->version == 1)
-        memcpy(&o, opts, offsetof(sl_pack_options, check));
+        memcpy(o, opts, offsetof(sl_pack_options, check));
     else if (opts && opts->version == SL_PACK_OPTIONS_VERSION)
-        o = *opts;
+        *o = *opts;
     else if (opts)
         return sl__error(SL_EUNSUPPORTED,
                          "sl_pack: options version %u is not 1..%u (initialise with "
                          "SL_PACK_OPTIONS_INIT)",
                          opts->version, SL_PACK_OPTIONS_VERSION);
-    o.version = SL_PACK_OPTIONS_VERSION;
-    opts = &o;
-    if (opts->check != SL_PACK_CHECK_HEADER && opts->check != SL_PACK_CHECK_DECODE)
-        return sl__error(SL_EINVAL, "sl_pack: check is %d (0 = header, 1 = decode)",
-                         opts->check);
+    o->version = SL_PACK_OPTIONS_VERSION;
+    if (o->check != SL_PACK_CHECK_HEADER && o->check != SL_PACK_CHECK_DECODE)
+        return sl__error(SL_EINVAL, "sl_pack: check is %d (0 = header, 1 = decode)", o->check);
     if (!dst || !*dst)
         return sl__error(SL_EINVAL, "sl_pack: no output path");
-    if (opts->jobs < 0)
-        return sl__error(SL_EINVAL, "sl_pack: jobs is %d (0 = all cores)", opts->jobs);
+    if (o->jobs < 0)
+        return sl__error(SL_EINVAL, "sl_pack: jobs is %d (0 = all cores)", o->jobs);
+    return SL_OK;
+}
+
+int sl_pack(const char *const *srcs, int nsrc, const char *dst, const sl_pack_options *opts,
+            sl_pack_report *report) {
+    sl_pack_options o;
+    sl_pack_report local;
+    sl_pack_report *rep = report ? report : &local;
+    memset(rep, 0, sizeof *rep);
+    SL_TRY(pack_options(opts, dst, &o));
     sl_pack_kind kind;
     SL_TRY(sl_pack_detect(srcs, nsrc, &kind));
     rep->kind = kind;
     if (kind == SL_PACK_IMAGEFOLDER)
-        return sl_source__pack_imagefolder(srcs[0], dst, opts, rep);
-    return sl_source__pack_idx(srcs[0], srcs[1], dst, opts, rep);
+        return sl_source__pack_imagefolder(srcs[0], dst, &o, rep);
+    if (kind == SL_PACK_IDX)
+        return sl_source__pack_idx(srcs[0], srcs[1], dst, &o, rep);
+    sl_source *src;
+    SL_TRY(sl_source_open_paths(&src, srcs, nsrc, NULL));
+    int rc = sl_source__pack(src, dst, &o, rep);
+    sl_source_free(src);
+    return rc;
+}
+
+int sl_pack_source(sl_source *src, const char *dst, const sl_pack_options *opts,
+                   sl_pack_report *report) {
+    sl_pack_options o;
+    sl_pack_report local;
+    sl_pack_report *rep = report ? report : &local;
+    memset(rep, 0, sizeof *rep);
+    if (!src)
+        return sl__error(SL_EINVAL, "sl_pack_source: source is NULL");
+    SL_TRY(pack_options(opts, dst, &o));
+    rep->kind = SL_PACK_SOURCE;
+    return sl_source__pack(src, dst, &o, rep);
+}
+
+/* ---- any source into .slr --------------------------------------------------------- */
+
+/* The .slr column type a source column is stored as: scalars of any number
+ * type go to the index (INT64 / FLOAT64), so filters on them push down. */
+static int slr_column(const sl_source *src, int c, sl_schema *schema) {
+    const sl_source_col *col = &src->col[c];
+    sl_coltype t = col->type;
+    if (t == SL_COL_ARRAY) {
+        if (col->dtype == SL_DTYPE_INVALID || col->ndim < 0)
+            return sl__error(SL_EUNSUPPORTED, "%s: column '%s' has no fixed dtype and rank; "
+                             "it cannot be stored in .slr", src->name, col->name);
+        if (col->ndim == 0)
+            t = col->dtype == SL_F16 || col->dtype == SL_F32 || col->dtype == SL_F64
+                    ? SL_COL_FLOAT64
+                    : SL_COL_INT64;
+    }
+    if (t != SL_COL_ARRAY)
+        return sl_schema_add(schema, col->name, t, SL_DTYPE_INVALID, 0, NULL, 0);
+    return sl_schema_add(schema, col->name, t, col->dtype, col->ndim, col->shape, 0);
+}
+
+/* A 0-d tensor of any number type as the int64 or double the index holds. */
+static void scalar_to(const sl_tensor *t, sl_coltype to, int64_t *i, double *d) {
+    double v = 0;
+    int64_t w = 0;
+    switch (t->dtype) {
+    case SL_U8: w = *(const uint8_t *)t->data; break;
+    case SL_I8: w = *(const int8_t *)t->data; break;
+    case SL_U16: w = *(const uint16_t *)t->data; break;
+    case SL_I16: w = *(const int16_t *)t->data; break;
+    case SL_U32: w = *(const uint32_t *)t->data; break;
+    case SL_I32: w = *(const int32_t *)t->data; break;
+    case SL_U64: w = (int64_t)*(const uint64_t *)t->data; break;
+    case SL_I64: w = *(const int64_t *)t->data; break;
+    case SL_BOOL: w = *(const uint8_t *)t->data != 0; break;
+    case SL_F32: v = *(const float *)t->data; break;
+    case SL_F64: v = *(const double *)t->data; break;
+    default: break;
+    }
+    if (t->dtype == SL_F32 || t->dtype == SL_F64)
+        w = (int64_t)v;
+    else
+        v = (double)w;
+    if (to == SL_COL_INT64)
+        *i = w;
+    else
+        *d = v;
+}
+
+int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts,
+                    sl_pack_report *rep) {
+    int rc = SL_OK;
+    sl_schema *schema = NULL;
+    sl_writer *w = NULL;
+    sl_source_cursor *cur = NULL;
+    sl_source__checker chk;
+    int chk_init = 0;
+    sl_sample smp;
+    memset(&smp, 0, sizeof smp);
+    SL_CHECK(sl_schema_create(&schema));
+    for (int c = 0; c < src->ncols; c++)
+        SL_CHECK(slr_column(src, c, schema));
+    sl_writer_options wo = SL_WRITER_OPTIONS_INIT;
+    wo.shard_bytes = opts->shard_bytes;
+    SL_CHECK(sl_writer_open(&w, dst, schema, &wo));
+    for (const cJSON *m = src->meta ? src->meta->child : NULL; m; m = m->next) {
+        char *text = cJSON_IsString(m) ? NULL : cJSON_PrintUnformatted(m);
+        if (!cJSON_IsString(m) && !text)
+            SL_FAIL(SL_ENOMEM, "%s: out of memory storing metadata", src->name);
+        rc = sl_writer_set_meta(w, m->string, text ? text : m->valuestring);
+        cJSON_free(text);
+        SL_CHECK(rc);
+    }
+    SL_CHECK(sl_writer_set_meta(w, "source", src->vt->kind));
+    SL_CHECK(sl_source__cursor_open(src, NULL, NULL, &cur));
+    chk_init = 1;
+    SL_CHECK(sl_source__checker_init(&chk, opts->check));
+    int64_t ivals[SL_MAX_COLUMNS];
+    double dvals[SL_MAX_COLUMNS];
+    for (uint64_t i = 0; i < src->count; i++) {
+        char where[512];
+        rc = sl_source__read(src, cur, i, &smp);
+        for (int c = 0; rc == SL_OK && c < src->ncols; c++) {
+            if (!src->col[c].encoded)
+                continue;
+            rc = sl_source__check_image(&chk, smp.col[c].data, smp.col[c].nbytes);
+            if (rc < 0) {
+                sl_source__locate(src, i, where, sizeof where);
+                sl__error_prefix(rc, "%s: column '%s'", where, src->col[c].name);
+            }
+        }
+        if (rc < 0) {
+            sl_sample_clear(&smp);
+            if (!opts->skip_bad || rc == SL_ENOMEM)
+                goto cleanup;
+            rep->skipped++;
+            sl_source__report_bad(rep, sl_errmsg());
+            rc = SL_OK;
+            continue;
+        }
+        sl_tensor cols[SL_MAX_COLUMNS];
+        for (int c = 0; c < src->ncols; c++) {
+            cols[c] = smp.col[c];
+            sl_coltype t = sl_schema_type(schema, c);
+            if ((t == SL_COL_INT64 || t == SL_COL_FLOAT64) && smp.col[c].ndim == 0) {
+                scalar_to(&smp.col[c], t, &ivals[c], &dvals[c]);
+                if (t == SL_COL_INT64)
+                    sl_tensor_view(&cols[c], &ivals[c], SL_I64, 0, NULL);
+                else
+                    sl_tensor_view(&cols[c], &dvals[c], SL_F64, 0, NULL);
+            }
+            rep->bytes += smp.col[c].nbytes;
+        }
+        rc = sl_writer_append(w, cols, src->ncols);
+        sl_sample_clear(&smp);
+        SL_CHECK(rc);
+        rep->records++;
+        if (opts->progress)
+            opts->progress(rep->records + rep->skipped, src->count, rep->bytes, opts->user);
+    }
+    SL_CHECK(sl_writer_close(w));
+cleanup:
+    if (rc < 0)
+        rep->records = 0;
+    if (chk_init)
+        sl_source__checker_dispose(&chk);
+    sl_source__cursor_free(src, cur);
+    sl_writer_free(w);
+    sl_schema_free(schema);
+    return rc;
 }

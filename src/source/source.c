@@ -15,15 +15,15 @@
 
 /* One line per format. The key is the source object's member that names the
  * format's input ({"tfrecord": [...]}); "path" is sluice's own .slr. */
-const sl_source_kind sl_source__kinds[] = {
+const sl_source_format sl_source__kinds[] = {
     {"path", sl_source__open_slr, ".slr dataset (a directory with a manifest, or one .slr file)",
-     sl_source__sniff_slr, 0},
+     sl_source__sniff_slr, 0, NULL},
     {"image_folder", sl_source__open_imagefolder,
      "a torchvision ImageFolder: ROOT/CLASS/IMAGE, read in place", sl_source__sniff_imagefolder,
-     0},
+     0, NULL},
     {"idx", sl_source__open_idx, "IDX (MNIST-style) images and labels, plain or gzip",
-     sl_source__sniff_idx, 0},
-    {NULL, NULL, NULL, NULL, 0},
+     sl_source__sniff_idx, 0, NULL},
+    {NULL, NULL, NULL, NULL, 0, NULL},
 };
 
 /* Keys a source object may carry besides the kind key and the kind's own
@@ -37,9 +37,9 @@ int sl_source__open_json(sl_source **out, const cJSON *obj, const char *field) {
     *out = NULL;
     if (!cJSON_IsObject(obj))
         return sl__error(SL_EINVAL, "%s: must be an object", field);
-    const sl_source_kind *found = NULL;
+    const sl_source_format *found = NULL;
     for (const cJSON *it = obj->child; it; it = it->next) {
-        for (const sl_source_kind *k = sl_source__kinds; k->key; k++) {
+        for (const sl_source_format *k = sl_source__kinds; k->key; k++) {
             if (strcmp(it->string, k->key) != 0)
                 continue;
             if (found)
@@ -51,7 +51,7 @@ int sl_source__open_json(sl_source **out, const cJSON *obj, const char *field) {
     if (!found) {
         char keys[256] = "";
         size_t len = 0;
-        for (const sl_source_kind *k = sl_source__kinds; k->key; k++)
+        for (const sl_source_format *k = sl_source__kinds; k->key; k++)
             len += (size_t)snprintf(keys + len, len < sizeof keys ? sizeof keys - len : 0,
                                     "%s\"%s\"", k == sl_source__kinds ? "" : ", ", k->key);
         return sl__error(SL_EINVAL, "%s: no input given (expected one of %s)", field, keys);

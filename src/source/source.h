@@ -178,14 +178,22 @@ typedef int (*sl_source_open_fn)(sl_source **out, const cJSON *obj, const char *
 typedef int (*sl_source_sniff_fn)(const char *path, int is_dir, const uint8_t *head, size_t n);
 
 /* The registry: which key of a source object opens which format. */
-typedef struct sl_source_kind {
+typedef struct sl_source_format {
     const char *key;        /* "path", "tfrecord", "webdataset", "image_folder", "idx" */
     sl_source_open_fn open;
     const char *summary;
     sl_source_sniff_fn sniff; /* may be NULL: never chosen by content */
     int multi;              /* the input is a list of files (1) or one path / a pair */
-} sl_source_kind;
-extern const sl_source_kind sl_source__kinds[];
+    /* Build the sidecar index of one file (sl_source_index_build); NULL:
+     * the format has none. */
+    int (*build_index)(const char *path, const cJSON *opts);
+} sl_source_format;
+extern const sl_source_format sl_source__kinds[];
+
+/* The format of `n` paths, by content (each kind's sniff, in registry
+ * order; every path must be of the same kind). SL_EUNSUPPORTED when none
+ * fits, naming the path. */
+int sl_source__detect(const char *const *paths, int n, const sl_source_format **kind_out);
 
 /* Open the source a spec's source object describes (exactly one kind key). */
 int sl_source__open_json(sl_source **out, const cJSON *obj, const char *field);

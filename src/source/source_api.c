@@ -1,0 +1,246 @@
+/*
+ * source_api.c — the public face of sources (sluice.h, "Sources"): open by
+ * object or by paths (the format found from content), describe, read, pack,
+ * build an index. Everything here goes through the source interface.
+ */
+#include "source/source.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int sl_source_open(sl_source **out, const char *json) {
+    if (!out)
+        return sl__error(SL_EINVAL, "sl_source_open: out is NULL");
+    *out = NULL;
+    cJSON *doc = json ? cJSON_ParseWithOpts(json, NULL, 1) : NULL;
+    if (!doc)
+        return sl__error(SL_EINVAL, "source: not valid JSON");
+    int rc = sl_source__open_json(out, doc, "source");
+    cJSON_Delete(doc);
+    return rc;
+}
+
+/* The first bytes of a file: enough for every sniffer (a tar header is 512). */
+static int read_head(const char *path, uint8_t *head, size_t cap, size_t *n_out) {
+    *n_out = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return sl__error(SL_EIO, "%s: cannot open: %s", path, strerror(errno));
+    ssize_t r;
+    do
+        r = pread(fd, head, cap, 0);
+    while (r < 0 && errno == EINTR);
+    int e = errno;
+    close(fd);
+    if (r < 0)
+        return sl__error(SL_EIO, "%s: cannot read: %s", path, strerror(e));
+    *n_out = (size_t)r;
+    return SL_OK;
+}
+
+static int detect_one(const char *path, const sl_source_format **kind_out) {
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return sl__error(SL_EIO, "%s: %s", path, strerror(errno));
+    int is_dir = S_ISDIR(st.st_mode);
+    uint8_t head[1024];
+    size_t n = 0;
+    if (!is_dir)
+        SL_TRY(read_head(path, head, sizeof head, &n));
+    for (const sl_source_format *k = sl_source__kinds; k->key; k++) {
+        if (k->sniff && k->sniff(path, is_dir, head, n)) {
+            *kind_out = k;
+            return SL_OK;
+        }
+    }
+    if (!is_dir && n == 0)
+        return sl__error(SL_EUNSUPPORTED, "%s: empty file", path);
+    return sl__error(SL_EUNSUPPORTED,
+                     "%s: not a format sluice reads (a .slr dataset, an ImageFolder directory, "
+                     "IDX, TFRecord or tar files)", path);
+}
+
+int sl_source__detect(const char *const *paths, int n, const sl_source_format **kind_out) {
+    *kind_out = NULL;
+    if (!paths || n <= 0)
+        return sl__error(SL_EINVAL, "no input given");
+    const sl_source_format *first = NULL;
+    for (int i = 0; i < n; i++) {
+        const sl_source_format *k;
+        if (!paths[i])
+            return sl__error(SL_EINVAL, "input %d is NULL", i);
+        SL_TRY(detect_one(paths[i], &k));
+        if (first && k != first)
+            return sl__error(SL_EINVAL, "%s is %s but %s is %s; give inputs of one kind",
+                             paths[0], first->key, paths[i], k->key);
+        first = k;
+    }
+    if (!first->multi && n > (first->open == sl_source__open_idx ? 2 : 1))
+        return sl__error(SL_EINVAL, "%d inputs of kind %s; give one", n, first->key);
+    *kind_out = first;
+    return SL_OK;
+}
+
+int sl_source_open_paths(sl_source **out, const char *const *paths, int n,
+                         const char *options_json) {
+    if (!out)
+        return sl__error(SL_EINVAL, "sl_source_open_paths: out is NULL");
+    *out = NULL;
+    const sl_source_format *k;
+    SL_TRY(sl_source__detect(paths, n, &k));
+    cJSON *obj = options_json ? cJSON_ParseWithOpts(options_json, NULL, 1) : cJSON_CreateObject();
+    if (!obj)
+        return options_json ? sl__error(SL_EINVAL, "source options: not valid JSON")
+                            : sl__oom("opening a source");
+    if (!cJSON_IsObject(obj)) {
+        cJSON_Delete(obj);
+        return sl__error(SL_EINVAL, "source options: must be a JSON object");
+    }
+    cJSON *in;
+    if (k->multi || n > 1) {
+        in = cJSON_CreateArray();
+        for (int i = 0; in && i < n; i++) {
+            cJSON *p = cJSON_CreateString(paths[i]);
+            if (!p) {
+                cJSON_Delete(in);
+                in = NULL;
+                break;
+            }
+            cJSON_AddItemToArray(in, p);
+        }
+    } else {
+        in = cJSON_CreateString(paths[0]);
+    }
+    if (!in) {
+        cJSON_Delete(obj);
+        return sl__oom("opening a source");
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(obj, k->key);
+    cJSON_AddItemToObject(obj, k->key, in);
+    int rc = sl_source__open_json(out, obj, "source");
+    cJSON_Delete(obj);
+    return rc;
+}
+
+void sl_source_free(sl_source *src) { sl_source__release(src); }
+
+const char *sl_source_kind(const sl_source *src) { return src->vt->kind; }
+const char *sl_source_name(const sl_source *src) { return src->name; }
+uint64_t sl_source_count(const sl_source *src) { return src->count; }
+int sl_source_ncols(const sl_source *src) { return src->ncols; }
+
+const char *sl_source_colname(const sl_source *src, int col) {
+    return col >= 0 && col < src->ncols ? src->col[col].name : NULL;
+}
+
+sl_coltype sl_source_coltype(const sl_source *src, int col) {
+    return col >= 0 && col < src->ncols ? src->col[col].type : (sl_coltype)0;
+}
+
+static const char *coltype_name(sl_coltype t) {
+    switch (t) {
+    case SL_COL_INT64: return "int64";
+    case SL_COL_FLOAT64: return "float64";
+    case SL_COL_STRING: return "string";
+    case SL_COL_BYTES: return "bytes";
+    case SL_COL_ARRAY: return "array";
+    default: return "unknown";
+    }
+}
+
+int sl_source_describe(const sl_source *src, char *buf, size_t cap, size_t *len_out) {
+    if (!src)
+        return sl__error(SL_EINVAL, "sl_source_describe: source is NULL");
+    int rc = SL_OK;
+    char *text = NULL;
+    cJSON *doc = cJSON_CreateObject(), *cols = NULL;
+    if (!doc || !cJSON_AddStringToObject(doc, "kind", src->vt->kind) ||
+        !cJSON_AddStringToObject(doc, "name", src->name) ||
+        !cJSON_AddNumberToObject(doc, "records", (double)src->count) ||
+        !(cols = cJSON_AddArrayToObject(doc, "columns")))
+        SL_FAIL(SL_ENOMEM, "describing a source");
+    for (int c = 0; c < src->ncols; c++) {
+        const sl_source_col *sc = &src->col[c];
+        cJSON *o = cJSON_CreateObject();
+        if (!o)
+            SL_FAIL(SL_ENOMEM, "describing a source");
+        cJSON_AddItemToArray(cols, o);
+        cJSON_AddStringToObject(o, "name", sc->name);
+        cJSON_AddStringToObject(o, "type", coltype_name(sc->type));
+        if (sc->type == SL_COL_ARRAY) {
+            cJSON_AddStringToObject(o, "dtype", sl_dtype_name(sc->dtype));
+            cJSON *sh = cJSON_AddArrayToObject(o, "shape");
+            for (int d = 0; sh && d < sc->ndim; d++)
+                cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)sc->shape[d]));
+        }
+        if (sc->encoded)
+            cJSON_AddBoolToObject(o, "encoded", 1);
+        if (sc->indexed)
+            cJSON_AddBoolToObject(o, "indexed", 1);
+    }
+    if (src->meta) {
+        cJSON *m = cJSON_Duplicate(src->meta, 1);
+        if (!m)
+            SL_FAIL(SL_ENOMEM, "describing a source");
+        cJSON_AddItemToObject(doc, "metadata", m);
+    }
+    if (src->vt->describe)
+        SL_CHECK(src->vt->describe((sl_source *)src, doc));
+    text = cJSON_PrintUnformatted(doc);
+    if (!text)
+        SL_FAIL(SL_ENOMEM, "describing a source");
+    size_t n = strlen(text);
+    if (len_out)
+        *len_out = n;
+    if (buf && cap) {
+        size_t m = n < cap - 1 ? n : cap - 1;
+        memcpy(buf, text, m);
+        buf[m] = '\0';
+    }
+cleanup:
+    cJSON_free(text);
+    cJSON_Delete(doc);
+    return rc;
+}
+
+int sl_source_read(sl_source *src, uint64_t i, sl_sample *out) {
+    if (!src || !out)
+        return sl__error(SL_EINVAL, "sl_source_read: NULL argument");
+    memset(out, 0, sizeof *out);
+    if (i >= src->count)
+        return sl__error(SL_EINVAL, "%s: record %llu is out of range (%llu records)", src->name,
+                         (unsigned long long)i, (unsigned long long)src->count);
+    if (!src->api_cursor)
+        SL_TRY(sl_source__cursor_open(src, NULL, NULL, &src->api_cursor));
+    return sl_source__read(src, src->api_cursor, i, out);
+}
+
+int sl_source_index_column(const sl_source *src, int col, const void **out) {
+    if (!src || !out || col < 0 || col >= src->ncols)
+        return sl__error(SL_EINVAL, "sl_source_index_column: bad argument");
+    if (!src->col[col].indexed || !src->vt->index_column)
+        return sl__error(SL_EINVAL, "%s: column '%s' is not indexed", src->name,
+                         src->col[col].name);
+    return src->vt->index_column((sl_source *)src, col, out);
+}
+
+int sl_source_index_build(const char *path, const char *options_json) {
+    const sl_source_format *k;
+    if (!path)
+        return sl__error(SL_EINVAL, "sl_source_index_build: path is NULL");
+    SL_TRY(sl_source__detect(&path, 1, &k));
+    if (!k->build_index)
+        return sl__error(SL_EUNSUPPORTED, "%s: %s inputs have no sidecar index (TFRecord files "
+                         "and tar shards do)", path, k->key);
+    cJSON *opts = options_json ? cJSON_ParseWithOpts(options_json, NULL, 1) : cJSON_CreateObject();
+    if (!opts)
+        return options_json ? sl__error(SL_EINVAL, "index options: not valid JSON")
+                            : sl__oom("building an index");
+    int rc = k->build_index(path, opts);
+    cJSON_Delete(opts);
+    return rc;
+}
