@@ -200,7 +200,8 @@ static void make_corpus(corpus *c) {
         b[psos + 4 + 1 + 2 * b[psos + 4]] = 70; /* Ss past 63 */
         add_bad(c, b, nprog, "progressive bad Ss", 1);
     }
-    b = dup_bytes(base, nbase + 8);
+    b = malloc(nbase + 8);
+    memcpy(b, base, nbase);
     memcpy(b + nbase, "\x00\x01\x02\x03\x04\x05\x06\x07", 8); /* data after EOI */
     add_bad(c, b, nbase + 8, "junk after EOI", 0);
     b = dup_bytes(png, npng);
