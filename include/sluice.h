@@ -707,8 +707,34 @@ typedef enum sl_decoder_param {
     /** Largest number of progressive JPEG scans accepted (a hostile file can
      *  make decoding slow with thousands of scans). Range 1 .. 1000000,
      *  default 1000. */
-    SL_DECODE_MAX_SCANS = 2
+    SL_DECODE_MAX_SCANS = 2,
+    /** What a libjpeg warning (data libjpeg can read past) does: an
+     *  sl_warnings value. Default SL_WARNINGS_DEFAULT. docs/OPS.md has the
+     *  table of warnings and their outcome per value. Since 0.2 */
+    SL_DECODE_WARNINGS = 3,
+    /** 1: apply the JPEG's EXIF orientation (APP1 tag 0x0112), so the image
+     *  comes out upright and sl_decode_info reports the upright size (width
+     *  and height swap for orientations 5..8); crops given to
+     *  sl_decode_crop_resize are in upright coordinates. 0 (default): pixels
+     *  as stored, as PIL's Image.open and torchvision's ImageFolder give
+     *  them. PNG eXIf chunks are ignored. Range 0..1. Since 0.2 */
+    SL_DECODE_EXIF_ORIENTATION = 4
 } sl_decoder_param;
+
+/** Values of SL_DECODE_WARNINGS. Values are pinned. */
+typedef enum sl_warnings {
+    /** Fail on warnings that mean damaged pixels (premature end of data,
+     *  corrupt entropy data, bad progression); pass those that leave the
+     *  pixels as the encoder wrote them (extraneous bytes between segments,
+     *  unknown JFIF version, unknown Adobe transform, odd SOS parameters in
+     *  a sequential file, bad ICC marker). */
+    SL_WARNINGS_DEFAULT = 0,
+    /** Fail on any warning (the behaviour before 0.2). */
+    SL_WARNINGS_STRICT = 1,
+    /** Pass every warning except a file that ends early: accept what PIL's
+     *  Image.open(f).convert("RGB") accepts, with the same pixels. */
+    SL_WARNINGS_LENIENT = 2
+} sl_warnings;
 
 /** Reusable decoding state (a libjpeg decompressor, a PNG context, scratch
  *  rows), kept per thread so that steady-state decoding does no allocation
@@ -744,9 +770,11 @@ SL_API int sl_decode_info(sl_decoder *dec, const void *data, size_t size,
  *  type and bit depth; 16-bit samples keep their high byte, alpha is dropped,
  *  palettes expanded. WebP (lossy and lossless, via libwebp): alpha dropped
  *  as for PNG; animated WebP is SL_EUNSUPPORTED (refused, not cut to its
- *  first frame). Any libjpeg warning (truncated or corrupt data) is an
- *  error: damaged data never yields silently wrong pixels. EXIF orientation
- *  is not applied (as PIL's Image.open does not).
+ *  first frame). A libjpeg warning that means damaged pixels (truncated
+ *  or corrupt data) is an error, so damaged data never yields silently wrong
+ *  pixels; SL_DECODE_WARNINGS changes which warnings fail. EXIF orientation
+ *  is applied only with SL_DECODE_EXIF_ORIENTATION (PIL's Image.open does
+ *  not apply it).
  *  @param[in] dec   decoder (per thread)
  *  @param[in] data  encoded bytes, `size` of them (borrowed for the call)
  *  @param[in] color SL_COLOR_RGB or SL_COLOR_GRAY
@@ -777,10 +805,11 @@ typedef enum sl_interp {
  *  never decoded, so damage there goes unnoticed (the output is still right).
  *  Equal to sl_decode + sl_image_crop + sl_image_resize within a mean
  *  absolute difference of 2 levels (exact when the scale is 8/8 and the crop
- *  is the whole image). PNG and WebP input is decoded whole, then resized from
- *  the box.
- *  @param[in] crop  box in original-image coordinates (NULL: whole image);
- *                   must lie inside the image
+ *  is the whole image). PNG and WebP input is decoded whole, then resized
+ *  from the box.
+ *  @param[in] crop  box in original-image coordinates (upright ones with
+ *                   SL_DECODE_EXIF_ORIENTATION; NULL: whole image); must lie
+ *                   inside the image
  *  @param[out] out  (out_h, out_w, color) SL_U8; see "Output tensors"
  *  @return as sl_decode, plus SL_EINVAL for a box outside the image.
  *  Since 0.1 */

@@ -172,12 +172,29 @@ class Dataset:
             raise ValueError(f"rank: must be < world_size ({world_size}), got {rank}")
         return self._with_source(shard={"index": rank, "count": world_size})
 
-    def decode(self, column="image", mode="rgb"):
+    def decode(self, column="image", mode="rgb", warnings="default", exif_orientation=False):
         """Decode JPEG/PNG bytes into an HWC uint8 image (``mode``: "rgb" or
-        "gray", as PIL's convert). Fused with a crop/resize that follows."""
+        "gray", as PIL's convert). Fused with a crop/resize that follows.
+        ``warnings``: which libjpeg warnings fail the sample — "default"
+        (those that mean damaged pixels), "strict" (all) or "lenient" (only
+        a file that ends early, as PIL). ``exif_orientation``: turn JPEGs
+        upright by their EXIF orientation (PIL's ImageOps.exif_transpose);
+        off by default, as PIL's Image.open."""
         if mode not in ("rgb", "gray"):
             raise ValueError(f"mode: expected 'rgb' or 'gray', got {mode!r}")
-        return self.op("decode", column=_check_column(column), mode=mode)
+        if warnings not in ("default", "strict", "lenient"):
+            raise ValueError("warnings: expected 'default', 'strict' or 'lenient', "
+                             f"got {warnings!r}")
+        if not isinstance(exif_orientation, bool):
+            raise TypeError("exif_orientation: expected a bool, got "
+                            f"{type(exif_orientation).__name__}")
+        params = {"column": _check_column(column), "mode": mode}
+        # only what differs from the defaults, so specs stay as they were
+        if warnings != "default":
+            params["warnings"] = warnings
+        if exif_orientation:
+            params["exif_orientation"] = True
+        return self.op("decode", **params)
 
     def resize(self, column, size, interpolation="bilinear"):
         """torchvision's Resize: an int resizes the shorter side to it

@@ -40,6 +40,19 @@ int sl_decoder_set(sl_decoder *dec, int param, int64_t value) {
                              (long long)value);
         dec->max_scans = value;
         return SL_OK;
+    case SL_DECODE_WARNINGS:
+        if (value != SL_WARNINGS_DEFAULT && value != SL_WARNINGS_STRICT &&
+            value != SL_WARNINGS_LENIENT)
+            return sl__error(SL_EINVAL, "decoder: warnings %lld is not an sl_warnings value",
+                             (long long)value);
+        dec->warnings = (int)value;
+        return SL_OK;
+    case SL_DECODE_EXIF_ORIENTATION:
+        if (value != 0 && value != 1)
+            return sl__error(SL_EINVAL, "decoder: exif_orientation %lld is not 0 or 1",
+                             (long long)value);
+        dec->exif_orientation = (int)value;
+        return SL_OK;
     default:
         return sl__error(SL_EINVAL, "decoder: unknown parameter %d", param);
     }
@@ -49,6 +62,8 @@ int64_t sl_decoder_get(const sl_decoder *dec, int param) {
     switch (param) {
     case SL_DECODE_MAX_PIXELS: return dec->max_pixels;
     case SL_DECODE_MAX_SCANS: return dec->max_scans;
+    case SL_DECODE_WARNINGS: return dec->warnings;
+    case SL_DECODE_EXIF_ORIENTATION: return dec->exif_orientation;
     default: return -1;
     }
 }

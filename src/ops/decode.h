@@ -18,6 +18,7 @@ typedef struct sl_jpeg_err {
     jmp_buf jb;
     char msg[JMSG_LENGTH_MAX];
     int64_t max_scans;
+    int warnings; /* sl_warnings */
 } sl_jpeg_err;
 
 struct sl_decoder {
@@ -27,6 +28,8 @@ struct sl_decoder {
     int jpeg_ready;
     int64_t max_pixels;
     int64_t max_scans;
+    int warnings;         /* sl_warnings */
+    int exif_orientation; /* 1: apply the EXIF orientation */
     /* scratch for rows that need converting and for fused decodes */
     uint8_t *scratch;
     size_t scratch_cap;

@@ -4,14 +4,21 @@
  * The libjpeg API (not TurboJPEG) is used because it gives what TurboJPEG
  * 2.1 does not: CMYK output (converted to RGB as PIL does), partial decoding
  * (jpeg_crop_scanline, jpeg_skip_scanlines) for the fused crop, a progress
- * hook to cap the number of progressive scans, and a message hook that turns
- * every warning into an error. Settings equal PIL's: ISLOW DCT and fancy
- * upsampling (libjpeg's defaults), so decoded pixels equal PIL's.
+ * hook to cap the number of progressive scans, a message hook that sorts
+ * warnings by what they mean for the pixels, and the saved APP1 marker for
+ * the EXIF orientation. Settings equal PIL's: ISLOW DCT and fancy upsampling
+ * (libjpeg's defaults), so decoded pixels equal PIL's.
  *
- * Invariant: every path through a decode either finishes or aborts the
- * decompressor, so the reused cinfo is always idle between calls.
+ * Invariants:
+ *  1. Every path through a decode, the error longjmps included, either
+ *     finishes or aborts the decompressor before returning, so no image
+ *     memory is held and nothing points at the caller's bytes afterwards.
+ *  2. Every call starts on a decompressor that has read no file before
+ *     (jpeg_begin), so no file can change how a later one decodes.
  */
 #include "ops/decode.h"
+
+#include <jerror.h>
 
 #include <ctype.h>
 #include <math.h>
@@ -25,10 +32,33 @@ static void on_error_exit(j_common_ptr c) {
     longjmp(e->jb, JERR_KIND_DECODE + 1);
 }
 
-/* Warnings (level -1) mean corrupt or truncated data that libjpeg would
- * paper over with grey or repeated pixels: make them errors. */
+/* Whether warning `code` fails the decode under `mode` (sl_warnings); the
+ * table in docs/OPS.md gives each decision with its reason. */
+static int warning_fails(int code, int mode) {
+    if (mode == SL_WARNINGS_STRICT)
+        return 1;
+    switch (code) {
+    case JWRN_JPEG_EOF:
+        /* The file ends early and libjpeg fills the rest with grey; PIL
+         * refuses such a file too ("image file is truncated"). */
+        return 1;
+    case JWRN_EXTRANEOUS_DATA:  /* bytes between segments are skipped */
+    case JWRN_JFIF_MAJOR:       /* only the version number is unknown */
+    case JWRN_ADOBE_XFORM:      /* YCbCr is assumed, as every other reader does */
+    case JWRN_NOT_SEQUENTIAL:   /* the scan is read as the baseline scan it is */
+    case JWRN_BOGUS_ICC:        /* the ICC profile is not used */
+        return 0;
+    default:
+        /* HIT_MARKER, HUFF_BAD_CODE, ARITH_BAD_CODE, MUST_RESYNC,
+         * BOGUS_PROGRESSION, TOO_MUCH_DATA: coefficients were lost or
+         * guessed; PIL decodes through them silently. */
+        return mode != SL_WARNINGS_LENIENT;
+    }
+}
+
 static void on_emit_message(j_common_ptr c, int level) {
-    if (level < 0)
+    sl_jpeg_err *e = (sl_jpeg_err *)c->err;
+    if (level < 0 && warning_fails(c->err->msg_code, e->warnings))
         on_error_exit(c);
 }
 
@@ -44,15 +74,27 @@ static void on_progress(j_common_ptr c) {
     }
 }
 
-static int jpeg_setup(sl_decoder *d) {
-    if (d->jpeg_ready)
-        return SL_OK;
+/* A decompressor that has read no file. jpeg_abort_decompress frees the
+ * image memory but keeps the quantization and Huffman tables (libjpeg puts
+ * them in its permanent pool so that a tables-only stream can precede
+ * abbreviated images); a later file that omits DQT/DHT, as Motion-JPEG
+ * frames do, would then decode with the previous file's tables, or not fail
+ * where a fresh decoder fails. Resetting the pointers would leak pool memory
+ * per image, so the decompressor is destroyed and created again instead:
+ * a few small allocations against the hundreds a decode makes. */
+static int jpeg_begin(sl_decoder *d) {
+    if (d->jpeg_ready) {
+        jpeg_destroy_decompress(&d->cinfo);
+        d->jpeg_ready = 0;
+    }
     d->cinfo.err = jpeg_std_error(&d->jerr.pub);
     d->jerr.pub.error_exit = on_error_exit;
     d->jerr.pub.emit_message = on_emit_message;
     d->jerr.pub.output_message = on_output_message;
-    if (setjmp(d->jerr.jb))
+    if (setjmp(d->jerr.jb)) {
+        jpeg_destroy_decompress(&d->cinfo); /* frees what was made; safe when nothing was */
         return sl__oom("decode: libjpeg");
+    }
     jpeg_create_decompress(&d->cinfo);
     d->progress.progress_monitor = on_progress;
     d->cinfo.progress = &d->progress;
@@ -72,25 +114,117 @@ static int jpeg_failure(sl_decoder *d, int kind) {
     return sl__error(kind == JERR_KIND_LIMIT + 1 ? SL_ELIMIT : SL_EDECODE, "decode: %s", m);
 }
 
-static void start(sl_decoder *d, const uint8_t *data, size_t size) {
+/* The EXIF orientation (1..8) in the saved APP1 markers; 1 when absent or
+ * unreadable. The TIFF walk is done here, with a bounds check on every read
+ * of the hostile bytes, because it needs one tag of IFD0: a library for it
+ * (libexif) would be a dependency for twenty lines. Like PIL, the first Exif
+ * APP1 segment counts. */
+static int exif_orientation(j_decompress_ptr ci) {
+    for (jpeg_saved_marker_ptr m = ci->marker_list; m; m = m->next) {
+        if (m->marker != JPEG_APP0 + 1 || m->data_length < 6 ||
+            memcmp(m->data, "Exif\0\0", 6) != 0)
+            continue;
+        const uint8_t *t = m->data + 6;
+        size_t n = m->data_length - 6;
+        if (n < 8)
+            return 1;
+        int le;
+        if (t[0] == 'I' && t[1] == 'I')
+            le = 1;
+        else if (t[0] == 'M' && t[1] == 'M')
+            le = 0;
+        else
+            return 1;
+#define U16(p) (le ? (uint32_t)(p)[0] | (uint32_t)(p)[1] << 8 : (uint32_t)(p)[0] << 8 | (p)[1])
+#define U32(p) (le ? U16(p) | U16((p) + 2) << 16 : U16(p) << 16 | U16((p) + 2))
+        if (U16(t + 2) != 42)
+            return 1;
+        uint32_t ifd = U32(t + 4);
+        if (ifd > n || n - ifd < 2)
+            return 1;
+        uint32_t count = U16(t + ifd);
+        if (count > (n - ifd - 2) / 12)
+            count = (uint32_t)((n - ifd - 2) / 12);
+        for (uint32_t i = 0; i < count; i++) {
+            const uint8_t *e = t + ifd + 2 + 12 * (size_t)i;
+            if (U16(e) != 0x0112)
+                continue;
+            uint32_t type = U16(e + 2), v;
+            if (U32(e + 4) != 1)
+                return 1;
+            if (type == 3) /* SHORT */
+                v = U16(e + 8);
+            else if (type == 4) /* LONG */
+                v = U32(e + 8);
+            else
+                return 1;
+            return v >= 1 && v <= 8 ? (int)v : 1;
+        }
+#undef U32
+#undef U16
+        return 1;
+    }
+    return 1;
+}
+
+/* Read the header of `data`; returns the orientation to apply (1: none). */
+static int start(sl_decoder *d, const uint8_t *data, size_t size) {
     d->jerr.msg[0] = '\0';
     d->jerr.max_scans = d->max_scans;
+    d->jerr.warnings = d->warnings;
     jpeg_mem_src(&d->cinfo, data, (unsigned long)size);
+    if (d->exif_orientation)
+        jpeg_save_markers(&d->cinfo, JPEG_APP0 + 1, 0xffff);
     (void)jpeg_read_header(&d->cinfo, TRUE);
+    return d->exif_orientation ? exif_orientation(&d->cinfo) : 1;
 }
 
 int sl_ops__jpeg_info(sl_decoder *d, const uint8_t *data, size_t size, sl_image_info *info) {
-    SL_TRY(jpeg_setup(d));
+    SL_TRY(jpeg_begin(d));
     int kind = setjmp(d->jerr.jb);
     if (kind)
         return jpeg_failure(d, kind);
-    start(d, data, size);
+    int o = start(d, data, size);
     info->format = SL_FORMAT_JPEG;
     info->width = (int32_t)d->cinfo.image_width;
     info->height = (int32_t)d->cinfo.image_height;
     info->channels = d->cinfo.num_components;
     jpeg_abort_decompress(&d->cinfo);
+    if (o >= 5) {
+        int32_t t = info->width;
+        info->width = info->height;
+        info->height = t;
+    }
     return sl_ops__check_dims(d, (uint64_t)info->width, (uint64_t)info->height);
+}
+
+/* Write the h x w x c image `src`, turned upright by EXIF orientation `o`,
+ * into `dst` (w x h for o >= 5). Each case names the stored pixel of upright
+ * pixel (0, 0) and the stored step for one upright column and one row, as
+ * PIL's ImageOps.exif_transpose turns: 2 mirror, 3 rotate 180, 4 flip,
+ * 5 transpose, 6 rotate 90 clockwise, 7 transverse, 8 rotate 90
+ * anticlockwise. */
+static void orient(const uint8_t *src, int h, int w, int c, int o, uint8_t *dst) {
+    ptrdiff_t row = (ptrdiff_t)w * c, last_row = (ptrdiff_t)(h - 1) * row,
+              last_col = (ptrdiff_t)(w - 1) * c;
+    ptrdiff_t base, sx, sy;
+    switch (o) {
+    case 2: base = last_col, sx = -c, sy = row; break;
+    case 3: base = last_row + last_col, sx = -c, sy = -row; break;
+    case 4: base = last_row, sx = c, sy = -row; break;
+    case 5: base = 0, sx = row, sy = c; break;
+    case 6: base = last_row, sx = -row, sy = c; break;
+    case 7: base = last_row + last_col, sx = -row, sy = -c; break;
+    case 8: base = last_col, sx = row, sy = -c; break;
+    default: base = 0, sx = c, sy = row; break;
+    }
+    int oh = o >= 5 ? w : h, ow = o >= 5 ? h : w;
+    for (int y = 0; y < oh; y++) {
+        const uint8_t *p = src + base + y * sy;
+        for (int x = 0; x < ow; x++, p += sx, dst += c)
+            for (int k = 0; k < c; k++)
+                dst[k] = p[k];
+    }
 }
 
 /* Output colour space for libjpeg: gray files stay gray, CMYK/YCCK come out
@@ -148,38 +282,11 @@ static void convert_row(const uint8_t *in, int jc, uint8_t *out, sl_color color,
     }
 }
 
-int sl_ops__jpeg_decode(sl_decoder *d, const uint8_t *data, size_t size, sl_color color,
-                        sl_tensor *out) {
-    SL_TRY(jpeg_setup(d));
-    j_decompress_ptr ci = &d->cinfo;
-    volatile int allocated = 0;
-    int kind = setjmp(d->jerr.jb);
-    if (kind) {
-        int rc = jpeg_failure(d, kind);
-        if (allocated)
-            sl_tensor_release(out);
-        return rc;
-    }
-    start(d, data, size);
-    int rc = sl_ops__check_dims(d, ci->image_width, ci->image_height);
-    int jc = set_out_space(ci);
-    size_t w = ci->image_width;
-    /* row conversion buffer: a jc-channel row plus an RGB row for CMYK->gray */
-    if (rc == SL_OK && jc != (int)color)
-        rc = sl_ops__dec_scratch(d, w * 4 + w * 3);
-    if (rc == SL_OK) {
-        int64_t shape[3] = {ci->image_height, ci->image_width, (int64_t)color};
-        int a = 0;
-        rc = sl_ops__out_prepare(out, SL_U8, 3, shape, "decode", &a);
-        allocated = a;
-    }
-    if (rc < 0) {
-        jpeg_abort_decompress(ci);
-        return rc;
-    }
-    (void)jpeg_start_decompress(ci);
-    uint8_t *dst = out->data;
-    size_t stride = w * (size_t)color;
+/* Read the whole started image into `dst` (rows `stride` apart) as `color`;
+ * `conv` is scratch for w*7 bytes when the file's channels `jc` differ. */
+static void read_image(j_decompress_ptr ci, int jc, sl_color color, uint8_t *dst, size_t stride,
+                       uint8_t *conv) {
+    size_t w = ci->output_width;
     if (jc == (int)color) {
         while (ci->output_scanline < ci->output_height) {
             JSAMPROW rows[16];
@@ -189,7 +296,7 @@ int sl_ops__jpeg_decode(sl_decoder *d, const uint8_t *data, size_t size, sl_colo
             (void)jpeg_read_scanlines(ci, rows, (JDIMENSION)n);
         }
     } else {
-        uint8_t *row = d->scratch, *tmp = d->scratch + w * 4;
+        uint8_t *row = conv, *tmp = conv + w * 4;
         while (ci->output_scanline < ci->output_height) {
             uint8_t *o = dst + (size_t)ci->output_scanline * stride;
             JSAMPROW r = row;
@@ -197,25 +304,92 @@ int sl_ops__jpeg_decode(sl_decoder *d, const uint8_t *data, size_t size, sl_colo
             convert_row(row, jc, o, color, w, tmp);
         }
     }
+}
+
+int sl_ops__jpeg_decode(sl_decoder *d, const uint8_t *data, size_t size, sl_color color,
+                        sl_tensor *out) {
+    SL_TRY(jpeg_begin(d));
+    j_decompress_ptr ci = &d->cinfo;
+    volatile int allocated = 0;
+    int kind = setjmp(d->jerr.jb);
+    if (kind) {
+        int rc = jpeg_failure(d, kind);
+        if (allocated)
+            sl_tensor_release(out);
+        return rc;
+    }
+    int o = start(d, data, size);
+    int rc = sl_ops__check_dims(d, ci->image_width, ci->image_height);
+    int jc = set_out_space(ci);
+    size_t w = ci->image_width, h = ci->image_height;
+    /* A turned image is decoded into the scratch first, then turned into
+     * `out`; the row conversion buffer follows it. */
+    size_t img = o != 1 ? w * h * (size_t)color : 0, conv = jc != (int)color ? w * 7 : 0;
+    if (rc == SL_OK && img + conv)
+        rc = sl_ops__dec_scratch(d, img + conv);
+    if (rc == SL_OK) {
+        int64_t shape[3] = {(int64_t)h, (int64_t)w, (int64_t)color};
+        if (o >= 5) {
+            shape[0] = (int64_t)w;
+            shape[1] = (int64_t)h;
+        }
+        int a = 0;
+        rc = sl_ops__out_prepare(out, SL_U8, 3, shape, "decode", &a);
+        allocated = a;
+    }
+    if (rc < 0) {
+        jpeg_abort_decompress(ci);
+        return rc;
+    }
+    (void)jpeg_start_decompress(ci);
+    uint8_t *dst = o != 1 ? d->scratch : out->data;
+    read_image(ci, jc, color, dst, w * (size_t)color, d->scratch + img);
     (void)jpeg_finish_decompress(ci);
+    if (o != 1)
+        orient(d->scratch, (int)h, (int)w, (int)color, o, out->data);
     return SL_OK;
+}
+
+/* The fused path for a turned image: `box` and `lim` are upright
+ * coordinates, so decode whole, turn, and resample from that, as the PNG
+ * path does. */
+static int decode_box_turned(sl_decoder *d, int jc, int o, sl_color color, const double box[4],
+                             const int lim[4], int out_h, int out_w, sl_interp interp,
+                             uint8_t *out) {
+    j_decompress_ptr ci = &d->cinfo;
+    size_t w = ci->image_width, h = ci->image_height, img = w * h * (size_t)color;
+    int rc = sl_ops__dec_scratch(d, 2 * img + w * 7);
+    if (rc < 0) {
+        jpeg_abort_decompress(ci);
+        return rc;
+    }
+    (void)jpeg_start_decompress(ci);
+    read_image(ci, jc, color, d->scratch, w * (size_t)color, d->scratch + 2 * img);
+    (void)jpeg_finish_decompress(ci);
+    uint8_t *up = d->scratch + img;
+    orient(d->scratch, (int)h, (int)w, (int)color, o, up);
+    int uh = o >= 5 ? (int)w : (int)h, uw = o >= 5 ? (int)h : (int)w;
+    return sl_ops__resample(up, uh, uw, (size_t)uw * color, (int)color, box, lim, out_h, out_w,
+                            interp, out, (size_t)out_w * color);
 }
 
 int sl_ops__jpeg_decode_box(sl_decoder *d, const uint8_t *data, size_t size, sl_color color,
                             const double box[4], const int lim[4], int out_h, int out_w,
                             sl_interp interp, uint8_t *out) {
-    SL_TRY(jpeg_setup(d));
+    SL_TRY(jpeg_begin(d));
     j_decompress_ptr ci = &d->cinfo;
     int kind = setjmp(d->jerr.jb);
     if (kind)
         return jpeg_failure(d, kind);
-    start(d, data, size);
+    int turn = start(d, data, size);
     int rc = sl_ops__check_dims(d, ci->image_width, ci->image_height);
     if (rc < 0) {
         jpeg_abort_decompress(ci);
         return rc;
     }
     int jc = set_out_space(ci);
+    if (turn != 1)
+        return decode_box_turned(d, jc, turn, color, box, lim, out_h, out_w, interp, out);
     double bw = box[2] - box[0], bh = box[3] - box[1];
     /* The smallest scale s/8 at which the box still has at least the output's
      * pixels in each direction: each 8x8 DCT block is decoded straight to

@@ -99,9 +99,26 @@ static int parse_range(const cJSON *json, const char *key, const char *field, do
 
 static const char *const interp_names[] = {"bilinear", "area", "nearest", NULL};
 
+/* The decode options; the first member of every decode op's params, so
+ * that one worker_init serves the plain and the fused ops. */
+typedef struct {
+    int warnings;         /* sl_warnings */
+    int exif_orientation; /* 0/1 */
+} decode_opts;
+
 static int decoder_init(const void *params, void **state_out) {
-    (void)params;
-    return sl_decoder_create((sl_decoder **)state_out);
+    const decode_opts *o = params;
+    sl_decoder *dec;
+    SL_TRY(sl_decoder_create(&dec));
+    int rc = sl_decoder_set(dec, SL_DECODE_WARNINGS, o->warnings);
+    if (rc == SL_OK)
+        rc = sl_decoder_set(dec, SL_DECODE_EXIF_ORIENTATION, o->exif_orientation);
+    if (rc < 0) {
+        sl_decoder_free(dec);
+        return rc;
+    }
+    *state_out = dec;
+    return SL_OK;
 }
 
 static void decoder_free(void *state) { sl_decoder_free(state); }
@@ -145,6 +162,7 @@ static int decode_box_column(sl_decoder *dec, sl_op_ctx *ctx, sl_sample *s, int 
 /* ---- decode ------------------------------------------------------------------ */
 
 typedef struct {
+    decode_opts opt; /* first: see decoder_init */
     char column[SL_COLNAME_MAX];
     int col;
     sl_color color;
@@ -173,12 +191,14 @@ typedef struct {
 
 /* fused ops */
 typedef struct {
+    decode_opts opt; /* first: see decoder_init */
     int col;
     sl_color color;
     rrc_params rrc;
 } decode_rrc_params;
 
 typedef struct {
+    decode_opts opt; /* first: see decoder_init */
     int col;
     sl_color color;
     resize_params rs;
@@ -192,12 +212,17 @@ static const sl_op_def op_decode_rrc, op_decode_resize, op_flip_normalize;
 
 static int decode_parse(void *params, const cJSON *json, const char *field) {
     decode_params *p = params;
-    static const char *const keys[] = {"column", "mode", NULL};
+    static const char *const keys[] = {"column", "mode", "warnings", "exif_orientation", NULL};
     static const char *const modes[] = {"rgb", "gray", NULL};
+    /* in sl_warnings order */
+    static const char *const warnings[] = {"default", "strict", "lenient", NULL};
     int mode;
     SL_TRY(sl_op_param_check_keys(json, field, keys));
     SL_TRY(sl_op_param_string(json, "column", field, 0, "image", p->column, sizeof p->column));
     SL_TRY(sl_op_param_enum(json, "mode", field, 0, 0, modes, &mode));
+    SL_TRY(sl_op_param_enum(json, "warnings", field, 0, SL_WARNINGS_DEFAULT, warnings,
+                            &p->opt.warnings));
+    SL_TRY(sl_op_param_bool(json, "exif_orientation", field, 0, 0, &p->opt.exif_orientation));
     p->color = mode == 0 ? SL_COLOR_RGB : SL_COLOR_GRAY;
     return SL_OK;
 }
@@ -242,6 +267,7 @@ static int decode_fuse(const void *params, const sl_op_def *next, const void *ne
         decode_rrc_params *f = sl__calloc(1, sizeof *f);
         if (!f)
             return sl__oom("fusing decode + random_resized_crop");
+        f->opt = p->opt;
         f->col = p->col;
         f->color = p->color;
         f->rrc = *r;
@@ -256,6 +282,7 @@ static int decode_fuse(const void *params, const sl_op_def *next, const void *ne
         decode_resize_params *f = sl__calloc(1, sizeof *f);
         if (!f)
             return sl__oom("fusing decode + resize");
+        f->opt = p->opt;
         f->col = p->col;
         f->color = p->color;
         f->rs = *r;
@@ -266,9 +293,19 @@ static int decode_fuse(const void *params, const sl_op_def *next, const void *ne
     return 0;
 }
 
+/* " warnings=... exif_orientation" for options that differ from the defaults */
+static const char *opts_text(const decode_opts *o, char *buf, size_t cap) {
+    static const char *const names[] = {"default", "strict", "lenient"};
+    snprintf(buf, cap, "%s%s%s", o->warnings ? " warnings=" : "", o->warnings ? names[o->warnings] : "",
+             o->exif_orientation ? " exif_orientation" : "");
+    return buf;
+}
+
 static void decode_describe(const void *params, char *buf, size_t cap) {
     const decode_params *p = params;
-    snprintf(buf, cap, "column=%s mode=%s", p->column, p->color == SL_COLOR_RGB ? "rgb" : "gray");
+    char o[64];
+    snprintf(buf, cap, "column=%s mode=%s%s", p->column, p->color == SL_COLOR_RGB ? "rgb" : "gray",
+             opts_text(&p->opt, o, sizeof o));
 }
 
 const sl_op_def sl_op_decode = {
@@ -395,9 +432,11 @@ static int fused_parse(void *params, const cJSON *json, const char *field) {
 
 static void decode_rrc_describe(const void *params, char *buf, size_t cap) {
     const decode_rrc_params *p = params;
-    snprintf(buf, cap, "mode=%s size=%dx%d scale=[%g,%g] ratio=[%g,%g] (region + DCT-scaled decode)",
-             p->color == SL_COLOR_RGB ? "rgb" : "gray", p->rrc.oh, p->rrc.ow, p->rrc.scale[0],
-             p->rrc.scale[1], p->rrc.ratio[0], p->rrc.ratio[1]);
+    char o[64];
+    snprintf(buf, cap,
+             "mode=%s%s size=%dx%d scale=[%g,%g] ratio=[%g,%g] (region + DCT-scaled decode)",
+             p->color == SL_COLOR_RGB ? "rgb" : "gray", opts_text(&p->opt, o, sizeof o), p->rrc.oh,
+             p->rrc.ow, p->rrc.scale[0], p->rrc.scale[1], p->rrc.ratio[0], p->rrc.ratio[1]);
 }
 
 static const sl_op_def op_decode_rrc = {
@@ -615,14 +654,15 @@ static int decode_resize_fuse(const void *params, const sl_op_def *next, const v
 
 static void decode_resize_describe(const void *params, char *buf, size_t cap) {
     const decode_resize_params *p = params;
-    char rs[64];
+    char rs[64], o[64];
     resize_describe(&p->rs, rs, sizeof rs);
+    opts_text(&p->opt, o, sizeof o);
     if (p->has_crop)
-        snprintf(buf, cap, "mode=%s resize %s, center_crop %dx%d (region + DCT-scaled decode)",
-                 p->color == SL_COLOR_RGB ? "rgb" : "gray", rs, p->cc.ch, p->cc.cw);
+        snprintf(buf, cap, "mode=%s%s resize %s, center_crop %dx%d (region + DCT-scaled decode)",
+                 p->color == SL_COLOR_RGB ? "rgb" : "gray", o, rs, p->cc.ch, p->cc.cw);
     else
-        snprintf(buf, cap, "mode=%s resize %s (DCT-scaled decode)",
-                 p->color == SL_COLOR_RGB ? "rgb" : "gray", rs);
+        snprintf(buf, cap, "mode=%s%s resize %s (DCT-scaled decode)",
+                 p->color == SL_COLOR_RGB ? "rgb" : "gray", o, rs);
 }
 
 static const sl_op_def op_decode_resize = {
