@@ -38,7 +38,10 @@ int sl_pack_detect(const char *const *srcs, int nsrc, sl_pack_kind *kind_out) {
      * are found below; every other format a source knows packs through the
      * source interface. */
     const sl_source_format *fmt;
-    if (sl_source__detect(srcs, nsrc, &fmt) == SL_OK && fmt->open != sl_source__open_imagefolder &&
+    int found = sl_source__detect(srcs, nsrc, &fmt);
+    if (found == SL_ENOMEM)
+        return found;
+    if (found == SL_OK && fmt->open != sl_source__open_imagefolder &&
         fmt->open != sl_source__open_idx) {
         *kind_out = SL_PACK_SOURCE;
         return SL_OK;

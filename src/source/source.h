@@ -174,7 +174,8 @@ int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts
 typedef int (*sl_source_open_fn)(sl_source **out, const cJSON *obj, const char *field);
 
 /* Does the file (or directory) at `path` look like this format? `head` holds
- * its first `n` bytes (n may be short; 0 for a directory). 1 yes, 0 no. */
+ * its first `n` bytes (n may be short; 0 for a directory). 1 yes, 0 no, or
+ * a negative status (SL_ENOMEM) that stops the search. */
 typedef int (*sl_source_sniff_fn)(const char *path, int is_dir, const uint8_t *head, size_t n);
 
 /* The registry: which key of a source object opens which format. */

@@ -52,7 +52,10 @@ static int detect_one(const char *path, const sl_source_format **kind_out) {
     if (!is_dir)
         SL_TRY(read_head(path, head, sizeof head, &n));
     for (const sl_source_format *k = sl_source__kinds; k->key; k++) {
-        if (k->sniff && k->sniff(path, is_dir, head, n)) {
+        int yes = k->sniff ? k->sniff(path, is_dir, head, n) : 0;
+        if (yes < 0)
+            return yes;
+        if (yes) {
             *kind_out = k;
             return SL_OK;
         }

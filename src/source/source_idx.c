@@ -566,5 +566,10 @@ int sl_source__sniff_idx(const char *path, int is_dir, const uint8_t *head, size
     (void)head;
     (void)n;
     sl_source__sniff_kind k;
-    return !is_dir && sl_source__sniff_path(path, &k) == SL_OK && k != SL_SNIFF_OTHER;
+    if (is_dir)
+        return 0;
+    int rc = sl_source__sniff_path(path, &k);
+    if (rc == SL_ENOMEM)
+        return rc;
+    return rc == SL_OK && k != SL_SNIFF_OTHER;
 }
