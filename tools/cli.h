@@ -22,6 +22,15 @@ int cmd_scan(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_explain(int argc, char **argv);
+int cmd_index(int argc, char **argv);
+
+/* Open `n` paths as a source (format from content; `features`, may be NULL,
+ * is a --features value). Returns 0, or the exit code after printing why
+ * (1 unreadable, 2 bad --features). */
+int cli_source_open(const char *cmd, const char *const *paths, int n, const char *features,
+                    sl_source **out);
+/* True if `path` opens as a .slr dataset. */
+int cli_is_slr(const char *path);
 
 /* Print "sluice CMD: " + sl_errmsg() to stderr and return 1. */
 int cli_fail(const char *cmd);

@@ -7,20 +7,25 @@
 #include <sys/stat.h>
 
 static void help(FILE *f) {
-    fprintf(f, "usage: sluice info DATASET [--json]\n"
+    fprintf(f, "usage: sluice info DATASET... [--json] [--features SPEC]\n"
                "\n"
                "Describe a sluice dataset: record count, columns, shards, bytes, metadata\n"
                "(class names) and, for an int64 column named 'label', the count of each\n"
                "label, read from the index alone (no data pages are touched).\n"
+               "Other inputs are described as a pipeline would read them: an ImageFolder\n"
+               "directory, IDX files, TFRecord files, tar shards (format from content).\n"
                "\n"
                "options:\n"
-               "  --json      print one JSON object on stdout\n"
-               "  -h, --help  show this help\n"
+               "  --json           print one JSON object on stdout\n"
+               "  --features SPEC  TFRecord: keep (and rename) these features, as\n"
+               "                   image/encoded=image,image/class/label=label\n"
+               "  -h, --help       show this help\n"
                "\n"
                "exit status: 0 ok, 1 the dataset cannot be opened, 2 usage error\n"
                "\n"
-               "example:\n"
-               "  sluice info /data/train.slr --json\n");
+               "examples:\n"
+               "  sluice info /data/train.slr --json\n"
+               "  sluice info train-00000-of-01024.tfrecord\n");
 }
 
 typedef struct {
@@ -181,25 +186,115 @@ static void print_text(const char *path, const sl_reader *r) {
     }
 }
 
+/* Any other source: what sl_source_describe says, and label counts when the
+ * source has an indexed int64 'label' column. */
+static int info_source(const char *const *paths, int n, const char *features, int json) {
+    sl_source *src;
+    int rc = cli_source_open("info", paths, n, features, &src);
+    if (rc)
+        return rc;
+    size_t len = 0;
+    sl_source_describe(src, NULL, 0, &len);
+    char *text = malloc(len + 1);
+    if (!text || sl_source_describe(src, text, len + 1, NULL) != SL_OK) {
+        free(text);
+        sl_source_free(src);
+        return cli_fail("info");
+    }
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    int col = -1;
+    for (int c = 0; c < sl_source_ncols(src); c++)
+        if (!strcmp(sl_source_colname(src, c), "label") &&
+            sl_source_coltype(src, c) == SL_COL_INT64)
+            col = c;
+    const void *vals;
+    if (o && col >= 0 && sl_source_index_column(src, col, &vals) == SL_OK) {
+        uint64_t cnt = sl_source_count(src);
+        int64_t *v = malloc((cnt ? cnt : 1) * sizeof *v);
+        if (v) {
+            memcpy(v, vals, cnt * sizeof *v);
+            qsort(v, cnt, sizeof *v, cmp_i64);
+            cJSON *lo = cJSON_AddObjectToObject(o, "label_counts");
+            for (uint64_t i = 0; i < cnt;) {
+                uint64_t j = i;
+                while (j < cnt && v[j] == v[i])
+                    j++;
+                char key[32];
+                snprintf(key, sizeof key, "%lld", (long long)v[i]);
+                cJSON_AddNumberToObject(lo, key, (double)(j - i));
+                i = j;
+            }
+            free(v);
+        }
+    }
+    if (o && json) {
+        char *t = cJSON_PrintUnformatted(o);
+        if (t)
+            printf("%s\n", t);
+        free(t);
+    } else if (o) {
+        printf("source    %s (%s)\n", cJSON_GetObjectItem(o, "name")->valuestring,
+               sl_source_kind(src));
+        printf("records   %llu\n", (unsigned long long)sl_source_count(src));
+        int c = 0;
+        cJSON *it;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "columns")) {
+            cJSON *t = cJSON_GetObjectItem(it, "type"), *dt = cJSON_GetObjectItem(it, "dtype");
+            printf("%-9s %-16s %s%s%s%s%s\n", c++ ? "" : "columns",
+                   cJSON_GetObjectItem(it, "name")->valuestring, t->valuestring,
+                   dt ? " " : "", dt ? dt->valuestring : "",
+                   cJSON_GetObjectItem(it, "encoded") ? " (encoded image)" : "",
+                   cJSON_GetObjectItem(it, "indexed") ? " (indexed)" : "");
+        }
+        cJSON *lc = cJSON_GetObjectItem(o, "label_counts");
+        if (lc && lc->child) {
+            int k = cJSON_GetArraySize(lc), shown = 0;
+            printf("labels    %d distinct:", k);
+            cJSON_ArrayForEach(it, lc) {
+                if (shown++ == 20)
+                    break;
+                printf(" %s:%.0f", it->string, it->valuedouble);
+            }
+            printf("%s\n", k > 20 ? " ..." : "");
+        }
+        printf("next: 'sluice pack %s%s DST' converts it to .slr\n", paths[0],
+               n > 1 ? " ..." : "");
+    }
+    cJSON_Delete(o);
+    sl_source_free(src);
+    return o ? 0 : cli_fail("info");
+}
+
 int cmd_info(int argc, char **argv) {
-    const char *path = NULL;
-    int json = 0;
+    const char *paths[256];
+    const char *features = NULL;
+    int n = 0, json = 0;
     for (int i = 1; i < argc; i++) {
+        const char *v;
+        int m;
         if (cli_is_help(argv[i])) {
             help(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
+        } else if ((m = cli_opt("info", argc, argv, &i, "--features", NULL, &v)) != 0) {
+            if (m < 0)
+                return 2;
+            features = v;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return cli_usage("info", "unknown option '%s'", argv[i]);
-        } else if (path) {
-            return cli_usage("info", "one dataset at a time ('%s' and '%s')", path, argv[i]);
+        } else if (n == (int)(sizeof paths / sizeof paths[0])) {
+            return cli_usage("info", "too many inputs");
         } else {
-            path = argv[i];
+            paths[n++] = argv[i];
         }
     }
-    if (!path)
+    if (n == 0)
         return cli_usage("info", "missing the DATASET to describe");
+    if (n > 1 || features || !cli_is_slr(paths[0]))
+        return info_source(paths, n, features, json);
+    const char *path = paths[0];
     sl_reader *r;
     if (sl_reader_open(&r, path, 0) != SL_OK) {
         cli_fail("info");

@@ -1,4 +1,4 @@
-/* cmd_pack.c — `sluice pack SRC... DST`: an ImageFolder or IDX pair into .slr. */
+/* cmd_pack.c — `sluice pack SRC... DST`: any source sluice reads into .slr. */
 #include "cli.h"
 
 #include <cjson/cJSON.h>
@@ -13,8 +13,10 @@ static void help(FILE *f) {
             "\n"
             "Pack a dataset into a sluice record dataset (.slr) at DST.\n"
             "  SRC is one directory, an ImageFolder (SRC/CLASS/IMAGE, labels from the\n"
-            "  sorted class names), or an IDX images file and an IDX labels file\n"
-            "  (MNIST style, plain or .gz, in either order).\n"
+            "  sorted class names); an IDX images file and an IDX labels file\n"
+            "  (MNIST style, plain or .gz, in either order); TFRecord files (one column\n"
+            "  per feature key); WebDataset tar shards (one column per extension); or\n"
+            "  a .slr dataset. Records keep the order of the files given.\n"
             "\n"
             "options:\n"
             "  -j, --jobs N           threads reading and checking files (default: all cores);\n"
@@ -25,6 +27,8 @@ static void help(FILE *f) {
             "                         header (default: reads headers, runs at disk speed) or\n"
             "                         decode (decodes every image: a dataset that packs trains);\n"
             "                         BMP, PPM/PGM and TIFF are refused either way\n"
+            "      --features SPEC    TFRecord: keep only these features, renamed, as\n"
+            "                         image/encoded=image,image/class/label=label\n"
             "      --shard-size SIZE  start a new shard past SIZE bytes (suffix K, M, G);\n"
             "                         DST becomes a directory when there is more than one\n"
             "  -f, --force            replace DST if it exists\n"
@@ -35,7 +39,10 @@ static void help(FILE *f) {
             "\n"
             "examples:\n"
             "  sluice pack /data/train /data/train.slr\n"
-            "  sluice pack train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz fmnist.slr\n");
+            "  sluice pack train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz fmnist.slr\n"
+            "  sluice pack train-*.tfrecord --features image/encoded=image,image/class/label=label "
+            "train.slr\n"
+            "  sluice pack shard-000000.tar shard-000001.tar train.slr\n");
 }
 
 /* --force over a sharded dataset (a directory): the writer will not replace
@@ -84,6 +91,7 @@ static void on_progress(uint64_t done, uint64_t total, uint64_t bytes, void *use
 int cmd_pack(int argc, char **argv) {
     const char *pos[256];
     int npos = 0, json = 0, force = 0;
+    const char *features = NULL;
     sl_pack_options opts = SL_PACK_OPTIONS_INIT;
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -114,6 +122,10 @@ int cmd_pack(int argc, char **argv) {
                 opts.check = SL_PACK_CHECK_DECODE;
             else
                 return cli_usage("pack", "--check wants 'header' or 'decode', not '%s'", v);
+        } else if ((m = cli_opt("pack", argc, argv, &i, "--features", NULL, &v)) != 0) {
+            if (m < 0)
+                return 2;
+            features = v;
         } else if (!strcmp(argv[i], "--skip-bad")) {
             opts.skip_bad = 1;
         } else if (!strcmp(argv[i], "--json")) {
@@ -151,13 +163,27 @@ int cmd_pack(int argc, char **argv) {
     if (force && stat(dst, &st) == 0 && S_ISDIR(st.st_mode) && move_aside(dst, aside, sizeof aside))
         return 1;
 
+    /* Formats without a packer of their own go through a source. */
+    sl_pack_kind kind = SL_PACK_UNKNOWN;
+    sl_source *src = NULL;
+    if (!features && sl_pack_detect((const char *const *)pos, npos - 1, &kind) != SL_OK)
+        return cli_fail("pack");
+    if (features || kind == SL_PACK_SOURCE) {
+        int r = cli_source_open("pack", (const char *const *)pos, npos - 1, features, &src);
+        if (r)
+            return r;
+    }
+    const char *kind_name = src ? sl_source_kind(src) : sl_pack_kind_name(kind);
+
     cli_progress prog;
     cli_progress_start(&prog, "pack", 0);
     opts.progress = on_progress;
     opts.user = &prog;
     sl_pack_report rep;
     uint64_t t0 = cli_now_ns();
-    int rc = sl_pack((const char *const *)pos, npos - 1, dst, &opts, &rep);
+    int rc = src ? sl_pack_source(src, dst, &opts, &rep)
+                 : sl_pack((const char *const *)pos, npos - 1, dst, &opts, &rep);
+    sl_source_free(src);
     double secs = (double)(cli_now_ns() - t0) / 1e9;
     cli_progress_end(&prog);
     if (aside[0]) {
@@ -173,7 +199,7 @@ int cmd_pack(int argc, char **argv) {
         if (rc != SL_OK)
             cJSON_AddStringToObject(o, "error", sl_errmsg());
         cJSON_AddStringToObject(o, "output", dst);
-        cJSON_AddStringToObject(o, "kind", sl_pack_kind_name(rep.kind));
+        cJSON_AddStringToObject(o, "kind", kind_name);
         cJSON_AddNumberToObject(o, "records", (double)rep.records);
         cJSON_AddNumberToObject(o, "bytes", (double)rep.bytes);
         cJSON_AddNumberToObject(o, "skipped", (double)rep.skipped);
@@ -204,8 +230,7 @@ int cmd_pack(int argc, char **argv) {
     }
     if (!json) {
         char b[32];
-        printf("packed %llu records (%s", (unsigned long long)rep.records,
-               sl_pack_kind_name(rep.kind));
+        printf("packed %llu records (%s", (unsigned long long)rep.records, kind_name);
         if (rep.kind == SL_PACK_IMAGEFOLDER)
             printf(", %d classes", rep.nclasses);
         printf(", %s) into %s in %.2f s\n", cli_bytes(b, sizeof b, rep.bytes), dst, secs);

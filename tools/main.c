@@ -15,7 +15,7 @@ typedef struct {
 } command;
 
 static const command commands[] = {
-    {"pack", cmd_pack, "pack an ImageFolder or IDX files into a .slr dataset"},
+    {"pack", cmd_pack, "pack an ImageFolder, IDX, TFRecord or tar shards into a .slr dataset"},
     {"info", cmd_info, "describe a dataset (--json for scripts)"},
     {"verify", cmd_verify, "check every checksum of a dataset"},
     {"cat", cmd_cat, "write one field of one record to stdout"},
@@ -24,6 +24,7 @@ static const command commands[] = {
     {"run", cmd_run, "run a pipeline spec (--digest per batch, --save-state, --resume)"},
     {"bench", cmd_bench, "measure a pipeline; say if reading, processing or the consumer bounds it"},
     {"explain", cmd_explain, "show a pipeline's plan before and after optimisation"},
+    {"index", cmd_index, "write the sidecar index of TFRecord files or tar shards"},
 };
 
 static void usage(FILE *f) {

@@ -215,6 +215,8 @@ int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts
     wo.shard_bytes = opts->shard_bytes;
     SL_CHECK(sl_writer_open(&w, dst, schema, &wo));
     for (const cJSON *m = src->meta ? src->meta->child : NULL; m; m = m->next) {
+        if (!strcmp(m->string, "source"))
+            continue; /* set below: what this pack read */
         char *text = cJSON_IsString(m) ? NULL : cJSON_PrintUnformatted(m);
         if (!cJSON_IsString(m) && !text)
             SL_FAIL(SL_ENOMEM, "%s: out of memory storing metadata", src->name);

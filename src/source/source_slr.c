@@ -140,7 +140,22 @@ int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field) {
         c->indexed = t == SL_COL_INT64 || t == SL_COL_FLOAT64;
         c->encoded = t == SL_COL_BYTES;
     }
+    /* Metadata travels on (a repack keeps the class names). */
+    int nm = sl_reader_meta_count(s->reader);
+    if (rc == SL_OK && nm > 0 && !(s->base.meta = cJSON_CreateObject()))
+        rc = sl__oom("opening a .slr source");
+    for (int k = 0; k < nm && rc == SL_OK; k++) {
+        const char *key = sl_reader_meta_key(s->reader, k), *v = sl_reader_meta(s->reader, key);
+        cJSON *val = v ? cJSON_Parse(v) : NULL;
+        if (!val)
+            val = cJSON_CreateString(v ? v : "");
+        if (!val)
+            rc = sl__oom("opening a .slr source");
+        else
+            cJSON_AddItemToObject(s->base.meta, key, val);
+    }
     if (rc < 0) {
+        cJSON_Delete(s->base.meta);
         slr_free(&s->base);
         return sl__error_prefix(rc, "%s.path", field);
     }

@@ -1,0 +1,64 @@
+/* cli_source.c — opening any source from command-line paths, shared by
+ * pack, info, verify and index. */
+#include "cli.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* "--features a=b,c=d" (keep a as b, c as d) or "a,c" (keep, same names)
+ * as the source option {"features": {"a": "b", "c": "d"}}. */
+static int features_json(const char *spec, cJSON *opts) {
+    cJSON *f = cJSON_AddObjectToObject(opts, "features");
+    char *copy = strdup(spec);
+    if (!f || !copy) {
+        free(copy);
+        return -1;
+    }
+    int rc = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        if (eq)
+            *eq = '\0';
+        const char *to = eq ? eq + 1 : tok;
+        if (!*tok || !*to) {
+            rc = -1;
+            break;
+        }
+        cJSON_AddStringToObject(f, tok, to);
+    }
+    free(copy);
+    if (rc == 0 && !f->child)
+        rc = -1;
+    return rc;
+}
+
+int cli_source_open(const char *cmd, const char *const *paths, int n, const char *features,
+                    sl_source **out) {
+    char *opts = NULL;
+    if (features) {
+        cJSON *o = cJSON_CreateObject();
+        if (!o || features_json(features, o) < 0) {
+            cJSON_Delete(o);
+            return cli_usage(cmd, "--features wants KEY=COLUMN,... or KEY,..., not '%s'",
+                             features);
+        }
+        opts = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+    }
+    int rc = sl_source_open_paths(out, paths, n, opts);
+    free(opts);
+    if (rc != SL_OK)
+        return cli_fail(cmd);
+    return 0;
+}
+
+int cli_is_slr(const char *path) {
+    sl_reader *r;
+    if (sl_reader_open(&r, path, SL_READ_NO_VERIFY) != SL_OK)
+        return 0;
+    sl_reader_free(r);
+    return 1;
+}

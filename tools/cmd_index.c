@@ -1,0 +1,76 @@
+/* cmd_index.c — `sluice index FILE...`: sidecar indexes for TFRecord files
+ * and tar shards. */
+#include "cli.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void help(FILE *f) {
+    fprintf(f, "usage: sluice index FILE... [--json]\n"
+               "\n"
+               "Write FILE.slidx beside each TFRecord file or tar shard: where every record\n"
+               "is, the column types and the scalar columns (labels). With it a pipeline\n"
+               "opens the file without scanning it and answers label filters from the\n"
+               "index. An index records the file's size and time: when the file changes,\n"
+               "sluice refuses the stale index and says to run this again.\n"
+               "\n"
+               "options:\n"
+               "  --json      print one JSON object per file on stdout\n"
+               "  -h, --help  show this help\n"
+               "\n"
+               "exit status: 0 indexed, 1 a file could not be indexed, 2 usage error\n"
+               "\n"
+               "example:\n"
+               "  sluice index train-{00000..00127}-of-00128.tfrecord\n");
+}
+
+int cmd_index(int argc, char **argv) {
+    int json = 0, nfiles = 0, failed = 0;
+    for (int i = 1; i < argc; i++) {
+        if (cli_is_help(argv[i])) {
+            help(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return cli_usage("index", "unknown option '%s'", argv[i]);
+        } else {
+            nfiles++;
+        }
+    }
+    if (nfiles == 0)
+        return cli_usage("index", "missing the FILE to index");
+    cli_progress prog;
+    cli_progress_start(&prog, "index", (uint64_t)nfiles);
+    uint64_t done = 0;
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '-' && argv[i][1])
+            continue;
+        uint64_t t0 = cli_now_ns();
+        int rc = sl_source_index_build(argv[i], NULL);
+        double secs = (double)(cli_now_ns() - t0) / 1e9;
+        if (rc != SL_OK)
+            failed = 1;
+        if (json) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "path", argv[i]);
+            cJSON_AddBoolToObject(o, "ok", rc == SL_OK);
+            if (rc != SL_OK)
+                cJSON_AddStringToObject(o, "error", sl_errmsg());
+            cJSON_AddNumberToObject(o, "seconds", secs);
+            char *s = cJSON_PrintUnformatted(o);
+            if (s)
+                printf("%s\n", s);
+            free(s);
+            cJSON_Delete(o);
+        } else if (rc != SL_OK) {
+            fprintf(stderr, "sluice index: %s\n", sl_errmsg());
+        } else {
+            printf("indexed %s in %.2f s\n", argv[i], secs);
+        }
+        cli_progress_update(&prog, ++done, 0);
+    }
+    cli_progress_end(&prog);
+    return failed;
+}
