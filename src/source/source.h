@@ -168,6 +168,9 @@ void sl_source__locate(sl_source *s, uint64_t i, char *buf, size_t cap);
 /* The formats, one file each (the registry in source.c names them). */
 int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field);
 int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *field);
+/* Scan one tar shard and write its sidecar index (SHARD.slidx); `opts` are
+ * the source object's options or NULL. SL_ECORRUPT for a damaged shard. */
+int sl_source__index_tar(const char *path, const cJSON *opts);
 
 /* Helpers for implementations. */
 /* Add a column; SL_EINVAL when the name is empty, too long or taken, or

@@ -35,6 +35,7 @@
  *     nearly always in the same page — so filters push down for free.
  */
 #include "source/source.h"
+#include "source/source_index.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -62,6 +63,8 @@ typedef struct tar_shard {
     uint64_t size;
     uint64_t first;         /* index of its first sample */
     uint64_t nsamples;
+    uint64_t tab_first;     /* scanned: its first sample in the source's tables */
+    sl_sidx *ix;            /* read through its sidecar index, or NULL (scanned) */
 } tar_shard;
 
 typedef struct tar_member {
@@ -78,12 +81,13 @@ typedef struct tar_sample {
     uint32_t nmembers;
     uint32_t shard;
     uint32_t err;           /* 0, or 1 + index into errs[] */
+    uint64_t end;           /* just past its last member's data (padded) */
 } tar_sample;
 
-typedef struct tar_source {
-    sl_source base;
-    tar_shard *shards;
-    int nshards;
+/* What a header walk produces. The source holds one for the shards it
+ * scans at open; with a sidecar index, each cursor holds one and walks just
+ * the headers of the sample it reads (the index says where they are). */
+typedef struct tar_tables {
     tar_sample *samples;
     uint64_t nsamples, cap_samples;
     tar_member *members;
@@ -92,12 +96,25 @@ typedef struct tar_source {
     uint64_t nkeys, cap_keys;
     char **errs;
     uint32_t nerrs, cap_errs;
-    char ext[TAR_EXT_MAX][SL_SOURCE_COLNAME_MAX]; /* scan-time extension table */
+    char ext[TAR_EXT_MAX][SL_SOURCE_COLNAME_MAX]; /* extension ids of members[].col */
     int next;
+} tar_tables;
+
+typedef struct tar_source {
+    sl_source base;
+    tar_shard *shards;
+    int nshards;
+    tar_tables tab;         /* the scanned shards' samples */
     char **only;            /* "columns": the extensions to keep (NULL: all) */
     int nonly;
+    int indexed_shards;     /* shards read through their index */
     int64_t *ivals[SL_MAX_COLUMNS]; /* per integer column: count values */
 } tar_source;
+
+typedef struct tar_cursor {
+    sl_source_cursor base;
+    tar_tables tab;         /* reused: no allocation per read once warm */
+} tar_cursor;
 
 /* ---- growing tables (amortised; no allocation per member) ------------------ */
 
@@ -119,8 +136,8 @@ static int grow(void **v, uint64_t *cap, uint64_t need, size_t elem, const char 
 }
 
 /* Record a cause for the current (last) sample; the first one wins. */
-static int set_err(tar_source *s, tar_sample *smp, const char *fmt, ...) SL_PRINTF(3, 4);
-static int set_err(tar_source *s, tar_sample *smp, const char *fmt, ...) {
+static int set_err(tar_tables *s, tar_sample *smp, const char *fmt, ...) SL_PRINTF(3, 4);
+static int set_err(tar_tables *s, tar_sample *smp, const char *fmt, ...) {
     if (smp->err)
         return SL_OK;
     char msg[SL__ERRMSG_MAX];
@@ -345,14 +362,15 @@ static void quote_bytes(char *buf, size_t cap, const uint8_t *p, uint64_t n) {
 /* ---- the scan ---------------------------------------------------------------------- */
 
 typedef struct scan {
-    tar_source *s;
+    const tar_source *src;
+    tar_tables *s;
     uint32_t shard;
     tar_sample *cur;        /* the sample members are being added to, or NULL */
 } scan;
 
 /* Start a sample at `offset` with the given key. */
 static int new_sample(scan *sc, uint64_t offset, const char *key, size_t key_len) {
-    tar_source *s = sc->s;
+    tar_tables *s = sc->s;
     SL_TRY(grow((void **)&s->samples, &s->cap_samples, s->nsamples + 1, sizeof *s->samples,
                 "opening a tar source"));
     SL_TRY(grow((void **)&s->keys, &s->cap_keys, s->nkeys + key_len + 1, 1,
@@ -387,7 +405,7 @@ static int error_sample(scan *sc, uint64_t offset, const char *fmt, ...) {
     return SL_OK;
 }
 
-static int ext_id(tar_source *s, const char *ext, size_t len, int *id) {
+static int ext_id(tar_tables *s, const char *ext, size_t len, int *id) {
     for (int e = 0; e < s->next; e++)
         if (strlen(s->ext[e]) == len && !memcmp(s->ext[e], ext, len)) {
             *id = e;
@@ -416,13 +434,13 @@ static int wanted(const tar_source *s, const char *ext, size_t len) {
  * extended headers, or NULL. */
 static int add_member(scan *sc, uint64_t hdr, const char *name, size_t len, uint64_t off,
                       uint64_t size, const char *pending) {
-    tar_source *s = sc->s;
+    tar_tables *s = sc->s;
     size_t key_len, ext_off, ext_len;
     split_name(name, len, &key_len, &ext_off, &ext_len);
     if (!key_len)
         return error_sample(sc, hdr, "member '%.*s' has no key (its file name %s)", (int)len,
                             name, len && name[len - 1] != '/' ? "starts with '.'" : "is empty");
-    if (s->only && !pending && (!ext_len || !wanted(s, name + ext_off, ext_len)))
+    if (sc->src->only && !pending && (!ext_len || !wanted(sc->src, name + ext_off, ext_len)))
         return SL_OK; /* not a chosen column */
     tar_sample *smp = sc->cur;
     if (!smp || smp->key_len != key_len || memcmp(s->keys + smp->key_off, name, key_len) != 0) {
@@ -446,6 +464,7 @@ static int add_member(scan *sc, uint64_t hdr, const char *name, size_t len, uint
                 "opening a tar source"));
     s->members[s->nmembers++] = (tar_member){.off = off, .size = size, .col = (uint32_t)id};
     smp->nmembers++;
+    smp->end = off + ((size + TAR_BLOCK - 1) / TAR_BLOCK) * TAR_BLOCK;
     return SL_OK;
 }
 
@@ -463,11 +482,12 @@ static uint64_t resync(const uint8_t *map, uint64_t size, uint64_t bad) {
  * header; after a bad pax header, with the member it describes marked bad.
  * A member running past the end of the file ends the walk: the samples
  * before it are complete and stay readable. */
-static int scan_shard(tar_source *s, uint32_t k) {
-    tar_shard *sh = &s->shards[k];
-    scan sc = {.s = s, .shard = k, .cur = NULL};
+static int scan_shard(const tar_source *src, tar_tables *s, uint32_t k, uint64_t start,
+                      uint64_t end) {
+    const tar_shard *sh = &src->shards[k];
+    scan sc = {.src = src, .s = s, .shard = k, .cur = NULL};
     const uint8_t *map = sh->map;
-    uint64_t size = sh->size, pos = 0, entry = 0;
+    uint64_t size = end, pos = start, entry = start;
     pax_vals global = {0}, local = {0};
     const char *longname = NULL;
     size_t longname_len = 0;
@@ -477,8 +497,8 @@ static int scan_shard(tar_source *s, uint32_t k) {
 
     if (size == 0)
         return error_sample(&sc, 0, "empty file (0 bytes), not a tar archive");
-    if (size < TAR_BLOCK || (!checksum_ok(map) && !magic_posix(map) && !magic_gnu(map) &&
-                             !block_is_zero(map, TAR_BLOCK)))
+    if (start == 0 && (size < TAR_BLOCK || (!checksum_ok(map) && !magic_posix(map) && !magic_gnu(map) &&
+                             !block_is_zero(map, TAR_BLOCK))))
         return error_sample(&sc, 0, "not a tar archive (no tar header at offset 0)");
     while (pos < size) {
         if (size - pos < TAR_BLOCK) {
@@ -625,8 +645,11 @@ static uint64_t key_hash(const char *p, size_t n) {
 }
 
 /* A key seen twice, not consecutively (or in two shards), is an error on
- * the later record: WebDataset keys name one sample each. */
-static int check_duplicates(tar_source *s) {
+ * the later record: WebDataset keys name one sample each. Only scanned
+ * shards take part: a shard read through its index was undamaged when
+ * indexed, but its keys are not known without reading its headers. */
+static int check_duplicates(tar_source *src) {
+    tar_tables *s = &src->tab;
     uint64_t cap = 16;
     while (cap < s->nsamples * 2)
         cap *= 2;
@@ -646,10 +669,10 @@ static int check_duplicates(tar_source *s) {
             }
             const tar_sample *o = &s->samples[slot[h] - 1];
             if (o->key_len == smp->key_len && !memcmp(s->keys + o->key_off, key, smp->key_len)) {
-                const tar_shard *osh = &s->shards[o->shard];
+                const tar_shard *osh = &src->shards[o->shard];
                 const char *ob = strrchr(osh->path, '/');
                 rc = set_err(s, smp, "key '%s' already names record %" PRIu64 " (offset %" PRIu64
-                             ") of %s", key, slot[h] - 1 - osh->first, o->offset,
+                             ") of %s", key, slot[h] - 1 - osh->tab_first, o->offset,
                              ob ? ob + 1 : osh->path);
                 break;
             }
@@ -659,63 +682,120 @@ static int check_duplicates(tar_source *s) {
     return rc;
 }
 
+/* The source column named `ext`, or -1. */
+static int col_by_name(const tar_source *s, const char *ext) {
+    for (int c = 1; c < s->base.ncols; c++)
+        if (!strcmp(s->base.col[c].name, ext))
+            return c;
+    return -1;
+}
+
 /* Columns: __key__, then the extensions sorted (so a subset of shards, or
- * another member order, gives the same columns). Members are re-tagged
- * with their column. */
+ * another member order, gives the same columns): those the scan met and
+ * those the indexes list. The scanned members are re-tagged with their
+ * column. */
 static int make_columns(tar_source *s) {
-    int order[TAR_EXT_MAX]; /* extension ids by name: an insertion sort, n <= 64 */
-    for (int e = 0; e < s->next; e++) {
-        int k = e;
-        for (; k > 0 && strcmp(s->ext[order[k - 1]], s->ext[e]) > 0; k--)
-            order[k] = order[k - 1];
-        order[k] = e;
+    tar_tables *t = &s->tab;
+    const char *names[TAR_EXT_MAX];
+    int n = 0;
+    for (int e = 0; e < t->next; e++)
+        names[n++] = t->ext[e];
+    for (int k = 0; k < s->nshards; k++) {
+        const sl_sidx *ix = s->shards[k].ix;
+        for (int c = 0; ix && c < ix->ncols; c++) {
+            const char *nm = ix->col[c].name;
+            int seen = !wanted(s, nm, strlen(nm));
+            for (int j = 0; j < n && !seen; j++)
+                seen = !strcmp(names[j], nm);
+            if (seen)
+                continue;
+            if (n == TAR_EXT_MAX)
+                return sl__error(SL_ELIMIT, "more than %d different extensions (at most %d "
+                                 "columns); choose some with \"columns\"", TAR_EXT_MAX,
+                                 SL_MAX_COLUMNS - 1);
+            names[n++] = nm;
+        }
     }
-    if (s->next > SL_MAX_COLUMNS - 1) {
+    for (int e = 1; e < n; e++) /* an insertion sort: n <= 64 */
+        for (int k = e; k > 0 && strcmp(names[k - 1], names[k]) > 0; k--) {
+            const char *tmp = names[k];
+            names[k] = names[k - 1];
+            names[k - 1] = tmp;
+        }
+    if (n > SL_MAX_COLUMNS - 1) {
         char list[256] = "";
-        size_t n = 0;
-        for (int e = 0; e < s->next && n < sizeof list; e++)
-            n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", e ? ", " : "",
-                                  s->ext[order[e]]);
+        size_t len = 0;
+        for (int e = 0; e < n && len < sizeof list; e++)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", e ? ", " : "",
+                                    names[e]);
         return sl__error(SL_ELIMIT, "%d different extensions (%s); at most %d fit: choose "
-                         "some with \"columns\"", s->next, list, SL_MAX_COLUMNS - 1);
+                         "some with \"columns\"", n, list, SL_MAX_COLUMNS - 1);
     }
     SL_TRY(sl_source__add_col(&s->base, "__key__", SL_COL_STRING, SL_U8, 0, NULL));
-    uint32_t col_of[TAR_EXT_MAX];
-    for (int c = 0; c < s->next; c++) {
-        const char *ext = s->ext[order[c]];
-        sl_coltype t = int_column(ext) ? SL_COL_INT64 : text_column(ext) ? SL_COL_STRING
-                                                                         : SL_COL_BYTES;
-        SL_TRY(sl_source__add_col(&s->base, ext, t, SL_U8, 0, NULL));
+    for (int c = 0; c < n; c++) {
+        const char *ext = names[c];
+        sl_coltype ty = int_column(ext) ? SL_COL_INT64 : text_column(ext) ? SL_COL_STRING
+                                                                          : SL_COL_BYTES;
+        SL_TRY(sl_source__add_col(&s->base, ext, ty, SL_U8, 0, NULL));
         s->base.col[c + 1].encoded = image_column(ext);
-        col_of[order[c]] = (uint32_t)c + 1;
     }
-    for (uint64_t m = 0; m < s->nmembers; m++)
-        s->members[m].col = col_of[s->members[m].col];
+    uint32_t col_of[TAR_EXT_MAX];
+    for (int e = 0; e < t->next; e++)
+        col_of[e] = (uint32_t)col_by_name(s, t->ext[e]);
+    for (uint64_t m = 0; m < t->nmembers; m++)
+        t->members[m].col = col_of[t->members[m].col];
     return SL_OK;
 }
 
-static const tar_member *find_member(const tar_source *s, const tar_sample *smp, int col) {
-    for (uint32_t m = 0; m < smp->nmembers; m++)
-        if (s->members[smp->first + m].col == (uint32_t)col)
-            return &s->members[smp->first + m];
+/* The member of `smp` for source column `col`; `colmap` maps the tables'
+ * member tags to columns (NULL: they are columns already). */
+static const tar_member *find_member(const tar_tables *t, const tar_sample *smp, int col,
+                                     const int *colmap) {
+    for (uint32_t m = 0; m < smp->nmembers; m++) {
+        uint32_t tag = t->members[smp->first + m].col;
+        if ((colmap ? colmap[tag] : (int)tag) == col)
+            return &t->members[smp->first + m];
+    }
     return NULL;
 }
 
+static int shard_of(const tar_source *s, uint64_t i) {
+    int lo = 0, hi = s->nshards - 1;
+    while (lo < hi) { /* the last shard whose first sample is <= i */
+        int mid = (lo + hi + 1) / 2;
+        if (s->shards[mid].first <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
 /* The values of each integer column, for index_column(): the scan has the
- * pages in hand, and a label is a few bytes. */
+ * pages in hand and a label is a few bytes; an index holds them already. */
 static int read_int_columns(tar_source *s) {
     for (int c = 1; c < s->base.ncols; c++) {
         if (s->base.col[c].type != SL_COL_INT64)
             continue;
-        s->ivals[c] = sl__calloc(s->nsamples ? (size_t)s->nsamples : 1, sizeof(int64_t));
+        s->ivals[c] = sl__calloc(s->base.count ? (size_t)s->base.count : 1, sizeof(int64_t));
         if (!s->ivals[c])
             return sl__oom("opening a tar source");
-        for (uint64_t i = 0; i < s->nsamples; i++) {
-            const tar_sample *smp = &s->samples[i];
-            const tar_member *m = smp->err ? NULL : find_member(s, smp, c);
-            int64_t v;
-            if (m && parse_int_text(s->shards[smp->shard].map + m->off, m->size, &v) == 0)
-                s->ivals[c][i] = v;
+        for (int k = 0; k < s->nshards; k++) {
+            const tar_shard *sh = &s->shards[k];
+            if (sh->ix) {
+                int j = sl_sidx__find_scalar(sh->ix, s->base.col[c].name);
+                if (j >= 0 && sh->ix->scalar[j].type == SL_COL_INT64)
+                    memcpy(s->ivals[c] + sh->first, sh->ix->scalar[j].vals,
+                           (size_t)sh->nsamples * sizeof(int64_t));
+                continue;
+            }
+            for (uint64_t r = 0; r < sh->nsamples; r++) {
+                const tar_sample *smp = &s->tab.samples[sh->tab_first + r];
+                const tar_member *m = smp->err ? NULL : find_member(&s->tab, smp, c, NULL);
+                int64_t v;
+                if (m && parse_int_text(sh->map + m->off, m->size, &v) == 0)
+                    s->ivals[c][sh->first + r] = v;
+            }
         }
         s->base.col[c].indexed = 1;
     }
@@ -731,48 +811,78 @@ static const char *base_name(const char *path) {
 
 static void tar_locate(sl_source *src, uint64_t i, char *buf, size_t cap) {
     const tar_source *s = (const tar_source *)src;
-    const tar_sample *smp = &s->samples[i];
-    const tar_shard *sh = &s->shards[smp->shard];
+    const tar_shard *sh = &s->shards[shard_of(s, i)];
+    uint64_t r = i - sh->first;
+    if (sh->ix) {
+        snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ")", base_name(sh->path), r,
+                 sh->ix->offset[r]);
+        return;
+    }
+    const tar_sample *smp = &s->tab.samples[sh->tab_first + r];
     if (smp->key_len)
         snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ", key '%s')",
-                 base_name(sh->path), i - sh->first, smp->offset, s->keys + smp->key_off);
+                 base_name(sh->path), r, smp->offset, s->tab.keys + smp->key_off);
     else
-        snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ")", base_name(sh->path),
-                 i - sh->first, smp->offset);
+        snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ")", base_name(sh->path), r,
+                 smp->offset);
 }
 
-static int tar_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample *out) {
-    tar_source *s = (tar_source *)src;
-    const tar_sample *smp = &s->samples[i];
-    const uint8_t *map = s->shards[smp->shard].map;
+static void tables_reset(tar_tables *t) {
+    for (uint32_t e = 0; e < t->nerrs; e++)
+        sl__free(t->errs[e]);
+    t->nsamples = t->nmembers = t->nkeys = 0;
+    t->nerrs = 0;
+    t->next = 0;
+}
+
+static void tables_free(tar_tables *t) {
+    tables_reset(t);
+    sl__free(t->samples);
+    sl__free(t->members);
+    sl__free(t->keys);
+    sl__free(t->errs);
+}
+
+/* Fill `out` from sample `smp` of tables `t`. `copy_key`: the key lives in
+ * a cursor's tables, so it is copied into a tensor from the allocator. */
+static int fill(tar_source *s, sl_source_cursor *cur, uint64_t i, const tar_shard *sh,
+                const tar_tables *t, const tar_sample *smp, const int *colmap, int copy_key,
+                sl_sample *out) {
+    sl_source *src = &s->base;
     char where[SL__ERRMSG_MAX / 2];
+    const char *key = t->keys + smp->key_off;
     if (smp->err) {
         tar_locate(src, i, where, sizeof where);
-        return sl__error(SL_ECORRUPT, "%s: %s", where, s->errs[smp->err - 1]);
+        return sl__error(SL_ECORRUPT, "%s: %s", where, t->errs[smp->err - 1]);
     }
     /* Check everything before filling anything, so a failure leaves `out`
      * empty without releasing half a sample. */
     const tar_member *mem[SL_MAX_COLUMNS] = {NULL};
     int64_t ival[SL_MAX_COLUMNS];
     for (int c = 1; c < src->ncols; c++) {
-        mem[c] = find_member(s, smp, c);
+        mem[c] = find_member(t, smp, c, colmap);
         if (!mem[c]) {
             tar_locate(src, i, where, sizeof where);
             return sl__error(SL_ECORRUPT, "%s: no member '%s.%s' (other samples have column '%s')",
-                             where, s->keys + smp->key_off, src->col[c].name, src->col[c].name);
+                             where, key, src->col[c].name, src->col[c].name);
         }
         if (src->col[c].type == SL_COL_INT64 &&
-            parse_int_text(map + mem[c]->off, mem[c]->size, &ival[c]) < 0) {
+            parse_int_text(sh->map + mem[c]->off, mem[c]->size, &ival[c]) < 0) {
             char q[32];
-            quote_bytes(q, sizeof q, map + mem[c]->off, mem[c]->size);
+            quote_bytes(q, sizeof q, sh->map + mem[c]->off, mem[c]->size);
             tar_locate(src, i, where, sizeof where);
             return sl__error(SL_ECORRUPT, "%s: member '%s.%s' is not a decimal integer ('%s')",
-                             where, s->keys + smp->key_off, src->col[c].name, q);
+                             where, key, src->col[c].name, q);
         }
     }
     out->index = i;
     int64_t n = smp->key_len;
-    sl_tensor_view(&out->col[0], s->keys + smp->key_off, SL_U8, 1, &n);
+    if (copy_key) {
+        SL_TRY(cur->alloc(cur->alloc_ctx, &out->col[0], SL_U8, 1, &n));
+        memcpy(out->col[0].data, key, smp->key_len);
+    } else {
+        sl_tensor_view(&out->col[0], (void *)(uintptr_t)key, SL_U8, 1, &n);
+    }
     out->ncols = 1;
     for (int c = 1; c < src->ncols; c++) {
         if (src->col[c].type == SL_COL_INT64) {
@@ -785,11 +895,59 @@ static int tar_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample
         } else {
             /* A borrowed view of the mapping: valid while the source lives. */
             n = (int64_t)mem[c]->size;
-            sl_tensor_view(&out->col[c], (void *)(uintptr_t)(map + mem[c]->off), SL_U8, 1, &n);
+            sl_tensor_view(&out->col[c], (void *)(uintptr_t)(sh->map + mem[c]->off), SL_U8, 1,
+                           &n);
         }
         out->ncols = (uint32_t)c + 1;
     }
     return SL_OK;
+}
+
+static int tar_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample *out) {
+    tar_source *s = (tar_source *)src;
+    int k = shard_of(s, i);
+    const tar_shard *sh = &s->shards[k];
+    uint64_t r = i - sh->first;
+    if (!sh->ix)
+        return fill(s, cur, i, sh, &s->tab, &s->tab.samples[sh->tab_first + r], NULL, 0, out);
+    /* Through the index: walk this sample's own headers (a few blocks, next
+     * to the data about to be read) into the cursor's tables. */
+    tar_tables *t = &((tar_cursor *)cur)->tab;
+    tables_reset(t);
+    uint64_t off = sh->ix->offset[r], len = sh->ix->length[r];
+    char where[SL__ERRMSG_MAX / 2];
+    if (off > sh->size || len > sh->size - off) {
+        tar_locate(src, i, where, sizeof where);
+        return sl__error(SL_ECORRUPT, "%s: the index places it past the end of the file", where);
+    }
+    SL_TRY(scan_shard(s, t, (uint32_t)k, off, off + len));
+    for (uint64_t j = 0; j < t->nsamples; j++)
+        if (t->samples[j].err) /* damage since indexing: its own message says more */
+            return fill(s, cur, i, sh, t, &t->samples[j], NULL, 1, out);
+    if (t->nsamples != 1) {
+        tar_locate(src, i, where, sizeof where);
+        return sl__error(SL_ECORRUPT, "%s: %" PRIu64 " samples where the index has one; rebuild "
+                         "it with `sluice index %s`", where, t->nsamples, sh->path);
+    }
+    int colmap[TAR_EXT_MAX];
+    for (int e = 0; e < t->next; e++)
+        colmap[e] = col_by_name(s, t->ext[e]);
+    return fill(s, cur, i, sh, t, &t->samples[0], colmap, 1, out);
+}
+
+static int tar_cursor_open(sl_source *src, sl_source_cursor **out) {
+    (void)src;
+    tar_cursor *c = sl__calloc(1, sizeof *c);
+    if (!c)
+        return sl__oom("opening a tar cursor");
+    *out = &c->base;
+    return SL_OK;
+}
+
+static void tar_cursor_free(sl_source *src, sl_source_cursor *cur) {
+    (void)src;
+    tables_free(&((tar_cursor *)cur)->tab);
+    sl__free(cur);
 }
 
 static int tar_index_column(sl_source *src, int col, const void **vals_out) {
@@ -811,11 +969,13 @@ static int tar_describe(sl_source *src, cJSON *obj) {
         cJSON_AddItemToArray(shards, p);
         bytes += s->shards[k].size;
     }
-    for (uint64_t i = 0; i < s->nsamples; i++)
-        bad += s->samples[i].err != 0;
+    for (uint64_t i = 0; i < s->tab.nsamples; i++)
+        bad += s->tab.samples[i].err != 0;
+    const char *how = !s->indexed_shards ? "scan"
+                      : s->indexed_shards == s->nshards ? "slidx" : "slidx+scan";
     if (!cJSON_AddNumberToObject(obj, "data_bytes", (double)bytes) ||
         !cJSON_AddNumberToObject(obj, "damaged_records", (double)bad) ||
-        !cJSON_AddStringToObject(obj, "index", "scan"))
+        !cJSON_AddStringToObject(obj, "index", how))
         return sl__oom("describing a source");
     return SL_OK;
 }
@@ -825,15 +985,11 @@ static void tar_free(sl_source *src) {
     for (int k = 0; k < s->nshards; k++) {
         if (s->shards[k].map)
             munmap((void *)(uintptr_t)s->shards[k].map, (size_t)s->shards[k].size);
+        sl_sidx__free(s->shards[k].ix);
         sl__free(s->shards[k].path);
     }
     sl__free(s->shards);
-    sl__free(s->samples);
-    sl__free(s->members);
-    sl__free(s->keys);
-    for (uint32_t e = 0; e < s->nerrs; e++)
-        sl__free(s->errs[e]);
-    sl__free(s->errs);
+    tables_free(&s->tab);
     for (int c = 0; c < SL_MAX_COLUMNS; c++)
         sl__free(s->ivals[c]);
     sl_source__free_paths(s->only);
@@ -842,6 +998,8 @@ static void tar_free(sl_source *src) {
 
 static const sl_source_vtbl tar_vtbl = {
     .kind = "webdataset",
+    .cursor_open = tar_cursor_open,
+    .cursor_free = tar_cursor_free,
     .read = tar_read,
     .index_column = tar_index_column,
     .describe = tar_describe,
@@ -876,16 +1034,17 @@ static int map_shard(tar_shard *sh) {
     return SL_OK;
 }
 
-static int parse_options(tar_source *s, const cJSON *obj, const char *field) {
+enum { INDEX_NO = 0, INDEX_YES = 1, INDEX_AUTO = 2 };
+
+static int parse_options(tar_source *s, const cJSON *obj, const char *field, int *index) {
+    *index = INDEX_AUTO;
     for (const cJSON *it = obj->child; it; it = it->next) {
         if (!strcmp(it->string, "webdataset"))
             continue;
         if (!strcmp(it->string, "index")) {
             if (!cJSON_IsBool(it) && !(cJSON_IsString(it) && !strcmp(it->valuestring, "auto")))
                 return sl__error(SL_EINVAL, "%s.index: must be \"auto\", true or false", field);
-            if (cJSON_IsTrue(it))
-                return sl__error(SL_EUNSUPPORTED, "%s.index: true asks for an index file, which "
-                                 "tar shards do not have yet; use \"auto\" or false", field);
+            *index = cJSON_IsTrue(it) ? INDEX_YES : cJSON_IsFalse(it) ? INDEX_NO : INDEX_AUTO;
             continue;
         }
         if (!strcmp(it->string, "columns")) {
@@ -900,6 +1059,8 @@ static int parse_options(tar_source *s, const cJSON *obj, const char *field) {
                     e->valuestring[0] == '@' || strlen(e->valuestring) >= SL_SOURCE_COLNAME_MAX)
                     return sl__error(SL_EINVAL, "%s[%d]: must be an extension such as \"jpg\"",
                                      sub, n);
+            sl_source__free_paths(s->only);
+            s->only = NULL;
             SL_TRY(sl_source__expand_paths(it, sub, &s->only, &s->nonly));
             continue;
         }
@@ -920,8 +1081,8 @@ int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *fi
     s->base.vt = &tar_vtbl;
     atomic_init(&s->base.refs, 1);
     char **list = NULL;
-    int n = 0, rc;
-    SL_CHECK(parse_options(s, obj, field));
+    int n = 0, index, rc;
+    SL_CHECK(parse_options(s, obj, field, &index));
     SL_CHECK(sl_source__expand_paths(paths, sub, &list, &n));
     s->shards = sl__calloc((size_t)n, sizeof *s->shards);
     if (!s->shards)
@@ -932,26 +1093,42 @@ int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *fi
     s->nshards = n;
     sl__free(list);
     list = NULL;
-    for (int k = 0; k < n; k++)
-        SL_CHECK(map_shard(&s->shards[k]));
     for (int k = 0; k < n; k++) {
-        s->shards[k].first = s->nsamples;
-        SL_CHECK(scan_shard(s, (uint32_t)k));
-        s->shards[k].nsamples = s->nsamples - s->shards[k].first;
+        tar_shard *sh = &s->shards[k];
+        SL_CHECK(map_shard(sh));
+        if (index != INDEX_NO) {
+            /* A stale or damaged index is an error, not a reason to scan:
+             * the user asked for it to be used (or left it there). */
+            rc = sl_sidx__load(sh->path, "webdataset", &sh->ix);
+            if (rc == SL_END && index == INDEX_YES)
+                SL_FAIL(SL_EINVAL, "%s: no index (%s" SL_SIDX_SUFFIX "); build it with `sluice "
+                        "index %s`", sh->path, base_name(sh->path), sh->path);
+            if (rc < 0)
+                goto cleanup;
+        }
+        sh->first = s->base.count;
+        if (sh->ix) {
+            sh->nsamples = sh->ix->count;
+            s->indexed_shards++;
+        } else {
+            sh->tab_first = s->tab.nsamples;
+            SL_CHECK(scan_shard(s, &s->tab, (uint32_t)k, 0, sh->size));
+            sh->nsamples = s->tab.nsamples - sh->tab_first;
+        }
+        s->base.count += sh->nsamples;
     }
     SL_CHECK(check_duplicates(s));
-    uint64_t good = 0;
-    for (uint64_t i = 0; i < s->nsamples; i++)
-        good += !s->samples[i].err;
-    if (!good && s->nerrs) {
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < s->tab.nsamples; i++)
+        bad += s->tab.samples[i].err != 0;
+    if (bad && bad == s->base.count) {
         /* Nothing readable at all: say why now rather than on every read. */
         char where[SL__ERRMSG_MAX / 2];
         tar_locate(&s->base, 0, where, sizeof where);
-        SL_FAIL(SL_ECORRUPT, "%s: %s", where, s->errs[s->samples[0].err - 1]);
+        SL_FAIL(SL_ECORRUPT, "%s: %s", where, s->tab.errs[s->tab.samples[0].err - 1]);
     }
     SL_CHECK(make_columns(s));
     SL_CHECK(read_int_columns(s));
-    s->base.count = s->nsamples;
     if (n == 1)
         snprintf(s->base.name, sizeof s->base.name, "%s", base_name(s->shards[0].path));
     else
@@ -963,5 +1140,57 @@ cleanup:
     sl_source__free_paths(list);
     if (rc < 0)
         tar_free(&s->base);
+    return rc;
+}
+
+/* ---- building an index ------------------------------------------------------------ */
+
+int sl_source__index_tar(const char *path, const cJSON *opts) {
+    tar_source *s = NULL;
+    sl_sidx *ix = NULL;
+    cJSON *obj = NULL;
+    int rc, index;
+    if (opts) {
+        /* The source's own options are accepted (and checked); the index
+         * always covers every member. */
+        tar_source probe = {0};
+        rc = parse_options(&probe, opts, "index", &index);
+        sl_source__free_paths(probe.only);
+        SL_TRY(rc);
+    }
+    SL_CHECK(sl_sidx__create(&ix, "webdataset"));
+    SL_CHECK(sl_sidx__stat(path, &ix->data_size, &ix->data_mtime_ns));
+    obj = cJSON_CreateObject();
+    if (!obj || !cJSON_AddStringToObject(obj, "webdataset", path) ||
+        !cJSON_AddFalseToObject(obj, "index"))
+        SL_FAIL(SL_ENOMEM, "out of memory indexing %s", path);
+    sl_source *src = NULL;
+    SL_CHECK(sl_source__open_webdataset(&src, obj, "index"));
+    s = (tar_source *)src;
+    for (uint64_t i = 0; i < s->tab.nsamples; i++) {
+        const tar_sample *smp = &s->tab.samples[i];
+        if (smp->err) {
+            char where[SL__ERRMSG_MAX / 2];
+            tar_locate(src, i, where, sizeof where);
+            SL_FAIL(SL_ECORRUPT, "cannot index a damaged file: %s: %s", where,
+                    s->tab.errs[smp->err - 1]);
+        }
+        SL_CHECK(sl_sidx__add_record(ix, smp->offset, smp->end - smp->offset));
+    }
+    for (int c = 1; c < src->ncols; c++) {
+        const sl_source_col *col = &src->col[c];
+        SL_CHECK(sl_sidx__add_col(ix, col->name, col->type, col->dtype, col->ndim, col->shape,
+                                  col->encoded ? SL_SIDX_COL_ENCODED : 0));
+    }
+    for (int c = 1; c < src->ncols; c++)
+        if (s->ivals[c])
+            SL_CHECK(sl_sidx__add_scalar(ix, src->col[c].name, SL_COL_INT64, s->ivals[c]));
+    SL_CHECK(sl_sidx__write(path, ix));
+    rc = SL_OK;
+cleanup:
+    if (s)
+        sl_source__release(&s->base);
+    cJSON_Delete(obj);
+    sl_sidx__free(ix);
     return rc;
 }

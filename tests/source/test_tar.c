@@ -15,6 +15,7 @@
 #include "source/source.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -603,4 +604,99 @@ SL_TEST(source_tar__hand_built_headers) {
         sl_source__cursor_free(s, cur);
         sl_source__release(s);
     }
+}
+
+/* ---- sidecar index ---------------------------------------------------------------- */
+
+SL_TEST(source_tar__sidecar_index_reads_the_same) {
+    cJSON *exp = make_shards();
+    char q[1300];
+    snprintf(q, sizeof q, "\"%.1000s/shard-{000..002}.tar\"", g_dir);
+    /* index one shard: the others are scanned */
+    ASSERT_OK(sl_source__index_tar(in_dir("shard-001.tar"), NULL));
+    struct stat st;
+    ASSERT_EQ(stat(in_dir("shard-001.tar.slidx"), &st), 0);
+    const char *modes[] = {"slidx+scan", "slidx"};
+    for (int pass = 0; pass < 2; pass++) {
+        sl_source *s = NULL;
+        ASSERT_OK(open_wds(&s, q, pass ? "\"index\": true" : NULL));
+        ASSERT_U64_EQ(s->count, 18);
+        ASSERT_EQ(s->ncols, 6);
+        ASSERT_EQ(s->col[2].encoded, 1);
+        ASSERT_EQ(s->col[1].indexed, 1);
+        cJSON *d = cJSON_CreateObject();
+        ASSERT_OK(s->vt->describe(s, d));
+        ASSERT_STR_EQ(cJSON_GetObjectItem(d, "index")->valuestring, modes[pass]);
+        cJSON_Delete(d);
+        check_range(s, 0, exp, "shard-000.tar");
+        check_range(s, 6, exp, "shard-001.tar");
+        check_range(s, 12, exp, "shard-002.tar");
+        const void *vals = NULL;
+        ASSERT_OK(s->vt->index_column(s, 1, &vals));
+        uint64_t i = 6;
+        for (const cJSON *e = cJSON_GetObjectItem(exp, "shard-001.tar")->child; e; e = e->next)
+            ASSERT_EQ(((const int64_t *)vals)[i++],
+                      (int64_t)cJSON_GetObjectItem(e, "cls")->valuedouble);
+        sl_source__release(s);
+        if (pass == 0) {
+            ASSERT_RC(open_wds(&s, q, "\"index\": true"), SL_EINVAL);
+            ASSERT_CONTAINS(sl_errmsg(), "shard-000.tar: no index");
+            ASSERT_CONTAINS(sl_errmsg(), "sluice index");
+            ASSERT_OK(sl_source__index_tar(in_dir("shard-000.tar"), NULL));
+            cJSON *o = cJSON_Parse("{\"webdataset\": \"x\", \"index\": \"auto\"}");
+            ASSERT_OK(sl_source__index_tar(in_dir("shard-002.tar"), o));
+            cJSON_Delete(o);
+        }
+    }
+    /* index: false ignores the index files */
+    sl_source *s = NULL;
+    ASSERT_OK(open_wds(&s, q, "\"index\": false"));
+    cJSON *d = cJSON_CreateObject();
+    ASSERT_OK(s->vt->describe(s, d));
+    ASSERT_STR_EQ(cJSON_GetObjectItem(d, "index")->valuestring, "scan");
+    cJSON_Delete(d);
+    sl_source__release(s);
+
+    /* a shard changed after indexing: the index is refused, naming both */
+    FILE *f = fopen(in_dir("shard-002.tar"), "ab");
+    ASSERT(f);
+    fputs("appended", f);
+    fclose(f);
+    ASSERT_RC(open_wds(&s, q, NULL), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "shard-002.tar.slidx is stale (shard-002.tar changed");
+    ASSERT_CONTAINS(sl_errmsg(), "sluice index");
+    cJSON_Delete(exp);
+}
+
+SL_TEST(source_tar__index_refuses_a_damaged_shard) {
+    cJSON *exp = make_shards();
+    ASSERT_RC(sl_source__index_tar(in_dir("dupkey.tar"), NULL), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "cannot index a damaged file: dupkey.tar: record 2");
+    ASSERT_RC(sl_source__index_tar(in_dir("nokey.tar"), NULL), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "has no key");
+    struct stat st;
+    ASSERT(stat(in_dir("nokey.tar.slidx"), &st) != 0);
+    cJSON *o = cJSON_Parse("{\"frobnicate\": 1}");
+    ASSERT_RC(sl_source__index_tar(in_dir("good-gnu.tar"), o), SL_EINVAL);
+    cJSON_Delete(o);
+    /* an index whose records no longer line up with the headers (the shard
+     * rewritten in place with the same size and mtime): a clear read error */
+    ASSERT_OK(sl_source__index_tar(in_dir("good-gnu.tar"), NULL));
+    size_t n;
+    uint8_t *d = read_all(in_dir("good-gnu.tar"), &n);
+    size_t h = header_of(d, n, "bad/img201.cls");
+    d[h + 5] ^= 0x20;
+    ASSERT_EQ(stat(in_dir("good-gnu.tar"), &st), 0);
+    write_all(in_dir("good-gnu.tar"), d, n);
+    struct timespec ts[2] = {st.st_atim, st.st_mtim};
+    ASSERT_EQ(utimensat(AT_FDCWD, in_dir("good-gnu.tar"), ts, 0), 0);
+    free(d);
+    sl_source *s = NULL;
+    ASSERT_OK(open_one(&s, "good-gnu.tar"));
+    ASSERT_U64_EQ(s->count, 4);
+    expect_good(s, 0, exp, 0);
+    expect_bad(s, 1, "good-gnu.tar: record 1 (offset", "bad header checksum");
+    expect_good(s, 2, exp, 2);
+    sl_source__release(s);
+    cJSON_Delete(exp);
 }
