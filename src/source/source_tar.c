@@ -98,6 +98,8 @@ typedef struct tar_tables {
     uint32_t nerrs, cap_errs;
     char ext[TAR_EXT_MAX][SL_SOURCE_COLNAME_MAX]; /* extension ids of members[].col */
     int next;
+    int global_names;       /* a pax 'g' header set path or size: names depend
+                               on more than a sample's own headers */
 } tar_tables;
 
 typedef struct tar_source {
@@ -574,6 +576,7 @@ static int scan_shard(const tar_source *src, tar_tables *s, uint32_t k, uint64_t
                     entry = next;
                 }
             } else if (type == 'g') {
+                s->global_names |= v.has_path == 1 || v.has_size == 1;
                 if (v.has_path == 2)
                     v.has_path = 0;
                 if (v.has_size == 2)
@@ -833,6 +836,7 @@ static void tables_reset(tar_tables *t) {
     t->nsamples = t->nmembers = t->nkeys = 0;
     t->nerrs = 0;
     t->next = 0;
+    t->global_names = 0;
 }
 
 static void tables_free(tar_tables *t) {
@@ -1167,6 +1171,11 @@ int sl_source__index_tar(const char *path, const cJSON *opts) {
     sl_source *src = NULL;
     SL_CHECK(sl_source__open_webdataset(&src, obj, "index"));
     s = (tar_source *)src;
+    /* An index lets a read walk one sample's headers alone, which would
+     * miss a global path or size set earlier in the file. */
+    if (s->tab.global_names)
+        SL_FAIL(SL_EUNSUPPORTED, "cannot index %s: a pax global header sets path or size for "
+                "the members after it", path);
     for (uint64_t i = 0; i < s->tab.nsamples; i++) {
         const tar_sample *smp = &s->tab.samples[i];
         if (smp->err) {
