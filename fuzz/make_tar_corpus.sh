@@ -11,6 +11,7 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$here/../build/fuzz_corpus}
 mkdir -p "$out/tar"
+out=$(cd "$out" && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-tar-corpus-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 src=$work/src

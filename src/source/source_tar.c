@@ -368,6 +368,7 @@ typedef struct scan {
     tar_tables *s;
     uint32_t shard;
     tar_sample *cur;        /* the sample members are being added to, or NULL */
+    uint64_t limit;         /* end of the walk (the file may end inside padding) */
 } scan;
 
 /* Start a sample at `offset` with the given key. */
@@ -466,7 +467,8 @@ static int add_member(scan *sc, uint64_t hdr, const char *name, size_t len, uint
                 "opening a tar source"));
     s->members[s->nmembers++] = (tar_member){.off = off, .size = size, .col = (uint32_t)id};
     smp->nmembers++;
-    smp->end = off + ((size + TAR_BLOCK - 1) / TAR_BLOCK) * TAR_BLOCK;
+    uint64_t end = off + ((size + TAR_BLOCK - 1) / TAR_BLOCK) * TAR_BLOCK;
+    smp->end = end < sc->limit ? end : sc->limit;
     return SL_OK;
 }
 
@@ -487,7 +489,7 @@ static uint64_t resync(const uint8_t *map, uint64_t size, uint64_t bad) {
 static int scan_shard(const tar_source *src, tar_tables *s, uint32_t k, uint64_t start,
                       uint64_t end) {
     const tar_shard *sh = &src->shards[k];
-    scan sc = {.src = src, .s = s, .shard = k, .cur = NULL};
+    scan sc = {.src = src, .s = s, .shard = k, .cur = NULL, .limit = end};
     const uint8_t *map = sh->map;
     uint64_t size = end, pos = start, entry = start;
     pax_vals global = {0}, local = {0};

@@ -368,6 +368,18 @@ SL_TEST(source_tar__truncated_archive_keeps_complete_samples) {
     expect_good(s, 2, exp, 2);
     expect_bad(s, 3, "key 'bad/img203'", "member 'bad/img203.cls'");
     sl_source__release(s);
+    /* inside the padding after the last member: complete, also through an index */
+    size_t last = header_of(d, n, "bad/img203.seg.png");
+    write_all(in_dir("t5.tar"), d, last + 512 + 40);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass)
+            ASSERT_OK(sl_source__index_tar(in_dir("t5.tar"), NULL));
+        ASSERT_OK(open_one(&s, "t5.tar"));
+        ASSERT_U64_EQ(s->count, 4);
+        for (int j = 0; j < 4; j++)
+            expect_good(s, (uint64_t)j, exp, j);
+        sl_source__release(s);
+    }
     /* at a member boundary with no end-of-archive blocks: indistinguishable
      * from a complete archive, so every sample reads */
     write_all(in_dir("t4.tar"), d, h);
