@@ -19,20 +19,24 @@
  * (the tables below grow by doubling). Tar headers are simple enough that
  * parsing them here costs less than adapting a streaming API to this.
  *
- * Invariants after open (everything is read-only from then on, so read()
- * needs no lock and keeps no state in the cursor):
- *  1. samples[] is in shard order as given, then file order; a shard's
- *     samples are contiguous, starting at shards[k].first.
- *  2. A sample's members are members[first .. first+nmembers), each a view
- *     (offset, size) into its shard's mapping, tagged with its column.
- *  3. A sample with err != 0 fails on read with errs[err-1] as its cause:
- *     damage found by the open scan is reported on the record it broke, so
- *     the skip policy can drop that record and read the others.
- *  4. Column 0 is "__key__"; then one column per extension, sorted by name.
- *  5. Integer columns hold the value of every sample in ivals[] (0 where the
- *     read fails): they are parsed during the open scan, which has the header
- *     page in hand anyway — a label is a few bytes right after its header,
- *     nearly always in the same page — so filters push down for free.
+ * Invariants after open (everything in the source is read-only from then
+ * on, so read() needs no lock; a cursor holds only scratch tables):
+ *  1. Records are in shard order as given, then file order; shard k's
+ *     records are [shards[k].first, + nsamples).
+ *  2. A scanned shard's samples are tab.samples[tab_first ..]; a sample's
+ *     members are tab.members[first .. first+nmembers), each a view (offset,
+ *     size) into the shard's mapping, tagged with its column.
+ *  3. A shard with a sidecar index (ix != NULL) has no samples in tab: a
+ *     read walks just that sample's headers, at the offset and length the
+ *     index gives, into the cursor's tables.
+ *  4. A sample with err != 0 fails on read with errs[err-1] as its cause:
+ *     damage found by the scan is reported on the record it broke, so the
+ *     skip policy can drop that record and read the others.
+ *  5. Column 0 is "__key__"; then one column per extension, sorted by name.
+ *  6. Integer columns hold every record's value in ivals[] (0 where the read
+ *     fails): parsed during the scan, which has the header page in hand
+ *     anyway — a label is a few bytes right after its header, nearly always
+ *     in the same page — or copied from the index; filters push down.
  */
 #include "source/source.h"
 #include "source/source_index.h"
