@@ -18,3 +18,6 @@ fi
 if [ -f "$here/make_parsers_corpus.sh" ]; then
   sh "$here/make_parsers_corpus.sh" "$out"
 fi
+if [ -f "$here/make_tar_corpus.sh" ]; then
+  sh "$here/make_tar_corpus.sh" "$out"
+fi

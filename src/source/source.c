@@ -23,6 +23,9 @@ const sl_source_format sl_source__kinds[] = {
      0, NULL},
     {"idx", sl_source__open_idx, "IDX (MNIST-style) images and labels, plain or gzip",
      sl_source__sniff_idx, 0, NULL},
+    {"webdataset", sl_source__open_webdataset,
+     "WebDataset tar shards (a path, a brace pattern, a list or @listfile)", sl_source__sniff_tar,
+     1, sl_source__index_tar},
     {NULL, NULL, NULL, NULL, 0, NULL},
 };
 

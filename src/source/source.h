@@ -221,6 +221,11 @@ int sl_source__mem_columns(sl_source **out, int ncols, const char *const *names,
                            const sl_tensor *cols);
 int sl_source__mem_samples(sl_source **out, int ncols, const char *const *names,
                            const sl_sample *samples, uint64_t count);
+int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *field);
+/* Scan one tar shard and write its sidecar index (SHARD.slidx); `opts` are
+ * the source object's options or NULL. SL_ECORRUPT for a damaged shard. */
+int sl_source__index_tar(const char *path, const cJSON *opts);
+int sl_source__sniff_tar(const char *path, int is_dir, const uint8_t *head, size_t n);
 
 /* Helpers for implementations. */
 /* Add a column; SL_EINVAL when the name is empty, too long or taken, or

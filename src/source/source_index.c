@@ -1,0 +1,479 @@
+/*
+ * source_index.c — the sidecar index (DATA.slidx): building, writing
+ * atomically, loading with every check docs/FORMAT.md ("Sidecar index")
+ * asks of a reader. See source_index.h.
+ *
+ * Invariants:
+ *  1. A loaded index has passed its checksum, and every size in it has been
+ *     bounded by the file's length before anything was allocated from it.
+ *  2. Entries are in record order and do not overlap; for an index of plain
+ *     bytes (no SL_SIDX_DECOMPRESSED) they also lie inside the data file.
+ *  3. An index on disk is complete or absent: it is written under a temporary
+ *     name, synced, then renamed.
+ */
+#include "source/source_index.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+static const uint8_t magic_start[8] = {0x89, 'S', 'L', 'I', 'D', 'X', '\r', '\n'};
+static const uint8_t magic_end[8] = {'S', 'L', 'I', 'D', 'X', 'E', 'N', 'D'};
+
+#define HDR_BYTES 64
+#define ENTRY_BYTES 16
+#define COL_BYTES 136
+#define SCALAR_BYTES 72
+#define FOOTER_BYTES 16
+
+/* A data path's base name, for messages (borrowed). */
+static const char *base_name(const char *p) {
+    const char *s = strrchr(p, '/');
+    return s && s[1] ? s + 1 : p;
+}
+
+int sl_sidx__path(const char *data_path, char *buf, size_t cap) {
+    int n = snprintf(buf, cap, "%s%s", data_path, SL_SIDX_SUFFIX);
+    if (n < 0 || (size_t)n >= cap)
+        return sl__error(SL_EINVAL, "%s: path too long for its index", data_path);
+    return SL_OK;
+}
+
+int sl_sidx__stat(const char *path, uint64_t *size_out, int64_t *mtime_ns_out) {
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return sl__error(SL_EIO, "%s: %s", path, strerror(errno));
+    *size_out = (uint64_t)st.st_size;
+    *mtime_ns_out = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    return SL_OK;
+}
+
+/* ---- building ------------------------------------------------------------------ */
+
+int sl_sidx__create(sl_sidx **out, const char *kind) {
+    *out = NULL;
+    if (!kind || !kind[0] || strlen(kind) >= SL_SIDX_KIND_MAX)
+        return sl__error(SL_EINVAL, "index kind '%s' must be 1-%d bytes", kind ? kind : "",
+                         SL_SIDX_KIND_MAX - 1);
+    sl_sidx *ix = sl__calloc(1, sizeof *ix);
+    if (!ix)
+        return sl__oom("creating an index");
+    memcpy(ix->kind, kind, strlen(kind));
+    *out = ix;
+    return SL_OK;
+}
+
+int sl_sidx__add_record(sl_sidx *ix, uint64_t offset, uint64_t length) {
+    /* Scalars hold `count` values each: records come first. */
+    assert(ix->nscalar == 0);
+    if (ix->count == ix->cap) {
+        uint64_t cap = ix->cap ? ix->cap * 2 : 1024;
+        uint64_t *o = sl__realloc(ix->offset, (size_t)cap * sizeof *o);
+        if (!o)
+            return sl__oom("building an index");
+        ix->offset = o;
+        uint64_t *l = sl__realloc(ix->length, (size_t)cap * sizeof *l);
+        if (!l)
+            return sl__oom("building an index");
+        ix->length = l;
+        ix->cap = cap;
+    }
+    ix->offset[ix->count] = offset;
+    ix->length[ix->count] = length;
+    ix->count++;
+    return SL_OK;
+}
+
+static int check_name(const char *name, const char *what) {
+    if (!name || !name[0] || strlen(name) >= SL_SOURCE_COLNAME_MAX)
+        return sl__error(SL_EINVAL, "%s name '%s' must be 1-%d bytes", what, name ? name : "",
+                         SL_SOURCE_COLNAME_MAX - 1);
+    return SL_OK;
+}
+
+int sl_sidx__add_col(sl_sidx *ix, const char *name, sl_coltype type, sl_dtype dtype,
+                     int ndim, const int64_t *shape, uint32_t flags) {
+    SL_TRY(check_name(name, "column"));
+    if (sl_sidx__find_col(ix, name) >= 0)
+        return sl__error(SL_EINVAL, "column '%s' appears twice", name);
+    if (ix->ncols >= SL_SIDX_MAX_COLS)
+        return sl__error(SL_ELIMIT, "more than %d columns in one index", SL_SIDX_MAX_COLS);
+    if (ndim < 0 || ndim > SL_MAX_DIMS)
+        return sl__error(SL_EINVAL, "column '%s': %d dims (at most %d)", name, ndim, SL_MAX_DIMS);
+    sl_sidx_col *c = sl__realloc(ix->col, (size_t)(ix->ncols + 1) * sizeof *c);
+    if (!c)
+        return sl__oom("building an index");
+    ix->col = c;
+    c = &ix->col[ix->ncols];
+    memset(c, 0, sizeof *c);
+    memcpy(c->name, name, strlen(name));
+    c->type = type;
+    c->dtype = dtype;
+    c->ndim = ndim;
+    for (int d = 0; d < ndim; d++)
+        c->shape[d] = shape ? shape[d] : -1;
+    c->flags = flags;
+    ix->ncols++;
+    return SL_OK;
+}
+
+int sl_sidx__add_scalar(sl_sidx *ix, const char *name, sl_coltype type, const void *vals) {
+    SL_TRY(check_name(name, "scalar column"));
+    if (type != SL_COL_INT64 && type != SL_COL_FLOAT64)
+        return sl__error(SL_EINVAL, "scalar column '%s' must be INT64 or FLOAT64", name);
+    if (sl_sidx__find_scalar(ix, name) >= 0)
+        return sl__error(SL_EINVAL, "scalar column '%s' appears twice", name);
+    if (ix->nscalar >= SL_SIDX_MAX_SCALARS)
+        return sl__error(SL_ELIMIT, "more than %d scalar columns in one index",
+                         SL_SIDX_MAX_SCALARS);
+    sl_sidx_scalar *s = sl__realloc(ix->scalar, (size_t)(ix->nscalar + 1) * sizeof *s);
+    if (!s)
+        return sl__oom("building an index");
+    ix->scalar = s;
+    s = &ix->scalar[ix->nscalar];
+    memset(s, 0, sizeof *s);
+    s->vals = sl__malloc(ix->count ? (size_t)ix->count * 8 : 1);
+    if (!s->vals)
+        return sl__oom("building an index");
+    if (ix->count)
+        memcpy(s->vals, vals, (size_t)ix->count * 8);
+    memcpy(s->name, name, strlen(name));
+    s->type = type;
+    ix->nscalar++;
+    return SL_OK;
+}
+
+int sl_sidx__find_col(const sl_sidx *ix, const char *name) {
+    for (int k = 0; k < ix->ncols; k++)
+        if (!strcmp(ix->col[k].name, name))
+            return k;
+    return -1;
+}
+
+int sl_sidx__find_scalar(const sl_sidx *ix, const char *name) {
+    for (int k = 0; k < ix->nscalar; k++)
+        if (!strcmp(ix->scalar[k].name, name))
+            return k;
+    return -1;
+}
+
+void sl_sidx__free(sl_sidx *ix) {
+    if (!ix)
+        return;
+    sl__free(ix->offset);
+    sl__free(ix->length);
+    sl__free(ix->col);
+    for (int k = 0; k < ix->nscalar; k++)
+        sl__free(ix->scalar[k].vals);
+    sl__free(ix->scalar);
+    sl__free(ix);
+}
+
+/* ---- bytes ----------------------------------------------------------------------- */
+
+/* Total file size for these counts; false on overflow. */
+static bool file_bytes(uint64_t count, uint64_t ncols, uint64_t nscalar, size_t *out) {
+    size_t n = HDR_BYTES + FOOTER_BYTES, t;
+    if (!sl__mul_ok((size_t)count, ENTRY_BYTES, &t) || !sl__add_ok(n, t, &n))
+        return false;
+    if (!sl__mul_ok((size_t)ncols, COL_BYTES, &t) || !sl__add_ok(n, t, &n))
+        return false;
+    if (!sl__mul_ok((size_t)nscalar, SCALAR_BYTES, &t) || !sl__add_ok(n, t, &n))
+        return false;
+    if (!sl__mul_ok((size_t)count, 8, &t) || !sl__mul_ok(t, (size_t)nscalar, &t) ||
+        !sl__add_ok(n, t, &n))
+        return false;
+    *out = n;
+    return true;
+}
+
+static int serialize(const sl_sidx *ix, uint8_t **buf_out, size_t *n_out) {
+    size_t n;
+    if (!file_bytes(ix->count, (uint64_t)ix->ncols, (uint64_t)ix->nscalar, &n))
+        return sl__error(SL_ELIMIT, "index too large");
+    uint8_t *b = sl__calloc(1, n);
+    if (!b)
+        return sl__oom("writing an index");
+    memcpy(b, magic_start, 8);
+    sl__st32(b + 8, SL_SIDX_VERSION);
+    sl__st32(b + 12, ix->flags);
+    sl__st64(b + 16, ix->data_size);
+    sl__st64(b + 24, (uint64_t)ix->data_mtime_ns);
+    sl__st64(b + 32, ix->count);
+    sl__st32(b + 40, (uint32_t)ix->ncols);
+    sl__st32(b + 44, (uint32_t)ix->nscalar);
+    memcpy(b + 48, ix->kind, strlen(ix->kind));
+    uint8_t *p = b + HDR_BYTES;
+    for (uint64_t i = 0; i < ix->count; i++, p += ENTRY_BYTES) {
+        sl__st64(p, ix->offset[i]);
+        sl__st64(p + 8, ix->length[i]);
+    }
+    for (int k = 0; k < ix->ncols; k++, p += COL_BYTES) {
+        const sl_sidx_col *c = &ix->col[k];
+        memcpy(p, c->name, strlen(c->name));
+        p[64] = (uint8_t)c->type;
+        p[65] = (uint8_t)c->dtype;
+        p[66] = (uint8_t)c->ndim;
+        sl__st32(p + 68, c->flags);
+        for (int d = 0; d < c->ndim; d++)
+            sl__st64(p + 72 + 8 * d, (uint64_t)c->shape[d]);
+    }
+    for (int k = 0; k < ix->nscalar; k++, p += SCALAR_BYTES) {
+        memcpy(p, ix->scalar[k].name, strlen(ix->scalar[k].name));
+        p[64] = (uint8_t)ix->scalar[k].type;
+    }
+    for (int k = 0; k < ix->nscalar; k++) {
+        const uint8_t *v = ix->scalar[k].vals;
+        /* Values are stored little-endian, as 8-byte words. */
+        for (uint64_t i = 0; i < ix->count; i++, p += 8) {
+            uint64_t w;
+            memcpy(&w, v + 8 * i, 8);
+            sl__st64(p, w);
+        }
+    }
+    sl__st64(p, XXH3_64bits(b, n - FOOTER_BYTES));
+    memcpy(p + 8, magic_end, 8);
+    assert((size_t)(p + FOOTER_BYTES - b) == n);
+    *buf_out = b;
+    *n_out = n;
+    return SL_OK;
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int sl_sidx__write(const char *data_path, const sl_sidx *ix) {
+    char path[4096], tmp[4200];
+    SL_TRY(sl_sidx__path(data_path, path, sizeof path));
+    uint64_t size;
+    int64_t mtime;
+    SL_TRY(sl_sidx__stat(data_path, &size, &mtime));
+    if (size != ix->data_size || mtime != ix->data_mtime_ns)
+        return sl__error(SL_EINVAL, "%s changed while it was being indexed; index it again",
+                         data_path);
+    uint8_t *buf = NULL;
+    size_t n = 0;
+    SL_TRY(serialize(ix, &buf, &n));
+    snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path);
+    int rc = SL_OK;
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        sl__free(buf);
+        return sl__error(SL_EIO, "%s: cannot create a temporary file: %s", path,
+                         strerror(errno));
+    }
+    if (write_all(fd, buf, n) != 0 || fchmod(fd, 0644) != 0 || fsync(fd) != 0)
+        rc = sl__error(SL_EIO, "%s: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && rc == SL_OK)
+        rc = sl__error(SL_EIO, "%s: %s", tmp, strerror(errno));
+    sl__free(buf);
+    if (rc == SL_OK && rename(tmp, path) != 0)
+        rc = sl__error(SL_EIO, "%s: cannot rename into place: %s", path, strerror(errno));
+    if (rc < 0) {
+        unlink(tmp);
+        return rc;
+    }
+    /* The rename is durable once the directory is synced. */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
+    }
+    return SL_OK;
+}
+
+/* ---- loading --------------------------------------------------------------------- */
+
+static int zero(const uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i])
+            return 0;
+    return 1;
+}
+
+/* A NUL-padded name field of `cap` bytes: non-empty, terminated, zero after. */
+static int name_ok(const uint8_t *p, size_t cap) {
+    size_t len = strnlen((const char *)p, cap);
+    return len > 0 && len < cap && zero(p + len, cap - len);
+}
+
+int sl_sidx__parse(const uint8_t *p, size_t n, const char *name, sl_sidx **out) {
+    *out = NULL;
+    if (n < HDR_BYTES + FOOTER_BYTES || memcmp(p, magic_start, 8) != 0)
+        return sl__error(SL_ECORRUPT, "%s: not a sluice index (bad magic or too short)", name);
+    if (memcmp(p + n - 8, magic_end, 8) != 0)
+        return sl__error(SL_ECORRUPT, "%s: truncated or unfinished (no end magic)", name);
+    if (sl__ld64(p + n - FOOTER_BYTES) != XXH3_64bits(p, n - FOOTER_BYTES))
+        return sl__error(SL_ECORRUPT, "%s: checksum mismatch", name);
+    uint32_t version = sl__ld32(p + 8), flags = sl__ld32(p + 12);
+    if (version == 0 || version > SL_SIDX_VERSION)
+        return sl__error(version ? SL_EUNSUPPORTED : SL_ECORRUPT,
+                         "%s: index version %u (this build reads up to %d)", name, version,
+                         SL_SIDX_VERSION);
+    if (flags & ~SL_SIDX_KNOWN_FLAGS)
+        return sl__error(SL_EUNSUPPORTED, "%s: unknown flags 0x%x", name, flags);
+    uint64_t count = sl__ld64(p + 32);
+    uint32_t ncols = sl__ld32(p + 40), nscalar = sl__ld32(p + 44);
+    size_t want;
+    if (ncols > SL_SIDX_MAX_COLS || nscalar > SL_SIDX_MAX_SCALARS || count > n ||
+        !file_bytes(count, ncols, nscalar, &want) || want != n)
+        return sl__error(SL_ECORRUPT, "%s: sizes disagree (%" PRIu64 " records, %u columns, "
+                         "%u scalar columns in %zu bytes)", name, count, ncols, nscalar, n);
+    if (!name_ok(p + 48, SL_SIDX_KIND_MAX))
+        return sl__error(SL_ECORRUPT, "%s: bad kind field", name);
+
+    sl_sidx *ix = NULL;
+    int rc = sl_sidx__create(&ix, (const char *)p + 48);
+    if (rc < 0)
+        return rc;
+    ix->flags = flags;
+    ix->data_size = sl__ld64(p + 16);
+    ix->data_mtime_ns = (int64_t)sl__ld64(p + 24);
+    ix->count = ix->cap = count;
+    ix->offset = sl__malloc(count ? (size_t)count * 8 : 1);
+    ix->length = sl__malloc(count ? (size_t)count * 8 : 1);
+    if (!ix->offset || !ix->length)
+        SL_FAIL(SL_ENOMEM, "out of memory loading %s", name);
+    const uint8_t *q = p + HDR_BYTES;
+    uint64_t end = 0;
+    for (uint64_t i = 0; i < count; i++, q += ENTRY_BYTES) {
+        uint64_t off = sl__ld64(q), len = sl__ld64(q + 8);
+        if (off < end || len == 0 || off + len < off ||
+            (!(flags & SL_SIDX_DECOMPRESSED) && off + len > ix->data_size))
+            SL_FAIL(SL_ECORRUPT, "%s: entry %" PRIu64 " (offset %" PRIu64 ", %" PRIu64
+                    " bytes) overlaps its neighbour or runs past the data", name, i, off, len);
+        ix->offset[i] = off;
+        ix->length[i] = len;
+        end = off + len;
+    }
+    for (uint32_t k = 0; k < ncols; k++, q += COL_BYTES) {
+        int nd = q[66];
+        uint32_t cf = sl__ld32(q + 68);
+        if (!name_ok(q, 64) || q[64] < SL_COL_INT64 || q[64] > SL_COL_ARRAY || q[65] < SL_U8 ||
+            q[65] > SL_BOOL || nd > SL_MAX_DIMS || q[67] || (cf & ~SL_SIDX_COL_KNOWN_FLAGS) ||
+            !zero(q + 72 + 8 * nd, (size_t)(SL_MAX_DIMS - nd) * 8))
+            SL_FAIL(SL_ECORRUPT, "%s: column descriptor %u is malformed", name, k);
+        int64_t shape[SL_MAX_DIMS];
+        for (int d = 0; d < nd; d++) {
+            shape[d] = (int64_t)sl__ld64(q + 72 + 8 * d);
+            if (shape[d] < -1)
+                SL_FAIL(SL_ECORRUPT, "%s: column descriptor %u is malformed", name, k);
+        }
+        rc = sl_sidx__add_col(ix, (const char *)q, (sl_coltype)q[64], (sl_dtype)q[65], nd, shape,
+                              cf);
+        if (rc == SL_EINVAL)
+            SL_FAIL(SL_ECORRUPT, "%s: column descriptor %u: %s", name, k, sl_errmsg());
+        SL_CHECK(rc);
+    }
+    const uint8_t *vals = q + (size_t)nscalar * SCALAR_BYTES;
+    for (uint32_t k = 0; k < nscalar; k++, q += SCALAR_BYTES) {
+        if (!name_ok(q, 64) || (q[64] != SL_COL_INT64 && q[64] != SL_COL_FLOAT64) ||
+            !zero(q + 65, 7))
+            SL_FAIL(SL_ECORRUPT, "%s: scalar descriptor %u is malformed", name, k);
+        /* Values go in as they lie (little-endian words); converted below. */
+        rc = sl_sidx__add_scalar(ix, (const char *)q, (sl_coltype)q[64],
+                                 vals + (size_t)k * (size_t)count * 8);
+        if (rc == SL_EINVAL)
+            SL_FAIL(SL_ECORRUPT, "%s: scalar descriptor %u: %s", name, k, sl_errmsg());
+        SL_CHECK(rc);
+        uint64_t *w = ix->scalar[k].vals;
+        for (uint64_t i = 0; i < count; i++)
+            w[i] = sl__ld64(&w[i]);
+    }
+    *out = ix;
+    return SL_OK;
+cleanup:
+    sl_sidx__free(ix);
+    return rc;
+}
+
+int sl_sidx__load(const char *data_path, const char *kind, sl_sidx **out) {
+    *out = NULL;
+    char path[4096];
+    SL_TRY(sl_sidx__path(data_path, path, sizeof path));
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return SL_END;
+        return sl__error(SL_EIO, "%s: %s", path, strerror(errno));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return sl__error(SL_EIO, "%s: %s", path, strerror(e));
+    }
+    size_t n = (size_t)st.st_size;
+    uint8_t *buf = sl__malloc(n ? n : 1);
+    if (!buf) {
+        close(fd);
+        return sl__oom("loading an index");
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, buf + got, n - got, (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    int rc;
+    if (got != n) {
+        rc = sl__error(SL_EIO, "%s: short read", path);
+    } else {
+        rc = sl_sidx__parse(buf, n, path, out);
+    }
+    sl__free(buf);
+    SL_TRY(rc);
+    sl_sidx *ix = *out;
+    if (strcmp(ix->kind, kind) != 0) {
+        rc = sl__error(SL_EINVAL, "%s indexes a %s file, not %s; rebuild it with `sluice index %s`",
+                       path, ix->kind, kind, data_path);
+        goto stale;
+    }
+    uint64_t size;
+    int64_t mtime;
+    rc = sl_sidx__stat(data_path, &size, &mtime);
+    if (rc < 0)
+        goto stale;
+    if (size != ix->data_size) {
+        rc = sl__error(SL_EINVAL, "%s is stale (%s changed: size %" PRIu64 " != %" PRIu64
+                       "); rebuild it with `sluice index %s`", base_name(path),
+                       base_name(data_path), ix->data_size, size, data_path);
+        goto stale;
+    }
+    if (mtime != ix->data_mtime_ns) {
+        rc = sl__error(SL_EINVAL, "%s is stale (%s changed: mtime %" PRId64 " != %" PRId64
+                       " ns); rebuild it with `sluice index %s`", base_name(path),
+                       base_name(data_path), ix->data_mtime_ns, mtime, data_path);
+        goto stale;
+    }
+    return SL_OK;
+stale:
+    sl_sidx__free(ix);
+    *out = NULL;
+    return rc;
+}

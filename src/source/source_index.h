@@ -1,0 +1,111 @@
+/*
+ * source_index.h — the sidecar index of a foreign data file (`DATA.slidx`,
+ * beside `DATA`): where each record lies, the values of scalar columns (for
+ * pushed-down filters) and the typed columns the data holds, so that a source
+ * opened with an index needs no scan. Formats that have no index of their own
+ * (TFRecord, WebDataset tar) build one with a full scan (`sluice index`).
+ * The bytes are specified in docs/FORMAT.md, "Sidecar index (.slidx)".
+ *
+ * An index is tied to its data file by the file's size and modification time
+ * (ns): a load that finds either changed refuses the index (SL_EINVAL, a
+ * message naming both files and the command that rebuilds it).
+ *
+ * Not thread-safe while being built; a loaded index is read-only and may be
+ * shared by threads.
+ */
+#ifndef SL_SOURCE_INDEX_H
+#define SL_SOURCE_INDEX_H
+
+#include "source/source.h"
+
+#include <stdint.h>
+
+#define SL_SIDX_SUFFIX ".slidx"
+#define SL_SIDX_VERSION 1
+#define SL_SIDX_KIND_MAX 16
+/* Bounds a loader enforces before allocating (hostile files). */
+#define SL_SIDX_MAX_COLS 1024
+#define SL_SIDX_MAX_SCALARS 1024
+
+/* flags: offsets count bytes of the decompressed stream (a gzip TFRecord),
+ * not of the file on disk. */
+#define SL_SIDX_DECOMPRESSED 0x1u
+#define SL_SIDX_KNOWN_FLAGS SL_SIDX_DECOMPRESSED
+
+/* sl_sidx_col.flags */
+#define SL_SIDX_COL_ENCODED 0x1u   /* bytes of an encoded image */
+#define SL_SIDX_COL_LIST 0x2u      /* a per-step list (TFRecord SequenceExample
+                                      feature_lists), not a context feature */
+#define SL_SIDX_COL_KNOWN_FLAGS (SL_SIDX_COL_ENCODED | SL_SIDX_COL_LIST)
+
+/* A typed column the data holds, as the format's own scan names it (for a
+ * TFRecord, the feature key; a source renames on top). */
+typedef struct sl_sidx_col {
+    char name[SL_SOURCE_COLNAME_MAX];
+    sl_coltype type;
+    sl_dtype dtype;         /* SL_COL_ARRAY: element type; else as sl_source__add_col */
+    int ndim;
+    int64_t shape[SL_MAX_DIMS]; /* -1 for a dim that varies per record */
+    uint32_t flags;         /* SL_SIDX_COL_* */
+} sl_sidx_col;
+
+/* The values of one scalar column, one per record. */
+typedef struct sl_sidx_scalar {
+    char name[SL_SOURCE_COLNAME_MAX];
+    sl_coltype type;        /* SL_COL_INT64 (int64_t values) or SL_COL_FLOAT64 (double) */
+    void *vals;             /* `count` values (owned) */
+} sl_sidx_scalar;
+
+typedef struct sl_sidx {
+    char kind[SL_SIDX_KIND_MAX]; /* the format, "tfrecord" / "webdataset" */
+    uint32_t flags;              /* SL_SIDX_* */
+    uint64_t data_size;          /* the data file's size and mtime when indexed */
+    int64_t data_mtime_ns;
+    uint64_t count;              /* records */
+    uint64_t *offset;            /* count: first byte of the whole framed record */
+    uint64_t *length;            /* count: bytes of the whole framed record */
+    int ncols;
+    sl_sidx_col *col;
+    int nscalar;
+    sl_sidx_scalar *scalar;
+    uint64_t cap;                /* builder: room in offset/length */
+} sl_sidx;
+
+/* "DATA.slidx" into buf; SL_EINVAL when it does not fit. */
+int sl_sidx__path(const char *data_path, char *buf, size_t cap);
+/* Size and mtime (ns) of a file; SL_EIO naming it. */
+int sl_sidx__stat(const char *path, uint64_t *size_out, int64_t *mtime_ns_out);
+
+/* ---- building ---------------------------------------------------------------- */
+/* An empty index for a `kind` file (free with sl_sidx__free). The caller
+ * sets data_size/data_mtime_ns (sl_sidx__stat before its scan) and flags. */
+int sl_sidx__create(sl_sidx **out, const char *kind);
+int sl_sidx__add_record(sl_sidx *ix, uint64_t offset, uint64_t length);
+/* A typed column; SL_EINVAL when the name is empty, too long or taken. */
+int sl_sidx__add_col(sl_sidx *ix, const char *name, sl_coltype type, sl_dtype dtype,
+                     int ndim, const int64_t *shape, uint32_t flags);
+/* A scalar column with `count` values copied from `vals` (int64_t for
+ * SL_COL_INT64, double for SL_COL_FLOAT64): add it after the last record. */
+int sl_sidx__add_scalar(sl_sidx *ix, const char *name, sl_coltype type, const void *vals);
+
+/* Write `ix` as DATA.slidx: temporary name, fsync, rename, fsync of the
+ * directory. Refuses (SL_EINVAL) when the data file no longer has the size
+ * and mtime in `ix` (it changed while being indexed). */
+int sl_sidx__write(const char *data_path, const sl_sidx *ix);
+
+/* ---- loading ----------------------------------------------------------------- */
+/* Load DATA.slidx for a `kind` file. Returns SL_OK; SL_END (not an error)
+ * when there is no index file; SL_ECORRUPT for a damaged one (bad magic,
+ * checksum, truncated, inconsistent); SL_EUNSUPPORTED for a newer version or
+ * unknown flags; SL_EINVAL for a stale one (the data file's size or mtime
+ * changed) or one made for another kind; SL_EIO, SL_ENOMEM. */
+int sl_sidx__load(const char *data_path, const char *kind, sl_sidx **out);
+/* Parse index bytes held in memory (what load does after reading the file);
+ * `name` is used in messages. Stale checks are load's. */
+int sl_sidx__parse(const uint8_t *p, size_t n, const char *name, sl_sidx **out);
+
+int sl_sidx__find_col(const sl_sidx *ix, const char *name);
+int sl_sidx__find_scalar(const sl_sidx *ix, const char *name);
+void sl_sidx__free(sl_sidx *ix);
+
+#endif /* SL_SOURCE_INDEX_H */

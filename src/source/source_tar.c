@@ -1,0 +1,1220 @@
+/*
+ * source_tar.c — WebDataset tar shards behind the source interface.
+ *
+ * {"webdataset": "shard-{000000..000127}.tar" | [paths] | "@list.txt",
+ *  "index": "auto" | true | false, "columns": ["jpg", "cls"]}
+ *
+ * A WebDataset is a set of plain tar files whose members are grouped into
+ * samples by key: the member path up to the first dot of its last component
+ * ("a/b/img001.seg.png": key "a/b/img001", column "seg.png"). Consecutive
+ * members with one key form one sample. docs/SOURCES.md has the user's view.
+ *
+ * Why not libarchive: it streams. It copies each member into a buffer it
+ * owns, allocates per entry, and can only go forwards. Here every shard is
+ * mapped read-only once, so (1) a column is a borrowed view of the mapping —
+ * an encoded JPEG goes from the page cache to the decoder without a copy;
+ * (2) any sample is read by offset, in any order, from any thread — what
+ * shuffling and parallel reading need; (3) opening is one walk over the
+ * 512-byte headers, skipping data by size, with no allocation per member
+ * (the tables below grow by doubling). Tar headers are simple enough that
+ * parsing them here costs less than adapting a streaming API to this.
+ *
+ * Invariants after open (everything in the source is read-only from then
+ * on, so read() needs no lock; a cursor holds only scratch tables):
+ *  1. Records are in shard order as given, then file order; shard k's
+ *     records are [shards[k].first, + nsamples).
+ *  2. A scanned shard's samples are tab.samples[tab_first ..]; a sample's
+ *     members are tab.members[first .. first+nmembers), each a view (offset,
+ *     size) into the shard's mapping, tagged with its column.
+ *  3. A shard with a sidecar index (ix != NULL) has no samples in tab: a
+ *     read walks just that sample's headers, at the offset and length the
+ *     index gives, into the cursor's tables.
+ *  4. A sample with err != 0 fails on read with errs[err-1] as its cause:
+ *     damage found by the scan is reported on the record it broke, so the
+ *     skip policy can drop that record and read the others.
+ *  5. Column 0 is "__key__"; then one column per extension, sorted by name.
+ *  6. Integer columns hold every record's value in ivals[] (0 where the read
+ *     fails): parsed during the scan, which has the header page in hand
+ *     anyway — a label is a few bytes right after its header, nearly always
+ *     in the same page — or copied from the index; filters push down.
+ */
+#include "source/source.h"
+#include "source/source_index.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define TAR_BLOCK 512
+/* A member path longer than this is refused (PATH_MAX on Linux). */
+#define TAR_NAME_MAX 4096
+/* Distinct extensions tracked during a scan before giving up: more than
+ * SL_MAX_COLUMNS can never be read, but the message lists what was found. */
+#define TAR_EXT_MAX 64
+/* A decimal int64 with generous whitespace fits; longer text is not a label. */
+#define TAR_INT_TEXT_MAX 64
+
+typedef struct tar_shard {
+    char *path;
+    const uint8_t *map;     /* the whole file, read-only; NULL when empty */
+    uint64_t size;
+    uint64_t first;         /* index of its first sample */
+    uint64_t nsamples;
+    uint64_t tab_first;     /* scanned: its first sample in the source's tables */
+    sl_sidx *ix;            /* read through its sidecar index, or NULL (scanned) */
+} tar_shard;
+
+typedef struct tar_member {
+    uint64_t off;           /* data offset in the shard */
+    uint64_t size;
+    uint32_t col;           /* extension id during the scan, column after */
+} tar_member;
+
+typedef struct tar_sample {
+    uint64_t offset;        /* first header of its first member */
+    uint64_t first;         /* into members[] */
+    uint64_t key_off;       /* into keys[] (NUL-terminated) */
+    uint32_t key_len;
+    uint32_t nmembers;
+    uint32_t shard;
+    uint32_t err;           /* 0, or 1 + index into errs[] */
+    uint64_t end;           /* just past its last member's data (padded) */
+} tar_sample;
+
+/* What a header walk produces. The source holds one for the shards it
+ * scans at open; with a sidecar index, each cursor holds one and walks just
+ * the headers of the sample it reads (the index says where they are). */
+typedef struct tar_tables {
+    tar_sample *samples;
+    uint64_t nsamples, cap_samples;
+    tar_member *members;
+    uint64_t nmembers, cap_members;
+    char *keys;
+    uint64_t nkeys, cap_keys;
+    char **errs;
+    uint32_t nerrs, cap_errs;
+    char ext[TAR_EXT_MAX][SL_SOURCE_COLNAME_MAX]; /* extension ids of members[].col */
+    int next;
+    int global_names;       /* a pax 'g' header set path or size: names depend
+                               on more than a sample's own headers */
+} tar_tables;
+
+typedef struct tar_source {
+    sl_source base;
+    tar_shard *shards;
+    int nshards;
+    tar_tables tab;         /* the scanned shards' samples */
+    char **only;            /* "columns": the extensions to keep (NULL: all) */
+    int nonly;
+    int indexed_shards;     /* shards read through their index */
+    int64_t *ivals[SL_MAX_COLUMNS]; /* per integer column: count values */
+} tar_source;
+
+typedef struct tar_cursor {
+    sl_source_cursor base;
+    tar_tables tab;         /* reused: no allocation per read once warm */
+} tar_cursor;
+
+/* ---- growing tables (amortised; no allocation per member) ------------------ */
+
+static int grow(void **v, uint64_t *cap, uint64_t need, size_t elem, const char *what) {
+    if (need <= *cap)
+        return SL_OK;
+    uint64_t n = *cap ? *cap : 64;
+    while (n < need)
+        n *= 2;
+    size_t bytes;
+    if (n > SIZE_MAX / 2 || !sl__mul_ok((size_t)n, elem, &bytes))
+        return sl__oom(what);
+    void *p = sl__realloc(*v, bytes);
+    if (!p)
+        return sl__oom(what);
+    *v = p;
+    *cap = n;
+    return SL_OK;
+}
+
+/* Record a cause for the current (last) sample; the first one wins. */
+static int set_err(tar_tables *s, tar_sample *smp, const char *fmt, ...) SL_PRINTF(3, 4);
+static int set_err(tar_tables *s, tar_sample *smp, const char *fmt, ...) {
+    if (smp->err)
+        return SL_OK;
+    char msg[SL__ERRMSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    uint64_t cap = s->cap_errs;
+    SL_TRY(grow((void **)&s->errs, &cap, (uint64_t)s->nerrs + 1, sizeof *s->errs,
+                "opening a tar source"));
+    s->cap_errs = (uint32_t)cap;
+    char *m = sl__strdup(msg);
+    if (!m)
+        return sl__oom("opening a tar source");
+    s->errs[s->nerrs++] = m;
+    smp->err = s->nerrs;
+    return SL_OK;
+}
+
+/* ---- header fields ------------------------------------------------------------ */
+
+/* An octal field: optional leading spaces, digits, then NUL/space to the end.
+ * An all-blank field is 0 (writers leave unused fields so). */
+static int parse_octal(const uint8_t *p, size_t n, uint64_t *out) {
+    size_t i = 0;
+    while (i < n && p[i] == ' ')
+        i++;
+    uint64_t v = 0;
+    for (; i < n && p[i] >= '0' && p[i] <= '7'; i++) {
+        if (v >> 60)
+            return -1;
+        v = v * 8 + (uint64_t)(p[i] - '0');
+    }
+    for (; i < n; i++)
+        if (p[i] != ' ' && p[i] != '\0')
+            return -1;
+    *out = v;
+    return 0;
+}
+
+/* A numeric field: octal, or GNU base-256 (high bit of the first byte set;
+ * the rest big-endian two's complement) for values that octal cannot hold. */
+static int parse_number(const uint8_t *p, size_t n, uint64_t *out) {
+    if (!(p[0] & 0x80))
+        return parse_octal(p, n, out);
+    if (p[0] & 0x40)
+        return -1; /* negative: never a size */
+    uint64_t v = p[0] & 0x3f;
+    for (size_t i = 1; i < n; i++) {
+        if (v >> 55)
+            return -1;
+        v = v << 8 | p[i];
+    }
+    if (v >> 62)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* The checksum covers the block with its own field read as spaces. Old and
+ * some current writers sum signed chars; GNU tar accepts both, so do we. */
+static int checksum_ok(const uint8_t *h) {
+    uint64_t want;
+    if (parse_octal(h + 148, 8, &want) < 0)
+        return 0;
+    int64_t us = 0, ss = 0;
+    for (int i = 0; i < TAR_BLOCK; i++) {
+        uint8_t b = i >= 148 && i < 156 ? ' ' : h[i];
+        us += b;
+        ss += (int8_t)b;
+    }
+    return (int64_t)want == us || (int64_t)want == ss;
+}
+
+static int block_is_zero(const uint8_t *h, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (h[i])
+            return 0;
+    return 1;
+}
+
+static int magic_posix(const uint8_t *h) { return !memcmp(h + 257, "ustar\0", 6); }
+static int magic_gnu(const uint8_t *h) { return !memcmp(h + 257, "ustar  \0", 8); }
+
+/* A block that passes for a header when resynchronising after damage: a
+ * valid checksum is not enough on its own (a member's data may hold any
+ * bytes), so ask for the magic too and a name. */
+static int plausible_header(const uint8_t *h) {
+    return h[0] && (magic_posix(h) || magic_gnu(h)) && checksum_ok(h);
+}
+
+/* ---- pax extended headers ---------------------------------------------------- */
+
+/* What this reader takes from a pax header: path and size. Per POSIX, an
+ * empty value deletes the keyword: in an 'x' header the member's own header
+ * field then stands; in a 'g' header the global value is dropped. */
+typedef struct pax_vals {
+    const char *path;
+    size_t path_len;
+    uint64_t size;
+    uint8_t has_path, has_size; /* 0 unset, 1 set, 2 deleted */
+} pax_vals;
+
+/* Parse records "LEN KEY=VALUE\n" of p[0..n) into v. Returns 0, or -1 with
+ * the cause in why. */
+static int pax_parse(const uint8_t *p, uint64_t n, pax_vals *v, char *why, size_t cap) {
+    uint64_t i = 0;
+    while (i < n) {
+        if (p[i] == '\0' && block_is_zero(p + i, (size_t)(n - i)))
+            break; /* some writers pad the data with NULs */
+        uint64_t len = 0, j = i;
+        while (j < n && p[j] >= '0' && p[j] <= '9' && j - i < 20)
+            len = len * 10 + (uint64_t)(p[j++] - '0');
+        if (j == i || j >= n || p[j] != ' ') {
+            snprintf(why, cap, "pax header record at byte %" PRIu64 " has no length", i);
+            return -1;
+        }
+        if (len < (j - i) + 4 || len > n - i || p[i + len - 1] != '\n') {
+            snprintf(why, cap, "pax header record at byte %" PRIu64 " has a bad length (%" PRIu64
+                     " for %" PRIu64 " bytes left)", i, len, n - i);
+            return -1;
+        }
+        const uint8_t *kv = p + j + 1, *end = p + i + len - 1;
+        const uint8_t *eq = memchr(kv, '=', (size_t)(end - kv));
+        if (!eq || eq == kv) {
+            snprintf(why, cap, "pax header record at byte %" PRIu64 " has no key=value", i);
+            return -1;
+        }
+        size_t klen = (size_t)(eq - kv), vlen = (size_t)(end - eq - 1);
+        const char *val = (const char *)eq + 1;
+        if (klen == 4 && !memcmp(kv, "path", 4)) {
+            v->path = val;
+            v->path_len = vlen;
+            v->has_path = vlen ? 1 : 2;
+        } else if (klen == 4 && !memcmp(kv, "size", 4)) {
+            uint64_t sz = 0;
+            for (size_t k = 0; k < vlen; k++) {
+                if (val[k] < '0' || val[k] > '9' || sz > (UINT64_C(1) << 58)) {
+                    snprintf(why, cap, "pax size '%.*s' is not a number", (int)(vlen < 24 ? vlen : 24),
+                             val);
+                    return -1;
+                }
+                sz = sz * 10 + (uint64_t)(val[k] - '0');
+            }
+            v->size = sz;
+            v->has_size = vlen ? 1 : 2;
+        }
+        i += len;
+    }
+    return 0;
+}
+
+/* ---- names, keys, extensions -------------------------------------------------- */
+
+/* Split a member path into key and extension at the first dot of the last
+ * component. key_len 0: no key (the component starts with a dot or is
+ * empty); ext_len 0: no extension. */
+static void split_name(const char *name, size_t len, size_t *key_len, size_t *ext_off,
+                       size_t *ext_len) {
+    size_t base = len;
+    while (base > 0 && name[base - 1] != '/')
+        base--;
+    size_t dot = base;
+    while (dot < len && name[dot] != '.')
+        dot++;
+    *key_len = dot == base ? 0 : dot;
+    *ext_off = dot < len ? dot + 1 : len;
+    *ext_len = len - *ext_off;
+}
+
+static int int_column(const char *ext) {
+    return !strcmp(ext, "cls") || !strcmp(ext, "cls2") || !strcmp(ext, "index");
+}
+static int image_column(const char *ext) {
+    return !strcmp(ext, "jpg") || !strcmp(ext, "jpeg") || !strcmp(ext, "png") ||
+           !strcmp(ext, "webp");
+}
+static int text_column(const char *ext) { return !strcmp(ext, "txt") || !strcmp(ext, "json"); }
+
+/* Decimal text with optional surrounding whitespace (a trailing newline, as
+ * `echo 3 > x.cls` leaves). Returns 0, or -1. */
+static int parse_int_text(const uint8_t *p, uint64_t n, int64_t *out) {
+    if (n > TAR_INT_TEXT_MAX)
+        return -1;
+    size_t i = 0, e = (size_t)n;
+    while (i < e && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r'))
+        i++;
+    while (e > i && (p[e - 1] == ' ' || p[e - 1] == '\t' || p[e - 1] == '\n' || p[e - 1] == '\r'))
+        e--;
+    int neg = 0;
+    if (i < e && (p[i] == '-' || p[i] == '+'))
+        neg = p[i++] == '-';
+    if (i == e)
+        return -1;
+    uint64_t v = 0;
+    for (; i < e; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        uint64_t d = (uint64_t)(p[i] - '0');
+        if (v > (UINT64_C(9223372036854775808) - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    if (!neg && v > INT64_MAX)
+        return -1;
+    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+    return 0;
+}
+
+/* Up to 24 bytes of p for a message, non-printable bytes as '?'. */
+static void quote_bytes(char *buf, size_t cap, const uint8_t *p, uint64_t n) {
+    size_t k = 0;
+    for (uint64_t i = 0; i < n && i < 24 && k + 1 < cap; i++)
+        buf[k++] = p[i] >= 0x20 && p[i] < 0x7f ? (char)p[i] : '?';
+    if (n > 24 && k + 4 < cap) {
+        memcpy(buf + k, "...", 3);
+        k += 3;
+    }
+    buf[k] = '\0';
+}
+
+/* ---- the scan ---------------------------------------------------------------------- */
+
+typedef struct scan {
+    const tar_source *src;
+    tar_tables *s;
+    uint32_t shard;
+    tar_sample *cur;        /* the sample members are being added to, or NULL */
+    uint64_t limit;         /* end of the walk (the file may end inside padding) */
+} scan;
+
+/* Start a sample at `offset` with the given key. */
+static int new_sample(scan *sc, uint64_t offset, const char *key, size_t key_len) {
+    tar_tables *s = sc->s;
+    SL_TRY(grow((void **)&s->samples, &s->cap_samples, s->nsamples + 1, sizeof *s->samples,
+                "opening a tar source"));
+    SL_TRY(grow((void **)&s->keys, &s->cap_keys, s->nkeys + key_len + 1, 1,
+                "opening a tar source"));
+    tar_sample *smp = &s->samples[s->nsamples++];
+    memset(smp, 0, sizeof *smp);
+    smp->offset = offset;
+    smp->first = s->nmembers;
+    smp->shard = sc->shard;
+    smp->key_off = s->nkeys;
+    smp->key_len = (uint32_t)key_len;
+    if (key_len)
+        memcpy(s->keys + s->nkeys, key, key_len);
+    s->keys[s->nkeys + key_len] = '\0';
+    s->nkeys += key_len + 1;
+    sc->cur = smp;
+    return SL_OK;
+}
+
+/* A record that is nothing but an error: damage between samples. Closes
+ * the current sample, so the next member starts a new one. */
+static int error_sample(scan *sc, uint64_t offset, const char *fmt, ...) SL_PRINTF(3, 4);
+static int error_sample(scan *sc, uint64_t offset, const char *fmt, ...) {
+    char msg[SL__ERRMSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    SL_TRY(new_sample(sc, offset, NULL, 0));
+    SL_TRY(set_err(sc->s, sc->cur, "%s", msg));
+    sc->cur = NULL;
+    return SL_OK;
+}
+
+static int ext_id(tar_tables *s, const char *ext, size_t len, int *id) {
+    for (int e = 0; e < s->next; e++)
+        if (strlen(s->ext[e]) == len && !memcmp(s->ext[e], ext, len)) {
+            *id = e;
+            return SL_OK;
+        }
+    if (s->next == TAR_EXT_MAX)
+        return sl__error(SL_ELIMIT, "more than %d different extensions (at most %d columns); "
+                         "choose some with \"columns\"", TAR_EXT_MAX, SL_MAX_COLUMNS - 1);
+    memcpy(s->ext[s->next], ext, len);
+    s->ext[s->next][len] = '\0';
+    *id = s->next++;
+    return SL_OK;
+}
+
+static int wanted(const tar_source *s, const char *ext, size_t len) {
+    if (!s->only)
+        return 1;
+    for (int k = 0; k < s->nonly; k++)
+        if (strlen(s->only[k]) == len && !memcmp(s->only[k], ext, len))
+            return 1;
+    return 0;
+}
+
+/* Add one regular member. `hdr` is where its first header (pax or GNU
+ * long-name entries included) starts; `pending` a cause found in those
+ * extended headers, or NULL. */
+static int add_member(scan *sc, uint64_t hdr, const char *name, size_t len, uint64_t off,
+                      uint64_t size, const char *pending) {
+    tar_tables *s = sc->s;
+    size_t key_len, ext_off, ext_len;
+    split_name(name, len, &key_len, &ext_off, &ext_len);
+    if (!key_len)
+        return error_sample(sc, hdr, "member '%.*s' has no key (its file name %s)", (int)len,
+                            name, len && name[len - 1] != '/' ? "starts with '.'" : "is empty");
+    if (sc->src->only && !pending && (!ext_len || !wanted(sc->src, name + ext_off, ext_len)))
+        return SL_OK; /* not a chosen column */
+    tar_sample *smp = sc->cur;
+    if (!smp || smp->key_len != key_len || memcmp(s->keys + smp->key_off, name, key_len) != 0) {
+        SL_TRY(new_sample(sc, hdr, name, key_len));
+        smp = sc->cur;
+    }
+    if (pending)
+        return set_err(s, smp, "member '%.*s': %s", (int)len, name, pending);
+    if (!ext_len)
+        return set_err(s, smp, "member '%.*s' has no extension, so no column", (int)len, name);
+    if (ext_len >= SL_SOURCE_COLNAME_MAX)
+        return set_err(s, smp, "member '%.*s': extension longer than %d bytes", (int)len, name,
+                       SL_SOURCE_COLNAME_MAX - 1);
+    int id = 0;
+    SL_TRY(ext_id(s, name + ext_off, ext_len, &id));
+    for (uint32_t m = 0; m < smp->nmembers; m++)
+        if (s->members[smp->first + m].col == (uint32_t)id)
+            return set_err(s, smp, "two members with extension '%s' (the second at offset %" PRIu64
+                           ")", s->ext[id], hdr);
+    SL_TRY(grow((void **)&s->members, &s->cap_members, s->nmembers + 1, sizeof *s->members,
+                "opening a tar source"));
+    s->members[s->nmembers++] = (tar_member){.off = off, .size = size, .col = (uint32_t)id};
+    smp->nmembers++;
+    uint64_t end = off + ((size + TAR_BLOCK - 1) / TAR_BLOCK) * TAR_BLOCK;
+    smp->end = end < sc->limit ? end : sc->limit;
+    return SL_OK;
+}
+
+/* After damage at `bad`: the next block that passes for a header, or 0. */
+static uint64_t resync(const uint8_t *map, uint64_t size, uint64_t bad) {
+    for (uint64_t q = bad + TAR_BLOCK; q + TAR_BLOCK <= size; q += TAR_BLOCK)
+        if (plausible_header(map + q))
+            return q;
+    return 0;
+}
+
+/* Walk one shard's headers, skipping data by size. Damage becomes an error
+ * record (see error_sample/set_err) and the walk goes on where it can: after
+ * a bad header checksum or size field, at the next block that passes for a
+ * header; after a bad pax header, with the member it describes marked bad.
+ * A member running past the end of the file ends the walk: the samples
+ * before it are complete and stay readable. */
+static int scan_shard(const tar_source *src, tar_tables *s, uint32_t k, uint64_t start,
+                      uint64_t end) {
+    const tar_shard *sh = &src->shards[k];
+    scan sc = {.src = src, .s = s, .shard = k, .cur = NULL, .limit = end};
+    const uint8_t *map = sh->map;
+    uint64_t size = end, pos = start, entry = start;
+    pax_vals global = {0}, local = {0};
+    const char *longname = NULL;
+    size_t longname_len = 0;
+    char pending[256] = "";
+    char why[200];
+    char ustar[TAR_BLOCK];
+
+    if (size == 0)
+        return error_sample(&sc, 0, "empty file (0 bytes), not a tar archive");
+    if (start == 0 && (size < TAR_BLOCK || (!checksum_ok(map) && !magic_posix(map) && !magic_gnu(map) &&
+                             !block_is_zero(map, TAR_BLOCK))))
+        return error_sample(&sc, 0, "not a tar archive (no tar header at offset 0)");
+    while (pos < size) {
+        if (size - pos < TAR_BLOCK) {
+            if (!block_is_zero(map + pos, (size_t)(size - pos)))
+                SL_TRY(error_sample(&sc, pos, "truncated archive: %" PRIu64 " bytes of a header "
+                                    "at the end of the file", size - pos));
+            break;
+        }
+        const uint8_t *h = map + pos;
+        if (block_is_zero(h, TAR_BLOCK))
+            break; /* end of archive */
+        uint64_t msize = 0;
+        int bad_sum = !checksum_ok(h);
+        if (bad_sum || parse_number(h + 124, 12, &msize) < 0) {
+            uint64_t q = resync(map, size, pos);
+            const char *what = bad_sum ? "bad header checksum" : "bad size field in the header";
+            if (q)
+                SL_TRY(error_sample(&sc, entry, "%s at offset %" PRIu64 "; skipped to the next "
+                                    "header at offset %" PRIu64, what, pos, q));
+            else
+                SL_TRY(error_sample(&sc, entry, "%s at offset %" PRIu64 "; no header after it",
+                                    what, pos));
+            if (!q)
+                break;
+            pos = entry = q;
+            memset(&local, 0, sizeof local);
+            longname = NULL;
+            pending[0] = '\0';
+            continue;
+        }
+        char type = (char)h[156];
+        int regular = type == '0' || type == '\0' || type == '7';
+        /* pax size overrides the header's (a member over 8 GiB in octal) */
+        if (regular && local.has_size == 1)
+            msize = local.size;
+        else if (regular && local.has_size != 2 && global.has_size == 1)
+            msize = global.size;
+        uint64_t data = pos + TAR_BLOCK, next;
+        if (msize > size - data) {
+            /* The name, for the message, from whichever header gave it. */
+            const char *nm = (const char *)h;
+            size_t nl = strnlen(nm, 100);
+            if (local.has_path == 1)
+                nm = local.path, nl = local.path_len;
+            else if (longname)
+                nm = longname, nl = longname_len;
+            size_t key_len, eo, el;
+            split_name(nm, nl, &key_len, &eo, &el);
+            if (sc.cur && key_len && sc.cur->key_len == key_len &&
+                !memcmp(s->keys + sc.cur->key_off, nm, key_len))
+                SL_TRY(set_err(s, sc.cur, "truncated archive: member '%.*s' at offset %" PRIu64
+                               " has %" PRIu64 " bytes of data, the file ends %" PRIu64
+                               " bytes after its header", (int)(nl > 200 ? 200 : nl), nm, pos,
+                               msize, size - data));
+            else
+                SL_TRY(error_sample(&sc, entry, "truncated archive: member '%.*s' at offset %"
+                                    PRIu64 " has %" PRIu64 " bytes of data, the file ends %"
+                                    PRIu64 " bytes after its header",
+                                    (int)(nl > 200 ? 200 : nl), nm, pos, msize, size - data));
+            break;
+        }
+        next = data + ((msize + TAR_BLOCK - 1) / TAR_BLOCK) * TAR_BLOCK;
+        switch (type) {
+        case 'x':
+        case 'g': {
+            pax_vals v = type == 'g' ? global : local;
+            if (pax_parse(map + data, msize, &v, why, sizeof why) < 0) {
+                if (type == 'x') {
+                    snprintf(pending, sizeof pending, "pax header at offset %" PRIu64 ": %s", pos,
+                             why);
+                } else {
+                    SL_TRY(error_sample(&sc, pos, "global pax header: %s", why));
+                    entry = next;
+                }
+            } else if (type == 'g') {
+                s->global_names |= v.has_path == 1 || v.has_size == 1;
+                if (v.has_path == 2)
+                    v.has_path = 0;
+                if (v.has_size == 2)
+                    v.has_size = 0;
+                global = v;
+                entry = next;
+            } else {
+                local = v;
+            }
+            pos = next;
+            continue;
+        }
+        case 'L':
+            longname = (const char *)(map + data);
+            longname_len = strnlen(longname, (size_t)msize);
+            pos = next;
+            continue;
+        case 'K': /* GNU long link target: links are skipped */
+            pos = next;
+            continue;
+        default:
+            break;
+        }
+        if (type == 'S' || type == 'M') {
+            SL_TRY(error_sample(&sc, entry, "member at offset %" PRIu64 ": GNU %s members are not "
+                                "supported", pos, type == 'S' ? "sparse" : "multi-volume"));
+        } else if (regular || !strchr("123456DV", type)) {
+            /* Regular files; POSIX says to read an unknown type as one. */
+            const char *nm;
+            size_t nl;
+            if (local.has_path == 1) {
+                nm = local.path, nl = local.path_len;
+            } else if (longname) {
+                nm = longname, nl = longname_len;
+            } else if (local.has_path != 2 && global.has_path == 1) {
+                nm = global.path, nl = global.path_len;
+            } else {
+                size_t pl = magic_posix(h) ? strnlen((const char *)h + 345, 155) : 0;
+                size_t bl = strnlen((const char *)h, 100);
+                if (pl)
+                    memcpy(ustar, h + 345, pl), ustar[pl++] = '/';
+                memcpy(ustar + pl, h, bl);
+                nm = ustar, nl = pl + bl;
+            }
+            if (nl > TAR_NAME_MAX)
+                SL_TRY(error_sample(&sc, entry, "member at offset %" PRIu64 ": name longer than "
+                                    "%d bytes", pos, TAR_NAME_MAX));
+            else
+                SL_TRY(add_member(&sc, entry, nm, nl, data, msize, pending[0] ? pending : NULL));
+        } else if (pending[0]) {
+            SL_TRY(error_sample(&sc, entry, "%s", pending));
+        }
+        /* directories, links, devices, FIFOs, volume labels: skipped */
+        memset(&local, 0, sizeof local);
+        longname = NULL;
+        pending[0] = '\0';
+        pos = entry = next;
+    }
+    return SL_OK;
+}
+
+/* ---- after the scan: columns, duplicates, integer values ----------------------- */
+
+static uint64_t key_hash(const char *p, size_t n) {
+    uint64_t h = UINT64_C(1469598103934665603);
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)p[i]) * UINT64_C(1099511628211);
+    return h;
+}
+
+/* A key seen twice, not consecutively (or in two shards), is an error on
+ * the later record: WebDataset keys name one sample each. Only scanned
+ * shards take part: a shard read through its index was undamaged when
+ * indexed, but its keys are not known without reading its headers. */
+static int check_duplicates(tar_source *src) {
+    tar_tables *s = &src->tab;
+    uint64_t cap = 16;
+    while (cap < s->nsamples * 2)
+        cap *= 2;
+    uint64_t *slot = sl__calloc((size_t)cap, sizeof *slot); /* 1 + sample index; 0 empty */
+    if (!slot)
+        return sl__oom("opening a tar source");
+    int rc = SL_OK;
+    for (uint64_t i = 0; i < s->nsamples && rc == SL_OK; i++) {
+        tar_sample *smp = &s->samples[i];
+        if (!smp->key_len)
+            continue;
+        const char *key = s->keys + smp->key_off;
+        for (uint64_t h = key_hash(key, smp->key_len) & (cap - 1);; h = (h + 1) & (cap - 1)) {
+            if (!slot[h]) {
+                slot[h] = i + 1;
+                break;
+            }
+            const tar_sample *o = &s->samples[slot[h] - 1];
+            if (o->key_len == smp->key_len && !memcmp(s->keys + o->key_off, key, smp->key_len)) {
+                const tar_shard *osh = &src->shards[o->shard];
+                const char *ob = strrchr(osh->path, '/');
+                rc = set_err(s, smp, "key '%s' already names record %" PRIu64 " (offset %" PRIu64
+                             ") of %s", key, slot[h] - 1 - osh->tab_first, o->offset,
+                             ob ? ob + 1 : osh->path);
+                break;
+            }
+        }
+    }
+    sl__free(slot);
+    return rc;
+}
+
+/* The source column named `ext`, or -1. */
+static int col_by_name(const tar_source *s, const char *ext) {
+    for (int c = 1; c < s->base.ncols; c++)
+        if (!strcmp(s->base.col[c].name, ext))
+            return c;
+    return -1;
+}
+
+/* Columns: __key__, then the extensions sorted (so a subset of shards, or
+ * another member order, gives the same columns): those the scan met and
+ * those the indexes list. The scanned members are re-tagged with their
+ * column. */
+static int make_columns(tar_source *s) {
+    tar_tables *t = &s->tab;
+    const char *names[TAR_EXT_MAX];
+    int n = 0;
+    for (int e = 0; e < t->next; e++)
+        names[n++] = t->ext[e];
+    for (int k = 0; k < s->nshards; k++) {
+        const sl_sidx *ix = s->shards[k].ix;
+        for (int c = 0; ix && c < ix->ncols; c++) {
+            const char *nm = ix->col[c].name;
+            int seen = !wanted(s, nm, strlen(nm));
+            for (int j = 0; j < n && !seen; j++)
+                seen = !strcmp(names[j], nm);
+            if (seen)
+                continue;
+            if (n == TAR_EXT_MAX)
+                return sl__error(SL_ELIMIT, "more than %d different extensions (at most %d "
+                                 "columns); choose some with \"columns\"", TAR_EXT_MAX,
+                                 SL_MAX_COLUMNS - 1);
+            names[n++] = nm;
+        }
+    }
+    for (int e = 1; e < n; e++) /* an insertion sort: n <= 64 */
+        for (int k = e; k > 0 && strcmp(names[k - 1], names[k]) > 0; k--) {
+            const char *tmp = names[k];
+            names[k] = names[k - 1];
+            names[k - 1] = tmp;
+        }
+    if (n > SL_MAX_COLUMNS - 1) {
+        char list[256] = "";
+        size_t len = 0;
+        for (int e = 0; e < n && len < sizeof list; e++)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", e ? ", " : "",
+                                    names[e]);
+        return sl__error(SL_ELIMIT, "%d different extensions (%s); at most %d fit: choose "
+                         "some with \"columns\"", n, list, SL_MAX_COLUMNS - 1);
+    }
+    SL_TRY(sl_source__add_col(&s->base, "__key__", SL_COL_STRING, SL_U8, 0, NULL));
+    for (int c = 0; c < n; c++) {
+        const char *ext = names[c];
+        sl_coltype ty = int_column(ext) ? SL_COL_INT64 : text_column(ext) ? SL_COL_STRING
+                                                                          : SL_COL_BYTES;
+        SL_TRY(sl_source__add_col(&s->base, ext, ty, SL_U8, 0, NULL));
+        s->base.col[c + 1].encoded = image_column(ext);
+    }
+    uint32_t col_of[TAR_EXT_MAX];
+    for (int e = 0; e < t->next; e++)
+        col_of[e] = (uint32_t)col_by_name(s, t->ext[e]);
+    for (uint64_t m = 0; m < t->nmembers; m++)
+        t->members[m].col = col_of[t->members[m].col];
+    return SL_OK;
+}
+
+/* The member of `smp` for source column `col`; `colmap` maps the tables'
+ * member tags to columns (NULL: they are columns already). */
+static const tar_member *find_member(const tar_tables *t, const tar_sample *smp, int col,
+                                     const int *colmap) {
+    for (uint32_t m = 0; m < smp->nmembers; m++) {
+        uint32_t tag = t->members[smp->first + m].col;
+        if ((colmap ? colmap[tag] : (int)tag) == col)
+            return &t->members[smp->first + m];
+    }
+    return NULL;
+}
+
+static int shard_of(const tar_source *s, uint64_t i) {
+    int lo = 0, hi = s->nshards - 1;
+    while (lo < hi) { /* the last shard whose first sample is <= i */
+        int mid = (lo + hi + 1) / 2;
+        if (s->shards[mid].first <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* The values of each integer column, for index_column(): the scan has the
+ * pages in hand and a label is a few bytes; an index holds them already. */
+static int read_int_columns(tar_source *s) {
+    for (int c = 1; c < s->base.ncols; c++) {
+        if (s->base.col[c].type != SL_COL_INT64)
+            continue;
+        s->ivals[c] = sl__calloc(s->base.count ? (size_t)s->base.count : 1, sizeof(int64_t));
+        if (!s->ivals[c])
+            return sl__oom("opening a tar source");
+        for (int k = 0; k < s->nshards; k++) {
+            const tar_shard *sh = &s->shards[k];
+            if (sh->ix) {
+                int j = sl_sidx__find_scalar(sh->ix, s->base.col[c].name);
+                if (j >= 0 && sh->ix->scalar[j].type == SL_COL_INT64)
+                    memcpy(s->ivals[c] + sh->first, sh->ix->scalar[j].vals,
+                           (size_t)sh->nsamples * sizeof(int64_t));
+                continue;
+            }
+            for (uint64_t r = 0; r < sh->nsamples; r++) {
+                const tar_sample *smp = &s->tab.samples[sh->tab_first + r];
+                const tar_member *m = smp->err ? NULL : find_member(&s->tab, smp, c, NULL);
+                int64_t v;
+                if (m && parse_int_text(sh->map + m->off, m->size, &v) == 0)
+                    s->ivals[c][sh->first + r] = v;
+            }
+        }
+        s->base.col[c].indexed = 1;
+    }
+    return SL_OK;
+}
+
+/* ---- the vtable ------------------------------------------------------------------------ */
+
+static const char *base_name(const char *path) {
+    const char *b = strrchr(path, '/');
+    return b && b[1] ? b + 1 : path;
+}
+
+static void tar_locate(sl_source *src, uint64_t i, char *buf, size_t cap) {
+    const tar_source *s = (const tar_source *)src;
+    const tar_shard *sh = &s->shards[shard_of(s, i)];
+    uint64_t r = i - sh->first;
+    if (sh->ix) {
+        snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ")", base_name(sh->path), r,
+                 sh->ix->offset[r]);
+        return;
+    }
+    const tar_sample *smp = &s->tab.samples[sh->tab_first + r];
+    if (smp->key_len)
+        snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ", key '%s')",
+                 base_name(sh->path), r, smp->offset, s->tab.keys + smp->key_off);
+    else
+        snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ")", base_name(sh->path), r,
+                 smp->offset);
+}
+
+static void tables_reset(tar_tables *t) {
+    for (uint32_t e = 0; e < t->nerrs; e++)
+        sl__free(t->errs[e]);
+    t->nsamples = t->nmembers = t->nkeys = 0;
+    t->nerrs = 0;
+    t->next = 0;
+    t->global_names = 0;
+}
+
+static void tables_free(tar_tables *t) {
+    tables_reset(t);
+    sl__free(t->samples);
+    sl__free(t->members);
+    sl__free(t->keys);
+    sl__free(t->errs);
+}
+
+/* Fill `out` from sample `smp` of tables `t`. `copy_key`: the key lives in
+ * a cursor's tables, so it is copied into a tensor from the allocator. */
+static int fill(tar_source *s, sl_source_cursor *cur, uint64_t i, const tar_shard *sh,
+                const tar_tables *t, const tar_sample *smp, const int *colmap, int copy_key,
+                sl_sample *out) {
+    sl_source *src = &s->base;
+    char where[SL__ERRMSG_MAX / 2];
+    const char *key = t->keys + smp->key_off;
+    if (smp->err) {
+        tar_locate(src, i, where, sizeof where);
+        return sl__error(SL_ECORRUPT, "%s: %s", where, t->errs[smp->err - 1]);
+    }
+    /* Check everything before filling anything, so a failure leaves `out`
+     * empty without releasing half a sample. */
+    const tar_member *mem[SL_MAX_COLUMNS] = {NULL};
+    int64_t ival[SL_MAX_COLUMNS];
+    for (int c = 1; c < src->ncols; c++) {
+        mem[c] = find_member(t, smp, c, colmap);
+        if (!mem[c]) {
+            tar_locate(src, i, where, sizeof where);
+            return sl__error(SL_ECORRUPT, "%s: no member '%s.%s' (other samples have column '%s')",
+                             where, key, src->col[c].name, src->col[c].name);
+        }
+        if (src->col[c].type == SL_COL_INT64 &&
+            parse_int_text(sh->map + mem[c]->off, mem[c]->size, &ival[c]) < 0) {
+            char q[32];
+            quote_bytes(q, sizeof q, sh->map + mem[c]->off, mem[c]->size);
+            tar_locate(src, i, where, sizeof where);
+            return sl__error(SL_ECORRUPT, "%s: member '%s.%s' is not a decimal integer ('%s')",
+                             where, key, src->col[c].name, q);
+        }
+    }
+    out->index = i;
+    int64_t n = smp->key_len;
+    if (copy_key) {
+        SL_TRY(cur->alloc(cur->alloc_ctx, &out->col[0], SL_U8, 1, &n));
+        memcpy(out->col[0].data, key, smp->key_len);
+    } else {
+        sl_tensor_view(&out->col[0], (void *)(uintptr_t)key, SL_U8, 1, &n);
+    }
+    out->ncols = 1;
+    for (int c = 1; c < src->ncols; c++) {
+        if (src->col[c].type == SL_COL_INT64) {
+            int rc = cur->alloc(cur->alloc_ctx, &out->col[c], SL_I64, 0, NULL);
+            if (rc < 0) {
+                sl_sample_clear(out);
+                return rc;
+            }
+            memcpy(out->col[c].data, &ival[c], sizeof ival[c]);
+        } else {
+            /* A borrowed view of the mapping: valid while the source lives. */
+            n = (int64_t)mem[c]->size;
+            sl_tensor_view(&out->col[c], (void *)(uintptr_t)(sh->map + mem[c]->off), SL_U8, 1,
+                           &n);
+        }
+        out->ncols = (uint32_t)c + 1;
+    }
+    return SL_OK;
+}
+
+static int tar_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample *out) {
+    tar_source *s = (tar_source *)src;
+    int k = shard_of(s, i);
+    const tar_shard *sh = &s->shards[k];
+    uint64_t r = i - sh->first;
+    if (!sh->ix)
+        return fill(s, cur, i, sh, &s->tab, &s->tab.samples[sh->tab_first + r], NULL, 0, out);
+    /* Through the index: walk this sample's own headers (a few blocks, next
+     * to the data about to be read) into the cursor's tables. */
+    tar_tables *t = &((tar_cursor *)cur)->tab;
+    tables_reset(t);
+    uint64_t off = sh->ix->offset[r], len = sh->ix->length[r];
+    char where[SL__ERRMSG_MAX / 2];
+    if (off > sh->size || len > sh->size - off) {
+        tar_locate(src, i, where, sizeof where);
+        return sl__error(SL_ECORRUPT, "%s: the index places it past the end of the file", where);
+    }
+    SL_TRY(scan_shard(s, t, (uint32_t)k, off, off + len));
+    for (uint64_t j = 0; j < t->nsamples; j++)
+        if (t->samples[j].err) /* damage since indexing: its own message says more */
+            return fill(s, cur, i, sh, t, &t->samples[j], NULL, 1, out);
+    if (t->nsamples != 1) {
+        tar_locate(src, i, where, sizeof where);
+        return sl__error(SL_ECORRUPT, "%s: %" PRIu64 " samples where the index has one; rebuild "
+                         "it with `sluice index %s`", where, t->nsamples, sh->path);
+    }
+    int colmap[TAR_EXT_MAX];
+    for (int e = 0; e < t->next; e++)
+        colmap[e] = col_by_name(s, t->ext[e]);
+    return fill(s, cur, i, sh, t, &t->samples[0], colmap, 1, out);
+}
+
+static int tar_cursor_open(sl_source *src, sl_source_cursor **out) {
+    (void)src;
+    tar_cursor *c = sl__calloc(1, sizeof *c);
+    if (!c)
+        return sl__oom("opening a tar cursor");
+    *out = &c->base;
+    return SL_OK;
+}
+
+static void tar_cursor_free(sl_source *src, sl_source_cursor *cur) {
+    (void)src;
+    tables_free(&((tar_cursor *)cur)->tab);
+    sl__free(cur);
+}
+
+static int tar_index_column(sl_source *src, int col, const void **vals_out) {
+    tar_source *s = (tar_source *)src;
+    *vals_out = col >= 0 && col < src->ncols ? s->ivals[col] : NULL;
+    return SL_OK;
+}
+
+static int tar_describe(sl_source *src, cJSON *obj) {
+    tar_source *s = (tar_source *)src;
+    cJSON *shards = cJSON_AddArrayToObject(obj, "shards");
+    if (!shards)
+        return sl__oom("describing a source");
+    uint64_t bytes = 0, bad = 0;
+    for (int k = 0; k < s->nshards; k++) {
+        cJSON *p = cJSON_CreateString(s->shards[k].path);
+        if (!p)
+            return sl__oom("describing a source");
+        cJSON_AddItemToArray(shards, p);
+        bytes += s->shards[k].size;
+    }
+    for (uint64_t i = 0; i < s->tab.nsamples; i++)
+        bad += s->tab.samples[i].err != 0;
+    const char *how = !s->indexed_shards ? "scan"
+                      : s->indexed_shards == s->nshards ? "slidx" : "slidx+scan";
+    if (!cJSON_AddNumberToObject(obj, "data_bytes", (double)bytes) ||
+        !cJSON_AddNumberToObject(obj, "damaged_records", (double)bad) ||
+        !cJSON_AddStringToObject(obj, "index", how))
+        return sl__oom("describing a source");
+    return SL_OK;
+}
+
+static void tar_free(sl_source *src) {
+    tar_source *s = (tar_source *)src;
+    for (int k = 0; k < s->nshards; k++) {
+        if (s->shards[k].map)
+            munmap((void *)(uintptr_t)s->shards[k].map, (size_t)s->shards[k].size);
+        sl_sidx__free(s->shards[k].ix);
+        sl__free(s->shards[k].path);
+    }
+    sl__free(s->shards);
+    tables_free(&s->tab);
+    for (int c = 0; c < SL_MAX_COLUMNS; c++)
+        sl__free(s->ivals[c]);
+    sl_source__free_paths(s->only);
+    sl__free(s);
+}
+
+static const sl_source_vtbl tar_vtbl = {
+    .kind = "webdataset",
+    .cursor_open = tar_cursor_open,
+    .cursor_free = tar_cursor_free,
+    .read = tar_read,
+    .index_column = tar_index_column,
+    .describe = tar_describe,
+    .locate = tar_locate,
+    .free = tar_free,
+};
+
+/* ---- open ----------------------------------------------------------------------------- */
+
+static int map_shard(tar_shard *sh) {
+    int fd = open(sh->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return sl__error(SL_EIO, "%s: cannot open: %s", sh->path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        int e = errno;
+        close(fd);
+        return sl__error(SL_EIO, "%s: %s", sh->path, S_ISDIR(st.st_mode) ? "is a directory"
+                         : e ? strerror(e) : "not a regular file");
+    }
+    sh->size = (uint64_t)st.st_size;
+    if (sh->size) {
+        void *m = mmap(NULL, (size_t)sh->size, PROT_READ, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            return sl__error(SL_EIO, "%s: mmap failed: %s", sh->path, strerror(e));
+        }
+        sh->map = m;
+    }
+    close(fd);
+    return SL_OK;
+}
+
+enum { INDEX_NO = 0, INDEX_YES = 1, INDEX_AUTO = 2 };
+
+static int parse_options(tar_source *s, const cJSON *obj, const char *field, int *index) {
+    *index = INDEX_AUTO;
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        if (!strcmp(it->string, "webdataset"))
+            continue;
+        if (!strcmp(it->string, "index")) {
+            if (!cJSON_IsBool(it) && !(cJSON_IsString(it) && !strcmp(it->valuestring, "auto")))
+                return sl__error(SL_EINVAL, "%s.index: must be \"auto\", true or false", field);
+            *index = cJSON_IsTrue(it) ? INDEX_YES : cJSON_IsFalse(it) ? INDEX_NO : INDEX_AUTO;
+            continue;
+        }
+        if (!strcmp(it->string, "columns")) {
+            char sub[128];
+            snprintf(sub, sizeof sub, "%s.columns", field);
+            if (!cJSON_IsArray(it) || !it->child)
+                return sl__error(SL_EINVAL, "%s: must be a non-empty list of extensions", sub);
+            /* A list of strings, as a path list is (no braces or '@' here). */
+            int n = 0;
+            for (const cJSON *e = it->child; e; e = e->next, n++)
+                if (!cJSON_IsString(e) || !e->valuestring[0] || strchr(e->valuestring, '{') ||
+                    e->valuestring[0] == '@' || strlen(e->valuestring) >= SL_SOURCE_COLNAME_MAX)
+                    return sl__error(SL_EINVAL, "%s[%d]: must be an extension such as \"jpg\"",
+                                     sub, n);
+            sl_source__free_paths(s->only);
+            s->only = NULL;
+            SL_TRY(sl_source__expand_paths(it, sub, &s->only, &s->nonly));
+            continue;
+        }
+        return sl__error(SL_EINVAL, "%s.%s: unknown key for a webdataset source", field,
+                         it->string);
+    }
+    return SL_OK;
+}
+
+int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *field) {
+    *out = NULL;
+    char sub[128];
+    snprintf(sub, sizeof sub, "%s.webdataset", field);
+    const cJSON *paths = cJSON_GetObjectItemCaseSensitive(obj, "webdataset");
+    tar_source *s = sl__calloc(1, sizeof *s);
+    if (!s)
+        return sl__oom("opening a tar source");
+    s->base.vt = &tar_vtbl;
+    atomic_init(&s->base.refs, 1);
+    char **list = NULL;
+    int n = 0, index, rc;
+    SL_CHECK(parse_options(s, obj, field, &index));
+    SL_CHECK(sl_source__expand_paths(paths, sub, &list, &n));
+    s->shards = sl__calloc((size_t)n, sizeof *s->shards);
+    if (!s->shards)
+        SL_CHECK(sl__oom("opening a tar source"));
+    /* The shards own the path strings from here on. */
+    for (int k = 0; k < n; k++)
+        s->shards[k].path = list[k];
+    s->nshards = n;
+    sl__free(list);
+    list = NULL;
+    for (int k = 0; k < n; k++) {
+        tar_shard *sh = &s->shards[k];
+        SL_CHECK(map_shard(sh));
+        if (index != INDEX_NO) {
+            /* A stale or damaged index is an error, not a reason to scan:
+             * the user asked for it to be used (or left it there). */
+            rc = sl_sidx__load(sh->path, "webdataset", &sh->ix);
+            if (rc == SL_END && index == INDEX_YES)
+                SL_FAIL(SL_EINVAL, "%s: no index (%s" SL_SIDX_SUFFIX "); build it with `sluice "
+                        "index %s`", sh->path, base_name(sh->path), sh->path);
+            if (rc < 0)
+                goto cleanup;
+        }
+        sh->first = s->base.count;
+        if (sh->ix) {
+            sh->nsamples = sh->ix->count;
+            s->indexed_shards++;
+        } else {
+            sh->tab_first = s->tab.nsamples;
+            SL_CHECK(scan_shard(s, &s->tab, (uint32_t)k, 0, sh->size));
+            sh->nsamples = s->tab.nsamples - sh->tab_first;
+        }
+        s->base.count += sh->nsamples;
+    }
+    SL_CHECK(check_duplicates(s));
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < s->tab.nsamples; i++)
+        bad += s->tab.samples[i].err != 0;
+    if (bad && bad == s->base.count) {
+        /* Nothing readable at all: say why now rather than on every read. */
+        char where[SL__ERRMSG_MAX / 2];
+        tar_locate(&s->base, 0, where, sizeof where);
+        SL_FAIL(SL_ECORRUPT, "%s: %s", where, s->tab.errs[s->tab.samples[0].err - 1]);
+    }
+    SL_CHECK(make_columns(s));
+    SL_CHECK(read_int_columns(s));
+    if (n == 1)
+        snprintf(s->base.name, sizeof s->base.name, "%s", base_name(s->shards[0].path));
+    else
+        snprintf(s->base.name, sizeof s->base.name, "%s (+%d more)", base_name(s->shards[0].path),
+                 n - 1);
+    *out = &s->base;
+    rc = SL_OK;
+cleanup:
+    sl_source__free_paths(list);
+    if (rc < 0)
+        tar_free(&s->base);
+    return rc;
+}
+
+/* ---- building an index ------------------------------------------------------------ */
+
+int sl_source__index_tar(const char *path, const cJSON *opts) {
+    tar_source *s = NULL;
+    sl_sidx *ix = NULL;
+    cJSON *obj = NULL;
+    int rc, index;
+    if (opts) {
+        /* The source's own options are accepted (and checked); the index
+         * always covers every member. */
+        tar_source probe = {0};
+        rc = parse_options(&probe, opts, "index", &index);
+        sl_source__free_paths(probe.only);
+        SL_TRY(rc);
+    }
+    SL_CHECK(sl_sidx__create(&ix, "webdataset"));
+    SL_CHECK(sl_sidx__stat(path, &ix->data_size, &ix->data_mtime_ns));
+    obj = cJSON_CreateObject();
+    if (!obj || !cJSON_AddStringToObject(obj, "webdataset", path) ||
+        !cJSON_AddFalseToObject(obj, "index"))
+        SL_FAIL(SL_ENOMEM, "out of memory indexing %s", path);
+    sl_source *src = NULL;
+    SL_CHECK(sl_source__open_webdataset(&src, obj, "index"));
+    s = (tar_source *)src;
+    /* An index lets a read walk one sample's headers alone, which would
+     * miss a global path or size set earlier in the file. */
+    if (s->tab.global_names)
+        SL_FAIL(SL_EUNSUPPORTED, "cannot index %s: a pax global header sets path or size for "
+                "the members after it", path);
+    for (uint64_t i = 0; i < s->tab.nsamples; i++) {
+        const tar_sample *smp = &s->tab.samples[i];
+        if (smp->err) {
+            char where[SL__ERRMSG_MAX / 2];
+            tar_locate(src, i, where, sizeof where);
+            SL_FAIL(SL_ECORRUPT, "cannot index a damaged file: %s: %s", where,
+                    s->tab.errs[smp->err - 1]);
+        }
+        SL_CHECK(sl_sidx__add_record(ix, smp->offset, smp->end - smp->offset));
+    }
+    for (int c = 1; c < src->ncols; c++) {
+        const sl_source_col *col = &src->col[c];
+        SL_CHECK(sl_sidx__add_col(ix, col->name, col->type, col->dtype, col->ndim, col->shape,
+                                  col->encoded ? SL_SIDX_COL_ENCODED : 0));
+    }
+    for (int c = 1; c < src->ncols; c++)
+        if (s->ivals[c])
+            SL_CHECK(sl_sidx__add_scalar(ix, src->col[c].name, SL_COL_INT64, s->ivals[c]));
+    SL_CHECK(sl_sidx__write(path, ix));
+    rc = SL_OK;
+cleanup:
+    if (s)
+        sl_source__release(&s->base);
+    cJSON_Delete(obj);
+    sl_sidx__free(ix);
+    return rc;
+}
+
+/* A tar file starts with a header block: a ustar/GNU magic, or (pre-POSIX
+ * archives) at least a valid checksum over a named entry. */
+int sl_source__sniff_tar(const char *path, int is_dir, const uint8_t *head, size_t n) {
+    (void)path;
+    if (is_dir || n < TAR_BLOCK)
+        return 0;
+    return head[0] && ((magic_posix(head) || magic_gnu(head)) || checksum_ok(head));
+}

@@ -1,0 +1,219 @@
+/*
+ * Tests of src/source/source_index.c: the sidecar index (DATA.slidx) round
+ * trip, and the ways a load refuses one: missing (SL_END), damaged or
+ * truncated (SL_ECORRUPT), newer (SL_EUNSUPPORTED), stale or made for another
+ * kind (SL_EINVAL, naming both files and the command that rebuilds it).
+ */
+#include "test.h"
+#include "core/core.h"
+#include "source/source_index.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+static void put_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        sl_test_fail(__FILE__, __LINE__, "fopen %s: %s", path, strerror(errno));
+    if (n)
+        ASSERT_EQ(fwrite(data, 1, n, f), n);
+    ASSERT_EQ(fclose(f), 0);
+}
+
+static uint8_t *get_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    ASSERT(f);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *d = malloc((size_t)len + 1);
+    ASSERT(d);
+    ASSERT_EQ(fread(d, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    *n = (size_t)len;
+    return d;
+}
+
+/* A 1000-byte data file and an index of 3 records with two columns and two
+ * scalar columns, written beside it. */
+static void make_indexed(char *data, size_t cap) {
+    sl_test_path(data, cap, "a.bin");
+    uint8_t bytes[1000];
+    for (int i = 0; i < 1000; i++)
+        bytes[i] = (uint8_t)i;
+    put_file(data, bytes, sizeof bytes);
+    sl_sidx *ix = NULL;
+    ASSERT_OK(sl_sidx__create(&ix, "tfrecord"));
+    ASSERT_OK(sl_sidx__stat(data, &ix->data_size, &ix->data_mtime_ns));
+    ASSERT_OK(sl_sidx__add_record(ix, 0, 100));
+    ASSERT_OK(sl_sidx__add_record(ix, 100, 400));
+    ASSERT_OK(sl_sidx__add_record(ix, 600, 400));
+    int64_t shape[2] = {-1, 3};
+    ASSERT_OK(sl_sidx__add_col(ix, "image/encoded", SL_COL_BYTES, SL_U8, 1, NULL,
+                               SL_SIDX_COL_ENCODED));
+    ASSERT_OK(sl_sidx__add_col(ix, "boxes", SL_COL_ARRAY, SL_F32, 2, shape, 0));
+    ASSERT_RC(sl_sidx__add_col(ix, "boxes", SL_COL_ARRAY, SL_F32, 2, shape, 0), SL_EINVAL);
+    int64_t labels[3] = {7, -1, INT64_MAX};
+    double scores[3] = {0.5, -2.25, 1e300};
+    ASSERT_OK(sl_sidx__add_scalar(ix, "label", SL_COL_INT64, labels));
+    ASSERT_OK(sl_sidx__add_scalar(ix, "score", SL_COL_FLOAT64, scores));
+    ASSERT_OK(sl_sidx__write(data, ix));
+    sl_sidx__free(ix);
+}
+
+SL_TEST(source_index__round_trip) {
+    char data[4096], ipath[4200];
+    make_indexed(data, sizeof data);
+    ASSERT_OK(sl_sidx__path(data, ipath, sizeof ipath));
+    size_t n;
+    uint8_t *b = get_file(ipath, &n);
+    /* 64 header + 3 entries + 2 columns + 2 scalar descriptors + values + 16 footer */
+    ASSERT_EQ(n, 64 + 3 * 16 + 2 * 136 + 2 * 72 + 2 * 3 * 8 + 16);
+    ASSERT(memcmp(b, "\x89SLIDX\r\n", 8) == 0);
+    ASSERT(memcmp(b + n - 8, "SLIDXEND", 8) == 0);
+    ASSERT_U64_EQ(sl__ld64(b + n - 16), XXH3_64bits(b, n - 16));
+    ASSERT_EQ(sl__ld64(b + 32), 3);
+    ASSERT_STR_EQ((const char *)b + 48, "tfrecord");
+    free(b);
+
+    sl_sidx *ix = NULL;
+    ASSERT_OK(sl_sidx__load(data, "tfrecord", &ix));
+    ASSERT_EQ(ix->count, 3);
+    ASSERT_EQ(ix->offset[1], 100);
+    ASSERT_EQ(ix->length[1], 400);
+    ASSERT_EQ(ix->offset[2], 600);
+    ASSERT_EQ(ix->data_size, 1000);
+    ASSERT_EQ(ix->ncols, 2);
+    ASSERT_STR_EQ(ix->col[0].name, "image/encoded");
+    ASSERT_EQ(ix->col[0].type, SL_COL_BYTES);
+    ASSERT_EQ(ix->col[0].flags, SL_SIDX_COL_ENCODED);
+    ASSERT_EQ(ix->col[1].dtype, SL_F32);
+    ASSERT_EQ(ix->col[1].ndim, 2);
+    ASSERT_EQ(ix->col[1].shape[0], -1);
+    ASSERT_EQ(ix->col[1].shape[1], 3);
+    int k = sl_sidx__find_scalar(ix, "label");
+    ASSERT_EQ(k, 0);
+    const int64_t *l = ix->scalar[k].vals;
+    ASSERT_EQ(l[0], 7);
+    ASSERT_EQ(l[1], -1);
+    ASSERT(l[2] == INT64_MAX);
+    k = sl_sidx__find_scalar(ix, "score");
+    ASSERT_EQ(ix->scalar[k].type, SL_COL_FLOAT64);
+    const double *s = ix->scalar[k].vals;
+    ASSERT(s[0] == 0.5 && s[1] == -2.25 && s[2] == 1e300);
+    ASSERT_EQ(sl_sidx__find_col(ix, "nope"), -1);
+    sl_sidx__free(ix);
+}
+
+SL_TEST(source_index__missing_is_end) {
+    char data[4096];
+    sl_test_path(data, sizeof data, "none.bin");
+    put_file(data, "x", 1);
+    sl_sidx *ix = (sl_sidx *)1;
+    ASSERT_EQ(sl_sidx__load(data, "tfrecord", &ix), SL_END);
+    ASSERT(ix == NULL);
+}
+
+/* Every single flipped byte and every truncation is refused as SL_ECORRUPT
+ * (or SL_EUNSUPPORTED where the flip lands on the version). */
+SL_TEST(source_index__damaged_and_truncated) {
+    char data[4096], ipath[4200];
+    make_indexed(data, sizeof data);
+    ASSERT_OK(sl_sidx__path(data, ipath, sizeof ipath));
+    size_t n;
+    uint8_t *good = get_file(ipath, &n);
+    for (size_t i = 0; i < n; i++) {
+        good[i] ^= 0x20;
+        put_file(ipath, good, n);
+        good[i] ^= 0x20;
+        sl_sidx *ix = NULL;
+        int rc = sl_sidx__load(data, "tfrecord", &ix);
+        if (rc != SL_ECORRUPT)
+            sl_test_fail(__FILE__, __LINE__, "flip at %zu: %s (%s)", i, sl_status_str(rc),
+                         sl_errmsg());
+        ASSERT(ix == NULL);
+        ASSERT_CONTAINS(sl_errmsg(), "a.bin.slidx");
+    }
+    for (size_t len = 0; len < n; len += (len < 80 ? 1 : 37)) {
+        put_file(ipath, good, len);
+        sl_sidx *ix = NULL;
+        ASSERT_RC(sl_sidx__load(data, "tfrecord", &ix), SL_ECORRUPT);
+    }
+    /* A newer version with a valid checksum: unsupported, not damaged. */
+    sl__st32(good + 8, 2);
+    sl__st64(good + n - 16, XXH3_64bits(good, n - 16));
+    put_file(ipath, good, n);
+    sl_sidx *ix = NULL;
+    ASSERT_RC(sl_sidx__load(data, "tfrecord", &ix), SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_errmsg(), "version 2");
+    /* Overlapping entries with a valid checksum: damaged. */
+    sl__st32(good + 8, 1);
+    sl__st64(good + 64 + 16, 50);
+    sl__st64(good + n - 16, XXH3_64bits(good, n - 16));
+    put_file(ipath, good, n);
+    ASSERT_RC(sl_sidx__load(data, "tfrecord", &ix), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "entry 1");
+    free(good);
+}
+
+SL_TEST(source_index__stale_and_other_kind) {
+    char data[4096];
+    make_indexed(data, sizeof data);
+    sl_sidx *ix = NULL;
+    ASSERT_RC(sl_sidx__load(data, "webdataset", &ix), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "a tfrecord file, not webdataset");
+    /* Same size, new mtime. */
+    struct timespec ts[2] = {{0, UTIME_OMIT}, {12345, 678}};
+    ASSERT_EQ(utimensat(AT_FDCWD, data, ts, 0), 0);
+    ASSERT_RC(sl_sidx__load(data, "tfrecord", &ix), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "a.bin.slidx is stale (a.bin changed: mtime");
+    ASSERT_CONTAINS(sl_errmsg(), "12345000000678");
+    /* Grown. */
+    FILE *f = fopen(data, "ab");
+    ASSERT(f);
+    fputc('x', f);
+    fclose(f);
+    ASSERT_RC(sl_sidx__load(data, "tfrecord", &ix), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "a.bin.slidx is stale (a.bin changed: size 1000 != 1001); "
+                                 "rebuild it with `sluice index ");
+    ASSERT(ix == NULL);
+}
+
+SL_TEST(source_index__write_refuses_changed_data) {
+    char data[4096], ipath[4200];
+    sl_test_path(data, sizeof data, "b.bin");
+    put_file(data, "abc", 3);
+    sl_sidx *ix = NULL;
+    ASSERT_OK(sl_sidx__create(&ix, "webdataset"));
+    ASSERT_OK(sl_sidx__stat(data, &ix->data_size, &ix->data_mtime_ns));
+    ASSERT_OK(sl_sidx__add_record(ix, 0, 3));
+    put_file(data, "abcd", 4);
+    ASSERT_RC(sl_sidx__write(data, ix), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "changed while it was being indexed");
+    ASSERT_OK(sl_sidx__path(data, ipath, sizeof ipath));
+    ASSERT(access(ipath, F_OK) != 0);
+    sl_sidx__free(ix);
+}
+
+/* Every allocation failure while loading gives SL_ENOMEM and no leak. */
+SL_TEST(source_index__load_oom) {
+    char data[4096];
+    make_indexed(data, sizeof data);
+    for (uint64_t k = 1;; k++) {
+        sl_sidx *ix = NULL;
+        sl__alloc_fail_at(k);
+        int rc = sl_sidx__load(data, "tfrecord", &ix);
+        sl__alloc_fail_at(0);
+        if (rc == SL_OK) {
+            ASSERT_EQ(ix->count, 3);
+            sl_sidx__free(ix);
+            break;
+        }
+        ASSERT_RC(rc, SL_ENOMEM);
+        ASSERT(k < 100);
+    }
+}
