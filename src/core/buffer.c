@@ -165,6 +165,33 @@ int sl_pool_get(sl_pool *pool, sl_buffer **out) {
     return SL_OK;
 }
 
+int sl_pool__prefill(sl_pool *pool, size_t n, size_t touch) {
+    if (touch > pool->buf_size)
+        touch = pool->buf_size;
+    for (size_t i = 0; i < n; i++) {
+        sl_buffer *b = heap_buffer_new(pool->buf_size);
+        if (!b)
+            return sl__oom("filling a buffer pool");
+        memset(b->data, 0, touch);
+        atomic_init(&b->refs, 0);
+        b->pool = pool;
+        atomic_fetch_add(&pool->allocated, 1);
+        pthread_mutex_lock(&pool->mu);
+        bool cached = pool->max_cached == 0 || pool->nfree < pool->max_cached;
+        if (cached) {
+            b->next_free = pool->free_list;
+            pool->free_list = b;
+            pool->nfree++;
+        }
+        pthread_mutex_unlock(&pool->mu);
+        if (!cached) {
+            sl__free(b);
+            break;
+        }
+    }
+    return SL_OK;
+}
+
 size_t sl_pool_allocated(const sl_pool *pool) {
     return atomic_load(&((sl_pool *)pool)->allocated);
 }

@@ -38,6 +38,10 @@ SL_API void sl__alloc_fail_at(uint64_t n);
 /* Number of allocations since the last sl__alloc_fail_at() call. */
 SL_API uint64_t sl__alloc_count(void);
 
+/* Allocate `n` buffers into `pool`'s free list now, writing the first `touch`
+ * bytes of each so that their pages are resident from the start. */
+int sl_pool__prefill(sl_pool *pool, size_t n, size_t touch);
+
 /* ---- errors ----------------------------------------------------------------
  * sl__error sets this thread's message and returns `code`, so a failure is
  * one line: `return sl__error(SL_EIO, "%s: %s", path, strerror(errno));`.

@@ -219,6 +219,33 @@ static int pick_slot_col(const sl_colset *oc) {
     return best;
 }
 
+/* Batch buffers in flight are bounded: from the stage that collates batches
+ * on, each stage holds at most one per worker plus a full output queue, and
+ * the consumer holds the batch it is using and the one being handed to it
+ * (Python's `for b in ds` keeps the previous batch alive during next()).
+ * Reserving that many full-size buffers per fixed-shape output column makes
+ * the pools reach their final size in the first batch (pools.c says why). */
+static int reserve_batch_buffers(sl_pipeline *p) {
+    if (p->plan.batch_size <= 0)
+        return SL_OK;
+    size_t count = 2;
+    for (int s = p->fuse_batch ? p->collate_stage : p->nstages - 1; s < p->nstages; s++)
+        count += (size_t)p->stage[s].workers + (size_t)p->stage[s].qcap;
+    const sl_colset *cols = &p->plan.out_cols;
+    for (int c = 0; c < cols->ncols; c++) {
+        const sl_colinfo *ci = &cols->col[c];
+        size_t n = ci->dtype == SL_DTYPE_INVALID ? 0 : sl_dtype_size(ci->dtype);
+        if (n == 0 || ci->ndim < 0 || !sl__mul_ok(n, (size_t)p->plan.batch_size, &n))
+            continue;
+        for (int d = 0; d < ci->ndim && n > 0; d++)
+            if (ci->shape[d] < 0 || !sl__mul_ok(n, (size_t)ci->shape[d], &n))
+                n = 0;
+        if (n > 0)
+            SL_TRY(sl_pipeline__pools_reserve(p->pools, n, count));
+    }
+    return SL_OK;
+}
+
 int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     int rc;
     *out = NULL;
@@ -293,6 +320,7 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
             SL_CHECK(sl_queue__init(&last->out, (size_t)last->qcap, !p->spec->deterministic));
         }
     }
+    SL_CHECK(reserve_batch_buffers(p));
     p->spec_hash = hash_spec(p->spec);
     p->src_end_epoch = (uint64_t)p->spec->epochs;
     *out = p;

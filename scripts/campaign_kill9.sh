@@ -1,0 +1,256 @@
+#!/usr/bin/env bash
+# kill -9 campaign: interrupt `sluice pack` at random moments and check that
+# what it leaves is either a complete, correct dataset or a salvageable partial
+# write whose recovery holds only complete, correct records.
+#
+#   bash scripts/campaign_kill9.sh SLUICE [TRIALS [SEED]]
+#
+#   SLUICE   the sluice binary (sluice_gen_images must sit beside it)
+#   TRIALS   number of interrupted packs (default 100)
+#   SEED     seeds the kill delays (default 1): the same seed gives the same delays
+#
+# Environment (dataset size; defaults make a ~400 MB pack of 12,000 records):
+#   KILL9_IMAGES  distinct JPEGs generated (default 600)
+#   KILL9_COPIES  times the ImageFolder is repeated, by hard links, inside each
+#                 class folder (default 20): records = IMAGES * COPIES
+#   KILL9_SHARD   --shard-size for every pack (default 32M)
+#   KILL9_DIR     work directory (default: a new one under $TMPDIR, removed at exit)
+#   KILL9_TAMPER  if set: alter a source image after the reference pack, so the
+#                 checks must report bad outputs (the test of this script)
+#
+# Each trial packs into a fresh DST, sends SIGKILL after a delay drawn uniformly
+# from [0, duration of the clean reference pack], then checks:
+#  (a) if DST exists: `sluice verify DST` passes and DST is byte-identical to the
+#      reference (same file names, same bytes: pack is deterministic, so any
+#      difference is damage);
+#  (b) if DST.partial/ exists: `sluice recover` writes an output that `sluice
+#      verify` passes, whose columns and metadata are the reference's, and whose
+#      K records are the reference's first K records (record i compared as its
+#      whole frame -- length, checksum seeded with i, payload -- byte for byte);
+#      a partial write with no complete record must make recover fail and leave
+#      no output;
+#  (c) no DST that does not verify, and never both DST and a non-empty DST.partial/.
+# Any failed check is a bad output; the exit status is 1 if there is any.
+set -u
+if [ $# -lt 1 ] || [ $# -gt 3 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
+    sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
+    exit 2
+fi
+SLUICE=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+TRIALS=${2:-100}
+SEED=${3:-1}
+GEN=$(dirname "$SLUICE")/sluice_gen_images
+IMAGES=${KILL9_IMAGES:-600}
+COPIES=${KILL9_COPIES:-20}
+SHARD=${KILL9_SHARD:-32M}
+PY=/usr/bin/python3
+export SLUICE_NO_PROGRESS=1
+
+die() { echo "campaign_kill9: $*" >&2; exit 2; }
+[ -x "$SLUICE" ] || die "$SLUICE is not an executable (build with: cmake --build build)"
+[ -x "$GEN" ] || die "no $GEN beside the sluice binary (it is built with the tools)"
+case "$TRIALS$SEED" in *[!0-9]*) die "TRIALS and SEED are whole numbers (got '$TRIALS', '$SEED')" ;; esac
+[ -t 2 ] && TTY=1 || TTY=0
+
+if [ -n "${KILL9_DIR:-}" ]; then
+    W=$KILL9_DIR
+    mkdir -p "$W" || die "cannot create $W"
+else
+    W=$(mktemp -d "${TMPDIR:-/tmp}/sluice-kill9-XXXXXX") || die "cannot create a work directory"
+    trap 'rm -rf "$W"' EXIT
+fi
+
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# -- the dataset: IMAGES distinct JPEGs, each class folder repeated COPIES times
+if [ ! -f "$W/src/.complete" ]; then
+    rm -rf "$W/src" "$W/gen"
+    "$GEN" "$W/gen" --count "$IMAGES" --classes 10 --seed 5 >/dev/null ||
+        die "sluice_gen_images failed"
+    mkdir -p "$W/src"
+    for cls in "$W/gen"/*/; do
+        c=$(basename "$cls")
+        for ((k = 0; k < COPIES; k++)); do
+            mkdir -p "$W/src/$c"
+            cp -al "$cls" "$W/src/$c/copy$k" || die "cannot link $cls into $W/src"
+        done
+    done
+    rm -rf "$W/gen"
+    touch "$W/src/.complete"
+fi
+
+# -- the clean reference pack; two more, timed like the trials, must be
+# byte-identical to it (the premise of check (a)); their median time bounds
+# the kill delays
+durs=()
+for r in ref ref2 ref3; do
+    rm -rf "$W/$r.slr" "$W/$r.slr.partial"
+    t0=$(now_ms)
+    "$SLUICE" pack "$W/src" "$W/$r.slr" --shard-size "$SHARD" >"$W/ref.out" 2>&1 ||
+        { cat "$W/ref.out" >&2; die "the reference pack failed"; }
+    durs+=($(($(now_ms) - t0)))
+    if [ "$r" != ref ]; then
+        diff -r "$W/ref.slr" "$W/$r.slr" >/dev/null ||
+            die "two clean packs of the same input differ: pack is not deterministic, so check (a) cannot hold"
+        rm -rf "$W/$r.slr"
+    fi
+done
+DUR_MS=$(printf '%s\n' "${durs[@]}" | sort -n | sed -n 2p)
+[ "$DUR_MS" -ge 1 ] || DUR_MS=1
+if [ -n "${KILL9_TAMPER:-}" ]; then
+    # Self-test of the checks: alter the first record's source file (and its
+    # hard-linked copies) after the reference is made; every trial that wrote
+    # a record must now count as bad.
+    first=$(find "$W/src" -type f -name '*.jpg' | LC_ALL=C sort | head -1)
+    size=$(stat -c %s "$first")
+    printf '\x55' | dd of="$first" bs=1 seek=$((size - 16)) conv=notrunc status=none
+fi
+"$SLUICE" verify "$W/ref.slr" >/dev/null || die "the reference pack does not verify"
+"$SLUICE" info "$W/ref.slr" --json >"$W/ref.json" || die "sluice info failed on the reference"
+NREC=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["records"])' "$W/ref.json")
+NSHARDS=$($PY -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["shards"]))' "$W/ref.json")
+[ "$NSHARDS" -ge 2 ] || echo "campaign_kill9: note: the reference has one shard; roll-over is not exercised (lower KILL9_SHARD)" >&2
+
+# prefix_check REF_INFO OUT_INFO: OUT's records are REF's first K records, frame
+# for frame; OUT's columns and metadata are REF's. Shards are located through
+# `sluice info --json`; frames through each shard's footer and index (FORMAT.md
+# sections 4.1, 6.1, 7), after `sluice verify` has checked every checksum.
+prefix_check() {
+    $PY - "$1" "$2" <<'PYEOF'
+import json, struct, sys
+
+def frames(info):
+    """(path, start, end) of each shard's data region, and each record's frame size."""
+    regions, sizes = [], []
+    for path in info["shards"]:
+        with open(path, "rb") as f:
+            header_bytes = struct.unpack("<I", f.read(16)[12:16])[0]
+            f.seek(-64, 2)
+            index_offset, _, count, _ = struct.unpack("<4Q", f.read(32))
+            f.seek(index_offset)
+            ent = f.read(24 * count)
+        lens = [16 + struct.unpack_from("<Q", ent, 24 * i + 8)[0] for i in range(count)]
+        if header_bytes + sum(lens) != index_offset:
+            sys.exit(f"{path}: frames do not tile the data region")
+        regions.append((path, header_bytes, index_offset))
+        sizes += lens
+    return regions, sizes
+
+def stream(regions):
+    for path, start, end in regions:
+        with open(path, "rb") as f:
+            f.seek(start)
+            left = end - start
+            while left:
+                b = f.read(min(left, 1 << 20))
+                left -= len(b)
+                yield b
+
+ref, out = (json.load(open(p)) for p in sys.argv[1:3])
+for key in ("columns", "metadata"):
+    if ref[key] != out[key]:
+        sys.exit(f"{key} differ: {out[key]} vs the reference's {ref[key]}")
+(rreg, rsizes), (oreg, osizes) = frames(ref), frames(out)
+k = len(osizes)
+if k != out["records"] or k > len(rsizes) or osizes != rsizes[:k]:
+    sys.exit(f"{k} records whose sizes are not the reference's first {k}")
+pos, rs = 0, stream(rreg)
+pending = b""
+for chunk in stream(oreg):
+    while len(pending) < len(chunk):
+        pending += next(rs)
+    if pending[:len(chunk)] != chunk:
+        i = 0
+        while chunk[i] == pending[i]:
+            i += 1
+        at, rec = pos + i, 0
+        while at >= rsizes[rec]:
+            at -= rsizes[rec]
+            rec += 1
+        sys.exit(f"record {rec} differs from the reference's record {rec}")
+    pending = pending[len(chunk):]
+    pos += len(chunk)
+PYEOF
+}
+
+BAD=0
+before=0 during=0 after=0 finished=0
+recovered=()
+bad() { echo "campaign_kill9: trial $1 (kill after $2 ms): $3" >&2; BAD=$((BAD + 1)); }
+RANDOM=$SEED
+
+for ((t = 1; t <= TRIALS; t++)); do
+    d=$(((RANDOM * 32768 + RANDOM) % (DUR_MS + 1)))
+    D=$W/t.slr
+    rm -rf "$D" "$D.partial" "$W/rec.slr" "$W/rec.slr.recovering"
+    "$SLUICE" pack "$W/src" "$D" --shard-size "$SHARD" >"$W/pack.out" 2>&1 &
+    pid=$!
+    sleep "$((d / 1000)).$(printf '%03d' $((d % 1000)))"
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    st=$?
+    if [ "$st" != 0 ] && [ "$st" != 137 ]; then
+        bad "$t" "$d" "pack exited $st: $(head -2 "$W/pack.out")"
+        continue
+    fi
+    nonempty_partial=0
+    [ -d "$D.partial" ] && [ -n "$(ls -A "$D.partial")" ] && nonempty_partial=1
+    if [ -e "$D" ]; then
+        after=$((after + 1))
+        [ "$st" = 0 ] && finished=$((finished + 1))
+        if ! "$SLUICE" verify "$D" >"$W/v.out" 2>&1; then
+            bad "$t" "$d" "$D exists but does not verify: $(head -1 "$W/v.out")"
+        elif ! diff -r "$W/ref.slr" "$D" >/dev/null 2>&1; then
+            bad "$t" "$d" "$D verifies but differs from the reference"
+        fi
+        [ "$nonempty_partial" = 0 ] || bad "$t" "$d" "both $D and a non-empty $D.partial exist"
+        [ "$TTY" = 1 ] && printf '\rtrial %d/%d: complete    ' "$t" "$TRIALS" >&2
+        continue
+    fi
+    if [ "$nonempty_partial" = 0 ]; then
+        before=$((before + 1))
+        recovered+=(0)
+        [ "$TTY" = 1 ] && printf '\rtrial %d/%d: nothing written' "$t" "$TRIALS" >&2
+        continue
+    fi
+    "$SLUICE" recover "$D.partial" -o "$W/rec.slr" >"$W/r.out" 2>&1
+    rst=$?
+    if [ "$rst" != 0 ]; then
+        if grep -q "no complete record" "$W/r.out"; then
+            before=$((before + 1))
+            recovered+=(0)
+            [ -e "$W/rec.slr" ] && bad "$t" "$d" "recover found no record but left $W/rec.slr"
+        else
+            bad "$t" "$d" "recover exited $rst: $(head -1 "$W/r.out")"
+        fi
+        continue
+    fi
+    during=$((during + 1))
+    kept=$(sed -n 's/^kept \([0-9]*\) records.*/\1/p' "$W/r.out")
+    if ! "$SLUICE" verify "$W/rec.slr" >"$W/v.out" 2>&1; then
+        bad "$t" "$d" "the recovered output does not verify: $(head -1 "$W/v.out")"
+        continue
+    fi
+    "$SLUICE" info "$W/rec.slr" --json >"$W/rec.json" || { bad "$t" "$d" "sluice info failed on the recovered output"; continue; }
+    if ! prefix_check "$W/ref.json" "$W/rec.json" 2>"$W/p.out"; then
+        bad "$t" "$d" "recovered output: $(tail -1 "$W/p.out")"
+        continue
+    fi
+    if ! grep -q "\"records\":$kept[,}]" "$W/rec.json"; then
+        bad "$t" "$d" "recover said it kept $kept records but the output holds $(sed -n 's/.*"records":\([0-9]*\).*/\1/p' "$W/rec.json")"
+        continue
+    fi
+    recovered+=("$kept")
+    [ "$TTY" = 1 ] && printf '\rtrial %d/%d: recovered %s  ' "$t" "$TRIALS" "$kept" >&2
+done
+[ "$TTY" = 1 ] && printf '\r%40s\r' '' >&2
+
+stats="none"
+if [ ${#recovered[@]} -gt 0 ]; then
+    stats=$(printf '%s\n' "${recovered[@]}" | sort -n |
+        awk '{v[NR] = $1} END {printf "%d/%d/%d", v[1], v[int((NR + 1) / 2)], v[NR]}')
+fi
+echo "kill9: $TRIALS trials (seed $SEED; $NREC records in $NSHARDS shards, clean pack $DUR_MS ms):" \
+     "killed before writing a record $before, during $during, after publishing $after ($finished had exited);" \
+     "recovered records min/median/max $stats; bad outputs $BAD"
+[ "$BAD" = 0 ]
