@@ -545,19 +545,24 @@ class _Loader:
             yield batch if convert is None else convert(batch)
 
 
-def records(path, parallel=None, chunk=None):
-    """A Dataset reading a .slr dataset (file or shard directory) at ``path``.
-
-    ``parallel``: reader threads (an int, or "auto" to let the engine tune
-    it; default 1). ``chunk``: records a reader hands on at a time (1-256;
-    default adaptive)."""
+def _path(p, what):
     try:
-        path = os.fspath(path)
+        p = os.fspath(p)
     except TypeError:
-        raise TypeError(f"path: expected a str or os.PathLike, got {type(path).__name__}") from None
-    if not isinstance(path, str):
-        path = os.fsdecode(path)
-    src = {"path": path}
+        raise TypeError(f"{what}: expected a str or os.PathLike, got {type(p).__name__}") from None
+    return p if isinstance(p, str) else os.fsdecode(p)
+
+
+def _paths(paths, what):
+    """One path, pattern or @listfile, or a list of them, as the spec wants."""
+    if isinstance(paths, (list, tuple)):
+        if not paths:
+            raise ValueError(f"{what}: no paths given")
+        return [_path(p, what) for p in paths]
+    return _path(paths, what)
+
+
+def _source(src, parallel, chunk):
     if parallel is not None:
         if parallel != "auto":
             _check_int(parallel, "parallel", 1)
@@ -568,6 +573,69 @@ def records(path, parallel=None, chunk=None):
             raise ValueError(f"chunk: must be at most 256, got {chunk}")
         src["chunk"] = chunk
     return Dataset({"source": src, "ops": []})
+
+
+def records(path, parallel=None, chunk=None):
+    """A Dataset reading a .slr dataset (file or shard directory) at ``path``.
+
+    ``parallel``: reader threads (an int, or "auto" to let the engine tune
+    it; default 1). ``chunk``: records a reader hands on at a time (1-256;
+    default adaptive)."""
+    return _source({"path": _path(path, "path")}, parallel, chunk)
+
+
+def tfrecord(paths, features=None, compression=None, index=None, parallel=None, chunk=None):
+    """A Dataset reading TFRecord files of ``tf.train.Example`` (or
+    ``SequenceExample``) records, in the order given.
+
+    ``paths``: a path, a brace pattern ("train-{00000..00127}.tfrecord"), an
+    "@file" listing paths, or a list of these. ``features``: a dict mapping
+    feature keys to column names ({"image/encoded": "image",
+    "image/class/label": "label"}) or a list of keys to keep; default every
+    feature, named by its key. ``compression``: "gzip", "none" or "auto"
+    (default: from the content). ``index``: use FILE.slidx sidecar indexes
+    (see ``sluice index``): "auto" (default), True (required) or False."""
+    src = {"tfrecord": _paths(paths, "paths")}
+    if features is not None:
+        if isinstance(features, dict):
+            src["features"] = {str(k): str(v) for k, v in features.items()}
+        else:
+            src["features"] = {str(k): str(k) for k in features}
+    if compression is not None:
+        src["compression"] = compression
+    if index is not None:
+        src["index"] = index
+    return _source(src, parallel, chunk)
+
+
+def webdataset(paths, columns=None, index=None, parallel=None, chunk=None):
+    """A Dataset reading WebDataset tar shards: members grouped by key into
+    samples, one column per extension (``jpg``, ``cls``, ``json``, ...) plus
+    ``__key__``. ``paths``: a path, a brace pattern
+    ("shard-{000000..000127}.tar"), an "@file" listing paths, or a list.
+    ``columns``: extensions to keep (default: all). ``index``: as for
+    :func:`tfrecord`."""
+    src = {"webdataset": _paths(paths, "paths")}
+    if columns is not None:
+        src["columns"] = [str(c) for c in columns]
+    if index is not None:
+        src["index"] = index
+    return _source(src, parallel, chunk)
+
+
+def image_folder(root, parallel=None, chunk=None):
+    """A Dataset reading a torchvision-style ImageFolder in place (no pack
+    step): columns ``image`` (the encoded file), ``label`` (the class's
+    position among the sorted class directories) and ``path`` (relative to
+    ``root``), in torchvision's order."""
+    return _source({"image_folder": _path(root, "root")}, parallel, chunk)
+
+
+def idx(images, labels, parallel=None, chunk=None):
+    """A Dataset reading an IDX (MNIST-style) images file and labels file,
+    plain or gzip: columns ``image`` (uint8 array) and ``label`` (int64)."""
+    return _source({"idx": {"images": _path(images, "images"), "labels": _path(labels, "labels")}},
+                   parallel, chunk)
 
 
 def from_arrays(columns):
