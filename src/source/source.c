@@ -17,6 +17,7 @@
  * format's input ({"tfrecord": [...]}); "path" is sluice's own .slr. */
 const sl_source_kind sl_source__kinds[] = {
     {"path", sl_source__open_slr, ".slr dataset (a directory with a manifest, or one .slr file)"},
+    {"tfrecord", sl_source__open_tfrecord, "TFRecord files of tf.train.Example / SequenceExample"},
     {NULL, NULL, NULL},
 };
 

@@ -167,6 +167,10 @@ void sl_source__locate(sl_source *s, uint64_t i, char *buf, size_t cap);
 
 /* The formats, one file each (the registry in source.c names them). */
 int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field);
+int sl_source__open_tfrecord(sl_source **out, const cJSON *obj, const char *field);
+/* Scan one TFRecord file fully and write its index, FILE.slidx (`opts`: the
+ * source object's compression key, or NULL). */
+int sl_source__index_tfrecord(const char *path, const cJSON *opts);
 
 /* Helpers for implementations. */
 /* Add a column; SL_EINVAL when the name is empty, too long or taken, or
