@@ -576,7 +576,7 @@ static int feat_note(feat_set *fs, const char *key, int list, int kind, size_t n
             st->encoded = looks_encoded(key, &f->bytes_list->value[0]);
     }
     if (kind != TF_KIND_NONE && st->kind != TF_KIND_NONE && kind != st->kind)
-        return sl__error(SL_EDECODE, "%s: feature '%s' is a %s here but a %s in an earlier "
+        return sl__error(SL_EDECODE, "%s: feature '%s' is %s here but %s in an earlier "
                          "record", where, key, kind_name[kind], kind_name[st->kind]);
     if (st->kind == TF_KIND_NONE)
         st->kind = kind;
@@ -728,8 +728,8 @@ static int read_column(tf_source *s, tf_cursor *c, int k, const Tensorflow__Sequ
             size_t nv;
             int kind = kind_of(fl->feature[t], &nv);
             if (kind != tc->kind && !(kind == TF_KIND_NONE && nv == 0))
-                return sl__error(SL_EDECODE, "%s: feature list '%s' step %zu is a %s, expected "
-                                 "a %s", where, tc->key, t, kind_name[kind], kind_name[tc->kind]);
+                return sl__error(SL_EDECODE, "%s: feature list '%s' step %zu is %s, expected "
+                                 "%s", where, tc->key, t, kind_name[kind], kind_name[tc->kind]);
             if (t == 0)
                 width = nv;
             else if (nv != width)
@@ -748,7 +748,7 @@ static int read_column(tf_source *s, tf_cursor *c, int k, const Tensorflow__Sequ
     size_t nv;
     int kind = kind_of(f, &nv);
     if (kind != tc->kind && !(kind == TF_KIND_NONE && nv == 0))
-        return sl__error(SL_EDECODE, "%s: feature '%s' is a %s, expected a %s", where, tc->key,
+        return sl__error(SL_EDECODE, "%s: feature '%s' is %s, expected %s", where, tc->key,
                          kind_name[kind], kind_name[tc->kind]);
     if (tc->kind == TF_KIND_BYTES) {
         if (nv > 1)
@@ -892,7 +892,7 @@ static int feats_from_indexes(tf_source *s, feat_set *fs) {
             int scalar = ic->type == SL_COL_INT64 || (ic->type == SL_COL_ARRAY && ic->ndim == 0);
             feat_stat *st = feat_find(fs, ic->name, list);
             if (st && st->kind != kind && kind != TF_KIND_NONE && st->kind != TF_KIND_NONE)
-                return sl__error(SL_EINVAL, "feature '%s' is a %s in %s but a %s in an earlier "
+                return sl__error(SL_EINVAL, "feature '%s' is %s in %s but %s in an earlier "
                                  "file", ic->name, kind_name[kind], s->files[k].path,
                                  kind_name[st->kind]);
             /* Each file's index counts as "seen in every record" when its
