@@ -190,6 +190,7 @@ static int pl_add(pathlist *pl, const char *p, size_t len, const char *field) {
             return sl__oom("listing source paths");
         pl->v = v;
         pl->cap = cap;
+        pl->v[pl->n] = NULL; /* still a list sl_source__free_paths can walk */
     }
     char *s = sl__malloc(len + 1);
     if (!s)

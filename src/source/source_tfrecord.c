@@ -1141,7 +1141,8 @@ int sl_source__open_tfrecord(sl_source **out, const cJSON *obj, const char *fiel
             SL_CHECK(add_feature_col(s, &fs, st, name, force_list, field));
         }
     } else {
-        qsort(fs.v, (size_t)fs.n, sizeof *fs.v, cmp_feat);
+        if (fs.n)
+            qsort(fs.v, (size_t)fs.n, sizeof *fs.v, cmp_feat);
         for (int k = 0; k < fs.n; k++) {
             if (fs.v[k].list && fs.v[k].kind == TF_KIND_BYTES) {
                 SL_LOG_WARN("%s: feature list '%s' holds bytes, which no column holds; left out",
@@ -1208,7 +1209,8 @@ int sl_source__index_tfrecord(const char *path, const cJSON *opts) {
         SL_CHECK(feat_note_record(&fs, ex, where));
         SL_CHECK(sl_sidx__add_record(ix, s->off[i], s->len[i] + 16));
     }
-    qsort(fs.v, (size_t)fs.n, sizeof *fs.v, cmp_feat);
+    if (fs.n)
+        qsort(fs.v, (size_t)fs.n, sizeof *fs.v, cmp_feat);
     for (int k = 0; k < fs.n; k++) {
         const feat_stat *st = &fs.v[k];
         if (strlen(st->key) >= SL_SOURCE_COLNAME_MAX)
