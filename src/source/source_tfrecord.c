@@ -477,7 +477,8 @@ static int open_file(tf_source *s, tf_file *f) {
         f->size = n;
         f->mapped = 1;
         map = MAP_FAILED; /* owned by f now */
-#ifdef MADV_WILLNEED
+#ifdef MADV_RANDOM
+        /* Reads jump between records: no read-ahead past the one asked for. */
         (void)madvise((void *)(uintptr_t)m, n, MADV_RANDOM);
 #endif
     }
