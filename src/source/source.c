@@ -26,6 +26,8 @@ const sl_source_format sl_source__kinds[] = {
     {"webdataset", sl_source__open_webdataset,
      "WebDataset tar shards (a path, a brace pattern, a list or @listfile)", sl_source__sniff_tar,
      1, sl_source__index_tar},
+    {"tfrecord", sl_source__open_tfrecord, "TFRecord files of tf.train.Example / SequenceExample",
+     sl_source__sniff_tfrecord, 1, sl_source__index_tfrecord},
     {NULL, NULL, NULL, NULL, 0, NULL},
 };
 
@@ -200,6 +202,7 @@ static int pl_add(pathlist *pl, const char *p, size_t len, const char *field) {
             return sl__oom("listing source paths");
         pl->v = v;
         pl->cap = cap;
+        pl->v[pl->n] = NULL; /* still a list sl_source__free_paths can walk */
     }
     char *s = sl__malloc(len + 1);
     if (!s)

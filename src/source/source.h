@@ -226,6 +226,11 @@ int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *fi
  * the source object's options or NULL. SL_ECORRUPT for a damaged shard. */
 int sl_source__index_tar(const char *path, const cJSON *opts);
 int sl_source__sniff_tar(const char *path, int is_dir, const uint8_t *head, size_t n);
+int sl_source__open_tfrecord(sl_source **out, const cJSON *obj, const char *field);
+/* Scan one TFRecord file fully and write its index, FILE.slidx (`opts`: the
+ * source object's compression key, or NULL). */
+int sl_source__index_tfrecord(const char *path, const cJSON *opts);
+int sl_source__sniff_tfrecord(const char *path, int is_dir, const uint8_t *head, size_t n);
 
 /* Helpers for implementations. */
 /* Add a column; SL_EINVAL when the name is empty, too long or taken, or
