@@ -144,25 +144,6 @@ int cmd_pack(int argc, char **argv) {
         return cli_usage("pack", npos ? "missing the output path DST"
                                       : "missing SRC and DST: sluice pack SRC... DST");
     const char *dst = pos[npos - 1];
-    struct stat st;
-    if (!force && lstat(dst, &st) == 0) {
-        fprintf(stderr, "sluice pack: %s already exists; pass --force to replace it\n", dst);
-        return 1;
-    }
-
-    char partial[4200];
-    snprintf(partial, sizeof partial, "%s.partial", dst);
-    if (lstat(partial, &st) == 0) {
-        fprintf(stderr,
-                "sluice pack: %s exists: an interrupted pack? run 'sluice recover %s' to salvage "
-                "its records, or remove it\n",
-                partial, partial);
-        return 1;
-    }
-    char aside[4200] = "";
-    if (force && stat(dst, &st) == 0 && S_ISDIR(st.st_mode) && move_aside(dst, aside, sizeof aside))
-        return 1;
-
     /* Formats without a packer of their own go through a source. */
     sl_pack_kind kind = SL_PACK_UNKNOWN;
     sl_source *src = NULL;
@@ -174,6 +155,29 @@ int cmd_pack(int argc, char **argv) {
             return r;
     }
     const char *kind_name = src ? sl_source_kind(src) : sl_pack_kind_name(kind);
+
+    struct stat st;
+    if (!force && lstat(dst, &st) == 0) {
+        fprintf(stderr, "sluice pack: %s already exists; pass --force to replace it\n", dst);
+        sl_source_free(src);
+        return 1;
+    }
+
+    char partial[4200];
+    snprintf(partial, sizeof partial, "%s.partial", dst);
+    if (lstat(partial, &st) == 0) {
+        fprintf(stderr,
+                "sluice pack: %s exists: an interrupted pack? run 'sluice recover %s' to salvage "
+                "its records, or remove it\n",
+                partial, partial);
+        sl_source_free(src);
+        return 1;
+    }
+    char aside[4200] = "";
+    if (force && stat(dst, &st) == 0 && S_ISDIR(st.st_mode) && move_aside(dst, aside, sizeof aside)) {
+        sl_source_free(src);
+        return 1;
+    }
 
     cli_progress prog;
     cli_progress_start(&prog, "pack", 0);
