@@ -631,6 +631,15 @@ SL_API int sl_source_describe(const sl_source *src, char *buf, size_t cap, size_
  *  The source stays usable after a failed read. Since 0.2 */
 SL_API int sl_source_read(sl_source *src, uint64_t i, sl_sample *out);
 
+/** A reading handle on a source, for one thread: several threads read one
+ *  source at once, each through its own reader (sl_source_read is the same
+ *  with a reader the source keeps for one thread). Output and errors as
+ *  sl_source_read. The source must outlive its readers. Since 0.2 */
+typedef struct sl_source_reader sl_source_reader;
+SL_API int sl_source_reader_create(sl_source *src, sl_source_reader **out);
+SL_API int sl_source_reader_read(sl_source_reader *rd, uint64_t i, sl_sample *out);
+SL_API void sl_source_reader_free(sl_source_reader *rd);
+
 /** Values of column `col` for every record when the source can give them
  *  without reading records (an index): `*out` points at sl_source_count()
  *  int64_t (SL_COL_INT64) or double (SL_COL_FLOAT64) values, borrowed for

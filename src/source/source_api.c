@@ -222,6 +222,46 @@ int sl_source_read(sl_source *src, uint64_t i, sl_sample *out) {
     return sl_source__read(src, src->api_cursor, i, out);
 }
 
+struct sl_source_reader {
+    sl_source *src;
+    sl_source_cursor *cur;
+};
+
+int sl_source_reader_create(sl_source *src, sl_source_reader **out) {
+    if (!src || !out)
+        return sl__error(SL_EINVAL, "sl_source_reader_create: NULL argument");
+    *out = NULL;
+    sl_source_reader *rd = sl__calloc(1, sizeof *rd);
+    if (!rd)
+        return sl__oom("creating a source reader");
+    int rc = sl_source__cursor_open(src, NULL, NULL, &rd->cur);
+    if (rc < 0) {
+        sl__free(rd);
+        return rc;
+    }
+    rd->src = src;
+    *out = rd;
+    return SL_OK;
+}
+
+int sl_source_reader_read(sl_source_reader *rd, uint64_t i, sl_sample *out) {
+    if (!rd || !out)
+        return sl__error(SL_EINVAL, "sl_source_reader_read: NULL argument");
+    memset(out, 0, sizeof *out);
+    if (i >= rd->src->count)
+        return sl__error(SL_EINVAL, "%s: record %llu is out of range (%llu records)",
+                         rd->src->name, (unsigned long long)i,
+                         (unsigned long long)rd->src->count);
+    return sl_source__read(rd->src, rd->cur, i, out);
+}
+
+void sl_source_reader_free(sl_source_reader *rd) {
+    if (!rd)
+        return;
+    sl_source__cursor_free(rd->src, rd->cur);
+    sl__free(rd);
+}
+
 int sl_source_index_column(const sl_source *src, int col, const void **out) {
     if (!src || !out || col < 0 || col >= src->ncols)
         return sl__error(SL_EINVAL, "sl_source_index_column: bad argument");
