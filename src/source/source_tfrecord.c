@@ -123,6 +123,14 @@ typedef struct arena_block {
     max_align_t data[];
 } arena_block;
 
+/* protobuf-c copies every bytes field out of the record (it has no
+ * zero-copy mode). An encoded image is the one big field of a record, so
+ * its copy is made to land in a tensor from the cursor's allocator (the
+ * executor's pools), which then becomes the column itself: the image bytes
+ * are copied once, record -> column, not twice. */
+#define TF_BIG_FIELD 4096
+#define TF_MAX_BIG 8
+
 typedef struct tf_arena {
     ProtobufCAllocator pa;      /* first: protobuf-c passes &pa as its data */
     uint8_t *buf;
@@ -130,10 +138,23 @@ typedef struct tf_arena {
     arena_block *extra;         /* what did not fit this record */
     size_t extra_bytes;
     int failed;
+    const sl_source_cursor *owner; /* its allocator takes big fields; NULL: none */
+    sl_tensor big[TF_MAX_BIG];  /* big fields of this record (buf NULL: handed on) */
+    int nbig;
 } tf_arena;
 
 static void *arena_alloc(void *data, size_t n) {
     tf_arena *a = data;
+    if (a->owner && n >= TF_BIG_FIELD && a->nbig < TF_MAX_BIG) {
+        int64_t len = (int64_t)n;
+        sl_tensor *t = &a->big[a->nbig];
+        if (a->owner->alloc(a->owner->alloc_ctx, t, SL_U8, 1, &len) < 0) {
+            a->failed = 1;
+            return NULL;
+        }
+        a->nbig++;
+        return t->data;
+    }
     n = n ? (n + 15) & ~(size_t)15 : 16;
     if (n <= a->cap - a->used) {
         void *p = a->buf + a->used;
@@ -166,6 +187,9 @@ static void arena_init(tf_arena *a) {
 /* Forget the last record; grow the main block when it overflowed, so the
  * next record of that size fits in one. */
 static void arena_reset(tf_arena *a) {
+    for (int k = 0; k < a->nbig; k++)
+        sl_tensor_release(&a->big[k]);
+    a->nbig = 0;
     size_t want = a->extra_bytes ? (a->used + a->extra_bytes) * 2 : 0;
     while (a->extra) {
         arena_block *b = a->extra;
@@ -757,6 +781,16 @@ static int read_column(tf_source *s, tf_cursor *c, int k, const Tensorflow__Sequ
                              "most 1", where, tc->key, nv);
         const ProtobufCBinaryData *b = nv ? &f->bytes_list->value[0] : NULL;
         shape[0] = b ? (int64_t)b->len : 0;
+        for (int j = 0; b && b->len && j < c->arena.nbig; j++) {
+            sl_tensor *t = &c->arena.big[j];
+            if (t->buf && t->data == b->data) {
+                *out = *t; /* the tensor protobuf-c copied into */
+                out->shape[0] = shape[0];
+                out->nbytes = b->len;
+                memset(t, 0, sizeof *t);
+                return SL_OK;
+            }
+        }
         SL_TRY(c->base.alloc(c->base.alloc_ctx, out, SL_U8, 1, shape));
         if (b && b->len)
             memcpy(out->data, b->data, b->len);
@@ -803,6 +837,7 @@ static int tf_cursor_open(sl_source *src, sl_source_cursor **out) {
     if (!c)
         return sl__oom("opening a TFRecord cursor");
     arena_init(&c->arena);
+    c->arena.owner = &c->base;
     *out = &c->base;
     return SL_OK;
 }
