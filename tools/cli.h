@@ -31,6 +31,9 @@ int cli_source_open(const char *cmd, const char *const *paths, int n, const char
                     sl_source **out);
 /* True if `path` opens as a .slr dataset. */
 int cli_is_slr(const char *path);
+/* A .slr dataset, or something that starts like one (its magic, or a
+ * directory with a manifest): damaged .slr input is reported as such. */
+int cli_looks_slr(const char *path);
 
 /* Print "sluice CMD: " + sl_errmsg() to stderr and return 1. */
 int cli_fail(const char *cmd);

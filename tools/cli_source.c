@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -61,4 +62,25 @@ int cli_is_slr(const char *path) {
         return 0;
     sl_reader_free(r);
     return 1;
+}
+
+int cli_looks_slr(const char *path) {
+    if (cli_is_slr(path))
+        return 1;
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return 0;
+    char buf[4200];
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(buf, sizeof buf, "%s/manifest.json", path);
+        return stat(buf, &st) == 0;
+    }
+    /* The magic of docs/FORMAT.md, section "Header". */
+    static const char magic[8] = "\x89SLR\r\n\x1a\n";
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof magic, f);
+    fclose(f);
+    return n == sizeof magic && memcmp(buf, magic, sizeof magic) == 0;
 }

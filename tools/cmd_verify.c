@@ -52,24 +52,28 @@ static void add_error(error_list *e, const char *msg) {
         e->msg[e->n++] = strdup(msg);
 }
 
+static void print_json(const char *path, int ok, uint64_t records, uint64_t bad,
+                       const error_list *errs) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "path", path);
+    cJSON_AddBoolToObject(o, "ok", ok);
+    cJSON_AddNumberToObject(o, "records", (double)records);
+    cJSON_AddNumberToObject(o, "bad", (double)bad);
+    cJSON *arr = cJSON_AddArrayToObject(o, "errors");
+    for (int i = 0; i < errs->n; i++)
+        cJSON_AddItemToArray(arr, cJSON_CreateString(errs->msg[i] ? errs->msg[i] : ""));
+    char *s = cJSON_PrintUnformatted(o);
+    if (s)
+        printf("%s\n", s);
+    free(s);
+    cJSON_Delete(o);
+}
+
 static int report(const char *path, const char *ok_text, int json, int opened,
                   uint64_t records, uint64_t bad, error_list *errs) {
     int ok = opened && bad == 0 && errs->n == 0;
-    if (json) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "path", path);
-        cJSON_AddBoolToObject(o, "ok", ok);
-        cJSON_AddNumberToObject(o, "records", (double)records);
-        cJSON_AddNumberToObject(o, "bad", (double)bad);
-        cJSON *arr = cJSON_AddArrayToObject(o, "errors");
-        for (int i = 0; i < errs->n; i++)
-            cJSON_AddItemToArray(arr, cJSON_CreateString(errs->msg[i] ? errs->msg[i] : ""));
-        char *s = cJSON_PrintUnformatted(o);
-        if (s)
-            printf("%s\n", s);
-        free(s);
-        cJSON_Delete(o);
-    }
+    if (json)
+        print_json(path, ok, records, bad, errs);
     if (ok) {
         if (!json)
             printf("ok: %s: %llu records, %s\n", path, (unsigned long long)records, ok_text);
@@ -105,8 +109,13 @@ static int verify_source(const char *const *paths, int n, const char *features, 
     if (rc == 2)
         return rc;
     if (rc) {
-        add_error(&errs, sl_errmsg());
-        return report(paths[0], "", json, 0, 0, 0, &errs);
+        /* cli_source_open said why; the .slr recovery hint does not apply */
+        if (json) {
+            add_error(&errs, sl_errmsg());
+            print_json(paths[0], 0, 0, 0, &errs);
+            free(errs.msg[0]);
+        }
+        return rc;
     }
     uint64_t cnt = sl_source_count(src), bad = 0;
     verify_progress prog = {.data_bytes = 0};
@@ -155,16 +164,11 @@ int cmd_verify(int argc, char **argv) {
     if (npaths == 0)
         return cli_usage("verify", "missing the DATASET to check");
     const char *path = paths[0];
-    if (npaths > 1 || features || !cli_is_slr(path)) {
-        /* A damaged .slr must be reported by the .slr verifier, not taken for
-         * another format: only inputs that open as some other source go on. */
-        sl_source *probe;
-        if (npaths > 1 || features || sl_source_open_paths(&probe, paths, npaths, NULL) == SL_OK) {
-            if (npaths == 1 && !features)
-                sl_source_free(probe);
-            return verify_source(paths, npaths, features, json);
-        }
-    }
+    /* A damaged .slr must be reported by the .slr verifier, not taken for
+     * another format; any other input goes to the source verifier, which
+     * reports why it does not open (a stale index, a damaged file). */
+    if (npaths > 1 || features || !cli_looks_slr(path))
+        return verify_source(paths, npaths, features, json);
 
     error_list errs = {{0}, 0};
     sl_reader *r;

@@ -42,10 +42,44 @@ static int read_head(const char *path, uint8_t *head, size_t cap, size_t *n_out)
     return SL_OK;
 }
 
+static int detect_one(const char *path, const sl_source_format **kind_out);
+
+/* A path that names no file but is a brace pattern or an @list: the kind of
+ * the files it expands to (all of one kind, and one that takes a list). */
+static int detect_pattern(const char *path, const sl_source_format **kind_out) {
+    cJSON *v = cJSON_CreateString(path);
+    if (!v)
+        return sl__oom("expanding a path pattern");
+    char **paths;
+    int n;
+    int rc = sl_source__expand_paths(v, path, &paths, &n);
+    cJSON_Delete(v);
+    SL_TRY(rc);
+    const sl_source_format *first = NULL;
+    for (int i = 0; rc == SL_OK && i < n; i++) {
+        const sl_source_format *k;
+        rc = detect_one(paths[i], &k);
+        if (rc == SL_OK && first && k != first)
+            rc = sl__error(SL_EINVAL, "%s: %s is %s but %s is %s; give inputs of one kind", path,
+                           paths[0], first->key, paths[i], k->key);
+        first = k;
+    }
+    if (rc == SL_OK && !first->multi)
+        rc = sl__error(SL_EINVAL, "%s: patterns and @lists name TFRecord files or tar shards, "
+                       "not %s inputs", path, first->key);
+    sl_source__free_paths(paths);
+    if (rc == SL_OK)
+        *kind_out = first;
+    return rc;
+}
+
 static int detect_one(const char *path, const sl_source_format **kind_out) {
     struct stat st;
-    if (stat(path, &st) != 0)
+    if (stat(path, &st) != 0) {
+        if (errno == ENOENT && (strchr(path, '{') || path[0] == '@'))
+            return detect_pattern(path, kind_out);
         return sl__error(SL_EIO, "%s: %s", path, strerror(errno));
+    }
     int is_dir = S_ISDIR(st.st_mode);
     uint8_t head[1024];
     size_t n = 0;

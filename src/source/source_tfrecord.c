@@ -1044,10 +1044,13 @@ static int gather_index_values(tf_source *s) {
     return SL_OK;
 }
 
+enum { TF_INDEX_NO = 0, TF_INDEX_YES = 1, TF_INDEX_AUTO = 2 };
+
 static int parse_options(const cJSON *obj, const char *field, int *verify,
-                         const char **compression) {
+                         const char **compression, int *index) {
     *verify = 1;
     *compression = "auto";
+    *index = TF_INDEX_AUTO;
     for (const cJSON *it = obj->child; it; it = it->next) {
         const char *k = it->string;
         if (!strcmp(k, "tfrecord") || !strcmp(k, "features"))
@@ -1056,6 +1059,11 @@ static int parse_options(const cJSON *obj, const char *field, int *verify,
             if (!cJSON_IsBool(it))
                 return sl__error(SL_EINVAL, "%s.verify: must be true or false", field);
             *verify = cJSON_IsTrue(it);
+        } else if (!strcmp(k, "index")) {
+            if (!cJSON_IsBool(it) && !(cJSON_IsString(it) && !strcmp(it->valuestring, "auto")))
+                return sl__error(SL_EINVAL, "%s.index: must be \"auto\", true or false", field);
+            *index = cJSON_IsTrue(it) ? TF_INDEX_YES : cJSON_IsFalse(it) ? TF_INDEX_NO
+                                                                          : TF_INDEX_AUTO;
         } else if (!strcmp(k, "compression")) {
             if (!cJSON_IsString(it) || (strcmp(it->valuestring, "auto") &&
                                         strcmp(it->valuestring, "gzip") &&
@@ -1067,13 +1075,14 @@ static int parse_options(const cJSON *obj, const char *field, int *verify,
                                                               : "auto";
         } else {
             return sl__error(SL_EINVAL, "%s.%s: unknown key for a tfrecord source (expected "
-                             "tfrecord, features, compression, verify)", field, k);
+                             "tfrecord, features, compression, verify, index)", field, k);
         }
     }
     return SL_OK;
 }
 
-/* Map, frame and (unless `use_index` is 0) index-load every file. */
+/* Map, frame and (unless `use_index` is TF_INDEX_NO) index-load every
+ * file; TF_INDEX_YES fails on a file without one. */
 static int open_files(tf_source *s, const cJSON *paths, const char *field, int use_index) {
     char **pv = NULL;
     int n = 0;
@@ -1089,8 +1098,11 @@ static int open_files(tf_source *s, const cJSON *paths, const char *field, int u
         pv[k] = NULL;
         const char *slash = strrchr(f->path, '/');
         f->name = slash && slash[1] ? slash + 1 : f->path;
-        if (use_index) {
+        if (use_index != TF_INDEX_NO) {
             rc = sl_sidx__load(f->path, "tfrecord", &f->ix);
+            if (rc == SL_END && use_index == TF_INDEX_YES)
+                SL_FAIL(SL_EINVAL, "%s: no index (%s" SL_SIDX_SUFFIX "); build it with `sluice "
+                        "index %s`", f->path, f->name, f->path);
             if (rc < 0)
                 goto cleanup;
             f->indexed = rc == SL_OK;
@@ -1116,9 +1128,9 @@ static tf_source *new_source(void) {
 
 int sl_source__open_tfrecord(sl_source **out, const cJSON *obj, const char *field) {
     *out = NULL;
-    int verify;
+    int verify, index;
     const char *compression;
-    SL_TRY(parse_options(obj, field, &verify, &compression));
+    SL_TRY(parse_options(obj, field, &verify, &compression, &index));
     const cJSON *paths = cJSON_GetObjectItemCaseSensitive(obj, "tfrecord");
     const cJSON *sel = cJSON_GetObjectItemCaseSensitive(obj, "features");
     if (sel && !cJSON_IsObject(sel) && !cJSON_IsArray(sel))
@@ -1133,7 +1145,7 @@ int sl_source__open_tfrecord(sl_source **out, const cJSON *obj, const char *fiel
     int rc;
     char tfield[300];
     snprintf(tfield, sizeof tfield, "%s.tfrecord", field);
-    SL_CHECK(open_files(s, paths, tfield, 1));
+    SL_CHECK(open_files(s, paths, tfield, index));
     snprintf(s->base.name, sizeof s->base.name, "%s%s", s->files[0].name,
              s->nfiles > 1 ? " (and more)" : "");
     if (s->base.count == 0)
@@ -1208,10 +1220,10 @@ cleanup:
 /* ---- building an index ------------------------------------------------------------ */
 
 int sl_source__index_tfrecord(const char *path, const cJSON *opts) {
-    int verify = 1;
+    int verify = 1, index;
     const char *compression = "auto";
     if (opts)
-        SL_TRY(parse_options(opts, "index", &verify, &compression));
+        SL_TRY(parse_options(opts, "index", &verify, &compression, &index));
     tf_source *s = new_source();
     if (!s)
         return sl__oom("indexing a TFRecord file");
@@ -1228,7 +1240,7 @@ int sl_source__index_tfrecord(const char *path, const cJSON *opts) {
     p = cJSON_CreateString(path);
     if (!p)
         SL_FAIL(SL_ENOMEM, "out of memory indexing %s", path);
-    rc = open_files(s, p, path, 0);
+    rc = open_files(s, p, path, TF_INDEX_NO);
     cJSON_Delete(p);
     SL_CHECK(rc);
     const tf_file *f = &s->files[0];
