@@ -81,7 +81,10 @@ int cmd_recover(int argc, char **argv) {
     int rc = sl_recover(partial, out, &kept, &dropped);
     if (rc != SL_OK) {
         cli_fail("recover");
-        fprintf(stderr, "(nothing salvageable from %s)\n", partial);
+        if (rc == SL_ECORRUPT) /* no readable header: killed before the first record */
+            fprintf(stderr, "sluice recover: %s: no complete record to salvage\n", partial);
+        else
+            fprintf(stderr, "(nothing salvageable from %s)\n", partial);
         return 1;
     }
     printf("kept %llu records, dropped %llu\n", (unsigned long long)kept,

@@ -234,7 +234,7 @@ int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts
         char where[512];
         rc = sl_source__read(src, cur, i, &smp);
         for (int c = 0; rc == SL_OK && c < src->ncols; c++) {
-            if (!src->col[c].encoded)
+            if (!src->col[c].image)
                 continue;
             rc = sl_source__check_image(&chk, smp.col[c].data, smp.col[c].nbytes);
             if (rc < 0) {

@@ -100,7 +100,12 @@ typedef struct sl_source_col {
     int ndim;               /* SL_COL_ARRAY: 0 (a scalar of `dtype`) .. SL_MAX_DIMS,
                                -1 when it varies */
     int64_t shape[SL_MAX_DIMS]; /* SL_COL_ARRAY: -1 for a dim that varies per record */
-    int encoded;            /* SL_COL_BYTES holding an encoded image (jpg/png/webp) */
+    int encoded;            /* SL_COL_BYTES that may hold an encoded image: the
+                               plan lets decode ops read it */
+    int image;              /* every value is meant to be an image file (an
+                               ImageFolder's files, a tar's .jpg members):
+                               pack checks it. 0 for .slr bytes columns, which
+                               were checked when they were packed */
     int indexed;            /* SL_COL_INT64/FLOAT64 whose values index_column()
                                gives without reading records (filters push down) */
 } sl_source_col;

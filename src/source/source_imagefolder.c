@@ -707,7 +707,7 @@ int sl_source__open_imagefolder(sl_source **out, const cJSON *obj, const char *f
     SL_CHECK(sl_source__add_col(&s->base, "image", SL_COL_BYTES, SL_DTYPE_INVALID, 0, NULL));
     SL_CHECK(sl_source__add_col(&s->base, "label", SL_COL_INT64, SL_DTYPE_INVALID, 0, NULL));
     SL_CHECK(sl_source__add_col(&s->base, "path", SL_COL_STRING, SL_DTYPE_INVALID, 0, NULL));
-    s->base.col[0].encoded = 1;
+    s->base.col[0].encoded = s->base.col[0].image = 1;
     s->base.col[1].indexed = 1;
     /* The class names travel as metadata, as a pack stores them. */
     s->base.meta = cJSON_CreateObject();

@@ -746,7 +746,7 @@ static int make_columns(tar_source *s) {
         sl_coltype ty = int_column(ext) ? SL_COL_INT64 : text_column(ext) ? SL_COL_STRING
                                                                           : SL_COL_BYTES;
         SL_TRY(sl_source__add_col(&s->base, ext, ty, SL_U8, 0, NULL));
-        s->base.col[c + 1].encoded = image_column(ext);
+        s->base.col[c + 1].encoded = s->base.col[c + 1].image = image_column(ext);
     }
     uint32_t col_of[TAR_EXT_MAX];
     for (int e = 0; e < t->next; e++)

@@ -1013,7 +1013,7 @@ static int add_feature_col(tf_source *s, const feat_set *fs, const feat_stat *st
         rc = sl_source__add_col(&s->base, nm, SL_COL_ARRAY, dt, tc->scalar ? 0 : 1, shape);
     if (rc < 0)
         return sl__error_prefix(rc, "%s.features", field);
-    s->base.col[k].encoded = tc->kind == TF_KIND_BYTES && st->encoded;
+    s->base.col[k].encoded = s->base.col[k].image = tc->kind == TF_KIND_BYTES && st->encoded;
     return SL_OK;
 }
 
