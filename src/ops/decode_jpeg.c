@@ -44,9 +44,26 @@ static void on_progress(j_common_ptr c) {
     }
 }
 
+/* libjpeg keeps the quantisation and Huffman tables an image defined for
+ * the next one (abbreviated streams). A file must not borrow an earlier
+ * file's tables, so a decompressor that holds any is made afresh. */
+static int holds_tables(const struct jpeg_decompress_struct *ci) {
+    for (int i = 0; i < NUM_QUANT_TBLS; i++)
+        if (ci->quant_tbl_ptrs[i])
+            return 1;
+    for (int i = 0; i < NUM_HUFF_TBLS; i++)
+        if (ci->dc_huff_tbl_ptrs[i] || ci->ac_huff_tbl_ptrs[i])
+            return 1;
+    return 0;
+}
+
 static int jpeg_setup(sl_decoder *d) {
-    if (d->jpeg_ready)
+    if (d->jpeg_ready && !holds_tables(&d->cinfo))
         return SL_OK;
+    if (d->jpeg_ready) {
+        jpeg_destroy_decompress(&d->cinfo);
+        d->jpeg_ready = 0;
+    }
     d->cinfo.err = jpeg_std_error(&d->jerr.pub);
     d->jerr.pub.error_exit = on_error_exit;
     d->jerr.pub.emit_message = on_emit_message;
