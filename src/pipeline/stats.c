@@ -96,6 +96,7 @@ int sl_pipeline_stats_get(const sl_pipeline *cp, sl_pipeline_stats *out) {
 int sl_pipeline_stats_json(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out) {
     sl_pipeline_stats st;
     SL_TRY(sl_pipeline_stats_get(p, &st));
+    sl__json_init(); /* the adds below are checked once, at the end */
     cJSON *doc = cJSON_CreateObject();
     if (!doc)
         return sl__oom("writing stats");
@@ -130,7 +131,7 @@ int sl_pipeline_stats_json(const sl_pipeline *p, char *buf, size_t cap, size_t *
         cJSON_AddNumberToObject(o, "queue_capacity", s->queue_capacity);
         cJSON_AddItemToArray(stages, o);
     }
-    char *text = cJSON_PrintUnformatted(doc);
+    char *text = sl__json_failed() ? NULL : cJSON_PrintUnformatted(doc);
     cJSON_Delete(doc);
     if (!text)
         return sl__oom("writing stats");
