@@ -438,7 +438,8 @@ cJSON *sl_spec__to_cjson(const sl_spec *s) {
             cJSON_AddStringToObject(e, "op", o->kind == SL_SPEC_OP_MAP ? "map" : "filter_fn");
             cJSON_AddStringToObject(e, "name", o->name);
         }
-        cJSON_AddItemToArray(ops, e);
+        if (!cJSON_AddItemToArray(ops, e)) /* ops missing: out of memory */
+            cJSON_Delete(e);
     }
     cJSON_AddNumberToObject(doc, "seed", (double)s->seed);
     cJSON_AddNumberToObject(doc, "epochs", (double)s->epochs);
