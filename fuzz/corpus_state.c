@@ -76,6 +76,14 @@ int main(int argc, char **argv) {
                     snprintf(name, sizeof name, "p%d_%s", v, edits[e][2]);
                     emit(argv[1], name, bad, v);
                 }
+                const char *cn = strstr(state, "\"counters\":[");
+                if (cn) { /* a counter no integer holds (once undefined behaviour) */
+                    cn += strlen("\"counters\":[");
+                    snprintf(bad, sizeof bad, "%.*s4.4e61%s%s", (int)(cn - state), state,
+                             *cn == ']' ? "" : ",", cn);
+                    snprintf(name, sizeof name, "p%d_huge_counter", v);
+                    emit(argv[1], name, bad, v);
+                }
                 snprintf(bad, sizeof bad, "%s x", state);
                 snprintf(name, sizeof name, "p%d_trailing", v);
                 emit(argv[1], name, bad, v);

@@ -588,7 +588,7 @@ int sl_pipeline_restore_state(sl_pipeline *p, const char *json) {
     int i = 0;
     for (const cJSON *it = cJSON_IsArray(cn) ? cn->child : NULL; it && i < SL_MAX_COUNTERS;
          it = it->next, i++) {
-        if (!cJSON_IsNumber(it) || it->valuedouble < 0)
+        if (!cJSON_IsNumber(it) || !(it->valuedouble >= 0 && it->valuedouble <= 9.0e15))
             SL_FAIL(SL_EINVAL, "state.counters[%d]: not a non-negative integer", i);
         r.counters[i] = (int64_t)it->valuedouble;
     }

@@ -114,6 +114,15 @@ SL_TEST(pipeline_state__rejects_other_spec) {
     ASSERT_CONTAINS(sl_errmsg(), "state.spec");
     ASSERT_RC(sl_pipeline_restore_state(q, "{\"version\": 1}"), SL_EINVAL);
     ASSERT_RC(sl_pipeline_restore_state(q, "not json"), SL_EINVAL);
+    /* a counter too large for an integer (once converted regardless: UB) */
+    char big[1100];
+    ASSERT_OK(sl_pipeline_save_state(q, state, sizeof state, &len));
+    const char *at = strstr(state, "\"counters\":[");
+    ASSERT(at != NULL);
+    at += strlen("\"counters\":[");
+    snprintf(big, sizeof big, "%.*s4.4e61%s%s", (int)(at - state), state, *at == ']' ? "" : ",", at);
+    ASSERT_RC(sl_pipeline_restore_state(q, big), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "state.counters[0]");
     ASSERT(len < 300); /* small */
     sl_pipeline_free(p);
     sl_pipeline_free(q);
