@@ -21,12 +21,13 @@ rss=${RSS_LIMIT_MB:-2048}
 timeout=${TIMEOUT_S:-10}
 jobs=${BUILD_JOBS:-2}
 
+mkdir -p "$build"
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_SANITIZE=address,undefined \
   -DSLUICE_BUILD_FUZZ=ON -DSLUICE_FUZZ_ENGINE=libfuzzer -DSLUICE_BUILD_TOOLS=OFF \
-  -DSLUICE_BUILD_TESTS=OFF -DSLUICE_BUILD_PYTHON=OFF >"$build.configure.log" 2>&1 ||
-  { cat "$build.configure.log"; exit 1; }
-cmake --build "$build" -j"$jobs" >"$build.build.log" 2>&1 || { tail -40 "$build.build.log"; exit 1; }
+  -DSLUICE_BUILD_TESTS=OFF -DSLUICE_BUILD_PYTHON=OFF >"$build/configure.log" 2>&1 ||
+  { cat "$build/configure.log"; exit 1; }
+cmake --build "$build" -j"$jobs" >"$build/build.log" 2>&1 || { tail -40 "$build/build.log"; exit 1; }
 
 rm -rf "$build/seeds"
 sh "$here/make_corpus.sh" "$build" "$build/seeds" >/dev/null || exit 1
