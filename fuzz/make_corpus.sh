@@ -12,6 +12,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out/record"
 "$build/fuzz/corpus_record" "$out/record"
 echo "wrote $(ls "$out/record" | wc -l) seeds to $out/record"
+mkdir -p "$out/state"
+"$build/fuzz/corpus_state" "$out/state"
 if [ -f "$here/make_decode_corpus.py" ]; then
   /usr/bin/python3 "$here/make_decode_corpus.py" "$out/decode"
 fi

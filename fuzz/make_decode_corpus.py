@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Write the seed corpus of fuzz_decode into DIR (default build/fuzz_corpus/decode).
 
-Each file is 4 parameter bytes (see fuzz_decode.c) followed by an image made
-here with PIL: JPEG baseline/progressive/gray/CMYK/4:4:4, restart markers,
-PNG in every colour type and depth, WebP lossy/lossless/alpha/animated, plus
-damaged variants (truncated, a
+Each file is an image made here with PIL followed by trailing parameter bytes
+(read by fuzz/fuzz_data_producer.h, last byte first; see fuzz_decode.c): JPEG
+baseline/progressive/gray/CMYK/4:4:4, restart markers, PNG in every colour type
+and depth, WebP lossy/lossless/alpha/animated, plus damaged variants (truncated, a
 flipped byte, an oversized header). Deterministic: the same files each run.
 Usage: /usr/bin/python3 fuzz/make_decode_corpus.py [DIR]
 """
@@ -89,16 +89,49 @@ def seeds():
     yield "webp_huge_header", bytes(wbig)
 
 
+def params(*draws):
+    """Trailing parameter bytes: draws = (value, nbytes) in the order
+    fuzz_decode draws them; each is consumed from the end, most significant
+    byte first."""
+    tail = b""
+    for value, nbytes in draws:
+        tail = value.to_bytes(nbytes, "little") + tail
+    return tail
+
+
+def decode_params(call, rgb, interp, out_h, out_w, fracs=(0, 0, 0, 0), raw=None):
+    """call: 0 sl_decode, 1 fused with a box, 2 fused on the whole image;
+    interp 0..2 (bilinear, area, nearest); fracs: box h, w, y, x as fractions
+    of the image (0..65535); raw: a box (y, x, h, w) taken as it is."""
+    draws = [(call, 1), (rgb, 1), (interp, 1), (out_h - 1, 1), (out_w - 1, 1),
+             (0 if raw else 1, 1)] + [(f, 2) for f in fracs]
+    if raw:
+        draws += [(v & 0xffffffff, 4) for v in raw]
+    return params(*draws)
+
+
+PARAMS = (
+    decode_params(0, 1, 0, 1, 1),
+    decode_params(0, 0, 0, 1, 1),
+    decode_params(1, 1, 0, 40, 24, (0x8000, 0xc000, 0x1000, 0xf000)),
+    decode_params(1, 0, 1, 7, 96, (0xffff, 0xffff, 0, 0)),
+    decode_params(2, 1, 2, 16, 16),
+    decode_params(1, 1, 0, 10, 10, (0x4000, 0x4000, 0x4000, 0x4000), raw=(-1, 3, 5, 5)),
+)
+
+# A format sl_image_sniff learns next (AVIF, ...) gets its seeds in seeds()
+# (valid, truncated, flipped, oversized header) and is fuzzed with the rest.
+
+
 def main():
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(repo, "build", "fuzz_corpus", "decode")
     os.makedirs(out, exist_ok=True)
     n = 0
     for name, data in seeds():
-        for k, params in enumerate((b"\x01\x80\x80\x40", b"\x08\x40\xc0\x10", b"\x0b\xff\xff\x00",
-                                    b"\x0d\x20\x10\xf0")):
+        for k, tail in enumerate(PARAMS):
             with open(os.path.join(out, "%s_%d" % (name, k)), "wb") as f:
-                f.write(params + data)
+                f.write(data + tail)
             n += 1
     print("wrote %d files to %s" % (n, out))
 

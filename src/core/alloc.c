@@ -1,9 +1,12 @@
 /* alloc.c — the one allocation seam of the library, with failure injection. */
 #include "core/core.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cjson/cJSON.h>
 
 /* fail_at == 0: injection off. Otherwise the allocation whose ordinal (counted
  * from the last sl__alloc_fail_at call) equals fail_at returns NULL. */
@@ -59,3 +62,27 @@ char *sl__strdup(const char *s) {
 }
 
 void sl__free(void *p) { free(p); }
+
+/* ---- cJSON ------------------------------------------------------------------ */
+
+static _Thread_local bool json_alloc_failed;
+static pthread_once_t json_once = PTHREAD_ONCE_INIT;
+
+static void *json_malloc(size_t size) {
+    void *p = sl__malloc(size);
+    if (!p)
+        json_alloc_failed = true;
+    return p;
+}
+
+static void json_install(void) {
+    cJSON_Hooks hooks = {json_malloc, sl__free};
+    cJSON_InitHooks(&hooks);
+}
+
+void sl__json_init(void) {
+    pthread_once(&json_once, json_install);
+    json_alloc_failed = false;
+}
+
+bool sl__json_failed(void) { return json_alloc_failed; }

@@ -37,6 +37,16 @@ void sl__free(void *p);
 SL_API void sl__alloc_fail_at(uint64_t n);
 /* Number of allocations since the last sl__alloc_fail_at() call. */
 SL_API uint64_t sl__alloc_count(void);
+/* cJSON through the seam: the first call installs cJSON's allocation hooks
+ * (sl__malloc / sl__free; once per process, from any thread); every call
+ * clears this thread's "cJSON could not allocate" flag, which
+ * sl__json_failed() reads, so that a NULL from cJSON_Parse after an
+ * allocation failure is reported as SL_ENOMEM, not as bad JSON. Call it
+ * before each use of cJSON in the library. The hooks are process-global:
+ * other cJSON users in the process allocate through the seam too (plain
+ * malloc/free while no failure is injected). */
+void sl__json_init(void);
+bool sl__json_failed(void);
 
 /* Allocate `n` buffers into `pool`'s free list now, writing the first `touch`
  * bytes of each so that their pages are resident from the start. */

@@ -146,10 +146,10 @@ static int apply_pushed(sl_pipeline *p) {
     return SL_OK;
 }
 
-static uint64_t hash_spec(const sl_spec *s) {
+static int hash_spec(const sl_spec *s, uint64_t *out) {
     cJSON *doc = sl_spec__to_cjson(s);
     if (!doc)
-        return 0;
+        return sl__oom("hashing the spec");
     /* Leave out what may differ between a run and its resumption without
      * changing a batch: the epoch count and the parallelism knobs (output is
      * the same for any thread count or chunk size). */
@@ -166,10 +166,10 @@ static uint64_t hash_spec(const sl_spec *s) {
     char *text = cJSON_PrintUnformatted(doc);
     cJSON_Delete(doc);
     if (!text)
-        return 0;
-    uint64_t h = XXH3_64bits(text, strlen(text));
+        return sl__oom("hashing the spec");
+    *out = XXH3_64bits(text, strlen(text));
     cJSON_free(text);
-    return h;
+    return SL_OK;
 }
 
 /* Map + batch fusion applies when every chunk can be exactly one batch: no
@@ -321,7 +321,7 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
         }
     }
     SL_CHECK(reserve_batch_buffers(p));
-    p->spec_hash = hash_spec(p->spec);
+    SL_CHECK(hash_spec(p->spec, &p->spec_hash));
     p->src_end_epoch = (uint64_t)p->spec->epochs;
     *out = p;
     return SL_OK;
@@ -577,7 +577,10 @@ static int state_u64(const cJSON *doc, const char *key, uint64_t *out) {
 
 int sl_pipeline_restore_state(sl_pipeline *p, const char *json) {
     int rc = SL_OK;
+    sl__json_init();
     cJSON *doc = json ? cJSON_ParseWithOpts(json, NULL, 1) : NULL; /* 1: no trailing text */
+    if (!doc && sl__json_failed())
+        return sl__oom("reading a saved state");
     if (!doc || !cJSON_IsObject(doc)) {
         cJSON_Delete(doc);
         return sl__error(SL_EINVAL, "state: not a JSON object");
@@ -609,7 +612,7 @@ int sl_pipeline_restore_state(sl_pipeline *p, const char *json) {
     int i = 0;
     for (const cJSON *it = cJSON_IsArray(cn) ? cn->child : NULL; it && i < SL_MAX_COUNTERS;
          it = it->next, i++) {
-        if (!cJSON_IsNumber(it) || it->valuedouble < 0)
+        if (!cJSON_IsNumber(it) || !(it->valuedouble >= 0 && it->valuedouble <= 9.0e15))
             SL_FAIL(SL_EINVAL, "state.counters[%d]: not a non-negative integer", i);
         r.counters[i] = (int64_t)it->valuedouble;
     }

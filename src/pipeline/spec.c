@@ -160,7 +160,10 @@ static int add_json_op(sl_spec *s, cJSON *obj, int index) {
 }
 
 int sl_spec_add_op_json(sl_spec *s, const char *json) {
+    sl__json_init();
     cJSON *obj = json ? cJSON_ParseWithOpts(json, NULL, 1) : NULL; /* 1: no trailing text */
+    if (!obj && sl__json_failed())
+        return sl__oom("reading an op as JSON");
     if (!obj)
         return sl__error(SL_EINVAL, "ops[%d]: not valid JSON", s->nops);
     return add_json_op(s, obj, s->nops);
@@ -329,7 +332,10 @@ int sl_spec_from_json(sl_spec **out, const char *json) {
     sl_spec *s = NULL;
     int rc;
     *out = NULL;
+    sl__json_init();
     cJSON *doc = json ? cJSON_ParseWithOpts(json, NULL, 1) : NULL; /* 1: no trailing text */
+    if (!doc && sl__json_failed())
+        return sl__oom("reading a spec");
     if (!doc) {
         const char *at = cJSON_GetErrorPtr();
         long off = (at && json) ? (long)(at - json) : 0;
@@ -387,6 +393,7 @@ cleanup:
 }
 
 int sl_spec__copy(sl_spec **out, const sl_spec *src) {
+    sl__json_init();
     sl_spec *s;
     SL_TRY(sl_spec_create(&s));
     sl_spec_op *ops = s->ops;
@@ -433,6 +440,7 @@ int sl_pipeline__write_out(const char *text, char *buf, size_t cap, size_t *len_
 }
 
 cJSON *sl_spec__to_cjson(const sl_spec *s) {
+    sl__json_init(); /* the adds below are checked once, at the end */
     cJSON *doc = cJSON_CreateObject();
     if (!doc)
         return NULL;
@@ -468,12 +476,17 @@ cJSON *sl_spec__to_cjson(const sl_spec *s) {
             cJSON_AddStringToObject(e, "op", o->kind == SL_SPEC_OP_MAP ? "map" : "filter_fn");
             cJSON_AddStringToObject(e, "name", o->name);
         }
-        cJSON_AddItemToArray(ops, e);
+        if (!cJSON_AddItemToArray(ops, e)) /* ops missing: out of memory */
+            cJSON_Delete(e);
     }
     cJSON_AddNumberToObject(doc, "seed", (double)s->seed);
     cJSON_AddNumberToObject(doc, "epochs", (double)s->epochs);
     cJSON_AddStringToObject(doc, "on_error", s->on_error ? "skip" : "fail");
     cJSON_AddBoolToObject(doc, "deterministic", s->deterministic);
+    if (sl__json_failed()) {
+        cJSON_Delete(doc);
+        return NULL;
+    }
     return doc;
 }
 

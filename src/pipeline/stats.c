@@ -96,6 +96,7 @@ int sl_pipeline_stats_get(const sl_pipeline *cp, sl_pipeline_stats *out) {
 int sl_pipeline_stats_json(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out) {
     sl_pipeline_stats st;
     SL_TRY(sl_pipeline_stats_get(p, &st));
+    sl__json_init(); /* the adds below are checked once, at the end */
     cJSON *doc = cJSON_CreateObject();
     if (!doc)
         return sl__oom("writing stats");
@@ -112,8 +113,11 @@ int sl_pipeline_stats_json(const sl_pipeline *p, char *buf, size_t cap, size_t *
     cJSON_AddNumberToObject(doc, "skipped", (double)st.skipped);
     cJSON_AddNumberToObject(doc, "threads_started", (double)st.threads_started);
     cJSON *errs = cJSON_AddArrayToObject(doc, "errors");
-    for (int i = 0; i < st.nerrors; i++)
-        cJSON_AddItemToArray(errs, cJSON_CreateString(st.errors[i]));
+    for (int i = 0; i < st.nerrors; i++) {
+        cJSON *e = cJSON_CreateString(st.errors[i]);
+        if (!cJSON_AddItemToArray(errs, e)) /* errs missing: out of memory */
+            cJSON_Delete(e);
+    }
     cJSON *stages = cJSON_AddArrayToObject(doc, "stages");
     for (int i = 0; i < st.nstages; i++) {
         const sl_stage_stats *s = &st.stage[i];
@@ -128,9 +132,10 @@ int sl_pipeline_stats_json(const sl_pipeline *p, char *buf, size_t cap, size_t *
         cJSON_AddNumberToObject(o, "cost_us", s->cost_us);
         cJSON_AddNumberToObject(o, "queue_fill", s->queue_fill);
         cJSON_AddNumberToObject(o, "queue_capacity", s->queue_capacity);
-        cJSON_AddItemToArray(stages, o);
+        if (!cJSON_AddItemToArray(stages, o)) /* stages missing: out of memory */
+            cJSON_Delete(o);
     }
-    char *text = cJSON_PrintUnformatted(doc);
+    char *text = sl__json_failed() ? NULL : cJSON_PrintUnformatted(doc);
     cJSON_Delete(doc);
     if (!text)
         return sl__oom("writing stats");

@@ -72,9 +72,13 @@ int sl_record__manifest_load(const char *mpath, slr_manifest *out) {
     text[st.st_size] = 0;
     if (strlen(text) != (size_t)st.st_size)
         SL_FAIL(SL_ECORRUPT, "%s: not valid JSON (contains a NUL byte)", mpath);
+    sl__json_init();
     root = cJSON_ParseWithLength(text, (size_t)st.st_size);
+    if (!root && sl__json_failed()) {
+        rc = sl__oom("reading a manifest");
+        goto cleanup;
+    }
     if (!root) {
-        /* cJSON also returns NULL when its allocator fails; it does not say which. */
         const char *at = cJSON_GetErrorPtr();
         long pos = at && at >= text && at <= text + st.st_size ? (long)(at - text) : -1;
         SL_FAIL(SL_ECORRUPT, "%s: not valid JSON (error near byte %ld)", mpath, pos);

@@ -12,6 +12,9 @@
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
+#define ZSTD_STATIC_LINKING_ONLY /* ZSTD_customMem, ZSTD_create?Ctx_advanced */
+#include <zstd.h>
+#include <zstd_errors.h>
 
 uint64_t sl_record__hash(const void *p, size_t len, uint64_t seed) {
     /* Short inputs never reach XXH3's vector loop: keep them inline and skip
@@ -19,6 +22,30 @@ uint64_t sl_record__hash(const void *p, size_t len, uint64_t seed) {
     if (len >= 1024)
         return sl_record__hash_large(p, len, seed);
     return (uint64_t)XXH3_64bits_withSeed(p, len, (XXH64_hash_t)seed);
+}
+
+/* ---- zstd ------------------------------------------------------------------------ */
+
+static void *zstd_alloc(void *opaque, size_t size) {
+    (void)opaque;
+    return sl__malloc(size);
+}
+
+static void zstd_free(void *opaque, void *p) {
+    (void)opaque;
+    sl__free(p);
+}
+
+static const ZSTD_customMem zstd_mem = {zstd_alloc, zstd_free, NULL};
+
+ZSTD_CCtx *sl_record__zstd_cctx(void) { return ZSTD_createCCtx_advanced(zstd_mem); }
+
+ZSTD_DCtx *sl_record__zstd_dctx(void) { return ZSTD_createDCtx_advanced(zstd_mem); }
+
+int sl_record__zstd_error(size_t code, int status, const char *what) {
+    if (ZSTD_getErrorCode(code) == ZSTD_error_memory_allocation)
+        return sl__oom(what);
+    return sl__error(status, "%s: zstd: %s", what, ZSTD_getErrorName(code));
 }
 
 /* ---- metadata ------------------------------------------------------------------- */

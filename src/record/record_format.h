@@ -177,9 +177,21 @@ struct sl_reader {
 int sl_record__read_header(int fd, const uint8_t *map, uint64_t size, const char *path,
                            slr_header *hdr, sl_schema *schema, slr_meta *meta_out);
 
+/* ---- zstd through the allocation seam (record_common.c) -------------------------- */
+
+struct ZSTD_CCtx_s;
+struct ZSTD_DCtx_s;
+/* Contexts whose every allocation goes through sl__malloc (so that the OOM
+ * tests reach inside zstd); free with ZSTD_freeCCtx / ZSTD_freeDCtx. NULL
+ * when out of memory. */
+struct ZSTD_CCtx_s *sl_record__zstd_cctx(void);
+struct ZSTD_DCtx_s *sl_record__zstd_dctx(void);
+/* The status for a zstd error code: SL_ENOMEM ("<what>: out of memory")
+ * when zstd could not allocate, else `status` with "<what>: zstd: <name>". */
+int sl_record__zstd_error(size_t code, int status, const char *what);
+
 /* ---- record payloads (record_reader.c) ------------------------------------------- */
 
-struct ZSTD_DCtx_s;
 struct sl_record {
     uint64_t index;
     int ncols;

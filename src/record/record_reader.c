@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <zstd.h>
+#include <zstd_errors.h>
 
 /* ---- header ------------------------------------------------------------------------ */
 
@@ -616,7 +617,7 @@ int sl_record__decode_payload(const sl_schema *s, const uint8_t *pl, uint64_t le
         /* At least 8 bytes, so that an empty value still has somewhere to go. */
         SL_TRY(grow_buf(&rec->scratch, &rec->scratch_cap, scratch ? (size_t)scratch : 8,
                         "decompressing a record"));
-        if (!rec->dctx && !(rec->dctx = ZSTD_createDCtx()))
+        if (!rec->dctx && !(rec->dctx = sl_record__zstd_dctx()))
             return sl__oom("creating a zstd context");
     }
     for (int c = 0; c < s->ncols; c++) {
@@ -626,6 +627,8 @@ int sl_record__decode_payload(const sl_schema *s, const uint8_t *pl, uint64_t le
             data = rec->scratch + v[c].scratch_off;
             size_t got = ZSTD_decompressDCtx(rec->dctx, data, (size_t)v[c].raw, v[c].data,
                                              (size_t)v[c].size);
+            if (ZSTD_isError(got) && ZSTD_getErrorCode(got) == ZSTD_error_memory_allocation)
+                return sl__oom("decompressing a record");
             if (ZSTD_isError(got))
                 BAD("%s: record %llu: column \"%s\": zstd: %s", path, ri, col->name,
                     ZSTD_getErrorName(got));

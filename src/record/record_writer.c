@@ -420,7 +420,7 @@ int sl_writer_append(sl_writer *w, const sl_tensor *cols, int ncols) {
     SL_TRY(grow((void **)&w->scratch, &w->scratch_cap, need + 8, "building a record"));
     if (!w->cctx) {
         for (int c = 0; c < s->ncols; c++) {
-            if ((s->col[c].flags & SL_COLF_ZSTD) && !(w->cctx = ZSTD_createCCtx()))
+            if ((s->col[c].flags & SL_COLF_ZSTD) && !(w->cctx = sl_record__zstd_cctx()))
                 return sl__oom("creating a zstd context");
             if (w->cctx)
                 break;
@@ -447,9 +447,12 @@ int sl_writer_append(sl_writer *w, const sl_tensor *cols, int ncols) {
                 pos += 8;
                 size_t z = ZSTD_compressCCtx(w->cctx, pl + pos, ZSTD_compressBound(raw[c]),
                                              t->data, raw[c], w->opts.zstd_level);
-                if (ZSTD_isError(z))
-                    return sl__error(SL_EINVAL, "%s: record %llu: column \"%s\": zstd: %s", w->path,
-                                     (unsigned long long)w->count, col->name, ZSTD_getErrorName(z));
+                if (ZSTD_isError(z)) {
+                    char what[SL__ERRMSG_MAX];
+                    snprintf(what, sizeof what, "%s: record %llu: column \"%s\"", w->path,
+                             (unsigned long long)w->count, col->name);
+                    return sl_record__zstd_error(z, SL_EINVAL, what);
+                }
                 pos += z;
             } else {
                 if (raw[c])
@@ -513,6 +516,7 @@ static int write_manifest(sl_writer *w) {
     int rc = SL_OK;
     char *text = NULL, *mpath = NULL;
     int fd = -1;
+    sl__json_init();
     cJSON *root = cJSON_CreateObject();
     if (!root)
         goto oom;

@@ -406,3 +406,47 @@ SL_TEST(ops_decode__oom_loop) {
     free(pix);
     free(j);
 }
+
+/* libjpeg keeps quantisation and Huffman tables in the decompressor from one
+ * image to the next (for abbreviated streams). A decoder reused across
+ * untrusted files must not let one file borrow an earlier file's tables: a
+ * file without its DQT fails the same on a used decoder as on a fresh one.
+ * (Found by fuzz_decode, which checks a shared decoder against a fresh one.) */
+SL_TEST(ops_decode__jpeg_tables_do_not_carry_over) {
+    size_t n;
+    uint8_t *j = td_picture_jpeg(24, 16, 3, 0, &n);
+    /* the same file with every DQT segment cut out */
+    uint8_t *cut = malloc(n);
+    size_t m = 0;
+    for (size_t i = 0; i < n;) {
+        if (i + 3 < n && j[i] == 0xff && j[i + 1] == 0xdb) {
+            i += 2 + ((size_t)j[i + 2] << 8 | j[i + 3]);
+            continue;
+        }
+        if (i + 1 < n && j[i] == 0xff && j[i + 1] == 0xda) { /* the scan: copy the rest */
+            memcpy(cut + m, j + i, n - i);
+            m += n - i;
+            break;
+        }
+        cut[m++] = j[i++];
+    }
+    ASSERT(m < n);
+    ASSERT_EQ(td_find_marker(cut, m, 0xdb), -1);
+    sl_decoder *fresh = new_decoder(), *used = new_decoder();
+    sl_tensor t = {0};
+    int want = sl_decode(fresh, cut, m, SL_COLOR_RGB, &t);
+    ASSERT_EQ(want, SL_EDECODE);
+    ASSERT_OK(sl_decode(used, j, n, SL_COLOR_RGB, &t));
+    sl_tensor_release(&t);
+    ASSERT_RC(sl_decode(used, cut, m, SL_COLOR_RGB, &t), want);
+    ASSERT_RC(sl_decode_crop_resize(used, cut, m, SL_COLOR_RGB, NULL, 5, 5, SL_INTERP_AREA, &t),
+              want);
+    sl_image_info info;
+    ASSERT_OK(sl_decode_info(used, j, n, &info)); /* the header alone needs no tables */
+    ASSERT_OK(sl_decode(used, j, n, SL_COLOR_GRAY, &t));
+    sl_tensor_release(&t);
+    sl_decoder_free(fresh);
+    sl_decoder_free(used);
+    free(cut);
+    free(j);
+}

@@ -1,5 +1,6 @@
 /* Specs: JSON and C calls give the same pipeline; bad specs give one-line
  * errors naming the field. */
+#include "core/core.h"
 #include "pipe_util.h"
 
 static void expect_bad(const char *json, const char *want) {
@@ -132,4 +133,53 @@ SL_TEST(pipeline_spec__json_and_c_agree) {
         for (int i = 0; i < n[0]; i++)
             ASSERT_U64_EQ(d[k][i], d[0][i]);
     }
+}
+
+/* OOM loop over reading a spec from JSON, copying it into a pipeline (the
+ * spec hash, through cJSON) and writing it back: fail allocation 1, 2, …
+ * (those inside cJSON included) until all succeed; each failure is SL_ENOMEM
+ * with a message, never "not valid JSON", and nothing leaks (ASan). */
+SL_TEST(pipeline_spec__oom_json) {
+    static const char json[] =
+        "{\"source\": {\"path\": \"mem\", \"shuffle\": true, \"shard\": {\"index\": 0, "
+        "\"count\": 2, \"equal\": \"pad\"}}, \"seed\": 5, \"epochs\": 2, \"on_error\": \"skip\", "
+        "\"ops\": [{\"op\": \"filter\", \"column\": \"label\", \"not_in\": [3, 4]},"
+        "{\"op\": \"shuffle_buffer\", \"size\": 8}, {\"op\": \"batch\", \"size\": 4}]}";
+    static const char op[] = "{\"op\": \"take\", \"count\": 20}";
+    static const char *const names[] = {"label"};
+    int64_t labels[40], shape[1] = {40};
+    for (int i = 0; i < 40; i++)
+        labels[i] = i % 7;
+    sl_tensor col;
+    sl_tensor_view(&col, labels, SL_I64, 1, shape);
+    uint64_t n;
+    for (n = 1; n < 100000; n++) {
+        sl_errclear();
+        sl__alloc_fail_at(n);
+        sl_spec *s = NULL;
+        sl_pipeline *p = NULL;
+        char out[2048];
+        size_t len = 0;
+        int rc = sl_spec_from_json(&s, json);
+        if (rc == SL_OK)
+            rc = sl_spec_add_op_json(s, op);
+        if (rc == SL_OK)
+            rc = sl_spec_set_source_columns(s, 1, names, &col);
+        if (rc == SL_OK)
+            rc = sl_spec_to_json(s, out, sizeof out, &len);
+        if (rc == SL_OK)
+            rc = sl_pipeline_create(&p, s);
+        sl__alloc_fail_at(0);
+        sl_pipeline_free(p);
+        sl_spec_free(s);
+        if (rc == SL_OK) {
+            ASSERT_CONTAINS(out, "\"take\"");
+            break;
+        }
+        if (rc != SL_ENOMEM)
+            sl_test_fail(__FILE__, __LINE__, "fail_at %llu: got %s (%s)", (unsigned long long)n,
+                         sl_status_str(rc), sl_errmsg());
+        ASSERT(sl_errmsg()[0] != 0);
+    }
+    ASSERT(n > 20); /* cJSON's allocations were among those failed */
 }

@@ -1,4 +1,5 @@
 /* Resumable state and sharding. */
+#include "core/core.h"
 #include "pipe_util.h"
 
 static int scaled_map(sl_sample *s, sl_rng *rng, void *user) {
@@ -113,6 +114,15 @@ SL_TEST(pipeline_state__rejects_other_spec) {
     ASSERT_CONTAINS(sl_errmsg(), "state.spec");
     ASSERT_RC(sl_pipeline_restore_state(q, "{\"version\": 1}"), SL_EINVAL);
     ASSERT_RC(sl_pipeline_restore_state(q, "not json"), SL_EINVAL);
+    /* a counter too large for an integer (once converted regardless: UB) */
+    char big[1100];
+    ASSERT_OK(sl_pipeline_save_state(q, state, sizeof state, &len));
+    const char *at = strstr(state, "\"counters\":[");
+    ASSERT(at != NULL);
+    at += strlen("\"counters\":[");
+    snprintf(big, sizeof big, "%.*s4.4e61%s%s", (int)(at - state), state, *at == ']' ? "" : ",", at);
+    ASSERT_RC(sl_pipeline_restore_state(q, big), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "state.counters[0]");
     ASSERT(len < 300); /* small */
     sl_pipeline_free(p);
     sl_pipeline_free(q);
@@ -207,5 +217,48 @@ SL_TEST(pipeline_state__shard_from_env) {
     unsetenv("RANK");
     unsetenv("WORLD_SIZE");
     ASSERT_EQ(shard_indices(0, 1, SL_SHARD_PAD, 40, idx, 64, &nb), 40);
+    sl_spec_free(spec);
+}
+
+/* OOM loop over saving and restoring a state: fail allocation 1, 2, …
+ * (those inside cJSON included) during sl_pipeline_restore_state until it
+ * succeeds; each failure is SL_ENOMEM with a message, never "not a JSON
+ * object", nothing leaks (ASan), and the restored pipeline saves back the
+ * same state. */
+SL_TEST(pipeline_state__oom_restore) {
+    sl_spec *spec = resume_spec(0, 1);
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    sl_batch *b = NULL;
+    for (int i = 0; i < 3; i++) {
+        ASSERT_OK(sl_pipeline_next(p, &b));
+        sl_batch_release(b);
+    }
+    char state[1024], again[1024];
+    size_t len, len2;
+    ASSERT_OK(sl_pipeline_save_state(p, state, sizeof state, &len));
+    sl_pipeline_free(p);
+    uint64_t n;
+    for (n = 1; n < 10000; n++) {
+        sl_pipeline *q = NULL;
+        ASSERT_OK(sl_pipeline_create(&q, spec));
+        sl_errclear();
+        sl__alloc_fail_at(n);
+        int rc = sl_pipeline_restore_state(q, state);
+        sl__alloc_fail_at(0);
+        if (rc == SL_OK) {
+            ASSERT_OK(sl_pipeline_save_state(q, again, sizeof again, &len2));
+            ASSERT_EQ(len2, len);
+            ASSERT(strcmp(again, state) == 0);
+        }
+        sl_pipeline_free(q);
+        if (rc == SL_OK)
+            break;
+        if (rc != SL_ENOMEM)
+            sl_test_fail(__FILE__, __LINE__, "fail_at %llu: got %s (%s)", (unsigned long long)n,
+                         sl_status_str(rc), sl_errmsg());
+        ASSERT(sl_errmsg()[0] != 0);
+    }
+    ASSERT(n > 5); /* cJSON's allocations were among those failed */
     sl_spec_free(spec);
 }

@@ -195,8 +195,9 @@ SL_TEST(record_reader__copy_outlives_reader) {
 }
 
 /* Fail allocation 1, 2, ... during open + read-all + verify until the whole
- * sequence succeeds; each failure must be SL_ENOMEM with a message. ASan
- * reports any leak. */
+ * sequence succeeds; each failure must be SL_ENOMEM with a message (never
+ * "corrupt": those inside zstd and, for a sharded dataset, inside cJSON
+ * reading the manifest included). ASan reports any leak. */
 static void oom_read_loop(const char *path, unsigned flags) {
     for (uint64_t n = 1;; n++) {
         ASSERT(n < 10000);
@@ -239,7 +240,9 @@ SL_TEST(record_reader__oom_open_read_sharded) {
 }
 
 /* Writer OOM: open, append, set_meta, close. Each failure is SL_ENOMEM, and
- * after free nothing is left behind: no dataset, no temporaries. */
+ * after free nothing is left behind: no dataset, no temporaries. The failed
+ * allocations include zstd's (the "vec" column is compressed; its context
+ * allocates through the seam) and cJSON's (the manifest of the shards). */
 SL_TEST(record_reader__oom_writer) {
     char path[512], partial[600];
     sl_test_path(path, sizeof path, "w");
