@@ -86,3 +86,10 @@ void sl__json_init(void) {
 }
 
 bool sl__json_failed(void) { return json_alloc_failed; }
+
+int sl__json_add(cJSON *obj, const char *key, cJSON *item) {
+    if (item && cJSON_AddItemToObject(obj, key, item))
+        return SL_OK;
+    cJSON_Delete(item);
+    return sl__oom("building a JSON object");
+}

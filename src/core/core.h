@@ -47,6 +47,10 @@ SL_API uint64_t sl__alloc_count(void);
  * malloc/free while no failure is injected). */
 void sl__json_init(void);
 bool sl__json_failed(void);
+/* cJSON_AddItemToObject, which copies `key` and so can fail: on failure
+ * `item` is deleted (it would leak) and SL_ENOMEM returned with a message. */
+struct cJSON;
+int sl__json_add(struct cJSON *obj, const char *key, struct cJSON *item);
 
 /* Allocate `n` buffers into `pool`'s free list now, writing the first `touch`
  * bytes of each so that their pages are resident from the start. */

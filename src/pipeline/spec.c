@@ -305,11 +305,8 @@ static int parse_source(sl_spec *s, const cJSON *src) {
                 nkinds++;
             if (!strcmp(k, "path") && (!cJSON_IsString(it) || !it->valuestring[0]))
                 rc = sl__error(SL_EINVAL, "source.path: must be a non-empty string");
-            cJSON *dup = rc == SL_OK ? cJSON_Duplicate(it, 1) : NULL;
-            if (rc == SL_OK && !dup)
-                rc = sl__oom("reading the source");
-            if (dup)
-                cJSON_AddItemToObject(input, k, dup);
+            if (rc == SL_OK)
+                rc = sl__json_add(input, k, cJSON_Duplicate(it, 1));
         }
         if (rc < 0) {
             cJSON_Delete(input);
@@ -446,7 +443,7 @@ cJSON *sl_spec__to_cjson(const sl_spec *s) {
         return NULL;
     cJSON *src = cJSON_AddObjectToObject(doc, "source");
     for (const cJSON *it = s->input ? s->input->child : NULL; it; it = it->next)
-        cJSON_AddItemToObject(src, it->string, cJSON_Duplicate(it, 1));
+        (void)sl__json_add(src, it->string, cJSON_Duplicate(it, 1)); /* a failure is flagged */
     if (s->mem)
         cJSON_AddStringToObject(src, "memory", "samples held in memory");
     cJSON_AddBoolToObject(src, "shuffle", s->shuffle);

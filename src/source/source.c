@@ -68,12 +68,11 @@ int sl_source__open_json(sl_source **out, const cJSON *obj, const char *field) {
     for (const cJSON *it = obj->child; it; it = it->next) {
         if (pipeline_key(it->string))
             continue;
-        cJSON *dup = cJSON_Duplicate(it, 1);
-        if (!dup) {
+        int rc = sl__json_add(own, it->string, cJSON_Duplicate(it, 1));
+        if (rc < 0) {
             cJSON_Delete(own);
-            return sl__oom("opening a source");
+            return rc;
         }
-        cJSON_AddItemToObject(own, it->string, dup);
     }
     int rc = found->open(out, own, field);
     cJSON_Delete(own);

@@ -157,8 +157,9 @@ int sl_source_open_paths(sl_source **out, const char *const *paths, int n,
         return sl__oom("opening a source");
     }
     cJSON_DeleteItemFromObjectCaseSensitive(obj, k->key);
-    cJSON_AddItemToObject(obj, k->key, in);
-    int rc = sl_source__open_json(out, obj, "source");
+    int rc = sl__json_add(obj, k->key, in);
+    if (rc == SL_OK)
+        rc = sl_source__open_json(out, obj, "source");
     cJSON_Delete(obj);
     return rc;
 }
@@ -220,10 +221,7 @@ int sl_source_describe(const sl_source *src, char *buf, size_t cap, size_t *len_
             cJSON_AddBoolToObject(o, "indexed", 1);
     }
     if (src->meta) {
-        cJSON *m = cJSON_Duplicate(src->meta, 1);
-        if (!m)
-            SL_FAIL(SL_ENOMEM, "describing a source");
-        cJSON_AddItemToObject(doc, "metadata", m);
+        SL_CHECK(sl__json_add(doc, "metadata", cJSON_Duplicate(src->meta, 1)));
     }
     if (src->vt->describe)
         SL_CHECK(src->vt->describe((sl_source *)src, doc));

@@ -149,10 +149,7 @@ int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field) {
         cJSON *val = v ? cJSON_Parse(v) : NULL;
         if (!val)
             val = cJSON_CreateString(v ? v : "");
-        if (!val)
-            rc = sl__oom("opening a .slr source");
-        else
-            cJSON_AddItemToObject(s->base.meta, key, val);
+        rc = sl__json_add(s->base.meta, key, val);
     }
     if (rc < 0) {
         cJSON_Delete(s->base.meta);
