@@ -152,6 +152,8 @@ typedef struct sl_queue {
     int relaxed;
     int closed;
     size_t count;                 /* elements present */
+    unsigned wait_empty;          /* consumers waiting on not_empty */
+    unsigned wait_full;           /* producers waiting on not_full */
     uint64_t fill_area;           /* sum of count * ns, for the mean fill */
     uint64_t last_ns;
     uint64_t t0_ns;
