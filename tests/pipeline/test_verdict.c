@@ -165,3 +165,34 @@ SL_TEST(pipeline_verdict__autotune_moves_workers_to_the_bound) {
         sl_spec_free(spec);
     }
 }
+
+/* User names reach the trace (thread names carry stage names): quotes,
+ * backslashes and control characters are escaped, so the trace parses. */
+SL_TEST(pipeline_verdict__trace_escapes_user_names) {
+    sl_spec *spec = pu_memory_spec(64);
+    ASSERT_OK(sl_spec_add_map(spec, "say \"hi\"\\\n", touch_map, NULL));
+    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 8}"));
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    ASSERT_OK(sl_pipeline_trace_enable(p, 1000));
+    run_batches(p, 8, 0);
+    size_t len;
+    ASSERT_OK(sl_pipeline_trace_json(p, NULL, 0, &len));
+    char *text = malloc(len + 1);
+    ASSERT_OK(sl_pipeline_trace_json(p, text, len + 1, &len));
+    cJSON *doc = cJSON_Parse(text);
+    ASSERT(doc != NULL);
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(doc, "traceEvents");
+    int named = 0;
+    for (const cJSON *e = ev ? ev->child : NULL; e; e = e->next) {
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
+        const cJSON *nm = args ? cJSON_GetObjectItemCaseSensitive(args, "name") : NULL;
+        if (cJSON_IsString(nm) && strstr(nm->valuestring, "say \"hi\"\\\n"))
+            named++;
+    }
+    ASSERT(named >= 1);
+    cJSON_Delete(doc);
+    free(text);
+    sl_pipeline_free(p);
+    sl_spec_free(spec);
+}
