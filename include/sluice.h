@@ -1126,6 +1126,8 @@ typedef struct sl_stage_stats {
     double wait_out_s;         /**< time blocked waiting for output space */
     double queue_fill;         /**< mean fill of the output queue, 0..1 */
     double cost_us;            /**< busy microseconds per element */
+    double cpu_us;             /**< CPU microseconds per element (busy time less waits
+                                    for I/O or sleeps inside the work). Since 0.2 */
 } sl_stage_stats;
 
 /** A pipeline's counters and verdict. */
@@ -1144,6 +1146,9 @@ typedef struct sl_pipeline_stats {
     int32_t nerrors;           /**< messages kept (first few skipped samples) */
     char errors[SL_STATS_MAX_ERRORS][256];
     uint64_t threads_started;  /**< worker threads started over the pipeline's life */
+    int32_t cpu_budget;        /**< cores the pipeline may use: affinity, cgroup quota or
+                                    SLUICE_CPUS (see "Autotune" in docs/PIPELINE.md). Since 0.2 */
+    double cpu_busy;           /**< process CPU time / (wall * cpu_budget), 0..1. Since 0.2 */
 } sl_pipeline_stats;
 
 /** Fill `out` with the current counters. Any thread. Since 0.1 */

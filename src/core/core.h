@@ -140,7 +140,12 @@ static inline bool sl__add_ok(size_t a, size_t b, size_t *out) {
     return !__builtin_add_overflow(a, b, out);
 }
 
-/* Number of online CPUs (at least 1). */
+/* The cores this process may use (at least 1): online cores, the affinity
+ * mask, the cgroup CPU quota rounded up, or SLUICE_CPUS (cpu_budget.c). */
 SL_API int sl__ncpus(void);
+/* Physical memory, or the cgroup memory limit when lower (bytes). */
+uint64_t sl__mem_total(void);
+/* CPU time used by all threads of this process (ns). */
+uint64_t sl__process_cpu_ns(void);
 
 #endif /* SL_CORE_H */

@@ -1,4 +1,4 @@
-/* log.c — leveled logging to stderr or a user callback; time; CPU count. */
+/* log.c — leveled logging to stderr or a user callback; time. */
 #include "core/core.h"
 
 #include <pthread.h>
@@ -66,9 +66,4 @@ uint64_t sl__now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-int sl__ncpus(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
 }

@@ -47,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CHUNK_CAP 128
 #define PERM_OP 0xfffffffffffffff1ull
@@ -253,9 +254,27 @@ static int pool_alloc(void *ctx, sl_tensor *t, sl_dtype dtype, int ndim, const i
 
 /* A worker finished a unit of work that began at t0: count the busy time
  * and, when tracing, record the span. */
-static void span_end(sl_pipeline *p, sl_stage *st, int worker, uint64_t t0, uint32_t n) {
-    uint64_t t1 = sl__now_ns();
+static uint64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* A unit of work starts: wall clock and this thread's CPU clock (the two
+ * apart tell computing from waiting on reads or sleeps, for the verdict). */
+typedef struct span {
+    uint64_t t0, c0;
+} span;
+
+static span span_begin(void) {
+    span s = {sl__now_ns(), thread_cpu_ns()};
+    return s;
+}
+
+static void span_end(sl_pipeline *p, sl_stage *st, int worker, span sp, uint32_t n) {
+    uint64_t t1 = sl__now_ns(), t0 = sp.t0;
     atomic_fetch_add_explicit(&st->busy_ns, t1 - t0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&st->cpu_ns, thread_cpu_ns() - sp.c0, memory_order_relaxed);
     if (p->trace)
         sl_pipeline__trace_add(p, (int)(st - p->stage), worker, t0, t1 - t0, n);
 }
@@ -336,7 +355,7 @@ static void *source_main(void *arg) {
             prepare_next_perm(p);
         pthread_mutex_unlock(&p->src_mu);
 
-        uint64_t t0 = sl__now_ns();
+        span t0 = span_begin();
         uint32_t kept = 0;
         for (uint32_t i = 0; i < (uint32_t)n; i++) {
             uint64_t idx = c->s[i].index;
@@ -525,7 +544,7 @@ static void *map_main(void *arg) {
             break;
         sl_chunk *c = item;
         if (c->kind == SL_CHUNK_DATA) {
-            uint64_t t0 = sl__now_ns();
+            span t0 = span_begin();
             uint32_t n = c->n;
             if (process_chunk(p, w, c) < 0)
                 return NULL;
@@ -1078,7 +1097,7 @@ static void *seq_main(void *arg) {
         if (rc != SL_OK)
             break;
         sl_chunk *c = item;
-        uint64_t t0 = sl__now_ns();
+        span t0 = span_begin();
         if (c->epoch != x->epoch && c->kind == SL_CHUNK_DATA) {
             x->epoch = c->epoch;
         }
@@ -1184,7 +1203,7 @@ int sl_pipeline__layout(sl_pipeline *p) {
     sl_stage *st = &p->stage[ns++];
     st->kind = SL_ST_SOURCE;
     snprintf(st->name, sizeof st->name, "source");
-    st->autotune = p->spec->threads == 0 && p->spec->source_parallel < 0;
+    st->autotune = p->spec->threads == 0 && p->spec->source_parallel <= 0;
     int i = 0;
     while (i < pl->nopt) {
         if (ns >= SL_STATS_MAX_STAGES - 1)
@@ -1285,7 +1304,10 @@ int sl_pipeline__layout(sl_pipeline *p) {
             st->workers = p->spec->threads;
             st->autotune = 0;
         } else if (st->kind == SL_ST_SOURCE && st->last == st->first) {
-            st->autotune = p->spec->source_parallel < 0;
+            /* readers are tuned unless set: reading from page cache (checksum,
+             * decode of the frame, collation when map + batch fuse) is CPU
+             * work that can be the whole pipeline */
+            st->autotune = p->spec->source_parallel <= 0;
             st->workers = p->spec->source_parallel > 0 ? p->spec->source_parallel : 1;
         }
         if (st->autotune) {
@@ -1298,14 +1320,15 @@ int sl_pipeline__layout(sl_pipeline *p) {
         atomic_init(&st->active, st->workers);
     }
     /* until costs are measured, auto stages split the cores evenly (a
-     * reader with a fixed count is usually light, so it is not subtracted);
-     * autotune.c then moves cores to where the time goes */
+     * reader with a fixed count is usually light, so it is not subtracted;
+     * an auto reader starts on one worker unless it is the only parallel
+     * stage); autotune.c then moves cores to where the time goes */
     int budget = p->ncpus;
     for (int s = 0; s < ns; s++) {
         st = &p->stage[s];
         if (st->autotune) {
             int share = st->kind == SL_ST_SOURCE && st->last == st->first
-                            ? 1
+                            ? (n_auto == 0 ? budget : 1)
                             : budget / (n_auto ? n_auto : 1);
             atomic_store(&st->active, share < 1 ? 1 : share > st->workers ? st->workers : share);
         }
@@ -1371,8 +1394,10 @@ int sl_pipeline__start(sl_pipeline *p, const sl_resume *r) {
     for (int s = 0; s < p->nstages; s++)
         p->stage[s].seq_out = 0;
     p->direct_index = r->batch;
-    if (!atomic_load(&p->t_start))
+    if (!atomic_load(&p->t_start)) {
+        p->cpu_t0_ns = sl__process_cpu_ns();
         atomic_store(&p->t_start, sl__now_ns());
+    }
     p->running = 1;
     for (int s = 0; s < p->nstages; s++) {
         sl_stage *st = &p->stage[s];

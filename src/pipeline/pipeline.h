@@ -152,6 +152,8 @@ typedef struct sl_queue {
     int relaxed;
     int closed;
     size_t count;                 /* elements present */
+    unsigned wait_empty;          /* consumers waiting on not_empty */
+    unsigned wait_full;           /* producers waiting on not_full */
     uint64_t fill_area;           /* sum of count * ns, for the mean fill */
     uint64_t last_ns;
     uint64_t t0_ns;
@@ -230,6 +232,7 @@ struct sl_stage {
     int qcap;
     sl_worker *w;
     _Atomic uint64_t elements, busy_ns, wait_in_ns, wait_out_ns;
+    _Atomic uint64_t cpu_ns;      /* thread CPU time inside busy_ns */
     uint64_t seq_out;             /* sequential stages: next output seq */
     uint64_t tune_busy, tune_elements; /* autotune: totals at the last tick */
     double tune_cost;             /* autotune: last measured ns per sample (0: none) */
@@ -315,7 +318,8 @@ struct sl_pipeline {
     /* read by sl_pipeline_stats_get from any thread */
     _Atomic uint64_t t_start, consumer_wait_ns, batches_out, samples_out;
     _Atomic uint64_t threads_started;
-    int ncpus;
+    uint64_t cpu_t0_ns;           /* process CPU time at t_start */
+    int ncpus;                    /* the CPU budget (sl__ncpus) */
     struct sl_pipeline__trace *trace; /* NULL unless sl_pipeline_trace_enable */
 };
 

@@ -15,6 +15,15 @@
  * Locking: one mutex per queue guards all fields; no other lock is ever held
  * while waiting on it (stages take their input queue's lock, release it, then
  * take their output queue's lock).
+ *
+ * Wake-ups: a push or pop with nobody waiting makes no futex call. A push
+ * wakes one consumer, and only when something became takeable (in ordered
+ * mode: the element at head); a consumer that takes an element wakes the next
+ * waiting consumer if another element is takeable (a chain, so several
+ * elements arriving together still reach several consumers). Producers wait
+ * for different heads, so a moving head broadcasts to them, but only when one
+ * waits. A consumer that times out re-checks before leaving, so a wake-up it
+ * absorbed is not lost (only the consumer's own pop uses a timeout).
  */
 #include "pipeline/pipeline.h"
 
@@ -23,6 +32,8 @@
 #include <time.h>
 
 #define TAKEN ((void *)1)
+
+static uint64_t ready(const sl_queue *q);
 
 static void account(sl_queue *q) {
     uint64_t t = sl__now_ns();
@@ -72,8 +83,10 @@ int sl_queue__push(sl_queue *q, uint64_t seq, void *item, int barrier, uint64_t 
     pthread_mutex_lock(&q->mu);
     if (seq >= q->head + q->cap && !q->closed) {
         uint64_t t0 = sl__now_ns();
+        q->wait_full++;
         while (seq >= q->head + q->cap && !q->closed)
             pthread_cond_wait(&q->not_full, &q->mu);
+        q->wait_full--;
         if (wait_ns)
             *wait_ns += sl__now_ns() - t0;
     }
@@ -86,9 +99,8 @@ int sl_queue__push(sl_queue *q, uint64_t seq, void *item, int barrier, uint64_t 
     q->slot[i] = item;
     q->barrier[i] = (uint8_t)(barrier != 0);
     q->count++;
-    /* Ordered consumers care only about `head`; waking all keeps relaxed ones
-     * and several ordered workers simple. */
-    pthread_cond_broadcast(&q->not_empty);
+    if (q->wait_empty && (q->relaxed ? ready(q) != UINT64_MAX : seq == q->head))
+        pthread_cond_signal(&q->not_empty);
     pthread_mutex_unlock(&q->mu);
     return SL_OK;
 }
@@ -134,6 +146,7 @@ int sl_queue__pop(sl_queue *q, void **item, uint64_t *wait_ns, int timeout_ms) {
                 dl.tv_nsec -= 1000000000L;
             }
         }
+        q->wait_empty++;
         while ((s = ready(q)) == UINT64_MAX && !q->closed) {
             if (timeout_ms < 0) {
                 pthread_cond_wait(&q->not_empty, &q->mu);
@@ -142,6 +155,7 @@ int sl_queue__pop(sl_queue *q, void **item, uint64_t *wait_ns, int timeout_ms) {
                 break;
             }
         }
+        q->wait_empty--;
         if (wait_ns)
             *wait_ns += sl__now_ns() - t0;
         if (s == UINT64_MAX && !q->closed) {
@@ -158,8 +172,12 @@ int sl_queue__pop(sl_queue *q, void **item, uint64_t *wait_ns, int timeout_ms) {
     *item = q->slot[i];
     q->slot[i] = TAKEN;
     q->count--;
+    uint64_t head0 = q->head;
     advance_head(q);
-    pthread_cond_broadcast(&q->not_full);
+    if (q->wait_full && q->head != head0)
+        pthread_cond_broadcast(&q->not_full);
+    if (q->wait_empty && ready(q) != UINT64_MAX)
+        pthread_cond_signal(&q->not_empty);
     pthread_mutex_unlock(&q->mu);
     return SL_OK;
 }

@@ -5,14 +5,28 @@
  * Verdict. A stage's utilisation is busy / (wall * active workers). The
  * consumer (G) bounds the run when batches were waiting for it: it spent
  * under 10% of the time blocked in next() and the output queue was more than
- * half full on average. Otherwise the producing stage with the highest
- * utilisation is the limit: the source means reading (F), any other stage
- * processing (P, named). The line shows the numbers behind the choice.
+ * half full on average; sluice is then fast enough. Otherwise, when the
+ * process used nearly all the CPU of its budget (SL_VERDICT_CPU_FULL), the
+ * machine is the limit and the stage with the most CPU per sample is named
+ * (more workers cannot help). Otherwise the producing stage with the highest
+ * utilisation is the limit: a reader means reading (F; its busy time without
+ * CPU time is waiting for storage, so more reads in flight or readahead
+ * help), any other stage processing (P, named). Each line says what would
+ * help and shows the numbers behind the choice.
  */
 #include "pipeline/pipeline.h"
 
 #include <stdio.h>
 #include <string.h>
+
+/* Process CPU time over wall * budget at or above which the machine is the
+ * limit (the rest goes to the kernel, the consumer and other processes). */
+#define SL_VERDICT_CPU_FULL 0.85
+
+/* Is stage s a reader with no per-sample ops of its own? */
+static int reader_only(const sl_pipeline *p, int s) {
+    return p->stage[s].kind == SL_ST_SOURCE && p->stage[s].last == p->stage[s].first;
+}
 
 int sl_pipeline_stats_get(const sl_pipeline *cp, sl_pipeline_stats *out) {
     sl_pipeline *p = (sl_pipeline *)cp;
@@ -26,14 +40,18 @@ int sl_pipeline_stats_get(const sl_pipeline *cp, sl_pipeline_stats *out) {
     out->samples_per_s = wall > 0 ? (double)out->samples / wall : 0.0;
     out->consumer_wait_s = (double)atomic_load(&p->consumer_wait_ns) / 1e9;
     out->threads_started = atomic_load(&p->threads_started);
+    out->cpu_budget = p->ncpus;
+    if (t_start && wall > 0)
+        out->cpu_busy = (double)(sl__process_cpu_ns() - p->cpu_t0_ns) / 1e9 / (wall * p->ncpus);
     out->nstages = p->nstages;
-    int worst = -1;
-    double worst_util = -1;
+    int worst = -1, costliest = -1, given = 0;
+    double worst_util = -1, most_cpu = -1;
     for (int s = 0; s < p->nstages; s++) {
         sl_stage *st = &p->stage[s];
         sl_stage_stats *o = &out->stage[s];
         snprintf(o->name, sizeof o->name, "%s", st->name);
         o->workers = atomic_load(&st->active);
+        given += o->workers;
         o->queue_capacity = (int32_t)st->qcap;
         o->elements = atomic_load(&st->elements);
         o->busy_s = (double)atomic_load(&st->busy_ns) / 1e9;
@@ -41,11 +59,17 @@ int sl_pipeline_stats_get(const sl_pipeline *cp, sl_pipeline_stats *out) {
         o->wait_out_s = (double)atomic_load(&st->wait_out_ns) / 1e9;
         o->elements_per_s = wall > 0 ? (double)o->elements / wall : 0.0;
         o->cost_us = o->elements ? o->busy_s * 1e6 / (double)o->elements : 0.0;
+        o->cpu_us = o->elements ? (double)atomic_load(&st->cpu_ns) / 1e3 / (double)o->elements
+                                : 0.0;
         o->queue_fill = sl_queue__mean_fill(&st->out);
         double util = wall > 0 && o->workers > 0 ? o->busy_s / (wall * o->workers) : 0.0;
         if (util > worst_util) {
             worst_util = util;
             worst = s;
+        }
+        if (o->cpu_us > most_cpu) {
+            most_cpu = o->cpu_us;
+            costliest = s;
         }
     }
     pthread_mutex_lock(&p->err_mu);
@@ -69,26 +93,47 @@ int sl_pipeline_stats_get(const sl_pipeline *cp, sl_pipeline_stats *out) {
         snprintf(out->bound_stage, sizeof out->bound_stage, "consumer");
         snprintf(out->verdict, sizeof out->verdict,
                  "G: bound by the consumer: batches waited for it (output queue %.0f%% full, "
-                 "consumer blocked %.0f%% of the time); the pipeline has headroom",
+                 "consumer blocked %.0f%% of the time); sluice is already fast enough here",
                  100 * last->queue_fill, 100 * cwait);
         return SL_OK;
     }
-    snprintf(out->bound_stage, sizeof out->bound_stage, "%s", w->name);
     double util = w->busy_s / (wall * (w->workers ? w->workers : 1));
-    if (p->stage[worst].kind == SL_ST_SOURCE && p->stage[worst].last == p->stage[worst].first) {
+    /* Every core of the budget busy: more workers cannot help; the stage
+     * costing most CPU per sample is where to save. */
+    if (out->cpu_busy >= SL_VERDICT_CPU_FULL) {
+        const sl_stage_stats *c = &out->stage[costliest];
+        out->bound = 'P';
+        snprintf(out->bound_stage, sizeof out->bound_stage, "%s", c->name);
+        snprintf(out->verdict, sizeof out->verdict,
+                 "P: the machine is the limit: the %d core(s) of the budget are %.0f%% busy; "
+                 "stage '%s' costs most (%.2f us of CPU per sample): cheaper or fused ops, or "
+                 "more cores",
+                 out->cpu_budget, 100 * out->cpu_busy, c->name, c->cpu_us);
+        return SL_OK;
+    }
+    snprintf(out->bound_stage, sizeof out->bound_stage, "%s", w->name);
+    int room = given < out->cpu_budget; /* cores not yet given to a worker */
+    if (reader_only(p, worst)) {
+        /* reading: busy time without CPU time is time waiting for storage */
+        double waiting = w->cost_us > 0 ? 1.0 - w->cpu_us / w->cost_us : 0.0;
         out->bound = 'F';
         snprintf(out->verdict, sizeof out->verdict,
-                 "F: bound by reading: source %.0f%% busy on %d worker(s), %.1f us/sample; "
-                 "consumer blocked %.0f%% of the time (faster storage, a packed .slr, or more "
-                 "source workers)",
-                 100 * util, w->workers, w->cost_us, 100 * cwait);
+                 "F: bound by reading: source %.0f%% busy on %d worker(s), %.1f us/sample "
+                 "(%.0f%% of it waiting for storage); consumer blocked %.0f%% of the time (%s)",
+                 100 * util, w->workers, w->cost_us, 100 * (waiting < 0 ? 0 : waiting),
+                 100 * cwait,
+                 waiting > 0.5 ? "more source workers (source.parallel) to keep more reads in "
+                                 "flight, readahead, or faster storage"
+                 : room ? "more source workers (source.parallel)"
+                        : "cheaper reads: a packed .slr, no compression, or more cores");
     } else {
         out->bound = 'P';
         snprintf(out->verdict, sizeof out->verdict,
                  "P: bound by processing in stage '%s': %.0f%% busy on %d worker(s), "
-                 "%.1f us/sample; consumer blocked %.0f%% of the time (more workers, cheaper or "
-                 "fused ops)",
-                 w->name, 100 * util, w->workers, w->cost_us, 100 * cwait);
+                 "%.1f us/sample; consumer blocked %.0f%% of the time (%s)",
+                 w->name, 100 * util, w->workers, w->cost_us, 100 * cwait,
+                 room ? "more workers for this stage" : "cheaper or fused ops; every core of "
+                                                        "the budget has a worker");
     }
     return SL_OK;
 }
@@ -112,6 +157,8 @@ int sl_pipeline_stats_json(const sl_pipeline *p, char *buf, size_t cap, size_t *
     cJSON_AddStringToObject(doc, "verdict", st.verdict);
     cJSON_AddNumberToObject(doc, "skipped", (double)st.skipped);
     cJSON_AddNumberToObject(doc, "threads_started", (double)st.threads_started);
+    cJSON_AddNumberToObject(doc, "cpu_budget", st.cpu_budget);
+    cJSON_AddNumberToObject(doc, "cpu_busy", st.cpu_busy);
     cJSON *errs = cJSON_AddArrayToObject(doc, "errors");
     for (int i = 0; i < st.nerrors; i++) {
         cJSON *e = cJSON_CreateString(st.errors[i]);
@@ -130,6 +177,7 @@ int sl_pipeline_stats_json(const sl_pipeline *p, char *buf, size_t cap, size_t *
         cJSON_AddNumberToObject(o, "wait_in_s", s->wait_in_s);
         cJSON_AddNumberToObject(o, "wait_out_s", s->wait_out_s);
         cJSON_AddNumberToObject(o, "cost_us", s->cost_us);
+        cJSON_AddNumberToObject(o, "cpu_us", s->cpu_us);
         cJSON_AddNumberToObject(o, "queue_fill", s->queue_fill);
         cJSON_AddNumberToObject(o, "queue_capacity", s->queue_capacity);
         if (!cJSON_AddItemToArray(stages, o)) /* stages missing: out of memory */

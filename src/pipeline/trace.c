@@ -72,25 +72,49 @@ int sl_pipeline_trace_json(const sl_pipeline *p, char *buf, size_t cap, size_t *
     size_t dropped = n > t->cap ? n - t->cap : 0;
     if (n > t->cap)
         n = t->cap;
-    /* ~140 bytes per event, plus thread names */
-    size_t need = 256 + n * 160 + (size_t)p->nstages * 64 * 200;
-    char *s = sl__malloc(need);
-    if (!s)
+    /* Thread names carry stage names, which carry user map names: cJSON
+     * writes (and escapes) them. Span events are numbers only, printed
+     * directly (~140 bytes each; a cJSON tree per span would cost far more). */
+    cJSON *names = cJSON_CreateArray();
+    if (!names)
         return sl__oom("writing the trace");
-    size_t k = 0;
-    k += (size_t)snprintf(s + k, need - k, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"dropped\":%zu},"
-                                           "\"traceEvents\":[", dropped);
-    int first = 1;
     for (int st = 0; st < p->nstages; st++) {
         int workers = p->stage[st].workers > 64 ? 64 : p->stage[st].workers;
-        for (int w = 0; w < workers && k < need; w++) {
-            k += (size_t)snprintf(s + k, need - k,
-                                  "%s{\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"name\":\"thread_name\","
-                                  "\"args\":{\"name\":\"%d. %.60s #%d\"}}",
-                                  first ? "" : ",", st * 1000 + w, st + 1, p->stage[st].name, w);
-            first = 0;
+        for (int w = 0; w < workers; w++) {
+            char label[160];
+            snprintf(label, sizeof label, "%d. %.100s #%d", st + 1, p->stage[st].name, w);
+            cJSON *ev = cJSON_CreateObject(), *args = cJSON_CreateObject();
+            if (!ev || !args || !cJSON_AddStringToObject(ev, "ph", "M") ||
+                !cJSON_AddNumberToObject(ev, "pid", 1) ||
+                !cJSON_AddNumberToObject(ev, "tid", st * 1000 + w) ||
+                !cJSON_AddStringToObject(ev, "name", "thread_name") ||
+                !cJSON_AddStringToObject(args, "name", label)) {
+                cJSON_Delete(ev);
+                cJSON_Delete(args);
+                cJSON_Delete(names);
+                return sl__oom("writing the trace");
+            }
+            cJSON_AddItemToObject(ev, "args", args);
+            cJSON_AddItemToArray(names, ev);
         }
     }
+    char *ntext = cJSON_PrintUnformatted(names);
+    cJSON_Delete(names);
+    if (!ntext)
+        return sl__oom("writing the trace");
+    size_t nlen = strlen(ntext); /* "[...]": its inside goes into traceEvents */
+    size_t need = 256 + n * 160 + nlen;
+    char *s = sl__malloc(need);
+    if (!s) {
+        cJSON_free(ntext);
+        return sl__oom("writing the trace");
+    }
+    size_t k = 0;
+    k += (size_t)snprintf(s + k, need - k, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"dropped\":%zu},"
+                                           "\"traceEvents\":[%.*s", dropped, (int)(nlen - 2),
+                          ntext + 1);
+    int first = nlen <= 2;
+    cJSON_free(ntext);
     for (size_t i = 0; i < n && k < need; i++) {
         const trace_event *e = &t->ev[i];
         if (!atomic_load_explicit(&((trace_event *)e)->ready, memory_order_acquire))

@@ -36,7 +36,9 @@
 
 /* Required ("must understand") feature bits, header offset 16. */
 #define SLR_FEAT_ZSTD 0x1ull        /* some column has SL_COLF_ZSTD */
-#define SLR_FEAT_REQUIRED_KNOWN (SLR_FEAT_ZSTD)
+#define SLR_FEAT_SUM_XOR 0x2ull     /* record checksum = XXH3(payload) ^ XXH3(record number);
+                                       without it: XXH3 seeded with the number */
+#define SLR_FEAT_REQUIRED_KNOWN (SLR_FEAT_ZSTD | SLR_FEAT_SUM_XOR)
 /* Optional feature bits (offset 24): none defined in version 1; readers ignore them. */
 
 #define SLR_COLF_KNOWN (SL_COLF_ZSTD)
@@ -116,6 +118,12 @@ int sl_record__meta_decode(const uint8_t *p, uint64_t len, slr_meta *m, const ch
 uint64_t sl_record__hash(const void *p, size_t len, uint64_t seed);
 /* The same function for large inputs, using the CPU's widest vectors. */
 uint64_t sl_record__hash_large(const void *p, size_t len, uint64_t seed);
+/* The checksum of record `record`'s payload under a file's definition
+ * (FORMAT.md 8): with SLR_FEAT_SUM_XOR in `required_features`,
+ * XXH3-64(payload) ^ XXH3-64(u64le(record)), else XXH3-64 seeded with the
+ * record number (version 1 files without the bit). */
+uint64_t sl_record__payload_sum(const void *p, size_t len, uint64_t record,
+                                uint64_t required_features);
 
 /* ---- file helpers (record_common.c) ------------------------------------------------ */
 

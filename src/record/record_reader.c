@@ -670,7 +670,8 @@ int sl_record__read(const sl_reader *r, uint64_t i, sl_record *rec, bool verify)
     if (sl__ld64(f) != len || sl__ld64(f + 8) != sum)
         return sl__error(SL_ECORRUPT, "%s: record %llu: frame header does not match the index",
                          sh->path, (unsigned long long)i);
-    if (verify && sl_record__hash(f + SLR_FRAME_HEADER, (size_t)len, i) != sum)
+    if (verify && sl_record__payload_sum(f + SLR_FRAME_HEADER, (size_t)len, i,
+                                         sh->hdr.required_features) != sum)
         return sl__error(SL_ECORRUPT, "%s: record %llu: checksum mismatch", sh->path,
                          (unsigned long long)i);
     return sl_record__decode_payload(&r->schema, f + SLR_FRAME_HEADER, len, i, sh->path, rec,

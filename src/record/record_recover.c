@@ -128,7 +128,7 @@ static int recover_file(recover_state *st, const char *path, const char *out, bo
         if (len % 8 || len > data_end - off - SLR_FRAME_HEADER)
             break;
         const uint8_t *pl = map + off + SLR_FRAME_HEADER;
-        if (sl_record__hash(pl, (size_t)len, st->next) != sum)
+        if (sl_record__payload_sum(pl, (size_t)len, st->next, hdr.required_features) != sum)
             break;
         rc = sl_record__decode_payload(&st->schema, pl, len, st->next, path, st->rec, NULL);
         if (rc == SL_ENOMEM)

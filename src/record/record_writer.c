@@ -222,7 +222,7 @@ static int write_header(sl_writer *w) {
     memcpy(h, SLR_MAGIC, SLR_MAGIC_LEN);
     sl__st32(h + 8, SLR_VERSION);
     sl__st32(h + 12, (uint32_t)size);
-    uint64_t req = 0;
+    uint64_t req = SLR_FEAT_SUM_XOR;
     for (int c = 0; c < w->schema.ncols; c++)
         if (w->schema.col[c].flags & SL_COLF_ZSTD)
             req |= SLR_FEAT_ZSTD;
@@ -468,7 +468,7 @@ int sl_writer_append(sl_writer *w, const sl_tensor *cols, int ncols) {
     }
     /* pos is the payload length, already a multiple of 8 (each column is padded). */
     uint64_t len = pos;
-    uint64_t sum = sl_record__hash(pl, (size_t)len, w->count);
+    uint64_t sum = sl_record__payload_sum(pl, (size_t)len, w->count, SLR_FEAT_SUM_XOR);
     sl__st64(f, len);
     sl__st64(f + 8, sum);
     uint64_t frame = SLR_FRAME_HEADER + len;

@@ -95,14 +95,25 @@ static const ex_rec EX[2] = {{1, "cat", 1, PTS0}, {0, "", 0, NULL}};
 #define EX_META_KEY "classes"
 #define EX_META_VAL "[\"cat\",\"dog\"]"
 
-static void build_example(bb *f) {
+/* sum_xor: the record checksum of required feature bit 1 (what writers
+ * write); 0: version 1's seeded checksum, which readers still verify. */
+static uint64_t example_sum(const bb *pl, uint64_t r, int sum_xor) {
+    if (!sum_xor)
+        return XXH3_64bits_withSeed(pl->p, pl->n, r);   /* seed = record number */
+    uint8_t le[8];
+    for (int i = 0; i < 8; i++)
+        le[i] = (uint8_t)(r >> (8 * i));
+    return XXH3_64bits(pl->p, pl->n) ^ XXH3_64bits(le, 8);
+}
+
+static void build_example(bb *f, int sum_xor) {
     int64_t pts_shape[2] = {-1, 2};
     /* Header (table "Header"). */
     put(f, MAGIC, 8);
     u32(f, 1);                     /* version */
     size_t hb_at = f->n;
     u32(f, 0);                     /* header_bytes, patched below */
-    u64(f, 0);                     /* required features */
+    u64(f, sum_xor ? 2 : 0);       /* required features */
     u64(f, 0);                     /* optional features */
     u32(f, 3);                     /* ncols */
     u32(f, 0);                     /* shard_index */
@@ -155,7 +166,7 @@ static void build_example(bb *f) {
         }
         off[r] = f->n;
         len[r] = pl.n;
-        sum[r] = XXH3_64bits_withSeed(pl.p, pl.n, (uint64_t)r);   /* seed = record number */
+        sum[r] = example_sum(&pl, (uint64_t)r, sum_xor);
         u64(f, len[r]);
         u64(f, sum[r]);
         put(f, pl.p, pl.n);
@@ -219,13 +230,39 @@ static void check_example_reads(const char *path, unsigned flags) {
 SL_TEST(record_format__hand_built_file_reads) {
     char path[512];
     sl_test_path(path, sizeof path, "hand.slr");
-    bb f = {0};
-    build_example(&f);
-    ASSERT_EQ(f.n, 880);   /* the size FORMAT.md's worked example states */
-    slr_write_file(path, f.p, f.n);
-    check_example_reads(path, 0);
-    check_example_reads(path, SL_READ_NO_MMAP);
-    free(f.p);
+    for (int sum_xor = 0; sum_xor < 2; sum_xor++) {
+        bb f = {0};
+        build_example(&f, sum_xor);
+        ASSERT_EQ(f.n, 880);   /* the size FORMAT.md's worked example states */
+        slr_write_file(path, f.p, f.n);
+        check_example_reads(path, 0);
+        check_example_reads(path, SL_READ_NO_MMAP);
+        free(f.p);
+    }
+}
+
+/* A record checksum under the other definition than the header's bit says
+ * is a mismatch: the bit decides, and a reader never tries both. */
+SL_TEST(record_format__checksum_follows_feature_bit) {
+    char path[512];
+    sl_test_path(path, sizeof path, "mixed.slr");
+    for (int sum_xor = 0; sum_xor < 2; sum_xor++) {
+        bb f = {0};
+        build_example(&f, sum_xor);
+        /* flip the bit and re-seal the header (its checksum at 0x200) */
+        f.p[16] ^= 0x02;
+        set64(&f, 0x200, XXH3_64bits_withSeed(f.p, 0x200, 0));
+        slr_write_file(path, f.p, f.n);
+        sl_reader *r;
+        ASSERT_OK(sl_reader_open(&r, path, 0));
+        sl_record *rec;
+        ASSERT_OK(sl_record_create(&rec));
+        ASSERT_EQ(sl_reader_read(r, 1, rec), SL_ECORRUPT);
+        ASSERT_CONTAINS(sl_errmsg(), "record 1: checksum mismatch");
+        sl_record_free(rec);
+        sl_reader_free(r);
+        free(f.p);
+    }
 }
 
 /* The writer's bytes equal the hand-built bytes: the tables describe the writer. */
@@ -255,7 +292,7 @@ SL_TEST(record_format__writer_matches_tables) {
     size_t len;
     uint8_t *got = slr_read_file(path, &len);
     bb f = {0};
-    build_example(&f);
+    build_example(&f, 1);
     ASSERT_EQ(len, f.n);
     for (size_t i = 0; i < len; i++)
         if (got[i] != f.p[i])
