@@ -283,7 +283,8 @@ typedef struct sl_schema sl_schema;
  *  thread. @return SL_OK, SL_ENOMEM. Since 0.1 */
 SL_API int sl_schema_create(sl_schema **out);
 /** Append a column. `name`: 1–63 bytes, unique. For SL_COL_ARRAY give `dtype`,
- *  `ndim` (1..SL_MAX_DIMS) and `shape` (-1 for a dim that varies per record);
+ *  `ndim` (0..SL_MAX_DIMS; 0: one element per record) and `shape` (-1 for a dim
+ *  that varies per record; may be NULL when ndim is 0);
  *  otherwise pass SL_DTYPE_INVALID, 0, NULL. `flags`: SL_COLF_*.
  *  @return SL_OK, SL_EINVAL (bad name, duplicate, too many columns), SL_ENOMEM */
 SL_API int sl_schema_add(sl_schema *s, const char *name, sl_coltype type, sl_dtype dtype,
@@ -294,7 +295,8 @@ SL_API int sl_schema_find(const sl_schema *s, const char *name);
 /** Column name (borrowed, lives as long as the schema). */
 SL_API const char *sl_schema_name(const sl_schema *s, int col);
 SL_API sl_coltype sl_schema_type(const sl_schema *s, int col);
-/** For SL_COL_ARRAY: dtype, ndim and shape (-1 for variable dims). */
+/** For SL_COL_ARRAY: dtype, ndim (0..SL_MAX_DIMS; 0 is one element of the dtype) and
+ *  shape (-1 for variable dims). */
 SL_API sl_dtype sl_schema_dtype(const sl_schema *s, int col);
 SL_API int sl_schema_shape(const sl_schema *s, int col, int64_t *shape_out);
 SL_API unsigned sl_schema_flags(const sl_schema *s, int col);

@@ -38,7 +38,8 @@
 #define SLR_FEAT_ZSTD 0x1ull        /* some column has SL_COLF_ZSTD */
 #define SLR_FEAT_SUM_XOR 0x2ull     /* record checksum = XXH3(payload) ^ XXH3(record number);
                                        without it: XXH3 seeded with the number */
-#define SLR_FEAT_REQUIRED_KNOWN (SLR_FEAT_ZSTD | SLR_FEAT_SUM_XOR)
+#define SLR_FEAT_SCALAR_ARRAY 0x4ull /* some ARRAY column has ndim 0 (a scalar of its dtype) */
+#define SLR_FEAT_REQUIRED_KNOWN (SLR_FEAT_ZSTD | SLR_FEAT_SUM_XOR | SLR_FEAT_SCALAR_ARRAY)
 /* Optional feature bits (offset 24): none defined in version 1; readers ignore them. */
 
 #define SLR_COLF_KNOWN (SL_COLF_ZSTD)

@@ -96,6 +96,11 @@ int sl_record__read_header(int fd, const uint8_t *map, uint64_t size, const char
         zstd |= (schema->col[c].flags & SL_COLF_ZSTD) != 0;
     if (zstd != ((hdr->required_features & SLR_FEAT_ZSTD) != 0))
         SL_FAIL(SL_ECORRUPT, "%s: zstd feature bit disagrees with the column flags", path);
+    int scalar = 0;
+    for (int c = 0; c < schema->ncols; c++)
+        scalar |= schema->col[c].type == SL_COL_ARRAY && schema->col[c].ndim == 0;
+    if (scalar && !(hdr->required_features & SLR_FEAT_SCALAR_ARRAY))
+        SL_FAIL(SL_ECORRUPT, "%s: a 0-d array column without the SCALAR_ARRAY feature bit", path);
     if (meta_out)
         SL_CHECK(sl_record__meta_decode(h + SLR_HEADER_FIXED + (size_t)hdr->ncols * SLR_COLDESC_SIZE,
                                         hdr->meta_bytes, meta_out, path, "header"));

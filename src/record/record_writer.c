@@ -223,9 +223,12 @@ static int write_header(sl_writer *w) {
     sl__st32(h + 8, SLR_VERSION);
     sl__st32(h + 12, (uint32_t)size);
     uint64_t req = SLR_FEAT_SUM_XOR;
-    for (int c = 0; c < w->schema.ncols; c++)
+    for (int c = 0; c < w->schema.ncols; c++) {
         if (w->schema.col[c].flags & SL_COLF_ZSTD)
             req |= SLR_FEAT_ZSTD;
+        if (w->schema.col[c].type == SL_COL_ARRAY && w->schema.col[c].ndim == 0)
+            req |= SLR_FEAT_SCALAR_ARRAY;
+    }
     sl__st64(h + 16, req);
     sl__st64(h + 24, 0);
     sl__st32(h + 32, (uint32_t)w->schema.ncols);

@@ -151,51 +151,17 @@ int sl_pack_source(sl_source *src, const char *dst, const sl_pack_options *opts,
 
 /* ---- any source into .slr --------------------------------------------------------- */
 
-/* The .slr column type a source column is stored as: scalars of any number
- * type go to the index (INT64 / FLOAT64), so filters on them push down. */
+/* The .slr column type a source column is stored as: the same type, a 0-d
+ * array keeping its dtype (a TFRecord float32 scalar stays float32). */
 static int slr_column(const sl_source *src, int c, sl_schema *schema) {
     const sl_source_col *col = &src->col[c];
     sl_coltype t = col->type;
-    if (t == SL_COL_ARRAY) {
-        if (col->dtype == SL_DTYPE_INVALID || col->ndim < 0)
-            return sl__error(SL_EUNSUPPORTED, "%s: column '%s' has no fixed dtype and rank; "
-                             "it cannot be stored in .slr", src->name, col->name);
-        if (col->ndim == 0)
-            t = col->dtype == SL_F16 || col->dtype == SL_F32 || col->dtype == SL_F64
-                    ? SL_COL_FLOAT64
-                    : SL_COL_INT64;
-    }
+    if (t == SL_COL_ARRAY && (col->dtype == SL_DTYPE_INVALID || col->ndim < 0))
+        return sl__error(SL_EUNSUPPORTED, "%s: column '%s' has no fixed dtype and rank; "
+                         "it cannot be stored in .slr", src->name, col->name);
     if (t != SL_COL_ARRAY)
         return sl_schema_add(schema, col->name, t, SL_DTYPE_INVALID, 0, NULL, 0);
     return sl_schema_add(schema, col->name, t, col->dtype, col->ndim, col->shape, 0);
-}
-
-/* A 0-d tensor of any number type as the int64 or double the index holds. */
-static void scalar_to(const sl_tensor *t, sl_coltype to, int64_t *i, double *d) {
-    double v = 0;
-    int64_t w = 0;
-    switch (t->dtype) {
-    case SL_U8: w = *(const uint8_t *)t->data; break;
-    case SL_I8: w = *(const int8_t *)t->data; break;
-    case SL_U16: w = *(const uint16_t *)t->data; break;
-    case SL_I16: w = *(const int16_t *)t->data; break;
-    case SL_U32: w = *(const uint32_t *)t->data; break;
-    case SL_I32: w = *(const int32_t *)t->data; break;
-    case SL_U64: w = (int64_t)*(const uint64_t *)t->data; break;
-    case SL_I64: w = *(const int64_t *)t->data; break;
-    case SL_BOOL: w = *(const uint8_t *)t->data != 0; break;
-    case SL_F32: v = *(const float *)t->data; break;
-    case SL_F64: v = *(const double *)t->data; break;
-    default: break;
-    }
-    if (t->dtype == SL_F32 || t->dtype == SL_F64)
-        w = (int64_t)v;
-    else
-        v = (double)w;
-    if (to == SL_COL_INT64)
-        *i = w;
-    else
-        *d = v;
 }
 
 int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts,
@@ -228,8 +194,6 @@ int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts
     SL_CHECK(sl_source__cursor_open(src, NULL, NULL, &cur));
     chk_init = 1;
     SL_CHECK(sl_source__checker_init(&chk, opts->check));
-    int64_t ivals[SL_MAX_COLUMNS];
-    double dvals[SL_MAX_COLUMNS];
     for (uint64_t i = 0; i < src->count; i++) {
         char where[512];
         rc = sl_source__read(src, cur, i, &smp);
@@ -251,20 +215,9 @@ int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts
             rc = SL_OK;
             continue;
         }
-        sl_tensor cols[SL_MAX_COLUMNS];
-        for (int c = 0; c < src->ncols; c++) {
-            cols[c] = smp.col[c];
-            sl_coltype t = sl_schema_type(schema, c);
-            if ((t == SL_COL_INT64 || t == SL_COL_FLOAT64) && smp.col[c].ndim == 0) {
-                scalar_to(&smp.col[c], t, &ivals[c], &dvals[c]);
-                if (t == SL_COL_INT64)
-                    sl_tensor_view(&cols[c], &ivals[c], SL_I64, 0, NULL);
-                else
-                    sl_tensor_view(&cols[c], &dvals[c], SL_F64, 0, NULL);
-            }
+        for (int c = 0; c < src->ncols; c++)
             rep->bytes += smp.col[c].nbytes;
-        }
-        rc = sl_writer_append(w, cols, src->ncols);
+        rc = sl_writer_append(w, smp.col, src->ncols);
         sl_sample_clear(&smp);
         SL_CHECK(rc);
         rep->records++;

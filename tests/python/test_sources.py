@@ -342,8 +342,6 @@ def test_pack_tfrecord_one_column_per_feature(data, tmp_path):
         assert float(g["weight"]) == w["weight"]
 
 
-@pytest.mark.xfail(strict=True, reason=".slr has no 0-d float32 column type: a one-value "
-                   "float_list packs as a float64 scalar (values exact, widened)")
 def test_pack_tfrecord_float_feature_is_float32(data, tmp_path):
     """The contract: float_list -> float32 (a one-value float feature too)."""
     dst = tmp_path / "w.slr"
@@ -351,6 +349,10 @@ def test_pack_tfrecord_float_feature_is_float32(data, tmp_path):
     col = info_json(dst)["columns"][0]
     assert col["name"] == "weight"
     assert col.get("dtype") == "float32", col
+    assert col.get("shape") == [], col
+    got = all_samples(sluice.records(str(dst)))
+    assert all(g["weight"].dtype == np.float32 for g in got)
+    assert [float(g["weight"]) for g in got] == [r["weight"] for r in data["tf_rows"]]
 
 
 def test_pack_tfrecord_features_rename(data, tmp_path):

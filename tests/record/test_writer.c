@@ -170,7 +170,7 @@ SL_TEST(record_writer__schema_rules) {
     ASSERT_RC(sl_schema_add(s, "z", SL_COL_INT64, SL_DTYPE_INVALID, 0, NULL, SL_COLF_ZSTD),
               SL_EINVAL);
     ASSERT_RC(sl_schema_add(s, "a", SL_COL_ARRAY, SL_DTYPE_INVALID, 1, sh, 0), SL_EINVAL);
-    ASSERT_RC(sl_schema_add(s, "a", SL_COL_ARRAY, SL_U8, 0, sh, 0), SL_EINVAL);
+    ASSERT_RC(sl_schema_add(s, "a", SL_COL_ARRAY, SL_U8, -1, sh, 0), SL_EINVAL);
     ASSERT_RC(sl_schema_add(s, "a", SL_COL_ARRAY, SL_U8, 9, sh, 0), SL_EINVAL);
     int64_t neg[1] = {-2};
     ASSERT_RC(sl_schema_add(s, "a", SL_COL_ARRAY, SL_U8, 1, neg, 0), SL_EINVAL);
@@ -253,4 +253,58 @@ SL_TEST(record_writer__deterministic_bytes) {
     ASSERT(memcmp(x, y, la) == 0);
     free(x);
     free(y);
+}
+
+/* A 0-d ARRAY column (one element of its dtype per record) round-trips, and
+ * its file carries required feature bit 2 (FORMAT.md 4.4): a reader that
+ * does not know the bit refuses the file instead of misreading it. */
+SL_TEST(record_writer__scalar_array_column) {
+    char path[4096];
+    sl_test_path(path, sizeof path, "s.slr");
+    sl_schema *s;
+    ASSERT_OK(sl_schema_create(&s));
+    ASSERT_OK(sl_schema_add(s, "w", SL_COL_ARRAY, SL_F32, 0, NULL, 0));
+    sl_writer *w;
+    ASSERT_OK(sl_writer_open(&w, path, s, NULL));
+    for (int i = 0; i < 5; i++) {
+        float v = 0.25f * (float)i - 1.0f;
+        sl_tensor t;
+        sl_tensor_view(&t, &v, SL_F32, 0, NULL);
+        ASSERT_OK(sl_writer_append(w, &t, 1));
+    }
+    float bad[2] = {1, 2};
+    int64_t two = 2;
+    sl_tensor t2;
+    sl_tensor_view(&t2, bad, SL_F32, 1, &two);
+    ASSERT_RC(sl_writer_append(w, &t2, 1), SL_EINVAL);
+    ASSERT_OK(sl_writer_close(w));
+    sl_writer_free(w);
+    sl_schema_free(s);
+
+    FILE *f = fopen(path, "rb");
+    ASSERT(f != NULL);
+    uint8_t h[24];
+    ASSERT_EQ(fread(h, 1, sizeof h, f), sizeof h);
+    fclose(f);
+    uint64_t req = 0;
+    for (int k = 7; k >= 0; k--)
+        req = req << 8 | h[16 + k];
+    ASSERT(req & 0x4);
+
+    sl_reader *r;
+    ASSERT_OK(sl_reader_open(&r, path, 0));
+    ASSERT_EQ(sl_schema_type(sl_reader_schema(r), 0), SL_COL_ARRAY);
+    ASSERT_EQ(sl_schema_shape(sl_reader_schema(r), 0, NULL), 0);
+    sl_record *rec;
+    ASSERT_OK(sl_record_create(&rec));
+    for (uint64_t i = 0; i < 5; i++) {
+        ASSERT_OK(sl_reader_read(r, i, rec));
+        const sl_tensor *t = sl_record_column(rec, 0);
+        ASSERT_EQ(t->dtype, SL_F32);
+        ASSERT_EQ(t->ndim, 0);
+        ASSERT_EQ(t->nbytes, 4);
+        ASSERT(*(const float *)t->data == 0.25f * (float)i - 1.0f);
+    }
+    sl_record_free(rec);
+    sl_reader_free(r);
 }
