@@ -48,7 +48,7 @@ typedef struct sl_jpeg_layout {
     const uint8_t *data;
     size_t size;
     size_t sof, sos, scan; /* SOF and SOS markers; first byte of scan data */
-    int precision, width, height, ncomp, scan_ncomp, hmax, vmax;
+    int precision, width, height, ncomp, scan_ncomp, hmax, vmax, hmin;
     int mcu_w, mcu_h, mpr, mrows; /* MCU size in pixels, MCUs per row, MCU rows */
     int restart;                  /* DRI, in MCUs; 0 when absent */
     const uint8_t *exif;          /* first APP1 Exif payload, or NULL */

@@ -90,11 +90,13 @@ int sl_ops__jpeg_layout(const uint8_t *b, size_t n, sl_jpeg_layout *L) {
             if (L->ncomp < 1 || L->ncomp > 4 || sl < 6 + 3 * (size_t)L->ncomp)
                 return 0;
             L->hmax = L->vmax = 1;
+            L->hmin = 4;
             for (int c = 0; c < L->ncomp; c++) {
                 int h = seg[7 + 3 * c] >> 4, v = seg[7 + 3 * c] & 15;
                 if (h < 1 || h > 4 || v < 1 || v > 4)
                     return 0;
                 L->hmax = h > L->hmax ? h : L->hmax;
+                L->hmin = h < L->hmin ? h : L->hmin;
                 L->vmax = v > L->vmax ? v : L->vmax;
             }
         } else if (m == 0xdd) {
@@ -196,11 +198,27 @@ int sl_ops__jpeg_synth(sl_decoder *d, const sl_jpeg_layout *L, int s, const int 
     if (my1 >= L->mrows)
         my1 = L->mrows - 1;
     int k = L->k, per_row = L->mpr / k;
-    int ix0 = mx0 / k, ix1 = mx1 / k;
-    int x0 = ix0 * k * L->mcu_w, y0 = my0 * L->mcu_h;
-    int sw = (ix1 - ix0 + 1) * k * L->mcu_w, sh = (my1 - my0 + 1) * L->mcu_h;
-    if (sw > L->width - x0)
-        sw = L->width - x0;
+    int ix0 = mx0 / k, ix1 = mx1 / k, x0, sw;
+    for (;;) {
+        x0 = ix0 * k * L->mcu_w;
+        sw = (ix1 - ix0 + 1) * k * L->mcu_w;
+        if (sw > L->width - x0)
+            sw = L->width - x0;
+        /* libjpeg upsamples a component with fancy (interpolating)
+         * upsampling only when it is more than 2 samples wide, and
+         * replicates otherwise: a narrow synthetic image must be widened
+         * until it takes the same branch as the whole image. Counted at
+         * scale s, the least a component can be decoded at. */
+        int nar = L->hmin * s, den = L->hmax * 8;
+        if (L->hmin == L->hmax || ((int64_t)sw * nar + den - 1) / den > 2 ||
+            ix1 - ix0 + 1 == per_row)
+            break;
+        if (ix1 + 1 < per_row)
+            ix1++;
+        else
+            ix0--;
+    }
+    int y0 = my0 * L->mcu_h, sh = (my1 - my0 + 1) * L->mcu_h;
     if (sh > L->height - y0)
         sh = L->height - y0;
 
@@ -249,7 +267,10 @@ int sl_ops__jpeg_synth(sl_decoder *d, const sl_jpeg_layout *L, int s, const int 
     for (int r = my0; r <= my1; r++) {
         for (int i = r * per_row + ix0; i <= r * per_row + ix1; i++) {
             uint32_t a = interval_off(L, i), e = interval_end(L, i);
-            /* the interval must end where its marker says it does */
+            /* the interval must start after, and end at, the markers its
+             * number predicts */
+            if (i > 0 && (scan[a - 2] != 0xff || scan[a - 1] != (0xd0 | ((i - 1) & 7))))
+                return 1;
             if (i + 1 < L->count && (scan[e] != 0xff || scan[e + 1] != (0xd0 | (i & 7))))
                 return 1;
             if (!first) {
