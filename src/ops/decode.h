@@ -56,7 +56,8 @@ typedef struct sl_jpeg_layout {
     const uint8_t *table;         /* APP15 SLRST payload, or NULL */
     size_t table_len;
     /* set when the table checks against the file: baseline, one interleaved
-     * scan, grid and restart interval as the table says, offsets in order */
+     * scan, grid and restart interval as the table says, row offsets in
+     * order; `count` is the number of rows in the table */
     int usable, k, count;
     uint32_t scan_len;
 } sl_jpeg_layout;

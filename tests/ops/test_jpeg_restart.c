@@ -373,12 +373,13 @@ SL_TEST(ops_jpeg_restart__damage_falls_back) {
     /* an offset moved by one byte: the interval no longer ends at its marker */
     uint8_t *bad = malloc(rn);
     memcpy(bad, r, rn);
-    size_t toff = (size_t)(L.table - r) + 22 + 4 * 41;
+    size_t toff = (size_t)(L.table - r) + 22 + 4 * 7; /* MCU row 7: inside the box */
     bad[toff + 3]++;
     uint64_t fb = d->synth_fallbacks;
     ASSERT_OK(sl_decode_crop_resize(d, bad, rn, SL_COLOR_RGB, &b, 60, 80, SL_INTERP_BILINEAR,
                                     &got));
     ASSERT_EQ(memcmp(got.data, want.data, want.nbytes), 0);
+    ASSERT_EQ(d->synth_fallbacks, fb + 1);
     sl_tensor_release(&got);
     /* out-of-order offsets: the table is not used at all */
     memcpy(bad, r, rn);
