@@ -834,10 +834,12 @@ typedef enum sl_interp {
  *  libjpeg-turbo runs with SIMD) that still has at least out_h x out_w pixels
  *  in the crop, then resize straight into `out`. The rows below the crop are
  *  never decoded, so damage there goes unnoticed (the output is still right).
- *  Equal to sl_decode + sl_image_crop + sl_image_resize within a mean
- *  absolute difference of 2 levels (exact when the scale is 8/8 and the crop
- *  is the whole image). PNG and WebP input is decoded whole, then resized
- *  from the box.
+ *  A JPEG carrying an interval table (sl_jpeg_add_restarts, pack
+ *  --jpeg-restart) decodes only the restart intervals the crop covers.
+ *  At scale 8/8 equal to sl_decode + sl_image_crop + sl_image_resize pixel
+ *  for pixel; with DCT scaling equal to the scaled whole decode, cropped and
+ *  resized (within a mean absolute difference of 2 levels of the full-scale
+ *  result). PNG and WebP input is decoded whole, then resized from the box.
  *  @param[in] crop  box in original-image coordinates (upright ones with
  *                   SL_DECODE_EXIF_ORIENTATION; NULL: whole image); must lie
  *                   inside the image
