@@ -2,7 +2,7 @@
  * ops_decode_bench.c — per-image CPU cost of sluice's image ops against the
  * full-size decode limit, on the same files, cores and library.
  *
- *   ops_decode_bench [--threads T] [--repeat R] [--limit N] MODE DIR
+ *   ops_decode_bench [--threads T] [--repeat R] [--limit N] [--restart auto|rows] MODE DIR
  *
  * MODE:
  *   tj      libjpeg-turbo (TurboJPEG) full-size RGB decode: the decode limit
@@ -13,6 +13,10 @@
  *   pipeline  the same training chain as a sluice pipeline over the files held
  *           in memory: decode -> random_resized_crop 224 -> flip -> normalize
  *           (float32 CHW) -> batch 64, T workers (sl_spec_set_threads)
+ * --restart re-encodes every JPEG in memory first, as `sluice pack
+ * --jpeg-restart` stores it (sl_jpeg_add_restarts: restart intervals and an
+ * interval table), and prints one JSON line with the re-encode rate (1
+ * thread) and the size change; the modes then run on those bytes.
  * Files (*.jpg, *.jpeg, *.png, recursively) are read into memory first; each
  * thread takes every T-th image. Prints one JSON line per repeat and a summary
  * with the median images/s.
@@ -251,9 +255,47 @@ static double run_pipeline(uint64_t epoch, int *failed) {
     return seen / dt;
 }
 
+/* Re-encode the loaded files with restart intervals (see --restart). */
+static int reencode_all(const char *how) {
+    sl_jpeg_restart m = !strcmp(how, "rows") ? SL_JPEG_RESTART_ROWS : SL_JPEG_RESTART_AUTO;
+    if (strcmp(how, "rows") && strcmp(how, "auto")) {
+        fprintf(stderr, "--restart wants auto or rows, not %s\n", how);
+        return -1;
+    }
+    size_t before = 0, after = 0, changed = 0;
+    double t0 = now();
+    for (size_t i = 0; i < nfiles; i++) {
+        sl_tensor t;
+        int ch;
+        memset(&t, 0, sizeof t);
+        before += files[i].size;
+        if (sl_jpeg_add_restarts(files[i].data, files[i].size, m, &t, &ch) != SL_OK) {
+            fprintf(stderr, "re-encode: %s\n", sl_errmsg());
+            return -1;
+        }
+        if (ch) {
+            unsigned char *p = malloc(t.nbytes);
+            memcpy(p, t.data, t.nbytes);
+            free(files[i].data);
+            files[i].data = p;
+            files[i].size = t.nbytes;
+            sl_tensor_release(&t);
+            changed++;
+        }
+        after += files[i].size;
+    }
+    double dt = now() - t0;
+    printf("{\"restart\": \"%s\", \"images\": %zu, \"reencoded\": %zu, \"reencode_img_s\": %.1f, "
+           "\"bytes_before\": %zu, \"bytes_after\": %zu, \"size_change_pct\": %.2f}\n",
+           how, nfiles, changed, nfiles / dt, before, after, 100.0 * ((double)after / before - 1));
+    fflush(stdout);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int repeat = 3;
     size_t limit = 0;
+    const char *restart = NULL;
     int a = 1;
     for (; a < argc && argv[a][0] == '-'; a++) {
         if (!strcmp(argv[a], "--threads") && a + 1 < argc)
@@ -262,6 +304,8 @@ int main(int argc, char **argv) {
             repeat = atoi(argv[++a]);
         else if (!strcmp(argv[a], "--limit") && a + 1 < argc)
             limit = (size_t)atoll(argv[++a]);
+        else if (!strcmp(argv[a], "--restart") && a + 1 < argc)
+            restart = argv[++a];
         else {
             fprintf(stderr, "unknown option %s\n", argv[a]);
             return 2;
@@ -283,6 +327,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "no images under %s\n", argv[a + 1]);
         return 1;
     }
+    if (restart && reencode_all(restart) != 0)
+        return 1;
     double rates[64];
     if (repeat > 64)
         repeat = 64;

@@ -31,14 +31,14 @@ static void on_progress(uint64_t done, uint64_t total, uint64_t bytes, void *use
 
 static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"srcs", "dst", "jobs", "skip_bad", "shard_bytes", "progress",
-                             "check", NULL};
+                             "check", "jpeg_restart", NULL};
     PyObject *srcs_obj, *dst_obj = NULL, *progress = Py_None;
     int jobs = 0, skip_bad = 0;
     unsigned long long shard_bytes = 0;
-    const char *check = "header";
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO&|ipKOs:pack", kwlist, &srcs_obj,
+    const char *check = "header", *restart = "off";
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO&|ipKOss:pack", kwlist, &srcs_obj,
                                      PyUnicode_FSConverter, &dst_obj, &jobs, &skip_bad,
-                                     &shard_bytes, &progress, &check))
+                                     &shard_bytes, &progress, &check, &restart))
         return NULL;
     PyObject *result = NULL, *seq = NULL, **enc = NULL;
     const char **srcs = NULL;
@@ -52,6 +52,16 @@ static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kwargs) {
         check_mode = SL_PACK_CHECK_DECODE;
     } else if (strcmp(check, "header") != 0) {
         PyErr_Format(PyExc_ValueError, "check: expected 'header' or 'decode', got '%s'", check);
+        goto done;
+    }
+    int restart_mode = SL_JPEG_RESTART_OFF;
+    if (!strcmp(restart, "auto")) {
+        restart_mode = SL_JPEG_RESTART_AUTO;
+    } else if (!strcmp(restart, "rows")) {
+        restart_mode = SL_JPEG_RESTART_ROWS;
+    } else if (strcmp(restart, "off") != 0) {
+        PyErr_Format(PyExc_ValueError, "jpeg_restart: expected 'off', 'auto' or 'rows', got '%s'",
+                     restart);
         goto done;
     }
     if (progress != Py_None && !PyCallable_Check(progress)) {
@@ -85,6 +95,7 @@ static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kwargs) {
     opts.skip_bad = skip_bad;
     opts.shard_bytes = shard_bytes;
     opts.check = check_mode;
+    opts.jpeg_restart = restart_mode;
     pack_progress prog = {progress != Py_None ? progress : NULL, 0, NULL, NULL, NULL};
     if (prog.callback) {
         opts.progress = on_progress;
@@ -135,7 +146,7 @@ done:
 
 static PyMethodDef pack_methods[] = {
     {"pack", (PyCFunction)(void (*)(void))py_pack, METH_VARARGS | METH_KEYWORDS,
-     "pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check='header') -> dict"},
+     "pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check='header', jpeg_restart='off') -> dict"},
     {NULL, NULL, 0, NULL}};
 
 int py_sl_pack_init(PyObject *m) {

@@ -10,6 +10,9 @@
 #   images/     3000 photo-like JPEGs in 10 classes, made by sluice_gen_images
 #               (short side 300-500 px, quality 90, 4:2:0, libjpeg-turbo)
 #   images.slr  that ImageFolder packed (original JPEG bytes + label + path)
+#   images-rst.slr  the same, packed with --jpeg-restart auto (JPEGs re-encoded
+#               losslessly with restart intervals: same pixels, decode follows
+#               the crop)
 # Environment: SECONDS_PER_BENCH (default 8), THREADS (default: all cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +28,7 @@ say() { printf '\n== %s\n' "$*"; }
 say "building sluice (Release) in $BUILD/"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSLUICE_BUILD_TESTS=OFF \
       -DSLUICE_BUILD_PYTHON=OFF >/dev/null
-cmake --build "$BUILD" -j"$(nproc)" --target sluice_cli sluice_gen_images >/dev/null
+cmake --build "$BUILD" -j"$(nproc)" --target sluice_cli sluice_gen_images sluice_static >/dev/null
 SLUICE=$BUILD/sluice
 mkdir -p "$DEMO"
 
@@ -42,6 +45,7 @@ say "packing"
 "$SLUICE" pack "$FMNIST/train-images-idx3-ubyte.gz" "$FMNIST/train-labels-idx1-ubyte.gz" \
     "$DEMO/fmnist.slr" --force
 "$SLUICE" pack "$DEMO/images" "$DEMO/images.slr" --force
+"$SLUICE" pack "$DEMO/images" "$DEMO/images-rst.slr" --force --jpeg-restart auto
 
 say "what was packed"
 "$SLUICE" info "$DEMO/fmnist.slr"
@@ -75,6 +79,28 @@ say "streaming Fashion-MNIST: shuffle, cast to float32, batch 256 ($SECS s)"
 say "streaming the JPEGs: decode, random-resized-crop 224, flip, normalize, batch 64 ($SECS s)"
 "$SLUICE" bench examples/specs/imagenet_train.json --seconds "$SECS" --threads "$THREADS" | tee "$DEMO/bench_images.txt"
 "$SLUICE" bench examples/specs/imagenet_train.json --seconds "$SECS" --threads "$THREADS" --json > "$DEMO/bench_images.json"
+
+say "the same pipeline from the --jpeg-restart auto pack, and the full-size decode limit ($SECS s)"
+sed "s|data/demo/images.slr|$DEMO/images-rst.slr|" examples/specs/imagenet_train.json > "$DEMO/imagenet_train_rst.json"
+"$SLUICE" bench "$DEMO/imagenet_train_rst.json" --seconds "$SECS" --threads "$THREADS" --json > "$DEMO/bench_images_rst.json"
+# the decode limit: libjpeg-turbo decoding every image at full size, nothing else
+cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude bench/ops_decode_bench.c "$BUILD/libsluice.a" \
+   $(pkg-config --libs libturbojpeg libjpeg libzstd libpng libcjson zlib libwebp libprotobuf-c) \
+   $(pkg-config --libs spng 2>/dev/null || true) -lxxhash -lpthread -lm -ldl -o "$BUILD/ops_decode_bench"
+"$BUILD/ops_decode_bench" --threads "$THREADS" --repeat 3 tj "$DEMO/images" | tail -1 > "$DEMO/decode_limit.json"
+/usr/bin/python3 - "$DEMO" <<'PYEOF'
+import json, os, sys
+d = sys.argv[1]
+plain = json.load(open(os.path.join(d, "bench_images.json")))["samples_per_s"]
+rst = json.load(open(os.path.join(d, "bench_images_rst.json")))["samples_per_s"]
+lim = json.load(open(os.path.join(d, "decode_limit.json")))["median_img_s"]
+mb = lambda f: os.path.getsize(os.path.join(d, f)) / 1e6 if os.path.isfile(os.path.join(d, f)) else 0
+print(f"{'training pipeline, images/s':<44} {'img/s':>8} {'x decode limit':>15}")
+print(f"{'from images.slr (JPEGs as they were)':<44} {plain:>8,.0f} {plain / lim:>15.2f}")
+print(f"{'from images-rst.slr (--jpeg-restart auto)':<44} {rst:>8,.0f} {rst / lim:>15.2f}")
+print(f"{'full-size decode limit (TurboJPEG)':<44} {lim:>8,.0f} {1:>15.2f}")
+print(f"restart pack / plain pack: {rst / plain:.2f}x the rate, {mb('images-rst.slr'):.1f} MB vs {mb('images.slr'):.1f} MB")
+PYEOF
 
 say "summary ($(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))"
 /usr/bin/python3 - "$DEMO" <<'PYEOF'

@@ -27,6 +27,10 @@ static void help(FILE *f) {
             "                         header (default: reads headers, runs at disk speed) or\n"
             "                         decode (decodes every image: a dataset that packs trains);\n"
             "                         BMP, PPM/PGM and TIFF are refused either way\n"
+            "      --jpeg-restart MODE  off (default: store files as they are), auto or rows:\n"
+            "                         re-encode JPEGs losslessly with restart intervals and an\n"
+            "                         interval table so training decodes only the crop's part\n"
+            "                         (other bytes than the source files, the same pixels)\n"
             "      --features SPEC    TFRecord: keep only these features, renamed, as\n"
             "                         image/encoded=image,image/class/label=label\n"
             "      --shard-size SIZE  start a new shard past SIZE bytes (suffix K, M, G);\n"
@@ -112,6 +116,18 @@ int cmd_pack(int argc, char **argv) {
                 return 2;
             if (cli_parse_size(v, &opts.shard_bytes) || opts.shard_bytes == 0)
                 return cli_usage("pack", "--shard-size wants a size such as 512M or 4G, not '%s'",
+                                 v);
+        } else if ((m = cli_opt("pack", argc, argv, &i, "--jpeg-restart", NULL, &v)) != 0) {
+            if (m < 0)
+                return 2;
+            if (!strcmp(v, "off"))
+                opts.jpeg_restart = SL_JPEG_RESTART_OFF;
+            else if (!strcmp(v, "auto"))
+                opts.jpeg_restart = SL_JPEG_RESTART_AUTO;
+            else if (!strcmp(v, "rows"))
+                opts.jpeg_restart = SL_JPEG_RESTART_ROWS;
+            else
+                return cli_usage("pack", "--jpeg-restart wants 'off', 'auto' or 'rows', not '%s'",
                                  v);
         } else if ((m = cli_opt("pack", argc, argv, &i, "--check", NULL, &v)) != 0) {
             if (m < 0)
@@ -209,6 +225,8 @@ int cmd_pack(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "skipped", (double)rep.skipped);
         cJSON_AddStringToObject(o, "check",
                                 opts.check == SL_PACK_CHECK_DECODE ? "decode" : "header");
+        static const char *const rst[] = {"off", "auto", "rows"};
+        cJSON_AddStringToObject(o, "jpeg_restart", rst[opts.jpeg_restart]);
         cJSON *bad = cJSON_AddArrayToObject(o, "bad");
         for (int i = 0; i < rep.nbad; i++)
             cJSON_AddItemToArray(bad, cJSON_CreateString(rep.bad[i]));

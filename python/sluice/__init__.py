@@ -28,7 +28,8 @@ __all__ = [
 ]
 
 
-def pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check="header"):
+def pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check="header",
+         jpeg_restart="off"):
     """Pack an ImageFolder directory, or a pair of IDX files (MNIST style,
     plain or gzip), into a .slr dataset at ``dst``.
 
@@ -37,7 +38,11 @@ def pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check=
     unreadable or non-image files instead of failing. ``check``: "header"
     (default: each image's header is read by the decoder training uses) or
     "decode" (every image is decoded in full, so a dataset that packs is one
-    that trains); BMP, PPM/PGM and TIFF are refused either way. ``progress(done,
+    that trains); BMP, PPM/PGM and TIFF are refused either way. ``jpeg_restart``:
+    "off" (default: files stored byte for byte), "auto" or "rows": JPEGs are
+    re-encoded losslessly with restart intervals and an interval table, so
+    the fused decode ops decode only the part a crop needs (the stored bytes
+    differ from the source files; the pixels are the same). ``progress(done,
     total, bytes)`` is called as records are written. Returns a dict: kind, records,
     bytes, skipped, classes, bad (the first skipped inputs, "path: cause").
     The GIL is released while packing; on failure nothing appears at dst.
@@ -50,5 +55,8 @@ def pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check=
         raise TypeError(f"shard_bytes: expected a non-negative int, got {shard_bytes!r}")
     if check not in ("header", "decode"):
         raise ValueError(f"check: expected 'header' or 'decode', got {check!r}")
+    if jpeg_restart not in ("off", "auto", "rows"):
+        raise ValueError(f"jpeg_restart: expected 'off', 'auto' or 'rows', got {jpeg_restart!r}")
     return _sluice.pack(list(srcs), dst, jobs=jobs, skip_bad=bool(skip_bad),
-                        shard_bytes=shard_bytes, progress=progress, check=check)
+                        shard_bytes=shard_bytes, progress=progress, check=check,
+                        jpeg_restart=jpeg_restart)

@@ -23,6 +23,7 @@ void sl_decoder_free(sl_decoder *dec) {
     if (dec->jpeg_ready)
         jpeg_destroy_decompress(&dec->cinfo);
     sl__free(dec->scratch);
+    sl__free(dec->synth);
     sl__free(dec);
 }
 

@@ -33,7 +33,59 @@ struct sl_decoder {
     /* scratch for rows that need converting and for fused decodes */
     uint8_t *scratch;
     size_t scratch_cap;
+    /* the synthetic JPEG of a region decode (jpeg_restart.c) */
+    uint8_t *synth;
+    size_t synth_cap;
+    /* region decodes served from an interval table, and those that fell
+     * back to the whole-scan path after a synthetic stream failed: read by
+     * tests, which must know which path gave the pixels */
+    uint64_t synth_used, synth_fallbacks;
 };
+
+/* Where things are in a JPEG, found by walking its segments up to the first
+ * SOS (jpeg_restart.c). Offsets are from the start of the file. */
+typedef struct sl_jpeg_layout {
+    const uint8_t *data;
+    size_t size;
+    size_t sof, sos, scan; /* SOF and SOS markers; first byte of scan data */
+    int precision, width, height, ncomp, scan_ncomp, hmax, vmax, hmin;
+    int mcu_w, mcu_h, mpr, mrows; /* MCU size in pixels, MCUs per row, MCU rows */
+    int restart;                  /* DRI, in MCUs; 0 when absent */
+    const uint8_t *exif;          /* first APP1 Exif payload, or NULL */
+    size_t exif_len;
+    const uint8_t *table;         /* APP15 SLRST payload, or NULL */
+    size_t table_len;
+    /* set when the table checks against the file: baseline, one interleaved
+     * scan, grid and restart interval as the table says, row offsets in
+     * order; `count` is the number of rows in the table */
+    int usable, k, count;
+    uint32_t scan_len;
+} sl_jpeg_layout;
+
+/* Fill `L` from the bytes; 0 when the segments before the scan cannot be
+ * walked (libjpeg then judges the file), 1 otherwise. L->usable says
+ * whether a region can be decoded from the interval table. */
+int sl_ops__jpeg_layout(const uint8_t *data, size_t size, sl_jpeg_layout *L);
+
+/* A synthetic JPEG holding the region; pixel (0, 0) of its decode at scale
+ * s/8 is pixel (ox, oy) of the whole image's decode at that scale. */
+typedef struct sl_jpeg_synth {
+    const uint8_t *data; /* in the decoder's synth buffer */
+    size_t size;
+    int ox, oy;          /* scaled pixels */
+    int w, h;            /* its size in original pixels (SOF) */
+} sl_jpeg_synth;
+
+/* Write into d->synth the JPEG of the intervals covering `reg` (x0, y0, x1,
+ * y1 in pixels at scale s/8, s in {1, 2, 4, 8}) of a usable layout.
+ * Returns SL_OK, 1 when the table does not match the scan (decode the file
+ * the ordinary way), or SL_ENOMEM. */
+int sl_ops__jpeg_synth(sl_decoder *d, const sl_jpeg_layout *L, int s, const int reg[4],
+                       sl_jpeg_synth *out);
+
+/* The EXIF orientation (1..8) in an APP1 payload that starts "Exif\0\0";
+ * 1 when unreadable. */
+int sl_ops__exif_orientation(const uint8_t *app1, size_t n);
 
 /* SL_EDECODE for a zero size, SL_ELIMIT above the decoder's pixel cap. */
 int sl_ops__check_dims(const sl_decoder *dec, uint64_t w, uint64_t h);

@@ -114,56 +114,61 @@ static int jpeg_failure(sl_decoder *d, int kind) {
     return sl__error(kind == JERR_KIND_LIMIT + 1 ? SL_ELIMIT : SL_EDECODE, "decode: %s", m);
 }
 
-/* The EXIF orientation (1..8) in the saved APP1 markers; 1 when absent or
- * unreadable. The TIFF walk is done here, with a bounds check on every read
- * of the hostile bytes, because it needs one tag of IFD0: a library for it
- * (libexif) would be a dependency for twenty lines. Like PIL, the first Exif
- * APP1 segment counts. */
-static int exif_orientation(j_decompress_ptr ci) {
-    for (jpeg_saved_marker_ptr m = ci->marker_list; m; m = m->next) {
-        if (m->marker != JPEG_APP0 + 1 || m->data_length < 6 ||
-            memcmp(m->data, "Exif\0\0", 6) != 0)
-            continue;
-        const uint8_t *t = m->data + 6;
-        size_t n = m->data_length - 6;
-        if (n < 8)
-            return 1;
-        int le;
-        if (t[0] == 'I' && t[1] == 'I')
-            le = 1;
-        else if (t[0] == 'M' && t[1] == 'M')
-            le = 0;
-        else
-            return 1;
+/* The EXIF orientation (1..8) in an APP1 payload; 1 when unreadable. The
+ * TIFF walk is done here, with a bounds check on every read of the hostile
+ * bytes, because it needs one tag of IFD0: a library for it (libexif) would
+ * be a dependency for twenty lines. */
+int sl_ops__exif_orientation(const uint8_t *app1, size_t len) {
+    if (len < 6 || memcmp(app1, "Exif\0\0", 6) != 0)
+        return 1;
+    const uint8_t *t = app1 + 6;
+    size_t n = len - 6;
+    if (n < 8)
+        return 1;
+    int le;
+    if (t[0] == 'I' && t[1] == 'I')
+        le = 1;
+    else if (t[0] == 'M' && t[1] == 'M')
+        le = 0;
+    else
+        return 1;
 #define U16(p) (le ? (uint32_t)(p)[0] | (uint32_t)(p)[1] << 8 : (uint32_t)(p)[0] << 8 | (p)[1])
 #define U32(p) (le ? U16(p) | U16((p) + 2) << 16 : U16(p) << 16 | U16((p) + 2))
-        if (U16(t + 2) != 42)
+    if (U16(t + 2) != 42)
+        return 1;
+    uint32_t ifd = U32(t + 4);
+    if (ifd > n || n - ifd < 2)
+        return 1;
+    uint32_t count = U16(t + ifd);
+    if (count > (n - ifd - 2) / 12)
+        count = (uint32_t)((n - ifd - 2) / 12);
+    for (uint32_t i = 0; i < count; i++) {
+        const uint8_t *e = t + ifd + 2 + 12 * (size_t)i;
+        if (U16(e) != 0x0112)
+            continue;
+        uint32_t type = U16(e + 2), v;
+        if (U32(e + 4) != 1)
             return 1;
-        uint32_t ifd = U32(t + 4);
-        if (ifd > n || n - ifd < 2)
+        if (type == 3) /* SHORT */
+            v = U16(e + 8);
+        else if (type == 4) /* LONG */
+            v = U32(e + 8);
+        else
             return 1;
-        uint32_t count = U16(t + ifd);
-        if (count > (n - ifd - 2) / 12)
-            count = (uint32_t)((n - ifd - 2) / 12);
-        for (uint32_t i = 0; i < count; i++) {
-            const uint8_t *e = t + ifd + 2 + 12 * (size_t)i;
-            if (U16(e) != 0x0112)
-                continue;
-            uint32_t type = U16(e + 2), v;
-            if (U32(e + 4) != 1)
-                return 1;
-            if (type == 3) /* SHORT */
-                v = U16(e + 8);
-            else if (type == 4) /* LONG */
-                v = U32(e + 8);
-            else
-                return 1;
-            return v >= 1 && v <= 8 ? (int)v : 1;
-        }
+        return v >= 1 && v <= 8 ? (int)v : 1;
+    }
 #undef U32
 #undef U16
-        return 1;
-    }
+    return 1;
+}
+
+/* The orientation from the saved APP1 markers: like PIL, the first Exif
+ * APP1 segment counts. */
+static int exif_orientation(j_decompress_ptr ci) {
+    for (jpeg_saved_marker_ptr m = ci->marker_list; m; m = m->next)
+        if (m->marker == JPEG_APP0 + 1 && m->data_length >= 6 &&
+            memcmp(m->data, "Exif\0\0", 6) == 0)
+            return sl_ops__exif_orientation(m->data, m->data_length);
     return 1;
 }
 
@@ -373,44 +378,29 @@ static int decode_box_turned(sl_decoder *d, int jc, int o, sl_color color, const
                             interp, out, (size_t)out_w * color);
 }
 
-int sl_ops__jpeg_decode_box(sl_decoder *d, const uint8_t *data, size_t size, sl_color color,
-                            const double box[4], const int lim[4], int out_h, int out_w,
-                            sl_interp interp, uint8_t *out) {
-    SL_TRY(jpeg_begin(d));
-    j_decompress_ptr ci = &d->cinfo;
-    int kind = setjmp(d->jerr.jb);
-    if (kind)
-        return jpeg_failure(d, kind);
-    int turn = start(d, data, size);
-    int rc = sl_ops__check_dims(d, ci->image_width, ci->image_height);
-    if (rc < 0) {
-        jpeg_abort_decompress(ci);
-        return rc;
-    }
-    int jc = set_out_space(ci);
-    if (turn != 1)
-        return decode_box_turned(d, jc, turn, color, box, lim, out_h, out_w, interp, out);
+/* The smallest scale s/8 at which the box still has at least the output's
+ * pixels in each direction: each 8x8 DCT block is decoded straight to
+ * s x s, so the work shrinks with s^2 and the result is pre-filtered.
+ * Only 1/8, 2/8, 4/8 and 8/8 are used: libjpeg-turbo has SIMD inverse
+ * DCTs for those, while 3/8, 5/8, 6/8 and 7/8 run scalar 3x3..14x14
+ * transforms (chroma at twice the size) that cost more than they save.
+ * Not inlined: its loop variable, inlined into a function that calls
+ * setjmp, draws a -Wclobbered warning. */
+static __attribute__((noinline)) int pick_scale(const double box[4], int out_h, int out_w) {
     double bw = box[2] - box[0], bh = box[3] - box[1];
-    /* The smallest scale s/8 at which the box still has at least the output's
-     * pixels in each direction: each 8x8 DCT block is decoded straight to
-     * s x s, so the work shrinks with s^2 and the result is pre-filtered.
-     * Only 1/8, 2/8, 4/8 and 8/8 are used: libjpeg-turbo has SIMD inverse
-     * DCTs for those, while 3/8, 5/8, 6/8 and 7/8 run scalar 3x3..14x14
-     * transforms (chroma at twice the size) that cost more than they save. */
-    int s = 8;
-    for (int t = 1; t <= 8; t *= 2) {
-        if (bw * t >= (double)out_w * 8 && bh * t >= (double)out_h * 8) {
-            s = t;
-            break;
-        }
-    }
-    ci->scale_num = (unsigned)s;
-    ci->scale_denom = 8;
-    (void)jpeg_start_decompress(ci);
+    for (int t = 1; t <= 8; t *= 2)
+        if (bw * t >= (double)out_w * 8 && bh * t >= (double)out_h * 8)
+            return t;
+    return 8;
+}
+
+/* The region to decode, r = (x0, y0, x1, y1) in pixels at scale s/8 of a
+ * full_w x full_h scaled image: the box plus the filter's reach around it,
+ * within `lim`. */
+static void pick_region(const double box[4], const int lim[4], int out_h, int out_w, int s,
+                        int full_w, int full_h, int r[4]) {
     const double f = s / 8.0;
-    int full_w = (int)ci->output_width, full_h = (int)ci->output_height;
-    /* Decode the box plus the filter's reach around it, within `lim`. */
-    double fsx = bw * f / out_w, fsy = bh * f / out_h;
+    double fsx = (box[2] - box[0]) * f / out_w, fsy = (box[3] - box[1]) * f / out_h;
     int mx = (int)ceil(fsx < 1 ? 1 : fsx) + 1, my = (int)ceil(fsy < 1 ? 1 : fsy) + 1;
     int lx0 = (int)floor(lim[0] * f), ly0 = (int)floor(lim[1] * f);
     int lx1 = (int)ceil(lim[2] * f), ly1 = (int)ceil(lim[3] * f);
@@ -428,10 +418,163 @@ int sl_ops__jpeg_decode_box(sl_decoder *d, const uint8_t *data, size_t size, sl_
         rx1 = rx0 + 1;
     if (ry1 <= ry0)
         ry1 = ry0 + 1;
-    JDIMENSION xoff = (JDIMENSION)rx0, cw = (JDIMENSION)(rx1 - rx0);
+    r[0] = rx0, r[1] = ry0, r[2] = rx1, r[3] = ry1;
+}
+
+/* Read the next `rows` rows of the started image into `reg` (w pixels of
+ * `color` per row); `row` and `tmp` are scratch for w*4 and w*3 bytes when
+ * the file's channels `jc` differ. Returns the rows read. */
+static int read_rows(j_decompress_ptr ci, int jc, sl_color color, uint8_t *reg, size_t w,
+                     int rows, uint8_t *row, uint8_t *tmp) {
+    int y = 0;
+    if (jc == (int)color) {
+        /* several rows per call: fewer trips through libjpeg's controllers */
+        while (y < rows) {
+            JSAMPROW r[8];
+            int k = rows - y < 8 ? rows - y : 8;
+            for (int i = 0; i < k; i++)
+                r[i] = reg + (size_t)(y + i) * w * color;
+            JDIMENSION got = jpeg_read_scanlines(ci, r, (JDIMENSION)k);
+            if (got == 0)
+                break;
+            y += (int)got;
+        }
+    } else {
+        for (; y < rows; y++) {
+            JSAMPROW r = row;
+            if (jpeg_read_scanlines(ci, &r, 1) != 1)
+                break;
+            convert_row(r, jc, reg + (size_t)y * w * color, color, w, tmp);
+        }
+    }
+    return y;
+}
+
+/* Resample from a decoded region: `reg` (rows x w) holds the pixels of the
+ * scale-s/8 image from (ox, oy); `r` is the region the filter may read.
+ * The resampler is handed the region from r's corner whatever the decode
+ * path aligned it to, so its (float) box arithmetic, and so its pixels, are
+ * the same on every path, and equal crop-then-resize's when r is the box. */
+static int resample_region(const uint8_t *reg, int w, int ox, int oy, const int r[4], int s,
+                           sl_color color, const double box[4], int out_h, int out_w,
+                           sl_interp interp, uint8_t *out) {
+    const double f = s / 8.0;
+    size_t stride = (size_t)w * color;
+    const uint8_t *src = reg + (size_t)(r[1] - oy) * stride + (size_t)(r[0] - ox) * color;
+    int rw = r[2] - r[0], rh = r[3] - r[1];
+    double rbox[4] = {box[0] * f - r[0], box[1] * f - r[1], box[2] * f - r[0], box[3] * f - r[1]};
+    int rlim[4] = {0, 0, rw, rh};
+    if (rbox[0] < 0)
+        rbox[0] = 0;
+    if (rbox[1] < 0)
+        rbox[1] = 0;
+    if (rbox[2] > rw)
+        rbox[2] = rw;
+    if (rbox[3] > rh)
+        rbox[3] = rh;
+    return sl_ops__resample(src, rh, rw, stride, (int)color, rbox, rlim, out_h, out_w, interp,
+                            out, (size_t)out_w * color);
+}
+
+/* The region through a synthetic JPEG of the intervals that cover it
+ * (jpeg_restart.c). Returns SL_OK, an error that the ordinary path would
+ * give too (SL_ELIMIT, SL_ENOMEM), or 1: decode the file the ordinary way.
+ * Every libjpeg warning on the synthetic stream counts as a failure: the
+ * ordinary path then decodes the file under the caller's warnings policy,
+ * so damaged data gets the same answer, pixels or error, either way. */
+static int decode_box_synth(sl_decoder *d, const sl_jpeg_layout *L, sl_color color,
+                            const double box[4], const int lim[4], int out_h, int out_w,
+                            sl_interp interp, uint8_t *out) {
+    SL_TRY(sl_ops__check_dims(d, (uint64_t)L->width, (uint64_t)L->height));
+    int s = pick_scale(box, out_h, out_w);
+    int r[4];
+    pick_region(box, lim, out_h, out_w, s, (L->width * s + 7) / 8, (L->height * s + 7) / 8, r);
+    sl_jpeg_synth sy;
+    int rc = sl_ops__jpeg_synth(d, L, s, r, &sy);
+    if (rc != SL_OK)
+        return rc;
+    SL_TRY(jpeg_begin(d));
+    j_decompress_ptr ci = &d->cinfo;
+    if (setjmp(d->jerr.jb)) {
+        jpeg_abort_decompress(ci);
+        return 1;
+    }
+    d->jerr.msg[0] = '\0';
+    d->jerr.max_scans = d->max_scans;
+    d->jerr.warnings = SL_WARNINGS_STRICT;
+    jpeg_mem_src(ci, sy.data, (unsigned long)sy.size);
+    (void)jpeg_read_header(ci, TRUE);
+    int jc = set_out_space(ci);
+    ci->scale_num = (unsigned)s;
+    ci->scale_denom = 8;
+    (void)jpeg_start_decompress(ci);
+    int w = (int)ci->output_width, rows = r[3] - sy.oy;
+    if (sy.ox > r[0] || sy.oy > r[1] || sy.ox + w < r[2] || (int)ci->output_height < rows) {
+        jpeg_abort_decompress(ci);
+        return 1;
+    }
+    size_t region = (size_t)w * (size_t)rows * (size_t)color;
+    rc = sl_ops__dec_scratch(d, region + (size_t)w * 7 + 64);
+    if (rc < 0) {
+        jpeg_abort_decompress(ci);
+        return rc;
+    }
+    uint8_t *reg = d->scratch, *row = reg + region, *tmp = row + (size_t)w * 4;
+    /* The rows above the region (at most one MCU row and the context row)
+     * are read too: skipping them would save little, and reading keeps the
+     * upsampler's context the same as in a whole decode. */
+    int got = read_rows(ci, jc, color, reg, (size_t)w, rows, row, tmp);
+    jpeg_abort_decompress(ci);
+    if (got != rows)
+        return 1;
+    d->synth_used++;
+    return resample_region(reg, w, sy.ox, sy.oy, r, s, color, box, out_h, out_w, interp, out);
+}
+
+int sl_ops__jpeg_decode_box(sl_decoder *d, const uint8_t *data, size_t size, sl_color color,
+                            const double box[4], const int lim[4], int out_h, int out_w,
+                            sl_interp interp, uint8_t *out) {
+    /* A file with an interval table decodes only the intervals the region
+     * needs, unless it is to be turned (that path decodes whole). */
+    sl_jpeg_layout L;
+    if (sl_ops__jpeg_layout(data, size, &L) && L.usable &&
+        (!d->exif_orientation || !L.exif || sl_ops__exif_orientation(L.exif, L.exif_len) == 1)) {
+        int rc = decode_box_synth(d, &L, color, box, lim, out_h, out_w, interp, out);
+        if (rc <= 0)
+            return rc;
+        d->synth_fallbacks++;
+    }
+    const int s = pick_scale(box, out_h, out_w);
+    SL_TRY(jpeg_begin(d));
+    j_decompress_ptr ci = &d->cinfo;
+    int kind = setjmp(d->jerr.jb);
+    if (kind)
+        return jpeg_failure(d, kind);
+    int turn = start(d, data, size);
+    int rc = sl_ops__check_dims(d, ci->image_width, ci->image_height);
+    if (rc < 0) {
+        jpeg_abort_decompress(ci);
+        return rc;
+    }
+    int jc = set_out_space(ci);
+    if (turn != 1)
+        return decode_box_turned(d, jc, turn, color, box, lim, out_h, out_w, interp, out);
+    ci->scale_num = (unsigned)s;
+    ci->scale_denom = 8;
+    (void)jpeg_start_decompress(ci);
+    int full_w = (int)ci->output_width, full_h = (int)ci->output_height;
+    int r[4];
+    pick_region(box, lim, out_h, out_w, s, full_w, full_h, r);
+    /* jpeg_crop_scanline widens the columns to iMCU boundaries, and its
+     * upsampler treats the widened edges as image edges: with subsampled
+     * chroma, a region column at such an edge would be interpolated from
+     * one chroma sample instead of two and differ from a whole decode. One
+     * more column on each side moves those edges off the region. */
+    int cx0 = r[0] > 0 ? r[0] - 1 : 0, cx1 = r[2] < full_w ? r[2] + 1 : full_w;
+    JDIMENSION xoff = (JDIMENSION)cx0, cw = (JDIMENSION)(cx1 - cx0);
     if (cw < ci->output_width)
         jpeg_crop_scanline(ci, &xoff, &cw);
-    int rows = ry1 - ry0;
+    int rows = r[3] - r[1];
     size_t w = cw;
     size_t region = w * (size_t)rows * (size_t)color;
     rc = sl_ops__dec_scratch(d, region + w * 4 + w * 3 + 64);
@@ -440,45 +583,13 @@ int sl_ops__jpeg_decode_box(sl_decoder *d, const uint8_t *data, size_t size, sl_
         return rc;
     }
     uint8_t *reg = d->scratch, *row = d->scratch + region, *tmp = row + w * 4;
-    if (ry0 > 0)
-        (void)jpeg_skip_scanlines(ci, (JDIMENSION)ry0);
-    if (jc == (int)color) {
-        /* several rows per call: fewer trips through libjpeg's controllers */
-        for (int y = 0; y < rows;) {
-            JSAMPROW r[8];
-            int k = rows - y < 8 ? rows - y : 8;
-            for (int i = 0; i < k; i++)
-                r[i] = reg + (size_t)(y + i) * w * color;
-            JDIMENSION got = jpeg_read_scanlines(ci, r, (JDIMENSION)k);
-            if (got == 0) {
-                jpeg_abort_decompress(ci);
-                return sl__error(SL_EDECODE, "decode: JPEG ended before row %d", ry0 + y);
-            }
-            y += (int)got;
-        }
-    } else {
-        for (int y = 0; y < rows; y++) {
-            uint8_t *o = reg + (size_t)y * w * color;
-            JSAMPROW r = row;
-            if (jpeg_read_scanlines(ci, &r, 1) != 1) {
-                jpeg_abort_decompress(ci);
-                return sl__error(SL_EDECODE, "decode: JPEG ended before row %d", ry0 + y);
-            }
-            convert_row(r, jc, o, color, w, tmp);
-        }
-    }
+    if (r[1] > 0)
+        (void)jpeg_skip_scanlines(ci, (JDIMENSION)r[1]);
+    int got = read_rows(ci, jc, color, reg, w, rows, row, tmp);
     /* The rows below the region are never decoded. */
     jpeg_abort_decompress(ci);
-    double rbox[4] = {box[0] * f - xoff, box[1] * f - ry0, box[2] * f - xoff, box[3] * f - ry0};
-    int rlim[4] = {rx0 - (int)xoff, 0, rx1 - (int)xoff, rows};
-    if (rbox[0] < rlim[0])
-        rbox[0] = rlim[0];
-    if (rbox[1] < 0)
-        rbox[1] = 0;
-    if (rbox[2] > rlim[2])
-        rbox[2] = rlim[2];
-    if (rbox[3] > rlim[3])
-        rbox[3] = rlim[3];
-    return sl_ops__resample(reg, rows, (int)w, w * color, (int)color, rbox, rlim, out_h, out_w,
-                            interp, out, (size_t)out_w * color);
+    if (got != rows)
+        return sl__error(SL_EDECODE, "decode: JPEG ended before row %d", r[1] + got);
+    return resample_region(reg, (int)w, (int)xoff, r[1], r, s, color, box, out_h, out_w, interp,
+                           out);
 }

@@ -98,6 +98,8 @@ static int pack_options(const sl_pack_options *opts, const char *dst, sl_pack_op
      * only the fields its version has, the rest keep their defaults. */
     if (opts && opts->version == 1)
         memcpy(o, opts, offsetof(sl_pack_options, check));
+    else if (opts && opts->version == 2)
+        memcpy(o, opts, offsetof(sl_pack_options, jpeg_restart));
     else if (opts && opts->version == SL_PACK_OPTIONS_VERSION)
         *o = *opts;
     else if (opts)
@@ -108,6 +110,10 @@ static int pack_options(const sl_pack_options *opts, const char *dst, sl_pack_op
     o->version = SL_PACK_OPTIONS_VERSION;
     if (o->check != SL_PACK_CHECK_HEADER && o->check != SL_PACK_CHECK_DECODE)
         return sl__error(SL_EINVAL, "sl_pack: check is %d (0 = header, 1 = decode)", o->check);
+    if (o->jpeg_restart != SL_JPEG_RESTART_OFF && o->jpeg_restart != SL_JPEG_RESTART_AUTO &&
+        o->jpeg_restart != SL_JPEG_RESTART_ROWS)
+        return sl__error(SL_EINVAL, "sl_pack: jpeg_restart is %d (0 = off, 1 = auto, 2 = rows)",
+                         o->jpeg_restart);
     if (!dst || !*dst)
         return sl__error(SL_EINVAL, "sl_pack: no output path");
     if (o->jobs < 0)
@@ -194,13 +200,27 @@ int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts
     SL_CHECK(sl_source__cursor_open(src, NULL, NULL, &cur));
     chk_init = 1;
     SL_CHECK(sl_source__checker_init(&chk, opts->check));
+    chk.restart = opts->jpeg_restart;
     for (uint64_t i = 0; i < src->count; i++) {
         char where[512];
         rc = sl_source__read(src, cur, i, &smp);
         for (int c = 0; rc == SL_OK && c < src->ncols; c++) {
-            if (!src->col[c].image)
+            /* Columns known to hold image files are checked; any column that
+             * may hold encoded images (a .slr's bytes too, so that a repack
+             * can add restart intervals) is re-encoded where it is a JPEG. */
+            if (!src->col[c].image && !src->col[c].encoded)
                 continue;
-            rc = sl_source__check_image(&chk, smp.col[c].data, smp.col[c].nbytes);
+            if (src->col[c].image)
+                rc = sl_source__check_image(&chk, smp.col[c].data, smp.col[c].nbytes);
+            sl_tensor enc;
+            int changed = 0;
+            if (rc == SL_OK)
+                rc = sl_source__reencode(&chk, smp.col[c].data, smp.col[c].nbytes, &enc, &changed);
+            if (changed) {
+                /* the sample owns its columns: the new bytes replace the old */
+                sl_tensor_release(&smp.col[c]);
+                smp.col[c] = enc;
+            }
             if (rc < 0) {
                 sl_source__locate(src, i, where, sizeof where);
                 sl__error_prefix(rc, "%s: column '%s'", where, src->col[c].name);

@@ -30,6 +30,7 @@ int sl_source__sniff_path(const char *path, sl_source__sniff_kind *kind_out);
  * call ops) and, for a full decode, a pixel buffer reused across files. */
 typedef struct {
     int mode;          /* sl_pack_check */
+    int restart;       /* sl_jpeg_restart: re-encode JPEGs (sl_source__reencode) */
     sl_decoder *dec;
     uint8_t *pix;
     size_t cap;
@@ -46,6 +47,13 @@ void sl_source__checker_dispose(sl_source__checker *c);
  * SL_EDECODE / SL_ELIMIT / SL_EUNSUPPORTED / SL_ENOMEM with a message giving
  * the cause (not the path: the caller prefixes it). */
 int sl_source__check_image(sl_source__checker *c, const uint8_t *data, size_t n);
+
+/* The bytes to store for a checked image under c->restart: a JPEG
+ * re-encoded with an interval table (sl_jpeg_add_restarts) goes into `out`
+ * (a new tensor the caller releases) and *changed_out is 1; anything else
+ * is stored as it was (*changed_out 0, `out` untouched). */
+int sl_source__reencode(sl_source__checker *c, const uint8_t *data, size_t n, sl_tensor *out,
+                        int *changed_out);
 
 /* Record what a skipped input was in the report (first few only). */
 void sl_source__report_bad(sl_pack_report *rep, const char *line);

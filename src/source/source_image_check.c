@@ -114,3 +114,12 @@ int sl_source__check_image(sl_source__checker *c, const uint8_t *p, size_t n) {
         return check_png_ihdr(p, n);
     return SL_OK;
 }
+
+int sl_source__reencode(sl_source__checker *c, const uint8_t *p, size_t n, sl_tensor *out,
+                        int *changed_out) {
+    *changed_out = 0;
+    if (c->restart == SL_JPEG_RESTART_OFF)
+        return SL_OK;
+    memset(out, 0, sizeof *out);
+    return sl_jpeg_add_restarts(p, n, (sl_jpeg_restart)c->restart, out, changed_out);
+}

@@ -354,6 +354,7 @@ typedef struct {
     size_t n;
     size_t window;
     int check;      /* sl_pack_check */
+    int restart;    /* sl_jpeg_restart */
     slot *slots;
     pthread_mutex_t mu;
     pthread_cond_t ready_cv; /* a slot became ready (the writer waits) */
@@ -402,6 +403,26 @@ static int load_file(const char *root, const entry *e, sl_source__checker *chk, 
         sl__error_prefix(rc, "%s", path);
         goto cleanup;
     }
+    sl_tensor enc;
+    int changed;
+    rc = sl_source__reencode(chk, data, size, &enc, &changed);
+    if (rc < 0) {
+        sl__error_prefix(rc, "%s", path);
+        goto cleanup;
+    }
+    if (changed) {
+        /* the slot owns plain sl__malloc memory: copy out of the tensor */
+        uint8_t *re = sl__malloc(enc.nbytes);
+        if (!re) {
+            sl_tensor_release(&enc);
+            SL_FAIL(SL_ENOMEM, "%s: out of memory re-encoding", path);
+        }
+        memcpy(re, enc.data, enc.nbytes);
+        size = enc.nbytes;
+        sl_tensor_release(&enc);
+        sl__free(data);
+        data = re;
+    }
     *data_out = data;
     *n_out = size;
     data = NULL;
@@ -417,6 +438,7 @@ static void *reader_main(void *arg) {
     /* One checker per thread: a decoder is used by one thread at a time. */
     sl_source__checker chk;
     int chk_rc = sl_source__checker_init(&chk, job->check);
+    chk.restart = job->restart;
     char chk_msg[SL__ERRMSG_MAX] = "";
     if (chk_rc < 0)
         snprintf(chk_msg, sizeof chk_msg, "%s", sl_errmsg());
@@ -495,6 +517,7 @@ int sl_source__pack_imagefolder(const char *root_in, const char *dst,
     job.n = ents.n;
     job.window = (size_t)jobs * 4;
     job.check = opts->check;
+    job.restart = opts->jpeg_restart;
     if (jobs > 1) {
         job.slots = sl__calloc(job.window, sizeof *job.slots);
         threads = sl__calloc((size_t)jobs, sizeof *threads);
@@ -511,6 +534,7 @@ int sl_source__pack_imagefolder(const char *root_in, const char *dst,
             SL_FAIL(SL_EIO, "%s: cannot start reader threads", root);
     } else {
         SL_CHECK(sl_source__checker_init(&chk, opts->check));
+        chk.restart = opts->jpeg_restart;
     }
 
     for (size_t i = 0; i < ents.n; i++) {

@@ -61,6 +61,9 @@ class Ops:
                                               C.POINTER(Tensor)]
         lib.sl_image_resize.argtypes = [C.POINTER(Tensor), C.c_int, C.c_int, C.c_int,
                                         C.POINTER(Tensor)]
+        if hasattr(lib, "sl_jpeg_add_restarts"):
+            lib.sl_jpeg_add_restarts.argtypes = [C.c_char_p, C.c_size_t, C.c_int,
+                                                 C.POINTER(Tensor), C.POINTER(C.c_int)]
         lib.sl_image_resize_box.argtypes = [C.POINTER(Tensor), C.POINTER(C.c_double), C.c_int,
                                             C.c_int, C.c_int, C.POINTER(Tensor)]
         lib.sl_image_crop.argtypes = [C.POINTER(Tensor), C.POINTER(Box), C.POINTER(Tensor)]
@@ -119,6 +122,16 @@ class Ops:
         t, out = self._view(out)
         self._check(self.lib.sl_decode(self.dec, data, len(data), color, C.byref(t)))
         return out
+
+    def add_restarts(self, data, mode=1):
+        """sl_jpeg_add_restarts (mode 1 auto, 2 rows): the re-encoded bytes,
+        or None when the file is left as it was."""
+        out = np.empty(2 * len(data) + 200000, np.uint8)
+        t, out = self._view(out)
+        changed = C.c_int(0)
+        self._check(self.lib.sl_jpeg_add_restarts(data, len(data), mode, C.byref(t),
+                                                  C.byref(changed)))
+        return out[:t.nbytes].tobytes() if changed.value else None
 
     def decode_crop_resize(self, data, box, out_h, out_w, color=RGB, interp=BILINEAR):
         out = np.empty((out_h, out_w, color), np.uint8)

@@ -262,6 +262,34 @@ def test_fused_decode_crop_resize(ops, seed):
     assert diff.mean() <= 2.0 and diff.max() <= 48, "mean %.3f max %d" % (diff.mean(), diff.max())
 
 
+# ---- without DCT scaling (box < 2x the output) the fused path is exact:
+# equal to PIL decode -> crop -> resize, pixel for pixel, from the file as it
+# was and from its restart-interval re-encode (sl_jpeg_add_restarts)
+
+@pytest.mark.parametrize("seed", range(12))
+def test_fused_decode_crop_resize_exact(ops, seed):
+    import io
+    rng = np.random.default_rng(500 + seed)
+    w, h = int(rng.integers(60, 700)), int(rng.integers(60, 700))
+    img = Image.fromarray(R.natural_image(w, h, seed))
+    sub = [0, 1, 2][seed % 3]  # PIL subsampling: 4:4:4, 4:2:2, 4:2:0
+    data = R.jpeg_bytes(img, quality=90, progressive=bool(seed % 4 == 0), subsampling=sub)
+    full = Image.open(io.BytesIO(data)).convert("RGB")
+    re = ops.add_restarts(data)
+    if re is not None:
+        np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(re)).convert("RGB")),
+                                      np.asarray(full))
+    for _ in range(8):
+        cw, ch = int(rng.integers(1, w + 1)), int(rng.integers(1, h + 1))
+        x, y = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+        ow = int(rng.integers(max(1, cw // 2 + 1), 2 * cw + 1))
+        oh = int(rng.integers(max(1, ch // 2 + 1), 2 * ch + 1))
+        want = np.asarray(full.crop((x, y, x + cw, y + ch)).resize((ow, oh), Image.BILINEAR))
+        for d in (data, re) if re is not None else (data,):
+            got = ops.decode_crop_resize(d, (y, x, ch, cw), oh, ow)
+            np.testing.assert_array_equal(got, want)
+
+
 # ---- real photos, where the machine has some: Debian wallpaper packages
 # (/usr/share/backgrounds, /usr/share/wallpapers), the copies unpacked by
 # make_photos.py under data/photos/src, and its imagenet-like set.

@@ -90,3 +90,27 @@ def test_pack_progress_exception_propagates(tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         sluice.pack([ip, lp], str(tmp_path / "x.slr"), progress=boom)
+
+
+def test_pack_jpeg_restart_same_pixels_other_bytes(tmp_path):
+    PIL = pytest.importorskip("PIL.Image")
+    root = tmp_path / "folder"
+    (root / "a").mkdir(parents=True)
+    rng = np.random.default_rng(3)
+    for k in range(3):
+        arr = rng.integers(0, 256, (97 + 13 * k, 131 + 7 * k, 3), dtype=np.uint8)
+        PIL.fromarray(arr).save(root / "a" / f"{k}.jpg", quality=85, progressive=k == 1)
+    for mode in ("off", "auto", "rows"):
+        sluice.pack(str(root), str(tmp_path / f"{mode}.slr"), jpeg_restart=mode)
+        r = sluice.Reader(str(tmp_path / f"{mode}.slr"))
+        for i in range(3):
+            rec = r[i]
+            path = rec["path"]
+            src = (root / (path if isinstance(path, str) else bytes(path).decode())).read_bytes()
+            got = bytes(rec["image"])
+            assert (got == src) == (mode == "off")
+            assert (b"SLRST" in got) == (mode != "off")
+            np.testing.assert_array_equal(np.asarray(PIL.open(io.BytesIO(got)).convert("RGB")),
+                                          np.asarray(PIL.open(io.BytesIO(src)).convert("RGB")))
+    with pytest.raises(ValueError, match="jpeg_restart"):
+        sluice.pack(str(root), str(tmp_path / "x.slr"), jpeg_restart="yes")

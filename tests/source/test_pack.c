@@ -1266,11 +1266,110 @@ SL_TEST(source_pack__options_version_1) {
     ASSERT_OK(pack_dir(root, dst, (const sl_pack_options *)(const void *)&v1, &rep));
     ASSERT_U64_EQ(rep.records, 1);
     ASSERT_U64_EQ(rep.skipped, 1);
+    /* version 2 ends at `check`: jpeg_restart stays off */
+    struct {
+        unsigned version;
+        int jobs;
+        int skip_bad;
+        uint64_t shard_bytes;
+        void (*progress)(uint64_t, uint64_t, uint64_t, void *);
+        void *user;
+        int check;
+    } v2 = {2, 1, 1, 0, NULL, NULL, SL_PACK_CHECK_DECODE};
+    ASSERT_EQ((size_t)((char *)&v2.check - (char *)&v2) + sizeof v2.check,
+              offsetof(sl_pack_options, jpeg_restart));
+    ASSERT_OK(pack_dir(root, dst, (const sl_pack_options *)(const void *)&v2, &rep));
+    ASSERT_U64_EQ(rep.records, 1);
     sl_pack_options o = SL_PACK_OPTIONS_INIT;
-    o.version = 3;
+    o.version = 4;
     ASSERT_RC(pack_dir(root, dst, &o, NULL), SL_EUNSUPPORTED);
     o.version = SL_PACK_OPTIONS_VERSION;
     o.check = 7;
     ASSERT_RC(pack_dir(root, dst, &o, NULL), SL_EINVAL);
     ASSERT_CONTAINS(sl_errmsg(), "check");
+    o.check = SL_PACK_CHECK_HEADER;
+    o.jpeg_restart = 3;
+    ASSERT_RC(pack_dir(root, dst, &o, NULL), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "jpeg_restart");
+}
+
+/* Whether `n` bytes hold an APP15 SLRST interval table. */
+static int has_interval_table(const uint8_t *p, size_t n) {
+    for (size_t i = 0; i + 10 <= n; i++)
+        if (p[i] == 0xff && p[i + 1] == 0xef && !memcmp(p + i + 4, "SLRST", 5))
+            return 1;
+    return 0;
+}
+
+/* Packed with jpeg_restart: every JPEG stored with an interval table, the
+ * same pixels as its source file, the same bytes for any number of jobs;
+ * repacking the .slr (the any-source packer) keeps pixels and tables. */
+SL_TEST(source_pack__jpeg_restart_same_pixels) {
+    char root[4096], d1[4096], d2[4096], d3[4096];
+    tpath(root, "root");
+    tpath(d1, "r1.slr");
+    tpath(d2, "r2.slr");
+    tpath(d3, "r3.slr");
+    make_folder(2, 6);
+    for (int i = 0; i < 4; i++) {
+        char rel[256], p[4096];
+        snprintf(rel, sizeof rel, "root/class01/big%d.jpg", i);
+        unsigned long n;
+        uint8_t *j = make_jpeg(120 + 37 * i, 90 + 13 * i, i, &n);
+        tpath(p, rel);
+        write_file(p, j, n);
+        tjFree(j);
+    }
+    sl_pack_options o = SL_PACK_OPTIONS_INIT;
+    o.jpeg_restart = SL_JPEG_RESTART_AUTO;
+    o.jobs = 1;
+    sl_pack_report rep;
+    ASSERT_OK(pack_dir(root, d1, &o, &rep));
+    ASSERT_U64_EQ(rep.records, 16);
+    o.jobs = 2;
+    ASSERT_OK(pack_dir(root, d2, &o, NULL));
+    size_t n1, n2;
+    uint8_t *b1 = read_file(d1, &n1), *b2 = read_file(d2, &n2);
+    ASSERT_EQ(n1, n2);
+    ASSERT_EQ(memcmp(b1, b2, n1), 0);
+    free(b1);
+    free(b2);
+    const char *srcs[1] = {d1};
+    o.jpeg_restart = SL_JPEG_RESTART_ROWS;
+    ASSERT_OK(sl_pack(srcs, 1, d3, &o, NULL));
+    sl_decoder *dec;
+    ASSERT_OK(sl_decoder_create(&dec));
+    for (int pass = 0; pass < 2; pass++) {
+        sl_reader *r;
+        ASSERT_OK(sl_reader_open(&r, pass ? d3 : d1, 0));
+        sl_record *rec;
+        ASSERT_OK(sl_record_create(&rec));
+        int tables = 0;
+        for (uint64_t i = 0; i < sl_reader_count(r); i++) {
+            ASSERT_OK(sl_reader_read(r, i, rec));
+            const sl_tensor *img = sl_record_column(rec, 0), *path = sl_record_column(rec, 2);
+            char full[8300], rel[256];
+            ASSERT(path->nbytes < sizeof rel);
+            memcpy(rel, path->data, path->nbytes);
+            rel[path->nbytes] = 0;
+            snprintf(full, sizeof full, "%s/%s", root, rel);
+            size_t fn;
+            uint8_t *fd = read_file(full, &fn);
+            tables += has_interval_table(img->data, img->nbytes);
+            ASSERT(!has_interval_table(fd, fn));
+            sl_tensor a = {0}, b = {0};
+            ASSERT_OK(sl_decode(dec, img->data, img->nbytes, SL_COLOR_RGB, &a));
+            ASSERT_OK(sl_decode(dec, fd, fn, SL_COLOR_RGB, &b));
+            ASSERT_EQ(a.nbytes, b.nbytes);
+            if (memcmp(a.data, b.data, a.nbytes))
+                sl_test_fail(__FILE__, __LINE__, "%s: pixels differ after packing", full);
+            sl_tensor_release(&a);
+            sl_tensor_release(&b);
+            free(fd);
+        }
+        ASSERT(tables >= 4); /* the big ones at least */
+        sl_record_free(rec);
+        sl_reader_free(r);
+    }
+    sl_decoder_free(dec);
 }
