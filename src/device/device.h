@@ -115,6 +115,8 @@ int sl_dev__slot_wait(sl_dev_slot *s, void *stream);
 /* The consumer stream of the ring (NULL: the default stream). */
 void sl_dev__ring_set_stream(sl_dev_ring *r, void *stream);
 sl_dev_backend *sl_dev__ring_backend(sl_dev_ring *r);
+/* The ring's copy stream (tests: hold it with sl_dev__host_stream_call). */
+void *sl_dev__ring_copy_stream(sl_dev_ring *r);
 /* Slots created so far (tests). */
 int sl_dev__ring_slots(sl_dev_ring *r);
 

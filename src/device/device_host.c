@@ -10,7 +10,12 @@
  *  - an event is (stream, seq): recorded, it holds the stream's `submitted`
  *    at that moment; it has passed when the stream's `done` reaches seq;
  *  - stream_wait queues a work item that blocks the stream's thread until
- *    the event has passed, as cudaStreamWaitEvent blocks the GPU stream.
+ *    the event has passed, as cudaStreamWaitEvent blocks the GPU stream;
+ *  - the NULL (default) stream is the calling thread: work on it runs at
+ *    once, waiting on an event blocks the caller, and an event recorded on
+ *    it has passed. A CPU consumer reads a batch as soon as next() returns,
+ *    so its "stream" is itself; tests make real consumer streams with
+ *    stream_create.
  *
  * Invariant: a stream's thread never holds its own mutex while running work,
  * and waits on another stream only through that stream's mutex and cv, so
@@ -55,11 +60,6 @@ typedef struct host_event {
     uint64_t seq;
 } host_event;
 
-typedef struct host_backend {
-    sl_dev_backend b;
-    pthread_mutex_t mu;           /* guards def */
-    host_stream *def;             /* the default stream, made on first use */
-} host_backend;
 
 static void stream_wait_seq(host_stream *s, uint64_t seq) {
     pthread_mutex_lock(&s->mu);
@@ -153,27 +153,11 @@ static void h_stream_destroy(sl_dev_backend *b, void *stream) {
     sl__free(s);
 }
 
-static int resolve(sl_dev_backend *b, void *stream, host_stream **out) {
-    if (stream) {
-        *out = stream;
-        return SL_OK;
-    }
-    host_backend *h = (host_backend *)b;
-    pthread_mutex_lock(&h->mu);
-    int rc = SL_OK;
-    if (!h->def) {
-        void *s = NULL;
-        rc = h_stream_create(b, &s);
-        h->def = s;
-    }
-    *out = h->def;
-    pthread_mutex_unlock(&h->mu);
-    return rc;
-}
-
 static int h_stream_sync(sl_dev_backend *b, void *stream) {
-    host_stream *s;
-    SL_TRY(resolve(b, stream, &s));
+    (void)b;
+    host_stream *s = stream;
+    if (!s)
+        return SL_OK;
     pthread_mutex_lock(&s->mu);
     uint64_t seq = s->submitted;
     pthread_mutex_unlock(&s->mu);
@@ -182,15 +166,23 @@ static int h_stream_sync(sl_dev_backend *b, void *stream) {
 }
 
 static int h_copy(sl_dev_backend *b, void *dst, const void *src, size_t n, void *stream) {
-    host_stream *s;
-    SL_TRY(resolve(b, stream, &s));
+    (void)b;
+    host_stream *s = stream;
+    if (!s) {
+        memcpy(dst, src, n);
+        return SL_OK;
+    }
     work w = {.kind = W_COPY, .dst = dst, .src = src, .n = n};
     return push(s, &w);
 }
 
 static int h_normalize(sl_dev_backend *b, const sl_dev_norm *a, void *stream) {
-    host_stream *s;
-    SL_TRY(resolve(b, stream, &s));
+    (void)b;
+    host_stream *s = stream;
+    if (!s) {
+        sl_dev__normalize_host(a);
+        return SL_OK;
+    }
     work w = {.kind = W_NORM, .norm = *a};
     return push(s, &w);
 }
@@ -215,12 +207,15 @@ static void h_event_destroy(sl_dev_backend *b, void *event) {
 }
 
 static int h_event_record(sl_dev_backend *b, void *event, void *stream) {
+    (void)b;
     host_event *e = event;
-    host_stream *s;
-    SL_TRY(resolve(b, stream, &s));
-    pthread_mutex_lock(&s->mu);
-    uint64_t seq = s->submitted;
-    pthread_mutex_unlock(&s->mu);
+    host_stream *s = stream;
+    uint64_t seq = 0;
+    if (s) {
+        pthread_mutex_lock(&s->mu);
+        seq = s->submitted;
+        pthread_mutex_unlock(&s->mu);
+    }
     pthread_mutex_lock(&e->mu);
     e->s = s;
     e->seq = seq;
@@ -259,9 +254,10 @@ static int h_event_sync(sl_dev_backend *b, void *event) {
 }
 
 static int h_stream_wait(sl_dev_backend *b, void *stream, void *event) {
-    host_stream *s, *es;
+    host_stream *s = stream, *es;
     uint64_t seq;
-    SL_TRY(resolve(b, stream, &s));
+    if (!s)
+        return h_event_sync(b, event);
     event_point(event, &es, &seq);
     if (!es || es == s)
         return SL_OK; /* nothing recorded, or already in this stream's order */
@@ -280,26 +276,23 @@ static void h_host_free(sl_dev_backend *b, void *ptr) {
     sl__free(ptr);
 }
 
-static void h_destroy(sl_dev_backend *b) {
-    host_backend *h = (host_backend *)b;
-    h_stream_destroy(b, h->def);
-    pthread_mutex_destroy(&h->mu);
-    sl__free(h);
-}
+static void h_destroy(sl_dev_backend *b) { sl__free(b); }
 
 int sl_dev__host_stream_call(sl_dev_backend *b, void *stream, void (*fn)(void *), void *arg) {
-    host_stream *s;
-    SL_TRY(resolve(b, stream, &s));
+    (void)b;
+    host_stream *s = stream;
+    if (!s) {
+        fn(arg);
+        return SL_OK;
+    }
     work w = {.kind = W_CALL, .fn = fn, .arg = arg};
     return push(s, &w);
 }
 
 int sl_dev__host_open(sl_dev_backend **out) {
-    host_backend *h = sl__calloc(1, sizeof *h);
-    if (!h)
+    sl_dev_backend *b = sl__calloc(1, sizeof *b);
+    if (!b)
         return sl__oom("opening the host device");
-    pthread_mutex_init(&h->mu, NULL);
-    sl_dev_backend *b = &h->b;
     b->name = "host";
     b->device = SL_DEVICE_CPU;
     b->id = 0;

@@ -126,6 +126,7 @@ void sl_dev__ring_close(sl_dev_ring *r) {
 }
 
 sl_dev_backend *sl_dev__ring_backend(sl_dev_ring *r) { return r->be; }
+void *sl_dev__ring_copy_stream(sl_dev_ring *r) { return r->copy_stream; }
 
 void sl_dev__ring_set_stream(sl_dev_ring *r, void *stream) {
     pthread_mutex_lock(&r->mu);
