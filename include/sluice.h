@@ -1196,6 +1196,11 @@ typedef struct sl_pipeline_stats {
     int32_t cpu_budget;        /**< cores the pipeline may use: affinity, cgroup quota or
                                     SLUICE_CPUS (see "Autotune" in docs/PIPELINE.md). Since 0.2 */
     double cpu_busy;           /**< process CPU time / (wall * cpu_budget), 0..1. Since 0.2 */
+    uint64_t h2d_bytes;        /**< bytes copied host to device (0 without a device). Since 0.2 */
+    double h2d_bytes_per_s;    /**< h2d_bytes / wall_s. Since 0.2 */
+    double device_wait_s;      /**< time the consumer was blocked in next() until a device
+                                    slot's release and copy events passed (the ring was
+                                    full). Since 0.2 */
 } sl_pipeline_stats;
 
 /** Fill `out` with the current counters. Any thread. Since 0.1 */
@@ -1212,6 +1217,52 @@ SL_API int sl_pipeline_trace_enable(sl_pipeline *p, size_t max_events);
  *  open in ui.perfetto.dev), snprintf-style. Consumer thread.
  *  @return SL_OK, SL_EINVAL (not enabled), SL_ENOMEM. Since 0.1 */
 SL_API int sl_pipeline_trace_json(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out);
+
+/* ==========================================================================
+ * Device
+ * ========================================================================== */
+
+/*
+ * With a device set on the spec (sl_spec_set_device, or the spec key
+ * "device"), sl_pipeline_next returns batches whose stacked columns live in
+ * device memory: each batch is staged in pinned host memory and copied
+ * asynchronously on a copy stream; the consumer's stream is made to wait for
+ * the copy (so next() does not block on it), and a batch's device memory is
+ * reused only after the consumer's stream has passed the point where the
+ * batch was released. CUDA is loaded at run time (libcudart, and
+ * libsluice_cuda_kernels.so for normalize_on_device): a build without the
+ * CUDA toolkit serves machines with GPUs as long as the runtime is
+ * installed there, and asking for a device that is absent fails with
+ * SL_EUNSUPPORTED naming what is missing. See docs/DEVICE.md.
+ *
+ * Streams are passed as `void *`: a cudaStream_t for CUDA (NULL: the legacy
+ * default stream).
+ */
+
+/** Deliver batches on a device: SL_DEVICE_CUDA (device `id`), SL_DEVICE_CPU
+ *  (the host backend: the same ring and events run by threads, tensors in
+ *  CPU memory; for testing without a GPU), or 0 (none, the default). With
+ *  `normalize_on_device`, the spec's last normalize op (which only batch,
+ *  prefetch, take, skip and repeat may follow) runs on the device: uint8 HWC
+ *  crops cross to the device and become float32/float16 there. Checked when
+ *  the pipeline is created (SL_EUNSUPPORTED when the device, its runtime or
+ *  the kernels are missing). @return SL_OK, SL_EINVAL. Since 0.2 */
+SL_API int sl_spec_set_device(sl_spec *spec, sl_device device, int id, int normalize_on_device);
+/** Whether `device` (SL_DEVICE_CUDA or SL_DEVICE_CPU) number `id` can be
+ *  used here. @return SL_OK, SL_EUNSUPPORTED (the message says what is
+ *  missing: "device \"cuda\": libcudart.so.13 not found ..."), SL_EINVAL.
+ *  Thread safety: any thread. Since 0.2 */
+SL_API int sl_device_available(sl_device device, int id);
+/** The consumer stream of a device pipeline (NULL: the default stream):
+ *  each batch's copy is waited for on it, and release points are recorded
+ *  on it. The stream must outlive the batches. @return SL_OK, SL_EINVAL (no
+ *  device). Consumer thread. Since 0.2 */
+SL_API int sl_pipeline_set_stream(sl_pipeline *p, void *stream);
+/** Make `stream` wait until the copy that filled `t` (a column of a device
+ *  batch) is done, and record the batch's release point on `stream` from
+ *  now on (DLPack's __dlpack__(stream=...)). @return SL_OK, SL_EINVAL (not a
+ *  device tensor), SL_EIO (the runtime failed). Any thread. Since 0.2 */
+SL_API int sl_tensor_stream_wait(const sl_tensor *t, void *stream);
 
 #ifdef __cplusplus
 }

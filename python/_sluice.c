@@ -149,7 +149,30 @@ static PyObject *py_set_log_level(PyObject *self, PyObject *arg) {
     return NULL;
 }
 
+static PyObject *py_device_available(PyObject *self, PyObject *args) {
+    const char *kind;
+    int id = 0;
+    if (!PyArg_ParseTuple(args, "s|i:device_available", &kind, &id))
+        return NULL;
+    sl_device d;
+    if (strcmp(kind, "cuda") == 0)
+        d = SL_DEVICE_CUDA;
+    else if (strcmp(kind, "host") == 0)
+        d = SL_DEVICE_CPU;
+    else
+        return PyErr_Format(PyExc_ValueError, "kind: expected 'cuda' or 'host', got '%s'", kind);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sl_device_available(d, id);
+    Py_END_ALLOW_THREADS
+    if (rc == SL_OK)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(sl_errmsg());
+}
+
 static PyMethodDef module_methods[] = {
+    {"device_available", py_device_available, METH_VARARGS,
+     "device_available(kind, id=0): None when the device can be used, else why not (a string)."},
     {"_raise", py_raise_status, METH_VARARGS, "Raise the sluice.Error subclass for a code."},
     {"set_log_level", py_set_log_level, METH_O,
      "set_log_level(level): engine log verbosity, one of 'error', 'warn', 'info', 'debug'."},

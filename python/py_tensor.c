@@ -86,6 +86,12 @@ static void tensor_dealloc(PySlTensor *self) {
 /* ---- buffer protocol ----------------------------------------------------- */
 
 static int tensor_getbuffer(PySlTensor *self, Py_buffer *view, int flags) {
+    if (self->t.device != SL_DEVICE_CPU && self->t.device != SL_DEVICE_CUDA_HOST) {
+        PyErr_Format(PyExc_BufferError, "tensor lives on device %d:%d (not host memory); use "
+                     "torch.from_dlpack", (int)self->t.device, (int)self->t.device_id);
+        view->obj = NULL;
+        return -1;
+    }
     view->buf = self->t.data;
     view->obj = Py_NewRef((PyObject *)self);
     view->len = (Py_ssize_t)self->t.nbytes;
@@ -143,7 +149,32 @@ static PyObject *tensor_dlpack(PySlTensor *self, PyObject *args, PyObject *kwarg
     PyObject *stream = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:__dlpack__", kwlist, &stream))
         return NULL;
-    /* CPU and pinned host memory need no stream synchronisation. */
+    /* CPU and pinned host memory need no stream synchronisation. A CUDA
+     * tensor of a device batch: the consumer's stream waits for the copy that
+     * filled it (DLPack: None is the legacy default stream, 1; -1 asks for no
+     * synchronisation; any other value is a cudaStream_t), and the batch's
+     * release point is recorded on that stream. */
+    if (self->t.device == SL_DEVICE_CUDA) {
+        long long s = 1;
+        if (stream != Py_None) {
+            s = PyLong_AsLongLong(stream);
+            if (s == -1 && PyErr_Occurred())
+                return NULL;
+            if (s == 0) {
+                PyErr_SetString(PyExc_ValueError, "__dlpack__: stream 0 is ambiguous for CUDA "
+                                                  "(use 1 for the legacy default stream)");
+                return NULL;
+            }
+        }
+        if (s != -1) {
+            int rc;
+            Py_BEGIN_ALLOW_THREADS
+            rc = sl_tensor_stream_wait(&self->t, (void *)(intptr_t)s);
+            Py_END_ALLOW_THREADS
+            if (rc < 0)
+                return py_sl_raise(rc);
+        }
+    }
     dl_ctx *c = calloc(1, sizeof *c);
     if (!c)
         return PyErr_NoMemory();

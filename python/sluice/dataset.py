@@ -465,10 +465,42 @@ class Dataset:
         after the pipeline is gone."""
         return _Loader(self, "numpy")
 
+    def device(self, kind="cuda", id=0, normalize_on_device=False):
+        """Deliver batches on a device (spec key ``"device"``): ``"cuda"``
+        (GPU ``id``) or ``"host"`` (the same staging ring run by threads,
+        batches in CPU memory; for testing without a GPU). Batches are
+        staged in pinned memory and copied on a side stream; with
+        ``normalize_on_device`` the last :meth:`normalize` runs on the device
+        and uint8 crops cross instead of floats. See docs/DEVICE.md."""
+        if kind not in ("cuda", "host"):
+            raise ValueError(f"kind: expected 'cuda' or 'host', got {kind!r}")
+        _check_int(id, "id", 0)
+        return self._with(device={"kind": kind, "id": id,
+                                  "normalize_on_device": bool(normalize_on_device)})
+
     def torch(self, device=None, non_blocking=False):
         """Iterate batches as dicts of torch tensors made with
-        ``torch.from_dlpack`` (no copy). With ``device``, each tensor is moved
-        there with ``.to(device, non_blocking=...)``."""
+        ``torch.from_dlpack`` (no copy).
+
+        With ``device`` (e.g. ``"cuda"`` or ``"cuda:1"``): when the Dataset
+        has no :meth:`device` yet and its engine has not started, the device
+        path is used if this machine has that CUDA device (pinned staging,
+        copies on a side stream, the current torch stream waits on each
+        batch's copy). Otherwise each tensor is moved with
+        ``.to(device, non_blocking=...)``, after a one-line warning saying
+        why the device path is not used (no warning for a non-CUDA device)."""
+        if device is not None and "device" not in self._spec and self._engine is None:
+            dev = str(device)
+            if dev == "cuda" or dev.startswith("cuda:"):
+                idx = int(dev.split(":", 1)[1]) if ":" in dev else 0
+                why = _sluice.device_available("cuda", idx)
+                if why is None:
+                    self._spec = dict(self._spec, device={"kind": "cuda", "id": idx,
+                                                          "normalize_on_device": False})
+                else:
+                    import warnings
+                    warnings.warn(f"sluice: device path not used ({why}); moving batches "
+                                  f"with .to({dev!r})", RuntimeWarning, stacklevel=2)
         return _Loader(self, "torch", device=device, non_blocking=non_blocking)
 
     def __iter__(self):
@@ -505,11 +537,14 @@ class _Loader:
         else:
             import torch
             nxt = engine.next
-            # Our tensors are always on the CPU, so torch.from_dlpack's device
-            # and stream checks have nothing to do: take the capsule straight
-            # to torch's converter when it is there (half the cost per column).
+            # Host tensors need none of torch.from_dlpack's device and stream
+            # checks: take the capsule straight to torch's converter when it is
+            # there (half the cost per column). CUDA tensors go through
+            # torch.from_dlpack, which passes the current stream to
+            # __dlpack__ (the stream then waits on the batch's copy).
+            on_cuda = (self._ds._spec.get("device") or {}).get("kind") == "cuda"
             raw = getattr(torch._C, "_from_dlpack", None)
-            if raw is not None:
+            if raw is not None and not on_cuda:
                 def from_dlpack(t):
                     return raw(t.__dlpack__())
             else:
@@ -521,7 +556,7 @@ class _Loader:
                     return [from_dlpack(x) for x in v]
                 return from_dlpack(v)
 
-            if device is None:
+            if device is None or on_cuda:
                 def convert(batch):
                     return {k: to_torch(v) for k, v in batch.items()}
             else:

@@ -85,6 +85,10 @@ int sl_buffer_wrap(sl_buffer **out, void *data, size_t size, void (*release)(voi
     return SL_OK;
 }
 
+void *sl_buffer__wrap_user(const sl_buffer *buf, void (*release)(void *user)) {
+    return buf->release == release ? buf->user : NULL;
+}
+
 sl_buffer *sl_buffer_retain(sl_buffer *buf) {
     if (buf)
         atomic_fetch_add_explicit(&buf->refs, 1, memory_order_relaxed);

@@ -52,6 +52,10 @@ bool sl__json_failed(void);
 struct cJSON;
 int sl__json_add(struct cJSON *obj, const char *key, struct cJSON *item);
 
+/* The `user` of a buffer made by sl_buffer_wrap with this `release`, else
+ * NULL: how a layer recognises its own wrapped buffers (the device ring). */
+void *sl_buffer__wrap_user(const sl_buffer *buf, void (*release)(void *user));
+
 /* Allocate `n` buffers into `pool`'s free list now, writing the first `touch`
  * bytes of each so that their pages are resident from the start. */
 int sl_pool__prefill(sl_pool *pool, size_t n, size_t touch);

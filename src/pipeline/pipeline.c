@@ -266,6 +266,7 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     p->ncpus = sl__ncpus();
     SL_CHECK(sl_spec__copy(&p->spec, spec));
     sl_colset cols;
+    SL_CHECK(sl_device__open(&p->dev, p->spec)); /* may take the normalize op out */
     SL_CHECK(open_source(p, &cols));
     SL_CHECK(sl_plan__build(&p->plan, p->spec, &cols));
     SL_CHECK(sl_plan__optimize(&p->plan, any_indexed(p->src)));
@@ -338,6 +339,7 @@ void sl_pipeline_free(sl_pipeline *p) {
         sl_queue__destroy(&p->stage[s].out);
     sl_pipeline__free_chunks(p);
     sl_pipeline__trace_free(p);
+    sl_device__close(p->dev);
     sl_plan__free(&p->plan);
     sl_pipeline__pools_free(p->pools);
     sl_source__release(p->src);
@@ -451,6 +453,12 @@ int sl_pipeline_next_timeout(sl_pipeline *p, sl_batch **out, int timeout_ms) {
             p->replay_skip--;
             sl_pipeline__batch_free(b);
             continue;
+        }
+        if (p->dev && (rc = sl_device__upload(p->dev, b, p->plan.out_depth)) < 0) {
+            char msg[SL__ERRMSG_MAX];
+            snprintf(msg, sizeof msg, "%s", sl_errmsg());
+            sl_pipeline__batch_free(b);
+            return fail(p, rc, msg);
         }
         p->cons_epoch = b->epoch;
         p->last.epoch = b->epoch;

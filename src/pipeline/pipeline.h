@@ -7,6 +7,7 @@
 
 #include "pipeline/op.h"
 #include "source/source.h"
+#include "device/device.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -65,6 +66,7 @@ struct sl_spec {
     int threads;                 /* 0: per-op "parallel" values */
     int source_parallel;         /* 0 default (1), -1 auto, > 0 */
     int chunk;                   /* samples per chunk; 0: adaptive */
+    sl_device_spec device;       /* "device": where batches are delivered */
     sl_spec_op *ops;
     int nops, cap;
 };
@@ -321,6 +323,7 @@ struct sl_pipeline {
     uint64_t cpu_t0_ns;           /* process CPU time at t_start */
     int ncpus;                    /* the CPU budget (sl__ncpus) */
     struct sl_pipeline__trace *trace; /* NULL unless sl_pipeline_trace_enable */
+    sl_device_state *dev;         /* NULL: batches stay in host memory */
 };
 
 /* exec.c */

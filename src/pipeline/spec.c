@@ -375,9 +375,11 @@ int sl_spec_from_json(sl_spec **out, const char *json) {
             if (!cJSON_IsBool(it))
                 SL_FAIL(SL_EINVAL, "deterministic: must be true or false");
             s->deterministic = cJSON_IsTrue(it);
+        } else if (!strcmp(k, "device")) {
+            SL_CHECK(sl_device__parse_json(it, &s->device));
         } else {
             SL_FAIL(SL_EINVAL, "%s: unknown key (expected source, ops, seed, epochs, on_error, "
-                               "deterministic)", k);
+                               "deterministic, device)", k);
         }
     }
     cJSON_Delete(doc);
@@ -480,6 +482,8 @@ cJSON *sl_spec__to_cjson(const sl_spec *s) {
     cJSON_AddNumberToObject(doc, "epochs", (double)s->epochs);
     cJSON_AddStringToObject(doc, "on_error", s->on_error ? "skip" : "fail");
     cJSON_AddBoolToObject(doc, "deterministic", s->deterministic);
+    if (s->device.kind != SL_DEV_NONE)
+        (void)sl__json_add(doc, "device", sl_device__to_json(&s->device)); /* failure flagged */
     if (sl__json_failed()) {
         cJSON_Delete(doc);
         return NULL;

@@ -39,6 +39,11 @@ int sl_pipeline_stats_get(const sl_pipeline *cp, sl_pipeline_stats *out) {
     out->samples = atomic_load(&p->samples_out);
     out->samples_per_s = wall > 0 ? (double)out->samples / wall : 0.0;
     out->consumer_wait_s = (double)atomic_load(&p->consumer_wait_ns) / 1e9;
+    sl_device_counters dc;
+    sl_device__counters(p->dev, &dc);
+    out->h2d_bytes = dc.h2d_bytes;
+    out->h2d_bytes_per_s = wall > 0 ? (double)dc.h2d_bytes / wall : 0.0;
+    out->device_wait_s = (double)dc.wait_ns / 1e9;
     out->threads_started = atomic_load(&p->threads_started);
     out->cpu_budget = p->ncpus;
     if (t_start && wall > 0)
@@ -159,6 +164,9 @@ int sl_pipeline_stats_json(const sl_pipeline *p, char *buf, size_t cap, size_t *
     cJSON_AddNumberToObject(doc, "threads_started", (double)st.threads_started);
     cJSON_AddNumberToObject(doc, "cpu_budget", st.cpu_budget);
     cJSON_AddNumberToObject(doc, "cpu_busy", st.cpu_busy);
+    cJSON_AddNumberToObject(doc, "h2d_bytes", (double)st.h2d_bytes);
+    cJSON_AddNumberToObject(doc, "h2d_bytes_per_s", st.h2d_bytes_per_s);
+    cJSON_AddNumberToObject(doc, "device_wait_s", st.device_wait_s);
     cJSON *errs = cJSON_AddArrayToObject(doc, "errors");
     for (int i = 0; i < st.nerrors; i++) {
         cJSON *e = cJSON_CreateString(st.errors[i]);

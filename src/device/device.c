@@ -1,0 +1,414 @@
+/*
+ * device.c — the pipeline's side of the device layer: the spec's "device"
+ * key, taking the normalize op out of the pipeline when it runs on the
+ * device, the decode placement check, and the upload that turns a host batch
+ * into a device batch at the end of sl_pipeline_next.
+ *
+ * Upload, per batch (on the consumer thread):
+ *   1. acquire a ring slot big enough (blocks only when every slot is in use
+ *      and the oldest released one's release event has not passed);
+ *   2. copy each stacked column into the slot's pinned memory (a host
+ *      memcpy: the stages write into ordinary pooled buffers; see
+ *      docs/DEVICE.md for why, and what writing straight into pinned memory
+ *      would take);
+ *   3. one asynchronous copy of all columns to device memory on the copy
+ *      stream, then the normalize (uint8 HWC in, float CHW/HWC out) when
+ *      asked, the copy event, and a wait for it on the consumer stream;
+ *   4. the batch's columns now point into device memory, each holding a
+ *      reference on the slot's buffer; the host buffers are released.
+ * The call returns without waiting for the copy: the consumer's stream
+ * waits on the GPU, so the copy of batch k+1 runs while step k computes.
+ */
+#include "device/device.h"
+#include "pipeline/pipeline.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define ALIGN_DEV 256u
+
+struct sl_device_state {
+    sl_device_spec spec;
+    sl_dev_backend *be;           /* until the ring takes it */
+    sl_dev_ring *ring;            /* made at the first upload */
+    int has_norm;
+    char norm_col[SL_COLNAME_MAX];
+    int nmean, nstd;
+    float mean[4], std[4];
+    int chw;
+    sl_dtype dtype;
+    void *stream;                 /* consumer stream (NULL: default) */
+    _Atomic uint64_t h2d_bytes, wait_ns;
+};
+
+/* ---- spec ---------------------------------------------------------------------------- */
+
+static int parse_kind(const cJSON *v, int *out) {
+    if (cJSON_IsString(v) && !strcmp(v->valuestring, "cuda"))
+        *out = SL_DEV_CUDA;
+    else if (cJSON_IsString(v) && !strcmp(v->valuestring, "host"))
+        *out = SL_DEV_HOST;
+    else if (cJSON_IsString(v) && !strcmp(v->valuestring, "none"))
+        *out = SL_DEV_NONE;
+    else
+        return sl__error(SL_EINVAL, "device.kind: must be \"cuda\", \"host\" or \"none\"");
+    return SL_OK;
+}
+
+int sl_device__parse_json(const cJSON *v, sl_device_spec *out) {
+    memset(out, 0, sizeof *out);
+    if (cJSON_IsString(v))
+        return parse_kind(v, &out->kind);
+    if (!cJSON_IsObject(v))
+        return sl__error(SL_EINVAL, "device: must be \"cuda\", \"host\" or an object "
+                                    "{\"kind\", \"id\", \"normalize_on_device\"}");
+    int have_kind = 0;
+    for (const cJSON *it = v->child; it; it = it->next) {
+        const char *k = it->string;
+        if (!strcmp(k, "kind")) {
+            SL_TRY(parse_kind(it, &out->kind));
+            have_kind = 1;
+        } else if (!strcmp(k, "id")) {
+            if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 1024 ||
+                it->valuedouble != floor(it->valuedouble))
+                return sl__error(SL_EINVAL, "device.id: must be an integer from 0");
+            out->id = (int)it->valuedouble;
+        } else if (!strcmp(k, "normalize_on_device")) {
+            if (!cJSON_IsBool(it))
+                return sl__error(SL_EINVAL, "device.normalize_on_device: must be true or false");
+            out->normalize = cJSON_IsTrue(it);
+        } else {
+            return sl__error(SL_EINVAL, "device.%s: unknown key (expected kind, id, "
+                                        "normalize_on_device)", k);
+        }
+    }
+    if (!have_kind)
+        return sl__error(SL_EINVAL, "device.kind: missing");
+    return SL_OK;
+}
+
+cJSON *sl_device__to_json(const sl_device_spec *d) {
+    if (d->kind == SL_DEV_NONE)
+        return NULL;
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "kind", d->kind == SL_DEV_CUDA ? "cuda" : "host");
+    cJSON_AddNumberToObject(o, "id", d->id);
+    cJSON_AddBoolToObject(o, "normalize_on_device", d->normalize);
+    return o;
+}
+
+int sl_spec_set_device(sl_spec *spec, sl_device device, int id, int normalize_on_device) {
+    sl_device_spec d = {SL_DEV_NONE, id, normalize_on_device != 0};
+    if ((int)device == 0)
+        d.kind = SL_DEV_NONE;
+    else if (device == SL_DEVICE_CUDA)
+        d.kind = SL_DEV_CUDA;
+    else if (device == SL_DEVICE_CPU)
+        d.kind = SL_DEV_HOST;
+    else
+        return sl__error(SL_EINVAL, "device: %d is not SL_DEVICE_CUDA, SL_DEVICE_CPU or 0",
+                         (int)device);
+    if (id < 0)
+        return sl__error(SL_EINVAL, "device.id: must be an integer from 0");
+    spec->device = d;
+    return SL_OK;
+}
+
+/* Decode placement: {"op": "decode", ..., "device": "cpu" | "gpu"}. */
+static int check_decode(cJSON *op, int index) {
+    cJSON *name = cJSON_GetObjectItemCaseSensitive(op, "op");
+    cJSON *dev = cJSON_GetObjectItemCaseSensitive(op, "device");
+    if (!cJSON_IsString(name) || strcmp(name->valuestring, "decode") != 0 || !dev)
+        return SL_OK;
+    if (cJSON_IsString(dev) && !strcmp(dev->valuestring, "cpu")) {
+        cJSON_DeleteItemFromObjectCaseSensitive(op, "device");
+        return SL_OK;
+    }
+    if (!cJSON_IsString(dev) || strcmp(dev->valuestring, "gpu") != 0)
+        return sl__error(SL_EINVAL, "ops[%d].device: must be \"cpu\" or \"gpu\"", index);
+    if (sl_dev__nvjpeg_probe() < 0)
+        return sl__error_prefix(SL_EUNSUPPORTED, "ops[%d].device \"gpu\": decoding on the GPU "
+                                                 "needs nvJPEG", index);
+    return sl__error(SL_EUNSUPPORTED, "ops[%d].device \"gpu\": nvJPEG is present, but this "
+                                      "build does not decode on the GPU yet (use \"cpu\")", index);
+}
+
+static int is_seq_op(const char *name) {
+    static const char *const ok[] = {"batch", "prefetch", "take", "skip", "repeat", NULL};
+    for (int i = 0; ok[i]; i++)
+        if (!strcmp(name, ok[i]))
+            return 1;
+    return 0;
+}
+
+static int read_floats(const cJSON *op, const char *key, float *out, int *n, float dflt) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(op, key);
+    *n = 1;
+    out[0] = dflt;
+    if (!v)
+        return SL_OK;
+    if (cJSON_IsNumber(v)) {
+        out[0] = (float)v->valuedouble;
+        return SL_OK;
+    }
+    int k = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
+    if (k < 1 || k > 4)
+        return sl__error(SL_EINVAL, "device.normalize_on_device: normalize.%s: 1 to 4 numbers",
+                         key);
+    *n = 0;
+    for (const cJSON *it = v->child; it; it = it->next) {
+        if (!cJSON_IsNumber(it))
+            return sl__error(SL_EINVAL, "device.normalize_on_device: normalize.%s: not a "
+                                        "number", key);
+        out[(*n)++] = (float)it->valuedouble;
+    }
+    return SL_OK;
+}
+
+/* Take the last normalize op out of the spec: the device runs it. */
+static int take_normalize(sl_device_state *ds, sl_spec *spec) {
+    int at = -1;
+    for (int i = 0; i < spec->nops; i++) {
+        const sl_spec_op *o = &spec->ops[i];
+        const cJSON *name = o->json ? cJSON_GetObjectItemCaseSensitive(o->json, "op") : NULL;
+        if (o->kind == SL_SPEC_OP_JSON && cJSON_IsString(name) &&
+            !strcmp(name->valuestring, "normalize"))
+            at = i;
+    }
+    if (at < 0)
+        return sl__error(SL_EINVAL, "device.normalize_on_device: the spec has no normalize op");
+    for (int i = at + 1; i < spec->nops; i++) {
+        const sl_spec_op *o = &spec->ops[i];
+        const cJSON *name = o->json ? cJSON_GetObjectItemCaseSensitive(o->json, "op") : NULL;
+        if (o->kind != SL_SPEC_OP_JSON || !cJSON_IsString(name) || !is_seq_op(name->valuestring))
+            return sl__error(SL_EINVAL, "device.normalize_on_device: ops[%d] (%s) comes after "
+                                        "normalize; only batch, prefetch, take, skip and repeat "
+                                        "may", i,
+                             cJSON_IsString(name) ? name->valuestring : o->name);
+    }
+    const cJSON *op = spec->ops[at].json;
+    for (const cJSON *it = op->child; it; it = it->next)
+        if (strcmp(it->string, "op") && strcmp(it->string, "column") &&
+            strcmp(it->string, "mean") && strcmp(it->string, "std") &&
+            strcmp(it->string, "layout") && strcmp(it->string, "dtype"))
+            return sl__error(SL_EINVAL, "ops[%d].%s: unknown key", at, it->string);
+    const cJSON *col = cJSON_GetObjectItemCaseSensitive(op, "column");
+    if (col && !cJSON_IsString(col))
+        return sl__error(SL_EINVAL, "ops[%d].column: must be a string", at);
+    snprintf(ds->norm_col, sizeof ds->norm_col, "%s", col ? col->valuestring : "image");
+    SL_TRY(read_floats(op, "mean", ds->mean, &ds->nmean, 0.0f));
+    SL_TRY(read_floats(op, "std", ds->std, &ds->nstd, 1.0f));
+    for (int i = 0; i < ds->nstd; i++)
+        if (!(ds->std[i] != 0.0f && isfinite(ds->std[i])))
+            return sl__error(SL_EINVAL, "ops[%d].std[%d]: must be non-zero", at, i);
+    const cJSON *lay = cJSON_GetObjectItemCaseSensitive(op, "layout");
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(op, "dtype");
+    ds->chw = 1;
+    if (lay && !(cJSON_IsString(lay) && (!strcmp(lay->valuestring, "chw") ||
+                                         !strcmp(lay->valuestring, "hwc"))))
+        return sl__error(SL_EINVAL, "ops[%d].layout: must be \"hwc\" or \"chw\"", at);
+    if (lay)
+        ds->chw = !strcmp(lay->valuestring, "chw");
+    ds->dtype = SL_F32;
+    if (dt && cJSON_IsString(dt) && !strcmp(dt->valuestring, "float16"))
+        ds->dtype = SL_F16;
+    else if (dt && !(cJSON_IsString(dt) && !strcmp(dt->valuestring, "float32")))
+        return sl__error(SL_EINVAL, "ops[%d].dtype: on the device, \"float32\" or \"float16\"",
+                         at);
+    cJSON_Delete(spec->ops[at].json);
+    memmove(&spec->ops[at], &spec->ops[at + 1], (size_t)(spec->nops - at - 1) * sizeof *spec->ops);
+    spec->nops--;
+    ds->has_norm = 1;
+    return SL_OK;
+}
+
+int sl_device__open(sl_device_state **out, sl_spec *spec) {
+    *out = NULL;
+    for (int i = 0; i < spec->nops; i++)
+        if (spec->ops[i].kind == SL_SPEC_OP_JSON)
+            SL_TRY(check_decode(spec->ops[i].json, i));
+    const sl_device_spec *d = &spec->device;
+    if (d->kind == SL_DEV_NONE)
+        return SL_OK;
+    sl_device_state *ds = sl__calloc(1, sizeof *ds);
+    if (!ds)
+        return sl__oom("opening the device");
+    ds->spec = *d;
+    int rc;
+    if (d->kind == SL_DEV_CUDA)
+        SL_CHECK(sl_dev__cuda_open(&ds->be, d->id));
+    else
+        SL_CHECK(sl_dev__host_open(&ds->be));
+    if (d->normalize) {
+        if (!ds->be->normalize)
+            SL_FAIL(SL_EUNSUPPORTED, "device.normalize_on_device: %s", ds->be->norm_missing);
+        SL_CHECK(take_normalize(ds, spec));
+    }
+    *out = ds;
+    return SL_OK;
+cleanup:
+    sl_device__close(ds);
+    return rc;
+}
+
+void sl_device__close(sl_device_state *ds) {
+    if (!ds)
+        return;
+    if (ds->ring)
+        sl_dev__ring_close(ds->ring);
+    else if (ds->be)
+        ds->be->destroy(ds->be);
+    sl__free(ds);
+}
+
+void sl_device__counters(const sl_device_state *ds, sl_device_counters *out) {
+    memset(out, 0, sizeof *out);
+    if (!ds)
+        return;
+    out->h2d_bytes = atomic_load(&((sl_device_state *)ds)->h2d_bytes);
+    out->wait_ns = atomic_load(&((sl_device_state *)ds)->wait_ns);
+}
+
+/* ---- upload --------------------------------------------------------------------------- */
+
+static size_t align_up(size_t n) { return (n + ALIGN_DEV - 1) & ~(size_t)(ALIGN_DEV - 1); }
+
+int sl_device__upload(sl_device_state *ds, sl_batch *b, int depth) {
+    if (!ds->ring) {
+        sl_dev_backend *owned = ds->be;
+        ds->be = NULL; /* the ring owns it now, also when creating it fails */
+        SL_TRY(sl_dev__ring_create(&ds->ring, owned, depth + 1));
+        sl_dev__ring_set_stream(ds->ring, ds->stream);
+    }
+    sl_dev_backend *be = sl_dev__ring_backend(ds->ring);
+    size_t off[SL_MAX_COLUMNS], total = 0;
+    int ncol = -1;
+    for (int c = 0; c < b->ncols; c++) {
+        if (b->ragged[c])
+            return sl__error(SL_EUNSUPPORTED, "device: column '%s' is ragged (samples of "
+                                              "different shapes); device batches need stacked "
+                                              "columns (crop or resize to one size first)",
+                             b->names[c]);
+        off[c] = total;
+        total += align_up(b->col[c].nbytes);
+        if (ds->has_norm && !strcmp(b->names[c], ds->norm_col))
+            ncol = c;
+    }
+    sl_dev_norm norm;
+    size_t norm_off = total, dev_total = total;
+    int64_t oshape[4];
+    if (ds->has_norm) {
+        if (ncol < 0)
+            return sl__error(SL_EINVAL, "device.normalize_on_device: the batch has no column "
+                                        "'%s'", ds->norm_col);
+        const sl_tensor *t = &b->col[ncol];
+        int lead = b->single ? 0 : 1;
+        if (t->dtype != SL_U8 || t->ndim != 3 + lead || t->shape[2 + lead] < 1 ||
+            t->shape[2 + lead] > 4)
+            return sl__error(SL_EINVAL, "device.normalize_on_device: column '%s' must be uint8 "
+                                        "images (H, W, C) with 1-4 channels, got %s with %d "
+                                        "dims", ds->norm_col, sl_dtype_name(t->dtype),
+                             (int)t->ndim - lead);
+        memset(&norm, 0, sizeof norm);
+        norm.n = lead ? t->shape[0] : 1;
+        norm.h = t->shape[lead];
+        norm.w = t->shape[lead + 1];
+        norm.c = t->shape[lead + 2];
+        for (int k = 0; k < 2; k++) {
+            int n = k ? ds->nstd : ds->nmean;
+            if (n != 1 && n != norm.c)
+                return sl__error(SL_EINVAL, "device.normalize_on_device: %s has %d values for "
+                                            "%lld channels", k ? "std" : "mean", n,
+                                 (long long)norm.c);
+        }
+        for (int c = 0; c < norm.c; c++) {
+            norm.mean[c] = ds->mean[ds->nmean == 1 ? 0 : c];
+            norm.std[c] = ds->std[ds->nstd == 1 ? 0 : c];
+        }
+        norm.chw = ds->chw;
+        norm.dtype = ds->dtype;
+        int k = 0;
+        if (lead)
+            oshape[k++] = norm.n;
+        if (ds->chw) {
+            oshape[k++] = norm.c; oshape[k++] = norm.h; oshape[k++] = norm.w;
+        } else {
+            oshape[k++] = norm.h; oshape[k++] = norm.w; oshape[k++] = norm.c;
+        }
+        dev_total += align_up((size_t)(norm.n * norm.h * norm.w * norm.c) * sl_dtype_size(ds->dtype));
+    }
+    sl_dev_slot *slot;
+    uint64_t waited = 0;
+    int rc = sl_dev__ring_acquire(ds->ring, total, dev_total, &slot, &waited);
+    atomic_fetch_add(&ds->wait_ns, waited);
+    if (rc < 0)
+        return rc;
+    uint8_t *host = sl_dev__slot_host(slot), *dev = sl_dev__slot_dev(slot);
+    for (int c = 0; c < b->ncols; c++)
+        if (b->col[c].nbytes)
+            memcpy(host + off[c], b->col[c].data, b->col[c].nbytes);
+    if (ds->has_norm) {
+        norm.src = dev + off[ncol];
+        norm.dst = dev + norm_off;
+    }
+    sl_buffer *buf = NULL;
+    rc = sl_dev__slot_submit(slot, total, ds->has_norm ? &norm : NULL);
+    if (rc >= 0)
+        rc = sl_dev__slot_handout(slot, &buf);
+    if (rc < 0) {
+        sl_dev__slot_abandon(slot);
+        return rc;
+    }
+    for (int c = 0; c < b->ncols; c++) {
+        sl_tensor *t = &b->col[c];
+        sl_buffer_release(t->buf);
+        t->buf = sl_buffer_retain(buf);
+        t->device = be->device;
+        t->device_id = be->id;
+        if (c == ncol) {
+            t->data = dev + norm_off;
+            t->dtype = ds->dtype;
+            for (int d = 0; d < t->ndim; d++)
+                t->shape[d] = oshape[d];
+            t->nbytes = (size_t)sl_tensor_numel(t) * sl_dtype_size(t->dtype);
+        } else {
+            t->data = dev + off[c];
+        }
+    }
+    sl_buffer_release(buf);
+    atomic_fetch_add(&ds->h2d_bytes, total);
+    return SL_OK;
+}
+
+/* ---- public -------------------------------------------------------------------------- */
+
+int sl_device_available(sl_device device, int id) {
+    sl_dev_backend *be = NULL;
+    if (device == SL_DEVICE_CPU)
+        return SL_OK;
+    if (device != SL_DEVICE_CUDA)
+        return sl__error(SL_EINVAL, "device: %d is not SL_DEVICE_CUDA or SL_DEVICE_CPU",
+                         (int)device);
+    SL_TRY(sl_dev__cuda_open(&be, id));
+    be->destroy(be);
+    return SL_OK;
+}
+
+int sl_tensor_stream_wait(const sl_tensor *t, void *stream) {
+    sl_dev_slot *s = t ? sl_dev__slot_of(t->buf) : NULL;
+    if (!s)
+        return sl__error(SL_EINVAL, "stream wait: the tensor is not from a device batch");
+    return sl_dev__slot_wait(s, stream);
+}
+
+int sl_pipeline_set_stream(sl_pipeline *p, void *stream) {
+    if (!p->dev)
+        return sl__error(SL_EINVAL, "stream: the pipeline has no device (spec key \"device\")");
+    p->dev->stream = stream;
+    if (p->dev->ring)
+        sl_dev__ring_set_stream(p->dev->ring, stream);
+    return SL_OK;
+}

@@ -1,0 +1,156 @@
+/*
+ * device.h — the device layer: backends (CUDA loaded at run time, and a host
+ * backend that does the same work with threads), the staging ring on top of
+ * them, and the few entry points the pipeline calls. Never installed.
+ *
+ * Layering: this is the last layer. The pipeline calls in at three places
+ * only (spec parsing, pipeline create/free, and the end of
+ * sl_pipeline_next); everything else lives here.
+ */
+#ifndef SL_DEVICE_H
+#define SL_DEVICE_H
+
+#include "core/core.h"
+
+#include <stdatomic.h>
+
+/* ---- backends (device_cuda.c, device_host.c) ----------------------------------------
+ * Handles (streams, events) are opaque pointers. A NULL stream is the
+ * backend's default stream (CUDA's legacy default stream). Every call may be
+ * made from any thread; the ring serialises what needs it.
+ *
+ * Semantics shared by both backends (CUDA's, which the host backend copies):
+ *  - work submitted to one stream runs in submission order;
+ *  - event_record marks the point reached by everything submitted to the
+ *    stream so far; event_query says whether the stream has passed it (an
+ *    event never recorded counts as passed); event_sync blocks until it has;
+ *  - stream_wait makes later work on `stream` wait for the event's point,
+ *    without blocking the caller. */
+typedef struct sl_dev_norm {
+    void *dst;                 /* device memory: N x (C,H,W) or (H,W,C) */
+    const void *src;           /* device memory: N x (H,W,C) uint8 */
+    int64_t n, h, w, c;
+    float mean[4], std[4];     /* per channel: y = (x / 255 - mean) / std in float32 */
+    int chw;                   /* 1: CHW output, 0: HWC */
+    sl_dtype dtype;            /* SL_F32 or SL_F16 */
+} sl_dev_norm;
+
+typedef struct sl_dev_backend sl_dev_backend;
+struct sl_dev_backend {
+    const char *name;          /* "cuda", "host" */
+    int device;                /* sl_device the tensors report */
+    int id;
+    char norm_missing[384];    /* why normalize is NULL ("" when it is set) */
+    int (*host_alloc)(sl_dev_backend *b, size_t size, void **out);  /* pinned */
+    void (*host_free)(sl_dev_backend *b, void *ptr);
+    int (*dev_alloc)(sl_dev_backend *b, size_t size, void **out);
+    void (*dev_free)(sl_dev_backend *b, void *ptr);
+    int (*stream_create)(sl_dev_backend *b, void **out);
+    void (*stream_destroy)(sl_dev_backend *b, void *stream);
+    int (*stream_sync)(sl_dev_backend *b, void *stream);
+    int (*stream_wait)(sl_dev_backend *b, void *stream, void *event);
+    int (*copy)(sl_dev_backend *b, void *dst, const void *src, size_t n, void *stream);
+    /* NULL when the build or the machine lacks it (see norm_missing). */
+    int (*normalize)(sl_dev_backend *b, const sl_dev_norm *args, void *stream);
+    int (*event_create)(sl_dev_backend *b, void **out);
+    void (*event_destroy)(sl_dev_backend *b, void *event);
+    int (*event_record)(sl_dev_backend *b, void *event, void *stream);
+    int (*event_query)(sl_dev_backend *b, void *event);   /* 1 passed, 0 not, < 0 error */
+    int (*event_sync)(sl_dev_backend *b, void *event);
+    void (*destroy)(sl_dev_backend *b);
+};
+
+/* Open the CUDA backend for device `id`: SL_EUNSUPPORTED with a message
+ * naming what is missing (runtime library, device, kernels). */
+int sl_dev__cuda_open(sl_dev_backend **out, int id);
+/* Is nvJPEG loadable? SL_OK, or SL_EUNSUPPORTED with the reason. */
+int sl_dev__nvjpeg_probe(void);
+/* The host backend: pinned = aligned heap memory, device = another heap
+ * buffer, each stream a thread running its work in order. */
+int sl_dev__host_open(sl_dev_backend **out);
+/* Host backend, for tests: run fn(arg) on `stream` in its order (a slow
+ * kernel, a gate). */
+int sl_dev__host_stream_call(sl_dev_backend *b, void *stream, void (*fn)(void *), void *arg);
+
+/* The normalize math of the host backend (and the reference for the
+ * kernel): the per-channel table of normalize.c, applied per image. */
+void sl_dev__normalize_host(const sl_dev_norm *a);
+
+/* ---- the ring (device_ring.c) --------------------------------------------------------
+ * Slots of pinned staging memory and device memory, each with a copy event
+ * and a release event. Rules (numbered in device_ring.c):
+ *  - a slot is handed out with sl_buffer references on it; when the last
+ *    one goes, the release event is recorded on the stream the consumer
+ *    used, and the slot may be reused only once that event has passed;
+ *  - at most `depth` slots exist unless every one is held by the consumer. */
+typedef struct sl_dev_ring sl_dev_ring;
+typedef struct sl_dev_slot sl_dev_slot;
+
+/* Takes ownership of `be` (freed with the ring, after its last slot). */
+int sl_dev__ring_create(sl_dev_ring **out, sl_dev_backend *be, int depth);
+/* Drop the creator's reference: waits for copies in flight, frees idle
+ * slots; held slots are freed when released. Accepts NULL. */
+void sl_dev__ring_close(sl_dev_ring *r);
+/* A slot with at least `host_bytes` pinned and `dev_bytes` device memory,
+ * reused only after its release event passed (may block: `*wait_ns` gets the
+ * time). */
+int sl_dev__ring_acquire(sl_dev_ring *r, size_t host_bytes, size_t dev_bytes,
+                         sl_dev_slot **out, uint64_t *wait_ns);
+void *sl_dev__slot_host(sl_dev_slot *s);
+void *sl_dev__slot_dev(sl_dev_slot *s);
+/* Put the slot back unused (after a failure between acquire and hand-out). */
+void sl_dev__slot_abandon(sl_dev_slot *s);
+/* Copy host_bytes from the slot's pinned memory to its device memory on the
+ * copy stream, then run `norm` (NULL: none), record the copy event and make
+ * the consumer stream wait on it. */
+int sl_dev__slot_submit(sl_dev_slot *s, size_t bytes, const sl_dev_norm *norm);
+/* Hand the slot out: a buffer over its device memory (refcount 1); the slot
+ * is released when the buffer's last reference goes. */
+int sl_dev__slot_handout(sl_dev_slot *s, sl_buffer **out);
+/* The slot behind a buffer from sl_dev__slot_handout, or NULL. */
+sl_dev_slot *sl_dev__slot_of(const sl_buffer *buf);
+/* Make `stream` wait for the slot's copy; release events are then recorded
+ * on `stream`. */
+int sl_dev__slot_wait(sl_dev_slot *s, void *stream);
+/* The consumer stream of the ring (NULL: the default stream). */
+void sl_dev__ring_set_stream(sl_dev_ring *r, void *stream);
+sl_dev_backend *sl_dev__ring_backend(sl_dev_ring *r);
+/* The ring's copy stream (tests: hold it with sl_dev__host_stream_call). */
+void *sl_dev__ring_copy_stream(sl_dev_ring *r);
+/* Slots created so far (tests). */
+int sl_dev__ring_slots(sl_dev_ring *r);
+
+/* ---- the pipeline's side (device.c) ----------------------------------------------------- */
+enum { SL_DEV_NONE = 0, SL_DEV_CUDA = 1, SL_DEV_HOST = 2 };
+typedef struct sl_device_spec {
+    int kind;                  /* SL_DEV_* */
+    int id;
+    int normalize;             /* run the spec's normalize op on the device */
+} sl_device_spec;
+
+struct cJSON;
+/* Parse the spec's "device" value: "cuda" | "host" | {"kind", "id",
+ * "normalize_on_device"}. */
+int sl_device__parse_json(const struct cJSON *v, sl_device_spec *out);
+/* The spec's device as JSON (NULL when none). */
+struct cJSON *sl_device__to_json(const sl_device_spec *d);
+
+typedef struct sl_device_state sl_device_state;
+struct sl_batch;
+struct sl_spec;
+/* Check decode ops' "device" key ("cpu" | "gpu"; "gpu" is SL_EUNSUPPORTED)
+ * and open the device of spec->device (*out NULL when none). With
+ * normalize_on_device the spec's normalize op is taken out of its ops (the
+ * pipeline's own copy) and run on the device instead. */
+int sl_device__open(sl_device_state **out, struct sl_spec *spec);
+/* Move a host batch's columns to the device (in place); the ring is made on
+ * the first call, with `depth` slots. */
+int sl_device__upload(sl_device_state *ds, struct sl_batch *b, int depth);
+void sl_device__close(sl_device_state *ds);
+typedef struct sl_device_counters {
+    uint64_t h2d_bytes;
+    uint64_t wait_ns;
+} sl_device_counters;
+void sl_device__counters(const sl_device_state *ds, sl_device_counters *out);
+
+#endif /* SL_DEVICE_H */

@@ -1,0 +1,320 @@
+/*
+ * device_cuda.c — the CUDA backend, with the CUDA runtime loaded at run time.
+ *
+ * libsluice has no link-time CUDA dependency (a test reads its DT_NEEDED):
+ * libcudart is dlopen'ed on first use and the few functions used are
+ * resolved into a table. The types are declared here (a stream and an event
+ * are opaque pointers, an error an int), so the build needs no CUDA headers.
+ * The normalize kernel lives in libsluice_cuda_kernels.so (normalize.cu,
+ * built by nvcc when the toolkit is present at build time), also dlopen'ed:
+ * without it the backend still copies, and normalize_on_device reports why
+ * it is unavailable.
+ *
+ * Every call sets the backend's device on the calling thread first: the
+ * runtime's current device is per thread, and batches are released (and
+ * their events recorded) on whatever thread drops the last reference.
+ *
+ * Not run on a GPU yet: this file has only been exercised on a machine
+ * without a CUDA driver, where opening it fails with SL_EUNSUPPORTED.
+ */
+#include "device/device.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int cuda_err;                      /* cudaError_t; 0 is cudaSuccess */
+#define CUDA_ERR_NOT_READY 600             /* cudaErrorNotReady */
+#define CUDA_STREAM_NON_BLOCKING 0x01u     /* cudaStreamNonBlocking */
+#define CUDA_EVENT_DISABLE_TIMING 0x02u    /* cudaEventDisableTiming */
+#define CUDA_HOST_ALLOC_DEFAULT 0x00u      /* cudaHostAllocDefault */
+#define CUDA_MEMCPY_H2D 1                  /* cudaMemcpyHostToDevice */
+
+static struct {
+    void *lib;
+    char lib_name[64];
+    char missing[384];                    /* why loading failed ("" when it did not) */
+    cuda_err (*HostAlloc)(void **, size_t, unsigned);
+    cuda_err (*FreeHost)(void *);
+    cuda_err (*Malloc)(void **, size_t);
+    cuda_err (*Free)(void *);
+    cuda_err (*MemcpyAsync)(void *, const void *, size_t, int, void *);
+    cuda_err (*StreamCreateWithFlags)(void **, unsigned);
+    cuda_err (*StreamDestroy)(void *);
+    cuda_err (*StreamSynchronize)(void *);
+    cuda_err (*StreamWaitEvent)(void *, void *, unsigned);
+    cuda_err (*EventCreateWithFlags)(void **, unsigned);
+    cuda_err (*EventRecord)(void *, void *);
+    cuda_err (*EventSynchronize)(void *);
+    cuda_err (*EventQuery)(void *);
+    cuda_err (*EventDestroy)(void *);
+    cuda_err (*GetDeviceCount)(int *);
+    cuda_err (*SetDevice)(int);
+    const char *(*GetErrorString)(cuda_err);
+    /* libsluice_cuda_kernels.so */
+    void *klib;
+    char kmissing[384];
+    int (*normalize)(void *dst, const void *src, long long n, long long h, long long w, int c,
+                     const float *mean, const float *std, int chw, int half, void *stream);
+} cu;
+
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+
+#ifndef SLUICE_CUDA_BUILD_MAJOR
+#define SLUICE_CUDA_BUILD_MAJOR 0
+#endif
+
+/* Where this library (or the program it is linked into) lives, for finding
+ * libsluice_cuda_kernels.so beside it. */
+static void own_dir(char *out, size_t cap) {
+    Dl_info info;
+    out[0] = '\0';
+    if (dladdr((void *)own_dir, &info) && info.dli_fname) {
+        const char *slash = strrchr(info.dli_fname, '/');
+        if (slash && (size_t)(slash - info.dli_fname) < cap)
+            snprintf(out, cap, "%.*s", (int)(slash - info.dli_fname), info.dli_fname);
+    }
+}
+
+static void load_kernels(void) {
+    char path[1024], dir[900];
+    const char *env = getenv("SLUICE_CUDA_KERNELS");
+    if (env && *env) {
+        cu.klib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
+        if (!cu.klib) {
+            snprintf(cu.kmissing, sizeof cu.kmissing, "SLUICE_CUDA_KERNELS=%s: %s", env,
+                     dlerror());
+            return;
+        }
+    } else {
+        own_dir(dir, sizeof dir);
+        if (dir[0]) {
+            snprintf(path, sizeof path, "%s/libsluice_cuda_kernels.so", dir);
+            cu.klib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        }
+        if (!cu.klib)
+            cu.klib = dlopen("libsluice_cuda_kernels.so", RTLD_NOW | RTLD_LOCAL);
+        if (!cu.klib) {
+            snprintf(cu.kmissing, sizeof cu.kmissing,
+                     "libsluice_cuda_kernels.so not found (%s; build sluice with nvcc present, "
+                     "or set SLUICE_CUDA_KERNELS to its path)",
+                     SLUICE_CUDA_BUILD_MAJOR ? "not beside libsluice" : "this build has no nvcc");
+            return;
+        }
+    }
+    *(void **)&cu.normalize = dlsym(cu.klib, "sl_cuda_normalize");
+    if (!cu.normalize)
+        snprintf(cu.kmissing, sizeof cu.kmissing,
+                 "libsluice_cuda_kernels.so lacks sl_cuda_normalize (a different version)");
+}
+
+static void load_cuda(void) {
+    /* The runtime the kernels were built against first, so both share it. */
+    char names[6][32];
+    int n = 0;
+    if (SLUICE_CUDA_BUILD_MAJOR)
+        snprintf(names[n++], sizeof names[0], "libcudart.so.%d", SLUICE_CUDA_BUILD_MAJOR);
+    snprintf(names[n++], sizeof names[0], "libcudart.so.13");
+    snprintf(names[n++], sizeof names[0], "libcudart.so.12");
+    snprintf(names[n++], sizeof names[0], "libcudart.so.11.0");
+    snprintf(names[n++], sizeof names[0], "libcudart.so");
+    for (int i = 0; i < n && !cu.lib; i++) {
+        cu.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (cu.lib)
+            snprintf(cu.lib_name, sizeof cu.lib_name, "%.31s", names[i]);
+    }
+    if (!cu.lib) {
+        snprintf(cu.missing, sizeof cu.missing,
+                 "%s not found (install the CUDA runtime, or add its directory to "
+                 "LD_LIBRARY_PATH)", names[0]);
+        return;
+    }
+    static const struct {
+        const char *name;
+        size_t off;
+    } fns[] = {
+#define FN(x) {"cuda" #x, offsetof(__typeof__(cu), x)}
+        FN(HostAlloc), FN(FreeHost), FN(Malloc), FN(Free), FN(MemcpyAsync),
+        FN(StreamCreateWithFlags), FN(StreamDestroy), FN(StreamSynchronize),
+        FN(StreamWaitEvent), FN(EventCreateWithFlags), FN(EventRecord),
+        FN(EventSynchronize), FN(EventQuery), FN(EventDestroy), FN(GetDeviceCount),
+        FN(SetDevice), FN(GetErrorString),
+#undef FN
+    };
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+        void *f = dlsym(cu.lib, fns[i].name);
+        if (!f) {
+            snprintf(cu.missing, sizeof cu.missing, "%s lacks %s", cu.lib_name, fns[i].name);
+            dlclose(cu.lib);
+            cu.lib = NULL;
+            return;
+        }
+        memcpy((char *)&cu + fns[i].off, &f, sizeof f);
+    }
+    load_kernels();
+}
+
+static int cuda_fail(const char *what, cuda_err e) {
+    return sl__error(SL_EIO, "device \"cuda\": %s: %s (cuda error %d)", what,
+                     cu.GetErrorString ? cu.GetErrorString(e) : "?", e);
+}
+
+typedef struct cuda_backend {
+    sl_dev_backend b;
+} cuda_backend;
+
+#define ON(b) (void)cu.SetDevice((b)->id)
+#define CU_TRY(what, call)                     \
+    do {                                       \
+        cuda_err e_ = (call);                  \
+        if (e_ != 0)                           \
+            return cuda_fail((what), e_);      \
+    } while (0)
+
+static int c_host_alloc(sl_dev_backend *b, size_t size, void **out) {
+    ON(b);
+    CU_TRY("cudaHostAlloc", cu.HostAlloc(out, size ? size : 64, CUDA_HOST_ALLOC_DEFAULT));
+    return SL_OK;
+}
+static void c_host_free(sl_dev_backend *b, void *p) {
+    ON(b);
+    (void)cu.FreeHost(p);
+}
+static int c_dev_alloc(sl_dev_backend *b, size_t size, void **out) {
+    ON(b);
+    CU_TRY("cudaMalloc", cu.Malloc(out, size ? size : 64));
+    return SL_OK;
+}
+static void c_dev_free(sl_dev_backend *b, void *p) {
+    ON(b);
+    (void)cu.Free(p);
+}
+static int c_stream_create(sl_dev_backend *b, void **out) {
+    ON(b);
+    /* Non-blocking: the copy stream must not serialise with the legacy
+     * default stream the training step may run on. */
+    CU_TRY("cudaStreamCreateWithFlags", cu.StreamCreateWithFlags(out, CUDA_STREAM_NON_BLOCKING));
+    return SL_OK;
+}
+static void c_stream_destroy(sl_dev_backend *b, void *s) {
+    ON(b);
+    (void)cu.StreamDestroy(s);
+}
+static int c_stream_sync(sl_dev_backend *b, void *s) {
+    ON(b);
+    CU_TRY("cudaStreamSynchronize", cu.StreamSynchronize(s));
+    return SL_OK;
+}
+static int c_stream_wait(sl_dev_backend *b, void *s, void *ev) {
+    ON(b);
+    CU_TRY("cudaStreamWaitEvent", cu.StreamWaitEvent(s, ev, 0));
+    return SL_OK;
+}
+static int c_copy(sl_dev_backend *b, void *dst, const void *src, size_t n, void *s) {
+    ON(b);
+    CU_TRY("cudaMemcpyAsync", cu.MemcpyAsync(dst, src, n, CUDA_MEMCPY_H2D, s));
+    return SL_OK;
+}
+static int c_normalize(sl_dev_backend *b, const sl_dev_norm *a, void *s) {
+    ON(b);
+    CU_TRY("normalize kernel", cu.normalize(a->dst, a->src, a->n, a->h, a->w, (int)a->c, a->mean,
+                                            a->std, a->chw, a->dtype == SL_F16, s));
+    return SL_OK;
+}
+static int c_event_create(sl_dev_backend *b, void **out) {
+    ON(b);
+    CU_TRY("cudaEventCreateWithFlags",
+           cu.EventCreateWithFlags(out, CUDA_EVENT_DISABLE_TIMING));
+    return SL_OK;
+}
+static void c_event_destroy(sl_dev_backend *b, void *ev) {
+    ON(b);
+    (void)cu.EventDestroy(ev);
+}
+static int c_event_record(sl_dev_backend *b, void *ev, void *s) {
+    ON(b);
+    CU_TRY("cudaEventRecord", cu.EventRecord(ev, s));
+    return SL_OK;
+}
+static int c_event_query(sl_dev_backend *b, void *ev) {
+    ON(b);
+    cuda_err e = cu.EventQuery(ev);
+    if (e == 0)
+        return 1;
+    if (e == CUDA_ERR_NOT_READY)
+        return 0;
+    return cuda_fail("cudaEventQuery", e);
+}
+static int c_event_sync(sl_dev_backend *b, void *ev) {
+    ON(b);
+    CU_TRY("cudaEventSynchronize", cu.EventSynchronize(ev));
+    return SL_OK;
+}
+static void c_destroy(sl_dev_backend *b) { sl__free(b); }
+
+int sl_dev__cuda_open(sl_dev_backend **out, int id) {
+    *out = NULL;
+    pthread_once(&cu_once, load_cuda);
+    if (!cu.lib)
+        return sl__error(SL_EUNSUPPORTED, "device \"cuda\": %s", cu.missing);
+    int count = 0;
+    cuda_err e = cu.GetDeviceCount(&count);
+    if (e != 0)
+        return sl__error(SL_EUNSUPPORTED, "device \"cuda\": no CUDA device (cudaGetDeviceCount: %s)",
+                         cu.GetErrorString(e));
+    if (count == 0)
+        return sl__error(SL_EUNSUPPORTED, "device \"cuda\": no CUDA device (cudaGetDeviceCount: 0)");
+    if (id < 0 || id >= count)
+        return sl__error(SL_EINVAL, "device.id: %d, but this machine has %d CUDA device%s", id,
+                         count, count == 1 ? "" : "s");
+    e = cu.SetDevice(id);
+    if (e != 0)
+        return sl__error(SL_EUNSUPPORTED, "device \"cuda\": cudaSetDevice(%d): %s", id,
+                         cu.GetErrorString(e));
+    cuda_backend *c = sl__calloc(1, sizeof *c);
+    if (!c)
+        return sl__oom("opening the CUDA device");
+    sl_dev_backend *b = &c->b;
+    b->name = "cuda";
+    b->device = SL_DEVICE_CUDA;
+    b->id = id;
+    b->host_alloc = c_host_alloc;
+    b->host_free = c_host_free;
+    b->dev_alloc = c_dev_alloc;
+    b->dev_free = c_dev_free;
+    b->stream_create = c_stream_create;
+    b->stream_destroy = c_stream_destroy;
+    b->stream_sync = c_stream_sync;
+    b->stream_wait = c_stream_wait;
+    b->copy = c_copy;
+    b->normalize = cu.normalize ? c_normalize : NULL;
+    snprintf(b->norm_missing, sizeof b->norm_missing, "%s", cu.kmissing);
+    b->event_create = c_event_create;
+    b->event_destroy = c_event_destroy;
+    b->event_record = c_event_record;
+    b->event_query = c_event_query;
+    b->event_sync = c_event_sync;
+    b->destroy = c_destroy;
+    *out = b;
+    return SL_OK;
+}
+
+/* nvJPEG: only whether it can be loaded; decoding on the GPU is not written
+ * yet, so a "gpu" decode placement is refused either way (device.c). */
+int sl_dev__nvjpeg_probe(void) {
+    static const char *const names[] = {"libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so.11",
+                                        "libnvjpeg.so"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (h) {
+            int ok = dlsym(h, "nvjpegCreateSimple") != NULL;
+            dlclose(h);
+            if (ok)
+                return SL_OK;
+        }
+    }
+    return sl__error(SL_EUNSUPPORTED, "libnvjpeg.so not found (install nvJPEG from the CUDA "
+                                      "toolkit)");
+}

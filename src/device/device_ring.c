@@ -1,0 +1,312 @@
+/*
+ * device_ring.c — staging slots between host batches and device memory,
+ * the same for every backend.
+ *
+ * A slot is one batch in flight: pinned host memory the batch is staged in,
+ * device memory it is copied to, a copy event (recorded on the ring's copy
+ * stream after the copy and any normalize) and a release event (recorded on
+ * the consumer's stream when the batch is released).
+ *
+ * Slot states (transitions named by function):
+ *
+ *   FREE --acquire--> FILLING --handout--> OUT --last buffer ref--> RELEASED
+ *   RELEASED --acquire, once both events passed--> FILLING
+ *   FILLING --abandon--> FREE
+ *
+ * Invariants:
+ *  1. A slot's memory is written (staging memcpy, copy, normalize) only in
+ *     FILLING, and a slot enters FILLING from RELEASED only after its release
+ *     event has passed: the consumer's stream is done with the device memory
+ *     (the pin_memory race: reusing a buffer the GPU still reads). The copy
+ *     event must have passed too, so the pinned memory is no longer read.
+ *  2. The release event is recorded on the stream the consumer last declared
+ *     for the slot (sl_dev__slot_wait; the ring's consumer stream by
+ *     default), after every use the consumer queued there.
+ *  3. At most `depth` slots exist, unless every slot is OUT: a consumer that
+ *     holds more batches than the depth gets more slots (up to
+ *     SL_DEV_MAX_SLOTS), instead of a deadlock.
+ *  4. The ring lives while its creator holds it or any slot is OUT; the last
+ *     of these frees it, after waiting for every event.
+ *
+ * `mu` guards every slot's state and the ring's counters; backend calls are
+ * thread-safe and made with or without it (never while waiting: waits on an
+ * event happen with `mu` released). Only the consumer thread acquires, so a
+ * RELEASED slot's events cannot be re-recorded while it waits on them.
+ */
+#include "device/device.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#define SL_DEV_MAX_SLOTS 64
+
+enum { SLOT_FREE = 0, SLOT_FILLING, SLOT_OUT, SLOT_RELEASED };
+
+struct sl_dev_slot {
+    sl_dev_ring *ring;
+    int state;
+    void *host, *dev;
+    size_t host_cap, dev_cap;
+    void *copy_ev, *rel_ev;
+    void *use_stream;             /* where the release event is recorded */
+    uint64_t rel_order;           /* when it was released (oldest first) */
+};
+
+struct sl_dev_ring {
+    pthread_mutex_t mu;
+    sl_dev_backend *be;
+    void *copy_stream;
+    void *cons_stream;            /* NULL: the backend's default stream */
+    sl_dev_slot *slot[SL_DEV_MAX_SLOTS];
+    int nslots, depth;
+    int nout;                     /* slots OUT */
+    int closed;                   /* the creator let go */
+    uint64_t rel_counter;
+};
+
+static void slot_free(sl_dev_ring *r, sl_dev_slot *s) {
+    sl_dev_backend *be = r->be;
+    if (s->copy_ev) {
+        be->event_sync(be, s->copy_ev);
+        be->event_destroy(be, s->copy_ev);
+    }
+    if (s->rel_ev) {
+        be->event_sync(be, s->rel_ev);
+        be->event_destroy(be, s->rel_ev);
+    }
+    if (s->host)
+        be->host_free(be, s->host);
+    if (s->dev)
+        be->dev_free(be, s->dev);
+    sl__free(s);
+}
+
+static void ring_destroy(sl_dev_ring *r) {
+    sl_dev_backend *be = r->be;
+    if (r->copy_stream)
+        be->stream_sync(be, r->copy_stream);
+    for (int i = 0; i < r->nslots; i++)
+        if (r->slot[i])
+            slot_free(r, r->slot[i]);
+    if (r->copy_stream)
+        be->stream_destroy(be, r->copy_stream);
+    be->destroy(be);
+    pthread_mutex_destroy(&r->mu);
+    sl__free(r);
+}
+
+int sl_dev__ring_create(sl_dev_ring **out, sl_dev_backend *be, int depth) {
+    *out = NULL;
+    sl_dev_ring *r = sl__calloc(1, sizeof *r);
+    if (!r) {
+        be->destroy(be);
+        return sl__oom("creating the device ring");
+    }
+    pthread_mutex_init(&r->mu, NULL);
+    r->be = be;
+    r->depth = depth < 2 ? 2 : depth > SL_DEV_MAX_SLOTS ? SL_DEV_MAX_SLOTS : depth;
+    int rc = be->stream_create(be, &r->copy_stream);
+    if (rc < 0) {
+        ring_destroy(r);
+        return rc;
+    }
+    *out = r;
+    return SL_OK;
+}
+
+void sl_dev__ring_close(sl_dev_ring *r) {
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->closed = 1;
+    int last = r->nout == 0;
+    pthread_mutex_unlock(&r->mu);
+    if (last)
+        ring_destroy(r);
+}
+
+sl_dev_backend *sl_dev__ring_backend(sl_dev_ring *r) { return r->be; }
+void *sl_dev__ring_copy_stream(sl_dev_ring *r) { return r->copy_stream; }
+
+void sl_dev__ring_set_stream(sl_dev_ring *r, void *stream) {
+    pthread_mutex_lock(&r->mu);
+    r->cons_stream = stream;
+    pthread_mutex_unlock(&r->mu);
+}
+
+int sl_dev__ring_slots(sl_dev_ring *r) {
+    pthread_mutex_lock(&r->mu);
+    int n = r->nslots;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+/* Grow a FILLING slot's memory (nothing in flight uses it: invariant 1). */
+static int slot_fit(sl_dev_ring *r, sl_dev_slot *s, size_t host_bytes, size_t dev_bytes) {
+    sl_dev_backend *be = r->be;
+    if (s->host_cap < host_bytes) {
+        if (s->host)
+            be->host_free(be, s->host);
+        s->host = NULL;
+        s->host_cap = 0;
+        SL_TRY(be->host_alloc(be, host_bytes, &s->host));
+        s->host_cap = host_bytes;
+    }
+    if (s->dev_cap < dev_bytes) {
+        if (s->dev)
+            be->dev_free(be, s->dev);
+        s->dev = NULL;
+        s->dev_cap = 0;
+        SL_TRY(be->dev_alloc(be, dev_bytes, &s->dev));
+        s->dev_cap = dev_bytes;
+    }
+    return SL_OK;
+}
+
+static int slot_new(sl_dev_ring *r, sl_dev_slot **out) {
+    sl_dev_slot *s = sl__calloc(1, sizeof *s);
+    if (!s)
+        return sl__oom("creating a device slot");
+    s->ring = r;
+    int rc = r->be->event_create(r->be, &s->copy_ev);
+    if (rc >= 0)
+        rc = r->be->event_create(r->be, &s->rel_ev);
+    if (rc < 0) {
+        slot_free(r, s);
+        return rc;
+    }
+    *out = s;
+    return SL_OK;
+}
+
+int sl_dev__ring_acquire(sl_dev_ring *r, size_t host_bytes, size_t dev_bytes,
+                         sl_dev_slot **out, uint64_t *wait_ns) {
+    sl_dev_backend *be = r->be;
+    *out = NULL;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        sl_dev_slot *pick = NULL, *oldest = NULL;
+        for (int i = 0; i < r->nslots && !pick; i++) {
+            sl_dev_slot *s = r->slot[i];
+            if (s->state == SLOT_RELEASED && be->event_query(be, s->rel_ev) == 1 &&
+                be->event_query(be, s->copy_ev) == 1)
+                s->state = SLOT_FREE;
+            if (s->state == SLOT_FREE)
+                pick = s;
+            else if (s->state == SLOT_RELEASED && (!oldest || s->rel_order < oldest->rel_order))
+                oldest = s;
+        }
+        if (pick) {
+            pick->state = SLOT_FILLING;
+            pthread_mutex_unlock(&r->mu);
+            int rc = slot_fit(r, pick, host_bytes, dev_bytes);
+            if (rc < 0) {
+                sl_dev__slot_abandon(pick);
+                return rc;
+            }
+            *out = pick;
+            return SL_OK;
+        }
+        if (r->nslots < r->depth || !oldest) {
+            if (r->nslots == SL_DEV_MAX_SLOTS) {
+                pthread_mutex_unlock(&r->mu);
+                return sl__error(SL_ELIMIT, "device: the consumer holds %d batches; release "
+                                            "some before asking for more",
+                                 SL_DEV_MAX_SLOTS);
+            }
+            sl_dev_slot *s = NULL;
+            int rc = slot_new(r, &s);
+            if (rc < 0) {
+                pthread_mutex_unlock(&r->mu);
+                return rc;
+            }
+            s->state = SLOT_FREE;
+            r->slot[r->nslots++] = s;
+            continue;
+        }
+        /* Every slot is in use and the oldest released one has not passed
+         * its events: wait for it (invariant 1). */
+        pthread_mutex_unlock(&r->mu);
+        uint64_t t0 = sl__now_ns();
+        int rc = be->event_sync(be, oldest->rel_ev);
+        if (rc >= 0)
+            rc = be->event_sync(be, oldest->copy_ev);
+        if (wait_ns)
+            *wait_ns += sl__now_ns() - t0;
+        if (rc < 0)
+            return rc;
+        pthread_mutex_lock(&r->mu);
+    }
+}
+
+void *sl_dev__slot_host(sl_dev_slot *s) { return s->host; }
+void *sl_dev__slot_dev(sl_dev_slot *s) { return s->dev; }
+
+void sl_dev__slot_abandon(sl_dev_slot *s) {
+    sl_dev_ring *r = s->ring;
+    pthread_mutex_lock(&r->mu);
+    /* Work may be queued on it already: let its events order the reuse. */
+    s->state = SLOT_RELEASED;
+    s->rel_order = ++r->rel_counter;
+    pthread_mutex_unlock(&r->mu);
+}
+
+int sl_dev__slot_submit(sl_dev_slot *s, size_t bytes, const sl_dev_norm *norm) {
+    sl_dev_ring *r = s->ring;
+    sl_dev_backend *be = r->be;
+    pthread_mutex_lock(&r->mu);
+    void *cons = r->cons_stream;
+    pthread_mutex_unlock(&r->mu);
+    if (bytes)
+        SL_TRY(be->copy(be, s->dev, s->host, bytes, r->copy_stream));
+    if (norm) {
+        if (!be->normalize)
+            return sl__error(SL_EUNSUPPORTED, "device \"%s\": normalize_on_device: %s",
+                             be->name, be->norm_missing);
+        SL_TRY(be->normalize(be, norm, r->copy_stream));
+    }
+    SL_TRY(be->event_record(be, s->copy_ev, r->copy_stream));
+    SL_TRY(be->stream_wait(be, cons, s->copy_ev));
+    s->use_stream = cons;
+    return SL_OK;
+}
+
+static void slot_released(void *user) {
+    sl_dev_slot *s = user;
+    sl_dev_ring *r = s->ring;
+    pthread_mutex_lock(&r->mu);
+    int rc = r->be->event_record(r->be, s->rel_ev, s->use_stream);
+    if (rc < 0) /* cannot tell when the consumer is done: make it wait for all */
+        r->be->stream_sync(r->be, s->use_stream);
+    s->state = SLOT_RELEASED;
+    s->rel_order = ++r->rel_counter;
+    r->nout--;
+    int last = r->closed && r->nout == 0;
+    pthread_mutex_unlock(&r->mu);
+    if (last)
+        ring_destroy(r);
+}
+
+int sl_dev__slot_handout(sl_dev_slot *s, sl_buffer **out) {
+    sl_dev_ring *r = s->ring;
+    SL_TRY(sl_buffer_wrap(out, s->dev, s->dev_cap, slot_released, s));
+    pthread_mutex_lock(&r->mu);
+    s->state = SLOT_OUT;
+    r->nout++;
+    pthread_mutex_unlock(&r->mu);
+    return SL_OK;
+}
+
+sl_dev_slot *sl_dev__slot_of(const sl_buffer *buf) {
+    return buf ? sl_buffer__wrap_user(buf, slot_released) : NULL;
+}
+
+int sl_dev__slot_wait(sl_dev_slot *s, void *stream) {
+    sl_dev_ring *r = s->ring;
+    pthread_mutex_lock(&r->mu);
+    int rc = r->be->stream_wait(r->be, stream, s->copy_ev);
+    if (rc >= 0)
+        s->use_stream = stream;
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}

@@ -1,0 +1,110 @@
+"""The device path from Python: batches staged and copied by the device ring.
+
+On a machine without a GPU the host backend (the same ring, events and
+normalize, run by threads) is checked against the CPU pipeline; the CUDA
+cases skip, saying so.
+"""
+import numpy as np
+import pytest
+
+import sluice
+from sluice import _sluice
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def images(n=10, h=6, w=5):
+    rng = np.random.default_rng(7)
+    return {"image": rng.integers(0, 256, (n, h, w, 3), dtype=np.uint8),
+            "label": np.arange(n, dtype=np.int64)}
+
+
+def base(layout="chw", dtype="float32"):
+    return (sluice.from_arrays(images())
+            .normalize("image", mean=MEAN, std=STD, layout=layout, dtype=dtype)
+            .batch(4))
+
+
+def batches(ds):
+    return [{k: np.array(v) for k, v in b.items()} for b in ds.numpy()]
+
+
+def assert_same(a, b):
+    assert len(a) == len(b) > 0
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            assert x[k].dtype == y[k].dtype and x[k].shape == y[k].shape, k
+            np.testing.assert_array_equal(x[k], y[k])
+
+
+def test_host_device_values_equal_cpu():
+    assert_same(batches(base()), batches(base().device("host")))
+
+
+@pytest.mark.parametrize("layout,dtype", [("chw", "float32"), ("hwc", "float32"),
+                                          ("chw", "float16")])
+def test_normalize_on_device_equals_cpu(layout, dtype):
+    # tolerance: none; the device math is the CPU op's float32 expression
+    cpu = batches(base(layout, dtype))
+    dev = batches(base(layout, dtype).device("host", normalize_on_device=True))
+    assert_same(cpu, dev)
+
+
+def test_stats_report_h2d_and_wait():
+    ds = base().device("host", normalize_on_device=True)
+    n = sum(1 for _ in ds.numpy())
+    st = ds.stats()
+    # uint8 crossed: 4 images of 6x5x3 = 360 bytes (padded to 512) + labels (256)
+    # (the last batch has 2 samples: 180 + 16 bytes, each padded to 256)
+    assert st["h2d_bytes"] == 768 * (n - 1) + 256 + 256
+    assert st["h2d_bytes_per_s"] > 0
+    assert st["device_wait_s"] >= 0
+
+
+def test_torch_from_host_device():
+    torch = pytest.importorskip("torch")
+    cpu = [b for b in base().torch()]
+    dev = [b for b in base().device("host").torch()]
+    assert len(cpu) == len(dev)
+    for x, y in zip(cpu, dev):
+        for k in x:
+            assert torch.equal(x[k], y[k])
+
+
+def test_spec_errors():
+    with pytest.raises(ValueError, match="kind"):
+        base().device("tpu")
+    ds = sluice.from_arrays(images()).batch(2).device("host", normalize_on_device=True)
+    with pytest.raises(sluice.Error, match="no normalize op"):
+        next(iter(ds.numpy()))
+
+
+def test_cuda_unavailable_is_explained():
+    why = _sluice.device_available("cuda", 0)
+    if why is None:
+        pytest.skip("a CUDA device is present: the unavailable case is not checked here")
+    assert why.startswith('device "cuda": ')
+    ds = base().device("cuda")
+    with pytest.raises(sluice.Error, match='device "cuda"'):
+        next(iter(ds.numpy()))
+    torch = pytest.importorskip("torch")
+    with pytest.warns(RuntimeWarning, match="device path not used"):
+        loader = base().torch(device="cuda")
+    if not torch.cuda.is_available():
+        with pytest.raises((RuntimeError, AssertionError)):
+            next(iter(loader))
+
+
+def test_cuda_batches_match_cpu():
+    why = _sluice.device_available("cuda", 0)
+    if why is not None:
+        pytest.skip(f"no CUDA device: {why}")
+    torch = pytest.importorskip("torch")
+    cpu = [b for b in base().torch()]
+    for normalize in (False, True):
+        dev = [b for b in base().device("cuda", normalize_on_device=normalize).torch()]
+        for x, y in zip(cpu, dev):
+            for k in x:
+                assert y[k].is_cuda
+                assert torch.equal(x[k], y[k].cpu())
