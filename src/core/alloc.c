@@ -63,6 +63,18 @@ char *sl__strdup(const char *s) {
 
 void sl__free(void *p) { free(p); }
 
+int sl__copy_out(const char *text, char *buf, size_t cap, size_t *len_out) {
+    size_t n = strlen(text);
+    if (len_out)
+        *len_out = n;
+    if (buf && cap) {
+        size_t m = n < cap - 1 ? n : cap - 1;
+        memcpy(buf, text, m);
+        buf[m] = '\0';
+    }
+    return SL_OK;
+}
+
 /* ---- cJSON ------------------------------------------------------------------ */
 
 static _Thread_local bool json_alloc_failed;

@@ -32,6 +32,9 @@ void *sl__realloc(void *p, size_t size);
 void *sl__aligned_alloc(size_t align, size_t size);
 char *sl__strdup(const char *s);
 void sl__free(void *p);
+/* snprintf-style copy of `text` into buf[cap] (buf may be NULL with cap 0);
+ * *len_out (may be NULL) = strlen(text). Returns SL_OK. */
+int sl__copy_out(const char *text, char *buf, size_t cap, size_t *len_out);
 /* Make the n-th allocation from now fail (1 = the next one); 0 disables.
  * Process-wide; for single-threaded tests. */
 SL_API void sl__alloc_fail_at(uint64_t n);

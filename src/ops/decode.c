@@ -81,6 +81,39 @@ int sl_ops__dec_scratch(sl_decoder *dec, size_t n) {
     return SL_OK;
 }
 
+int sl_ops__rgb_target(sl_decoder *d, sl_color color, int h, int w, sl_tensor *out,
+                       int *allocated, uint8_t **rgb_out) {
+    if (out && color == SL_COLOR_RGB) {
+        int64_t shape[3] = {h, w, 3};
+        SL_TRY(sl_ops__out_prepare(out, SL_U8, 3, shape, "decode", allocated));
+        *rgb_out = out->data;
+        return SL_OK;
+    }
+    SL_TRY(sl_ops__dec_scratch(d, (size_t)h * (size_t)w * 3));
+    *rgb_out = d->scratch;
+    return SL_OK;
+}
+
+int sl_ops__rgb_finish(sl_decoder *d, uint8_t *rgb, int h, int w, sl_color color,
+                       sl_tensor *out, int *allocated, const uint8_t **pix_out, int *h_out,
+                       int *w_out) {
+    if (color == SL_COLOR_GRAY) {
+        uint8_t *gray = rgb; /* in place: the gray byte is written behind the read */
+        if (out) {
+            int64_t shape[3] = {h, w, 1};
+            SL_TRY(sl_ops__out_prepare(out, SL_U8, 3, shape, "decode", allocated));
+            gray = out->data;
+        }
+        sl_ops__rgb_to_gray(rgb, gray, (size_t)h * (size_t)w);
+    }
+    if (pix_out) {
+        *pix_out = d->scratch;
+        *h_out = h;
+        *w_out = w;
+    }
+    return SL_OK;
+}
+
 int sl_ops__check_dims(const sl_decoder *dec, uint64_t w, uint64_t h) {
     if (w == 0 || h == 0)
         return sl__error(SL_EDECODE, "decode: image has zero size (%llux%llu)",

@@ -103,6 +103,17 @@ int sl_ops__jpeg_decode_box(sl_decoder *dec, const uint8_t *data, size_t size, s
                             const double box[4], const int lim[4], int out_h, int out_w,
                             sl_interp interp, uint8_t *out);
 
+/* For the decoders that produce RGB8 rows (PNG, WebP): where the RGB image
+ * goes (straight into `out` when RGB output is wanted, else the decoder's
+ * scratch), and afterwards the gray conversion and the `pix_out` hand-off
+ * (the image in scratch, for the fused ops). `*allocated` tells the caller's
+ * cleanup whether `out` was allocated here. */
+int sl_ops__rgb_target(sl_decoder *d, sl_color color, int h, int w, sl_tensor *out,
+                       int *allocated, uint8_t **rgb_out);
+int sl_ops__rgb_finish(sl_decoder *d, uint8_t *rgb, int h, int w, sl_color color,
+                       sl_tensor *out, int *allocated, const uint8_t **pix_out, int *h_out,
+                       int *w_out);
+
 int sl_ops__png_info(sl_decoder *dec, const uint8_t *data, size_t size, sl_image_info *info);
 /* Decode a PNG. When `out` is NULL the image goes into the decoder scratch
  * and *pix_out points at it. */

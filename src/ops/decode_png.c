@@ -90,36 +90,17 @@ int sl_ops__png_decode(sl_decoder *d, const uint8_t *data, size_t size, sl_color
     struct spng_ihdr h;
     int rc, allocated = 0;
     SL_TRY(png_open(d, data, size, &ctx, &h));
-    size_t npix = (size_t)h.width * h.height, rgb_bytes = npix * 3;
+    size_t rgb_bytes = (size_t)h.width * h.height * 3;
     uint8_t *rgb;
-    if (out && color == SL_COLOR_RGB) {
-        int64_t shape[3] = {h.height, h.width, 3};
-        SL_CHECK(sl_ops__out_prepare(out, SL_U8, 3, shape, "decode", &allocated));
-        rgb = out->data;
-    } else {
-        SL_CHECK(sl_ops__dec_scratch(d, rgb_bytes));
-        rgb = d->scratch;
-    }
+    SL_CHECK(sl_ops__rgb_target(d, color, (int)h.height, (int)h.width, out, &allocated, &rgb));
     int ret = spng_decode_image(ctx, rgb, rgb_bytes, SPNG_FMT_RGB8, 0);
     /* Read on to IEND: a file cut short after its image data is damaged too. */
     if (!ret)
         ret = spng_decode_chunks(ctx);
     if (ret)
         SL_CHECK(png_fail(ret));
-    if (color == SL_COLOR_GRAY) {
-        uint8_t *gray = rgb; /* in place: the gray byte is written behind the read */
-        if (out) {
-            int64_t shape[3] = {h.height, h.width, 1};
-            SL_CHECK(sl_ops__out_prepare(out, SL_U8, 3, shape, "decode", &allocated));
-            gray = out->data;
-        }
-        sl_ops__rgb_to_gray(rgb, gray, npix);
-    }
-    if (pix_out) {
-        *pix_out = d->scratch;
-        *h_out = (int)h.height;
-        *w_out = (int)h.width;
-    }
+    SL_CHECK(sl_ops__rgb_finish(d, rgb, (int)h.height, (int)h.width, color, out, &allocated,
+                                pix_out, h_out, w_out));
     rc = SL_OK;
 cleanup:
     if (rc < 0 && allocated)

@@ -96,31 +96,10 @@ int sl_ops__webp_decode(sl_decoder *d, const uint8_t *data, size_t size, sl_colo
     int rc, allocated = 0;
     SL_TRY(webp_header(d, data, size, &f));
     int w = f.width, h = f.height;
-    size_t npix = (size_t)w * (size_t)h;
     uint8_t *rgb;
-    if (out && color == SL_COLOR_RGB) {
-        int64_t shape[3] = {h, w, 3};
-        SL_CHECK(sl_ops__out_prepare(out, SL_U8, 3, shape, "decode", &allocated));
-        rgb = out->data;
-    } else {
-        SL_CHECK(sl_ops__dec_scratch(d, npix * 3));
-        rgb = d->scratch;
-    }
+    SL_CHECK(sl_ops__rgb_target(d, color, h, w, out, &allocated, &rgb));
     SL_CHECK(webp_into(data, size, rgb, w, h));
-    if (color == SL_COLOR_GRAY) {
-        uint8_t *gray = rgb; /* in place: the gray byte is written behind the read */
-        if (out) {
-            int64_t shape[3] = {h, w, 1};
-            SL_CHECK(sl_ops__out_prepare(out, SL_U8, 3, shape, "decode", &allocated));
-            gray = out->data;
-        }
-        sl_ops__rgb_to_gray(rgb, gray, npix);
-    }
-    if (pix_out) {
-        *pix_out = d->scratch;
-        *h_out = h;
-        *w_out = w;
-    }
+    SL_CHECK(sl_ops__rgb_finish(d, rgb, h, w, color, out, &allocated, pix_out, h_out, w_out));
     rc = SL_OK;
 cleanup:
     if (rc < 0 && allocated)

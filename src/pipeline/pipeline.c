@@ -24,7 +24,8 @@
 
 /* ---- creation --------------------------------------------------------------------- */
 
-/* What the plan knows of the source's columns. */
+/* What the plan knows of the source's columns: every source fills dtype,
+ * ndim and shape for each column type (sl_source__add_col). */
 static void source_colset(const sl_source *src, sl_colset *out) {
     memset(out, 0, sizeof *out);
     out->ncols = src->ncols;
@@ -32,27 +33,12 @@ static void source_colset(const sl_source *src, sl_colset *out) {
         const sl_source_col *sc = &src->col[i];
         sl_colinfo *c = &out->col[i];
         snprintf(c->name, sizeof c->name, "%s", sc->name);
-        switch (sc->type) {
-        case SL_COL_INT64:
-        case SL_COL_FLOAT64:
-            c->dtype = sc->type == SL_COL_INT64 ? SL_I64 : SL_F64;
-            c->ndim = 0;
-            c->index_column = sc->indexed;
-            break;
-        case SL_COL_STRING:
-        case SL_COL_BYTES:
-            c->dtype = SL_U8;
-            c->ndim = 1;
-            c->shape[0] = -1;
-            c->encoded = sc->encoded;
-            break;
-        default:
-            c->dtype = sc->dtype;
-            c->ndim = sc->ndim;
-            for (int d = 0; d < sc->ndim; d++)
-                c->shape[d] = sc->shape[d];
-            break;
-        }
+        c->dtype = sc->dtype;
+        c->ndim = sc->ndim;
+        for (int d = 0; d < sc->ndim; d++)
+            c->shape[d] = sc->shape[d];
+        c->index_column = sc->indexed && (sc->type == SL_COL_INT64 || sc->type == SL_COL_FLOAT64);
+        c->encoded = sc->encoded && (sc->type == SL_COL_BYTES || sc->type == SL_COL_STRING);
     }
 }
 
@@ -572,7 +558,7 @@ int sl_pipeline_save_state(const sl_pipeline *p, char *buf, size_t cap, size_t *
                               (long long)p->last.counters[i]);
     if (n < sizeof text)
         snprintf(text + n, sizeof text - n, "]}");
-    return sl_pipeline__write_out(text, buf, cap, len_out);
+    return sl__copy_out(text, buf, cap, len_out);
 }
 
 static int state_u64(const cJSON *doc, const char *key, uint64_t *out) {

@@ -73,8 +73,6 @@ struct sl_spec {
 int sl_spec__copy(sl_spec **out, const sl_spec *src);
 /* The spec as a cJSON document (for to_json and state hashing). */
 cJSON *sl_spec__to_cjson(const sl_spec *s);
-/* snprintf-style copy of `text` into buf[cap]; *len_out = strlen(text). */
-int sl_pipeline__write_out(const char *text, char *buf, size_t cap, size_t *len_out);
 /* Parse a "parallel" value: number >= 1 or "auto" (-1); 0 when absent. */
 int sl_spec__parse_parallel(const cJSON *v, const char *field, int *out);
 

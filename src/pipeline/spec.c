@@ -422,22 +422,6 @@ int sl_spec__copy(sl_spec **out, const sl_spec *src) {
     return SL_OK;
 }
 
-static int write_out(const char *text, char *buf, size_t cap, size_t *len_out) {
-    size_t n = strlen(text);
-    if (len_out)
-        *len_out = n;
-    if (buf && cap) {
-        size_t m = n < cap - 1 ? n : cap - 1;
-        memcpy(buf, text, m);
-        buf[m] = '\0';
-    }
-    return SL_OK;
-}
-
-int sl_pipeline__write_out(const char *text, char *buf, size_t cap, size_t *len_out) {
-    return write_out(text, buf, cap, len_out);
-}
-
 cJSON *sl_spec__to_cjson(const sl_spec *s) {
     sl__json_init(); /* the adds below are checked once, at the end */
     cJSON *doc = cJSON_CreateObject();
@@ -497,7 +481,7 @@ int sl_spec_to_json(const sl_spec *s, char *buf, size_t cap, size_t *len_out) {
     cJSON_Delete(doc);
     if (!text)
         return sl__oom("writing a spec as JSON");
-    write_out(text, buf, cap, len_out);
+    sl__copy_out(text, buf, cap, len_out);
     cJSON_free(text);
     return SL_OK;
 }

@@ -195,7 +195,7 @@ int sl_pipeline_stats_json(const sl_pipeline *p, char *buf, size_t cap, size_t *
     cJSON_Delete(doc);
     if (!text)
         return sl__oom("writing stats");
-    sl_pipeline__write_out(text, buf, cap, len_out);
+    sl__copy_out(text, buf, cap, len_out);
     cJSON_free(text);
     return SL_OK;
 }
@@ -360,7 +360,7 @@ int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len
         sl__free(b.s);
         return sl__oom("explaining a pipeline");
     }
-    sl_pipeline__write_out(b.s ? b.s : "", buf, cap, len_out);
+    sl__copy_out(b.s ? b.s : "", buf, cap, len_out);
     sl__free(b.s);
     return SL_OK;
 }

@@ -132,7 +132,7 @@ int sl_pipeline_trace_json(const sl_pipeline *p, char *buf, size_t cap, size_t *
         sl__free(s);
         return sl__error(SL_ELIMIT, "trace: output larger than expected");
     }
-    sl_pipeline__write_out(s, buf, cap, len_out);
+    sl__copy_out(s, buf, cap, len_out);
     sl__free(s);
     return SL_OK;
 }

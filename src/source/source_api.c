@@ -228,14 +228,7 @@ int sl_source_describe(const sl_source *src, char *buf, size_t cap, size_t *len_
     text = cJSON_PrintUnformatted(doc);
     if (!text)
         SL_FAIL(SL_ENOMEM, "describing a source");
-    size_t n = strlen(text);
-    if (len_out)
-        *len_out = n;
-    if (buf && cap) {
-        size_t m = n < cap - 1 ? n : cap - 1;
-        memcpy(buf, text, m);
-        buf[m] = '\0';
-    }
+    sl__copy_out(text, buf, cap, len_out);
 cleanup:
     cJSON_free(text);
     cJSON_Delete(doc);
