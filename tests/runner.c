@@ -169,3 +169,29 @@ int main(int argc, char **argv) {
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
+
+void sl_test_write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        sl_test_fail(__FILE__, __LINE__, "fopen %s: %s", path, strerror(errno));
+    if (n && fwrite(data, 1, n, f) != n)
+        sl_test_fail(__FILE__, __LINE__, "writing %s: %s", path, strerror(errno));
+    if (fclose(f) != 0)
+        sl_test_fail(__FILE__, __LINE__, "closing %s: %s", path, strerror(errno));
+}
+
+unsigned char *sl_test_read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        sl_test_fail(__FILE__, __LINE__, "fopen %s: %s", path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *d = malloc((size_t)(len > 0 ? len : 0) + 1);
+    if (!d || len < 0 || fread(d, 1, (size_t)len, f) != (size_t)len)
+        sl_test_fail(__FILE__, __LINE__, "reading %s", path);
+    fclose(f);
+    d[len] = 0;
+    *n = (size_t)len;
+    return d;
+}

@@ -31,6 +31,11 @@ void sl_test_fail(const char *file, int line, const char *fmt, ...)
 const char *sl_test_tmpdir(void);
 /* Join tmpdir and a name into a static-ish buffer owned by the caller. */
 void sl_test_path(char *out, size_t cap, const char *name);
+/* Write `n` bytes to `path` (created or truncated); fails the case on error. */
+void sl_test_write_file(const char *path, const void *data, size_t n);
+/* The whole file at `path`, plus a terminating zero byte (not counted in
+ * *n); the caller frees it. Fails the case on error. */
+unsigned char *sl_test_read_file(const char *path, size_t *n);
 
 #define SL_TEST(name)                                               \
     static void name(void);                                         \

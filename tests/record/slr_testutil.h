@@ -93,27 +93,9 @@ static SLR_UNUSED void slr_check_simple(const char *path, uint64_t n, int with_a
     sl_reader_free(r);
 }
 
-/* Whole-file helpers. */
-static SLR_UNUSED uint8_t *slr_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    ASSERT(f != NULL);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)n + 1);
-    ASSERT(b != NULL);
-    ASSERT_EQ(fread(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
-static SLR_UNUSED void slr_write_file(const char *path, const void *p, size_t len) {
-    FILE *f = fopen(path, "wb");
-    ASSERT(f != NULL);
-    ASSERT_EQ(fwrite(p, 1, len, f), len);
-    ASSERT_EQ(fclose(f), 0);
-}
+/* Whole-file helpers (the runner's). */
+#define slr_read_file sl_test_read_file
+#define slr_write_file sl_test_write_file
 
 static SLR_UNUSED int slr_exists(const char *path) { return access(path, F_OK) == 0; }
 

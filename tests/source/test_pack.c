@@ -18,29 +18,7 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static void write_file(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        sl_test_fail(__FILE__, __LINE__, "fopen %s: %s", path, strerror(errno));
-    if (n)
-        ASSERT_EQ(fwrite(data, 1, n, f), n);
-    ASSERT_EQ(fclose(f), 0);
-}
 
-static uint8_t *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        sl_test_fail(__FILE__, __LINE__, "fopen %s: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *d = malloc((size_t)len + 1);
-    ASSERT(d);
-    ASSERT_EQ(fread(d, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return d;
-}
 
 static void write_gz(const char *path, const void *data, size_t n) {
     gzFile g = gzopen(path, "wb");
@@ -97,8 +75,8 @@ static void make_idx_pair(const char *img_path, const char *lab_path, uint32_t n
         write_gz(img_path, ib, in);
         write_gz(lab_path, lbb, ln);
     } else {
-        write_file(img_path, ib, in);
-        write_file(lab_path, lbb, ln);
+        sl_test_write_file(img_path, ib, in);
+        sl_test_write_file(lab_path, lbb, ln);
     }
     free(px);
     free(lb);
@@ -247,13 +225,13 @@ SL_TEST(source_idx__plain_truncated_and_extra) {
     tpath(lab, "lab");
     make_idx_pair(img, lab, 10, 4, 4, 0);
     size_t n;
-    uint8_t *d = read_file(img, &n);
-    write_file(img, d, n - 5); /* header says 10 items; the file is 5 bytes short */
+    uint8_t *d = sl_test_read_file(img, &n);
+    sl_test_write_file(img, d, n - 5); /* header says 10 items; the file is 5 bytes short */
     expect_pack_fail(img, lab, SL_ECORRUPT, img, "truncated");
     uint8_t *more = malloc(n + 3);
     memcpy(more, d, n);
     memset(more + n, 0xAB, 3);
-    write_file(img, more, n + 3);
+    sl_test_write_file(img, more, n + 3);
     expect_pack_fail(img, lab, SL_ECORRUPT, img, "3 extra bytes");
     free(d);
     free(more);
@@ -265,7 +243,7 @@ SL_TEST(source_idx__gzip_header_disagrees) {
     tpath(lab, "lab.gz");
     make_idx_pair(img, lab, 10, 4, 4, 0); /* plain first, then rewrite as gz */
     size_t n, ln;
-    uint8_t *d = read_file(img, &n), *l = read_file(lab, &ln);
+    uint8_t *d = sl_test_read_file(img, &n), *l = sl_test_read_file(lab, &ln);
     write_gz(lab, l, ln);
     /* data for 8 items only: fails at record 8 */
     write_gz(img, d, n - 2 * 16);
@@ -287,19 +265,19 @@ SL_TEST(source_idx__gzip_truncated_and_damaged) {
     tpath(lab, "lab.gz");
     make_idx_pair(img, lab, 200, 16, 16, 1);
     size_t n;
-    uint8_t *d = read_file(img, &n);
-    write_file(img, d, n / 2);
+    uint8_t *d = sl_test_read_file(img, &n);
+    sl_test_write_file(img, d, n / 2);
     expect_pack_fail(img, lab, SL_ECORRUPT, img, "truncated");
     /* the gzip trailer's CRC no longer matches */
     uint8_t *bad = malloc(n);
     memcpy(bad, d, n);
     bad[n - 6] ^= 0xFF;
-    write_file(img, bad, n);
+    sl_test_write_file(img, bad, n);
     expect_pack_fail(img, lab, SL_ECORRUPT, img, "damaged gzip");
     /* a byte flipped in the deflate stream */
     memcpy(bad, d, n);
     bad[n / 2] ^= 0x55;
-    write_file(img, bad, n);
+    sl_test_write_file(img, bad, n);
     char dst[4096];
     tpath(dst, "x.slr");
     int rc = pack2(img, lab, dst, NULL);
@@ -332,20 +310,20 @@ SL_TEST(source_idx__bad_magic_dtype_empty) {
     uint8_t body[64] = {0};
     size_t n;
     uint8_t *b = idx_bytes(0x0D, 3, dims, body, sizeof body, &n);
-    write_file(bad, b, n);
+    sl_test_write_file(bad, b, n);
     expect_pack_fail(bad, lab, SL_EUNSUPPORTED, bad, "float32");
     free(b);
     /* a wrong magic: not an input kind at all */
-    write_file(bad, "\x01\x02\x08\x03garbagegarbage", 18);
+    sl_test_write_file(bad, "\x01\x02\x08\x03garbagegarbage", 18);
     expect_pack_fail(img, bad, SL_EUNSUPPORTED, bad, "ImageFolder");
     /* unknown dtype code */
-    write_file(bad, "\x00\x00\x42\x03\x00\x00\x00\x01", 8);
+    sl_test_write_file(bad, "\x00\x00\x42\x03\x00\x00\x00\x01", 8);
     expect_pack_fail(img, bad, SL_EUNSUPPORTED, bad, NULL);
     /* empty file */
-    write_file(bad, "", 0);
+    sl_test_write_file(bad, "", 0);
     expect_pack_fail(bad, lab, SL_EUNSUPPORTED, bad, "empty");
     /* header cut inside the dims */
-    write_file(bad, "\x00\x00\x08\x03\x00\x00", 6);
+    sl_test_write_file(bad, "\x00\x00\x08\x03\x00\x00", 6);
     expect_pack_fail(bad, lab, SL_ECORRUPT, bad, "truncated");
     /* two labels files, or one file alone */
     expect_pack_fail(lab, lab, SL_EINVAL, "one images file", NULL);
@@ -521,14 +499,14 @@ static void put_jpeg(const char *rel, int seed) {
     unsigned long n;
     uint8_t *j = make_jpeg(24 + seed % 5, 16 + seed % 3, seed, &n);
     tpath(p, rel);
-    write_file(p, j, n);
+    sl_test_write_file(p, j, n);
     tjFree(j);
 }
 
 static void put_text(const char *rel, const char *text) {
     char p[4096];
     tpath(p, rel);
-    write_file(p, text, strlen(text));
+    sl_test_write_file(p, text, strlen(text));
 }
 
 typedef struct {
@@ -566,7 +544,7 @@ static void check_folder(const char *root, const char *dst, const expect_rec *wa
         char full[4096];
         snprintf(full, sizeof full, "%s/%s", root, want[i].rel);
         size_t fn;
-        uint8_t *fd = read_file(full, &fn);
+        uint8_t *fd = sl_test_read_file(full, &fn);
         ASSERT_EQ(img->nbytes, fn);
         ASSERT_EQ(memcmp(img->data, fd, fn), 0);
         free(fd);
@@ -599,7 +577,7 @@ SL_TEST(source_imagefolder__roundtrip_and_order) {
     uint8_t *png = make_png(9, 7, &pn);
     char p[4096];
     tpath(p, "root/b dog/png-named.jpg"); /* a PNG named .jpg: accepted by content */
-    write_file(p, png, pn);
+    sl_test_write_file(p, png, pn);
     free(png);
 
     sl_pack_options o = SL_PACK_OPTIONS_INIT;
@@ -793,7 +771,7 @@ SL_TEST(source_pack__deterministic_across_jobs) {
     ASSERT_U64_EQ(r4.records, 100);
     ASSERT_U64_EQ(r1.bytes, r4.bytes);
     size_t n1, n4;
-    uint8_t *b1 = read_file(d1, &n1), *b4 = read_file(d4, &n4);
+    uint8_t *b1 = sl_test_read_file(d1, &n1), *b4 = sl_test_read_file(d4, &n4);
     ASSERT_EQ(n1, n4);
     ASSERT_EQ(memcmp(b1, b4, n1), 0);
     free(b1);
@@ -893,12 +871,12 @@ SL_TEST(source_idx__gzip_members_damage_offset) {
     write_gz(a, raw, first);
     write_gz(b, raw + first, n - first);
     size_t na, nb;
-    uint8_t *ga = read_file(a, &na), *gb = read_file(b, &nb);
+    uint8_t *ga = sl_test_read_file(a, &na), *gb = sl_test_read_file(b, &nb);
     uint8_t *cat = malloc(na + nb);
     memcpy(cat, ga, na);
     memcpy(cat + na, gb, nb);
     cat[na + nb / 2] ^= 0x55; /* inside the second member's deflate data */
-    write_file(img, cat, na + nb);
+    sl_test_write_file(img, cat, na + nb);
     make_idx_pair(dummy, lab, N, R, C, 0);
     char dst[4096];
     tpath(dst, "x.slr");
@@ -1104,23 +1082,23 @@ static void make_bad_neighbour_folder(int ngood, char (*good)[64], int *ngood_ou
         strcat(p, rel);
         if (photo && access(photos[i == 3 ? 0 : 1], R_OK) == 0) {
             size_t n;
-            uint8_t *d = read_file(photos[i == 3 ? 0 : 1], &n);
-            write_file(p, d, n);
+            uint8_t *d = sl_test_read_file(photos[i == 3 ? 0 : 1], &n);
+            sl_test_write_file(p, d, n);
             free(d);
         } else if (!strcmp(ext, "png")) {
             size_t n;
             uint8_t *d = make_png(20 + i, 10 + i % 7, &n);
-            write_file(p, d, n);
+            sl_test_write_file(p, d, n);
             free(d);
         } else if (!strcmp(ext, "webp")) {
             size_t n;
             uint8_t *d = make_webp(17 + i, 9 + i % 5, i, &n);
-            write_file(p, d, n);
+            sl_test_write_file(p, d, n);
             free(d);
         } else {
             unsigned long n;
             uint8_t *d = make_jpeg(64 + i % 9, 48 + i % 5, i, &n);
-            write_file(p, d, n);
+            sl_test_write_file(p, d, n);
             tjFree(d);
         }
         snprintf(good[g++], 64, "%s", rel);
@@ -1131,7 +1109,7 @@ static void make_bad_neighbour_folder(int ngood, char (*good)[64], int *ngood_ou
         strcat(p, "/");
         strcat(p, rel);
         uint8_t *d = make_bad(k, &n);
-        write_file(p, d, n);
+        sl_test_write_file(p, d, n);
         free(d);
         if (bad_kinds[k].body_only)
             snprintf(body_bad[nb++], 64, "%s", rel);
@@ -1216,7 +1194,7 @@ SL_TEST(source_pack__bad_kinds_named_with_cause) {
         tpath(p, rel);
         size_t n;
         uint8_t *d = make_bad(k, &n);
-        write_file(p, d, n);
+        sl_test_write_file(p, d, n);
         free(d);
         snprintf(rel, sizeof rel, "k%zu/c/2-good.jpg", k);
         put_jpeg(rel, (int)k);
@@ -1317,7 +1295,7 @@ SL_TEST(source_pack__jpeg_restart_same_pixels) {
         unsigned long n;
         uint8_t *j = make_jpeg(120 + 37 * i, 90 + 13 * i, i, &n);
         tpath(p, rel);
-        write_file(p, j, n);
+        sl_test_write_file(p, j, n);
         tjFree(j);
     }
     sl_pack_options o = SL_PACK_OPTIONS_INIT;
@@ -1329,7 +1307,7 @@ SL_TEST(source_pack__jpeg_restart_same_pixels) {
     o.jobs = 2;
     ASSERT_OK(pack_dir(root, d2, &o, NULL));
     size_t n1, n2;
-    uint8_t *b1 = read_file(d1, &n1), *b2 = read_file(d2, &n2);
+    uint8_t *b1 = sl_test_read_file(d1, &n1), *b2 = sl_test_read_file(d2, &n2);
     ASSERT_EQ(n1, n2);
     ASSERT_EQ(memcmp(b1, b2, n1), 0);
     free(b1);
@@ -1354,7 +1332,7 @@ SL_TEST(source_pack__jpeg_restart_same_pixels) {
             rel[path->nbytes] = 0;
             snprintf(full, sizeof full, "%s/%s", root, rel);
             size_t fn;
-            uint8_t *fd = read_file(full, &fn);
+            uint8_t *fd = sl_test_read_file(full, &fn);
             tables += has_interval_table(img->data, img->nbytes);
             ASSERT(!has_interval_table(fd, fn));
             sl_tensor a = {0}, b = {0};

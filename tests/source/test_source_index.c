@@ -15,28 +15,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-static void put_file(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        sl_test_fail(__FILE__, __LINE__, "fopen %s: %s", path, strerror(errno));
-    if (n)
-        ASSERT_EQ(fwrite(data, 1, n, f), n);
-    ASSERT_EQ(fclose(f), 0);
-}
 
-static uint8_t *get_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    ASSERT(f);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *d = malloc((size_t)len + 1);
-    ASSERT(d);
-    ASSERT_EQ(fread(d, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return d;
-}
 
 /* A 1000-byte data file and an index of 3 records with two columns and two
  * scalar columns, written beside it. */
@@ -45,7 +24,7 @@ static void make_indexed(char *data, size_t cap) {
     uint8_t bytes[1000];
     for (int i = 0; i < 1000; i++)
         bytes[i] = (uint8_t)i;
-    put_file(data, bytes, sizeof bytes);
+    sl_test_write_file(data, bytes, sizeof bytes);
     sl_sidx *ix = NULL;
     ASSERT_OK(sl_sidx__create(&ix, "tfrecord"));
     ASSERT_OK(sl_sidx__stat(data, &ix->data_size, &ix->data_mtime_ns));
@@ -70,7 +49,7 @@ SL_TEST(source_index__round_trip) {
     make_indexed(data, sizeof data);
     ASSERT_OK(sl_sidx__path(data, ipath, sizeof ipath));
     size_t n;
-    uint8_t *b = get_file(ipath, &n);
+    uint8_t *b = sl_test_read_file(ipath, &n);
     /* 64 header + 3 entries + 2 columns + 2 scalar descriptors + values + 16 footer */
     ASSERT_EQ(n, 64 + 3 * 16 + 2 * 136 + 2 * 72 + 2 * 3 * 8 + 16);
     ASSERT(memcmp(b, "\x89SLIDX\r\n", 8) == 0);
@@ -112,7 +91,7 @@ SL_TEST(source_index__round_trip) {
 SL_TEST(source_index__missing_is_end) {
     char data[4096];
     sl_test_path(data, sizeof data, "none.bin");
-    put_file(data, "x", 1);
+    sl_test_write_file(data, "x", 1);
     sl_sidx *ix = (sl_sidx *)1;
     ASSERT_EQ(sl_sidx__load(data, "tfrecord", &ix), SL_END);
     ASSERT(ix == NULL);
@@ -125,10 +104,10 @@ SL_TEST(source_index__damaged_and_truncated) {
     make_indexed(data, sizeof data);
     ASSERT_OK(sl_sidx__path(data, ipath, sizeof ipath));
     size_t n;
-    uint8_t *good = get_file(ipath, &n);
+    uint8_t *good = sl_test_read_file(ipath, &n);
     for (size_t i = 0; i < n; i++) {
         good[i] ^= 0x20;
-        put_file(ipath, good, n);
+        sl_test_write_file(ipath, good, n);
         good[i] ^= 0x20;
         sl_sidx *ix = NULL;
         int rc = sl_sidx__load(data, "tfrecord", &ix);
@@ -139,14 +118,14 @@ SL_TEST(source_index__damaged_and_truncated) {
         ASSERT_CONTAINS(sl_errmsg(), "a.bin.slidx");
     }
     for (size_t len = 0; len < n; len += (len < 80 ? 1 : 37)) {
-        put_file(ipath, good, len);
+        sl_test_write_file(ipath, good, len);
         sl_sidx *ix = NULL;
         ASSERT_RC(sl_sidx__load(data, "tfrecord", &ix), SL_ECORRUPT);
     }
     /* A newer version with a valid checksum: unsupported, not damaged. */
     sl__st32(good + 8, 2);
     sl__st64(good + n - 16, XXH3_64bits(good, n - 16));
-    put_file(ipath, good, n);
+    sl_test_write_file(ipath, good, n);
     sl_sidx *ix = NULL;
     ASSERT_RC(sl_sidx__load(data, "tfrecord", &ix), SL_EUNSUPPORTED);
     ASSERT_CONTAINS(sl_errmsg(), "version 2");
@@ -154,7 +133,7 @@ SL_TEST(source_index__damaged_and_truncated) {
     sl__st32(good + 8, 1);
     sl__st64(good + 64 + 16, 50);
     sl__st64(good + n - 16, XXH3_64bits(good, n - 16));
-    put_file(ipath, good, n);
+    sl_test_write_file(ipath, good, n);
     ASSERT_RC(sl_sidx__load(data, "tfrecord", &ix), SL_ECORRUPT);
     ASSERT_CONTAINS(sl_errmsg(), "entry 1");
     free(good);
@@ -186,12 +165,12 @@ SL_TEST(source_index__stale_and_other_kind) {
 SL_TEST(source_index__write_refuses_changed_data) {
     char data[4096], ipath[4200];
     sl_test_path(data, sizeof data, "b.bin");
-    put_file(data, "abc", 3);
+    sl_test_write_file(data, "abc", 3);
     sl_sidx *ix = NULL;
     ASSERT_OK(sl_sidx__create(&ix, "webdataset"));
     ASSERT_OK(sl_sidx__stat(data, &ix->data_size, &ix->data_mtime_ns));
     ASSERT_OK(sl_sidx__add_record(ix, 0, 3));
-    put_file(data, "abcd", 4);
+    sl_test_write_file(data, "abcd", 4);
     ASSERT_RC(sl_sidx__write(data, ix), SL_EINVAL);
     ASSERT_CONTAINS(sl_errmsg(), "changed while it was being indexed");
     ASSERT_OK(sl_sidx__path(data, ipath, sizeof ipath));

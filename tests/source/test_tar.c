@@ -23,30 +23,7 @@
 
 static char g_dir[1024];
 
-static uint8_t *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        sl_test_fail(__FILE__, __LINE__, "fopen %s: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *d = malloc((size_t)len + 1);
-    ASSERT(d);
-    ASSERT_EQ(fread(d, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    d[len] = 0;
-    *n = (size_t)len;
-    return d;
-}
 
-static void write_all(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        sl_test_fail(__FILE__, __LINE__, "fopen %s: %s", path, strerror(errno));
-    if (n)
-        ASSERT_EQ(fwrite(data, 1, n, f), n);
-    ASSERT_EQ(fclose(f), 0);
-}
 
 static const char *in_dir(const char *name) {
     static char buf[4][1300];
@@ -64,7 +41,7 @@ static cJSON *make_shards(void) {
              SLUICE_SOURCE_DIR, g_dir);
     ASSERT_EQ(system(cmd), 0);
     size_t n;
-    char *text = (char *)read_all(in_dir("expected.json"), &n);
+    char *text = (char *)sl_test_read_file(in_dir("expected.json"), &n);
     cJSON *exp = cJSON_Parse(text);
     free(text);
     ASSERT(exp);
@@ -121,7 +98,7 @@ static void check_sample(sl_source *s, sl_source_cursor *cur, uint64_t i, const 
             continue;
         }
         size_t n;
-        uint8_t *want = read_all(m->valuestring, &n);
+        uint8_t *want = sl_test_read_file(m->valuestring, &n);
         ASSERT_EQ(t->dtype, SL_U8);
         ASSERT_EQ(t->ndim, 1);
         ASSERT_EQ(t->shape[0], (int64_t)n);
@@ -215,7 +192,7 @@ SL_TEST(source_tar__pattern_list_and_listfile_span_shards) {
     char list[8192];
     snprintf(list, sizeof list, "# shards\nshard-000.tar\n\n%s/shard-001.tar\nshard-002.tar\n",
              g_dir);
-    write_all(in_dir("list.txt"), list, strlen(list));
+    sl_test_write_file(in_dir("list.txt"), list, strlen(list));
     snprintf(q[2], sizeof q[2], "\"@%s/list.txt\"", g_dir);
     for (int v = 0; v < 3; v++) {
         sl_source *s = NULL;
@@ -270,7 +247,7 @@ SL_TEST(source_tar__columns_option_keeps_only_those) {
         ASSERT_EQ(*(const int64_t *)smp.col[1].data,
                   (int64_t)cJSON_GetObjectItem(e, "cls")->valuedouble);
         size_t n;
-        uint8_t *want = read_all(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "members"), "jpg")
+        uint8_t *want = sl_test_read_file(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "members"), "jpg")
                                      ->valuestring, &n);
         ASSERT_EQ(smp.col[2].nbytes, n);
         ASSERT(!memcmp(smp.col[2].data, want, n));
@@ -301,10 +278,10 @@ SL_TEST(source_tar__bad_options_and_paths) {
 SL_TEST(source_tar__bad_checksum_resyncs_at_the_next_header) {
     cJSON *exp = make_shards();
     size_t n;
-    uint8_t *d = read_all(in_dir("good-gnu.tar"), &n);
+    uint8_t *d = sl_test_read_file(in_dir("good-gnu.tar"), &n);
     size_t h = header_of(d, n, "bad/img201.cls");
     d[h + 5] ^= 0x20; /* a name byte: the checksum no longer matches */
-    write_all(in_dir("cut.tar"), d, n);
+    sl_test_write_file(in_dir("cut.tar"), d, n);
     sl_source *s = NULL;
     ASSERT_OK(open_one(&s, "cut.tar"));
     /* img200 | img201 (jpg only) | the damage | img201 again (the rest) | img202 | img203 */
@@ -323,10 +300,10 @@ SL_TEST(source_tar__bad_checksum_resyncs_at_the_next_header) {
 
     /* damage in the last header: nothing after it, everything before reads */
     free(d);
-    d = read_all(in_dir("good-gnu.tar"), &n);
+    d = sl_test_read_file(in_dir("good-gnu.tar"), &n);
     h = header_of(d, n, "bad/img203.seg.png");
     d[h + 150] ^= 0x01; /* a checksum digit */
-    write_all(in_dir("last.tar"), d, n);
+    sl_test_write_file(in_dir("last.tar"), d, n);
     ASSERT_OK(open_one(&s, "last.tar"));
     ASSERT_U64_EQ(s->count, 5);
     for (int j = 0; j < 3; j++)
@@ -341,11 +318,11 @@ SL_TEST(source_tar__bad_checksum_resyncs_at_the_next_header) {
 SL_TEST(source_tar__truncated_archive_keeps_complete_samples) {
     cJSON *exp = make_shards();
     size_t n;
-    uint8_t *d = read_all(in_dir("good-gnu.tar"), &n);
+    uint8_t *d = sl_test_read_file(in_dir("good-gnu.tar"), &n);
     size_t h = header_of(d, n, "bad/img203.jpg");
     sl_source *s = NULL;
     /* inside img203.jpg's data */
-    write_all(in_dir("t1.tar"), d, h + 512 + 100);
+    sl_test_write_file(in_dir("t1.tar"), d, h + 512 + 100);
     ASSERT_OK(open_one(&s, "t1.tar"));
     ASSERT_U64_EQ(s->count, 4);
     for (int j = 0; j < 3; j++)
@@ -353,7 +330,7 @@ SL_TEST(source_tar__truncated_archive_keeps_complete_samples) {
     expect_bad(s, 3, "t1.tar: record 3", "truncated archive: member 'bad/img203.jpg'");
     sl_source__release(s);
     /* inside img203.jpg's header */
-    write_all(in_dir("t2.tar"), d, h + 100);
+    sl_test_write_file(in_dir("t2.tar"), d, h + 100);
     ASSERT_OK(open_one(&s, "t2.tar"));
     ASSERT_U64_EQ(s->count, 4);
     for (int j = 0; j < 3; j++)
@@ -362,7 +339,7 @@ SL_TEST(source_tar__truncated_archive_keeps_complete_samples) {
     sl_source__release(s);
     /* inside img203.cls's data: the sample it belongs to fails */
     size_t c = header_of(d, n, "bad/img203.cls");
-    write_all(in_dir("t3.tar"), d, c + 512 + 2);
+    sl_test_write_file(in_dir("t3.tar"), d, c + 512 + 2);
     ASSERT_OK(open_one(&s, "t3.tar"));
     ASSERT_U64_EQ(s->count, 4);
     expect_good(s, 2, exp, 2);
@@ -370,7 +347,7 @@ SL_TEST(source_tar__truncated_archive_keeps_complete_samples) {
     sl_source__release(s);
     /* inside the padding after the last member: complete, also through an index */
     size_t last = header_of(d, n, "bad/img203.seg.png");
-    write_all(in_dir("t5.tar"), d, last + 512 + 40);
+    sl_test_write_file(in_dir("t5.tar"), d, last + 512 + 40);
     for (int pass = 0; pass < 2; pass++) {
         if (pass)
             ASSERT_OK(sl_source__index_tar(in_dir("t5.tar"), NULL));
@@ -382,7 +359,7 @@ SL_TEST(source_tar__truncated_archive_keeps_complete_samples) {
     }
     /* at a member boundary with no end-of-archive blocks: indistinguishable
      * from a complete archive, so every sample reads */
-    write_all(in_dir("t4.tar"), d, h);
+    sl_test_write_file(in_dir("t4.tar"), d, h);
     ASSERT_OK(open_one(&s, "t4.tar"));
     ASSERT_U64_EQ(s->count, 3);
     for (int j = 0; j < 3; j++)
@@ -395,12 +372,12 @@ SL_TEST(source_tar__truncated_archive_keeps_complete_samples) {
 SL_TEST(source_tar__pax_header_with_a_bad_length) {
     cJSON *exp = make_shards();
     size_t n;
-    uint8_t *d = read_all(in_dir("good-posix.tar"), &n);
+    uint8_t *d = sl_test_read_file(in_dir("good-posix.tar"), &n);
     size_t h = header_of(d, n, "bad/PaxHeaders/img201.cls");
     ASSERT(d[h + 512] >= '1' && d[h + 512] <= '9' && d[h + 514] == ' ');
     ASSERT(strtol((const char *)d + h + 124, NULL, 8) < 99);
     d[h + 512] = d[h + 513] = '9'; /* "30 mtime=..." → "99 mtime=...": past the data */
-    write_all(in_dir("pax.tar"), d, n);
+    sl_test_write_file(in_dir("pax.tar"), d, n);
     sl_source *s = NULL;
     ASSERT_OK(open_one(&s, "pax.tar"));
     ASSERT_U64_EQ(s->count, 4);
@@ -475,7 +452,7 @@ SL_TEST(source_tar__duplicate_keys) {
 SL_TEST(source_tar__empty_file_and_not_a_tar) {
     cJSON *exp = make_shards();
     sl_source *s = NULL;
-    write_all(in_dir("empty.tar"), "", 0);
+    sl_test_write_file(in_dir("empty.tar"), "", 0);
     ASSERT_RC(open_one(&s, "empty.tar"), SL_ECORRUPT);
     ASSERT_CONTAINS(sl_errmsg(), "empty.tar: record 0 (offset 0): empty file");
     ASSERT(s == NULL);
@@ -483,8 +460,8 @@ SL_TEST(source_tar__empty_file_and_not_a_tar) {
     const char *jpg = cJSON_GetObjectItem(cJSON_GetObjectItem(
         cJSON_GetArrayItem(cJSON_GetObjectItem(exp, "good"), 0), "members"), "jpg")->valuestring;
     size_t n;
-    uint8_t *d = read_all(jpg, &n);
-    write_all(in_dir("img.tar"), d, n);
+    uint8_t *d = sl_test_read_file(jpg, &n);
+    sl_test_write_file(in_dir("img.tar"), d, n);
     free(d);
     ASSERT_RC(open_one(&s, "img.tar"), SL_ECORRUPT);
     ASSERT_CONTAINS(sl_errmsg(), "img.tar: record 0 (offset 0): not a tar archive");
@@ -505,7 +482,7 @@ SL_TEST(source_tar__empty_file_and_not_a_tar) {
     sl_source__release(s);
     /* a valid archive with no members: no records, no error */
     uint8_t zeros[10240] = {0};
-    write_all(in_dir("zero.tar"), zeros, sizeof zeros);
+    sl_test_write_file(in_dir("zero.tar"), zeros, sizeof zeros);
     ASSERT_OK(open_one(&s, "zero.tar"));
     ASSERT_U64_EQ(s->count, 0);
     sl_source__release(s);
@@ -568,7 +545,7 @@ SL_TEST(source_tar__hand_built_headers) {
     p += 512;
     put_header(t + p, "link.bin", '2', 0, 0, 0);
     p += 512;
-    write_all(in_dir("hand.tar"), t, p + 1024);
+    sl_test_write_file(in_dir("hand.tar"), t, p + 1024);
 
     sl_source *s = NULL;
     ASSERT_OK(open_one(&s, "hand.tar"));
@@ -695,11 +672,11 @@ SL_TEST(source_tar__index_refuses_a_damaged_shard) {
      * rewritten in place with the same size and mtime): a clear read error */
     ASSERT_OK(sl_source__index_tar(in_dir("good-gnu.tar"), NULL));
     size_t n;
-    uint8_t *d = read_all(in_dir("good-gnu.tar"), &n);
+    uint8_t *d = sl_test_read_file(in_dir("good-gnu.tar"), &n);
     size_t h = header_of(d, n, "bad/img201.cls");
     d[h + 5] ^= 0x20;
     ASSERT_EQ(stat(in_dir("good-gnu.tar"), &st), 0);
-    write_all(in_dir("good-gnu.tar"), d, n);
+    sl_test_write_file(in_dir("good-gnu.tar"), d, n);
     struct timespec ts[2] = {st.st_atim, st.st_mtim};
     ASSERT_EQ(utimensat(AT_FDCWD, in_dir("good-gnu.tar"), ts, 0), 0);
     free(d);

@@ -23,29 +23,7 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static void put_file(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        sl_test_fail(__FILE__, __LINE__, "fopen %s: %s", path, strerror(errno));
-    if (n)
-        ASSERT_EQ(fwrite(data, 1, n, f), n);
-    ASSERT_EQ(fclose(f), 0);
-}
 
-static uint8_t *get_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        sl_test_fail(__FILE__, __LINE__, "fopen %s: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *d = malloc((size_t)len + 1);
-    ASSERT(d);
-    ASSERT_EQ(fread(d, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return d;
-}
 
 static char g_dir[2048];
 
@@ -72,7 +50,7 @@ static cJSON *expected(void) {
     char p[4200];
     dpath(p, "expected.json");
     size_t n;
-    uint8_t *b = get_file(p, &n);
+    uint8_t *b = sl_test_read_file(p, &n);
     b[n] = 0;
     cJSON *j = cJSON_Parse((const char *)b);
     free(b);
@@ -437,7 +415,7 @@ SL_TEST(source_tfrecord__damaged_frames) {
     dpath(p, "plain.tfrecord");
     dpath(d, "bad.tfrecord");
     size_t n;
-    uint8_t *good = get_file(p, &n);
+    uint8_t *good = sl_test_read_file(p, &n);
     uint8_t *b = malloc(n);
     ASSERT(b);
     size_t o3 = (size_t)cJSON_GetArrayItem(offs, 3)->valueint;
@@ -448,7 +426,7 @@ SL_TEST(source_tfrecord__damaged_frames) {
     /* Data checksum: a byte inside record 3's payload. */
     memcpy(b, good, n);
     b[o3 + 30] ^= 1;
-    put_file(d, b, n);
+    sl_test_write_file(d, b, n);
     ASSERT_OK(open_file(&s, "bad.tfrecord"));
     ASSERT_EQ(s->count, 12);
     snprintf(want, sizeof want, "bad.tfrecord: record 3 (offset %zu): data checksum mismatch", o3);
@@ -458,7 +436,7 @@ SL_TEST(source_tfrecord__damaged_frames) {
     /* Length checksum of record 5: the scan resynchronises on record 6. */
     memcpy(b, good, n);
     b[o5 + 9] ^= 0x40;
-    put_file(d, b, n);
+    sl_test_write_file(d, b, n);
     ASSERT_OK(open_file(&s, "bad.tfrecord"));
     ASSERT_EQ(s->count, 12);
     snprintf(want, sizeof want, "record 5 (offset %zu): length checksum mismatch", o5);
@@ -467,7 +445,7 @@ SL_TEST(source_tfrecord__damaged_frames) {
 
     /* The last record cut short: 11 complete ones, the tail an error. */
     for (size_t cut = o11 + 1; cut < n; cut += (n - o11) / 5) {
-        put_file(d, good, cut);
+        sl_test_write_file(d, good, cut);
         ASSERT_OK(open_file(&s, "bad.tfrecord"));
         ASSERT_EQ(s->count, 12);
         snprintf(want, sizeof want, "record 11 (offset %zu): truncated record", o11);
@@ -479,7 +457,7 @@ SL_TEST(source_tfrecord__damaged_frames) {
     memcpy(b, good, n);
     sl__st64(b + o11, (uint64_t)1 << 40);
     sl__st32(b + o11 + 8, sl_source__tf_mask(sl_source__crc32c(0, b + o11, 8)));
-    put_file(d, b, n);
+    sl_test_write_file(d, b, n);
     ASSERT_OK(open_file(&s, "bad.tfrecord"));
     ASSERT_EQ(s->count, 12);
     expect_only_bad(s, 11, SL_ECORRUPT, "runs past the end of the file");
@@ -490,7 +468,7 @@ SL_TEST(source_tfrecord__damaged_frames) {
     uint64_t len3 = sl__ld64(b + o3);
     memset(b + o3 + 12, 0xff, (size_t)len3);
     sl__st32(b + o3 + 12 + len3, sl_source__tf_mask(sl_source__crc32c(0, b + o3 + 12, len3)));
-    put_file(d, b, n);
+    sl_test_write_file(d, b, n);
     ASSERT_OK(open_file(&s, "bad.tfrecord"));
     expect_only_bad(s, 3, SL_ECORRUPT, "the protobuf does not parse");
     sl_source__release(s);
@@ -640,7 +618,7 @@ SL_TEST(source_tfrecord__empty_and_gzip_damage) {
     char p[4200];
     sl_source *s = NULL;
     dpath(p, "empty.tfrecord");
-    put_file(p, "", 0);
+    sl_test_write_file(p, "", 0);
     ASSERT_RC(open_file(&s, "empty.tfrecord"), SL_EINVAL);
     ASSERT_CONTAINS(sl_errmsg(), "empty.tfrecord (the file is empty)");
     /* An empty file among others is no error: it holds no records. */
@@ -661,7 +639,7 @@ SL_TEST(source_tfrecord__empty_and_gzip_damage) {
     for (int k = 0; k < 200; k++)
         g[k] = (uint8_t)(k * 13 + 5);
     g[0] = 0x1f, g[1] = 0x8b, g[2] = 8, g[3] = 0;
-    put_file(p, g, sizeof g);
+    sl_test_write_file(p, g, sizeof g);
     ASSERT_RC(open_file(&s, "garbage.tfrecord.gz"), SL_ECORRUPT);
     ASSERT_CONTAINS(sl_errmsg(), "garbage.tfrecord.gz: not a readable gzip stream");
     /* "compression": "gzip" on a plain file: the same. */
@@ -673,9 +651,9 @@ SL_TEST(source_tfrecord__empty_and_gzip_damage) {
     char gz[4200];
     dpath(gz, "plain.tfrecord.gz");
     size_t n;
-    uint8_t *b = get_file(gz, &n);
+    uint8_t *b = sl_test_read_file(gz, &n);
     dpath(p, "cut.tfrecord.gz");
-    put_file(p, b, n / 2);
+    sl_test_write_file(p, b, n / 2);
     free(b);
     ASSERT_OK(open_file(&s, "cut.tfrecord.gz"));
     ASSERT(s->count >= 2 && s->count < 14);
