@@ -50,6 +50,9 @@
 #include <time.h>
 
 #define CHUNK_CAP 128
+/* Prefetch distances of the reading loop, in records (source.h, prefetch). */
+#define PREFETCH_FAR 16
+#define PREFETCH_NEAR 4
 #define PERM_OP 0xfffffffffffffff1ull
 
 /* ---- chunks ------------------------------------------------------------------------ */
@@ -309,6 +312,9 @@ static void *source_main(void *arg) {
     char cur_msg[SL__ERRMSG_MAX] = "";
     if (cur_rc < 0)
         snprintf(cur_msg, sizeof cur_msg, "%s", sl_errmsg());
+    else
+        cur->borrow = 1; /* every column is consumed or copied before the
+                            pipeline releases the source */
     for (;;) {
         worker_gate(p, w);
         pthread_mutex_lock(&p->src_mu);
@@ -357,8 +363,20 @@ static void *source_main(void *arg) {
 
         span t0 = span_begin();
         uint32_t kept = 0;
+        for (uint32_t i = 0; i < (uint32_t)n && i < PREFETCH_NEAR; i++) {
+            sl_source__prefetch(p->src, c->s[i].index, 1);
+            sl_source__prefetch(p->src, c->s[i].index, 0);
+        }
+        for (uint32_t i = PREFETCH_NEAR; i < (uint32_t)n && i < PREFETCH_FAR; i++)
+            sl_source__prefetch(p->src, c->s[i].index, 1);
         for (uint32_t i = 0; i < (uint32_t)n; i++) {
             uint64_t idx = c->s[i].index;
+            /* index entries PREFETCH_FAR records ahead, record bytes
+             * PREFETCH_NEAR ahead (shuffled reads are cache misses) */
+            if (i + PREFETCH_FAR < n)
+                sl_source__prefetch(p->src, c->s[i + PREFETCH_FAR].index, 1);
+            if (i + PREFETCH_NEAR < n)
+                sl_source__prefetch(p->src, c->s[i + PREFETCH_NEAR].index, 0);
             c->pos[kept] = c->pos[i];
             c->key[kept] = c->key[i];
             sl_sample *s = &c->s[kept];
