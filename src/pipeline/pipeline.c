@@ -406,30 +406,12 @@ int sl_pipeline_next_timeout(sl_pipeline *p, sl_batch **out, int timeout_ms) {
         sl_batch *b;
         if (p->direct) {
             sl_chunk *c = item;
-            if (c->kind == SL_CHUNK_DATA) {
-                b = c->batch;
-                c->batch = NULL;
-                if (!b || (p->plan.drop_remainder && b->size < p->plan.batch_size)) {
-                    sl_pipeline__chunk_put(p, c);
-                    sl_pipeline__batch_free(b);
-                    continue;
-                }
-                b->index = p->direct_index++;
-                b->epoch = c->epoch;
-            } else {
-                b = sl__calloc(1, sizeof *b);
-                if (!b) {
-                    sl_pipeline__chunk_put(p, c);
-                    return fail(p, SL_ENOMEM, "out of memory while ending an epoch");
-                }
-                b->kind = c->kind;
-                b->epoch = c->epoch;
-                b->err_rc = c->err_rc;
-                memcpy(b->errmsg, c->errmsg, sizeof b->errmsg);
-                if (c->kind == SL_CHUNK_END)
-                    p->direct_index = 0;
-            }
+            rc = sl_collate__from_chunk(p, c, &p->direct_index, &b);
             sl_pipeline__chunk_put(p, c);
+            if (rc < 0)
+                return fail(p, rc, sl_errmsg());
+            if (!b)
+                continue; /* drop_remainder */
         } else {
             b = item;
         }
