@@ -367,9 +367,11 @@ int sl_collate__from_chunk(const struct sl_pipeline *p, sl_chunk *c, uint64_t *n
                            sl_batch **out);
 void sl_pipeline__batch_free(sl_batch *b);
 
+/* layout.c: cut the optimised plan into stages, decide map + batch fusion
+ * and direct hand-off, size the queues (once, at create). */
+int sl_pipeline__layout(struct sl_pipeline *p);
 /* exec.c */
 void sl_pipeline__chunk_put(struct sl_pipeline *p, sl_chunk *c);
-int sl_pipeline__layout(struct sl_pipeline *p);
 int sl_pipeline__start(struct sl_pipeline *p, const sl_resume *r);
 void sl_pipeline__stop(struct sl_pipeline *p);
 void sl_pipeline__free_chunks(struct sl_pipeline *p);
