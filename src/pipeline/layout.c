@@ -242,5 +242,10 @@ int sl_pipeline__layout(sl_pipeline *p) {
             SL_TRY(sl_queue__init(&last->out, (size_t)last->qcap, !p->spec->deterministic));
         }
     }
+    /* relaxed mode: a map stage's workers take from their input only what
+     * their output can admit (queue.c, "No deadlock") */
+    for (int s = 1; s < p->nstages; s++)
+        if (p->stage[s].kind == SL_ST_MAP)
+            sl_queue__set_reach(&p->stage[s - 1].out, p->stage[s].out.cap);
     return SL_OK;
 }

@@ -150,6 +150,8 @@ typedef struct sl_queue {
     size_t cap;
     uint64_t head;                /* lowest seq not yet popped */
     int relaxed;
+    size_t reach;                 /* relaxed: consumers take only seq < head + reach
+                                     (<= cap; see queue.c, "No deadlock") */
     int closed;
     size_t count;                 /* elements present */
     unsigned wait_empty;          /* consumers waiting on not_empty */
@@ -165,6 +167,10 @@ int sl_queue__push(sl_queue *q, uint64_t seq, void *item, int barrier, uint64_t 
 /* SL_OK with *item, SL_ECANCELED when closed, SL_END on timeout (timeout_ms >= 0). */
 int sl_queue__pop(sl_queue *q, void **item, uint64_t *wait_ns, int timeout_ms);
 void sl_queue__close(sl_queue *q);
+/* Relaxed mode: let consumers take only elements within `reach` of the head
+ * (set before use). For the input of a parallel stage, the capacity of that
+ * stage's output queue. */
+void sl_queue__set_reach(sl_queue *q, size_t reach);
 /* Reset to empty and open; `drop` is called on every element left. */
 void sl_queue__reset(sl_queue *q, void (*drop)(void *item, void *ctx), void *ctx);
 double sl_queue__mean_fill(sl_queue *q);
