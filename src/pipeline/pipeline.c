@@ -172,6 +172,34 @@ static int hash_spec(const sl_spec *s, uint64_t *out) {
     return SL_OK;
 }
 
+/* Stream positions an epoch needs: a `take` ends the epoch after its count,
+ * and when nothing before it can drop a sample (no filter left, policy
+ * fail, no shuffle_buffer, whose draws depend on what follows) that is a
+ * known number of positions: the skips before it plus its count, in samples
+ * (batches after `batch`). The source then stops there instead of reading
+ * the rest of the epoch for nothing. UINT64_MAX: all. */
+static uint64_t needed_positions(const sl_pipeline *p) {
+    const sl_plan *pl = &p->plan;
+    if (p->spec->on_error != SL_ON_ERROR_FAIL)
+        return UINT64_MAX;
+    uint64_t unit = 1, skipped = 0, n;
+    for (int i = 0; i < pl->nopt; i++) {
+        const sl_pnode *nd = &pl->opt[i];
+        if (nd->kind == SL_PN_FILTER || nd->kind == SL_PN_SHUFFLE_BUFFER ||
+            (nd->kind == SL_PN_OP && (nd->def->flags & SL_OPF_FILTER)))
+            return UINT64_MAX;
+        if (nd->kind == SL_PN_BATCH)
+            unit = (uint64_t)nd->n;
+        if ((nd->kind == SL_PN_SKIP || nd->kind == SL_PN_TAKE) &&
+            (__builtin_mul_overflow((uint64_t)nd->n, unit, &n) ||
+             __builtin_add_overflow(skipped, n, &skipped)))
+            return UINT64_MAX;
+        if (nd->kind == SL_PN_TAKE)
+            return skipped;
+    }
+    return UINT64_MAX;
+}
+
 /* Batch buffers in flight are bounded: from the stage that collates batches
  * on, each stage holds at most one per worker plus a full output queue, and
  * the consumer holds the batch it is using and the one being handed to it
@@ -234,6 +262,8 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     else
         p->per_pass = k < m ? (m - k + w - 1) / w : 0;
     p->per_epoch = p->per_pass * (uint64_t)p->plan.repeat;
+    if (p->per_epoch > needed_positions(p))
+        p->per_epoch = needed_positions(p);
     if (p->spec->shuffle && m > 0) {
         p->perm = sl__malloc((size_t)m * sizeof *p->perm);
         p->perm_next = sl__malloc((size_t)m * sizeof *p->perm_next);
