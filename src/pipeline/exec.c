@@ -50,6 +50,9 @@
 #include <time.h>
 
 #define CHUNK_CAP 128
+/* Prefetch distances of the reading loop, in records (source.h, prefetch). */
+#define PREFETCH_FAR 16
+#define PREFETCH_NEAR 4
 #define PERM_OP 0xfffffffffffffff1ull
 
 /* ---- chunks ------------------------------------------------------------------------ */
@@ -85,21 +88,14 @@ static sl_chunk *chunk_get(sl_pipeline *p) {
     return c;
 }
 
-static void sample_release(sl_sample *s) {
-    for (uint32_t i = 0; i < s->ncols; i++)
-        sl_buffer_release(s->col[i].buf);
-    s->ncols = 0;
-}
 
-static void batch_free(sl_batch *b);
-static int chunk_to_batch(struct sl_pipeline *p, sl_chunk *c);
 static int process_chunk(struct sl_pipeline *p, sl_worker *w, sl_chunk *c);
 
 void sl_pipeline__chunk_put(sl_pipeline *p, sl_chunk *c) {
     for (uint32_t i = 0; i < c->n; i++)
-        sample_release(&c->s[i]);
+        sl_pipeline__sample_release(&c->s[i]);
     c->n = 0;
-    batch_free(c->batch);
+    sl_pipeline__batch_free(c->batch);
     c->batch = NULL;
     sl_tensor_release(&c->slot);
     pthread_mutex_lock(&p->chunk_mu);
@@ -131,7 +127,7 @@ static void chunk_move(sl_chunk *c, uint32_t i, uint32_t j) {
 /* Turn `c` into an error chunk (policy fail): its samples are released. */
 static void chunk_fail(sl_pipeline *p, sl_chunk *c, int rc, const char *msg) {
     for (uint32_t i = 0; i < c->n; i++)
-        sample_release(&c->s[i]);
+        sl_pipeline__sample_release(&c->s[i]);
     c->n = 0;
     c->kind = SL_CHUNK_ERROR;
     c->err_rc = rc;
@@ -283,7 +279,7 @@ static void span_end(sl_pipeline *p, sl_stage *st, int worker, span sp, uint32_t
 static void maybe_collate(sl_pipeline *p, const sl_stage *st, sl_chunk *c) {
     if (!p->fuse_batch || c->kind != SL_CHUNK_DATA || st != &p->stage[p->collate_stage])
         return;
-    int rc = chunk_to_batch(p, c);
+    int rc = sl_collate__chunk(p, c);
     if (rc < 0) {
         char msg[SL__ERRMSG_MAX];
         snprintf(msg, sizeof msg, "%s: collating a batch: %s", p->src_name, sl_errmsg());
@@ -309,6 +305,9 @@ static void *source_main(void *arg) {
     char cur_msg[SL__ERRMSG_MAX] = "";
     if (cur_rc < 0)
         snprintf(cur_msg, sizeof cur_msg, "%s", sl_errmsg());
+    else
+        cur->borrow = 1; /* every column is consumed or copied before the
+                            pipeline releases the source */
     for (;;) {
         worker_gate(p, w);
         pthread_mutex_lock(&p->src_mu);
@@ -357,8 +356,20 @@ static void *source_main(void *arg) {
 
         span t0 = span_begin();
         uint32_t kept = 0;
+        for (uint32_t i = 0; i < (uint32_t)n && i < PREFETCH_NEAR; i++) {
+            sl_source__prefetch(p->src, c->s[i].index, 1);
+            sl_source__prefetch(p->src, c->s[i].index, 0);
+        }
+        for (uint32_t i = PREFETCH_NEAR; i < (uint32_t)n && i < PREFETCH_FAR; i++)
+            sl_source__prefetch(p->src, c->s[i].index, 1);
         for (uint32_t i = 0; i < (uint32_t)n; i++) {
             uint64_t idx = c->s[i].index;
+            /* index entries PREFETCH_FAR records ahead, record bytes
+             * PREFETCH_NEAR ahead (shuffled reads are cache misses) */
+            if (i + PREFETCH_FAR < n)
+                sl_source__prefetch(p->src, c->s[i + PREFETCH_FAR].index, 1);
+            if (i + PREFETCH_NEAR < n)
+                sl_source__prefetch(p->src, c->s[i + PREFETCH_NEAR].index, 0);
             c->pos[kept] = c->pos[i];
             c->key[kept] = c->key[i];
             sl_sample *s = &c->s[kept];
@@ -497,7 +508,7 @@ static int process_chunk(sl_pipeline *p, sl_worker *w, sl_chunk *c) {
         }
         if (w->init_rc < 0) {
             for (uint32_t j = i; j < n; j++)
-                sample_release(&c->s[j]);
+                sl_pipeline__sample_release(&c->s[j]);
             c->n = kept;
             chunk_fail(p, c, w->init_rc, w->init_msg);
             return 0;
@@ -511,7 +522,7 @@ static int process_chunk(sl_pipeline *p, sl_worker *w, sl_chunk *c) {
             kept++;
             continue;
         }
-        sample_release(&c->s[i]);
+        sl_pipeline__sample_release(&c->s[i]);
         if (r == SL_OP_DROP)
             continue;
         if (p->spec->on_error == SL_ON_ERROR_SKIP && r != SL_ENOMEM) {
@@ -520,7 +531,7 @@ static int process_chunk(sl_pipeline *p, sl_worker *w, sl_chunk *c) {
         }
         /* release the untouched rest, then fail the chunk */
         for (uint32_t j = i + 1; j < n; j++)
-            sample_release(&c->s[j]);
+            sl_pipeline__sample_release(&c->s[j]);
         c->n = kept;
         chunk_fail(p, c, r, msg);
         return 0;
@@ -585,16 +596,14 @@ typedef struct seq_ctx {
     int final;                     /* collate into batches */
     int ncounters;
     int64_t counter[SL_MAX_COUNTERS];
-    int counter_of[64];            /* node offset -> counter slot */
-    seq_buf buf[64];               /* by node offset */
+    int counter_of[SL_STAGE_MAX_OPS]; /* node offset -> counter slot */
+    seq_buf buf[SL_STAGE_MAX_OPS];    /* by node offset */
     uint64_t epoch;
     int failed;                    /* an error passed: drop the rest */
     /* non-final: the chunk being filled */
     sl_chunk *out;
     /* final: the batch being filled */
-    sl_batch *b;
-    int64_t filled;
-    size_t itemsize[SL_MAX_COLUMNS];
+    sl_collator col;
     uint64_t batch_index;
     int64_t post_counter[SL_MAX_COUNTERS];
 } seq_ctx;
@@ -606,238 +615,12 @@ static int emit_item(seq_ctx *x, void *item, int barrier) {
     return rc;
 }
 
-static void batch_free(sl_batch *b) {
-    if (!b)
-        return;
-    for (int c = 0; c < b->ncols; c++) {
-        if (b->ragged[c] && b->items[c]) {
-            for (int64_t i = 0; i < b->size; i++)
-                sl_buffer_release(b->items[c][i].buf);
-            sl__free(b->items[c]);
-        }
-        sl_buffer_release(b->col[c].buf);
-    }
-    sl__free(b);
-}
-
-static sl_batch *batch_new(seq_ctx *x, int kind) {
-    sl_batch *b = sl__calloc(1, sizeof *b);
-    if (!b)
-        return NULL;
-    b->kind = kind;
-    b->epoch = x->epoch;
-    const sl_colset *oc = &x->p->plan.out_cols;
-    b->ncols = oc->ncols;
-    for (int c = 0; c < oc->ncols; c++)
-        memcpy(b->names[c], oc->col[c].name, SL_COLNAME_MAX);
-    return b;
-}
-
-/* A tensor that owns its bytes (for a batch): moved if it has a buffer,
- * else copied into a pooled buffer. */
-static int own_tensor(sl_pipeline *p, sl_tensor *dst, sl_tensor *src) {
-    if (src->buf) {
-        *dst = *src;
-        memset(src, 0, sizeof *src);
-        return SL_OK;
-    }
-    SL_TRY(sl_pipeline__pools_tensor(p->pools, dst, src->dtype, src->ndim, src->shape));
-    if (src->nbytes)
-        memcpy(dst->data, src->data, src->nbytes);
-    return SL_OK;
-}
-
-/* Map + batch fusion: collate a whole chunk (one batch's samples, in order)
- * into a batch on the worker that finished it, so that the copies into the
- * batch run in parallel. A column is stacked when every sample agrees in
- * dtype and shape, else ragged. */
-static int chunk_to_batch(sl_pipeline *p, sl_chunk *c) {
-    sl_batch *b = sl__calloc(1, sizeof *b);
-    if (!b)
-        return sl__oom("collating a batch");
-    const sl_colset *oc = &p->plan.out_cols;
-    uint32_t n = c->n;
-    b->kind = SL_CHUNK_DATA;
-    b->ncols = oc->ncols;
-    b->size = n;
-    b->epoch = c->epoch;
-    b->next_pos = n ? c->pos[n - 1] + 1 : 0;
-    int rc = SL_OK;
-    /* The slot column goes last: a sample's other column could (in theory)
-     * be a view of the slot bytes, and must be copied out before the slot is
-     * filled. */
-    int slot_col = c->slot.buf ? p->slot_col : -1;
-    for (int k = 0; k < oc->ncols; k++) {
-        int col = slot_col < 0 ? k : k < slot_col ? k : k + 1 < oc->ncols ? k + 1 : slot_col;
-        memcpy(b->names[col], oc->col[col].name, SL_COLNAME_MAX);
-        const sl_tensor *t0 = &c->s[0].col[col];
-        int stack = n > 0 && t0->ndim < SL_MAX_DIMS;
-        for (uint32_t i = 1; stack && i < n; i++) {
-            const sl_tensor *t = &c->s[i].col[col];
-            stack = t->dtype == t0->dtype && t->ndim == t0->ndim && t->nbytes == t0->nbytes &&
-                    !memcmp(t->shape, t0->shape, sizeof(int64_t) * (size_t)t0->ndim);
-        }
-        if (stack) {
-            int64_t shape[SL_MAX_DIMS];
-            shape[0] = n;
-            for (int d = 0; d < t0->ndim; d++)
-                shape[d + 1] = t0->shape[d];
-            size_t sz = t0->nbytes;
-            if (col == slot_col && c->slot.dtype == t0->dtype && c->slot.ndim == t0->ndim + 1 &&
-                !memcmp(c->slot.shape, shape, sizeof(int64_t) * (size_t)c->slot.ndim)) {
-                b->col[col] = c->slot; /* the samples were written into it */
-                memset(&c->slot, 0, sizeof c->slot);
-            } else {
-                rc = sl_pipeline__pools_tensor(p->pools, &b->col[col], t0->dtype, t0->ndim + 1,
-                                               shape);
-                if (rc < 0)
-                    break;
-            }
-            char *dst = b->col[col].data;
-            uint64_t in_place = 0;
-            for (uint32_t i = 0; i < n; i++) {
-                const void *src = c->s[i].col[col].data;
-                if (sz && src != dst + (size_t)i * sz)
-                    memcpy(dst + (size_t)i * sz, src, sz);
-                else
-                    in_place++;
-            }
-            if (col == slot_col)
-                atomic_fetch_add_explicit(&p->slot_writes, in_place, memory_order_relaxed);
-        } else {
-            b->ragged[col] = 1;
-            b->items[col] = sl__calloc(n ? n : 1, sizeof(sl_tensor));
-            if (!b->items[col]) {
-                rc = sl__oom("collating a ragged column");
-                break;
-            }
-            for (uint32_t i = 0; i < n && rc >= 0; i++)
-                rc = own_tensor(p, &b->items[col][i], &c->s[i].col[col]);
-            if (rc < 0)
-                break;
-        }
-    }
-    if (rc < 0) {
-        batch_free(b);
-        return rc;
-    }
-    for (uint32_t i = 0; i < n; i++)
-        sample_release(&c->s[i]);
-    sl_tensor_release(&c->slot);
-    c->n = 0;
-    c->batch = b;
-    return SL_OK;
-}
-
-/* Make column c of the batch ragged: items so far become views of the
- * stacked buffer (each holding a reference). */
-static int make_ragged(seq_ctx *x, int c) {
-    sl_batch *b = x->b;
-    int64_t cap = x->p->plan.batch_size;
-    sl_tensor *items = sl__calloc((size_t)cap, sizeof *items);
-    if (!items)
-        return sl__oom("collating a ragged column");
-    sl_tensor *st = &b->col[c];
-    for (int64_t i = 0; i < x->filled; i++) {
-        sl_tensor *t = &items[i];
-        sl_tensor_view(t, (char *)st->data + (size_t)i * x->itemsize[c], st->dtype, st->ndim - 1,
-                       st->shape + 1);
-        t->buf = sl_buffer_retain(st->buf);
-    }
-    sl_tensor_release(st);
-    b->items[c] = items;
-    b->ragged[c] = 1;
-    return SL_OK;
-}
-
-static int emit_batch(seq_ctx *x);
-
-/* A batch filled by collate(): its stacked columns get the real length. */
-static void finish_batch(seq_ctx *x) {
-    sl_batch *b = x->b;
-    if (!b || b->single)
-        return;
-    for (int c = 0; c < b->ncols; c++) {
-        if (b->ragged[c])
-            continue;
-        b->col[c].shape[0] = x->filled;
-        b->col[c].nbytes = (size_t)x->filled * x->itemsize[c];
-    }
-}
-
-static int collate(seq_ctx *x, sl_sample *s, uint64_t pos) {
-    sl_pipeline *p = x->p;
-    if (!p->plan.has_batch) {
-        x->b = batch_new(x, SL_CHUNK_DATA);
-        if (!x->b)
-            return sl__oom("collating a sample");
-        x->b->single = 1;
-        x->b->size = 1;
-        for (uint32_t c = 0; c < s->ncols && (int)c < x->b->ncols; c++)
-            SL_TRY(own_tensor(p, &x->b->col[c], &s->col[c]));
-        x->b->next_pos = pos + 1;
-        x->filled = 1;
-        return emit_batch(x);
-    }
-    int64_t cap = p->plan.batch_size;
-    if (!x->b) {
-        x->b = batch_new(x, SL_CHUNK_DATA);
-        if (!x->b)
-            return sl__oom("collating a batch");
-        x->filled = 0;
-        for (int c = 0; c < x->b->ncols && c < (int)s->ncols; c++) {
-            const sl_tensor *t = &s->col[c];
-            int64_t shape[SL_MAX_DIMS];
-            if (t->ndim >= SL_MAX_DIMS) { /* no room for the batch dim: ragged */
-                x->b->ragged[c] = 1;
-                x->b->items[c] = sl__calloc((size_t)cap, sizeof(sl_tensor));
-                if (!x->b->items[c])
-                    return sl__oom("collating a batch");
-                continue;
-            }
-            shape[0] = cap;
-            for (int d = 0; d < t->ndim; d++)
-                shape[d + 1] = t->shape[d];
-            SL_TRY(sl_pipeline__pools_tensor(p->pools, &x->b->col[c], t->dtype, t->ndim + 1, shape));
-            x->itemsize[c] = t->nbytes;
-        }
-    }
-    sl_batch *b = x->b;
-    for (int c = 0; c < b->ncols && c < (int)s->ncols; c++) {
-        sl_tensor *t = &s->col[c];
-        if (!b->ragged[c]) {
-            sl_tensor *st = &b->col[c];
-            int ok = t->dtype == st->dtype && t->ndim == st->ndim - 1 && t->nbytes == x->itemsize[c];
-            for (int d = 0; ok && d < t->ndim; d++)
-                ok = t->shape[d] == st->shape[d + 1];
-            if (ok) {
-                if (t->nbytes)
-                    memcpy((char *)st->data + (size_t)x->filled * x->itemsize[c], t->data, t->nbytes);
-                continue;
-            }
-            SL_TRY(make_ragged(x, c));
-        }
-        SL_TRY(own_tensor(p, &b->items[c][x->filled], t));
-    }
-    x->filled++;
-    b->size = x->filled; /* batch_free releases items[0..size): a partial batch too */
-    b->next_pos = pos + 1;
-    if (x->filled == cap) {
-        finish_batch(x);
-        return emit_batch(x);
-    }
-    return SL_OK;
-}
-
-static int emit_batch(seq_ctx *x) {
-    sl_batch *b = x->b;
-    x->b = NULL;
+/* Pass a complete batch on, unless a take/skip after batch drops it. */
+static int emit_batch(seq_ctx *x, sl_batch *b) {
     if (!b)
         return SL_OK;
     sl_pipeline *p = x->p;
-    b->size = x->filled;
-    atomic_fetch_add_explicit(&x->st->elements, (uint64_t)x->filled, memory_order_relaxed);
-    x->filled = 0;
+    atomic_fetch_add_explicit(&x->st->elements, (uint64_t)b->size, memory_order_relaxed);
     /* take/skip after batch count batches */
     int keep = 1;
     for (int k = x->st->first; k < x->st->last; k++) {
@@ -859,13 +642,13 @@ static int emit_batch(seq_ctx *x) {
     }
     memcpy(b->counters, x->counter, sizeof b->counters);
     if (!keep) {
-        batch_free(b);
+        sl_pipeline__batch_free(b);
         return SL_OK;
     }
     b->index = x->batch_index++;
     b->epoch = x->epoch;
     if (emit_item(x, b, 0) < 0) {
-        batch_free(b);
+        sl_pipeline__batch_free(b);
         return SL_ECANCELED;
     }
     return SL_OK;
@@ -874,14 +657,14 @@ static int emit_batch(seq_ctx *x) {
 /* Final or intermediate output of a sample that passed every sequential op. */
 static int seq_out(seq_ctx *x, sl_sample *s, uint64_t pos, uint64_t key) {
     if (x->final) {
-        int rc = collate(x, s, pos);
-        sample_release(s);
-        return rc;
+        int rc = sl_collate__add(x->p, &x->col, s, pos, x->epoch);
+        sl_pipeline__sample_release(s);
+        return rc > 0 ? emit_batch(x, sl_collate__take(&x->col)) : rc;
     }
     if (!x->out) {
         x->out = chunk_get(x->p);
         if (!x->out) {
-            sample_release(s);
+            sl_pipeline__sample_release(s);
             return sl__oom("passing samples on");
         }
         x->out->epoch = x->epoch;
@@ -917,14 +700,14 @@ static int seq_feed(seq_ctx *x, int k, sl_sample *s, uint64_t pos, uint64_t key)
         int64_t *cnt = &x->counter[x->counter_of[off]];
         if (nd->kind == SL_PN_TAKE) {
             if (*cnt >= nd->n) {
-                sample_release(s);
+                sl_pipeline__sample_release(s);
                 return SL_OK;
             }
             (*cnt)++;
         } else if (nd->kind == SL_PN_SKIP) {
             if (*cnt < nd->n) {
                 (*cnt)++;
-                sample_release(s);
+                sl_pipeline__sample_release(s);
                 return SL_OK;
             }
         } else if (nd->kind == SL_PN_SHUFFLE_BUFFER) {
@@ -934,7 +717,7 @@ static int seq_feed(seq_ctx *x, int k, sl_sample *s, uint64_t pos, uint64_t key)
                 sb->esz = sizeof(seq_entry) + (size_t)SL_MAX_COLUMNS * sizeof(sl_tensor);
                 sb->mem = sl__calloc(sb->cap, sb->esz);
                 if (!sb->mem) {
-                    sample_release(s);
+                    sl_pipeline__sample_release(s);
                     return sl__oom("allocating a shuffle buffer");
                 }
             }
@@ -1023,22 +806,17 @@ static void seq_ctx_clear(seq_ctx *x) {
     if (x->out)
         sl_pipeline__chunk_put(x->p, x->out);
     x->out = NULL;
-    batch_free(x->b);
-    x->b = NULL;
+    sl_collate__clear(&x->col);
 }
 
 /* Pass an END or ERROR marker downstream. */
 static int seq_marker(seq_ctx *x, int kind, int err_rc, const char *msg, uint64_t epoch) {
     if (x->final) {
-        sl_batch *b = batch_new(x, kind);
+        sl_batch *b = sl_collate__marker(x->p, kind, epoch, err_rc, msg);
         if (!b)
             return sl__oom("ending an epoch");
-        b->epoch = epoch;
-        b->err_rc = err_rc;
-        if (msg)
-            snprintf(b->errmsg, sizeof b->errmsg, "%s", msg);
         if (emit_item(x, b, 1) < 0) {
-            batch_free(b);
+            sl_pipeline__batch_free(b);
             return SL_ECANCELED;
         }
         return SL_OK;
@@ -1079,7 +857,7 @@ static void *seq_main(void *arg) {
     x->p = p;
     x->st = st;
     x->final = st->kind == SL_ST_COLLATE;
-    for (int k = st->first; k < st->last && k - st->first < 64; k++) {
+    for (int k = st->first; k < st->last && k - st->first < SL_STAGE_MAX_OPS; k++) {
         const sl_pnode *nd = &p->plan.opt[k];
         if ((nd->kind == SL_PN_TAKE || nd->kind == SL_PN_SKIP) && x->ncounters < SL_MAX_COUNTERS)
             x->counter_of[k - st->first] = x->ncounters++;
@@ -1103,18 +881,8 @@ static void *seq_main(void *arg) {
         }
         if (c->kind == SL_CHUNK_DATA && c->batch) {
             /* collated upstream (map + batch fusion) */
-            x->b = c->batch;
-            c->batch = NULL;
-            x->filled = x->b->size;
             x->epoch = c->epoch;
-            if (p->plan.drop_remainder && x->filled < p->plan.batch_size) {
-                batch_free(x->b);
-                x->b = NULL;
-                x->filled = 0;
-                rc = SL_OK;
-            } else {
-                rc = emit_batch(x);
-            }
+            rc = emit_batch(x, sl_collate__fused_batch(p, c));
         } else if (c->kind == SL_CHUNK_DATA) {
             rc = SL_OK;
             for (uint32_t i = 0; i < c->n && rc >= 0; i++) {
@@ -1129,15 +897,10 @@ static void *seq_main(void *arg) {
         } else if (c->kind == SL_CHUNK_END) {
             x->epoch = c->epoch;
             rc = seq_end_epoch(x, st->first);
-            if (rc >= 0 && x->final && x->b && p->plan.drop_remainder) {
-                batch_free(x->b);
-                x->b = NULL;
-                x->filled = 0;
-            }
-            if (rc >= 0 && x->final) {
-                finish_batch(x);
-                rc = emit_batch(x);
-            }
+            if (rc >= 0 && x->final && p->plan.drop_remainder)
+                sl_collate__clear(&x->col);
+            if (rc >= 0 && x->final)
+                rc = emit_batch(x, sl_collate__take(&x->col));
             if (rc >= 0)
                 rc = seq_marker(x, SL_CHUNK_END, 0, NULL, c->epoch);
             seq_reset_counters(x);
@@ -1161,7 +924,7 @@ static void *seq_main(void *arg) {
     return NULL;
 }
 
-/* ---- stage layout, start and stop ---------------------------------------------------- */
+/* ---- start and stop ---------------------------------------------------- */
 
 static void *worker_main(void *arg) {
     sl_worker *w = arg;
@@ -1196,162 +959,11 @@ static void *worker_main(void *arg) {
     return seq_main(arg);
 }
 
-/* Cut the optimised plan into stages. */
-int sl_pipeline__layout(sl_pipeline *p) {
-    const sl_plan *pl = &p->plan;
-    int ns = 0;
-    sl_stage *st = &p->stage[ns++];
-    st->kind = SL_ST_SOURCE;
-    snprintf(st->name, sizeof st->name, "source");
-    st->autotune = p->spec->threads == 0 && p->spec->source_parallel <= 0;
-    int i = 0;
-    while (i < pl->nopt) {
-        if (ns >= SL_STATS_MAX_STAGES - 1)
-            return sl__error(SL_EINVAL, "ops: too many stages (at most %d)", SL_STATS_MAX_STAGES);
-        const sl_pnode *nd = &pl->opt[i];
-        if (nd->kind == SL_PN_PREFETCH) {
-            if (!nd->after_batch && !(i > 0 && (pl->opt[i - 1].kind == SL_PN_BATCH)))
-                p->stage[ns - 1].qcap = (int)nd->n;
-            i++;
-            continue;
-        }
-        st = &p->stage[ns];
-        st->first = i;
-        if (sl_plan__is_map_like(nd)) {
-            st->kind = SL_ST_MAP;
-            int par = 0;
-            size_t n = 0;
-            n += (size_t)snprintf(st->name + n, sizeof st->name - n, "map[");
-            while (i < pl->nopt && sl_plan__is_map_like(&pl->opt[i]) && i - st->first < 64) {
-                const sl_pnode *m = &pl->opt[i];
-                if (m->parallel < 0 || par < 0)
-                    par = -1;
-                else if (m->parallel > par)
-                    par = m->parallel;
-                if (n < sizeof st->name)
-                    n += (size_t)snprintf(st->name + n, sizeof st->name - n, "%s%s",
-                                          i > st->first ? "," : "", m->label);
-                i++;
-            }
-            if (n < sizeof st->name)
-                snprintf(st->name + n, sizeof st->name - n, "]");
-            st->autotune = p->spec->threads == 0 && par <= 0;
-            st->workers = par > 0 ? par : 0;
-        } else {
-            /* sequential ops up to the next map (or to the end) */
-            int rest_has_map = 0;
-            for (int j = i; j < pl->nopt; j++)
-                if (sl_plan__is_map_like(&pl->opt[j]))
-                    rest_has_map = 1;
-            st->kind = rest_has_map ? SL_ST_SEQ : SL_ST_COLLATE;
-            while (i < pl->nopt && !sl_plan__is_map_like(&pl->opt[i]) && i - st->first < 64)
-                i++;
-            if (!rest_has_map)
-                i = pl->nopt;
-        }
-        st->last = i;
-        if (st->kind != SL_ST_MAP) {
-            size_t n = 0;
-            for (int k = st->first; k < st->last && n < sizeof st->name; k++) {
-                const sl_pnode *m = &pl->opt[k];
-                if (m->kind == SL_PN_BATCH)
-                    n += (size_t)snprintf(st->name + n, sizeof st->name - n, "%sbatch(%lld)",
-                                          n ? "," : "", (long long)m->n);
-                else if (m->kind != SL_PN_PREFETCH)
-                    n += (size_t)snprintf(st->name + n, sizeof st->name - n, "%s%s(%lld)",
-                                          n ? "," : "", m->label, (long long)m->n);
-            }
-            if (n == 0)
-                snprintf(st->name, sizeof st->name, st->kind == SL_ST_COLLATE ? "collate" : "seq");
-        }
-        ns++;
-    }
-    if (p->stage[ns - 1].kind != SL_ST_COLLATE) {
-        st = &p->stage[ns++];
-        st->kind = SL_ST_COLLATE;
-        st->first = st->last = pl->nopt;
-        snprintf(st->name, sizeof st->name, pl->has_batch ? "batch" : "collate");
-    }
-    /* A memory source has no reading to overlap with: its first per-sample
-     * ops run in the reading workers (one hand-off fewer per chunk). */
-    if ((p->src->vt->flags & SL_SOURCE_F_MEMORY) && ns >= 2 && p->stage[1].kind == SL_ST_MAP) {
-        sl_stage *src = &p->stage[0], *m = &p->stage[1];
-        src->first = m->first;
-        src->last = m->last;
-        src->workers = m->workers;
-        src->autotune = m->autotune;
-        if (m->qcap > src->qcap)
-            src->qcap = m->qcap;
-        /* "source+" then as much of the map stage's name as fits */
-        size_t room = sizeof src->name - 8, len = strlen(m->name);
-        if (len > room)
-            len = room;
-        memcpy(src->name, "source+", 7);
-        memcpy(src->name + 7, m->name, len);
-        src->name[7 + len] = '\0';
-        memmove(&p->stage[1], &p->stage[2], (size_t)(ns - 2) * sizeof p->stage[0]);
-        ns--;
-        memset(&p->stage[ns], 0, sizeof p->stage[0]);
-    }
-    p->nstages = ns;
-    int n_auto = 0;
-    for (int s = 0; s < ns; s++) {
-        st = &p->stage[s];
-        if (st->kind == SL_ST_SEQ || st->kind == SL_ST_COLLATE) {
-            st->workers = 1;
-            st->autotune = 0;
-        } else if (p->spec->threads > 0) {
-            st->workers = p->spec->threads;
-            st->autotune = 0;
-        } else if (st->kind == SL_ST_SOURCE && st->last == st->first) {
-            /* readers are tuned unless set: reading from page cache (checksum,
-             * decode of the frame, collation when map + batch fuse) is CPU
-             * work that can be the whole pipeline */
-            st->autotune = p->spec->source_parallel <= 0;
-            st->workers = p->spec->source_parallel > 0 ? p->spec->source_parallel : 1;
-        }
-        if (st->autotune) {
-            st->workers = p->ncpus;
-            /* a reader-only source starts on one worker (below), so it does
-             * not take a share of the cores from the map stages */
-            if (!(st->kind == SL_ST_SOURCE && st->last == st->first))
-                n_auto++;
-        }
-        atomic_init(&st->active, st->workers);
-    }
-    /* until costs are measured, auto stages split the cores evenly (a
-     * reader with a fixed count is usually light, so it is not subtracted;
-     * an auto reader starts on one worker unless it is the only parallel
-     * stage); autotune.c then moves cores to where the time goes */
-    int budget = p->ncpus;
-    for (int s = 0; s < ns; s++) {
-        st = &p->stage[s];
-        if (st->autotune) {
-            int share = st->kind == SL_ST_SOURCE && st->last == st->first
-                            ? (n_auto == 0 ? budget : 1)
-                            : budget / (n_auto ? n_auto : 1);
-            atomic_store(&st->active, share < 1 ? 1 : share > st->workers ? st->workers : share);
-        }
-    }
-    /* queue capacities: enough in flight to keep the next stage's workers busy */
-    for (int s = 0; s < ns; s++) {
-        st = &p->stage[s];
-        int want;
-        if (st->kind == SL_ST_COLLATE)
-            want = pl->out_depth;
-        else
-            want = 2 * (s + 1 < ns ? p->stage[s + 1].workers : 1) + 2;
-        if (want < 4 && st->kind != SL_ST_COLLATE)
-            want = 4;
-        if (st->qcap < want)
-            st->qcap = want;
-        SL_TRY(sl_queue__init(&st->out, (size_t)st->qcap, !p->spec->deterministic));
-    }
-    return SL_OK;
-}
-
 static void drop_chunk(void *item, void *ctx) { sl_pipeline__chunk_put(ctx, item); }
-static void drop_batch(void *item, void *ctx) { batch_free(item); }
+static void drop_batch(void *item, void *ctx) {
+    (void)ctx;
+    sl_pipeline__batch_free(item);
+}
 
 void sl_pipeline__stop(sl_pipeline *p) {
     if (!p->running)
@@ -1431,4 +1043,3 @@ void sl_pipeline__free_chunks(sl_pipeline *p) {
     p->free_chunks = NULL;
 }
 
-void sl_pipeline__batch_free(sl_batch *b) { batch_free(b); }

@@ -158,51 +158,32 @@ static int hash_spec(const sl_spec *s, uint64_t *out) {
     return SL_OK;
 }
 
-/* Map + batch fusion applies when every chunk can be exactly one batch: no
- * sample is ever dropped before the batch (no filters left in the stages, no
- * skip policy, no take/skip/shuffle_buffer before batch) and the stage before
- * the final one is parallel (source or map). */
-static int can_fuse_batch(const sl_pipeline *p) {
+/* Stream positions an epoch needs: a `take` ends the epoch after its count,
+ * and when nothing before it can drop a sample (no filter left, policy
+ * fail, no shuffle_buffer, whose draws depend on what follows) that is a
+ * known number of positions: the skips before it plus its count, in samples
+ * (batches after `batch`). The source then stops there instead of reading
+ * the rest of the epoch for nothing. UINT64_MAX: all. */
+static uint64_t needed_positions(const sl_pipeline *p) {
     const sl_plan *pl = &p->plan;
-    if (!pl->has_batch || pl->batch_size > 1024 || p->spec->on_error != SL_ON_ERROR_FAIL ||
-        p->nstages < 2)
-        return 0;
-    int kind = p->stage[p->nstages - 2].kind;
-    if (kind != SL_ST_SOURCE && kind != SL_ST_MAP)
-        return 0;
+    if (p->spec->on_error != SL_ON_ERROR_FAIL)
+        return UINT64_MAX;
+    uint64_t unit = 1, skipped = 0, n;
     for (int i = 0; i < pl->nopt; i++) {
         const sl_pnode *nd = &pl->opt[i];
-        if (nd->kind == SL_PN_BATCH)
-            break;
-        if (nd->kind == SL_PN_FILTER || sl_plan__is_seq(nd) ||
+        if (nd->kind == SL_PN_FILTER || nd->kind == SL_PN_SHUFFLE_BUFFER ||
             (nd->kind == SL_PN_OP && (nd->def->flags & SL_OPF_FILTER)))
-            return 0;
+            return UINT64_MAX;
+        if (nd->kind == SL_PN_BATCH)
+            unit = (uint64_t)nd->n;
+        if ((nd->kind == SL_PN_SKIP || nd->kind == SL_PN_TAKE) &&
+            (__builtin_mul_overflow((uint64_t)nd->n, unit, &n) ||
+             __builtin_add_overflow(skipped, n, &skipped)))
+            return UINT64_MAX;
+        if (nd->kind == SL_PN_TAKE)
+            return skipped;
     }
-    return 1;
-}
-
-/* The output column whose samples the last op writes straight into their
- * batch slots (map + batch fusion): the largest column with a dtype and shape
- * known at plan time. Below 4 KB per sample the copy costs next to nothing,
- * so no slot is offered. -1: none. */
-static int pick_slot_col(const sl_colset *oc) {
-    int best = -1;
-    size_t best_bytes = 4095;
-    for (int c = 0; c < oc->ncols; c++) {
-        const sl_colinfo *ci = &oc->col[c];
-        if (ci->encoded || ci->dtype == SL_DTYPE_INVALID || ci->ndim < 0 ||
-            ci->ndim >= SL_MAX_DIMS)
-            continue;
-        size_t n = sl_dtype_size(ci->dtype);
-        int known = n > 0;
-        for (int d = 0; d < ci->ndim && known; d++)
-            known = ci->shape[d] >= 0 && sl__mul_ok(n, (size_t)ci->shape[d], &n);
-        if (known && n > best_bytes) {
-            best = c;
-            best_bytes = n;
-        }
-    }
-    return best;
+    return UINT64_MAX;
 }
 
 /* Batch buffers in flight are bounded: from the stage that collates batches
@@ -268,6 +249,8 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     else
         p->per_pass = k < m ? (m - k + w - 1) / w : 0;
     p->per_epoch = p->per_pass * (uint64_t)p->plan.repeat;
+    if (p->per_epoch > needed_positions(p))
+        p->per_epoch = needed_positions(p);
     if (p->spec->shuffle && m > 0) {
         p->perm = sl__malloc((size_t)m * sizeof *p->perm);
         p->perm_next = sl__malloc((size_t)m * sizeof *p->perm_next);
@@ -279,34 +262,6 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     p->chunk_size = p->spec->chunk > 0 ? p->spec->chunk : 64;
     p->chunk_cap = 128;
     SL_CHECK(sl_pipeline__layout(p));
-    p->fuse_batch = can_fuse_batch(p);
-    p->slot_col = -1;
-    if (p->fuse_batch) {
-        p->collate_stage = p->nstages - 2;
-        p->slot_col = pick_slot_col(&p->plan.out_cols);
-        if (p->plan.batch_size > p->chunk_cap)
-            p->chunk_cap = (int)p->plan.batch_size;
-        /* When the final stage would only pass batches on (no take/skip after
-         * batch), the consumer takes them from the collating stage itself:
-         * one thread and one hand-off fewer per batch. */
-        int only_batch = 1;
-        for (int i = 0; i < p->plan.nopt; i++)
-            if (p->plan.opt[i].after_batch)
-                only_batch = 0;
-        if (only_batch) {
-            sl_stage *fin = &p->stage[p->nstages - 1];
-            sl_queue__destroy(&fin->out);
-            memset(fin, 0, sizeof *fin);
-            p->nstages--;
-            p->direct = 1;
-            sl_stage *last = &p->stage[p->nstages - 1];
-            sl_queue__destroy(&last->out);
-            last->qcap = p->plan.out_depth > 2 ? p->plan.out_depth : 2;
-            snprintf(last->name + strlen(last->name), sizeof last->name - strlen(last->name),
-                     "+batch(%lld)", (long long)p->plan.batch_size);
-            SL_CHECK(sl_queue__init(&last->out, (size_t)last->qcap, !p->spec->deterministic));
-        }
-    }
     SL_CHECK(reserve_batch_buffers(p));
     SL_CHECK(hash_spec(p->spec, &p->spec_hash));
     p->src_end_epoch = (uint64_t)p->spec->epochs;
@@ -394,30 +349,12 @@ int sl_pipeline_next_timeout(sl_pipeline *p, sl_batch **out, int timeout_ms) {
         sl_batch *b;
         if (p->direct) {
             sl_chunk *c = item;
-            if (c->kind == SL_CHUNK_DATA) {
-                b = c->batch;
-                c->batch = NULL;
-                if (!b || (p->plan.drop_remainder && b->size < p->plan.batch_size)) {
-                    sl_pipeline__chunk_put(p, c);
-                    sl_pipeline__batch_free(b);
-                    continue;
-                }
-                b->index = p->direct_index++;
-                b->epoch = c->epoch;
-            } else {
-                b = sl__calloc(1, sizeof *b);
-                if (!b) {
-                    sl_pipeline__chunk_put(p, c);
-                    return fail(p, SL_ENOMEM, "out of memory while ending an epoch");
-                }
-                b->kind = c->kind;
-                b->epoch = c->epoch;
-                b->err_rc = c->err_rc;
-                memcpy(b->errmsg, c->errmsg, sizeof b->errmsg);
-                if (c->kind == SL_CHUNK_END)
-                    p->direct_index = 0;
-            }
+            rc = sl_collate__from_chunk(p, c, &p->direct_index, &b);
             sl_pipeline__chunk_put(p, c);
+            if (rc < 0)
+                return fail(p, rc, sl_errmsg());
+            if (!b)
+                continue; /* drop_remainder */
         } else {
             b = item;
         }

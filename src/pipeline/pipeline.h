@@ -150,6 +150,8 @@ typedef struct sl_queue {
     size_t cap;
     uint64_t head;                /* lowest seq not yet popped */
     int relaxed;
+    size_t reach;                 /* relaxed: consumers take only seq < head + reach
+                                     (<= cap; see queue.c, "No deadlock") */
     int closed;
     size_t count;                 /* elements present */
     unsigned wait_empty;          /* consumers waiting on not_empty */
@@ -165,6 +167,10 @@ int sl_queue__push(sl_queue *q, uint64_t seq, void *item, int barrier, uint64_t 
 /* SL_OK with *item, SL_ECANCELED when closed, SL_END on timeout (timeout_ms >= 0). */
 int sl_queue__pop(sl_queue *q, void **item, uint64_t *wait_ns, int timeout_ms);
 void sl_queue__close(sl_queue *q);
+/* Relaxed mode: let consumers take only elements within `reach` of the head
+ * (set before use). For the input of a parallel stage, the capacity of that
+ * stage's output queue. */
+void sl_queue__set_reach(sl_queue *q, size_t reach);
 /* Reset to empty and open; `drop` is called on every element left. */
 void sl_queue__reset(sl_queue *q, void (*drop)(void *item, void *ctx), void *ctx);
 double sl_queue__mean_fill(sl_queue *q);
@@ -209,6 +215,19 @@ struct sl_batch {
     char errmsg[SL__ERRMSG_MAX];
 };
 
+/* Release a sample's column references and empty it (cheaper than
+ * sl_sample_clear: the columns are not zeroed). */
+static inline void sl_pipeline__sample_release(sl_sample *s) {
+    for (uint32_t i = 0; i < s->ncols; i++)
+        sl_buffer_release(s->col[i].buf);
+    s->ncols = 0;
+}
+
+/* Most plan nodes one stage runs (per-worker op state and per-node
+ * sequential state are arrays of this size); a longer run of ops is cut
+ * into several stages. */
+#define SL_STAGE_MAX_OPS 64
+
 typedef struct sl_stage sl_stage;
 typedef struct sl_worker {
     struct sl_pipeline *p;
@@ -216,7 +235,7 @@ typedef struct sl_worker {
     int id;
     pthread_t thread;
     int started;
-    void *state[64];              /* per-op worker state, by node offset in stage */
+    void *state[SL_STAGE_MAX_OPS]; /* per-op worker state, by node offset in stage */
     int init_rc;                  /* a worker_init failed: fail every chunk */
     char init_msg[SL__ERRMSG_MAX];
 } sl_worker;
@@ -324,13 +343,45 @@ struct sl_pipeline {
     sl_device_state *dev;         /* NULL: batches stay in host memory */
 };
 
+/* ---- collate.c: samples into batches ------------------------------------------------ */
+/* A batch being filled one sample at a time (the final stage). */
+typedef struct sl_collator {
+    sl_batch *b;                  /* NULL: none started */
+    int64_t filled;
+    size_t itemsize[SL_MAX_COLUMNS]; /* bytes per sample of each stacked column */
+} sl_collator;
+/* Add sample s of `epoch` at stream position pos: stacked columns are copied,
+ * ragged ones moved (views copied); the caller still releases s. 1: the batch
+ * is complete (sl_collate__take it), 0: not yet, negative: an error. */
+int sl_collate__add(struct sl_pipeline *p, sl_collator *k, sl_sample *s, uint64_t pos,
+                    uint64_t epoch);
+/* The batch filled so far, stacked columns cut to its length; NULL if none. */
+sl_batch *sl_collate__take(sl_collator *k);
+/* Drop a partial batch. */
+void sl_collate__clear(sl_collator *k);
+/* Map + batch fusion: collate chunk c (exactly one batch) into c->batch on
+ * the worker that finished it; the chunk's samples are released. */
+int sl_collate__chunk(struct sl_pipeline *p, sl_chunk *c);
+/* Take the batch a fused chunk carries; NULL when drop_remainder drops it. */
+sl_batch *sl_collate__fused_batch(const struct sl_pipeline *p, sl_chunk *c);
+/* A batch marking an epoch's END or an ERROR; NULL when out of memory. */
+sl_batch *sl_collate__marker(const struct sl_pipeline *p, int kind, uint64_t epoch, int err_rc,
+                             const char *msg);
+/* What the consumer gets for chunk c of the collating stage (direct mode):
+ * its batch, numbered from *next_index (NULL when dropped), or a marker
+ * (END resets *next_index). SL_OK or SL_ENOMEM. */
+int sl_collate__from_chunk(const struct sl_pipeline *p, sl_chunk *c, uint64_t *next_index,
+                           sl_batch **out);
+void sl_pipeline__batch_free(sl_batch *b);
+
+/* layout.c: cut the optimised plan into stages, decide map + batch fusion
+ * and direct hand-off, size the queues (once, at create). */
+int sl_pipeline__layout(struct sl_pipeline *p);
 /* exec.c */
 void sl_pipeline__chunk_put(struct sl_pipeline *p, sl_chunk *c);
-int sl_pipeline__layout(struct sl_pipeline *p);
 int sl_pipeline__start(struct sl_pipeline *p, const sl_resume *r);
 void sl_pipeline__stop(struct sl_pipeline *p);
 void sl_pipeline__free_chunks(struct sl_pipeline *p);
-void sl_pipeline__batch_free(sl_batch *b);
 /* trace.c */
 void sl_pipeline__trace_add(struct sl_pipeline *p, int stage, int worker, uint64_t t0,
                             uint64_t dur, uint32_t n);

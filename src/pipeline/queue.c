@@ -10,7 +10,17 @@
  * (epoch end, error) until everything before it is gone, so epochs never mix.
  *
  * No deadlock: the worker holding element `head` is always admitted, and it
- * needs nothing held by a worker with a later element.
+ * needs nothing held by a worker with a later element. In relaxed mode that
+ * needs one more rule. Parallel stages keep sequence numbers, so the input
+ * queue's head h can be late (a reader stalls on one record) while the
+ * stage's workers take h+1, h+2, ... and push them into the output queue,
+ * whose head is also h: if every worker held an element at or past h + its
+ * output's cap, all would wait for space that only h can make, and none
+ * would be free to take h when it came. So a relaxed consumer takes only
+ * elements below head + `reach`, the capacity of the queue it pushes into
+ * (sl_queue__set_reach; layout.c sets it): every element a worker holds is
+ * then admitted downstream, the workers come free, and one takes h.
+ * tests/pipeline/test_relaxed.c stalls a reader to check this.
  *
  * Locking: one mutex per queue guards all fields; no other lock is ever held
  * while waiting on it (stages take their input queue's lock, release it, then
@@ -55,6 +65,7 @@ int sl_queue__init(sl_queue *q, size_t cap, int relaxed) {
         return sl__oom("creating a stage queue");
     }
     q->cap = cap;
+    q->reach = cap;
     q->relaxed = relaxed;
     pthread_mutex_init(&q->mu, NULL);
     pthread_condattr_t ca;
@@ -119,7 +130,7 @@ static uint64_t ready(const sl_queue *q) {
         return q->head;
     if (!q->relaxed)
         return UINT64_MAX;
-    for (uint64_t s = q->head + 1; s < q->head + q->cap; s++) {
+    for (uint64_t s = q->head + 1; s < q->head + q->reach; s++) {
         size_t i = (size_t)(s % q->cap);
         void *e = q->slot[i];
         if (!e || e == TAKEN)
@@ -187,6 +198,12 @@ void sl_queue__close(sl_queue *q) {
     q->closed = 1;
     pthread_cond_broadcast(&q->not_empty);
     pthread_cond_broadcast(&q->not_full);
+    pthread_mutex_unlock(&q->mu);
+}
+
+void sl_queue__set_reach(sl_queue *q, size_t reach) {
+    pthread_mutex_lock(&q->mu);
+    q->reach = reach < 1 ? 1 : reach > q->cap ? q->cap : reach;
     pthread_mutex_unlock(&q->mu);
 }
 

@@ -223,6 +223,12 @@ int sl_record__decode_payload(const sl_schema *s, const uint8_t *payload, uint64
 int sl_record__read(const sl_reader *r, uint64_t i, sl_record *rec, bool verify);
 /* The shard holding global record i. */
 const slr_shard *sl_record__shard_of(const sl_reader *r, uint64_t i);
+/* A hint that record i (< count) will be read soon; changes no result. `far`:
+ * bring in its index entry only (call it some records ahead); else bring in
+ * the first bytes of its frame, whose offset is read from the entry (call it
+ * a few records ahead, after the far hint). In pread mode only the entry is
+ * touched. Never fails, blocks or allocates. */
+void sl_record__prefetch(const sl_reader *r, uint64_t i, bool far);
 
 /* ---- manifest (manifest.c) ------------------------------------------------------- */
 

@@ -683,6 +683,30 @@ int sl_record__read(const sl_reader *r, uint64_t i, sl_record *rec, bool verify)
                                      sh->mapbuf);
 }
 
+/* A shuffled read lands on a cold index entry and a cold frame: two cache
+ * misses that were a quarter of the time of a small-record pipeline (28x28
+ * images) before the reading threads started asking for both ahead. */
+void sl_record__prefetch(const sl_reader *r, uint64_t i, bool far) {
+    const slr_shard *sh = sl_record__shard_of(r, i);
+    const uint8_t *e = sh->entries + (i - sh->first) * SLR_INDEX_ENTRY;
+    if (far) {
+        __builtin_prefetch(e);
+        return;
+    }
+    if (!sh->map)
+        return;
+    uint64_t off = sl__ld64(e), len = sl__ld64(e + 8);
+    if (off >= sh->size || len > sh->size - off)
+        return; /* a damaged entry: the read reports it */
+    /* the frame and up to 1 KB of payload: a small record whole (the
+     * checksum reads all of it). Measured on 28x28 records, CPU per sample
+     * fell most with the whole record, less with its first 512 bytes, least
+     * with the first two lines; a large record's rest is a sequential scan
+     * that the hardware prefetcher follows. */
+    for (uint64_t b = 0; b < 1024 && b < SLR_FRAME_HEADER + len; b += 64)
+        __builtin_prefetch(sh->map + off + b);
+}
+
 int sl_reader_read(const sl_reader *r, uint64_t i, sl_record *rec) {
     return sl_record__read(r, i, rec, r ? !(r->flags & SL_READ_NO_VERIFY) : true);
 }

@@ -85,7 +85,12 @@ int sl_source__pack_idx(const char *a, const char *b, const char *dst,
  *     either holds its own reference (buf != NULL; from cur->alloc, or a
  *     retained buffer such as a file mapping) or is a borrowed view (buf NULL)
  *     that stays valid as long as the source lives. Nothing may point into a
- *     cursor's scratch after read() returns.
+ *     cursor's scratch after read() returns. When the cursor's `borrow` is
+ *     set, a column that would hold a reference to memory living as long as
+ *     the source (a file mapping) should be a borrowed view instead: the
+ *     caller is done with every column before it releases the source.
+ *  6. prefetch(), when present, is a hint with no effect on results: it may
+ *     run on any reading thread, must not fail, block, allocate or lock.
  *  4. A failed read() returns a negative status with a one-line message that
  *     names the file, the record (number and byte offset where known) and the
  *     cause: "train-00003.tfrecord: record 17 (offset 88412): data checksum
@@ -134,6 +139,12 @@ int sl_source__heap_alloc(void *ctx, sl_tensor *t, sl_dtype dtype, int ndim,
 typedef struct sl_source_cursor {
     sl_source_alloc_fn alloc;
     void *alloc_ctx;
+    int borrow;             /* 1: views of source-lifetime memory may be borrowed
+                               (buf NULL) rather than referenced; the executor
+                               sets it (every column is copied or consumed
+                               before the pipeline releases the source), which
+                               saves an atomic on a shared counter per column
+                               and sample. 0 (default): referenced. */
 } sl_source_cursor;
 
 /* Source flags. */
@@ -151,6 +162,11 @@ typedef struct sl_source_vtbl {
     void (*cursor_free)(sl_source *src, sl_source_cursor *cur);
     /* Read record i (< count) into `out`; see the contract above. */
     int (*read)(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample *out);
+    /* Optional: record i (< count) will be read soon (contract 6). The
+     * executor calls it with `far` = 1 some records ahead (bring in what
+     * locates the record: an index entry), then with `far` = 0 a few records
+     * ahead (bring in the record's first bytes). */
+    void (*prefetch)(sl_source *src, uint64_t i, int far);
     /* Values of an `indexed` column: `count` int64_t (SL_COL_INT64) or double
      * (SL_COL_FLOAT64), borrowed for the source's life. NULL: none indexed. */
     int (*index_column)(sl_source *src, int col, const void **vals_out);
@@ -218,6 +234,11 @@ int sl_source__cursor_open(sl_source *s, sl_source_alloc_fn alloc, void *ctx,
 void sl_source__cursor_free(sl_source *s, sl_source_cursor *cur);
 /* read() plus the contract checks debug builds make. */
 int sl_source__read(sl_source *s, sl_source_cursor *cur, uint64_t i, sl_sample *out);
+/* The implementation's prefetch() hint, if it has one. */
+static inline void sl_source__prefetch(sl_source *s, uint64_t i, int far) {
+    if (s->vt->prefetch)
+        s->vt->prefetch(s, i, far);
+}
 /* "<name>: record <i>" or the implementation's locate(). */
 void sl_source__locate(sl_source *s, uint64_t i, char *buf, size_t cap);
 

@@ -4,11 +4,14 @@
  *
  * Views of mapped, uncompressed columns are passed on by reference (the
  * mapping's buffer is retained), so an encoded JPEG travels from the page
- * cache to the decoder without a copy. Views into a record's scratch
+ * cache to the decoder without a copy; for a borrowing cursor (the executor)
+ * they are plain views, valid while the reader lives (the reader holds the
+ * mapping), with no reference count touched. Views into a record's scratch
  * (decompressed columns) die with the next read on that record, so they are
  * copied into a tensor from the cursor's allocator (the executor's pools).
  */
 #include "source/source.h"
+#include "record/record_format.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -54,7 +57,10 @@ static int slr_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample
         const sl_tensor *t = sl_record_column(c->rec, k);
         if (t->buf) {
             out->col[k] = *t;
-            sl_buffer_retain(t->buf);
+            if (cur->borrow)
+                out->col[k].buf = NULL;
+            else
+                sl_buffer_retain(t->buf);
         } else {
             int rc = cur->alloc(cur->alloc_ctx, &out->col[k], t->dtype, t->ndim, t->shape);
             if (rc < 0) {
@@ -68,6 +74,10 @@ static int slr_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample
         out->ncols = (uint32_t)k + 1;
     }
     return SL_OK;
+}
+
+static void slr_prefetch(sl_source *src, uint64_t i, int far) {
+    sl_record__prefetch(((slr_source *)src)->reader, i, far != 0);
 }
 
 static int slr_index_column(sl_source *src, int col, const void **vals_out) {
@@ -101,6 +111,7 @@ static const sl_source_vtbl slr_vtbl = {
     .cursor_open = slr_cursor_open,
     .cursor_free = slr_cursor_free,
     .read = slr_read,
+    .prefetch = slr_prefetch,
     .index_column = slr_index_column,
     .describe = slr_describe,
     .free = slr_free,

@@ -1,0 +1,251 @@
+/*
+ * layout.c — the optimised plan cut into stages: which nodes each pool of
+ * threads runs, how many workers and what queue depth each gets, and the
+ * map + batch decisions (which stage collates, whether the consumer takes
+ * batches straight from it). Runs once, when the pipeline is created; exec.c
+ * then starts the threads this describes.
+ */
+#include "pipeline/pipeline.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Map + batch fusion applies when every chunk can be exactly one batch: no
+ * sample is ever dropped before the batch (no filters left in the stages, no
+ * skip policy, no take/skip/shuffle_buffer before batch) and the stage before
+ * the final one is parallel (source or map). */
+static int can_fuse_batch(const sl_pipeline *p) {
+    const sl_plan *pl = &p->plan;
+    if (!pl->has_batch || pl->batch_size > 1024 || p->spec->on_error != SL_ON_ERROR_FAIL ||
+        p->nstages < 2)
+        return 0;
+    int kind = p->stage[p->nstages - 2].kind;
+    if (kind != SL_ST_SOURCE && kind != SL_ST_MAP)
+        return 0;
+    for (int i = 0; i < pl->nopt; i++) {
+        const sl_pnode *nd = &pl->opt[i];
+        if (nd->kind == SL_PN_BATCH)
+            break;
+        if (nd->kind == SL_PN_FILTER || sl_plan__is_seq(nd) ||
+            (nd->kind == SL_PN_OP && (nd->def->flags & SL_OPF_FILTER)))
+            return 0;
+    }
+    return 1;
+}
+
+/* The output column whose samples the last op writes straight into their
+ * batch slots (map + batch fusion): the largest column with a dtype and shape
+ * known at plan time. Below 4 KB per sample the copy costs next to nothing,
+ * so no slot is offered. -1: none. */
+static int pick_slot_col(const sl_colset *oc) {
+    int best = -1;
+    size_t best_bytes = 4095;
+    for (int c = 0; c < oc->ncols; c++) {
+        const sl_colinfo *ci = &oc->col[c];
+        if (ci->encoded || ci->dtype == SL_DTYPE_INVALID || ci->ndim < 0 ||
+            ci->ndim >= SL_MAX_DIMS)
+            continue;
+        size_t n = sl_dtype_size(ci->dtype);
+        int known = n > 0;
+        for (int d = 0; d < ci->ndim && known; d++)
+            known = ci->shape[d] >= 0 && sl__mul_ok(n, (size_t)ci->shape[d], &n);
+        if (known && n > best_bytes) {
+            best = c;
+            best_bytes = n;
+        }
+    }
+    return best;
+}
+
+/* Cut the optimised plan into stages (before the map + batch decisions). */
+static int cut_stages(sl_pipeline *p) {
+    const sl_plan *pl = &p->plan;
+    int ns = 0;
+    sl_stage *st = &p->stage[ns++];
+    st->kind = SL_ST_SOURCE;
+    snprintf(st->name, sizeof st->name, "source");
+    st->autotune = p->spec->threads == 0 && p->spec->source_parallel <= 0;
+    int i = 0;
+    while (i < pl->nopt) {
+        if (ns >= SL_STATS_MAX_STAGES - 1)
+            return sl__error(SL_EINVAL, "ops: too many stages (at most %d)", SL_STATS_MAX_STAGES);
+        const sl_pnode *nd = &pl->opt[i];
+        if (nd->kind == SL_PN_PREFETCH) {
+            if (!nd->after_batch && !(i > 0 && (pl->opt[i - 1].kind == SL_PN_BATCH)))
+                p->stage[ns - 1].qcap = (int)nd->n;
+            i++;
+            continue;
+        }
+        st = &p->stage[ns];
+        st->first = i;
+        if (sl_plan__is_map_like(nd)) {
+            st->kind = SL_ST_MAP;
+            int par = 0;
+            size_t n = 0;
+            n += (size_t)snprintf(st->name + n, sizeof st->name - n, "map[");
+            while (i < pl->nopt && sl_plan__is_map_like(&pl->opt[i]) && i - st->first < SL_STAGE_MAX_OPS) {
+                const sl_pnode *m = &pl->opt[i];
+                if (m->parallel < 0 || par < 0)
+                    par = -1;
+                else if (m->parallel > par)
+                    par = m->parallel;
+                if (n < sizeof st->name)
+                    n += (size_t)snprintf(st->name + n, sizeof st->name - n, "%s%s",
+                                          i > st->first ? "," : "", m->label);
+                i++;
+            }
+            if (n < sizeof st->name)
+                snprintf(st->name + n, sizeof st->name - n, "]");
+            st->autotune = p->spec->threads == 0 && par <= 0;
+            st->workers = par > 0 ? par : 0;
+        } else {
+            /* sequential ops up to the next map (or to the end) */
+            int rest_has_map = 0;
+            for (int j = i; j < pl->nopt; j++)
+                if (sl_plan__is_map_like(&pl->opt[j]))
+                    rest_has_map = 1;
+            st->kind = rest_has_map ? SL_ST_SEQ : SL_ST_COLLATE;
+            while (i < pl->nopt && !sl_plan__is_map_like(&pl->opt[i]) && i - st->first < SL_STAGE_MAX_OPS)
+                i++;
+            if (!rest_has_map)
+                i = pl->nopt;
+        }
+        st->last = i;
+        if (st->kind != SL_ST_MAP) {
+            size_t n = 0;
+            for (int k = st->first; k < st->last && n < sizeof st->name; k++) {
+                const sl_pnode *m = &pl->opt[k];
+                if (m->kind == SL_PN_BATCH)
+                    n += (size_t)snprintf(st->name + n, sizeof st->name - n, "%sbatch(%lld)",
+                                          n ? "," : "", (long long)m->n);
+                else if (m->kind != SL_PN_PREFETCH)
+                    n += (size_t)snprintf(st->name + n, sizeof st->name - n, "%s%s(%lld)",
+                                          n ? "," : "", m->label, (long long)m->n);
+            }
+            if (n == 0)
+                snprintf(st->name, sizeof st->name, st->kind == SL_ST_COLLATE ? "collate" : "seq");
+        }
+        ns++;
+    }
+    if (p->stage[ns - 1].kind != SL_ST_COLLATE) {
+        st = &p->stage[ns++];
+        st->kind = SL_ST_COLLATE;
+        st->first = st->last = pl->nopt;
+        snprintf(st->name, sizeof st->name, pl->has_batch ? "batch" : "collate");
+    }
+    /* A memory source has no reading to overlap with: its first per-sample
+     * ops run in the reading workers (one hand-off fewer per chunk). */
+    if ((p->src->vt->flags & SL_SOURCE_F_MEMORY) && ns >= 2 && p->stage[1].kind == SL_ST_MAP) {
+        sl_stage *src = &p->stage[0], *m = &p->stage[1];
+        src->first = m->first;
+        src->last = m->last;
+        src->workers = m->workers;
+        src->autotune = m->autotune;
+        if (m->qcap > src->qcap)
+            src->qcap = m->qcap;
+        /* "source+" then as much of the map stage's name as fits */
+        size_t room = sizeof src->name - 8, len = strlen(m->name);
+        if (len > room)
+            len = room;
+        memcpy(src->name, "source+", 7);
+        memcpy(src->name + 7, m->name, len);
+        src->name[7 + len] = '\0';
+        memmove(&p->stage[1], &p->stage[2], (size_t)(ns - 2) * sizeof p->stage[0]);
+        ns--;
+        memset(&p->stage[ns], 0, sizeof p->stage[0]);
+    }
+    p->nstages = ns;
+    int n_auto = 0;
+    for (int s = 0; s < ns; s++) {
+        st = &p->stage[s];
+        if (st->kind == SL_ST_SEQ || st->kind == SL_ST_COLLATE) {
+            st->workers = 1;
+            st->autotune = 0;
+        } else if (p->spec->threads > 0) {
+            st->workers = p->spec->threads;
+            st->autotune = 0;
+        } else if (st->kind == SL_ST_SOURCE && st->last == st->first) {
+            /* readers are tuned unless set: reading from page cache (checksum,
+             * decode of the frame, collation when map + batch fuse) is CPU
+             * work that can be the whole pipeline */
+            st->autotune = p->spec->source_parallel <= 0;
+            st->workers = p->spec->source_parallel > 0 ? p->spec->source_parallel : 1;
+        }
+        if (st->autotune) {
+            st->workers = p->ncpus;
+            /* a reader-only source starts on one worker (below), so it does
+             * not take a share of the cores from the map stages */
+            if (!(st->kind == SL_ST_SOURCE && st->last == st->first))
+                n_auto++;
+        }
+        atomic_init(&st->active, st->workers);
+    }
+    /* until costs are measured, auto stages split the cores evenly (a
+     * reader with a fixed count is usually light, so it is not subtracted;
+     * an auto reader starts on one worker unless it is the only parallel
+     * stage); autotune.c then moves cores to where the time goes */
+    int budget = p->ncpus;
+    for (int s = 0; s < ns; s++) {
+        st = &p->stage[s];
+        if (st->autotune) {
+            int share = st->kind == SL_ST_SOURCE && st->last == st->first
+                            ? (n_auto == 0 ? budget : 1)
+                            : budget / (n_auto ? n_auto : 1);
+            atomic_store(&st->active, share < 1 ? 1 : share > st->workers ? st->workers : share);
+        }
+    }
+    /* queue capacities: enough in flight to keep the next stage's workers busy */
+    for (int s = 0; s < ns; s++) {
+        st = &p->stage[s];
+        int want;
+        if (st->kind == SL_ST_COLLATE)
+            want = pl->out_depth;
+        else
+            want = 2 * (s + 1 < ns ? p->stage[s + 1].workers : 1) + 2;
+        if (want < 4 && st->kind != SL_ST_COLLATE)
+            want = 4;
+        if (st->qcap < want)
+            st->qcap = want;
+        SL_TRY(sl_queue__init(&st->out, (size_t)st->qcap, !p->spec->deterministic));
+    }
+    return SL_OK;
+}
+
+/* Cut the optimised plan into stages, then decide map + batch fusion. */
+int sl_pipeline__layout(sl_pipeline *p) {
+    SL_TRY(cut_stages(p));
+    p->fuse_batch = can_fuse_batch(p);
+    p->slot_col = -1;
+    if (p->fuse_batch) {
+        p->collate_stage = p->nstages - 2;
+        p->slot_col = pick_slot_col(&p->plan.out_cols);
+        if (p->plan.batch_size > p->chunk_cap)
+            p->chunk_cap = (int)p->plan.batch_size;
+        /* When the final stage would only pass batches on (no take/skip after
+         * batch), the consumer takes them from the collating stage itself:
+         * one thread and one hand-off fewer per batch. */
+        int only_batch = 1;
+        for (int i = 0; i < p->plan.nopt; i++)
+            if (p->plan.opt[i].after_batch)
+                only_batch = 0;
+        if (only_batch) {
+            sl_stage *fin = &p->stage[p->nstages - 1];
+            sl_queue__destroy(&fin->out);
+            memset(fin, 0, sizeof *fin);
+            p->nstages--;
+            p->direct = 1;
+            sl_stage *last = &p->stage[p->nstages - 1];
+            sl_queue__destroy(&last->out);
+            last->qcap = p->plan.out_depth > 2 ? p->plan.out_depth : 2;
+            snprintf(last->name + strlen(last->name), sizeof last->name - strlen(last->name),
+                     "+batch(%lld)", (long long)p->plan.batch_size);
+            SL_TRY(sl_queue__init(&last->out, (size_t)last->qcap, !p->spec->deterministic));
+        }
+    }
+    /* relaxed mode: a map stage's workers take from their input only what
+     * their output can admit (queue.c, "No deadlock") */
+    for (int s = 1; s < p->nstages; s++)
+        if (p->stage[s].kind == SL_ST_MAP)
+            sl_queue__set_reach(&p->stage[s - 1].out, p->stage[s].out.cap);
+    return SL_OK;
+}
