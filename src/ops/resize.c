@@ -217,65 +217,98 @@ static void hq_prepare(int ow, int ksize, const int32_t *bounds, const int32_t *
     }
 }
 
+/* Two rows (one per 128-bit lane) of one output column: the weighted sums
+ * over groups of 4 taps, split into the hi and lo halves of the weights. */
+#define HQ_LOAD2(ra, rb, off)                                                                \
+    _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)((ra) + (off)))), \
+                            _mm_loadu_si128((const __m128i *)((rb) + (off))), 1)
+
+__attribute__((target("avx2"))) static inline void
+hq_madd(__m256i v, const int16_t *q, __m256i shuf_a, __m256i shuf_b, __m256i *h, __m256i *l) {
+    __m256i pa = _mm256_shuffle_epi8(v, shuf_a), pb = _mm256_shuffle_epi8(v, shuf_b);
+    __m256i kah = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)q));
+    __m256i kal = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(q + 8)));
+    __m256i kbh = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(q + 16)));
+    __m256i kbl = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(q + 24)));
+    *h = _mm256_add_epi32(*h, _mm256_add_epi32(_mm256_madd_epi16(pa, kah), _mm256_madd_epi16(pb, kbh)));
+    *l = _mm256_add_epi32(*l, _mm256_add_epi32(_mm256_madd_epi16(pa, kal), _mm256_madd_epi16(pb, kbl)));
+}
+
+/* (sum hi) * 2048 + sum lo + half, >> 22: PIL's rounding, before clip8. */
+__attribute__((target("avx2"))) static inline __m256i hq_finish(__m256i h, __m256i l) {
+    const __m256i half = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
+    return _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h, 11), l), half),
+                             PRECISION_BITS);
+}
+
+/* Four rows per step share each column's weights. Columns whose 16-byte
+ * loads would pass the row's end (the last one or two) go to the scalar
+ * code, so the loop has no bounds test. */
 __attribute__((target("avx2"))) static void
 pass_horizontal_rgb_avx2(const uint8_t *src, size_t sstride, int rows, int sw, int ow, int ksize,
-                         const int32_t *bounds, const int16_t *hq, uint8_t *dst, size_t dstride) {
+                         const int32_t *bounds, const int32_t *kk, const int16_t *hq,
+                         uint8_t *dst, size_t dstride) {
     const int G = (ksize + 3) / 4;
     const size_t rowbytes = (size_t)sw * 3;
+    const int32_t rhalf = 1 << (PRECISION_BITS - 1);
     /* pixels p0..p3 of a group: A = words (p0 p1) per channel, B = (p2 p3) */
     const __m256i shuf_a = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
                                             0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
     const __m256i shuf_b = _mm256_setr_epi8(6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1,
                                             -1, 6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1,
                                             -1, -1);
-    const __m256i half = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
-    for (int y = 0; y < rows; y += 2) {
-        const int two = y + 1 < rows;
-        const uint8_t *ra = src + (size_t)y * sstride, *rb = two ? ra + sstride : ra;
-        uint8_t *oa = dst + (size_t)y * dstride, *ob = oa + dstride;
-        for (int xx = 0; xx < ow; xx++) {
-            const int xmin = bounds[2 * xx], ng = (bounds[2 * xx + 1] + 3) >> 2;
+    int xsafe = 0; /* columns [0, xsafe) take the vector loop */
+    while (xsafe < ow - 1) {
+        int ng = (bounds[2 * xsafe + 1] + 3) >> 2;
+        size_t last = (size_t)(bounds[2 * xsafe] + 4 * (ng > 0 ? ng - 1 : 0)) * 3;
+        if (last + 16 > rowbytes)
+            break;
+        xsafe++;
+    }
+    for (int y = 0; y < rows; y += 4) {
+        const int nr = rows - y < 4 ? rows - y : 4;
+        const uint8_t *r[4];
+        uint8_t *o[4];
+        for (int k = 0; k < 4; k++) {
+            r[k] = src + (size_t)(y + (k < nr ? k : 0)) * sstride;
+            o[k] = dst + (size_t)(y + k) * dstride;
+        }
+        for (int xx = 0; xx < xsafe; xx++) {
+            const size_t off = (size_t)bounds[2 * xx] * 3;
+            const int ng = (bounds[2 * xx + 1] + 3) >> 2;
             const int16_t *q = hq + (size_t)xx * G * HQ_GROUP;
-            __m256i ah = _mm256_setzero_si256(), al = ah;
+            __m256i h01 = _mm256_setzero_si256(), l01 = h01, h23 = h01, l23 = h01;
             for (int g = 0; g < ng; g++, q += HQ_GROUP) {
-                size_t off = (size_t)(xmin + 4 * g) * 3;
-                __m128i va, vb;
-                if (off + 16 <= rowbytes) {
-                    va = _mm_loadu_si128((const __m128i *)(ra + off));
-                    vb = _mm_loadu_si128((const __m128i *)(rb + off));
-                } else { /* near the row's end: never read past it */
-                    uint8_t ta[16] = {0}, tb[16] = {0};
-                    memcpy(ta, ra + off, rowbytes - off);
-                    memcpy(tb, rb + off, rowbytes - off);
-                    va = _mm_loadu_si128((const __m128i *)ta);
-                    vb = _mm_loadu_si128((const __m128i *)tb);
-                }
-                __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(va), vb, 1);
-                __m256i pa = _mm256_shuffle_epi8(v, shuf_a), pb = _mm256_shuffle_epi8(v, shuf_b);
-                __m256i kah = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)q));
-                __m256i kal = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(q + 8)));
-                __m256i kbh = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(q + 16)));
-                __m256i kbl = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(q + 24)));
-                ah = _mm256_add_epi32(ah, _mm256_add_epi32(_mm256_madd_epi16(pa, kah),
-                                                           _mm256_madd_epi16(pb, kbh)));
-                al = _mm256_add_epi32(al, _mm256_add_epi32(_mm256_madd_epi16(pa, kal),
-                                                           _mm256_madd_epi16(pb, kbl)));
+                size_t go = off + 12 * (size_t)g;
+                hq_madd(HQ_LOAD2(r[0], r[1], go), q, shuf_a, shuf_b, &h01, &l01);
+                hq_madd(HQ_LOAD2(r[2], r[3], go), q, shuf_a, shuf_b, &h23, &l23);
             }
-            __m256i sum = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(ah, 11), al), half);
-            sum = _mm256_srai_epi32(sum, PRECISION_BITS);
-            __m256i p16 = _mm256_packus_epi32(sum, sum); /* clip8: packs saturate */
+            /* lanes: [row0 RGBx, row2 RGBx | row1 RGBx, row3 RGBx] after the
+             * packs, which saturate to 0..255 (clip8) */
+            __m256i p16 = _mm256_packus_epi32(hq_finish(h01, l01), hq_finish(h23, l23));
             __m256i p8 = _mm256_packus_epi16(p16, p16);
-            uint32_t wa = (uint32_t)_mm_cvtsi128_si32(_mm256_castsi256_si128(p8));
-            uint32_t wb = (uint32_t)_mm_cvtsi128_si32(_mm256_extracti128_si256(p8, 1));
-            uint8_t *pa8 = oa + 3 * (size_t)xx, *pb8 = ob + 3 * (size_t)xx;
-            if (xx + 1 < ow) { /* the 4th byte is rewritten by the next pixel */
-                memcpy(pa8, &wa, 4);
-                if (two)
-                    memcpy(pb8, &wb, 4);
-            } else {
-                pa8[0] = (uint8_t)wa, pa8[1] = (uint8_t)(wa >> 8), pa8[2] = (uint8_t)(wa >> 16);
-                if (two)
-                    pb8[0] = (uint8_t)wb, pb8[1] = (uint8_t)(wb >> 8), pb8[2] = (uint8_t)(wb >> 16);
+            __m128i lo = _mm256_castsi256_si128(p8), hi = _mm256_extracti128_si256(p8, 1);
+            uint32_t w[4] = {(uint32_t)_mm_cvtsi128_si32(lo), (uint32_t)_mm_cvtsi128_si32(hi),
+                             (uint32_t)_mm_extract_epi32(lo, 1), (uint32_t)_mm_extract_epi32(hi, 1)};
+            /* 4-byte stores: the 4th byte is rewritten by the next pixel
+             * (xsafe < ow, so a next pixel exists) */
+            for (int k = 0; k < nr; k++)
+                memcpy(o[k] + 3 * (size_t)xx, &w[k], 4);
+        }
+        for (int k = 0; k < nr; k++) {
+            for (int xx = xsafe; xx < ow; xx++) {
+                const int32_t *kw = kk + (size_t)xx * ksize;
+                const uint8_t *p = r[k] + (size_t)bounds[2 * xx] * 3;
+                int n = bounds[2 * xx + 1];
+                int32_t s0 = rhalf, s1 = rhalf, s2 = rhalf;
+                for (int x = 0; x < n; x++) {
+                    s0 += p[3 * x] * kw[x];
+                    s1 += p[3 * x + 1] * kw[x];
+                    s2 += p[3 * x + 2] * kw[x];
+                }
+                o[k][3 * xx] = clip8(s0);
+                o[k][3 * xx + 1] = clip8(s1);
+                o[k][3 * xx + 2] = clip8(s2);
             }
         }
     }
@@ -318,7 +351,7 @@ static void pass_horizontal(const uint8_t *src, size_t sstride, int rows, int sw
 #ifdef HAVE_AVX2_PATH
     if (C == 3 && have_avx2() && !sl_ops__resize_simd_off) {
         hq_prepare(ow, ksize, bounds, kk, hq);
-        pass_horizontal_rgb_avx2(src, sstride, rows, sw, ow, ksize, bounds, hq, dst, dstride);
+        pass_horizontal_rgb_avx2(src, sstride, rows, sw, ow, ksize, bounds, kk, hq, dst, dstride);
         return;
     }
 #endif
