@@ -183,11 +183,11 @@ int sl_decode(sl_decoder *dec, const void *data, size_t size, sl_color color, sl
 
 int sl_ops__decode_box(sl_decoder *dec, const void *data, size_t size, sl_color color,
                        const double box[4], const int lim[4], int out_h, int out_w,
-                       sl_interp interp, uint8_t *out) {
+                       sl_interp interp, void *out, const sl_ops__norm *norm) {
     switch (sl_image_sniff(data, size)) {
     case SL_FORMAT_JPEG:
         return sl_ops__jpeg_decode_box(dec, data, size, color, box, lim, out_h, out_w, interp,
-                                       out);
+                                       out, norm);
     case SL_FORMAT_PNG:
     case SL_FORMAT_WEBP: {
         /* no partial decoding in these codecs: decode whole, resample the box */
@@ -198,7 +198,7 @@ int sl_ops__decode_box(sl_decoder *dec, const void *data, size_t size, sl_color 
         else
             SL_TRY(sl_ops__webp_decode(dec, data, size, color, NULL, &pix, &h, &w));
         return sl_ops__resample(pix, h, w, (size_t)w * color, (int)color, box, lim, out_h, out_w,
-                                interp, out, (size_t)out_w * color);
+                                interp, out, (size_t)out_w * color, norm);
     }
     default:
         return unknown_format(data, size);
@@ -229,7 +229,8 @@ int sl_decode_crop_resize(sl_decoder *dec, const void *data, size_t size, sl_col
     SL_TRY(sl_ops__out_prepare(out, SL_U8, 3, shape, "decode", &allocated));
     double box[4] = {crop->x, crop->y, (double)crop->x + crop->w, (double)crop->y + crop->h};
     int lim[4] = {crop->x, crop->y, crop->x + crop->w, crop->y + crop->h};
-    int rc = sl_ops__decode_box(dec, data, size, color, box, lim, out_h, out_w, interp, out->data);
+    int rc = sl_ops__decode_box(dec, data, size, color, box, lim, out_h, out_w, interp, out->data,
+                                NULL);
     if (rc < 0 && allocated)
         sl_tensor_release(out);
     return rc;

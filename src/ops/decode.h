@@ -98,10 +98,11 @@ int sl_ops__jpeg_decode(sl_decoder *dec, const uint8_t *data, size_t size, sl_co
                         sl_tensor *out);
 /* Decode the part of a JPEG that `box` (x0, y0, x1, y1, original pixels)
  * needs at a DCT scale and resample it into `out` (out_h x out_w x color),
- * reading no source pixel outside `lim` (x0, y0, x1, y1). */
+ * reading no source pixel outside `lim` (x0, y0, x1, y1); with `norm`, into
+ * the normalized float32 image it describes (sl_ops__resample). */
 int sl_ops__jpeg_decode_box(sl_decoder *dec, const uint8_t *data, size_t size, sl_color color,
                             const double box[4], const int lim[4], int out_h, int out_w,
-                            sl_interp interp, uint8_t *out);
+                            sl_interp interp, void *out, const sl_ops__norm *norm);
 
 /* For the decoders that produce RGB8 rows (PNG, WebP): where the RGB image
  * goes (straight into `out` when RGB output is wanted, else the decoder's

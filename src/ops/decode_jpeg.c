@@ -360,7 +360,7 @@ int sl_ops__jpeg_decode(sl_decoder *d, const uint8_t *data, size_t size, sl_colo
  * path does. */
 static int decode_box_turned(sl_decoder *d, int jc, int o, sl_color color, const double box[4],
                              const int lim[4], int out_h, int out_w, sl_interp interp,
-                             uint8_t *out) {
+                             void *out, const sl_ops__norm *norm) {
     j_decompress_ptr ci = &d->cinfo;
     size_t w = ci->image_width, h = ci->image_height, img = w * h * (size_t)color;
     int rc = sl_ops__dec_scratch(d, 2 * img + w * 7);
@@ -375,7 +375,7 @@ static int decode_box_turned(sl_decoder *d, int jc, int o, sl_color color, const
     orient(d->scratch, (int)h, (int)w, (int)color, o, up);
     int uh = o >= 5 ? (int)w : (int)h, uw = o >= 5 ? (int)h : (int)w;
     return sl_ops__resample(up, uh, uw, (size_t)uw * color, (int)color, box, lim, out_h, out_w,
-                            interp, out, (size_t)out_w * color);
+                            interp, out, (size_t)out_w * color, norm);
 }
 
 /* The smallest scale s/8 at which the box still has at least the output's
@@ -457,7 +457,7 @@ static int read_rows(j_decompress_ptr ci, int jc, sl_color color, uint8_t *reg, 
  * the same on every path, and equal crop-then-resize's when r is the box. */
 static int resample_region(const uint8_t *reg, int w, int ox, int oy, const int r[4], int s,
                            sl_color color, const double box[4], int out_h, int out_w,
-                           sl_interp interp, uint8_t *out) {
+                           sl_interp interp, void *out, const sl_ops__norm *norm) {
     const double f = s / 8.0;
     size_t stride = (size_t)w * color;
     const uint8_t *src = reg + (size_t)(r[1] - oy) * stride + (size_t)(r[0] - ox) * color;
@@ -473,7 +473,7 @@ static int resample_region(const uint8_t *reg, int w, int ox, int oy, const int 
     if (rbox[3] > rh)
         rbox[3] = rh;
     return sl_ops__resample(src, rh, rw, stride, (int)color, rbox, rlim, out_h, out_w, interp,
-                            out, (size_t)out_w * color);
+                            out, (size_t)out_w * color, norm);
 }
 
 /* The region through a synthetic JPEG of the intervals that cover it
@@ -484,7 +484,7 @@ static int resample_region(const uint8_t *reg, int w, int ox, int oy, const int 
  * so damaged data gets the same answer, pixels or error, either way. */
 static int decode_box_synth(sl_decoder *d, const sl_jpeg_layout *L, sl_color color,
                             const double box[4], const int lim[4], int out_h, int out_w,
-                            sl_interp interp, uint8_t *out) {
+                            sl_interp interp, void *out, const sl_ops__norm *norm) {
     SL_TRY(sl_ops__check_dims(d, (uint64_t)L->width, (uint64_t)L->height));
     int s = pick_scale(box, out_h, out_w);
     int r[4];
@@ -528,18 +528,19 @@ static int decode_box_synth(sl_decoder *d, const sl_jpeg_layout *L, sl_color col
     if (got != rows)
         return 1;
     d->synth_used++;
-    return resample_region(reg, w, sy.ox, sy.oy, r, s, color, box, out_h, out_w, interp, out);
+    return resample_region(reg, w, sy.ox, sy.oy, r, s, color, box, out_h, out_w, interp, out,
+                           norm);
 }
 
 int sl_ops__jpeg_decode_box(sl_decoder *d, const uint8_t *data, size_t size, sl_color color,
                             const double box[4], const int lim[4], int out_h, int out_w,
-                            sl_interp interp, uint8_t *out) {
+                            sl_interp interp, void *out, const sl_ops__norm *norm) {
     /* A file with an interval table decodes only the intervals the region
      * needs, unless it is to be turned (that path decodes whole). */
     sl_jpeg_layout L;
     if (sl_ops__jpeg_layout(data, size, &L) && L.usable &&
         (!d->exif_orientation || !L.exif || sl_ops__exif_orientation(L.exif, L.exif_len) == 1)) {
-        int rc = decode_box_synth(d, &L, color, box, lim, out_h, out_w, interp, out);
+        int rc = decode_box_synth(d, &L, color, box, lim, out_h, out_w, interp, out, norm);
         if (rc <= 0)
             return rc;
         d->synth_fallbacks++;
@@ -558,7 +559,7 @@ int sl_ops__jpeg_decode_box(sl_decoder *d, const uint8_t *data, size_t size, sl_
     }
     int jc = set_out_space(ci);
     if (turn != 1)
-        return decode_box_turned(d, jc, turn, color, box, lim, out_h, out_w, interp, out);
+        return decode_box_turned(d, jc, turn, color, box, lim, out_h, out_w, interp, out, norm);
     ci->scale_num = (unsigned)s;
     ci->scale_denom = 8;
     (void)jpeg_start_decompress(ci);
@@ -591,5 +592,5 @@ int sl_ops__jpeg_decode_box(sl_decoder *d, const uint8_t *data, size_t size, sl_
     if (got != rows)
         return sl__error(SL_EDECODE, "decode: JPEG ended before row %d", r[1] + got);
     return resample_region(reg, (int)w, (int)xoff, r[1], r, s, color, box, out_h, out_w, interp,
-                           out);
+                           out, norm);
 }

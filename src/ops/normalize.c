@@ -46,6 +46,44 @@ static void norm_row_f32_stream(const float *t, const uint8_t *r, size_t cc, siz
 }
 #endif
 
+void sl_ops__norm_lut(float lut[][256], int C, const float *mean, const float *std) {
+    for (int c = 0; c < C; c++) {
+        float m = mean ? mean[c] : 0.0f, sd = std ? std[c] : 1.0f;
+        for (int i = 0; i < 256; i++)
+            lut[c][i] = ((float)i / 255.0f - m) / sd;
+    }
+}
+
+void sl_ops__norm_row(const sl_ops__norm *nm, const uint8_t *row, int C, int W, int H, int y,
+                      float *out) {
+    size_t cc = (size_t)C, w = (size_t)W;
+    if (nm->layout == SL_LAYOUT_CHW) {
+        for (size_t c = 0; c < cc; c++) {
+            float *o = out + c * (size_t)H * w + (size_t)y * w;
+#if defined(__SSE2__)
+            norm_row_f32_stream(nm->lut[c], row + c, cc, w, nm->mirror, o);
+#else
+            for (size_t x = 0; x < w; x++)
+                o[x] = nm->lut[c][row[(nm->mirror ? w - 1 - x : x) * cc + c]];
+#endif
+        }
+    } else {
+        float *o = out + (size_t)y * w * cc;
+        for (size_t x = 0; x < w; x++) {
+            size_t sx = nm->mirror ? w - 1 - x : x;
+            for (size_t c = 0; c < cc; c++)
+                o[x * cc + c] = nm->lut[c][row[sx * cc + c]];
+        }
+    }
+}
+
+void sl_ops__norm_done(void) {
+#if defined(__SSE2__)
+    _mm_sfence(); /* streaming stores are weakly ordered: publish them
+                     before the tensor is handed to another thread */
+#endif
+}
+
 int sl_image_normalize(const sl_tensor *src, const float *mean, const float *std,
                        sl_layout layout, sl_dtype dtype, sl_tensor *out) {
     return sl_ops__normalize(src, mean, std, layout, dtype, 0, out);
@@ -75,7 +113,7 @@ int sl_ops__normalize(const sl_tensor *src, const float *mean, const float *std,
         for (int i = 0; i < 256; i++) {
             float v = ((float)i / 255.0f - m) / sd;
             if (dtype == SL_F32) {
-                lut.f[c][i] = v;
+                lut.f[c][i] = v; /* the value sl_ops__norm_lut gives */
             } else if (dtype == SL_F16) {
                 lut.h[c][i] = sl_ops__f32_to_f16(v);
             } else {
@@ -131,8 +169,7 @@ int sl_ops__normalize(const sl_tensor *src, const float *mean, const float *std,
             for (size_t c = 0; c < cc; c++)
                 norm_row_f32_stream(lut.f[c], s + y * W * cc + c, cc, W, mirror,
                                     d + c * n + y * W);
-        _mm_sfence(); /* streaming stores are weakly ordered: publish them
-                         before the tensor is handed to another thread */
+        sl_ops__norm_done();
         return SL_OK;
     }
 #endif

@@ -24,24 +24,53 @@ int sl_ops__check_image(const sl_tensor *t, const char *op);
 /* float32 -> IEEE half, round to nearest even. */
 uint16_t sl_ops__f32_to_f16(float f);
 
+/* A normalized float32 output for the resampler: each output byte v of
+ * channel c is written as lut[c][v] (sl_ops__norm_lut: exactly what
+ * sl_image_normalize gives), in `layout` (CHW planes or HWC), each row
+ * mirrored when `mirror` (a horizontal flip). With it, resampling writes the
+ * normalized image in one pass: no uint8 image, no separate normalize pass. */
+typedef struct {
+    const float (*lut)[256];
+    sl_layout layout;
+    int mirror;
+} sl_ops__norm;
+
+/* The tables of sl_ops__norm: lut[c][i] = (i / 255 - mean[c]) / std[c] in
+ * float32 (torchvision's ToTensor + Normalize). */
+void sl_ops__norm_lut(float lut[][256], int C, const float *mean, const float *std);
+
+/* Row y (of H, W pixels of C bytes in `row`) of a normalized float32 image
+ * at `out`. CHW rows are written with streaming stores: call
+ * sl_ops__norm_done() before the image is handed to another thread. */
+void sl_ops__norm_row(const sl_ops__norm *nm, const uint8_t *row, int C, int W, int H, int y,
+                      float *out);
+void sl_ops__norm_done(void);
+
+/* Test hook (resize.c): 0 (default) uses the fastest horizontal pass the
+ * CPU has; 1 skips the AVX2 pass, 2 the SSE4.1 one too (scalar). */
+extern int sl_ops__resize_simd_off;
+
 /* The resampling kernel behind sl_image_resize*.
  * `src` has sh rows of sw pixels with C channels, row stride `sstride` bytes.
  * `box` (x0, y0, x1, y1) is the source region mapped onto the output (PIL's
  * box, in float32 like PIL); `lim` (x0, y0, x1, y1) bounds the source pixels
  * the filter may read: (0, 0, sw, sh) reads around the box as PIL does,
- * the box's own (integer) edges reproduce crop-then-resize. */
+ * the box's own (integer) edges reproduce crop-then-resize.
+ * With `norm` NULL, `dst` gets uint8 HWC rows `dstride` bytes apart; else
+ * `dst` is the float32 image `norm` describes (dstride unused). */
 int sl_ops__resample(const uint8_t *src, int sh, int sw, size_t sstride, int C,
                      const double box[4], const int lim[4], int oh, int ow, sl_interp interp,
-                     uint8_t *dst, size_t dstride);
+                     void *dst, size_t dstride, const sl_ops__norm *norm);
 
 /* Fused decode + resample of the region `box` (x0, y0, x1, y1 in original
  * pixels, fractional allowed) into `out` (out_h x out_w x color bytes),
  * reading no source pixel outside `lim` (x0, y0, x1, y1): lim = the box's
  * own edges reproduces crop-then-resize; lim = the whole image reproduces
- * resize-then-crop. JPEG: DCT-scaled, region-of-interest decode. */
+ * resize-then-crop. JPEG: DCT-scaled, region-of-interest decode. With
+ * `norm`, `out` is the normalized float32 image it describes instead. */
 int sl_ops__decode_box(sl_decoder *dec, const void *data, size_t size, sl_color color,
                        const double box[4], const int lim[4], int out_h, int out_w,
-                       sl_interp interp, uint8_t *out);
+                       sl_interp interp, void *out, const sl_ops__norm *norm);
 
 /* sl_image_normalize with an optional horizontal mirror folded in. */
 int sl_ops__normalize(const sl_tensor *src, const float *mean, const float *std,

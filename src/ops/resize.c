@@ -27,6 +27,10 @@
 
 #define PRECISION_BITS (32 - 8 - 2)
 
+/* Test hook: 1 turns the AVX2 horizontal pass off, 2 the SSE4.1 one too, so
+ * that tests compare every path with the scalar one on the same machine. */
+int sl_ops__resize_simd_off;
+
 static double filter_triangle(double x) {
     if (x < 0.0)
         x = -x;
@@ -170,6 +174,157 @@ pass_horizontal_rgb_sse41(const uint8_t *src, size_t sstride, int rows, int sw, 
     }
 }
 
+/* RGB horizontal pass with AVX2, 2 rows per 256-bit register (one per
+ * 128-bit lane). Hand-written because this pass is the largest cost after
+ * libjpeg in the training chain, and the SSE4.1 pass above spends a load,
+ * a widening and a 32-bit multiply (two uops) per pixel and tap, on 3 of 4
+ * lanes. Here one 16-byte load covers 4 taps (12 bytes) of a row; a byte
+ * shuffle widens the pixels to 16 bits in tap pairs, and pmaddwd multiplies
+ * and sums two taps per 32-bit lane. PIL's weights have 22 fractional bits,
+ * more than a 16-bit multiplier takes, so each weight k is split as
+ * k = hi * 2048 + lo (both fit 16 bits) and the sum is rebuilt as
+ * (sum p*hi) * 2048 + sum p*lo: the same integer as the scalar sum, so the
+ * pixels are identical (no precision is given up). */
+#define HAVE_AVX2_PATH 1
+#define HQ_GROUP 32 /* int16 per group of 4 taps: A hi, A lo, B hi, B lo (8 each) */
+
+static size_t hq_bytes(int C, int ow, int ksize) {
+    return C == 3 ? (size_t)ow * (size_t)((ksize + 3) / 4) * HQ_GROUP * sizeof(int16_t) : 0;
+}
+
+/* The weights in the layout the AVX2 pass multiplies by: for each output
+ * column and group of 4 taps, tap pairs (0,1) "A" and (2,3) "B" repeated for
+ * R, G, B, then a zero pair; weights of taps past the column's window are 0,
+ * so the bytes loaded there count for nothing. */
+static void hq_prepare(int ow, int ksize, const int32_t *bounds, const int32_t *kk, int16_t *hq) {
+    const int G = (ksize + 3) / 4;
+    for (int xx = 0; xx < ow; xx++) {
+        const int32_t *k = kk + (size_t)xx * ksize;
+        int n = bounds[2 * xx + 1];
+        for (int g = 0; g < G; g++) {
+            int16_t *q = hq + ((size_t)xx * G + g) * HQ_GROUP;
+            for (int pair = 0; pair < 2; pair++) {
+                int16_t *qh = q + pair * 16, *ql = qh + 8;
+                for (int j = 0; j < 8; j++) {
+                    int t = 4 * g + 2 * pair + (j & 1);
+                    int32_t v = j < 6 && t < n ? k[t] : 0;
+                    int32_t lo = v & 2047;
+                    qh[j] = (int16_t)((v - lo) / 2048);
+                    ql[j] = (int16_t)lo;
+                }
+            }
+        }
+    }
+}
+
+/* Two rows (one per 128-bit lane) of one output column: the weighted sums
+ * over groups of 4 taps, split into the hi and lo halves of the weights. */
+#define HQ_LOAD2(ra, rb, off)                                                                \
+    _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)((ra) + (off)))), \
+                            _mm_loadu_si128((const __m128i *)((rb) + (off))), 1)
+
+__attribute__((target("avx2"))) static inline void
+hq_madd(__m256i v, const int16_t *q, __m256i shuf_a, __m256i shuf_b, __m256i *h, __m256i *l) {
+    __m256i pa = _mm256_shuffle_epi8(v, shuf_a), pb = _mm256_shuffle_epi8(v, shuf_b);
+    __m256i kah = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)q));
+    __m256i kal = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(q + 8)));
+    __m256i kbh = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(q + 16)));
+    __m256i kbl = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(q + 24)));
+    *h = _mm256_add_epi32(*h, _mm256_add_epi32(_mm256_madd_epi16(pa, kah), _mm256_madd_epi16(pb, kbh)));
+    *l = _mm256_add_epi32(*l, _mm256_add_epi32(_mm256_madd_epi16(pa, kal), _mm256_madd_epi16(pb, kbl)));
+}
+
+/* (sum hi) * 2048 + sum lo + half, >> 22: PIL's rounding, before clip8. */
+__attribute__((target("avx2"))) static inline __m256i hq_finish(__m256i h, __m256i l) {
+    const __m256i half = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
+    return _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h, 11), l), half),
+                             PRECISION_BITS);
+}
+
+/* Four rows per step share each column's weights. Columns whose 16-byte
+ * loads would pass the row's end (the last one or two) go to the scalar
+ * code, so the loop has no bounds test. */
+__attribute__((target("avx2"))) static void
+pass_horizontal_rgb_avx2(const uint8_t *src, size_t sstride, int rows, int sw, int ow, int ksize,
+                         const int32_t *bounds, const int32_t *kk, const int16_t *hq,
+                         uint8_t *dst, size_t dstride) {
+    const int G = (ksize + 3) / 4;
+    const size_t rowbytes = (size_t)sw * 3;
+    const int32_t rhalf = 1 << (PRECISION_BITS - 1);
+    /* pixels p0..p3 of a group: A = words (p0 p1) per channel, B = (p2 p3) */
+    const __m256i shuf_a = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
+                                            0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+    const __m256i shuf_b = _mm256_setr_epi8(6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1,
+                                            -1, 6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1,
+                                            -1, -1);
+    int xsafe = 0; /* columns [0, xsafe) take the vector loop */
+    while (xsafe < ow - 1) {
+        int ng = (bounds[2 * xsafe + 1] + 3) >> 2;
+        size_t last = (size_t)(bounds[2 * xsafe] + 4 * (ng > 0 ? ng - 1 : 0)) * 3;
+        if (last + 16 > rowbytes)
+            break;
+        xsafe++;
+    }
+    for (int y = 0; y < rows; y += 4) {
+        const int nr = rows - y < 4 ? rows - y : 4;
+        const uint8_t *r[4];
+        uint8_t *o[4];
+        for (int k = 0; k < 4; k++) {
+            r[k] = src + (size_t)(y + (k < nr ? k : 0)) * sstride;
+            o[k] = dst + (size_t)(y + k) * dstride;
+        }
+        for (int xx = 0; xx < xsafe; xx++) {
+            const size_t off = (size_t)bounds[2 * xx] * 3;
+            const int ng = (bounds[2 * xx + 1] + 3) >> 2;
+            const int16_t *q = hq + (size_t)xx * G * HQ_GROUP;
+            __m256i h01 = _mm256_setzero_si256(), l01 = h01, h23 = h01, l23 = h01;
+            for (int g = 0; g < ng; g++, q += HQ_GROUP) {
+                size_t go = off + 12 * (size_t)g;
+                hq_madd(HQ_LOAD2(r[0], r[1], go), q, shuf_a, shuf_b, &h01, &l01);
+                hq_madd(HQ_LOAD2(r[2], r[3], go), q, shuf_a, shuf_b, &h23, &l23);
+            }
+            /* lanes: [row0 RGBx, row2 RGBx | row1 RGBx, row3 RGBx] after the
+             * packs, which saturate to 0..255 (clip8) */
+            __m256i p16 = _mm256_packus_epi32(hq_finish(h01, l01), hq_finish(h23, l23));
+            __m256i p8 = _mm256_packus_epi16(p16, p16);
+            __m128i lo = _mm256_castsi256_si128(p8), hi = _mm256_extracti128_si256(p8, 1);
+            uint32_t w[4] = {(uint32_t)_mm_cvtsi128_si32(lo), (uint32_t)_mm_cvtsi128_si32(hi),
+                             (uint32_t)_mm_extract_epi32(lo, 1), (uint32_t)_mm_extract_epi32(hi, 1)};
+            /* 4-byte stores: the 4th byte is rewritten by the next pixel
+             * (xsafe < ow, so a next pixel exists) */
+            for (int k = 0; k < nr; k++)
+                memcpy(o[k] + 3 * (size_t)xx, &w[k], 4);
+        }
+        for (int k = 0; k < nr; k++) {
+            for (int xx = xsafe; xx < ow; xx++) {
+                const int32_t *kw = kk + (size_t)xx * ksize;
+                const uint8_t *p = r[k] + (size_t)bounds[2 * xx] * 3;
+                int n = bounds[2 * xx + 1];
+                int32_t s0 = rhalf, s1 = rhalf, s2 = rhalf;
+                for (int x = 0; x < n; x++) {
+                    s0 += p[3 * x] * kw[x];
+                    s1 += p[3 * x + 1] * kw[x];
+                    s2 += p[3 * x + 2] * kw[x];
+                }
+                o[k][3 * xx] = clip8(s0);
+                o[k][3 * xx + 1] = clip8(s1);
+                o[k][3 * xx + 2] = clip8(s2);
+            }
+        }
+    }
+}
+
+static int have_avx2(void) {
+    static _Atomic int cached = -1;
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx2") ? 1 : 0;
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+
 /* Several threads may ask at once; they all compute the same answer. */
 static int have_sse41(void) {
     static _Atomic int cached = -1;
@@ -181,14 +336,27 @@ static int have_sse41(void) {
     }
     return v;
 }
+#else
+static size_t hq_bytes(int C, int ow, int ksize) {
+    (void)C, (void)ow, (void)ksize;
+    return 0;
+}
 #endif
 
+/* `hq` is scratch of hq_bytes() for the AVX2 pass's weights. */
 static void pass_horizontal(const uint8_t *src, size_t sstride, int rows, int sw, int C, int ow,
-                            int ksize, const int32_t *bounds, const int32_t *kk,
+                            int ksize, const int32_t *bounds, const int32_t *kk, void *hq,
                             uint8_t *dst, size_t dstride) {
     const int32_t half = 1 << (PRECISION_BITS - 1);
+#ifdef HAVE_AVX2_PATH
+    if (C == 3 && have_avx2() && !sl_ops__resize_simd_off) {
+        hq_prepare(ow, ksize, bounds, kk, hq);
+        pass_horizontal_rgb_avx2(src, sstride, rows, sw, ow, ksize, bounds, kk, hq, dst, dstride);
+        return;
+    }
+#endif
 #ifdef HAVE_SSE41_PATH
-    if (C == 3 && have_sse41()) {
+    if (C == 3 && have_sse41() && sl_ops__resize_simd_off < 2) {
         pass_horizontal_rgb_sse41(src, sstride, rows, sw, ow, ksize, bounds, kk, dst, dstride);
         return;
     }
@@ -293,14 +461,47 @@ static void resample_nearest(const uint8_t *src, int sh, int sw, size_t sstride,
     }
 }
 
+/* Vertical pass, then the output rows: uint8 rows into `dst`, or with
+ * `norm` each row through a small row buffer (it stays in L1) into the
+ * normalized float32 image, so the uint8 image never exists. */
+static void vertical_out(const uint8_t *src, size_t sstride, int rowlen, int oh, int ksize,
+                         const int32_t *bounds, const int32_t *kk, int32_t *acc, void *dst,
+                         size_t dstride, const sl_ops__norm *norm, int C, int ow,
+                         uint8_t *rowbuf) {
+    if (!norm) {
+        pass_vertical(src, sstride, rowlen, oh, ksize, bounds, kk, acc, dst, dstride);
+        return;
+    }
+    for (int y = 0; y < oh; y++) {
+        pass_vertical(src, sstride, rowlen, 1, ksize, bounds + 2 * y, kk + (size_t)y * ksize, acc,
+                      rowbuf, (size_t)rowlen);
+        sl_ops__norm_row(norm, rowbuf, C, ow, oh, y, dst);
+    }
+    sl_ops__norm_done();
+}
+
+/* uint8 rows (`rows`, `stride` bytes apart) into the normalized image. */
+static void norm_rows(const sl_ops__norm *norm, const uint8_t *rows, size_t stride, int C,
+                      int ow, int oh, void *dst) {
+    for (int y = 0; y < oh; y++)
+        sl_ops__norm_row(norm, rows + (size_t)y * stride, C, ow, oh, y, dst);
+    sl_ops__norm_done();
+}
+
 int sl_ops__resample(const uint8_t *src, int sh, int sw, size_t sstride, int C,
                      const double box[4], const int lim[4], int oh, int ow, sl_interp interp,
-                     uint8_t *dst, size_t dstride) {
+                     void *dst, size_t dstride, const sl_ops__norm *norm) {
+    size_t rowlen = (size_t)ow * C;
     if (interp == SL_INTERP_NEAREST) {
-        int32_t *xin = sl_ops__scratch((size_t)ow * sizeof(int32_t));
-        if (!xin)
+        size_t img = norm ? (size_t)oh * rowlen : 0;
+        size_t off = ((size_t)ow * sizeof(int32_t) + 63) & ~(size_t)63;
+        uint8_t *sc = sl_ops__scratch(off + img);
+        if (!sc)
             return sl__oom("resize: scratch");
-        resample_nearest(src, sh, sw, sstride, C, box, oh, ow, dst, dstride, xin);
+        resample_nearest(src, sh, sw, sstride, C, box, oh, ow, norm ? sc + off : dst,
+                         norm ? rowlen : dstride, (int32_t *)sc);
+        if (norm)
+            norm_rows(norm, sc + off, rowlen, C, ow, oh, dst);
         return SL_OK;
     }
     float bx0 = (float)box[0], by0 = (float)box[1], bx1 = (float)box[2], by1 = (float)box[3];
@@ -308,25 +509,34 @@ int sl_ops__resample(const uint8_t *src, int sh, int sw, size_t sstride, int C,
     int need_h = ow != sw || bx0 != 0.0f || bx1 != (float)ow;
     int need_v = oh != sh || by0 != 0.0f || by1 != (float)oh;
     if (!need_h && !need_v) {
+        if (norm) {
+            norm_rows(norm, src, sstride, C, ow, oh, dst);
+            return SL_OK;
+        }
         for (int y = 0; y < oh; y++)
-            memcpy(dst + (size_t)y * dstride, src + (size_t)y * sstride, (size_t)ow * C);
+            memcpy((uint8_t *)dst + (size_t)y * dstride, src + (size_t)y * sstride, rowlen);
         return SL_OK;
     }
     int kh = axis_ksize(bx0, bx1, ow, support);
     int kv = axis_ksize(by0, by1, oh, support);
     int kmax = kh > kv ? kh : kv;
     /* Scratch layout: coefficient tables, bounds, a double row, an int32
-     * accumulator row, then the horizontally resampled rows. */
-    size_t rowlen = (size_t)ow * C;
+     * accumulator row, a uint8 output row (norm), the SIMD horizontal
+     * pass's coefficients, then the horizontally resampled rows. */
     size_t n_kk = (size_t)ow * kh + (size_t)oh * kv;
     size_t n_bounds = 2 * ((size_t)ow + oh);
     size_t off_b = n_kk * 4;
     size_t off_d = (off_b + n_bounds * 4 + 7) & ~(size_t)7;
     size_t off_acc = off_d + (size_t)kmax * 8;
-    size_t off_tmp = (off_acc + rowlen * 4 + 63) & ~(size_t)63;
+    size_t off_row = (off_acc + rowlen * 4 + 63) & ~(size_t)63;
+    size_t off_hq = (off_row + rowlen + 63) & ~(size_t)63;
+    size_t off_tmp = (off_hq + hq_bytes(C, ow, kh) + 63) & ~(size_t)63;
     int32_t *kkx, *kky, *bdx, *bdy;
-    /* Bounds first, to know how many source rows the horizontal pass needs. */
+    /* Bounds first, to know how many source rows the horizontal pass needs;
+     * with `norm` and no vertical pass its output goes there too. */
     size_t tmp_rows = (size_t)(need_h ? lim[3] - lim[1] : 0);
+    if (norm && !need_v && tmp_rows < (size_t)oh)
+        tmp_rows = (size_t)oh;
     size_t total = off_tmp + tmp_rows * rowlen;
     uint8_t *s = sl_ops__scratch(total);
     if (!s)
@@ -337,15 +547,22 @@ int sl_ops__resample(const uint8_t *src, int sh, int sw, size_t sstride, int C,
     bdy = bdx + 2 * (size_t)ow;
     double *tmpd = (double *)(s + off_d);
     int32_t *acc = (int32_t *)(s + off_acc);
+    uint8_t *rowbuf = s + off_row;
+    void *hq = s + off_hq;
     uint8_t *tmp = s + off_tmp;
     axis_coeffs(bx0, bx1, lim[0], lim[2], ow, kh, interp, bdx, kkx, tmpd);
     axis_coeffs(by0, by1, lim[1], lim[3], oh, kv, interp, bdy, kky, tmpd);
     if (!need_v) {
-        pass_horizontal(src, sstride, oh, sw, C, ow, kh, bdx, kkx, dst, dstride);
+        uint8_t *o = norm ? tmp : dst;
+        size_t os = norm ? rowlen : dstride;
+        pass_horizontal(src, sstride, oh, sw, C, ow, kh, bdx, kkx, hq, o, os);
+        if (norm)
+            norm_rows(norm, tmp, rowlen, C, ow, oh, dst);
         return SL_OK;
     }
     if (!need_h) {
-        pass_vertical(src, sstride, (int)rowlen, oh, kv, bdy, kky, acc, dst, dstride);
+        vertical_out(src, sstride, (int)rowlen, oh, kv, bdy, kky, acc, dst, dstride, norm, C, ow,
+                     rowbuf);
         return SL_OK;
     }
     int yfirst = bdy[0];
@@ -353,8 +570,9 @@ int sl_ops__resample(const uint8_t *src, int sh, int sw, size_t sstride, int C,
     for (int y = 0; y < oh; y++)
         bdy[2 * y] -= yfirst;
     pass_horizontal(src + (size_t)yfirst * sstride, sstride, ylast - yfirst, sw, C, ow, kh, bdx, kkx,
-                    tmp, rowlen);
-    pass_vertical(tmp, rowlen, (int)rowlen, oh, kv, bdy, kky, acc, dst, dstride);
+                    hq, tmp, rowlen);
+    vertical_out(tmp, rowlen, (int)rowlen, oh, kv, bdy, kky, acc, dst, dstride, norm, C, ow,
+                 rowbuf);
     return SL_OK;
 }
 
@@ -382,7 +600,7 @@ int sl_image_resize_box(const sl_tensor *src, const double box[4], int out_h, in
     SL_TRY(sl_ops__out_prepare(out, SL_U8, 3, shape, "resize", &allocated));
     int lim[4] = {0, 0, sw, sh};
     int rc = sl_ops__resample(src->data, sh, sw, (size_t)sw * C, C, box, lim, out_h, out_w,
-                              interp, out->data, (size_t)out_w * C);
+                              interp, out->data, (size_t)out_w * C, NULL);
     if (rc < 0 && allocated)
         sl_tensor_release(out);
     return rc;

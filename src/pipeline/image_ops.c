@@ -150,7 +150,7 @@ static int decode_box_column(sl_decoder *dec, sl_op_ctx *ctx, sl_sample *s, int 
     sl_tensor t;
     int64_t shape[3] = {oh, ow, (int64_t)color};
     SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
-    int rc = sl_ops__decode_box(dec, data, size, color, box, lim, oh, ow, interp, t.data);
+    int rc = sl_ops__decode_box(dec, data, size, color, box, lim, oh, ow, interp, t.data, NULL);
     if (rc < 0) {
         sl_tensor_release(&t);
         return cause_only(rc);
@@ -189,12 +189,33 @@ typedef struct {
     int ch, cw;
 } ccrop_params;
 
+typedef struct {
+    char column[SL_COLNAME_MAX];
+    int col;
+    double p;
+} flip_params;
+
+typedef struct {
+    char column[SL_COLNAME_MAX];
+    int col;
+    int nmean, nstd;
+    float mean[4], std[4];
+    sl_layout layout;
+    sl_dtype dtype;
+} normalize_params;
+
 /* fused ops */
 typedef struct {
     decode_opts opt; /* first: see decoder_init */
     int col;
     sl_color color;
     rrc_params rrc;
+    /* a following flip and/or float32 normalize folded in (fuse order:
+     * + flip, then + normalize); the flip draws from part 2 */
+    int has_flip, has_norm;
+    flip_params flip;
+    normalize_params norm;
+    float lut[4][256]; /* has_norm: sl_ops__norm_lut of the image's channels */
 } decode_rrc_params;
 
 typedef struct {
@@ -207,8 +228,9 @@ typedef struct {
 } decode_resize_params;
 
 extern const sl_op_def sl_op_decode, sl_op_random_resized_crop, sl_op_resize, sl_op_center_crop,
-    sl_op_normalize;
-static const sl_op_def op_decode_rrc, op_decode_resize, op_flip_normalize;
+    sl_op_normalize, sl_op_flip;
+static const sl_op_def op_decode_rrc, op_decode_rrc_flip, op_decode_rrc_norm,
+    op_decode_rrc_flip_norm, op_decode_resize, op_flip_normalize;
 
 static int decode_parse(void *params, const cJSON *json, const char *field) {
     decode_params *p = params;
@@ -356,7 +378,7 @@ static int crop_resize_into(sl_op_ctx *ctx, sl_sample *s, int col, const sl_box 
     double b[4] = {box->x, box->y, (double)box->x + box->w, (double)box->y + box->h};
     int lim[4] = {box->x, box->y, box->x + box->w, box->y + box->h};
     int rc = sl_ops__resample(in->data, H, W, (size_t)W * C, C, b, lim, oh, ow, interp, t.data,
-                              (size_t)ow * C);
+                              (size_t)ow * C, NULL);
     if (rc < 0) {
         sl_tensor_release(&t);
         return cause_only(rc);
@@ -413,8 +435,84 @@ static int decode_rrc_apply(const void *params, void *state, sl_op_ctx *ctx, sl_
         return cause_only(rc);
     double b[4] = {box.x, box.y, (double)box.x + box.w, (double)box.y + box.h};
     int lim[4] = {box.x, box.y, box.x + box.w, box.y + box.h};
-    return decode_box_column(dec, ctx, s, p->col, data, size, p->color, b, lim, p->rrc.oh,
-                             p->rrc.ow, SL_INTERP_BILINEAR);
+    if (!p->has_flip && !p->has_norm)
+        return decode_box_column(dec, ctx, s, p->col, data, size, p->color, b, lim, p->rrc.oh,
+                                 p->rrc.ow, SL_INTERP_BILINEAR);
+    /* part 2 = the flip position: the same draw as the unfused flip */
+    int mirror = p->has_flip && sl_rng_uniform(sl_op_rng_part(ctx, 2)) < p->flip.p;
+    int64_t C = (int64_t)p->color, oh = p->rrc.oh, ow = p->rrc.ow;
+    sl_tensor t;
+    if (!p->has_norm) {
+        int64_t shape[3] = {oh, ow, C};
+        SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
+        rc = sl_ops__decode_box(dec, data, size, p->color, b, lim, p->rrc.oh, p->rrc.ow,
+                                SL_INTERP_BILINEAR, t.data, NULL);
+        if (rc == SL_OK && mirror)
+            rc = sl_image_flip(&t, &t);
+    } else {
+        /* resampled straight into the normalized float32 output (in its
+         * batch slot when this op is the last), mirrored while written */
+        int64_t shape[3] = {C, oh, ow};
+        if (p->norm.layout == SL_LAYOUT_HWC)
+            shape[0] = oh, shape[1] = ow, shape[2] = C;
+        SL_TRY(sl_op_alloc(ctx, &t, SL_F32, 3, shape));
+        sl_ops__norm nm = {(const float(*)[256])p->lut, p->norm.layout, mirror};
+        rc = sl_ops__decode_box(dec, data, size, p->color, b, lim, p->rrc.oh, p->rrc.ow,
+                                SL_INTERP_BILINEAR, t.data, &nm);
+    }
+    if (rc < 0) {
+        sl_tensor_release(&t);
+        return cause_only(rc);
+    }
+    sl_op_set_column(s, p->col, &t);
+    return SL_OK;
+}
+
+/* decode_random_resized_crop (+ flip) + flip or normalize: one op that
+ * resamples the decoded region straight into the flipped, normalized
+ * output; the result is the unfused chain's, bit for bit. Only a float32
+ * normalize whose mean/std fit the image's channels folds in (others stay
+ * a separate op, with its own checks and messages). */
+static int decode_rrc_fuse(const void *params, const sl_op_def *next, const void *next_params,
+                           const sl_op_def **fused_def, void **fused_params) {
+    const decode_rrc_params *p = params;
+    int flip = 0;
+    if (next == &sl_op_flip && !p->has_flip && !p->has_norm) {
+        if (((const flip_params *)next_params)->col != p->col)
+            return 0;
+        flip = 1;
+    } else if (next == &sl_op_normalize && !p->has_norm) {
+        const normalize_params *n = next_params;
+        int C = (int)p->color;
+        if (n->col != p->col || n->dtype != SL_F32 || (n->nmean != 1 && n->nmean != C) ||
+            (n->nstd != 1 && n->nstd != C))
+            return 0;
+    } else {
+        return 0;
+    }
+    decode_rrc_params *f = sl__calloc(1, sizeof *f);
+    if (!f)
+        return sl__oom("fusing decode_random_resized_crop");
+    *f = *p;
+    if (flip) {
+        f->has_flip = 1;
+        f->flip = *(const flip_params *)next_params;
+    } else {
+        const normalize_params *n = next_params;
+        float mean[4], sd[4];
+        for (int c = 0; c < (int)p->color; c++) {
+            mean[c] = n->mean[n->nmean == 1 ? 0 : c];
+            sd[c] = n->std[n->nstd == 1 ? 0 : c];
+        }
+        f->has_norm = 1;
+        f->norm = *n;
+        sl_ops__norm_lut(f->lut, (int)p->color, mean, sd);
+    }
+    *fused_def = f->has_flip && f->has_norm ? &op_decode_rrc_flip_norm
+                 : f->has_flip             ? &op_decode_rrc_flip
+                                           : &op_decode_rrc_norm;
+    *fused_params = f;
+    return 1;
 }
 
 static int fused_bind(void *params, sl_colset *cols, const char *field) {
@@ -430,27 +528,43 @@ static int fused_parse(void *params, const cJSON *json, const char *field) {
     return sl__error(SL_EINVAL, "%s: this op is made by fusion only", field);
 }
 
+static void normalize_describe(const void *params, char *buf, size_t cap);
+
 static void decode_rrc_describe(const void *params, char *buf, size_t cap) {
     const decode_rrc_params *p = params;
-    char o[64];
+    char o[64], fb[48] = "", nb[200] = "";
+    if (p->has_flip)
+        snprintf(fb, sizeof fb, " flip p=%g", p->flip.p);
+    if (p->has_norm)
+        normalize_describe(&p->norm, nb, sizeof nb);
     snprintf(buf, cap,
-             "mode=%s%s size=%dx%d scale=[%g,%g] ratio=[%g,%g] (region + DCT-scaled decode)",
+             "mode=%s%s size=%dx%d scale=[%g,%g] ratio=[%g,%g] (region + DCT-scaled decode)%s%s%s",
              p->color == SL_COLOR_RGB ? "rgb" : "gray", opts_text(&p->opt, o, sizeof o), p->rrc.oh,
-             p->rrc.ow, p->rrc.scale[0], p->rrc.scale[1], p->rrc.ratio[0], p->rrc.ratio[1]);
+             p->rrc.ow, p->rrc.scale[0], p->rrc.scale[1], p->rrc.ratio[0], p->rrc.ratio[1], fb,
+             p->has_norm ? " resampled into normalize " : "", nb);
 }
 
-static const sl_op_def op_decode_rrc = {
-    .name = "decode_random_resized_crop",
-    .summary = "fused decode + random_resized_crop: decode only the box, at a reduced DCT scale",
-    .flags = SL_OPF_RANDOM,
-    .params_size = sizeof(decode_rrc_params),
-    .parse = fused_parse,
-    .bind = fused_bind,
-    .worker_init = decoder_init,
-    .worker_free = decoder_free,
-    .apply = decode_rrc_apply,
-    .describe = decode_rrc_describe,
-};
+#define DECODE_RRC_DEF(NAME, SUMMARY)                                                      \
+    {                                                                                      \
+        .name = NAME, .summary = SUMMARY, .flags = SL_OPF_RANDOM,                          \
+        .params_size = sizeof(decode_rrc_params), .parse = fused_parse, .bind = fused_bind, \
+        .worker_init = decoder_init, .worker_free = decoder_free, .apply = decode_rrc_apply, \
+        .fuse = decode_rrc_fuse, .describe = decode_rrc_describe,                          \
+    }
+
+static const sl_op_def op_decode_rrc = DECODE_RRC_DEF(
+    "decode_random_resized_crop",
+    "fused decode + random_resized_crop: decode only the box, at a reduced DCT scale");
+static const sl_op_def op_decode_rrc_flip = DECODE_RRC_DEF(
+    "decode_random_resized_crop_flip",
+    "fused decode + random_resized_crop + flip: the flip done on the resized output");
+static const sl_op_def op_decode_rrc_norm = DECODE_RRC_DEF(
+    "decode_random_resized_crop_normalize",
+    "fused decode + random_resized_crop + normalize: resampled straight into float32");
+static const sl_op_def op_decode_rrc_flip_norm = DECODE_RRC_DEF(
+    "decode_random_resized_crop_flip_normalize",
+    "fused decode + random_resized_crop + flip + normalize: resampled straight into the "
+    "mirrored float32 output");
 
 /* ---- resize ----------------------------------------------------------------------- */
 
@@ -680,12 +794,6 @@ static const sl_op_def op_decode_resize = {
 
 /* ---- flip ---------------------------------------------------------------------------- */
 
-typedef struct {
-    char column[SL_COLNAME_MAX];
-    int col;
-    double p;
-} flip_params;
-
 static int flip_parse(void *params, const cJSON *json, const char *field) {
     flip_params *p = params;
     static const char *const keys[] = {"column", "p", NULL};
@@ -812,15 +920,6 @@ const sl_op_def sl_op_rotate = {
 };
 
 /* ---- normalize ------------------------------------------------------------------------ */
-
-typedef struct {
-    char column[SL_COLNAME_MAX];
-    int col;
-    int nmean, nstd;
-    float mean[4], std[4];
-    sl_layout layout;
-    sl_dtype dtype;
-} normalize_params;
 
 static int normalize_parse(void *params, const cJSON *json, const char *field) {
     normalize_params *p = params;

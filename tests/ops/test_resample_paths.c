@@ -1,0 +1,115 @@
+/* test_resample_paths.c — the resampler's hand-written paths against its
+ * scalar code, on the same machine: the AVX2 and SSE4.1 horizontal passes
+ * (where the CPU has them) give the scalar pixels exactly, over shrinks and
+ * enlargements, odd widths and boxes that end at the row's last pixel (the
+ * AVX2 pass's bounds handling); and resampling straight into a normalized
+ * float32 image (sl_ops__norm, mirrored or not, CHW or HWC, every pass
+ * combination) equals resample -> flip -> normalize bit for bit. */
+#include "core/core.h"
+#include "ops/ops.h"
+#include "test.h"
+
+#include <string.h>
+
+static uint8_t *noise(int h, int w, int c, uint64_t seed) {
+    size_t n = (size_t)h * (size_t)w * (size_t)c;
+    uint8_t *p = malloc(n);
+    /* smooth gradients plus noise, so that rounding ties are common */
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)(((i / (size_t)c) % (size_t)w) * 3 + (sl_mix64(i + seed) & 0x3f));
+    return p;
+}
+
+/* Each (h, w) -> (oh, ow) with a box inside the source; the scalar result is
+ * the reference for the SIMD ones. */
+SL_TEST(ops_resample__simd_passes_equal_scalar) {
+    static const int cases[][8] = {
+        /* sh, sw, oh, ow, box x0, y0, x1, y1 (0 = whole image) */
+        {300, 400, 224, 224, 0, 0, 0, 0},     {500, 375, 224, 224, 10, 20, 370, 480},
+        {90, 120, 224, 224, 3, 1, 117, 88},   {37, 41, 5, 7, 0, 0, 0, 0},
+        {224, 901, 224, 224, 450, 0, 901, 224}, {64, 1200, 16, 100, 0, 0, 0, 0},
+        {5, 6, 3, 1, 0, 0, 0, 0},             {1, 500, 1, 224, 0, 0, 0, 0},
+        {333, 17, 224, 224, 0, 0, 17, 333},   {250, 250, 224, 224, 249, 0, 250, 250},
+    };
+    const int saved = sl_ops__resize_simd_off;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int *k = cases[i];
+        int sh = k[0], sw = k[1], oh = k[2], ow = k[3];
+        uint8_t *src = noise(sh, sw, 3, i);
+        double box[4] = {k[4], k[5], k[6] ? k[6] : sw, k[7] ? k[7] : sh};
+        int lim[4] = {(int)box[0], (int)box[1], (int)box[2], (int)box[3]};
+        size_t n = (size_t)oh * (size_t)ow * 3;
+        uint8_t *ref = malloc(n), *got = malloc(n);
+        for (int interp = SL_INTERP_BILINEAR; interp <= SL_INTERP_AREA; interp++) {
+            sl_ops__resize_simd_off = 2;
+            ASSERT_OK(sl_ops__resample(src, sh, sw, (size_t)sw * 3, 3, box, lim, oh, ow, interp,
+                                       ref, (size_t)ow * 3, NULL));
+            for (int off = 0; off <= 1; off++) {
+                sl_ops__resize_simd_off = off;
+                memset(got, 0xa5, n);
+                ASSERT_OK(sl_ops__resample(src, sh, sw, (size_t)sw * 3, 3, box, lim, oh, ow,
+                                           interp, got, (size_t)ow * 3, NULL));
+                for (size_t j = 0; j < n; j++)
+                    if (got[j] != ref[j]) {
+                        fprintf(stderr, "case %zu interp %d simd_off %d byte %zu\n", i, interp,
+                                off, j);
+                        ASSERT_EQ(got[j], ref[j]);
+                    }
+            }
+        }
+        free(ref);
+        free(got);
+        free(src);
+    }
+    sl_ops__resize_simd_off = saved;
+}
+
+static void check_norm(int sh, int sw, int C, int oh, int ow, const double box[4], sl_interp interp,
+                       sl_layout layout, int mirror) {
+    uint8_t *src = noise(sh, sw, C, (uint64_t)(sh * 31 + sw));
+    int lim[4] = {0, 0, sw, sh};
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
+    /* the unfused chain: resample, flip, normalize */
+    int64_t shape[3] = {oh, ow, C};
+    sl_tensor u8, want = {0};
+    ASSERT_OK(sl_tensor_alloc(&u8, SL_U8, 3, shape));
+    ASSERT_OK(sl_ops__resample(src, sh, sw, (size_t)sw * C, C, box, lim, oh, ow, interp, u8.data,
+                               (size_t)ow * C, NULL));
+    ASSERT_OK(sl_ops__normalize(&u8, mean, sd, layout, SL_F32, mirror, &want));
+    /* straight into float32 */
+    float lut[3][256];
+    sl_ops__norm_lut(lut, C, mean, sd);
+    sl_ops__norm nm = {(const float(*)[256])lut, layout, mirror};
+    size_t n = (size_t)oh * (size_t)ow * (size_t)C;
+    float *got = malloc(n * sizeof *got);
+    memset(got, 0xff, n * sizeof *got);
+    ASSERT_OK(sl_ops__resample(src, sh, sw, (size_t)sw * C, C, box, lim, oh, ow, interp, got, 0,
+                               &nm));
+    ASSERT(memcmp(got, want.data, n * sizeof *got) == 0);
+    free(got);
+    sl_tensor_release(&want);
+    sl_tensor_release(&u8);
+    free(src);
+}
+
+SL_TEST(ops_resample__into_normalized_equals_chain) {
+    for (int layout = 0; layout < 2; layout++) {
+        sl_layout lay = layout ? SL_LAYOUT_HWC : SL_LAYOUT_CHW;
+        for (int mirror = 0; mirror <= 1; mirror++) {
+            for (int C = 1; C <= 3; C += 2) {
+                double whole[4] = {0, 0, 120, 90}, part[4] = {7.5, 3.25, 101, 77};
+                double rows[4] = {0, 0, 120, 90}; /* same width: vertical pass only */
+                double cols[4] = {0, 0, 120, 90}; /* same height: horizontal only */
+                check_norm(90, 120, C, 224, 224, whole, SL_INTERP_BILINEAR, lay, mirror);
+                check_norm(90, 120, C, 33, 47, part, SL_INTERP_BILINEAR, lay, mirror);
+                check_norm(90, 120, C, 60, 120, rows, SL_INTERP_BILINEAR, lay, mirror);
+                check_norm(90, 120, C, 90, 61, cols, SL_INTERP_AREA, lay, mirror);
+                check_norm(90, 120, C, 90, 120, whole, SL_INTERP_BILINEAR, lay, mirror);
+                check_norm(90, 120, C, 50, 70, part, SL_INTERP_NEAREST, lay, mirror);
+                /* large enough for streaming stores, odd width */
+                double big[4] = {0, 0, 120, 90};
+                check_norm(90, 120, C, 225, 223, big, SL_INTERP_BILINEAR, lay, mirror);
+            }
+        }
+    }
+}
