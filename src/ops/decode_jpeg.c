@@ -348,7 +348,8 @@ int sl_ops__jpeg_decode(sl_decoder *d, const uint8_t *data, size_t size, sl_colo
     }
     (void)jpeg_start_decompress(ci);
     uint8_t *dst = o != 1 ? d->scratch : out->data;
-    read_image(ci, jc, color, dst, w * (size_t)color, d->scratch + img);
+    /* the conversion row exists only when one is needed (scratch may be NULL) */
+    read_image(ci, jc, color, dst, w * (size_t)color, conv ? d->scratch + img : NULL);
     (void)jpeg_finish_decompress(ci);
     if (o != 1)
         orient(d->scratch, (int)h, (int)w, (int)color, o, out->data);
