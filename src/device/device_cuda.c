@@ -302,7 +302,7 @@ int sl_dev__cuda_open(sl_dev_backend **out, int id) {
 }
 
 /* nvJPEG: only whether it can be loaded; decoding on the GPU is not written
- * yet, so a "gpu" decode placement is refused either way (device.c). */
+ * yet, so a "gpu" decode placement is refused either way (src/pipeline/device_handoff.c). */
 int sl_dev__nvjpeg_probe(void) {
     static const char *const names[] = {"libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so.11",
                                         "libnvjpeg.so"};

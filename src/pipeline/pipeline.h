@@ -38,6 +38,39 @@ int sl_pipeline__filter_match(const sl_filter_params *f, double v);
 extern const sl_op_def sl_op_filter;
 extern const sl_op_def sl_op_select;
 
+/* ---- device_handoff.c: batches handed to a device (src/device/ does the copying) --------- */
+enum { SL_DEV_NONE = 0, SL_DEV_CUDA = 1, SL_DEV_HOST = 2 };
+typedef struct sl_device_spec {
+    int kind;                  /* SL_DEV_* */
+    int id;
+    int normalize;             /* run the spec's normalize op on the device */
+} sl_device_spec;
+
+struct cJSON;
+/* Parse the spec's "device" value: "cuda" | "host" | {"kind", "id",
+ * "normalize_on_device"}. */
+int sl_device__parse_json(const struct cJSON *v, sl_device_spec *out);
+/* The spec's device as JSON (NULL when none). */
+struct cJSON *sl_device__to_json(const sl_device_spec *d);
+
+typedef struct sl_device_state sl_device_state;
+struct sl_batch;
+struct sl_spec;
+/* Check decode ops' "device" key ("cpu" | "gpu"; "gpu" is SL_EUNSUPPORTED)
+ * and open the device of spec->device (*out NULL when none). With
+ * normalize_on_device the spec's normalize op is taken out of its ops (the
+ * pipeline's own copy) and run on the device instead. */
+int sl_device__open(sl_device_state **out, struct sl_spec *spec);
+/* Move a host batch's columns to the device (in place); the ring is made on
+ * the first call, with `depth` slots. */
+int sl_device__upload(sl_device_state *ds, struct sl_batch *b, int depth);
+void sl_device__close(sl_device_state *ds);
+typedef struct sl_device_counters {
+    uint64_t h2d_bytes;
+    uint64_t wait_ns;
+} sl_device_counters;
+void sl_device__counters(const sl_device_state *ds, sl_device_counters *out);
+
 /* ---- spec.c ---------------------------------------------------------------------- */
 enum { SL_SPEC_OP_JSON = 0, SL_SPEC_OP_MAP = 1, SL_SPEC_OP_FILTER = 2 };
 typedef struct sl_spec_op {

@@ -1,6 +1,6 @@
 /*
- * device.c — the pipeline's side of the device layer: the spec's "device"
- * key, taking the normalize op out of the pipeline when it runs on the
+ * device_handoff.c — the pipeline's hand-off to a device (the copying itself
+ * is src/device/'s: backends and the ring): the spec's "device" key, taking the normalize op out of the pipeline when it runs on the
  * device, the decode placement check, and the upload that turns a host batch
  * into a device batch at the end of sl_pipeline_next.
  *
@@ -19,7 +19,6 @@
  * The call returns without waiting for the copy: the consumer's stream
  * waits on the GPU, so the copy of batch k+1 runs while step k computes.
  */
-#include "device/device.h"
 #include "pipeline/pipeline.h"
 
 #include <math.h>
