@@ -1005,6 +1005,13 @@ typedef int (*sl_map_fn)(sl_sample *s, sl_rng *rng, void *user);
 /** A user filter: return 1 to keep the sample, 0 to drop it, or a negative
  *  sl_status on error. Same rules as sl_map_fn; must not modify `s`. */
 typedef int (*sl_filter_fn)(const sl_sample *s, void *user);
+/** The batched form of a user map (sl_spec_add_batch_map): `cols[0..ncols)`
+ *  are the batch's columns, each stacked with a leading dimension of `n`;
+ *  `rng[i]` is sample i's generator, keyed exactly as the per-sample map's
+ *  `rng` for that sample. Change the values in place; dtypes and shapes must
+ *  stay. The result must equal running the per-sample map on each sample and
+ *  stacking. Same threading and return rules as sl_map_fn. */
+typedef int (*sl_batch_map_fn)(sl_tensor *cols, int ncols, int64_t n, sl_rng *rng, void *user);
 
 /** Create an empty spec: no source, no ops, seed 0, 1 epoch, no shuffle,
  *  policy fail, deterministic. @return SL_OK, SL_ENOMEM. Since 0.1 */
@@ -1067,6 +1074,21 @@ SL_API int sl_spec_add_op_json(sl_spec *spec, const char *json);
  *  errors. `fn` and `user` must stay valid while any pipeline built from this
  *  spec lives. Since 0.1 */
 SL_API int sl_spec_add_map(sl_spec *spec, const char *name, sl_map_fn fn, void *user);
+/** Append a user map with a batched form: `fn` runs per sample, or, when
+ *  the pipeline vectorizes the map (map(f).batch(b) -> batch(b).map(batch_fn):
+ *  the map comes last before `batch`, every column it receives has a fixed
+ *  dtype and shape, and map + batch fuse; see docs/PIPELINE.md), `batch_fn`
+ *  runs once per batch. The two must give the same result. Same lifetime rule
+ *  as sl_spec_add_map. @return SL_OK, SL_EINVAL (a NULL function), SL_ENOMEM.
+ *  Since 0.2 */
+SL_API int sl_spec_add_batch_map(sl_spec *spec, const char *name, sl_map_fn fn,
+                                 sl_batch_map_fn batch_fn, void *user);
+/** 1 (default): ops with a batched kernel (normalize, cast, one_hot, flip,
+ *  batched user maps) at the end of the per-sample chain may run once per
+ *  batch; 0: always per sample (same output; for tests and comparisons). JSON
+ *  key "vectorize"; the environment variable SLUICE_VECTORIZE=0 also turns it
+ *  off. Since 0.2 */
+SL_API int sl_spec_set_vectorize(sl_spec *spec, int vectorize);
 /** Append a user filter (see sl_filter_fn). Same lifetime rule. Since 0.1 */
 SL_API int sl_spec_add_filter(sl_spec *spec, const char *name, sl_filter_fn fn, void *user);
 /** The spec as JSON (user maps/filters appear as {"op": "map", "name": ...}

@@ -275,14 +275,104 @@ static void span_end(sl_pipeline *p, sl_stage *st, int worker, span sp, uint32_t
         sl_pipeline__trace_add(p, (int)(st - p->stage), worker, t0, t1 - t0, n);
 }
 
-/* Map + batch fusion: the last parallel stage collates its chunk. */
-static void maybe_collate(sl_pipeline *p, const sl_stage *st, sl_chunk *c) {
+static int apply_nodes(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, int k0, int k1,
+                       void *slot, char *msg, size_t cap);
+
+/* Every sample's columns are as the plan describes the input of node k
+ * (where the plan knows dtype and shape): the batched kernels may then run on
+ * the stacked batch. */
+static int samples_fit(const sl_pipeline *p, const sl_chunk *c, int k) {
+    const sl_colset *in = k > 0 ? &p->plan.opt[k - 1].cols : &p->plan.src_cols;
+    for (uint32_t i = 0; i < c->n; i++) {
+        const sl_sample *s = &c->s[i];
+        if ((int)s->ncols < in->ncols)
+            return 0;
+        for (int col = 0; col < in->ncols; col++) {
+            const sl_colinfo *ci = &in->col[col];
+            const sl_tensor *t = &s->col[col];
+            if (ci->encoded || ci->dtype == SL_DTYPE_INVALID || ci->ndim < 0)
+                continue;
+            if (t->dtype != ci->dtype || t->ndim != ci->ndim)
+                return 0;
+            for (int d = 0; d < ci->ndim; d++)
+                if (ci->shape[d] >= 0 && t->shape[d] != ci->shape[d])
+                    return 0;
+        }
+    }
+    return 1;
+}
+
+/* Map vectorization: run opt nodes [vec_first, last) of the collating stage
+ * once on the collated batch. Per-sample draws are keyed by c->key, as the
+ * per-sample ops key them. */
+static int vectorize_batch(sl_pipeline *p, sl_worker *w, sl_chunk *c, char *msg, size_t cap) {
+    const sl_stage *st = w->st;
+    sl_batch *b = c->batch;
+    uint32_t n = (uint32_t)b->size;
+    for (int k = p->vec_first; k < st->last; k++) {
+        const sl_pnode *nd = &p->plan.opt[k];
+        int rc;
+        sl_errclear();
+        if (nd->kind == SL_PN_OP) {
+            sl_op_bctx ctx;
+            ctx.seed = p->spec->seed;
+            ctx.epoch = c->epoch;
+            ctx.n = n;
+            ctx.key = c->key;
+            ctx.nparts = nd->nparts;
+            for (uint32_t q = 0; q < nd->nparts; q++)
+                ctx.pos[q] = nd->parts[q];
+            ctx.pools = p->pools;
+            rc = nd->def->apply_batch(nd->params, w->state[k - st->first], &ctx, b->col);
+        } else { /* a user map's batched form */
+            sl_rng rng[SL_FUSE_MAX_BATCH];
+            for (uint32_t i = 0; i < n; i++)
+                sl_rng_init(&rng[i], p->spec->seed, c->epoch, c->key[i], (uint64_t)nd->pos);
+            rc = nd->batch_map(b->col, b->ncols, (int64_t)n, rng, nd->user);
+            if (rc > 0)
+                rc = SL_OK;
+        }
+        if (rc < 0) {
+            const char *cause = sl_errmsg();
+            snprintf(msg, cap, "%s: batch of records %llu...: ops[%d] (%s, batched): %s",
+                     p->src_name, (unsigned long long)c->s[0].index, nd->pos,
+                     nd->label, cause[0] ? cause : sl_status_str(rc));
+            return rc;
+        }
+    }
+    atomic_fetch_add_explicit(&p->vec_batches, 1, memory_order_relaxed);
+    return SL_OK;
+}
+
+/* Map + batch fusion: the last parallel stage collates its chunk (and, with
+ * map vectorization, runs the batched tail of its ops on the batch; when some
+ * sample does not have the shapes the plan promised, that tail runs per
+ * sample instead, with the same result). */
+static void maybe_collate(sl_pipeline *p, sl_worker *w, sl_chunk *c) {
+    const sl_stage *st = w->st;
     if (!p->fuse_batch || c->kind != SL_CHUNK_DATA || st != &p->stage[p->collate_stage])
         return;
+    char msg[SL__ERRMSG_MAX];
+    int batched = p->vec_first >= 0 && c->n > 0 && c->n <= SL_FUSE_MAX_BATCH;
+    if (p->vec_first >= 0 && !(batched && samples_fit(p, c, p->vec_first))) {
+        batched = 0;
+        for (uint32_t i = 0; i < c->n; i++) {
+            int r = apply_nodes(p, w, c, i, p->vec_first, st->last, NULL, msg, sizeof msg);
+            if (r < 0) { /* fusion implies policy fail: the chunk fails */
+                chunk_fail(p, c, r, msg);
+                return;
+            }
+        }
+    }
     int rc = sl_collate__chunk(p, c);
     if (rc < 0) {
-        char msg[SL__ERRMSG_MAX];
         snprintf(msg, sizeof msg, "%s: collating a batch: %s", p->src_name, sl_errmsg());
+        chunk_fail(p, c, rc, msg);
+        return;
+    }
+    if (batched && (rc = vectorize_batch(p, w, c, msg, sizeof msg)) < 0) {
+        sl_pipeline__batch_free(c->batch);
+        c->batch = NULL;
         chunk_fail(p, c, rc, msg);
     }
 }
@@ -396,7 +486,7 @@ static void *source_main(void *arg) {
             if (st->last > st->first && process_chunk(p, w, c) < 0)
                 break;
         }
-        maybe_collate(p, st, c);
+        maybe_collate(p, w, c);
         span_end(p, st, w->id, t0, (uint32_t)n);
         atomic_fetch_add_explicit(&st->elements, n, memory_order_relaxed);
         uint64_t wait = 0;
@@ -415,11 +505,11 @@ static void *source_main(void *arg) {
 
 /* Apply the stage's nodes to sample i of c. SL_OK keep, SL_OP_DROP drop,
  * negative: error with the full message in `msg`. */
-static int apply_nodes(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, void *slot,
-                       char *msg, size_t cap) {
+static int apply_nodes(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, int k0, int k1,
+                       void *slot, char *msg, size_t cap) {
     const sl_stage *st = w->st;
     sl_sample *s = &c->s[i];
-    for (int k = st->first; k < st->last; k++) {
+    for (int k = k0; k < k1; k++) {
         const sl_pnode *nd = &p->plan.opt[k];
         int rc;
         if (nd->kind == SL_PN_OP) {
@@ -466,6 +556,14 @@ static int apply_nodes(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, vo
         }
     }
     return SL_OK;
+}
+
+/* The end of the nodes a stage runs per sample: with map vectorization the
+ * collating stage's tail runs per batch (vectorize_chunk). */
+static int per_sample_end(const sl_pipeline *p, const sl_stage *st) {
+    if (p->vec_first >= 0 && st == &p->stage[p->collate_stage])
+        return p->vec_first;
+    return st->last;
 }
 
 /* Map + batch fusion: before the collating stage runs its ops over a chunk
@@ -515,8 +613,8 @@ static int process_chunk(sl_pipeline *p, sl_worker *w, sl_chunk *c) {
         }
         char msg[SL__ERRMSG_MAX];
         /* the sample lands at position `kept` of the batch if it survives */
-        int r = apply_nodes(p, w, c, i, slot ? slot + (size_t)kept * slot_sz : NULL, msg,
-                            sizeof msg);
+        int r = apply_nodes(p, w, c, i, w->st->first, per_sample_end(p, w->st),
+                            slot ? slot + (size_t)kept * slot_sz : NULL, msg, sizeof msg);
         if (r == SL_OK) {
             chunk_move(c, kept, i);
             kept++;
@@ -559,7 +657,7 @@ static void *map_main(void *arg) {
             uint32_t n = c->n;
             if (process_chunk(p, w, c) < 0)
                 return NULL;
-            maybe_collate(p, st, c);
+            maybe_collate(p, w, c);
             span_end(p, st, w->id, t0, n);
             atomic_fetch_add_explicit(&st->elements, n, memory_order_relaxed);
         }

@@ -58,6 +58,44 @@ static int bind_image(const char *name, int *col, sl_colset *cols, const char *f
     return SL_OK;
 }
 
+/* ---- batched kernels: shared helpers ---- */
+
+/* Column `col` has one dtype and shape for every sample (plan time). */
+static int col_fixed(const sl_colset *in, int col) {
+    const sl_colinfo *ci = &in->col[col];
+    if (ci->encoded || ci->dtype == SL_DTYPE_INVALID || ci->ndim < 0 || ci->ndim >= SL_MAX_DIMS)
+        return 0;
+    for (int d = 0; d < ci->ndim; d++)
+        if (ci->shape[d] < 0)
+            return 0;
+    return 1;
+}
+
+/* A view of sample i of the stacked batch column `b` (leading dim n). */
+static void batch_item(const sl_tensor *b, uint32_t i, sl_tensor *out) {
+    size_t sz = b->shape[0] ? b->nbytes / (size_t)b->shape[0] : 0;
+    sl_tensor_view(out, (char *)b->data + (size_t)i * sz, b->dtype, b->ndim - 1, b->shape + 1);
+}
+
+/* A batch tensor of n samples of dtype/ndim/shape. */
+static int batch_alloc(sl_op_bctx *ctx, sl_tensor *out, sl_dtype dtype, int ndim,
+                       const int64_t *shape) {
+    int64_t bs[SL_MAX_DIMS];
+    if (ndim + 1 > SL_MAX_DIMS)
+        return sl__error(SL_EINVAL, "no room for a batch dimension");
+    bs[0] = ctx->n;
+    for (int d = 0; d < ndim; d++)
+        bs[d + 1] = shape[d];
+    return sl_op_batch_alloc(ctx, out, dtype, ndim + 1, bs);
+}
+
+/* Replace batch column `c` with `t` (the old reference is dropped). */
+static void batch_set(sl_tensor *col, int c, sl_tensor *t) {
+    sl_tensor_release(&col[c]);
+    col[c] = *t;
+    memset(t, 0, sizeof *t);
+}
+
 static void set_image_info(sl_colinfo *ci, int64_t h, int64_t w, int64_t c) {
     ci->dtype = SL_U8;
     ci->ndim = 3;
@@ -828,6 +866,41 @@ static int flip_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample
     return SL_OK;
 }
 
+/* Batched: one draw per sample keyed as the per-sample flip's, each sample
+ * mirrored into the new batch or copied. */
+static int flip_apply_batch(const void *params, void *state, sl_op_bctx *ctx, sl_tensor *col) {
+    const flip_params *p = params;
+    (void)state;
+    const sl_tensor *in = &col[p->col];
+    sl_tensor t;
+    SL_TRY(sl_op_batch_alloc(ctx, &t, in->dtype, in->ndim, in->shape));
+    size_t sz = ctx->n ? in->nbytes / ctx->n : 0;
+    for (uint32_t i = 0; i < ctx->n; i++) {
+        sl_rng rng;
+        sl_op_batch_rng(ctx, i, 0, &rng);
+        if (!(sl_rng_uniform(&rng) < p->p)) {
+            memcpy((char *)t.data + (size_t)i * sz, (const char *)in->data + (size_t)i * sz, sz);
+            continue;
+        }
+        sl_tensor a, b;
+        batch_item(in, i, &a);
+        batch_item(&t, i, &b);
+        int rc = sl_image_flip(&a, &b);
+        if (rc < 0) {
+            sl_tensor_release(&t);
+            return cause_only(rc);
+        }
+    }
+    batch_set(col, p->col, &t);
+    return SL_OK;
+}
+
+static int flip_can_batch(const void *params, const sl_colset *in) {
+    return col_fixed(in, ((const flip_params *)params)->col) &&
+           in->col[((const flip_params *)params)->col].dtype == SL_U8 &&
+           in->col[((const flip_params *)params)->col].ndim == 3;
+}
+
 static void flip_describe(const void *params, char *buf, size_t cap) {
     snprintf(buf, cap, "p=%g", ((const flip_params *)params)->p);
 }
@@ -845,6 +918,8 @@ const sl_op_def sl_op_flip = {
     .apply = flip_apply,
     .fuse = flip_fuse,
     .describe = flip_describe,
+    .can_batch = flip_can_batch,
+    .apply_batch = flip_apply_batch,
 };
 
 /* ---- rotate ---------------------------------------------------------------------------- */
@@ -1007,6 +1082,51 @@ static int normalize_apply(const void *params, void *state, sl_op_ctx *ctx, sl_s
     return SL_OK;
 }
 
+static int normalize_can_batch(const void *params, const sl_colset *in) {
+    int c = ((const normalize_params *)params)->col;
+    return col_fixed(in, c) && in->col[c].dtype == SL_U8 && in->col[c].ndim == 3;
+}
+
+/* Batched: the per-sample kernel over views of the stacked input and output
+ * (no per-sample allocation, dispatch or copy into the batch). */
+static int normalize_apply_batch(const void *params, void *state, sl_op_bctx *ctx,
+                                 sl_tensor *col) {
+    const normalize_params *p = params;
+    (void)state;
+    const sl_tensor *in = &col[p->col];
+    if (in->ndim != 4 || in->dtype != SL_U8)
+        return sl__error(SL_EINVAL, "normalize: batch column is not NHWC uint8");
+    int64_t H = in->shape[1], W = in->shape[2], C = in->shape[3];
+    float mean[4], sd[4];
+    if ((p->nmean != 1 && p->nmean != C) || (p->nstd != 1 && p->nstd != C) || C > 4)
+        return sl__error(SL_EINVAL, "mean/std have %d/%d values for a %lld-channel image",
+                         p->nmean, p->nstd, (long long)C);
+    for (int c = 0; c < C; c++) {
+        mean[c] = p->mean[p->nmean == 1 ? 0 : c];
+        sd[c] = p->std[p->nstd == 1 ? 0 : c];
+    }
+    int64_t shape[3];
+    if (p->layout == SL_LAYOUT_CHW) {
+        shape[0] = C; shape[1] = H; shape[2] = W;
+    } else {
+        shape[0] = H; shape[1] = W; shape[2] = C;
+    }
+    sl_tensor t;
+    SL_TRY(batch_alloc(ctx, &t, p->dtype, 3, shape));
+    for (uint32_t i = 0; i < ctx->n; i++) {
+        sl_tensor a, b;
+        batch_item(in, i, &a);
+        batch_item(&t, i, &b);
+        int rc = sl_image_normalize(&a, mean, sd, p->layout, p->dtype, &b);
+        if (rc < 0) {
+            sl_tensor_release(&t);
+            return cause_only(rc);
+        }
+    }
+    batch_set(col, p->col, &t);
+    return SL_OK;
+}
+
 static void normalize_describe(const void *params, char *buf, size_t cap) {
     const normalize_params *p = params;
     snprintf(buf, cap, "mean=[%g,...] std=[%g,...] %s %s", p->mean[0], p->std[0],
@@ -1021,6 +1141,8 @@ const sl_op_def sl_op_normalize = {
     .bind = normalize_bind,
     .apply = normalize_apply,
     .describe = normalize_describe,
+    .can_batch = normalize_can_batch,
+    .apply_batch = normalize_apply_batch,
 };
 
 /* ---- cast ------------------------------------------------------------------------------ */
@@ -1072,6 +1194,29 @@ static int cast_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample
     return SL_OK;
 }
 
+static int cast_can_batch(const void *params, const sl_colset *in) {
+    return col_fixed(in, ((const cast_params *)params)->col);
+}
+
+/* Batched: one conversion of the whole stacked column (element-wise, so the
+ * same values as per sample). */
+static int cast_apply_batch(const void *params, void *state, sl_op_bctx *ctx, sl_tensor *col) {
+    const cast_params *p = params;
+    (void)state;
+    const sl_tensor *in = &col[p->col];
+    if (in->dtype == p->dtype)
+        return SL_OK;
+    sl_tensor t;
+    SL_TRY(sl_op_batch_alloc(ctx, &t, p->dtype, in->ndim, in->shape));
+    int rc = sl_tensor_cast(in, p->dtype, &t);
+    if (rc < 0) {
+        sl_tensor_release(&t);
+        return cause_only(rc);
+    }
+    batch_set(col, p->col, &t);
+    return SL_OK;
+}
+
 static void cast_describe(const void *params, char *buf, size_t cap) {
     snprintf(buf, cap, "dtype=%s", sl_dtype_name(((const cast_params *)params)->dtype));
 }
@@ -1084,6 +1229,8 @@ const sl_op_def sl_op_cast = {
     .bind = cast_bind,
     .apply = cast_apply,
     .describe = cast_describe,
+    .can_batch = cast_can_batch,
+    .apply_batch = cast_apply_batch,
 };
 
 /* ---- one_hot --------------------------------------------------------------------------- */
@@ -1164,6 +1311,35 @@ static int one_hot_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sam
     return SL_OK;
 }
 
+static int one_hot_can_batch(const void *params, const sl_colset *in) {
+    return col_fixed(in, ((const one_hot_params *)params)->col);
+}
+
+static int one_hot_apply_batch(const void *params, void *state, sl_op_bctx *ctx,
+                               sl_tensor *col) {
+    const one_hot_params *p = params;
+    (void)state;
+    const sl_tensor *in = &col[p->col];
+    sl_tensor t;
+    int64_t shape[1] = {p->classes};
+    SL_TRY(batch_alloc(ctx, &t, p->dtype, 1, shape));
+    for (uint32_t i = 0; i < ctx->n; i++) {
+        sl_tensor a, b;
+        int64_t label = 0;
+        batch_item(in, i, &a);
+        batch_item(&t, i, &b);
+        int rc = label_value(&a, &label);
+        if (rc >= 0)
+            rc = sl_one_hot(label, p->classes, p->dtype, &b);
+        if (rc < 0) {
+            sl_tensor_release(&t);
+            return cause_only(rc);
+        }
+    }
+    batch_set(col, p->col, &t);
+    return SL_OK;
+}
+
 static void one_hot_describe(const void *params, char *buf, size_t cap) {
     const one_hot_params *p = params;
     snprintf(buf, cap, "classes=%d dtype=%s", p->classes, sl_dtype_name(p->dtype));
@@ -1177,6 +1353,8 @@ const sl_op_def sl_op_one_hot = {
     .bind = one_hot_bind,
     .apply = one_hot_apply,
     .describe = one_hot_describe,
+    .can_batch = one_hot_can_batch,
+    .apply_batch = one_hot_apply_batch,
 };
 
 /* ---- flip + normalize (fused) ------------------------------------------------------ */

@@ -8,6 +8,7 @@
 #include "pipeline/pipeline.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Map + batch fusion applies when every chunk can be exactly one batch: no
@@ -16,7 +17,7 @@
  * the final one is parallel (source or map). */
 static int can_fuse_batch(const sl_pipeline *p) {
     const sl_plan *pl = &p->plan;
-    if (!pl->has_batch || pl->batch_size > 1024 || p->spec->on_error != SL_ON_ERROR_FAIL ||
+    if (!pl->has_batch || pl->batch_size > SL_FUSE_MAX_BATCH || p->spec->on_error != SL_ON_ERROR_FAIL ||
         p->nstages < 2)
         return 0;
     int kind = p->stage[p->nstages - 2].kind;
@@ -55,6 +56,82 @@ static int pick_slot_col(const sl_colset *oc) {
         }
     }
     return best;
+}
+
+/* Every column has a dtype and shape known at plan time. */
+static int cols_fixed(const sl_colset *cs) {
+    for (int c = 0; c < cs->ncols; c++) {
+        const sl_colinfo *ci = &cs->col[c];
+        if (ci->encoded || ci->dtype == SL_DTYPE_INVALID || ci->ndim < 0 ||
+            ci->ndim >= SL_MAX_DIMS)
+            return 0;
+        for (int d = 0; d < ci->ndim; d++)
+            if (ci->shape[d] < 0)
+                return 0;
+    }
+    return 1;
+}
+
+/* The columns node k of the optimised plan receives. */
+static const sl_colset *node_input(const sl_plan *pl, int k) {
+    return k > 0 ? &pl->opt[k - 1].cols : &pl->src_cols;
+}
+
+static int node_batches(const sl_plan *pl, int k) {
+    const sl_pnode *nd = &pl->opt[k];
+    if (nd->kind == SL_PN_OP)
+        return nd->def->can_batch && nd->def->apply_batch &&
+               nd->def->can_batch(nd->params, node_input(pl, k));
+    if (nd->kind == SL_PN_MAP)
+        return nd->batch_map && cols_fixed(node_input(pl, k));
+    return 0;
+}
+
+/* Map vectorization: map(f).batch(b) runs as batch(b).map(batched f). The
+ * ops at the end of the collating stage that have a batched kernel (cast,
+ * normalize, one_hot, flip of fixed-shape tensors, batched user maps) run
+ * once per batch on the stacked columns, after the worker collated the chunk.
+ *
+ * When it is chosen: map + batch fuse (the batch is built on the map workers,
+ * so the batched kernels still run in parallel, one batch per worker) and no
+ * column is written into its batch slot, which means every fixed-shape output
+ * column is under 4 KB a sample (pick_slot_col). That is the small-sample
+ * case (Fashion-MNIST's 28x28 `cast`, a label's `one_hot`), where per-sample
+ * op dispatch, allocation and the copy into the batch cost more than the
+ * arithmetic.
+ *
+ * When it is not: without fusion the batch is made by the single final
+ * thread, and batched kernels there would move parallel work onto one
+ * thread; and when a slot column exists (the image path, decode + crop +
+ * normalize, 602 KB a sample) the last op already writes each sample into
+ * the batch, so there is no copy or allocation to save. */
+static void choose_vectorized(sl_pipeline *p) {
+    p->vec_first = -1;
+    p->vec_note[0] = '\0';
+    const char *env = getenv("SLUICE_VECTORIZE");
+    if (!p->fuse_batch)
+        return;
+    const sl_stage *st = &p->stage[p->collate_stage];
+    int k = st->last;
+    while (k > st->first && node_batches(&p->plan, k - 1))
+        k--;
+    if (k == st->last)
+        return;
+    const char *off = !p->spec->vectorize              ? "turned off in the spec"
+                      : env && !strcmp(env, "0")       ? "turned off by SLUICE_VECTORIZE=0"
+                      : p->slot_col >= 0               ? "the last op writes into the batch slot"
+                                                       : NULL;
+    if (off) {
+        snprintf(p->vec_note, sizeof p->vec_note, "not vectorized (%s)", off);
+        return;
+    }
+    p->vec_first = k;
+    for (int j = k; j < st->last; j++)
+        p->plan.opt[j].vectorized = 1;
+    snprintf(p->vec_note, sizeof p->vec_note,
+             "batch(%lld), then the last %d op(s) once per batch (samples are small and "
+             "fixed-shape: per-sample dispatch and copies would dominate)",
+             (long long)p->plan.batch_size, st->last - k);
 }
 
 /* Cut the optimised plan into stages (before the map + batch decisions). */
@@ -214,6 +291,7 @@ static int cut_stages(sl_pipeline *p) {
 /* Cut the optimised plan into stages, then decide map + batch fusion. */
 int sl_pipeline__layout(sl_pipeline *p) {
     SL_TRY(cut_stages(p));
+    p->vec_first = -1;
     p->fuse_batch = can_fuse_batch(p);
     p->slot_col = -1;
     if (p->fuse_batch) {
@@ -242,6 +320,7 @@ int sl_pipeline__layout(sl_pipeline *p) {
             SL_TRY(sl_queue__init(&last->out, (size_t)last->qcap, !p->spec->deterministic));
         }
     }
+    choose_vectorized(p);
     /* relaxed mode: a map stage's workers take from their input only what
      * their output can admit (queue.c, "No deadlock") */
     for (int s = 1; s < p->nstages; s++)

@@ -172,6 +172,29 @@ static inline void sl_op_set_column(sl_sample *s, int col, sl_tensor *t) {
     memset(t, 0, sizeof *t);
 }
 
+/* ---- batched kernels (map vectorization) -----------------------------------------
+ * map(f).batch(b) runs as batch(b).map(batched f) when every op at the tail of
+ * the collating stage has a batched kernel (layout.c, choose_vectorized): the
+ * op then runs once per batch on the stacked batch columns. The result must be
+ * byte-identical to running apply() on each sample and stacking: per-sample
+ * draws come from sl_op_batch_rng, keyed exactly as sl_op_rng_part keys them
+ * for that sample. */
+typedef struct sl_op_bctx {
+    uint64_t seed, epoch;
+    uint32_t n;                       /* samples in the batch */
+    const uint64_t *key;              /* n sample RNG keys (sl_op_ctx.key) */
+    uint32_t nparts;
+    uint32_t pos[SL_OP_MAX_PARTS];
+    struct sl_pipeline__pools *pools; /* where sl_op_batch_alloc takes buffers */
+} sl_op_bctx;
+
+/* Sample i's generator for part `part` of the op (as sl_op_rng_part gives it
+ * to the per-sample apply of that sample). */
+void sl_op_batch_rng(const sl_op_bctx *ctx, uint32_t i, unsigned part, sl_rng *out);
+/* A pooled tensor for a batch column (contents uninitialised). */
+int sl_op_batch_alloc(sl_op_bctx *ctx, sl_tensor *out, sl_dtype dtype, int ndim,
+                      const int64_t *shape);
+
 /* ---- the op definition ----------------------------------------------------------- */
 
 /* Flags. */
@@ -220,6 +243,18 @@ struct sl_op_def {
     /* Optional: the params in a few words for explain ("size=224x224
      * scale=[0.08,1]"). */
     void (*describe)(const void *params, char *buf, size_t cap);
+
+    /* Optional, together: a batched kernel. can_batch says whether the op,
+     * given the columns it receives (`in`, plan time), can run on a stacked
+     * batch instead: 1 when every column it reads has a known dtype and
+     * shape. apply_batch then gets the batch's columns (`col[c]` stacked,
+     * leading dim ctx->n, each sample's column exactly as `in` describes it;
+     * the engine checks this per batch and runs apply() per sample when it
+     * does not hold) and replaces the ones it writes (sl_op_set_column-like:
+     * release the old tensor). The output must equal apply() per sample,
+     * stacked. Negative: an error (the cause only). */
+    int (*can_batch)(const void *params, const sl_colset *in);
+    int (*apply_batch)(const void *params, void *state, sl_op_bctx *ctx, sl_tensor *col);
 };
 
 /* The registry (op_table.c): the op called `name`, or NULL. */

@@ -197,6 +197,17 @@ sl_rng *sl_op_rng_part(sl_op_ctx *ctx, unsigned part) {
 
 sl_rng *sl_op_rng(sl_op_ctx *ctx) { return sl_op_rng_part(ctx, 0); }
 
+void sl_op_batch_rng(const sl_op_bctx *ctx, uint32_t i, unsigned part, sl_rng *out) {
+    if (part >= ctx->nparts)
+        part = ctx->nparts ? ctx->nparts - 1 : 0;
+    sl_rng_init(out, ctx->seed, ctx->epoch, ctx->key[i], ctx->pos[part]);
+}
+
+int sl_op_batch_alloc(sl_op_bctx *ctx, sl_tensor *out, sl_dtype dtype, int ndim,
+                      const int64_t *shape) {
+    return sl_pipeline__pools_tensor(ctx->pools, out, dtype, ndim, shape);
+}
+
 /* True when the request is exactly the batch slot's per-sample dtype/shape. */
 static int slot_fits(const sl_op_ctx *ctx, sl_dtype dtype, int ndim, const int64_t *shape) {
     if (!ctx->slot || dtype != ctx->slot_dtype || ndim != ctx->slot_ndim)

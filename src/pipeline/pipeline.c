@@ -230,6 +230,7 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     atomic_init(&p->cancel, 0);
     atomic_init(&p->threads_started, 0);
     atomic_init(&p->slot_writes, 0);
+    atomic_init(&p->vec_batches, 0);
     p->ncpus = sl__ncpus();
     SL_CHECK(sl_spec__copy(&p->spec, spec));
     sl_colset cols;

@@ -79,6 +79,7 @@ typedef struct sl_spec_op {
     char name[SL_COLNAME_MAX];   /* user fn label */
     sl_map_fn map;
     sl_filter_fn filter;
+    sl_batch_map_fn batch_map;   /* SL_SPEC_OP_MAP: the batched form, or NULL */
     void *user;
 } sl_spec_op;
 
@@ -99,6 +100,7 @@ struct sl_spec {
     int threads;                 /* 0: per-op "parallel" values */
     int source_parallel;         /* 0 default (1), -1 auto, > 0 */
     int chunk;                   /* samples per chunk; 0: adaptive */
+    int vectorize;               /* 1 (default): map vectorization allowed */
     sl_device_spec device;       /* "device": where batches are delivered */
     sl_spec_op *ops;
     int nops, cap;
@@ -130,8 +132,10 @@ typedef struct sl_pnode {
     const sl_op_def *def;
     void *params;                 /* owned (SL_PN_OP) */
     sl_map_fn map;
+    sl_batch_map_fn batch_map;    /* user map: the batched form, or NULL */
     sl_filter_fn filter;
     void *user;
+    int vectorized;               /* runs once per batch (layout.c, choose_vectorized) */
     int64_t n;                    /* batch size, depth, count */
     int flag;                     /* batch: drop_remainder */
     int parallel;                 /* 0 default, -1 auto, > 0 */
@@ -261,6 +265,9 @@ static inline void sl_pipeline__sample_release(sl_sample *s) {
  * into several stages. */
 #define SL_STAGE_MAX_OPS 64
 
+/* Largest batch that map + batch fusion (one chunk = one batch) handles. */
+#define SL_FUSE_MAX_BATCH 1024
+
 typedef struct sl_stage sl_stage;
 typedef struct sl_worker {
     struct sl_pipeline *p;
@@ -334,6 +341,12 @@ struct sl_pipeline {
                                      op may write into its batch slot, -1: none */
     _Atomic uint64_t slot_writes; /* samples that landed in their batch slot
                                      (no copy); read by tests */
+    int vec_first;                /* map vectorization: opt nodes [vec_first, last
+                                     of the collating stage) run once per batch
+                                     on the stacked columns; -1: none */
+    char vec_note[192];           /* why (or why not), for explain */
+    _Atomic uint64_t vec_batches; /* batches that ran the batched kernels; read
+                                     by tests */
     int direct;                   /* the consumer takes batches straight from the
                                      collating stage (no final stage thread) */
     uint64_t direct_index;        /* direct: index of the next batch in the epoch */

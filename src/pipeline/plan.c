@@ -110,6 +110,7 @@ int sl_plan__build(sl_plan *plan, const sl_spec *spec, const sl_colset *src_cols
         if (o->kind == SL_SPEC_OP_MAP || o->kind == SL_SPEC_OP_FILTER) {
             nd->kind = o->kind == SL_SPEC_OP_MAP ? SL_PN_MAP : SL_PN_FILTER;
             nd->map = o->map;
+            nd->batch_map = o->batch_map;
             nd->filter = o->filter;
             nd->user = o->user;
             snprintf(nd->label, sizeof nd->label, "%s '%s'",

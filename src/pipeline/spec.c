@@ -17,6 +17,7 @@ int sl_spec_create(sl_spec **out) {
         return sl__oom("creating a spec");
     s->epochs = 1;
     s->deterministic = 1;
+    s->vectorize = 1;
     s->shard_count = 1;
     *out = s;
     return SL_OK;
@@ -185,6 +186,20 @@ static int add_user(sl_spec *s, int kind, const char *name, sl_map_fn map, sl_fi
 
 int sl_spec_add_map(sl_spec *s, const char *name, sl_map_fn fn, void *user) {
     return add_user(s, SL_SPEC_OP_MAP, name, fn, NULL, user);
+}
+
+int sl_spec_add_batch_map(sl_spec *s, const char *name, sl_map_fn fn, sl_batch_map_fn batch_fn,
+                          void *user) {
+    if (!batch_fn)
+        return sl__error(SL_EINVAL, "ops[%d]: batched function is NULL", s->nops);
+    SL_TRY(add_user(s, SL_SPEC_OP_MAP, name, fn, NULL, user));
+    s->ops[s->nops - 1].batch_map = batch_fn;
+    return SL_OK;
+}
+
+int sl_spec_set_vectorize(sl_spec *s, int vectorize) {
+    s->vectorize = vectorize != 0;
+    return SL_OK;
 }
 
 int sl_spec_add_filter(sl_spec *s, const char *name, sl_filter_fn fn, void *user) {
@@ -375,11 +390,15 @@ int sl_spec_from_json(sl_spec **out, const char *json) {
             if (!cJSON_IsBool(it))
                 SL_FAIL(SL_EINVAL, "deterministic: must be true or false");
             s->deterministic = cJSON_IsTrue(it);
+        } else if (!strcmp(k, "vectorize")) {
+            if (!cJSON_IsBool(it))
+                SL_FAIL(SL_EINVAL, "vectorize: must be true or false");
+            s->vectorize = cJSON_IsTrue(it);
         } else if (!strcmp(k, "device")) {
             SL_CHECK(sl_device__parse_json(it, &s->device));
         } else {
             SL_FAIL(SL_EINVAL, "%s: unknown key (expected source, ops, seed, epochs, on_error, "
-                               "deterministic, device)", k);
+                               "deterministic, vectorize, device)", k);
         }
     }
     cJSON_Delete(doc);
@@ -466,6 +485,8 @@ cJSON *sl_spec__to_cjson(const sl_spec *s) {
     cJSON_AddNumberToObject(doc, "epochs", (double)s->epochs);
     cJSON_AddStringToObject(doc, "on_error", s->on_error ? "skip" : "fail");
     cJSON_AddBoolToObject(doc, "deterministic", s->deterministic);
+    if (!s->vectorize)
+        cJSON_AddBoolToObject(doc, "vectorize", 0);
     if (s->device.kind != SL_DEV_NONE)
         (void)sl__json_add(doc, "device", sl_device__to_json(&s->device)); /* failure flagged */
     if (sl__json_failed()) {

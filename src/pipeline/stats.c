@@ -324,8 +324,13 @@ int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len
                           pl->nodes[nd->parts[k]].label);
             sb_printf(&b, "]");
         }
+        if (nd->vectorized)
+            sb_printf(&b, "  [vectorized: once per batch, after batch(%lld)]",
+                      (long long)pl->batch_size);
         sb_printf(&b, "\n");
     }
+    if (p->vec_note[0])
+        sb_printf(&b, "    map vectorization: %s\n", p->vec_note);
     sb_printf(&b, "stages:\n");
     for (int s = 0; s < p->nstages; s++) {
         const sl_stage *st = &p->stage[s];
