@@ -461,9 +461,14 @@ static void resample_nearest(const uint8_t *src, int sh, int sw, size_t sstride,
     }
 }
 
+/* Output rows per vertical-pass call when normalizing: a block of uint8
+ * rows (8 x 672 bytes at 224 px RGB) stays in L1 until normalize reads it,
+ * and the pass runs over whole blocks rather than being called per row. */
+#define VBLOCK 8
+
 /* Vertical pass, then the output rows: uint8 rows into `dst`, or with
- * `norm` each row through a small row buffer (it stays in L1) into the
- * normalized float32 image, so the uint8 image never exists. */
+ * `norm` each block of VBLOCK rows through a small buffer (it stays in L1)
+ * into the normalized float32 image, so the uint8 image never exists. */
 static void vertical_out(const uint8_t *src, size_t sstride, int rowlen, int oh, int ksize,
                          const int32_t *bounds, const int32_t *kk, int32_t *acc, void *dst,
                          size_t dstride, const sl_ops__norm *norm, int C, int ow,
@@ -472,10 +477,12 @@ static void vertical_out(const uint8_t *src, size_t sstride, int rowlen, int oh,
         pass_vertical(src, sstride, rowlen, oh, ksize, bounds, kk, acc, dst, dstride);
         return;
     }
-    for (int y = 0; y < oh; y++) {
-        pass_vertical(src, sstride, rowlen, 1, ksize, bounds + 2 * y, kk + (size_t)y * ksize, acc,
-                      rowbuf, (size_t)rowlen);
-        sl_ops__norm_row(norm, rowbuf, C, ow, oh, y, dst);
+    for (int y0 = 0; y0 < oh; y0 += VBLOCK) {
+        int n = oh - y0 < VBLOCK ? oh - y0 : VBLOCK;
+        pass_vertical(src, sstride, rowlen, n, ksize, bounds + 2 * y0, kk + (size_t)y0 * ksize,
+                      acc, rowbuf, (size_t)rowlen);
+        for (int y = 0; y < n; y++)
+            sl_ops__norm_row(norm, rowbuf + (size_t)y * rowlen, C, ow, oh, y0 + y, dst);
     }
     sl_ops__norm_done();
 }
@@ -521,7 +528,7 @@ int sl_ops__resample(const uint8_t *src, int sh, int sw, size_t sstride, int C,
     int kv = axis_ksize(by0, by1, oh, support);
     int kmax = kh > kv ? kh : kv;
     /* Scratch layout: coefficient tables, bounds, a double row, an int32
-     * accumulator row, a uint8 output row (norm), the SIMD horizontal
+     * accumulator row, VBLOCK uint8 output rows (norm), the SIMD horizontal
      * pass's coefficients, then the horizontally resampled rows. */
     size_t n_kk = (size_t)ow * kh + (size_t)oh * kv;
     size_t n_bounds = 2 * ((size_t)ow + oh);
@@ -529,7 +536,7 @@ int sl_ops__resample(const uint8_t *src, int sh, int sw, size_t sstride, int C,
     size_t off_d = (off_b + n_bounds * 4 + 7) & ~(size_t)7;
     size_t off_acc = off_d + (size_t)kmax * 8;
     size_t off_row = (off_acc + rowlen * 4 + 63) & ~(size_t)63;
-    size_t off_hq = (off_row + rowlen + 63) & ~(size_t)63;
+    size_t off_hq = (off_row + rowlen * VBLOCK + 63) & ~(size_t)63;
     size_t off_tmp = (off_hq + hq_bytes(C, ow, kh) + 63) & ~(size_t)63;
     int32_t *kkx, *kky, *bdx, *bdy;
     /* Bounds first, to know how many source rows the horizontal pass needs;

@@ -10,7 +10,14 @@
  *     op after it — e.g. decode + random_resized_crop into one op that decodes
  *     only the crop region at a reduced DCT scale. Repeated until no pair
  *     fuses.
- *  4. Consecutive per-sample ops share one stage (one pass over a sample on
+ *  4. Projection push-down: a `select` moves before the per-sample ops that
+ *     neither read nor write the columns it drops (push_down_projections),
+ *     so those columns are released at once and the op that makes the
+ *     batched image is the stage's last op, writing straight into its batch
+ *     slot (op.h, "Map + batch") instead of being copied there at collation.
+ *     It runs before fusion, on a copy of the logical plan, so that the moved
+ *     ops still fuse (decode + random_resized_crop + flip + normalize).
+ *  5. Consecutive per-sample ops share one stage (one pass over a sample on
  *     one thread, no queue between them); that grouping is done by exec.c.
  */
 #include "pipeline/pipeline.h"
@@ -18,13 +25,132 @@
 #include <stdio.h>
 #include <string.h>
 
+static int fuse_nodes(sl_plan *plan, const sl_pnode *work, int index_filters_ok);
+static int finish_plan(sl_plan *plan);
+
+static int colinfo_equal(const sl_colinfo *a, const sl_colinfo *b) {
+    if (strcmp(a->name, b->name) || a->dtype != b->dtype || a->ndim != b->ndim ||
+        a->encoded != b->encoded || a->index_column != b->index_column)
+        return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d])
+            return 0;
+    return 1;
+}
+
+static int colset_equal(const sl_colset *a, const sl_colset *b) {
+    if (a->ncols != b->ncols)
+        return 0;
+    for (int i = 0; i < a->ncols; i++)
+        if (!colinfo_equal(&a->col[i], &b->col[i]))
+            return 0;
+    return 1;
+}
+
+/* Can `sel` (a select) run before `op` (the op right before it), given the
+ * columns before `op` (`in`) and after `sel` (`out`)? Yes when, bound after
+ * the select, `op` still finds its columns and the columns come out exactly
+ * as before: then `op` neither reads nor writes a dropped column (binding
+ * would fail) and adds none (the count would differ), and since ops reach
+ * columns only through their bound names, what they compute is unchanged.
+ * Binding is tried on copies of the params (bind only sets indices and
+ * never allocates); on success the bound copies go back into the params and
+ * *mid gets the columns between the two. */
+static int try_swap(sl_pnode *op, sl_pnode *sel, const sl_colset *in, const sl_colset *out,
+                    sl_colset *mid) {
+    size_t ns = sel->def->params_size, no = op->def->params_size;
+    void *sp = sl__malloc(ns ? ns : 1), *opp = sl__malloc(no ? no : 1);
+    int ok = 0;
+    if (!sp || !opp) {
+        sl__free(sp);
+        sl__free(opp);
+        return sl__oom("optimising a plan");
+    }
+    memcpy(sp, sel->params, ns);
+    memcpy(opp, op->params, no);
+    sl_colset a = *in;
+    char field[32];
+    snprintf(field, sizeof field, "ops[%d]", sel->pos);
+    if (sel->def->bind(sp, &a, field) == SL_OK) {
+        sl_colset b = a;
+        snprintf(field, sizeof field, "ops[%d]", op->pos);
+        if (op->def->bind(opp, &b, field) == SL_OK && colset_equal(&b, out)) {
+            memcpy(sel->params, sp, ns);
+            memcpy(op->params, opp, no);
+            *mid = a;
+            ok = 1;
+        }
+    }
+    sl_errclear(); /* a refused trial is not an error */
+    sl__free(sp);
+    sl__free(opp);
+    return ok;
+}
+
+/* Move each `select` as early as try_swap allows, across spec ops only: not
+ * across a filter (which may be answered from the source index while it
+ * leads, and drops samples before anything is computed), a C map or filter
+ * function (they see the whole sample), another select or a structural op.
+ * `work` is a copy of the logical plan's nodes; the moves are recorded in
+ * plan->moved for explain. */
+static int push_down_projections(sl_plan *plan, sl_pnode *work, int n) {
+    for (int i = 1; i < n; i++) {
+        if (!(work[i].kind == SL_PN_OP && work[i].def == &sl_op_select))
+            continue;
+        int j = i, from = work[i].pos;
+        while (j > 0) {
+            sl_pnode *op = &work[j - 1];
+            if (op->kind != SL_PN_OP || op->def == &sl_op_select || op->def == &sl_op_filter ||
+                (op->def->flags & SL_OPF_FILTER))
+                break;
+            const sl_colset *in = j - 1 > 0 ? &work[j - 2].cols : &plan->src_cols;
+            sl_colset mid;
+            int rc = try_swap(op, &work[j], in, &work[j].cols, &mid);
+            if (rc < 0)
+                return rc;
+            if (!rc)
+                break;
+            sl_pnode sel = work[j], moved = *op;
+            moved.cols = sel.cols;
+            sel.cols = mid;
+            work[j - 1] = sel;
+            work[j] = moved;
+            j--;
+        }
+        if (j < i && plan->nmoved < (int)(sizeof plan->moved / sizeof plan->moved[0])) {
+            plan->moved[plan->nmoved].pos = from;
+            plan->moved[plan->nmoved].before = work[j + 1].pos;
+            plan->moved[plan->nmoved].skipped = i - j;
+            plan->nmoved++;
+        }
+    }
+    return SL_OK;
+}
+
 int sl_plan__optimize(sl_plan *plan, int index_filters_ok) {
     plan->opt = sl__calloc((size_t)plan->nnodes + 1, sizeof *plan->opt);
-    if (!plan->opt)
+    sl_pnode *work = sl__calloc((size_t)plan->nnodes + 1, sizeof *work);
+    if (!plan->opt || !work) {
+        sl__free(work);
         return sl__oom("optimising a plan");
+    }
+    if (plan->nnodes > 0)
+        memcpy(work, plan->nodes, (size_t)plan->nnodes * sizeof *work);
+    int rc = push_down_projections(plan, work, plan->nnodes);
+    if (rc == SL_OK)
+        rc = fuse_nodes(plan, work, index_filters_ok);
+    sl__free(work);
+    if (rc < 0)
+        return rc;
+    return finish_plan(plan);
+}
+
+/* Filter push-down, repeat into the source and fusion over `work` (the
+ * logical nodes after push_down_projections), into plan->opt. */
+static int fuse_nodes(sl_plan *plan, const sl_pnode *work, int index_filters_ok) {
     int leading = 1;
     for (int i = 0; i < plan->nnodes; i++) {
-        sl_pnode nd = plan->nodes[i];
+        sl_pnode nd = work[i];
         if (nd.kind == SL_PN_REPEAT)
             continue; /* the source makes the passes */
         if (leading && nd.kind == SL_PN_OP && nd.def == &sl_op_filter && index_filters_ok &&
@@ -32,7 +158,7 @@ int sl_plan__optimize(sl_plan *plan, int index_filters_ok) {
             sl_filter_params *f = nd.params;
             if (plan->src_cols.col[f->col].index_column) {
                 plan->pushed[plan->npushed++] = f;
-                plan->nodes[i].pushed = 1;
+                plan->nodes[nd.pos].pushed = 1;
                 continue;
             }
         }
@@ -75,6 +201,10 @@ int sl_plan__optimize(sl_plan *plan, int index_filters_ok) {
         }
         plan->opt[plan->nopt++] = nd;
     }
+    return SL_OK;
+}
+
+static int finish_plan(sl_plan *plan) {
     /* prefetch after batch: depth of the final queue */
     for (int i = 0; i < plan->nopt; i++)
         if (plan->opt[i].kind == SL_PN_PREFETCH && i > 0 &&

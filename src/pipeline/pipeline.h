@@ -163,6 +163,12 @@ typedef struct sl_plan {
     int out_depth;                /* final queue depth (prefetch) */
     sl_filter_params *pushed[8];  /* filters answered from the index */
     int npushed;
+    struct {                      /* selects moved earlier (optimize.c) */
+        int pos;                  /* the select's spec position */
+        int before;               /* the spec position it now precedes */
+        int skipped;              /* how many ops it moved across */
+    } moved[4];
+    int nmoved;
     int exact_resume;             /* 1: state is (pos, counters); 0: replay */
 } sl_plan;
 

@@ -312,6 +312,12 @@ int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len
             sb_printf(&b, "    + repeat x%lld made by the source (ops[%d])\n", (long long)nd->n,
                       nd->pos);
     }
+    for (int m = 0; m < pl->nmoved; m++)
+        sb_printf(&b, "    + select ops[%d] (%s) moved before ops[%d] %s, across %d op%s that "
+                      "do not use the columns it drops\n",
+                  pl->moved[m].pos, pl->nodes[pl->moved[m].pos].desc, pl->moved[m].before,
+                  pl->nodes[pl->moved[m].before].label, pl->moved[m].skipped,
+                  pl->moved[m].skipped == 1 ? "" : "s");
     sb_printf(&b, "    %llu samples per epoch for this rank\n", (unsigned long long)p->per_epoch);
     for (int i = 0; i < pl->nopt; i++) {
         const sl_pnode *nd = &pl->opt[i];

@@ -153,6 +153,82 @@ SL_TEST(ops_pipeline__train_chain_fused_and_deterministic) {
     free_images(&set);
 }
 
+static int identity_map(sl_sample *s, sl_rng *rng, void *user) {
+    (void)s;
+    (void)rng;
+    (void)user;
+    return SL_OK;
+}
+
+/* The training chain ending in select [label, image]; `map_at`: where an
+ * identity C map goes (0 none, 1 before the select, which keeps the select
+ * in place, 2 after it). The random ops keep positions 1 and 2 throughout,
+ * so every variant draws the same boxes and flips. */
+static sl_spec *select_spec(const imageset *set, int map_at, int one_hot) {
+    sl_spec *spec = image_spec(set, 5);
+    add(spec, "{\"op\": \"decode\"}");
+    add(spec, "{\"op\": \"random_resized_crop\", \"size\": 24}");
+    add(spec, "{\"op\": \"flip\"}");
+    add(spec, "{\"op\": \"normalize\", \"mean\": [0.485, 0.456, 0.406], "
+              "\"std\": [0.229, 0.224, 0.225]}");
+    if (one_hot)
+        add(spec, "{\"op\": \"one_hot\", \"column\": \"label\", \"classes\": 3}");
+    if (map_at == 1)
+        ASSERT_OK(sl_spec_add_map(spec, "identity", identity_map, NULL));
+    add(spec, one_hot ? "{\"op\": \"select\", \"columns\": [\"image\"]}"
+                      : "{\"op\": \"select\", \"columns\": [\"label\", \"image\"]}");
+    if (map_at == 2)
+        ASSERT_OK(sl_spec_add_map(spec, "identity", identity_map, NULL));
+    add(spec, "{\"op\": \"batch\", \"size\": 5}");
+    return spec;
+}
+
+static void select_explain(sl_spec *spec, char *buf, size_t cap) {
+    sl_pipeline *p;
+    size_t len;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    ASSERT_OK(sl_pipeline_explain(p, buf, cap, &len));
+    sl_pipeline_free(p);
+}
+
+SL_TEST(ops_pipeline__select_pushed_down_same_batches) {
+    imageset set;
+    make_images(&set);
+    char ex[8192];
+    /* kept in place by the map: the reference */
+    sl_spec *ref = select_spec(&set, 1, 0);
+    select_explain(ref, ex, sizeof ex);
+    ASSERT(strstr(ex, "moved before") == NULL);
+    /* moved before decode: the fused image op is then the stage's last op
+     * and writes into the batch slot (map_at 0), or is not (map_at 2) */
+    sl_spec *moved = select_spec(&set, 0, 0), *moved_map = select_spec(&set, 2, 0);
+    select_explain(moved, ex, sizeof ex);
+    ASSERT_CONTAINS(ex, "select ops[4] (label,image) moved before ops[0] decode, across 4 ops");
+    ASSERT_CONTAINS(ex, "decode_random_resized_crop_flip_normalize");
+    ASSERT_CONTAINS(ex, "output: label:int64[], image:float32[3,24,24]");
+    select_explain(moved_map, ex, sizeof ex);
+    ASSERT_CONTAINS(ex, "moved before ops[0] decode");
+    int n0, n1, n2, n3;
+    uint64_t d0 = run_digest(ref, 2, &n0), d1 = run_digest(moved, 2, &n1),
+             d2 = run_digest(moved_map, 2, &n2), d3 = run_digest(moved, 1, &n3);
+    ASSERT_EQ(n0, 5);
+    ASSERT_EQ(n1, 5);
+    ASSERT_EQ(n2, 5);
+    ASSERT_U64_EQ(d0, d1);
+    ASSERT_U64_EQ(d0, d2);
+    ASSERT_U64_EQ(d0, d3);
+    /* an op that writes a dropped column keeps the select after it */
+    sl_spec *blocked = select_spec(&set, 0, 1);
+    select_explain(blocked, ex, sizeof ex);
+    ASSERT(strstr(ex, "moved before") == NULL);
+    ASSERT_CONTAINS(ex, "output: image:float32[3,24,24] with");
+    sl_spec_free(ref);
+    sl_spec_free(moved);
+    sl_spec_free(moved_map);
+    sl_spec_free(blocked);
+    free_images(&set);
+}
+
 SL_TEST(ops_pipeline__eval_chain_resize_center_crop) {
     imageset set;
     make_images(&set);
