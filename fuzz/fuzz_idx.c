@@ -34,16 +34,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static char g_dir[256];
 static char g_a[300], g_b[300], g_out[300];
 
-static void cleanup_dir(void) { rm_tree(g_dir); }
 
 static void init(void) {
     if (g_dir[0])
         return;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/sluice-fuzz-idx-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_dir))
-        abort();
-    atexit(cleanup_dir);
+    snprintf(g_dir, sizeof g_dir, "%s", fuzz_tmpdir("idx"));
     snprintf(g_a, sizeof g_a, "%s/a", g_dir);
     snprintf(g_b, sizeof g_b, "%s/b", g_dir);
     snprintf(g_out, sizeof g_out, "%s/out.slr", g_dir);

@@ -55,7 +55,6 @@ static shard_fact g_sh[MAXSH];
 static int g_nsh;
 static shard_fact g_extra_fact;
 
-static void cleanup_dir(void) { rm_tree(g_dir); }
 
 static void die(const char *what) {
     fprintf(stderr, "fuzz_manifest: %s: %s\n", what, sl_errmsg());
@@ -118,11 +117,7 @@ static char *slurp(const char *path, size_t *n) {
 static void init(void) {
     if (g_dir[0])
         return;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/sluice-fuzz-manifest-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_dir))
-        abort();
-    atexit(cleanup_dir);
+    snprintf(g_dir, sizeof g_dir, "%s", fuzz_tmpdir("manifest"));
     snprintf(g_ds, sizeof g_ds, "%s/ds", g_dir);
     snprintf(g_manifest, sizeof g_manifest, "%s/manifest.json", g_ds);
     snprintf(g_extra, sizeof g_extra, "%s/extra.slr", g_ds);

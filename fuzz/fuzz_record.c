@@ -36,7 +36,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static char g_dir[256];
 static char g_file[300], g_partial[300], g_out[300], g_ds[300], g_manifest[320];
 
-static void cleanup_dir(void) { rm_tree(g_dir); }
 
 /* Two shards of a small dataset, for the manifest mode. */
 static void make_dataset(void) {
@@ -70,11 +69,7 @@ static void make_dataset(void) {
 static void init(void) {
     if (g_dir[0])
         return;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/sluice-fuzz-record-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_dir))
-        abort();
-    atexit(cleanup_dir);
+    snprintf(g_dir, sizeof g_dir, "%s", fuzz_tmpdir("record"));
     snprintf(g_file, sizeof g_file, "%s/in.slr", g_dir);
     snprintf(g_partial, sizeof g_partial, "%s/rec.slr.partial", g_dir);
     snprintf(g_out, sizeof g_out, "%s/rec.slr", g_dir);

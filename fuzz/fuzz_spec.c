@@ -45,7 +45,6 @@ static char g_dir[256];
 static char g_slr[300];
 static uint8_t g_pixels[NREC][IMG_H][IMG_W][3];
 
-static void cleanup_dir(void) { rm_tree(g_dir); }
 
 static void die(const char *what) {
     fprintf(stderr, "fuzz_spec: %s: %s\n", what, sl_errmsg());
@@ -106,11 +105,7 @@ static void make_source(void) {
 static void init(void) {
     if (g_dir[0])
         return;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/sluice-fuzz-spec-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_dir))
-        abort();
-    atexit(cleanup_dir);
+    snprintf(g_dir, sizeof g_dir, "%s", fuzz_tmpdir("spec"));
     snprintf(g_slr, sizeof g_slr, "%s/src.slr", g_dir);
     /* A shard from the environment would make runs depend on it. */
     unsetenv("RANK");

@@ -25,16 +25,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static char g_dir[256];
 static char g_tar[300], g_idx[320];
 
-static void cleanup_dir(void) { rm_tree(g_dir); }
 
 static void init(void) {
     if (g_dir[0])
         return;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/sluice-fuzz-tar-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_dir))
-        abort();
-    atexit(cleanup_dir);
+    snprintf(g_dir, sizeof g_dir, "%s", fuzz_tmpdir("tar"));
     snprintf(g_tar, sizeof g_tar, "%s/s.tar", g_dir);
     snprintf(g_idx, sizeof g_idx, "%s/s.tar.slidx", g_dir);
     sl_log_set_level(SL_LOG_ERROR);

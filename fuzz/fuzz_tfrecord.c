@@ -36,16 +36,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static char g_dir[256];
 static char g_file[300], g_index[320];
 
-static void cleanup_dir(void) { rm_tree(g_dir); }
 
 static void init(void) {
     if (g_dir[0])
         return;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/sluice-fuzz-tfrecord-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_dir))
-        abort();
-    atexit(cleanup_dir);
+    snprintf(g_dir, sizeof g_dir, "%s", fuzz_tmpdir("tfrecord"));
     snprintf(g_file, sizeof g_file, "%s/a.tfrecord", g_dir);
     snprintf(g_index, sizeof g_index, "%s.slidx", g_file);
     sl_log_set_level(SL_LOG_ERROR);

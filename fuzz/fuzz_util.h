@@ -35,6 +35,22 @@ static inline void rm_tree(const char *path) {
 }
 
 /* Write p[0..n) to path; any failure aborts (a broken harness, not a finding). */
+/* This process's scratch directory under $TMPDIR, "sluice-fuzz-TAG-XXXXXX",
+ * made on first use and removed at exit. */
+static char fuzz_tmpdir_[256];
+static void fuzz_tmpdir_remove_(void) { rm_tree(fuzz_tmpdir_); }
+static inline const char *fuzz_tmpdir(const char *tag) {
+    if (!fuzz_tmpdir_[0]) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(fuzz_tmpdir_, sizeof fuzz_tmpdir_, "%s/sluice-fuzz-%s-XXXXXX",
+                 tmp && *tmp ? tmp : "/tmp", tag);
+        if (!mkdtemp(fuzz_tmpdir_))
+            abort();
+        atexit(fuzz_tmpdir_remove_);
+    }
+    return fuzz_tmpdir_;
+}
+
 static inline void write_bytes(const char *path, const uint8_t *p, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f)
