@@ -29,6 +29,9 @@ int cmd_index(int argc, char **argv);
  * (1 unreadable, 2 bad --features). */
 int cli_source_open(const char *cmd, const char *const *paths, int n, const char *features,
                     sl_source **out);
+/* Print `o` as one line of JSON on stdout, then delete it (NULL: nothing). */
+struct cJSON;
+void cli_json_out(struct cJSON *o);
 /* True if `path` opens as a .slr dataset. */
 int cli_is_slr(const char *path);
 /* A .slr dataset, or something that starts like one (its magic, or a

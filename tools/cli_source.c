@@ -1,5 +1,5 @@
 /* cli_source.c — opening any source from command-line paths, shared by
- * pack, info, verify and index. */
+ * pack, info, verify and index; JSON output for --json. */
 #include "cli.h"
 
 #include <cjson/cJSON.h>
@@ -83,4 +83,12 @@ int cli_looks_slr(const char *path) {
     size_t n = fread(buf, 1, sizeof magic, f);
     fclose(f);
     return n == sizeof magic && memcmp(buf, magic, sizeof magic) == 0;
+}
+
+void cli_json_out(cJSON *o) {
+    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+    if (s)
+        printf("%s\n", s);
+    cJSON_free(s);
+    cJSON_Delete(o);
 }

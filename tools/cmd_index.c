@@ -59,11 +59,7 @@ int cmd_index(int argc, char **argv) {
             if (rc != SL_OK)
                 cJSON_AddStringToObject(o, "error", sl_errmsg());
             cJSON_AddNumberToObject(o, "seconds", secs);
-            char *s = cJSON_PrintUnformatted(o);
-            if (s)
-                printf("%s\n", s);
-            free(s);
-            cJSON_Delete(o);
+            cli_json_out(o);
         } else if (rc != SL_OK) {
             fprintf(stderr, "sluice index: %s\n", sl_errmsg());
         } else {

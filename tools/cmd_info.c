@@ -137,11 +137,7 @@ static void print_json(const char *path, const sl_reader *r) {
         }
         free(lc);
     }
-    char *txt = cJSON_PrintUnformatted(o);
-    if (txt)
-        printf("%s\n", txt);
-    free(txt);
-    cJSON_Delete(o);
+    cli_json_out(o);
 }
 
 static void print_text(const char *path, const sl_reader *r) {

@@ -233,11 +233,7 @@ int cmd_pack(int argc, char **argv) {
         if (rep.kind == SL_PACK_IMAGEFOLDER)
             cJSON_AddNumberToObject(o, "classes", rep.nclasses);
         cJSON_AddNumberToObject(o, "seconds", secs);
-        char *s = cJSON_PrintUnformatted(o);
-        if (s)
-            printf("%s\n", s);
-        free(s);
-        cJSON_Delete(o);
+        cli_json_out(o);
     }
     if (rc != SL_OK) {
         fprintf(stderr, "sluice pack: %s\n", sl_errmsg());

@@ -260,11 +260,7 @@ int cmd_scan(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "records_per_s", rps);
         cJSON_AddNumberToObject(o, "mb_per_s", mbps);
         cJSON_AddBoolToObject(o, "verified", verified);
-        char *s = cJSON_PrintUnformatted(o);
-        if (s)
-            printf("%s\n", s);
-        free(s);
-        cJSON_Delete(o);
+        cli_json_out(o);
     } else {
         char b[32];
         printf("scanned %llu records (%s) in %.3f s, %s, %llu thread%s, %s\n",

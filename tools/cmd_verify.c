@@ -62,11 +62,7 @@ static void print_json(const char *path, int ok, uint64_t records, uint64_t bad,
     cJSON *arr = cJSON_AddArrayToObject(o, "errors");
     for (int i = 0; i < errs->n; i++)
         cJSON_AddItemToArray(arr, cJSON_CreateString(errs->msg[i] ? errs->msg[i] : ""));
-    char *s = cJSON_PrintUnformatted(o);
-    if (s)
-        printf("%s\n", s);
-    free(s);
-    cJSON_Delete(o);
+    cli_json_out(o);
 }
 
 static int report(const char *path, const char *ok_text, int json, int opened,
