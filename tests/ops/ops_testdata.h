@@ -134,4 +134,35 @@ static inline void td_png_set_size(uint8_t *png, uint32_t w, uint32_t h) {
     c[0] = (uint8_t)(crc >> 24); c[1] = (uint8_t)(crc >> 16); c[2] = (uint8_t)(crc >> 8); c[3] = (uint8_t)crc;
 }
 
+/* Decode with allocation k failing, k = 1, 2, ... until the decode succeeds
+ * (at most 200): every failure must be SL_ENOMEM with a message, and nothing
+ * may leak (ASan checks). Each attempt uses a fresh decoder with `params`
+ * ({param, value} pairs, `nparams` of them) set. `box` NULL: sl_decode into
+ * `color`; else sl_decode_crop_resize of `box` to oh x ow. Returns the
+ * number of attempts that failed (> 0 when the decode allocates at all). */
+static inline int td_decode_oom(const uint8_t *data, size_t n, const int64_t (*params)[2],
+                                int nparams, sl_color color, const sl_box *box, int oh, int ow) {
+    for (uint64_t k = 1; k < 200; k++) {
+        sl__alloc_fail_at(k);
+        sl_decoder *d = NULL;
+        sl_tensor t = {0};
+        int rc = sl_decoder_create(&d);
+        for (int i = 0; rc == SL_OK && i < nparams; i++)
+            rc = sl_decoder_set(d, (int)params[i][0], params[i][1]);
+        if (rc == SL_OK)
+            rc = box ? sl_decode_crop_resize(d, data, n, color, box, oh, ow, SL_INTERP_BILINEAR, &t)
+                     : sl_decode(d, data, n, color, &t);
+        sl__alloc_fail_at(0);
+        sl_tensor_release(&t);
+        sl_decoder_free(d);
+        if (rc == SL_OK)
+            return (int)k - 1;
+        if (rc != SL_ENOMEM)
+            sl_test_fail(__FILE__, __LINE__, "failing allocation %d: %s (%s)", (int)k,
+                         sl_status_str(rc), sl_errmsg());
+        ASSERT(sl_errmsg()[0] != '\0');
+    }
+    sl_test_fail(__FILE__, __LINE__, "the decode still failed after 200 allocations");
+}
+
 #endif

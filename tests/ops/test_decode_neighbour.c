@@ -525,38 +525,11 @@ SL_TEST(ops_decode__oom_loop_turned_and_lenient) {
     uint8_t seg[64];
     size_t sn = exif_segment(seg, 7, 1);
     uint8_t *e = insert_after_soi(j, n, seg, sn, &en);
-    for (int which = 0; which < 2; which++) {
-        int done = 0;
-        for (uint64_t k = 1; k < 200 && !done; k++) {
-            sl__alloc_fail_at(k);
-            sl_decoder *d = NULL;
-            sl_tensor t = {0};
-            int rc = sl_decoder_create(&d);
-            if (rc == SL_OK)
-                rc = sl_decoder_set(d, SL_DECODE_EXIF_ORIENTATION, 1);
-            if (rc == SL_OK)
-                rc = sl_decoder_set(d, SL_DECODE_WARNINGS, SL_WARNINGS_LENIENT);
-            if (rc == SL_OK && which == 0)
-                rc = sl_decode(d, e, en, SL_COLOR_GRAY, &t);
-            else if (rc == SL_OK) {
-                sl_box b = {2, 3, 15, 14};
-                rc = sl_decode_crop_resize(d, e, en, SL_COLOR_RGB, &b, 7, 9, SL_INTERP_BILINEAR,
-                                           &t);
-            }
-            if (rc == SL_OK)
-                done = 1;
-            else {
-                if (rc != SL_ENOMEM)
-                    sl_test_fail(__FILE__, __LINE__, "case %d, failing alloc %d: %s (%s)", which,
-                                 (int)k, sl_status_str(rc), sl_errmsg());
-                ASSERT(sl_errmsg()[0] != '\0');
-            }
-            sl_tensor_release(&t);
-            sl_decoder_free(d);
-        }
-        sl__alloc_fail_at(0);
-        ASSERT(done);
-    }
+    const int64_t params[2][2] = {{SL_DECODE_EXIF_ORIENTATION, 1},
+                                  {SL_DECODE_WARNINGS, SL_WARNINGS_LENIENT}};
+    sl_box b = {2, 3, 15, 14};
+    ASSERT(td_decode_oom(e, en, params, 2, SL_COLOR_GRAY, NULL, 0, 0) > 0);
+    ASSERT(td_decode_oom(e, en, params, 2, SL_COLOR_RGB, &b, 7, 9) > 0);
     free(e);
     free(j);
 }
