@@ -1089,6 +1089,16 @@ SL_API int sl_spec_add_batch_map(sl_spec *spec, const char *name, sl_map_fn fn,
  *  key "vectorize"; the environment variable SLUICE_VECTORIZE=0 also turns it
  *  off. Since 0.2 */
 SL_API int sl_spec_set_vectorize(sl_spec *spec, int vectorize);
+/** Bound the memory the pipeline holds to `bytes` (JSON key "memory_limit":
+ *  a number of bytes or a string such as "512M"; K, M, G, T are powers of
+ *  1024). 0 (default): a quarter of the memory this process may use (the
+ *  smaller of physical memory and the cgroup memory limit). The limit covers
+ *  the batch buffers: the batch pool's reserve, the batches queued
+ *  (prefetch) and those being made; queue depths and the batching stage's
+ *  workers are cut at create until they fit. sl_pipeline_create fails with
+ *  SL_ELIMIT when one batch (or the fewest batches the pipeline can run
+ *  with) is over the limit. Since 0.2 */
+SL_API int sl_spec_set_memory_limit(sl_spec *spec, uint64_t bytes);
 /** Append a user filter (see sl_filter_fn). Same lifetime rule. Since 0.1 */
 SL_API int sl_spec_add_filter(sl_spec *spec, const char *name, sl_filter_fn fn, void *user);
 /** The spec as JSON (user maps/filters appear as {"op": "map", "name": ...}
@@ -1182,6 +1192,14 @@ SL_API void sl_batch_release(sl_batch *b);
 
 #define SL_STATS_MAX_STAGES 16
 #define SL_STATS_MAX_ERRORS 4
+#define SL_STATS_MAX_POOLS 16
+
+/** One buffer pool (a size class of sample and batch tensors). Since 0.2 */
+typedef struct sl_pool_stats {
+    uint64_t buf_size;         /**< bytes of each buffer in the pool */
+    uint64_t bytes;            /**< bytes of the pool's buffers that exist: in use or cached */
+    uint64_t free_bytes;       /**< of those, bytes cached on its free list */
+} sl_pool_stats;
 
 /** Counters of one running stage. Times are summed over the stage's workers. */
 typedef struct sl_stage_stats {
@@ -1223,6 +1241,26 @@ typedef struct sl_pipeline_stats {
     double device_wait_s;      /**< time the consumer was blocked in next() until a device
                                     slot's release and copy events passed (the ring was
                                     full). Since 0.2 */
+    uint64_t memory_limit;     /**< bytes the pipeline may hold: the spec's memory_limit or
+                                    the default (see sl_spec_set_memory_limit). Since 0.2 */
+    uint64_t batch_bytes;      /**< bytes one batch takes (its fixed-shape columns, as
+                                    pooled); 0 without a batch or when no shape is known
+                                    at plan time. Since 0.2 */
+    uint64_t batches_in_flight; /**< most batch buffers the layout lets exist at once
+                                    (workers + queue depths from the batching stage on,
+                                    plus two with the consumer); 0: not bounded. Since 0.2 */
+    uint64_t pool_bytes;       /**< bytes of all buffer pools' buffers (in use or cached).
+                                    Since 0.2 */
+    uint64_t pool_free_bytes;  /**< of pool_bytes, bytes cached on free lists. Since 0.2 */
+    int32_t npools;            /**< pools that exist (pool[] holds the first
+                                    SL_STATS_MAX_POOLS). Since 0.2 */
+    sl_pool_stats pool[SL_STATS_MAX_POOLS]; /**< by buffer size. Since 0.2 */
+    uint64_t queue_bytes[SL_STATS_MAX_STAGES]; /**< per stage (as stage[]): elements in its
+                                    output queue times an estimate of one element (a batch:
+                                    batch_bytes; a chunk: samples per chunk times the
+                                    fixed-shape columns' bytes). Since 0.2 */
+    int32_t queue_length[SL_STATS_MAX_STAGES]; /**< per stage: elements in its output queue
+                                    now. Since 0.2 */
 } sl_pipeline_stats;
 
 /** Fill `out` with the current counters. Any thread. Since 0.1 */

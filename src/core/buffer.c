@@ -10,6 +10,9 @@
  *     per buffer currently handed out; the pool is destroyed when it hits 0.
  *  2. Buffers on the free list have refcount 0 and belong to the pool.
  *  3. pool->mu protects free_list and nfree only.
+ *  4. live counts the pool's buffers that exist (handed out or cached) and
+ *     cached mirrors nfree; both are atomics so that stats read them from any
+ *     thread without taking mu (they may lag each other by one buffer).
  */
 #include "core/core.h"
 
@@ -37,6 +40,8 @@ struct sl_pool {
     sl_buffer *free_list;          /* guarded by mu */
     size_t nfree;                  /* guarded by mu */
     _Atomic size_t allocated;
+    _Atomic size_t live;
+    _Atomic size_t cached;
 };
 
 static size_t header_size(void) {
@@ -111,10 +116,13 @@ void sl_buffer_release(sl_buffer *buf) {
             pool->free_list = buf;
             pool->nfree++;
             cached = true;
+            atomic_fetch_add_explicit(&pool->cached, 1, memory_order_relaxed);
         }
         pthread_mutex_unlock(&pool->mu);
-        if (!cached)
+        if (!cached) {
+            atomic_fetch_sub_explicit(&pool->live, 1, memory_order_relaxed);
             sl__free(buf);
+        }
         pool_unref(pool);
         return;
     }
@@ -138,6 +146,8 @@ int sl_pool_create(sl_pool **out, size_t buf_size, size_t max_cached) {
     pthread_mutex_init(&p->mu, NULL);
     atomic_init(&p->refs, 1);
     atomic_init(&p->allocated, 0);
+    atomic_init(&p->live, 0);
+    atomic_init(&p->cached, 0);
     p->buf_size = buf_size;
     p->max_cached = max_cached;
     *out = p;
@@ -151,6 +161,7 @@ int sl_pool_get(sl_pool *pool, sl_buffer **out) {
         b = pool->free_list;
         pool->free_list = b->next_free;
         pool->nfree--;
+        atomic_fetch_sub_explicit(&pool->cached, 1, memory_order_relaxed);
     }
     pthread_mutex_unlock(&pool->mu);
     if (!b) {
@@ -160,6 +171,7 @@ int sl_pool_get(sl_pool *pool, sl_buffer **out) {
             return sl__oom("taking a buffer from a pool");
         }
         atomic_fetch_add(&pool->allocated, 1);
+        atomic_fetch_add_explicit(&pool->live, 1, memory_order_relaxed);
         b->pool = pool;
     }
     b->next_free = NULL;
@@ -186,6 +198,8 @@ int sl_pool__prefill(sl_pool *pool, size_t n, size_t touch) {
             b->next_free = pool->free_list;
             pool->free_list = b;
             pool->nfree++;
+            atomic_fetch_add_explicit(&pool->live, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&pool->cached, 1, memory_order_relaxed);
         }
         pthread_mutex_unlock(&pool->mu);
         if (!cached) {
@@ -198,6 +212,12 @@ int sl_pool__prefill(sl_pool *pool, size_t n, size_t touch) {
 
 size_t sl_pool_allocated(const sl_pool *pool) {
     return atomic_load(&((sl_pool *)pool)->allocated);
+}
+
+void sl_pool__bytes(const sl_pool *pool, size_t *held_out, size_t *cached_out) {
+    sl_pool *p = (sl_pool *)pool;
+    *held_out = atomic_load_explicit(&p->live, memory_order_relaxed) * p->buf_size;
+    *cached_out = atomic_load_explicit(&p->cached, memory_order_relaxed) * p->buf_size;
 }
 
 static void pool_unref(sl_pool *pool) {

@@ -62,6 +62,10 @@ void *sl_buffer__wrap_user(const sl_buffer *buf, void (*release)(void *user));
 /* Allocate `n` buffers into `pool`'s free list now, writing the first `touch`
  * bytes of each so that their pages are resident from the start. */
 int sl_pool__prefill(sl_pool *pool, size_t n, size_t touch);
+/* Bytes of the pool's buffers that exist (handed out or cached) and of those
+ * cached on its free list (data bytes, headers not counted). Any thread,
+ * without a lock: the two values may lag each other by a buffer. */
+void sl_pool__bytes(const sl_pool *pool, size_t *held_out, size_t *cached_out);
 
 /* ---- errors ----------------------------------------------------------------
  * sl__error sets this thread's message and returns `code`, so a failure is

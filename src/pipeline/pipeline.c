@@ -137,9 +137,11 @@ static int hash_spec(const sl_spec *s, uint64_t *out) {
     if (!doc)
         return sl__oom("hashing the spec");
     /* Leave out what may differ between a run and its resumption without
-     * changing a batch: the epoch count and the parallelism knobs (output is
-     * the same for any thread count or chunk size). */
+     * changing a batch: the epoch count, the memory limit and the parallelism
+     * knobs (output is the same for any thread count, queue depth or chunk
+     * size). */
     cJSON_DeleteItemFromObjectCaseSensitive(doc, "epochs");
+    cJSON_DeleteItemFromObjectCaseSensitive(doc, "memory_limit");
     cJSON *src = cJSON_GetObjectItemCaseSensitive(doc, "source");
     if (cJSON_IsObject(src)) {
         cJSON_DeleteItemFromObjectCaseSensitive(src, "parallel");
@@ -191,7 +193,9 @@ static uint64_t needed_positions(const sl_pipeline *p) {
  * the consumer holds the batch it is using and the one being handed to it
  * (Python's `for b in ds` keeps the previous batch alive during next()).
  * Reserving that many full-size buffers per fixed-shape output column makes
- * the pools reach their final size in the first batch (pools.c says why). */
+ * the pools reach their final size in the first batch (pools.c says why);
+ * sl_pipeline__memory_plan has already cut the depths so that they fit
+ * under the memory limit. */
 static int reserve_batch_buffers(sl_pipeline *p) {
     if (p->plan.batch_size <= 0)
         return SL_OK;
@@ -263,6 +267,7 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     p->chunk_size = p->spec->chunk > 0 ? p->spec->chunk : 64;
     p->chunk_cap = 128;
     SL_CHECK(sl_pipeline__layout(p));
+    SL_CHECK(sl_pipeline__memory_plan(p));
     SL_CHECK(reserve_batch_buffers(p));
     SL_CHECK(hash_spec(p->spec, &p->spec_hash));
     p->src_end_epoch = (uint64_t)p->spec->epochs;

@@ -24,6 +24,17 @@ int sl_pipeline__pools_get(sl_pipeline__pools *ps, size_t size, sl_buffer **out)
 int sl_pipeline__pools_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dtype, int ndim,
                               const int64_t *shape);
 void sl_pipeline__pools_free(sl_pipeline__pools *ps);
+/* The bytes a buffer of `size` bytes really takes (its class size). */
+size_t sl_pipeline__pools_class_size(size_t size);
+typedef struct sl_pipeline__pool_bytes {
+    size_t buf_size;              /* the class's buffer size */
+    size_t held;                  /* bytes of its buffers that exist */
+    size_t cached;                /* of those, bytes on its free list */
+} sl_pipeline__pool_bytes;
+/* Totals over every class's pool, and the first `cap` pools in out[]; returns
+ * how many pools exist. Any thread, lock-free (see sl_pool__bytes). */
+int sl_pipeline__pools_bytes(const sl_pipeline__pools *ps, sl_pipeline__pool_bytes *out, int cap,
+                             size_t *held_out, size_t *cached_out);
 
 /* ---- ops_builtin.c ---------------------------------------------------------------- */
 #define SL_FILTER_MAX_VALUES 65536
@@ -102,12 +113,17 @@ struct sl_spec {
     int chunk;                   /* samples per chunk; 0: adaptive */
     int vectorize;               /* 1 (default): map vectorization allowed */
     sl_device_spec device;       /* "device": where batches are delivered */
+    uint64_t memory_limit;       /* bytes the pipeline may hold; 0: the default
+                                    (memory.c) */
     sl_spec_op *ops;
     int nops, cap;
 };
 int sl_spec__copy(sl_spec **out, const sl_spec *src);
 /* The spec as a cJSON document (for to_json and state hashing). */
 cJSON *sl_spec__to_cjson(const sl_spec *s);
+/* Parse a size: a number of bytes, or a string "512M" (K, M, G, T: powers
+ * of 1024; an optional trailing "B" or "iB"). */
+int sl_spec__parse_bytes(const cJSON *v, const char *field, uint64_t *out);
 /* Parse a "parallel" value: number >= 1 or "auto" (-1); 0 when absent. */
 int sl_spec__parse_parallel(const cJSON *v, const char *field, int *out);
 
@@ -217,6 +233,8 @@ void sl_queue__set_reach(sl_queue *q, size_t reach);
 /* Reset to empty and open; `drop` is called on every element left. */
 void sl_queue__reset(sl_queue *q, void (*drop)(void *item, void *ctx), void *ctx);
 double sl_queue__mean_fill(sl_queue *q);
+/* Elements in the queue now. */
+size_t sl_queue__count(sl_queue *q);
 
 /* ---- exec.c ------------------------------------------------------------------------ */
 enum { SL_CHUNK_DATA = 0, SL_CHUNK_END = 1, SL_CHUNK_ERROR = 2 };
@@ -392,6 +410,13 @@ struct sl_pipeline {
     uint64_t cpu_t0_ns;           /* process CPU time at t_start */
     int ncpus;                    /* the CPU budget (sl__ncpus) */
     struct sl_pipeline__trace *trace; /* NULL unless sl_pipeline_trace_enable */
+    /* memory.c, set at create */
+    uint64_t memory_limit;        /* bytes the pipeline may hold */
+    uint64_t batch_bytes;         /* one batch's fixed-shape columns, as pooled
+                                     (0: no batch or none known) */
+    uint64_t batches_held;        /* batch buffers in flight at most (0: unbounded) */
+    uint64_t sample_bytes[SL_STATS_MAX_STAGES]; /* a sample leaving stage s,
+                                     fixed-shape columns only */
     sl_device_state *dev;         /* NULL: batches stay in host memory */
 };
 
@@ -429,6 +454,13 @@ void sl_pipeline__batch_free(sl_batch *b);
 /* layout.c: cut the optimised plan into stages, decide map + batch fusion
  * and direct hand-off, size the queues (once, at create). */
 int sl_pipeline__layout(struct sl_pipeline *p);
+/* memory.c: apply the memory limit to the layout (after sl_pipeline__layout,
+ * before the batch pools are reserved); SL_ELIMIT when one batch, or the
+ * fewest batches the pipeline can run with, does not fit. */
+int sl_pipeline__memory_plan(struct sl_pipeline *p);
+/* Estimated bytes of one element of stage s's output queue: a batch, or a
+ * chunk of samples (fixed-shape columns only). Any thread. */
+uint64_t sl_pipeline__elem_bytes(const struct sl_pipeline *p, int s);
 /* exec.c */
 void sl_pipeline__chunk_put(struct sl_pipeline *p, sl_chunk *c);
 int sl_pipeline__start(struct sl_pipeline *p, const sl_resume *r);

@@ -130,6 +130,36 @@ int sl_pipeline__pools_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dty
     return SL_OK;
 }
 
+size_t sl_pipeline__pools_class_size(size_t size) {
+    size_t csize;
+    return size_class(size, &csize) < 0 ? size : csize;
+}
+
+int sl_pipeline__pools_bytes(const sl_pipeline__pools *ps, sl_pipeline__pool_bytes *out, int cap,
+                             size_t *held_out, size_t *cached_out) {
+    int n = 0;
+    *held_out = *cached_out = 0;
+    for (int i = 0; i < NCLASSES; i++) {
+        const sl_pool *pool =
+            atomic_load_explicit(&((sl_pipeline__pools *)ps)->pool[i], memory_order_acquire);
+        if (!pool)
+            continue;
+        size_t held, cached;
+        sl_pool__bytes(pool, &held, &cached);
+        *held_out += held;
+        *cached_out += cached;
+        if (n < cap) {
+            int e = MIN_SHIFT + (i - 1) / 4;           /* class i: 2^e + j * 2^e / 4 */
+            size_t base = (size_t)1 << e;
+            out[n].buf_size = i == 0 ? base : base + (size_t)((i - 1) % 4 + 1) * (base >> 2);
+            out[n].held = held;
+            out[n].cached = cached;
+        }
+        n++;
+    }
+    return n;
+}
+
 void sl_pipeline__pools_free(sl_pipeline__pools *ps) {
     if (!ps)
         return;

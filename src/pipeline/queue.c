@@ -231,3 +231,10 @@ double sl_queue__mean_fill(sl_queue *q) {
     pthread_mutex_unlock(&q->mu);
     return f;
 }
+
+size_t sl_queue__count(sl_queue *q) {
+    pthread_mutex_lock(&q->mu);
+    size_t n = q->count;
+    pthread_mutex_unlock(&q->mu);
+    return n;
+}

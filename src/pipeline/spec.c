@@ -6,7 +6,9 @@
  */
 #include "pipeline/pipeline.h"
 
+#include <ctype.h>
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -200,6 +202,46 @@ int sl_spec_add_batch_map(sl_spec *s, const char *name, sl_map_fn fn, sl_batch_m
 int sl_spec_set_vectorize(sl_spec *s, int vectorize) {
     s->vectorize = vectorize != 0;
     return SL_OK;
+}
+
+int sl_spec_set_memory_limit(sl_spec *s, uint64_t bytes) {
+    s->memory_limit = bytes;
+    return SL_OK;
+}
+
+int sl_spec__parse_bytes(const cJSON *v, const char *field, uint64_t *out) {
+    double x;
+    if (cJSON_IsNumber(v)) {
+        x = v->valuedouble;
+    } else if (cJSON_IsString(v)) {
+        char *end;
+        x = strtod(v->valuestring, &end);
+        if (end == v->valuestring)
+            goto bad;
+        static const char units[] = "KMGT";
+        const char *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
+        if (*end && !u)
+            goto bad;
+        if (u) {
+            x *= (double)((uint64_t)1 << (10 * (u - units + 1)));
+            end++;
+            if (!strcmp(end, "iB") || !strcmp(end, "B"))
+                end += strlen(end);
+        } else if (!strcmp(end, "B")) {
+            end++;
+        }
+        if (*end)
+            goto bad;
+    } else {
+        goto bad;
+    }
+    if (!(x >= 1 && x <= 9.0e18) || x != floor(x))
+        goto bad;
+    *out = (uint64_t)x;
+    return SL_OK;
+bad:
+    return sl__error(SL_EINVAL, "%s: must be a whole number of bytes >= 1 or a string such as "
+                                "\"512M\" (K, M, G, T)", field);
 }
 
 int sl_spec_add_filter(sl_spec *s, const char *name, sl_filter_fn fn, void *user) {
@@ -396,9 +438,11 @@ int sl_spec_from_json(sl_spec **out, const char *json) {
             s->vectorize = cJSON_IsTrue(it);
         } else if (!strcmp(k, "device")) {
             SL_CHECK(sl_device__parse_json(it, &s->device));
+        } else if (!strcmp(k, "memory_limit")) {
+            SL_CHECK(sl_spec__parse_bytes(it, "memory_limit", &s->memory_limit));
         } else {
             SL_FAIL(SL_EINVAL, "%s: unknown key (expected source, ops, seed, epochs, on_error, "
-                               "deterministic, vectorize, device)", k);
+                               "deterministic, vectorize, device, memory_limit)", k);
         }
     }
     cJSON_Delete(doc);
@@ -487,6 +531,8 @@ cJSON *sl_spec__to_cjson(const sl_spec *s) {
     cJSON_AddBoolToObject(doc, "deterministic", s->deterministic);
     if (!s->vectorize)
         cJSON_AddBoolToObject(doc, "vectorize", 0);
+    if (s->memory_limit)
+        cJSON_AddNumberToObject(doc, "memory_limit", (double)s->memory_limit);
     if (s->device.kind != SL_DEV_NONE)
         (void)sl__json_add(doc, "device", sl_device__to_json(&s->device)); /* failure flagged */
     if (sl__json_failed()) {

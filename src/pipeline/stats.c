@@ -49,6 +49,25 @@ int sl_pipeline_stats_get(const sl_pipeline *cp, sl_pipeline_stats *out) {
     if (t_start && wall > 0)
         out->cpu_busy = (double)(sl__process_cpu_ns() - p->cpu_t0_ns) / 1e9 / (wall * p->ncpus);
     out->nstages = p->nstages;
+    out->memory_limit = p->memory_limit;
+    out->batch_bytes = p->batch_bytes;
+    out->batches_in_flight = p->batches_held;
+    sl_pipeline__pool_bytes pb[SL_STATS_MAX_POOLS];
+    size_t held, cached;
+    int np = sl_pipeline__pools_bytes(p->pools, pb, SL_STATS_MAX_POOLS, &held, &cached);
+    out->pool_bytes = held;
+    out->pool_free_bytes = cached;
+    out->npools = np;
+    for (int i = 0; i < np && i < SL_STATS_MAX_POOLS; i++) {
+        out->pool[i].buf_size = pb[i].buf_size;
+        out->pool[i].bytes = pb[i].held;
+        out->pool[i].free_bytes = pb[i].cached;
+    }
+    for (int s = 0; s < p->nstages; s++) {
+        size_t n = sl_queue__count(&p->stage[s].out);
+        out->queue_length[s] = (int32_t)n;
+        out->queue_bytes[s] = (uint64_t)n * sl_pipeline__elem_bytes(p, s);
+    }
     int worst = -1, costliest = -1, given = 0;
     double worst_util = -1, most_cpu = -1;
     for (int s = 0; s < p->nstages; s++) {
@@ -167,6 +186,24 @@ int sl_pipeline_stats_json(const sl_pipeline *p, char *buf, size_t cap, size_t *
     cJSON_AddNumberToObject(doc, "h2d_bytes", (double)st.h2d_bytes);
     cJSON_AddNumberToObject(doc, "h2d_bytes_per_s", st.h2d_bytes_per_s);
     cJSON_AddNumberToObject(doc, "device_wait_s", st.device_wait_s);
+    cJSON_AddNumberToObject(doc, "memory_limit", (double)st.memory_limit);
+    cJSON_AddNumberToObject(doc, "batch_bytes", (double)st.batch_bytes);
+    cJSON_AddNumberToObject(doc, "batches_in_flight", (double)st.batches_in_flight);
+    cJSON_AddNumberToObject(doc, "pool_bytes", (double)st.pool_bytes);
+    cJSON_AddNumberToObject(doc, "pool_free_bytes", (double)st.pool_free_bytes);
+    uint64_t qtotal = 0;
+    for (int i = 0; i < st.nstages; i++)
+        qtotal += st.queue_bytes[i];
+    cJSON_AddNumberToObject(doc, "queue_bytes", (double)qtotal);
+    cJSON *pools = cJSON_AddArrayToObject(doc, "pools");
+    for (int i = 0; i < st.npools && i < SL_STATS_MAX_POOLS; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "buf_size", (double)st.pool[i].buf_size);
+        cJSON_AddNumberToObject(o, "bytes", (double)st.pool[i].bytes);
+        cJSON_AddNumberToObject(o, "free_bytes", (double)st.pool[i].free_bytes);
+        if (!cJSON_AddItemToArray(pools, o)) /* pools missing: out of memory */
+            cJSON_Delete(o);
+    }
     cJSON *errs = cJSON_AddArrayToObject(doc, "errors");
     for (int i = 0; i < st.nerrors; i++) {
         cJSON *e = cJSON_CreateString(st.errors[i]);
@@ -188,6 +225,8 @@ int sl_pipeline_stats_json(const sl_pipeline *p, char *buf, size_t cap, size_t *
         cJSON_AddNumberToObject(o, "cpu_us", s->cpu_us);
         cJSON_AddNumberToObject(o, "queue_fill", s->queue_fill);
         cJSON_AddNumberToObject(o, "queue_capacity", s->queue_capacity);
+        cJSON_AddNumberToObject(o, "queue_length", st.queue_length[i]);
+        cJSON_AddNumberToObject(o, "queue_bytes", (double)st.queue_bytes[i]);
         if (!cJSON_AddItemToArray(stages, o)) /* stages missing: out of memory */
             cJSON_Delete(o);
     }

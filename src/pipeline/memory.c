@@ -1,0 +1,162 @@
+/*
+ * memory.c — the pipeline's memory limit: what one batch takes, how many
+ * batches may be in flight, and the queue depths and worker counts cut down
+ * so that those batches fit under the limit (once, at create, after
+ * layout.c and before the batch pools are reserved).
+ *
+ * The limit is the spec's memory_limit, or a quarter of the memory this
+ * process may use (sl__mem_total: the smaller of physical memory and the
+ * cgroup limit). It bounds the batch side of the pipeline, where the bytes
+ * are: batch buffers are in flight from the stage that collates them on
+ * (one per worker plus a full output queue per stage) and with the consumer
+ * (two: the one it uses and the one being handed over), and the batch pool
+ * is reserved to exactly that many (pools.c). When they do not fit, the
+ * deepest of those queues is made one shorter, then the stage with the most
+ * workers loses one, until they fit; a limit below the smallest such
+ * pipeline (one worker, one queued batch, the consumer's two) fails here
+ * with the sizes in the message. Per-sample chunks before the batch and
+ * columns whose shape is unknown at plan time (ragged, encoded) are reported
+ * in the stats but not counted against the limit.
+ */
+#include "pipeline/pipeline.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Bytes of one element of column ci (times `lead`), 0 if its shape is not
+ * known at plan time. */
+static size_t col_bytes(const sl_colinfo *ci, size_t lead) {
+    if (ci->encoded || ci->dtype == SL_DTYPE_INVALID || ci->ndim < 0)
+        return 0;
+    size_t n = sl_dtype_size(ci->dtype);
+    if (n == 0 || !sl__mul_ok(n, lead, &n))
+        return 0;
+    for (int d = 0; d < ci->ndim; d++)
+        if (ci->shape[d] < 0 || !sl__mul_ok(n, (size_t)ci->shape[d], &n))
+            return 0;
+    return n;
+}
+
+/* "38.5 MB" (decimal units, as `ls -h --si` and most dashboards). */
+static void fmt_bytes(char *buf, size_t cap, uint64_t n) {
+    static const char *const unit[] = {"bytes", "KB", "MB", "GB", "TB"};
+    double x = (double)n;
+    int u = 0;
+    while (x >= 1000 && u < 4) {
+        x /= 1000;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, cap, "%llu bytes", (unsigned long long)n);
+    else if (x == (double)(uint64_t)x)
+        snprintf(buf, cap, "%.0f %s", x, unit[u]);
+    else
+        snprintf(buf, cap, "%.1f %s", x, unit[u]);
+}
+
+/* The first stage whose output elements carry batches. */
+static int first_batch_stage(const sl_pipeline *p) {
+    return p->fuse_batch ? p->collate_stage : p->nstages - 1;
+}
+
+static uint64_t batches_in_flight(const sl_pipeline *p) {
+    uint64_t n = 2; /* the consumer's */
+    for (int s = first_batch_stage(p); s < p->nstages; s++)
+        n += (uint64_t)p->stage[s].workers + (uint64_t)p->stage[s].qcap;
+    return n;
+}
+
+/* One step down towards fewer batches in flight; 0 when at the minimum. */
+static int shrink_one(sl_pipeline *p, int *requeue) {
+    int best = -1;
+    for (int s = first_batch_stage(p); s < p->nstages; s++)
+        if (p->stage[s].qcap > 1 && (best < 0 || p->stage[s].qcap >= p->stage[best].qcap))
+            best = s;
+    if (best >= 0) {
+        p->stage[best].qcap--;
+        requeue[best] = 1;
+        return 1;
+    }
+    for (int s = first_batch_stage(p); s < p->nstages; s++)
+        if (p->stage[s].workers > 1 && (best < 0 || p->stage[s].workers > p->stage[best].workers))
+            best = s;
+    if (best < 0)
+        return 0;
+    sl_stage *st = &p->stage[best];
+    st->workers--;
+    if (atomic_load(&st->active) > st->workers)
+        atomic_store(&st->active, st->workers);
+    return 1;
+}
+
+int sl_pipeline__memory_plan(sl_pipeline *p) {
+    const sl_plan *pl = &p->plan;
+    p->memory_limit = p->spec->memory_limit ? p->spec->memory_limit : sl__mem_total() / 4;
+    p->batch_bytes = 0;
+    /* what a stage's output element takes: a batch, or a chunk of samples */
+    for (int s = 0; s < p->nstages; s++) {
+        const sl_stage *st = &p->stage[s];
+        const sl_colset *cs = st->last > st->first ? &pl->opt[st->last - 1].cols
+                              : s == 0             ? &pl->src_cols
+                                                   : NULL;
+        size_t n = 0;
+        for (int c = 0; cs && c < cs->ncols; c++)
+            n += sl_pipeline__pools_class_size(col_bytes(&cs->col[c], 1));
+        p->sample_bytes[s] = cs ? n : (s > 0 ? p->sample_bytes[s - 1] : 0);
+    }
+    if (pl->batch_size <= 0)
+        return SL_OK;
+    char names[128] = "";
+    size_t nl = 0;
+    for (int c = 0; c < pl->out_cols.ncols; c++) {
+        size_t n = col_bytes(&pl->out_cols.col[c], (size_t)pl->batch_size);
+        if (n == 0)
+            continue;
+        p->batch_bytes += sl_pipeline__pools_class_size(n);
+        if (nl < sizeof names)
+            nl += (size_t)snprintf(names + nl, sizeof names - nl, "%s%s", nl ? "+" : "",
+                                   pl->out_cols.col[c].name);
+    }
+    if (p->batch_bytes == 0)
+        return SL_OK;
+    char lim[32], one[32];
+    fmt_bytes(lim, sizeof lim, p->memory_limit);
+    fmt_bytes(one, sizeof one, p->batch_bytes);
+    if (p->memory_limit < p->batch_bytes)
+        return sl__error(SL_ELIMIT, "memory_limit %s is below one batch of %s (%s); raise it or "
+                                    "shrink the batch", lim, names, one);
+    int requeue[SL_STATS_MAX_STAGES] = {0};
+    uint64_t held = batches_in_flight(p);
+    while (held > p->memory_limit / p->batch_bytes && shrink_one(p, requeue))
+        held = batches_in_flight(p);
+    if (held > p->memory_limit / p->batch_bytes)
+        return sl__error(SL_ELIMIT, "memory_limit %s holds %llu batch(es) of %s (%s each); the "
+                                    "pipeline needs at least %llu in flight (one being made, one "
+                                    "queued per stage, two with the consumer); raise it or shrink "
+                                    "the batch", lim, (unsigned long long)(p->memory_limit /
+                                                                            p->batch_bytes),
+                         names, one, (unsigned long long)held);
+    int any = 0;
+    for (int s = 0; s < p->nstages; s++) {
+        if (!requeue[s])
+            continue;
+        sl_queue__destroy(&p->stage[s].out);
+        SL_TRY(sl_queue__init(&p->stage[s].out, (size_t)p->stage[s].qcap, !p->spec->deterministic));
+        any = 1;
+    }
+    if (any) /* the reach rule of sl_pipeline__layout, on the new capacities */
+        for (int s = 1; s < p->nstages; s++)
+            if (p->stage[s].kind == SL_ST_MAP)
+                sl_queue__set_reach(&p->stage[s - 1].out, p->stage[s].out.cap);
+    p->batches_held = held;
+    return SL_OK;
+}
+
+uint64_t sl_pipeline__elem_bytes(const sl_pipeline *p, int s) {
+    if (s >= first_batch_stage(p) && p->plan.batch_size > 0)
+        return p->batch_bytes;
+    pthread_mutex_lock(&((sl_pipeline *)p)->src_mu);
+    uint64_t chunk = (uint64_t)p->chunk_size;
+    pthread_mutex_unlock(&((sl_pipeline *)p)->src_mu);
+    return chunk * p->sample_bytes[s];
+}
