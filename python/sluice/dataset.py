@@ -332,6 +332,21 @@ class Dataset:
         per-sample cost; order and batch membership vary between runs)."""
         return self._with(deterministic=bool(flag))
 
+    def memory_limit(self, limit):
+        """Bound the memory the pipeline holds: a number of bytes or a
+        string such as ``"512M"`` (K, M, G, T are powers of 1024). It covers
+        the batch buffers (the batch pool's reserve, prefetched batches and
+        those being made); queue depths and the batching stage's workers are
+        cut until they fit. Default: a quarter of the memory this process may
+        use (physical memory or the cgroup limit, whichever is smaller).
+        Creating the engine raises :class:`sluice.LimitError` when one batch
+        does not fit."""
+        if isinstance(limit, bool) or not isinstance(limit, (int, str)):
+            raise TypeError(f"limit: expected an int or a string such as '512M', got {limit!r}")
+        if isinstance(limit, int) and limit < 1:
+            raise ValueError(f"limit: must be >= 1 byte, got {limit}")
+        return self._with(memory_limit=limit)
+
     # ---- the spec --------------------------------------------------------
 
     @property

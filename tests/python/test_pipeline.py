@@ -137,6 +137,34 @@ def test_stats_and_explain(small_slr):
     assert "batch" in ds.explain()
 
 
+def test_stats_report_memory(small_slr):
+    ds = sluice.records(small_slr).batch(10).memory_limit("64M")
+    collect(ds)
+    st = ds.stats()
+    assert st["memory_limit"] == 64 << 20
+    assert st["batch_bytes"] >= 10 * 28 * 28
+    assert 0 < st["batches_in_flight"] * st["batch_bytes"] <= st["memory_limit"]
+    assert st["pool_bytes"] >= st["batch_bytes"]
+    assert 0 <= st["pool_free_bytes"] <= st["pool_bytes"]
+    assert st["queue_bytes"] >= 0
+    assert sum(p["bytes"] for p in st["pools"]) == st["pool_bytes"]
+    assert all(p["buf_size"] > 0 for p in st["pools"])
+    assert all("queue_bytes" in s and "queue_length" in s for s in st["stages"])
+
+
+def test_memory_limit_round_trips_through_spec_json(small_slr):
+    ds = sluice.records(small_slr).batch(10).memory_limit("1G")
+    again = sluice.from_spec(ds.to_json())
+    assert again.spec["memory_limit"] == "1G"
+    collect(again)
+    assert again.stats()["memory_limit"] == 1 << 30
+    ds = sluice.records(small_slr).batch(10).memory_limit(1000)
+    with pytest.raises(sluice.LimitError, match="below one batch of image"):
+        collect(ds)
+    with pytest.raises(ValueError):
+        sluice.records(small_slr).memory_limit(0)
+
+
 def test_python_map(small_slr):
     def invert(sample):
         assert sample["image"].shape == (28, 28)
