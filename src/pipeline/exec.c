@@ -8,7 +8,24 @@
  *
  *   source (N readers) -> map stage (N workers) [-> seq stage -> map ...]
  *                      -> final stage (1 thread: take/skip/shuffle_buffer,
- *                         batch collation) -> consumer (sl_pipeline_next)
+ *                         batch collation)
+ *                      [-> collate stage (N workers)] -> consumer
+ *
+ * Collation happens in one of three places. With map + batch fusion the
+ * last parallel stage collates whole-batch chunks (maybe_collate) and the
+ * final stage only passes batches on (or is left out: direct mode). Without
+ * fusion (samples can be dropped before batch), the final stage assigns
+ * samples to batches: it applies drops, take/skip and shuffle buffers in
+ * stream order, numbers each batch, counts take/skip after batch and copies
+ * the counters into the chunk (assign_batch), then passes the chunk of one
+ * batch's samples on, by reference. The SL_ST_STACK stage's workers
+ * (stack_main) copy those samples into the batch buffers in parallel and
+ * push the batch at the chunk's seq, so the consumer gets the final stage's
+ * order and the same bytes, index and resume state as when the final stage
+ * collated them itself (sl_collate__add: the path for batches over
+ * SL_FUSE_MAX_BATCH, no batch op, or SLUICE_PARALLEL_COLLATE=0). A batch
+ * being assigned stays in the final stage across an ERROR marker, as the
+ * sequential collator's partial batch does.
  *
  * Elements moving between stages are chunks: runs of up to chunk_size
  * consecutive samples, so that a queue operation is paid once per chunk, not
