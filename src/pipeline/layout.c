@@ -294,7 +294,11 @@ static int cut_stages(sl_pipeline *p) {
  * assigns samples to batches (it stays the one place that sees drops and
  * take/skip in stream order) and passes each batch-to-be on as a chunk; a
  * parallel stage after it does the copying, its output queue keeping the
- * final stage's order. Not for batches larger than a chunk can hold, and
+ * final stage's order. Both of its queues keep order even in
+ * non-deterministic mode: the final stage numbers the batches, and the
+ * consumer's resume state (batch index) must not go backwards; the samples
+ * have already been reordered upstream, so order costs little here. Not for
+ * batches larger than a chunk can hold, and
  * SLUICE_PARALLEL_COLLATE=0 turns it off (tests compare both paths). */
 static int add_stack_stage(sl_pipeline *p) {
     const sl_plan *pl = &p->plan;
@@ -316,10 +320,10 @@ static int add_stack_stage(sl_pipeline *p) {
     /* the batch queue moves to the new last stage; the final stage's output
      * becomes a chunk queue sized for the collating workers */
     st->qcap = fin->qcap;
-    SL_TRY(sl_queue__init(&st->out, (size_t)st->qcap, !p->spec->deterministic));
+    SL_TRY(sl_queue__init(&st->out, (size_t)st->qcap, 0));
     sl_queue__destroy(&fin->out);
     fin->qcap = 2 * st->workers + 2;
-    int rc = sl_queue__init(&fin->out, (size_t)fin->qcap, !p->spec->deterministic);
+    int rc = sl_queue__init(&fin->out, (size_t)fin->qcap, 0);
     if (rc < 0) {
         sl_queue__destroy(&st->out);
         return rc;
@@ -365,10 +369,10 @@ int sl_pipeline__layout(sl_pipeline *p) {
     }
     choose_vectorized(p);
     SL_TRY(add_stack_stage(p));
-    /* relaxed mode: a map (or collating) stage's workers take from their input only what
+    /* relaxed mode: a map stage's workers take from their input only what
      * their output can admit (queue.c, "No deadlock") */
     for (int s = 1; s < p->nstages; s++)
-        if (p->stage[s].kind == SL_ST_MAP || p->stage[s].kind == SL_ST_STACK)
+        if (p->stage[s].kind == SL_ST_MAP)
             sl_queue__set_reach(&p->stage[s - 1].out, p->stage[s].out.cap);
     return SL_OK;
 }
