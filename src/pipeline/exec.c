@@ -8,7 +8,24 @@
  *
  *   source (N readers) -> map stage (N workers) [-> seq stage -> map ...]
  *                      -> final stage (1 thread: take/skip/shuffle_buffer,
- *                         batch collation) -> consumer (sl_pipeline_next)
+ *                         batch collation)
+ *                      [-> collate stage (N workers)] -> consumer
+ *
+ * Collation happens in one of three places. With map + batch fusion the
+ * last parallel stage collates whole-batch chunks (maybe_collate) and the
+ * final stage only passes batches on (or is left out: direct mode). Without
+ * fusion (samples can be dropped before batch), the final stage assigns
+ * samples to batches: it applies drops, take/skip and shuffle buffers in
+ * stream order, numbers each batch, counts take/skip after batch and copies
+ * the counters into the chunk (assign_batch), then passes the chunk of one
+ * batch's samples on, by reference. The SL_ST_STACK stage's workers
+ * (stack_main) copy those samples into the batch buffers in parallel and
+ * push the batch at the chunk's seq, so the consumer gets the final stage's
+ * order and the same bytes, index and resume state as when the final stage
+ * collated them itself (sl_collate__add: the path for batches over
+ * SL_FUSE_MAX_BATCH, no batch op, or SLUICE_PARALLEL_COLLATE=0). A batch
+ * being assigned stays in the final stage across an ERROR marker, as the
+ * sequential collator's partial batch does.
  *
  * Elements moving between stages are chunks: runs of up to chunk_size
  * consecutive samples, so that a queue operation is paid once per chunk, not
@@ -692,6 +709,8 @@ typedef struct seq_ctx {
     sl_pipeline *p;
     sl_stage *st;
     int final;                     /* collate into batches */
+    int assign;                    /* final, parallel collation: only assign
+                                      samples to batches (x->out is the batch) */
     int ncounters;
     int64_t counter[SL_MAX_COUNTERS];
     int counter_of[SL_STAGE_MAX_OPS]; /* node offset -> counter slot */
@@ -713,13 +732,10 @@ static int emit_item(seq_ctx *x, void *item, int barrier) {
     return rc;
 }
 
-/* Pass a complete batch on, unless a take/skip after batch drops it. */
-static int emit_batch(seq_ctx *x, sl_batch *b) {
-    if (!b)
-        return SL_OK;
+/* A batch is complete: count it for the take/skip after batch; 0 when one
+ * of them drops it. x->counter is then the state after this batch. */
+static int batch_kept(seq_ctx *x) {
     sl_pipeline *p = x->p;
-    atomic_fetch_add_explicit(&x->st->elements, (uint64_t)b->size, memory_order_relaxed);
-    /* take/skip after batch count batches */
     int keep = 1;
     for (int k = x->st->first; k < x->st->last; k++) {
         const sl_pnode *nd = &p->plan.opt[k];
@@ -738,6 +754,15 @@ static int emit_batch(seq_ctx *x, sl_batch *b) {
                 keep = 0;
         }
     }
+    return keep;
+}
+
+/* Pass a complete batch on, unless a take/skip after batch drops it. */
+static int emit_batch(seq_ctx *x, sl_batch *b) {
+    if (!b)
+        return SL_OK;
+    atomic_fetch_add_explicit(&x->st->elements, (uint64_t)b->size, memory_order_relaxed);
+    int keep = batch_kept(x);
     memcpy(b->counters, x->counter, sizeof b->counters);
     if (!keep) {
         sl_pipeline__batch_free(b);
@@ -752,9 +777,52 @@ static int emit_batch(seq_ctx *x, sl_batch *b) {
     return SL_OK;
 }
 
+/* Parallel collation: the batch being assigned (x->out) is complete, or the
+ * epoch ends: number it as emit_batch numbers a batch and pass its samples
+ * on to the collating stage. */
+static int assign_batch(seq_ctx *x) {
+    sl_chunk *c = x->out;
+    x->out = NULL;
+    if (!c)
+        return SL_OK;
+    if (c->n == 0) {
+        sl_pipeline__chunk_put(x->p, c);
+        return SL_OK;
+    }
+    atomic_fetch_add_explicit(&x->st->elements, c->n, memory_order_relaxed);
+    if (!batch_kept(x)) {
+        sl_pipeline__chunk_put(x->p, c);
+        return SL_OK;
+    }
+    memcpy(c->counters, x->counter, sizeof c->counters);
+    c->bindex = x->batch_index++;
+    c->epoch = x->epoch;
+    c->seq = x->st->seq_out;
+    if (emit_item(x, c, 0) < 0) {
+        sl_pipeline__chunk_put(x->p, c);
+        return SL_ECANCELED;
+    }
+    return SL_OK;
+}
+
+/* End of epoch in the final stage: the partial batch is dropped
+ * (drop_remainder) or passed on. */
+static int final_flush(seq_ctx *x) {
+    if (x->assign) {
+        if (x->p->plan.drop_remainder && x->out) {
+            sl_pipeline__chunk_put(x->p, x->out);
+            x->out = NULL;
+        }
+        return assign_batch(x);
+    }
+    if (x->p->plan.drop_remainder)
+        sl_collate__clear(&x->col);
+    return emit_batch(x, sl_collate__take(&x->col));
+}
+
 /* Final or intermediate output of a sample that passed every sequential op. */
 static int seq_out(seq_ctx *x, sl_sample *s, uint64_t pos, uint64_t key) {
-    if (x->final) {
+    if (x->final && !x->assign) {
         int rc = sl_collate__add(x->p, &x->col, s, pos, x->epoch);
         sl_pipeline__sample_release(s);
         return rc > 0 ? emit_batch(x, sl_collate__take(&x->col)) : rc;
@@ -775,6 +843,8 @@ static int seq_out(seq_ctx *x, sl_sample *s, uint64_t pos, uint64_t key) {
     s->ncols = 0;
     c->pos[i] = pos;
     c->key[i] = key;
+    if (x->assign)
+        return c->n == (uint32_t)x->p->plan.batch_size ? assign_batch(x) : SL_OK;
     if (c->n == c->cap || c->n >= (uint32_t)x->p->chunk_size) {
         x->out = NULL;
         c->seq = x->st->seq_out;
@@ -909,7 +979,7 @@ static void seq_ctx_clear(seq_ctx *x) {
 
 /* Pass an END or ERROR marker downstream. */
 static int seq_marker(seq_ctx *x, int kind, int err_rc, const char *msg, uint64_t epoch) {
-    if (x->final) {
+    if (x->final && !x->assign) {
         sl_batch *b = sl_collate__marker(x->p, kind, epoch, err_rc, msg);
         if (!b)
             return sl__oom("ending an epoch");
@@ -919,7 +989,8 @@ static int seq_marker(seq_ctx *x, int kind, int err_rc, const char *msg, uint64_
         }
         return SL_OK;
     }
-    if (x->out) { /* flush the partial chunk first */
+    if (x->out && !x->final) { /* flush the partial chunk first (a batch being
+                                  assigned stays: it goes on filling) */
         sl_chunk *c = x->out;
         x->out = NULL;
         c->seq = x->st->seq_out;
@@ -955,6 +1026,7 @@ static void *seq_main(void *arg) {
     x->p = p;
     x->st = st;
     x->final = st->kind == SL_ST_COLLATE;
+    x->assign = x->final && p->par_collate;
     for (int k = st->first; k < st->last && k - st->first < SL_STAGE_MAX_OPS; k++) {
         const sl_pnode *nd = &p->plan.opt[k];
         if ((nd->kind == SL_PN_TAKE || nd->kind == SL_PN_SKIP) && x->ncounters < SL_MAX_COUNTERS)
@@ -995,10 +1067,8 @@ static void *seq_main(void *arg) {
         } else if (c->kind == SL_CHUNK_END) {
             x->epoch = c->epoch;
             rc = seq_end_epoch(x, st->first);
-            if (rc >= 0 && x->final && p->plan.drop_remainder)
-                sl_collate__clear(&x->col);
             if (rc >= 0 && x->final)
-                rc = emit_batch(x, sl_collate__take(&x->col));
+                rc = final_flush(x);
             if (rc >= 0)
                 rc = seq_marker(x, SL_CHUNK_END, 0, NULL, c->epoch);
             seq_reset_counters(x);
@@ -1019,6 +1089,61 @@ static void *seq_main(void *arg) {
     }
     seq_ctx_clear(x);
     sl__free(x);
+    return NULL;
+}
+
+/* ---- parallel collation ------------------------------------------------------------ */
+
+/* Workers of the SL_ST_STACK stage: each takes a chunk holding one batch's
+ * samples (numbered by the final stage) and copies them into the batch
+ * buffers; markers become marker batches. Output goes out at the chunk's
+ * seq, so the consumer sees the final stage's order. */
+static void *stack_main(void *arg) {
+    sl_worker *w = arg;
+    sl_pipeline *p = w->p;
+    sl_stage *st = w->st;
+    sl_queue *in = &p->stage[st - p->stage - 1].out;
+    for (;;) {
+        worker_gate(p, w);
+        void *item;
+        uint64_t wait_in = 0;
+        int rc = sl_queue__pop(in, &item, &wait_in, -1);
+        atomic_fetch_add_explicit(&st->wait_in_ns, wait_in, memory_order_relaxed);
+        if (rc != SL_OK)
+            break;
+        sl_chunk *c = item;
+        span t0 = span_begin();
+        uint32_t n = c->n;
+        sl_batch *b;
+        if (c->kind == SL_CHUNK_DATA && (rc = sl_collate__chunk(p, c)) >= 0) {
+            b = c->batch;
+            c->batch = NULL;
+            b->index = c->bindex;
+            b->epoch = c->epoch;
+            memcpy(b->counters, c->counters, sizeof b->counters);
+        } else if (c->kind == SL_CHUNK_DATA) { /* as the sequential path reports it */
+            char msg[SL__ERRMSG_MAX];
+            copy_str(msg, sizeof msg, sl_errmsg());
+            b = sl_collate__marker(p, SL_CHUNK_ERROR, c->epoch, rc, msg);
+        } else {
+            b = sl_collate__marker(p, c->kind, c->epoch, c->err_rc, c->errmsg);
+        }
+        span_end(p, st, w->id, t0, n);
+        atomic_fetch_add_explicit(&st->elements, n, memory_order_relaxed);
+        uint64_t seq = c->seq;
+        sl_pipeline__chunk_put(p, c);
+        if (!b) {
+            worker_fail(p, SL_ENOMEM, "collate: out of memory");
+            break;
+        }
+        uint64_t wait = 0;
+        rc = sl_queue__push(&st->out, seq, b, b->kind != SL_CHUNK_DATA, &wait);
+        atomic_fetch_add_explicit(&st->wait_out_ns, wait, memory_order_relaxed);
+        if (rc < 0) {
+            sl_pipeline__batch_free(b);
+            break;
+        }
+    }
     return NULL;
 }
 
@@ -1054,6 +1179,8 @@ static void *worker_main(void *arg) {
         }
         return NULL;
     }
+    if (st->kind == SL_ST_STACK)
+        return stack_main(arg);
     return seq_main(arg);
 }
 

@@ -288,6 +288,53 @@ static int cut_stages(sl_pipeline *p) {
     return SL_OK;
 }
 
+/* Parallel collation: when map + batch do not fuse (policy skip, filters
+ * left in the stages, take/skip/shuffle_buffer before batch), the single
+ * final thread would copy every sample into its batch. Instead it only
+ * assigns samples to batches (it stays the one place that sees drops and
+ * take/skip in stream order) and passes each batch-to-be on as a chunk; a
+ * parallel stage after it does the copying, its output queue keeping the
+ * final stage's order. Both of its queues keep order even in
+ * non-deterministic mode: the final stage numbers the batches, and the
+ * consumer's resume state (batch index) must not go backwards; the samples
+ * have already been reordered upstream, so order costs little here. Not for
+ * batches larger than a chunk can hold, and
+ * SLUICE_PARALLEL_COLLATE=0 turns it off (tests compare both paths). */
+static int add_stack_stage(sl_pipeline *p) {
+    const sl_plan *pl = &p->plan;
+    const char *env = getenv("SLUICE_PARALLEL_COLLATE");
+    if (p->fuse_batch || !pl->has_batch || pl->batch_size > SL_FUSE_MAX_BATCH ||
+        p->nstages >= SL_STATS_MAX_STAGES || p->stage[p->nstages - 1].kind != SL_ST_COLLATE ||
+        (env && !strcmp(env, "0")))
+        return SL_OK;
+    sl_stage *fin = &p->stage[p->nstages - 1];
+    sl_stage *st = &p->stage[p->nstages];
+    memset(st, 0, sizeof *st);
+    st->kind = SL_ST_STACK;
+    st->first = st->last = pl->nopt;
+    snprintf(st->name, sizeof st->name, "collate(batch %lld)", (long long)pl->batch_size);
+    st->workers = p->spec->threads > 0 ? p->spec->threads : p->ncpus;
+    if (st->workers < 1)
+        st->workers = 1;
+    atomic_init(&st->active, st->workers);
+    /* the batch queue moves to the new last stage; the final stage's output
+     * becomes a chunk queue sized for the collating workers */
+    st->qcap = fin->qcap;
+    SL_TRY(sl_queue__init(&st->out, (size_t)st->qcap, 0));
+    sl_queue__destroy(&fin->out);
+    fin->qcap = 2 * st->workers + 2;
+    int rc = sl_queue__init(&fin->out, (size_t)fin->qcap, 0);
+    if (rc < 0) {
+        sl_queue__destroy(&st->out);
+        return rc;
+    }
+    p->nstages++;
+    p->par_collate = 1;
+    if (pl->batch_size > p->chunk_cap)
+        p->chunk_cap = (int)pl->batch_size;
+    return SL_OK;
+}
+
 /* Cut the optimised plan into stages, then decide map + batch fusion. */
 int sl_pipeline__layout(sl_pipeline *p) {
     SL_TRY(cut_stages(p));
@@ -321,6 +368,7 @@ int sl_pipeline__layout(sl_pipeline *p) {
         }
     }
     choose_vectorized(p);
+    SL_TRY(add_stack_stage(p));
     /* relaxed mode: a map stage's workers take from their input only what
      * their output can admit (queue.c, "No deadlock") */
     for (int s = 1; s < p->nstages; s++)

@@ -163,7 +163,14 @@ typedef struct sl_pnode {
 } sl_pnode;
 
 /* A physical stage: a run of nodes executed by one pool of threads. */
-enum { SL_ST_SOURCE = 1, SL_ST_MAP, SL_ST_SEQ, SL_ST_COLLATE };
+enum {
+    SL_ST_SOURCE = 1,
+    SL_ST_MAP,
+    SL_ST_SEQ,
+    SL_ST_COLLATE, /* the last sequential stage: ops up to batch, then batches */
+    SL_ST_STACK    /* parallel collation: copies the samples the final stage
+                      assigned to a batch into the batch buffers (exec.c) */
+};
 
 typedef struct sl_plan {
     sl_pnode *nodes;              /* logical plan, spec order */
@@ -239,6 +246,8 @@ size_t sl_queue__count(sl_queue *q);
 /* ---- exec.c ------------------------------------------------------------------------ */
 enum { SL_CHUNK_DATA = 0, SL_CHUNK_END = 1, SL_CHUNK_ERROR = 2 };
 
+#define SL_MAX_COUNTERS 8
+
 /* A run of consecutive samples moving between stages. */
 typedef struct sl_chunk {
     struct sl_chunk *next_free;
@@ -253,11 +262,13 @@ typedef struct sl_chunk {
     sl_tensor slot;               /* map+batch fusion: the batch buffer of column
                                      slot_col, taken before the ops run so the
                                      last op writes into it (buf NULL: none) */
+    uint64_t bindex;              /* parallel collation: the batch's index in its
+                                     epoch (the final stage numbers batches) */
+    int64_t counters[SL_MAX_COUNTERS]; /* parallel collation: the final stage's
+                                     take/skip counters after this batch */
     int err_rc;
     char errmsg[SL__ERRMSG_MAX];
 } sl_chunk;
-
-#define SL_MAX_COUNTERS 8
 
 struct sl_batch {
     int kind;                     /* SL_CHUNK_DATA / END / ERROR */
@@ -371,6 +382,9 @@ struct sl_pipeline {
     char vec_note[192];           /* why (or why not), for explain */
     _Atomic uint64_t vec_batches; /* batches that ran the batched kernels; read
                                      by tests */
+    int par_collate;              /* the final stage only assigns samples to
+                                     batches; a SL_ST_STACK stage after it
+                                     collates them in parallel (layout.c) */
     int direct;                   /* the consumer takes batches straight from the
                                      collating stage (no final stage thread) */
     uint64_t direct_index;        /* direct: index of the next batch in the epoch */

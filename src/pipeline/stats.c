@@ -384,6 +384,8 @@ int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len
                            : st->kind == SL_ST_SOURCE ? "read"
                            : st->kind == SL_ST_MAP  ? "per-sample ops, parallel"
                            : st->kind == SL_ST_SEQ  ? "sequential"
+                           : st->kind == SL_ST_STACK ? "collates batches, parallel"
+                           : p->par_collate ? "sequential, assigns samples to batches"
                                                     : "sequential, collates batches";
         sb_printf(&b, "  %d. %s (%s): ", s + 1, st->name, kind);
         if (st->autotune)
