@@ -403,6 +403,16 @@ static void worker_gate(sl_pipeline *p, sl_worker *w) {
     pthread_mutex_unlock(&p->tune_mu);
 }
 
+/* The next chunk from the stage before `st`, blocking; the wait counts as
+ * the stage's time waiting for input. NULL when the queue closed. */
+static sl_chunk *stage_input(sl_pipeline *p, sl_stage *st) {
+    void *item;
+    uint64_t wait_in = 0;
+    int rc = sl_queue__pop(&p->stage[st - p->stage - 1].out, &item, &wait_in, -1);
+    atomic_fetch_add_explicit(&st->wait_in_ns, wait_in, memory_order_relaxed);
+    return rc == SL_OK ? item : NULL;
+}
+
 static void *source_main(void *arg) {
     sl_worker *w = arg;
     sl_pipeline *p = w->p;
@@ -659,16 +669,12 @@ static void *map_main(void *arg) {
     sl_worker *w = arg;
     sl_pipeline *p = w->p;
     sl_stage *st = w->st;
-    sl_queue *in = &p->stage[st - p->stage - 1].out;
     for (;;) {
         worker_gate(p, w);
-        void *item;
-        uint64_t wait_in = 0;
-        int rc = sl_queue__pop(in, &item, &wait_in, -1);
-        atomic_fetch_add_explicit(&st->wait_in_ns, wait_in, memory_order_relaxed);
-        if (rc != SL_OK)
+        sl_chunk *c = stage_input(p, st);
+        if (!c)
             break;
-        sl_chunk *c = item;
+        int rc;
         if (c->kind == SL_CHUNK_DATA) {
             span t0 = span_begin();
             uint32_t n = c->n;
@@ -1019,7 +1025,6 @@ static void *seq_main(void *arg) {
     sl_worker *w = arg;
     sl_pipeline *p = w->p;
     sl_stage *st = w->st;
-    sl_queue *in = &p->stage[st - p->stage - 1].out;
     seq_ctx *x = sl__calloc(1, sizeof *x);
     if (!x)
         return NULL; /* the consumer then waits; free still works */
@@ -1038,13 +1043,10 @@ static void *seq_main(void *arg) {
         x->batch_index = p->start.batch;
     }
     for (;;) {
-        void *item;
-        uint64_t wait_in = 0;
-        int rc = sl_queue__pop(in, &item, &wait_in, -1);
-        atomic_fetch_add_explicit(&st->wait_in_ns, wait_in, memory_order_relaxed);
-        if (rc != SL_OK)
+        sl_chunk *c = stage_input(p, st);
+        if (!c)
             break;
-        sl_chunk *c = item;
+        int rc;
         span t0 = span_begin();
         if (c->epoch != x->epoch && c->kind == SL_CHUNK_DATA) {
             x->epoch = c->epoch;
@@ -1102,16 +1104,12 @@ static void *stack_main(void *arg) {
     sl_worker *w = arg;
     sl_pipeline *p = w->p;
     sl_stage *st = w->st;
-    sl_queue *in = &p->stage[st - p->stage - 1].out;
     for (;;) {
         worker_gate(p, w);
-        void *item;
-        uint64_t wait_in = 0;
-        int rc = sl_queue__pop(in, &item, &wait_in, -1);
-        atomic_fetch_add_explicit(&st->wait_in_ns, wait_in, memory_order_relaxed);
-        if (rc != SL_OK)
+        sl_chunk *c = stage_input(p, st);
+        if (!c)
             break;
-        sl_chunk *c = item;
+        int rc;
         span t0 = span_begin();
         uint32_t n = c->n;
         sl_batch *b;
