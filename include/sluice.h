@@ -111,7 +111,10 @@ SL_API const char *sl_status_str(int status);
 typedef enum sl_dtype {
     SL_DTYPE_INVALID = 0,
     SL_U8 = 1, SL_I8 = 2, SL_U16 = 3, SL_I16 = 4, SL_U32 = 5, SL_I32 = 6,
-    SL_U64 = 7, SL_I64 = 8, SL_F16 = 9, SL_F32 = 10, SL_F64 = 11, SL_BOOL = 12
+    SL_U64 = 7, SL_I64 = 8, SL_F16 = 9, SL_F32 = 10, SL_F64 = 11, SL_BOOL = 12,
+    /** bfloat16 (the top half of a float32), a tensor type of pipeline
+     *  outputs (normalize, cast): not a column type of .slr files. Since 0.2 */
+    SL_BF16 = 13
 } sl_dtype;
 
 /** Size in bytes of one element of `dtype`; 0 for an invalid dtype. Since 0.1 */

@@ -43,7 +43,8 @@ static const char *buffer_format(sl_dtype d) {
 }
 
 PyObject *py_sl_tensor_from(sl_tensor *t) {
-    if (!buffer_format(t->dtype) || t->ndim < 0 || t->ndim > SL_MAX_DIMS) {
+    if ((!buffer_format(t->dtype) && t->dtype != SL_BF16) || t->ndim < 0 ||
+        t->ndim > SL_MAX_DIMS) {
         PyErr_Format(PyExc_ValueError, "tensor: unsupported dtype %s or ndim %d",
                      sl_dtype_name(t->dtype), (int)t->ndim);
         sl_tensor_release(t);
@@ -75,6 +76,16 @@ PyObject *py_sl_tensor_from(sl_tensor *t) {
 }
 
 PyObject *py_sl_tensor_numpy(PyObject *tensor_obj) {
+    /* numpy.asarray would wrap an object it cannot read as a buffer in a 0-d
+     * object array: say why instead. */
+    if (PyObject_TypeCheck(tensor_obj, &PySlTensor_Type)) {
+        const sl_tensor *t = &((PySlTensor *)tensor_obj)->t;
+        if (!buffer_format(t->dtype)) {
+            PyErr_Format(PyExc_BufferError, "tensor has dtype %s, which numpy cannot express; "
+                         "use torch.from_dlpack (or ds.torch())", sl_dtype_name(t->dtype));
+            return NULL;
+        }
+    }
     return PyObject_CallOneArg(np_asarray, tensor_obj);
 }
 
@@ -89,6 +100,14 @@ static int tensor_getbuffer(PySlTensor *self, Py_buffer *view, int flags) {
     if (self->t.device != SL_DEVICE_CPU && self->t.device != SL_DEVICE_CUDA_HOST) {
         PyErr_Format(PyExc_BufferError, "tensor lives on device %d:%d (not host memory); use "
                      "torch.from_dlpack", (int)self->t.device, (int)self->t.device_id);
+        view->obj = NULL;
+        return -1;
+    }
+    if (!buffer_format(self->t.dtype)) {
+        /* numpy and the buffer protocol have no bfloat16 */
+        PyErr_Format(PyExc_BufferError, "tensor has dtype %s, which numpy and the buffer "
+                     "protocol cannot express; use torch.from_dlpack (or ds.torch())",
+                     sl_dtype_name(self->t.dtype));
         view->obj = NULL;
         return -1;
     }
@@ -140,6 +159,7 @@ static int dl_dtype(sl_dtype d, DLDataType *out) {
     case SL_BOOL:
     case SL_U8: case SL_U16: case SL_U32: case SL_U64: out->code = kDLUInt; return 0;
     case SL_F16: case SL_F32: case SL_F64: out->code = kDLFloat; return 0;
+    case SL_BF16: out->code = kDLBfloat; return 0;
     default: return -1;
     }
 }

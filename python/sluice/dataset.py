@@ -237,15 +237,17 @@ class Dataset:
 
     def normalize(self, column="image", mean=(0.0,), std=(1.0,), layout="chw", dtype="float32"):
         """``(x / 255 - mean) / std`` per channel, as torchvision's ToTensor +
-        Normalize; ``layout`` chw|hwc, ``dtype`` float32|float16|uint8."""
+        Normalize; ``layout`` chw|hwc, ``dtype`` float32|float16|bfloat16|uint8
+        (bfloat16 reaches torch through DLPack; numpy has no bfloat16)."""
         mean = _numbers(mean, "mean")
         std = _numbers(std, "std")
         if any(s == 0 for s in std):
             raise ValueError("std: must not contain 0")
         if layout not in ("chw", "hwc"):
             raise ValueError(f"layout: expected 'chw' or 'hwc', got {layout!r}")
-        if dtype not in ("float32", "float16", "uint8"):
-            raise ValueError(f"dtype: expected 'float32', 'float16' or 'uint8', got {dtype!r}")
+        if dtype not in ("float32", "float16", "bfloat16", "uint8"):
+            raise ValueError("dtype: expected 'float32', 'float16', 'bfloat16' or 'uint8', "
+                             f"got {dtype!r}")
         return self.op("normalize", column=_check_column(column), mean=mean, std=std,
                        layout=layout, dtype=dtype)
 

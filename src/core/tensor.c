@@ -11,7 +11,7 @@ static const struct {
     [SL_U16] = {"uint16", 2},            [SL_I16] = {"int16", 2},  [SL_U32] = {"uint32", 4},
     [SL_I32] = {"int32", 4},             [SL_U64] = {"uint64", 8}, [SL_I64] = {"int64", 8},
     [SL_F16] = {"float16", 2},           [SL_F32] = {"float32", 4}, [SL_F64] = {"float64", 8},
-    [SL_BOOL] = {"bool", 1},
+    [SL_BOOL] = {"bool", 1},           [SL_BF16] = {"bfloat16", 2},
 };
 #define NDTYPES (sizeof dtypes / sizeof dtypes[0])
 

@@ -32,7 +32,7 @@ typedef struct sl_dev_norm {
     int64_t n, h, w, c;
     float mean[4], std[4];     /* per channel: y = (x / 255 - mean) / std in float32 */
     int chw;                   /* 1: CHW output, 0: HWC */
-    sl_dtype dtype;            /* SL_F32 or SL_F16 */
+    sl_dtype dtype;            /* SL_F32, SL_F16 or SL_BF16 */
 } sl_dev_norm;
 
 typedef struct sl_dev_backend sl_dev_backend;

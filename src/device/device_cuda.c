@@ -57,7 +57,7 @@ static struct {
     void *klib;
     char kmissing[384];
     int (*normalize)(void *dst, const void *src, long long n, long long h, long long w, int c,
-                     const float *mean, const float *std, int chw, int half, void *stream);
+                     const float *mean, const float *std, int chw, int kind, void *stream);
 } cu;
 
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
@@ -220,7 +220,8 @@ static int c_copy(sl_dev_backend *b, void *dst, const void *src, size_t n, void 
 static int c_normalize(sl_dev_backend *b, const sl_dev_norm *a, void *s) {
     ON(b);
     CU_TRY("normalize kernel", cu.normalize(a->dst, a->src, a->n, a->h, a->w, (int)a->c, a->mean,
-                                            a->std, a->chw, a->dtype == SL_F16, s));
+                                            a->std, a->chw,
+                                            a->dtype == SL_F16 ? 1 : a->dtype == SL_BF16 ? 2 : 0, s));
     return SL_OK;
 }
 static int c_event_create(sl_dev_backend *b, void **out) {

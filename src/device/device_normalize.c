@@ -4,7 +4,7 @@
  * ((x / 255 - mean) / std, each step rounded as float32, no fused
  * multiply-add) so that results equal the CPU op's bit for bit. The CUDA
  * kernel (normalize.cu) evaluates the same expression with the same
- * rounding (__fdiv_rn, __fsub_rn, __float2half_rn).
+ * rounding (__fdiv_rn, __fsub_rn, __float2half_rn, __float2bfloat16_rn).
  */
 #include "device/device.h"
 #include "ops/ops.h"
@@ -24,6 +24,8 @@ void sl_dev__normalize_host(const sl_dev_norm *a) {
                 size_t o = (size_t)k * per + (a->chw ? c * plane + p : p * C + c);
                 if (a->dtype == SL_F32)
                     ((float *)a->dst)[o] = v;
+                else if (a->dtype == SL_BF16)
+                    ((uint16_t *)a->dst)[o] = sl_ops__f32_to_bf16(v);
                 else
                     ((uint16_t *)a->dst)[o] = sl_ops__f32_to_f16(v);
             }

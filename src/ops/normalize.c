@@ -92,8 +92,9 @@ int sl_image_normalize(const sl_tensor *src, const float *mean, const float *std
 int sl_ops__normalize(const sl_tensor *src, const float *mean, const float *std,
                       sl_layout layout, sl_dtype dtype, int mirror, sl_tensor *out) {
     SL_TRY(sl_ops__check_image(src, "normalize"));
-    if (dtype != SL_F32 && dtype != SL_F16 && dtype != SL_U8)
-        return sl__error(SL_EINVAL, "normalize: dtype %s not supported (float32, float16, uint8)",
+    if (dtype != SL_F32 && dtype != SL_F16 && dtype != SL_BF16 && dtype != SL_U8)
+        return sl__error(SL_EINVAL,
+                         "normalize: dtype %s not supported (float32, float16, bfloat16, uint8)",
                          sl_dtype_name(dtype));
     if (layout != SL_LAYOUT_CHW && layout != SL_LAYOUT_HWC)
         return sl__error(SL_EINVAL, "normalize: unknown layout %d", (int)layout);
@@ -116,6 +117,8 @@ int sl_ops__normalize(const sl_tensor *src, const float *mean, const float *std,
                 lut.f[c][i] = v; /* the value sl_ops__norm_lut gives */
             } else if (dtype == SL_F16) {
                 lut.h[c][i] = sl_ops__f32_to_f16(v);
+            } else if (dtype == SL_BF16) {
+                lut.h[c][i] = sl_ops__f32_to_bf16(v);
             } else {
                 float r = rintf(v * 255.0f);
                 lut.b[c][i] = (uint8_t)(r < 0 ? 0 : r > 255 ? 255 : r);
@@ -175,7 +178,7 @@ int sl_ops__normalize(const sl_tensor *src, const float *mean, const float *std,
 #endif
     if (dtype == SL_F32)
         NORM_LOOP(float, lut.f);
-    else if (dtype == SL_F16)
+    else if (dtype == SL_F16 || dtype == SL_BF16)
         NORM_LOOP(uint16_t, lut.h);
     else
         NORM_LOOP(uint8_t, lut.b);
@@ -208,6 +211,7 @@ static double load(const void *p, sl_dtype t, size_t i) {
     case SL_U64: return (double)((const uint64_t *)p)[i];
     case SL_I64: return (double)((const int64_t *)p)[i];
     case SL_F16: return half_to_double(((const uint16_t *)p)[i]);
+    case SL_BF16: return sl_ops__bf16_to_f32(((const uint16_t *)p)[i]);
     case SL_F32: return ((const float *)p)[i];
     case SL_F64: return ((const double *)p)[i];
     case SL_BOOL: return ((const uint8_t *)p)[i] != 0;
@@ -234,6 +238,7 @@ static void store(void *p, sl_dtype t, size_t i, double v) {
     case SL_U64: ((uint64_t *)p)[i] = (uint64_t)sat(v, 0, 18446744073709549568.0); break;
     case SL_I64: ((int64_t *)p)[i] = (int64_t)sat(v, -9223372036854775808.0, 9223372036854774784.0); break;
     case SL_F16: ((uint16_t *)p)[i] = sl_ops__f32_to_f16((float)v); break;
+    case SL_BF16: ((uint16_t *)p)[i] = sl_ops__f32_to_bf16((float)v); break;
     case SL_F32: ((float *)p)[i] = (float)v; break;
     case SL_F64: ((double *)p)[i] = v; break;
     default: break;

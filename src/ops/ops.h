@@ -23,6 +23,9 @@ int sl_ops__check_image(const sl_tensor *t, const char *op);
 
 /* float32 -> IEEE half, round to nearest even. */
 uint16_t sl_ops__f32_to_f16(float f);
+/* float32 <-> bfloat16, rounding to nearest even (torch's conversion). */
+uint16_t sl_ops__f32_to_bf16(float f);
+float sl_ops__bf16_to_f32(uint16_t h);
 
 /* A normalized float32 output for the resampler: each output byte v of
  * channel c is written as lut[c][v] (sl_ops__norm_lut: exactly what

@@ -97,6 +97,24 @@ uint16_t sl_ops__f32_to_f16(float f) {
     return (uint16_t)(sign | h);
 }
 
+uint16_t sl_ops__f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) /* NaN: quiet, sign kept (as torch does) */
+        return (uint16_t)((x >> 16) | 0x40u);
+    /* round to nearest, ties to even, on the 16 bits dropped; an overflow
+     * carries into the exponent and gives infinity, the right rounding */
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+float sl_ops__bf16_to_f32(uint16_t h) {
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
 void sl_ops__rgb_to_gray(const uint8_t *src, uint8_t *dst, size_t npix) {
     /* PIL's L24: weights 0.299/0.587/0.114 in 16-bit fixed point, rounded. */
     for (size_t i = 0; i < npix; i++) {

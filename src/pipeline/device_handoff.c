@@ -214,8 +214,11 @@ static int take_normalize(sl_device_state *ds, sl_spec *spec) {
     ds->dtype = SL_F32;
     if (dt && cJSON_IsString(dt) && !strcmp(dt->valuestring, "float16"))
         ds->dtype = SL_F16;
+    else if (dt && cJSON_IsString(dt) && !strcmp(dt->valuestring, "bfloat16"))
+        ds->dtype = SL_BF16;
     else if (dt && !(cJSON_IsString(dt) && !strcmp(dt->valuestring, "float32")))
-        return sl__error(SL_EINVAL, "ops[%d].dtype: on the device, \"float32\" or \"float16\"",
+        return sl__error(SL_EINVAL,
+                         "ops[%d].dtype: on the device, \"float32\", \"float16\" or \"bfloat16\"",
                          at);
     cJSON_Delete(spec->ops[at].json);
     memmove(&spec->ops[at], &spec->ops[at + 1], (size_t)(spec->nops - at - 1) * sizeof *spec->ops);

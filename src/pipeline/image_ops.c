@@ -1000,8 +1000,8 @@ static int normalize_parse(void *params, const cJSON *json, const char *field) {
     normalize_params *p = params;
     static const char *const keys[] = {"column", "mean", "std", "layout", "dtype", NULL};
     static const char *const layouts[] = {"hwc", "chw", NULL};
-    static const char *const dtypes[] = {"float32", "float16", "uint8", NULL};
-    static const sl_dtype dtype_of[] = {SL_F32, SL_F16, SL_U8};
+    static const char *const dtypes[] = {"float32", "float16", "uint8", "bfloat16", NULL};
+    static const sl_dtype dtype_of[] = {SL_F32, SL_F16, SL_U8, SL_BF16};
     double v[4];
     int layout, dt;
     SL_TRY(sl_op_param_check_keys(json, field, keys));

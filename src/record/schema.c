@@ -64,6 +64,11 @@ int sl_schema_add(sl_schema *s, const char *name, sl_coltype type, sl_dtype dtyp
     case SL_COL_ARRAY:
         if (sl_dtype_size(dtype) == 0)
             return sl__error(SL_EINVAL, "schema: column \"%s\": invalid dtype %d", name, (int)dtype);
+        if (dtype == SL_BF16)
+            return sl__error(SL_EINVAL,
+                             "schema: column \"%s\": bfloat16 is a pipeline output type, not a "
+                             ".slr column type (store float32 or float16 and cast in the pipeline)",
+                             name);
         if (ndim < 0 || ndim > SL_MAX_DIMS || (ndim > 0 && !shape))
             return sl__error(SL_EINVAL, "schema: column \"%s\": ndim must be 0..%d with a shape",
                              name, SL_MAX_DIMS);
@@ -187,7 +192,7 @@ int sl_record__schema_decode(const uint8_t *p, uint32_t ncols, sl_schema *out, c
             return sl__error(SL_ECORRUPT, "%s: column \"%s\": unknown column type %u", path, name, type);
         int64_t shape[SL_MAX_DIMS] = {0};
         if (type == SL_COL_ARRAY) {
-            if (ndim > SL_MAX_DIMS || sl_dtype_size((sl_dtype)dtype) == 0)
+            if (ndim > SL_MAX_DIMS || sl_dtype_size((sl_dtype)dtype) == 0 || dtype == SL_BF16)
                 return sl__error(SL_ECORRUPT, "%s: column \"%s\": bad array dtype %u or ndim %u",
                                  path, name, dtype, ndim);
         } else if (dtype != 0 || ndim != 0) {

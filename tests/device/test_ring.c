@@ -261,7 +261,7 @@ SL_TEST(device_ring__normalize_matches_cpu_op) {
     sl_dev_backend *be = sl_dev__ring_backend(r);
     enum { H = 5, W = 7, C = 3 };
     const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
-    for (int dt = 0; dt < 2; dt++) {
+    for (int dt = 0; dt < 3; dt++) { /* float32, float16, bfloat16 */
         for (int chw = 0; chw < 2; chw++) {
             sl_dev_slot *s;
             uint64_t waited = 0;
@@ -277,7 +277,7 @@ SL_TEST(device_ring__normalize_matches_cpu_op) {
             memcpy(n.mean, mean, sizeof mean);
             memcpy(n.std, sd, sizeof sd);
             n.chw = chw;
-            n.dtype = dt ? SL_F16 : SL_F32;
+            n.dtype = dt == 2 ? SL_BF16 : dt ? SL_F16 : SL_F32;
             ASSERT_OK(sl_dev__slot_submit(s, in, &n));
             sl_buffer *buf;
             ASSERT_OK(sl_dev__slot_handout(s, &buf));

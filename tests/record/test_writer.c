@@ -176,6 +176,11 @@ SL_TEST(record_writer__schema_rules) {
     ASSERT_RC(sl_schema_add(s, "a", SL_COL_ARRAY, SL_U8, 1, neg, 0), SL_EINVAL);
     ASSERT_RC(sl_schema_add(s, "a", (sl_coltype)9, SL_DTYPE_INVALID, 0, NULL, 0), SL_EINVAL);
     ASSERT_RC(sl_schema_add(s, "a", SL_COL_BYTES, SL_DTYPE_INVALID, 0, NULL, 0x80), SL_EINVAL);
+    /* bfloat16 is a tensor type of pipeline outputs, not a .slr column type */
+    ASSERT_EQ(sl_dtype_size(SL_BF16), 2);
+    ASSERT_EQ(sl_dtype_parse("bfloat16"), SL_BF16);
+    ASSERT_RC(sl_schema_add(s, "a", SL_COL_ARRAY, SL_BF16, 1, sh, 0), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "bfloat16");
     ASSERT_OK(sl_schema_add(s, "a", SL_COL_ARRAY, SL_U8, 1, sh, SL_COLF_ZSTD));
     ASSERT_EQ(sl_schema_ncols(s), 2);
     ASSERT_EQ(sl_schema_find(s, "a"), 1);
