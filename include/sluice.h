@@ -907,7 +907,7 @@ typedef enum sl_layout {
 
 /** Normalize, change layout and cast in one pass:
  *  y = (x / 255 - mean[c]) / std[c] computed in float32 exactly as
- *  torchvision's ToTensor + Normalize, stored as SL_F32, SL_F16 (round to
+ *  torchvision's ToTensor + Normalize, stored as SL_F32, SL_F16 or SL_BF16 (round to
  *  nearest even) or SL_U8 (round(255 * y), saturated; mean 0, std 1 gives the
  *  pixels unchanged).
  *  @param[in] mean,std per channel (C values each; NULL: 0 and 1)
