@@ -15,14 +15,19 @@
 /* ---- pools.c ------------------------------------------------------------------ */
 typedef struct sl_pipeline__pools sl_pipeline__pools;
 int sl_pipeline__pools_create(sl_pipeline__pools **out);
-/* Up to `count` buffers of `size` bytes may be out at once: the class is
- * filled to `count` on first use and caches no more (pools.c). Call before
- * the workers start. */
+/* Up to `count` buffers of `size` bytes may be out at once: the class
+ * caches no more than that (pools.c). Call before the workers start. */
 int sl_pipeline__pools_reserve(sl_pipeline__pools *ps, size_t size, size_t count);
 int sl_pipeline__pools_get(sl_pipeline__pools *ps, size_t size, sl_buffer **out);
 /* A pooled tensor of the given dtype and shape. */
 int sl_pipeline__pools_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dtype, int ndim,
                               const int64_t *shape);
+/* As sl_pipeline__pools_tensor, for a batch of shape[0] rows taken from the
+ * buffer class of `rows` rows (rows >= shape[0]): an epoch's last, partial
+ * batch then reuses a full batch's buffer instead of growing a pool of its
+ * own size. */
+int sl_pipeline__pools_batch_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dtype,
+                                    int ndim, const int64_t *shape, int64_t rows);
 void sl_pipeline__pools_free(sl_pipeline__pools *ps);
 /* The bytes a buffer of `size` bytes really takes (its class size). */
 size_t sl_pipeline__pools_class_size(size_t size);
