@@ -15,8 +15,9 @@
 /* ---- pools.c ------------------------------------------------------------------ */
 typedef struct sl_pipeline__pools sl_pipeline__pools;
 int sl_pipeline__pools_create(sl_pipeline__pools **out);
-/* Up to `count` buffers of `size` bytes may be out at once: the class
- * caches no more than that (pools.c). Call before the workers start. */
+/* Up to `count` buffers of `size` bytes may be out at once: the class is
+ * filled to `count` on first use and caches no more (pools.c). Call before
+ * the workers start. */
 int sl_pipeline__pools_reserve(sl_pipeline__pools *ps, size_t size, size_t count);
 int sl_pipeline__pools_get(sl_pipeline__pools *ps, size_t size, sl_buffer **out);
 /* A pooled tensor of the given dtype and shape. */

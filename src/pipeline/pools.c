@@ -10,21 +10,27 @@
  * buffer is released (a batch kept by the consumer after the pipeline is
  * freed stays valid).
  *
- * Reserved classes (sl_pipeline__pools_reserve): the batch buffers. The
- * queues bound how many batches can be in flight (memory.c: workers and
- * queue depths from the collating stage on, plus what the consumer holds),
- * and a reserved class caches at most that many; a consumer holding more
- * batches than the bound gets extra buffers that are freed (unmapped) on
- * release rather than kept. Buffers are made on demand, not all at the first
- * batch: a pipeline whose consumer keeps up (the queues stay empty) holds
- * the batches being made plus the consumer's, three where the bound is six
- * or eight (bench/py_imagefolder.py: 3x224x224 float32, batch 64, 38.5 MB a
- * batch). The price is that resident memory can still grow after the first
- * epoch, up to the bound, the first time the consumer stalls long enough
- * for the queues to fill (bench/soak.py measured that before the buffers
- * were made up front; the bound, not the first epoch, is what to budget).
- * glibc's arenas play no part for these: buffers this large (past its 32 MiB
- * mmap threshold ceiling) are mmap'd and unmapped one by one.
+ * Reserved classes (sl_pipeline__pools_reserve): a pool caches every buffer
+ * it ever made, so its size is the most buffers that were ever out at once.
+ * For batch buffers that high-water mark is reached late and at random: the
+ * queues bound how many batches are in flight (workers + queue depths + what
+ * the consumer holds), but the bound is only met when the consumer stalls
+ * while every worker finishes a batch. Measured with bench/soak.py (900
+ * photos, batch 64 of 3x224x224 float32, 2 workers, `sluice run`): the batch
+ * pool held 5 buffers after epoch 3 and 6 after epoch 12, and RSS rose
+ * 38.5 MB (one batch) at epoch 7 and again by epoch 20, +29% from epoch 5.
+ * glibc's arenas are not the cause: buffers this large (past its 32 MiB
+ * mmap threshold ceiling) are mmap'd and unmapped one by one. So a
+ * reserved class is filled to the bound on its first use, each buffer
+ * written once so that its pages are resident: the memory the pipeline will
+ * need at its worst is taken in the first batch, and a job that cannot afford
+ * it fails then, not at epoch 50. (Making them on demand instead holds three
+ * such batches, not eight, while the consumer keeps up, but RSS then grows
+ * at the first long stall: bench/soak.py fails, +17% after epoch 3.) An
+ * epoch's last, partial batch takes a full batch's buffer
+ * (sl_pipeline__pools_batch_tensor), not a pool of its own size. The class
+ * caches at most that many; a consumer holding more batches than the bound gets extra buffers that are
+ * freed (unmapped) on release rather than kept.
  */
 #include "pipeline/pipeline.h"
 
@@ -38,8 +44,9 @@
 struct sl_pipeline__pools {
     pthread_mutex_t mu;            /* serialises creation of a class's pool */
     _Atomic(sl_pool *) pool[NCLASSES];
-    size_t reserve[NCLASSES];      /* buffers the class caches at most (0: no
-                                      bound); set before any worker starts */
+    size_t reserve[NCLASSES];      /* buffers to make on first use (0: none);
+                                      set before any worker starts */
+    size_t touch[NCLASSES];        /* bytes of each reserved buffer in use */
 };
 
 static int size_class(size_t size, size_t *class_size) {
@@ -77,6 +84,11 @@ int sl_pipeline__pools_get(sl_pipeline__pools *ps, size_t size, sl_buffer **out)
         pool = atomic_load_explicit(&ps->pool[c], memory_order_acquire);
         if (!pool) {
             int rc = sl_pool_create(&pool, csize, ps->reserve[c]);
+            if (rc == SL_OK && ps->reserve[c] > 0) {
+                rc = sl_pool__prefill(pool, ps->reserve[c], ps->touch[c]);
+                if (rc < 0)
+                    sl_pool_free(pool);
+            }
             if (rc < 0) {
                 pthread_mutex_unlock(&ps->mu);
                 return rc;
@@ -94,6 +106,8 @@ int sl_pipeline__pools_reserve(sl_pipeline__pools *ps, size_t size, size_t count
     if (c < 0 || count == 0)
         return SL_OK;
     ps->reserve[c] += count; /* two columns in one class need both counts */
+    if (ps->touch[c] < size)
+        ps->touch[c] = size;
     return SL_OK;
 }
 
