@@ -1,5 +1,11 @@
 """Helpers for the Python benchmarks: run a command while sampling the summed
-resident memory of its whole process tree, and summarise repeats."""
+resident memory of its whole process tree, and summarise repeats.
+
+Memory is measured as the issue's targets define it (bench/README.md, "Peak
+memory"): the peak, over samples every 10 ms, of the summed VmRSS of the run's
+process and all its descendants, minus the main process's VmRSS just after
+`import torch` (which the run reports as its first JSON line, see
+TORCH_BASELINE and run_python_file)."""
 import json
 import os
 import statistics
@@ -13,11 +19,20 @@ PY = "/usr/bin/python3"
 
 
 def _children(pid):
+    """Children of every thread of pid (a child forked by a thread other than
+    the main one is listed under that thread only)."""
+    out = []
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(c) for c in f.read().split()]
+        tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return []
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.extend(int(c) for c in f.read().split())
+        except OSError:
+            pass
+    return out
 
 
 def _rss_kb(pid):
@@ -59,6 +74,34 @@ def run_measured(cmd, env=None, interval=0.01):
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd} exited {proc.returncode}")
     return out, peak[0] / 1024.0
+
+
+# Prepended to a measured Python run: import torch, then report the process's
+# resident memory at that point (the baseline subtracted from the peak).
+TORCH_BASELINE = r"""
+import json as _json, torch as _torch
+with open("/proc/self/status") as _f:
+    _kb = next(int(l.split()[1]) for l in _f if l.startswith("VmRSS:"))
+print(_json.dumps({"torch_base_rss_kb": _kb}), flush=True)
+"""
+
+# Runs a script file as __main__ after TORCH_BASELINE: argv[1] is the script,
+# the rest its arguments.
+RUN_FILE = TORCH_BASELINE + r"""
+import runpy as _runpy, sys as _sys
+_sys.argv = _sys.argv[1:]
+_runpy.run_path(_sys.argv[0], run_name="__main__")
+"""
+
+
+def run_net_measured(cmd, env=None):
+    """Run a Python command whose code starts with TORCH_BASELINE; return
+    (JSON records it printed, peak summed RSS of its tree in MB, baseline in
+    MB, peak minus baseline in MB)."""
+    out, peak = run_measured(cmd, env=env)
+    recs = json_lines(out)
+    base = next(r["torch_base_rss_kb"] for r in recs if "torch_base_rss_kb" in r) / 1024.0
+    return [r for r in recs if "torch_base_rss_kb" not in r], peak, base, peak - base
 
 
 def json_lines(text):

@@ -116,8 +116,8 @@ int sl_collate__chunk(sl_pipeline *p, sl_chunk *c) {
                 b->col[col] = c->slot; /* the samples were written into it */
                 memset(&c->slot, 0, sizeof c->slot);
             } else {
-                rc = sl_pipeline__pools_tensor(p->pools, &b->col[col], t0->dtype, t0->ndim + 1,
-                                               shape);
+                rc = sl_pipeline__pools_batch_tensor(p->pools, &b->col[col], t0->dtype,
+                                                     t0->ndim + 1, shape, p->plan.batch_size);
                 if (rc < 0)
                     break;
             }

@@ -609,7 +609,8 @@ static char *take_slot(sl_pipeline *p, const sl_stage *st, sl_chunk *c) {
     for (int d = 0; d < ci->ndim; d++)
         shape[d + 1] = ci->shape[d];
     sl_tensor_release(&c->slot);
-    if (sl_pipeline__pools_tensor(p->pools, &c->slot, ci->dtype, ci->ndim + 1, shape) < 0) {
+    if (sl_pipeline__pools_batch_tensor(p->pools, &c->slot, ci->dtype, ci->ndim + 1, shape,
+                                        p->plan.batch_size) < 0) {
         sl_errclear();
         memset(&c->slot, 0, sizeof c->slot);
         return NULL;

@@ -6,17 +6,24 @@
  *
  * The limit is the spec's memory_limit, or a quarter of the memory this
  * process may use (sl__mem_total: the smaller of physical memory and the
- * cgroup limit). It bounds the batch side of the pipeline, where the bytes
- * are: batch buffers are in flight from the stage that collates them on
- * (one per worker plus a full output queue per stage) and with the consumer
- * (two: the one it uses and the one being handed over), and the batch pool
- * is reserved to exactly that many (pools.c). When they do not fit, the
- * deepest of those queues is made one shorter, then the stage with the most
- * workers loses one, until they fit; a limit below the smallest such
- * pipeline (one worker, one queued batch, the consumer's two) fails here
- * with the sizes in the message. Per-sample chunks before the batch and
- * columns whose shape is unknown at plan time (ragged, encoded) are reported
- * in the stats but not counted against the limit.
+ * cgroup limit). It bounds both sides of the collating stage:
+ *  - batches: batch buffers are in flight from the stage that collates them
+ *    on (one per worker plus a full output queue per stage) and with the
+ *    consumer (two: the one it uses and the one being handed over); the
+ *    batch pool caches at most that many (pools.c);
+ *  - sample chunks before it: each stage before the collating one holds at
+ *    most one chunk per worker plus a full output queue, a chunk being up to
+ *    chunk_cap samples (exactly one batch with map + batch fusion), a sample
+ *    its fixed-shape columns at their pool class plus, while it still has
+ *    encoded columns, the mean stored record (the source's record_bytes:
+ *    encoded JPEGs read by copy, records decompressed into buffers).
+ * When the two do not fit, the deepest chunk queue is made one shorter
+ * (down to one), then the deepest batch queue, then the batch stage with the
+ * most workers loses one, until they fit; a limit below the smallest such
+ * pipeline (one worker, one queued batch, the consumer's two, and one chunk
+ * per worker and queue slot before) fails here with the sizes in the
+ * message. Columns whose shape is unknown at plan time and that are not
+ * encoded bytes (a decoded image before its crop) are not counted.
  */
 #include "pipeline/pipeline.h"
 
@@ -57,6 +64,39 @@ static void fmt_bytes(char *buf, size_t cap, uint64_t n) {
 /* The first stage whose output elements carry batches. */
 static int first_batch_stage(const sl_pipeline *p) {
     return p->fuse_batch ? p->collate_stage : p->nstages - 1;
+}
+
+/* Samples in one chunk element of a stage before the collating one. */
+static uint64_t chunk_samples(const sl_pipeline *p) {
+    if (p->fuse_batch && p->plan.batch_size > 0)
+        return (uint64_t)p->plan.batch_size;
+    return (uint64_t)p->chunk_cap;
+}
+
+/* Bytes the chunk stages (before the first batch stage) may hold. */
+static uint64_t chunk_bytes_held(const sl_pipeline *p) {
+    uint64_t n = 0;
+    int end = p->plan.batch_size > 0 ? first_batch_stage(p) : 0;
+    for (int s = 0; s < end; s++)
+        n += ((uint64_t)p->stage[s].workers + (uint64_t)p->stage[s].qcap) * chunk_samples(p) *
+             p->sample_bytes[s];
+    return n;
+}
+
+/* One chunk queue slot fewer, where it saves the most; 0 when every chunk
+ * queue is down to one. */
+static int shrink_chunks(sl_pipeline *p, int *requeue) {
+    int best = -1, end = first_batch_stage(p);
+    for (int s = 0; s < end; s++)
+        if (p->stage[s].qcap > 1 && p->sample_bytes[s] > 0 &&
+            (best < 0 || p->stage[s].qcap * p->sample_bytes[s] >
+                             p->stage[best].qcap * p->sample_bytes[best]))
+            best = s;
+    if (best < 0)
+        return 0;
+    p->stage[best].qcap--;
+    requeue[best] = 1;
+    return 1;
 }
 
 static uint64_t batches_in_flight(const sl_pipeline *p) {
@@ -100,8 +140,13 @@ int sl_pipeline__memory_plan(sl_pipeline *p) {
                               : s == 0             ? &pl->src_cols
                                                    : NULL;
         size_t n = 0;
-        for (int c = 0; cs && c < cs->ncols; c++)
+        int encoded = 0;
+        for (int c = 0; cs && c < cs->ncols; c++) {
             n += sl_pipeline__pools_class_size(col_bytes(&cs->col[c], 1));
+            encoded |= cs->col[c].encoded;
+        }
+        if (encoded) /* the stored record holds the encoded bytes */
+            n += p->src->record_bytes;
         p->sample_bytes[s] = cs ? n : (s > 0 ? p->sample_bytes[s - 1] : 0);
     }
     if (pl->batch_size <= 0)
@@ -117,25 +162,37 @@ int sl_pipeline__memory_plan(sl_pipeline *p) {
             nl += (size_t)snprintf(names + nl, sizeof names - nl, "%s%s", nl ? "+" : "",
                                    pl->out_cols.col[c].name);
     }
-    if (p->batch_bytes == 0)
-        return SL_OK;
-    char lim[32], one[32];
+    char lim[32], one[32], chunks[32];
     fmt_bytes(lim, sizeof lim, p->memory_limit);
     fmt_bytes(one, sizeof one, p->batch_bytes);
-    if (p->memory_limit < p->batch_bytes)
+    if (p->batch_bytes > 0 && p->memory_limit < p->batch_bytes)
         return sl__error(SL_ELIMIT, "memory_limit %s is below one batch of %s (%s); raise it or "
                                     "shrink the batch", lim, names, one);
     int requeue[SL_STATS_MAX_STAGES] = {0};
     uint64_t held = batches_in_flight(p);
-    while (held > p->memory_limit / p->batch_bytes && shrink_one(p, requeue))
+    for (;;) {
+        uint64_t total = held * p->batch_bytes + chunk_bytes_held(p);
+        if (total <= p->memory_limit)
+            break;
+        if (shrink_chunks(p, requeue))
+            continue;
+        if (p->batch_bytes == 0 || !shrink_one(p, requeue))
+            break;
         held = batches_in_flight(p);
-    if (held > p->memory_limit / p->batch_bytes)
-        return sl__error(SL_ELIMIT, "memory_limit %s holds %llu batch(es) of %s (%s each); the "
-                                    "pipeline needs at least %llu in flight (one being made, one "
-                                    "queued per stage, two with the consumer); raise it or shrink "
-                                    "the batch", lim, (unsigned long long)(p->memory_limit /
-                                                                            p->batch_bytes),
-                         names, one, (unsigned long long)held);
+    }
+    uint64_t total = held * p->batch_bytes + chunk_bytes_held(p);
+    if (total > p->memory_limit) {
+        fmt_bytes(chunks, sizeof chunks, chunk_bytes_held(p));
+        return sl__error(SL_ELIMIT, "memory_limit %s holds %llu batch(es) of %s (%s each); "
+                                    "the pipeline needs at least %llu in flight (one being made, "
+                                    "one queued per stage, two with the consumer) and %s of "
+                                    "sample chunks before them (one per worker and one queued "
+                                    "per stage); raise it or shrink the batch", lim,
+                         (unsigned long long)(p->batch_bytes ? p->memory_limit / p->batch_bytes
+                                                             : 0),
+                         names[0] ? names : "(no fixed-shape column)", one,
+                         (unsigned long long)held, chunks);
+    }
     int any = 0;
     for (int s = 0; s < p->nstages; s++) {
         if (!requeue[s])

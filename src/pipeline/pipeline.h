@@ -23,6 +23,12 @@ int sl_pipeline__pools_get(sl_pipeline__pools *ps, size_t size, sl_buffer **out)
 /* A pooled tensor of the given dtype and shape. */
 int sl_pipeline__pools_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dtype, int ndim,
                               const int64_t *shape);
+/* As sl_pipeline__pools_tensor, for a batch of shape[0] rows taken from the
+ * buffer class of `rows` rows (rows >= shape[0]): an epoch's last, partial
+ * batch then reuses a full batch's buffer instead of growing a pool of its
+ * own size. */
+int sl_pipeline__pools_batch_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dtype,
+                                    int ndim, const int64_t *shape, int64_t rows);
 void sl_pipeline__pools_free(sl_pipeline__pools *ps);
 /* The bytes a buffer of `size` bytes really takes (its class size). */
 size_t sl_pipeline__pools_class_size(size_t size);

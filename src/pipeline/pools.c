@@ -24,8 +24,12 @@
  * reserved class is filled to the bound on its first use, each buffer
  * written once so that its pages are resident: the memory the pipeline will
  * need at its worst is taken in the first batch, and a job that cannot afford
- * it fails then, not at epoch 50. The class caches at most that many; a
- * consumer holding more batches than the bound gets extra buffers that are
+ * it fails then, not at epoch 50. (Making them on demand instead holds three
+ * such batches, not eight, while the consumer keeps up, but RSS then grows
+ * at the first long stall: bench/soak.py fails, +17% after epoch 3.) An
+ * epoch's last, partial batch takes a full batch's buffer
+ * (sl_pipeline__pools_batch_tensor), not a pool of its own size. The class
+ * caches at most that many; a consumer holding more batches than the bound gets extra buffers that are
  * freed (unmapped) on release rather than kept.
  */
 #include "pipeline/pipeline.h"
@@ -109,6 +113,11 @@ int sl_pipeline__pools_reserve(sl_pipeline__pools *ps, size_t size, size_t count
 
 int sl_pipeline__pools_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dtype, int ndim,
                               const int64_t *shape) {
+    return sl_pipeline__pools_batch_tensor(ps, t, dtype, ndim, shape, ndim > 0 ? shape[0] : 1);
+}
+
+int sl_pipeline__pools_batch_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dtype,
+                                    int ndim, const int64_t *shape, int64_t rows) {
     size_t n = sl_dtype_size(dtype);
     memset(t, 0, sizeof *t);
     if (n == 0 || ndim < 0 || ndim > SL_MAX_DIMS)
@@ -117,8 +126,12 @@ int sl_pipeline__pools_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dty
         if (shape[i] < 0 || !sl__mul_ok(n, (size_t)shape[i], &n))
             return sl__error(SL_EINVAL, "output tensor: bad shape (dim %d = %lld)", i,
                              (long long)shape[i]);
+    size_t take = n;
+    if (ndim > 0 && shape[0] > 0 && rows > shape[0] &&
+        !sl__mul_ok(n / (size_t)shape[0], (size_t)rows, &take))
+        take = n;
     sl_buffer *b;
-    SL_TRY(sl_pipeline__pools_get(ps, n, &b));
+    SL_TRY(sl_pipeline__pools_get(ps, take, &b));
     t->buf = b;
     t->data = sl_buffer_data(b);
     t->nbytes = n;

@@ -165,6 +165,8 @@ typedef struct slr_shard {
     uint64_t index_bytes;
     uint64_t footer_checksum;
     uint8_t *entries;       /* count * SLR_INDEX_ENTRY bytes, heap copy */
+    bool copy_reads;        /* large records: read by copy where the caller
+                               can own one (sl_record__read_into) */
 } slr_shard;
 
 struct sl_reader {
@@ -228,6 +230,15 @@ const slr_shard *sl_record__shard_of(const sl_reader *r, uint64_t i);
  * the first bytes of its frame, whose offset is read from the entry (call it
  * a few records ahead, after the far hint). In pread mode only the entry is
  * touched. Never fails, blocks or allocates. */
+/* Whether record i is better read by copy than as a view of the mapping
+ * (its shard's records are large: record_reader.c says why), and the bytes
+ * sl_record__read_into then needs. */
+int sl_record__copy_size(const sl_reader *r, uint64_t i, size_t *size);
+/* sl_record__read, but the frame is read (pread) into dst (cap bytes, at
+ * least sl_record__copy_size), and the columns not decompressed are views of
+ * dst owned by `owner` (the record takes no reference). */
+int sl_record__read_into(const sl_reader *r, uint64_t i, sl_record *rec, bool verify,
+                         uint8_t *dst, size_t cap, sl_buffer *owner);
 void sl_record__prefetch(const sl_reader *r, uint64_t i, bool far);
 
 /* ---- manifest (manifest.c) ------------------------------------------------------- */

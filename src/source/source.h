@@ -184,6 +184,9 @@ struct sl_source {
     _Atomic int refs;       /* sl_source__retain / sl_source__release */
     char name[256];         /* for messages: a file name, "memory", a root dir */
     uint64_t count;         /* records */
+    uint64_t record_bytes;  /* mean bytes of a record as stored, 0 if unknown:
+                               what memory.c counts for a sample's encoded
+                               columns */
     int ncols;
     sl_source_col col[SL_MAX_COLUMNS];
     cJSON *meta;            /* optional metadata to carry into a pack (owned;

@@ -3,10 +3,12 @@
  * layer over sl_reader (src/record/), which does the work.
  *
  * Views of mapped, uncompressed columns are passed on by reference (the
- * mapping's buffer is retained), so an encoded JPEG travels from the page
- * cache to the decoder without a copy; for a borrowing cursor (the executor)
- * they are plain views, valid while the reader lives (the reader holds the
- * mapping), with no reference count touched. Views into a record's scratch
+ * mapping's buffer is retained); for a borrowing cursor (the executor) they
+ * are plain views, valid while the reader lives (the reader holds the
+ * mapping), with no reference count touched. Shards of large records
+ * (encoded images) are read by copy instead when the cursor has an
+ * allocator: a view would keep the mapping's pages resident
+ * (record_reader.c, COPY_MIN_RECORD). Views into a record's scratch
  * (decompressed columns) die with the next read on that record, so they are
  * copied into a tensor from the cursor's allocator (the executor's pools).
  */
@@ -48,9 +50,48 @@ static void slr_cursor_free(sl_source *src, sl_source_cursor *cur) {
     sl__free(c);
 }
 
+/* A record of a shard of large records (record_reader.c, copy_reads): its
+ * frame is read into a buffer from the cursor's allocator, and the sample's
+ * columns are views of it, each holding a reference: the sample owns exactly
+ * its record's bytes, for as long as it needs them. */
+static int slr_read_copy(slr_source *s, slr_cursor *c, uint64_t i, size_t size, sl_sample *out) {
+    sl_tensor frame;
+    int64_t n = (int64_t)size;
+    SL_TRY(c->base.alloc(c->base.alloc_ctx, &frame, SL_U8, 1, &n));
+    int rc = sl_record__read_into(s->reader, i, c->rec, !(s->reader->flags & SL_READ_NO_VERIFY),
+                                  frame.data, frame.nbytes, frame.buf);
+    if (rc < 0) {
+        sl_tensor_release(&frame);
+        return rc;
+    }
+    out->index = i;
+    out->ncols = 0;
+    for (int k = 0; k < s->base.ncols; k++) {
+        const sl_tensor *t = sl_record_column(c->rec, k);
+        if (t->buf == frame.buf) {
+            out->col[k] = *t;
+            sl_buffer_retain(frame.buf);
+        } else { /* decompressed into the record's scratch */
+            rc = c->base.alloc(c->base.alloc_ctx, &out->col[k], t->dtype, t->ndim, t->shape);
+            if (rc < 0)
+                break;
+            if (t->nbytes)
+                memcpy(out->col[k].data, t->data, t->nbytes);
+        }
+        out->ncols = (uint32_t)k + 1;
+    }
+    sl_tensor_release(&frame);
+    if (rc < 0)
+        sl_sample_clear(out);
+    return rc;
+}
+
 static int slr_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample *out) {
     slr_source *s = (slr_source *)src;
     slr_cursor *c = (slr_cursor *)cur;
+    size_t size;
+    if (cur->alloc && sl_record__copy_size(s->reader, i, &size))
+        return slr_read_copy(s, c, i, size, out);
     SL_TRY(sl_reader_read(s->reader, i, c->rec));
     out->index = i;
     for (int k = 0; k < src->ncols; k++) {
@@ -139,6 +180,8 @@ int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field) {
     snprintf(s->base.name, sizeof s->base.name, "%s",
              slash && slash[1] ? slash + 1 : path->valuestring);
     s->base.count = sl_reader_count(s->reader);
+    if (s->base.count)
+        s->base.record_bytes = sl_reader_data_bytes(s->reader) / s->base.count;
     const sl_schema *sc = sl_reader_schema(s->reader);
     int n = sl_schema_ncols(sc);
     for (int k = 0; k < n && rc == SL_OK; k++) {
