@@ -46,9 +46,25 @@ void sl_ops__norm_row(const sl_ops__norm *nm, const uint8_t *row, int C, int W, 
                       float *out);
 void sl_ops__norm_done(void);
 
-/* Test hook (resize.c): 0 (default) uses the fastest horizontal pass the
- * CPU has; 1 skips the AVX2 pass, 2 the SSE4.1 one too (scalar). */
-extern int sl_ops__resize_simd_off;
+/* Instruction sets of the hand-written kernels (resize.c, normalize.c), in
+ * order: each level's CPUs have the ones below it. */
+enum {
+    SL_OPS_SCALAR = 0,
+    SL_OPS_SSE41 = 1,
+    SL_OPS_AVX2 = 2,
+    SL_OPS_AVX512 = 3 /* AVX-512 F, BW and VL */
+};
+
+/* The level the kernels use: the best the CPU has (checked once, with
+ * __builtin_cpu_supports), capped by the environment variable SLUICE_SIMD
+ * (scalar, sse4.1, avx2 or avx512, read once) and by sl_ops__simd_max. */
+int sl_ops__simd(void);
+/* 1 when the CPU also has AVX-512 VBMI (byte permutes; normalize's
+ * AVX-512 path needs it). */
+int sl_ops__cpu_vbmi(void);
+/* Test hook: caps the level (default SL_OPS_AVX512: no cap), so that tests
+ * compare every path with the scalar one on the same machine. */
+extern int sl_ops__simd_max;
 
 /* The resampling kernel behind sl_image_resize*.
  * `src` has sh rows of sw pixels with C channels, row stride `sstride` bytes.

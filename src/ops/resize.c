@@ -22,14 +22,9 @@
 #include "ops/ops.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <string.h>
 
 #define PRECISION_BITS (32 - 8 - 2)
-
-/* Test hook: 1 turns the AVX2 horizontal pass off, 2 the SSE4.1 one too, so
- * that tests compare every path with the scalar one on the same machine. */
-int sl_ops__resize_simd_off;
 
 static double filter_triangle(double x) {
     if (x < 0.0)
@@ -314,28 +309,6 @@ pass_horizontal_rgb_avx2(const uint8_t *src, size_t sstride, int rows, int sw, i
     }
 }
 
-static int have_avx2(void) {
-    static _Atomic int cached = -1;
-    int v = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx2") ? 1 : 0;
-        atomic_store_explicit(&cached, v, memory_order_relaxed);
-    }
-    return v;
-}
-
-/* Several threads may ask at once; they all compute the same answer. */
-static int have_sse41(void) {
-    static _Atomic int cached = -1;
-    int v = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("sse4.1") ? 1 : 0;
-        atomic_store_explicit(&cached, v, memory_order_relaxed);
-    }
-    return v;
-}
 #else
 static size_t hq_bytes(int C, int ow, int ksize) {
     (void)C, (void)ow, (void)ksize;
@@ -349,14 +322,14 @@ static void pass_horizontal(const uint8_t *src, size_t sstride, int rows, int sw
                             uint8_t *dst, size_t dstride) {
     const int32_t half = 1 << (PRECISION_BITS - 1);
 #ifdef HAVE_AVX2_PATH
-    if (C == 3 && have_avx2() && !sl_ops__resize_simd_off) {
+    if (C == 3 && sl_ops__simd() >= SL_OPS_AVX2) {
         hq_prepare(ow, ksize, bounds, kk, hq);
         pass_horizontal_rgb_avx2(src, sstride, rows, sw, ow, ksize, bounds, kk, hq, dst, dstride);
         return;
     }
 #endif
 #ifdef HAVE_SSE41_PATH
-    if (C == 3 && have_sse41() && sl_ops__resize_simd_off < 2) {
+    if (C == 3 && sl_ops__simd() >= SL_OPS_SSE41) {
         pass_horizontal_rgb_sse41(src, sstride, rows, sw, ow, ksize, bounds, kk, dst, dstride);
         return;
     }
@@ -405,14 +378,128 @@ static void pass_horizontal(const uint8_t *src, size_t sstride, int rows, int sw
     }
 }
 
+#ifdef HAVE_AVX2_PATH
+/* Vertical pass with AVX2 / AVX-512. Hand-written because the compiler's
+ * version of pass_vertical (below) widens each byte to 32 bits and spends a
+ * two-uop vpmulld per byte and tap, with the accumulator row in memory. Here
+ * two source rows are interleaved into (row a, row b) 16-bit pairs and one
+ * pmaddwd multiplies and sums two taps per 32-bit lane; the accumulators of
+ * a 32- (64-) byte column strip stay in registers over all of an output
+ * row's taps. The 22-bit weights are split into hi * 2048 + lo as in the
+ * horizontal pass, so the sum is the scalar code's integer exactly. */
+
+/* Most taps per output row the SIMD vertical passes take (a shrink of more
+ * than 64x on that axis goes to the scalar pass). */
+#define VMAX_TAPS 128
+
+/* An output row's weights as (hi, lo) dword pairs for taps (0, 1), (2, 3),
+ * ...: hi pair, lo pair, hi pair, ...; an odd last tap is paired with 0. */
+static void vpairs(const int32_t *k, int n, uint32_t *wp) {
+    for (int j = 0; j < n; j += 2) {
+        int32_t a = k[j], b = j + 1 < n ? k[j + 1] : 0;
+        int32_t al = a & 2047, bl = b & 2047;
+        int32_t ah = (a - al) / 2048, bh = (b - bl) / 2048;
+        wp[j] = (uint32_t)(uint16_t)ah | (uint32_t)(uint16_t)bh << 16;
+        wp[j + 1] = (uint32_t)(uint16_t)al | (uint32_t)(uint16_t)bl << 16;
+    }
+}
+
+/* (sum hi) * 2048 + sum lo + half, >> 22, for the four 32-bit vectors of a
+ * strip, packed with unsigned saturation (clip8) back into strip order:
+ * the in-lane unpacks and the in-lane packs undo each other. */
+#define VFINISH(W, h, l)                                                                     \
+    W##_srai_epi32(W##_add_epi32(W##_add_epi32(W##_slli_epi32(h, 11), l), half), PRECISION_BITS)
+
+__attribute__((target("avx2"))) static void
+pass_vertical_avx2(const uint8_t *src, size_t sstride, int rowlen, int oh, int ksize,
+                   const int32_t *bounds, const int32_t *kk, uint8_t *dst, size_t dstride) {
+    const __m256i z = _mm256_setzero_si256();
+    const __m256i half = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
+    uint32_t wp[VMAX_TAPS + 1];
+    for (int yy = 0; yy < oh; yy++) {
+        const int32_t *k = kk + (size_t)yy * ksize;
+        const int n = bounds[2 * yy + 1];
+        const uint8_t *r0 = src + (size_t)bounds[2 * yy] * sstride;
+        uint8_t *o = dst + (size_t)yy * dstride;
+        vpairs(k, n, wp);
+        for (int x0 = 0; x0 < rowlen; x0 += 32) {
+            /* the last strip ends at the row's end, overlapping the one
+             * before: its bytes are computed twice, identically */
+            const size_t x = (size_t)(x0 + 32 <= rowlen ? x0 : rowlen - 32);
+            __m256i h0 = z, h1 = z, h2 = z, h3 = z, l0 = z, l1 = z, l2 = z, l3 = z;
+            for (int j = 0; j < n; j += 2) {
+                const uint8_t *ra = r0 + (size_t)j * sstride + x;
+                __m256i a = _mm256_loadu_si256((const __m256i *)ra);
+                __m256i b = j + 1 < n ? _mm256_loadu_si256((const __m256i *)(ra + sstride)) : z;
+                __m256i u0 = _mm256_unpacklo_epi8(a, b), u1 = _mm256_unpackhi_epi8(a, b);
+                __m256i w0 = _mm256_unpacklo_epi8(u0, z), w1 = _mm256_unpackhi_epi8(u0, z);
+                __m256i w2 = _mm256_unpacklo_epi8(u1, z), w3 = _mm256_unpackhi_epi8(u1, z);
+                __m256i kh = _mm256_set1_epi32((int)wp[j]), kl = _mm256_set1_epi32((int)wp[j + 1]);
+                h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(w0, kh));
+                l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(w0, kl));
+                h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(w1, kh));
+                l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(w1, kl));
+                h2 = _mm256_add_epi32(h2, _mm256_madd_epi16(w2, kh));
+                l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(w2, kl));
+                h3 = _mm256_add_epi32(h3, _mm256_madd_epi16(w3, kh));
+                l3 = _mm256_add_epi32(l3, _mm256_madd_epi16(w3, kl));
+            }
+            __m256i p01 = _mm256_packus_epi32(VFINISH(_mm256, h0, l0), VFINISH(_mm256, h1, l1));
+            __m256i p23 = _mm256_packus_epi32(VFINISH(_mm256, h2, l2), VFINISH(_mm256, h3, l3));
+            _mm256_storeu_si256((__m256i *)(o + x), _mm256_packus_epi16(p01, p23));
+        }
+    }
+}
+
+#define HAVE_AVX512_PATH 1
+__attribute__((target("avx512f,avx512bw"))) static void
+pass_vertical_avx512(const uint8_t *src, size_t sstride, int rowlen, int oh, int ksize,
+                     const int32_t *bounds, const int32_t *kk, uint8_t *dst, size_t dstride) {
+    const __m512i z = _mm512_setzero_si512();
+    const __m512i half = _mm512_set1_epi32(1 << (PRECISION_BITS - 1));
+    uint32_t wp[VMAX_TAPS + 1];
+    for (int yy = 0; yy < oh; yy++) {
+        const int32_t *k = kk + (size_t)yy * ksize;
+        const int n = bounds[2 * yy + 1];
+        const uint8_t *r0 = src + (size_t)bounds[2 * yy] * sstride;
+        uint8_t *o = dst + (size_t)yy * dstride;
+        vpairs(k, n, wp);
+        for (int x0 = 0; x0 < rowlen; x0 += 64) {
+            const size_t x = (size_t)(x0 + 64 <= rowlen ? x0 : rowlen - 64);
+            __m512i h0 = z, h1 = z, h2 = z, h3 = z, l0 = z, l1 = z, l2 = z, l3 = z;
+            for (int j = 0; j < n; j += 2) {
+                const uint8_t *ra = r0 + (size_t)j * sstride + x;
+                __m512i a = _mm512_loadu_si512(ra);
+                __m512i b = j + 1 < n ? _mm512_loadu_si512(ra + sstride) : z;
+                __m512i u0 = _mm512_unpacklo_epi8(a, b), u1 = _mm512_unpackhi_epi8(a, b);
+                __m512i w0 = _mm512_unpacklo_epi8(u0, z), w1 = _mm512_unpackhi_epi8(u0, z);
+                __m512i w2 = _mm512_unpacklo_epi8(u1, z), w3 = _mm512_unpackhi_epi8(u1, z);
+                __m512i kh = _mm512_set1_epi32((int)wp[j]), kl = _mm512_set1_epi32((int)wp[j + 1]);
+                h0 = _mm512_add_epi32(h0, _mm512_madd_epi16(w0, kh));
+                l0 = _mm512_add_epi32(l0, _mm512_madd_epi16(w0, kl));
+                h1 = _mm512_add_epi32(h1, _mm512_madd_epi16(w1, kh));
+                l1 = _mm512_add_epi32(l1, _mm512_madd_epi16(w1, kl));
+                h2 = _mm512_add_epi32(h2, _mm512_madd_epi16(w2, kh));
+                l2 = _mm512_add_epi32(l2, _mm512_madd_epi16(w2, kl));
+                h3 = _mm512_add_epi32(h3, _mm512_madd_epi16(w3, kh));
+                l3 = _mm512_add_epi32(l3, _mm512_madd_epi16(w3, kl));
+            }
+            __m512i p01 = _mm512_packus_epi32(VFINISH(_mm512, h0, l0), VFINISH(_mm512, h1, l1));
+            __m512i p23 = _mm512_packus_epi32(VFINISH(_mm512, h2, l2), VFINISH(_mm512, h3, l3));
+            _mm512_storeu_si512(o + x, _mm512_packus_epi16(p01, p23));
+        }
+    }
+}
+#endif
+
 /* Built twice (AVX2 and baseline) and chosen at load time: the inner loop
  * is a plain multiply-add over bytes that the compiler vectorises. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 __attribute__((target_clones("avx2", "default")))
 #endif
-static void pass_vertical(const uint8_t *src, size_t sstride, int rowlen, int oh, int ksize,
-                          const int32_t *bounds, const int32_t *kk, int32_t *restrict acc,
-                          uint8_t *dst, size_t dstride) {
+static void pass_vertical_c(const uint8_t *src, size_t sstride, int rowlen, int oh, int ksize,
+                            const int32_t *bounds, const int32_t *kk, int32_t *restrict acc,
+                            uint8_t *dst, size_t dstride) {
     const int32_t half = 1 << (PRECISION_BITS - 1);
     for (int yy = 0; yy < oh; yy++) {
         const int32_t *k = kk + (size_t)yy * ksize;
@@ -429,6 +516,25 @@ static void pass_vertical(const uint8_t *src, size_t sstride, int rowlen, int oh
         for (int i = 0; i < rowlen; i++)
             o[i] = clip8(acc[i]);
     }
+}
+
+static void pass_vertical(const uint8_t *src, size_t sstride, int rowlen, int oh, int ksize,
+                          const int32_t *bounds, const int32_t *kk, int32_t *acc, uint8_t *dst,
+                          size_t dstride) {
+#ifdef HAVE_AVX2_PATH
+    if (ksize <= VMAX_TAPS) {
+        int level = sl_ops__simd();
+        if (level >= SL_OPS_AVX512 && rowlen >= 64) {
+            pass_vertical_avx512(src, sstride, rowlen, oh, ksize, bounds, kk, dst, dstride);
+            return;
+        }
+        if (level >= SL_OPS_AVX2 && rowlen >= 32) {
+            pass_vertical_avx2(src, sstride, rowlen, oh, ksize, bounds, kk, dst, dstride);
+            return;
+        }
+    }
+#endif
+    pass_vertical_c(src, sstride, rowlen, oh, ksize, bounds, kk, acc, dst, dstride);
 }
 
 /* PIL's NEAREST resize: an affine map sampled at pixel centres, with the
