@@ -114,8 +114,9 @@ typedef struct sl_ops__phases {
 extern _Thread_local int sl_ops__timing;              /* 1: time this sample */
 extern _Thread_local sl_ops__phases sl_ops__phase_acc; /* this thread's counters */
 
-/* Decide whether the sample (epoch, key) is timed (key % 8 == 0) and, the
- * first time an op of it asks, count it; sets sl_ops__timing. */
+/* Decide whether the sample (epoch, key) is timed ((key + epoch) % 8 == 0:
+ * a different eighth of the dataset each epoch) and, the first time an op
+ * of it asks, count it; sets sl_ops__timing. */
 void sl_ops__phase_sample(uint64_t epoch, uint64_t key);
 
 typedef struct {

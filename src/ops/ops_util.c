@@ -165,7 +165,7 @@ _Thread_local int sl_ops__timing;
 _Thread_local sl_ops__phases sl_ops__phase_acc;
 
 void sl_ops__phase_sample(uint64_t epoch, uint64_t key) {
-    sl_ops__timing = (key & 7) == 0;
+    sl_ops__timing = ((key + epoch) & 7) == 0; /* a different eighth each epoch */
     sl_ops__phases *a = &sl_ops__phase_acc;
     if (sl_ops__timing && (a->last_epoch != epoch + 1 || a->last_key != key + 1)) {
         a->samples++;
