@@ -10,8 +10,10 @@
  *   2. a horizontal pass over only the source rows the vertical pass needs,
  *      rounding to 8 bits, then a vertical pass;
  *   3. a pass is skipped when it would be the identity, as PIL does.
- * The vertical pass runs row-at-a-time over whole rows so that its inner
- * loop (a multiply-add over contiguous bytes) vectorises.
+ * Both passes have hand-written AVX2 and AVX-512 versions (the horizontal
+ * RGB pass an SSE4.1 one too), chosen at run time by sl_ops__simd(); they
+ * compute the scalar code's integers exactly. The scalar vertical pass runs
+ * row-at-a-time over whole rows so that its inner loop vectorises.
  */
 /* The inner loops are written for the vectoriser; make sure it runs (the
  * library is built at -O2 by default, where GCC 12 vectorises little). */
@@ -390,11 +392,14 @@ pass_horizontal_rgb_avx512(const uint8_t *src, size_t sstride, int rows, int sw,
             p8 = _mm512_shuffle_epi8(p8, rgb12);
             _mm_mask_storeu_epi8(o[0] + 3 * (size_t)xx, 0x0fff, _mm512_castsi512_si128(p8));
             if (nr > 1)
-                _mm_mask_storeu_epi8(o[1] + 3 * (size_t)xx, 0x0fff, _mm512_extracti32x4_epi32(p8, 1));
+                _mm_mask_storeu_epi8(o[1] + 3 * (size_t)xx, 0x0fff,
+                                     _mm512_extracti32x4_epi32(p8, 1));
             if (nr > 2)
-                _mm_mask_storeu_epi8(o[2] + 3 * (size_t)xx, 0x0fff, _mm512_extracti32x4_epi32(p8, 2));
+                _mm_mask_storeu_epi8(o[2] + 3 * (size_t)xx, 0x0fff,
+                                     _mm512_extracti32x4_epi32(p8, 2));
             if (nr > 3)
-                _mm_mask_storeu_epi8(o[3] + 3 * (size_t)xx, 0x0fff, _mm512_extracti32x4_epi32(p8, 3));
+                _mm_mask_storeu_epi8(o[3] + 3 * (size_t)xx, 0x0fff,
+                                     _mm512_extracti32x4_epi32(p8, 3));
         }
         for (; xx < xsafe; xx++) {
             __m512i v = hcol512(r, xx, bounds, hq, G, shuf_a, shuf_b);

@@ -601,7 +601,8 @@ static void decode_rrc_describe(const void *params, char *buf, size_t cap) {
     {                                                                                      \
         .name = NAME, .summary = SUMMARY, .flags = SL_OPF_RANDOM,                          \
         .params_size = sizeof(decode_rrc_params), .parse = fused_parse, .bind = fused_bind, \
-        .worker_init = decoder_init, .worker_free = decoder_free, .apply = decode_rrc_apply_phased, \
+        .worker_init = decoder_init, .worker_free = decoder_free,                          \
+        .apply = decode_rrc_apply_phased,                                                  \
         .fuse = decode_rrc_fuse, .describe = decode_rrc_describe,                          \
     }
 
