@@ -14,8 +14,10 @@ static void help(FILE *f) {
                "Consume the pipeline's batches as fast as possible for S seconds (default\n"
                "5; epochs repeat as needed), then report samples/s, per-stage counters\n"
                "(elements/s, busy time, time waiting for input and for output space, queue\n"
-               "fill, us per sample) and the verdict: bound by reading (F), by processing\n"
-               "(P, naming the stage) or by the consumer (G), with the numbers behind it.\n"
+               "fill, us per sample), the op split of stages running image ops (us per\n"
+               "sample in JPEG decode, resample and normalize, timed on 1 sample in 8) and\n"
+               "the verdict: bound by reading (F), by processing (P, naming the stage) or\n"
+               "by the consumer (G), with the numbers behind it.\n"
                "\n"
                "options:\n"
                "  --seconds S   how long to run (default 5; a decimal is fine)\n"
@@ -102,6 +104,42 @@ static void restart_hint(const char *spec_path, const sl_pipeline_stats *st) {
                "decodes only each crop's part: about %sx the samples/s measured on the "
                "ImageNet-style training pipeline (docs/OPS.md)\n",
                jpegs, RESTART_GAIN);
+}
+
+/* The op split of each stage that timed image-op phases (the stats JSON's
+ * "op_split"): microseconds per sample of decode, resample and normalize,
+ * and the rest of the stage's busy time per sample. */
+static void print_op_split(const sl_pipeline *p) {
+    size_t cap = 65536, len = 0;
+    char *text = malloc(cap);
+    if (!text || sl_pipeline_stats_json(p, text, cap, &len) < 0 || len >= cap) {
+        free(text);
+        sl_errclear();
+        return;
+    }
+    cJSON *doc = cJSON_Parse(text);
+    free(text);
+    const cJSON *stages = cJSON_GetObjectItemCaseSensitive(doc, "stages"), *s;
+    int header = 0;
+    cJSON_ArrayForEach(s, stages) {
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(s, "op_split");
+        if (!sp)
+            continue;
+        double dec = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(sp, "decode_us"));
+        double rs = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(sp, "resample_us"));
+        double nm = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(sp, "normalize_us"));
+        double n = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(sp, "timed_samples"));
+        double cost = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(s, "cost_us"));
+        if (!header) {
+            printf("op split, us per sample (1 sample in 8 timed):\n%-40s %9s %9s %9s %9s %7s\n",
+                   "stage", "decode", "resample", "normalize", "rest", "timed");
+            header = 1;
+        }
+        printf("%-40.40s %9.2f %9.2f %9.2f %9.2f %7.0f\n",
+               cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "name")), dec, rs, nm,
+               cost - dec - rs - nm, n);
+    }
+    cJSON_Delete(doc);
 }
 
 static double now_s(void) {
@@ -207,6 +245,7 @@ int cmd_bench(int argc, char **argv) {
                    s->elements_per_s, s->cost_us, s->busy_s, s->wait_in_s, s->wait_out_s,
                    100 * s->queue_fill);
         }
+        print_op_split(p);
         printf("consumer waited %.2f s\n", st.consumer_wait_s);
         if (st.h2d_bytes)
             printf("host to device: %.1f MB/s (%.1f MB), waited %.2f s for device slots\n",

@@ -46,6 +46,167 @@ static void norm_row_f32_stream(const float *t, const uint8_t *r, size_t cc, siz
 }
 #endif
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_GATHER_PATH 1
+
+/* One RGB row into its three float32 CHW rows with AVX2 / AVX-512 gathers
+ * from the channels' tables: the same table values as the scalar code, so
+ * the results are identical. Hand-written because the compiler reads the
+ * table one value at a time (a byte load, a float load and an insert per
+ * value, about 1 cycle per value at best). Here a byte shuffle
+ * deinterleaves 8 (16) pixels into each channel's zero-extended indices,
+ * mirrored or not, and one gather fetches 8 (16) table values. `stream`:
+ * streaming stores when the three rows are equally aligned. */
+static inline void norm_px3(const float (*lut)[256], const uint8_t *row, size_t W, int mirror,
+                            size_t x, float *o0, float *o1, float *o2) {
+    const uint8_t *p = row + 3 * (mirror ? W - 1 - x : x);
+    o0[x] = lut[0][p[0]];
+    o1[x] = lut[1][p[1]];
+    o2[x] = lut[2][p[2]];
+}
+
+/* pshufb mask for channel c of 8 pixels loaded as lane 0 = bytes 0..15 and
+ * lane 1 = bytes 8..23 (mirrored: lane 0 = bytes 8..23, lane 1 = 0..15):
+ * each dword gets one pixel's byte, in output order. */
+__attribute__((target("avx2"))) static inline __m256i shuf3(int c, int mirror) {
+    if (mirror)
+        return _mm256_setr_epi8((char)(13 + c), -1, -1, -1, (char)(10 + c), -1, -1, -1,
+                                (char)(7 + c), -1, -1, -1, (char)(4 + c), -1, -1, -1,
+                                (char)(9 + c), -1, -1, -1, (char)(6 + c), -1, -1, -1,
+                                (char)(3 + c), -1, -1, -1, (char)c, -1, -1, -1);
+    return _mm256_setr_epi8((char)c, -1, -1, -1, (char)(3 + c), -1, -1, -1, (char)(6 + c), -1,
+                            -1, -1, (char)(9 + c), -1, -1, -1, (char)(4 + c), -1, -1, -1,
+                            (char)(7 + c), -1, -1, -1, (char)(10 + c), -1, -1, -1,
+                            (char)(13 + c), -1, -1, -1);
+}
+
+__attribute__((target("avx2"))) static inline void
+norm8_avx2(const float (*lut)[256], const uint8_t *row, size_t W, int mirror, size_t x,
+           __m256i m0, __m256i m1, __m256i m2, __m256 *f0, __m256 *f1, __m256 *f2) {
+    const uint8_t *p = row + 3 * (mirror ? W - 8 - x : x);
+    __m128i lo = _mm_loadu_si128((const __m128i *)p);
+    __m128i hi = _mm_loadu_si128((const __m128i *)(p + 8));
+    __m256i v = mirror ? _mm256_set_m128i(lo, hi) : _mm256_set_m128i(hi, lo);
+    *f0 = _mm256_i32gather_ps(lut[0], _mm256_shuffle_epi8(v, m0), 4);
+    *f1 = _mm256_i32gather_ps(lut[1], _mm256_shuffle_epi8(v, m1), 4);
+    *f2 = _mm256_i32gather_ps(lut[2], _mm256_shuffle_epi8(v, m2), 4);
+}
+
+/* Rows of at least 8 pixels. With `stream`, the pixels before the first
+ * cache line boundary and after the last full vector are stored one by one:
+ * a line must take either plain or streaming stores, never both (a plain
+ * store pulls the line into cache, and streaming into a cached line costs
+ * several times more than either). */
+__attribute__((target("avx2"))) static void
+norm_row3_avx2(const float (*lut)[256], const uint8_t *row, size_t W, int mirror, int stream,
+               float *o0, float *o1, float *o2) {
+    const __m256i m0 = shuf3(0, mirror), m1 = shuf3(1, mirror), m2 = shuf3(2, mirror);
+    __m256 f0, f1, f2;
+    size_t x = 0;
+    if (stream)
+        for (; x < W && ((uintptr_t)(o0 + x) & 63u); x++)
+            norm_px3(lut, row, W, mirror, x, o0, o1, o2);
+    for (; x + 8 <= W; x += 8) {
+        norm8_avx2(lut, row, W, mirror, x, m0, m1, m2, &f0, &f1, &f2);
+        if (stream) {
+            _mm256_stream_ps(o0 + x, f0);
+            _mm256_stream_ps(o1 + x, f1);
+            _mm256_stream_ps(o2 + x, f2);
+        } else {
+            _mm256_storeu_ps(o0 + x, f0);
+            _mm256_storeu_ps(o1 + x, f1);
+            _mm256_storeu_ps(o2 + x, f2);
+        }
+    }
+    for (; x < W; x++)
+        norm_px3(lut, row, W, mirror, x, o0, o1, o2);
+}
+
+/* 16 pixels (48 bytes, a masked load that cannot fault past them) per
+ * step; a byte permute puts each output pixel's channel byte into a dword.
+ * Rows of at least 16 pixels; head and tail as in the AVX2 version. */
+#define NORM16(x)                                                                            \
+    do {                                                                                     \
+        __m512i v = _mm512_maskz_loadu_epi8(load48, row + 3 * (mirror ? W - 16 - (x) : (x))); \
+        f0 = _mm512_i32gather_ps(_mm512_maskz_permutexvar_epi8(low, m0, v), lut[0], 4);      \
+        f1 = _mm512_i32gather_ps(_mm512_maskz_permutexvar_epi8(low, m1, v), lut[1], 4);      \
+        f2 = _mm512_i32gather_ps(_mm512_maskz_permutexvar_epi8(low, m2, v), lut[2], 4);      \
+    } while (0)
+
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) static void
+norm_row3_avx512(const float (*lut)[256], const uint8_t *row, size_t W, int mirror, int stream,
+                 float *o0, float *o1, float *o2) {
+    const __m512i three = _mm512_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 33, 36, 39,
+                                            42, 45);
+    const __m512i base = mirror ? _mm512_sub_epi32(_mm512_set1_epi32(45), three) : three;
+    const __m512i m0 = base, m1 = _mm512_add_epi32(base, _mm512_set1_epi32(1)),
+                  m2 = _mm512_add_epi32(base, _mm512_set1_epi32(2));
+    const __mmask64 load48 = 0xffffffffffffull, low = 0x1111111111111111ull;
+    __m512 f0, f1, f2;
+    size_t x = 0;
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    /* Head and tail: masked stores within one cache line (a store that
+     * spans two lines takes both, even where masked off), the lanes moved
+     * into place by a permute. */
+    if (stream && ((uintptr_t)o0 & 63u)) {
+        unsigned a = (unsigned)((uintptr_t)o0 & 63u) / 4; /* floats before o0 in its line */
+        x = 16 - a;
+        __mmask16 k = (__mmask16)(0xffffu << a);
+        __m512i mv = _mm512_sub_epi32(lane, _mm512_set1_epi32((int)a));
+        NORM16(0);
+        _mm512_mask_storeu_ps(o0 - a, k, _mm512_permutexvar_ps(mv, f0));
+        _mm512_mask_storeu_ps(o1 - a, k, _mm512_permutexvar_ps(mv, f1));
+        _mm512_mask_storeu_ps(o2 - a, k, _mm512_permutexvar_ps(mv, f2));
+    }
+    for (; x + 16 <= W; x += 16) {
+        NORM16(x);
+        if (stream) {
+            _mm512_stream_ps(o0 + x, f0);
+            _mm512_stream_ps(o1 + x, f1);
+            _mm512_stream_ps(o2 + x, f2);
+        } else {
+            _mm512_storeu_ps(o0 + x, f0);
+            _mm512_storeu_ps(o1 + x, f1);
+            _mm512_storeu_ps(o2 + x, f2);
+        }
+    }
+    if (x < W) {
+        /* pixels x..W-1 (under 16) from the vector at W - 16 */
+        size_t t = W - 16;
+        __mmask16 k = (__mmask16)((1u << (W - x)) - 1);
+        __m512i mv = _mm512_add_epi32(lane, _mm512_set1_epi32((int)(x - t)));
+        NORM16(t);
+        _mm512_mask_storeu_ps(o0 + x, k, _mm512_permutexvar_ps(mv, f0));
+        _mm512_mask_storeu_ps(o1 + x, k, _mm512_permutexvar_ps(mv, f1));
+        _mm512_mask_storeu_ps(o2 + x, k, _mm512_permutexvar_ps(mv, f2));
+    }
+}
+#undef NORM16
+
+/* An RGB row into three CHW rows by the best path; 0 when there is none
+ * (the caller's scalar code runs). */
+static int norm_row3(const float (*lut)[256], const uint8_t *row, size_t W, int mirror,
+                     int stream, float *o0, float *o1, float *o2) {
+    int level = sl_ops__simd();
+    if (level < SL_OPS_AVX2)
+        return 0;
+    /* streaming needs the three rows equally aligned (so one head loop
+     * aligns them all) on a float boundary */
+    uintptr_t a0 = (uintptr_t)o0 & 63u;
+    if (stream && (a0 != ((uintptr_t)o1 & 63u) || a0 != ((uintptr_t)o2 & 63u) || (a0 & 3u)))
+        stream = 0;
+    if (level >= SL_OPS_AVX512 && W >= 16 && sl_ops__cpu_vbmi())
+        norm_row3_avx512(lut, row, W, mirror, stream, o0, o1, o2);
+    else if (W >= 8)
+        norm_row3_avx2(lut, row, W, mirror, stream, o0, o1, o2);
+    else
+        for (size_t x = 0; x < W; x++)
+            norm_px3(lut, row, W, mirror, x, o0, o1, o2);
+    return 1;
+}
+#endif
+
 void sl_ops__norm_lut(float lut[][256], int C, const float *mean, const float *std) {
     for (int c = 0; c < C; c++) {
         float m = mean ? mean[c] : 0.0f, sd = std ? std[c] : 1.0f;
@@ -58,6 +219,13 @@ void sl_ops__norm_row(const sl_ops__norm *nm, const uint8_t *row, int C, int W, 
                       float *out) {
     size_t cc = (size_t)C, w = (size_t)W;
     if (nm->layout == SL_LAYOUT_CHW) {
+#ifdef HAVE_GATHER_PATH
+        if (cc == 3) {
+            float *o0 = out + (size_t)y * w, *o1 = o0 + (size_t)H * w, *o2 = o1 + (size_t)H * w;
+            if (norm_row3(nm->lut, row, w, nm->mirror, 1, o0, o1, o2))
+                return;
+        }
+#endif
         for (size_t c = 0; c < cc; c++) {
             float *o = out + c * (size_t)H * w + (size_t)y * w;
 #if defined(__SSE2__)
@@ -166,12 +334,20 @@ int sl_ops__normalize(const sl_tensor *src, const float *mean, const float *std,
         }                                                                      \
     } while (0)
 #if defined(__SSE2__)
-    if (dtype == SL_F32 && layout == SL_LAYOUT_CHW && out->nbytes >= NORM_STREAM_BYTES) {
+    int stream = out->nbytes >= NORM_STREAM_BYTES;
+    if (dtype == SL_F32 && layout == SL_LAYOUT_CHW &&
+        (stream || (cc == 3 && sl_ops__simd() >= SL_OPS_AVX2))) {
         float *d = out->data;
-        for (size_t y = 0; y < (size_t)H; y++)
+        for (size_t y = 0; y < (size_t)H; y++) {
+#ifdef HAVE_GATHER_PATH
+            if (cc == 3 && norm_row3((const float(*)[256])lut.f, s + y * W * cc, W, mirror, stream,
+                                     d + y * W, d + n + y * W, d + 2 * n + y * W))
+                continue;
+#endif
             for (size_t c = 0; c < cc; c++)
                 norm_row_f32_stream(lut.f[c], s + y * W * cc + c, cc, W, mirror,
                                     d + c * n + y * W);
+        }
         sl_ops__norm_done();
         return SL_OK;
     }

@@ -49,9 +49,25 @@ void sl_ops__norm_row(const sl_ops__norm *nm, const uint8_t *row, int C, int W, 
                       float *out);
 void sl_ops__norm_done(void);
 
-/* Test hook (resize.c): 0 (default) uses the fastest horizontal pass the
- * CPU has; 1 skips the AVX2 pass, 2 the SSE4.1 one too (scalar). */
-extern int sl_ops__resize_simd_off;
+/* Instruction sets of the hand-written kernels (resize.c, normalize.c), in
+ * order: each level's CPUs have the ones below it. */
+enum {
+    SL_OPS_SCALAR = 0,
+    SL_OPS_SSE41 = 1,
+    SL_OPS_AVX2 = 2,
+    SL_OPS_AVX512 = 3 /* AVX-512 F, BW and VL */
+};
+
+/* The level the kernels use: the best the CPU has (checked once, with
+ * __builtin_cpu_supports), capped by the environment variable SLUICE_SIMD
+ * (scalar, sse4.1, avx2 or avx512, read once) and by sl_ops__simd_max. */
+int sl_ops__simd(void);
+/* 1 when the CPU also has AVX-512 VBMI (byte permutes; normalize's
+ * AVX-512 path needs it). */
+int sl_ops__cpu_vbmi(void);
+/* Test hook: caps the level (default SL_OPS_AVX512: no cap), so that tests
+ * compare every path with the scalar one on the same machine. */
+extern int sl_ops__simd_max;
 
 /* The resampling kernel behind sl_image_resize*.
  * `src` has sh rows of sw pixels with C channels, row stride `sstride` bytes.
@@ -82,5 +98,51 @@ int sl_ops__normalize(const sl_tensor *src, const float *mean, const float *std,
 /* RGB row -> PIL "L" (ITU-R 601-2, PIL's fixed-point rounding). `dst` may
  * alias `src` (it is written behind the read position). */
 void sl_ops__rgb_to_gray(const uint8_t *src, uint8_t *dst, size_t npix);
+
+/* ---- per-phase timing (the op split of `sluice bench`, docs/OPS.md "Speed")
+ * A worker times one sample in 8 (sl_ops__phase_sample); for it, each
+ * phase's time is added to this thread's counters, exclusive of the phases
+ * nested inside it (a fused decode's phase is its time less the resample
+ * and normalize inside). The engine moves the counters into the stage's
+ * after each unit of work (sl_pipeline__phases_take). Untimed samples pay
+ * one thread-local test per phase. */
+enum { SL_PHASE_DECODE, SL_PHASE_RESAMPLE, SL_PHASE_NORMALIZE, SL_NPHASES };
+
+typedef struct sl_ops__phases {
+    uint64_t ns[SL_NPHASES];
+    uint64_t samples;      /* timed samples */
+    uint64_t last_epoch, last_key; /* the last one counted (+1; 0: none) */
+} sl_ops__phases;
+
+extern _Thread_local int sl_ops__timing;              /* 1: time this sample */
+extern _Thread_local sl_ops__phases sl_ops__phase_acc; /* this thread's counters */
+
+/* Decide whether the sample (epoch, key) is timed ((key + epoch) % 8 == 0:
+ * a different eighth of the dataset each epoch) and, the first time an op
+ * of it asks, count it; sets sl_ops__timing. */
+void sl_ops__phase_sample(uint64_t epoch, uint64_t key);
+
+typedef struct {
+    int on;             /* timed */
+    uint64_t t0, inner; /* start; the phases' total then */
+} sl_ops__span;
+
+static inline uint64_t sl_ops__phase_total(void) {
+    const sl_ops__phases *a = &sl_ops__phase_acc;
+    return a->ns[SL_PHASE_DECODE] + a->ns[SL_PHASE_RESAMPLE] + a->ns[SL_PHASE_NORMALIZE];
+}
+
+static inline void sl_ops__phase_open(sl_ops__span *sp) {
+    sp->on = sl_ops__timing;
+    sp->t0 = sp->on ? sl__now_ns() : 0;
+    sp->inner = sp->on ? sl_ops__phase_total() : 0;
+}
+
+static inline void sl_ops__phase_close(const sl_ops__span *sp, int phase) {
+    if (sp->on) {
+        uint64_t dt = sl__now_ns() - sp->t0, nested = sl_ops__phase_total() - sp->inner;
+        sl_ops__phase_acc.ns[phase] += dt > nested ? dt - nested : 0;
+    }
+}
 
 #endif /* SL_OPS_H */

@@ -2,6 +2,8 @@
 #include "ops/ops.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 int sl_ops__out_prepare(sl_tensor *out, sl_dtype dtype, int ndim, const int64_t *shape,
@@ -120,5 +122,72 @@ void sl_ops__rgb_to_gray(const uint8_t *src, uint8_t *dst, size_t npix) {
     for (size_t i = 0; i < npix; i++) {
         const uint8_t *p = src + 3 * i;
         dst[i] = (uint8_t)((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
+    }
+}
+
+/* ---- SIMD level ----------------------------------------------------------- */
+
+int sl_ops__simd_max = SL_OPS_AVX512;
+
+/* Several threads may ask at once; they all compute the same answer. */
+static _Atomic int simd_cached = -1, vbmi_cached = -1;
+
+static int simd_detect(void) {
+    int level = SL_OPS_SCALAR;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("sse4.1"))
+        level = SL_OPS_SSE41;
+    if (level == SL_OPS_SSE41 && __builtin_cpu_supports("avx2"))
+        level = SL_OPS_AVX2;
+    if (level == SL_OPS_AVX2 && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+        level = SL_OPS_AVX512;
+#endif
+    const char *env = getenv("SLUICE_SIMD");
+    if (env && *env) {
+        static const char *const names[] = {"scalar", "sse4.1", "avx2", "avx512"};
+        for (int i = 0; i < 4; i++)
+            if (!strcmp(env, names[i]) && i < level)
+                level = i;
+    }
+    return level;
+}
+
+int sl_ops__simd(void) {
+    int v = atomic_load_explicit(&simd_cached, memory_order_relaxed);
+    if (SL_UNLIKELY(v < 0)) {
+        v = simd_detect();
+        atomic_store_explicit(&simd_cached, v, memory_order_relaxed);
+    }
+    return v < sl_ops__simd_max ? v : sl_ops__simd_max;
+}
+
+int sl_ops__cpu_vbmi(void) {
+    int v = atomic_load_explicit(&vbmi_cached, memory_order_relaxed);
+    if (SL_UNLIKELY(v < 0)) {
+#if defined(__x86_64__) && defined(__GNUC__)
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512vbmi") ? 1 : 0;
+#else
+        v = 0;
+#endif
+        atomic_store_explicit(&vbmi_cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+/* ---- per-phase timing ------------------------------------------------------ */
+
+_Thread_local int sl_ops__timing;
+_Thread_local sl_ops__phases sl_ops__phase_acc;
+
+void sl_ops__phase_sample(uint64_t epoch, uint64_t key) {
+    sl_ops__timing = ((key + epoch) & 7) == 0; /* a different eighth each epoch */
+    sl_ops__phases *a = &sl_ops__phase_acc;
+    if (sl_ops__timing && (a->last_epoch != epoch + 1 || a->last_key != key + 1)) {
+        a->samples++;
+        a->last_epoch = epoch + 1;
+        a->last_key = key + 1;
     }
 }

@@ -10,8 +10,10 @@
  *   2. a horizontal pass over only the source rows the vertical pass needs,
  *      rounding to 8 bits, then a vertical pass;
  *   3. a pass is skipped when it would be the identity, as PIL does.
- * The vertical pass runs row-at-a-time over whole rows so that its inner
- * loop (a multiply-add over contiguous bytes) vectorises.
+ * Both passes have hand-written AVX2 and AVX-512 versions (the horizontal
+ * RGB pass an SSE4.1 one too), chosen at run time by sl_ops__simd(); they
+ * compute the scalar code's integers exactly. The scalar vertical pass runs
+ * row-at-a-time over whole rows so that its inner loop vectorises.
  */
 /* The inner loops are written for the vectoriser; make sure it runs (the
  * library is built at -O2 by default, where GCC 12 vectorises little). */
@@ -22,14 +24,9 @@
 #include "ops/ops.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <string.h>
 
 #define PRECISION_BITS (32 - 8 - 2)
-
-/* Test hook: 1 turns the AVX2 horizontal pass off, 2 the SSE4.1 one too, so
- * that tests compare every path with the scalar one on the same machine. */
-int sl_ops__resize_simd_off;
 
 static double filter_triangle(double x) {
     if (x < 0.0)
@@ -314,27 +311,124 @@ pass_horizontal_rgb_avx2(const uint8_t *src, size_t sstride, int rows, int sw, i
     }
 }
 
-static int have_avx2(void) {
-    static _Atomic int cached = -1;
-    int v = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx2") ? 1 : 0;
-        atomic_store_explicit(&cached, v, memory_order_relaxed);
+/* Output column xx of four rows (one per 128-bit lane) as [R G B 0] int32
+ * per lane, rounded and shifted, before clip8. */
+__attribute__((target("avx512f,avx512bw"))) static inline __m512i
+hcol512(const uint8_t *const r[4], int xx, const int32_t *bounds, const int16_t *hq, int G,
+        __m512i shuf_a, __m512i shuf_b) {
+    const size_t off = (size_t)bounds[2 * xx] * 3;
+    const int ng = (bounds[2 * xx + 1] + 3) >> 2;
+    const int16_t *q = hq + (size_t)xx * G * HQ_GROUP;
+    __m512i h = _mm512_setzero_si512(), l = h;
+    for (int g = 0; g < ng; g++, q += HQ_GROUP) {
+        size_t go = off + 12 * (size_t)g;
+        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(r[0] + go)));
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r[1] + go)), 1);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r[2] + go)), 2);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r[3] + go)), 3);
+        __m512i pa = _mm512_shuffle_epi8(v, shuf_a), pb = _mm512_shuffle_epi8(v, shuf_b);
+        __m512i kah = _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)q));
+        __m512i kal = _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(q + 8)));
+        __m512i kbh = _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(q + 16)));
+        __m512i kbl = _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(q + 24)));
+        h = _mm512_add_epi32(h, _mm512_add_epi32(_mm512_madd_epi16(pa, kah),
+                                                 _mm512_madd_epi16(pb, kbh)));
+        l = _mm512_add_epi32(l, _mm512_add_epi32(_mm512_madd_epi16(pa, kal),
+                                                 _mm512_madd_epi16(pb, kbl)));
     }
-    return v;
+    const __m512i half = _mm512_set1_epi32(1 << (PRECISION_BITS - 1));
+    return _mm512_srai_epi32(_mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(h, 11), l), half),
+                             PRECISION_BITS);
 }
 
-/* Several threads may ask at once; they all compute the same answer. */
-static int have_sse41(void) {
-    static _Atomic int cached = -1;
-    int v = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("sse4.1") ? 1 : 0;
-        atomic_store_explicit(&cached, v, memory_order_relaxed);
+/* The AVX2 pass above with AVX-512: four rows per register (one per
+ * 128-bit lane), so each group of 4 taps of 4 rows is one load and three
+ * inserts, two shuffles and four pmaddwd, with the weights broadcast to all
+ * lanes; four output columns are packed together and stored as 12 bytes
+ * per row. Same integers as the scalar code. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+pass_horizontal_rgb_avx512(const uint8_t *src, size_t sstride, int rows, int sw, int ow,
+                           int ksize, const int32_t *bounds, const int32_t *kk, const int16_t *hq,
+                           uint8_t *dst, size_t dstride) {
+    const int G = (ksize + 3) / 4;
+    const size_t rowbytes = (size_t)sw * 3;
+    const int32_t rhalf = 1 << (PRECISION_BITS - 1);
+    const __m512i shuf_a = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1));
+    const __m512i shuf_b = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1));
+    /* RGB0 x 4 -> RGB x 4 in each lane */
+    const __m512i rgb12 = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1));
+    /* dword 0 of each lane (one row's RGB after the packs) to dwords 0..3 */
+    const __m512i first = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    int xsafe = 0; /* columns [0, xsafe) take the vector loop */
+    while (xsafe < ow - 1) {
+        int ng = (bounds[2 * xsafe + 1] + 3) >> 2;
+        size_t last = (size_t)(bounds[2 * xsafe] + 4 * (ng > 0 ? ng - 1 : 0)) * 3;
+        if (last + 16 > rowbytes)
+            break;
+        xsafe++;
     }
-    return v;
+    for (int y = 0; y < rows; y += 4) {
+        const int nr = rows - y < 4 ? rows - y : 4;
+        const uint8_t *r[4];
+        uint8_t *o[4];
+        for (int k = 0; k < 4; k++) {
+            r[k] = src + (size_t)(y + (k < nr ? k : 0)) * sstride;
+            o[k] = dst + (size_t)(y + k) * dstride;
+        }
+        int xx = 0;
+        /* four columns at a time: 4 rows x 4 pixels packed into one
+         * register, 12 bytes per row stored with a byte mask */
+        for (; xx + 4 <= xsafe; xx += 4) {
+            __m512i v0 = hcol512(r, xx, bounds, hq, G, shuf_a, shuf_b);
+            __m512i v1 = hcol512(r, xx + 1, bounds, hq, G, shuf_a, shuf_b);
+            __m512i v2 = hcol512(r, xx + 2, bounds, hq, G, shuf_a, shuf_b);
+            __m512i v3 = hcol512(r, xx + 3, bounds, hq, G, shuf_a, shuf_b);
+            /* per lane (row): bytes RGB0 of columns xx..xx+3, then RGB x4 */
+            __m512i p8 = _mm512_packus_epi16(_mm512_packus_epi32(v0, v1),
+                                             _mm512_packus_epi32(v2, v3));
+            p8 = _mm512_shuffle_epi8(p8, rgb12);
+            _mm_mask_storeu_epi8(o[0] + 3 * (size_t)xx, 0x0fff, _mm512_castsi512_si128(p8));
+            if (nr > 1)
+                _mm_mask_storeu_epi8(o[1] + 3 * (size_t)xx, 0x0fff,
+                                     _mm512_extracti32x4_epi32(p8, 1));
+            if (nr > 2)
+                _mm_mask_storeu_epi8(o[2] + 3 * (size_t)xx, 0x0fff,
+                                     _mm512_extracti32x4_epi32(p8, 2));
+            if (nr > 3)
+                _mm_mask_storeu_epi8(o[3] + 3 * (size_t)xx, 0x0fff,
+                                     _mm512_extracti32x4_epi32(p8, 3));
+        }
+        for (; xx < xsafe; xx++) {
+            __m512i v = hcol512(r, xx, bounds, hq, G, shuf_a, shuf_b);
+            /* per lane [R G B 0] -> bytes RGB0 (saturating: clip8) */
+            __m512i p8 = _mm512_packus_epi16(_mm512_packus_epi32(v, v), _mm512_setzero_si512());
+            __m128i w4 = _mm512_castsi512_si128(_mm512_permutexvar_epi32(first, p8));
+            uint32_t w[4];
+            _mm_storeu_si128((__m128i *)w, w4);
+            /* 4-byte stores: the 4th byte is rewritten by the next pixel */
+            for (int k = 0; k < nr; k++)
+                memcpy(o[k] + 3 * (size_t)xx, &w[k], 4);
+        }
+        for (int k = 0; k < nr; k++) {
+            for (int x1 = xsafe; x1 < ow; x1++) {
+                const int32_t *kw = kk + (size_t)x1 * ksize;
+                const uint8_t *p = r[k] + (size_t)bounds[2 * x1] * 3;
+                int n = bounds[2 * x1 + 1];
+                int32_t s0 = rhalf, s1 = rhalf, s2 = rhalf;
+                for (int x = 0; x < n; x++) {
+                    s0 += p[3 * x] * kw[x];
+                    s1 += p[3 * x + 1] * kw[x];
+                    s2 += p[3 * x + 2] * kw[x];
+                }
+                o[k][3 * x1] = clip8(s0);
+                o[k][3 * x1 + 1] = clip8(s1);
+                o[k][3 * x1 + 2] = clip8(s2);
+            }
+        }
+    }
 }
 #else
 static size_t hq_bytes(int C, int ow, int ksize) {
@@ -349,14 +443,20 @@ static void pass_horizontal(const uint8_t *src, size_t sstride, int rows, int sw
                             uint8_t *dst, size_t dstride) {
     const int32_t half = 1 << (PRECISION_BITS - 1);
 #ifdef HAVE_AVX2_PATH
-    if (C == 3 && have_avx2() && !sl_ops__resize_simd_off) {
+    if (C == 3 && sl_ops__simd() >= SL_OPS_AVX512) {
+        hq_prepare(ow, ksize, bounds, kk, hq);
+        pass_horizontal_rgb_avx512(src, sstride, rows, sw, ow, ksize, bounds, kk, hq, dst,
+                                   dstride);
+        return;
+    }
+    if (C == 3 && sl_ops__simd() >= SL_OPS_AVX2) {
         hq_prepare(ow, ksize, bounds, kk, hq);
         pass_horizontal_rgb_avx2(src, sstride, rows, sw, ow, ksize, bounds, kk, hq, dst, dstride);
         return;
     }
 #endif
 #ifdef HAVE_SSE41_PATH
-    if (C == 3 && have_sse41() && sl_ops__resize_simd_off < 2) {
+    if (C == 3 && sl_ops__simd() >= SL_OPS_SSE41) {
         pass_horizontal_rgb_sse41(src, sstride, rows, sw, ow, ksize, bounds, kk, dst, dstride);
         return;
     }
@@ -405,14 +505,128 @@ static void pass_horizontal(const uint8_t *src, size_t sstride, int rows, int sw
     }
 }
 
+#ifdef HAVE_AVX2_PATH
+/* Vertical pass with AVX2 / AVX-512. Hand-written because the compiler's
+ * version of pass_vertical (below) widens each byte to 32 bits and spends a
+ * two-uop vpmulld per byte and tap, with the accumulator row in memory. Here
+ * two source rows are interleaved into (row a, row b) 16-bit pairs and one
+ * pmaddwd multiplies and sums two taps per 32-bit lane; the accumulators of
+ * a 32- (64-) byte column strip stay in registers over all of an output
+ * row's taps. The 22-bit weights are split into hi * 2048 + lo as in the
+ * horizontal pass, so the sum is the scalar code's integer exactly. */
+
+/* Most taps per output row the SIMD vertical passes take (a shrink of more
+ * than 64x on that axis goes to the scalar pass). */
+#define VMAX_TAPS 128
+
+/* An output row's weights as (hi, lo) dword pairs for taps (0, 1), (2, 3),
+ * ...: hi pair, lo pair, hi pair, ...; an odd last tap is paired with 0. */
+static void vpairs(const int32_t *k, int n, uint32_t *wp) {
+    for (int j = 0; j < n; j += 2) {
+        int32_t a = k[j], b = j + 1 < n ? k[j + 1] : 0;
+        int32_t al = a & 2047, bl = b & 2047;
+        int32_t ah = (a - al) / 2048, bh = (b - bl) / 2048;
+        wp[j] = (uint32_t)(uint16_t)ah | (uint32_t)(uint16_t)bh << 16;
+        wp[j + 1] = (uint32_t)(uint16_t)al | (uint32_t)(uint16_t)bl << 16;
+    }
+}
+
+/* (sum hi) * 2048 + sum lo + half, >> 22, for the four 32-bit vectors of a
+ * strip, packed with unsigned saturation (clip8) back into strip order:
+ * the in-lane unpacks and the in-lane packs undo each other. */
+#define VFINISH(W, h, l)                                                                     \
+    W##_srai_epi32(W##_add_epi32(W##_add_epi32(W##_slli_epi32(h, 11), l), half), PRECISION_BITS)
+
+__attribute__((target("avx2"))) static void
+pass_vertical_avx2(const uint8_t *src, size_t sstride, int rowlen, int oh, int ksize,
+                   const int32_t *bounds, const int32_t *kk, uint8_t *dst, size_t dstride) {
+    const __m256i z = _mm256_setzero_si256();
+    const __m256i half = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
+    uint32_t wp[VMAX_TAPS + 1];
+    for (int yy = 0; yy < oh; yy++) {
+        const int32_t *k = kk + (size_t)yy * ksize;
+        const int n = bounds[2 * yy + 1];
+        const uint8_t *r0 = src + (size_t)bounds[2 * yy] * sstride;
+        uint8_t *o = dst + (size_t)yy * dstride;
+        vpairs(k, n, wp);
+        for (int x0 = 0; x0 < rowlen; x0 += 32) {
+            /* the last strip ends at the row's end, overlapping the one
+             * before: its bytes are computed twice, identically */
+            const size_t x = (size_t)(x0 + 32 <= rowlen ? x0 : rowlen - 32);
+            __m256i h0 = z, h1 = z, h2 = z, h3 = z, l0 = z, l1 = z, l2 = z, l3 = z;
+            for (int j = 0; j < n; j += 2) {
+                const uint8_t *ra = r0 + (size_t)j * sstride + x;
+                __m256i a = _mm256_loadu_si256((const __m256i *)ra);
+                __m256i b = j + 1 < n ? _mm256_loadu_si256((const __m256i *)(ra + sstride)) : z;
+                __m256i u0 = _mm256_unpacklo_epi8(a, b), u1 = _mm256_unpackhi_epi8(a, b);
+                __m256i w0 = _mm256_unpacklo_epi8(u0, z), w1 = _mm256_unpackhi_epi8(u0, z);
+                __m256i w2 = _mm256_unpacklo_epi8(u1, z), w3 = _mm256_unpackhi_epi8(u1, z);
+                __m256i kh = _mm256_set1_epi32((int)wp[j]), kl = _mm256_set1_epi32((int)wp[j + 1]);
+                h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(w0, kh));
+                l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(w0, kl));
+                h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(w1, kh));
+                l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(w1, kl));
+                h2 = _mm256_add_epi32(h2, _mm256_madd_epi16(w2, kh));
+                l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(w2, kl));
+                h3 = _mm256_add_epi32(h3, _mm256_madd_epi16(w3, kh));
+                l3 = _mm256_add_epi32(l3, _mm256_madd_epi16(w3, kl));
+            }
+            __m256i p01 = _mm256_packus_epi32(VFINISH(_mm256, h0, l0), VFINISH(_mm256, h1, l1));
+            __m256i p23 = _mm256_packus_epi32(VFINISH(_mm256, h2, l2), VFINISH(_mm256, h3, l3));
+            _mm256_storeu_si256((__m256i *)(o + x), _mm256_packus_epi16(p01, p23));
+        }
+    }
+}
+
+#define HAVE_AVX512_PATH 1
+__attribute__((target("avx512f,avx512bw"))) static void
+pass_vertical_avx512(const uint8_t *src, size_t sstride, int rowlen, int oh, int ksize,
+                     const int32_t *bounds, const int32_t *kk, uint8_t *dst, size_t dstride) {
+    const __m512i z = _mm512_setzero_si512();
+    const __m512i half = _mm512_set1_epi32(1 << (PRECISION_BITS - 1));
+    uint32_t wp[VMAX_TAPS + 1];
+    for (int yy = 0; yy < oh; yy++) {
+        const int32_t *k = kk + (size_t)yy * ksize;
+        const int n = bounds[2 * yy + 1];
+        const uint8_t *r0 = src + (size_t)bounds[2 * yy] * sstride;
+        uint8_t *o = dst + (size_t)yy * dstride;
+        vpairs(k, n, wp);
+        for (int x0 = 0; x0 < rowlen; x0 += 64) {
+            const size_t x = (size_t)(x0 + 64 <= rowlen ? x0 : rowlen - 64);
+            __m512i h0 = z, h1 = z, h2 = z, h3 = z, l0 = z, l1 = z, l2 = z, l3 = z;
+            for (int j = 0; j < n; j += 2) {
+                const uint8_t *ra = r0 + (size_t)j * sstride + x;
+                __m512i a = _mm512_loadu_si512(ra);
+                __m512i b = j + 1 < n ? _mm512_loadu_si512(ra + sstride) : z;
+                __m512i u0 = _mm512_unpacklo_epi8(a, b), u1 = _mm512_unpackhi_epi8(a, b);
+                __m512i w0 = _mm512_unpacklo_epi8(u0, z), w1 = _mm512_unpackhi_epi8(u0, z);
+                __m512i w2 = _mm512_unpacklo_epi8(u1, z), w3 = _mm512_unpackhi_epi8(u1, z);
+                __m512i kh = _mm512_set1_epi32((int)wp[j]), kl = _mm512_set1_epi32((int)wp[j + 1]);
+                h0 = _mm512_add_epi32(h0, _mm512_madd_epi16(w0, kh));
+                l0 = _mm512_add_epi32(l0, _mm512_madd_epi16(w0, kl));
+                h1 = _mm512_add_epi32(h1, _mm512_madd_epi16(w1, kh));
+                l1 = _mm512_add_epi32(l1, _mm512_madd_epi16(w1, kl));
+                h2 = _mm512_add_epi32(h2, _mm512_madd_epi16(w2, kh));
+                l2 = _mm512_add_epi32(l2, _mm512_madd_epi16(w2, kl));
+                h3 = _mm512_add_epi32(h3, _mm512_madd_epi16(w3, kh));
+                l3 = _mm512_add_epi32(l3, _mm512_madd_epi16(w3, kl));
+            }
+            __m512i p01 = _mm512_packus_epi32(VFINISH(_mm512, h0, l0), VFINISH(_mm512, h1, l1));
+            __m512i p23 = _mm512_packus_epi32(VFINISH(_mm512, h2, l2), VFINISH(_mm512, h3, l3));
+            _mm512_storeu_si512(o + x, _mm512_packus_epi16(p01, p23));
+        }
+    }
+}
+#endif
+
 /* Built twice (AVX2 and baseline) and chosen at load time: the inner loop
  * is a plain multiply-add over bytes that the compiler vectorises. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 __attribute__((target_clones("avx2", "default")))
 #endif
-static void pass_vertical(const uint8_t *src, size_t sstride, int rowlen, int oh, int ksize,
-                          const int32_t *bounds, const int32_t *kk, int32_t *restrict acc,
-                          uint8_t *dst, size_t dstride) {
+static void pass_vertical_c(const uint8_t *src, size_t sstride, int rowlen, int oh, int ksize,
+                            const int32_t *bounds, const int32_t *kk, int32_t *restrict acc,
+                            uint8_t *dst, size_t dstride) {
     const int32_t half = 1 << (PRECISION_BITS - 1);
     for (int yy = 0; yy < oh; yy++) {
         const int32_t *k = kk + (size_t)yy * ksize;
@@ -429,6 +643,25 @@ static void pass_vertical(const uint8_t *src, size_t sstride, int rowlen, int oh
         for (int i = 0; i < rowlen; i++)
             o[i] = clip8(acc[i]);
     }
+}
+
+static void pass_vertical(const uint8_t *src, size_t sstride, int rowlen, int oh, int ksize,
+                          const int32_t *bounds, const int32_t *kk, int32_t *acc, uint8_t *dst,
+                          size_t dstride) {
+#ifdef HAVE_AVX2_PATH
+    if (ksize <= VMAX_TAPS) {
+        int level = sl_ops__simd();
+        if (level >= SL_OPS_AVX512 && rowlen >= 64) {
+            pass_vertical_avx512(src, sstride, rowlen, oh, ksize, bounds, kk, dst, dstride);
+            return;
+        }
+        if (level >= SL_OPS_AVX2 && rowlen >= 32) {
+            pass_vertical_avx2(src, sstride, rowlen, oh, ksize, bounds, kk, dst, dstride);
+            return;
+        }
+    }
+#endif
+    pass_vertical_c(src, sstride, rowlen, oh, ksize, bounds, kk, acc, dst, dstride);
 }
 
 /* PIL's NEAREST resize: an affine map sampled at pixel centres, with the
@@ -481,8 +714,11 @@ static void vertical_out(const uint8_t *src, size_t sstride, int rowlen, int oh,
         int n = oh - y0 < VBLOCK ? oh - y0 : VBLOCK;
         pass_vertical(src, sstride, rowlen, n, ksize, bounds + 2 * y0, kk + (size_t)y0 * ksize,
                       acc, rowbuf, (size_t)rowlen);
+        sl_ops__span sp;
+        sl_ops__phase_open(&sp);
         for (int y = 0; y < n; y++)
             sl_ops__norm_row(norm, rowbuf + (size_t)y * rowlen, C, ow, oh, y0 + y, dst);
+        sl_ops__phase_close(&sp, SL_PHASE_NORMALIZE);
     }
     sl_ops__norm_done();
 }
@@ -490,14 +726,17 @@ static void vertical_out(const uint8_t *src, size_t sstride, int rowlen, int oh,
 /* uint8 rows (`rows`, `stride` bytes apart) into the normalized image. */
 static void norm_rows(const sl_ops__norm *norm, const uint8_t *rows, size_t stride, int C,
                       int ow, int oh, void *dst) {
+    sl_ops__span sp;
+    sl_ops__phase_open(&sp);
     for (int y = 0; y < oh; y++)
         sl_ops__norm_row(norm, rows + (size_t)y * stride, C, ow, oh, y, dst);
     sl_ops__norm_done();
+    sl_ops__phase_close(&sp, SL_PHASE_NORMALIZE);
 }
 
-int sl_ops__resample(const uint8_t *src, int sh, int sw, size_t sstride, int C,
-                     const double box[4], const int lim[4], int oh, int ow, sl_interp interp,
-                     void *dst, size_t dstride, const sl_ops__norm *norm) {
+static int resample(const uint8_t *src, int sh, int sw, size_t sstride, int C,
+                    const double box[4], const int lim[4], int oh, int ow, sl_interp interp,
+                    void *dst, size_t dstride, const sl_ops__norm *norm) {
     size_t rowlen = (size_t)ow * C;
     if (interp == SL_INTERP_NEAREST) {
         size_t img = norm ? (size_t)oh * rowlen : 0;
@@ -581,6 +820,17 @@ int sl_ops__resample(const uint8_t *src, int sh, int sw, size_t sstride, int C,
     vertical_out(tmp, rowlen, (int)rowlen, oh, kv, bdy, kky, acc, dst, dstride, norm, C, ow,
                  rowbuf);
     return SL_OK;
+}
+
+/* Timed as the resample phase, less the normalizing inside. */
+int sl_ops__resample(const uint8_t *src, int sh, int sw, size_t sstride, int C,
+                     const double box[4], const int lim[4], int oh, int ow, sl_interp interp,
+                     void *dst, size_t dstride, const sl_ops__norm *norm) {
+    sl_ops__span sp;
+    sl_ops__phase_open(&sp);
+    int rc = resample(src, sh, sw, sstride, C, box, lim, oh, ow, interp, dst, dstride, norm);
+    sl_ops__phase_close(&sp, SL_PHASE_RESAMPLE);
+    return rc;
 }
 
 static int check_size(int out_h, int out_w, const char *op) {

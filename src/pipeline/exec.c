@@ -288,6 +288,7 @@ static void span_end(sl_pipeline *p, sl_stage *st, int worker, span sp, uint32_t
     uint64_t t1 = sl__now_ns(), t0 = sp.t0;
     atomic_fetch_add_explicit(&st->busy_ns, t1 - t0, memory_order_relaxed);
     atomic_fetch_add_explicit(&st->cpu_ns, thread_cpu_ns() - sp.c0, memory_order_relaxed);
+    sl_pipeline__phases_take(st);
     if (p->trace)
         sl_pipeline__trace_add(p, (int)(st - p->stage), worker, t0, t1 - t0, n);
 }

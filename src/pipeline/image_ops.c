@@ -17,6 +17,18 @@
 #include "ops/ops.h"
 #include "pipeline/op.h"
 
+/* An op's apply timed as one phase of the op split (docs/OPS.md "Speed";
+ * one sample in 8, the phases nested inside subtracted). */
+#define PHASED(fn, phase)                                                                     \
+    static int fn##_phased(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {   \
+        sl_ops__phase_sample(ctx->epoch, ctx->key);                                           \
+        sl_ops__span sp;                                                                      \
+        sl_ops__phase_open(&sp);                                                              \
+        int rc = fn(params, state, ctx, s);                                                   \
+        sl_ops__phase_close(&sp, phase);                                                      \
+        return rc;                                                                            \
+    }
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -316,6 +328,7 @@ static int decode_apply(const void *params, void *state, sl_op_ctx *ctx, sl_samp
     sl_op_set_column(s, p->col, &t);
     return SL_OK;
 }
+PHASED(decode_apply, SL_PHASE_DECODE)
 
 static int decode_fuse(const void *params, const sl_op_def *next, const void *next_params,
                        const sl_op_def **fused_def, void **fused_params) {
@@ -376,7 +389,7 @@ const sl_op_def sl_op_decode = {
     .bind = decode_bind,
     .worker_init = decoder_init,
     .worker_free = decoder_free,
-    .apply = decode_apply,
+    .apply = decode_apply_phased,
     .fuse = decode_fuse,
     .describe = decode_describe,
 };
@@ -437,6 +450,7 @@ static int rrc_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample 
         return cause_only(rc);
     return crop_resize_into(ctx, s, p->col, &box, p->oh, p->ow, SL_INTERP_BILINEAR);
 }
+PHASED(rrc_apply, SL_PHASE_RESAMPLE)
 
 static void rrc_describe(const void *params, char *buf, size_t cap) {
     const rrc_params *p = params;
@@ -451,7 +465,7 @@ const sl_op_def sl_op_random_resized_crop = {
     .params_size = sizeof(rrc_params),
     .parse = rrc_parse,
     .bind = rrc_bind,
-    .apply = rrc_apply,
+    .apply = rrc_apply_phased,
     .describe = rrc_describe,
 };
 
@@ -505,6 +519,7 @@ static int decode_rrc_apply(const void *params, void *state, sl_op_ctx *ctx, sl_
     sl_op_set_column(s, p->col, &t);
     return SL_OK;
 }
+PHASED(decode_rrc_apply, SL_PHASE_DECODE)
 
 /* decode_random_resized_crop (+ flip) + flip or normalize: one op that
  * resamples the decoded region straight into the flipped, normalized
@@ -586,7 +601,8 @@ static void decode_rrc_describe(const void *params, char *buf, size_t cap) {
     {                                                                                      \
         .name = NAME, .summary = SUMMARY, .flags = SL_OPF_RANDOM,                          \
         .params_size = sizeof(decode_rrc_params), .parse = fused_parse, .bind = fused_bind, \
-        .worker_init = decoder_init, .worker_free = decoder_free, .apply = decode_rrc_apply, \
+        .worker_init = decoder_init, .worker_free = decoder_free,                          \
+        .apply = decode_rrc_apply_phased,                                                  \
         .fuse = decode_rrc_fuse, .describe = decode_rrc_describe,                          \
     }
 
@@ -658,6 +674,7 @@ static int resize_apply(const void *params, void *state, sl_op_ctx *ctx, sl_samp
     sl_op_set_column(s, p->col, &t);
     return SL_OK;
 }
+PHASED(resize_apply, SL_PHASE_RESAMPLE)
 
 static void resize_describe(const void *params, char *buf, size_t cap) {
     const resize_params *p = params;
@@ -673,7 +690,7 @@ const sl_op_def sl_op_resize = {
     .params_size = sizeof(resize_params),
     .parse = resize_parse,
     .bind = resize_bind,
-    .apply = resize_apply,
+    .apply = resize_apply_phased,
     .describe = resize_describe,
 };
 
@@ -714,6 +731,7 @@ static int ccrop_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sampl
     sl_op_set_column(s, p->col, &t);
     return SL_OK;
 }
+PHASED(ccrop_apply, SL_PHASE_RESAMPLE)
 
 static void ccrop_describe(const void *params, char *buf, size_t cap) {
     const ccrop_params *p = params;
@@ -726,7 +744,7 @@ const sl_op_def sl_op_center_crop = {
     .params_size = sizeof(ccrop_params),
     .parse = ccrop_parse,
     .bind = ccrop_bind,
-    .apply = ccrop_apply,
+    .apply = ccrop_apply_phased,
     .describe = ccrop_describe,
 };
 
@@ -784,6 +802,7 @@ static int decode_resize_apply(const void *params, void *state, sl_op_ctx *ctx, 
     return decode_box_column(dec, ctx, s, p->col, data, size, p->color, box, lim, oh, ow,
                              (sl_interp)p->rs.interp);
 }
+PHASED(decode_resize_apply, SL_PHASE_DECODE)
 
 static int decode_resize_fuse(const void *params, const sl_op_def *next, const void *next_params,
                               const sl_op_def **fused_def, void **fused_params) {
@@ -825,7 +844,7 @@ static const sl_op_def op_decode_resize = {
     .bind = fused_bind,
     .worker_init = decoder_init,
     .worker_free = decoder_free,
-    .apply = decode_resize_apply,
+    .apply = decode_resize_apply_phased,
     .fuse = decode_resize_fuse,
     .describe = decode_resize_describe,
 };
@@ -1081,6 +1100,7 @@ static int normalize_apply(const void *params, void *state, sl_op_ctx *ctx, sl_s
     sl_op_set_column(s, p->col, &t);
     return SL_OK;
 }
+PHASED(normalize_apply, SL_PHASE_NORMALIZE)
 
 static int normalize_can_batch(const void *params, const sl_colset *in) {
     int c = ((const normalize_params *)params)->col;
@@ -1139,7 +1159,7 @@ const sl_op_def sl_op_normalize = {
     .params_size = sizeof(normalize_params),
     .parse = normalize_parse,
     .bind = normalize_bind,
-    .apply = normalize_apply,
+    .apply = normalize_apply_phased,
     .describe = normalize_describe,
     .can_batch = normalize_can_batch,
     .apply_batch = normalize_apply_batch,
@@ -1414,6 +1434,7 @@ static int flip_normalize_apply(const void *params, void *state, sl_op_ctx *ctx,
     sl_op_set_column(s, n->col, &t);
     return SL_OK;
 }
+PHASED(flip_normalize_apply, SL_PHASE_NORMALIZE)
 
 static void flip_normalize_describe(const void *params, char *buf, size_t cap) {
     const flip_normalize_params *p = params;
@@ -1429,6 +1450,6 @@ static const sl_op_def op_flip_normalize = {
     .params_size = sizeof(flip_normalize_params),
     .parse = fused_parse,
     .bind = fused_bind,
-    .apply = flip_normalize_apply,
+    .apply = flip_normalize_apply_phased,
     .describe = flip_normalize_describe,
 };

@@ -305,6 +305,8 @@ static inline void sl_pipeline__sample_release(sl_sample *s) {
  * sequential state are arrays of this size); a longer run of ops is cut
  * into several stages. */
 #define SL_STAGE_MAX_OPS 64
+/* phases of the op split: SL_NPHASES of src/ops/ops.h */
+#define SL_STAGE_NPHASES 3
 
 /* Largest batch that map + batch fusion (one chunk = one batch) handles. */
 #define SL_FUSE_MAX_BATCH 1024
@@ -333,6 +335,9 @@ struct sl_stage {
     sl_worker *w;
     _Atomic uint64_t elements, busy_ns, wait_in_ns, wait_out_ns;
     _Atomic uint64_t cpu_ns;      /* thread CPU time inside busy_ns */
+    /* the op split: image-op phases (decode, resample, normalize) of the
+     * timed samples, and how many were timed (src/ops/ops.h) */
+    _Atomic uint64_t phase_ns[SL_STAGE_NPHASES], phase_samples;
     uint64_t seq_out;             /* sequential stages: next output seq */
     uint64_t tune_busy, tune_elements; /* autotune: totals at the last tick */
     double tune_cost;             /* autotune: last measured ns per sample (0: none) */
@@ -470,6 +475,10 @@ sl_batch *sl_collate__marker(const struct sl_pipeline *p, int kind, uint64_t epo
 int sl_collate__from_chunk(const struct sl_pipeline *p, sl_chunk *c, uint64_t *next_index,
                            sl_batch **out);
 void sl_pipeline__batch_free(sl_batch *b);
+
+/* Move this thread's image-op phase counters into stage `st` (stats.c);
+ * called by a worker after each unit of work. */
+void sl_pipeline__phases_take(sl_stage *st);
 
 /* layout.c: cut the optimised plan into stages, decide map + batch fusion
  * and direct hand-off, size the queues (once, at create). */

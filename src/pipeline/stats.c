@@ -15,6 +15,7 @@
  * help and shows the numbers behind the choice.
  */
 #include "pipeline/pipeline.h"
+#include "ops/ops.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -26,6 +27,38 @@
 /* Is stage s a reader with no per-sample ops of its own? */
 static int reader_only(const sl_pipeline *p, int s) {
     return p->stage[s].kind == SL_ST_SOURCE && p->stage[s].last == p->stage[s].first;
+}
+
+_Static_assert(SL_STAGE_NPHASES == SL_NPHASES, "the stage keeps every op-split phase");
+
+void sl_pipeline__phases_take(sl_stage *st) {
+    sl_ops__phases *a = &sl_ops__phase_acc;
+    if (!a->samples)
+        return;
+    for (int k = 0; k < SL_NPHASES; k++) {
+        atomic_fetch_add_explicit(&st->phase_ns[k], a->ns[k], memory_order_relaxed);
+        a->ns[k] = 0;
+    }
+    atomic_fetch_add_explicit(&st->phase_samples, a->samples, memory_order_relaxed);
+    a->samples = 0;
+}
+
+/* The stage's op split, microseconds per sample by phase (JSON "op_split"),
+ * or NULL when no sample was timed. */
+static cJSON *op_split_json(const sl_stage *st) {
+    uint64_t n = atomic_load_explicit(&((sl_stage *)st)->phase_samples, memory_order_relaxed);
+    if (!n)
+        return NULL;
+    static const char *const names[SL_NPHASES] = {"decode_us", "resample_us", "normalize_us"};
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    for (int k = 0; k < SL_NPHASES; k++) {
+        uint64_t ns = atomic_load_explicit(&((sl_stage *)st)->phase_ns[k], memory_order_relaxed);
+        cJSON_AddNumberToObject(o, names[k], (double)ns / 1e3 / (double)n);
+    }
+    cJSON_AddNumberToObject(o, "timed_samples", (double)n);
+    return o;
 }
 
 int sl_pipeline_stats_get(const sl_pipeline *cp, sl_pipeline_stats *out) {
@@ -227,6 +260,9 @@ int sl_pipeline_stats_json(const sl_pipeline *p, char *buf, size_t cap, size_t *
         cJSON_AddNumberToObject(o, "queue_capacity", s->queue_capacity);
         cJSON_AddNumberToObject(o, "queue_length", st.queue_length[i]);
         cJSON_AddNumberToObject(o, "queue_bytes", (double)st.queue_bytes[i]);
+        cJSON *split = op_split_json(&p->stage[i]);
+        if (split && !cJSON_AddItemToObject(o, "op_split", split))
+            cJSON_Delete(split);
         if (!cJSON_AddItemToArray(stages, o)) /* stages missing: out of memory */
             cJSON_Delete(o);
     }

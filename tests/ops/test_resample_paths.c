@@ -1,10 +1,12 @@
 /* test_resample_paths.c — the resampler's hand-written paths against its
- * scalar code, on the same machine: the AVX2 and SSE4.1 horizontal passes
- * (where the CPU has them) give the scalar pixels exactly, over shrinks and
- * enlargements, odd widths and boxes that end at the row's last pixel (the
- * AVX2 pass's bounds handling); and resampling straight into a normalized
- * float32 image (sl_ops__norm, mirrored or not, CHW or HWC, every pass
- * combination) equals resample -> flip -> normalize bit for bit. */
+ * scalar code, on the same machine: at every SIMD level the CPU has
+ * (sl_ops__simd_max: AVX-512, AVX2 and SSE4.1 horizontal and vertical
+ * passes) the pixels equal the scalar ones exactly, RGB and gray, over
+ * shrinks and enlargements, odd widths and boxes that end at the row's last
+ * pixel (the SIMD passes' bounds handling); and resampling straight into a
+ * normalized float32 image (sl_ops__norm, mirrored or not, CHW or HWC, every
+ * pass combination, every level) equals resample -> flip -> normalize bit
+ * for bit. */
 #include "core/core.h"
 #include "ops/ops.h"
 #include "test.h"
@@ -20,8 +22,37 @@ static uint8_t *noise(int h, int w, int c, uint64_t seed) {
     return p;
 }
 
+/* One resample at every SIMD level the CPU has, against the scalar one. */
+static void check_levels(const uint8_t *src, int sh, int sw, int C, const double box[4],
+                         const int lim[4], int oh, int ow, sl_interp interp, const char *what) {
+    size_t n = (size_t)oh * (size_t)ow * (size_t)C;
+    uint8_t *ref = malloc(n), *got = malloc(n);
+    const int saved = sl_ops__simd_max;
+    sl_ops__simd_max = SL_OPS_SCALAR;
+    ASSERT_OK(sl_ops__resample(src, sh, sw, (size_t)sw * C, C, box, lim, oh, ow, interp, ref,
+                               (size_t)ow * C, NULL));
+    for (int level = SL_OPS_SSE41; level <= SL_OPS_AVX512; level++) {
+        sl_ops__simd_max = level;
+        memset(got, 0xa5, n);
+        ASSERT_OK(sl_ops__resample(src, sh, sw, (size_t)sw * C, C, box, lim, oh, ow, interp,
+                                   got, (size_t)ow * C, NULL));
+        for (size_t j = 0; j < n; j++)
+            if (got[j] != ref[j]) {
+                sl_ops__simd_max = saved;
+                sl_test_fail(__FILE__, __LINE__,
+                             "%s: %dx%dx%d -> %dx%d interp %d level %d byte %zu: %d != %d", what,
+                             sw, sh, C, ow, oh, interp, level, j, got[j], ref[j]);
+            }
+    }
+    sl_ops__simd_max = saved;
+    free(ref);
+    free(got);
+}
+
 /* Each (h, w) -> (oh, ow) with a box inside the source; the scalar result is
- * the reference for the SIMD ones. */
+ * the reference for the SIMD ones (AVX-512, AVX2, SSE4.1 where the CPU has
+ * them), RGB and gray, with the box's edges as the read limit and with the
+ * whole image. */
 SL_TEST(ops_resample__simd_passes_equal_scalar) {
     static const int cases[][8] = {
         /* sh, sw, oh, ow, box x0, y0, x1, y1 (0 = whole image) */
@@ -30,38 +61,49 @@ SL_TEST(ops_resample__simd_passes_equal_scalar) {
         {224, 901, 224, 224, 450, 0, 901, 224}, {64, 1200, 16, 100, 0, 0, 0, 0},
         {5, 6, 3, 1, 0, 0, 0, 0},             {1, 500, 1, 224, 0, 0, 0, 0},
         {333, 17, 224, 224, 0, 0, 17, 333},   {250, 250, 224, 224, 249, 0, 250, 250},
+        {448, 448, 224, 224, 0, 0, 0, 0},     {449, 451, 223, 225, 1, 2, 451, 449},
+        {100, 100, 299, 301, 0, 0, 0, 0},     {7, 1000, 3, 21, 0, 0, 0, 0},
+        {1000, 7, 21, 3, 0, 0, 0, 0},         {3000, 40, 11, 40, 0, 0, 0, 0},
+        {40, 3000, 40, 11, 0, 0, 0, 0},       {120, 130, 120, 61, 0, 0, 0, 0},
+        {120, 130, 59, 130, 0, 0, 0, 0},      {320, 240, 224, 224, 0, 100, 240, 320},
+        {320, 240, 224, 224, 200, 0, 240, 320}, {31, 33, 224, 224, 0, 0, 33, 31},
     };
-    const int saved = sl_ops__resize_simd_off;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int *k = cases[i];
         int sh = k[0], sw = k[1], oh = k[2], ow = k[3];
-        uint8_t *src = noise(sh, sw, 3, i);
         double box[4] = {k[4], k[5], k[6] ? k[6] : sw, k[7] ? k[7] : sh};
-        int lim[4] = {(int)box[0], (int)box[1], (int)box[2], (int)box[3]};
-        size_t n = (size_t)oh * (size_t)ow * 3;
-        uint8_t *ref = malloc(n), *got = malloc(n);
-        for (int interp = SL_INTERP_BILINEAR; interp <= SL_INTERP_AREA; interp++) {
-            sl_ops__resize_simd_off = 2;
-            ASSERT_OK(sl_ops__resample(src, sh, sw, (size_t)sw * 3, 3, box, lim, oh, ow, interp,
-                                       ref, (size_t)ow * 3, NULL));
-            for (int off = 0; off <= 1; off++) {
-                sl_ops__resize_simd_off = off;
-                memset(got, 0xa5, n);
-                ASSERT_OK(sl_ops__resample(src, sh, sw, (size_t)sw * 3, 3, box, lim, oh, ow,
-                                           interp, got, (size_t)ow * 3, NULL));
-                for (size_t j = 0; j < n; j++)
-                    if (got[j] != ref[j]) {
-                        fprintf(stderr, "case %zu interp %d simd_off %d byte %zu\n", i, interp,
-                                off, j);
-                        ASSERT_EQ(got[j], ref[j]);
-                    }
+        int edges[4] = {(int)box[0], (int)box[1], (int)box[2], (int)box[3]};
+        int whole[4] = {0, 0, sw, sh};
+        for (int C = 1; C <= 3; C += 2) {
+            uint8_t *src = noise(sh, sw, C, i);
+            for (int interp = SL_INTERP_BILINEAR; interp <= SL_INTERP_AREA; interp++) {
+                check_levels(src, sh, sw, C, box, edges, oh, ow, interp, "box edges");
+                check_levels(src, sh, sw, C, box, whole, oh, ow, interp, "whole image");
             }
+            free(src);
         }
-        free(ref);
-        free(got);
+    }
+}
+
+/* Random sizes and fractional boxes (a crop, its size and the output size
+ * drawn from a fixed seed): the SIMD levels equal the scalar code. */
+SL_TEST(ops_resample__simd_random_sizes) {
+    sl_rng rng;
+    sl_rng_init(&rng, 7, 0, 0, 0);
+    for (int t = 0; t < 120; t++) {
+        int sh = 1 + (int)(sl_rng_next(&rng) % 700), sw = 1 + (int)(sl_rng_next(&rng) % 700);
+        int oh = 1 + (int)(sl_rng_next(&rng) % 300), ow = 1 + (int)(sl_rng_next(&rng) % 300);
+        double x0 = sl_rng_uniform(&rng) * sw * 0.5, y0 = sl_rng_uniform(&rng) * sh * 0.5;
+        double x1 = x0 + (sw - x0) * (0.05 + 0.95 * sl_rng_uniform(&rng));
+        double y1 = y0 + (sh - y0) * (0.05 + 0.95 * sl_rng_uniform(&rng));
+        double box[4] = {x0, y0, x1, y1};
+        int lim[4] = {0, 0, sw, sh};
+        int C = (t & 3) ? 3 : 1;
+        uint8_t *src = noise(sh, sw, C, (uint64_t)t + 100);
+        check_levels(src, sh, sw, C, box, lim, oh, ow,
+                     (t & 4) ? SL_INTERP_AREA : SL_INTERP_BILINEAR, "random");
         free(src);
     }
-    sl_ops__resize_simd_off = saved;
 }
 
 static void check_norm(int sh, int sw, int C, int oh, int ow, const double box[4], sl_interp interp,
@@ -82,10 +124,19 @@ static void check_norm(int sh, int sw, int C, int oh, int ow, const double box[4
     sl_ops__norm nm = {(const float(*)[256])lut, layout, mirror};
     size_t n = (size_t)oh * (size_t)ow * (size_t)C;
     float *got = malloc(n * sizeof *got);
-    memset(got, 0xff, n * sizeof *got);
-    ASSERT_OK(sl_ops__resample(src, sh, sw, (size_t)sw * C, C, box, lim, oh, ow, interp, got, 0,
-                               &nm));
-    ASSERT(memcmp(got, want.data, n * sizeof *got) == 0);
+    const int saved = sl_ops__simd_max;
+    for (int level = SL_OPS_SCALAR; level <= SL_OPS_AVX512; level++) {
+        sl_ops__simd_max = level;
+        memset(got, 0xff, n * sizeof *got);
+        ASSERT_OK(sl_ops__resample(src, sh, sw, (size_t)sw * C, C, box, lim, oh, ow, interp, got,
+                                   0, &nm));
+        int same = memcmp(got, want.data, n * sizeof *got) == 0;
+        sl_ops__simd_max = saved;
+        if (!same)
+            sl_test_fail(__FILE__, __LINE__, "%dx%dx%d -> %dx%d interp %d layout %d mirror %d "
+                         "level %d differs from the chain", sw, sh, C, ow, oh, interp,
+                         (int)layout, mirror, level);
+    }
     free(got);
     sl_tensor_release(&want);
     sl_tensor_release(&u8);

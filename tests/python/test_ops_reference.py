@@ -155,7 +155,7 @@ def test_rotate_matches_pil(ops, angle, size):
         "mean %.4f max %d frac %.4f" % (diff.mean(), diff.max(), (diff > 0).mean())
 
 
-# ---- normalize vs torchvision ToTensor + Normalize: float32, |diff| <= 1e-6
+# ---- normalize vs torchvision ToTensor + Normalize: float32, bit for bit
 
 @pytest.mark.parametrize("size", [(224, 224), (13, 7), (1, 1)])
 def test_normalize_matches_torchvision(ops, size):
@@ -167,7 +167,7 @@ def test_normalize_matches_torchvision(ops, size):
     want = T.Normalize(mean, std)(T.ToTensor()(img)).numpy()
     got = ops.normalize(np.asarray(img), mean, std, R.CHW, R.F32)
     assert got.shape == want.shape
-    assert np.abs(got - want).max() <= 1e-6
+    np.testing.assert_array_equal(got, want)  # bit for bit
     got16 = ops.normalize(np.asarray(img), mean, std, R.CHW, R.F16)
     np.testing.assert_array_equal(got16, torch.from_numpy(want).half().numpy())
     hwc = ops.normalize(np.asarray(img), mean, std, R.HWC, R.F32)
@@ -330,3 +330,60 @@ def test_real_photo_decode_resize_fused(ops, path):
     ref = img.crop((box[1], box[0], box[1] + box[3], box[0] + box[2])).resize((224, 224), Image.BILINEAR)
     diff = np.abs(ops.decode_crop_resize(data, box, 224, 224).astype(int) - np.asarray(ref).astype(int))
     assert diff.mean() <= 2.0 and diff.max() <= 48, "mean %.3f max %d" % (diff.mean(), diff.max())
+
+
+# ---- every SIMD level (SLUICE_SIMD caps it; read once per process, so each
+# level runs in its own interpreter) against PIL and torchvision: resize
+# RGB and gray, up and down, odd sizes, boxes at the image's edges; normalize
+# float32 CHW, mirrored by the fused path's flip and not.
+
+_LEVEL_SCRIPT = r"""
+import sys
+import numpy as np
+from PIL import Image
+sys.path.insert(0, sys.argv[1])
+import ops_ref_lib as R
+ops = R.load()
+rng = np.random.default_rng(11)
+cases = [((640, 427), (224, 224), None), ((97, 131), (224, 224), None), ((300, 300), (299, 301), None),
+         ((1000, 700), (37, 53), None), ((33, 17), (7, 5), None), ((448, 448), (224, 224), None),
+         ((500, 375), (224, 224), (0, 0, 200, 375)), ((500, 375), (224, 224), (300, 175, 500, 375)),
+         ((500, 375), (223, 225), (0.5, 3.25, 499.5, 374)), ((120, 90), (61, 90), None),
+         ((120, 90), (120, 47), None)]
+for _ in range(25):
+    sw, sh = int(rng.integers(8, 600)), int(rng.integers(8, 600))
+    dw, dh = int(rng.integers(1, 320)), int(rng.integers(1, 320))
+    cases.append(((sw, sh), (dw, dh), None))
+for (sw, sh), (dw, dh), box in cases:
+    for mode in ("RGB", "L"):
+        img = Image.fromarray(R.natural_image(sw, sh, sw * 7 + sh)).convert(mode)
+        for flt, ours in ((Image.BILINEAR, R.BILINEAR), (Image.BOX, R.AREA)):
+            want = np.asarray(img.resize((dw, dh), flt, box=box))
+            got = ops.resize(np.asarray(img), dh, dw, ours, box=box)
+            if mode == "L":
+                got = got[:, :, 0]
+            assert (got == want).all(), ((sw, sh), (dw, dh), box, mode, flt)
+import torch
+import torchvision.transforms as T
+mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+for w, h in ((224, 224), (227, 131), (13, 7), (8, 3), (17, 5), (1, 1)):
+    img = Image.fromarray(R.natural_image(w, h, w + h))
+    want = T.Normalize(mean, std)(T.ToTensor()(img)).numpy()
+    got = ops.normalize(np.asarray(img), mean, std, R.CHW, R.F32)
+    assert (got.view(np.uint32) == want.view(np.uint32)).all(), (w, h)
+    flipped = T.Normalize(mean, std)(T.ToTensor()(img.transpose(Image.FLIP_LEFT_RIGHT))).numpy()
+    got = ops.normalize(np.ascontiguousarray(np.asarray(img)[:, ::-1]), mean, std, R.CHW, R.F32)
+    assert (got.view(np.uint32) == flipped.view(np.uint32)).all(), (w, h)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("level", ["scalar", "sse4.1", "avx2", "avx512"])
+def test_simd_levels_equal_pil_and_torchvision(level):
+    pytest.importorskip("torchvision")
+    import subprocess
+    env = dict(os.environ, SLUICE_SIMD=level)
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run([sys.executable, "-c", _LEVEL_SCRIPT, here], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
