@@ -95,371 +95,320 @@ static void axis_coeffs(float in0, float in1, int lo, int hi, int out_size, int 
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define HAVE_SSE41_PATH 1
-
-/* RGB horizontal pass with SSE4.1: one pixel's three channels (plus one
- * byte of the next pixel, ignored) per 4-lane multiply-add. The integer
- * arithmetic is the scalar path's, so results are identical. A pixel's
- * 4-byte load may not pass the row's end: the last source pixel of a row is
- * added by the scalar tail. */
-/* 3 bytes of one RGB pixel as the low bytes of a word; 4-byte load when a
- * fourth byte is known to exist. */
-static inline uint32_t load_rgb(const uint8_t *p, int can_overread) {
-    uint32_t v;
-    if (can_overread) {
-        memcpy(&v, p, 4);
-        return v;
-    }
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16;
-}
-
-/* v >> 22 clamped to 0..255 for four lanes (PIL's clip8), as bytes. */
-__attribute__((target("sse4.1"))) static inline __m128i clip8x4x4(__m128i a, __m128i b,
-                                                                 __m128i c, __m128i d) {
-    a = _mm_srai_epi32(a, PRECISION_BITS);
-    b = _mm_srai_epi32(b, PRECISION_BITS);
-    c = _mm_srai_epi32(c, PRECISION_BITS);
-    d = _mm_srai_epi32(d, PRECISION_BITS);
-    return _mm_packus_epi16(_mm_packus_epi32(a, b), _mm_packus_epi32(c, d));
-}
-
-__attribute__((target("sse4.1"))) static void
-pass_horizontal_rgb_sse41(const uint8_t *src, size_t sstride, int rows, int sw, int ow,
-                          int ksize, const int32_t *bounds, const int32_t *kk, uint8_t *dst,
-                          size_t dstride) {
-    const int32_t half = 1 << (PRECISION_BITS - 1);
-    int y = 0;
-    /* Four rows at a time share each output column's window and weights. */
-    for (; y < rows; y += 4) {
-        int nr = rows - y < 4 ? rows - y : 4;
-        const uint8_t *in[4];
-        for (int r = 0; r < 4; r++)
-            in[r] = src + (size_t)(y + (r < nr ? r : 0)) * sstride;
-        for (int xx = 0; xx < ow; xx++) {
-            const int32_t *k = kk + (size_t)xx * ksize;
-            int xmin = bounds[2 * xx], n = bounds[2 * xx + 1];
-            /* the row's last pixel has no fourth byte to over-read */
-            int nv = xmin + n >= sw ? n - 1 : n;
-            size_t off = (size_t)xmin * 3;
-            __m128i a0 = _mm_set1_epi32(half), a1 = a0, a2 = a0, a3 = a0;
-            for (int x = 0; x < n; x++, off += 3) {
-                int safe = x < nv;
-                __m128i kv = _mm_set1_epi32(k[x]);
-                __m128i p0 = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)load_rgb(in[0] + off, safe)));
-                __m128i p1 = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)load_rgb(in[1] + off, safe)));
-                __m128i p2 = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)load_rgb(in[2] + off, safe)));
-                __m128i p3 = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)load_rgb(in[3] + off, safe)));
-                a0 = _mm_add_epi32(a0, _mm_mullo_epi32(p0, kv));
-                a1 = _mm_add_epi32(a1, _mm_mullo_epi32(p1, kv));
-                a2 = _mm_add_epi32(a2, _mm_mullo_epi32(p2, kv));
-                a3 = _mm_add_epi32(a3, _mm_mullo_epi32(p3, kv));
-            }
-            __m128i px = clip8x4x4(a0, a1, a2, a3);
-            uint32_t w[4];
-            _mm_storeu_si128((__m128i *)w, px);
-            for (int r = 0; r < nr; r++) {
-                uint8_t *o = dst + (size_t)(y + r) * dstride + 3 * (size_t)xx;
-                if (xx + 1 < ow) {
-                    memcpy(o, &w[r], 4); /* the 4th byte is rewritten by the next pixel */
-                } else {
-                    o[0] = (uint8_t)w[r];
-                    o[1] = (uint8_t)(w[r] >> 8);
-                    o[2] = (uint8_t)(w[r] >> 16);
-                }
-            }
-        }
-    }
-}
-
-/* RGB horizontal pass with AVX2, 2 rows per 256-bit register (one per
- * 128-bit lane). Hand-written because this pass is the largest cost after
- * libjpeg in the training chain, and the SSE4.1 pass above spends a load,
- * a widening and a 32-bit multiply (two uops) per pixel and tap, on 3 of 4
- * lanes. Here one 16-byte load covers 4 taps (12 bytes) of a row; a byte
- * shuffle widens the pixels to 16 bits in tap pairs, and pmaddwd multiplies
- * and sums two taps per 32-bit lane. PIL's weights have 22 fractional bits,
- * more than a 16-bit multiplier takes, so each weight k is split as
- * k = hi * 2048 + lo (both fit 16 bits) and the sum is rebuilt as
- * (sum p*hi) * 2048 + sum p*lo: the same integer as the scalar sum, so the
- * pixels are identical (no precision is given up). */
 #define HAVE_AVX2_PATH 1
-#define HQ_GROUP 32 /* int16 per group of 4 taps: A hi, A lo, B hi, B lo (8 each) */
 
-static size_t hq_bytes(int C, int ow, int ksize) {
-    return C == 3 ? (size_t)ow * (size_t)((ksize + 3) / 4) * HQ_GROUP * sizeof(int16_t) : 0;
+/* Horizontal pass with SSE4.1 / AVX2 / AVX-512, any C of 1..4. Hand-written
+ * because this pass is the largest cost after libjpeg in the training
+ * chain. A row's output bytes are taken in blocks of HB = 4 (one 128-bit
+ * lane of int32 sums, so no lane is wasted on RGB's 3 bytes per pixel).
+ * For each block a precomputed list of steps ("plan"): one 16-byte load at
+ * `base` in the source row, a byte shuffle that places, for each of the 4
+ * outputs, the pixels of two of its taps as zero-extended 16-bit words, and
+ * two pmaddwd with those taps' weights. PIL's weights have 22 fractional
+ * bits, more than a 16-bit multiplier takes, so each weight k is split as
+ * k = hi * 2048 + lo (both fit 16 bits) and the sum is rebuilt as
+ * (sum p*hi) * 2048 + sum p*lo: the scalar sum's integer exactly, so the
+ * pixels are identical. A block usually takes one step per tap pair; one
+ * more where its outputs' windows lie too far apart for one 16-byte load
+ * (strong shrinks). Loads never pass the row's end: a step near it loads
+ * the row's last 16 bytes and its shuffle indices shift to match, so there
+ * is no scalar tail. The plan is built once per resample, shared by all
+ * rows; each level runs the same steps on 1, 2 or 4 rows per register. */
+#define HB 4  /* output bytes per block */
+#define HW 16 /* bytes one step loads */
+
+typedef struct {
+    int8_t shuf[16]; /* per output: tap a at word 2j, tap b at word 2j+1 */
+    int16_t wh[8];   /* weights' hi halves in the same word order */
+    int16_t wl[8];   /* lo halves */
+    int32_t base;    /* byte offset of the load in the source row */
+    int32_t pad[3];
+} hstep;
+
+/* Most steps a block can take (the plan is built at this stride, then
+ * packed): a step covers an output and the rest of its
+ * pixel's channels, so at most one step per pixel the block touches, for
+ * each tap pair. */
+static size_t hplan_cap(int C, int ow, int ksize) {
+    size_t nb = ((size_t)ow * C + 4 * HB - 1) / (4 * HB) * 4;
+    int cols = (HB - 1) / C + 2;
+    return nb * (size_t)(cols < HB ? cols : HB) * (size_t)((ksize + 1) / 2);
 }
 
-/* The weights in the layout the AVX2 pass multiplies by: for each output
- * column and group of 4 taps, tap pairs (0,1) "A" and (2,3) "B" repeated for
- * R, G, B, then a zero pair; weights of taps past the column's window are 0,
- * so the bytes loaded there count for nothing. */
-static void hq_prepare(int ow, int ksize, const int32_t *bounds, const int32_t *kk, int16_t *hq) {
-    const int G = (ksize + 3) / 4;
-    for (int xx = 0; xx < ow; xx++) {
-        const int32_t *k = kk + (size_t)xx * ksize;
-        int n = bounds[2 * xx + 1];
-        for (int g = 0; g < G; g++) {
-            int16_t *q = hq + ((size_t)xx * G + g) * HQ_GROUP;
-            for (int pair = 0; pair < 2; pair++) {
-                int16_t *qh = q + pair * 16, *ql = qh + 8;
-                for (int j = 0; j < 8; j++) {
-                    int t = 4 * g + 2 * pair + (j & 1);
-                    int32_t v = j < 6 && t < n ? k[t] : 0;
-                    int32_t lo = v & 2047;
-                    qh[j] = (int16_t)((v - lo) / 2048);
-                    ql[j] = (int16_t)lo;
+static size_t hplan_bytes(int C, int ow, int ksize) {
+    if (C < 1 || C > 4)
+        return 0;
+    size_t nb = ((size_t)ow * C + 4 * HB - 1) / (4 * HB) * 4;
+    return hplan_cap(C, ow, ksize) * sizeof(hstep) + nb * sizeof(int32_t);
+}
+
+/* The plan for rows of sw pixels of C channels into `mem` (64-byte aligned,
+ * hplan_bytes()): every block takes the same number of steps (*nsteps; the
+ * blocks with fewer are padded with steps of zero weights), so that the
+ * passes' loops over steps have one trip count and their branches are
+ * predicted: a trip count varying from block to block cost more in
+ * mispredictions than the padding does. Block q's steps are
+ * st[q * nsteps ...]. 0 where the SIMD passes do not apply (C > 4, rows
+ * under 16 bytes). */
+static int hplan_build(int C, int sw, int ow, int ksize, const int32_t *bounds,
+                       const int32_t *kk, void *mem, int *nsteps) {
+    const int nout = ow * C, nb = (nout + 4 * HB - 1) / (4 * HB) * 4, rowbytes = sw * C;
+    if (C < 1 || C > 4 || rowbytes < HW)
+        return 0;
+    const int cols = (HB - 1) / C + 2;
+    const size_t bcap = (size_t)(cols < HB ? cols : HB) * (size_t)((ksize + 1) / 2);
+    hstep *st = mem;
+    int32_t *cnt = (int32_t *)(st + hplan_cap(C, ow, ksize));
+    int smax = 0;
+    int x0 = 0, c0 = 0; /* pixel and channel of the block's first output */
+    for (int q = 0; q < nb; q++) {
+        int nq = nout - q * HB < HB ? nout - q * HB : HB;
+        nq = nq < 0 ? 0 : nq; /* blocks past the row's end pad to a group of 4 */
+        hstep *bst = st + (size_t)q * bcap;
+        size_t ns = 0;
+        /* the block's outputs: pixel, position of tap 0, taps, weights */
+        int on[HB], opos[HB], pmax = 0;
+        const int32_t *ok[HB];
+        for (int j = 0, x = x0, c = c0; j < nq; j++) {
+            on[j] = bounds[2 * x + 1];
+            opos[j] = C * bounds[2 * x] + c;
+            ok[j] = kk + (size_t)x * ksize;
+            pmax = (on[j] + 1) / 2 > pmax ? (on[j] + 1) / 2 : pmax;
+            if (++c == C)
+                c = 0, x++;
+        }
+        for (int k = 0; k < HB; k++)
+            if (++c0 == C)
+                c0 = 0, x0++;
+        for (int t = 0; t < pmax; t++) {
+            int j = 0;
+            while (j < nq) {
+                if (2 * t >= on[j]) {
+                    j++;
+                    continue;
                 }
-            }
-        }
-    }
-}
-
-/* Two rows (one per 128-bit lane) of one output column: the weighted sums
- * over groups of 4 taps, split into the hi and lo halves of the weights. */
-#define HQ_LOAD2(ra, rb, off)                                                                \
-    _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)((ra) + (off)))), \
-                            _mm_loadu_si128((const __m128i *)((rb) + (off))), 1)
-
-__attribute__((target("avx2"))) static inline void
-hq_madd(__m256i v, const int16_t *q, __m256i shuf_a, __m256i shuf_b, __m256i *h, __m256i *l) {
-    __m256i pa = _mm256_shuffle_epi8(v, shuf_a), pb = _mm256_shuffle_epi8(v, shuf_b);
-    __m256i kah = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)q));
-    __m256i kal = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(q + 8)));
-    __m256i kbh = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(q + 16)));
-    __m256i kbl = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(q + 24)));
-    *h = _mm256_add_epi32(*h, _mm256_add_epi32(_mm256_madd_epi16(pa, kah), _mm256_madd_epi16(pb, kbh)));
-    *l = _mm256_add_epi32(*l, _mm256_add_epi32(_mm256_madd_epi16(pa, kal), _mm256_madd_epi16(pb, kbl)));
-}
-
-/* (sum hi) * 2048 + sum lo + half, >> 22: PIL's rounding, before clip8. */
-__attribute__((target("avx2"))) static inline __m256i hq_finish(__m256i h, __m256i l) {
-    const __m256i half = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
-    return _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h, 11), l), half),
-                             PRECISION_BITS);
-}
-
-/* Four rows per step share each column's weights. Columns whose 16-byte
- * loads would pass the row's end (the last one or two) go to the scalar
- * code, so the loop has no bounds test. */
-__attribute__((target("avx2"))) static void
-pass_horizontal_rgb_avx2(const uint8_t *src, size_t sstride, int rows, int sw, int ow, int ksize,
-                         const int32_t *bounds, const int32_t *kk, const int16_t *hq,
-                         uint8_t *dst, size_t dstride) {
-    const int G = (ksize + 3) / 4;
-    const size_t rowbytes = (size_t)sw * 3;
-    const int32_t rhalf = 1 << (PRECISION_BITS - 1);
-    /* pixels p0..p3 of a group: A = words (p0 p1) per channel, B = (p2 p3) */
-    const __m256i shuf_a = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
-                                            0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
-    const __m256i shuf_b = _mm256_setr_epi8(6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1,
-                                            -1, 6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1,
-                                            -1, -1);
-    int xsafe = 0; /* columns [0, xsafe) take the vector loop */
-    while (xsafe < ow - 1) {
-        int ng = (bounds[2 * xsafe + 1] + 3) >> 2;
-        size_t last = (size_t)(bounds[2 * xsafe] + 4 * (ng > 0 ? ng - 1 : 0)) * 3;
-        if (last + 16 > rowbytes)
-            break;
-        xsafe++;
-    }
-    for (int y = 0; y < rows; y += 4) {
-        const int nr = rows - y < 4 ? rows - y : 4;
-        const uint8_t *r[4];
-        uint8_t *o[4];
-        for (int k = 0; k < 4; k++) {
-            r[k] = src + (size_t)(y + (k < nr ? k : 0)) * sstride;
-            o[k] = dst + (size_t)(y + k) * dstride;
-        }
-        for (int xx = 0; xx < xsafe; xx++) {
-            const size_t off = (size_t)bounds[2 * xx] * 3;
-            const int ng = (bounds[2 * xx + 1] + 3) >> 2;
-            const int16_t *q = hq + (size_t)xx * G * HQ_GROUP;
-            __m256i h01 = _mm256_setzero_si256(), l01 = h01, h23 = h01, l23 = h01;
-            for (int g = 0; g < ng; g++, q += HQ_GROUP) {
-                size_t go = off + 12 * (size_t)g;
-                hq_madd(HQ_LOAD2(r[0], r[1], go), q, shuf_a, shuf_b, &h01, &l01);
-                hq_madd(HQ_LOAD2(r[2], r[3], go), q, shuf_a, shuf_b, &h23, &l23);
-            }
-            /* lanes: [row0 RGBx, row2 RGBx | row1 RGBx, row3 RGBx] after the
-             * packs, which saturate to 0..255 (clip8) */
-            __m256i p16 = _mm256_packus_epi32(hq_finish(h01, l01), hq_finish(h23, l23));
-            __m256i p8 = _mm256_packus_epi16(p16, p16);
-            __m128i lo = _mm256_castsi256_si128(p8), hi = _mm256_extracti128_si256(p8, 1);
-            uint32_t w[4] = {(uint32_t)_mm_cvtsi128_si32(lo), (uint32_t)_mm_cvtsi128_si32(hi),
-                             (uint32_t)_mm_extract_epi32(lo, 1), (uint32_t)_mm_extract_epi32(hi, 1)};
-            /* 4-byte stores: the 4th byte is rewritten by the next pixel
-             * (xsafe < ow, so a next pixel exists) */
-            for (int k = 0; k < nr; k++)
-                memcpy(o[k] + 3 * (size_t)xx, &w[k], 4);
-        }
-        for (int k = 0; k < nr; k++) {
-            for (int xx = xsafe; xx < ow; xx++) {
-                const int32_t *kw = kk + (size_t)xx * ksize;
-                const uint8_t *p = r[k] + (size_t)bounds[2 * xx] * 3;
-                int n = bounds[2 * xx + 1];
-                int32_t s0 = rhalf, s1 = rhalf, s2 = rhalf;
-                for (int x = 0; x < n; x++) {
-                    s0 += p[3 * x] * kw[x];
-                    s1 += p[3 * x + 1] * kw[x];
-                    s2 += p[3 * x + 2] * kw[x];
+                if (ns == bcap)
+                    return 0;
+                /* the outputs from j on whose pixels one load covers (a
+                 * pixel's channels lie before those of the pixel to its
+                 * left when the two windows start together) */
+                int mn = opos[j] + 2 * t * C, mx = mn, end = j;
+                for (int e = j; e < nq; e++) {
+                    if (2 * t >= on[e])
+                        continue;
+                    int pa = opos[e] + 2 * t * C, pb = 2 * t + 1 < on[e] ? pa + C : pa;
+                    int lo = pa < mn ? pa : mn, hi = pb > mx ? pb : mx;
+                    if (hi - (lo < rowbytes - HW ? lo : rowbytes - HW) >= HW)
+                        break; /* the next step takes it */
+                    mn = lo, mx = hi, end = e + 1;
                 }
-                o[k][3 * xx] = clip8(s0);
-                o[k][3 * xx + 1] = clip8(s1);
-                o[k][3 * xx + 2] = clip8(s2);
-            }
-        }
-    }
-}
-
-/* Output column xx of four rows (one per 128-bit lane) as [R G B 0] int32
- * per lane, rounded and shifted, before clip8. */
-__attribute__((target("avx512f,avx512bw"))) static inline __m512i
-hcol512(const uint8_t *const r[4], int xx, const int32_t *bounds, const int16_t *hq, int G,
-        __m512i shuf_a, __m512i shuf_b) {
-    const size_t off = (size_t)bounds[2 * xx] * 3;
-    const int ng = (bounds[2 * xx + 1] + 3) >> 2;
-    const int16_t *q = hq + (size_t)xx * G * HQ_GROUP;
-    __m512i h = _mm512_setzero_si512(), l = h;
-    for (int g = 0; g < ng; g++, q += HQ_GROUP) {
-        size_t go = off + 12 * (size_t)g;
-        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(r[0] + go)));
-        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r[1] + go)), 1);
-        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r[2] + go)), 2);
-        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r[3] + go)), 3);
-        __m512i pa = _mm512_shuffle_epi8(v, shuf_a), pb = _mm512_shuffle_epi8(v, shuf_b);
-        __m512i kah = _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)q));
-        __m512i kal = _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(q + 8)));
-        __m512i kbh = _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(q + 16)));
-        __m512i kbl = _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(q + 24)));
-        h = _mm512_add_epi32(h, _mm512_add_epi32(_mm512_madd_epi16(pa, kah),
-                                                 _mm512_madd_epi16(pb, kbh)));
-        l = _mm512_add_epi32(l, _mm512_add_epi32(_mm512_madd_epi16(pa, kal),
-                                                 _mm512_madd_epi16(pb, kbl)));
-    }
-    const __m512i half = _mm512_set1_epi32(1 << (PRECISION_BITS - 1));
-    return _mm512_srai_epi32(_mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(h, 11), l), half),
-                             PRECISION_BITS);
-}
-
-/* The AVX2 pass above with AVX-512: four rows per register (one per
- * 128-bit lane), so each group of 4 taps of 4 rows is one load and three
- * inserts, two shuffles and four pmaddwd, with the weights broadcast to all
- * lanes; four output columns are packed together and stored as 12 bytes
- * per row. Same integers as the scalar code. */
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
-pass_horizontal_rgb_avx512(const uint8_t *src, size_t sstride, int rows, int sw, int ow,
-                           int ksize, const int32_t *bounds, const int32_t *kk, const int16_t *hq,
-                           uint8_t *dst, size_t dstride) {
-    const int G = (ksize + 3) / 4;
-    const size_t rowbytes = (size_t)sw * 3;
-    const int32_t rhalf = 1 << (PRECISION_BITS - 1);
-    const __m512i shuf_a = _mm512_broadcast_i32x4(
-        _mm_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1));
-    const __m512i shuf_b = _mm512_broadcast_i32x4(
-        _mm_setr_epi8(6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1));
-    /* RGB0 x 4 -> RGB x 4 in each lane */
-    const __m512i rgb12 = _mm512_broadcast_i32x4(
-        _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1));
-    /* dword 0 of each lane (one row's RGB after the packs) to dwords 0..3 */
-    const __m512i first = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-    int xsafe = 0; /* columns [0, xsafe) take the vector loop */
-    while (xsafe < ow - 1) {
-        int ng = (bounds[2 * xsafe + 1] + 3) >> 2;
-        size_t last = (size_t)(bounds[2 * xsafe] + 4 * (ng > 0 ? ng - 1 : 0)) * 3;
-        if (last + 16 > rowbytes)
-            break;
-        xsafe++;
-    }
-    for (int y = 0; y < rows; y += 4) {
-        const int nr = rows - y < 4 ? rows - y : 4;
-        const uint8_t *r[4];
-        uint8_t *o[4];
-        for (int k = 0; k < 4; k++) {
-            r[k] = src + (size_t)(y + (k < nr ? k : 0)) * sstride;
-            o[k] = dst + (size_t)(y + k) * dstride;
-        }
-        int xx = 0;
-        /* four columns at a time: 4 rows x 4 pixels packed into one
-         * register, 12 bytes per row stored with a byte mask */
-        for (; xx + 4 <= xsafe; xx += 4) {
-            __m512i v0 = hcol512(r, xx, bounds, hq, G, shuf_a, shuf_b);
-            __m512i v1 = hcol512(r, xx + 1, bounds, hq, G, shuf_a, shuf_b);
-            __m512i v2 = hcol512(r, xx + 2, bounds, hq, G, shuf_a, shuf_b);
-            __m512i v3 = hcol512(r, xx + 3, bounds, hq, G, shuf_a, shuf_b);
-            /* per lane (row): bytes RGB0 of columns xx..xx+3, then RGB x4 */
-            __m512i p8 = _mm512_packus_epi16(_mm512_packus_epi32(v0, v1),
-                                             _mm512_packus_epi32(v2, v3));
-            p8 = _mm512_shuffle_epi8(p8, rgb12);
-            _mm_mask_storeu_epi8(o[0] + 3 * (size_t)xx, 0x0fff, _mm512_castsi512_si128(p8));
-            if (nr > 1)
-                _mm_mask_storeu_epi8(o[1] + 3 * (size_t)xx, 0x0fff,
-                                     _mm512_extracti32x4_epi32(p8, 1));
-            if (nr > 2)
-                _mm_mask_storeu_epi8(o[2] + 3 * (size_t)xx, 0x0fff,
-                                     _mm512_extracti32x4_epi32(p8, 2));
-            if (nr > 3)
-                _mm_mask_storeu_epi8(o[3] + 3 * (size_t)xx, 0x0fff,
-                                     _mm512_extracti32x4_epi32(p8, 3));
-        }
-        for (; xx < xsafe; xx++) {
-            __m512i v = hcol512(r, xx, bounds, hq, G, shuf_a, shuf_b);
-            /* per lane [R G B 0] -> bytes RGB0 (saturating: clip8) */
-            __m512i p8 = _mm512_packus_epi16(_mm512_packus_epi32(v, v), _mm512_setzero_si512());
-            __m128i w4 = _mm512_castsi512_si128(_mm512_permutexvar_epi32(first, p8));
-            uint32_t w[4];
-            _mm_storeu_si128((__m128i *)w, w4);
-            /* 4-byte stores: the 4th byte is rewritten by the next pixel */
-            for (int k = 0; k < nr; k++)
-                memcpy(o[k] + 3 * (size_t)xx, &w[k], 4);
-        }
-        for (int k = 0; k < nr; k++) {
-            for (int x1 = xsafe; x1 < ow; x1++) {
-                const int32_t *kw = kk + (size_t)x1 * ksize;
-                const uint8_t *p = r[k] + (size_t)bounds[2 * x1] * 3;
-                int n = bounds[2 * x1 + 1];
-                int32_t s0 = rhalf, s1 = rhalf, s2 = rhalf;
-                for (int x = 0; x < n; x++) {
-                    s0 += p[3 * x] * kw[x];
-                    s1 += p[3 * x + 1] * kw[x];
-                    s2 += p[3 * x + 2] * kw[x];
+                hstep *p = bst + ns++;
+                memset(p, 0, sizeof *p);
+                memset(p->shuf, 0x80, sizeof p->shuf);
+                p->base = mn < rowbytes - HW ? mn : rowbytes - HW;
+                const int first = j;
+                for (; j < end; j++) {
+                    const int n = on[j];
+                    if (2 * t >= n)
+                        continue;
+                    const int pa = opos[j] + 2 * t * C;
+                    const int pb = 2 * t + 1 < n ? pa + C : pa;
+                    p->shuf[4 * j] = (int8_t)(pa - p->base);
+                    p->shuf[4 * j + 2] = (int8_t)(pb - p->base);
+                    for (int h = 0; h < 2; h++) {
+                        int32_t v = 2 * t + h < n ? ok[j][2 * t + h] : 0;
+                        int32_t l = v & 2047;
+                        p->wh[2 * j + h] = (int16_t)((v - l) / 2048);
+                        p->wl[2 * j + h] = (int16_t)l;
+                    }
                 }
-                o[k][3 * x1] = clip8(s0);
-                o[k][3 * x1 + 1] = clip8(s1);
-                o[k][3 * x1 + 2] = clip8(s2);
+                if (j == first)
+                    return 0; /* one output always fits: cannot happen */
             }
         }
+        cnt[q] = (int32_t)ns;
+        smax = (int)ns > smax ? (int)ns : smax;
+    }
+    /* to a stride of smax steps per block, padded (moving down only) */
+    for (int q = 0; q < nb; q++) {
+        hstep *to = st + (size_t)q * smax;
+        memmove(to, st + (size_t)q * bcap, (size_t)cnt[q] * sizeof(hstep));
+        for (int k = cnt[q]; k < smax; k++) {
+            memset(to + k, 0, sizeof(hstep));
+            memset(to[k].shuf, 0x80, sizeof to[k].shuf);
+        }
+    }
+    *nsteps = smax;
+    return 1;
+}
+
+/* 16 output bytes (four blocks' packed sums) into a row: a plain store, or
+ * the bytes before the row's end. */
+__attribute__((target("sse4.1"))) static inline void hstore(uint8_t *o, int at, int nout,
+                                                             __m128i v) {
+    if (at + 16 <= nout) {
+        _mm_storeu_si128((__m128i *)(o + at), v);
+    } else {
+        uint8_t b[16];
+        _mm_storeu_si128((__m128i *)b, v);
+        memcpy(o + at, b, (size_t)(nout - at));
     }
 }
+
+/* The passes below are written once per register width as "row runners":
+ * for a group of rows (one per 128-bit lane, two registers), every group of
+ * four blocks: each block's steps (ns of them, a constant where the
+ * dispatch below can make it one, so the step loop unrolls), the sums
+ * finished as (sum hi) * 2048 + sum lo + half, >> 22 (PIL's rounding), the
+ * four blocks packed with unsigned saturation (clip8) into 16 bytes per
+ * row. Two registers share each step's shuffle and weight loads. */
+#define HRUN(NAME, TGT, V, P, BC128, LOADR, STORE_ROWS, LANES)                                \
+    __attribute__((target(TGT), always_inline)) static inline void NAME(                     \
+        const uint8_t *const *r, int nr, const hstep *st, const int ns, int nb, int nout,    \
+        uint8_t *dst, size_t dstride) {                                                      \
+        const V half = P##_set1_epi32(1 << (PRECISION_BITS - 1));                            \
+        for (int q0 = 0; q0 < nb; q0 += 4) {                                                 \
+            V res0[4], res1[4];                                                              \
+            for (int j = 0; j < 4; j++) {                                                    \
+                const hstep *p = st + (size_t)(q0 + j) * ns;                                 \
+                V h0 = P##_setzero_si##BC128(), l0 = half, h1 = h0, l1 = half;               \
+                for (int s = 0; s < ns; s++, p++) {                                          \
+                    const V m = HBCAST(p->shuf), wh = HBCAST(p->wh), wl = HBCAST(p->wl);     \
+                    const size_t b = (size_t)p->base;                                        \
+                    const V v0 = P##_shuffle_epi8(LOADR(0, b), m);                           \
+                    const V v1 = P##_shuffle_epi8(LOADR(LANES, b), m);                       \
+                    h0 = P##_add_epi32(h0, P##_madd_epi16(v0, wh));                          \
+                    l0 = P##_add_epi32(l0, P##_madd_epi16(v0, wl));                          \
+                    h1 = P##_add_epi32(h1, P##_madd_epi16(v1, wh));                          \
+                    l1 = P##_add_epi32(l1, P##_madd_epi16(v1, wl));                          \
+                }                                                                            \
+                res0[j] = P##_srai_epi32(P##_add_epi32(P##_slli_epi32(h0, 11), l0),          \
+                                         PRECISION_BITS);                                    \
+                res1[j] = P##_srai_epi32(P##_add_epi32(P##_slli_epi32(h1, 11), l1),          \
+                                         PRECISION_BITS);                                    \
+            }                                                                                \
+            const V p0 = P##_packus_epi16(P##_packus_epi32(res0[0], res0[1]),                \
+                                          P##_packus_epi32(res0[2], res0[3]));               \
+            const V p1 = P##_packus_epi16(P##_packus_epi32(res1[0], res1[1]),                \
+                                          P##_packus_epi32(res1[2], res1[3]));               \
+            STORE_ROWS(p0, 0);                                                               \
+            STORE_ROWS(p1, LANES);                                                           \
+        }                                                                                    \
+    }
+
+/* Calls RUN with the step count as a constant for the usual counts. */
+#define HDISPATCH(RUN, ...)                                                                  \
+    switch (ns) {                                                                            \
+    case 1: RUN(__VA_ARGS__, 1, nb, nout, o, dstride); break;                                \
+    case 2: RUN(__VA_ARGS__, 2, nb, nout, o, dstride); break;                                \
+    case 3: RUN(__VA_ARGS__, 3, nb, nout, o, dstride); break;                                \
+    case 4: RUN(__VA_ARGS__, 4, nb, nout, o, dstride); break;                                \
+    default: RUN(__VA_ARGS__, ns, nb, nout, o, dstride); break;                              \
+    }
+
+/* SSE4.1: one row per register, two rows per run. */
+#define HBCAST(a) _mm_load_si128((const __m128i *)(a))
+#define LOADR(k, b) _mm_loadu_si128((const __m128i *)(r[k] + (b)))
+#define STORE_ROWS(v, k)                                                                     \
+    if ((k) < nr)                                                                            \
+        hstore(dst + (size_t)(k) * dstride, HB * q0, nout, v);
+HRUN(hrun_sse41, "sse4.1", __m128i, _mm, 128, LOADR, STORE_ROWS, 1)
+#undef STORE_ROWS
+#undef LOADR
+#undef HBCAST
+
+/* AVX2: two rows per register (one per 128-bit lane), four per run. */
+#define HBCAST(a) _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(a)))
+#define LOADR(k, b)                                                                          \
+    _mm256_inserti128_si256(                                                                 \
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(r[k] + (b)))),              \
+        _mm_loadu_si128((const __m128i *)(r[(k) + 1] + (b))), 1)
+#define STORE_ROWS(v, k)                                                                     \
+    do {                                                                                     \
+        if ((k) < nr)                                                                        \
+            hstore(dst + (size_t)(k) * dstride, HB * q0, nout, _mm256_castsi256_si128(v));  \
+        if ((k) + 1 < nr)                                                                    \
+            hstore(dst + (size_t)((k) + 1) * dstride, HB * q0, nout,                         \
+                   _mm256_extracti128_si256(v, 1));                                          \
+    } while (0)
+HRUN(hrun_avx2, "avx2", __m256i, _mm256, 256, LOADR, STORE_ROWS, 2)
+#undef STORE_ROWS
+#undef LOADR
+#undef HBCAST
+
+/* AVX-512: four rows per register (one per 128-bit lane), eight per run. */
+#define HBCAST(a) _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(a)))
+#define LOADR(k, b)                                                                          \
+    _mm512_inserti32x4(                                                                      \
+        _mm512_inserti32x4(                                                                  \
+            _mm512_inserti32x4(                                                              \
+                _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(r[k] + (b)))),      \
+                _mm_loadu_si128((const __m128i *)(r[(k) + 1] + (b))), 1),                    \
+            _mm_loadu_si128((const __m128i *)(r[(k) + 2] + (b))), 2),                        \
+        _mm_loadu_si128((const __m128i *)(r[(k) + 3] + (b))), 3)
+#define STORE_ROWS(v, k)                                                                     \
+    do {                                                                                     \
+        uint8_t *o_ = dst + (size_t)(k) * dstride;                                           \
+        if ((k) < nr)                                                                        \
+            hstore(o_, HB * q0, nout, _mm512_castsi512_si128(v));                            \
+        if ((k) + 1 < nr)                                                                    \
+            hstore(o_ + dstride, HB * q0, nout, _mm512_extracti32x4_epi32(v, 1));            \
+        if ((k) + 2 < nr)                                                                    \
+            hstore(o_ + 2 * dstride, HB * q0, nout, _mm512_extracti32x4_epi32(v, 2));        \
+        if ((k) + 3 < nr)                                                                    \
+            hstore(o_ + 3 * dstride, HB * q0, nout, _mm512_extracti32x4_epi32(v, 3));        \
+    } while (0)
+HRUN(hrun_avx512, "avx512f,avx512bw", __m512i, _mm512, 512, LOADR, STORE_ROWS, 4)
+#undef STORE_ROWS
+#undef LOADR
+#undef HBCAST
+
+/* A pass at one level: rows in runs of R (missing rows of the last run
+ * read the run's first row and are not stored). */
+#define HPASS(NAME, TGT, RUN, R)                                                             \
+    __attribute__((target(TGT))) static void NAME(const uint8_t *src, size_t sstride,        \
+                                                  int rows, int nout, const hstep *st,       \
+                                                  int ns, uint8_t *dst, size_t dstride) {    \
+        const int nb = (nout + 4 * HB - 1) / (4 * HB) * 4;                                   \
+        for (int y = 0; y < rows; y += R) {                                                  \
+            const int nr = rows - y < R ? rows - y : R;                                      \
+            const uint8_t *r[R];                                                             \
+            for (int k = 0; k < R; k++)                                                      \
+                r[k] = src + (size_t)(y + (k < nr ? k : 0)) * sstride;                       \
+            uint8_t *o = dst + (size_t)y * dstride;                                          \
+            HDISPATCH(RUN, r, nr, st)                                                        \
+        }                                                                                    \
+    }
+HPASS(hpass_sse41, "sse4.1", hrun_sse41, 2)
+HPASS(hpass_avx2, "avx2", hrun_avx2, 4)
+HPASS(hpass_avx512, "avx512f,avx512bw", hrun_avx512, 8)
 #else
-static size_t hq_bytes(int C, int ow, int ksize) {
+static size_t hplan_bytes(int C, int ow, int ksize) {
     (void)C, (void)ow, (void)ksize;
     return 0;
 }
 #endif
 
-/* `hq` is scratch of hq_bytes() for the AVX2 pass's weights. */
+/* `plan` is scratch of hplan_bytes() for the SIMD passes' steps. */
 static void pass_horizontal(const uint8_t *src, size_t sstride, int rows, int sw, int C, int ow,
-                            int ksize, const int32_t *bounds, const int32_t *kk, void *hq,
+                            int ksize, const int32_t *bounds, const int32_t *kk, void *plan,
                             uint8_t *dst, size_t dstride) {
     const int32_t half = 1 << (PRECISION_BITS - 1);
 #ifdef HAVE_AVX2_PATH
-    if (C == 3 && sl_ops__simd() >= SL_OPS_AVX512) {
-        hq_prepare(ow, ksize, bounds, kk, hq);
-        pass_horizontal_rgb_avx512(src, sstride, rows, sw, ow, ksize, bounds, kk, hq, dst,
-                                   dstride);
+    const int level = sl_ops__simd();
+    const hstep *st = plan;
+    int ns;
+    if (level >= SL_OPS_SSE41 && hplan_build(C, sw, ow, ksize, bounds, kk, plan, &ns)) {
+        if (level >= SL_OPS_AVX512)
+            hpass_avx512(src, sstride, rows, ow * C, st, ns, dst, dstride);
+        else if (level >= SL_OPS_AVX2)
+            hpass_avx2(src, sstride, rows, ow * C, st, ns, dst, dstride);
+        else
+            hpass_sse41(src, sstride, rows, ow * C, st, ns, dst, dstride);
         return;
     }
-    if (C == 3 && sl_ops__simd() >= SL_OPS_AVX2) {
-        hq_prepare(ow, ksize, bounds, kk, hq);
-        pass_horizontal_rgb_avx2(src, sstride, rows, sw, ow, ksize, bounds, kk, hq, dst, dstride);
-        return;
-    }
-#endif
-#ifdef HAVE_SSE41_PATH
-    if (C == 3 && sl_ops__simd() >= SL_OPS_SSE41) {
-        pass_horizontal_rgb_sse41(src, sstride, rows, sw, ow, ksize, bounds, kk, dst, dstride);
-        return;
-    }
+#else
+    (void)plan;
 #endif
     for (int y = 0; y < rows; y++) {
         const uint8_t *in = src + (size_t)y * sstride;
@@ -775,8 +724,8 @@ static int resample(const uint8_t *src, int sh, int sw, size_t sstride, int C,
     size_t off_d = (off_b + n_bounds * 4 + 7) & ~(size_t)7;
     size_t off_acc = off_d + (size_t)kmax * 8;
     size_t off_row = (off_acc + rowlen * 4 + 63) & ~(size_t)63;
-    size_t off_hq = (off_row + rowlen * VBLOCK + 63) & ~(size_t)63;
-    size_t off_tmp = (off_hq + hq_bytes(C, ow, kh) + 63) & ~(size_t)63;
+    size_t off_plan = (off_row + rowlen * VBLOCK + 63) & ~(size_t)63;
+    size_t off_tmp = (off_plan + hplan_bytes(C, ow, kh) + 63) & ~(size_t)63;
     int32_t *kkx, *kky, *bdx, *bdy;
     /* Bounds first, to know how many source rows the horizontal pass needs;
      * with `norm` and no vertical pass its output goes there too. */
@@ -794,14 +743,14 @@ static int resample(const uint8_t *src, int sh, int sw, size_t sstride, int C,
     double *tmpd = (double *)(s + off_d);
     int32_t *acc = (int32_t *)(s + off_acc);
     uint8_t *rowbuf = s + off_row;
-    void *hq = s + off_hq;
+    void *plan = s + off_plan;
     uint8_t *tmp = s + off_tmp;
     axis_coeffs(bx0, bx1, lim[0], lim[2], ow, kh, interp, bdx, kkx, tmpd);
     axis_coeffs(by0, by1, lim[1], lim[3], oh, kv, interp, bdy, kky, tmpd);
     if (!need_v) {
         uint8_t *o = norm ? tmp : dst;
         size_t os = norm ? rowlen : dstride;
-        pass_horizontal(src, sstride, oh, sw, C, ow, kh, bdx, kkx, hq, o, os);
+        pass_horizontal(src, sstride, oh, sw, C, ow, kh, bdx, kkx, plan, o, os);
         if (norm)
             norm_rows(norm, tmp, rowlen, C, ow, oh, dst);
         return SL_OK;
@@ -816,7 +765,7 @@ static int resample(const uint8_t *src, int sh, int sw, size_t sstride, int C,
     for (int y = 0; y < oh; y++)
         bdy[2 * y] -= yfirst;
     pass_horizontal(src + (size_t)yfirst * sstride, sstride, ylast - yfirst, sw, C, ow, kh, bdx, kkx,
-                    hq, tmp, rowlen);
+                    plan, tmp, rowlen);
     vertical_out(tmp, rowlen, (int)rowlen, oh, kv, bdy, kky, acc, dst, dstride, norm, C, ow,
                  rowbuf);
     return SL_OK;

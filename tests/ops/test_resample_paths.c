@@ -106,6 +106,32 @@ SL_TEST(ops_resample__simd_random_sizes) {
     }
 }
 
+/* Horizontal windows of 3 to 9 taps (scales 0.6 to 3.9 onto 224 columns),
+ * with crop boxes flush with the image's left and right edges and inside
+ * it, read limits at the box or at the image: the SIMD horizontal passes'
+ * steps (loads moved back from the row's end, one load shared by two
+ * pixels' windows, more than one load per tap pair) equal the scalar code. */
+SL_TEST(ops_resample__simd_window_sizes_at_edges) {
+    static const double scales[] = {0.6, 1.0, 1.4, 1.9, 2.6, 3.1, 3.9};
+    for (size_t i = 0; i < sizeof scales / sizeof scales[0]; i++) {
+        const int bw = (int)(224 * scales[i]), sh = 40, sw = bw + 37;
+        const double x0s[3] = {0, 37, 15.5};
+        for (int C = 1; C <= 3; C += 2) {
+            uint8_t *src = noise(sh, sw, C, 1000 + i);
+            for (int e = 0; e < 3; e++) {
+                double box[4] = {x0s[e], 3, x0s[e] + bw, 35};
+                int edges[4] = {(int)box[0], 3, (int)box[2] + (e == 2), 35};
+                int whole[4] = {0, 0, sw, sh};
+                for (int interp = SL_INTERP_BILINEAR; interp <= SL_INTERP_AREA; interp++) {
+                    check_levels(src, sh, sw, C, box, edges, 17, 224, interp, "edges");
+                    check_levels(src, sh, sw, C, box, whole, 17, 224, interp, "whole");
+                }
+            }
+            free(src);
+        }
+    }
+}
+
 static void check_norm(int sh, int sw, int C, int oh, int ow, const double box[4], sl_interp interp,
                        sl_layout layout, int mirror) {
     uint8_t *src = noise(sh, sw, C, (uint64_t)(sh * 31 + sw));
