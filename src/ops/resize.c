@@ -11,8 +11,9 @@
  *      rounding to 8 bits, then a vertical pass;
  *   3. a pass is skipped when it would be the identity, as PIL does.
  * Both passes have hand-written AVX2 and AVX-512 versions (the horizontal
- * RGB pass an SSE4.1 one too), chosen at run time by sl_ops__simd(); they
- * compute the scalar code's integers exactly. The scalar vertical pass runs
+ * pass, for 1 to 4 channels, an SSE4.1 one too, all three running one
+ * precomputed plan of shuffle-and-multiply steps), chosen at run time by
+ * sl_ops__simd(); they compute the scalar code's integers exactly. The scalar vertical pass runs
  * row-at-a-time over whole rows so that its inner loop vectorises.
  */
 /* The inner loops are written for the vectoriser; make sure it runs (the
