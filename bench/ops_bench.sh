@@ -6,7 +6,9 @@
 #     (TurboJPEG, RGB, one thread per core, nothing else);
 #   - PyTorch DataLoader + torchvision transforms at its best num_workers
 #     (0, 1, ... cores; persistent; ../shared/bench/torch_imagefolder.py).
-# Plus the ops alone (no pipeline engine) and the full-size sluice decode.
+# Plus the ops alone (no pipeline engine), the full-size sluice decode, and the
+# pipeline again on the photos re-encoded as `pack --jpeg-restart auto` stores
+# them (crop-only decode).
 # Each sluice figure is the median of 3 epochs in one process (the pipeline is
 # kept across them, as a training loop keeps it); each PyTorch figure is its
 # second epoch (persistent workers). Rounds interleave sluice and PyTorch.
@@ -32,6 +34,8 @@ echo "machine: $T cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | x
 for r in $(seq "$REPEATS"); do
   echo "round $r: load $(cut -d' ' -f1-3 /proc/loadavg)"
   "$OUT/ops_bench" --threads "$T" --repeat 3 pipeline "$DATA" | tail -1 | tee -a "$OUT/pipeline.jsonl"
+  "$OUT/ops_bench" --threads "$T" --repeat 3 --restart auto pipeline "$DATA" | tail -1 |
+      tee -a "$OUT/pipeline_restart.jsonl"
   "$OUT/ops_bench" --threads "$T" --repeat 3 tj "$DATA" | tail -1 | tee -a "$OUT/tj.jsonl"
   "$OUT/ops_bench" --threads "$T" --repeat 3 train "$DATA" | tail -1 | tee -a "$OUT/train.jsonl"
   "$OUT/ops_bench" --threads "$T" --repeat 3 decode "$DATA" | tail -1 | tee -a "$OUT/decode.jsonl"
@@ -53,7 +57,9 @@ def rates(name, key):
         if key in o:
             vals.append(o[key])
     return vals
-res = {"pipeline": rates("pipeline", "median_img_s"), "tj_decode": rates("tj", "median_img_s"),
+res = {"pipeline": rates("pipeline", "median_img_s"),
+       "pipeline_restart": rates("pipeline_restart", "median_img_s"),
+       "tj_decode": rates("tj", "median_img_s"),
        "ops_only": rates("train", "median_img_s"), "sluice_decode": rates("decode", "median_img_s")}
 w = 0
 while os.path.exists(os.path.join(d, "torch%d.jsonl" % w)):
@@ -70,7 +76,11 @@ for k, v in res.items():
         print("%-14s median %8.1f img/s  spread [%.1f, %.1f]" % (k, med[k], min(v), max(v)))
 if "tj_decode" in med:
     print("pipeline / decode limit: %.2f" % (med["pipeline"] / med["tj_decode"]))
+    print("pipeline, --jpeg-restart auto storage / decode limit: %.2f"
+          % (med["pipeline_restart"] / med["tj_decode"]))
     print("ops only / decode limit: %.2f" % (med["ops_only"] / med["tj_decode"]))
 if "torch" in med:
     print("pipeline / PyTorch DataLoader (best workers): %.2f" % (med["pipeline"] / med["torch"]))
+    print("pipeline, --jpeg-restart auto storage / PyTorch DataLoader: %.2f"
+          % (med["pipeline_restart"] / med["torch"]))
 PYEOF
