@@ -669,6 +669,22 @@ int sl_record__decode_payload(const sl_schema *s, const uint8_t *pl, uint64_t le
     return SL_OK;
 }
 
+/* A record's frame `f` (as read or mapped) checked against its index entry
+ * (length, checksum when `verify`), then its payload decoded into `rec`. */
+static int frame_decode(const sl_reader *r, const slr_shard *sh, uint64_t i, const uint8_t *f,
+                        uint64_t len, uint64_t sum, bool verify, sl_record *rec,
+                        sl_buffer *owner) {
+    if (sl__ld64(f) != len || sl__ld64(f + 8) != sum)
+        return sl__error(SL_ECORRUPT, "%s: record %llu: frame header does not match the index",
+                         sh->path, (unsigned long long)i);
+    if (verify && sl_record__payload_sum(f + SLR_FRAME_HEADER, (size_t)len, i,
+                                         sh->hdr.required_features) != sum)
+        return sl__error(SL_ECORRUPT, "%s: record %llu: checksum mismatch", sh->path,
+                         (unsigned long long)i);
+    return sl_record__decode_payload(&r->schema, f + SLR_FRAME_HEADER, len, i, sh->path, rec,
+                                     owner);
+}
+
 int sl_record__read(const sl_reader *r, uint64_t i, sl_record *rec, bool verify) {
     if (!r || !rec)
         return sl__error(SL_EINVAL, "sl_reader_read: NULL argument");
@@ -688,15 +704,7 @@ int sl_record__read(const sl_reader *r, uint64_t i, sl_record *rec, bool verify)
                                     sh->path));
         f = rec->frame;
     }
-    if (sl__ld64(f) != len || sl__ld64(f + 8) != sum)
-        return sl__error(SL_ECORRUPT, "%s: record %llu: frame header does not match the index",
-                         sh->path, (unsigned long long)i);
-    if (verify && sl_record__payload_sum(f + SLR_FRAME_HEADER, (size_t)len, i,
-                                         sh->hdr.required_features) != sum)
-        return sl__error(SL_ECORRUPT, "%s: record %llu: checksum mismatch", sh->path,
-                         (unsigned long long)i);
-    return sl_record__decode_payload(&r->schema, f + SLR_FRAME_HEADER, len, i, sh->path, rec,
-                                     sh->mapbuf);
+    return frame_decode(r, sh, i, f, len, sum, verify, rec, sh->mapbuf);
 }
 
 int sl_record__copy_size(const sl_reader *r, uint64_t i, size_t *size) {
@@ -727,15 +735,7 @@ int sl_record__read_into(const sl_reader *r, uint64_t i, sl_record *rec, bool ve
         return sl__error(SL_EINVAL, "%s: record %llu: %llu bytes do not fit a buffer of %zu",
                          sh->path, (unsigned long long)i, (unsigned long long)len, cap);
     SL_TRY(sl_record__pread_all(sh->fd, dst, (size_t)(SLR_FRAME_HEADER + len), off, sh->path));
-    if (sl__ld64(dst) != len || sl__ld64(dst + 8) != sum)
-        return sl__error(SL_ECORRUPT, "%s: record %llu: frame header does not match the index",
-                         sh->path, (unsigned long long)i);
-    if (verify && sl_record__payload_sum(dst + SLR_FRAME_HEADER, (size_t)len, i,
-                                         sh->hdr.required_features) != sum)
-        return sl__error(SL_ECORRUPT, "%s: record %llu: checksum mismatch", sh->path,
-                         (unsigned long long)i);
-    return sl_record__decode_payload(&r->schema, dst + SLR_FRAME_HEADER, len, i, sh->path, rec,
-                                     owner);
+    return frame_decode(r, sh, i, dst, len, sum, verify, rec, owner);
 }
 
 /* A shuffled read lands on a cold index entry and a cold frame: two cache
