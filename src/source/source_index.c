@@ -264,8 +264,8 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
 int sl_sidx__write(const char *data_path, const sl_sidx *ix) {
     char path[4096], tmp[4200];
     SL_TRY(sl_sidx__path(data_path, path, sizeof path));
-    uint64_t size;
-    int64_t mtime;
+    uint64_t size = 0;
+    int64_t mtime = 0;
     SL_TRY(sl_sidx__stat(data_path, &size, &mtime));
     if (size != ix->data_size || mtime != ix->data_mtime_ns)
         return sl__error(SL_EINVAL, "%s changed while it was being indexed; index it again",
@@ -454,8 +454,8 @@ int sl_sidx__load(const char *data_path, const char *kind, sl_sidx **out) {
                        path, ix->kind, kind, data_path);
         goto stale;
     }
-    uint64_t size;
-    int64_t mtime;
+    uint64_t size = 0;
+    int64_t mtime = 0;
     rc = sl_sidx__stat(data_path, &size, &mtime);
     if (rc < 0)
         goto stale;
