@@ -51,13 +51,17 @@ def load():
 
 
 def drop_cache(path):
-    """Drop the file's pages from the page cache (the next reads go to disk)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    """Drop the pages of a file, or of every file of a dataset directory,
+    from the page cache (the next reads go to disk)."""
+    files = [path] if os.path.isfile(path) else [
+        os.path.join(r, f) for r, _, fs in os.walk(path) for f in fs]
+    for f in files:
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 def slr_spec(path, ops, batch, source_par=None, depth=None, op_par=None):
@@ -224,8 +228,7 @@ def main():
               f"{'-' if r['t95_s'] is None else '%.2f s' % r['t95_s']} ({t95}) |")
     if a.clean:
         io = os.path.join(a.work, "io.slr")
-        if os.path.exists(io):
-            os.remove(io)
+        subprocess.run(["rm", "-rf", io], check=True)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 /*
- * autotune.c — worker counts for stages marked "parallel": "auto", and the
- * chunk size.
+ * autotune.c — worker counts for stages marked "parallel": "auto" (readers,
+ * per-sample stages and the parallel collating stage), and the chunk size.
  *
- * Rule: every ~200 ms (checked from sl_pipeline_next), measure each parallel
- * stage's cost per sample over the last interval (busy time / samples). A
- * steady pipeline needs cores in proportion to cost: stage s needs
- * need_s = cores * cost_s / (sum of all parallel stages' costs). Workers are
+ * Rule: at each tick (every ~200 ms, once at least MIN_BATCHES batches went
+ * out or a second passed; checked from sl_pipeline_next), measure each
+ * parallel stage's cost per sample over the last interval (busy time /
+ * samples). A steady pipeline needs cores in proportion to cost: stage s
+ * needs need_s = cores * cost_s / (sum of all stages' costs). Workers are
  * whole threads, so rounding every share loses cores: with a reader needing
  * 0.6 of a core and a decode stage 1.4 on 2 cores, plain rounding gives the
  * decode stage 1 worker and leaves most of a core idle. So the costliest auto
@@ -13,13 +14,23 @@
  * (cores - floor(sum of the other stages' needs)), other auto stages get
  * their rounded share; each gets at least one worker and at most its
  * threads; stages with a fixed count keep it. A light stage's worker then
- * sleeps part of the time on a core the heavy stage shares. A stage that
- * finished no chunk during a tick keeps its last cost (a chunk of slow
- * samples can outlast the tick: reading it as free would park the workers of
- * the very stage that needs them); with no cost measured yet, nothing
- * changes. Auto
- * stages start all their threads once (up to the core count) and park the
- * ones above the current share, so a change costs a condition-variable
+ * sleeps part of the time on a core the heavy stage shares. Sequential
+ * stages keep their one thread and are left out of the shares. A stage that
+ * finished no chunk during a tick
+ * keeps its last cost (a chunk of slow samples can outlast the tick: reading
+ * it as free would park the workers of the very stage that needs them); with
+ * no cost measured yet, nothing changes.
+ *
+ * Check after a move (sl_pipeline__tune_step): the rule is a model, and a
+ * model can be wrong (a stage whose cost grows with its worker count, cores
+ * taken by other processes). The samples/s of the interval before a move is
+ * kept; when the interval after it is more than SL_TUNE_UNDO_DROP slower, the
+ * move is undone and not tried again for SL_TUNE_BAN_NS (then the rule may
+ * ask for it again: costs change between epochs). Only moves are checked, so
+ * a steady pipeline is never disturbed by noise.
+ *
+ * Auto stages start all their threads once (up to the core count) and park
+ * the ones above the current share, so a change costs a condition-variable
  * broadcast, not a thread start.
  *
  * The chunk size (samples per queue element) is set so that a chunk carries
@@ -29,7 +40,13 @@
  */
 #include "pipeline/pipeline.h"
 
+#include <string.h>
+
 #define TICK_NS 200000000ull
+/* A tick waits for this many batches (so the rate of a pipeline of large
+ * batches is not a count of one or two), or for MAX_TICK_NS. */
+#define MIN_BATCHES 4
+#define MAX_TICK_NS 1000000000ull
 #define CHUNK_WORK_NS 200000.0
 
 void sl_pipeline__tune_shares(int ncpus, int n, const double *cost, const int *is_auto,
@@ -62,18 +79,64 @@ void sl_pipeline__tune_shares(int ncpus, int n, const double *cost, const int *i
     }
 }
 
+static int same(int n, const int *a, const int *b) {
+    for (int s = 0; s < n; s++)
+        if (a[s] != b[s])
+            return 0;
+    return 1;
+}
+
+int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want, double rate,
+                           uint64_t now_ns, int *next) {
+    for (int s = 0; s < n; s++)
+        next[s] = want[s] > 0 ? want[s] : cur[s];
+    if (t->trial) {
+        t->trial = 0;
+        if (rate < (1.0 - SL_TUNE_UNDO_DROP) * t->base_rate) {
+            /* the move made things slower: back, and not again for a while */
+            memcpy(t->banned, cur, (size_t)n * sizeof *cur);
+            memcpy(next, t->prev, (size_t)n * sizeof *next);
+            t->ban_until = now_ns + SL_TUNE_BAN_NS;
+            t->undone++;
+            return 1;
+        }
+        /* kept; a further move waits for the next interval, measured with
+         * these workers */
+        return 0;
+    }
+    if (same(n, next, cur))
+        return 0;
+    if (now_ns < t->ban_until && same(n, next, t->banned))
+        return 0;
+    memcpy(t->prev, cur, (size_t)n * sizeof *cur);
+    t->base_rate = rate;
+    t->trial = 1;
+    t->moves++;
+    return 1;
+}
+
 void sl_pipeline__autotune(sl_pipeline *p) {
     uint64_t now = sl__now_ns();
     if (now - p->last_tune_ns < TICK_NS)
         return;
+    uint64_t batches = atomic_load(&p->batches_out), samples = atomic_load(&p->samples_out);
+    if (batches - p->tune.batches < MIN_BATCHES && now - p->last_tune_ns < MAX_TICK_NS &&
+        p->last_tune_ns != 0)
+        return;
+    double rate = p->last_tune_ns ? (double)(samples - p->tune.samples) * 1e9 /
+                                        (double)(now - p->last_tune_ns)
+                                  : 0.0;
     p->last_tune_ns = now;
+    p->tune.batches = batches;
+    p->tune.samples = samples;
     double cost[SL_STATS_MAX_STAGES] = {0}, total = 0, per_sample = 0;
     int n_auto = 0, unmeasured = 0;
     for (int s = 0; s < p->nstages; s++) {
         sl_stage *st = &p->stage[s];
         uint64_t busy = atomic_load(&st->busy_ns), el = atomic_load(&st->elements);
         uint64_t db = busy - st->tune_busy, de = el - st->tune_elements;
-        int parallel = st->kind == SL_ST_SOURCE || st->kind == SL_ST_MAP;
+        int parallel =
+            st->kind == SL_ST_SOURCE || st->kind == SL_ST_MAP || st->kind == SL_ST_STACK;
         if (de == 0 && parallel) {
             /* No chunk finished in this interval: the stage is either working
              * on a chunk that outlasts a tick (slow samples) or blocked. Not
@@ -112,21 +175,17 @@ void sl_pipeline__autotune(sl_pipeline *p) {
     if (n_auto == 0 || total <= 0 || unmeasured)
         return;
     int is_auto[SL_STATS_MAX_STAGES] = {0}, maxw[SL_STATS_MAX_STAGES] = {0};
-    int want[SL_STATS_MAX_STAGES] = {0};
+    int want[SL_STATS_MAX_STAGES] = {0}, cur[SL_STATS_MAX_STAGES], next[SL_STATS_MAX_STAGES];
     for (int s = 0; s < p->nstages; s++) {
         is_auto[s] = p->stage[s].autotune;
         maxw[s] = p->stage[s].workers;
+        cur[s] = atomic_load(&p->stage[s].active);
     }
     sl_pipeline__tune_shares(p->ncpus, p->nstages, cost, is_auto, maxw, want);
-    int changed = 0;
-    for (int s = 0; s < p->nstages; s++) {
-        sl_stage *st = &p->stage[s];
-        if (st->autotune && want[s] > 0 && want[s] != atomic_load(&st->active)) {
-            atomic_store(&st->active, want[s]);
-            changed = 1;
-        }
-    }
-    if (changed) {
+    if (sl_pipeline__tune_step(&p->tune, p->nstages, cur, want, rate, now, next)) {
+        for (int s = 0; s < p->nstages; s++)
+            if (p->stage[s].autotune && next[s] > 0)
+                atomic_store(&p->stage[s].active, next[s]);
         pthread_mutex_lock(&p->tune_mu);
         pthread_cond_broadcast(&p->tune_cv);
         pthread_mutex_unlock(&p->tune_mu);

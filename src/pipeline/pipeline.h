@@ -332,6 +332,17 @@ struct sl_stage {
     double tune_cost;             /* autotune: last measured ns per sample (0: none) */
 };
 
+/* Autotune's memory between ticks (autotune.c). */
+typedef struct sl_tune {
+    uint64_t samples, batches;    /* samples_out, batches_out at the last tick */
+    int trial;                    /* a move is being measured */
+    double base_rate;             /* samples/s in the interval before it */
+    int prev[SL_STATS_MAX_STAGES];   /* workers before it (for the undo) */
+    int banned[SL_STATS_MAX_STAGES]; /* the workers of a move undone ... */
+    uint64_t ban_until;           /* ... not tried again before this time */
+    int moves, undone;            /* counts (tests) */
+} sl_tune;
+
 /* Sequential-op state of the final stage, also what a saved state restores. */
 typedef struct sl_resume {
     uint64_t epoch;
@@ -418,6 +429,7 @@ struct sl_pipeline {
     sl_resume last;               /* state after the last batch handed out */
     uint64_t replay_skip;         /* batches to drop after a replaying restore */
     uint64_t last_tune_ns;
+    sl_tune tune;                 /* autotune.c: the check after a move */
     /* read by sl_pipeline_stats_get from any thread */
     _Atomic uint64_t t_start, consumer_wait_ns, batches_out, samples_out;
     _Atomic uint64_t threads_started;
@@ -492,5 +504,15 @@ void sl_pipeline__autotune(struct sl_pipeline *p);
  * of each auto stage (0 for the others). See autotune.c. */
 void sl_pipeline__tune_shares(int ncpus, int n, const double *cost, const int *is_auto,
                               const int *max_workers, int *want);
+/* The check after a move, apart from the measuring (tested with chosen
+ * rates): n stages with `cur` workers now, `want` what the cost rule asks
+ * (0: not auto, keep), `rate` the samples/s of the interval just ended. 1
+ * when the workers change to next[]: a move the rule asks for, or the undo of
+ * the last move when throughput fell by more than SL_TUNE_UNDO_DROP after it
+ * (that move is then not tried again for SL_TUNE_BAN_NS). See autotune.c. */
+#define SL_TUNE_UNDO_DROP 0.10
+#define SL_TUNE_BAN_NS 4000000000ull
+int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want, double rate,
+                           uint64_t now_ns, int *next);
 
 #endif /* SL_PIPELINE_H */
