@@ -86,12 +86,33 @@ static int same(int n, const int *a, const int *b) {
     return 1;
 }
 
-int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want, double rate,
-                           uint64_t now_ns, int *next) {
-    for (int s = 0; s < n; s++)
-        next[s] = want[s] > 0 ? want[s] : cur[s];
+int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want,
+                           const int *max_workers, int top, double rate, uint64_t now_ns,
+                           int *next) {
+    for (int s = 0; s < n; s++) {
+        next[s] = want[s] > 0 ? want[s] + t->extra[s] : cur[s];
+        if (next[s] > max_workers[s])
+            next[s] = max_workers[s];
+        if (next[s] < 1)
+            next[s] = 1;
+    }
     if (t->trial) {
         t->trial = 0;
+        t->steady = 0;
+        if (t->exploring) {
+            t->exploring = 0;
+            int up = t->extra[top] > 0 && cur[top] > t->prev[top];
+            int keep = up ? rate >= (1.0 + SL_TUNE_EXPLORE_GAIN) * t->base_rate
+                          : rate >= (1.0 - SL_TUNE_SHED_LOSS) * t->base_rate;
+            if (keep) {
+                t->kept++;
+                return 0;
+            }
+            t->extra[top] += up ? -1 : 1;
+            memcpy(next, t->prev, (size_t)n * sizeof *next);
+            t->explore_after = now_ns + SL_TUNE_EXPLORE_WAIT_NS;
+            return 1;
+        }
         if (rate < (1.0 - SL_TUNE_UNDO_DROP) * t->base_rate) {
             /* the move made things slower: back, and not again for a while */
             memcpy(t->banned, cur, (size_t)n * sizeof *cur);
@@ -104,14 +125,33 @@ int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want, d
          * these workers */
         return 0;
     }
-    if (same(n, next, cur))
+    if (!same(n, next, cur)) {
+        if (now_ns < t->ban_until && same(n, next, t->banned))
+            return 0;
+        memcpy(t->prev, cur, (size_t)n * sizeof *cur);
+        t->base_rate = rate;
+        t->trial = 1;
+        t->moves++;
+        t->steady = 0;
+        return 1;
+    }
+    if (++t->steady < SL_TUNE_STEADY || now_ns < t->explore_after || top < 0 || top >= n ||
+        want[top] <= 0 || rate <= 0)
         return 0;
-    if (now_ns < t->ban_until && same(n, next, t->banned))
+    /* steady: try one worker fewer where an exploration left one more, else
+     * one more (over the core budget: only kept when measured to help) */
+    int d = t->extra[top] > 0 ? -1 : 1;
+    if (cur[top] + d < 1 || cur[top] + d > max_workers[top]) {
+        t->explore_after = now_ns + SL_TUNE_EXPLORE_WAIT_NS;
         return 0;
+    }
     memcpy(t->prev, cur, (size_t)n * sizeof *cur);
+    t->extra[top] += d;
+    next[top] = cur[top] + d;
     t->base_rate = rate;
     t->trial = 1;
-    t->moves++;
+    t->exploring = 1;
+    t->explored++;
     return 1;
 }
 
@@ -182,7 +222,11 @@ void sl_pipeline__autotune(sl_pipeline *p) {
         cur[s] = atomic_load(&p->stage[s].active);
     }
     sl_pipeline__tune_shares(p->ncpus, p->nstages, cost, is_auto, maxw, want);
-    if (sl_pipeline__tune_step(&p->tune, p->nstages, cur, want, rate, now, next)) {
+    int top = -1;
+    for (int s = 0; s < p->nstages; s++)
+        if (is_auto[s] && (top < 0 || cost[s] > cost[top]))
+            top = s;
+    if (sl_pipeline__tune_step(&p->tune, p->nstages, cur, want, maxw, top, rate, now, next)) {
         for (int s = 0; s < p->nstages; s++)
             if (p->stage[s].autotune && next[s] > 0)
                 atomic_store(&p->stage[s].active, next[s]);

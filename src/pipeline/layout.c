@@ -249,7 +249,9 @@ static int cut_stages(sl_pipeline *p) {
             st->workers = p->spec->source_parallel > 0 ? p->spec->source_parallel : 1;
         }
         if (st->autotune) {
-            st->workers = p->ncpus;
+            /* one thread past the budget, parked unless autotune measures
+             * that it helps (autotune.c, exploration) */
+            st->workers = p->ncpus + 1;
             /* a reader-only source starts on one worker (below), so it does
              * not take a share of the cores from the map stages */
             if (!(st->kind == SL_ST_SOURCE && st->last == st->first))
@@ -313,7 +315,7 @@ static int add_stack_stage(sl_pipeline *p) {
     st->kind = SL_ST_STACK;
     st->first = st->last = pl->nopt;
     snprintf(st->name, sizeof st->name, "collate(batch %lld)", (long long)pl->batch_size);
-    st->workers = p->spec->threads > 0 ? p->spec->threads : p->ncpus;
+    st->workers = p->spec->threads > 0 ? p->spec->threads : p->ncpus + 1;
     if (st->workers < 1)
         st->workers = 1;
     /* tuned like the map stages (autotune.c): it starts on an even share of
@@ -330,6 +332,8 @@ static int add_stack_stage(sl_pipeline *p) {
         share = p->ncpus / n_auto;
         if (share < 1)
             share = 1;
+        if (share > p->ncpus)
+            share = p->ncpus;
     }
     atomic_init(&st->active, share);
     /* the batch queue moves to the new last stage; the final stage's output

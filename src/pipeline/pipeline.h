@@ -341,6 +341,13 @@ typedef struct sl_tune {
     int banned[SL_STATS_MAX_STAGES]; /* the workers of a move undone ... */
     uint64_t ban_until;           /* ... not tried again before this time */
     int moves, undone;            /* counts (tests) */
+    /* exploring past the rule (autotune.c): one worker more or fewer on the
+     * costliest stage, kept only when measured to help */
+    int extra[SL_STATS_MAX_STAGES]; /* workers kept on top of the rule's */
+    int exploring;                /* the pending check is of an exploration */
+    int steady;                   /* ticks without a move */
+    uint64_t explore_after;       /* no exploration before this time */
+    int explored, kept;           /* counts (tests) */
 } sl_tune;
 
 /* Sequential-op state of the final stage, also what a saved state restores. */
@@ -509,10 +516,21 @@ void sl_pipeline__tune_shares(int ncpus, int n, const double *cost, const int *i
  * (0: not auto, keep), `rate` the samples/s of the interval just ended. 1
  * when the workers change to next[]: a move the rule asks for, or the undo of
  * the last move when throughput fell by more than SL_TUNE_UNDO_DROP after it
- * (that move is then not tried again for SL_TUNE_BAN_NS). See autotune.c. */
+ * (that move is then not tried again for SL_TUNE_BAN_NS); or an exploration
+ * (below). See autotune.c. */
 #define SL_TUNE_UNDO_DROP 0.10
 #define SL_TUNE_BAN_NS 4000000000ull
-int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want, double rate,
-                           uint64_t now_ns, int *next);
+/* Exploration: after SL_TUNE_STEADY ticks without a move, one worker more
+ * on stage `top` (the costliest auto stage), kept when the next interval is
+ * SL_TUNE_EXPLORE_GAIN faster; or, when an earlier exploration left one
+ * there, one fewer, kept unless SL_TUNE_SHED_LOSS slower. A failed try waits
+ * SL_TUNE_EXPLORE_WAIT_NS. max_workers caps every stage (threads started). */
+#define SL_TUNE_STEADY 3
+#define SL_TUNE_EXPLORE_GAIN 0.05
+#define SL_TUNE_SHED_LOSS 0.02
+#define SL_TUNE_EXPLORE_WAIT_NS 2000000000ull
+int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want,
+                           const int *max_workers, int top, double rate, uint64_t now_ns,
+                           int *next);
 
 #endif /* SL_PIPELINE_H */

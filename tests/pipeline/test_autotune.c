@@ -112,32 +112,34 @@ SL_TEST(pipeline_autotune__slow_chunks_keep_their_workers) {
 
 /* ---- the check after a move ---------------------------------------------------------- */
 
+static const int maxw2[2] = {3, 3}, maxw3[3] = {3, 3, 3};
+
 SL_TEST(pipeline_autotune__a_move_that_slows_is_undone) {
     sl_tune t;
     memset(&t, 0, sizeof t);
     int cur[2] = {1, 1}, want[2] = {2, 1}, next[2];
     uint64_t now = 1000000000ull;
     /* the rule asks for a move: made, measured against 100 samples/s */
-    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, cur, want, 100, now, next), 1);
+    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, cur, want, maxw2, -1, 100, now, next), 1);
     ASSERT_EQ(next[0], 2);
     ASSERT_EQ(next[1], 1);
     /* the interval after it is 20% slower: undone */
     int moved[2] = {2, 1};
-    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, moved, want, 80, now + 200000000ull, next), 1);
+    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, moved, want, maxw2, -1, 80, now + 200000000ull, next), 1);
     ASSERT_EQ(next[0], 1);
     ASSERT_EQ(next[1], 1);
     ASSERT_EQ(t.undone, 1);
     /* the rule asks again: refused while the ban lasts */
-    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, cur, want, 100, now + 400000000ull, next), 0);
+    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, cur, want, maxw2, -1, 100, now + 400000000ull, next), 0);
     ASSERT_EQ(next[0], 2); /* next[] holds what the rule asked; nothing applied */
-    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, cur, want, 100, now + SL_TUNE_BAN_NS, next), 0);
+    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, cur, want, maxw2, -1, 100, now + SL_TUNE_BAN_NS, next), 0);
     /* another move is not banned */
     int other[2] = {1, 2};
-    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, cur, other, 100, now + 600000000ull, next), 1);
+    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, cur, other, maxw2, -1, 100, now + 600000000ull, next), 1);
     ASSERT_EQ(next[1], 2);
-    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, other, other, 100, now + 800000000ull, next), 0);
+    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, other, other, maxw2, -1, 100, now + 800000000ull, next), 0);
     /* after the ban the first move may be tried again */
-    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, other, want, 100,
+    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, other, want, maxw2, -1, 100,
                                      now + 200000000ull + SL_TUNE_BAN_NS + 1, next), 1);
     ASSERT_EQ(next[0], 2);
     ASSERT_EQ(next[1], 1);
@@ -147,20 +149,65 @@ SL_TEST(pipeline_autotune__a_move_that_helps_or_holds_is_kept) {
     sl_tune t;
     memset(&t, 0, sizeof t);
     int cur[3] = {1, 1, 1}, want[3] = {0, 2, 1}, next[3];
-    ASSERT_EQ(sl_pipeline__tune_step(&t, 3, cur, want, 100, 1, next), 1);
+    ASSERT_EQ(sl_pipeline__tune_step(&t, 3, cur, want, maxw3, -1, 100, 1, next), 1);
     ASSERT_EQ(next[0], 1); /* 0: not an auto stage, kept */
     ASSERT_EQ(next[1], 2);
     int moved[3] = {1, 2, 1};
     /* within the noise margin (-9%): kept */
-    ASSERT_EQ(sl_pipeline__tune_step(&t, 3, moved, want, 91, 2, next), 0);
+    ASSERT_EQ(sl_pipeline__tune_step(&t, 3, moved, want, maxw3, -1, 91, 2, next), 0);
     ASSERT_EQ(t.undone, 0);
     /* steady: nothing to do, and no check pending */
-    ASSERT_EQ(sl_pipeline__tune_step(&t, 3, moved, want, 50, 3, next), 0);
+    ASSERT_EQ(sl_pipeline__tune_step(&t, 3, moved, want, maxw3, -1, 50, 3, next), 0);
     ASSERT_EQ(t.trial, 0);
     /* a move from a start with nothing measured (rate 0) is never undone */
     memset(&t, 0, sizeof t);
-    ASSERT_EQ(sl_pipeline__tune_step(&t, 3, cur, want, 0, 1, next), 1);
-    ASSERT_EQ(sl_pipeline__tune_step(&t, 3, moved, want, 0, 2, next), 0);
+    ASSERT_EQ(sl_pipeline__tune_step(&t, 3, cur, want, maxw3, -1, 0, 1, next), 1);
+    ASSERT_EQ(sl_pipeline__tune_step(&t, 3, moved, want, maxw3, -1, 0, 2, next), 0);
+}
+
+/* Past the rule: after a few steady ticks one worker more on the costliest
+ * stage, kept only when the next interval is faster by the gain; later one
+ * fewer again, kept unless it costs. */
+SL_TEST(pipeline_autotune__exploration_keeps_only_what_helps) {
+    sl_tune t;
+    memset(&t, 0, sizeof t);
+    int cur[2] = {1, 2}, want[2] = {1, 2}, next[2];
+    uint64_t now = 1, tick = 200000000ull;
+    for (int i = 1; i < SL_TUNE_STEADY; i++)
+        ASSERT_EQ(sl_pipeline__tune_step(&t, 2, cur, want, maxw2, 1, 100, now += tick, next), 0);
+    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, cur, want, maxw2, 1, 100, now += tick, next), 1);
+    ASSERT_EQ(next[0], 1);
+    ASSERT_EQ(next[1], 3); /* over the budget of 2: a trial */
+    int up[2] = {1, 3};
+    /* only 3% faster: not worth a thread over the budget */
+    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, up, want, maxw2, 1, 103, now += tick, next), 1);
+    ASSERT_EQ(next[1], 2);
+    ASSERT_EQ(t.extra[1], 0);
+    /* no new try before the wait is over */
+    for (int i = 0; i < 2 * SL_TUNE_STEADY; i++)
+        ASSERT_EQ(sl_pipeline__tune_step(&t, 2, cur, want, maxw2, 1, 100, now += tick, next), 0);
+    now += SL_TUNE_EXPLORE_WAIT_NS;
+    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, cur, want, maxw2, 1, 100, now, next), 1);
+    ASSERT_EQ(next[1], 3);
+    /* 20% faster: kept, and the rule's answer now carries the extra worker */
+    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, up, want, maxw2, 1, 120, now += tick, next), 0);
+    ASSERT_EQ(t.extra[1], 1);
+    ASSERT_EQ(t.kept, 1);
+    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, up, want, maxw2, 1, 120, now += tick, next), 0);
+    ASSERT_EQ(next[1], 3);
+    /* steady again: one fewer is tried; 5% slower, so the extra stays */
+    for (int i = 2; i < SL_TUNE_STEADY; i++)
+        ASSERT_EQ(sl_pipeline__tune_step(&t, 2, up, want, maxw2, 1, 120, now += tick, next), 0);
+    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, up, want, maxw2, 1, 120, now += tick, next), 1);
+    ASSERT_EQ(next[1], 2);
+    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, cur, want, maxw2, 1, 114, now += tick, next), 1);
+    ASSERT_EQ(next[1], 3);
+    ASSERT_EQ(t.extra[1], 1);
+    /* never past the threads started */
+    memset(&t, 0, sizeof t);
+    int full[2] = {1, 3}, w3[2] = {1, 3};
+    for (int i = 0; i < 3 * SL_TUNE_STEADY; i++)
+        ASSERT_EQ(sl_pipeline__tune_step(&t, 2, full, w3, maxw2, 1, 100, now += tick, next), 0);
 }
 
 /* ---- end to end: the workers go to the expensive stage --------------------------------- */
@@ -224,7 +271,8 @@ SL_TEST(pipeline_autotune__expensive_stage_gets_the_workers) {
                 most_light = st.stage[light].workers;
         }
     }
-    ASSERT_EQ(most_heavy, ncpus);
+    /* every core (and maybe one worker more, while exploration tries it) */
+    ASSERT(most_heavy >= ncpus && most_heavy <= ncpus + 1);
     ASSERT_EQ(most_light, 1);
     ASSERT(p->tune.moves >= (ncpus >= 2 ? 1 : 0));
     sl_pipeline_free(p);
@@ -280,7 +328,7 @@ SL_TEST(pipeline_autotune__collate_stage_gets_the_workers) {
     }
     /* the move is made; whether it stays is the measured check's call
      * (copying 64 KB samples may be bound by memory bandwidth, not cores) */
-    ASSERT_EQ(most, ncpus);
+    ASSERT(most >= ncpus);
     sl_pipeline_free(p);
     sl_spec_free(spec);
 }
