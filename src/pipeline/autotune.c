@@ -29,6 +29,19 @@
  * ask for it again: costs change between epochs). Only moves are checked, so
  * a steady pipeline is never disturbed by noise.
  *
+ * Exploration past the rule: the rule never gives more workers than cores,
+ * but a third thread on two cores can pay (workers that wait on storage or
+ * locks; other processes on the machine taking a share of the cores). After
+ * SL_TUNE_STEADY ticks without a move, the costliest auto stage gets one
+ * worker more (its stage starts one thread past the budget, parked), for
+ * SL_TUNE_TRIAL_TICKS intervals; it stays only when their mean is
+ * SL_TUNE_EXPLORE_GAIN above the mean of the steady ticks before it (a tick
+ * of a shared machine moves by 10-15%: one interval, or a small gain,
+ * decides nothing). Once kept, one fewer is tried the same way and kept
+ * unless SL_TUNE_SHED_LOSS slower. A try not kept waits 2, 4, 8, then 16 s
+ * before the next, so a steady pipeline pays for exploring a few percent of
+ * its time at most. Oversubscription is thus a measured decision.
+ *
  * Auto stages start all their threads once (up to the core count) and park
  * the ones above the current share, so a change costs a condition-variable
  * broadcast, not a thread start.
@@ -96,23 +109,33 @@ int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want,
         if (next[s] < 1)
             next[s] = 1;
     }
+    if (t->exploring) {
+        /* an exploration is measured over SL_TUNE_TRIAL_TICKS intervals:
+         * one interval of a noisy machine decides nothing */
+        t->trial_sum += rate;
+        if (--t->exploring > 0)
+            return 0;
+        t->trial = 0;
+        t->steady = 0;
+        double mean = t->trial_sum / SL_TUNE_TRIAL_TICKS;
+        int up = cur[top] > t->prev[top];
+        int keep = up ? mean >= (1.0 + SL_TUNE_EXPLORE_GAIN) * t->base_rate
+                      : mean >= (1.0 - SL_TUNE_SHED_LOSS) * t->base_rate;
+        if (keep) {
+            t->kept++;
+            t->failed = 0;
+            return 0;
+        }
+        t->extra[top] += up ? -1 : 1;
+        memcpy(next, t->prev, (size_t)n * sizeof *next);
+        t->explore_after =
+            now_ns + (SL_TUNE_EXPLORE_WAIT_NS << (t->failed < 3 ? t->failed : 3));
+        t->failed++;
+        return 1;
+    }
     if (t->trial) {
         t->trial = 0;
         t->steady = 0;
-        if (t->exploring) {
-            t->exploring = 0;
-            int up = t->extra[top] > 0 && cur[top] > t->prev[top];
-            int keep = up ? rate >= (1.0 + SL_TUNE_EXPLORE_GAIN) * t->base_rate
-                          : rate >= (1.0 - SL_TUNE_SHED_LOSS) * t->base_rate;
-            if (keep) {
-                t->kept++;
-                return 0;
-            }
-            t->extra[top] += up ? -1 : 1;
-            memcpy(next, t->prev, (size_t)n * sizeof *next);
-            t->explore_after = now_ns + SL_TUNE_EXPLORE_WAIT_NS;
-            return 1;
-        }
         if (rate < (1.0 - SL_TUNE_UNDO_DROP) * t->base_rate) {
             /* the move made things slower: back, and not again for a while */
             memcpy(t->banned, cur, (size_t)n * sizeof *cur);
@@ -135,7 +158,8 @@ int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want,
         t->steady = 0;
         return 1;
     }
-    if (++t->steady < SL_TUNE_STEADY || now_ns < t->explore_after || top < 0 || top >= n ||
+    t->recent[t->steady++ % SL_TUNE_STEADY] = rate;
+    if (t->steady < SL_TUNE_STEADY || now_ns < t->explore_after || top < 0 || top >= n ||
         want[top] <= 0 || rate <= 0)
         return 0;
     /* steady: try one worker fewer where an exploration left one more, else
@@ -148,9 +172,14 @@ int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want,
     memcpy(t->prev, cur, (size_t)n * sizeof *cur);
     t->extra[top] += d;
     next[top] = cur[top] + d;
-    t->base_rate = rate;
+    /* against the mean of the last SL_TUNE_STEADY steady ticks */
+    t->base_rate = 0;
+    for (int i = 0; i < SL_TUNE_STEADY; i++)
+        t->base_rate += t->recent[i] / SL_TUNE_STEADY;
+    t->steady = 0;
     t->trial = 1;
-    t->exploring = 1;
+    t->exploring = SL_TUNE_TRIAL_TICKS;
+    t->trial_sum = 0;
     t->explored++;
     return 1;
 }

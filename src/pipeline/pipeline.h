@@ -332,6 +332,9 @@ struct sl_stage {
     double tune_cost;             /* autotune: last measured ns per sample (0: none) */
 };
 
+/* Steady ticks (no move) before autotune explores past its rule (autotune.c). */
+#define SL_TUNE_STEADY 3
+
 /* Autotune's memory between ticks (autotune.c). */
 typedef struct sl_tune {
     uint64_t samples, batches;    /* samples_out, batches_out at the last tick */
@@ -344,9 +347,13 @@ typedef struct sl_tune {
     /* exploring past the rule (autotune.c): one worker more or fewer on the
      * costliest stage, kept only when measured to help */
     int extra[SL_STATS_MAX_STAGES]; /* workers kept on top of the rule's */
-    int exploring;                /* the pending check is of an exploration */
+    int exploring;                /* the pending check is of an exploration: its
+                                     intervals left to measure */
+    double trial_sum;             /* exploration: samples/s summed over its intervals */
     int steady;                   /* ticks without a move */
+    double recent[SL_TUNE_STEADY]; /* samples/s of the last of them (a ring) */
     uint64_t explore_after;       /* no exploration before this time */
+    int failed;                   /* explorations not kept in a row */
     int explored, kept;           /* counts (tests) */
 } sl_tune;
 
@@ -521,12 +528,14 @@ void sl_pipeline__tune_shares(int ncpus, int n, const double *cost, const int *i
 #define SL_TUNE_UNDO_DROP 0.10
 #define SL_TUNE_BAN_NS 4000000000ull
 /* Exploration: after SL_TUNE_STEADY ticks without a move, one worker more
- * on stage `top` (the costliest auto stage), kept when the next interval is
- * SL_TUNE_EXPLORE_GAIN faster; or, when an earlier exploration left one
- * there, one fewer, kept unless SL_TUNE_SHED_LOSS slower. A failed try waits
- * SL_TUNE_EXPLORE_WAIT_NS. max_workers caps every stage (threads started). */
-#define SL_TUNE_STEADY 3
-#define SL_TUNE_EXPLORE_GAIN 0.05
+ * on stage `top` (the costliest auto stage), kept when its next
+ * SL_TUNE_TRIAL_TICKS intervals are on average SL_TUNE_EXPLORE_GAIN faster
+ * than the steady ticks before it; or, when an earlier exploration left one
+ * there, one fewer, kept unless SL_TUNE_SHED_LOSS slower. A try not kept
+ * waits SL_TUNE_EXPLORE_WAIT_NS, doubled for each one in a row (at most 8x).
+ * max_workers caps every stage (threads started). */
+#define SL_TUNE_TRIAL_TICKS 2
+#define SL_TUNE_EXPLORE_GAIN 0.10
 #define SL_TUNE_SHED_LOSS 0.02
 #define SL_TUNE_EXPLORE_WAIT_NS 2000000000ull
 int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want,

@@ -166,48 +166,67 @@ SL_TEST(pipeline_autotune__a_move_that_helps_or_holds_is_kept) {
 }
 
 /* Past the rule: after a few steady ticks one worker more on the costliest
- * stage, kept only when the next interval is faster by the gain; later one
- * fewer again, kept unless it costs. */
+ * stage, measured over two intervals against the steady ticks before it and
+ * kept only when faster by the gain; later one fewer again, kept unless it
+ * costs; a try not kept waits longer each time. */
+static int steps(sl_tune *t, int k, const int *cur, const int *want, double rate, uint64_t *now,
+                 int *next) {
+    int moved = 0;
+    for (int i = 0; i < k; i++)
+        moved += sl_pipeline__tune_step(t, 2, cur, want, maxw2, 1, rate, *now += 200000000ull,
+                                        next);
+    return moved;
+}
+
 SL_TEST(pipeline_autotune__exploration_keeps_only_what_helps) {
     sl_tune t;
     memset(&t, 0, sizeof t);
-    int cur[2] = {1, 2}, want[2] = {1, 2}, next[2];
-    uint64_t now = 1, tick = 200000000ull;
-    for (int i = 1; i < SL_TUNE_STEADY; i++)
-        ASSERT_EQ(sl_pipeline__tune_step(&t, 2, cur, want, maxw2, 1, 100, now += tick, next), 0);
-    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, cur, want, maxw2, 1, 100, now += tick, next), 1);
+    int cur[2] = {1, 2}, want[2] = {1, 2}, up[2] = {1, 3}, next[2];
+    uint64_t now = 1;
+    ASSERT_EQ(steps(&t, SL_TUNE_STEADY - 1, cur, want, 100, &now, next), 0);
+    ASSERT_EQ(steps(&t, 1, cur, want, 100, &now, next), 1);
     ASSERT_EQ(next[0], 1);
     ASSERT_EQ(next[1], 3); /* over the budget of 2: a trial */
-    int up[2] = {1, 3};
-    /* only 3% faster: not worth a thread over the budget */
-    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, up, want, maxw2, 1, 103, now += tick, next), 1);
+    /* 20% faster for one interval, then 4% slower: a mean of +8%, under the
+     * gain: not worth a thread over the budget */
+    ASSERT_EQ(steps(&t, 1, up, want, 120, &now, next), 0);
+    ASSERT_EQ(steps(&t, 1, up, want, 96, &now, next), 1);
     ASSERT_EQ(next[1], 2);
     ASSERT_EQ(t.extra[1], 0);
+    ASSERT_EQ(t.kept, 0);
     /* no new try before the wait is over */
-    for (int i = 0; i < 2 * SL_TUNE_STEADY; i++)
-        ASSERT_EQ(sl_pipeline__tune_step(&t, 2, cur, want, maxw2, 1, 100, now += tick, next), 0);
-    now += SL_TUNE_EXPLORE_WAIT_NS;
-    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, cur, want, maxw2, 1, 100, now, next), 1);
+    ASSERT_EQ(steps(&t, (int)(SL_TUNE_EXPLORE_WAIT_NS / 200000000ull) - 1, cur, want, 100, &now,
+                    next), 0);
+    ASSERT_EQ(steps(&t, 1, cur, want, 100, &now, next), 1);
     ASSERT_EQ(next[1], 3);
-    /* 20% faster: kept, and the rule's answer now carries the extra worker */
-    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, up, want, maxw2, 1, 120, now += tick, next), 0);
+    /* 20% faster over both intervals: kept, and the rule's answer now
+     * carries the extra worker */
+    ASSERT_EQ(steps(&t, 2, up, want, 120, &now, next), 0);
     ASSERT_EQ(t.extra[1], 1);
     ASSERT_EQ(t.kept, 1);
-    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, up, want, maxw2, 1, 120, now += tick, next), 0);
+    ASSERT_EQ(steps(&t, 1, up, want, 120, &now, next), 0);
     ASSERT_EQ(next[1], 3);
     /* steady again: one fewer is tried; 5% slower, so the extra stays */
-    for (int i = 2; i < SL_TUNE_STEADY; i++)
-        ASSERT_EQ(sl_pipeline__tune_step(&t, 2, up, want, maxw2, 1, 120, now += tick, next), 0);
-    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, up, want, maxw2, 1, 120, now += tick, next), 1);
+    ASSERT_EQ(steps(&t, SL_TUNE_STEADY - 1, up, want, 120, &now, next), 1);
     ASSERT_EQ(next[1], 2);
-    ASSERT_EQ(sl_pipeline__tune_step(&t, 2, cur, want, maxw2, 1, 114, now += tick, next), 1);
+    ASSERT_EQ(steps(&t, 2, cur, want, 114, &now, next), 1);
     ASSERT_EQ(next[1], 3);
     ASSERT_EQ(t.extra[1], 1);
+    /* a failure after a kept try waits 2 s; a second in a row 4 s */
+    int wait_ticks = (int)(SL_TUNE_EXPLORE_WAIT_NS / 200000000ull);
+    ASSERT_EQ(steps(&t, wait_ticks - 1, up, want, 120, &now, next), 0);
+    ASSERT_EQ(steps(&t, 1, up, want, 120, &now, next), 1);
+    ASSERT_EQ(next[1], 2);
+    ASSERT_EQ(steps(&t, 2, cur, want, 100, &now, next), 1); /* 17% slower: back to 3 */
+    ASSERT_EQ(steps(&t, 2 * wait_ticks - 1, up, want, 120, &now, next), 0);
+    ASSERT_EQ(steps(&t, 1, up, want, 120, &now, next), 1);
+    /* shedding that costs nothing is kept: back to the rule's count */
+    ASSERT_EQ(steps(&t, 2, cur, want, 119, &now, next), 0);
+    ASSERT_EQ(t.extra[1], 0);
     /* never past the threads started */
     memset(&t, 0, sizeof t);
-    int full[2] = {1, 3}, w3[2] = {1, 3};
-    for (int i = 0; i < 3 * SL_TUNE_STEADY; i++)
-        ASSERT_EQ(sl_pipeline__tune_step(&t, 2, full, w3, maxw2, 1, 100, now += tick, next), 0);
+    int full[2] = {1, 3};
+    ASSERT_EQ(steps(&t, 5 * SL_TUNE_STEADY, full, full, 100, &now, next), 0);
 }
 
 /* ---- end to end: the workers go to the expensive stage --------------------------------- */
