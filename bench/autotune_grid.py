@@ -3,7 +3,7 @@
 
     /usr/bin/python3 bench/autotune_grid.py [--build build] [--repeats 3] [--seconds 3]
         [--photos /tmp/photos/imagenet-like] [--work /tmp/sluice-grid]
-        [--only fmnist,imagenet,skew,io] [--io-copies 45] [--clean]
+        [--only fmnist,imagenet,skew,io] [--io-copies 45] [--confirm 3] [--clean]
 
 Four pipelines, each run flat out for --seconds per setting:
   fmnist    Fashion-MNIST packed into .slr, shuffled, batch 256 (`sluice bench`);
@@ -19,13 +19,18 @@ Four pipelines, each run flat out for --seconds per setting:
 Settings: autotune (the default: nothing set) and the grid a user could set by
 hand: workers of each parallel stage (`source.parallel`, an op's "parallel";
 1 .. nproc + 1) x the queue depth (a `prefetch` op: 2, the default, or 8).
-Rounds interleave every setting of a pipeline, --repeats times. For each
+Rounds interleave every setting of a pipeline, --repeats times. The best of
+many noisy medians is biased upwards (the setting that drew the luckiest
+runs wins), so the best hand setting is then measured again against
+autotune, alternating, --confirm times: the ratio is taken from those runs
+(`ratio`; `grid_ratio` is the one from the grid's medians). For each
 pipeline: medians, spread (min-max), the ratio autotune / best hand setting,
 and autotune's time to 95%: from the throughput timeline (samples/s per
 0.25 s, `sluice bench --json`), the end of the first 0.25 s step at which the
 rate and the mean of the next second are both at least 95% of the final rate
-(the mean over the second half of the run). Prints one JSON line per
-pipeline, then a table.
+(the mean over the second half of the run); the same for the best hand
+setting's confirmation runs, since a pipeline can ramp up by itself (cold
+reads warm the page cache). Prints one JSON line per pipeline, then a table.
 """
 import argparse
 import itertools
@@ -179,6 +184,8 @@ def main():
     ap.add_argument("--work", default="/tmp/sluice-grid")
     ap.add_argument("--only", default="fmnist,imagenet,skew,io")
     ap.add_argument("--io-copies", type=int, default=45)
+    ap.add_argument("--confirm", type=int, default=3,
+                    help="alternating runs of autotune and the best hand setting after the grid")
     ap.add_argument("--clean", action="store_true", help="delete the I/O file at the end")
     a = ap.parse_args()
     sluice = os.path.join(a.build, "sluice")
@@ -207,25 +214,47 @@ def main():
             loads.append(load())
         med = {i: statistics.median(v) for i, v in rates.items()}
         best = max(range(1, len(settings)), key=lambda i: med[i])
+        grid_ratio = med[0] / med[best]
+        # confirmation: the chosen setting against autotune, alternating
+        conf_auto, conf_best, t95_best = [], [], []
+        for _ in range(a.confirm):
+            d = run(None)
+            conf_auto.append(d["samples_per_s"])
+            t95s.append(time_to_95(d.get("timeline", []), d.get("timeline_step_s", 0.25)))
+            d = run(settings[best])
+            conf_best.append(d["samples_per_s"])
+            t95_best.append(time_to_95(d.get("timeline", []), d.get("timeline_step_s", 0.25)))
+        if a.confirm:
+            rates[0] += conf_auto
+            rates[best] += conf_best
+            ratio = statistics.median(conf_auto) / statistics.median(conf_best)
+        else:
+            ratio = grid_ratio
+        loads.append(load())
+        med[0], med[best] = statistics.median(rates[0]), statistics.median(rates[best])
         t_ok = [t for t in t95s if t is not None]
         row = dict(pipeline=name, auto=med[0], auto_runs=rates[0],
                    best=label(settings[best]), best_median=med[best], best_runs=rates[best],
-                   ratio=med[0] / med[best],
+                   ratio=ratio, grid_ratio=grid_ratio, confirm_auto=conf_auto,
+                   confirm_best=conf_best, t95_best_runs=t95_best,
                    t95_s=statistics.median(t_ok) if len(t_ok) == len(t95s) else None,
                    t95_runs=t95s, auto_workers=workers, verdict=verdict, load=loads,
                    grid={label(settings[i]): med[i] for i in range(1, len(settings))})
         print(json.dumps(row), flush=True)
         rows.append(row)
     print(f"\n# load at the end {load()}")
+    print("\nsamples/s: medians over the grid's rounds and the confirmation runs (min-max);"
+          " ratio: from the confirmation runs (grid medians' ratio in brackets)")
     print("\n| pipeline | autotune, samples/s (min-max) | best hand setting, samples/s (min-max) "
-          "| ratio | time to 95% (runs) |")
-    print("|---|---|---|---|---|")
+          "| ratio | time to 95% (runs) | same, best hand setting |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
         t95 = ", ".join("-" if t is None else f"{t:.2f}" for t in r["t95_runs"])
         print(f"| {r['pipeline']} | {r['auto']:,.0f} ({min(r['auto_runs']):,.0f}-"
               f"{max(r['auto_runs']):,.0f}) | {r['best_median']:,.0f} ({min(r['best_runs']):,.0f}-"
-              f"{max(r['best_runs']):,.0f}; {r['best']}) | {r['ratio']:.2f} | "
-              f"{'-' if r['t95_s'] is None else '%.2f s' % r['t95_s']} ({t95}) |")
+              f"{max(r['best_runs']):,.0f}; {r['best']}) | {r['ratio']:.2f} ({r['grid_ratio']:.2f}) | "
+              f"{'-' if r['t95_s'] is None else '%.2f s' % r['t95_s']} ({t95}) | "
+              f"{', '.join('-' if t is None else f'{t:.2f}' for t in r['t95_best_runs'])} |")
     if a.clean:
         io = os.path.join(a.work, "io.slr")
         subprocess.run(["rm", "-rf", io], check=True)

@@ -33,7 +33,8 @@
  * but a third thread on two cores can pay (workers that wait on storage or
  * locks; other processes on the machine taking a share of the cores). After
  * SL_TUNE_STEADY ticks without a move, the costliest auto stage gets one
- * worker more (its stage starts one thread past the budget, parked), for
+ * worker more (its stage starts a spare thread past the budget, parked:
+ * sl_pipeline__tune_spare), for
  * SL_TUNE_TRIAL_TICKS intervals; it stays only when their mean is
  * SL_TUNE_EXPLORE_GAIN above the mean of the steady ticks before it (a tick
  * of a shared machine moves by 10-15%: one interval, or a small gain,
@@ -182,6 +183,27 @@ int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want,
     t->trial_sum = 0;
     t->explored++;
     return 1;
+}
+
+/* The spare is not in the memory plan or the batch pool's reserve: while
+ * parked it holds nothing, and the pipeline's resident memory stays what the
+ * budget's workers need (a 38.5 MB batch of the image pipeline is not taken
+ * for a thread that may never run). When exploration wakes it on a stage
+ * that makes batches, a batch it makes past the reserve is an extra buffer,
+ * freed on release (pools.c), a cost the exploration's measurement sees. No
+ * spare where the memory limit already cut the stage, or where one more
+ * batch would not fit under it. */
+void sl_pipeline__tune_spare(sl_pipeline *p) {
+    int first_batch = p->fuse_batch ? p->collate_stage : p->nstages - 1;
+    for (int s = 0; s < p->nstages; s++) {
+        sl_stage *st = &p->stage[s];
+        if (!st->autotune || st->workers < p->ncpus)
+            continue;
+        if (s >= first_batch && p->batch_bytes > 0 && p->memory_limit / p->batch_bytes <
+                                                          p->batches_held + 1)
+            continue;
+        st->workers++;
+    }
 }
 
 void sl_pipeline__autotune(sl_pipeline *p) {

@@ -249,9 +249,7 @@ static int cut_stages(sl_pipeline *p) {
             st->workers = p->spec->source_parallel > 0 ? p->spec->source_parallel : 1;
         }
         if (st->autotune) {
-            /* one thread past the budget, parked unless autotune measures
-             * that it helps (autotune.c, exploration) */
-            st->workers = p->ncpus + 1;
+            st->workers = p->ncpus; /* + a spare: sl_pipeline__tune_spare */
             /* a reader-only source starts on one worker (below), so it does
              * not take a share of the cores from the map stages */
             if (!(st->kind == SL_ST_SOURCE && st->last == st->first))
@@ -315,7 +313,7 @@ static int add_stack_stage(sl_pipeline *p) {
     st->kind = SL_ST_STACK;
     st->first = st->last = pl->nopt;
     snprintf(st->name, sizeof st->name, "collate(batch %lld)", (long long)pl->batch_size);
-    st->workers = p->spec->threads > 0 ? p->spec->threads : p->ncpus + 1;
+    st->workers = p->spec->threads > 0 ? p->spec->threads : p->ncpus;
     if (st->workers < 1)
         st->workers = 1;
     /* tuned like the map stages (autotune.c): it starts on an even share of

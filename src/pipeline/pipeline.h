@@ -510,6 +510,10 @@ void sl_pipeline__free_chunks(struct sl_pipeline *p);
 void sl_pipeline__trace_add(struct sl_pipeline *p, int stage, int worker, uint64_t t0,
                             uint64_t dur, uint32_t n);
 void sl_pipeline__trace_free(struct sl_pipeline *p);
+/* autotune.c: one spare thread, started parked, on each auto stage for
+ * exploration past the core budget; after the memory plan and the batch
+ * reserve, which count only the budget's workers (see autotune.c). */
+void sl_pipeline__tune_spare(struct sl_pipeline *p);
 /* autotune.c: rebalance workers of "auto" stages and the chunk size. */
 void sl_pipeline__autotune(struct sl_pipeline *p);
 /* The autotune rule, apart from the measuring (so it can be tested with
