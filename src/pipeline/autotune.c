@@ -192,18 +192,39 @@ int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want,
  * that makes batches, a batch it makes past the reserve is an extra buffer,
  * freed on release (pools.c), a cost the exploration's measurement sees. No
  * spare where the memory limit already cut the stage, or where one more
- * batch would not fit under it. */
-void sl_pipeline__tune_spare(sl_pipeline *p) {
+ * batch would not fit under it.
+ *
+ * Queue depth goes with it. The last stage's output queue (the batches
+ * ready for the consumer) holds `qcap` batches; its workers push in order,
+ * so with more workers than slots the one holding batch head + qcap waits
+ * for the consumer instead of working: 3 readers of Fashion-MNIST (batch
+ * 256) behind 2 slots ran 25% slower than 2 readers, behind 4 no faster,
+ * behind 8 about 8% faster (2 cores at load ~2); 2 readers gain nothing
+ * from 8 slots. So that queue gets SPARE_SLOTS more slots than its depth,
+ * unused (its limit, sl_queue__set_limit) until the spare works: the depth is
+ * then raised by SPARE_SLOTS, within the memory limit (checked here: the
+ * spare's batch and the slots must fit under it). */
+#define SPARE_SLOTS 6
+
+int sl_pipeline__tune_spare(sl_pipeline *p) {
     int first_batch = p->fuse_batch ? p->collate_stage : p->nstages - 1;
     for (int s = 0; s < p->nstages; s++) {
         sl_stage *st = &p->stage[s];
         if (!st->autotune || st->workers < p->ncpus)
             continue;
-        if (s >= first_batch && p->batch_bytes > 0 && p->memory_limit / p->batch_bytes <
-                                                          p->batches_held + 1)
+        uint64_t more = s == p->nstages - 1 ? 1 + SPARE_SLOTS : 1;
+        if (s >= first_batch && p->batch_bytes > 0 &&
+            p->memory_limit / p->batch_bytes < p->batches_held + more)
             continue;
         st->workers++;
+        if (s == p->nstages - 1) {
+            int relaxed = st->out.relaxed;
+            sl_queue__destroy(&st->out);
+            SL_TRY(sl_queue__init(&st->out, (size_t)st->qcap + SPARE_SLOTS, relaxed));
+            sl_queue__set_limit(&st->out, (size_t)st->qcap);
+        }
     }
+    return SL_OK;
 }
 
 void sl_pipeline__autotune(sl_pipeline *p) {
@@ -281,6 +302,12 @@ void sl_pipeline__autotune(sl_pipeline *p) {
         for (int s = 0; s < p->nstages; s++)
             if (p->stage[s].autotune && next[s] > 0)
                 atomic_store(&p->stage[s].active, next[s]);
+        /* the spare's slots in the consumer's queue (sl_pipeline__tune_spare):
+         * in use while the spare works, before it is woken */
+        sl_stage *last = &p->stage[p->nstages - 1];
+        if (last->autotune && last->out.cap > (size_t)last->qcap)
+            sl_queue__set_limit(&last->out, (size_t)last->qcap +
+                                                (next[p->nstages - 1] > p->ncpus ? SPARE_SLOTS : 0));
         pthread_mutex_lock(&p->tune_mu);
         pthread_cond_broadcast(&p->tune_cv);
         pthread_mutex_unlock(&p->tune_mu);

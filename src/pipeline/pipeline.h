@@ -213,7 +213,9 @@ typedef struct sl_queue {
     pthread_cond_t not_full;      /* the window moved / closed */
     void **slot;                  /* cap entries: NULL empty, TAKEN, or an element */
     uint8_t *barrier;             /* slot holds a barrier (epoch end, error) */
-    size_t cap;
+    size_t cap;                   /* slots allocated */
+    size_t limit;                 /* depth in use (<= cap): pushes wait for
+                                     seq < head + limit (sl_queue__set_limit) */
     uint64_t head;                /* lowest seq not yet popped */
     int relaxed;
     size_t reach;                 /* relaxed: consumers take only seq < head + reach
@@ -237,6 +239,11 @@ void sl_queue__close(sl_queue *q);
  * (set before use). For the input of a parallel stage, the capacity of that
  * stage's output queue. */
 void sl_queue__set_reach(sl_queue *q, size_t reach);
+/* The depth in use, within the slots allocated (1 .. cap); a deeper one
+ * wakes waiting producers. Only on a queue no map stage reads (the reach
+ * rule above is set from capacities). Any thread. */
+void sl_queue__set_limit(sl_queue *q, size_t limit);
+size_t sl_queue__limit(sl_queue *q);
 /* Reset to empty and open; `drop` is called on every element left. */
 void sl_queue__reset(sl_queue *q, void (*drop)(void *item, void *ctx), void *ctx);
 double sl_queue__mean_fill(sl_queue *q);
@@ -513,7 +520,7 @@ void sl_pipeline__trace_free(struct sl_pipeline *p);
 /* autotune.c: one spare thread, started parked, on each auto stage for
  * exploration past the core budget; after the memory plan and the batch
  * reserve, which count only the budget's workers (see autotune.c). */
-void sl_pipeline__tune_spare(struct sl_pipeline *p);
+int sl_pipeline__tune_spare(struct sl_pipeline *p);
 /* autotune.c: rebalance workers of "auto" stages and the chunk size. */
 void sl_pipeline__autotune(struct sl_pipeline *p);
 /* The autotune rule, apart from the measuring (so it can be tested with
