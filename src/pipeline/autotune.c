@@ -33,15 +33,17 @@
  * but a third thread on two cores can pay (workers that wait on storage or
  * locks; other processes on the machine taking a share of the cores). After
  * SL_TUNE_STEADY ticks without a move, the costliest auto stage gets one
- * worker more (its stage starts a spare thread past the budget, parked:
- * sl_pipeline__tune_spare), for
+ * worker more (a spare past the budget, whose thread starts the first time
+ * it is woken: sl_pipeline__tune_spare), for
  * SL_TUNE_TRIAL_TICKS intervals; it stays only when their mean is
  * SL_TUNE_EXPLORE_GAIN above the mean of the steady ticks before it (a tick
  * of a shared machine moves by 10-15%: one interval, or a small gain,
  * decides nothing). Once kept, one fewer is tried the same way and kept
  * unless SL_TUNE_SHED_LOSS slower. A try not kept waits 2, 4, 8, then 16 s
  * before the next, so a steady pipeline pays for exploring a few percent of
- * its time at most. Oversubscription is thus a measured decision.
+ * its time at most. Oversubscription is thus a measured decision. No
+ * exploration while the consumer bounds the run (it waited under 10% of
+ * the interval): more workers cannot help there.
  *
  * Auto stages start all their threads once (up to the core count) and park
  * the ones above the current share, so a change costs a condition-variable
@@ -198,8 +200,8 @@ int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want,
  * ready for the consumer) holds `qcap` batches; its workers push in order,
  * so with more workers than slots the one holding batch head + qcap waits
  * for the consumer instead of working: 3 readers of Fashion-MNIST (batch
- * 256) behind 2 slots ran 25% slower than 2 readers, behind 4 no faster,
- * behind 8 about 8% faster (2 cores at load ~2); 2 readers gain nothing
+ * 256) behind 2 slots ran 11-20% slower than 2 readers, behind 4 no faster,
+ * behind 8 8-9% faster (2 cores at load ~2); 2 readers gain nothing
  * from 8 slots. So that queue gets SPARE_SLOTS more slots than its depth,
  * unused (its limit, sl_queue__set_limit) until the spare works: the depth is
  * then raised by SPARE_SLOTS, within the memory limit (checked here: the
@@ -217,6 +219,7 @@ int sl_pipeline__tune_spare(sl_pipeline *p) {
             p->memory_limit / p->batch_bytes < p->batches_held + more)
             continue;
         st->workers++;
+        st->spare = 1;
         if (s == p->nstages - 1) {
             int relaxed = st->out.relaxed;
             sl_queue__destroy(&st->out);
@@ -238,6 +241,12 @@ void sl_pipeline__autotune(sl_pipeline *p) {
     double rate = p->last_tune_ns ? (double)(samples - p->tune.samples) * 1e9 /
                                         (double)(now - p->last_tune_ns)
                                   : 0.0;
+    /* the consumer waited under 10% of the interval: it bounds the run, and
+     * no worker past the rule can help (no exploration) */
+    uint64_t cwait = atomic_load(&p->consumer_wait_ns);
+    int consumer_bound = p->last_tune_ns &&
+                         (double)(cwait - p->tune.consumer_wait) < 0.10 * (double)(now - p->last_tune_ns);
+    p->tune.consumer_wait = cwait;
     p->last_tune_ns = now;
     p->tune.batches = batches;
     p->tune.samples = samples;
@@ -295,13 +304,24 @@ void sl_pipeline__autotune(sl_pipeline *p) {
     }
     sl_pipeline__tune_shares(p->ncpus, p->nstages, cost, is_auto, maxw, want);
     int top = -1;
-    for (int s = 0; s < p->nstages; s++)
+    for (int s = 0; s < p->nstages && !consumer_bound; s++)
         if (is_auto[s] && (top < 0 || cost[s] > cost[top]))
             top = s;
     if (sl_pipeline__tune_step(&p->tune, p->nstages, cur, want, maxw, top, rate, now, next)) {
-        for (int s = 0; s < p->nstages; s++)
-            if (p->stage[s].autotune && next[s] > 0)
-                atomic_store(&p->stage[s].active, next[s]);
+        for (int s = 0; s < p->nstages; s++) {
+            sl_stage *st = &p->stage[s];
+            if (!st->autotune || next[s] <= 0)
+                continue;
+            /* the spare's thread starts the first time it is woken (no
+             * idle thread, and no start-up cost, for a pipeline that never
+             * explores); if it cannot start, the stage stays below it */
+            if (st->spare && next[s] >= st->workers &&
+                sl_pipeline__start_worker(p, st, st->workers - 1) < 0) {
+                sl_errclear();
+                next[s] = st->workers - 1;
+            }
+            atomic_store(&st->active, next[s]);
+        }
         /* the spare's slots in the consumer's queue (sl_pipeline__tune_spare):
          * in use while the spare works, before it is woken */
         sl_stage *last = &p->stage[p->nstages - 1];

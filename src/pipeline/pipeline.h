@@ -224,7 +224,7 @@ typedef struct sl_queue {
     size_t count;                 /* elements present */
     unsigned wait_empty;          /* consumers waiting on not_empty */
     unsigned wait_full;           /* producers waiting on not_full */
-    uint64_t fill_area;           /* sum of count * ns, for the mean fill */
+    double fill_area;             /* sum of count / limit * ns, for the mean fill */
     uint64_t last_ns;
     uint64_t t0_ns;
 } sl_queue;
@@ -337,6 +337,8 @@ struct sl_stage {
     uint64_t seq_out;             /* sequential stages: next output seq */
     uint64_t tune_busy, tune_elements; /* autotune: totals at the last tick */
     double tune_cost;             /* autotune: last measured ns per sample (0: none) */
+    int spare;                    /* the last worker is autotune's spare: its thread
+                                     starts when exploration first wakes it */
 };
 
 /* Steady ticks (no move) before autotune explores past its rule (autotune.c). */
@@ -345,6 +347,7 @@ struct sl_stage {
 /* Autotune's memory between ticks (autotune.c). */
 typedef struct sl_tune {
     uint64_t samples, batches;    /* samples_out, batches_out at the last tick */
+    uint64_t consumer_wait;       /* consumer_wait_ns at the last tick */
     int trial;                    /* a move is being measured */
     double base_rate;             /* samples/s in the interval before it */
     int prev[SL_STATS_MAX_STAGES];   /* workers before it (for the undo) */
@@ -512,6 +515,8 @@ uint64_t sl_pipeline__elem_bytes(const struct sl_pipeline *p, int s);
 void sl_pipeline__chunk_put(struct sl_pipeline *p, sl_chunk *c);
 int sl_pipeline__start(struct sl_pipeline *p, const sl_resume *r);
 void sl_pipeline__stop(struct sl_pipeline *p);
+/* Start worker i of a running stage if it is not running (autotune's spare). */
+int sl_pipeline__start_worker(struct sl_pipeline *p, sl_stage *st, int i);
 void sl_pipeline__free_chunks(struct sl_pipeline *p);
 /* trace.c */
 void sl_pipeline__trace_add(struct sl_pipeline *p, int stage, int worker, uint64_t t0,

@@ -49,7 +49,8 @@ static uint64_t ready(const sl_queue *q);
 
 static void account(sl_queue *q) {
     uint64_t t = sl__now_ns();
-    q->fill_area += q->count * (t - q->last_ns);
+    /* as a share of the depth in use, which autotune may move */
+    q->fill_area += (double)q->count / (double)q->limit * (double)(t - q->last_ns);
     q->last_ns = t;
 }
 
@@ -207,6 +208,7 @@ void sl_queue__close(sl_queue *q) {
 void sl_queue__set_limit(sl_queue *q, size_t limit) {
     pthread_mutex_lock(&q->mu);
     size_t old = q->limit;
+    account(q);
     q->limit = limit < 1 ? 1 : limit > q->cap ? q->cap : limit;
     if (q->limit > old && q->wait_full)
         pthread_cond_broadcast(&q->not_full);
@@ -246,7 +248,7 @@ double sl_queue__mean_fill(sl_queue *q) {
     pthread_mutex_lock(&q->mu);
     account(q);
     uint64_t span = q->last_ns - q->t0_ns;
-    double f = span ? (double)q->fill_area / ((double)span * (double)q->limit) : 0.0;
+    double f = span ? q->fill_area / (double)span : 0.0;
     pthread_mutex_unlock(&q->mu);
     return f;
 }
