@@ -33,8 +33,9 @@
  * but a third thread on two cores can pay (workers that wait on storage or
  * locks; other processes on the machine taking a share of the cores). After
  * SL_TUNE_STEADY ticks without a move, the costliest auto stage gets one
- * worker more (a spare past the budget, whose thread starts the first time
- * it is woken: sl_pipeline__tune_spare), for
+ * worker more (a spare past the budget, started with the others and
+ * parked: sl_pipeline__tune_spare; a thread started late would change the
+ * thread count and the pools' high-water mark mid-run), for
  * SL_TUNE_TRIAL_TICKS intervals; it stays only when their mean is
  * SL_TUNE_EXPLORE_GAIN above the mean of the steady ticks before it (a tick
  * of a shared machine moves by 10-15%: one interval, or a small gain,
@@ -308,20 +309,9 @@ void sl_pipeline__autotune(sl_pipeline *p) {
         if (is_auto[s] && (top < 0 || cost[s] > cost[top]))
             top = s;
     if (sl_pipeline__tune_step(&p->tune, p->nstages, cur, want, maxw, top, rate, now, next)) {
-        for (int s = 0; s < p->nstages; s++) {
-            sl_stage *st = &p->stage[s];
-            if (!st->autotune || next[s] <= 0)
-                continue;
-            /* the spare's thread starts the first time it is woken (no
-             * idle thread, and no start-up cost, for a pipeline that never
-             * explores); if it cannot start, the stage stays below it */
-            if (st->spare && next[s] >= st->workers &&
-                sl_pipeline__start_worker(p, st, st->workers - 1) < 0) {
-                sl_errclear();
-                next[s] = st->workers - 1;
-            }
-            atomic_store(&st->active, next[s]);
-        }
+        for (int s = 0; s < p->nstages; s++)
+            if (p->stage[s].autotune && next[s] > 0)
+                atomic_store(&p->stage[s].active, next[s]);
         /* the spare's slots in the consumer's queue (sl_pipeline__tune_spare):
          * in use while the spare works, before it is woken */
         sl_stage *last = &p->stage[p->nstages - 1];

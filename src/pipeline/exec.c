@@ -1246,8 +1246,6 @@ int sl_pipeline__start(sl_pipeline *p, const sl_resume *r) {
             w->p = p;
             w->st = st;
             w->id = i;
-            if (st->spare && i == st->workers - 1 && atomic_load(&st->active) <= i)
-                continue; /* autotune's spare: started when first woken */
             if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
                 sl_pipeline__stop(p);
                 return sl__error(SL_ENOMEM, "cannot start a pipeline thread");
@@ -1255,15 +1253,6 @@ int sl_pipeline__start(sl_pipeline *p, const sl_resume *r) {
             w->started = 1;
         }
     }
-    return SL_OK;
-}
-
-int sl_pipeline__start_worker(sl_pipeline *p, sl_stage *st, int i) {
-    if (!p->running || !st->w || i >= st->workers || st->w[i].started)
-        return SL_OK;
-    if (pthread_create(&st->w[i].thread, NULL, worker_main, &st->w[i]) != 0)
-        return sl__error(SL_ENOMEM, "cannot start a pipeline thread");
-    st->w[i].started = 1;
     return SL_OK;
 }
 

@@ -337,8 +337,8 @@ struct sl_stage {
     uint64_t seq_out;             /* sequential stages: next output seq */
     uint64_t tune_busy, tune_elements; /* autotune: totals at the last tick */
     double tune_cost;             /* autotune: last measured ns per sample (0: none) */
-    int spare;                    /* the last worker is autotune's spare: its thread
-                                     starts when exploration first wakes it */
+    int spare;                    /* the last worker is autotune's spare (parked
+                                     until exploration wakes it) */
 };
 
 /* Steady ticks (no move) before autotune explores past its rule (autotune.c). */
@@ -515,8 +515,6 @@ uint64_t sl_pipeline__elem_bytes(const struct sl_pipeline *p, int s);
 void sl_pipeline__chunk_put(struct sl_pipeline *p, sl_chunk *c);
 int sl_pipeline__start(struct sl_pipeline *p, const sl_resume *r);
 void sl_pipeline__stop(struct sl_pipeline *p);
-/* Start worker i of a running stage if it is not running (autotune's spare). */
-int sl_pipeline__start_worker(struct sl_pipeline *p, sl_stage *st, int i);
 void sl_pipeline__free_chunks(struct sl_pipeline *p);
 /* trace.c */
 void sl_pipeline__trace_add(struct sl_pipeline *p, int stage, int worker, uint64_t t0,
