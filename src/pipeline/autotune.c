@@ -206,7 +206,10 @@ int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want,
  * from 8 slots. So that queue gets SPARE_SLOTS more slots than its depth,
  * unused (its limit, sl_queue__set_limit) until the spare works: the depth is
  * then raised by SPARE_SLOTS, within the memory limit (checked here: the
- * spare's batch and the slots must fit under it). */
+ * spare's batch and the slots must fit under it). A stage making batches
+ * gets a spare only when its batch and the slots take under 1/64 of the
+ * limit (Fashion-MNIST's 200 KB batches, not the image pipeline's 38.5 MB
+ * ones). */
 #define SPARE_SLOTS 6
 
 int sl_pipeline__tune_spare(sl_pipeline *p) {
@@ -218,6 +221,12 @@ int sl_pipeline__tune_spare(sl_pipeline *p) {
         uint64_t more = s == p->nstages - 1 ? 1 + SPARE_SLOTS : 1;
         if (s >= first_batch && p->batch_bytes > 0 &&
             p->memory_limit / p->batch_bytes < p->batches_held + more)
+            continue;
+        /* a stage making large batches gets no spare: the pools keep the
+         * most buffers ever out, so a spare woken mid-run would raise
+         * resident memory for the rest of it (RSS must stay flat across
+         * epochs: bench/soak.py, +2% on the image pipeline) */
+        if (s >= first_batch && more * p->batch_bytes > p->memory_limit / 64)
             continue;
         st->workers++;
         st->spare = 1;
