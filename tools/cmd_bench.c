@@ -25,6 +25,9 @@ static void help(FILE *f) {
                "  --json        print one JSON object (samples_per_s, bound, verdict, stages)\n"
                "  --trace FILE  write a Chrome/Perfetto trace of the workers there\n"
                "\n"
+               "The timeline gives samples/s in each 0.25 s from the start (how fast\n"
+               "autotune settles) and the workers of every stage at the end of each.\n"
+               "\n"
                "exit status: 0 done, 1 bad spec, unreadable data or a failed sample, 2 usage\n");
 }
 
@@ -142,6 +145,68 @@ static void print_op_split(const sl_pipeline *p) {
     cJSON_Delete(doc);
 }
 
+/* The throughput timeline: samples handed out in each TL_STEP seconds from
+ * the start of the bench, and the workers of every stage at the end of each
+ * step (what autotune had chosen by then). */
+#define TL_STEP 0.25
+#define TL_MAX 4096
+
+typedef struct timeline {
+    int n;                                    /* steps closed */
+    double rate[TL_MAX];                      /* samples/s in step i */
+    int workers[TL_MAX][SL_STATS_MAX_STAGES]; /* at the end of step i */
+    int nstages;
+    uint64_t samples;                         /* samples so far */
+    uint64_t mark;                            /* samples at the last closed step */
+    double mark_t;                            /* its time */
+} timeline;
+
+/* Close every step that ended by `t` (seconds since the start); a batch that
+ * spans several steps spreads its samples evenly over them. */
+static void timeline_tick(timeline *tl, const sl_pipeline *p, double t) {
+    if (t < (tl->n + 1) * TL_STEP || tl->n >= TL_MAX)
+        return;
+    sl_pipeline_stats st;
+    if (sl_pipeline_stats_get(p, &st) < 0) {
+        sl_errclear();
+        st.nstages = 0;
+    }
+    tl->nstages = st.nstages;
+    double rate = t > tl->mark_t ? (double)(tl->samples - tl->mark) / (t - tl->mark_t) : 0;
+    while (tl->n < TL_MAX && t >= (tl->n + 1) * TL_STEP) {
+        tl->rate[tl->n] = rate;
+        for (int s = 0; s < st.nstages; s++)
+            tl->workers[tl->n][s] = st.stage[s].workers;
+        tl->n++;
+    }
+    tl->mark = tl->samples;
+    tl->mark_t = t;
+}
+
+/* Add "timeline" (samples/s per step), "timeline_step_s" and
+ * "timeline_workers" to the stats JSON text. A new string (free()), or NULL. */
+static char *timeline_json(const char *stats, const timeline *tl) {
+    cJSON *doc = cJSON_Parse(stats);
+    if (!doc)
+        return NULL;
+    cJSON_AddNumberToObject(doc, "timeline_step_s", TL_STEP);
+    cJSON *rate = cJSON_AddArrayToObject(doc, "timeline");
+    cJSON *wk = cJSON_AddArrayToObject(doc, "timeline_workers");
+    for (int i = 0; rate && wk && i < tl->n; i++) {
+        cJSON_AddItemToArray(rate, cJSON_CreateNumber(tl->rate[i]));
+        cJSON *row = cJSON_CreateIntArray(tl->workers[i], tl->nstages);
+        if (row)
+            cJSON_AddItemToArray(wk, row);
+    }
+    char *out = cJSON_PrintUnformatted(doc);
+    cJSON_Delete(doc);
+    if (!out)
+        return NULL;
+    char *copy = strdup(out); /* cJSON's allocator may differ from free() */
+    cJSON_free(out);
+    return copy;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -192,9 +257,12 @@ int cmd_bench(int argc, char **argv) {
         sl_pipeline_free(p);
         return cli_fail("bench");
     }
-    double t0 = now_s();
+    static timeline tl; /* one bench per process; too large for the stack */
+    memset(&tl, 0, sizeof tl);
+    double t0 = now_s(), t;
     uint64_t batches = 0;
-    while (now_s() - t0 < seconds) {
+    while ((t = now_s() - t0) < seconds) {
+        timeline_tick(&tl, p, t);
         sl_batch *b;
         int rc = sl_pipeline_next(p, &b);
         if (rc == SL_END) {
@@ -211,8 +279,10 @@ int cmd_bench(int argc, char **argv) {
             return ec;
         }
         batches++;
+        tl.samples += (uint64_t)sl_batch_size(b);
         sl_batch_release(b);
     }
+    timeline_tick(&tl, p, now_s() - t0);
     if (json) {
         /* the numbers move between calls: size generously and retry if cut */
         size_t cap = 16384, len = 0;
@@ -229,7 +299,9 @@ int cmd_bench(int argc, char **argv) {
                 break;
             cap = len + 4096;
         }
-        printf("%s\n", text);
+        char *with_tl = timeline_json(text, &tl);
+        printf("%s\n", with_tl ? with_tl : text);
+        free(with_tl);
         free(text);
     } else {
         sl_pipeline_stats st;
@@ -247,6 +319,12 @@ int cmd_bench(int argc, char **argv) {
         }
         print_op_split(p);
         printf("consumer waited %.2f s\n", st.consumer_wait_s);
+        if (tl.n > 0 && tl.n <= 40) { /* short runs: the whole timeline */
+            printf("timeline (samples/s per %.2f s):", TL_STEP);
+            for (int i = 0; i < tl.n; i++)
+                printf(" %.3g", tl.rate[i]);
+            printf("\n");
+        }
         if (st.h2d_bytes)
             printf("host to device: %.1f MB/s (%.1f MB), waited %.2f s for device slots\n",
                    st.h2d_bytes_per_s / 1e6, (double)st.h2d_bytes / 1e6, st.device_wait_s);

@@ -1,11 +1,12 @@
 /*
- * autotune.c — worker counts for stages marked "parallel": "auto", and the
- * chunk size.
+ * autotune.c — worker counts for stages marked "parallel": "auto" (readers,
+ * per-sample stages and the parallel collating stage), and the chunk size.
  *
- * Rule: every ~200 ms (checked from sl_pipeline_next), measure each parallel
- * stage's cost per sample over the last interval (busy time / samples). A
- * steady pipeline needs cores in proportion to cost: stage s needs
- * need_s = cores * cost_s / (sum of all parallel stages' costs). Workers are
+ * Rule: at each tick (every ~200 ms, once at least MIN_BATCHES batches went
+ * out or a second passed; checked from sl_pipeline_next), measure each
+ * parallel stage's cost per sample over the last interval (busy time /
+ * samples). A steady pipeline needs cores in proportion to cost: stage s
+ * needs need_s = cores * cost_s / (sum of all stages' costs). Workers are
  * whole threads, so rounding every share loses cores: with a reader needing
  * 0.6 of a core and a decode stage 1.4 on 2 cores, plain rounding gives the
  * decode stage 1 worker and leaves most of a core idle. So the costliest auto
@@ -13,13 +14,40 @@
  * (cores - floor(sum of the other stages' needs)), other auto stages get
  * their rounded share; each gets at least one worker and at most its
  * threads; stages with a fixed count keep it. A light stage's worker then
- * sleeps part of the time on a core the heavy stage shares. A stage that
- * finished no chunk during a tick keeps its last cost (a chunk of slow
- * samples can outlast the tick: reading it as free would park the workers of
- * the very stage that needs them); with no cost measured yet, nothing
- * changes. Auto
- * stages start all their threads once (up to the core count) and park the
- * ones above the current share, so a change costs a condition-variable
+ * sleeps part of the time on a core the heavy stage shares. Sequential
+ * stages keep their one thread and are left out of the shares. A stage that
+ * finished no chunk during a tick
+ * keeps its last cost (a chunk of slow samples can outlast the tick: reading
+ * it as free would park the workers of the very stage that needs them); with
+ * no cost measured yet, nothing changes.
+ *
+ * Check after a move (sl_pipeline__tune_step): the rule is a model, and a
+ * model can be wrong (a stage whose cost grows with its worker count, cores
+ * taken by other processes). The samples/s of the interval before a move is
+ * kept; when the interval after it is more than SL_TUNE_UNDO_DROP slower, the
+ * move is undone and not tried again for SL_TUNE_BAN_NS (then the rule may
+ * ask for it again: costs change between epochs). Only moves are checked, so
+ * a steady pipeline is never disturbed by noise.
+ *
+ * Exploration past the rule: the rule never gives more workers than cores,
+ * but a third thread on two cores can pay (workers that wait on storage or
+ * locks; other processes on the machine taking a share of the cores). After
+ * SL_TUNE_STEADY ticks without a move, the costliest auto stage gets one
+ * worker more (a spare past the budget, started with the others and
+ * parked: sl_pipeline__tune_spare; a thread started late would change the
+ * thread count and the pools' high-water mark mid-run), for
+ * SL_TUNE_TRIAL_TICKS intervals; it stays only when their mean is
+ * SL_TUNE_EXPLORE_GAIN above the mean of the steady ticks before it (a tick
+ * of a shared machine moves by 10-15%: one interval, or a small gain,
+ * decides nothing). Once kept, one fewer is tried the same way and kept
+ * unless SL_TUNE_SHED_LOSS slower. A try not kept waits 2, 4, 8, then 16 s
+ * before the next, so a steady pipeline pays for exploring a few percent of
+ * its time at most. Oversubscription is thus a measured decision. No
+ * exploration while the consumer bounds the run (it waited under 10% of
+ * the interval): more workers cannot help there.
+ *
+ * Auto stages start all their threads once (up to the core count) and park
+ * the ones above the current share, so a change costs a condition-variable
  * broadcast, not a thread start.
  *
  * The chunk size (samples per queue element) is set so that a chunk carries
@@ -29,7 +57,13 @@
  */
 #include "pipeline/pipeline.h"
 
+#include <string.h>
+
 #define TICK_NS 200000000ull
+/* A tick waits for this many batches (so the rate of a pipeline of large
+ * batches is not a count of one or two), or for MAX_TICK_NS. */
+#define MIN_BATCHES 4
+#define MAX_TICK_NS 1000000000ull
 #define CHUNK_WORK_NS 200000.0
 
 void sl_pipeline__tune_shares(int ncpus, int n, const double *cost, const int *is_auto,
@@ -62,18 +96,178 @@ void sl_pipeline__tune_shares(int ncpus, int n, const double *cost, const int *i
     }
 }
 
+static int same(int n, const int *a, const int *b) {
+    for (int s = 0; s < n; s++)
+        if (a[s] != b[s])
+            return 0;
+    return 1;
+}
+
+int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want,
+                           const int *max_workers, int top, double rate, uint64_t now_ns,
+                           int *next) {
+    for (int s = 0; s < n; s++) {
+        next[s] = want[s] > 0 ? want[s] + t->extra[s] : cur[s];
+        if (next[s] > max_workers[s])
+            next[s] = max_workers[s];
+        if (next[s] < 1)
+            next[s] = 1;
+    }
+    if (t->exploring) {
+        /* an exploration is measured over SL_TUNE_TRIAL_TICKS intervals:
+         * one interval of a noisy machine decides nothing */
+        t->trial_sum += rate;
+        if (--t->exploring > 0)
+            return 0;
+        t->trial = 0;
+        t->steady = 0;
+        double mean = t->trial_sum / SL_TUNE_TRIAL_TICKS;
+        int up = cur[top] > t->prev[top];
+        int keep = up ? mean >= (1.0 + SL_TUNE_EXPLORE_GAIN) * t->base_rate
+                      : mean >= (1.0 - SL_TUNE_SHED_LOSS) * t->base_rate;
+        if (keep) {
+            t->kept++;
+            t->failed = 0;
+            return 0;
+        }
+        t->extra[top] += up ? -1 : 1;
+        memcpy(next, t->prev, (size_t)n * sizeof *next);
+        t->explore_after =
+            now_ns + (SL_TUNE_EXPLORE_WAIT_NS << (t->failed < 3 ? t->failed : 3));
+        t->failed++;
+        return 1;
+    }
+    if (t->trial) {
+        t->trial = 0;
+        t->steady = 0;
+        if (rate < (1.0 - SL_TUNE_UNDO_DROP) * t->base_rate) {
+            /* the move made things slower: back, and not again for a while */
+            memcpy(t->banned, cur, (size_t)n * sizeof *cur);
+            memcpy(next, t->prev, (size_t)n * sizeof *next);
+            t->ban_until = now_ns + SL_TUNE_BAN_NS;
+            t->undone++;
+            return 1;
+        }
+        /* kept; a further move waits for the next interval, measured with
+         * these workers */
+        return 0;
+    }
+    if (!same(n, next, cur)) {
+        if (now_ns < t->ban_until && same(n, next, t->banned))
+            return 0;
+        memcpy(t->prev, cur, (size_t)n * sizeof *cur);
+        t->base_rate = rate;
+        t->trial = 1;
+        t->moves++;
+        t->steady = 0;
+        return 1;
+    }
+    t->recent[t->steady++ % SL_TUNE_STEADY] = rate;
+    if (t->steady < SL_TUNE_STEADY || now_ns < t->explore_after || top < 0 || top >= n ||
+        want[top] <= 0 || rate <= 0)
+        return 0;
+    /* steady: try one worker fewer where an exploration left one more, else
+     * one more (over the core budget: only kept when measured to help) */
+    int d = t->extra[top] > 0 ? -1 : 1;
+    if (cur[top] + d < 1 || cur[top] + d > max_workers[top]) {
+        t->explore_after = now_ns + SL_TUNE_EXPLORE_WAIT_NS;
+        return 0;
+    }
+    memcpy(t->prev, cur, (size_t)n * sizeof *cur);
+    t->extra[top] += d;
+    next[top] = cur[top] + d;
+    /* against the mean of the last SL_TUNE_STEADY steady ticks */
+    t->base_rate = 0;
+    for (int i = 0; i < SL_TUNE_STEADY; i++)
+        t->base_rate += t->recent[i] / SL_TUNE_STEADY;
+    t->steady = 0;
+    t->trial = 1;
+    t->exploring = SL_TUNE_TRIAL_TICKS;
+    t->trial_sum = 0;
+    t->explored++;
+    return 1;
+}
+
+/* The spare is not in the memory plan or the batch pool's reserve: while
+ * parked it holds nothing, and the pipeline's resident memory stays what the
+ * budget's workers need (a 38.5 MB batch of the image pipeline is not taken
+ * for a thread that may never run). When exploration wakes it on a stage
+ * that makes batches, a batch it makes past the reserve is an extra buffer,
+ * freed on release (pools.c), a cost the exploration's measurement sees. No
+ * spare where the memory limit already cut the stage, or where one more
+ * batch would not fit under it.
+ *
+ * Queue depth goes with it. The last stage's output queue (the batches
+ * ready for the consumer) holds `qcap` batches; its workers push in order,
+ * so with more workers than slots the one holding batch head + qcap waits
+ * for the consumer instead of working: 3 readers of Fashion-MNIST (batch
+ * 256) behind 2 slots ran 11-20% slower than 2 readers, behind 4 no faster,
+ * behind 8 8-9% faster (2 cores at load ~2); 2 readers gain nothing
+ * from 8 slots. So that queue gets SPARE_SLOTS more slots than its depth,
+ * unused (its limit, sl_queue__set_limit) until the spare works: the depth is
+ * then raised by SPARE_SLOTS, within the memory limit (checked here: the
+ * spare's batch and the slots must fit under it). A stage making batches
+ * gets a spare only when its batch and the slots take under 1/64 of the
+ * limit (Fashion-MNIST's 200 KB batches, not the image pipeline's 38.5 MB
+ * ones). */
+#define SPARE_SLOTS 6
+
+int sl_pipeline__tune_spare(sl_pipeline *p) {
+    int first_batch = p->fuse_batch ? p->collate_stage : p->nstages - 1;
+    for (int s = 0; s < p->nstages; s++) {
+        sl_stage *st = &p->stage[s];
+        if (!st->autotune || st->workers < p->ncpus)
+            continue;
+        uint64_t more = s == p->nstages - 1 ? 1 + SPARE_SLOTS : 1;
+        if (s >= first_batch && p->batch_bytes > 0 &&
+            p->memory_limit / p->batch_bytes < p->batches_held + more)
+            continue;
+        /* a stage making large batches gets no spare: the pools keep the
+         * most buffers ever out, so a spare woken mid-run would raise
+         * resident memory for the rest of it (RSS must stay flat across
+         * epochs: bench/soak.py, +2% on the image pipeline) */
+        if (s >= first_batch && more * p->batch_bytes > p->memory_limit / 64)
+            continue;
+        st->workers++;
+        st->spare = 1;
+        if (s == p->nstages - 1) {
+            int relaxed = st->out.relaxed;
+            sl_queue__destroy(&st->out);
+            SL_TRY(sl_queue__init(&st->out, (size_t)st->qcap + SPARE_SLOTS, relaxed));
+            sl_queue__set_limit(&st->out, (size_t)st->qcap);
+        }
+    }
+    return SL_OK;
+}
+
 void sl_pipeline__autotune(sl_pipeline *p) {
     uint64_t now = sl__now_ns();
     if (now - p->last_tune_ns < TICK_NS)
         return;
+    uint64_t batches = atomic_load(&p->batches_out), samples = atomic_load(&p->samples_out);
+    if (batches - p->tune.batches < MIN_BATCHES && now - p->last_tune_ns < MAX_TICK_NS &&
+        p->last_tune_ns != 0)
+        return;
+    double rate = p->last_tune_ns ? (double)(samples - p->tune.samples) * 1e9 /
+                                        (double)(now - p->last_tune_ns)
+                                  : 0.0;
+    /* the consumer waited under 10% of the interval: it bounds the run, and
+     * no worker past the rule can help (no exploration) */
+    uint64_t cwait = atomic_load(&p->consumer_wait_ns);
+    int consumer_bound = p->last_tune_ns &&
+                         (double)(cwait - p->tune.consumer_wait) < 0.10 * (double)(now - p->last_tune_ns);
+    p->tune.consumer_wait = cwait;
     p->last_tune_ns = now;
+    p->tune.batches = batches;
+    p->tune.samples = samples;
     double cost[SL_STATS_MAX_STAGES] = {0}, total = 0, per_sample = 0;
     int n_auto = 0, unmeasured = 0;
     for (int s = 0; s < p->nstages; s++) {
         sl_stage *st = &p->stage[s];
         uint64_t busy = atomic_load(&st->busy_ns), el = atomic_load(&st->elements);
         uint64_t db = busy - st->tune_busy, de = el - st->tune_elements;
-        int parallel = st->kind == SL_ST_SOURCE || st->kind == SL_ST_MAP;
+        int parallel =
+            st->kind == SL_ST_SOURCE || st->kind == SL_ST_MAP || st->kind == SL_ST_STACK;
         if (de == 0 && parallel) {
             /* No chunk finished in this interval: the stage is either working
              * on a chunk that outlasts a tick (slow samples) or blocked. Not
@@ -112,21 +306,27 @@ void sl_pipeline__autotune(sl_pipeline *p) {
     if (n_auto == 0 || total <= 0 || unmeasured)
         return;
     int is_auto[SL_STATS_MAX_STAGES] = {0}, maxw[SL_STATS_MAX_STAGES] = {0};
-    int want[SL_STATS_MAX_STAGES] = {0};
+    int want[SL_STATS_MAX_STAGES] = {0}, cur[SL_STATS_MAX_STAGES], next[SL_STATS_MAX_STAGES];
     for (int s = 0; s < p->nstages; s++) {
         is_auto[s] = p->stage[s].autotune;
         maxw[s] = p->stage[s].workers;
+        cur[s] = atomic_load(&p->stage[s].active);
     }
     sl_pipeline__tune_shares(p->ncpus, p->nstages, cost, is_auto, maxw, want);
-    int changed = 0;
-    for (int s = 0; s < p->nstages; s++) {
-        sl_stage *st = &p->stage[s];
-        if (st->autotune && want[s] > 0 && want[s] != atomic_load(&st->active)) {
-            atomic_store(&st->active, want[s]);
-            changed = 1;
-        }
-    }
-    if (changed) {
+    int top = -1;
+    for (int s = 0; s < p->nstages && !consumer_bound; s++)
+        if (is_auto[s] && (top < 0 || cost[s] > cost[top]))
+            top = s;
+    if (sl_pipeline__tune_step(&p->tune, p->nstages, cur, want, maxw, top, rate, now, next)) {
+        for (int s = 0; s < p->nstages; s++)
+            if (p->stage[s].autotune && next[s] > 0)
+                atomic_store(&p->stage[s].active, next[s]);
+        /* the spare's slots in the consumer's queue (sl_pipeline__tune_spare):
+         * in use while the spare works, before it is woken */
+        sl_stage *last = &p->stage[p->nstages - 1];
+        if (last->autotune && last->out.cap > (size_t)last->qcap)
+            sl_queue__set_limit(&last->out, (size_t)last->qcap +
+                                                (next[p->nstages - 1] > p->ncpus ? SPARE_SLOTS : 0));
         pthread_mutex_lock(&p->tune_mu);
         pthread_cond_broadcast(&p->tune_cv);
         pthread_mutex_unlock(&p->tune_mu);

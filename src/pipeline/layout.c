@@ -249,7 +249,7 @@ static int cut_stages(sl_pipeline *p) {
             st->workers = p->spec->source_parallel > 0 ? p->spec->source_parallel : 1;
         }
         if (st->autotune) {
-            st->workers = p->ncpus;
+            st->workers = p->ncpus; /* + a spare: sl_pipeline__tune_spare */
             /* a reader-only source starts on one worker (below), so it does
              * not take a share of the cores from the map stages */
             if (!(st->kind == SL_ST_SOURCE && st->last == st->first))
@@ -316,7 +316,24 @@ static int add_stack_stage(sl_pipeline *p) {
     st->workers = p->spec->threads > 0 ? p->spec->threads : p->ncpus;
     if (st->workers < 1)
         st->workers = 1;
-    atomic_init(&st->active, st->workers);
+    /* tuned like the map stages (autotune.c): it starts on an even share of
+     * the cores with the other auto stages and gets more where its copying
+     * costs most */
+    st->autotune = p->spec->threads == 0;
+    int share = st->workers;
+    if (st->autotune) {
+        int n_auto = 1;
+        for (int s = 0; s < p->nstages; s++)
+            if (p->stage[s].autotune && !(p->stage[s].kind == SL_ST_SOURCE &&
+                                          p->stage[s].last == p->stage[s].first))
+                n_auto++;
+        share = p->ncpus / n_auto;
+        if (share < 1)
+            share = 1;
+        if (share > p->ncpus)
+            share = p->ncpus;
+    }
+    atomic_init(&st->active, share);
     /* the batch queue moves to the new last stage; the final stage's output
      * becomes a chunk queue sized for the collating workers */
     st->qcap = fin->qcap;

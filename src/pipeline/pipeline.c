@@ -269,6 +269,7 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     SL_CHECK(sl_pipeline__layout(p));
     SL_CHECK(sl_pipeline__memory_plan(p));
     SL_CHECK(reserve_batch_buffers(p));
+    SL_CHECK(sl_pipeline__tune_spare(p));
     SL_CHECK(hash_spec(p->spec, &p->spec_hash));
     p->src_end_epoch = (uint64_t)p->spec->epochs;
     *out = p;

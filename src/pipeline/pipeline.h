@@ -219,7 +219,9 @@ typedef struct sl_queue {
     pthread_cond_t not_full;      /* the window moved / closed */
     void **slot;                  /* cap entries: NULL empty, TAKEN, or an element */
     uint8_t *barrier;             /* slot holds a barrier (epoch end, error) */
-    size_t cap;
+    size_t cap;                   /* slots allocated */
+    size_t limit;                 /* depth in use (<= cap): pushes wait for
+                                     seq < head + limit (sl_queue__set_limit) */
     uint64_t head;                /* lowest seq not yet popped */
     int relaxed;
     size_t reach;                 /* relaxed: consumers take only seq < head + reach
@@ -228,7 +230,7 @@ typedef struct sl_queue {
     size_t count;                 /* elements present */
     unsigned wait_empty;          /* consumers waiting on not_empty */
     unsigned wait_full;           /* producers waiting on not_full */
-    uint64_t fill_area;           /* sum of count * ns, for the mean fill */
+    double fill_area;             /* sum of count / limit * ns, for the mean fill */
     uint64_t last_ns;
     uint64_t t0_ns;
 } sl_queue;
@@ -243,6 +245,11 @@ void sl_queue__close(sl_queue *q);
  * (set before use). For the input of a parallel stage, the capacity of that
  * stage's output queue. */
 void sl_queue__set_reach(sl_queue *q, size_t reach);
+/* The depth in use, within the slots allocated (1 .. cap); a deeper one
+ * wakes waiting producers. Only on a queue no map stage reads (the reach
+ * rule above is set from capacities). Any thread. */
+void sl_queue__set_limit(sl_queue *q, size_t limit);
+size_t sl_queue__limit(sl_queue *q);
 /* Reset to empty and open; `drop` is called on every element left. */
 void sl_queue__reset(sl_queue *q, void (*drop)(void *item, void *ctx), void *ctx);
 double sl_queue__mean_fill(sl_queue *q);
@@ -341,7 +348,35 @@ struct sl_stage {
     uint64_t seq_out;             /* sequential stages: next output seq */
     uint64_t tune_busy, tune_elements; /* autotune: totals at the last tick */
     double tune_cost;             /* autotune: last measured ns per sample (0: none) */
+    int spare;                    /* the last worker is autotune's spare (parked
+                                     until exploration wakes it) */
 };
+
+/* Steady ticks (no move) before autotune explores past its rule (autotune.c). */
+#define SL_TUNE_STEADY 3
+
+/* Autotune's memory between ticks (autotune.c). */
+typedef struct sl_tune {
+    uint64_t samples, batches;    /* samples_out, batches_out at the last tick */
+    uint64_t consumer_wait;       /* consumer_wait_ns at the last tick */
+    int trial;                    /* a move is being measured */
+    double base_rate;             /* samples/s in the interval before it */
+    int prev[SL_STATS_MAX_STAGES];   /* workers before it (for the undo) */
+    int banned[SL_STATS_MAX_STAGES]; /* the workers of a move undone ... */
+    uint64_t ban_until;           /* ... not tried again before this time */
+    int moves, undone;            /* counts (tests) */
+    /* exploring past the rule (autotune.c): one worker more or fewer on the
+     * costliest stage, kept only when measured to help */
+    int extra[SL_STATS_MAX_STAGES]; /* workers kept on top of the rule's */
+    int exploring;                /* the pending check is of an exploration: its
+                                     intervals left to measure */
+    double trial_sum;             /* exploration: samples/s summed over its intervals */
+    int steady;                   /* ticks without a move */
+    double recent[SL_TUNE_STEADY]; /* samples/s of the last of them (a ring) */
+    uint64_t explore_after;       /* no exploration before this time */
+    int failed;                   /* explorations not kept in a row */
+    int explored, kept;           /* counts (tests) */
+} sl_tune;
 
 /* Sequential-op state of the final stage, also what a saved state restores. */
 typedef struct sl_resume {
@@ -429,6 +464,7 @@ struct sl_pipeline {
     sl_resume last;               /* state after the last batch handed out */
     uint64_t replay_skip;         /* batches to drop after a replaying restore */
     uint64_t last_tune_ns;
+    sl_tune tune;                 /* autotune.c: the check after a move */
     /* read by sl_pipeline_stats_get from any thread */
     _Atomic uint64_t t_start, consumer_wait_ns, batches_out, samples_out;
     _Atomic uint64_t threads_started;
@@ -499,6 +535,10 @@ void sl_pipeline__free_chunks(struct sl_pipeline *p);
 void sl_pipeline__trace_add(struct sl_pipeline *p, int stage, int worker, uint64_t t0,
                             uint64_t dur, uint32_t n);
 void sl_pipeline__trace_free(struct sl_pipeline *p);
+/* autotune.c: one spare thread, started parked, on each auto stage for
+ * exploration past the core budget; after the memory plan and the batch
+ * reserve, which count only the budget's workers (see autotune.c). */
+int sl_pipeline__tune_spare(struct sl_pipeline *p);
 /* autotune.c: rebalance workers of "auto" stages and the chunk size. */
 void sl_pipeline__autotune(struct sl_pipeline *p);
 /* The autotune rule, apart from the measuring (so it can be tested with
@@ -507,5 +547,28 @@ void sl_pipeline__autotune(struct sl_pipeline *p);
  * of each auto stage (0 for the others). See autotune.c. */
 void sl_pipeline__tune_shares(int ncpus, int n, const double *cost, const int *is_auto,
                               const int *max_workers, int *want);
+/* The check after a move, apart from the measuring (tested with chosen
+ * rates): n stages with `cur` workers now, `want` what the cost rule asks
+ * (0: not auto, keep), `rate` the samples/s of the interval just ended. 1
+ * when the workers change to next[]: a move the rule asks for, or the undo of
+ * the last move when throughput fell by more than SL_TUNE_UNDO_DROP after it
+ * (that move is then not tried again for SL_TUNE_BAN_NS); or an exploration
+ * (below). See autotune.c. */
+#define SL_TUNE_UNDO_DROP 0.10
+#define SL_TUNE_BAN_NS 4000000000ull
+/* Exploration: after SL_TUNE_STEADY ticks without a move, one worker more
+ * on stage `top` (the costliest auto stage), kept when its next
+ * SL_TUNE_TRIAL_TICKS intervals are on average SL_TUNE_EXPLORE_GAIN faster
+ * than the steady ticks before it; or, when an earlier exploration left one
+ * there, one fewer, kept unless SL_TUNE_SHED_LOSS slower. A try not kept
+ * waits SL_TUNE_EXPLORE_WAIT_NS, doubled for each one in a row (at most 8x).
+ * max_workers caps every stage (threads started). */
+#define SL_TUNE_TRIAL_TICKS 2
+#define SL_TUNE_EXPLORE_GAIN 0.10
+#define SL_TUNE_SHED_LOSS 0.02
+#define SL_TUNE_EXPLORE_WAIT_NS 2000000000ull
+int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want,
+                           const int *max_workers, int top, double rate, uint64_t now_ns,
+                           int *next);
 
 #endif /* SL_PIPELINE_H */

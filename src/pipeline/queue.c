@@ -2,7 +2,9 @@
  * queue.c — the bounded queue between two stages.
  *
  * Elements carry sequence numbers. A producer that holds element `seq` may
- * put it into slot seq % cap once seq < head + cap, so elements can arrive
+ * put it into slot seq % cap once seq < head + limit (limit <= cap: the
+ * depth in use, which autotune may move within the slots allocated; any
+ * window of at most cap consecutive seqs maps to distinct slots), so elements can arrive
  * out of order (parallel workers finish at different times) while memory
  * stays bounded. An ordered consumer takes element `head` only, which
  * restores the producers' order; a relaxed consumer (non-deterministic mode)
@@ -47,7 +49,8 @@ static uint64_t ready(const sl_queue *q);
 
 static void account(sl_queue *q) {
     uint64_t t = sl__now_ns();
-    q->fill_area += q->count * (t - q->last_ns);
+    /* as a share of the depth in use, which autotune may move */
+    q->fill_area += (double)q->count / (double)q->limit * (double)(t - q->last_ns);
     q->last_ns = t;
 }
 
@@ -65,6 +68,7 @@ int sl_queue__init(sl_queue *q, size_t cap, int relaxed) {
         return sl__oom("creating a stage queue");
     }
     q->cap = cap;
+    q->limit = cap;
     q->reach = cap;
     q->relaxed = relaxed;
     pthread_mutex_init(&q->mu, NULL);
@@ -92,10 +96,10 @@ void sl_queue__destroy(sl_queue *q) {
 
 int sl_queue__push(sl_queue *q, uint64_t seq, void *item, int barrier, uint64_t *wait_ns) {
     pthread_mutex_lock(&q->mu);
-    if (seq >= q->head + q->cap && !q->closed) {
+    if (seq >= q->head + q->limit && !q->closed) {
         uint64_t t0 = sl__now_ns();
         q->wait_full++;
-        while (seq >= q->head + q->cap && !q->closed)
+        while (seq >= q->head + q->limit && !q->closed)
             pthread_cond_wait(&q->not_full, &q->mu);
         q->wait_full--;
         if (wait_ns)
@@ -201,6 +205,23 @@ void sl_queue__close(sl_queue *q) {
     pthread_mutex_unlock(&q->mu);
 }
 
+void sl_queue__set_limit(sl_queue *q, size_t limit) {
+    pthread_mutex_lock(&q->mu);
+    size_t old = q->limit;
+    account(q);
+    q->limit = limit < 1 ? 1 : limit > q->cap ? q->cap : limit;
+    if (q->limit > old && q->wait_full)
+        pthread_cond_broadcast(&q->not_full);
+    pthread_mutex_unlock(&q->mu);
+}
+
+size_t sl_queue__limit(sl_queue *q) {
+    pthread_mutex_lock(&q->mu);
+    size_t n = q->limit;
+    pthread_mutex_unlock(&q->mu);
+    return n;
+}
+
 void sl_queue__set_reach(sl_queue *q, size_t reach) {
     pthread_mutex_lock(&q->mu);
     q->reach = reach < 1 ? 1 : reach > q->cap ? q->cap : reach;
@@ -227,7 +248,7 @@ double sl_queue__mean_fill(sl_queue *q) {
     pthread_mutex_lock(&q->mu);
     account(q);
     uint64_t span = q->last_ns - q->t0_ns;
-    double f = span ? (double)q->fill_area / ((double)span * (double)q->cap) : 0.0;
+    double f = span ? q->fill_area / (double)span : 0.0;
     pthread_mutex_unlock(&q->mu);
     return f;
 }

@@ -109,7 +109,7 @@ int sl_pipeline_stats_get(const sl_pipeline *cp, sl_pipeline_stats *out) {
         snprintf(o->name, sizeof o->name, "%s", st->name);
         o->workers = atomic_load(&st->active);
         given += o->workers;
-        o->queue_capacity = (int32_t)st->qcap;
+        o->queue_capacity = (int32_t)sl_queue__limit(&st->out); /* autotune may deepen it */
         o->elements = atomic_load(&st->elements);
         o->busy_s = (double)atomic_load(&st->busy_ns) / 1e9;
         o->wait_in_s = (double)atomic_load(&st->wait_in_ns) / 1e9;

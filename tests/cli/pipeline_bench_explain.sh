@@ -32,9 +32,17 @@ for s in o["stages"]:
     for k in ("name", "workers", "elements_per_s", "busy_s", "wait_in_s", "wait_out_s", "queue_fill"):
         assert k in s, (k, s)
 assert "verdict" in o
+# the throughput timeline: one rate per 0.25 s step of the 0.5 s run, and
+# each step's workers per stage
+assert o["timeline_step_s"] == 0.25, o
+assert 2 <= len(o["timeline"]) <= 4 and all(r >= 0 for r in o["timeline"]), o["timeline"]
+assert sum(o["timeline"]) > 0, o["timeline"]
+assert len(o["timeline_workers"]) == len(o["timeline"]), o
+assert all(len(w) == len(o["stages"]) and min(w) >= 1 for w in o["timeline_workers"]), o
 PYEOF
 run 0 "$SLUICE" bench "$T/spec.json" --seconds 0.3 --threads 2
 has "$OUT" "samples/s"
+has "$OUT" "timeline (samples/s per 0.25 s): "
 has "$OUT" "verdict: "
 run 2 "$SLUICE" bench "$T/spec.json" --seconds -1
 # a Chrome/Perfetto trace of the workers

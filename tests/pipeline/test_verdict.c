@@ -154,11 +154,13 @@ SL_TEST(pipeline_verdict__autotune_moves_workers_to_the_bound) {
         sl_pipeline_stats st;
         ASSERT_OK(sl_pipeline_stats_get(p, &st));
         int src = stage_workers(&st, "source"), map = stage_workers(&st, "map[");
+        /* every core; one worker more when exploration measured that it
+         * helps (other processes on the machine) or is trying it now */
         if (heavy_map) {
-            ASSERT_EQ(map, ncpus);
+            ASSERT(map >= ncpus && map <= ncpus + 1);
             ASSERT_EQ(src, 1);
         } else {
-            ASSERT_EQ(src, ncpus);
+            ASSERT(src >= ncpus && src <= ncpus + 1);
             ASSERT_EQ(map, 1);
         }
         sl_pipeline_free(p);
