@@ -685,15 +685,26 @@ static int frame_decode(const sl_reader *r, const slr_shard *sh, uint64_t i, con
                                      owner);
 }
 
-int sl_record__read(const sl_reader *r, uint64_t i, sl_record *rec, bool verify) {
-    if (!r || !rec)
-        return sl__error(SL_EINVAL, "sl_reader_read: NULL argument");
+/* Record i's shard and index entry (offset, length, checksum). */
+static int locate(const sl_reader *r, uint64_t i, const slr_shard **sh, uint64_t *off,
+                  uint64_t *len, uint64_t *sum) {
     if (i >= r->count)
         return sl__error(SL_EINVAL, "%s: record %llu is out of range (the dataset has %llu)",
                          r->path, (unsigned long long)i, (unsigned long long)r->count);
-    const slr_shard *sh = sl_record__shard_of(r, i);
-    const uint8_t *e = sh->entries + (i - sh->first) * SLR_INDEX_ENTRY;
-    uint64_t off = sl__ld64(e), len = sl__ld64(e + 8), sum = sl__ld64(e + 16);
+    *sh = sl_record__shard_of(r, i);
+    const uint8_t *e = (*sh)->entries + (i - (*sh)->first) * SLR_INDEX_ENTRY;
+    *off = sl__ld64(e);
+    *len = sl__ld64(e + 8);
+    *sum = sl__ld64(e + 16);
+    return SL_OK;
+}
+
+int sl_record__read(const sl_reader *r, uint64_t i, sl_record *rec, bool verify) {
+    if (!r || !rec)
+        return sl__error(SL_EINVAL, "sl_reader_read: NULL argument");
+    const slr_shard *sh = NULL;
+    uint64_t off = 0, len = 0, sum = 0;
+    SL_TRY(locate(r, i, &sh, &off, &len, &sum));
     const uint8_t *f;
     if (sh->map) {
         f = sh->map + off;
@@ -725,12 +736,9 @@ int sl_record__read_into(const sl_reader *r, uint64_t i, sl_record *rec, bool ve
                          uint8_t *dst, size_t cap, sl_buffer *owner) {
     if (!r || !rec || !dst)
         return sl__error(SL_EINVAL, "sl_record__read_into: NULL argument");
-    if (i >= r->count)
-        return sl__error(SL_EINVAL, "%s: record %llu is out of range (the dataset has %llu)",
-                         r->path, (unsigned long long)i, (unsigned long long)r->count);
-    const slr_shard *sh = sl_record__shard_of(r, i);
-    const uint8_t *e = sh->entries + (i - sh->first) * SLR_INDEX_ENTRY;
-    uint64_t off = sl__ld64(e), len = sl__ld64(e + 8), sum = sl__ld64(e + 16);
+    const slr_shard *sh = NULL;
+    uint64_t off = 0, len = 0, sum = 0;
+    SL_TRY(locate(r, i, &sh, &off, &len, &sum));
     if (len > cap || cap - len < SLR_FRAME_HEADER)
         return sl__error(SL_EINVAL, "%s: record %llu: %llu bytes do not fit a buffer of %zu",
                          sh->path, (unsigned long long)i, (unsigned long long)len, cap);

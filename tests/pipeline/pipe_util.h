@@ -9,6 +9,23 @@
 #include <time.h>
 #include <unistd.h>
 
+/* A map that computes (not sleeps) for about `user` microseconds of its
+ * thread's CPU time, whatever else runs on the machine. */
+static inline int pu_spin_map(sl_sample *s, sl_rng *rng, void *user) {
+    (void)s;
+    (void)rng;
+    struct timespec a, b;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+    long want = (long)(uintptr_t)user * 1000;
+    volatile uint64_t x = 1;
+    do {
+        for (int k = 0; k < 100; k++)
+            x = x * 6364136223846793005ull + 1;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+    } while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < want);
+    return SL_OK;
+}
+
 /* A memory spec of n samples: "x" uint8[28,28] filled from the sample index,
  * "label" int64 = i % 10. */
 static inline sl_spec *pu_memory_spec(uint64_t n) {

@@ -231,22 +231,6 @@ SL_TEST(pipeline_autotune__exploration_keeps_only_what_helps) {
 
 /* ---- end to end: the workers go to the expensive stage --------------------------------- */
 
-/* About `user` microseconds of CPU (not sleep), whatever else runs. */
-static int spin_us(sl_sample *s, sl_rng *rng, void *user) {
-    (void)s;
-    (void)rng;
-    struct timespec a, b;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
-    long want = (long)(uintptr_t)user * 1000;
-    volatile uint64_t x = 1;
-    do {
-        for (int k = 0; k < 100; k++)
-            x = x * 6364136223846793005ull + 1;
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
-    } while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < want);
-    return SL_OK;
-}
-
 static int stage_of(const sl_pipeline_stats *st, const char *name) {
     for (int i = 0; i < st->nstages; i++)
         if (strstr(st->stage[i].name, name))
@@ -261,9 +245,9 @@ SL_TEST(pipeline_autotune__expensive_stage_gets_the_workers) {
     int ncpus = sl__ncpus();
     sl_spec *spec = pu_memory_spec(100000);
     ASSERT_OK(sl_spec_set_epochs(spec, 100));
-    ASSERT_OK(sl_spec_add_map(spec, "heavy", spin_us, (void *)(uintptr_t)200));
+    ASSERT_OK(sl_spec_add_map(spec, "heavy", pu_spin_map, (void *)(uintptr_t)200));
     ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"prefetch\", \"depth\": 4}"));
-    ASSERT_OK(sl_spec_add_map(spec, "light", spin_us, (void *)(uintptr_t)20));
+    ASSERT_OK(sl_spec_add_map(spec, "light", pu_spin_map, (void *)(uintptr_t)20));
     ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 8}"));
     sl_pipeline *p;
     ASSERT_OK(sl_pipeline_create(&p, spec));

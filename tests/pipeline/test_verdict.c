@@ -35,22 +35,6 @@ static sl_spec *storage_spec(uint64_t n, unsigned us) {
     return spec;
 }
 
-/* A map that computes (not sleeps) for about `user` microseconds of CPU. */
-static int spin_map(sl_sample *s, sl_rng *rng, void *user) {
-    (void)s;
-    (void)rng;
-    struct timespec a, b;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
-    long want = (long)(uintptr_t)user * 1000;
-    volatile uint64_t x = 1;
-    do {
-        for (int k = 0; k < 200; k++)
-            x = x * 6364136223846793005ull + 1;
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
-    } while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < want);
-    return SL_OK;
-}
-
 static int touch_map(sl_sample *s, sl_rng *rng, void *user) {
     (void)rng;
     (void)user;
@@ -98,7 +82,7 @@ SL_TEST(pipeline_verdict__reading_bound_is_F) {
 SL_TEST(pipeline_verdict__processing_bound_is_P) {
     /* a map computing 200 us a sample behind a free reader */
     sl_spec *spec = storage_spec(4000, 0);
-    ASSERT_OK(sl_spec_add_map(spec, "spin", spin_map, (void *)(uintptr_t)200));
+    ASSERT_OK(sl_spec_add_map(spec, "spin", pu_spin_map, (void *)(uintptr_t)200));
     ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 16}"));
     sl_pipeline *p;
     ASSERT_OK(sl_pipeline_create(&p, spec));
@@ -141,7 +125,7 @@ SL_TEST(pipeline_verdict__autotune_moves_workers_to_the_bound) {
     for (int heavy_map = 0; heavy_map < 2; heavy_map++) {
         sl_spec *spec = storage_spec(100000, heavy_map ? 0 : 400);
         if (heavy_map)
-            ASSERT_OK(sl_spec_add_map(spec, "spin", spin_map, (void *)(uintptr_t)400));
+            ASSERT_OK(sl_spec_add_map(spec, "spin", pu_spin_map, (void *)(uintptr_t)400));
         else
             ASSERT_OK(sl_spec_add_map(spec, "touch", touch_map, NULL));
         ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 8}"));
