@@ -196,13 +196,16 @@ static int norm_row3(const float (*lut)[256], const uint8_t *row, size_t W, int 
     uintptr_t a0 = (uintptr_t)o0 & 63u;
     if (stream && (a0 != ((uintptr_t)o1 & 63u) || a0 != ((uintptr_t)o2 & 63u) || (a0 & 3u)))
         stream = 0;
-    if (level >= SL_OPS_AVX512 && W >= 16 && sl_ops__cpu_vbmi())
+    if (level >= SL_OPS_AVX512 && W >= 16 && sl_ops__cpu_vbmi()) {
         norm_row3_avx512(lut, row, W, mirror, stream, o0, o1, o2);
-    else if (W >= 8)
+        SL_OPS__COUNT(SL_OPS_K_NORM, SL_OPS_AVX512);
+    } else if (W >= 8) {
         norm_row3_avx2(lut, row, W, mirror, stream, o0, o1, o2);
-    else
+        SL_OPS__COUNT(SL_OPS_K_NORM, SL_OPS_AVX2);
+    } else {
         for (size_t x = 0; x < W; x++)
             norm_px3(lut, row, W, mirror, x, o0, o1, o2);
+    }
     return 1;
 }
 #endif

@@ -68,6 +68,14 @@ int sl_ops__cpu_vbmi(void);
 /* Test hook: caps the level (default SL_OPS_AVX512: no cap), so that tests
  * compare every path with the scalar one on the same machine. */
 extern int sl_ops__simd_max;
+/* Test hook: the calling thread's calls of each hand-written kernel by
+ * level (SL_OPS_SSE41 .. SL_OPS_AVX512), counted per call (a pass or a
+ * row, not a pixel; thread-local, so no thread waits on another), so that
+ * a test can tell a SIMD pass that ran from a silent fall back to the
+ * scalar code, whose pixels are the same. */
+enum { SL_OPS_K_HPASS = 0, SL_OPS_K_VPASS = 1, SL_OPS_K_NORM = 2, SL_OPS_NKERNELS = 3 };
+extern _Thread_local unsigned long sl_ops__simd_calls[SL_OPS_NKERNELS][4];
+#define SL_OPS__COUNT(k, level) (sl_ops__simd_calls[k][level]++)
 
 /* The resampling kernel behind sl_image_resize*.
  * `src` has sh rows of sw pixels with C channels, row stride `sstride` bytes.

@@ -128,6 +128,7 @@ void sl_ops__rgb_to_gray(const uint8_t *src, uint8_t *dst, size_t npix) {
 /* ---- SIMD level ----------------------------------------------------------- */
 
 int sl_ops__simd_max = SL_OPS_AVX512;
+_Thread_local unsigned long sl_ops__simd_calls[SL_OPS_NKERNELS][4];
 
 /* Several threads may ask at once; they all compute the same answer. */
 static _Atomic int simd_cached = -1, vbmi_cached = -1;

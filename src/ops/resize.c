@@ -406,6 +406,7 @@ static void pass_horizontal(const uint8_t *src, size_t sstride, int rows, int sw
             hpass_avx2(src, sstride, rows, ow * C, st, ns, dst, dstride);
         else
             hpass_sse41(src, sstride, rows, ow * C, st, ns, dst, dstride);
+        SL_OPS__COUNT(SL_OPS_K_HPASS, level >= SL_OPS_AVX512 ? SL_OPS_AVX512 : level);
         return;
     }
 #else
@@ -603,10 +604,12 @@ static void pass_vertical(const uint8_t *src, size_t sstride, int rowlen, int oh
         int level = sl_ops__simd();
         if (level >= SL_OPS_AVX512 && rowlen >= 64) {
             pass_vertical_avx512(src, sstride, rowlen, oh, ksize, bounds, kk, dst, dstride);
+            SL_OPS__COUNT(SL_OPS_K_VPASS, SL_OPS_AVX512);
             return;
         }
         if (level >= SL_OPS_AVX2 && rowlen >= 32) {
             pass_vertical_avx2(src, sstride, rowlen, oh, ksize, bounds, kk, dst, dstride);
+            SL_OPS__COUNT(SL_OPS_K_VPASS, SL_OPS_AVX2);
             return;
         }
     }

@@ -190,3 +190,44 @@ SL_TEST(ops_resample__into_normalized_equals_chain) {
         }
     }
 }
+
+/* The hand-written kernels actually run: at every SIMD level the CPU has, a
+ * typical training-crop resample into a normalized float32 CHW image goes
+ * through that level's passes (the counters of sl_ops__simd_calls), not
+ * through a silent fall back to the scalar code, whose pixels would pass
+ * every equality test above. */
+SL_TEST(ops_resample__simd_kernels_are_taken) {
+    const int sh = 375, sw = 500, C = 3, oh = 224, ow = 224;
+    uint8_t *src = noise(sh, sw, C, 5);
+    const double box[4] = {40.5, 30.25, 360.0, 290.75};
+    const int lim[4] = {0, 0, sw, sh};
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
+    float lut[3][256];
+    sl_ops__norm_lut(lut, C, mean, sd);
+    sl_ops__norm nm = {(const float(*)[256])lut, SL_LAYOUT_CHW, 0};
+    float *out = malloc((size_t)oh * ow * C * sizeof *out);
+    const int saved = sl_ops__simd_max, have = sl_ops__simd();
+    int checked = 0;
+    for (int level = SL_OPS_SSE41; level <= have; level++) {
+        sl_ops__simd_max = level;
+        memset(sl_ops__simd_calls, 0, sizeof sl_ops__simd_calls);
+        ASSERT_OK(sl_ops__resample(src, sh, sw, (size_t)sw * C, C, box, lim, oh, ow,
+                                   SL_INTERP_BILINEAR, out, 0, &nm));
+        sl_ops__simd_max = saved;
+        ASSERT(sl_ops__simd_calls[SL_OPS_K_HPASS][level] == 1);
+        if (level >= SL_OPS_AVX2) {
+            ASSERT(sl_ops__simd_calls[SL_OPS_K_VPASS][level] > 0);
+            int nl = level >= SL_OPS_AVX512 && !sl_ops__cpu_vbmi() ? SL_OPS_AVX2 : level;
+            ASSERT(sl_ops__simd_calls[SL_OPS_K_NORM][nl] == (unsigned long)oh);
+        }
+        for (int k = 0; k < SL_OPS_NKERNELS; k++)
+            for (int l = 0; l < 4; l++)
+                if (l > level)
+                    ASSERT(sl_ops__simd_calls[k][l] == 0);
+        checked++;
+    }
+    if (!checked)
+        printf("  (no SIMD level on this CPU: nothing to check)\n");
+    free(out);
+    free(src);
+}
