@@ -231,6 +231,30 @@ SL_TEST(pipeline_autotune__exploration_keeps_only_what_helps) {
 
 /* ---- end to end: the workers go to the expensive stage --------------------------------- */
 
+/* Take batches for `secs` seconds (epochs repeat); most[i] is the most
+ * workers stage stages[i] had at any batch after the first `after` seconds. */
+static void drive_tracking(sl_pipeline *p, double secs, double after, const int *stages,
+                           int *most, int k) {
+    for (int i = 0; i < k; i++)
+        most[i] = 0;
+    double t0 = pu_now();
+    sl_batch *b;
+    sl_pipeline_stats st;
+    while (pu_now() - t0 < secs) {
+        int rc = sl_pipeline_next(p, &b);
+        if (rc == SL_END)
+            continue; /* the next epoch */
+        ASSERT_OK(rc);
+        sl_batch_release(b);
+        ASSERT_OK(sl_pipeline_stats_get(p, &st));
+        if (pu_now() - t0 <= after)
+            continue;
+        for (int i = 0; i < k; i++)
+            if (st.stage[stages[i]].workers > most[i])
+                most[i] = st.stage[stages[i]].workers;
+    }
+}
+
 static int stage_of(const sl_pipeline_stats *st, const char *name) {
     for (int i = 0; i < st->nstages; i++)
         if (strstr(st->stage[i].name, name))
@@ -257,23 +281,10 @@ SL_TEST(pipeline_autotune__expensive_stage_gets_the_workers) {
     ASSERT(heavy >= 0 && light >= 0 && heavy != light);
     if (ncpus >= 2)
         ASSERT(st.stage[heavy].workers < ncpus); /* an even share to start */
-    int most_heavy = 0, most_light = 0;
-    double t0 = pu_now();
-    sl_batch *b;
-    while (pu_now() - t0 < 1.5) {
-        int rc = sl_pipeline_next(p, &b);
-        if (rc == SL_END)
-            continue; /* the next epoch */
-        ASSERT_OK(rc);
-        sl_batch_release(b);
-        ASSERT_OK(sl_pipeline_stats_get(p, &st));
-        if (pu_now() - t0 > 0.5) {
-            if (st.stage[heavy].workers > most_heavy)
-                most_heavy = st.stage[heavy].workers;
-            if (st.stage[light].workers > most_light)
-                most_light = st.stage[light].workers;
-        }
-    }
+    const int tracked[2] = {heavy, light};
+    int most[2];
+    drive_tracking(p, 1.5, 0.5, tracked, most, 2);
+    int most_heavy = most[0], most_light = most[1];
     /* every core (and maybe one worker more, while exploration tries it) */
     ASSERT(most_heavy >= ncpus && most_heavy <= ncpus + 1);
     ASSERT_EQ(most_light, 1);
@@ -316,19 +327,8 @@ SL_TEST(pipeline_autotune__collate_stage_gets_the_workers) {
     ASSERT(p->stage[coll].autotune);
     if (ncpus >= 2)
         ASSERT(st.stage[coll].workers < ncpus); /* an even share to start */
-    int most = 0;
-    double t0 = pu_now();
-    sl_batch *b;
-    while (pu_now() - t0 < 1.5) {
-        int rc = sl_pipeline_next(p, &b);
-        if (rc == SL_END)
-            continue; /* the next epoch */
-        ASSERT_OK(rc);
-        sl_batch_release(b);
-        ASSERT_OK(sl_pipeline_stats_get(p, &st));
-        if (st.stage[coll].workers > most)
-            most = st.stage[coll].workers;
-    }
+    int most;
+    drive_tracking(p, 1.5, 0.0, &coll, &most, 1);
     /* the move is made; whether it stays is the measured check's call
      * (copying 64 KB samples may be bound by memory bandwidth, not cores) */
     ASSERT(most >= ncpus);
