@@ -195,3 +195,37 @@ def test_exception_hierarchy():
     assert issubclass(sluice.IOFailure, OSError)
     assert issubclass(sluice.OutOfMemory, MemoryError)
     assert sluice.CorruptError.code == -4
+
+
+def _large_records(tmp_path, n=24, size=8192):
+    """A .slr whose records average >= 4 KB: the pipeline reads them by copy
+    (record_reader.c, copy_reads) rather than as views of the mapping."""
+    path = str(tmp_path / "large.slr")
+    cols = [{"name": "x", "type": "array", "dtype": "uint8", "shape": (size,)},
+            ("label", "int64")]
+    rows = [np.full(size, i, np.uint8) for i in range(n)]
+    with sluice.Writer(path, cols, fsync=False) as w:
+        for i, row in enumerate(rows):
+            w.append({"x": row, "label": i})
+    return path, rows
+
+
+def test_copied_reads_name_the_damage_and_keep_the_good_records(tmp_path):
+    path, rows = _large_records(tmp_path)
+    # damage record 5's payload: its bytes are the value 5 repeated
+    data = bytearray(open(path, "rb").read())
+    at = data.find(bytes([5]) * 8192)
+    assert at > 0
+    data[at + 100] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(sluice.CorruptError, match=r"large\.slr: record 5: checksum mismatch"):
+        for _ in sluice.records(path).batch(1).numpy():
+            pass
+    # skipping: every other record arrives, in order, with its own bytes,
+    # the good record right after the bad one included
+    ds = sluice.records(path).on_error("skip").batch(1)
+    got = [(int(b["label"][0]), b["x"][0].copy()) for b in ds.numpy()]
+    assert [g[0] for g in got] == [i for i in range(len(rows)) if i != 5]
+    for i, x in got:
+        np.testing.assert_array_equal(x, rows[i])
+    assert ds.stats()["skipped"] == 1
