@@ -5,6 +5,8 @@
  * Two callers, one set of rules:
  *  - map + batch fusion (sl_collate__chunk): the worker that finished a chunk
  *    of exactly one batch collates it, in parallel with the other workers;
+ *    when nothing runs per sample, the reader takes the batch first and reads
+ *    every record into its row instead (sl_collate__rows);
  *    the consumer (direct mode, pipeline.c) or the final stage (exec.c) then
  *    takes it with sl_collate__from_chunk / sl_collate__fused_batch;
  *  - the final stage (sl_collator): samples arrive one at a time in stream
@@ -153,6 +155,31 @@ int sl_collate__chunk(sl_pipeline *p, sl_chunk *c) {
         sl_pipeline__sample_release(&c->s[i]);
     sl_tensor_release(&c->slot);
     c->n = 0;
+    c->batch = b;
+    return SL_OK;
+}
+
+int sl_collate__rows(sl_pipeline *p, sl_chunk *c, uint32_t n, char **rows) {
+    sl_batch *b = batch_new(p, SL_CHUNK_DATA, c->epoch);
+    if (!b)
+        return sl__oom("collating a batch");
+    b->size = n;
+    b->next_pos = n ? c->pos[n - 1] + 1 : 0;
+    const sl_colset *in = &p->plan.src_cols;
+    for (int k = 0; k < b->ncols; k++) {
+        const sl_colinfo *ci = &in->col[k];
+        int64_t shape[SL_MAX_DIMS];
+        shape[0] = n;
+        for (int d = 0; d < ci->ndim; d++)
+            shape[d + 1] = ci->shape[d];
+        int rc = sl_pipeline__pools_batch_tensor(p->pools, &b->col[k], ci->dtype, ci->ndim + 1,
+                                                 shape, p->plan.batch_size);
+        if (rc < 0) {
+            sl_pipeline__batch_free(b);
+            return rc;
+        }
+        rows[k] = b->col[k].data;
+    }
     c->batch = b;
     return SL_OK;
 }

@@ -371,6 +371,16 @@ static void maybe_collate(sl_pipeline *p, sl_worker *w, sl_chunk *c) {
     if (!p->fuse_batch || c->kind != SL_CHUNK_DATA || st != &p->stage[p->collate_stage])
         return;
     char msg[SL__ERRMSG_MAX];
+    if (c->batch) { /* read_rows: the records were read into it */
+        int rc = p->vec_first >= 0 ? vectorize_batch(p, w, c, msg, sizeof msg) : SL_OK;
+        c->n = 0;
+        if (rc < 0) {
+            sl_pipeline__batch_free(c->batch);
+            c->batch = NULL;
+            chunk_fail(p, c, rc, msg);
+        }
+        return;
+    }
     int batched = p->vec_first >= 0 && c->n > 0 && c->n <= SL_FUSE_MAX_BATCH;
     if (p->vec_first >= 0 && !(batched && samples_fit(p, c, p->vec_first))) {
         batched = 0;
@@ -474,6 +484,15 @@ static void *source_main(void *arg) {
 
         span t0 = span_begin();
         uint32_t kept = 0;
+        /* read_rows (layout.c): the batch first, then each record into its row */
+        char *rows[SL_MAX_COLUMNS];
+        int into_rows = p->read_rows && cur && n > 0, rows_rc;
+        if (into_rows && (rows_rc = sl_collate__rows(p, c, (uint32_t)n, rows)) < 0) {
+            char msg[SL__ERRMSG_MAX];
+            snprintf(msg, sizeof msg, "%s: collating a batch: %s", p->src_name, sl_errmsg());
+            chunk_fail(p, c, rows_rc, msg);
+            n = 0; /* nothing read: the chunk carries the error */
+        }
         for (uint32_t i = 0; i < (uint32_t)n && i < PREFETCH_NEAR; i++) {
             sl_source__prefetch(p->src, c->s[i].index, 1);
             sl_source__prefetch(p->src, c->s[i].index, 0);
@@ -491,7 +510,15 @@ static void *source_main(void *arg) {
             c->pos[kept] = c->pos[i];
             c->key[kept] = c->key[i];
             sl_sample *s = &c->s[kept];
-            int rc = cur ? sl_source__read(p->src, cur, idx, s) : sl__error(cur_rc, "%s", cur_msg);
+            int rc;
+            if (into_rows) {
+                void *dst[SL_MAX_COLUMNS];
+                for (int k = 0; k < p->src->ncols; k++)
+                    dst[k] = rows[k] + (size_t)i * p->row_bytes[k];
+                rc = sl_source__read_cols(p->src, cur, idx, dst, p->row_bytes);
+            } else {
+                rc = cur ? sl_source__read(p->src, cur, idx, s) : sl__error(cur_rc, "%s", cur_msg);
+            }
             if (rc >= 0) {
                 kept++;
                 continue;
@@ -504,6 +531,8 @@ static void *source_main(void *arg) {
                 continue;
             }
             c->n = kept;
+            sl_pipeline__batch_free(c->batch); /* read_rows: its half-read batch */
+            c->batch = NULL;
             chunk_fail(p, c, rc, msg);
             kept = 0;
             break;

@@ -426,6 +426,9 @@ struct sl_pipeline {
                                      of the collating stage) run once per batch
                                      on the stacked columns; -1: none */
     char vec_note[192];           /* why (or why not), for explain */
+    int read_rows;                /* the readers read each record straight into
+                                     its batch row (layout.c, choose_read_rows) */
+    size_t row_bytes[SL_MAX_COLUMNS]; /* with read_rows: bytes of a row, per column */
     _Atomic uint64_t vec_batches; /* batches that ran the batched kernels; read
                                      by tests */
     int par_collate;              /* the final stage only assigns samples to
@@ -500,6 +503,11 @@ void sl_collate__clear(sl_collator *k);
 /* Map + batch fusion: collate chunk c (exactly one batch) into c->batch on
  * the worker that finished it; the chunk's samples are released. */
 int sl_collate__chunk(struct sl_pipeline *p, sl_chunk *c);
+/* Reading straight into the batch (read_rows): c->batch gets the buffers of a
+ * batch of the chunk's n records (c->n), and rows[k] the first row of column
+ * k; the reader then writes record i's column k at rows[k] + i *
+ * p->row_bytes[k]. */
+int sl_collate__rows(struct sl_pipeline *p, sl_chunk *c, uint32_t n, char **rows);
 /* Take the batch a fused chunk carries; NULL when drop_remainder drops it. */
 sl_batch *sl_collate__fused_batch(const struct sl_pipeline *p, sl_chunk *c);
 /* A batch marking an epoch's END or an ERROR; NULL when out of memory. */

@@ -412,6 +412,9 @@ int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len
     }
     if (p->vec_note[0])
         sb_printf(&b, "    map vectorization: %s\n", p->vec_note);
+    if (p->read_rows)
+        sb_printf(&b, "    reading: each record straight into its batch row (fixed-shape "
+                      "columns, nothing per sample)\n");
     sb_printf(&b, "stages:\n");
     for (int s = 0; s < p->nstages; s++) {
         const sl_stage *st = &p->stage[s];

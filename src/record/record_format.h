@@ -223,6 +223,13 @@ int sl_record__decode_payload(const sl_schema *s, const uint8_t *payload, uint64
 
 /* Read record i; `verify` forces (true) or skips (false) the checksum. */
 int sl_record__read(const sl_reader *r, uint64_t i, sl_record *rec, bool verify);
+/* Read record i's columns straight into caller memory: column c (schema
+ * order) is checked as sl_record__read checks it, then copied or
+ * decompressed to dst[c], which holds exactly bytes[c] bytes (a column of
+ * another size is an error naming the record). `rec` lends its frame buffer
+ * and zstd context; its columns are left as they were. */
+int sl_record__read_cols(const sl_reader *r, uint64_t i, sl_record *rec, bool verify,
+                         void *const *dst, const size_t *bytes);
 /* The shard holding global record i. */
 const slr_shard *sl_record__shard_of(const sl_reader *r, uint64_t i);
 /* A hint that record i (< count) will be read soon; changes no result. `far`:

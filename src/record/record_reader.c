@@ -524,20 +524,27 @@ static int grow_buf(uint8_t **p, size_t *cap, size_t need, const char *what) {
 
 #define BAD(...) return sl__error(SL_ECORRUPT, __VA_ARGS__)
 
-int sl_record__decode_payload(const sl_schema *s, const uint8_t *pl, uint64_t len, uint64_t index,
-                              const char *path, sl_record *rec, sl_buffer *owner) {
-    struct {
-        const uint8_t *data;     /* raw bytes, or the zstd frame */
-        uint64_t size;           /* stored size of data */
-        uint64_t raw;            /* bytes after decompression */
-        uint64_t scratch_off;
-        int64_t shape[SL_MAX_DIMS];
-        int ndim;
-    } v[SL_MAX_COLUMNS];
+/* One column of a payload, checked against the schema (parse_payload). */
+typedef struct colv {
+    const uint8_t *data;     /* raw bytes, or the zstd frame */
+    uint64_t size;           /* stored size of data */
+    uint64_t raw;            /* bytes after decompression */
+    uint64_t scratch_off;    /* where it decompresses in the record's scratch;
+                                UINT64_MAX: stored raw */
+    int64_t shape[SL_MAX_DIMS];
+    int ndim;
+} colv;
+
+/* Find and check every column of record `index`'s payload: its place, its
+ * shape against the schema, its sizes (stored and decompressed). Nothing is
+ * decompressed or copied; *scratch_out gets the scratch bytes the compressed
+ * columns need. The one place that decides whether a payload is well-formed:
+ * sl_record__decode_payload and sl_record__read_cols both start here. */
+static int parse_payload(const sl_schema *s, const uint8_t *pl, uint64_t len, uint64_t index,
+                         const char *path, colv *v, uint64_t *scratch_out) {
     unsigned long long ri = (unsigned long long)index;
     uint64_t dir = (uint64_t)s->ncols * SLR_COLDIR_ENTRY;
     uint64_t scratch = 0;
-    rec->ncols = 0;
     if (len < dir)
         BAD("%s: record %llu: payload of %llu bytes is shorter than its column directory", path, ri,
             (unsigned long long)len);
@@ -631,31 +638,46 @@ int sl_record__decode_payload(const sl_schema *s, const uint8_t *pl, uint64_t le
         v[c].data = p;
         v[c].size = size;
     }
+    *scratch_out = scratch;
+    return SL_OK;
+}
+
+/* Decompress column `c` (v: parse_payload's) into dst, which holds v->raw bytes. */
+static int inflate_col(sl_record *rec, const slr_column *col, const colv *v, void *dst,
+                       uint64_t index, const char *path) {
+    if (!rec->dctx && !(rec->dctx = sl_record__zstd_dctx()))
+        return sl__oom("creating a zstd context");
+    unsigned long long ri = (unsigned long long)index;
+    size_t got = ZSTD_decompressDCtx(rec->dctx, dst, (size_t)v->raw, v->data, (size_t)v->size);
+    if (ZSTD_isError(got) && ZSTD_getErrorCode(got) == ZSTD_error_memory_allocation)
+        return sl__oom("decompressing a record");
+    if (ZSTD_isError(got))
+        BAD("%s: record %llu: column \"%s\": zstd: %s", path, ri, col->name,
+            ZSTD_getErrorName(got));
+    if (got != v->raw)
+        BAD("%s: record %llu: column \"%s\": decompressed to %zu bytes, expected %llu", path, ri,
+            col->name, got, (unsigned long long)v->raw);
+    return SL_OK;
+}
+
+int sl_record__decode_payload(const sl_schema *s, const uint8_t *pl, uint64_t len, uint64_t index,
+                              const char *path, sl_record *rec, sl_buffer *owner) {
+    colv v[SL_MAX_COLUMNS];
+    uint64_t scratch = 0;
+    rec->ncols = 0;
+    SL_TRY(parse_payload(s, pl, len, index, path, v, &scratch));
     bool any_zstd = false;
     for (int c = 0; c < s->ncols; c++)
         any_zstd |= v[c].scratch_off != UINT64_MAX;
-    if (any_zstd) {
-        /* At least 8 bytes, so that an empty value still has somewhere to go. */
+    if (any_zstd) /* at least 8 bytes, so that an empty value still has somewhere to go */
         SL_TRY(grow_buf(&rec->scratch, &rec->scratch_cap, scratch ? (size_t)scratch : 8,
                         "decompressing a record"));
-        if (!rec->dctx && !(rec->dctx = sl_record__zstd_dctx()))
-            return sl__oom("creating a zstd context");
-    }
     for (int c = 0; c < s->ncols; c++) {
         const slr_column *col = &s->col[c];
         void *data = (void *)v[c].data;
         if (v[c].scratch_off != UINT64_MAX) {
             data = rec->scratch + v[c].scratch_off;
-            size_t got = ZSTD_decompressDCtx(rec->dctx, data, (size_t)v[c].raw, v[c].data,
-                                             (size_t)v[c].size);
-            if (ZSTD_isError(got) && ZSTD_getErrorCode(got) == ZSTD_error_memory_allocation)
-                return sl__oom("decompressing a record");
-            if (ZSTD_isError(got))
-                BAD("%s: record %llu: column \"%s\": zstd: %s", path, ri, col->name,
-                    ZSTD_getErrorName(got));
-            if (got != v[c].raw)
-                BAD("%s: record %llu: column \"%s\": decompressed to %zu bytes, expected %llu", path,
-                    ri, col->name, got, (unsigned long long)v[c].raw);
+            SL_TRY(inflate_col(rec, col, &v[c], data, index, path));
         }
         sl_dtype dt = col->type == SL_COL_INT64 ? SL_I64
                       : col->type == SL_COL_FLOAT64 ? SL_F64
@@ -671,9 +693,8 @@ int sl_record__decode_payload(const sl_schema *s, const uint8_t *pl, uint64_t le
 
 /* A record's frame `f` (as read or mapped) checked against its index entry
  * (length, checksum when `verify`), then its payload decoded into `rec`. */
-static int frame_decode(const sl_reader *r, const slr_shard *sh, uint64_t i, const uint8_t *f,
-                        uint64_t len, uint64_t sum, bool verify, sl_record *rec,
-                        sl_buffer *owner) {
+static int frame_check(const slr_shard *sh, uint64_t i, const uint8_t *f, uint64_t len,
+                       uint64_t sum, bool verify) {
     if (sl__ld64(f) != len || sl__ld64(f + 8) != sum)
         return sl__error(SL_ECORRUPT, "%s: record %llu: frame header does not match the index",
                          sh->path, (unsigned long long)i);
@@ -681,6 +702,13 @@ static int frame_decode(const sl_reader *r, const slr_shard *sh, uint64_t i, con
                                          sh->hdr.required_features) != sum)
         return sl__error(SL_ECORRUPT, "%s: record %llu: checksum mismatch", sh->path,
                          (unsigned long long)i);
+    return SL_OK;
+}
+
+static int frame_decode(const sl_reader *r, const slr_shard *sh, uint64_t i, const uint8_t *f,
+                        uint64_t len, uint64_t sum, bool verify, sl_record *rec,
+                        sl_buffer *owner) {
+    SL_TRY(frame_check(sh, i, f, len, sum, verify));
     return sl_record__decode_payload(&r->schema, f + SLR_FRAME_HEADER, len, i, sh->path, rec,
                                      owner);
 }
@@ -699,23 +727,57 @@ static int locate(const sl_reader *r, uint64_t i, const slr_shard **sh, uint64_t
     return SL_OK;
 }
 
+/* Record i's frame: in the mapping, or read into rec->frame (pread mode, or
+ * `copy` and a shard of large records: COPY_MIN_RECORD). */
+static int frame_of(const sl_reader *r, uint64_t i, sl_record *rec, bool copy,
+                    const slr_shard **sh, const uint8_t **f, uint64_t *len, uint64_t *sum) {
+    uint64_t off = 0;
+    SL_TRY(locate(r, i, sh, &off, len, sum));
+    if ((*sh)->map && !(copy && (*sh)->copy_reads)) {
+        *f = (*sh)->map + off;
+        return SL_OK;
+    }
+    SL_TRY(grow_buf(&rec->frame, &rec->frame_cap, (size_t)(SLR_FRAME_HEADER + *len),
+                    "reading a record"));
+    SL_TRY(sl_record__pread_all((*sh)->fd, rec->frame, (size_t)(SLR_FRAME_HEADER + *len), off,
+                                (*sh)->path));
+    *f = rec->frame;
+    return SL_OK;
+}
+
 int sl_record__read(const sl_reader *r, uint64_t i, sl_record *rec, bool verify) {
     if (!r || !rec)
         return sl__error(SL_EINVAL, "sl_reader_read: NULL argument");
     const slr_shard *sh = NULL;
-    uint64_t off = 0, len = 0, sum = 0;
-    SL_TRY(locate(r, i, &sh, &off, &len, &sum));
-    const uint8_t *f;
-    if (sh->map) {
-        f = sh->map + off;
-    } else {
-        SL_TRY(grow_buf(&rec->frame, &rec->frame_cap, (size_t)(SLR_FRAME_HEADER + len),
-                        "reading a record"));
-        SL_TRY(sl_record__pread_all(sh->fd, rec->frame, (size_t)(SLR_FRAME_HEADER + len), off,
-                                    sh->path));
-        f = rec->frame;
-    }
+    const uint8_t *f = NULL;
+    uint64_t len = 0, sum = 0;
+    SL_TRY(frame_of(r, i, rec, false, &sh, &f, &len, &sum));
     return frame_decode(r, sh, i, f, len, sum, verify, rec, sh->mapbuf);
+}
+
+int sl_record__read_cols(const sl_reader *r, uint64_t i, sl_record *rec, bool verify,
+                         void *const *dst, const size_t *bytes) {
+    if (!r || !rec || !dst || !bytes)
+        return sl__error(SL_EINVAL, "sl_record__read_cols: NULL argument");
+    const slr_shard *sh = NULL;
+    const uint8_t *f = NULL;
+    uint64_t len = 0, sum = 0, scratch = 0;
+    SL_TRY(frame_of(r, i, rec, true, &sh, &f, &len, &sum));
+    SL_TRY(frame_check(sh, i, f, len, sum, verify));
+    colv v[SL_MAX_COLUMNS];
+    SL_TRY(parse_payload(&r->schema, f + SLR_FRAME_HEADER, len, i, sh->path, v, &scratch));
+    for (int c = 0; c < r->schema.ncols; c++) {
+        const slr_column *col = &r->schema.col[c];
+        if (v[c].raw != bytes[c])
+            BAD("%s: record %llu: column \"%s\" holds %llu bytes where its batch row holds %zu",
+                sh->path, (unsigned long long)i, col->name, (unsigned long long)v[c].raw,
+                bytes[c]);
+        if (v[c].scratch_off != UINT64_MAX)
+            SL_TRY(inflate_col(rec, col, &v[c], dst[c], i, sh->path));
+        else if (v[c].raw)
+            memcpy(dst[c], v[c].data, (size_t)v[c].raw);
+    }
+    return SL_OK;
 }
 
 int sl_record__copy_size(const sl_reader *r, uint64_t i, size_t *size) {

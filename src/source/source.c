@@ -135,6 +135,12 @@ int sl_source__read(sl_source *s, sl_source_cursor *cur, uint64_t i, sl_sample *
     return rc;
 }
 
+int sl_source__read_cols(sl_source *s, sl_source_cursor *cur, uint64_t i, void *const *dst,
+                         const size_t *bytes) {
+    assert(i < s->count && s->vt->read_cols);
+    return s->vt->read_cols(s, cur, i, dst, bytes);
+}
+
 void sl_source__locate(sl_source *s, uint64_t i, char *buf, size_t cap) {
     if (s->vt->locate)
         s->vt->locate(s, i, buf, cap);

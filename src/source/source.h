@@ -162,6 +162,14 @@ typedef struct sl_source_vtbl {
     void (*cursor_free)(sl_source *src, sl_source_cursor *cur);
     /* Read record i (< count) into `out`; see the contract above. */
     int (*read)(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample *out);
+    /* Optional: read record i (< count) straight into caller memory: column
+     * k's bytes to dst[k], which holds exactly bytes[k] (the dtype and shape
+     * col[k] declares, which must then be fixed). The same checks and errors
+     * as read() (contract 4); dst may be partly written on error. The
+     * executor reads whole batches this way when nothing runs per sample
+     * (layout.c, read_rows): no sample, no tensor, no second copy. */
+    int (*read_cols)(sl_source *src, sl_source_cursor *cur, uint64_t i, void *const *dst,
+                     const size_t *bytes);
     /* Optional: record i (< count) will be read soon (contract 6). The
      * executor calls it with `far` = 1 some records ahead (bring in what
      * locates the record: an index entry), then with `far` = 0 a few records
@@ -237,6 +245,9 @@ int sl_source__cursor_open(sl_source *s, sl_source_alloc_fn alloc, void *ctx,
 void sl_source__cursor_free(sl_source *s, sl_source_cursor *cur);
 /* read() plus the contract checks debug builds make. */
 int sl_source__read(sl_source *s, sl_source_cursor *cur, uint64_t i, sl_sample *out);
+/* read_cols(), which the source must have. */
+int sl_source__read_cols(sl_source *s, sl_source_cursor *cur, uint64_t i, void *const *dst,
+                         const size_t *bytes);
 /* The implementation's prefetch() hint, if it has one. */
 static inline void sl_source__prefetch(sl_source *s, uint64_t i, int far) {
     if (s->vt->prefetch)

@@ -117,6 +117,13 @@ static int slr_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample
     return SL_OK;
 }
 
+static int slr_read_cols(sl_source *src, sl_source_cursor *cur, uint64_t i, void *const *dst,
+                         const size_t *bytes) {
+    slr_source *s = (slr_source *)src;
+    return sl_record__read_cols(s->reader, i, ((slr_cursor *)cur)->rec,
+                                !(s->reader->flags & SL_READ_NO_VERIFY), dst, bytes);
+}
+
 static void slr_prefetch(sl_source *src, uint64_t i, int far) {
     sl_record__prefetch(((slr_source *)src)->reader, i, far != 0);
 }
@@ -152,6 +159,7 @@ static const sl_source_vtbl slr_vtbl = {
     .cursor_open = slr_cursor_open,
     .cursor_free = slr_cursor_free,
     .read = slr_read,
+    .read_cols = slr_read_cols,
     .prefetch = slr_prefetch,
     .index_column = slr_index_column,
     .describe = slr_describe,

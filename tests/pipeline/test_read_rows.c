@@ -1,0 +1,227 @@
+/* test_read_rows.c — readers that read each record straight into its batch
+ * row (layout.c, choose_read_rows) give the batches of the per-sample path:
+ * every column type a fixed-shape .slr can hold (uint8 and float32 arrays, a
+ * zstd column, int64 and float64 scalars), several shards, shuffled, a partial
+ * last batch and drop_remainder, 1 to 3 threads.
+ * A damaged record fails its batch with an error naming the file and the
+ * record, after every batch before it was delivered intact. */
+#include "pipe_util.h"
+#include "core/core.h"
+#include "pipeline/pipeline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N 300
+#define MAXB 64
+
+/* n records: x uint8[28,28], y float32[3] (zstd), label int64, w float64,
+ * in shards of about 40 KB. Record i's x starts with "rec-%05d". */
+static void make_fixed_slr(const char *path, int n) {
+    sl_schema *sc;
+    ASSERT_OK(sl_schema_create(&sc));
+    int64_t xs[2] = {28, 28}, ys[1] = {3};
+    ASSERT_OK(sl_schema_add(sc, "x", SL_COL_ARRAY, SL_U8, 2, xs, 0));
+    ASSERT_OK(sl_schema_add(sc, "y", SL_COL_ARRAY, SL_F32, 1, ys, SL_COLF_ZSTD));
+    ASSERT_OK(sl_schema_add(sc, "label", SL_COL_INT64, SL_DTYPE_INVALID, 0, NULL, 0));
+    ASSERT_OK(sl_schema_add(sc, "w", SL_COL_FLOAT64, SL_DTYPE_INVALID, 0, NULL, 0));
+    sl_writer *w;
+    sl_writer_options o = SL_WRITER_OPTIONS_INIT;
+    o.fsync = 0;
+    o.shard_bytes = 40 << 10;
+    ASSERT_OK(sl_writer_open(&w, path, sc, &o));
+    for (int i = 0; i < n; i++) {
+        uint8_t x[784];
+        for (int k = 0; k < 784; k++)
+            x[k] = (uint8_t)(sl_mix64((uint64_t)i * 784 + (uint64_t)k) & 0xff);
+        snprintf((char *)x, 16, "rec-%05d", i);
+        float y[3] = {(float)i, (float)i * 0.5f, -(float)i};
+        int64_t label = i % 10;
+        double wt = 1.0 / (i + 1);
+        sl_tensor cols[4];
+        sl_tensor_view(&cols[0], x, SL_U8, 2, xs);
+        sl_tensor_view(&cols[1], y, SL_F32, 1, ys);
+        sl_tensor_view(&cols[2], &label, SL_I64, 0, NULL);
+        sl_tensor_view(&cols[3], &wt, SL_F64, 0, NULL);
+        ASSERT_OK(sl_writer_append(w, cols, 4));
+    }
+    ASSERT_OK(sl_writer_close(w));
+    sl_writer_free(w);
+    sl_schema_free(sc);
+}
+
+typedef struct result {
+    uint64_t dig[2][MAXB];
+    int nb[2];
+    int read_rows;
+    char explain[8192];
+} result;
+
+static void run(const char *path, const char *ops_json, int threads, int rows, result *r) {
+    char json[2048];
+    snprintf(json, sizeof json,
+             "{\"source\": {\"path\": \"%s\", \"shuffle\": true, \"parallel\": %d}, \"seed\": 5, "
+             "\"epochs\": 2, \"ops\": [%s]}",
+             path, threads, ops_json);
+    if (rows)
+        unsetenv("SLUICE_READ_ROWS");
+    else
+        setenv("SLUICE_READ_ROWS", "0", 1);
+    sl_spec *spec;
+    ASSERT_OK(sl_spec_from_json(&spec, json));
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    unsetenv("SLUICE_READ_ROWS");
+    sl_spec_free(spec);
+    r->read_rows = p->read_rows;
+    ASSERT_OK(sl_pipeline_explain(p, r->explain, sizeof r->explain, NULL));
+    for (int e = 0; e < 2; e++)
+        r->nb[e] = pu_run_epoch(p, r->dig[e], MAXB);
+    sl_pipeline_free(p);
+}
+
+static void check_same(const char *path, const char *ops_json, int want_batches) {
+    result off, on;
+    run(path, ops_json, 1, 0, &off);
+    ASSERT_EQ(off.read_rows, 0);
+    ASSERT(!strstr(off.explain, "straight into its batch row"));
+    ASSERT_EQ(off.nb[0], want_batches);
+    for (int threads = 1; threads <= 3; threads++) {
+        run(path, ops_json, threads, 1, &on);
+        ASSERT_EQ(on.read_rows, 1);
+        ASSERT_CONTAINS(on.explain, "reading: each record straight into its batch row");
+        for (int e = 0; e < 2; e++) {
+            ASSERT_EQ(on.nb[e], off.nb[e]);
+            for (int i = 0; i < on.nb[e] && i < MAXB; i++)
+                ASSERT_U64_EQ(on.dig[e][i], off.dig[e][i]);
+        }
+    }
+    ASSERT(off.dig[0][0] != off.dig[1][0]); /* reshuffled: the digests can differ */
+}
+
+SL_TEST(pipeline_read_rows__same_batches_as_per_sample) {
+    char path[512];
+    sl_test_path(path, sizeof path, "fixed");
+    make_fixed_slr(path, N);
+    check_same(path, "{\"op\": \"batch\", \"size\": 64}", 5); /* 4 x 64 + 44 */
+    check_same(path, "{\"op\": \"batch\", \"size\": 64, \"drop_remainder\": true}", 4);
+    check_same(path, "{\"op\": \"batch\", \"size\": 50}, {\"op\": \"prefetch\", \"depth\": 3}",
+               6);
+    /* an op of its own stage: the samples go to it, the readers read samples */
+    result r;
+    run(path, "{\"op\": \"cast\", \"column\": \"x\", \"dtype\": \"float32\"}, "
+              "{\"op\": \"batch\", \"size\": 50}", 2, 1, &r);
+    ASSERT_EQ(r.read_rows, 0);
+    ASSERT_EQ(r.nb[0], 6);
+}
+
+/* The values themselves, not only their agreement with the other path. */
+SL_TEST(pipeline_read_rows__rows_hold_their_records) {
+    char path[512];
+    sl_test_path(path, sizeof path, "fixed");
+    make_fixed_slr(path, N);
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"source\": {\"path\": \"%s\", \"shuffle\": true, \"parallel\": 2}, "
+             "\"ops\": [{\"op\": \"batch\", \"size\": 32}]}", path);
+    sl_spec *spec;
+    ASSERT_OK(sl_spec_from_json(&spec, json));
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    sl_spec_free(spec);
+    ASSERT_EQ(p->read_rows, 1);
+    int seen[N] = {0};
+    sl_batch *b;
+    int rc;
+    while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
+        const sl_tensor *x = sl_batch_column(b, sl_batch_find(b, "x"));
+        const sl_tensor *y = sl_batch_column(b, sl_batch_find(b, "y"));
+        const sl_tensor *l = sl_batch_column(b, sl_batch_find(b, "label"));
+        const sl_tensor *w = sl_batch_column(b, sl_batch_find(b, "w"));
+        ASSERT(x && y && l && w);
+        ASSERT_EQ(x->ndim, 3);
+        ASSERT_EQ(x->shape[0], sl_batch_size(b));
+        ASSERT_EQ(x->shape[1], 28);
+        ASSERT_EQ(y->dtype, SL_F32);
+        ASSERT_EQ(l->dtype, SL_I64);
+        ASSERT_EQ(l->ndim, 1);
+        ASSERT_EQ(w->dtype, SL_F64);
+        for (int64_t r = 0; r < sl_batch_size(b); r++) {
+            const uint8_t *xr = (const uint8_t *)x->data + r * 784;
+            int i = atoi((const char *)xr + 4);
+            ASSERT(i >= 0 && i < N);
+            seen[i]++;
+            ASSERT_EQ(xr[783], (uint8_t)(sl_mix64((uint64_t)i * 784 + 783) & 0xff));
+            const float *yr = (const float *)y->data + r * 3;
+            ASSERT(yr[0] == (float)i && yr[1] == (float)i * 0.5f && yr[2] == -(float)i);
+            ASSERT_EQ(((const int64_t *)l->data)[r], i % 10);
+            ASSERT(((const double *)w->data)[r] == 1.0 / (i + 1));
+        }
+        sl_batch_release(b);
+    }
+    ASSERT_RC(rc, SL_END);
+    for (int i = 0; i < N; i++)
+        ASSERT_EQ(seen[i], 1);
+    sl_pipeline_free(p);
+}
+
+/* Flip one byte of record i's x column (found by its "rec-%05d" mark). */
+static void damage(const char *dir, int i) {
+    for (int s = 0; s < 64; s++) {
+        char shard[600];
+        snprintf(shard, sizeof shard, "%s/shard-%05d.slr", dir, s);
+        FILE *f = fopen(shard, "r+b");
+        if (!f)
+            continue;
+        fseek(f, 0, SEEK_END);
+        long size = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        char *data = malloc((size_t)size);
+        ASSERT_EQ(fread(data, 1, (size_t)size, f), size);
+        char mark[16];
+        snprintf(mark, sizeof mark, "rec-%05d", i);
+        char *hit = memmem(data, (size_t)size, mark, strlen(mark));
+        if (hit) {
+            fseek(f, (long)(hit - data) + 100, SEEK_SET);
+            fputc(hit[100] ^ 0x5a, f);
+        }
+        fclose(f);
+        free(data);
+        if (hit)
+            return;
+    }
+    ASSERT(!"record mark not found");
+}
+
+SL_TEST(pipeline_read_rows__damaged_record_fails_its_batch_only) {
+    char path[512];
+    sl_test_path(path, sizeof path, "fixed");
+    make_fixed_slr(path, N);
+    damage(path, 137);
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"source\": {\"path\": \"%s\", \"parallel\": 2}, "
+             "\"ops\": [{\"op\": \"batch\", \"size\": 16}]}", path);
+    sl_spec *spec;
+    ASSERT_OK(sl_spec_from_json(&spec, json));
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    sl_spec_free(spec);
+    ASSERT_EQ(p->read_rows, 1);
+    int next = 0, rc;
+    sl_batch *b;
+    while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
+        const sl_tensor *x = sl_batch_column(b, sl_batch_find(b, "x"));
+        for (int64_t r = 0; r < sl_batch_size(b); r++, next++)
+            ASSERT_EQ(atoi((const char *)x->data + r * 784 + 4), next);
+        sl_batch_release(b);
+    }
+    /* batches 0..7 (records 0..127) came whole; the one holding 137 failed */
+    ASSERT_EQ(next, 128);
+    ASSERT_RC(rc, SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "record 137");
+    ASSERT_CONTAINS(sl_errmsg(), "checksum mismatch");
+    ASSERT_CONTAINS(sl_errmsg(), ".slr");
+    sl_pipeline_free(p);
+}
