@@ -40,6 +40,9 @@ import statistics
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from py_common import static_link_args  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FM = "/usr/share/datasets/fashion-mnist"
 DEPTHS = [2, 8]
@@ -84,14 +87,9 @@ def slr_spec(path, ops, batch, source_par=None, depth=None, op_par=None):
 
 def build_skew(build, work):
     exe = os.path.join(work, "autotune_skew")
-    libs = subprocess.run(
-        "pkg-config --libs libturbojpeg libjpeg libzstd libpng libcjson zlib libwebp "
-        "libprotobuf-c; pkg-config --libs spng 2>/dev/null || true",
-        shell=True, capture_output=True, text=True).stdout.split()
     subprocess.run(["cc", "-O2", "-std=c11", "-D_GNU_SOURCE", "-I" + os.path.join(REPO, "include"),
-                    os.path.join(REPO, "bench", "autotune_skew.c"),
-                    os.path.join(build, "libsluice.a")] + libs +
-                   ["-lxxhash", "-lpthread", "-lm", "-ldl", "-o", exe], check=True)
+                    os.path.join(REPO, "bench", "autotune_skew.c")] + static_link_args(build) +
+                   ["-o", exe], check=True)
     return exe
 
 

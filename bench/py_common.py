@@ -139,3 +139,12 @@ def machine():
     except OSError:
         pass
     return {"nproc": os.cpu_count(), "cpu": model, "load": os.getloadavg()[0]}
+
+
+def static_link_args(build):
+    """What a C program linked against BUILD/libsluice.a needs after it."""
+    libs = subprocess.run(
+        "pkg-config --libs libturbojpeg libjpeg libzstd libpng libcjson zlib libwebp "
+        "libprotobuf-c; pkg-config --libs spng 2>/dev/null || true",
+        shell=True, capture_output=True, text=True).stdout.split()
+    return [os.path.join(build, "libsluice.a")] + libs + ["-lxxhash", "-lpthread", "-lm", "-ldl"]

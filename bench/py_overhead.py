@@ -22,7 +22,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from py_common import PY, REPO, env_with_sluice, json_lines, machine, med_spread  # noqa: E402
+from py_common import (PY, REPO, env_with_sluice, json_lines, machine, med_spread,  # noqa: E402
+                       static_link_args)
 
 ROOT = "/usr/share/datasets/fashion-mnist"
 
@@ -75,13 +76,8 @@ print(json.dumps({k: statistics.median(v) for k, v in rates.items()}))
 
 def build_consumer(build, work):
     exe = os.path.join(work, "py_c_consumer")
-    libs = ["-lturbojpeg", "-ljpeg", "-lzstd", "-lpng", "-lcjson", "-lz", "-lwebp", "-lxxhash", "-lm", "-lpthread",
-            "-ldl"]
-    if subprocess.run(["pkg-config", "--exists", "spng"]).returncode == 0:
-        libs.insert(0, "-lspng")
     subprocess.run(["cc", "-O2", "-o", exe, os.path.join(REPO, "bench", "py_c_consumer.c"),
-                    "-I", os.path.join(REPO, "include"), os.path.join(build, "libsluice.a")] + libs,
-                   check=True)
+                    "-I", os.path.join(REPO, "include")] + static_link_args(build), check=True)
     return exe
 
 

@@ -1129,7 +1129,11 @@ SL_API int sl_pipeline_next(sl_pipeline *p, sl_batch **out);
 SL_API int sl_pipeline_next_timeout(sl_pipeline *p, sl_batch **out, int timeout_ms);
 /** Go to the start of epoch `epoch`. Free when the pipeline is already there
  *  (nothing of that epoch consumed yet); otherwise the queued work is dropped
- *  and the stages restart at the new position. Since 0.1 */
+ *  and the stages restart at the new position. In a loop (the previous call
+ *  asked for epoch-1) the source then reads on into epoch+1 while `epoch` is
+ *  consumed, so that set_epoch(epoch+1) at its end finds batches ready;
+ *  sl_pipeline_next still returns SL_END at the end of `epoch` until then.
+ *  Since 0.1 */
 SL_API int sl_pipeline_set_epoch(sl_pipeline *p, uint64_t epoch);
 /** The epoch of the next batch sl_pipeline_next will return. Since 0.1 */
 SL_API uint64_t sl_pipeline_epoch(const sl_pipeline *p);

@@ -233,8 +233,13 @@ static void prepare_next_perm(sl_pipeline *p) {
         ne++;
         nr = 0;
     }
-    if (ne >= p->src_end_epoch)
-        return; /* the source will park: nothing to prepare for */
+    /* Also for the epoch right after the one the source will park at:
+     * built here, off the source lock, it is ready if the source goes on
+     * there; built there, the first batch of that epoch waits for it under
+     * the lock (0.3 ms for Fashion-MNIST's 60,000 records, 4% of its 8 ms
+     * epoch). At most one order is built in vain, at the end of a run. */
+    if (ne > sl_pipeline__src_limit(p))
+        return;
     p->next_building = 1;
     pthread_mutex_unlock(&p->src_mu);
     fill_perm(p, p->perm_next, ne, nr); /* perm_next is ours while building */
@@ -457,7 +462,7 @@ static void *source_main(void *arg) {
             c->kind = SL_CHUNK_END;
             p->src_epoch++;
             p->src_pos = 0;
-            if (p->src_epoch >= p->src_end_epoch)
+            if (p->src_epoch >= sl_pipeline__src_limit(p))
                 p->src_parked = 1;
             pthread_mutex_unlock(&p->src_mu);
             if (sl_queue__push(&st->out, c->seq, c, 1, NULL) < 0) {

@@ -10,7 +10,10 @@
  *   AT_END --next(), e+1 < src_end_epoch--> RUNNING (batches of e+1 were
  *            already being prepared: no restart)
  *   AT_END --next(), no more epochs--> AT_END (SL_END again)
- *   any --set_epoch(e) at the start of e--> same state, src_end_epoch >= e+1
+ *   any --set_epoch(e) at the start of e--> same state, src_end_epoch >= e+1;
+ *            after set_epoch(e-1) (a loop over epochs) the source reads
+ *            e+1 ahead (src_ahead_epoch), which the consumer gets only
+ *            after set_epoch(e+1)
  *   any --set_epoch elsewhere / restore_state--> stop + restart at the
  *            position (sl_pipeline__stop, then start on the next call)
  *   RUNNING --next() gets ERROR--> FAILED (every call returns the error)
@@ -419,19 +422,33 @@ static void restart_at(sl_pipeline *p, uint64_t epoch, const sl_resume *r, uint6
     pthread_mutex_lock(&p->src_mu);
     if (p->src_end_epoch < epoch + 1)
         p->src_end_epoch = epoch + 1;
+    p->src_ahead_epoch = 0;
     p->perm_valid = 0;
     p->next_ready = 0;
     pthread_mutex_unlock(&p->src_mu);
 }
 
 int sl_pipeline_set_epoch(sl_pipeline *p, uint64_t epoch) {
+    /* Read ahead only in a loop over epochs (this call asks for the epoch
+     * after the last call's): a single jump reads no epoch it was not asked
+     * for, and user maps see no call for it. */
+    int loop = p->set_epochs > 0 && epoch == p->last_set_epoch + 1;
+    p->set_epochs++;
+    p->last_set_epoch = epoch;
+    uint64_t ahead = loop ? epoch + 2 : 0;
     int fresh = p->cons_epoch == epoch && p->last.batch == 0 && p->last.pos == 0 &&
                 p->replay_skip == 0 && (p->running || (p->start.epoch == epoch && p->start.pos == 0));
     if (fresh) {
         pthread_mutex_lock(&p->src_mu);
         if (p->src_end_epoch < epoch + 1)
             p->src_end_epoch = epoch + 1;
-        if (p->src_parked && p->src_epoch < p->src_end_epoch) {
+        /* Read one epoch ahead: a loop calling set_epoch(e + 1) after epoch
+         * e finds its first batches ready instead of waiting for the source
+         * to start again (the consumer still gets SL_END at e's end until
+         * it asks for e + 1; any other call restarts and drops them). */
+        if (p->src_ahead_epoch < ahead)
+            p->src_ahead_epoch = ahead;
+        if (p->src_parked && p->src_epoch < sl_pipeline__src_limit(p)) {
             p->src_parked = 0;
             pthread_cond_broadcast(&p->src_cv);
         }
@@ -443,6 +460,7 @@ int sl_pipeline_set_epoch(sl_pipeline *p, uint64_t epoch) {
     memset(&r, 0, sizeof r);
     r.epoch = epoch;
     restart_at(p, epoch, &r, 0);
+    p->src_ahead_epoch = ahead; /* as above (the threads are stopped) */
     p->last = r;
     return SL_OK;
 }

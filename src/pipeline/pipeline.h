@@ -406,6 +406,12 @@ struct sl_pipeline {
     pthread_mutex_t src_mu;
     pthread_cond_t src_cv;        /* unpark */
     uint64_t src_epoch, src_pos, src_end_epoch, src_seq;
+    uint64_t src_ahead_epoch;     /* the source reads epochs below the larger of
+                                     this and src_end_epoch; the consumer gets
+                                     only those below src_end_epoch
+                                     (sl_pipeline_set_epoch reads one ahead) */
+    uint64_t set_epochs;          /* set_epoch calls so far */
+    uint64_t last_set_epoch;      /* the epoch the last one asked for */
     int src_parked;
     uint64_t *perm;
     uint64_t perm_epoch, perm_rep;
@@ -483,6 +489,11 @@ struct sl_pipeline {
                                      fixed-shape columns only */
     sl_device_state *dev;         /* NULL: batches stay in host memory */
 };
+
+/* The first epoch the source may not read yet (src_mu held). */
+static inline uint64_t sl_pipeline__src_limit(const struct sl_pipeline *p) {
+    return p->src_ahead_epoch > p->src_end_epoch ? p->src_ahead_epoch : p->src_end_epoch;
+}
 
 /* ---- collate.c: samples into batches ------------------------------------------------ */
 /* A batch being filled one sample at a time (the final stage). */

@@ -212,6 +212,66 @@ SL_TEST(pipeline_exec__threads_persist_across_epochs) {
     sl_spec_free(spec);
 }
 
+/* The set_epoch loop (the Python module's): from its second call on, the
+ * source reads the next epoch ahead while one is consumed, the consumer
+ * still gets SL_END at the end of the epoch it asked for, and the batches
+ * read ahead are exactly that next epoch's (a fresh pipeline's), or dropped
+ * when another epoch is asked for. A single set_epoch reads nothing ahead. */
+SL_TEST(pipeline_exec__set_epoch_reads_the_next_epoch_ahead) {
+    uint64_t fresh[6][8];
+    for (int e = 0; e < 6; e++) { /* each epoch from a pipeline of its own */
+        sl_spec *spec = pu_memory_spec(300);
+        ASSERT_OK(sl_spec_set_shuffle(spec, 1));
+        ASSERT_OK(sl_spec_set_threads(spec, 2));
+        ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 50}"));
+        sl_pipeline *p;
+        ASSERT_OK(sl_pipeline_create(&p, spec));
+        sl_spec_free(spec);
+        ASSERT_OK(sl_pipeline_set_epoch(p, (uint64_t)e));
+        ASSERT_EQ(pu_run_epoch(p, fresh[e], 8), 6);
+        sl_pipeline_free(p);
+    }
+    sl_spec *spec = pu_memory_spec(300);
+    ASSERT_OK(sl_spec_set_shuffle(spec, 1));
+    ASSERT_OK(sl_spec_set_threads(spec, 2));
+    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 50}"));
+    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"prefetch\", \"depth\": 8}"));
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    sl_spec_free(spec);
+    uint64_t d[8], started = 0;
+    for (int e = 0; e < 3; e++) {
+        ASSERT_OK(sl_pipeline_set_epoch(p, (uint64_t)e));
+        ASSERT_EQ(pu_run_epoch(p, d, 8), 6);
+        for (int i = 0; i < 6; i++)
+            ASSERT_U64_EQ(d[i], fresh[e][i]);
+        sl_batch *b;
+        ASSERT_RC(sl_pipeline_next(p, &b), SL_END); /* not e + 1 before it is asked for */
+        sl_pipeline_stats st;
+        if (e == 0) { /* one set_epoch is no loop yet: nothing read ahead */
+            usleep(20000);
+            ASSERT_OK(sl_pipeline_stats_get(p, &st));
+            ASSERT_U64_EQ(st.stage[0].elements, 300);
+            started = st.threads_started;
+            continue;
+        }
+        /* in the loop, the source is reading e + 1: more than e + 1 epochs read */
+        double t0 = pu_now();
+        do {
+            usleep(1000);
+            ASSERT_OK(sl_pipeline_stats_get(p, &st));
+        } while (st.stage[0].elements <= (uint64_t)(e + 1) * 300 && pu_now() - t0 < 10);
+        ASSERT(st.stage[0].elements > (uint64_t)(e + 1) * 300);
+        ASSERT_U64_EQ(st.threads_started, started); /* no restart between epochs */
+    }
+    /* epoch 3 was read ahead; asking for 5 instead drops it and restarts */
+    ASSERT_OK(sl_pipeline_set_epoch(p, 5));
+    ASSERT_EQ(pu_run_epoch(p, d, 8), 6);
+    for (int i = 0; i < 6; i++)
+        ASSERT_U64_EQ(d[i], fresh[5][i]);
+    sl_pipeline_free(p);
+}
+
 static int slow_map(sl_sample *s, sl_rng *rng, void *user) {
     (void)s;
     (void)rng;
