@@ -188,14 +188,13 @@ int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want,
     return 1;
 }
 
-/* The spare is not in the memory plan or the batch pool's reserve: while
- * parked it holds nothing, and the pipeline's resident memory stays what the
- * budget's workers need (a 38.5 MB batch of the image pipeline is not taken
- * for a thread that may never run). When exploration wakes it on a stage
- * that makes batches, a batch it makes past the reserve is an extra buffer,
- * freed on release (pools.c), a cost the exploration's measurement sees. No
- * spare where the memory limit already cut the stage, or where one more
- * batch would not fit under it.
+/* The spare is not in the memory plan: while parked it holds nothing, and a
+ * stage making large batches (the image pipeline's 38.5 MB) gets none (see
+ * below). Where it makes small batches, its batch and its slots are in the
+ * batch pool's reserve (reserve_batch_buffers runs after this), so that they
+ * are cached, not made and unmapped per batch. No spare where the memory
+ * limit already cut the stage, or where one more batch would not fit under
+ * it.
  *
  * Queue depth goes with it. The last stage's output queue (the batches
  * ready for the consumer) holds `qcap` batches; its workers push in order,
@@ -209,7 +208,14 @@ int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want,
  * spare's batch and the slots must fit under it). A stage making batches
  * gets a spare only when its batch and the slots take under 1/64 of the
  * limit (Fashion-MNIST's 200 KB batches, not the image pipeline's 38.5 MB
- * ones). */
+ * ones).
+ *
+ * The same slots also serve the budget's own workers when they stall on
+ * order (deep_for_order): a worker that finished batch head + qcap waits for
+ * the one making head (descheduled, on a machine whose cores are all given
+ * out) while the consumer waits for data. Fashion-MNIST, 2 readers, batch
+ * 256, 33,000 batches/s: 13% of the readers' time so behind the default 2
+ * slots; 5% more samples/s behind 8. */
 #define SPARE_SLOTS 6
 
 int sl_pipeline__tune_spare(sl_pipeline *p) {
@@ -240,6 +246,24 @@ int sl_pipeline__tune_spare(sl_pipeline *p) {
     return SL_OK;
 }
 
+/* Whether the consumer's queue should use its spare slots for the budget's
+ * workers: the consumer waited for data (not consumer_bound) while those
+ * workers waited for room in the queue for over 5% of their time in the
+ * interval of `dt` ns. Once true it stays: the slots were checked against
+ * the memory limit and reserved when they were made, and a consumer that
+ * later slows down loses nothing to them. */
+static int deep_for_order(sl_pipeline *p, int consumer_bound, uint64_t dt) {
+    sl_stage *last = &p->stage[p->nstages - 1];
+    uint64_t wo = atomic_load(&last->wait_out_ns);
+    uint64_t d = wo - last->tune_wait_out;
+    last->tune_wait_out = wo;
+    int active = atomic_load(&last->active);
+    if (!p->tune.deep && !consumer_bound && dt > 0 && active > 0 &&
+        (double)d > 0.05 * (double)dt * (double)active)
+        p->tune.deep = 1;
+    return p->tune.deep;
+}
+
 void sl_pipeline__autotune(sl_pipeline *p) {
     uint64_t now = sl__now_ns();
     if (now - p->last_tune_ns < TICK_NS)
@@ -257,6 +281,7 @@ void sl_pipeline__autotune(sl_pipeline *p) {
     int consumer_bound = p->last_tune_ns &&
                          (double)(cwait - p->tune.consumer_wait) < 0.10 * (double)(now - p->last_tune_ns);
     p->tune.consumer_wait = cwait;
+    uint64_t dt = p->last_tune_ns ? now - p->last_tune_ns : 0;
     p->last_tune_ns = now;
     p->tune.batches = batches;
     p->tune.samples = samples;
@@ -317,16 +342,22 @@ void sl_pipeline__autotune(sl_pipeline *p) {
     for (int s = 0; s < p->nstages && !consumer_bound; s++)
         if (is_auto[s] && (top < 0 || cost[s] > cost[top]))
             top = s;
-    if (sl_pipeline__tune_step(&p->tune, p->nstages, cur, want, maxw, top, rate, now, next)) {
+    sl_stage *last = &p->stage[p->nstages - 1];
+    int slots = last->autotune && last->out.cap > (size_t)last->qcap;
+    int deep = slots && deep_for_order(p, consumer_bound, dt);
+    int moved = sl_pipeline__tune_step(&p->tune, p->nstages, cur, want, maxw, top, rate, now, next);
+    /* the spare's slots in the consumer's queue (sl_pipeline__tune_spare): in
+     * use while the spare works (set before it is woken), or for order */
+    if (slots) {
+        int spare_on = (moved ? next[p->nstages - 1] : cur[p->nstages - 1]) > p->ncpus;
+        size_t limit = (size_t)last->qcap + (spare_on || deep ? SPARE_SLOTS : 0);
+        if (limit != sl_queue__limit(&last->out))
+            sl_queue__set_limit(&last->out, limit);
+    }
+    if (moved) {
         for (int s = 0; s < p->nstages; s++)
             if (p->stage[s].autotune && next[s] > 0)
                 atomic_store(&p->stage[s].active, next[s]);
-        /* the spare's slots in the consumer's queue (sl_pipeline__tune_spare):
-         * in use while the spare works, before it is woken */
-        sl_stage *last = &p->stage[p->nstages - 1];
-        if (last->autotune && last->out.cap > (size_t)last->qcap)
-            sl_queue__set_limit(&last->out, (size_t)last->qcap +
-                                                (next[p->nstages - 1] > p->ncpus ? SPARE_SLOTS : 0));
         pthread_mutex_lock(&p->tune_mu);
         pthread_cond_broadcast(&p->tune_cv);
         pthread_mutex_unlock(&p->tune_mu);

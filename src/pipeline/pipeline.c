@@ -202,9 +202,9 @@ static uint64_t needed_positions(const sl_pipeline *p) {
 static int reserve_batch_buffers(sl_pipeline *p) {
     if (p->plan.batch_size <= 0)
         return SL_OK;
-    size_t count = 2;
+    size_t count = 2; /* workers (a spare of small batches too) and queue slots */
     for (int s = p->fuse_batch ? p->collate_stage : p->nstages - 1; s < p->nstages; s++)
-        count += (size_t)p->stage[s].workers + (size_t)p->stage[s].qcap;
+        count += (size_t)p->stage[s].workers + p->stage[s].out.cap;
     const sl_colset *cols = &p->plan.out_cols;
     for (int c = 0; c < cols->ncols; c++) {
         const sl_colinfo *ci = &cols->col[c];
@@ -271,8 +271,8 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     p->chunk_cap = 128;
     SL_CHECK(sl_pipeline__layout(p));
     SL_CHECK(sl_pipeline__memory_plan(p));
-    SL_CHECK(reserve_batch_buffers(p));
     SL_CHECK(sl_pipeline__tune_spare(p));
+    SL_CHECK(reserve_batch_buffers(p));
     SL_CHECK(hash_spec(p->spec, &p->spec_hash));
     p->src_end_epoch = (uint64_t)p->spec->epochs;
     *out = p;

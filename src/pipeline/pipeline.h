@@ -347,6 +347,7 @@ struct sl_stage {
     _Atomic uint64_t phase_ns[SL_STAGE_NPHASES], phase_samples;
     uint64_t seq_out;             /* sequential stages: next output seq */
     uint64_t tune_busy, tune_elements; /* autotune: totals at the last tick */
+    uint64_t tune_wait_out;       /* autotune: wait_out_ns at the last tick */
     double tune_cost;             /* autotune: last measured ns per sample (0: none) */
     int spare;                    /* the last worker is autotune's spare (parked
                                      until exploration wakes it) */
@@ -376,6 +377,8 @@ typedef struct sl_tune {
     uint64_t explore_after;       /* no exploration before this time */
     int failed;                   /* explorations not kept in a row */
     int explored, kept;           /* counts (tests) */
+    int deep;                     /* the consumer's queue uses its spare slots
+                                     for ordering stalls (autotune.c) */
 } sl_tune;
 
 /* Sequential-op state of the final stage, also what a saved state restores. */

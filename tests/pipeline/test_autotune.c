@@ -335,3 +335,57 @@ SL_TEST(pipeline_autotune__collate_stage_gets_the_workers) {
     sl_pipeline_free(p);
     sl_spec_free(spec);
 }
+
+/* Every 8th batch of 8 is slow (its first sample sleeps 4 ms): the worker
+ * making it holds the queue's head while the others fill the slots after it
+ * and wait, and the consumer waits for the head. */
+static int slow_every_8th_batch(sl_sample *s, sl_rng *rng, void *user) {
+    (void)rng;
+    (void)user;
+    if (s->index % 64 == 0)
+        usleep(4000);
+    return SL_OK;
+}
+
+static sl_pipeline *order_stall_pipeline(void) {
+    sl_spec *spec = pu_memory_spec(6400);
+    ASSERT_OK(sl_spec_set_epochs(spec, 1000));
+    ASSERT_OK(sl_spec_add_map(spec, "slow8", slow_every_8th_batch, NULL));
+    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 8}"));
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    sl_spec_free(spec);
+    return p;
+}
+
+/* Workers that wait on order while the consumer waits for data get the
+ * consumer's queue's spare slots (small batches: they were made and
+ * reserved at create); a consumer that is the bottleneck does not cause it,
+ * though its workers wait for room all the time. */
+SL_TEST(pipeline_autotune__order_stalls_deepen_the_queue) {
+    for (int slow_consumer = 0; slow_consumer < 2; slow_consumer++) {
+        sl_pipeline *p = order_stall_pipeline();
+        sl_stage *last = &p->stage[p->nstages - 1];
+        ASSERT(last->autotune);
+        ASSERT(last->out.cap > (size_t)last->qcap); /* the spare's slots exist */
+        ASSERT_EQ(sl_queue__limit(&last->out), (size_t)last->qcap);
+        double t0 = pu_now();
+        sl_batch *b;
+        while (pu_now() - t0 < 1.5) {
+            int rc = sl_pipeline_next(p, &b);
+            if (rc == SL_END)
+                continue;
+            ASSERT_OK(rc);
+            sl_batch_release(b);
+            if (slow_consumer)
+                usleep(3000);
+        }
+        if (slow_consumer) {
+            ASSERT_EQ(p->tune.deep, 0);
+        } else {
+            ASSERT_EQ(p->tune.deep, 1);
+            ASSERT_EQ(sl_queue__limit(&last->out), last->out.cap);
+        }
+        sl_pipeline_free(p);
+    }
+}
