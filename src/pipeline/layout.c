@@ -43,14 +43,8 @@ static int pick_slot_col(const sl_colset *oc) {
     size_t best_bytes = 4095;
     for (int c = 0; c < oc->ncols; c++) {
         const sl_colinfo *ci = &oc->col[c];
-        if (ci->encoded || ci->dtype == SL_DTYPE_INVALID || ci->ndim < 0 ||
-            ci->ndim >= SL_MAX_DIMS)
-            continue;
-        size_t n = sl_dtype_size(ci->dtype);
-        int known = n > 0;
-        for (int d = 0; d < ci->ndim && known; d++)
-            known = ci->shape[d] >= 0 && sl__mul_ok(n, (size_t)ci->shape[d], &n);
-        if (known && n > best_bytes) {
+        size_t n = ci->ndim < SL_MAX_DIMS ? sl_pipeline__col_bytes(ci, 1) : 0;
+        if (n > best_bytes) {
             best = c;
             best_bytes = n;
         }
@@ -372,13 +366,9 @@ static void choose_read_rows(sl_pipeline *p) {
         return;
     for (int c = 0; c < in->ncols; c++) {
         const sl_colinfo *ci = &in->col[c];
-        if (ci->encoded || ci->dtype == SL_DTYPE_INVALID || ci->ndim < 0 ||
-            ci->ndim >= SL_MAX_DIMS)
-            return;
-        size_t n = sl_dtype_size(ci->dtype);
-        for (int d = 0; d < ci->ndim; d++)
-            if (ci->shape[d] < 0 || !sl__mul_ok(n, (size_t)ci->shape[d], &n))
-                return;
+        size_t n = ci->ndim < SL_MAX_DIMS ? sl_pipeline__col_bytes(ci, 1) : 0;
+        if (n == 0)
+            return; /* unknown, encoded, or empty: the per-sample path */
         p->row_bytes[c] = n;
     }
     p->read_rows = 1;

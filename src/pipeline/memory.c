@@ -30,9 +30,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Bytes of one element of column ci (times `lead`), 0 if its shape is not
- * known at plan time. */
-static size_t col_bytes(const sl_colinfo *ci, size_t lead) {
+size_t sl_pipeline__col_bytes(const sl_colinfo *ci, size_t lead) {
     if (ci->encoded || ci->dtype == SL_DTYPE_INVALID || ci->ndim < 0)
         return 0;
     size_t n = sl_dtype_size(ci->dtype);
@@ -142,7 +140,7 @@ int sl_pipeline__memory_plan(sl_pipeline *p) {
         size_t n = 0;
         int encoded = 0;
         for (int c = 0; cs && c < cs->ncols; c++) {
-            n += sl_pipeline__pools_class_size(col_bytes(&cs->col[c], 1));
+            n += sl_pipeline__pools_class_size(sl_pipeline__col_bytes(&cs->col[c], 1));
             encoded |= cs->col[c].encoded;
         }
         if (encoded) /* the stored record holds the encoded bytes */
@@ -154,7 +152,7 @@ int sl_pipeline__memory_plan(sl_pipeline *p) {
     char names[128] = "";
     size_t nl = 0;
     for (int c = 0; c < pl->out_cols.ncols; c++) {
-        size_t n = col_bytes(&pl->out_cols.col[c], (size_t)pl->batch_size);
+        size_t n = sl_pipeline__col_bytes(&pl->out_cols.col[c], (size_t)pl->batch_size);
         if (n == 0)
             continue;
         p->batch_bytes += sl_pipeline__pools_class_size(n);

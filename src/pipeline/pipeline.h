@@ -545,6 +545,9 @@ int sl_pipeline__layout(struct sl_pipeline *p);
  * before the batch pools are reserved); SL_ELIMIT when one batch, or the
  * fewest batches the pipeline can run with, does not fit. */
 int sl_pipeline__memory_plan(struct sl_pipeline *p);
+/* Bytes of one element of column ci (times `lead`): 0 when its dtype or a
+ * dim is not known at plan time, or it is encoded bytes (memory.c). */
+size_t sl_pipeline__col_bytes(const sl_colinfo *ci, size_t lead);
 /* Estimated bytes of one element of stage s's output queue: a batch, or a
  * chunk of samples (fixed-shape columns only). Any thread. */
 uint64_t sl_pipeline__elem_bytes(const struct sl_pipeline *p, int s);

@@ -5,6 +5,8 @@
 #include "test.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <xxhash.h>
 #include <time.h>
 #include <unistd.h>
@@ -123,6 +125,41 @@ static inline void make_slr(const char *path, int n) {
     ASSERT_OK(sl_writer_close(w));
     sl_writer_free(w);
     sl_schema_free(sc);
+}
+
+/* A pipeline from a spec JSON with one %s (a path) in it. */
+static inline sl_pipeline *pu_json_pipeline(const char *json_fmt, const char *path) {
+    char json[2048];
+    snprintf(json, sizeof json, json_fmt, path);
+    sl_spec *spec;
+    ASSERT_OK(sl_spec_from_json(&spec, json));
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    sl_spec_free(spec);
+    return p;
+}
+
+/* XOR the byte `at` bytes past the first `needle` in file `path` with `x`;
+ * 1 when the needle was there, 0 when not. */
+static inline int pu_patch_after(const char *path, const char *needle, long at, int x) {
+    FILE *f = fopen(path, "r+b");
+    if (!f)
+        return 0;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *data = malloc((size_t)size);
+    ASSERT(data);
+    ASSERT_EQ(fread(data, 1, (size_t)size, f), size);
+    char *hit = memmem(data, (size_t)size, needle, strlen(needle));
+    if (hit) {
+        ASSERT(hit - data + at < size);
+        fseek(f, (long)(hit - data) + at, SEEK_SET);
+        fputc(hit[at] ^ x, f);
+    }
+    fclose(f);
+    free(data);
+    return hit != NULL;
 }
 
 #endif

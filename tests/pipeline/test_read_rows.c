@@ -121,15 +121,9 @@ SL_TEST(pipeline_read_rows__rows_hold_their_records) {
     char path[512];
     sl_test_path(path, sizeof path, "fixed");
     make_fixed_slr(path, N);
-    char json[1024];
-    snprintf(json, sizeof json,
-             "{\"source\": {\"path\": \"%s\", \"shuffle\": true, \"parallel\": 2}, "
-             "\"ops\": [{\"op\": \"batch\", \"size\": 32}]}", path);
-    sl_spec *spec;
-    ASSERT_OK(sl_spec_from_json(&spec, json));
-    sl_pipeline *p;
-    ASSERT_OK(sl_pipeline_create(&p, spec));
-    sl_spec_free(spec);
+    sl_pipeline *p = pu_json_pipeline(
+        "{\"source\": {\"path\": \"%s\", \"shuffle\": true, \"parallel\": 2}, "
+        "\"ops\": [{\"op\": \"batch\", \"size\": 32}]}", path);
     ASSERT_EQ(p->read_rows, 1);
     int seen[N] = {0};
     sl_batch *b;
@@ -166,29 +160,14 @@ SL_TEST(pipeline_read_rows__rows_hold_their_records) {
     sl_pipeline_free(p);
 }
 
-/* Flip one byte of record i's x column (found by its "rec-%05d" mark). */
+/* Change one byte of record i's x column (found by its "rec-%05d" mark). */
 static void damage(const char *dir, int i) {
+    char mark[16];
+    snprintf(mark, sizeof mark, "rec-%05d", i);
     for (int s = 0; s < 64; s++) {
         char shard[600];
         snprintf(shard, sizeof shard, "%s/shard-%05d.slr", dir, s);
-        FILE *f = fopen(shard, "r+b");
-        if (!f)
-            continue;
-        fseek(f, 0, SEEK_END);
-        long size = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        char *data = malloc((size_t)size);
-        ASSERT_EQ(fread(data, 1, (size_t)size, f), size);
-        char mark[16];
-        snprintf(mark, sizeof mark, "rec-%05d", i);
-        char *hit = memmem(data, (size_t)size, mark, strlen(mark));
-        if (hit) {
-            fseek(f, (long)(hit - data) + 100, SEEK_SET);
-            fputc(hit[100] ^ 0x5a, f);
-        }
-        fclose(f);
-        free(data);
-        if (hit)
+        if (pu_patch_after(shard, mark, 100, 0x5a))
             return;
     }
     ASSERT(!"record mark not found");
@@ -199,15 +178,9 @@ SL_TEST(pipeline_read_rows__damaged_record_fails_its_batch_only) {
     sl_test_path(path, sizeof path, "fixed");
     make_fixed_slr(path, N);
     damage(path, 137);
-    char json[1024];
-    snprintf(json, sizeof json,
-             "{\"source\": {\"path\": \"%s\", \"parallel\": 2}, "
-             "\"ops\": [{\"op\": \"batch\", \"size\": 16}]}", path);
-    sl_spec *spec;
-    ASSERT_OK(sl_spec_from_json(&spec, json));
-    sl_pipeline *p;
-    ASSERT_OK(sl_pipeline_create(&p, spec));
-    sl_spec_free(spec);
+    sl_pipeline *p = pu_json_pipeline(
+        "{\"source\": {\"path\": \"%s\", \"parallel\": 2}, "
+        "\"ops\": [{\"op\": \"batch\", \"size\": 16}]}", path);
     ASSERT_EQ(p->read_rows, 1);
     int next = 0, rc;
     sl_batch *b;

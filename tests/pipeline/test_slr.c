@@ -4,41 +4,18 @@
 
 #include <stdio.h>
 
-/* Flip one byte inside record i's payload. */
+/* Change one byte inside record i's payload. */
 static void corrupt_record(const char *path, int i) {
-    FILE *f = fopen(path, "r+b");
-    ASSERT(f);
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *data = malloc((size_t)size);
-    ASSERT_EQ(fread(data, 1, (size_t)size, f), size);
     char needle[32];
     snprintf(needle, sizeof needle, "payload-%05d-00100", i);
-    char *hit = memmem(data, (size_t)size, needle, strlen(needle));
-    ASSERT(hit);
-    fseek(f, (long)(hit - data) + 3, SEEK_SET);
-    fputc('X', f);
-    fclose(f);
-    free(data);
-}
-
-static sl_pipeline *slr_pipeline(const char *json_fmt, const char *path) {
-    char json[1024];
-    snprintf(json, sizeof json, json_fmt, path);
-    sl_spec *spec;
-    ASSERT_OK(sl_spec_from_json(&spec, json));
-    sl_pipeline *p;
-    ASSERT_OK(sl_pipeline_create(&p, spec));
-    sl_spec_free(spec);
-    return p;
+    ASSERT(pu_patch_after(path, needle, 3, 'X' ^ needle[3]));
 }
 
 SL_TEST(pipeline_slr__reads_in_order) {
     char path[512];
     sl_test_path(path, sizeof path, "d.slr");
     make_slr(path, 100);
-    sl_pipeline *p = slr_pipeline(
+    sl_pipeline *p = pu_json_pipeline(
         "{\"source\": {\"path\": \"%s\"}, \"ops\": [{\"op\": \"batch\", \"size\": 8}]}", path);
     int64_t next = 0;
     sl_batch *b;
@@ -65,7 +42,7 @@ SL_TEST(pipeline_slr__filter_pushdown_skips_damaged_pages) {
     sl_test_path(path, sizeof path, "d.slr");
     make_slr(path, 200);
     corrupt_record(path, 13); /* label 3: filtered out below */
-    sl_pipeline *p = slr_pipeline(
+    sl_pipeline *p = pu_json_pipeline(
         "{\"source\": {\"path\": \"%s\", \"shuffle\": true}, \"ops\": [{\"op\": \"filter\", "
         "\"column\": \"label\", \"in\": [1, 2]}, {\"op\": \"batch\", \"size\": 7}]}",
         path);
@@ -91,7 +68,7 @@ SL_TEST(pipeline_slr__filter_pushdown_skips_damaged_pages) {
     sl_pipeline_free(p);
 
     /* without the filter the damaged record is read and fails, naming it */
-    p = slr_pipeline("{\"source\": {\"path\": \"%s\"}, \"ops\": [{\"op\": \"batch\", \"size\": 7}]}",
+    p = pu_json_pipeline("{\"source\": {\"path\": \"%s\"}, \"ops\": [{\"op\": \"batch\", \"size\": 7}]}",
                      path);
     while ((rc = sl_pipeline_next(p, &b)) == SL_OK)
         sl_batch_release(b);
@@ -104,7 +81,7 @@ SL_TEST(pipeline_slr__filter_pushdown_skips_damaged_pages) {
     sl_pipeline_free(p);
 
     /* policy skip: the record is dropped, counted and reported */
-    p = slr_pipeline("{\"source\": {\"path\": \"%s\"}, \"on_error\": \"skip\", "
+    p = pu_json_pipeline("{\"source\": {\"path\": \"%s\"}, \"on_error\": \"skip\", "
                      "\"ops\": [{\"op\": \"batch\", \"size\": 7}]}",
                      path);
     total = 0;
@@ -155,7 +132,7 @@ SL_TEST(pipeline_slr__batches_outlive_pipeline) {
                            "{\"source\": {\"path\": \"%s\"}, \"ops\": [{\"op\": \"batch\", "
                            "\"size\": 8}]}"};
     for (int f = 0; f < 2; f++) {
-        sl_pipeline *p = slr_pipeline(fmts[f], path);
+        sl_pipeline *p = pu_json_pipeline(fmts[f], path);
         sl_batch *b;
         ASSERT_OK(sl_pipeline_next(p, &b));
         const sl_tensor *img = sl_batch_column(b, sl_batch_find(b, "image"));
