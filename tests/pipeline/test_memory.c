@@ -1,7 +1,9 @@
 /* test_memory.c — the memory limit: the bytes the stats report held by the
- * pools and queues stay under it during a run, batches are the same as
+ * pools and queues stay under it during a run, the sample chunks queued
+ * before the collating stage count against it, batches are the same as
  * without it, and a limit below one batch fails at create naming the need. */
 #include "pipe_util.h"
+#include "pipeline/pipeline.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -146,4 +148,55 @@ SL_TEST(pipeline_memory__limit_in_spec_json) {
         ASSERT_RC(sl_spec_from_json(&spec, json), SL_EINVAL);
         ASSERT_CONTAINS(sl_errmsg(), "memory_limit");
     }
+}
+
+/* A chunk stage before the collating one: a cast (x to float32, whose
+ * size the plan knows) runs in the readers, a prefetch cuts the plan, a
+ * cast to float64 + batch collate. 2 workers each. */
+static sl_pipeline *chunk_pipeline(uint64_t limit) {
+    sl_spec *spec = pu_memory_spec(NSAMPLES);
+    ASSERT_OK(sl_spec_set_threads(spec, 2));
+    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"cast\", \"column\": \"x\", "
+                                        "\"dtype\": \"float32\"}"));
+    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"prefetch\", \"depth\": 4}"));
+    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"cast\", \"column\": \"x\", "
+                                        "\"dtype\": \"float64\"}"));
+    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 64}"));
+    ASSERT_OK(sl_spec_set_epochs(spec, 2));
+    if (limit)
+        ASSERT_OK(sl_spec_set_memory_limit(spec, limit));
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    sl_spec_free(spec);
+    return p;
+}
+
+/* The sample chunks queued before the collating stage count against the
+ * limit: with room for every batch but for only one queued chunk, the
+ * chunk queue is cut to one and the batches are left as they were; the
+ * batches are the same. */
+SL_TEST(pipeline_memory__chunks_before_batch_count) {
+    sl_pipeline *p = chunk_pipeline(0);
+    ASSERT(p->fuse_batch && p->collate_stage == 1 && p->nstages == 2);
+    int q0 = p->stage[0].qcap, w0 = p->stage[0].workers;
+    ASSERT(q0 >= 2);
+    uint64_t chunk = 64 * p->sample_bytes[0]; /* a chunk is one batch of samples */
+    ASSERT(chunk >= 64 * (784 * 4 + 8)); /* float32 x and the label, counted */
+    uint64_t held = p->batches_held, one = p->batch_bytes;
+    uint64_t want[2 * NBATCH];
+    ASSERT_EQ(pu_run_epoch(p, want, NBATCH), NBATCH);
+    ASSERT_EQ(pu_run_epoch(p, want + NBATCH, NBATCH), NBATCH);
+    sl_pipeline_free(p);
+
+    uint64_t limit = held * one + (uint64_t)(w0 + 1) * chunk + chunk / 2;
+    p = chunk_pipeline(limit);
+    ASSERT_EQ(p->stage[0].qcap, 1);
+    ASSERT_EQ(p->stage[0].workers, w0);
+    ASSERT_U64_EQ(p->batches_held, held);
+    uint64_t got[2 * NBATCH];
+    ASSERT_EQ(pu_run_epoch(p, got, NBATCH), NBATCH);
+    ASSERT_EQ(pu_run_epoch(p, got + NBATCH, NBATCH), NBATCH);
+    for (int i = 0; i < 2 * NBATCH; i++)
+        ASSERT_U64_EQ(got[i], want[i]);
+    sl_pipeline_free(p);
 }
