@@ -544,8 +544,9 @@ static void *source_main(void *arg) {
         }
         if (c->kind == SL_CHUNK_DATA) {
             c->n = kept;
-            /* a memory source runs its ops in the reading workers */
-            if (st->last > st->first && process_chunk(p, w, c) < 0)
+            /* a memory source runs its ops in the reading workers (with
+             * read_rows they are all vectorized: maybe_collate runs them) */
+            if (st->last > st->first && !into_rows && process_chunk(p, w, c) < 0)
                 break;
         }
         maybe_collate(p, w, c);

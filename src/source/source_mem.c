@@ -198,10 +198,40 @@ static int mem_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample
     return SL_OK;
 }
 
+/* Record i's columns copied into the caller's rows (the executor's
+ * read_rows). Sample-wise data can differ from the column's fixed shape only
+ * where the plan would not ask (mem_columns marks what varies); the size is
+ * checked all the same. */
+static int mem_read_cols(sl_source *src, sl_source_cursor *cur, uint64_t i, void *const *dst,
+                         const size_t *bytes) {
+    (void)cur;
+    const sl_memsrc *m = (const sl_memsrc *)src;
+    for (int c = 0; c < m->ncols; c++) {
+        const void *from;
+        size_t n;
+        if (m->items) {
+            const sl_tensor *t = &m->items[i * (size_t)m->ncols + (size_t)c];
+            from = t->data;
+            n = t->nbytes;
+        } else {
+            from = (const char *)m->tmpl[c].data + i * m->stride[c];
+            n = m->stride[c];
+        }
+        if (n != bytes[c])
+            return sl__error(SL_EINVAL, "memory: record %llu: column '%s' holds %zu bytes where "
+                             "its batch row holds %zu", (unsigned long long)i, m->names[c], n,
+                             bytes[c]);
+        if (n)
+            memcpy(dst[c], from, n);
+    }
+    return SL_OK;
+}
+
 static const sl_source_vtbl mem_vtbl = {
     .kind = "memory",
     .flags = SL_SOURCE_F_MEMORY,
     .read = mem_read,
+    .read_cols = mem_read_cols,
     .free = mem_free,
 };
 

@@ -1,7 +1,9 @@
 /* test_vectorize.c — map vectorization (map(f).batch(b) run as
  * batch(b).map(batched f)) gives the batches of the per-sample path: several
  * ops and dtypes, random flips, a batched user map, shuffled, on 1 to 4
- * threads, with the rewrite on and off. */
+ * threads, with the rewrite on and off. With it on, nothing runs per sample
+ * and the readers read each record into its batch row (read_rows), so this
+ * also checks that path with ops after it. */
 #include "pipe_util.h"
 #include "core/core.h"
 #include "pipeline/pipeline.h"
@@ -103,9 +105,12 @@ static void check_same(const char *const *ops, int nops, int user_map, int nvec)
     run(ops, nops, user_map, 1, 0, &off, text, sizeof text);
     ASSERT_U64_EQ(off.vec_batches, 0);
     ASSERT_CONTAINS(text, "not vectorized (turned off in the spec)");
+    ASSERT(!strstr(text, "straight into its batch row")); /* per-sample ops: samples */
     for (int threads = 1; threads <= 4; threads *= 2) {
         run(ops, nops, user_map, threads, 1, &on, text, sizeof text);
         ASSERT(on.vec_batches > 0);
+        /* every op runs on the batch: the readers read into its rows */
+        ASSERT_CONTAINS(text, "reading: each record straight into its batch row");
         /* explain names each op that runs per batch */
         int marked = 0;
         for (const char *q = text; (q = strstr(q, "[vectorized: once per batch")); q++)
