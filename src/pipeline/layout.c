@@ -15,13 +15,9 @@
  * sample is ever dropped before the batch (no filters left in the stages, no
  * skip policy, no take/skip/shuffle_buffer before batch) and the stage before
  * the final one is parallel (source or map). */
-static int can_fuse_batch(const sl_pipeline *p) {
+static int plan_can_fuse(const sl_pipeline *p) {
     const sl_plan *pl = &p->plan;
-    if (!pl->has_batch || pl->batch_size > SL_FUSE_MAX_BATCH || p->spec->on_error != SL_ON_ERROR_FAIL ||
-        p->nstages < 2)
-        return 0;
-    int kind = p->stage[p->nstages - 2].kind;
-    if (kind != SL_ST_SOURCE && kind != SL_ST_MAP)
+    if (!pl->has_batch || pl->batch_size > SL_FUSE_MAX_BATCH || p->spec->on_error != SL_ON_ERROR_FAIL)
         return 0;
     for (int i = 0; i < pl->nopt; i++) {
         const sl_pnode *nd = &pl->opt[i];
@@ -32,6 +28,13 @@ static int can_fuse_batch(const sl_pipeline *p) {
             return 0;
     }
     return 1;
+}
+
+static int can_fuse_batch(const sl_pipeline *p) {
+    if (p->nstages < 2 || !plan_can_fuse(p))
+        return 0;
+    int kind = p->stage[p->nstages - 2].kind;
+    return kind == SL_ST_SOURCE || kind == SL_ST_MAP;
 }
 
 /* The output column whose samples the last op writes straight into their
@@ -129,6 +132,50 @@ static void choose_vectorized(sl_pipeline *p) {
 }
 
 /* Cut the optimised plan into stages (before the map + batch decisions). */
+/* Stage 1 (a map stage) becomes part of stage 0 (the source's): its ops run
+ * in the reading workers, with its workers and depth. */
+static void merge_into_source(sl_pipeline *p, int *ns) {
+    sl_stage *src = &p->stage[0], *m = &p->stage[1];
+    src->first = m->first;
+    src->last = m->last;
+    src->workers = m->workers;
+    src->autotune = m->autotune;
+    if (m->qcap > src->qcap)
+        src->qcap = m->qcap;
+    /* "source+" then as much of the map stage's name as fits */
+    size_t room = sizeof src->name - 8, len = strlen(m->name);
+    if (len > room)
+        len = room;
+    memcpy(src->name, "source+", 7);
+    memcpy(src->name + 7, m->name, len);
+    src->name[7 + len] = '\0';
+    memmove(&p->stage[1], &p->stage[2], (size_t)(*ns - 2) * sizeof p->stage[0]);
+    (*ns)--;
+    memset(&p->stage[*ns], 0, sizeof p->stage[0]);
+}
+
+static int pick_slot_col(const sl_colset *oc);
+
+/* Whether the readers should take map stage m (source, m, batch): when
+ * they can read records into batch rows (choose_read_rows: read_cols,
+ * fixed-shape columns) and every op of m will run vectorized on the batch
+ * (choose_vectorized: it has a batched kernel, map + batch fuse, no slot
+ * column). Then nothing of m runs per sample, and the batch is made where
+ * the records are read: Fashion-MNIST's cast to float32 from .slr no longer
+ * passes 256 samples between threads per batch. */
+static int rows_take_map(const sl_pipeline *p, const sl_stage *m) {
+    const char *rows = getenv("SLUICE_READ_ROWS"), *vec = getenv("SLUICE_VECTORIZE");
+    const sl_plan *pl = &p->plan;
+    if (!p->src->vt->read_cols || (rows && !strcmp(rows, "0")) || !p->spec->vectorize ||
+        (vec && !strcmp(vec, "0")) || !plan_can_fuse(p) || !cols_fixed(&pl->src_cols) ||
+        pick_slot_col(&pl->out_cols) >= 0 || m->last <= m->first)
+        return 0;
+    for (int k = m->first; k < m->last; k++)
+        if (!node_batches(pl, k))
+            return 0;
+    return 1;
+}
+
 static int cut_stages(sl_pipeline *p) {
     const sl_plan *pl = &p->plan;
     int ns = 0;
@@ -205,26 +252,12 @@ static int cut_stages(sl_pipeline *p) {
         snprintf(st->name, sizeof st->name, pl->has_batch ? "batch" : "collate");
     }
     /* A memory source has no reading to overlap with: its first per-sample
-     * ops run in the reading workers (one hand-off fewer per chunk). */
-    if ((p->src->vt->flags & SL_SOURCE_F_MEMORY) && ns >= 2 && p->stage[1].kind == SL_ST_MAP) {
-        sl_stage *src = &p->stage[0], *m = &p->stage[1];
-        src->first = m->first;
-        src->last = m->last;
-        src->workers = m->workers;
-        src->autotune = m->autotune;
-        if (m->qcap > src->qcap)
-            src->qcap = m->qcap;
-        /* "source+" then as much of the map stage's name as fits */
-        size_t room = sizeof src->name - 8, len = strlen(m->name);
-        if (len > room)
-            len = room;
-        memcpy(src->name, "source+", 7);
-        memcpy(src->name + 7, m->name, len);
-        src->name[7 + len] = '\0';
-        memmove(&p->stage[1], &p->stage[2], (size_t)(ns - 2) * sizeof p->stage[0]);
-        ns--;
-        memset(&p->stage[ns], 0, sizeof p->stage[0]);
-    }
+     * ops run in the reading workers (one hand-off fewer per chunk). Readers
+     * that read records into batch rows take a map stage whose every op will
+     * run on the batch (rows_take_map). */
+    if (ns >= 2 && p->stage[1].kind == SL_ST_MAP &&
+        ((p->src->vt->flags & SL_SOURCE_F_MEMORY) || (ns == 3 && rows_take_map(p, &p->stage[1]))))
+        merge_into_source(p, &ns);
     p->nstages = ns;
     int n_auto = 0;
     for (int s = 0; s < ns; s++) {

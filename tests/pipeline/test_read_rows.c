@@ -108,12 +108,34 @@ SL_TEST(pipeline_read_rows__same_batches_as_per_sample) {
     check_same(path, "{\"op\": \"batch\", \"size\": 64, \"drop_remainder\": true}", 4);
     check_same(path, "{\"op\": \"batch\", \"size\": 50}, {\"op\": \"prefetch\", \"depth\": 3}",
                6);
-    /* an op of its own stage: the samples go to it, the readers read samples */
+    /* ops that all run on the batch join the readers' stage (layout.c,
+     * rows_take_map); without read_rows they keep a stage of their own */
+    static const char cast_ops[] =
+        "{\"op\": \"cast\", \"column\": \"x\", \"dtype\": \"float32\"}, "
+        "{\"op\": \"one_hot\", \"column\": \"label\", \"classes\": 10}, "
+        "{\"op\": \"batch\", \"size\": 50}";
+    check_same(path, cast_ops, 6);
     result r;
-    run(path, "{\"op\": \"cast\", \"column\": \"x\", \"dtype\": \"float32\"}, "
-              "{\"op\": \"batch\", \"size\": 50}", 2, 1, &r);
-    ASSERT_EQ(r.read_rows, 0);
-    ASSERT_EQ(r.nb[0], 6);
+    run(path, cast_ops, 2, 1, &r);
+    ASSERT_CONTAINS(r.explain, "source+map[cast,one_hot]+batch(50)");
+    run(path, cast_ops, 2, 0, &r);
+    ASSERT(!strstr(r.explain, "source+map"));
+}
+
+/* An op that runs per sample keeps the samples: no rows read. */
+SL_TEST(pipeline_read_rows__per_sample_ops_read_samples) {
+    char path[512];
+    sl_test_path(path, sizeof path, "fixed");
+    make_fixed_slr(path, N);
+    sl_pipeline *p = pu_json_pipeline(
+        "{\"source\": {\"path\": \"%s\"}, \"vectorize\": false, \"ops\": [{\"op\": "
+        "\"cast\", \"column\": \"x\", \"dtype\": \"float32\"}, {\"op\": \"batch\", \"size\": 50}]}",
+        path);
+    ASSERT_EQ(p->read_rows, 0);
+    ASSERT_EQ(p->nstages, 2); /* the reader, and map[cast]+batch(50) */
+    uint64_t d[8];
+    ASSERT_EQ(pu_run_epoch(p, d, 8), 6);
+    sl_pipeline_free(p);
 }
 
 /* The values themselves, not only their agreement with the other path. */
