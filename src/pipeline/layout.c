@@ -133,13 +133,20 @@ static void choose_vectorized(sl_pipeline *p) {
 
 /* Cut the optimised plan into stages (before the map + batch decisions). */
 /* Stage 1 (a map stage) becomes part of stage 0 (the source's): its ops run
- * in the reading workers, with its workers and depth. */
-static void merge_into_source(sl_pipeline *p, int *ns) {
+ * in the reading workers, with its workers and depth; with `readers_set`,
+ * a reader count the spec set (source.parallel) stands when the map's is
+ * left to autotune. */
+static void merge_into_source(sl_pipeline *p, int *ns, int readers_set) {
     sl_stage *src = &p->stage[0], *m = &p->stage[1];
     src->first = m->first;
     src->last = m->last;
-    src->workers = m->workers;
-    src->autotune = m->autotune;
+    if (readers_set && p->spec->source_parallel > 0 && m->autotune) {
+        src->workers = (int)p->spec->source_parallel;
+        src->autotune = 0;
+    } else {
+        src->workers = m->workers;
+        src->autotune = m->autotune;
+    }
     if (m->qcap > src->qcap)
         src->qcap = m->qcap;
     /* "source+" then as much of the map stage's name as fits */
@@ -255,9 +262,10 @@ static int cut_stages(sl_pipeline *p) {
      * ops run in the reading workers (one hand-off fewer per chunk). Readers
      * that read records into batch rows take a map stage whose every op will
      * run on the batch (rows_take_map). */
-    if (ns >= 2 && p->stage[1].kind == SL_ST_MAP &&
-        ((p->src->vt->flags & SL_SOURCE_F_MEMORY) || (ns == 3 && rows_take_map(p, &p->stage[1]))))
-        merge_into_source(p, &ns);
+    if (ns >= 2 && p->stage[1].kind == SL_ST_MAP && (p->src->vt->flags & SL_SOURCE_F_MEMORY))
+        merge_into_source(p, &ns, 0);
+    else if (ns == 3 && p->stage[1].kind == SL_ST_MAP && rows_take_map(p, &p->stage[1]))
+        merge_into_source(p, &ns, 1);
     p->nstages = ns;
     int n_auto = 0;
     for (int s = 0; s < ns; s++) {
