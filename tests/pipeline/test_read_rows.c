@@ -124,15 +124,19 @@ SL_TEST(pipeline_read_rows__same_batches_as_per_sample) {
     ASSERT(!strstr(r.explain, "source+map"));
 }
 
-/* An op that runs per sample keeps the samples: no rows read. */
-SL_TEST(pipeline_read_rows__per_sample_ops_read_samples) {
+/* The N-record file, then a pipeline over it from a spec with one %s. */
+static sl_pipeline *fixed_pipeline(const char *json_fmt) {
     char path[512];
     sl_test_path(path, sizeof path, "fixed");
     make_fixed_slr(path, N);
-    sl_pipeline *p = pu_json_pipeline(
+    return pu_json_pipeline(json_fmt, path);
+}
+
+/* An op that runs per sample keeps the samples: no rows read. */
+SL_TEST(pipeline_read_rows__per_sample_ops_read_samples) {
+    sl_pipeline *p = fixed_pipeline(
         "{\"source\": {\"path\": \"%s\"}, \"vectorize\": false, \"ops\": [{\"op\": "
-        "\"cast\", \"column\": \"x\", \"dtype\": \"float32\"}, {\"op\": \"batch\", \"size\": 50}]}",
-        path);
+        "\"cast\", \"column\": \"x\", \"dtype\": \"float32\"}, {\"op\": \"batch\", \"size\": 50}]}");
     ASSERT_EQ(p->read_rows, 0);
     ASSERT_EQ(p->nstages, 2); /* the reader, and map[cast]+batch(50) */
     uint64_t d[8];
@@ -142,12 +146,9 @@ SL_TEST(pipeline_read_rows__per_sample_ops_read_samples) {
 
 /* The values themselves, not only their agreement with the other path. */
 SL_TEST(pipeline_read_rows__rows_hold_their_records) {
-    char path[512];
-    sl_test_path(path, sizeof path, "fixed");
-    make_fixed_slr(path, N);
-    sl_pipeline *p = pu_json_pipeline(
+    sl_pipeline *p = fixed_pipeline(
         "{\"source\": {\"path\": \"%s\", \"shuffle\": true, \"parallel\": 2}, "
-        "\"ops\": [{\"op\": \"batch\", \"size\": 32}]}", path);
+        "\"ops\": [{\"op\": \"batch\", \"size\": 32}]}");
     ASSERT_EQ(p->read_rows, 1);
     int seen[N] = {0};
     sl_batch *b;
