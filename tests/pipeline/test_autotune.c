@@ -378,7 +378,7 @@ SL_TEST(pipeline_autotune__order_stalls_deepen_the_queue) {
             ASSERT_OK(rc);
             sl_batch_release(b);
             if (slow_consumer)
-                usleep(3000);
+                usleep(6000); /* longer than the slow batch: it never waits */
         }
         if (slow_consumer) {
             ASSERT_EQ(p->tune.deep, 0);
