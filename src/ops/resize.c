@@ -488,86 +488,64 @@ static void vpairs(const int32_t *k, int n, uint32_t *wp) {
 #define VFINISH(W, h, l)                                                                     \
     W##_srai_epi32(W##_add_epi32(W##_add_epi32(W##_slli_epi32(h, 11), l), half), PRECISION_BITS)
 
-__attribute__((target("avx2"))) static void
-pass_vertical_avx2(const uint8_t *src, size_t sstride, int rowlen, int oh, int ksize,
-                   const int32_t *bounds, const int32_t *kk, uint8_t *dst, size_t dstride) {
-    const __m256i z = _mm256_setzero_si256();
-    const __m256i half = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
-    uint32_t wp[VMAX_TAPS + 1];
-    for (int yy = 0; yy < oh; yy++) {
-        const int32_t *k = kk + (size_t)yy * ksize;
-        const int n = bounds[2 * yy + 1];
-        const uint8_t *r0 = src + (size_t)bounds[2 * yy] * sstride;
-        uint8_t *o = dst + (size_t)yy * dstride;
-        vpairs(k, n, wp);
-        for (int x0 = 0; x0 < rowlen; x0 += 32) {
-            /* the last strip ends at the row's end, overlapping the one
-             * before: its bytes are computed twice, identically */
-            const size_t x = (size_t)(x0 + 32 <= rowlen ? x0 : rowlen - 32);
-            __m256i h0 = z, h1 = z, h2 = z, h3 = z, l0 = z, l1 = z, l2 = z, l3 = z;
-            for (int j = 0; j < n; j += 2) {
-                const uint8_t *ra = r0 + (size_t)j * sstride + x;
-                __m256i a = _mm256_loadu_si256((const __m256i *)ra);
-                __m256i b = j + 1 < n ? _mm256_loadu_si256((const __m256i *)(ra + sstride)) : z;
-                __m256i u0 = _mm256_unpacklo_epi8(a, b), u1 = _mm256_unpackhi_epi8(a, b);
-                __m256i w0 = _mm256_unpacklo_epi8(u0, z), w1 = _mm256_unpackhi_epi8(u0, z);
-                __m256i w2 = _mm256_unpacklo_epi8(u1, z), w3 = _mm256_unpackhi_epi8(u1, z);
-                __m256i kh = _mm256_set1_epi32((int)wp[j]), kl = _mm256_set1_epi32((int)wp[j + 1]);
-                h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(w0, kh));
-                l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(w0, kl));
-                h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(w1, kh));
-                l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(w1, kl));
-                h2 = _mm256_add_epi32(h2, _mm256_madd_epi16(w2, kh));
-                l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(w2, kl));
-                h3 = _mm256_add_epi32(h3, _mm256_madd_epi16(w3, kh));
-                l3 = _mm256_add_epi32(l3, _mm256_madd_epi16(w3, kl));
-            }
-            __m256i p01 = _mm256_packus_epi32(VFINISH(_mm256, h0, l0), VFINISH(_mm256, h1, l1));
-            __m256i p23 = _mm256_packus_epi32(VFINISH(_mm256, h2, l2), VFINISH(_mm256, h3, l3));
-            _mm256_storeu_si256((__m256i *)(o + x), _mm256_packus_epi16(p01, p23));
-        }
+/* The pass written once per register width (W: _mm256 or _mm512, VB: its
+ * bits): strips of VB/8 bytes of a row, two source rows per step. The last
+ * strip ends at the row's end, overlapping the one before: its bytes are
+ * computed twice, identically. */
+#define VPASS(NAME, TGT, V, W, VB, LOAD, STORE)                                              \
+    __attribute__((target(TGT))) static void NAME(                                           \
+        const uint8_t *src, size_t sstride, int rowlen, int oh, int ksize,                   \
+        const int32_t *bounds, const int32_t *kk, uint8_t *dst, size_t dstride) {            \
+        const V z = W##_setzero_si##VB();                                                    \
+        const V half = W##_set1_epi32(1 << (PRECISION_BITS - 1));                            \
+        const int sw = VB / 8;                                                               \
+        uint32_t wp[VMAX_TAPS + 1];                                                          \
+        for (int yy = 0; yy < oh; yy++) {                                                    \
+            const int32_t *k = kk + (size_t)yy * ksize;                                      \
+            const int n = bounds[2 * yy + 1];                                                \
+            const uint8_t *r0 = src + (size_t)bounds[2 * yy] * sstride;                      \
+            uint8_t *o = dst + (size_t)yy * dstride;                                         \
+            vpairs(k, n, wp);                                                                \
+            for (int x0 = 0; x0 < rowlen; x0 += sw) {                                        \
+                const size_t x = (size_t)(x0 + sw <= rowlen ? x0 : rowlen - sw);             \
+                V h0 = z, h1 = z, h2 = z, h3 = z, l0 = z, l1 = z, l2 = z, l3 = z;            \
+                for (int j = 0; j < n; j += 2) {                                             \
+                    const uint8_t *ra = r0 + (size_t)j * sstride + x;                        \
+                    V a = LOAD(ra);                                                          \
+                    V b = j + 1 < n ? LOAD(ra + sstride) : z;                                \
+                    V u0 = W##_unpacklo_epi8(a, b), u1 = W##_unpackhi_epi8(a, b);            \
+                    V w0 = W##_unpacklo_epi8(u0, z), w1 = W##_unpackhi_epi8(u0, z);          \
+                    V w2 = W##_unpacklo_epi8(u1, z), w3 = W##_unpackhi_epi8(u1, z);          \
+                    V kh = W##_set1_epi32((int)wp[j]), kl = W##_set1_epi32((int)wp[j + 1]);  \
+                    h0 = W##_add_epi32(h0, W##_madd_epi16(w0, kh));                          \
+                    l0 = W##_add_epi32(l0, W##_madd_epi16(w0, kl));                          \
+                    h1 = W##_add_epi32(h1, W##_madd_epi16(w1, kh));                          \
+                    l1 = W##_add_epi32(l1, W##_madd_epi16(w1, kl));                          \
+                    h2 = W##_add_epi32(h2, W##_madd_epi16(w2, kh));                          \
+                    l2 = W##_add_epi32(l2, W##_madd_epi16(w2, kl));                          \
+                    h3 = W##_add_epi32(h3, W##_madd_epi16(w3, kh));                          \
+                    l3 = W##_add_epi32(l3, W##_madd_epi16(w3, kl));                          \
+                }                                                                            \
+                V p01 = W##_packus_epi32(VFINISH(W, h0, l0), VFINISH(W, h1, l1));            \
+                V p23 = W##_packus_epi32(VFINISH(W, h2, l2), VFINISH(W, h3, l3));            \
+                STORE(o + x, W##_packus_epi16(p01, p23));                                    \
+            }                                                                                \
+        }                                                                                    \
     }
-}
+
+#define LOAD256(p) _mm256_loadu_si256((const __m256i *)(p))
+#define STORE256(p, v) _mm256_storeu_si256((__m256i *)(p), v)
+VPASS(pass_vertical_avx2, "avx2", __m256i, _mm256, 256, LOAD256, STORE256)
+#undef STORE256
+#undef LOAD256
 
 #define HAVE_AVX512_PATH 1
-__attribute__((target("avx512f,avx512bw"))) static void
-pass_vertical_avx512(const uint8_t *src, size_t sstride, int rowlen, int oh, int ksize,
-                     const int32_t *bounds, const int32_t *kk, uint8_t *dst, size_t dstride) {
-    const __m512i z = _mm512_setzero_si512();
-    const __m512i half = _mm512_set1_epi32(1 << (PRECISION_BITS - 1));
-    uint32_t wp[VMAX_TAPS + 1];
-    for (int yy = 0; yy < oh; yy++) {
-        const int32_t *k = kk + (size_t)yy * ksize;
-        const int n = bounds[2 * yy + 1];
-        const uint8_t *r0 = src + (size_t)bounds[2 * yy] * sstride;
-        uint8_t *o = dst + (size_t)yy * dstride;
-        vpairs(k, n, wp);
-        for (int x0 = 0; x0 < rowlen; x0 += 64) {
-            const size_t x = (size_t)(x0 + 64 <= rowlen ? x0 : rowlen - 64);
-            __m512i h0 = z, h1 = z, h2 = z, h3 = z, l0 = z, l1 = z, l2 = z, l3 = z;
-            for (int j = 0; j < n; j += 2) {
-                const uint8_t *ra = r0 + (size_t)j * sstride + x;
-                __m512i a = _mm512_loadu_si512(ra);
-                __m512i b = j + 1 < n ? _mm512_loadu_si512(ra + sstride) : z;
-                __m512i u0 = _mm512_unpacklo_epi8(a, b), u1 = _mm512_unpackhi_epi8(a, b);
-                __m512i w0 = _mm512_unpacklo_epi8(u0, z), w1 = _mm512_unpackhi_epi8(u0, z);
-                __m512i w2 = _mm512_unpacklo_epi8(u1, z), w3 = _mm512_unpackhi_epi8(u1, z);
-                __m512i kh = _mm512_set1_epi32((int)wp[j]), kl = _mm512_set1_epi32((int)wp[j + 1]);
-                h0 = _mm512_add_epi32(h0, _mm512_madd_epi16(w0, kh));
-                l0 = _mm512_add_epi32(l0, _mm512_madd_epi16(w0, kl));
-                h1 = _mm512_add_epi32(h1, _mm512_madd_epi16(w1, kh));
-                l1 = _mm512_add_epi32(l1, _mm512_madd_epi16(w1, kl));
-                h2 = _mm512_add_epi32(h2, _mm512_madd_epi16(w2, kh));
-                l2 = _mm512_add_epi32(l2, _mm512_madd_epi16(w2, kl));
-                h3 = _mm512_add_epi32(h3, _mm512_madd_epi16(w3, kh));
-                l3 = _mm512_add_epi32(l3, _mm512_madd_epi16(w3, kl));
-            }
-            __m512i p01 = _mm512_packus_epi32(VFINISH(_mm512, h0, l0), VFINISH(_mm512, h1, l1));
-            __m512i p23 = _mm512_packus_epi32(VFINISH(_mm512, h2, l2), VFINISH(_mm512, h3, l3));
-            _mm512_storeu_si512(o + x, _mm512_packus_epi16(p01, p23));
-        }
-    }
-}
+#define LOAD512(p) _mm512_loadu_si512(p)
+#define STORE512(p, v) _mm512_storeu_si512(p, v)
+VPASS(pass_vertical_avx512, "avx512f,avx512bw", __m512i, _mm512, 512, LOAD512, STORE512)
+#undef STORE512
+#undef LOAD512
+#undef VPASS
 #endif
 
 /* Built twice (AVX2 and baseline) and chosen at load time: the inner loop
