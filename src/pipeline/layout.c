@@ -11,6 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A path that tests compare with its alternative is turned off by NAME=0. */
+static int env_off(const char *name) {
+    const char *v = getenv(name);
+    return v && !strcmp(v, "0");
+}
+
 /* Map + batch fusion applies when every chunk can be exactly one batch: no
  * sample is ever dropped before the batch (no filters left in the stages, no
  * skip policy, no take/skip/shuffle_buffer before batch) and the stage before
@@ -105,7 +111,6 @@ static int node_batches(const sl_plan *pl, int k) {
 static void choose_vectorized(sl_pipeline *p) {
     p->vec_first = -1;
     p->vec_note[0] = '\0';
-    const char *env = getenv("SLUICE_VECTORIZE");
     if (!p->fuse_batch)
         return;
     const sl_stage *st = &p->stage[p->collate_stage];
@@ -115,7 +120,7 @@ static void choose_vectorized(sl_pipeline *p) {
     if (k == st->last)
         return;
     const char *off = !p->spec->vectorize              ? "turned off in the spec"
-                      : env && !strcmp(env, "0")       ? "turned off by SLUICE_VECTORIZE=0"
+                      : env_off("SLUICE_VECTORIZE")    ? "turned off by SLUICE_VECTORIZE=0"
                       : p->slot_col >= 0               ? "the last op writes into the batch slot"
                                                        : NULL;
     if (off) {
@@ -171,10 +176,9 @@ static int pick_slot_col(const sl_colset *oc);
  * the records are read: Fashion-MNIST's cast to float32 from .slr no longer
  * passes 256 samples between threads per batch. */
 static int rows_take_map(const sl_pipeline *p, const sl_stage *m) {
-    const char *rows = getenv("SLUICE_READ_ROWS"), *vec = getenv("SLUICE_VECTORIZE");
     const sl_plan *pl = &p->plan;
-    if (!p->src->vt->read_cols || (rows && !strcmp(rows, "0")) || !p->spec->vectorize ||
-        (vec && !strcmp(vec, "0")) || !plan_can_fuse(p) || !cols_fixed(&pl->src_cols) ||
+    if (!p->src->vt->read_cols || env_off("SLUICE_READ_ROWS") || !p->spec->vectorize ||
+        env_off("SLUICE_VECTORIZE") || !plan_can_fuse(p) || !cols_fixed(&pl->src_cols) ||
         pick_slot_col(&pl->out_cols) >= 0 || m->last <= m->first)
         return 0;
     for (int k = m->first; k < m->last; k++)
@@ -337,10 +341,9 @@ static int cut_stages(sl_pipeline *p) {
  * SLUICE_PARALLEL_COLLATE=0 turns it off (tests compare both paths). */
 static int add_stack_stage(sl_pipeline *p) {
     const sl_plan *pl = &p->plan;
-    const char *env = getenv("SLUICE_PARALLEL_COLLATE");
     if (p->fuse_batch || !pl->has_batch || pl->batch_size > SL_FUSE_MAX_BATCH ||
         p->nstages >= SL_STATS_MAX_STAGES || p->stage[p->nstages - 1].kind != SL_ST_COLLATE ||
-        (env && !strcmp(env, "0")))
+        env_off("SLUICE_PARALLEL_COLLATE"))
         return SL_OK;
     sl_stage *fin = &p->stage[p->nstages - 1];
     sl_stage *st = &p->stage[p->nstages];
@@ -398,11 +401,10 @@ static int add_stack_stage(sl_pipeline *p) {
  * (784-byte records). SLUICE_READ_ROWS=0 turns it off (tests compare). */
 static void choose_read_rows(sl_pipeline *p) {
     p->read_rows = 0;
-    const char *env = getenv("SLUICE_READ_ROWS");
     const sl_stage *st = &p->stage[0];
     const sl_colset *in = &p->plan.src_cols;
     if (!p->fuse_batch || p->collate_stage != 0 || !p->src->vt->read_cols ||
-        (env && !strcmp(env, "0")) || (st->last > st->first && p->vec_first != st->first) ||
+        env_off("SLUICE_READ_ROWS") || (st->last > st->first && p->vec_first != st->first) ||
         in->ncols != p->plan.out_cols.ncols || in->ncols != p->src->ncols)
         return;
     for (int c = 0; c < in->ncols; c++) {
