@@ -8,6 +8,7 @@
 #include "pipe_util.h"
 #include "core/core.h"
 #include "pipeline/pipeline.h"
+#include "record/record_format.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -222,4 +223,37 @@ SL_TEST(pipeline_read_rows__damaged_record_fails_its_batch_only) {
     ASSERT_CONTAINS(sl_errmsg(), "checksum mismatch");
     ASSERT_CONTAINS(sl_errmsg(), ".slr");
     sl_pipeline_free(p);
+}
+
+/* The reader call itself, on one record buffer: the damaged record fails
+ * naming itself, and the record right after it is read whole through the
+ * same buffer; a row of the wrong size is refused, naming the column. */
+SL_TEST(pipeline_read_rows__good_record_right_after_a_bad_one) {
+    char path[512];
+    sl_test_path(path, sizeof path, "fixed");
+    make_fixed_slr(path, N);
+    damage(path, 137);
+    sl_reader *r;
+    ASSERT_OK(sl_reader_open(&r, path, 0));
+    sl_record *rec;
+    ASSERT_OK(sl_record_create(&rec));
+    uint8_t x[784];
+    float y[3];
+    int64_t label;
+    double w;
+    void *dst[4] = {x, y, &label, &w};
+    const size_t bytes[4] = {784, 12, 8, 8};
+    ASSERT_RC(sl_record__read_cols(r, 137, rec, true, dst, bytes), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "record 137: checksum mismatch");
+    ASSERT_OK(sl_record__read_cols(r, 138, rec, true, dst, bytes));
+    ASSERT_EQ(atoi((const char *)x + 4), 138);
+    ASSERT_EQ(x[783], (uint8_t)(sl_mix64(138ull * 784 + 783) & 0xff));
+    ASSERT(y[0] == 138.0f && y[1] == 69.0f && y[2] == -138.0f);
+    ASSERT_EQ(label, 8);
+    ASSERT(w == 1.0 / 139);
+    const size_t wrong[4] = {784, 16, 8, 8};
+    ASSERT_RC(sl_record__read_cols(r, 139, rec, true, dst, wrong), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "column \"y\" holds 12 bytes where its batch row holds 16");
+    sl_record_free(rec);
+    sl_reader_free(r);
 }
