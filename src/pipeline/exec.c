@@ -465,7 +465,7 @@ static void *source_main(void *arg) {
             if (p->src_epoch >= sl_pipeline__src_limit(p))
                 p->src_parked = 1;
             pthread_mutex_unlock(&p->src_mu);
-            if (sl_queue__push(&st->out, c->seq, c, 1, NULL) < 0) {
+            if (sl_queue__push(&st->out, c->seq, c, 1, c->epoch, NULL) < 0) {
                 sl_pipeline__chunk_put(p, c);
                 break;
             }
@@ -553,7 +553,7 @@ static void *source_main(void *arg) {
         span_end(p, st, w->id, t0, (uint32_t)n);
         atomic_fetch_add_explicit(&st->elements, n, memory_order_relaxed);
         uint64_t wait = 0;
-        int rc = sl_queue__push(&st->out, c->seq, c, c->kind != SL_CHUNK_DATA, &wait);
+        int rc = sl_queue__push(&st->out, c->seq, c, c->kind != SL_CHUNK_DATA, c->epoch, &wait);
         atomic_fetch_add_explicit(&st->wait_out_ns, wait, memory_order_relaxed);
         if (rc < 0) {
             sl_pipeline__chunk_put(p, c);
@@ -722,7 +722,7 @@ static void *map_main(void *arg) {
             atomic_fetch_add_explicit(&st->elements, n, memory_order_relaxed);
         }
         uint64_t wait = 0;
-        rc = sl_queue__push(&st->out, c->seq, c, c->kind != SL_CHUNK_DATA, &wait);
+        rc = sl_queue__push(&st->out, c->seq, c, c->kind != SL_CHUNK_DATA, c->epoch, &wait);
         atomic_fetch_add_explicit(&st->wait_out_ns, wait, memory_order_relaxed);
         if (rc < 0) {
             sl_pipeline__chunk_put(p, c);
@@ -768,9 +768,9 @@ typedef struct seq_ctx {
     int64_t post_counter[SL_MAX_COUNTERS];
 } seq_ctx;
 
-static int emit_item(seq_ctx *x, void *item, int barrier) {
+static int emit_item(seq_ctx *x, void *item, int barrier, uint64_t epoch) {
     uint64_t wait = 0;
-    int rc = sl_queue__push(&x->st->out, x->st->seq_out++, item, barrier, &wait);
+    int rc = sl_queue__push(&x->st->out, x->st->seq_out++, item, barrier, epoch, &wait);
     atomic_fetch_add_explicit(&x->st->wait_out_ns, wait, memory_order_relaxed);
     return rc;
 }
@@ -813,7 +813,7 @@ static int emit_batch(seq_ctx *x, sl_batch *b) {
     }
     b->index = x->batch_index++;
     b->epoch = x->epoch;
-    if (emit_item(x, b, 0) < 0) {
+    if (emit_item(x, b, 0, b->epoch) < 0) {
         sl_pipeline__batch_free(b);
         return SL_ECANCELED;
     }
@@ -841,7 +841,7 @@ static int assign_batch(seq_ctx *x) {
     c->bindex = x->batch_index++;
     c->epoch = x->epoch;
     c->seq = x->st->seq_out;
-    if (emit_item(x, c, 0) < 0) {
+    if (emit_item(x, c, 0, c->epoch) < 0) {
         sl_pipeline__chunk_put(x->p, c);
         return SL_ECANCELED;
     }
@@ -892,7 +892,7 @@ static int seq_out(seq_ctx *x, sl_sample *s, uint64_t pos, uint64_t key) {
         x->out = NULL;
         c->seq = x->st->seq_out;
         atomic_fetch_add_explicit(&x->st->elements, c->n, memory_order_relaxed);
-        if (emit_item(x, c, 0) < 0) {
+        if (emit_item(x, c, 0, c->epoch) < 0) {
             sl_pipeline__chunk_put(x->p, c);
             return SL_ECANCELED;
         }
@@ -1026,7 +1026,7 @@ static int seq_marker(seq_ctx *x, int kind, int err_rc, const char *msg, uint64_
         sl_batch *b = sl_collate__marker(x->p, kind, epoch, err_rc, msg);
         if (!b)
             return sl__oom("ending an epoch");
-        if (emit_item(x, b, 1) < 0) {
+        if (emit_item(x, b, 1, b->epoch) < 0) {
             sl_pipeline__batch_free(b);
             return SL_ECANCELED;
         }
@@ -1037,7 +1037,7 @@ static int seq_marker(seq_ctx *x, int kind, int err_rc, const char *msg, uint64_
         sl_chunk *c = x->out;
         x->out = NULL;
         c->seq = x->st->seq_out;
-        if (emit_item(x, c, 0) < 0) {
+        if (emit_item(x, c, 0, c->epoch) < 0) {
             sl_pipeline__chunk_put(x->p, c);
             return SL_ECANCELED;
         }
@@ -1051,7 +1051,7 @@ static int seq_marker(seq_ctx *x, int kind, int err_rc, const char *msg, uint64_
     if (msg)
         snprintf(c->errmsg, sizeof c->errmsg, "%s", msg);
     c->seq = x->st->seq_out;
-    if (emit_item(x, c, 1) < 0) {
+    if (emit_item(x, c, 1, c->epoch) < 0) {
         sl_pipeline__chunk_put(x->p, c);
         return SL_ECANCELED;
     }
@@ -1172,7 +1172,7 @@ static void *stack_main(void *arg) {
             break;
         }
         uint64_t wait = 0;
-        rc = sl_queue__push(&st->out, seq, b, b->kind != SL_CHUNK_DATA, &wait);
+        rc = sl_queue__push(&st->out, seq, b, b->kind != SL_CHUNK_DATA, b->epoch, &wait);
         atomic_fetch_add_explicit(&st->wait_out_ns, wait, memory_order_relaxed);
         if (rc < 0) {
             sl_pipeline__batch_free(b);
@@ -1263,8 +1263,10 @@ int sl_pipeline__start(sl_pipeline *p, const sl_resume *r) {
         p->src_end_epoch = r->epoch + 1;
     p->src_parked = 0;
     pthread_mutex_unlock(&p->src_mu);
-    for (int s = 0; s < p->nstages; s++)
+    for (int s = 0; s < p->nstages; s++) {
         p->stage[s].seq_out = 0;
+        sl_queue__start(&p->stage[s].out, r->epoch);
+    }
     p->direct_index = r->batch;
     if (!atomic_load(&p->t_start)) {
         p->cpu_t0_ns = sl__process_cpu_ns();

@@ -219,6 +219,10 @@ typedef struct sl_queue {
     pthread_cond_t not_full;      /* the window moved / closed */
     void **slot;                  /* cap entries: NULL empty, TAKEN, or an element */
     uint8_t *barrier;             /* slot holds a barrier (epoch end, error) */
+    uint64_t *epoch;              /* the epoch of the element in the slot */
+    uint64_t cur_epoch;           /* relaxed: the epoch of the last element taken
+                                     at head ... */
+    int epoch_known;              /* ... and 0 after a barrier: take head next */
     size_t cap;                   /* slots allocated */
     size_t limit;                 /* depth in use (<= cap): pushes wait for
                                      seq < head + limit (sl_queue__set_limit) */
@@ -237,7 +241,8 @@ typedef struct sl_queue {
 int sl_queue__init(sl_queue *q, size_t cap, int relaxed);
 void sl_queue__destroy(sl_queue *q);
 /* SL_OK, or SL_ECANCELED when closed (the caller still owns item). */
-int sl_queue__push(sl_queue *q, uint64_t seq, void *item, int barrier, uint64_t *wait_ns);
+int sl_queue__push(sl_queue *q, uint64_t seq, void *item, int barrier, uint64_t epoch,
+                   uint64_t *wait_ns);
 /* SL_OK with *item, SL_ECANCELED when closed, SL_END on timeout (timeout_ms >= 0). */
 int sl_queue__pop(sl_queue *q, void **item, uint64_t *wait_ns, int timeout_ms);
 void sl_queue__close(sl_queue *q);
@@ -251,6 +256,9 @@ void sl_queue__set_reach(sl_queue *q, size_t reach);
 void sl_queue__set_limit(sl_queue *q, size_t limit);
 size_t sl_queue__limit(sl_queue *q);
 /* Reset to empty and open; `drop` is called on every element left. */
+/* The stream starts at `epoch` (relaxed consumers may take its elements
+ * away from head at once). */
+void sl_queue__start(sl_queue *q, uint64_t epoch);
 void sl_queue__reset(sl_queue *q, void (*drop)(void *item, void *ctx), void *ctx);
 double sl_queue__mean_fill(sl_queue *q);
 /* Elements in the queue now. */

@@ -10,6 +10,11 @@
  * restores the producers' order; a relaxed consumer (non-deterministic mode)
  * takes any element present in the window, but never moves past a barrier
  * (epoch end, error) until everything before it is gone, so epochs never mix.
+ * A barrier not yet pushed cannot stop a consumer by its slot, so elements
+ * carry their epoch too: away from head, a relaxed consumer takes only
+ * elements of the epoch it last took at head, and after a barrier it takes
+ * the head first (which tells it the new epoch). An element of the next
+ * epoch that overtakes the epoch's END marker therefore waits for it.
  *
  * No deadlock: the worker holding element `head` is always admitted, and it
  * needs nothing held by a worker with a later element. In relaxed mode that
@@ -60,11 +65,14 @@ int sl_queue__init(sl_queue *q, size_t cap, int relaxed) {
         cap = 1;
     q->slot = sl__calloc(cap, sizeof *q->slot);
     q->barrier = sl__calloc(cap, 1);
-    if (!q->slot || !q->barrier) {
+    q->epoch = sl__calloc(cap, sizeof *q->epoch);
+    if (!q->slot || !q->barrier || !q->epoch) {
         sl__free(q->slot);
         sl__free(q->barrier);
+        sl__free(q->epoch);
         q->slot = NULL;
         q->barrier = NULL;
+        q->epoch = NULL;
         return sl__oom("creating a stage queue");
     }
     q->cap = cap;
@@ -90,11 +98,14 @@ void sl_queue__destroy(sl_queue *q) {
     pthread_cond_destroy(&q->not_full);
     sl__free(q->slot);
     sl__free(q->barrier);
+    sl__free(q->epoch);
     q->slot = NULL;
     q->barrier = NULL;
+    q->epoch = NULL;
 }
 
-int sl_queue__push(sl_queue *q, uint64_t seq, void *item, int barrier, uint64_t *wait_ns) {
+int sl_queue__push(sl_queue *q, uint64_t seq, void *item, int barrier, uint64_t epoch,
+                   uint64_t *wait_ns) {
     pthread_mutex_lock(&q->mu);
     if (seq >= q->head + q->limit && !q->closed) {
         uint64_t t0 = sl__now_ns();
@@ -113,6 +124,7 @@ int sl_queue__push(sl_queue *q, uint64_t seq, void *item, int barrier, uint64_t 
     account(q);
     q->slot[i] = item;
     q->barrier[i] = (uint8_t)(barrier != 0);
+    q->epoch[i] = epoch;
     q->count++;
     if (q->wait_empty && (q->relaxed ? ready(q) != UINT64_MAX : seq == q->head))
         pthread_cond_signal(&q->not_empty);
@@ -132,14 +144,14 @@ static uint64_t ready(const sl_queue *q) {
     void *h = q->slot[q->head % q->cap];
     if (h && h != TAKEN)
         return q->head;
-    if (!q->relaxed)
+    if (!q->relaxed || !q->epoch_known)
         return UINT64_MAX;
     for (uint64_t s = q->head + 1; s < q->head + q->reach; s++) {
         size_t i = (size_t)(s % q->cap);
         void *e = q->slot[i];
         if (!e || e == TAKEN)
             continue;
-        if (q->barrier[i])
+        if (q->barrier[i] || q->epoch[i] != q->cur_epoch)
             return UINT64_MAX;
         return s;
     }
@@ -186,6 +198,12 @@ int sl_queue__pop(sl_queue *q, void **item, uint64_t *wait_ns, int timeout_ms) {
     account(q);
     *item = q->slot[i];
     q->slot[i] = TAKEN;
+    /* Taken at head: the consumer now knows the epoch it is in, or, for a
+     * barrier, that the next one starts at head. */
+    if (s == q->head) {
+        q->cur_epoch = q->epoch[i];
+        q->epoch_known = !q->barrier[i];
+    }
     q->count--;
     uint64_t head0 = q->head;
     advance_head(q);
@@ -239,8 +257,16 @@ void sl_queue__reset(sl_queue *q, void (*drop)(void *item, void *ctx), void *ctx
     q->head = 0;
     q->count = 0;
     q->closed = 0;
+    q->epoch_known = 0;
     q->fill_area = 0;
     q->t0_ns = q->last_ns = sl__now_ns();
+    pthread_mutex_unlock(&q->mu);
+}
+
+void sl_queue__start(sl_queue *q, uint64_t epoch) {
+    pthread_mutex_lock(&q->mu);
+    q->cur_epoch = epoch;
+    q->epoch_known = 1;
     pthread_mutex_unlock(&q->mu);
 }
 

@@ -86,3 +86,55 @@ SL_TEST(pipeline_relaxed__late_head_chunk_does_not_hang) {
         ASSERT_EQ(seen[i], 1);
     sl_pipeline_free(p);
 }
+
+/* The queue alone: a relaxed consumer takes elements away from head, but
+ * never one of the next epoch before the END marker that precedes it, even
+ * while that marker has not arrived (a worker still holds it). */
+SL_TEST(pipeline_relaxed__next_epoch_waits_for_its_end_marker) {
+    sl_queue q;
+    ASSERT_OK(sl_queue__init(&q, 8, 1));
+    sl_queue__start(&q, 0);
+    int item[5];
+    void *got;
+    /* epoch 0: seqs 0, 1; its END marker: seq 2; epoch 1: seqs 3, 4 */
+    ASSERT_OK(sl_queue__push(&q, 1, &item[1], 0, 0, NULL));
+    ASSERT_OK(sl_queue__pop(&q, &got, NULL, 0));
+    ASSERT(got == &item[1]); /* away from head, same epoch */
+    ASSERT_OK(sl_queue__push(&q, 3, &item[3], 0, 1, NULL));
+    ASSERT_RC(sl_queue__pop(&q, &got, NULL, 0), SL_END); /* 0 and the marker are missing */
+    ASSERT_OK(sl_queue__push(&q, 0, &item[0], 0, 0, NULL));
+    ASSERT_OK(sl_queue__pop(&q, &got, NULL, 0));
+    ASSERT(got == &item[0]);
+    ASSERT_RC(sl_queue__pop(&q, &got, NULL, 0), SL_END); /* the marker is still missing */
+    ASSERT_OK(sl_queue__push(&q, 2, &item[2], 1, 0, NULL));
+    ASSERT_OK(sl_queue__push(&q, 4, &item[4], 0, 1, NULL));
+    ASSERT_OK(sl_queue__pop(&q, &got, NULL, 0));
+    ASSERT(got == &item[2]);
+    /* after the marker the head comes first; then epoch 1 is known */
+    ASSERT_OK(sl_queue__pop(&q, &got, NULL, 0));
+    ASSERT(got == &item[3]);
+    ASSERT_OK(sl_queue__pop(&q, &got, NULL, 0));
+    ASSERT(got == &item[4]);
+    sl_queue__destroy(&q);
+}
+
+/* After a barrier the consumer takes the head before anything behind it:
+ * until then it cannot know which epoch the elements behind belong to. */
+SL_TEST(pipeline_relaxed__after_a_barrier_head_comes_first) {
+    sl_queue q;
+    ASSERT_OK(sl_queue__init(&q, 8, 1));
+    sl_queue__start(&q, 4);
+    int item[3];
+    void *got;
+    ASSERT_OK(sl_queue__push(&q, 0, &item[0], 1, 4, NULL)); /* an ERROR marker */
+    ASSERT_OK(sl_queue__pop(&q, &got, NULL, 0));
+    ASSERT(got == &item[0]);
+    ASSERT_OK(sl_queue__push(&q, 2, &item[2], 0, 4, NULL));
+    ASSERT_RC(sl_queue__pop(&q, &got, NULL, 0), SL_END);
+    ASSERT_OK(sl_queue__push(&q, 1, &item[1], 0, 4, NULL));
+    ASSERT_OK(sl_queue__pop(&q, &got, NULL, 0));
+    ASSERT(got == &item[1]);
+    ASSERT_OK(sl_queue__pop(&q, &got, NULL, 0));
+    ASSERT(got == &item[2]);
+    sl_queue__destroy(&q);
+}
