@@ -477,6 +477,37 @@ static int resample_region(const uint8_t *reg, int w, int ox, int oy, const int 
                             out, (size_t)out_w * color, norm);
 }
 
+/* Restrict the started decode to the output columns [x0, x1) and what the
+ * upsampler needs around them; *xoff and *cw receive the columns libjpeg
+ * will deliver. jpeg_crop_scanline widens the columns to iMCU boundaries,
+ * and its upsampler treats the widened edges as image edges: with
+ * subsampled chroma, a column at such an edge would be interpolated from
+ * one chroma sample instead of two and differ from a whole decode. One more
+ * column on each side moves those edges off [x0, x1). And libjpeg switches
+ * a component to plain replication when the crop leaves it fewer than two
+ * samples wide, so a crop is never narrower than two samples of the most
+ * subsampled component plus one (widened right, then left). */
+static void crop_columns(j_decompress_ptr ci, int x0, int x1, JDIMENSION *xoff, JDIMENSION *cw) {
+    int w = (int)ci->output_width;
+    int cx0 = x0 > 0 ? x0 - 1 : 0, cx1 = x1 < w ? x1 + 1 : w;
+    int hmin = ci->max_h_samp_factor;
+    for (int c = 0; c < ci->num_components; c++)
+        hmin = ci->comp_info[c].h_samp_factor < hmin ? ci->comp_info[c].h_samp_factor : hmin;
+    /* output pixels per sample of the most subsampled component, rounded up */
+    int per = (ci->max_h_samp_factor + hmin - 1) / hmin;
+    int least = 2 * per + 1;
+    if (cx1 - cx0 < least)
+        cx1 = cx0 + least < w ? cx0 + least : w;
+    if (cx1 - cx0 < least)
+        cx0 = cx1 - least > 0 ? cx1 - least : 0;
+    *xoff = (JDIMENSION)cx0;
+    *cw = (JDIMENSION)(cx1 - cx0);
+    if (*cw < ci->output_width)
+        jpeg_crop_scanline(ci, xoff, cw);
+    else
+        *xoff = 0, *cw = ci->output_width;
+}
+
 /* The region through a synthetic JPEG of the intervals that cover it
  * (jpeg_restart.c). Returns SL_OK, an error that the ordinary path would
  * give too (SL_ELIMIT, SL_ENOMEM), or 1: decode the file the ordinary way.
@@ -514,6 +545,13 @@ static int decode_box_synth(sl_decoder *d, const sl_jpeg_layout *L, sl_color col
         jpeg_abort_decompress(ci);
         return 1;
     }
+    /* The intervals are wider than the region (k MCUs each): the columns
+     * outside it are entropy-decoded anyway, but their inverse DCT,
+     * upsampling and colour conversion are skipped. */
+    JDIMENSION xoff, cw;
+    crop_columns(ci, r[0] - sy.ox, r[2] - sy.ox, &xoff, &cw);
+    w = (int)cw;
+    int ox = sy.ox + (int)xoff;
     size_t region = (size_t)w * (size_t)rows * (size_t)color;
     rc = sl_ops__dec_scratch(d, region + (size_t)w * 7 + 64);
     if (rc < 0) {
@@ -529,8 +567,7 @@ static int decode_box_synth(sl_decoder *d, const sl_jpeg_layout *L, sl_color col
     if (got != rows)
         return 1;
     d->synth_used++;
-    return resample_region(reg, w, sy.ox, sy.oy, r, s, color, box, out_h, out_w, interp, out,
-                           norm);
+    return resample_region(reg, w, ox, sy.oy, r, s, color, box, out_h, out_w, interp, out, norm);
 }
 
 int sl_ops__jpeg_decode_box(sl_decoder *d, const uint8_t *data, size_t size, sl_color color,
@@ -567,15 +604,8 @@ int sl_ops__jpeg_decode_box(sl_decoder *d, const uint8_t *data, size_t size, sl_
     int full_w = (int)ci->output_width, full_h = (int)ci->output_height;
     int r[4];
     pick_region(box, lim, out_h, out_w, s, full_w, full_h, r);
-    /* jpeg_crop_scanline widens the columns to iMCU boundaries, and its
-     * upsampler treats the widened edges as image edges: with subsampled
-     * chroma, a region column at such an edge would be interpolated from
-     * one chroma sample instead of two and differ from a whole decode. One
-     * more column on each side moves those edges off the region. */
-    int cx0 = r[0] > 0 ? r[0] - 1 : 0, cx1 = r[2] < full_w ? r[2] + 1 : full_w;
-    JDIMENSION xoff = (JDIMENSION)cx0, cw = (JDIMENSION)(cx1 - cx0);
-    if (cw < ci->output_width)
-        jpeg_crop_scanline(ci, &xoff, &cw);
+    JDIMENSION xoff, cw;
+    crop_columns(ci, r[0], r[2], &xoff, &cw);
     int rows = r[3] - r[1];
     size_t w = cw;
     size_t region = w * (size_t)rows * (size_t)color;

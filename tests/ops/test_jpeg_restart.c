@@ -192,12 +192,26 @@ SL_TEST(ops_jpeg_restart__fused_crop_exact) {
             sl_tensor full = {0};
             ASSERT_OK(sl_decode(d, j, n, (sl_color)color, &full));
             uint32_t seed = 77 + (uint32_t)v;
-            for (int i = 0; i < 40; i++) {
+            /* 40 random boxes, then boxes 1-3 pixels wide or tall at the
+             * edges and in the middle: the crop libjpeg is asked for must
+             * stay wide enough for the chroma upsampler to stay the same */
+            for (int i = 0; i < 40 + 15; i++) {
                 sl_box b;
-                b.w = 1 + (int)(lcg(&seed) % (uint32_t)va->w);
-                b.h = 1 + (int)(lcg(&seed) % (uint32_t)va->h);
-                b.x = (int)(lcg(&seed) % (uint32_t)(va->w - b.w + 1));
-                b.y = (int)(lcg(&seed) % (uint32_t)(va->h - b.h + 1));
+                if (i < 40) {
+                    b.w = 1 + (int)(lcg(&seed) % (uint32_t)va->w);
+                    b.h = 1 + (int)(lcg(&seed) % (uint32_t)va->h);
+                    b.x = (int)(lcg(&seed) % (uint32_t)(va->w - b.w + 1));
+                    b.y = (int)(lcg(&seed) % (uint32_t)(va->h - b.h + 1));
+                } else {
+                    int k = i - 40, thin = 1 + k % 3, at = k / 3;
+                    if (at < 3) { /* narrow columns: left, right, middle */
+                        b.w = thin, b.h = va->h / 2, b.y = va->h / 4;
+                        b.x = at == 0 ? 0 : at == 1 ? va->w - thin : va->w / 2 + 1;
+                    } else { /* short rows: top, bottom */
+                        b.h = thin, b.w = va->w / 2, b.x = va->w / 4;
+                        b.y = at == 3 ? 0 : va->h - thin;
+                    }
+                }
                 sl_tensor want = {0}, a = {0}, c = {0};
                 ASSERT_OK(sl_image_crop(&full, &b, &want));
                 uint64_t used = d->synth_used;
