@@ -1268,6 +1268,11 @@ typedef struct sl_pipeline_stats {
                                     fixed-shape columns' bytes). Since 0.2 */
     int32_t queue_length[SL_STATS_MAX_STAGES]; /**< per stage: elements in its output queue
                                     now. Since 0.2 */
+    uint64_t h2d_staged_bytes; /**< of h2d_bytes, bytes first copied into the device ring's
+                                    staging memory on the consumer thread (columns not
+                                    written in pinned memory by the stages); 0 when every
+                                    batch was copied straight from where it was made.
+                                    Since 0.2 */
 } sl_pipeline_stats;
 
 /** Fill `out` with the current counters. Any thread. Since 0.1 */

@@ -327,8 +327,10 @@ int cmd_bench(int argc, char **argv) {
             printf("\n");
         }
         if (st.h2d_bytes)
-            printf("host to device: %.1f MB/s (%.1f MB), waited %.2f s for device slots\n",
-                   st.h2d_bytes_per_s / 1e6, (double)st.h2d_bytes / 1e6, st.device_wait_s);
+            printf("host to device: %.1f MB/s (%.1f MB, %.1f MB of it through staging "
+                   "memory), waited %.2f s for device slots\n",
+                   st.h2d_bytes_per_s / 1e6, (double)st.h2d_bytes / 1e6,
+                   (double)st.h2d_staged_bytes / 1e6, st.device_wait_s);
         if (st.skipped)
             printf("skipped %llu samples (first: %s)\n", (unsigned long long)st.skipped,
                    st.nerrors ? st.errors[0] : "");

@@ -3,7 +3,9 @@
  *
  * A heap or pool buffer is one allocation: the sl_buffer header followed, at a
  * 64-byte boundary, by the data. A wrapped buffer points at foreign memory and
- * calls its release callback at the end.
+ * calls its release callback at the end. A pool made with an sl_pool_mem
+ * (pinned memory) takes each buffer's bytes from it and its header from the
+ * heap.
  *
  * Pool invariants:
  *  1. pool->refs counts the creator's reference (until sl_pool_free) plus one
@@ -42,6 +44,7 @@ struct sl_pool {
     _Atomic size_t allocated;
     _Atomic size_t live;
     _Atomic size_t cached;
+    sl_pool_mem mem;               /* mem.alloc NULL: the heap */
 };
 
 static size_t header_size(void) {
@@ -63,6 +66,36 @@ static sl_buffer *heap_buffer_new(size_t size) {
     b->user = NULL;
     b->next_free = NULL;
     return b;
+}
+
+static sl_buffer *pool_buffer_new(sl_pool *pool) {
+    if (!pool->mem.alloc)
+        return heap_buffer_new(pool->buf_size);
+    sl_buffer *b = sl__malloc(sizeof *b);
+    if (!b)
+        return NULL;
+    b->data = pool->mem.alloc(pool->mem.ctx, pool->buf_size);
+    if (!b->data) {
+        sl__free(b);
+        return NULL;
+    }
+    atomic_init(&b->refs, 1);
+    b->size = pool->buf_size;
+    b->pool = NULL;
+    b->release = NULL;
+    b->user = NULL;
+    b->next_free = NULL;
+    return b;
+}
+
+static void pool_buffer_free(sl_pool *pool, sl_buffer *b) {
+    if (pool->mem.alloc)
+        pool->mem.free(pool->mem.ctx, b->data);
+    sl__free(b);
+}
+
+void *sl_buffer__mem_ctx(const sl_buffer *buf) {
+    return buf && buf->pool && buf->pool->mem.alloc ? buf->pool->mem.ctx : NULL;
 }
 
 int sl_buffer_alloc(sl_buffer **out, size_t size) {
@@ -121,7 +154,7 @@ void sl_buffer_release(sl_buffer *buf) {
         pthread_mutex_unlock(&pool->mu);
         if (!cached) {
             atomic_fetch_sub_explicit(&pool->live, 1, memory_order_relaxed);
-            sl__free(buf);
+            pool_buffer_free(pool, buf);
         }
         pool_unref(pool);
         return;
@@ -154,6 +187,17 @@ int sl_pool_create(sl_pool **out, size_t buf_size, size_t max_cached) {
     return SL_OK;
 }
 
+int sl_pool__create_mem(sl_pool **out, size_t buf_size, size_t max_cached,
+                        const sl_pool_mem *mem) {
+    SL_TRY(sl_pool_create(out, buf_size, max_cached));
+    if (mem && mem->alloc) {
+        (*out)->mem = *mem;
+        if (mem->retain)
+            mem->retain(mem->ctx);
+    }
+    return SL_OK;
+}
+
 int sl_pool_get(sl_pool *pool, sl_buffer **out) {
     sl_buffer *b = NULL;
     pthread_mutex_lock(&pool->mu);
@@ -165,7 +209,7 @@ int sl_pool_get(sl_pool *pool, sl_buffer **out) {
     }
     pthread_mutex_unlock(&pool->mu);
     if (!b) {
-        b = heap_buffer_new(pool->buf_size);
+        b = pool_buffer_new(pool);
         if (!b) {
             *out = NULL;
             return sl__oom("taking a buffer from a pool");
@@ -185,7 +229,7 @@ int sl_pool__prefill(sl_pool *pool, size_t n, size_t touch) {
     if (touch > pool->buf_size)
         touch = pool->buf_size;
     for (size_t i = 0; i < n; i++) {
-        sl_buffer *b = heap_buffer_new(pool->buf_size);
+        sl_buffer *b = pool_buffer_new(pool);
         if (!b)
             return sl__oom("filling a buffer pool");
         memset(b->data, 0, touch);
@@ -203,7 +247,7 @@ int sl_pool__prefill(sl_pool *pool, size_t n, size_t touch) {
         }
         pthread_mutex_unlock(&pool->mu);
         if (!cached) {
-            sl__free(b);
+            pool_buffer_free(pool, b);
             break;
         }
     }
@@ -226,11 +270,14 @@ static void pool_unref(sl_pool *pool) {
     sl_buffer *b = pool->free_list;
     while (b) {
         sl_buffer *next = b->next_free;
-        sl__free(b);
+        pool_buffer_free(pool, b);
         b = next;
     }
+    sl_pool_mem mem = pool->mem;
     pthread_mutex_destroy(&pool->mu);
     sl__free(pool);
+    if (mem.alloc && mem.done)
+        mem.done(mem.ctx);
 }
 
 void sl_pool_free(sl_pool *pool) {

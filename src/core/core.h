@@ -59,6 +59,23 @@ int sl__json_add(struct cJSON *obj, const char *key, struct cJSON *item);
  * NULL: how a layer recognises its own wrapped buffers (the device ring). */
 void *sl_buffer__wrap_user(const sl_buffer *buf, void (*release)(void *user));
 
+/* Where a pool's bytes come from when not the heap (a device backend's
+ * pinned memory): alloc/free get `ctx`; a pool made with it calls
+ * retain(ctx) when created and done(ctx) when destroyed, so `ctx` outlives
+ * every buffer. Each buffer's header is then a heap block of its own. */
+typedef struct sl_pool_mem {
+    void *(*alloc)(void *ctx, size_t size); /* NULL on failure */
+    void (*free)(void *ctx, void *ptr);
+    void (*retain)(void *ctx);
+    void (*done)(void *ctx);
+    void *ctx;
+} sl_pool_mem;
+/* sl_pool_create with the bytes from `mem` (copied). */
+int sl_pool__create_mem(sl_pool **out, size_t buf_size, size_t max_cached, const sl_pool_mem *mem);
+/* The `ctx` of the sl_pool_mem that made `buf`'s bytes, or NULL (heap,
+ * wrapped, or a pool on the heap). */
+void *sl_buffer__mem_ctx(const sl_buffer *buf);
+
 /* Allocate `n` buffers into `pool`'s free list now, writing the first `touch`
  * bytes of each so that their pages are resident from the start. */
 int sl_pool__prefill(sl_pool *pool, size_t n, size_t touch);

@@ -37,6 +37,7 @@ typedef struct sl_dev_norm {
 
 typedef struct sl_dev_backend sl_dev_backend;
 struct sl_dev_backend {
+    _Atomic int refs;          /* 1 at open; sl_dev__backend_release frees at 0 */
     const char *name;          /* "cuda", "host" */
     int device;                /* sl_device the tensors report */
     int id;
@@ -72,6 +73,15 @@ int sl_dev__host_open(sl_dev_backend **out);
  * kernel, a gate). */
 int sl_dev__host_stream_call(sl_dev_backend *b, void *stream, void (*fn)(void *), void *arg);
 
+/* References on a backend: the ring and every pool of its pinned memory
+ * hold one, so the backend outlives the last pinned buffer. `destroy` runs
+ * when the last goes. */
+void sl_dev__backend_retain(sl_dev_backend *b);
+void sl_dev__backend_release(sl_dev_backend *b);
+/* Pool memory from the backend's pinned allocator (pools.c's batch
+ * classes): ctx is `b`, retain/done are the two calls above. */
+void sl_dev__pinned_mem(sl_dev_backend *b, sl_pool_mem *out);
+
 /* The normalize math of the host backend (and the reference for the
  * kernel): the per-channel table of normalize.c, applied per image. */
 void sl_dev__normalize_host(const sl_dev_norm *a);
@@ -104,6 +114,19 @@ void sl_dev__slot_abandon(sl_dev_slot *s);
  * copy stream, then run `norm` (NULL: none), record the copy event and make
  * the consumer stream wait on it. */
 int sl_dev__slot_submit(sl_dev_slot *s, size_t bytes, const sl_dev_norm *norm);
+/* The same from pinned memory outside the slot: copy i moves cp[i].n bytes
+ * from cp[i].src to the slot's device memory at cp[i].dst_off. The slot
+ * takes a reference on each of `hold` (the buffers the sources lie in) and
+ * drops it once the copy event has passed, so their memory is not reused
+ * while the copy engine reads it. */
+typedef struct sl_dev_copy {
+    size_t dst_off;
+    const void *src;
+    size_t n;
+} sl_dev_copy;
+#define SL_DEV_MAX_HOLD 16
+int sl_dev__slot_submit_from(sl_dev_slot *s, const sl_dev_copy *cp, int ncp,
+                             sl_buffer *const *hold, int nhold, const sl_dev_norm *norm);
 /* Hand the slot out: a buffer over its device memory (refcount 1); the slot
  * is released when the buffer's last reference goes. */
 int sl_dev__slot_handout(sl_dev_slot *s, sl_buffer **out);

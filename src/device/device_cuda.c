@@ -278,6 +278,7 @@ int sl_dev__cuda_open(sl_dev_backend **out, int id) {
     if (!c)
         return sl__oom("opening the CUDA device");
     sl_dev_backend *b = &c->b;
+    atomic_init(&b->refs, 1);
     b->name = "cuda";
     b->device = SL_DEVICE_CUDA;
     b->id = id;

@@ -293,6 +293,7 @@ int sl_dev__host_open(sl_dev_backend **out) {
     sl_dev_backend *b = sl__calloc(1, sizeof *b);
     if (!b)
         return sl__oom("opening the host device");
+    atomic_init(&b->refs, 1);
     b->name = "host";
     b->device = SL_DEVICE_CPU;
     b->id = 0;

@@ -2,10 +2,12 @@
  * device_ring.c — staging slots between host batches and device memory,
  * the same for every backend.
  *
- * A slot is one batch in flight: pinned host memory the batch is staged in,
- * device memory it is copied to, a copy event (recorded on the ring's copy
- * stream after the copy and any normalize) and a release event (recorded on
- * the consumer's stream when the batch is released).
+ * A slot is one batch in flight: pinned host memory the batch is staged in
+ * (none when the batch was written in pinned memory: the slot then holds
+ * references on those buffers), device memory it is copied to, a copy event
+ * (recorded on the ring's copy stream after the copy and any normalize) and
+ * a release event (recorded on the consumer's stream when the batch is
+ * released).
  *
  * Slot states (transitions named by function):
  *
@@ -19,6 +21,10 @@
  *     event has passed: the consumer's stream is done with the device memory
  *     (the pin_memory race: reusing a buffer the GPU still reads). The copy
  *     event must have passed too, so the pinned memory is no longer read.
+ *  1b. Pinned buffers a slot copies from (sl_dev__slot_submit_from) are held
+ *     until its copy event has passed, then released (at the next acquire,
+ *     or when the slot is freed): their pool reuses them only after the
+ *     copy engine is done reading.
  *  2. The release event is recorded on the stream the consumer last declared
  *     for the slot (sl_dev__slot_wait; the ring's consumer stream by
  *     default), after every use the consumer queued there.
@@ -36,6 +42,7 @@
 #include "device/device.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #define SL_DEV_MAX_SLOTS 64
@@ -50,6 +57,8 @@ struct sl_dev_slot {
     void *copy_ev, *rel_ev;
     void *use_stream;             /* where the release event is recorded */
     uint64_t rel_order;           /* when it was released (oldest first) */
+    sl_buffer *hold[SL_DEV_MAX_HOLD]; /* read by the copy in flight (1b) */
+    int nhold;
 };
 
 struct sl_dev_ring {
@@ -64,12 +73,55 @@ struct sl_dev_ring {
     uint64_t rel_counter;
 };
 
+void sl_dev__backend_retain(sl_dev_backend *b) { atomic_fetch_add(&b->refs, 1); }
+
+void sl_dev__backend_release(sl_dev_backend *b) {
+    if (b && atomic_fetch_sub(&b->refs, 1) == 1)
+        b->destroy(b);
+}
+
+static void *pinned_alloc(void *ctx, size_t size) {
+    sl_dev_backend *b = ctx;
+    void *p = NULL;
+    return b->host_alloc(b, size, &p) < 0 ? NULL : p;
+}
+
+static void pinned_free(void *ctx, void *ptr) {
+    sl_dev_backend *b = ctx;
+    b->host_free(b, ptr);
+}
+
+static void backend_retain(void *ctx) { sl_dev__backend_retain(ctx); }
+static void backend_release(void *ctx) { sl_dev__backend_release(ctx); }
+
+void sl_dev__pinned_mem(sl_dev_backend *b, sl_pool_mem *out) {
+    out->alloc = pinned_alloc;
+    out->free = pinned_free;
+    out->retain = backend_retain;
+    out->done = backend_release;
+    out->ctx = b;
+}
+
+/* Move the slot's held buffers (1b) to `out` (room for SL_DEV_MAX_HOLD more
+ * after `*n`): the caller releases them without the ring's lock, as the last
+ * release may free a pool. Only once the copy event has passed. */
+static void take_holds(sl_dev_ring *r, sl_dev_slot *s, sl_buffer **out, int *n) {
+    if (s->nhold == 0 || r->be->event_query(r->be, s->copy_ev) != 1)
+        return;
+    for (int i = 0; i < s->nhold; i++)
+        out[(*n)++] = s->hold[i];
+    s->nhold = 0;
+}
+
 static void slot_free(sl_dev_ring *r, sl_dev_slot *s) {
     sl_dev_backend *be = r->be;
     if (s->copy_ev) {
         be->event_sync(be, s->copy_ev);
         be->event_destroy(be, s->copy_ev);
     }
+    for (int i = 0; i < s->nhold; i++) /* the copy has passed: synced above */
+        sl_buffer_release(s->hold[i]);
+    s->nhold = 0;
     if (s->rel_ev) {
         be->event_sync(be, s->rel_ev);
         be->event_destroy(be, s->rel_ev);
@@ -90,16 +142,16 @@ static void ring_destroy(sl_dev_ring *r) {
             slot_free(r, r->slot[i]);
     if (r->copy_stream)
         be->stream_destroy(be, r->copy_stream);
-    be->destroy(be);
     pthread_mutex_destroy(&r->mu);
     sl__free(r);
+    sl_dev__backend_release(be);
 }
 
 int sl_dev__ring_create(sl_dev_ring **out, sl_dev_backend *be, int depth) {
     *out = NULL;
     sl_dev_ring *r = sl__calloc(1, sizeof *r);
     if (!r) {
-        be->destroy(be);
+        sl_dev__backend_release(be);
         return sl__oom("creating the device ring");
     }
     pthread_mutex_init(&r->mu, NULL);
@@ -183,11 +235,23 @@ int sl_dev__ring_acquire(sl_dev_ring *r, size_t host_bytes, size_t dev_bytes,
                          sl_dev_slot **out, uint64_t *wait_ns) {
     sl_dev_backend *be = r->be;
     *out = NULL;
+    sl_buffer *done[SL_DEV_MAX_HOLD];
+    int ndone;
     pthread_mutex_lock(&r->mu);
     for (;;) {
         sl_dev_slot *pick = NULL, *oldest = NULL;
         for (int i = 0; i < r->nslots && !pick; i++) {
             sl_dev_slot *s = r->slot[i];
+            if (s->nhold) { /* 1b: the copy engine is done with them */
+                ndone = 0;
+                take_holds(r, s, done, &ndone);
+                if (ndone) {
+                    pthread_mutex_unlock(&r->mu);
+                    for (int k = 0; k < ndone; k++)
+                        sl_buffer_release(done[k]);
+                    pthread_mutex_lock(&r->mu);
+                }
+            }
             if (s->state == SLOT_RELEASED && be->event_query(be, s->rel_ev) == 1 &&
                 be->event_query(be, s->copy_ev) == 1)
                 s->state = SLOT_FREE;
@@ -251,23 +315,54 @@ void sl_dev__slot_abandon(sl_dev_slot *s) {
     pthread_mutex_unlock(&r->mu);
 }
 
-int sl_dev__slot_submit(sl_dev_slot *s, size_t bytes, const sl_dev_norm *norm) {
+/* The copies, the normalize, the copy event and the consumer's wait. On a
+ * failure after work was queued, the copy stream is drained first, so that
+ * nothing queued still reads the sources when the caller frees them. */
+static int submit(sl_dev_slot *s, const sl_dev_copy *cp, int ncp, const sl_dev_norm *norm) {
     sl_dev_ring *r = s->ring;
     sl_dev_backend *be = r->be;
     pthread_mutex_lock(&r->mu);
     void *cons = r->cons_stream;
     pthread_mutex_unlock(&r->mu);
-    if (bytes)
-        SL_TRY(be->copy(be, s->dev, s->host, bytes, r->copy_stream));
-    if (norm) {
+    int rc = SL_OK;
+    for (int i = 0; i < ncp && rc >= 0; i++)
+        if (cp[i].n)
+            rc = be->copy(be, (char *)s->dev + cp[i].dst_off, cp[i].src, cp[i].n, r->copy_stream);
+    if (rc >= 0 && norm) {
         if (!be->normalize)
-            return sl__error(SL_EUNSUPPORTED, "device \"%s\": normalize_on_device: %s",
-                             be->name, be->norm_missing);
-        SL_TRY(be->normalize(be, norm, r->copy_stream));
+            rc = sl__error(SL_EUNSUPPORTED, "device \"%s\": normalize_on_device: %s", be->name,
+                           be->norm_missing);
+        else
+            rc = be->normalize(be, norm, r->copy_stream);
     }
-    SL_TRY(be->event_record(be, s->copy_ev, r->copy_stream));
-    SL_TRY(be->stream_wait(be, cons, s->copy_ev));
+    if (rc >= 0)
+        rc = be->event_record(be, s->copy_ev, r->copy_stream);
+    if (rc >= 0)
+        rc = be->stream_wait(be, cons, s->copy_ev);
+    if (rc < 0) {
+        char msg[SL__ERRMSG_MAX];
+        snprintf(msg, sizeof msg, "%s", sl_errmsg());
+        be->stream_sync(be, r->copy_stream);
+        return sl__error(rc, "%s", msg);
+    }
     s->use_stream = cons;
+    return SL_OK;
+}
+
+int sl_dev__slot_submit(sl_dev_slot *s, size_t bytes, const sl_dev_norm *norm) {
+    sl_dev_copy cp = {0, s->host, bytes};
+    return submit(s, &cp, 1, norm);
+}
+
+int sl_dev__slot_submit_from(sl_dev_slot *s, const sl_dev_copy *cp, int ncp,
+                             sl_buffer *const *hold, int nhold, const sl_dev_norm *norm) {
+    if (nhold < 0 || nhold > SL_DEV_MAX_HOLD)
+        return sl__error(SL_EINVAL, "device: %d buffers to hold (at most %d)", nhold,
+                         SL_DEV_MAX_HOLD);
+    SL_TRY(submit(s, cp, ncp, norm));
+    /* FILLING: no other thread looks at the holds until handout */
+    for (int i = 0; i < nhold; i++)
+        s->hold[s->nhold++] = sl_buffer_retain(hold[i]);
     return SL_OK;
 }
 

@@ -73,7 +73,8 @@ static int own_tensor(sl_pipeline *p, sl_tensor *dst, sl_tensor *src) {
         memset(src, 0, sizeof *src);
         return SL_OK;
     }
-    SL_TRY(sl_pipeline__pools_tensor(p->pools, dst, src->dtype, src->ndim, src->shape));
+    SL_TRY(sl_pipeline__pools_batch_tensor(p->pools, dst, src->dtype, src->ndim, src->shape,
+                                           src->ndim > 0 ? src->shape[0] : 1));
     if (src->nbytes)
         memcpy(dst->data, src->data, src->nbytes);
     return SL_OK;
@@ -268,8 +269,8 @@ int sl_collate__add(sl_pipeline *p, sl_collator *k, sl_sample *s, uint64_t pos, 
             shape[0] = cap;
             for (int d = 0; d < t->ndim; d++)
                 shape[d + 1] = t->shape[d];
-            SL_TRY(sl_pipeline__pools_tensor(p->pools, &k->b->col[c], t->dtype, t->ndim + 1,
-                                             shape));
+            SL_TRY(sl_pipeline__pools_batch_tensor(p->pools, &k->b->col[c], t->dtype,
+                                                   t->ndim + 1, shape, cap));
             k->itemsize[c] = t->nbytes;
         }
     }

@@ -4,18 +4,26 @@
  * device, the decode placement check, and the upload that turns a host batch
  * into a device batch at the end of sl_pipeline_next.
  *
+ * The pipeline's batch buffers are the backend's pinned memory
+ * (sl_device__batch_mem, pools.c): the stages write each batch where the copy
+ * engine reads it.
+ *
  * Upload, per batch (on the consumer thread):
  *   1. acquire a ring slot big enough (blocks only when every slot is in use
  *      and the oldest released one's release event has not passed);
- *   2. copy each stacked column into the slot's pinned memory (a host
- *      memcpy: the stages write into ordinary pooled buffers; see
- *      docs/DEVICE.md for why, and what writing straight into pinned memory
- *      would take);
- *   3. one asynchronous copy of all columns to device memory on the copy
- *      stream, then the normalize (uint8 HWC in, float CHW/HWC out) when
- *      asked, the copy event, and a wait for it on the consumer stream;
+ *   2. every column in pinned memory (the usual case): one asynchronous copy
+ *      per column from where the stages wrote it, on the copy stream; the
+ *      slot holds the host buffers until the copy event passes, so their
+ *      pool does not hand them out while the copy engine reads them.
+ *      Otherwise (a column the stages did not make in a batch buffer, e.g.
+ *      one passed through from the source) the columns are first copied
+ *      into the slot's own pinned staging memory (a host memcpy, counted in
+ *      h2d_staged_bytes) and copied from there in one piece;
+ *   3. then the normalize (uint8 HWC in, float CHW/HWC out) when asked, the
+ *      copy event, and a wait for it on the consumer stream;
  *   4. the batch's columns now point into device memory, each holding a
- *      reference on the slot's buffer; the host buffers are released.
+ *      reference on the slot's buffer; the batch's own references on the
+ *      host buffers are released.
  * The call returns without waiting for the copy: the consumer's stream
  * waits on the GPU, so the copy of batch k+1 runs while step k computes.
  */
@@ -38,7 +46,7 @@ struct sl_device_state {
     int chw;
     sl_dtype dtype;
     void *stream;                 /* consumer stream (NULL: default) */
-    _Atomic uint64_t h2d_bytes, wait_ns;
+    _Atomic uint64_t h2d_bytes, staged_bytes, wait_ns;
 };
 
 /* ---- spec ---------------------------------------------------------------------------- */
@@ -262,8 +270,16 @@ void sl_device__close(sl_device_state *ds) {
     if (ds->ring)
         sl_dev__ring_close(ds->ring);
     else if (ds->be)
-        ds->be->destroy(ds->be);
+        sl_dev__backend_release(ds->be);
     sl__free(ds);
+}
+
+int sl_device__batch_mem(sl_device_state *ds, sl_pool_mem *out) {
+    sl_dev_backend *be = ds ? (ds->ring ? sl_dev__ring_backend(ds->ring) : ds->be) : NULL;
+    if (!be)
+        return 0;
+    sl_dev__pinned_mem(be, out);
+    return 1;
 }
 
 void sl_device__counters(const sl_device_state *ds, sl_device_counters *out) {
@@ -271,6 +287,7 @@ void sl_device__counters(const sl_device_state *ds, sl_device_counters *out) {
     if (!ds)
         return;
     out->h2d_bytes = atomic_load(&((sl_device_state *)ds)->h2d_bytes);
+    out->staged_bytes = atomic_load(&((sl_device_state *)ds)->staged_bytes);
     out->wait_ns = atomic_load(&((sl_device_state *)ds)->wait_ns);
 }
 
@@ -342,22 +359,44 @@ int sl_device__upload(sl_device_state *ds, sl_batch *b, int depth) {
         }
         dev_total += align_up((size_t)(norm.n * norm.h * norm.w * norm.c) * sl_dtype_size(ds->dtype));
     }
+    /* straight from the batch's own buffers when they are all pinned */
+    int direct = b->ncols <= SL_DEV_MAX_HOLD;
+    for (int c = 0; c < b->ncols && direct; c++)
+        if (b->col[c].nbytes && sl_buffer__mem_ctx(b->col[c].buf) != (void *)be)
+            direct = 0;
     sl_dev_slot *slot;
     uint64_t waited = 0;
-    int rc = sl_dev__ring_acquire(ds->ring, total, dev_total, &slot, &waited);
+    int rc = sl_dev__ring_acquire(ds->ring, direct ? 0 : total, dev_total, &slot, &waited);
     atomic_fetch_add(&ds->wait_ns, waited);
     if (rc < 0)
         return rc;
-    uint8_t *host = sl_dev__slot_host(slot), *dev = sl_dev__slot_dev(slot);
-    for (int c = 0; c < b->ncols; c++)
-        if (b->col[c].nbytes)
-            memcpy(host + off[c], b->col[c].data, b->col[c].nbytes);
+    uint8_t *dev = sl_dev__slot_dev(slot);
     if (ds->has_norm) {
         norm.src = dev + off[ncol];
         norm.dst = dev + norm_off;
     }
+    const sl_dev_norm *np = ds->has_norm ? &norm : NULL;
+    if (direct) {
+        sl_dev_copy cp[SL_MAX_COLUMNS];
+        sl_buffer *hold[SL_MAX_COLUMNS];
+        int nhold = 0;
+        for (int c = 0; c < b->ncols; c++) {
+            cp[c].dst_off = off[c];
+            cp[c].src = b->col[c].data;
+            cp[c].n = b->col[c].nbytes;
+            if (b->col[c].nbytes)
+                hold[nhold++] = b->col[c].buf;
+        }
+        rc = sl_dev__slot_submit_from(slot, cp, b->ncols, hold, nhold, np);
+    } else {
+        uint8_t *host = sl_dev__slot_host(slot);
+        for (int c = 0; c < b->ncols; c++)
+            if (b->col[c].nbytes)
+                memcpy(host + off[c], b->col[c].data, b->col[c].nbytes);
+        atomic_fetch_add(&ds->staged_bytes, total);
+        rc = sl_dev__slot_submit(slot, total, np);
+    }
     sl_buffer *buf = NULL;
-    rc = sl_dev__slot_submit(slot, total, ds->has_norm ? &norm : NULL);
     if (rc >= 0)
         rc = sl_dev__slot_handout(slot, &buf);
     if (rc < 0) {
@@ -395,7 +434,7 @@ int sl_device_available(sl_device device, int id) {
         return sl__error(SL_EINVAL, "device: %d is not SL_DEVICE_CUDA or SL_DEVICE_CPU",
                          (int)device);
     SL_TRY(sl_dev__cuda_open(&be, id));
-    be->destroy(be);
+    sl_dev__backend_release(be);
     return SL_OK;
 }
 

@@ -346,6 +346,7 @@ static int vectorize_batch(sl_pipeline *p, sl_worker *w, sl_chunk *c, char *msg,
             for (uint32_t q = 0; q < nd->nparts; q++)
                 ctx.pos[q] = nd->parts[q];
             ctx.pools = p->pools;
+            ctx.rows = p->plan.batch_size;
             rc = nd->def->apply_batch(nd->params, w->state[k - st->first], &ctx, b->col);
         } else { /* a user map's batched form */
             sl_rng rng[SL_FUSE_MAX_BATCH];

@@ -186,12 +186,15 @@ typedef struct sl_op_bctx {
     uint32_t nparts;
     uint32_t pos[SL_OP_MAX_PARTS];
     struct sl_pipeline__pools *pools; /* where sl_op_batch_alloc takes buffers */
+    int64_t rows;                     /* batch size (>= n): a short last batch takes a
+                                         full batch's buffer */
 } sl_op_bctx;
 
 /* Sample i's generator for part `part` of the op (as sl_op_rng_part gives it
  * to the per-sample apply of that sample). */
 void sl_op_batch_rng(const sl_op_bctx *ctx, uint32_t i, unsigned part, sl_rng *out);
-/* A pooled tensor for a batch column (contents uninitialised). */
+/* A pooled tensor for a batch column (contents uninitialised), from the
+ * batch pools (pinned memory when the pipeline has a device). */
 int sl_op_batch_alloc(sl_op_bctx *ctx, sl_tensor *out, sl_dtype dtype, int ndim,
                       const int64_t *shape);
 

@@ -205,6 +205,10 @@ static int reserve_batch_buffers(sl_pipeline *p) {
     size_t count = 2; /* workers (a spare of small batches too) and queue slots */
     for (int s = p->fuse_batch ? p->collate_stage : p->nstages - 1; s < p->nstages; s++)
         count += (size_t)p->stage[s].workers + p->stage[s].out.cap;
+    /* with a device, the ring's slots hold the batches whose copies are in
+     * flight (device_ring.c, rule 1b) */
+    if (p->dev)
+        count += (size_t)(p->plan.out_depth + 1 > 2 ? p->plan.out_depth + 1 : 2);
     const sl_colset *cols = &p->plan.out_cols;
     for (int c = 0; c < cols->ncols; c++) {
         const sl_colinfo *ci = &cols->col[c];
@@ -267,6 +271,9 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
                     (unsigned long long)m);
     }
     SL_CHECK(sl_pipeline__pools_create(&p->pools));
+    sl_pool_mem pinned;
+    if (sl_device__batch_mem(p->dev, &pinned))
+        sl_pipeline__pools_set_batch_mem(p->pools, &pinned);
     p->chunk_size = p->spec->chunk > 0 ? p->spec->chunk : 64;
     p->chunk_cap = 128;
     SL_CHECK(sl_pipeline__layout(p));

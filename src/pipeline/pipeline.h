@@ -15,6 +15,10 @@
 /* ---- pools.c ------------------------------------------------------------------ */
 typedef struct sl_pipeline__pools sl_pipeline__pools;
 int sl_pipeline__pools_create(sl_pipeline__pools **out);
+/* Batch tensors (sl_pipeline__pools_batch_tensor) from now on take their
+ * bytes from `mem` (a device's pinned memory), in classes of their own. Call
+ * before any buffer is taken. */
+void sl_pipeline__pools_set_batch_mem(sl_pipeline__pools *ps, const sl_pool_mem *mem);
 /* Up to `count` buffers of `size` bytes may be out at once: the class is
  * filled to `count` on first use and caches no more (pools.c). Call before
  * the workers start. */
@@ -84,9 +88,14 @@ int sl_device__upload(sl_device_state *ds, struct sl_batch *b, int depth);
 void sl_device__close(sl_device_state *ds);
 typedef struct sl_device_counters {
     uint64_t h2d_bytes;
+    uint64_t staged_bytes;       /* of h2d_bytes, through the ring's staging memory */
     uint64_t wait_ns;
 } sl_device_counters;
 void sl_device__counters(const sl_device_state *ds, sl_device_counters *out);
+/* Pool memory for the pipeline's batches: the device backend's pinned
+ * memory (so the stages write batches where the copy engine reads them).
+ * 0: no device, nothing to set. */
+int sl_device__batch_mem(sl_device_state *ds, sl_pool_mem *out);
 
 /* ---- spec.c ---------------------------------------------------------------------- */
 enum { SL_SPEC_OP_JSON = 0, SL_SPEC_OP_MAP = 1, SL_SPEC_OP_FILTER = 2 };

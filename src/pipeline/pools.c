@@ -31,6 +31,12 @@
  * (sl_pipeline__pools_batch_tensor), not a pool of its own size. The class
  * caches at most that many; a consumer holding more batches than the bound gets extra buffers that are
  * freed (unmapped) on release rather than kept.
+ *
+ * Batch memory (sl_pipeline__pools_set_batch_mem): with a device, batch
+ * tensors come from classes of their own whose bytes are the device
+ * backend's pinned memory, so the stages write batches straight into memory
+ * the copy engine reads (no staging copy at the hand-off); samples stay on
+ * the heap. Without one, batches and samples share the classes.
  */
 #include "pipeline/pipeline.h"
 
@@ -44,7 +50,9 @@
 struct sl_pipeline__pools {
     pthread_mutex_t mu;            /* serialises creation of a class's pool */
     _Atomic(sl_pool *) pool[NCLASSES];
-    size_t reserve[NCLASSES];      /* buffers to make on first use (0: none);
+    _Atomic(sl_pool *) bpool[NCLASSES]; /* batch classes, with `mem` only */
+    sl_pool_mem mem;               /* mem.alloc NULL: batches use pool[] */
+    size_t reserve[NCLASSES];      /* (for the classes batches use) */      /* buffers to make on first use (0: none);
                                       set before any worker starts */
     size_t touch[NCLASSES];        /* bytes of each reserved buffer in use */
 };
@@ -67,25 +75,42 @@ int sl_pipeline__pools_create(sl_pipeline__pools **out) {
     if (!ps)
         return sl__oom("creating buffer pools");
     pthread_mutex_init(&ps->mu, NULL);
-    for (int i = 0; i < NCLASSES; i++)
+    for (int i = 0; i < NCLASSES; i++) {
         atomic_init(&ps->pool[i], NULL);
+        atomic_init(&ps->bpool[i], NULL);
+    }
     *out = ps;
     return SL_OK;
 }
 
-int sl_pipeline__pools_get(sl_pipeline__pools *ps, size_t size, sl_buffer **out) {
+void sl_pipeline__pools_set_batch_mem(sl_pipeline__pools *ps, const sl_pool_mem *mem) {
+    ps->mem = *mem;
+    if (mem->retain)
+        mem->retain(mem->ctx); /* the set's own, until sl_pipeline__pools_free */
+}
+
+/* A buffer of `size` bytes; `batch`: for a batch tensor (from bpool[], in
+ * pinned memory, when batch memory is set; the reserved counts apply to the
+ * classes batches use). */
+static int get_from(sl_pipeline__pools *ps, size_t size, int batch, sl_buffer **out) {
     size_t csize;
     int c = size_class(size, &csize);
-    if (c < 0)
+    int pinned = batch && ps->mem.alloc;
+    if (c < 0 && !pinned)
         return sl_buffer_alloc(out, size);
-    sl_pool *pool = atomic_load_explicit(&ps->pool[c], memory_order_acquire);
+    if (c < 0)
+        return sl__error(SL_ELIMIT, "a batch of %zu bytes is too large", size);
+    _Atomic(sl_pool *) *arr = pinned ? ps->bpool : ps->pool;
+    int reserved = pinned || !ps->mem.alloc;
+    sl_pool *pool = atomic_load_explicit(&arr[c], memory_order_acquire);
     if (!pool) {
         pthread_mutex_lock(&ps->mu);
-        pool = atomic_load_explicit(&ps->pool[c], memory_order_acquire);
+        pool = atomic_load_explicit(&arr[c], memory_order_acquire);
         if (!pool) {
-            int rc = sl_pool_create(&pool, csize, ps->reserve[c]);
-            if (rc == SL_OK && ps->reserve[c] > 0) {
-                rc = sl_pool__prefill(pool, ps->reserve[c], ps->touch[c]);
+            size_t rsv = reserved ? ps->reserve[c] : 0;
+            int rc = sl_pool__create_mem(&pool, csize, rsv, pinned ? &ps->mem : NULL);
+            if (rc == SL_OK && rsv > 0) {
+                rc = sl_pool__prefill(pool, rsv, ps->touch[c]);
                 if (rc < 0)
                     sl_pool_free(pool);
             }
@@ -93,11 +118,15 @@ int sl_pipeline__pools_get(sl_pipeline__pools *ps, size_t size, sl_buffer **out)
                 pthread_mutex_unlock(&ps->mu);
                 return rc;
             }
-            atomic_store_explicit(&ps->pool[c], pool, memory_order_release);
+            atomic_store_explicit(&arr[c], pool, memory_order_release);
         }
         pthread_mutex_unlock(&ps->mu);
     }
     return sl_pool_get(pool, out);
+}
+
+int sl_pipeline__pools_get(sl_pipeline__pools *ps, size_t size, sl_buffer **out) {
+    return get_from(ps, size, 0, out);
 }
 
 int sl_pipeline__pools_reserve(sl_pipeline__pools *ps, size_t size, size_t count) {
@@ -111,13 +140,21 @@ int sl_pipeline__pools_reserve(sl_pipeline__pools *ps, size_t size, size_t count
     return SL_OK;
 }
 
+static int make_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dtype, int ndim,
+                       const int64_t *shape, int64_t rows, int batch);
+
 int sl_pipeline__pools_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dtype, int ndim,
                               const int64_t *shape) {
-    return sl_pipeline__pools_batch_tensor(ps, t, dtype, ndim, shape, ndim > 0 ? shape[0] : 1);
+    return make_tensor(ps, t, dtype, ndim, shape, ndim > 0 ? shape[0] : 1, 0);
 }
 
 int sl_pipeline__pools_batch_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dtype,
                                     int ndim, const int64_t *shape, int64_t rows) {
+    return make_tensor(ps, t, dtype, ndim, shape, rows, 1);
+}
+
+static int make_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dtype, int ndim,
+                       const int64_t *shape, int64_t rows, int batch) {
     size_t n = sl_dtype_size(dtype);
     memset(t, 0, sizeof *t);
     if (n == 0 || ndim < 0 || ndim > SL_MAX_DIMS)
@@ -131,7 +168,7 @@ int sl_pipeline__pools_batch_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dty
         !sl__mul_ok(n / (size_t)shape[0], (size_t)rows, &take))
         take = n;
     sl_buffer *b;
-    SL_TRY(sl_pipeline__pools_get(ps, take, &b));
+    SL_TRY(get_from(ps, take, batch, &b));
     t->buf = b;
     t->data = sl_buffer_data(b);
     t->nbytes = n;
@@ -152,9 +189,11 @@ int sl_pipeline__pools_bytes(const sl_pipeline__pools *ps, sl_pipeline__pool_byt
                              size_t *held_out, size_t *cached_out) {
     int n = 0;
     *held_out = *cached_out = 0;
-    for (int i = 0; i < NCLASSES; i++) {
-        const sl_pool *pool =
-            atomic_load_explicit(&((sl_pipeline__pools *)ps)->pool[i], memory_order_acquire);
+    for (int k = 0; k < 2 * NCLASSES; k++) {
+        int i = k % NCLASSES;
+        _Atomic(sl_pool *) *arr = k < NCLASSES ? ((sl_pipeline__pools *)ps)->pool
+                                              : ((sl_pipeline__pools *)ps)->bpool;
+        const sl_pool *pool = atomic_load_explicit(&arr[i], memory_order_acquire);
         if (!pool)
             continue;
         size_t held, cached;
@@ -176,8 +215,13 @@ int sl_pipeline__pools_bytes(const sl_pipeline__pools *ps, sl_pipeline__pool_byt
 void sl_pipeline__pools_free(sl_pipeline__pools *ps) {
     if (!ps)
         return;
-    for (int i = 0; i < NCLASSES; i++)
+    for (int i = 0; i < NCLASSES; i++) {
         sl_pool_free(atomic_load(&ps->pool[i]));
+        sl_pool_free(atomic_load(&ps->bpool[i]));
+    }
+    sl_pool_mem mem = ps->mem;
     pthread_mutex_destroy(&ps->mu);
     sl__free(ps);
+    if (mem.alloc && mem.done)
+        mem.done(mem.ctx);
 }

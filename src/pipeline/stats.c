@@ -75,6 +75,7 @@ int sl_pipeline_stats_get(const sl_pipeline *cp, sl_pipeline_stats *out) {
     sl_device_counters dc;
     sl_device__counters(p->dev, &dc);
     out->h2d_bytes = dc.h2d_bytes;
+    out->h2d_staged_bytes = dc.staged_bytes;
     out->h2d_bytes_per_s = wall > 0 ? (double)dc.h2d_bytes / wall : 0.0;
     out->device_wait_s = (double)dc.wait_ns / 1e9;
     out->threads_started = atomic_load(&p->threads_started);
@@ -218,6 +219,7 @@ int sl_pipeline_stats_json(const sl_pipeline *p, char *buf, size_t cap, size_t *
     cJSON_AddNumberToObject(doc, "cpu_busy", st.cpu_busy);
     cJSON_AddNumberToObject(doc, "h2d_bytes", (double)st.h2d_bytes);
     cJSON_AddNumberToObject(doc, "h2d_bytes_per_s", st.h2d_bytes_per_s);
+    cJSON_AddNumberToObject(doc, "h2d_staged_bytes", (double)st.h2d_staged_bytes);
     cJSON_AddNumberToObject(doc, "device_wait_s", st.device_wait_s);
     cJSON_AddNumberToObject(doc, "memory_limit", (double)st.memory_limit);
     cJSON_AddNumberToObject(doc, "batch_bytes", (double)st.batch_bytes);

@@ -6,14 +6,16 @@
 #include "test.h"
 #include "device/device.h"
 
-/* n RGB images 6x5 from the sample index, a label, batch 4. */
+/* n RGB images 6x5 from the sample index, a label, batch 4 (BATCH4). */
 static const char *SPEC_FMT =
     "{\"source\": {\"path\": \"%s\"}, \"ops\": ["
     "{\"op\": \"normalize\", \"column\": \"image\", \"mean\": [0.485, 0.456, 0.406],"
-    " \"std\": [0.229, 0.224, 0.225], \"layout\": \"%s\", \"dtype\": \"%s\"},"
-    "{\"op\": \"batch\", \"size\": 4}]%s}";
+    " \"std\": [0.229, 0.224, 0.225], \"layout\": \"%s\", \"dtype\": \"%s\"}"
+    "%s]%s}";
+static const char *BATCH4 = ", {\"op\": \"batch\", \"size\": 4}";
 
-static sl_spec *image_spec(const char *layout, const char *dtype, const char *device) {
+static sl_spec *image_spec_ops(const char *layout, const char *dtype, const char *batch,
+                               const char *device) {
     enum { N = 10, H = 6, W = 5, C = 3 };
     sl_tensor cols[2];
     int64_t xs[4] = {N, H, W, C}, ls[1] = {N};
@@ -25,7 +27,7 @@ static sl_spec *image_spec(const char *layout, const char *dtype, const char *de
     for (int i = 0; i < N; i++)
         ((int64_t *)cols[1].data)[i] = i;
     char json[1024];
-    snprintf(json, sizeof json, SPEC_FMT, "unused", layout, dtype, device);
+    snprintf(json, sizeof json, SPEC_FMT, "unused", layout, dtype, batch, device);
     /* the JSON names a path; replace the source with the columns */
     sl_spec *spec;
     int rc = sl_spec_from_json(&spec, json);
@@ -37,6 +39,13 @@ static sl_spec *image_spec(const char *layout, const char *dtype, const char *de
     sl_tensor_release(&cols[1]);
     return spec;
 }
+
+static sl_spec *image_spec(const char *layout, const char *dtype, const char *device) {
+    return image_spec_ops(layout, dtype, BATCH4, device);
+}
+
+/* h2d_staged_bytes of the last pipeline collect() ran */
+static uint64_t last_staged;
 
 /* Concatenated bytes of column `col` of every batch, and their count. */
 static size_t collect(sl_spec *spec, uint8_t *out, size_t cap, int want_device) {
@@ -62,6 +71,8 @@ static size_t collect(sl_spec *spec, uint8_t *out, size_t cap, int want_device) 
     sl_pipeline_stats st;
     ASSERT_OK(sl_pipeline_stats_get(p, &st));
     ASSERT_EQ(st.h2d_bytes > 0, want_device);
+    ASSERT(st.h2d_staged_bytes <= st.h2d_bytes);
+    last_staged = st.h2d_staged_bytes;
     sl_pipeline_free(p);
     return n;
 }
@@ -71,6 +82,9 @@ static void same_values(const char *layout, const char *dtype, const char *devic
     sl_spec *s1 = image_spec(layout, dtype, "");
     sl_spec *s2 = image_spec(layout, dtype, device);
     size_t na = collect(s1, a, sizeof a, 0), nb = collect(s2, b, sizeof b, 1);
+    /* the stages wrote every batch in the backend's pinned memory: copied
+     * from there, nothing staged on the consumer thread */
+    ASSERT_U64_EQ(last_staged, 0);
     ASSERT_EQ(na, nb);
     ASSERT(na > 0);
     ASSERT_EQ(memcmp(a, b, na), 0);
@@ -87,6 +101,22 @@ SL_TEST(device_pipeline__normalize_on_device_equals_cpu) {
     same_values("chw", "float32", dev);
     same_values("hwc", "float32", dev);
     same_values("chw", "float16", dev);
+}
+
+/* Without a batch op each sample's tensors come from the sample pools, not
+ * from pinned batch buffers: they cross through the ring's staging memory,
+ * with the same values. */
+SL_TEST(device_pipeline__unbatched_samples_are_staged) {
+    static uint8_t a[1 << 16], b[1 << 16];
+    sl_spec *s1 = image_spec_ops("chw", "float32", "", "");
+    sl_spec *s2 = image_spec_ops("chw", "float32", "", ", \"device\": \"host\"");
+    size_t na = collect(s1, a, sizeof a, 0), nb = collect(s2, b, sizeof b, 1);
+    ASSERT(last_staged > 0);
+    ASSERT_EQ(na, nb);
+    ASSERT(na > 0);
+    ASSERT_EQ(memcmp(a, b, na), 0);
+    sl_spec_free(s1);
+    sl_spec_free(s2);
 }
 
 SL_TEST(device_pipeline__normalize_on_device_ships_bytes) {

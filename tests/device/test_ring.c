@@ -297,3 +297,78 @@ SL_TEST(device_ring__normalize_matches_cpu_op) {
     sl_dev__ring_close(r);
     cons_free();
 }
+
+/* Rule 1b: a batch the stages wrote in pinned memory is copied from where it
+ * lies (the slot has no staging memory), and its buffer goes back to its
+ * pool only after the copy has passed: handing it out earlier would let a
+ * worker overwrite bytes the copy engine is still reading. */
+SL_TEST(device_ring__pinned_source_held_until_copied) {
+    sl_dev_ring *r = host_ring(2);
+    sl_dev_backend *be = sl_dev__ring_backend(r);
+    sl_pool_mem mem;
+    sl_dev__pinned_mem(be, &mem);
+    sl_pool *pool;
+    ASSERT_OK(sl_pool__create_mem(&pool, 4096, 4, &mem));
+    sl_buffer *src;
+    ASSERT_OK(sl_pool_get(pool, &src));
+    ASSERT(sl_buffer__mem_ctx(src) == (void *)be);
+    memset(sl_buffer_data(src), 0x3c, 4096);
+    gate g;
+    gate_init(&g);
+    ASSERT_OK(sl_dev__host_stream_call(be, sl_dev__ring_copy_stream(r), gate_pass, &g));
+    sl_dev_slot *s;
+    uint64_t waited = 0;
+    ASSERT_OK(sl_dev__ring_acquire(r, 0, 4096, &s, &waited));
+    ASSERT(sl_dev__slot_host(s) == NULL); /* no staging memory */
+    sl_dev_copy cp = {0, sl_buffer_data(src), 4096};
+    ASSERT_OK(sl_dev__slot_submit_from(s, &cp, 1, &src, 1, NULL));
+    sl_buffer *out;
+    ASSERT_OK(sl_dev__slot_handout(s, &out));
+    sl_buffer_release(src); /* the batch lets go; the slot still holds it */
+    ASSERT_EQ(sl_buffer_refcount(src), 1u);
+    sl_buffer *other;
+    ASSERT_OK(sl_pool_get(pool, &other));
+    ASSERT(other != src);
+    /* an acquire while the copy is behind the gate keeps holding it */
+    sl_dev_slot *s2;
+    ASSERT_OK(sl_dev__ring_acquire(r, 0, 4096, &s2, &waited));
+    sl_dev__slot_abandon(s2);
+    ASSERT_EQ(sl_buffer_refcount(src), 1u);
+    sl_buffer_release(other);
+    gate_open(&g);
+    ASSERT_OK(be->stream_sync(be, cons));
+    ASSERT(all_equal(sl_buffer_data(out), 4096, 0x3c));
+    sl_buffer_release(out);
+    /* the copy has passed: the next acquire lets the buffer go to its pool,
+     * whose free list hands out the last one returned first */
+    ASSERT_OK(sl_dev__ring_acquire(r, 0, 4096, &s2, &waited));
+    sl_dev__slot_abandon(s2);
+    sl_buffer *again;
+    ASSERT_OK(sl_pool_get(pool, &again));
+    ASSERT(again == src);
+    ASSERT_EQ(sl_pool_allocated(pool), 2u);
+    sl_buffer_release(again);
+    sl_pool_free(pool);
+    sl_dev__ring_close(r);
+    cons_free();
+    gate_destroy(&g);
+}
+
+/* A pool of pinned memory keeps its backend: a buffer released after the
+ * ring and the pool are gone is still freed by the backend that made it
+ * (ASan: no leak, no use after free). */
+SL_TEST(device_ring__pinned_pool_outlives_ring) {
+    sl_dev_ring *r = host_ring(2);
+    sl_dev_backend *be = sl_dev__ring_backend(r);
+    sl_pool_mem mem;
+    sl_dev__pinned_mem(be, &mem);
+    sl_pool *pool;
+    ASSERT_OK(sl_pool__create_mem(&pool, 1 << 12, 2, &mem));
+    sl_buffer *b;
+    ASSERT_OK(sl_pool_get(pool, &b));
+    sl_pool_free(pool);
+    sl_dev__ring_close(r);
+    cons_free();
+    memset(sl_buffer_data(b), 1, 1 << 12);
+    sl_buffer_release(b); /* the last reference: pool, then backend */
+}

@@ -60,6 +60,9 @@ def test_stats_report_h2d_and_wait():
     assert st["h2d_bytes"] == 768 * (n - 1) + 256 + 256
     assert st["h2d_bytes_per_s"] > 0
     assert st["device_wait_s"] >= 0
+    # the stages wrote the batches in the backend's pinned memory: copied
+    # from there, nothing staged on the consumer thread
+    assert st["h2d_staged_bytes"] == 0
 
 
 def test_torch_from_host_device():
