@@ -2,7 +2,7 @@
  * ops_decode_bench.c — per-image CPU cost of sluice's image ops against the
  * full-size decode limit, on the same files, cores and library.
  *
- *   ops_decode_bench [--threads T] [--repeat R] [--limit N] [--restart auto|rows] MODE DIR
+ *   ops_decode_bench [--threads T] [--repeat R] [--limit N] [--restart auto|rows [--verify]] MODE DIR
  *
  * MODE:
  *   tj      libjpeg-turbo (TurboJPEG) full-size RGB decode: the decode limit
@@ -17,6 +17,10 @@
  * --jpeg-restart` stores it (sl_jpeg_add_restarts: restart intervals and an
  * interval table), and prints one JSON line with the re-encode rate (1
  * thread) and the size change; the modes then run on those bytes.
+ * --verify (with --restart) then decodes every re-encoded JPEG and its
+ * source whole with TurboJPEG (RGB, gray or CMYK, as the file is) and
+ * compares the pixels: one JSON line with the count of files compared and
+ * of those that differ (exit status 1 if any does).
  * Files (*.jpg, *.jpeg, *.png, recursively) are read into memory first; each
  * thread takes every T-th image. Prints one JSON line per repeat and a summary
  * with the median images/s.
@@ -37,6 +41,7 @@
 typedef struct {
     unsigned char *data;
     size_t size;
+    char *path;
 } blob;
 
 static blob *files;
@@ -89,6 +94,7 @@ static void load_dir(const char *dir, size_t limit) {
                 }
                 files[nfiles].data = malloc((size_t)st.st_size);
                 files[nfiles].size = fread(files[nfiles].data, 1, (size_t)st.st_size, f);
+                files[nfiles].path = strdup(path);
                 nfiles++;
                 fclose(f);
             }
@@ -255,15 +261,48 @@ static double run_pipeline(uint64_t epoch, int *failed) {
     return seen / dt;
 }
 
+/* Whole-image pixels of a JPEG in its own colour space; NULL if it does
+ * not decode. */
+static unsigned char *tj_pixels(tjhandle tj, const unsigned char *p, size_t n, size_t *len) {
+    int w, h, ss, cs;
+    if (tjDecompressHeader3(tj, p, (unsigned long)n, &w, &h, &ss, &cs) != 0)
+        return NULL;
+    int pf = cs == TJCS_GRAY ? TJPF_GRAY : cs == TJCS_CMYK || cs == TJCS_YCCK ? TJPF_CMYK
+                                                                              : TJPF_RGB;
+    *len = (size_t)w * (size_t)h * (size_t)tjPixelSize[pf];
+    unsigned char *px = malloc(*len);
+    if (px && tjDecompress2(tj, p, (unsigned long)n, px, w, 0, h, pf, 0) != 0) {
+        free(px);
+        return NULL;
+    }
+    return px;
+}
+
+/* Same pixels before and after the re-encode (--verify). */
+static int verify_one(tjhandle tj, const unsigned char *src, size_t sn, const sl_tensor *t,
+                      const char *name) {
+    size_t la = 0, lb = 0;
+    unsigned char *a = tj_pixels(tj, src, sn, &la), *b = tj_pixels(tj, t->data, t->nbytes, &lb);
+    int same = a && b && la == lb && !memcmp(a, b, la);
+    if (!same)
+        fprintf(stderr, "verify: %s: %s\n", name,
+                !a ? "the source does not decode" : !b ? "the re-encode does not decode"
+                                                       : "pixels differ");
+    free(a);
+    free(b);
+    return same;
+}
+
 /* Re-encode the loaded files with restart intervals (see --restart). */
-static int reencode_all(const char *how) {
+static int reencode_all(const char *how, int verify) {
     sl_jpeg_restart m = !strcmp(how, "rows") ? SL_JPEG_RESTART_ROWS : SL_JPEG_RESTART_AUTO;
     if (strcmp(how, "rows") && strcmp(how, "auto")) {
         fprintf(stderr, "--restart wants auto or rows, not %s\n", how);
         return -1;
     }
-    size_t before = 0, after = 0, changed = 0;
-    double t0 = now();
+    size_t before = 0, after = 0, changed = 0, compared = 0, differ = 0;
+    double t0 = now(), tv = 0;
+    tjhandle tj = verify ? tjInitDecompress() : NULL;
     for (size_t i = 0; i < nfiles; i++) {
         sl_tensor t;
         int ch;
@@ -272,6 +311,12 @@ static int reencode_all(const char *how) {
         if (sl_jpeg_add_restarts(files[i].data, files[i].size, m, &t, &ch) != SL_OK) {
             fprintf(stderr, "re-encode: %s\n", sl_errmsg());
             return -1;
+        }
+        if (ch && verify) {
+            double v0 = now();
+            compared++;
+            differ += !verify_one(tj, files[i].data, files[i].size, &t, files[i].path);
+            tv += now() - v0;
         }
         if (ch) {
             unsigned char *p = malloc(t.nbytes);
@@ -284,18 +329,24 @@ static int reencode_all(const char *how) {
         }
         after += files[i].size;
     }
-    double dt = now() - t0;
+    double dt = now() - t0 - tv;
     printf("{\"restart\": \"%s\", \"images\": %zu, \"reencoded\": %zu, \"reencode_img_s\": %.1f, "
            "\"bytes_before\": %zu, \"bytes_after\": %zu, \"size_change_pct\": %.2f}\n",
            how, nfiles, changed, nfiles / dt, before, after, 100.0 * ((double)after / before - 1));
+    if (verify) {
+        printf("{\"verify\": \"whole-image pixels, source vs re-encode\", \"compared\": %zu, "
+               "\"differ\": %zu}\n", compared, differ);
+        tjDestroy(tj);
+    }
     fflush(stdout);
-    return 0;
+    return verify && differ ? 1 : 0;
 }
 
 int main(int argc, char **argv) {
     int repeat = 3;
     size_t limit = 0;
     const char *restart = NULL;
+    int verify = 0;
     int a = 1;
     for (; a < argc && argv[a][0] == '-'; a++) {
         if (!strcmp(argv[a], "--threads") && a + 1 < argc)
@@ -306,6 +357,8 @@ int main(int argc, char **argv) {
             limit = (size_t)atoll(argv[++a]);
         else if (!strcmp(argv[a], "--restart") && a + 1 < argc)
             restart = argv[++a];
+        else if (!strcmp(argv[a], "--verify"))
+            verify = 1;
         else {
             fprintf(stderr, "unknown option %s\n", argv[a]);
             return 2;
@@ -313,7 +366,7 @@ int main(int argc, char **argv) {
     }
     if (argc - a != 2 || nthreads < 1) {
         fprintf(stderr, "usage: ops_decode_bench [--threads T] [--repeat R] [--limit N] "
-                        "tj|decode|train|eval|pipeline DIR\n");
+                        "[--restart auto|rows [--verify]] tj|decode|train|eval|pipeline DIR\n");
         return 2;
     }
     mode = argv[a];
@@ -327,8 +380,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "no images under %s\n", argv[a + 1]);
         return 1;
     }
-    if (restart && reencode_all(restart) != 0)
-        return 1;
+    if (verify && !restart) {
+        fprintf(stderr, "--verify checks the re-encode: give --restart too\n");
+        return 2;
+    }
+    if (restart) {
+        int rc = reencode_all(restart, verify);
+        if (rc < 0)
+            return 1;
+        if (rc > 0) /* pixels differ: reported above */
+            return 1;
+    }
     double rates[64];
     if (repeat > 64)
         repeat = 64;
