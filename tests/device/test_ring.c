@@ -80,6 +80,20 @@ static void cons_free(void) {
     cons = NULL;
 }
 
+static void ring_done(sl_dev_ring *r) {
+    sl_dev__ring_close(r);
+    cons_free();
+}
+
+/* A pool of `size`-byte buffers in the backend's pinned memory. */
+static sl_pool *pinned_pool(sl_dev_backend *be, size_t size, size_t max_cached) {
+    sl_pool_mem mem;
+    sl_dev__pinned_mem(be, &mem);
+    sl_pool *pool;
+    ASSERT_OK(sl_pool__create_mem(&pool, size, max_cached, &mem));
+    return pool;
+}
+
 /* Stage `n` bytes of `pattern` in a new slot, copy it, hand it out. */
 static sl_dev_slot *fill(sl_dev_ring *r, size_t n, uint8_t pattern, sl_buffer **buf) {
     sl_dev_slot *s;
@@ -107,8 +121,7 @@ SL_TEST(device_ring__copy_reaches_device_memory) {
     ASSERT_OK(be->stream_sync(be, cons)); /* the consumer stream waited on the copy */
     ASSERT(all_equal(sl_buffer_data(buf), 4096, 0x5a));
     sl_buffer_release(buf);
-    sl_dev__ring_close(r);
-    cons_free();
+    ring_done(r);
 }
 
 /* Checks run on the consumer stream after the copy was queued behind a gate
@@ -143,8 +156,7 @@ SL_TEST(device_ring__consumer_stream_waits_for_the_copy) {
     ASSERT_EQ(c.gate_was_open, 1);
     ASSERT_EQ(c.data_ok, 1);
     sl_buffer_release(buf);
-    sl_dev__ring_close(r);
-    cons_free();
+    ring_done(r);
     gate_destroy(&g);
 }
 
@@ -180,8 +192,7 @@ SL_TEST(device_ring__reuse_waits_for_the_consumer_stream) {
     ASSERT(dt < 5.0);
     pthread_join(t, NULL);
     sl_dev__slot_abandon(s3);
-    sl_dev__ring_close(r);
-    cons_free();
+    ring_done(r);
     gate_destroy(&g);
 }
 
@@ -212,8 +223,7 @@ SL_TEST(device_ring__held_batches_released_out_of_order) {
         sl_buffer_release(nb);
     }
     ASSERT_EQ(sl_dev__ring_slots(r), N);
-    sl_dev__ring_close(r);
-    cons_free();
+    ring_done(r);
 }
 
 /* Closing with copies queued (behind a gate) and a batch still held:
@@ -252,8 +262,7 @@ SL_TEST(device_ring__abandoned_slot_is_reused) {
     ASSERT(t == s); /* grown in place */
     ASSERT_EQ(sl_dev__ring_slots(r), 1);
     sl_dev__slot_abandon(t);
-    sl_dev__ring_close(r);
-    cons_free();
+    ring_done(r);
 }
 
 SL_TEST(device_ring__normalize_matches_cpu_op) {
@@ -294,8 +303,7 @@ SL_TEST(device_ring__normalize_matches_cpu_op) {
             sl_buffer_release(buf);
         }
     }
-    sl_dev__ring_close(r);
-    cons_free();
+    ring_done(r);
 }
 
 /* Rule 1b: a batch the stages wrote in pinned memory is copied from where it
@@ -305,10 +313,7 @@ SL_TEST(device_ring__normalize_matches_cpu_op) {
 SL_TEST(device_ring__pinned_source_held_until_copied) {
     sl_dev_ring *r = host_ring(2);
     sl_dev_backend *be = sl_dev__ring_backend(r);
-    sl_pool_mem mem;
-    sl_dev__pinned_mem(be, &mem);
-    sl_pool *pool;
-    ASSERT_OK(sl_pool__create_mem(&pool, 4096, 4, &mem));
+    sl_pool *pool = pinned_pool(be, 4096, 4);
     sl_buffer *src;
     ASSERT_OK(sl_pool_get(pool, &src));
     ASSERT(sl_buffer__mem_ctx(src) == (void *)be);
@@ -349,8 +354,7 @@ SL_TEST(device_ring__pinned_source_held_until_copied) {
     ASSERT_EQ(sl_pool_allocated(pool), 2u);
     sl_buffer_release(again);
     sl_pool_free(pool);
-    sl_dev__ring_close(r);
-    cons_free();
+    ring_done(r);
     gate_destroy(&g);
 }
 
@@ -360,15 +364,11 @@ SL_TEST(device_ring__pinned_source_held_until_copied) {
 SL_TEST(device_ring__pinned_pool_outlives_ring) {
     sl_dev_ring *r = host_ring(2);
     sl_dev_backend *be = sl_dev__ring_backend(r);
-    sl_pool_mem mem;
-    sl_dev__pinned_mem(be, &mem);
-    sl_pool *pool;
-    ASSERT_OK(sl_pool__create_mem(&pool, 1 << 12, 2, &mem));
+    sl_pool *pool = pinned_pool(be, 1 << 12, 2);
     sl_buffer *b;
     ASSERT_OK(sl_pool_get(pool, &b));
     sl_pool_free(pool);
-    sl_dev__ring_close(r);
-    cons_free();
+    ring_done(r);
     memset(sl_buffer_data(b), 1, 1 << 12);
     sl_buffer_release(b); /* the last reference: pool, then backend */
 }
