@@ -51,15 +51,10 @@ static size_t header_size(void) {
     return (sizeof(sl_buffer) + SL_BUF_ALIGN - 1) & ~(size_t)(SL_BUF_ALIGN - 1);
 }
 
-static sl_buffer *heap_buffer_new(size_t size) {
-    size_t total;
-    if (!sl__add_ok(header_size(), size, &total))
-        return NULL;
-    sl_buffer *b = sl__aligned_alloc(SL_BUF_ALIGN, total);
-    if (!b)
-        return NULL;
+/* A fresh header: refcount 1, no pool, no release callback. */
+static sl_buffer *buffer_init(sl_buffer *b, void *data, size_t size) {
     atomic_init(&b->refs, 1);
-    b->data = (char *)b + header_size();
+    b->data = data;
     b->size = size;
     b->pool = NULL;
     b->release = NULL;
@@ -68,24 +63,24 @@ static sl_buffer *heap_buffer_new(size_t size) {
     return b;
 }
 
+static sl_buffer *heap_buffer_new(size_t size) {
+    size_t total;
+    if (!sl__add_ok(header_size(), size, &total))
+        return NULL;
+    sl_buffer *b = sl__aligned_alloc(SL_BUF_ALIGN, total);
+    return b ? buffer_init(b, (char *)b + header_size(), size) : NULL;
+}
+
 static sl_buffer *pool_buffer_new(sl_pool *pool) {
     if (!pool->mem.alloc)
         return heap_buffer_new(pool->buf_size);
     sl_buffer *b = sl__malloc(sizeof *b);
-    if (!b)
-        return NULL;
-    b->data = pool->mem.alloc(pool->mem.ctx, pool->buf_size);
-    if (!b->data) {
+    void *data = b ? pool->mem.alloc(pool->mem.ctx, pool->buf_size) : NULL;
+    if (!data) {
         sl__free(b);
         return NULL;
     }
-    atomic_init(&b->refs, 1);
-    b->size = pool->buf_size;
-    b->pool = NULL;
-    b->release = NULL;
-    b->user = NULL;
-    b->next_free = NULL;
-    return b;
+    return buffer_init(b, data, pool->buf_size);
 }
 
 static void pool_buffer_free(sl_pool *pool, sl_buffer *b) {
@@ -112,13 +107,9 @@ int sl_buffer_wrap(sl_buffer **out, void *data, size_t size, void (*release)(voi
         *out = NULL;
         return sl__oom("wrapping a buffer");
     }
-    atomic_init(&b->refs, 1);
-    b->data = data;
-    b->size = size;
-    b->pool = NULL;
+    buffer_init(b, data, size);
     b->release = release;
     b->user = user;
-    b->next_free = NULL;
     *out = b;
     return SL_OK;
 }

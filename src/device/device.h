@@ -96,6 +96,9 @@ void sl_dev__normalize_host(const sl_dev_norm *a);
 typedef struct sl_dev_ring sl_dev_ring;
 typedef struct sl_dev_slot sl_dev_slot;
 
+/* The slots a ring asked for `depth` keeps at most while the consumer
+ * holds fewer batches than that (the clamp of sl_dev__ring_create). */
+int sl_dev__ring_depth(int depth);
 /* Takes ownership of `be` (freed with the ring, after its last slot). */
 int sl_dev__ring_create(sl_dev_ring **out, sl_dev_backend *be, int depth);
 /* Drop the creator's reference: waits for copies in flight, frees idle

@@ -102,15 +102,16 @@ void sl_dev__pinned_mem(sl_dev_backend *b, sl_pool_mem *out) {
     out->ctx = b;
 }
 
-/* Move the slot's held buffers (1b) to `out` (room for SL_DEV_MAX_HOLD more
- * after `*n`): the caller releases them without the ring's lock, as the last
- * release may free a pool. Only once the copy event has passed. */
-static void take_holds(sl_dev_ring *r, sl_dev_slot *s, sl_buffer **out, int *n) {
-    if (s->nhold == 0 || r->be->event_query(r->be, s->copy_ev) != 1)
-        return;
-    for (int i = 0; i < s->nhold; i++)
-        out[(*n)++] = s->hold[i];
+/* Once the slot's copy event has passed, move its held buffers (1b) to
+ * `out` (room for SL_DEV_MAX_HOLD) and return how many: the caller releases
+ * them without the ring's lock, as the last release may free a pool. */
+static int take_holds(sl_dev_ring *r, sl_dev_slot *s, sl_buffer **out) {
+    int n = s->nhold;
+    if (n == 0 || r->be->event_query(r->be, s->copy_ev) != 1)
+        return 0;
+    memcpy(out, s->hold, (size_t)n * sizeof *out);
     s->nhold = 0;
+    return n;
 }
 
 static void slot_free(sl_dev_ring *r, sl_dev_slot *s) {
@@ -147,6 +148,10 @@ static void ring_destroy(sl_dev_ring *r) {
     sl_dev__backend_release(be);
 }
 
+int sl_dev__ring_depth(int depth) {
+    return depth < 2 ? 2 : depth > SL_DEV_MAX_SLOTS ? SL_DEV_MAX_SLOTS : depth;
+}
+
 int sl_dev__ring_create(sl_dev_ring **out, sl_dev_backend *be, int depth) {
     *out = NULL;
     sl_dev_ring *r = sl__calloc(1, sizeof *r);
@@ -156,7 +161,7 @@ int sl_dev__ring_create(sl_dev_ring **out, sl_dev_backend *be, int depth) {
     }
     pthread_mutex_init(&r->mu, NULL);
     r->be = be;
-    r->depth = depth < 2 ? 2 : depth > SL_DEV_MAX_SLOTS ? SL_DEV_MAX_SLOTS : depth;
+    r->depth = sl_dev__ring_depth(depth);
     int rc = be->stream_create(be, &r->copy_stream);
     if (rc < 0) {
         ring_destroy(r);
@@ -235,22 +240,18 @@ int sl_dev__ring_acquire(sl_dev_ring *r, size_t host_bytes, size_t dev_bytes,
                          sl_dev_slot **out, uint64_t *wait_ns) {
     sl_dev_backend *be = r->be;
     *out = NULL;
-    sl_buffer *done[SL_DEV_MAX_HOLD];
-    int ndone;
     pthread_mutex_lock(&r->mu);
     for (;;) {
         sl_dev_slot *pick = NULL, *oldest = NULL;
         for (int i = 0; i < r->nslots && !pick; i++) {
             sl_dev_slot *s = r->slot[i];
-            if (s->nhold) { /* 1b: the copy engine is done with them */
-                ndone = 0;
-                take_holds(r, s, done, &ndone);
-                if (ndone) {
-                    pthread_mutex_unlock(&r->mu);
-                    for (int k = 0; k < ndone; k++)
-                        sl_buffer_release(done[k]);
-                    pthread_mutex_lock(&r->mu);
-                }
+            sl_buffer *done[SL_DEV_MAX_HOLD];
+            int ndone = take_holds(r, s, done); /* 1b: the copy engine is done */
+            if (ndone) {
+                pthread_mutex_unlock(&r->mu);
+                for (int k = 0; k < ndone; k++)
+                    sl_buffer_release(done[k]);
+                pthread_mutex_lock(&r->mu);
             }
             if (s->state == SLOT_RELEASED && be->event_query(be, s->rel_ev) == 1 &&
                 be->event_query(be, s->copy_ev) == 1)

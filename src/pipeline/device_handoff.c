@@ -274,6 +274,10 @@ void sl_device__close(sl_device_state *ds) {
     sl__free(ds);
 }
 
+int sl_device__slots(const sl_device_state *ds, int depth) {
+    return ds ? sl_dev__ring_depth(depth + 1) : 0;
+}
+
 int sl_device__batch_mem(sl_device_state *ds, sl_pool_mem *out) {
     sl_dev_backend *be = ds ? (ds->ring ? sl_dev__ring_backend(ds->ring) : ds->be) : NULL;
     if (!be)
@@ -299,6 +303,7 @@ int sl_device__upload(sl_device_state *ds, sl_batch *b, int depth) {
     if (!ds->ring) {
         sl_dev_backend *owned = ds->be;
         ds->be = NULL; /* the ring owns it now, also when creating it fails */
+        /* depth + 1 slots, as sl_device__slots counts them */
         SL_TRY(sl_dev__ring_create(&ds->ring, owned, depth + 1));
         sl_dev__ring_set_stream(ds->ring, ds->stream);
     }

@@ -205,8 +205,7 @@ void sl_op_batch_rng(const sl_op_bctx *ctx, uint32_t i, unsigned part, sl_rng *o
 
 int sl_op_batch_alloc(sl_op_bctx *ctx, sl_tensor *out, sl_dtype dtype, int ndim,
                       const int64_t *shape) {
-    int64_t rows = ndim > 0 && ctx->rows > shape[0] ? ctx->rows : ndim > 0 ? shape[0] : 1;
-    return sl_pipeline__pools_batch_tensor(ctx->pools, out, dtype, ndim, shape, rows);
+    return sl_pipeline__pools_batch_tensor(ctx->pools, out, dtype, ndim, shape, ctx->rows);
 }
 
 /* True when the request is exactly the batch slot's per-sample dtype/shape. */

@@ -207,8 +207,7 @@ static int reserve_batch_buffers(sl_pipeline *p) {
         count += (size_t)p->stage[s].workers + p->stage[s].out.cap;
     /* with a device, the ring's slots hold the batches whose copies are in
      * flight (device_ring.c, rule 1b) */
-    if (p->dev)
-        count += (size_t)(p->plan.out_depth + 1 > 2 ? p->plan.out_depth + 1 : 2);
+    count += (size_t)sl_device__slots(p->dev, p->plan.out_depth);
     const sl_colset *cols = &p->plan.out_cols;
     for (int c = 0; c < cols->ncols; c++) {
         const sl_colinfo *ci = &cols->col[c];

@@ -96,6 +96,10 @@ void sl_device__counters(const sl_device_state *ds, sl_device_counters *out);
  * memory (so the stages write batches where the copy engine reads them).
  * 0: no device, nothing to set. */
 int sl_device__batch_mem(sl_device_state *ds, sl_pool_mem *out);
+/* The ring slots sl_device__upload makes for a pipeline of output depth
+ * `depth` (0 without a device): each may hold a batch whose copy is in
+ * flight. */
+int sl_device__slots(const sl_device_state *ds, int depth);
 
 /* ---- spec.c ---------------------------------------------------------------------- */
 enum { SL_SPEC_OP_JSON = 0, SL_SPEC_OP_MAP = 1, SL_SPEC_OP_FILTER = 2 };

@@ -52,8 +52,9 @@ struct sl_pipeline__pools {
     _Atomic(sl_pool *) pool[NCLASSES];
     _Atomic(sl_pool *) bpool[NCLASSES]; /* batch classes, with `mem` only */
     sl_pool_mem mem;               /* mem.alloc NULL: batches use pool[] */
-    size_t reserve[NCLASSES];      /* (for the classes batches use) */      /* buffers to make on first use (0: none);
-                                      set before any worker starts */
+    size_t reserve[NCLASSES];      /* buffers to make on first use (0: none), in
+                                      the classes batches use; set before any
+                                      worker starts */
     size_t touch[NCLASSES];        /* bytes of each reserved buffer in use */
 };
 
