@@ -63,6 +63,16 @@ char *sl__strdup(const char *s) {
 
 void sl__free(void *p) { free(p); }
 
+void *sl__zalloc(void *opaque, unsigned items, unsigned size) {
+    (void)opaque;
+    return sl__calloc(items, size);
+}
+
+void sl__zfree(void *opaque, void *p) {
+    (void)opaque;
+    sl__free(p);
+}
+
 int sl__copy_out(const char *text, char *buf, size_t cap, size_t *len_out) {
     size_t n = strlen(text);
     if (len_out)

@@ -55,6 +55,12 @@ bool sl__json_failed(void);
 struct cJSON;
 int sl__json_add(struct cJSON *obj, const char *key, struct cJSON *item);
 
+/* zlib's allocation hooks through the seam (z_stream.zalloc / zfree; the
+ * signatures are zlib's alloc_func and free_func), so that an OOM test
+ * reaches inside inflate. */
+void *sl__zalloc(void *opaque, unsigned items, unsigned size);
+void sl__zfree(void *opaque, void *p);
+
 /* The `user` of a buffer made by sl_buffer_wrap with this `release`, else
  * NULL: how a layer recognises its own wrapped buffers (the device ring). */
 void *sl_buffer__wrap_user(const sl_buffer *buf, void (*release)(void *user));
@@ -121,6 +127,10 @@ SL_API void sl__seterrmsg(const char *msg);
             goto cleanup;                    \
     } while (0)
 
+/* The last component of a path (or URL), for messages (borrowed; the
+ * whole string when it ends in '/'). */
+const char *sl__base_name(const char *path);
+
 /* ---- logging ---------------------------------------------------------------- */
 SL_API void sl__log(sl_log_level level, const char *fmt, ...) SL_PRINTF(2, 3);
 #define SL_LOG_ERROR(...) sl__log(SL_LOG_ERROR, __VA_ARGS__)
@@ -133,6 +143,11 @@ SL_API void sl__log(sl_log_level level, const char *fmt, ...) SL_PRINTF(2, 3);
 /* ---- time --------------------------------------------------------------------- */
 /* Monotonic time in nanoseconds. */
 SL_API uint64_t sl__now_ns(void);
+
+/* ---- checksums ----------------------------------------------------------------- */
+/* CRC-32C (Castagnoli) of p[0..n), continuing from `crc` (0 to start):
+ * sl__crc32c(0, "123456789", 9) == 0xe3069283. */
+uint32_t sl__crc32c(uint32_t crc, const void *p, size_t n);
 
 /* ---- little-endian load/store (the .slr format is little-endian) --------------- */
 static inline uint16_t sl__ld16(const void *p) {

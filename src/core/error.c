@@ -87,3 +87,8 @@ const char *sl_status_str(int status) {
 
 unsigned sl_version_number(void) { return SL_VERSION_NUMBER; }
 const char *sl_version_string(void) { return SL_VERSION_STRING; }
+
+const char *sl__base_name(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s && s[1] ? s + 1 : path;
+}

@@ -51,36 +51,34 @@ int sl_record__manifest_load(const char *mpath, slr_manifest *out) {
     char *text = NULL;
     cJSON *root = NULL;
     memset(out, 0, sizeof *out);
-    int fd = open(mpath, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return sl__error(errno == ENOENT ? SL_ECORRUPT : SL_EIO, "%s: cannot open: %s", mpath,
-                         strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0)
-        SL_FAIL(SL_EIO, "%s: cannot stat: %s", mpath, strerror(errno));
-    if (st.st_size == 0)
+    sl_io *io = NULL;
+    if (access(mpath, F_OK) != 0 && errno == ENOENT)
+        return sl__error(SL_ECORRUPT, "%s: cannot open: %s", mpath, strerror(errno));
+    SL_TRY(sl_io__open(&io, mpath, 0));
+    const uint64_t size = sl_io__size(io);
+    if (size == 0)
         SL_FAIL(SL_ECORRUPT, "%s: empty file", mpath);
-    if ((uint64_t)st.st_size > SLR_MANIFEST_MAX)
-        SL_FAIL(SL_ELIMIT, "%s: %lld bytes is larger than a manifest may be (%u)", mpath,
-                (long long)st.st_size, SLR_MANIFEST_MAX);
-    text = sl__malloc((size_t)st.st_size + 1);
+    if (size > SLR_MANIFEST_MAX)
+        SL_FAIL(SL_ELIMIT, "%s: %llu bytes is larger than a manifest may be (%u)", mpath,
+                (unsigned long long)size, SLR_MANIFEST_MAX);
+    text = sl__malloc((size_t)size + 1);
     if (!text) {
         rc = sl__oom("reading a manifest");
         goto cleanup;
     }
-    SL_CHECK(sl_record__pread_all(fd, text, (size_t)st.st_size, 0, mpath));
-    text[st.st_size] = 0;
-    if (strlen(text) != (size_t)st.st_size)
+    SL_CHECK(sl_io__read(io, text, (size_t)size, 0));
+    text[size] = 0;
+    if (strlen(text) != (size_t)size)
         SL_FAIL(SL_ECORRUPT, "%s: not valid JSON (contains a NUL byte)", mpath);
     sl__json_init();
-    root = cJSON_ParseWithLength(text, (size_t)st.st_size);
+    root = cJSON_ParseWithLength(text, (size_t)size);
     if (!root && sl__json_failed()) {
         rc = sl__oom("reading a manifest");
         goto cleanup;
     }
     if (!root) {
         const char *at = cJSON_GetErrorPtr();
-        long pos = at && at >= text && at <= text + st.st_size ? (long)(at - text) : -1;
+        long pos = at && at >= text && at <= text + size ? (long)(at - text) : -1;
         SL_FAIL(SL_ECORRUPT, "%s: not valid JSON (error near byte %ld)", mpath, pos);
     }
     if (!cJSON_IsObject(root))
@@ -161,7 +159,7 @@ int sl_record__manifest_load(const char *mpath, slr_manifest *out) {
         }
     }
 cleanup:
-    close(fd);
+    sl_io__close(io);
     cJSON_Delete(root);
     sl__free(text);
     if (rc < 0)

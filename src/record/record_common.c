@@ -218,25 +218,6 @@ int sl_record__write_all(int fd, const void *p, size_t len, const char *path) {
     return SL_OK;
 }
 
-int sl_record__pread_all(int fd, void *p, size_t len, uint64_t off, const char *path) {
-    uint8_t *b = p;
-    size_t done = 0;
-    while (done < len) {
-        ssize_t n = pread(fd, b + done, len - done, (off_t)(off + done));
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return sl__error(SL_EIO, "%s: read failed at offset %llu: %s", path,
-                             (unsigned long long)(off + done), strerror(errno));
-        }
-        if (n == 0)
-            return sl__error(SL_ECORRUPT, "%s: truncated (read past the end at offset %llu)", path,
-                             (unsigned long long)(off + done));
-        done += (size_t)n;
-    }
-    return SL_OK;
-}
-
 int sl_record__fsync_dir(const char *dir_path) {
     int fd = open(dir_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)

@@ -7,6 +7,7 @@
 #define SL_RECORD_FORMAT_H
 
 #include "core/core.h"
+#include "io/io.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -130,7 +131,6 @@ uint64_t sl_record__payload_sum(const void *p, size_t len, uint64_t record,
 
 int sl_record__write_all(int fd, const void *p, size_t len, const char *path);
 /* Read exactly len bytes at off; a short read is SL_ECORRUPT "path: truncated ...". */
-int sl_record__pread_all(int fd, void *p, size_t len, uint64_t off, const char *path);
 int sl_record__fsync_dir(const char *dir_path);
 /* The directory part of path ("." if none), into a new string. */
 char *sl_record__dirname(const char *path);
@@ -153,10 +153,11 @@ typedef struct slr_header {
 
 typedef struct slr_shard {
     char *path;
-    int fd;
+    sl_io *io;              /* the file (io.h); owned by `mapbuf` when mapped */
     const uint8_t *map;     /* whole file, or NULL in pread mode */
-    sl_buffer *mapbuf;      /* reference-counted owner of `map`; it is unmapped
-                               when the reader and every retained view let go */
+    sl_buffer *mapbuf;      /* reference-counted owner of `io` and so of `map`;
+                               closed when the reader and every retained view
+                               let go */
     uint64_t size;
     slr_header hdr;
     uint64_t first;         /* global number of the first record */
@@ -185,8 +186,7 @@ struct sl_reader {
 
 /* Read and validate a header (magic, version, features, checksum, schema).
  * meta_out (may be NULL) receives the header's metadata block. */
-int sl_record__read_header(int fd, const uint8_t *map, uint64_t size, const char *path,
-                           slr_header *hdr, sl_schema *schema, slr_meta *meta_out);
+int sl_record__read_header(sl_io *io, slr_header *hdr, sl_schema *schema, slr_meta *meta_out);
 
 /* ---- zstd through the allocation seam (record_common.c) -------------------------- */
 

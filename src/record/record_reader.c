@@ -18,7 +18,6 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,8 +26,10 @@
 
 /* ---- header ------------------------------------------------------------------------ */
 
-int sl_record__read_header(int fd, const uint8_t *map, uint64_t size, const char *path,
-                           slr_header *hdr, sl_schema *schema, slr_meta *meta_out) {
+int sl_record__read_header(sl_io *io, slr_header *hdr, sl_schema *schema, slr_meta *meta_out) {
+    const uint8_t *map = sl_io__map(io);
+    const uint64_t size = sl_io__size(io);
+    const char *path = sl_io__name(io);
     int rc = SL_OK;
     uint8_t fixed[SLR_HEADER_FIXED];
     uint8_t *heap = NULL;
@@ -39,7 +40,7 @@ int sl_record__read_header(int fd, const uint8_t *map, uint64_t size, const char
     if (map)
         memcpy(fixed, map, head);
     else
-        SL_TRY(sl_record__pread_all(fd, fixed, head, 0, path));
+        SL_TRY(sl_io__read(io, fixed, head, 0));
     if (size < SLR_MAGIC_LEN || memcmp(fixed, SLR_MAGIC, SLR_MAGIC_LEN) != 0)
         return sl__error(SL_ECORRUPT, "%s: not a sluice record file (bad magic)", path);
     if (size < SLR_HEADER_FIXED)
@@ -74,7 +75,7 @@ int sl_record__read_header(int fd, const uint8_t *map, uint64_t size, const char
         heap = sl__malloc(hb);
         if (!heap)
             return sl__oom("reading a header");
-        SL_CHECK(sl_record__pread_all(fd, heap, hb, 0, path));
+        SL_CHECK(sl_io__read(io, heap, hb, 0));
         h = heap;
     }
     if (sl_record__hash(h, hb - 8, 0) != sl__ld64(h + hb - 8))
@@ -126,28 +127,16 @@ cleanup:
  * page. */
 #define COPY_MIN_RECORD (4u << 10)
 
-typedef struct slr_mapping {
-    void *addr;
-    size_t size;
-} slr_mapping;
-
-static void unmap_release(void *user) {
-    slr_mapping *m = user;
-    munmap(m->addr, m->size);
-    sl__free(m);
-}
+static void io_release(void *user) { sl_io__close(user); }
 
 static void shard_close(slr_shard *sh) {
     if (sh->mapbuf)
-        sl_buffer_release(sh->mapbuf);   /* unmaps once retained views are gone */
-    else if (sh->map)
-        munmap((void *)sh->map, (size_t)sh->size);
-    if (sh->fd >= 0)
-        close(sh->fd);
+        sl_buffer_release(sh->mapbuf);   /* closes once retained views are gone */
+    else
+        sl_io__close(sh->io);
     sl__free(sh->entries);
     sl__free(sh->path);
     memset(sh, 0, sizeof *sh);
-    sh->fd = -1;
 }
 
 /* Open and validate one shard file. `meta` (may be NULL) receives the index's
@@ -159,41 +148,21 @@ static int shard_open(slr_shard *sh, const char *path, unsigned flags, sl_schema
     uint8_t *idx = NULL;
     *idx_out = NULL;
     memset(sh, 0, sizeof *sh);
-    sh->fd = -1;
     sh->path = sl__strdup(path);
     if (!sh->path)
         return sl__oom("opening a shard");
-    sh->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (sh->fd < 0)
-        return sl__error(errno == ENOMEM ? SL_ENOMEM : SL_EIO, "%s: cannot open: %s", path,
-                         strerror(errno));
-    struct stat st;
-    if (fstat(sh->fd, &st) != 0)
-        return sl__error(SL_EIO, "%s: cannot stat: %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return sl__error(SL_EINVAL, "%s: not a regular file", path);
-    sh->size = (uint64_t)st.st_size;
-    if (!(flags & SL_READ_NO_MMAP) && sh->size > 0) {
-        void *m = mmap(NULL, (size_t)sh->size, PROT_READ, MAP_SHARED, sh->fd, 0);
-        if (m == MAP_FAILED)
-            return sl__error(SL_EIO, "%s: mmap failed: %s", path, strerror(errno));
-        sh->map = m;
-        /* The mapping is owned by a buffer so a caller can keep a zero-copy
-         * view alive past the reader (sl_buffer_retain on the view's buf). */
-        slr_mapping *own = sl__malloc(sizeof *own);
-        if (!own)
-            return sl__oom("opening a shard");
-        own->addr = m;
-        own->size = (size_t)sh->size;
-        if (sl_buffer_wrap(&sh->mapbuf, m, (size_t)sh->size, unmap_release, own) != SL_OK) {
-            sl__free(own);
-            return sl__oom("opening a shard");
-        }
-    }
+    SL_TRY(sl_io__open(&sh->io, path, flags & SL_READ_NO_MMAP ? 0 : SL_IO_MAP));
+    sh->size = sl_io__size(sh->io);
+    sh->map = sl_io__map(sh->io);
+    /* The file is owned by a buffer so a caller can keep a zero-copy view
+     * alive past the reader (sl_buffer_retain on the view's buf). */
+    if (sh->map && sl_buffer_wrap(&sh->mapbuf, (void *)(uintptr_t)sh->map, (size_t)sh->size,
+                                  io_release, sh->io) != SL_OK)
+        return sl__oom("opening a shard");
     /* The header's metadata is superseded by the index's, but it is
      * validated all the same: recovery relies on it. */
     slr_meta hmeta = {0};
-    int hrc = sl_record__read_header(sh->fd, sh->map, sh->size, path, &sh->hdr, schema, &hmeta);
+    int hrc = sl_record__read_header(sh->io, &sh->hdr, schema, &hmeta);
     sl_record__meta_clear(&hmeta);
     SL_TRY(hrc);
     uint64_t hb = sh->hdr.header_bytes;
@@ -205,7 +174,7 @@ static int shard_open(slr_shard *sh, const char *path, unsigned flags, sl_schema
     if (sh->map)
         memcpy(foot, sh->map + sh->size - SLR_FOOTER_SIZE, SLR_FOOTER_SIZE);
     else
-        SL_TRY(sl_record__pread_all(sh->fd, foot, SLR_FOOTER_SIZE, sh->size - SLR_FOOTER_SIZE, path));
+        SL_TRY(sl_io__read(sh->io, foot, SLR_FOOTER_SIZE, sh->size - SLR_FOOTER_SIZE));
     if (memcmp(foot + 56, SLR_MAGIC, SLR_MAGIC_LEN) != 0)
         return sl__error(SL_ECORRUPT,
                          "%s: truncated or unfinished (file is %llu bytes, no footer at its end)",
@@ -249,7 +218,7 @@ static int shard_open(slr_shard *sh, const char *path, unsigned flags, sl_schema
     if (sh->map)
         memcpy(idx, sh->map + sh->index_offset, (size_t)sh->index_bytes);
     else
-        SL_CHECK(sl_record__pread_all(sh->fd, idx, (size_t)sh->index_bytes, sh->index_offset, path));
+        SL_CHECK(sl_io__read(sh->io, idx, (size_t)sh->index_bytes, sh->index_offset));
     if (sl_record__hash(idx, (size_t)sh->index_bytes, 0) != isum)
         SL_FAIL(SL_ECORRUPT, "%s: index checksum mismatch", path);
     uint64_t prev_end = hb;
@@ -331,7 +300,6 @@ static int open_file(sl_reader *r, const char *path) {
     r->shards = sl__calloc(1, sizeof *r->shards);
     if (!r->shards)
         return sl__oom("opening a reader");
-    r->shards[0].fd = -1;
     r->nshards = 1;
     int rc = shard_open(&r->shards[0], path, r->flags, &r->schema, &r->meta, &idx);
     if (rc < 0)
@@ -366,8 +334,6 @@ static int open_dir(sl_reader *r, const char *path) {
         rc = sl__oom("opening a dataset");
         goto cleanup;
     }
-    for (int i = 0; i < man.nshards; i++)
-        r->shards[i].fd = -1;
     for (int i = 0; i < man.nshards; i++) {
         const slr_manifest_shard *ms = &man.shards[i];
         spath = sl_record__join(path, ms->file);
@@ -739,8 +705,7 @@ static int frame_of(const sl_reader *r, uint64_t i, sl_record *rec, bool copy,
     }
     SL_TRY(grow_buf(&rec->frame, &rec->frame_cap, (size_t)(SLR_FRAME_HEADER + *len),
                     "reading a record"));
-    SL_TRY(sl_record__pread_all((*sh)->fd, rec->frame, (size_t)(SLR_FRAME_HEADER + *len), off,
-                                (*sh)->path));
+    SL_TRY(sl_io__read((*sh)->io, rec->frame, (size_t)(SLR_FRAME_HEADER + *len), off));
     *f = rec->frame;
     return SL_OK;
 }
@@ -804,7 +769,7 @@ int sl_record__read_into(const sl_reader *r, uint64_t i, sl_record *rec, bool ve
     if (len > cap || cap - len < SLR_FRAME_HEADER)
         return sl__error(SL_EINVAL, "%s: record %llu: %llu bytes do not fit a buffer of %zu",
                          sh->path, (unsigned long long)i, (unsigned long long)len, cap);
-    SL_TRY(sl_record__pread_all(sh->fd, dst, (size_t)(SLR_FRAME_HEADER + len), off, sh->path));
+    SL_TRY(sl_io__read(sh->io, dst, (size_t)(SLR_FRAME_HEADER + len), off));
     return frame_decode(r, sh, i, dst, len, sum, verify, rec, owner);
 }
 

@@ -22,7 +22,6 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -65,25 +64,14 @@ static bool footer_bounds(const uint8_t *map, uint64_t size, uint64_t hb, uint64
 static int recover_file(recover_state *st, const char *path, const char *out, bool first_file,
                         bool fsync_output) {
     int rc = SL_OK;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    uint8_t *map = NULL;
-    uint64_t size = 0;
     slr_meta hmeta = {0};
-    if (fd < 0)
-        return sl__error(SL_EIO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0)
-        SL_FAIL(SL_EIO, "%s: cannot stat: %s", path, strerror(errno));
-    size = (uint64_t)sb.st_size;
-    if (size) {
-        void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED)
-            SL_FAIL(SL_EIO, "%s: mmap failed: %s", path, strerror(errno));
-        map = m;
-    }
+    sl_io *io;
+    SL_TRY(sl_io__open(&io, path, SL_IO_MAP));
+    const uint8_t *map = sl_io__map(io);
+    const uint64_t size = sl_io__size(io);
     slr_header hdr;
     sl_schema schema;
-    rc = sl_record__read_header(fd, map, size, path, &hdr, &schema, &hmeta);
+    rc = sl_record__read_header(io, &hdr, &schema, &hmeta);
     if (rc < 0) {
         if (first_file)
             goto cleanup;          /* nothing salvageable without a header */
@@ -149,9 +137,7 @@ static int recover_file(recover_state *st, const char *path, const char *out, bo
     }
 cleanup:
     sl_record__meta_clear(&hmeta);
-    if (map)
-        munmap(map, (size_t)size);
-    close(fd);
+    sl_io__close(io);
     return rc;
 }
 

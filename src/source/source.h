@@ -6,6 +6,7 @@
 #define SL_SOURCE_H
 
 #include "core/core.h"
+#include "io/io.h"
 
 #include <cjson/cJSON.h>
 #include <stdatomic.h>

@@ -27,19 +27,11 @@ int sl_source_open(sl_source **out, const char *json) {
 /* The first bytes of a file: enough for every sniffer (a tar header is 512). */
 static int read_head(const char *path, uint8_t *head, size_t cap, size_t *n_out) {
     *n_out = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return sl__error(SL_EIO, "%s: cannot open: %s", path, strerror(errno));
-    ssize_t r;
-    do
-        r = pread(fd, head, cap, 0);
-    while (r < 0 && errno == EINTR);
-    int e = errno;
-    close(fd);
-    if (r < 0)
-        return sl__error(SL_EIO, "%s: cannot read: %s", path, strerror(e));
-    *n_out = (size_t)r;
-    return SL_OK;
+    sl_io *io;
+    SL_TRY(sl_io__open(&io, path, 0));
+    int rc = sl_io__read_some(io, head, cap, 0, n_out);
+    sl_io__close(io);
+    return rc;
 }
 
 static int detect_one(const char *path, const sl_source_format **kind_out);

@@ -30,7 +30,8 @@
 
 typedef struct {
     const char *path;
-    int fd;
+    sl_io *io;           /* the file (io.h), read front to back */
+    uint64_t in_off;     /* bytes of it read so far */
     int gz;              /* 1: the file is gzip; inflate it */
     int zinit;           /* zs must be ended */
     z_stream zs;
@@ -49,44 +50,19 @@ typedef struct {
     uint64_t item;       /* bytes per item: prod(dims[1..]) */
 } idx_stream;
 
-static voidpf z_alloc(voidpf opaque, uInt items, uInt size) {
-    (void)opaque;
-    size_t n;
-    if (!sl__mul_ok(items, size, &n))
-        return Z_NULL;
-    return sl__malloc(n);
-}
-
-static void z_free(voidpf opaque, voidpf p) {
-    (void)opaque;
-    sl__free(p);
-}
-
 static void idx_close(idx_stream *s) {
     if (s->zinit)
         inflateEnd(&s->zs);
-    if (s->fd >= 0)
-        close(s->fd);
+    sl_io__close(s->io);
     sl__free(s->in);
     sl__free(s->out);
     memset(s, 0, sizeof *s);
-    s->fd = -1;
 }
 
+/* The next up to n bytes of the file; *got < n only at its end. */
 static int read_full(idx_stream *s, uint8_t *dst, size_t n, size_t *got) {
-    size_t done = 0;
-    while (done < n) {
-        ssize_t r = read(s->fd, dst + done, n - done);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return sl__error(SL_EIO, "%s: read failed: %s", s->path, strerror(errno));
-        }
-        if (r == 0)
-            break;
-        done += (size_t)r;
-    }
-    *got = done;
+    SL_TRY(sl_io__read_some(s->io, dst, n, s->in_off, got));
+    s->in_off += *got;
     return SL_OK;
 }
 
@@ -94,18 +70,11 @@ static int idx_open(idx_stream *s, const char *path) {
     int rc = SL_OK;
     memset(s, 0, sizeof *s);
     s->path = path;
-    s->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (s->fd < 0)
-        return sl__error(SL_EIO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(s->fd, &st) != 0)
-        SL_FAIL(SL_EIO, "%s: cannot stat: %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        SL_FAIL(SL_EINVAL, "%s: not a regular file", path);
-    s->file_size = (uint64_t)st.st_size;
+    SL_TRY(sl_io__open(&s->io, path, 0));
+    s->file_size = sl_io__size(s->io);
     uint8_t magic[2] = {0, 0};
-    if (pread(s->fd, magic, 2, 0) < 0)
-        SL_FAIL(SL_EIO, "%s: read failed: %s", path, strerror(errno));
+    size_t got;
+    SL_CHECK(sl_io__read_some(s->io, magic, 2, 0, &got));
     s->gz = magic[0] == 0x1f && magic[1] == 0x8b;
     s->out = sl__malloc(IDX_BUF);
     if (!s->out)
@@ -114,8 +83,8 @@ static int idx_open(idx_stream *s, const char *path) {
         s->in = sl__malloc(IDX_BUF);
         if (!s->in)
             SL_FAIL(SL_ENOMEM, "%s: out of memory", path);
-        s->zs.zalloc = z_alloc;
-        s->zs.zfree = z_free;
+        s->zs.zalloc = sl__zalloc;
+        s->zs.zfree = sl__zfree;
         int zr = inflateInit2(&s->zs, 16 + MAX_WBITS); /* 16: expect a gzip wrapper */
         if (zr == Z_MEM_ERROR)
             SL_FAIL(SL_ENOMEM, "%s: out of memory starting zlib", path);
@@ -320,9 +289,8 @@ int sl_source__pack_idx(const char *a, const char *b, const char *dst,
     sl_writer *w = NULL;
     uint8_t *item = NULL;
     uint8_t labels[4096];
-    sa.fd = sb.fd = -1;
-    sa.in = sa.out = sb.in = sb.out = NULL;
-    sa.zinit = sb.zinit = 0;
+    memset(&sa, 0, sizeof sa);
+    memset(&sb, 0, sizeof sb);
 
     rep->kind = SL_PACK_IDX;
     SL_CHECK(idx_open(&sa, a));
@@ -490,7 +458,6 @@ int sl_source__open_idx(sl_source **out, const cJSON *obj, const char *field) {
     idx_stream sa, sb;
     memset(&sa, 0, sizeof sa);
     memset(&sb, 0, sizeof sb);
-    sa.fd = sb.fd = -1;
     idx_source *s = sl__calloc(1, sizeof *s);
     if (!s)
         return sl__oom("opening an IDX source");
@@ -546,8 +513,7 @@ int sl_source__open_idx(sl_source **out, const cJSON *obj, const char *field) {
     for (int d = 1; d < img->ndim; d++)
         s->shape[d - 1] = img->dims[d];
     s->base.count = img->count;
-    const char *slash = strrchr(img->path, '/');
-    snprintf(s->base.name, sizeof s->base.name, "%s", slash ? slash + 1 : img->path);
+    snprintf(s->base.name, sizeof s->base.name, "%s", sl__base_name(img->path));
     SL_CHECK(sl_source__add_col(&s->base, "image", SL_COL_ARRAY, SL_U8, s->ndim, s->shape));
     SL_CHECK(sl_source__add_col(&s->base, "label", SL_COL_INT64, SL_DTYPE_INVALID, 0, NULL));
     s->base.col[1].indexed = 1;

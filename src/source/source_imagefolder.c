@@ -369,35 +369,12 @@ static int load_file(const char *root, const entry *e, sl_source__checker *chk, 
                      size_t *n_out) {
     char path[4096];
     uint8_t *data = NULL;
-    int fd = -1, rc = SL_OK;
+    int rc = SL_OK;
+    size_t size;
     *data_out = NULL;
     *n_out = 0;
     SL_TRY(join(path, sizeof path, root, e->rel));
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        SL_FAIL(SL_EIO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0)
-        SL_FAIL(SL_EIO, "%s: cannot stat: %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        SL_FAIL(SL_EIO, "%s: not a regular file", path);
-    if ((uint64_t)st.st_size > MAX_IMAGE_BYTES)
-        SL_FAIL(SL_ELIMIT, "%s: %lld bytes is over the %llu-byte limit for one image", path,
-                (long long)st.st_size, (unsigned long long)MAX_IMAGE_BYTES);
-    size_t size = (size_t)st.st_size, done = 0;
-    data = sl__malloc(size ? size : 1);
-    if (!data)
-        SL_FAIL(SL_ENOMEM, "%s: out of memory reading %zu bytes", path, size);
-    while (done < size) {
-        ssize_t r = read(fd, data + done, size - done);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            SL_FAIL(SL_EIO, "%s: read failed: %s", path, strerror(errno));
-        if (r == 0)
-            SL_FAIL(SL_EIO, "%s: file shrank while being read", path);
-        done += (size_t)r;
-    }
+    SL_CHECK(sl_io__read_file(path, MAX_IMAGE_BYTES, 0, &data, &size));
     rc = sl_source__check_image(chk, data, size);
     if (rc < 0) {
         sl__error_prefix(rc, "%s", path);
@@ -427,8 +404,6 @@ static int load_file(const char *root, const entry *e, sl_source__checker *chk, 
     *n_out = size;
     data = NULL;
 cleanup:
-    if (fd >= 0)
-        close(fd);
     sl__free(data);
     return rc;
 }
@@ -720,8 +695,7 @@ int sl_source__open_imagefolder(sl_source **out, const cJSON *obj, const char *f
     s->base.vt = &folder_vtbl;
     atomic_init(&s->base.refs, 1);
     SL_CHECK(list_folder(root->valuestring, 0, NULL, s->root, &s->cls, &s->ents));
-    const char *slash = strrchr(s->root, '/');
-    snprintf(s->base.name, sizeof s->base.name, "%.200s", slash && slash[1] ? slash + 1 : s->root);
+    snprintf(s->base.name, sizeof s->base.name, "%.200s", sl__base_name(s->root));
     s->base.count = s->ents.n;
     s->labels = sl__malloc((s->ents.n ? s->ents.n : 1) * sizeof *s->labels);
     if (!s->labels)

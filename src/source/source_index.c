@@ -34,12 +34,6 @@ static const uint8_t magic_end[8] = {'S', 'L', 'I', 'D', 'X', 'E', 'N', 'D'};
 #define SCALAR_BYTES 72
 #define FOOTER_BYTES 16
 
-/* A data path's base name, for messages (borrowed). */
-static const char *base_name(const char *p) {
-    const char *s = strrchr(p, '/');
-    return s && s[1] ? s + 1 : p;
-}
-
 int sl_sidx__path(const char *data_path, char *buf, size_t cap) {
     int n = snprintf(buf, cap, "%s%s", data_path, SL_SIDX_SUFFIX);
     if (n < 0 || (size_t)n >= cap)
@@ -56,7 +50,38 @@ int sl_sidx__stat(const char *path, uint64_t *size_out, int64_t *mtime_ns_out) {
     return SL_OK;
 }
 
+/* ---- what a source does with them ------------------------------------------------ */
+
+int sl_sidx__parse_use(const cJSON *it, const char *field, sl_sidx_use *out) {
+    if (!cJSON_IsBool(it) && !(cJSON_IsString(it) && !strcmp(it->valuestring, "auto")))
+        return sl__error(SL_EINVAL, "%s.index: must be \"auto\", true or false", field);
+    *out = cJSON_IsTrue(it) ? SL_SIDX_USE_YES : cJSON_IsFalse(it) ? SL_SIDX_USE_NO
+                                                                  : SL_SIDX_USE_AUTO;
+    return SL_OK;
+}
+
+int sl_sidx__load_for(const char *data_path, const char *kind, sl_sidx_use use, sl_sidx **out) {
+    *out = NULL;
+    if (use == SL_SIDX_USE_NO)
+        return SL_OK;
+    int rc = sl_sidx__load(data_path, kind, out);
+    if (rc == SL_END && use == SL_SIDX_USE_YES)
+        return sl__error(SL_EINVAL, "%s: no index (%s" SL_SIDX_SUFFIX "); build it with `sluice "
+                         "index %s`", data_path, sl__base_name(data_path), data_path);
+    return rc == SL_END ? SL_OK : rc;
+}
+
 /* ---- building ------------------------------------------------------------------ */
+
+int sl_sidx__begin(sl_sidx **out, const char *kind, const char *data_path) {
+    SL_TRY(sl_sidx__create(out, kind));
+    int rc = sl_sidx__stat(data_path, &(*out)->data_size, &(*out)->data_mtime_ns);
+    if (rc < 0) {
+        sl_sidx__free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
 
 int sl_sidx__create(sl_sidx **out, const char *kind) {
     *out = NULL;
@@ -412,40 +437,12 @@ int sl_sidx__load(const char *data_path, const char *kind, sl_sidx **out) {
     *out = NULL;
     char path[4096];
     SL_TRY(sl_sidx__path(data_path, path, sizeof path));
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT)
-            return SL_END;
-        return sl__error(SL_EIO, "%s: %s", path, strerror(errno));
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return sl__error(SL_EIO, "%s: %s", path, strerror(e));
-    }
-    size_t n = (size_t)st.st_size;
-    uint8_t *buf = sl__malloc(n ? n : 1);
-    if (!buf) {
-        close(fd);
-        return sl__oom("loading an index");
-    }
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = pread(fd, buf + got, n - got, (off_t)got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    close(fd);
-    int rc;
-    if (got != n) {
-        rc = sl__error(SL_EIO, "%s: short read", path);
-    } else {
-        rc = sl_sidx__parse(buf, n, path, out);
-    }
+    uint8_t *buf;
+    size_t n;
+    int rc = sl_io__read_file(path, 0, 1, &buf, &n);
+    if (rc == SL_END || rc < 0)
+        return rc;
+    rc = sl_sidx__parse(buf, n, path, out);
     sl__free(buf);
     SL_TRY(rc);
     sl_sidx *ix = *out;
@@ -461,14 +458,14 @@ int sl_sidx__load(const char *data_path, const char *kind, sl_sidx **out) {
         goto stale;
     if (size != ix->data_size) {
         rc = sl__error(SL_EINVAL, "%s is stale (%s changed: size %" PRIu64 " != %" PRIu64
-                       "); rebuild it with `sluice index %s`", base_name(path),
-                       base_name(data_path), ix->data_size, size, data_path);
+                       "); rebuild it with `sluice index %s`", sl__base_name(path),
+                       sl__base_name(data_path), ix->data_size, size, data_path);
         goto stale;
     }
     if (mtime != ix->data_mtime_ns) {
         rc = sl__error(SL_EINVAL, "%s is stale (%s changed: mtime %" PRId64 " != %" PRId64
-                       " ns); rebuild it with `sluice index %s`", base_name(path),
-                       base_name(data_path), ix->data_mtime_ns, mtime, data_path);
+                       " ns); rebuild it with `sluice index %s`", sl__base_name(path),
+                       sl__base_name(data_path), ix->data_mtime_ns, mtime, data_path);
         goto stale;
     }
     return SL_OK;

@@ -76,7 +76,22 @@ int sl_sidx__path(const char *data_path, char *buf, size_t cap);
 /* Size and mtime (ns) of a file; SL_EIO naming it. */
 int sl_sidx__stat(const char *path, uint64_t *size_out, int64_t *mtime_ns_out);
 
+/* ---- what a source does with them --------------------------------------------- */
+/* A source's "index" option: "auto" (the default: use DATA.slidx where there
+ * is one), true (it must be there) or false (scan, ignore any index). */
+typedef enum sl_sidx_use { SL_SIDX_USE_NO = 0, SL_SIDX_USE_YES = 1, SL_SIDX_USE_AUTO = 2 } sl_sidx_use;
+/* The option's value `it` (named `field`.index in messages). */
+int sl_sidx__parse_use(const cJSON *it, const char *field, sl_sidx_use *out);
+/* Load DATA.slidx as `use` says: NO loads nothing; AUTO loads it where it
+ * is (SL_OK and *out NULL where not); YES fails where it is not (SL_EINVAL
+ * naming the command that builds it). Errors as sl_sidx__load. */
+int sl_sidx__load_for(const char *data_path, const char *kind, sl_sidx_use use, sl_sidx **out);
+
 /* ---- building ---------------------------------------------------------------- */
+/* The start of every index builder: an empty index for a `kind` file, tied to
+ * the data file's size and mtime as they are now (before the scan, so that a
+ * change during it makes sl_sidx__write refuse). */
+int sl_sidx__begin(sl_sidx **out, const char *kind, const char *data_path);
 /* An empty index for a `kind` file (free with sl_sidx__free). The caller
  * sets data_size/data_mtime_ns (sl_sidx__stat before its scan) and flags. */
 int sl_sidx__create(sl_sidx **out, const char *kind);

@@ -184,9 +184,7 @@ int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field) {
         sl__free(s);
         return sl__error_prefix(rc, "%s.path", field);
     }
-    const char *slash = strrchr(path->valuestring, '/');
-    snprintf(s->base.name, sizeof s->base.name, "%s",
-             slash && slash[1] ? slash + 1 : path->valuestring);
+    snprintf(s->base.name, sizeof s->base.name, "%s", sl__base_name(path->valuestring));
     s->base.count = sl_reader_count(s->reader);
     if (s->base.count)
         s->base.record_bytes = sl_reader_data_bytes(s->reader) / s->base.count;

@@ -48,7 +48,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,7 +62,8 @@
 
 typedef struct tar_shard {
     char *path;
-    const uint8_t *map;     /* the whole file, read-only; NULL when empty */
+    sl_io *io;              /* the file, opened whole in memory (io.h) */
+    const uint8_t *map;     /* sl_io__map(io): read-only; NULL when empty */
     uint64_t size;
     uint64_t first;         /* index of its first sample */
     uint64_t nsamples;
@@ -679,10 +679,9 @@ static int check_duplicates(tar_source *src) {
             const tar_sample *o = &s->samples[slot[h] - 1];
             if (o->key_len == smp->key_len && !memcmp(s->keys + o->key_off, key, smp->key_len)) {
                 const tar_shard *osh = &src->shards[o->shard];
-                const char *ob = strrchr(osh->path, '/');
                 rc = set_err(s, smp, "key '%s' already names record %" PRIu64 " (offset %" PRIu64
                              ") of %s", key, slot[h] - 1 - osh->tab_first, o->offset,
-                             ob ? ob + 1 : osh->path);
+                             sl__base_name(osh->path));
                 break;
             }
         }
@@ -813,26 +812,21 @@ static int read_int_columns(tar_source *s) {
 
 /* ---- the vtable ------------------------------------------------------------------------ */
 
-static const char *base_name(const char *path) {
-    const char *b = strrchr(path, '/');
-    return b && b[1] ? b + 1 : path;
-}
-
 static void tar_locate(sl_source *src, uint64_t i, char *buf, size_t cap) {
     const tar_source *s = (const tar_source *)src;
     const tar_shard *sh = &s->shards[shard_of(s, i)];
     uint64_t r = i - sh->first;
     if (sh->ix) {
-        snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ")", base_name(sh->path), r,
+        snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ")", sl__base_name(sh->path), r,
                  sh->ix->offset[r]);
         return;
     }
     const tar_sample *smp = &s->tab.samples[sh->tab_first + r];
     if (smp->key_len)
         snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ", key '%s')",
-                 base_name(sh->path), r, smp->offset, s->tab.keys + smp->key_off);
+                 sl__base_name(sh->path), r, smp->offset, s->tab.keys + smp->key_off);
     else
-        snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ")", base_name(sh->path), r,
+        snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ")", sl__base_name(sh->path), r,
                  smp->offset);
 }
 
@@ -993,8 +987,7 @@ static int tar_describe(sl_source *src, cJSON *obj) {
 static void tar_free(sl_source *src) {
     tar_source *s = (tar_source *)src;
     for (int k = 0; k < s->nshards; k++) {
-        if (s->shards[k].map)
-            munmap((void *)(uintptr_t)s->shards[k].map, (size_t)s->shards[k].size);
+        sl_io__close(s->shards[k].io);
         sl_sidx__free(s->shards[k].ix);
         sl__free(s->shards[k].path);
     }
@@ -1020,41 +1013,19 @@ static const sl_source_vtbl tar_vtbl = {
 /* ---- open ----------------------------------------------------------------------------- */
 
 static int map_shard(tar_shard *sh) {
-    int fd = open(sh->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return sl__error(SL_EIO, "%s: cannot open: %s", sh->path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        int e = errno;
-        close(fd);
-        return sl__error(SL_EIO, "%s: %s", sh->path, S_ISDIR(st.st_mode) ? "is a directory"
-                         : e ? strerror(e) : "not a regular file");
-    }
-    sh->size = (uint64_t)st.st_size;
-    if (sh->size) {
-        void *m = mmap(NULL, (size_t)sh->size, PROT_READ, MAP_SHARED, fd, 0);
-        if (m == MAP_FAILED) {
-            int e = errno;
-            close(fd);
-            return sl__error(SL_EIO, "%s: mmap failed: %s", sh->path, strerror(e));
-        }
-        sh->map = m;
-    }
-    close(fd);
+    SL_TRY(sl_io__open(&sh->io, sh->path, SL_IO_MAP));
+    sh->map = sl_io__map(sh->io);
+    sh->size = sl_io__size(sh->io);
     return SL_OK;
 }
 
-enum { INDEX_NO = 0, INDEX_YES = 1, INDEX_AUTO = 2 };
-
-static int parse_options(tar_source *s, const cJSON *obj, const char *field, int *index) {
-    *index = INDEX_AUTO;
+static int parse_options(tar_source *s, const cJSON *obj, const char *field, sl_sidx_use *index) {
+    *index = SL_SIDX_USE_AUTO;
     for (const cJSON *it = obj->child; it; it = it->next) {
         if (!strcmp(it->string, "webdataset"))
             continue;
         if (!strcmp(it->string, "index")) {
-            if (!cJSON_IsBool(it) && !(cJSON_IsString(it) && !strcmp(it->valuestring, "auto")))
-                return sl__error(SL_EINVAL, "%s.index: must be \"auto\", true or false", field);
-            *index = cJSON_IsTrue(it) ? INDEX_YES : cJSON_IsFalse(it) ? INDEX_NO : INDEX_AUTO;
+            SL_TRY(sl_sidx__parse_use(it, field, index));
             continue;
         }
         if (!strcmp(it->string, "columns")) {
@@ -1091,7 +1062,8 @@ int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *fi
     s->base.vt = &tar_vtbl;
     atomic_init(&s->base.refs, 1);
     char **list = NULL;
-    int n = 0, index, rc;
+    int n = 0, rc;
+    sl_sidx_use index;
     SL_CHECK(parse_options(s, obj, field, &index));
     SL_CHECK(sl_source__expand_paths(paths, sub, &list, &n));
     s->shards = sl__calloc((size_t)n, sizeof *s->shards);
@@ -1106,16 +1078,9 @@ int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *fi
     for (int k = 0; k < n; k++) {
         tar_shard *sh = &s->shards[k];
         SL_CHECK(map_shard(sh));
-        if (index != INDEX_NO) {
-            /* A stale or damaged index is an error, not a reason to scan:
-             * the user asked for it to be used (or left it there). */
-            rc = sl_sidx__load(sh->path, "webdataset", &sh->ix);
-            if (rc == SL_END && index == INDEX_YES)
-                SL_FAIL(SL_EINVAL, "%s: no index (%s" SL_SIDX_SUFFIX "); build it with `sluice "
-                        "index %s`", sh->path, base_name(sh->path), sh->path);
-            if (rc < 0)
-                goto cleanup;
-        }
+        /* A stale or damaged index is an error, not a reason to scan: the
+         * user asked for it to be used (or left it there). */
+        SL_CHECK(sl_sidx__load_for(sh->path, "webdataset", index, &sh->ix));
         sh->first = s->base.count;
         if (sh->ix) {
             sh->nsamples = sh->ix->count;
@@ -1140,9 +1105,9 @@ int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *fi
     SL_CHECK(make_columns(s));
     SL_CHECK(read_int_columns(s));
     if (n == 1)
-        snprintf(s->base.name, sizeof s->base.name, "%s", base_name(s->shards[0].path));
+        snprintf(s->base.name, sizeof s->base.name, "%s", sl__base_name(s->shards[0].path));
     else
-        snprintf(s->base.name, sizeof s->base.name, "%s (+%d more)", base_name(s->shards[0].path),
+        snprintf(s->base.name, sizeof s->base.name, "%s (+%d more)", sl__base_name(s->shards[0].path),
                  n - 1);
     *out = &s->base;
     rc = SL_OK;
@@ -1159,7 +1124,8 @@ int sl_source__index_tar(const char *path, const cJSON *opts) {
     tar_source *s = NULL;
     sl_sidx *ix = NULL;
     cJSON *obj = NULL;
-    int rc, index;
+    int rc;
+    sl_sidx_use index;
     if (opts) {
         /* The source's own options are accepted (and checked); the index
          * always covers every member. */
@@ -1168,8 +1134,7 @@ int sl_source__index_tar(const char *path, const cJSON *opts) {
         sl_source__free_paths(probe.only);
         SL_TRY(rc);
     }
-    SL_CHECK(sl_sidx__create(&ix, "webdataset"));
-    SL_CHECK(sl_sidx__stat(path, &ix->data_size, &ix->data_mtime_ns));
+    SL_CHECK(sl_sidx__begin(&ix, "webdataset", path));
     obj = cJSON_CreateObject();
     if (!obj || !cJSON_AddStringToObject(obj, "webdataset", path) ||
         !cJSON_AddFalseToObject(obj, "index"))

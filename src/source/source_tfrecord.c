@@ -39,76 +39,22 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
-#if defined(__x86_64__)
-#include <nmmintrin.h>
-#endif
 
-/* ---- CRC-32C ------------------------------------------------------------------
- * Debian has no C library for CRC-32C (apt-cache search crc32c finds only a
- * Python module), and zlib's crc32 is the other polynomial. The SSE4.2 crc32
- * instruction computes exactly this one; a table serves other CPUs. */
-
-static uint32_t crc_table[256];
-static int crc_have_sse42;
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_init(void) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
-        crc_table[i] = c;
-    }
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    crc_have_sse42 = __builtin_cpu_supports("sse4.2");
-#endif
-}
-
-#if defined(__x86_64__)
-__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t c, const uint8_t *p,
-                                                          size_t n) {
-    uint64_t c64 = c;
-    for (; n >= 8; p += 8, n -= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        c64 = _mm_crc32_u64(c64, w);
-    }
-    c = (uint32_t)c64;
-    for (; n; p++, n--)
-        c = _mm_crc32_u8(c, *p);
-    return c;
-}
-#endif
-
-uint32_t sl_source__crc32c(uint32_t crc, const void *data, size_t n) {
-    pthread_once(&crc_once, crc_init);
-    const uint8_t *p = data;
-    uint32_t c = ~crc;
-#if defined(__x86_64__)
-    if (crc_have_sse42)
-        return ~crc_hw(c, p, n);
-#endif
-    for (; n; p++, n--)
-        c = crc_table[(c ^ *p) & 0xff] ^ (c >> 8);
-    return ~c;
-}
+/* ---- framing ----------------------------------------------------------------- */
 
 uint32_t sl_source__tf_mask(uint32_t crc) {
     return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
 }
 
 static int header_ok(const uint8_t *p) {
-    return sl_source__tf_mask(sl_source__crc32c(0, p, 8)) == sl__ld32(p + 8);
+    return sl_source__tf_mask(sl__crc32c(0, p, 8)) == sl__ld32(p + 8);
 }
 
 /* ---- the protobuf arena --------------------------------------------------------
@@ -229,7 +175,8 @@ typedef struct tf_file {
     const char *name;           /* base name, for messages */
     const uint8_t *data;        /* the mapping, or the inflated bytes */
     size_t size;
-    int mapped;                 /* data is an mmap (else heap, or NULL when empty) */
+    sl_io *io;                  /* plain: the file, whole in memory (data is its map);
+                                   gzip: NULL (data is heap, or NULL when empty) */
     int gzip;
     int indexed;
     uint64_t first;             /* number of its first record in the source */
@@ -387,24 +334,14 @@ static int frames_from_index(tf_source *s, tf_file *f) {
 
 /* ---- opening a file: map, or inflate ------------------------------------------- */
 
-static voidpf z_alloc(voidpf opaque, uInt items, uInt size) {
-    (void)opaque;
-    return sl__calloc(items, size);
-}
-
-static void z_free(voidpf opaque, voidpf p) {
-    (void)opaque;
-    sl__free(p);
-}
-
 /* Inflate all of src (every gzip member) into f->data. Damage after some
  * output keeps that output and is reported in *err (a bad tail entry);
  * damage before any is an error. */
 static int inflate_all(tf_file *f, const uint8_t *src, size_t n, char *err, size_t errcap) {
     z_stream zs;
     memset(&zs, 0, sizeof zs);
-    zs.zalloc = z_alloc;
-    zs.zfree = z_free;
+    zs.zalloc = sl__zalloc;
+    zs.zfree = sl__zfree;
     int zr = inflateInit2(&zs, 16 + MAX_WBITS);
     if (zr != Z_OK)
         return zr == Z_MEM_ERROR ? sl__oom("starting zlib")
@@ -465,24 +402,13 @@ cleanup:
 
 /* Map (or inflate) one file and find its frames. */
 static int open_file(tf_source *s, tf_file *f) {
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return sl__error(SL_EIO, "%s: cannot open: %s", f->path, strerror(errno));
-    struct stat st;
+    sl_io *io;
+    /* Reads jump between records: no read-ahead past the one asked for. */
+    SL_TRY(sl_io__open(&io, f->path, SL_IO_MAP | SL_IO_RANDOM));
     int rc = SL_OK;
-    void *map = MAP_FAILED;
     char gzerr[160] = "";
-    if (fstat(fd, &st) != 0)
-        SL_FAIL(SL_EIO, "%s: cannot stat: %s", f->path, strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        SL_FAIL(SL_EINVAL, "%s: not a regular file", f->path);
-    size_t n = (size_t)st.st_size;
-    if (n) {
-        map = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map == MAP_FAILED)
-            SL_FAIL(SL_EIO, "%s: cannot map: %s", f->path, strerror(errno));
-    }
-    const uint8_t *m = map == MAP_FAILED ? NULL : map;
+    size_t n = (size_t)sl_io__size(io);
+    const uint8_t *m = sl_io__map(io);
     /* "auto": gzip's magic and deflate method, unless the first 12 bytes
      * are a valid TFRecord header (a record length can start 1f 8b 08). */
     int magic = n >= 3 && m[0] == 0x1f && m[1] == 0x8b && m[2] == 8;
@@ -494,20 +420,13 @@ static int open_file(tf_source *s, tf_file *f) {
         if (!n)
             SL_FAIL(SL_ECORRUPT, "%s: empty file, not a gzip stream", f->path);
         SL_CHECK(inflate_all(f, m, n, gzerr, sizeof gzerr));
-        munmap(map, n);
-        map = MAP_FAILED;
-    } else if (m) {
+        sl_io__close(io);
+    } else {
         f->data = m;
         f->size = n;
-        f->mapped = 1;
-        map = MAP_FAILED; /* owned by f now */
-#ifdef MADV_RANDOM
-        /* Reads jump between records: no read-ahead past the one asked for. */
-        (void)madvise((void *)(uintptr_t)m, n, MADV_RANDOM);
-#endif
+        f->io = io;
     }
-    close(fd);
-    fd = -1;
+    io = NULL;
     f->first = s->base.count;
     if (f->ix)
         SL_TRY(frames_from_index(s, f));
@@ -520,10 +439,7 @@ static int open_file(tf_source *s, tf_file *f) {
         SL_LOG_WARN("%s: empty file (no records)", f->path);
     return SL_OK;
 cleanup:
-    if (map != MAP_FAILED)
-        munmap(map, (size_t)st.st_size);
-    if (fd >= 0)
-        close(fd);
+    sl_io__close(io);
     return rc;
 }
 
@@ -696,7 +612,7 @@ static int parse_record(tf_source *s, tf_arena *a, uint64_t i, int verify,
                          len, f->path);
     if (verify && !header_ok(p))
         return sl__error(SL_ECORRUPT, "%s: length checksum mismatch", where);
-    if (verify && sl_source__tf_mask(sl_source__crc32c(0, p + 12, (size_t)len)) !=
+    if (verify && sl_source__tf_mask(sl__crc32c(0, p + 12, (size_t)len)) !=
                       sl__ld32(p + 12 + len))
         return sl__error(SL_ECORRUPT, "%s: data checksum mismatch", where);
     arena_reset(a);
@@ -884,8 +800,8 @@ static void tf_free(sl_source *src) {
     tf_source *s = (tf_source *)src;
     for (int k = 0; k < s->nfiles; k++) {
         tf_file *f = &s->files[k];
-        if (f->mapped)
-            munmap((void *)(uintptr_t)f->data, f->size);
+        if (f->io)
+            sl_io__close(f->io);
         else
             sl__free((void *)(uintptr_t)f->data);
         sl_sidx__free(f->ix);
@@ -1044,13 +960,11 @@ static int gather_index_values(tf_source *s) {
     return SL_OK;
 }
 
-enum { TF_INDEX_NO = 0, TF_INDEX_YES = 1, TF_INDEX_AUTO = 2 };
-
 static int parse_options(const cJSON *obj, const char *field, int *verify,
-                         const char **compression, int *index) {
+                         const char **compression, sl_sidx_use *index) {
     *verify = 1;
     *compression = "auto";
-    *index = TF_INDEX_AUTO;
+    *index = SL_SIDX_USE_AUTO;
     for (const cJSON *it = obj->child; it; it = it->next) {
         const char *k = it->string;
         if (!strcmp(k, "tfrecord") || !strcmp(k, "features"))
@@ -1060,10 +974,7 @@ static int parse_options(const cJSON *obj, const char *field, int *verify,
                 return sl__error(SL_EINVAL, "%s.verify: must be true or false", field);
             *verify = cJSON_IsTrue(it);
         } else if (!strcmp(k, "index")) {
-            if (!cJSON_IsBool(it) && !(cJSON_IsString(it) && !strcmp(it->valuestring, "auto")))
-                return sl__error(SL_EINVAL, "%s.index: must be \"auto\", true or false", field);
-            *index = cJSON_IsTrue(it) ? TF_INDEX_YES : cJSON_IsFalse(it) ? TF_INDEX_NO
-                                                                          : TF_INDEX_AUTO;
+            SL_TRY(sl_sidx__parse_use(it, field, index));
         } else if (!strcmp(k, "compression")) {
             if (!cJSON_IsString(it) || (strcmp(it->valuestring, "auto") &&
                                         strcmp(it->valuestring, "gzip") &&
@@ -1081,9 +992,8 @@ static int parse_options(const cJSON *obj, const char *field, int *verify,
     return SL_OK;
 }
 
-/* Map, frame and (unless `use_index` is TF_INDEX_NO) index-load every
- * file; TF_INDEX_YES fails on a file without one. */
-static int open_files(tf_source *s, const cJSON *paths, const char *field, int use_index) {
+/* Map, frame and (as `use_index` says) index-load every file. */
+static int open_files(tf_source *s, const cJSON *paths, const char *field, sl_sidx_use use_index) {
     char **pv = NULL;
     int n = 0;
     SL_TRY(sl_source__expand_paths(paths, field, &pv, &n));
@@ -1096,18 +1006,9 @@ static int open_files(tf_source *s, const cJSON *paths, const char *field, int u
         s->nfiles = k + 1;
         f->path = pv[k];
         pv[k] = NULL;
-        const char *slash = strrchr(f->path, '/');
-        f->name = slash && slash[1] ? slash + 1 : f->path;
-        if (use_index != TF_INDEX_NO) {
-            rc = sl_sidx__load(f->path, "tfrecord", &f->ix);
-            if (rc == SL_END && use_index == TF_INDEX_YES)
-                SL_FAIL(SL_EINVAL, "%s: no index (%s" SL_SIDX_SUFFIX "); build it with `sluice "
-                        "index %s`", f->path, f->name, f->path);
-            if (rc < 0)
-                goto cleanup;
-            f->indexed = rc == SL_OK;
-            rc = SL_OK;
-        }
+        f->name = sl__base_name(f->path);
+        SL_CHECK(sl_sidx__load_for(f->path, "tfrecord", use_index, &f->ix));
+        f->indexed = f->ix != NULL;
         SL_CHECK(open_file(s, f));
     }
 cleanup:
@@ -1128,7 +1029,8 @@ static tf_source *new_source(void) {
 
 int sl_source__open_tfrecord(sl_source **out, const cJSON *obj, const char *field) {
     *out = NULL;
-    int verify, index;
+    int verify;
+    sl_sidx_use index;
     const char *compression;
     SL_TRY(parse_options(obj, field, &verify, &compression, &index));
     const cJSON *paths = cJSON_GetObjectItemCaseSensitive(obj, "tfrecord");
@@ -1220,7 +1122,8 @@ cleanup:
 /* ---- building an index ------------------------------------------------------------ */
 
 int sl_source__index_tfrecord(const char *path, const cJSON *opts) {
-    int verify = 1, index;
+    int verify = 1;
+    sl_sidx_use index;
     const char *compression = "auto";
     if (opts)
         SL_TRY(parse_options(opts, "index", &verify, &compression, &index));
@@ -1235,12 +1138,11 @@ int sl_source__index_tfrecord(const char *path, const cJSON *opts) {
     arena_init(&a);
     int rc;
     cJSON *p = NULL;
-    SL_CHECK(sl_sidx__create(&ix, "tfrecord"));
-    SL_CHECK(sl_sidx__stat(path, &ix->data_size, &ix->data_mtime_ns));
+    SL_CHECK(sl_sidx__begin(&ix, "tfrecord", path));
     p = cJSON_CreateString(path);
     if (!p)
         SL_FAIL(SL_ENOMEM, "out of memory indexing %s", path);
-    rc = open_files(s, p, path, TF_INDEX_NO);
+    rc = open_files(s, p, path, SL_SIDX_USE_NO);
     cJSON_Delete(p);
     SL_CHECK(rc);
     const tf_file *f = &s->files[0];

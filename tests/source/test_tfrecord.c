@@ -178,18 +178,18 @@ static void check_rows(sl_source *s, const cJSON *rows, uint64_t first, const ch
 /* ---- checksums ------------------------------------------------------------------ */
 
 SL_TEST(source_tfrecord__crc32c_known_values) {
-    ASSERT_U64_EQ(sl_source__crc32c(0, "123456789", 9), 0xe3069283u);
+    ASSERT_U64_EQ(sl__crc32c(0, "123456789", 9), 0xe3069283u);
     uint8_t z[32] = {0}, ff[32];
     memset(ff, 0xff, sizeof ff);
-    ASSERT_U64_EQ(sl_source__crc32c(0, z, 32), 0x8a9136aau);   /* RFC 3720 B.4 */
-    ASSERT_U64_EQ(sl_source__crc32c(0, ff, 32), 0x62a8ab43u);
+    ASSERT_U64_EQ(sl__crc32c(0, z, 32), 0x8a9136aau);   /* RFC 3720 B.4 */
+    ASSERT_U64_EQ(sl__crc32c(0, ff, 32), 0x62a8ab43u);
     /* Streaming: any split gives the same value, for every tail length. */
     uint8_t buf[100];
     for (int k = 0; k < 100; k++)
         buf[k] = (uint8_t)(k * 7 + 3);
-    uint32_t whole = sl_source__crc32c(0, buf, 100);
+    uint32_t whole = sl__crc32c(0, buf, 100);
     for (size_t cut = 0; cut <= 100; cut++)
-        ASSERT_U64_EQ(sl_source__crc32c(sl_source__crc32c(0, buf, cut), buf + cut, 100 - cut),
+        ASSERT_U64_EQ(sl__crc32c(sl__crc32c(0, buf, cut), buf + cut, 100 - cut),
                       whole);
     ASSERT_U64_EQ(sl_source__tf_mask(0), 0xa282ead8u);
 }
@@ -456,7 +456,7 @@ SL_TEST(source_tfrecord__damaged_frames) {
     /* A length (with a valid checksum) that runs past the end of the file. */
     memcpy(b, good, n);
     sl__st64(b + o11, (uint64_t)1 << 40);
-    sl__st32(b + o11 + 8, sl_source__tf_mask(sl_source__crc32c(0, b + o11, 8)));
+    sl__st32(b + o11 + 8, sl_source__tf_mask(sl__crc32c(0, b + o11, 8)));
     sl_test_write_file(d, b, n);
     ASSERT_OK(open_file(&s, "bad.tfrecord"));
     ASSERT_EQ(s->count, 12);
@@ -467,7 +467,7 @@ SL_TEST(source_tfrecord__damaged_frames) {
     memcpy(b, good, n);
     uint64_t len3 = sl__ld64(b + o3);
     memset(b + o3 + 12, 0xff, (size_t)len3);
-    sl__st32(b + o3 + 12 + len3, sl_source__tf_mask(sl_source__crc32c(0, b + o3 + 12, len3)));
+    sl__st32(b + o3 + 12 + len3, sl_source__tf_mask(sl__crc32c(0, b + o3 + 12, len3)));
     sl_test_write_file(d, b, n);
     ASSERT_OK(open_file(&s, "bad.tfrecord"));
     expect_only_bad(s, 3, SL_ECORRUPT, "the protobuf does not parse");
@@ -550,8 +550,8 @@ static size_t example1(uint8_t *out, const char *key, int field, const int64_t *
 static void put_frame(FILE *f, const uint8_t *p, size_t n) {
     uint8_t h[12], t[4];
     sl__st64(h, n);
-    sl__st32(h + 8, sl_source__tf_mask(sl_source__crc32c(0, h, 8)));
-    sl__st32(t, sl_source__tf_mask(sl_source__crc32c(0, p, n)));
+    sl__st32(h + 8, sl_source__tf_mask(sl__crc32c(0, h, 8)));
+    sl__st32(t, sl_source__tf_mask(sl__crc32c(0, p, n)));
     ASSERT_EQ(fwrite(h, 1, 12, f), 12);
     ASSERT_EQ(fwrite(p, 1, n, f), n);
     ASSERT_EQ(fwrite(t, 1, 4, f), 4);

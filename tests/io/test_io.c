@@ -1,0 +1,115 @@
+/*
+ * Tests of src/io/io.c: the local provider of the byte-access layer and its
+ * one error policy (io.h), which every source and the record reader meet.
+ */
+#include "test.h"
+#include "io/io.h"
+
+#include <sys/stat.h>
+
+static void make(char *p, size_t cap, const char *name, const char *text) {
+    sl_test_path(p, cap, name);
+    sl_test_write_file(p, text, strlen(text));
+}
+
+SL_TEST(io_io__map_and_ranges_agree) {
+    char p[4096];
+    make(p, sizeof p, "f.bin", "0123456789abcdef");
+    for (unsigned flags = 0; flags <= (SL_IO_MAP | SL_IO_RANDOM); flags++) {
+        sl_io *io;
+        ASSERT_OK(sl_io__open(&io, p, flags));
+        ASSERT_U64_EQ(sl_io__size(io), 16);
+        ASSERT_STR_EQ(sl_io__name(io), p);
+        ASSERT((sl_io__map(io) != NULL) == !!(flags & SL_IO_MAP));
+        if (sl_io__map(io))
+            ASSERT(!memcmp(sl_io__map(io), "0123456789abcdef", 16));
+        char buf[8];
+        ASSERT_OK(sl_io__read(io, buf, 4, 10));
+        ASSERT(!memcmp(buf, "abcd", 4));
+        size_t got = 99;
+        ASSERT_OK(sl_io__read_some(io, buf, 8, 12, &got));
+        ASSERT_EQ(got, 4);
+        ASSERT(!memcmp(buf, "cdef", 4));
+        ASSERT_OK(sl_io__read_some(io, buf, 8, 16, &got));
+        ASSERT_EQ(got, 0);
+        ASSERT_RC(sl_io__read(io, buf, 8, 12), SL_ECORRUPT);
+        ASSERT_CONTAINS(sl_errmsg(), "truncated (read past the end at offset 16)");
+        ASSERT_CONTAINS(sl_errmsg(), p);
+        sl_io__close(io);
+    }
+    sl_io__close(NULL);
+}
+
+SL_TEST(io_io__empty_file_maps_to_nothing) {
+    char p[4096];
+    make(p, sizeof p, "empty", "");
+    sl_io *io;
+    ASSERT_OK(sl_io__open(&io, p, SL_IO_MAP));
+    ASSERT_U64_EQ(sl_io__size(io), 0);
+    ASSERT(sl_io__map(io) == NULL);
+    sl_io__close(io);
+}
+
+SL_TEST(io_io__one_error_policy) {
+    char p[4096];
+    sl_io *io = (sl_io *)1;
+    sl_test_path(p, sizeof p, "missing");
+    ASSERT_RC(sl_io__open(&io, p, SL_IO_MAP), SL_EIO);
+    ASSERT(io == NULL);
+    ASSERT_CONTAINS(sl_errmsg(), "missing: cannot open: No such file");
+    sl_test_path(p, sizeof p, "dir");
+    ASSERT(mkdir(p, 0755) == 0);
+    ASSERT_RC(sl_io__open(&io, p, 0), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "dir: is a directory");
+    ASSERT_RC(sl_io__open(&io, "/dev/null", 0), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "/dev/null: not a regular file");
+    ASSERT_RC(sl_io__open(&io, "https://example.com/a.tar", SL_IO_MAP), SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_errmsg(), "https://example.com/a.tar: no reader for https:// inputs");
+    /* a path with "://" further on is still a path */
+    ASSERT_RC(sl_io__open(&io, "dir/a://b", 0), SL_EIO);
+}
+
+SL_TEST(io_io__read_file) {
+    char p[4096];
+    make(p, sizeof p, "t.json", "{\"a\": 1}");
+    uint8_t *b;
+    size_t n;
+    ASSERT_OK(sl_io__read_file(p, 0, 0, &b, &n));
+    ASSERT_EQ(n, 8);
+    ASSERT_STR_EQ((const char *)b, "{\"a\": 1}");
+    sl__free(b);
+    ASSERT_RC(sl_io__read_file(p, 7, 0, &b, &n), SL_ELIMIT);
+    ASSERT(b == NULL);
+    ASSERT_CONTAINS(sl_errmsg(), "8 bytes is over the 7-byte limit");
+    sl_test_path(p, sizeof p, "none");
+    sl_errclear();
+    ASSERT_RC(sl_io__read_file(p, 0, 1, &b, &n), SL_END);
+    ASSERT_STR_EQ(sl_errmsg(), "");
+    ASSERT_RC(sl_io__read_file(p, 0, 0, &b, &n), SL_EIO);
+}
+
+SL_TEST(io_io__out_of_memory) {
+    char p[4096];
+    make(p, sizeof p, "f", "abc");
+    for (uint64_t k = 1;; k++) {
+        uint8_t *b = NULL;
+        size_t n;
+        sl__alloc_fail_at(k);
+        int rc = sl_io__read_file(p, 0, 0, &b, &n);
+        sl__alloc_fail_at(0);
+        if (rc == SL_OK) {
+            sl__free(b);
+            ASSERT(k > 1);
+            break;
+        }
+        ASSERT_RC(rc, SL_ENOMEM);
+        ASSERT(sl_errmsg()[0]);
+    }
+}
+
+SL_TEST(io_core__base_name_and_crc32c) {
+    ASSERT_STR_EQ(sl__base_name("a/b/c.tar"), "c.tar");
+    ASSERT_STR_EQ(sl__base_name("c.tar"), "c.tar");
+    ASSERT_STR_EQ(sl__base_name("a/b/"), "a/b/");
+    ASSERT_U64_EQ(sl__crc32c(0, "123456789", 9), 0xe3069283u);
+}
