@@ -672,6 +672,11 @@ SL_API void sl_source_reader_free(sl_source_reader *rd);
  *  int64_t (SL_COL_INT64) or double (SL_COL_FLOAT64) values, borrowed for
  *  the source's life. @return SL_OK, SL_EINVAL (column not indexed). */
 SL_API int sl_source_index_column(const sl_source *src, int col, const void **out);
+/** 1 when every read checks a checksum the format stores per record (.slr;
+ *  TFRecord unless opened with "verify": false), so a scan of every record
+ *  verifies the data; 0 when the format has none (tar, ImageFolder, IDX,
+ *  memory). Since 0.2 */
+SL_API int sl_source_checksummed(const sl_source *src);
 
 /** Pack a source into a .slr dataset at `dst`: one column per source column
  *  (scalar int64 and float columns go to the index, so filters on them run

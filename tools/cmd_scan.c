@@ -200,8 +200,7 @@ int cmd_scan(int argc, char **argv) {
     job.r = r;
     job.src = src;
     job.n = r ? sl_reader_count(r) : sl_source_count(src);
-    /* Formats with per-record checksums: .slr and TFRecord. */
-    int verified = r || !strcmp(sl_source_kind(src), "tfrecord");
+    int verified = r || sl_source_checksummed(src);
     job.random = random;
     job.seed = seed;
     atomic_init(&job.next, 0);

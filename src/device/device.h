@@ -78,6 +78,9 @@ int sl_dev__host_stream_call(sl_dev_backend *b, void *stream, void (*fn)(void *)
  * when the last goes. */
 void sl_dev__backend_retain(sl_dev_backend *b);
 void sl_dev__backend_release(sl_dev_backend *b);
+/* SL_OK when the backend normalizes on the device; else SL_EUNSUPPORTED
+ * with "`what`: <why>" (the runtime, device or kernels that are missing). */
+int sl_dev__normalize_check(const sl_dev_backend *b, const char *what);
 /* Pool memory from the backend's pinned allocator (pools.c's batch
  * classes): ctx is `b`, retain/done are the two calls above. */
 void sl_dev__pinned_mem(sl_dev_backend *b, sl_pool_mem *out);

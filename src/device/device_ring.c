@@ -92,6 +92,12 @@ static void pinned_free(void *ctx, void *ptr) {
 }
 
 static void backend_retain(void *ctx) { sl_dev__backend_retain(ctx); }
+int sl_dev__normalize_check(const sl_dev_backend *b, const char *what) {
+    if (b->normalize)
+        return SL_OK;
+    return sl__error(SL_EUNSUPPORTED, "%s: %s", what, b->norm_missing);
+}
+
 static void backend_release(void *ctx) { sl_dev__backend_release(ctx); }
 
 void sl_dev__pinned_mem(sl_dev_backend *b, sl_pool_mem *out) {
@@ -330,10 +336,10 @@ static int submit(sl_dev_slot *s, const sl_dev_copy *cp, int ncp, const sl_dev_n
         if (cp[i].n)
             rc = be->copy(be, (char *)s->dev + cp[i].dst_off, cp[i].src, cp[i].n, r->copy_stream);
     if (rc >= 0 && norm) {
-        if (!be->normalize)
-            rc = sl__error(SL_EUNSUPPORTED, "device \"%s\": normalize_on_device: %s", be->name,
-                           be->norm_missing);
-        else
+        char what[64];
+        snprintf(what, sizeof what, "device \"%s\": normalize_on_device", be->name);
+        rc = sl_dev__normalize_check(be, what);
+        if (rc >= 0)
             rc = be->normalize(be, norm, r->copy_stream);
     }
     if (rc >= 0)

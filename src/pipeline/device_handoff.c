@@ -253,8 +253,7 @@ int sl_device__open(sl_device_state **out, sl_spec *spec) {
     else
         SL_CHECK(sl_dev__host_open(&ds->be));
     if (d->normalize) {
-        if (!ds->be->normalize)
-            SL_FAIL(SL_EUNSUPPORTED, "device.normalize_on_device: %s", ds->be->norm_missing);
+        SL_CHECK(sl_dev__normalize_check(ds->be, "device.normalize_on_device"));
         SL_CHECK(take_normalize(ds, spec));
     }
     *out = ds;

@@ -177,7 +177,7 @@ static int pick_slot_col(const sl_colset *oc);
  * passes 256 samples between threads per batch. */
 static int rows_take_map(const sl_pipeline *p, const sl_stage *m) {
     const sl_plan *pl = &p->plan;
-    if (!p->src->vt->read_cols || env_off("SLUICE_READ_ROWS") || !p->spec->vectorize ||
+    if (!sl_source__has_read_cols(p->src) || env_off("SLUICE_READ_ROWS") || !p->spec->vectorize ||
         env_off("SLUICE_VECTORIZE") || !plan_can_fuse(p) || !cols_fixed(&pl->src_cols) ||
         pick_slot_col(&pl->out_cols) >= 0 || m->last <= m->first)
         return 0;
@@ -266,7 +266,7 @@ static int cut_stages(sl_pipeline *p) {
      * ops run in the reading workers (one hand-off fewer per chunk). Readers
      * that read records into batch rows take a map stage whose every op will
      * run on the batch (rows_take_map). */
-    if (ns >= 2 && p->stage[1].kind == SL_ST_MAP && (p->src->vt->flags & SL_SOURCE_F_MEMORY))
+    if (ns >= 2 && p->stage[1].kind == SL_ST_MAP && sl_source__reads_memory(p->src))
         merge_into_source(p, &ns, 0);
     else if (ns == 3 && p->stage[1].kind == SL_ST_MAP && rows_take_map(p, &p->stage[1]))
         merge_into_source(p, &ns, 1);
@@ -403,7 +403,7 @@ static void choose_read_rows(sl_pipeline *p) {
     p->read_rows = 0;
     const sl_stage *st = &p->stage[0];
     const sl_colset *in = &p->plan.src_cols;
-    if (!p->fuse_batch || p->collate_stage != 0 || !p->src->vt->read_cols ||
+    if (!p->fuse_batch || p->collate_stage != 0 || !sl_source__has_read_cols(p->src) ||
         env_off("SLUICE_READ_ROWS") || (st->last > st->first && p->vec_first != st->first) ||
         in->ncols != p->plan.out_cols.ncols || in->ncols != p->src->ncols)
         return;

@@ -114,7 +114,7 @@ static int apply_pushed(sl_pipeline *p) {
     }
     const void *vals[8];
     for (int f = 0; f < p->plan.npushed; f++)
-        SL_TRY(p->src->vt->index_column(p->src, p->plan.pushed[f]->col, &vals[f]));
+        SL_TRY(sl_source_index_column(p->src, p->plan.pushed[f]->col, &vals[f]));
     p->base = sl__malloc((size_t)(p->nrecords ? p->nrecords : 1) * sizeof *p->base);
     if (!p->base)
         return sl__oom("applying a filter to the index");

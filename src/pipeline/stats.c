@@ -353,7 +353,7 @@ static void node_text(strbuf *b, const sl_pnode *nd) {
 
 static void source_text(strbuf *b, const sl_pipeline *p) {
     static const char *const eq[] = {"pad", "drop", "none"};
-    sb_printf(b, "source %s %s (%llu records", p->src->vt->kind, p->src->name,
+    sb_printf(b, "source %s %s (%llu records", sl_source_kind(p->src), sl_source_name(p->src),
               (unsigned long long)p->nrecords);
     if (p->spec->shuffle)
         sb_printf(b, ", shuffled per epoch");

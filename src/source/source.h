@@ -201,6 +201,9 @@ struct sl_source {
     cJSON *meta;            /* optional metadata to carry into a pack (owned;
                                e.g. {"classes": [...]}) */
     sl_source_cursor *api_cursor; /* sl_source_read's (public API), made on first use */
+    int checksummed;        /* every read checks a per-record checksum (.slr;
+                               TFRecord unless "verify": false); set at open,
+                               read with sl_source_checksummed */
 };
 
 /* Pack any source into .slr (sl_pack_source): records in source order. */
@@ -253,6 +256,12 @@ int sl_source__read_cols(sl_source *s, sl_source_cursor *cur, uint64_t i, void *
 static inline void sl_source__prefetch(sl_source *s, uint64_t i, int far) {
     if (s->vt->prefetch)
         s->vt->prefetch(s, i, far);
+}
+/* Can the source read records straight into caller memory (read_cols)? */
+static inline int sl_source__has_read_cols(const sl_source *s) { return s->vt->read_cols != NULL; }
+/* Are reads views of memory, with no I/O to overlap (SL_SOURCE_F_MEMORY)? */
+static inline int sl_source__reads_memory(const sl_source *s) {
+    return (s->vt->flags & SL_SOURCE_F_MEMORY) != 0;
 }
 /* "<name>: record <i>" or the implementation's locate(). */
 void sl_source__locate(sl_source *s, uint64_t i, char *buf, size_t cap);

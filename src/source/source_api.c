@@ -288,6 +288,8 @@ int sl_source_index_column(const sl_source *src, int col, const void **out) {
     return src->vt->index_column((sl_source *)src, col, out);
 }
 
+int sl_source_checksummed(const sl_source *src) { return src && src->checksummed; }
+
 int sl_source_index_build(const char *path, const char *options_json) {
     const sl_source_format *k;
     if (!path)

@@ -22,6 +22,7 @@
 typedef struct slr_source {
     sl_source base;
     sl_reader *reader;
+    bool verify;            /* check each record's checksum (as opened) */
 } slr_source;
 
 typedef struct slr_cursor {
@@ -58,8 +59,8 @@ static int slr_read_copy(slr_source *s, slr_cursor *c, uint64_t i, size_t size, 
     sl_tensor frame;
     int64_t n = (int64_t)size;
     SL_TRY(c->base.alloc(c->base.alloc_ctx, &frame, SL_U8, 1, &n));
-    int rc = sl_record__read_into(s->reader, i, c->rec, !(s->reader->flags & SL_READ_NO_VERIFY),
-                                  frame.data, frame.nbytes, frame.buf);
+    int rc = sl_record__read_into(s->reader, i, c->rec, s->verify, frame.data, frame.nbytes,
+                                  frame.buf);
     if (rc < 0) {
         sl_tensor_release(&frame);
         return rc;
@@ -120,8 +121,7 @@ static int slr_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample
 static int slr_read_cols(sl_source *src, sl_source_cursor *cur, uint64_t i, void *const *dst,
                          const size_t *bytes) {
     slr_source *s = (slr_source *)src;
-    return sl_record__read_cols(s->reader, i, ((slr_cursor *)cur)->rec,
-                                !(s->reader->flags & SL_READ_NO_VERIFY), dst, bytes);
+    return sl_record__read_cols(s->reader, i, ((slr_cursor *)cur)->rec, s->verify, dst, bytes);
 }
 
 static void slr_prefetch(sl_source *src, uint64_t i, int far) {
@@ -184,6 +184,8 @@ int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field) {
         sl__free(s);
         return sl__error_prefix(rc, "%s.path", field);
     }
+    s->verify = true; /* opened without SL_READ_NO_VERIFY */
+    s->base.checksummed = 1;
     snprintf(s->base.name, sizeof s->base.name, "%s", sl__base_name(path->valuestring));
     s->base.count = sl_reader_count(s->reader);
     if (s->base.count)

@@ -1042,6 +1042,7 @@ int sl_source__open_tfrecord(sl_source **out, const cJSON *obj, const char *fiel
     if (!s)
         return sl__oom("opening a TFRecord source");
     s->verify = verify;
+    s->base.checksummed = verify;
     s->compression = compression;
     feat_set fs = {0};
     int rc;
