@@ -44,12 +44,6 @@ extern "C" {
 #define SL_API
 #endif
 
-#if defined(__GNUC__)
-#define SL_DEPRECATED(msg) __attribute__((deprecated(msg)))
-#else
-#define SL_DEPRECATED(msg)
-#endif
-
 /* ==========================================================================
  * Version
  * ========================================================================== */

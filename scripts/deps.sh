@@ -3,7 +3,7 @@
 # Runs as root or through sudo; does nothing when everything is present.
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config clang libclang-rt-14-dev
-      libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libpng-dev zlib1g-dev libwebp-dev
+      libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev zlib1g-dev libwebp-dev
       libzstd-dev libxxhash-dev libcjson-dev libdlpack-dev
       libprotobuf-c-dev protobuf-c-compiler
       python3-dev python3-numpy python3-torch python3-torchvision python3-pil python3-pytest python3-opencv

@@ -37,9 +37,9 @@ void sl__free(void *p);
 int sl__copy_out(const char *text, char *buf, size_t cap, size_t *len_out);
 /* Make the n-th allocation from now fail (1 = the next one); 0 disables.
  * Process-wide; for single-threaded tests. */
-SL_API void sl__alloc_fail_at(uint64_t n);
+void sl__alloc_fail_at(uint64_t n);
 /* Number of allocations since the last sl__alloc_fail_at() call. */
-SL_API uint64_t sl__alloc_count(void);
+uint64_t sl__alloc_count(void);
 /* cJSON through the seam: the first call installs cJSON's allocation hooks
  * (sl__malloc / sl__free; once per process, from any thread); every call
  * clears this thread's "cJSON could not allocate" flag, which
@@ -95,14 +95,14 @@ void sl_pool__bytes(const sl_pool *pool, size_t *held_out, size_t *cached_out);
  * one line: `return sl__error(SL_EIO, "%s: %s", path, strerror(errno));`.
  * The message buffer is a fixed thread-local array: reporting never allocates. */
 #define SL__ERRMSG_MAX 512
-SL_API int sl__error(int code, const char *fmt, ...) SL_PRINTF(2, 3);
+int sl__error(int code, const char *fmt, ...) SL_PRINTF(2, 3);
 int sl__verror(int code, const char *fmt, va_list ap);
 /* SL_ENOMEM with a static message ("out of memory" plus what was being done). */
-SL_API int sl__oom(const char *what);
+int sl__oom(const char *what);
 /* Prefix the current message with "prefix: " (keeps the code). */
-SL_API int sl__error_prefix(int code, const char *fmt, ...) SL_PRINTF(2, 3);
+int sl__error_prefix(int code, const char *fmt, ...) SL_PRINTF(2, 3);
 /* Copy a message into this thread's slot (errors carried across threads). */
-SL_API void sl__seterrmsg(const char *msg);
+void sl__seterrmsg(const char *msg);
 
 /* Forward a failure unchanged. */
 #define SL_TRY(expr)                         \
@@ -132,7 +132,7 @@ SL_API void sl__seterrmsg(const char *msg);
 const char *sl__base_name(const char *path);
 
 /* ---- logging ---------------------------------------------------------------- */
-SL_API void sl__log(sl_log_level level, const char *fmt, ...) SL_PRINTF(2, 3);
+void sl__log(sl_log_level level, const char *fmt, ...) SL_PRINTF(2, 3);
 #define SL_LOG_ERROR(...) sl__log(SL_LOG_ERROR, __VA_ARGS__)
 #define SL_LOG_WARN(...) sl__log(SL_LOG_WARN, __VA_ARGS__)
 #define SL_LOG_INFO(...) \
@@ -142,7 +142,7 @@ SL_API void sl__log(sl_log_level level, const char *fmt, ...) SL_PRINTF(2, 3);
 
 /* ---- time --------------------------------------------------------------------- */
 /* Monotonic time in nanoseconds. */
-SL_API uint64_t sl__now_ns(void);
+uint64_t sl__now_ns(void);
 
 /* ---- checksums ----------------------------------------------------------------- */
 /* CRC-32C (Castagnoli) of p[0..n), continuing from `crc` (0 to start):
@@ -185,7 +185,7 @@ static inline bool sl__add_ok(size_t a, size_t b, size_t *out) {
 
 /* The cores this process may use (at least 1): online cores, the affinity
  * mask, the cgroup CPU quota rounded up, or SLUICE_CPUS (cpu_budget.c). */
-SL_API int sl__ncpus(void);
+int sl__ncpus(void);
 /* Physical memory, or the cgroup memory limit when lower (bytes). */
 uint64_t sl__mem_total(void);
 /* CPU time used by all threads of this process (ns). */

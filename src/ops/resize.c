@@ -539,7 +539,6 @@ VPASS(pass_vertical_avx2, "avx2", __m256i, _mm256, 256, LOAD256, STORE256)
 #undef STORE256
 #undef LOAD256
 
-#define HAVE_AVX512_PATH 1
 #define LOAD512(p) _mm512_loadu_si512(p)
 #define STORE512(p, v) _mm512_storeu_si512(p, v)
 VPASS(pass_vertical_avx512, "avx512f,avx512bw", __m512i, _mm512, 512, LOAD512, STORE512)

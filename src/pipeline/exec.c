@@ -66,7 +66,6 @@
 #include <string.h>
 #include <time.h>
 
-#define CHUNK_CAP 128
 /* Prefetch distances of the reading loop, in records (source.h, prefetch). */
 #define PREFETCH_FAR 16
 #define PREFETCH_NEAR 4

@@ -23,7 +23,6 @@ void sl_pipeline__pools_set_batch_mem(sl_pipeline__pools *ps, const sl_pool_mem 
  * filled to `count` on first use and caches no more (pools.c). Call before
  * the workers start. */
 int sl_pipeline__pools_reserve(sl_pipeline__pools *ps, size_t size, size_t count);
-int sl_pipeline__pools_get(sl_pipeline__pools *ps, size_t size, sl_buffer **out);
 /* A pooled tensor of the given dtype and shape. */
 int sl_pipeline__pools_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dtype, int ndim,
                               const int64_t *shape);

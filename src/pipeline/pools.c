@@ -126,10 +126,6 @@ static int get_from(sl_pipeline__pools *ps, size_t size, int batch, sl_buffer **
     return sl_pool_get(pool, out);
 }
 
-int sl_pipeline__pools_get(sl_pipeline__pools *ps, size_t size, sl_buffer **out) {
-    return get_from(ps, size, 0, out);
-}
-
 int sl_pipeline__pools_reserve(sl_pipeline__pools *ps, size_t size, size_t count) {
     size_t csize;
     int c = size_class(size, &csize);

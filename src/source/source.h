@@ -17,8 +17,7 @@
 typedef enum {
     SL_SNIFF_OTHER = 0,
     SL_SNIFF_IDX_IMAGES,   /* IDX with 2+ dims */
-    SL_SNIFF_IDX_LABELS,   /* IDX with 1 dim */
-    SL_SNIFF_GZIP          /* gzip: look inside with sl_source__sniff_path */
+    SL_SNIFF_IDX_LABELS    /* IDX with 1 dim (gzip is looked into) */
 } sl_source__sniff_kind;
 
 /* Classify a file by content (gzip is opened and its first bytes read).
