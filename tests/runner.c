@@ -42,6 +42,31 @@ void sl_test_fail(const char *file, int line, const char *fmt, ...) {
     _exit(1);
 }
 
+static void remove_tmpdir(void);
+
+__attribute__((noreturn)) static void vskip(int status, const char *what, const char *fmt,
+                                            va_list ap) {
+    fprintf(stderr, "    %s: ", what);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    fflush(stdout);
+    remove_tmpdir();
+    _exit(status);
+}
+
+void sl_test_skip(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vskip(SL_TEST_EXIT_SKIP, "SKIP", fmt, ap);
+}
+
+void sl_test_skip_gpu(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vskip(SL_TEST_EXIT_SKIP_GPU, "SKIP (no GPU)", fmt, ap);
+}
+
 const char *sl_test_tmpdir(void) { return tmpdir; }
 
 void sl_test_path(char *out, size_t cap, const char *name) {
@@ -86,14 +111,16 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Run one case in a child; returns 0 on pass. */
+enum { RES_PASS, RES_FAIL, RES_SKIP, RES_SKIP_GPU };
+
+/* Run one case in a child; returns a RES_*. */
 static int run_forked(const test_case *tc, int timeout_s) {
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
     if (pid < 0) {
         perror("fork");
-        return 1;
+        return RES_FAIL;
     }
     if (pid == 0) {
         make_tmpdir(tc->name);
@@ -111,21 +138,28 @@ static int run_forked(const test_case *tc, int timeout_s) {
             break;
         if (w < 0 && errno != EINTR) {
             perror("waitpid");
-            return 1;
+            return RES_FAIL;
         }
         if (now_s() > deadline) {
             kill(pid, SIGKILL);
             waitpid(pid, &status, 0);
             fprintf(stderr, "    timed out after %d s\n", timeout_s);
-            return 1;
+            return RES_FAIL;
         }
         usleep(2000);
     }
     if (WIFSIGNALED(status)) {
         fprintf(stderr, "    killed by signal %d (%s)\n", WTERMSIG(status), strsignal(WTERMSIG(status)));
-        return 1;
+        return RES_FAIL;
     }
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+    if (!WIFEXITED(status))
+        return RES_FAIL;
+    switch (WEXITSTATUS(status)) {
+    case 0: return RES_PASS;
+    case SL_TEST_EXIT_SKIP: return RES_SKIP;
+    case SL_TEST_EXIT_SKIP_GPU: return RES_SKIP_GPU;
+    default: return RES_FAIL;
+    }
 }
 
 int main(int argc, char **argv) {
@@ -152,22 +186,28 @@ int main(int argc, char **argv) {
     int timeout_s = t ? atoi(t) : 120;
     if (timeout_s <= 0)
         timeout_s = 120;
-    int passed = 0, failed = 0;
+    int count[4] = {0, 0, 0, 0};
+    static const char *const label[4] = {"ok  ", "FAIL", "SKIP", "SKIP"};
     for (size_t i = 0; i < ncases; i++) {
         if (!matches(cases[i].name, argc - 1, argv + 1))
             continue;
         double t0 = now_s();
-        int rc = run_forked(&cases[i], timeout_s);
+        int res = run_forked(&cases[i], timeout_s);
         double dt = now_s() - t0;
-        printf("%s %s (%.2fs)\n", rc ? "FAIL" : "ok  ", cases[i].name, dt);
+        printf("%s %s (%.2fs)%s\n", label[res], cases[i].name, dt,
+               res == RES_SKIP_GPU ? " (no GPU)" : "");
         fflush(stdout);
-        if (rc)
-            failed++;
-        else
-            passed++;
+        count[res]++;
     }
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    printf("%d passed, %d skipped (%d for want of a GPU), %d failed\n", count[RES_PASS],
+           count[RES_SKIP] + count[RES_SKIP_GPU], count[RES_SKIP_GPU], count[RES_FAIL]);
+    if (count[RES_FAIL])
+        return 1;
+    if (count[RES_SKIP]) {
+        printf("(skipped cases did not run: only GPU cases may skip in the test command)\n");
+        return SL_TEST_EXIT_SKIP;
+    }
+    return 0;
 }
 
 void sl_test_write_file(const char *path, const void *data, size_t n) {

@@ -11,6 +11,12 @@
  *   sluice_tests -s NAME         run one case in this process (debugging)
  *   sluice_tests --list          list case names
  *   SLUICE_TEST_TIMEOUT=S        per-case timeout in seconds (default 120)
+ *
+ * A case that cannot run here says so with sl_test_skip (exit status 77) or,
+ * for a case that needs a GPU, sl_test_skip_gpu (78); it is never counted as
+ * passed. The summary counts both; the runner exits 0 when every case passed
+ * or skipped for want of a GPU, 1 when one failed, 77 when none failed but
+ * one skipped for another reason (the test command allows GPU skips only).
  */
 #ifndef SL_TEST_H
 #define SL_TEST_H
@@ -27,6 +33,13 @@ void sl_test_register(const char *name, sl_test_fn fn);
 /* Abort the current case (prints the location and message). */
 void sl_test_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));
+/* Stop the current case as skipped, saying why (a missing tool, a CPU
+ * without the instructions under test). */
+void sl_test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+/* Stop the current case as skipped because it needs a GPU this machine lacks. */
+void sl_test_skip_gpu(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+#define SL_TEST_EXIT_SKIP 77
+#define SL_TEST_EXIT_SKIP_GPU 78
 /* A fresh empty directory for this case (removed by the runner afterwards). */
 const char *sl_test_tmpdir(void);
 /* Join tmpdir and a name into a static-ish buffer owned by the caller. */

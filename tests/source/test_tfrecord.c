@@ -27,18 +27,17 @@
 
 static char g_dir[2048];
 
-/* Run the generator into the case's tmpdir; 0 when its tools are missing
- * (the caller skips, having said why). */
+/* Run the generator into the case's tmpdir; the case is skipped (not
+ * passed) when its tools are missing. Returns 1. */
 static int make_files(void) {
     snprintf(g_dir, sizeof g_dir, "%.2000s", sl_test_tmpdir());
     char cmd[9000];
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/source/make_tfrecords.py %s",
              SLUICE_SOURCE_DIR, g_dir);
     int st = system(cmd);
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 3) {
-        fprintf(stderr, "SKIP: the TFRecord generator's tools are missing (see above)\n");
-        return 0;
-    }
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 3)
+        sl_test_skip("the TFRecord generator's tools are missing (see above; scripts/deps.sh "
+                     "installs them)");
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
         sl_test_fail(__FILE__, __LINE__, "%s failed (status %d)", cmd, st);
     return 1;
