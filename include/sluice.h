@@ -199,6 +199,9 @@ SL_API void sl_tensor_release(sl_tensor *t);
 SL_API int sl_tensor_copy(sl_tensor *dst, const sl_tensor *src);
 
 #define SL_MAX_COLUMNS 16
+/** Room for a column name and its terminating zero: names are 1-63 bytes,
+ *  in schemas, sources, ops and the .slr format alike. Since 0.2 */
+#define SL_COLNAME_MAX 64
 
 /** A sample: a fixed set of columns, each a tensor. Columns are addressed by
  *  index; names live in the schema and are resolved once, when a plan is

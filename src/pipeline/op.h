@@ -60,9 +60,6 @@
 /* apply() return value: drop this sample (not an error). */
 #define SL_OP_DROP 2
 
-/* Longest column name, including the terminating zero. */
-#define SL_COLNAME_MAX 64
-
 /* What the plan knows about one column at some point of the chain. */
 typedef struct sl_colinfo {
     char name[SL_COLNAME_MAX];

@@ -29,7 +29,8 @@
 
 #define SLR_HEADER_FIXED 64u        /* fixed part of the header */
 #define SLR_COLDESC_SIZE 136u       /* one column descriptor */
-#define SLR_COLNAME_MAX 63u         /* name bytes, without the NUL padding */
+#define SLR_COLNAME_MAX (SL_COLNAME_MAX - 1u) /* name bytes, without the NUL padding */
+_Static_assert(SL_COLNAME_MAX == 64, "a column descriptor holds a 64-byte name field");
 #define SLR_FOOTER_SIZE 64u
 #define SLR_FRAME_HEADER 16u        /* u64 payload length + u64 checksum */
 #define SLR_INDEX_ENTRY 24u         /* u64 offset, u64 length, u64 checksum */

@@ -150,9 +150,9 @@ void sl_source__locate(sl_source *s, uint64_t i, char *buf, size_t cap) {
 
 int sl_source__add_col(sl_source *s, const char *name, sl_coltype type, sl_dtype dtype,
                        int ndim, const int64_t *shape) {
-    if (!name || !name[0] || strlen(name) >= SL_SOURCE_COLNAME_MAX)
+    if (!name || !name[0] || strlen(name) >= SL_COLNAME_MAX)
         return sl__error(SL_EINVAL, "column name '%s' must be 1-%d bytes", name ? name : "",
-                         SL_SOURCE_COLNAME_MAX - 1);
+                         SL_COLNAME_MAX - 1);
     if (s->ncols >= SL_MAX_COLUMNS)
         return sl__error(SL_EINVAL, "too many columns (at most %d); select fewer", SL_MAX_COLUMNS);
     for (int c = 0; c < s->ncols; c++)

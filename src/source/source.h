@@ -99,11 +99,9 @@ int sl_source__pack_idx(const char *a, const char *b, const char *dst,
  *  5. SL_ENOMEM is only ever an allocation failure, never damaged data.
  * ========================================================================== */
 
-#define SL_SOURCE_COLNAME_MAX 64
-
 /* One column as a source yields it. */
 typedef struct sl_source_col {
-    char name[SL_SOURCE_COLNAME_MAX];
+    char name[SL_COLNAME_MAX];
     sl_coltype type;        /* SL_COL_INT64 / SL_COL_FLOAT64: a scalar per record
                                (int64 / float64 tensor, ndim 0);
                                SL_COL_STRING / SL_COL_BYTES: 1-D uint8;

@@ -118,9 +118,9 @@ int sl_sidx__add_record(sl_sidx *ix, uint64_t offset, uint64_t length) {
 }
 
 static int check_name(const char *name, const char *what) {
-    if (!name || !name[0] || strlen(name) >= SL_SOURCE_COLNAME_MAX)
+    if (!name || !name[0] || strlen(name) >= SL_COLNAME_MAX)
         return sl__error(SL_EINVAL, "%s name '%s' must be 1-%d bytes", what, name ? name : "",
-                         SL_SOURCE_COLNAME_MAX - 1);
+                         SL_COLNAME_MAX - 1);
     return SL_OK;
 }
 

@@ -41,7 +41,7 @@
 /* A typed column the data holds, as the format's own scan names it (for a
  * TFRecord, the feature key; a source renames on top). */
 typedef struct sl_sidx_col {
-    char name[SL_SOURCE_COLNAME_MAX];
+    char name[SL_COLNAME_MAX];
     sl_coltype type;
     sl_dtype dtype;         /* SL_COL_ARRAY: element type; else as sl_source__add_col */
     int ndim;
@@ -51,7 +51,7 @@ typedef struct sl_sidx_col {
 
 /* The values of one scalar column, one per record. */
 typedef struct sl_sidx_scalar {
-    char name[SL_SOURCE_COLNAME_MAX];
+    char name[SL_COLNAME_MAX];
     sl_coltype type;        /* SL_COL_INT64 (int64_t values) or SL_COL_FLOAT64 (double) */
     void *vals;             /* `count` values (owned) */
 } sl_sidx_scalar;

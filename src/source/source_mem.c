@@ -18,7 +18,7 @@ typedef struct sl_memsrc {
     sl_source base;
     int ncols;
     uint64_t count;
-    char names[SL_MAX_COLUMNS][SL_SOURCE_COLNAME_MAX];
+    char names[SL_MAX_COLUMNS][SL_COLNAME_MAX];
     sl_buffer *data;
     /* column-wise: template tensor (data = column base) and bytes per sample */
     sl_tensor tmpl[SL_MAX_COLUMNS];
@@ -31,9 +31,9 @@ static int check_names(int ncols, const char *const *names) {
     if (ncols < 1 || ncols > SL_MAX_COLUMNS)
         return sl__error(SL_EINVAL, "source: need 1 to %d columns, got %d", SL_MAX_COLUMNS, ncols);
     for (int i = 0; i < ncols; i++) {
-        if (!names || !names[i] || !names[i][0] || strlen(names[i]) >= SL_SOURCE_COLNAME_MAX)
+        if (!names || !names[i] || !names[i][0] || strlen(names[i]) >= SL_COLNAME_MAX)
             return sl__error(SL_EINVAL, "source: column %d: name must be 1-%d bytes", i,
-                             SL_SOURCE_COLNAME_MAX - 1);
+                             SL_COLNAME_MAX - 1);
         for (int j = 0; j < i; j++)
             if (!strcmp(names[i], names[j]))
                 return sl__error(SL_EINVAL, "source: column name '%s' given twice", names[i]);
@@ -47,7 +47,7 @@ static sl_memsrc *memsrc_new(int ncols, const char *const *names) {
         return NULL;
     m->ncols = ncols;
     for (int i = 0; i < ncols; i++)
-        snprintf(m->names[i], SL_SOURCE_COLNAME_MAX, "%s", names[i]);
+        snprintf(m->names[i], SL_COLNAME_MAX, "%s", names[i]);
     return m;
 }
 

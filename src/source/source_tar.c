@@ -100,7 +100,7 @@ typedef struct tar_tables {
     uint64_t nkeys, cap_keys;
     char **errs;
     uint32_t nerrs, cap_errs;
-    char ext[TAR_EXT_MAX][SL_SOURCE_COLNAME_MAX]; /* extension ids of members[].col */
+    char ext[TAR_EXT_MAX][SL_COLNAME_MAX]; /* extension ids of members[].col */
     int next;
     int global_names;       /* a pax 'g' header set path or size: names depend
                                on more than a sample's own headers */
@@ -458,9 +458,9 @@ static int add_member(scan *sc, uint64_t hdr, const char *name, size_t len, uint
         return set_err(s, smp, "member '%.*s': %s", (int)len, name, pending);
     if (!ext_len)
         return set_err(s, smp, "member '%.*s' has no extension, so no column", (int)len, name);
-    if (ext_len >= SL_SOURCE_COLNAME_MAX)
+    if (ext_len >= SL_COLNAME_MAX)
         return set_err(s, smp, "member '%.*s': extension longer than %d bytes", (int)len, name,
-                       SL_SOURCE_COLNAME_MAX - 1);
+                       SL_COLNAME_MAX - 1);
     int id = 0;
     SL_TRY(ext_id(s, name + ext_off, ext_len, &id));
     for (uint32_t m = 0; m < smp->nmembers; m++)
@@ -1037,7 +1037,7 @@ static int parse_options(tar_source *s, const cJSON *obj, const char *field, sl_
             int n = 0;
             for (const cJSON *e = it->child; e; e = e->next, n++)
                 if (!cJSON_IsString(e) || !e->valuestring[0] || strchr(e->valuestring, '{') ||
-                    e->valuestring[0] == '@' || strlen(e->valuestring) >= SL_SOURCE_COLNAME_MAX)
+                    e->valuestring[0] == '@' || strlen(e->valuestring) >= SL_COLNAME_MAX)
                     return sl__error(SL_EINVAL, "%s[%d]: must be an extension such as \"jpg\"",
                                      sub, n);
             sl_source__free_paths(s->only);

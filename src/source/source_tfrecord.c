@@ -1164,9 +1164,9 @@ int sl_source__index_tfrecord(const char *path, const cJSON *opts) {
         qsort(fs.v, (size_t)fs.n, sizeof *fs.v, cmp_feat);
     for (int k = 0; k < fs.n; k++) {
         const feat_stat *st = &fs.v[k];
-        if (strlen(st->key) >= SL_SOURCE_COLNAME_MAX)
+        if (strlen(st->key) >= SL_COLNAME_MAX)
             SL_FAIL(SL_EINVAL, "%s: feature key '%.40s...' is longer than %d bytes; an index "
-                    "cannot name it", path, st->key, SL_SOURCE_COLNAME_MAX - 1);
+                    "cannot name it", path, st->key, SL_COLNAME_MAX - 1);
         int scalar = !st->list && st->seen == fs.records && st->nmin == 1 && st->nmax == 1;
         uint32_t flags = (st->list ? SL_SIDX_COL_LIST : 0) |
                          (st->encoded ? SL_SIDX_COL_ENCODED : 0);
