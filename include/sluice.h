@@ -1075,6 +1075,14 @@ SL_API int sl_spec_set_threads(sl_spec *spec, int threads);
  *  The text is copied. @return SL_OK, SL_EINVAL (not a JSON object, no
  *  "op"), SL_ENOMEM; parameters are checked at pipeline creation. Since 0.1 */
 SL_API int sl_spec_add_op_json(sl_spec *spec, const char *json);
+/** Check a built-in op given as JSON now, as pipeline creation will: its
+ *  parameters (names, types, ranges, option values), not the columns it
+ *  names; messages call it `ops[index]`. An op name the engine does not know
+ *  passes (it may be a user op; pipeline creation reports it). The Python
+ *  builder checks each op this way, so that its errors are the engine's.
+ *  @return SL_OK, SL_EINVAL with a message, SL_ENOMEM. Thread safety: any
+ *  thread. Since 0.2 */
+SL_API int sl_spec_check_op_json(const char *json, int index);
 /** Append a user map (see sl_map_fn); `name` labels it in explain, stats and
  *  errors. `fn` and `user` must stay valid while any pipeline built from this
  *  spec lives. Since 0.1 */

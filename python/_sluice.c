@@ -170,7 +170,38 @@ static PyObject *py_device_available(PyObject *self, PyObject *args) {
     return PyUnicode_FromString(sl_errmsg());
 }
 
+/* _sluice.check_op(json, index): the engine's check of one op's parameters
+ * (sl_spec_check_op_json), so the builder's errors are the engine's own. */
+static PyObject *py_check_op(PyObject *self, PyObject *args) {
+    const char *json;
+    int index;
+    if (!PyArg_ParseTuple(args, "si:check_op", &json, &index))
+        return NULL;
+    int rc = sl_spec_check_op_json(json, index);
+    if (rc < 0)
+        return py_sl_raise(rc);
+    Py_RETURN_NONE;
+}
+
+/* _sluice.check_spec(json): the engine's check of a spec's own fields
+ * (sl_spec_from_json; the source is opened, and ops checked, later). */
+static PyObject *py_check_spec(PyObject *self, PyObject *arg) {
+    const char *json = PyUnicode_AsUTF8(arg);
+    if (!json)
+        return NULL;
+    sl_spec *spec = NULL;
+    int rc = sl_spec_from_json(&spec, json);
+    sl_spec_free(spec);
+    if (rc < 0)
+        return py_sl_raise(rc);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    {"check_op", py_check_op, METH_VARARGS,
+     "check_op(json, index): raise the engine's error for a bad op, else None."},
+    {"check_spec", py_check_spec, METH_O,
+     "check_spec(json): raise the engine's error for a bad spec field, else None."},
     {"device_available", py_device_available, METH_VARARGS,
      "device_available(kind, id=0): None when the device can be used, else why not (a string)."},
     {"_raise", py_raise_status, METH_VARARGS, "Raise the sluice.Error subclass for a code."},

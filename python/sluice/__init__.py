@@ -53,10 +53,6 @@ def pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check=
         raise TypeError(f"jobs: expected an int, got {type(jobs).__name__}")
     if isinstance(shard_bytes, bool) or not isinstance(shard_bytes, int) or shard_bytes < 0:
         raise TypeError(f"shard_bytes: expected a non-negative int, got {shard_bytes!r}")
-    if check not in ("header", "decode"):
-        raise ValueError(f"check: expected 'header' or 'decode', got {check!r}")
-    if jpeg_restart not in ("off", "auto", "rows"):
-        raise ValueError(f"jpeg_restart: expected 'off', 'auto' or 'rows', got {jpeg_restart!r}")
     return _sluice.pack(list(srcs), dst, jobs=jobs, skip_bad=bool(skip_bad),
                         shard_bytes=shard_bytes, progress=progress, check=check,
                         jpeg_restart=jpeg_restart)

@@ -140,7 +140,12 @@ class Dataset:
         spec = copy.deepcopy(self._spec)
         step = {"op": name}
         step.update({k: v for k, v in params.items() if v is not None})
-        spec.setdefault("ops", []).append(step)
+        ops = spec.setdefault("ops", [])
+        if name != "python":
+            # the engine checks the parameters (one home for option lists
+            # and ranges); its message names the op as ops[N]
+            _sluice.check_op(json.dumps(step), len(ops))
+        ops.append(step)
         return Dataset(spec, self._callables, self._arrays)
 
     def shuffle(self, seed=None, buffer_size=None):
@@ -180,11 +185,6 @@ class Dataset:
         a file that ends early, as PIL). ``exif_orientation``: turn JPEGs
         upright by their EXIF orientation (PIL's ImageOps.exif_transpose);
         off by default, as PIL's Image.open."""
-        if mode not in ("rgb", "gray"):
-            raise ValueError(f"mode: expected 'rgb' or 'gray', got {mode!r}")
-        if warnings not in ("default", "strict", "lenient"):
-            raise ValueError("warnings: expected 'default', 'strict' or 'lenient', "
-                             f"got {warnings!r}")
         if not isinstance(exif_orientation, bool):
             raise TypeError("exif_orientation: expected a bool, got "
                             f"{type(exif_orientation).__name__}")
@@ -200,9 +200,6 @@ class Dataset:
         """torchvision's Resize: an int resizes the shorter side to it
         (keeping the aspect ratio), (height, width) resizes to exactly that.
         ``interpolation``: bilinear|area|nearest, as PIL's filters."""
-        if interpolation not in ("bilinear", "area", "nearest"):
-            raise ValueError("interpolation: expected 'bilinear', 'area' or 'nearest', "
-                             f"got {interpolation!r}")
         return self.op("resize", column=_check_column(column), size=_size2(size),
                        interpolation=interpolation)
 
@@ -216,18 +213,12 @@ class Dataset:
         ``ratio`` aspect, resized to ``size``."""
         scale = _numbers(scale, "scale")
         ratio = _numbers(ratio, "ratio")
-        if len(scale) != 2 or not 0 < scale[0] <= scale[1]:
-            raise ValueError(f"scale: expected (min, max) with 0 < min <= max, got {scale}")
-        if len(ratio) != 2 or not 0 < ratio[0] <= ratio[1]:
-            raise ValueError(f"ratio: expected (min, max) with 0 < min <= max, got {ratio}")
         return self.op("random_resized_crop", column=_check_column(column), size=_size2(size),
                        scale=scale, ratio=ratio)
 
     def flip(self, column="image", p=0.5):
         """Mirror left-right with probability ``p``."""
         p = _check_number(p, "p")
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"p: must be in [0, 1], got {p}")
         return self.op("flip", column=_check_column(column), p=p)
 
     def rotate(self, column, degrees, fill=0):
@@ -241,13 +232,6 @@ class Dataset:
         (bfloat16 reaches torch through DLPack; numpy has no bfloat16)."""
         mean = _numbers(mean, "mean")
         std = _numbers(std, "std")
-        if any(s == 0 for s in std):
-            raise ValueError("std: must not contain 0")
-        if layout not in ("chw", "hwc"):
-            raise ValueError(f"layout: expected 'chw' or 'hwc', got {layout!r}")
-        if dtype not in ("float32", "float16", "bfloat16", "uint8"):
-            raise ValueError("dtype: expected 'float32', 'float16', 'bfloat16' or 'uint8', "
-                             f"got {dtype!r}")
         return self.op("normalize", column=_check_column(column), mean=mean, std=std,
                        layout=layout, dtype=dtype)
 
@@ -324,8 +308,7 @@ class Dataset:
     def on_error(self, policy):
         """``"fail"`` (default): a bad sample raises, naming file, record and
         op. ``"skip"``: drop it and count it in :meth:`stats`."""
-        if policy not in ("fail", "skip"):
-            raise ValueError(f"policy: expected 'fail' or 'skip', got {policy!r}")
+        _sluice.check_spec(json.dumps({"source": {"path": "-"}, "on_error": policy}))
         return self._with(on_error=policy)
 
     def deterministic(self, flag=True):
@@ -489,11 +472,10 @@ class Dataset:
         staged in pinned memory and copied on a side stream; with
         ``normalize_on_device`` the last :meth:`normalize` runs on the device
         and uint8 crops cross instead of floats. See docs/DEVICE.md."""
-        if kind not in ("cuda", "host"):
-            raise ValueError(f"kind: expected 'cuda' or 'host', got {kind!r}")
         _check_int(id, "id", 0)
-        return self._with(device={"kind": kind, "id": id,
-                                  "normalize_on_device": bool(normalize_on_device)})
+        device = {"kind": kind, "id": id, "normalize_on_device": bool(normalize_on_device)}
+        _sluice.check_spec(json.dumps({"source": {"path": "-"}, "device": device}))
+        return self._with(device=device)
 
     def torch(self, device=None, non_blocking=False):
         """Iterate batches as dicts of torch tensors made with

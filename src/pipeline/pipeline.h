@@ -215,6 +215,9 @@ typedef struct sl_plan {
 
 /* Build the logical plan from a spec, given the source's columns. */
 int sl_plan__build(sl_plan *plan, const sl_spec *spec, const sl_colset *src_cols);
+/* Parse one JSON op's parameters as sl_plan__build does (structural ops and
+ * the op table's parse()), then drop them: sl_spec_check_op_json. */
+int sl_plan__check_op(const cJSON *j, const char *field);
 /* Optimise: push filters into the source, fuse ops; fills plan->opt. */
 int sl_plan__optimize(sl_plan *plan, int index_filters_ok);
 void sl_plan__free(sl_plan *plan);

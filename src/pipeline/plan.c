@@ -44,6 +44,34 @@ static void forget_shapes(sl_colset *cols) {
     }
 }
 
+static int parse_structural(sl_pnode *nd, const char *name, const cJSON *j, const char *field);
+
+int sl_plan__check_op(const cJSON *j, const char *field) {
+    const cJSON *op = cJSON_GetObjectItemCaseSensitive(j, "op");
+    if (!cJSON_IsObject(j))
+        return sl__error(SL_EINVAL, "%s: must be an object", field);
+    if (!cJSON_IsString(op) || !op->valuestring[0])
+        return sl__error(SL_EINVAL, "%s.op: missing (must name the op, e.g. \"batch\")", field);
+    sl_pnode nd;
+    memset(&nd, 0, sizeof nd);
+    SL_TRY(sl_spec__parse_parallel(cJSON_GetObjectItemCaseSensitive(j, "parallel"), field,
+                                   &nd.parallel));
+    int rc = parse_structural(&nd, op->valuestring, j, field);
+    if (rc <= 0)
+        return rc;
+    const sl_op_def *def = sl_op_lookup(op->valuestring);
+    if (!def)
+        return SL_OK;
+    void *params = sl__calloc(1, def->params_size ? def->params_size : 1);
+    if (!params)
+        return sl__oom("checking op parameters");
+    rc = def->parse(params, j, field);
+    if (def->params_free)
+        def->params_free(params);
+    sl__free(params);
+    return rc;
+}
+
 static int parse_structural(sl_pnode *nd, const char *name, const cJSON *j, const char *field) {
     if (!strcmp(name, "batch")) {
         static const char *const k[] = {"size", "drop_remainder", NULL};

@@ -172,6 +172,20 @@ int sl_spec_add_op_json(sl_spec *s, const char *json) {
     return add_json_op(s, obj, s->nops);
 }
 
+int sl_spec_check_op_json(const char *json, int index) {
+    sl__json_init();
+    cJSON *obj = json ? cJSON_ParseWithOpts(json, NULL, 1) : NULL;
+    if (!obj && sl__json_failed())
+        return sl__oom("reading an op as JSON");
+    if (!obj)
+        return sl__error(SL_EINVAL, "ops[%d]: not valid JSON", index);
+    char field[32];
+    snprintf(field, sizeof field, "ops[%d]", index);
+    int rc = sl_plan__check_op(obj, field);
+    cJSON_Delete(obj);
+    return rc;
+}
+
 static int add_user(sl_spec *s, int kind, const char *name, sl_map_fn map, sl_filter_fn filter,
                     void *user) {
     if ((kind == SL_SPEC_OP_MAP && !map) || (kind == SL_SPEC_OP_FILTER && !filter))
