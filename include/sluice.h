@@ -625,6 +625,16 @@ SL_API int sl_source_open(sl_source **out, const char *json);
 SL_API int sl_source_open_paths(sl_source **out, const char *const *paths, int n,
                                 const char *options_json);
 
+/** The format of `n` paths, found from their content as sl_source_open_paths
+ *  finds it, without opening the source (a stat and the first bytes of each
+ *  file): `*key_out` is the spec's source key for it, static: "path" (a .slr
+ *  file or dataset directory), "image_folder", "idx", "tfrecord" or
+ *  "webdataset". Use it to tell a user which reader fits an input.
+ *  @return SL_OK; SL_EUNSUPPORTED (no format fits, naming the path); SL_EIO
+ *  (a path cannot be read); SL_EINVAL (inputs of different kinds, too many
+ *  inputs for the kind). Thread safety: any thread. Since 0.2 */
+SL_API int sl_source_detect(const char *const *paths, int n, const char **key_out);
+
 /** Release a source. Accepts NULL. Since 0.2 */
 SL_API void sl_source_free(sl_source *src);
 
@@ -1158,6 +1168,13 @@ SL_API int64_t sl_pipeline_len(const sl_pipeline *p);
  *  life), in batch column order. Since 0.1 */
 SL_API int sl_pipeline_ncols(const sl_pipeline *p);
 SL_API const char *sl_pipeline_column_name(const sl_pipeline *p, int col);
+/** 1 when output column `col` holds UTF-8 text: a string column of the source
+ *  (an ImageFolder's `path`, a WebDataset's `__key__`, `.txt` and `.json` members, a
+ *  .slr string column) that no op rewrote. Its batch tensors are the bytes
+ *  (1-D uint8 per sample; stacked only when every sample has the same
+ *  length), without a terminating zero; a binding shows them as strings.
+ *  0 otherwise and for a bad index. Since 0.2 */
+SL_API int sl_pipeline_column_text(const sl_pipeline *p, int col);
 /** The iterator state after the last batch handed out (prefetched batches do
  *  not count), as a small JSON object ({"epoch", "batch", "pos", "seed", ...}),
  *  written snprintf-style (see sl_spec_to_json). Since 0.1 */

@@ -1,6 +1,8 @@
 /*
- * py_pack.c — sluice._sluice.pack: pack an ImageFolder or IDX files into a
- * .slr dataset, with the GIL released for the whole job.
+ * py_pack.c — sluice._sluice.pack: pack an ImageFolder, IDX files, TFRecord
+ * files, tar shards or a .slr dataset into a .slr dataset, with the GIL
+ * released for the whole job; and sluice._sluice.detect, the format a path
+ * holds.
  */
 #include "pysluice.h"
 
@@ -105,9 +107,21 @@ static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kwargs) {
     memset(&rep, 0, sizeof rep);
     const char *dst = PyBytes_AS_STRING(dst_obj);
     int rc;
+    /* As `sluice pack` does: inputs without a packer of their own (TFRecord,
+     * tar shards, .slr) go through their source, whose kind names them in the
+     * report ("tfrecord", "webdataset", "slr"), the words the CLI prints. */
+    sl_pack_kind kind = SL_PACK_UNKNOWN;
+    sl_source *src = NULL;
     Py_BEGIN_ALLOW_THREADS
-    rc = sl_pack(srcs, (int)n, dst, &opts, &rep);
+    rc = sl_pack_detect(srcs, (int)n, &kind);
+    if (rc == SL_OK && kind == SL_PACK_SOURCE)
+        rc = sl_source_open_paths(&src, srcs, (int)n, NULL);
+    if (rc == SL_OK)
+        rc = src ? sl_pack_source(src, dst, &opts, &rep)
+                 : sl_pack(srcs, (int)n, dst, &opts, &rep);
     Py_END_ALLOW_THREADS
+    const char *kind_name = src ? sl_source_kind(src) : sl_pack_kind_name(kind);
+    sl_source_free(src);
     if (rc < 0) {
         Py_XDECREF(prog.et);
         Py_XDECREF(prog.ev);
@@ -128,8 +142,7 @@ static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kwargs) {
         Py_XDECREF(line);
     }
     if (bad)
-        result = Py_BuildValue("{s:s,s:K,s:K,s:K,s:i,s:N}", "kind",
-                               sl_pack_kind_name(rep.kind), "records",
+        result = Py_BuildValue("{s:s,s:K,s:K,s:K,s:i,s:N}", "kind", kind_name, "records",
                                (unsigned long long)rep.records, "bytes",
                                (unsigned long long)rep.bytes, "skipped",
                                (unsigned long long)rep.skipped, "classes", rep.nclasses,
@@ -144,7 +157,30 @@ done:
     return result;
 }
 
+/* detect(path) -> the spec's source key for the format at `path` ("path",
+ * "image_folder", "idx", "tfrecord", "webdataset"), or None when it is none
+ * of them or cannot be read. Only for messages: never raises an engine error. */
+static PyObject *py_detect(PyObject *self, PyObject *arg) {
+    PyObject *enc = NULL;
+    if (!PyUnicode_FSConverter(arg, &enc))
+        return NULL;
+    const char *path = PyBytes_AS_STRING(enc);
+    const char *key = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sl_source_detect(&path, 1, &key);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(enc);
+    if (rc != SL_OK) {
+        sl_errclear();
+        Py_RETURN_NONE;
+    }
+    return PyUnicode_FromString(key);
+}
+
 static PyMethodDef pack_methods[] = {
+    {"detect", (PyCFunction)py_detect, METH_O,
+     "detect(path) -> 'path' | 'image_folder' | 'idx' | 'tfrecord' | 'webdataset' | None"},
     {"pack", (PyCFunction)(void (*)(void))py_pack, METH_VARARGS | METH_KEYWORDS,
      "pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check='header', jpeg_restart='off') -> dict"},
     {NULL, NULL, 0, NULL}};

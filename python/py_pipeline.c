@@ -41,6 +41,7 @@ typedef struct {
     int busy;              /* a call is in flight with the GIL released */
     int forked;            /* made before a fork(): unusable in this child */
     PyObject *colnames;    /* tuple of output column names (interned keys for batches) */
+    uint32_t text_cols;    /* bit c: output column c is text (sl_pipeline_column_text) */
     PyObject *weakrefs;    /* the Python side tracks live pipelines weakly */
 } PySlPipeline;
 
@@ -404,6 +405,8 @@ create:;
             Py_CLEAR(self->colnames);
         else
             PyTuple_SET_ITEM(self->colnames, i, k);
+        if (i < 32 && sl_pipeline_column_text(p, i))
+            self->text_cols |= 1u << i;
     }
     if (!self->colnames)
         return -1; /* dealloc frees the pipeline */
@@ -486,12 +489,65 @@ static PyObject *column_key(PyObject *colnames, sl_batch *b, int c) {
     return PyUnicode_FromString(name);
 }
 
-static PyObject *batch_to_dict(sl_batch *b, int as_numpy, PyObject *colnames) {
+/* A text column's bytes as str: 1-D (one sample) gives a str, 2-D (a
+ * stacked batch of equal lengths) a list of str. Bytes that are not UTF-8
+ * (a file name on Linux may be any bytes) decode with surrogateescape, as
+ * os.fsdecode does, so a path still names its file. NULL with a Python error
+ * when the tensor is not host bytes. */
+static PyObject *text_value(const sl_tensor *t) {
+    if (t->device == SL_DEVICE_CUDA) {
+        PyErr_SetString(PyExc_BufferError, "a text column in device memory cannot become str: "
+                        ".select() the columns the device needs");
+        return NULL;
+    }
+    if (t->dtype != SL_U8 || t->ndim < 1 || t->ndim > 2) {
+        PyErr_Format(PyExc_RuntimeError, "text column: unexpected tensor (dtype %d, %d dims)",
+                     (int)t->dtype, (int)t->ndim);
+        return NULL;
+    }
+    const char *p = t->data;
+    if (t->ndim == 1)
+        return PyUnicode_DecodeUTF8(p, (Py_ssize_t)t->shape[0], "surrogateescape");
+    Py_ssize_t rows = (Py_ssize_t)t->shape[0], len = (Py_ssize_t)t->shape[1];
+    PyObject *list = PyList_New(rows);
+    for (Py_ssize_t i = 0; list && i < rows; i++) {
+        PyObject *e = PyUnicode_DecodeUTF8(p + i * len, len, "surrogateescape");
+        if (!e)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, i, e);
+    }
+    return list;
+}
+
+static PyObject *batch_to_dict(sl_batch *b, int as_numpy, PyObject *colnames,
+                               uint32_t text_cols) {
     PyObject *d = PyDict_New();
     int n = sl_batch_ncols(b);
     for (int c = 0; d && c < n; c++) {
         PyObject *v;
-        if (sl_batch_is_ragged(b, c)) {
+        int text = c < 32 && (text_cols >> c & 1u);
+        if (text && sl_batch_is_ragged(b, c)) {
+            int64_t k = sl_batch_size(b);
+            v = PyList_New((Py_ssize_t)k);
+            for (int64_t i = 0; v && i < k; i++) {
+                const sl_tensor *it = sl_batch_item(b, c, i);
+                PyObject *e = it && it->ndim == 1 ? text_value(it) : NULL;
+                if (!e) {
+                    if (!PyErr_Occurred())
+                        PyErr_Format(PyExc_RuntimeError, "batch column %d item %lld missing", c,
+                                     (long long)i);
+                    Py_CLEAR(v);
+                } else {
+                    PyList_SET_ITEM(v, (Py_ssize_t)i, e);
+                }
+            }
+        } else if (text) {
+            const sl_tensor *t = sl_batch_column(b, c);
+            v = t ? text_value(t) : NULL;
+            if (!t)
+                PyErr_Format(PyExc_RuntimeError, "batch column %d missing", c);
+        } else if (sl_batch_is_ragged(b, c)) {
             int64_t k = sl_batch_size(b);
             v = PyList_New((Py_ssize_t)k);
             for (int64_t i = 0; v && i < k; i++) {
@@ -531,7 +587,7 @@ static PyObject *next_common(PySlPipeline *self, int as_numpy) {
             Py_RETURN_NONE;
         return NULL;
     }
-    PyObject *d = batch_to_dict(b, as_numpy, self->colnames);
+    PyObject *d = batch_to_dict(b, as_numpy, self->colnames, self->text_cols);
     sl_batch_release(b);
     return d;
 }
@@ -555,7 +611,7 @@ static PyObject *pipeline_next_raw(PySlPipeline *self, PyObject *unused) {
             Py_RETURN_NONE;
         return NULL;
     }
-    PyObject *d = batch_to_dict(b, 0, self->colnames);
+    PyObject *d = batch_to_dict(b, 0, self->colnames, self->text_cols);
     PyObject *ptrs = d ? PyDict_New() : NULL;
     for (int c = 0; ptrs && c < sl_batch_ncols(b); c++) {
         const sl_tensor *t = sl_batch_column(b, c);

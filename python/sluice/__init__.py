@@ -12,6 +12,7 @@
 
 See docs/PYTHON.md.
 """
+import errno
 import os
 
 from . import _sluice
@@ -29,9 +30,16 @@ __all__ = [
 
 
 def pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check="header",
-         jpeg_restart="off"):
-    """Pack an ImageFolder directory, or a pair of IDX files (MNIST style,
-    plain or gzip), into a .slr dataset at ``dst``.
+         jpeg_restart="off", force=False):
+    """Pack an ImageFolder directory, a pair of IDX files (MNIST style, plain
+    or gzip), TFRecord files, tar shards or a .slr dataset into a .slr
+    dataset at ``dst``.
+
+    ``dst`` must not exist: like ``sluice pack`` without ``--force``, pack
+    raises FileExistsError rather than replace what is there. ``force=True``
+    replaces a file, or a .slr dataset directory (moved aside to
+    ``dst.replaced`` while packing, put back if the pack fails, removed when
+    it succeeds); a directory that is not a sluice dataset is never replaced.
 
     ``srcs``: one path or a list of paths. ``jobs``: reader threads (0 = one
     per CPU; the output is identical for any value). ``skip_bad``: skip
@@ -43,9 +51,11 @@ def pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check=
     re-encoded losslessly with restart intervals and an interval table, so
     the fused decode ops decode only the part a crop needs (the stored bytes
     differ from the source files; the pixels are the same). ``progress(done,
-    total, bytes)`` is called as records are written. Returns a dict: kind, records,
-    bytes, skipped, classes, bad (the first skipped inputs, "path: cause").
-    The GIL is released while packing; on failure nothing appears at dst.
+    total, bytes)`` is called as records are written. Returns a dict: kind
+    ("imagefolder", "idx", "tfrecord", "webdataset" or "slr", as the CLI
+    says), records, bytes, skipped, classes, bad (the first skipped inputs,
+    "path: cause"). The GIL is released while packing; on failure nothing new
+    appears at dst.
     """
     if isinstance(srcs, (str, bytes, os.PathLike)):
         srcs = [srcs]
@@ -53,6 +63,63 @@ def pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check=
         raise TypeError(f"jobs: expected an int, got {type(jobs).__name__}")
     if isinstance(shard_bytes, bool) or not isinstance(shard_bytes, int) or shard_bytes < 0:
         raise TypeError(f"shard_bytes: expected a non-negative int, got {shard_bytes!r}")
-    return _sluice.pack(list(srcs), dst, jobs=jobs, skip_bad=bool(skip_bad),
-                        shard_bytes=shard_bytes, progress=progress, check=check,
-                        jpeg_restart=jpeg_restart)
+    aside = _make_room(dst, force)
+    try:
+        rep = _sluice.pack(list(srcs), dst, jobs=jobs, skip_bad=bool(skip_bad),
+                           shard_bytes=shard_bytes, progress=progress, check=check,
+                           jpeg_restart=jpeg_restart)
+    except BaseException:
+        if aside is not None:
+            os.rename(aside, dst)
+        raise
+    if aside is not None:
+        _remove_dataset(aside)
+    return rep
+
+
+def _make_room(dst, force):
+    """Refuse an existing ``dst`` unless ``force``; with force, move a .slr
+    dataset directory aside (the engine replaces files, never directories)
+    and return where it went."""
+    try:
+        path = os.fsdecode(os.fspath(dst))
+    except TypeError:
+        raise TypeError(f"dst: expected a str or os.PathLike, got {type(dst).__name__}") from None
+    if not os.path.lexists(path):
+        return None
+    if not force:
+        raise FileExistsError(errno.EEXIST, "already exists; pass force=True to replace it",
+                              path)
+    if os.path.islink(path) or not os.path.isdir(path):
+        return None
+    try:
+        Reader(path, verify=False).shards
+    except Error:
+        raise IsADirectoryError(errno.EISDIR, "a directory but not a sluice dataset; not "
+                                "replacing it", path) from None
+    aside = path + ".replaced"
+    if os.path.lexists(aside):
+        raise FileExistsError(errno.EEXIST, f"cannot move {path} aside there; remove it first",
+                              aside)
+    os.rename(path, aside)
+    return aside
+
+
+def _remove_dataset(path):
+    """Remove the dataset directory at ``path``: its shards and manifest, then
+    the directory if nothing else is in it."""
+    for shard in Reader(path, verify=False).shards:
+        try:
+            os.unlink(shard)
+        except FileNotFoundError:
+            pass
+    try:
+        os.unlink(os.path.join(path, "manifest.json"))
+    except FileNotFoundError:
+        pass
+    try:
+        os.rmdir(path)
+    except OSError:
+        import warnings
+        warnings.warn(f"sluice.pack: kept {path}: it holds files that were not part of the "
+                      f"old dataset", RuntimeWarning, stacklevel=3)

@@ -344,6 +344,15 @@ class Dataset:
         if self._arrays is not None:
             raise TypeError("to_json: a Dataset over in-memory arrays has no file to name; "
                             "write them with sluice.Writer to run them from a spec")
+        for i, o in enumerate(self._spec.get("ops", [])):
+            if o.get("op") == "python":
+                k = o.get("id")
+                fn = self._callables[k] if isinstance(k, int) and 0 <= k < len(self._callables) \
+                    else None
+                name = getattr(fn, "__qualname__", None) or "fn"
+                raise TypeError(f"to_json: ops[{i}] is a Python .map({name}), which `sluice run` "
+                                f"cannot run; write the step with engine ops (ds.op(...), "
+                                f"docs/PIPELINE.md), or run this Dataset from Python")
         return json.dumps(self._spec, indent=indent)
 
     def __repr__(self):
@@ -362,10 +371,11 @@ class Dataset:
                 # the arrays replace the spec's placeholder source path.
                 base = dict(self._spec, ops=[])
                 steps = [o["id"] if o.get("op") == "python" else json.dumps(o) for o in ops]
-                engine = _sluice.Pipeline(json.dumps(base), steps, self._callables, self._arrays,
-                                          self._spec.get("on_error") == "skip")
+                engine = _wrong_reader_check(self._spec, _sluice.Pipeline, json.dumps(base),
+                                             steps, self._callables, self._arrays,
+                                             self._spec.get("on_error") == "skip")
             else:
-                engine = _sluice.Pipeline(json.dumps(self._spec))
+                engine = _wrong_reader_check(self._spec, _sluice.Pipeline, json.dumps(self._spec))
             _live_engines.add(engine)
             self._engine = engine
             if self._epoch:
@@ -551,8 +561,10 @@ class _Loader:
             device, nb = self._device, self._non_blocking
 
             def to_torch(v):
-                if isinstance(v, list):  # ragged column
-                    return [from_dlpack(x) for x in v]
+                if isinstance(v, list):  # a ragged column, or text (a list of str)
+                    return [x if isinstance(x, str) else from_dlpack(x) for x in v]
+                if isinstance(v, str):   # text without a batch op
+                    return v
                 return from_dlpack(v)
 
             if device is None or on_cuda:
@@ -561,8 +573,11 @@ class _Loader:
             else:
                 def move(v):
                     t = to_torch(v)
+                    if isinstance(t, str):
+                        return t
                     if isinstance(t, list):
-                        return [x.to(device, non_blocking=nb) for x in t]
+                        return [x if isinstance(x, str) else x.to(device, non_blocking=nb)
+                                for x in t]
                     return t.to(device, non_blocking=nb)
 
                 def convert(batch):
@@ -577,6 +592,41 @@ class _Loader:
                 ds._finished(generation, epoch)
                 return
             yield batch if convert is None else convert(batch)
+
+
+# Each source key of the spec: the call that reads that format, and what it reads.
+_READERS = {
+    "path": ("records", "a .slr dataset"),
+    "image_folder": ("image_folder", "an ImageFolder directory (ROOT/CLASS/IMAGE)"),
+    "idx": ("idx", "an IDX (MNIST-style) file"),
+    "tfrecord": ("tfrecord", "a TFRecord file"),
+    "webdataset": ("webdataset", "a tar shard (WebDataset)"),
+}
+
+
+def _wrong_reader_check(spec, make, *args):
+    """``make(*args)``; when opening the source fails because the input is
+    another format than the call that named it reads (records() on an
+    ImageFolder, tfrecord() on a .slr), raise InvalidError naming the call
+    that reads it instead of the reader's complaint (kept as __cause__)."""
+    try:
+        return make(*args)
+    except _sluice.Error as e:
+        src = spec.get("source") or {}
+        used = next((k for k in _READERS if k in src), None)
+        path = src.get(used) if used else None
+        if used == "idx" and isinstance(path, dict):
+            path = path.get("images")
+        if not isinstance(path, str) or (used == "path" and path == "<memory>"):
+            raise
+        found = _sluice.detect(path)
+        if found is None or found == used:
+            raise
+        call, what = _READERS[found]
+        args_hint = "images, labels" if found == "idx" else repr(path)
+        raise _sluice.InvalidError(
+            f"{path}: {what}, not {_READERS[used][1]}, so sluice.{_READERS[used][0]}() cannot "
+            f"read it; use sluice.{call}({args_hint})") from e
 
 
 def _path(p, what):

@@ -70,6 +70,10 @@ typedef struct sl_colinfo {
                                    (JPEG/PNG...), to be decoded */
     int index_column;           /* 1: an INT64/FLOAT64 column of an .slr index
                                    (filters on it are pushed into the source) */
+    int text;                   /* 1: UTF-8 text (a source string column) that no op
+                                   has rewritten; consumers may show it as a string.
+                                   The plan clears it for any column whose dtype,
+                                   shape or encoding an op's bind changes */
 } sl_colinfo;
 
 /* The columns of a sample at some point of the chain, in sample order. */

@@ -42,6 +42,7 @@ static void source_colset(const sl_source *src, sl_colset *out) {
             c->shape[d] = sc->shape[d];
         c->index_column = sc->indexed && (sc->type == SL_COL_INT64 || sc->type == SL_COL_FLOAT64);
         c->encoded = sc->encoded && (sc->type == SL_COL_BYTES || sc->type == SL_COL_STRING);
+        c->text = sc->type == SL_COL_STRING && !c->encoded;
     }
 }
 
@@ -503,6 +504,12 @@ const char *sl_pipeline_column_name(const sl_pipeline *p, int col) {
     if (col < 0 || col >= p->plan.out_cols.ncols)
         return NULL;
     return p->plan.out_cols.col[col].name;
+}
+
+int sl_pipeline_column_text(const sl_pipeline *p, int col) {
+    if (col < 0 || col >= p->plan.out_cols.ncols)
+        return 0;
+    return p->plan.out_cols.col[col].text;
 }
 
 const char *sl_pipeline_error(const sl_pipeline *p) {

@@ -41,6 +41,28 @@ static void forget_shapes(sl_colset *cols) {
         cols->col[i].ndim = -1;
         cols->col[i].encoded = 0;
         cols->col[i].index_column = 0;
+        cols->col[i].text = 0; /* a user map may have replaced it */
+    }
+}
+
+/* A column an op's bind rewrote (another dtype, shape or encoding) no longer
+ * holds the source's text: clear `text` there, keep it where the column is as
+ * it was (ops on other columns, select). */
+static void keep_text_where_unchanged(const sl_colset *before, sl_colset *after) {
+    for (int i = 0; i < after->ncols; i++) {
+        sl_colinfo *a = &after->col[i];
+        if (!a->text)
+            continue;
+        const sl_colinfo *b = NULL;
+        for (int j = 0; j < before->ncols && !b; j++)
+            if (!strcmp(before->col[j].name, a->name))
+                b = &before->col[j];
+        int same = b && b->text && b->dtype == a->dtype && b->ndim == a->ndim &&
+                   b->encoded == a->encoded;
+        for (int d = 0; same && d < a->ndim; d++)
+            same = b->shape[d] == a->shape[d];
+        if (!same)
+            a->text = 0;
     }
 }
 
@@ -164,7 +186,9 @@ int sl_plan__build(sl_plan *plan, const sl_spec *spec, const sl_colset *src_cols
                 if (!nd->params)
                     return sl__oom("parsing op parameters");
                 SL_TRY(def->parse(nd->params, j, field));
+                sl_colset before = cols;
                 SL_TRY(def->bind(nd->params, &cols, field));
+                keep_text_where_unchanged(&before, &cols);
                 if (def->describe)
                     def->describe(nd->params, nd->desc, sizeof nd->desc);
             }

@@ -114,6 +114,16 @@ int sl_source__detect(const char *const *paths, int n, const sl_source_format **
     return SL_OK;
 }
 
+int sl_source_detect(const char *const *paths, int n, const char **key_out) {
+    if (!key_out)
+        return sl__error(SL_EINVAL, "sl_source_detect: key_out is NULL");
+    *key_out = NULL;
+    const sl_source_format *k;
+    SL_TRY(sl_source__detect(paths, n, &k));
+    *key_out = k->key;
+    return SL_OK;
+}
+
 int sl_source_open_paths(sl_source **out, const char *const *paths, int n,
                          const char *options_json) {
     if (!out)

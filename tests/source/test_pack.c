@@ -1351,3 +1351,70 @@ SL_TEST(source_pack__jpeg_restart_same_pixels) {
     }
     sl_decoder_free(dec);
 }
+
+/* sl_source_detect names the spec key that reads each input; a pipeline marks
+ * a source string column as text until an op rewrites it. */
+SL_TEST(source_api__detect_and_text_columns) {
+    put_jpeg("folder/cat/a.jpg", 1);
+    put_jpeg("folder/dog/bb.jpg", 2);
+    char root[4096], slr[4096], img[4096], lab[4096], txt[4096];
+    tpath(root, "folder");
+    tpath(slr, "f.slr");
+    tpath(img, "i-idx3-ubyte");
+    tpath(lab, "l-idx1-ubyte");
+    tpath(txt, "notes.txt");
+    make_idx_pair(img, lab, 3, 4, 4, 0);
+    put_text("notes.txt", "not a dataset\n");
+    ASSERT_OK(pack_dir(root, slr, NULL, NULL));
+    const char *key = "x";
+    const char *in[] = {root, slr, img, lab};
+    ASSERT_OK(sl_source_detect(&in[0], 1, &key));
+    ASSERT_STR_EQ(key, "image_folder");
+    ASSERT_OK(sl_source_detect(&in[1], 1, &key));
+    ASSERT_STR_EQ(key, "path");
+    ASSERT_OK(sl_source_detect(&in[2], 2, &key));
+    ASSERT_STR_EQ(key, "idx");
+    const char *bad[] = {txt};
+    ASSERT_RC(sl_source_detect(bad, 1, &key), SL_EUNSUPPORTED);
+    ASSERT(key == NULL);
+    ASSERT(strstr(sl_errmsg(), "notes.txt") != NULL);
+    ASSERT_RC(sl_source_detect(in, 2, &key), SL_EINVAL); /* two kinds */
+    ASSERT_RC(sl_source_detect(in, 1, NULL), SL_EINVAL);
+
+    static const struct {
+        const char *ops;
+        const char *col;
+        int text;
+    } cases[] = {
+        {"[]", "path", 1},
+        {"[]", "image", 0},
+        {"[]", "label", 0},
+        {"[{\"op\": \"batch\", \"size\": 2}]", "path", 1},
+        {"[{\"op\": \"select\", \"columns\": [\"path\"]}]", "path", 1},
+        {"[{\"op\": \"decode\"}, {\"op\": \"batch\", \"size\": 2}]", "path", 1},
+        {"[{\"op\": \"cast\", \"column\": \"path\", \"dtype\": \"float32\"}]", "path", 0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        for (int from_slr = 0; from_slr < 2; from_slr++) {
+            char json[9000];
+            snprintf(json, sizeof json, "{\"source\": {\"%s\": \"%s\"}, \"ops\": %s}",
+                     from_slr ? "path" : "image_folder", from_slr ? slr : root, cases[k].ops);
+            sl_spec *spec;
+            sl_pipeline *p;
+            ASSERT_OK(sl_spec_from_json(&spec, json));
+            ASSERT_OK(sl_pipeline_create(&p, spec));
+            int col = -1;
+            for (int c = 0; c < sl_pipeline_ncols(p); c++)
+                if (!strcmp(sl_pipeline_column_name(p, c), cases[k].col))
+                    col = c;
+            ASSERT(col >= 0);
+            if (sl_pipeline_column_text(p, col) != cases[k].text)
+                sl_test_fail(__FILE__, __LINE__, "%s: %s: text %d, want %d", json, cases[k].col,
+                             sl_pipeline_column_text(p, col), cases[k].text);
+            ASSERT_EQ(sl_pipeline_column_text(p, -1), 0);
+            ASSERT_EQ(sl_pipeline_column_text(p, sl_pipeline_ncols(p)), 0);
+            sl_pipeline_free(p);
+            sl_spec_free(spec);
+        }
+    }
+}
