@@ -71,6 +71,9 @@ if [ -d tests/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
     $PY -m pytest -q -p no:cacheprovider tests/python || failed=1
 fi
 
+step "pip install . and pip wheel . in a fresh venv (tests/install/pip_install.sh)"
+bash tests/install/pip_install.sh || failed=1
+
 echo
 if [ $failed -ne 0 ]; then echo "== some tests FAILED"; exit 1; fi
 echo "== all tests passed"
