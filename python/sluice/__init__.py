@@ -36,7 +36,9 @@ def pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check=
     dataset at ``dst``.
 
     ``dst`` must not exist: like ``sluice pack`` without ``--force``, pack
-    raises FileExistsError rather than replace what is there. ``force=True``
+    raises FileExistsError rather than replace what is there (and, with or
+    without force, when ``dst.partial``, left by an interrupted pack, is
+    there). ``force=True``
     replaces a file, or a .slr dataset directory (moved aside to
     ``dst.replaced`` while packing, put back if the pack fails, removed when
     it succeeds); a directory that is not a sluice dataset is never replaced.
@@ -85,6 +87,12 @@ def _make_room(dst, force):
         path = os.fsdecode(os.fspath(dst))
     except TypeError:
         raise TypeError(f"dst: expected a str or os.PathLike, got {type(dst).__name__}") from None
+    partial = path + ".partial"
+    if os.path.lexists(partial):
+        # What an interrupted pack left: the engine would clear it to start
+        # over; it may hold records worth salvaging (as sluice pack says).
+        raise FileExistsError(errno.EEXIST, "exists: an interrupted pack? run 'sluice recover "
+                              f"{partial}' to salvage its records, or remove it", partial)
     if not os.path.lexists(path):
         return None
     if not force:

@@ -132,6 +132,15 @@ def test_pack_refuses_an_existing_file(tmp_path):
     assert rep["records"] == 5
     assert len(sluice.Reader(str(dst))) == 5
 
+    # what an interrupted pack left is not cleared, force or not
+    partial = tmp_path / "new.slr.partial"
+    os.makedirs(partial)
+    (partial / "shard-00000.slr").write_bytes(b"records worth salvaging")
+    for force in (False, True):
+        with pytest.raises(FileExistsError, match="sluice recover"):
+            sluice.pack(str(root), str(tmp_path / "new.slr"), force=force)
+    assert (partial / "shard-00000.slr").read_bytes() == b"records worth salvaging"
+
 
 def test_pack_force_replaces_a_dataset_directory_only(tmp_path):
     root = tmp_path / "train"
