@@ -99,7 +99,9 @@ int sl__error(int code, const char *fmt, ...) SL_PRINTF(2, 3);
 int sl__verror(int code, const char *fmt, va_list ap);
 /* SL_ENOMEM with a static message ("out of memory" plus what was being done). */
 int sl__oom(const char *what);
-/* Prefix the current message with "prefix: " (keeps the code). */
+/* Prefix the current message with "prefix: " (keeps the code): the one way
+ * to add context to a message already set (the prefix is formatted apart,
+ * so its arguments may be anything but the message itself). */
 int sl__error_prefix(int code, const char *fmt, ...) SL_PRINTF(2, 3);
 /* Copy a message into this thread's slot (errors carried across threads). */
 void sl__seterrmsg(const char *msg);
@@ -117,6 +119,14 @@ void sl__seterrmsg(const char *msg);
     do {                                     \
         rc = sl__error((code), __VA_ARGS__); \
         goto cleanup;                        \
+    } while (0)
+
+/* Put "prefix: " before the current message (sl__error_prefix), set `rc`
+ * and jump to cleanup. Never pass sl_errmsg() to SL_FAIL for this. */
+#define SL_FAIL_PREFIX(code, ...)                   \
+    do {                                            \
+        rc = sl__error_prefix((code), __VA_ARGS__); \
+        goto cleanup;                               \
     } while (0)
 
 /* Forward a failure into `rc` and jump to cleanup. */

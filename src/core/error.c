@@ -13,12 +13,23 @@ const char *sl_errmsg(void) { return tls_msg; }
 void sl_errclear(void) { tls_msg[0] = '\0'; }
 
 void sl__seterrmsg(const char *msg) {
-    if (msg != tls_msg)
-        snprintf(tls_msg, sizeof tls_msg, "%s", msg ? msg : "");
+    /* memmove: `msg` may point into the message (a tail of it). */
+    size_t n = msg ? strnlen(msg, sizeof tls_msg - 1) : 0;
+    memmove(tls_msg, msg ? msg : "", n);
+    tls_msg[n] = '\0';
 }
 
+/* Formatted into a scratch buffer first: an argument may be (or point into)
+ * the message itself (`sl__error(rc, "x: %s", sl_errmsg())`), and vsnprintf
+ * into its own source overwrites what it has yet to read (C11 7.21.6.12:
+ * copying between overlapping objects is undefined). ASan does not see such
+ * an overlap inside one buffer, so it is made impossible here rather than
+ * looked for at each call. To put text before the current message, call
+ * sl__error_prefix. */
 int sl__verror(int code, const char *fmt, va_list ap) {
-    vsnprintf(tls_msg, sizeof tls_msg, fmt, ap);
+    char tmp[SL__ERRMSG_MAX];
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    memcpy(tls_msg, tmp, strlen(tmp) + 1);
     return code;
 }
 
@@ -64,6 +75,7 @@ int sl__error_prefix(int code, const char *fmt, ...) {
 }
 
 int sl__oom(const char *what) {
+    /* `what` is a literal (never the message itself): format in place. */
     snprintf(tls_msg, sizeof tls_msg, "out of memory%s%s", what ? " while " : "",
              what ? what : "");
     return SL_ENOMEM;

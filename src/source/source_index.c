@@ -408,7 +408,7 @@ int sl_sidx__parse(const uint8_t *p, size_t n, const char *name, sl_sidx **out) 
         rc = sl_sidx__add_col(ix, (const char *)q, (sl_coltype)q[64], (sl_dtype)q[65], nd, shape,
                               cf);
         if (rc == SL_EINVAL)
-            SL_FAIL(SL_ECORRUPT, "%s: column descriptor %u: %s", name, k, sl_errmsg());
+            SL_FAIL_PREFIX(SL_ECORRUPT, "%s: column descriptor %u", name, k);
         SL_CHECK(rc);
     }
     const uint8_t *vals = q + (size_t)nscalar * SCALAR_BYTES;
@@ -420,7 +420,7 @@ int sl_sidx__parse(const uint8_t *p, size_t n, const char *name, sl_sidx **out) 
         rc = sl_sidx__add_scalar(ix, (const char *)q, (sl_coltype)q[64],
                                  vals + (size_t)k * (size_t)count * 8);
         if (rc == SL_EINVAL)
-            SL_FAIL(SL_ECORRUPT, "%s: scalar descriptor %u: %s", name, k, sl_errmsg());
+            SL_FAIL_PREFIX(SL_ECORRUPT, "%s: scalar descriptor %u", name, k);
         SL_CHECK(rc);
         uint64_t *w = ix->scalar[k].vals;
         for (uint64_t i = 0; i < count; i++)

@@ -1154,7 +1154,7 @@ int sl_source__index_tfrecord(const char *path, const cJSON *opts) {
         Tensorflow__SequenceExample *ex = NULL;
         rc = parse_record(s, &a, i, 1, &ex);
         if (rc < 0)
-            SL_FAIL(rc, "cannot index a damaged file: %s", sl_errmsg());
+            SL_FAIL_PREFIX(rc, "cannot index a damaged file");
         char where[320];
         tf_locate(&s->base, i, where, sizeof where);
         SL_CHECK(feat_note_record(&fs, ex, where));
