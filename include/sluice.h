@@ -665,6 +665,20 @@ SL_API int sl_source_describe(const sl_source *src, char *buf, size_t cap, size_
  *  The source stays usable after a failed read. Since 0.2 */
 SL_API int sl_source_read(sl_source *src, uint64_t i, sl_sample *out);
 
+/** Read record `i` and check it as sl_pack_source() does: every column
+ *  meant to hold image files (an ImageFolder's `image`, a tar shard's
+ *  `.jpg`/`.png`/`.webp` members, a TFRecord's encoded images) must be an
+ *  image the decode op reads, by content: its header with
+ *  SL_PACK_CHECK_HEADER, every pixel with SL_PACK_CHECK_DECODE. Columns of a
+ *  .slr were checked when it was packed and are not checked again.
+ *  `*images_out` (may be NULL) is set to the number of image values checked.
+ *  @return SL_OK; the errors of sl_source_read(); SL_EDECODE, SL_ELIMIT or
+ *  SL_EUNSUPPORTED for an image that does not decode, with a message naming
+ *  the file (and record, member or offset where the format has them), the
+ *  column and the cause; SL_EINVAL (bad `check`). Thread safety: as
+ *  sl_source_read. Since 0.2 */
+SL_API int sl_source_check(sl_source *src, uint64_t i, int check, int *images_out);
+
 /** A reading handle on a source, for one thread: several threads read one
  *  source at once, each through its own reader (sl_source_read is the same
  *  with a reader the source keeps for one thread). Output and errors as

@@ -56,6 +56,19 @@ int cli_source_open(const char *cmd, const char *const *paths, int n, const char
     return 0;
 }
 
+int cli_datasets(const char *const *paths, int n, int *start, int *len) {
+    int k = 0;
+    for (int i = 0; i < n; k++) {
+        sl_pack_kind kind;
+        start[k] = i;
+        len[k] = 1;
+        if (i + 1 < n && sl_pack_detect(paths + i, 2, &kind) == SL_OK && kind == SL_PACK_IDX)
+            len[k] = 2;
+        i += len[k];
+    }
+    return k;
+}
+
 int cli_is_slr(const char *path) {
     sl_reader *r;
     if (sl_reader_open(&r, path, SL_READ_NO_VERIFY) != SL_OK)

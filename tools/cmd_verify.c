@@ -9,16 +9,21 @@
 #define MAX_ERRORS 10
 
 static void help(FILE *f) {
-    fprintf(f, "usage: sluice verify DATASET... [--json] [--features SPEC]\n"
+    fprintf(f, "usage: sluice verify DATASET... [--json] [--check header|decode] [--features SPEC]\n"
                "\n"
                "Check a dataset's footers, index and every record's checksum. Damaged\n"
                "records are counted and the first ones named (file, record, cause).\n"
                "Other inputs (TFRecord files, tar shards, an ImageFolder, IDX files) are\n"
                "checked by reading every record as a pipeline would (TFRecord: both CRCs\n"
-               "of every record).\n"
+               "of every record) and every image file in them as pack checks it.\n"
+               "Each DATASET is checked on its own (an IDX images + labels pair is one;\n"
+               "a quoted brace pattern or @list reads its files as one).\n"
                "\n"
                "options:\n"
                "  --json           print {\"ok\", \"records\", \"bad\", \"errors\"} on stdout\n"
+               "                   (one object per DATASET, one per line)\n"
+               "  --check MODE     images read in place: header (default) reads each\n"
+               "                   image's header, decode decodes every pixel, as pack\n"
                "  --features SPEC  TFRecord: the features to decode, as for info\n"
                "  -h, --help       show this help\n"
                "\n"
@@ -65,7 +70,18 @@ static void print_json(const char *path, int ok, uint64_t records, uint64_t bad,
     cli_json_out(o);
 }
 
-static int report(const char *path, const char *ok_text, int json, int opened,
+/* What to do about damage, by kind of input. */
+static const char *damage_hint(const char *kind) {
+    if (!strcmp(kind, "image_folder"))
+        return "(fix or remove the files named, or pack with --skip-bad to leave them out)";
+    if (!strcmp(kind, "slr"))
+        return "(damaged records cannot be read; re-pack from the source, or use 'sluice cat' "
+               "to read the records that are intact)";
+    return "(damaged records cannot be read; write the file again, pack with --skip-bad to "
+           "leave them out, or use 'sluice cat' to read the records that are intact)";
+}
+
+static int report(const char *path, const char *kind, const char *ok_text, int json, int opened,
                   uint64_t records, uint64_t bad, error_list *errs) {
     int ok = opened && bad == 0 && errs->n == 0;
     if (json)
@@ -85,8 +101,7 @@ static int report(const char *path, const char *ok_text, int json, int opened,
         if (opened && bad > (uint64_t)errs->n)
             fprintf(stderr, "  ... and %llu more\n", (unsigned long long)(bad - errs->n));
         if (opened)
-            fprintf(stderr, "(damaged records cannot be read; re-pack from the source, or use "
-                            "'sluice cat' to read the records that are intact)\n");
+            fprintf(stderr, "%s\n", damage_hint(kind));
         else
             fprintf(stderr, "(if its footer or index is damaged, 'sluice recover %s -o OUT' "
                             "salvages the records before the first damaged one)\n",
@@ -97,8 +112,10 @@ static int report(const char *path, const char *ok_text, int json, int opened,
     return ok ? 0 : 1;
 }
 
-/* Any other source: read every record; a failed read is a bad record. */
-static int verify_source(const char *const *paths, int n, const char *features, int json) {
+/* Any other source: read every record and check its images as pack does;
+ * a failed read or check is a bad record. */
+static int verify_source(const char *const *paths, int n, const char *features, int check,
+                         int json) {
     error_list errs = {{0}, 0};
     sl_source *src;
     int rc = cli_source_open("verify", paths, n, features, &src);
@@ -113,64 +130,36 @@ static int verify_source(const char *const *paths, int n, const char *features, 
         }
         return rc;
     }
-    uint64_t cnt = sl_source_count(src), bad = 0;
+    uint64_t cnt = sl_source_count(src), bad = 0, images = 0;
     verify_progress prog = {.data_bytes = 0};
     cli_progress_start(&prog.bar, "verify", cnt);
     for (uint64_t i = 0; i < cnt; i++) {
-        sl_sample smp;
-        if (sl_source_read(src, i, &smp) != SL_OK) {
+        int k = 0;
+        if (sl_source_check(src, i, check, &k) != SL_OK) {
             bad++;
             add_error(&errs, sl_errmsg());
-        } else {
-            for (uint32_t c = 0; c < smp.ncols; c++)
-                prog.data_bytes += smp.col[c].nbytes;
-            sl_sample_clear(&smp);
         }
-        cli_progress_update(&prog.bar, i + 1, prog.data_bytes);
+        images += (uint64_t)k;
+        cli_progress_update(&prog.bar, i + 1, 0);
     }
     cli_progress_end(&prog.bar);
+    char kind[32];
+    snprintf(kind, sizeof kind, "%s", sl_source_kind(src));
     sl_source_free(src);
-    return report(paths[0], "every record reads", json, 1, cnt, bad, &errs);
+    const char *ok_text = !images ? "every record reads"
+                          : check == SL_PACK_CHECK_DECODE
+                              ? "every record reads, every image decodes"
+                              : "every record reads, every image's header reads";
+    return report(paths[0], kind, ok_text, json, 1, cnt, bad, &errs);
 }
 
-int cmd_verify(int argc, char **argv) {
-    const char *paths[256];
-    const char *features = NULL;
-    int npaths = 0, json = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        int m;
-        if (cli_is_help(argv[i])) {
-            help(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--json")) {
-            json = 1;
-        } else if ((m = cli_opt("verify", argc, argv, &i, "--features", NULL, &v)) != 0) {
-            if (m < 0)
-                return 2;
-            features = v;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return cli_usage("verify", "unknown option '%s'", argv[i]);
-        } else if (npaths == (int)(sizeof paths / sizeof paths[0])) {
-            return cli_usage("verify", "too many inputs");
-        } else {
-            paths[npaths++] = argv[i];
-        }
-    }
-    if (npaths == 0)
-        return cli_usage("verify", "missing the DATASET to check");
-    const char *path = paths[0];
-    /* A damaged .slr must be reported by the .slr verifier, not taken for
-     * another format; any other input goes to the source verifier, which
-     * reports why it does not open (a stale index, a damaged file). */
-    if (npaths > 1 || features || !cli_looks_slr(path))
-        return verify_source(paths, npaths, features, json);
-
+/* One .slr dataset: every footer, index and record checksum. */
+static int verify_slr(const char *path, int json) {
     error_list errs = {{0}, 0};
     sl_reader *r;
     if (sl_reader_open(&r, path, 0) != SL_OK) {
         add_error(&errs, sl_errmsg());
-        return report(path, "", json, 0, 0, 0, &errs);
+        return report(path, "slr", "", json, 0, 0, 0, &errs);
     }
     uint64_t n = sl_reader_count(r), bad = 0;
     verify_progress prog;
@@ -197,5 +186,68 @@ int cmd_verify(int argc, char **argv) {
         }
     }
     sl_reader_free(r);
-    return report(path, "every checksum matches", json, 1, n, bad, &errs);
+    return report(path, "slr", "every checksum matches", json, 1, n, bad, &errs);
+}
+
+int cmd_verify(int argc, char **argv) {
+    const char *paths[256];
+    const char *features = NULL, *check_s = NULL;
+    int npaths = 0, json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int m;
+        if (cli_is_help(argv[i])) {
+            help(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else if ((m = cli_opt("verify", argc, argv, &i, "--features", NULL, &v)) != 0) {
+            if (m < 0)
+                return 2;
+            features = v;
+        } else if ((m = cli_opt("verify", argc, argv, &i, "--check", NULL, &v)) != 0) {
+            if (m < 0)
+                return 2;
+            check_s = v;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return cli_usage("verify", "unknown option '%s'", argv[i]);
+        } else if (npaths == (int)(sizeof paths / sizeof paths[0])) {
+            return cli_usage("verify", "too many inputs");
+        } else {
+            paths[npaths++] = argv[i];
+        }
+    }
+    if (npaths == 0)
+        return cli_usage("verify", "missing the DATASET to check");
+    int check = SL_PACK_CHECK_HEADER;
+    if (check_s && !strcmp(check_s, "decode"))
+        check = SL_PACK_CHECK_DECODE;
+    else if (check_s && strcmp(check_s, "header") != 0)
+        return cli_usage("verify", "--check wants header or decode, not '%s'", check_s);
+    int start[256], len[256], code = 0;
+    int ngroups = cli_datasets(paths, npaths, start, len);
+    for (int g = 0; g < ngroups; g++) {
+        const char *const *p = paths + start[g];
+        /* A damaged .slr must be reported by the .slr verifier, not taken
+         * for another format; any other input goes to the source verifier,
+         * which reports why it does not open (a stale index, a damaged
+         * file). */
+        int rc;
+        if (len[g] == 1 && !features && cli_looks_slr(p[0])) {
+            if (check_s) {
+                fprintf(stderr, "sluice verify: %s: --check applies to image files read in place "
+                                "(ImageFolder, tar, TFRecord); a dataset's images were checked "
+                                "when it was packed\n", p[0]);
+                return 2;
+            }
+            rc = verify_slr(p[0], json);
+        } else {
+            rc = verify_source(p, len[g], features, check, json);
+        }
+        if (rc == 2)
+            return rc;
+        if (rc)
+            code = 1;
+    }
+    return code;
 }

@@ -611,9 +611,17 @@ static int apply_nodes(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, in
         if (rc == SL_OP_DROP)
             return SL_OP_DROP;
         if (rc < 0) {
+            /* Where the record lives, as its source says (an ImageFolder's
+             * file, a tar member, a TFRecord file and offset), so that the
+             * user can find the bad sample, not only its number. */
+            char where[300];
+            if (s->index < p->src->count)
+                sl_source__locate(p->src, s->index, where, sizeof where);
+            else
+                snprintf(where, sizeof where, "%.200s: record %llu", p->src_name,
+                         (unsigned long long)s->index);
             const char *cause = sl_errmsg();
-            snprintf(msg, cap, "%s: record %llu: ops[%d] (%s): %s", p->src_name,
-                     (unsigned long long)s->index, nd->pos, nd->label,
+            snprintf(msg, cap, "%s: ops[%d] (%s): %s", where, nd->pos, nd->label,
                      cause[0] ? cause : sl_status_str(rc));
             return rc;
         }

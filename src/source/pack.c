@@ -170,6 +170,25 @@ static int slr_column(const sl_source *src, int c, sl_schema *schema) {
     return sl_schema_add(schema, col->name, t, col->dtype, col->ndim, col->shape, 0);
 }
 
+int sl_source__check_sample(sl_source *src, sl_source__checker *chk, uint64_t i,
+                            const sl_sample *smp, int *images_out) {
+    int images = 0;
+    for (int c = 0; c < src->ncols && c < (int)smp->ncols; c++) {
+        if (!src->col[c].image)
+            continue;
+        int rc = sl_source__check_image(chk, smp->col[c].data, smp->col[c].nbytes);
+        if (rc < 0) {
+            char where[SL__ERRMSG_MAX / 2];
+            sl_source__locate(src, i, where, sizeof where);
+            return sl__error_prefix(rc, "%s: column '%s'", where, src->col[c].name);
+        }
+        images++;
+    }
+    if (images_out)
+        *images_out = images;
+    return SL_OK;
+}
+
 int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts,
                     sl_pack_report *rep) {
     int rc = SL_OK;
@@ -204,18 +223,17 @@ int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts
     for (uint64_t i = 0; i < src->count; i++) {
         char where[512];
         rc = sl_source__read(src, cur, i, &smp);
+        if (rc == SL_OK)
+            rc = sl_source__check_sample(src, &chk, i, &smp, NULL);
         for (int c = 0; rc == SL_OK && c < src->ncols; c++) {
-            /* Columns known to hold image files are checked; any column that
-             * may hold encoded images (a .slr's bytes too, so that a repack
-             * can add restart intervals) is re-encoded where it is a JPEG. */
-            if (!src->col[c].image && !src->col[c].encoded)
+            /* Any column that may hold encoded images (a .slr's bytes too, so
+             * that a repack can add restart intervals) is re-encoded where it
+             * is a JPEG. */
+            if (!src->col[c].encoded)
                 continue;
-            if (src->col[c].image)
-                rc = sl_source__check_image(&chk, smp.col[c].data, smp.col[c].nbytes);
             sl_tensor enc;
             int changed = 0;
-            if (rc == SL_OK)
-                rc = sl_source__reencode(&chk, smp.col[c].data, smp.col[c].nbytes, &enc, &changed);
+            rc = sl_source__reencode(&chk, smp.col[c].data, smp.col[c].nbytes, &enc, &changed);
             if (changed) {
                 /* the sample owns its columns: the new bytes replace the old */
                 sl_tensor_release(&smp.col[c]);

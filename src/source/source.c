@@ -92,6 +92,11 @@ void sl_source__release(sl_source *s) {
     s->meta = NULL;
     sl_source__cursor_free(s, s->api_cursor);
     s->api_cursor = NULL;
+    if (s->api_check) {
+        sl_source__checker_dispose(s->api_check);
+        sl__free(s->api_check);
+        s->api_check = NULL;
+    }
     s->vt->free(s);
 }
 

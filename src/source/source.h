@@ -201,7 +201,15 @@ struct sl_source {
     int checksummed;        /* every read checks a per-record checksum (.slr;
                                TFRecord unless "verify": false); set at open,
                                read with sl_source_checksummed */
+    sl_source__checker *api_check; /* sl_source_check's, made on first use */
 };
+
+/* Check the image columns (col.image) of record i, read into `smp`, as pack
+ * does: each must be an image the decode op reads (chk's mode: header or
+ * every pixel). The message names where the record lives (locate), the
+ * column and the cause. `*images_out` (may be NULL): values checked. */
+int sl_source__check_sample(sl_source *src, sl_source__checker *chk, uint64_t i,
+                            const sl_sample *smp, int *images_out);
 
 /* Pack any source into .slr (sl_pack_source): records in source order. */
 int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts,

@@ -249,6 +249,38 @@ int sl_source_read(sl_source *src, uint64_t i, sl_sample *out) {
     return sl_source__read(src, src->api_cursor, i, out);
 }
 
+int sl_source_check(sl_source *src, uint64_t i, int check, int *images_out) {
+    if (images_out)
+        *images_out = 0;
+    if (!src)
+        return sl__error(SL_EINVAL, "sl_source_check: source is NULL");
+    if (check != SL_PACK_CHECK_HEADER && check != SL_PACK_CHECK_DECODE)
+        return sl__error(SL_EINVAL, "sl_source_check: check must be SL_PACK_CHECK_HEADER or "
+                         "SL_PACK_CHECK_DECODE, not %d", check);
+    if (src->api_check && src->api_check->mode != check) {
+        sl_source__checker_dispose(src->api_check);
+        sl__free(src->api_check);
+        src->api_check = NULL;
+    }
+    if (!src->api_check) {
+        sl_source__checker *c = sl__calloc(1, sizeof *c);
+        if (!c)
+            return sl__oom("checking images");
+        int rc = sl_source__checker_init(c, check);
+        if (rc < 0) {
+            sl_source__checker_dispose(c);
+            sl__free(c);
+            return rc;
+        }
+        src->api_check = c;
+    }
+    sl_sample smp;
+    SL_TRY(sl_source_read(src, i, &smp));
+    int rc = sl_source__check_sample(src, src->api_check, i, &smp, images_out);
+    sl_sample_clear(&smp);
+    return rc;
+}
+
 struct sl_source_reader {
     sl_source *src;
     sl_source_cursor *cur;

@@ -102,7 +102,7 @@ int sl_source__check_image(sl_source__checker *c, const uint8_t *p, size_t n) {
         if (fmt)
             return sl__error(SL_EDECODE,
                              "%s images are not supported by decode (JPEG, PNG, WebP are); "
-                             "convert them or pass --skip-bad",
+                             "convert them",
                              fmt);
         return sl__error(SL_EDECODE, "not an image (content is not JPEG, PNG or WebP)");
     }

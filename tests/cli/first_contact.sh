@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# What a new user meets first: verify checks what pack checks, errors name
+# the file (not only the record number), messages come out whole, every
+# command takes the inputs the docs say, and wrong input says what it is.
+# TFRecord files and tar shards come from tests/source/make_*.py.
+. "$(dirname "$0")/common.bash"
+
+SRC=$(cd "$(dirname "$0")/../source" && pwd)
+$PY "$SRC/make_tfrecords.py" "$T/tf" >/dev/null 2>"$ERR"
+case $? in
+    0) ;;
+    3) echo "skip: $(cat "$ERR")"; exit 0 ;;
+    *) fail "make_tfrecords.py failed: $(cat "$ERR")"; finish ;;
+esac
+$PY "$SRC/make_tar_shards.py" "$T/tar" >/dev/null 2>"$ERR" || { fail "make_tar_shards.py: $(cat "$ERR")"; finish; }
+TF=$T/tf/plain.tfrecord
+
+json_check() {
+    local file=$1 expr=$2
+    shift 2
+    $PY - "$file" "$expr" "$@" <<'PYEOF' || fail "json check: $expr"
+import json, sys
+lines = [l for l in open(sys.argv[1]) if l.strip()]
+d = json.loads(lines[0]) if len(lines) == 1 else [json.loads(l) for l in lines]
+a = sys.argv[3:]
+if not eval(sys.argv[2]):
+    print("  got: %s" % json.dumps(d)[:600], file=sys.stderr)
+    sys.exit(1)
+PYEOF
+}
+
+# An ImageFolder with 6 good JPEGs and, among them, a text file named .jpg, a
+# BMP, a TIFF and a truncated JPEG.
+$PY - "$T/bad" "$T/good" <<'PYEOF' || fail "writing the image folders"
+import os, sys
+from PIL import Image
+for root, bad in ((sys.argv[1], True), (sys.argv[2], False)):
+    for c, cls in enumerate(["ant", "bee", "cow"]):
+        os.makedirs(os.path.join(root, cls))
+        for k in range(2):
+            Image.new("RGB", (20 + k, 16), (40 * c, 30 * k, 99)).save(
+                os.path.join(root, cls, "%d.jpg" % k), "JPEG")
+    if bad:
+        open(os.path.join(root, "ant", "text.jpg"), "w").write("not an image\n")
+        Image.new("RGB", (8, 8)).save(os.path.join(root, "bee", "x.bmp"), "BMP")
+        Image.new("RGB", (8, 8)).save(os.path.join(root, "bee", "y.tif"), "TIFF")
+        d = open(os.path.join(root, "cow", "0.jpg"), "rb").read()
+        open(os.path.join(root, "cow", "cut.jpg"), "wb").write(d[: len(d) // 2])
+PYEOF
+
+# ---- 2. verify of an image source checks what pack checks --------------------
+run 1 "$SLUICE" verify "$T/bad"
+has "$ERR" "4 of 10 records damaged"
+has "$ERR" "$T/bad/ant/text.jpg: record 2: column 'image': not an image"
+has "$ERR" "$T/bad/bee/x.bmp: record 5: column 'image': BMP images are not supported"
+has "$ERR" "$T/bad/bee/y.tif: record 6: column 'image': TIFF images are not supported"
+has "$ERR" "$T/bad/cow/cut.jpg: record 9: column 'image':"
+has "$ERR" "(fix or remove the files named, or pack with --skip-bad"
+grep -q "^ok" "$OUT" && fail "verify printed ok for a folder pack refuses"
+run 1 "$SLUICE" verify "$T/bad" --check decode --json
+json_check "$OUT" 'd["ok"] is False and d["bad"] == 4 and len(d["errors"]) == 4'
+run 1 "$SLUICE" pack "$T/bad" "$T/bad.slr"
+run 0 "$SLUICE" verify "$T/good"
+has "$OUT" "ok: $T/good: 6 records, every record reads, every image's header reads"
+run 0 "$SLUICE" verify "$T/good" --check decode
+has "$OUT" "every image decodes"
+run 2 "$SLUICE" verify "$T/good" --check pixels
+has "$ERR" "--check wants header or decode"
+
+# ---- 15. under --skip-bad the skipped lines do not say to pass --skip-bad ----
+run 0 "$SLUICE" pack "$T/bad" "$T/skip.slr" --skip-bad
+has "$OUT" "x.bmp: BMP images are not supported by decode (JPEG, PNG, WebP are); convert them"
+grep -q -- "--skip-bad" "$OUT" && fail "the --skip-bad summary tells to pass --skip-bad"
+
+# ---- 3. an op failing while training names the file ---------------------------
+cat >"$T/run.json" <<EOF2
+{"source": {"image_folder": "$T/bad"}, "ops": [{"op": "decode"}, {"op": "batch", "size": 2}],
+ "epochs": 1}
+EOF2
+run 1 "$SLUICE" run "$T/run.json"
+has "$ERR" "$T/bad/ant/text.jpg: record 2: ops[0] (decode):"
+# a TFRecord record with an image that does not decode: file and offset named
+$PY - "$TF" "$T/img.tfrecord" <<'PYEOF' || fail "writing img.tfrecord"
+import struct, sys, zlib
+# one record per Example with a bytes feature "image" that is not an image
+def crc(b):
+    # masked CRC32-C
+    poly, c = 0x82F63B78, 0xFFFFFFFF
+    for x in b:
+        c ^= x
+        for _ in range(8):
+            c = (c >> 1) ^ poly if c & 1 else c >> 1
+    c ^= 0xFFFFFFFF
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+def example(payload):
+    bl = b"\x0a" + bytes([len(payload)]) + payload          # BytesList.value
+    feat = b"\x0a" + bytes([len(bl)]) + bl                  # Feature.bytes_list
+    key = b"image"
+    entry = b"\x0a" + bytes([len(key)]) + key + b"\x12" + bytes([len(feat)]) + feat
+    feats = b"\x0a" + bytes([len(entry)]) + entry           # Features.feature
+    return b"\x0a" + bytes([len(feats)]) + feats            # Example.features
+with open(sys.argv[2], "wb") as f:
+    for p in (b"notanimage0", b"notanimage1"):
+        ex = example(p)
+        h = struct.pack("<Q", len(ex))
+        f.write(h + struct.pack("<I", crc(h)) + ex + struct.pack("<I", crc(ex)))
+PYEOF
+cat >"$T/tfrun.json" <<EOF2
+{"source": {"tfrecord": "$T/img.tfrecord"}, "ops": [{"op": "decode", "column": "image"},
+ {"op": "batch", "size": 1}], "epochs": 1}
+EOF2
+run 1 "$SLUICE" run "$T/tfrun.json"
+has "$ERR" "img.tfrecord: record 0 (offset 0): ops[0] (decode):"
+
+# ---- 4. sluice index on a damaged TFRecord: the message comes out whole -------
+$PY - "$TF" "$T/testing.tfrecord" "$T/tf/expected.json" <<'PYEOF' || fail "damaging a copy"
+import json, sys
+blob = bytearray(open(sys.argv[1], "rb").read())
+off = json.load(open(sys.argv[3]))["plain_offsets"][4]
+blob[off + 12 + 30] ^= 0x20
+open(sys.argv[2], "wb").write(bytes(blob))
+PYEOF
+run 1 "$SLUICE" index "$T/testing.tfrecord"
+has "$ERR" "sluice index: cannot index a damaged file: testing.tfrecord: record 4 (offset 3484): data checksum mismatch"
+[ "$(grep -o 'cannot index a damaged file' "$ERR" | wc -l)" = 1 ] || fail "the prefix is doubled: $(cat "$ERR")"
+run 1 "$SLUICE" index "$T/testing.tfrecord" --json
+json_check "$OUT" 'd["error"] == "cannot index a damaged file: testing.tfrecord: record 4 (offset 3484): data checksum mismatch"'
+[ -e "$T/testing.tfrecord.slidx" ] && fail "a damaged file was indexed"
+
+# ---- 10. verify's hint sends to cat, and cat reads TFRecord and tar -----------
+run 1 "$SLUICE" verify "$T/testing.tfrecord"
+has "$ERR" "'sluice cat'"
+run 0 "$SLUICE" cat "$T/testing.tfrecord" --index 3 --column image/class/label
+want=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["plain.tfrecord"][3]["image/class/label"])' "$T/tf/expected.json")
+[ "$(cat "$OUT")" = "$want" ] || fail "cat of an intact TFRecord record gave '$(cat "$OUT")', want '$want'"
+run 1 "$SLUICE" cat "$T/testing.tfrecord" --index 4 --column image/class/label
+has "$ERR" "record 4 (offset"
+run 0 "$SLUICE" cat "$T/tar/shard-001.tar" --index 1 --column jpg
+want=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["shard-001.tar"][1]["members"]["jpg"])' "$T/tar/expected.json")
+cmp -s "$OUT" "$want" || fail "cat of a tar member differs from the archived file"
+run 0 "$SLUICE" cat "$T/good" --index 3 --column path
+[ "$(cat "$OUT")" = "bee/1.jpg" ] || fail "cat of an ImageFolder path gave '$(cat "$OUT")'"
+run 1 "$SLUICE" cat "$TF" --index 0 --column nope
+has "$ERR" "has no column 'nope'; its columns are:"
+
+finish
