@@ -14,9 +14,11 @@ static void help(FILE *f) {
                "label, read from the index alone (no data pages are touched).\n"
                "Other inputs are described as a pipeline would read them: an ImageFolder\n"
                "directory, IDX files, TFRecord files, tar shards (format from content).\n"
+               "Each DATASET is described on its own (an IDX images + labels pair is\n"
+               "one; a quoted brace pattern or @list reads its files as one).\n"
                "\n"
                "options:\n"
-               "  --json           print one JSON object on stdout\n"
+               "  --json           print one JSON object on stdout (one line per DATASET)\n"
                "  --features SPEC  TFRecord: keep (and rename) these features, as\n"
                "                   image/encoded=image,image/class/label=label\n"
                "  -h, --help       show this help\n"
@@ -184,6 +186,8 @@ static void print_text(const char *path, const sl_reader *r) {
 
 /* Any other source: what sl_source_describe says, and label counts when the
  * source has an indexed int64 'label' column. */
+static int info_slr(const char *path, int json);
+
 static int info_source(const char *const *paths, int n, const char *features, int json) {
     sl_source *src;
     int rc = cli_source_open("info", paths, n, features, &src);
@@ -243,6 +247,17 @@ static int info_source(const char *const *paths, int n, const char *features, in
                    cJSON_GetObjectItem(it, "encoded") ? " (encoded image)" : "",
                    cJSON_GetObjectItem(it, "indexed") ? " (indexed)" : "");
         }
+        /* metadata as the .slr text shows it: the class names of an
+         * ImageFolder, as --json has them */
+        int m = 0;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "metadata")) {
+            char *v = cJSON_IsString(it) ? NULL : cJSON_PrintUnformatted(it);
+            const char *txt = cJSON_IsString(it) ? it->valuestring : v ? v : "";
+            int tl = (int)strlen(txt);
+            printf("%-9s %s = %.*s%s\n", m++ ? "" : "metadata", it->string, tl > 200 ? 200 : tl,
+                   txt, tl > 200 ? "..." : "");
+            free(v);
+        }
         cJSON *lc = cJSON_GetObjectItem(o, "label_counts");
         if (lc && lc->child) {
             int k = cJSON_GetArraySize(lc), shown = 0;
@@ -288,9 +303,25 @@ int cmd_info(int argc, char **argv) {
     }
     if (n == 0)
         return cli_usage("info", "missing the DATASET to describe");
-    if (n > 1 || features || !cli_is_slr(paths[0]))
-        return info_source(paths, n, features, json);
-    const char *path = paths[0];
+    /* Each DATASET on its own (an IDX pair is one): one block, or one JSON
+     * line, each. */
+    int start[256], len[256], code = 0;
+    int ngroups = cli_datasets(paths, n, start, len);
+    for (int g = 0; g < ngroups; g++) {
+        if (g && !json)
+            printf("\n");
+        const char *const *p = paths + start[g];
+        int rc = len[g] > 1 || features || !cli_is_slr(p[0]) ? info_source(p, len[g], features, json)
+                                                             : info_slr(p[0], json);
+        if (rc == 2)
+            return rc;
+        if (rc)
+            code = 1;
+    }
+    return code;
+}
+
+static int info_slr(const char *path, int json) {
     sl_reader *r;
     if (sl_reader_open(&r, path, 0) != SL_OK) {
         cli_fail("info");

@@ -22,6 +22,9 @@ static void help(FILE *f) {
                "record payload. Sequential by default: one pass over every record,\n"
                "split among the threads in chunks. Any source reads: a .slr dataset,\n"
                "TFRecord files (both CRCs checked), tar shards, an ImageFolder, IDX.\n"
+               "Several files of one kind (TFRecord, tar) are read as one source, and\n"
+               "each file's record count is listed; several datasets are scanned one\n"
+               "after the other.\n"
                "\n"
                "options:\n"
                "  --random         read uniformly random records (as many as the dataset\n"
@@ -141,9 +144,11 @@ done:
     return NULL;
 }
 
+static int scan_one(const char *const *paths, int npaths, uint64_t threads, int random,
+                    uint64_t seed, double seconds, int json, int named);
+
 int cmd_scan(int argc, char **argv) {
     const char *paths[256];
-    const char *path = NULL;
     int npaths = 0, json = 0, random = 0;
     uint64_t threads = 1, seed = 0;
     double seconds = 0;
@@ -183,7 +188,40 @@ int cmd_scan(int argc, char **argv) {
     }
     if (npaths == 0)
         return cli_usage("scan", "missing the DATASET to read");
-    path = paths[0];
+    /* Several .slr datasets are scanned one after the other (a source is one
+     * dataset); files of another kind are read as one source, whose rate is
+     * the point, with each file's record count reported. */
+    int all_slr = 1;
+    for (int i = 0; i < npaths && all_slr; i++)
+        all_slr = cli_is_slr(paths[i]);
+    if (!all_slr)
+        return scan_one(paths, npaths, threads, random, seed, seconds, json, 0);
+    int code = 0;
+    for (int i = 0; i < npaths; i++)
+        if (scan_one(paths + i, 1, threads, random, seed, seconds, json, npaths > 1))
+            code = 1;
+    return code;
+}
+
+/* The record count of each of several files read as one source (each
+ * opened alone), so that the report does not give one file the total. */
+static void file_counts(const char *const *paths, int n, cJSON *files) {
+    for (int i = 0; i < n; i++) {
+        sl_source *one;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "path", paths[i]);
+        if (sl_source_open_paths(&one, paths + i, 1, NULL) == SL_OK) {
+            cJSON_AddNumberToObject(o, "records", (double)sl_source_count(one));
+            sl_source_free(one);
+        }
+        cJSON_AddItemToArray(files, o);
+    }
+}
+
+/* `named`: one of several datasets; its text line starts with its path. */
+static int scan_one(const char *const *paths, int npaths, uint64_t threads, int random,
+                    uint64_t seed, double seconds, int json, int named) {
+    const char *path = paths[0];
 
     sl_reader *r = NULL;
     sl_source *src = NULL;
@@ -201,6 +239,7 @@ int cmd_scan(int argc, char **argv) {
     job.src = src;
     job.n = r ? sl_reader_count(r) : sl_source_count(src);
     int verified = r || sl_source_checksummed(src);
+    int per_file = src && npaths > 1;
     job.random = random;
     job.seed = seed;
     atomic_init(&job.next, 0);
@@ -248,9 +287,22 @@ int cmd_scan(int argc, char **argv) {
     }
     double rps = secs > 0 ? (double)records / secs : 0, mbps = secs > 0 ? bytes / 1e6 / secs : 0;
     const char *mode = random ? "random" : "sequential";
+    /* Several files as one source: each file's records. */
+    cJSON *files = NULL;
+    if (per_file) {
+        files = cJSON_CreateArray();
+        if (files)
+            file_counts(paths, npaths, files);
+        if (cJSON_GetArraySize(files) == 0) { /* the files of an IDX pair do not open alone */
+            cJSON_Delete(files);
+            files = NULL;
+        }
+    }
     if (json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "path", path);
+        if (files)
+            cJSON_AddItemToObject(o, "files", files);
         cJSON_AddStringToObject(o, "mode", mode);
         cJSON_AddNumberToObject(o, "threads", (double)threads);
         cJSON_AddNumberToObject(o, "records", (double)records);
@@ -262,11 +314,20 @@ int cmd_scan(int argc, char **argv) {
         cli_json_out(o);
     } else {
         char b[32];
-        printf("scanned %llu records (%s) in %.3f s, %s, %llu thread%s, %s\n",
-               (unsigned long long)records, cli_bytes(b, sizeof b, bytes), secs, mode,
+        printf("%s%sscanned %llu records%s (%s) in %.3f s, %s, %llu thread%s, %s\n",
+               named ? path : "", named ? ": " : "", (unsigned long long)records,
+               files ? " in all" : "",
+               cli_bytes(b, sizeof b, bytes), secs, mode,
                (unsigned long long)threads, threads == 1 ? "" : "s",
                verified ? "checksums verified" : "no record checksums in this format");
         printf("%.0f records/s, %.1f MB/s\n", rps, mbps);
+        cJSON *f;
+        cJSON_ArrayForEach(f, files) {
+            cJSON *rec = cJSON_GetObjectItem(f, "records");
+            printf("  %s: %.0f records\n", cJSON_GetObjectItem(f, "path")->valuestring,
+                   rec ? rec->valuedouble : 0.0);
+        }
+        cJSON_Delete(files);
     }
     return 0;
 }

@@ -143,4 +143,38 @@ run 0 "$SLUICE" cat "$T/good" --index 3 --column path
 run 1 "$SLUICE" cat "$TF" --index 0 --column nope
 has "$ERR" "has no column 'nope'; its columns are:"
 
+# ---- 9. info/verify/scan take several datasets ----------------------------------
+run 0 "$SLUICE" pack "$T/good" "$T/g1.slr"
+cp "$T/g1.slr" "$T/g2.slr"
+run 0 "$SLUICE" verify "$T/g1.slr" "$T/g2.slr"
+has "$OUT" "ok: $T/g1.slr: 6 records, every checksum matches"
+has "$OUT" "ok: $T/g2.slr: 6 records, every checksum matches"
+run 0 "$SLUICE" info "$T/g1.slr" "$T/g2.slr" --json
+json_check "$OUT" 'len(d) == 2 and [x["path"] for x in d] == a' "$T/g1.slr" "$T/g2.slr"
+run 0 "$SLUICE" info "$T/g1.slr" "$T/g2.slr"
+has "$OUT" "dataset   $T/g2.slr"
+run 0 "$SLUICE" scan "$T/g1.slr" "$T/g2.slr"
+has "$OUT" "$T/g1.slr: scanned 6 records"
+has "$OUT" "$T/g2.slr: scanned 6 records"
+# a damaged one among them: the others still checked, exit 1
+cp "$T/testing.tfrecord" "$T/d.tfrecord"
+run 1 "$SLUICE" verify "$TF" "$T/d.tfrecord"
+has "$OUT" "ok: $TF: 12 records"
+has "$ERR" "d.tfrecord: 1 of 12 records damaged"
+
+# ---- 13. scan of several files: the total is not one file's -----------------------
+cp "$TF" "$T/a.tfrecord"; cp "$TF" "$T/b.tfrecord"; cp "$TF" "$T/c.tfrecord"
+run 0 "$SLUICE" scan "$T/a.tfrecord" "$T/b.tfrecord" "$T/c.tfrecord"
+has "$OUT" "scanned 36 records in all"
+has "$OUT" "  $T/b.tfrecord: 12 records"
+run 0 "$SLUICE" scan "$T/a.tfrecord" "$T/b.tfrecord" "$T/c.tfrecord" --json
+json_check "$OUT" 'd["records"] == 36 and [(f["path"], f["records"]) for f in d["files"]] == [(p, 12) for p in a]' "$T/a.tfrecord" "$T/b.tfrecord" "$T/c.tfrecord"
+run 0 "$SLUICE" verify "$T/a.tfrecord" "$T/b.tfrecord"
+has "$OUT" "ok: $T/a.tfrecord: 12 records"
+has "$OUT" "ok: $T/b.tfrecord: 12 records"
+
+# ---- 15. info text of an ImageFolder shows its class names ----------------------
+run 0 "$SLUICE" info "$T/good"
+has "$OUT" 'classes = ["ant","bee","cow"]'
+
 finish
