@@ -708,6 +708,17 @@ SL_API int sl_source_checksummed(const sl_source *src);
 SL_API int sl_pack_source(sl_source *src, const char *dst, const sl_pack_options *opts,
                           sl_pack_report *report);
 
+/** Expand one input argument as every source expands it: a brace pattern
+ *  (`train-{00000..00127}.tfrecord`, `{a,b}`) into its paths, `@list.txt`
+ *  into the paths listed there (one a line, relative to the list's folder),
+ *  anything else into itself. `*paths_out` is a NULL-terminated array of
+ *  `*n_out` paths, freed with sl_paths_free(). @return SL_OK; SL_EINVAL (a
+ *  malformed pattern), SL_EIO (an unreadable list), SL_ELIMIT, SL_ENOMEM.
+ *  Thread safety: any thread. Since 0.2 */
+SL_API int sl_paths_expand(const char *pattern, char ***paths_out, int *n_out);
+/** Free what sl_paths_expand() returned. Accepts NULL. Since 0.2 */
+SL_API void sl_paths_free(char **paths);
+
 /** Build the sidecar index of one TFRecord file or tar shard (`PATH.slidx`:
  *  record offsets, column types and scalar columns), so that opening it
  *  needs no scan and its scalar columns filter without reading records.

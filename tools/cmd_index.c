@@ -5,11 +5,13 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void help(FILE *f) {
     fprintf(f, "usage: sluice index FILE... [--json]\n"
                "\n"
-               "Write FILE.slidx beside each TFRecord file or tar shard: where every record\n"
+               "Write FILE.slidx beside each TFRecord file or tar shard (a quoted brace\n"
+               "pattern or @list names several): where every record\n"
                "is, the column types and the scalar columns (labels). With it a pipeline\n"
                "opens the file without scanning it and answers label filters from the\n"
                "index. An index records the file's size and time: when the file changes,\n"
@@ -22,7 +24,29 @@ static void help(FILE *f) {
                "exit status: 0 indexed, 1 a file could not be indexed, 2 usage error\n"
                "\n"
                "example:\n"
-               "  sluice index train-{00000..00127}-of-00128.tfrecord\n");
+               "  sluice index 'train-{00000..00127}-of-00128.tfrecord'\n"
+               "  sluice index @shards.txt\n");
+}
+
+/* Index one file and report it. Returns 0, or 1 when it could not be indexed. */
+static int index_one(const char *path, int json) {
+    uint64_t t0 = cli_now_ns();
+    int rc = sl_source_index_build(path, NULL);
+    double secs = (double)(cli_now_ns() - t0) / 1e9;
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "path", path);
+        cJSON_AddBoolToObject(o, "ok", rc == SL_OK);
+        if (rc != SL_OK)
+            cJSON_AddStringToObject(o, "error", sl_errmsg());
+        cJSON_AddNumberToObject(o, "seconds", secs);
+        cli_json_out(o);
+    } else if (rc != SL_OK) {
+        fprintf(stderr, "sluice index: %s\n", sl_errmsg());
+    } else {
+        printf("indexed %s in %.2f s\n", path, secs);
+    }
+    return rc != SL_OK;
 }
 
 int cmd_index(int argc, char **argv) {
@@ -47,24 +71,23 @@ int cmd_index(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (argv[i][0] == '-' && argv[i][1])
             continue;
-        uint64_t t0 = cli_now_ns();
-        int rc = sl_source_index_build(argv[i], NULL);
-        double secs = (double)(cli_now_ns() - t0) / 1e9;
-        if (rc != SL_OK)
-            failed = 1;
-        if (json) {
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "path", argv[i]);
-            cJSON_AddBoolToObject(o, "ok", rc == SL_OK);
-            if (rc != SL_OK)
-                cJSON_AddStringToObject(o, "error", sl_errmsg());
-            cJSON_AddNumberToObject(o, "seconds", secs);
-            cli_json_out(o);
-        } else if (rc != SL_OK) {
-            fprintf(stderr, "sluice index: %s\n", sl_errmsg());
-        } else {
-            printf("indexed %s in %.2f s\n", argv[i], secs);
+        /* A brace pattern or @list names its files, as for every command; a
+         * path that exists is taken as it is. */
+        char **files = NULL;
+        int nf = 0;
+        struct stat st;
+        if (stat(argv[i], &st) != 0 && (strchr(argv[i], '{') || argv[i][0] == '@')) {
+            if (sl_paths_expand(argv[i], &files, &nf) != SL_OK) {
+                fprintf(stderr, "sluice index: %s\n", sl_errmsg());
+                failed = 1;
+                continue;
+            }
         }
+        for (int k = 0; k < (files ? nf : 1); k++) {
+            const char *path = files ? files[k] : argv[i];
+            failed |= index_one(path, json);
+        }
+        sl_paths_free(files);
         cli_progress_update(&prog, ++done, 0);
     }
     cli_progress_end(&prog);

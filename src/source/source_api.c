@@ -332,6 +332,21 @@ int sl_source_index_column(const sl_source *src, int col, const void **out) {
 
 int sl_source_checksummed(const sl_source *src) { return src && src->checksummed; }
 
+int sl_paths_expand(const char *pattern, char ***paths_out, int *n_out) {
+    if (!pattern || !paths_out || !n_out)
+        return sl__error(SL_EINVAL, "sl_paths_expand: NULL argument");
+    *paths_out = NULL;
+    *n_out = 0;
+    cJSON *v = cJSON_CreateString(pattern);
+    if (!v)
+        return sl__oom("expanding a path pattern");
+    int rc = sl_source__expand_paths(v, pattern, paths_out, n_out);
+    cJSON_Delete(v);
+    return rc;
+}
+
+void sl_paths_free(char **paths) { sl_source__free_paths(paths); }
+
 int sl_source_index_build(const char *path, const char *options_json) {
     const sl_source_format *k;
     if (!path)

@@ -1122,6 +1122,7 @@ cleanup:
 
 int sl_source__index_tar(const char *path, const cJSON *opts) {
     tar_source *s = NULL;
+    sl_source_cursor *cur = NULL;
     sl_sidx *ix = NULL;
     cJSON *obj = NULL;
     int rc;
@@ -1155,6 +1156,19 @@ int sl_source__index_tar(const char *path, const cJSON *opts) {
             SL_FAIL(SL_ECORRUPT, "cannot index a damaged file: %s: %s", where,
                     s->tab.errs[smp->err - 1]);
         }
+        /* A sample can be whole as tar and still not read (a member the
+         * other samples have is missing, a cls that is not a number): read
+         * it, so that a damaged shard is not indexed. */
+        if (!cur) {
+            SL_CHECK(sl_source__cursor_open(src, NULL, NULL, &cur));
+            cur->borrow = 1;
+        }
+        sl_sample one;
+        memset(&one, 0, sizeof one);
+        rc = sl_source__read(src, cur, i, &one);
+        if (rc < 0)
+            SL_FAIL_PREFIX(rc, "cannot index a damaged file");
+        sl_sample_clear(&one);
         SL_CHECK(sl_sidx__add_record(ix, smp->offset, smp->end - smp->offset));
     }
     for (int c = 1; c < src->ncols; c++) {
@@ -1168,8 +1182,10 @@ int sl_source__index_tar(const char *path, const cJSON *opts) {
     SL_CHECK(sl_sidx__write(path, ix));
     rc = SL_OK;
 cleanup:
-    if (s)
+    if (s) {
+        sl_source__cursor_free(&s->base, cur);
         sl_source__release(&s->base);
+    }
     cJSON_Delete(obj);
     sl_sidx__free(ix);
     return rc;

@@ -177,4 +177,38 @@ has "$OUT" "ok: $T/b.tfrecord: 12 records"
 run 0 "$SLUICE" info "$T/good"
 has "$OUT" 'classes = ["ant","bee","cow"]'
 
+# ---- 11. sluice index expands brace patterns and @lists ---------------------------
+mkdir "$T/ix"
+for k in 0 1 2; do cp "$TF" "$T/ix/train-0000$k.tfrecord"; done
+run 0 "$SLUICE" index "$T/ix/train-{00000..00002}.tfrecord"
+for k in 0 1 2; do
+    has "$OUT" "indexed $T/ix/train-0000$k.tfrecord in"
+    [ -f "$T/ix/train-0000$k.tfrecord.slidx" ] || fail "no index for train-0000$k.tfrecord"
+done
+printf 'train-00001.tfrecord\n' >"$T/ix/list.txt"
+run 0 "$SLUICE" index "@$T/ix/list.txt" --json
+json_check "$OUT" 'd["ok"] is True and d["path"].endswith("/ix/train-00001.tfrecord")'
+run 1 "$SLUICE" index "$T/ix/train-{00003..00004}.tfrecord"
+has "$ERR" "train-00003.tfrecord: No such file or directory"
+
+# ---- 12. a damaged tar shard is not indexed -----------------------------------------
+$PY - "$T/nocls.tar" <<'PYEOF' || fail "writing nocls.tar"
+import io, sys, tarfile
+with tarfile.open(sys.argv[1], "w", format=tarfile.GNU_FORMAT) as t:
+    for key, mem in (("s0", {"jpg": b"\xff\xd8x", "cls": b"1\n"}), ("s1", {"jpg": b"\xff\xd8y"}),
+                     ("s2", {"jpg": b"\xff\xd8z", "cls": b"2"})):
+        for ext, data in mem.items():
+            ti = tarfile.TarInfo("%s.%s" % (key, ext))
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+PYEOF
+run 1 "$SLUICE" index "$T/nocls.tar"
+has "$ERR" "cannot index a damaged file: nocls.tar: record 1 (offset 2048, key 's1'): no member 's1.cls'"
+[ -e "$T/nocls.tar.slidx" ] && fail "a shard with a sample missing its .cls was indexed"
+cp "$T/tar/notnum.tar" "$T/notnum.tar"
+run 1 "$SLUICE" index "$T/notnum.tar"
+has "$ERR" "cannot index a damaged file: notnum.tar: record 2"
+has "$ERR" "is not a decimal integer"
+[ -e "$T/notnum.tar.slidx" ] && fail "a shard with a non-numeric cls was indexed"
+
 finish
