@@ -32,7 +32,7 @@ int cli_source_open(const char *cmd, const char *const *paths, int n, const char
 /* The datasets named by the DATASET... arguments of info, verify and scan:
  * each argument is one (a brace pattern or @list is one dataset of many
  * files), except an IDX images file and labels file side by side, which are
- * one. Fills start[k], len[k] (index and count into `paths`) and returns
+ * one, and a file followed by its sidecar index (X, X.slidx), which is X. Fills start[k], len[k] (index and count into `paths`) and returns
  * the number of datasets. */
 int cli_datasets(const char *const *paths, int n, int *start, int *len);
 /* Print `o` as one line of JSON on stdout, then delete it (NULL: nothing). */

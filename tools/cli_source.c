@@ -56,13 +56,25 @@ int cli_source_open(const char *cmd, const char *const *paths, int n, const char
     return 0;
 }
 
+/* "X.slidx" right after X: the sidecar index a glob ('train-*') lists beside
+ * its data file. It travels with X (the source leaves it out, X reads it). */
+static int sidecar_after(const char *const *paths, int n, int i) {
+    if (i + 1 >= n)
+        return 0;
+    size_t a = strlen(paths[i]);
+    return strlen(paths[i + 1]) == a + 6 && !strncmp(paths[i + 1], paths[i], a) &&
+           !strcmp(paths[i + 1] + a, ".slidx");
+}
+
 int cli_datasets(const char *const *paths, int n, int *start, int *len) {
     int k = 0;
     for (int i = 0; i < n; k++) {
         sl_pack_kind kind;
         start[k] = i;
         len[k] = 1;
-        if (i + 1 < n && sl_pack_detect(paths + i, 2, &kind) == SL_OK && kind == SL_PACK_IDX)
+        if (sidecar_after(paths, n, i))
+            len[k] = 2;
+        else if (i + 1 < n && sl_pack_detect(paths + i, 2, &kind) == SL_OK && kind == SL_PACK_IDX)
             len[k] = 2;
         i += len[k];
     }

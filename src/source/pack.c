@@ -46,6 +46,11 @@ int sl_pack_detect(const char *const *srcs, int nsrc, sl_pack_kind *kind_out) {
         *kind_out = SL_PACK_SOURCE;
         return SL_OK;
     }
+    /* Why the inputs are not one source (a file of another kind among them,
+     * a sidecar index): said instead of blaming a file that reads alone. */
+    char why[SL__ERRMSG_MAX] = "";
+    if (found < 0)
+        snprintf(why, sizeof why, "%s", sl_errmsg());
     int dirs = 0, idx_img = 0, idx_lab = 0;
     for (int i = 0; i < nsrc; i++) {
         struct stat st;
@@ -63,6 +68,9 @@ int sl_pack_detect(const char *const *srcs, int nsrc, sl_pack_kind *kind_out) {
             idx_img++;
         else if (k == SL_SNIFF_IDX_LABELS)
             idx_lab++;
+        else if (why[0] && (strstr(why, "a sidecar index") ||
+                            sl_source__detect(&srcs[i], 1, &fmt) == SL_OK))
+            return sl__error(found, "%s", why);
         else if (st.st_size == 0)
             return sl__error(SL_EUNSUPPORTED, "%s: empty file; " KINDS_KNOWN, srcs[i]);
         else

@@ -36,6 +36,35 @@ static int read_head(const char *path, uint8_t *head, size_t cap, size_t *n_out)
 
 static int detect_one(const char *path, const sl_source_format **kind_out);
 
+/* What a kind of input is, in words for messages. */
+static const char *kind_noun(const sl_source_format *k) {
+    if (k->open == sl_source__open_slr)
+        return "a .slr dataset";
+    if (k->open == sl_source__open_imagefolder)
+        return "an ImageFolder";
+    if (k->open == sl_source__open_idx)
+        return "an IDX file";
+    if (k->open == sl_source__open_tfrecord)
+        return "a TFRecord file";
+    if (k->open == sl_source__open_webdataset)
+        return "a tar shard";
+    return k->key;
+}
+
+/* A sidecar index ("DATA.slidx", written by `sluice index`) given beside its
+ * data file, as a shell glob ('train-*') gives them: not an input of its own.
+ * The data file reads it by itself, so the list leaves it out. */
+static int sidecar_of_listed(const char *const *paths, int n, int i) {
+    static const char sfx[] = ".slidx";
+    size_t len = strlen(paths[i]), sl = sizeof sfx - 1;
+    if (len <= sl || strcmp(paths[i] + len - sl, sfx) != 0)
+        return 0;
+    for (int j = 0; j < n; j++)
+        if (j != i && strlen(paths[j]) == len - sl && !strncmp(paths[j], paths[i], len - sl))
+            return 1;
+    return 0;
+}
+
 /* A path that names no file but is a brace pattern or an @list: the kind of
  * the files it expands to (all of one kind, and one that takes a list). */
 static int detect_pattern(const char *path, const sl_source_format **kind_out) {
@@ -53,7 +82,7 @@ static int detect_pattern(const char *path, const sl_source_format **kind_out) {
         rc = detect_one(paths[i], &k);
         if (rc == SL_OK && first && k != first)
             rc = sl__error(SL_EINVAL, "%s: %s is %s but %s is %s; give inputs of one kind", path,
-                           paths[0], first->key, paths[i], k->key);
+                           paths[0], kind_noun(first), paths[i], kind_noun(k));
         first = k;
     }
     if (rc == SL_OK && !first->multi)
@@ -88,6 +117,15 @@ static int detect_one(const char *path, const sl_source_format **kind_out) {
     }
     if (!is_dir && n == 0)
         return sl__error(SL_EUNSUPPORTED, "%s: empty file", path);
+    static const uint8_t sidx_magic[8] = {0x89, 'S', 'L', 'I', 'D', 'X', '\r', '\n'};
+    if (!is_dir && n >= 8 && !memcmp(head, sidx_magic, 8)) {
+        size_t len = strlen(path);
+        return sl__error(SL_EUNSUPPORTED,
+                         "%s: a sidecar index (written by 'sluice index'), not data: give the "
+                         "file it indexes%s%.*s%s, which reads it by itself",
+                         path, len > 6 ? " (" : "", len > 6 ? (int)(len - 6) : 0, path,
+                         len > 6 ? ")" : "");
+    }
     return sl__error(SL_EUNSUPPORTED,
                      "%s: not a format sluice reads (a .slr dataset, an ImageFolder directory, "
                      "IDX, TFRecord or tar files)", path);
@@ -98,18 +136,26 @@ int sl_source__detect(const char *const *paths, int n, const sl_source_format **
     if (!paths || n <= 0)
         return sl__error(SL_EINVAL, "no input given");
     const sl_source_format *first = NULL;
-    for (int i = 0; i < n; i++) {
-        const sl_source_format *k;
+    int firsti = 0, given = 0;
+    for (int i = 0; i < n; i++)
         if (!paths[i])
             return sl__error(SL_EINVAL, "input %d is NULL", i);
+    for (int i = 0; i < n; i++) {
+        const sl_source_format *k;
+        if (sidecar_of_listed(paths, n, i))
+            continue;
+        given++;
         SL_TRY(detect_one(paths[i], &k));
         if (first && k != first)
             return sl__error(SL_EINVAL, "%s is %s but %s is %s; give inputs of one kind",
-                             paths[0], first->key, paths[i], k->key);
+                             paths[firsti], kind_noun(first), paths[i], kind_noun(k));
+        if (!first)
+            firsti = i;
         first = k;
     }
-    if (!first->multi && n > (first->open == sl_source__open_idx ? 2 : 1))
-        return sl__error(SL_EINVAL, "%d inputs of kind %s; give one", n, first->key);
+    if (!first->multi && given > (first->open == sl_source__open_idx ? 2 : 1))
+        return sl__error(SL_EINVAL, "%d inputs, each %s: a source reads one (open one source "
+                         "per dataset)", given, kind_noun(first));
     *kind_out = first;
     return SL_OK;
 }
@@ -140,9 +186,14 @@ int sl_source_open_paths(sl_source **out, const char *const *paths, int n,
         return sl__error(SL_EINVAL, "source options: must be a JSON object");
     }
     cJSON *in;
+    int first = 0;
+    while (sidecar_of_listed(paths, n, first))
+        first++;
     if (k->multi || n > 1) {
         in = cJSON_CreateArray();
         for (int i = 0; in && i < n; i++) {
+            if (sidecar_of_listed(paths, n, i))
+                continue;
             cJSON *p = cJSON_CreateString(paths[i]);
             if (!p) {
                 cJSON_Delete(in);
@@ -152,7 +203,7 @@ int sl_source_open_paths(sl_source **out, const char *const *paths, int n,
             cJSON_AddItemToArray(in, p);
         }
     } else {
-        in = cJSON_CreateString(paths[0]);
+        in = cJSON_CreateString(paths[first]);
     }
     if (!in) {
         cJSON_Delete(obj);

@@ -211,4 +211,22 @@ has "$ERR" "cannot index a damaged file: notnum.tar: record 2"
 has "$ERR" "is not a decimal integer"
 [ -e "$T/notnum.tar.slidx" ] && fail "a shard with a non-numeric cls was indexed"
 
+# ---- 6. sidecar indexes among the inputs: left out, or named ------------------------
+mkdir "$T/sc"
+cp -p "$T/ix/train-00000.tfrecord" "$T/ix/train-00000.tfrecord.slidx" "$T/ix/train-00001.tfrecord" \
+    "$T/ix/train-00001.tfrecord.slidx" "$T/sc/"
+run 0 "$SLUICE" pack "$T/sc/"* "$T/sc.slr" --json
+json_check "$OUT" 'd["records"] == 24 and d["kind"] == "tfrecord"'
+run 0 "$SLUICE" info "$T/sc/"*
+has "$OUT" "records   12"
+run 1 "$SLUICE" pack "$T/sc/train-00000.tfrecord.slidx" "$T/sc/train-00001.tfrecord" "$T/sc2.slr"
+has "$ERR" "train-00000.tfrecord.slidx: a sidecar index (written by 'sluice index'), not data: give the file it indexes ($T/sc/train-00000.tfrecord)"
+# a file of another kind among TFRecord files: that file is named, not a good one
+echo "some notes" >"$T/sc/notes.txt"
+run 1 "$SLUICE" pack "$T/sc/train-00000.tfrecord" "$T/sc/notes.txt" "$T/sc3.slr"
+has "$ERR" "$T/sc/notes.txt: not a format sluice reads"
+grep -q "train-00000.tfrecord: not a" "$ERR" && fail "a valid TFRecord file was blamed"
+run 1 "$SLUICE" pack "$T/g1.slr" "$TF" "$T/sc4.slr"
+has "$ERR" "is a .slr dataset but $TF is a TFRecord file; give inputs of one kind"
+
 finish
