@@ -245,6 +245,11 @@ extern const sl_source_format sl_source__kinds[];
  * fits, naming the path. */
 int sl_source__detect(const char *const *paths, int n, const sl_source_format **kind_out);
 
+/* `path` did not open as a .slr dataset (status `rc`, message set): when it
+ * reads as another kind of input, say so and what reads it (SL_EINVAL);
+ * else keep the message and return `rc`. */
+int sl_source__wrong_kind(const char *path, int rc);
+
 /* Open the source a spec's source object describes (exactly one kind key). */
 int sl_source__open_json(sl_source **out, const cJSON *obj, const char *field);
 sl_source *sl_source__retain(sl_source *s);

@@ -131,6 +131,30 @@ static int detect_one(const char *path, const sl_source_format **kind_out) {
                      "IDX, TFRecord or tar files)", path);
 }
 
+int sl_source__wrong_kind(const char *path, int rc) {
+    char keep[SL__ERRMSG_MAX];
+    snprintf(keep, sizeof keep, "%s", sl_errmsg());
+    const sl_source_format *k = NULL;
+    sl_source *src = NULL;
+    /* Only when the input reads as that other kind: a directory that is no
+     * ImageFolder either keeps the message it had. */
+    if (sl_source__detect(&path, 1, &k) == SL_OK && k->open == sl_source__open_idx)
+        return sl__error(SL_EINVAL,
+                         "%s is an IDX file, not a .slr dataset: read it with the \"idx\" source "
+                         "and its pair of images and labels files (sluice.idx() in Python), or "
+                         "convert both with `sluice pack IMAGES LABELS OUT.slr`",
+                         path);
+    if (!k || k->open == sl_source__open_slr || sl_source_open_paths(&src, &path, 1, NULL) != SL_OK) {
+        sl__seterrmsg(keep);
+        return rc;
+    }
+    sl_source_free(src);
+    return sl__error(SL_EINVAL,
+                     "%s is %s, not a .slr dataset: read it with the \"%s\" source "
+                     "(sluice.%s() in Python), or convert it with `sluice pack %s OUT.slr`",
+                     path, kind_noun(k), k->key, k->key, path);
+}
+
 int sl_source__detect(const char *const *paths, int n, const sl_source_format **kind_out) {
     *kind_out = NULL;
     if (!paths || n <= 0)

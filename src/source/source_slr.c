@@ -182,6 +182,8 @@ int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field) {
     int rc = sl_reader_open(&s->reader, path->valuestring, 0);
     if (rc < 0) {
         sl__free(s);
+        if (rc != SL_ENOMEM)
+            rc = sl_source__wrong_kind(path->valuestring, rc);
         return sl__error_prefix(rc, "%s.path", field);
     }
     s->verify = true; /* opened without SL_READ_NO_VERIFY */

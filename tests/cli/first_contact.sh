@@ -229,4 +229,21 @@ grep -q "train-00000.tfrecord: not a" "$ERR" && fail "a valid TFRecord file was 
 run 1 "$SLUICE" pack "$T/g1.slr" "$TF" "$T/sc4.slr"
 has "$ERR" "is a .slr dataset but $TF is a TFRecord file; give inputs of one kind"
 
+# ---- 5. wrong kind of input: say what it is and what reads it --------------------
+for x in "$T/good:an ImageFolder:image_folder" "$TF:a TFRecord file:tfrecord" "$T/tar/shard-000.tar:a tar shard:webdataset"; do
+    p=${x%%:*}; rest=${x#*:}; what=${rest%%:*}; key=${rest#*:}
+    printf '{"source": {"path": "%s"}, "ops": [{"op": "batch", "size": 2}]}' "$p" >"$T/w.json"
+    run 1 "$SLUICE" run "$T/w.json"
+    has "$ERR" "source.path: $p is $what, not a .slr dataset: read it with the \"$key\" source (sluice.$key() in Python), or convert it with \`sluice pack $p OUT.slr\`"
+done
+$PY -c 'import struct,sys; open(sys.argv[1],"wb").write(struct.pack(">II",0x801,3)+bytes([1,2,3]))' "$T/lab.idx"
+printf '{"source": {"path": "%s"}, "ops": []}' "$T/lab.idx" >"$T/w.json"
+run 1 "$SLUICE" run "$T/w.json"
+has "$ERR" "lab.idx is an IDX file, not a .slr dataset: read it with the \"idx\" source"
+# a directory that is neither keeps the .slr reader's message
+mkdir "$T/nothing"
+printf '{"source": {"path": "%s"}, "ops": []}' "$T/nothing" >"$T/w.json"
+run 1 "$SLUICE" run "$T/w.json"
+has "$ERR" "nothing/manifest.json: cannot open"
+
 finish
