@@ -106,6 +106,13 @@ int sl__error_prefix(int code, const char *fmt, ...) SL_PRINTF(2, 3);
 /* Copy a message into this thread's slot (errors carried across threads). */
 void sl__seterrmsg(const char *msg);
 
+/* The `n` names (n < 0: up to a NULL entry) as "a, b, c" in `buf`, those
+ * closest to `want` first (edit distance, case ignored; ties keep the given
+ * order), for messages that list the valid names after a wrong one. Cut at
+ * `cap`; never allocates. Returns buf. */
+const char *sl__names_closest(const char *want, const char *const *names, int n, char *buf,
+                              size_t cap);
+
 /* Forward a failure unchanged. */
 #define SL_TRY(expr)                         \
     do {                                     \

@@ -86,8 +86,10 @@ int sl_device__parse_json(const cJSON *v, sl_device_spec *out) {
                 return sl__error(SL_EINVAL, "device.normalize_on_device: must be true or false");
             out->normalize = cJSON_IsTrue(it);
         } else {
-            return sl__error(SL_EINVAL, "device.%s: unknown key (expected kind, id, "
-                                        "normalize_on_device)", k);
+            char list[64];
+            sl__names_closest(k, (const char *const[]){"kind", "id", "normalize_on_device"}, 3,
+                              list, sizeof list);
+            return sl__error(SL_EINVAL, "device.%s: unknown key (keys: %s)", k, list);
         }
     }
     if (!have_kind)
@@ -201,7 +203,11 @@ static int take_normalize(sl_device_state *ds, sl_spec *spec) {
         if (strcmp(it->string, "op") && strcmp(it->string, "column") &&
             strcmp(it->string, "mean") && strcmp(it->string, "std") &&
             strcmp(it->string, "layout") && strcmp(it->string, "dtype"))
-            return sl__error(SL_EINVAL, "ops[%d].%s: unknown key", at, it->string);
+            return sl__error(SL_EINVAL, "ops[%d].%s: unknown key (keys: %s)", at, it->string,
+                             sl__names_closest(it->string,
+                                               (const char *const[]){"column", "mean", "std",
+                                                                     "layout", "dtype"},
+                                               5, (char[64]){0}, 64));
     const cJSON *col = cJSON_GetObjectItemCaseSensitive(op, "column");
     if (col && !cJSON_IsString(col))
         return sl__error(SL_EINVAL, "ops[%d].column: must be a string", at);

@@ -83,7 +83,7 @@ typedef struct sl_colset {
 } sl_colset;
 
 /* Index of column `name` in `cols`; on failure returns SL_EINVAL with
- * "<field>: no column 'x' (columns: image, label)". `field` is the spec field
+ * "<field>: no column 'x' (columns: image, label)", closest first. `field` is the spec field
  * that named it, e.g. "ops[2].column". */
 int sl_op_find_column(const sl_colset *cols, const char *name, const char *field);
 
@@ -97,7 +97,8 @@ int sl_op_add_column(sl_colset *cols, const char *name, const char *field);
  * default is stored. All return SL_OK or SL_EINVAL. */
 
 /* Reject keys not in `allowed` (a NULL-terminated list; "op" and "parallel"
- * are always allowed): "<field>.sizee: unknown parameter". */
+ * are always allowed): "<field>.sizee: unknown parameter (parameters: size, ...)",
+ * the valid ones closest first. */
 int sl_op_param_check_keys(const cJSON *obj, const char *field, const char *const *allowed);
 /* An integer in [min, max]. */
 int sl_op_param_int(const cJSON *obj, const char *key, const char *field, int required,

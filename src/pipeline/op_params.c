@@ -13,11 +13,11 @@ int sl_op_find_column(const sl_colset *cols, const char *name, const char *field
     for (int i = 0; i < cols->ncols; i++)
         if (strcmp(cols->col[i].name, name) == 0)
             return i;
+    const char *names[SL_MAX_COLUMNS];
+    for (int i = 0; i < cols->ncols; i++)
+        names[i] = cols->col[i].name;
     char list[256];
-    size_t n = 0;
-    list[0] = '\0';
-    for (int i = 0; i < cols->ncols && n < sizeof list; i++)
-        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", cols->col[i].name);
+    sl__names_closest(name, names, cols->ncols, list, sizeof list);
     return sl__error(SL_EINVAL, "%s: no column '%s' (columns: %s)", field, name,
                      cols->ncols ? list : "none");
 }
@@ -46,8 +46,17 @@ int sl_op_param_check_keys(const cJSON *obj, const char *field, const char *cons
         int ok = !strcmp(k, "op") || !strcmp(k, "parallel");
         for (int i = 0; !ok && allowed && allowed[i]; i++)
             ok = !strcmp(k, allowed[i]);
-        if (!ok)
-            return sl__error(SL_EINVAL, "%s.%s: unknown parameter", field, k);
+        if (!ok) {
+            const char *names[64];
+            int n = 0;
+            for (int i = 0; allowed && allowed[i] && n < 63; i++)
+                names[n++] = allowed[i];
+            names[n++] = "parallel";
+            char list[384];
+            sl__names_closest(k, names, n, list, sizeof list);
+            return sl__error(SL_EINVAL, "%s.%s: unknown parameter (parameters: %s)", field, k,
+                             list);
+        }
     }
     return SL_OK;
 }

@@ -25,13 +25,14 @@ static const char *const structural[] = {"batch", "prefetch", "shuffle_buffer", 
                                          "skip",  "repeat",   "map",            NULL};
 
 static int unknown_op(const char *name, const char *field) {
+    const char *names[160];
+    int n = 0;
+    for (int i = 0; structural[i] && n < 160; i++)
+        names[n++] = structural[i];
+    for (int i = 0; sl_op_at(i) && n < 160; i++)
+        names[n++] = sl_op_at(i)->name;
     char list[512];
-    size_t n = 0;
-    list[0] = '\0';
-    for (int i = 0; structural[i] && n < sizeof list; i++)
-        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", structural[i]);
-    for (int i = 0; sl_op_at(i) && n < sizeof list; i++)
-        n += (size_t)snprintf(list + n, sizeof list - n, ", %s", sl_op_at(i)->name);
+    sl__names_closest(name, names, n, list, sizeof list);
     return sl__error(SL_EINVAL, "%s.op: unknown op '%s' (known: %s)", field, name, list);
 }
 

@@ -320,7 +320,10 @@ static int parse_shard(sl_spec *s, const cJSON *v) {
                                  "source.shard.equal: must be \"pad\", \"drop\" or \"none\"");
             equal = k;
         } else {
-            return sl__error(SL_EINVAL, "source.shard.%s: unknown key", it->string);
+            return sl__error(SL_EINVAL, "source.shard.%s: unknown key (keys: %s)", it->string,
+                             sl__names_closest(it->string,
+                                               (const char *const[]){"index", "count", "equal"},
+                                               3, (char[64]){0}, 64));
         }
     }
     if (count < 0)
@@ -455,8 +458,13 @@ int sl_spec_from_json(sl_spec **out, const char *json) {
         } else if (!strcmp(k, "memory_limit")) {
             SL_CHECK(sl_spec__parse_bytes(it, "memory_limit", &s->memory_limit));
         } else {
-            SL_FAIL(SL_EINVAL, "%s: unknown key (expected source, ops, seed, epochs, on_error, "
-                               "deterministic, vectorize, device, memory_limit)", k);
+            static const char *const keys[] = {"source",    "ops",          "seed",
+                                               "epochs",    "on_error",     "deterministic",
+                                               "vectorize", "device",       "memory_limit",
+                                               NULL};
+            char list[256];
+            sl__names_closest(k, keys, -1, list, sizeof list);
+            SL_FAIL(SL_EINVAL, "%s: unknown key (keys: %s)", k, list);
         }
     }
     cJSON_Delete(doc);

@@ -38,6 +38,20 @@ static int pipeline_key(const char *k) {
            !strcmp(k, "chunk");
 }
 
+int sl_source__unknown_key(const char *field, const char *key, const char *what,
+                           const char *const *own) {
+    static const char *const pipeline_keys[] = {"shuffle", "shard", "parallel", "chunk"};
+    const char *names[40];
+    int n = 0;
+    for (int i = 0; own[i] && n < 32; i++)
+        names[n++] = own[i];
+    for (int i = 0; i < 4; i++)
+        names[n++] = pipeline_keys[i];
+    char list[320];
+    sl__names_closest(key, names, n, list, sizeof list);
+    return sl__error(SL_EINVAL, "%s.%s: unknown key for %s (keys: %s)", field, key, what, list);
+}
+
 int sl_source__open_json(sl_source **out, const cJSON *obj, const char *field) {
     *out = NULL;
     if (!cJSON_IsObject(obj))

@@ -250,6 +250,12 @@ int sl_source__detect(const char *const *paths, int n, const sl_source_format **
  * else keep the message and return `rc`. */
 int sl_source__wrong_kind(const char *path, int rc);
 
+/* SL_EINVAL "<field>.<key>: unknown key for <what> (keys: ...)", the
+ * format's own keys (`own`, NULL-terminated) and the pipeline's listed
+ * closest to `key` first. */
+int sl_source__unknown_key(const char *field, const char *key, const char *what,
+                           const char *const *own);
+
 /* Open the source a spec's source object describes (exactly one kind key). */
 int sl_source__open_json(sl_source **out, const cJSON *obj, const char *field);
 sl_source *sl_source__retain(sl_source *s);

@@ -453,7 +453,8 @@ int sl_source__open_idx(sl_source **out, const cJSON *obj, const char *field) {
     int rc = SL_OK;
     for (const cJSON *it = obj->child; it; it = it->next)
         if (strcmp(it->string, "idx") != 0)
-            return sl__error(SL_EINVAL, "%s.%s: unknown key for an IDX source", field, it->string);
+            return sl_source__unknown_key(field, it->string, "an IDX source",
+                                          (const char *const[]){"idx", NULL});
     SL_TRY(idx_paths(cJSON_GetObjectItemCaseSensitive(obj, "idx"), field, &a, &b));
     idx_stream sa, sb;
     memset(&sa, 0, sizeof sa);

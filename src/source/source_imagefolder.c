@@ -687,8 +687,8 @@ int sl_source__open_imagefolder(sl_source **out, const cJSON *obj, const char *f
         return sl__error(SL_EINVAL, "%s.image_folder: must be a directory path", field);
     for (const cJSON *it = obj->child; it; it = it->next)
         if (strcmp(it->string, "image_folder") != 0)
-            return sl__error(SL_EINVAL, "%s.%s: unknown key for an image folder source", field,
-                             it->string);
+            return sl_source__unknown_key(field, it->string, "an image folder source",
+                                          (const char *const[]){"image_folder", NULL});
     folder_source *s = sl__calloc(1, sizeof *s);
     if (!s)
         return sl__oom("opening an image folder");

@@ -173,7 +173,8 @@ int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field) {
         return sl__error(SL_EINVAL, "%s.path: must be a non-empty string", field);
     for (const cJSON *it = obj->child; it; it = it->next)
         if (strcmp(it->string, "path") != 0)
-            return sl__error(SL_EINVAL, "%s.%s: unknown key for a .slr source", field, it->string);
+            return sl_source__unknown_key(field, it->string, "a .slr source",
+                                          (const char *const[]){"path", NULL});
     slr_source *s = sl__calloc(1, sizeof *s);
     if (!s)
         return sl__oom("opening a .slr source");

@@ -1045,8 +1045,8 @@ static int parse_options(tar_source *s, const cJSON *obj, const char *field, sl_
             SL_TRY(sl_source__expand_paths(it, sub, &s->only, &s->nonly));
             continue;
         }
-        return sl__error(SL_EINVAL, "%s.%s: unknown key for a webdataset source", field,
-                         it->string);
+        return sl_source__unknown_key(field, it->string, "a webdataset source",
+                                      (const char *const[]){"webdataset", "columns", "index", NULL});
     }
     return SL_OK;
 }

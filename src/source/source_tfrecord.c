@@ -985,8 +985,10 @@ static int parse_options(const cJSON *obj, const char *field, int *verify,
                            : !strcmp(it->valuestring, "none") ? "none"
                                                               : "auto";
         } else {
-            return sl__error(SL_EINVAL, "%s.%s: unknown key for a tfrecord source (expected "
-                             "tfrecord, features, compression, verify, index)", field, k);
+            return sl_source__unknown_key(field, k, "a tfrecord source",
+                                          (const char *const[]){"tfrecord", "features",
+                                                                "compression", "verify", "index",
+                                                                NULL});
         }
     }
     return SL_OK;
@@ -1086,9 +1088,19 @@ int sl_source__open_tfrecord(sl_source **out, const cJSON *obj, const char *fiel
             const feat_stat *st = feat_find(&fs, key, 0);
             if (!st)
                 st = feat_find(&fs, key, 1);
-            if (!st)
-                SL_FAIL(SL_EINVAL, "%s.features: no feature '%s' in %s", field, key,
-                        all_indexed ? "the files' indexes" : "the first records");
+            if (!st) {
+                /* the features there are, closest to the one asked first */
+                char list[384] = "none";
+                const char **names = fs.n ? sl__malloc((size_t)fs.n * sizeof *names) : NULL;
+                if (names) {
+                    for (int k = 0; k < fs.n; k++)
+                        names[k] = fs.v[k].key;
+                    sl__names_closest(key, names, fs.n, list, sizeof list);
+                    sl__free(names);
+                }
+                SL_FAIL(SL_EINVAL, "%s.features: no feature '%s' in %s (features: %s)", field, key,
+                        all_indexed ? "the files' indexes" : "the first records", list);
+            }
             SL_CHECK(add_feature_col(s, &fs, st, name, force_list, field));
         }
     } else {

@@ -246,4 +246,15 @@ printf '{"source": {"path": "%s"}, "ops": []}' "$T/nothing" >"$T/w.json"
 run 1 "$SLUICE" run "$T/w.json"
 has "$ERR" "nothing/manifest.json: cannot open"
 
+# ---- 7. unknown names: the valid ones listed, closest first -----------------------
+cp "$TF" "$T/nf.tfrecord"
+run 1 "$SLUICE" info "$T/nf.tfrecord" --features image/clas/label=label
+has "$ERR" "no feature 'image/clas/label' in the first records (features: image/class/label, "
+printf '{"source": {"path": "%s", "shufle": true}, "ops": []}' "$T/g1.slr" >"$T/w.json"
+run 1 "$SLUICE" run "$T/w.json"
+has "$ERR" "source.shufle: unknown key for a .slr source (keys: shuffle, "
+printf '{"source": {"path": "%s"}, "ops": [{"op": "decode"}, {"op": "resize", "sise": 8}]}' "$T/g1.slr" >"$T/w.json"
+run 1 "$SLUICE" run "$T/w.json"
+has "$ERR" "ops[1].sise: unknown parameter (parameters: size, "
+
 finish

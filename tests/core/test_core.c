@@ -83,6 +83,21 @@ SL_TEST(core_error__formatted_from_itself) {
     ASSERT_EQ(strspn(sl_errmsg() + 3, "y"), SL__ERRMSG_MAX - 4);
 }
 
+SL_TEST(core_names__closest_first) {
+    static const char *const names[] = {"interpolation", "seed", "size", "antialias", NULL};
+    char buf[128];
+    ASSERT_STR_EQ(sl__names_closest("sise", names, -1, buf, sizeof buf),
+                  "size, seed, antialias, interpolation");
+    /* case is ignored; ties keep the given order */
+    static const char *const cols[] = {"x", "label", "LABELS", "y"};
+    ASSERT_STR_EQ(sl__names_closest("labels", cols, 4, buf, sizeof buf), "LABELS, label, x, y");
+    ASSERT_STR_EQ(sl__names_closest("q", cols, 0, buf, sizeof buf), "");
+    /* cut at the buffer, never past it */
+    char small[8];
+    sl__names_closest("sise", names, -1, small, sizeof small);
+    ASSERT_STR_EQ(small, "size, s");
+}
+
 SL_TEST(core_version__matches_header) {
     ASSERT_EQ(sl_version_number(), SL_VERSION_NUMBER);
     ASSERT_STR_EQ(sl_version_string(), SL_VERSION_STRING);

@@ -37,6 +37,10 @@ SL_TEST(pipeline_spec__bad_specs_name_the_field) {
     expect_bad("{\"source\": {\"path\": \"a.slr\"}, \"epochs\": 0}", "epochs: must be");
     expect_bad("{\"source\": {\"path\": \"a.slr\"}, \"on_error\": \"ignore\"}", "on_error");
     expect_bad("{\"source\": {\"path\": \"a.slr\"}, \"colour\": 1}", "colour: unknown key");
+    expect_bad("{\"source\": {\"path\": \"a.slr\"}, \"epoch\": 1}",
+               "epoch: unknown key (keys: epochs, ");
+    expect_bad("{\"source\": {\"path\": \"a.slr\", \"shufle\": true}}",
+               "source.shufle: unknown key for a .slr source (keys: shuffle, ");
     expect_bad("{\"source\": {\"path\": \"a.slr\"}, \"ops\": [{\"size\": 3}]}", "ops[0].op: missing");
     expect_bad("{\"source\": {\"path\": \"a.slr\"}, \"ops\": {}}", "ops: must be an array");
 }
@@ -62,8 +66,13 @@ SL_TEST(pipeline_spec__bad_ops_name_the_field) {
     expect_bad_ops("{\"op\": \"batch\"}", NULL, "ops[0].size: missing");
     expect_bad_ops("{\"op\": \"batch\", \"size\": 2, \"sise\": 3}", NULL,
                    "ops[0].sise: unknown parameter");
+    /* valid names listed closest to the wrong one first */
     expect_bad_ops("{\"op\": \"filter\", \"column\": \"labels\", \"in\": [1]}", NULL,
-                   "ops[0].column: no column 'labels' (columns: x, label)");
+                   "ops[0].column: no column 'labels' (columns: label, x)");
+    expect_bad_ops("{\"op\": \"resize\", \"sise\": 3}", NULL,
+                   "ops[0].sise: unknown parameter (parameters: size, ");
+    expect_bad_ops("{\"op\": \"resise\", \"size\": 3}", NULL,
+                   "ops[0].op: unknown op 'resise' (known: resize, ");
     expect_bad_ops("{\"op\": \"filter\", \"column\": \"label\", \"in\": 1}", NULL, "ops[0].in");
     expect_bad_ops("{\"op\": \"batch\", \"size\": 2}", "{\"op\": \"select\", \"columns\": [\"x\"]}",
                    "ops[1]: 'select' after batch is not supported");
