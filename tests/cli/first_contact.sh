@@ -213,8 +213,9 @@ has "$ERR" "is not a decimal integer"
 
 # ---- 6. sidecar indexes among the inputs: left out, or named ------------------------
 mkdir "$T/sc"
-cp -p "$T/ix/train-00000.tfrecord" "$T/ix/train-00000.tfrecord.slidx" "$T/ix/train-00001.tfrecord" \
-    "$T/ix/train-00001.tfrecord.slidx" "$T/sc/"
+cp "$TF" "$T/sc/train-00000.tfrecord"
+cp "$TF" "$T/sc/train-00001.tfrecord"
+run 0 "$SLUICE" index "$T/sc/train-00000.tfrecord" "$T/sc/train-00001.tfrecord"
 run 0 "$SLUICE" pack "$T/sc/"* "$T/sc.slr" --json
 json_check "$OUT" 'd["records"] == 24 and d["kind"] == "tfrecord"'
 run 0 "$SLUICE" info "$T/sc/"*
