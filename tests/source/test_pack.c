@@ -1418,3 +1418,47 @@ SL_TEST(source_api__detect_and_text_columns) {
         }
     }
 }
+
+/* sl_source_check: what pack checks, record by record, through any source;
+ * the message names the file, the record and the column. */
+SL_TEST(source_check__image_folder_like_pack) {
+    char root[4096], bad[4096], cut[4096];
+    tpath(root, "chk");
+    put_jpeg("chk/a/1.jpg", 1);
+    put_text("chk/a/2.jpg", "this is text, not a JPEG");
+    put_jpeg("chk/b/1.jpg", 2);
+    /* a JPEG cut inside its entropy-coded data: the header reads, the pixels do not */
+    unsigned long n;
+    uint8_t *j = make_jpeg(64, 48, 5, &n);
+    tpath(cut, "chk/b/2.jpg");
+    sl_test_write_file(cut, j, n - 40);
+    tjFree(j);
+    tpath(bad, "chk/a/2.jpg");
+    const char *paths[] = {root};
+    sl_source *src;
+    ASSERT_OK(sl_source_open_paths(&src, paths, 1, NULL));
+    ASSERT_U64_EQ(sl_source_count(src), 4);
+    int k = -1;
+    ASSERT_OK(sl_source_check(src, 0, SL_PACK_CHECK_HEADER, &k));
+    ASSERT_EQ(k, 1);
+    ASSERT_RC(sl_source_check(src, 1, SL_PACK_CHECK_HEADER, &k), SL_EDECODE);
+    ASSERT_EQ(k, 0);
+    ASSERT_CONTAINS(sl_errmsg(), bad);
+    ASSERT_CONTAINS(sl_errmsg(), ": record 1: column 'image': not an image");
+    /* the source still reads after a failed check */
+    ASSERT_OK(sl_source_check(src, 2, SL_PACK_CHECK_HEADER, NULL));
+    /* the cut JPEG: a full decode finds it; the mode can change between calls */
+    ASSERT_RC(sl_source_check(src, 3, SL_PACK_CHECK_DECODE, NULL), SL_EDECODE);
+    ASSERT_CONTAINS(sl_errmsg(), cut);
+    ASSERT_OK(sl_source_check(src, 0, SL_PACK_CHECK_DECODE, NULL));
+    ASSERT_RC(sl_source_check(src, 0, 7, NULL), SL_EINVAL);
+    ASSERT_RC(sl_source_check(src, 4, SL_PACK_CHECK_HEADER, NULL), SL_EINVAL);
+    /* pack agrees on the first bad file */
+    char dst[4096];
+    tpath(dst, "chk.slr");
+    sl_pack_report rep;
+    sl_pack_options o = SL_PACK_OPTIONS_INIT;
+    ASSERT_RC(sl_pack_source(src, dst, &o, &rep), SL_EDECODE);
+    ASSERT_CONTAINS(sl_errmsg(), bad);
+    sl_source_free(src);
+}
