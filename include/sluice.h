@@ -650,6 +650,11 @@ SL_API int sl_source_ncols(const sl_source *src);
 SL_API const char *sl_source_colname(const sl_source *src, int col);
 SL_API sl_coltype sl_source_coltype(const sl_source *src, int col);
 
+/** The index of the column named `name`. @return the index (>= 0), or
+ *  SL_EINVAL with a message naming the source and listing its columns,
+ *  the closest to `name` first. Since 0.2 */
+SL_API int sl_source_find_column(const sl_source *src, const char *name);
+
 /** Describe the source as one JSON object: kind, name, records, columns
  *  (name, type, dtype, shape, encoded, indexed) and the format's own facts
  *  (files, index, compression). snprintf-style: writes at most `cap` bytes

@@ -39,13 +39,6 @@ static void list_columns(const sl_source *src, char *buf, size_t cap) {
     }
 }
 
-static int find_column(const sl_source *src, const char *name) {
-    for (int c = 0; c < sl_source_ncols(src); c++)
-        if (!strcmp(sl_source_colname(src, c), name))
-            return c;
-    return -1;
-}
-
 int cmd_cat(int argc, char **argv) {
     const char *paths[256];
     const char *column = NULL, *index_s = NULL;
@@ -101,9 +94,8 @@ int cmd_cat(int argc, char **argv) {
             goto done;
         }
         col = 0;
-    } else if ((col = find_column(src, column)) < 0) {
-        fprintf(stderr, "sluice cat: %s has no column '%s'; its columns are: %s\n", path, column,
-                cols);
+    } else if ((col = sl_source_find_column(src, column)) < 0) {
+        cli_fail("cat"); /* names the columns, closest first */
         goto done;
     }
     uint64_t n = sl_source_count(src);

@@ -324,6 +324,21 @@ int sl_source_read(sl_source *src, uint64_t i, sl_sample *out) {
     return sl_source__read(src, src->api_cursor, i, out);
 }
 
+int sl_source_find_column(const sl_source *src, const char *name) {
+    if (!src || !name)
+        return sl__error(SL_EINVAL, "sl_source_find_column: NULL argument");
+    const char *names[SL_MAX_COLUMNS];
+    for (int c = 0; c < src->ncols; c++) {
+        if (!strcmp(src->col[c].name, name))
+            return c;
+        names[c] = src->col[c].name;
+    }
+    char list[384];
+    sl__names_closest(name, names, src->ncols, list, sizeof list);
+    return sl__error(SL_EINVAL, "%s has no column '%s'; its columns are: %s", src->name, name,
+                     src->ncols ? list : "none");
+}
+
 int sl_source_check(sl_source *src, uint64_t i, int check, int *images_out) {
     if (images_out)
         *images_out = 0;
