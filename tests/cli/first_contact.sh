@@ -111,6 +111,21 @@ cat >"$T/tfrun.json" <<EOF2
 EOF2
 run 1 "$SLUICE" run "$T/tfrun.json"
 has "$ERR" "img.tfrecord: record 0 (offset 0): ops[0] (decode):"
+# a tar member that is not an image: shard, offset and key named
+$PY - "$T/img.tar" <<'PYEOF' || fail "writing img.tar"
+import io, sys, tarfile
+with tarfile.open(sys.argv[1], "w", format=tarfile.GNU_FORMAT) as t:
+    for key in ("s0", "s1"):
+        ti = tarfile.TarInfo(key + ".jpg")
+        ti.size = 11
+        t.addfile(ti, io.BytesIO(b"notanimage!"))
+PYEOF
+cat >"$T/tarrun.json" <<EOF2
+{"source": {"webdataset": "$T/img.tar"}, "ops": [{"op": "decode", "column": "jpg"},
+ {"op": "batch", "size": 1}], "epochs": 1}
+EOF2
+run 1 "$SLUICE" run "$T/tarrun.json"
+has "$ERR" "img.tar: record 0 (offset 0, key 's0'): ops[0] (decode):"
 
 # ---- 4. sluice index on a damaged TFRecord: the message comes out whole -------
 $PY - "$TF" "$T/testing.tfrecord" "$T/tf/expected.json" <<'PYEOF' || fail "damaging a copy"
