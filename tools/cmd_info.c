@@ -14,11 +14,11 @@ static void help(FILE *f) {
                "label, read from the index alone (no data pages are touched).\n"
                "Other inputs are described as a pipeline would read them: an ImageFolder\n"
                "directory, IDX files, TFRecord files, tar shards (format from content).\n"
-               "Each DATASET is described on its own (an IDX images + labels pair is\n"
-               "one; a quoted brace pattern or @list reads its files as one).\n"
+               "Several .slr datasets are described one after the other; TFRecord\n"
+               "files, tar shards or an IDX pair are described as the one source they form.\n"
                "\n"
                "options:\n"
-               "  --json           print one JSON object on stdout (one line per DATASET)\n"
+               "  --json           print one JSON object on stdout (one line per .slr dataset)\n"
                "  --features SPEC  TFRecord: keep (and rename) these features, as\n"
                "                   image/encoded=image,image/class/label=label\n"
                "  -h, --help       show this help\n"
@@ -303,18 +303,21 @@ int cmd_info(int argc, char **argv) {
     }
     if (n == 0)
         return cli_usage("info", "missing the DATASET to describe");
-    /* Each DATASET on its own (an IDX pair is one): one block, or one JSON
-     * line, each. */
-    int start[256], len[256], code = 0;
-    int ngroups = cli_datasets(paths, n, start, len);
-    for (int g = 0; g < ngroups; g++) {
-        if (g && !json)
+    /* Several .slr datasets: one block (or JSON line) each, since a source
+     * is one dataset. Files of another kind (TFRecord files, tar shards, an
+     * IDX pair) are described together, as the one source they form. */
+    int all_slr = n > 1 && !features;
+    for (int i = 0; i < n && all_slr; i++)
+        all_slr = cli_looks_slr(paths[i]);
+    if (!all_slr)
+        return n > 1 || features || !cli_is_slr(paths[0]) ? info_source(paths, n, features, json)
+                                                          : info_slr(paths[0], json);
+    int code = 0;
+    for (int i = 0; i < n; i++) {
+        if (i && !json)
             printf("\n");
-        const char *const *p = paths + start[g];
-        int rc = len[g] > 1 || features || !cli_is_slr(p[0]) ? info_source(p, len[g], features, json)
-                                                             : info_slr(p[0], json);
-        if (rc == 2)
-            return rc;
+        int rc = cli_is_slr(paths[i]) ? info_slr(paths[i], json)
+                                      : info_source(paths + i, 1, NULL, json);
         if (rc)
             code = 1;
     }
