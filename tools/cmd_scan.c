@@ -208,12 +208,14 @@ int cmd_scan(int argc, char **argv) {
 static void file_counts(const char *const *paths, int n, cJSON *files) {
     for (int i = 0; i < n; i++) {
         sl_source *one;
+        /* what does not open alone is not data (a sidecar index the source
+         * left out) */
+        if (sl_source_open_paths(&one, paths + i, 1, NULL) != SL_OK)
+            continue;
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "path", paths[i]);
-        if (sl_source_open_paths(&one, paths + i, 1, NULL) == SL_OK) {
-            cJSON_AddNumberToObject(o, "records", (double)sl_source_count(one));
-            sl_source_free(one);
-        }
+        cJSON_AddNumberToObject(o, "records", (double)sl_source_count(one));
+        sl_source_free(one);
         cJSON_AddItemToArray(files, o);
     }
 }

@@ -235,6 +235,10 @@ run 0 "$SLUICE" pack "$T/sc/"* "$T/sc.slr" --json
 json_check "$OUT" 'd["records"] == 24 and d["kind"] == "tfrecord"'
 run 0 "$SLUICE" info "$T/sc/"* --json
 json_check "$OUT" 'd["records"] == 24 and len(d["files"]) == 2 and d["indexed_files"] == 2'
+run 0 "$SLUICE" scan "$T/sc/"* --json
+json_check "$OUT" 'd["records"] == 24 and [f["path"] for f in d["files"]] == a' "$T/sc/train-00000.tfrecord" "$T/sc/train-00001.tfrecord"
+run 0 "$SLUICE" verify "$T/sc/"*
+has "$OUT" "ok: $T/sc/train-00001.tfrecord: 12 records"
 run 1 "$SLUICE" pack "$T/sc/train-00000.tfrecord.slidx" "$T/sc/train-00001.tfrecord" "$T/sc2.slr"
 has "$ERR" "train-00000.tfrecord.slidx: a sidecar index (written by 'sluice index'), not data: give the file it indexes ($T/sc/train-00000.tfrecord)"
 # a file of another kind among TFRecord files: that file is named, not a good one
