@@ -9,7 +9,7 @@ SRC=$(cd "$(dirname "$0")/../source" && pwd)
 $PY "$SRC/make_tfrecords.py" "$T/tf" >/dev/null 2>"$ERR"
 case $? in
     0) ;;
-    3) echo "skip: $(cat "$ERR")"; exit 0 ;;
+    3) skip "$(cat "$ERR") (scripts/deps.sh installs it)" ;;
     *) fail "make_tfrecords.py failed: $(cat "$ERR")"; finish ;;
 esac
 $PY "$SRC/make_tar_shards.py" "$T/tar" >/dev/null 2>"$ERR" || { fail "make_tar_shards.py: $(cat "$ERR")"; finish; }
