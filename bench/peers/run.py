@@ -1,0 +1,975 @@
+#!/usr/bin/env python3
+"""sluice against the loaders users pick instead, on the same photos, the same
+work and the same cores, in one run.
+
+    PY bench/peers/run.py --photos DIR --work train|eval --json [--loaders L1,L2,...]
+                          [--seconds S] [--repeats R] [--batch B] [--cache DIR]
+    PY bench/peers/run.py --idx IMAGES LABELS --work tiny --json [...]
+
+PY is the peers' venv python (`bash bench/peers/setup.sh` prints its path);
+/usr/bin/python3 runs the rows that need nothing from PyPI (sluice,
+sluice-restart, torch). sluice is imported from an installed package, else
+from $SLUICE_BUILD/python, else from the repo's build/python.
+
+Loaders: sluice, sluice-restart, torch, tfdata, dali, ffcv, webdataset,
+streaming (MosaicML Streaming; LitData needs torch >= 2.4, Debian ships 1.13).
+
+1. Each loader's own storage is made from the same inputs, untimed, once, and
+   kept under --cache: .slr plain and with --jpeg-restart auto (sluice),
+   TFRecord shards of tf.train.Example written by TensorFlow (tfdata; DALI's
+   reader for `tiny`), a .beton written by FFCV's DatasetWriter, tar shards
+   written by webdataset's ShardWriter, an MDS directory written by
+   Streaming's MDSWriter; the photo folder itself for DALI's file reader and
+   torchvision's ImageFolder. torch's num_workers is picked once by a short
+   calibration run (the fastest of 0, cores, 2x cores) and kept there too.
+2. Rounds: --repeats rounds, each running every loader once (the order
+   rotates from round to round), each run in its own process: set up, take
+   and check the first batch, run --warmup seconds, then count samples for
+   --seconds. Epochs follow one another as the loader does them (shuffled
+   anew where the work shuffles).
+3. One JSON object per loader and line: samples_per_s (median over rounds),
+   peak_rss_mb (the largest peak over rounds of the summed RSS of the run's
+   process and all its children, sampled every 10 ms; imports included),
+   cpu_s_per_sample (user+system CPU of that process tree during the timed
+   window / samples; median), threads (the parallelism the loader was
+   configured with), version, note (configuration, layout, spread, checks).
+   A loader that cannot run here gets a row with nulls and the reason.
+
+Checks: every loader's first batch must have the work's shape, dtype and
+value range (train/eval: float32 64x3x224x224 CHW or 64x224x224x3 NHWC, values
+inside ImageNet-normalised [0, 1]; tiny: uint8 256x28x28 and int64 labels in
+torch tensors); for `eval` (in file order, so every loader's first batch holds
+the same 64 photos) the mean pixel of the first batch must agree with
+sluice's (or torch's) within 0.03. A failed check says so in the note and
+makes the exit status 1.
+"""
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "bench"))
+from py_common import _children, tree_rss_kb  # noqa: E402
+
+LOADERS = ["sluice", "sluice-restart", "torch", "tfdata", "dali", "ffcv", "webdataset",
+           "streaming"]
+MEAN = [0.485, 0.456, 0.406]
+STD = [0.229, 0.224, 0.225]
+# ImageNet-normalised values of 0 and 255, with a little slack for resampling overshoot
+LO = min((0 - m) / s for m, s in zip(MEAN, STD)) - 0.05
+HI = max((1 - m) / s for m, s in zip(MEAN, STD)) + 0.05
+EVAL_MEAN_TOL = 0.03
+CORES = len(os.sched_getaffinity(0))
+PIP_NAMES = {"tfdata": "tensorflow-cpu", "dali": "nvidia-dali-cuda130", "ffcv": "ffcv",
+             "webdataset": "webdataset", "streaming": "mosaicml-streaming"}
+
+
+# ---------------------------------------------------------------- helpers
+
+def import_sluice():
+    """sluice from the installed package, else a build tree's python/."""
+    try:
+        import sluice
+        return sluice
+    except ImportError:
+        pass
+    for d in (os.environ.get("SLUICE_BUILD"), os.path.join(REPO, "build")):
+        if d and os.path.isdir(os.path.join(d, "python", "sluice")):
+            sys.path.insert(0, os.path.join(d, "python"))
+            import sluice
+            return sluice
+    raise ImportError("sluice is neither installed nor built (cmake --build build; or set "
+                      "SLUICE_BUILD to a build directory)")
+
+
+def sluice_env():
+    """The environment for child processes: PYTHONPATH gains the build's python/
+    when sluice is not installed."""
+    env = dict(os.environ)
+    try:
+        sl = import_sluice()
+        d = os.path.dirname(os.path.dirname(os.path.abspath(sl.__file__)))
+        env["PYTHONPATH"] = d + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    except ImportError:
+        pass
+    return env
+
+
+def dist_version(name):
+    from importlib import metadata
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def unavailable(loader):
+    """None when the loader can run here, else why not."""
+    if loader in ("sluice", "sluice-restart"):
+        try:
+            import_sluice()
+            return None
+        except ImportError as e:
+            return f"not installed: {e}"
+    if loader == "torch":
+        try:
+            import torch  # noqa: F401
+            import torchvision  # noqa: F401
+            return None
+        except ImportError as e:
+            return f"not installed: {e}"
+    status = os.path.join(sys.prefix, "sluice-peers-status", loader + ".txt")
+    if os.path.exists(status):
+        with open(status) as f:
+            return "not installable: " + f.read().strip()
+    mod = {"tfdata": "tensorflow", "dali": "nvidia.dali", "ffcv": "ffcv",
+           "webdataset": "webdataset", "streaming": "streaming"}[loader]
+    r = subprocess.run([sys.executable, "-c", f"import {mod}"], capture_output=True, text=True)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["?"])[-1]
+        return (f"not installed in {sys.prefix} ({last}); run bench/peers/setup.sh and use the "
+                "python it prints")
+    return None
+
+
+def tree_cpu_s(pid):
+    """User+system CPU seconds of pid and its live descendants."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, IndexError, ValueError):
+            pass
+        stack.extend(_children(p))
+    return total / tick
+
+
+def tree_threads(pid):
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/status") as f:
+                total += next(int(l.split()[1]) for l in f if l.startswith("Threads:"))
+        except (OSError, StopIteration):
+            pass
+        stack.extend(_children(p))
+    return total
+
+
+def photo_listing(root):
+    """(path, label) in torchvision ImageFolder order (one home: make_tfrecords)."""
+    from make_tfrecords import listing
+    return listing(root)
+
+
+def read_idx(path):
+    import gzip
+    import struct
+    import numpy as np
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    magic, = struct.unpack(">I", data[:4])
+    if magic >> 8 != 0x08:
+        raise ValueError(f"{path}: not an unsigned-byte IDX file (magic {magic:#x})")
+    nd = magic & 0xFF
+    dims = struct.unpack(">" + "I" * nd, data[4:4 + 4 * nd])
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * nd).reshape(dims)
+
+
+def input_key(cfg):
+    """A short name for the inputs, changing when they change."""
+    h = hashlib.sha1()
+    if cfg["work"] == "tiny":
+        paths = cfg["idx"]
+    else:
+        paths = [p for p, _ in photo_listing(cfg["photos"])]
+        h.update(cfg["photos"].encode())
+    for p in paths:
+        st = os.stat(p)
+        h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    base = "fmnist" if cfg["work"] == "tiny" else os.path.basename(cfg["photos"].rstrip("/"))
+    return f"{base}-{h.hexdigest()[:10]}"
+
+
+def store_dir(cfg, name):
+    return os.path.join(cfg["cache"], input_key(cfg) if "key" not in cfg else cfg["key"], name)
+
+
+def prepared(cfg, name, make):
+    """Run make(tmpdir) once; the directory is published when make returns."""
+    d = store_dir(cfg, name)
+    if os.path.exists(os.path.join(d, ".done")):
+        return d
+    os.makedirs(os.path.dirname(d), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{name}-", dir=os.path.dirname(d))
+    t0 = time.perf_counter()
+    make(tmp)
+    with open(os.path.join(tmp, ".done"), "w") as f:
+        f.write(f"{time.perf_counter() - t0:.1f} s\n")
+    if os.path.exists(d):
+        import shutil
+        shutil.rmtree(d)
+    os.rename(tmp, d)
+    print(f"peers: prepared {d} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return d
+
+
+def items_for(cfg):
+    """The samples in storage order: [(jpeg bytes, label)] or (images, labels)."""
+    if cfg["work"] == "tiny":
+        x = read_idx(cfg["idx"][0])
+        y = read_idx(cfg["idx"][1]).astype("int64")
+        return x, y
+    out = []
+    for p, label in photo_listing(cfg["photos"]):
+        with open(p, "rb") as f:
+            out.append((f.read(), label))
+    return out
+
+
+# ---------------------------------------------------------------- storage
+
+def prep_sluice(cfg, restart):
+    sluice = import_sluice()
+
+    def make(d):
+        src = cfg["idx"] if cfg["work"] == "tiny" else cfg["photos"]
+        sluice.pack(src, os.path.join(d, "data.slr"),
+                    jpeg_restart="auto" if restart else "off")
+    name = "slr-restart" if restart else "slr"
+    return os.path.join(prepared(cfg, name, make), "data.slr")
+
+
+def prep_tfrecord(cfg):
+    """TFRecord shards of tf.train.Example written by TensorFlow, in listing order,
+    with the offset index DALI's TFRecord reader wants beside each shard."""
+    def make(d):
+        import tensorflow as tf
+        shards = 8
+        if cfg["work"] == "tiny":
+            x, y = items_for(cfg)
+            n = len(y)
+            rows = ((x[i].tobytes(), int(y[i])) for i in range(n))
+            keys = ("image", "label")
+        else:
+            items = items_for(cfg)
+            n = len(items)
+            rows = iter(items)
+            keys = ("image/encoded", "image/class/label")
+        per = (n + shards - 1) // shards
+        for s in range(shards):
+            path = os.path.join(d, f"data-{s:05d}-of-{shards:05d}.tfrecord")
+            offsets = []
+            pos = 0
+            with tf.io.TFRecordWriter(path) as w:
+                for _ in range(min(per, n - s * per)):
+                    data, label = next(rows)
+                    ex = tf.train.Example(features=tf.train.Features(feature={
+                        keys[0]: tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
+                        keys[1]: tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+                    })).SerializeToString()
+                    w.write(ex)
+                    size = 16 + len(ex)  # length, its crc, data, its crc
+                    offsets.append((pos, size))
+                    pos += size
+            with open(path + ".idx", "w") as f:
+                f.writelines(f"{o} {s}\n" for o, s in offsets)
+    return prepared(cfg, "tfrecord", make)
+
+
+def prep_beton(cfg):
+    def make(d):
+        from ffcv.fields import IntField, NDArrayField, RGBImageField
+        from ffcv.writer import DatasetWriter
+        import numpy as np
+        if cfg["work"] == "tiny":
+            x, y = items_for(cfg)
+
+            class DS:
+                def __len__(self):
+                    return len(y)
+
+                def __getitem__(self, i):
+                    return x[i], int(y[i])
+            fields = {"image": NDArrayField(np.dtype("uint8"), (28, 28)), "label": IntField()}
+        else:
+            from PIL import Image
+            listing = photo_listing(cfg["photos"])
+
+            class DS:
+                def __len__(self):
+                    return len(listing)
+
+                def __getitem__(self, i):
+                    p, label = listing[i]
+                    with Image.open(p) as im:
+                        return im.convert("RGB"), label
+            # FFCV stores pixels it encodes itself: JPEG at the sources' quality (90),
+            # full size (no max_resolution), every image compressed.
+            fields = {"image": RGBImageField(write_mode="jpg", jpeg_quality=90),
+                      "label": IntField()}
+        DatasetWriter(os.path.join(d, "data.beton"), fields, num_workers=CORES).from_indexed_dataset(DS())
+    return os.path.join(prepared(cfg, "beton", make), "data.beton")
+
+
+def prep_wds(cfg):
+    def make(d):
+        import webdataset as wds
+        shards = 8
+        pattern = os.path.join(d, "data-%05d.tar")
+        if cfg["work"] == "tiny":
+            x, y = items_for(cfg)
+            n = len(y)
+            per = (n + shards - 1) // shards
+            with wds.ShardWriter(pattern, maxcount=per, verbose=0) as w:
+                for i in range(n):
+                    w.write({"__key__": f"{i:06d}", "u8": x[i].tobytes(), "cls": int(y[i])})
+        else:
+            items = items_for(cfg)
+            per = (len(items) + shards - 1) // shards
+            with wds.ShardWriter(pattern, maxcount=per, verbose=0) as w:
+                for i, (data, label) in enumerate(items):
+                    w.write({"__key__": f"{i:06d}", "jpg": data, "cls": label})
+    return prepared(cfg, "wds", make)
+
+
+def prep_mds(cfg):
+    def make(d):
+        from streaming import MDSWriter
+        out = os.path.join(d, "mds")
+        if cfg["work"] == "tiny":
+            x, y = items_for(cfg)
+            with MDSWriter(out=out, columns={"image": "ndarray:uint8:28,28", "label": "int"},
+                           progress_bar=False) as w:
+                for i in range(len(y)):
+                    w.write({"image": x[i], "label": int(y[i])})
+        else:
+            with MDSWriter(out=out, columns={"image": "bytes", "label": "int"},
+                           progress_bar=False) as w:
+                for data, label in items_for(cfg):
+                    w.write({"image": data, "label": label})
+    return os.path.join(prepared(cfg, "mds", make), "mds")
+
+
+def prepare(loader, cfg):
+    if loader == "sluice":
+        return prep_sluice(cfg, False)
+    if loader == "sluice-restart":
+        return prep_sluice(cfg, True)
+    if loader == "tfdata":
+        return prep_tfrecord(cfg)
+    if loader == "dali":
+        return prep_tfrecord(cfg) if cfg["work"] == "tiny" else cfg["photos"]
+    if loader == "ffcv":
+        return prep_beton(cfg)
+    if loader == "webdataset":
+        return prep_wds(cfg)
+    if loader == "streaming":
+        return prep_mds(cfg)
+    if loader == "torch":
+        return None
+    raise ValueError(loader)
+
+
+# ---------------------------------------------------------------- loaders
+# Each returns (epochs, threads, version, note): epochs(e) iterates epoch e as
+# (images, labels) batches.
+
+def torch_transforms(work):
+    from torchvision import transforms as T
+    if work == "train":
+        return T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
+                          T.Normalize(MEAN, STD)])
+    return T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(), T.Normalize(MEAN, STD)])
+
+
+def torch_loader_kw(workers):
+    return dict(num_workers=workers, persistent_workers=workers > 0, pin_memory=False)
+
+
+def load_sluice(cfg, store, restart):
+    sluice = import_sluice()
+    B = cfg["batch"]
+    ds = sluice.records(store)
+    if cfg["work"] == "tiny":
+        ds = ds.shuffle(seed=0)
+    elif cfg["work"] == "train":
+        ds = (ds.shuffle(seed=0).decode("image").random_resized_crop("image", 224)
+              .flip("image").normalize("image", mean=MEAN, std=STD, layout="chw"))
+    else:
+        ds = (ds.decode("image").resize("image", 256).center_crop("image", 224)
+              .normalize("image", mean=MEAN, std=STD, layout="chw"))
+    ds = ds.batch(B).prefetch(4)
+
+    def epochs(e):
+        ds.set_epoch(e)
+        for b in ds.torch():
+            yield b["image"], b["label"]
+    store_kind = ".slr with --jpeg-restart auto" if restart else ".slr"
+    return epochs, CORES, sluice.__version__, (
+        f"{store_kind}; engine threads autotuned for {CORES} cores, prefetch 4, torch tensors "
+        "(DLPack, no copy)" + ("; CHW" if cfg["work"] != "tiny" else ""))
+
+
+def load_torch(cfg, store):
+    import torch
+    import torchvision
+    from torch.utils.data import DataLoader, TensorDataset
+    B, work = cfg["batch"], cfg["work"]
+    workers = cfg.get("torch_workers", CORES)
+    if work == "tiny":
+        x, y = items_for(cfg)
+        ds = TensorDataset(torch.from_numpy(x.copy()), torch.from_numpy(y))
+        what = "DataLoader(TensorDataset)"
+    else:
+        ds = torchvision.datasets.ImageFolder(cfg["photos"], transform=torch_transforms(work))
+        what = "DataLoader(ImageFolder), torchvision transforms on PIL"
+    torch.manual_seed(0)
+    dl = DataLoader(ds, batch_size=B, shuffle=work != "eval", **torch_loader_kw(workers))
+
+    def epochs(e):
+        yield from dl
+    return epochs, workers, f"torch {torch.__version__}, torchvision {torchvision.__version__}", (
+        f"{what}; num_workers={workers} (fastest of a calibration), "
+        f"persistent_workers={workers > 0}, pin_memory=False" + ("; CHW" if work != "tiny" else ""))
+
+
+def load_tfdata(cfg, store):
+    import glob
+    import tensorflow as tf
+    B, work = cfg["batch"], cfg["work"]
+    AUTO = tf.data.AUTOTUNE
+    files = sorted(glob.glob(os.path.join(store, "*.tfrecord")))
+    mean = tf.constant(MEAN) * 255.0
+    std = tf.constant(STD) * 255.0
+    opts = tf.data.Options()
+    opts.deterministic = work == "eval"
+    if work == "tiny":
+        desc = {"image": tf.io.FixedLenFeature([], tf.string),
+                "label": tf.io.FixedLenFeature([], tf.int64)}
+
+        def parse(recs):  # vectorised: parses a whole batch of records at once
+            f = tf.io.parse_example(recs, desc)
+            return tf.reshape(tf.io.decode_raw(f["image"], tf.uint8), [-1, 28, 28]), f["label"]
+        # tf.data's guide: read once, parse vectorised, cache in memory, then shuffle
+        # the whole set each epoch, batch, prefetch
+        ds = (tf.data.TFRecordDataset(files, num_parallel_reads=AUTO).batch(1024)
+              .map(parse, num_parallel_calls=AUTO).unbatch().cache()
+              .shuffle(60000, seed=0, reshuffle_each_iteration=True)
+              .batch(B).prefetch(AUTO).with_options(opts).repeat())
+        note = ("TFRecord, vectorised parse, cache(), shuffle(whole set), AUTOTUNE; tensors "
+                "handed to torch with torch.from_numpy(t.numpy())")
+        import torch
+
+        def epochs(e):
+            for x, y in ds:
+                yield torch.from_numpy(x.numpy()), torch.from_numpy(y.numpy())
+        return epochs, CORES, f"tensorflow-cpu {tf.__version__}", note
+    desc = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
+            "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
+
+    def finish(img):
+        img = tf.image.resize(img, [224, 224], method="bilinear", antialias=True)
+        return (img - mean) / std
+
+    def train_map(rec):
+        f = tf.io.parse_single_example(rec, desc)
+        jpeg = f["image/encoded"]
+        shape = tf.io.extract_jpeg_shape(jpeg)
+        begin, size, _ = tf.image.sample_distorted_bounding_box(
+            shape, bounding_boxes=tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4]),
+            min_object_covered=0.0, aspect_ratio_range=[3 / 4, 4 / 3], area_range=[0.08, 1.0],
+            max_attempts=10, use_image_if_no_bounding_boxes=True)
+        y0, x0, _ = tf.unstack(begin)
+        h, w, _ = tf.unstack(size)
+        img = tf.io.decode_and_crop_jpeg(jpeg, tf.stack([y0, x0, h, w]), channels=3)  # ROI decode
+        img = tf.image.random_flip_left_right(finish(tf.cast(img, tf.float32)))
+        return img, f["image/class/label"]
+
+    def eval_map(rec):
+        f = tf.io.parse_single_example(rec, desc)
+        jpeg = f["image/encoded"]
+        shape = tf.io.extract_jpeg_shape(jpeg)
+        h, w = shape[0], shape[1]
+        # resize 256 + center crop 224 == the central square of side 224/256 of the
+        # shorter side, resized to 224: decode only that window (ROI decode)
+        side = tf.cast(tf.cast(tf.minimum(h, w), tf.float32) * (224 / 256), tf.int32)
+        y0, x0 = (h - side) // 2, (w - side) // 2
+        img = tf.io.decode_and_crop_jpeg(jpeg, tf.stack([y0, x0, side, side]), channels=3)
+        return finish(tf.cast(img, tf.float32)), f["image/class/label"]
+
+    if work == "train":
+        ds = (tf.data.Dataset.from_tensor_slices(files).shuffle(len(files), seed=0)
+              .interleave(tf.data.TFRecordDataset, cycle_length=len(files),
+                          num_parallel_calls=AUTO, deterministic=False)
+              .shuffle(10000, seed=0).map(train_map, num_parallel_calls=AUTO)
+              .batch(B).prefetch(AUTO).with_options(opts).repeat())
+        note = ("TFRecord shards, parallel interleave, shuffle(10000), sample_distorted_bounding_box "
+                "+ decode_and_crop_jpeg (ROI), resize antialias, AUTOTUNE map/prefetch, "
+                "deterministic off; NHWC (tf.image has no CHW), TF tensors")
+    else:
+        ds = (tf.data.TFRecordDataset(files).map(eval_map, num_parallel_calls=AUTO)
+              .batch(B).prefetch(AUTO).with_options(opts).repeat())
+        note = ("TFRecord shards in order, decode_and_crop_jpeg of the central crop window (ROI), "
+                "resize antialias, AUTOTUNE map/prefetch; NHWC, TF tensors")
+
+    def epochs(e):
+        yield from ds
+    return epochs, CORES, f"tensorflow-cpu {tf.__version__}", note
+
+
+def load_dali(cfg, store):
+    import glob
+    import nvidia.dali.fn as fn
+    import nvidia.dali.types as types
+    from nvidia.dali import pipeline_def
+    import nvidia.dali as dali
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+    B, work = cfg["batch"], cfg["work"]
+    kw = dict(batch_size=B, num_threads=CORES, device_id=None, seed=0)
+    if work == "tiny":
+        import nvidia.dali.tfrecord as tfrec
+        files = sorted(glob.glob(os.path.join(store, "*.tfrecord")))
+
+        @pipeline_def(**kw)
+        def pipe():
+            r = fn.readers.tfrecord(path=files, index_path=[f + ".idx" for f in files],
+                                    features={"image": tfrec.FixedLenFeature((), tfrec.string, ""),
+                                              "label": tfrec.FixedLenFeature([1], tfrec.int64, -1)},
+                                    random_shuffle=True, name="Reader")
+            return fn.reshape(r["image"], shape=[28, 28]), fn.reshape(r["label"], shape=[])
+        note = "fn.readers.tfrecord (random_shuffle), CPU-only pipeline, torch tensors via DALIGenericIterator"
+    else:
+        mean = [m * 255 for m in MEAN]
+        std = [s * 255 for s in STD]
+
+        @pipeline_def(**kw)
+        def pipe():
+            jpegs, labels = fn.readers.file(file_root=store, random_shuffle=work == "train",
+                                            name="Reader")
+            if work == "train":
+                img = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB,
+                                                    random_aspect_ratio=[3 / 4, 4 / 3],
+                                                    random_area=[0.08, 1.0], num_attempts=100)
+                img = fn.resize(img, resize_x=224, resize_y=224)
+                mirror = fn.random.coin_flip(probability=0.5)
+            else:
+                img = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
+                img = fn.resize(img, resize_shorter=256)
+                mirror = 0
+            img = fn.crop_mirror_normalize(img, dtype=types.FLOAT, output_layout="CHW",
+                                           crop=(224, 224), mean=mean, std=std, mirror=mirror)
+            return img, fn.cast(labels, dtype=types.INT64)
+        if work == "train":
+            note = ("fn.readers.file (random_shuffle) + fn.decoders.image_random_crop (ROI) + "
+                    "fn.resize + fn.crop_mirror_normalize; CHW")
+        else:
+            note = ("fn.readers.file + fn.decoders.image + fn.resize(resize_shorter=256) + "
+                    "fn.crop_mirror_normalize(crop 224); CHW")
+        note += "; CPU-only (device_id=None), torch tensors via DALIGenericIterator"
+    p = pipe()
+    p.build()
+    it = DALIGenericIterator(p, ["image", "label"], reader_name="Reader", auto_reset=True,
+                             last_batch_policy=LastBatchPolicy.PARTIAL)
+
+    def epochs(e):
+        for d in it:
+            yield d[0]["image"], d[0]["label"]
+    return epochs, CORES, f"nvidia-dali {dali.__version__}", note + f", num_threads={CORES}"
+
+
+def load_ffcv(cfg, store):
+    import numpy as np
+    from ffcv.fields.decoders import (CenterCropRGBImageDecoder, IntDecoder, NDArrayDecoder,
+                                      RandomResizedCropRGBImageDecoder)
+    from ffcv.loader import Loader, OrderOption
+    from ffcv.transforms import NormalizeImage, RandomHorizontalFlip, Squeeze, ToTensor, ToTorchImage
+    B, work = cfg["batch"], cfg["work"]
+    label = [IntDecoder(), ToTensor(), Squeeze()]
+    if work == "tiny":
+        image = [NDArrayDecoder(), ToTensor()]
+        note = "NDArrayField .beton, os_cache=True, QUASI_RANDOM"
+    else:
+        norm = NormalizeImage(np.array(MEAN) * 255, np.array(STD) * 255, np.float32)
+        if work == "train":
+            image = [RandomResizedCropRGBImageDecoder((224, 224)), RandomHorizontalFlip(), norm,
+                     ToTensor(), ToTorchImage()]
+            note = "RandomResizedCropRGBImageDecoder + RandomHorizontalFlip"
+        else:
+            image = [CenterCropRGBImageDecoder((224, 224), ratio=224 / 256), norm, ToTensor(),
+                     ToTorchImage()]
+            note = "CenterCropRGBImageDecoder(ratio 224/256)"
+        note += (" + NormalizeImage (JIT, CPU), ToTorchImage: CHW view of NHWC memory "
+                 "(channels_last); .beton JPEGs re-encoded by FFCV's writer at quality 90, "
+                 "full size; os_cache=True, " + ("QUASI_RANDOM" if work == "train" else "SEQUENTIAL"))
+    order = {"train": OrderOption.QUASI_RANDOM, "eval": OrderOption.SEQUENTIAL,
+             "tiny": OrderOption.QUASI_RANDOM}[work]
+    loader = Loader(store, batch_size=B, num_workers=CORES, order=order, os_cache=True,
+                    drop_last=False, seed=0, pipelines={"image": image, "label": label})
+
+    def epochs(e):
+        for x, y in loader:
+            yield x, y
+    return epochs, CORES, f"ffcv {dist_version('ffcv')}", note + f", num_workers={CORES}"
+
+
+def load_wds(cfg, store):
+    import glob
+    import numpy as np
+    import torch
+    import webdataset as wds
+    B, work = cfg["batch"], cfg["work"]
+    urls = sorted(glob.glob(os.path.join(store, "*.tar")))
+    workers = CORES
+    if work == "tiny":
+        ds = (wds.WebDataset(urls, shardshuffle=len(urls), seed=0).shuffle(5000)
+              .map(lambda s: (torch.from_numpy(np.frombuffer(s["u8"], np.uint8).reshape(28, 28)),
+                              int(s["cls"])))
+              .batched(B, partial=True))
+        note = "tar shards, shardshuffle + shuffle(5000), samples batched in the workers"
+    else:
+        tf = torch_transforms(work)
+        if work == "train":
+            ds = wds.WebDataset(urls, shardshuffle=len(urls), seed=0).shuffle(1000)
+        else:
+            ds = wds.WebDataset(urls, shardshuffle=False)
+        ds = ds.decode("pil").to_tuple("jpg", "cls").map_tuple(tf, lambda c: c).batched(B, partial=True)
+        note = ("tar shards, decode('pil') + torchvision transforms, " +
+                ("shardshuffle + shuffle(1000), " if work == "train" else "in order, ") +
+                "batched in the workers; CHW")
+    dl = wds.WebLoader(ds, batch_size=None, **torch_loader_kw(workers))
+
+    def epochs(e):
+        for x, y in dl:
+            yield x, y
+    return epochs, workers, f"webdataset {dist_version('webdataset')}", (
+        note + f", WebLoader num_workers={workers}, persistent")
+
+
+def load_streaming(cfg, store):
+    import numpy as np  # noqa: F401
+    import torch
+    from PIL import Image
+    from streaming import StreamingDataset
+    from streaming.base.util import clean_stale_shared_memory
+    from torch.utils.data import DataLoader
+    import io
+    clean_stale_shared_memory()
+    B, work = cfg["batch"], cfg["work"]
+    workers = CORES
+    tf = torch_transforms(work) if work != "tiny" else None
+
+    class DS(StreamingDataset):
+        def __getitem__(self, i):
+            s = super().__getitem__(i)
+            if tf is None:
+                return torch.from_numpy(s["image"]), s["label"]
+            with Image.open(io.BytesIO(s["image"])) as im:
+                return tf(im.convert("RGB")), s["label"]
+    ds = DS(local=store, shuffle=work != "eval", shuffle_seed=1, batch_size=B)
+    dl = DataLoader(ds, batch_size=B, **torch_loader_kw(workers))
+
+    def epochs(e):
+        ds.set_epoch(e) if hasattr(ds, "set_epoch") else None
+        yield from dl
+    return epochs, workers, f"mosaicml-streaming {dist_version('mosaicml-streaming')}", (
+        "MDS shards (original JPEG bytes), StreamingDataset" +
+        (", PIL + torchvision transforms; CHW" if tf else "") +
+        f", DataLoader num_workers={workers}, persistent")
+
+
+def make_loader(loader, cfg, store):
+    if loader in ("sluice", "sluice-restart"):
+        return load_sluice(cfg, store, loader == "sluice-restart")
+    return {"torch": load_torch, "tfdata": load_tfdata, "dali": load_dali, "ffcv": load_ffcv,
+            "webdataset": load_wds, "streaming": load_streaming}[loader](cfg, store)
+
+
+# ---------------------------------------------------------------- one timed run (child)
+
+def to_numpy(t):
+    if hasattr(t, "numpy"):
+        try:
+            return t.numpy()
+        except (TypeError, RuntimeError):
+            pass
+    import numpy as np
+    return np.asarray(t)
+
+
+def batch_facts(x, y):
+    import numpy as np
+    tname = type(x).__module__.split(".")[0] + "." + type(x).__name__
+    a = to_numpy(x)
+    facts = {"type": tname, "shape": list(a.shape), "dtype": str(a.dtype),
+             "min": float(a.min()), "max": float(a.max()), "mean": float(a.astype(np.float64).mean()),
+             "label_dtype": str(to_numpy(y).dtype), "label_shape": list(to_numpy(y).shape)}
+    return facts
+
+
+def child(loader, cfg):
+    store = cfg.get("store")
+    t0 = time.perf_counter()
+    epochs, threads, version, note = make_loader(loader, cfg, store)
+
+    def stream():
+        e = 0
+        while True:
+            n = 0
+            for b in epochs(e):
+                n += 1
+                yield b
+            if n == 0:
+                raise RuntimeError("an epoch yielded no batch")
+            e += 1
+    it = stream()
+    x, y = next(it)
+    first = batch_facts(x, y)
+    setup_s = time.perf_counter() - t0
+    t_warm = time.perf_counter() + cfg["warmup"]
+    while time.perf_counter() < t_warm:
+        next(it)
+    me = os.getpid()
+    cpu0 = tree_cpu_s(me)
+    t0 = time.perf_counter()
+    seen = 0
+    while True:
+        x, _ = next(it)
+        seen += x.shape[0]
+        dt = time.perf_counter() - t0
+        if dt >= cfg["seconds"]:
+            break
+    cpu = tree_cpu_s(me) - cpu0
+    os_threads = tree_threads(me)
+    print(json.dumps({"samples": seen, "seconds": dt, "cpu_s": cpu, "threads": threads,
+                      "os_threads": os_threads, "version": version, "note": note,
+                      "first": first, "setup_s": setup_s}), flush=True)
+    sys.stdout.flush()
+    os._exit(0)  # loaders with worker processes and threads: no slow teardown
+
+
+def run_child(args_list, env, timeout):
+    """Run a child; return (its JSON or None, peak tree RSS MB, stderr tail)."""
+    with tempfile.TemporaryFile(mode="w+") as err:
+        proc = subprocess.Popen(args_list, stdout=subprocess.PIPE, stderr=err, env=env, text=True)
+        peak = [0]
+        done = threading.Event()
+
+        def sample():
+            while not done.is_set():
+                peak[0] = max(peak[0], tree_rss_kb(proc.pid))
+                time.sleep(0.01)
+        t = threading.Thread(target=sample, daemon=True)
+        t.start()
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+            out = ""
+        done.set()
+        t.join()
+        err.seek(0)
+        tail = [l for l in err.read().splitlines() if l.strip()][-3:]
+    rec = None
+    for line in out.splitlines():
+        if line.startswith("{"):
+            rec = json.loads(line)
+    if proc.returncode != 0:
+        rec = None
+    return rec, peak[0] / 1024.0, " | ".join(tail)[-400:]
+
+
+# ---------------------------------------------------------------- checks
+
+def check_first(work, first, batch):
+    """Why the first batch is wrong, or None."""
+    s, dt = first["shape"], first["dtype"]
+    if work == "tiny":
+        if first["type"] != "torch.Tensor":
+            return f"images are {first['type']}, not torch tensors"
+        if s[1:] != [28, 28] or dt != "uint8" or s[0] != batch:
+            return f"images {s} {dt}, expected [{batch}, 28, 28] uint8"
+        if first["label_dtype"] != "int64" or first["label_shape"] != [batch]:
+            return f"labels {first['label_shape']} {first['label_dtype']}, expected [{batch}] int64"
+        if first["max"] <= first["min"]:
+            return "constant images"
+        return None
+    if s not in ([batch, 3, 224, 224], [batch, 224, 224, 3]):
+        return f"images {s}, expected [{batch}, 3, 224, 224] or NHWC"
+    if dt != "float32":
+        return f"images are {dt}, expected float32"
+    if first["min"] < LO or first["max"] > HI or first["max"] - first["min"] < 1.0:
+        return (f"values in [{first['min']:.3f}, {first['max']:.3f}], expected inside "
+                f"[{LO:.2f}, {HI:.2f}] (ImageNet-normalised) and spread")
+    return None
+
+
+# ---------------------------------------------------------------- main
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--photos", help="ImageFolder of JPEGs (train, eval)")
+    ap.add_argument("--idx", nargs=2, metavar=("IMAGES", "LABELS"), help="IDX files (tiny)")
+    ap.add_argument("--work", required=True, choices=["train", "eval", "tiny"])
+    ap.add_argument("--json", action="store_true", help="one JSON object per line (the only output form)")
+    ap.add_argument("--loaders", default=None, help="comma-separated; default: all")
+    ap.add_argument("--seconds", type=float, default=10.0, help="timed seconds per run")
+    ap.add_argument("--warmup", type=float, default=None, help="untimed seconds after the first batch "
+                    "(default: a quarter of --seconds, at least 1)")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds")
+    ap.add_argument("--batch", type=int, default=None, help="default 64 (train, eval), 256 (tiny)")
+    ap.add_argument("--cache", default=os.environ.get(
+        "SLUICE_PEERS_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "sluice-peers-data")))
+    ap.add_argument("--timeout", type=float, default=None, help="seconds before a run is killed")
+    ap.add_argument("--_child", help=argparse.SUPPRESS)
+    ap.add_argument("--_cfg", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a._child:
+        child(a._child, json.loads(a._cfg))
+        return 0
+    if a.work == "tiny" and not a.idx:
+        ap.error("--work tiny needs --idx IMAGES LABELS")
+    if a.work != "tiny" and not a.photos:
+        ap.error(f"--work {a.work} needs --photos DIR")
+    batch = a.batch or (256 if a.work == "tiny" else 64)
+    if a.loaders:
+        loaders = [l.strip() for l in a.loaders.split(",") if l.strip()]
+        bad = [l for l in loaders if l not in LOADERS]
+        if bad:
+            ap.error(f"--loaders: unknown {', '.join(bad)} (known: {', '.join(LOADERS)})")
+    else:
+        loaders = [l for l in LOADERS if not (a.work == "tiny" and l == "sluice-restart")]
+    cfg = {"work": a.work, "batch": batch, "seconds": a.seconds,
+           "warmup": a.warmup if a.warmup is not None else max(1.0, a.seconds / 4),
+           "cache": os.path.abspath(a.cache),
+           "photos": os.path.abspath(a.photos) if a.photos else None,
+           "idx": [os.path.abspath(p) for p in a.idx] if a.idx else None}
+    cfg["key"] = input_key(cfg)
+    timeout = a.timeout or (a.seconds + cfg["warmup"] + 300)
+    env = sluice_env()
+    me = os.path.abspath(__file__)
+
+    def child_cmd(loader, c):
+        return [sys.executable, me, "--work", a.work, "--_child", loader, "--_cfg", json.dumps(c)]
+
+    rows, ready = {}, []
+    for l in loaders:
+        why = unavailable(l)
+        if l == "sluice-restart" and a.work == "tiny" and why is None:
+            why = "not applicable: tiny has no JPEGs"
+        if why:
+            rows[l] = {"why": why}
+            continue
+        c = dict(cfg)
+        try:
+            c["store"] = prepare(l, c)
+        except Exception as e:  # a peer's writer failing is that peer's row, not the run
+            rows[l] = {"why": f"storage could not be prepared: {type(e).__name__}: {e}"[:400]}
+            continue
+        if l == "torch":
+            c["torch_workers"] = calibrate_torch(c, child_cmd, env, timeout)
+        rows[l] = {"cfg": c, "runs": []}
+        ready.append(l)
+
+    for r in range(a.repeats):
+        order = ready[r % len(ready):] + ready[:r % len(ready)] if ready else []
+        for l in order:
+            rec, peak, tail = run_child(child_cmd(l, rows[l]["cfg"]), env, timeout)
+            if rec is None:
+                rows[l].setdefault("errors", []).append(tail or "no output")
+                continue
+            rec["peak_rss_mb"] = peak
+            rows[l]["runs"].append(rec)
+            print(f"peers: round {r + 1}/{a.repeats} {l}: {rec['samples'] / rec['seconds']:.1f} "
+                  f"samples/s, peak RSS {peak:.0f} MB", file=sys.stderr, flush=True)
+
+    failed = False
+    ref_mean = None
+    if a.work == "eval":
+        for l in ("sluice", "torch", "sluice-restart"):
+            if l in rows and rows[l].get("runs"):
+                ref_mean = (l, rows[l]["runs"][0]["first"]["mean"])
+                break
+    for l in loaders:
+        row = rows[l]
+        out = {"loader": l, "work": a.work, "samples_per_s": None, "peak_rss_mb": None,
+               "cpu_s_per_sample": None, "threads": None, "version": None, "note": None}
+        if "why" in row:
+            out["note"] = row["why"]
+            print(json.dumps(out), flush=True)
+            continue
+        runs = row["runs"]
+        if not runs:
+            out["note"] = "failed: " + "; ".join(row.get("errors", []))[-600:]
+            failed = True
+            print(json.dumps(out), flush=True)
+            continue
+        rates = [x["samples"] / x["seconds"] for x in runs]
+        first = runs[0]["first"]
+        notes = [runs[0]["note"]]
+        why = check_first(a.work, first, batch)
+        if why is None and ref_mean and l != ref_mean[0]:
+            d = abs(first["mean"] - ref_mean[1])
+            if d > EVAL_MEAN_TOL:
+                why = (f"first-batch mean {first['mean']:.4f} differs from {ref_mean[0]}'s "
+                       f"{ref_mean[1]:.4f} by {d:.4f} (> {EVAL_MEAN_TOL})")
+        if why:
+            failed = True
+            notes.insert(0, "CHECK FAILED: " + why)
+        else:
+            notes.append(f"first batch ok: {first['shape']} {first['dtype']} in "
+                         f"[{first['min']:.2f}, {first['max']:.2f}], mean {first['mean']:.4f}")
+        notes.append(f"rounds {len(runs)}/{a.repeats}: " + ", ".join(f"{x:.0f}" for x in rates))
+        if row.get("errors"):
+            notes.append("failed rounds: " + "; ".join(row["errors"])[-300:])
+        notes.append(f"os threads {runs[0]['os_threads']}, setup+first batch "
+                     f"{statistics.median(x['setup_s'] for x in runs):.1f} s")
+        out.update({"samples_per_s": round(statistics.median(rates), 1),
+                    "peak_rss_mb": round(max(x["peak_rss_mb"] for x in runs), 1),
+                    "cpu_s_per_sample": float(f"{statistics.median(x['cpu_s'] / x['samples'] for x in runs):.3g}"),
+                    "threads": runs[0]["threads"], "version": runs[0]["version"],
+                    "note": "; ".join(notes)})
+        print(json.dumps(out), flush=True)
+    return 1 if failed else 0
+
+
+def calibrate_torch(c, child_cmd, env, timeout):
+    """torch's num_workers: the fastest of 0, cores, 2x cores in short runs; kept in the cache."""
+    path = os.path.join(c["cache"], c["key"], f"torch-workers-{c['work']}-b{c['batch']}-{CORES}cores.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)["workers"]
+    best = None
+    for w in sorted({0, CORES, 2 * CORES}):
+        cc = dict(c, torch_workers=w, seconds=min(3.0, c["seconds"]), warmup=1.0)
+        rec, _, _ = run_child(child_cmd("torch", cc), env, timeout)
+        if rec:
+            rate = rec["samples"] / rec["seconds"]
+            print(f"peers: torch calibration num_workers={w}: {rate:.0f} samples/s", file=sys.stderr)
+            if best is None or rate > best[0]:
+                best = (rate, w)
+    w = best[1] if best else CORES
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"workers": w, "rate": best[0] if best else None}, f)
+    return w
+
+
+if __name__ == "__main__":
+    sys.exit(main())
