@@ -1,0 +1,115 @@
+"""bench/peers/run.py keeps its contract: one JSON object per loader and line with
+exactly the documented keys, first-batch checks that pass for loaders doing the
+same work, and a row with the reason for a loader that cannot run. Only the
+loaders that need nothing from PyPI (sluice, torch) run here, for a fraction of a
+second on a few generated photos; nothing is downloaded."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import REPO, write_idx
+
+RUN = os.path.join(REPO, "bench", "peers", "run.py")
+KEYS = {"loader", "work", "samples_per_s", "peak_rss_mb", "cpu_s_per_sample", "threads",
+        "version", "note"}
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+
+
+def photos(root, n=24, classes=2):
+    rng = np.random.default_rng(5)
+    for i in range(n):
+        d = root / f"class{i % classes}"
+        d.mkdir(parents=True, exist_ok=True)
+        h, w = 240 + 8 * (i % 5), 320 - 6 * (i % 7)
+        yy, xx = np.mgrid[0:h, 0:w]
+        img = np.stack([(xx * 255 // w), (yy * 255 // h), ((xx + yy + 40 * i) % 256)], -1)
+        img = np.clip(img + rng.integers(-20, 20, img.shape), 0, 255).astype(np.uint8)
+        Image.fromarray(img).save(d / f"{i:03d}.jpg", quality=90)
+    return root
+
+
+def run(args, tmp_path):
+    env = dict(os.environ)
+    r = subprocess.run([sys.executable, RUN, *args, "--json", "--cache", str(tmp_path / "cache"),
+                        "--seconds", "0.5", "--warmup", "0", "--repeats", "1",
+                        "--torch-workers", "0"],
+                       capture_output=True, text=True, env=env, timeout=600)
+    rows = [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
+    return r, rows
+
+
+def check_rows(rows, work, loaders):
+    assert [r["loader"] for r in rows] == loaders
+    for r in rows:
+        assert set(r) == KEYS, r
+        assert r["work"] == work
+        assert isinstance(r["samples_per_s"], float) and r["samples_per_s"] > 0, r
+        assert r["peak_rss_mb"] > 10 and r["cpu_s_per_sample"] > 0, r
+        assert isinstance(r["threads"], int) and r["version"], r
+        assert "first batch ok" in r["note"] and "CHECK FAILED" not in r["note"], r
+
+
+@pytest.mark.parametrize("work", ["train", "eval"])
+def test_photo_works(tmp_path, work):
+    root = photos(tmp_path / "photos")
+    r, rows = run(["--photos", str(root), "--work", work, "--batch", "8",
+                   "--loaders", "sluice,sluice-restart,torch"], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    check_rows(rows, work, ["sluice", "sluice-restart", "torch"])
+    # storage is prepared once: a second run finds it in the cache
+    assert os.path.exists(next((tmp_path / "cache").glob("photos-*")) / "slr-restart" / ".done")
+
+
+def test_tiny(tmp_path):
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 256, (600, 28, 28), dtype=np.uint8)
+    y = rng.integers(0, 10, 600).astype(np.uint8)
+    imgs = write_idx(tmp_path / "img-idx3-ubyte.gz", x)
+    labels = write_idx(tmp_path / "lab-idx1-ubyte.gz", y)
+    r, rows = run(["--idx", imgs, labels, "--work", "tiny", "--batch", "32",
+                   "--loaders", "sluice,torch"], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    check_rows(rows, "tiny", ["sluice", "torch"])
+
+
+def test_checks_catch_wrong_batches(tmp_path):
+    """The first-batch checks refuse what a loader doing less or other work hands out."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("peers_run", RUN)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    first = {"type": "torch.Tensor", "shape": [8, 3, 224, 224], "dtype": "float32",
+             "min": -2.1, "max": 2.6, "mean": 0.5}
+    assert mod.check_first("eval", first, 8) is None
+    assert mod.check_first("train", dict(first, shape=[8, 224, 224, 3]), 8) is None  # NHWC
+    assert "float32" in mod.check_first("eval", dict(first, dtype="uint8"), 8)
+    assert "values" in mod.check_first("eval", dict(first, min=0.0, max=255.0), 8)  # no normalize
+    assert "expected" in mod.check_first("eval", dict(first, shape=[8, 3, 256, 256]), 8)
+    assert mod.check_mean(first, "sluice", 0.51) is None
+    assert "differs" in mod.check_mean(first, "sluice", 0.6)
+    tiny = {"type": "numpy.ndarray", "shape": [4, 28, 28], "dtype": "uint8", "min": 0, "max": 9,
+            "mean": 3, "label_dtype": "int64", "label_shape": [4]}
+    assert "torch" in mod.check_first("tiny", tiny, 4)
+    assert mod.check_first("tiny", dict(tiny, type="torch.Tensor"), 4) is None
+    assert "int64" in mod.check_first("tiny", dict(tiny, type="torch.Tensor", label_dtype="uint8"), 4)
+
+
+def test_missing_peer_row_says_why(tmp_path):
+    try:
+        import tensorflow  # noqa: F401
+        pytest.skip("tensorflow is importable here: the missing-peer row cannot be shown")
+    except ImportError:
+        pass
+    root = photos(tmp_path / "photos", n=8)
+    r, rows = run(["--photos", str(root), "--work", "eval", "--loaders", "tfdata"], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len(rows) == 1 and set(rows[0]) == KEYS
+    assert rows[0]["samples_per_s"] is None
+    assert rows[0]["note"].startswith("not installed") and "setup.sh" in rows[0]["note"]
