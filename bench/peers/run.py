@@ -413,7 +413,8 @@ def load_sluice(cfg, store, restart):
     else:
         ds = (ds.decode("image").resize("image", 256).center_crop("image", 224)
               .normalize("image", mean=MEAN, std=STD, layout="chw"))
-    ds = ds.batch(B).prefetch(4)
+    depth = cfg.get("sluice_prefetch", 4)
+    ds = ds.batch(B).prefetch(depth)
 
     def epochs(e):
         ds.set_epoch(e)
@@ -421,7 +422,7 @@ def load_sluice(cfg, store, restart):
             yield b["image"], b["label"]
     store_kind = ".slr with --jpeg-restart auto" if restart else ".slr"
     return epochs, CORES, sluice.__version__, (
-        f"{store_kind}; engine threads autotuned for {CORES} cores, prefetch 4, torch tensors "
+        f"{store_kind}; engine threads autotuned for {CORES} cores, prefetch {depth}, torch tensors "
         "(DLPack, no copy)" + ("; CHW" if cfg["work"] != "tiny" else ""))
 
 
@@ -854,6 +855,8 @@ def main():
     ap.add_argument("--cache", default=os.environ.get(
         "SLUICE_PEERS_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "sluice-peers-data")))
     ap.add_argument("--timeout", type=float, default=None, help="seconds before a run is killed")
+    ap.add_argument("--sluice-prefetch", type=int, default=4,
+                    help="sluice's prefetch depth in batches (DALI's default depth is 2)")
     ap.add_argument("--torch-workers", type=int, default=None,
                     help="torch's num_workers (default: the fastest of a calibration, cached)")
     ap.add_argument("--_child", help=argparse.SUPPRESS)
@@ -874,7 +877,7 @@ def main():
             ap.error(f"--loaders: unknown {', '.join(bad)} (known: {', '.join(LOADERS)})")
     else:
         loaders = [l for l in LOADERS if not (a.work == "tiny" and l == "sluice-restart")]
-    cfg = {"work": a.work, "batch": batch, "seconds": a.seconds,
+    cfg = {"work": a.work, "batch": batch, "seconds": a.seconds, "sluice_prefetch": a.sluice_prefetch,
            "warmup": a.warmup if a.warmup is not None else max(1.0, a.seconds / 4),
            "cache": os.path.abspath(a.cache),
            "photos": os.path.abspath(a.photos) if a.photos else None,
