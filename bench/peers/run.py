@@ -668,7 +668,6 @@ def load_wds(cfg, store):
 
 
 def load_streaming(cfg, store):
-    import numpy as np  # noqa: F401
     import torch
     from PIL import Image
     from streaming import StreamingDataset
