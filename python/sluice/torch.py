@@ -602,7 +602,7 @@ class _ThreadPool:
     def describe(self, wid):
         return f"thread worker {wid}"
 
-    def shutdown(self, wait=2.0):
+    def shutdown(self, wait=0.3):
         if self.closed:
             return
         self.closed = True
@@ -696,7 +696,7 @@ class _ProcessPool:
             self._check_dead()
         return out
 
-    def shutdown(self, wait=2.0):
+    def shutdown(self, wait=0.3):
         if self.closed:
             return
         self.closed = True
@@ -1104,6 +1104,7 @@ class DataLoader(_tud.DataLoader):
                                             or not isinstance(prefetch_factor, int)
                                             or prefetch_factor < 1):
             raise ValueError(f"prefetch_factor: expected an int >= 1, got {prefetch_factor!r}")
+        self.worker_type = worker_type
         self._sl_seed = seed
         self._sl_shuffle_gen = None
         if (shuffle and sampler is None and batch_sampler is None and generator is None
@@ -1121,7 +1122,6 @@ class DataLoader(_tud.DataLoader):
                          generator, persistent_workers=persistent_workers,
                          pin_memory_device=pin_memory_device, **extra)
         self._sl_prefetch = 2 if prefetch_factor is None else prefetch_factor
-        self.worker_type = worker_type
         self.seed = seed
         self.worker_type_used = None
         self.auto_probe = None
@@ -1149,6 +1149,12 @@ class DataLoader(_tud.DataLoader):
         if self._sl_auto_choice is not None:
             return self._sl_auto_choice
         return "thread"
+
+    def check_worker_number_rationality(self):
+        # torch's warning counts processes against cores; thread workers
+        # cost no process each.
+        if getattr(self, "worker_type", "process") == "process":
+            super().check_worker_number_rationality()
 
     def _get_iterator(self):
         return _Iter(self)
