@@ -325,8 +325,8 @@ def _flatten(obj, arrays, size):
     if isinstance(obj, np.ndarray):
         if obj.dtype.hasobject:
             return obj, size
-        a = np.ascontiguousarray(obj)
-        ref = _ShmRef("n", size, a.nbytes, a.dtype.str, a.shape)
+        a = np.ascontiguousarray(obj)      # (0-d comes back 1-d: keep obj's shape)
+        ref = _ShmRef("n", size, a.nbytes, a.dtype.str, obj.shape)
         arrays.append((ref, a))
         return ref, size + (a.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
     if type(obj) is dict:

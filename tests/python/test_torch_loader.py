@@ -174,6 +174,7 @@ class Plain(tud.Dataset):
         return {"x": torch.arange(4, dtype=torch.float32) + i,
                 "pair": (i, float(i) / 2, f"s{i}"),
                 "np": np.full((2, 3), i, dtype=np.int16),
+                "z": np.array(i * 1.5),
                 "b": torch.tensor(i % 2 == 0),
                 "h": torch.tensor([i], dtype=torch.bfloat16)}
 
