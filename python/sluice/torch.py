@@ -173,13 +173,6 @@ def _gil_enabled():
     return True if probe is None else bool(probe())
 
 
-def _cpu_count():
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
 # --------------------------------------------------------------------------
 # Loading one batch: the same code on the main thread, a thread worker or a
 # process worker.
@@ -450,6 +443,19 @@ class _Config:
                       self.drop_last, self.batch_size, wid, stop)
 
 
+def _thread_clock():
+    """(CPU seconds, seconds spent runnable but waiting for a core) of the
+    calling thread. The second comes from the scheduler's statistics
+    (/proc/thread-self/schedstat) and is 0 where they are not available.
+    Waiting for the GIL is neither: the thread sleeps."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            cpu_ns, wait_ns = f.read().split()[:2]
+        return int(cpu_ns) * 1e-9, int(wait_ns) * 1e-9
+    except (OSError, ValueError):
+        return time.thread_time(), 0.0
+
+
 def _serve(cfg, wid, kind, recv, send, stop, shm_prefix):
     """The loop of one worker: take tasks, answer each one."""
     init_error = None
@@ -473,7 +479,7 @@ def _serve(cfg, wid, kind, recv, send, stop, shm_prefix):
         if init_error is not None:
             send((gen, tno, wid, "err", init_error, 0.0, 0.0))
             continue
-        c0, t0 = time.thread_time(), time.perf_counter()
+        (c0, q0), t0 = _thread_clock(), time.perf_counter()
         try:
             batch = fetch(indices, seed, epoch)
             if shm_prefix is not None:
@@ -486,8 +492,10 @@ def _serve(cfg, wid, kind, recv, send, stop, shm_prefix):
             kind_out, payload = "end", None
         except Exception:
             kind_out, payload = "err", _wrap_exception(_where(kind, wid, fetch, tno))
-        send((gen, tno, wid, kind_out, payload, time.thread_time() - c0,
-              time.perf_counter() - t0))
+        (c1, q1), t1 = _thread_clock(), time.perf_counter()
+        # cpu, and the time the task could have run: wall minus the time
+        # other processes held the cores.
+        send((gen, tno, wid, kind_out, payload, c1 - c0, (t1 - t0) - (q1 - q0)))
 
 
 def _thread_main(cfg, wid, inbox, results, stop):
@@ -740,15 +748,17 @@ def _shutdown_pools(pools):
 # The iterator.
 # --------------------------------------------------------------------------
 # "auto" on a GIL build: the first batches of the first epoch run on threads
-# while each task's thread CPU time and wall time are measured. A thread
-# that waits for the GIL (or for a core) spends wall time without CPU time,
-# so mean(cpu / wall) over those tasks, divided by what the cores allow
-# (min(1, cores / workers)), says how much of the work ran in parallel. At or
-# above _AUTO_THRESHOLD threads stay; below it the loader drains the threads
-# and continues (and keeps, for later epochs) with processes.
+# while each task's thread CPU time and wall time are measured, less the time
+# the thread was runnable but waited for a core (other threads and other
+# processes on the machine: the scheduler's run-queue wait). What remains
+# besides CPU time is time asleep, which for a loading thread is mostly time
+# waiting for the GIL, so sum(cpu) / sum(wall - run-queue wait) over those
+# tasks says how much of the work could run in parallel. At or above
+# _AUTO_THRESHOLD threads stay; below it the loader drains the threads and
+# continues (and keeps, for later epochs) with processes.
 # docs/PYTHON.md gives the figures behind the threshold.
-_AUTO_THRESHOLD = 0.7
-_AUTO_PROBE_TASKS = 3  # per worker
+_AUTO_THRESHOLD = 0.8
+_AUTO_PROBE_TASKS = 6  # per worker, after its first
 
 
 class _Iter:
@@ -842,7 +852,7 @@ class _Iter:
             self._cfg.base_seed = self._base_seed
         self._probe = None
         if self._pool.kind == "thread" and loader._sl_auto_pending:
-            self._probe = {"cpu_over_wall": [], "t0": time.perf_counter()}
+            self._probe = {"cpu_share": [], "seen": {}}
 
     def _start_pool(self, loader):
         kind = loader._sl_worker_type_now()
@@ -904,11 +914,16 @@ class _Iter:
             self._per_worker[wid] -= 1
             self._results[tno] = (kind, payload, self._pool.kind)
             if self._probe is not None and kind == "ok" and wall > 0:
-                self._probe["cpu_over_wall"].append(cpu / wall)
+                # Each worker's first batch is left out: it pays one-time
+                # costs (imports under the import lock, first-call set-up).
+                seen = self._probe["seen"]
+                seen[wid] = seen.get(wid, 0) + 1
+                if seen[wid] > 1:
+                    self._probe["cpu_share"].append((cpu, wall))
 
     def _auto_decide(self):
         probe = self._probe
-        samples = probe["cpu_over_wall"]
+        samples = probe["cpu_share"]
         if len(samples) < _AUTO_PROBE_TASKS * self._num_workers and not self._exhausted:
             return
         self._probe = None
@@ -919,13 +934,10 @@ class _Iter:
         if not samples:
             loader._sl_auto_choice = "thread"
             return
-        ratio = sum(samples) / len(samples)
-        allowed = min(1.0, _cpu_count() / self._num_workers)
-        efficiency = ratio / allowed
-        choice = "thread" if efficiency >= _AUTO_THRESHOLD else "process"
-        loader.auto_probe = {"tasks": len(samples), "cpu_over_wall": round(ratio, 3),
-                             "efficiency": round(efficiency, 3), "choice": choice,
-                             "threshold": _AUTO_THRESHOLD}
+        ratio = min(1.0, sum(c for c, _ in samples) / max(1e-9, sum(b for _, b in samples)))
+        choice = "thread" if ratio >= _AUTO_THRESHOLD else "process"
+        loader.auto_probe = {"tasks": len(samples), "cpu_share": round(ratio, 3),
+                             "choice": choice, "threshold": _AUTO_THRESHOLD}
         loader._sl_auto_choice = choice
         if choice == "process" and not self._exhausted:
             self._draining = True

@@ -192,6 +192,33 @@ def test_plain_dataset_nested_collate_and_global_shuffle(worker_type, num_worker
     assert torch.equal(torch.rand(1), after_ref)
 
 
+def mapping_of(ptr):
+    with open("/proc/self/maps") as f:
+        for line in f:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            if lo <= ptr < hi:
+                return line
+    return ""
+
+
+def test_process_batches_arrive_in_shared_memory_files():
+    """Each batch is one /dev/shm file mapped by the main process, not
+    tensors pickled through the pipe (nor torch's per-tensor shared memory)."""
+    it = iter(st.DataLoader(Plain(), batch_size=4, num_workers=2, worker_type="process"))
+    a, b = next(it), next(it)
+    for batch in (a, b):
+        where = mapping_of(batch["x"].data_ptr())
+        assert "/dev/shm/sluice-torch-" in where and "(deleted)" in where, where
+        assert mapping_of(batch["np"].data_ptr()) == where    # one file per batch
+        assert not batch["x"].is_shared()
+    assert mapping_of(a["x"].data_ptr()) != mapping_of(b["x"].data_ptr())
+    del it
+    assert not shm_files()
+    raw = next(iter(st.DataLoader(Plain(), batch_size=3, num_workers=1, worker_type="process",
+                                  collate_fn=lambda xs: xs)))
+    assert "/dev/shm/sluice-torch-" in mapping_of(raw[0]["np"].ctypes.data)
+
+
 @pytest.mark.parametrize("worker_type", ["thread", "process"])
 def test_custom_collate_samplers_and_no_batching(worker_type):
     ds = Plain(20)
