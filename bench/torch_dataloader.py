@@ -11,7 +11,7 @@ Dataset, three kinds of __getitem__, interleaved in one run:
 
 Loaders: torch's DataLoader with worker processes (--torch-workers, the best
 one reported as "torch best"), and sluice.torch.DataLoader with
-worker_type thread, process and auto (--workers each). Every run is its own
+worker_type thread, process and auto (each with every --workers count). Every run is its own
 process (so memory is its own), timed from iter() to the last batch, over
 --limit photos, batch --batch, shuffle on. Reported per run: samples/s over
 the epoch, time to the first batch, and the peak summed RSS of the run's whole
@@ -20,7 +20,7 @@ Runs are interleaved (loader order rotates every repeat); medians over
 --repeats.
 
     /usr/bin/python3 bench/torch_dataloader.py --build build \
-        --data /work/photos/imagenet-like --limit 1200 --repeats 3
+        --data /work/photos/imagenet-like --limit 640 --repeats 3
 """
 import argparse
 import json
@@ -123,7 +123,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--work", default="pillow,sluice,python")
     ap.add_argument("--torch-workers", default="2,3", help="torch's num_workers to try")
-    ap.add_argument("--workers", type=int, default=2, help="sluice's num_workers")
+    ap.add_argument("--workers", default="2,3", help="sluice's num_workers to try")
     ap.add_argument("--loaders", default="thread,process,auto")
     args = ap.parse_args()
     if args.one:
@@ -132,7 +132,7 @@ def main():
 
     env = env_with_sluice(args.build)
     runs = [("torch", w) for w in map(int, args.torch_workers.split(","))]
-    runs += [(k, args.workers) for k in args.loaders.split(",")]
+    runs += [(k, w) for w in map(int, args.workers.split(",")) for k in args.loaders.split(",")]
     works = args.work.split(",")
     results = {}
     print(json.dumps({"machine": machine(), "args": vars(args)}), flush=True)

@@ -561,6 +561,12 @@ def _process_main(cfg, wid, conn, inherited):
         _serve(cfg, wid, "process", recv, send, None, prefix)
     except _Stopped:
         pass
+    finally:
+        # Every way out ends this worker's part in the epoch: batches it
+        # wrote that the main process has not mapped (and unlinked) will
+        # never be, also when the main process died.
+        for path in glob.glob(f"{prefix}-*"):
+            _unlink_quiet(path)
 
 
 # --------------------------------------------------------------------------

@@ -552,6 +552,39 @@ def test_sigint_from_terminal_to_process_group(tmp_path):
     assert not glob.glob(f"/dev/shm/sluice-torch-{pid}-*")
 
 
+def test_workers_exit_when_the_main_process_is_killed(tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys, time
+        sys.path[:0] = {sys.path!r}
+        import torch, torch.utils.data as tud
+        from sluice.torch import DataLoader
+        class Slow(tud.Dataset):
+            def __len__(self): return 100000
+            def __getitem__(self, i):
+                time.sleep(0.002); return torch.zeros(100)
+        dl = DataLoader(Slow(), batch_size=8, num_workers=2, worker_type="process")
+        for k, _ in enumerate(dl):
+            if k == 1:
+                print(os.getpid(), flush=True)
+                time.sleep(60)
+    """))
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    pid = int(p.stdout.readline())
+    kids = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    assert len(kids) >= 2
+    time.sleep(0.3)                 # the workers have prefetched batches into /dev/shm
+    os.kill(pid, signal.SIGKILL)
+    p.wait(10)
+
+    def alive():
+        return [k for k in kids if os.path.exists(f"/proc/{k}")
+                and open(f"/proc/{k}/stat").read().split()[2] != "Z"]
+
+    assert wait_gone(alive, 5) < 5, alive()
+    assert not glob.glob(f"/dev/shm/sluice-torch-{pid}-*")
+
+
 # ---------------------------------------------------------------------------
 # pin_memory and sluice.ops.decode_jpeg.
 # ---------------------------------------------------------------------------
