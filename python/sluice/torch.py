@@ -32,7 +32,6 @@ Design (one page):
 """
 import collections
 import glob
-import itertools
 import mmap
 import multiprocessing
 import multiprocessing.connection
