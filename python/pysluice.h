@@ -41,5 +41,6 @@ int py_sl_tensor_init(PyObject *m);
 int py_sl_record_init(PyObject *m);
 int py_sl_pipeline_init(PyObject *m);
 int py_sl_pack_init(PyObject *m);
+int py_sl_ops_init(PyObject *m);
 
 #endif
