@@ -144,7 +144,7 @@ int sl_s3__object_url(const sl_s3_config *c, const char *name, char **url_out) {
 }
 
 int sl_s3__list_url(const sl_s3_config *c, const char *name, const char *token,
-                    char **url_out) {
+                    size_t max_keys, char **url_out) {
     *url_out = NULL;
     const char *b, *prefix;
     size_t bn;
@@ -159,7 +159,13 @@ int sl_s3__list_url(const sl_s3_config *c, const char *name, const char *token,
         sl_strbuf__add_uri(&u, token, strlen(token), 0);
         sl_strbuf__addc(&u, '&');
     }
-    sl_strbuf__adds(&u, "encoding-type=url&list-type=2&prefix=");
+    sl_strbuf__adds(&u, "encoding-type=url&list-type=2&");
+    if (max_keys) {
+        char mk[48];
+        snprintf(mk, sizeof mk, "max-keys=%zu&", max_keys);
+        sl_strbuf__adds(&u, mk);
+    }
+    sl_strbuf__adds(&u, "prefix=");
     sl_strbuf__add_uri(&u, prefix, strlen(prefix), 0);
     *url_out = sl_strbuf__take(&u);
     return *url_out ? SL_OK : sl__oom("building an s3:// list URL");
@@ -665,7 +671,7 @@ void sl_s3__list_dispose(sl_s3_list *l) {
 }
 
 int sl_s3__list(const sl_s3_config *c, const char *name, sl_s3_fetch_fn fetch, void *user,
-                size_t max_pages, sl_s3_list *out) {
+                size_t max_keys, size_t max_pages, sl_s3_list *out) {
     memset(out, 0, sizeof *out);
     if (!max_pages)
         max_pages = 100000;
@@ -674,7 +680,7 @@ int sl_s3__list(const sl_s3_config *c, const char *name, sl_s3_fetch_fn fetch, v
     for (size_t page = 0;; page++) {
         if (page == max_pages)
             SL_FAIL(SL_ECORRUPT, "%s: the listing did not end after %zu pages", name, page);
-        SL_CHECK(sl_s3__list_url(c, name, out->next_token, &url));
+        SL_CHECK(sl_s3__list_url(c, name, out->next_token, max_keys, &url));
         size_t len = 0;
         SL_CHECK(fetch(user, url, &body, &len));
         SL_CHECK(sl_s3__list_parse(body, len, url, out));

@@ -56,10 +56,11 @@ int sl_s3__bucket_dns_ok(const char *bucket, size_t n);
 int sl_s3__object_url(const sl_s3_config *c, const char *name, char **url_out);
 
 /* The URL of one ListObjectsV2 page for s3://bucket/prefix (prefix may be
- * empty): list-type=2, prefix, encoding-type=url, and continuation-token
- * when `token` is not NULL; the query is already in canonical order. */
+ * empty): list-type=2, prefix, encoding-type=url, continuation-token when
+ * `token` is not NULL, max-keys when `max_keys` is not 0 (the server's
+ * default, 1000 on AWS); the query is already in canonical order. */
 int sl_s3__list_url(const sl_s3_config *c, const char *name, const char *token,
-                    char **url_out);
+                    size_t max_keys, char **url_out);
 
 /* Add the headers that sign a GET or HEAD of `url` (x-amz-date,
  * x-amz-content-sha256, x-amz-security-token, Authorization), each as one
@@ -103,6 +104,6 @@ void sl_s3__list_dispose(sl_s3_list *l);
  * is SL_ECORRUPT (a server that never ends the listing). */
 typedef int (*sl_s3_fetch_fn)(void *user, const char *url, char **body, size_t *len);
 int sl_s3__list(const sl_s3_config *c, const char *name, sl_s3_fetch_fn fetch, void *user,
-                size_t max_pages, sl_s3_list *out);
+                size_t max_keys, size_t max_pages, sl_s3_list *out);
 
 #endif /* SL_S3_H */

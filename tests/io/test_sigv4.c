@@ -302,12 +302,12 @@ SL_TEST(io_s3__urls_from_the_environment) {
     ASSERT_RC(sl_s3__object_url(&c, "s3://b?x/k", &u), SL_EINVAL);
     ASSERT(u == NULL);
 
-    ASSERT_OK(sl_s3__list_url(&c, "s3://bucket/train set/", NULL, &u));
+    ASSERT_OK(sl_s3__list_url(&c, "s3://bucket/train set/", NULL, 0, &u));
     ASSERT_STR_EQ(u, "https://minio.local/bucket/?encoding-type=url&list-type=2&prefix=train%20set%2F");
     sl__free(u);
-    ASSERT_OK(sl_s3__list_url(&c, "s3://bucket", "1/a+b=", &u));
+    ASSERT_OK(sl_s3__list_url(&c, "s3://bucket", "1/a+b=", 5, &u));
     ASSERT_STR_EQ(u, "https://minio.local/bucket/?continuation-token=1%2Fa%2Bb%3D&encoding-type=url"
-                     "&list-type=2&prefix=");
+                     "&list-type=2&max-keys=5&prefix=");
     sl__free(u);
 
     setenv("AWS_S3_ADDRESSING_STYLE", "dns", 1);
@@ -520,7 +520,7 @@ SL_TEST(io_s3__list_pages) {
     ASSERT_OK(sl_s3__config_from_env(&c));
     fake f = {0};
     sl_s3_list l;
-    ASSERT_OK(sl_s3__list(&c, "s3://b/p/", fake_fetch, &f, 0, &l));
+    ASSERT_OK(sl_s3__list(&c, "s3://b/p/", fake_fetch, &f, 0, 0, &l));
     ASSERT_EQ(f.calls, 3);
     ASSERT_EQ(l.n, 3);
     ASSERT_STR_EQ(l.v[2].key, "k2");
@@ -529,11 +529,11 @@ SL_TEST(io_s3__list_pages) {
                              "list-type=2&prefix=p%2F");
     sl_s3__list_dispose(&l);
     fake g = {.stuck = 1};
-    ASSERT_RC(sl_s3__list(&c, "s3://b/p/", fake_fetch, &g, 0, &l), SL_ECORRUPT);
+    ASSERT_RC(sl_s3__list(&c, "s3://b/p/", fake_fetch, &g, 0, 0, &l), SL_ECORRUPT);
     ASSERT_CONTAINS(sl_errmsg(), "s3://b/p/: the server gave the same continuation token twice");
     ASSERT_EQ(l.n, 0);
     fake h = {0};
-    ASSERT_RC(sl_s3__list(&c, "s3://b/p/", fake_fetch, &h, 2, &l), SL_ECORRUPT);
+    ASSERT_RC(sl_s3__list(&c, "s3://b/p/", fake_fetch, &h, 0, 2, &l), SL_ECORRUPT);
     ASSERT_CONTAINS(sl_errmsg(), "did not end after 2 pages");
 }
 
