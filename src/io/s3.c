@@ -55,6 +55,14 @@ int sl_s3__config_from_env(sl_s3_config *out) {
                          "or neither to read public buckets unsigned",
                          id ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
                          id ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
+    const char *vars[3] = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"};
+    for (int i = 0; i < 3; i++) {
+        const char *v = env(vars[i]);
+        for (const char *q = v; q && *q; q++)
+            if ((unsigned char)*q < 0x20 || *q == 0x7f)
+                return sl__error(SL_EINVAL, "%s holds a control character (a line break?): "
+                                 "set it to the credential alone", vars[i]);
+    }
     out->creds.access_key = id;
     out->creds.secret_key = secret;
     out->creds.session_token = id ? env("AWS_SESSION_TOKEN") : NULL;
@@ -180,6 +188,8 @@ int sl_s3__sign(const sl_s3_config *c, const char *method, const char *url, cons
     const char *hs = strstr(url, "://");
     if (!hs)
         return sl__error(SL_EINVAL, "%s: not a URL", url);
+    if (range && strpbrk(range, "\r\n"))
+        return sl__error(SL_EINVAL, "%s: a Range value with a line break", url);
     hs += 3;
     size_t hl = strcspn(hs, "/?#");
     const char *ps = hs + hl;

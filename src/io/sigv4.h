@@ -72,8 +72,10 @@ typedef struct sl_sigv4_out {
 } sl_sigv4_out;
 
 /* Sign. On success the caller owns out's strings (sl_sigv4__out_dispose).
- * SL_EINVAL (a header name or value with a line break in it, a bad date)
- * or SL_ENOMEM, with a message; out is then empty. */
+ * SL_EINVAL (an empty header name or one with white space or ':' in it, a
+ * bad date, no credentials) or SL_ENOMEM, with a message; out is then
+ * empty. A value may hold line breaks (a folded header, as in the test
+ * suite): sending it is the caller's concern (sl_s3__sign refuses them). */
 int sl_sigv4__sign(const sl_sigv4_in *in, const sl_sigv4_creds *creds, sl_sigv4_out *out);
 /* Frees out's strings; accepts a zeroed or disposed out. */
 void sl_sigv4__out_dispose(sl_sigv4_out *out);

@@ -241,6 +241,9 @@ SL_TEST(io_sigv4__s3_sign_headers) {
     ASSERT_STR_EQ(ls.l[2], "x-amz-security-token: TOKEN/+=");
     ASSERT_CONTAINS(ls.l[3], "SignedHeaders=host;x-amz-content-sha256;x-amz-date;"
                              "x-amz-security-token, ");
+    ASSERT_RC(sl_s3__sign(&c, "GET", "http://h/b/k", "bytes=0-1\r\nX: y", 0, add_line, &ls),
+              SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "line break");
     /* no credentials: nothing added (a public bucket) */
     sl_s3_config anon = {.region = "us-east-1"};
     ls.n = 0;
@@ -322,6 +325,9 @@ SL_TEST(io_s3__urls_from_the_environment) {
     ASSERT_RC(sl_s3__config_from_env(&c), SL_EINVAL);
     ASSERT_CONTAINS(sl_errmsg(), "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not");
     setenv("AWS_SECRET_ACCESS_KEY", "s", 1);
+    setenv("AWS_SESSION_TOKEN", "tok\r\nX-Injected: 1", 1);
+    ASSERT_RC(sl_s3__config_from_env(&c), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "AWS_SESSION_TOKEN holds a control character");
     setenv("AWS_SESSION_TOKEN", "tok", 1);
     ASSERT_OK(sl_s3__config_from_env(&c));
     ASSERT_STR_EQ(c.creds.access_key, "AKID");
@@ -554,6 +560,21 @@ SL_TEST(io_sigv4__out_of_memory) {
         }
         ASSERT_RC(rc, SL_ENOMEM);
         ASSERT(sl_errmsg()[0]);
+    }
+    sl_s3_config pc = {.region = "us-east-1", .endpoint = "http://127.0.0.1:1"};
+    for (uint64_t k = 1;; k++) {
+        fake f = {0};
+        sl_s3_list l;
+        sl__alloc_fail_at(k);
+        int rc = sl_s3__list(&pc, "s3://b/p/", fake_fetch, &f, 0, 0, &l);
+        sl__alloc_fail_at(0);
+        if (rc == SL_OK) {
+            ASSERT_EQ(l.n, 3);
+            sl_s3__list_dispose(&l);
+            break;
+        }
+        ASSERT_RC(rc, SL_ENOMEM);
+        ASSERT_EQ(l.n, 0);
     }
     for (uint64_t k = 1;; k++) {
         sl_s3_list l = {0};
