@@ -23,6 +23,9 @@ fi
 if [ -f "$here/make_tar_corpus.sh" ]; then
   sh "$here/make_tar_corpus.sh" "$out"
 fi
+if [ -f "$here/make_s3_corpus.sh" ]; then
+  sh "$here/make_s3_corpus.sh" "$out"
+fi
 if [ -f "$here/make_tfrecord_corpus.py" ]; then
   /usr/bin/python3 "$here/make_tfrecord_corpus.py" "$out/tfrecord"
 fi

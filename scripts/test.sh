@@ -33,6 +33,14 @@ if [ -d tests/cli ] && ls tests/cli/*.sh >/dev/null 2>&1; then
   done
 fi
 
+step "s3:// against a local S3-compatible server (moto, signatures checked)"
+rc=0; bash tests/io/s3_moto.sh build || rc=$?
+case $rc in
+  0) ;;
+  77) echo "SKIP tests/io/s3_moto.sh (not allowed in the test command)"; failed=1 ;;
+  *) echo "FAIL tests/io/s3_moto.sh"; failed=1 ;;
+esac
+
 step "ASan+UBSan build"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=address,undefined \
       -DSLUICE_BUILD_PYTHON=OFF -DSLUICE_BUILD_TOOLS=OFF -DSLUICE_BUILD_FUZZ=ON >/dev/null
