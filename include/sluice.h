@@ -816,7 +816,9 @@ typedef enum sl_warnings {
      *  unknown JFIF version, unknown Adobe transform, odd SOS parameters in
      *  a sequential file, bad ICC marker). */
     SL_WARNINGS_DEFAULT = 0,
-    /** Fail on any warning (the behaviour before 0.2). */
+    /** Fail on any warning (the behaviour before 0.2), and decode JPEG
+     *  entropy-coded data on libjpeg-turbo's checking Huffman path (as
+     *  SL_DECODE_CHECK_ENTROPY), so every corrupt code that is decoded fails. */
     SL_WARNINGS_STRICT = 1,
     /** Pass every warning except a file that ends early: accept what PIL's
      *  Image.open(f).convert("RGB") accepts, with the same pixels. */
