@@ -30,7 +30,7 @@ T=${THREADS:-$(nproc)}
 LIM=${LIMIT:-0}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-LIBS="$(pkg-config --libs libturbojpeg libjpeg libzstd libpng libcjson zlib libwebp libprotobuf-c) \
+LIBS="$(pkg-config --libs libturbojpeg libjpeg libzstd libcjson zlib libwebp libprotobuf-c) \
 $(pkg-config --libs spng 2>/dev/null || true) -lxxhash -lpthread -lm -ldl"
 # shellcheck disable=SC2086
 cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude bench/ops_decode_bench.c "$BUILD/libsluice.a" $LIBS \
