@@ -70,7 +70,7 @@ struct sl_decoder {
     uint64_t synth_used, synth_fallbacks;
     /* whole decodes on the fast path that skipped extraneous bytes after
      * the header and were decoded again on the checking source: read by
-     * tests, and by bench/ops_decode_bench (what default mode costs) */
+     * tests (clean files must never be decoded twice) */
     uint64_t rechecks;
 };
 
