@@ -2,7 +2,8 @@
  * ops_decode_bench.c — per-image CPU cost of sluice's image ops against the
  * full-size decode limit, on the same files, cores and library.
  *
- *   ops_decode_bench [--threads T] [--repeat R] [--limit N] [--restart auto|rows [--verify]] MODE DIR
+ *   ops_decode_bench [--threads T] [--repeat R] [--limit N] [--restart auto|rows [--verify]]
+ *                    [--warnings default|strict|lenient] [--check-entropy] MODE DIR
  *
  * MODE:
  *   tj      libjpeg-turbo (TurboJPEG) full-size RGB decode: the decode limit
@@ -21,9 +22,14 @@
  * source whole with TurboJPEG (RGB, gray or CMYK, as the file is) and
  * compares the pixels: one JSON line with the count of files compared and
  * of those that differ (exit status 1 if any does).
+ * --warnings sets the decoders' SL_DECODE_WARNINGS (the pipeline's decode op
+ * `warnings`), --check-entropy their SL_DECODE_CHECK_ENTROPY (not in pipeline
+ * mode): what strict mode and `pack --check decode` cost against the default
+ * (docs/OPS.md, "Corrupt entropy data").
  * Files (*.jpg, *.jpeg, *.png, recursively) are read into memory first; each
  * thread takes every T-th image. Prints one JSON line per repeat and a summary
- * with the median images/s.
+ * with the median images/s and the median CPU time (user + system, all
+ * threads) per image, the steadier figure on a shared machine.
  * Build: cmake -DSLUICE_BUILD_BENCH=ON, or
  *   cc -O2 -Iinclude bench/ops_decode_bench.c -Lbuild -lsluice -lturbojpeg -lpthread -lm
  */
@@ -34,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <turbojpeg.h>
@@ -47,7 +54,18 @@ typedef struct {
 static blob *files;
 static size_t nfiles, capfiles;
 static const char *mode;
+static const char *warnings = "default";
+static int check_entropy;
 static int nthreads = 1;
+
+/* CPU seconds this process has used (user + system): on a shared machine
+ * the CPU time an image costs moves far less than the wall time. */
+static double cpu_now(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + (double)u.ru_stime.tv_sec +
+           u.ru_stime.tv_usec * 1e-6;
+}
 
 static double now(void) {
     struct timespec ts;
@@ -110,6 +128,11 @@ typedef struct {
     int failed;
 } worker;
 
+static int warnings_value(const char *w) {
+    return !strcmp(w, "strict") ? SL_WARNINGS_STRICT
+           : !strcmp(w, "lenient") ? SL_WARNINGS_LENIENT : SL_WARNINGS_DEFAULT;
+}
+
 static void *run(void *arg) {
     worker *w = arg;
     sl_decoder *dec = NULL;
@@ -123,8 +146,11 @@ static void *run(void *arg) {
     const double scale[2] = {0.08, 1.0}, ratio[2] = {3.0 / 4.0, 4.0 / 3.0};
     if (!strcmp(mode, "tj"))
         tj = tjInitDecompress();
-    else
+    else {
         sl_decoder_create(&dec);
+        sl_decoder_set(dec, SL_DECODE_WARNINGS, warnings_value(warnings));
+        sl_decoder_set(dec, SL_DECODE_CHECK_ENTROPY, check_entropy);
+    }
     int slot = 0;
     for (size_t i = (size_t)w->id; i < nfiles; i += (size_t)nthreads) {
         const blob *b = &files[i];
@@ -226,9 +252,12 @@ static double run_pipeline(uint64_t epoch, int *failed) {
             ss[i].index = i;
         }
         const char *names[1] = {"image"};
+        char decode_op[128];
+        snprintf(decode_op, sizeof decode_op,
+                 "{\"op\": \"decode\", \"column\": \"image\", \"warnings\": \"%s\"}", warnings);
         if (sl_spec_create(&spec) || sl_spec_set_source_samples(spec, 1, names, ss, nfiles) ||
             sl_spec_set_shuffle(spec, 1) || sl_spec_set_threads(spec, nthreads) ||
-            sl_spec_add_op_json(spec, "{\"op\": \"decode\", \"column\": \"image\"}") ||
+            sl_spec_add_op_json(spec, decode_op) ||
             sl_spec_add_op_json(spec, "{\"op\": \"random_resized_crop\", \"column\": \"image\", \"size\": 224}") ||
             sl_spec_add_op_json(spec, "{\"op\": \"flip\", \"column\": \"image\"}") ||
             sl_spec_add_op_json(spec, "{\"op\": \"normalize\", \"column\": \"image\", "
@@ -359,6 +388,10 @@ int main(int argc, char **argv) {
             restart = argv[++a];
         else if (!strcmp(argv[a], "--verify"))
             verify = 1;
+        else if (!strcmp(argv[a], "--warnings") && a + 1 < argc)
+            warnings = argv[++a];
+        else if (!strcmp(argv[a], "--check-entropy"))
+            check_entropy = 1;
         else {
             fprintf(stderr, "unknown option %s\n", argv[a]);
             return 2;
@@ -366,7 +399,12 @@ int main(int argc, char **argv) {
     }
     if (argc - a != 2 || nthreads < 1) {
         fprintf(stderr, "usage: ops_decode_bench [--threads T] [--repeat R] [--limit N] "
-                        "[--restart auto|rows [--verify]] tj|decode|train|eval|pipeline DIR\n");
+                        "[--restart auto|rows [--verify]] [--warnings default|strict|lenient] "
+                        "[--check-entropy] tj|decode|train|eval|pipeline DIR\n");
+        return 2;
+    }
+    if (strcmp(warnings, "default") && strcmp(warnings, "strict") && strcmp(warnings, "lenient")) {
+        fprintf(stderr, "--warnings wants default, strict or lenient, not %s\n", warnings);
         return 2;
     }
     mode = argv[a];
@@ -391,14 +429,17 @@ int main(int argc, char **argv) {
         if (rc > 0) /* pixels differ: reported above */
             return 1;
     }
-    double rates[64];
+    double rates[64], cpus[64];
     if (repeat > 64)
         repeat = 64;
     for (int r = 0; r < repeat && !strcmp(mode, "pipeline"); r++) {
         int failed = 0;
+        double c0 = cpu_now();
         rates[r] = run_pipeline((uint64_t)r, &failed);
+        cpus[r] = (cpu_now() - c0) * 1e6 / (double)nfiles;
         printf("{\"mode\": \"pipeline\", \"threads\": %d, \"images\": %zu, \"failed\": %d, "
-               "\"img_s\": %.1f}\n", nthreads, nfiles, failed, rates[r]);
+               "\"img_s\": %.1f, \"cpu_us_per_img\": %.1f}\n", nthreads, nfiles, failed, rates[r],
+               cpus[r]);
         fflush(stdout);
     }
     for (int r = 0; r < repeat && strcmp(mode, "pipeline"); r++) {
@@ -406,7 +447,7 @@ int main(int argc, char **argv) {
         worker ws[256];
         if (nthreads > 256)
             nthreads = 256;
-        double t0 = now();
+        double t0 = now(), c0 = cpu_now();
         for (int i = 0; i < nthreads; i++) {
             ws[i] = (worker){i, (uint64_t)r, 0};
             pthread_create(&th[i], NULL, run, &ws[i]);
@@ -418,15 +459,23 @@ int main(int argc, char **argv) {
         }
         double dt = now() - t0;
         rates[r] = nfiles / dt;
+        cpus[r] = (cpu_now() - c0) * 1e6 / (double)nfiles;
         printf("{\"mode\": \"%s\", \"threads\": %d, \"images\": %zu, \"failed\": %d, "
-               "\"seconds\": %.3f, \"img_s\": %.1f}\n", mode, nthreads, nfiles, failed, dt, rates[r]);
+               "\"seconds\": %.3f, \"img_s\": %.1f, \"cpu_us_per_img\": %.1f}\n", mode, nthreads,
+               nfiles, failed, dt, rates[r], cpus[r]);
         fflush(stdout);
     }
     for (int i = 1; i < repeat; i++)
         for (int j = i; j > 0 && rates[j - 1] > rates[j]; j--) {
             double t = rates[j]; rates[j] = rates[j - 1]; rates[j - 1] = t;
         }
-    printf("{\"mode\": \"%s\", \"threads\": %d, \"median_img_s\": %.1f, \"min\": %.1f, \"max\": %.1f}\n",
-           mode, nthreads, rates[repeat / 2], rates[0], rates[repeat - 1]);
+    for (int i = 1; i < repeat; i++)
+        for (int j = i; j > 0 && cpus[j - 1] > cpus[j]; j--) {
+            double t = cpus[j]; cpus[j] = cpus[j - 1]; cpus[j - 1] = t;
+        }
+    printf("{\"mode\": \"%s\", \"threads\": %d, \"warnings\": \"%s\", \"check_entropy\": %d, "
+           "\"median_img_s\": %.1f, \"min\": %.1f, \"max\": %.1f, \"median_cpu_us_per_img\": %.1f}\n",
+           mode, nthreads, warnings, check_entropy, rates[repeat / 2], rates[0], rates[repeat - 1],
+           cpus[repeat / 2]);
     return 0;
 }

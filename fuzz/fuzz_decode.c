@@ -8,7 +8,9 @@
  * Input: the encoded image, then trailing parameter bytes read by
  * fuzz/fuzz_data_producer.h (last byte first): the call (decode, fused with a
  * box, fused without one), colour, interpolation, the crop box (as fractions
- * of the image, or raw, possibly outside it) and the output size.
+ * of the image, or raw, possibly outside it), the output size and the
+ * decoder's mode (warnings default, strict or lenient, or default with
+ * SL_DECODE_CHECK_ENTROPY).
  * One decoder lives across inputs, as a worker thread's does, so scratch or
  * library state left behind by an earlier input shows: each result is
  * checked against a fresh decoder's. The pixel cap is lowered to 4 Mpx so
@@ -37,7 +39,13 @@ typedef struct {
     uint16_t frac[4]; /* h, w, y, x as fractions of the image (0..65535) */
     int32_t raw[4];   /* y, x, h, w taken as they are */
     int out_h, out_w;
+    int mode; /* 0..2: SL_DECODE_WARNINGS; 3: default + SL_DECODE_CHECK_ENTROPY */
 } params;
+
+static void set_mode(sl_decoder *d, int mode) {
+    sl_decoder_set(d, SL_DECODE_WARNINGS, mode == 3 ? SL_WARNINGS_DEFAULT : mode);
+    sl_decoder_set(d, SL_DECODE_CHECK_ENTROPY, mode == 3);
+}
 
 static sl_decoder *new_decoder(void) {
     sl_decoder *d = NULL;
@@ -110,10 +118,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (pr.raw_box)
         for (int i = 0; i < 4; i++)
             pr.raw[i] = (int32_t)(uint32_t)fuzz_producer_range(&fp, 0, UINT32_MAX);
+    pr.mode = (int)fuzz_producer_pick(&fp, 4);
     size_t n = 0;
     const uint8_t *img = fuzz_producer_bytes(&fp, fp.size, &n);
 
     sl_tensor t = {0}, t2 = {0};
+    set_mode(shared, pr.mode);
     int rc = run(shared, img, n, &pr, &t);
     if (rc < 0 && sl_errmsg()[0] == '\0')
         fail("a failure without a message");
@@ -122,6 +132,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
      * reached while growing its scratch.) */
     sl_decoder *fresh = new_decoder();
     if (fresh) {
+        set_mode(fresh, pr.mode);
         int rc2 = run(fresh, img, n, &pr, &t2);
         if (rc != SL_ENOMEM && rc2 != SL_ENOMEM) {
             if (rc2 != rc)

@@ -15,7 +15,13 @@ echo "wrote $(ls "$out/record" | wc -l) seeds to $out/record"
 mkdir -p "$out/state"
 "$build/fuzz/corpus_state" "$out/state"
 if [ -f "$here/make_decode_corpus.py" ]; then
-  /usr/bin/python3 "$here/make_decode_corpus.py" "$out/decode"
+  # with the damage tool (built with the tools), JPEGs with corrupt entropy data too
+  if [ -x "$build/sluice_jpeg_damage" ]; then
+    /usr/bin/python3 "$here/make_decode_corpus.py" --damage "$build/sluice_jpeg_damage" "$out/decode"
+  else
+    echo "make_corpus.sh: no $build/sluice_jpeg_damage: decode corpus without corrupt entropy data" >&2
+    /usr/bin/python3 "$here/make_decode_corpus.py" "$out/decode"
+  fi
 fi
 if [ -f "$here/make_parsers_corpus.sh" ]; then
   sh "$here/make_parsers_corpus.sh" "$out"

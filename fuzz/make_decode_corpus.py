@@ -5,13 +5,19 @@ Each file is an image made here with PIL followed by trailing parameter bytes
 (read by fuzz/fuzz_data_producer.h, last byte first; see fuzz_decode.c): JPEG
 baseline/progressive/gray/CMYK/4:4:4, restart markers, PNG in every colour type
 and depth, WebP lossy/lossless/alpha/animated, plus damaged variants (truncated, a
-flipped byte, an oversized header). Deterministic: the same files each run.
-Usage: /usr/bin/python3 fuzz/make_decode_corpus.py [DIR]
+flipped byte, an oversized header). With --damage TOOL (build/sluice_jpeg_damage),
+also JPEGs whose entropy-coded data has runs of bytes overwritten by stuffed
+0xFF 0x00 pairs (tests/ops/jpeg_damage.h), baseline and progressive, each with
+the plain and the fused decode in every decoder mode. Deterministic: the same
+files each run.
+Usage: /usr/bin/python3 fuzz/make_decode_corpus.py [--damage TOOL] [DIR]
 """
 import io
 import os
 import struct
+import subprocess
 import sys
+import tempfile
 import zlib
 
 import numpy as np
@@ -99,14 +105,16 @@ def params(*draws):
     return tail
 
 
-def decode_params(call, rgb, interp, out_h, out_w, fracs=(0, 0, 0, 0), raw=None):
+def decode_params(call, rgb, interp, out_h, out_w, fracs=(0, 0, 0, 0), raw=None, mode=0):
     """call: 0 sl_decode, 1 fused with a box, 2 fused on the whole image;
     interp 0..2 (bilinear, area, nearest); fracs: box h, w, y, x as fractions
-    of the image (0..65535); raw: a box (y, x, h, w) taken as it is."""
+    of the image (0..65535); raw: a box (y, x, h, w) taken as it is; mode:
+    warnings 0 default, 1 strict, 2 lenient, 3 default + check_entropy."""
     draws = [(call, 1), (rgb, 1), (interp, 1), (out_h - 1, 1), (out_w - 1, 1),
              (0 if raw else 1, 1)] + [(f, 2) for f in fracs]
     if raw:
         draws += [(v & 0xffffffff, 4) for v in raw]
+    draws += [(mode, 1)]
     return params(*draws)
 
 
@@ -119,20 +127,53 @@ PARAMS = (
     decode_params(1, 1, 0, 10, 10, (0x4000, 0x4000, 0x4000, 0x4000), raw=(-1, 3, 5, 5)),
 )
 
+# Damaged entropy data: the plain decode and the fused decode of the whole
+# image, in each decoder mode.
+DAMAGE_PARAMS = tuple(decode_params(call, 1, 0, 24, 24, mode=mode)
+                      for call in (0, 2) for mode in range(4))
+
+
+def damaged_seeds(tool):
+    """The damaged JPEGs sluice_jpeg_damage makes from a baseline and a
+    progressive photo-like JPEG (large enough that most of the scan is read
+    on libjpeg-turbo's fast Huffman path)."""
+    rgb = Image.fromarray(picture(240, 160, 5))
+    with tempfile.TemporaryDirectory() as tmp:
+        srcs = []
+        for name, kw in (("base", {}), ("prog", {"progressive": True})):
+            path = os.path.join(tmp, name + ".jpg")
+            with open(path, "wb") as f:
+                f.write(save(rgb, "JPEG", quality=90, **kw))
+            srcs.append(path)
+        out = os.path.join(tmp, "damaged")
+        subprocess.run([tool, out] + srcs, check=True, stdout=subprocess.DEVNULL)
+        for name in sorted(os.listdir(out)):
+            with open(os.path.join(out, name), "rb") as f:
+                yield "jpeg_entropy_" + name[:-4], f.read()
+
+
 # A format sl_image_sniff learns next (AVIF, ...) gets its seeds in seeds()
 # (valid, truncated, flipped, oversized header) and is fuzzed with the rest.
 
 
 def main():
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(repo, "build", "fuzz_corpus", "decode")
+    args = sys.argv[1:]
+    tool = None
+    if args[:1] == ["--damage"]:
+        tool, args = args[1], args[2:]
+    out = args[0] if args else os.path.join(repo, "build", "fuzz_corpus", "decode")
     os.makedirs(out, exist_ok=True)
     n = 0
-    for name, data in seeds():
-        for k, tail in enumerate(PARAMS):
-            with open(os.path.join(out, "%s_%d" % (name, k)), "wb") as f:
-                f.write(data + tail)
-            n += 1
+    groups = [(seeds(), PARAMS)]
+    if tool:
+        groups.append((damaged_seeds(tool), DAMAGE_PARAMS))
+    for named, tails in groups:
+        for name, data in named:
+            for k, tail in enumerate(tails):
+                with open(os.path.join(out, "%s_%d" % (name, k)), "wb") as f:
+                    f.write(data + tail)
+                n += 1
     print("wrote %d files to %s" % (n, out))
 
 

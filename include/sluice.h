@@ -796,7 +796,16 @@ typedef enum sl_decoder_param {
      *  sl_decode_crop_resize are in upright coordinates. 0 (default): pixels
      *  as stored, as PIL's Image.open and torchvision's ImageFolder give
      *  them. PNG eXIf chunks are ignored. Range 0..1. Since 0.2 */
-    SL_DECODE_EXIF_ORIENTATION = 4
+    SL_DECODE_EXIF_ORIENTATION = 4,
+    /** 1: feed every JPEG to libjpeg-turbo's checking Huffman decoder, so
+     *  corrupt entropy-coded data is found wherever it is decoded. 0
+     *  (default): baseline files without restart markers go through its
+     *  fast decoder, which reads a corrupt code as zero without a warning;
+     *  in SL_WARNINGS_DEFAULT a whole decode then finds such damage by the
+     *  bytes it leaves unused (docs/OPS.md, "Corrupt entropy data", says
+     *  what each mode catches and what it costs). SL_WARNINGS_STRICT always
+     *  checks; `sluice pack --check decode` sets it. Range 0..1. Since 0.2 */
+    SL_DECODE_CHECK_ENTROPY = 5
 } sl_decoder_param;
 
 /** Values of SL_DECODE_WARNINGS. Values are pinned. */
@@ -807,7 +816,9 @@ typedef enum sl_warnings {
      *  unknown JFIF version, unknown Adobe transform, odd SOS parameters in
      *  a sequential file, bad ICC marker). */
     SL_WARNINGS_DEFAULT = 0,
-    /** Fail on any warning (the behaviour before 0.2). */
+    /** Fail on any warning (the behaviour before 0.2), and decode JPEG
+     *  entropy-coded data on libjpeg-turbo's checking Huffman path (as
+     *  SL_DECODE_CHECK_ENTROPY), so every corrupt code that is decoded fails. */
     SL_WARNINGS_STRICT = 1,
     /** Pass every warning except a file that ends early: accept what PIL's
      *  Image.open(f).convert("RGB") accepts, with the same pixels. */

@@ -181,8 +181,10 @@ class Dataset:
         """Decode JPEG/PNG bytes into an HWC uint8 image (``mode``: "rgb" or
         "gray", as PIL's convert). Fused with a crop/resize that follows.
         ``warnings``: which libjpeg warnings fail the sample — "default"
-        (those that mean damaged pixels), "strict" (all) or "lenient" (only
-        a file that ends early, as PIL). ``exif_orientation``: turn JPEGs
+        (those that mean damaged pixels), "strict" (all, and every corrupt
+        Huffman code, which libjpeg-turbo's fast path otherwise reads as
+        zero without a warning: docs/OPS.md, "Corrupt entropy data") or
+        "lenient" (only a file that ends early, as PIL). ``exif_orientation``: turn JPEGs
         upright by their EXIF orientation (PIL's ImageOps.exif_transpose);
         off by default, as PIL's Image.open."""
         if not isinstance(exif_orientation, bool):

@@ -54,6 +54,12 @@ int sl_decoder_set(sl_decoder *dec, int param, int64_t value) {
                              (long long)value);
         dec->exif_orientation = (int)value;
         return SL_OK;
+    case SL_DECODE_CHECK_ENTROPY:
+        if (value != 0 && value != 1)
+            return sl__error(SL_EINVAL, "decoder: check_entropy %lld is not 0 or 1",
+                             (long long)value);
+        dec->check_entropy = (int)value;
+        return SL_OK;
     default:
         return sl__error(SL_EINVAL, "decoder: unknown parameter %d", param);
     }
@@ -65,6 +71,7 @@ int64_t sl_decoder_get(const sl_decoder *dec, int param) {
     case SL_DECODE_MAX_SCANS: return dec->max_scans;
     case SL_DECODE_WARNINGS: return dec->warnings;
     case SL_DECODE_EXIF_ORIENTATION: return dec->exif_orientation;
+    case SL_DECODE_CHECK_ENTROPY: return dec->check_entropy;
     default: return -1;
     }
 }

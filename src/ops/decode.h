@@ -19,7 +19,33 @@ typedef struct sl_jpeg_err {
     char msg[JMSG_LENGTH_MAX];
     int64_t max_scans;
     int warnings; /* sl_warnings */
+    /* Set once the header up to the first SOS is read: from then on,
+     * extraneous bytes may be entropy-coded data the decoder did not use. */
+    int past_header;
+    /* Extraneous bytes were skipped past_header (sl_ops__jpeg_decode then
+     * checks the file on the checking source, decode_jpeg.c). */
+    int suspect;
 } sl_jpeg_err;
+
+/* A source manager over bytes in memory that hands them to libjpeg a few
+ * hundred at a time. libjpeg-turbo's sequential Huffman decoder has two
+ * paths: a fast one, taken while at least 512 bytes per block of the MCU
+ * are buffered (always, with jpeg_mem_src, except in a file's last few KB
+ * and in files with restart markers), which reads a code longer than 16
+ * bits, i.e. corrupt data, as 0 and raises no warning; and a slow one,
+ * which raises JWRN_HUFF_BAD_CODE. Fed from this source the decoder always
+ * takes the slow path, so every corrupt code it reads is reported.
+ * Otherwise it behaves as jpeg_mem_src: the same bytes, and past their end
+ * JWRN_JPEG_EOF and a fake EOI marker. */
+typedef struct sl_jpeg_src {
+    struct jpeg_source_mgr pub;
+    const uint8_t *data;
+    size_t size, pos; /* pos: bytes handed to libjpeg so far */
+} sl_jpeg_src;
+
+/* Point `ci` at `data` through `s` (which must outlive the decode). */
+void sl_ops__jpeg_checked_src(j_decompress_ptr ci, sl_jpeg_src *s, const uint8_t *data,
+                              size_t size);
 
 struct sl_decoder {
     struct jpeg_decompress_struct cinfo;
@@ -30,6 +56,8 @@ struct sl_decoder {
     int64_t max_scans;
     int warnings;         /* sl_warnings */
     int exif_orientation; /* 1: apply the EXIF orientation */
+    int check_entropy;    /* SL_DECODE_CHECK_ENTROPY */
+    sl_jpeg_src src;      /* the checking source, when a decode uses it */
     /* scratch for rows that need converting and for fused decodes */
     uint8_t *scratch;
     size_t scratch_cap;
@@ -40,6 +68,10 @@ struct sl_decoder {
      * back to the whole-scan path after a synthetic stream failed: read by
      * tests, which must know which path gave the pixels */
     uint64_t synth_used, synth_fallbacks;
+    /* whole decodes on the fast path that skipped extraneous bytes after
+     * the header and were decoded again on the checking source: read by
+     * tests (clean files must never be decoded twice) */
+    uint64_t rechecks;
 };
 
 /* Where things are in a JPEG, found by walking its segments up to the first

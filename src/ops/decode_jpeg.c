@@ -58,7 +58,14 @@ static int warning_fails(int code, int mode) {
 
 static void on_emit_message(j_common_ptr c, int level) {
     sl_jpeg_err *e = (sl_jpeg_err *)c->err;
-    if (level < 0 && warning_fails(c->err->msg_code, e->warnings))
+    if (level >= 0)
+        return;
+    /* Past the header, skipped bytes may be entropy-coded data the decoder
+     * never used because it lost step with the stream: on the fast Huffman
+     * path the one trace corrupt codes may leave. */
+    if (c->err->msg_code == JWRN_EXTRANEOUS_DATA && e->past_header)
+        e->suspect = 1;
+    if (warning_fails(c->err->msg_code, e->warnings))
         on_error_exit(c);
 }
 
@@ -172,15 +179,89 @@ static int exif_orientation(j_decompress_ptr ci) {
     return 1;
 }
 
-/* Read the header of `data`; returns the orientation to apply (1: none). */
-static int start(sl_decoder *d, const uint8_t *data, size_t size) {
+/* ---- the checking source (decode.h, sl_jpeg_src) ---------------------------- */
+
+/* Bytes per refill: below 512, what libjpeg-turbo's fast Huffman path needs
+ * buffered per block of an MCU (jdhuff.c, decode_mcu: BUFSIZE), for an MCU
+ * of one block, so no MCU of any file starts on the fast path. A 36 KB photo
+ * takes ~150 refills, each a few stores. */
+#define CHECKED_SRC_CHUNK 256
+
+static void checked_init(j_decompress_ptr ci) { (void)ci; }
+
+static boolean checked_fill(j_decompress_ptr ci) {
+    static const JOCTET fake_eoi[2] = {0xFF, JPEG_EOI};
+    sl_jpeg_src *s = (sl_jpeg_src *)ci->src;
+    if (s->pos < s->size) {
+        size_t n = s->size - s->pos < CHECKED_SRC_CHUNK ? s->size - s->pos : CHECKED_SRC_CHUNK;
+        s->pub.next_input_byte = s->data + s->pos;
+        s->pub.bytes_in_buffer = n;
+        s->pos += n;
+        return TRUE;
+    }
+    /* past the end: as jpeg_mem_src, a warning and an EOI marker */
+    WARNMS(ci, JWRN_JPEG_EOF);
+    s->pub.next_input_byte = fake_eoi;
+    s->pub.bytes_in_buffer = 2;
+    return TRUE;
+}
+
+static void checked_skip(j_decompress_ptr ci, long n) {
+    sl_jpeg_src *s = (sl_jpeg_src *)ci->src;
+    if (n <= 0)
+        return;
+    if ((size_t)n <= s->pub.bytes_in_buffer) {
+        s->pub.next_input_byte += n;
+        s->pub.bytes_in_buffer -= (size_t)n;
+        return;
+    }
+    size_t rest = (size_t)n - s->pub.bytes_in_buffer;
+    s->pub.bytes_in_buffer = 0; /* the next read refills from pos */
+    if (rest <= s->size - s->pos) {
+        s->pos += rest;
+        return;
+    }
+    s->pos = s->size;
+    (void)checked_fill(ci); /* the skip runs past the end */
+}
+
+static void checked_term(j_decompress_ptr ci) { (void)ci; }
+
+void sl_ops__jpeg_checked_src(j_decompress_ptr ci, sl_jpeg_src *s, const uint8_t *data,
+                              size_t size) {
+    memset(s, 0, sizeof *s);
+    s->pub.init_source = checked_init;
+    s->pub.fill_input_buffer = checked_fill;
+    s->pub.skip_input_data = checked_skip;
+    s->pub.resync_to_restart = jpeg_resync_to_restart;
+    s->pub.term_source = checked_term;
+    s->data = data;
+    s->size = size;
+    ci->src = &s->pub;
+}
+
+/* Whether decodes on `d` go through the checking source: corrupt entropy
+ * data must fail in strict mode, and wherever the caller asked for it. */
+static int checks_entropy(const sl_decoder *d) {
+    return d->check_entropy || d->warnings == SL_WARNINGS_STRICT;
+}
+
+/* Read the header of `data` from memory (`checked` 0) or through the
+ * checking source; returns the orientation to apply (1: none). */
+static int start(sl_decoder *d, const uint8_t *data, size_t size, int checked) {
     d->jerr.msg[0] = '\0';
     d->jerr.max_scans = d->max_scans;
     d->jerr.warnings = d->warnings;
-    jpeg_mem_src(&d->cinfo, data, (unsigned long)size);
+    d->jerr.past_header = 0;
+    d->jerr.suspect = 0;
+    if (checked)
+        sl_ops__jpeg_checked_src(&d->cinfo, &d->src, data, size);
+    else
+        jpeg_mem_src(&d->cinfo, data, (unsigned long)size);
     if (d->exif_orientation)
         jpeg_save_markers(&d->cinfo, JPEG_APP0 + 1, 0xffff);
     (void)jpeg_read_header(&d->cinfo, TRUE);
+    d->jerr.past_header = 1;
     return d->exif_orientation ? exif_orientation(&d->cinfo) : 1;
 }
 
@@ -189,7 +270,7 @@ int sl_ops__jpeg_info(sl_decoder *d, const uint8_t *data, size_t size, sl_image_
     int kind = setjmp(d->jerr.jb);
     if (kind)
         return jpeg_failure(d, kind);
-    int o = start(d, data, size);
+    int o = start(d, data, size, 0);
     info->format = SL_FORMAT_JPEG;
     info->width = (int32_t)d->cinfo.image_width;
     info->height = (int32_t)d->cinfo.image_height;
@@ -311,8 +392,9 @@ static void read_image(j_decompress_ptr ci, int jc, sl_color color, uint8_t *dst
     }
 }
 
-int sl_ops__jpeg_decode(sl_decoder *d, const uint8_t *data, size_t size, sl_color color,
-                        sl_tensor *out) {
+/* One whole decode, from memory or (`checked`) through the checking source. */
+static int jpeg_decode_pass(sl_decoder *d, const uint8_t *data, size_t size, sl_color color,
+                            sl_tensor *out, int checked) {
     SL_TRY(jpeg_begin(d));
     j_decompress_ptr ci = &d->cinfo;
     volatile int allocated = 0;
@@ -323,7 +405,7 @@ int sl_ops__jpeg_decode(sl_decoder *d, const uint8_t *data, size_t size, sl_colo
             sl_tensor_release(out);
         return rc;
     }
-    int o = start(d, data, size);
+    int o = start(d, data, size, checked);
     int rc = sl_ops__check_dims(d, ci->image_width, ci->image_height);
     int jc = set_out_space(ci);
     size_t w = ci->image_width, h = ci->image_height;
@@ -354,6 +436,29 @@ int sl_ops__jpeg_decode(sl_decoder *d, const uint8_t *data, size_t size, sl_colo
     if (o != 1)
         orient(d->scratch, (int)h, (int)w, (int)color, o, out->data);
     return SL_OK;
+}
+
+/* A whole decode. In default mode it runs on the fast path (jpeg_mem_src),
+ * which reads a corrupt Huffman code as 0 without a word; the decoder then
+ * loses step with the stream and, unless the damage runs it into the next
+ * marker (JWRN_HIT_MARKER, which fails) or lies where libjpeg takes its
+ * slow path anyway, leaves bytes it never used before the marker that ends
+ * the scan: JWRN_EXTRANEOUS_DATA past the header. Such a file (rare: clean
+ * files end each scan on their last byte) is decoded again on the checking
+ * source, and that decode's warnings decide; the cost falls on those files
+ * alone. Bytes skipped between header segments before the first scan say
+ * nothing about the entropy data and cause no second decode. */
+int sl_ops__jpeg_decode(sl_decoder *d, const uint8_t *data, size_t size, sl_color color,
+                        sl_tensor *out) {
+    const int checked = checks_entropy(d), was_empty = out->data == NULL;
+    int rc = jpeg_decode_pass(d, data, size, color, out, checked);
+    if (rc < 0 || checked || !d->jerr.suspect || d->warnings == SL_WARNINGS_LENIENT)
+        return rc;
+    d->rechecks++;
+    rc = jpeg_decode_pass(d, data, size, color, out, 1);
+    if (rc < 0 && was_empty)
+        sl_tensor_release(out);
+    return rc;
 }
 
 /* The fused path for a turned image: `box` and `lim` are upright
@@ -589,7 +694,10 @@ int sl_ops__jpeg_decode_box(sl_decoder *d, const uint8_t *data, size_t size, sl_
     int kind = setjmp(d->jerr.jb);
     if (kind)
         return jpeg_failure(d, kind);
-    int turn = start(d, data, size);
+    /* Rows are read down to the region's last and the decode is aborted:
+     * no end-of-scan trace to go by, so only the checking source finds
+     * corrupt codes on the fast path. */
+    int turn = start(d, data, size, checks_entropy(d));
     int rc = sl_ops__check_dims(d, ci->image_width, ci->image_height);
     if (rc < 0) {
         jpeg_abort_decompress(ci);

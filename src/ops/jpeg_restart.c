@@ -463,6 +463,7 @@ int sl_jpeg_add_restarts(const void *data, size_t size, sl_jpeg_restart mode, sl
         struct jpeg_decompress_struct src;
         struct jpeg_compress_struct dst;
         restart_err err;
+        sl_jpeg_src in;
         uint8_t *mine;
         unsigned char *buf;
         unsigned long len;
@@ -491,7 +492,10 @@ int sl_jpeg_add_restarts(const void *data, size_t size, sl_jpeg_restart mode, sl
         goto cleanup; /* a file libjpeg cannot transcode is stored as it was */
     jpeg_create_decompress(&w->src);
     w->made_src = 1;
-    jpeg_mem_src(&w->src, data, (unsigned long)size);
+    /* Through the checking source: on libjpeg-turbo's fast Huffman path a
+     * corrupt code reads as 0 without a warning, and the re-encode would
+     * store the damage as valid data that no later decode can find. */
+    sl_ops__jpeg_checked_src(&w->src, &w->in, data, size);
     jpeg_save_markers(&w->src, JPEG_COM, 0xffff);
     for (int m = 0; m < 16; m++)
         jpeg_save_markers(&w->src, JPEG_APP0 + m, 0xffff);

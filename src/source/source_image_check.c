@@ -29,6 +29,10 @@ int sl_source__checker_init(sl_source__checker *c, int mode) {
     SL_TRY(sl_decoder_create(&c->dec));
     if (mode == SL_PACK_CHECK_HEADER)
         SL_TRY(sl_decoder_set(c->dec, SL_DECODE_MAX_PIXELS, HEADER_CHECK_MAX_PIXELS));
+    /* A decode check finds corrupt entropy data on every file, where the
+     * training decoder's fast path may not (docs/OPS.md). */
+    if (mode == SL_PACK_CHECK_DECODE)
+        SL_TRY(sl_decoder_set(c->dec, SL_DECODE_CHECK_ENTROPY, 1));
     return SL_OK;
 }
 
