@@ -93,7 +93,7 @@ has "$ERR" "index 300 is out of range"
 has "$ERR" "300 records"
 run 1 "$SLUICE" cat "$T/d.slr" --index 0 --column pixels
 has "$ERR" "no column 'pixels'"
-has "$ERR" "image, label"
+has "$ERR" "its columns are: label, image"   # closest to 'pixels' first
 one_line "$ERR"
 
 # ---- verify of a damaged file: exit 1 naming the record -----------------------------
