@@ -14,8 +14,10 @@
  * runtime's current device is per thread, and batches are released (and
  * their events recorded) on whatever thread drops the last reference.
  *
- * Not run on a GPU yet: this file has only been exercised on a machine
- * without a CUDA driver, where opening it fails with SL_EUNSUPPORTED.
+ * Not run on a GPU yet. Without one, the tests run this file over a
+ * stand-in runtime (host memory, injected failures; SLUICE_CUDART and
+ * tests/device/fake/fake_cudart.c): that covers its calls and error paths,
+ * not a GPU's behaviour.
  */
 #include "device/device.h"
 
@@ -111,9 +113,24 @@ static void load_kernels(void) {
 }
 
 static void load_cuda(void) {
-    /* The runtime the kernels were built against first, so both share it. */
+    /* SLUICE_CUDART names the runtime library to load instead (a path, or a
+     * name for the loader's search): the tests load a stand-in with it
+     * (tests/device/fake/fake_cudart.c). Otherwise the runtime the kernels
+     * were built against first, so both share it. */
     char names[6][32];
     int n = 0;
+    const char *env = getenv("SLUICE_CUDART");
+    if (env && *env) {
+        cu.lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
+        if (!cu.lib) {
+            const char *why = dlerror();
+            snprintf(cu.missing, sizeof cu.missing,
+                     "SLUICE_CUDART=%.150s could not be loaded (%.120s); unset it to use the "
+                     "installed CUDA runtime", env, why ? why : "?");
+            return;
+        }
+        snprintf(cu.lib_name, sizeof cu.lib_name, "%.63s", env);
+    }
     if (SLUICE_CUDA_BUILD_MAJOR)
         snprintf(names[n++], sizeof names[0], "libcudart.so.%d", SLUICE_CUDA_BUILD_MAJOR);
     snprintf(names[n++], sizeof names[0], "libcudart.so.13");
