@@ -74,6 +74,9 @@ fi
 step "pip install . and pip wheel . in a fresh venv (tests/install/pip_install.sh)"
 bash tests/install/pip_install.sh || failed=1
 
+step "GPU check script, dry run on the host backend (scripts/gpu_check.sh --dry-run)"
+bash scripts/gpu_check.sh --dry-run || failed=1
+
 echo
 if [ $failed -ne 0 ]; then echo "== some tests FAILED"; exit 1; fi
 echo "== all tests passed"
