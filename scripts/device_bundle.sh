@@ -7,6 +7,7 @@
 #                      prefix there, never into /)
 #   .devbundle/wheels/ NVIDIA's nvidia-nvjpeg wheel (nvjpeg.h, libnvjpeg.so.13),
 #                      fetched with pip inside a private virtual environment
+#                      (scripts/nvjpeg_fetch.sh)
 # and prints the size, which must stay under 60 MiB (the tool carries at most
 # 64 MiB per call, the working tree included). Run it here, on the host:
 #   bash scripts/device_bundle.sh [DIR]        (DIR: default .devbundle)
@@ -28,13 +29,9 @@ mkdir -p "$DIR/debs" "$DIR/wheels"
 echo "== .debs (apt-get download)" >&2
 ( cd "$DIR/debs" && rm -f ./*.deb && apt-get -o APT::Sandbox::User=root download -q "${DEBS[@]}" >/dev/null )
 
-echo "== nvidia-nvjpeg wheel (pip download, in a private venv)" >&2
-VENV=${SLUICE_PIP_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/pip-venv}
-[ -x "$VENV/bin/pip" ] || /usr/bin/python3 -m venv "$VENV"
+echo "== nvidia-nvjpeg wheel (scripts/nvjpeg_fetch.sh: pip download in a private venv)" >&2
 rm -f "$DIR"/wheels/*.whl
-"$VENV/bin/pip" download -q --no-deps --only-binary=:all: --python-version 3.12 \
-  --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_27_x86_64 \
-  -d "$DIR/wheels" "nvidia-nvjpeg>=13,<14"
+bash scripts/nvjpeg_fetch.sh --wheel-dir "$DIR/wheels" >/dev/null
 
 bytes=$(du -sb "$DIR" | cut -f1)
 mib=$(( (bytes + 1048575) / 1048576 ))

@@ -79,7 +79,10 @@ setup_prefix() {
   fi
   local lib=$PREFIX/usr/lib/x86_64-linux-gnu
   export PATH=$PREFIX/usr/bin:$PATH
-  export LD_LIBRARY_PATH=$lib${NVJPEG_ROOT:+:$NVJPEG_ROOT/lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # the CUDA runtime sluice dlopens: the toolkit's, when the loader does not know it
+  local cudalib=""
+  command -v nvcc >/dev/null && cudalib=$(dirname "$(dirname "$(command -v nvcc)")")/lib64
+  export LD_LIBRARY_PATH=$lib${NVJPEG_ROOT:+:$NVJPEG_ROOT/lib}${cudalib:+:$cudalib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export PKG_CONFIG_PATH=$lib/pkgconfig:$PREFIX/usr/share/pkgconfig
   export PKG_CONFIG_SYSROOT_DIR=$PREFIX
   export CMAKE_PREFIX_PATH=$PREFIX/usr
@@ -133,9 +136,21 @@ photos() {
 
 part1() {
   local log=$WORK/ctests.log
-  "$BUILD/sluice_tests" device cuda_fake > "$log" 2>&1
+  "$BUILD/sluice_tests" device cuda_fake nvjpeg_fake > "$log" 2>&1
   local rc=$?
-  line c_device_tests $([ $rc = 0 ] && echo PASS || echo FAIL) "$(tail -1 "$log") (device_*, cuda_fake_*)"
+  line c_device_tests $([ $rc = 0 ] && echo PASS || echo FAIL) "$(tail -1 "$log") (device_*, cuda_fake_*, nvjpeg_fake_*)"
+
+  # nvJPEG's RGB against libjpeg-turbo's, on the GPU (tests/device/test_cuda_fake.c)
+  log=$WORK/nvjpeg_gpu.log
+  "$BUILD/sluice_tests" nvjpeg_gpu > "$log" 2>&1
+  rc=$?
+  if grep -q 'SKIP (GPU case)' "$log"; then
+    line nvjpeg_vs_cpu_decode $([ $DRY = 1 ] && echo SKIP || echo FAIL) "$(grep -m1 'SKIP' "$log" | sed 's/^ *//')"
+  elif grep -q 'nvjpeg_gpu' "$log"; then
+    line nvjpeg_vs_cpu_decode $([ $rc = 0 ] && echo PASS || echo FAIL) "$(grep -h -e 'backend:' -e 'mean |diff|' "$log" | sed 's/^ *//' | tr '\n' ';') tolerance mean <= 1.5, max <= 64"
+  else
+    line nvjpeg_vs_cpu_decode $([ $DRY = 1 ] && echo SKIP || echo FAIL) "this build has no nvJPEG decoder (nvjpeg.h not found at build time)"
+  fi
 
   log=$WORK/pytest.log
   PYTHONPATH=$BUILD/python SLUICE_BIN=$REPO/$BUILD/sluice SLUICE_LIB=$REPO/$BUILD/libsluice.so \

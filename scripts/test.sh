@@ -11,6 +11,9 @@ PY=/usr/bin/python3
 failed=0
 step() { echo; echo "== $*"; }
 
+step "nvJPEG header (scripts/nvjpeg_fetch.sh: the nvidia-nvjpeg wheel, into a cache folder)"
+bash scripts/nvjpeg_fetch.sh || echo "no nvjpeg.h: the build leaves the nvJPEG decoder out"
+
 step "release build (-Wall -Wextra -Werror)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_WERROR=ON -DSLUICE_BUILD_PYTHON=ON \
       -DPython3_EXECUTABLE=$PY >/dev/null

@@ -319,21 +319,3 @@ int sl_dev__cuda_open(sl_dev_backend **out, int id) {
     *out = b;
     return SL_OK;
 }
-
-/* nvJPEG: only whether it can be loaded; decoding on the GPU is not written
- * yet, so a "gpu" decode placement is refused either way (src/pipeline/device_handoff.c). */
-int sl_dev__nvjpeg_probe(void) {
-    static const char *const names[] = {"libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so.11",
-                                        "libnvjpeg.so"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (h) {
-            int ok = dlsym(h, "nvjpegCreateSimple") != NULL;
-            dlclose(h);
-            if (ok)
-                return SL_OK;
-        }
-    }
-    return sl__error(SL_EUNSUPPORTED, "libnvjpeg.so not found (install nvJPEG from the CUDA "
-                                      "toolkit)");
-}

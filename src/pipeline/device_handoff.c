@@ -141,8 +141,8 @@ static int check_decode(cJSON *op, int index) {
     if (sl_dev__nvjpeg_probe() < 0)
         return sl__error_prefix(SL_EUNSUPPORTED, "ops[%d].device \"gpu\": decoding on the GPU "
                                                  "needs nvJPEG", index);
-    return sl__error(SL_EUNSUPPORTED, "ops[%d].device \"gpu\": nvJPEG is present, but this "
-                                      "build does not decode on the GPU yet (use \"cpu\")", index);
+    return sl__error(SL_EUNSUPPORTED, "ops[%d].device \"gpu\": nvJPEG is present, but the "
+                                      "pipeline does not decode on the GPU yet (use \"cpu\")", index);
 }
 
 static int is_seq_op(const char *name) {

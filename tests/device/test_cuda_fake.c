@@ -295,3 +295,242 @@ SL_TEST(cuda_fake__event_query_fails_mid_epoch) {
     fails_cleanly("cudaEventQuery", 2, 1, FAKE_CUDA_ERR_LAUNCH_FAILURE, 1, 0,
                   "cudaEventQuery: unspecified launch failure");
 }
+
+/* ---- the nvJPEG batch decoder (device_nvjpeg.c) over the stand-ins ------------------ */
+#ifdef SLUICE_FAKE_NVJPEG
+#include <turbojpeg.h>
+
+typedef struct {
+    unsigned char *buf;
+    unsigned long len;
+} jpeg_file;
+
+/* A w x h JPEG of a smooth pattern; CMYK when cmyk. */
+static jpeg_file make_jpeg(int w, int h, int samp, int cmyk, int seed) {
+    int ch = cmyk ? 4 : 3;
+    uint8_t *px = malloc((size_t)w * h * ch);
+    ASSERT(px != NULL);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            for (int c = 0; c < ch; c++)
+                px[((size_t)y * w + x) * ch + c] = (uint8_t)(x * 5 + y * 3 + c * 40 + seed * 17);
+    tjhandle tj = tjInitCompress();
+    jpeg_file f = {NULL, 0};
+    ASSERT(tj != NULL);
+    ASSERT_EQ(tjCompress2(tj, px, w, 0, h, cmyk ? TJPF_CMYK : TJPF_RGB, &f.buf, &f.len, samp, 90,
+                          0), 0);
+    tjDestroy(tj);
+    free(px);
+    return f;
+}
+
+/* libjpeg-turbo's RGB of f (what the stand-in writes) */
+static uint8_t *turbo_rgb(const jpeg_file *f, int w, int h) {
+    uint8_t *px = malloc((size_t)w * h * 3);
+    tjhandle tj = tjInitDecompress();
+    ASSERT(px && tj);
+    ASSERT_EQ(tjDecompress2(tj, f->buf, f->len, px, w, 0, h, TJPF_RGB, TJFLAG_ACCURATEDCT), 0);
+    tjDestroy(tj);
+    return px;
+}
+
+static struct {
+    long (*live)(void);
+    long (*calls)(int batched);
+} fn;
+
+static sl_dev_backend *use_fakes(void) {
+    use_fake();
+    ASSERT_EQ(setenv("SLUICE_NVJPEG", SLUICE_FAKE_NVJPEG, 1), 0);
+    void *lib = dlopen(SLUICE_FAKE_NVJPEG, RTLD_NOW | RTLD_LOCAL);
+    ASSERT(lib != NULL);
+    *(void **)&fn.live = dlsym(lib, "fake_nvjpeg_live");
+    *(void **)&fn.calls = dlsym(lib, "fake_nvjpeg_calls");
+    ASSERT(fn.live && fn.calls);
+    sl_dev_backend *be = NULL;
+    ASSERT_OK(sl_dev__cuda_open(&be, 0));
+    return be;
+}
+
+/* Good images decode in one batched call; a CMYK file is refused at the
+ * header and a truncated one fails the batch: both go back to the CPU, and
+ * the three good neighbours still come out, each in its own buffer, with
+ * its own pitch. */
+SL_TEST(nvjpeg_fake__bad_neighbours_cost_only_themselves) {
+    sl_dev_backend *be = use_fakes();
+    sl_dev_jpeg *j;
+    ASSERT_OK(sl_dev__jpeg_open(&j, be));
+    ASSERT_STR_EQ(sl_dev__jpeg_backend(j), "hardware");
+    enum { NI = 5 };
+    int ws[NI] = {40, 33, 24, 31, 17}, hs[NI] = {30, 17, 24, 45, 9};
+    jpeg_file f[NI] = {make_jpeg(40, 30, TJSAMP_444, 0, 1), make_jpeg(33, 17, TJSAMP_420, 0, 2),
+                       make_jpeg(24, 24, TJSAMP_444, 1, 3), make_jpeg(31, 45, TJSAMP_422, 0, 4),
+                       make_jpeg(17, 9, TJSAMP_GRAY, 0, 5)};
+    jpeg_file whole3 = f[3];
+    sl_dev_jpeg_item it[NI];
+    memset(it, 0, sizeof it);
+    for (int i = 0; i < NI; i++) {
+        it[i].data = f[i].buf;
+        it[i].len = f[i].len;
+    }
+    it[3].len = f[3].len * 6 / 10; /* truncated: its header is intact */
+    ASSERT_OK(sl_dev__jpeg_decode(j, it, NI, NULL));
+    ASSERT_EQ(it[2].status, SL_DEV_JPEG_FALLBACK);
+    ASSERT_CONTAINS(it[2].why, "CMYK");
+    ASSERT_EQ(it[3].status, SL_DEV_JPEG_FALLBACK);
+    ASSERT_CONTAINS(it[3].why, "nvjpegDecode: bad JPEG");
+    ASSERT(it[2].dev == NULL && it[3].dev == NULL);
+    for (int i = 0; i < NI; i++) {
+        if (i == 2 || i == 3)
+            continue;
+        ASSERT_EQ(it[i].status, SL_DEV_JPEG_OK);
+        ASSERT_EQ(it[i].width, ws[i]);
+        ASSERT_EQ(it[i].height, hs[i]);
+        ASSERT_EQ(it[i].pitch, (size_t)ws[i] * 3);
+        uint8_t *want = turbo_rgb(&f[i], ws[i], hs[i]);
+        ASSERT_EQ(memcmp(it[i].dev, want, (size_t)ws[i] * hs[i] * 3), 0);
+        free(want);
+    }
+    uint64_t gpu, fb;
+    sl_dev__jpeg_counts(j, &gpu, &fb);
+    ASSERT_U64_EQ(gpu, 3);
+    ASSERT_U64_EQ(fb, 2);
+    /* one batched call failed on the truncated file; then one by one */
+    ASSERT_EQ(fn.calls(1), 1);
+    ASSERT_EQ(fn.calls(0), 4);
+    /* the next batch, all good, goes through one batched call again */
+    it[3].len = whole3.len;
+    sl_dev_jpeg_item two[2] = {it[0], it[3]};
+    ASSERT_OK(sl_dev__jpeg_decode(j, two, 2, NULL));
+    ASSERT(two[0].status == SL_DEV_JPEG_OK && two[1].status == SL_DEV_JPEG_OK);
+    ASSERT_EQ(fn.calls(1), 2);
+    sl_dev__jpeg_close(j);
+    sl_dev__backend_release(be);
+    for (int i = 0; i < NI; i++)
+        tjFree(f[i].buf);
+    ASSERT_EQ(fn.live(), 0);
+    nothing_left();
+}
+
+SL_TEST(nvjpeg_fake__no_hardware_engine_uses_gpu_hybrid) {
+    ASSERT_EQ(setenv("SLUICE_FAKE_NVJPEG_NO_HARDWARE", "1", 1), 0);
+    sl_dev_backend *be = use_fakes();
+    sl_dev_jpeg *j;
+    ASSERT_OK(sl_dev__jpeg_open(&j, be));
+    ASSERT_STR_EQ(sl_dev__jpeg_backend(j), "gpu_hybrid");
+    sl_dev__jpeg_close(j);
+    sl_dev__backend_release(be);
+    ASSERT_EQ(fn.live(), 0);
+    nothing_left();
+}
+
+/* Device memory for the pixels cannot be had: an error for the call (not a
+ * fallback), and closing frees what was made. */
+SL_TEST(nvjpeg_fake__device_alloc_failure_is_an_error) {
+    sl_dev_backend *be = use_fakes();
+    sl_dev_jpeg *j;
+    ASSERT_OK(sl_dev__jpeg_open(&j, be));
+    jpeg_file f[2] = {make_jpeg(20, 20, TJSAMP_444, 0, 1), make_jpeg(20, 20, TJSAMP_444, 0, 2)};
+    sl_dev_jpeg_item it[2] = {{.data = f[0].buf, .len = f[0].len},
+                              {.data = f[1].buf, .len = f[1].len}};
+    ASSERT_OK(fk.fail("cudaMalloc", 2, FAKE_CUDA_ERR_MEMORY_ALLOCATION, 0));
+    ASSERT_EQ(sl_dev__jpeg_decode(j, it, 2, NULL), SL_EIO);
+    ASSERT_CONTAINS(sl_errmsg(), "cudaMalloc: out of memory");
+    sl_dev__jpeg_close(j);
+    sl_dev__backend_release(be);
+    tjFree(f[0].buf);
+    tjFree(f[1].buf);
+    ASSERT_EQ(fn.live(), 0);
+    nothing_left();
+}
+
+SL_TEST(nvjpeg_fake__missing_library_is_explained) {
+    char missing[600];
+    sl_test_path(missing, sizeof missing, "libnvjpeg-none.so");
+    ASSERT_EQ(setenv("SLUICE_NVJPEG", missing, 1), 0);
+    ASSERT_EQ(sl_dev__nvjpeg_probe(), SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_errmsg(), "libnvjpeg-none.so could not be loaded");
+    sl_spec *spec;
+    ASSERT_OK(sl_spec_from_json(&spec, "{\"source\": {\"path\": \"x\"}, \"ops\": [{\"op\": "
+                                       "\"decode\", \"device\": \"gpu\"}]}"));
+    sl_pipeline *p = NULL;
+    ASSERT_EQ(sl_pipeline_create(&p, spec), SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_errmsg(), "ops[0].device \"gpu\": decoding on the GPU needs nvJPEG: "
+                                 "SLUICE_NVJPEG=");
+    sl_spec_free(spec);
+}
+#endif
+
+/* ---- nvJPEG on a real GPU: agreement with the CPU decode ----------------------------
+ * Runs only where a CUDA device and libnvjpeg are present (scripts/gpu_check.sh
+ * on a device machine); elsewhere it says why it did not run. Tolerance
+ * against libjpeg-turbo (the CPU path's decoder; IDCTs and chroma upsampling
+ * differ, so not bit-exact): mean |difference| <= 1.5 per channel value and
+ * no value off by more than 64; the figures measured are printed. */
+#if defined(SLUICE_FAKE_NVJPEG)
+SL_TEST(nvjpeg_gpu__agrees_with_cpu_decode) {
+    sl_dev_backend *be = NULL;
+    if (sl_dev__cuda_open(&be, 0) != SL_OK) {
+        printf("  SKIP (GPU case): no CUDA device: %s\n", sl_errmsg());
+        return;
+    }
+    if (sl_dev__nvjpeg_probe() != SL_OK) {
+        printf("  SKIP (GPU case): a CUDA device but no nvJPEG: %s\n", sl_errmsg());
+        sl_dev__backend_release(be);
+        return;
+    }
+    /* a device-to-host copy from the runtime the backend loaded */
+    void *rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!rt)
+        rt = dlopen("libcudart.so.12", RTLD_NOW | RTLD_LOCAL);
+    int (*memcpy_d2h)(void *, const void *, size_t, int) = NULL;
+    if (rt)
+        *(void **)&memcpy_d2h = dlsym(rt, "cudaMemcpy");
+    ASSERT(memcpy_d2h != NULL);
+    sl_dev_jpeg *j;
+    ASSERT_OK(sl_dev__jpeg_open(&j, be));
+    printf("  nvJPEG backend: %s\n", sl_dev__jpeg_backend(j));
+    enum { NI = 4 };
+    int ws[NI] = {640, 333, 500, 97}, hs[NI] = {480, 517, 375, 61};
+    int samp[NI] = {TJSAMP_420, TJSAMP_444, TJSAMP_422, TJSAMP_GRAY};
+    jpeg_file f[NI];
+    sl_dev_jpeg_item it[NI];
+    memset(it, 0, sizeof it);
+    for (int i = 0; i < NI; i++) {
+        f[i] = make_jpeg(ws[i], hs[i], samp[i], 0, i);
+        it[i].data = f[i].buf;
+        it[i].len = f[i].len;
+    }
+    ASSERT_OK(sl_dev__jpeg_decode(j, it, NI, NULL));
+    double sum = 0, count = 0;
+    int worst = 0;
+    for (int i = 0; i < NI; i++) {
+        ASSERT_EQ(it[i].status, SL_DEV_JPEG_OK);
+        size_t n = (size_t)ws[i] * hs[i] * 3;
+        uint8_t *got = malloc(n), *want = turbo_rgb(&f[i], ws[i], hs[i]);
+        ASSERT(got != NULL);
+        ASSERT_EQ(memcpy_d2h(got, it[i].dev, n, 2 /* cudaMemcpyDeviceToHost */), 0);
+        for (size_t k = 0; k < n; k++) {
+            int d = abs((int)got[k] - (int)want[k]);
+            sum += d;
+            worst = d > worst ? d : worst;
+        }
+        count += (double)n;
+        free(got);
+        free(want);
+        tjFree(f[i].buf);
+    }
+    printf("  nvJPEG vs libjpeg-turbo over %d images: mean |diff| %.3f, max %d\n", NI,
+           sum / count, worst);
+    ASSERT(sum / count <= 1.5);
+    ASSERT(worst <= 64);
+    sl_dev__jpeg_close(j);
+    sl_dev__backend_release(be);
+}
+#else
+/* This build has no nvjpeg.h: the probe says how to get it. */
+SL_TEST(nvjpeg_fake__build_without_header_says_so) {
+    ASSERT_EQ(sl_dev__nvjpeg_probe(), SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_errmsg(), "scripts/nvjpeg_fetch.sh");
+}
+#endif
