@@ -64,7 +64,10 @@ for l in open(sys.argv[1]):
 
 # ---- the private prefix: .debs unpacked with dpkg -x, the nvJPEG wheel unzipped ----
 setup_prefix() {
-  PREFIX=$WORK/prefix
+  # a fixed place on the device, so that a second call finds what the
+  # first one's build was made with; the dry run's is its own
+  PREFIX=/tmp/sluice-devprefix
+  [ $DRY = 1 ] && PREFIX=$WORK/prefix
   mkdir -p "$PREFIX"
   local n=0
   for d in "$BUNDLE"/debs/*.deb; do
@@ -165,15 +168,18 @@ part1() {
   line pytest_cuda_cases $st "$(tail -1 "$log" | tr -d '=' | sed 's/^ *//'); CUDA cases skipped for want of a device: $nocuda$NOTE"
 
   export SLUICE_CUDA_KERNELS=$REPO/$BUILD/libsluice_cuda_kernels.so
-  if [ $DRY = 1 ] || ! command -v compute-sanitizer >/dev/null; then
+  if [ $DRY = 1 ]; then
     line memcheck SKIP "compute-sanitizer needs a GPU (host backend)"
     line racecheck SKIP "compute-sanitizer needs a GPU (host backend)"
+  elif ! command -v compute-sanitizer >/dev/null; then
+    line memcheck FAIL "compute-sanitizer not found on PATH"
+    line racecheck FAIL "compute-sanitizer not found on PATH"
   else
     for tool in memcheck racecheck; do
       log=$WORK/$tool.log
       local checks=epoch,reuse extra="--leak-check full"
       [ $tool = racecheck ] && { checks=kernel; extra=""; }
-      PYTHONPATH=$BUILD/python timeout 200 compute-sanitizer --tool $tool $extra --error-exitcode 9 \
+      PYTHONPATH=$BUILD/python timeout 150 compute-sanitizer --tool $tool $extra --error-exitcode 9 \
         "$PY" bench/gpu_checks.py --kind cuda --checks $checks > "$log" 2>&1
       rc=$?
       cp "$log" "$DEST/$tool.log"
