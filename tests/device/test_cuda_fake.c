@@ -463,21 +463,18 @@ SL_TEST(nvjpeg_fake__missing_library_is_explained) {
 
 /* ---- nvJPEG on a real GPU: agreement with the CPU decode ----------------------------
  * Runs only where a CUDA device and libnvjpeg are present (scripts/gpu_check.sh
- * on a device machine); elsewhere it says why it did not run. Tolerance
+ * on a device machine); elsewhere it is a GPU skip, saying why. Tolerance
  * against libjpeg-turbo (the CPU path's decoder; IDCTs and chroma upsampling
  * differ, so not bit-exact): mean |difference| <= 1.5 per channel value and
  * no value off by more than 64; the figures measured are printed. */
 #if defined(SLUICE_FAKE_NVJPEG)
 SL_TEST(nvjpeg_gpu__agrees_with_cpu_decode) {
     sl_dev_backend *be = NULL;
-    if (sl_dev__cuda_open(&be, 0) != SL_OK) {
-        printf("  SKIP (GPU case): no CUDA device: %s\n", sl_errmsg());
-        return;
-    }
+    if (sl_dev__cuda_open(&be, 0) != SL_OK)
+        sl_test_skip_gpu("no CUDA device: %s", sl_errmsg());
     if (sl_dev__nvjpeg_probe() != SL_OK) {
-        printf("  SKIP (GPU case): a CUDA device but no nvJPEG: %s\n", sl_errmsg());
         sl_dev__backend_release(be);
-        return;
+        sl_test_skip_gpu("a CUDA device, but no nvJPEG: %s", sl_errmsg());
     }
     /* a device-to-host copy from the runtime the backend loaded */
     void *rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
