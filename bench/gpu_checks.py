@@ -287,10 +287,8 @@ def c_gpu_decode(c):
         skip("gpu_decode", "no packed photo set (--slr)")
         return
     try:
-        # the spec's JSON: the Python builder has no decode(device=) yet
-        spec = json.loads(c.sluice.records(c.slr).batch(16).device(c.kind).to_json())
-        spec["ops"].insert(0, {"op": "decode", "column": "image", "device": "gpu"})
-        ds = c.sluice.from_spec(spec)
+        ds = (c.sluice.records(c.slr).decode("image", device="gpu")
+              .batch(16).device(c.kind))
         n = sum(b["image"].shape[0] for b in ds.torch())
         emit("gpu_decode", n > 0, f"{n} images decoded on the GPU")
     except Exception as e:  # noqa: BLE001 - the refusal is the figure
