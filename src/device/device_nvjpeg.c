@@ -57,30 +57,13 @@ static void load_nvjpeg(void) {
     /* SLUICE_NVJPEG names the library to load instead (a path): the tests
      * load a stand-in with it. */
     static const char *const names[] = {"libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so"};
-    const char *env = getenv("SLUICE_NVJPEG");
-    if (env && *env) {
-        nj.lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
-        if (!nj.lib) {
-            const char *why = dlerror();
-            snprintf(nj.missing, sizeof nj.missing,
-                     "SLUICE_NVJPEG=%.150s could not be loaded (%.120s); unset it to use the "
-                     "installed libnvjpeg", env, why ? why : "?");
-            return;
-        }
-        snprintf(nj.name, sizeof nj.name, "%.150s", env);
-    }
-    for (size_t i = 0; i < sizeof names / sizeof names[0] && !nj.lib; i++) {
-        nj.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (nj.lib)
-            snprintf(nj.name, sizeof nj.name, "%s", names[i]);
-    }
-    if (!nj.lib) {
-        snprintf(nj.missing, sizeof nj.missing,
-                 "libnvjpeg.so.13 not found (install NVIDIA's nvidia-nvjpeg wheel or the CUDA "
-                 "toolkit's nvJPEG, and add the folder of libnvjpeg.so.13 to LD_LIBRARY_PATH, "
-                 "or set SLUICE_NVJPEG to its path)");
+    nj.lib = sl_dev__dlopen_first("SLUICE_NVJPEG", names, 3, "libnvjpeg",
+                                  "install NVIDIA's nvidia-nvjpeg wheel or the CUDA toolkit's "
+                                  "nvJPEG, and add the folder of libnvjpeg.so.13 to "
+                                  "LD_LIBRARY_PATH, or set SLUICE_NVJPEG to its path",
+                                  nj.name, sizeof nj.name, nj.missing, sizeof nj.missing);
+    if (!nj.lib)
         return;
-    }
 #define X(f)                                                                                \
     if (!(*(void **)&nj.f = dlsym(nj.lib, #f))) {                                           \
         snprintf(nj.missing, sizeof nj.missing, "%s lacks %s (a different version)", nj.name, \
