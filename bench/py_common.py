@@ -15,7 +15,8 @@ import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PY = "/usr/bin/python3"
+# SLUICE_PY: the interpreter with numpy and torch (the device machine has its own)
+PY = os.environ.get("SLUICE_PY", "/usr/bin/python3")
 
 
 def _children(pid):

@@ -11,6 +11,9 @@ PY=/usr/bin/python3
 failed=0
 step() { echo; echo "== $*"; }
 
+step "nvJPEG header (scripts/nvjpeg_fetch.sh: the nvidia-nvjpeg wheel, into a cache folder)"
+bash scripts/nvjpeg_fetch.sh || echo "no nvjpeg.h: the build leaves the nvJPEG decoder out"
+
 step "release build (-Wall -Wextra -Werror)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_WERROR=ON -DSLUICE_BUILD_PYTHON=ON \
       -DPython3_EXECUTABLE=$PY >/dev/null
@@ -81,6 +84,9 @@ fi
 
 step "pip install . and pip wheel . in a fresh venv (tests/install/pip_install.sh)"
 bash tests/install/pip_install.sh || failed=1
+
+step "GPU check script, dry run on the host backend (scripts/gpu_check.sh --dry-run)"
+bash scripts/gpu_check.sh --dry-run || failed=1
 
 echo
 if [ $failed -ne 0 ]; then echo "== some tests FAILED"; exit 1; fi

@@ -177,7 +177,8 @@ class Dataset:
             raise ValueError(f"rank: must be < world_size ({world_size}), got {rank}")
         return self._with_source(shard={"index": rank, "count": world_size})
 
-    def decode(self, column="image", mode="rgb", warnings="default", exif_orientation=False):
+    def decode(self, column="image", mode="rgb", warnings="default", exif_orientation=False,
+               device="cpu"):
         """Decode JPEG/PNG bytes into an HWC uint8 image (``mode``: "rgb" or
         "gray", as PIL's convert). Fused with a crop/resize that follows.
         ``warnings``: which libjpeg warnings fail the sample — "default"
@@ -186,7 +187,9 @@ class Dataset:
         zero without a warning: docs/OPS.md, "Corrupt entropy data") or
         "lenient" (only a file that ends early, as PIL). ``exif_orientation``: turn JPEGs
         upright by their EXIF orientation (PIL's ImageOps.exif_transpose);
-        off by default, as PIL's Image.open."""
+        off by default, as PIL's Image.open. ``device``: "cpu", or "gpu"
+        (nvJPEG; refused when the pipeline starts until GPU decode is
+        written, saying what is missing — docs/DEVICE.md)."""
         if not isinstance(exif_orientation, bool):
             raise TypeError("exif_orientation: expected a bool, got "
                             f"{type(exif_orientation).__name__}")
@@ -196,6 +199,8 @@ class Dataset:
             params["warnings"] = warnings
         if exif_orientation:
             params["exif_orientation"] = True
+        if device != "cpu":
+            params["device"] = device
         return self.op("decode", **params)
 
     def resize(self, column, size, interpolation="bilinear"):

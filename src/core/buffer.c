@@ -75,12 +75,22 @@ static sl_buffer *pool_buffer_new(sl_pool *pool) {
     if (!pool->mem.alloc)
         return heap_buffer_new(pool->buf_size);
     sl_buffer *b = sl__malloc(sizeof *b);
-    void *data = b ? pool->mem.alloc(pool->mem.ctx, pool->buf_size) : NULL;
+    if (!b) {
+        sl__oom("a buffer header");
+        return NULL;
+    }
+    void *data = pool->mem.alloc(pool->mem.ctx, pool->buf_size);
     if (!data) {
         sl__free(b);
         return NULL;
     }
     return buffer_init(b, data, pool->buf_size);
+}
+
+/* pool_buffer_new failed: a pool with its own allocator keeps that
+ * allocator's message (which call failed, e.g. cudaHostAlloc), after `what`. */
+static int pool_oom(const sl_pool *pool, const char *what) {
+    return pool->mem.alloc ? sl__error_prefix(SL_ENOMEM, "%s", what) : sl__oom(what);
 }
 
 static void pool_buffer_free(sl_pool *pool, sl_buffer *b) {
@@ -203,7 +213,7 @@ int sl_pool_get(sl_pool *pool, sl_buffer **out) {
         b = pool_buffer_new(pool);
         if (!b) {
             *out = NULL;
-            return sl__oom("taking a buffer from a pool");
+            return pool_oom(pool, "taking a buffer from a pool");
         }
         atomic_fetch_add(&pool->allocated, 1);
         atomic_fetch_add_explicit(&pool->live, 1, memory_order_relaxed);
@@ -222,7 +232,7 @@ int sl_pool__prefill(sl_pool *pool, size_t n, size_t touch) {
     for (size_t i = 0; i < n; i++) {
         sl_buffer *b = pool_buffer_new(pool);
         if (!b)
-            return sl__oom("filling a buffer pool");
+            return pool_oom(pool, "filling a buffer pool");
         memset(b->data, 0, touch);
         atomic_init(&b->refs, 0);
         b->pool = pool;

@@ -70,7 +70,7 @@ void *sl_buffer__wrap_user(const sl_buffer *buf, void (*release)(void *user));
  * retain(ctx) when created and done(ctx) when destroyed, so `ctx` outlives
  * every buffer. Each buffer's header is then a heap block of its own. */
 typedef struct sl_pool_mem {
-    void *(*alloc)(void *ctx, size_t size); /* NULL on failure */
+    void *(*alloc)(void *ctx, size_t size); /* NULL on failure, with the error message set */
     void (*free)(void *ctx, void *ptr);
     void (*retain)(void *ctx);
     void (*done)(void *ctx);

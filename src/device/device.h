@@ -61,11 +61,45 @@ struct sl_dev_backend {
     void (*destroy)(sl_dev_backend *b);
 };
 
+/* dlopen the library the environment variable `env_var` names when it is
+ * set, else the first of names[0..n) that loads; its name goes to name_out.
+ * NULL on failure, with `missing` saying why (the variable's value, or
+ * names[0] and `hint`: what to install). `what` names the library. */
+void *sl_dev__dlopen_first(const char *env_var, const char *const *names, int n,
+                           const char *what, const char *hint, char *name_out, size_t name_cap,
+                           char *missing, size_t missing_cap);
 /* Open the CUDA backend for device `id`: SL_EUNSUPPORTED with a message
  * naming what is missing (runtime library, device, kernels). */
 int sl_dev__cuda_open(sl_dev_backend **out, int id);
-/* Is nvJPEG loadable? SL_OK, or SL_EUNSUPPORTED with the reason. */
+/* ---- nvJPEG (device_nvjpeg.c) -------------------------------------------------------
+ * Is nvJPEG loadable (and was this build made with nvjpeg.h)? SL_OK, or
+ * SL_EUNSUPPORTED with the reason. */
 int sl_dev__nvjpeg_probe(void);
+/* A batched decoder on a CUDA backend (a reference is taken on `be`):
+ * interleaved RGB into device memory the decoder owns (reused by the next
+ * decode). Not thread-safe: one decoder per thread. */
+typedef struct sl_dev_jpeg sl_dev_jpeg;
+#define SL_DEV_JPEG_MAX 256
+enum { SL_DEV_JPEG_OK = 0, SL_DEV_JPEG_FALLBACK = 1 };
+typedef struct sl_dev_jpeg_item {
+    const uint8_t *data;       /* in: the JPEG file's bytes (host memory) */
+    size_t len;
+    int width, height;         /* out: from the header (0 when unreadable) */
+    void *dev;                 /* out: H x W x 3 RGB on the device (NULL on FALLBACK) */
+    size_t pitch;              /* bytes per row of dev */
+    int status;                /* SL_DEV_JPEG_OK, or FALLBACK: decode it on the CPU */
+    char why[96];              /* FALLBACK: what nvJPEG said */
+} sl_dev_jpeg_item;
+int sl_dev__jpeg_open(sl_dev_jpeg **out, sl_dev_backend *be);
+void sl_dev__jpeg_close(sl_dev_jpeg *j);   /* accepts NULL */
+/* "hardware", "gpu_hybrid" or "default": the backend the handle opened with. */
+const char *sl_dev__jpeg_backend(const sl_dev_jpeg *j);
+/* Decode n (<= SL_DEV_JPEG_MAX) images on `stream`: each item ends OK or
+ * FALLBACK (nvJPEG refused or failed on that image alone); an error return
+ * is about the device, not an image. */
+int sl_dev__jpeg_decode(sl_dev_jpeg *j, sl_dev_jpeg_item *items, int n, void *stream);
+/* Images decoded on the GPU and sent back to the CPU so far. */
+void sl_dev__jpeg_counts(const sl_dev_jpeg *j, uint64_t *gpu_images, uint64_t *fallbacks);
 /* The host backend: pinned = aligned heap memory, device = another heap
  * buffer, each stream a thread running its work in order. */
 int sl_dev__host_open(sl_dev_backend **out);

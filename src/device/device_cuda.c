@@ -14,8 +14,10 @@
  * runtime's current device is per thread, and batches are released (and
  * their events recorded) on whatever thread drops the last reference.
  *
- * Not run on a GPU yet: this file has only been exercised on a machine
- * without a CUDA driver, where opening it fails with SL_EUNSUPPORTED.
+ * Not run on a GPU yet. Without one, the tests run this file over a
+ * stand-in runtime (host memory, injected failures; SLUICE_CUDART and
+ * tests/device/fake/fake_cudart.c): that covers its calls and error paths,
+ * not a GPU's behaviour.
  */
 #include "device/device.h"
 
@@ -34,7 +36,7 @@ typedef int cuda_err;                      /* cudaError_t; 0 is cudaSuccess */
 
 static struct {
     void *lib;
-    char lib_name[64];
+    char lib_name[160];
     char missing[384];                    /* why loading failed ("" when it did not) */
     cuda_err (*HostAlloc)(void **, size_t, unsigned);
     cuda_err (*FreeHost)(void *);
@@ -110,9 +112,39 @@ static void load_kernels(void) {
                  "libsluice_cuda_kernels.so lacks sl_cuda_normalize (a different version)");
 }
 
+void *sl_dev__dlopen_first(const char *env_var, const char *const *names, int n,
+                           const char *what, const char *hint, char *name_out, size_t name_cap,
+                           char *missing, size_t missing_cap) {
+    const char *env = getenv(env_var);
+    if (env && *env) {
+        void *lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
+        if (!lib) {
+            const char *why = dlerror();
+            snprintf(missing, missing_cap, "%s=%.150s could not be loaded (%.120s); unset it to "
+                     "use the installed %s", env_var, env, why ? why : "?", what);
+            return NULL;
+        }
+        snprintf(name_out, name_cap, "%s", env);
+        return lib;
+    }
+    for (int i = 0; i < n; i++) {
+        void *lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (lib) {
+            snprintf(name_out, name_cap, "%s", names[i]);
+            return lib;
+        }
+    }
+    snprintf(missing, missing_cap, "%s not found (%s)", names[0], hint);
+    return NULL;
+}
+
 static void load_cuda(void) {
-    /* The runtime the kernels were built against first, so both share it. */
+    /* SLUICE_CUDART names the runtime library to load instead (a path, or a
+     * name for the loader's search): the tests load a stand-in with it
+     * (tests/device/fake/fake_cudart.c). Otherwise the runtime the kernels
+     * were built against first, so both share it. */
     char names[6][32];
+    const char *list[6];
     int n = 0;
     if (SLUICE_CUDA_BUILD_MAJOR)
         snprintf(names[n++], sizeof names[0], "libcudart.so.%d", SLUICE_CUDA_BUILD_MAJOR);
@@ -120,17 +152,14 @@ static void load_cuda(void) {
     snprintf(names[n++], sizeof names[0], "libcudart.so.12");
     snprintf(names[n++], sizeof names[0], "libcudart.so.11.0");
     snprintf(names[n++], sizeof names[0], "libcudart.so");
-    for (int i = 0; i < n && !cu.lib; i++) {
-        cu.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (cu.lib)
-            snprintf(cu.lib_name, sizeof cu.lib_name, "%.31s", names[i]);
-    }
-    if (!cu.lib) {
-        snprintf(cu.missing, sizeof cu.missing,
-                 "%s not found (install the CUDA runtime, or add its directory to "
-                 "LD_LIBRARY_PATH)", names[0]);
+    for (int i = 0; i < n; i++)
+        list[i] = names[i];
+    cu.lib = sl_dev__dlopen_first("SLUICE_CUDART", list, n, "CUDA runtime",
+                                  "install the CUDA runtime, or add its directory to "
+                                  "LD_LIBRARY_PATH", cu.lib_name, sizeof cu.lib_name, cu.missing,
+                                  sizeof cu.missing);
+    if (!cu.lib)
         return;
-    }
     static const struct {
         const char *name;
         size_t off;
@@ -301,22 +330,4 @@ int sl_dev__cuda_open(sl_dev_backend **out, int id) {
     b->destroy = c_destroy;
     *out = b;
     return SL_OK;
-}
-
-/* nvJPEG: only whether it can be loaded; decoding on the GPU is not written
- * yet, so a "gpu" decode placement is refused either way (src/pipeline/device_handoff.c). */
-int sl_dev__nvjpeg_probe(void) {
-    static const char *const names[] = {"libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so.11",
-                                        "libnvjpeg.so"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (h) {
-            int ok = dlsym(h, "nvjpegCreateSimple") != NULL;
-            dlclose(h);
-            if (ok)
-                return SL_OK;
-        }
-    }
-    return sl__error(SL_EUNSUPPORTED, "libnvjpeg.so not found (install nvJPEG from the CUDA "
-                                      "toolkit)");
 }

@@ -259,9 +259,17 @@ int sl_dev__ring_acquire(sl_dev_ring *r, size_t host_bytes, size_t dev_bytes,
                     sl_buffer_release(done[k]);
                 pthread_mutex_lock(&r->mu);
             }
-            if (s->state == SLOT_RELEASED && be->event_query(be, s->rel_ev) == 1 &&
-                be->event_query(be, s->copy_ev) == 1)
-                s->state = SLOT_FREE;
+            if (s->state == SLOT_RELEASED) {
+                int q = be->event_query(be, s->rel_ev);
+                if (q == 1)
+                    q = be->event_query(be, s->copy_ev);
+                if (q < 0) { /* a failing query would never pass: say so, not spin */
+                    pthread_mutex_unlock(&r->mu);
+                    return q;
+                }
+                if (q == 1)
+                    s->state = SLOT_FREE;
+            }
             if (s->state == SLOT_FREE)
                 pick = s;
             else if (s->state == SLOT_RELEASED && (!oldest || s->rel_order < oldest->rel_order))

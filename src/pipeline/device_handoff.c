@@ -126,23 +126,30 @@ int sl_spec_set_device(sl_spec *spec, sl_device device, int id, int normalize_on
     return SL_OK;
 }
 
-/* Decode placement: {"op": "decode", ..., "device": "cpu" | "gpu"}. */
-static int check_decode(cJSON *op, int index) {
+int sl_device__decode_placement(struct cJSON *op, int index, int *gpu) {
     cJSON *name = cJSON_GetObjectItemCaseSensitive(op, "op");
     cJSON *dev = cJSON_GetObjectItemCaseSensitive(op, "device");
+    *gpu = 0;
     if (!cJSON_IsString(name) || strcmp(name->valuestring, "decode") != 0 || !dev)
         return SL_OK;
-    if (cJSON_IsString(dev) && !strcmp(dev->valuestring, "cpu")) {
-        cJSON_DeleteItemFromObjectCaseSensitive(op, "device");
-        return SL_OK;
-    }
-    if (!cJSON_IsString(dev) || strcmp(dev->valuestring, "gpu") != 0)
+    if (!cJSON_IsString(dev) || (strcmp(dev->valuestring, "cpu") && strcmp(dev->valuestring, "gpu")))
         return sl__error(SL_EINVAL, "ops[%d].device: must be \"cpu\" or \"gpu\"", index);
+    *gpu = !strcmp(dev->valuestring, "gpu");
+    cJSON_DeleteItemFromObjectCaseSensitive(op, "device");
+    return SL_OK;
+}
+
+/* Decode placement at pipeline creation: "gpu" is refused, saying why. */
+static int check_decode(cJSON *op, int index) {
+    int gpu;
+    SL_TRY(sl_device__decode_placement(op, index, &gpu));
+    if (!gpu)
+        return SL_OK;
     if (sl_dev__nvjpeg_probe() < 0)
         return sl__error_prefix(SL_EUNSUPPORTED, "ops[%d].device \"gpu\": decoding on the GPU "
                                                  "needs nvJPEG", index);
-    return sl__error(SL_EUNSUPPORTED, "ops[%d].device \"gpu\": nvJPEG is present, but this "
-                                      "build does not decode on the GPU yet (use \"cpu\")", index);
+    return sl__error(SL_EUNSUPPORTED, "ops[%d].device \"gpu\": nvJPEG is present, but the "
+                                      "pipeline does not decode on the GPU yet (use \"cpu\")", index);
 }
 
 static int is_seq_op(const char *name) {

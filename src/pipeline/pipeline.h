@@ -73,6 +73,11 @@ int sl_device__parse_json(const struct cJSON *v, sl_device_spec *out);
 /* The spec's device as JSON (NULL when none). */
 struct cJSON *sl_device__to_json(const sl_device_spec *d);
 
+/* A decode op's "device" key: checks it ("cpu" | "gpu"; SL_EINVAL with
+ * ops[index].device otherwise), sets *gpu, and takes the key out of `op`
+ * (the op table does not know it). Other ops: nothing, *gpu 0. */
+int sl_device__decode_placement(struct cJSON *op, int index, int *gpu);
+
 typedef struct sl_device_state sl_device_state;
 struct sl_batch;
 struct sl_spec;

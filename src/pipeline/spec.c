@@ -181,7 +181,12 @@ int sl_spec_check_op_json(const char *json, int index) {
         return sl__error(SL_EINVAL, "ops[%d]: not valid JSON", index);
     char field[32];
     snprintf(field, sizeof field, "ops[%d]", index);
-    int rc = sl_plan__check_op(obj, field);
+    /* decode's placement is the device layer's key: checked there, and
+     * "gpu" refused when the pipeline is created */
+    int gpu;
+    int rc = sl_device__decode_placement(obj, index, &gpu);
+    if (rc >= 0)
+        rc = sl_plan__check_op(obj, field);
     cJSON_Delete(obj);
     return rc;
 }

@@ -111,3 +111,16 @@ def test_cuda_batches_match_cpu():
             for k in x:
                 assert y[k].is_cuda
                 assert torch.equal(x[k], y[k].cpu())
+
+
+def test_decode_on_gpu_is_refused_with_the_reason(tmp_path):
+    # the builder takes the placement (the engine checks its value at once);
+    # the pipeline refuses "gpu" when it starts, naming what is missing
+    with pytest.raises(ValueError, match=r'ops\[0\]\.device: must be "cpu" or "gpu"'):
+        sluice.from_arrays(images()).decode("image", device="npu")
+    ds = sluice.from_arrays(images()).decode("image", device="gpu")
+    assert ds.spec["ops"][0]["device"] == "gpu"
+    with pytest.raises(sluice.Error, match=r'ops\[0\]\.device "gpu": '):
+        next(iter(ds.numpy()))
+    # "cpu" is the default and stays out of the spec
+    assert "device" not in sluice.from_arrays(images()).decode("image", device="cpu").spec["ops"][0]

@@ -1,0 +1,370 @@
+#!/usr/bin/python3
+"""The device checks of docs/DEVICE.md ("Checks that need a GPU"), each a
+function that prints one JSON line {"check", "status", "figure", ...}:
+status PASS or FAIL (SKIP only where the check cannot apply, with why).
+
+    python3 bench/gpu_checks.py --kind cuda|host [--build build]
+        [--photos DIR] [--checks epoch,kernel,overlap,reuse,dlpack,release,pinned,gpu_decode,tv_decode]
+
+--kind host runs every check on the host backend (a dry run on a machine
+without a GPU: the code paths run end to end; figures have no meaning).
+scripts/gpu_check.sh runs it, on the device and with --dry-run here.
+"""
+import argparse
+import gc
+import json
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def emit(check, ok, figure, **extra):
+    rec = {"check": check, "status": "PASS" if ok else "FAIL", "figure": figure}
+    rec.update(extra)
+    print(json.dumps(rec), flush=True)
+
+
+def skip(check, why):
+    print(json.dumps({"check": check, "status": "SKIP", "figure": why}), flush=True)
+
+
+class Ctx:
+    def __init__(self, a):
+        import sluice
+        import torch
+        self.sluice, self.torch, self.kind = sluice, torch, a.kind
+        self.dev = "cuda" if a.kind == "cuda" else "cpu"
+        self.photos = a.photos
+        self.slr = a.slr
+
+    def sync(self):
+        if self.kind == "cuda":
+            self.torch.cuda.synchronize()
+
+    def gpu_sleep(self, ms):
+        """ms of work on the current stream (host: the thread sleeps)."""
+        if self.kind == "cuda":
+            self.torch.cuda._sleep(int(self.cycles_per_ms() * ms))
+        else:
+            time.sleep(ms / 1000.0)
+
+    def cycles_per_ms(self):
+        if not hasattr(self, "_cpm"):
+            t = self.torch
+            t.cuda._sleep(1000000)
+            t.cuda.synchronize()
+            t0 = time.perf_counter()
+            t.cuda._sleep(50000000)
+            t.cuda.synchronize()
+            self._cpm = 50000000 / ((time.perf_counter() - t0) * 1000.0)
+        return self._cpm
+
+
+def indexed(n, h, w):
+    """Images whose every byte is (index % 251): a batch tells which samples it holds."""
+    img = np.empty((n, h, w, 3), np.uint8)
+    for i in range(n):
+        img[i] = i % 251
+    return {"image": img, "label": np.arange(n, dtype=np.int64)}
+
+
+def check_batch(torch, b):
+    """Mismatched samples in a batch of indexed() images (read on the current stream)."""
+    lab = b["label"].long()
+    want = (lab % 251).to(torch.uint8)
+    img = b["image"]
+    got_min = img.reshape(img.shape[0], -1).min(dim=1).values
+    got_max = img.reshape(img.shape[0], -1).max(dim=1).values
+    return int(((got_min != want) | (got_max != want)).sum().item())
+
+
+# 1. opens, copies and frees; no device memory left over an epoch
+def c_epoch(c):
+    t = c.torch
+    data = indexed(256, 224, 224)
+
+    def epoch():
+        ds = c.sluice.from_arrays(data).batch(32).prefetch(2).device(c.kind)
+        bad = 0
+        for b in ds.torch():
+            bad += check_batch(t, b)
+        ds.close()
+        del ds
+        gc.collect()
+        c.sync()
+        return bad
+
+    bad = epoch()  # warm-up: the runtime's own allocations
+    if c.kind == "cuda":
+        free0 = t.cuda.mem_get_info()[0]
+    bad += epoch() + epoch()
+    if c.kind == "cuda":
+        leak = free0 - t.cuda.mem_get_info()[0]
+        emit("epoch_no_leak", bad == 0 and abs(leak) < (2 << 20),
+             f"device memory not returned after 2 epochs: {leak / 2**20:.2f} MiB; "
+             f"wrong samples: {bad}")
+    else:
+        emit("epoch_no_leak", bad == 0, f"wrong samples: {bad} (host backend: the leak "
+             "figure needs a GPU; leaks on the host are ASan's)")
+
+
+# 2. the normalize kernel equals the CPU op
+def c_kernel(c):
+    rng = np.random.default_rng(3)
+    data = {"image": rng.integers(0, 256, (24, 33, 17, 3), dtype=np.uint8),
+            "label": np.arange(24, dtype=np.int64)}
+    worst, cases = 0.0, 0
+    for layout in ("chw", "hwc"):
+        for dtype in ("float32", "float16", "bfloat16"):
+            def ds():
+                return (c.sluice.from_arrays(data)
+                        .normalize("image", mean=MEAN, std=STD, layout=layout, dtype=dtype)
+                        .batch(8))
+            cpu = [b["image"].float() for b in ds().torch()]
+            dev = [b["image"].float().cpu() for b in
+                   ds().device(c.kind, normalize_on_device=True).torch()]
+            for x, y in zip(cpu, dev):
+                worst = max(worst, float((x - y).abs().max()))
+            cases += 1
+    emit("kernel_equals_cpu", worst == 0.0,
+         f"max |device - CPU| over {cases} layout/dtype cases: {worst:g} (tolerance 0)")
+
+
+# 3. the copy stream overlaps a step on the default stream
+def c_overlap(c):
+    t = c.torch
+    data = indexed(64 * 8, 224, 224)
+    n, step_ms = 24, 8.0
+
+    def forever(ds):
+        ep = 0
+        while True:  # one pass of ds.torch() is one epoch
+            ds.set_epoch(ep)
+            yield from ds.torch()
+            ep += 1
+
+    def run(step):
+        ds = c.sluice.from_arrays(data).batch(64).prefetch(4).device(c.kind)
+        it = forever(ds)
+        for _ in range(3):
+            next(it)
+        c.sync()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            b = next(it)
+            if step:
+                c.gpu_sleep(step_ms)
+            float(b["image"][0, 0, 0, 0])
+        c.sync()
+        dt = (time.perf_counter() - t0) / n * 1000
+        it.close()
+        ds.close()
+        return dt
+
+    both, copy_only = run(True), run(False)
+    hidden = (step_ms + copy_only - both) / min(step_ms, copy_only) if copy_only > 0 else 0
+    fig = (f"per step: step {step_ms:g} ms + copy alone {copy_only:.2f} ms -> both "
+           f"{both:.2f} ms; share of the shorter hidden: {hidden:.2f}")
+    if c.kind == "cuda":
+        emit("copy_compute_overlap", hidden >= 0.8, fig)
+    else:
+        emit("copy_compute_overlap", True, fig + " (host backend: no meaning)")
+
+
+# 4. the reuse rule under load: a slow step and a small ring
+def c_reuse(c):
+    t = c.torch
+    data = indexed(200, 64, 64)
+    ds = c.sluice.from_arrays(data).batch(8).prefetch(1).device(c.kind)
+    bad = steps = 0
+    held = []
+    for b in ds.torch():
+        c.gpu_sleep(5.0)        # the step is still running on the GPU...
+        bad += check_batch(t, b)  # ...when it reads its batch
+        held.append(b)
+        if len(held) > 2:       # the consumer keeps two batches alive
+            bad += check_batch(t, held.pop(0))
+        steps += 1
+    for b in held:
+        bad += check_batch(t, b)
+    c.sync()
+    ds.close()
+    emit("reuse_under_load", bad == 0, f"{steps} batches, ring of 2, 5 ms step, 2 held: "
+         f"{bad} samples overwritten")
+
+
+# 5. torch.from_dlpack with a non-default current stream waits for the copy
+def c_dlpack(c):
+    t = c.torch
+    data = indexed(64 * 6, 224, 224)
+    ds = c.sluice.from_arrays(data).batch(64).prefetch(3).device(c.kind)
+    bad = n = 0
+    if c.kind == "cuda":
+        s = t.cuda.Stream()
+        with t.cuda.stream(s):
+            for b in ds.torch():
+                bad += check_batch(t, b)  # read at once on s, which must have waited
+                n += 1
+        s.synchronize()
+    else:
+        for b in ds.torch():
+            bad += check_batch(t, b)
+            n += 1
+    ds.close()
+    emit("dlpack_stream_waits", bad == 0, f"{n} batches read at once on a side stream: "
+         f"{bad} samples not yet copied")
+
+
+# 6. release from another thread (torch's deleter there)
+def c_release(c):
+    t = c.torch
+    data = indexed(64 * 6, 96, 96)
+    ds = c.sluice.from_arrays(data).batch(16).prefetch(2).epochs(3).device(c.kind)
+    errors, n = [], 0
+    bad = 0
+
+    def drop(batches):
+        try:
+            for b in batches:
+                if c.kind == "cuda":
+                    t.cuda.set_device(0)
+                b.clear()
+            gc.collect()
+        except Exception as e:  # noqa: BLE001 - reported as the check's figure
+            errors.append(repr(e))
+
+    pending, threads = [], []
+    for b in ds.torch():
+        bad += check_batch(t, b)
+        pending.append(b)
+        n += 1
+        if len(pending) == 4:
+            th = threading.Thread(target=drop, args=(pending,))
+            th.start()
+            threads.append(th)
+            pending = []
+    for th in threads:
+        th.join()
+    c.sync()
+    ds.close()
+    ngpu = t.cuda.device_count() if c.kind == "cuda" else 0
+    emit("release_other_thread", not errors and bad == 0,
+         f"{n} batches released on other threads: {len(errors)} errors, {bad} bad samples"
+         + ("" if ngpu > 1 else " (one device: the right-device part needs two)"),
+         errors=errors[:3])
+
+
+# 7. batches written in pinned memory: nothing staged on the ImageNet-style chain
+def c_pinned(c):
+    if not c.slr:
+        skip("pinned_no_staging", "no packed photo set (--slr)")
+        return
+    ds = (c.sluice.records(c.slr).shuffle(seed=0).decode("image")
+          .random_resized_crop("image", 224).flip("image")
+          .normalize("image", mean=MEAN, std=STD, layout="chw")
+          .batch(64).prefetch(4).device(c.kind, normalize_on_device=True))
+    n = 0
+    t0 = time.perf_counter()
+    for b in ds.torch():
+        n += b["image"].shape[0]
+    c.sync()
+    dt = time.perf_counter() - t0
+    st = ds.stats()
+    ds.close()
+    emit("pinned_no_staging", st["h2d_staged_bytes"] == 0 and n > 0,
+         f"h2d_staged_bytes {st['h2d_staged_bytes']} of {st['h2d_bytes']}; "
+         f"{n / dt:.0f} img/s; H2D {st['h2d_bytes_per_s'] / 1e9:.2f} GB/s")
+
+
+# 8. GPU JPEG decode
+def c_gpu_decode(c):
+    if not c.slr:
+        skip("gpu_decode", "no packed photo set (--slr)")
+        return
+    try:
+        ds = (c.sluice.records(c.slr).decode("image", device="gpu")
+              .batch(16).device(c.kind))
+        n = sum(b["image"].shape[0] for b in ds.torch())
+        emit("gpu_decode", n > 0, f"{n} images decoded on the GPU")
+    except Exception as e:  # noqa: BLE001 - the refusal is the figure
+        emit("gpu_decode", False, f"refused: {e}")
+
+
+# peer: torchvision's batched GPU decode + v2 transforms on the GPU
+def c_tv_decode(c):
+    t = c.torch
+    import torchvision
+    from torchvision.io import decode_jpeg, read_file
+    files = []
+    for root, _, names in os.walk(c.photos):
+        files += [os.path.join(root, f) for f in sorted(names) if f.endswith(".jpg")]
+    files = files[:512]
+    if not files:
+        skip("tv_gpu_decode", f"no photos under {c.photos}")
+        return
+    datas = [read_file(f) for f in files]
+    try:
+        from torchvision.transforms import v2 as T
+    except ImportError:
+        import torchvision.transforms as T
+    tf = T.Compose([T.RandomResizedCrop(224, antialias=True), T.RandomHorizontalFlip()])
+    mean = t.tensor(MEAN, device=c.dev).view(3, 1, 1) * 255
+    std = t.tensor(STD, device=c.dev).view(3, 1, 1) * 255
+    dev = "cuda" if c.kind == "cuda" else "cpu"
+
+    def epoch():
+        n = 0
+        for i in range(0, len(datas), 64):
+            chunk = datas[i:i + 64]
+            imgs = decode_jpeg(chunk, device=dev) if dev == "cuda" else [decode_jpeg(d) for d in chunk]
+            out = t.stack([(tf(x).float() - mean) / std for x in imgs])
+            n += out.shape[0]
+        c.sync()
+        return n
+
+    epoch()
+    t0 = time.perf_counter()
+    n = epoch() + epoch()
+    dt = time.perf_counter() - t0
+    emit("tv_gpu_decode", n > 0, f"torchvision {torchvision.__version__} decode_jpeg(device="
+         f"{dev!r}, batched 64) + RandomResizedCrop/flip/normalize on {dev}: "
+         f"{n / dt:.0f} img/s over {len(files)} photos" +
+         ("" if c.kind == "cuda" else " (host backend: no meaning)"), img_s=n / dt)
+
+
+CHECKS = {"epoch": c_epoch, "kernel": c_kernel, "overlap": c_overlap, "reuse": c_reuse,
+          "dlpack": c_dlpack, "release": c_release, "pinned": c_pinned,
+          "gpu_decode": c_gpu_decode, "tv_decode": c_tv_decode}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kind", choices=["cuda", "host"], default="cuda")
+    ap.add_argument("--photos", default="")
+    ap.add_argument("--slr", default="")
+    ap.add_argument("--checks", default="epoch,kernel,overlap,reuse,dlpack,release,pinned,"
+                                        "gpu_decode")
+    a = ap.parse_args()
+    c = Ctx(a)
+    if a.kind == "cuda":
+        from sluice import _sluice
+        why = _sluice.device_available("cuda", 0)
+        if why is not None:
+            for name in a.checks.split(","):
+                emit(name, False, f"no CUDA device for sluice: {why}")
+            return 1
+    for name in a.checks.split(","):
+        try:
+            CHECKS[name](c)
+        except Exception as e:  # noqa: BLE001 - one check's failure is its line
+            emit(name, False, f"raised {type(e).__name__}: {e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,533 @@
+/*
+ * test_cuda_fake.c — the CUDA backend (device_cuda.c), the ring and the
+ * upload path over a stand-in CUDA runtime (tests/device/fake/fake_cudart.c,
+ * loaded through SLUICE_CUDART): batches reach "device" memory with the
+ * CPU pipeline's values, nothing leaks, and every failing entry point (at
+ * open, at the first batch, mid-epoch) ends the pipeline with an error that
+ * names the call, promptly and without leaking pinned or device memory,
+ * streams or events. The stand-in runs the work at once on the host: none
+ * of this says anything about a GPU.
+ */
+#include "test.h"
+#include "device/device.h"
+#include "device/fake/fake_cudart.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+
+static struct {
+    void *lib;
+    fake_cuda_live_fn live;
+    fake_cuda_calls_fn calls;
+    fake_cuda_fail_fn fail;
+    fake_cuda_failed_fn failed;
+    fake_cuda_not_ready_fn not_ready;
+    fake_cuda_misuse_fn misuse;
+} fk;
+
+/* Point the CUDA backend at the stand-in (each case runs in its own
+ * process, before the backend's first load) and bind its controls. */
+static void use_fake(void) {
+    ASSERT_EQ(setenv("SLUICE_CUDART", SLUICE_FAKE_CUDART, 1), 0);
+    /* no kernels: normalize_on_device is refused (checked below) */
+    char nok[600];
+    sl_test_path(nok, sizeof nok, "no-kernels.so");
+    ASSERT_EQ(setenv("SLUICE_CUDA_KERNELS", nok, 1), 0);
+    fk.lib = dlopen(SLUICE_FAKE_CUDART, RTLD_NOW | RTLD_LOCAL);
+    if (!fk.lib)
+        sl_test_fail(__FILE__, __LINE__, "%s: %s", SLUICE_FAKE_CUDART, dlerror());
+    *(void **)&fk.live = dlsym(fk.lib, "fake_cuda_live");
+    *(void **)&fk.calls = dlsym(fk.lib, "fake_cuda_calls");
+    *(void **)&fk.fail = dlsym(fk.lib, "fake_cuda_fail");
+    *(void **)&fk.failed = dlsym(fk.lib, "fake_cuda_failed");
+    *(void **)&fk.not_ready = dlsym(fk.lib, "fake_cuda_not_ready");
+    *(void **)&fk.misuse = dlsym(fk.lib, "fake_cuda_misuse");
+    ASSERT(fk.live && fk.calls && fk.fail && fk.failed && fk.not_ready && fk.misuse);
+}
+
+/* Nothing the runtime handed out is still alive, and nothing was misused. */
+static void nothing_left(void) {
+    const char *last = NULL;
+    long bad = fk.misuse(&last);
+    if (bad)
+        sl_test_fail(__FILE__, __LINE__, "%ld misuses of the runtime, last: %s", bad, last);
+    ASSERT_EQ(fk.live("host"), 0);
+    ASSERT_EQ(fk.live("device"), 0);
+    ASSERT_EQ(fk.live("stream"), 0);
+    ASSERT_EQ(fk.live("event"), 0);
+}
+
+enum { N = 40, H = 6, W = 5, C = 3, BATCH = 4, NBATCH = N / BATCH };
+
+/* N RGB images H x W from the index and a label, in batches of 4. */
+static sl_spec *spec_with(const char *device) {
+    sl_tensor cols[2];
+    int64_t xs[4] = {N, H, W, C}, ls[1] = {N};
+    ASSERT_OK(sl_tensor_alloc(&cols[0], SL_U8, 4, xs));
+    ASSERT_OK(sl_tensor_alloc(&cols[1], SL_I64, 1, ls));
+    uint8_t *x = cols[0].data;
+    for (size_t i = 0; i < (size_t)N * H * W * C; i++)
+        x[i] = (uint8_t)sl_mix64(i + 7);
+    for (int i = 0; i < N; i++)
+        ((int64_t *)cols[1].data)[i] = 1000 + i;
+    char json[512];
+    snprintf(json, sizeof json,
+             "{\"source\": {\"path\": \"unused\"}, \"ops\": [{\"op\": \"batch\", \"size\": %d}]%s}",
+             BATCH, device);
+    sl_spec *spec;
+    if (sl_spec_from_json(&spec, json) != SL_OK)
+        sl_test_fail(__FILE__, __LINE__, "spec: %s", sl_errmsg());
+    const char *names[2] = {"image", "label"};
+    ASSERT_OK(sl_spec_set_source_columns(spec, 2, names, cols));
+    sl_tensor_release(&cols[0]);
+    sl_tensor_release(&cols[1]);
+    return spec;
+}
+
+static sl_pipeline *open_pipeline(const char *device) {
+    sl_spec *spec = spec_with(device);
+    sl_pipeline *p;
+    if (sl_pipeline_create(&p, spec) != SL_OK)
+        sl_test_fail(__FILE__, __LINE__, "create: %s", sl_errmsg());
+    sl_spec_free(spec);
+    return p;
+}
+
+/* The bytes of every column of every batch, concatenated. */
+static size_t drain(sl_pipeline *p, uint8_t *out, size_t cap, int want) {
+    size_t n = 0;
+    sl_batch *b;
+    int rc;
+    while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
+        for (int c = 0; c < sl_batch_ncols(b); c++) {
+            const sl_tensor *t = sl_batch_column(b, c);
+            ASSERT_EQ(t->device, want);
+            ASSERT(n + t->nbytes <= cap);
+            /* the stand-in's device memory is host memory */
+            memcpy(out + n, t->data, t->nbytes);
+            n += t->nbytes;
+        }
+        sl_batch_release(b);
+    }
+    if (rc != SL_END)
+        sl_test_fail(__FILE__, __LINE__, "next: %s", sl_errmsg());
+    return n;
+}
+
+static void cuda_equals_cpu(int not_ready) {
+    static uint8_t a[1 << 16], b[1 << 16];
+    use_fake();
+    fk.not_ready(not_ready);
+    ASSERT_OK(sl_device_available(SL_DEVICE_CUDA, 0));
+    sl_pipeline *p = open_pipeline("");
+    size_t na = drain(p, a, sizeof a, SL_DEVICE_CPU);
+    sl_pipeline_free(p);
+    p = open_pipeline(", \"device\": {\"kind\": \"cuda\", \"id\": 0}");
+    size_t nb = drain(p, b, sizeof b, SL_DEVICE_CUDA);
+    sl_pipeline_stats st;
+    ASSERT_OK(sl_pipeline_stats_get(p, &st));
+    /* written in cudaHostAlloc'ed batch buffers, copied from there */
+    ASSERT(fk.calls("cudaHostAlloc") > 0);
+    ASSERT_U64_EQ(st.h2d_staged_bytes, 0);
+    ASSERT(st.h2d_bytes >= na);
+    ASSERT(fk.calls("cudaMemcpyAsync") >= 2 * NBATCH);
+    if (not_ready)
+        ASSERT(fk.calls("cudaEventQuery") > 0);
+    sl_pipeline_free(p);
+    ASSERT_EQ(na, nb);
+    ASSERT(na == (size_t)N * (H * W * C + 8));
+    ASSERT_EQ(memcmp(a, b, na), 0);
+    nothing_left();
+}
+
+SL_TEST(cuda_fake__batches_equal_cpu_nothing_leaks) { cuda_equals_cpu(0); }
+
+/* Events answer "not ready" to their first queries: the ring's waits run. */
+SL_TEST(cuda_fake__slow_events_same_batches) { cuda_equals_cpu(3); }
+
+/* A consumer holding batches past the pipeline's end: the ring lives until
+ * the last is released (invariant 4), then frees everything. */
+SL_TEST(cuda_fake__batches_outlive_the_pipeline) {
+    use_fake();
+    sl_pipeline *p = open_pipeline(", \"device\": \"cuda\"");
+    sl_batch *held[3];
+    for (int i = 0; i < 3; i++)
+        ASSERT_OK(sl_pipeline_next(p, &held[i]));
+    sl_pipeline_free(p);
+    ASSERT(fk.live("device") > 0);
+    for (int i = 0; i < 3; i++) {
+        const sl_tensor *t = sl_batch_column(held[i], sl_batch_find(held[i], "label"));
+        ASSERT_EQ(((const int64_t *)t->data)[0], 1000 + i * BATCH);
+        sl_batch_release(held[i]);
+    }
+    nothing_left();
+}
+
+SL_TEST(cuda_fake__open_errors_name_the_cause) {
+    char missing[600];
+    sl_test_path(missing, sizeof missing, "libcudart-none.so");
+    ASSERT_EQ(setenv("SLUICE_CUDART", missing, 1), 0);
+    ASSERT_EQ(sl_device_available(SL_DEVICE_CUDA, 0), SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_errmsg(), "SLUICE_CUDART=");
+    ASSERT_CONTAINS(sl_errmsg(), "libcudart-none.so could not be loaded");
+}
+
+SL_TEST(cuda_fake__no_device_and_bad_id) {
+    ASSERT_EQ(setenv("SLUICE_FAKE_CUDA_DEVICES", "0", 1), 0);
+    use_fake();
+    ASSERT_EQ(sl_device_available(SL_DEVICE_CUDA, 0), SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_errmsg(), "no CUDA device (cudaGetDeviceCount: no CUDA-capable device");
+    ASSERT_EQ(setenv("SLUICE_FAKE_CUDA_DEVICES", "2", 1), 0);
+}
+
+SL_TEST(cuda_fake__device_id_out_of_range) {
+    ASSERT_EQ(setenv("SLUICE_FAKE_CUDA_DEVICES", "2", 1), 0);
+    use_fake();
+    ASSERT_OK(sl_device_available(SL_DEVICE_CUDA, 1));
+    ASSERT_EQ(sl_device_available(SL_DEVICE_CUDA, 2), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "device.id: 2, but this machine has 2 CUDA devices");
+    nothing_left();
+}
+
+SL_TEST(cuda_fake__normalize_on_device_without_kernels) {
+    use_fake();
+    sl_spec *spec;
+    ASSERT_OK(sl_spec_from_json(&spec, "{\"source\": {\"path\": \"x\"}, \"ops\": [{\"op\": "
+                                       "\"normalize\"}], \"device\": {\"kind\": \"cuda\", "
+                                       "\"normalize_on_device\": true}}"));
+    sl_pipeline *p = NULL;
+    ASSERT_EQ(sl_pipeline_create(&p, spec), SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_errmsg(), "device.normalize_on_device: SLUICE_CUDA_KERNELS=");
+    sl_spec_free(spec);
+    nothing_left();
+}
+
+/* Run the pipeline on the stand-in with `fn` failing: its `nth` call from
+ * the point after `after` batches were taken (sticky: and every later
+ * one). The epoch must end with an error naming `needle`, the batches
+ * taken before stay readable, and nothing is left once all is freed. */
+static void fails_cleanly(const char *fn, int after, long nth, int err, int sticky,
+                          int keep, const char *needle) {
+    use_fake();
+    sl_pipeline *p = open_pipeline(", \"device\": \"cuda\"");
+    sl_batch *held[NBATCH];
+    int nheld = 0, taken = 0, rc = SL_OK;
+    if (after == 0)
+        ASSERT_OK(fk.fail(fn, nth, err, sticky));
+    for (int i = 0; i < NBATCH + 1; i++) {
+        sl_batch *b;
+        rc = sl_pipeline_next(p, &b);
+        if (rc != SL_OK)
+            break;
+        if (keep)
+            held[nheld++] = b;
+        else
+            sl_batch_release(b);
+        if (++taken == after)
+            ASSERT_OK(fk.fail(fn, nth, err, sticky));
+    }
+    if (rc >= 0)
+        sl_test_fail(__FILE__, __LINE__, "%s failing: the epoch ended with %d after %d batches",
+                     fn, rc, taken);
+    ASSERT(fk.failed() > 0);
+    ASSERT_CONTAINS(sl_errmsg(), needle);
+    ASSERT(taken >= after && taken < NBATCH);
+    /* the error stays: the pipeline does not go on as if nothing happened */
+    sl_batch *again = NULL;
+    int rc2 = sl_pipeline_next(p, &again);
+    ASSERT(rc2 < 0 || rc2 == SL_END);
+    ASSERT(again == NULL);
+    ASSERT(fk.fail(fn, 0, 0, 0) == 0); /* teardown may call it again: let it */
+    sl_pipeline_free(p);
+    for (int i = 0; i < nheld; i++) {
+        const sl_tensor *t = sl_batch_column(held[i], sl_batch_find(held[i], "label"));
+        ASSERT_EQ(t->device, SL_DEVICE_CUDA);
+        ASSERT_EQ(((const int64_t *)t->data)[BATCH - 1], 1000 + i * BATCH + BATCH - 1);
+        sl_batch_release(held[i]);
+    }
+    nothing_left();
+}
+
+SL_TEST(cuda_fake__device_alloc_fails_first_batch) {
+    fails_cleanly("cudaMalloc", 0, 1, FAKE_CUDA_ERR_MEMORY_ALLOCATION, 0, 1,
+                  "device \"cuda\": cudaMalloc: out of memory (cuda error 2)");
+}
+
+SL_TEST(cuda_fake__device_alloc_fails_mid_epoch) {
+    /* 3 batches held: the ring must grow, and its next slot cannot */
+    fails_cleanly("cudaMalloc", 3, 1, FAKE_CUDA_ERR_MEMORY_ALLOCATION, 1, 1, "cudaMalloc: out of memory");
+}
+
+SL_TEST(cuda_fake__pinned_alloc_fails) {
+    fails_cleanly("cudaHostAlloc", 0, 1, FAKE_CUDA_ERR_MEMORY_ALLOCATION, 1, 1,
+                  "filling a buffer pool: device \"cuda\": cudaHostAlloc: out of memory");
+}
+
+SL_TEST(cuda_fake__copy_fails_mid_epoch) {
+    fails_cleanly("cudaMemcpyAsync", 2, 1, FAKE_CUDA_ERR_LAUNCH_FAILURE, 0, 1,
+                  "device \"cuda\": cudaMemcpyAsync: unspecified launch failure (cuda error 719)");
+}
+
+SL_TEST(cuda_fake__copy_stream_create_fails) {
+    fails_cleanly("cudaStreamCreateWithFlags", 0, 1, FAKE_CUDA_ERR_MEMORY_ALLOCATION, 0, 1,
+                  "cudaStreamCreateWithFlags: out of memory");
+}
+
+SL_TEST(cuda_fake__event_create_fails) {
+    /* the second event of the first slot */
+    fails_cleanly("cudaEventCreateWithFlags", 0, 2, FAKE_CUDA_ERR_MEMORY_ALLOCATION, 0, 1,
+                  "cudaEventCreateWithFlags: out of memory");
+}
+
+SL_TEST(cuda_fake__event_record_fails_mid_epoch) {
+    fails_cleanly("cudaEventRecord", 2, 1, FAKE_CUDA_ERR_LAUNCH_FAILURE, 0, 1,
+                  "cudaEventRecord: unspecified launch failure");
+}
+
+SL_TEST(cuda_fake__stream_wait_fails_mid_epoch) {
+    fails_cleanly("cudaStreamWaitEvent", 2, 1, FAKE_CUDA_ERR_LAUNCH_FAILURE, 0, 1,
+                  "cudaStreamWaitEvent: unspecified launch failure");
+}
+
+/* A query that keeps failing (a broken context) must end the epoch, not
+ * spin: the ring's slots then never pass. */
+SL_TEST(cuda_fake__event_query_fails_mid_epoch) {
+    fails_cleanly("cudaEventQuery", 2, 1, FAKE_CUDA_ERR_LAUNCH_FAILURE, 1, 0,
+                  "cudaEventQuery: unspecified launch failure");
+}
+
+/* ---- the nvJPEG batch decoder (device_nvjpeg.c) over the stand-ins ------------------ */
+#ifdef SLUICE_FAKE_NVJPEG
+#include <turbojpeg.h>
+
+typedef struct {
+    unsigned char *buf;
+    unsigned long len;
+} jpeg_file;
+
+/* A w x h JPEG of a smooth pattern; CMYK when cmyk. */
+static jpeg_file make_jpeg(int w, int h, int samp, int cmyk, int seed) {
+    int ch = cmyk ? 4 : 3;
+    uint8_t *px = malloc((size_t)w * h * ch);
+    ASSERT(px != NULL);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            for (int c = 0; c < ch; c++)
+                px[((size_t)y * w + x) * ch + c] = (uint8_t)(x * 5 + y * 3 + c * 40 + seed * 17);
+    tjhandle tj = tjInitCompress();
+    jpeg_file f = {NULL, 0};
+    ASSERT(tj != NULL);
+    ASSERT_EQ(tjCompress2(tj, px, w, 0, h, cmyk ? TJPF_CMYK : TJPF_RGB, &f.buf, &f.len, samp, 90,
+                          0), 0);
+    tjDestroy(tj);
+    free(px);
+    return f;
+}
+
+/* libjpeg-turbo's RGB of f (what the stand-in writes) */
+static uint8_t *turbo_rgb(const jpeg_file *f, int w, int h) {
+    uint8_t *px = malloc((size_t)w * h * 3);
+    tjhandle tj = tjInitDecompress();
+    ASSERT(px && tj);
+    ASSERT_EQ(tjDecompress2(tj, f->buf, f->len, px, w, 0, h, TJPF_RGB, TJFLAG_ACCURATEDCT), 0);
+    tjDestroy(tj);
+    return px;
+}
+
+static struct {
+    long (*live)(void);
+    long (*calls)(int batched);
+} fn;
+
+static sl_dev_backend *use_fakes(void) {
+    use_fake();
+    ASSERT_EQ(setenv("SLUICE_NVJPEG", SLUICE_FAKE_NVJPEG, 1), 0);
+    void *lib = dlopen(SLUICE_FAKE_NVJPEG, RTLD_NOW | RTLD_LOCAL);
+    ASSERT(lib != NULL);
+    *(void **)&fn.live = dlsym(lib, "fake_nvjpeg_live");
+    *(void **)&fn.calls = dlsym(lib, "fake_nvjpeg_calls");
+    ASSERT(fn.live && fn.calls);
+    sl_dev_backend *be = NULL;
+    ASSERT_OK(sl_dev__cuda_open(&be, 0));
+    return be;
+}
+
+/* Good images decode in one batched call; a CMYK file is refused at the
+ * header and a truncated one fails the batch: both go back to the CPU, and
+ * the three good neighbours still come out, each in its own buffer, with
+ * its own pitch. */
+SL_TEST(nvjpeg_fake__bad_neighbours_cost_only_themselves) {
+    sl_dev_backend *be = use_fakes();
+    sl_dev_jpeg *j;
+    ASSERT_OK(sl_dev__jpeg_open(&j, be));
+    ASSERT_STR_EQ(sl_dev__jpeg_backend(j), "hardware");
+    enum { NI = 5 };
+    int ws[NI] = {40, 33, 24, 31, 17}, hs[NI] = {30, 17, 24, 45, 9};
+    jpeg_file f[NI] = {make_jpeg(40, 30, TJSAMP_444, 0, 1), make_jpeg(33, 17, TJSAMP_420, 0, 2),
+                       make_jpeg(24, 24, TJSAMP_444, 1, 3), make_jpeg(31, 45, TJSAMP_422, 0, 4),
+                       make_jpeg(17, 9, TJSAMP_GRAY, 0, 5)};
+    jpeg_file whole3 = f[3];
+    sl_dev_jpeg_item it[NI];
+    memset(it, 0, sizeof it);
+    for (int i = 0; i < NI; i++) {
+        it[i].data = f[i].buf;
+        it[i].len = f[i].len;
+    }
+    it[3].len = f[3].len * 6 / 10; /* truncated: its header is intact */
+    ASSERT_OK(sl_dev__jpeg_decode(j, it, NI, NULL));
+    ASSERT_EQ(it[2].status, SL_DEV_JPEG_FALLBACK);
+    ASSERT_CONTAINS(it[2].why, "CMYK");
+    ASSERT_EQ(it[3].status, SL_DEV_JPEG_FALLBACK);
+    ASSERT_CONTAINS(it[3].why, "nvjpegDecode: bad JPEG");
+    ASSERT(it[2].dev == NULL && it[3].dev == NULL);
+    for (int i = 0; i < NI; i++) {
+        if (i == 2 || i == 3)
+            continue;
+        ASSERT_EQ(it[i].status, SL_DEV_JPEG_OK);
+        ASSERT_EQ(it[i].width, ws[i]);
+        ASSERT_EQ(it[i].height, hs[i]);
+        ASSERT_EQ(it[i].pitch, (size_t)ws[i] * 3);
+        uint8_t *want = turbo_rgb(&f[i], ws[i], hs[i]);
+        ASSERT_EQ(memcmp(it[i].dev, want, (size_t)ws[i] * hs[i] * 3), 0);
+        free(want);
+    }
+    uint64_t gpu, fb;
+    sl_dev__jpeg_counts(j, &gpu, &fb);
+    ASSERT_U64_EQ(gpu, 3);
+    ASSERT_U64_EQ(fb, 2);
+    /* one batched call failed on the truncated file; then one by one */
+    ASSERT_EQ(fn.calls(1), 1);
+    ASSERT_EQ(fn.calls(0), 4);
+    /* the next batch, all good, goes through one batched call again */
+    it[3].len = whole3.len;
+    sl_dev_jpeg_item two[2] = {it[0], it[3]};
+    ASSERT_OK(sl_dev__jpeg_decode(j, two, 2, NULL));
+    ASSERT(two[0].status == SL_DEV_JPEG_OK && two[1].status == SL_DEV_JPEG_OK);
+    ASSERT_EQ(fn.calls(1), 2);
+    sl_dev__jpeg_close(j);
+    sl_dev__backend_release(be);
+    for (int i = 0; i < NI; i++)
+        tjFree(f[i].buf);
+    ASSERT_EQ(fn.live(), 0);
+    nothing_left();
+}
+
+SL_TEST(nvjpeg_fake__no_hardware_engine_uses_gpu_hybrid) {
+    ASSERT_EQ(setenv("SLUICE_FAKE_NVJPEG_NO_HARDWARE", "1", 1), 0);
+    sl_dev_backend *be = use_fakes();
+    sl_dev_jpeg *j;
+    ASSERT_OK(sl_dev__jpeg_open(&j, be));
+    ASSERT_STR_EQ(sl_dev__jpeg_backend(j), "gpu_hybrid");
+    sl_dev__jpeg_close(j);
+    sl_dev__backend_release(be);
+    ASSERT_EQ(fn.live(), 0);
+    nothing_left();
+}
+
+/* Device memory for the pixels cannot be had: an error for the call (not a
+ * fallback), and closing frees what was made. */
+SL_TEST(nvjpeg_fake__device_alloc_failure_is_an_error) {
+    sl_dev_backend *be = use_fakes();
+    sl_dev_jpeg *j;
+    ASSERT_OK(sl_dev__jpeg_open(&j, be));
+    jpeg_file f[2] = {make_jpeg(20, 20, TJSAMP_444, 0, 1), make_jpeg(20, 20, TJSAMP_444, 0, 2)};
+    sl_dev_jpeg_item it[2] = {{.data = f[0].buf, .len = f[0].len},
+                              {.data = f[1].buf, .len = f[1].len}};
+    ASSERT_OK(fk.fail("cudaMalloc", 2, FAKE_CUDA_ERR_MEMORY_ALLOCATION, 0));
+    ASSERT_EQ(sl_dev__jpeg_decode(j, it, 2, NULL), SL_EIO);
+    ASSERT_CONTAINS(sl_errmsg(), "cudaMalloc: out of memory");
+    sl_dev__jpeg_close(j);
+    sl_dev__backend_release(be);
+    tjFree(f[0].buf);
+    tjFree(f[1].buf);
+    ASSERT_EQ(fn.live(), 0);
+    nothing_left();
+}
+
+SL_TEST(nvjpeg_fake__missing_library_is_explained) {
+    char missing[600];
+    sl_test_path(missing, sizeof missing, "libnvjpeg-none.so");
+    ASSERT_EQ(setenv("SLUICE_NVJPEG", missing, 1), 0);
+    ASSERT_EQ(sl_dev__nvjpeg_probe(), SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_errmsg(), "libnvjpeg-none.so could not be loaded");
+    sl_spec *spec;
+    ASSERT_OK(sl_spec_from_json(&spec, "{\"source\": {\"path\": \"x\"}, \"ops\": [{\"op\": "
+                                       "\"decode\", \"device\": \"gpu\"}]}"));
+    sl_pipeline *p = NULL;
+    ASSERT_EQ(sl_pipeline_create(&p, spec), SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_errmsg(), "ops[0].device \"gpu\": decoding on the GPU needs nvJPEG: "
+                                 "SLUICE_NVJPEG=");
+    sl_spec_free(spec);
+}
+#endif
+
+/* ---- nvJPEG on a real GPU: agreement with the CPU decode ----------------------------
+ * Runs only where a CUDA device and libnvjpeg are present (scripts/gpu_check.sh
+ * on a device machine); elsewhere it is a GPU skip, saying why. Tolerance
+ * against libjpeg-turbo (the CPU path's decoder; IDCTs and chroma upsampling
+ * differ, so not bit-exact): mean |difference| <= 1.5 per channel value and
+ * no value off by more than 64; the figures measured are printed. */
+#if defined(SLUICE_FAKE_NVJPEG)
+SL_TEST(nvjpeg_gpu__agrees_with_cpu_decode) {
+    sl_dev_backend *be = NULL;
+    if (sl_dev__cuda_open(&be, 0) != SL_OK)
+        sl_test_skip_gpu("no CUDA device: %s", sl_errmsg());
+    if (sl_dev__nvjpeg_probe() != SL_OK) {
+        sl_dev__backend_release(be);
+        sl_test_skip_gpu("a CUDA device, but no nvJPEG: %s", sl_errmsg());
+    }
+    /* a device-to-host copy from the runtime the backend loaded */
+    void *rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!rt)
+        rt = dlopen("libcudart.so.12", RTLD_NOW | RTLD_LOCAL);
+    int (*memcpy_d2h)(void *, const void *, size_t, int) = NULL;
+    if (rt)
+        *(void **)&memcpy_d2h = dlsym(rt, "cudaMemcpy");
+    ASSERT(memcpy_d2h != NULL);
+    sl_dev_jpeg *j;
+    ASSERT_OK(sl_dev__jpeg_open(&j, be));
+    printf("  nvJPEG backend: %s\n", sl_dev__jpeg_backend(j));
+    enum { NI = 4 };
+    int ws[NI] = {640, 333, 500, 97}, hs[NI] = {480, 517, 375, 61};
+    int samp[NI] = {TJSAMP_420, TJSAMP_444, TJSAMP_422, TJSAMP_GRAY};
+    jpeg_file f[NI];
+    sl_dev_jpeg_item it[NI];
+    memset(it, 0, sizeof it);
+    for (int i = 0; i < NI; i++) {
+        f[i] = make_jpeg(ws[i], hs[i], samp[i], 0, i);
+        it[i].data = f[i].buf;
+        it[i].len = f[i].len;
+    }
+    ASSERT_OK(sl_dev__jpeg_decode(j, it, NI, NULL));
+    double sum = 0, count = 0;
+    int worst = 0;
+    for (int i = 0; i < NI; i++) {
+        ASSERT_EQ(it[i].status, SL_DEV_JPEG_OK);
+        size_t n = (size_t)ws[i] * hs[i] * 3;
+        uint8_t *got = malloc(n), *want = turbo_rgb(&f[i], ws[i], hs[i]);
+        ASSERT(got != NULL);
+        ASSERT_EQ(memcpy_d2h(got, it[i].dev, n, 2 /* cudaMemcpyDeviceToHost */), 0);
+        for (size_t k = 0; k < n; k++) {
+            int d = abs((int)got[k] - (int)want[k]);
+            sum += d;
+            worst = d > worst ? d : worst;
+        }
+        count += (double)n;
+        free(got);
+        free(want);
+        tjFree(f[i].buf);
+    }
+    printf("  nvJPEG vs libjpeg-turbo over %d images: mean |diff| %.3f, max %d\n", NI,
+           sum / count, worst);
+    ASSERT(sum / count <= 1.5);
+    ASSERT(worst <= 64);
+    sl_dev__jpeg_close(j);
+    sl_dev__backend_release(be);
+}
+#else
+/* This build has no nvjpeg.h: the probe says how to get it. */
+SL_TEST(nvjpeg_fake__build_without_header_says_so) {
+    ASSERT_EQ(sl_dev__nvjpeg_probe(), SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_errmsg(), "scripts/nvjpeg_fetch.sh");
+}
+#endif
