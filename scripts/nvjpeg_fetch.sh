@@ -7,11 +7,11 @@
 # sluice's nvJPEG code. libsluice never links libnvjpeg: it is loaded with
 # dlopen at run time (SLUICE_NVJPEG names it, or the loader's search path).
 #   bash scripts/nvjpeg_fetch.sh [--wheel-dir DIR]   (also keep the .whl in DIR)
-# Cache: ${SLUICE_CACHE:-${XDG_CACHE_HOME:-~/.cache}/sluice}/nvjpeg
+# Cache: ${SLUICE_TOOLS_CACHE:-${XDG_CACHE_HOME:-~/.cache}/sluice-tools}/nvjpeg
 set -euo pipefail
 WHEEL_DIR=""
 [ "${1:-}" = "--wheel-dir" ] && WHEEL_DIR=$2
-CACHE=${SLUICE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice}
+CACHE=${SLUICE_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice-tools}
 VENV=$CACHE/pip-venv
 DL=$CACHE/wheels
 mkdir -p "$DL"

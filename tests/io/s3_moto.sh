@@ -16,7 +16,7 @@
 # a missing key is a 404 NoSuchKey; without credentials the request goes
 # unsigned (moto refuses it: the bucket is private).
 #
-# The venv is kept in ${SLUICE_MOTO_VENV:-~/.cache/sluice/moto-venv} (made on
+# The venv is kept in ${SLUICE_MOTO_VENV:-~/.cache/sluice-tools/moto-venv} (made on
 # first use; needs PyPI). Exit 77 when moto cannot be installed.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -24,7 +24,7 @@ BUILD=${1:-$REPO/build}
 GET=$BUILD/sluice_s3_get
 PY=${PY:-/usr/bin/python3}
 MOTO_VERSION=5.2.5
-VENV=${SLUICE_MOTO_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/moto-venv}
+VENV=${SLUICE_MOTO_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice-tools/moto-venv}
 fail() { echo "FAIL s3_moto: $*" >&2; [ -f "${LOG:-}" ] && tail -20 "$LOG" >&2; exit 1; }
 [ -x "$GET" ] || fail "$GET not built (it needs libcurl: libcurl4-openssl-dev)"
 
