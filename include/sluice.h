@@ -1101,6 +1101,21 @@ SL_API int sl_spec_set_source_samples(sl_spec *spec, int ncols, const char *cons
 /** Shuffle: a fresh permutation of the whole source every epoch, drawn from
  *  (seed, epoch). Default off. Since 0.1 */
 SL_API int sl_spec_set_shuffle(sl_spec *spec, int shuffle);
+/** How the shuffle orders an epoch (docs/PIPELINE.md, "Shuffle"). */
+typedef enum sl_shuffle_mode {
+    SL_SHUFFLE_AUTO = 0,   /**< global up to 16,777,216 records, window above */
+    SL_SHUFFLE_GLOBAL = 1, /**< a uniform permutation of all records (a table
+                                of 16 bytes per record) */
+    SL_SHUFFLE_WINDOW = 2  /**< blocks of records permuted, then positions
+                                permuted within windows: O(1) memory, any
+                                position computed directly */
+} sl_shuffle_mode;
+/** Turn the shuffle on with a mode; `window` (positions per window) and
+ *  `block` (consecutive records per block, <= window) apply to window mode,
+ *  0 for their defaults (65,536 and window / 64). @return SL_OK, SL_EINVAL.
+ *  Since 0.2 */
+SL_API int sl_spec_set_shuffle_mode(sl_spec *spec, sl_shuffle_mode mode, uint64_t window,
+                                    uint64_t block);
 /** Read only shard `index` of `count` (0 <= index < count): a disjoint slice
  *  of the epoch's (shuffled) order; the union over ranks is the whole source.
  *  Without this call the shard comes from the environment variables RANK and

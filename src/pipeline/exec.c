@@ -255,7 +255,9 @@ static uint64_t record_at(sl_pipeline *p, uint64_t epoch, uint64_t pos, uint64_t
     uint64_t g = j * (uint64_t)p->shard_count + (uint64_t)p->shard_index;
     uint64_t m = p->nbase;
     g %= m; /* pad wraps around to the start */
-    if (p->spec->shuffle) {
+    if (p->window_mode) {
+        g = sl_pipeline__window_at(p, epoch, rep, j);
+    } else if (p->spec->shuffle) {
         build_perm(p, epoch, rep);
         g = p->perm[g];
     }

@@ -263,7 +263,12 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     p->per_epoch = p->per_pass * (uint64_t)p->plan.repeat;
     if (p->per_epoch > needed_positions(p))
         p->per_epoch = needed_positions(p);
-    if (p->spec->shuffle && m > 0) {
+    /* mode "auto": the exact global permutation while its table (two arrays
+     * of 8 bytes per record) is small, the windowed order above that */
+    p->window_mode = p->spec->shuffle &&
+                     (p->spec->shuffle_mode == SL_SHUFFLE_WINDOW ||
+                      (p->spec->shuffle_mode == SL_SHUFFLE_AUTO && m > SL_SHUFFLE_GLOBAL_MAX));
+    if (p->spec->shuffle && !p->window_mode && m > 0) {
         p->perm = sl__malloc((size_t)m * sizeof *p->perm);
         p->perm_next = sl__malloc((size_t)m * sizeof *p->perm_next);
         if (!p->perm || !p->perm_next)
@@ -431,6 +436,7 @@ static void restart_at(sl_pipeline *p, uint64_t epoch, const sl_resume *r, uint6
         p->src_end_epoch = epoch + 1;
     p->src_ahead_epoch = 0;
     p->perm_valid = 0;
+    p->wsh_valid = 0;
     p->next_ready = 0;
     pthread_mutex_unlock(&p->src_mu);
 }

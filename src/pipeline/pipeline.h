@@ -8,6 +8,7 @@
 #include "pipeline/op.h"
 #include "source/source.h"
 #include "device/device.h"
+#include "pipeline/shuffle_window.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -124,6 +125,9 @@ struct sl_spec {
                                     its options ({"path": ...}); NULL for memory */
     sl_source *mem;              /* a memory source (a reference) */
     int shuffle;
+    int shuffle_mode;            /* SL_SHUFFLE_AUTO / GLOBAL / WINDOW */
+    uint64_t shuffle_window;     /* window mode: positions per window (0: default) */
+    uint64_t shuffle_block;      /* window mode: records per block (0: window / 64) */
     int shard_mode;              /* SL_SHARD_AUTO / SET / ENV */
     int64_t shard_index, shard_count;
     int shard_equal;             /* sl_shard_equal */
@@ -444,6 +448,9 @@ struct sl_pipeline {
     uint64_t set_epochs;          /* set_epoch calls so far */
     uint64_t last_set_epoch;      /* the epoch the last one asked for */
     int src_parked;
+    int window_mode;              /* shuffle in window mode: no perm table */
+    sl_wshuf wsh;                 /* window mode: the current pass's order */
+    int wsh_valid;
     uint64_t *perm;
     uint64_t perm_epoch, perm_rep;
     int perm_valid;

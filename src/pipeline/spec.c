@@ -95,6 +95,21 @@ int sl_spec_set_shuffle(sl_spec *s, int shuffle) {
     return SL_OK;
 }
 
+int sl_spec_set_shuffle_mode(sl_spec *s, sl_shuffle_mode mode, uint64_t window,
+                             uint64_t block) {
+    if (mode != SL_SHUFFLE_AUTO && mode != SL_SHUFFLE_GLOBAL && mode != SL_SHUFFLE_WINDOW)
+        return sl__error(SL_EINVAL, "source.shuffle.mode: must be SL_SHUFFLE_AUTO, "
+                                    "SL_SHUFFLE_GLOBAL or SL_SHUFFLE_WINDOW, got %d", (int)mode);
+    if (window && block > window)
+        return sl__error(SL_EINVAL, "source.shuffle.block: must be at most window (%llu), got "
+                                    "%llu", (unsigned long long)window, (unsigned long long)block);
+    s->shuffle = 1;
+    s->shuffle_mode = (int)mode;
+    s->shuffle_window = window;
+    s->shuffle_block = block;
+    return SL_OK;
+}
+
 int sl_spec_set_shard(sl_spec *s, int64_t index, int64_t count, sl_shard_equal equal) {
     if (count < 1)
         return sl__error(SL_EINVAL, "source.shard.count: must be a positive integer");
@@ -293,6 +308,52 @@ static int get_uint(const cJSON *v, const char *field, int64_t min, int64_t *out
     return SL_OK;
 }
 
+/* "shuffle": true | false | {"mode": "auto"|"global"|"window", "window": N,
+ * "block": N} (docs/PIPELINE.md, "Shuffle"). */
+static int parse_shuffle(sl_spec *s, const cJSON *v) {
+    s->shuffle_mode = SL_SHUFFLE_AUTO;
+    s->shuffle_window = s->shuffle_block = 0;
+    if (cJSON_IsBool(v)) {
+        s->shuffle = cJSON_IsTrue(v);
+        return SL_OK;
+    }
+    if (!cJSON_IsObject(v))
+        return sl__error(SL_EINVAL, "source.shuffle: must be true, false or an object "
+                                    "{\"mode\": \"global\"|\"window\"|\"auto\", \"window\": N, "
+                                    "\"block\": N}");
+    for (const cJSON *it = v->child; it; it = it->next) {
+        const char *k = it->string;
+        int64_t n = 0;
+        if (!strcmp(k, "mode")) {
+            const char *m = cJSON_IsString(it) ? it->valuestring : "";
+            if (!strcmp(m, "auto"))
+                s->shuffle_mode = SL_SHUFFLE_AUTO;
+            else if (!strcmp(m, "global"))
+                s->shuffle_mode = SL_SHUFFLE_GLOBAL;
+            else if (!strcmp(m, "window"))
+                s->shuffle_mode = SL_SHUFFLE_WINDOW;
+            else
+                return sl__error(SL_EINVAL, "source.shuffle.mode: must be \"global\", "
+                                            "\"window\" or \"auto\"");
+        } else if (!strcmp(k, "window")) {
+            SL_TRY(get_uint(it, "source.shuffle.window", 1, &n));
+            s->shuffle_window = (uint64_t)n;
+        } else if (!strcmp(k, "block")) {
+            SL_TRY(get_uint(it, "source.shuffle.block", 1, &n));
+            s->shuffle_block = (uint64_t)n;
+        } else {
+            return sl__error(SL_EINVAL, "source.shuffle.%s: unknown key (keys: mode, window, "
+                                        "block)", k);
+        }
+    }
+    if (s->shuffle_block && s->shuffle_window && s->shuffle_block > s->shuffle_window)
+        return sl__error(SL_EINVAL, "source.shuffle.block: must be at most window (%llu), got "
+                                    "%llu", (unsigned long long)s->shuffle_window,
+                         (unsigned long long)s->shuffle_block);
+    s->shuffle = 1;
+    return SL_OK;
+}
+
 static int parse_shard(sl_spec *s, const cJSON *v) {
     if (cJSON_IsString(v) && !strcmp(v->valuestring, "env")) {
         s->shard_mode = SL_SHARD_ENV;
@@ -366,9 +427,7 @@ static int parse_source(sl_spec *s, const cJSON *src) {
         const char *k = it->string;
         int rc = SL_OK;
         if (!strcmp(k, "shuffle")) {
-            if (!cJSON_IsBool(it))
-                rc = sl__error(SL_EINVAL, "source.shuffle: must be true or false");
-            s->shuffle = cJSON_IsTrue(it);
+            rc = parse_shuffle(s, it);
         } else if (!strcmp(k, "shard")) {
             rc = parse_shard(s, it);
         } else if (!strcmp(k, "parallel")) {
@@ -522,7 +581,18 @@ cJSON *sl_spec__to_cjson(const sl_spec *s) {
         (void)sl__json_add(src, it->string, cJSON_Duplicate(it, 1)); /* a failure is flagged */
     if (s->mem)
         cJSON_AddStringToObject(src, "memory", "samples held in memory");
-    cJSON_AddBoolToObject(src, "shuffle", s->shuffle);
+    if (s->shuffle && (s->shuffle_mode != SL_SHUFFLE_AUTO || s->shuffle_window ||
+                       s->shuffle_block)) {
+        static const char *const modes[] = {"auto", "global", "window"};
+        cJSON *sh = cJSON_AddObjectToObject(src, "shuffle");
+        cJSON_AddStringToObject(sh, "mode", modes[s->shuffle_mode]);
+        if (s->shuffle_window)
+            cJSON_AddNumberToObject(sh, "window", (double)s->shuffle_window);
+        if (s->shuffle_block)
+            cJSON_AddNumberToObject(sh, "block", (double)s->shuffle_block);
+    } else {
+        cJSON_AddBoolToObject(src, "shuffle", s->shuffle);
+    }
     if (s->source_parallel == -1)
         cJSON_AddStringToObject(src, "parallel", "auto");
     else if (s->source_parallel > 0)

@@ -1,0 +1,138 @@
+/*
+ * shuffle_window.c — the windowed shuffle (mode "window"): the order of a
+ * pass computed position by position from (seed, epoch, pass), without the
+ * O(records) permutation table of the global shuffle. Hand-written: a
+ * Feistel network is a few lines and no library offers a keyed bijection of
+ * an arbitrary range.
+ */
+#include "pipeline/shuffle_window.h"
+
+#include "pipeline/pipeline.h"
+#include "sluice.h"
+
+#define ROUNDS 6
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void sl_feistel_init(sl_feistel *f, uint64_t n, uint64_t seed, uint64_t epoch, uint64_t index,
+                     uint64_t op) {
+    f->n = n;
+    unsigned bits = n > 1 ? 64u - (unsigned)__builtin_clzll(n - 1) : 1u;
+    f->half = (bits + 1) / 2;
+    f->mask = f->half >= 64 ? ~0ull : (1ull << f->half) - 1;
+    sl_rng rng;
+    sl_rng_init(&rng, seed, epoch, index, op);
+    for (int i = 0; i < ROUNDS; i++)
+        f->key[i] = sl_rng_next(&rng);
+}
+
+static uint64_t rounds_fwd(const sl_feistel *f, uint64_t x) {
+    uint64_t l = (x >> f->half) & f->mask, r = x & f->mask;
+    for (int i = 0; i < ROUNDS; i++) {
+        uint64_t t = l ^ (mix64(r ^ f->key[i]) & f->mask);
+        l = r;
+        r = t;
+    }
+    return (l << f->half) | r;
+}
+
+static uint64_t rounds_inv(const sl_feistel *f, uint64_t y) {
+    uint64_t l = (y >> f->half) & f->mask, r = y & f->mask;
+    for (int i = ROUNDS - 1; i >= 0; i--) {
+        uint64_t t = r ^ (mix64(l ^ f->key[i]) & f->mask);
+        r = l;
+        l = t;
+    }
+    return (l << f->half) | r;
+}
+
+uint64_t sl_feistel_fwd(const sl_feistel *f, uint64_t x) {
+    if (f->n <= 1)
+        return x;
+    do
+        x = rounds_fwd(f, x);
+    while (x >= f->n);
+    return x;
+}
+
+uint64_t sl_feistel_inv(const sl_feistel *f, uint64_t y) {
+    if (f->n <= 1)
+        return y;
+    do
+        y = rounds_inv(f, y);
+    while (y >= f->n);
+    return y;
+}
+
+/* Keys of the two levels: distinct op values, so that the block order and
+ * the windows' orders are independent draws of (seed, epoch, pass). */
+#define BLOCK_OP 0xfffffffffffffff2ull
+#define WINDOW_OP 0xfffffffffffffff3ull
+
+void sl_wshuf_init(sl_wshuf *w, uint64_t m, uint64_t window, uint64_t block, uint64_t seed,
+                   uint64_t epoch, uint64_t rep) {
+    w->m = m;
+    w->window = window ? window : 1;
+    w->block = block ? block : 1;
+    w->seed = seed;
+    w->epoch = epoch;
+    w->rep = rep;
+    w->nblocks = m ? (m + w->block - 1) / w->block : 0;
+    w->lastlen = m ? m - (w->nblocks - 1) * w->block : 0;
+    sl_feistel_init(&w->blocks, w->nblocks, seed, epoch, rep, BLOCK_OP);
+    /* the short block's place in the permuted sequence */
+    w->short_at = w->nblocks ? sl_feistel_inv(&w->blocks, w->nblocks - 1) : 0;
+}
+
+uint64_t sl_wshuf_at(const sl_wshuf *w, uint64_t q) {
+    /* 1. within its window */
+    uint64_t t = q / w->window, u = q % w->window, start = t * w->window;
+    uint64_t len = w->m - start < w->window ? w->m - start : w->window;
+    sl_feistel f;
+    /* the window's key mixes pass and window number (index argument) */
+    sl_feistel_init(&f, len, w->seed, w->epoch, mix64(w->rep * 0x9e3779b97f4a7c15ull + t),
+                    WINDOW_OP);
+    uint64_t q2 = start + sl_feistel_fwd(&f, u);
+    /* 2. the permuted block sequence: blocks before the short one are full,
+     * those after it start lastlen - block earlier */
+    uint64_t b = w->block, s = w->short_at, k, o;
+    if (q2 < s * b) {
+        k = q2 / b;
+        o = q2 % b;
+    } else if (q2 < s * b + w->lastlen) {
+        k = s;
+        o = q2 - s * b;
+    } else {
+        uint64_t q3 = q2 - w->lastlen + b;
+        k = q3 / b;
+        o = q3 % b;
+    }
+    return sl_feistel_fwd(&w->blocks, k) * b + o;
+}
+
+uint64_t sl_wshuf_rank_start(uint64_t m, uint64_t w, uint64_t k, int equal) {
+    if (equal == SL_SHARD_PAD)
+        return k * ((m + w - 1) / w);
+    if (equal == SL_SHARD_DROP)
+        return k * (m / w);
+    uint64_t q = m / w, r = m % w; /* the first r ranks have one more */
+    return k * q + (k < r ? k : r);
+}
+
+uint64_t sl_pipeline__window_at(sl_pipeline *p, uint64_t epoch, uint64_t rep, uint64_t j) {
+    uint64_t m = p->nbase;
+    if (!p->wsh_valid || p->wsh.epoch != epoch || p->wsh.rep != rep) {
+        uint64_t win = p->spec->shuffle_window ? p->spec->shuffle_window
+                                               : SL_SHUFFLE_WINDOW_DEFAULT;
+        uint64_t blk = p->spec->shuffle_block ? p->spec->shuffle_block : win / 64;
+        sl_wshuf_init(&p->wsh, m, win, blk ? blk : 1, p->spec->seed, epoch, rep);
+        p->wsh_valid = 1;
+    }
+    uint64_t q = sl_wshuf_rank_start(m, (uint64_t)p->shard_count, (uint64_t)p->shard_index,
+                                     p->shard_equal) + j;
+    return sl_wshuf_at(&p->wsh, q % m); /* pad wraps around to the start */
+}

@@ -1,0 +1,58 @@
+/*
+ * shuffle_window.h — the windowed shuffle's order as a pure function of
+ * (seed, epoch, pass, position): no per-record table, O(1) per position, so
+ * any position of any epoch is computed directly (exact resume) and a rank's
+ * memory does not grow with the record count. docs/PIPELINE.md, "Shuffle".
+ */
+#ifndef SL_SHUFFLE_WINDOW_H
+#define SL_SHUFFLE_WINDOW_H
+
+#include <stdint.h>
+
+/* A keyed bijection of [0, n): a balanced Feistel network over the smallest
+ * even number of bits covering n, walked until the value falls below n
+ * (cycle walking; fewer than 4 steps on average). */
+typedef struct sl_feistel {
+    uint64_t n;
+    unsigned half;       /* bits per half */
+    uint64_t mask;       /* (1 << half) - 1 */
+    uint64_t key[6];     /* one per round */
+} sl_feistel;
+
+void sl_feistel_init(sl_feistel *f, uint64_t n, uint64_t seed, uint64_t epoch, uint64_t index,
+                     uint64_t op);
+uint64_t sl_feistel_fwd(const sl_feistel *f, uint64_t x);
+uint64_t sl_feistel_inv(const sl_feistel *f, uint64_t y);
+
+/* The windowed order of one pass over m records: the records are cut into
+ * blocks of `block` consecutive records (the last may be shorter), the blocks
+ * are permuted, the permuted sequence is cut into windows of `window`
+ * positions and each window is permuted on its own. */
+typedef struct sl_wshuf {
+    uint64_t m, block, window;
+    uint64_t seed, epoch, rep;
+    uint64_t nblocks, lastlen, short_at;
+    sl_feistel blocks;
+} sl_wshuf;
+
+void sl_wshuf_init(sl_wshuf *w, uint64_t m, uint64_t window, uint64_t block, uint64_t seed,
+                   uint64_t epoch, uint64_t rep);
+/* Position q (< m) of the pass: the index of the record there (< m). */
+uint64_t sl_wshuf_at(const sl_wshuf *w, uint64_t q);
+
+/* Where rank `k` of `w` starts in the pass's order in window mode: ranks take
+ * consecutive spans (so a rank reads only its own blocks), of the sizes the
+ * sharding rule gives (equal = SL_SHARD_PAD / DROP / NONE). */
+uint64_t sl_wshuf_rank_start(uint64_t m, uint64_t w, uint64_t k, int equal);
+
+/* Window mode's record_at: the base index (< nbase) at position j of rank
+ * shard_index's pass `rep` of `epoch` (src_mu held; caches the pass's block
+ * order in p->wsh). */
+struct sl_pipeline;
+uint64_t sl_pipeline__window_at(struct sl_pipeline *p, uint64_t epoch, uint64_t rep, uint64_t j);
+
+/* Defaults and the switch of "mode": "auto" (docs/PIPELINE.md). */
+#define SL_SHUFFLE_WINDOW_DEFAULT 65536u
+#define SL_SHUFFLE_GLOBAL_MAX (1ull << 24) /* auto: global up to 16,777,216 records */
+
+#endif
