@@ -148,17 +148,38 @@ class Dataset:
         ops.append(step)
         return Dataset(spec, self._callables, self._arrays)
 
-    def shuffle(self, seed=None, buffer_size=None):
-        """Shuffle records: a fresh global permutation each epoch, keyed by
-        (seed, epoch). ``buffer_size`` asks for a bounded shuffle buffer instead
-        (streaming sources)."""
+    def shuffle(self, seed=None, buffer_size=None, mode=None, window=None, block=None):
+        """Shuffle records afresh each epoch, keyed by (seed, epoch).
+
+        ``mode="global"``: a uniform permutation of all records (a table of 16
+        bytes per record in each rank). ``mode="window"``: blocks of ``block``
+        consecutive records are permuted, then positions within each window
+        of ``window`` positions (defaults 65,536 and window / 64); no table,
+        any position computed directly, ranks read only their own blocks.
+        The default (``"auto"``) is global up to 16,777,216 records and window
+        above (docs/PIPELINE.md, "Shuffle"). ``buffer_size`` asks for a
+        bounded shuffle buffer instead (streaming sources)."""
         if seed is not None:
             _check_int(seed, "seed", 0)
+        if mode is not None and mode not in ("global", "window", "auto"):
+            raise ValueError(f"mode: expected 'global', 'window' or 'auto', got {mode!r}")
+        for name, v in (("window", window), ("block", block)):
+            if v is not None:
+                _check_int(v, name, 1)
         if buffer_size is not None:
+            if mode is not None or window is not None or block is not None:
+                raise ValueError("buffer_size: a shuffle buffer takes no mode, window or block")
             _check_int(buffer_size, "buffer_size", 1)
             ds = self.op("shuffle_buffer", size=buffer_size)
-        else:
+        elif mode is None and window is None and block is None:
             ds = self._with_source(shuffle=True)
+        else:
+            how = {"mode": mode or ("window" if window or block else "auto")}
+            if window is not None:
+                how["window"] = window
+            if block is not None:
+                how["block"] = block
+            ds = self._with_source(shuffle=how)
         if seed is not None:
             ds._spec["seed"] = seed
         return ds
