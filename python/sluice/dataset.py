@@ -687,6 +687,19 @@ def _source(src, parallel, chunk):
     return Dataset({"source": src, "ops": []})
 
 
+def synthetic(records, shards=1, bytes=8, parallel=None, chunk=None):
+    """A Dataset of ``records`` records computed from their index, nothing
+    stored: columns ``index`` (int64 i), ``shard`` (int64, the shard of
+    ``shards`` near-equal ones i falls in) and ``payload`` (uint8[bytes], i as
+    8 little-endian bytes then hashed filler). For simulating planning and
+    sharding at any scale, and for tests."""
+    _check_int(records, "records", 1)
+    _check_int(shards, "shards", 1)
+    _check_int(bytes, "bytes", 8)
+    return _source({"synthetic": {"records": records, "shards": shards, "bytes": bytes}},
+                   parallel, chunk)
+
+
 def records(path, parallel=None, chunk=None):
     """A Dataset reading a .slr dataset (file or shard directory) at ``path``.
 

@@ -28,6 +28,8 @@ const sl_source_format sl_source__kinds[] = {
      1, sl_source__index_tar},
     {"tfrecord", sl_source__open_tfrecord, "TFRecord files of tf.train.Example / SequenceExample",
      sl_source__sniff_tfrecord, 1, sl_source__index_tfrecord},
+    {"synthetic", sl_source__open_synthetic,
+     "records computed from their index, nothing stored (simulation, tests)", NULL, 0, NULL},
     {NULL, NULL, NULL, NULL, 0, NULL},
 };
 

@@ -286,6 +286,8 @@ void sl_source__locate(sl_source *s, uint64_t i, char *buf, size_t cap);
 int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field);
 int sl_source__open_imagefolder(sl_source **out, const cJSON *obj, const char *field);
 int sl_source__open_idx(sl_source **out, const cJSON *obj, const char *field);
+/* {"synthetic": {"records": N, "shards": S, "bytes": B}} (source_synthetic.c) */
+int sl_source__open_synthetic(sl_source **out, const cJSON *obj, const char *field);
 int sl_source__sniff_slr(const char *path, int is_dir, const uint8_t *head, size_t n);
 int sl_source__sniff_imagefolder(const char *path, int is_dir, const uint8_t *head, size_t n);
 int sl_source__sniff_idx(const char *path, int is_dir, const uint8_t *head, size_t n);

@@ -80,3 +80,54 @@ def test_shuffle_arguments(slr):
         sluice.records(slr).shuffle(buffer_size=8, mode="window")
     with pytest.raises(ValueError, match="window"):
         sluice.records(slr).shuffle(window=0)
+
+
+def test_synthetic_source_values():
+    ds = sluice.synthetic(1000, shards=7, bytes=24).batch(1000)
+    (b,) = list(ds.numpy())
+    idx = np.asarray(b["index"])
+    np.testing.assert_array_equal(idx, np.arange(1000))
+    np.testing.assert_array_equal(np.asarray(b["shard"]), idx * 7 // 1000)
+    pay = np.asarray(b["payload"])
+    assert pay.shape == (1000, 24) and pay.dtype == np.uint8
+    np.testing.assert_array_equal(pay[:, :8].copy().view("<u8")[:, 0], idx)
+    assert len(np.unique(pay[:, 8:16].copy().view("<u8"))) == 1000
+    with pytest.raises(sluice.InvalidError, match="synthetic.record"):
+        list(sluice.from_spec({"source": {"synthetic": {"record": 5}}, "ops": []}).numpy())
+    with pytest.raises(ValueError, match="bytes"):
+        sluice.synthetic(10, bytes=4)
+
+
+@pytest.mark.parametrize("equal", ["pad", "drop", "none"])
+def test_window_ranks_at_scale_with_synthetic(equal):
+    n, world = 100_003, 8
+    seen, sizes = [], []
+    for rank in range(world):
+        ds = sluice.from_spec({
+            "source": {"synthetic": {"records": n, "shards": 37},
+                       "shuffle": {"mode": "window", "window": 4096},
+                       "shard": {"index": rank, "count": world, "equal": equal}},
+            "seed": 2, "ops": [{"op": "batch", "size": 1000}]})
+        got = np.concatenate([np.asarray(b["index"]) for b in ds.numpy()])
+        seen.append(got)
+        sizes.append(len(got))
+    flat = np.concatenate(seen)
+    if equal == "pad":
+        assert sizes == [-(-n // world)] * world
+        assert len(np.unique(flat)) == n
+    elif equal == "drop":
+        assert sizes == [n // world] * world
+        assert len(np.unique(flat)) == len(flat)
+    else:
+        assert sum(sizes) == n and max(sizes) - min(sizes) <= 1
+        np.testing.assert_array_equal(np.sort(flat), np.arange(n))
+
+
+def test_window_batch_reads_few_blocks():
+    # 4,096 positions from a rank's span start (not window-aligned) cover at
+    # most two windows, each of at most 4096 / 64 + 2 blocks of 64 records
+    ds = (sluice.synthetic(100_003, shards=37).shuffle(seed=2, mode="window", window=4096)
+          .shard(rank=3, world_size=8).batch(4096))
+    first = np.asarray(next(iter(ds.numpy()))["index"])
+    assert len(np.unique(first // 64)) <= 2 * (4096 // 64 + 2)
+    assert len(np.unique(first)) == 4096

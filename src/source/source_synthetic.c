@@ -1,0 +1,155 @@
+/*
+ * source_synthetic.c — records computed from their index, nothing stored:
+ * {"synthetic": {"records": N, "shards": S, "bytes": B}}. For simulating
+ * planning and sharding at any scale (10 billion records cost nothing) and
+ * for tests that need to know what record i holds.
+ *
+ * Columns (all fixed-shape, so batches are read whole through read_cols):
+ *  - "index"   int64: i;
+ *  - "shard"   int64: the shard i falls in when N records are split into S
+ *              shards of as equal sizes as possible (floor(i * S / N));
+ *  - "payload" uint8[B] (B >= 8; default 8): i as 8 little-endian bytes,
+ *              then sl_mix64 of (i, word) for the rest.
+ */
+#include "source/source.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct syn_source {
+    sl_source base;
+    uint64_t shards;
+    int64_t bytes;
+} syn_source;
+
+static uint64_t shard_of(const syn_source *s, uint64_t i) {
+    return (uint64_t)(((unsigned __int128)i * s->shards) / s->base.count);
+}
+
+static void fill_payload(uint64_t i, uint8_t *p, size_t n) {
+    for (size_t k = 0; k < n; k += 8) {
+        uint64_t v = k == 0 ? i : sl_mix64(i * 0x9e3779b97f4a7c15ull + k);
+        uint8_t w[8];
+        for (int b = 0; b < 8; b++)
+            w[b] = (uint8_t)(v >> (8 * b));
+        memcpy(p + k, w, n - k < 8 ? n - k : 8);
+    }
+}
+
+static int syn_read_cols(sl_source *src, sl_source_cursor *cur, uint64_t i, void *const *dst,
+                         const size_t *bytes) {
+    (void)cur;
+    syn_source *s = (syn_source *)src;
+    int64_t v[2] = {(int64_t)i, (int64_t)shard_of(s, i)};
+    memcpy(dst[0], &v[0], sizeof v[0]);
+    memcpy(dst[1], &v[1], sizeof v[1]);
+    fill_payload(i, dst[2], bytes[2]);
+    return SL_OK;
+}
+
+static int syn_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample *out) {
+    syn_source *s = (syn_source *)src;
+    int64_t shape[1] = {s->bytes};
+    out->ncols = 0;
+    out->index = i;
+    int rc = cur->alloc(cur->alloc_ctx, &out->col[0], SL_I64, 0, NULL);
+    if (rc == SL_OK)
+        rc = cur->alloc(cur->alloc_ctx, &out->col[1], SL_I64, 0, NULL);
+    if (rc == SL_OK)
+        rc = cur->alloc(cur->alloc_ctx, &out->col[2], SL_U8, 1, shape);
+    if (rc != SL_OK) {
+        sl_sample_clear(out);
+        return sl__oom("reading a synthetic record");
+    }
+    void *dst[3] = {out->col[0].data, out->col[1].data, out->col[2].data};
+    size_t nb[3] = {8, 8, (size_t)s->bytes};
+    out->ncols = 3;
+    return syn_read_cols(src, cur, i, dst, nb);
+}
+
+static int syn_describe(sl_source *src, cJSON *obj) {
+    syn_source *s = (syn_source *)src;
+    cJSON_AddNumberToObject(obj, "shards", (double)s->shards);
+    cJSON_AddNumberToObject(obj, "payload_bytes", (double)s->bytes);
+    return SL_OK;
+}
+
+static void syn_locate(sl_source *src, uint64_t i, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s: record %llu (shard %llu)", src->name, (unsigned long long)i,
+             (unsigned long long)shard_of((syn_source *)src, i));
+}
+
+static void syn_free(sl_source *src) { sl__free(src); }
+
+static const sl_source_vtbl syn_vtbl = {
+    .kind = "synthetic",
+    .flags = SL_SOURCE_F_MEMORY,
+    .read = syn_read,
+    .read_cols = syn_read_cols,
+    .describe = syn_describe,
+    .locate = syn_locate,
+    .free = syn_free,
+};
+
+static int get_count(const cJSON *v, const char *field, const char *key, double min, double max,
+                     double dflt, uint64_t *out) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(v, key);
+    if (!it) {
+        if (dflt < 0)
+            return sl__error(SL_EINVAL, "%s.synthetic.%s: missing (an integer >= %.0f)", field,
+                             key, min);
+        *out = (uint64_t)dflt;
+        return SL_OK;
+    }
+    if (!cJSON_IsNumber(it) || it->valuedouble != (double)(uint64_t)it->valuedouble ||
+        it->valuedouble < min || it->valuedouble > max)
+        return sl__error(SL_EINVAL, "%s.synthetic.%s: must be an integer from %.0f to %.0f",
+                         field, key, min, max);
+    *out = (uint64_t)it->valuedouble;
+    return SL_OK;
+}
+
+int sl_source__open_synthetic(sl_source **out, const cJSON *obj, const char *field) {
+    *out = NULL;
+    for (const cJSON *it = obj->child; it; it = it->next)
+        if (strcmp(it->string, "synthetic") != 0)
+            return sl_source__unknown_key(field, it->string, "a synthetic source",
+                                          (const char *const[]){"synthetic", NULL});
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "synthetic");
+    if (!cJSON_IsObject(v))
+        return sl__error(SL_EINVAL, "%s.synthetic: must be {\"records\": N, \"shards\": S, "
+                                    "\"bytes\": B}", field);
+    for (const cJSON *it = v->child; it; it = it->next)
+        if (strcmp(it->string, "records") && strcmp(it->string, "shards") &&
+            strcmp(it->string, "bytes"))
+            return sl__error(SL_EINVAL, "%s.synthetic.%s: unknown key (keys: records, shards, "
+                                        "bytes)", field, it->string);
+    uint64_t n, shards, bytes;
+    /* 2^53: exact in JSON's doubles */
+    SL_TRY(get_count(v, field, "records", 1, 9007199254740992.0, -1, &n));
+    SL_TRY(get_count(v, field, "shards", 1, (double)n, 1, &shards));
+    SL_TRY(get_count(v, field, "bytes", 8, 1 << 24, 8, &bytes));
+    syn_source *s = sl__calloc(1, sizeof *s);
+    if (!s)
+        return sl__oom("opening a synthetic source");
+    s->base.vt = &syn_vtbl;
+    atomic_init(&s->base.refs, 1);
+    s->base.count = n;
+    s->base.record_bytes = 16 + bytes;
+    s->shards = shards;
+    s->bytes = (int64_t)bytes;
+    snprintf(s->base.name, sizeof s->base.name, "synthetic(%llu records, %llu shards)",
+             (unsigned long long)n, (unsigned long long)shards);
+    int64_t shape[1] = {(int64_t)bytes};
+    int rc = sl_source__add_col(&s->base, "index", SL_COL_INT64, SL_DTYPE_INVALID, 0, NULL);
+    if (rc == SL_OK)
+        rc = sl_source__add_col(&s->base, "shard", SL_COL_INT64, SL_DTYPE_INVALID, 0, NULL);
+    if (rc == SL_OK)
+        rc = sl_source__add_col(&s->base, "payload", SL_COL_ARRAY, SL_U8, 1, shape);
+    if (rc != SL_OK) {
+        sl__free(s);
+        return rc;
+    }
+    *out = &s->base;
+    return SL_OK;
+}

@@ -1,0 +1,76 @@
+/* The synthetic source: records computed from their index, at any count. */
+#include "test.h"
+
+#include <string.h>
+
+static int64_t i64(const sl_tensor *t) { return *(const int64_t *)t->data; }
+
+SL_TEST(source_synthetic__values_from_the_index) {
+    sl_source *src;
+    ASSERT_OK(sl_source_open(&src, "{\"synthetic\": {\"records\": 10000000000, "
+                                   "\"shards\": 100000, \"bytes\": 20}}"));
+    ASSERT_STR_EQ(sl_source_kind(src), "synthetic");
+    ASSERT_U64_EQ(sl_source_count(src), 10000000000ull);
+    ASSERT_EQ(sl_source_ncols(src), 3);
+    ASSERT_STR_EQ(sl_source_colname(src, 2), "payload");
+    const uint64_t at[] = {0, 99999, 100000, 5000000123ull, 9999999999ull};
+    const int64_t shard[] = {0, 0, 1, 50000, 99999};
+    for (int k = 0; k < 5; k++) {
+        sl_sample s;
+        memset(&s, 0, sizeof s);
+        ASSERT_OK(sl_source_read(src, at[k], &s));
+        ASSERT_EQ(s.ncols, 3);
+        ASSERT_EQ(i64(&s.col[0]), (int64_t)at[k]);
+        ASSERT_EQ(i64(&s.col[1]), shard[k]);
+        ASSERT_EQ(s.col[2].shape[0], 20);
+        uint64_t v;
+        memcpy(&v, s.col[2].data, 8);
+        ASSERT_U64_EQ(v, at[k]);
+        sl_sample_clear(&s);
+    }
+    sl_source_free(src);
+}
+
+SL_TEST(source_synthetic__errors_name_the_key) {
+    sl_source *src;
+    ASSERT_RC(sl_source_open(&src, "{\"synthetic\": {\"shards\": 3}}"), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "synthetic.records: missing");
+    ASSERT_RC(sl_source_open(&src, "{\"synthetic\": {\"records\": 10, \"shards\": 11}}"),
+              SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "synthetic.shards");
+    ASSERT_RC(sl_source_open(&src, "{\"synthetic\": {\"records\": 10, \"bytes\": 7}}"),
+              SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "synthetic.bytes");
+    ASSERT_RC(sl_source_open(&src, "{\"synthetic\": {\"records\": 10, \"size\": 7}}"),
+              SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "synthetic.size: unknown key");
+    ASSERT_RC(sl_source_open(&src, "{\"synthetic\": 5}"), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "source.synthetic");
+}
+
+/* A 10-billion-record window plan: rank 517 of 1024 starts at once (no table)
+ * and its first batch is the window order's positions of its span. */
+SL_TEST(source_synthetic__window_plan_at_ten_billion) {
+    sl_spec *spec;
+    ASSERT_OK(sl_spec_from_json(&spec,
+        "{\"source\": {\"synthetic\": {\"records\": 10000000000, \"shards\": 100000},"
+        " \"shuffle\": {\"mode\": \"window\"}, \"shard\": {\"index\": 517, \"count\": 1024}},"
+        " \"seed\": 1, \"ops\": [{\"op\": \"batch\", \"size\": 4096}]}"));
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    ASSERT_EQ(sl_pipeline_len(p), (int64_t)((9765625 + 4095) / 4096));
+    sl_batch *b;
+    ASSERT_OK(sl_pipeline_next(p, &b));
+    const int64_t *idx = sl_batch_column(b, 0)->data;
+    /* all distinct, inside the dataset, from at most two windows' blocks */
+    int64_t lo = INT64_MAX, hi = -1;
+    for (int i = 0; i < 4096; i++) {
+        lo = idx[i] < lo ? idx[i] : lo;
+        hi = idx[i] > hi ? idx[i] : hi;
+    }
+    ASSERT(lo >= 0 && hi < 10000000000ll);
+    ASSERT(hi - lo > 1000000); /* blocks from all over the dataset */
+    sl_batch_release(b);
+    sl_pipeline_free(p);
+    sl_spec_free(spec);
+}
