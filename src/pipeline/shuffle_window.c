@@ -10,7 +10,9 @@
 #include "pipeline/pipeline.h"
 #include "sluice.h"
 
-#define ROUNDS 6
+/* 4 rounds: a Feistel network of 4 rounds of pseudo-random functions is a
+ * pseudo-random permutation (Luby-Rackoff); each round costs one mix64. */
+#define ROUNDS 4
 
 static uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -22,32 +24,33 @@ void sl_feistel_init(sl_feistel *f, uint64_t n, uint64_t seed, uint64_t epoch, u
                      uint64_t op) {
     f->n = n;
     unsigned bits = n > 1 ? 64u - (unsigned)__builtin_clzll(n - 1) : 1u;
-    f->half = (bits + 1) / 2;
-    f->mask = f->half >= 64 ? ~0ull : (1ull << f->half) - 1;
+    f->rbits = (bits + 1) / 2;
+    unsigned lbits = bits - f->rbits;
+    f->rmask = (1ull << f->rbits) - 1; /* rbits <= 32 */
+    f->lmask = (1ull << lbits) - 1;
     sl_rng rng;
     sl_rng_init(&rng, seed, epoch, index, op);
     for (int i = 0; i < ROUNDS; i++)
         f->key[i] = sl_rng_next(&rng);
 }
 
+/* Even rounds change the left half, odd rounds the right one. */
 static uint64_t rounds_fwd(const sl_feistel *f, uint64_t x) {
-    uint64_t l = (x >> f->half) & f->mask, r = x & f->mask;
-    for (int i = 0; i < ROUNDS; i++) {
-        uint64_t t = l ^ (mix64(r ^ f->key[i]) & f->mask);
-        l = r;
-        r = t;
+    uint64_t l = x >> f->rbits, r = x & f->rmask;
+    for (int i = 0; i < ROUNDS; i += 2) {
+        l ^= mix64(r ^ f->key[i]) & f->lmask;
+        r ^= mix64(l ^ f->key[i + 1]) & f->rmask;
     }
-    return (l << f->half) | r;
+    return (l << f->rbits) | r;
 }
 
 static uint64_t rounds_inv(const sl_feistel *f, uint64_t y) {
-    uint64_t l = (y >> f->half) & f->mask, r = y & f->mask;
-    for (int i = ROUNDS - 1; i >= 0; i--) {
-        uint64_t t = r ^ (mix64(l ^ f->key[i]) & f->mask);
-        r = l;
-        l = t;
+    uint64_t l = y >> f->rbits, r = y & f->rmask;
+    for (int i = ROUNDS - 2; i >= 0; i -= 2) {
+        r ^= mix64(l ^ f->key[i + 1]) & f->rmask;
+        l ^= mix64(r ^ f->key[i]) & f->lmask;
     }
-    return (l << f->half) | r;
+    return (l << f->rbits) | r;
 }
 
 uint64_t sl_feistel_fwd(const sl_feistel *f, uint64_t x) {
@@ -86,17 +89,20 @@ void sl_wshuf_init(sl_wshuf *w, uint64_t m, uint64_t window, uint64_t block, uin
     sl_feistel_init(&w->blocks, w->nblocks, seed, epoch, rep, BLOCK_OP);
     /* the short block's place in the permuted sequence */
     w->short_at = w->nblocks ? sl_feistel_inv(&w->blocks, w->nblocks - 1) : 0;
+    w->win_t = UINT64_MAX;
 }
 
-uint64_t sl_wshuf_at(const sl_wshuf *w, uint64_t q) {
+uint64_t sl_wshuf_at(sl_wshuf *w, uint64_t q) {
     /* 1. within its window */
     uint64_t t = q / w->window, u = q % w->window, start = t * w->window;
-    uint64_t len = w->m - start < w->window ? w->m - start : w->window;
-    sl_feistel f;
-    /* the window's key mixes pass and window number (index argument) */
-    sl_feistel_init(&f, len, w->seed, w->epoch, mix64(w->rep * 0x9e3779b97f4a7c15ull + t),
-                    WINDOW_OP);
-    uint64_t q2 = start + sl_feistel_fwd(&f, u);
+    if (t != w->win_t) {
+        uint64_t len = w->m - start < w->window ? w->m - start : w->window;
+        /* the window's key mixes pass and window number (index argument) */
+        sl_feistel_init(&w->win, len, w->seed, w->epoch,
+                        mix64(w->rep * 0x9e3779b97f4a7c15ull + t), WINDOW_OP);
+        w->win_t = t;
+    }
+    uint64_t q2 = start + sl_feistel_fwd(&w->win, u);
     /* 2. the permuted block sequence: blocks before the short one are full,
      * those after it start lastlen - block earlier */
     uint64_t b = w->block, s = w->short_at, k, o;

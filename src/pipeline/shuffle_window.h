@@ -9,14 +9,15 @@
 
 #include <stdint.h>
 
-/* A keyed bijection of [0, n): a balanced Feistel network over the smallest
- * even number of bits covering n, walked until the value falls below n
- * (cycle walking; fewer than 4 steps on average). */
+/* A keyed bijection of [0, n): a Feistel network over the smallest number
+ * of bits covering n (halves of floor(bits/2) and ceil(bits/2) bits, each
+ * round XORs one half with a keyed hash of the other), walked until the
+ * value falls below n (cycle walking; fewer than 2 steps on average). */
 typedef struct sl_feistel {
     uint64_t n;
-    unsigned half;       /* bits per half */
-    uint64_t mask;       /* (1 << half) - 1 */
-    uint64_t key[6];     /* one per round */
+    unsigned rbits;      /* bits of the right half; the left has the rest */
+    uint64_t lmask, rmask;
+    uint64_t key[4];     /* one per round */
 } sl_feistel;
 
 void sl_feistel_init(sl_feistel *f, uint64_t n, uint64_t seed, uint64_t epoch, uint64_t index,
@@ -33,12 +34,15 @@ typedef struct sl_wshuf {
     uint64_t seed, epoch, rep;
     uint64_t nblocks, lastlen, short_at;
     sl_feistel blocks;
+    uint64_t win_t;      /* the window `win` permutes (UINT64_MAX: none yet) */
+    sl_feistel win;
 } sl_wshuf;
 
 void sl_wshuf_init(sl_wshuf *w, uint64_t m, uint64_t window, uint64_t block, uint64_t seed,
                    uint64_t epoch, uint64_t rep);
-/* Position q (< m) of the pass: the index of the record there (< m). */
-uint64_t sl_wshuf_at(const sl_wshuf *w, uint64_t q);
+/* Position q (< m) of the pass: the index of the record there (< m). Keeps
+ * the last window's permutation in `w` (one caller at a time). */
+uint64_t sl_wshuf_at(sl_wshuf *w, uint64_t q);
 
 /* Where rank `k` of `w` starts in the pass's order in window mode: ranks take
  * consecutive spans (so a rank reads only its own blocks), of the sizes the
