@@ -1098,8 +1098,10 @@ SL_API int sl_spec_set_source_columns(sl_spec *spec, int ncols, const char *cons
  *  @return SL_OK, SL_EINVAL, SL_ENOMEM. Since 0.1 */
 SL_API int sl_spec_set_source_samples(sl_spec *spec, int ncols, const char *const *names,
                                       const sl_sample *samples, uint64_t count);
-/** Shuffle: a fresh permutation of the whole source every epoch, drawn from
- *  (seed, epoch). Default off. Since 0.1 */
+/** Shuffle: a fresh order of the whole source every epoch, drawn from
+ *  (seed, epoch), in mode SL_SHUFFLE_AUTO (a uniform permutation up to
+ *  16,777,216 records, the window order above; sl_spec_set_shuffle_mode).
+ *  Default off. Since 0.1 */
 SL_API int sl_spec_set_shuffle(sl_spec *spec, int shuffle);
 /** How the shuffle orders an epoch (docs/PIPELINE.md, "Shuffle"). */
 typedef enum sl_shuffle_mode {
