@@ -5,7 +5,9 @@ over a .slr dataset, global vs window shuffle, each in a fresh process.
     PYTHONPATH=build/python /usr/bin/python3 bench/slr_rank_memory.py DATASET.slr [RANK WORLD]
 
 Make a dataset of tiny records with `--make N PATH` (a 9-byte bytes column
-and an int64 label, as in issue 25's measurement)."""
+holding the record number as 9 digits, and an int64 label). `--check PATH
+WORLD` iterates every rank of WORLD fully in window mode and checks that the
+ranks are disjoint, complete (only the padding repeats) and equal."""
 import json
 import subprocess
 import sys
@@ -39,6 +41,32 @@ def child(path, mode, rank, world):
                       "anon_first_mb": after, "anon_after50_mb": rss_anon_mb()}))
 
 
+def check(path, world):
+    import numpy as np
+    import sluice
+    n = len(sluice.records(path).batch(1))
+    counts = np.zeros(n, np.uint8)
+    digits = 10 ** np.arange(8, -1, -1, dtype=np.int64)
+    sizes = set()
+    t0 = time.perf_counter()
+    for rank in range(world):
+        k = 0
+        ds = (sluice.records(path).shuffle(seed=0, mode="window").shard(rank=rank, world_size=world)
+              .batch(65536))
+        for b in ds.numpy():
+            ids = (np.asarray(b["x"]).astype(np.int64) - 48) @ digits
+            counts[ids] += 1
+            k += len(ids)
+        sizes.add(k)
+    per = -(-n // world)
+    missing, extra = int((counts == 0).sum()), int(counts.sum(dtype=np.int64) - n)
+    ok = missing == 0 and sizes == {per} and extra == per * world - n
+    print(f"{n:,} records, {world} ranks, window shuffle, every rank fully: samples per rank "
+          f"{sorted(sizes)}; missing {missing}; repeated {extra} (padding {per * world - n}); "
+          f"{time.perf_counter() - t0:.0f} s; {'ok' if ok else 'FAILED'}")
+    return 0 if ok else 1
+
+
 def main():
     if sys.argv[1] == "--make":
         import sluice
@@ -47,6 +75,8 @@ def main():
             for i in range(n):
                 w.append({"x": b"%09d" % (i % 10**9), "label": i % 10})
         return 0
+    if sys.argv[1] == "--check":
+        return check(sys.argv[2], int(sys.argv[3]))
     if sys.argv[1] == "--child":
         child(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
         return 0

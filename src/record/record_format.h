@@ -166,7 +166,11 @@ typedef struct slr_shard {
     uint64_t index_offset;
     uint64_t index_bytes;
     uint64_t footer_checksum;
-    uint8_t *entries;       /* count * SLR_INDEX_ENTRY bytes, heap copy */
+    uint8_t *entries;       /* count * SLR_INDEX_ENTRY bytes: in the mapping
+                               (entries_mapped), else a heap copy */
+    bool entries_mapped;    /* entries (and the index) are the mapping's pages:
+                               page cache, shared by every process reading the
+                               file, not this process's heap */
     bool copy_reads;        /* large records: read by copy where the caller
                                can own one (sl_record__read_into) */
 } slr_shard;
@@ -183,6 +187,8 @@ struct sl_reader {
     int nscalar;
     int scalar_slot[SL_MAX_COLUMNS];  /* column -> index into scalars, or -1 */
     void *scalars[SL_MAX_COLUMNS];    /* per scalar column: count values */
+    bool scalars_mapped;              /* scalars point into a mapped index (a
+                                         single-file dataset), not the heap */
 };
 
 /* Read and validate a header (magic, version, features, checksum, schema).

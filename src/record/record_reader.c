@@ -129,12 +129,19 @@ cleanup:
 
 static void io_release(void *user) { sl_io__close(user); }
 
+/* Free an index block shard_open returned, unless it is the mapping's. */
+static void idx_release(const slr_shard *sh, uint8_t *idx) {
+    if (!sh->entries_mapped)
+        sl__free(idx);
+}
+
 static void shard_close(slr_shard *sh) {
     if (sh->mapbuf)
         sl_buffer_release(sh->mapbuf);   /* closes once retained views are gone */
     else
         sl_io__close(sh->io);
-    sl__free(sh->entries);
+    if (!sh->entries_mapped)
+        sl__free(sh->entries);
     sl__free(sh->path);
     memset(sh, 0, sizeof *sh);
 }
@@ -212,13 +219,21 @@ static int shard_open(slr_shard *sh, const char *path, unsigned flags, sl_schema
                          path, (unsigned long long)sh->count);
     if (UINT64_MAX - sh->first < sh->count)
         return sl__error(SL_ECORRUPT, "%s: record numbers overflow", path);
-    idx = sl__malloc(sh->index_bytes ? (size_t)sh->index_bytes : 1);
-    if (!idx)
-        return sl__oom("reading an index");
-    if (sh->map)
-        memcpy(idx, sh->map + sh->index_offset, (size_t)sh->index_bytes);
-    else
+    /* A mapped file's index is used where it lies: its pages are page cache,
+     * shared by every rank reading the file on a machine and given back
+     * under pressure, where a heap copy cost each rank 24 bytes a record
+     * (and 8 per scalar column) of anonymous memory. locate() bounds every
+     * entry again when it is used, as the file could change after this
+     * check. */
+    if (sh->map) {
+        idx = (uint8_t *)(uintptr_t)(sh->map + sh->index_offset);
+        sh->entries_mapped = true;
+    } else {
+        idx = sl__malloc(sh->index_bytes ? (size_t)sh->index_bytes : 1);
+        if (!idx)
+            return sl__oom("reading an index");
         SL_CHECK(sl_io__read(sh->io, idx, (size_t)sh->index_bytes, sh->index_offset));
+    }
     if (sl_record__hash(idx, (size_t)sh->index_bytes, 0) != isum)
         SL_FAIL(SL_ECORRUPT, "%s: index checksum mismatch", path);
     uint64_t prev_end = hb;
@@ -248,7 +263,7 @@ static int shard_open(slr_shard *sh, const char *path, unsigned flags, sl_schema
     *idx_out = idx;
     return SL_OK;
 cleanup:
-    sl__free(idx);
+    idx_release(sh, idx);
     return rc;
 }
 
@@ -260,7 +275,7 @@ void sl_reader_free(sl_reader *r) {
     for (int i = 0; i < r->nshards; i++)
         shard_close(&r->shards[i]);
     sl__free(r->shards);
-    for (int c = 0; c < SL_MAX_COLUMNS; c++)
+    for (int c = 0; c < SL_MAX_COLUMNS && !r->scalars_mapped; c++)
         sl__free(r->scalars[c]);
     sl_record__meta_clear(&r->meta);
     sl__free(r->path);
@@ -269,11 +284,18 @@ void sl_reader_free(sl_reader *r) {
 
 /* Append shard `sh` (with its index block `idx`) to the reader: keep its entries,
  * append its scalar columns to the global arrays. */
-static int adopt_shard(sl_reader *r, slr_shard *sh, uint8_t *idx) {
+static int adopt_shard(sl_reader *r, slr_shard *sh, uint8_t *idx, bool only) {
     uint64_t n = sh->count;
     uint64_t total = r->count + n;
     size_t bytes;
-    for (int c = 0; c < r->schema.ncols; c++) {
+    if (only && sh->entries_mapped) {
+        /* the only shard: its scalar columns are used where they lie */
+        for (int c = 0; c < r->schema.ncols; c++)
+            if (r->scalar_slot[c] >= 0)
+                r->scalars[c] = idx + n * SLR_INDEX_ENTRY + (uint64_t)r->scalar_slot[c] * n * 8;
+        r->scalars_mapped = true;
+    }
+    for (int c = 0; c < r->schema.ncols && !r->scalars_mapped; c++) {
         int slot = r->scalar_slot[c];
         if (slot < 0)
             continue;
@@ -286,9 +308,13 @@ static int adopt_shard(sl_reader *r, slr_shard *sh, uint8_t *idx) {
         memcpy((uint8_t *)p + r->count * 8, idx + n * SLR_INDEX_ENTRY + (uint64_t)slot * n * 8,
                (size_t)n * 8);
     }
-    /* Keep only the entry table; shrink the block to it. */
-    uint8_t *ent = sl__realloc(idx, n ? (size_t)n * SLR_INDEX_ENTRY : 1);
-    sh->entries = ent ? ent : idx;
+    if (sh->entries_mapped) {
+        sh->entries = idx;
+    } else {
+        /* Keep only the entry table; shrink the block to it. */
+        uint8_t *ent = sl__realloc(idx, n ? (size_t)n * SLR_INDEX_ENTRY : 1);
+        sh->entries = ent ? ent : idx;
+    }
     r->count = total;
     r->data_bytes += sh->size;
     sh->copy_reads = n > 0 && sh->size / n >= COPY_MIN_RECORD;
@@ -305,7 +331,7 @@ static int open_file(sl_reader *r, const char *path) {
     if (rc < 0)
         return rc;
     if (r->shards[0].first != 0) {
-        sl__free(idx);
+        idx_release(&r->shards[0], idx);
         return sl__error(SL_ECORRUPT, "%s: a single-file dataset must start at record 0 (starts at "
                          "%llu; is it a shard of a directory?)", path,
                          (unsigned long long)r->shards[0].first);
@@ -314,9 +340,9 @@ static int open_file(sl_reader *r, const char *path) {
     for (int c = 0; c < r->schema.ncols; c++)
         r->scalar_slot[c] = slr_is_scalar(r->schema.col[c].type) ? nscalar++ : -1;
     r->nscalar = nscalar;
-    rc = adopt_shard(r, &r->shards[0], idx);
+    rc = adopt_shard(r, &r->shards[0], idx, true);
     if (rc < 0)
-        sl__free(idx);
+        idx_release(&r->shards[0], idx);
     return rc;
 }
 
@@ -364,7 +390,7 @@ static int open_dir(sl_reader *r, const char *path) {
                     ms->file, (unsigned long long)sh->first, (unsigned long long)sh->count,
                     (unsigned long long)sh->size, (unsigned long long)ms->first,
                     (unsigned long long)ms->records, (unsigned long long)ms->bytes);
-        SL_CHECK(adopt_shard(r, sh, idx));
+        SL_CHECK(adopt_shard(r, sh, idx, false));
         idx = NULL;
         sl__free(spath);
         spath = NULL;
@@ -375,7 +401,8 @@ static int open_dir(sl_reader *r, const char *path) {
     r->meta = man.meta;
     memset(&man.meta, 0, sizeof man.meta);
 cleanup:
-    sl__free(idx);
+    if (idx)
+        idx_release(&r->shards[r->nshards - 1], idx);
     sl__free(spath);
     sl__free(mpath);
     sl_record__manifest_clear(&man);
@@ -690,6 +717,14 @@ static int locate(const sl_reader *r, uint64_t i, const slr_shard **sh, uint64_t
     *off = sl__ld64(e);
     *len = sl__ld64(e + 8);
     *sum = sl__ld64(e + 16);
+    /* checked at open; again here, as a mapped index could have changed */
+    uint64_t io = (*sh)->index_offset;
+    if (*off < (*sh)->hdr.header_bytes || *off > io - SLR_FRAME_HEADER ||
+        *len > io - *off - SLR_FRAME_HEADER)
+        return sl__error(SL_ECORRUPT, "%s: record %llu: index entry (offset %llu, length %llu) "
+                         "lies outside the data region (the file changed after it was opened?)",
+                         (*sh)->path, (unsigned long long)i, (unsigned long long)*off,
+                         (unsigned long long)*len);
     return SL_OK;
 }
 

@@ -4,7 +4,10 @@
  */
 #include "slr_testutil.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/core.h"
 
@@ -61,17 +64,52 @@ SL_TEST(record_reader__index_columns) {
     sl_writer_free(w);
     sl_schema_free(s);
 
-    sl_reader *r;
-    ASSERT_OK(sl_reader_open(&r, path, SL_READ_NO_MMAP));
-    const void *lv, *sv;
-    ASSERT_OK(sl_reader_index_column(r, 1, &lv));
-    ASSERT_OK(sl_reader_index_column(r, 2, &sv));
-    ASSERT_RC(sl_reader_index_column(r, 0, &lv), SL_EINVAL);
-    ASSERT_OK(sl_reader_index_column(r, 1, &lv));
-    for (int64_t i = 0; i < 300; i++) {
-        ASSERT_EQ(((const int64_t *)lv)[i], i * i - 1000);
-        ASSERT(((const double *)sv)[i] == 1.0 / (double)(i + 1));
+    /* pread: the index copied to the heap; mapped: used in the mapping */
+    const unsigned flags[2] = {SL_READ_NO_MMAP, 0};
+    for (int f = 0; f < 2; f++) {
+        sl_reader *r;
+        ASSERT_OK(sl_reader_open(&r, path, flags[f]));
+        const void *lv, *sv;
+        ASSERT_OK(sl_reader_index_column(r, 1, &lv));
+        ASSERT_OK(sl_reader_index_column(r, 2, &sv));
+        ASSERT_RC(sl_reader_index_column(r, 0, &lv), SL_EINVAL);
+        ASSERT_OK(sl_reader_index_column(r, 1, &lv));
+        for (int64_t i = 0; i < 300; i++) {
+            ASSERT_EQ(((const int64_t *)lv)[i], i * i - 1000);
+            ASSERT(((const double *)sv)[i] == 1.0 / (double)(i + 1));
+        }
+        sl_reader_free(r);
     }
+}
+
+/* The mapped index is used in place: an entry rewritten after open (another
+ * process changing the file) is caught when used, not followed out of the
+ * file. */
+SL_TEST(record_reader__index_changed_after_open) {
+    char path[512];
+    sl_test_path(path, sizeof path, "changed.slr");
+    slr_write_simple(path, 50, 0, 0);
+    sl_reader *r;
+    ASSERT_OK(sl_reader_open(&r, path, 0));
+    int fd = open(path, O_RDWR);
+    ASSERT(fd >= 0);
+    struct stat st;
+    ASSERT(fstat(fd, &st) == 0);
+    uint8_t foot[64];
+    ASSERT(pread(fd, foot, 64, st.st_size - 64) == 64);
+    uint64_t index_offset;
+    memcpy(&index_offset, foot, 8); /* little-endian, as the format */
+    uint64_t huge = (uint64_t)1 << 60;
+    ASSERT(pwrite(fd, &huge, 8, (off_t)(index_offset + 7 * 24)) == 8);
+    close(fd);
+    sl_record *rec;
+    ASSERT_OK(sl_record_create(&rec));
+    ASSERT_OK(sl_reader_read(r, 6, rec));
+    ASSERT_RC(sl_reader_read(r, 7, rec), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "record 7");
+    ASSERT_CONTAINS(sl_errmsg(), "outside the data region");
+    ASSERT_OK(sl_reader_read(r, 8, rec));
+    sl_record_free(rec);
     sl_reader_free(r);
 }
 
