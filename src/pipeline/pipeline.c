@@ -268,6 +268,9 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     p->window_mode = p->spec->shuffle &&
                      (p->spec->shuffle_mode == SL_SHUFFLE_WINDOW ||
                       (p->spec->shuffle_mode == SL_SHUFFLE_AUTO && m > SL_SHUFFLE_GLOBAL_MAX));
+    if (p->window_mode)
+        sl_pipeline__window_sizes(p->spec->shuffle_window, p->spec->shuffle_block,
+                                  &p->wsh_window, &p->wsh_block);
     if (p->spec->shuffle && !p->window_mode && m > 0) {
         p->perm = sl__malloc((size_t)m * sizeof *p->perm);
         p->perm_next = sl__malloc((size_t)m * sizeof *p->perm_next);

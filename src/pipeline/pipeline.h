@@ -449,6 +449,7 @@ struct sl_pipeline {
     uint64_t last_set_epoch;      /* the epoch the last one asked for */
     int src_parked;
     int window_mode;              /* shuffle in window mode: no perm table */
+    uint64_t wsh_window, wsh_block; /* window mode: its sizes (defaults applied) */
     sl_wshuf wsh;                 /* window mode: the current pass's order */
     int wsh_valid;
     uint64_t *perm;

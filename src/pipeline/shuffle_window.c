@@ -129,13 +129,16 @@ uint64_t sl_wshuf_rank_start(uint64_t m, uint64_t w, uint64_t k, int equal) {
     return k * q + (k < r ? k : r);
 }
 
+void sl_pipeline__window_sizes(uint64_t window, uint64_t block, uint64_t *window_out,
+                               uint64_t *block_out) {
+    *window_out = window ? window : SL_SHUFFLE_WINDOW_DEFAULT;
+    *block_out = block ? block : (*window_out / 64 ? *window_out / 64 : 1);
+}
+
 uint64_t sl_pipeline__window_at(sl_pipeline *p, uint64_t epoch, uint64_t rep, uint64_t j) {
     uint64_t m = p->nbase;
     if (!p->wsh_valid || p->wsh.epoch != epoch || p->wsh.rep != rep) {
-        uint64_t win = p->spec->shuffle_window ? p->spec->shuffle_window
-                                               : SL_SHUFFLE_WINDOW_DEFAULT;
-        uint64_t blk = p->spec->shuffle_block ? p->spec->shuffle_block : win / 64;
-        sl_wshuf_init(&p->wsh, m, win, blk ? blk : 1, p->spec->seed, epoch, rep);
+        sl_wshuf_init(&p->wsh, m, p->wsh_window, p->wsh_block, p->spec->seed, epoch, rep);
         p->wsh_valid = 1;
     }
     uint64_t q = sl_wshuf_rank_start(m, (uint64_t)p->shard_count, (uint64_t)p->shard_index,

@@ -53,6 +53,9 @@ uint64_t sl_wshuf_rank_start(uint64_t m, uint64_t w, uint64_t k, int equal);
  * shard_index's pass `rep` of `epoch` (src_mu held; caches the pass's block
  * order in p->wsh). */
 struct sl_pipeline;
+/* The window and block sizes of a spec's values (0: the defaults). */
+void sl_pipeline__window_sizes(uint64_t window, uint64_t block, uint64_t *window_out,
+                               uint64_t *block_out);
 uint64_t sl_pipeline__window_at(struct sl_pipeline *p, uint64_t epoch, uint64_t rep, uint64_t j);
 
 /* Defaults and the switch of "mode": "auto" (docs/PIPELINE.md). */

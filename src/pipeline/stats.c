@@ -355,8 +355,11 @@ static void source_text(strbuf *b, const sl_pipeline *p) {
     static const char *const eq[] = {"pad", "drop", "none"};
     sb_printf(b, "source %s %s (%llu records", sl_source_kind(p->src), sl_source_name(p->src),
               (unsigned long long)p->nrecords);
-    if (p->spec->shuffle)
-        sb_printf(b, ", shuffled per epoch");
+    if (p->window_mode)
+        sb_printf(b, ", shuffled per epoch (window %llu, block %llu)",
+                  (unsigned long long)p->wsh_window, (unsigned long long)p->wsh_block);
+    else if (p->spec->shuffle)
+        sb_printf(b, ", shuffled per epoch (global)");
     if (p->shard_count > 1)
         sb_printf(b, ", shard %lld/%lld equal=%s", (long long)p->shard_index,
                   (long long)p->shard_count, eq[p->shard_equal]);

@@ -48,17 +48,21 @@ SL_TEST(source_synthetic__errors_name_the_key) {
     ASSERT_CONTAINS(sl_errmsg(), "source.synthetic");
 }
 
-/* A 10-billion-record window plan: rank 517 of 1024 starts at once (no table)
- * and its first batch is the window order's positions of its span. */
+/* A 10-billion-record plan: "shuffle": true (auto) takes the window order
+ * there, and rank 517 of 1024 starts at once (no table). */
 SL_TEST(source_synthetic__window_plan_at_ten_billion) {
     sl_spec *spec;
     ASSERT_OK(sl_spec_from_json(&spec,
         "{\"source\": {\"synthetic\": {\"records\": 10000000000, \"shards\": 100000},"
-        " \"shuffle\": {\"mode\": \"window\"}, \"shard\": {\"index\": 517, \"count\": 1024}},"
+        " \"shuffle\": true, \"shard\": {\"index\": 517, \"count\": 1024}},"
         " \"seed\": 1, \"ops\": [{\"op\": \"batch\", \"size\": 4096}]}"));
     sl_pipeline *p;
     ASSERT_OK(sl_pipeline_create(&p, spec));
     ASSERT_EQ(sl_pipeline_len(p), (int64_t)((9765625 + 4095) / 4096));
+    static char text[8192];
+    size_t tl;
+    ASSERT_OK(sl_pipeline_explain(p, text, sizeof text, &tl));
+    ASSERT_CONTAINS(text, "shuffled per epoch (window 65536, block 1024)"); /* auto: window */
     sl_batch *b;
     ASSERT_OK(sl_pipeline_next(p, &b));
     const int64_t *idx = sl_batch_column(b, 0)->data;
