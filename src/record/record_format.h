@@ -9,6 +9,8 @@
 #include "core/core.h"
 #include "io/io.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -189,7 +191,16 @@ struct sl_reader {
     void *scalars[SL_MAX_COLUMNS];    /* per scalar column: count values */
     bool scalars_mapped;              /* scalars point into a mapped index (a
                                          single-file dataset), not the heap */
+    /* A dataset directory joins its shards' scalar columns into `scalars`
+     * only when first asked (sl_record__scalars): filters and verify need
+     * them, plain reading does not (8 bytes a record per column). */
+    pthread_mutex_t scalars_mu;
+    atomic_bool scalars_ready;
 };
+
+/* Make r->scalars hold every scalar column (a directory's are joined on
+ * first use; thread-safe). SL_OK, SL_ENOMEM, SL_EIO. */
+int sl_record__scalars(const sl_reader *r);
 
 /* Read and validate a header (magic, version, features, checksum, schema).
  * meta_out (may be NULL) receives the header's metadata block. */

@@ -277,6 +277,7 @@ void sl_reader_free(sl_reader *r) {
     sl__free(r->shards);
     for (int c = 0; c < SL_MAX_COLUMNS && !r->scalars_mapped; c++)
         sl__free(r->scalars[c]);
+    pthread_mutex_destroy(&r->scalars_mu);
     sl_record__meta_clear(&r->meta);
     sl__free(r->path);
     sl__free(r);
@@ -295,7 +296,8 @@ static int adopt_shard(sl_reader *r, slr_shard *sh, uint8_t *idx, bool only) {
                 r->scalars[c] = idx + n * SLR_INDEX_ENTRY + (uint64_t)r->scalar_slot[c] * n * 8;
         r->scalars_mapped = true;
     }
-    for (int c = 0; c < r->schema.ncols && !r->scalars_mapped; c++) {
+    /* a directory's shards: joined on first use (sl_record__scalars) */
+    for (int c = 0; c < r->schema.ncols && only && !r->scalars_mapped; c++) {
         int slot = r->scalar_slot[c];
         if (slot < 0)
             continue;
@@ -315,6 +317,8 @@ static int adopt_shard(sl_reader *r, slr_shard *sh, uint8_t *idx, bool only) {
         uint8_t *ent = sl__realloc(idx, n ? (size_t)n * SLR_INDEX_ENTRY : 1);
         sh->entries = ent ? ent : idx;
     }
+    if (only)
+        atomic_store(&r->scalars_ready, true);
     r->count = total;
     r->data_bytes += sh->size;
     sh->copy_reads = n > 0 && sh->size / n >= COPY_MIN_RECORD;
@@ -422,6 +426,7 @@ int sl_reader_open(sl_reader **out, const char *path, unsigned flags) {
     if (!r)
         return sl__oom("opening a reader");
     r->flags = flags;
+    pthread_mutex_init(&r->scalars_mu, NULL);
     r->path = sl__strdup(path);
     int rc;
     if (!r->path)
@@ -451,6 +456,55 @@ const char *sl_reader_shard_path(const sl_reader *r, int i) {
 }
 uint64_t sl_reader_data_bytes(const sl_reader *r) { return r ? r->data_bytes : 0; }
 
+/* Join the shards' scalar columns: from each shard's mapping, or read from
+ * its file (the index was checked against its checksum at open). */
+static int join_scalars(sl_reader *r) {
+    size_t bytes;
+    if (!sl__mul_ok((size_t)(r->count ? r->count : 1), 8, &bytes))
+        return sl__error(SL_ELIMIT, "%s: too many records", r->path);
+    for (int c = 0; c < r->schema.ncols; c++) {
+        int slot = r->scalar_slot[c];
+        if (slot < 0)
+            continue;
+        sl__free(r->scalars[c]); /* a failed earlier try's */
+        r->scalars[c] = NULL;
+        uint8_t *dst = sl__malloc(bytes);
+        if (!dst)
+            return sl__oom("reading index columns");
+        for (int k = 0; k < r->nshards; k++) {
+            const slr_shard *sh = &r->shards[k];
+            uint64_t n = sh->count, at = sh->index_offset + n * SLR_INDEX_ENTRY +
+                                         (uint64_t)slot * n * 8;
+            int rc = SL_OK;
+            if (sh->map)
+                memcpy(dst + sh->first * 8, sh->map + at, (size_t)n * 8);
+            else
+                rc = sl_io__read(sh->io, dst + sh->first * 8, (size_t)n * 8, at);
+            if (rc < 0) {
+                sl__free(dst);
+                return rc;
+            }
+        }
+        r->scalars[c] = dst;
+    }
+    return SL_OK;
+}
+
+int sl_record__scalars(const sl_reader *r) {
+    if (atomic_load_explicit(&r->scalars_ready, memory_order_acquire))
+        return SL_OK;
+    sl_reader *w = (sl_reader *)(uintptr_t)r; /* a cache built once, under its lock */
+    pthread_mutex_lock(&w->scalars_mu);
+    int rc = SL_OK;
+    if (!atomic_load_explicit(&w->scalars_ready, memory_order_relaxed)) {
+        rc = join_scalars(w);
+        if (rc == SL_OK)
+            atomic_store_explicit(&w->scalars_ready, true, memory_order_release);
+    }
+    pthread_mutex_unlock(&w->scalars_mu);
+    return rc;
+}
+
 int sl_reader_index_column(const sl_reader *r, int col, const void **out) {
     *out = NULL;
     if (!r || col < 0 || col >= r->schema.ncols)
@@ -458,6 +512,7 @@ int sl_reader_index_column(const sl_reader *r, int col, const void **out) {
     if (r->scalar_slot[col] < 0)
         return sl__error(SL_EINVAL, "%s: column \"%s\" is %s, not int64 or float64", r->path,
                          r->schema.col[col].name, sl_coltype_name(r->schema.col[col].type));
+    SL_TRY(sl_record__scalars(r));
     static const uint64_t empty = 0;
     *out = r->scalars[col] ? r->scalars[col] : (const void *)&empty;
     return SL_OK;

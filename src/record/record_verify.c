@@ -18,6 +18,7 @@ int sl_reader_verify(const sl_reader *r, int keep_going, uint64_t *bad_out,
         *bad_out = 0;
     if (!r)
         return sl__error(SL_EINVAL, "sl_reader_verify: NULL reader");
+    SL_TRY(sl_record__scalars(r));
     sl_record *rec;
     SL_TRY(sl_record_create(&rec));
     uint64_t bad = 0;

@@ -164,6 +164,14 @@ static void *reader_thread(void *p) {
         return NULL;
     }
     uint64_t n = sl_reader_count(a->r);
+    /* a directory's index columns are joined on first use: by one thread,
+     * while the others wait or read */
+    const void *labels = NULL;
+    if (sl_reader_index_column(a->r, 0, &labels) != SL_OK)
+        a->failures++;
+    for (uint64_t k = 0; labels && k < n; k++)
+        if (((const int64_t *)labels)[k] != (int64_t)(k % 10))
+            a->failures++;
     for (uint64_t k = 0; k < 3 * n; k++) {
         uint64_t i = (k * 7919 + (uint64_t)a->seed * 131) % n;
         if (sl_reader_read(a->r, i, rec) != SL_OK) {
