@@ -19,6 +19,7 @@ rank touched. Checked:
 Exits 1 when a check fails.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/scale_sim.py [--quick]
+        [--window W --block B]   (--window 400000 --block 100000: shard-sized blocks)
 """
 import argparse
 import json
@@ -43,13 +44,17 @@ def rss_anon_mb():
     return float("nan")
 
 
+SHUFFLE = {"mode": "window"}  # --window / --block add to it
+
+
 def dataset(n, shards, rank, world, seed=0, window=None):
     spec = {"source": {"synthetic": {"records": n, "shards": shards},
-                       "shuffle": {"mode": "window"},
+                       "shuffle": dict(SHUFFLE),
                        "shard": {"index": rank, "count": world, "equal": "pad"}},
             "seed": seed, "ops": [{"op": "batch", "size": BATCH}]}
     if window:
-        spec["source"]["shuffle"]["window"] = window
+        spec["source"]["shuffle"].update(window=window)
+        spec["source"]["shuffle"].pop("block", None)
     return sluice.from_spec(spec)
 
 
@@ -84,11 +89,12 @@ def one_rank(rank, batches):
 
 
 def check_iterated(ranks, batches):
-    print(f"1. {len(ranks)} ranks of {WORLD}, {N:,} records, {SHARDS:,} shards: "
-          f"{batches} batches of {BATCH} each, one process per rank")
+    print(f"1. {len(ranks)} ranks of {WORLD}, {N:,} records, {SHARDS:,} shards, shuffle "
+          f"{SHUFFLE}: {batches} batches of {BATCH} each, one process per rank")
     ok, sets = True, []
     for r in ranks:
-        res = subprocess.run([sys.executable, __file__, "--child", str(r), str(batches)],
+        extra = [f"--{k}={v}" for k, v in SHUFFLE.items() if k != "mode"]
+        res = subprocess.run([sys.executable, __file__, "--child", str(r), str(batches)] + extra,
                              capture_output=True, text=True, check=True)
         d = json.loads(res.stdout.strip().splitlines()[-1])
         idx = np.load(d["indices"])
@@ -176,7 +182,13 @@ def main():
     ap.add_argument("--batches", type=int, default=300)
     ap.add_argument("--plan-ranks", type=int, default=WORLD)
     ap.add_argument("--quick", action="store_true", help="fewer batches and ranks")
+    ap.add_argument("--window", type=int, help="window positions (default 65,536)")
+    ap.add_argument("--block", type=int, help="records per block (default window / 64; "
+                    "100,000 = one shard)")
     a = ap.parse_args()
+    for k in ("window", "block"):
+        if getattr(a, k):
+            SHUFFLE[k] = getattr(a, k)
     if a.child:
         one_rank(*a.child)
         return 0
