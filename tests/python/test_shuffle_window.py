@@ -131,3 +131,15 @@ def test_window_batch_reads_few_blocks():
     first = np.asarray(next(iter(ds.numpy()))["index"])
     assert len(np.unique(first // 64)) <= 2 * (4096 // 64 + 2)
     assert len(np.unique(first)) == 4096
+
+
+def test_window_repeat_passes_are_fresh_permutations():
+    ds = (sluice.synthetic(1000, shards=10).shuffle(seed=1, mode="window", window=64, block=8)
+          .op("repeat", count=2).batch(2000))
+    (b,) = list(ds.numpy())
+    idx = np.asarray(b["index"])
+    assert len(idx) == 2000
+    first, second = idx[:1000], idx[1000:]
+    np.testing.assert_array_equal(np.sort(first), np.arange(1000))
+    np.testing.assert_array_equal(np.sort(second), np.arange(1000))
+    assert not np.array_equal(first, second)
