@@ -35,6 +35,22 @@ typedef struct sl_dev_norm {
     sl_dtype dtype;            /* SL_F32, SL_F16 or SL_BF16 */
 } sl_dev_norm;
 
+/* One image of GPU decode's crop + resize + flip + normalize (the kernel
+ * of crop_resize.cu; arithmetic in crop_resize_math.h): the source region
+ * box (x0, y0, x1, y1) of an RGB image resampled to oh x ow with the
+ * antialiased bilinear filter, reading no source pixel outside lim, mirrored
+ * when flip, normalized to float32 CHW at dst. */
+typedef struct sl_dev_crop {
+    float *dst;                /* device memory: 3 x oh x ow float32 */
+    const void *src;           /* device memory: H x W x 3 uint8, rows `pitch` bytes apart */
+    size_t pitch;
+    float box[4];
+    int lim[4];
+    int flip;
+    int oh, ow;
+    float mean[3], std[3];
+} sl_dev_crop;
+
 typedef struct sl_dev_backend sl_dev_backend;
 struct sl_dev_backend {
     _Atomic int refs;          /* 1 at open; sl_dev__backend_release frees at 0 */
@@ -53,6 +69,8 @@ struct sl_dev_backend {
     int (*copy)(sl_dev_backend *b, void *dst, const void *src, size_t n, void *stream);
     /* NULL when the build or the machine lacks it (see norm_missing). */
     int (*normalize)(sl_dev_backend *b, const sl_dev_norm *args, void *stream);
+    /* NULL with normalize (the same kernel library; see norm_missing). */
+    int (*crop_resize)(sl_dev_backend *b, const sl_dev_crop *args, void *stream);
     int (*event_create)(sl_dev_backend *b, void **out);
     void (*event_destroy)(sl_dev_backend *b, void *event);
     int (*event_record)(sl_dev_backend *b, void *event, void *stream);
@@ -122,6 +140,9 @@ void sl_dev__pinned_mem(sl_dev_backend *b, sl_pool_mem *out);
 /* The normalize math of the host backend (and the reference for the
  * kernel): the per-channel table of normalize.c, applied per image. */
 void sl_dev__normalize_host(const sl_dev_norm *a);
+/* The crop + resize + flip + normalize of the host backend, and the CPU
+ * reference of crop_resize.cu: the same functions of crop_resize_math.h. */
+void sl_dev__crop_resize_host(const sl_dev_crop *a);
 
 /* ---- the ring (device_ring.c) --------------------------------------------------------
  * Slots of pinned staging memory and device memory, each with a copy event

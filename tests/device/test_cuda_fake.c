@@ -202,6 +202,18 @@ SL_TEST(cuda_fake__normalize_on_device_without_kernels) {
     nothing_left();
 }
 
+/* Without the kernel library, the backend has neither kernel, and says why. */
+SL_TEST(cuda_fake__no_kernels_no_crop_resize) {
+    use_fake();
+    sl_dev_backend *be;
+    ASSERT_OK(sl_dev__cuda_open(&be, 0));
+    ASSERT(be->normalize == NULL);
+    ASSERT(be->crop_resize == NULL);
+    ASSERT_CONTAINS(be->norm_missing, "SLUICE_CUDA_KERNELS=");
+    sl_dev__backend_release(be);
+    nothing_left();
+}
+
 /* Run the pipeline on the stand-in with `fn` failing: its `nth` call from
  * the point after `after` batches were taken (sticky: and every later
  * one). The epoch must end with an error naming `needle`, the batches
