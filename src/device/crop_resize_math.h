@@ -96,6 +96,11 @@ SL_CR_FN void sl_cr_pixel(const unsigned char *src, size_t pitch, const sl_cr_pl
         wxs += sl_cr_weight(x, cx, fx);
     for (int y = y0; y < y1; y++)
         wys += sl_cr_weight(y, cy, fy);
+    /* as PIL: weights that sum to 0 (a window outside the box) stay 0 */
+    if (wxs == 0.0f)
+        wxs = 1.0f;
+    if (wys == 0.0f)
+        wys = 1.0f;
     float acc[3] = {0.0f, 0.0f, 0.0f};
     for (int y = y0; y < y1; y++) {
         float wy = sl_cr_weight(y, cy, fy);

@@ -276,3 +276,21 @@ SL_TEST(crop_resize_gpu__kernel_equals_reference) {
                      worst);
     sl_dev__backend_release(be);
 }
+
+/* A window whose readable pixels all have weight 0 gives 0 before the
+ * normalize, as PIL's zero-sum weights do, never NaN: output column 0 of
+ * the box x 1..2 centres the filter at 1.5 (window [1, 3), pixel 2 at
+ * weight 0), and lim starts at 2. */
+SL_TEST(crop_resize__zero_weight_window_is_zero_not_nan) {
+    uint8_t *src = photoish(8, 8, 9);
+    float out[3];
+    sl_dev_crop a = {.dst = out, .src = src, .pitch = 8 * 3, .box = {1, 0, 2, 1},
+                     .lim = {2, 0, 8, 8}, .oh = 1, .ow = 1};
+    memcpy(a.mean, MEAN, sizeof MEAN);
+    memcpy(a.std, STD, sizeof STD);
+    sl_dev__crop_resize_host(&a);
+    for (int c = 0; c < 3; c++)
+        if (!(out[c] == (0.0f / 255.0f - MEAN[c]) / STD[c]))
+            sl_test_fail(__FILE__, __LINE__, "channel %d: %g, want normalize(0)", c, out[c]);
+    free(src);
+}
