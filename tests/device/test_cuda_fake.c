@@ -10,6 +10,8 @@
  */
 #include "test.h"
 #include "device/device.h"
+#include "ops/ops.h"
+#include "pipeline/op.h"
 #include "device/fake/fake_cudart.h"
 
 #include <dlfcn.h>
@@ -470,6 +472,193 @@ SL_TEST(nvjpeg_fake__missing_library_is_explained) {
     ASSERT_CONTAINS(sl_errmsg(), "ops[0].device \"gpu\": decoding on the GPU needs nvJPEG: "
                                  "SLUICE_NVJPEG=");
     sl_spec_free(spec);
+}
+
+/* ---- GPU decode of a batch (device_gpu_decode.c) over the stand-ins -----------------
+ * The stand-in runtime cannot launch kernels; its device memory is host
+ * memory, so the kernel's CPU reference (the same arithmetic,
+ * crop_resize_math.h) stands in for the launch. What is checked is the
+ * plumbing: which image goes where, the fallbacks, a bad image among good
+ * ones, the counts. */
+static int ref_crop_resize(sl_dev_backend *b, const sl_dev_crop *a, void *stream) {
+    (void)b;
+    (void)stream; /* the stand-in runs a stream's work at once, in the caller */
+    sl_dev__crop_resize_host(a);
+    return SL_OK;
+}
+
+enum { GD_OH = 12, GD_OW = 16 };
+static const float GD_MEAN[3] = {0.485f, 0.456f, 0.406f}, GD_STD[3] = {0.229f, 0.224f, 0.225f};
+
+typedef struct {
+    sl_dev_gpu_item *items;
+    int calls;
+} gd_cpu;
+
+/* The CPU path for a fallback: sl_decode, then the PIL-exact resample
+ * straight into the normalized image (the CPU ops' kernels). */
+static int gd_cpu_decode(void *ctx, int i, float *out) {
+    gd_cpu *c = ctx;
+    const sl_dev_gpu_item *it = &c->items[i];
+    c->calls++;
+    sl_decoder *dec;
+    SL_TRY(sl_decoder_create(&dec));
+    int64_t shape[3] = {it->height, it->width, 3};
+    sl_tensor t;
+    int rc = sl_tensor_alloc(&t, SL_U8, 3, shape);
+    if (rc == SL_OK) {
+        rc = sl_decode(dec, it->data, it->len, SL_COLOR_RGB, &t);
+        if (rc == SL_OK) {
+            float lut[3][256];
+            sl_ops__norm_lut(lut, 3, GD_MEAN, GD_STD);
+            sl_ops__norm nm = {(const float(*)[256])lut, SL_LAYOUT_CHW, it->flip};
+            double box[4] = {it->box[0], it->box[1], it->box[2], it->box[3]};
+            rc = sl_ops__resample(t.data, it->height, it->width, (size_t)it->width * 3, 3, box,
+                                  it->lim, GD_OH, GD_OW, SL_INTERP_BILINEAR, out, 0, &nm);
+        }
+        sl_tensor_release(&t);
+    }
+    sl_decoder_free(dec);
+    return rc;
+}
+
+static void gd_place(sl_dev_gpu_item *it, int w, int h, uint64_t seed) {
+    const double scale[2] = {0.08, 1.0}, ratio[2] = {0.75, 4.0 / 3};
+    sl_rng r1, r2;
+    sl_rng_init(&r1, seed, 0, 0, 1);
+    sl_rng_init(&r2, seed, 0, 0, 2);
+    sl_place pl;
+    ASSERT_OK(sl_place_rrc(h, w, scale, ratio, GD_OH, GD_OW, &r1, 0.5, &r2, &pl));
+    it->width = w;
+    it->height = h;
+    for (int k = 0; k < 4; k++) {
+        it->box[k] = (float)pl.box[k];
+        it->lim[k] = pl.lim[k];
+    }
+    it->flip = pl.mirror;
+}
+
+/* Five images, one CMYK (refused by nvJPEG: the CPU decodes it) and one
+ * truncated (nvJPEG fails on it, and so does the CPU: FAILED, with the CPU
+ * path's error); the three good neighbours are decoded and placed on the
+ * "GPU", each at its own place in the batch. */
+SL_TEST(gpu_decode_fake__bad_neighbour_costs_only_itself) {
+    sl_dev_backend *be = use_fakes();
+    be->crop_resize = ref_crop_resize;
+    sl_dev_jpeg *j;
+    ASSERT_OK(sl_dev__jpeg_open(&j, be));
+    enum { NI = 5 };
+    int ws[NI] = {40, 33, 24, 31, 17}, hs[NI] = {30, 17, 24, 45, 9};
+    jpeg_file f[NI] = {make_jpeg(40, 30, TJSAMP_444, 0, 1), make_jpeg(33, 17, TJSAMP_420, 0, 2),
+                       make_jpeg(24, 24, TJSAMP_444, 1, 3), make_jpeg(31, 45, TJSAMP_422, 0, 4),
+                       make_jpeg(17, 9, TJSAMP_GRAY, 0, 5)};
+    sl_dev_gpu_item it[NI];
+    memset(it, 0, sizeof it);
+    int flips = 0;
+    for (int i = 0; i < NI; i++) {
+        it[i].data = f[i].buf;
+        it[i].len = f[i].len;
+        gd_place(&it[i], ws[i], hs[i], 40 + (uint64_t)i);
+        flips += it[i].flip;
+    }
+    it[3].len = f[3].len * 6 / 10; /* truncated: its header is intact */
+    size_t per = (size_t)3 * GD_OH * GD_OW;
+    float *dst, *host;
+    ASSERT_OK(be->dev_alloc(be, NI * per * sizeof(float), (void **)&dst));
+    ASSERT_OK(be->host_alloc(be, NI * per * sizeof(float), (void **)&host));
+    memset(dst, 0, NI * per * sizeof(float));
+    gd_cpu cpu = {it, 0};
+    sl_dev_gpu_batch b = {.jpeg = j, .oh = GD_OH, .ow = GD_OW, .dst = dst, .host = host,
+                          .cpu = gd_cpu_decode, .cpu_ctx = &cpu};
+    memcpy(b.mean, GD_MEAN, sizeof GD_MEAN);
+    memcpy(b.std, GD_STD, sizeof GD_STD);
+    int on_gpu, on_cpu, failed;
+    ASSERT_OK(sl_dev__gpu_decode_batch(&b, it, NI, &on_gpu, &on_cpu, &failed));
+    ASSERT_EQ(on_gpu, 3);
+    ASSERT_EQ(on_cpu, 1);
+    ASSERT_EQ(failed, 1);
+    ASSERT_EQ(cpu.calls, 2);
+    ASSERT_EQ(it[2].status, SL_DEV_JPEG_FALLBACK);
+    ASSERT_CONTAINS(it[2].why, "CMYK");
+    ASSERT_EQ(it[3].status, SL_DEV_GPU_FAILED);
+    ASSERT(it[3].rc < 0);
+    float *want = malloc(per * sizeof *want);
+    for (int i = 0; i < NI; i++) {
+        if (i == 3)
+            continue;
+        if (i == 2) {
+            /* the CPU path's own image, copied to its place */
+            ASSERT_OK(gd_cpu_decode(&cpu, 2, want));
+        } else {
+            ASSERT_EQ(it[i].status, SL_DEV_JPEG_OK);
+            /* the kernel's arithmetic over the stand-in's decode */
+            uint8_t *rgb = turbo_rgb(&f[i], ws[i], hs[i]);
+            sl_dev_crop a = {.dst = want, .src = rgb, .pitch = (size_t)ws[i] * 3,
+                             .flip = it[i].flip, .oh = GD_OH, .ow = GD_OW};
+            memcpy(a.box, it[i].box, sizeof a.box);
+            memcpy(a.lim, it[i].lim, sizeof a.lim);
+            memcpy(a.mean, GD_MEAN, sizeof GD_MEAN);
+            memcpy(a.std, GD_STD, sizeof GD_STD);
+            sl_dev__crop_resize_host(&a);
+            free(rgb);
+        }
+        if (memcmp(dst + (size_t)i * per, want, per * sizeof(float)) != 0)
+            sl_test_fail(__FILE__, __LINE__, "image %d is not at its place in the batch", i);
+    }
+    free(want);
+    uint64_t gpu, fb;
+    sl_dev__jpeg_counts(j, &gpu, &fb);
+    ASSERT_U64_EQ(gpu, 3);
+    ASSERT_U64_EQ(fb, 2);
+    printf("  flips among the 5 placements: %d\n", flips);
+    be->dev_free(be, dst);
+    be->host_free(be, host);
+    sl_dev__jpeg_close(j);
+    sl_dev__backend_release(be);
+    for (int i = 0; i < NI; i++)
+        tjFree(f[i].buf);
+    ASSERT_EQ(fn.live(), 0);
+    nothing_left();
+}
+
+/* Without the kernel library the batch is refused, saying what is missing;
+ * a failing kernel launch is an error for the call, not an image's. */
+static int failing_crop_resize(sl_dev_backend *b, const sl_dev_crop *a, void *stream) {
+    (void)b;
+    (void)a;
+    (void)stream;
+    return sl__error(SL_EIO, "device \"cuda\": crop_resize kernel: unspecified launch failure");
+}
+
+SL_TEST(gpu_decode_fake__no_kernels_or_failing_kernel_is_an_error) {
+    sl_dev_backend *be = use_fakes();
+    sl_dev_jpeg *j;
+    ASSERT_OK(sl_dev__jpeg_open(&j, be));
+    jpeg_file f = make_jpeg(20, 20, TJSAMP_444, 0, 1);
+    sl_dev_gpu_item it = {.data = f.buf, .len = f.len};
+    gd_place(&it, 20, 20, 1);
+    float *dst, *host;
+    size_t per = (size_t)3 * GD_OH * GD_OW;
+    ASSERT_OK(be->dev_alloc(be, per * sizeof(float), (void **)&dst));
+    ASSERT_OK(be->host_alloc(be, per * sizeof(float), (void **)&host));
+    gd_cpu cpu = {&it, 0};
+    sl_dev_gpu_batch b = {.jpeg = j, .oh = GD_OH, .ow = GD_OW, .dst = dst, .host = host,
+                          .cpu = gd_cpu_decode, .cpu_ctx = &cpu};
+    memcpy(b.std, GD_STD, sizeof GD_STD);
+    int g, c, x;
+    ASSERT_EQ(sl_dev__gpu_decode_batch(&b, &it, 1, &g, &c, &x), SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_errmsg(), "GPU decode: SLUICE_CUDA_KERNELS=");
+    be->crop_resize = failing_crop_resize;
+    ASSERT_EQ(sl_dev__gpu_decode_batch(&b, &it, 1, &g, &c, &x), SL_EIO);
+    ASSERT_CONTAINS(sl_errmsg(), "crop_resize kernel");
+    ASSERT_EQ(cpu.calls, 0);
+    be->dev_free(be, dst);
+    be->host_free(be, host);
+    sl_dev__jpeg_close(j);
+    sl_dev__backend_release(be);
+    tjFree(f.buf);
+    ASSERT_EQ(fn.live(), 0);
+    nothing_left();
 }
 #endif
 
