@@ -149,9 +149,21 @@ photos() {
 
 part1() {
   local log=$WORK/ctests.log
-  "$BUILD/sluice_tests" device cuda_fake nvjpeg_fake > "$log" 2>&1
+  "$BUILD/sluice_tests" device cuda_fake nvjpeg_fake crop_resize__ gpu_decode_fake gpu_place > "$log" 2>&1
   local rc=$?
-  line c_device_tests $([ $rc = 0 ] && echo PASS || echo FAIL) "$(tail -1 "$log") (device_*, cuda_fake_*, nvjpeg_fake_*)"
+  line c_device_tests $([ $rc = 0 ] && echo PASS || echo FAIL) "$(tail -1 "$log") (device_*, cuda_fake_*, nvjpeg_fake_*, crop_resize_*, gpu_decode_fake_*, gpu_place_*)"
+
+  # GPU decode's crop/resize/flip/normalize kernel against its CPU reference
+  # (tests/device/test_crop_resize.c; the reference's own agreement with the
+  # CPU path is a host test: within one uint8 step)
+  log=$WORK/crop_resize_gpu.log
+  "$BUILD/sluice_tests" crop_resize_gpu > "$log" 2>&1
+  rc=$?
+  if grep -q 'SKIP (no GPU)' "$log"; then
+    line crop_resize_kernel $([ $DRY = 1 ] && echo SKIP || echo FAIL) "$(grep -m1 'SKIP (no GPU)' "$log" | sed 's/^ *//')"
+  else
+    line crop_resize_kernel $([ $rc = 0 ] && echo PASS || echo FAIL) "$(grep -h -e 'kernel vs CPU reference' -e '\.c:[0-9]*:' "$log" | sed 's/^ *//' | tr '\n' ';') tolerance: one uint8 step"
+  fi
 
   # nvJPEG's RGB against libjpeg-turbo's, on the GPU (tests/device/test_cuda_fake.c)
   log=$WORK/nvjpeg_gpu.log
@@ -163,6 +175,19 @@ part1() {
     line nvjpeg_vs_cpu_decode $([ $rc = 0 ] && echo PASS || echo FAIL) "$(grep -h -e 'backend:' -e 'mean |diff|' "$log" | sed 's/^ *//' | tr '\n' ';') tolerance mean <= 1.5, max <= 64"
   else
     line nvjpeg_vs_cpu_decode $([ $DRY = 1 ] && echo SKIP || echo FAIL) "this build has no nvJPEG decoder (nvjpeg.h not found at build time)"
+  fi
+
+  # GPU decode of a batch (nvJPEG + that kernel, CPU fallback) against the
+  # CPU path's fused decode + resample on the photo set, image by image
+  log=$WORK/gpu_decode_gpu.log
+  SLUICE_GPU_PHOTOS=$PHOTOS "$BUILD/sluice_tests" gpu_decode_gpu > "$log" 2>&1
+  rc=$?
+  if grep -q 'SKIP (no GPU)' "$log"; then
+    line gpu_decode_vs_cpu $([ $DRY = 1 ] && echo SKIP || echo FAIL) "$(grep -m1 'SKIP (no GPU)' "$log" | sed 's/^ *//')"
+  elif grep -q 'gpu_decode_gpu' "$log"; then
+    line gpu_decode_vs_cpu $([ $rc = 0 ] && echo PASS || echo FAIL) "$(grep -h -e 'vs CPU path' -e '\.c:[0-9]*:' "$log" | sed 's/^ *//' | tr '\n' ';') tolerance mean <= 1.5, max <= 64 uint8 steps (224x224)"
+  else
+    line gpu_decode_vs_cpu $([ $DRY = 1 ] && echo SKIP || echo FAIL) "this build has no nvJPEG decoder (nvjpeg.h not found at build time)"
   fi
 
   log=$WORK/pytest.log
@@ -319,7 +344,7 @@ PYEOF
 # are the report's content.
 if [ $DRY = 1 ]; then
   # the dry run checks its own plumbing: each part produced its lines
-  for c in build c_device_tests pytest_cuda_cases kernel_equals_cpu reuse_under_load thread_scaling tv_gpu_decode; do
+  for c in build c_device_tests crop_resize_kernel gpu_decode_vs_cpu pytest_cuda_cases kernel_equals_cpu reuse_under_load thread_scaling tv_gpu_decode; do
     grep -q "\"check\": \"$c\"" "$LINES" || { echo "gpu_check.sh --dry-run: no line for $c" >&2; exit 1; }
   done
   grep -q '"status": "FAIL"' <(grep -v -e '"check": "gpu_decode"' -e '"check": "goal_' -e '"check": "thread_scaling"' "$LINES") &&

@@ -35,6 +35,22 @@ typedef struct sl_dev_norm {
     sl_dtype dtype;            /* SL_F32, SL_F16 or SL_BF16 */
 } sl_dev_norm;
 
+/* One image of GPU decode's crop + resize + flip + normalize (the kernel
+ * of crop_resize.cu; arithmetic in crop_resize_math.h): the source region
+ * box (x0, y0, x1, y1) of an RGB image resampled to oh x ow with the
+ * antialiased bilinear filter, reading no source pixel outside lim, mirrored
+ * when flip, normalized to float32 CHW at dst. */
+typedef struct sl_dev_crop {
+    float *dst;                /* device memory: 3 x oh x ow float32 */
+    const void *src;           /* device memory: H x W x 3 uint8, rows `pitch` bytes apart */
+    size_t pitch;
+    float box[4];
+    int lim[4];
+    int flip;
+    int oh, ow;
+    float mean[3], std[3];
+} sl_dev_crop;
+
 typedef struct sl_dev_backend sl_dev_backend;
 struct sl_dev_backend {
     _Atomic int refs;          /* 1 at open; sl_dev__backend_release frees at 0 */
@@ -53,6 +69,8 @@ struct sl_dev_backend {
     int (*copy)(sl_dev_backend *b, void *dst, const void *src, size_t n, void *stream);
     /* NULL when the build or the machine lacks it (see norm_missing). */
     int (*normalize)(sl_dev_backend *b, const sl_dev_norm *args, void *stream);
+    /* NULL with normalize (the same kernel library; see norm_missing). */
+    int (*crop_resize)(sl_dev_backend *b, const sl_dev_crop *args, void *stream);
     int (*event_create)(sl_dev_backend *b, void **out);
     void (*event_destroy)(sl_dev_backend *b, void *event);
     int (*event_record)(sl_dev_backend *b, void *event, void *stream);
@@ -100,6 +118,47 @@ const char *sl_dev__jpeg_backend(const sl_dev_jpeg *j);
 int sl_dev__jpeg_decode(sl_dev_jpeg *j, sl_dev_jpeg_item *items, int n, void *stream);
 /* Images decoded on the GPU and sent back to the CPU so far. */
 void sl_dev__jpeg_counts(const sl_dev_jpeg *j, uint64_t *gpu_images, uint64_t *fallbacks);
+/* ---- GPU decode of a batch (device_gpu_decode.c) -------------------------------------
+ * n JPEGs to n float32 (3, oh, ow) images, one after another at `dst`
+ * (device memory): nvJPEG's batch decode, then the crop/resize kernel at
+ * each image's placement (drawn by the caller on the CPU from the header,
+ * in the header's pixels). An image nvJPEG refuses or fails on, or whose
+ * size is not the header's, is decoded by `cpu` (the CPU path) into `host`
+ * (pinned, the same layout as dst) and copied to its place. When `cpu`
+ * fails too the image is bad: status FAILED, rc its error (its place in dst
+ * holds nothing); its neighbours are unaffected. An error return is about
+ * the device (decoder, kernel, copy), never an image. */
+enum { SL_DEV_GPU_FAILED = 2 }; /* beside SL_DEV_JPEG_OK and SL_DEV_JPEG_FALLBACK */
+typedef struct sl_dev_gpu_item {
+    const uint8_t *data;       /* in: the JPEG's bytes */
+    size_t len;
+    int width, height;         /* in: from the header the placement was drawn on */
+    float box[4];              /* in: the placement (sl_place: box, lim, mirror) */
+    int lim[4];
+    int flip;
+    int status;                /* out: SL_DEV_JPEG_OK, SL_DEV_JPEG_FALLBACK or SL_DEV_GPU_FAILED */
+    int rc;                    /* out, FAILED: cpu's error code (sl_errmsg at the time in why) */
+    char why[160];             /* out: why it left the GPU */
+} sl_dev_gpu_item;
+/* The CPU path for item i: its (3, oh, ow) float32 image at `out` (host
+ * memory); SL_OK or the image's own error. */
+typedef int (*sl_dev_cpu_decode_fn)(void *ctx, int i, float *out);
+typedef struct sl_dev_gpu_batch {
+    sl_dev_jpeg *jpeg;         /* its backend runs the kernel and the copies */
+    int oh, ow;
+    float mean[3], std[3];
+    float *dst;                /* device: n x 3 x oh x ow */
+    float *host;               /* pinned: n x 3 x oh x ow (fallbacks only) */
+    sl_dev_cpu_decode_fn cpu;
+    void *cpu_ctx;
+    void *stream;
+} sl_dev_gpu_batch;
+/* *on_gpu, *on_cpu, *failed: the items that ended each way. */
+int sl_dev__gpu_decode_batch(const sl_dev_gpu_batch *b, sl_dev_gpu_item *items, int n,
+                             int *on_gpu, int *on_cpu, int *failed);
+/* The backend a decoder was opened on. */
+sl_dev_backend *sl_dev__jpeg_backend_of(sl_dev_jpeg *j);
+
 /* The host backend: pinned = aligned heap memory, device = another heap
  * buffer, each stream a thread running its work in order. */
 int sl_dev__host_open(sl_dev_backend **out);
@@ -122,6 +181,9 @@ void sl_dev__pinned_mem(sl_dev_backend *b, sl_pool_mem *out);
 /* The normalize math of the host backend (and the reference for the
  * kernel): the per-channel table of normalize.c, applied per image. */
 void sl_dev__normalize_host(const sl_dev_norm *a);
+/* The crop + resize + flip + normalize of the host backend, and the CPU
+ * reference of crop_resize.cu: the same functions of crop_resize_math.h. */
+void sl_dev__crop_resize_host(const sl_dev_crop *a);
 
 /* ---- the ring (device_ring.c) --------------------------------------------------------
  * Slots of pinned staging memory and device memory, each with a copy event

@@ -60,6 +60,9 @@ static struct {
     char kmissing[384];
     int (*normalize)(void *dst, const void *src, long long n, long long h, long long w, int c,
                      const float *mean, const float *std, int chw, int kind, void *stream);
+    int (*crop_resize)(float *dst, const void *src, size_t pitch, const float *box,
+                       const int *lim, int flip, int oh, int ow, const float *mean,
+                       const float *std, void *stream);
 } cu;
 
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
@@ -107,9 +110,14 @@ static void load_kernels(void) {
         }
     }
     *(void **)&cu.normalize = dlsym(cu.klib, "sl_cuda_normalize");
-    if (!cu.normalize)
+    *(void **)&cu.crop_resize = dlsym(cu.klib, "sl_cuda_crop_resize");
+    if (!cu.normalize || !cu.crop_resize) {
         snprintf(cu.kmissing, sizeof cu.kmissing,
-                 "libsluice_cuda_kernels.so lacks sl_cuda_normalize (a different version)");
+                 "libsluice_cuda_kernels.so lacks %s (a different version)",
+                 !cu.normalize ? "sl_cuda_normalize" : "sl_cuda_crop_resize");
+        cu.normalize = NULL;
+        cu.crop_resize = NULL;
+    }
 }
 
 void *sl_dev__dlopen_first(const char *env_var, const char *const *names, int n,
@@ -253,6 +261,12 @@ static int c_normalize(sl_dev_backend *b, const sl_dev_norm *a, void *s) {
                                             a->dtype == SL_F16 ? 1 : a->dtype == SL_BF16 ? 2 : 0, s));
     return SL_OK;
 }
+static int c_crop_resize(sl_dev_backend *b, const sl_dev_crop *a, void *s) {
+    ON(b);
+    CU_TRY("crop_resize kernel", cu.crop_resize(a->dst, a->src, a->pitch, a->box, a->lim, a->flip,
+                                                a->oh, a->ow, a->mean, a->std, s));
+    return SL_OK;
+}
 static int c_event_create(sl_dev_backend *b, void **out) {
     ON(b);
     CU_TRY("cudaEventCreateWithFlags",
@@ -321,6 +335,7 @@ int sl_dev__cuda_open(sl_dev_backend **out, int id) {
     b->stream_wait = c_stream_wait;
     b->copy = c_copy;
     b->normalize = cu.normalize ? c_normalize : NULL;
+    b->crop_resize = cu.crop_resize ? c_crop_resize : NULL;
     snprintf(b->norm_missing, sizeof b->norm_missing, "%s", cu.kmissing);
     b->event_create = c_event_create;
     b->event_destroy = c_event_destroy;

@@ -28,7 +28,7 @@
 #include <pthread.h>
 #include <string.h>
 
-enum { W_COPY = 1, W_NORM, W_WAIT, W_CALL };
+enum { W_COPY = 1, W_NORM, W_CROP, W_WAIT, W_CALL };
 
 typedef struct host_stream host_stream;
 
@@ -38,6 +38,7 @@ typedef struct work {
     const void *src;
     size_t n;
     sl_dev_norm norm;
+    sl_dev_crop crop;
     host_stream *wait_stream;
     uint64_t wait_seq;
     void (*fn)(void *);
@@ -81,6 +82,7 @@ static void *stream_main(void *arg) {
         switch (w.kind) {
         case W_COPY: memcpy(w.dst, w.src, w.n); break;
         case W_NORM: sl_dev__normalize_host(&w.norm); break;
+        case W_CROP: sl_dev__crop_resize_host(&w.crop); break;
         case W_WAIT: stream_wait_seq(w.wait_stream, w.wait_seq); break;
         case W_CALL: w.fn(w.arg); break;
         default: break;
@@ -184,6 +186,17 @@ static int h_normalize(sl_dev_backend *b, const sl_dev_norm *a, void *stream) {
         return SL_OK;
     }
     work w = {.kind = W_NORM, .norm = *a};
+    return push(s, &w);
+}
+
+static int h_crop_resize(sl_dev_backend *b, const sl_dev_crop *a, void *stream) {
+    (void)b;
+    host_stream *s = stream;
+    if (!s) {
+        sl_dev__crop_resize_host(a);
+        return SL_OK;
+    }
+    work w = {.kind = W_CROP, .crop = *a};
     return push(s, &w);
 }
 
@@ -307,6 +320,7 @@ int sl_dev__host_open(sl_dev_backend **out) {
     b->stream_wait = h_stream_wait;
     b->copy = h_copy;
     b->normalize = h_normalize;
+    b->crop_resize = h_crop_resize;
     b->event_create = h_event_create;
     b->event_destroy = h_event_destroy;
     b->event_record = h_event_record;

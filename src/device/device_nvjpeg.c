@@ -235,6 +235,8 @@ static nvjpegImage_t dest_of(const sl_dev_jpeg_item *it) {
     return d;
 }
 
+sl_dev_backend *sl_dev__jpeg_backend_of(sl_dev_jpeg *j) { return j->be; }
+
 int sl_dev__jpeg_decode(sl_dev_jpeg *j, sl_dev_jpeg_item *items, int n, void *stream) {
     if (n < 0 || n > SL_DEV_JPEG_MAX)
         return sl__error(SL_EINVAL, "nvJPEG: a batch of %d images (1 to %d)", n, SL_DEV_JPEG_MAX);
@@ -321,6 +323,11 @@ void sl_dev__jpeg_counts(const sl_dev_jpeg *j, uint64_t *gpu_images, uint64_t *f
 int sl_dev__jpeg_decode(sl_dev_jpeg *j, sl_dev_jpeg_item *items, int n, void *stream) {
     (void)j; (void)items; (void)n; (void)stream;
     return sl_dev__nvjpeg_probe();
+}
+
+sl_dev_backend *sl_dev__jpeg_backend_of(sl_dev_jpeg *j) {
+    (void)j;
+    return NULL;
 }
 
 #endif

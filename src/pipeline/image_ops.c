@@ -469,6 +469,61 @@ const sl_op_def sl_op_random_resized_crop = {
     .describe = rrc_describe,
 };
 
+/* ---- placements (op.h): shared by the fused CPU ops and GPU decode ----------------- */
+
+static void resize_shape(const resize_params *p, int H, int W, int *oh, int *ow);
+
+int sl_place_rrc(int H, int W, const double scale[2], const double ratio[2], int oh, int ow,
+                 sl_rng *box_rng, double flip_p, sl_rng *flip_rng, sl_place *out) {
+    memset(out, 0, sizeof *out);
+    sl_box box;
+    SL_TRY(sl_rrc_box(H, W, scale, ratio, box_rng, &box));
+    out->box[0] = box.x;
+    out->box[1] = box.y;
+    out->box[2] = (double)box.x + box.w;
+    out->box[3] = (double)box.y + box.h;
+    out->lim[0] = box.x;
+    out->lim[1] = box.y;
+    out->lim[2] = box.x + box.w;
+    out->lim[3] = box.y + box.h;
+    out->oh = oh;
+    out->ow = ow;
+    out->mirror = flip_rng && sl_rng_uniform(flip_rng) < flip_p;
+    return SL_OK;
+}
+
+void sl_place_resize_crop(int H, int W, int shorter, int size_h, int size_w, int ch, int cw,
+                          sl_place *out) {
+    memset(out, 0, sizeof *out);
+    resize_params rs = {.shorter = shorter, .oh = size_h, .ow = size_w};
+    int rh, rw;
+    resize_shape(&rs, H, W, &rh, &rw);
+    out->rh = rh;
+    out->rw = rw;
+    out->box[2] = W;
+    out->box[3] = H;
+    out->lim[2] = W;
+    out->lim[3] = H;
+    out->oh = rh;
+    out->ow = rw;
+    if (ch <= 0)
+        return;
+    sl_center_crop_box(rh, rw, ch, cw, &out->crop);
+    const sl_box *c = &out->crop;
+    if (c->y < 0 || c->x < 0) {
+        out->pads = 1;
+        return;
+    }
+    /* the crop of the resized image, as a box of the original */
+    double fx = (double)W / rw, fy = (double)H / rh;
+    out->box[0] = c->x * fx;
+    out->box[1] = c->y * fy;
+    out->box[2] = (c->x + c->w) * fx;
+    out->box[3] = (c->y + c->h) * fy;
+    out->oh = c->h;
+    out->ow = c->w;
+}
+
 /* ---- decode + random_resized_crop (fused) ----------------------------------------- */
 
 static int decode_rrc_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
@@ -479,19 +534,20 @@ static int decode_rrc_apply(const void *params, void *state, sl_op_ctx *ctx, sl_
     sl_image_info info;
     SL_TRY(read_header(dec, s, p->col, &data, &size, &info));
     int rc;
-    sl_box box;
-    /* part 1 = the random_resized_crop position: the same box as unfused */
-    rc = sl_rrc_box(info.height, info.width, p->rrc.scale, p->rrc.ratio, sl_op_rng_part(ctx, 1),
-                    &box);
+    sl_place pl;
+    /* part 1 = the random_resized_crop position: the same box as unfused;
+     * part 2 = the flip position: the same draw as the unfused flip */
+    rc = sl_place_rrc(info.height, info.width, p->rrc.scale, p->rrc.ratio, p->rrc.oh, p->rrc.ow,
+                      sl_op_rng_part(ctx, 1), p->flip.p,
+                      p->has_flip ? sl_op_rng_part(ctx, 2) : NULL, &pl);
     if (rc < 0)
         return cause_only(rc);
-    double b[4] = {box.x, box.y, (double)box.x + box.w, (double)box.y + box.h};
-    int lim[4] = {box.x, box.y, box.x + box.w, box.y + box.h};
+    const double *b = pl.box;
+    const int *lim = pl.lim;
     if (!p->has_flip && !p->has_norm)
         return decode_box_column(dec, ctx, s, p->col, data, size, p->color, b, lim, p->rrc.oh,
                                  p->rrc.ow, SL_INTERP_BILINEAR);
-    /* part 2 = the flip position: the same draw as the unfused flip */
-    int mirror = p->has_flip && sl_rng_uniform(sl_op_rng_part(ctx, 2)) < p->flip.p;
+    int mirror = pl.mirror;
     int64_t C = (int64_t)p->color, oh = p->rrc.oh, ow = p->rrc.ow;
     sl_tensor t;
     if (!p->has_norm) {
@@ -758,47 +814,39 @@ static int decode_resize_apply(const void *params, void *state, sl_op_ctx *ctx, 
     sl_image_info info;
     SL_TRY(read_header(dec, s, p->col, &data, &size, &info));
     int rc;
-    int H = info.height, W = info.width, rh, rw;
-    resize_shape(&p->rs, H, W, &rh, &rw);
-    double box[4] = {0, 0, W, H};
-    int lim[4] = {0, 0, W, H};
-    int oh = rh, ow = rw;
-    if (p->has_crop) {
-        sl_box c;
-        sl_center_crop_box(rh, rw, p->cc.ch, p->cc.cw, &c);
-        if (c.y < 0 || c.x < 0) {
-            /* the crop pads: no region to fuse, run the three steps */
-            sl_tensor full = {0}, r = {0}, t;
-            int64_t fs[3] = {H, W, (int64_t)p->color}, rs[3] = {rh, rw, (int64_t)p->color};
-            int64_t cs[3] = {p->cc.ch, p->cc.cw, (int64_t)p->color};
-            SL_TRY(sl_op_alloc(ctx, &full, SL_U8, 3, fs));
-            rc = sl_decode(dec, data, size, p->color, &full);
+    int H = info.height, W = info.width;
+    sl_place pl;
+    sl_place_resize_crop(H, W, p->rs.shorter, p->rs.oh, p->rs.ow, p->has_crop ? p->cc.ch : 0,
+                         p->cc.cw, &pl);
+    if (pl.pads) {
+        /* the crop pads: no region to fuse, run the three steps */
+        int rh = pl.rh, rw = pl.rw;
+        sl_box c = pl.crop;
+        sl_tensor full = {0}, r = {0}, t;
+        int64_t fs[3] = {H, W, (int64_t)p->color}, rs[3] = {rh, rw, (int64_t)p->color};
+        int64_t cs[3] = {p->cc.ch, p->cc.cw, (int64_t)p->color};
+        SL_TRY(sl_op_alloc(ctx, &full, SL_U8, 3, fs));
+        rc = sl_decode(dec, data, size, p->color, &full);
+        if (rc == SL_OK)
+            rc = sl_op_alloc(ctx, &r, SL_U8, 3, rs);
+        if (rc == SL_OK)
+            rc = sl_image_resize(&full, rh, rw, (sl_interp)p->rs.interp, &r);
+        sl_tensor_release(&full);
+        if (rc == SL_OK)
+            rc = sl_op_alloc(ctx, &t, SL_U8, 3, cs);
+        if (rc == SL_OK) {
+            rc = sl_image_crop(&r, &c, &t);
             if (rc == SL_OK)
-                rc = sl_op_alloc(ctx, &r, SL_U8, 3, rs);
-            if (rc == SL_OK)
-                rc = sl_image_resize(&full, rh, rw, (sl_interp)p->rs.interp, &r);
-            sl_tensor_release(&full);
-            if (rc == SL_OK)
-                rc = sl_op_alloc(ctx, &t, SL_U8, 3, cs);
-            if (rc == SL_OK) {
-                rc = sl_image_crop(&r, &c, &t);
-                if (rc == SL_OK)
-                    sl_op_set_column(s, p->col, &t);
-                else
-                    sl_tensor_release(&t);
-            }
-            sl_tensor_release(&r);
-            return rc < 0 ? cause_only(rc) : SL_OK;
+                sl_op_set_column(s, p->col, &t);
+            else
+                sl_tensor_release(&t);
         }
-        /* the crop of the resized image, as a box of the original */
-        double fx = (double)W / rw, fy = (double)H / rh;
-        box[0] = c.x * fx;
-        box[1] = c.y * fy;
-        box[2] = (c.x + c.w) * fx;
-        box[3] = (c.y + c.h) * fy;
-        oh = c.h;
-        ow = c.w;
+        sl_tensor_release(&r);
+        return rc < 0 ? cause_only(rc) : SL_OK;
     }
+    const double *box = pl.box;
+    const int *lim = pl.lim;
+    int oh = pl.oh, ow = pl.ow;
     return decode_box_column(dec, ctx, s, p->col, data, size, p->color, box, lim, oh, ow,
                              (sl_interp)p->rs.interp);
 }

@@ -267,4 +267,35 @@ const sl_op_def *sl_op_lookup(const char *name);
 /* The i-th registered op (for docs and `explain`), NULL past the end. */
 const sl_op_def *sl_op_at(int i);
 
+/* ---- placements (image_ops.c) -----------------------------------------------------
+ * Where a fused decode op reads in an H x W image, from the header alone:
+ * the source region `box` (x0, y0, x1, y1), the source pixels `lim` the
+ * filter may read, the output size and the mirror. The CPU ops
+ * (decode + random_resized_crop (+ flip), decode + resize (+ center_crop))
+ * draw theirs through these functions; GPU decode is to draw the same ones
+ * on the CPU with the same generators (the op's parts), for its kernel
+ * (src/device/crop_resize.cu) to read. */
+typedef struct sl_place {
+    double box[4];
+    int lim[4];
+    int oh, ow;
+    int mirror;
+    /* resize + center_crop only: the resized shape and the crop; pads is 1
+     * when the crop is larger than the resized image (no box: the CPU op
+     * runs resize then a padding crop) */
+    int rh, rw;
+    sl_box crop;
+    int pads;
+} sl_place;
+/* random_resized_crop to oh x ow (its box drawn from `box_rng`, as
+ * sl_rrc_box), then, when flip_rng is not NULL, a mirror with probability
+ * flip_p drawn from `flip_rng`. Reads only inside the box. */
+int sl_place_rrc(int H, int W, const double scale[2], const double ratio[2], int oh, int ow,
+                 sl_rng *box_rng, double flip_p, sl_rng *flip_rng, sl_place *out);
+/* resize to (rh, rw) (the shorter side to `size` when `shorter`, else
+ * size_h x size_w), then center_crop ch x cw when ch > 0: the crop as a box
+ * of the original, read anywhere in it (resize-then-crop). */
+void sl_place_resize_crop(int H, int W, int shorter, int size_h, int size_w, int ch, int cw,
+                          sl_place *out);
+
 #endif /* SL_PIPELINE_OP_H */
