@@ -102,15 +102,54 @@ cleanup:
 
 /* ---- providers --------------------------------------------------------------- */
 
+int sl_io__is_url(const char *name) {
+    const char *sep = strstr(name, "://");
+    return sep && sep > name &&
+           strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789+.-") == (size_t)(sep - name);
+}
+
+static int unknown_scheme(const char *name) {
+    const char *sep = strstr(name, "://");
+    return sl__error(SL_EUNSUPPORTED, "%s: no reader for %.*s:// inputs (sluice reads http://, "
+                     "https:// and s3:// URLs)", name, (int)(sep - name), name);
+}
+
 int sl_io__open(sl_io **out, const char *name, unsigned flags) {
     *out = NULL;
-    /* A URL names its provider; there is none for remote objects yet. */
-    const char *sep = strstr(name, "://");
-    if (sep && sep > name && strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789+.-") ==
-                                 (size_t)(sep - name))
-        return sl__error(SL_EUNSUPPORTED, "%s: no reader for %.*s:// inputs in this build",
-                         name, (int)(sep - name), name);
+    /* A URL names its provider. */
+    if (sl_io__is_url(name))
+        return sl_io__http_handles(name) ? sl_io__http_open(out, name, flags)
+                                         : unknown_scheme(name);
     return file_open(out, name, flags);
+}
+
+int sl_io__stat(const char *name, sl_io_info *out) {
+    memset(out, 0, sizeof *out);
+    if (sl_io__is_url(name))
+        return sl_io__http_handles(name) ? sl_io__http_stat(name, out) : unknown_scheme(name);
+    struct stat st;
+    if (stat(name, &st) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return SL_END;
+        return sl__error(errno == ENOMEM ? SL_ENOMEM : SL_EIO, "%s: %s", name, strerror(errno));
+    }
+    out->is_dir = S_ISDIR(st.st_mode);
+    out->size = out->is_dir ? 0 : (uint64_t)st.st_size;
+    out->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    return SL_OK;
+}
+
+char *sl_io__join(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    int slash = a > 0 && dir[a - 1] == '/';
+    char *s = sl__malloc(a + b + 2);
+    if (s) {
+        memcpy(s, dir, a);
+        if (!slash)
+            s[a++] = '/';
+        memcpy(s + a, name, b + 1);
+    }
+    return s;
 }
 
 int sl_io__read_some(sl_io *io, void *dst, size_t n, uint64_t off, size_t *got) {
@@ -138,8 +177,13 @@ int sl_io__read_file(const char *name, uint64_t max, int missing_ok, uint8_t **o
                      size_t *n_out) {
     *out = NULL;
     *n_out = 0;
-    if (missing_ok && access(name, F_OK) != 0 && errno == ENOENT)
-        return SL_END;
+    if (missing_ok) {
+        sl_io_info info;
+        int st = sl_io__stat(name, &info);
+        if (st == SL_END)
+            return SL_END;
+        SL_TRY(st);
+    }
     sl_io *io;
     SL_TRY(sl_io__open(&io, name, 0));
     int rc = SL_OK;

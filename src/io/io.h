@@ -21,6 +21,19 @@
  *   read past the end       SL_ECORRUPT ("PATH: truncated (read past the end
  *                            at offset N)") — sl_io__read only; see read_some
  *   an unknown URL scheme   SL_EUNSUPPORTED
+ *   a URL that fails         SL_EIO ("URL: HTTP 503 after 6 tries", "URL: HTTP
+ *                            404 (not found)", "URL: curl: Couldn't connect
+ *                            to server ... after 6 tries"), after the retries
+ *                            of io_http.c (connection errors, timeouts, 5xx,
+ *                            408, 429 with Retry-After), a broken body
+ *                            resumed with a range request
+ *
+ * Remote names: http://, https:// and s3://bucket/key (io_http.c, libcurl).
+ * A URL ending in '/' (after redirects) names a directory (a .slr dataset
+ * directory: NAME/manifest.json). Opened with SL_IO_MAP a remote object is
+ * fetched whole into the node's shard cache (SLUICE_CACHE_DIR, bounded by
+ * SLUICE_CACHE_BYTES, LRU, checked by a checksum on every use) and that file
+ * is mapped; without it, each read is a range request.
  *
  * Thread safety: after open an sl_io is read-only; sl_io__read and
  * sl_io__read_some may run on many threads at once (pread for local files).
@@ -74,6 +87,52 @@ static inline uint64_t sl_io__size(const sl_io *io) { return io->size; }
 static inline const char *sl_io__name(const sl_io *io) { return io->name; }
 /* Accepts NULL. */
 void sl_io__close(sl_io *io);
+
+/* What a name is, without opening it for reading. */
+typedef struct sl_io_info {
+    int is_dir;       /* a directory (a URL: one ending in '/', or one whose
+                         NAME/manifest.json exists) */
+    uint64_t size;    /* bytes (0 for a directory) */
+    int64_t mtime_ns; /* last modified (a URL: Last-Modified; 0 when unknown) */
+} sl_io_info;
+
+/* SL_OK with *out filled; SL_END with no message when `name` does not exist
+ * (ENOENT, HTTP 404); an error (naming it) otherwise. */
+int sl_io__stat(const char *name, sl_io_info *out);
+/* Whether `name` is a URL ("scheme://..."), i.e. not a local path. */
+int sl_io__is_url(const char *name);
+/* `dir` + "/" + `name` in sl__malloc memory (no doubled '/' when `dir`
+ * already ends in one, as a URL directory does); NULL when out of memory. */
+char *sl_io__join(const char *dir, const char *name);
+
+/* ---- remote provider (io_http.c) ---------------------------------------------- */
+
+int sl_io__http_open(sl_io **out, const char *name, unsigned flags);
+int sl_io__http_stat(const char *name, sl_io_info *out);
+/* Whether `name`'s scheme is one io_http.c reads (http, https, s3). */
+int sl_io__http_handles(const char *name);
+
+/* The per-scheme signing hook: before each request to an s3:// object the
+ * HTTP provider calls the scheme's signer with the request it is about to
+ * send; the signer adds its headers ("Authorization: ...", "x-amz-date: ...",
+ * "x-amz-content-sha256: ...", "x-amz-security-token: ...") through `add`.
+ * A failure sets the message and returns it (the request is not sent). */
+typedef struct sl_io_request {
+    const char *method; /* "GET" or "HEAD" */
+    const char *url;    /* the whole https URL sent */
+    const char *host;   /* the Host header's value (host[:port]) */
+    const char *path;   /* the URL's path, as sent (already percent-encoded) */
+    const char *query;  /* the query string without '?', "" when none */
+    const char *range;  /* the Range header's value ("bytes=a-b"), NULL when none */
+    int64_t time_s;     /* the request's time (seconds since 1970, UTC) */
+} sl_io_request;
+typedef int (*sl_io_add_header_fn)(void *hctx, const char *line);
+typedef int (*sl_io_signer_fn)(const sl_io_request *rq, sl_io_add_header_fn add, void *hctx,
+                               void *user);
+/* Set the signer of s3:// requests made while credentials are set
+ * (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); without credentials s3://
+ * requests go unsigned (public buckets). Call before the first request. */
+void sl_io__set_s3_signer(sl_io_signer_fn fn, void *user);
 
 /* Read a whole (small) file into sl__malloc memory plus a terminating zero
  * byte (not counted in *n_out); the caller frees it. `max` bounds the size

@@ -52,8 +52,12 @@ int sl_record__manifest_load(const char *mpath, slr_manifest *out) {
     cJSON *root = NULL;
     memset(out, 0, sizeof *out);
     sl_io *io = NULL;
-    if (access(mpath, F_OK) != 0 && errno == ENOENT)
-        return sl__error(SL_ECORRUPT, "%s: cannot open: %s", mpath, strerror(errno));
+    sl_io_info st;
+    int src = sl_io__stat(mpath, &st);
+    if (src == SL_END)
+        return sl__error(SL_ECORRUPT, "%s: cannot open: %s", mpath,
+                         sl_io__is_url(mpath) ? "HTTP 404 (not found)" : strerror(ENOENT));
+    SL_TRY(src);
     SL_TRY(sl_io__open(&io, mpath, 0));
     const uint64_t size = sl_io__size(io);
     if (size == 0)

@@ -244,13 +244,4 @@ char *sl_record__dirname(const char *path) {
     return s;
 }
 
-char *sl_record__join(const char *dir, const char *name) {
-    size_t a = strlen(dir), b = strlen(name);
-    char *s = sl__malloc(a + b + 2);
-    if (s) {
-        memcpy(s, dir, a);
-        s[a] = '/';
-        memcpy(s + a + 1, name, b + 1);
-    }
-    return s;
-}
+char *sl_record__join(const char *dir, const char *name) { return sl_io__join(dir, name); }

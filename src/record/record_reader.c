@@ -371,9 +371,12 @@ static int open_dir(sl_reader *r, const char *path) {
             rc = sl__oom("opening a dataset");
             goto cleanup;
         }
-        if (access(spath, F_OK) != 0)
-            SL_FAIL(errno == ENOENT ? SL_ECORRUPT : SL_EIO, "%s: shard %s is missing (%s)", mpath,
-                    ms->file, strerror(errno));
+        sl_io_info sst;
+        int src = sl_io__stat(spath, &sst);
+        if (src == SL_END)
+            SL_FAIL(SL_ECORRUPT, "%s: shard %s is missing (%s)", mpath, ms->file,
+                    sl_io__is_url(spath) ? "HTTP 404" : strerror(ENOENT));
+        SL_CHECK(src);
         sl_schema sch;
         r->nshards = i + 1;
         SL_CHECK(shard_open(&r->shards[i], spath, r->flags, i == 0 ? &r->schema : &sch, NULL, &idx));
@@ -419,9 +422,12 @@ int sl_reader_open(sl_reader **out, const char *path, unsigned flags) {
         return sl__error(SL_EINVAL, "sl_reader_open: empty path");
     if (flags & ~(SL_READ_NO_VERIFY | SL_READ_NO_MMAP))
         return sl__error(SL_EINVAL, "%s: unknown reader flags 0x%x", path, flags);
-    struct stat st;
-    if (stat(path, &st) != 0)
-        return sl__error(SL_EIO, "%s: cannot open: %s", path, strerror(errno));
+    sl_io_info st;
+    int src = sl_io__stat(path, &st);
+    if (src == SL_END)
+        return sl__error(SL_EIO, "%s: cannot open: %s", path,
+                         sl_io__is_url(path) ? "HTTP 404 (not found)" : strerror(ENOENT));
+    SL_TRY(src);
     sl_reader *r = sl__calloc(1, sizeof *r);
     if (!r)
         return sl__oom("opening a reader");
@@ -432,7 +438,7 @@ int sl_reader_open(sl_reader **out, const char *path, unsigned flags) {
     if (!r->path)
         rc = sl__oom("opening a reader");
     else
-        rc = S_ISDIR(st.st_mode) ? open_dir(r, path) : open_file(r, path);
+        rc = st.is_dir ? open_dir(r, path) : open_file(r, path);
     if (rc < 0) {
         sl_reader_free(r);
         return rc;

@@ -53,12 +53,15 @@ int sl_pack_detect(const char *const *srcs, int nsrc, sl_pack_kind *kind_out) {
         snprintf(why, sizeof why, "%s", sl_errmsg());
     int dirs = 0, idx_img = 0, idx_lab = 0;
     for (int i = 0; i < nsrc; i++) {
-        struct stat st;
+        sl_io_info st;
         if (!srcs[i])
             return sl__error(SL_EINVAL, "input %d is NULL", i);
-        if (stat(srcs[i], &st) != 0)
-            return sl__error(SL_EIO, "%s: %s", srcs[i], strerror(errno));
-        if (S_ISDIR(st.st_mode)) {
+        int src = sl_io__stat(srcs[i], &st);
+        if (src == SL_END)
+            return sl__error(SL_EIO, "%s: %s", srcs[i],
+                             sl_io__is_url(srcs[i]) ? "HTTP 404 (not found)" : strerror(ENOENT));
+        SL_TRY(src);
+        if (st.is_dir) {
             dirs++;
             continue;
         }
@@ -71,7 +74,7 @@ int sl_pack_detect(const char *const *srcs, int nsrc, sl_pack_kind *kind_out) {
         else if (why[0] && (strstr(why, "a sidecar index") ||
                             sl_source__detect(&srcs[i], 1, &fmt) == SL_OK))
             return sl__error(found, "%s", why);
-        else if (st.st_size == 0)
+        else if (st.size == 0)
             return sl__error(SL_EUNSUPPORTED, "%s: empty file; " KINDS_KNOWN, srcs[i]);
         else
             return sl__error(SL_EUNSUPPORTED, "%s: not a kind of input sluice knows; " KINDS_KNOWN,

@@ -325,7 +325,7 @@ static int read_list_file(pathlist *pl, const char *path, const char *field) {
             p++;
         if (!*p || *p == '#')
             continue;
-        if (*p != '/' && dirlen) {
+        if (*p != '/' && dirlen && !sl_io__is_url(p)) {
             snprintf(full, sizeof full, "%.*s%s", (int)dirlen, path, p);
             rc = pl_add(pl, full, strlen(full), field);
         } else {

@@ -95,13 +95,16 @@ static int detect_pattern(const char *path, const sl_source_format **kind_out) {
 }
 
 static int detect_one(const char *path, const sl_source_format **kind_out) {
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        if (errno == ENOENT && (strchr(path, '{') || path[0] == '@'))
+    sl_io_info st;
+    int src = sl_io__stat(path, &st);
+    if (src == SL_END) {
+        if (strchr(path, '{') || path[0] == '@')
             return detect_pattern(path, kind_out);
-        return sl__error(SL_EIO, "%s: %s", path, strerror(errno));
+        return sl__error(SL_EIO, "%s: %s", path,
+                         sl_io__is_url(path) ? "HTTP 404 (not found)" : strerror(ENOENT));
     }
-    int is_dir = S_ISDIR(st.st_mode);
+    SL_TRY(src);
+    int is_dir = st.is_dir;
     uint8_t head[1024];
     size_t n = 0;
     if (!is_dir)

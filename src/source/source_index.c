@@ -42,11 +42,14 @@ int sl_sidx__path(const char *data_path, char *buf, size_t cap) {
 }
 
 int sl_sidx__stat(const char *path, uint64_t *size_out, int64_t *mtime_ns_out) {
-    struct stat st;
-    if (stat(path, &st) != 0)
-        return sl__error(SL_EIO, "%s: %s", path, strerror(errno));
-    *size_out = (uint64_t)st.st_size;
-    *mtime_ns_out = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    sl_io_info st;
+    int rc = sl_io__stat(path, &st);
+    if (rc == SL_END)
+        return sl__error(SL_EIO, "%s: %s", path,
+                         sl_io__is_url(path) ? "HTTP 404 (not found)" : strerror(ENOENT));
+    SL_TRY(rc);
+    *size_out = st.size;
+    *mtime_ns_out = st.mtime_ns;
     return SL_OK;
 }
 

@@ -229,6 +229,12 @@ int sl_source__sniff_slr(const char *path, int is_dir, const uint8_t *head, size
     if (!is_dir)
         return n >= 8 && memcmp(head, "\x89SLR\r\n\x1a\n", 8) == 0;
     char m[4096];
-    int k = snprintf(m, sizeof m, "%s/manifest.json", path);
-    return k > 0 && (size_t)k < sizeof m && access(m, F_OK) == 0;
+    size_t pl = strlen(path);
+    int k = snprintf(m, sizeof m, "%s%s" SLR_MANIFEST_NAME, path,
+                     pl && path[pl - 1] == '/' ? "" : "/");
+    if (k < 0 || (size_t)k >= sizeof m)
+        return 0;
+    sl_io_info st;
+    int rc = sl_io__stat(m, &st);
+    return rc == SL_END ? 0 : rc < 0 ? rc : !st.is_dir;
 }

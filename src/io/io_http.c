@@ -1,0 +1,993 @@
+/*
+ * io_http.c — the remote provider of the byte-access layer (io.h): http://,
+ * https:// and s3:// objects read with libcurl.
+ *
+ * DESIGN
+ * - Handles: a process-wide pool of curl easy handles (one per request in
+ *   flight, returned after it), each keeping its connections alive between
+ *   requests; DNS answers and TLS sessions are shared (a curl share object).
+ *   HTTP/2 is asked for over TLS and used where the server offers it.
+ * - open: a HEAD request gives the size (and ETag/Last-Modified, which name the
+ *   object's version in the cache). Without SL_IO_MAP each read is one range
+ *   GET. With SL_IO_MAP the object is fetched whole into the shard cache (a
+ *   file on local disk) and mapped, so the zero-copy formats (.slr, tar,
+ *   TFRecord) read it unchanged.
+ * - Faults: a request is tried up to SLUICE_HTTP_TRIES times (default 6) on a
+ *   connection error, a timeout or stall, a body cut short, HTTP 5xx, 408 and
+ *   429; between tries it waits an exponential backoff with jitter (from
+ *   SLUICE_HTTP_BACKOFF_MS, default 200, doubling, capped at
+ *   SLUICE_HTTP_BACKOFF_MAX_MS, default 5000) or the server's Retry-After when
+ *   longer (capped at 60 s). A body broken after some bytes is resumed from
+ *   where it stopped with a range request, and that try does not count
+ *   against the budget (bytes arrived). Other statuses (404, 403, 416...) fail
+ *   at once. The last error names the URL, the status or curl's words, and
+ *   the number of tries.
+ * - The shard cache (SLUICE_CACHE_DIR, default $XDG_CACHE_HOME/sluice or
+ *   ~/.cache/sluice; SLUICE_CACHE_BYTES, default 8 GiB; 0 turns it off and
+ *   whole objects are held in memory instead): one file per object version,
+ *   named by a hash of the URL, size and validator, holding the bytes plus a
+ *   16-byte trailer ("SLCACHE1" + XXH3-64 of the bytes). An entry is written
+ *   under a temporary name and renamed into place when complete, so no process
+ *   ever sees a half-written entry; a per-entry lock file (flock) makes the
+ *   processes of one node fetch an object once. Every use checks the size and
+ *   the checksum first: a damaged entry is deleted and fetched again (a
+ *   warning says so). After an entry is added, the least recently used ones
+ *   (by mtime, refreshed on each use) are deleted until the cache is within its
+ *   budget; an entry mapped by a running process may be deleted (its mapping
+ *   stays valid until unmapped).
+ * - s3://bucket/key: https://bucket.s3.REGION.amazonaws.com/key (virtual-
+ *   hosted), or ENDPOINT/bucket/key (path-style) when AWS_ENDPOINT_URL is set
+ *   (virtual-hosted there too with AWS_S3_ADDRESSING_STYLE=virtual); requests
+ *   are signed by the hook of sl_io__set_s3_signer when credentials are set,
+ *   and unsigned (public buckets) when not.
+ *
+ * Thread safety: every function may run on many threads at once.
+ */
+#include "io/io.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define URL_MAX 4096
+#define POOL_MAX 64
+#define TRAILER 16
+static const char trailer_magic[8] = {'S', 'L', 'C', 'A', 'C', 'H', 'E', '1'};
+
+/* ---- settings (read once, from the environment) -------------------------------- */
+
+typedef struct http_cfg {
+    int tries;
+    long backoff_ms, backoff_max_ms;
+    long connect_timeout_s, stall_s;
+    char ca[URL_MAX];
+    char cache_dir[URL_MAX];
+    uint64_t cache_bytes;
+} http_cfg;
+
+static http_cfg cfg;
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static int init_rc;
+static CURLSH *share;
+static pthread_mutex_t share_mu[CURL_LOCK_DATA_LAST];
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static CURL *pool[POOL_MAX];
+static int npool;
+static sl_io_signer_fn s3_signer;
+static void *s3_signer_user;
+
+static long env_long(const char *name, long def, long lo, long hi) {
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return def;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || x < lo || x > hi) {
+        SL_LOG_WARN("%s=%s: not a number in [%ld, %ld]; using %ld", name, v, lo, hi, def);
+        return def;
+    }
+    return x;
+}
+
+static void share_lock(CURL *h, curl_lock_data d, curl_lock_access a, void *u) {
+    (void)h, (void)a, (void)u;
+    pthread_mutex_lock(&share_mu[d]);
+}
+static void share_unlock(CURL *h, curl_lock_data d, void *u) {
+    (void)h, (void)u;
+    pthread_mutex_unlock(&share_mu[d]);
+}
+
+static void init(void) {
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        init_rc = SL_EIO;
+        return;
+    }
+    cfg.tries = (int)env_long("SLUICE_HTTP_TRIES", 6, 1, 100);
+    cfg.backoff_ms = env_long("SLUICE_HTTP_BACKOFF_MS", 200, 0, 600000);
+    cfg.backoff_max_ms = env_long("SLUICE_HTTP_BACKOFF_MAX_MS", 5000, 0, 600000);
+    cfg.connect_timeout_s = env_long("SLUICE_HTTP_CONNECT_TIMEOUT", 10, 1, 3600);
+    cfg.stall_s = env_long("SLUICE_HTTP_STALL_TIMEOUT", 30, 1, 3600);
+    const char *ca = getenv("SLUICE_CA_BUNDLE");
+    if (!ca || !*ca)
+        ca = getenv("CURL_CA_BUNDLE");
+    if (!ca || !*ca)
+        ca = getenv("SSL_CERT_FILE");
+    if (ca && *ca)
+        snprintf(cfg.ca, sizeof cfg.ca, "%s", ca);
+    const char *dir = getenv("SLUICE_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"),
+               *home = getenv("HOME");
+    if (dir && *dir)
+        snprintf(cfg.cache_dir, sizeof cfg.cache_dir, "%s", dir);
+    else if (xdg && *xdg)
+        snprintf(cfg.cache_dir, sizeof cfg.cache_dir, "%s/sluice", xdg);
+    else if (home && *home)
+        snprintf(cfg.cache_dir, sizeof cfg.cache_dir, "%s/.cache/sluice", home);
+    cfg.cache_bytes = (uint64_t)8 << 30;
+    const char *cb = getenv("SLUICE_CACHE_BYTES");
+    if (cb && *cb) {
+        char *end;
+        unsigned long long v = strtoull(cb, &end, 10);
+        if (*end == 'K' || *end == 'k')
+            v <<= 10, end++;
+        else if (*end == 'M' || *end == 'm')
+            v <<= 20, end++;
+        else if (*end == 'G' || *end == 'g')
+            v <<= 30, end++;
+        if (*end || cb[0] == '-')
+            SL_LOG_WARN("SLUICE_CACHE_BYTES=%s: not a byte count (like 500000000 or 20G); "
+                        "using 8G", cb);
+        else
+            cfg.cache_bytes = v;
+    }
+    share = curl_share_init();
+    if (share) {
+        for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+            pthread_mutex_init(&share_mu[i], NULL);
+        curl_share_setopt(share, CURLSHOPT_LOCKFUNC, share_lock);
+        curl_share_setopt(share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+        curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+        curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+    }
+}
+
+static int ensure_init(void) {
+    pthread_once(&init_once, init);
+    if (init_rc)
+        return sl__error(SL_EIO, "libcurl failed to initialise");
+    return SL_OK;
+}
+
+void sl_io__set_s3_signer(sl_io_signer_fn fn, void *user) {
+    s3_signer = fn;
+    s3_signer_user = user;
+}
+
+static CURL *handle_get(void) {
+    CURL *h = NULL;
+    pthread_mutex_lock(&pool_mu);
+    if (npool)
+        h = pool[--npool];
+    pthread_mutex_unlock(&pool_mu);
+    return h ? h : curl_easy_init();
+}
+
+static void handle_put(CURL *h) {
+    /* reset keeps the handle's live connections (keep-alive) */
+    curl_easy_reset(h);
+    pthread_mutex_lock(&pool_mu);
+    if (npool < POOL_MAX) {
+        pool[npool++] = h;
+        h = NULL;
+    }
+    pthread_mutex_unlock(&pool_mu);
+    if (h)
+        curl_easy_cleanup(h);
+}
+
+/* ---- names ------------------------------------------------------------------- */
+
+int sl_io__http_handles(const char *name) {
+    return !strncmp(name, "http://", 7) || !strncmp(name, "https://", 8) ||
+           !strncmp(name, "s3://", 5);
+}
+
+/* The URL a name is fetched from: itself, or for s3://bucket/key the
+ * endpoint's. */
+static int resolve(const char *name, char *url, size_t cap) {
+    int n;
+    if (strncmp(name, "s3://", 5) != 0) {
+        n = snprintf(url, cap, "%s", name);
+    } else {
+        const char *b = name + 5, *slash = strchr(b, '/');
+        size_t blen = slash ? (size_t)(slash - b) : strlen(b);
+        const char *key = slash ? slash + 1 : "";
+        if (!blen)
+            return sl__error(SL_EINVAL, "%s: no bucket (s3://BUCKET/KEY)", name);
+        const char *ep = getenv("AWS_ENDPOINT_URL_S3");
+        if (!ep || !*ep)
+            ep = getenv("AWS_ENDPOINT_URL");
+        const char *style = getenv("AWS_S3_ADDRESSING_STYLE");
+        const char *region = getenv("AWS_REGION");
+        if (!region || !*region)
+            region = getenv("AWS_DEFAULT_REGION");
+        if (!region || !*region)
+            region = "us-east-1";
+        if (ep && *ep) {
+            size_t el = strlen(ep);
+            while (el && ep[el - 1] == '/')
+                el--;
+            if (style && !strcmp(style, "virtual")) {
+                const char *host = strstr(ep, "://");
+                if (!host)
+                    return sl__error(SL_EINVAL, "AWS_ENDPOINT_URL=%s: not a URL", ep);
+                host += 3;
+                n = snprintf(url, cap, "%.*s%.*s.%.*s/%s", (int)(host - ep), ep, (int)blen, b,
+                             (int)(el - (size_t)(host - ep)), host, key);
+            } else {
+                n = snprintf(url, cap, "%.*s/%.*s/%s", (int)el, ep, (int)blen, b, key);
+            }
+        } else if (style && !strcmp(style, "path")) {
+            n = snprintf(url, cap, "https://s3.%s.amazonaws.com/%.*s/%s", region, (int)blen, b,
+                         key);
+        } else {
+            n = snprintf(url, cap, "https://%.*s.s3.%s.amazonaws.com/%s", (int)blen, b, region,
+                         key);
+        }
+    }
+    if (n < 0 || (size_t)n >= cap)
+        return sl__error(SL_EINVAL, "%.200s...: URL too long", name);
+    return SL_OK;
+}
+
+/* ---- one request, tried until it succeeds or the budget is spent ----------- */
+
+typedef struct xfer {
+    CURL *h;
+    const char *name;    /* for messages */
+    int head;
+    uint64_t off, len;   /* the range wanted; len UINT64_MAX: to the end */
+    uint64_t got;        /* bytes delivered so far (over all tries) */
+    uint8_t *dst;        /* sink: memory... */
+    int fd;              /* ...or a file (pwrite at got), when dst is NULL */
+    XXH3_state_t *hash;  /* hashes the delivered bytes in order, or NULL */
+    /* this try */
+    long status;
+    int seen_status;
+    uint64_t skip;       /* bytes to drop (the server ignored the range) */
+    int overflow;        /* more bytes came than asked for: stopped */
+    int sink_failed;
+    int eff_dir;         /* HEAD: the URL (after redirects) ends in '/' */
+    long retry_after_s;  /* from Retry-After, or -1 */
+    /* from the response */
+    int64_t total;       /* object size (Content-Range's total or Content-Length), -1 */
+    char etag[128];
+    char last_mod[64];
+} xfer;
+
+static size_t on_header(char *p, size_t sz, size_t nm, void *u) {
+    xfer *x = u;
+    size_t n = sz * nm;
+    char line[512];
+    size_t k = n < sizeof line - 1 ? n : sizeof line - 1;
+    memcpy(line, p, k);
+    line[k] = 0;
+    while (k && (line[k - 1] == '\r' || line[k - 1] == '\n'))
+        line[--k] = 0;
+    if (!strncmp(line, "HTTP/", 5)) { /* a new response (after a redirect too) */
+        x->retry_after_s = -1;
+        x->etag[0] = x->last_mod[0] = 0;
+    } else if (!strncasecmp(line, "retry-after:", 12)) {
+        const char *v = line + 12;
+        while (*v == ' ')
+            v++;
+        char *end;
+        long s = strtol(v, &end, 10);
+        if (end != v && *end == 0 && s >= 0) {
+            x->retry_after_s = s;
+        } else {
+            time_t t = curl_getdate(v, NULL);
+            if (t > 0)
+                x->retry_after_s = t > time(NULL) ? (long)(t - time(NULL)) : 0;
+        }
+    } else if (!strncasecmp(line, "content-range:", 14)) {
+        const char *slash = strrchr(line, '/');
+        if (slash && slash[1] != '*')
+            x->total = strtoll(slash + 1, NULL, 10);
+    } else if (!strncasecmp(line, "etag:", 5)) {
+        snprintf(x->etag, sizeof x->etag, "%s", line + 5 + strspn(line + 5, " "));
+    } else if (!strncasecmp(line, "last-modified:", 14)) {
+        snprintf(x->last_mod, sizeof x->last_mod, "%s", line + 14 + strspn(line + 14, " "));
+    }
+    return n;
+}
+
+static size_t on_body(char *p, size_t sz, size_t nm, void *u) {
+    xfer *x = u;
+    size_t n = sz * nm, k = 0;
+    if (!x->seen_status) {
+        curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &x->status);
+        x->seen_status = 1;
+        /* 200 to a range request: the whole object; drop what we have. */
+        if (x->status == 200)
+            x->skip = x->off + x->got;
+    }
+    if (x->status != 200 && x->status != 206)
+        return n; /* an error page: not data */
+    if (x->skip) {
+        size_t d = x->skip < n ? (size_t)x->skip : n;
+        x->skip -= d;
+        k = d;
+    }
+    size_t rest = n - k;
+    uint64_t room = x->len - x->got;
+    if (rest > room) {
+        rest = (size_t)room;
+        x->overflow = 1;
+    }
+    if (rest) {
+        if (x->dst) {
+            memcpy(x->dst + x->got, p + k, rest);
+        } else {
+            size_t done = 0;
+            while (done < rest) {
+                ssize_t w = pwrite(x->fd, p + k + done, rest - done, (off_t)(x->got + done));
+                if (w < 0 && errno == EINTR)
+                    continue;
+                if (w <= 0) {
+                    x->sink_failed = errno ? errno : EIO;
+                    return 0;
+                }
+                done += (size_t)w;
+            }
+        }
+        if (x->hash)
+            XXH3_64bits_update(x->hash, p + k, rest);
+        x->got += rest;
+    }
+    return x->overflow ? 0 : n;
+}
+
+typedef struct hdr_ctx {
+    struct curl_slist *list;
+} hdr_ctx;
+
+static int add_header(void *u, const char *line) {
+    hdr_ctx *c = u;
+    struct curl_slist *l = curl_slist_append(c->list, line);
+    if (!l)
+        return sl__oom("adding a request header");
+    c->list = l;
+    return SL_OK;
+}
+
+/* Headers for an s3:// request: the signer's, when credentials are set. */
+static int sign(const char *name, const char *url, int head, const char *range, hdr_ctx *hc) {
+    if (strncmp(name, "s3://", 5) != 0)
+        return SL_OK;
+    const char *id = getenv("AWS_ACCESS_KEY_ID"), *secret = getenv("AWS_SECRET_ACCESS_KEY");
+    if (!id || !*id || !secret || !*secret)
+        return SL_OK; /* a public bucket: unsigned */
+    if (!s3_signer)
+        return sl__error(SL_EUNSUPPORTED, "%s: AWS credentials are set but this build has no "
+                         "request signer; unset AWS_ACCESS_KEY_ID to read a public bucket",
+                         name);
+    const char *hs = strstr(url, "://");
+    hs = hs ? hs + 3 : url;
+    const char *ps = strchr(hs, '/');
+    char host[512], path[URL_MAX];
+    snprintf(host, sizeof host, "%.*s", ps ? (int)(ps - hs) : (int)strlen(hs), hs);
+    snprintf(path, sizeof path, "%s", ps ? ps : "/");
+    char *q = strchr(path, '?');
+    const char *query = "";
+    if (q) {
+        *q = 0;
+        query = q + 1;
+    }
+    sl_io_request rq = {.method = head ? "HEAD" : "GET", .url = url, .host = host, .path = path,
+                        .query = query, .range = range, .time_s = (int64_t)time(NULL)};
+    return s3_signer(&rq, add_header, hc, s3_signer_user);
+}
+
+static int retryable_curl(CURLcode cc) {
+    switch (cc) {
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_BAD_CONTENT_ENCODING:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static const char *status_words(long st) {
+    switch (st) {
+    case 400: return " (bad request)";
+    case 401: return " (unauthorized: check the credentials)";
+    case 403: return " (forbidden: check the credentials or permissions)";
+    case 404: return " (not found)";
+    case 416: return " (range not satisfiable: the object changed while read?)";
+    case 429: return " (too many requests)";
+    case 500: return " (internal server error)";
+    case 502: return " (bad gateway)";
+    case 503: return " (service unavailable)";
+    case 504: return " (gateway timeout)";
+    default: return "";
+    }
+}
+
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* A jittered wait before try `t` + 1 (t >= 1): uniform in [d/2, d] with
+ * d = backoff * 2^(t-1), capped; the server's Retry-After when longer. */
+static long backoff_ms(int t, long retry_after_s) {
+    uint64_t d = (uint64_t)cfg.backoff_ms << (t - 1 < 20 ? t - 1 : 20);
+    if (d > (uint64_t)cfg.backoff_max_ms)
+        d = (uint64_t)cfg.backoff_max_ms;
+    static _Thread_local uint64_t seed;
+    if (!seed)
+        seed = sl__now_ns() ^ (uint64_t)(uintptr_t)&seed;
+    seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+    uint64_t w = d / 2 + (d ? seed % (d / 2 + 1) : 0);
+    if (retry_after_s >= 0) {
+        uint64_t ra = (uint64_t)(retry_after_s > 60 ? 60 : retry_after_s) * 1000;
+        if (ra > w)
+            w = ra;
+    }
+    return (long)w;
+}
+
+/* Run the request `x` describes against `url`, with retries. The status code
+ * of a final non-retryable answer is returned in *status_out (0 when none);
+ * `quiet_404` makes a 404 return SL_END without a message. */
+static int perform(xfer *x, const char *url, int quiet_404, long *status_out) {
+    *status_out = 0;
+    char err[CURL_ERROR_SIZE];
+    char range[64];
+    long last_status = 0;
+    CURLcode last_cc = CURLE_OK;
+    char last_err[CURL_ERROR_SIZE] = "";
+    x->h = handle_get();
+    if (!x->h)
+        return sl__oom("starting a request");
+    int rc = SL_OK;
+    for (int t = 1;; t++) {
+        uint64_t before = x->got;
+        x->status = 0;
+        x->seen_status = 0;
+        x->skip = 0;
+        x->overflow = 0;
+        x->sink_failed = 0;
+        x->retry_after_s = -1;
+        x->total = -1;
+        err[0] = 0;
+        CURL *h = x->h;
+        curl_easy_reset(h);
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+        curl_easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
+        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, cfg.connect_timeout_s);
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, cfg.stall_s);
+        curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, err);
+        curl_easy_setopt(h, CURLOPT_USERAGENT, "sluice");
+        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
+        curl_easy_setopt(h, CURLOPT_FILETIME, 1L);
+        if (share)
+            curl_easy_setopt(h, CURLOPT_SHARE, share);
+        if (cfg.ca[0])
+            curl_easy_setopt(h, CURLOPT_CAINFO, cfg.ca);
+        const char *rg = NULL;
+        if (x->head) {
+            curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+        } else {
+            uint64_t a = x->off + x->got;
+            if (x->len == UINT64_MAX)
+                snprintf(range, sizeof range, "%llu-", (unsigned long long)a);
+            else
+                snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)a,
+                         (unsigned long long)(x->off + x->len - 1));
+            if (a > 0 || x->len != UINT64_MAX) {
+                curl_easy_setopt(h, CURLOPT_RANGE, range);
+                rg = range;
+            }
+        }
+        hdr_ctx hc = {NULL};
+        char rh[80];
+        if (rg)
+            snprintf(rh, sizeof rh, "bytes=%s", rg);
+        rc = sign(x->name, url, x->head, rg ? rh : NULL, &hc);
+        if (rc < 0) {
+            curl_slist_free_all(hc.list);
+            goto done;
+        }
+        if (hc.list)
+            curl_easy_setopt(h, CURLOPT_HTTPHEADER, hc.list);
+        CURLcode cc = curl_easy_perform(h);
+        curl_slist_free_all(hc.list);
+        long st = 0;
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
+        x->status = st;
+        if (x->head && cc == CURLE_OK) {
+            char *eu = NULL;
+            curl_easy_getinfo(h, CURLINFO_EFFECTIVE_URL, &eu);
+            if (eu && *eu && eu[strlen(eu) - 1] == '/' && (st < 500 && st != 429 && st != 408)) {
+                x->eff_dir = 1; /* a directory: whatever it says about a listing */
+                *status_out = st;
+                rc = SL_OK;
+                goto done;
+            }
+        }
+        if (x->sink_failed) {
+            rc = sl__error(SL_EIO, "%s: writing the fetched bytes failed: %s", x->name,
+                           strerror(x->sink_failed));
+            goto done;
+        }
+        int ok_status = st == 200 || st == 206;
+        if (cc == CURLE_WRITE_ERROR && x->overflow)
+            cc = CURLE_OK; /* we stopped it: all we asked for arrived */
+        if (cc == CURLE_OK && ok_status) {
+            if (x->head || x->len == UINT64_MAX || x->got == x->len) {
+                *status_out = st;
+                if (x->head && x->total < 0) {
+                    curl_off_t cl = -1;
+                    curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+                    x->total = cl;
+                }
+                rc = SL_OK;
+                goto done;
+            }
+            cc = CURLE_PARTIAL_FILE; /* a short body with a clean end: try again */
+            snprintf(err, sizeof err, "the body ended after %llu of %llu bytes",
+                     (unsigned long long)x->got, (unsigned long long)x->len);
+        }
+        int retry;
+        if (cc != CURLE_OK) {
+            retry = retryable_curl(cc);
+            last_cc = cc;
+            snprintf(last_err, sizeof last_err, "%s", err[0] ? err : curl_easy_strerror(cc));
+            last_status = 0;
+        } else {
+            retry = st >= 500 || st == 429 || st == 408;
+            last_status = st;
+            last_cc = CURLE_OK;
+        }
+        if (!retry) {
+            *status_out = st;
+            if (cc == CURLE_OK && st == 404 && quiet_404) {
+                rc = SL_END;
+            } else if (cc == CURLE_OK) {
+                rc = sl__error(SL_EIO, "%s: HTTP %ld%s", x->name, st, status_words(st));
+            } else {
+                rc = sl__error(SL_EIO, "%s: %s (curl error %d)", x->name, last_err, (int)cc);
+            }
+            goto done;
+        }
+        if (x->got > before)
+            t = 0; /* bytes arrived: resume from there on a fresh budget */
+        if (t >= cfg.tries) {
+            if (last_cc != CURLE_OK)
+                rc = sl__error(SL_EIO, "%s: %s (curl error %d) after %d tries", x->name,
+                               last_err, (int)last_cc, t);
+            else
+                rc = sl__error(SL_EIO, "%s: HTTP %ld%s after %d tries", x->name, last_status,
+                               status_words(last_status), t);
+            goto done;
+        }
+        long w = backoff_ms(t ? t : 1, x->retry_after_s);
+        SL_LOG_DEBUG("%s: %s; trying again in %ld ms", x->name,
+                     last_cc != CURLE_OK ? last_err : "server error", w);
+        sleep_ms(w);
+    }
+done:
+    handle_put(x->h);
+    x->h = NULL;
+    return rc;
+}
+
+/* HEAD `name`: size and validator. SL_END (quiet) on 404 when quiet_404. */
+static int head(const char *name, const char *url, int quiet_404, xfer *x, int *is_dir) {
+    memset(x, 0, sizeof *x);
+    x->name = name;
+    x->head = 1;
+    x->fd = -1;
+    long st;
+    SL_TRY(perform(x, url, quiet_404, &st));
+    *is_dir = x->eff_dir;
+    return SL_OK;
+}
+
+/* ---- the provider --------------------------------------------------------------- */
+
+typedef struct http_io {
+    sl_io base;
+    char url[URL_MAX];
+    uint8_t *heap;      /* the object in memory (no disk cache), or NULL */
+    size_t mapped_len;  /* bytes of the mapped cache file (object + trailer) */
+} http_io;
+
+static int http_read(sl_io *io, void *dst, size_t n, uint64_t off, size_t *got) {
+    http_io *h = (http_io *)io;
+    if (off + n > io->size)
+        n = (size_t)(io->size - off);
+    if (io->map) {
+        memcpy(dst, io->map + off, n);
+        *got = n;
+        return SL_OK;
+    }
+    xfer x;
+    memset(&x, 0, sizeof x);
+    x.name = io->name;
+    x.off = off;
+    x.len = n;
+    x.dst = dst;
+    x.fd = -1;
+    long st;
+    int rc = perform(&x, h->url, 0, &st);
+    *got = (size_t)x.got;
+    return rc;
+}
+
+static void http_close(sl_io *io) {
+    http_io *h = (http_io *)io;
+    if (io->map && h->mapped_len)
+        munmap((void *)(uintptr_t)io->map, h->mapped_len);
+    sl__free(h->heap);
+    sl__free(io->name);
+    sl__free(h);
+}
+
+static const sl_io_vtbl http_vtbl = {.scheme = "http", .read = http_read, .close = http_close};
+
+/* Fetch the whole object into memory. */
+static int fetch_heap(http_io *h) {
+    if (h->base.size > SIZE_MAX / 2)
+        return sl__error(SL_ELIMIT, "%s: %llu bytes cannot be held in memory here",
+                         h->base.name, (unsigned long long)h->base.size);
+    h->heap = sl__malloc((size_t)h->base.size);
+    if (!h->heap)
+        return sl__error(SL_ENOMEM, "%s: out of memory fetching %llu bytes", h->base.name,
+                         (unsigned long long)h->base.size);
+    xfer x;
+    memset(&x, 0, sizeof x);
+    x.name = h->base.name;
+    x.len = h->base.size;
+    x.dst = h->heap;
+    x.fd = -1;
+    long st;
+    SL_TRY(perform(&x, h->url, 0, &st));
+    h->base.map = h->heap;
+    return SL_OK;
+}
+
+static int mkdirs(const char *dir) {
+    char buf[URL_MAX];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    }
+    return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+typedef struct cache_ent {
+    char name[256];
+    uint64_t size;
+    int64_t mtime_ns;
+} cache_ent;
+
+static int by_mtime(const void *a, const void *b) {
+    const cache_ent *x = a, *y = b;
+    return x->mtime_ns < y->mtime_ns ? -1 : x->mtime_ns > y->mtime_ns;
+}
+
+/* Delete the least recently used entries until the cache fits its budget
+ * (never `keep`), and temporary files of fetches that died an hour ago. */
+static void evict(const char *dir, const char *keep) {
+    char path[URL_MAX + 300];
+    snprintf(path, sizeof path, "%s/.lock", dir);
+    int lfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lfd < 0)
+        return;
+    if (flock(lfd, LOCK_EX) != 0) {
+        close(lfd);
+        return;
+    }
+    DIR *d = opendir(dir);
+    cache_ent *v = NULL;
+    size_t n = 0, cap = 0;
+    uint64_t total = 0;
+    time_t now = time(NULL);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        size_t nl = strlen(e->d_name);
+        if (nl >= sizeof v->name || (nl > 5 && !strcmp(e->d_name + nl - 5, ".lock")))
+            continue;
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        if (e->d_name[0] == '.') {
+            if (!strncmp(e->d_name, ".tmp-", 5) && st.st_mtime + 3600 < now)
+                unlink(path);
+            continue;
+        }
+        if (n == cap) {
+            size_t c2 = cap ? cap * 2 : 64;
+            cache_ent *nv = realloc(v, c2 * sizeof *nv);
+            if (!nv)
+                break;
+            v = nv;
+            cap = c2;
+        }
+        snprintf(v[n].name, sizeof v[n].name, "%s", e->d_name);
+        v[n].size = (uint64_t)st.st_size;
+        v[n].mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+        total += v[n].size;
+        n++;
+    }
+    if (d)
+        closedir(d);
+    if (total > cfg.cache_bytes && n) {
+        qsort(v, n, sizeof *v, by_mtime);
+        for (size_t i = 0; i < n && total > cfg.cache_bytes; i++) {
+            if (keep && !strcmp(v[i].name, keep))
+                continue;
+            snprintf(path, sizeof path, "%s/%s", dir, v[i].name);
+            if (unlink(path) == 0) {
+                total -= v[i].size;
+                SL_LOG_DEBUG("cache: evicted %s (%llu bytes)", v[i].name,
+                             (unsigned long long)v[i].size);
+            }
+            snprintf(path, sizeof path, "%s/%s.lock", dir, v[i].name);
+            unlink(path);
+        }
+    }
+    free(v);
+    flock(lfd, LOCK_UN);
+    close(lfd);
+}
+
+/* Map a complete cache file and check its trailer: SL_OK, or SL_ECORRUPT
+ * (quiet) when it is not the object whole. */
+static int map_entry(http_io *h, int fd) {
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != h->base.size + TRAILER)
+        return SL_ECORRUPT;
+    size_t len = (size_t)st.st_size;
+    void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED)
+        return sl__error(SL_EIO, "%s: cannot map its cache entry: %s", h->base.name,
+                         strerror(errno));
+    const uint8_t *b = m;
+    uint64_t want;
+    memcpy(&want, b + h->base.size + 8, 8);
+    if (memcmp(b + h->base.size, trailer_magic, 8) != 0 ||
+        XXH3_64bits(b, (size_t)h->base.size) != want) {
+        munmap(m, len);
+        return SL_ECORRUPT;
+    }
+    h->base.map = b;
+    h->mapped_len = len;
+    return SL_OK;
+}
+
+/* Fetch the object into the cache (or find it there) and map it. */
+static int fetch_cached(http_io *h, const char *validator) {
+    if (!cfg.cache_dir[0] || h->base.size + TRAILER > cfg.cache_bytes)
+        return fetch_heap(h);
+    if (mkdirs(cfg.cache_dir) != 0) {
+        SL_LOG_WARN("cache: cannot create %s (%s); holding remote shards in memory",
+                    cfg.cache_dir, strerror(errno));
+        return fetch_heap(h);
+    }
+    XXH3_state_t *ks = XXH3_createState();
+    if (!ks)
+        return sl__oom("naming a cache entry");
+    char sz[32];
+    snprintf(sz, sizeof sz, "%llu", (unsigned long long)h->base.size);
+    XXH3_64bits_reset(ks);
+    XXH3_64bits_update(ks, h->url, strlen(h->url) + 1);
+    XXH3_64bits_update(ks, sz, strlen(sz) + 1);
+    XXH3_64bits_update(ks, validator, strlen(validator));
+    uint64_t key = XXH3_64bits_digest(ks);
+    XXH3_freeState(ks);
+    /* the entry: KEY-BASENAME (the base name only to help people reading the
+     * directory; letters, digits and ._- kept) */
+    const char *base = strrchr(h->url, '/');
+    base = base ? base + 1 : h->url;
+    char ent[200];
+    int k = snprintf(ent, sizeof ent, "%016llx-", (unsigned long long)key);
+    for (const char *p = base; *p && *p != '?' && k < 120; p++)
+        ent[k++] = (char)((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                                  (*p >= '0' && *p <= '9') || *p == '.' || *p == '-' || *p == '_'
+                              ? *p
+                              : '_');
+    ent[k] = 0;
+    char path[URL_MAX + 300], lpath[URL_MAX + 310], tmp[URL_MAX + 350];
+    snprintf(path, sizeof path, "%s/%s", cfg.cache_dir, ent);
+    snprintf(lpath, sizeof lpath, "%s.lock", path);
+    int lfd = open(lpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lfd >= 0)
+        while (flock(lfd, LOCK_EX) != 0 && errno == EINTR) {
+        }
+    int rc = SL_OK, fd = -1;
+    XXH3_state_t *hs = NULL;
+    tmp[0] = 0;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        rc = map_entry(h, fd);
+        close(fd);
+        fd = -1;
+        if (rc == SL_OK) {
+            (void)utimensat(AT_FDCWD, path, NULL, 0); /* most recently used */
+            SL_LOG_DEBUG("cache: %s from %s", h->base.name, path);
+            goto cleanup;
+        }
+        if (rc != SL_ECORRUPT)
+            goto cleanup;
+        SL_LOG_WARN("cache: the entry %s for %s is damaged (size or checksum); fetching it "
+                    "again", path, h->base.name);
+        unlink(path);
+        rc = SL_OK;
+    }
+    static _Thread_local unsigned seq;
+    snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%ld-%u", cfg.cache_dir, ent, (long)getpid(), ++seq);
+    fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        SL_LOG_WARN("cache: cannot write in %s (%s); holding remote shards in memory",
+                    cfg.cache_dir, strerror(errno));
+        tmp[0] = 0;
+        rc = fetch_heap(h);
+        goto cleanup;
+    }
+    hs = XXH3_createState();
+    if (!hs) {
+        rc = sl__oom("fetching into the cache");
+        goto cleanup;
+    }
+    XXH3_64bits_reset(hs);
+    xfer x;
+    memset(&x, 0, sizeof x);
+    x.name = h->base.name;
+    x.len = h->base.size;
+    x.fd = fd;
+    x.hash = hs;
+    long st;
+    SL_CHECK(perform(&x, h->url, 0, &st));
+    uint8_t tr[TRAILER];
+    uint64_t sum = XXH3_64bits_digest(hs);
+    memcpy(tr, trailer_magic, 8);
+    memcpy(tr + 8, &sum, 8);
+    if (pwrite(fd, tr, TRAILER, (off_t)h->base.size) != TRAILER)
+        SL_FAIL(SL_EIO, "%s: writing its cache entry %s failed: %s", h->base.name, tmp,
+                strerror(errno));
+    rc = map_entry(h, fd);
+    if (rc == SL_ECORRUPT) /* the disk gave back other bytes than written */
+        SL_FAIL(SL_EIO, "%s: its cache entry %s reads back wrong", h->base.name, tmp);
+    SL_CHECK(rc);
+    if (rename(tmp, path) != 0)
+        SL_FAIL(SL_EIO, "%s: cannot rename %s into the cache: %s", h->base.name, tmp,
+                strerror(errno));
+    tmp[0] = 0;
+    SL_LOG_DEBUG("cache: fetched %s into %s", h->base.name, path);
+cleanup:
+    if (hs)
+        XXH3_freeState(hs);
+    if (fd >= 0)
+        close(fd);
+    if (tmp[0])
+        unlink(tmp);
+    if (lfd >= 0) {
+        flock(lfd, LOCK_UN);
+        close(lfd);
+    }
+    if (rc == SL_OK && !h->heap)
+        evict(cfg.cache_dir, ent);
+    return rc;
+}
+
+int sl_io__http_open(sl_io **out, const char *name, unsigned flags) {
+    *out = NULL;
+    SL_TRY(ensure_init());
+    http_io *h = sl__calloc(1, sizeof *h);
+    if (!h)
+        return sl__oom("opening a URL");
+    h->base.vt = &http_vtbl;
+    int rc = SL_OK;
+    h->base.name = sl__strdup(name);
+    if (!h->base.name)
+        SL_FAIL(SL_ENOMEM, "%s: out of memory opening it", name);
+    SL_CHECK(resolve(name, h->url, sizeof h->url));
+    if (name[strlen(name) - 1] == '/')
+        SL_FAIL(SL_EINVAL, "%s: is a directory", name);
+    xfer x;
+    int is_dir;
+    SL_CHECK(head(name, h->url, 0, &x, &is_dir));
+    if (is_dir)
+        SL_FAIL(SL_EINVAL, "%s: is a directory", name);
+    if (x.total < 0)
+        SL_FAIL(SL_EIO, "%s: the server gives no size (Content-Length) for it", name);
+    h->base.size = (uint64_t)x.total;
+    if ((flags & SL_IO_MAP) && h->base.size) {
+        char validator[200];
+        snprintf(validator, sizeof validator, "%s|%s", x.etag, x.last_mod);
+        SL_CHECK(fetch_cached(h, validator));
+    }
+    *out = &h->base;
+    return SL_OK;
+cleanup:
+    http_close(&h->base);
+    return rc;
+}
+
+int sl_io__http_stat(const char *name, sl_io_info *out) {
+    memset(out, 0, sizeof *out);
+    SL_TRY(ensure_init());
+    char url[URL_MAX];
+    SL_TRY(resolve(name, url, sizeof url));
+    size_t nl = strlen(name);
+    if (nl && name[nl - 1] == '/') {
+        out->is_dir = 1;
+        return SL_OK;
+    }
+    xfer x;
+    int is_dir;
+    int rc = head(name, url, 1, &x, &is_dir);
+    if (rc == SL_OK && is_dir) {
+        out->is_dir = 1;
+        return SL_OK;
+    }
+    if (rc == SL_END) {
+        /* "http://host/ds" for the dataset directory "http://host/ds/" */
+        char m[URL_MAX];
+        int k = snprintf(m, sizeof m, "%s/manifest.json", url);
+        if (k < 0 || (size_t)k >= sizeof m)
+            return SL_END;
+        rc = head(name, m, 1, &x, &is_dir);
+        if (rc == SL_OK)
+            out->is_dir = 1;
+        return rc;
+    }
+    SL_TRY(rc);
+    out->size = x.total > 0 ? (uint64_t)x.total : 0;
+    if (x.last_mod[0]) {
+        time_t t = curl_getdate(x.last_mod, NULL);
+        if (t > 0)
+            out->mtime_ns = (int64_t)t * 1000000000;
+    }
+    return SL_OK;
+}

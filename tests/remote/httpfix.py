@@ -1,0 +1,271 @@
+"""Real servers for the remote-input tests: nginx on a free localhost port
+(private prefix, config, pid and log files in a temporary directory; HTTPS
+with a self-signed certificate made here) and a fault-injecting reverse proxy.
+
+Used by tests/python/test_remote.py, tests/cli/remote.sh (through the command
+line below), tests/remote/torchrun_check.py and bench/remote_bench.sh.
+
+    python3 tests/remote/httpfix.py serve ROOT [--https] [--proxy SPEC] [--delay-ms N]
+        starts nginx (and the proxy), prints one line "URL [CA_FILE]" and runs
+        until stdin closes or SIGTERM.
+
+Only loopback addresses are used; every request loop is bounded.
+"""
+import http.client
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def have_nginx():
+    return os.access(NGINX, os.X_OK)
+
+
+class Nginx:
+    """nginx serving `root` read-only on 127.0.0.1 (HTTP, or HTTPS with a
+    certificate for 127.0.0.1 and localhost made by openssl)."""
+
+    def __init__(self, root, https=False, port=None):
+        self.root = os.path.abspath(root)
+        self.https = https
+        self.port = port or free_port()
+        self.dir = tempfile.mkdtemp(prefix="sluice-nginx-")
+        self.ca = None
+        self.proc = None
+        for d in ("logs", "tmp"):
+            os.makedirs(os.path.join(self.dir, d))
+        ssl = ""
+        if https:
+            key, crt = os.path.join(self.dir, "key.pem"), os.path.join(self.dir, "cert.pem")
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                            "-subj", "/CN=127.0.0.1", "-addext",
+                            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                            "-keyout", key, "-out", crt], check=True, capture_output=True)
+            self.ca = crt
+            ssl = f"ssl_certificate {crt}; ssl_certificate_key {key};"
+        listen = f"127.0.0.1:{self.port}" + (" ssl http2" if https else "")
+        t = os.path.join(self.dir, "tmp")
+        # As root, nginx's workers would drop to "nobody" and could not read a
+        # private temporary directory: keep the caller's user.
+        user = "user root root;" if os.geteuid() == 0 else ""
+        conf = f"""
+{user}
+worker_processes 1;
+pid {self.dir}/nginx.pid;
+error_log {self.dir}/logs/error.log warn;
+events {{ worker_connections 256; }}
+http {{
+  access_log off;
+  client_body_temp_path {t}/body; proxy_temp_path {t}/proxy;
+  fastcgi_temp_path {t}/fcgi; uwsgi_temp_path {t}/uwsgi; scgi_temp_path {t}/scgi;
+  types {{ application/octet-stream slr tar tfrecord; application/json json; }}
+  default_type application/octet-stream;
+  sendfile on; keepalive_requests 100000;
+  server {{
+    listen {listen}; {ssl}
+    server_name localhost;
+    root {self.root};
+    location / {{ }}
+  }}
+}}
+"""
+        self.conf = os.path.join(self.dir, "nginx.conf")
+        with open(self.conf, "w") as f:
+            f.write(conf)
+        self.start()
+
+    @property
+    def url(self):
+        return f"{'https' if self.https else 'http'}://127.0.0.1:{self.port}"
+
+    def start(self):
+        self.proc = subprocess.Popen([NGINX, "-p", self.dir, "-c", self.conf, "-e",
+                                      os.path.join(self.dir, "logs", "error.log"),
+                                      "-g", "daemon off;"], stdin=subprocess.DEVNULL)
+        for _ in range(200):  # bounded: 10 s
+            if self.proc.poll() is not None:
+                raise RuntimeError("nginx exited: " + open(os.path.join(self.dir, "logs", "error.log")).read())
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("nginx did not start listening")
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def close(self):
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+
+
+class FaultProxy:
+    """A reverse proxy on a free localhost port in front of an HTTP server:
+    each response is, at the given rates (a seeded RNG), a 500, 503 or 429
+    (with Retry-After: 0), cut after half its body (the connection dropped),
+    or truncated (a shorter body, then the connection closed); `delay_ms` is
+    added before every response. Counts what it did in `self.counts`."""
+
+    def __init__(self, upstream_port, seed=1, err500=0.0, err503=0.0, err429=0.0, drop=0.0,
+                 truncate=0.0, delay_ms=0, max_faults=None):
+        self.up = upstream_port
+        self.rng = random.Random(seed)
+        self.rates = [("500", err500), ("503", err503), ("429", err429), ("drop", drop),
+                      ("truncate", truncate)]
+        self.delay = delay_ms / 1000.0
+        self.max_faults = max_faults
+        self.counts = {k: 0 for k, _ in self.rates}
+        self.counts["ok"] = 0
+        self.lock = threading.Lock()
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.alive = True
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def _pick(self):
+        with self.lock:
+            if self.max_faults is not None and sum(v for k, v in self.counts.items() if k != "ok") >= self.max_faults:
+                self.counts["ok"] += 1
+                return "ok"
+            r = self.rng.random()
+            for k, p in self.rates:
+                if r < p:
+                    self.counts[k] += 1
+                    return k
+                r -= p
+            self.counts["ok"] += 1
+            return "ok"
+
+    def _accept(self):
+        while self.alive:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        f = c.makefile("rb")
+        try:
+            for _ in range(100000):  # requests on one connection, bounded
+                line = f.readline(65536)
+                if not line:
+                    return
+                method, path, _v = line.decode("latin-1").split(" ", 2)
+                hdrs = {}
+                while True:
+                    h = f.readline(65536)
+                    if h in (b"\r\n", b"\n", b""):
+                        break
+                    k, v = h.decode("latin-1").split(":", 1)
+                    hdrs[k.strip().lower()] = v.strip()
+                if self.delay:
+                    time.sleep(self.delay)
+                what = self._pick()
+                if what in ("500", "503", "429"):
+                    extra = "Retry-After: 0\r\n" if what == "429" else ""
+                    c.sendall(f"HTTP/1.1 {what} Fault\r\nContent-Length: 0\r\n{extra}\r\n".encode())
+                    continue
+                up = http.client.HTTPConnection("127.0.0.1", self.up, timeout=30)
+                fwd = {k: v for k, v in hdrs.items() if k in ("range", "host", "if-range")}
+                try:
+                    up.request(method, path, headers=fwd)
+                    r = up.getresponse()
+                    body = r.read()
+                except OSError:
+                    c.close()  # upstream gone: so are we (a connection error)
+                    return
+                finally:
+                    up.close()
+                head = f"HTTP/1.1 {r.status} {r.reason}\r\n"
+                for k, v in r.getheaders():
+                    if k.lower() not in ("connection", "keep-alive", "transfer-encoding"):
+                        head += f"{k}: {v}\r\n"
+                head += "\r\n"
+                if method == "HEAD":
+                    c.sendall(head.encode("latin-1"))
+                    continue
+                if what == "drop" and len(body) > 1:
+                    c.sendall(head.encode("latin-1") + body[: len(body) // 2])
+                    c.shutdown(socket.SHUT_RDWR)
+                    return
+                if what == "truncate" and len(body) > 1:
+                    c.sendall(head.encode("latin-1") + body[: len(body) - 1 - len(body) // 3])
+                    c.shutdown(socket.SHUT_RDWR)
+                    return
+                c.sendall(head.encode("latin-1") + body)
+        except (OSError, ValueError):
+            pass
+        finally:
+            try:
+                c.close()
+            except OSError:
+                pass
+
+    def close(self):
+        self.alive = False
+        self.sock.close()
+
+
+def main(argv):
+    import argparse
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("root")
+    s.add_argument("--https", action="store_true")
+    s.add_argument("--delay-ms", type=int, default=0)
+    s.add_argument("--faults", default="", help="e.g. 500=0.05,503=0.05,429=0.05,drop=0.05,truncate=0.05")
+    a = ap.parse_args(argv)
+    ng = Nginx(a.root, https=a.https)
+    url, px = ng.url, None
+    if a.delay_ms or a.faults:
+        rates = {k: float(v) for k, v in (kv.split("=") for kv in a.faults.split(",") if kv)}
+        px = FaultProxy(ng.port, delay_ms=a.delay_ms, err500=rates.get("500", 0),
+                        err503=rates.get("503", 0), err429=rates.get("429", 0),
+                        drop=rates.get("drop", 0), truncate=rates.get("truncate", 0))
+        url = px.url
+    print(url + (" " + ng.ca if ng.ca else ""), flush=True)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: done.set())
+    threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+    done.wait()
+    if px:
+        px.close()
+    ng.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
