@@ -139,6 +139,10 @@ int sl_io__stat(const char *name, sl_io_info *out) {
     return SL_OK;
 }
 
+const char *sl_io__short_name(const char *name) {
+    return sl_io__is_url(name) ? name : sl__base_name(name);
+}
+
 char *sl_io__join(const char *dir, const char *name) {
     size_t a = strlen(dir), b = strlen(name);
     int slash = a > 0 && dir[a - 1] == '/';

@@ -101,6 +101,9 @@ typedef struct sl_io_info {
 int sl_io__stat(const char *name, sl_io_info *out);
 /* Whether `name` is a URL ("scheme://..."), i.e. not a local path. */
 int sl_io__is_url(const char *name);
+/* How messages name an input: a path by its base name (the caller names the
+ * dataset), a URL whole (its host and path are the point). */
+const char *sl_io__short_name(const char *name);
 /* `dir` + "/" + `name` in sl__malloc memory (no doubled '/' when `dir`
  * already ends in one, as a URL directory does); NULL when out of memory. */
 char *sl_io__join(const char *dir, const char *name);

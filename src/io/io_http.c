@@ -621,7 +621,10 @@ static int head(const char *name, const char *url, int quiet_404, xfer *x, int *
     x->head = 1;
     x->fd = -1;
     long st;
-    SL_TRY(perform(x, url, quiet_404, &st));
+    *is_dir = 0;
+    int rc = perform(x, url, quiet_404, &st);
+    if (rc != SL_OK)
+        return rc; /* an error, or SL_END for a quiet 404 */
     *is_dir = x->eff_dir;
     return SL_OK;
 }

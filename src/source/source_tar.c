@@ -681,7 +681,7 @@ static int check_duplicates(tar_source *src) {
                 const tar_shard *osh = &src->shards[o->shard];
                 rc = set_err(s, smp, "key '%s' already names record %" PRIu64 " (offset %" PRIu64
                              ") of %s", key, slot[h] - 1 - osh->tab_first, o->offset,
-                             sl__base_name(osh->path));
+                             sl_io__short_name(osh->path));
                 break;
             }
         }
@@ -817,16 +817,16 @@ static void tar_locate(sl_source *src, uint64_t i, char *buf, size_t cap) {
     const tar_shard *sh = &s->shards[shard_of(s, i)];
     uint64_t r = i - sh->first;
     if (sh->ix) {
-        snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ")", sl__base_name(sh->path), r,
+        snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ")", sl_io__short_name(sh->path), r,
                  sh->ix->offset[r]);
         return;
     }
     const tar_sample *smp = &s->tab.samples[sh->tab_first + r];
     if (smp->key_len)
         snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ", key '%s')",
-                 sl__base_name(sh->path), r, smp->offset, s->tab.keys + smp->key_off);
+                 sl_io__short_name(sh->path), r, smp->offset, s->tab.keys + smp->key_off);
     else
-        snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ")", sl__base_name(sh->path), r,
+        snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ")", sl_io__short_name(sh->path), r,
                  smp->offset);
 }
 

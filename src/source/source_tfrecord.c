@@ -1008,7 +1008,7 @@ static int open_files(tf_source *s, const cJSON *paths, const char *field, sl_si
         s->nfiles = k + 1;
         f->path = pv[k];
         pv[k] = NULL;
-        f->name = sl__base_name(f->path);
+        f->name = sl_io__short_name(f->path);
         SL_CHECK(sl_sidx__load_for(f->path, "tfrecord", use_index, &f->ix));
         f->indexed = f->ix != NULL;
         SL_CHECK(open_file(s, f));

@@ -1,0 +1,284 @@
+"""Remote inputs against real servers: nginx on a free localhost port (HTTP and
+HTTPS with a certificate made here) and the fault-injecting proxy of
+tests/remote/httpfix.py. Each run is the `sluice` command (or Python) in a
+subprocess, so that each gets its own settings (the HTTP layer reads its
+environment once per process): an epoch read over HTTP must equal the local
+epoch batch for batch (the XXH3 digests of `sluice run --digest`).
+
+Skipped, and said so, when nginx is not installed (scripts/deps.sh installs
+nginx-light)."""
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import io
+import time
+
+import numpy as np
+import pytest
+
+import sluice
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "remote"))
+import httpfix  # noqa: E402
+
+SLUICE = os.environ.get("SLUICE_BIN") or os.path.join(HERE, "..", "..", "build", "sluice")
+
+pytestmark = pytest.mark.skipif(not httpfix.have_nginx(), reason="nginx not installed (scripts/deps.sh)")
+
+N = 240
+
+
+def make_data(root):
+    """A .slr dataset of N records in several shards (ds/), the same records
+    as one file (one.slr), and WebDataset tar shards (wds-0000{0..3}.tar)."""
+    cols = [("idx", "int64"), ("blob", "bytes")]
+    rng = np.random.default_rng(5)
+    blobs = [rng.integers(0, 256, 200 + (i * 37) % 900, dtype=np.uint8).tobytes() for i in range(N)]
+    for path, shard in (("ds", 40000), ("one.slr", 0)):
+        with sluice.Writer(os.path.join(root, path), cols, shard_bytes=shard, fsync=False) as w:
+            for i in range(N):
+                w.append({"idx": i, "blob": blobs[i]})
+    for s in range(4):
+        with tarfile.open(os.path.join(root, f"wds-{s:05d}.tar"), "w", format=tarfile.USTAR_FORMAT) as t:
+            for i in range(s * N // 4, (s + 1) * N // 4):
+                for ext, data in (("cls", str(i).encode()), ("bin", blobs[i])):
+                    ti = tarfile.TarInfo(f"s{i:06d}.{ext}")
+                    ti.size = len(data)
+                    ti.mtime = 0
+                    t.addfile(ti, io.BytesIO(data))
+    # bad inputs
+    with open(os.path.join(root, "notatar.tar"), "wb") as f:
+        f.write(b"this is plain text, not a tar archive\n" * 20)
+    os.makedirs(os.path.join(root, "badman"))
+    man = open(os.path.join(root, "ds", "manifest.json")).read()
+    with open(os.path.join(root, "badman", "manifest.json"), "w") as f:
+        f.write(man[: len(man) // 2])
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("remote"))
+    make_data(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def web(data):
+    with httpfix.Nginx(data) as ng:
+        yield ng
+
+
+def env_for(tmp, **extra):
+    e = dict(os.environ)
+    for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy"):
+        e.pop(k, None)
+    e["SLUICE_CACHE_DIR"] = str(tmp / "cache")
+    e["SLUICE_HTTP_BACKOFF_MS"] = "20"
+    e["SLUICE_HTTP_BACKOFF_MAX_MS"] = "400"
+    e.update({k: str(v) for k, v in extra.items()})
+    return e
+
+
+def run_spec(tmp, source, env, shuffle=True, check=True, timeout=120):
+    spec = {"source": dict(source, shuffle=shuffle), "seed": 3, "epochs": 2,
+            "ops": [{"op": "batch", "size": 16}]}
+    p = tmp / f"spec-{time.monotonic_ns()}.json"
+    p.write_text(json.dumps(spec))
+    r = subprocess.run([SLUICE, "run", str(p), "--digest"], env=env, capture_output=True,
+                       text=True, timeout=timeout)
+    if check:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+def digests(r):
+    lines = [l for l in r.stdout.splitlines() if ":" in l]
+    assert len(lines) == 2 * N // 16
+    return lines
+
+
+def local_digest(tmp, data, source):
+    return digests(run_spec(tmp, source, env_for(tmp)))
+
+
+@pytest.mark.parametrize("kind", ["dir", "file", "wds"])
+def test_epoch_over_http_equals_local(tmp_path, data, web, kind):
+    src = {"dir": lambda b: {"path": b + "/ds"}, "file": lambda b: {"path": b + "/one.slr"},
+           "wds": lambda b: {"webdataset": b + "/wds-{00000..00003}.tar"}}[kind]
+    want = local_digest(tmp_path, data, src(data))
+    got = digests(run_spec(tmp_path, src(web.url), env_for(tmp_path)))
+    assert got == want
+    # the cache holds the shards, each with its 16-byte trailer; a second
+    # run reads them from there (nginx stopped: nothing else could serve them
+    # except the HEADs, so it runs against a second server with the same files)
+    entries = [f for f in os.listdir(tmp_path / "cache") if not f.startswith(".") and not f.endswith(".lock")]
+    assert entries
+
+
+def test_dataset_directory_without_slash_and_with(tmp_path, data, web):
+    want = local_digest(tmp_path, data, {"path": data + "/ds"})
+    assert digests(run_spec(tmp_path, {"path": web.url + "/ds/"}, env_for(tmp_path))) == want
+
+
+def test_python_records_over_http(tmp_path, data, web):
+    code = f"""
+import sluice, json
+ds = sluice.records({web.url + '/ds'!r}).shuffle(seed=0).batch(16)
+out = []
+for b in ds:
+    out += [int(x) for x in b["idx"]]
+print(json.dumps(out))
+"""
+    r = subprocess.run([sys.executable, "-c", code], env=env_for(tmp_path), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    want = []
+    for b in sluice.records(data + "/ds").shuffle(seed=0).batch(16):
+        want += [int(x) for x in b["idx"]]
+    assert got == want and sorted(got) == list(range(N))
+
+
+def test_https_with_the_test_ca(tmp_path, data):
+    with httpfix.Nginx(data, https=True) as ng:
+        src = {"path": ng.url + "/ds"}
+        want = local_digest(tmp_path, data, {"path": data + "/ds"})
+        r = run_spec(tmp_path, src, env_for(tmp_path, SLUICE_CA_BUNDLE=ng.ca))
+        assert digests(r) == want
+        # without trusting the certificate: a clear error, no retries
+        r = run_spec(tmp_path, src, env_for(tmp_path / "x"), check=False)
+        assert r.returncode == 1
+        assert ng.url in r.stderr and "certificate" in r.stderr.lower(), r.stderr
+
+
+def test_epoch_through_faulty_proxy_equals_local(tmp_path, data, web):
+    px = httpfix.FaultProxy(web.port, seed=7, err500=0.04, err503=0.04, err429=0.04, drop=0.04,
+                            truncate=0.04)
+    try:
+        for src in ({"path": "/ds"}, {"webdataset": "/wds-{00000..00003}.tar"}):
+            k, v = next(iter(src.items()))
+            want = local_digest(tmp_path, data, {k: data + v})
+            # no disk cache: every shard comes through the proxy
+            got = digests(run_spec(tmp_path, {k: px.url + v}, env_for(tmp_path, SLUICE_CACHE_BYTES=0)))
+            assert got == want
+        faults = {k: c for k, c in px.counts.items() if k != "ok"}
+        assert sum(faults.values()) >= 3, px.counts  # the faults did happen
+    finally:
+        px.close()
+
+
+def test_server_killed_and_restarted_mid_epoch(tmp_path, data):
+    with httpfix.Nginx(data) as ng:
+        px = httpfix.FaultProxy(ng.port, delay_ms=40)
+        try:
+            want = local_digest(tmp_path, data, {"webdataset": data + "/wds-{00000..00003}.tar"})
+            env = env_for(tmp_path, SLUICE_CACHE_BYTES=0, SLUICE_HTTP_BACKOFF_MS=200,
+                          SLUICE_HTTP_TRIES=8)
+            spec = tmp_path / "kill.json"
+            spec.write_text(json.dumps({"source": {"webdataset": px.url + "/wds-{00000..00003}.tar",
+                                                   "shuffle": True}, "seed": 3, "epochs": 2,
+                                        "ops": [{"op": "batch", "size": 16}]}))
+            p = subprocess.Popen([SLUICE, "run", str(spec), "--digest"], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(400):  # bounded: 8 s, until the proxy saw a few requests
+                if px.counts["ok"] >= 3:
+                    break
+                time.sleep(0.02)
+            ng.stop()
+            time.sleep(1.0)
+            ng.start()
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+            assert [l for l in out.splitlines() if ":" in l] == want
+        finally:
+            px.close()
+
+
+def test_server_gone_for_good_fails_fast_naming_the_url(tmp_path, data):
+    port = httpfix.free_port()  # nothing listens there
+    url = f"http://127.0.0.1:{port}/ds"
+    t = time.monotonic()
+    r = run_spec(tmp_path, {"path": url}, env_for(tmp_path, SLUICE_HTTP_TRIES=4,
+                                                   SLUICE_HTTP_BACKOFF_MS=100), check=False)
+    took = time.monotonic() - t
+    assert r.returncode == 1
+    assert url in r.stderr and "after 4 tries" in r.stderr, r.stderr
+    # 3 waits of at most 100, 200, 400 ms, plus process start: well under 10 s
+    assert took < 10, took
+
+
+def test_corrupted_cache_entry_is_detected_and_fetched_again(tmp_path, data, web):
+    src = {"path": web.url + "/one.slr"}
+    want = local_digest(tmp_path, data, {"path": data + "/one.slr"})
+    assert digests(run_spec(tmp_path, src, env_for(tmp_path))) == want
+    cache = tmp_path / "cache"
+    (entry,) = [f for f in os.listdir(cache) if f.endswith("one.slr")]
+    p = cache / entry
+    good = p.read_bytes()
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0x40
+    p.write_bytes(bytes(bad))
+    r = run_spec(tmp_path, src, env_for(tmp_path))
+    assert digests(r) == want
+    assert "damaged" in r.stderr and web.url + "/one.slr" in r.stderr, r.stderr
+    assert p.read_bytes() == good  # fetched again, whole
+
+
+def test_cache_budget_evicts_least_recently_used(tmp_path, data, web):
+    shard = os.path.getsize(os.path.join(data, "wds-00000.tar"))
+    budget = int(shard * 2.5)
+    env = env_for(tmp_path, SLUICE_CACHE_BYTES=budget)
+    want = local_digest(tmp_path, data, {"webdataset": data + "/wds-{00000..00003}.tar"})
+    got = digests(run_spec(tmp_path, {"webdataset": web.url + "/wds-{00000..00003}.tar"}, env,
+                           shuffle=True))
+    assert got == want
+    cache = tmp_path / "cache"
+    files = [f for f in os.listdir(cache) if not f.startswith(".") and not f.endswith(".lock")]
+    assert sum(os.path.getsize(cache / f) for f in files) <= budget
+    assert 1 <= len(files) <= 2
+
+
+def test_processes_share_one_cache(tmp_path, data, web):
+    want = local_digest(tmp_path, data, {"path": data + "/ds"})
+    spec = tmp_path / "share.json"
+    spec.write_text(json.dumps({"source": {"path": web.url + "/ds", "shuffle": True}, "seed": 3,
+                                "epochs": 2, "ops": [{"op": "batch", "size": 16}]}))
+    ps = [subprocess.Popen([SLUICE, "run", str(spec), "--digest"], env=env_for(tmp_path),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    for p in ps:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert [l for l in out.splitlines() if ":" in l] == want
+    assert not [f for f in os.listdir(tmp_path / "cache") if f.startswith(".tmp-")]
+
+
+@pytest.mark.parametrize("what,source,words", [
+    ("404", {"path": "/nope.slr"}, "HTTP 404"),
+    ("404 shard", {"webdataset": "/wds-{00000..00009}.tar"}, "wds-00004.tar: HTTP 404"),
+    ("not a tar", {"webdataset": "/notatar.tar"}, "notatar.tar"),
+    ("truncated manifest", {"path": "/badman"}, "badman/manifest.json"),
+])
+def test_bad_remote_inputs_name_the_url(tmp_path, data, web, what, source, words):
+    k, v = next(iter(source.items()))
+    r = run_spec(tmp_path, {k: web.url + v}, env_for(tmp_path), check=False)
+    assert r.returncode == 1, r.stdout
+    assert web.url in r.stderr and words in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_cli_commands_take_urls(tmp_path, data, web):
+    env = env_for(tmp_path)
+    for args in (["info", web.url + "/ds"], ["verify", web.url + "/ds"], ["scan", web.url + "/one.slr"],
+                 ["cat", web.url + "/one.slr", "--index", "5", "--column", "blob"]):
+        r = subprocess.run([SLUICE] + args, env=env, capture_output=True, timeout=120)
+        assert r.returncode == 0, (args, r.stderr)
+    r = subprocess.run([SLUICE, "cat", web.url + "/one.slr", "--index", "5", "--column", "blob"], env=env, capture_output=True)
+    assert r.stdout == sluice.Reader(data + "/one.slr")[5]["blob"]
+    out = tmp_path / "packed.slr"
+    r = subprocess.run([SLUICE, "pack", web.url + "/wds-{00000..00003}.tar", str(out)], env=env,
+                       capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert sluice.Reader(str(out)).__len__() == N
