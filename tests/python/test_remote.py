@@ -282,3 +282,32 @@ def test_cli_commands_take_urls(tmp_path, data, web):
                        capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert sluice.Reader(str(out)).__len__() == N
+
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4",
+            "--redirects", "0:1,1:1,2:1,3:1", "--tee", "0:1,1:1,2:1,3:1"]
+
+
+def test_torchrun_four_ranks_over_http(tmp_path, data, web):
+    """torchrun (gloo, 4 ranks on this machine): each epoch the ranks' samples
+    are disjoint and cover the dataset with equal batch counts (.slr and
+    WebDataset over HTTP); a job killed mid-epoch resumes from each rank's
+    state_dict with exactly the samples of the uninterrupted epoch."""
+    pytest.importorskip("torch.distributed")
+    script = os.path.join(os.path.dirname(HERE), "remote", "torchrun_check.py")
+    env = env_for(tmp_path, OMP_NUM_THREADS=1)
+    # the ranks import the same sluice as this test
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(sluice.__file__)) + os.pathsep + env.get("PYTHONPATH", "")
+    out = tmp_path / "ranks"
+    out.mkdir()
+    r = subprocess.run(TORCHRUN + [script, "epochs", web.url, str(out)], env=env, capture_output=True,
+                       text=True, timeout=300)
+    # the ranks kill themselves mid-epoch: torchrun reports the failure
+    assert r.returncode != 0
+    assert "slr epoch 1: 240 samples" in r.stdout and "wds epoch 1: 240 samples" in r.stdout, r.stdout + r.stderr
+    assert all((out / f"part-{k}.json").exists() for k in range(4)), r.stdout + r.stderr
+    r = subprocess.run(TORCHRUN + [script, "resume", web.url, str(out)], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "resume: every rank finished epoch 1 with exactly its samples" in r.stdout, r.stdout
+    assert all((out / f"ok-{k}").exists() for k in range(4))
