@@ -345,6 +345,19 @@ class Dataset:
         per-sample cost; order and batch membership vary between runs)."""
         return self._with(deterministic=bool(flag))
 
+    def cache_bytes(self, limit):
+        """The budget of the node's shard cache for remote inputs (http://,
+        https://, s3://): a number of bytes or a string such as ``"20G"``; 0
+        keeps nothing on disk (whole shards are held in memory). Default:
+        ``SLUICE_CACHE_BYTES``, else 8G; the cache lives in
+        ``SLUICE_CACHE_DIR`` (default ``~/.cache/sluice``). It is one setting
+        for the process, taken when the engine starts."""
+        if isinstance(limit, bool) or not isinstance(limit, (int, str)):
+            raise TypeError(f"limit: expected an int or a string such as '20G', got {limit!r}")
+        if isinstance(limit, int) and limit < 0:
+            raise ValueError(f"limit: must be >= 0 bytes, got {limit}")
+        return self._with(cache_bytes=limit)
+
     def memory_limit(self, limit):
         """Bound the memory the pipeline holds: a number of bytes or a
         string such as ``"512M"`` (K, M, G, T are powers of 1024). It covers

@@ -132,6 +132,10 @@ typedef struct sl_io_request {
 typedef int (*sl_io_add_header_fn)(void *hctx, const char *line);
 typedef int (*sl_io_signer_fn)(const sl_io_request *rq, sl_io_add_header_fn add, void *hctx,
                                void *user);
+/* The shard cache's budget for this process from now on (in place of
+ * SLUICE_CACHE_BYTES; 0: no cache on disk, whole objects held in memory):
+ * the spec's "cache_bytes". */
+void sl_io__cache_set_bytes(uint64_t bytes);
 /* Set the signer of s3:// requests made while credentials are set
  * (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); without credentials s3://
  * requests go unsigned (public buckets). Call before the first request. */

@@ -170,6 +170,14 @@ static int ensure_init(void) {
     return SL_OK;
 }
 
+void sl_io__cache_set_bytes(uint64_t bytes) {
+    if (ensure_init() != SL_OK)
+        return;
+    __atomic_store_n(&cfg.cache_bytes, bytes, __ATOMIC_RELAXED);
+}
+
+static uint64_t cache_budget(void) { return __atomic_load_n(&cfg.cache_bytes, __ATOMIC_RELAXED); }
+
 void sl_io__set_s3_signer(sl_io_signer_fn fn, void *user) {
     s3_signer = fn;
     s3_signer_user = user;
@@ -764,9 +772,10 @@ static void evict(const char *dir, const char *keep) {
     }
     if (d)
         closedir(d);
-    if (total > cfg.cache_bytes && n) {
+    uint64_t budget = cache_budget();
+    if (total > budget && n) {
         qsort(v, n, sizeof *v, by_mtime);
-        for (size_t i = 0; i < n && total > cfg.cache_bytes; i++) {
+        for (size_t i = 0; i < n && total > budget; i++) {
             if (keep && !strcmp(v[i].name, keep))
                 continue;
             snprintf(path, sizeof path, "%s/%s", dir, v[i].name);
@@ -810,7 +819,7 @@ static int map_entry(http_io *h, int fd) {
 
 /* Fetch the object into the cache (or find it there) and map it. */
 static int fetch_cached(http_io *h, const char *validator) {
-    if (!cfg.cache_dir[0] || h->base.size + TRAILER > cfg.cache_bytes)
+    if (!cfg.cache_dir[0] || h->base.size + TRAILER > cache_budget())
         return fetch_heap(h);
     if (mkdirs(cfg.cache_dir) != 0) {
         SL_LOG_WARN("cache: cannot create %s (%s); holding remote shards in memory",

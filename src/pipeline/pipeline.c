@@ -92,6 +92,8 @@ static int open_source(sl_pipeline *p, sl_colset *cols) {
     } else {
         if (!s->input)
             return sl__error(SL_EINVAL, "source.path: missing (no source set)");
+        if (s->has_cache_bytes)
+            sl_io__cache_set_bytes(s->cache_bytes);
         SL_TRY(sl_source__open_json(&p->src, s->input, "source"));
     }
     p->nrecords = p->src->count;
@@ -141,11 +143,12 @@ static int hash_spec(const sl_spec *s, uint64_t *out) {
     if (!doc)
         return sl__oom("hashing the spec");
     /* Leave out what may differ between a run and its resumption without
-     * changing a batch: the epoch count, the memory limit and the parallelism
+     * changing a batch: the epoch count, the memory and cache limits and the parallelism
      * knobs (output is the same for any thread count, queue depth or chunk
      * size). */
     cJSON_DeleteItemFromObjectCaseSensitive(doc, "epochs");
     cJSON_DeleteItemFromObjectCaseSensitive(doc, "memory_limit");
+    cJSON_DeleteItemFromObjectCaseSensitive(doc, "cache_bytes");
     cJSON *src = cJSON_GetObjectItemCaseSensitive(doc, "source");
     if (cJSON_IsObject(src)) {
         cJSON_DeleteItemFromObjectCaseSensitive(src, "parallel");

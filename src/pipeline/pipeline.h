@@ -142,6 +142,9 @@ struct sl_spec {
     sl_device_spec device;       /* "device": where batches are delivered */
     uint64_t memory_limit;       /* bytes the pipeline may hold; 0: the default
                                     (memory.c) */
+    int has_cache_bytes;         /* "cache_bytes" given */
+    uint64_t cache_bytes;        /* the node's shard cache budget (remote inputs,
+                                    io_http.c); 0 keeps no cache on disk */
     sl_spec_op *ops;
     int nops, cap;
 };

@@ -521,10 +521,16 @@ int sl_spec_from_json(sl_spec **out, const char *json) {
             SL_CHECK(sl_device__parse_json(it, &s->device));
         } else if (!strcmp(k, "memory_limit")) {
             SL_CHECK(sl_spec__parse_bytes(it, "memory_limit", &s->memory_limit));
+        } else if (!strcmp(k, "cache_bytes")) {
+            if (cJSON_IsNumber(it) && it->valuedouble == 0)
+                s->cache_bytes = 0; /* no cache on disk */
+            else
+                SL_CHECK(sl_spec__parse_bytes(it, "cache_bytes", &s->cache_bytes));
+            s->has_cache_bytes = 1;
         } else {
             static const char *const keys[] = {"source",    "ops",          "seed",
                                                "epochs",    "on_error",     "deterministic",
-                                               "vectorize", "device",       "memory_limit",
+                                               "vectorize", "device",       "memory_limit", "cache_bytes",
                                                NULL};
             char list[256];
             sl__names_closest(k, keys, -1, list, sizeof list);
@@ -630,6 +636,8 @@ cJSON *sl_spec__to_cjson(const sl_spec *s) {
         cJSON_AddBoolToObject(doc, "vectorize", 0);
     if (s->memory_limit)
         cJSON_AddNumberToObject(doc, "memory_limit", (double)s->memory_limit);
+    if (s->has_cache_bytes)
+        cJSON_AddNumberToObject(doc, "cache_bytes", (double)s->cache_bytes);
     if (s->device.kind != SL_DEV_NONE)
         (void)sl__json_add(doc, "device", sl_device__to_json(&s->device)); /* failure flagged */
     if (sl__json_failed()) {

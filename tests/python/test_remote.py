@@ -311,3 +311,24 @@ def test_torchrun_four_ranks_over_http(tmp_path, data, web):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "resume: every rank finished epoch 1 with exactly its samples" in r.stdout, r.stdout
     assert all((out / f"ok-{k}").exists() for k in range(4))
+
+
+def test_cache_bytes_option_in_the_spec_and_python(tmp_path, data, web):
+    """The spec's "cache_bytes" (Python: Dataset.cache_bytes) sets the
+    budget in place of SLUICE_CACHE_BYTES: 0 keeps nothing on disk."""
+    spec = tmp_path / "c.json"
+    spec.write_text(json.dumps({"source": {"path": web.url + "/one.slr"}, "cache_bytes": 0,
+                                "ops": [{"op": "batch", "size": 16}]}))
+    r = subprocess.run([SLUICE, "run", str(spec)], env=env_for(tmp_path), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert not os.path.exists(tmp_path / "cache") or not [
+        f for f in os.listdir(tmp_path / "cache") if not f.startswith(".") and not f.endswith(".lock")]
+    code = f"""
+import sluice
+n = sum(len(b["idx"]) for b in sluice.records({web.url + '/one.slr'!r}).cache_bytes("1G").batch(16))
+print(n)
+"""
+    r = subprocess.run([sys.executable, "-c", code], env=env_for(tmp_path, SLUICE_CACHE_BYTES=0),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == str(N), r.stderr
+    assert [f for f in os.listdir(tmp_path / "cache") if f.endswith("one.slr")]
