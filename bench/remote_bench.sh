@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Remote .slr against local: the ImageNet-style training pipeline reading the
+# same sharded .slr dataset
+#   local      from the local file system (page cache warm)
+#   http       from nginx on localhost, shard cache off (SLUICE_CACHE_BYTES=0:
+#              every run fetches every shard, into memory)
+#   http+20ms  the same through tests/remote/httpfix.py's proxy adding 20 ms
+#              to every request
+#   warm       from nginx with the shard cache already holding every shard
+# Each run is `sluice run SPEC` of EPOCHS epochs, timed whole (start, HEADs,
+# fetches, every batch); samples/s = records * epochs / seconds. Runs are
+# interleaved (local, http, http+20ms, warm, then again) and medians compared
+# as ratios to local.
+#
+#   bench/remote_bench.sh [BUILD] [REPEATS] [PHOTOS] [EPOCHS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+REPEATS=${2:-3}
+DATA=${3:-data/photos/imagenet-like}
+EPOCHS=${4:-2}
+SLUICE=$PWD/$BUILD/sluice
+PY=/usr/bin/python3
+W=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$W"; }
+trap cleanup EXIT
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+now() { date +%s.%N; }
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+mkdir -p "$W/root"
+"$SLUICE" pack "$DATA" "$W/root/train" --shard-size 16M >/dev/null
+N=$("$SLUICE" info "$W/root/train" --json | $PY -c 'import json,sys; print(json.load(sys.stdin)["records"])')
+echo "data: $DATA, $N records in $(ls "$W/root/train" | grep -c slr) shards ($(du -sh "$W/root/train" | cut -f1))"
+
+serve() {  # serve NAME ARGS... : start the servers; their URL in $W/NAME.url
+  mkfifo "$W/$1.in"
+  $PY tests/remote/httpfix.py serve "$W/root" "${@:2}" <"$W/$1.in" >"$W/$1.url" &
+  pids+=($!)
+  exec {fd}>"$W/$1.in"  # held open: the server runs until the script ends
+  for _ in $(seq 100); do [ -s "$W/$1.url" ] && break; sleep 0.1; done
+}
+serve plain
+serve slow --delay-ms 20
+U=$(cut -d' ' -f1 "$W/plain.url")
+UD=$(cut -d' ' -f1 "$W/slow.url")
+
+spec() {
+  cat <<JSON
+{"source": {"path": "$1", "shuffle": true}, "seed": 0, "epochs": $EPOCHS, "ops": [
+  {"op": "decode", "column": "image"},
+  {"op": "random_resized_crop", "column": "image", "size": [224, 224]},
+  {"op": "flip", "column": "image", "p": 0.5},
+  {"op": "normalize", "column": "image", "mean": [0.485, 0.456, 0.406],
+   "std": [0.229, 0.224, 0.225], "layout": "chw", "dtype": "float32"},
+  {"op": "select", "columns": ["image", "label"]},
+  {"op": "batch", "size": 64}, {"op": "prefetch", "depth": 4}]}
+JSON
+}
+spec "$W/root/train" >"$W/local.json"
+spec "$U/train" >"$W/http.json"
+spec "$UD/train" >"$W/slow.json"
+cp "$W/http.json" "$W/warm.json"
+export SLUICE_CACHE_DIR="$W/cache"
+SLUICE_CACHE_BYTES=64G "$SLUICE" run "$W/warm.json" --epochs 1 >/dev/null  # fill the cache
+
+one() {  # one NAME CACHE_BYTES: samples/s of one run
+  local t0 t1
+  t0=$(now)
+  SLUICE_CACHE_BYTES=$2 "$SLUICE" run "$W/$1.json" >/dev/null
+  t1=$(now)
+  awk -v n="$N" -v e="$EPOCHS" -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f\n", n*e/(b-a)}'
+}
+echo
+echo "== training pipeline (decode, RRC 224, flip, normalize, batch 64; $EPOCHS epochs a run), samples/s"
+for r in $(seq "$REPEATS"); do
+  one local 0 >>"$W/r_local"
+  one http 0 >>"$W/r_http"
+  one slow 0 >>"$W/r_slow"
+  one warm 64G >>"$W/r_warm"
+  echo "round $r: local $(tail -1 "$W/r_local")  http $(tail -1 "$W/r_http")  http+20ms $(tail -1 "$W/r_slow")  warm $(tail -1 "$W/r_warm")"
+done
+ml=$(median <"$W/r_local")
+ratio() { awk -v a="$1" -v b="$ml" 'BEGIN{printf "%.3f", a/b}'; }
+mh=$(median <"$W/r_http"); md=$(median <"$W/r_slow"); mw=$(median <"$W/r_warm")
+echo "median: local $ml  http $mh ($(ratio "$mh")x)  http+20ms $md ($(ratio "$md")x)  warm cache $mw ($(ratio "$mw")x)"
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
