@@ -49,6 +49,8 @@ def make_data(root):
                     ti.size = len(data)
                     ti.mtime = 0
                     t.addfile(ti, io.BytesIO(data))
+    # an S3-style bucket: s3://bkt/KEY path-style is ENDPOINT/bkt/KEY
+    os.symlink(".", os.path.join(root, "bkt"))
     # bad inputs
     with open(os.path.join(root, "notatar.tar"), "wb") as f:
         f.write(b"this is plain text, not a tar archive\n" * 20)
@@ -332,3 +334,21 @@ print(n)
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == str(N), r.stderr
     assert [f for f in os.listdir(tmp_path / "cache") if f.endswith("one.slr")]
+
+
+def test_s3_names_path_style_and_virtual_hosted_unsigned(tmp_path, data, web):
+    """s3://bucket/key against an S3-style endpoint on localhost (nginx):
+    path-style ENDPOINT/bucket/key, and virtual-hosted bucket.HOST/key
+    (curl resolves *.localhost to the loopback address); unsigned without
+    credentials, as for a public bucket."""
+    want = local_digest(tmp_path, data, {"path": data + "/ds"})
+    env = env_for(tmp_path, AWS_ENDPOINT_URL=web.url, AWS_REGION="us-east-1")
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_S3_ADDRESSING_STYLE"):
+        env.pop(k, None)
+    assert digests(run_spec(tmp_path, {"path": "s3://bkt/ds"}, env)) == want
+    env["AWS_ENDPOINT_URL"] = f"http://localhost:{web.port}"
+    env["AWS_S3_ADDRESSING_STYLE"] = "virtual"
+    assert digests(run_spec(tmp_path, {"path": "s3://anybucket/ds/"}, env)) == want
+    # an s3:// name that is missing: the error names it
+    r = run_spec(tmp_path, {"path": "s3://anybucket/nope.slr"}, env, check=False)
+    assert r.returncode == 1 and "s3://anybucket/nope.slr" in r.stderr, r.stderr
