@@ -172,6 +172,11 @@ int sl_io__read(sl_io *io, void *dst, size_t n, uint64_t off) {
     return SL_OK;
 }
 
+void sl_io__will_need(sl_io *io, uint64_t off, size_t n) {
+    if (io && io->vt->will_need && !io->map && off < io->size)
+        io->vt->will_need(io, off, n);
+}
+
 void sl_io__close(sl_io *io) {
     if (io)
         io->vt->close(io);

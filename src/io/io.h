@@ -51,6 +51,9 @@
                               (unless it is empty) for as long as the sl_io lives */
 #define SL_IO_RANDOM 0x2u  /* reads jump around: no read-ahead past what is asked
                               (madvise for a mapping) */
+#define SL_IO_MAP_OR_RANGES 0x4u /* with SL_IO_MAP: a remote object that does not fit
+                              the shard cache is read by ranges instead (map NULL;
+                              sl_io__will_need hints read it ahead); files are mapped */
 
 typedef struct sl_io sl_io;
 
@@ -62,6 +65,8 @@ typedef struct sl_io_vtbl {
     int (*read)(sl_io *io, void *dst, size_t n, uint64_t off, size_t *got);
     /* Unmap, close, free (io included). */
     void (*close)(sl_io *io);
+    /* Optional: bytes [off, off + n) will be read soon (a hint; never fails). */
+    void (*will_need)(sl_io *io, uint64_t off, size_t n);
 } sl_io_vtbl;
 
 /* The part every provider shares; a provider's own struct starts with it. */
@@ -87,6 +92,10 @@ static inline uint64_t sl_io__size(const sl_io *io) { return io->size; }
 static inline const char *sl_io__name(const sl_io *io) { return io->name; }
 /* Accepts NULL. */
 void sl_io__close(sl_io *io);
+/* A hint: [off, off + n) will be read soon, in the order of the calls. A
+ * remote object read by ranges fetches it ahead (neighbours coalesced into
+ * one request); a no-op otherwise. Thread-safe. */
+void sl_io__will_need(sl_io *io, uint64_t off, size_t n);
 
 /* What a name is, without opening it for reading. */
 typedef struct sl_io_info {

@@ -72,6 +72,7 @@ typedef struct http_cfg {
     int tries;
     long backoff_ms, backoff_max_ms;
     long connect_timeout_s, stall_s;
+    int readahead;
     char ca[URL_MAX];
     char cache_dir[URL_MAX];
     uint64_t cache_bytes;
@@ -101,6 +102,10 @@ static long env_long(const char *name, long def, long lo, long hi) {
     return x;
 }
 
+static void atfork_prepare(void);
+static void atfork_parent(void);
+static void atfork_child(void);
+
 static void share_lock(CURL *h, curl_lock_data d, curl_lock_access a, void *u) {
     (void)h, (void)a, (void)u;
     pthread_mutex_lock(&share_mu[d]);
@@ -120,6 +125,7 @@ static void init(void) {
     cfg.backoff_max_ms = env_long("SLUICE_HTTP_BACKOFF_MAX_MS", 5000, 0, 600000);
     cfg.connect_timeout_s = env_long("SLUICE_HTTP_CONNECT_TIMEOUT", 10, 1, 3600);
     cfg.stall_s = env_long("SLUICE_HTTP_STALL_TIMEOUT", 30, 1, 3600);
+    cfg.readahead = (int)env_long("SLUICE_HTTP_READAHEAD", 16, 1, 64);
     const char *ca = getenv("SLUICE_CA_BUNDLE");
     if (!ca || !*ca)
         ca = getenv("CURL_CA_BUNDLE");
@@ -152,10 +158,11 @@ static void init(void) {
         else
             cfg.cache_bytes = v;
     }
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_init(&share_mu[i], NULL);
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     share = curl_share_init();
     if (share) {
-        for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
-            pthread_mutex_init(&share_mu[i], NULL);
         curl_share_setopt(share, CURLSHOPT_LOCKFUNC, share_lock);
         curl_share_setopt(share, CURLSHOPT_UNLOCKFUNC, share_unlock);
         curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
@@ -644,7 +651,259 @@ typedef struct http_io {
     char url[URL_MAX];
     uint8_t *heap;      /* the object in memory (no disk cache), or NULL */
     size_t mapped_len;  /* bytes of the mapped cache file (object + trailer) */
+    /* read by ranges, ahead (below): under ra_mu */
+    struct extent *ext; /* extents hinted, queued, fetching or fetched */
+    int inflight;       /* extents of this object being fetched */
+    struct http_io *ra_next, **ra_prev; /* in ra_objs while it has extents */
 } http_io;
+
+/* ---- read-ahead for objects read by ranges ---------------------------------------
+ *
+ * sl_io__will_need(off, n) queues the range as an extent; a hint that starts
+ * within RA_GAP bytes of a queued extent's end joins it (one request for
+ * neighbours, up to RA_EXTENT_MAX). A process-wide set of fetch threads (up
+ * to SLUICE_HTTP_READAHEAD, default 16, started on first use) takes extents
+ * in hint order and fetches each with one range request (the retry loop of
+ * perform). A read inside an extent waits for it and copies from it; an
+ * extent is freed once the bytes hinted into it have been read, and hints
+ * are dropped while RA_BYTES_MAX bytes are held. A read nobody hinted, or
+ * whose extent failed, is a plain range request (whose error is the one
+ * reported). One mutex (ra_mu) guards every extent, queue and count. After
+ * fork() the child has no fetch threads: it marks extents being fetched
+ * failed and starts its own threads on its first hint. */
+
+#define RA_GAP ((uint64_t)64 << 10)
+#define RA_EXTENT_MAX ((uint64_t)4 << 20)
+#define RA_BYTES_MAX ((uint64_t)256 << 20)
+
+enum { EXT_QUEUED, EXT_FETCHING, EXT_READY, EXT_FAILED };
+
+typedef struct extent {
+    struct extent *next;  /* in its object's list */
+    struct extent *qnext; /* in the queue (EXT_QUEUED) */
+    http_io *io;
+    uint64_t off, len;
+    uint8_t *data;
+    int state;
+    int64_t need;         /* hinted bytes not read yet */
+} extent;
+
+static pthread_mutex_t ra_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ra_work = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t ra_done = PTHREAD_COND_INITIALIZER;
+static extent *ra_head, *ra_tail;
+static http_io *ra_objs; /* objects with extents (for fork) */
+static uint64_t ra_bytes;
+static int ra_threads;
+
+static void ra_unlink(http_io *h, extent *e) { /* under ra_mu; e not queued */
+    for (extent **pp = &h->ext; *pp; pp = &(*pp)->next)
+        if (*pp == e) {
+            *pp = e->next;
+            break;
+        }
+    ra_bytes -= e->len;
+    free(e->data);
+    free(e);
+    if (!h->ext && h->ra_prev) {
+        *h->ra_prev = h->ra_next;
+        if (h->ra_next)
+            h->ra_next->ra_prev = h->ra_prev;
+        h->ra_prev = NULL;
+        h->ra_next = NULL;
+    }
+}
+
+static int fetch_range(http_io *h, uint8_t *dst, uint64_t off, uint64_t n) {
+    xfer x;
+    memset(&x, 0, sizeof x);
+    x.name = h->base.name;
+    x.off = off;
+    x.len = n;
+    x.dst = dst;
+    x.fd = -1;
+    long st;
+    int rc = perform(&x, h->url, 0, &st);
+    if (rc == SL_OK && x.got != n)
+        rc = sl__error(SL_ECORRUPT, "%s: truncated (read past the end at offset %llu)",
+                       h->base.name, (unsigned long long)(off + x.got));
+    return rc;
+}
+
+static void *ra_worker(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&ra_mu);
+    for (;;) {
+        while (!ra_head)
+            pthread_cond_wait(&ra_work, &ra_mu);
+        extent *e = ra_head;
+        ra_head = e->qnext;
+        if (!ra_head)
+            ra_tail = NULL;
+        e->state = EXT_FETCHING;
+        e->io->inflight++;
+        uint64_t off = e->off, len = e->len;
+        pthread_mutex_unlock(&ra_mu);
+        uint8_t *d = malloc(len ? (size_t)len : 1);
+        int rc = d ? fetch_range(e->io, d, off, len) : SL_ENOMEM;
+        if (rc != SL_OK)
+            SL_LOG_DEBUG("read-ahead: %s", sl_errmsg());
+        pthread_mutex_lock(&ra_mu);
+        if (e->state == EXT_FETCHING) { /* not failed by a fork meanwhile */
+            e->data = rc == SL_OK ? d : NULL;
+            e->state = rc == SL_OK ? EXT_READY : EXT_FAILED;
+            if (rc != SL_OK)
+                free(d);
+            e->io->inflight--;
+        } else {
+            free(d);
+        }
+        pthread_cond_broadcast(&ra_done);
+    }
+    return NULL;
+}
+
+static void http_will_need(sl_io *io, uint64_t off, size_t n) {
+    http_io *h = (http_io *)io;
+    if (off + n > io->size)
+        n = (size_t)(io->size - off);
+    if (!n || n > RA_EXTENT_MAX)
+        return;
+    pthread_mutex_lock(&ra_mu);
+    for (extent *e = h->ext; e; e = e->next) {
+        if (off >= e->off && off + n <= e->off + e->len) { /* already asked for */
+            e->need += (int64_t)n;
+            goto out;
+        }
+        if (e->state == EXT_QUEUED && off >= e->off && off <= e->off + e->len + RA_GAP &&
+            off + n - e->off <= RA_EXTENT_MAX && ra_bytes + (off + n - e->off - e->len) <=
+                                                     RA_BYTES_MAX) {
+            uint64_t nl = off + n - e->off > e->len ? off + n - e->off : e->len;
+            ra_bytes += nl - e->len;
+            e->len = nl;
+            e->need += (int64_t)n;
+            goto out;
+        }
+    }
+    if (ra_bytes + n > RA_BYTES_MAX)
+        goto out; /* enough in flight: the read will fetch it */
+    if (ra_threads < cfg.readahead) {
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &a, ra_worker, NULL) == 0)
+            ra_threads++;
+        pthread_attr_destroy(&a);
+    }
+    if (!ra_threads)
+        goto out; /* no thread to fetch it: the read will */
+    extent *e = calloc(1, sizeof *e);
+    if (!e)
+        goto out;
+    e->io = h;
+    e->off = off;
+    e->len = n;
+    e->need = (int64_t)n;
+    e->state = EXT_QUEUED;
+    if (!h->ext) {
+        h->ra_next = ra_objs;
+        if (ra_objs)
+            ra_objs->ra_prev = &h->ra_next;
+        h->ra_prev = &ra_objs;
+        ra_objs = h;
+    }
+    e->next = h->ext;
+    h->ext = e;
+    ra_bytes += n;
+    if (ra_tail)
+        ra_tail->qnext = e;
+    else
+        ra_head = e;
+    ra_tail = e;
+    pthread_cond_signal(&ra_work);
+out:
+    pthread_mutex_unlock(&ra_mu);
+}
+
+/* A read served from read-ahead: 1 when done (copied), 0 when not there. */
+static int ra_read(http_io *h, void *dst, size_t n, uint64_t off) {
+    int done = 0;
+    pthread_mutex_lock(&ra_mu);
+again:
+    for (extent *e = h->ext; e; e = e->next) {
+        if (off < e->off || off + n > e->off + e->len)
+            continue;
+        if (e->state == EXT_QUEUED || e->state == EXT_FETCHING) {
+            /* another reader may free e meanwhile: look again after */
+            pthread_cond_wait(&ra_done, &ra_mu);
+            goto again;
+        }
+        if (e->state == EXT_READY) {
+            memcpy(dst, e->data + (off - e->off), n);
+            done = 1;
+            e->need -= (int64_t)n;
+            if (e->need <= 0)
+                ra_unlink(h, e);
+        } else {
+            ra_unlink(h, e); /* failed: the caller's own request reports why */
+        }
+        break;
+    }
+    pthread_mutex_unlock(&ra_mu);
+    return done;
+}
+
+/* Forget this object's extents: dequeue, wait for those being fetched. */
+static void ra_drop(http_io *h) {
+    pthread_mutex_lock(&ra_mu);
+    extent **pp = &ra_head, *last = NULL;
+    while (*pp) {
+        if ((*pp)->io == h) {
+            *pp = (*pp)->qnext;
+        } else {
+            last = *pp;
+            pp = &(*pp)->qnext;
+        }
+    }
+    ra_tail = last;
+    while (h->inflight > 0)
+        pthread_cond_wait(&ra_done, &ra_mu);
+    while (h->ext)
+        ra_unlink(h, h->ext);
+    pthread_mutex_unlock(&ra_mu);
+}
+
+static void atfork_prepare(void) {
+    pthread_mutex_lock(&ra_mu);
+    pthread_mutex_lock(&pool_mu);
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_lock(&share_mu[i]);
+}
+static void atfork_parent(void) {
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_unlock(&share_mu[i]);
+    pthread_mutex_unlock(&pool_mu);
+    pthread_mutex_unlock(&ra_mu);
+}
+/* The child has none of the parent's threads, and must not share its
+ * connections: the pooled handles are dropped (not cleaned up: that could
+ * speak on the parent's sockets), extents being fetched fail (their readers
+ * fetch for themselves), and fetch threads start again when needed. */
+static void atfork_child(void) {
+    npool = 0;
+    ra_threads = 0;
+    for (http_io *h = ra_objs; h; h = h->ra_next) {
+        for (extent *e = h->ext; e; e = e->next)
+            if (e->state == EXT_FETCHING)
+                e->state = EXT_FAILED;
+        h->inflight = 0;
+    }
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_unlock(&share_mu[i]);
+    pthread_mutex_unlock(&pool_mu);
+    pthread_mutex_unlock(&ra_mu);
+}
 
 static int http_read(sl_io *io, void *dst, size_t n, uint64_t off, size_t *got) {
     http_io *h = (http_io *)io;
@@ -652,6 +911,10 @@ static int http_read(sl_io *io, void *dst, size_t n, uint64_t off, size_t *got) 
         n = (size_t)(io->size - off);
     if (io->map) {
         memcpy(dst, io->map + off, n);
+        *got = n;
+        return SL_OK;
+    }
+    if (ra_read(h, dst, n, off)) {
         *got = n;
         return SL_OK;
     }
@@ -670,6 +933,7 @@ static int http_read(sl_io *io, void *dst, size_t n, uint64_t off, size_t *got) 
 
 static void http_close(sl_io *io) {
     http_io *h = (http_io *)io;
+    ra_drop(h);
     if (io->map && h->mapped_len)
         munmap((void *)(uintptr_t)io->map, h->mapped_len);
     sl__free(h->heap);
@@ -677,7 +941,8 @@ static void http_close(sl_io *io) {
     sl__free(h);
 }
 
-static const sl_io_vtbl http_vtbl = {.scheme = "http", .read = http_read, .close = http_close};
+static const sl_io_vtbl http_vtbl = {.scheme = "http", .read = http_read, .close = http_close,
+                                     .will_need = http_will_need};
 
 /* Fetch the whole object into memory. */
 static int fetch_heap(http_io *h) {
@@ -818,9 +1083,9 @@ static int map_entry(http_io *h, int fd) {
 }
 
 /* Fetch the object into the cache (or find it there) and map it. */
-static int fetch_cached(http_io *h, const char *validator) {
+static int fetch_cached(http_io *h, const char *validator, int or_ranges) {
     if (!cfg.cache_dir[0] || h->base.size + TRAILER > cache_budget())
-        return fetch_heap(h);
+        return or_ranges ? SL_OK : fetch_heap(h); /* read by ranges, ahead */
     if (mkdirs(cfg.cache_dir) != 0) {
         SL_LOG_WARN("cache: cannot create %s (%s); holding remote shards in memory",
                     cfg.cache_dir, strerror(errno));
@@ -957,7 +1222,7 @@ int sl_io__http_open(sl_io **out, const char *name, unsigned flags) {
     if ((flags & SL_IO_MAP) && h->base.size) {
         char validator[200];
         snprintf(validator, sizeof validator, "%s|%s", x.etag, x.last_mod);
-        SL_CHECK(fetch_cached(h, validator));
+        SL_CHECK(fetch_cached(h, validator, (flags & SL_IO_MAP_OR_RANGES) != 0));
     }
     *out = &h->base;
     return SL_OK;

@@ -158,7 +158,8 @@ static int shard_open(slr_shard *sh, const char *path, unsigned flags, sl_schema
     sh->path = sl__strdup(path);
     if (!sh->path)
         return sl__oom("opening a shard");
-    SL_TRY(sl_io__open(&sh->io, path, flags & SL_READ_NO_MMAP ? 0 : SL_IO_MAP));
+    SL_TRY(sl_io__open(&sh->io, path,
+                       flags & SL_READ_NO_MMAP ? 0 : SL_IO_MAP | SL_IO_MAP_OR_RANGES));
     sh->size = sl_io__size(sh->io);
     sh->map = sl_io__map(sh->io);
     /* The file is owned by a buffer so a caller can keep a zero-copy view
@@ -877,6 +878,11 @@ void sl_record__prefetch(const sl_reader *r, uint64_t i, bool far) {
     const uint8_t *e = sh->entries + (i - sh->first) * SLR_INDEX_ENTRY;
     if (far) {
         __builtin_prefetch(e);
+        if (!sh->map) { /* read by ranges (a remote shard): fetch it ahead */
+            uint64_t off = sl__ld64(e), len = sl__ld64(e + 8);
+            if (off <= sh->size - SLR_FRAME_HEADER && len <= sh->size - SLR_FRAME_HEADER - off)
+                sl_io__will_need(sh->io, off, (size_t)(SLR_FRAME_HEADER + len));
+        }
         return;
     }
     if (!sh->map || sh->copy_reads)

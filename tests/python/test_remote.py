@@ -352,3 +352,44 @@ def test_s3_names_path_style_and_virtual_hosted_unsigned(tmp_path, data, web):
     # an s3:// name that is missing: the error names it
     r = run_spec(tmp_path, {"path": "s3://anybucket/nope.slr"}, env, check=False)
     assert r.returncode == 1 and "s3://anybucket/nope.slr" in r.stderr, r.stderr
+
+
+def test_slr_by_ranges_read_ahead_and_coalesced(tmp_path, data, web):
+    """With no room in the cache (cache_bytes 0) a .slr shard is read by
+    range requests: the reading threads' hints (the shuffle's order, known
+    ahead) fetch records ahead, neighbours coalesced into one request. Through
+    a proxy adding 20 ms a request the epoch equals the local one, with far
+    fewer requests than records; with faults too."""
+    want = local_digest(tmp_path, data, {"path": data + "/ds"})
+    px = httpfix.FaultProxy(web.port, delay_ms=20)
+    try:
+        got = digests(run_spec(tmp_path, {"path": px.url + "/ds"}, env_for(tmp_path, SLUICE_CACHE_BYTES=0)))
+        assert got == want
+        assert not os.path.exists(tmp_path / "cache") or not [
+            f for f in os.listdir(tmp_path / "cache") if not f.startswith(".") and not f.endswith(".lock")]
+        # 2 epochs of N records; each shard's manifest/header/footer/index reads
+        # add a few: coalescing makes it far fewer than one GET a record
+        assert px.gets < N, px.gets
+    finally:
+        px.close()
+    px = httpfix.FaultProxy(web.port, seed=3, err503=0.05, drop=0.05, truncate=0.05)
+    try:
+        got = digests(run_spec(tmp_path, {"path": px.url + "/ds"}, env_for(tmp_path, SLUICE_CACHE_BYTES=0)))
+        assert got == want
+        assert px.counts["503"] + px.counts["drop"] + px.counts["truncate"] >= 1, px.counts
+    finally:
+        px.close()
+
+
+def test_python_reader_by_ranges(tmp_path, data, web):
+    """sluice.Reader(url, mmap=False): every record by a range request."""
+    code = f"""
+import sluice
+r = sluice.Reader({web.url + '/one.slr'!r}, mmap=False)
+print(len(r), sum(len(r[i]["blob"]) for i in range(len(r))), r.verify())
+"""
+    r = subprocess.run([sys.executable, "-c", code], env=env_for(tmp_path), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    loc = sluice.Reader(data + "/one.slr")
+    assert r.stdout.split() == [str(N), str(sum(len(loc[i]["blob"]) for i in range(N))), "0"]

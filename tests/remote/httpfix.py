@@ -141,6 +141,7 @@ class FaultProxy:
         self.max_faults = max_faults
         self.counts = {k: 0 for k, _ in self.rates}
         self.counts["ok"] = 0
+        self.gets = 0  # GET requests seen
         self.lock = threading.Lock()
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -191,6 +192,9 @@ class FaultProxy:
                         break
                     k, v = h.decode("latin-1").split(":", 1)
                     hdrs[k.strip().lower()] = v.strip()
+                if method == "GET":
+                    with self.lock:
+                        self.gets += 1
                 if self.delay:
                     time.sleep(self.delay)
                 what = self._pick()
