@@ -775,15 +775,20 @@ static void http_will_need(sl_io *io, uint64_t off, size_t n) {
             e->need += (int64_t)n;
             goto out;
         }
-        if (e->state == EXT_QUEUED && off >= e->off && off <= e->off + e->len + RA_GAP &&
-            off + n - e->off <= RA_EXTENT_MAX && ra_bytes + (off + n - e->off - e->len) <=
-                                                     RA_BYTES_MAX) {
-            uint64_t nl = off + n - e->off > e->len ? off + n - e->off : e->len;
-            ra_bytes += nl - e->len;
-            e->len = nl;
-            e->need += (int64_t)n;
-            goto out;
-        }
+        if (e->state != EXT_QUEUED || off > e->off + e->len + RA_GAP ||
+            off + n + RA_GAP < e->off)
+            continue;
+        /* a neighbour (on either side) of a range not yet asked for: one
+         * request for both */
+        uint64_t lo = off < e->off ? off : e->off;
+        uint64_t hi = off + n > e->off + e->len ? off + n : e->off + e->len;
+        if (hi - lo > RA_EXTENT_MAX || ra_bytes + (hi - lo - e->len) > RA_BYTES_MAX)
+            continue;
+        ra_bytes += hi - lo - e->len;
+        e->off = lo;
+        e->len = hi - lo;
+        e->need += (int64_t)n;
+        goto out;
     }
     if (ra_bytes + n > RA_BYTES_MAX)
         goto out; /* enough in flight: the read will fetch it */

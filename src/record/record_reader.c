@@ -790,6 +790,22 @@ static int locate(const sl_reader *r, uint64_t i, const slr_shard **sh, uint64_t
     return SL_OK;
 }
 
+/* Read record i's frame from its shard (not mapped): a failure (a remote
+ * shard's request that failed after its retries) names the record too. */
+static int read_frame(const slr_shard *sh, uint64_t i, uint8_t *dst, uint64_t len, uint64_t off) {
+    int rc = sl_io__read(sh->io, dst, (size_t)(SLR_FRAME_HEADER + len), off);
+    if (rc < 0) {
+        char cause[SL__ERRMSG_MAX];
+        const char *m = sl_errmsg();
+        size_t pl = strlen(sh->path);
+        if (!strncmp(m, sh->path, pl) && m[pl] == ':' && m[pl + 1] == ' ')
+            m += pl + 2; /* the shard is named once */
+        snprintf(cause, sizeof cause, "%s", m);
+        return sl__error(rc, "%s: record %llu: %s", sh->path, (unsigned long long)i, cause);
+    }
+    return SL_OK;
+}
+
 /* Record i's frame: in the mapping, or read into rec->frame (pread mode, or
  * `copy` and a shard of large records: COPY_MIN_RECORD). */
 static int frame_of(const sl_reader *r, uint64_t i, sl_record *rec, bool copy,
@@ -802,7 +818,7 @@ static int frame_of(const sl_reader *r, uint64_t i, sl_record *rec, bool copy,
     }
     SL_TRY(grow_buf(&rec->frame, &rec->frame_cap, (size_t)(SLR_FRAME_HEADER + *len),
                     "reading a record"));
-    SL_TRY(sl_io__read((*sh)->io, rec->frame, (size_t)(SLR_FRAME_HEADER + *len), off));
+    SL_TRY(read_frame(*sh, i, rec->frame, *len, off));
     *f = rec->frame;
     return SL_OK;
 }
@@ -866,7 +882,7 @@ int sl_record__read_into(const sl_reader *r, uint64_t i, sl_record *rec, bool ve
     if (len > cap || cap - len < SLR_FRAME_HEADER)
         return sl__error(SL_EINVAL, "%s: record %llu: %llu bytes do not fit a buffer of %zu",
                          sh->path, (unsigned long long)i, (unsigned long long)len, cap);
-    SL_TRY(sl_io__read(sh->io, dst, (size_t)(SLR_FRAME_HEADER + len), off));
+    SL_TRY(read_frame(sh, i, dst, len, off));
     return frame_decode(r, sh, i, dst, len, sum, verify, rec, owner);
 }
 

@@ -94,9 +94,15 @@ http {{
         return f"{'https' if self.https else 'http'}://127.0.0.1:{self.port}"
 
     def start(self):
+        # its own process group, so that stop() kills master and workers
+        # at once (a worker outlives a master killed alone); its output
+        # goes to the log, not to the caller's pipes
+        log = open(os.path.join(self.dir, "logs", "stderr.log"), "ab")
         self.proc = subprocess.Popen([NGINX, "-p", self.dir, "-c", self.conf, "-e",
                                       os.path.join(self.dir, "logs", "error.log"),
-                                      "-g", "daemon off;"], stdin=subprocess.DEVNULL)
+                                      "-g", "daemon off;"], stdin=subprocess.DEVNULL,
+                                     stdout=log, stderr=log, start_new_session=True)
+        log.close()
         for _ in range(200):  # bounded: 10 s
             if self.proc.poll() is not None:
                 raise RuntimeError("nginx exited: " + open(os.path.join(self.dir, "logs", "error.log")).read())
@@ -108,9 +114,20 @@ http {{
         raise RuntimeError("nginx did not start listening")
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
+        """Kill the server at once (SIGKILL to master and workers), as a
+        crash would."""
+        if self.proc:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             self.proc.wait()
+            for _ in range(100):  # bounded: 5 s for the workers to go
+                try:
+                    os.killpg(self.proc.pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.05)
         self.proc = None
 
     def close(self):
