@@ -3,7 +3,7 @@
 # same sharded .slr dataset
 #   local      from the local file system (page cache warm)
 #   http       from nginx on localhost, shard cache off (SLUICE_CACHE_BYTES=0:
-#              every run fetches every shard, into memory)
+#              records read by range requests, read ahead in the shuffle's order)
 #   http+20ms  the same through tests/remote/httpfix.py's proxy adding 20 ms
 #              to every request
 #   warm       from nginx with the shard cache already holding every shard
@@ -19,7 +19,7 @@ BUILD=${1:-build}
 REPEATS=${2:-3}
 DATA=${3:-data/photos/imagenet-like}
 EPOCHS=${4:-2}
-SLUICE=$PWD/$BUILD/sluice
+case $BUILD in /*) SLUICE=$BUILD/sluice ;; *) SLUICE=$PWD/$BUILD/sluice ;; esac
 PY=/usr/bin/python3
 W=$(mktemp -d)
 pids=()
