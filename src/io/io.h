@@ -124,31 +124,17 @@ int sl_io__http_stat(const char *name, sl_io_info *out);
 /* Whether `name`'s scheme is one io_http.c reads (http, https, s3). */
 int sl_io__http_handles(const char *name);
 
-/* The per-scheme signing hook: before each request to an s3:// object the
- * HTTP provider calls the scheme's signer with the request it is about to
- * send; the signer adds its headers ("Authorization: ...", "x-amz-date: ...",
- * "x-amz-content-sha256: ...", "x-amz-security-token: ...") through `add`.
- * A failure sets the message and returns it (the request is not sent). */
-typedef struct sl_io_request {
-    const char *method; /* "GET" or "HEAD" */
-    const char *url;    /* the whole https URL sent */
-    const char *host;   /* the Host header's value (host[:port]) */
-    const char *path;   /* the URL's path, as sent (already percent-encoded) */
-    const char *query;  /* the query string without '?', "" when none */
-    const char *range;  /* the Range header's value ("bytes=a-b"), NULL when none */
-    int64_t time_s;     /* the request's time (seconds since 1970, UTC) */
-} sl_io_request;
-typedef int (*sl_io_add_header_fn)(void *hctx, const char *line);
-typedef int (*sl_io_signer_fn)(const sl_io_request *rq, sl_io_add_header_fn add, void *hctx,
-                               void *user);
 /* The shard cache's budget for this process from now on (in place of
- * SLUICE_CACHE_BYTES; 0: no cache on disk, whole objects held in memory):
- * the spec's "cache_bytes". */
+ * SLUICE_CACHE_BYTES; 0: no cache on disk — .slr shards are read by ranges,
+ * tar and TFRecord shards held in memory): the spec's "cache_bytes". */
 void sl_io__cache_set_bytes(uint64_t bytes);
-/* Set the signer of s3:// requests made while credentials are set
- * (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); without credentials s3://
- * requests go unsigned (public buckets). Call before the first request. */
-void sl_io__set_s3_signer(sl_io_signer_fn fn, void *user);
+
+/* The objects under a remote prefix ("s3://bucket/prefix/": ListObjectsV2,
+ * every page), as names of the same scheme, in the store's order (by key),
+ * sidecar indexes (.slidx) left out; sl__malloc'd array and strings, freed
+ * with sl_source__free_paths' rule (NULL-terminated). SL_EINVAL for a name
+ * that cannot be listed (not s3://, or not ending in '/'). */
+int sl_io__list(const char *prefix, char ***names_out, int *n_out);
 
 /* Read a whole (small) file into sl__malloc memory plus a terminating zero
  * byte (not counted in *n_out); the caller frees it. `max` bounds the size

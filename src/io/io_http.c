@@ -35,15 +35,16 @@
  *   (by mtime, refreshed on each use) are deleted until the cache is within its
  *   budget; an entry mapped by a running process may be deleted (its mapping
  *   stays valid until unmapped).
- * - s3://bucket/key: https://bucket.s3.REGION.amazonaws.com/key (virtual-
- *   hosted), or ENDPOINT/bucket/key (path-style) when AWS_ENDPOINT_URL is set
- *   (virtual-hosted there too with AWS_S3_ADDRESSING_STYLE=virtual); requests
- *   are signed by the hook of sl_io__set_s3_signer when credentials are set,
- *   and unsigned (public buckets) when not.
+ * - s3://bucket/key: the URL and the signed headers (when credentials are
+ *   set; unsigned for public buckets) come from s3.c/sigv4.c, settings from
+ *   the AWS_* variables read once; such requests keep their path as it is
+ *   (CURLOPT_PATH_AS_IS). s3://bucket/prefix/ is listed (ListObjectsV2,
+ *   every page) by sl_io__list.
  *
  * Thread safety: every function may run on many threads at once.
  */
 #include "io/io.h"
+#include "io/s3.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -86,8 +87,9 @@ static pthread_mutex_t share_mu[CURL_LOCK_DATA_LAST];
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 static CURL *pool[POOL_MAX];
 static int npool;
-static sl_io_signer_fn s3_signer;
-static void *s3_signer_user;
+static sl_s3_config s3cfg; /* from the environment, read once */
+static int s3cfg_rc;
+static char s3cfg_msg[SL__ERRMSG_MAX];
 
 static long env_long(const char *name, long def, long lo, long hi) {
     const char *v = getenv(name);
@@ -158,6 +160,9 @@ static void init(void) {
         else
             cfg.cache_bytes = v;
     }
+    s3cfg_rc = sl_s3__config_from_env(&s3cfg);
+    if (s3cfg_rc < 0)
+        snprintf(s3cfg_msg, sizeof s3cfg_msg, "%s", sl_errmsg());
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_init(&share_mu[i], NULL);
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
@@ -185,10 +190,6 @@ void sl_io__cache_set_bytes(uint64_t bytes) {
 
 static uint64_t cache_budget(void) { return __atomic_load_n(&cfg.cache_bytes, __ATOMIC_RELAXED); }
 
-void sl_io__set_s3_signer(sl_io_signer_fn fn, void *user) {
-    s3_signer = fn;
-    s3_signer_user = user;
-}
 
 static CURL *handle_get(void) {
     CURL *h = NULL;
@@ -221,46 +222,20 @@ int sl_io__http_handles(const char *name) {
 
 /* The URL a name is fetched from: itself, or for s3://bucket/key the
  * endpoint's. */
+static int s3_config(void) {
+    return s3cfg_rc < 0 ? sl__error(s3cfg_rc, "%s", s3cfg_msg) : SL_OK;
+}
+
 static int resolve(const char *name, char *url, size_t cap) {
     int n;
     if (strncmp(name, "s3://", 5) != 0) {
         n = snprintf(url, cap, "%s", name);
     } else {
-        const char *b = name + 5, *slash = strchr(b, '/');
-        size_t blen = slash ? (size_t)(slash - b) : strlen(b);
-        const char *key = slash ? slash + 1 : "";
-        if (!blen)
-            return sl__error(SL_EINVAL, "%s: no bucket (s3://BUCKET/KEY)", name);
-        const char *ep = getenv("AWS_ENDPOINT_URL_S3");
-        if (!ep || !*ep)
-            ep = getenv("AWS_ENDPOINT_URL");
-        const char *style = getenv("AWS_S3_ADDRESSING_STYLE");
-        const char *region = getenv("AWS_REGION");
-        if (!region || !*region)
-            region = getenv("AWS_DEFAULT_REGION");
-        if (!region || !*region)
-            region = "us-east-1";
-        if (ep && *ep) {
-            size_t el = strlen(ep);
-            while (el && ep[el - 1] == '/')
-                el--;
-            if (style && !strcmp(style, "virtual")) {
-                const char *host = strstr(ep, "://");
-                if (!host)
-                    return sl__error(SL_EINVAL, "AWS_ENDPOINT_URL=%s: not a URL", ep);
-                host += 3;
-                n = snprintf(url, cap, "%.*s%.*s.%.*s/%s", (int)(host - ep), ep, (int)blen, b,
-                             (int)(el - (size_t)(host - ep)), host, key);
-            } else {
-                n = snprintf(url, cap, "%.*s/%.*s/%s", (int)el, ep, (int)blen, b, key);
-            }
-        } else if (style && !strcmp(style, "path")) {
-            n = snprintf(url, cap, "https://s3.%s.amazonaws.com/%.*s/%s", region, (int)blen, b,
-                         key);
-        } else {
-            n = snprintf(url, cap, "https://%.*s.s3.%s.amazonaws.com/%s", (int)blen, b, region,
-                         key);
-        }
+        SL_TRY(s3_config());
+        char *u;
+        SL_TRY(sl_s3__object_url(&s3cfg, name, &u));
+        n = snprintf(url, cap, "%s", u);
+        sl__free(u);
     }
     if (n < 0 || (size_t)n >= cap)
         return sl__error(SL_EINVAL, "%.200s...: URL too long", name);
@@ -275,7 +250,9 @@ typedef struct xfer {
     int head;
     uint64_t off, len;   /* the range wanted; len UINT64_MAX: to the end */
     uint64_t got;        /* bytes delivered so far (over all tries) */
-    uint8_t *dst;        /* sink: memory... */
+    uint8_t **grow;      /* sink: a growing sl__malloc buffer (len UINT64_MAX)... */
+    size_t grow_cap;
+    uint8_t *dst;        /* ...or memory... */
     int fd;              /* ...or a file (pwrite at got), when dst is NULL */
     XXH3_state_t *hash;  /* hashes the delivered bytes in order, or NULL */
     /* this try */
@@ -353,7 +330,21 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *u) {
         x->overflow = 1;
     }
     if (rest) {
-        if (x->dst) {
+        if (x->grow) {
+            if (x->got + rest > x->grow_cap) {
+                size_t c = x->grow_cap ? x->grow_cap * 2 : 65536;
+                while (c < x->got + rest)
+                    c *= 2;
+                uint8_t *g = c <= ((size_t)64 << 20) ? sl__realloc(*x->grow, c) : NULL;
+                if (!g) {
+                    x->sink_failed = ENOMEM;
+                    return 0;
+                }
+                *x->grow = g;
+                x->grow_cap = c;
+            }
+            memcpy(*x->grow + x->got, p + k, rest);
+        } else if (x->dst) {
             memcpy(x->dst + x->got, p + k, rest);
         } else {
             size_t done = 0;
@@ -388,32 +379,14 @@ static int add_header(void *u, const char *line) {
     return SL_OK;
 }
 
-/* Headers for an s3:// request: the signer's, when credentials are set. */
+/* Headers for an s3:// request: its signature, when credentials are set
+ * (sigv4.c through s3.c; unsigned for public buckets). */
 static int sign(const char *name, const char *url, int head, const char *range, hdr_ctx *hc) {
     if (strncmp(name, "s3://", 5) != 0)
         return SL_OK;
-    const char *id = getenv("AWS_ACCESS_KEY_ID"), *secret = getenv("AWS_SECRET_ACCESS_KEY");
-    if (!id || !*id || !secret || !*secret)
-        return SL_OK; /* a public bucket: unsigned */
-    if (!s3_signer)
-        return sl__error(SL_EUNSUPPORTED, "%s: AWS credentials are set but this build has no "
-                         "request signer; unset AWS_ACCESS_KEY_ID to read a public bucket",
-                         name);
-    const char *hs = strstr(url, "://");
-    hs = hs ? hs + 3 : url;
-    const char *ps = strchr(hs, '/');
-    char host[512], path[URL_MAX];
-    snprintf(host, sizeof host, "%.*s", ps ? (int)(ps - hs) : (int)strlen(hs), hs);
-    snprintf(path, sizeof path, "%s", ps ? ps : "/");
-    char *q = strchr(path, '?');
-    const char *query = "";
-    if (q) {
-        *q = 0;
-        query = q + 1;
-    }
-    sl_io_request rq = {.method = head ? "HEAD" : "GET", .url = url, .host = host, .path = path,
-                        .query = query, .range = range, .time_s = (int64_t)time(NULL)};
-    return s3_signer(&rq, add_header, hc, s3_signer_user);
+    SL_TRY(s3_config());
+    return sl_s3__sign(&s3cfg, head ? "HEAD" : "GET", url, range, (int64_t)time(NULL), add_header,
+                       hc);
 }
 
 static int retryable_curl(CURLcode cc) {
@@ -547,6 +520,8 @@ static int perform(xfer *x, const char *url, int quiet_404, long *status_out) {
         }
         if (hc.list)
             curl_easy_setopt(h, CURLOPT_HTTPHEADER, hc.list);
+        if (!strncmp(x->name, "s3://", 5)) /* keys may hold "//", "./", "../": as signed */
+            curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
         CURLcode cc = curl_easy_perform(h);
         curl_slist_free_all(hc.list);
         long st = 0;
@@ -1213,9 +1188,9 @@ int sl_io__http_open(sl_io **out, const char *name, unsigned flags) {
     h->base.name = sl__strdup(name);
     if (!h->base.name)
         SL_FAIL(SL_ENOMEM, "%s: out of memory opening it", name);
-    SL_CHECK(resolve(name, h->url, sizeof h->url));
     if (name[strlen(name) - 1] == '/')
         SL_FAIL(SL_EINVAL, "%s: is a directory", name);
+    SL_CHECK(resolve(name, h->url, sizeof h->url));
     xfer x;
     int is_dir;
     SL_CHECK(head(name, h->url, 0, &x, &is_dir));
@@ -1239,13 +1214,13 @@ cleanup:
 int sl_io__http_stat(const char *name, sl_io_info *out) {
     memset(out, 0, sizeof *out);
     SL_TRY(ensure_init());
-    char url[URL_MAX];
-    SL_TRY(resolve(name, url, sizeof url));
     size_t nl = strlen(name);
     if (nl && name[nl - 1] == '/') {
         out->is_dir = 1;
         return SL_OK;
     }
+    char url[URL_MAX];
+    SL_TRY(resolve(name, url, sizeof url));
     xfer x;
     int is_dir;
     int rc = head(name, url, 1, &x, &is_dir);
@@ -1272,4 +1247,74 @@ int sl_io__http_stat(const char *name, sl_io_info *out) {
             out->mtime_ns = (int64_t)t * 1000000000;
     }
     return SL_OK;
+}
+
+/* ---- listing a prefix (s3://bucket/prefix/) -------------------------------------- */
+
+/* One ListObjectsV2 page: a signed GET of `url` into memory. */
+static int list_fetch(void *user, const char *url, char **body, size_t *len) {
+    const char *name = user;
+    uint8_t *buf = NULL;
+    xfer x;
+    memset(&x, 0, sizeof x);
+    x.name = name;
+    x.len = UINT64_MAX;
+    x.grow = &buf;
+    x.fd = -1;
+    long st;
+    int rc = perform(&x, url, 0, &st);
+    if (rc < 0) {
+        sl__free(buf);
+        return rc;
+    }
+    *body = (char *)buf;
+    *len = (size_t)x.got;
+    return SL_OK;
+}
+
+int sl_io__list(const char *prefix, char ***names_out, int *n_out) {
+    *names_out = NULL;
+    *n_out = 0;
+    size_t pl = strlen(prefix);
+    if (strncmp(prefix, "s3://", 5) != 0 || !pl || prefix[pl - 1] != '/')
+        return sl__error(SL_EINVAL, "%s: only s3://BUCKET/PREFIX/ names can be listed", prefix);
+    SL_TRY(ensure_init());
+    SL_TRY(s3_config());
+    sl_s3_list l;
+    memset(&l, 0, sizeof l);
+    SL_TRY(sl_s3__list(&s3cfg, prefix, list_fetch, (void *)(uintptr_t)prefix, 0, 0, &l));
+    int rc = SL_OK, n = 0;
+    const char *slash = strchr(prefix + 5, '/');
+    size_t blen = (size_t)(slash - prefix); /* "s3://bucket" */
+    char **v = sl__calloc(l.n + 1, sizeof *v);
+    if (!v)
+        SL_FAIL(SL_ENOMEM, "%s: out of memory listing it", prefix);
+    for (size_t i = 0; i < l.n; i++) {
+        const char *key = l.v[i].key;
+        size_t kl = strlen(key);
+        if ((kl >= 6 && !strcmp(key + kl - 6, ".slidx")) || (kl && key[kl - 1] == '/'))
+            continue; /* a sidecar index (found beside its file) or a "folder" */
+        if (n >= 1000000)
+            SL_FAIL(SL_ELIMIT, "%s: more than a million objects", prefix);
+        v[n] = sl__malloc(blen + 1 + kl + 1);
+        if (!v[n])
+            SL_FAIL(SL_ENOMEM, "%s: out of memory listing it", prefix);
+        memcpy(v[n], prefix, blen);
+        v[n][blen] = '/';
+        memcpy(v[n] + blen + 1, key, kl + 1);
+        n++;
+    }
+    if (!n)
+        SL_FAIL(SL_EINVAL, "%s: no objects under this prefix", prefix);
+    *names_out = v;
+    *n_out = n;
+    v = NULL;
+cleanup:
+    if (v) {
+        for (int i = 0; v[i]; i++)
+            sl__free(v[i]);
+        sl__free(v);
+    }
+    sl_s3__list_dispose(&l);
+    return rc;
 }

@@ -343,6 +343,17 @@ static int expand_one(pathlist *pl, const char *s, const char *field) {
         return sl__error(SL_EINVAL, "%s: empty path", field);
     if (s[0] == '@')
         return read_list_file(pl, s + 1, field);
+    size_t n = strlen(s);
+    if (!strncmp(s, "s3://", 5) && s[n - 1] == '/') { /* a prefix: its objects */
+        char **v;
+        int k;
+        SL_TRY(sl_io__list(s, &v, &k));
+        int rc = SL_OK;
+        for (int i = 0; rc == SL_OK && i < k; i++)
+            rc = pl_add(pl, v[i], strlen(v[i]), field);
+        sl_source__free_paths(v);
+        return rc;
+    }
     return expand_braces(pl, s, field, 0);
 }
 

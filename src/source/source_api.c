@@ -104,6 +104,24 @@ static int detect_one(const char *path, const sl_source_format **kind_out) {
                          sl_io__is_url(path) ? "HTTP 404 (not found)" : strerror(ENOENT));
     }
     SL_TRY(src);
+    if (st.is_dir && sl_io__is_url(path)) {
+        /* a remote "directory": a .slr dataset, or an s3:// prefix whose
+         * objects are the inputs; never an ImageFolder (no listing) */
+        int yes = sl_source__sniff_slr(path, 1, NULL, 0);
+        if (yes < 0)
+            return yes;
+        if (yes) {
+            for (const sl_source_format *k = sl_source__kinds; k->key; k++)
+                if (k->sniff == sl_source__sniff_slr) {
+                    *kind_out = k;
+                    return SL_OK;
+                }
+        }
+        if (!strncmp(path, "s3://", 5))
+            return detect_pattern(path, kind_out);
+        return sl__error(SL_EUNSUPPORTED, "%s: a directory URL without a manifest.json (not a .slr "
+                         "dataset); name its files, or list them in an @file", path);
+    }
     int is_dir = st.is_dir;
     uint8_t head[1024];
     size_t n = 0;

@@ -159,6 +159,7 @@ class FaultProxy:
         self.counts = {k: 0 for k, _ in self.rates}
         self.counts["ok"] = 0
         self.gets = 0  # GET requests seen
+        self.seen_headers = []  # each request's headers (lower-case names), in order
         self.lock = threading.Lock()
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -209,8 +210,9 @@ class FaultProxy:
                         break
                     k, v = h.decode("latin-1").split(":", 1)
                     hdrs[k.strip().lower()] = v.strip()
-                if method == "GET":
-                    with self.lock:
+                with self.lock:
+                    self.seen_headers.append(dict(hdrs))
+                    if method == "GET":
                         self.gets += 1
                 if self.delay:
                     time.sleep(self.delay)
