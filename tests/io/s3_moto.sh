@@ -14,7 +14,11 @@
 # tokens); a session token (STS AssumeRole) sent and signed, and refused
 # when left out or changed; a wrong secret refused (SignatureDoesNotMatch);
 # a missing key is a 404 NoSuchKey; without credentials the request goes
-# unsigned (moto refuses it: the bucket is private).
+# unsigned (moto refuses it: the bucket is private). Then the HTTP provider
+# itself (build/sluice): `sluice run` of a .slr at s3:// (fetched into the
+# cache, and read by ranges) and of WebDataset shards named by their s3://
+# prefix (ListObjectsV2) gives the local run's batches, every request signed
+# and checked; unsigned, a 403 naming the s3:// name.
 #
 # The venv is kept in ${SLUICE_MOTO_VENV:-~/.cache/sluice-tools/moto-venv} (made on
 # first use; needs PyPI). Exit 77 when moto cannot be installed.
@@ -22,6 +26,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-$REPO/build}
 GET=$BUILD/sluice_s3_get
+SLUICE=$BUILD/sluice
 PY=${PY:-/usr/bin/python3}
 MOTO_VERSION=5.2.5
 VENV=${SLUICE_MOTO_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice-tools/moto-venv}
@@ -56,6 +61,21 @@ for _ in $(seq 100); do
 done
 EP=http://127.0.0.1:$PORT
 
+# Data for the provider's checks (section 5): two WebDataset shards and a
+# .slr made from them by sluice pack.
+"$PY" - "$WORK" <<'PYDATA' || fail "making the datasets failed"
+import io, sys, tarfile
+w = sys.argv[1]
+for s in range(2):
+    with tarfile.open(f"{w}/wds-{s:05d}.tar", "w", format=tarfile.USTAR_FORMAT) as t:
+        for i in range(s * 40, s * 40 + 40):
+            for ext, data in (("cls", str(i).encode()), ("bin", bytes((i * 7 + k) % 256 for k in range(300 + i)))):
+                ti = tarfile.TarInfo(f"s{i:05d}.{ext}")
+                ti.size = len(data)
+                t.addfile(ti, io.BytesIO(data))
+PYDATA
+"$SLUICE" pack "$WORK"/wds-0000{0,1}.tar "$WORK/one.slr" >/dev/null || fail "sluice pack failed"
+
 # Set-up with boto3 (moto's own dependency): the objects, their bytes in
 # $WORK/obj/N, and the credentials.
 "$VENV/bin/python" - "$EP" "$WORK" <<'EOF' >"$WORK/creds" 2>>"$LOG" || fail "set-up with boto3 failed"
@@ -89,6 +109,9 @@ with open(f"{work}/keys.tsv", "w") as f:
         s3.put_object(Bucket="sluice-test", Key=k, Body=v)
         open(f"{work}/obj/{n}", "wb").write(v)
         f.write(f"{n}\t{k}\t{len(v)}\n")
+s3.create_bucket(Bucket="sluice-data")  # section 5's, apart from the listings above
+for f in ("wds-00000.tar", "wds-00001.tar", "one.slr"):
+    s3.upload_file(f"{work}/{f}", "sluice-data", ("ds/" if f.endswith(".slr") else "wds/") + f)
 trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"},
                                                  "Action": "sts:AssumeRole"}]}
 iam2 = boto3.client("iam", **kw)
@@ -161,6 +184,32 @@ ok
 run env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY "$GET" "$K" >/dev/null 2>"$WORK/err" &&
   fail "an unsigned request to a private bucket was accepted"
 grep -q "HTTP 403" "$WORK/err" || fail "unsigned: $(cat "$WORK/err")"
+ok
+
+# 5. the HTTP provider itself (src/io/io_http.c): sluice run over s3://
+#    names, every request signed and checked by moto; batches equal the
+#    local run's
+spec() { printf '{"source": {%s, "shuffle": true}, "seed": 1, "epochs": 2, "ops": [{"op": "batch", "size": 8}]}' "$1"; }
+spec "\"path\": \"$WORK/one.slr\"" >"$WORK/l1.json"
+spec "\"path\": \"s3://sluice-data/ds/one.slr\"" >"$WORK/r1.json"
+spec "\"webdataset\": \"$WORK/wds-{00000..00001}.tar\"" >"$WORK/l2.json"
+spec "\"webdataset\": \"s3://sluice-data/wds/\"" >"$WORK/r2.json"
+"$SLUICE" run "$WORK/l1.json" --digest >"$WORK/want1" || fail "local run"
+"$SLUICE" run "$WORK/l2.json" --digest >"$WORK/want2" || fail "local run"
+for cache in 1G 0; do  # fetched whole into the cache; read by ranges
+  run env SLUICE_CACHE_DIR="$WORK/cache" SLUICE_CACHE_BYTES=$cache "$SLUICE" run "$WORK/r1.json" --digest \
+    >"$WORK/got" 2>"$WORK/err" || fail "sluice run s3:// .slr (cache $cache): $(cat "$WORK/err")"
+  cmp -s "$WORK/got" "$WORK/want1" || fail "sluice run s3:// .slr (cache $cache): batches differ"
+  ok
+done
+# the shards named by their prefix: listed with ListObjectsV2, then read
+run env SLUICE_CACHE_DIR="$WORK/cache" "$SLUICE" run "$WORK/r2.json" --digest >"$WORK/got" 2>"$WORK/err" ||
+  fail "sluice run s3:// prefix: $(cat "$WORK/err")"
+cmp -s "$WORK/got" "$WORK/want2" || fail "sluice run s3:// prefix: batches differ"
+ok
+run env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY SLUICE_CACHE_DIR="$WORK/cache2" \
+  "$SLUICE" run "$WORK/r1.json" >/dev/null 2>"$WORK/err" && fail "sluice read a private bucket unsigned"
+grep -q "s3://sluice-data/ds/one.slr.*HTTP 403" "$WORK/err" || fail "unsigned sluice run: $(cat "$WORK/err")"
 ok
 
 echo "ok   s3_moto: $n_ok checks against moto $MOTO_VERSION on $EP (signatures verified)"
