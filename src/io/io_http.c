@@ -127,7 +127,7 @@ static void init(void) {
     cfg.backoff_max_ms = env_long("SLUICE_HTTP_BACKOFF_MAX_MS", 5000, 0, 600000);
     cfg.connect_timeout_s = env_long("SLUICE_HTTP_CONNECT_TIMEOUT", 10, 1, 3600);
     cfg.stall_s = env_long("SLUICE_HTTP_STALL_TIMEOUT", 30, 1, 3600);
-    cfg.readahead = (int)env_long("SLUICE_HTTP_READAHEAD", 16, 1, 64);
+    cfg.readahead = (int)env_long("SLUICE_HTTP_READAHEAD", 64, 1, 256);
     const char *ca = getenv("SLUICE_CA_BUNDLE");
     if (!ca || !*ca)
         ca = getenv("CURL_CA_BUNDLE");
@@ -637,7 +637,7 @@ typedef struct http_io {
  * sl_io__will_need(off, n) queues the range as an extent; a hint that starts
  * within RA_GAP bytes of a queued extent's end joins it (one request for
  * neighbours, up to RA_EXTENT_MAX). A process-wide set of fetch threads (up
- * to SLUICE_HTTP_READAHEAD, default 16, started on first use) takes extents
+ * to SLUICE_HTTP_READAHEAD, default 64, started on first use) takes extents
  * in hint order and fetches each with one range request (the retry loop of
  * perform). A read inside an extent waits for it and copies from it; an
  * extent is freed once the bytes hinted into it have been read, and hints
@@ -746,7 +746,7 @@ static void http_will_need(sl_io *io, uint64_t off, size_t n) {
         return;
     pthread_mutex_lock(&ra_mu);
     for (extent *e = h->ext; e; e = e->next) {
-        if (off >= e->off && off + n <= e->off + e->len) { /* already asked for */
+        if (off >= e->off && off + n <= e->off + e->len) { /* inside: a gap joined */
             e->need += (int64_t)n;
             goto out;
         }

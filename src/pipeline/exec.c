@@ -69,6 +69,7 @@
 /* Prefetch distances of the reading loop, in records (source.h, prefetch). */
 #define PREFETCH_FAR 16
 #define PREFETCH_NEAR 4
+#define READ_AHEAD 256 /* records hinted past the chunk for remote range reads */
 #define PERM_OP 0xfffffffffffffff1ull
 
 /* ---- chunks ------------------------------------------------------------------------ */
@@ -484,10 +485,34 @@ static void *source_main(void *arg) {
             c->pos[i] = p->src_pos + i;
             c->s[i].index = record_at(p, c->epoch, p->src_pos + i, &c->key[i]);
         }
+        /* Remote reads by ranges: hint this chunk and READ_AHEAD records past
+         * it, in the order they will be read (the permutation is known), so
+         * that their requests are in flight before a thread asks. Only within
+         * this pass of the epoch (record_at of another pass rebuilds the
+         * permutation). */
+        uint64_t ahead[READ_AHEAD];
+        uint32_t nahead = 0;
+        if (p->src->reads_ahead) {
+            if (p->ra_epoch != c->epoch || p->ra_pos < p->src_pos) {
+                p->ra_epoch = c->epoch;
+                p->ra_pos = p->src_pos;
+            }
+            uint64_t end = p->src_pos + n + READ_AHEAD, pass_end =
+                (p->src_pos / p->per_pass + 1) * p->per_pass;
+            if (end > pass_end)
+                end = pass_end;
+            if (end > p->per_epoch)
+                end = p->per_epoch;
+            uint64_t key;
+            for (; p->ra_pos < end && nahead < READ_AHEAD; p->ra_pos++)
+                ahead[nahead++] = record_at(p, c->epoch, p->ra_pos, &key);
+        }
         p->src_pos += n;
         if (p->spec->shuffle)
             prepare_next_perm(p);
         pthread_mutex_unlock(&p->src_mu);
+        for (uint32_t k = 0; k < nahead; k++)
+            sl_source__prefetch(p->src, ahead[k], SL_PREFETCH_REMOTE);
 
         span t0 = span_begin();
         uint32_t kept = 0;

@@ -264,7 +264,12 @@ int sl_record__copy_size(const sl_reader *r, uint64_t i, size_t *size);
  * dst owned by `owner` (the record takes no reference). */
 int sl_record__read_into(const sl_reader *r, uint64_t i, sl_record *rec, bool verify,
                          uint8_t *dst, size_t cap, sl_buffer *owner);
-void sl_record__prefetch(const sl_reader *r, uint64_t i, bool far);
+/* far: 0 the record's first bytes, 1 its index entry, 2 (a shard read by
+ * ranges) start fetching it: sl_io__will_need, once per record. */
+void sl_record__prefetch(const sl_reader *r, uint64_t i, int far);
+/* Whether some shard is read by ranges (not mapped: a remote shard that does
+ * not fit the shard cache), whose reads prefetch hints fetch ahead. */
+bool sl_record__reads_by_ranges(const sl_reader *r);
 
 /* ---- manifest (manifest.c) ------------------------------------------------------- */
 

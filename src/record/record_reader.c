@@ -889,16 +889,19 @@ int sl_record__read_into(const sl_reader *r, uint64_t i, sl_record *rec, bool ve
 /* A shuffled read lands on a cold index entry and a cold frame: two cache
  * misses that were a quarter of the time of a small-record pipeline (28x28
  * images) before the reading threads started asking for both ahead. */
-void sl_record__prefetch(const sl_reader *r, uint64_t i, bool far) {
+void sl_record__prefetch(const sl_reader *r, uint64_t i, int far) {
     const slr_shard *sh = sl_record__shard_of(r, i);
     const uint8_t *e = sh->entries + (i - sh->first) * SLR_INDEX_ENTRY;
-    if (far) {
-        __builtin_prefetch(e);
+    if (far == 2) {
         if (!sh->map) { /* read by ranges (a remote shard): fetch it ahead */
             uint64_t off = sl__ld64(e), len = sl__ld64(e + 8);
             if (off <= sh->size - SLR_FRAME_HEADER && len <= sh->size - SLR_FRAME_HEADER - off)
                 sl_io__will_need(sh->io, off, (size_t)(SLR_FRAME_HEADER + len));
         }
+        return;
+    }
+    if (far) {
+        __builtin_prefetch(e);
         return;
     }
     if (!sh->map || sh->copy_reads)
@@ -913,6 +916,13 @@ void sl_record__prefetch(const sl_reader *r, uint64_t i, bool far) {
      * that the hardware prefetcher follows. */
     for (uint64_t b = 0; b < 1024 && b < SLR_FRAME_HEADER + len; b += 64)
         __builtin_prefetch(sh->map + off + b);
+}
+
+bool sl_record__reads_by_ranges(const sl_reader *r) {
+    for (int k = 0; k < r->nshards; k++)
+        if (!r->shards[k].map && r->shards[k].size && sl_io__is_url(r->shards[k].path))
+            return true;
+    return false;
 }
 
 int sl_reader_read(const sl_reader *r, uint64_t i, sl_record *rec) {

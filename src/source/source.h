@@ -171,7 +171,9 @@ typedef struct sl_source_vtbl {
     /* Optional: record i (< count) will be read soon (contract 6). The
      * executor calls it with `far` = 1 some records ahead (bring in what
      * locates the record: an index entry), then with `far` = 0 a few records
-     * ahead (bring in the record's first bytes). */
+     * ahead (bring in the record's first bytes); for a source that
+     * `reads_ahead`, once per record with `far` = SL_PREFETCH_REMOTE well
+     * ahead (start fetching it). */
     void (*prefetch)(sl_source *src, uint64_t i, int far);
     /* Values of an `indexed` column: `count` int64_t (SL_COL_INT64) or double
      * (SL_COL_FLOAT64), borrowed for the source's life. NULL: none indexed. */
@@ -202,6 +204,11 @@ struct sl_source {
                                TFRecord unless "verify": false); set at open,
                                read with sl_source_checksummed */
     sl_source__checker *api_check; /* sl_source_check's, made on first use */
+#define SL_PREFETCH_REMOTE 2
+    int reads_ahead;        /* reads are remote range requests that prefetch
+                               hints fetch ahead (a .slr shard read by ranges,
+                               io_http.c): the executor hints records well
+                               past the chunk it reads, in the shuffle's order */
 };
 
 /* Check the image columns (col.image) of record i, read into `smp`, as pack

@@ -125,7 +125,7 @@ static int slr_read_cols(sl_source *src, sl_source_cursor *cur, uint64_t i, void
 }
 
 static void slr_prefetch(sl_source *src, uint64_t i, int far) {
-    sl_record__prefetch(((slr_source *)src)->reader, i, far != 0);
+    sl_record__prefetch(((slr_source *)src)->reader, i, far);
 }
 
 static int slr_index_column(sl_source *src, int col, const void **vals_out) {
@@ -189,6 +189,7 @@ int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field) {
     }
     s->verify = true; /* opened without SL_READ_NO_VERIFY */
     s->base.checksummed = 1;
+    s->base.reads_ahead = sl_record__reads_by_ranges(s->reader);
     snprintf(s->base.name, sizeof s->base.name, "%s", sl__base_name(path->valuestring));
     s->base.count = sl_reader_count(s->reader);
     if (s->base.count)
