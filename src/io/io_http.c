@@ -678,8 +678,8 @@ static void ra_unlink(http_io *h, extent *e) { /* under ra_mu; e not queued */
             break;
         }
     ra_bytes -= e->len;
-    free(e->data);
-    free(e);
+    sl__free(e->data);
+    sl__free(e);
     if (!h->ext && h->ra_prev) {
         *h->ra_prev = h->ra_next;
         if (h->ra_next)
@@ -719,7 +719,7 @@ static void *ra_worker(void *arg) {
         e->io->inflight++;
         uint64_t off = e->off, len = e->len;
         pthread_mutex_unlock(&ra_mu);
-        uint8_t *d = malloc(len ? (size_t)len : 1);
+        uint8_t *d = sl__malloc(len ? (size_t)len : 1);
         int rc = d ? fetch_range(e->io, d, off, len) : SL_ENOMEM;
         if (rc != SL_OK)
             SL_LOG_DEBUG("read-ahead: %s", sl_errmsg());
@@ -728,10 +728,10 @@ static void *ra_worker(void *arg) {
             e->data = rc == SL_OK ? d : NULL;
             e->state = rc == SL_OK ? EXT_READY : EXT_FAILED;
             if (rc != SL_OK)
-                free(d);
+                sl__free(d);
             e->io->inflight--;
         } else {
-            free(d);
+            sl__free(d);
         }
         pthread_cond_broadcast(&ra_done);
     }
@@ -778,7 +778,7 @@ static void http_will_need(sl_io *io, uint64_t off, size_t n) {
     }
     if (!ra_threads)
         goto out; /* no thread to fetch it: the read will */
-    extent *e = calloc(1, sizeof *e);
+    extent *e = sl__calloc(1, sizeof *e);
     if (!e)
         goto out;
     e->io = h;
@@ -1003,7 +1003,7 @@ static void evict(const char *dir, const char *keep) {
         }
         if (n == cap) {
             size_t c2 = cap ? cap * 2 : 64;
-            cache_ent *nv = realloc(v, c2 * sizeof *nv);
+            cache_ent *nv = sl__realloc(v, c2 * sizeof *nv);
             if (!nv)
                 break;
             v = nv;
@@ -1033,7 +1033,7 @@ static void evict(const char *dir, const char *keep) {
             unlink(path);
         }
     }
-    free(v);
+    sl__free(v);
     flock(lfd, LOCK_UN);
     close(lfd);
 }

@@ -528,10 +528,10 @@ int sl_spec_from_json(sl_spec **out, const char *json) {
                 SL_CHECK(sl_spec__parse_bytes(it, "cache_bytes", &s->cache_bytes));
             s->has_cache_bytes = 1;
         } else {
-            static const char *const keys[] = {"source",    "ops",          "seed",
-                                               "epochs",    "on_error",     "deterministic",
-                                               "vectorize", "device",       "memory_limit", "cache_bytes",
-                                               NULL};
+            static const char *const keys[] = {"source",       "ops",      "seed",
+                                               "epochs",       "on_error", "deterministic",
+                                               "vectorize",    "device",   "memory_limit",
+                                               "cache_bytes",  NULL};
             char list[256];
             sl__names_closest(k, keys, -1, list, sizeof list);
             SL_FAIL(SL_EINVAL, "%s: unknown key (keys: %s)", k, list);
