@@ -34,7 +34,9 @@ STOP = 3
 def keys_of(batch):
     if "idx" in batch:
         return [int(x) for x in np.asarray(batch["idx"])]
-    return [bytes(np.asarray(k, dtype=np.uint8)).decode() for k in batch["__key__"]]
+    # a text column: str (older builds gave its bytes as uint8 arrays)
+    return [k if isinstance(k, str) else bytes(np.asarray(k, dtype=np.uint8)).decode()
+            for k in batch["__key__"]]
 
 
 def make(kind, base):
