@@ -465,7 +465,12 @@ int sl_sidx__load(const char *data_path, const char *kind, sl_sidx **out) {
                        sl__base_name(data_path), ix->data_size, size, data_path);
         goto stale;
     }
-    if (mtime != ix->data_mtime_ns) {
+    /* A URL's time (Last-Modified) has whole seconds: the index, written
+     * where the file was local, has nanoseconds. Compare seconds then. */
+    int64_t want = ix->data_mtime_ns;
+    if (sl_io__is_url(data_path))
+        want -= want % 1000000000;
+    if (mtime != want) {
         rc = sl__error(SL_EINVAL, "%s is stale (%s changed: mtime %" PRId64 " != %" PRId64
                        " ns); rebuild it with `sluice index %s`", sl__base_name(path),
                        sl__base_name(data_path), ix->data_mtime_ns, mtime, data_path);

@@ -489,3 +489,38 @@ print(len(r), sum(len(r[i]["blob"]) for i in range(len(r))), r.verify())
     assert r.returncode == 0, r.stderr
     loc = sluice.Reader(data + "/one.slr")
     assert r.stdout.split() == [str(N), str(sum(len(loc[i]["blob"]) for i in range(N))), "0"]
+
+
+def test_tfrecord_over_http_with_and_without_index(tmp_path, web):
+    """TFRecord files of tf.train.Examples (Google's protobuf runtime, as in
+    test_sources.py) read over HTTP equal the local read, without a sidecar
+    index (scanned when opened) and with one (`sluice index`, fetched beside
+    each file); a cache entry of one with a flipped byte is fetched again."""
+    pytest.importorskip("crc32c")
+    import test_sources as ts
+    root = tmp_path / "tf"
+    root.mkdir()
+    paths, _, _ = ts.write_tfrecords(ts.tf_messages(tmp_path), str(root))
+    with httpfix.Nginx(str(root)) as ng:
+        src = lambda base: {"tfrecord": base + "/part-{0,1}.tfrecord",  # noqa: E731
+                            "features": {"image/encoded": "image", "image/class/label": "label"}}
+
+        def digests_n(r):
+            lines = [l for l in r.stdout.splitlines() if ":" in l]
+            assert lines, r.stderr
+            return lines
+        want = digests_n(run_spec(tmp_path, src(str(root)), env_for(tmp_path)))
+        got = digests_n(run_spec(tmp_path, src(ng.url), env_for(tmp_path, SLUICE_CACHE_BYTES=0)))
+        assert got == want
+        r = subprocess.run([SLUICE, "index"] + paths, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert all(os.path.exists(p + ".slidx") for p in paths)
+        spec = dict(src(ng.url), index=True)
+        assert digests_n(run_spec(tmp_path, spec, env_for(tmp_path))) == want
+        cache = tmp_path / "cache"
+        (entry,) = [f for f in os.listdir(cache) if f.endswith("part-0.tfrecord")]
+        b = bytearray((cache / entry).read_bytes())
+        b[len(b) // 3] ^= 1
+        (cache / entry).write_bytes(bytes(b))
+        r = run_spec(tmp_path, spec, env_for(tmp_path))
+        assert digests_n(r) == want and "damaged" in r.stderr, r.stderr
