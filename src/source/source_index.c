@@ -291,6 +291,9 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
 
 int sl_sidx__write(const char *data_path, const sl_sidx *ix) {
     char path[4096], tmp[4200];
+    if (sl_io__is_url(data_path))
+        return sl__error(SL_EUNSUPPORTED, "%s: an index is written beside a local file; index a "
+                         "local copy and put its .slidx beside the remote file", data_path);
     SL_TRY(sl_sidx__path(data_path, path, sizeof path));
     uint64_t size = 0;
     int64_t mtime = 0;

@@ -350,6 +350,10 @@ def test_cli_commands_take_urls(tmp_path, data, web):
                        capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert sluice.Reader(str(out)).__len__() == N
+    # an index is written beside a local file only: said so
+    r = subprocess.run([SLUICE, "index", web.url + "/wds-00000.tar"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 1 and "index a local copy" in r.stderr, r.stderr
 
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4",
