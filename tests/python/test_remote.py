@@ -151,6 +151,9 @@ def test_https_with_the_test_ca(tmp_path, data):
         want = local_digest(tmp_path, data, {"path": data + "/ds"})
         r = run_spec(tmp_path, src, env_for(tmp_path, SLUICE_CA_BUNDLE=ng.ca))
         assert digests(r) == want
+        # nginx offers HTTP/2 over TLS: it is used
+        protos = ng.protocols()
+        assert protos and set(protos) == {"HTTP/2.0"}, protos
         # without trusting the certificate: a clear error, no retries
         r = run_spec(tmp_path, src, env_for(tmp_path / "x"), check=False)
         assert r.returncode == 1
@@ -445,6 +448,8 @@ def test_s3_signed_requests_reach_the_server(tmp_path, data, web):
             for h in seen), seen[:2]
         # a range request signs its Range header too
         assert any("range" in h.get("authorization", "") and "range" in h for h in seen)
+        # connections are kept alive: far fewer than requests
+        assert px.conns * 3 < len(seen), (px.conns, len(seen))
     finally:
         px.close()
 

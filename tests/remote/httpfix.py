@@ -70,7 +70,8 @@ pid {self.dir}/nginx.pid;
 error_log {self.dir}/logs/error.log warn;
 events {{ worker_connections 256; }}
 http {{
-  access_log off;
+  log_format proto '$server_protocol $request_method $status';
+  access_log {self.dir}/logs/access.log proto;
   client_body_temp_path {t}/body; proxy_temp_path {t}/proxy;
   fastcgi_temp_path {t}/fcgi; uwsgi_temp_path {t}/uwsgi; scgi_temp_path {t}/scgi;
   types {{ application/octet-stream slr tar tfrecord; application/json json; }}
@@ -112,6 +113,14 @@ http {{
             except OSError:
                 time.sleep(0.05)
         raise RuntimeError("nginx did not start listening")
+
+    def protocols(self):
+        """The protocol of each request served so far ("HTTP/1.1", "HTTP/2.0")."""
+        try:
+            with open(os.path.join(self.dir, "logs", "access.log")) as f:
+                return [l.split()[0] for l in f if l.strip()]
+        except OSError:
+            return []
 
     def stop(self):
         """Kill the server at once (SIGKILL to master and workers), as a
@@ -160,6 +169,7 @@ class FaultProxy:
         self.counts["ok"] = 0
         self.gets = 0  # GET requests seen
         self.seen_headers = []  # each request's headers (lower-case names), in order
+        self.conns = 0  # connections accepted
         self.lock = threading.Lock()
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -193,6 +203,8 @@ class FaultProxy:
                 c, _ = self.sock.accept()
             except OSError:
                 return
+            with self.lock:
+                self.conns += 1
             threading.Thread(target=self._serve, args=(c,), daemon=True).start()
 
     def _serve(self, c):
