@@ -401,6 +401,9 @@ SL_API const char *sl_reader_meta_key(const sl_reader *r, int i);
 /** Number of shard files, and the path of shard i (borrowed). */
 SL_API int sl_reader_shard_count(const sl_reader *r);
 SL_API const char *sl_reader_shard_path(const sl_reader *r, int i);
+/** Size in bytes of shard i's file (a local file or a remote object: the path
+ *  may be a URL), 0 when i is out of range. Since 0.1 */
+SL_API uint64_t sl_reader_shard_bytes(const sl_reader *r, int i);
 /** Total bytes of data in all shards. */
 SL_API uint64_t sl_reader_data_bytes(const sl_reader *r);
 

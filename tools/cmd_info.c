@@ -4,7 +4,6 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 static void help(FILE *f) {
     fprintf(f, "usage: sluice info DATASET... [--json] [--features SPEC]\n"
@@ -78,11 +77,8 @@ static long label_counts(const sl_reader *r, label_count **out) {
 
 static uint64_t file_bytes(const sl_reader *r) {
     uint64_t total = 0;
-    for (int i = 0; i < sl_reader_shard_count(r); i++) {
-        struct stat st;
-        if (stat(sl_reader_shard_path(r, i), &st) == 0)
-            total += (uint64_t)st.st_size;
-    }
+    for (int i = 0; i < sl_reader_shard_count(r); i++)
+        total += sl_reader_shard_bytes(r, i); /* a URL's too */
     return total;
 }
 

@@ -461,6 +461,9 @@ int sl_reader_shard_count(const sl_reader *r) { return r ? r->nshards : 0; }
 const char *sl_reader_shard_path(const sl_reader *r, int i) {
     return r && i >= 0 && i < r->nshards ? r->shards[i].path : NULL;
 }
+uint64_t sl_reader_shard_bytes(const sl_reader *r, int i) {
+    return r && i >= 0 && i < r->nshards ? r->shards[i].size : 0;
+}
 uint64_t sl_reader_data_bytes(const sl_reader *r) { return r ? r->data_bytes : 0; }
 
 /* Join the shards' scalar columns: from each shard's mapping, or read from

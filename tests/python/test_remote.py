@@ -346,6 +346,15 @@ def test_cli_commands_take_urls(tmp_path, data, web):
                  ["cat", web.url + "/one.slr", "--index", "5", "--column", "blob"]):
         r = subprocess.run([SLUICE] + args, env=env, capture_output=True, timeout=120)
         assert r.returncode == 0, (args, r.stderr)
+    # info counts the remote shards' bytes as a local dataset's
+    loc = json.loads(subprocess.run([SLUICE, "info", "--json", data + "/ds"], capture_output=True,
+                                    text=True).stdout)
+    rem = json.loads(subprocess.run([SLUICE, "info", "--json", web.url + "/ds"], env=env,
+                                    capture_output=True, text=True).stdout)
+    assert rem["file_bytes"] == loc["file_bytes"] > 0
+    assert rem["shards"] == [p.replace(data, web.url) for p in loc["shards"]]
+    assert {k: v for k, v in rem.items() if k not in ("path", "shards")} == \
+        {k: v for k, v in loc.items() if k not in ("path", "shards")}
     r = subprocess.run([SLUICE, "cat", web.url + "/one.slr", "--index", "5", "--column", "blob"], env=env, capture_output=True)
     assert r.stdout == sluice.Reader(data + "/one.slr")[5]["blob"]
     out = tmp_path / "packed.slr"
