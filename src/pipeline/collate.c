@@ -7,7 +7,7 @@
  *    of exactly one batch collates it, in parallel with the other workers;
  *    when nothing runs per sample, the reader takes the batch first and reads
  *    every record into its row instead (sl_collate__rows);
- *    the consumer (direct mode, pipeline.c) or the final stage (exec.c) then
+ *    the consumer (direct mode, pipeline.c) or the final stage (exec_seq.c) then
  *    takes it with sl_collate__from_chunk / sl_collate__fused_batch;
  *  - the final stage (sl_collator): samples arrive one at a time in stream
  *    order, after sequential ops that may drop some.

@@ -199,7 +199,7 @@ enum {
     SL_ST_SEQ,
     SL_ST_COLLATE, /* the last sequential stage: ops up to batch, then batches */
     SL_ST_STACK    /* parallel collation: copies the samples the final stage
-                      assigned to a batch into the batch buffers (exec.c) */
+                      assigned to a batch into the batch buffers (exec_seq.c) */
 };
 
 typedef struct sl_plan {
