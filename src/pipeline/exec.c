@@ -332,6 +332,11 @@ sl_chunk *sl_exec__stage_input(sl_pipeline *p, sl_stage *st) {
     return rc == SL_OK ? item : NULL;
 }
 
+sl_chunk *sl_exec__next_input(sl_worker *w) {
+    sl_exec__worker_gate(w->p, w);
+    return sl_exec__stage_input(w->p, w->st);
+}
+
 
 void sl_exec__chunk_done(sl_pipeline *p, sl_worker *w, sl_chunk *c, sl_exec_span t0, uint32_t n) {
     maybe_collate(p, w, c);
@@ -501,8 +506,7 @@ static void *map_main(void *arg) {
     sl_pipeline *p = w->p;
     sl_stage *st = w->st;
     for (;;) {
-        sl_exec__worker_gate(p, w);
-        sl_chunk *c = sl_exec__stage_input(p, st);
+        sl_chunk *c = sl_exec__next_input(w);
         if (!c)
             break;
         if (c->kind == SL_CHUNK_DATA) {

@@ -39,6 +39,9 @@ void sl_exec__span_end(sl_pipeline *p, sl_stage *st, int worker, sl_exec_span sp
 void sl_exec__worker_gate(sl_pipeline *p, sl_worker *w);
 /* The next chunk from the stage before `st` (NULL: the queue closed). */
 sl_chunk *sl_exec__stage_input(sl_pipeline *p, sl_stage *st);
+/* A parallel stage's worker: wait while parked (worker_gate), then the
+ * next chunk (stage_input). */
+sl_chunk *sl_exec__next_input(sl_worker *w);
 /* Run the stage's per-sample ops over a data chunk; -1 on cancel (the chunk
  * has been recycled). */
 int sl_exec__process_chunk(sl_pipeline *p, sl_worker *w, sl_chunk *c);

@@ -180,6 +180,25 @@ static int seq_out(seq_ctx *x, sl_sample *s, uint64_t pos, uint64_t key) {
 }
 
 /* Feed a sample to node k of the stage (and on). Takes ownership of s. */
+/* A shuffle buffer's entry as a sample (the entry's tensors move out). */
+static void entry_take(const seq_entry *e, sl_sample *out, uint64_t *pos, uint64_t *key) {
+    out->index = e->index;
+    out->ncols = e->ncols;
+    memcpy(out->col, e->col, e->ncols * sizeof(sl_tensor));
+    *pos = e->pos;
+    *key = e->key;
+}
+
+/* Move sample `s` into a shuffle buffer's entry. */
+static void entry_put(seq_entry *e, sl_sample *s, uint64_t pos, uint64_t key) {
+    e->index = s->index;
+    e->ncols = s->ncols;
+    memcpy(e->col, s->col, s->ncols * sizeof(sl_tensor));
+    e->pos = pos;
+    e->key = key;
+    s->ncols = 0;
+}
+
 static int seq_feed(seq_ctx *x, int k, sl_sample *s, uint64_t pos, uint64_t key) {
     sl_pipeline *p = x->p;
     for (; k < x->st->last; k++) {
@@ -223,25 +242,12 @@ static int seq_feed(seq_ctx *x, int k, sl_sample *s, uint64_t pos, uint64_t key)
                 size_t j = (size_t)sl_rng_below(&sb->rng, sb->cap);
                 seq_entry *e = (seq_entry *)(sb->mem + j * sb->esz);
                 sl_sample out;
-                out.index = e->index;
-                out.ncols = e->ncols;
-                memcpy(out.col, e->col, e->ncols * sizeof(sl_tensor));
-                uint64_t opos = e->pos, okey = e->key;
-                in = e;
-                in->index = s->index;
-                in->ncols = s->ncols;
-                memcpy(in->col, s->col, s->ncols * sizeof(sl_tensor));
-                in->pos = pos;
-                in->key = key;
-                s->ncols = 0;
+                uint64_t opos, okey;
+                entry_take(e, &out, &opos, &okey);
+                entry_put(e, s, pos, key);
                 return seq_feed(x, k + 1, &out, opos, okey);
             }
-            in->index = s->index;
-            in->ncols = s->ncols;
-            memcpy(in->col, s->col, s->ncols * sizeof(sl_tensor));
-            in->pos = pos;
-            in->key = key;
-            s->ncols = 0;
+            entry_put(in, s, pos, key);
             return SL_OK;
         }
     }
@@ -260,10 +266,8 @@ static int seq_end_epoch(seq_ctx *x, int k) {
                 size_t j = (size_t)sl_rng_below(&sb->rng, sb->n);
                 seq_entry *e = (seq_entry *)(sb->mem + j * sb->esz);
                 sl_sample out;
-                out.index = e->index;
-                out.ncols = e->ncols;
-                memcpy(out.col, e->col, e->ncols * sizeof(sl_tensor));
-                uint64_t opos = e->pos, okey = e->key;
+                uint64_t opos, okey;
+                entry_take(e, &out, &opos, &okey);
                 seq_entry *last = (seq_entry *)(sb->mem + (sb->n - 1) * sb->esz);
                 if (last != e)
                     memcpy(e, last, sb->esz);
@@ -421,8 +425,7 @@ void *sl_exec__stack_main(void *arg) {
     sl_pipeline *p = w->p;
     sl_stage *st = w->st;
     for (;;) {
-        sl_exec__worker_gate(p, w);
-        sl_chunk *c = sl_exec__stage_input(p, st);
+        sl_chunk *c = sl_exec__next_input(w);
         if (!c)
             break;
         int rc;
