@@ -46,7 +46,7 @@ void sl_pipeline__phases_take(sl_stage *st) {
 /* The stage's op split, microseconds per sample by phase (JSON "op_split"),
  * or NULL when no sample was timed. */
 static cJSON *op_split_json(const sl_stage *st) {
-    uint64_t n = atomic_load_explicit(&((sl_stage *)st)->phase_samples, memory_order_relaxed);
+    uint64_t n = atomic_load_explicit(&st->phase_samples, memory_order_relaxed);
     if (!n)
         return NULL;
     static const char *const names[SL_NPHASES] = {"decode_us", "resample_us", "normalize_us"};
@@ -54,19 +54,21 @@ static cJSON *op_split_json(const sl_stage *st) {
     if (!o)
         return NULL;
     for (int k = 0; k < SL_NPHASES; k++) {
-        uint64_t ns = atomic_load_explicit(&((sl_stage *)st)->phase_ns[k], memory_order_relaxed);
+        uint64_t ns = atomic_load_explicit(&st->phase_ns[k], memory_order_relaxed);
         cJSON_AddNumberToObject(o, names[k], (double)ns / 1e3 / (double)n);
     }
     cJSON_AddNumberToObject(o, "timed_samples", (double)n);
     return o;
 }
 
-int sl_pipeline_stats_get(const sl_pipeline *cp, sl_pipeline_stats *out) {
-    sl_pipeline *p = (sl_pipeline *)cp;
-    memset(out, 0, sizeof *out);
-    uint64_t now = sl__now_ns();
-    uint64_t t_start = atomic_load(&p->t_start);
-    double wall = t_start ? (double)(now - t_start) / 1e9 : 0.0;
+/* The stats are read from a pipeline the caller holds const; its locks (the
+ * error list's, the queues') are not part of what it says, so they are taken
+ * through this one cast. */
+static sl_pipeline *lockable(const sl_pipeline *p) { return (sl_pipeline *)(uintptr_t)p; }
+
+/* Totals over the run: rates, device copies, CPU, memory, pools, queues. */
+static void stats_totals(const sl_pipeline *p, sl_pipeline_stats *out, uint64_t t_start,
+                         double wall) {
     out->wall_s = wall;
     out->batches = atomic_load(&p->batches_out);
     out->samples = atomic_load(&p->samples_out);
@@ -98,14 +100,20 @@ int sl_pipeline_stats_get(const sl_pipeline *cp, sl_pipeline_stats *out) {
         out->pool[i].free_bytes = pb[i].cached;
     }
     for (int s = 0; s < p->nstages; s++) {
-        size_t n = sl_queue__count(&p->stage[s].out);
+        size_t n = sl_queue__count(&lockable(p)->stage[s].out);
         out->queue_length[s] = (int32_t)n;
         out->queue_bytes[s] = (uint64_t)n * sl_pipeline__elem_bytes(p, s);
     }
+}
+
+/* Per stage; *worst_out = the stage busiest per worker, *costliest_out =
+ * the one costing most CPU per sample, *given_out = workers in all. */
+static void stats_stages(const sl_pipeline *p, sl_pipeline_stats *out, double wall,
+                         int *worst_out, int *costliest_out, int *given_out) {
     int worst = -1, costliest = -1, given = 0;
     double worst_util = -1, most_cpu = -1;
     for (int s = 0; s < p->nstages; s++) {
-        sl_stage *st = &p->stage[s];
+        sl_stage *st = &lockable(p)->stage[s];
         sl_stage_stats *o = &out->stage[s];
         snprintf(o->name, sizeof o->name, "%s", st->name);
         o->workers = atomic_load(&st->active);
@@ -130,18 +138,28 @@ int sl_pipeline_stats_get(const sl_pipeline *cp, sl_pipeline_stats *out) {
             costliest = s;
         }
     }
-    pthread_mutex_lock(&p->err_mu);
+    *worst_out = worst;
+    *costliest_out = costliest;
+    *given_out = given;
+}
+
+static void stats_errors(const sl_pipeline *p, sl_pipeline_stats *out) {
+    pthread_mutex_lock(&lockable(p)->err_mu);
     out->skipped = p->skipped;
     out->nerrors = p->nerrors;
     for (int i = 0; i < p->nerrors; i++)
         memcpy(out->errors[i], p->errors[i], sizeof out->errors[i]);
-    pthread_mutex_unlock(&p->err_mu);
+    pthread_mutex_unlock(&lockable(p)->err_mu);
+}
 
+/* The F/P/G verdict from the figures stats_totals and stats_stages wrote. */
+static void stats_verdict(const sl_pipeline *p, sl_pipeline_stats *out, double wall, int worst,
+                          int costliest, int given) {
     out->bound = '?';
     if (out->batches < 2 || wall <= 0 || worst < 0) {
         snprintf(out->verdict, sizeof out->verdict, "?: too early to tell (%llu batches)",
                  (unsigned long long)out->batches);
-        return SL_OK;
+        return;
     }
     double cwait = out->consumer_wait_s / wall;
     const sl_stage_stats *last = &out->stage[p->nstages - 1];
@@ -153,7 +171,7 @@ int sl_pipeline_stats_get(const sl_pipeline *cp, sl_pipeline_stats *out) {
                  "G: bound by the consumer: batches waited for it (output queue %.0f%% full, "
                  "consumer blocked %.0f%% of the time); sluice is already fast enough here",
                  100 * last->queue_fill, 100 * cwait);
-        return SL_OK;
+        return;
     }
     double util = w->busy_s / (wall * (w->workers ? w->workers : 1));
     /* Every core of the budget busy: more workers cannot help; the stage
@@ -167,7 +185,7 @@ int sl_pipeline_stats_get(const sl_pipeline *cp, sl_pipeline_stats *out) {
                  "stage '%s' costs most (%.2f us of CPU per sample): cheaper or fused ops, or "
                  "more cores",
                  out->cpu_budget, 100 * out->cpu_busy, c->name, c->cpu_us);
-        return SL_OK;
+        return;
     }
     snprintf(out->bound_stage, sizeof out->bound_stage, "%s", w->name);
     int room = given < out->cpu_budget; /* cores not yet given to a worker */
@@ -193,6 +211,18 @@ int sl_pipeline_stats_get(const sl_pipeline *cp, sl_pipeline_stats *out) {
                  room ? "more workers for this stage" : "cheaper or fused ops; every core of "
                                                         "the budget has a worker");
     }
+}
+
+int sl_pipeline_stats_get(const sl_pipeline *p, sl_pipeline_stats *out) {
+    memset(out, 0, sizeof *out);
+    uint64_t now = sl__now_ns();
+    uint64_t t_start = atomic_load(&p->t_start);
+    double wall = t_start ? (double)(now - t_start) / 1e9 : 0.0;
+    int worst, costliest, given;
+    stats_totals(p, out, t_start, wall);
+    stats_stages(p, out, wall, &worst, &costliest, &given);
+    stats_errors(p, out);
+    stats_verdict(p, out, wall, worst, costliest, given);
     return SL_OK;
 }
 
@@ -433,7 +463,7 @@ int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len
                                                     : "sequential, collates batches";
         sb_printf(&b, "  %d. %s (%s): ", s + 1, st->name, kind);
         if (st->autotune)
-            sb_printf(&b, "workers=auto (now %d, up to %d)", atomic_load(&((sl_stage *)st)->active),
+            sb_printf(&b, "workers=auto (now %d, up to %d)", atomic_load(&st->active),
                       st->workers);
         else
             sb_printf(&b, "workers=%d", st->workers);
