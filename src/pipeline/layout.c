@@ -187,7 +187,52 @@ static int rows_take_map(const sl_pipeline *p, const sl_stage *m) {
     return 1;
 }
 
-static int cut_stages(sl_pipeline *p) {
+/* A sequential or final stage's name: its ops and their counts. */
+static void name_seq_stage(const sl_plan *pl, sl_stage *st) {
+    size_t n = 0;
+    for (int k = st->first; k < st->last && n < sizeof st->name; k++) {
+        const sl_pnode *m = &pl->opt[k];
+        if (m->kind == SL_PN_BATCH)
+            n += (size_t)snprintf(st->name + n, sizeof st->name - n, "%sbatch(%lld)",
+                                  n ? "," : "", (long long)m->n);
+        else if (m->kind != SL_PN_PREFETCH)
+            n += (size_t)snprintf(st->name + n, sizeof st->name - n, "%s%s(%lld)",
+                                  n ? "," : "", m->label, (long long)m->n);
+    }
+    if (n == 0)
+        snprintf(st->name, sizeof st->name, st->kind == SL_ST_COLLATE ? "collate" : "seq");
+}
+
+/* A map stage of the map-like ops from node i on (at most SL_STAGE_MAX_OPS),
+ * named after them, with the largest "parallel" they ask for. Returns the
+ * node after them. */
+static int take_map_ops(sl_pipeline *p, sl_stage *st, int i) {
+    const sl_plan *pl = &p->plan;
+    st->kind = SL_ST_MAP;
+    int par = 0;
+    size_t n = 0;
+    n += (size_t)snprintf(st->name + n, sizeof st->name - n, "map[");
+    while (i < pl->nopt && sl_plan__is_map_like(&pl->opt[i]) && i - st->first < SL_STAGE_MAX_OPS) {
+        const sl_pnode *m = &pl->opt[i];
+        if (m->parallel < 0 || par < 0)
+            par = -1;
+        else if (m->parallel > par)
+            par = m->parallel;
+        if (n < sizeof st->name)
+            n += (size_t)snprintf(st->name + n, sizeof st->name - n, "%s%s",
+                                  i > st->first ? "," : "", m->label);
+        i++;
+    }
+    if (n < sizeof st->name)
+        snprintf(st->name + n, sizeof st->name - n, "]");
+    st->autotune = p->spec->threads == 0 && par <= 0;
+    st->workers = par > 0 ? par : 0;
+    return i;
+}
+
+/* The stages the plan's nodes fall into, up to the final (collating) one;
+ * prefetch nodes set the depth of the queue before them. */
+static int group_stages(sl_pipeline *p, int *ns_out) {
     const sl_plan *pl = &p->plan;
     int ns = 0;
     sl_stage *st = &p->stage[ns++];
@@ -208,25 +253,7 @@ static int cut_stages(sl_pipeline *p) {
         st = &p->stage[ns];
         st->first = i;
         if (sl_plan__is_map_like(nd)) {
-            st->kind = SL_ST_MAP;
-            int par = 0;
-            size_t n = 0;
-            n += (size_t)snprintf(st->name + n, sizeof st->name - n, "map[");
-            while (i < pl->nopt && sl_plan__is_map_like(&pl->opt[i]) && i - st->first < SL_STAGE_MAX_OPS) {
-                const sl_pnode *m = &pl->opt[i];
-                if (m->parallel < 0 || par < 0)
-                    par = -1;
-                else if (m->parallel > par)
-                    par = m->parallel;
-                if (n < sizeof st->name)
-                    n += (size_t)snprintf(st->name + n, sizeof st->name - n, "%s%s",
-                                          i > st->first ? "," : "", m->label);
-                i++;
-            }
-            if (n < sizeof st->name)
-                snprintf(st->name + n, sizeof st->name - n, "]");
-            st->autotune = p->spec->threads == 0 && par <= 0;
-            st->workers = par > 0 ? par : 0;
+            i = take_map_ops(p, st, i);
         } else {
             /* sequential ops up to the next map (or to the end) */
             int rest_has_map = 0;
@@ -240,20 +267,8 @@ static int cut_stages(sl_pipeline *p) {
                 i = pl->nopt;
         }
         st->last = i;
-        if (st->kind != SL_ST_MAP) {
-            size_t n = 0;
-            for (int k = st->first; k < st->last && n < sizeof st->name; k++) {
-                const sl_pnode *m = &pl->opt[k];
-                if (m->kind == SL_PN_BATCH)
-                    n += (size_t)snprintf(st->name + n, sizeof st->name - n, "%sbatch(%lld)",
-                                          n ? "," : "", (long long)m->n);
-                else if (m->kind != SL_PN_PREFETCH)
-                    n += (size_t)snprintf(st->name + n, sizeof st->name - n, "%s%s(%lld)",
-                                          n ? "," : "", m->label, (long long)m->n);
-            }
-            if (n == 0)
-                snprintf(st->name, sizeof st->name, st->kind == SL_ST_COLLATE ? "collate" : "seq");
-        }
+        if (st->kind != SL_ST_MAP)
+            name_seq_stage(pl, st);
         ns++;
     }
     if (p->stage[ns - 1].kind != SL_ST_COLLATE) {
@@ -262,18 +277,18 @@ static int cut_stages(sl_pipeline *p) {
         st->first = st->last = pl->nopt;
         snprintf(st->name, sizeof st->name, pl->has_batch ? "batch" : "collate");
     }
-    /* A memory source has no reading to overlap with: its first per-sample
-     * ops run in the reading workers (one hand-off fewer per chunk). Readers
-     * that read records into batch rows take a map stage whose every op will
-     * run on the batch (rows_take_map). */
-    if (ns >= 2 && p->stage[1].kind == SL_ST_MAP && sl_source__reads_memory(p->src))
-        merge_into_source(p, &ns, 0);
-    else if (ns == 3 && p->stage[1].kind == SL_ST_MAP && rows_take_map(p, &p->stage[1]))
-        merge_into_source(p, &ns, 1);
-    p->nstages = ns;
+    *ns_out = ns;
+    return SL_OK;
+}
+
+/* Workers per stage: one for the sequential ones, the spec's count, or all
+ * cores for an autotuned stage. Returns how many autotuned stages share the
+ * cores. */
+static int set_workers(sl_pipeline *p) {
+    const int ns = p->nstages;
     int n_auto = 0;
     for (int s = 0; s < ns; s++) {
-        st = &p->stage[s];
+        sl_stage *st = &p->stage[s];
         if (st->kind == SL_ST_SEQ || st->kind == SL_ST_COLLATE) {
             st->workers = 1;
             st->autotune = 0;
@@ -296,13 +311,19 @@ static int cut_stages(sl_pipeline *p) {
         }
         atomic_init(&st->active, st->workers);
     }
+    return n_auto;
+}
+
+/* The cores autotuned stages start with, before costs are measured. */
+static void split_cores(sl_pipeline *p, int n_auto) {
+    const int ns = p->nstages;
     /* until costs are measured, auto stages split the cores evenly (a
      * reader with a fixed count is usually light, so it is not subtracted;
      * an auto reader starts on one worker unless it is the only parallel
      * stage); autotune.c then moves cores to where the time goes */
     int budget = p->ncpus;
     for (int s = 0; s < ns; s++) {
-        st = &p->stage[s];
+        sl_stage *st = &p->stage[s];
         if (st->autotune) {
             int share = st->kind == SL_ST_SOURCE && st->last == st->first
                             ? (n_auto == 0 ? budget : 1)
@@ -310,9 +331,15 @@ static int cut_stages(sl_pipeline *p) {
             atomic_store(&st->active, share < 1 ? 1 : share > st->workers ? st->workers : share);
         }
     }
+}
+
+/* Every stage's output queue. */
+static int init_queues(sl_pipeline *p) {
+    const sl_plan *pl = &p->plan;
+    const int ns = p->nstages;
     /* queue capacities: enough in flight to keep the next stage's workers busy */
     for (int s = 0; s < ns; s++) {
-        st = &p->stage[s];
+        sl_stage *st = &p->stage[s];
         int want;
         if (st->kind == SL_ST_COLLATE)
             want = pl->out_depth;
@@ -325,6 +352,23 @@ static int cut_stages(sl_pipeline *p) {
         SL_TRY(sl_queue__init(&st->out, (size_t)st->qcap, !p->spec->deterministic));
     }
     return SL_OK;
+}
+
+
+static int cut_stages(sl_pipeline *p) {
+    int ns = 0;
+    SL_TRY(group_stages(p, &ns));
+    /* A memory source has no reading to overlap with: its first per-sample
+     * ops run in the reading workers (one hand-off fewer per chunk). Readers
+     * that read records into batch rows take a map stage whose every op will
+     * run on the batch (rows_take_map). */
+    if (ns >= 2 && p->stage[1].kind == SL_ST_MAP && sl_source__reads_memory(p->src))
+        merge_into_source(p, &ns, 0);
+    else if (ns == 3 && p->stage[1].kind == SL_ST_MAP && rows_take_map(p, &p->stage[1]))
+        merge_into_source(p, &ns, 1);
+    p->nstages = ns;
+    split_cores(p, set_workers(p));
+    return init_queues(p);
 }
 
 /* Parallel collation: when map + batch do not fuse (policy skip, filters
