@@ -19,7 +19,7 @@ shift || true
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude bench/ops_decode_bench.c "$BUILD/libsluice.a" \
-   $(pkg-config --libs libturbojpeg libjpeg libzstd libpng libcjson zlib libwebp libprotobuf-c) \
+   $(pkg-config --libs libturbojpeg libjpeg libzstd libcjson zlib libwebp libprotobuf-c) \
    $(pkg-config --libs spng 2>/dev/null || true) -lxxhash -lpthread -lm -ldl -o "$OUT/odb"
 status=0
 for dir in "$@"; do
