@@ -704,7 +704,8 @@ SL_API int sl_source_index_column(const sl_source *src, int col, const void **ou
 /** 1 when every read checks a checksum the format stores per record (.slr;
  *  TFRecord unless opened with "verify": false), so a scan of every record
  *  verifies the data; 0 when the format has none (tar, ImageFolder, IDX,
- *  memory). Since 0.2 */
+ *  memory) or `src` is NULL. Fixed when the source is opened.
+ *  Thread safety: any thread. Since 0.2 */
 SL_API int sl_source_checksummed(const sl_source *src);
 
 /** Pack a source into a .slr dataset at `dst`: one column per source column
