@@ -14,9 +14,9 @@ REPEATS=${2:-3}
 PY=/usr/bin/python3
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude bench/engine_overhead.c "$BUILD/libsluice.a" \
-   $(pkg-config --libs libturbojpeg libzstd libcjson zlib libwebp libprotobuf-c) $(pkg-config --libs spng 2>/dev/null || true) \
-   $(pkg-config --libs libjpeg 2>/dev/null || echo -ljpeg) -lxxhash -lpthread -lm -ldl -o "$OUT/engine_overhead"
+# shellcheck disable=SC2046
+cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude bench/engine_overhead.c $(bash scripts/link_flags.sh "$BUILD") \
+   -o "$OUT/engine_overhead"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$REPEATS"); do
   "$OUT/engine_overhead" overhead 1 20 | tee -a "$OUT/s1.jsonl"

@@ -30,15 +30,13 @@ T=${THREADS:-$(nproc)}
 LIM=${LIMIT:-0}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-LIBS="$(pkg-config --libs libturbojpeg libjpeg libzstd libcjson zlib libwebp libprotobuf-c) \
-$(pkg-config --libs spng 2>/dev/null || true) -lxxhash -lpthread -lm -ldl"
-# shellcheck disable=SC2086
-cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude bench/ops_decode_bench.c "$BUILD/libsluice.a" $LIBS \
+# shellcheck disable=SC2046
+cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude bench/ops_decode_bench.c $(bash scripts/link_flags.sh "$BUILD") \
    -o "$OUT/new"
 if [ -n "$BASE" ]; then
   # the same bench source: an older library ignores SL_DECODE_CHECK_ENTROPY's set
-  # shellcheck disable=SC2086
-  cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude bench/ops_decode_bench.c "$BASE/libsluice.a" $LIBS \
+  # shellcheck disable=SC2046
+  cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude bench/ops_decode_bench.c $(bash scripts/link_flags.sh "$BASE") \
      -o "$OUT/base"
 fi
 echo "machine: $(nproc) cores, $T threads, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -27,9 +27,9 @@ PY=/usr/bin/python3
 T=$(nproc)
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude bench/ops_decode_bench.c "$BUILD/libsluice.a" \
-   $(pkg-config --libs libturbojpeg libjpeg libzstd libcjson zlib libwebp libprotobuf-c) \
-   $(pkg-config --libs spng 2>/dev/null || true) -lxxhash -lpthread -lm -ldl -o "$OUT/ops_bench"
+# shellcheck disable=SC2046
+cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude bench/ops_decode_bench.c $(bash scripts/link_flags.sh "$BUILD") \
+   -o "$OUT/ops_bench"
 echo "machine: $T cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$REPEATS"); do
   echo "round $r: load $(cut -d' ' -f1-3 /proc/loadavg)"

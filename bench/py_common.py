@@ -144,8 +144,6 @@ def machine():
 
 def static_link_args(build):
     """What a C program linked against BUILD/libsluice.a needs after it."""
-    libs = subprocess.run(
-        "pkg-config --libs libturbojpeg libjpeg libzstd libcjson zlib libwebp "
-        "libprotobuf-c; pkg-config --libs spng 2>/dev/null || true",
-        shell=True, capture_output=True, text=True).stdout.split()
-    return [os.path.join(build, "libsluice.a")] + libs + ["-lxxhash", "-lpthread", "-lm", "-ldl"]
+    here = os.path.dirname(os.path.abspath(__file__))
+    return subprocess.run(["bash", os.path.join(here, "..", "scripts", "link_flags.sh"), build],
+                          check=True, capture_output=True, text=True).stdout.split()

@@ -18,9 +18,9 @@ shift || true
 [ $# -gt 0 ] || { echo "usage: bash bench/restart_verify.sh [BUILD_DIR] DIR..." >&2; exit 2; }
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude bench/ops_decode_bench.c "$BUILD/libsluice.a" \
-   $(pkg-config --libs libturbojpeg libjpeg libzstd libcjson zlib libwebp libprotobuf-c) \
-   $(pkg-config --libs spng 2>/dev/null || true) -lxxhash -lpthread -lm -ldl -o "$OUT/odb"
+# shellcheck disable=SC2046
+cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude bench/ops_decode_bench.c $(bash scripts/link_flags.sh "$BUILD") \
+   -o "$OUT/odb"
 status=0
 for dir in "$@"; do
   for mode in auto rows; do

@@ -84,9 +84,9 @@ say "the same pipeline from the --jpeg-restart auto pack, and the full-size deco
 sed "s|data/demo/images.slr|$DEMO/images-rst.slr|" examples/specs/imagenet_train.json > "$DEMO/imagenet_train_rst.json"
 "$SLUICE" bench "$DEMO/imagenet_train_rst.json" --seconds "$SECS" --threads "$THREADS" --json > "$DEMO/bench_images_rst.json"
 # the decode limit: libjpeg-turbo decoding every image at full size, nothing else
-cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude bench/ops_decode_bench.c "$BUILD/libsluice.a" \
-   $(pkg-config --libs libturbojpeg libjpeg libzstd libcjson zlib libwebp libprotobuf-c) \
-   $(pkg-config --libs spng 2>/dev/null || true) -lxxhash -lpthread -lm -ldl -o "$BUILD/ops_decode_bench"
+# shellcheck disable=SC2046
+cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude bench/ops_decode_bench.c $(bash scripts/link_flags.sh "$BUILD") \
+   -o "$BUILD/ops_decode_bench"
 "$BUILD/ops_decode_bench" --threads "$THREADS" --repeat 3 tj "$DEMO/images" | tail -1 > "$DEMO/decode_limit.json"
 /usr/bin/python3 - "$DEMO" <<'PYEOF'
 import json, os, sys
