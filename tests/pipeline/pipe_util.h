@@ -93,6 +93,33 @@ static inline int pu_run_epoch(sl_pipeline *p, uint64_t *dig, int cap) {
     }
 }
 
+/* Run `spec` (then freed) for one epoch: the index of each sample it yields
+ * (bytes 0-1 of its first column, as pu_memory_spec writes them) into
+ * out[0..cap), the batch count into *batches (checked against
+ * sl_pipeline_len). Returns the number of samples. */
+static inline int pu_spec_indices(sl_spec *spec, uint64_t *out, int cap, int *batches) {
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    int k = 0;
+    *batches = 0;
+    sl_batch *b;
+    while (sl_pipeline_next(p, &b) == SL_OK) {
+        const sl_tensor *x = sl_batch_column(b, 0);
+        for (int64_t i = 0; i < sl_batch_size(b); i++) {
+            const uint8_t *px = (const uint8_t *)x->data + i * 784;
+            if (k < cap)
+                out[k] = px[0] | ((uint64_t)px[1] << 8);
+            k++;
+        }
+        (*batches)++;
+        sl_batch_release(b);
+    }
+    ASSERT_EQ(*batches, sl_pipeline_len(p));
+    sl_pipeline_free(p);
+    sl_spec_free(spec);
+    return k;
+}
+
 static inline double pu_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
