@@ -9,6 +9,7 @@
  * of this says anything about a GPU.
  */
 #include "test.h"
+#include "device_util.h"
 #include "device/device.h"
 #include "ops/ops.h"
 #include "pipeline/op.h"
@@ -64,27 +65,11 @@ enum { N = 40, H = 6, W = 5, C = 3, BATCH = 4, NBATCH = N / BATCH };
 
 /* N RGB images H x W from the index and a label, in batches of 4. */
 static sl_spec *spec_with(const char *device) {
-    sl_tensor cols[2];
-    int64_t xs[4] = {N, H, W, C}, ls[1] = {N};
-    ASSERT_OK(sl_tensor_alloc(&cols[0], SL_U8, 4, xs));
-    ASSERT_OK(sl_tensor_alloc(&cols[1], SL_I64, 1, ls));
-    uint8_t *x = cols[0].data;
-    for (size_t i = 0; i < (size_t)N * H * W * C; i++)
-        x[i] = (uint8_t)sl_mix64(i + 7);
-    for (int i = 0; i < N; i++)
-        ((int64_t *)cols[1].data)[i] = 1000 + i;
     char json[512];
     snprintf(json, sizeof json,
              "{\"source\": {\"path\": \"unused\"}, \"ops\": [{\"op\": \"batch\", \"size\": %d}]%s}",
              BATCH, device);
-    sl_spec *spec;
-    if (sl_spec_from_json(&spec, json) != SL_OK)
-        sl_test_fail(__FILE__, __LINE__, "spec: %s", sl_errmsg());
-    const char *names[2] = {"image", "label"};
-    ASSERT_OK(sl_spec_set_source_columns(spec, 2, names, cols));
-    sl_tensor_release(&cols[0]);
-    sl_tensor_release(&cols[1]);
-    return spec;
+    return du_image_spec(json, N, H, W, C, 7, 1000);
 }
 
 static sl_pipeline *open_pipeline(const char *device) {
