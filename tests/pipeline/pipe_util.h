@@ -120,6 +120,41 @@ static inline int pu_spec_indices(sl_spec *spec, uint64_t *out, int cap, int *ba
     return k;
 }
 
+/* One epoch over w ranks of n samples, sharded by `eq`: count[i] is how
+ * often sample i was seen over all ranks, ns[r] and nb[r] the samples and
+ * batches of rank r. Padded: every sample, and only the padding repeats
+ * (ceil(n / w) each); dropped: w * floor(n / w) distinct samples; neither:
+ * every sample once; padded or dropped, every rank yields the same batches. */
+static inline void pu_check_shards(sl_shard_equal eq, uint64_t n, int w, const int *count,
+                                   const int *ns, const int *nb) {
+    int covered = 0, dup = 0, sum = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        covered += count[i] > 0;
+        dup += count[i] > 1 ? count[i] - 1 : 0;
+    }
+    uint64_t per = n / (uint64_t)w, per_pad = (n + (uint64_t)w - 1) / (uint64_t)w;
+    for (int r = 0; r < w; r++)
+        sum += ns[r];
+    if (eq == SL_SHARD_PAD) {
+        ASSERT_EQ(covered, n);                         /* union = the whole dataset */
+        ASSERT_EQ(dup, (uint64_t)w * per_pad - n);     /* only the padding repeats */
+        for (int r = 0; r < w; r++)
+            ASSERT_EQ(ns[r], per_pad);
+    } else if (eq == SL_SHARD_DROP) {
+        ASSERT_EQ(dup, 0);
+        ASSERT_EQ(covered, (uint64_t)w * per);
+        for (int r = 0; r < w; r++)
+            ASSERT_EQ(ns[r], per);
+    } else {
+        ASSERT_EQ(dup, 0);
+        ASSERT_EQ(covered, n);
+        ASSERT_EQ(sum, n);
+    }
+    if (eq != SL_SHARD_NONE)
+        for (int r = 1; r < w; r++)
+            ASSERT_EQ(nb[r], nb[0]); /* every rank yields the same batches */
+}
+
 static inline double pu_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

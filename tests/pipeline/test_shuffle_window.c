@@ -106,30 +106,8 @@ SL_TEST(pipeline_shuffle_window__ranks_disjoint_complete_equal) {
                 in_order += i > 0 && idx[i] == idx[i - 1] + 1;
             }
         }
-        int covered = 0, dup = 0;
-        for (uint64_t i = 0; i < n; i++) {
-            covered += count[i] > 0;
-            dup += count[i] > 1 ? count[i] - 1 : 0;
-        }
         ASSERT(in_order < 40); /* shuffled within windows */
-        if (eq == SL_SHARD_PAD) {
-            ASSERT_EQ(covered, 203);
-            ASSERT_EQ(dup, 4 * 51 - 203); /* only the padding repeats */
-            for (int r = 0; r < w; r++)
-                ASSERT_EQ(ns[r], 51);
-        } else if (eq == SL_SHARD_DROP) {
-            ASSERT_EQ(dup, 0);
-            ASSERT_EQ(covered, 200);
-            for (int r = 0; r < w; r++)
-                ASSERT_EQ(ns[r], 50);
-        } else {
-            ASSERT_EQ(dup, 0);
-            ASSERT_EQ(covered, 203);
-            ASSERT_EQ(ns[0] + ns[1] + ns[2] + ns[3], 203);
-        }
-        if (eq != SL_SHARD_NONE)
-            for (int r = 1; r < w; r++)
-                ASSERT_EQ(nb[r], nb[0]);
+        pu_check_shards((sl_shard_equal)eq, n, w, count, ns, nb);
     }
 }
 

@@ -153,29 +153,7 @@ SL_TEST(pipeline_state__shards_disjoint_and_cover) {
             for (int i = 0; i < ns[r]; i++)
                 count[idx[i]]++;
         }
-        int covered = 0, dup = 0;
-        for (uint64_t i = 0; i < n; i++) {
-            covered += count[i] > 0;
-            dup += count[i] > 1 ? count[i] - 1 : 0;
-        }
-        if (eq == SL_SHARD_PAD) {
-            ASSERT_EQ(covered, 103);           /* union = the whole dataset */
-            ASSERT_EQ(dup, 4 * 26 - 103);      /* only the padding repeats */
-            for (int r = 0; r < w; r++)
-                ASSERT_EQ(ns[r], 26);
-        } else if (eq == SL_SHARD_DROP) {
-            ASSERT_EQ(dup, 0);
-            ASSERT_EQ(covered, 100);
-            for (int r = 0; r < w; r++)
-                ASSERT_EQ(ns[r], 25);
-        } else {
-            ASSERT_EQ(dup, 0);
-            ASSERT_EQ(covered, 103);
-            ASSERT_EQ(ns[0] + ns[1] + ns[2] + ns[3], 103);
-        }
-        if (eq != SL_SHARD_NONE)
-            for (int r = 1; r < w; r++)
-                ASSERT_EQ(nb[r], nb[0]); /* every rank yields the same batches */
+        pu_check_shards((sl_shard_equal)eq, n, w, count, ns, nb);
     }
 }
 
