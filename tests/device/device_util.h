@@ -4,6 +4,8 @@
 
 #include "test.h"
 
+#include <dlfcn.h>
+
 /* The spec of `json` (whose source path goes unused) reading columns in its
  * place: "image", n uint8 images h x w x c whose byte k is
  * sl_mix64(k + seed), and "label", int64 label0 + i. */
@@ -26,6 +28,20 @@ static inline sl_spec *du_image_spec(const char *json, int n, int h, int w, int 
     sl_tensor_release(&cols[0]);
     sl_tensor_release(&cols[1]);
     return spec;
+}
+
+/* cudaMemcpy (dst, src, bytes, kind; 2 = device to host) from the CUDA
+ * runtime the device backend loads (13, else 12), to read a kernel's output
+ * back; NULL where neither loads. */
+typedef int (*du_memcpy_fn)(void *, const void *, size_t, int);
+static inline du_memcpy_fn du_cuda_memcpy(void) {
+    void *rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!rt)
+        rt = dlopen("libcudart.so.12", RTLD_NOW | RTLD_LOCAL);
+    du_memcpy_fn f = NULL;
+    if (rt)
+        *(void **)&f = dlsym(rt, "cudaMemcpy");
+    return f;
 }
 
 #endif

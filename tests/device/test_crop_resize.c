@@ -16,6 +16,7 @@
 #include "device/device.h"
 #include "ops/ops.h"
 #include "test.h"
+#include "device_util.h"
 
 #include <dlfcn.h>
 #include <math.h>
@@ -229,12 +230,7 @@ SL_TEST(crop_resize_gpu__kernel_equals_reference) {
         sl_dev__backend_release(be);
         sl_test_fail(__FILE__, __LINE__, "a CUDA device, but no crop_resize kernel: %s", why);
     }
-    void *rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
-    if (!rt)
-        rt = dlopen("libcudart.so.12", RTLD_NOW | RTLD_LOCAL);
-    int (*memcpy_d2h)(void *, const void *, size_t, int) = NULL;
-    if (rt)
-        *(void **)&memcpy_d2h = dlsym(rt, "cudaMemcpy");
+    du_memcpy_fn memcpy_d2h = du_cuda_memcpy();
     ASSERT(memcpy_d2h != NULL);
     placement ps[NPLACE];
     placements(ps);

@@ -817,12 +817,7 @@ SL_TEST(nvjpeg_gpu__agrees_with_cpu_decode) {
         sl_test_skip_gpu("a CUDA device, but no nvJPEG: %s", sl_errmsg());
     }
     /* a device-to-host copy from the runtime the backend loaded */
-    void *rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
-    if (!rt)
-        rt = dlopen("libcudart.so.12", RTLD_NOW | RTLD_LOCAL);
-    int (*memcpy_d2h)(void *, const void *, size_t, int) = NULL;
-    if (rt)
-        *(void **)&memcpy_d2h = dlsym(rt, "cudaMemcpy");
+    du_memcpy_fn memcpy_d2h = du_cuda_memcpy();
     ASSERT(memcpy_d2h != NULL);
     sl_dev_jpeg *j;
     ASSERT_OK(sl_dev__jpeg_open(&j, be));
@@ -878,12 +873,7 @@ SL_TEST(gpu_decode_gpu__agrees_with_cpu_path) {
         sl_dev__backend_release(be);
         sl_test_skip_gpu("a CUDA device, but no nvJPEG: %s", sl_errmsg());
     }
-    void *rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
-    if (!rt)
-        rt = dlopen("libcudart.so.12", RTLD_NOW | RTLD_LOCAL);
-    int (*d2h)(void *, const void *, size_t, int) = NULL;
-    if (rt)
-        *(void **)&d2h = dlsym(rt, "cudaMemcpy");
+    du_memcpy_fn d2h = du_cuda_memcpy();
     ASSERT(d2h != NULL);
     GD_OH = GD_OW = 224;
     gd_agree a;
