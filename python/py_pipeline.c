@@ -520,6 +520,28 @@ static PyObject *text_value(const sl_tensor *t) {
     return list;
 }
 
+/* Ragged column c of a batch as a list of its items: each a str (a text
+ * column, whose items are 1-D) or an exported tensor. */
+static PyObject *ragged_column(sl_batch *b, int c, int text, int as_numpy) {
+    int64_t k = sl_batch_size(b);
+    PyObject *v = PyList_New((Py_ssize_t)k);
+    for (int64_t i = 0; v && i < k; i++) {
+        const sl_tensor *it = sl_batch_item(b, c, i);
+        PyObject *e = !it ? NULL
+                      : text ? (it->ndim == 1 ? text_value(it) : NULL)
+                             : export_tensor(it, as_numpy);
+        if (!e) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_RuntimeError, "batch column %d item %lld missing", c,
+                             (long long)i);
+            Py_CLEAR(v);
+        } else {
+            PyList_SET_ITEM(v, (Py_ssize_t)i, e);
+        }
+    }
+    return v;
+}
+
 static PyObject *batch_to_dict(sl_batch *b, int as_numpy, PyObject *colnames,
                                uint32_t text_cols) {
     PyObject *d = PyDict_New();
@@ -527,41 +549,13 @@ static PyObject *batch_to_dict(sl_batch *b, int as_numpy, PyObject *colnames,
     for (int c = 0; d && c < n; c++) {
         PyObject *v;
         int text = c < 32 && (text_cols >> c & 1u);
-        if (text && sl_batch_is_ragged(b, c)) {
-            int64_t k = sl_batch_size(b);
-            v = PyList_New((Py_ssize_t)k);
-            for (int64_t i = 0; v && i < k; i++) {
-                const sl_tensor *it = sl_batch_item(b, c, i);
-                PyObject *e = it && it->ndim == 1 ? text_value(it) : NULL;
-                if (!e) {
-                    if (!PyErr_Occurred())
-                        PyErr_Format(PyExc_RuntimeError, "batch column %d item %lld missing", c,
-                                     (long long)i);
-                    Py_CLEAR(v);
-                } else {
-                    PyList_SET_ITEM(v, (Py_ssize_t)i, e);
-                }
-            }
+        if (sl_batch_is_ragged(b, c)) {
+            v = ragged_column(b, c, text, as_numpy);
         } else if (text) {
             const sl_tensor *t = sl_batch_column(b, c);
             v = t ? text_value(t) : NULL;
             if (!t)
                 PyErr_Format(PyExc_RuntimeError, "batch column %d missing", c);
-        } else if (sl_batch_is_ragged(b, c)) {
-            int64_t k = sl_batch_size(b);
-            v = PyList_New((Py_ssize_t)k);
-            for (int64_t i = 0; v && i < k; i++) {
-                const sl_tensor *it = sl_batch_item(b, c, i);
-                PyObject *e = it ? export_tensor(it, as_numpy) : NULL;
-                if (!e) {
-                    if (!PyErr_Occurred())
-                        PyErr_Format(PyExc_RuntimeError, "batch column %d item %lld missing", c,
-                                     (long long)i);
-                    Py_CLEAR(v);
-                } else {
-                    PyList_SET_ITEM(v, (Py_ssize_t)i, e);
-                }
-            }
         } else {
             const sl_tensor *t = sl_batch_column(b, c);
             v = t ? export_tensor(t, as_numpy) : NULL;

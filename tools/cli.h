@@ -58,6 +58,11 @@ int cli_is_help(const char *arg);
  * message has been printed for `cmd`). */
 int cli_opt(const char *cmd, int argc, char **argv, int *i, const char *long_name,
             const char *short_name, const char **val);
+/* Take argv[i], an argument that matched no option of `cmd`, as an input:
+ * appended to paths[*n] (at most `cap` of them). An unknown option ("-x";
+ * a lone "-" is an input) or one input too many is a usage error: the
+ * message has been printed for `cmd` and 2 is returned; 0 otherwise. */
+int cli_input(const char *cmd, const char *arg, const char **paths, int *n, int cap);
 /* Parse a non-negative integer (whole string). Returns 0 on success. */
 int cli_parse_u64(const char *s, uint64_t *out);
 /* Parse a byte size: an integer with an optional K, M, G or T suffix (powers

@@ -58,12 +58,9 @@ int cmd_cat(int argc, char **argv) {
             if (m < 0)
                 return 2;
             column = v;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return cli_usage("cat", "unknown option '%s'", argv[i]);
-        } else if (npaths == (int)(sizeof paths / sizeof paths[0])) {
-            return cli_usage("cat", "too many inputs");
-        } else {
-            paths[npaths++] = argv[i];
+        } else if (cli_input("cat", argv[i], paths, &npaths,
+                             (int)(sizeof paths / sizeof paths[0]))) {
+            return 2;
         }
     }
     if (!npaths)

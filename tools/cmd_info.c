@@ -289,12 +289,8 @@ int cmd_info(int argc, char **argv) {
             if (m < 0)
                 return 2;
             features = v;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return cli_usage("info", "unknown option '%s'", argv[i]);
-        } else if (n == (int)(sizeof paths / sizeof paths[0])) {
-            return cli_usage("info", "too many inputs");
-        } else {
-            paths[n++] = argv[i];
+        } else if (cli_input("info", argv[i], paths, &n, (int)(sizeof paths / sizeof paths[0]))) {
+            return 2;
         }
     }
     if (n == 0)

@@ -148,12 +148,8 @@ int cmd_pack(int argc, char **argv) {
             json = 1;
         } else if (!strcmp(argv[i], "--force") || !strcmp(argv[i], "-f")) {
             force = 1;
-        } else if (argv[i][0] == '-' && argv[i][1] != 0) {
-            return cli_usage("pack", "unknown option '%s'", argv[i]);
-        } else {
-            if (npos == (int)(sizeof pos / sizeof pos[0]))
-                return cli_usage("pack", "too many inputs");
-            pos[npos++] = argv[i];
+        } else if (cli_input("pack", argv[i], pos, &npos, (int)(sizeof pos / sizeof pos[0]))) {
+            return 2;
         }
     }
     if (npos < 2)

@@ -178,12 +178,9 @@ int cmd_scan(int argc, char **argv) {
             random = 1;
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return cli_usage("scan", "unknown option '%s'", argv[i]);
-        } else if (npaths == (int)(sizeof paths / sizeof paths[0])) {
-            return cli_usage("scan", "too many inputs");
-        } else {
-            paths[npaths++] = argv[i];
+        } else if (cli_input("scan", argv[i], paths, &npaths,
+                             (int)(sizeof paths / sizeof paths[0]))) {
+            return 2;
         }
     }
     if (npaths == 0)

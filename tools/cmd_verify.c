@@ -209,12 +209,9 @@ int cmd_verify(int argc, char **argv) {
             if (m < 0)
                 return 2;
             check_s = v;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return cli_usage("verify", "unknown option '%s'", argv[i]);
-        } else if (npaths == (int)(sizeof paths / sizeof paths[0])) {
-            return cli_usage("verify", "too many inputs");
-        } else {
-            paths[npaths++] = argv[i];
+        } else if (cli_input("verify", argv[i], paths, &npaths,
+                             (int)(sizeof paths / sizeof paths[0]))) {
+            return 2;
         }
     }
     if (npaths == 0)

@@ -75,6 +75,15 @@ int cli_opt(const char *cmd, int argc, char **argv, int *i, const char *long_nam
     return 1;
 }
 
+int cli_input(const char *cmd, const char *arg, const char **paths, int *n, int cap) {
+    if (arg[0] == '-' && arg[1])
+        return cli_usage(cmd, "unknown option '%s'", arg);
+    if (*n == cap)
+        return cli_usage(cmd, "too many inputs");
+    paths[(*n)++] = arg;
+    return 0;
+}
+
 int cli_parse_u64(const char *s, uint64_t *out) {
     if (!s || *s < '0' || *s > '9')
         return -1;

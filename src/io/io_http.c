@@ -689,7 +689,8 @@ static void ra_unlink(http_io *h, extent *e) { /* under ra_mu; e not queued */
     }
 }
 
-static int fetch_range(http_io *h, uint8_t *dst, uint64_t off, uint64_t n) {
+/* GET bytes [off, off + n) of the object into dst; *got: how many came. */
+static int get_range(http_io *h, uint8_t *dst, uint64_t off, uint64_t n, uint64_t *got) {
     xfer x;
     memset(&x, 0, sizeof x);
     x.name = h->base.name;
@@ -699,9 +700,16 @@ static int fetch_range(http_io *h, uint8_t *dst, uint64_t off, uint64_t n) {
     x.fd = -1;
     long st;
     int rc = perform(&x, h->url, 0, &st);
-    if (rc == SL_OK && x.got != n)
+    *got = x.got;
+    return rc;
+}
+
+static int fetch_range(http_io *h, uint8_t *dst, uint64_t off, uint64_t n) {
+    uint64_t got;
+    int rc = get_range(h, dst, off, n, &got);
+    if (rc == SL_OK && got != n)
         rc = sl__error(SL_ECORRUPT, "%s: truncated (read past the end at offset %llu)",
-                       h->base.name, (unsigned long long)(off + x.got));
+                       h->base.name, (unsigned long long)(off + got));
     return rc;
 }
 
@@ -898,16 +906,9 @@ static int http_read(sl_io *io, void *dst, size_t n, uint64_t off, size_t *got) 
         *got = n;
         return SL_OK;
     }
-    xfer x;
-    memset(&x, 0, sizeof x);
-    x.name = io->name;
-    x.off = off;
-    x.len = n;
-    x.dst = dst;
-    x.fd = -1;
-    long st;
-    int rc = perform(&x, h->url, 0, &st);
-    *got = (size_t)x.got;
+    uint64_t g;
+    int rc = get_range(h, dst, off, n, &g);
+    *got = (size_t)g;
     return rc;
 }
 

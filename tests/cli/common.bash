@@ -46,6 +46,22 @@ one_line() {
     [ "$n" = 1 ] || fail "$(basename "$1") has $n message lines, want 1"
 }
 
+# foreign_sources: TFRecord files in $T/tf and tar shards in $T/tar, each
+# with its expected.json, written by tests/source/make_tfrecords.py and
+# make_tar_shards.py; the script is skipped where the protobuf runtime is
+# missing, and ends failed where a writer fails.
+foreign_sources() {
+    local src
+    src=$(cd "$(dirname "$0")/../source" && pwd)
+    $PY "$src/make_tfrecords.py" "$T/tf" >/dev/null 2>"$ERR"
+    case $? in
+        0) ;;
+        3) skip "$(cat "$ERR") (scripts/deps.sh installs it)" ;;
+        *) fail "make_tfrecords.py failed: $(cat "$ERR")"; finish ;;
+    esac
+    $PY "$src/make_tar_shards.py" "$T/tar" >/dev/null 2>"$ERR" || { fail "make_tar_shards.py: $(cat "$ERR")"; finish; }
+}
+
 finish() {
     if [ "$FAILS" -ne 0 ]; then
         echo "$FAILS check(s) failed in $(basename "$0")" >&2

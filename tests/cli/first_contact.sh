@@ -5,14 +5,7 @@
 # TFRecord files and tar shards come from tests/source/make_*.py.
 . "$(dirname "$0")/common.bash"
 
-SRC=$(cd "$(dirname "$0")/../source" && pwd)
-$PY "$SRC/make_tfrecords.py" "$T/tf" >/dev/null 2>"$ERR"
-case $? in
-    0) ;;
-    3) skip "$(cat "$ERR") (scripts/deps.sh installs it)" ;;
-    *) fail "make_tfrecords.py failed: $(cat "$ERR")"; finish ;;
-esac
-$PY "$SRC/make_tar_shards.py" "$T/tar" >/dev/null 2>"$ERR" || { fail "make_tar_shards.py: $(cat "$ERR")"; finish; }
+foreign_sources
 TF=$T/tf/plain.tfrecord
 
 json_check() {

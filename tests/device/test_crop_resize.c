@@ -16,6 +16,7 @@
 #include "device/device.h"
 #include "ops/ops.h"
 #include "test.h"
+#include "device_util.h"
 
 #include <dlfcn.h>
 #include <math.h>
@@ -72,10 +73,9 @@ static placement resize_crop(const char *what, int sh, int sw, int size, int cro
     return p;
 }
 
-static float *reference(const uint8_t *src, const placement *p, int flip) {
-    size_t n = (size_t)3 * p->oh * p->ow;
-    float *out = malloc(n * sizeof *out);
-    sl_dev_crop a = {.dst = out, .src = src, .pitch = (size_t)p->sw * 3, .flip = flip,
+/* The crop of placement p from src (H x W x 3, packed rows) into dst. */
+static sl_dev_crop crop_args(float *dst, const void *src, const placement *p, int flip) {
+    sl_dev_crop a = {.dst = dst, .src = src, .pitch = (size_t)p->sw * 3, .flip = flip,
                      .oh = p->oh, .ow = p->ow};
     for (int k = 0; k < 4; k++) {
         a.box[k] = (float)p->box[k];
@@ -83,6 +83,13 @@ static float *reference(const uint8_t *src, const placement *p, int flip) {
     }
     memcpy(a.mean, MEAN, sizeof MEAN);
     memcpy(a.std, STD, sizeof STD);
+    return a;
+}
+
+static float *reference(const uint8_t *src, const placement *p, int flip) {
+    size_t n = (size_t)3 * p->oh * p->ow;
+    float *out = malloc(n * sizeof *out);
+    sl_dev_crop a = crop_args(out, src, p, flip);
     sl_dev__crop_resize_host(&a);
     return out;
 }
@@ -229,12 +236,7 @@ SL_TEST(crop_resize_gpu__kernel_equals_reference) {
         sl_dev__backend_release(be);
         sl_test_fail(__FILE__, __LINE__, "a CUDA device, but no crop_resize kernel: %s", why);
     }
-    void *rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
-    if (!rt)
-        rt = dlopen("libcudart.so.12", RTLD_NOW | RTLD_LOCAL);
-    int (*memcpy_d2h)(void *, const void *, size_t, int) = NULL;
-    if (rt)
-        *(void **)&memcpy_d2h = dlsym(rt, "cudaMemcpy");
+    du_memcpy_fn memcpy_d2h = du_cuda_memcpy();
     ASSERT(memcpy_d2h != NULL);
     placement ps[NPLACE];
     placements(ps);
@@ -249,14 +251,7 @@ SL_TEST(crop_resize_gpu__kernel_equals_reference) {
         ASSERT_OK(be->dev_alloc(be, n * sizeof(float), &ddst));
         ASSERT_OK(be->copy(be, dsrc, src, sbytes, NULL));
         for (int flip = 0; flip < 2; flip++) {
-            sl_dev_crop a = {.dst = ddst, .src = dsrc, .pitch = (size_t)p->sw * 3, .flip = flip,
-                             .oh = p->oh, .ow = p->ow};
-            for (int k = 0; k < 4; k++) {
-                a.box[k] = (float)p->box[k];
-                a.lim[k] = p->lim[k];
-            }
-            memcpy(a.mean, MEAN, sizeof MEAN);
-            memcpy(a.std, STD, sizeof STD);
+            sl_dev_crop a = crop_args(ddst, dsrc, p, flip);
             ASSERT_OK(be->crop_resize(be, &a, NULL));
             float *got = malloc(n * sizeof *got), *want = reference(src, p, flip);
             ASSERT_EQ(memcpy_d2h(got, ddst, n * sizeof(float), 2 /* DeviceToHost */), 0);

@@ -9,6 +9,7 @@
  * of this says anything about a GPU.
  */
 #include "test.h"
+#include "device_util.h"
 #include "device/device.h"
 #include "ops/ops.h"
 #include "pipeline/op.h"
@@ -64,27 +65,11 @@ enum { N = 40, H = 6, W = 5, C = 3, BATCH = 4, NBATCH = N / BATCH };
 
 /* N RGB images H x W from the index and a label, in batches of 4. */
 static sl_spec *spec_with(const char *device) {
-    sl_tensor cols[2];
-    int64_t xs[4] = {N, H, W, C}, ls[1] = {N};
-    ASSERT_OK(sl_tensor_alloc(&cols[0], SL_U8, 4, xs));
-    ASSERT_OK(sl_tensor_alloc(&cols[1], SL_I64, 1, ls));
-    uint8_t *x = cols[0].data;
-    for (size_t i = 0; i < (size_t)N * H * W * C; i++)
-        x[i] = (uint8_t)sl_mix64(i + 7);
-    for (int i = 0; i < N; i++)
-        ((int64_t *)cols[1].data)[i] = 1000 + i;
     char json[512];
     snprintf(json, sizeof json,
              "{\"source\": {\"path\": \"unused\"}, \"ops\": [{\"op\": \"batch\", \"size\": %d}]%s}",
              BATCH, device);
-    sl_spec *spec;
-    if (sl_spec_from_json(&spec, json) != SL_OK)
-        sl_test_fail(__FILE__, __LINE__, "spec: %s", sl_errmsg());
-    const char *names[2] = {"image", "label"};
-    ASSERT_OK(sl_spec_set_source_columns(spec, 2, names, cols));
-    sl_tensor_release(&cols[0]);
-    sl_tensor_release(&cols[1]);
-    return spec;
+    return du_image_spec(json, N, H, W, C, 7, 1000);
 }
 
 static sl_pipeline *open_pipeline(const char *device) {
@@ -832,12 +817,7 @@ SL_TEST(nvjpeg_gpu__agrees_with_cpu_decode) {
         sl_test_skip_gpu("a CUDA device, but no nvJPEG: %s", sl_errmsg());
     }
     /* a device-to-host copy from the runtime the backend loaded */
-    void *rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
-    if (!rt)
-        rt = dlopen("libcudart.so.12", RTLD_NOW | RTLD_LOCAL);
-    int (*memcpy_d2h)(void *, const void *, size_t, int) = NULL;
-    if (rt)
-        *(void **)&memcpy_d2h = dlsym(rt, "cudaMemcpy");
+    du_memcpy_fn memcpy_d2h = du_cuda_memcpy();
     ASSERT(memcpy_d2h != NULL);
     sl_dev_jpeg *j;
     ASSERT_OK(sl_dev__jpeg_open(&j, be));
@@ -893,12 +873,7 @@ SL_TEST(gpu_decode_gpu__agrees_with_cpu_path) {
         sl_dev__backend_release(be);
         sl_test_skip_gpu("a CUDA device, but no nvJPEG: %s", sl_errmsg());
     }
-    void *rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
-    if (!rt)
-        rt = dlopen("libcudart.so.12", RTLD_NOW | RTLD_LOCAL);
-    int (*d2h)(void *, const void *, size_t, int) = NULL;
-    if (rt)
-        *(void **)&d2h = dlsym(rt, "cudaMemcpy");
+    du_memcpy_fn d2h = du_cuda_memcpy();
     ASSERT(d2h != NULL);
     GD_OH = GD_OW = 224;
     gd_agree a;

@@ -4,6 +4,7 @@
  * the device), and asking for what this machine lacks fails clearly.
  */
 #include "test.h"
+#include "device_util.h"
 #include "device/device.h"
 
 /* n RGB images 6x5 from the sample index, a label, batch 4 (BATCH4). */
@@ -16,28 +17,9 @@ static const char *BATCH4 = ", {\"op\": \"batch\", \"size\": 4}";
 
 static sl_spec *image_spec_ops(const char *layout, const char *dtype, const char *batch,
                                const char *device) {
-    enum { N = 10, H = 6, W = 5, C = 3 };
-    sl_tensor cols[2];
-    int64_t xs[4] = {N, H, W, C}, ls[1] = {N};
-    ASSERT_OK(sl_tensor_alloc(&cols[0], SL_U8, 4, xs));
-    ASSERT_OK(sl_tensor_alloc(&cols[1], SL_I64, 1, ls));
-    uint8_t *x = cols[0].data;
-    for (size_t i = 0; i < (size_t)N * H * W * C; i++)
-        x[i] = (uint8_t)sl_mix64(i);
-    for (int i = 0; i < N; i++)
-        ((int64_t *)cols[1].data)[i] = i;
     char json[1024];
     snprintf(json, sizeof json, SPEC_FMT, "unused", layout, dtype, batch, device);
-    /* the JSON names a path; replace the source with the columns */
-    sl_spec *spec;
-    int rc = sl_spec_from_json(&spec, json);
-    if (rc != SL_OK)
-        sl_test_fail(__FILE__, __LINE__, "spec: %s", sl_errmsg());
-    const char *names[2] = {"image", "label"};
-    ASSERT_OK(sl_spec_set_source_columns(spec, 2, names, cols));
-    sl_tensor_release(&cols[0]);
-    sl_tensor_release(&cols[1]);
-    return spec;
+    return du_image_spec(json, 10, 6, 5, 3, 0, 0);
 }
 
 static sl_spec *image_spec(const char *layout, const char *dtype, const char *device) {

@@ -93,6 +93,68 @@ static inline int pu_run_epoch(sl_pipeline *p, uint64_t *dig, int cap) {
     }
 }
 
+/* Run `spec` (then freed) for one epoch: the index of each sample it yields
+ * (bytes 0-1 of its first column, as pu_memory_spec writes them) into
+ * out[0..cap), the batch count into *batches (checked against
+ * sl_pipeline_len). Returns the number of samples. */
+static inline int pu_spec_indices(sl_spec *spec, uint64_t *out, int cap, int *batches) {
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    int k = 0;
+    *batches = 0;
+    sl_batch *b;
+    while (sl_pipeline_next(p, &b) == SL_OK) {
+        const sl_tensor *x = sl_batch_column(b, 0);
+        for (int64_t i = 0; i < sl_batch_size(b); i++) {
+            const uint8_t *px = (const uint8_t *)x->data + i * 784;
+            if (k < cap)
+                out[k] = px[0] | ((uint64_t)px[1] << 8);
+            k++;
+        }
+        (*batches)++;
+        sl_batch_release(b);
+    }
+    ASSERT_EQ(*batches, sl_pipeline_len(p));
+    sl_pipeline_free(p);
+    sl_spec_free(spec);
+    return k;
+}
+
+/* One epoch over w ranks of n samples, sharded by `eq`: count[i] is how
+ * often sample i was seen over all ranks, ns[r] and nb[r] the samples and
+ * batches of rank r. Padded: every sample, and only the padding repeats
+ * (ceil(n / w) each); dropped: w * floor(n / w) distinct samples; neither:
+ * every sample once; padded or dropped, every rank yields the same batches. */
+static inline void pu_check_shards(sl_shard_equal eq, uint64_t n, int w, const int *count,
+                                   const int *ns, const int *nb) {
+    int covered = 0, dup = 0, sum = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        covered += count[i] > 0;
+        dup += count[i] > 1 ? count[i] - 1 : 0;
+    }
+    uint64_t per = n / (uint64_t)w, per_pad = (n + (uint64_t)w - 1) / (uint64_t)w;
+    for (int r = 0; r < w; r++)
+        sum += ns[r];
+    if (eq == SL_SHARD_PAD) {
+        ASSERT_EQ(covered, n);                         /* union = the whole dataset */
+        ASSERT_EQ(dup, (uint64_t)w * per_pad - n);     /* only the padding repeats */
+        for (int r = 0; r < w; r++)
+            ASSERT_EQ(ns[r], per_pad);
+    } else if (eq == SL_SHARD_DROP) {
+        ASSERT_EQ(dup, 0);
+        ASSERT_EQ(covered, (uint64_t)w * per);
+        for (int r = 0; r < w; r++)
+            ASSERT_EQ(ns[r], per);
+    } else {
+        ASSERT_EQ(dup, 0);
+        ASSERT_EQ(covered, n);
+        ASSERT_EQ(sum, n);
+    }
+    if (eq != SL_SHARD_NONE)
+        for (int r = 1; r < w; r++)
+            ASSERT_EQ(nb[r], nb[0]); /* every rank yields the same batches */
+}
+
 static inline double pu_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

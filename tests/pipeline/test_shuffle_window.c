@@ -89,26 +89,7 @@ static sl_spec *window_spec(int r, int w, sl_shard_equal eq, uint64_t n, int thr
 static int rank_indices(int r, int w, sl_shard_equal eq, uint64_t n, uint64_t *out, int cap,
                         int *batches) {
     sl_spec *spec = window_spec(r, w, eq, n, 1, 1);
-    sl_pipeline *p;
-    ASSERT_OK(sl_pipeline_create(&p, spec));
-    int k = 0;
-    *batches = 0;
-    sl_batch *b;
-    while (sl_pipeline_next(p, &b) == SL_OK) {
-        const sl_tensor *x = sl_batch_column(b, 0);
-        for (int64_t i = 0; i < sl_batch_size(b); i++) {
-            const uint8_t *px = (const uint8_t *)x->data + i * 784;
-            if (k < cap)
-                out[k] = px[0] | ((uint64_t)px[1] << 8);
-            k++;
-        }
-        (*batches)++;
-        sl_batch_release(b);
-    }
-    ASSERT_EQ(*batches, sl_pipeline_len(p));
-    sl_pipeline_free(p);
-    sl_spec_free(spec);
-    return k;
+    return pu_spec_indices(spec, out, cap, batches);
 }
 
 SL_TEST(pipeline_shuffle_window__ranks_disjoint_complete_equal) {
@@ -125,30 +106,8 @@ SL_TEST(pipeline_shuffle_window__ranks_disjoint_complete_equal) {
                 in_order += i > 0 && idx[i] == idx[i - 1] + 1;
             }
         }
-        int covered = 0, dup = 0;
-        for (uint64_t i = 0; i < n; i++) {
-            covered += count[i] > 0;
-            dup += count[i] > 1 ? count[i] - 1 : 0;
-        }
         ASSERT(in_order < 40); /* shuffled within windows */
-        if (eq == SL_SHARD_PAD) {
-            ASSERT_EQ(covered, 203);
-            ASSERT_EQ(dup, 4 * 51 - 203); /* only the padding repeats */
-            for (int r = 0; r < w; r++)
-                ASSERT_EQ(ns[r], 51);
-        } else if (eq == SL_SHARD_DROP) {
-            ASSERT_EQ(dup, 0);
-            ASSERT_EQ(covered, 200);
-            for (int r = 0; r < w; r++)
-                ASSERT_EQ(ns[r], 50);
-        } else {
-            ASSERT_EQ(dup, 0);
-            ASSERT_EQ(covered, 203);
-            ASSERT_EQ(ns[0] + ns[1] + ns[2] + ns[3], 203);
-        }
-        if (eq != SL_SHARD_NONE)
-            for (int r = 1; r < w; r++)
-                ASSERT_EQ(nb[r], nb[0]);
+        pu_check_shards((sl_shard_equal)eq, n, w, count, ns, nb);
     }
 }
 

@@ -138,26 +138,7 @@ static int shard_indices(int r, int w, sl_shard_equal eq, uint64_t n, uint64_t *
     ASSERT_OK(sl_spec_set_seed(spec, 3));
     ASSERT_OK(sl_spec_set_shard(spec, r, w, eq));
     ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 4}"));
-    sl_pipeline *p;
-    ASSERT_OK(sl_pipeline_create(&p, spec));
-    int k = 0;
-    *batches = 0;
-    sl_batch *b;
-    while (sl_pipeline_next(p, &b) == SL_OK) {
-        const sl_tensor *x = sl_batch_column(b, 0);
-        for (int64_t i = 0; i < sl_batch_size(b); i++) {
-            const uint8_t *px = (const uint8_t *)x->data + i * 784;
-            if (k < cap)
-                out[k] = px[0] | ((uint64_t)px[1] << 8);
-            k++;
-        }
-        (*batches)++;
-        sl_batch_release(b);
-    }
-    ASSERT_EQ(*batches, sl_pipeline_len(p));
-    sl_pipeline_free(p);
-    sl_spec_free(spec);
-    return k;
+    return pu_spec_indices(spec, out, cap, batches);
 }
 
 SL_TEST(pipeline_state__shards_disjoint_and_cover) {
@@ -172,29 +153,7 @@ SL_TEST(pipeline_state__shards_disjoint_and_cover) {
             for (int i = 0; i < ns[r]; i++)
                 count[idx[i]]++;
         }
-        int covered = 0, dup = 0;
-        for (uint64_t i = 0; i < n; i++) {
-            covered += count[i] > 0;
-            dup += count[i] > 1 ? count[i] - 1 : 0;
-        }
-        if (eq == SL_SHARD_PAD) {
-            ASSERT_EQ(covered, 103);           /* union = the whole dataset */
-            ASSERT_EQ(dup, 4 * 26 - 103);      /* only the padding repeats */
-            for (int r = 0; r < w; r++)
-                ASSERT_EQ(ns[r], 26);
-        } else if (eq == SL_SHARD_DROP) {
-            ASSERT_EQ(dup, 0);
-            ASSERT_EQ(covered, 100);
-            for (int r = 0; r < w; r++)
-                ASSERT_EQ(ns[r], 25);
-        } else {
-            ASSERT_EQ(dup, 0);
-            ASSERT_EQ(covered, 103);
-            ASSERT_EQ(ns[0] + ns[1] + ns[2] + ns[3], 103);
-        }
-        if (eq != SL_SHARD_NONE)
-            for (int r = 1; r < w; r++)
-                ASSERT_EQ(nb[r], nb[0]); /* every rank yields the same batches */
+        pu_check_shards((sl_shard_equal)eq, n, w, count, ns, nb);
     }
 }
 
