@@ -484,24 +484,164 @@ static uint64_t resync(const uint8_t *map, uint64_t size, uint64_t bad) {
     return 0;
 }
 
+/* What the extended headers before a member say about it: pax 'g' values
+ * (for the rest of the shard), pax 'x' values and a GNU long name (for the
+ * next member only), and a cause found in a bad 'x' header. */
+typedef struct ext_state {
+    pax_vals global, local;
+    const char *longname;
+    size_t longname_len;
+    char pending[256];
+} ext_state;
+
+/* The next member has been handled (or skipped by a resync): what applied
+ * to it alone is dropped. */
+static void ext_clear(ext_state *x) {
+    memset(&x->local, 0, sizeof x->local);
+    x->longname = NULL;
+    x->pending[0] = '\0';
+}
+
+/* A header at `pos` with a bad checksum or size field: an error record for
+ * the entry that began at `entry`; *resume is the next block that passes for
+ * a header, or 0 when there is none (the walk ends). */
+static int bad_header(scan *sc, const uint8_t *map, uint64_t size, uint64_t pos, uint64_t entry,
+                      int bad_sum, uint64_t *resume) {
+    uint64_t q = resync(map, size, pos);
+    const char *what = bad_sum ? "bad header checksum" : "bad size field in the header";
+    *resume = q;
+    if (q)
+        return error_sample(sc, entry, "%s at offset %" PRIu64 "; skipped to the next header at "
+                            "offset %" PRIu64, what, pos, q);
+    return error_sample(sc, entry, "%s at offset %" PRIu64 "; no header after it", what, pos);
+}
+
+/* A member's data size: a pax size overrides the header's (a member over
+ * 8 GiB in octal); the local value first, unless it deleted the keyword. */
+static uint64_t member_size(const ext_state *x, int regular, uint64_t header_size) {
+    if (regular && x->local.has_size == 1)
+        return x->local.size;
+    if (regular && x->local.has_size != 2 && x->global.has_size == 1)
+        return x->global.size;
+    return header_size;
+}
+
+/* The member whose header is at `pos` has `msize` bytes of data but the file
+ * ends `avail` bytes after its header. The error goes on the current sample
+ * when the member belongs to it, else on a record of its own. */
+static int truncated_member(scan *sc, const ext_state *x, const uint8_t *h, uint64_t pos,
+                            uint64_t entry, uint64_t msize, uint64_t avail) {
+    tar_tables *s = sc->s;
+    /* The name, for the message, from whichever header gave it. */
+    const char *nm = (const char *)h;
+    size_t nl = strnlen(nm, 100);
+    if (x->local.has_path == 1)
+        nm = x->local.path, nl = x->local.path_len;
+    else if (x->longname)
+        nm = x->longname, nl = x->longname_len;
+    size_t key_len, eo, el;
+    split_name(nm, nl, &key_len, &eo, &el);
+    if (sc->cur && key_len && sc->cur->key_len == key_len &&
+        !memcmp(s->keys + sc->cur->key_off, nm, key_len))
+        return set_err(s, sc->cur, "truncated archive: member '%.*s' at offset %" PRIu64 " has %"
+                       PRIu64 " bytes of data, the file ends %" PRIu64 " bytes after its header",
+                       (int)(nl > 200 ? 200 : nl), nm, pos, msize, avail);
+    return error_sample(sc, entry, "truncated archive: member '%.*s' at offset %" PRIu64 " has %"
+                        PRIu64 " bytes of data, the file ends %" PRIu64 " bytes after its header",
+                        (int)(nl > 200 ? 200 : nl), nm, pos, msize, avail);
+}
+
+/* A pax header of `type` 'x' (the next member) or 'g' (the rest of the
+ * shard) at `pos`, its records the `msize` bytes at `rec`, the next header
+ * at `next`. A bad 'x' header marks the member it describes (pending); a
+ * bad 'g' header is an error record of its own. After a 'g' header, the
+ * next entry starts at `next`. */
+static int pax_header(scan *sc, ext_state *x, char type, const uint8_t *rec, uint64_t msize,
+                      uint64_t pos, uint64_t next, uint64_t *entry) {
+    char why[200];
+    pax_vals v = type == 'g' ? x->global : x->local;
+    if (pax_parse(rec, msize, &v, why, sizeof why) < 0) {
+        if (type == 'x') {
+            snprintf(x->pending, sizeof x->pending, "pax header at offset %" PRIu64 ": %s", pos,
+                     why);
+        } else {
+            SL_TRY(error_sample(sc, pos, "global pax header: %s", why));
+            *entry = next;
+        }
+    } else if (type == 'g') {
+        sc->s->global_names |= v.has_path == 1 || v.has_size == 1;
+        if (v.has_path == 2)
+            v.has_path = 0;
+        if (v.has_size == 2)
+            v.has_size = 0;
+        x->global = v;
+        *entry = next;
+    } else {
+        x->local = v;
+    }
+    return SL_OK;
+}
+
+/* A regular member's name: a pax path, a GNU long name, a global pax path
+ * (unless the member's pax header deleted it), else the ustar prefix and
+ * name, put together in `ustar` (TAR_BLOCK bytes). */
+static void member_name(const ext_state *x, const uint8_t *h, char *ustar, const char **nm,
+                        size_t *nl) {
+    if (x->local.has_path == 1) {
+        *nm = x->local.path, *nl = x->local.path_len;
+    } else if (x->longname) {
+        *nm = x->longname, *nl = x->longname_len;
+    } else if (x->local.has_path != 2 && x->global.has_path == 1) {
+        *nm = x->global.path, *nl = x->global.path_len;
+    } else {
+        size_t pl = magic_posix(h) ? strnlen((const char *)h + 345, 155) : 0;
+        size_t bl = strnlen((const char *)h, 100);
+        if (pl)
+            memcpy(ustar, h + 345, pl), ustar[pl++] = '/';
+        memcpy(ustar + pl, h, bl);
+        *nm = ustar, *nl = pl + bl;
+    }
+}
+
+/* A header at `pos` that is not an extended header, its data the `msize`
+ * bytes at `data`, its entry begun at `entry`. Regular members (and, as POSIX
+ * says, unknown types) join a sample; GNU sparse and multi-volume members
+ * are error records; directories, links, devices, FIFOs and volume labels
+ * are skipped (with an error record when a bad pax header described them). */
+static int member_header(scan *sc, const ext_state *x, const uint8_t *h, char type, int regular,
+                         uint64_t pos, uint64_t entry, uint64_t data, uint64_t msize) {
+    if (type == 'S' || type == 'M')
+        return error_sample(sc, entry, "member at offset %" PRIu64 ": GNU %s members are not "
+                            "supported", pos, type == 'S' ? "sparse" : "multi-volume");
+    if (regular || !strchr("123456DV", type)) {
+        char ustar[TAR_BLOCK];
+        const char *nm;
+        size_t nl;
+        member_name(x, h, ustar, &nm, &nl);
+        if (nl > TAR_NAME_MAX)
+            return error_sample(sc, entry, "member at offset %" PRIu64 ": name longer than %d "
+                                "bytes", pos, TAR_NAME_MAX);
+        return add_member(sc, entry, nm, nl, data, msize, x->pending[0] ? x->pending : NULL);
+    }
+    if (x->pending[0])
+        return error_sample(sc, entry, "%s", x->pending);
+    return SL_OK;
+}
+
 /* Walk one shard's headers, skipping data by size. Damage becomes an error
  * record (see error_sample/set_err) and the walk goes on where it can: after
  * a bad header checksum or size field, at the next block that passes for a
  * header; after a bad pax header, with the member it describes marked bad.
  * A member running past the end of the file ends the walk: the samples
- * before it are complete and stay readable. */
+ * before it are complete and stay readable. `entry` is where the current
+ * member's first header (extended headers included) starts. */
 static int scan_shard(const tar_source *src, tar_tables *s, uint32_t k, uint64_t start,
                       uint64_t end) {
     const tar_shard *sh = &src->shards[k];
     scan sc = {.src = src, .s = s, .shard = k, .cur = NULL, .limit = end};
     const uint8_t *map = sh->map;
     uint64_t size = end, pos = start, entry = start;
-    pax_vals global = {0}, local = {0};
-    const char *longname = NULL;
-    size_t longname_len = 0;
-    char pending[256] = "";
-    char why[200];
-    char ustar[TAR_BLOCK];
+    ext_state x = {0};
 
     if (size == 0)
         return error_sample(&sc, 0, "empty file (0 bytes), not a tar archive");
@@ -521,124 +661,40 @@ static int scan_shard(const tar_source *src, tar_tables *s, uint32_t k, uint64_t
         uint64_t msize = 0;
         int bad_sum = !checksum_ok(h);
         if (bad_sum || parse_number(h + 124, 12, &msize) < 0) {
-            uint64_t q = resync(map, size, pos);
-            const char *what = bad_sum ? "bad header checksum" : "bad size field in the header";
-            if (q)
-                SL_TRY(error_sample(&sc, entry, "%s at offset %" PRIu64 "; skipped to the next "
-                                    "header at offset %" PRIu64, what, pos, q));
-            else
-                SL_TRY(error_sample(&sc, entry, "%s at offset %" PRIu64 "; no header after it",
-                                    what, pos));
+            uint64_t q = 0;
+            SL_TRY(bad_header(&sc, map, size, pos, entry, bad_sum, &q));
             if (!q)
                 break;
             pos = entry = q;
-            memset(&local, 0, sizeof local);
-            longname = NULL;
-            pending[0] = '\0';
+            ext_clear(&x);
             continue;
         }
         char type = (char)h[156];
         int regular = type == '0' || type == '\0' || type == '7';
-        /* pax size overrides the header's (a member over 8 GiB in octal) */
-        if (regular && local.has_size == 1)
-            msize = local.size;
-        else if (regular && local.has_size != 2 && global.has_size == 1)
-            msize = global.size;
-        uint64_t data = pos + TAR_BLOCK, next;
+        msize = member_size(&x, regular, msize);
+        uint64_t data = pos + TAR_BLOCK;
         if (msize > size - data) {
-            /* The name, for the message, from whichever header gave it. */
-            const char *nm = (const char *)h;
-            size_t nl = strnlen(nm, 100);
-            if (local.has_path == 1)
-                nm = local.path, nl = local.path_len;
-            else if (longname)
-                nm = longname, nl = longname_len;
-            size_t key_len, eo, el;
-            split_name(nm, nl, &key_len, &eo, &el);
-            if (sc.cur && key_len && sc.cur->key_len == key_len &&
-                !memcmp(s->keys + sc.cur->key_off, nm, key_len))
-                SL_TRY(set_err(s, sc.cur, "truncated archive: member '%.*s' at offset %" PRIu64
-                               " has %" PRIu64 " bytes of data, the file ends %" PRIu64
-                               " bytes after its header", (int)(nl > 200 ? 200 : nl), nm, pos,
-                               msize, size - data));
-            else
-                SL_TRY(error_sample(&sc, entry, "truncated archive: member '%.*s' at offset %"
-                                    PRIu64 " has %" PRIu64 " bytes of data, the file ends %"
-                                    PRIu64 " bytes after its header",
-                                    (int)(nl > 200 ? 200 : nl), nm, pos, msize, size - data));
+            SL_TRY(truncated_member(&sc, &x, h, pos, entry, msize, size - data));
             break;
         }
-        next = data + ((msize + TAR_BLOCK - 1) / TAR_BLOCK) * TAR_BLOCK;
-        switch (type) {
-        case 'x':
-        case 'g': {
-            pax_vals v = type == 'g' ? global : local;
-            if (pax_parse(map + data, msize, &v, why, sizeof why) < 0) {
-                if (type == 'x') {
-                    snprintf(pending, sizeof pending, "pax header at offset %" PRIu64 ": %s", pos,
-                             why);
-                } else {
-                    SL_TRY(error_sample(&sc, pos, "global pax header: %s", why));
-                    entry = next;
-                }
-            } else if (type == 'g') {
-                s->global_names |= v.has_path == 1 || v.has_size == 1;
-                if (v.has_path == 2)
-                    v.has_path = 0;
-                if (v.has_size == 2)
-                    v.has_size = 0;
-                global = v;
-                entry = next;
-            } else {
-                local = v;
-            }
+        uint64_t next = data + ((msize + TAR_BLOCK - 1) / TAR_BLOCK) * TAR_BLOCK;
+        if (type == 'x' || type == 'g') {
+            SL_TRY(pax_header(&sc, &x, type, map + data, msize, pos, next, &entry));
             pos = next;
             continue;
         }
-        case 'L':
-            longname = (const char *)(map + data);
-            longname_len = strnlen(longname, (size_t)msize);
+        if (type == 'L') {
+            x.longname = (const char *)(map + data);
+            x.longname_len = strnlen(x.longname, (size_t)msize);
             pos = next;
             continue;
-        case 'K': /* GNU long link target: links are skipped */
+        }
+        if (type == 'K') { /* GNU long link target: links are skipped */
             pos = next;
             continue;
-        default:
-            break;
         }
-        if (type == 'S' || type == 'M') {
-            SL_TRY(error_sample(&sc, entry, "member at offset %" PRIu64 ": GNU %s members are not "
-                                "supported", pos, type == 'S' ? "sparse" : "multi-volume"));
-        } else if (regular || !strchr("123456DV", type)) {
-            /* Regular files; POSIX says to read an unknown type as one. */
-            const char *nm;
-            size_t nl;
-            if (local.has_path == 1) {
-                nm = local.path, nl = local.path_len;
-            } else if (longname) {
-                nm = longname, nl = longname_len;
-            } else if (local.has_path != 2 && global.has_path == 1) {
-                nm = global.path, nl = global.path_len;
-            } else {
-                size_t pl = magic_posix(h) ? strnlen((const char *)h + 345, 155) : 0;
-                size_t bl = strnlen((const char *)h, 100);
-                if (pl)
-                    memcpy(ustar, h + 345, pl), ustar[pl++] = '/';
-                memcpy(ustar + pl, h, bl);
-                nm = ustar, nl = pl + bl;
-            }
-            if (nl > TAR_NAME_MAX)
-                SL_TRY(error_sample(&sc, entry, "member at offset %" PRIu64 ": name longer than "
-                                    "%d bytes", pos, TAR_NAME_MAX));
-            else
-                SL_TRY(add_member(&sc, entry, nm, nl, data, msize, pending[0] ? pending : NULL));
-        } else if (pending[0]) {
-            SL_TRY(error_sample(&sc, entry, "%s", pending));
-        }
-        /* directories, links, devices, FIFOs, volume labels: skipped */
-        memset(&local, 0, sizeof local);
-        longname = NULL;
-        pending[0] = '\0';
+        SL_TRY(member_header(&sc, &x, h, type, regular, pos, entry, data, msize));
+        ext_clear(&x);
         pos = entry = next;
     }
     return SL_OK;
