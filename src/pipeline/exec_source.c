@@ -163,7 +163,7 @@ static sl_chunk *cut_range(sl_pipeline *p, uint64_t *n_out) {
      * permutation). */
     uint64_t ahead[READ_AHEAD];
     uint32_t nahead = 0;
-    if (p->src->reads_ahead) {
+    if (sl_source__reads_ahead(p->src)) {
         if (p->ra_epoch != c->epoch || p->ra_pos < p->src_pos) {
             p->ra_epoch = c->epoch;
             p->ra_pos = p->src_pos;

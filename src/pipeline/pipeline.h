@@ -444,7 +444,7 @@ struct sl_pipeline {
     pthread_mutex_t src_mu;
     pthread_cond_t src_cv;        /* unpark */
     uint64_t src_epoch, src_pos, src_end_epoch, src_seq;
-    uint64_t ra_epoch, ra_pos;  /* src->reads_ahead: records hinted up to ra_pos
+    uint64_t ra_epoch, ra_pos;  /* sl_source__reads_ahead: records hinted up to ra_pos
                                    of epoch ra_epoch (under src_mu) */
     uint64_t src_ahead_epoch;     /* the source reads epochs below the larger of
                                      this and src_end_epoch; the consumer gets

@@ -286,6 +286,9 @@ static inline int sl_source__has_read_cols(const sl_source *s) { return s->vt->r
 static inline int sl_source__reads_memory(const sl_source *s) {
     return (s->vt->flags & SL_SOURCE_F_MEMORY) != 0;
 }
+/* Are reads remote range requests that prefetch hints fetch ahead
+ * (reads_ahead), so the executor hints records well past its chunk? */
+static inline int sl_source__reads_ahead(const sl_source *s) { return s->reads_ahead != 0; }
 /* "<name>: record <i>" or the implementation's locate(). */
 void sl_source__locate(sl_source *s, uint64_t i, char *buf, size_t cap);
 
