@@ -644,6 +644,13 @@ SL_API void sl_source_free(sl_source *src);
 /** The format's name ("slr", "image_folder", "idx", "tfrecord", "webdataset",
  *  "memory"); static. Since 0.2 */
 SL_API const char *sl_source_kind(const sl_source *src);
+/** What a user does about a damaged record of this source, in a sentence
+ *  for messages (`sluice verify` prints it after the damage); static. */
+SL_API const char *sl_source_repair_hint(const sl_source *src);
+/** The repair hint of a .slr dataset (also for one read through sl_reader). */
+#define SL_SLR_REPAIR_HINT                                                                \
+    "damaged records cannot be read; re-pack from the source, or use 'sluice cat' to read " \
+    "the records that are intact"
 /** A short name for messages (a file or directory name); borrowed. */
 SL_API const char *sl_source_name(const sl_source *src);
 /** Number of records. */

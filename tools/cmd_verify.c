@@ -70,18 +70,7 @@ static void print_json(const char *path, int ok, uint64_t records, uint64_t bad,
     cli_json_out(o);
 }
 
-/* What to do about damage, by kind of input. */
-static const char *damage_hint(const char *kind) {
-    if (!strcmp(kind, "image_folder"))
-        return "(fix or remove the files named, or pack with --skip-bad to leave them out)";
-    if (!strcmp(kind, "slr"))
-        return "(damaged records cannot be read; re-pack from the source, or use 'sluice cat' "
-               "to read the records that are intact)";
-    return "(damaged records cannot be read; write the file again, pack with --skip-bad to "
-           "leave them out, or use 'sluice cat' to read the records that are intact)";
-}
-
-static int report(const char *path, const char *kind, const char *ok_text, int json, int opened,
+static int report(const char *path, const char *hint, const char *ok_text, int json, int opened,
                   uint64_t records, uint64_t bad, error_list *errs) {
     int ok = opened && bad == 0 && errs->n == 0;
     if (json)
@@ -101,7 +90,7 @@ static int report(const char *path, const char *kind, const char *ok_text, int j
         if (opened && bad > (uint64_t)errs->n)
             fprintf(stderr, "  ... and %llu more\n", (unsigned long long)(bad - errs->n));
         if (opened)
-            fprintf(stderr, "%s\n", damage_hint(kind));
+            fprintf(stderr, "(%s)\n", hint);
         else
             fprintf(stderr, "(if its footer or index is damaged, 'sluice recover %s -o OUT' "
                             "salvages the records before the first damaged one)\n",
@@ -143,14 +132,13 @@ static int verify_source(const char *const *paths, int n, const char *features, 
         cli_progress_update(&prog.bar, i + 1, 0);
     }
     cli_progress_end(&prog.bar);
-    char kind[32];
-    snprintf(kind, sizeof kind, "%s", sl_source_kind(src));
+    const char *hint = sl_source_repair_hint(src); /* static */
     sl_source_free(src);
     const char *ok_text = !images ? "every record reads"
                           : check == SL_PACK_CHECK_DECODE
                               ? "every record reads, every image decodes"
                               : "every record reads, every image's header reads";
-    return report(paths[0], kind, ok_text, json, 1, cnt, bad, &errs);
+    return report(paths[0], hint, ok_text, json, 1, cnt, bad, &errs);
 }
 
 /* One .slr dataset: every footer, index and record checksum. */
@@ -159,7 +147,7 @@ static int verify_slr(const char *path, int json) {
     sl_reader *r;
     if (sl_reader_open(&r, path, 0) != SL_OK) {
         add_error(&errs, sl_errmsg());
-        return report(path, "slr", "", json, 0, 0, 0, &errs);
+        return report(path, SL_SLR_REPAIR_HINT, "", json, 0, 0, 0, &errs);
     }
     uint64_t n = sl_reader_count(r), bad = 0;
     verify_progress prog;
@@ -186,7 +174,7 @@ static int verify_slr(const char *path, int json) {
         }
     }
     sl_reader_free(r);
-    return report(path, "slr", "every checksum matches", json, 1, n, bad, &errs);
+    return report(path, SL_SLR_REPAIR_HINT, "every checksum matches", json, 1, n, bad, &errs);
 }
 
 int cmd_verify(int argc, char **argv) {

@@ -174,6 +174,11 @@ void sl_dev__backend_release(sl_dev_backend *b);
 /* SL_OK when the backend normalizes on the device; else SL_EUNSUPPORTED
  * with "`what`: <why>" (the runtime, device or kernels that are missing). */
 int sl_dev__normalize_check(const sl_dev_backend *b, const char *what);
+/* Where the backend's memory is, as tensors report it (sl_device and id). */
+static inline void sl_dev__backend_place(const sl_dev_backend *b, int32_t *device, int32_t *id) {
+    *device = b->device;
+    *id = b->id;
+}
 /* Pool memory from the backend's pinned allocator (pools.c's batch
  * classes): ctx is `b`, retain/done are the two calls above. */
 void sl_dev__pinned_mem(sl_dev_backend *b, sl_pool_mem *out);

@@ -424,8 +424,7 @@ int sl_device__upload(sl_device_state *ds, sl_batch *b, int depth) {
         sl_tensor *t = &b->col[c];
         sl_buffer_release(t->buf);
         t->buf = sl_buffer_retain(buf);
-        t->device = be->device;
-        t->device_id = be->id;
+        sl_dev__backend_place(be, &t->device, &t->device_id);
         if (c == ncol) {
             t->data = dev + norm_off;
             t->dtype = ds->dtype;

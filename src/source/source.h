@@ -154,6 +154,9 @@ typedef struct sl_source_vtbl {
     const char *kind;       /* "slr", "memory", "tfrecord", "webdataset",
                                "image_folder", "idx" */
     unsigned flags;         /* SL_SOURCE_F_* */
+    /* What to do about a damaged record (sl_source_repair_hint); NULL: the
+     * advice for files written by another tool. */
+    const char *repair;
     /* A cursor for one reading thread; NULL: the plain sl_source_cursor is
      * enough. The interface fills alloc/alloc_ctx after this returns. */
     int (*cursor_open)(sl_source *src, sl_source_cursor **out);

@@ -443,6 +443,13 @@ int sl_source_index_column(const sl_source *src, int col, const void **out) {
 
 int sl_source_checksummed(const sl_source *src) { return src && src->checksummed; }
 
+const char *sl_source_repair_hint(const sl_source *src) {
+    if (src && src->vt->repair)
+        return src->vt->repair;
+    return "damaged records cannot be read; write the file again, pack with --skip-bad to "
+           "leave them out, or use 'sluice cat' to read the records that are intact";
+}
+
 int sl_paths_expand(const char *pattern, char ***paths_out, int *n_out) {
     if (!pattern || !paths_out || !n_out)
         return sl__error(SL_EINVAL, "sl_paths_expand: NULL argument");

@@ -673,6 +673,7 @@ static void folder_free(sl_source *src) {
 
 static const sl_source_vtbl folder_vtbl = {
     .kind = "image_folder",
+    .repair = "fix or remove the files named, or pack with --skip-bad to leave them out",
     .read = folder_read,
     .index_column = folder_index_column,
     .locate = folder_locate,

@@ -156,6 +156,7 @@ static void slr_free(sl_source *src) {
 
 static const sl_source_vtbl slr_vtbl = {
     .kind = "slr",
+    .repair = SL_SLR_REPAIR_HINT,
     .cursor_open = slr_cursor_open,
     .cursor_free = slr_cursor_free,
     .read = slr_read,
