@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tarfile
 import io
+import threading
 import time
 
 import numpy as np
@@ -188,6 +189,41 @@ for epoch in (0, 1):
 """
 
 
+def finish(p, timeout):
+    """(stdout, stderr) of the rest of a started process, read through the
+    same file objects as an earlier p.stdout.readline(). Popen.communicate
+    with two pipes reads their descriptors and never sees what readline
+    already buffered: the lines printed before the parent read (under load,
+    the second batch and more) were lost, and the epoch looked short."""
+    res = {}
+    ts = [threading.Thread(target=lambda k=k, f=f: res.__setitem__(k, f.read()), daemon=True)
+          for k, f in (("out", p.stdout), ("err", p.stderr))]
+    for t in ts:
+        t.start()
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        raise
+    for t in ts:
+        t.join(timeout)
+    return res.get("out", ""), res.get("err", "")
+
+
+def test_finish_keeps_lines_readline_buffered():
+    """The harness itself: lines that arrived together with the first one
+    are not lost (communicate lost them)."""
+    p = subprocess.Popen([sys.executable, "-c", "import sys, time\nfor i in range(5): print(i, flush=True)\n"
+                          "time.sleep(0.5)\nprint(5, flush=True)"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)  # the first five lines are in the pipe together
+    first = p.stdout.readline()
+    out, err = finish(p, 30)
+    assert p.returncode == 0, err
+    assert [first.strip()] + out.split() == [str(i) for i in range(6)]
+
+
 def start_epochs(url, env):
     """Two epochs of URL from Python, one line a batch, flushed: the caller
     sees the first batch arrive."""
@@ -236,7 +272,7 @@ def test_server_killed_and_restarted_mid_epoch(tmp_path, data, kind):
             ng.stop()
             time.sleep(1.0)
             ng.start()
-            out, err = p.communicate(timeout=120)
+            out, err = finish(p, 120)
             assert p.returncode == 0, err
             got = ([first.strip()] if first else []) + [l for l in out.splitlines() if l.strip()]
             if kind == "wds":
@@ -273,7 +309,7 @@ def test_server_gone_mid_epoch_names_url_record_and_tries(tmp_path, data):
             assert p.stdout.readline(), p.stderr.read()
             ng.stop()
             t = time.monotonic()
-            out, err = p.communicate(timeout=60)
+            out, err = finish(p, 60)
             assert p.returncode == 1, out
             assert time.monotonic() - t < 20
             assert re.search(re.escape(px.url) + r"/ds/shard-\d+\.slr: record \d+: .*after 3 tries", err), err
