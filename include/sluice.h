@@ -1432,6 +1432,59 @@ SL_API int sl_pipeline_set_stream(sl_pipeline *p, void *stream);
  *  device tensor), SL_EIO (the runtime failed). Any thread. Since 0.2 */
 SL_API int sl_tensor_stream_wait(const sl_tensor *t, void *stream);
 
+/*
+ * Staging tensors made elsewhere (a Python collate function, the caller's
+ * own code) through the same device layer: each call copies a group of host
+ * tensors (one batch) into one slot of a ring of pinned host memory, and
+ * with `to_device` on to device memory on the ring's copy stream. The
+ * tensors it returns share the slot and hold references on it; the slot is
+ * reused only after the last of them is released AND the consumer stream
+ * has passed the point where that happened (the release event) AND the copy
+ * out of it has finished (the copy event): the ring's rules above.
+ */
+typedef struct sl_stager sl_stager;
+/** Figures of a stager (sl_stager_stats). */
+typedef struct sl_stager_stats {
+    uint64_t batches;          /**< successful sl_stager_stage calls */
+    uint64_t staged_bytes;     /**< bytes copied into pinned slots */
+    uint64_t h2d_bytes;        /**< bytes copied from the slots to the device (to_device) */
+    double wait_s;             /**< time stage() waited for a slot's events */
+    int32_t slots;             /**< slots the ring has made */
+} sl_stager_stats;
+/** Open a stager on SL_DEVICE_CUDA device `id` (pinned memory from
+ *  cudaHostAlloc, copies with cudaMemcpyAsync on a non-blocking stream) or
+ *  SL_DEVICE_CPU (the host backend: the same slots and events run by
+ *  threads; for tests). `to_device` 0: tensors come back in the pinned slot
+ *  (device SL_DEVICE_CUDA_HOST on CUDA, SL_DEVICE_CPU on the host backend);
+ *  1: in device memory (SL_DEVICE_CUDA, or SL_DEVICE_CPU on the host
+ *  backend). `depth`: slots kept while the consumer holds fewer batches
+ *  (2..64; more are made, up to 64, when the consumer holds them all).
+ *  @return SL_OK, SL_EINVAL, SL_EUNSUPPORTED (CUDA runtime or device
+ *  missing: the message says which), SL_EIO, SL_ENOMEM. Free with
+ *  sl_stager_free. Since 0.2 */
+SL_API int sl_stager_open(sl_stager **out, sl_device device, int id, int to_device, int depth);
+/** Drop the stager: copies in flight are waited for; slots whose tensors are
+ *  still held are freed when the last is released. Accepts NULL. */
+SL_API void sl_stager_free(sl_stager *s);
+/** The consumer stream (NULL: the default stream): copies are waited for
+ *  on it and release points recorded on it. @return SL_OK. Since 0.2 */
+SL_API int sl_stager_set_stream(sl_stager *s, void *stream);
+/** Copy the `n` host tensors `in` (C-contiguous, in CPU or pinned memory;
+ *  only read, during the call) into one slot: out[i] gets in[i]'s dtype
+ *  and shape, its bytes in the slot (each tensor 256-byte aligned), and
+ *  one reference on the slot; release each with sl_tensor_release. The
+ *  call may block while every slot is held and the oldest released one has
+ *  not passed its events. With `to_device` it returns once the copy is
+ *  queued: the consumer stream waits for it (sl_tensor_stream_wait moves
+ *  that to another stream). On failure nothing is written to `out`.
+ *  @return SL_OK, SL_EINVAL (a tensor not in host memory, n < 0),
+ *  SL_ELIMIT (64 slots held), SL_EIO (the runtime failed: message names the
+ *  call), SL_ENOMEM. Thread safety: any thread; calls are serialised.
+ *  Since 0.2 */
+SL_API int sl_stager_stage(sl_stager *s, const sl_tensor *in, int n, sl_tensor *out);
+/** The stager's figures so far. Any thread. Since 0.2 */
+SL_API void sl_stager_stats_get(sl_stager *s, sl_stager_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -164,6 +164,16 @@ static int dl_dtype(sl_dtype d, DLDataType *out) {
     }
 }
 
+/* Pinned host memory (SL_DEVICE_CUDA_HOST, a Stager's pinned slots) goes out
+ * as kDLCPU: torch 1.13's from_dlpack refuses kDLCUDAHost ("Unsupported
+ * device_type: 3"), and it is CPU memory to every consumer. Whether it is
+ * pinned, torch asks the CUDA runtime (Tensor.is_pinned():
+ * cudaPointerGetAttributes on the data pointer), so the tensor reports
+ * is_pinned() True on a machine with a GPU. */
+static DLDeviceType dl_device_type(int32_t device) {
+    return device == SL_DEVICE_CUDA_HOST ? kDLCPU : (DLDeviceType)device;
+}
+
 static PyObject *tensor_dlpack(PySlTensor *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"stream", NULL};
     PyObject *stream = Py_None;
@@ -208,7 +218,7 @@ static PyObject *tensor_dlpack(PySlTensor *self, PyObject *args, PyObject *kwarg
     for (int i = 0; i < self->t.ndim; i++)
         c->shape[i] = self->t.shape[i];
     dl->data = self->t.data;
-    dl->device.device_type = (DLDeviceType)self->t.device;
+    dl->device.device_type = dl_device_type(self->t.device);
     dl->device.device_id = self->t.device_id;
     dl->ndim = self->t.ndim;
     dl->shape = c->shape;
@@ -224,7 +234,7 @@ static PyObject *tensor_dlpack(PySlTensor *self, PyObject *args, PyObject *kwarg
 }
 
 static PyObject *tensor_dlpack_device(PySlTensor *self, PyObject *unused) {
-    return Py_BuildValue("(ii)", (int)self->t.device, (int)self->t.device_id);
+    return Py_BuildValue("(ii)", (int)dl_device_type(self->t.device), (int)self->t.device_id);
 }
 
 static PyObject *tensor_numpy(PySlTensor *self, PyObject *unused) {

@@ -42,5 +42,6 @@ int py_sl_record_init(PyObject *m);
 int py_sl_pipeline_init(PyObject *m);
 int py_sl_pack_init(PyObject *m);
 int py_sl_ops_init(PyObject *m);
+int py_sl_stager_init(PyObject *m);
 
 #endif

@@ -31,6 +31,7 @@ Design (one page):
    every shared-memory file still pending.
 """
 import collections
+import collections.abc
 import glob
 import mmap
 import multiprocessing
@@ -750,6 +751,129 @@ def _shutdown_pools(pools):
 
 
 # --------------------------------------------------------------------------
+# pin_memory and device=: batches staged through sluice's device layer.
+# --------------------------------------------------------------------------
+def _pin_target(pin_memory_device):
+    """Where pin_memory=True stages through sluice: ("cuda", id) when torch
+    sees a GPU and `pin_memory_device` (if given) names a CUDA device; None
+    otherwise (torch's pin_memory, or nothing, as torch does)."""
+    if not torch.cuda.is_available():
+        return None
+    dev = torch.device(pin_memory_device) if pin_memory_device else torch.device("cuda")
+    if dev.type != "cuda":
+        return None
+    return ("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
+
+
+def _parse_device(device):
+    """DataLoader(device=...): None, or (kind, id, torch.device) with kind
+    "cuda" or "host" (the host backend: CPU tensors through the same ring,
+    for tests and dry runs)."""
+    if device is None:
+        return None
+    if device == "host":
+        return ("host", 0, torch.device("cpu"))
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        dev = None
+    if dev is None or dev.type != "cuda":
+        raise ValueError(f"device: expected None, 'cuda', 'cuda:N', a torch.device('cuda', N) "
+                         f"or 'host', got {device!r}")
+    idx = dev.index if dev.index is not None else (
+        torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    return ("cuda", idx, torch.device("cuda", idx))
+
+
+def _map_batch(data, leaf, other, tuples_as_lists=True):
+    """torch's pin_memory walk (torch/utils/data/_utils/pin_memory.py):
+    `leaf` for each tensor, `other` for an object with a pin_memory()
+    method; mappings, namedtuples, tuples (as lists, as torch's pin_memory
+    does, unless `tuples_as_lists` is False) and sequences rebuilt; strings
+    and everything else unchanged."""
+    if isinstance(data, torch.Tensor):
+        return leaf(data)
+    if isinstance(data, (str, bytes)):
+        return data
+    if isinstance(data, collections.abc.Mapping):
+        try:
+            return type(data)({k: _map_batch(v, leaf, other, tuples_as_lists)
+                               for k, v in data.items()})
+        except TypeError:
+            return {k: _map_batch(v, leaf, other, tuples_as_lists) for k, v in data.items()}
+    if isinstance(data, tuple) and hasattr(data, "_fields"):
+        return type(data)(*(_map_batch(v, leaf, other, tuples_as_lists) for v in data))
+    if isinstance(data, tuple):
+        items = [_map_batch(v, leaf, other, tuples_as_lists) for v in data]
+        return items if tuples_as_lists else tuple(items)
+    if isinstance(data, collections.abc.Sequence):
+        try:
+            return type(data)([_map_batch(v, leaf, other, tuples_as_lists) for v in data])
+        except TypeError:
+            return [_map_batch(v, leaf, other, tuples_as_lists) for v in data]
+    if hasattr(data, "pin_memory"):
+        return other(data)
+    return data
+
+
+def _stageable(t):
+    return (t.device.type == "cpu" and t.layout == torch.strided and not t.is_quantized
+            and not t.is_complex())
+
+
+class _Staging:
+    """One loader's path through sluice's device layer: a Stager (a ring of
+    pinned slots; with to_device, copies on its side stream) and how a
+    batch's tensors go through it. Kept by the loader across epochs, so the
+    slots' memory is reused."""
+
+    def __init__(self, kind, dev_id, to_device, torch_device, depth):
+        self.stager = _sluice.Stager(kind, dev_id, to_device=to_device, depth=depth)
+        self.to_device = to_device
+        self.torch_device = torch_device   # device=: where tensors that cannot be staged go
+        self.pin_device = None             # pin_memory: torch's pin_memory(device) for those
+
+    def key(self):
+        return (self.stager.kind, self.stager.id, self.to_device)
+
+    def __call__(self, batch):
+        flat = []
+
+        def collect(t):
+            if _stageable(t):
+                flat.append(t)
+            return t
+
+        _map_batch(batch, collect, lambda o: o, tuples_as_lists=not self.to_device)
+        # One slot per batch; the copies run in C without the GIL.
+        arrays = [t.detach().resolve_conj().resolve_neg().contiguous().reshape(-1)
+                  .view(torch.uint8).numpy() for t in flat]
+        staged = self.stager.stage(arrays)
+        del arrays
+        it = iter(zip(flat, staged))
+
+        def put(t):
+            if not _stageable(t):
+                if self.to_device:
+                    return t.to(self.torch_device)
+                return t.pin_memory(self.pin_device) if self.pin_device else t.pin_memory()
+            src, out = next(it)
+            # from_dlpack of a CUDA tensor makes torch's current stream wait
+            # for the copy (__dlpack__(stream=...)) and records the slot's
+            # release point there.
+            return torch.from_dlpack(out).view(src.dtype).reshape(src.shape)
+
+        def other(o):
+            if self.to_device:
+                return o
+            return o.pin_memory()
+
+        # pin_memory=True gives torch's pin_memory structure; device= keeps
+        # the collated one (tuples stay tuples).
+        return _map_batch(batch, put, other, tuples_as_lists=not self.to_device)
+
+
+# --------------------------------------------------------------------------
 # The iterator.
 # --------------------------------------------------------------------------
 # "auto" on a GIL build: the first batches of the first epoch run on threads
@@ -779,6 +903,12 @@ class _Iter:
         else:
             self._pin = bool(loader.pin_memory) and torch.cuda.is_available()
             self._pin_device = None
+        # sluice's device path: device= always; pin_memory=True where a GPU
+        # is there and sluice's CUDA backend opens (else torch's pin_memory,
+        # the reason in loader.pin_memory_path).
+        self._staging = loader._sl_staging_for(self._pin)
+        if self._staging is not None:
+            self._pin = False
         self._pool = None
         self._pools = []            # for the finaliser
         self._finalizer = weakref.finalize(self, _shutdown_pools, self._pools)
@@ -1068,7 +1198,9 @@ class _Iter:
 
     def _hand_out(self, batch):
         self._yielded += 1
-        if self._pin:
+        if self._staging is not None:
+            batch = self._staging(batch)
+        elif self._pin:
             batch = _torch_pin_memory(batch, self._pin_device)
         return batch
 
@@ -1104,7 +1236,8 @@ class DataLoader(_tud.DataLoader):
                  num_workers=0, collate_fn=None, pin_memory=False, drop_last=False, timeout=0,
                  worker_init_fn=None, generator=None, *, prefetch_factor=None,
                  persistent_workers=False, pin_memory_device="", worker_type="auto",
-                 seed=None):
+                 seed=None, device=None):
+        self._sl_device = _parse_device(device)
         if worker_type not in ("auto", "thread", "process"):
             raise ValueError(f"worker_type: expected 'auto', 'thread' or 'process', "
                              f"got {worker_type!r}")
@@ -1148,6 +1281,52 @@ class DataLoader(_tud.DataLoader):
         self._sl_pending_state = None
         self._sl_running = None
         self._sl_iter = None
+        self.device = self._sl_device[2] if self._sl_device else None
+        self.pin_memory_path = None
+        self._sl_staging = None
+
+    def _sl_staging_for(self, pin):
+        """The _Staging an iteration uses (device=, or pin_memory=True on a
+        GPU), or None; sets pin_memory_path."""
+        depth = max(4, self._sl_prefetch + 2)
+        if self._sl_device is not None:
+            kind, dev_id, tdev = self._sl_device
+            want = (kind, dev_id, True)
+        elif self.pin_memory:
+            target = _pin_target(self.pin_memory_device)
+            if target is None:
+                self.pin_memory_path = "torch" if pin else None
+                return None
+            kind, dev_id = target
+            tdev = None
+            want = (kind, dev_id, False)
+        else:
+            return None
+        st = self._sl_staging
+        if st is None or st.key() != want:
+            self._sl_staging = None
+            try:
+                st = _Staging(kind, dev_id, want[2], tdev, depth)
+            except _sluice.Error as e:
+                if self._sl_device is not None:
+                    raise
+                # torch's pin_memory still works where sluice cannot load the
+                # CUDA runtime (say so, do not fail).
+                self.pin_memory_path = f"torch ({e})"
+                return None
+            if not want[2] and self.pin_memory_device:
+                st.pin_device = self.pin_memory_device
+            self._sl_staging = st
+        self.pin_memory_path = (f"sluice {kind}:{dev_id} " +
+                                ("device" if want[2] else "pinned"))
+        return st
+
+    def staging_stats(self):
+        """What sluice's device path did for this loader (device= or
+        pin_memory=True through sluice): batches, staged_bytes, h2d_bytes,
+        wait_s (time waiting for a slot's events), slots; None when it is not
+        used."""
+        return None if self._sl_staging is None else self._sl_staging.stager.stats()
 
     def _sl_worker_type_now(self):
         if self.worker_type != "auto":

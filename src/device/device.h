@@ -237,7 +237,11 @@ int sl_dev__slot_submit_from(sl_dev_slot *s, const sl_dev_copy *cp, int ncp,
 /* Hand the slot out: a buffer over its device memory (refcount 1); the slot
  * is released when the buffer's last reference goes. */
 int sl_dev__slot_handout(sl_dev_slot *s, sl_buffer **out);
-/* The slot behind a buffer from sl_dev__slot_handout, or NULL. */
+/* The same over the slot's pinned memory (nothing copied to the device):
+ * the consumer reads it, or copies it out on its own stream; the release
+ * event is recorded on the ring's consumer stream. */
+int sl_dev__slot_handout_host(sl_dev_slot *s, sl_buffer **out);
+/* The slot behind a buffer from sl_dev__slot_handout(_host), or NULL. */
 sl_dev_slot *sl_dev__slot_of(const sl_buffer *buf);
 /* Make `stream` wait for the slot's copy; release events are then recorded
  * on `stream`. */

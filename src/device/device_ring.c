@@ -180,6 +180,26 @@ int sl_dev__ring_create(sl_dev_ring **out, sl_dev_backend *be, int depth) {
 void sl_dev__ring_close(sl_dev_ring *r) {
     if (!r)
         return;
+    /* Idle slots (FREE, RELEASED) go now, not with the last held one: a
+     * consumer keeping one batch past the ring's end keeps one slot. They
+     * are taken out first and freed (slot_free waits for their events)
+     * while `closed` is still 0, so a concurrent last release cannot
+     * destroy the ring under us. Only the creator acquires, so none is
+     * FILLING here. */
+    sl_dev_slot *idle[SL_DEV_MAX_SLOTS];
+    int nidle = 0, kept = 0;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->nslots; i++) {
+        sl_dev_slot *s = r->slot[i];
+        if (r->nout > 0 && (s->state == SLOT_FREE || s->state == SLOT_RELEASED))
+            idle[nidle++] = s;
+        else
+            r->slot[kept++] = s;
+    }
+    r->nslots = kept;
+    pthread_mutex_unlock(&r->mu);
+    for (int i = 0; i < nidle; i++)
+        slot_free(r, idle[i]);
     pthread_mutex_lock(&r->mu);
     r->closed = 1;
     int last = r->nout == 0;
@@ -401,6 +421,20 @@ int sl_dev__slot_handout(sl_dev_slot *s, sl_buffer **out) {
     sl_dev_ring *r = s->ring;
     SL_TRY(sl_buffer_wrap(out, s->dev, s->dev_cap, slot_released, s));
     pthread_mutex_lock(&r->mu);
+    s->state = SLOT_OUT;
+    r->nout++;
+    pthread_mutex_unlock(&r->mu);
+    return SL_OK;
+}
+
+int sl_dev__slot_handout_host(sl_dev_slot *s, sl_buffer **out) {
+    sl_dev_ring *r = s->ring;
+    SL_TRY(sl_buffer_wrap(out, s->host, s->host_cap, slot_released, s));
+    pthread_mutex_lock(&r->mu);
+    /* No copy was queued (submit sets it otherwise): the consumer's own
+     * copies out of this memory run on its stream, where the release event
+     * goes (invariant 2). */
+    s->use_stream = r->cons_stream;
     s->state = SLOT_OUT;
     r->nout++;
     pthread_mutex_unlock(&r->mu);

@@ -296,6 +296,105 @@ SL_TEST(cuda_fake__event_query_fails_mid_epoch) {
                   "cudaEventQuery: unspecified launch failure");
 }
 
+/* ---- sl_stager (device_stager.c) over the stand-in ---------------------------------- */
+
+static void stage_two(sl_stager *st, const float *a, const int64_t *b, sl_tensor out[2]) {
+    sl_tensor in[2];
+    int64_t sa = 10, sb = 3;
+    sl_tensor_view(&in[0], (void *)a, SL_F32, 1, &sa);
+    sl_tensor_view(&in[1], (void *)b, SL_I64, 1, &sb);
+    if (sl_stager_stage(st, in, 2, out) != SL_OK)
+        sl_test_fail(__FILE__, __LINE__, "stage: %s", sl_errmsg());
+}
+
+/* Pinned and to-device staging: the bytes land, the tensors report where
+ * they are, a held batch keeps its slot past sl_stager_free while the idle
+ * slots go at once, and nothing is left once the last tensor is released. */
+SL_TEST(cuda_fake__stager_pinned_and_device_nothing_leaks) {
+    use_fake();
+    fk.not_ready(2);
+    float a[10];
+    int64_t b[3] = {7, -8, 9};
+    for (int i = 0; i < 10; i++)
+        a[i] = (float)i * 0.25f;
+    for (int to_device = 0; to_device <= 1; to_device++) {
+        sl_stager *st = NULL;
+        ASSERT_OK(sl_stager_open(&st, SL_DEVICE_CUDA, 0, to_device, 2));
+        sl_tensor keep[2], tmp[2];
+        stage_two(st, a, b, keep);
+        ASSERT_EQ(keep[0].device, to_device ? SL_DEVICE_CUDA : SL_DEVICE_CUDA_HOST);
+        ASSERT_EQ(keep[1].dtype, SL_I64);
+        ASSERT_EQ((int)keep[1].shape[0], 3);
+        ASSERT_EQ(((char *)keep[1].data - (char *)keep[0].data) % 256, 0);
+        for (int k = 0; k < 5; k++) { /* released at once: reused, the ring stays small */
+            stage_two(st, a, b, tmp);
+            sl_tensor_release(&tmp[0]);
+            sl_tensor_release(&tmp[1]);
+        }
+        sl_stager_stats ss;
+        sl_stager_stats_get(st, &ss);
+        ASSERT_U64_EQ(ss.batches, 6);
+        ASSERT_U64_EQ(ss.staged_bytes, 6 * (40 + 24));
+        ASSERT_U64_EQ(ss.h2d_bytes, to_device ? 6 * (40 + 24) : 0);
+        ASSERT(ss.slots <= 2);
+        sl_stager_free(st);
+        /* the stand-in's "device" memory is host memory: read it back */
+        ASSERT_EQ(memcmp(keep[0].data, a, sizeof a), 0);
+        ASSERT_EQ(memcmp(keep[1].data, b, sizeof b), 0);
+        ASSERT_EQ(fk.live("host"), 1);
+        ASSERT_EQ(fk.live("device"), to_device ? 1 : 0);
+        sl_tensor_release(&keep[1]);
+        ASSERT_EQ(fk.live("host"), 1);
+        sl_tensor_release(&keep[0]);
+        nothing_left();
+    }
+}
+
+/* A failing copy or pinned allocation is a clean error naming the call; the
+ * stager goes on with the next batch. */
+SL_TEST(cuda_fake__stager_errors_name_the_call) {
+    use_fake();
+    float a[10] = {0};
+    int64_t b[3] = {1, 2, 3};
+    sl_tensor out[2];
+    sl_stager *st = NULL;
+    ASSERT_OK(sl_stager_open(&st, SL_DEVICE_CUDA, 0, 1, 2));
+    ASSERT(fk.fail("cudaMemcpyAsync", 1, FAKE_CUDA_ERR_LAUNCH_FAILURE, 0) == 0);
+    sl_tensor in[1];
+    int64_t n = 10;
+    sl_tensor_view(&in[0], a, SL_F32, 1, &n);
+    ASSERT_EQ(sl_stager_stage(st, in, 1, out), SL_EIO);
+    ASSERT_CONTAINS(sl_errmsg(), "device \"cuda\": cudaMemcpyAsync: unspecified launch failure");
+    /* the failed batch's slot is reused; held, the next stage needs a new one */
+    stage_two(st, a, b, out);
+    ASSERT(fk.fail("cudaHostAlloc", 1, FAKE_CUDA_ERR_MEMORY_ALLOCATION, 0) == 0);
+    sl_tensor more[2];
+    ASSERT_EQ(sl_stager_stage(st, in, 1, more), SL_EIO);
+    ASSERT_CONTAINS(sl_errmsg(), "cudaHostAlloc: out of memory");
+    stage_two(st, a, b, more);
+    ASSERT_EQ(memcmp(more[1].data, b, sizeof b), 0);
+    sl_tensor bad = in[0];
+    bad.device = SL_DEVICE_CUDA;
+    ASSERT_EQ(sl_stager_stage(st, &bad, 1, more), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "not in host memory");
+    for (int i = 0; i < 2; i++) {
+        sl_tensor_release(&out[i]);
+        sl_tensor_release(&more[i]);
+    }
+    sl_stager_free(st);
+    nothing_left();
+}
+
+SL_TEST(cuda_fake__stager_without_runtime_says_why) {
+    char missing[600];
+    sl_test_path(missing, sizeof missing, "libcudart-none.so");
+    ASSERT_EQ(setenv("SLUICE_CUDART", missing, 1), 0);
+    sl_stager *st = NULL;
+    ASSERT_EQ(sl_stager_open(&st, SL_DEVICE_CUDA, 0, 0, 4), SL_EUNSUPPORTED);
+    ASSERT(st == NULL);
+    ASSERT_CONTAINS(sl_errmsg(), "libcudart-none.so could not be loaded");
+}
+
 /* ---- the nvJPEG batch decoder (device_nvjpeg.c) over the stand-ins ------------------ */
 #ifdef SLUICE_FAKE_NVJPEG
 #include <turbojpeg.h>

@@ -1,0 +1,220 @@
+/*
+ * py_stager.c — sluice._sluice.Stager: a batch of host arrays staged through
+ * the device layer (sl_stager: pinned slots from the ring, the copy to the
+ * device on its side stream). sluice.torch.DataLoader uses it for
+ * pin_memory=True and device= (python/sluice/torch.py).
+ *
+ *   st = Stager("cuda", 0, to_device=False, depth=4)
+ *   outs = st.stage([a, b, ...])   # objects with the buffer protocol
+ *
+ * Each output is a sluice Tensor (same dtype and shape) in the batch's slot;
+ * torch.from_dlpack / numpy share it, and the slot is reused only after the
+ * last of them is gone and its events have passed. The copies run with the
+ * GIL released; the input buffers are held (PyObject_GetBuffer) until then.
+ */
+#include "pysluice.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD
+    sl_stager *st;                /* set once in __init__, freed in dealloc */
+    int kind;                     /* sl_device */
+    int id;
+    int to_device;
+} PySlStager;
+
+static int stager_init(PySlStager *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"kind", "id", "to_device", "depth", NULL};
+    const char *kind;
+    int id = 0, to_device = 0, depth = 4;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|ipi:Stager", kwlist, &kind, &id,
+                                     &to_device, &depth))
+        return -1;
+    if (self->st) {
+        PyErr_SetString(PyExc_RuntimeError, "Stager: already initialised");
+        return -1;
+    }
+    sl_device d;
+    if (strcmp(kind, "cuda") == 0)
+        d = SL_DEVICE_CUDA;
+    else if (strcmp(kind, "host") == 0)
+        d = SL_DEVICE_CPU;
+    else {
+        PyErr_Format(PyExc_ValueError, "Stager: kind: expected 'cuda' or 'host', got '%s'",
+                     kind);
+        return -1;
+    }
+    if (depth < 2 || depth > 64) {
+        PyErr_Format(PyExc_ValueError, "Stager: depth: expected 2..64, got %d", depth);
+        return -1;
+    }
+    sl_stager *st = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sl_stager_open(&st, d, id, to_device, depth);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        py_sl_raise(rc);
+        return -1;
+    }
+    self->st = st;
+    self->kind = (int)d;
+    self->id = id;
+    self->to_device = to_device;
+    return 0;
+}
+
+static void stager_dealloc(PySlStager *self) {
+    sl_stager *st = self->st;
+    self->st = NULL;
+    if (st) {
+        /* Waits for copies in flight: not while holding the GIL. */
+        Py_BEGIN_ALLOW_THREADS
+        sl_stager_free(st);
+        Py_END_ALLOW_THREADS
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *stager_stage(PySlStager *self, PyObject *arg) {
+    if (!self->st) {
+        PyErr_SetString(PyExc_RuntimeError, "Stager: not initialised");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(arg, "Stager.stage: expected a list of arrays");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > INT32_MAX / 2) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "Stager.stage: too many arrays");
+        return NULL;
+    }
+    Py_buffer *views = calloc((size_t)(n ? n : 1), sizeof *views);
+    sl_tensor *in = calloc((size_t)(n ? n : 1), sizeof *in);
+    sl_tensor *out = calloc((size_t)(n ? n : 1), sizeof *out);
+    PyObject *result = NULL;
+    Py_ssize_t held = 0;
+    if (!views || !in || !out) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; held < n; held++) {
+        if (py_sl_tensor_from_buffer(PySequence_Fast_GET_ITEM(seq, held), &views[held],
+                                     &in[held], "Stager.stage") < 0)
+            goto done;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sl_stager_stage(self->st, in, (int)n, out);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        py_sl_raise(rc);
+        goto done;
+    }
+    result = PyList_New(n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!result) {
+            sl_tensor_release(&out[i]);
+            continue;
+        }
+        PyObject *t = py_sl_tensor_from(&out[i]); /* takes out[i]'s reference */
+        if (!t) {
+            Py_CLEAR(result);
+            continue;
+        }
+        PyList_SET_ITEM(result, i, t);
+    }
+done:
+    for (Py_ssize_t i = 0; i < held; i++)
+        PyBuffer_Release(&views[i]);
+    free(views);
+    free(in);
+    free(out);
+    Py_DECREF(seq);
+    return result;
+}
+
+static PyObject *stager_set_stream(PySlStager *self, PyObject *arg) {
+    if (!self->st) {
+        PyErr_SetString(PyExc_RuntimeError, "Stager: not initialised");
+        return NULL;
+    }
+    void *stream = NULL;
+    if (arg != Py_None) {
+        stream = PyLong_AsVoidPtr(arg);
+        if (!stream && PyErr_Occurred())
+            return NULL;
+    }
+    sl_stager_set_stream(self->st, stream);
+    Py_RETURN_NONE;
+}
+
+static PyObject *stager_stats(PySlStager *self, PyObject *unused) {
+    sl_stager_stats s;
+    sl_stager_stats_get(self->st, &s);
+    return Py_BuildValue("{s:K,s:K,s:K,s:d,s:i}", "batches", (unsigned long long)s.batches,
+                         "staged_bytes", (unsigned long long)s.staged_bytes, "h2d_bytes",
+                         (unsigned long long)s.h2d_bytes, "wait_s", s.wait_s, "slots",
+                         (int)s.slots);
+}
+
+static PyObject *stager_repr(PySlStager *self) {
+    return PyUnicode_FromFormat("sluice._sluice.Stager(%s, %d, to_device=%s)",
+                                self->kind == SL_DEVICE_CUDA ? "'cuda'" : "'host'", self->id,
+                                self->to_device ? "True" : "False");
+}
+
+static PyObject *stager_get_kind(PySlStager *self, void *closure) {
+    return PyUnicode_FromString(self->kind == SL_DEVICE_CUDA ? "cuda" : "host");
+}
+static PyObject *stager_get_id(PySlStager *self, void *closure) {
+    return PyLong_FromLong(self->id);
+}
+static PyObject *stager_get_to_device(PySlStager *self, void *closure) {
+    return PyBool_FromLong(self->to_device);
+}
+
+static PyMethodDef stager_methods[] = {
+    {"stage", (PyCFunction)stager_stage, METH_O,
+     "stage(arrays): copy a list of C-contiguous arrays (buffer protocol) into one pinned "
+     "slot, and to the device with to_device; a list of Tensors of the same dtypes and "
+     "shapes sharing the slot."},
+    {"set_stream", (PyCFunction)stager_set_stream, METH_O,
+     "set_stream(stream): the consumer stream (a cudaStream_t as an int; None: the default "
+     "stream): copies are waited for there and release points recorded there."},
+    {"stats", (PyCFunction)stager_stats, METH_NOARGS,
+     "stats(): batches, staged_bytes, h2d_bytes, wait_s, slots."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef stager_getset[] = {
+    {"kind", (getter)stager_get_kind, NULL, "'cuda' or 'host' (the host backend).", NULL},
+    {"id", (getter)stager_get_id, NULL, "Device number.", NULL},
+    {"to_device", (getter)stager_get_to_device, NULL,
+     "True: tensors come back in device memory; False: in pinned host memory.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject PySlStager_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "sluice._sluice.Stager",
+    .tp_basicsize = sizeof(PySlStager),
+    .tp_dealloc = (destructor)stager_dealloc,
+    .tp_repr = (reprfunc)stager_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Stager(kind, id=0, to_device=False, depth=4): host arrays staged through "
+              "sluice's device layer (a ring of pinned slots; with to_device, copies to the "
+              "device on its side stream). kind 'host' is the host backend (tests).",
+    .tp_methods = stager_methods,
+    .tp_getset = stager_getset,
+    .tp_init = (initproc)stager_init,
+    .tp_new = PyType_GenericNew,
+};
+
+int py_sl_stager_init(PyObject *m) {
+    if (PyType_Ready(&PySlStager_Type) < 0)
+        return -1;
+    return PyModule_AddObjectRef(m, "Stager", (PyObject *)&PySlStager_Type);
+}
