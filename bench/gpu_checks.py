@@ -4,7 +4,8 @@ function that prints one JSON line {"check", "status", "figure", ...}:
 status PASS or FAIL (SKIP only where the check cannot apply, with why).
 
     python3 bench/gpu_checks.py --kind cuda|host [--build build]
-        [--photos DIR] [--checks epoch,kernel,overlap,reuse,dlpack,release,pinned,gpu_decode,tv_decode]
+        [--photos DIR] [--checks epoch,kernel,overlap,reuse,dlpack,release,pinned,gpu_decode,tv_decode,
+                  torch_pin]
 
 --kind host runs every check on the host backend (a dry run on a machine
 without a GPU: the code paths run end to end; figures have no meaning).
@@ -337,9 +338,71 @@ def c_tv_decode(c):
          ("" if c.kind == "cuda" else " (host backend: no meaning)"), img_s=n / dt)
 
 
+# 9. sluice.torch.DataLoader: pin_memory=True through sluice's pinned slots
+# (torch must see them as pinned), device="cuda" through its side stream
+def c_torch_pin(c):
+    t = c.torch
+    import sluice.torch as st
+    from torch.utils.data import DataLoader as TorchLoader, Dataset
+    from torch.utils.data._utils.pin_memory import pin_memory as torch_pin
+
+    class DS(Dataset):
+        def __len__(self):
+            return 96
+
+        def __getitem__(self, i):
+            g = t.Generator().manual_seed(i)
+            return {"x": t.rand(3, 32, 32, generator=g), "h": t.rand(8, generator=g).half(),
+                    "y": i, "p": (t.tensor([i, -i]), t.tensor(i % 2 == 0))}
+
+    def leaves(b):
+        if isinstance(b, t.Tensor):
+            return [b]
+        if isinstance(b, dict):
+            return [x for v in b.values() for x in leaves(v)]
+        if isinstance(b, (list, tuple)):
+            return [x for v in b for x in leaves(v)]
+        return []
+
+    if c.kind == "cuda":
+        ref = list(TorchLoader(DS(), batch_size=16, pin_memory=True))
+        dev = "cuda"
+    else:
+        # host backend: the same code path with the host backend's slots;
+        # torch's reference walk with a copy standing in for its pinning
+        st._pin_target = lambda d: ("host", 0)
+        t.Tensor.pin_memory = lambda self, device=None: self.clone()
+        ref = [torch_pin(b) for b in TorchLoader(DS(), batch_size=16)]
+        dev = "host"
+    dl = st.DataLoader(DS(), batch_size=16, pin_memory=True, num_workers=2,
+                       worker_type="thread")
+    got = list(dl)
+    bad = sum(not (x.dtype == y.dtype and t.equal(x, y))
+              for a, b in zip(ref, got) for x, y in zip(leaves(a), leaves(b)))
+    pinned = all(x.is_pinned() for b in got for x in leaves(b))
+    path = dl.pin_memory_path
+    plain = list(TorchLoader(DS(), batch_size=16))
+    side = t.cuda.Stream() if c.kind == "cuda" else None
+    dv = st.DataLoader(DS(), batch_size=16, device=dev, num_workers=2, worker_type="thread")
+    if side is not None:
+        with t.cuda.stream(side):
+            on_dev = [[x.cpu() for x in leaves(b)] for b in dv]
+    else:
+        on_dev = [[x for x in leaves(b)] for b in dv]
+    bad_dev = sum(not t.equal(x, y) for a, b in zip(plain, on_dev)
+                  for x, y in zip(leaves(a), b))
+    ok = (bad == 0 and bad_dev == 0 and len(got) == len(ref) == 6 and path.startswith("sluice")
+          and (pinned or c.kind != "cuda"))
+    emit("torch_pin_memory", ok,
+         f"pin_memory=True via {path}: {bad} tensors differ from torch's pinned batches, "
+         f"is_pinned() {'all True' if pinned else 'not all True'}; device={dev!r}: {bad_dev} "
+         f"differ; stats {dv.staging_stats()}" +
+         ("" if c.kind == "cuda" else " (host backend: is_pinned has no meaning)"))
+
+
 CHECKS = {"epoch": c_epoch, "kernel": c_kernel, "overlap": c_overlap, "reuse": c_reuse,
           "dlpack": c_dlpack, "release": c_release, "pinned": c_pinned,
-          "gpu_decode": c_gpu_decode, "tv_decode": c_tv_decode}
+          "gpu_decode": c_gpu_decode, "tv_decode": c_tv_decode, "torch_pin": c_torch_pin}
 
 
 def main():
@@ -348,7 +411,7 @@ def main():
     ap.add_argument("--photos", default="")
     ap.add_argument("--slr", default="")
     ap.add_argument("--checks", default="epoch,kernel,overlap,reuse,dlpack,release,pinned,"
-                                        "gpu_decode")
+                                        "gpu_decode,torch_pin")
     a = ap.parse_args()
     c = Ctx(a)
     if a.kind == "cuda":

@@ -349,7 +349,18 @@ typedef struct {
     sl_schema *schema;
     int ncols;
     int closed;
+    int busy;           /* append/close in flight with the GIL released (GIL-protected):
+                           the engine writer is one thread at a time, and close, abort
+                           or a new __init__ must not free it under a running append */
 } PySlWriter;
+
+static int writer_in_use(PySlWriter *self, const char *what) {
+    if (!self->busy)
+        return 0;
+    PyErr_Format(PyExc_RuntimeError, "sluice.Writer.%s: the writer is in use by another "
+                 "thread (an append or close is running; one thread at a time)", what);
+    return -1;
+}
 
 static int parse_coltype(const char *s, sl_coltype *out) {
     static const struct { const char *name; sl_coltype t; } tab[] = {
@@ -471,6 +482,11 @@ static int writer_init(PySlWriter *self, PyObject *args, PyObject *kwargs) {
     opts.shard_bytes = shard_bytes;
     opts.zstd_level = zstd_level;
     opts.fsync = do_fsync;
+    if (writer_in_use(self, "__init__") < 0) {
+        Py_DECREF(path_obj);
+        sl_schema_free(schema);
+        return -1;
+    }
     sl_writer *w = NULL;
     const char *path = PyBytes_AS_STRING(path_obj);
     Py_BEGIN_ALLOW_THREADS
@@ -497,7 +513,9 @@ static void writer_dealloc(PySlWriter *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int writer_check(PySlWriter *self) {
+static int writer_check(PySlWriter *self, const char *what) {
+    if (writer_in_use(self, what) < 0)
+        return -1;
     if (!self->w || self->closed) {
         PyErr_SetString(PyExc_ValueError, "sluice.Writer is closed");
         return -1;
@@ -582,7 +600,7 @@ static int convert_value(PySlWriter *self, int c, PyObject *v, append_args *a) {
 }
 
 static PyObject *writer_append(PySlWriter *self, PyObject *rec) {
-    if (writer_check(self) < 0)
+    if (writer_check(self, "append") < 0)
         return NULL;
     append_args a;
     memset(&a, 0, sizeof a);
@@ -622,10 +640,15 @@ static PyObject *writer_append(PySlWriter *self, PyObject *rec) {
         }
         Py_DECREF(seq);
     }
+    /* converting the values ran Python code: check again */
+    if (writer_check(self, "append") < 0)
+        goto done;
     sl_writer *w = self->w;
+    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     rc = sl_writer_append(w, a.cols, n);
     Py_END_ALLOW_THREADS
+    self->busy = 0;
     if (rc < 0)
         py_sl_raise(rc);
     else
@@ -639,7 +662,7 @@ static PyObject *writer_set_meta(PySlWriter *self, PyObject *args) {
     const char *k, *v;
     if (!PyArg_ParseTuple(args, "ss:set_meta", &k, &v))
         return NULL;
-    if (writer_check(self) < 0)
+    if (writer_check(self, "set_meta") < 0)
         return NULL;
     int rc = sl_writer_set_meta(self->w, k, v);
     if (rc < 0)
@@ -648,20 +671,26 @@ static PyObject *writer_set_meta(PySlWriter *self, PyObject *args) {
 }
 
 static PyObject *writer_close(PySlWriter *self, PyObject *unused) {
+    if (writer_in_use(self, "close") < 0)
+        return NULL;
     if (self->closed || !self->w)
         Py_RETURN_NONE;
     int rc;
     sl_writer *w = self->w;
+    self->closed = 1;
+    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     rc = sl_writer_close(w);
     Py_END_ALLOW_THREADS
-    self->closed = 1;
+    self->busy = 0;
     if (rc < 0)
         return py_sl_raise(rc);
     Py_RETURN_NONE;
 }
 
 static PyObject *writer_abort(PySlWriter *self, PyObject *unused) {
+    if (writer_in_use(self, "abort") < 0)
+        return NULL;
     sl_writer_free(self->w);
     self->w = NULL;
     self->closed = 1;

@@ -222,7 +222,7 @@ part1() {
 
   log=$WORK/checks.log
   PYTHONPATH=$BUILD/python "$PY" bench/gpu_checks.py --kind $KIND --photos "$PHOTOS" --slr "$SLR" \
-    --checks epoch,kernel,overlap,reuse,dlpack,release,pinned,gpu_decode > "$log" 2>&1
+    --checks epoch,kernel,overlap,reuse,dlpack,release,pinned,gpu_decode,torch_pin > "$log" 2>&1
   lines_from "$log"
   grep -q '^{"check"' "$log" || { tail -5 "$log"; line device_checks FAIL "gpu_checks.py printed no check"; }
 }

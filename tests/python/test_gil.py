@@ -69,3 +69,35 @@ def test_pack_releases_the_gil(tmp_path):
     ip = write_idx(tmp_path / "i.gz", imgs)
     lp = write_idx(tmp_path / "l.gz", np.zeros(20000, np.uint8))
     assert Counter().during(lambda: sluice.pack([ip, lp], str(tmp_path / "o.slr"))) > MIN_COUNT
+
+
+def test_writer_refuses_close_and_abort_while_an_append_runs(tmp_path):
+    # An append runs with the GIL released: abort() (which frees the engine
+    # writer), close() or a second append from another thread must not run
+    # into it; they raise instead, and the append completes.
+    import pytest
+    import time
+    big = np.random.default_rng(0).integers(0, 256, 6 << 20, dtype=np.uint8).tobytes()
+    w = sluice.Writer(str(tmp_path / "w.slr"), [{"name": "blob", "type": "bytes", "zstd": True}],
+                      zstd_level=19, fsync=False)
+    started, errors = threading.Event(), []
+
+    def run():
+        started.set()
+        try:
+            w.append({"blob": big})       # zstd level 19 on 6 MiB: about 2 s here
+        except Exception as e:             # noqa: BLE001 - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    started.wait()
+    time.sleep(0.2)
+    assert t.is_alive(), "the append ended before the test could race it"
+    for call in (w.abort, w.close, lambda: w.append({"blob": b"x"})):
+        with pytest.raises(RuntimeError, match="in use by another thread"):
+            call()
+    t.join()
+    assert not errors
+    w.close()
+    assert len(sluice.Reader(str(tmp_path / "w.slr"))) == 1
