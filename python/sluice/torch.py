@@ -3,8 +3,9 @@ Python Dataset on worker threads or worker processes.
 
     from sluice.torch import DataLoader        # was: from torch.utils.data import DataLoader
 
-Same signature and meaning as torch's (it is a subclass), plus two keywords:
-``worker_type`` ("auto", "thread" or "process") and ``seed`` (per-sample
+Same signature and meaning as torch's (it is a subclass), plus three keywords:
+``device`` (batches delivered on a CUDA device through sluice's pinned
+slots and side stream), ``worker_type`` ("auto", "thread" or "process") and ``seed`` (per-sample
 generators and the shuffle order derived from (seed, epoch, index), as
 sluice's ops derive theirs; see :func:`sample_rng`). Batches are the ones
 torch's ``DataLoader(num_workers=0)`` gives for the same sampler order, for
@@ -25,6 +26,9 @@ Design (one page):
    tensors on that memory (no copy, no pickled tensor data). The file is
    unlinked as soon as it is mapped; the memory goes when the batch's last
    tensor does.
+ - pin_memory=True (on a GPU) and device= stage each batch through sluice's
+   device layer (_sluice.Stager): its tensors copied into one pinned slot,
+   and for device= on to the GPU on sluice's side stream; see _Staging.
  - Workers never hold a reference to the iterator or the loader, so dropping
    them (``del loader``, a ``break`` out of the loop, Ctrl-C) runs the
    iterator's finaliser, which stops every thread and process and removes
@@ -1227,8 +1231,12 @@ class DataLoader(_tud.DataLoader):
     batches on threads (docs/PYTHON.md). ``seed``: per-sample generators
     (:func:`sample_rng`) and, with ``shuffle=True`` and no ``generator``, the
     shuffle order, derived from (seed, epoch); None: torch's behaviour.
+    ``pin_memory=True`` pins through sluice's pinned slots where torch sees
+    a GPU (``pin_memory_path`` says which way); ``device="cuda"`` (or
+    "cuda:N", "host" for the host backend) delivers every tensor on the
+    device, copied on sluice's side stream.
 
-    Also: :meth:`set_epoch`, :meth:`state_dict` / :meth:`load_state_dict`
+    Also: :meth:`staging_stats`, :meth:`set_epoch`, :meth:`state_dict` / :meth:`load_state_dict`
     (exact mid-epoch resume), ``worker_type_used`` (the kind running now)
     and ``auto_probe`` (what "auto" measured)."""
 
