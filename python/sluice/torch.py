@@ -1201,11 +1201,14 @@ class _Iter:
             return self._hand_out(batch)
 
     def _hand_out(self, batch):
-        self._yielded += 1
+        # A batch whose staging fails is not handed out: the error is raised
+        # and state_dict() does not count it (the next next() goes on with
+        # the following batch, as after a Dataset error).
         if self._staging is not None:
             batch = self._staging(batch)
         elif self._pin:
             batch = _torch_pin_memory(batch, self._pin_device)
+        self._yielded += 1
         return batch
 
     def _state(self):

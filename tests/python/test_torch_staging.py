@@ -282,6 +282,26 @@ def test_fake_cuda_pin_memory_loader_and_del_mid_epoch():
         del keep
         gc.collect()
         assert live() == {"host": 0, "device": 0, "stream": 0, "event": 0}, live()
+        # a pinned allocation failing mid-epoch: that next() raises, naming
+        # the call; the epoch goes on with the following batch
+        lib.fake_cuda_fail.argtypes = [ctypes.c_char_p, ctypes.c_long, ctypes.c_int, ctypes.c_int]
+        dl = st.DataLoader(data, batch_size=4, pin_memory=True, num_workers=2,
+                           worker_type="thread")
+        it = iter(dl)
+        held = [next(it), next(it)]
+        lib.fake_cuda_fail(b"cudaHostAlloc", 1, 2, 0)
+        try:
+            next(it)
+            raise SystemExit("no error")
+        except sluice.IOFailure as e:
+            assert "cudaHostAlloc: out of memory" in str(e), e
+        assert dl.state_dict()["batch"] == 2
+        rest = list(it)
+        assert len(rest) == len(ref) - 3
+        assert all(torch.equal(a[0], b[0]) for a, b in zip(ref[3:], rest))
+        del it, dl, held, rest
+        gc.collect()
+        assert live() == {"host": 0, "device": 0, "stream": 0, "event": 0}, live()
         assert misuse() == 0
         print("ok")
     """)
