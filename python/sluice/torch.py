@@ -837,8 +837,23 @@ class _Staging:
         self.torch_device = torch_device   # device=: where tensors that cannot be staged go
         self.pin_device = None             # pin_memory: torch's pin_memory(device) for those
 
+    fallbacks = 0   # batches that took torch's way (every slot held)
+
     def key(self):
         return (self.stager.kind, self.stager.id, self.to_device)
+
+    def stats(self):
+        out = self.stager.stats()
+        out["fallback_batches"] = self.fallbacks
+        return out
+
+    def _torch_way(self, batch):
+        if self.to_device:
+            return _map_batch(batch, lambda t: t.to(self.torch_device), lambda o: o,
+                              tuples_as_lists=False)
+        if self.stager.kind != "cuda":
+            return batch          # the host backend (tests): nothing to pin with
+        return _torch_pin_memory(batch, self.pin_device)
 
     def __call__(self, batch):
         flat = []
@@ -852,7 +867,14 @@ class _Staging:
         # One slot per batch; the copies run in C without the GIL.
         arrays = [t.detach().resolve_conj().resolve_neg().contiguous().reshape(-1)
                   .view(torch.uint8).numpy() for t in flat]
-        staged = self.stager.stage(arrays)
+        try:
+            staged = self.stager.stage(arrays)
+        except _sluice.LimitError:
+            # The consumer holds every slot the ring may make (64 batches,
+            # e.g. list(loader)): this batch takes torch's way instead of
+            # failing where torch's loader would not.
+            self.fallbacks += 1
+            return self._torch_way(batch)
         del arrays
         it = iter(zip(flat, staged))
 
@@ -1335,9 +1357,10 @@ class DataLoader(_tud.DataLoader):
     def staging_stats(self):
         """What sluice's device path did for this loader (device= or
         pin_memory=True through sluice): batches, staged_bytes, h2d_bytes,
-        wait_s (time waiting for a slot's events), slots; None when it is not
-        used."""
-        return None if self._sl_staging is None else self._sl_staging.stager.stats()
+        wait_s (time waiting for a slot's events), slots, fallback_batches
+        (batches that took torch's way because the consumer held every slot
+        the ring may make, 64); None when it is not used."""
+        return None if self._sl_staging is None else self._sl_staging.stats()
 
     def _sl_worker_type_now(self):
         if self.worker_type != "auto":

@@ -165,6 +165,19 @@ def test_slots_reused_only_after_release(host_pinning):
     assert torch.equal(first, expect(0))
 
 
+@pytest.mark.parametrize("mode", ["pin", "device"])
+def test_holding_more_batches_than_the_ring_takes_torchs_way(host_pinning, mode):
+    # list(loader) over 70 batches: the ring stops at 64 held slots; the
+    # rest are handed out the way torch's loader would, not as an error.
+    data = torch.arange(70 * 3.).reshape(70, 3)
+    kw = {"pin_memory": True} if mode == "pin" else {"device": "host"}
+    dl = st.DataLoader(data, batch_size=1, **kw)
+    got = list(dl)
+    assert len(got) == 70 and all(torch.equal(g[0], data[k]) for k, g in enumerate(got))
+    stats = dl.staging_stats()
+    assert stats["slots"] == 64 and stats["fallback_batches"] == 6 and stats["batches"] == 64
+
+
 def test_device_argument_errors():
     with pytest.raises(ValueError, match="device: expected"):
         st.DataLoader(Nested(), device="tpu")
