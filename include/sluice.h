@@ -1479,7 +1479,8 @@ SL_API int sl_stager_set_stream(sl_stager *s, void *stream);
  *  that to another stream). On failure nothing is written to `out`.
  *  @return SL_OK, SL_EINVAL (a tensor not in host memory, n < 0),
  *  SL_ELIMIT (64 slots held), SL_EIO (the runtime failed: message names the
- *  call), SL_ENOMEM. Thread safety: any thread; calls are serialised.
+ *  call), SL_ENOMEM. Thread safety: any thread; the slot acquisitions are
+ *  serialised, the copies of concurrent calls run in parallel.
  *  Since 0.2 */
 SL_API int sl_stager_stage(sl_stager *s, const sl_tensor *in, int n, sl_tensor *out);
 /** The stager's figures so far. Any thread. Since 0.2 */

@@ -441,6 +441,10 @@ class _Config:
         self.base_seed = base_seed
         self.parent_pid = os.getpid()
         self.token = secrets.token_hex(4)
+        # pin_memory through sluice: thread workers copy their batch into a
+        # pinned slot themselves (set by the iterator; never used by
+        # process workers, whose batches are staged by the main thread).
+        self.stage = None
 
     def fetcher(self, wid, stop):
         return _Fetch(self.dataset, self.iterable, self.auto_collation, self.collate_fn,
@@ -486,6 +490,8 @@ def _serve(cfg, wid, kind, recv, send, stop, shm_prefix):
         (c0, q0), t0 = _thread_clock(), time.perf_counter()
         try:
             batch = fetch(indices, seed, epoch)
+            if shm_prefix is None and cfg.stage is not None:
+                batch = _Staged(cfg.stage(batch))
             if shm_prefix is not None:
                 batch = _batch_to_shm(batch, f"{shm_prefix}-{count}")
                 count += 1
@@ -825,6 +831,14 @@ def _stageable(t):
             and not t.is_complex())
 
 
+class _Staged:
+    """A batch a thread worker already staged."""
+    __slots__ = ("batch",)
+
+    def __init__(self, batch):
+        self.batch = batch
+
+
 class _Staging:
     """One loader's path through sluice's device layer: a Stager (a ring of
     pinned slots; with to_device, copies on its side stream) and how a
@@ -838,6 +852,7 @@ class _Staging:
         self.pin_device = None             # pin_memory: torch's pin_memory(device) for those
 
     fallbacks = 0   # batches that took torch's way (every slot held)
+    _lock = threading.Lock()   # thread workers stage concurrently
 
     def key(self):
         return (self.stager.kind, self.stager.id, self.to_device)
@@ -873,7 +888,8 @@ class _Staging:
             # The consumer holds every slot the ring may make (64 batches,
             # e.g. list(loader)): this batch takes torch's way instead of
             # failing where torch's loader would not.
-            self.fallbacks += 1
+            with self._lock:
+                self.fallbacks += 1
             return self._torch_way(batch)
         del arrays
         it = iter(zip(flat, staged))
@@ -1008,6 +1024,13 @@ class _Iter:
             return
         if self._pool is None:
             self._cfg = _Config(loader, self._num_workers, self._base_seed)
+            st = self._staging
+            if st is not None and not st.to_device:
+                # Pinned slots hold no stream state: thread workers fill
+                # them, as torch's pin thread does, off the main thread.
+                # device= stays on the main thread, where the copy is
+                # queued in the order the batches are handed out.
+                self._cfg.stage = st
             self._start_pool(loader)
         else:
             self._cfg.base_seed = self._base_seed
@@ -1226,7 +1249,9 @@ class _Iter:
         # A batch whose staging fails is not handed out: the error is raised
         # and state_dict() does not count it (the next next() goes on with
         # the following batch, as after a Dataset error).
-        if self._staging is not None:
+        if isinstance(batch, _Staged):
+            batch = batch.batch
+        elif self._staging is not None:
             batch = self._staging(batch)
         elif self._pin:
             batch = _torch_pin_memory(batch, self._pin_device)
@@ -1321,7 +1346,9 @@ class DataLoader(_tud.DataLoader):
     def _sl_staging_for(self, pin):
         """The _Staging an iteration uses (device=, or pin_memory=True on a
         GPU), or None; sets pin_memory_path."""
-        depth = max(4, self._sl_prefetch + 2)
+        # Slots: the batches in flight (staged by thread workers) and a few
+        # held by the consumer; the ring makes more, up to 64, when needed.
+        depth = min(64, max(4, self.num_workers * self._sl_prefetch + 2))
         if self._sl_device is not None:
             kind, dev_id, tdev = self._sl_device
             want = (kind, dev_id, True)

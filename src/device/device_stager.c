@@ -16,7 +16,10 @@
  * reused only after its release and copy events have passed (device_ring.c,
  * invariants 1 and 2).
  *
- * The ring allows one acquiring thread at a time: `mu` serialises stage().
+ * The ring allows one acquiring thread at a time: `mu` serialises the
+ * acquire; the copies into a slot, the submit and the hand-out run
+ * unlocked (a FILLING slot belongs to its caller; the ring's own lock
+ * guards the rest).
  */
 #include "device/device.h"
 
@@ -26,7 +29,7 @@
 #define STAGE_ALIGN 256u
 
 struct sl_stager {
-    pthread_mutex_t mu;           /* serialises stage(): one acquirer (ring rule) */
+    pthread_mutex_t mu;           /* serialises acquire: one acquirer (ring rule) */
     sl_dev_ring *ring;
     int to_device;
     int32_t out_device, out_id;   /* what the tensors report */
@@ -103,15 +106,17 @@ int sl_stager_stage(sl_stager *s, const sl_tensor *in, int n, sl_tensor *out) {
     }
     if (total == 0)
         total = STAGE_ALIGN; /* an all-empty batch still gets a slot to hand out */
+    /* Only the acquire is serialised (the ring's one-acquirer rule): the
+     * slot is FILLING and ours alone from here, so callers on several
+     * threads copy into their slots in parallel. */
     pthread_mutex_lock(&s->mu);
     sl_dev_slot *slot = NULL;
     uint64_t waited = 0;
     int rc = sl_dev__ring_acquire(s->ring, total, s->to_device ? total : 0, &slot, &waited);
+    pthread_mutex_unlock(&s->mu);
     atomic_fetch_add(&s->wait_ns, waited);
-    if (rc < 0) {
-        pthread_mutex_unlock(&s->mu);
+    if (rc < 0)
         return rc;
-    }
     /* The staging copy: the tensors come from pageable memory (or from
      * another allocation) and must lie in the slot's pinned memory for an
      * asynchronous copy and for the caller's own non_blocking copies. */
@@ -132,10 +137,8 @@ int sl_stager_stage(sl_stager *s, const sl_tensor *in, int n, sl_tensor *out) {
     }
     if (rc < 0) {
         sl_dev__slot_abandon(slot);
-        pthread_mutex_unlock(&s->mu);
         return rc;
     }
-    pthread_mutex_unlock(&s->mu);
     char *base = sl_buffer_data(buf);
     uint64_t bytes = 0;
     off = 0;

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -86,11 +87,25 @@ LOADERS = [(0, "thread"), (2, "thread"), (2, "process")]
 
 
 @pytest.mark.parametrize("num_workers,worker_type", LOADERS)
-def test_pin_memory_through_host_backend_equals_torch(host_pinning, num_workers, worker_type):
+def test_pin_memory_through_host_backend_equals_torch(host_pinning, monkeypatch, num_workers,
+                                                     worker_type):
     ref = torch_batches(True)
+    where = []
+    call = st._Staging.__call__
+
+    def spy(self, batch):
+        where.append(threading.current_thread().name)
+        return call(self, batch)
+
+    monkeypatch.setattr(st._Staging, "__call__", spy)
     dl = st.DataLoader(Nested(), batch_size=4, pin_memory=True, num_workers=num_workers,
                        worker_type=worker_type)
     got = list(dl)
+    # thread workers stage their own batches (off the main thread, as
+    # torch's pin thread); process workers' batches are staged on arrival
+    on_workers = num_workers > 0 and worker_type == "thread"
+    assert len(where) == 3
+    assert all(w.startswith("sluice.torch worker") == on_workers for w in where), where
     assert len(got) == len(ref) == 3
     for k, (a, b) in enumerate(zip(ref, got)):
         same(a, b, f"batch {k}")
@@ -298,8 +313,7 @@ def test_fake_cuda_pin_memory_loader_and_del_mid_epoch():
         # a pinned allocation failing mid-epoch: that next() raises, naming
         # the call; the epoch goes on with the following batch
         lib.fake_cuda_fail.argtypes = [ctypes.c_char_p, ctypes.c_long, ctypes.c_int, ctypes.c_int]
-        dl = st.DataLoader(data, batch_size=4, pin_memory=True, num_workers=2,
-                           worker_type="thread")
+        dl = st.DataLoader(data, batch_size=4, pin_memory=True)
         it = iter(dl)
         held = [next(it), next(it)]
         lib.fake_cuda_fail(b"cudaHostAlloc", 1, 2, 0)
@@ -313,6 +327,19 @@ def test_fake_cuda_pin_memory_loader_and_del_mid_epoch():
         assert len(rest) == len(ref) - 3
         assert all(torch.equal(a[0], b[0]) for a, b in zip(ref[3:], rest))
         del it, dl, held, rest
+        gc.collect()
+        assert live() == {"host": 0, "device": 0, "stream": 0, "event": 0}, live()
+        # staged by a thread worker: the error names the worker and the call
+        lib.fake_cuda_fail(b"cudaHostAlloc", 1, 2, 1)
+        dl = st.DataLoader(data, batch_size=4, pin_memory=True, num_workers=2,
+                           worker_type="thread")
+        try:
+            next(iter(dl))
+            raise SystemExit("no error")
+        except sluice.IOFailure as e:
+            assert "thread worker" in str(e) and "cudaHostAlloc: out of memory" in str(e), e
+        lib.fake_cuda_fail(b"cudaHostAlloc", 0, 0, 0)
+        del dl
         gc.collect()
         assert live() == {"host": 0, "device": 0, "stream": 0, "event": 0}, live()
         assert misuse() == 0
