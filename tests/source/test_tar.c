@@ -103,7 +103,13 @@ static void check_sample(sl_source *s, sl_source_cursor *cur, uint64_t i, const 
         ASSERT_EQ(t->ndim, 1);
         ASSERT_EQ(t->shape[0], (int64_t)n);
         ASSERT_EQ(t->nbytes, n);
-        ASSERT(t->buf == NULL); /* a view of the mapping, not a copy */
+        /* A view of the mapping (not a copy) that holds a reference to it:
+         * the shard may be closed while the view lives. */
+        ASSERT(t->buf != NULL);
+        const uint8_t *mb = sl_buffer_data(t->buf);
+        ASSERT((const uint8_t *)t->data >= mb &&
+               (const uint8_t *)t->data + n <= mb + sl_buffer_size(t->buf));
+        ASSERT(sl_buffer_size(t->buf) > n);
         if (memcmp(t->data, want, n) != 0)
             sl_test_fail(__FILE__, __LINE__, "record %" PRIu64 " (%s): column '%s' differs "
                          "from %s", i, key, m->string, m->valuestring);
