@@ -1059,7 +1059,8 @@ static int tar_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample
     void *st;
     int rc = sl_shard_set__get(s->set, k, &st);
     if (rc < 0) /* the shard's message names it and the cause */
-        return sl__error_prefix(rc, "record %" PRIu64, i - s->shards[k].first);
+        return sl__error_prefix(rc, "%s: record %" PRIu64, sl_io__short_name(s->shards[k].path),
+                                i - s->shards[k].first);
     rc = read_open(s, cur, i, k, st, out);
     sl_shard_set__put(s->set, k);
     return rc;
