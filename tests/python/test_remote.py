@@ -531,6 +531,42 @@ def test_slr_by_ranges_read_ahead_and_coalesced(tmp_path, data, web):
         px.close()
 
 
+def test_range_reply_for_another_range_is_refused_and_tried_again(tmp_path, data, web):
+    """A 206 whose Content-Range is not the range asked for (here one byte
+    later: bytes a+1-b+1) is never taken as the bytes asked for: it is tried
+    again like a broken transfer, so the epoch (a .slr read by ranges) equals
+    the local one; when every answer is shifted, the error names the URL and
+    both ranges. A server that ignores Range (200, the whole object) gives
+    the right slice."""
+    want = local_digest(tmp_path, data, {"path": data + "/ds"})
+    px = httpfix.FaultProxy(web.port, seed=11, shift=0.2)
+    try:
+        got = digests(run_spec(tmp_path, {"path": px.url + "/ds"}, env_for(tmp_path, SLUICE_CACHE_BYTES=0)))
+        assert got == want
+        assert px.counts["shift"] >= 3, px.counts
+    finally:
+        px.close()
+    px = httpfix.FaultProxy(web.port, shift=1.0)
+    try:
+        r = run_spec(tmp_path, {"path": px.url + "/one.slr"},
+                     env_for(tmp_path, SLUICE_CACHE_BYTES=0, SLUICE_HTTP_TRIES=2), check=False)
+        assert r.returncode == 1, r.stdout
+        m = re.search(re.escape(px.url) + r"/one\.slr: .*HTTP 206 with Content-Range bytes (\d+)-(\d+)/(\d+) "
+                      r"for the range asked \(bytes (\d+)-(\d+)\) after 2 tries", r.stderr)
+        assert m, r.stderr
+        a, b, _total, wa, wb = map(int, m.groups())
+        assert (a, b) == (wa + 1, min(wb + 1, _total - 1)), m.group(0)
+    finally:
+        px.close()
+    px = httpfix.FaultProxy(web.port, norange=1.0)
+    try:
+        got = digests(run_spec(tmp_path, {"path": px.url + "/ds"}, env_for(tmp_path, SLUICE_CACHE_BYTES=0)))
+        assert got == want
+        assert px.counts["norange"] >= 3, px.counts
+    finally:
+        px.close()
+
+
 def test_python_reader_by_ranges(tmp_path, data, web):
     """sluice.Reader(url, mmap=False): every record by a range request."""
     code = f"""
