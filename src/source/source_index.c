@@ -570,7 +570,8 @@ int sl_sidx__load_head(const char *data_path, const char *kind, sl_sidx **out) {
         SL_CHECK(sl_io__read(io, desc, dn, HDR_BYTES + count * ENTRY_BYTES));
         SL_CHECK(parse_descriptors(ix, desc, ncols, nscalar, NULL, path));
     }
-    SL_CHECK(check_fresh(ix, data_path, path, kind));
+    if (kind)
+        SL_CHECK(check_fresh(ix, data_path, path, kind));
     *out = ix;
     ix = NULL;
 cleanup:

@@ -125,7 +125,9 @@ int sl_sidx__load(const char *data_path, const char *kind, sl_sidx **out);
  * the per-record entries or values): record count, flags, columns, scalar
  * names and types, with the same checks of sizes, kind and freshness as
  * sl_sidx__load (the checksum covers the whole file, so it is checked when
- * the whole index is loaded). `partial` is set. Returns as sl_sidx__load. */
+ * the whole index is loaded). `partial` is set. Returns as sl_sidx__load.
+ * `kind` NULL: any kind, and no freshness check (what the format sniffer
+ * asks: which kind of file does this index describe). */
 int sl_sidx__load_head(const char *data_path, const char *kind, sl_sidx **out);
 /* SL_OK when `full` (sl_sidx__load) says what `head` (sl_sidx__load_head of
  * the same file, earlier) said; else SL_EINVAL: the index was replaced. */
