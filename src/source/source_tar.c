@@ -10,33 +10,41 @@
  * members with one key form one sample. docs/SOURCES.md has the user's view.
  *
  * Why not libarchive: it streams. It copies each member into a buffer it
- * owns, allocates per entry, and can only go forwards. Here every shard is
- * mapped read-only once, so (1) a column is a borrowed view of the mapping —
- * an encoded JPEG goes from the page cache to the decoder without a copy;
+ * owns, allocates per entry, and can only go forwards. Here a shard is
+ * mapped read-only while it is open, so (1) a column is a view of the
+ * mapping (holding a reference to it) — an encoded JPEG goes from the page
+ * cache to the decoder without a copy;
  * (2) any sample is read by offset, in any order, from any thread — what
  * shuffling and parallel reading need; (3) opening is one walk over the
  * 512-byte headers, skipping data by size, with no allocation per member
  * (the tables below grow by doubling). Tar headers are simple enough that
  * parsing them here costs less than adapting a streaming API to this.
  *
- * Invariants after open (everything in the source is read-only from then
- * on, so read() needs no lock; a cursor holds only scratch tables):
+ * Shards are opened lazily (shard_set.h): open reads each sidecar index's
+ * header alone, or scans a shard without one and closes it; a read opens
+ * its shard (mapping, whole index) through the set, which keeps at most
+ * max_open_shards open and remembers a failed open for every record of
+ * that shard.
+ *
+ * Invariants after open (everything in the source but the set is read-only
+ * from then on; a cursor holds only scratch tables):
  *  1. Records are in shard order as given, then file order; shard k's
  *     records are [shards[k].first, + nsamples).
  *  2. A scanned shard's samples are tab.samples[tab_first ..]; a sample's
- *     members are tab.members[first .. first+nmembers), each a view (offset,
- *     size) into the shard's mapping, tagged with its column.
- *  3. A shard with a sidecar index (ix != NULL) has no samples in tab: a
- *     read walks just that sample's headers, at the offset and length the
- *     index gives, into the cursor's tables.
+ *     members are tab.members[first .. first+nmembers), each an (offset,
+ *     size) into the shard's bytes, tagged with its column.
+ *  3. A shard with a sidecar index (head != NULL) has no samples in tab: a
+ *     read walks just that sample's headers, at the offset and length its
+ *     whole index (loaded by the set) gives, into the cursor's tables.
  *  4. A sample with err != 0 fails on read with errs[err-1] as its cause:
  *     damage found by the scan is reported on the record it broke, so the
  *     skip policy can drop that record and read the others.
  *  5. Column 0 is "__key__"; then one column per extension, sorted by name.
- *  6. Integer columns hold every record's value in ivals[] (0 where the read
- *     fails): parsed during the scan, which has the header page in hand
- *     anyway — a label is a few bytes right after its header, nearly always
- *     in the same page — or copied from the index; filters push down.
+ *  6. Integer columns are indexed: every record's value (0 where the read
+ *     fails) is in ivals[] from the first index_column call on — parsed
+ *     during the scan, which has the header page in hand anyway (a label is
+ *     a few bytes right after its header, nearly always in the same page),
+ *     or copied from each whole index, loaded then; filters push down.
  */
 #include "source/shard_set.h"
 #include "source/source.h"

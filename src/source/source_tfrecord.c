@@ -19,8 +19,15 @@
  *     number whose read returns the error. Records around it keep their
  *     numbers and read normally; the scan resynchronises after a bad length
  *     checksum at the next position holding a valid frame header.
- *  3. After open everything here is read-only; a cursor holds the only
- *     mutable state (its protobuf arena), so reads run on many threads.
+ *  3. After open everything here but the shard set is read-only; a cursor
+ *     holds the only other mutable state (its protobuf arena), so reads run
+ *     on many threads.
+ *  4. Files are opened lazily (shard_set.h): open reads each sidecar index's
+ *     header alone, or scans a file without one and closes it; a read opens
+ *     its file (mapping or inflated bytes, whole index) through the set, at
+ *     most max_open_shards at a time. off[]/len[] hold the scanned files'
+ *     records only (a file's from tab_first); an indexed file's come from
+ *     its whole index while it is open.
  *
  * Copies: plain files are mapped; a frame's data is checked and parsed in
  * place. protobuf-c copies every bytes field it unpacks (its API hands out
