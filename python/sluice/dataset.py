@@ -735,7 +735,8 @@ def tfrecord(paths, features=None, compression=None, index=None, parallel=None, 
     (default: from the content). ``index``: use FILE.slidx sidecar indexes
     (see ``sluice index``): "auto" (default), True (required) or False.
     ``max_open_shards``: files open at once, least recently used closed
-    first (default 64; docs/SOURCES.md, "Shards opened lazily")."""
+    first (default 64 when any file is remote, else 1024; docs/SOURCES.md,
+    "Shards opened lazily")."""
     src = {"tfrecord": _paths(paths, "paths")}
     if features is not None:
         if isinstance(features, dict):

@@ -12,6 +12,7 @@
  *     a fresh state: the old and the new never share anything the set owns.
  */
 #include "source/shard_set.h"
+#include "io/io.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -226,4 +227,11 @@ void sl_shard_set__free(sl_shard_set *set) {
     pthread_mutex_destroy(&set->mu);
     sl__free(set->s);
     sl__free(set);
+}
+
+int sl_shard_set__default_open(char *const *names, int n) {
+    for (int k = 0; k < n; k++)
+        if (sl_io__is_url(names[k]))
+            return SL_SHARD_SET_OPEN_REMOTE;
+    return SL_SHARD_SET_OPEN_LOCAL;
 }

@@ -38,8 +38,15 @@ typedef struct sl_shard_set_ops {
     void (*close)(void *user, int k, void *state);
 } sl_shard_set_ops;
 
-/* Default bound on shards open at once (a source's "max_open_shards"). */
-#define SL_SHARD_SET_DEFAULT_OPEN 64
+/* Default bounds on shards open at once (a source's "max_open_shards"):
+ * a remote shard open is a whole object in the shard cache or in memory; a
+ * local one is a mapping and a descriptor, and reopening one costs a map and
+ * its page faults again (a global shuffle over 500 small local shards ran
+ * 5-8x slower with 64 than with all of them open: bench/README.md). */
+#define SL_SHARD_SET_OPEN_REMOTE 64
+#define SL_SHARD_SET_OPEN_LOCAL 1024
+/* The default bound for a set of these `n` names: remote if any is a URL. */
+int sl_shard_set__default_open(char *const *names, int n);
 
 /* A set of n shards, none open. max_open >= 1. `ops` is copied; `user` is
  * passed to the callbacks and must outlive the set. */

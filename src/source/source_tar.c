@@ -135,7 +135,7 @@ typedef struct tar_source {
     char **only;            /* "columns": the extensions to keep (NULL: all) */
     int nonly;
     int indexed_shards;     /* shards read through their index */
-    int max_open;           /* "max_open_shards" */
+    int max_open;           /* "max_open_shards" (0 until open: the default) */
     sl_shard_set *set;      /* the shards' bytes (and indexes), opened lazily */
     pthread_mutex_t ivals_mu; /* guards the first index_column (ivals_rc too) */
     int ivals_done, ivals_rc;
@@ -1279,12 +1279,13 @@ int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *fi
     s->base.vt = &tar_vtbl;
     atomic_init(&s->base.refs, 1);
     pthread_mutex_init(&s->ivals_mu, NULL);
-    s->max_open = SL_SHARD_SET_DEFAULT_OPEN;
     char **list = NULL;
     int n = 0, rc, remote_scans = 0;
     sl_sidx_use index;
     SL_CHECK(parse_options(s, obj, field, &index));
     SL_CHECK(sl_source__expand_paths(paths, sub, &list, &n));
+    if (!s->max_open)
+        s->max_open = sl_shard_set__default_open(list, n);
     s->shards = sl__calloc((size_t)n, sizeof *s->shards);
     if (!s->shards)
         SL_CHECK(sl__oom("opening a tar source"));

@@ -223,7 +223,7 @@ typedef struct tf_source {
     uint64_t *off, *len, cap;   /* per record of the scanned files: frame start and
                                    data length */
     uint64_t nscan;             /* entries in off[]/len[] */
-    int max_open;               /* "max_open_shards" */
+    int max_open;               /* "max_open_shards" (0: the default) */
     sl_shard_set *set;          /* the files' bytes (and indexes), opened lazily */
     pthread_mutex_t ivals_mu;   /* guards the first index_column */
     int ivals_done;
@@ -1104,7 +1104,7 @@ static int gather_index_values(tf_source *s) {
 static int parse_options(const cJSON *obj, const char *field, int *verify,
                          const char **compression, sl_sidx_use *index, int *max_open) {
     *verify = 1;
-    *max_open = SL_SHARD_SET_DEFAULT_OPEN;
+    *max_open = 0; /* the default, chosen in open_files */
     *compression = "auto";
     *index = SL_SIDX_USE_AUTO;
     for (const cJSON *it = obj->child; it; it = it->next) {
@@ -1149,6 +1149,8 @@ static int open_files(tf_source *s, const cJSON *paths, const char *field, sl_si
     int n = 0, remote_scans = 0;
     SL_TRY(sl_source__expand_paths(paths, field, &pv, &n));
     int rc = SL_OK;
+    if (!s->max_open)
+        s->max_open = sl_shard_set__default_open(pv, n);
     s->files = sl__calloc((size_t)n, sizeof *s->files);
     if (!s->files)
         SL_FAIL(SL_ENOMEM, "out of memory opening %d TFRecord files", n);
@@ -1192,7 +1194,6 @@ static tf_source *new_source(void) {
     s->base.vt = &tf_vtbl;
     atomic_init(&s->base.refs, 1);
     pthread_mutex_init(&s->ivals_mu, NULL);
-    s->max_open = SL_SHARD_SET_DEFAULT_OPEN;
     return s;
 }
 
