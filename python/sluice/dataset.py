@@ -722,7 +722,8 @@ def records(path, parallel=None, chunk=None):
     return _source({"path": _path(path, "path")}, parallel, chunk)
 
 
-def tfrecord(paths, features=None, compression=None, index=None, parallel=None, chunk=None):
+def tfrecord(paths, features=None, compression=None, index=None, parallel=None, chunk=None,
+             max_open_shards=None):
     """A Dataset reading TFRecord files of ``tf.train.Example`` (or
     ``SequenceExample``) records, in the order given.
 
@@ -732,7 +733,10 @@ def tfrecord(paths, features=None, compression=None, index=None, parallel=None, 
     "image/class/label": "label"}) or a list of keys to keep; default every
     feature, named by its key. ``compression``: "gzip", "none" or "auto"
     (default: from the content). ``index``: use FILE.slidx sidecar indexes
-    (see ``sluice index``): "auto" (default), True (required) or False."""
+    (see ``sluice index``): "auto" (default), True (required) or False.
+    ``max_open_shards``: files open at once, least recently used closed
+    first (default 64 when any file is remote, else 1024; docs/SOURCES.md,
+    "Shards opened lazily")."""
     src = {"tfrecord": _paths(paths, "paths")}
     if features is not None:
         if isinstance(features, dict):
@@ -743,21 +747,27 @@ def tfrecord(paths, features=None, compression=None, index=None, parallel=None, 
         src["compression"] = compression
     if index is not None:
         src["index"] = index
+    if max_open_shards is not None:
+        _check_int(max_open_shards, "max_open_shards", 1)
+        src["max_open_shards"] = max_open_shards
     return _source(src, parallel, chunk)
 
 
-def webdataset(paths, columns=None, index=None, parallel=None, chunk=None):
+def webdataset(paths, columns=None, index=None, parallel=None, chunk=None, max_open_shards=None):
     """A Dataset reading WebDataset tar shards: members grouped by key into
     samples, one column per extension (``jpg``, ``cls``, ``json``, ...) plus
     ``__key__``. ``paths``: a path, a brace pattern
     ("shard-{000000..000127}.tar"), an "@file" listing paths, or a list.
-    ``columns``: extensions to keep (default: all). ``index``: as for
-    :func:`tfrecord`."""
+    ``columns``: extensions to keep (default: all). ``index`` and
+    ``max_open_shards``: as for :func:`tfrecord`."""
     src = {"webdataset": _paths(paths, "paths")}
     if columns is not None:
         src["columns"] = [str(c) for c in columns]
     if index is not None:
         src["index"] = index
+    if max_open_shards is not None:
+        _check_int(max_open_shards, "max_open_shards", 1)
+        src["max_open_shards"] = max_open_shards
     return _source(src, parallel, chunk)
 
 

@@ -11,6 +11,7 @@
 #include "io/io.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -100,6 +101,18 @@ cleanup:
     return rc;
 }
 
+/* ---- counters (io.h) ---------------------------------------------------------- */
+
+static _Atomic uint64_t n_opens, n_maps, n_open_now, n_reads, n_read_bytes;
+
+void sl_io__counters(sl_io_counters *out) {
+    out->opens = atomic_load_explicit(&n_opens, memory_order_relaxed);
+    out->maps = atomic_load_explicit(&n_maps, memory_order_relaxed);
+    out->open_now = atomic_load_explicit(&n_open_now, memory_order_relaxed);
+    out->reads = atomic_load_explicit(&n_reads, memory_order_relaxed);
+    out->read_bytes = atomic_load_explicit(&n_read_bytes, memory_order_relaxed);
+}
+
 /* ---- providers --------------------------------------------------------------- */
 
 int sl_io__is_url(const char *name) {
@@ -117,10 +130,16 @@ static int unknown_scheme(const char *name) {
 int sl_io__open(sl_io **out, const char *name, unsigned flags) {
     *out = NULL;
     /* A URL names its provider. */
-    if (sl_io__is_url(name))
-        return sl_io__http_handles(name) ? sl_io__http_open(out, name, flags)
+    int rc = !sl_io__is_url(name)       ? file_open(out, name, flags)
+             : sl_io__http_handles(name) ? sl_io__http_open(out, name, flags)
                                          : unknown_scheme(name);
-    return file_open(out, name, flags);
+    if (rc == SL_OK) {
+        atomic_fetch_add_explicit(&n_opens, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&n_open_now, 1, memory_order_relaxed);
+        if ((*out)->map)
+            atomic_fetch_add_explicit(&n_maps, 1, memory_order_relaxed);
+    }
+    return rc;
 }
 
 int sl_io__stat(const char *name, sl_io_info *out) {
@@ -160,7 +179,10 @@ int sl_io__read_some(sl_io *io, void *dst, size_t n, uint64_t off, size_t *got) 
     *got = 0;
     if (off >= io->size || !n)
         return SL_OK;
-    return io->vt->read(io, dst, n, off, got);
+    int rc = io->vt->read(io, dst, n, off, got);
+    atomic_fetch_add_explicit(&n_reads, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&n_read_bytes, *got, memory_order_relaxed);
+    return rc;
 }
 
 int sl_io__read(sl_io *io, void *dst, size_t n, uint64_t off) {
@@ -178,8 +200,10 @@ void sl_io__will_need(sl_io *io, uint64_t off, size_t n) {
 }
 
 void sl_io__close(sl_io *io) {
-    if (io)
-        io->vt->close(io);
+    if (!io)
+        return;
+    atomic_fetch_sub_explicit(&n_open_now, 1, memory_order_relaxed);
+    io->vt->close(io);
 }
 
 int sl_io__read_file(const char *name, uint64_t max, int missing_ok, uint8_t **out,

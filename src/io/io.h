@@ -97,6 +97,14 @@ void sl_io__close(sl_io *io);
  * one request); a no-op otherwise. Thread-safe. */
 void sl_io__will_need(sl_io *io, uint64_t off, size_t n);
 
+/* What this process has asked of the layer, for tests and stats: objects
+ * opened (and of those, opened whole in memory with SL_IO_MAP), objects open
+ * now, reads and their bytes. Process-wide atomics; any thread. */
+typedef struct sl_io_counters {
+    uint64_t opens, maps, open_now, reads, read_bytes;
+} sl_io_counters;
+void sl_io__counters(sl_io_counters *out);
+
 /* What a name is, without opening it for reading. */
 typedef struct sl_io_info {
     int is_dir;       /* a directory (a URL: one ending in '/', or one whose

@@ -259,6 +259,11 @@ typedef struct xfer {
     long status;
     int seen_status;
     uint64_t skip;       /* bytes to drop (the server ignored the range) */
+    uint64_t want_first, want_last; /* this try's range (want_last UINT64_MAX: to
+                                       the end); a 206 must answer exactly it */
+    int64_t cr_first, cr_last; /* the answer's Content-Range, or -1 */
+    int range_bad;       /* a 206 for another range: stopped, range_why says */
+    char range_why[256];
     int overflow;        /* more bytes came than asked for: stopped */
     int sink_failed;
     int eff_dir;         /* HEAD: the URL (after redirects) ends in '/' */
@@ -281,6 +286,7 @@ static size_t on_header(char *p, size_t sz, size_t nm, void *u) {
     if (!strncmp(line, "HTTP/", 5)) { /* a new response (after a redirect too) */
         x->retry_after_s = -1;
         x->etag[0] = x->last_mod[0] = 0;
+        x->cr_first = x->cr_last = -1;
     } else if (!strncasecmp(line, "retry-after:", 12)) {
         const char *v = line + 12;
         while (*v == ' ')
@@ -298,6 +304,9 @@ static size_t on_header(char *p, size_t sz, size_t nm, void *u) {
         const char *slash = strrchr(line, '/');
         if (slash && slash[1] != '*')
             x->total = strtoll(slash + 1, NULL, 10);
+        long long a, b;
+        if (sscanf(line + 14, " bytes %lld-%lld", &a, &b) == 2 && a >= 0 && b >= a)
+            x->cr_first = a, x->cr_last = b;
     } else if (!strncasecmp(line, "etag:", 5)) {
         snprintf(x->etag, sizeof x->etag, "%s", line + 5 + strspn(line + 5, " "));
     } else if (!strncasecmp(line, "last-modified:", 14)) {
@@ -306,15 +315,46 @@ static size_t on_header(char *p, size_t sz, size_t nm, void *u) {
     return n;
 }
 
+/* Whether a 206's Content-Range is the range this try asked for: the same
+ * first byte, and the last byte asked (or the object's last, when the range
+ * runs to its end or past it). Else range_why says what came and what was
+ * asked, and the transfer is stopped before a byte is taken. */
+static int range_matches(xfer *x) {
+    uint64_t last = x->want_last;
+    if (x->total > 0 && (last == UINT64_MAX || last > (uint64_t)x->total - 1))
+        last = (uint64_t)x->total - 1;
+    if (x->cr_first >= 0 && (uint64_t)x->cr_first == x->want_first &&
+        (last == UINT64_MAX || (uint64_t)x->cr_last == last))
+        return 1;
+    char asked[64], came[96];
+    if (x->want_last == UINT64_MAX)
+        snprintf(asked, sizeof asked, "bytes %llu-", (unsigned long long)x->want_first);
+    else
+        snprintf(asked, sizeof asked, "bytes %llu-%llu", (unsigned long long)x->want_first,
+                 (unsigned long long)x->want_last);
+    if (x->cr_first < 0)
+        snprintf(came, sizeof came, "no Content-Range");
+    else
+        snprintf(came, sizeof came, "Content-Range bytes %lld-%lld/%lld", (long long)x->cr_first,
+                 (long long)x->cr_last, (long long)x->total);
+    snprintf(x->range_why, sizeof x->range_why, "HTTP 206 with %s for the range asked (%s)",
+             came, asked);
+    x->range_bad = 1;
+    return 0;
+}
+
 static size_t on_body(char *p, size_t sz, size_t nm, void *u) {
     xfer *x = u;
     size_t n = sz * nm, k = 0;
     if (!x->seen_status) {
         curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &x->status);
         x->seen_status = 1;
-        /* 200 to a range request: the whole object; drop what we have. */
+        /* 200 to a range request (a server ignoring Range): the whole
+         * object; drop the bytes before the range (and stop after it). */
         if (x->status == 200)
             x->skip = x->off + x->got;
+        if (x->status == 206 && !range_matches(x))
+            return 0; /* nothing taken from another range; perform retries */
     }
     if (x->status != 200 && x->status != 206)
         return n; /* an error page: not data */
@@ -472,6 +512,9 @@ static int perform(xfer *x, const char *url, int quiet_404, long *status_out) {
         x->sink_failed = 0;
         x->retry_after_s = -1;
         x->total = -1;
+        x->cr_first = x->cr_last = -1;
+        x->range_bad = 0;
+        x->range_why[0] = 0;
         err[0] = 0;
         CURL *h = x->h;
         curl_easy_reset(h);
@@ -508,6 +551,8 @@ static int perform(xfer *x, const char *url, int quiet_404, long *status_out) {
                 curl_easy_setopt(h, CURLOPT_RANGE, range);
                 rg = range;
             }
+            x->want_first = a;
+            x->want_last = x->len == UINT64_MAX ? UINT64_MAX : x->off + x->len - 1;
         }
         hdr_ctx hc = {NULL};
         char rh[80];
@@ -545,6 +590,13 @@ static int perform(xfer *x, const char *url, int quiet_404, long *status_out) {
         int ok_status = st == 200 || st == 206;
         if (cc == CURLE_WRITE_ERROR && x->overflow)
             cc = CURLE_OK; /* we stopped it: all we asked for arrived */
+        if (x->range_bad) {
+            /* Bytes of another range: none were taken. A proxy or server
+             * that answered wrongly once may answer rightly next time, so
+             * it is tried again like a broken transfer. */
+            cc = CURLE_PARTIAL_FILE;
+            snprintf(err, sizeof err, "%s", x->range_why);
+        }
         if (cc == CURLE_OK && ok_status) {
             if (x->head || x->len == UINT64_MAX || x->got == x->len) {
                 *status_out = st;
@@ -585,7 +637,9 @@ static int perform(xfer *x, const char *url, int quiet_404, long *status_out) {
         if (x->got > before)
             t = 0; /* bytes arrived: resume from there on a fresh budget */
         if (t >= cfg.tries) {
-            if (last_cc != CURLE_OK)
+            if (x->range_bad)
+                rc = sl__error(SL_EIO, "%s: %s after %d tries", x->name, last_err, t);
+            else if (last_cc != CURLE_OK)
                 rc = sl__error(SL_EIO, "%s: %s (curl error %d) after %d tries", x->name,
                                last_err, (int)last_cc, t);
             else

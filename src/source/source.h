@@ -88,7 +88,9 @@ int sl_source__pack_idx(const char *a, const char *b, const char *dst,
  *     cursor's scratch after read() returns. When the cursor's `borrow` is
  *     set, a column that would hold a reference to memory living as long as
  *     the source (a file mapping) should be a borrowed view instead: the
- *     caller is done with every column before it releases the source.
+ *     caller is done with every column before it releases the source. A
+ *     mapping that may be closed before the source is (a lazily opened
+ *     shard's, shard_set.h) is referenced whatever `borrow` says.
  *  6. prefetch(), when present, is a hint with no effect on results: it may
  *     run on any reading thread, must not fail, block, allocate or lock.
  *  4. A failed read() returns a negative status with a one-line message that

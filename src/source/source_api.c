@@ -4,6 +4,7 @@
  * build an index. Everything here goes through the source interface.
  */
 #include "source/source.h"
+#include "source/source_index.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -123,6 +124,19 @@ static int detect_one(const char *path, const sl_source_format **kind_out) {
                          "dataset); name its files, or list them in an @file", path);
     }
     int is_dir = st.is_dir;
+    /* A file with a sidecar index is of the kind the index names: its
+     * header says so without a page of the data read (source_index.h),
+     * as the source itself opens it. */
+    sl_sidx *ix = NULL;
+    *kind_out = NULL;
+    if (!is_dir && sl_sidx__load_head(path, NULL, &ix) == SL_OK) {
+        for (const sl_source_format *k = sl_source__kinds; k->key; k++)
+            if (k->build_index && !strcmp(k->key, ix->kind))
+                *kind_out = k;
+        sl_sidx__free(ix);
+        if (*kind_out)
+            return SL_OK;
+    }
     uint8_t head[1024];
     size_t n = 0;
     if (!is_dir)

@@ -74,6 +74,18 @@ int sl_sidx__load_for(const char *data_path, const char *kind, sl_sidx_use use, 
     return rc == SL_END ? SL_OK : rc;
 }
 
+int sl_sidx__load_head_for(const char *data_path, const char *kind, sl_sidx_use use,
+                           sl_sidx **out) {
+    *out = NULL;
+    if (use == SL_SIDX_USE_NO)
+        return SL_OK;
+    int rc = sl_sidx__load_head(data_path, kind, out);
+    if (rc == SL_END && use == SL_SIDX_USE_YES)
+        return sl__error(SL_EINVAL, "%s: no index (%s" SL_SIDX_SUFFIX "); build it with `sluice "
+                         "index %s`", data_path, sl__base_name(data_path), data_path);
+    return rc == SL_END ? SL_OK : rc;
+}
+
 /* ---- building ------------------------------------------------------------------ */
 
 int sl_sidx__begin(sl_sidx **out, const char *kind, const char *data_path) {
@@ -349,6 +361,64 @@ static int name_ok(const uint8_t *p, size_t cap) {
     return len > 0 && len < cap && zero(p + len, cap - len);
 }
 
+/* Where the scalar values begin, after the descriptors at `q`. */
+static const uint8_t *vals_of(const uint8_t *q, uint32_t ncols, uint32_t nscalar) {
+    return q + (size_t)ncols * COL_BYTES + (size_t)nscalar * SCALAR_BYTES;
+}
+
+/* The column and scalar descriptors at `q` (ncols x 136, then nscalar x 72)
+ * into `ix`, whose `count` is set. `vals`: the scalar values (ix->count per
+ * scalar), or NULL for a header load, which keeps names and types only. */
+static int parse_descriptors(sl_sidx *ix, const uint8_t *q, uint32_t ncols, uint32_t nscalar,
+                             const uint8_t *vals, const char *name) {
+    int rc = SL_OK;
+    uint64_t count = ix->count;
+    for (uint32_t k = 0; k < ncols; k++, q += COL_BYTES) {
+        int nd = q[66];
+        uint32_t cf = sl__ld32(q + 68);
+        if (!name_ok(q, 64) || q[64] < SL_COL_INT64 || q[64] > SL_COL_ARRAY || q[65] < SL_U8 ||
+            q[65] > SL_BOOL || nd > SL_MAX_DIMS || q[67] || (cf & ~SL_SIDX_COL_KNOWN_FLAGS) ||
+            !zero(q + 72 + 8 * nd, (size_t)(SL_MAX_DIMS - nd) * 8))
+            return sl__error(SL_ECORRUPT, "%s: column descriptor %u is malformed", name, k);
+        int64_t shape[SL_MAX_DIMS];
+        for (int d = 0; d < nd; d++) {
+            shape[d] = (int64_t)sl__ld64(q + 72 + 8 * d);
+            if (shape[d] < -1)
+                return sl__error(SL_ECORRUPT, "%s: column descriptor %u is malformed", name, k);
+        }
+        rc = sl_sidx__add_col(ix, (const char *)q, (sl_coltype)q[64], (sl_dtype)q[65], nd, shape,
+                              cf);
+        if (rc == SL_EINVAL)
+            return sl__error_prefix(SL_ECORRUPT, "%s: column descriptor %u", name, k);
+        SL_TRY(rc);
+    }
+    for (uint32_t k = 0; k < nscalar; k++, q += SCALAR_BYTES) {
+        if (!name_ok(q, 64) || (q[64] != SL_COL_INT64 && q[64] != SL_COL_FLOAT64) ||
+            !zero(q + 65, 7))
+            return sl__error(SL_ECORRUPT, "%s: scalar descriptor %u is malformed", name, k);
+        /* Values go in as they lie (little-endian words); converted below.
+         * A header load adds the descriptor with no values (count 0). */
+        uint64_t keep = ix->count;
+        if (!vals)
+            ix->count = 0;
+        rc = sl_sidx__add_scalar(ix, (const char *)q, (sl_coltype)q[64],
+                                 vals ? vals + (size_t)k * (size_t)count * 8 : NULL);
+        ix->count = keep;
+        if (rc == SL_EINVAL)
+            return sl__error_prefix(SL_ECORRUPT, "%s: scalar descriptor %u", name, k);
+        SL_TRY(rc);
+        if (!vals) {
+            sl__free(ix->scalar[k].vals);
+            ix->scalar[k].vals = NULL;
+            continue;
+        }
+        uint64_t *w = ix->scalar[k].vals;
+        for (uint64_t i = 0; i < count; i++)
+            w[i] = sl__ld64(&w[i]);
+    }
+    return SL_OK;
+}
+
 int sl_sidx__parse(const uint8_t *p, size_t n, const char *name, sl_sidx **out) {
     *out = NULL;
     if (n < HDR_BYTES + FOOTER_BYTES || memcmp(p, magic_start, 8) != 0)
@@ -398,45 +468,38 @@ int sl_sidx__parse(const uint8_t *p, size_t n, const char *name, sl_sidx **out) 
         ix->length[i] = len;
         end = off + len;
     }
-    for (uint32_t k = 0; k < ncols; k++, q += COL_BYTES) {
-        int nd = q[66];
-        uint32_t cf = sl__ld32(q + 68);
-        if (!name_ok(q, 64) || q[64] < SL_COL_INT64 || q[64] > SL_COL_ARRAY || q[65] < SL_U8 ||
-            q[65] > SL_BOOL || nd > SL_MAX_DIMS || q[67] || (cf & ~SL_SIDX_COL_KNOWN_FLAGS) ||
-            !zero(q + 72 + 8 * nd, (size_t)(SL_MAX_DIMS - nd) * 8))
-            SL_FAIL(SL_ECORRUPT, "%s: column descriptor %u is malformed", name, k);
-        int64_t shape[SL_MAX_DIMS];
-        for (int d = 0; d < nd; d++) {
-            shape[d] = (int64_t)sl__ld64(q + 72 + 8 * d);
-            if (shape[d] < -1)
-                SL_FAIL(SL_ECORRUPT, "%s: column descriptor %u is malformed", name, k);
-        }
-        rc = sl_sidx__add_col(ix, (const char *)q, (sl_coltype)q[64], (sl_dtype)q[65], nd, shape,
-                              cf);
-        if (rc == SL_EINVAL)
-            SL_FAIL_PREFIX(SL_ECORRUPT, "%s: column descriptor %u", name, k);
-        SL_CHECK(rc);
-    }
-    const uint8_t *vals = q + (size_t)nscalar * SCALAR_BYTES;
-    for (uint32_t k = 0; k < nscalar; k++, q += SCALAR_BYTES) {
-        if (!name_ok(q, 64) || (q[64] != SL_COL_INT64 && q[64] != SL_COL_FLOAT64) ||
-            !zero(q + 65, 7))
-            SL_FAIL(SL_ECORRUPT, "%s: scalar descriptor %u is malformed", name, k);
-        /* Values go in as they lie (little-endian words); converted below. */
-        rc = sl_sidx__add_scalar(ix, (const char *)q, (sl_coltype)q[64],
-                                 vals + (size_t)k * (size_t)count * 8);
-        if (rc == SL_EINVAL)
-            SL_FAIL_PREFIX(SL_ECORRUPT, "%s: scalar descriptor %u", name, k);
-        SL_CHECK(rc);
-        uint64_t *w = ix->scalar[k].vals;
-        for (uint64_t i = 0; i < count; i++)
-            w[i] = sl__ld64(&w[i]);
-    }
+    SL_CHECK(parse_descriptors(ix, q, ncols, nscalar, vals_of(q, ncols, nscalar), name));
     *out = ix;
     return SL_OK;
 cleanup:
     sl_sidx__free(ix);
     return rc;
+}
+
+/* `ix` (just read from `path`) is for a `kind` file and `data_path` has the
+ * size and mtime it records; else an error naming both and the rebuild. */
+static int check_fresh(const sl_sidx *ix, const char *data_path, const char *path,
+                       const char *kind) {
+    if (strcmp(ix->kind, kind) != 0)
+        return sl__error(SL_EINVAL, "%s indexes a %s file, not %s; rebuild it with `sluice "
+                         "index %s`", path, ix->kind, kind, data_path);
+    uint64_t size = 0;
+    int64_t mtime = 0;
+    SL_TRY(sl_sidx__stat(data_path, &size, &mtime));
+    if (size != ix->data_size)
+        return sl__error(SL_EINVAL, "%s is stale (%s changed: size %" PRIu64 " != %" PRIu64
+                         "); rebuild it with `sluice index %s`", sl__base_name(path),
+                         sl__base_name(data_path), ix->data_size, size, data_path);
+    /* A URL's time (Last-Modified) has whole seconds: the index, written
+     * where the file was local, has nanoseconds. Compare seconds then. */
+    int64_t want = ix->data_mtime_ns;
+    if (sl_io__is_url(data_path))
+        want -= want % 1000000000;
+    if (mtime != want)
+        return sl__error(SL_EINVAL, "%s is stale (%s changed: mtime %" PRId64 " != %" PRId64
+                         " ns); rebuild it with `sluice index %s`", sl__base_name(path),
+                         sl__base_name(data_path), ix->data_mtime_ns, mtime, data_path);
+    return SL_OK;
 }
 
 int sl_sidx__load(const char *data_path, const char *kind, sl_sidx **out) {
@@ -451,37 +514,85 @@ int sl_sidx__load(const char *data_path, const char *kind, sl_sidx **out) {
     rc = sl_sidx__parse(buf, n, path, out);
     sl__free(buf);
     SL_TRY(rc);
-    sl_sidx *ix = *out;
-    if (strcmp(ix->kind, kind) != 0) {
-        rc = sl__error(SL_EINVAL, "%s indexes a %s file, not %s; rebuild it with `sluice index %s`",
-                       path, ix->kind, kind, data_path);
-        goto stale;
+    rc = check_fresh(*out, data_path, path, kind);
+    if (rc < 0) {
+        sl_sidx__free(*out);
+        *out = NULL;
     }
-    uint64_t size = 0;
-    int64_t mtime = 0;
-    rc = sl_sidx__stat(data_path, &size, &mtime);
-    if (rc < 0)
-        goto stale;
-    if (size != ix->data_size) {
-        rc = sl__error(SL_EINVAL, "%s is stale (%s changed: size %" PRIu64 " != %" PRIu64
-                       "); rebuild it with `sluice index %s`", sl__base_name(path),
-                       sl__base_name(data_path), ix->data_size, size, data_path);
-        goto stale;
-    }
-    /* A URL's time (Last-Modified) has whole seconds: the index, written
-     * where the file was local, has nanoseconds. Compare seconds then. */
-    int64_t want = ix->data_mtime_ns;
-    if (sl_io__is_url(data_path))
-        want -= want % 1000000000;
-    if (mtime != want) {
-        rc = sl__error(SL_EINVAL, "%s is stale (%s changed: mtime %" PRId64 " != %" PRId64
-                       " ns); rebuild it with `sluice index %s`", sl__base_name(path),
-                       sl__base_name(data_path), ix->data_mtime_ns, mtime, data_path);
-        goto stale;
-    }
-    return SL_OK;
-stale:
-    sl_sidx__free(ix);
-    *out = NULL;
     return rc;
+}
+
+int sl_sidx__load_head(const char *data_path, const char *kind, sl_sidx **out) {
+    *out = NULL;
+    char path[4096];
+    SL_TRY(sl_sidx__path(data_path, path, sizeof path));
+    sl_io_info info;
+    int rc = sl_io__stat(path, &info);
+    if (rc == SL_END)
+        return SL_END;
+    SL_TRY(rc);
+    sl_io *io = NULL;
+    uint8_t *desc = NULL;
+    sl_sidx *ix = NULL;
+    SL_TRY(sl_io__open(&io, path, 0));
+    uint8_t h[HDR_BYTES];
+    size_t n = (size_t)sl_io__size(io), want = 0;
+    if (n < HDR_BYTES + FOOTER_BYTES)
+        SL_FAIL(SL_ECORRUPT, "%s: not a sluice index (bad magic or too short)", path);
+    SL_CHECK(sl_io__read(io, h, sizeof h, 0));
+    if (memcmp(h, magic_start, 8) != 0)
+        SL_FAIL(SL_ECORRUPT, "%s: not a sluice index (bad magic or too short)", path);
+    uint32_t version = sl__ld32(h + 8), flags = sl__ld32(h + 12);
+    if (version == 0 || version > SL_SIDX_VERSION)
+        SL_FAIL(version ? SL_EUNSUPPORTED : SL_ECORRUPT, "%s: index version %u (this build "
+                "reads up to %d)", path, version, SL_SIDX_VERSION);
+    if (flags & ~SL_SIDX_KNOWN_FLAGS)
+        SL_FAIL(SL_EUNSUPPORTED, "%s: unknown flags 0x%x", path, flags);
+    uint64_t count = sl__ld64(h + 32);
+    uint32_t ncols = sl__ld32(h + 40), nscalar = sl__ld32(h + 44);
+    if (ncols > SL_SIDX_MAX_COLS || nscalar > SL_SIDX_MAX_SCALARS || count > n ||
+        !file_bytes(count, ncols, nscalar, &want) || want != n)
+        SL_FAIL(SL_ECORRUPT, "%s: sizes disagree (%" PRIu64 " records, %u columns, %u scalar "
+                "columns in %zu bytes)", path, count, ncols, nscalar, n);
+    if (!name_ok(h + 48, SL_SIDX_KIND_MAX))
+        SL_FAIL(SL_ECORRUPT, "%s: bad kind field", path);
+    SL_CHECK(sl_sidx__create(&ix, (const char *)h + 48));
+    ix->flags = flags;
+    ix->data_size = sl__ld64(h + 16);
+    ix->data_mtime_ns = (int64_t)sl__ld64(h + 24);
+    ix->count = count;
+    ix->partial = 1;
+    size_t dn = (size_t)ncols * COL_BYTES + (size_t)nscalar * SCALAR_BYTES;
+    if (dn) {
+        desc = sl__malloc(dn);
+        if (!desc)
+            SL_FAIL(SL_ENOMEM, "out of memory loading %s", path);
+        SL_CHECK(sl_io__read(io, desc, dn, HDR_BYTES + count * ENTRY_BYTES));
+        SL_CHECK(parse_descriptors(ix, desc, ncols, nscalar, NULL, path));
+    }
+    if (kind)
+        SL_CHECK(check_fresh(ix, data_path, path, kind));
+    *out = ix;
+    ix = NULL;
+cleanup:
+    sl__free(desc);
+    sl_io__close(io);
+    sl_sidx__free(ix);
+    return rc;
+}
+
+int sl_sidx__same_head(const sl_sidx *head, const sl_sidx *full, const char *data_path) {
+    int same = head->count == full->count && head->flags == full->flags &&
+               head->ncols == full->ncols && head->nscalar == full->nscalar &&
+               head->data_size == full->data_size && head->data_mtime_ns == full->data_mtime_ns;
+    for (int k = 0; same && k < head->ncols; k++)
+        same = !memcmp(&head->col[k], &full->col[k], sizeof head->col[k]);
+    for (int k = 0; same && k < head->nscalar; k++)
+        same = !strcmp(head->scalar[k].name, full->scalar[k].name) &&
+               head->scalar[k].type == full->scalar[k].type;
+    if (!same)
+        return sl__error(SL_EINVAL, "%s" SL_SIDX_SUFFIX " changed after the source opened (its "
+                         "header says %" PRIu64 " records, now %" PRIu64 "); reopen the source",
+                         sl_io__short_name(data_path), head->count, full->count);
+    return SL_OK;
 }

@@ -69,6 +69,8 @@ typedef struct sl_sidx {
     int nscalar;
     sl_sidx_scalar *scalar;
     uint64_t cap;                /* builder: room in offset/length */
+    int partial;                 /* sl_sidx__load_head: header and descriptors only;
+                                    offset, length and scalar values are NULL */
 } sl_sidx;
 
 /* "DATA.slidx" into buf; SL_EINVAL when it does not fit. */
@@ -86,6 +88,10 @@ int sl_sidx__parse_use(const cJSON *it, const char *field, sl_sidx_use *out);
  * is (SL_OK and *out NULL where not); YES fails where it is not (SL_EINVAL
  * naming the command that builds it). Errors as sl_sidx__load. */
 int sl_sidx__load_for(const char *data_path, const char *kind, sl_sidx_use use, sl_sidx **out);
+/* The same, through sl_sidx__load_head: what a source opening shards lazily
+ * reads at open. */
+int sl_sidx__load_head_for(const char *data_path, const char *kind, sl_sidx_use use,
+                           sl_sidx **out);
 
 /* ---- building ---------------------------------------------------------------- */
 /* The start of every index builder: an empty index for a `kind` file, tied to
@@ -115,6 +121,17 @@ int sl_sidx__write(const char *data_path, const sl_sidx *ix);
  * unknown flags; SL_EINVAL for a stale one (the data file's size or mtime
  * changed) or one made for another kind; SL_EIO, SL_ENOMEM. */
 int sl_sidx__load(const char *data_path, const char *kind, sl_sidx **out);
+/* The header and descriptors of DATA.slidx alone (two small reads, none of
+ * the per-record entries or values): record count, flags, columns, scalar
+ * names and types, with the same checks of sizes, kind and freshness as
+ * sl_sidx__load (the checksum covers the whole file, so it is checked when
+ * the whole index is loaded). `partial` is set. Returns as sl_sidx__load.
+ * `kind` NULL: any kind, and no freshness check (what the format sniffer
+ * asks: which kind of file does this index describe). */
+int sl_sidx__load_head(const char *data_path, const char *kind, sl_sidx **out);
+/* SL_OK when `full` (sl_sidx__load) says what `head` (sl_sidx__load_head of
+ * the same file, earlier) said; else SL_EINVAL: the index was replaced. */
+int sl_sidx__same_head(const sl_sidx *head, const sl_sidx *full, const char *data_path);
 /* Parse index bytes held in memory (what load does after reading the file);
  * `name` is used in messages. Stale checks are load's. */
 int sl_sidx__parse(const uint8_t *p, size_t n, const char *name, sl_sidx **out);

@@ -10,40 +10,50 @@
  * members with one key form one sample. docs/SOURCES.md has the user's view.
  *
  * Why not libarchive: it streams. It copies each member into a buffer it
- * owns, allocates per entry, and can only go forwards. Here every shard is
- * mapped read-only once, so (1) a column is a borrowed view of the mapping —
- * an encoded JPEG goes from the page cache to the decoder without a copy;
+ * owns, allocates per entry, and can only go forwards. Here a shard is
+ * mapped read-only while it is open, so (1) a column is a view of the
+ * mapping (holding a reference to it) — an encoded JPEG goes from the page
+ * cache to the decoder without a copy;
  * (2) any sample is read by offset, in any order, from any thread — what
  * shuffling and parallel reading need; (3) opening is one walk over the
  * 512-byte headers, skipping data by size, with no allocation per member
  * (the tables below grow by doubling). Tar headers are simple enough that
  * parsing them here costs less than adapting a streaming API to this.
  *
- * Invariants after open (everything in the source is read-only from then
- * on, so read() needs no lock; a cursor holds only scratch tables):
+ * Shards are opened lazily (shard_set.h): open reads each sidecar index's
+ * header alone, or scans a shard without one and closes it; a read opens
+ * its shard (mapping, whole index) through the set, which keeps at most
+ * max_open_shards open and remembers a failed open for every record of
+ * that shard.
+ *
+ * Invariants after open (everything in the source but the set is read-only
+ * from then on; a cursor holds only scratch tables):
  *  1. Records are in shard order as given, then file order; shard k's
  *     records are [shards[k].first, + nsamples).
  *  2. A scanned shard's samples are tab.samples[tab_first ..]; a sample's
- *     members are tab.members[first .. first+nmembers), each a view (offset,
- *     size) into the shard's mapping, tagged with its column.
- *  3. A shard with a sidecar index (ix != NULL) has no samples in tab: a
- *     read walks just that sample's headers, at the offset and length the
- *     index gives, into the cursor's tables.
+ *     members are tab.members[first .. first+nmembers), each an (offset,
+ *     size) into the shard's bytes, tagged with its column.
+ *  3. A shard with a sidecar index (head != NULL) has no samples in tab: a
+ *     read walks just that sample's headers, at the offset and length its
+ *     whole index (loaded by the set) gives, into the cursor's tables.
  *  4. A sample with err != 0 fails on read with errs[err-1] as its cause:
  *     damage found by the scan is reported on the record it broke, so the
  *     skip policy can drop that record and read the others.
  *  5. Column 0 is "__key__"; then one column per extension, sorted by name.
- *  6. Integer columns hold every record's value in ivals[] (0 where the read
- *     fails): parsed during the scan, which has the header page in hand
- *     anyway — a label is a few bytes right after its header, nearly always
- *     in the same page — or copied from the index; filters push down.
+ *  6. Integer columns are indexed: every record's value (0 where the read
+ *     fails) is in ivals[] from the first index_column call on — parsed
+ *     during the scan, which has the header page in hand anyway (a label is
+ *     a few bytes right after its header, nearly always in the same page),
+ *     or copied from each whole index, loaded then; filters push down.
  */
+#include "source/shard_set.h"
 #include "source/source.h"
 #include "source/source_index.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,19 +72,30 @@
 
 typedef struct tar_shard {
     char *path;
-    sl_io *io;              /* the file, opened whole in memory (io.h) */
-    const uint8_t *map;     /* sl_io__map(io): read-only; NULL when empty */
-    uint64_t size;
+    uint64_t size;          /* bytes: as scanned, or as its index says */
     uint64_t first;         /* index of its first sample */
     uint64_t nsamples;
     uint64_t tab_first;     /* scanned: its first sample in the source's tables */
-    sl_sidx *ix;            /* read through its sidecar index, or NULL (scanned) */
+    sl_sidx *head;          /* its sidecar index's header and descriptors
+                               (sl_sidx__load_head), or NULL: scanned */
 } tar_shard;
+
+/* A shard opened by the shard set, when a read first needs it. */
+typedef struct tar_open {
+    const uint8_t *map;     /* the file, whole in memory (io.h); NULL when empty */
+    uint64_t size;
+    sl_io *io;              /* owned by mapbuf when there is one */
+    sl_buffer *mapbuf;      /* wraps the mapping: views retain it, so the
+                               mapping outlives the shard's closing */
+    sl_sidx *ix;            /* the whole index (indexed shards), else NULL */
+} tar_open;
 
 typedef struct tar_member {
     uint64_t off;           /* data offset in the shard */
     uint64_t size;
     uint32_t col;           /* extension id during the scan, column after */
+    uint32_t ival_ok;       /* an integer column's text parsed at scan: ival */
+    int64_t ival;
 } tar_member;
 
 typedef struct tar_sample {
@@ -114,7 +135,12 @@ typedef struct tar_source {
     char **only;            /* "columns": the extensions to keep (NULL: all) */
     int nonly;
     int indexed_shards;     /* shards read through their index */
-    int64_t *ivals[SL_MAX_COLUMNS]; /* per integer column: count values */
+    int max_open;           /* "max_open_shards" (0 until open: the default) */
+    sl_shard_set *set;      /* the shards' bytes (and indexes), opened lazily */
+    pthread_mutex_t ivals_mu; /* guards the first index_column (ivals_rc too) */
+    int ivals_done, ivals_rc;
+    int64_t *ivals[SL_MAX_COLUMNS]; /* per integer column: count values, made
+                                       on the first index_column call */
 } tar_source;
 
 typedef struct tar_cursor {
@@ -370,6 +396,7 @@ static void quote_bytes(char *buf, size_t cap, const uint8_t *p, uint64_t n) {
 typedef struct scan {
     const tar_source *src;
     tar_tables *s;
+    const uint8_t *map;     /* the shard's bytes */
     uint32_t shard;
     tar_sample *cur;        /* the sample members are being added to, or NULL */
     uint64_t limit;         /* end of the walk (the file may end inside padding) */
@@ -469,7 +496,13 @@ static int add_member(scan *sc, uint64_t hdr, const char *name, size_t len, uint
                            ")", s->ext[id], hdr);
     SL_TRY(grow((void **)&s->members, &s->cap_members, s->nmembers + 1, sizeof *s->members,
                 "opening a tar source"));
-    s->members[s->nmembers++] = (tar_member){.off = off, .size = size, .col = (uint32_t)id};
+    tar_member *m = &s->members[s->nmembers++];
+    *m = (tar_member){.off = off, .size = size, .col = (uint32_t)id};
+    /* A label is a few bytes next to the header in hand: parse it now, so
+     * index_column needs no second look at the shard (which is closed
+     * after its scan). */
+    if (int_column(s->ext[id]))
+        m->ival_ok = parse_int_text(sc->map + off, size, &m->ival) == 0;
     smp->nmembers++;
     uint64_t end = off + ((size + TAR_BLOCK - 1) / TAR_BLOCK) * TAR_BLOCK;
     smp->end = end < sc->limit ? end : sc->limit;
@@ -635,11 +668,9 @@ static int member_header(scan *sc, const ext_state *x, const uint8_t *h, char ty
  * A member running past the end of the file ends the walk: the samples
  * before it are complete and stay readable. `entry` is where the current
  * member's first header (extended headers included) starts. */
-static int scan_shard(const tar_source *src, tar_tables *s, uint32_t k, uint64_t start,
-                      uint64_t end) {
-    const tar_shard *sh = &src->shards[k];
-    scan sc = {.src = src, .s = s, .shard = k, .cur = NULL, .limit = end};
-    const uint8_t *map = sh->map;
+static int scan_shard(const tar_source *src, tar_tables *s, uint32_t k, const uint8_t *map,
+                      uint64_t start, uint64_t end) {
+    scan sc = {.src = src, .s = s, .map = map, .shard = k, .cur = NULL, .limit = end};
     uint64_t size = end, pos = start, entry = start;
     ext_state x = {0};
 
@@ -765,7 +796,7 @@ static int make_columns(tar_source *s) {
     for (int e = 0; e < t->next; e++)
         names[n++] = t->ext[e];
     for (int k = 0; k < s->nshards; k++) {
-        const sl_sidx *ix = s->shards[k].ix;
+        const sl_sidx *ix = s->shards[k].head;
         for (int c = 0; ix && c < ix->ncols; c++) {
             const char *nm = ix->col[c].name;
             int seen = !wanted(s, nm, strlen(nm));
@@ -835,33 +866,54 @@ static int shard_of(const tar_source *s, uint64_t i) {
     return lo;
 }
 
-/* The values of each integer column, for index_column(): the scan has the
- * pages in hand and a label is a few bytes; an index holds them already. */
-static int read_int_columns(tar_source *s) {
+/* Integer columns are indexed: their values come from the scan (parsed
+ * there, a label being a few bytes next to its header) or from the sidecar
+ * indexes, so filters push down. */
+static void mark_int_columns(tar_source *s) {
+    for (int c = 1; c < s->base.ncols; c++)
+        s->base.col[c].indexed = s->base.col[c].type == SL_COL_INT64;
+}
+
+/* The values of each integer column, made on the first index_column call
+ * (a pushed-down filter): from the scan's members, and from each indexed
+ * shard's whole index, loaded for this and freed. Until then nothing per
+ * record of an indexed shard is held. */
+static int load_int_columns(tar_source *s) {
+    int rc = SL_OK;
     for (int c = 1; c < s->base.ncols; c++) {
         if (s->base.col[c].type != SL_COL_INT64)
             continue;
         s->ivals[c] = sl__calloc(s->base.count ? (size_t)s->base.count : 1, sizeof(int64_t));
         if (!s->ivals[c])
-            return sl__oom("opening a tar source");
-        for (int k = 0; k < s->nshards; k++) {
-            const tar_shard *sh = &s->shards[k];
-            if (sh->ix) {
-                int j = sl_sidx__find_scalar(sh->ix, s->base.col[c].name);
-                if (j >= 0 && sh->ix->scalar[j].type == SL_COL_INT64)
-                    memcpy(s->ivals[c] + sh->first, sh->ix->scalar[j].vals,
-                           (size_t)sh->nsamples * sizeof(int64_t));
-                continue;
-            }
-            for (uint64_t r = 0; r < sh->nsamples; r++) {
-                const tar_sample *smp = &s->tab.samples[sh->tab_first + r];
-                const tar_member *m = smp->err ? NULL : find_member(&s->tab, smp, c, NULL);
-                int64_t v;
-                if (m && parse_int_text(sh->map + m->off, m->size, &v) == 0)
-                    s->ivals[c][sh->first + r] = v;
-            }
+            return sl__oom("reading a tar source's label values");
+    }
+    for (int k = 0; k < s->nshards; k++) {
+        const tar_shard *sh = &s->shards[k];
+        if (!sh->head) {
+            for (int c = 1; c < s->base.ncols; c++)
+                for (uint64_t r = 0; s->ivals[c] && r < sh->nsamples; r++) {
+                    const tar_sample *smp = &s->tab.samples[sh->tab_first + r];
+                    const tar_member *m = smp->err ? NULL : find_member(&s->tab, smp, c, NULL);
+                    if (m && m->ival_ok)
+                        s->ivals[c][sh->first + r] = m->ival;
+                }
+            continue;
         }
-        s->base.col[c].indexed = 1;
+        sl_sidx *ix = NULL;
+        rc = sl_sidx__load(sh->path, "webdataset", &ix);
+        if (rc == SL_END)
+            rc = sl__error(SL_EIO, "%s" SL_SIDX_SUFFIX ": gone since the source opened",
+                           sl_io__short_name(sh->path));
+        if (rc == SL_OK)
+            rc = sl_sidx__same_head(sh->head, ix, sh->path);
+        for (int c = 1; rc == SL_OK && c < s->base.ncols; c++) {
+            int j = s->ivals[c] ? sl_sidx__find_scalar(ix, s->base.col[c].name) : -1;
+            if (j >= 0 && ix->scalar[j].type == SL_COL_INT64)
+                memcpy(s->ivals[c] + sh->first, ix->scalar[j].vals,
+                       (size_t)sh->nsamples * sizeof(int64_t));
+        }
+        sl_sidx__free(ix);
+        SL_TRY(rc);
     }
     return SL_OK;
 }
@@ -870,11 +922,21 @@ static int read_int_columns(tar_source *s) {
 
 static void tar_locate(sl_source *src, uint64_t i, char *buf, size_t cap) {
     const tar_source *s = (const tar_source *)src;
-    const tar_shard *sh = &s->shards[shard_of(s, i)];
+    int k = shard_of(s, i);
+    const tar_shard *sh = &s->shards[k];
     uint64_t r = i - sh->first;
-    if (sh->ix) {
-        snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ")", sl_io__short_name(sh->path), r,
-                 sh->ix->offset[r]);
+    if (sh->head) {
+        /* The offset is in the shard's index, known once the shard is open:
+         * a message never opens one. */
+        void *st = NULL;
+        if (s->set && sl_shard_set__get_if_open(s->set, k, &st) == SL_OK) {
+            const tar_open *o = st;
+            snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ")",
+                     sl_io__short_name(sh->path), r, o->ix->offset[r]);
+            sl_shard_set__put(s->set, k);
+        } else {
+            snprintf(buf, cap, "%s: record %" PRIu64, sl_io__short_name(sh->path), r);
+        }
         return;
     }
     const tar_sample *smp = &s->tab.samples[sh->tab_first + r];
@@ -905,7 +967,7 @@ static void tables_free(tar_tables *t) {
 
 /* Fill `out` from sample `smp` of tables `t`. `copy_key`: the key lives in
  * a cursor's tables, so it is copied into a tensor from the allocator. */
-static int fill(tar_source *s, sl_source_cursor *cur, uint64_t i, const tar_shard *sh,
+static int fill(tar_source *s, sl_source_cursor *cur, uint64_t i, const tar_open *sh,
                 const tar_tables *t, const tar_sample *smp, const int *colmap, int copy_key,
                 sl_sample *out) {
     sl_source *src = &s->base;
@@ -953,37 +1015,41 @@ static int fill(tar_source *s, sl_source_cursor *cur, uint64_t i, const tar_shar
             }
             memcpy(out->col[c].data, &ival[c], sizeof ival[c]);
         } else {
-            /* A borrowed view of the mapping: valid while the source lives. */
+            /* A view of the mapping holding a reference to it (even for a
+             * borrowing cursor): the shard set may close the shard while
+             * the view is in use, and the mapping must outlive that. */
             n = (int64_t)mem[c]->size;
             sl_tensor_view(&out->col[c], (void *)(uintptr_t)(sh->map + mem[c]->off), SL_U8, 1,
                            &n);
+            out->col[c].buf = sl_buffer_retain(sh->mapbuf);
         }
         out->ncols = (uint32_t)c + 1;
     }
     return SL_OK;
 }
 
-static int tar_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample *out) {
-    tar_source *s = (tar_source *)src;
-    int k = shard_of(s, i);
+/* Record r of shard k, which is open (`o`, pinned). */
+static int read_open(tar_source *s, sl_source_cursor *cur, uint64_t i, int k, const tar_open *o,
+                     sl_sample *out) {
+    sl_source *src = &s->base;
     const tar_shard *sh = &s->shards[k];
     uint64_t r = i - sh->first;
-    if (!sh->ix)
-        return fill(s, cur, i, sh, &s->tab, &s->tab.samples[sh->tab_first + r], NULL, 0, out);
+    if (!sh->head)
+        return fill(s, cur, i, o, &s->tab, &s->tab.samples[sh->tab_first + r], NULL, 0, out);
     /* Through the index: walk this sample's own headers (a few blocks, next
      * to the data about to be read) into the cursor's tables. */
     tar_tables *t = &((tar_cursor *)cur)->tab;
     tables_reset(t);
-    uint64_t off = sh->ix->offset[r], len = sh->ix->length[r];
+    uint64_t off = o->ix->offset[r], len = o->ix->length[r];
     char where[SL__ERRMSG_MAX / 2];
-    if (off > sh->size || len > sh->size - off) {
+    if (off > o->size || len > o->size - off) {
         tar_locate(src, i, where, sizeof where);
         return sl__error(SL_ECORRUPT, "%s: the index places it past the end of the file", where);
     }
-    SL_TRY(scan_shard(s, t, (uint32_t)k, off, off + len));
+    SL_TRY(scan_shard(s, t, (uint32_t)k, o->map, off, off + len));
     for (uint64_t j = 0; j < t->nsamples; j++)
         if (t->samples[j].err) /* damage since indexing: its own message says more */
-            return fill(s, cur, i, sh, t, &t->samples[j], NULL, 1, out);
+            return fill(s, cur, i, o, t, &t->samples[j], NULL, 1, out);
     if (t->nsamples != 1) {
         tar_locate(src, i, where, sizeof where);
         return sl__error(SL_ECORRUPT, "%s: %" PRIu64 " samples where the index has one; rebuild "
@@ -992,7 +1058,20 @@ static int tar_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample
     int colmap[TAR_EXT_MAX];
     for (int e = 0; e < t->next; e++)
         colmap[e] = col_by_name(s, t->ext[e]);
-    return fill(s, cur, i, sh, t, &t->samples[0], colmap, 1, out);
+    return fill(s, cur, i, o, t, &t->samples[0], colmap, 1, out);
+}
+
+static int tar_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample *out) {
+    tar_source *s = (tar_source *)src;
+    int k = shard_of(s, i);
+    void *st;
+    int rc = sl_shard_set__get(s->set, k, &st);
+    if (rc < 0) /* the shard's message names it and the cause */
+        return sl__error_prefix(rc, "%s: record %" PRIu64, sl_io__short_name(s->shards[k].path),
+                                i - s->shards[k].first);
+    rc = read_open(s, cur, i, k, st, out);
+    sl_shard_set__put(s->set, k);
+    return rc;
 }
 
 static int tar_cursor_open(sl_source *src, sl_source_cursor **out) {
@@ -1012,6 +1091,22 @@ static void tar_cursor_free(sl_source *src, sl_source_cursor *cur) {
 
 static int tar_index_column(sl_source *src, int col, const void **vals_out) {
     tar_source *s = (tar_source *)src;
+    *vals_out = NULL;
+    pthread_mutex_lock(&s->ivals_mu);
+    if (!s->ivals_done) {
+        s->ivals_rc = load_int_columns(s);
+        s->ivals_done = 1;
+        if (s->ivals_rc < 0) {
+            for (int c = 0; c < SL_MAX_COLUMNS; c++) {
+                sl__free(s->ivals[c]);
+                s->ivals[c] = NULL;
+            }
+            s->ivals_done = 0; /* (asked again: tried again) */
+        }
+    }
+    int rc = s->ivals_rc;
+    pthread_mutex_unlock(&s->ivals_mu);
+    SL_TRY(rc);
     *vals_out = col >= 0 && col < src->ncols ? s->ivals[col] : NULL;
     return SL_OK;
 }
@@ -1042,11 +1137,12 @@ static int tar_describe(sl_source *src, cJSON *obj) {
 
 static void tar_free(sl_source *src) {
     tar_source *s = (tar_source *)src;
+    sl_shard_set__free(s->set);
     for (int k = 0; k < s->nshards; k++) {
-        sl_io__close(s->shards[k].io);
-        sl_sidx__free(s->shards[k].ix);
+        sl_sidx__free(s->shards[k].head);
         sl__free(s->shards[k].path);
     }
+    pthread_mutex_destroy(&s->ivals_mu);
     sl__free(s->shards);
     tables_free(&s->tab);
     for (int c = 0; c < SL_MAX_COLUMNS; c++)
@@ -1068,11 +1164,67 @@ static const sl_source_vtbl tar_vtbl = {
 
 /* ---- open ----------------------------------------------------------------------------- */
 
-static int map_shard(tar_shard *sh) {
-    SL_TRY(sl_io__open(&sh->io, sh->path, SL_IO_MAP));
-    sh->map = sl_io__map(sh->io);
-    sh->size = sl_io__size(sh->io);
+static void io_release(void *user) { sl_io__close(user); }
+
+static void close_shard(void *user, int k, void *state) {
+    (void)user;
+    (void)k;
+    tar_open *o = state;
+    if (o->mapbuf)
+        sl_buffer_release(o->mapbuf); /* the mapping goes with the last view */
+    else
+        sl_io__close(o->io);
+    sl_sidx__free(o->ix);
+    sl__free(o);
+}
+
+/* The shard set's open: map the shard (a remote one is fetched into the
+ * shard cache) and, when it has an index, load the whole index, which must
+ * still be what its header said at open. */
+static int open_shard(void *user, int k, void **state_out) {
+    tar_source *s = user;
+    const tar_shard *sh = &s->shards[k];
+    tar_open *o = sl__calloc(1, sizeof *o);
+    if (!o)
+        return sl__oom("opening a tar shard");
+    int rc = SL_OK;
+    if (sh->head) {
+        rc = sl_sidx__load(sh->path, "webdataset", &o->ix);
+        if (rc == SL_END)
+            rc = sl__error(SL_EIO, "%s" SL_SIDX_SUFFIX ": gone since the source opened",
+                           sl_io__short_name(sh->path));
+        SL_CHECK(rc);
+        SL_CHECK(sl_sidx__same_head(sh->head, o->ix, sh->path));
+    }
+    SL_CHECK(sl_io__open(&o->io, sh->path, SL_IO_MAP));
+    o->map = sl_io__map(o->io);
+    o->size = sl_io__size(o->io);
+    if (o->size != sh->size)
+        SL_FAIL(SL_EINVAL, "%s: %" PRIu64 " bytes, %" PRIu64 " when the source opened: it "
+                "changed; reopen the source", sl_io__short_name(sh->path), o->size, sh->size);
+    if (o->map && sl_buffer_wrap(&o->mapbuf, (void *)(uintptr_t)o->map, (size_t)o->size,
+                                 io_release, o->io) != SL_OK)
+        SL_FAIL(SL_ENOMEM, "out of memory opening %s", sl_io__short_name(sh->path));
+    *state_out = o;
     return SL_OK;
+cleanup:
+    close_shard(s, k, o);
+    return rc;
+}
+
+/* Scan shard k at open: map it, walk its headers into the source's tables
+ * (labels parsed on the way), close it. Reads map it again through the
+ * shard set. */
+static int scan_at_open(tar_source *s, int k) {
+    tar_shard *sh = &s->shards[k];
+    sl_io *io;
+    SL_TRY(sl_io__open(&io, sh->path, SL_IO_MAP));
+    sh->size = sl_io__size(io);
+    sh->tab_first = s->tab.nsamples;
+    int rc = scan_shard(s, &s->tab, (uint32_t)k, sl_io__map(io), 0, sh->size);
+    sl_io__close(io);
+    sh->nsamples = s->tab.nsamples - sh->tab_first;
+    return rc;
 }
 
 static int parse_options(tar_source *s, const cJSON *obj, const char *field, sl_sidx_use *index) {
@@ -1082,6 +1234,14 @@ static int parse_options(tar_source *s, const cJSON *obj, const char *field, sl_
             continue;
         if (!strcmp(it->string, "index")) {
             SL_TRY(sl_sidx__parse_use(it, field, index));
+            continue;
+        }
+        if (!strcmp(it->string, "max_open_shards")) {
+            if (!cJSON_IsNumber(it) || it->valuedouble < 1 || it->valuedouble > 1e6 ||
+                it->valuedouble != (double)(int)it->valuedouble)
+                return sl__error(SL_EINVAL, "%s.max_open_shards: must be a whole number from 1 "
+                                 "to 1000000", field);
+            s->max_open = (int)it->valuedouble;
             continue;
         }
         if (!strcmp(it->string, "columns")) {
@@ -1102,7 +1262,8 @@ static int parse_options(tar_source *s, const cJSON *obj, const char *field, sl_
             continue;
         }
         return sl_source__unknown_key(field, it->string, "a webdataset source",
-                                      (const char *const[]){"webdataset", "columns", "index", NULL});
+                                      (const char *const[]){"webdataset", "columns", "index",
+                                                      "max_open_shards", NULL});
     }
     return SL_OK;
 }
@@ -1117,11 +1278,14 @@ int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *fi
         return sl__oom("opening a tar source");
     s->base.vt = &tar_vtbl;
     atomic_init(&s->base.refs, 1);
+    pthread_mutex_init(&s->ivals_mu, NULL);
     char **list = NULL;
-    int n = 0, rc;
+    int n = 0, rc, remote_scans = 0;
     sl_sidx_use index;
     SL_CHECK(parse_options(s, obj, field, &index));
     SL_CHECK(sl_source__expand_paths(paths, sub, &list, &n));
+    if (!s->max_open)
+        s->max_open = sl_shard_set__default_open(list, n);
     s->shards = sl__calloc((size_t)n, sizeof *s->shards);
     if (!s->shards)
         SL_CHECK(sl__oom("opening a tar source"));
@@ -1131,23 +1295,34 @@ int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *fi
     s->nshards = n;
     sl__free(list);
     list = NULL;
+    /* Open reads each index's header alone (the record count and the
+     * columns); a shard's bytes and whole index wait for its first read
+     * (open_shard, through the shard set). A shard without an index is
+     * scanned now, since the record count needs it, and closed again. */
     for (int k = 0; k < n; k++) {
         tar_shard *sh = &s->shards[k];
-        SL_CHECK(map_shard(sh));
         /* A stale or damaged index is an error, not a reason to scan: the
          * user asked for it to be used (or left it there). */
-        SL_CHECK(sl_sidx__load_for(sh->path, "webdataset", index, &sh->ix));
+        SL_CHECK(sl_sidx__load_head_for(sh->path, "webdataset", index, &sh->head));
         sh->first = s->base.count;
-        if (sh->ix) {
-            sh->nsamples = sh->ix->count;
+        if (sh->head) {
+            sh->nsamples = sh->head->count;
+            sh->size = sh->head->data_size;
             s->indexed_shards++;
         } else {
-            sh->tab_first = s->tab.nsamples;
-            SL_CHECK(scan_shard(s, &s->tab, (uint32_t)k, 0, sh->size));
-            sh->nsamples = s->tab.nsamples - sh->tab_first;
+            SL_CHECK(scan_at_open(s, k));
+            remote_scans += sl_io__is_url(sh->path);
         }
         s->base.count += sh->nsamples;
     }
+    if (remote_scans)
+        SL_LOG_WARN("%s: %d remote shard%s without a sidecar index, each fetched whole at open "
+                    "to count its samples; `sluice index` on the shards writes .slidx files "
+                    "that let a reader open only the shards it reads", sl_io__short_name(
+                    s->shards[0].path), remote_scans, remote_scans > 1 ? "s" : "");
+    SL_CHECK(sl_shard_set__create(&s->set, n, s->max_open,
+                                  &(sl_shard_set_ops){.open = open_shard, .close = close_shard},
+                                  s));
     SL_CHECK(check_duplicates(s));
     uint64_t bad = 0;
     for (uint64_t i = 0; i < s->tab.nsamples; i++)
@@ -1159,7 +1334,7 @@ int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *fi
         SL_FAIL(SL_ECORRUPT, "%s: %s", where, s->tab.errs[s->tab.samples[0].err - 1]);
     }
     SL_CHECK(make_columns(s));
-    SL_CHECK(read_int_columns(s));
+    mark_int_columns(s);
     if (n == 1)
         snprintf(s->base.name, sizeof s->base.name, "%s", sl__base_name(s->shards[0].path));
     else
@@ -1232,9 +1407,12 @@ int sl_source__index_tar(const char *path, const cJSON *opts) {
         SL_CHECK(sl_sidx__add_col(ix, col->name, col->type, col->dtype, col->ndim, col->shape,
                                   col->encoded ? SL_SIDX_COL_ENCODED : 0));
     }
-    for (int c = 1; c < src->ncols; c++)
-        if (s->ivals[c])
-            SL_CHECK(sl_sidx__add_scalar(ix, src->col[c].name, SL_COL_INT64, s->ivals[c]));
+    for (int c = 1; c < src->ncols; c++) {
+        const void *vals = NULL;
+        SL_CHECK(tar_index_column(src, c, &vals));
+        if (vals)
+            SL_CHECK(sl_sidx__add_scalar(ix, src->col[c].name, SL_COL_INT64, vals));
+    }
     SL_CHECK(sl_sidx__write(path, ix));
     rc = SL_OK;
 cleanup:

@@ -19,8 +19,15 @@
  *     number whose read returns the error. Records around it keep their
  *     numbers and read normally; the scan resynchronises after a bad length
  *     checksum at the next position holding a valid frame header.
- *  3. After open everything here is read-only; a cursor holds the only
- *     mutable state (its protobuf arena), so reads run on many threads.
+ *  3. After open everything here but the shard set is read-only; a cursor
+ *     holds the only other mutable state (its protobuf arena), so reads run
+ *     on many threads.
+ *  4. Files are opened lazily (shard_set.h): open reads each sidecar index's
+ *     header alone, or scans a file without one and closes it; a read opens
+ *     its file (mapping or inflated bytes, whole index) through the set, at
+ *     most max_open_shards at a time. off[]/len[] hold the scanned files'
+ *     records only (a file's from tab_first); an indexed file's come from
+ *     its whole index while it is open.
  *
  * Copies: plain files are mapped; a frame's data is checked and parsed in
  * place. protobuf-c copies every bytes field it unpacks (its API hands out
@@ -30,6 +37,7 @@
  * random offsets, so it is inflated once, at open, into memory that lives
  * as long as the source.
  */
+#include "source/shard_set.h"
 #include "source/source.h"
 #include "source/source_index.h"
 #include "source/source_tfrecord.h"
@@ -39,6 +47,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,16 +182,24 @@ static const char *const kind_name[] = {"empty", "bytes_list", "float_list", "in
 typedef struct tf_file {
     char *path;
     const char *name;           /* base name, for messages */
-    const uint8_t *data;        /* the mapping, or the inflated bytes */
-    size_t size;
-    sl_io *io;                  /* plain: the file, whole in memory (data is its map);
-                                   gzip: NULL (data is heap, or NULL when empty) */
-    int gzip;
+    uint64_t size;              /* scanned: its bytes (decompressed for gzip) */
+    int gzip;                   /* scanned: read through gzip */
     int indexed;
     uint64_t first;             /* number of its first record in the source */
     uint64_t nrec;
-    sl_sidx *ix;                /* while opening only */
+    uint64_t tab_first;         /* scanned: its first entry in off[]/len[] */
+    sl_sidx *head;              /* indexed: its index's header and descriptors */
 } tf_file;
+
+/* A file opened by the shard set, when a read first needs it. */
+typedef struct tf_open {
+    const uint8_t *data;        /* the mapping, or the inflated bytes */
+    size_t size;
+    sl_io *io;                  /* plain: the file, whole in memory (data is its map) */
+    uint8_t *heap;              /* gzip: the inflated bytes (data), else NULL */
+    int gzip;
+    sl_sidx *ix;                /* indexed: the whole index */
+} tf_open;
 
 typedef struct tf_bad {
     int code;
@@ -203,13 +220,20 @@ typedef struct tf_source {
     sl_source base;
     int nfiles;
     tf_file *files;
-    uint64_t *off, *len, cap;   /* per record: frame start and data length */
+    uint64_t *off, *len, cap;   /* per record of the scanned files: frame start and
+                                   data length */
+    uint64_t nscan;             /* entries in off[]/len[] */
+    int max_open;               /* "max_open_shards" (0: the default) */
+    sl_shard_set *set;          /* the files' bytes (and indexes), opened lazily */
+    pthread_mutex_t ivals_mu;   /* guards the first index_column */
+    int ivals_done;
     int nbad;
     tf_bad *bad;
     int verify;
     const char *compression;    /* "auto", "gzip", "none" */
     tf_col col[SL_MAX_COLUMNS];
-    int64_t *ivals[SL_MAX_COLUMNS]; /* indexed INT64 columns: a value per record */
+    int64_t *ivals[SL_MAX_COLUMNS]; /* indexed INT64 columns: a value per record,
+                                       made on the first index_column call */
 } tf_source;
 
 typedef struct tf_cursor {
@@ -239,7 +263,7 @@ static int kind_of(const Tensorflow__Feature *f, size_t *n) {
 }
 
 static int add_record(tf_source *s, uint64_t off, uint64_t len) {
-    if (s->base.count == s->cap) {
+    if (s->nscan == s->cap) {
         uint64_t cap = s->cap ? s->cap * 2 : 1024;
         uint64_t *o = sl__realloc(s->off, (size_t)cap * sizeof *o);
         if (!o)
@@ -251,8 +275,9 @@ static int add_record(tf_source *s, uint64_t off, uint64_t len) {
         s->len = l;
         s->cap = cap;
     }
-    s->off[s->base.count] = off;
-    s->len[s->base.count] = len;
+    s->off[s->nscan] = off;
+    s->len[s->nscan] = len;
+    s->nscan++;
     s->base.count++;
     return SL_OK;
 }
@@ -280,9 +305,8 @@ static int add_bad(tf_source *s, tf_file *f, uint64_t offset, int code, const ch
 }
 
 /* Frame one file's bytes by their headers (invariant 2 for the damage). */
-static int scan_file(tf_source *s, tf_file *f) {
-    const uint8_t *d = f->data;
-    size_t n = f->size, pos = 0;
+static int scan_file(tf_source *s, tf_file *f, const uint8_t *d, size_t n) {
+    size_t pos = 0;
     while (pos < n) {
         if (n - pos < 12)
             return add_bad(s, f, pos, SL_ECORRUPT, "truncated record: the file ends %zu bytes "
@@ -313,31 +337,13 @@ static int scan_file(tf_source *s, tf_file *f) {
     return SL_OK;
 }
 
-/* Frames from a fresh index, each bounded by the bytes we hold. */
-static int frames_from_index(tf_source *s, tf_file *f) {
-    const sl_sidx *ix = f->ix;
-    if (!!(ix->flags & SL_SIDX_DECOMPRESSED) != f->gzip)
-        return sl__error(SL_EINVAL, "%s.slidx was built for %s bytes, but the file is read "
-                         "%s; rebuild it with `sluice index %s`", f->path,
-                         ix->flags & SL_SIDX_DECOMPRESSED ? "decompressed" : "plain",
-                         f->gzip ? "through gzip" : "as it is", f->path);
-    for (uint64_t i = 0; i < ix->count; i++) {
-        if (ix->length[i] < 16 || ix->offset[i] > f->size ||
-            ix->length[i] > f->size - ix->offset[i])
-            return sl__error(SL_ECORRUPT, "%s.slidx: entry %" PRIu64 " lies outside the data "
-                             "(%zu bytes); rebuild it with `sluice index %s`", f->path, i,
-                             f->size, f->path);
-        SL_TRY(add_record(s, ix->offset[i], ix->length[i] - 16));
-    }
-    return SL_OK;
-}
-
 /* ---- opening a file: map, or inflate ------------------------------------------- */
 
 /* Inflate all of src (every gzip member) into f->data. Damage after some
  * output keeps that output and is reported in *err (a bad tail entry);
  * damage before any is an error. */
-static int inflate_all(tf_file *f, const uint8_t *src, size_t n, char *err, size_t errcap) {
+static int inflate_all(tf_open *f, const char *path, const uint8_t *src, size_t n, char *err,
+                       size_t errcap) {
     z_stream zs;
     memset(&zs, 0, sizeof zs);
     zs.zalloc = sl__zalloc;
@@ -345,19 +351,19 @@ static int inflate_all(tf_file *f, const uint8_t *src, size_t n, char *err, size
     int zr = inflateInit2(&zs, 16 + MAX_WBITS);
     if (zr != Z_OK)
         return zr == Z_MEM_ERROR ? sl__oom("starting zlib")
-                                 : sl__error(SL_EIO, "%s: zlib failed to start (%d)", f->path, zr);
+                                 : sl__error(SL_EIO, "%s: zlib failed to start (%d)", path, zr);
     size_t cap = n < ((size_t)1 << 40) / 4 ? n * 4 + 4096 : n, used = 0;
     uint8_t *out = sl__malloc(cap);
     int rc = SL_OK;
     if (!out)
-        SL_FAIL(SL_ENOMEM, "out of memory inflating %s", f->path);
+        SL_FAIL(SL_ENOMEM, "out of memory inflating %s", path);
     zs.next_in = (Bytef *)(uintptr_t)src;
     for (;;) {
         if (used == cap) {
             size_t ncap = cap * 2;
             uint8_t *o = ncap > cap ? sl__realloc(out, ncap) : NULL;
             if (!o)
-                SL_FAIL(SL_ENOMEM, "out of memory inflating %s (%zu bytes so far)", f->path, used);
+                SL_FAIL(SL_ENOMEM, "out of memory inflating %s (%zu bytes so far)", path, used);
             out = o;
             cap = ncap;
         }
@@ -370,14 +376,14 @@ static int inflate_all(tf_file *f, const uint8_t *src, size_t n, char *err, size
         zr = inflate(&zs, Z_NO_FLUSH);
         used += before - zs.avail_out;
         if (zr == Z_MEM_ERROR)
-            SL_FAIL(SL_ENOMEM, "out of memory inflating %s", f->path);
+            SL_FAIL(SL_ENOMEM, "out of memory inflating %s", path);
         in_left = n - (size_t)(zs.next_in - src);
         if (zr == Z_STREAM_END) {
             if (!in_left)
                 break;
             /* Another member follows (`cat a.gz b.gz`). */
             if (inflateReset(&zs) != Z_OK)
-                SL_FAIL(SL_EIO, "%s: zlib reset failed", f->path);
+                SL_FAIL(SL_EIO, "%s: zlib reset failed", path);
             continue;
         }
         if (zr == Z_OK || (zr == Z_BUF_ERROR && !zs.avail_out))
@@ -386,11 +392,12 @@ static int inflate_all(tf_file *f, const uint8_t *src, size_t n, char *err, size
         const char *why = zr == Z_BUF_ERROR ? "the gzip stream ends early"
                                             : (zs.msg ? zs.msg : "damaged gzip data");
         if (!used)
-            SL_FAIL(SL_ECORRUPT, "%s: not a readable gzip stream: %s", f->path, why);
+            SL_FAIL(SL_ECORRUPT, "%s: not a readable gzip stream: %s", path, why);
         snprintf(err, errcap, "gzip: %s after %zu decompressed bytes", why, used);
         break;
     }
     inflateEnd(&zs);
+    f->heap = out;
     f->data = out;
     f->size = used;
     return SL_OK;
@@ -400,46 +407,101 @@ cleanup:
     return rc;
 }
 
-/* Map (or inflate) one file and find its frames. */
-static int open_file(tf_source *s, tf_file *f) {
+/* Map (or inflate) one file's bytes into `o`; gzip damage after some
+ * output is kept in gzerr (a bad tail entry for the scan). */
+static int open_bytes(const tf_source *s, const tf_file *f, tf_open *o, char *gzerr,
+                      size_t cap) {
     sl_io *io;
     /* Reads jump between records: no read-ahead past the one asked for. */
     SL_TRY(sl_io__open(&io, f->path, SL_IO_MAP | SL_IO_RANDOM));
     int rc = SL_OK;
-    char gzerr[160] = "";
     size_t n = (size_t)sl_io__size(io);
     const uint8_t *m = sl_io__map(io);
     /* "auto": gzip's magic and deflate method, unless the first 12 bytes
      * are a valid TFRecord header (a record length can start 1f 8b 08). */
     int magic = n >= 3 && m[0] == 0x1f && m[1] == 0x8b && m[2] == 8;
     if (!strcmp(s->compression, "gzip"))
-        f->gzip = 1;
+        o->gzip = 1;
     else if (!strcmp(s->compression, "auto"))
-        f->gzip = magic && !(n >= 12 && header_ok(m));
-    if (f->gzip) {
+        o->gzip = magic && !(n >= 12 && header_ok(m));
+    if (o->gzip) {
         if (!n)
             SL_FAIL(SL_ECORRUPT, "%s: empty file, not a gzip stream", f->path);
-        SL_CHECK(inflate_all(f, m, n, gzerr, sizeof gzerr));
+        SL_CHECK(inflate_all(o, f->path, m, n, gzerr, cap));
         sl_io__close(io);
     } else {
-        f->data = m;
-        f->size = n;
-        f->io = io;
+        o->data = m;
+        o->size = n;
+        o->io = io;
     }
-    io = NULL;
-    f->first = s->base.count;
-    if (f->ix)
-        SL_TRY(frames_from_index(s, f));
-    else
-        SL_TRY(scan_file(s, f));
-    if (gzerr[0])
-        SL_TRY(add_bad(s, f, f->size, SL_ECORRUPT, "%s", gzerr));
-    f->nrec = s->base.count - f->first;
-    if (!n)
-        SL_LOG_WARN("%s: empty file (no records)", f->path);
     return SL_OK;
 cleanup:
     sl_io__close(io);
+    return rc;
+}
+
+static void close_file(void *user, int k, void *state) {
+    (void)user;
+    (void)k;
+    tf_open *o = state;
+    sl_io__close(o->io);
+    sl__free(o->heap);
+    sl_sidx__free(o->ix);
+    sl__free(o);
+}
+
+/* The shard set's open: the file's bytes (a remote one fetched into the
+ * shard cache; a gzip one inflated) and, when it has an index, the whole
+ * index, which must still be what its header said at open. */
+static int open_file_lazily(void *user, int k, void **state_out) {
+    tf_source *s = user;
+    const tf_file *f = &s->files[k];
+    tf_open *o = sl__calloc(1, sizeof *o);
+    if (!o)
+        return sl__oom("opening a TFRecord file");
+    int rc = SL_OK;
+    char gzerr[160] = "";
+    if (f->head) {
+        rc = sl_sidx__load(f->path, "tfrecord", &o->ix);
+        if (rc == SL_END)
+            rc = sl__error(SL_EIO, "%s" SL_SIDX_SUFFIX ": gone since the source opened", f->path);
+        SL_CHECK(rc);
+        SL_CHECK(sl_sidx__same_head(f->head, o->ix, f->path));
+    }
+    SL_CHECK(open_bytes(s, f, o, gzerr, sizeof gzerr));
+    if (o->ix && !!(o->ix->flags & SL_SIDX_DECOMPRESSED) != o->gzip)
+        SL_FAIL(SL_EINVAL, "%s.slidx was built for %s bytes, but the file is read %s; rebuild "
+                "it with `sluice index %s`", f->path,
+                o->ix->flags & SL_SIDX_DECOMPRESSED ? "decompressed" : "plain",
+                o->gzip ? "through gzip" : "as it is", f->path);
+    if (!f->head && (o->size != f->size || o->gzip != f->gzip))
+        SL_FAIL(SL_EINVAL, "%s: %zu bytes, %" PRIu64 " when the source opened: it changed; "
+                "reopen the source", f->path, o->size, f->size);
+    *state_out = o;
+    return SL_OK;
+cleanup:
+    close_file(s, k, o);
+    return rc;
+}
+
+/* Find one unindexed file's frames at open (its record count needs them),
+ * then close it: reads open it again through the shard set. */
+static int scan_at_open(tf_source *s, tf_file *f) {
+    tf_open o = {0};
+    char gzerr[160] = "";
+    SL_TRY(open_bytes(s, f, &o, gzerr, sizeof gzerr));
+    f->first = s->base.count;
+    f->tab_first = s->nscan;
+    f->gzip = o.gzip;
+    f->size = o.size;
+    int rc = scan_file(s, f, o.data, o.size);
+    if (rc == SL_OK && gzerr[0])
+        rc = add_bad(s, f, o.size, SL_ECORRUPT, "%s", gzerr);
+    f->nrec = s->base.count - f->first;
+    if (rc == SL_OK && !o.size)
+        SL_LOG_WARN("%s: empty file (no records)", f->path);
+    sl_io__close(o.io);
+    sl__free(o.heap);
     return rc;
 }
 
@@ -590,22 +652,45 @@ static tf_file *file_of(tf_source *s, uint64_t i) {
 static void tf_locate(sl_source *src, uint64_t i, char *buf, size_t cap) {
     tf_source *s = (tf_source *)src;
     tf_file *f = file_of(s, i);
-    uint64_t off = s->len[i] == TF_BAD ? s->bad[s->off[i]].offset : s->off[i];
-    snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ")", f->name, i - f->first, off);
+    uint64_t r = i - f->first;
+    if (f->head) {
+        /* The offset is in the file's index, known once the file is open:
+         * a message never opens one. */
+        int k = (int)(f - s->files);
+        void *st = NULL;
+        if (s->set && sl_shard_set__get_if_open(s->set, k, &st) == SL_OK) {
+            snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ")", f->name, r,
+                     ((const tf_open *)st)->ix->offset[r]);
+            sl_shard_set__put(s->set, k);
+        } else {
+            snprintf(buf, cap, "%s: record %" PRIu64, f->name, r);
+        }
+        return;
+    }
+    uint64_t e = f->tab_first + r;
+    uint64_t off = s->len[e] == TF_BAD ? s->bad[s->off[e]].offset : s->off[e];
+    snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ")", f->name, r, off);
 }
 
-/* Check and unpack record i into the arena. */
-static int parse_record(tf_source *s, tf_arena *a, uint64_t i, int verify,
-                        Tensorflow__SequenceExample **ex_out) {
+/* Check and unpack record i of file k, open as `o` (pinned), into the arena. */
+static int parse_open(tf_source *s, tf_arena *a, uint64_t i, const tf_file *f,
+                      const tf_open *o, int verify, Tensorflow__SequenceExample **ex_out) {
     char where[320];
     tf_locate(&s->base, i, where, sizeof where);
-    if (s->len[i] == TF_BAD) {
-        const tf_bad *b = &s->bad[s->off[i]];
-        return sl__error(b->code, "%s: %s", where, b->msg);
+    uint64_t r = i - f->first, off, len;
+    if (f->head) {
+        off = o->ix->offset[r];
+        len = o->ix->length[r] - 16;
+        /* entries are in order and inside the data when the index is plain
+         * (sl_sidx__parse); a decompressed one is bounded here */
+        if (o->ix->length[r] < 16 || off > o->size || o->ix->length[r] > o->size - off)
+            return sl__error(SL_ECORRUPT, "%s: the index places it outside the data (%zu bytes); "
+                             "rebuild it with `sluice index %s`", where, o->size, f->path);
+    } else {
+        off = s->off[f->tab_first + r];
+        len = s->len[f->tab_first + r];
     }
-    const tf_file *f = file_of(s, i);
-    const uint8_t *p = f->data + s->off[i];
-    uint64_t len = s->len[i];
+    const uint8_t *p = o->data + off;
     if (sl__ld64(p) != len)
         return sl__error(SL_ECORRUPT, "%s: length field %" PRIu64 " disagrees with the index "
                          "(%" PRIu64 "); rebuild it with `sluice index %s`", where, sl__ld64(p),
@@ -616,6 +701,8 @@ static int parse_record(tf_source *s, tf_arena *a, uint64_t i, int verify,
                       sl__ld32(p + 12 + len))
         return sl__error(SL_ECORRUPT, "%s: data checksum mismatch", where);
     arena_reset(a);
+    /* protobuf-c copies every field out of the record: nothing points into
+     * the file after this, so the file may be closed once it returns. */
     Tensorflow__SequenceExample *ex =
         tensorflow__sequence_example__unpack(&a->pa, (size_t)len, p + 12);
     if (!ex) {
@@ -626,6 +713,27 @@ static int parse_record(tf_source *s, tf_arena *a, uint64_t i, int verify,
     }
     *ex_out = ex;
     return SL_OK;
+}
+
+/* Check and unpack record i into the arena (its file opened if need be). */
+static int parse_record(tf_source *s, tf_arena *a, uint64_t i, int verify,
+                        Tensorflow__SequenceExample **ex_out) {
+    const tf_file *f = file_of(s, i);
+    uint64_t e = f->tab_first + (i - f->first);
+    if (!f->head && s->len[e] == TF_BAD) {
+        char where[320];
+        tf_locate(&s->base, i, where, sizeof where);
+        const tf_bad *b = &s->bad[s->off[e]];
+        return sl__error(b->code, "%s: %s", where, b->msg);
+    }
+    int k = (int)(f - s->files);
+    void *st;
+    int rc = sl_shard_set__get(s->set, k, &st);
+    if (rc < 0) /* the file's message names it and the cause */
+        return sl__error_prefix(rc, "%s: record %" PRIu64, f->name, i - f->first);
+    rc = parse_open(s, a, i, f, st, verify, ex_out);
+    sl_shard_set__put(s->set, k);
+    return rc;
 }
 
 static const Tensorflow__Feature *find_ctx(const Tensorflow__SequenceExample *ex,
@@ -765,11 +873,28 @@ static void tf_cursor_free(sl_source *src, sl_source_cursor *cur) {
     sl__free(c);
 }
 
+static int gather_index_values(tf_source *s);
+
 static int tf_index_column(sl_source *src, int col, const void **vals_out) {
     tf_source *s = (tf_source *)src;
     *vals_out = NULL;
-    if (col < 0 || col >= src->ncols || !s->ivals[col])
+    if (col < 0 || col >= src->ncols || !src->col[col].indexed)
         return sl__error(SL_EINVAL, "%s: column %d is not indexed", src->name, col);
+    int rc = SL_OK;
+    pthread_mutex_lock(&s->ivals_mu);
+    if (!s->ivals_done) {
+        rc = gather_index_values(s);
+        if (rc == SL_OK) {
+            s->ivals_done = 1;
+        } else {
+            for (int k = 0; k < SL_MAX_COLUMNS; k++) {
+                sl__free(s->ivals[k]);
+                s->ivals[k] = NULL;
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->ivals_mu);
+    SL_TRY(rc);
     *vals_out = s->ivals[col];
     return SL_OK;
 }
@@ -786,7 +911,8 @@ static int tf_describe(sl_source *src, cJSON *obj) {
             return sl__oom("describing a source");
         cJSON_AddItemToArray(files, p);
         nindexed += s->files[k].indexed;
-        ngzip += s->files[k].gzip;
+        ngzip += s->files[k].head ? !!(s->files[k].head->flags & SL_SIDX_DECOMPRESSED)
+                                  : s->files[k].gzip;
     }
     if (!cJSON_AddNumberToObject(obj, "indexed_files", nindexed) ||
         !cJSON_AddNumberToObject(obj, "gzip_files", ngzip) ||
@@ -798,15 +924,12 @@ static int tf_describe(sl_source *src, cJSON *obj) {
 
 static void tf_free(sl_source *src) {
     tf_source *s = (tf_source *)src;
+    sl_shard_set__free(s->set);
     for (int k = 0; k < s->nfiles; k++) {
-        tf_file *f = &s->files[k];
-        if (f->io)
-            sl_io__close(f->io);
-        else
-            sl__free((void *)(uintptr_t)f->data);
-        sl_sidx__free(f->ix);
-        sl__free(f->path);
+        sl_sidx__free(s->files[k].head);
+        sl__free(s->files[k].path);
     }
+    pthread_mutex_destroy(&s->ivals_mu);
     for (int k = 0; k < SL_MAX_COLUMNS; k++)
         sl__free(s->ivals[k]);
     sl__free(s->files);
@@ -832,7 +955,7 @@ static const sl_source_vtbl tf_vtbl = {
 /* The type facts of the columns, from every file's index (all have one). */
 static int feats_from_indexes(tf_source *s, feat_set *fs) {
     for (int k = 0; k < s->nfiles; k++) {
-        const sl_sidx *ix = s->files[k].ix;
+        const sl_sidx *ix = s->files[k].head;
         for (int c = 0; c < ix->ncols; c++) {
             const sl_sidx_col *ic = &ix->col[c];
             int list = !!(ic->flags & SL_SIDX_COL_LIST);
@@ -933,36 +1056,55 @@ static int add_feature_col(tf_source *s, const feat_set *fs, const feat_stat *st
     return SL_OK;
 }
 
-/* The indexed INT64 columns: when every file's index has the values. */
-static int gather_index_values(tf_source *s) {
+/* The INT64 columns every file's index holds values for are indexed; the
+ * values themselves are read on the first index_column call. */
+static void mark_index_columns(tf_source *s) {
     for (int k = 0; k < s->base.ncols; k++) {
         if (s->base.col[k].type != SL_COL_INT64)
             continue;
         int all = 1;
         for (int f = 0; f < s->nfiles && all; f++) {
-            int j = sl_sidx__find_scalar(s->files[f].ix, s->col[k].key);
-            all = j >= 0 && s->files[f].ix->scalar[j].type == SL_COL_INT64;
+            const sl_sidx *h = s->files[f].head;
+            int j = h ? sl_sidx__find_scalar(h, s->col[k].key) : -1;
+            all = j >= 0 && h->scalar[j].type == SL_COL_INT64;
         }
-        if (!all)
+        s->base.col[k].indexed = all;
+    }
+}
+
+/* The values of the indexed columns, from each file's whole index (loaded
+ * for this, then freed): what a pushed-down filter reads. */
+static int gather_index_values(tf_source *s) {
+    for (int k = 0; k < s->base.ncols; k++) {
+        if (!s->base.col[k].indexed)
             continue;
         s->ivals[k] = sl__malloc(s->base.count ? (size_t)s->base.count * 8 : 1);
         if (!s->ivals[k])
-            return sl__oom("opening a TFRecord source");
-        for (int f = 0; f < s->nfiles; f++) {
-            const sl_sidx *ix = s->files[f].ix;
-            int j = sl_sidx__find_scalar(ix, s->col[k].key);
-            if (ix->count)
-                memcpy(s->ivals[k] + s->files[f].first, ix->scalar[j].vals,
-                       (size_t)ix->count * 8);
+            return sl__oom("reading a TFRecord source's indexed values");
+    }
+    for (int f = 0; f < s->nfiles; f++) {
+        const tf_file *tf = &s->files[f];
+        sl_sidx *ix = NULL;
+        int rc = sl_sidx__load(tf->path, "tfrecord", &ix);
+        if (rc == SL_END)
+            rc = sl__error(SL_EIO, "%s" SL_SIDX_SUFFIX ": gone since the source opened", tf->path);
+        if (rc == SL_OK)
+            rc = sl_sidx__same_head(tf->head, ix, tf->path);
+        for (int k = 0; rc == SL_OK && k < s->base.ncols; k++) {
+            int j = s->ivals[k] ? sl_sidx__find_scalar(ix, s->col[k].key) : -1;
+            if (j >= 0 && ix->count)
+                memcpy(s->ivals[k] + tf->first, ix->scalar[j].vals, (size_t)ix->count * 8);
         }
-        s->base.col[k].indexed = 1;
+        sl_sidx__free(ix);
+        SL_TRY(rc);
     }
     return SL_OK;
 }
 
 static int parse_options(const cJSON *obj, const char *field, int *verify,
-                         const char **compression, sl_sidx_use *index) {
+                         const char **compression, sl_sidx_use *index, int *max_open) {
     *verify = 1;
+    *max_open = 0; /* the default, chosen in open_files */
     *compression = "auto";
     *index = SL_SIDX_USE_AUTO;
     for (const cJSON *it = obj->child; it; it = it->next) {
@@ -975,6 +1117,12 @@ static int parse_options(const cJSON *obj, const char *field, int *verify,
             *verify = cJSON_IsTrue(it);
         } else if (!strcmp(k, "index")) {
             SL_TRY(sl_sidx__parse_use(it, field, index));
+        } else if (!strcmp(k, "max_open_shards")) {
+            if (!cJSON_IsNumber(it) || it->valuedouble < 1 || it->valuedouble > 1e6 ||
+                it->valuedouble != (double)(int)it->valuedouble)
+                return sl__error(SL_EINVAL, "%s.max_open_shards: must be a whole number from 1 "
+                                 "to 1000000", field);
+            *max_open = (int)it->valuedouble;
         } else if (!strcmp(k, "compression")) {
             if (!cJSON_IsString(it) || (strcmp(it->valuestring, "auto") &&
                                         strcmp(it->valuestring, "gzip") &&
@@ -988,18 +1136,21 @@ static int parse_options(const cJSON *obj, const char *field, int *verify,
             return sl_source__unknown_key(field, k, "a tfrecord source",
                                           (const char *const[]){"tfrecord", "features",
                                                                 "compression", "verify", "index",
-                                                                NULL});
+                                                                "max_open_shards", NULL});
         }
     }
     return SL_OK;
 }
 
-/* Map, frame and (as `use_index` says) index-load every file. */
+/* Every file: the header of its index (as `use_index` says), or a scan of
+ * its frames; then the shard set that opens them when read. */
 static int open_files(tf_source *s, const cJSON *paths, const char *field, sl_sidx_use use_index) {
     char **pv = NULL;
-    int n = 0;
+    int n = 0, remote_scans = 0;
     SL_TRY(sl_source__expand_paths(paths, field, &pv, &n));
     int rc = SL_OK;
+    if (!s->max_open)
+        s->max_open = sl_shard_set__default_open(pv, n);
     s->files = sl__calloc((size_t)n, sizeof *s->files);
     if (!s->files)
         SL_FAIL(SL_ENOMEM, "out of memory opening %d TFRecord files", n);
@@ -1009,10 +1160,26 @@ static int open_files(tf_source *s, const cJSON *paths, const char *field, sl_si
         f->path = pv[k];
         pv[k] = NULL;
         f->name = sl_io__short_name(f->path);
-        SL_CHECK(sl_sidx__load_for(f->path, "tfrecord", use_index, &f->ix));
-        f->indexed = f->ix != NULL;
-        SL_CHECK(open_file(s, f));
+        SL_CHECK(sl_sidx__load_head_for(f->path, "tfrecord", use_index, &f->head));
+        f->indexed = f->head != NULL;
+        if (f->head) {
+            f->first = s->base.count;
+            f->nrec = f->head->count;
+            s->base.count += f->nrec;
+        } else {
+            SL_CHECK(scan_at_open(s, f));
+            remote_scans += sl_io__is_url(f->path);
+        }
     }
+    if (remote_scans)
+        SL_LOG_WARN("%s: %d remote file%s without a sidecar index, each fetched whole at open "
+                    "to count its records; `sluice index` on the files writes .slidx files "
+                    "that let a reader open only the files it reads", s->files[0].name,
+                    remote_scans, remote_scans > 1 ? "s" : "");
+    SL_CHECK(sl_shard_set__create(&s->set, n, s->max_open,
+                                  &(sl_shard_set_ops){.open = open_file_lazily,
+                                                      .close = close_file},
+                                  s));
 cleanup:
     for (int k = 0; k < n; k++)
         sl__free(pv[k]);
@@ -1026,15 +1193,16 @@ static tf_source *new_source(void) {
         return NULL;
     s->base.vt = &tf_vtbl;
     atomic_init(&s->base.refs, 1);
+    pthread_mutex_init(&s->ivals_mu, NULL);
     return s;
 }
 
 int sl_source__open_tfrecord(sl_source **out, const cJSON *obj, const char *field) {
     *out = NULL;
-    int verify;
+    int verify, max_open;
     sl_sidx_use index;
     const char *compression;
-    SL_TRY(parse_options(obj, field, &verify, &compression, &index));
+    SL_TRY(parse_options(obj, field, &verify, &compression, &index, &max_open));
     const cJSON *paths = cJSON_GetObjectItemCaseSensitive(obj, "tfrecord");
     const cJSON *sel = cJSON_GetObjectItemCaseSensitive(obj, "features");
     if (sel && !cJSON_IsObject(sel) && !cJSON_IsArray(sel))
@@ -1046,6 +1214,7 @@ int sl_source__open_tfrecord(sl_source **out, const cJSON *obj, const char *fiel
     s->verify = verify;
     s->base.checksummed = verify;
     s->compression = compression;
+    s->max_open = max_open;
     feat_set fs = {0};
     int rc;
     char tfield[300];
@@ -1118,11 +1287,7 @@ int sl_source__open_tfrecord(sl_source **out, const cJSON *obj, const char *fiel
     if (s->base.ncols == 0)
         SL_FAIL(SL_EINVAL, "%s: no features to read in %s", tfield, s->base.name);
     if (all_indexed)
-        SL_CHECK(gather_index_values(s));
-    for (int k = 0; k < s->nfiles; k++) {
-        sl_sidx__free(s->files[k].ix);
-        s->files[k].ix = NULL;
-    }
+        mark_index_columns(s);
     feat_set_free(&fs);
     *out = &s->base;
     return SL_OK;
@@ -1135,11 +1300,11 @@ cleanup:
 /* ---- building an index ------------------------------------------------------------ */
 
 int sl_source__index_tfrecord(const char *path, const cJSON *opts) {
-    int verify = 1;
+    int verify = 1, max_open;
     sl_sidx_use index;
     const char *compression = "auto";
     if (opts)
-        SL_TRY(parse_options(opts, "index", &verify, &compression, &index));
+        SL_TRY(parse_options(opts, "index", &verify, &compression, &index, &max_open));
     tf_source *s = new_source();
     if (!s)
         return sl__oom("indexing a TFRecord file");

@@ -531,6 +531,42 @@ def test_slr_by_ranges_read_ahead_and_coalesced(tmp_path, data, web):
         px.close()
 
 
+def test_range_reply_for_another_range_is_refused_and_tried_again(tmp_path, data, web):
+    """A 206 whose Content-Range is not the range asked for (here one byte
+    later: bytes a+1-b+1) is never taken as the bytes asked for: it is tried
+    again like a broken transfer, so the epoch (a .slr read by ranges) equals
+    the local one; when every answer is shifted, the error names the URL and
+    both ranges. A server that ignores Range (200, the whole object) gives
+    the right slice."""
+    want = local_digest(tmp_path, data, {"path": data + "/ds"})
+    px = httpfix.FaultProxy(web.port, seed=11, shift=0.2)
+    try:
+        got = digests(run_spec(tmp_path, {"path": px.url + "/ds"}, env_for(tmp_path, SLUICE_CACHE_BYTES=0)))
+        assert got == want
+        assert px.counts["shift"] >= 3, px.counts
+    finally:
+        px.close()
+    px = httpfix.FaultProxy(web.port, shift=1.0)
+    try:
+        r = run_spec(tmp_path, {"path": px.url + "/one.slr"},
+                     env_for(tmp_path, SLUICE_CACHE_BYTES=0, SLUICE_HTTP_TRIES=2), check=False)
+        assert r.returncode == 1, r.stdout
+        m = re.search(re.escape(px.url) + r"/one\.slr: .*HTTP 206 with Content-Range bytes (\d+)-(\d+)/(\d+) "
+                      r"for the range asked \(bytes (\d+)-(\d+)\) after 2 tries", r.stderr)
+        assert m, r.stderr
+        a, b, _total, wa, wb = map(int, m.groups())
+        assert (a, b) == (wa + 1, min(wb + 1, _total - 1)), m.group(0)
+    finally:
+        px.close()
+    px = httpfix.FaultProxy(web.port, norange=1.0)
+    try:
+        got = digests(run_spec(tmp_path, {"path": px.url + "/ds"}, env_for(tmp_path, SLUICE_CACHE_BYTES=0)))
+        assert got == want
+        assert px.counts["norange"] >= 3, px.counts
+    finally:
+        px.close()
+
+
 def test_python_reader_by_ranges(tmp_path, data, web):
     """sluice.Reader(url, mmap=False): every record by a range request."""
     code = f"""
@@ -578,3 +614,59 @@ def test_tfrecord_over_http_with_and_without_index(tmp_path, web):
         (cache / entry).write_bytes(bytes(b))
         r = run_spec(tmp_path, spec, env_for(tmp_path))
         assert digests_n(r) == want and "damaged" in r.stderr, r.stderr
+
+
+RANK_PY = """
+import sys
+import sluice
+ds = (sluice.webdataset(sys.argv[1]).shuffle(seed=1, mode="window", window=32, block=16)
+      .shard(rank=1, world_size=4).batch(8))
+for b in ds:
+    print(" ".join(str(int(x)) for x in b["cls"]), flush=True)
+"""
+
+
+def test_rank_fetches_only_the_indexed_shards_it_reads(tmp_path):
+    """WebDataset shards with sidecar indexes over HTTP: opening reads the
+    index headers alone, and a rank fetches (into the shard cache) only the
+    shards it reads: rank 1 of 4 over a window shuffle of 8 shards whose
+    blocks are shards reads 2 of them, and only those 2 are fetched."""
+    root = tmp_path / "wds"
+    root.mkdir()
+    per = 16
+    paths = []
+    for s in range(8):
+        p = root / f"w-{s}.tar"
+        with tarfile.open(p, "w", format=tarfile.USTAR_FORMAT) as t:
+            for i in range(s * per, (s + 1) * per):
+                for ext, body in (("cls", str(i).encode()), ("bin", bytes([i % 256]) * (3000 + i))):
+                    ti = tarfile.TarInfo(f"k{i:05d}.{ext}")
+                    ti.size = len(body)
+                    t.addfile(ti, io.BytesIO(body))
+        paths.append(str(p))
+    r = subprocess.run([SLUICE, "index"] + paths, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_PY)
+    with httpfix.Nginx(str(root)) as ng:
+        env = env_for(tmp_path)
+        r = subprocess.run([sys.executable, str(script), ng.url + "/w-{0..7}.tar"], env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        labels = [int(x) for x in r.stdout.split()]
+        assert len(labels) == 8 * per // 4
+        read = {v // per for v in labels}
+        assert len(read) == 2, read
+        fetched = {int(f.rsplit("w-", 1)[1].split(".")[0]) for f in os.listdir(tmp_path / "cache")
+                   if f.endswith(".tar")}
+        assert fetched == read, (fetched, read)
+        assert "without a sidecar index" not in r.stderr
+        # without the indexes every shard is fetched at open, and the run says so
+        for p in paths:
+            os.unlink(p + ".slidx")
+        env = env_for(tmp_path, SLUICE_CACHE_DIR=tmp_path / "cache2")
+        r = subprocess.run([sys.executable, str(script), ng.url + "/w-{0..7}.tar"], env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "8 remote shards without a sidecar index" in r.stderr and "sluice index" in r.stderr
+        assert len([f for f in os.listdir(tmp_path / "cache2") if f.endswith(".tar")]) == 8

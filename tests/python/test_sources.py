@@ -529,6 +529,30 @@ def test_webdataset_skip_bad_member(data, tmp_path):
     assert "bad-001.tar" in msg and "record 2" in msg and "seven" in msg, msg
 
 
+def test_webdataset_damaged_index_skips_its_shard_only(tmp_path):
+    """Shards with sidecar indexes open from the index headers alone; a shard
+    whose index is damaged past its header fails when first read, each of its
+    records with the cause, and under on_error "skip" the other shards' samples
+    all come, in order."""
+    paths, samples = write_shards(str(tmp_path), counts=(3, 4, 2), formats=("posix", "gnu", "posix"),
+                                  name="ix")
+    run_cli("index", *paths)
+    ix = paths[1] + ".slidx"
+    b = bytearray(open(ix, "rb").read())
+    b[64 + 5] ^= 0x20  # an entry: the checksum (of the whole index) no longer holds
+    open(ix, "wb").write(bytes(b))
+    ds = sluice.webdataset(paths, max_open_shards=1).on_error("skip")
+    got = all_samples(ds)
+    want = [s for s in samples if not s["key"].startswith("s1/")]
+    assert [key_text(g["__key__"]) for g in got] == [s["key"] for s in want]
+    assert [int(g["cls"]) for g in got] == [s["cls"] for s in want]
+    assert ds.stats()["skipped"] == 4
+    with pytest.raises(sluice.CorruptError) as e:
+        all_samples(sluice.webdataset(paths))
+    msg = str(e.value)
+    assert "ix-001.tar: record 0" in msg and "ix-001.tar.slidx: checksum mismatch" in msg, msg
+
+
 # ---- sharding, resume, filters ---------------------------------------------------
 
 def test_shard_unequal_webdataset_shards_equal_batches(data):

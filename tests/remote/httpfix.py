@@ -154,15 +154,19 @@ class FaultProxy:
     """A reverse proxy on a free localhost port in front of an HTTP server:
     each response is, at the given rates (a seeded RNG), a 500, 503 or 429
     (with Retry-After: 0), cut after half its body (the connection dropped),
-    or truncated (a shorter body, then the connection closed); `delay_ms` is
-    added before every response. Counts what it did in `self.counts`."""
+    or truncated (a shorter body, then the connection closed); for a request
+    with a Range, `shift` answers another range (bytes a+1-b+1: a 206 whose
+    Content-Range starts one byte later than asked, its body those bytes) and
+    `norange` answers as a server that ignores Range (200, the whole object);
+    `delay_ms` is added before every response. Counts what it did in
+    `self.counts`."""
 
     def __init__(self, upstream_port, seed=1, err500=0.0, err503=0.0, err429=0.0, drop=0.0,
-                 truncate=0.0, delay_ms=0, max_faults=None):
+                 truncate=0.0, delay_ms=0, max_faults=None, shift=0.0, norange=0.0):
         self.up = upstream_port
         self.rng = random.Random(seed)
         self.rates = [("500", err500), ("503", err503), ("429", err429), ("drop", drop),
-                      ("truncate", truncate)]
+                      ("truncate", truncate), ("shift", shift), ("norange", norange)]
         self.delay = delay_ms / 1000.0
         self.max_faults = max_faults
         self.counts = {k: 0 for k, _ in self.rates}
@@ -229,12 +233,22 @@ class FaultProxy:
                 if self.delay:
                     time.sleep(self.delay)
                 what = self._pick()
+                if what in ("shift", "norange") and "range" not in hdrs:
+                    with self.lock:  # no range to answer wrongly: an honest answer
+                        self.counts[what] -= 1
+                        self.counts["ok"] += 1
+                    what = "ok"
                 if what in ("500", "503", "429"):
                     extra = "Retry-After: 0\r\n" if what == "429" else ""
                     c.sendall(f"HTTP/1.1 {what} Fault\r\nContent-Length: 0\r\n{extra}\r\n".encode())
                     continue
                 up = http.client.HTTPConnection("127.0.0.1", self.up, timeout=30)
                 fwd = {k: v for k, v in hdrs.items() if k in ("range", "host", "if-range")}
+                if what == "norange":
+                    del fwd["range"]
+                if what == "shift":
+                    first, _, last = fwd["range"].split("=", 1)[1].partition("-")
+                    fwd["range"] = f"bytes={int(first) + 1}-" + (str(int(last) + 1) if last else "")
                 try:
                     up.request(method, path, headers=fwd)
                     r = up.getresponse()
@@ -282,7 +296,8 @@ def main(argv):
     s.add_argument("root")
     s.add_argument("--https", action="store_true")
     s.add_argument("--delay-ms", type=int, default=0)
-    s.add_argument("--faults", default="", help="e.g. 500=0.05,503=0.05,429=0.05,drop=0.05,truncate=0.05")
+    s.add_argument("--faults", default="", help="e.g. 500=0.05,503=0.05,429=0.05,drop=0.05,truncate=0.05,"
+                   "shift=0.05,norange=0.05")
     a = ap.parse_args(argv)
     ng = Nginx(a.root, https=a.https)
     url, px = ng.url, None
@@ -290,7 +305,8 @@ def main(argv):
         rates = {k: float(v) for k, v in (kv.split("=") for kv in a.faults.split(",") if kv)}
         px = FaultProxy(ng.port, delay_ms=a.delay_ms, err500=rates.get("500", 0),
                         err503=rates.get("503", 0), err429=rates.get("429", 0),
-                        drop=rates.get("drop", 0), truncate=rates.get("truncate", 0))
+                        drop=rates.get("drop", 0), truncate=rates.get("truncate", 0),
+                        shift=rates.get("shift", 0), norange=rates.get("norange", 0))
         url = px.url
     print(url + (" " + ng.ca if ng.ca else ""), flush=True)
     done = threading.Event()

@@ -13,6 +13,7 @@
 #include "test.h"
 #include "core/core.h"
 #include "source/source.h"
+#include "tar_build.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -103,7 +104,13 @@ static void check_sample(sl_source *s, sl_source_cursor *cur, uint64_t i, const 
         ASSERT_EQ(t->ndim, 1);
         ASSERT_EQ(t->shape[0], (int64_t)n);
         ASSERT_EQ(t->nbytes, n);
-        ASSERT(t->buf == NULL); /* a view of the mapping, not a copy */
+        /* A view of the mapping (not a copy) that holds a reference to it:
+         * the shard may be closed while the view lives. */
+        ASSERT(t->buf != NULL);
+        const uint8_t *mb = sl_buffer_data(t->buf);
+        ASSERT((const uint8_t *)t->data >= mb &&
+               (const uint8_t *)t->data + n <= mb + sl_buffer_size(t->buf));
+        ASSERT(sl_buffer_size(t->buf) > n);
         if (memcmp(t->data, want, n) != 0)
             sl_test_fail(__FILE__, __LINE__, "record %" PRIu64 " (%s): column '%s' differs "
                          "from %s", i, key, m->string, m->valuestring);
@@ -490,29 +497,6 @@ SL_TEST(source_tar__empty_file_and_not_a_tar) {
 }
 
 /* ---- hand-built headers: what GNU tar writes only for huge files ----------------- */
-
-/* A header for `name` with `size`; `b256` writes the size in base-256,
- * `signed_sum` stores the signed-char checksum. */
-static void put_header(uint8_t *h, const char *name, char type, uint64_t size, int b256,
-                       int signed_sum) {
-    memset(h, 0, 512);
-    memcpy(h, name, strlen(name));
-    memcpy(h + 100, "0000644", 7);
-    if (b256) {
-        h[124] = 0x80;
-        for (int i = 0; i < 8; i++)
-            h[135 - i] = (uint8_t)(size >> (8 * i));
-    } else {
-        snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)size);
-    }
-    h[156] = (uint8_t)type;
-    memcpy(h + 257, "ustar\0" "00", 8);
-    memset(h + 148, ' ', 8);
-    long sum = 0;
-    for (int i = 0; i < 512; i++)
-        sum += signed_sum ? (long)(int8_t)h[i] : (long)h[i];
-    snprintf((char *)h + 148, 8, "%06lo", (unsigned long)sum & 0777777);
-}
 
 SL_TEST(source_tar__hand_built_headers) {
     snprintf(g_dir, sizeof g_dir, "%.1000s", sl_test_tmpdir());

@@ -11,6 +11,9 @@
 #include "source/source.h"
 #include "source/source_index.h"
 #include "source/source_tfrecord.h"
+#include "io/io.h"
+
+#include <pthread.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -712,4 +715,192 @@ SL_TEST(source_tfrecord__oom) {
         }
         ASSERT(k < 5000);
     }
+}
+
+/* ---- files opened lazily (src/source/shard_set.c) -------------------------------------
+ * With sidecar indexes, opening reads each index's header alone; a file's
+ * bytes and whole index are opened by its first read, at most
+ * "max_open_shards" at a time; a damaged file costs only its records. What
+ * was opened is counted by the io layer (sl_io__counters). */
+
+#define LZ_PER_FILE 3
+
+static const char *lz_path(int k) {
+    static char buf[4][2200];
+    static int n;
+    n = (n + 1) % 4;
+    snprintf(buf[n], sizeof buf[n], "%s/f-%04d.tfrecord", g_dir, k);
+    return buf[n];
+}
+
+/* Files 0..n-1 of LZ_PER_FILE Examples {label: k * 10 + j}, each indexed. */
+static void lz_make(int n) {
+    snprintf(g_dir, sizeof g_dir, "%.2000s", sl_test_tmpdir());
+    for (int k = 0; k < n; k++) {
+        FILE *f = fopen(lz_path(k), "wb");
+        ASSERT(f);
+        for (int j = 0; j < LZ_PER_FILE; j++) {
+            uint8_t ex[128];
+            int64_t v = k * 10 + j;
+            put_frame(f, ex, example1(ex, "label", 3, &v, 1));
+        }
+        ASSERT_EQ(fclose(f), 0);
+        ASSERT_OK(sl_source__index_tfrecord(lz_path(k), NULL));
+    }
+}
+
+static int lz_open(sl_source **out, int n, const char *extra) {
+    char json[2600];
+    snprintf(json, sizeof json, "{\"tfrecord\": \"%s/f-{0000..%04d}.tfrecord\"%s%s}", g_dir,
+             n - 1, extra ? ", " : "", extra ? extra : "");
+    return open_src(out, json);
+}
+
+static void lz_check(sl_source *s, sl_source_cursor *cur, uint64_t i) {
+    sl_sample smp;
+    memset(&smp, 0, sizeof smp);
+    ASSERT_OK(sl_source__read(s, cur, i, &smp));
+    ASSERT_EQ(*(const int64_t *)smp.col[0].data,
+              (int64_t)(i / LZ_PER_FILE * 10 + i % LZ_PER_FILE));
+    sl_sample_clear(&smp);
+}
+
+SL_TEST(source_tfrecord__lazy_open_reads_only_index_headers) {
+    enum { N = 200 };
+    lz_make(N);
+    sl_io_counters a, b, c;
+    sl_io__counters(&a);
+    sl_source *s = NULL;
+    ASSERT_OK(lz_open(&s, N, "\"index\": true"));
+    sl_io__counters(&b);
+    ASSERT_U64_EQ(s->count, (uint64_t)N * LZ_PER_FILE);
+    ASSERT_EQ(s->ncols, 1);
+    ASSERT_EQ(s->col[0].indexed, 1);
+    /* one open per index, nothing mapped or left open; of each index its
+     * header and descriptors (1 column, 1 scalar) only */
+    ASSERT_U64_EQ(b.opens - a.opens, N);
+    ASSERT_U64_EQ(b.maps - a.maps, 0);
+    ASSERT_U64_EQ(b.open_now, a.open_now);
+    ASSERT_U64_EQ(b.read_bytes - a.read_bytes, (uint64_t)N * (64 + 136 + 72));
+    sl_source_cursor *cur = NULL;
+    ASSERT_OK(sl_source__cursor_open(s, NULL, NULL, &cur));
+    for (int j = 0; j < LZ_PER_FILE; j++) {
+        lz_check(s, cur, 7 * LZ_PER_FILE + (uint64_t)j);
+        lz_check(s, cur, 3 * LZ_PER_FILE + (uint64_t)j);
+    }
+    sl_io__counters(&c);
+    ASSERT_U64_EQ(c.maps - b.maps, 2);     /* files 3 and 7 */
+    ASSERT_U64_EQ(c.opens - b.opens, 4);   /* and their whole indexes */
+    ASSERT_U64_EQ(c.open_now - b.open_now, 2);
+    /* a pushed-down filter's values: every index read whole, once */
+    const void *vals = NULL;
+    ASSERT_OK(s->vt->index_column(s, 0, &vals));
+    for (uint64_t i = 0; i < s->count; i++)
+        ASSERT_EQ(((const int64_t *)vals)[i], (int64_t)(i / LZ_PER_FILE * 10 + i % LZ_PER_FILE));
+    sl_source__cursor_free(s, cur);
+    sl_source__release(s);
+    sl_io__counters(&c);
+    ASSERT_U64_EQ(c.open_now, a.open_now);
+}
+
+SL_TEST(source_tfrecord__damaged_file_costs_only_its_records) {
+    enum { N = 8 };
+    lz_make(N);
+    char ix[2300];
+    snprintf(ix, sizeof ix, "%s.slidx", lz_path(4));
+    size_t n;
+    uint8_t *bytes = sl_test_read_file(ix, &n);
+    bytes[64 + 16 + 2] ^= 0x10;  /* entry 1's offset: the checksum no longer holds */
+    sl_test_write_file(ix, bytes, n);
+    free(bytes);
+    sl_source *s = NULL;
+    ASSERT_OK(lz_open(&s, N, NULL));
+    sl_source_cursor *cur = NULL;
+    ASSERT_OK(sl_source__cursor_open(s, NULL, NULL, &cur));
+    for (uint64_t i = 0; i < s->count; i++) {
+        if (i / LZ_PER_FILE != 4) {
+            lz_check(s, cur, i);
+            continue;
+        }
+        sl_sample smp;
+        memset(&smp, 0, sizeof smp);
+        ASSERT_RC(sl_source__read(s, cur, i, &smp), SL_ECORRUPT);
+        char want[64];
+        snprintf(want, sizeof want, "f-0004.tfrecord: record %d: ", (int)(i % LZ_PER_FILE));
+        ASSERT_CONTAINS(sl_errmsg(), want);
+        ASSERT_CONTAINS(sl_errmsg(), "f-0004.tfrecord.slidx: checksum mismatch");
+    }
+    sl_source__cursor_free(s, cur);
+    sl_source__release(s);
+}
+
+typedef struct lz_arg {
+    sl_source *s;
+    uint64_t seed;
+    int errors;
+} lz_arg;
+
+static void *lz_reader(void *p) {
+    lz_arg *a = p;
+    sl_source_cursor *cur = NULL;
+    if (sl_source__cursor_open(a->s, NULL, NULL, &cur) != SL_OK) {
+        a->errors++;
+        return NULL;
+    }
+    uint64_t x = a->seed * 2654435761u + 1;
+    for (uint64_t r = 0; r < 3 * a->s->count; r++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint64_t i = x % a->s->count;
+        sl_sample smp;
+        memset(&smp, 0, sizeof smp);
+        if (sl_source__read(a->s, cur, i, &smp) != SL_OK ||
+            *(const int64_t *)smp.col[0].data != (int64_t)(i / LZ_PER_FILE * 10 + i % LZ_PER_FILE))
+            a->errors++;
+        sl_sample_clear(&smp);
+    }
+    sl_source__cursor_free(a->s, cur);
+    return NULL;
+}
+
+/* Eight threads over 30 files with at most 3 open: every value right; a
+ * single reader's shuffled pass never has more than 3 open. */
+SL_TEST(source_tfrecord__threads_and_a_bound_on_open_files) {
+    enum { N = 30, THREADS = 8 };
+    lz_make(N);
+    /* every third file scanned instead */
+    for (int k = 0; k < N; k += 3) {
+        char ix[2300];
+        snprintf(ix, sizeof ix, "%s.slidx", lz_path(k));
+        ASSERT_EQ(unlink(ix), 0);
+    }
+    sl_io_counters a, b;
+    sl_io__counters(&a);
+    sl_source *s = NULL;
+    ASSERT_OK(lz_open(&s, N, "\"max_open_shards\": 3"));
+    sl_io__counters(&b);
+    /* (the first records, read to type the columns, opened files within the bound) */
+    ASSERT(b.open_now - a.open_now <= 3);
+    pthread_t th[THREADS];
+    lz_arg args[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        args[t] = (lz_arg){.s = s, .seed = (uint64_t)t + 1};
+        ASSERT_EQ(pthread_create(&th[t], NULL, lz_reader, &args[t]), 0);
+    }
+    for (int t = 0; t < THREADS; t++) {
+        ASSERT_EQ(pthread_join(th[t], NULL), 0);
+        ASSERT_EQ(args[t].errors, 0);
+    }
+    sl_source_cursor *cur = NULL;
+    ASSERT_OK(sl_source__cursor_open(s, NULL, NULL, &cur));
+    uint64_t x = 99, peak = 0;
+    for (uint64_t r = 0; r < 4 * s->count; r++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        lz_check(s, cur, x % s->count);
+        sl_io__counters(&b);
+        if (b.open_now - a.open_now > peak)
+            peak = b.open_now - a.open_now;
+    }
+    ASSERT(peak <= 3);
+    sl_source__cursor_free(s, cur);
+    sl_source__release(s);
 }

@@ -1,0 +1,237 @@
+/*
+ * shard_set.c — shards opened lazily under an LRU bound (shard_set.h).
+ *
+ * Invariants (under `mu`):
+ *  1. A slot is CLOSED, OPENING (one thread runs `open`, others wait on
+ *     `cv`), OPEN (state valid) or FAILED (rc and msg kept for good).
+ *  2. The OPEN slots form the list head..tail, most recently used first;
+ *     nothing else is on it.
+ *  3. A slot with pins > 0 is OPENING or OPEN, and is never closed.
+ *  4. `open` and `close` run with `mu` released. A slot is taken off the
+ *     list and marked CLOSED before its close runs, so a get meanwhile opens
+ *     a fresh state: the old and the new never share anything the set owns.
+ */
+#include "source/shard_set.h"
+#include "io/io.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { SLOT_CLOSED = 0, SLOT_OPENING, SLOT_OPEN, SLOT_FAILED };
+
+typedef struct slot {
+    int st;
+    int pins;
+    int prev, next;         /* the LRU list (OPEN only); -1 at its ends */
+    void *state;
+    int rc;                 /* FAILED: the status and message */
+    char *msg;
+} slot;
+
+struct sl_shard_set {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* an OPENING slot settled */
+    sl_shard_set_ops ops;
+    void *user;
+    int n, max_open;
+    slot *s;
+    int head, tail;         /* most / least recently used OPEN slot */
+    sl_shard_set_stats stats;
+};
+
+int sl_shard_set__create(sl_shard_set **out, int n, int max_open, const sl_shard_set_ops *ops,
+                         void *user) {
+    *out = NULL;
+    if (n < 0 || max_open < 1)
+        return sl__error(SL_EINVAL, "a shard set needs n >= 0 and max_open >= 1 (%d, %d)", n,
+                         max_open);
+    sl_shard_set *set = sl__calloc(1, sizeof *set);
+    if (!set)
+        return sl__oom("making a shard set");
+    set->s = sl__calloc(n ? (size_t)n : 1, sizeof *set->s);
+    if (!set->s) {
+        sl__free(set);
+        return sl__oom("making a shard set");
+    }
+    for (int k = 0; k < n; k++)
+        set->s[k].prev = set->s[k].next = -1;
+    pthread_mutex_init(&set->mu, NULL);
+    pthread_cond_init(&set->cv, NULL);
+    set->ops = *ops;
+    set->user = user;
+    set->n = n;
+    set->max_open = max_open;
+    set->head = set->tail = -1;
+    *out = set;
+    return SL_OK;
+}
+
+/* ---- the LRU list (under mu) ---------------------------------------------------- */
+
+static void unlink_slot(sl_shard_set *set, int k) {
+    slot *x = &set->s[k];
+    if (x->prev >= 0)
+        set->s[x->prev].next = x->next;
+    else
+        set->head = x->next;
+    if (x->next >= 0)
+        set->s[x->next].prev = x->prev;
+    else
+        set->tail = x->prev;
+    x->prev = x->next = -1;
+}
+
+static void push_front(sl_shard_set *set, int k) {
+    slot *x = &set->s[k];
+    x->prev = -1;
+    x->next = set->head;
+    if (set->head >= 0)
+        set->s[set->head].prev = k;
+    set->head = k;
+    if (set->tail < 0)
+        set->tail = k;
+}
+
+/* While more than max_open are open, close the least recently used
+ * unpinned one (invariant 4: the close runs unlocked). Called and returns
+ * with mu held. */
+static void evict(sl_shard_set *set) {
+    while (set->stats.open_now > set->max_open) {
+        int v = set->tail;
+        while (v >= 0 && set->s[v].pins > 0)
+            v = set->s[v].prev;
+        if (v < 0)
+            return; /* all pinned: over the bound until some are put */
+        slot *x = &set->s[v];
+        unlink_slot(set, v);
+        void *state = x->state;
+        x->state = NULL;
+        x->st = SLOT_CLOSED;
+        set->stats.open_now--;
+        set->stats.closes++;
+        pthread_mutex_unlock(&set->mu);
+        set->ops.close(set->user, v, state);
+        pthread_mutex_lock(&set->mu);
+    }
+}
+
+/* ---- get / put -------------------------------------------------------------------- */
+
+static int failed_status(const slot *x) {
+    return sl__error(x->rc, "%s", x->msg ? x->msg : "out of memory (the shard's error)");
+}
+
+int sl_shard_set__get(sl_shard_set *set, int k, void **state_out) {
+    *state_out = NULL;
+    pthread_mutex_lock(&set->mu);
+    slot *x = &set->s[k];
+    while (x->st == SLOT_OPENING)
+        pthread_cond_wait(&set->cv, &set->mu);
+    if (x->st == SLOT_FAILED) {
+        int rc = x->rc;
+        char msg[SL__ERRMSG_MAX];
+        snprintf(msg, sizeof msg, "%s", x->msg ? x->msg : "");
+        pthread_mutex_unlock(&set->mu);
+        return msg[0] ? sl__error(rc, "%s", msg) : failed_status(x);
+    }
+    if (x->st == SLOT_OPEN) {
+        x->pins++;
+        if (set->head != k) {
+            unlink_slot(set, k);
+            push_front(set, k);
+        }
+        *state_out = x->state;
+        pthread_mutex_unlock(&set->mu);
+        return SL_OK;
+    }
+    /* CLOSED: this thread opens it; others asking wait on cv. */
+    x->st = SLOT_OPENING;
+    x->pins++;
+    pthread_mutex_unlock(&set->mu);
+    void *state = NULL;
+    int rc = set->ops.open(set->user, k, &state);
+    char *msg = NULL;
+    if (rc < 0) {
+        msg = sl__strdup(sl_errmsg());
+        if (rc == SL_END)
+            rc = SL_EIO;
+    }
+    pthread_mutex_lock(&set->mu);
+    if (rc < 0) {
+        x->st = SLOT_FAILED;
+        x->rc = rc;
+        x->msg = msg;
+        x->pins--;
+        set->stats.failures++;
+    } else {
+        x->st = SLOT_OPEN;
+        x->state = state;
+        push_front(set, k);
+        set->stats.opens++;
+        if (++set->stats.open_now > set->stats.max_open_seen)
+            set->stats.max_open_seen = set->stats.open_now;
+        *state_out = state;
+        evict(set);
+    }
+    pthread_cond_broadcast(&set->cv);
+    pthread_mutex_unlock(&set->mu);
+    /* The open's own message stands (set on this thread). */
+    return rc;
+}
+
+int sl_shard_set__get_if_open(sl_shard_set *set, int k, void **state_out) {
+    *state_out = NULL;
+    pthread_mutex_lock(&set->mu);
+    slot *x = &set->s[k];
+    int rc = SL_END;
+    if (x->st == SLOT_OPEN) {
+        x->pins++;
+        *state_out = x->state;
+        rc = SL_OK;
+    }
+    pthread_mutex_unlock(&set->mu);
+    return rc;
+}
+
+void sl_shard_set__put(sl_shard_set *set, int k) {
+    pthread_mutex_lock(&set->mu);
+    if (--set->s[k].pins == 0 && set->stats.open_now > set->max_open)
+        evict(set);
+    pthread_mutex_unlock(&set->mu);
+}
+
+int sl_shard_set__failed(sl_shard_set *set, int k) {
+    pthread_mutex_lock(&set->mu);
+    int rc = set->s[k].st == SLOT_FAILED ? set->s[k].rc : SL_OK;
+    pthread_mutex_unlock(&set->mu);
+    return rc;
+}
+
+void sl_shard_set__stats(sl_shard_set *set, sl_shard_set_stats *out) {
+    pthread_mutex_lock(&set->mu);
+    *out = set->stats;
+    pthread_mutex_unlock(&set->mu);
+}
+
+void sl_shard_set__free(sl_shard_set *set) {
+    if (!set)
+        return;
+    for (int k = 0; k < set->n; k++) {
+        slot *x = &set->s[k];
+        if (x->st == SLOT_OPEN)
+            set->ops.close(set->user, k, x->state);
+        sl__free(x->msg);
+    }
+    pthread_cond_destroy(&set->cv);
+    pthread_mutex_destroy(&set->mu);
+    sl__free(set->s);
+    sl__free(set);
+}
+
+int sl_shard_set__default_open(char *const *names, int n) {
+    for (int k = 0; k < n; k++)
+        if (sl_io__is_url(names[k]))
+            return SL_SHARD_SET_OPEN_REMOTE;
+    return SL_SHARD_SET_OPEN_LOCAL;
+}

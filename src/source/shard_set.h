@@ -1,0 +1,79 @@
+/*
+ * shard_set.h — a set of shards opened lazily, at most `max_open` at a
+ * time, least recently used closed first. Used by the tar and TFRecord
+ * sources (and fit for any source of many files whose record counts are
+ * known before their bytes are needed: the .slr reader could adopt it).
+ *
+ * A source knows each shard's record count at open (from a sidecar index's
+ * header, or a scan it made and closed); a shard's bytes and record table
+ * are opened by the set's `open` callback when a reader first needs them
+ * (sl_shard_set__get), once, however many threads ask at the same time.
+ * A failed open is remembered: every later get of that shard returns the
+ * same status and message (so each of its records reports the cause) and
+ * the other shards are unaffected.
+ *
+ * Pins: get pins the shard until the matching put. Only an unpinned shard
+ * is closed. What outlives a put (a zero-copy view of a mapping) must hold
+ * its own reference (a retained sl_buffer), as the tar and TFRecord sources
+ * do: closing a shard then drops the set's reference only.
+ *
+ * Thread safety: every call but create/free from any thread. One mutex
+ * guards the table; `open` and `close` run without it held (an open may be
+ * a whole-object fetch), so threads reading other shards never wait for it.
+ */
+#ifndef SL_SHARD_SET_H
+#define SL_SHARD_SET_H
+
+#include "core/core.h"
+
+#include <stdint.h>
+
+typedef struct sl_shard_set sl_shard_set;
+
+typedef struct sl_shard_set_ops {
+    /* Open shard k: its state into *state_out. A failure returns a negative
+     * status with the message set (naming the shard and the cause). */
+    int (*open)(void *user, int k, void **state_out);
+    /* Close what open made (the set's reference to it). */
+    void (*close)(void *user, int k, void *state);
+} sl_shard_set_ops;
+
+/* Default bounds on shards open at once (a source's "max_open_shards"):
+ * a remote shard open is a whole object in the shard cache or in memory; a
+ * local one is a mapping and a descriptor, and reopening one costs a map and
+ * its page faults again (a global shuffle over 500 small local shards ran
+ * 5-8x slower with 64 than with all of them open: bench/README.md). */
+#define SL_SHARD_SET_OPEN_REMOTE 64
+#define SL_SHARD_SET_OPEN_LOCAL 1024
+/* The default bound for a set of these `n` names: remote if any is a URL. */
+int sl_shard_set__default_open(char *const *names, int n);
+
+/* A set of n shards, none open. max_open >= 1. `ops` is copied; `user` is
+ * passed to the callbacks and must outlive the set. */
+int sl_shard_set__create(sl_shard_set **out, int n, int max_open, const sl_shard_set_ops *ops,
+                         void *user);
+/* Shard k, opened if it is not: SL_OK with *state_out pinned until
+ * sl_shard_set__put(set, k); or the open's failure (this call's or an
+ * earlier one's), message set. */
+int sl_shard_set__get(sl_shard_set *set, int k, void **state_out);
+/* Shard k pinned if it is open now (SL_OK), else SL_END with nothing
+ * pinned and nothing opened: for messages that would like a detail. */
+int sl_shard_set__get_if_open(sl_shard_set *set, int k, void **state_out);
+void sl_shard_set__put(sl_shard_set *set, int k);
+/* Whether shard k's open failed (its status, message not set), else SL_OK. */
+int sl_shard_set__failed(sl_shard_set *set, int k);
+
+typedef struct sl_shard_set_stats {
+    uint64_t opens;       /* successful opens (a shard reopened counts again) */
+    uint64_t closes;      /* closed to stay within the bound */
+    uint64_t failures;    /* shards whose open failed */
+    int open_now;
+    int max_open_seen;    /* most shards open at once (more than max_open
+                             only while that many were pinned) */
+} sl_shard_set_stats;
+void sl_shard_set__stats(sl_shard_set *set, sl_shard_set_stats *out);
+
+/* Close every open shard (none may be pinned) and free the set. Accepts NULL. */
+void sl_shard_set__free(sl_shard_set *set);
+
+#endif /* SL_SHARD_SET_H */
