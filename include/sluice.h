@@ -1369,6 +1369,12 @@ typedef struct sl_pipeline_stats {
                                     written in pinned memory by the stages); 0 when every
                                     batch was copied straight from where it was made.
                                     Since 0.2 */
+    uint64_t gpu_decoded;      /**< decode on the GPU ("device": "gpu" on decode): images
+                                    nvJPEG decoded (0 otherwise). Since 0.2 */
+    uint64_t gpu_fallbacks;    /**< decode on the GPU: images nvJPEG refused or failed on,
+                                    decoded by the CPU path instead (e.g. CMYK); a file
+                                    the CPU fails on too is skipped or fails the run as
+                                    on_error says. Since 0.2 */
 } sl_pipeline_stats;
 
 /** Fill `out` with the current counters. Any thread. Since 0.1 */

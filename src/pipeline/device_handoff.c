@@ -28,6 +28,8 @@
  * waits on the GPU, so the copy of batch k+1 runs while step k computes.
  */
 #include "pipeline/pipeline.h"
+#include "ops/ops.h"
+#include "pipeline/exec.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -47,6 +49,17 @@ struct sl_device_state {
     sl_dtype dtype;
     void *stream;                 /* consumer stream (NULL: default) */
     _Atomic uint64_t h2d_bytes, staged_bytes, wait_ns;
+    /* decode on the GPU (sl_device__gpu_setup; used on the consumer thread) */
+    const sl_gpu_decode *gd;      /* the plan's gpu_decode_place params, or NULL */
+    sl_pipeline *p;
+    int gd_pos;                   /* the decode op's spec position (messages) */
+    char gd_label[96];
+    sl_dev_jpeg *jpeg;            /* made at the first upload, on the ring's backend */
+    sl_decoder *dec;              /* the CPU fallback's decoder */
+    float lut[3][256];            /* the CPU fallback's normalize */
+    float *fb_host;               /* pinned: fallback images before their copy */
+    size_t fb_cap;                /* images fb_host holds */
+    _Atomic uint64_t gpu_images, cpu_images;
 };
 
 /* ---- spec ---------------------------------------------------------------------------- */
@@ -135,21 +148,7 @@ int sl_device__decode_placement(struct cJSON *op, int index, int *gpu) {
     if (!cJSON_IsString(dev) || (strcmp(dev->valuestring, "cpu") && strcmp(dev->valuestring, "gpu")))
         return sl__error(SL_EINVAL, "ops[%d].device: must be \"cpu\" or \"gpu\"", index);
     *gpu = !strcmp(dev->valuestring, "gpu");
-    cJSON_DeleteItemFromObjectCaseSensitive(op, "device");
     return SL_OK;
-}
-
-/* Decode placement at pipeline creation: "gpu" is refused, saying why. */
-static int check_decode(cJSON *op, int index) {
-    int gpu;
-    SL_TRY(sl_device__decode_placement(op, index, &gpu));
-    if (!gpu)
-        return SL_OK;
-    if (sl_dev__nvjpeg_probe() < 0)
-        return sl__error_prefix(SL_EUNSUPPORTED, "ops[%d].device \"gpu\": decoding on the GPU "
-                                                 "needs nvJPEG", index);
-    return sl__error(SL_EUNSUPPORTED, "ops[%d].device \"gpu\": nvJPEG is present, but the "
-                                      "pipeline does not decode on the GPU yet (use \"cpu\")", index);
 }
 
 static int is_seq_op(const char *name) {
@@ -250,9 +249,15 @@ static int take_normalize(sl_device_state *ds, sl_spec *spec) {
 
 int sl_device__open(sl_device_state **out, sl_spec *spec) {
     *out = NULL;
-    for (int i = 0; i < spec->nops; i++)
+    for (int i = 0; i < spec->nops; i++) {
+        int gpu = 0;
         if (spec->ops[i].kind == SL_SPEC_OP_JSON)
-            SL_TRY(check_decode(spec->ops[i].json, i));
+            SL_TRY(sl_device__decode_placement(spec->ops[i].json, i, &gpu));
+        /* before the source is opened: say at once what the machine lacks */
+        if (gpu && sl_dev__nvjpeg_probe() < 0)
+            return sl__error_prefix(SL_EUNSUPPORTED, "ops[%d].device \"gpu\": decoding on "
+                                                     "the GPU needs nvJPEG", i);
+    }
     const sl_device_spec *d = &spec->device;
     if (d->kind == SL_DEV_NONE)
         return SL_OK;
@@ -279,6 +284,14 @@ cleanup:
 void sl_device__close(sl_device_state *ds) {
     if (!ds)
         return;
+    sl_dev__jpeg_close(ds->jpeg);
+    sl_decoder_free(ds->dec);
+    if (ds->fb_host) {
+        sl_dev_backend *be = ds->ring ? sl_dev__ring_backend(ds->ring) : ds->be;
+        if (ds->ring) /* no fallback copy may still read it */
+            be->stream_sync(be, sl_dev__ring_copy_stream(ds->ring));
+        be->host_free(be, ds->fb_host);
+    }
     if (ds->ring)
         sl_dev__ring_close(ds->ring);
     else if (ds->be)
@@ -305,20 +318,31 @@ void sl_device__counters(const sl_device_state *ds, sl_device_counters *out) {
     out->h2d_bytes = atomic_load(&((sl_device_state *)ds)->h2d_bytes);
     out->staged_bytes = atomic_load(&((sl_device_state *)ds)->staged_bytes);
     out->wait_ns = atomic_load(&((sl_device_state *)ds)->wait_ns);
+    out->gpu_decoded = atomic_load(&((sl_device_state *)ds)->gpu_images);
+    out->gpu_fallbacks = atomic_load(&((sl_device_state *)ds)->cpu_images);
 }
 
 /* ---- upload --------------------------------------------------------------------------- */
 
 static size_t align_up(size_t n) { return (n + ALIGN_DEV - 1) & ~(size_t)(ALIGN_DEV - 1); }
 
+static int ensure_ring(sl_device_state *ds, int depth) {
+    if (ds->ring)
+        return SL_OK;
+    sl_dev_backend *owned = ds->be;
+    ds->be = NULL; /* the ring owns it now, also when creating it fails */
+    /* depth + 1 slots, as sl_device__slots counts them */
+    SL_TRY(sl_dev__ring_create(&ds->ring, owned, depth + 1));
+    sl_dev__ring_set_stream(ds->ring, ds->stream);
+    return SL_OK;
+}
+
+static int upload_gpu_decode(sl_device_state *ds, sl_batch *b, int depth);
+
 int sl_device__upload(sl_device_state *ds, sl_batch *b, int depth) {
-    if (!ds->ring) {
-        sl_dev_backend *owned = ds->be;
-        ds->be = NULL; /* the ring owns it now, also when creating it fails */
-        /* depth + 1 slots, as sl_device__slots counts them */
-        SL_TRY(sl_dev__ring_create(&ds->ring, owned, depth + 1));
-        sl_dev__ring_set_stream(ds->ring, ds->stream);
-    }
+    SL_TRY(ensure_ring(ds, depth));
+    if (ds->gd)
+        return upload_gpu_decode(ds, b, depth);
     sl_dev_backend *be = sl_dev__ring_backend(ds->ring);
     size_t off[SL_MAX_COLUMNS], total = 0;
     int ncol = -1;
@@ -437,6 +461,332 @@ int sl_device__upload(sl_device_state *ds, sl_batch *b, int depth) {
     }
     sl_buffer_release(buf);
     atomic_fetch_add(&ds->h2d_bytes, total);
+    return SL_OK;
+}
+
+/* ---- decode on the GPU ------------------------------------------------------------------
+ * The batch arrives with the image column still encoded (ragged bytes, or
+ * stacked when every file has the same length) and the placements column
+ * the CPU workers drew (gpu_decode_place, image_ops.c). Per batch, on the
+ * consumer thread:
+ *   1. a ring slot for the other columns (staged, copied as one piece) and
+ *      the n float32 (3, oh, ow) images after them;
+ *   2. sl_dev__gpu_decode_batch on the ring's copy stream: nvJPEG, the kernel
+ *      at each placement, the CPU path (sl_ops__decode_box into the
+ *      normalized output, the CPU op's own kernel) for what nvJPEG leaves;
+ *   3. a sample that fails on the CPU too is the CPU path's error: with
+ *      on_error "fail" the batch fails naming the record; with "skip" it is
+ *      counted and dropped and the batch is decoded again without it, so
+ *      the images stay contiguous (the batch comes out short by it: the CPU
+ *      path would have refilled it from the next samples, see DEVICE.md);
+ *   4. the copy event and the consumer stream's wait, as for any batch; the
+ *      placements column leaves the batch. */
+
+typedef struct gpu_cpu_ctx {
+    sl_device_state *ds;
+    const sl_dev_gpu_item *items;
+    const double *const *place;   /* per item: its placements row */
+} gpu_cpu_ctx;
+
+/* The CPU path for item i: the fused CPU op's decode + resample straight
+ * into the normalized, mirrored output (bit for bit the CPU chain's). */
+static int gpu_cpu_fallback(void *ctx, int i, float *out) {
+    gpu_cpu_ctx *c = ctx;
+    const sl_gpu_decode *g = c->ds->gd;
+    const double *v = c->place[i];
+    const sl_dev_gpu_item *it = &c->items[i];
+    sl_ops__norm nm = {(const float(*)[256])c->ds->lut, SL_LAYOUT_CHW, it->flip};
+    int rc = sl_ops__decode_box(c->ds->dec, it->data, it->len, SL_COLOR_RGB,
+                                v + SL_GPU_PLACE_BOX, it->lim, g->oh, g->ow, SL_INTERP_BILINEAR,
+                                out, &nm);
+    sl_ops__norm_done();
+    if (rc < 0) { /* the cause alone, as the CPU ops give it ("decode: x" -> "x") */
+        char buf[SL__ERRMSG_MAX];
+        const char *m = sl_errmsg(), *colon = strstr(m, ": ");
+        if (colon && !memchr(m, ' ', (size_t)(colon - m))) {
+            snprintf(buf, sizeof buf, "%s", colon + 2);
+            sl__error(rc, "%s", buf);
+        }
+    }
+    return rc;
+}
+
+/* Row i of column c: its bytes. */
+static void row_of(const sl_batch *b, int c, int64_t i, const uint8_t **data, size_t *n) {
+    if (b->ragged[c]) {
+        *data = b->items[c][i].data;
+        *n = b->items[c][i].nbytes;
+    } else if (b->single || b->size <= 0) {
+        *data = b->col[c].data;
+        *n = b->col[c].nbytes;
+    } else {
+        *n = b->col[c].nbytes / (size_t)b->size;
+        *data = (const uint8_t *)b->col[c].data + (size_t)i * *n;
+    }
+}
+
+static int col_index(const sl_batch *b, const char *name) {
+    for (int c = 0; c < b->ncols; c++)
+        if (!strcmp(b->names[c], name))
+            return c;
+    return -1;
+}
+
+/* Take column c out of the batch (its references dropped). */
+static void drop_column(sl_batch *b, int c) {
+    if (b->ragged[c] && b->items[c]) {
+        for (int64_t i = 0; i < b->size; i++)
+            sl_buffer_release(b->items[c][i].buf);
+        sl__free(b->items[c]);
+    }
+    sl_buffer_release(b->col[c].buf);
+    for (int k = c; k + 1 < b->ncols; k++) {
+        memcpy(b->names[k], b->names[k + 1], SL_COLNAME_MAX);
+        b->col[k] = b->col[k + 1];
+        b->ragged[k] = b->ragged[k + 1];
+        b->items[k] = b->items[k + 1];
+    }
+    b->ncols--;
+    memset(&b->col[b->ncols], 0, sizeof b->col[0]);
+    b->ragged[b->ncols] = 0;
+    b->items[b->ncols] = NULL;
+}
+
+static int gpu_open_decoder(sl_device_state *ds, sl_dev_backend *be, size_t n) {
+    if (!ds->jpeg)
+        SL_TRY(sl_dev__jpeg_open(&ds->jpeg, be));
+    if (!ds->dec) {
+        SL_TRY(sl_decoder_create(&ds->dec));
+        SL_TRY(sl_decoder_set(ds->dec, SL_DECODE_WARNINGS, ds->gd->warnings));
+    }
+    if (ds->fb_cap < n) {
+        if (ds->fb_host)
+            be->host_free(be, ds->fb_host);
+        ds->fb_host = NULL;
+        ds->fb_cap = 0;
+        size_t bytes = n * 3 * (size_t)ds->gd->oh * (size_t)ds->gd->ow * sizeof(float);
+        SL_TRY(be->host_alloc(be, bytes, (void **)&ds->fb_host));
+        ds->fb_cap = n;
+    }
+    return SL_OK;
+}
+
+static int upload_gpu_decode(sl_device_state *ds, sl_batch *b, int depth) {
+    (void)depth;
+    const sl_gpu_decode *g = ds->gd;
+    sl_dev_backend *be = sl_dev__ring_backend(ds->ring);
+    char pname[SL_COLNAME_MAX + 16];
+    snprintf(pname, sizeof pname, "%s.gpu_place", g->column);
+    int ic = col_index(b, g->column), pc = col_index(b, pname);
+    if (ic < 0 || pc < 0 || b->ragged[pc] || b->col[pc].dtype != SL_F64)
+        return sl__error(SL_EINVAL, "decode on the GPU: the batch lacks column '%s' or its "
+                         "placements", g->column);
+    int64_t n = b->single ? 1 : b->size;
+    if (n < 1 || n > SL_DEV_JPEG_MAX)
+        return sl__error(SL_EINVAL, "decode on the GPU: a batch of %lld images (1 to %d)",
+                         (long long)n, SL_DEV_JPEG_MAX);
+    SL_TRY(gpu_open_decoder(ds, be, (size_t)n));
+    /* the other columns, staged, then the images */
+    size_t off[SL_MAX_COLUMNS], host_total = 0;
+    for (int c = 0; c < b->ncols; c++) {
+        off[c] = host_total;
+        if (c == ic || c == pc)
+            continue;
+        if (b->ragged[c])
+            return sl__error(SL_EUNSUPPORTED, "device: column '%s' is ragged (samples of "
+                             "different shapes); device batches need stacked columns",
+                             b->names[c]);
+        host_total += align_up(b->col[c].nbytes);
+    }
+    size_t per = (size_t)3 * (size_t)g->oh * (size_t)g->ow;
+    size_t img_off = host_total, img_bytes = (size_t)n * per * sizeof(float);
+    sl_dev_slot *slot;
+    uint64_t waited = 0;
+    int rc = sl_dev__ring_acquire(ds->ring, host_total, img_off + align_up(img_bytes), &slot,
+                                  &waited);
+    atomic_fetch_add(&ds->wait_ns, waited);
+    if (rc < 0)
+        return rc;
+    uint8_t *dev = sl_dev__slot_dev(slot), *host = sl_dev__slot_host(slot);
+    sl_dev_gpu_item it[SL_DEV_JPEG_MAX];
+    const double *place[SL_DEV_JPEG_MAX];
+    int64_t row[SL_DEV_JPEG_MAX]; /* the batch row of item k */
+    int m = 0;
+    for (int64_t i = 0; i < n; i++, m++) {
+        memset(&it[m], 0, sizeof it[m]);
+        row_of(b, ic, i, &it[m].data, &it[m].len);
+        const double *v = (const double *)b->col[pc].data + (size_t)i * SL_GPU_PLACE_N;
+        place[m] = v;
+        row[m] = i;
+        it[m].width = (int)v[SL_GPU_PLACE_W];
+        it[m].height = (int)v[SL_GPU_PLACE_H];
+        for (int k = 0; k < 4; k++) {
+            it[m].box[k] = (float)v[SL_GPU_PLACE_BOX + k];
+            it[m].lim[k] = (int)v[SL_GPU_PLACE_LIM + k];
+        }
+        it[m].flip = v[SL_GPU_PLACE_FLIP] != 0;
+    }
+    gpu_cpu_ctx cctx = {ds, it, place};
+    sl_dev_gpu_batch gb = {.jpeg = ds->jpeg, .oh = g->oh, .ow = g->ow,
+                           .dst = (float *)(dev + img_off), .host = ds->fb_host,
+                           .cpu = gpu_cpu_fallback, .cpu_ctx = &cctx,
+                           .stream = sl_dev__ring_copy_stream(ds->ring)};
+    memcpy(gb.mean, g->mean, sizeof gb.mean);
+    memcpy(gb.std, g->std, sizeof gb.std);
+    int on_gpu = 0, on_cpu = 0, failed = 0;
+    rc = sl_dev__gpu_decode_batch(&gb, it, m, &on_gpu, &on_cpu, &failed);
+    while (rc >= 0 && failed > 0) {
+        /* the first failed sample: the CPU path's error, located */
+        int k = 0;
+        while (it[k].status != SL_DEV_GPU_FAILED)
+            k++;
+        char where[300], msg[SL__ERRMSG_MAX];
+        uint64_t rec = (uint64_t)place[k][SL_GPU_PLACE_RECORD];
+        if (rec < ds->p->src->count)
+            sl_source__locate(ds->p->src, rec, where, sizeof where);
+        else
+            snprintf(where, sizeof where, "%.200s: record %llu", ds->p->src_name,
+                     (unsigned long long)rec);
+        snprintf(msg, sizeof msg, "%s: ops[%d] (%s): %s", where, ds->gd_pos, ds->gd_label,
+                 it[k].why);
+        if (ds->p->spec->on_error != SL_ON_ERROR_SKIP || it[k].rc == SL_ENOMEM) {
+            rc = sl__error(it[k].rc, "%s", msg);
+            break;
+        }
+        /* skip: every failed one counted, then the rest decoded again in
+         * place, contiguous (rare: only batches with a bad image) */
+        int kept = 0;
+        for (int j = 0; j < m; j++) {
+            if (it[j].status == SL_DEV_GPU_FAILED) {
+                if (j != k) {
+                    rec = (uint64_t)place[j][SL_GPU_PLACE_RECORD];
+                    if (rec < ds->p->src->count)
+                        sl_source__locate(ds->p->src, rec, where, sizeof where);
+                    else
+                        snprintf(where, sizeof where, "%.200s: record %llu", ds->p->src_name,
+                                 (unsigned long long)rec);
+                    snprintf(msg, sizeof msg, "%s: ops[%d] (%s): %s", where, ds->gd_pos,
+                             ds->gd_label, it[j].why);
+                }
+                sl_exec__note_skip(ds->p, msg);
+                continue;
+            }
+            it[kept] = it[j];
+            place[kept] = place[j];
+            row[kept] = row[j];
+            kept++;
+        }
+        m = kept;
+        on_gpu = on_cpu = failed = 0;
+        if (m == 0)
+            break;
+        rc = sl_dev__gpu_decode_batch(&gb, it, m, &on_gpu, &on_cpu, &failed);
+    }
+    if (rc >= 0 && on_cpu > 0) /* fb_host is reused by the next batch */
+        rc = be->stream_sync(be, gb.stream);
+    if (rc >= 0 && m == 0) {
+        sl_dev__slot_abandon(slot);
+        return SL_OP_DROP; /* every sample skipped */
+    }
+    /* the other columns' kept rows, staged */
+    for (int c = 0; c < b->ncols && rc >= 0; c++) {
+        if (c == ic || c == pc || !b->col[c].nbytes)
+            continue;
+        size_t rb = b->single ? b->col[c].nbytes : b->col[c].nbytes / (size_t)b->size;
+        for (int k = 0; k < m; k++)
+            memcpy(host + off[c] + (size_t)k * rb,
+                   (const uint8_t *)b->col[c].data + (size_t)row[k] * rb, rb);
+    }
+    if (rc >= 0) {
+        atomic_fetch_add(&ds->staged_bytes, host_total);
+        rc = sl_dev__slot_submit(slot, host_total, NULL);
+    }
+    sl_buffer *buf = NULL;
+    if (rc >= 0)
+        rc = sl_dev__slot_handout(slot, &buf);
+    if (rc < 0) {
+        sl_dev__slot_abandon(slot);
+        return rc;
+    }
+    atomic_fetch_add(&ds->gpu_images, (uint64_t)on_gpu);
+    atomic_fetch_add(&ds->cpu_images, (uint64_t)on_cpu);
+    atomic_fetch_add(&ds->h2d_bytes, host_total + (size_t)on_cpu * per * sizeof(float));
+    /* the batch now: the images and the other columns on the device */
+    for (int c = 0; c < b->ncols; c++) {
+        if (c == pc)
+            continue;
+        sl_tensor *t = &b->col[c];
+        if (c == ic && b->ragged[c]) {
+            for (int64_t i = 0; i < b->size; i++)
+                sl_buffer_release(b->items[c][i].buf);
+            sl__free(b->items[c]);
+            b->items[c] = NULL;
+            b->ragged[c] = 0;
+        }
+        sl_buffer_release(t->buf);
+        t->buf = sl_buffer_retain(buf);
+        sl_dev__backend_place(be, &t->device, &t->device_id);
+        if (c == ic) {
+            int k = 0;
+            if (!b->single)
+                t->shape[k++] = m;
+            t->shape[k++] = 3;
+            t->shape[k++] = g->oh;
+            t->shape[k++] = g->ow;
+            t->ndim = k;
+            t->dtype = SL_F32;
+            t->data = dev + img_off;
+            t->nbytes = (size_t)m * per * sizeof(float);
+        } else {
+            size_t rb = b->single ? t->nbytes : (b->size ? t->nbytes / (size_t)b->size : 0);
+            t->data = dev + off[c];
+            if (!b->single) {
+                t->shape[0] = m;
+                t->nbytes = rb * (size_t)m;
+            }
+        }
+    }
+    sl_buffer_release(buf);
+    drop_column(b, pc);
+    if (!b->single)
+        b->size = m;
+    return SL_OK;
+}
+
+int sl_device__gpu_setup(sl_device_state *ds, sl_pipeline *p) {
+    const sl_plan *pl = &p->plan;
+    if (!pl->gpu_decode)
+        return SL_OK;
+    int pos = 0;
+    const char *label = "decode";
+    for (int i = 0; i < pl->nopt; i++)
+        if (pl->opt[i].params == pl->gpu_decode) {
+            pos = pl->opt[i].pos;
+            label = pl->opt[i].label;
+        }
+    if (!ds || ds->spec.kind != SL_DEV_CUDA)
+        return sl__error(SL_EINVAL, "ops[%d].device \"gpu\": decoding on the GPU needs the "
+                         "pipeline's \"device\": \"cuda\" (Python: .device(\"cuda\")); the "
+                         "batch is written in the GPU's memory", pos);
+    if (sl_dev__nvjpeg_probe() < 0)
+        return sl__error_prefix(SL_EUNSUPPORTED, "ops[%d].device \"gpu\": decoding on the GPU "
+                                                 "needs nvJPEG", pos);
+    if (!ds->be->crop_resize)
+        return sl__error(SL_EUNSUPPORTED, "ops[%d].device \"gpu\": decoding on the GPU needs "
+                         "the crop/resize kernel: %s", pos, ds->be->norm_missing);
+    if (ds->has_norm)
+        return sl__error(SL_EINVAL, "device.normalize_on_device: decode on the GPU (ops[%d]) "
+                         "normalizes on the device already; leave normalize_on_device out",
+                         pos);
+    if (pl->has_batch && pl->batch_size > SL_DEV_JPEG_MAX)
+        return sl__error(SL_EINVAL, "ops[%d].device \"gpu\": batches of at most %d images "
+                         "decode on the GPU (the batch is %lld)", pos, SL_DEV_JPEG_MAX,
+                         (long long)pl->batch_size);
+    ds->gd = pl->gpu_decode;
+    ds->p = p;
+    ds->gd_pos = pos;
+    snprintf(ds->gd_label, sizeof ds->gd_label, "%s", label);
+    sl_ops__norm_lut(ds->lut, 3, ds->gd->mean, ds->gd->std);
     return SL_OK;
 }
 

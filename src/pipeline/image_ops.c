@@ -154,6 +154,8 @@ static const char *const interp_names[] = {"bilinear", "area", "nearest", NULL};
 typedef struct {
     int warnings;         /* sl_warnings */
     int exif_orientation; /* 0/1 */
+    int gpu;              /* "device": "gpu": the plan hands the chain to GPU decode
+                             (sl_op__gpu_chain_add); never applied as a CPU op */
 } decode_opts;
 
 static int decoder_init(const void *params, void **state_out) {
@@ -284,8 +286,10 @@ static const sl_op_def op_decode_rrc, op_decode_rrc_flip, op_decode_rrc_norm,
 
 static int decode_parse(void *params, const cJSON *json, const char *field) {
     decode_params *p = params;
-    static const char *const keys[] = {"column", "mode", "warnings", "exif_orientation", NULL};
+    static const char *const keys[] = {"column", "mode", "warnings", "exif_orientation",
+                                       "device", NULL};
     static const char *const modes[] = {"rgb", "gray", NULL};
+    static const char *const devices[] = {"cpu", "gpu", NULL};
     /* in sl_warnings order */
     static const char *const warnings[] = {"default", "strict", "lenient", NULL};
     int mode;
@@ -295,6 +299,7 @@ static int decode_parse(void *params, const cJSON *json, const char *field) {
     SL_TRY(sl_op_param_enum(json, "warnings", field, 0, SL_WARNINGS_DEFAULT, warnings,
                             &p->opt.warnings));
     SL_TRY(sl_op_param_bool(json, "exif_orientation", field, 0, 0, &p->opt.exif_orientation));
+    SL_TRY(sl_op_param_enum(json, "device", field, 0, 0, devices, &p->opt.gpu));
     p->color = mode == 0 ? SL_COLOR_RGB : SL_COLOR_GRAY;
     return SL_OK;
 }
@@ -369,8 +374,9 @@ static int decode_fuse(const void *params, const sl_op_def *next, const void *ne
 /* " warnings=... exif_orientation" for options that differ from the defaults */
 static const char *opts_text(const decode_opts *o, char *buf, size_t cap) {
     static const char *const names[] = {"default", "strict", "lenient"};
-    snprintf(buf, cap, "%s%s%s", o->warnings ? " warnings=" : "", o->warnings ? names[o->warnings] : "",
-             o->exif_orientation ? " exif_orientation" : "");
+    snprintf(buf, cap, "%s%s%s%s", o->warnings ? " warnings=" : "",
+             o->warnings ? names[o->warnings] : "", o->exif_orientation ? " exif_orientation" : "",
+             o->gpu ? " device=gpu" : "");
     return buf;
 }
 
@@ -1500,4 +1506,241 @@ static const sl_op_def op_flip_normalize = {
     .bind = fused_bind,
     .apply = flip_normalize_apply_phased,
     .describe = flip_normalize_describe,
+};
+
+/* ---- GPU decode: the CPU half (op.h, "GPU decode's CPU half") ------------------------ */
+
+int sl_op__decode_on_gpu(const sl_op_def *def, const void *params) {
+    if (def != &sl_op_decode && def != &op_decode_rrc && def != &op_decode_rrc_flip &&
+        def != &op_decode_rrc_norm && def != &op_decode_rrc_flip_norm && def != &op_decode_resize)
+        return 0;
+    return ((const decode_opts *)params)->gpu; /* the first member of each */
+}
+
+static const char gpu_supported[] =
+    "decode on the GPU fuses random_resized_crop, or resize + center_crop, then flip and "
+    "normalize (float32, layout chw); other ops on the image must come before decode or be "
+    "done by the consumer";
+
+static int gpu_norm(sl_gpu_decode *g, const normalize_params *n, const char *field) {
+    if (n->col != g->col)
+        return sl__error(SL_EINVAL, "%s (normalize): column '%s' after decode on the GPU; %s",
+                         field, n->column, gpu_supported);
+    if (n->layout != SL_LAYOUT_CHW || n->dtype != SL_F32)
+        return sl__error(SL_EINVAL, "%s (normalize): the GPU decode kernel writes float32 "
+                         "layout chw; this normalize asks for %s layout %s (use the defaults, "
+                         "or decode on the CPU)", field, sl_dtype_name(n->dtype),
+                         n->layout == SL_LAYOUT_CHW ? "chw" : "hwc");
+    if ((n->nmean != 1 && n->nmean != 3) || (n->nstd != 1 && n->nstd != 3))
+        return sl__error(SL_EINVAL, "%s (normalize): mean/std have %d/%d values for an RGB "
+                         "image", field, n->nmean, n->nstd);
+    for (int c = 0; c < 3; c++) {
+        g->mean[c] = n->mean[n->nmean == 1 ? 0 : c];
+        g->std[c] = n->std[n->nstd == 1 ? 0 : c];
+    }
+    g->stage = 2;
+    return SL_OK;
+}
+
+static int gpu_flip(sl_gpu_decode *g, const flip_params *f, uint32_t pos, const char *field) {
+    if (f->col != g->col)
+        return sl__error(SL_EINVAL, "%s (flip): column '%s' after decode on the GPU; %s", field,
+                         f->column, gpu_supported);
+    if (g->has_flip || g->stage != 1)
+        return sl__error(SL_EINVAL, "%s (flip): %s", field, gpu_supported);
+    g->has_flip = 1;
+    g->flip_p = f->p;
+    g->flip_pos = pos;
+    return SL_OK;
+}
+
+static int gpu_decode_first(sl_gpu_decode *g, const sl_op_def *def, const void *params,
+                            const uint32_t *pos, int nparts, const char *field) {
+    const decode_opts *o = params;
+    const decode_params *d = def == &sl_op_decode ? params : NULL;
+    sl_color color = d                         ? d->color
+                     : def == &op_decode_resize ? ((const decode_resize_params *)params)->color
+                                                : ((const decode_rrc_params *)params)->color;
+    if (color != SL_COLOR_RGB)
+        return sl__error(SL_EINVAL, "%s (decode): \"device\": \"gpu\" decodes to RGB; mode "
+                         "\"gray\" is decoded on the CPU only", field);
+    if (o->exif_orientation)
+        return sl__error(SL_EINVAL, "%s (decode): \"device\": \"gpu\" does not apply "
+                         "exif_orientation (nvJPEG decodes the stored orientation); decode on "
+                         "the CPU for it", field);
+    g->warnings = o->warnings;
+    if (d) {
+        g->col = d->col;
+        snprintf(g->column, sizeof g->column, "%s", d->column);
+        return SL_OK; /* no crop fused: the chain check says what is missing */
+    }
+    if (def == &op_decode_resize) {
+        const decode_resize_params *r = params;
+        g->col = r->col;
+        snprintf(g->column, sizeof g->column, "%s", r->rs.column);
+        if (r->rs.interp != SL_INTERP_BILINEAR)
+            return sl__error(SL_EINVAL, "%s (resize): the GPU decode kernel resamples with "
+                             "\"bilinear\" only", field);
+        if (!r->has_crop && r->rs.shorter)
+            return sl__error(SL_EINVAL, "%s (resize): a shorter-side resize gives images of "
+                             "different sizes; add a center_crop after it (%s)", field,
+                             gpu_supported);
+        int ch = r->has_crop ? r->cc.ch : 0, cw = r->has_crop ? r->cc.cw : 0;
+        int rh = r->rs.oh, rw = r->rs.ow; /* shorter: both are the size */
+        if (r->has_crop && (ch > rh || cw > rw))
+            return sl__error(SL_EINVAL, "%s (center_crop): %dx%d is larger than the resized "
+                             "image (%dx%d at least), so it would pad; the GPU decode kernel "
+                             "does not pad", field, ch, cw, rh, rw);
+        g->crop = 2;
+        g->shorter = r->rs.shorter;
+        g->size_h = r->rs.oh;
+        g->size_w = r->rs.ow;
+        g->ch = ch;
+        g->cw = cw;
+        g->oh = r->has_crop ? ch : rh;
+        g->ow = r->has_crop ? cw : rw;
+        g->stage = 1;
+        return SL_OK;
+    }
+    const decode_rrc_params *r = params;
+    g->col = r->col;
+    snprintf(g->column, sizeof g->column, "%s", r->rrc.column);
+    g->crop = 1;
+    memcpy(g->scale, r->rrc.scale, sizeof g->scale);
+    memcpy(g->ratio, r->rrc.ratio, sizeof g->ratio);
+    g->rrc_pos = pos[1 < nparts ? 1 : 0];
+    g->oh = r->rrc.oh;
+    g->ow = r->rrc.ow;
+    g->stage = 1;
+    /* parts: decode, random_resized_crop, then flip and/or normalize */
+    if (r->has_flip)
+        SL_TRY(gpu_flip(g, &r->flip, pos[2 < nparts ? 2 : nparts - 1], field));
+    if (r->has_norm)
+        SL_TRY(gpu_norm(g, &r->norm, field));
+    return SL_OK;
+}
+
+int sl_op__gpu_chain_add(sl_gpu_decode *g, const sl_op_def *def, const void *params,
+                         const uint32_t *pos, int nparts, const char *field) {
+    if (sl_op__decode_on_gpu(def, params)) {
+        memset(g, 0, sizeof *g);
+        return gpu_decode_first(g, def, params, pos, nparts, field);
+    }
+    if (g->stage == 1 && def == &sl_op_flip)
+        return gpu_flip(g, params, pos[0], field);
+    if (g->stage == 1 && def == &sl_op_normalize)
+        return gpu_norm(g, params, field);
+    if (g->stage == 1 && def == &op_flip_normalize) {
+        const flip_normalize_params *f = params;
+        SL_TRY(gpu_flip(g, &f->flip, pos[0], field));
+        return gpu_norm(g, &f->norm, field);
+    }
+    if (g->stage == 0)
+        return sl__error(SL_EINVAL, "%s (%s): decode on the GPU needs random_resized_crop (or "
+                         "resize + center_crop) right after it: %s", field, def->name,
+                         gpu_supported);
+    return sl__error(SL_EINVAL, "%s (%s): not supported after decode on the GPU: %s", field,
+                     def->name, gpu_supported);
+}
+
+int sl_op__gpu_chain_check(const sl_gpu_decode *g, const char *field) {
+    if (g->stage == 2)
+        return SL_OK;
+    return sl__error(SL_EINVAL, "%s (decode): \"device\": \"gpu\" needs %s after it: %s", field,
+                     g->stage == 0 ? "random_resized_crop (or resize + center_crop) and a "
+                                     "normalize"
+                                   : "a normalize",
+                     gpu_supported);
+}
+
+static int gpu_place_init(const void *params, void **state_out) {
+    const sl_gpu_decode *g = params;
+    sl_decoder *dec;
+    SL_TRY(sl_decoder_create(&dec));
+    int rc = sl_decoder_set(dec, SL_DECODE_WARNINGS, g->warnings);
+    if (rc < 0) {
+        sl_decoder_free(dec);
+        return rc;
+    }
+    *state_out = dec;
+    return SL_OK;
+}
+
+/* The header, then the placement with the CPU ops' own functions and
+ * generators (seed, epoch, sample key, the original op's spec position):
+ * the same box and mirror as the CPU chain draws for this sample. */
+static int gpu_place_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
+    const sl_gpu_decode *g = params;
+    sl_decoder *dec = state;
+    const void *data = NULL;
+    size_t size = 0;
+    sl_image_info info;
+    SL_TRY(read_header(dec, s, g->col, &data, &size, &info));
+    sl_rng flip_rng;
+    if (g->has_flip)
+        sl_rng_init(&flip_rng, ctx->seed, ctx->epoch, ctx->key, g->flip_pos);
+    sl_place pl;
+    if (g->crop == 1) {
+        sl_rng box_rng;
+        sl_rng_init(&box_rng, ctx->seed, ctx->epoch, ctx->key, g->rrc_pos);
+        int rc = sl_place_rrc(info.height, info.width, g->scale, g->ratio, g->oh, g->ow, &box_rng,
+                              g->flip_p, g->has_flip ? &flip_rng : NULL, &pl);
+        if (rc < 0)
+            return cause_only(rc);
+    } else {
+        sl_place_resize_crop(info.height, info.width, g->shorter, g->size_h, g->size_w, g->ch,
+                             g->cw, &pl);
+        if (pl.pads) /* refused at plan time (sl_op__gpu_chain_add) */
+            return sl__error(SL_EINVAL, "center_crop pads this %dx%d image", info.width,
+                             info.height);
+        pl.mirror = g->has_flip && sl_rng_uniform(&flip_rng) < g->flip_p;
+    }
+    sl_tensor t;
+    int64_t shape[1] = {SL_GPU_PLACE_N};
+    SL_TRY(sl_op_alloc(ctx, &t, SL_F64, 1, shape));
+    double *v = t.data;
+    for (int k = 0; k < 4; k++) {
+        v[SL_GPU_PLACE_BOX + k] = pl.box[k];
+        v[SL_GPU_PLACE_LIM + k] = pl.lim[k];
+    }
+    v[SL_GPU_PLACE_FLIP] = pl.mirror;
+    v[SL_GPU_PLACE_H] = info.height;
+    v[SL_GPU_PLACE_W] = info.width;
+    v[SL_GPU_PLACE_RECORD] = (double)ctx->index;
+    /* a new column: what lies past ncols is stale (released samples are not
+     * zeroed), and sl_op_set_column would release it again */
+    for (uint32_t c = s->ncols; c <= (uint32_t)g->pcol; c++)
+        memset(&s->col[c], 0, sizeof s->col[c]);
+    sl_op_set_column(s, g->pcol, &t);
+    return SL_OK;
+}
+PHASED(gpu_place_apply, SL_PHASE_DECODE)
+
+static void gpu_place_describe(const void *params, char *buf, size_t cap) {
+    const sl_gpu_decode *g = params;
+    char fb[32] = "";
+    if (g->has_flip)
+        snprintf(fb, sizeof fb, ", flip p=%g", g->flip_p);
+    if (g->crop == 1)
+        snprintf(buf, cap, "headers + placements on the CPU, decode on the GPU: "
+                 "random_resized_crop %dx%d scale=[%g,%g] ratio=[%g,%g]%s, normalize",
+                 g->oh, g->ow, g->scale[0], g->scale[1], g->ratio[0], g->ratio[1], fb);
+    else
+        snprintf(buf, cap, "headers + placements on the CPU, decode on the GPU: resize %s%dx%d"
+                 ", center_crop %dx%d%s, normalize", g->shorter ? "shorter side " : "",
+                 g->size_h, g->size_w, g->oh, g->ow, fb);
+}
+
+const sl_op_def sl_op_gpu_decode_place = {
+    .name = "gpu_decode_place",
+    .summary = "decode on the GPU, its CPU half: each JPEG's header and placement (box, "
+               "mirror) beside its bytes; the device hand-off decodes the batch",
+    .flags = SL_OPF_RANDOM,
+    .params_size = sizeof(sl_gpu_decode),
+    .parse = fused_parse,
+    .bind = fused_bind,
+    .worker_init = gpu_place_init,
+    .worker_free = decoder_free,
+    .apply = gpu_place_apply_phased,
+    .describe = gpu_place_describe,
 };

@@ -298,4 +298,53 @@ int sl_place_rrc(int H, int W, const double scale[2], const double ratio[2], int
 void sl_place_resize_crop(int H, int W, int shorter, int size_h, int size_w, int ch, int cw,
                           sl_place *out);
 
+/* ---- GPU decode's CPU half (image_ops.c) ------------------------------------------
+ * `{"op": "decode", "device": "gpu"}` and the ops the GPU kernel fuses after
+ * it (random_resized_crop, or resize + center_crop; then flip and a float32
+ * CHW normalize) become one op, gpu_decode_place, that reads each JPEG's
+ * header and draws its placement with the generators and sl_place_*
+ * functions the CPU ops use, keeps the encoded bytes in the image column and
+ * adds a column of SL_GPU_PLACE_N float64 values per sample (below); the
+ * device hand-off decodes the batch on the GPU (docs/DEVICE.md). */
+enum {
+    SL_GPU_PLACE_BOX = 0,      /* box x0, y0, x1, y1 (4 values) */
+    SL_GPU_PLACE_LIM = 4,      /* lim x0, y0, x1, y1 (4 values) */
+    SL_GPU_PLACE_FLIP = 8,     /* 1: mirrored */
+    SL_GPU_PLACE_H = 9,        /* the header's height and width */
+    SL_GPU_PLACE_W = 10,
+    SL_GPU_PLACE_RECORD = 11,  /* the record index (for messages) */
+    SL_GPU_PLACE_N = 12
+};
+typedef struct sl_gpu_decode {
+    int col;                   /* the image column */
+    int pcol;                  /* the placement column gpu_decode_place adds (set by
+                                  the optimiser, which adds it to the plan's columns) */
+    char column[SL_COLNAME_MAX];
+    int warnings;              /* the decode op's options (the CPU fallback's decoder) */
+    int stage;                 /* chain so far: 0 decode, 1 crop placed, 2 normalized */
+    int crop;                  /* 1 random_resized_crop, 2 resize (+ center_crop) */
+    double scale[2], ratio[2]; /* random_resized_crop */
+    uint32_t rrc_pos;          /* its spec position (its generator) */
+    int shorter, size_h, size_w, ch, cw; /* resize (+ center_crop when ch > 0) */
+    int has_flip;
+    double flip_p;
+    uint32_t flip_pos;         /* the flip's spec position (its generator) */
+    int oh, ow;                /* the output image */
+    float mean[3], std[3];
+} sl_gpu_decode;
+/* Is (def, params) a decode op (plain or fused) with "device": "gpu"? */
+int sl_op__decode_on_gpu(const sl_op_def *def, const void *params);
+/* Add one optimised op to the GPU chain `g`: the decode op first (fused
+ * with what the CPU optimiser folded into it), then flip / normalize.
+ * `pos[0..nparts)` are its spec positions, `field` names it. SL_EINVAL
+ * with a message naming the op and what GPU decode supports when the
+ * kernel does not do it. */
+int sl_op__gpu_chain_add(sl_gpu_decode *g, const sl_op_def *def, const void *params,
+                         const uint32_t *pos, int nparts, const char *field);
+/* The chain is complete (a crop and a normalize): SL_OK, or SL_EINVAL
+ * saying what is missing. */
+int sl_op__gpu_chain_check(const sl_gpu_decode *g, const char *field);
+/* The op the chain becomes (params: an sl_gpu_decode). */
+extern const sl_op_def sl_op_gpu_decode_place;
+
 #endif /* SL_PIPELINE_OP_H */

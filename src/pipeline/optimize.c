@@ -26,6 +26,7 @@
 #include <string.h>
 
 static int fuse_nodes(sl_plan *plan, const sl_pnode *work, int index_filters_ok);
+static int gpu_decode(sl_plan *plan);
 static int finish_plan(sl_plan *plan);
 
 static int colinfo_equal(const sl_colinfo *a, const sl_colinfo *b) {
@@ -139,6 +140,8 @@ int sl_plan__optimize(sl_plan *plan, int index_filters_ok) {
     int rc = push_down_projections(plan, work, plan->nnodes);
     if (rc == SL_OK)
         rc = fuse_nodes(plan, work, index_filters_ok);
+    if (rc == SL_OK)
+        rc = gpu_decode(plan);
     sl__free(work);
     if (rc < 0)
         return rc;
@@ -201,6 +204,103 @@ static int fuse_nodes(sl_plan *plan, const sl_pnode *work, int index_filters_ok)
         }
         plan->opt[plan->nopt++] = nd;
     }
+    return SL_OK;
+}
+
+/* 6. Decode on the GPU: a decode op with "device": "gpu", as fused above,
+ * and the flip / normalize nodes after it become one gpu_decode_place node
+ * (image_ops.c): the CPU reads headers and draws placements, the device
+ * hand-off decodes (device_handoff.c). Only the ops the GPU kernel does may
+ * follow it per sample; the sequential ops (batch, prefetch, take, skip)
+ * may follow. The image column leaves the chain as encoded bytes, plus a
+ * column of placements, `<image>.gpu_place`, which the hand-off consumes. */
+static int gpu_decode(sl_plan *plan) {
+    int at = -1;
+    for (int i = 0; i < plan->nopt && at < 0; i++)
+        if (plan->opt[i].kind == SL_PN_OP &&
+            sl_op__decode_on_gpu(plan->opt[i].def, plan->opt[i].params))
+            at = i;
+    if (at < 0)
+        return SL_OK;
+    sl_gpu_decode g;
+    int end = at;
+    for (; end < plan->nopt; end++) {
+        sl_pnode *nd = &plan->opt[end];
+        char field[32];
+        snprintf(field, sizeof field, "ops[%d]", nd->pos);
+        if (nd->kind != SL_PN_OP && nd->kind != SL_PN_MAP && nd->kind != SL_PN_FILTER)
+            break; /* batch, prefetch, take, skip, shuffle_buffer */
+        if (nd->kind != SL_PN_OP)
+            return sl__error(SL_EINVAL, "%s (%s): not supported after decode on the GPU (only "
+                             "flip and normalize on the image, then batch, prefetch, take and "
+                             "skip, may follow it)", field, nd->label);
+        SL_TRY(sl_op__gpu_chain_add(&g, nd->def, nd->params, nd->parts, (int)nd->nparts, field));
+    }
+    for (int i = end; i < plan->nopt; i++) {
+        const sl_pnode *nd = &plan->opt[i];
+        if (nd->kind == SL_PN_OP || nd->kind == SL_PN_MAP || nd->kind == SL_PN_FILTER)
+            return sl__error(SL_EINVAL, "ops[%d] (%s): not supported after decode on the GPU "
+                             "(only flip and normalize on the image, then batch, prefetch, "
+                             "take and skip, may follow it)", nd->pos, nd->label);
+    }
+    char field[32];
+    snprintf(field, sizeof field, "ops[%d]", plan->opt[at].pos);
+    SL_TRY(sl_op__gpu_chain_check(&g, field));
+    /* the columns out of the new node: the image stays encoded bytes, the
+     * placements are added */
+    sl_colset cols = plan->opt[end - 1].cols;
+    sl_colinfo *ci = &cols.col[g.col];
+    ci->dtype = SL_U8;
+    ci->ndim = 1;
+    ci->shape[0] = -1;
+    ci->encoded = 1;
+    ci->text = 0;
+    char pname[SL_COLNAME_MAX];
+    if (strlen(g.column) + sizeof ".gpu_place" > sizeof pname)
+        return sl__error(SL_EINVAL, "%s.column: '%s' is too long a name for decode on the GPU",
+                         field, g.column);
+    snprintf(pname, sizeof pname, "%s.gpu_place", g.column);
+    int pc = sl_op_add_column(&cols, pname, field);
+    if (pc < 0)
+        return pc;
+    g.pcol = pc;
+    sl_colinfo *pi = &cols.col[pc];
+    memset(pi, 0, sizeof *pi);
+    snprintf(pi->name, sizeof pi->name, "%s", pname);
+    pi->dtype = SL_F64;
+    pi->ndim = 1;
+    pi->shape[0] = SL_GPU_PLACE_N;
+    sl_gpu_decode *params = sl__calloc(1, sizeof *params);
+    if (!params)
+        return sl__oom("planning decode on the GPU");
+    *params = g;
+    sl_pnode nd = plan->opt[at];
+    /* the nodes replaced: fused ones own their params (sl_plan__free) */
+    nd.nparts = 0;
+    for (int i = at; i < end; i++) {
+        sl_pnode *o = &plan->opt[i];
+        for (uint32_t k = 0; k < o->nparts && nd.nparts < SL_OP_MAX_PARTS; k++)
+            nd.parts[nd.nparts++] = o->parts[k];
+        if (o->nparts > 1 && o->params) {
+            if (o->def->params_free)
+                o->def->params_free(o->params);
+            sl__free(o->params);
+        }
+    }
+    if (nd.nparts < 2) /* it owns its params: sl_plan__free frees nodes of 2 parts or more */
+        nd.parts[nd.nparts++] = nd.parts[0];
+    nd.def = &sl_op_gpu_decode_place;
+    nd.params = params;
+    snprintf(nd.label, sizeof nd.label, "decode(gpu)");
+    sl_op_gpu_decode_place.describe(params, nd.desc, sizeof nd.desc);
+    nd.cols = cols;
+    plan->opt[at] = nd;
+    memmove(&plan->opt[at + 1], &plan->opt[end], (size_t)(plan->nopt - end) * sizeof *plan->opt);
+    plan->nopt -= end - at - 1;
+    for (int i = at + 1; i < plan->nopt; i++)
+        plan->opt[i].cols = cols;
+    plan->out_cols = cols;
+    plan->gpu_decode = params;
     return SL_OK;
 }
 

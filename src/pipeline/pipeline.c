@@ -252,6 +252,7 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     SL_CHECK(open_source(p, &cols));
     SL_CHECK(sl_plan__build(&p->plan, p->spec, &cols));
     SL_CHECK(sl_plan__optimize(&p->plan, any_indexed(p->src)));
+    SL_CHECK(sl_device__gpu_setup(p->dev, p));
     SL_CHECK(apply_pushed(p));
     SL_CHECK(setup_shard(p));
     uint64_t m = p->nbase, w = (uint64_t)p->shard_count, k = (uint64_t)p->shard_index;
@@ -405,11 +406,16 @@ int sl_pipeline_next_timeout(sl_pipeline *p, sl_batch **out, int timeout_ms) {
             sl_pipeline__batch_free(b);
             continue;
         }
-        if (p->dev && (rc = sl_device__upload(p->dev, b, p->plan.out_depth)) < 0) {
+        rc = p->dev ? sl_device__upload(p->dev, b, p->plan.out_depth) : SL_OK;
+        if (rc < 0) {
             char msg[SL__ERRMSG_MAX];
             snprintf(msg, sizeof msg, "%s", sl_errmsg());
             sl_pipeline__batch_free(b);
             return fail(p, rc, msg);
+        }
+        if (rc == SL_OP_DROP) { /* decode on the GPU skipped every sample of it */
+            sl_pipeline__batch_free(b);
+            continue;
         }
         p->cons_epoch = b->epoch;
         p->last.epoch = b->epoch;

@@ -88,13 +88,21 @@ struct sl_spec;
  * pipeline's own copy) and run on the device instead. */
 int sl_device__open(sl_device_state **out, struct sl_spec *spec);
 /* Move a host batch's columns to the device (in place); the ring is made on
- * the first call, with `depth` slots. */
+ * the first call, with `depth` slots. With decode on the GPU, the batch's
+ * JPEGs are decoded into it (device_handoff.c); SL_OP_DROP when every sample
+ * of the batch was skipped (on_error "skip"): nothing to hand out. */
 int sl_device__upload(sl_device_state *ds, struct sl_batch *b, int depth);
+struct sl_pipeline;
+/* Decode on the GPU, after the plan is optimised (plan.gpu_decode): checks
+ * the device (cuda), nvJPEG and the kernel, and makes uploads decode. */
+int sl_device__gpu_setup(sl_device_state *ds, struct sl_pipeline *p);
 void sl_device__close(sl_device_state *ds);
 typedef struct sl_device_counters {
     uint64_t h2d_bytes;
     uint64_t staged_bytes;       /* of h2d_bytes, through the ring's staging memory */
     uint64_t wait_ns;
+    uint64_t gpu_decoded;        /* decode on the GPU: images nvJPEG decoded */
+    uint64_t gpu_fallbacks;      /* ... and images it left to the CPU decode */
 } sl_device_counters;
 void sl_device__counters(const sl_device_state *ds, sl_device_counters *out);
 /* Pool memory for the pipeline's batches: the device backend's pinned
@@ -223,6 +231,8 @@ typedef struct sl_plan {
     } moved[4];
     int nmoved;
     int exact_resume;             /* 1: state is (pos, counters); 0: replay */
+    const sl_gpu_decode *gpu_decode; /* decode on the GPU (optimize.c): the params of its
+                                    gpu_decode_place node in opt, or NULL */
 } sl_plan;
 
 /* Build the logical plan from a spec, given the source's columns. */

@@ -80,6 +80,8 @@ static void stats_totals(const sl_pipeline *p, sl_pipeline_stats *out, uint64_t 
     out->h2d_staged_bytes = dc.staged_bytes;
     out->h2d_bytes_per_s = wall > 0 ? (double)dc.h2d_bytes / wall : 0.0;
     out->device_wait_s = (double)dc.wait_ns / 1e9;
+    out->gpu_decoded = dc.gpu_decoded;
+    out->gpu_fallbacks = dc.gpu_fallbacks;
     out->threads_started = atomic_load(&p->threads_started);
     out->cpu_budget = p->ncpus;
     if (t_start && wall > 0)
@@ -251,6 +253,8 @@ int sl_pipeline_stats_json(const sl_pipeline *p, char *buf, size_t cap, size_t *
     cJSON_AddNumberToObject(doc, "h2d_bytes_per_s", st.h2d_bytes_per_s);
     cJSON_AddNumberToObject(doc, "h2d_staged_bytes", (double)st.h2d_staged_bytes);
     cJSON_AddNumberToObject(doc, "device_wait_s", st.device_wait_s);
+    cJSON_AddNumberToObject(doc, "gpu_decoded", (double)st.gpu_decoded);
+    cJSON_AddNumberToObject(doc, "gpu_fallbacks", (double)st.gpu_fallbacks);
     cJSON_AddNumberToObject(doc, "memory_limit", (double)st.memory_limit);
     cJSON_AddNumberToObject(doc, "batch_bytes", (double)st.batch_bytes);
     cJSON_AddNumberToObject(doc, "batches_in_flight", (double)st.batches_in_flight);

@@ -898,6 +898,470 @@ SL_TEST(gpu_decode_fake__no_kernels_or_failing_kernel_is_an_error) {
     ASSERT_EQ(fn.live(), 0);
     nothing_left();
 }
+
+/* ---- decode on the GPU in the pipeline, over the stand-ins ---------------------------
+ * A whole pipeline with {"op": "decode", "device": "gpu"} (+ random_resized_crop
+ * + flip + normalize + batch) on the CUDA backend over the stand-in runtime,
+ * nvJPEG (libjpeg-turbo) and kernels (crop_resize_math.h on the host,
+ * tests/device/fake/fake_kernels.c), against the CPU pipeline with the same
+ * seed: every placement the kernel got equals the CPU ops' placement for
+ * that record (sl_place_rrc keyed as the pipeline keys the CPU ops),
+ * exactly; the pixels agree within gpu_decode_fake__agrees_with_cpu_path's
+ * tolerance (mean <= 1, max <= 48 uint8 steps); a CMYK file goes to the CPU
+ * path (counted, bit for bit the CPU pipeline's); a truncated file fails
+ * the run naming its record, or is skipped; nothing leaks. */
+enum { GP_N = 14, GP_BATCH = 4, GP_OH = 96, GP_OW = 112 };
+static const double GP_SCALE[2] = {0.08, 1.0}, GP_RATIO[2] = {0.75, 4.0 / 3};
+static const uint64_t GP_SEED = 5;
+
+typedef struct {
+    jpeg_file f[GP_N];
+    int64_t label[GP_N];
+    int w[GP_N], h[GP_N];
+} gp_set;
+
+static struct {
+    long (*calls)(void);
+    int (*call)(long i, float box[4], int lim[4], int *flip);
+} gk;
+
+static void gp_use(void) {
+    use_fake();
+    ASSERT_EQ(setenv("SLUICE_CUDA_KERNELS", SLUICE_FAKE_KERNELS, 1), 0);
+    ASSERT_EQ(setenv("SLUICE_NVJPEG", SLUICE_FAKE_NVJPEG, 1), 0);
+    void *lib = dlopen(SLUICE_FAKE_NVJPEG, RTLD_NOW | RTLD_LOCAL);
+    void *kl = dlopen(SLUICE_FAKE_KERNELS, RTLD_NOW | RTLD_LOCAL);
+    ASSERT(lib != NULL && kl != NULL);
+    *(void **)&fn.live = dlsym(lib, "fake_nvjpeg_live");
+    *(void **)&fn.calls = dlsym(lib, "fake_nvjpeg_calls");
+    *(void **)&gk.calls = dlsym(kl, "fake_kernels_calls");
+    *(void **)&gk.call = dlsym(kl, "fake_kernels_call");
+    ASSERT(fn.live && fn.calls && gk.calls && gk.call);
+}
+
+/* GP_N JPEGs of different sizes and subsamplings; CMYK at cmyk_at, cut in
+ * half at bad_at (-1: none). */
+static void gp_make(gp_set *s, int cmyk_at, int bad_at) {
+    for (int i = 0; i < GP_N; i++) {
+        s->w[i] = 40 + (i * 53) % 200;
+        s->h[i] = 30 + (i * 37) % 150;
+        s->f[i] = make_jpeg(s->w[i], s->h[i], i % 3 == 0 ? TJSAMP_444 : TJSAMP_420,
+                            i == cmyk_at, i);
+        if (i == bad_at)
+            s->f[i].len /= 2;
+        s->label[i] = 100 + i;
+    }
+}
+
+static void gp_free(gp_set *s) {
+    for (int i = 0; i < GP_N; i++)
+        tjFree(s->f[i].buf);
+}
+
+static sl_pipeline *gp_pipeline(gp_set *s, int gpu, int skip) {
+    sl_sample samples[GP_N];
+    memset(samples, 0, sizeof samples);
+    for (int i = 0; i < GP_N; i++) {
+        int64_t n = (int64_t)s->f[i].len;
+        sl_tensor_view(&samples[i].col[0], s->f[i].buf, SL_U8, 1, &n);
+        sl_tensor_view(&samples[i].col[1], &s->label[i], SL_I64, 0, NULL);
+        samples[i].ncols = 2;
+        samples[i].index = (uint64_t)i;
+    }
+    sl_spec *spec;
+    ASSERT_OK(sl_spec_create(&spec));
+    const char *names[2] = {"image", "label"};
+    ASSERT_OK(sl_spec_set_source_samples(spec, 2, names, samples, GP_N));
+    ASSERT_OK(sl_spec_set_seed(spec, GP_SEED));
+    ASSERT_OK(sl_spec_set_threads(spec, 2));
+    if (skip)
+        ASSERT_OK(sl_spec_set_on_error(spec, SL_ON_ERROR_SKIP));
+    ASSERT_OK(sl_spec_add_op_json(spec, gpu ? "{\"op\": \"decode\", \"device\": \"gpu\"}"
+                                            : "{\"op\": \"decode\"}"));
+    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"random_resized_crop\", \"size\": [96, 112]}"));
+    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"flip\", \"p\": 0.5}"));
+    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"normalize\", \"mean\": [0.485, 0.456, "
+                                        "0.406], \"std\": [0.229, 0.224, 0.225]}"));
+    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 4}"));
+    if (gpu)
+        ASSERT_OK(sl_spec_set_device(spec, SL_DEVICE_CUDA, 0, 0));
+    sl_pipeline *p;
+    if (sl_pipeline_create(&p, spec) != SL_OK)
+        sl_test_fail(__FILE__, __LINE__, "create: %s", sl_errmsg());
+    sl_spec_free(spec);
+    return p;
+}
+
+/* One epoch: each sample's image (3 x GP_OH x GP_OW) and label, in order;
+ * the batch sizes in sizes[]. Returns the samples, or -1 with the error in
+ * err (the run failed). */
+static int gp_drain(sl_pipeline *p, float *img, int64_t *label, int *sizes, int want_dev,
+                    char *err, size_t cap) {
+    size_t per = (size_t)3 * GP_OH * GP_OW;
+    int n = 0, nb = 0;
+    sl_batch *b;
+    int rc;
+    while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
+        ASSERT_EQ(sl_batch_ncols(b), 2);
+        const sl_tensor *x = sl_batch_column(b, 0), *y = sl_batch_column(b, 1);
+        ASSERT_EQ(x->device, want_dev);
+        ASSERT_EQ(y->device, want_dev);
+        ASSERT_EQ(x->dtype, SL_F32);
+        ASSERT_EQ(x->ndim, 4);
+        ASSERT_EQ(x->shape[1], 3);
+        ASSERT_EQ(x->shape[2], GP_OH);
+        ASSERT_EQ(x->shape[3], GP_OW);
+        ASSERT_EQ(y->shape[0], x->shape[0]);
+        ASSERT(n + x->shape[0] <= GP_N);
+        /* the stand-in's device memory is host memory */
+        memcpy(img + (size_t)n * per, x->data, (size_t)x->shape[0] * per * sizeof(float));
+        memcpy(label + n, y->data, (size_t)y->shape[0] * sizeof(int64_t));
+        n += (int)x->shape[0];
+        sizes[nb++] = (int)x->shape[0];
+        sl_batch_release(b);
+    }
+    sizes[nb] = 0;
+    if (rc == SL_END)
+        return n;
+    snprintf(err, cap, "%s", sl_errmsg());
+    return -1;
+}
+
+/* uint8 steps between two normalized images */
+static void gp_diff(const float *a, const float *b, double *mean, double *max) {
+    size_t per = (size_t)3 * GP_OH * GP_OW;
+    const float sd[3] = {0.229f, 0.224f, 0.225f};
+    double sum = 0, worst = 0;
+    for (size_t k = 0; k < per; k++) {
+        double d = fabs((double)a[k] - (double)b[k]) * 255.0 * sd[k / (per / 3)];
+        sum += d;
+        worst = d > worst ? d : worst;
+    }
+    *mean = sum / (double)per;
+    *max = worst;
+}
+
+SL_TEST(gpu_pipe_fake__same_boxes_and_pixels_as_cpu_pipeline) {
+    gp_use();
+    gp_set s;
+    gp_make(&s, 6, -1);
+    size_t per = (size_t)3 * GP_OH * GP_OW;
+    float *cpu = calloc(GP_N * per, sizeof(float)), *gpu = calloc(GP_N * per, sizeof(float));
+    int64_t lc[GP_N], lg[GP_N];
+    int zc[GP_N + 1], zg[GP_N + 1];
+    char err[512] = "";
+    sl_pipeline *pc = gp_pipeline(&s, 0, 0), *pg = gp_pipeline(&s, 1, 0);
+    char ex[8192];
+    size_t len;
+    ASSERT_OK(sl_pipeline_explain(pg, ex, sizeof ex, &len));
+    ASSERT_CONTAINS(ex, "decode(gpu)");
+    ASSERT_EQ(gp_drain(pc, cpu, lc, zc, SL_DEVICE_CPU, err, sizeof err), GP_N);
+    ASSERT_EQ(gp_drain(pg, gpu, lg, zg, SL_DEVICE_CUDA, err, sizeof err), GP_N);
+    for (int i = 0; i < GP_N; i++)
+        ASSERT_EQ(lc[i], lg[i]);
+    for (int k = 0; zc[k] || zg[k]; k++)
+        ASSERT_EQ(zc[k], zg[k]);
+    /* the placements: every kernel call, in order, is the CPU ops' placement
+     * of its record (epoch 0, key = record, ops[1] the crop, ops[2] the flip) */
+    long call = 0;
+    for (int i = 0; i < GP_N; i++) {
+        if (i == 6)
+            continue; /* CMYK: decoded by the CPU path, no kernel call */
+        sl_rng r1, r2;
+        sl_rng_init(&r1, GP_SEED, 0, (uint64_t)i, 1);
+        sl_rng_init(&r2, GP_SEED, 0, (uint64_t)i, 2);
+        sl_place pl;
+        ASSERT_OK(sl_place_rrc(s.h[i], s.w[i], GP_SCALE, GP_RATIO, GP_OH, GP_OW, &r1, 0.5, &r2,
+                               &pl));
+        float box[4];
+        int lim[4], flip;
+        ASSERT_EQ(gk.call(call++, box, lim, &flip), 0);
+        for (int k = 0; k < 4; k++) {
+            ASSERT(box[k] == (float)pl.box[k]);
+            ASSERT_EQ(lim[k], pl.lim[k]);
+        }
+        ASSERT_EQ(flip, pl.mirror);
+    }
+    ASSERT_EQ(gk.calls(), call);
+    /* the pixels */
+    /* over all values, as gpu_decode_fake__agrees_with_cpu_path states it */
+    double sum = 0, worst = 0, worst_img = 0;
+    for (int i = 0; i < GP_N; i++) {
+        double m, x;
+        gp_diff(cpu + (size_t)i * per, gpu + (size_t)i * per, &m, &x);
+        if (i == 6) /* the CPU path itself */
+            ASSERT(memcmp(cpu + (size_t)i * per, gpu + (size_t)i * per, per * sizeof(float)) == 0);
+        sum += m;
+        worst_img = m > worst_img ? m : worst_img;
+        worst = x > worst ? x : worst;
+    }
+    printf("  GPU pipeline (stand-ins) vs CPU pipeline over %d images: mean |diff| %.3f uint8 "
+           "steps (worst image %.3f), max %.1f\n", GP_N, sum / GP_N, worst_img, worst);
+    fflush(stdout);
+    ASSERT(sum / GP_N <= 1.0);
+    ASSERT(worst <= 48.0);
+    sl_pipeline_stats st;
+    ASSERT_OK(sl_pipeline_stats_get(pg, &st));
+    ASSERT_U64_EQ(st.gpu_decoded, GP_N - 1);
+    ASSERT_U64_EQ(st.gpu_fallbacks, 1);
+    char js[16384];
+    ASSERT_OK(sl_pipeline_stats_json(pg, js, sizeof js, &len));
+    ASSERT_CONTAINS(js, "\"gpu_decoded\":13");
+    ASSERT_CONTAINS(js, "\"gpu_fallbacks\":1");
+    sl_pipeline_free(pc);
+    sl_pipeline_free(pg);
+    gp_free(&s);
+    free(cpu);
+    free(gpu);
+    ASSERT_EQ(fn.live(), 0);
+    nothing_left();
+}
+
+/* on_error "fail": the run stops at the batch of the truncated file, naming
+ * its record and the decode op, as the CPU pipeline does. */
+SL_TEST(gpu_pipe_fake__bad_jpeg_fails_naming_the_record) {
+    gp_use();
+    gp_set s;
+    gp_make(&s, -1, 5);
+    size_t per = (size_t)3 * GP_OH * GP_OW;
+    float *img = calloc(GP_N * per, sizeof(float));
+    int64_t lab[GP_N];
+    int z[GP_N + 1];
+    char ec[512] = "", eg[512] = "";
+    sl_pipeline *pc = gp_pipeline(&s, 0, 0), *pg = gp_pipeline(&s, 1, 0);
+    ASSERT_EQ(gp_drain(pc, img, lab, z, SL_DEVICE_CPU, ec, sizeof ec), -1);
+    ASSERT_EQ(z[0], 4); /* the first batch came out, the second failed */
+    ASSERT_EQ(z[1], 0);
+    ASSERT_EQ(gp_drain(pg, img, lab, z, SL_DEVICE_CUDA, eg, sizeof eg), -1);
+    ASSERT_EQ(z[0], 4);
+    ASSERT_EQ(z[1], 0);
+    printf("  CPU: %s\n  GPU: %s\n", ec, eg);
+    fflush(stdout);
+    ASSERT_CONTAINS(ec, "record 5: ops[0]");
+    ASSERT_CONTAINS(eg, "record 5: ops[0]");
+    ASSERT_CONTAINS(eg, "premature end");
+    /* and it keeps returning it */
+    sl_batch *b;
+    ASSERT(sl_pipeline_next(pg, &b) < 0);
+    ASSERT_CONTAINS(sl_errmsg(), "record 5");
+    sl_pipeline_free(pc);
+    sl_pipeline_free(pg);
+    gp_free(&s);
+    free(img);
+    ASSERT_EQ(fn.live(), 0);
+    nothing_left();
+}
+
+/* on_error "skip": the truncated file costs only itself (counted, its
+ * message kept); every other sample comes out, in order, as the CPU
+ * pipeline gives it. The CPU pipeline refills the batch from the next
+ * samples; the GPU hand-off hands that batch out one short. */
+SL_TEST(gpu_pipe_fake__bad_jpeg_skipped_costs_only_itself) {
+    gp_use();
+    gp_set s;
+    gp_make(&s, -1, 5);
+    size_t per = (size_t)3 * GP_OH * GP_OW;
+    float *cpu = calloc(GP_N * per, sizeof(float)), *gpu = calloc(GP_N * per, sizeof(float));
+    int64_t lc[GP_N], lg[GP_N];
+    int zc[GP_N + 1], zg[GP_N + 1];
+    char err[512] = "";
+    sl_pipeline *pc = gp_pipeline(&s, 0, 1), *pg = gp_pipeline(&s, 1, 1);
+    ASSERT_EQ(gp_drain(pc, cpu, lc, zc, SL_DEVICE_CPU, err, sizeof err), GP_N - 1);
+    ASSERT_EQ(gp_drain(pg, gpu, lg, zg, SL_DEVICE_CUDA, err, sizeof err), GP_N - 1);
+    ASSERT_EQ(zc[0], 4);
+    ASSERT_EQ(zc[1], 4);
+    ASSERT_EQ(zg[0], 4);
+    ASSERT_EQ(zg[1], 3); /* short by the skipped one */
+    ASSERT_EQ(zg[2], 4);
+    double sum = 0;
+    for (int i = 0; i < GP_N - 1; i++) {
+        ASSERT_EQ(lc[i], lg[i]);
+        ASSERT(lg[i] != 105);
+        double m, x;
+        gp_diff(cpu + (size_t)i * per, gpu + (size_t)i * per, &m, &x);
+        sum += m;
+        ASSERT(x <= 48.0);
+    }
+    ASSERT(sum / (GP_N - 1) <= 1.0);
+    sl_pipeline_stats st;
+    ASSERT_OK(sl_pipeline_stats_get(pg, &st));
+    ASSERT_U64_EQ(st.skipped, 1);
+    ASSERT_EQ(st.nerrors, 1);
+    ASSERT_CONTAINS(st.errors[0], "record 5: ops[0]");
+    ASSERT_U64_EQ(st.gpu_decoded, GP_N - 1);
+    sl_pipeline_free(pc);
+    sl_pipeline_free(pg);
+    gp_free(&s);
+    free(cpu);
+    free(gpu);
+    ASSERT_EQ(fn.live(), 0);
+    nothing_left();
+}
+
+/* Freed mid-epoch with a batch still held: the batch stays readable, and
+ * once it is released nothing of the runtime or nvJPEG is left. */
+SL_TEST(gpu_pipe_fake__free_mid_epoch_leaks_nothing) {
+    gp_use();
+    gp_set s;
+    gp_make(&s, 2, -1);
+    sl_pipeline *p = gp_pipeline(&s, 1, 0);
+    sl_batch *b;
+    ASSERT_OK(sl_pipeline_next(p, &b));
+    sl_batch *b2;
+    ASSERT_OK(sl_pipeline_next(p, &b2));
+    sl_batch_release(b2);
+    sl_pipeline_free(p);
+    const sl_tensor *y = sl_batch_column(b, 1);
+    ASSERT_EQ(((const int64_t *)y->data)[3], 103);
+    sl_batch_release(b);
+    gp_free(&s);
+    ASSERT_EQ(fn.live(), 0);
+    nothing_left();
+}
+
+/* What the GPU kernel does not do is refused when the pipeline is made,
+ * naming the op and what decode on the GPU supports. */
+static void gp_refused(gp_set *s, const char *const *ops, int device, const char *want) {
+    sl_sample samples[GP_N];
+    memset(samples, 0, sizeof samples);
+    for (int i = 0; i < GP_N; i++) {
+        int64_t n = (int64_t)s->f[i].len;
+        sl_tensor_view(&samples[i].col[0], s->f[i].buf, SL_U8, 1, &n);
+        sl_tensor_view(&samples[i].col[1], &s->label[i], SL_I64, 0, NULL);
+        samples[i].ncols = 2;
+        samples[i].index = (uint64_t)i;
+    }
+    sl_spec *spec;
+    ASSERT_OK(sl_spec_create(&spec));
+    const char *names[2] = {"image", "label"};
+    ASSERT_OK(sl_spec_set_source_samples(spec, 2, names, samples, GP_N));
+    for (int i = 0; ops[i]; i++)
+        ASSERT_OK(sl_spec_add_op_json(spec, ops[i]));
+    if (device)
+        ASSERT_OK(sl_spec_set_device(spec, SL_DEVICE_CUDA, 0, 0));
+    sl_pipeline *p = NULL;
+    int rc = sl_pipeline_create(&p, spec);
+    if (rc >= 0)
+        sl_test_fail(__FILE__, __LINE__, "created, wanted an error with \"%s\"", want);
+    ASSERT_CONTAINS(sl_errmsg(), want);
+    sl_spec_free(spec);
+}
+
+SL_TEST(gpu_pipe_fake__unsupported_chains_are_refused) {
+    gp_use();
+    gp_set s;
+    gp_make(&s, -1, -1);
+    const char *dec = "{\"op\": \"decode\", \"device\": \"gpu\"}";
+    const char *rrc = "{\"op\": \"random_resized_crop\", \"size\": 16}";
+    const char *norm = "{\"op\": \"normalize\", \"mean\": 0.5, \"std\": 0.25}";
+    const char *bat = "{\"op\": \"batch\", \"size\": 4}";
+    gp_refused(&s, (const char *[]){dec, rrc, "{\"op\": \"rotate\", \"degrees\": 10}", norm,
+                                    bat, NULL},
+               1, "ops[2] (rotate): not supported after decode on the GPU");
+    gp_refused(&s, (const char *[]){dec, rrc, norm, "{\"op\": \"cast\", \"column\": \"image\", \"dtype\": \"float16\"}",
+                                    bat, NULL},
+               1, "ops[3] (cast): not supported after decode on the GPU");
+    gp_refused(&s, (const char *[]){dec, rrc, "{\"op\": \"normalize\", \"layout\": \"hwc\"}",
+                                    bat, NULL},
+               1, "layout chw");
+    gp_refused(&s, (const char *[]){dec, rrc, bat, NULL}, 1, "needs a normalize after it");
+    gp_refused(&s, (const char *[]){dec, norm, bat, NULL}, 1,
+               "needs random_resized_crop (or resize + center_crop)");
+    gp_refused(&s, (const char *[]){"{\"op\": \"decode\", \"device\": \"gpu\", \"mode\": "
+                                    "\"gray\"}", rrc, norm, bat, NULL},
+               1, "mode \"gray\"");
+    gp_refused(&s, (const char *[]){dec, "{\"op\": \"resize\", \"size\": 32}", norm, bat, NULL},
+               1, "add a center_crop");
+    gp_refused(&s, (const char *[]){dec, "{\"op\": \"resize\", \"size\": 32}",
+                                    "{\"op\": \"center_crop\", \"size\": 40}", norm, bat, NULL},
+               1, "would pad");
+    gp_refused(&s, (const char *[]){dec, rrc, norm, bat, NULL}, 0,
+               "needs the pipeline's \"device\": \"cuda\"");
+    gp_refused(&s, (const char *[]){dec, rrc, norm, "{\"op\": \"batch\", \"size\": 300}", NULL},
+               1, "batches of at most 256");
+    gp_free(&s);
+}
+
+/* resize + center_crop + flip + normalize: the same placements as the CPU
+ * ops (sl_place_resize_crop; the flip from its own position) and pixels. */
+SL_TEST(gpu_pipe_fake__resize_center_crop_as_cpu_pipeline) {
+    gp_use();
+    gp_set s;
+    gp_make(&s, -1, -1);
+    const char *ops[2][6] = {
+        {"{\"op\": \"decode\"}", "{\"op\": \"resize\", \"size\": 120}",
+         "{\"op\": \"center_crop\", \"size\": [96, 112]}", "{\"op\": \"flip\"}",
+         "{\"op\": \"normalize\", \"mean\": [0.485, 0.456, 0.406], \"std\": [0.229, 0.224, "
+         "0.225]}", "{\"op\": \"batch\", \"size\": 4}"},
+        {"{\"op\": \"decode\", \"device\": \"gpu\"}", "{\"op\": \"resize\", \"size\": 120}",
+         "{\"op\": \"center_crop\", \"size\": [96, 112]}", "{\"op\": \"flip\"}",
+         "{\"op\": \"normalize\", \"mean\": [0.485, 0.456, 0.406], \"std\": [0.229, 0.224, "
+         "0.225]}", "{\"op\": \"batch\", \"size\": 4}"}};
+    size_t per = (size_t)3 * GP_OH * GP_OW;
+    float *out[2] = {calloc(GP_N * per, sizeof(float)), calloc(GP_N * per, sizeof(float))};
+    int64_t lab[2][GP_N];
+    int z[GP_N + 1];
+    char err[512];
+    for (int g = 0; g < 2; g++) {
+        sl_sample samples[GP_N];
+        memset(samples, 0, sizeof samples);
+        for (int i = 0; i < GP_N; i++) {
+            int64_t n = (int64_t)s.f[i].len;
+            sl_tensor_view(&samples[i].col[0], s.f[i].buf, SL_U8, 1, &n);
+            sl_tensor_view(&samples[i].col[1], &s.label[i], SL_I64, 0, NULL);
+            samples[i].ncols = 2;
+            samples[i].index = (uint64_t)i;
+        }
+        sl_spec *spec;
+        ASSERT_OK(sl_spec_create(&spec));
+        const char *names[2] = {"image", "label"};
+        ASSERT_OK(sl_spec_set_source_samples(spec, 2, names, samples, GP_N));
+        ASSERT_OK(sl_spec_set_seed(spec, GP_SEED));
+        for (int k = 0; k < 6; k++)
+            ASSERT_OK(sl_spec_add_op_json(spec, ops[g][k]));
+        if (g)
+            ASSERT_OK(sl_spec_set_device(spec, SL_DEVICE_CUDA, 0, 0));
+        sl_pipeline *p;
+        if (sl_pipeline_create(&p, spec) != SL_OK)
+            sl_test_fail(__FILE__, __LINE__, "create: %s", sl_errmsg());
+        sl_spec_free(spec);
+        ASSERT_EQ(gp_drain(p, out[g], lab[g], z, g ? SL_DEVICE_CUDA : SL_DEVICE_CPU, err,
+                           sizeof err), GP_N);
+        sl_pipeline_free(p);
+    }
+    long call = 0;
+    double sum = 0, worst = 0;
+    for (int i = 0; i < GP_N; i++) {
+        ASSERT_EQ(lab[0][i], lab[1][i]);
+        sl_place pl;
+        sl_place_resize_crop(s.h[i], s.w[i], 1, 120, 120, GP_OH, GP_OW, &pl);
+        sl_rng r;
+        sl_rng_init(&r, GP_SEED, 0, (uint64_t)i, 3);
+        int mirror = sl_rng_uniform(&r) < 0.5;
+        float box[4];
+        int lim[4], flip;
+        ASSERT_EQ(gk.call(call++, box, lim, &flip), 0);
+        for (int k = 0; k < 4; k++) {
+            ASSERT(box[k] == (float)pl.box[k]);
+            ASSERT_EQ(lim[k], pl.lim[k]);
+        }
+        ASSERT_EQ(flip, mirror);
+        double m, x;
+        gp_diff(out[0] + (size_t)i * per, out[1] + (size_t)i * per, &m, &x);
+        sum += m;
+        worst = x > worst ? x : worst;
+    }
+    printf("  resize + center_crop: GPU pipeline (stand-ins) vs CPU pipeline: mean |diff| %.3f "
+           "uint8 steps, max %.1f\n", sum / GP_N, worst);
+    fflush(stdout);
+    ASSERT(sum / GP_N <= 1.0);
+    ASSERT(worst <= 48.0);
+    free(out[0]);
+    free(out[1]);
+    gp_free(&s);
+    ASSERT_EQ(fn.live(), 0);
+    nothing_left();
+}
 #endif
 
 /* ---- nvJPEG on a real GPU: agreement with the CPU decode ----------------------------
