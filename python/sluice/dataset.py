@@ -208,9 +208,15 @@ class Dataset:
         zero without a warning: docs/OPS.md, "Corrupt entropy data") or
         "lenient" (only a file that ends early, as PIL). ``exif_orientation``: turn JPEGs
         upright by their EXIF orientation (PIL's ImageOps.exif_transpose);
-        off by default, as PIL's Image.open. ``device``: "cpu", or "gpu"
-        (nvJPEG; refused when the pipeline starts until GPU decode is
-        written, saying what is missing — docs/DEVICE.md)."""
+        off by default, as PIL's Image.open. ``device``: "cpu", or "gpu":
+        nvJPEG decodes each batch on the GPU, fused with the
+        random_resized_crop (or resize + center_crop), flip and normalize
+        (float32, "chw") that must follow, into CUDA memory; it needs
+        ``.device("cuda")``, nvJPEG and sluice's CUDA kernels, and the
+        pipeline refuses to start without them, saying which is missing. The
+        boxes and flips are the CPU path's for the same seed; images nvJPEG
+        refuses (e.g. CMYK) are decoded on the CPU (``stats()["gpu_fallbacks"]``)
+        — docs/DEVICE.md."""
         if not isinstance(exif_orientation, bool):
             raise TypeError("exif_orientation: expected a bool, got "
                             f"{type(exif_orientation).__name__}")

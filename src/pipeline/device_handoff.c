@@ -60,6 +60,20 @@ struct sl_device_state {
     float *fb_host;               /* pinned: fallback images before their copy */
     size_t fb_cap;                /* images fb_host holds */
     _Atomic uint64_t gpu_images, cpu_images;
+    /* the rows still to use, and the output being filled (sl_device__gpu_next) */
+    sl_batch *carry;              /* host batch whose rows [carry_at, size) come next */
+    int64_t carry_at;
+    sl_batch *marker;             /* END/ERROR met while filling: after the short batch */
+    sl_dev_slot *slot;            /* the output being filled, or NULL */
+    int64_t filled, target;
+    int single, ic, pc;           /* host batches: no batch dim; image and placement columns */
+    size_t off[SL_MAX_COLUMNS], rowb[SL_MAX_COLUMNS], host_total, img_off;
+    int ncols;                    /* the output's columns */
+    char names[SL_MAX_COLUMNS][SL_COLNAME_MAX];
+    sl_tensor meta[SL_MAX_COLUMNS];
+    int src_col[SL_MAX_COLUMNS];  /* the host column of each (-1: the images) */
+    uint64_t epoch, out_index, next_pos;
+    int64_t counters[SL_MAX_COUNTERS];
 };
 
 /* ---- spec ---------------------------------------------------------------------------- */
@@ -284,6 +298,7 @@ cleanup:
 void sl_device__close(sl_device_state *ds) {
     if (!ds)
         return;
+    sl_device__gpu_reset(ds, 0);
     sl_dev__jpeg_close(ds->jpeg);
     sl_decoder_free(ds->dec);
     if (ds->fb_host) {
@@ -337,12 +352,12 @@ static int ensure_ring(sl_device_state *ds, int depth) {
     return SL_OK;
 }
 
-static int upload_gpu_decode(sl_device_state *ds, sl_batch *b, int depth);
 
 int sl_device__upload(sl_device_state *ds, sl_batch *b, int depth) {
     SL_TRY(ensure_ring(ds, depth));
-    if (ds->gd)
-        return upload_gpu_decode(ds, b, depth);
+    if (ds->gd) /* sl_device__gpu_next makes those batches */
+        return sl__error(SL_EINVAL, "device: a host batch handed to the upload while decoding "
+                         "on the GPU");
     sl_dev_backend *be = sl_dev__ring_backend(ds->ring);
     size_t off[SL_MAX_COLUMNS], total = 0;
     int ncol = -1;
@@ -532,26 +547,6 @@ static int col_index(const sl_batch *b, const char *name) {
     return -1;
 }
 
-/* Take column c out of the batch (its references dropped). */
-static void drop_column(sl_batch *b, int c) {
-    if (b->ragged[c] && b->items[c]) {
-        for (int64_t i = 0; i < b->size; i++)
-            sl_buffer_release(b->items[c][i].buf);
-        sl__free(b->items[c]);
-    }
-    sl_buffer_release(b->col[c].buf);
-    for (int k = c; k + 1 < b->ncols; k++) {
-        memcpy(b->names[k], b->names[k + 1], SL_COLNAME_MAX);
-        b->col[k] = b->col[k + 1];
-        b->ragged[k] = b->ragged[k + 1];
-        b->items[k] = b->items[k + 1];
-    }
-    b->ncols--;
-    memset(&b->col[b->ncols], 0, sizeof b->col[0]);
-    b->ragged[b->ncols] = 0;
-    b->items[b->ncols] = NULL;
-}
-
 static int gpu_open_decoder(sl_device_state *ds, sl_dev_backend *be, size_t n) {
     if (!ds->jpeg)
         SL_TRY(sl_dev__jpeg_open(&ds->jpeg, be));
@@ -571,103 +566,170 @@ static int gpu_open_decoder(sl_device_state *ds, sl_dev_backend *be, size_t n) {
     return SL_OK;
 }
 
-static int upload_gpu_decode(sl_device_state *ds, sl_batch *b, int depth) {
-    (void)depth;
+/* The output batch being filled from the host batches' rows (see "decode
+ * on the GPU" above). */
+static void fill_reset(sl_device_state *ds) {
+    if (ds->slot)
+        sl_dev__slot_abandon(ds->slot);
+    ds->slot = NULL;
+    ds->filled = 0;
+}
+
+void sl_device__gpu_reset(sl_device_state *ds, uint64_t batch) {
+    if (!ds || !ds->gd)
+        return;
+    fill_reset(ds);
+    sl_pipeline__batch_free(ds->carry);
+    sl_pipeline__batch_free(ds->marker);
+    ds->carry = ds->marker = NULL;
+    ds->carry_at = 0;
+    ds->out_index = batch;
+}
+
+/* A ring slot for the next output batch, laid out from the host batch
+ * `b`: its other columns' rows (staged, then copied as one piece), then
+ * the target x (3, oh, ow) float32 images. */
+static int fill_start(sl_device_state *ds, const sl_batch *b) {
     const sl_gpu_decode *g = ds->gd;
-    sl_dev_backend *be = sl_dev__ring_backend(ds->ring);
     char pname[SL_COLNAME_MAX + 16];
     snprintf(pname, sizeof pname, "%s.gpu_place", g->column);
-    int ic = col_index(b, g->column), pc = col_index(b, pname);
-    if (ic < 0 || pc < 0 || b->ragged[pc] || b->col[pc].dtype != SL_F64)
+    ds->ic = col_index(b, g->column);
+    ds->pc = col_index(b, pname);
+    if (ds->ic < 0 || ds->pc < 0 || b->ragged[ds->pc] || b->col[ds->pc].dtype != SL_F64)
         return sl__error(SL_EINVAL, "decode on the GPU: the batch lacks column '%s' or its "
                          "placements", g->column);
-    int64_t n = b->single ? 1 : b->size;
-    if (n < 1 || n > SL_DEV_JPEG_MAX)
+    ds->single = b->single;
+    ds->target = b->single ? 1 : ds->p->plan.batch_size;
+    if (ds->target < 1 || ds->target > SL_DEV_JPEG_MAX)
         return sl__error(SL_EINVAL, "decode on the GPU: a batch of %lld images (1 to %d)",
-                         (long long)n, SL_DEV_JPEG_MAX);
-    SL_TRY(gpu_open_decoder(ds, be, (size_t)n));
-    /* the other columns, staged, then the images */
-    size_t off[SL_MAX_COLUMNS], host_total = 0;
+                         (long long)ds->target, SL_DEV_JPEG_MAX);
+    sl_dev_backend *be = sl_dev__ring_backend(ds->ring);
+    SL_TRY(gpu_open_decoder(ds, be, (size_t)ds->target));
+    ds->host_total = 0;
     for (int c = 0; c < b->ncols; c++) {
-        off[c] = host_total;
-        if (c == ic || c == pc)
+        ds->off[c] = ds->host_total;
+        ds->rowb[c] = 0;
+        if (c == ds->ic || c == ds->pc)
             continue;
         if (b->ragged[c])
             return sl__error(SL_EUNSUPPORTED, "device: column '%s' is ragged (samples of "
                              "different shapes); device batches need stacked columns",
                              b->names[c]);
-        host_total += align_up(b->col[c].nbytes);
+        ds->rowb[c] = b->single ? b->col[c].nbytes
+                                : (b->size ? b->col[c].nbytes / (size_t)b->size : 0);
+        ds->host_total += align_up(ds->rowb[c] * (size_t)ds->target);
     }
     size_t per = (size_t)3 * (size_t)g->oh * (size_t)g->ow;
-    size_t img_off = host_total, img_bytes = (size_t)n * per * sizeof(float);
-    sl_dev_slot *slot;
+    ds->img_off = ds->host_total;
     uint64_t waited = 0;
-    int rc = sl_dev__ring_acquire(ds->ring, host_total, img_off + align_up(img_bytes), &slot,
-                                  &waited);
+    int rc = sl_dev__ring_acquire(ds->ring, ds->host_total,
+                                  ds->img_off + align_up((size_t)ds->target * per * sizeof(float)),
+                                  &ds->slot, &waited);
     atomic_fetch_add(&ds->wait_ns, waited);
-    if (rc < 0)
+    if (rc < 0) {
+        ds->slot = NULL;
         return rc;
-    uint8_t *dev = sl_dev__slot_dev(slot), *host = sl_dev__slot_host(slot);
+    }
+    ds->filled = 0;
+    ds->epoch = b->epoch;
+    /* the output's columns: the host batch's, less the placements */
+    ds->ncols = 0;
+    for (int c = 0; c < b->ncols; c++) {
+        if (c == ds->pc)
+            continue;
+        memcpy(ds->names[ds->ncols], b->names[c], SL_COLNAME_MAX);
+        sl_tensor *t = &ds->meta[ds->ncols];
+        memset(t, 0, sizeof *t);
+        if (c == ds->ic) {
+            int d = 0;
+            if (!b->single)
+                t->shape[d++] = 0;
+            t->shape[d++] = 3;
+            t->shape[d++] = g->oh;
+            t->shape[d++] = g->ow;
+            t->ndim = d;
+            t->dtype = SL_F32;
+            ds->src_col[ds->ncols] = -1;
+        } else {
+            t->dtype = b->col[c].dtype;
+            t->ndim = b->col[c].ndim;
+            memcpy(t->shape, b->col[c].shape, sizeof t->shape);
+            ds->src_col[ds->ncols] = c;
+        }
+        ds->ncols++;
+    }
+    return SL_OK;
+}
+
+/* "<where>: ops[i] (decode(gpu)): <why>" for the failed item */
+static void gpu_failure(sl_device_state *ds, const double *place, const char *why, char *msg,
+                        size_t cap) {
+    char where[300];
+    uint64_t rec = (uint64_t)place[SL_GPU_PLACE_RECORD];
+    if (rec < ds->p->src->count)
+        sl_source__locate(ds->p->src, rec, where, sizeof where);
+    else
+        snprintf(where, sizeof where, "%.200s: record %llu", ds->p->src_name,
+                 (unsigned long long)rec);
+    snprintf(msg, cap, "%s: ops[%d] (%s): %s", where, ds->gd_pos, ds->gd_label, why);
+}
+
+/* Decode the carry's next k rows into the output's rows from `filled` on:
+ * kept rows are contiguous; a failed one fails the call (on_error "fail",
+ * naming its record) or is counted and dropped ("skip"). */
+static int fill_take(sl_device_state *ds, int64_t k) {
+    const sl_gpu_decode *g = ds->gd;
+    sl_batch *b = ds->carry;
+    sl_dev_backend *be = sl_dev__ring_backend(ds->ring);
+    if (col_index(b, g->column) != ds->ic || b->ncols <= ds->pc || b->single != ds->single)
+        return sl__error(SL_EINVAL, "decode on the GPU: host batches of different columns");
+    size_t per = (size_t)3 * (size_t)g->oh * (size_t)g->ow;
+    uint8_t *dev = sl_dev__slot_dev(ds->slot), *host = sl_dev__slot_host(ds->slot);
     sl_dev_gpu_item it[SL_DEV_JPEG_MAX];
     const double *place[SL_DEV_JPEG_MAX];
-    int64_t row[SL_DEV_JPEG_MAX]; /* the batch row of item k */
+    int64_t row[SL_DEV_JPEG_MAX]; /* the host batch row of item j */
     int m = 0;
-    for (int64_t i = 0; i < n; i++, m++) {
+    for (int64_t i = ds->carry_at; i < ds->carry_at + k; i++, m++) {
         memset(&it[m], 0, sizeof it[m]);
-        row_of(b, ic, i, &it[m].data, &it[m].len);
-        const double *v = (const double *)b->col[pc].data + (size_t)i * SL_GPU_PLACE_N;
+        row_of(b, ds->ic, i, &it[m].data, &it[m].len);
+        const double *v = (const double *)b->col[ds->pc].data + (size_t)i * SL_GPU_PLACE_N;
         place[m] = v;
         row[m] = i;
         it[m].width = (int)v[SL_GPU_PLACE_W];
         it[m].height = (int)v[SL_GPU_PLACE_H];
-        for (int k = 0; k < 4; k++) {
-            it[m].box[k] = (float)v[SL_GPU_PLACE_BOX + k];
-            it[m].lim[k] = (int)v[SL_GPU_PLACE_LIM + k];
+        for (int q = 0; q < 4; q++) {
+            it[m].box[q] = (float)v[SL_GPU_PLACE_BOX + q];
+            it[m].lim[q] = (int)v[SL_GPU_PLACE_LIM + q];
         }
         it[m].flip = v[SL_GPU_PLACE_FLIP] != 0;
     }
+    uint64_t next_pos = (uint64_t)place[m - 1][SL_GPU_PLACE_POS] + 1;
+    ds->carry_at += k;
     gpu_cpu_ctx cctx = {ds, it, place};
     sl_dev_gpu_batch gb = {.jpeg = ds->jpeg, .oh = g->oh, .ow = g->ow,
-                           .dst = (float *)(dev + img_off), .host = ds->fb_host,
-                           .cpu = gpu_cpu_fallback, .cpu_ctx = &cctx,
+                           .dst = (float *)(dev + ds->img_off) + (size_t)ds->filled * per,
+                           .host = ds->fb_host, .cpu = gpu_cpu_fallback, .cpu_ctx = &cctx,
                            .stream = sl_dev__ring_copy_stream(ds->ring)};
     memcpy(gb.mean, g->mean, sizeof gb.mean);
     memcpy(gb.std, g->std, sizeof gb.std);
     int on_gpu = 0, on_cpu = 0, failed = 0;
-    rc = sl_dev__gpu_decode_batch(&gb, it, m, &on_gpu, &on_cpu, &failed);
+    int rc = sl_dev__gpu_decode_batch(&gb, it, m, &on_gpu, &on_cpu, &failed);
     while (rc >= 0 && failed > 0) {
-        /* the first failed sample: the CPU path's error, located */
-        int k = 0;
-        while (it[k].status != SL_DEV_GPU_FAILED)
-            k++;
-        char where[300], msg[SL__ERRMSG_MAX];
-        uint64_t rec = (uint64_t)place[k][SL_GPU_PLACE_RECORD];
-        if (rec < ds->p->src->count)
-            sl_source__locate(ds->p->src, rec, where, sizeof where);
-        else
-            snprintf(where, sizeof where, "%.200s: record %llu", ds->p->src_name,
-                     (unsigned long long)rec);
-        snprintf(msg, sizeof msg, "%s: ops[%d] (%s): %s", where, ds->gd_pos, ds->gd_label,
-                 it[k].why);
-        if (ds->p->spec->on_error != SL_ON_ERROR_SKIP || it[k].rc == SL_ENOMEM) {
-            rc = sl__error(it[k].rc, "%s", msg);
+        char msg[SL__ERRMSG_MAX];
+        int j = 0;
+        while (it[j].status != SL_DEV_GPU_FAILED)
+            j++;
+        if (ds->p->spec->on_error != SL_ON_ERROR_SKIP || it[j].rc == SL_ENOMEM) {
+            gpu_failure(ds, place[j], it[j].why, msg, sizeof msg);
+            rc = sl__error(it[j].rc, "%s", msg);
             break;
         }
-        /* skip: every failed one counted, then the rest decoded again in
-         * place, contiguous (rare: only batches with a bad image) */
+        /* skip: every failed one counted, the rest decoded again in place,
+         * contiguous (only batches with a bad image pay this) */
         int kept = 0;
-        for (int j = 0; j < m; j++) {
+        for (j = 0; j < m; j++) {
             if (it[j].status == SL_DEV_GPU_FAILED) {
-                if (j != k) {
-                    rec = (uint64_t)place[j][SL_GPU_PLACE_RECORD];
-                    if (rec < ds->p->src->count)
-                        sl_source__locate(ds->p->src, rec, where, sizeof where);
-                    else
-                        snprintf(where, sizeof where, "%.200s: record %llu", ds->p->src_name,
-                                 (unsigned long long)rec);
-                    snprintf(msg, sizeof msg, "%s: ops[%d] (%s): %s", where, ds->gd_pos,
-                             ds->gd_label, it[j].why);
-                }
+                gpu_failure(ds, place[j], it[j].why, msg, sizeof msg);
                 sl_exec__note_skip(ds->p, msg);
                 continue;
             }
@@ -682,76 +744,134 @@ static int upload_gpu_decode(sl_device_state *ds, sl_batch *b, int depth) {
             break;
         rc = sl_dev__gpu_decode_batch(&gb, it, m, &on_gpu, &on_cpu, &failed);
     }
-    if (rc >= 0 && on_cpu > 0) /* fb_host is reused by the next batch */
+    if (rc >= 0 && on_cpu > 0) /* fb_host is reused by the next decode */
         rc = be->stream_sync(be, gb.stream);
-    if (rc >= 0 && m == 0) {
-        sl_dev__slot_abandon(slot);
-        return SL_OP_DROP; /* every sample skipped */
-    }
-    /* the other columns' kept rows, staged */
-    for (int c = 0; c < b->ncols && rc >= 0; c++) {
-        if (c == ic || c == pc || !b->col[c].nbytes)
-            continue;
-        size_t rb = b->single ? b->col[c].nbytes : b->col[c].nbytes / (size_t)b->size;
-        for (int k = 0; k < m; k++)
-            memcpy(host + off[c] + (size_t)k * rb,
-                   (const uint8_t *)b->col[c].data + (size_t)row[k] * rb, rb);
-    }
-    if (rc >= 0) {
-        atomic_fetch_add(&ds->staged_bytes, host_total);
-        rc = sl_dev__slot_submit(slot, host_total, NULL);
-    }
-    sl_buffer *buf = NULL;
-    if (rc >= 0)
-        rc = sl_dev__slot_handout(slot, &buf);
-    if (rc < 0) {
-        sl_dev__slot_abandon(slot);
+    if (rc < 0)
         return rc;
+    for (int c = 0; c < b->ncols; c++) {
+        if (c == ds->ic || c == ds->pc || !ds->rowb[c])
+            continue;
+        size_t rb = ds->rowb[c];
+        size_t have = b->single ? b->col[c].nbytes
+                                : (b->size ? b->col[c].nbytes / (size_t)b->size : 0);
+        if (have != rb || b->ragged[c])
+            return sl__error(SL_EINVAL, "decode on the GPU: column '%s' changed shape between "
+                             "batches", b->names[c]);
+        for (int j = 0; j < m; j++)
+            memcpy(host + ds->off[c] + (size_t)(ds->filled + j) * rb,
+                   (const uint8_t *)b->col[c].data + (size_t)row[j] * rb, rb);
     }
+    ds->filled += m;
+    ds->next_pos = next_pos;
+    memcpy(ds->counters, b->counters, sizeof ds->counters);
     atomic_fetch_add(&ds->gpu_images, (uint64_t)on_gpu);
     atomic_fetch_add(&ds->cpu_images, (uint64_t)on_cpu);
-    atomic_fetch_add(&ds->h2d_bytes, host_total + (size_t)on_cpu * per * sizeof(float));
-    /* the batch now: the images and the other columns on the device */
-    for (int c = 0; c < b->ncols; c++) {
-        if (c == pc)
-            continue;
-        sl_tensor *t = &b->col[c];
-        if (c == ic && b->ragged[c]) {
-            for (int64_t i = 0; i < b->size; i++)
-                sl_buffer_release(b->items[c][i].buf);
-            sl__free(b->items[c]);
-            b->items[c] = NULL;
-            b->ragged[c] = 0;
-        }
-        sl_buffer_release(t->buf);
-        t->buf = sl_buffer_retain(buf);
-        sl_dev__backend_place(be, &t->device, &t->device_id);
-        if (c == ic) {
-            int k = 0;
-            if (!b->single)
-                t->shape[k++] = m;
-            t->shape[k++] = 3;
-            t->shape[k++] = g->oh;
-            t->shape[k++] = g->ow;
-            t->ndim = k;
-            t->dtype = SL_F32;
-            t->data = dev + img_off;
-            t->nbytes = (size_t)m * per * sizeof(float);
-        } else {
-            size_t rb = b->single ? t->nbytes : (b->size ? t->nbytes / (size_t)b->size : 0);
-            t->data = dev + off[c];
-            if (!b->single) {
-                t->shape[0] = m;
-                t->nbytes = rb * (size_t)m;
-            }
-        }
-    }
-    sl_buffer_release(buf);
-    drop_column(b, pc);
-    if (!b->single)
-        b->size = m;
+    atomic_fetch_add(&ds->h2d_bytes, (size_t)on_cpu * per * sizeof(float));
     return SL_OK;
 }
+
+/* Hand the filled output out: the staged columns' copy, the copy event and
+ * the consumer stream's wait, then a batch over the slot's memory. */
+static int fill_finish(sl_device_state *ds, sl_batch **out) {
+    const sl_gpu_decode *g = ds->gd;
+    sl_batch *b = sl__calloc(1, sizeof *b);
+    if (!b)
+        return sl__oom("handing out a GPU-decoded batch");
+    sl_dev_backend *be = sl_dev__ring_backend(ds->ring);
+    atomic_fetch_add(&ds->staged_bytes, ds->host_total);
+    atomic_fetch_add(&ds->h2d_bytes, ds->host_total);
+    int rc = sl_dev__slot_submit(ds->slot, ds->host_total, NULL);
+    sl_buffer *buf = NULL;
+    if (rc >= 0)
+        rc = sl_dev__slot_handout(ds->slot, &buf);
+    if (rc < 0) {
+        sl__free(b);
+        fill_reset(ds);
+        return rc;
+    }
+    size_t per = (size_t)3 * (size_t)g->oh * (size_t)g->ow;
+    uint8_t *dev = sl_dev__slot_dev(ds->slot);
+    b->kind = SL_CHUNK_DATA;
+    b->index = ds->out_index++;
+    b->epoch = ds->epoch;
+    b->size = ds->filled;
+    b->single = ds->single;
+    b->ncols = ds->ncols;
+    b->next_pos = ds->next_pos;
+    memcpy(b->counters, ds->counters, sizeof b->counters);
+    for (int k = 0; k < ds->ncols; k++) {
+        memcpy(b->names[k], ds->names[k], SL_COLNAME_MAX);
+        sl_tensor *t = &b->col[k];
+        *t = ds->meta[k];
+        int c = ds->src_col[k];
+        if (!ds->single)
+            t->shape[0] = ds->filled;
+        if (c < 0) {
+            t->data = dev + ds->img_off;
+            t->nbytes = (size_t)ds->filled * per * sizeof(float);
+        } else {
+            t->data = dev + ds->off[c];
+            t->nbytes = ds->rowb[c] * (size_t)ds->filled;
+        }
+        t->buf = sl_buffer_retain(buf);
+        sl_dev__backend_place(be, &t->device, &t->device_id);
+    }
+    sl_buffer_release(buf);
+    ds->slot = NULL;
+    ds->filled = 0;
+    *out = b;
+    return SL_OK;
+}
+
+int sl_device__gpu_next(sl_device_state *ds, sl_batch **out, int timeout_ms) {
+    *out = NULL;
+    SL_TRY(ensure_ring(ds, ds->p->plan.out_depth));
+    for (;;) {
+        if (ds->marker && !ds->slot) {
+            *out = ds->marker;
+            ds->marker = NULL;
+            if ((*out)->kind == SL_CHUNK_END)
+                ds->out_index = 0;
+            return SL_OK;
+        }
+        if (!ds->carry) {
+            sl_batch *hb;
+            SL_TRY(sl_pipeline__pop_batch(ds->p, &hb, timeout_ms));
+            if (!hb)
+                return SL_OK; /* timed out: the fill goes on at the next call */
+            if (hb->kind != SL_CHUNK_DATA) {
+                /* the epoch's end (or an error) after a partial output: that
+                 * is the epoch's last, short batch, as the CPU path's */
+                ds->marker = hb;
+                if (ds->slot && ds->filled > 0 && !ds->p->plan.drop_remainder)
+                    return fill_finish(ds, out);
+                fill_reset(ds);
+                continue;
+            }
+            if (!hb->single && hb->size <= 0) {
+                sl_pipeline__batch_free(hb);
+                continue;
+            }
+            ds->carry = hb;
+            ds->carry_at = 0;
+        }
+        if (!ds->slot)
+            SL_TRY(fill_start(ds, ds->carry));
+        int64_t rows = ds->carry->single ? 1 : ds->carry->size;
+        int64_t k = ds->target - ds->filled;
+        if (k > rows - ds->carry_at)
+            k = rows - ds->carry_at;
+        SL_TRY(fill_take(ds, k));
+        if (ds->carry_at >= rows) {
+            sl_pipeline__batch_free(ds->carry);
+            ds->carry = NULL;
+        }
+        if (ds->filled == ds->target)
+            return fill_finish(ds, out);
+    }
+}
+
+int sl_device__gpu_decoding(const sl_device_state *ds) { return ds && ds->gd; }
 
 int sl_device__gpu_setup(sl_device_state *ds, sl_pipeline *p) {
     const sl_plan *pl = &p->plan;

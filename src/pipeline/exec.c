@@ -372,6 +372,7 @@ static int apply_nodes(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, in
             ctx.epoch = c->epoch;
             ctx.key = c->key[i];
             ctx.index = s->index;
+            ctx.stream_pos = c->pos[i];
             ctx.nparts = nd->nparts;
             for (uint32_t q = 0; q < nd->nparts; q++)
                 ctx.pos[q] = nd->parts[q];
@@ -608,6 +609,7 @@ int sl_pipeline__start(sl_pipeline *p, const sl_resume *r) {
         sl_queue__start(&p->stage[s].out, r->epoch);
     }
     p->direct_index = r->batch;
+    sl_device__gpu_reset(p->dev, r->batch); /* decode on the GPU: rows of the old stream */
     if (!atomic_load(&p->t_start)) {
         p->cpu_t0_ns = sl__process_cpu_ns();
         atomic_store(&p->t_start, sl__now_ns());

@@ -1707,6 +1707,7 @@ static int gpu_place_apply(const void *params, void *state, sl_op_ctx *ctx, sl_s
     v[SL_GPU_PLACE_H] = info.height;
     v[SL_GPU_PLACE_W] = info.width;
     v[SL_GPU_PLACE_RECORD] = (double)ctx->index;
+    v[SL_GPU_PLACE_POS] = (double)ctx->stream_pos;
     /* a new column: what lies past ncols is stale (released samples are not
      * zeroed), and sl_op_set_column would release it again */
     for (uint32_t c = s->ncols; c <= (uint32_t)g->pcol; c++)

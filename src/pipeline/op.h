@@ -132,6 +132,7 @@ typedef struct sl_op_ctx {
     uint64_t key;                     /* the sample's RNG index: record index +
                                          repetition * dataset size */
     uint64_t index;                   /* record index the sample came from */
+    uint64_t stream_pos;              /* its position in the epoch's stream (resume) */
     uint32_t nparts;                  /* 1, or the number of ops fused into this one */
     uint32_t pos[SL_OP_MAX_PARTS];    /* op positions in the spec ("ops[pos]") */
     unsigned rng_ready;               /* bit i: rng[i] is keyed */
@@ -313,7 +314,8 @@ enum {
     SL_GPU_PLACE_H = 9,        /* the header's height and width */
     SL_GPU_PLACE_W = 10,
     SL_GPU_PLACE_RECORD = 11,  /* the record index (for messages) */
-    SL_GPU_PLACE_N = 12
+    SL_GPU_PLACE_POS = 12,     /* the stream position (the resume point after it) */
+    SL_GPU_PLACE_N = 13
 };
 typedef struct sl_gpu_decode {
     int col;                   /* the image column */

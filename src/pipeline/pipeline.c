@@ -341,6 +341,33 @@ static int fail(sl_pipeline *p, int rc, const char *msg) {
     return rc;
 }
 
+int sl_pipeline__pop_batch(sl_pipeline *p, sl_batch **out, int timeout_ms) {
+    *out = NULL;
+    sl_queue *q = &p->stage[p->nstages - 1].out;
+    for (;;) {
+        void *item;
+        uint64_t wait = 0;
+        int rc = sl_queue__pop(q, &item, &wait, timeout_ms);
+        atomic_fetch_add(&p->consumer_wait_ns, wait);
+        if (rc == SL_END)
+            return SL_OK; /* timed out */
+        if (rc < 0)
+            return sl__error(SL_ECANCELED, "pipeline: stopped");
+        if (!p->direct) {
+            *out = item;
+            return SL_OK;
+        }
+        sl_chunk *c = item;
+        rc = sl_collate__from_chunk(p, c, &p->direct_index, out);
+        sl_pipeline__chunk_put(p, c);
+        if (rc < 0)
+            return rc;
+        if (*out)
+            return SL_OK;
+        /* drop_remainder: nothing to hand out */
+    }
+}
+
 int sl_pipeline_next_timeout(sl_pipeline *p, sl_batch **out, int timeout_ms) {
     *out = NULL;
     pthread_mutex_lock(&p->err_mu);
@@ -359,34 +386,23 @@ int sl_pipeline_next_timeout(sl_pipeline *p, sl_batch **out, int timeout_ms) {
     if (!p->running)
         SL_TRY(sl_pipeline__start(p, &p->start));
     sl_pipeline__autotune(p);
-    sl_queue *q = &p->stage[p->nstages - 1].out;
+    int gpu = sl_device__gpu_decoding(p->dev);
     for (;;) {
-        void *item;
-        uint64_t wait = 0;
-        int rc = sl_queue__pop(q, &item, &wait, timeout_ms);
-        atomic_fetch_add(&p->consumer_wait_ns, wait);
-        if (rc == SL_END)
-            return SL_OK; /* timed out */
+        sl_batch *b;
+        int rc = gpu ? sl_device__gpu_next(p->dev, &b, timeout_ms)
+                     : sl_pipeline__pop_batch(p, &b, timeout_ms);
         if (rc < 0) {
             pthread_mutex_lock(&p->err_mu);
             failed = p->failed;
             pthread_mutex_unlock(&p->err_mu);
             if (failed)
                 return fail(p, 0, "");
-            return sl__error(SL_ECANCELED, "pipeline: stopped");
+            char msg[SL__ERRMSG_MAX];
+            snprintf(msg, sizeof msg, "%s", sl_errmsg());
+            return rc == SL_ECANCELED ? rc : fail(p, rc, msg);
         }
-        sl_batch *b;
-        if (p->direct) {
-            sl_chunk *c = item;
-            rc = sl_collate__from_chunk(p, c, &p->direct_index, &b);
-            sl_pipeline__chunk_put(p, c);
-            if (rc < 0)
-                return fail(p, rc, sl_errmsg());
-            if (!b)
-                continue; /* drop_remainder */
-        } else {
-            b = item;
-        }
+        if (!b)
+            return SL_OK; /* timed out */
         if (b->kind == SL_CHUNK_END) {
             p->cons_epoch = b->epoch + 1;
             p->cons_at_end = 1;
@@ -406,16 +422,12 @@ int sl_pipeline_next_timeout(sl_pipeline *p, sl_batch **out, int timeout_ms) {
             sl_pipeline__batch_free(b);
             continue;
         }
-        rc = p->dev ? sl_device__upload(p->dev, b, p->plan.out_depth) : SL_OK;
+        rc = p->dev && !gpu ? sl_device__upload(p->dev, b, p->plan.out_depth) : SL_OK;
         if (rc < 0) {
             char msg[SL__ERRMSG_MAX];
             snprintf(msg, sizeof msg, "%s", sl_errmsg());
             sl_pipeline__batch_free(b);
             return fail(p, rc, msg);
-        }
-        if (rc == SL_OP_DROP) { /* decode on the GPU skipped every sample of it */
-            sl_pipeline__batch_free(b);
-            continue;
         }
         p->cons_epoch = b->epoch;
         p->last.epoch = b->epoch;

@@ -94,8 +94,18 @@ int sl_device__open(sl_device_state **out, struct sl_spec *spec);
 int sl_device__upload(sl_device_state *ds, struct sl_batch *b, int depth);
 struct sl_pipeline;
 /* Decode on the GPU, after the plan is optimised (plan.gpu_decode): checks
- * the device (cuda), nvJPEG and the kernel, and makes uploads decode. */
+ * the device (cuda), nvJPEG and the kernel; sl_device__gpu_decoding is then
+ * 1 and the consumer takes batches from sl_device__gpu_next. */
 int sl_device__gpu_setup(sl_device_state *ds, struct sl_pipeline *p);
+int sl_device__gpu_decoding(const sl_device_state *ds);
+/* The next batch for the consumer when decoding on the GPU: the host
+ * batches' rows (sl_pipeline__pop_batch) decoded into device batches of the
+ * batch size, refilled past skipped samples as the CPU path's are; markers
+ * (epoch end, error) as they come. SL_OK with *out NULL: timed out. */
+int sl_device__gpu_next(sl_device_state *ds, struct sl_batch **out, int timeout_ms);
+/* Forget rows and the output in progress (the stream restarts; `batch`:
+ * the index of the next output batch in its epoch). */
+void sl_device__gpu_reset(sl_device_state *ds, uint64_t batch);
 void sl_device__close(sl_device_state *ds);
 typedef struct sl_device_counters {
     uint64_t h2d_bytes;
@@ -344,6 +354,11 @@ struct sl_batch {
     int err_rc;
     char errmsg[SL__ERRMSG_MAX];
 };
+
+/* The next batch of the last stage, data or a marker (pipeline.c): SL_OK
+ * with *out, or with *out NULL on timeout; < 0 when the pipeline failed or
+ * stopped (message set). */
+int sl_pipeline__pop_batch(struct sl_pipeline *p, sl_batch **out, int timeout_ms);
 
 /* Release a sample's column references and empty it (cheaper than
  * sl_sample_clear: the columns are not zeroed). */

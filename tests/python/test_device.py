@@ -4,11 +4,15 @@ On a machine without a GPU the host backend (the same ring, events and
 normalize, run by threads) is checked against the CPU pipeline; the CUDA
 cases skip, saying so.
 """
+import os
+
 import numpy as np
 import pytest
 
 import sluice
 from sluice import _sluice
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -124,3 +128,70 @@ def test_decode_on_gpu_is_refused_with_the_reason(tmp_path):
         next(iter(ds.numpy()))
     # "cpu" is the default and stays out of the spec
     assert "device" not in sluice.from_arrays(images()).decode("image", device="cpu").spec["ops"][0]
+
+
+def _fake_libs():
+    """The stand-in CUDA runtime, nvJPEG and kernels of the C build
+    (tests/device/fake/), beside libsluice, or None."""
+    lib = os.environ.get("SLUICE_LIB") or os.path.join(REPO, "build", "libsluice.so")
+    d = os.path.dirname(lib)
+    libs = {"SLUICE_CUDART": "libsluice_fake_cudart.so",
+            "SLUICE_NVJPEG": "libsluice_fake_nvjpeg.so",
+            "SLUICE_CUDA_KERNELS": "libsluice_fake_kernels.so"}
+    paths = {k: os.path.join(d, v) for k, v in libs.items()}
+    return paths if all(os.path.exists(p) for p in paths.values()) else None
+
+
+_GPU_DECODE_SCRIPT = r"""
+import json, os, sys
+import numpy as np
+from PIL import Image
+import sluice
+root = sys.argv[1]
+rng = np.random.default_rng(3)
+for i in range(10):
+    os.makedirs(os.path.join(root, "ab"[i % 2]), exist_ok=True)
+    im = Image.fromarray(rng.integers(0, 256, (40 + 7 * i, 50 + 5 * i, 3), dtype=np.uint8))
+    if i == 3:
+        im = im.convert("CMYK")  # nvJPEG refuses it: the CPU decodes it
+    im.save(os.path.join(root, "ab"[i % 2], f"{i}.jpg"), quality=90)
+ds = (sluice.image_folder(root).select("image", "label").decode("image", device="gpu")
+      .random_resized_crop("image", 32).flip("image")
+      .normalize("image", mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+      .batch(4).device("cuda"))
+engine = ds._start()[0]
+out = []
+while True:
+    b = engine.next()
+    if b is None:
+        break
+    out.append({k: [list(v.__dlpack_device__()), list(v.shape)] for k, v in b.items()})
+print(json.dumps({"batches": out, "stats": ds.stats()}))
+"""
+
+
+def test_decode_on_gpu_runs_over_the_stand_ins(tmp_path):
+    # The whole path from Python (decode(device="gpu") + .device("cuda")) over
+    # the stand-in CUDA runtime, nvJPEG and kernels of the C tests, in a child
+    # process (they are chosen by environment before the runtime loads). The
+    # values are checked against the CPU pipeline in the C tests
+    # (gpu_pipe_fake__*); here: the batches are CUDA tensors of the CPU
+    # chain's shape and dtype, and the stats count the GPU and CPU decodes.
+    import json
+    import subprocess
+    import sys
+    fakes = _fake_libs()
+    if fakes is None:
+        pytest.skip("the stand-in libraries are not built (nvjpeg.h missing: "
+                    "scripts/nvjpeg_fetch.sh)")
+    env = dict(os.environ, **fakes)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    r = subprocess.run([sys.executable, "-c", _GPU_DECODE_SCRIPT, str(tmp_path / "imgs")],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    shapes = [b["image"][1] for b in res["batches"]]
+    assert shapes == [[4, 3, 32, 32], [4, 3, 32, 32], [2, 3, 32, 32]]
+    assert all(b["image"][0] == [2, 0] and b["label"][0] == [2, 0] for b in res["batches"])
+    assert res["stats"]["gpu_decoded"] == 9
+    assert res["stats"]["gpu_fallbacks"] == 1
