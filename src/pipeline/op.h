@@ -273,8 +273,8 @@ const sl_op_def *sl_op_at(int i);
  * the source region `box` (x0, y0, x1, y1), the source pixels `lim` the
  * filter may read, the output size and the mirror. The CPU ops
  * (decode + random_resized_crop (+ flip), decode + resize (+ center_crop))
- * draw theirs through these functions; GPU decode is to draw the same ones
- * on the CPU with the same generators (the op's parts), for its kernel
+ * draw theirs through these functions; GPU decode (gpu_decode_place, below)
+ * draws the same ones on the CPU with the same generators, for its kernel
  * (src/device/crop_resize.cu) to read. */
 typedef struct sl_place {
     double box[4];

@@ -19,6 +19,9 @@
  *     ops still fuse (decode + random_resized_crop + flip + normalize).
  *  5. Consecutive per-sample ops share one stage (one pass over a sample on
  *     one thread, no queue between them); that grouping is done by exec.c.
+ *  6. Decode on the GPU: a decode op with "device": "gpu" and the ops the
+ *     GPU kernel does after it become one op, decode(gpu) (gpu_decode,
+ *     below); anything else after it is refused.
  */
 #include "pipeline/pipeline.h"
 
