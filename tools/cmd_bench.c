@@ -331,6 +331,9 @@ int cmd_bench(int argc, char **argv) {
                    "memory), waited %.2f s for device slots\n",
                    st.h2d_bytes_per_s / 1e6, (double)st.h2d_bytes / 1e6,
                    (double)st.h2d_staged_bytes / 1e6, st.device_wait_s);
+        if (st.gpu_decoded || st.gpu_fallbacks)
+            printf("decoded on the GPU: %llu images, %llu left to the CPU decode\n",
+                   (unsigned long long)st.gpu_decoded, (unsigned long long)st.gpu_fallbacks);
         if (st.skipped)
             printf("skipped %llu samples (first: %s)\n", (unsigned long long)st.skipped,
                    st.nerrors ? st.errors[0] : "");

@@ -475,7 +475,25 @@ int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len
                   s == p->nstages - 1 ? "batches (prefetch)" : "chunks");
     }
     sb_printf(&b, "output: ");
-    cols_text(&b, &pl->out_cols);
+    if (pl->gpu_decode) {
+        /* what the consumer gets: the hand-off decodes the image column and
+         * takes the placements out (device_handoff.c) */
+        sl_colset oc = pl->out_cols;
+        const sl_gpu_decode *g = pl->gpu_decode;
+        sl_colinfo *ci = &oc.col[g->col];
+        ci->dtype = SL_F32;
+        ci->ndim = 3;
+        ci->shape[0] = 3;
+        ci->shape[1] = g->oh;
+        ci->shape[2] = g->ow;
+        ci->encoded = 0;
+        if (g->pcol == oc.ncols - 1)
+            oc.ncols--;
+        cols_text(&b, &oc);
+        sb_printf(&b, " (the images decoded on the GPU at the hand-off)");
+    } else {
+        cols_text(&b, &pl->out_cols);
+    }
     if (pl->has_batch)
         sb_printf(&b, " with a leading batch dim of %lld%s", (long long)pl->batch_size,
                   pl->drop_remainder ? " (remainder dropped)" : "");
