@@ -152,6 +152,9 @@ typedef struct sl_dev_gpu_batch {
     sl_dev_cpu_decode_fn cpu;
     void *cpu_ctx;
     void *stream;
+    int host_cap;              /* images `host` holds; 0: n (one place per image). With
+                                  fewer, fallbacks take the places in turn and the stream
+                                  is synchronised before a place is reused */
 } sl_dev_gpu_batch;
 /* *on_gpu, *on_cpu, *failed: the items that ended each way. */
 int sl_dev__gpu_decode_batch(const sl_dev_gpu_batch *b, sl_dev_gpu_item *items, int n,

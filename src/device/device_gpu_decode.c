@@ -62,11 +62,16 @@ int sl_dev__gpu_decode_batch(const sl_dev_gpu_batch *b, sl_dev_gpu_item *items, 
         SL_TRY(be->crop_resize(be, &a, b->stream));
         (*on_gpu)++;
     }
+    int k = 0; /* with host_cap: the next place in `host` */
     for (int i = 0; i < n; i++) {
         sl_dev_gpu_item *it = &items[i];
         if (it->status == SL_DEV_JPEG_OK)
             continue;
-        float *h = b->host + (size_t)i * per;
+        if (b->host_cap > 0 && k == b->host_cap) { /* every place's copy must have run */
+            SL_TRY(be->stream_sync(be, b->stream));
+            k = 0;
+        }
+        float *h = b->host + (size_t)(b->host_cap > 0 ? k : i) * per;
         int rc = b->cpu(b->cpu_ctx, i, h);
         if (rc < 0) {
             it->status = SL_DEV_GPU_FAILED;
@@ -77,6 +82,7 @@ int sl_dev__gpu_decode_batch(const sl_dev_gpu_batch *b, sl_dev_gpu_item *items, 
         }
         SL_TRY(be->copy(be, b->dst + (size_t)i * per, h, per * sizeof(float), b->stream));
         (*on_cpu)++;
+        k++;
     }
     return SL_OK;
 }

@@ -547,6 +547,10 @@ static int col_index(const sl_batch *b, const char *name) {
     return -1;
 }
 
+/* Fallback images in flight at once (pinned places of one image each; a
+ * batch with more fallbacks waits for the first ones' copies). */
+#define GPU_FALLBACK_PLACES 4
+
 static int gpu_open_decoder(sl_device_state *ds, sl_dev_backend *be, size_t n) {
     if (!ds->jpeg)
         SL_TRY(sl_dev__jpeg_open(&ds->jpeg, be));
@@ -554,6 +558,8 @@ static int gpu_open_decoder(sl_device_state *ds, sl_dev_backend *be, size_t n) {
         SL_TRY(sl_decoder_create(&ds->dec));
         SL_TRY(sl_decoder_set(ds->dec, SL_DECODE_WARNINGS, ds->gd->warnings));
     }
+    if (n > GPU_FALLBACK_PLACES)
+        n = GPU_FALLBACK_PLACES;
     if (ds->fb_cap < n) {
         if (ds->fb_host)
             be->host_free(be, ds->fb_host);
@@ -709,7 +715,8 @@ static int fill_take(sl_device_state *ds, int64_t k) {
     sl_dev_gpu_batch gb = {.jpeg = ds->jpeg, .oh = g->oh, .ow = g->ow,
                            .dst = (float *)(dev + ds->img_off) + (size_t)ds->filled * per,
                            .host = ds->fb_host, .cpu = gpu_cpu_fallback, .cpu_ctx = &cctx,
-                           .stream = sl_dev__ring_copy_stream(ds->ring)};
+                           .stream = sl_dev__ring_copy_stream(ds->ring),
+                           .host_cap = (int)ds->fb_cap};
     memcpy(gb.mean, g->mean, sizeof gb.mean);
     memcpy(gb.std, g->std, sizeof gb.std);
     int on_gpu = 0, on_cpu = 0, failed = 0;
@@ -744,7 +751,7 @@ static int fill_take(sl_device_state *ds, int64_t k) {
             break;
         rc = sl_dev__gpu_decode_batch(&gb, it, m, &on_gpu, &on_cpu, &failed);
     }
-    if (rc >= 0 && on_cpu > 0) /* fb_host is reused by the next decode */
+    if (rc >= 0 && on_cpu > 0) /* fb_host's places are reused by the next decode */
         rc = be->stream_sync(be, gb.stream);
     if (rc < 0)
         return rc;

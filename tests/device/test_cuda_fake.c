@@ -941,12 +941,17 @@ static void gp_use(void) {
 
 /* GP_N JPEGs of different sizes and subsamplings; CMYK at cmyk_at, cut in
  * half at bad_at (-1: none). */
+static unsigned gp_cmyk_mask; /* more CMYK files (bit i: file i) */
+static int gp_batch = 4;
+
 static void gp_make(gp_set *s, int cmyk_at, int bad_at) {
     for (int i = 0; i < GP_N; i++) {
+        if (gp_cmyk_mask & (1u << i))
+            cmyk_at = i;
         s->w[i] = 40 + (i * 53) % 200;
         s->h[i] = 30 + (i * 37) % 150;
         s->f[i] = make_jpeg(s->w[i], s->h[i], i % 3 == 0 ? TJSAMP_444 : TJSAMP_420,
-                            i == cmyk_at, i);
+                            i == cmyk_at || (gp_cmyk_mask & (1u << i)), i);
         if (i == bad_at)
             s->f[i].len /= 2;
         s->label[i] = 100 + i;
@@ -982,7 +987,9 @@ static sl_pipeline *gp_pipeline(gp_set *s, int gpu, int skip) {
     ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"flip\", \"p\": 0.5}"));
     ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"normalize\", \"mean\": [0.485, 0.456, "
                                         "0.406], \"std\": [0.229, 0.224, 0.225]}"));
-    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 4}"));
+    char bj[64];
+    snprintf(bj, sizeof bj, "{\"op\": \"batch\", \"size\": %d}", gp_batch);
+    ASSERT_OK(sl_spec_add_op_json(spec, bj));
     if (gpu)
         ASSERT_OK(sl_spec_set_device(spec, SL_DEVICE_CUDA, 0, 0));
     sl_pipeline *p;
@@ -1108,6 +1115,43 @@ SL_TEST(gpu_pipe_fake__same_boxes_and_pixels_as_cpu_pipeline) {
     ASSERT_OK(sl_pipeline_stats_json(pg, js, sizeof js, &len));
     ASSERT_CONTAINS(js, "\"gpu_decoded\":13");
     ASSERT_CONTAINS(js, "\"gpu_fallbacks\":1");
+    sl_pipeline_free(pc);
+    sl_pipeline_free(pg);
+    gp_free(&s);
+    free(cpu);
+    free(gpu);
+    ASSERT_EQ(fn.live(), 0);
+    nothing_left();
+}
+
+/* More CMYK files in a batch than the hand-off's pinned fallback places:
+ * the places are reused once their copies ran, and every fallback lands at
+ * its own row, equal to the CPU pipeline's. */
+SL_TEST(gpu_pipe_fake__many_fallbacks_in_one_batch) {
+    gp_use();
+    gp_cmyk_mask = 0x7fu | (1u << 9); /* files 0-6 and 9 */
+    gp_batch = 8;
+    gp_set s;
+    gp_make(&s, -1, -1);
+    size_t per = (size_t)3 * GP_OH * GP_OW;
+    float *cpu = calloc(GP_N * per, sizeof(float)), *gpu = calloc(GP_N * per, sizeof(float));
+    int64_t lc[GP_N], lg[GP_N];
+    int zc[GP_N + 1], zg[GP_N + 1];
+    char err[512] = "";
+    sl_pipeline *pc = gp_pipeline(&s, 0, 0), *pg = gp_pipeline(&s, 1, 0);
+    ASSERT_EQ(gp_drain(pc, cpu, lc, zc, SL_DEVICE_CPU, err, sizeof err), GP_N);
+    ASSERT_EQ(gp_drain(pg, gpu, lg, zg, SL_DEVICE_CUDA, err, sizeof err), GP_N);
+    ASSERT_EQ(zg[0], 8);
+    for (int i = 0; i < GP_N; i++) {
+        ASSERT_EQ(lc[i], lg[i]);
+        if (gp_cmyk_mask & (1u << i))
+            ASSERT(memcmp(cpu + (size_t)i * per, gpu + (size_t)i * per, per * sizeof(float)) ==
+                   0);
+    }
+    sl_pipeline_stats st;
+    ASSERT_OK(sl_pipeline_stats_get(pg, &st));
+    ASSERT_U64_EQ(st.gpu_fallbacks, 8);
+    ASSERT_U64_EQ(st.gpu_decoded, GP_N - 8);
     sl_pipeline_free(pc);
     sl_pipeline_free(pg);
     gp_free(&s);
