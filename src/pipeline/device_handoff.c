@@ -1,8 +1,10 @@
 /*
  * device_handoff.c — the pipeline's hand-off to a device (the copying itself
  * is src/device/'s: backends and the ring): the spec's "device" key, taking the normalize op out of the pipeline when it runs on the
- * device, the decode placement check, and the upload that turns a host batch
- * into a device batch at the end of sl_pipeline_next.
+ * device, the decode placement check, the upload that turns a host batch
+ * into a device batch at the end of sl_pipeline_next, and, for decode on the
+ * GPU, the device batches made from host batches of JPEG bytes
+ * (sl_device__gpu_next, "decode on the GPU" below).
  *
  * The pipeline's batch buffers are the backend's pinned memory
  * (sl_device__batch_mem, pools.c): the stages write each batch where the copy
@@ -480,22 +482,25 @@ int sl_device__upload(sl_device_state *ds, sl_batch *b, int depth) {
 }
 
 /* ---- decode on the GPU ------------------------------------------------------------------
- * The batch arrives with the image column still encoded (ragged bytes, or
+ * Host batches arrive with the image column still encoded (ragged bytes, or
  * stacked when every file has the same length) and the placements column
- * the CPU workers drew (gpu_decode_place, image_ops.c). Per batch, on the
- * consumer thread:
- *   1. a ring slot for the other columns (staged, copied as one piece) and
- *      the n float32 (3, oh, ow) images after them;
- *   2. sl_dev__gpu_decode_batch on the ring's copy stream: nvJPEG, the kernel
- *      at each placement, the CPU path (sl_ops__decode_box into the
- *      normalized output, the CPU op's own kernel) for what nvJPEG leaves;
- *   3. a sample that fails on the CPU too is the CPU path's error: with
- *      on_error "fail" the batch fails naming the record; with "skip" it is
- *      counted and dropped and the batch is decoded again without it, so
- *      the images stay contiguous (the batch comes out short by it: the CPU
- *      path would have refilled it from the next samples, see DEVICE.md);
+ * the CPU workers drew (gpu_decode_place, image_ops.c). The consumer thread
+ * (sl_device__gpu_next) makes device batches from their rows:
+ *   1. a ring slot for the output: the other columns (staged, copied as one
+ *      piece) and the batch's float32 (3, oh, ow) images after them;
+ *   2. rows taken in order from the host batches (the one being used is the
+ *      carry), decoded by sl_dev__gpu_decode_batch on the ring's copy
+ *      stream straight to their rows: nvJPEG, the kernel at each placement,
+ *      the CPU path (sl_ops__decode_box into the normalized output, the CPU
+ *      op's own kernel) for what nvJPEG leaves;
+ *   3. a sample the CPU fails on too is the CPU path's error: with on_error
+ *      "fail" the call fails naming its record; with "skip" it is counted
+ *      and dropped, the rest of its rows decoded again contiguous, and the
+ *      output is refilled from the next rows, so the batches hold the same
+ *      samples as the CPU path's (an epoch's end hands out the last, short
+ *      one, unless drop_remainder);
  *   4. the copy event and the consumer stream's wait, as for any batch; the
- *      placements column leaves the batch. */
+ *      placements column is not in the batch handed out. */
 
 typedef struct gpu_cpu_ctx {
     sl_device_state *ds;

@@ -75,15 +75,16 @@ int sl_device__parse_json(const struct cJSON *v, sl_device_spec *out);
 struct cJSON *sl_device__to_json(const sl_device_spec *d);
 
 /* A decode op's "device" key: checks it ("cpu" | "gpu"; SL_EINVAL with
- * ops[index].device otherwise), sets *gpu, and takes the key out of `op`
- * (the op table does not know it). Other ops: nothing, *gpu 0. */
+ * ops[index].device otherwise) and sets *gpu; the decode op reads the key
+ * itself (image_ops.c). Other ops: nothing, *gpu 0. */
 int sl_device__decode_placement(struct cJSON *op, int index, int *gpu);
 
 typedef struct sl_device_state sl_device_state;
 struct sl_batch;
 struct sl_spec;
-/* Check decode ops' "device" key ("cpu" | "gpu"; "gpu" is SL_EUNSUPPORTED)
- * and open the device of spec->device (*out NULL when none). With
+/* Check decode ops' "device" key ("cpu" | "gpu"; "gpu" without a loadable
+ * nvJPEG is SL_EUNSUPPORTED, saying so) and open the device of
+ * spec->device (*out NULL when none). With
  * normalize_on_device the spec's normalize op is taken out of its ops (the
  * pipeline's own copy) and run on the device instead. */
 int sl_device__open(sl_device_state **out, struct sl_spec *spec);
