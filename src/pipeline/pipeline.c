@@ -528,16 +528,20 @@ int64_t sl_pipeline_len(const sl_pipeline *p) {
     return n;
 }
 
-int sl_pipeline_ncols(const sl_pipeline *p) { return p->plan.out_cols.ncols; }
+/* The columns the consumer gets: decode on the GPU takes out the last one,
+ * the placements (optimize.c, device_handoff.c). */
+int sl_pipeline_ncols(const sl_pipeline *p) {
+    return p->plan.out_cols.ncols - (p->plan.gpu_decode ? 1 : 0);
+}
 
 const char *sl_pipeline_column_name(const sl_pipeline *p, int col) {
-    if (col < 0 || col >= p->plan.out_cols.ncols)
+    if (col < 0 || col >= sl_pipeline_ncols(p))
         return NULL;
     return p->plan.out_cols.col[col].name;
 }
 
 int sl_pipeline_column_text(const sl_pipeline *p, int col) {
-    if (col < 0 || col >= p->plan.out_cols.ncols)
+    if (col < 0 || col >= sl_pipeline_ncols(p))
         return 0;
     return p->plan.out_cols.col[col].text;
 }

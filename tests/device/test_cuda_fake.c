@@ -1062,6 +1062,10 @@ SL_TEST(gpu_pipe_fake__same_boxes_and_pixels_as_cpu_pipeline) {
     size_t len;
     ASSERT_OK(sl_pipeline_explain(pg, ex, sizeof ex, &len));
     ASSERT_CONTAINS(ex, "decode(gpu)");
+    ASSERT_CONTAINS(ex, "output: image:float32[3,96,112], label:int64[]");
+    ASSERT_EQ(sl_pipeline_ncols(pg), 2); /* the placements are not handed out */
+    ASSERT_STR_EQ(sl_pipeline_column_name(pg, 1), "label");
+    ASSERT(sl_pipeline_column_name(pg, 2) == NULL);
     ASSERT_EQ(gp_drain(pc, cpu, lc, zc, SL_DEVICE_CPU, err, sizeof err), GP_N);
     ASSERT_EQ(gp_drain(pg, gpu, lg, zg, SL_DEVICE_CUDA, err, sizeof err), GP_N);
     for (int i = 0; i < GP_N; i++)
