@@ -855,7 +855,7 @@ int sl_device__gpu_next(sl_device_state *ds, sl_batch **out, int timeout_ms) {
                 /* the epoch's end (or an error) after a partial output: that
                  * is the epoch's last, short batch, as the CPU path's */
                 ds->marker = hb;
-                if (ds->slot && ds->filled > 0 && !ds->p->plan.drop_remainder)
+                if (ds->slot && ds->filled > 0 && !ds->gd->drop_remainder)
                     return fill_finish(ds, out);
                 fill_reset(ds);
                 continue;

@@ -333,6 +333,9 @@ typedef struct sl_gpu_decode {
     uint32_t flip_pos;         /* the flip's spec position (its generator) */
     int oh, ow;                /* the output image */
     float mean[3], std[3];
+    int drop_remainder;        /* the batch op's: applied by the hand-off, which sees the
+                                  batches after skipped samples are refilled (the host
+                                  batches keep their remainder) */
 } sl_gpu_decode;
 /* Is (def, params) a decode op (plain or fused) with "device": "gpu"? */
 int sl_op__decode_on_gpu(const sl_op_def *def, const void *params);

@@ -273,6 +273,10 @@ static int gpu_decode(sl_plan *plan) {
     pi->dtype = SL_F64;
     pi->ndim = 1;
     pi->shape[0] = SL_GPU_PLACE_N;
+    /* the remainder is dropped after the hand-off refilled the batches past
+     * skipped samples, as the CPU path drops it after its own skips */
+    g.drop_remainder = plan->drop_remainder;
+    plan->drop_remainder = 0;
     sl_gpu_decode *params = sl__calloc(1, sizeof *params);
     if (!params)
         return sl__oom("planning decode on the GPU");

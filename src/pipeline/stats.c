@@ -496,7 +496,9 @@ int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len
     }
     if (pl->has_batch)
         sb_printf(&b, " with a leading batch dim of %lld%s", (long long)pl->batch_size,
-                  pl->drop_remainder ? " (remainder dropped)" : "");
+                  pl->drop_remainder || (pl->gpu_decode && pl->gpu_decode->drop_remainder)
+                      ? " (remainder dropped)"
+                      : "");
     int64_t len = sl_pipeline_len(p);
     if (len >= 0)
         sb_printf(&b, "; %lld batches per epoch", (long long)len);

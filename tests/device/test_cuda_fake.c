@@ -943,6 +943,7 @@ static void gp_use(void) {
  * half at bad_at (-1: none). */
 static unsigned gp_cmyk_mask; /* more CMYK files (bit i: file i) */
 static int gp_batch = 4;
+static int gp_drop; /* batch's drop_remainder */
 
 static void gp_make(gp_set *s, int cmyk_at, int bad_at) {
     for (int i = 0; i < GP_N; i++) {
@@ -988,7 +989,8 @@ static sl_pipeline *gp_pipeline(gp_set *s, int gpu, int skip) {
     ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"normalize\", \"mean\": [0.485, 0.456, "
                                         "0.406], \"std\": [0.229, 0.224, 0.225]}"));
     char bj[64];
-    snprintf(bj, sizeof bj, "{\"op\": \"batch\", \"size\": %d}", gp_batch);
+    snprintf(bj, sizeof bj, "{\"op\": \"batch\", \"size\": %d, \"drop_remainder\": %s}",
+             gp_batch, gp_drop ? "true" : "false");
     ASSERT_OK(sl_spec_add_op_json(spec, bj));
     if (gpu)
         ASSERT_OK(sl_spec_set_device(spec, SL_DEVICE_CUDA, 0, 0));
@@ -1236,6 +1238,37 @@ SL_TEST(gpu_pipe_fake__bad_jpeg_skipped_costs_only_itself) {
     ASSERT_EQ(st.nerrors, 1);
     ASSERT_CONTAINS(st.errors[0], "record 5: ops[0]");
     ASSERT_U64_EQ(st.gpu_decoded, GP_N - 1);
+    sl_pipeline_free(pc);
+    sl_pipeline_free(pg);
+    gp_free(&s);
+    free(cpu);
+    free(gpu);
+    ASSERT_EQ(fn.live(), 0);
+    nothing_left();
+}
+
+/* drop_remainder with a skipped sample: the remainder is dropped after the
+ * refill, so the batches are the CPU pipeline's (13 good samples: three of
+ * 4, one dropped), not those of the host batches (14 samples: three of 4,
+ * two dropped, then one short of them). */
+SL_TEST(gpu_pipe_fake__drop_remainder_after_a_skip_as_cpu) {
+    gp_use();
+    gp_drop = 1;
+    gp_set s;
+    gp_make(&s, -1, 5);
+    size_t per = (size_t)3 * GP_OH * GP_OW;
+    float *cpu = calloc(GP_N * per, sizeof(float)), *gpu = calloc(GP_N * per, sizeof(float));
+    int64_t lc[GP_N], lg[GP_N];
+    int zc[GP_N + 1], zg[GP_N + 1];
+    char err[512] = "";
+    sl_pipeline *pc = gp_pipeline(&s, 0, 1), *pg = gp_pipeline(&s, 1, 1);
+    ASSERT_EQ(gp_drain(pc, cpu, lc, zc, SL_DEVICE_CPU, err, sizeof err), 12);
+    ASSERT_EQ(gp_drain(pg, gpu, lg, zg, SL_DEVICE_CUDA, err, sizeof err), 12);
+    for (int k = 0; zc[k] || zg[k]; k++)
+        ASSERT_EQ(zc[k], zg[k]);
+    for (int i = 0; i < 12; i++)
+        ASSERT_EQ(lc[i], lg[i]);
+    ASSERT_EQ(sl_pipeline_len(pg), sl_pipeline_len(pc));
     sl_pipeline_free(pc);
     sl_pipeline_free(pg);
     gp_free(&s);
