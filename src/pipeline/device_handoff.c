@@ -773,12 +773,16 @@ static int fill_take(sl_device_state *ds, int64_t k) {
             memcpy(host + ds->off[c] + (size_t)(ds->filled + j) * rb,
                    (const uint8_t *)b->col[c].data + (size_t)row[j] * rb, rb);
     }
+    size_t jpeg_bytes = 0; /* what nvJPEG takes across to the device */
+    for (int j = 0; j < m; j++)
+        if (it[j].status == SL_DEV_JPEG_OK)
+            jpeg_bytes += it[j].len;
     ds->filled += m;
     ds->next_pos = next_pos;
     memcpy(ds->counters, b->counters, sizeof ds->counters);
     atomic_fetch_add(&ds->gpu_images, (uint64_t)on_gpu);
     atomic_fetch_add(&ds->cpu_images, (uint64_t)on_cpu);
-    atomic_fetch_add(&ds->h2d_bytes, (size_t)on_cpu * per * sizeof(float));
+    atomic_fetch_add(&ds->h2d_bytes, jpeg_bytes + (size_t)on_cpu * per * sizeof(float));
     return SL_OK;
 }
 

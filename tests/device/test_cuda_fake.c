@@ -1117,6 +1117,12 @@ SL_TEST(gpu_pipe_fake__same_boxes_and_pixels_as_cpu_pipeline) {
     ASSERT_OK(sl_pipeline_stats_get(pg, &st));
     ASSERT_U64_EQ(st.gpu_decoded, GP_N - 1);
     ASSERT_U64_EQ(st.gpu_fallbacks, 1);
+    /* across to the device: the JPEGs nvJPEG took, the fallback's floats, the labels */
+    uint64_t want = (uint64_t)per * sizeof(float) + GP_N * sizeof(int64_t);
+    for (int i = 0; i < GP_N; i++)
+        want += i == 6 ? 0 : s.f[i].len;
+    ASSERT(st.h2d_bytes >= want);
+    ASSERT(st.h2d_bytes < want + 4 * 256); /* + the labels' alignment per batch */
     char js[16384];
     ASSERT_OK(sl_pipeline_stats_json(pg, js, sizeof js, &len));
     ASSERT_CONTAINS(js, "\"gpu_decoded\":13");
