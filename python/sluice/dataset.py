@@ -210,8 +210,9 @@ class Dataset:
         upright by their EXIF orientation (PIL's ImageOps.exif_transpose);
         off by default, as PIL's Image.open. ``device``: "cpu", or "gpu":
         nvJPEG decodes each batch on the GPU, fused with the
-        random_resized_crop (or resize + center_crop), flip and normalize
-        (float32, "chw") that must follow, into CUDA memory; it needs
+        random_resized_crop (or resize + center_crop) that must follow, then
+        flip and a float32 normalize (or none: uint8 HWC), into CUDA memory,
+        with the CPU chain's dtype and layout; it needs
         ``.device("cuda")``, nvJPEG and sluice's CUDA kernels, and the
         pipeline refuses to start without them, saying which is missing. The
         boxes and flips are the CPU path's for the same seed; images nvJPEG

@@ -20,8 +20,8 @@ struct cr_args {
     float mean[3], std[3];
 };
 
-__global__ void crop_resize_kernel(float *dst, const unsigned char *src, size_t pitch, int oh,
-                                   int ow, cr_args a) {
+__global__ void crop_resize_kernel(void *dst, const unsigned char *src, size_t pitch, int oh,
+                                   int ow, cr_args a, int hwc, int u8) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     long long plane = (long long)oh * ow;
     if (i >= plane)
@@ -29,14 +29,21 @@ __global__ void crop_resize_kernel(float *dst, const unsigned char *src, size_t 
     int oy = (int)(i / ow), ox = (int)(i % ow);
     float v[3];
     sl_cr_pixel(src, pitch, &a.place, oh, ow, oy, ox, v);
-    for (int c = 0; c < 3; c++)
-        dst[c * plane + i] = sl_cr_normalize(v[c], a.mean[c], a.std[c]);
+    for (int c = 0; c < 3; c++) {
+        long long at = hwc ? i * 3 + c : c * plane + i;
+        if (u8)
+            ((unsigned char *)dst)[at] = (unsigned char)v[c];
+        else
+            ((float *)dst)[at] = sl_cr_normalize(v[c], a.mean[c], a.std[c]);
+    }
 }
 
+/* hwc: (oh, ow, 3) instead of (3, oh, ow); u8: the uint8 values, not
+ * normalized (device.h, sl_dev_crop). */
 extern "C" __attribute__((visibility("default"))) int
-sl_cuda_crop_resize(float *dst, const void *src, size_t pitch, const float *box, const int *lim,
-                    int flip, int oh, int ow, const float *mean, const float *std,
-                    void *stream) {
+sl_cuda_crop_resize_v2(void *dst, const void *src, size_t pitch, const float *box,
+                       const int *lim, int flip, int oh, int ow, const float *mean,
+                       const float *std, int hwc, int u8, void *stream) {
     cr_args a;
     for (int k = 0; k < 4; k++) {
         a.place.box[k] = box[k];
@@ -53,6 +60,6 @@ sl_cuda_crop_resize(float *dst, const void *src, size_t pitch, const float *box,
     unsigned threads = 256;
     unsigned blocks = (unsigned)((total + threads - 1) / threads);
     crop_resize_kernel<<<blocks, threads, 0, (cudaStream_t)stream>>>(
-        dst, (const unsigned char *)src, pitch, oh, ow, a);
+        dst, (const unsigned char *)src, pitch, oh, ow, a, hwc, u8);
     return (int)cudaGetLastError();
 }

@@ -39,9 +39,9 @@ typedef struct sl_dev_norm {
  * of crop_resize.cu; arithmetic in crop_resize_math.h): the source region
  * box (x0, y0, x1, y1) of an RGB image resampled to oh x ow with the
  * antialiased bilinear filter, reading no source pixel outside lim, mirrored
- * when flip, normalized to float32 CHW at dst. */
+ * when flip, normalized to float32 CHW at dst (or as hwc and u8 say). */
 typedef struct sl_dev_crop {
-    float *dst;                /* device memory: 3 x oh x ow float32 */
+    float *dst;                /* device memory: 3 x oh x ow float32 (u8: uint8 bytes) */
     const void *src;           /* device memory: H x W x 3 uint8, rows `pitch` bytes apart */
     size_t pitch;
     float box[4];
@@ -49,6 +49,9 @@ typedef struct sl_dev_crop {
     int flip;
     int oh, ow;
     float mean[3], std[3];
+    int hwc;                   /* 1: oh x ow x 3 (interleaved) instead of 3 x oh x ow */
+    int u8;                    /* 1: the resampled uint8 values, not normalized (mean and
+                                  std unused): the CPU chain without a normalize */
 } sl_dev_crop;
 
 typedef struct sl_dev_backend sl_dev_backend;
@@ -119,8 +122,8 @@ int sl_dev__jpeg_decode(sl_dev_jpeg *j, sl_dev_jpeg_item *items, int n, void *st
 /* Images decoded on the GPU and sent back to the CPU so far. */
 void sl_dev__jpeg_counts(const sl_dev_jpeg *j, uint64_t *gpu_images, uint64_t *fallbacks);
 /* ---- GPU decode of a batch (device_gpu_decode.c) -------------------------------------
- * n JPEGs to n float32 (3, oh, ow) images, one after another at `dst`
- * (device memory): nvJPEG's batch decode, then the crop/resize kernel at
+ * n JPEGs to n float32 (3, oh, ow) images (or (oh, ow, 3), or uint8: hwc,
+ * u8), one after another at `dst` (device memory): nvJPEG's batch decode, then the crop/resize kernel at
  * each image's placement (drawn by the caller on the CPU from the header,
  * in the header's pixels). An image nvJPEG refuses or fails on, or whose
  * size is not the header's, is decoded by `cpu` (the CPU path) into `host`
@@ -140,8 +143,9 @@ typedef struct sl_dev_gpu_item {
     int rc;                    /* out, FAILED: cpu's error code (sl_errmsg at the time in why) */
     char why[160];             /* out: why it left the GPU */
 } sl_dev_gpu_item;
-/* The CPU path for item i: its (3, oh, ow) float32 image at `out` (host
- * memory); SL_OK or the image's own error. */
+/* The CPU path for item i: its image at `out` (host memory; float32
+ * (3, oh, ow), or as the batch's hwc and u8 say: then `out` holds uint8
+ * bytes); SL_OK or the image's own error. */
 typedef int (*sl_dev_cpu_decode_fn)(void *ctx, int i, float *out);
 typedef struct sl_dev_gpu_batch {
     sl_dev_jpeg *jpeg;         /* its backend runs the kernel and the copies */
@@ -155,6 +159,8 @@ typedef struct sl_dev_gpu_batch {
     int host_cap;              /* images `host` holds; 0: n (one place per image). With
                                   fewer, fallbacks take the places in turn and the stream
                                   is synchronised before a place is reused */
+    int hwc, u8;               /* the output's layout and type (sl_dev_crop's); dst and
+                                  host hold uint8 bytes when u8 */
 } sl_dev_gpu_batch;
 /* *on_gpu, *on_cpu, *failed: the items that ended each way. */
 int sl_dev__gpu_decode_batch(const sl_dev_gpu_batch *b, sl_dev_gpu_item *items, int n,

@@ -60,9 +60,9 @@ static struct {
     char kmissing[384];
     int (*normalize)(void *dst, const void *src, long long n, long long h, long long w, int c,
                      const float *mean, const float *std, int chw, int kind, void *stream);
-    int (*crop_resize)(float *dst, const void *src, size_t pitch, const float *box,
+    int (*crop_resize)(void *dst, const void *src, size_t pitch, const float *box,
                        const int *lim, int flip, int oh, int ow, const float *mean,
-                       const float *std, void *stream);
+                       const float *std, int hwc, int u8, void *stream);
 } cu;
 
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
@@ -110,11 +110,11 @@ static void load_kernels(void) {
         }
     }
     *(void **)&cu.normalize = dlsym(cu.klib, "sl_cuda_normalize");
-    *(void **)&cu.crop_resize = dlsym(cu.klib, "sl_cuda_crop_resize");
+    *(void **)&cu.crop_resize = dlsym(cu.klib, "sl_cuda_crop_resize_v2");
     if (!cu.normalize || !cu.crop_resize) {
         snprintf(cu.kmissing, sizeof cu.kmissing,
                  "libsluice_cuda_kernels.so lacks %s (a different version)",
-                 !cu.normalize ? "sl_cuda_normalize" : "sl_cuda_crop_resize");
+                 !cu.normalize ? "sl_cuda_normalize" : "sl_cuda_crop_resize_v2");
         cu.normalize = NULL;
         cu.crop_resize = NULL;
     }
@@ -264,7 +264,8 @@ static int c_normalize(sl_dev_backend *b, const sl_dev_norm *a, void *s) {
 static int c_crop_resize(sl_dev_backend *b, const sl_dev_crop *a, void *s) {
     ON(b);
     CU_TRY("crop_resize kernel", cu.crop_resize(a->dst, a->src, a->pitch, a->box, a->lim, a->flip,
-                                                a->oh, a->ow, a->mean, a->std, s));
+                                                a->oh, a->ow, a->mean, a->std, a->hwc, a->u8,
+                                                s));
     return SL_OK;
 }
 static int c_event_create(sl_dev_backend *b, void **out) {

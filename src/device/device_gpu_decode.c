@@ -38,7 +38,9 @@ int sl_dev__gpu_decode_batch(const sl_dev_gpu_batch *b, sl_dev_gpu_item *items, 
         jt[i].len = items[i].len;
     }
     SL_TRY(sl_dev__jpeg_decode(b->jpeg, jt, n, b->stream));
-    size_t per = (size_t)3 * (size_t)b->oh * (size_t)b->ow;
+    /* bytes of one output image */
+    size_t per = (size_t)3 * (size_t)b->oh * (size_t)b->ow * (b->u8 ? 1 : sizeof(float));
+    char *dst = (char *)b->dst, *host = (char *)b->host;
     for (int i = 0; i < n; i++) {
         sl_dev_gpu_item *it = &items[i];
         it->status = jt[i].status;
@@ -53,8 +55,9 @@ int sl_dev__gpu_decode_batch(const sl_dev_gpu_batch *b, sl_dev_gpu_item *items, 
         }
         if (it->status != SL_DEV_JPEG_OK)
             continue;
-        sl_dev_crop a = {.dst = b->dst + (size_t)i * per, .src = jt[i].dev, .pitch = jt[i].pitch,
-                         .flip = it->flip, .oh = b->oh, .ow = b->ow};
+        sl_dev_crop a = {.dst = (float *)(void *)(dst + (size_t)i * per), .src = jt[i].dev,
+                         .pitch = jt[i].pitch, .flip = it->flip, .oh = b->oh, .ow = b->ow,
+                         .hwc = b->hwc, .u8 = b->u8};
         memcpy(a.box, it->box, sizeof a.box);
         memcpy(a.lim, it->lim, sizeof a.lim);
         memcpy(a.mean, b->mean, sizeof a.mean);
@@ -71,7 +74,7 @@ int sl_dev__gpu_decode_batch(const sl_dev_gpu_batch *b, sl_dev_gpu_item *items, 
             SL_TRY(be->stream_sync(be, b->stream));
             k = 0;
         }
-        float *h = b->host + (size_t)(b->host_cap > 0 ? k : i) * per;
+        float *h = (float *)(void *)(host + (size_t)(b->host_cap > 0 ? k : i) * per);
         int rc = b->cpu(b->cpu_ctx, i, h);
         if (rc < 0) {
             it->status = SL_DEV_GPU_FAILED;
@@ -80,7 +83,7 @@ int sl_dev__gpu_decode_batch(const sl_dev_gpu_batch *b, sl_dev_gpu_item *items, 
             (*failed)++;
             continue;
         }
-        SL_TRY(be->copy(be, b->dst + (size_t)i * per, h, per * sizeof(float), b->stream));
+        SL_TRY(be->copy(be, dst + (size_t)i * per, h, per, b->stream));
         (*on_cpu)++;
         k++;
     }

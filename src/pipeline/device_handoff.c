@@ -515,11 +515,19 @@ static int gpu_cpu_fallback(void *ctx, int i, float *out) {
     const sl_gpu_decode *g = c->ds->gd;
     const double *v = c->place[i];
     const sl_dev_gpu_item *it = &c->items[i];
-    sl_ops__norm nm = {(const float(*)[256])c->ds->lut, SL_LAYOUT_CHW, it->flip};
+    sl_ops__norm nm = {(const float(*)[256])c->ds->lut, g->hwc ? SL_LAYOUT_HWC : SL_LAYOUT_CHW,
+                       it->flip};
     int rc = sl_ops__decode_box(c->ds->dec, it->data, it->len, SL_COLOR_RGB,
                                 v + SL_GPU_PLACE_BOX, it->lim, g->oh, g->ow, SL_INTERP_BILINEAR,
-                                out, &nm);
-    sl_ops__norm_done();
+                                out, g->u8 ? NULL : &nm);
+    if (g->u8 && rc == SL_OK && it->flip) { /* the CPU chain's flip of the uint8 image */
+        sl_tensor t;
+        int64_t shape[3] = {g->oh, g->ow, 3};
+        sl_tensor_view(&t, out, SL_U8, 3, shape);
+        rc = sl_image_flip(&t, &t);
+    }
+    if (!g->u8)
+        sl_ops__norm_done();
     if (rc < 0) { /* the cause alone, as the CPU ops give it ("decode: x" -> "x") */
         char buf[SL__ERRMSG_MAX];
         const char *m = sl_errmsg(), *colon = strstr(m, ": ");
@@ -552,6 +560,11 @@ static int col_index(const sl_batch *b, const char *name) {
     return -1;
 }
 
+/* Bytes of one output image. */
+static size_t image_bytes(const sl_gpu_decode *g) {
+    return (size_t)3 * (size_t)g->oh * (size_t)g->ow * (g->u8 ? 1 : sizeof(float));
+}
+
 /* Fallback images in flight at once (pinned places of one image each; a
  * batch with more fallbacks waits for the first ones' copies). */
 #define GPU_FALLBACK_PLACES 4
@@ -570,7 +583,7 @@ static int gpu_open_decoder(sl_device_state *ds, sl_dev_backend *be, size_t n) {
             be->host_free(be, ds->fb_host);
         ds->fb_host = NULL;
         ds->fb_cap = 0;
-        size_t bytes = n * 3 * (size_t)ds->gd->oh * (size_t)ds->gd->ow * sizeof(float);
+        size_t bytes = n * image_bytes(ds->gd);
         SL_TRY(be->host_alloc(be, bytes, (void **)&ds->fb_host));
         ds->fb_cap = n;
     }
@@ -630,12 +643,12 @@ static int fill_start(sl_device_state *ds, const sl_batch *b) {
                                 : (b->size ? b->col[c].nbytes / (size_t)b->size : 0);
         ds->host_total += align_up(ds->rowb[c] * (size_t)ds->target);
     }
-    size_t per = (size_t)3 * (size_t)g->oh * (size_t)g->ow;
+    size_t per = image_bytes(g);
     ds->img_off = ds->host_total;
     uint64_t waited = 0;
     int rc = sl_dev__ring_acquire(ds->ring, ds->host_total,
-                                  ds->img_off + align_up((size_t)ds->target * per * sizeof(float)),
-                                  &ds->slot, &waited);
+                                  ds->img_off + align_up((size_t)ds->target * per), &ds->slot,
+                                  &waited);
     atomic_fetch_add(&ds->wait_ns, waited);
     if (rc < 0) {
         ds->slot = NULL;
@@ -655,11 +668,14 @@ static int fill_start(sl_device_state *ds, const sl_batch *b) {
             int d = 0;
             if (!b->single)
                 t->shape[d++] = 0;
-            t->shape[d++] = 3;
+            if (!g->hwc)
+                t->shape[d++] = 3;
             t->shape[d++] = g->oh;
             t->shape[d++] = g->ow;
+            if (g->hwc)
+                t->shape[d++] = 3;
             t->ndim = d;
-            t->dtype = SL_F32;
+            t->dtype = g->u8 ? SL_U8 : SL_F32;
             ds->src_col[ds->ncols] = -1;
         } else {
             t->dtype = b->col[c].dtype;
@@ -694,7 +710,7 @@ static int fill_take(sl_device_state *ds, int64_t k) {
     sl_dev_backend *be = sl_dev__ring_backend(ds->ring);
     if (col_index(b, g->column) != ds->ic || b->ncols <= ds->pc || b->single != ds->single)
         return sl__error(SL_EINVAL, "decode on the GPU: host batches of different columns");
-    size_t per = (size_t)3 * (size_t)g->oh * (size_t)g->ow;
+    size_t per = image_bytes(g);
     uint8_t *dev = sl_dev__slot_dev(ds->slot), *host = sl_dev__slot_host(ds->slot);
     sl_dev_gpu_item it[SL_DEV_JPEG_MAX];
     const double *place[SL_DEV_JPEG_MAX];
@@ -718,10 +734,10 @@ static int fill_take(sl_device_state *ds, int64_t k) {
     ds->carry_at += k;
     gpu_cpu_ctx cctx = {ds, it, place};
     sl_dev_gpu_batch gb = {.jpeg = ds->jpeg, .oh = g->oh, .ow = g->ow,
-                           .dst = (float *)(dev + ds->img_off) + (size_t)ds->filled * per,
+                           .dst = (float *)(void *)(dev + ds->img_off + (size_t)ds->filled * per),
                            .host = ds->fb_host, .cpu = gpu_cpu_fallback, .cpu_ctx = &cctx,
                            .stream = sl_dev__ring_copy_stream(ds->ring),
-                           .host_cap = (int)ds->fb_cap};
+                           .host_cap = (int)ds->fb_cap, .hwc = g->hwc, .u8 = g->u8};
     memcpy(gb.mean, g->mean, sizeof gb.mean);
     memcpy(gb.std, g->std, sizeof gb.std);
     int on_gpu = 0, on_cpu = 0, failed = 0;
@@ -782,7 +798,7 @@ static int fill_take(sl_device_state *ds, int64_t k) {
     memcpy(ds->counters, b->counters, sizeof ds->counters);
     atomic_fetch_add(&ds->gpu_images, (uint64_t)on_gpu);
     atomic_fetch_add(&ds->cpu_images, (uint64_t)on_cpu);
-    atomic_fetch_add(&ds->h2d_bytes, jpeg_bytes + (size_t)on_cpu * per * sizeof(float));
+    atomic_fetch_add(&ds->h2d_bytes, jpeg_bytes + (size_t)on_cpu * per);
     return SL_OK;
 }
 
@@ -805,7 +821,7 @@ static int fill_finish(sl_device_state *ds, sl_batch **out) {
         fill_reset(ds);
         return rc;
     }
-    size_t per = (size_t)3 * (size_t)g->oh * (size_t)g->ow;
+    size_t per = image_bytes(g);
     uint8_t *dev = sl_dev__slot_dev(ds->slot);
     b->kind = SL_CHUNK_DATA;
     b->index = ds->out_index++;
@@ -824,7 +840,7 @@ static int fill_finish(sl_device_state *ds, sl_batch **out) {
             t->shape[0] = ds->filled;
         if (c < 0) {
             t->data = dev + ds->img_off;
-            t->nbytes = (size_t)ds->filled * per * sizeof(float);
+            t->nbytes = (size_t)ds->filled * per;
         } else {
             t->data = dev + ds->off[c];
             t->nbytes = ds->rowb[c] * (size_t)ds->filled;

@@ -1518,19 +1518,19 @@ int sl_op__decode_on_gpu(const sl_op_def *def, const void *params) {
 }
 
 static const char gpu_supported[] =
-    "decode on the GPU fuses random_resized_crop, or resize + center_crop, then flip and "
-    "normalize (float32, layout chw); other ops on the image must come before decode or be "
-    "done by the consumer";
+    "decode on the GPU fuses random_resized_crop, or resize + center_crop, then flip, then "
+    "normalize (float32, layout chw or hwc) or none (uint8 HWC); other ops on the image must "
+    "come before decode or be done by the consumer";
 
 static int gpu_norm(sl_gpu_decode *g, const normalize_params *n, const char *field) {
     if (n->col != g->col)
         return sl__error(SL_EINVAL, "%s (normalize): column '%s' after decode on the GPU; %s",
                          field, n->column, gpu_supported);
-    if (n->layout != SL_LAYOUT_CHW || n->dtype != SL_F32)
-        return sl__error(SL_EINVAL, "%s (normalize): the GPU decode kernel writes float32 "
-                         "layout chw; this normalize asks for %s layout %s (use the defaults, "
-                         "or decode on the CPU)", field, sl_dtype_name(n->dtype),
-                         n->layout == SL_LAYOUT_CHW ? "chw" : "hwc");
+    if (n->dtype != SL_F32)
+        return sl__error(SL_EINVAL, "%s (normalize): the GPU decode kernel writes float32; "
+                         "this normalize asks for %s (cast after it on the GPU, or decode on "
+                         "the CPU)", field, sl_dtype_name(n->dtype));
+    g->hwc = n->layout == SL_LAYOUT_HWC;
     if ((n->nmean != 1 && n->nmean != 3) || (n->nstd != 1 && n->nstd != 3))
         return sl__error(SL_EINVAL, "%s (normalize): mean/std have %d/%d values for an RGB "
                          "image", field, n->nmean, n->nstd);
@@ -1643,14 +1643,15 @@ int sl_op__gpu_chain_add(sl_gpu_decode *g, const sl_op_def *def, const void *par
                      def->name, gpu_supported);
 }
 
-int sl_op__gpu_chain_check(const sl_gpu_decode *g, const char *field) {
-    if (g->stage == 2)
+int sl_op__gpu_chain_check(sl_gpu_decode *g, const char *field) {
+    if (g->stage == 1) { /* no normalize: the CPU chain's uint8 HWC image */
+        g->u8 = 1;
+        g->hwc = 1;
+    }
+    if (g->stage >= 1)
         return SL_OK;
-    return sl__error(SL_EINVAL, "%s (decode): \"device\": \"gpu\" needs %s after it: %s", field,
-                     g->stage == 0 ? "random_resized_crop (or resize + center_crop) and a "
-                                     "normalize"
-                                   : "a normalize",
-                     gpu_supported);
+    return sl__error(SL_EINVAL, "%s (decode): \"device\": \"gpu\" needs random_resized_crop "
+                     "(or resize + center_crop) after it: %s", field, gpu_supported);
 }
 
 static int gpu_place_init(const void *params, void **state_out) {
@@ -1722,14 +1723,16 @@ static void gpu_place_describe(const void *params, char *buf, size_t cap) {
     char fb[32] = "";
     if (g->has_flip)
         snprintf(fb, sizeof fb, ", flip p=%g", g->flip_p);
+    const char *out = g->u8 ? "uint8 hwc" : g->hwc ? "normalize float32 hwc"
+                                                    : "normalize float32 chw";
     if (g->crop == 1)
         snprintf(buf, cap, "headers + placements on the CPU, decode on the GPU: "
-                 "random_resized_crop %dx%d scale=[%g,%g] ratio=[%g,%g]%s, normalize",
-                 g->oh, g->ow, g->scale[0], g->scale[1], g->ratio[0], g->ratio[1], fb);
+                 "random_resized_crop %dx%d scale=[%g,%g] ratio=[%g,%g]%s, %s",
+                 g->oh, g->ow, g->scale[0], g->scale[1], g->ratio[0], g->ratio[1], fb, out);
     else
         snprintf(buf, cap, "headers + placements on the CPU, decode on the GPU: resize %s%dx%d"
-                 ", center_crop %dx%d%s, normalize", g->shorter ? "shorter side " : "",
-                 g->size_h, g->size_w, g->oh, g->ow, fb);
+                 ", center_crop %dx%d%s, %s", g->shorter ? "shorter side " : "",
+                 g->size_h, g->size_w, g->oh, g->ow, fb, out);
 }
 
 const sl_op_def sl_op_gpu_decode_place = {

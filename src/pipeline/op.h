@@ -301,8 +301,8 @@ void sl_place_resize_crop(int H, int W, int shorter, int size_h, int size_w, int
 
 /* ---- GPU decode's CPU half (image_ops.c) ------------------------------------------
  * `{"op": "decode", "device": "gpu"}` and the ops the GPU kernel fuses after
- * it (random_resized_crop, or resize + center_crop; then flip and a float32
- * CHW normalize) become one op, gpu_decode_place, that reads each JPEG's
+ * it (random_resized_crop, or resize + center_crop; then flip, and a float32
+ * normalize or none) become one op, gpu_decode_place, that reads each JPEG's
  * header and draws its placement with the generators and sl_place_*
  * functions the CPU ops use, keeps the encoded bytes in the image column and
  * adds a column of SL_GPU_PLACE_N float64 values per sample (below); the
@@ -333,6 +333,8 @@ typedef struct sl_gpu_decode {
     uint32_t flip_pos;         /* the flip's spec position (its generator) */
     int oh, ow;                /* the output image */
     float mean[3], std[3];
+    int hwc, u8;               /* its layout and type: float32 CHW or HWC after a normalize,
+                                  uint8 HWC without one (the CPU chain's output) */
     int drop_remainder;        /* the batch op's: applied by the hand-off, which sees the
                                   batches after skipped samples are refilled (the host
                                   batches keep their remainder) */
@@ -346,9 +348,9 @@ int sl_op__decode_on_gpu(const sl_op_def *def, const void *params);
  * kernel does not do it. */
 int sl_op__gpu_chain_add(sl_gpu_decode *g, const sl_op_def *def, const void *params,
                          const uint32_t *pos, int nparts, const char *field);
-/* The chain is complete (a crop and a normalize): SL_OK, or SL_EINVAL
- * saying what is missing. */
-int sl_op__gpu_chain_check(const sl_gpu_decode *g, const char *field);
+/* The chain is complete (a crop, then a normalize or none): SL_OK, with the
+ * output's hwc and u8 set, or SL_EINVAL saying what is missing. */
+int sl_op__gpu_chain_check(sl_gpu_decode *g, const char *field);
 /* The op the chain becomes (params: an sl_gpu_decode). */
 extern const sl_op_def sl_op_gpu_decode_place;
 

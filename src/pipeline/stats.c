@@ -481,11 +481,11 @@ int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len
         sl_colset oc = pl->out_cols;
         const sl_gpu_decode *g = pl->gpu_decode;
         sl_colinfo *ci = &oc.col[g->col];
-        ci->dtype = SL_F32;
+        ci->dtype = g->u8 ? SL_U8 : SL_F32;
         ci->ndim = 3;
-        ci->shape[0] = 3;
-        ci->shape[1] = g->oh;
-        ci->shape[2] = g->ow;
+        ci->shape[0] = g->hwc ? g->oh : 3;
+        ci->shape[1] = g->hwc ? g->ow : g->oh;
+        ci->shape[2] = g->hwc ? 3 : g->ow;
         ci->encoded = 0;
         if (g->pcol == oc.ncols - 1)
             oc.ncols--;

@@ -289,3 +289,90 @@ SL_TEST(crop_resize__zero_weight_window_is_zero_not_nan) {
             sl_test_fail(__FILE__, __LINE__, "channel %d: %g, want normalize(0)", c, out[c]);
     free(src);
 }
+
+/* The other outputs (hwc, u8: the CPU chain's HWC normalize, and its uint8
+ * image when there is no normalize) hold the same values as the CHW float32
+ * one: HWC is its transpose exactly, and normalizing the uint8 values gives
+ * it exactly. */
+static void *reference_as(const uint8_t *src, const placement *p, int flip, int hwc, int u8) {
+    size_t n = (size_t)3 * p->oh * p->ow;
+    void *out = malloc(n * (u8 ? 1 : sizeof(float)));
+    sl_dev_crop a = crop_args(out, src, p, flip);
+    a.hwc = hwc;
+    a.u8 = u8;
+    sl_dev__crop_resize_host(&a);
+    return out;
+}
+
+SL_TEST(crop_resize__hwc_and_uint8_hold_the_same_values) {
+    placement ps[NPLACE];
+    placements(ps);
+    for (int i = 0; i < NPLACE; i++) {
+        const placement *p = &ps[i];
+        uint8_t *src = photoish(p->sh, p->sw, 300 + (uint64_t)i);
+        float *chw = reference(src, p, i & 1);
+        float *hwc = reference_as(src, p, i & 1, 1, 0);
+        uint8_t *u8 = reference_as(src, p, i & 1, 1, 1);
+        size_t plane = (size_t)p->oh * p->ow;
+        for (size_t k = 0; k < plane; k++)
+            for (int c = 0; c < 3; c++) {
+                float want = chw[(size_t)c * plane + k];
+                if (hwc[k * 3 + (size_t)c] != want ||
+                    (u8[k * 3 + (size_t)c] / 255.0f - MEAN[c]) / STD[c] != want)
+                    sl_test_fail(__FILE__, __LINE__, "%s: pixel %zu channel %d differs",
+                                 p->what, k, c);
+            }
+        free(chw);
+        free(hwc);
+        free(u8);
+        free(src);
+    }
+}
+
+/* On a device: the kernel's HWC float32 and uint8 outputs against the
+ * reference's, within the CHW case's tolerance (one uint8 step). */
+SL_TEST(crop_resize_gpu__hwc_and_uint8_equal_reference) {
+    sl_dev_backend *be = NULL;
+    if (sl_dev__cuda_open(&be, 0) != SL_OK)
+        sl_test_skip_gpu("no CUDA device: %s", sl_errmsg());
+    ASSERT(be->crop_resize != NULL);
+    du_memcpy_fn memcpy_d2h = du_cuda_memcpy();
+    ASSERT(memcpy_d2h != NULL);
+    placement ps[NPLACE];
+    placements(ps);
+    double worst = 0;
+    for (int i = 0; i < NPLACE; i++) {
+        const placement *p = &ps[i];
+        uint8_t *src = photoish(p->sh, p->sw, 400 + (uint64_t)i);
+        size_t sbytes = (size_t)p->sh * p->sw * 3, n = (size_t)3 * p->oh * p->ow;
+        void *dsrc, *ddst;
+        ASSERT_OK(be->dev_alloc(be, sbytes, &dsrc));
+        ASSERT_OK(be->dev_alloc(be, n * sizeof(float), &ddst));
+        ASSERT_OK(be->copy(be, dsrc, src, sbytes, NULL));
+        for (int u8 = 0; u8 < 2; u8++) {
+            sl_dev_crop a = crop_args(ddst, dsrc, p, i & 1);
+            a.hwc = 1;
+            a.u8 = u8;
+            ASSERT_OK(be->crop_resize(be, &a, NULL));
+            size_t bytes = n * (u8 ? 1 : sizeof(float));
+            void *got = malloc(bytes), *want = reference_as(src, p, i & 1, 1, u8);
+            ASSERT_EQ(memcpy_d2h(got, ddst, bytes, 2 /* DeviceToHost */), 0);
+            for (size_t k = 0; k < n; k++) {
+                double d = u8 ? fabs((double)((uint8_t *)got)[k] - ((uint8_t *)want)[k])
+                              : fabs((double)((float *)got)[k] - ((float *)want)[k]) * 255.0 *
+                                    STD[k % 3];
+                worst = d > worst ? d : worst;
+            }
+            free(got);
+            free(want);
+        }
+        be->dev_free(be, dsrc);
+        be->dev_free(be, ddst);
+        free(src);
+    }
+    printf("  crop_resize kernel hwc/uint8 vs CPU reference: worst %.3f uint8 steps\n", worst);
+    if (worst > 1.001)
+        sl_test_fail(__FILE__, __LINE__, "the kernel is %.3f uint8 steps off its reference",
+                     worst);
+    sl_dev__backend_release(be);
+}

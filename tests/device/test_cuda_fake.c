@@ -944,6 +944,8 @@ static void gp_use(void) {
 static unsigned gp_cmyk_mask; /* more CMYK files (bit i: file i) */
 static int gp_batch = 4;
 static int gp_drop; /* batch's drop_remainder */
+enum { GP_CHW = 0, GP_HWC = 1, GP_U8 = 2 };
+static int gp_out = GP_CHW; /* normalize to float32 CHW or HWC, or none (uint8 HWC) */
 
 static void gp_make(gp_set *s, int cmyk_at, int bad_at) {
     for (int i = 0; i < GP_N; i++) {
@@ -986,8 +988,13 @@ static sl_pipeline *gp_pipeline(gp_set *s, int gpu, int skip) {
                                             : "{\"op\": \"decode\"}"));
     ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"random_resized_crop\", \"size\": [96, 112]}"));
     ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"flip\", \"p\": 0.5}"));
-    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"normalize\", \"mean\": [0.485, 0.456, "
-                                        "0.406], \"std\": [0.229, 0.224, 0.225]}"));
+    if (gp_out != GP_U8) {
+        char nj[200];
+        snprintf(nj, sizeof nj, "{\"op\": \"normalize\", \"mean\": [0.485, 0.456, 0.406], "
+                 "\"std\": [0.229, 0.224, 0.225], \"layout\": \"%s\"}",
+                 gp_out == GP_HWC ? "hwc" : "chw");
+        ASSERT_OK(sl_spec_add_op_json(spec, nj));
+    }
     char bj[64];
     snprintf(bj, sizeof bj, "{\"op\": \"batch\", \"size\": %d, \"drop_remainder\": %s}",
              gp_batch, gp_drop ? "true" : "false");
@@ -1006,7 +1013,7 @@ static sl_pipeline *gp_pipeline(gp_set *s, int gpu, int skip) {
  * err (the run failed). */
 static int gp_drain(sl_pipeline *p, float *img, int64_t *label, int *sizes, int want_dev,
                     char *err, size_t cap) {
-    size_t per = (size_t)3 * GP_OH * GP_OW;
+    size_t per = (size_t)3 * GP_OH * GP_OW; /* values of one image */
     int n = 0, nb = 0;
     sl_batch *b;
     int rc;
@@ -1015,15 +1022,22 @@ static int gp_drain(sl_pipeline *p, float *img, int64_t *label, int *sizes, int 
         const sl_tensor *x = sl_batch_column(b, 0), *y = sl_batch_column(b, 1);
         ASSERT_EQ(x->device, want_dev);
         ASSERT_EQ(y->device, want_dev);
-        ASSERT_EQ(x->dtype, SL_F32);
+        ASSERT_EQ(x->dtype, gp_out == GP_U8 ? SL_U8 : SL_F32);
         ASSERT_EQ(x->ndim, 4);
-        ASSERT_EQ(x->shape[1], 3);
-        ASSERT_EQ(x->shape[2], GP_OH);
-        ASSERT_EQ(x->shape[3], GP_OW);
+        int64_t want[3] = {3, GP_OH, GP_OW};
+        if (gp_out != GP_CHW)
+            want[0] = GP_OH, want[1] = GP_OW, want[2] = 3;
+        for (int d = 0; d < 3; d++)
+            ASSERT_EQ(x->shape[d + 1], want[d]);
         ASSERT_EQ(y->shape[0], x->shape[0]);
         ASSERT(n + x->shape[0] <= GP_N);
-        /* the stand-in's device memory is host memory */
-        memcpy(img + (size_t)n * per, x->data, (size_t)x->shape[0] * per * sizeof(float));
+        /* the stand-in's device memory is host memory; uint8 images are
+         * widened to float to be compared alike */
+        if (gp_out == GP_U8)
+            for (size_t k = 0; k < (size_t)x->shape[0] * per; k++)
+                img[(size_t)n * per + k] = ((const uint8_t *)x->data)[k];
+        else
+            memcpy(img + (size_t)n * per, x->data, (size_t)x->shape[0] * per * sizeof(float));
         memcpy(label + n, y->data, (size_t)y->shape[0] * sizeof(int64_t));
         n += (int)x->shape[0];
         sizes[nb++] = (int)x->shape[0];
@@ -1042,7 +1056,9 @@ static void gp_diff(const float *a, const float *b, double *mean, double *max) {
     const float sd[3] = {0.229f, 0.224f, 0.225f};
     double sum = 0, worst = 0;
     for (size_t k = 0; k < per; k++) {
-        double d = fabs((double)a[k] - (double)b[k]) * 255.0 * sd[k / (per / 3)];
+        double scale = gp_out == GP_U8 ? 1.0
+                       : 255.0 * sd[gp_out == GP_HWC ? k % 3 : k / (per / 3)];
+        double d = fabs((double)a[k] - (double)b[k]) * scale;
         sum += d;
         worst = d > worst ? d : worst;
     }
@@ -1172,6 +1188,55 @@ SL_TEST(gpu_pipe_fake__many_fallbacks_in_one_batch) {
     ASSERT_EQ(fn.live(), 0);
     nothing_left();
 }
+
+/* The other outputs the CPU chain can give: a float32 HWC normalize, and no
+ * normalize (uint8 HWC, the random_resized_crop + flip image): the same
+ * placements, dtype and shape as the CPU pipeline, the pixels within the
+ * tolerance, the CMYK fallback bit for bit. */
+static void gp_output_as_cpu(int out) {
+    gp_use();
+    gp_out = out;
+    gp_set s;
+    gp_make(&s, 6, -1);
+    size_t per = (size_t)3 * GP_OH * GP_OW;
+    float *cpu = calloc(GP_N * per, sizeof(float)), *gpu = calloc(GP_N * per, sizeof(float));
+    int64_t lc[GP_N], lg[GP_N];
+    int zc[GP_N + 1], zg[GP_N + 1];
+    char err[512] = "";
+    sl_pipeline *pc = gp_pipeline(&s, 0, 0), *pg = gp_pipeline(&s, 1, 0);
+    char ex[8192];
+    size_t len;
+    ASSERT_OK(sl_pipeline_explain(pg, ex, sizeof ex, &len));
+    ASSERT_CONTAINS(ex, out == GP_U8 ? "output: image:uint8[96,112,3]"
+                                     : "output: image:float32[96,112,3]");
+    ASSERT_EQ(gp_drain(pc, cpu, lc, zc, SL_DEVICE_CPU, err, sizeof err), GP_N);
+    ASSERT_EQ(gp_drain(pg, gpu, lg, zg, SL_DEVICE_CUDA, err, sizeof err), GP_N);
+    double sum = 0, worst = 0;
+    for (int i = 0; i < GP_N; i++) {
+        ASSERT_EQ(lc[i], lg[i]);
+        double m, x;
+        gp_diff(cpu + (size_t)i * per, gpu + (size_t)i * per, &m, &x);
+        if (i == 6)
+            ASSERT(memcmp(cpu + (size_t)i * per, gpu + (size_t)i * per, per * sizeof(float)) == 0);
+        sum += m;
+        worst = x > worst ? x : worst;
+    }
+    printf("  %s: GPU pipeline (stand-ins) vs CPU pipeline: mean |diff| %.3f uint8 steps, max "
+           "%.1f\n", out == GP_U8 ? "uint8 hwc" : "float32 hwc", sum / GP_N, worst);
+    fflush(stdout);
+    ASSERT(sum / GP_N <= 1.0);
+    ASSERT(worst <= 48.0);
+    sl_pipeline_free(pc);
+    sl_pipeline_free(pg);
+    gp_free(&s);
+    free(cpu);
+    free(gpu);
+    ASSERT_EQ(fn.live(), 0);
+    nothing_left();
+}
+
+SL_TEST(gpu_pipe_fake__uint8_hwc_without_normalize_as_cpu) { gp_output_as_cpu(GP_U8); }
+SL_TEST(gpu_pipe_fake__float32_hwc_normalize_as_cpu) { gp_output_as_cpu(GP_HWC); }
 
 /* on_error "fail": the run stops at the batch of the truncated file, naming
  * its record and the decode op, as the CPU pipeline does. */
@@ -1402,10 +1467,9 @@ SL_TEST(gpu_pipe_fake__unsupported_chains_are_refused) {
     gp_refused(&s, (const char *[]){dec, rrc, norm, "{\"op\": \"cast\", \"column\": \"image\", \"dtype\": \"float16\"}",
                                     bat, NULL},
                1, "ops[3] (cast): not supported after decode on the GPU");
-    gp_refused(&s, (const char *[]){dec, rrc, "{\"op\": \"normalize\", \"layout\": \"hwc\"}",
-                                    bat, NULL},
-               1, "layout chw");
-    gp_refused(&s, (const char *[]){dec, rrc, bat, NULL}, 1, "needs a normalize after it");
+    gp_refused(&s, (const char *[]){dec, rrc, "{\"op\": \"normalize\", \"dtype\": "
+                                    "\"float16\"}", bat, NULL},
+               1, "the GPU decode kernel writes float32; this normalize asks for float16");
     gp_refused(&s, (const char *[]){dec, norm, bat, NULL}, 1,
                "needs random_resized_crop (or resize + center_crop)");
     gp_refused(&s, (const char *[]){"{\"op\": \"decode\", \"device\": \"gpu\", \"mode\": "

@@ -5,7 +5,7 @@
  * SLUICE_CUDA_KERNELS, so a whole pipeline with decode on the GPU runs in
  * the tests (tests/device/test_cuda_fake.c, gpu_pipe_fake__*).
  *
- * sl_cuda_crop_resize evaluates crop_resize_math.h — the expressions the
+ * sl_cuda_crop_resize_v2 evaluates crop_resize_math.h — the expressions the
  * CUDA kernel (src/device/crop_resize.cu) compiles — on the calling
  * thread, which is a legal schedule for the stand-in's streams (they run
  * their work at once). sl_cuda_normalize is not provided (it answers
@@ -54,9 +54,9 @@ EXPORT int sl_cuda_normalize(void *dst, const void *src, long long n, long long 
     return 801; /* cudaErrorNotSupported */
 }
 
-EXPORT int sl_cuda_crop_resize(float *dst, const void *src, size_t pitch, const float *box,
-                               const int *lim, int flip, int oh, int ow, const float *mean,
-                               const float *std, void *stream) {
+EXPORT int sl_cuda_crop_resize_v2(void *dst, const void *src, size_t pitch, const float *box,
+                                  const int *lim, int flip, int oh, int ow, const float *mean,
+                                  const float *std, int hwc, int u8, void *stream) {
     (void)stream;
     sl_cr_place p;
     for (int k = 0; k < 4; k++) {
@@ -75,8 +75,13 @@ EXPORT int sl_cuda_crop_resize(float *dst, const void *src, size_t pitch, const 
             float v[3];
             sl_cr_pixel(src, pitch, &p, oh, ow, y, x, v);
             size_t i = (size_t)y * (size_t)ow + (size_t)x;
-            for (int c = 0; c < 3; c++)
-                dst[(size_t)c * plane + i] = sl_cr_normalize(v[c], mean[c], std[c]);
+            for (int c = 0; c < 3; c++) {
+                size_t at = hwc ? i * 3 + (size_t)c : (size_t)c * plane + i;
+                if (u8)
+                    ((unsigned char *)dst)[at] = (unsigned char)v[c];
+                else
+                    ((float *)dst)[at] = sl_cr_normalize(v[c], mean[c], std[c]);
+            }
         }
     return 0;
 }
