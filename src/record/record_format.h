@@ -154,12 +154,22 @@ typedef struct slr_header {
     uint32_t meta_bytes;
 } slr_header;
 
+/* One shard file opened and validated (record_reader.c, shard_open): what a
+ * read of its records needs. Reference counted: the reader's table of open
+ * shards holds one reference while the shard is open, and every reading
+ * record (its pin, sl_record) holds one while it reads or its views point
+ * in; the last release closes the file (shard_put). So a shard the reader
+ * closes stays whole for whoever still uses it, and nothing in it changes
+ * after open. */
 typedef struct slr_shard {
+    _Atomic int refs;
+    int k;                  /* its number in the dataset */
+    uint64_t reader_id;     /* the reader that opened it (sl_reader.id) */
     char *path;
     sl_io *io;              /* the file (io.h); owned by `mapbuf` when mapped */
     const uint8_t *map;     /* whole file, or NULL in pread mode */
     sl_buffer *mapbuf;      /* reference-counted owner of `io` and so of `map`;
-                               closed when the reader and every retained view
+                               closed when the shard and every retained view
                                let go */
     uint64_t size;
     slr_header hdr;
@@ -168,38 +178,90 @@ typedef struct slr_shard {
     uint64_t index_offset;
     uint64_t index_bytes;
     uint64_t footer_checksum;
-    uint8_t *entries;       /* count * SLR_INDEX_ENTRY bytes: in the mapping
-                               (entries_mapped), else a heap copy */
-    bool entries_mapped;    /* entries (and the index) are the mapping's pages:
-                               page cache, shared by every process reading the
-                               file, not this process's heap */
+    uint8_t *index;         /* the whole index block (entries, scalar columns,
+                               metadata): in the mapping (entries_mapped), else
+                               a heap copy */
+    uint8_t *entries;       /* count * SLR_INDEX_ENTRY bytes at `index` */
+    bool entries_mapped;    /* the index is the mapping's pages: page cache,
+                               shared by every process reading the file, not
+                               this process's heap */
     bool copy_reads;        /* large records: read by copy where the caller
                                can own one (sl_record__read_into) */
 } slr_shard;
 
+/* A dataset's shard as the manifest describes it, and its open state. A
+ * directory is planned from these alone; a shard is opened on the first
+ * read, prefetch or scan that needs it, and closed again when the reader
+ * keeps more shards open than its limit (record_reader.c, "Open shards"). */
+typedef struct slr_slot {
+    char *path;             /* directory + manifest file name (or the file) */
+    const char *file;       /* the manifest's name for it (in `path`) */
+    uint64_t first, count, bytes, footer_checksum;   /* the manifest's */
+    bool copy_reads;        /* records average >= COPY_MIN_RECORD bytes */
+    pthread_mutex_t mu;     /* guards open, fail_*; held while opening */
+    slr_shard *_Atomic open;/* the open shard (one reference), or NULL */
+    int fail_rc;            /* opening failed: the status and message every
+                               later use reports (not SL_ENOMEM) */
+    char *fail_msg;
+    _Atomic uint64_t stamp; /* r->clock at its last use (LRU) */
+    uint64_t closed_seq;    /* r->nclosed when it was last closed (lru_mu) */
+} slr_slot;
+
 struct sl_reader {
     char *path;
+    char *mpath;            /* a directory's manifest, for messages */
+    uint64_t id;            /* unique per reader of the process (record pins) */
     unsigned flags;
     sl_schema schema;
     slr_meta meta;
     int nshards;
-    slr_shard *shards;
+    slr_slot *shards;
     uint64_t count;
     uint64_t data_bytes;
+    bool remote;            /* a directory of URLs: reads may go by ranges */
     int nscalar;
     int scalar_slot[SL_MAX_COLUMNS];  /* column -> index into scalars, or -1 */
     void *scalars[SL_MAX_COLUMNS];    /* per scalar column: count values */
     bool scalars_mapped;              /* scalars point into a mapped index (a
                                          single-file dataset), not the heap */
     /* A dataset directory joins its shards' scalar columns into `scalars`
-     * only when first asked (sl_record__scalars): filters and verify need
-     * them, plain reading does not (8 bytes a record per column). */
+     * only when first asked (sl_record__scalars): filters need them, plain
+     * reading does not (8 bytes a record per column). */
     pthread_mutex_t scalars_mu;
     atomic_bool scalars_ready;
+    /* Open shards (record_reader.c, "Open shards"); lru_mu guards all but
+     * the atomics. */
+    pthread_mutex_t lru_mu;
+    int *open_ids;          /* the open shards' numbers, nopen of them */
+    int nopen;
+    int limit;              /* at most this many open (more only while a
+                               reading record still holds a closed one) */
+    bool limit_fixed;       /* set by sl_record__set_open_limit: no growing */
+    bool keeps_all;         /* no shard is ever closed (nshards <= limit and
+                               the limit only grows): views may be borrowed */
+    _Atomic uint64_t clock; /* opens so far: the LRU's time */
+    uint64_t nclosed;
+    _Atomic uint64_t opened_total; /* shard opens (tests, stats) */
 };
 
+/* Open shards: how many now, and how many opens so far (tests). */
+int sl_record__open_shards(const sl_reader *r);
+uint64_t sl_record__opens(const sl_reader *r);
+/* Fix the most shards `r` keeps open (>= 1; tests and benchmarks; no
+ * growing after). Call before any read. */
+void sl_record__set_open_limit(sl_reader *r, int limit);
+/* Whether `r` never closes a shard it opened (a single file, or no more
+ * shards than its limit): zero-copy views may then be borrowed for the
+ * reader's life instead of each holding a reference (source_slr.c). */
+bool sl_record__keeps_shards(const sl_reader *r);
+/* Shard k opened (or failed) as a read would open it, with a reference the
+ * caller drops with sl_record__shard_put. */
+int sl_record__shard_get(const sl_reader *r, int k, slr_shard **out);
+void sl_record__shard_put(slr_shard *sh);
+
 /* Make r->scalars hold every scalar column (a directory's are joined on
- * first use; thread-safe). SL_OK, SL_ENOMEM, SL_EIO. */
+ * first use, opening every shard; thread-safe). SL_OK, SL_ENOMEM, SL_EIO,
+ * or a shard's damage. */
 int sl_record__scalars(const sl_reader *r);
 
 /* Read and validate a header (magic, version, features, checksum, schema).
@@ -230,6 +292,9 @@ struct sl_record {
     uint8_t *scratch;           /* decompressed columns */
     size_t scratch_cap;
     struct ZSTD_DCtx_s *dctx;
+    slr_shard *pin;             /* the shard of the last read (a reference):
+                                   its views stay valid, and the next read of
+                                   the same shard needs no lookup */
 };
 
 /* Decode a payload (already checksum-checked or not, as the caller chose) of
@@ -248,8 +313,8 @@ int sl_record__read(const sl_reader *r, uint64_t i, sl_record *rec, bool verify)
  * and zstd context; its columns are left as they were. */
 int sl_record__read_cols(const sl_reader *r, uint64_t i, sl_record *rec, bool verify,
                          void *const *dst, const size_t *bytes);
-/* The shard holding global record i. */
-const slr_shard *sl_record__shard_of(const sl_reader *r, uint64_t i);
+/* The number of the shard holding global record i (< count). */
+int sl_record__shard_of(const sl_reader *r, uint64_t i);
 /* A hint that record i (< count) will be read soon; changes no result. `far`:
  * bring in its index entry only (call it some records ahead); else bring in
  * the first bytes of its frame, whose offset is read from the entry (call it
@@ -258,7 +323,7 @@ const slr_shard *sl_record__shard_of(const sl_reader *r, uint64_t i);
 /* Whether record i is better read by copy than as a view of the mapping
  * (its shard's records are large: record_reader.c says why), and the bytes
  * sl_record__read_into then needs. */
-int sl_record__copy_size(const sl_reader *r, uint64_t i, size_t *size);
+int sl_record__copy_size(const sl_reader *r, uint64_t i, sl_record *rec, size_t *size);
 /* sl_record__read, but the frame is read (pread) into dst (cap bytes, at
  * least sl_record__copy_size), and the columns not decompressed are views of
  * dst owned by `owner` (the record takes no reference). */
@@ -267,8 +332,10 @@ int sl_record__read_into(const sl_reader *r, uint64_t i, sl_record *rec, bool ve
 /* far: 0 the record's first bytes, 1 its index entry, 2 (a shard read by
  * ranges) start fetching it: sl_io__will_need, once per record. */
 void sl_record__prefetch(const sl_reader *r, uint64_t i, int far);
-/* Whether some shard is read by ranges (not mapped: a remote shard that does
- * not fit the shard cache), whose reads prefetch hints fetch ahead. */
+/* Whether some shard may be read by ranges (not mapped: a remote shard that
+ * does not fit the shard cache), whose reads prefetch hints fetch ahead: a
+ * directory of URLs (its shards are not opened yet), or a remote file that
+ * was not mapped. */
 bool sl_record__reads_by_ranges(const sl_reader *r);
 
 /* ---- manifest (manifest.c) ------------------------------------------------------- */

@@ -109,6 +109,31 @@ static SLR_UNUSED void slr_expect_open_fail(const char *path, unsigned flags, in
     ASSERT_CONTAINS(sl_errmsg(), what);
 }
 
+/* A directory whose shard holding record `i` is damaged: open succeeds (it
+ * reads only the manifest and the first shard's header), reading record i
+ * fails with `code` and a message containing `what` and the record's
+ * number, every time, and verify reports the same. */
+static SLR_UNUSED void slr_expect_read_fail(const char *path, uint64_t i, int code,
+                                            const char *what) {
+    sl_reader *r = NULL;
+    ASSERT_OK(sl_reader_open(&r, path, 0));
+    sl_record *rec;
+    ASSERT_OK(sl_record_create(&rec));
+    char rtext[64];
+    snprintf(rtext, sizeof rtext, "record %llu: ", (unsigned long long)i);
+    for (int k = 0; k < 2; k++) {
+        ASSERT_RC(sl_reader_read(r, i, rec), code);
+        ASSERT_CONTAINS(sl_errmsg(), what);
+        ASSERT_CONTAINS(sl_errmsg(), rtext);
+    }
+    uint64_t bad = 0;
+    ASSERT_RC(sl_reader_verify(r, 1, &bad, NULL, NULL), code);
+    ASSERT_CONTAINS(sl_errmsg(), what);
+    ASSERT(bad > 0);
+    sl_record_free(rec);
+    sl_reader_free(r);
+}
+
 /* Open, read every record, then verify: the first failure's status (SL_OK if
  * all pass). The message is left in sl_errmsg(). */
 static SLR_UNUSED int slr_open_read_verify(const char *path, unsigned flags) {
