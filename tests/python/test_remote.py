@@ -670,3 +670,38 @@ def test_rank_fetches_only_the_indexed_shards_it_reads(tmp_path):
         assert r.returncode == 0, r.stderr
         assert "8 remote shards without a sidecar index" in r.stderr and "sluice index" in r.stderr
         assert len([f for f in os.listdir(tmp_path / "cache2") if f.endswith(".tar")]) == 8
+
+
+def test_directory_fetches_only_the_shards_read(tmp_path, data, web):
+    """A dataset directory over HTTP is planned from its manifest: opening it
+    reads the manifest and the first shard's header (a range request), and a
+    shard is fetched into the cache only when a record of it is read. A rank
+    that reads two shards of several fetches those two."""
+    man = json.load(open(os.path.join(data, "ds", "manifest.json")))
+    assert len(man["shards"]) >= 4
+    firsts = [s["first"] for s in man["shards"]]
+    code = f"""
+import os, sluice
+cache = os.environ["SLUICE_CACHE_DIR"]
+def cached():
+    if not os.path.isdir(cache):
+        return []
+    return sorted(f.split("-", 1)[1] for f in os.listdir(cache)
+                  if not f.startswith(".") and not f.endswith(".lock"))
+r = sluice.Reader({web.url + '/ds'!r})
+print(len(r), len(r.shards), cached())
+got = [bytes(r[i]["blob"]) for i in ({firsts[1]}, {firsts[3]}, {firsts[3] + 1})]
+print(cached())
+import hashlib
+print(hashlib.sha256(b"".join(got)).hexdigest())
+"""
+    r = subprocess.run([sys.executable, "-c", code], env=env_for(tmp_path), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    opened, after, digest = r.stdout.splitlines()
+    assert opened == f"{N} {len(man['shards'])} []"
+    assert after == str(["shard-00001.slr", "shard-00003.slr"])
+    loc = sluice.Reader(data + "/ds")
+    import hashlib
+    want = b"".join(bytes(loc[i]["blob"]) for i in (firsts[1], firsts[3], firsts[3] + 1))
+    assert digest == hashlib.sha256(want).hexdigest()
