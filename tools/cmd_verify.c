@@ -57,6 +57,63 @@ static void add_error(error_list *e, const char *msg) {
         e->msg[e->n++] = strdup(msg);
 }
 
+/* "FILE: record N: CAUSE": where " record N" starts and N; 0 if not that form. */
+static int split_record(const char *msg, size_t *at, unsigned long long *rec, const char **cause) {
+    const char *p = strstr(msg, ": record ");
+    if (!p)
+        return 0;
+    char *end;
+    *rec = strtoull(p + 9, &end, 10);
+    if (end == p + 9 || strncmp(end, ": ", 2) != 0)
+        return 0;
+    *at = (size_t)(p - msg);
+    *cause = end + 2;
+    return 1;
+}
+
+/* A bad record's message, joined to the last one when it is the next record
+ * of the same file with the same cause ("FILE: records 45..59: CAUSE"): a
+ * shard that does not open fails each of its records alike. */
+typedef struct {
+    char *prefix, *cause;
+    unsigned long long first, last;
+} run_state;
+
+static void flush_run(error_list *e, run_state *run) {
+    if (!run->prefix)
+        return;
+    char buf[2048];
+    if (run->first == run->last)
+        snprintf(buf, sizeof buf, "%s: record %llu: %s", run->prefix, run->first, run->cause);
+    else
+        snprintf(buf, sizeof buf, "%s: records %llu..%llu: %s", run->prefix, run->first,
+                 run->last, run->cause);
+    add_error(e, buf);
+    free(run->prefix);
+    free(run->cause);
+    run->prefix = run->cause = NULL;
+}
+
+static void add_record_error(error_list *e, run_state *run, const char *msg) {
+    size_t at;
+    unsigned long long rec;
+    const char *cause;
+    if (!split_record(msg, &at, &rec, &cause)) {
+        flush_run(e, run);
+        add_error(e, msg);
+        return;
+    }
+    if (run->prefix && rec == run->last + 1 && strlen(run->prefix) == at &&
+        !strncmp(run->prefix, msg, at) && !strcmp(run->cause, cause)) {
+        run->last = rec;
+        return;
+    }
+    flush_run(e, run);
+    run->prefix = strndup(msg, at);
+    run->cause = strdup(cause);
+    run->first = run->last = rec;
+}
+
 static void print_json(const char *path, int ok, uint64_t records, uint64_t bad,
                        const error_list *errs) {
     cJSON *o = cJSON_CreateObject();
@@ -73,6 +130,12 @@ static void print_json(const char *path, int ok, uint64_t records, uint64_t bad,
 static int report(const char *path, const char *hint, const char *ok_text, int json, int opened,
                   uint64_t records, uint64_t bad, error_list *errs) {
     int ok = opened && bad == 0 && errs->n == 0;
+    uint64_t listed = 0; /* bad records the listed messages name */
+    for (int i = 0; i < errs->n; i++) {
+        unsigned long long a, b;
+        const char *rs = errs->msg[i] ? strstr(errs->msg[i], ": records ") : NULL;
+        listed += rs && sscanf(rs, ": records %llu..%llu", &a, &b) == 2 && b >= a ? b - a + 1 : 1;
+    }
     if (json)
         print_json(path, ok, records, bad, errs);
     if (ok) {
@@ -87,8 +150,8 @@ static int report(const char *path, const char *hint, const char *ok_text, int j
         if (opened)
             for (int i = 0; i < errs->n; i++)
                 fprintf(stderr, "  %s\n", errs->msg[i] ? errs->msg[i] : "");
-        if (opened && bad > (uint64_t)errs->n)
-            fprintf(stderr, "  ... and %llu more\n", (unsigned long long)(bad - errs->n));
+        if (opened && bad > listed)
+            fprintf(stderr, "  ... and %llu more\n", (unsigned long long)(bad - listed));
         if (opened)
             fprintf(stderr, "(%s)\n", hint);
         else
@@ -163,12 +226,14 @@ static int verify_slr(const char *path, int json) {
             /* The verifier gives the first message; read the records again
              * to name the first few bad ones (only when there is damage). */
             sl_record *rec = NULL;
+            run_state run = {NULL, NULL, 0, 0};
             if (sl_record_create(&rec) == SL_OK) {
                 for (uint64_t i = 0; i < n && errs.n < MAX_ERRORS; i++)
                     if (sl_reader_read(r, i, rec) < 0)
-                        add_error(&errs, sl_errmsg());
+                        add_record_error(&errs, &run, sl_errmsg());
                 sl_record_free(rec);
             }
+            flush_run(&errs, &run);
             if (errs.n == 0)
                 add_error(&errs, sl_errmsg());
         }

@@ -543,9 +543,10 @@ static int open_file(sl_reader *r, const char *path) {
     slr_shard *sh;
     SL_TRY(shard_open(&sh, path, r->flags, &r->schema, &r->meta));
     if (sh->first != 0) {
+        unsigned long long first = (unsigned long long)sh->first;
         sl_record__shard_put(sh);
         return sl__error(SL_ECORRUPT, "%s: a single-file dataset must start at record 0 (starts at "
-                         "%llu; is it a shard of a directory?)", path, (unsigned long long)sh->first);
+                         "%llu; is it a shard of a directory?)", path, first);
     }
     sh->reader_id = r->id;
     sl->count = sh->count;

@@ -122,6 +122,26 @@ run 0 "$SLUICE" cat "$T/bad.slr" --index 122 --column label
 run 1 "$SLUICE" scan "$T/bad.slr"
 has "$ERR" "record 123"
 
+# ---- a dataset directory: damaged shards are found by verify, not at open ----------
+run 0 "$SLUICE" pack "$T/img" "$T/lab" "$T/dir.slr" --shard-size 8K
+[ -f "$T/dir.slr/shard-00004.slr" ] || fail "pack --shard-size 8K made fewer than 5 shards"
+$PY - "$T/dir.slr" <<'PYEOF' || fail "could not damage two shards"
+import sys
+d = sys.argv[1]
+p = d + "/shard-00001.slr"; b = bytearray(open(p, "rb").read()); b[-20] ^= 0x40; open(p, "wb").write(b)
+p = d + "/shard-00003.slr"; b = open(p, "rb").read(); open(p, "wb").write(b[:-100])
+PYEOF
+run 0 "$SLUICE" info "$T/dir.slr"      # planned from the manifest: no shard opened
+has "$OUT" "300"
+run 1 "$SLUICE" verify "$T/dir.slr"
+has "$ERR" "shard-00001.slr: records "
+has "$ERR" "footer checksum mismatch"
+has "$ERR" "shard-00003.slr: records "
+has "$ERR" "truncated or unfinished"
+run 0 "$SLUICE" cat "$T/dir.slr" --index 0 --column label   # shard 0 reads
+run 1 "$SLUICE" scan "$T/dir.slr"
+has "$ERR" "shard-00001.slr: record "
+
 # ---- recover a truncated partial write ----------------------------------------------
 # A writer's partial shard is header + records without index or footer: cut a
 # finished file inside its records to make one.
