@@ -386,7 +386,15 @@ typedef struct sl_reader sl_reader;
  *  only references you retained. Views into scratch memory have `buf` NULL. */
 typedef struct sl_record sl_record;
 
-/** Open a dataset; reads only footer, index, schema and manifest.
+/** Open a dataset. A single file: its header, footer and index are read and
+ *  checked now. A directory: only its manifest and the first shard's header
+ *  (the schema) are read; the record count, shard list and sizes come from
+ *  the manifest. Each shard is opened and checked (header, footer, index,
+ *  agreement with the manifest) when a read, prefetch or scan first needs
+ *  it, and closed again when the reader has not used it for a while (at
+ *  most a few shards stay open; docs/FORMAT.md, section 9), so damage in a
+ *  shard is reported by every read of its records, with the same message
+ *  (file, record, cause), and by sl_reader_verify, not by open.
  *  @return SL_OK, SL_EIO, SL_ECORRUPT, SL_EUNSUPPORTED, SL_EINVAL, SL_ENOMEM.
  *  Messages name the file and cause. Since 0.1 */
 SL_API int sl_reader_open(sl_reader **out, const char *path, unsigned flags);
@@ -408,7 +416,8 @@ SL_API uint64_t sl_reader_shard_bytes(const sl_reader *r, int i);
 SL_API uint64_t sl_reader_data_bytes(const sl_reader *r);
 
 /** Values of a scalar (INT64 or FLOAT64) column for every record, straight
- *  from the index, without touching data pages. `*out` points at count()
+ *  from the index, without touching data pages (a directory opens each shard
+ *  in turn to join them, once; a shard that does not open fails the call). `*out` points at count()
  *  values (int64_t or double, by column type); borrowed for the reader's life.
  *  @return SL_OK, SL_EINVAL (not a scalar column). */
 SL_API int sl_reader_index_column(const sl_reader *r, int col, const void **out);
@@ -426,7 +435,8 @@ SL_API const sl_tensor *sl_record_column(const sl_record *rec, int col);
 /** Index of the last record read. */
 SL_API uint64_t sl_record_index(const sl_record *rec);
 
-/** Check every record's checksum, the index and footers of every shard.
+/** Check every record's checksum, the index and footers of every shard (a
+ *  shard that does not open counts all of its records as damaged).
  *  `progress(done, total, user)` is called now and then (may be NULL).
  *  Stops at the first damage unless `keep_going`; `bad_out` (may be NULL)
  *  receives the number of damaged records.

@@ -41,7 +41,12 @@ static int cmp_i64(const void *a, const void *b) {
 
 /* Distinct values of the 'label' index column with their counts (sorted by
  * value). Returns the number of distinct values, or -1 (no such column or
- * out of memory). */
+ * out of memory), LABELS_REMOTE (a remote dataset directory: counting would
+ * fetch every shard, where the rest of info reads only the manifest and the
+ * first shard's header) or LABELS_FAILED (a shard's index does not read:
+ * sl_errmsg says why). */
+#define LABELS_REMOTE (-2)
+#define LABELS_FAILED (-3)
 static long label_counts(const sl_reader *r, label_count **out) {
     *out = NULL;
     const sl_schema *s = sl_reader_schema(r);
@@ -49,9 +54,12 @@ static long label_counts(const sl_reader *r, label_count **out) {
     uint64_t n = sl_reader_count(r);
     if (col < 0 || sl_schema_type(s, col) != SL_COL_INT64)
         return -1;
+    if (sl_reader_shard_count(r) > 1 && strstr(sl_reader_shard_path(r, 0), "://"))
+        return LABELS_REMOTE;
     const void *vals;
-    if (sl_reader_index_column(r, col, &vals) != SL_OK)
-        return -1;
+    int rc = sl_reader_index_column(r, col, &vals);
+    if (rc != SL_OK)
+        return rc == SL_ENOMEM ? -1 : LABELS_FAILED;
     if (n == 0)
         return 0;
     int64_t *v = malloc(n * sizeof *v);
@@ -177,6 +185,11 @@ static void print_text(const char *path, const sl_reader *r) {
             printf(" %lld:%llu", (long long)lc[i].value, (unsigned long long)lc[i].count);
         printf("%s\n", k > show ? " ..." : "");
         free(lc);
+    } else if (k == LABELS_REMOTE) {
+        printf("labels    not counted (a remote dataset directory: every shard would be "
+               "fetched)\n");
+    } else if (k == LABELS_FAILED) {
+        printf("labels    not counted: %s\n", sl_errmsg());
     }
 }
 
