@@ -163,8 +163,6 @@ typedef struct slr_header {
  * after open. */
 typedef struct slr_shard {
     _Atomic int refs;
-    int k;                  /* its number in the dataset */
-    uint64_t reader_id;     /* the reader that opened it (sl_reader.id) */
     char *path;
     sl_io *io;              /* the file (io.h); owned by `mapbuf` when mapped */
     const uint8_t *map;     /* whole file, or NULL in pread mode */
@@ -237,8 +235,11 @@ struct sl_reader {
     int limit;              /* at most this many open (more only while a
                                reading record still holds a closed one) */
     bool limit_fixed;       /* set by sl_record__set_open_limit: no growing */
-    bool keeps_all;         /* no shard is ever closed (nshards <= limit and
-                               the limit only grows): views may be borrowed */
+    _Atomic bool keeps_all; /* no shard will be closed again (a single file,
+                               nshards <= limit, or the limit grown to nshards
+                               with no close pending): open shards may be used
+                               without a reference, and views borrowed */
+    int detaching;          /* closes chosen and not finished (lru_mu) */
     _Atomic uint64_t clock; /* opens so far: the LRU's time */
     uint64_t nclosed;
     _Atomic uint64_t opened_total; /* shard opens (tests, stats) */
@@ -250,10 +251,13 @@ uint64_t sl_record__opens(const sl_reader *r);
 /* Fix the most shards `r` keeps open (>= 1; tests and benchmarks; no
  * growing after). Call before any read. */
 void sl_record__set_open_limit(sl_reader *r, int limit);
-/* Whether `r` never closes a shard it opened (a single file, or no more
- * shards than its limit): zero-copy views may then be borrowed for the
- * reader's life instead of each holding a reference (source_slr.c). */
+/* Whether `r` will close no shard from now on (a single file, no more
+ * shards than its limit, or a limit grown to every shard). */
 bool sl_record__keeps_shards(const sl_reader *r);
+/* Whether the zero-copy views of rec's last read may be borrowed for the
+ * reader's life instead of each holding a reference on the mapping's buffer
+ * (source_slr.c): its shard stays open as long as the reader. */
+bool sl_record__views_last(const sl_record *rec);
 /* Shard k opened (or failed) as a read would open it, with a reference the
  * caller drops with sl_record__shard_put. */
 int sl_record__shard_get(const sl_reader *r, int k, slr_shard **out);
@@ -292,9 +296,15 @@ struct sl_record {
     uint8_t *scratch;           /* decompressed columns */
     size_t scratch_cap;
     struct ZSTD_DCtx_s *dctx;
-    slr_shard *pin;             /* the shard of the last read (a reference):
-                                   its views stay valid, and the next read of
-                                   the same shard needs no lookup */
+    slr_shard *pin;             /* the shard of the last read: its views stay
+                                   valid, and the next read of the same shard
+                                   needs no lookup */
+    uint64_t pin_reader;        /* pin's reader (sl_reader.id) and shard: */
+    int pin_k;                  /* compared without touching `pin`, whose
+                                   reader may be gone */
+    bool pin_ref;               /* `pin` holds a reference (else it is an open
+                                   shard of a reader that keeps all: the
+                                   reader's, for the reader's life) */
 };
 
 /* Decode a payload (already checksum-checked or not, as the caller chose) of

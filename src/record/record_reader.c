@@ -383,6 +383,14 @@ static void slot_detach(sl_reader *r, int k) {
     sl_record__shard_put(sh);
 }
 
+/* Under lru_mu: from now on no shard will be closed (the limit covers every
+ * shard and no close is under way), so open shards may be used without a
+ * reference (pin_shard, sl_record__prefetch). */
+static void check_keeps_all(sl_reader *r) {
+    if (!r->limit_fixed && r->limit >= r->nshards && r->detaching == 0)
+        atomic_store_explicit(&r->keeps_all, true, memory_order_release);
+}
+
 /* Shard k was just put in the table: count it, then close the least
  * recently used shards while more than `limit` are open. */
 static void lru_insert(sl_reader *r, int k) {
@@ -420,12 +428,18 @@ static void lru_insert(sl_reader *r, int k) {
                 victim = r->open_ids[best];
                 r->open_ids[best] = r->open_ids[--r->nopen];
                 r->shards[victim].closed_seq = ++r->nclosed;
+                r->detaching++;
             }
         }
+        if (victim < 0)
+            check_keeps_all(r);
         pthread_mutex_unlock(&r->lru_mu);
         if (victim < 0)
             return;
         slot_detach(r, victim);
+        pthread_mutex_lock(&r->lru_mu);
+        r->detaching--;
+        pthread_mutex_unlock(&r->lru_mu);
     }
 }
 
@@ -454,8 +468,6 @@ int sl_record__shard_get(const sl_reader *r, int k, slr_shard **out) {
         pthread_mutex_unlock(&sl->mu);
         return rc;
     }
-    sh->k = k;
-    sh->reader_id = r->id;
     atomic_fetch_add_explicit(&sh->refs, 1, memory_order_relaxed); /* the table's and ours */
     atomic_store_explicit(&sl->open, sh, memory_order_release);
     pthread_mutex_unlock(&sl->mu);
@@ -482,12 +494,15 @@ void sl_record__set_open_limit(sl_reader *r, int limit) {
     pthread_mutex_lock(&r->lru_mu);
     r->limit = limit < 1 ? 1 : limit;
     r->limit_fixed = true;
-    if (r->nshards > r->limit)
-        r->keeps_all = false;
+    atomic_store(&r->keeps_all, r->nshards <= r->limit);
     pthread_mutex_unlock(&r->lru_mu);
 }
 
-bool sl_record__keeps_shards(const sl_reader *r) { return r->keeps_all; }
+bool sl_record__keeps_shards(const sl_reader *r) {
+    return atomic_load_explicit(&((sl_reader *)(uintptr_t)r)->keeps_all, memory_order_acquire);
+}
+
+bool sl_record__views_last(const sl_record *rec) { return rec->pin && !rec->pin_ref; }
 
 /* ---- dataset ----------------------------------------------------------------------------- */
 
@@ -548,7 +563,6 @@ static int open_file(sl_reader *r, const char *path) {
         return sl__error(SL_ECORRUPT, "%s: a single-file dataset must start at record 0 (starts at "
                          "%llu; is it a shard of a directory?)", path, first);
     }
-    sh->reader_id = r->id;
     sl->count = sh->count;
     sl->bytes = sh->size;
     sl->footer_checksum = sh->footer_checksum;
@@ -558,7 +572,7 @@ static int open_file(sl_reader *r, const char *path) {
     r->nopen = 1;
     r->limit = 1;
     r->limit_fixed = true;
-    r->keeps_all = true;
+    atomic_init(&r->keeps_all, true);
     r->count = sh->count;
     r->data_bytes = sh->size;
     r->remote = !sh->map && sh->size && sl_io__is_url(path);
@@ -616,7 +630,7 @@ static int open_dir(sl_reader *r, const char *path) {
     SL_CHECK(rc);
     scalar_slots(r);
     r->limit = r->nshards < SLR_OPEN_SHARDS_MIN ? r->nshards : SLR_OPEN_SHARDS_MIN;
-    r->keeps_all = r->nshards <= SLR_OPEN_SHARDS_MIN;
+    atomic_init(&r->keeps_all, r->nshards <= SLR_OPEN_SHARDS_MIN);
     r->remote = sl_io__is_url(path);
     r->meta = man.meta;
     memset(&man.meta, 0, sizeof man.meta);
@@ -745,7 +759,8 @@ int sl_record_create(sl_record **out) {
 void sl_record_free(sl_record *rec) {
     if (!rec)
         return;
-    sl_record__shard_put(rec->pin);
+    if (rec->pin_ref)
+        sl_record__shard_put(rec->pin);
     sl__free(rec->frame);
     sl__free(rec->scratch);
     ZSTD_freeDCtx(rec->dctx);
@@ -988,17 +1003,29 @@ static int pin_shard(const sl_reader *r, uint64_t i, sl_record *rec, slr_shard *
                          r->path, (unsigned long long)i, (unsigned long long)r->count);
     int k = sl_record__shard_of(r, i);
     slr_shard *p = rec->pin;
-    if (p && p->k == k && p->reader_id == r->id) {
+    if (p && rec->pin_reader == r->id && rec->pin_k == k) {
         stamp(r, k);
         *out = p;
         return SL_OK;
     }
-    slr_shard *sh;
-    int rc = sl_record__shard_get(r, k, &sh);
-    if (rc < 0)
-        return record_error(rc, r->shards[k].path, i);
-    sl_record__shard_put(p);
+    slr_shard *sh = NULL;
+    bool ref = false;
+    if (sl_record__keeps_shards(r)) /* open shards stay: no reference needed */
+        sh = atomic_load_explicit(&r->shards[k].open, memory_order_acquire);
+    if (!sh) {
+        int rc = sl_record__shard_get(r, k, &sh);
+        if (rc < 0)
+            return record_error(rc, r->shards[k].path, i);
+        ref = true;
+    } else {
+        stamp(r, k);
+    }
+    if (rec->pin_ref)
+        sl_record__shard_put(p);
     rec->pin = sh;
+    rec->pin_ref = ref;
+    rec->pin_reader = r->id;
+    rec->pin_k = k;
     *out = sh;
     return SL_OK;
 }
@@ -1111,8 +1138,11 @@ int sl_record__read_into(const sl_reader *r, uint64_t i, sl_record *rec, bool ve
     return frame_decode(r, sh, i, dst, len, sum, verify, rec, owner);
 }
 
-/* The CPU-cache hints of sl_record__prefetch, for an open shard. */
-static void prefetch_open(const slr_shard *sh, uint64_t i, int far) {
+/* The CPU-cache hints of sl_record__prefetch, for an open shard. Inlined:
+ * as a function of its own GCC finds it free of side effects (a prefetch
+ * changes no memory) and deletes the calls. */
+static inline __attribute__((always_inline)) void prefetch_open(const slr_shard *sh, uint64_t i,
+                                                                int far) {
     const uint8_t *e = sh->entries + (i - sh->first) * SLR_INDEX_ENTRY;
     if (far) {
         __builtin_prefetch(e);
@@ -1156,7 +1186,7 @@ void sl_record__prefetch(const sl_reader *r, uint64_t i, int far) {
         sl_record__shard_put(sh);
         return;
     }
-    if (r->keeps_all) { /* never closed: an open shard stays for the reader's life */
+    if (sl_record__keeps_shards(r)) { /* an open shard stays for the reader's life */
         const slr_shard *sh = atomic_load_explicit(&sl->open, memory_order_acquire);
         if (sh)
             prefetch_open(sh, i, far);

@@ -5,11 +5,12 @@
  * Views of mapped, uncompressed columns are passed on by reference (the
  * mapping's buffer is retained); for a borrowing cursor (the executor) they
  * are plain views, with no reference count touched, where the reader keeps
- * every shard it opens for its life (a single file, or a directory of at
- * most SLR_OPEN_SHARDS_MIN shards). A larger directory closes shards it has
- * not used for a while (record_reader.c, "Open shards"), so its views hold a
- * reference on the mapping's buffer, which keeps the mapping alive until
- * the sample lets go. Shards of large records
+ * the record's shard open for its life (a single file, a directory of at
+ * most SLR_OPEN_SHARDS_MIN shards, or one read all over, as a global shuffle
+ * does, whose open-shard limit has grown to every shard). Otherwise the
+ * reader closes shards it has not used for a while (record_reader.c, "Open
+ * shards"), so the views hold a reference on the mapping's buffer, which
+ * keeps the mapping alive until the sample lets go. Shards of large records
  * (encoded images) are read by copy instead when the cursor has an
  * allocator: a view would keep the mapping's pages resident
  * (record_reader.c, COPY_MIN_RECORD). Views into a record's scratch
@@ -99,7 +100,7 @@ static int slr_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample
         return slr_read_copy(s, c, i, size, out);
     SL_TRY(sl_reader_read(s->reader, i, c->rec));
     out->index = i;
-    const bool borrow = cur->borrow && sl_record__keeps_shards(s->reader);
+    const bool borrow = cur->borrow && sl_record__views_last(c->rec);
     for (int k = 0; k < src->ncols; k++) {
         const sl_tensor *t = sl_record_column(c->rec, k);
         if (t->buf) {
