@@ -348,3 +348,29 @@ SL_TEST(record_lazy__threads_across_shards) {
         sl_reader_free(r);
     }
 }
+
+/* The same race with the limit left to grow: 8 threads reading at random
+ * drive it from its start to every shard, after which open shards are used
+ * without a reference; reads racing that switch stay correct. */
+SL_TEST(record_lazy__threads_while_limit_grows) {
+    char path[512];
+    sl_test_path(path, sizeof path, "ds");
+    write_sharded(path, 600, 0, 512);
+    sl_reader *r;
+    ASSERT_OK(sl_reader_open(&r, path, 0));
+    ASSERT(sl_reader_shard_count(r) > 40);
+    ASSERT(!sl_record__keeps_shards(r));
+    pthread_t th[8];
+    lazy_arg args[8];
+    for (int i = 0; i < 8; i++) {
+        args[i] = (lazy_arg){r, i + 100, 0};
+        ASSERT_EQ(pthread_create(&th[i], NULL, lazy_thread, &args[i]), 0);
+    }
+    for (int i = 0; i < 8; i++) {
+        ASSERT_EQ(pthread_join(th[i], NULL), 0);
+        ASSERT_EQ(args[i].failures, 0);
+    }
+    ASSERT(sl_record__keeps_shards(r));
+    ASSERT_EQ(sl_record__open_shards(r), sl_reader_shard_count(r));
+    sl_reader_free(r);
+}
