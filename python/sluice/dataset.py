@@ -720,13 +720,19 @@ def synthetic(records, shards=1, bytes=8, parallel=None, chunk=None):
                    parallel, chunk)
 
 
-def records(path, parallel=None, chunk=None):
+def records(path, parallel=None, chunk=None, max_open_shards=None):
     """A Dataset reading a .slr dataset (file or shard directory) at ``path``.
 
     ``parallel``: reader threads (an int, or "auto" to let the engine tune
     it; default 1). ``chunk``: records a reader hands on at a time (1-256;
-    default adaptive)."""
-    return _source({"path": _path(path, "path")}, parallel, chunk)
+    default adaptive). ``max_open_shards``: a directory's shards open at
+    once, least recently used closed first (default: 16, grown while the
+    reads keep returning to shards just closed; docs/FORMAT.md, section 9)."""
+    src = {"path": _path(path, "path")}
+    if max_open_shards is not None:
+        _check_int(max_open_shards, "max_open_shards", 1)
+        src["max_open_shards"] = max_open_shards
+    return _source(src, parallel, chunk)
 
 
 def tfrecord(paths, features=None, compression=None, index=None, parallel=None, chunk=None,

@@ -178,10 +178,21 @@ int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field) {
     const cJSON *path = cJSON_GetObjectItemCaseSensitive(obj, "path");
     if (!cJSON_IsString(path) || !path->valuestring[0])
         return sl__error(SL_EINVAL, "%s.path: must be a non-empty string", field);
-    for (const cJSON *it = obj->child; it; it = it->next)
-        if (strcmp(it->string, "path") != 0)
-            return sl_source__unknown_key(field, it->string, "a .slr source",
-                                          (const char *const[]){"path", NULL});
+    int max_open = 0; /* "max_open_shards": a fixed bound (0: the reader's own, which grows) */
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        if (!strcmp(it->string, "path"))
+            continue;
+        if (!strcmp(it->string, "max_open_shards")) {
+            if (!cJSON_IsNumber(it) || it->valuedouble < 1 || it->valuedouble > 1e6 ||
+                it->valuedouble != (double)(int)it->valuedouble)
+                return sl__error(SL_EINVAL, "%s.max_open_shards: must be a whole number from 1 "
+                                 "to 1000000", field);
+            max_open = (int)it->valuedouble;
+            continue;
+        }
+        return sl_source__unknown_key(field, it->string, "a .slr source",
+                                      (const char *const[]){"path", "max_open_shards", NULL});
+    }
     slr_source *s = sl__calloc(1, sizeof *s);
     if (!s)
         return sl__oom("opening a .slr source");
@@ -194,6 +205,8 @@ int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field) {
             rc = sl_source__wrong_kind(path->valuestring, rc);
         return sl__error_prefix(rc, "%s.path", field);
     }
+    if (max_open)
+        sl_record__set_open_limit(s->reader, max_open);
     s->verify = true; /* opened without SL_READ_NO_VERIFY */
     s->base.checksummed = 1;
     s->base.reads_ahead = sl_record__reads_by_ranges(s->reader);

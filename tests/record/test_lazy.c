@@ -374,3 +374,36 @@ SL_TEST(record_lazy__threads_while_limit_grows) {
     ASSERT_EQ(sl_record__open_shards(r), sl_reader_shard_count(r));
     sl_reader_free(r);
 }
+
+/* The .slr source's "max_open_shards" fixes the bound (as for tar and
+ * TFRecord): a shuffled pass never has more shard files open than that
+ * (plus the one the reading cursor still holds), and reopens shards. */
+SL_TEST(record_lazy__source_max_open_shards) {
+    char path[512], json[700];
+    sl_test_path(path, sizeof path, "ds");
+    write_sharded(path, 400, 0, 512);
+    snprintf(json, sizeof json, "{\"path\": \"%s\", \"max_open_shards\": 0}", path);
+    sl_source *s = NULL;
+    ASSERT_RC(sl_source_open(&s, json), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "max_open_shards");
+    snprintf(json, sizeof json, "{\"path\": \"%s\", \"max_open_shards\": 3}", path);
+    ASSERT_OK(sl_source_open(&s, json));
+    uint64_t n = sl_source_count(s);
+    ASSERT_EQ(n, 400);
+    sl_io_counters a, b;
+    sl_io__counters(&a);
+    uint64_t peak = 0;
+    for (uint64_t k = 0; k < n; k++) {
+        uint64_t i = (k * 7919 + 3) % n;
+        sl_sample smp;
+        ASSERT_OK(sl_source_read(s, i, &smp));
+        ASSERT_EQ(*(const int64_t *)smp.col[0].data, (int64_t)(i % 10));
+        sl_sample_clear(&smp);
+        sl_io__counters(&b);
+        if (b.open_now - a.open_now > peak)
+            peak = b.open_now - a.open_now;
+    }
+    ASSERT(peak >= 3 && peak <= 4);
+    ASSERT(b.maps - a.maps > 40); /* reopened */
+    sl_source_free(s);
+}
