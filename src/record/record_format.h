@@ -234,6 +234,7 @@ struct sl_reader {
     int nopen;
     int limit;              /* at most this many open (more only while a
                                reading record still holds a closed one) */
+    int limit_cap;          /* the most it grows to (growth_cap) */
     bool limit_fixed;       /* set by sl_record__set_open_limit: no growing */
     _Atomic bool keeps_all; /* no shard will be closed again (a single file,
                                nshards <= limit, or the limit grown to nshards

@@ -26,6 +26,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -310,8 +311,9 @@ static int shard_open(slr_shard **out, const char *path, unsigned flags, sl_sche
  * 3. The reader keeps at most `limit` shards in the table: opening one more
  *    closes the least recently used (by r->clock, which counts opens; a use
  *    stamps the slot), preferring shards no record holds. The limit starts at
- *    SLR_OPEN_SHARDS_MIN (or the shard count) and grows by a quarter when a
- *    shard closed within the last `limit` closes is wanted again: the reads
+ *    SLR_OPEN_SHARDS_MIN (or the shard count) and grows by a quarter (up to
+ *    growth_cap) when a shard closed within the last `limit` closes is
+ *    wanted again: the reads
  *    cycle through more shards than are kept (a global shuffle reads every
  *    shard all the time and ends with all of them open, as a reader opened
  *    them all before; a window shuffle needs about its window's blocks'
@@ -321,6 +323,22 @@ static int shard_open(slr_shard **out, const char *path, unsigned flags, sl_sche
  *    while another lock is taken, except the buffer and io locks inside. */
 
 #define SLR_OPEN_SHARDS_MIN 16
+/* The limit grows no further than half the process's file descriptors (an
+ * open shard holds one, and its mapping) nor this many mappings (Linux
+ * allows 65,530 per process by default): beyond that a global shuffle
+ * reopens shards instead of failing to open them. */
+#define SLR_OPEN_SHARDS_MAX 30000
+
+static int growth_cap(int nshards) {
+    int cap = SLR_OPEN_SHARDS_MAX;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur / 2 < (rlim_t)cap)
+        cap = (int)(rl.rlim_cur / 2);
+    if (cap < SLR_OPEN_SHARDS_MIN)
+        cap = SLR_OPEN_SHARDS_MIN;
+    return nshards < cap ? nshards : cap;
+}
 
 static _Atomic uint64_t reader_ids;
 
@@ -401,8 +419,8 @@ static void lru_insert(sl_reader *r, int k) {
         if (!inserted) {
             slr_slot *sl = &r->shards[k];
             if (!r->limit_fixed && sl->closed_seq && r->nclosed - sl->closed_seq < (uint64_t)r->limit)
-                r->limit = r->limit + r->limit / 4 + 1 < r->nshards
-                               ? r->limit + r->limit / 4 + 1 : r->nshards;
+                r->limit = r->limit + r->limit / 4 + 1 < r->limit_cap
+                               ? r->limit + r->limit / 4 + 1 : r->limit_cap;
             r->open_ids[r->nopen++] = k;
             atomic_fetch_add_explicit(&r->clock, 1, memory_order_relaxed);
             inserted = true;
@@ -630,6 +648,7 @@ static int open_dir(sl_reader *r, const char *path) {
     SL_CHECK(rc);
     scalar_slots(r);
     r->limit = r->nshards < SLR_OPEN_SHARDS_MIN ? r->nshards : SLR_OPEN_SHARDS_MIN;
+    r->limit_cap = growth_cap(r->nshards);
     atomic_init(&r->keeps_all, r->nshards <= SLR_OPEN_SHARDS_MIN);
     r->remote = sl_io__is_url(path);
     r->meta = man.meta;
