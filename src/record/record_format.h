@@ -158,7 +158,8 @@ typedef struct slr_header {
  * read of its records needs. Reference counted: the reader's table of open
  * shards holds one reference while the shard is open, and every reading
  * record (its pin, sl_record) holds one while it reads or its views point
- * in; the last release closes the file (shard_put). So a shard the reader
+ * in, unless the reader will close no shard again (keeps_all); the last
+ * release closes the file (sl_record__shard_put). So a shard the reader
  * closes stays whole for whoever still uses it, and nothing in it changes
  * after open. */
 typedef struct slr_shard {
@@ -220,8 +221,10 @@ struct sl_reader {
     int nscalar;
     int scalar_slot[SL_MAX_COLUMNS];  /* column -> index into scalars, or -1 */
     void *scalars[SL_MAX_COLUMNS];    /* per scalar column: count values */
-    bool scalars_mapped;              /* scalars point into a mapped index (a
-                                         single-file dataset), not the heap */
+    bool scalars_mapped;              /* scalars point into a single file's
+                                         index (mapped, or its heap copy),
+                                         which lives as long as the reader:
+                                         not separately allocated */
     /* A dataset directory joins its shards' scalar columns into `scalars`
      * only when first asked (sl_record__scalars): filters need them, plain
      * reading does not (8 bytes a record per column). */
@@ -340,8 +343,10 @@ int sl_record__copy_size(const sl_reader *r, uint64_t i, sl_record *rec, size_t 
  * dst owned by `owner` (the record takes no reference). */
 int sl_record__read_into(const sl_reader *r, uint64_t i, sl_record *rec, bool verify,
                          uint8_t *dst, size_t cap, sl_buffer *owner);
-/* far: 0 the record's first bytes, 1 its index entry, 2 (a shard read by
- * ranges) start fetching it: sl_io__will_need, once per record. */
+/* far: 0 the record's first bytes, 1 its index entry (both only when the
+ * shard is open: they never open one), 2 (a remote shard) open the shard
+ * (fetching it whole into the cache) and, when it is read by ranges, start
+ * fetching the record: sl_io__will_need, once per record. */
 void sl_record__prefetch(const sl_reader *r, uint64_t i, int far);
 /* Whether some shard may be read by ranges (not mapped: a remote shard that
  * does not fit the shard cache), whose reads prefetch hints fetch ahead: a

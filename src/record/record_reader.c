@@ -313,14 +313,24 @@ static int shard_open(slr_shard **out, const char *path, unsigned flags, sl_sche
  *    stamps the slot), preferring shards no record holds. The limit starts at
  *    SLR_OPEN_SHARDS_MIN (or the shard count) and grows by a quarter (up to
  *    growth_cap) when a shard closed within the last `limit` closes is
- *    wanted again: the reads
- *    cycle through more shards than are kept (a global shuffle reads every
- *    shard all the time and ends with all of them open, as a reader opened
- *    them all before; a window shuffle needs about its window's blocks'
- *    shards; reading in order needs one or two). Reopening validates the
- *    shard again.
+ *    wanted again: the reads cycle through more shards than are kept (a
+ *    global shuffle reads every shard all the time and ends with all of
+ *    them open, as a reader opened them all before; a window shuffle needs
+ *    about its window's blocks' shards; reading in order needs one or two).
+ *    "max_open_shards" (sl_record__set_open_limit) fixes it instead.
+ *    Reopening validates the shard again.
  * 4. Locks: slot->mu and lru_mu are never held together; neither is held
- *    while another lock is taken, except the buffer and io locks inside. */
+ *    while another lock is taken, except the buffer and io locks inside.
+ * 5. Cost per read. A record keeps its last shard pinned, so reading on in
+ *    the same shard takes no lock. Once no shard will be closed again
+ *    (keeps_all: the limit covers every shard and no close is under way),
+ *    a read of another shard takes none either: open shards live as long as
+ *    the reader, so a pin needs no reference (pin_ref false), prefetch
+ *    reads the slot without its lock, and source_slr.c borrows views again.
+ *    (The tar and TFRecord sources share src/source/shard_set.c, which does
+ *    this bookkeeping under one lock per get and put; the record layer sits
+ *    below the sources and its small records cannot afford a lock per read,
+ *    hence this table of its own.) */
 
 #define SLR_OPEN_SHARDS_MIN 16
 /* The limit grows no further than half the process's file descriptors (an
