@@ -228,5 +228,15 @@ PyMODINIT_FUNC PyInit__sluice(void) {
         Py_DECREF(m);
         return NULL;
     }
+#ifdef Py_GIL_DISABLED
+    /* Free-threaded builds (3.13t): nothing here relies on the GIL (the
+     * audit in docs/PYTHON.md, "Free-threaded Python"), so importing the
+     * module does not turn the GIL back on. Single-phase initialisation:
+     * this call, not the Py_mod_gil slot. */
+    if (PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+#endif
     return m;
 }

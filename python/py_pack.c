@@ -14,7 +14,9 @@ typedef struct {
     PyObject *et, *ev, *tb; /* that exception, re-raised after the pack */
 } pack_progress;
 
-/* Runs on the packing thread with the GIL released: take it just for the call. */
+/* Runs on the thread that called pack (the engine calls progress there),
+ * with the GIL released: take it just for the call. Only that thread touches
+ * `p`, so it needs no lock without the GIL either. */
 static void on_progress(uint64_t done, uint64_t total, uint64_t bytes, void *user) {
     pack_progress *p = user;
     PyGILState_STATE g = PyGILState_Ensure();
@@ -70,7 +72,7 @@ static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_TypeError, "progress: expected a callable or None");
         goto done;
     }
-    seq = PySequence_Fast(srcs_obj, "srcs: expected a list of paths");
+    seq = py_sl_sequence(srcs_obj, "srcs: expected a list of paths");
     if (!seq)
         goto done;
     n = PySequence_Fast_GET_SIZE(seq);

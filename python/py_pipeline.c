@@ -16,6 +16,14 @@
  * workers (next, set_epoch, restore, free) releases the GIL first. A
  * callback's exception is kept and re-raised in the consumer, in place of
  * the engine's generic status.
+ *
+ * Threads (with or without the GIL): the consumer calls (next, set_epoch,
+ * restore, ...) own the object's gate, across the GIL-released wait, so a
+ * second consumer or close() is refused; stats() and the other read-only
+ * calls are users, which may run beside the consumer and keep close() from
+ * freeing the engine pipeline under them. Map workers run concurrently
+ * (each takes a thread state; on a free-threaded build they run at once):
+ * the first exception is handed over with one atomic pointer.
  */
 #include "pysluice.h"
 
@@ -28,17 +36,18 @@
 typedef struct {
     PyObject *fn;          /* the callable */
     PyObject *names;       /* tuple of column names at this point of the chain */
-    PyObject *et, *ev, *tb;/* first exception raised by fn (GIL-protected) */
+    _Atomic(PyObject *) exc; /* first exception raised by fn: set once by a worker
+                                (compare-exchange from NULL), taken by the consumer */
     int skip;              /* on_error "skip": the engine drops the sample */
-    int reported;          /* skip mode: the first exception was printed */
+    atomic_int reported;   /* skip mode: the first exception was printed */
 } py_map;
 
 typedef struct {
     PyObject_HEAD
-    sl_pipeline *p;
+    sl_pipeline *p;        /* p, maps, colnames: freed only by a closer of `gate` */
     py_map *maps;
     int nmaps;
-    int busy;              /* a call is in flight with the GIL released */
+    py_sl_gate gate;       /* consumer calls own it; read-only calls use it */
     int forked;            /* made before a fork(): unusable in this child */
     PyObject *colnames;    /* tuple of output column names (interned keys for batches) */
     uint32_t text_cols;    /* bit c: output column c is text (sl_pipeline_column_text) */
@@ -102,7 +111,7 @@ static int py_map_call(sl_sample *s, sl_rng *rng, void *user) {
     (void)rng;
     PyGILState_STATE g = PyGILState_Ensure();
     int status = SL_OK;
-    PyObject *d = PyDict_New(), *res = NULL;
+    PyObject *d = PyDict_New(), *res = NULL, *v = NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(m->names);
     if (!d)
         goto fail;
@@ -134,13 +143,15 @@ static int py_map_call(sl_sample *s, sl_rng *rng, void *user) {
     }
     for (Py_ssize_t i = 0; i < n && i < (Py_ssize_t)s->ncols; i++) {
         PyObject *name = PyTuple_GET_ITEM(m->names, i);
-        PyObject *v = PyDict_GetItemWithError(res, name);
-        if (!v) {
-            if (PyErr_Occurred())
-                goto fail;
+        /* a strong reference: the function may have kept the dict */
+        int found = py_sl_dict_get(res, name, &v);
+        if (found < 0)
+            goto fail;
+        if (!found)
             continue; /* a column left out stays as it was */
-        }
-        if (value_into_column(v, &s->col[i], PyUnicode_AsUTF8(name)) < 0)
+        int rc = value_into_column(v, &s->col[i], PyUnicode_AsUTF8(name));
+        Py_CLEAR(v);
+        if (rc < 0)
             goto fail;
     }
     goto done;
@@ -150,18 +161,18 @@ fail:
         /* The sample is dropped and counted; keeping the exception would
          * raise it later for nothing. Show the first one, as Python does
          * for errors it cannot raise. */
-        if (!m->reported) {
-            m->reported = 1;
+        if (!atomic_exchange(&m->reported, 1))
             PyErr_WriteUnraisable(m->fn);
-        } else {
+        else
             PyErr_Clear();
-        }
-    } else if (!m->et) {
-        PyErr_Fetch(&m->et, &m->ev, &m->tb);
     } else {
-        PyErr_Clear();
+        /* Workers fail at once: the first to swap its exception in keeps it. */
+        PyObject *exc = py_sl_err_take(), *none = NULL;
+        if (exc && !atomic_compare_exchange_strong(&m->exc, &none, exc))
+            Py_DECREF(exc);
     }
 done:
+    Py_XDECREF(v);
     Py_XDECREF(d);
     Py_XDECREF(res);
     PyGILState_Release(g);
@@ -171,10 +182,9 @@ done:
 /* Raise the first exception a Python map kept, if any. Returns 1 if it did. */
 static int raise_map_exception(PySlPipeline *self) {
     for (int i = 0; i < self->nmaps; i++) {
-        py_map *m = &self->maps[i];
-        if (m->et) {
-            PyErr_Restore(m->et, m->ev, m->tb);
-            m->et = m->ev = m->tb = NULL;
+        PyObject *exc = atomic_exchange(&self->maps[i].exc, NULL);
+        if (exc) {
+            py_sl_err_give(exc);
             return 1;
         }
     }
@@ -209,31 +219,48 @@ static PyObject *names_at(const sl_spec *spec) {
 
 /* ---- the Pipeline type ------------------------------------------------------ */
 
-static int pipeline_check(PySlPipeline *self) {
-    if (self->forked) {
-        PyErr_SetString(PyExc_RuntimeError, "the pipeline was started before fork(): its "
-                        "threads do not exist in this process; build a new Dataset here");
-        return -1;
-    }
-    if (!self->p) {
-        PyErr_SetString(PyExc_ValueError, "the pipeline is closed");
-        return -1;
-    }
-    if (self->busy) {
+/* Own the pipeline for one consumer call (release with pipeline_disown):
+ * the engine pipeline has one consumer at a time. */
+static int pipeline_own(PySlPipeline *self) {
+    int rc = py_sl_gate_own(&self->gate);
+    if (rc == -1) {
         PyErr_SetString(PyExc_RuntimeError,
                         "the pipeline is in use by another thread (one consumer at a time)");
         return -1;
     }
-    return 0;
+    if (rc == 0 && self->forked) {
+        py_sl_gate_disown(&self->gate);
+        PyErr_SetString(PyExc_RuntimeError, "the pipeline was started before fork(): its "
+                        "threads do not exist in this process; build a new Dataset here");
+        return -1;
+    }
+    if (rc == 0 && self->p)
+        return 0;
+    if (rc == 0)
+        py_sl_gate_disown(&self->gate);
+    PyErr_SetString(PyExc_ValueError, "the pipeline is closed"); /* or being closed */
+    return -1;
 }
+static void pipeline_disown(PySlPipeline *self) { py_sl_gate_disown(&self->gate); }
+
+/* Enter as a user (read-only calls, beside the consumer); release with
+ * pipeline_leave. */
+static sl_pipeline *pipeline_use(PySlPipeline *self) {
+    if (py_sl_gate_use(&self->gate) == 0) {
+        if (self->p)
+            return self->p;
+        py_sl_gate_leave(&self->gate);
+    }
+    PyErr_SetString(PyExc_ValueError, "the pipeline is closed");
+    return NULL;
+}
+static void pipeline_leave(PySlPipeline *self) { py_sl_gate_leave(&self->gate); }
 
 static void free_maps(PySlPipeline *self) {
     for (int i = 0; i < self->nmaps; i++) {
         Py_XDECREF(self->maps[i].fn);
         Py_XDECREF(self->maps[i].names);
-        Py_XDECREF(self->maps[i].et);
-        Py_XDECREF(self->maps[i].ev);
-        Py_XDECREF(self->maps[i].tb);
+        Py_XDECREF(atomic_load(&self->maps[i].exc));
     }
     PyMem_Free(self->maps);
     self->maps = NULL;
@@ -261,8 +288,8 @@ static int set_memory_source(sl_spec *spec, PyObject *arrays) {
         PyErr_SetString(PyExc_TypeError, "arrays: expected (names, arrays)");
         return -1;
     }
-    names = PySequence_Fast(PyTuple_GET_ITEM(arrays, 0), "arrays: names must be a list");
-    arrs = names ? PySequence_Fast(PyTuple_GET_ITEM(arrays, 1), "arrays: must be a list") : NULL;
+    names = py_sl_sequence(PyTuple_GET_ITEM(arrays, 0), "arrays: names must be a list");
+    arrs = names ? py_sl_sequence(PyTuple_GET_ITEM(arrays, 1), "arrays: must be a list") : NULL;
     if (!arrs) {
         Py_XDECREF(names);
         return -1;
@@ -306,6 +333,9 @@ done:
  *  else: spec_json is the spec without ops, and ops lists each op in order as
  *  JSON text, or as an int: the index of a Python callable in `callables`.
  *  arrays: (names, arrays) to read from memory instead of the spec's path. */
+static int pipeline_init_owned(PySlPipeline *self, const char *json, PyObject *ops,
+                               PyObject *callables, PyObject *arrays, int skip_errors);
+
 static int pipeline_init(PySlPipeline *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"spec", "ops", "callables", "arrays", "skip_errors", NULL};
     const char *json;
@@ -314,6 +344,19 @@ static int pipeline_init(PySlPipeline *self, PyObject *args, PyObject *kwargs) {
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|OOOp:Pipeline", kwlist, &json, &ops,
                                      &callables, &arrays, &skip_errors))
         return -1;
+    /* Owned throughout: maps and p are built in place. */
+    if (py_sl_gate_own(&self->gate) != 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Pipeline.__init__: the pipeline is in use by another thread");
+        return -1;
+    }
+    int rc = pipeline_init_owned(self, json, ops, callables, arrays, skip_errors);
+    pipeline_disown(self);
+    return rc;
+}
+
+static int pipeline_init_owned(PySlPipeline *self, const char *json, PyObject *ops,
+                               PyObject *callables, PyObject *arrays, int skip_errors) {
     if (self->p) {
         PyErr_SetString(PyExc_RuntimeError, "Pipeline.__init__ called twice");
         return -1;
@@ -329,8 +372,8 @@ static int pipeline_init(PySlPipeline *self, PyObject *args, PyObject *kwargs) {
         return -1;
     }
     if (ops != Py_None) {
-        PyObject *seq = PySequence_Fast(ops, "ops: expected a list");
-        PyObject *cseq = seq ? PySequence_Fast(callables ? callables : Py_None,
+        PyObject *seq = py_sl_sequence(ops, "ops: expected a list");
+        PyObject *cseq = seq ? py_sl_sequence(callables ? callables : Py_None,
                                                "callables: expected a list") : NULL;
         if (!seq || !cseq) {
             Py_XDECREF(seq);
@@ -421,45 +464,45 @@ static void pipeline_dealloc(PySlPipeline *self) {
 }
 
 static PyObject *pipeline_close(PySlPipeline *self, PyObject *unused) {
-    if (self->busy) {
+    int rc = py_sl_gate_close_begin(&self->gate);
+    if (rc == -2)
+        Py_RETURN_NONE; /* another thread is closing it */
+    if (rc < 0) {
         PyErr_SetString(PyExc_RuntimeError, "close: the pipeline is in use by another thread");
         return NULL;
     }
+    /* Held alone while the workers are joined with the GIL released: a
+     * second close() returns at once, other calls find it closed. */
     pipeline_close_now(self);
+    py_sl_gate_close_end(&self->gate);
     Py_RETURN_NONE;
 }
 
 /* Wait for the next batch: in slices, checking for signals between them.
- * Returns 1 with *out set, 0 at the end of the epoch, -1 with an exception. */
+ * The caller owns the pipeline. Returns 1 with *out set, 0 at the end of
+ * the epoch, -1 with an exception. */
 static int wait_batch(PySlPipeline *self, sl_batch **out) {
     sl_pipeline *p = self->p;
     *out = NULL;
-    self->busy = 1;
     for (;;) {
         int rc;
         sl_batch *b = NULL;
         Py_BEGIN_ALLOW_THREADS
         rc = sl_pipeline_next_timeout(p, &b, SLICE_MS);
         Py_END_ALLOW_THREADS
-        if (rc == SL_END) {
-            self->busy = 0;
+        if (rc == SL_END)
             return 0;
-        }
         if (rc < 0) {
-            self->busy = 0;
             if (!raise_map_exception(self))
                 py_sl_raise(rc);
             return -1;
         }
         if (b) {
-            self->busy = 0;
             *out = b;
             return 1;
         }
-        if (PyErr_CheckSignals() < 0) {
-            self->busy = 0;
+        if (PyErr_CheckSignals() < 0)
             return -1;
-        }
     }
 }
 
@@ -572,17 +615,19 @@ static PyObject *batch_to_dict(sl_batch *b, int as_numpy, PyObject *colnames,
 }
 
 static PyObject *next_common(PySlPipeline *self, int as_numpy) {
-    if (pipeline_check(self) < 0)
+    if (pipeline_own(self) < 0)
         return NULL;
     sl_batch *b = NULL;
     int r = wait_batch(self, &b);
-    if (r <= 0) {
-        if (r == 0)
-            Py_RETURN_NONE;
-        return NULL;
+    PyObject *d = NULL;
+    if (r > 0) {
+        /* still owned: colnames lives until close */
+        d = batch_to_dict(b, as_numpy, self->colnames, self->text_cols);
+        sl_batch_release(b);
+    } else if (r == 0) {
+        d = Py_NewRef(Py_None);
     }
-    PyObject *d = batch_to_dict(b, as_numpy, self->colnames, self->text_cols);
-    sl_batch_release(b);
+    pipeline_disown(self);
     return d;
 }
 
@@ -596,16 +641,18 @@ static PyObject *pipeline_next_numpy(PySlPipeline *self, PyObject *unused) {
 /* _next_raw(): (dict of Tensors, data pointer of each column) for tests of
  * zero copy: the pointers are read from the engine's batch itself. */
 static PyObject *pipeline_next_raw(PySlPipeline *self, PyObject *unused) {
-    if (pipeline_check(self) < 0)
+    if (pipeline_own(self) < 0)
         return NULL;
     sl_batch *b = NULL;
     int r = wait_batch(self, &b);
     if (r <= 0) {
+        pipeline_disown(self);
         if (r == 0)
             Py_RETURN_NONE;
         return NULL;
     }
     PyObject *d = batch_to_dict(b, 0, self->colnames, self->text_cols);
+    pipeline_disown(self);
     PyObject *ptrs = d ? PyDict_New() : NULL;
     for (int c = 0; ptrs && c < sl_batch_ncols(b); c++) {
         const sl_tensor *t = sl_batch_column(b, c);
@@ -626,15 +673,14 @@ static PyObject *pipeline_set_epoch(PySlPipeline *self, PyObject *arg) {
     unsigned long long e = PyLong_AsUnsignedLongLong(arg);
     if (e == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
-    if (pipeline_check(self) < 0)
+    if (pipeline_own(self) < 0)
         return NULL;
     int rc;
     sl_pipeline *p = self->p;
-    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     rc = sl_pipeline_set_epoch(p, (uint64_t)e);
     Py_END_ALLOW_THREADS
-    self->busy = 0;
+    pipeline_disown(self);
     if (rc < 0)
         return py_sl_raise(rc);
     Py_RETURN_NONE;
@@ -642,14 +688,10 @@ static PyObject *pipeline_set_epoch(PySlPipeline *self, PyObject *arg) {
 
 /* Call an snprintf-style engine function and return its text as str. */
 typedef int (*text_fn)(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out);
-static PyObject *engine_text(PySlPipeline *self, text_fn fn) {
-    if (!self->p) {
-        PyErr_SetString(PyExc_ValueError, "the pipeline is closed");
-        return NULL;
-    }
+static PyObject *engine_text_in(const sl_pipeline *p, text_fn fn) {
     char small[4096];
     size_t len = 0;
-    int rc = fn(self->p, small, sizeof small, &len);
+    int rc = fn(p, small, sizeof small, &len);
     if (rc < 0)
         return py_sl_raise(rc);
     if (len < sizeof small)
@@ -661,7 +703,7 @@ static PyObject *engine_text(PySlPipeline *self, text_fn fn) {
         char *big = PyMem_Malloc(cap);
         if (!big)
             return PyErr_NoMemory();
-        rc = fn(self->p, big, cap, &len);
+        rc = fn(p, big, cap, &len);
         if (rc >= 0 && len >= cap) {
             PyMem_Free(big);
             continue;
@@ -671,6 +713,15 @@ static PyObject *engine_text(PySlPipeline *self, text_fn fn) {
         PyMem_Free(big);
         return s;
     }
+}
+
+static PyObject *engine_text(PySlPipeline *self, text_fn fn) {
+    sl_pipeline *p = pipeline_use(self);
+    if (!p)
+        return NULL;
+    PyObject *s = engine_text_in(p, fn);
+    pipeline_leave(self);
+    return s;
 }
 
 static PyObject *pipeline_state(PySlPipeline *self, PyObject *unused) {
@@ -691,9 +742,10 @@ static PyObject *pipeline_trace_enable(PySlPipeline *self, PyObject *arg) {
     size_t n = PyLong_AsSize_t(arg);
     if (n == (size_t)-1 && PyErr_Occurred())
         return NULL;
-    if (pipeline_check(self) < 0)
+    if (pipeline_own(self) < 0)
         return NULL;
     int rc = sl_pipeline_trace_enable(self->p, n);
+    pipeline_disown(self);
     if (rc < 0)
         return py_sl_raise(rc);
     Py_RETURN_NONE;
@@ -703,15 +755,14 @@ static PyObject *pipeline_restore(PySlPipeline *self, PyObject *arg) {
     const char *json = PyUnicode_AsUTF8(arg);
     if (!json)
         return NULL;
-    if (pipeline_check(self) < 0)
+    if (pipeline_own(self) < 0)
         return NULL;
     int rc;
     sl_pipeline *p = self->p;
-    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     rc = sl_pipeline_restore_state(p, json);
     Py_END_ALLOW_THREADS
-    self->busy = 0;
+    pipeline_disown(self);
     if (rc < 0)
         return py_sl_raise(rc);
     Py_RETURN_NONE;
@@ -722,12 +773,11 @@ static PyObject *pipeline_restore(PySlPipeline *self, PyObject *arg) {
  * (batches, samples). The baseline bench/py_overhead.py compares Python
  * iteration with, in the same process and on the same pipeline. */
 static PyObject *pipeline_drain(PySlPipeline *self, PyObject *unused) {
-    if (pipeline_check(self) < 0)
+    if (pipeline_own(self) < 0)
         return NULL;
     sl_pipeline *p = self->p;
     long long batches = 0, samples = 0;
     int rc;
-    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     sl_batch *b;
     while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
@@ -736,12 +786,13 @@ static PyObject *pipeline_drain(PySlPipeline *self, PyObject *unused) {
         sl_batch_release(b);
     }
     Py_END_ALLOW_THREADS
-    self->busy = 0;
     if (rc < 0) {
         if (!raise_map_exception(self))
             py_sl_raise(rc);
+        pipeline_disown(self);
         return NULL;
     }
+    pipeline_disown(self);
     return Py_BuildValue("(LL)", batches, samples);
 }
 
@@ -749,11 +800,12 @@ static PyObject *pipeline_drain(PySlPipeline *self, PyObject *unused) {
  * them forever, so the pipeline is dropped without freeing (the child's copy
  * of its memory is simply not reused). Called from os.register_at_fork. */
 static PyObject *pipeline_after_fork(PySlPipeline *self, PyObject *unused) {
+    /* Only this thread exists in the child. */
     if (self->p) {
         self->p = NULL;
         self->forked = 1;
     }
-    self->busy = 0;
+    py_sl_gate_reset(&self->gate);
     Py_RETURN_NONE;
 }
 
@@ -762,41 +814,45 @@ static PyObject *pipeline_get_forked(PySlPipeline *self, void *closure) {
 }
 
 static PyObject *pipeline_length(PySlPipeline *self, PyObject *unused) {
-    if (pipeline_check(self) < 0)
+    if (pipeline_own(self) < 0)
         return NULL;
-    return PyLong_FromLongLong(sl_pipeline_len(self->p));
+    long long n = (long long)sl_pipeline_len(self->p);
+    pipeline_disown(self);
+    return PyLong_FromLongLong(n);
 }
 
 static PyObject *pipeline_get_columns(PySlPipeline *self, void *closure) {
-    if (!self->p) {
-        PyErr_SetString(PyExc_ValueError, "the pipeline is closed");
+    sl_pipeline *p = pipeline_use(self);
+    if (!p)
         return NULL;
-    }
-    int n = sl_pipeline_ncols(self->p);
+    int n = sl_pipeline_ncols(p);
     PyObject *list = PyList_New(0);
     for (int i = 0; list && i < n; i++) {
-        PyObject *s = PyUnicode_FromString(sl_pipeline_column_name(self->p, i));
+        PyObject *s = PyUnicode_FromString(sl_pipeline_column_name(p, i));
         if (!s || PyList_Append(list, s) < 0)
             Py_CLEAR(list);
         Py_XDECREF(s);
     }
+    pipeline_leave(self);
     return list;
 }
 
 static PyObject *pipeline_get_epoch(PySlPipeline *self, void *closure) {
-    if (!self->p) {
-        PyErr_SetString(PyExc_ValueError, "the pipeline is closed");
+    sl_pipeline *p = pipeline_use(self);
+    if (!p)
         return NULL;
-    }
-    return PyLong_FromUnsignedLongLong(sl_pipeline_epoch(self->p));
+    unsigned long long e = (unsigned long long)sl_pipeline_epoch(p);
+    pipeline_leave(self);
+    return PyLong_FromUnsignedLongLong(e);
 }
 
 static PyObject *pipeline_get_epochs(PySlPipeline *self, void *closure) {
-    if (!self->p) {
-        PyErr_SetString(PyExc_ValueError, "the pipeline is closed");
+    sl_pipeline *p = pipeline_use(self);
+    if (!p)
         return NULL;
-    }
-    return PyLong_FromLongLong(sl_pipeline_epochs(self->p));
+    long long n = (long long)sl_pipeline_epochs(p);
+    pipeline_leave(self);
+    return PyLong_FromLongLong(n);
 }
 
 static PyMethodDef pipeline_methods[] = {

@@ -15,18 +15,23 @@ static PyObject *np_ascontiguousarray;
 
 typedef struct {
     PyObject_HEAD
-    sl_reader *r;
-    PyObject *path;
-    int busy;           /* calls in flight with the GIL released; close() waits for 0 */
+    sl_reader *r;       /* replaced or freed only by a closer of `gate` */
+    PyObject *path;     /* likewise */
+    py_sl_gate gate;    /* every call using r is a user (reads run at once); close()
+                           and a second __init__ are closers, refused while any is in */
 } PySlReader;
 
-static int reader_check(PySlReader *self) {
-    if (!self->r) {
-        PyErr_SetString(PyExc_ValueError, "I/O operation on a closed sluice.Reader");
-        return -1;
+/* Enter as a user of the engine reader: it stays valid until reader_leave. */
+static sl_reader *reader_enter(PySlReader *self) {
+    if (py_sl_gate_use(&self->gate) == 0) {
+        if (self->r)
+            return self->r;
+        py_sl_gate_leave(&self->gate);
     }
-    return 0;
+    PyErr_SetString(PyExc_ValueError, "I/O operation on a closed sluice.Reader");
+    return NULL;
 }
+static void reader_leave(PySlReader *self) { py_sl_gate_leave(&self->gate); }
 
 static int reader_init(PySlReader *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"path", "verify", "mmap", NULL};
@@ -47,11 +52,28 @@ static int reader_init(PySlReader *self, PyObject *args, PyObject *kwargs) {
         py_sl_raise(rc);
         return -1;
     }
-    sl_reader_free(self->r);
-    self->r = r;
-    Py_XSETREF(self->path, PyUnicode_DecodeFSDefault(path));
+    PyObject *upath = PyUnicode_DecodeFSDefault(path);
     Py_DECREF(path_obj);
-    return self->path ? 0 : -1;
+    if (!upath) {
+        sl_reader_free(r);
+        return -1;
+    }
+    /* Opened again while another thread reads the old one: refuse rather
+     * than free it under the read. */
+    if (py_sl_gate_close_begin(&self->gate) < 0) {
+        sl_reader_free(r);
+        Py_DECREF(upath);
+        PyErr_SetString(PyExc_RuntimeError, "sluice.Reader.__init__: a read is in progress");
+        return -1;
+    }
+    sl_reader *old = self->r;
+    PyObject *old_path = self->path;
+    self->r = r;
+    self->path = upath;
+    py_sl_gate_close_end(&self->gate);
+    sl_reader_free(old);
+    Py_XDECREF(old_path);
+    return 0;
 }
 
 static void reader_dealloc(PySlReader *self) {
@@ -61,19 +83,27 @@ static void reader_dealloc(PySlReader *self) {
 }
 
 static PyObject *reader_close(PySlReader *self, PyObject *unused) {
-    if (self->busy) {
+    int rc = py_sl_gate_close_begin(&self->gate);
+    if (rc == -2)
+        Py_RETURN_NONE; /* another thread is closing it */
+    if (rc < 0) {
         PyErr_SetString(PyExc_RuntimeError, "sluice.Reader.close: a read is in progress");
         return NULL;
     }
-    sl_reader_free(self->r);
+    sl_reader *r = self->r;
     self->r = NULL;
+    py_sl_gate_close_end(&self->gate);
+    sl_reader_free(r);
     Py_RETURN_NONE;
 }
 
 static Py_ssize_t reader_len(PySlReader *self) {
-    if (reader_check(self) < 0)
+    sl_reader *r = reader_enter(self);
+    if (!r)
         return -1;
-    return (Py_ssize_t)sl_reader_count(self->r);
+    Py_ssize_t n = (Py_ssize_t)sl_reader_count(r);
+    reader_leave(self);
+    return n;
 }
 
 /* Convert column `col` of a record into a Python value (a copy: record views
@@ -104,9 +134,7 @@ static PyObject *column_value(const sl_schema *schema, int col, const sl_tensor 
     }
 }
 
-static PyObject *reader_read(PySlReader *self, PyObject *arg) {
-    if (reader_check(self) < 0)
-        return NULL;
+static PyObject *reader_read_in(const sl_reader *r, PyObject *arg) {
     long long i = PyLong_AsLongLong(arg);
     if (i == -1 && PyErr_Occurred()) {
         if (PyErr_ExceptionMatches(PyExc_TypeError)) {
@@ -116,7 +144,7 @@ static PyObject *reader_read(PySlReader *self, PyObject *arg) {
         }
         return NULL;
     }
-    uint64_t n = sl_reader_count(self->r);
+    uint64_t n = sl_reader_count(r);
     if (i < 0)
         i += (long long)n;
     if (i < 0 || (uint64_t)i >= n) {
@@ -128,18 +156,15 @@ static PyObject *reader_read(PySlReader *self, PyObject *arg) {
     int rc = sl_record_create(&rec);
     if (rc < 0)
         return py_sl_raise(rc);
-    self->busy++;
-    const sl_reader *r = self->r;
     Py_BEGIN_ALLOW_THREADS
     rc = sl_reader_read(r, (uint64_t)i, rec);
     Py_END_ALLOW_THREADS
-    self->busy--;
     if (rc < 0) {
         py_sl_raise(rc);
         sl_record_free(rec);
         return NULL;
     }
-    const sl_schema *schema = sl_reader_schema(self->r);
+    const sl_schema *schema = sl_reader_schema(r);
     PyObject *d = PyDict_New();
     for (int c = 0; d && c < sl_schema_ncols(schema); c++) {
         PyObject *v = column_value(schema, c, sl_record_column(rec, c));
@@ -154,14 +179,26 @@ static PyObject *reader_read(PySlReader *self, PyObject *arg) {
     return d;
 }
 
+/* The record's views point into the reader's mappings: the whole read,
+ * conversion included, runs as a user. */
+static PyObject *reader_read(PySlReader *self, PyObject *arg) {
+    sl_reader *r = reader_enter(self);
+    if (!r)
+        return NULL;
+    PyObject *d = reader_read_in(r, arg);
+    reader_leave(self);
+    return d;
+}
+
 static PyObject *reader_getitem(PySlReader *self, PyObject *key) {
     return reader_read(self, key);
 }
 
 static PyObject *reader_get_columns(PySlReader *self, void *closure) {
-    if (reader_check(self) < 0)
+    sl_reader *r = reader_enter(self);
+    if (!r)
         return NULL;
-    const sl_schema *s = sl_reader_schema(self->r);
+    const sl_schema *s = sl_reader_schema(r);
     PyObject *list = PyList_New(0);
     for (int c = 0; list && c < sl_schema_ncols(s); c++) {
         PyObject *d;
@@ -189,64 +226,70 @@ static PyObject *reader_get_columns(PySlReader *self, void *closure) {
             Py_DECREF(d);
         }
     }
+    reader_leave(self);
     return list;
 }
 
 static PyObject *reader_get_meta(PySlReader *self, void *closure) {
-    if (reader_check(self) < 0)
+    sl_reader *r = reader_enter(self);
+    if (!r)
         return NULL;
     PyObject *d = PyDict_New();
-    for (int i = 0; d && i < sl_reader_meta_count(self->r); i++) {
-        const char *k = sl_reader_meta_key(self->r, i);
-        PyObject *v = PyUnicode_DecodeUTF8(sl_reader_meta(self->r, k),
-                                           (Py_ssize_t)strlen(sl_reader_meta(self->r, k)),
+    for (int i = 0; d && i < sl_reader_meta_count(r); i++) {
+        const char *k = sl_reader_meta_key(r, i);
+        PyObject *v = PyUnicode_DecodeUTF8(sl_reader_meta(r, k),
+                                           (Py_ssize_t)strlen(sl_reader_meta(r, k)),
                                            "surrogateescape");
         if (!v || PyDict_SetItemString(d, k, v) < 0)
             Py_CLEAR(d);
         Py_XDECREF(v);
     }
+    reader_leave(self);
     return d;
 }
 
 static PyObject *reader_get_shards(PySlReader *self, void *closure) {
-    if (reader_check(self) < 0)
+    sl_reader *r = reader_enter(self);
+    if (!r)
         return NULL;
     PyObject *list = PyList_New(0);
-    for (int i = 0; list && i < sl_reader_shard_count(self->r); i++) {
-        PyObject *v = PyUnicode_DecodeFSDefault(sl_reader_shard_path(self->r, i));
+    for (int i = 0; list && i < sl_reader_shard_count(r); i++) {
+        PyObject *v = PyUnicode_DecodeFSDefault(sl_reader_shard_path(r, i));
         if (!v || PyList_Append(list, v) < 0)
             Py_CLEAR(list);
         Py_XDECREF(v);
     }
+    reader_leave(self);
     return list;
 }
 
 static PyObject *reader_get_data_bytes(PySlReader *self, void *closure) {
-    if (reader_check(self) < 0)
+    sl_reader *r = reader_enter(self);
+    if (!r)
         return NULL;
-    return PyLong_FromUnsignedLongLong(sl_reader_data_bytes(self->r));
+    uint64_t n = sl_reader_data_bytes(r);
+    reader_leave(self);
+    return PyLong_FromUnsignedLongLong(n);
 }
 
-static PyObject *reader_index_column(PySlReader *self, PyObject *arg) {
-    if (reader_check(self) < 0)
-        return NULL;
+static PyObject *reader_index_column_in(const sl_reader *r, PyObject *arg) {
     const char *name = PyUnicode_AsUTF8(arg);
     if (!name) {
         PyErr_Format(PyExc_TypeError, "column: expected a str, got %.100s",
                      Py_TYPE(arg)->tp_name);
         return NULL;
     }
-    const sl_schema *s = sl_reader_schema(self->r);
+    const sl_schema *s = sl_reader_schema(r);
     int col = sl_schema_find(s, name);
     if (col < 0) {
         PyErr_Format(PyExc_KeyError, "column: no column named '%s'", name);
         return NULL;
     }
     const void *vals = NULL;
-    int rc = sl_reader_index_column(self->r, col, &vals);
+    int rc = sl_reader_index_column(r, col, &vals);
     if (rc < 0)
         return py_sl_raise(rc);
-    int64_t n = (int64_t)sl_reader_count(self->r);
+    int64_t n = (int64_t)sl_reader_count(r);
     sl_tensor view, copy;
     memset(&copy, 0, sizeof copy);
     sl_tensor_view(&view, (void *)vals, sl_schema_type(s, col) == SL_COL_INT64 ? SL_I64 : SL_F64,
@@ -262,36 +305,47 @@ static PyObject *reader_index_column(PySlReader *self, PyObject *arg) {
     return arr;
 }
 
+static PyObject *reader_index_column(PySlReader *self, PyObject *arg) {
+    sl_reader *r = reader_enter(self);
+    if (!r)
+        return NULL;
+    PyObject *arr = reader_index_column_in(r, arg);
+    reader_leave(self);
+    return arr;
+}
+
 static PyObject *reader_verify(PySlReader *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"keep_going", NULL};
     int keep_going = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:verify", kwlist, &keep_going))
         return NULL;
-    if (reader_check(self) < 0)
+    const sl_reader *r = reader_enter(self);
+    if (!r)
         return NULL;
     uint64_t bad = 0;
     int rc;
-    const sl_reader *r = self->r;
-    self->busy++;
     Py_BEGIN_ALLOW_THREADS
     rc = sl_reader_verify(r, keep_going, &bad, NULL, NULL);
     Py_END_ALLOW_THREADS
-    self->busy--;
+    reader_leave(self);
     if (rc < 0 && !(keep_going && rc == SL_ECORRUPT))
         return py_sl_raise(rc);
     return PyLong_FromUnsignedLongLong(bad);
 }
 
-static PyObject *reader_enter(PyObject *self, PyObject *unused) { return Py_NewRef(self); }
+static PyObject *reader_ctx_enter(PyObject *self, PyObject *unused) { return Py_NewRef(self); }
 static PyObject *reader_exit(PySlReader *self, PyObject *args) {
     return reader_close(self, NULL);
 }
 
 static PyObject *reader_repr(PySlReader *self) {
-    if (!self->r)
-        return PyUnicode_FromFormat("sluice.Reader(%R, closed)", self->path);
-    return PyUnicode_FromFormat("sluice.Reader(%R, records=%llu)", self->path,
-                                (unsigned long long)sl_reader_count(self->r));
+    if (py_sl_gate_use(&self->gate) < 0)
+        return PyUnicode_FromString("sluice.Reader(closing)");
+    PyObject *s = !self->r ? PyUnicode_FromFormat("sluice.Reader(%R, closed)", self->path)
+                  : PyUnicode_FromFormat("sluice.Reader(%R, records=%llu)", self->path,
+                                         (unsigned long long)sl_reader_count(self->r));
+    reader_leave(self);
+    return s;
 }
 
 static PyMethodDef reader_methods[] = {
@@ -305,7 +359,7 @@ static PyMethodDef reader_methods[] = {
      "verify(keep_going=False) -> number of damaged records. Without keep_going the first "
      "damage raises CorruptError naming file and record."},
     {"close", (PyCFunction)reader_close, METH_NOARGS, "Release the dataset's files."},
-    {"__enter__", reader_enter, METH_NOARGS, NULL},
+    {"__enter__", reader_ctx_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)reader_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
 
@@ -345,22 +399,25 @@ PyTypeObject PySlReader_Type = {
 
 typedef struct {
     PyObject_HEAD
-    sl_writer *w;
+    sl_writer *w;       /* w, schema, ncols, closed: only while owning `gate` */
     sl_schema *schema;
     int ncols;
     int closed;
-    int busy;           /* append/close in flight with the GIL released (GIL-protected):
-                           the engine writer is one thread at a time, and close, abort
-                           or a new __init__ must not free it under a running append */
+    py_sl_gate gate;    /* every call is the owner, held across the GIL-released engine
+                           call: the engine writer is one thread at a time, and close,
+                           abort or a new __init__ must not free it under an append */
+    _Atomic uint64_t count; /* records appended, for `count` while an append runs */
 } PySlWriter;
 
-static int writer_in_use(PySlWriter *self, const char *what) {
-    if (!self->busy)
+/* Own the writer for one call (release with writer_disown). */
+static int writer_own(PySlWriter *self, const char *what) {
+    if (py_sl_gate_own(&self->gate) == 0)
         return 0;
     PyErr_Format(PyExc_RuntimeError, "sluice.Writer.%s: the writer is in use by another "
                  "thread (an append or close is running; one thread at a time)", what);
     return -1;
 }
+static void writer_disown(PySlWriter *self) { py_sl_gate_disown(&self->gate); }
 
 static int parse_coltype(const char *s, sl_coltype *out) {
     static const struct { const char *name; sl_coltype t; } tab[] = {
@@ -375,24 +432,34 @@ static int parse_coltype(const char *s, sl_coltype *out) {
     return -1;
 }
 
+static int add_column_in(sl_schema *schema, PyObject *name, PyObject *type, PyObject *dtype,
+                         PyObject *shape, PyObject *zstd, Py_ssize_t idx);
+
 /* One column spec: a dict {name, type, dtype?, shape?, zstd?} or a tuple
- * (name, type[, dtype, shape]). */
+ * (name, type[, dtype, shape]). The dict's values are taken as strong
+ * references: another thread may change the dict. */
 static int add_column(sl_schema *schema, PyObject *spec, Py_ssize_t idx) {
-    PyObject *name = NULL, *type = NULL, *dtype = NULL, *shape = NULL, *zstd = NULL;
+    PyObject *v[5] = {NULL, NULL, NULL, NULL, NULL};
     if (PyDict_Check(spec)) {
-        name = PyDict_GetItemString(spec, "name");
-        type = PyDict_GetItemString(spec, "type");
-        dtype = PyDict_GetItemString(spec, "dtype");
-        shape = PyDict_GetItemString(spec, "shape");
-        zstd = PyDict_GetItemString(spec, "zstd");
+        static const char *const keys[5] = {"name", "type", "dtype", "shape", "zstd"};
+        for (int k = 0; k < 5; k++) {
+            if (py_sl_dict_get_str(spec, keys[k], &v[k]) < 0) {
+                PyErr_Clear(); /* as a missing key: the message below names what is needed */
+                v[k] = NULL;
+            }
+        }
     } else if (PyTuple_Check(spec) && PyTuple_GET_SIZE(spec) >= 2 && PyTuple_GET_SIZE(spec) <= 4) {
-        name = PyTuple_GET_ITEM(spec, 0);
-        type = PyTuple_GET_ITEM(spec, 1);
-        if (PyTuple_GET_SIZE(spec) > 2)
-            dtype = PyTuple_GET_ITEM(spec, 2);
-        if (PyTuple_GET_SIZE(spec) > 3)
-            shape = PyTuple_GET_ITEM(spec, 3);
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(spec); k++)
+            v[k] = Py_NewRef(PyTuple_GET_ITEM(spec, k));
     }
+    int rc = add_column_in(schema, v[0], v[1], v[2], v[3], v[4], idx);
+    for (int k = 0; k < 5; k++)
+        Py_XDECREF(v[k]);
+    return rc;
+}
+
+static int add_column_in(sl_schema *schema, PyObject *name, PyObject *type, PyObject *dtype,
+                         PyObject *shape, PyObject *zstd, Py_ssize_t idx) {
     const char *cname = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
     const char *ctype = type && PyUnicode_Check(type) ? PyUnicode_AsUTF8(type) : NULL;
     sl_coltype ty;
@@ -419,7 +486,7 @@ static int add_column(sl_schema *schema, PyObject *spec, Py_ssize_t idx) {
                          "such as 'uint8' or 'float32'", idx, cname);
             return -1;
         }
-        PyObject *seq = shape ? PySequence_Fast(shape, "shape") : NULL;
+        PyObject *seq = shape ? py_sl_sequence(shape, "shape") : NULL;
         if (!seq || PySequence_Fast_GET_SIZE(seq) < 1 ||
             PySequence_Fast_GET_SIZE(seq) > SL_MAX_DIMS) {
             Py_XDECREF(seq);
@@ -456,7 +523,7 @@ static int writer_init(PySlWriter *self, PyObject *args, PyObject *kwargs) {
                                      PyUnicode_FSConverter, &path_obj, &cols, &shard_bytes,
                                      &zstd_level, &do_fsync))
         return -1;
-    PyObject *seq = PySequence_Fast(cols, "columns: expected a list of column specs");
+    PyObject *seq = py_sl_sequence(cols, "columns: expected a list of column specs");
     if (!seq) {
         Py_DECREF(path_obj);
         return -1;
@@ -482,7 +549,7 @@ static int writer_init(PySlWriter *self, PyObject *args, PyObject *kwargs) {
     opts.shard_bytes = shard_bytes;
     opts.zstd_level = zstd_level;
     opts.fsync = do_fsync;
-    if (writer_in_use(self, "__init__") < 0) {
+    if (writer_own(self, "__init__") < 0) {
         Py_DECREF(path_obj);
         sl_schema_free(schema);
         return -1;
@@ -494,6 +561,7 @@ static int writer_init(PySlWriter *self, PyObject *args, PyObject *kwargs) {
     Py_END_ALLOW_THREADS
     Py_DECREF(path_obj);
     if (rc < 0) {
+        writer_disown(self);
         sl_schema_free(schema);
         py_sl_raise(rc);
         return -1;
@@ -504,6 +572,8 @@ static int writer_init(PySlWriter *self, PyObject *args, PyObject *kwargs) {
     self->schema = schema;
     self->ncols = sl_schema_ncols(schema);
     self->closed = 0;
+    atomic_store(&self->count, 0);
+    writer_disown(self);
     return 0;
 }
 
@@ -513,10 +583,12 @@ static void writer_dealloc(PySlWriter *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* Own an open writer for one call (release with writer_disown). */
 static int writer_check(PySlWriter *self, const char *what) {
-    if (writer_in_use(self, what) < 0)
+    if (writer_own(self, what) < 0)
         return -1;
     if (!self->w || self->closed) {
+        writer_disown(self);
         PyErr_SetString(PyExc_ValueError, "sluice.Writer is closed");
         return -1;
     }
@@ -599,6 +671,8 @@ static int convert_value(PySlWriter *self, int c, PyObject *v, append_args *a) {
     }
 }
 
+/* The whole append owns the writer: converting the values reads the
+ * schema, which a second __init__ would free. */
 static PyObject *writer_append(PySlWriter *self, PyObject *rec) {
     if (writer_check(self, "append") < 0)
         return NULL;
@@ -607,30 +681,33 @@ static PyObject *writer_append(PySlWriter *self, PyObject *rec) {
     int n = self->ncols, rc;
     PyObject *result = NULL;
     if (PyDict_Check(rec)) {
-        if (PyDict_Size(rec) != n) {
-            PyErr_Format(PyExc_ValueError, "record: expected %d columns, got %zd", n,
-                         PyDict_Size(rec));
-            return NULL;
+        Py_ssize_t size = PyDict_Size(rec);
+        if (size != n) {
+            PyErr_Format(PyExc_ValueError, "record: expected %d columns, got %zd", n, size);
+            goto done;
         }
         for (int c = 0; c < n; c++) {
-            PyObject *v = PyDict_GetItemString(rec, sl_schema_name(self->schema, c));
-            if (!v) {
-                PyErr_Format(PyExc_KeyError, "record: missing column '%s'",
-                             sl_schema_name(self->schema, c));
+            PyObject *v = NULL;
+            if (py_sl_dict_get_str(rec, sl_schema_name(self->schema, c), &v) <= 0) {
+                if (!PyErr_Occurred())
+                    PyErr_Format(PyExc_KeyError, "record: missing column '%s'",
+                                 sl_schema_name(self->schema, c));
                 goto done;
             }
-            if (convert_value(self, c, v, &a) < 0)
+            int cv = convert_value(self, c, v, &a);
+            Py_DECREF(v);
+            if (cv < 0)
                 goto done;
         }
     } else {
-        PyObject *seq = PySequence_Fast(rec, "record: expected a dict or a sequence");
+        PyObject *seq = py_sl_sequence(rec, "record: expected a dict or a sequence");
         if (!seq)
-            return NULL;
+            goto done;
         if (PySequence_Fast_GET_SIZE(seq) != n) {
             PyErr_Format(PyExc_ValueError, "record: expected %d columns, got %zd", n,
                          PySequence_Fast_GET_SIZE(seq));
             Py_DECREF(seq);
-            return NULL;
+            goto done;
         }
         for (int c = 0; c < n; c++) {
             if (convert_value(self, c, PySequence_Fast_GET_ITEM(seq, c), &a) < 0) {
@@ -640,20 +717,18 @@ static PyObject *writer_append(PySlWriter *self, PyObject *rec) {
         }
         Py_DECREF(seq);
     }
-    /* converting the values ran Python code: check again */
-    if (writer_check(self, "append") < 0)
-        goto done;
     sl_writer *w = self->w;
-    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     rc = sl_writer_append(w, a.cols, n);
     Py_END_ALLOW_THREADS
-    self->busy = 0;
-    if (rc < 0)
+    if (rc < 0) {
         py_sl_raise(rc);
-    else
+    } else {
+        atomic_store(&self->count, sl_writer_count(w));
         result = Py_NewRef(Py_None);
+    }
 done:
+    writer_disown(self);
     append_args_clear(&a, n);
     return result;
 }
@@ -665,35 +740,40 @@ static PyObject *writer_set_meta(PySlWriter *self, PyObject *args) {
     if (writer_check(self, "set_meta") < 0)
         return NULL;
     int rc = sl_writer_set_meta(self->w, k, v);
+    writer_disown(self);
     if (rc < 0)
         return py_sl_raise(rc);
     Py_RETURN_NONE;
 }
 
 static PyObject *writer_close(PySlWriter *self, PyObject *unused) {
-    if (writer_in_use(self, "close") < 0)
+    if (writer_own(self, "close") < 0)
         return NULL;
-    if (self->closed || !self->w)
+    if (self->closed || !self->w) {
+        writer_disown(self);
         Py_RETURN_NONE;
+    }
     int rc;
     sl_writer *w = self->w;
     self->closed = 1;
-    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     rc = sl_writer_close(w);
     Py_END_ALLOW_THREADS
-    self->busy = 0;
+    writer_disown(self);
     if (rc < 0)
         return py_sl_raise(rc);
     Py_RETURN_NONE;
 }
 
 static PyObject *writer_abort(PySlWriter *self, PyObject *unused) {
-    if (writer_in_use(self, "abort") < 0)
+    if (writer_own(self, "abort") < 0)
         return NULL;
-    sl_writer_free(self->w);
+    sl_writer *w = self->w;
     self->w = NULL;
     self->closed = 1;
+    atomic_store(&self->count, 0);
+    writer_disown(self);
+    sl_writer_free(w);
     Py_RETURN_NONE;
 }
 
@@ -708,7 +788,7 @@ static PyObject *writer_exit(PySlWriter *self, PyObject *args) {
 }
 
 static PyObject *writer_get_count(PySlWriter *self, void *closure) {
-    return PyLong_FromUnsignedLongLong(self->w ? sl_writer_count(self->w) : 0);
+    return PyLong_FromUnsignedLongLong(atomic_load(&self->count));
 }
 
 static PyMethodDef writer_methods[] = {

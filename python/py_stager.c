@@ -11,6 +11,10 @@
  * torch.from_dlpack / numpy share it, and the slot is reused only after the
  * last of them is gone and its events have passed. The copies run with the
  * GIL released; the input buffers are held (PyObject_GetBuffer) until then.
+ *
+ * Threads: stage() may run from many threads at once (the engine serialises
+ * taking a slot); __init__ publishes the engine stager once, through an
+ * atomic state word, so no thread sees it half made.
  */
 #include "pysluice.h"
 
@@ -18,13 +22,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum { STAGER_NEW, STAGER_OPENING, STAGER_READY };
+
 typedef struct {
     PyObject_HEAD
-    sl_stager *st;                /* set once in __init__, freed in dealloc */
+    atomic_int state;             /* STAGER_*: NEW -> OPENING (one __init__ claims it)
+                                     -> READY (published) or back to NEW on failure */
+    sl_stager *st;                /* these four: written before READY, read after it */
     int kind;                     /* sl_device */
     int id;
     int to_device;
 } PySlStager;
+
+/* The engine stager once __init__ has published it, else NULL. */
+static sl_stager *stager_ready(PySlStager *self) {
+    return atomic_load_explicit(&self->state, memory_order_acquire) == STAGER_READY ? self->st
+                                                                                     : NULL;
+}
 
 static int stager_init(PySlStager *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"kind", "id", "to_device", "depth", NULL};
@@ -33,7 +47,9 @@ static int stager_init(PySlStager *self, PyObject *args, PyObject *kwargs) {
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|ipi:Stager", kwlist, &kind, &id,
                                      &to_device, &depth))
         return -1;
-    if (self->st) {
+    /* Claimed first, so a second __init__ says so whatever its arguments. */
+    int expect = STAGER_NEW;
+    if (!atomic_compare_exchange_strong(&self->state, &expect, STAGER_OPENING)) {
         PyErr_SetString(PyExc_RuntimeError, "Stager: already initialised");
         return -1;
     }
@@ -43,11 +59,13 @@ static int stager_init(PySlStager *self, PyObject *args, PyObject *kwargs) {
     else if (strcmp(kind, "host") == 0)
         d = SL_DEVICE_CPU;
     else {
+        atomic_store(&self->state, STAGER_NEW);
         PyErr_Format(PyExc_ValueError, "Stager: kind: expected 'cuda' or 'host', got '%s'",
                      kind);
         return -1;
     }
     if (depth < 2 || depth > 64) {
+        atomic_store(&self->state, STAGER_NEW);
         PyErr_Format(PyExc_ValueError, "Stager: depth: expected 2..64, got %d", depth);
         return -1;
     }
@@ -57,6 +75,7 @@ static int stager_init(PySlStager *self, PyObject *args, PyObject *kwargs) {
     rc = sl_stager_open(&st, d, id, to_device, depth);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
+        atomic_store(&self->state, STAGER_NEW);
         py_sl_raise(rc);
         return -1;
     }
@@ -64,6 +83,7 @@ static int stager_init(PySlStager *self, PyObject *args, PyObject *kwargs) {
     self->kind = (int)d;
     self->id = id;
     self->to_device = to_device;
+    atomic_store_explicit(&self->state, STAGER_READY, memory_order_release);
     return 0;
 }
 
@@ -80,11 +100,12 @@ static void stager_dealloc(PySlStager *self) {
 }
 
 static PyObject *stager_stage(PySlStager *self, PyObject *arg) {
-    if (!self->st) {
+    sl_stager *st = stager_ready(self);
+    if (!st) {
         PyErr_SetString(PyExc_RuntimeError, "Stager: not initialised");
         return NULL;
     }
-    PyObject *seq = PySequence_Fast(arg, "Stager.stage: expected a list of arrays");
+    PyObject *seq = py_sl_sequence(arg, "Stager.stage: expected a list of arrays");
     if (!seq)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -109,7 +130,7 @@ static PyObject *stager_stage(PySlStager *self, PyObject *arg) {
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = sl_stager_stage(self->st, in, (int)n, out);
+    rc = sl_stager_stage(st, in, (int)n, out);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         py_sl_raise(rc);
@@ -139,7 +160,8 @@ done:
 }
 
 static PyObject *stager_set_stream(PySlStager *self, PyObject *arg) {
-    if (!self->st) {
+    sl_stager *st = stager_ready(self);
+    if (!st) {
         PyErr_SetString(PyExc_RuntimeError, "Stager: not initialised");
         return NULL;
     }
@@ -149,33 +171,37 @@ static PyObject *stager_set_stream(PySlStager *self, PyObject *arg) {
         if (!stream && PyErr_Occurred())
             return NULL;
     }
-    sl_stager_set_stream(self->st, stream);
+    sl_stager_set_stream(st, stream);
     Py_RETURN_NONE;
 }
 
 static PyObject *stager_stats(PySlStager *self, PyObject *unused) {
     sl_stager_stats s;
-    sl_stager_stats_get(self->st, &s);
+    sl_stager_stats_get(stager_ready(self), &s); /* NULL: zeros */
     return Py_BuildValue("{s:K,s:K,s:K,s:d,s:i}", "batches", (unsigned long long)s.batches,
                          "staged_bytes", (unsigned long long)s.staged_bytes, "h2d_bytes",
                          (unsigned long long)s.h2d_bytes, "wait_s", s.wait_s, "slots",
                          (int)s.slots);
 }
 
+/* Before __init__ has published them, the fields read as their zero values. */
 static PyObject *stager_repr(PySlStager *self) {
+    int ready = stager_ready(self) != NULL;
+    int kind = ready ? self->kind : 0, to_device = ready ? self->to_device : 0;
     return PyUnicode_FromFormat("sluice._sluice.Stager(%s, %d, to_device=%s)",
-                                self->kind == SL_DEVICE_CUDA ? "'cuda'" : "'host'", self->id,
-                                self->to_device ? "True" : "False");
+                                kind == SL_DEVICE_CUDA ? "'cuda'" : "'host'",
+                                ready ? self->id : 0, to_device ? "True" : "False");
 }
 
 static PyObject *stager_get_kind(PySlStager *self, void *closure) {
-    return PyUnicode_FromString(self->kind == SL_DEVICE_CUDA ? "cuda" : "host");
+    int kind = stager_ready(self) ? self->kind : 0;
+    return PyUnicode_FromString(kind == SL_DEVICE_CUDA ? "cuda" : "host");
 }
 static PyObject *stager_get_id(PySlStager *self, void *closure) {
-    return PyLong_FromLong(self->id);
+    return PyLong_FromLong(stager_ready(self) ? self->id : 0);
 }
 static PyObject *stager_get_to_device(PySlStager *self, void *closure) {
-    return PyBool_FromLong(self->to_device);
+    return PyBool_FromLong(stager_ready(self) ? self->to_device : 0);
 }
 
 static PyMethodDef stager_methods[] = {

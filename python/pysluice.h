@@ -10,6 +10,152 @@
 
 #include "sluice.h"
 
+#include <stdatomic.h>
+#include <stdint.h>
+
+/* ---- Sharing objects between threads, with or without the GIL ------------
+ * Nothing here relies on the GIL for mutual exclusion or memory visibility,
+ * so the module runs on free-threaded builds (3.13t) as on GIL builds, with
+ * the same behaviour and messages. See docs/PYTHON.md, "Free-threaded Python".
+ *
+ * py_sl_gate: who may use an object's engine handle right now — one word,
+ * C11 atomics, held across the GIL-released engine call (a flag that only
+ * the GIL guarded would not survive Py_BEGIN_ALLOW_THREADS anyway):
+ *   - users (any number at once): calls that only read the handle (a
+ *     Reader's reads, a Pipeline's stats); they keep a close from freeing it;
+ *   - one owner: the call that may change the engine object (a Writer's
+ *     append, a Pipeline's next); users may run beside it;
+ *   - a closer: close (or a second __init__) holds the object alone, only
+ *     when nobody else does; it never waits, it refuses (the callers' own
+ *     RuntimeError messages).
+ * Nobody spins or blocks on a gate, so a gate cannot deadlock with the GIL
+ * or with a free-threaded stop-the-world pause. The word starts at 0
+ * (tp_alloc zeroes the object). */
+typedef struct {
+    _Atomic uint32_t word;
+} py_sl_gate;
+
+#define PY_SL_GATE_OWNER 1u
+#define PY_SL_GATE_CLOSING 2u
+#define PY_SL_GATE_USER 4u
+
+/* Enter as a user: 0, or -1 (nothing entered) while a closer holds the object. */
+static inline int py_sl_gate_use(py_sl_gate *g) {
+    uint32_t old = atomic_fetch_add_explicit(&g->word, PY_SL_GATE_USER, memory_order_acquire);
+    if (old & PY_SL_GATE_CLOSING) {
+        atomic_fetch_sub_explicit(&g->word, PY_SL_GATE_USER, memory_order_release);
+        return -1;
+    }
+    return 0;
+}
+static inline void py_sl_gate_leave(py_sl_gate *g) {
+    atomic_fetch_sub_explicit(&g->word, PY_SL_GATE_USER, memory_order_release);
+}
+/* Become the owner: 0; -1 another owner holds it; -2 a closer holds it. */
+static inline int py_sl_gate_own(py_sl_gate *g) {
+    uint32_t s = atomic_load_explicit(&g->word, memory_order_relaxed);
+    do {
+        if (s & PY_SL_GATE_CLOSING)
+            return -2;
+        if (s & PY_SL_GATE_OWNER)
+            return -1;
+    } while (!atomic_compare_exchange_weak_explicit(&g->word, &s, s | PY_SL_GATE_OWNER,
+                                                    memory_order_acquire, memory_order_relaxed));
+    return 0;
+}
+static inline void py_sl_gate_disown(py_sl_gate *g) {
+    atomic_fetch_and_explicit(&g->word, ~PY_SL_GATE_OWNER, memory_order_release);
+}
+/* Hold the object alone (to free or replace its handle): 0; -1 an owner or
+ * a user holds it; -2 another closer does. */
+static inline int py_sl_gate_close_begin(py_sl_gate *g) {
+    uint32_t s = 0;
+    if (atomic_compare_exchange_strong_explicit(&g->word, &s,
+                                                PY_SL_GATE_OWNER | PY_SL_GATE_CLOSING,
+                                                memory_order_acquire, memory_order_relaxed))
+        return 0;
+    return (s & PY_SL_GATE_CLOSING) ? -2 : -1;
+}
+static inline void py_sl_gate_close_end(py_sl_gate *g) {
+    /* and, not store: a user that saw CLOSING may still be backing out */
+    atomic_fetch_and_explicit(&g->word, ~(PY_SL_GATE_OWNER | PY_SL_GATE_CLOSING),
+                              memory_order_release);
+}
+/* In a forked child: the threads that held the gate are gone. */
+static inline void py_sl_gate_reset(py_sl_gate *g) {
+    atomic_store_explicit(&g->word, 0, memory_order_relaxed);
+}
+
+/* The items of a sequence, for PySequence_Fast_GET_ITEM. A list another
+ * thread may change cannot be read item by item through borrowed
+ * references without the GIL, so there it is copied into a tuple (Python's
+ * tuple(list), safe against concurrent changes); elsewhere, and on GIL
+ * builds, this is PySequence_Fast, with its message. */
+static inline PyObject *py_sl_sequence(PyObject *o, const char *msg) {
+#ifdef Py_GIL_DISABLED
+    if (PyList_Check(o))
+        return PySequence_Tuple(o);
+#endif
+    return PySequence_Fast(o, msg);
+}
+
+/* d[key] as a strong reference (another thread may replace the value):
+ * 1 found, 0 missing (*out NULL), -1 error. PyDict_GetItemRef where it
+ * exists (3.13); before it, the GIL keeps the borrowed value alive. */
+static inline int py_sl_dict_get(PyObject *d, PyObject *key, PyObject **out) {
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyDict_GetItemRef(d, key, out);
+#else
+    *out = PyDict_GetItemWithError(d, key);
+    Py_XINCREF(*out);
+    return *out ? 1 : PyErr_Occurred() ? -1 : 0;
+#endif
+}
+static inline int py_sl_dict_get_str(PyObject *d, const char *key, PyObject **out) {
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyDict_GetItemStringRef(d, key, out);
+#else
+    PyObject *k = PyUnicode_FromString(key);
+    if (!k) {
+        *out = NULL;
+        return -1;
+    }
+    int rc = py_sl_dict_get(d, k, out);
+    Py_DECREF(k);
+    return rc;
+#endif
+}
+
+/* The raised exception as one object (traceback attached), taken off the
+ * error indicator, so that threads can hand it over with one atomic
+ * pointer. NULL when none is set. */
+static inline PyObject *py_sl_err_take(void) {
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    if (!t)
+        return NULL;
+    PyErr_NormalizeException(&t, &v, &tb);
+    if (v && tb)
+        PyException_SetTraceback(v, tb);
+    Py_XDECREF(t);
+    Py_XDECREF(tb);
+    return v;
+#endif
+}
+/* Raise an exception object from py_sl_err_take (the reference is stolen). */
+static inline void py_sl_err_give(PyObject *exc) {
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(exc);
+#else
+    PyObject *type = (PyObject *)Py_TYPE(exc);
+    Py_INCREF(type);
+    PyErr_Restore(type, exc, PyException_GetTraceback(exc));
+#endif
+}
+
 /* Raise the sluice.Error subclass for `rc` with this thread's sl_errmsg().
  * Must be called with the GIL held, on the thread that saw the failure (the
  * message is thread-local). Returns NULL so callers can `return py_sl_raise(rc);`. */
