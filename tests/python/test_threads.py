@@ -302,14 +302,21 @@ def test_pipeline_two_closes_while_map_workers_are_busy(tmp_path):
 def test_map_exceptions_from_many_workers_at_once(tmp_path):
     # Every worker raises at about the same time: one exception (of the
     # map's own type, with its traceback) reaches the consumer; the others
-    # are dropped without a leak or a crash. Repeated to race the hand-over.
+    # are dropped, none leaks (weak references to all of them die once the
+    # pipeline is closed). Repeated to race the hand-over.
+    import gc
+    import weakref
     path = write_slr(tmp_path / "e.slr", 400)
 
     class Boom(Exception):
         pass
 
+    raised = []
+
     def bad(s):
-        raise Boom(f"sample label {int(s['label'])}")
+        e = Boom(f"sample label {int(s['label'])}")
+        raised.append(weakref.ref(e))
+        raise e
 
     for trial in range(20):
         ds = sluice.records(path, parallel=8).map(bad).batch(8)
@@ -317,7 +324,11 @@ def test_map_exceptions_from_many_workers_at_once(tmp_path):
             for _ in ds.numpy():
                 pass
         assert any(f.name == "bad" for f in info.traceback), "the map's frame is kept"
+        del info
         ds.close()
+    gc.collect()
+    assert len(raised) >= 20
+    assert [r for r in raised if r() is not None] == []
 
 
 def test_map_skip_mode_from_many_workers_reports_one(tmp_path, monkeypatch):
