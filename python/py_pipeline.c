@@ -18,10 +18,11 @@
  * the engine's generic status.
  *
  * Threads (with or without the GIL): the consumer calls (next, set_epoch,
- * restore, ...) own the object's gate, across the GIL-released wait, so a
- * second consumer or close() is refused; stats() and the other read-only
- * calls are users, which may run beside the consumer and keep close() from
- * freeing the engine pipeline under them. Map workers run concurrently
+ * restore, state, explain, trace, epoch, ...: the engine's one-consumer
+ * calls) own the object's gate, across the GIL-released wait, so a second
+ * consumer or close() is refused; stats() (any thread, the engine says),
+ * columns and epochs (fixed at creation) are users, which may run beside
+ * the consumer and keep close() from freeing the engine pipeline under them. Map workers run concurrently
  * (each takes a thread state; on a free-threaded build they run at once):
  * the first exception is handed over with one atomic pointer.
  */
@@ -715,27 +716,32 @@ static PyObject *engine_text_in(const sl_pipeline *p, text_fn fn) {
     }
 }
 
-static PyObject *engine_text(PySlPipeline *self, text_fn fn) {
-    sl_pipeline *p = pipeline_use(self);
+/* `any_thread`: the engine allows fn beside the consumer (stats); else fn
+ * reads the consumer's state and is a consumer call itself. */
+static PyObject *engine_text(PySlPipeline *self, text_fn fn, int any_thread) {
+    sl_pipeline *p = any_thread ? pipeline_use(self) : pipeline_own(self) == 0 ? self->p : NULL;
     if (!p)
         return NULL;
     PyObject *s = engine_text_in(p, fn);
-    pipeline_leave(self);
+    if (any_thread)
+        pipeline_leave(self);
+    else
+        pipeline_disown(self);
     return s;
 }
 
 static PyObject *pipeline_state(PySlPipeline *self, PyObject *unused) {
-    return engine_text(self, sl_pipeline_save_state);
+    return engine_text(self, sl_pipeline_save_state, 0);
 }
 static PyObject *pipeline_stats(PySlPipeline *self, PyObject *unused) {
-    return engine_text(self, sl_pipeline_stats_json);
+    return engine_text(self, sl_pipeline_stats_json, 1);
 }
 static PyObject *pipeline_explain(PySlPipeline *self, PyObject *unused) {
-    return engine_text(self, sl_pipeline_explain);
+    return engine_text(self, sl_pipeline_explain, 0);
 }
 
 static PyObject *pipeline_trace(PySlPipeline *self, PyObject *unused) {
-    return engine_text(self, sl_pipeline_trace_json);
+    return engine_text(self, sl_pipeline_trace_json, 0);
 }
 
 static PyObject *pipeline_trace_enable(PySlPipeline *self, PyObject *arg) {
@@ -837,12 +843,12 @@ static PyObject *pipeline_get_columns(PySlPipeline *self, void *closure) {
     return list;
 }
 
+/* The consumer's epoch: a consumer call (next() changes it). */
 static PyObject *pipeline_get_epoch(PySlPipeline *self, void *closure) {
-    sl_pipeline *p = pipeline_use(self);
-    if (!p)
+    if (pipeline_own(self) < 0)
         return NULL;
-    unsigned long long e = (unsigned long long)sl_pipeline_epoch(p);
-    pipeline_leave(self);
+    unsigned long long e = (unsigned long long)sl_pipeline_epoch(self->p);
+    pipeline_disown(self);
     return PyLong_FromUnsignedLongLong(e);
 }
 

@@ -247,12 +247,17 @@ def test_pipeline_close_while_consumer_and_stats_threads_run(tmp_path):
             n += 1
 
     def watcher(i):
+        # stats(), columns, epochs run beside the consumer; state() and
+        # epoch read the consumer's own state: they are consumer calls,
+        # refused while a next() runs.
         while not stop.is_set():
             try:
                 assert isinstance(eng.stats(), str)
-                assert eng.columns == ["image", "label"]
-                eng.epoch
-                eng.state()
+                assert eng.columns == ["image", "label"] and eng.epochs == 1
+                try:
+                    assert eng.epoch >= 0 and eng.state()
+                except RuntimeError as e:
+                    assert "in use by another thread" in str(e), e
             except ValueError as e:
                 assert "the pipeline is closed" in str(e), e
                 return
