@@ -175,6 +175,7 @@ class FaultProxy:
         self.seen_headers = []  # each request's headers (lower-case names), in order
         self.conns = 0  # connections accepted
         self.lock = threading.Lock()
+        self._local = threading.local()  # each client connection's upstream connection
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
@@ -211,6 +212,29 @@ class FaultProxy:
                 self.conns += 1
             threading.Thread(target=self._serve, args=(c,), daemon=True).start()
 
+    def _forward(self, method, path, fwd):
+        """One request upstream on this client connection's kept-alive
+        upstream connection (made on first use, made again once when a kept
+        one turns out closed): a connection per request cost the proxy more
+        CPU than the transfers it delays."""
+        up = getattr(self._local, "up", None)
+        for fresh in (up is None, True):
+            if fresh:
+                if up is not None:
+                    up.close()
+                up = self._local.up = http.client.HTTPConnection("127.0.0.1", self.up, timeout=30)
+            try:
+                up.request(method, path, headers=fwd)
+                r = up.getresponse()
+                return r, r.read()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                if fresh:
+                    raise
+            except (OSError, http.client.HTTPException):
+                up.close()
+                self._local.up = None
+                raise OSError("upstream failed")
+
     def _serve(self, c):
         f = c.makefile("rb")
         try:
@@ -242,7 +266,6 @@ class FaultProxy:
                     extra = "Retry-After: 0\r\n" if what == "429" else ""
                     c.sendall(f"HTTP/1.1 {what} Fault\r\nContent-Length: 0\r\n{extra}\r\n".encode())
                     continue
-                up = http.client.HTTPConnection("127.0.0.1", self.up, timeout=30)
                 fwd = {k: v for k, v in hdrs.items() if k in ("range", "host", "if-range")}
                 if what == "norange":
                     del fwd["range"]
@@ -250,14 +273,10 @@ class FaultProxy:
                     first, _, last = fwd["range"].split("=", 1)[1].partition("-")
                     fwd["range"] = f"bytes={int(first) + 1}-" + (str(int(last) + 1) if last else "")
                 try:
-                    up.request(method, path, headers=fwd)
-                    r = up.getresponse()
-                    body = r.read()
+                    r, body = self._forward(method, path, fwd)
                 except OSError:
                     c.close()  # upstream gone: so are we (a connection error)
                     return
-                finally:
-                    up.close()
                 head = f"HTTP/1.1 {r.status} {r.reason}\r\n"
                 for k, v in r.getheaders():
                     if k.lower() not in ("connection", "keep-alive", "transfer-encoding"):
@@ -278,6 +297,10 @@ class FaultProxy:
         except (OSError, ValueError):
             pass
         finally:
+            up = getattr(self._local, "up", None)
+            if up is not None:
+                up.close()
+                self._local.up = None
             try:
                 c.close()
             except OSError:
@@ -296,12 +319,13 @@ def main(argv):
     s.add_argument("root")
     s.add_argument("--https", action="store_true")
     s.add_argument("--delay-ms", type=int, default=0)
+    s.add_argument("--proxy", action="store_true", help="serve through the proxy even with no delay or fault")
     s.add_argument("--faults", default="", help="e.g. 500=0.05,503=0.05,429=0.05,drop=0.05,truncate=0.05,"
                    "shift=0.05,norange=0.05")
     a = ap.parse_args(argv)
     ng = Nginx(a.root, https=a.https)
     url, px = ng.url, None
-    if a.delay_ms or a.faults:
+    if a.delay_ms or a.faults or a.proxy:
         rates = {k: float(v) for k, v in (kv.split("=") for kv in a.faults.split(",") if kv)}
         px = FaultProxy(ng.port, delay_ms=a.delay_ms, err500=rates.get("500", 0),
                         err503=rates.get("503", 0), err429=rates.get("429", 0),
