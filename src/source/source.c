@@ -40,6 +40,15 @@ static int pipeline_key(const char *k) {
            !strcmp(k, "chunk");
 }
 
+int sl_source__parse_max_open(const cJSON *it, const char *field, int *out) {
+    if (!cJSON_IsNumber(it) || it->valuedouble < 1 || it->valuedouble > 1e6 ||
+        it->valuedouble != (double)(int)it->valuedouble)
+        return sl__error(SL_EINVAL, "%s.max_open_shards: must be a whole number from 1 to 1000000",
+                         field);
+    *out = (int)it->valuedouble;
+    return SL_OK;
+}
+
 int sl_source__unknown_key(const char *field, const char *key, const char *what,
                            const char *const *own) {
     static const char *const pipeline_keys[] = {"shuffle", "shard", "parallel", "chunk"};

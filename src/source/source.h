@@ -265,6 +265,9 @@ int sl_source__wrong_kind(const char *path, int rc);
 /* SL_EINVAL "<field>.<key>: unknown key for <what> (keys: ...)", the
  * format's own keys (`own`, NULL-terminated) and the pipeline's listed
  * closest to `key` first. */
+/* A source object's "max_open_shards" (`it`): a whole number from 1 to
+ * 1,000,000 into *out, or SL_EINVAL naming "<field>.max_open_shards". */
+int sl_source__parse_max_open(const cJSON *it, const char *field, int *out);
 int sl_source__unknown_key(const char *field, const char *key, const char *what,
                            const char *const *own);
 

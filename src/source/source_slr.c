@@ -183,11 +183,7 @@ int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field) {
         if (!strcmp(it->string, "path"))
             continue;
         if (!strcmp(it->string, "max_open_shards")) {
-            if (!cJSON_IsNumber(it) || it->valuedouble < 1 || it->valuedouble > 1e6 ||
-                it->valuedouble != (double)(int)it->valuedouble)
-                return sl__error(SL_EINVAL, "%s.max_open_shards: must be a whole number from 1 "
-                                 "to 1000000", field);
-            max_open = (int)it->valuedouble;
+            SL_TRY(sl_source__parse_max_open(it, field, &max_open));
             continue;
         }
         return sl_source__unknown_key(field, it->string, "a .slr source",

@@ -1237,11 +1237,7 @@ static int parse_options(tar_source *s, const cJSON *obj, const char *field, sl_
             continue;
         }
         if (!strcmp(it->string, "max_open_shards")) {
-            if (!cJSON_IsNumber(it) || it->valuedouble < 1 || it->valuedouble > 1e6 ||
-                it->valuedouble != (double)(int)it->valuedouble)
-                return sl__error(SL_EINVAL, "%s.max_open_shards: must be a whole number from 1 "
-                                 "to 1000000", field);
-            s->max_open = (int)it->valuedouble;
+            SL_TRY(sl_source__parse_max_open(it, field, &s->max_open));
             continue;
         }
         if (!strcmp(it->string, "columns")) {

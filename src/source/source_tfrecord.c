@@ -1118,11 +1118,7 @@ static int parse_options(const cJSON *obj, const char *field, int *verify,
         } else if (!strcmp(k, "index")) {
             SL_TRY(sl_sidx__parse_use(it, field, index));
         } else if (!strcmp(k, "max_open_shards")) {
-            if (!cJSON_IsNumber(it) || it->valuedouble < 1 || it->valuedouble > 1e6 ||
-                it->valuedouble != (double)(int)it->valuedouble)
-                return sl__error(SL_EINVAL, "%s.max_open_shards: must be a whole number from 1 "
-                                 "to 1000000", field);
-            *max_open = (int)it->valuedouble;
+            SL_TRY(sl_source__parse_max_open(it, field, max_open));
         } else if (!strcmp(k, "compression")) {
             if (!cJSON_IsString(it) || (strcmp(it->valuestring, "auto") &&
                                         strcmp(it->valuestring, "gzip") &&

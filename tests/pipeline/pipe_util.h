@@ -162,7 +162,9 @@ static inline double pu_now(void) {
 }
 
 /* n records: "image" bytes "payload-%05d-..." (200 bytes), "label" = i % 10. */
-static inline void make_slr(const char *path, int n) {
+/* n records (a 200-byte payload, label i % 10) written with `shard_bytes`
+ * (0: one file). */
+static inline void make_slr_shards(const char *path, int n, uint64_t shard_bytes) {
     sl_schema *sc;
     ASSERT_OK(sl_schema_create(&sc));
     ASSERT_OK(sl_schema_add(sc, "image", SL_COL_BYTES, SL_DTYPE_INVALID, 0, NULL, 0));
@@ -170,6 +172,7 @@ static inline void make_slr(const char *path, int n) {
     sl_writer *w;
     sl_writer_options o = SL_WRITER_OPTIONS_INIT;
     o.fsync = 0;
+    o.shard_bytes = shard_bytes;
     ASSERT_OK(sl_writer_open(&w, path, sc, &o));
     for (int i = 0; i < n; i++) {
         char buf[200], piece[48];
@@ -188,6 +191,8 @@ static inline void make_slr(const char *path, int n) {
     sl_writer_free(w);
     sl_schema_free(sc);
 }
+
+static inline void make_slr(const char *path, int n) { make_slr_shards(path, n, 0); }
 
 /* A pipeline from a spec JSON with one %s (a path) in it. */
 static inline sl_pipeline *pu_json_pipeline(const char *json_fmt, const char *path) {

@@ -149,35 +149,6 @@ SL_TEST(pipeline_slr__batches_outlive_pipeline) {
     }
 }
 
-/* make_slr's records, written with `shard_bytes` (0: one file). */
-static void make_slr_shards(const char *path, int n, uint64_t shard_bytes) {
-    sl_schema *sc;
-    ASSERT_OK(sl_schema_create(&sc));
-    ASSERT_OK(sl_schema_add(sc, "image", SL_COL_BYTES, SL_DTYPE_INVALID, 0, NULL, 0));
-    ASSERT_OK(sl_schema_add(sc, "label", SL_COL_INT64, SL_DTYPE_INVALID, 0, NULL, 0));
-    sl_writer *w;
-    sl_writer_options o = SL_WRITER_OPTIONS_INIT;
-    o.fsync = 0;
-    o.shard_bytes = shard_bytes;
-    ASSERT_OK(sl_writer_open(&w, path, sc, &o));
-    for (int i = 0; i < n; i++) {
-        char buf[200], piece[48];
-        for (int k = 0; k < 200; k += 20) {
-            snprintf(piece, sizeof piece, "payload-%05d-%05d", i % 100000, k);
-            memcpy(buf + k, piece, 20);
-        }
-        sl_tensor cols[2];
-        int64_t shape[1] = {200};
-        sl_tensor_view(&cols[0], buf, SL_U8, 1, shape);
-        int64_t label = i % 10;
-        sl_tensor_view(&cols[1], &label, SL_I64, 0, NULL);
-        ASSERT_OK(sl_writer_append(w, cols, 2));
-    }
-    ASSERT_OK(sl_writer_close(w));
-    sl_writer_free(w);
-    sl_schema_free(sc);
-}
-
 /* The record numbers a pipeline yields, in order (from the payload text);
  * *skipped_out gets the records it skipped. */
 static int64_t *pipeline_records(const char *json, const char *path, int64_t *n_out,
