@@ -966,7 +966,8 @@ static void gp_free(gp_set *s) {
         tjFree(s->f[i].buf);
 }
 
-static sl_pipeline *gp_pipeline(gp_set *s, int gpu, int skip) {
+/* A spec whose source is the set's JPEGs and labels (records 0..GP_N-1). */
+static sl_spec *gp_spec(gp_set *s) {
     sl_sample samples[GP_N];
     memset(samples, 0, sizeof samples);
     for (int i = 0; i < GP_N; i++) {
@@ -980,6 +981,11 @@ static sl_pipeline *gp_pipeline(gp_set *s, int gpu, int skip) {
     ASSERT_OK(sl_spec_create(&spec));
     const char *names[2] = {"image", "label"};
     ASSERT_OK(sl_spec_set_source_samples(spec, 2, names, samples, GP_N));
+    return spec;
+}
+
+static sl_pipeline *gp_pipeline(gp_set *s, int gpu, int skip) {
+    sl_spec *spec = gp_spec(s);
     ASSERT_OK(sl_spec_set_seed(spec, GP_SEED));
     ASSERT_OK(sl_spec_set_threads(spec, 2));
     if (skip)
@@ -1428,19 +1434,7 @@ SL_TEST(gpu_pipe_fake__free_mid_epoch_leaks_nothing) {
 /* What the GPU kernel does not do is refused when the pipeline is made,
  * naming the op and what decode on the GPU supports. */
 static void gp_refused(gp_set *s, const char *const *ops, int device, const char *want) {
-    sl_sample samples[GP_N];
-    memset(samples, 0, sizeof samples);
-    for (int i = 0; i < GP_N; i++) {
-        int64_t n = (int64_t)s->f[i].len;
-        sl_tensor_view(&samples[i].col[0], s->f[i].buf, SL_U8, 1, &n);
-        sl_tensor_view(&samples[i].col[1], &s->label[i], SL_I64, 0, NULL);
-        samples[i].ncols = 2;
-        samples[i].index = (uint64_t)i;
-    }
-    sl_spec *spec;
-    ASSERT_OK(sl_spec_create(&spec));
-    const char *names[2] = {"image", "label"};
-    ASSERT_OK(sl_spec_set_source_samples(spec, 2, names, samples, GP_N));
+    sl_spec *spec = gp_spec(s);
     for (int i = 0; ops[i]; i++)
         ASSERT_OK(sl_spec_add_op_json(spec, ops[i]));
     if (device)
@@ -1508,19 +1502,7 @@ SL_TEST(gpu_pipe_fake__resize_center_crop_as_cpu_pipeline) {
     int z[GP_N + 1];
     char err[512];
     for (int g = 0; g < 2; g++) {
-        sl_sample samples[GP_N];
-        memset(samples, 0, sizeof samples);
-        for (int i = 0; i < GP_N; i++) {
-            int64_t n = (int64_t)s.f[i].len;
-            sl_tensor_view(&samples[i].col[0], s.f[i].buf, SL_U8, 1, &n);
-            sl_tensor_view(&samples[i].col[1], &s.label[i], SL_I64, 0, NULL);
-            samples[i].ncols = 2;
-            samples[i].index = (uint64_t)i;
-        }
-        sl_spec *spec;
-        ASSERT_OK(sl_spec_create(&spec));
-        const char *names[2] = {"image", "label"};
-        ASSERT_OK(sl_spec_set_source_samples(spec, 2, names, samples, GP_N));
+        sl_spec *spec = gp_spec(&s);
         ASSERT_OK(sl_spec_set_seed(spec, GP_SEED));
         for (int k = 0; k < 6; k++)
             ASSERT_OK(sl_spec_add_op_json(spec, ops[g][k]));
