@@ -1072,30 +1072,87 @@ static void gp_diff(const float *a, const float *b, double *mean, double *max) {
     *max = worst;
 }
 
-SL_TEST(gpu_pipe_fake__same_boxes_and_pixels_as_cpu_pipeline) {
-    gp_use();
+/* The same set through the CPU pipeline and the GPU one, drained: equal
+ * labels and batch sizes checked; pixels left to the caller. */
+typedef struct gp_pair {
     gp_set s;
-    gp_make(&s, 6, -1);
-    size_t per = (size_t)3 * GP_OH * GP_OW;
-    float *cpu = calloc(GP_N * per, sizeof(float)), *gpu = calloc(GP_N * per, sizeof(float));
+    size_t per;          /* values of one image */
+    float *cpu, *gpu;    /* GP_N images each */
+    sl_pipeline *pc, *pg;
+    int zg[GP_N + 1];    /* the GPU pipeline's batch sizes, 0-terminated */
+} gp_pair;
+
+static void gp_pair_run(gp_pair *g, int cmyk, int explain_out) {
+    gp_make(&g->s, cmyk, -1);
+    g->per = (size_t)3 * GP_OH * GP_OW;
+    g->cpu = calloc(GP_N * g->per, sizeof(float));
+    g->gpu = calloc(GP_N * g->per, sizeof(float));
     int64_t lc[GP_N], lg[GP_N];
-    int zc[GP_N + 1], zg[GP_N + 1];
+    int zc[GP_N + 1];
     char err[512] = "";
-    sl_pipeline *pc = gp_pipeline(&s, 0, 0), *pg = gp_pipeline(&s, 1, 0);
-    char ex[8192];
-    size_t len;
-    ASSERT_OK(sl_pipeline_explain(pg, ex, sizeof ex, &len));
-    ASSERT_CONTAINS(ex, "decode(gpu)");
-    ASSERT_CONTAINS(ex, "output: image:float32[3,96,112], label:int64[]");
-    ASSERT_EQ(sl_pipeline_ncols(pg), 2); /* the placements are not handed out */
-    ASSERT_STR_EQ(sl_pipeline_column_name(pg, 1), "label");
-    ASSERT(sl_pipeline_column_name(pg, 2) == NULL);
-    ASSERT_EQ(gp_drain(pc, cpu, lc, zc, SL_DEVICE_CPU, err, sizeof err), GP_N);
-    ASSERT_EQ(gp_drain(pg, gpu, lg, zg, SL_DEVICE_CUDA, err, sizeof err), GP_N);
+    g->pc = gp_pipeline(&g->s, 0, 0);
+    g->pg = gp_pipeline(&g->s, 1, 0);
+    if (explain_out) {
+        char ex[8192];
+        size_t len;
+        ASSERT_OK(sl_pipeline_explain(g->pg, ex, sizeof ex, &len));
+        ASSERT_CONTAINS(ex, "decode(gpu)");
+        ASSERT_CONTAINS(ex, gp_out == GP_U8    ? "output: image:uint8[96,112,3]"
+                            : gp_out == GP_HWC ? "output: image:float32[96,112,3]"
+                                               : "output: image:float32[3,96,112], label:int64[]");
+    }
+    ASSERT_EQ(gp_drain(g->pc, g->cpu, lc, zc, SL_DEVICE_CPU, err, sizeof err), GP_N);
+    ASSERT_EQ(gp_drain(g->pg, g->gpu, lg, g->zg, SL_DEVICE_CUDA, err, sizeof err), GP_N);
     for (int i = 0; i < GP_N; i++)
         ASSERT_EQ(lc[i], lg[i]);
-    for (int k = 0; zc[k] || zg[k]; k++)
-        ASSERT_EQ(zc[k], zg[k]);
+    for (int k = 0; zc[k] || g->zg[k]; k++)
+        ASSERT_EQ(zc[k], g->zg[k]);
+}
+
+/* Whether image i is the same in both, bit for bit (a CPU fallback is). */
+static int gp_pair_same(const gp_pair *g, int i) {
+    return memcmp(g->cpu + (size_t)i * g->per, g->gpu + (size_t)i * g->per,
+                  g->per * sizeof(float)) == 0;
+}
+
+/* The pixels within gpu_decode_fake__agrees_with_cpu_path's tolerance over
+ * all values; image `fallback` (-1: none) bit for bit. */
+static void gp_pair_pixels(const gp_pair *g, int fallback, const char *what) {
+    double sum = 0, worst = 0, worst_img = 0;
+    for (int i = 0; i < GP_N; i++) {
+        double m, x;
+        gp_diff(g->cpu + (size_t)i * g->per, g->gpu + (size_t)i * g->per, &m, &x);
+        if (i == fallback)
+            ASSERT(gp_pair_same(g, i));
+        sum += m;
+        worst_img = m > worst_img ? m : worst_img;
+        worst = x > worst ? x : worst;
+    }
+    printf("  %s: GPU pipeline (stand-ins) vs CPU pipeline over %d images: mean |diff| %.3f "
+           "uint8 steps (worst image %.3f), max %.1f\n", what, GP_N, sum / GP_N, worst_img, worst);
+    fflush(stdout);
+    ASSERT(sum / GP_N <= 1.0);
+    ASSERT(worst <= 48.0);
+}
+
+static void gp_pair_free(gp_pair *g) {
+    sl_pipeline_free(g->pc);
+    sl_pipeline_free(g->pg);
+    gp_free(&g->s);
+    free(g->cpu);
+    free(g->gpu);
+    ASSERT_EQ(fn.live(), 0);
+    nothing_left();
+}
+
+SL_TEST(gpu_pipe_fake__same_boxes_and_pixels_as_cpu_pipeline) {
+    gp_use();
+    gp_pair g;
+    gp_pair_run(&g, 6, 1);
+    gp_set *sp = &g.s;
+    ASSERT_EQ(sl_pipeline_ncols(g.pg), 2); /* the placements are not handed out */
+    ASSERT_STR_EQ(sl_pipeline_column_name(g.pg, 1), "label");
+    ASSERT(sl_pipeline_column_name(g.pg, 2) == NULL);
     /* the placements: every kernel call, in order, is the CPU ops' placement
      * of its record (epoch 0, key = record, ops[1] the crop, ops[2] the flip) */
     long call = 0;
@@ -1106,8 +1163,8 @@ SL_TEST(gpu_pipe_fake__same_boxes_and_pixels_as_cpu_pipeline) {
         sl_rng_init(&r1, GP_SEED, 0, (uint64_t)i, 1);
         sl_rng_init(&r2, GP_SEED, 0, (uint64_t)i, 2);
         sl_place pl;
-        ASSERT_OK(sl_place_rrc(s.h[i], s.w[i], GP_SCALE, GP_RATIO, GP_OH, GP_OW, &r1, 0.5, &r2,
-                               &pl));
+        ASSERT_OK(sl_place_rrc(sp->h[i], sp->w[i], GP_SCALE, GP_RATIO, GP_OH, GP_OW, &r1, 0.5,
+                               &r2, &pl));
         float box[4];
         int lim[4], flip;
         ASSERT_EQ(gk.call(call++, box, lim, &flip), 0);
@@ -1118,44 +1175,23 @@ SL_TEST(gpu_pipe_fake__same_boxes_and_pixels_as_cpu_pipeline) {
         ASSERT_EQ(flip, pl.mirror);
     }
     ASSERT_EQ(gk.calls(), call);
-    /* the pixels */
-    /* over all values, as gpu_decode_fake__agrees_with_cpu_path states it */
-    double sum = 0, worst = 0, worst_img = 0;
-    for (int i = 0; i < GP_N; i++) {
-        double m, x;
-        gp_diff(cpu + (size_t)i * per, gpu + (size_t)i * per, &m, &x);
-        if (i == 6) /* the CPU path itself */
-            ASSERT(memcmp(cpu + (size_t)i * per, gpu + (size_t)i * per, per * sizeof(float)) == 0);
-        sum += m;
-        worst_img = m > worst_img ? m : worst_img;
-        worst = x > worst ? x : worst;
-    }
-    printf("  GPU pipeline (stand-ins) vs CPU pipeline over %d images: mean |diff| %.3f uint8 "
-           "steps (worst image %.3f), max %.1f\n", GP_N, sum / GP_N, worst_img, worst);
-    fflush(stdout);
-    ASSERT(sum / GP_N <= 1.0);
-    ASSERT(worst <= 48.0);
+    gp_pair_pixels(&g, 6, "float32 chw");
     sl_pipeline_stats st;
-    ASSERT_OK(sl_pipeline_stats_get(pg, &st));
+    ASSERT_OK(sl_pipeline_stats_get(g.pg, &st));
     ASSERT_U64_EQ(st.gpu_decoded, GP_N - 1);
     ASSERT_U64_EQ(st.gpu_fallbacks, 1);
     /* across to the device: the JPEGs nvJPEG took, the fallback's floats, the labels */
-    uint64_t want = (uint64_t)per * sizeof(float) + GP_N * sizeof(int64_t);
+    uint64_t want = (uint64_t)g.per * sizeof(float) + GP_N * sizeof(int64_t);
     for (int i = 0; i < GP_N; i++)
-        want += i == 6 ? 0 : s.f[i].len;
+        want += i == 6 ? 0 : sp->f[i].len;
     ASSERT(st.h2d_bytes >= want);
     ASSERT(st.h2d_bytes < want + 4 * 256); /* + the labels' alignment per batch */
     char js[16384];
-    ASSERT_OK(sl_pipeline_stats_json(pg, js, sizeof js, &len));
+    size_t len;
+    ASSERT_OK(sl_pipeline_stats_json(g.pg, js, sizeof js, &len));
     ASSERT_CONTAINS(js, "\"gpu_decoded\":13");
     ASSERT_CONTAINS(js, "\"gpu_fallbacks\":1");
-    sl_pipeline_free(pc);
-    sl_pipeline_free(pg);
-    gp_free(&s);
-    free(cpu);
-    free(gpu);
-    ASSERT_EQ(fn.live(), 0);
-    nothing_left();
+    gp_pair_free(&g);
 }
 
 /* More CMYK files in a batch than the hand-off's pinned fallback places:
@@ -1165,34 +1201,17 @@ SL_TEST(gpu_pipe_fake__many_fallbacks_in_one_batch) {
     gp_use();
     gp_cmyk_mask = 0x7fu | (1u << 9); /* files 0-6 and 9 */
     gp_batch = 8;
-    gp_set s;
-    gp_make(&s, -1, -1);
-    size_t per = (size_t)3 * GP_OH * GP_OW;
-    float *cpu = calloc(GP_N * per, sizeof(float)), *gpu = calloc(GP_N * per, sizeof(float));
-    int64_t lc[GP_N], lg[GP_N];
-    int zc[GP_N + 1], zg[GP_N + 1];
-    char err[512] = "";
-    sl_pipeline *pc = gp_pipeline(&s, 0, 0), *pg = gp_pipeline(&s, 1, 0);
-    ASSERT_EQ(gp_drain(pc, cpu, lc, zc, SL_DEVICE_CPU, err, sizeof err), GP_N);
-    ASSERT_EQ(gp_drain(pg, gpu, lg, zg, SL_DEVICE_CUDA, err, sizeof err), GP_N);
-    ASSERT_EQ(zg[0], 8);
-    for (int i = 0; i < GP_N; i++) {
-        ASSERT_EQ(lc[i], lg[i]);
+    gp_pair g;
+    gp_pair_run(&g, -1, 0);
+    ASSERT_EQ(g.zg[0], 8);
+    for (int i = 0; i < GP_N; i++)
         if (gp_cmyk_mask & (1u << i))
-            ASSERT(memcmp(cpu + (size_t)i * per, gpu + (size_t)i * per, per * sizeof(float)) ==
-                   0);
-    }
+            ASSERT(gp_pair_same(&g, i));
     sl_pipeline_stats st;
-    ASSERT_OK(sl_pipeline_stats_get(pg, &st));
+    ASSERT_OK(sl_pipeline_stats_get(g.pg, &st));
     ASSERT_U64_EQ(st.gpu_fallbacks, 8);
     ASSERT_U64_EQ(st.gpu_decoded, GP_N - 8);
-    sl_pipeline_free(pc);
-    sl_pipeline_free(pg);
-    gp_free(&s);
-    free(cpu);
-    free(gpu);
-    ASSERT_EQ(fn.live(), 0);
-    nothing_left();
+    gp_pair_free(&g);
 }
 
 /* The other outputs the CPU chain can give: a float32 HWC normalize, and no
@@ -1202,43 +1221,10 @@ SL_TEST(gpu_pipe_fake__many_fallbacks_in_one_batch) {
 static void gp_output_as_cpu(int out) {
     gp_use();
     gp_out = out;
-    gp_set s;
-    gp_make(&s, 6, -1);
-    size_t per = (size_t)3 * GP_OH * GP_OW;
-    float *cpu = calloc(GP_N * per, sizeof(float)), *gpu = calloc(GP_N * per, sizeof(float));
-    int64_t lc[GP_N], lg[GP_N];
-    int zc[GP_N + 1], zg[GP_N + 1];
-    char err[512] = "";
-    sl_pipeline *pc = gp_pipeline(&s, 0, 0), *pg = gp_pipeline(&s, 1, 0);
-    char ex[8192];
-    size_t len;
-    ASSERT_OK(sl_pipeline_explain(pg, ex, sizeof ex, &len));
-    ASSERT_CONTAINS(ex, out == GP_U8 ? "output: image:uint8[96,112,3]"
-                                     : "output: image:float32[96,112,3]");
-    ASSERT_EQ(gp_drain(pc, cpu, lc, zc, SL_DEVICE_CPU, err, sizeof err), GP_N);
-    ASSERT_EQ(gp_drain(pg, gpu, lg, zg, SL_DEVICE_CUDA, err, sizeof err), GP_N);
-    double sum = 0, worst = 0;
-    for (int i = 0; i < GP_N; i++) {
-        ASSERT_EQ(lc[i], lg[i]);
-        double m, x;
-        gp_diff(cpu + (size_t)i * per, gpu + (size_t)i * per, &m, &x);
-        if (i == 6)
-            ASSERT(memcmp(cpu + (size_t)i * per, gpu + (size_t)i * per, per * sizeof(float)) == 0);
-        sum += m;
-        worst = x > worst ? x : worst;
-    }
-    printf("  %s: GPU pipeline (stand-ins) vs CPU pipeline: mean |diff| %.3f uint8 steps, max "
-           "%.1f\n", out == GP_U8 ? "uint8 hwc" : "float32 hwc", sum / GP_N, worst);
-    fflush(stdout);
-    ASSERT(sum / GP_N <= 1.0);
-    ASSERT(worst <= 48.0);
-    sl_pipeline_free(pc);
-    sl_pipeline_free(pg);
-    gp_free(&s);
-    free(cpu);
-    free(gpu);
-    ASSERT_EQ(fn.live(), 0);
-    nothing_left();
+    gp_pair g;
+    gp_pair_run(&g, 6, 1);
+    gp_pair_pixels(&g, 6, out == GP_U8 ? "uint8 hwc" : "float32 hwc");
+    gp_pair_free(&g);
 }
 
 SL_TEST(gpu_pipe_fake__uint8_hwc_without_normalize_as_cpu) { gp_output_as_cpu(GP_U8); }
