@@ -63,27 +63,27 @@ int sl_sidx__parse_use(const cJSON *it, const char *field, sl_sidx_use *out) {
     return SL_OK;
 }
 
-int sl_sidx__load_for(const char *data_path, const char *kind, sl_sidx_use use, sl_sidx **out) {
+/* sl_sidx__load_for / _head_for: `use` decides whether a missing index is
+ * an error; `load` reads it (whole, or its head). */
+static int load_for(const char *data_path, const char *kind, sl_sidx_use use, sl_sidx **out,
+                    int (*load)(const char *, const char *, sl_sidx **)) {
     *out = NULL;
     if (use == SL_SIDX_USE_NO)
         return SL_OK;
-    int rc = sl_sidx__load(data_path, kind, out);
+    int rc = load(data_path, kind, out);
     if (rc == SL_END && use == SL_SIDX_USE_YES)
         return sl__error(SL_EINVAL, "%s: no index (%s" SL_SIDX_SUFFIX "); build it with `sluice "
                          "index %s`", data_path, sl__base_name(data_path), data_path);
     return rc == SL_END ? SL_OK : rc;
 }
 
+int sl_sidx__load_for(const char *data_path, const char *kind, sl_sidx_use use, sl_sidx **out) {
+    return load_for(data_path, kind, use, out, sl_sidx__load);
+}
+
 int sl_sidx__load_head_for(const char *data_path, const char *kind, sl_sidx_use use,
                            sl_sidx **out) {
-    *out = NULL;
-    if (use == SL_SIDX_USE_NO)
-        return SL_OK;
-    int rc = sl_sidx__load_head(data_path, kind, out);
-    if (rc == SL_END && use == SL_SIDX_USE_YES)
-        return sl__error(SL_EINVAL, "%s: no index (%s" SL_SIDX_SUFFIX "); build it with `sluice "
-                         "index %s`", data_path, sl__base_name(data_path), data_path);
-    return rc == SL_END ? SL_OK : rc;
+    return load_for(data_path, kind, use, out, sl_sidx__load_head);
 }
 
 /* ---- building ------------------------------------------------------------------ */
