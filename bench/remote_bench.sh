@@ -4,16 +4,18 @@
 #   local      from the local file system (page cache warm)
 #   http       from nginx on localhost, shard cache off (SLUICE_CACHE_BYTES=0:
 #              records read by range requests, read ahead in the shuffle's order)
-#   proxy      the same through tests/remote/httpfix.py's proxy adding nothing:
-#              what the proxy itself costs (a Python process on the same
-#              cores, which on a 2-core machine takes CPU from decoding)
-#   http+20ms  the same through the proxy adding 20 ms to every request;
-#              "latency hidden" is http+20ms / proxy: the same proxy cost,
-#              so the ratio is what read-ahead leaves of the 20 ms
+#   proxy0     the same through tests/remote/delayproxy.c adding nothing: what
+#              the proxy itself costs (one C thread copying bytes; it stands in
+#              for network latency because netem is not available here, and
+#              httpfix.py's Python proxy cost so much CPU on 2 cores that the
+#              proxy alone, adding nothing, took 0.60x of local)
+#   http+20ms  the same through delayproxy holding every request 20 ms;
+#              "latency hidden" is http+20ms / proxy0: the same proxy, so the
+#              ratio is what read-ahead leaves of the 20 ms
 #   warm       from nginx with the shard cache already holding every shard
 # Each run is `sluice run SPEC` of EPOCHS epochs, timed whole (start, HEADs,
 # fetches, every batch); samples/s = records * epochs / seconds. Runs are
-# interleaved (local, http, http+20ms, warm, then again) and medians compared
+# interleaved (local, http, proxy0, http+20ms, warm, then again) and medians compared
 # as ratios to local.
 #
 #   bench/remote_bench.sh [BUILD] [REPEATS] [PHOTOS] [EPOCHS]
@@ -46,11 +48,21 @@ serve() {  # serve NAME ARGS... : start the servers; their URL in $W/NAME.url
   for _ in $(seq 100); do [ -s "$W/$1.url" ] && break; sleep 0.1; done
 }
 serve plain
-serve proxy --proxy
-serve slow --delay-ms 20
 U=$(cut -d' ' -f1 "$W/plain.url")
-UP=$(cut -d' ' -f1 "$W/proxy.url")
-UD=$(cut -d' ' -f1 "$W/slow.url")
+cc -O2 -Wall -Wextra -Werror -o "$W/delayproxy" tests/remote/delayproxy.c
+delayproxy() {  # delayproxy NAME MS: in front of nginx; its URL in $W/NAME.url
+  mkfifo "$W/$1.dpin"
+  "$W/delayproxy" -d "$2" "${U##*:}" <"$W/$1.dpin" >"$W/$1.port" 2>"$W/$1.log" &
+  pids+=($!)
+  echo $! >"$W/$1.pid"
+  exec {fd}>"$W/$1.dpin"  # held open: the proxy runs until the script ends
+  for _ in $(seq 100); do [ -s "$W/$1.port" ] && break; sleep 0.1; done
+  echo "http://127.0.0.1:$(cat "$W/$1.port")" >"$W/$1.url"
+}
+delayproxy proxy 0
+delayproxy slow 20
+UP=$(cat "$W/proxy.url")
+UD=$(cat "$W/slow.url")
 
 spec() {
   cat <<JSON
@@ -87,11 +99,15 @@ for r in $(seq "$REPEATS"); do
   one proxy 0 >>"$W/r_proxy"
   one slow 0 >>"$W/r_slow"
   one warm 64G >>"$W/r_warm"
-  echo "round $r: local $(tail -1 "$W/r_local")  http $(tail -1 "$W/r_http")  proxy $(tail -1 "$W/r_proxy")  http+20ms $(tail -1 "$W/r_slow")  warm $(tail -1 "$W/r_warm")"
+  echo "round $r: local $(tail -1 "$W/r_local")  http $(tail -1 "$W/r_http")  proxy0 $(tail -1 "$W/r_proxy")  http+20ms $(tail -1 "$W/r_slow")  warm $(tail -1 "$W/r_warm")"
 done
 ml=$(median <"$W/r_local")
 ratio() { awk -v a="$1" -v b="$ml" 'BEGIN{printf "%.3f", a/b}'; }
 mh=$(median <"$W/r_http"); mp=$(median <"$W/r_proxy"); md=$(median <"$W/r_slow"); mw=$(median <"$W/r_warm")
-echo "median: local $ml  http $mh ($(ratio "$mh")x)  proxy $mp ($(ratio "$mp")x)  http+20ms $md ($(ratio "$md")x)  warm cache $mw ($(ratio "$mw")x)"
-echo "latency hidden: http+20ms / proxy = $(awk -v a="$md" -v b="$mp" 'BEGIN{printf "%.3f", a/b}')x"
+echo "median: local $ml  http $mh ($(ratio "$mh")x)  proxy0 $mp ($(ratio "$mp")x)  http+20ms $md ($(ratio "$md")x)  warm cache $mw ($(ratio "$mw")x)"
+echo "latency hidden: http+20ms / proxy0 = $(awk -v a="$md" -v b="$mp" 'BEGIN{printf "%.3f", a/b}')x"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+kill -TERM "$(cat "$W/proxy.pid")" "$(cat "$W/slow.pid")"  # they print their counts
+sleep 0.3
+echo "delayproxy 0 ms:  $(tail -1 "$W/proxy.log")"
+echo "delayproxy 20 ms: $(tail -1 "$W/slow.log")"
