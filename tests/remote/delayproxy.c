@@ -26,7 +26,9 @@
  * either side closes both.
  *
  * Built by bench/remote_bench.sh:  cc -O2 -Wall -Wextra -Werror -o delayproxy delayproxy.c */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
