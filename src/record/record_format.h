@@ -247,6 +247,9 @@ struct sl_reader {
     _Atomic uint64_t clock; /* opens so far: the LRU's time */
     uint64_t nclosed;
     _Atomic uint64_t opened_total; /* shard opens (tests, stats) */
+    struct slr_opener *opener; /* a directory of URLs: the threads that open
+                               shards for read-ahead hints (record_reader.c,
+                               "Opening remote shards ahead"); NULL otherwise */
 };
 
 /* Open shards: how many now, and how many opens so far (tests). */

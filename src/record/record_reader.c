@@ -534,9 +534,13 @@ bool sl_record__views_last(const sl_record *rec) { return rec->pin && !rec->pin_
 
 /* ---- dataset ----------------------------------------------------------------------------- */
 
+static int opener_make(sl_reader *r);
+static void opener_free(sl_reader *r);
+
 void sl_reader_free(sl_reader *r) {
     if (!r)
         return;
+    opener_free(r); /* its threads use the slots */
     for (int i = 0; i < r->nshards; i++) {
         slr_slot *sl = &r->shards[i];
         sl_record__shard_put(atomic_load_explicit(&sl->open, memory_order_relaxed));
@@ -661,6 +665,8 @@ static int open_dir(sl_reader *r, const char *path) {
     r->limit_cap = growth_cap(r->nshards);
     atomic_init(&r->keeps_all, r->nshards <= SLR_OPEN_SHARDS_MIN);
     r->remote = sl_io__is_url(path);
+    if (r->remote)
+        SL_TRY(opener_make(r));
     r->meta = man.meta;
     memset(&man.meta, 0, sizeof man.meta);
 cleanup:
@@ -1167,6 +1173,121 @@ int sl_record__read_into(const sl_reader *r, uint64_t i, sl_record *rec, bool ve
     return frame_decode(r, sh, i, dst, len, sum, verify, rec, owner);
 }
 
+/* ---- opening remote shards ahead -----------------------------------------------------
+ *
+ * The remote hint (sl_record__prefetch, far 2) needs the record's shard open
+ * to know where the record lies. Opening a remote shard costs several
+ * requests one after another (HEAD, header, footer, index); made by the
+ * hinting thread, the first hints of a shuffled epoch, which reach every
+ * shard, opened the shards one at a time while the decoders waited: with
+ * 20 ms a request, 1-1.4 s of a 4 s run over 9 shards (bench/README.md,
+ * remote inputs). So a hint whose shard is not open is queued for a few
+ * opener threads, which open it (the slot's lock makes that one open
+ * however many ask) and then pass the hint on; different shards open at the
+ * same time, and the hinting thread goes on. The queue is bounded: a hint
+ * that finds it full is dropped (a hint never fails; the read fetches what
+ * was not fetched ahead). Threads start on first use. A child process after
+ * fork() has none of them: it opens in the hinting thread, as before, and
+ * leaves the parent's opener alone. */
+
+#define SLR_OPENERS 8
+#define SLR_OPENER_QUEUE 1024
+
+typedef struct slr_opener {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pid_t pid;                  /* the process whose threads these are */
+    uint64_t q[SLR_OPENER_QUEUE]; /* hinted records, oldest at head */
+    int head, n;
+    int nthreads;
+    bool stop;
+    pthread_t tid[SLR_OPENERS];
+} slr_opener;
+
+/* The remote hint itself: the record's shard open, its bytes asked for. */
+static void hint_remote(const sl_reader *r, uint64_t i, int k) {
+    slr_shard *sh;
+    if (sl_record__shard_get(r, k, &sh) < 0)
+        return; /* the read reports it */
+    const uint8_t *e = sh->entries + (i - sh->first) * SLR_INDEX_ENTRY;
+    if (!sh->map) { /* read by ranges (a remote shard): fetch it ahead */
+        uint64_t off = sl__ld64(e), len = sl__ld64(e + 8);
+        if (off <= sh->size - SLR_FRAME_HEADER && len <= sh->size - SLR_FRAME_HEADER - off)
+            sl_io__will_need(sh->io, off, (size_t)(SLR_FRAME_HEADER + len));
+    }
+    sl_record__shard_put(sh);
+}
+
+static void *opener_main(void *arg) {
+    const sl_reader *r = arg;
+    slr_opener *o = r->opener;
+    pthread_mutex_lock(&o->mu);
+    for (;;) {
+        while (!o->stop && !o->n)
+            pthread_cond_wait(&o->cv, &o->mu);
+        if (o->stop)
+            break;
+        uint64_t i = o->q[o->head];
+        o->head = (o->head + 1) % SLR_OPENER_QUEUE;
+        o->n--;
+        pthread_mutex_unlock(&o->mu);
+        hint_remote(r, i, sl_record__shard_of(r, i));
+        pthread_mutex_lock(&o->mu);
+    }
+    pthread_mutex_unlock(&o->mu);
+    return NULL;
+}
+
+static int opener_make(sl_reader *r) {
+    slr_opener *o = sl__calloc(1, sizeof *o);
+    if (!o)
+        return sl__oom("opening a dataset");
+    pthread_mutex_init(&o->mu, NULL);
+    pthread_cond_init(&o->cv, NULL);
+    o->pid = getpid();
+    r->opener = o;
+    return SL_OK;
+}
+
+/* Queue hint i for the opener threads; false when they cannot take it (a
+ * forked child: the caller opens in place). */
+static bool opener_push(const sl_reader *r, uint64_t i) {
+    slr_opener *o = r->opener;
+    if (o->pid != getpid())
+        return false;
+    pthread_mutex_lock(&o->mu);
+    if (o->n < SLR_OPENER_QUEUE && !o->stop) {
+        o->q[(o->head + o->n) % SLR_OPENER_QUEUE] = i;
+        o->n++;
+        if (o->nthreads < SLR_OPENERS && o->n > 0 &&
+            pthread_create(&o->tid[o->nthreads], NULL, opener_main, (void *)(uintptr_t)r) == 0)
+            o->nthreads++;
+        pthread_cond_signal(&o->cv);
+    } /* else: full, the hint is dropped */
+    pthread_mutex_unlock(&o->mu);
+    return true;
+}
+
+static void opener_free(sl_reader *r) {
+    slr_opener *o = r->opener;
+    if (!o)
+        return;
+    r->opener = NULL;
+    if (o->pid != getpid()) { /* a forked child: the threads are the parent's */
+        sl__free(o);
+        return;
+    }
+    pthread_mutex_lock(&o->mu);
+    o->stop = true;
+    pthread_cond_broadcast(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+    for (int t = 0; t < o->nthreads; t++)
+        pthread_join(o->tid[t], NULL);
+    pthread_cond_destroy(&o->cv);
+    pthread_mutex_destroy(&o->mu);
+    sl__free(o);
+}
+
 /* The CPU-cache hints of sl_record__prefetch, for an open shard. Inlined:
  * as a function of its own GCC finds it free of side effects (a prefetch
  * changes no memory) and deletes the calls. */
@@ -1203,16 +1324,12 @@ void sl_record__prefetch(const sl_reader *r, uint64_t i, int far) {
     int k = sl_record__shard_of(r, i);
     slr_slot *sl = &((sl_reader *)(uintptr_t)r)->shards[k];
     if (far == 2) {
-        slr_shard *sh;
-        if (sl_record__shard_get(r, k, &sh) < 0)
-            return; /* the read reports it */
-        const uint8_t *e = sh->entries + (i - sh->first) * SLR_INDEX_ENTRY;
-        if (!sh->map) { /* read by ranges (a remote shard): fetch it ahead */
-            uint64_t off = sl__ld64(e), len = sl__ld64(e + 8);
-            if (off <= sh->size - SLR_FRAME_HEADER && len <= sh->size - SLR_FRAME_HEADER - off)
-                sl_io__will_need(sh->io, off, (size_t)(SLR_FRAME_HEADER + len));
-        }
-        sl_record__shard_put(sh);
+        /* a shard not open yet is opened by the opener threads ("Opening
+         * remote shards ahead"), not here */
+        if (r->opener && !atomic_load_explicit(&sl->open, memory_order_acquire) &&
+            opener_push(r, i))
+            return;
+        hint_remote(r, i, k);
         return;
     }
     if (sl_record__keeps_shards(r)) { /* an open shard stays for the reader's life */
