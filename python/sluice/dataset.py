@@ -151,13 +151,14 @@ class Dataset:
     def shuffle(self, seed=None, buffer_size=None, mode=None, window=None, block=None):
         """Shuffle records afresh each epoch, keyed by (seed, epoch).
 
-        ``mode="global"``: a uniform permutation of all records (a table of 16
-        bytes per record in each rank). ``mode="window"``: blocks of ``block``
+        ``mode="global"``: a pseudo-random permutation of all records (a keyed
+        bijection: no table, O(1) memory at any size). ``mode="window"``: blocks of ``block``
         consecutive records are permuted, then positions within each window
         of ``window`` positions (defaults 65,536 and window / 64); no table,
         any position computed directly, ranks read only their own blocks.
-        The default (``"auto"``) is global up to 16,777,216 records and window
-        above (docs/PIPELINE.md, "Shuffle"). ``buffer_size`` asks for a
+        The default (``"auto"``) is global, and window for a remote source of
+        more than 16,777,216 records (docs/PIPELINE.md, "Shuffle").
+        ``buffer_size`` asks for a
         bounded shuffle buffer instead (streaming sources)."""
         if seed is not None:
             _check_int(seed, "seed", 0)

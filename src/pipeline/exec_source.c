@@ -14,73 +14,25 @@
 #define PREFETCH_FAR 16
 #define PREFETCH_NEAR 4
 #define PERM_OP 0xfffffffffffffff1ull
+#define GLOBAL_ROUNDS 8 /* shuffle_window.h: 8 rounds for a uniform order */
 #define READ_AHEAD 256 /* records hinted past the chunk for remote range reads */
 
 /* ---- the order of records ------------------------------------------------------------------- */
 
-/* Build the permutation of pass (epoch, rep) into p->perm (src_mu held). */
-static void fill_perm(const sl_pipeline *p, uint64_t *perm, uint64_t epoch, uint64_t rep) {
-    uint64_t m = p->nbase;
-    for (uint64_t i = 0; i < m; i++)
-        perm[i] = i;
-    sl_rng rng;
-    sl_rng_init(&rng, p->spec->seed, epoch, rep, PERM_OP);
-    for (uint64_t i = m; i > 1; i--) {
-        uint64_t j = sl_rng_below(&rng, i);
-        uint64_t t = perm[i - 1];
-        perm[i - 1] = perm[j];
-        perm[j] = t;
+/* The global order of pass (epoch, rep) (src_mu held): a keyed bijection of
+ * [0, nbase) (shuffle_window.h), so position -> record costs O(1) with no
+ * table, any position of any epoch is computed directly (exact resume), and
+ * a rank's memory does not grow with the record count. Only the pass's key
+ * is cached. */
+static const sl_feistel *global_order(sl_pipeline *p, uint64_t epoch, uint64_t rep) {
+    if (!p->gperm_valid || p->gperm_epoch != epoch || p->gperm_rep != rep) {
+        sl_feistel_init_rounds(&p->gperm, p->nbase, GLOBAL_ROUNDS, p->spec->seed, epoch, rep,
+                               PERM_OP);
+        p->gperm_epoch = epoch;
+        p->gperm_rep = rep;
+        p->gperm_valid = 1;
     }
-}
-
-/* Make p->perm the order of pass (epoch, rep) (src_mu held): the one built
- * ahead (see prepare_next_perm) when it matches, else built here. */
-static void build_perm(sl_pipeline *p, uint64_t epoch, uint64_t rep) {
-    if (p->perm_valid && p->perm_epoch == epoch && p->perm_rep == rep)
-        return;
-    if (p->next_ready && p->next_epoch == epoch && p->next_rep == rep) {
-        uint64_t *t = p->perm;
-        p->perm = p->perm_next;
-        p->perm_next = t;
-        p->next_ready = 0;
-    } else {
-        fill_perm(p, p->perm, epoch, rep);
-    }
-    p->perm_epoch = epoch;
-    p->perm_rep = rep;
-    p->perm_valid = 1;
-}
-
-/* Halfway through a pass, one source worker builds the next pass's order
- * outside the lock, so that the epoch boundary costs a pointer swap instead
- * of an O(n) shuffle on the critical path. Called with src_mu held; may drop
- * and retake it. */
-static void prepare_next_perm(sl_pipeline *p) {
-    if (!p->perm || p->next_ready || p->next_building || p->per_pass == 0)
-        return;
-    uint64_t rep = p->src_pos / p->per_pass, j = p->src_pos % p->per_pass;
-    if (j < p->per_pass / 2)
-        return;
-    uint64_t ne = p->src_epoch, nr = rep + 1;
-    if (nr >= (uint64_t)p->plan.repeat) {
-        ne++;
-        nr = 0;
-    }
-    /* Also for the epoch right after the one the source will park at:
-     * built here, off the source lock, it is ready if the source goes on
-     * there; built there, the first batch of that epoch waits for it under
-     * the lock (0.3 ms for Fashion-MNIST's 60,000 records, 4% of its 8 ms
-     * epoch). At most one order is built in vain, at the end of a run. */
-    if (ne > sl_pipeline__src_limit(p))
-        return;
-    p->next_building = 1;
-    pthread_mutex_unlock(&p->src_mu);
-    fill_perm(p, p->perm_next, ne, nr); /* perm_next is ours while building */
-    pthread_mutex_lock(&p->src_mu);
-    p->next_building = 0;
-    p->next_epoch = ne;
-    p->next_rep = nr;
-    p->next_ready = 1;
+    return &p->gperm;
 }
 
 /* Record index at stream position `pos` of `epoch` for this rank (src_mu held). */
@@ -92,8 +44,7 @@ static uint64_t record_at(sl_pipeline *p, uint64_t epoch, uint64_t pos, uint64_t
     if (p->window_mode) {
         g = sl_pipeline__window_at(p, epoch, rep, j);
     } else if (p->spec->shuffle) {
-        build_perm(p, epoch, rep);
-        g = p->perm[g];
+        g = sl_feistel_fwd(global_order(p, epoch, rep), g);
     }
     uint64_t idx = p->base ? p->base[g] : g;
     *key = idx + rep * p->nrecords;
@@ -179,8 +130,6 @@ static sl_chunk *cut_range(sl_pipeline *p, uint64_t *n_out) {
             ahead[nahead++] = record_at(p, c->epoch, p->ra_pos, &key);
     }
     p->src_pos += n;
-    if (p->spec->shuffle)
-        prepare_next_perm(p);
     pthread_mutex_unlock(&p->src_mu);
     for (uint32_t k = 0; k < nahead; k++)
         sl_source__prefetch(p->src, ahead[k], SL_PREFETCH_REMOTE);

@@ -267,21 +267,17 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     p->per_epoch = p->per_pass * (uint64_t)p->plan.repeat;
     if (p->per_epoch > needed_positions(p))
         p->per_epoch = needed_positions(p);
-    /* mode "auto": the exact global permutation while its table (two arrays
-     * of 8 bytes per record) is small, the windowed order above that */
+    /* mode "auto": the global order (a keyed bijection: O(1) memory at any
+     * size) unless the source is remote and large, where a rank reading its
+     * own blocks (window) fetches far fewer shards than one scattered over
+     * all of them (docs/PIPELINE.md, "Shuffle") */
     p->window_mode = p->spec->shuffle &&
                      (p->spec->shuffle_mode == SL_SHUFFLE_WINDOW ||
-                      (p->spec->shuffle_mode == SL_SHUFFLE_AUTO && m > SL_SHUFFLE_GLOBAL_MAX));
+                      (p->spec->shuffle_mode == SL_SHUFFLE_AUTO && m > SL_SHUFFLE_GLOBAL_MAX &&
+                       sl_source__remote(p->src)));
     if (p->window_mode)
         sl_pipeline__window_sizes(p->spec->shuffle_window, p->spec->shuffle_block,
                                   &p->wsh_window, &p->wsh_block);
-    if (p->spec->shuffle && !p->window_mode && m > 0) {
-        p->perm = sl__malloc((size_t)m * sizeof *p->perm);
-        p->perm_next = sl__malloc((size_t)m * sizeof *p->perm_next);
-        if (!p->perm || !p->perm_next)
-            SL_FAIL(SL_ENOMEM, "out of memory while allocating the shuffle order (%llu records)",
-                    (unsigned long long)m);
-    }
     SL_CHECK(sl_pipeline__pools_create(&p->pools));
     sl_pool_mem pinned;
     if (sl_device__batch_mem(p->dev, &pinned))
@@ -314,8 +310,6 @@ void sl_pipeline_free(sl_pipeline *p) {
     sl_pipeline__pools_free(p->pools);
     sl_source__release(p->src);
     sl__free(p->base);
-    sl__free(p->perm);
-    sl__free(p->perm_next);
     sl_spec_free(p->spec);
     pthread_mutex_destroy(&p->src_mu);
     pthread_cond_destroy(&p->src_cv);
@@ -459,9 +453,8 @@ static void restart_at(sl_pipeline *p, uint64_t epoch, const sl_resume *r, uint6
     if (p->src_end_epoch < epoch + 1)
         p->src_end_epoch = epoch + 1;
     p->src_ahead_epoch = 0;
-    p->perm_valid = 0;
+    p->gperm_valid = 0;
     p->wsh_valid = 0;
-    p->next_ready = 0;
     pthread_mutex_unlock(&p->src_mu);
 }
 

@@ -479,16 +479,13 @@ struct sl_pipeline {
     uint64_t set_epochs;          /* set_epoch calls so far */
     uint64_t last_set_epoch;      /* the epoch the last one asked for */
     int src_parked;
-    int window_mode;              /* shuffle in window mode: no perm table */
+    int window_mode;              /* shuffle in window mode (else global) */
     uint64_t wsh_window, wsh_block; /* window mode: its sizes (defaults applied) */
     sl_wshuf wsh;                 /* window mode: the current pass's order */
     int wsh_valid;
-    uint64_t *perm;
-    uint64_t perm_epoch, perm_rep;
-    int perm_valid;
-    uint64_t *perm_next;          /* the next pass's order, built ahead */
-    uint64_t next_epoch, next_rep;
-    int next_ready, next_building;
+    sl_feistel gperm;             /* global mode: the current pass's bijection */
+    uint64_t gperm_epoch, gperm_rep;
+    int gperm_valid;
     int chunk_size;               /* samples per chunk (autotune may change it) */
     int chunk_cap;                /* samples a chunk can hold */
     int fuse_batch;               /* map+batch fusion: chunks are whole batches,

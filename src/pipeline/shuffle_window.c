@@ -10,8 +10,9 @@
 #include "pipeline/pipeline.h"
 #include "sluice.h"
 
-/* 4 rounds: a Feistel network of 4 rounds of pseudo-random functions is a
- * pseudo-random permutation (Luby-Rackoff); each round costs one mix64. */
+/* 4 rounds by default: a Feistel network of 4 rounds of pseudo-random
+ * functions is a pseudo-random permutation (Luby-Rackoff); each round costs
+ * one mix64. */
 #define ROUNDS 4
 
 static uint64_t mix64(uint64_t z) {
@@ -20,24 +21,34 @@ static uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-void sl_feistel_init(sl_feistel *f, uint64_t n, uint64_t seed, uint64_t epoch, uint64_t index,
-                     uint64_t op) {
+void sl_feistel_init_rounds(sl_feistel *f, uint64_t n, unsigned rounds, uint64_t seed,
+                            uint64_t epoch, uint64_t index, uint64_t op) {
     f->n = n;
     unsigned bits = n > 1 ? 64u - (unsigned)__builtin_clzll(n - 1) : 1u;
     f->rbits = (bits + 1) / 2;
     unsigned lbits = bits - f->rbits;
     f->rmask = (1ull << f->rbits) - 1; /* rbits <= 32 */
     f->lmask = (1ull << lbits) - 1;
+    if (rounds < 2)
+        rounds = 2;
+    if (rounds > SL_FEISTEL_MAX_ROUNDS)
+        rounds = SL_FEISTEL_MAX_ROUNDS;
+    f->rounds = rounds & ~1u;
     sl_rng rng;
     sl_rng_init(&rng, seed, epoch, index, op);
-    for (int i = 0; i < ROUNDS; i++)
+    for (unsigned i = 0; i < f->rounds; i++)
         f->key[i] = sl_rng_next(&rng);
+}
+
+void sl_feistel_init(sl_feistel *f, uint64_t n, uint64_t seed, uint64_t epoch, uint64_t index,
+                     uint64_t op) {
+    sl_feistel_init_rounds(f, n, ROUNDS, seed, epoch, index, op);
 }
 
 /* Even rounds change the left half, odd rounds the right one. */
 static uint64_t rounds_fwd(const sl_feistel *f, uint64_t x) {
     uint64_t l = x >> f->rbits, r = x & f->rmask;
-    for (int i = 0; i < ROUNDS; i += 2) {
+    for (unsigned i = 0; i < f->rounds; i += 2) {
         l ^= mix64(r ^ f->key[i]) & f->lmask;
         r ^= mix64(l ^ f->key[i + 1]) & f->rmask;
     }
@@ -46,7 +57,7 @@ static uint64_t rounds_fwd(const sl_feistel *f, uint64_t x) {
 
 static uint64_t rounds_inv(const sl_feistel *f, uint64_t y) {
     uint64_t l = y >> f->rbits, r = y & f->rmask;
-    for (int i = ROUNDS - 2; i >= 0; i -= 2) {
+    for (int i = (int)f->rounds - 2; i >= 0; i -= 2) {
         r ^= mix64(l ^ f->key[i + 1]) & f->rmask;
         l ^= mix64(r ^ f->key[i]) & f->lmask;
     }

@@ -16,12 +16,23 @@
 typedef struct sl_feistel {
     uint64_t n;
     unsigned rbits;      /* bits of the right half; the left has the rest */
+    unsigned rounds;     /* even, at most SL_FEISTEL_MAX_ROUNDS */
     uint64_t lmask, rmask;
-    uint64_t key[4];     /* one per round */
+    uint64_t key[8];     /* one per round */
 } sl_feistel;
 
+#define SL_FEISTEL_MAX_ROUNDS 8
+
+/* 4 rounds (the window shuffle's blocks and windows). */
 void sl_feistel_init(sl_feistel *f, uint64_t n, uint64_t seed, uint64_t epoch, uint64_t index,
                      uint64_t op);
+/* `rounds` rounds (even, 2..8). With 4, records that differ in one low bit
+ * still land next to each other about twice as often as chance in a small
+ * range (the halves are a few bits wide); 8 rounds bring every pair of
+ * positions to chance (tests/pipeline/test_shuffle_window.c), which the global
+ * order, meant to be a uniform shuffle, uses. */
+void sl_feistel_init_rounds(sl_feistel *f, uint64_t n, unsigned rounds, uint64_t seed,
+                            uint64_t epoch, uint64_t index, uint64_t op);
 uint64_t sl_feistel_fwd(const sl_feistel *f, uint64_t x);
 uint64_t sl_feistel_inv(const sl_feistel *f, uint64_t y);
 

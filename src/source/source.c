@@ -63,6 +63,18 @@ int sl_source__unknown_key(const char *field, const char *key, const char *what,
     return sl__error(SL_EINVAL, "%s.%s: unknown key for %s (keys: %s)", field, key, what, list);
 }
 
+/* Does a source's input value (a name, a pattern, a list of them) name a URL?
+ * A path list file (@FILE) is not opened here: its names count as local. */
+static int names_url(const cJSON *v) {
+    if (cJSON_IsString(v))
+        return sl_io__is_url(v->valuestring);
+    if (cJSON_IsArray(v))
+        for (const cJSON *it = v->child; it; it = it->next)
+            if (names_url(it))
+                return 1;
+    return 0;
+}
+
 int sl_source__open_json(sl_source **out, const cJSON *obj, const char *field) {
     *out = NULL;
     if (!cJSON_IsObject(obj))
@@ -101,6 +113,8 @@ int sl_source__open_json(sl_source **out, const cJSON *obj, const char *field) {
     }
     int rc = found->open(out, own, field);
     cJSON_Delete(own);
+    if (rc == SL_OK && *out)
+        (*out)->remote = names_url(cJSON_GetObjectItemCaseSensitive(obj, found->key));
     return rc;
 }
 

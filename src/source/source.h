@@ -214,6 +214,8 @@ struct sl_source {
                                hints fetch ahead (a .slr shard read by ranges,
                                io_http.c): the executor hints records well
                                past the chunk it reads, in the shuffle's order */
+    int remote;             /* named by URLs (http(s)://, s3://): set by
+                               sl_source__open_json; read with sl_source__remote */
 };
 
 /* Check the image columns (col.image) of record i, read into `smp`, as pack
@@ -297,6 +299,11 @@ static inline int sl_source__reads_memory(const sl_source *s) {
 /* Are reads remote range requests that prefetch hints fetch ahead
  * (reads_ahead), so the executor hints records well past its chunk? */
 static inline int sl_source__reads_ahead(const sl_source *s) { return s->reads_ahead != 0; }
+/* Does the source read remote objects (any of its names is a URL, or its
+ * reads are remote range requests)? The pipeline's shuffle "auto" asks. */
+static inline int sl_source__remote(const sl_source *s) {
+    return s->remote != 0 || s->reads_ahead != 0;
+}
 /* "<name>: record <i>" or the implementation's locate(). */
 void sl_source__locate(sl_source *s, uint64_t i, char *buf, size_t cap);
 
