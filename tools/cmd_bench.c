@@ -63,9 +63,11 @@ static int jpeg_has_table(const uint8_t *p, size_t n) {
 static void restart_hint(const char *spec_path, const sl_pipeline_stats *st) {
     if (st->bound != 'P' || !strstr(st->bound_stage, "decode_random_resized_crop"))
         return;
-    char *text = cli_read_file("bench", spec_path);
-    if (!text)
+    char *text = cli_read_spec("bench", spec_path);
+    if (!text) {
+        sl_errclear();
         return;
+    }
     cJSON *spec = cJSON_Parse(text);
     free(text);
     char *src_json = NULL;
