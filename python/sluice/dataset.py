@@ -684,11 +684,26 @@ def _wrong_reader_check(spec, make, *args):
         found = _sluice.detect(path)
         if found is None or found == used:
             raise
-        call, what = _READERS[found]
-        args_hint = "images, labels" if found == "idx" else repr(path)
-        raise _sluice.InvalidError(
-            f"{path}: {what}, not {_READERS[used][1]}, so sluice.{_READERS[used][0]}() cannot "
-            f"read it; use sluice.{call}({args_hint})") from e
+        raise _wrong_reader(path, used, found) from e
+
+
+def _wrong_reader(path, used, found):
+    call, what = _READERS[found]
+    args_hint = "images, labels" if found == "idx" else repr(path)
+    return _sluice.InvalidError(
+        f"{path}: {what}, not {_READERS[used][1]}, so sluice.{_READERS[used][0]}() cannot "
+        f"read it; use sluice.{call}({args_hint})")
+
+
+def _check_folder(paths, used):
+    """A local folder given to webdataset()/tfrecord(): its files must be
+    of that kind (checked now, so a folder of mixed files or of another
+    kind fails at the call, naming the call that reads it)."""
+    if not isinstance(paths, str) or not os.path.isdir(paths):
+        return
+    found = _sluice.detect(paths, True)
+    if found != used and found in _READERS:
+        raise _wrong_reader(paths, used, found)
 
 
 def _path(p, what):
@@ -754,8 +769,9 @@ def tfrecord(paths, features=None, compression=None, index=None, parallel=None, 
     """A Dataset reading TFRecord files of ``tf.train.Example`` (or
     ``SequenceExample``) records, in the order given.
 
-    ``paths``: a path, a brace pattern ("train-{00000..00127}.tfrecord"), an
-    "@file" listing paths, or a list of these. ``features``: a dict mapping
+    ``paths``: a path, a folder of TFRecord files, a brace pattern
+    ("train-{00000..00127}.tfrecord"), a shell pattern ("train-*.tfrecord",
+    sorted), an "@file" listing paths, or a list of these. ``features``: a dict mapping
     feature keys to column names ({"image/encoded": "image",
     "image/class/label": "label"}) or a list of keys to keep; default every
     feature, named by its key. ``compression``: "gzip", "none" or "auto"
@@ -765,6 +781,7 @@ def tfrecord(paths, features=None, compression=None, index=None, parallel=None, 
     first (default 64 when any file is remote, else 1024; docs/SOURCES.md,
     "Shards opened lazily")."""
     src = {"tfrecord": _paths(paths, "paths")}
+    _check_folder(src["tfrecord"], "tfrecord")
     if features is not None:
         if isinstance(features, dict):
             src["features"] = {str(k): str(v) for k, v in features.items()}
@@ -783,11 +800,13 @@ def tfrecord(paths, features=None, compression=None, index=None, parallel=None, 
 def webdataset(paths, columns=None, index=None, parallel=None, chunk=None, max_open_shards=None):
     """A Dataset reading WebDataset tar shards: members grouped by key into
     samples, one column per extension (``jpg``, ``cls``, ``json``, ...) plus
-    ``__key__``. ``paths``: a path, a brace pattern
-    ("shard-{000000..000127}.tar"), an "@file" listing paths, or a list.
+    ``__key__``. ``paths``: a path, a folder of tar shards, a brace pattern
+    ("shard-{000000..000127}.tar"), a shell pattern ("shard-*.tar",
+    sorted), an "@file" listing paths, or a list.
     ``columns``: extensions to keep (default: all). ``index`` and
     ``max_open_shards``: as for :func:`tfrecord`."""
     src = {"webdataset": _paths(paths, "paths")}
+    _check_folder(src["webdataset"], "webdataset")
     if columns is not None:
         src["columns"] = [str(c) for c in columns]
     if index is not None:

@@ -717,7 +717,9 @@ static int resolve_one(cJSON *parent, cJSON *item, const char *spec_path, const 
     cJSON *s = cJSON_CreateString(joined);
     if (!s)
         return sl__oom("resolving a spec's paths");
-    if (!cJSON_ReplaceItemViaPointer(parent, item, s)) {
+    int ok = item->string ? cJSON_ReplaceItemInObjectCaseSensitive(parent, item->string, s)
+                          : cJSON_ReplaceItemViaPointer(parent, item, s);
+    if (!ok) {
         cJSON_Delete(s);
         return sl__oom("resolving a spec's paths");
     }
