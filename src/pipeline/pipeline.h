@@ -409,6 +409,7 @@ struct sl_stage {
     /* the op split: image-op phases (decode, resample, normalize) of the
      * timed samples, and how many were timed (src/ops/ops.h) */
     _Atomic uint64_t phase_ns[SL_STAGE_NPHASES], phase_samples;
+    _Atomic uint64_t phase_all_ns; /* the same samples' whole per-sample op chain */
     uint64_t seq_out;             /* sequential stages: next output seq */
     uint64_t tune_busy, tune_elements; /* autotune: totals at the last tick */
     uint64_t tune_wait_out;       /* autotune: wait_out_ns at the last tick */
