@@ -693,8 +693,8 @@ static int spec_path_exists(const char *p) {
  * `dir` (dirlen bytes, ending in '/'), or kept as it was (working-directory
  * relative) when only that names something, with a warning saying what to
  * write instead. */
-static int resolve_one(cJSON *parent, cJSON *item, const char *spec_path, const char *field, const char *dir,
-                       size_t dirlen) {
+static int resolve_one(cJSON *parent, cJSON *item, const char *spec_path, const char *field,
+                       const char *dir, size_t dirlen) {
     if (!cJSON_IsString(item) || !item->valuestring[0])
         return SL_OK;
     const char *v = item->valuestring;
@@ -707,11 +707,13 @@ static int resolve_one(cJSON *parent, cJSON *item, const char *spec_path, const 
     if (n < 0 || (size_t)n >= sizeof joined)
         return sl__error(SL_EINVAL, "%s: %s: path too long", spec_path, field);
     if (!spec_path_exists(joined + at) && spec_path_exists(p)) {
-        SL_LOG_WARN("%s: %s '%s' names a path relative to the working directory; relative paths "
-                    "in a spec file are read from the spec's folder (%.*s), so this spec will "
-                    "need an absolute path or one relative to that folder (docs/PIPELINE.md, "
-                    "\"Spec files\")",
-                    spec_path, field, v, (int)dirlen, dir);
+        static atomic_int said; /* once per process: bench reads its spec twice */
+        if (!atomic_exchange(&said, 1))
+            SL_LOG_WARN("%s: %s '%s' names a path relative to the working directory; relative "
+                        "paths in a spec file are read from the spec's folder (%.*s): write it "
+                        "relative to that folder, or absolute (docs/PIPELINE.md, \"Spec "
+                        "files\"); read from the working directory for now",
+                        spec_path, field, v, (int)dirlen, dir);
         return SL_OK;
     }
     cJSON *s = cJSON_CreateString(joined);
