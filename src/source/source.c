@@ -384,26 +384,29 @@ int sl_source__is_pattern(const char *p) {
     return p[0] == '@' || strchr(p, '{') || strpbrk(p, "*?[");
 }
 
-/* One name after brace expansion: a local folder stands for its files and
- * a local shell pattern for the files it matches; a file that exists under
- * the very name (even with '*' in it) is that file. */
-static int add_leaf(pathlist *pl, const char *p, const char *field) {
+/* One name after brace expansion: a local shell pattern stands for the
+ * files it matches (a file that exists under the very name, '*' and all, is
+ * that file), and a name given as it is (`lone`: not made by a brace range,
+ * so a range of 100,000 shards costs no stat per name) that is a local
+ * folder, for its files. */
+static int add_leaf(pathlist *pl, const char *p, const char *field, int lone) {
     if (sl_io__is_url(p))
         return pl_add(pl, p, strlen(p), field);
     struct stat st;
-    if (stat(p, &st) == 0)
-        return S_ISDIR(st.st_mode) ? expand_folder(pl, p, field) : pl_add(pl, p, strlen(p), field);
     if (strpbrk(p, "*?["))
-        return expand_glob(pl, p, field);
+        return stat(p, &st) == 0 && !S_ISDIR(st.st_mode) ? pl_add(pl, p, strlen(p), field)
+                                                         : expand_glob(pl, p, field);
+    if (lone && stat(p, &st) == 0 && S_ISDIR(st.st_mode))
+        return expand_folder(pl, p, field);
     return pl_add(pl, p, strlen(p), field);
 }
 
 /* Expand the first brace group of `pat` (recursively the rest): "{a,b}" lists,
  * "{000..127}" zero-padded numeric ranges (padding from the first bound). */
-static int expand_braces(pathlist *pl, const char *pat, const char *field, int depth) {
+static int expand_braces(pathlist *pl, const char *pat, const char *field, int depth, int lone) {
     const char *open = strchr(pat, '{');
     if (!open)
-        return add_leaf(pl, pat, field);
+        return add_leaf(pl, pat, field, lone && depth == 0);
     if (depth > 8)
         return sl__error(SL_EINVAL, "%s: too many brace groups in '%s'", field, pat);
     const char *close = strchr(open, '}');
@@ -443,7 +446,7 @@ static int expand_braces(pathlist *pl, const char *pat, const char *field, int d
             int n = snprintf(buf, sizeof buf, "%.*s%0*llu%s", (int)pre, pat, width, v, rest);
             if (n < 0 || (size_t)n >= sizeof buf)
                 return sl__error(SL_EINVAL, "%s: path too long in '%s'", field, pat);
-            SL_TRY(expand_braces(pl, buf, field, depth + 1));
+            SL_TRY(expand_braces(pl, buf, field, depth + 1, 0));
         }
         return SL_OK;
     }
@@ -455,7 +458,7 @@ static int expand_braces(pathlist *pl, const char *pat, const char *field, int d
                          (int)restlen, rest);
         if (n < 0 || (size_t)n >= sizeof buf)
             return sl__error(SL_EINVAL, "%s: path too long in '%s'", field, pat);
-        SL_TRY(expand_braces(pl, buf, field, depth + 1));
+        SL_TRY(expand_braces(pl, buf, field, depth + 1, 0));
         if (!comma)
             break;
         item = comma + 1;
@@ -496,7 +499,7 @@ static int read_list_file(pathlist *pl, const char *path, const char *field) {
     return rc;
 }
 
-static int expand_one(pathlist *pl, const char *s, const char *field) {
+static int expand_one(pathlist *pl, const char *s, const char *field, int lone) {
     if (!s[0])
         return sl__error(SL_EINVAL, "%s: empty path", field);
     if (s[0] == '@')
@@ -512,7 +515,7 @@ static int expand_one(pathlist *pl, const char *s, const char *field) {
         sl_source__free_paths(v);
         return rc;
     }
-    return expand_braces(pl, s, field, 0);
+    return expand_braces(pl, s, field, 0, lone);
 }
 
 int sl_source__string_list(const cJSON *v, const char *field, char ***out, int *n_out) {
@@ -538,13 +541,13 @@ int sl_source__expand_paths(const cJSON *v, const char *field, char ***paths_out
     pathlist pl = {0};
     int rc = SL_OK;
     if (cJSON_IsString(v)) {
-        rc = expand_one(&pl, v->valuestring, field);
+        rc = expand_one(&pl, v->valuestring, field, 1);
     } else if (cJSON_IsArray(v)) {
         for (const cJSON *it = v->child; it && rc == SL_OK; it = it->next) {
             if (!cJSON_IsString(it))
                 rc = sl__error(SL_EINVAL, "%s: every path must be a string", field);
             else
-                rc = expand_one(&pl, it->valuestring, field);
+                rc = expand_one(&pl, it->valuestring, field, 1);
         }
     } else {
         rc = sl__error(SL_EINVAL, "%s: must be a path, a pattern or a list of paths", field);
