@@ -84,6 +84,30 @@ def test_no_shard_reads_everything_under_torchrun_env(tmp_path, torchrun_env, ca
     assert r.returncode == 0 and "3 samples" in r.stdout, (r.stdout, r.stderr)
 
 
+NOTE_PY = """
+import sys
+import sluice
+ds = sluice.image_folder(sys.argv[1]).batch(2)
+if sys.argv[2] == "explicit":
+    ds = ds.shard(0, 1)
+for _ in range(2):
+    print(sum(len(b["label"]) for b in sluice.image_folder(sys.argv[1]).batch(2)) if
+          sys.argv[2] == "plain" else sum(len(b["label"]) for b in ds))
+"""
+
+
+def test_unsharded_note_once_and_silenced_by_an_explicit_shard(tmp_path):
+    root = str(tmp_path / "clean")
+    image_folder(root)
+    env = dict(os.environ, RANK="1", WORLD_SIZE="2")
+    for how, notes in (("plain", 1), ("explicit", 0)):
+        r = subprocess.run([sys.executable, "-c", NOTE_PY, root, how], capture_output=True,
+                           text=True, env=env, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["5", "5"], r.stdout
+        assert r.stderr.count("WORLD_SIZE=2") == notes, (how, r.stderr)
+
+
 def test_shard_takes_the_equal_policy(tmp_path):
     path = str(tmp_path / "d.slr")
     write_slr(path, 5)
