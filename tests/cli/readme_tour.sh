@@ -52,7 +52,7 @@ cat "$T"/blocks/*.sh >"$T/tour.sh"
     tail -5 "$ERR" >&2
 }
 # what the lines made
-[ -s "$R/x.jpg" ] || fail "sluice cat wrote no x.jpg"
+[ -s "$R/data/demo/x.jpg" ] || fail "sluice cat wrote no data/demo/x.jpg"
 [ -f "$R/data/demo/tfr/train-00000.tfrecord.slidx" ] || fail "sluice index wrote no sidecar"
 run 0 "$SLUICE" info "$R/data/demo/wds.slr"
 has "$OUT" "records   40"
