@@ -1097,10 +1097,22 @@ SL_API int sl_spec_create(sl_spec **out);
  *  `{"source": {"path": ..., "shuffle": bool, "shard": {...}|"env"},
  *    "ops": [{"op": ..., ...}, ...], "seed": n, "epochs": n,
  *    "on_error": "fail"|"skip", "deterministic": bool}`.
- *  Op parameters are checked when the pipeline is created.
+ *  Op names are checked here (an unknown one: SL_EINVAL naming the closest
+ *  known ones); op parameters when the pipeline is created.
  *  @return SL_OK, SL_EINVAL (message names the field: "source.shard.index:
  *  must be below shard.count"), SL_ENOMEM. Since 0.1 */
 SL_API int sl_spec_from_json(sl_spec **out, const char *json);
+/** A spec read from the file `spec_path`, with the relative input paths of
+ *  its source (path, image_folder, idx, tfrecord, webdataset; "@list" files
+ *  too) made relative to the file's folder, as config files resolve: what
+ *  `sluice run` and Python's from_spec(path) do before sl_spec_from_json. A
+ *  relative path that names nothing there but names something from the
+ *  working directory (the rule before 0.2) is kept, with a warning saying
+ *  what to write. Absolute paths and URLs are kept; text that is not JSON
+ *  comes back as it was. Written snprintf-style into buf[cap] (see
+ *  sl_spec_to_json). @return SL_OK, SL_EINVAL, SL_ENOMEM. Since 0.2 */
+SL_API int sl_spec_resolve_paths(const char *json, const char *spec_path, char *buf, size_t cap,
+                                 size_t *len_out);
 /** Free a spec. Accepts NULL. A pipeline made from it does not need it. Since 0.1 */
 SL_API void sl_spec_free(sl_spec *spec);
 
@@ -1141,8 +1153,9 @@ SL_API int sl_spec_set_shuffle_mode(sl_spec *spec, sl_shuffle_mode mode, uint64_
                                     uint64_t block);
 /** Read only shard `index` of `count` (0 <= index < count): a disjoint slice
  *  of the epoch's (shuffled) order; the union over ranks is the whole source.
- *  Without this call the shard comes from the environment variables RANK and
- *  WORLD_SIZE when both are set (see docs/PIPELINE.md). @return SL_OK,
+ *  Without this call every record is read (a JSON spec's "shard": "env" takes
+ *  the shard from the environment variables RANK and WORLD_SIZE; see
+ *  docs/PIPELINE.md, "Sharding rule"). @return SL_OK,
  *  SL_EINVAL. Since 0.1 */
 SL_API int sl_spec_set_shard(sl_spec *spec, int64_t index, int64_t count, sl_shard_equal equal);
 /** Seed of every random draw (shuffle, augmentation). Default 0. Since 0.1 */

@@ -183,6 +183,25 @@ static PyObject *py_check_op(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* _sluice.spec_resolve_paths(json, spec_path): the spec's relative input
+ * paths made relative to the spec file's folder (sl_spec_resolve_paths). */
+static PyObject *py_spec_resolve_paths(PyObject *self, PyObject *args) {
+    const char *json, *path;
+    if (!PyArg_ParseTuple(args, "ss:spec_resolve_paths", &json, &path))
+        return NULL;
+    size_t len = 0;
+    int rc = sl_spec_resolve_paths(json, path, NULL, 0, &len);
+    if (rc < 0)
+        return py_sl_raise(rc);
+    char *buf = PyMem_Malloc(len + 1);
+    if (!buf)
+        return PyErr_NoMemory();
+    rc = sl_spec_resolve_paths(json, path, buf, len + 1, &len);
+    PyObject *out = rc < 0 ? py_sl_raise(rc) : PyUnicode_FromStringAndSize(buf, (Py_ssize_t)len);
+    PyMem_Free(buf);
+    return out;
+}
+
 /* _sluice.check_spec(json): the engine's check of a spec's own fields
  * (sl_spec_from_json; the source is opened, and ops checked, later). */
 static PyObject *py_check_spec(PyObject *self, PyObject *arg) {
@@ -198,6 +217,8 @@ static PyObject *py_check_spec(PyObject *self, PyObject *arg) {
 }
 
 static PyMethodDef module_methods[] = {
+    {"spec_resolve_paths", py_spec_resolve_paths, METH_VARARGS,
+     "spec_resolve_paths(json, spec_path) -> json with relative input paths resolved"},
     {"check_op", py_check_op, METH_VARARGS,
      "check_op(json, index): raise the engine's error for a bad op, else None."},
     {"check_spec", py_check_spec, METH_O,

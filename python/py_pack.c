@@ -162,8 +162,11 @@ done:
 /* detect(path) -> the spec's source key for the format at `path` ("path",
  * "image_folder", "idx", "tfrecord", "webdataset"), or None when it is none
  * of them or cannot be read. Only for messages: never raises an engine error. */
-static PyObject *py_detect(PyObject *self, PyObject *arg) {
-    PyObject *enc = NULL;
+static PyObject *py_detect(PyObject *self, PyObject *args) {
+    PyObject *arg, *enc = NULL;
+    int strict = 0;
+    if (!PyArg_ParseTuple(args, "O|p:detect", &arg, &strict))
+        return NULL;
     if (!PyUnicode_FSConverter(arg, &enc))
         return NULL;
     const char *path = PyBytes_AS_STRING(enc);
@@ -173,6 +176,8 @@ static PyObject *py_detect(PyObject *self, PyObject *arg) {
     rc = sl_source_detect(&path, 1, &key);
     Py_END_ALLOW_THREADS
     Py_DECREF(enc);
+    if (rc != SL_OK && strict)
+        return py_sl_raise(rc);
     if (rc != SL_OK) {
         sl_errclear();
         Py_RETURN_NONE;
@@ -181,8 +186,9 @@ static PyObject *py_detect(PyObject *self, PyObject *arg) {
 }
 
 static PyMethodDef pack_methods[] = {
-    {"detect", (PyCFunction)py_detect, METH_O,
-     "detect(path) -> 'path' | 'image_folder' | 'idx' | 'tfrecord' | 'webdataset' | None"},
+    {"detect", (PyCFunction)py_detect, METH_VARARGS,
+     "detect(path, strict=False) -> 'path' | 'image_folder' | 'idx' | 'tfrecord' | 'webdataset' "
+     "| None (strict: raise why not)"},
     {"pack", (PyCFunction)(void (*)(void))py_pack, METH_VARARGS | METH_KEYWORDS,
      "pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check='header', jpeg_restart='off') -> dict"},
     {NULL, NULL, 0, NULL}};

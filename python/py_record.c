@@ -48,8 +48,31 @@ static int reader_init(PySlReader *self, PyObject *args, PyObject *kwargs) {
     rc = sl_reader_open(&r, path, flags);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
+        /* Another kind of input (a tar shard, an ImageFolder, ...): name the
+         * call that reads it rather than the .slr reader's complaint. */
+        char keep[512];
+        snprintf(keep, sizeof keep, "%s", sl_errmsg());
+        const char *kind = NULL;
+        if (rc != SL_ENOMEM && sl_source_detect((const char *const *)&path, 1, &kind) == SL_OK &&
+            strcmp(kind, "path") != 0) {
+            PyObject *u = PyUnicode_DecodeFSDefault(path);
+            if (u && !strcmp(kind, "idx"))
+                PyErr_Format(py_sl_exc_for(SL_EINVAL),
+                             "%s: an IDX file, not a .slr dataset, so sluice.Reader cannot open "
+                             "it; read it with sluice.idx(IMAGES, LABELS), or pack the pair: "
+                             "sluice.pack([IMAGES, LABELS], 'OUT.slr')", path);
+            else if (u)
+                PyErr_Format(py_sl_exc_for(SL_EINVAL),
+                             "%s: a %s input, not a .slr dataset, so sluice.Reader cannot open "
+                             "it; read it with sluice.%s(%R), or pack it (sluice.pack(%R, "
+                             "'OUT.slr')) and open that",
+                             path, kind, kind, u, u);
+            Py_XDECREF(u);
+            Py_DECREF(path_obj);
+            return -1;
+        }
         Py_DECREF(path_obj);
-        py_sl_raise(rc);
+        PyErr_SetString(py_sl_exc_for(rc), keep);
         return -1;
     }
     PyObject *upath = PyUnicode_DecodeFSDefault(path);

@@ -13,6 +13,8 @@
 #   images-rst.slr  the same, packed with --jpeg-restart auto (JPEGs re-encoded
 #               losslessly with restart intervals: same pixels, decode follows
 #               the crop)
+#   wds/, tfr/  the same images as 4 WebDataset tar shards and 4 TFRecord files
+#               (scripts/demo_shards.py), read by the README's quick tour
 # Environment: SECONDS_PER_BENCH (default 8), THREADS (default: all cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +48,9 @@ say "packing"
     "$DEMO/fmnist.slr" --force
 "$SLUICE" pack "$DEMO/images" "$DEMO/images.slr" --force
 "$SLUICE" pack "$DEMO/images" "$DEMO/images-rst.slr" --force --jpeg-restart auto
+
+say "the same images as WebDataset tar shards and TFRecord files (for the README's quick tour)"
+/usr/bin/python3 scripts/demo_shards.py "$DEMO/images" "$DEMO"
 
 say "what was packed"
 "$SLUICE" info "$DEMO/fmnist.slr"
@@ -81,7 +86,8 @@ say "streaming the JPEGs: decode, random-resized-crop 224, flip, normalize, batc
 "$SLUICE" bench examples/specs/imagenet_train.json --seconds "$SECS" --threads "$THREADS" --json > "$DEMO/bench_images.json"
 
 say "the same pipeline from the --jpeg-restart auto pack, and the full-size decode limit ($SECS s)"
-sed "s|data/demo/images.slr|$DEMO/images-rst.slr|" examples/specs/imagenet_train.json > "$DEMO/imagenet_train_rst.json"
+# (a spec's relative paths are its own folder's: this one lies beside images-rst.slr)
+sed "s|../../data/demo/images.slr|images-rst.slr|" examples/specs/imagenet_train.json > "$DEMO/imagenet_train_rst.json"
 "$SLUICE" bench "$DEMO/imagenet_train_rst.json" --seconds "$SECS" --threads "$THREADS" --json > "$DEMO/bench_images_rst.json"
 # the decode limit: libjpeg-turbo decoding every image at full size, nothing else
 # shellcheck disable=SC2046

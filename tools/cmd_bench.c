@@ -63,9 +63,11 @@ static int jpeg_has_table(const uint8_t *p, size_t n) {
 static void restart_hint(const char *spec_path, const sl_pipeline_stats *st) {
     if (st->bound != 'P' || !strstr(st->bound_stage, "decode_random_resized_crop"))
         return;
-    char *text = cli_read_file("bench", spec_path);
-    if (!text)
+    char *text = cli_read_spec("bench", spec_path);
+    if (!text) {
+        sl_errclear();
         return;
+    }
     cJSON *spec = cJSON_Parse(text);
     free(text);
     char *src_json = NULL;
@@ -112,7 +114,9 @@ static void restart_hint(const char *spec_path, const sl_pipeline_stats *st) {
 
 /* The op split of each stage that timed image-op phases (the stats JSON's
  * "op_split"): microseconds per sample of decode, resample and normalize,
- * and the rest of the stage's busy time per sample. */
+ * and the rest of the per-sample ops, all from the same timed samples (the
+ * rest was once the stage's average cost less the timed samples' phases:
+ * two different sets of samples, so it could print below zero). */
 static void print_op_split(const sl_pipeline *p) {
     size_t cap = 65536, len = 0;
     char *text = malloc(cap);
@@ -133,7 +137,7 @@ static void print_op_split(const sl_pipeline *p) {
         double rs = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(sp, "resample_us"));
         double nm = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(sp, "normalize_us"));
         double n = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(sp, "timed_samples"));
-        double cost = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(s, "cost_us"));
+        double rest = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(sp, "rest_us"));
         if (!header) {
             printf("op split, us per sample (1 sample in 8 timed):\n%-40s %9s %9s %9s %9s %7s\n",
                    "stage", "decode", "resample", "normalize", "rest", "timed");
@@ -141,7 +145,7 @@ static void print_op_split(const sl_pipeline *p) {
         }
         printf("%-40.40s %9.2f %9.2f %9.2f %9.2f %7.0f\n",
                cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s, "name")), dec, rs, nm,
-               cost - dec - rs - nm, n);
+               rest, n);
     }
     cJSON_Delete(doc);
 }

@@ -10,8 +10,8 @@
 static void help(FILE *f) {
     fprintf(f, "usage: sluice index FILE... [--json]\n"
                "\n"
-               "Write FILE.slidx beside each TFRecord file or tar shard (a quoted brace\n"
-               "pattern or @list names several): where every record\n"
+               "Write FILE.slidx beside each TFRecord file or tar shard (a folder of them,\n"
+               "a quoted brace or shell pattern, or an @list names several): where every record\n"
                "is, the column types and the scalar columns (labels). With it a pipeline\n"
                "opens the file without scanning it and answers label filters from the\n"
                "index. An index records the file's size and time: when the file changes,\n"
@@ -76,7 +76,16 @@ int cmd_index(int argc, char **argv) {
         char **files = NULL;
         int nf = 0;
         struct stat st;
-        if (stat(argv[i], &st) != 0 && (strchr(argv[i], '{') || argv[i][0] == '@')) {
+        int pattern = stat(argv[i], &st) != 0 && (strchr(argv[i], '{') ||
+                                                  argv[i][0] == '@' || strpbrk(argv[i], "*?["));
+        /* a folder of shards: each of its files (an ImageFolder or a .slr
+         * dataset is left whole, for the message about what indexes it) */
+        const char *kind = NULL;
+        int folder = !pattern && S_ISDIR(st.st_mode) &&
+                     sl_source_detect((const char *const *)&argv[i], 1, &kind) == SL_OK &&
+                     (!strcmp(kind, "webdataset") || !strcmp(kind, "tfrecord"));
+        sl_errclear();
+        if (pattern || folder) {
             if (sl_paths_expand(argv[i], &files, &nf) != SL_OK) {
                 fprintf(stderr, "sluice index: %s\n", sl_errmsg());
                 failed = 1;

@@ -82,7 +82,8 @@ int cmd_recover(int argc, char **argv) {
     if (rc != SL_OK) {
         cli_fail("recover");
         if (rc == SL_ECORRUPT) /* no readable header: killed before the first record */
-            fprintf(stderr, "sluice recover: %s: no complete record to salvage\n", partial);
+            fprintf(stderr, "sluice recover: %s: no complete record to salvage; remove it "
+                            "(rm -r '%s') and pack again\n", partial, partial);
         else
             fprintf(stderr, "(nothing salvageable from %s)\n", partial);
         return 1;
@@ -93,7 +94,8 @@ int cmd_recover(int argc, char **argv) {
         /* An empty dataset helps nobody; do not leave one behind. */
         if (lstat(out, &st) == 0 && S_ISREG(st.st_mode))
             unlink(out);
-        fprintf(stderr, "sluice recover: %s: no complete record to salvage\n", partial);
+        fprintf(stderr, "sluice recover: %s: no complete record to salvage; remove it "
+                        "(rm -r '%s') and pack again\n", partial, partial);
         return 1;
     }
     printf("wrote %s; next: 'sluice verify %s'\n", out, out);

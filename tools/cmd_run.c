@@ -152,6 +152,12 @@ int cmd_run(int argc, char **argv) {
         samples += (uint64_t)sl_batch_size(b);
         sl_batch_release(b);
     }
+    /* on_error: skip dropped samples: say how many, and the first cause,
+     * on stderr (stdout may be a digest per batch) */
+    sl_pipeline_stats sk;
+    if (sl_pipeline_stats_get(p, &sk) == SL_OK && sk.skipped)
+        fprintf(stderr, "sluice run: skipped %llu samples (on_error: skip; first: %s)\n",
+                (unsigned long long)sk.skipped, sk.nerrors ? sk.errors[0] : "");
     if (!ec && save) {
         char st[2048];
         size_t len;

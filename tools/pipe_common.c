@@ -56,9 +56,27 @@ long long cli_parse_count(const char *s) {
     return v;
 }
 
+char *cli_read_spec(const char *cmd, const char *spec_path) {
+    char *text = cli_read_file(cmd, spec_path);
+    if (!text)
+        return NULL;
+    size_t len = 0;
+    char *out = NULL;
+    if (sl_spec_resolve_paths(text, spec_path, NULL, 0, &len) == SL_OK &&
+        (out = malloc(len + 1)) != NULL &&
+        sl_spec_resolve_paths(text, spec_path, out, len + 1, &len) == SL_OK) {
+        free(text);
+        return out;
+    }
+    free(out);
+    free(text);
+    fprintf(stderr, "sluice %s: %s: %s\n", cmd, spec_path, sl_errmsg());
+    return NULL;
+}
+
 int cli_build_pipeline(const char *cmd, const char *spec_path, long long epochs,
                        long long threads, sl_pipeline **out) {
-    char *text = cli_read_file(cmd, spec_path);
+    char *text = cli_read_spec(cmd, spec_path);
     if (!text)
         return 1;
     sl_spec *spec = NULL;

@@ -8,6 +8,9 @@
 /* Read a whole file into a NUL-terminated heap string (free()); NULL on
  * failure with a message on stderr prefixed by `cmd`. */
 char *cli_read_file(const char *cmd, const char *path);
+/* A spec file's text with its relative input paths resolved against the
+ * file's folder (sl_spec_resolve_paths); NULL after a message on stderr. */
+char *cli_read_spec(const char *cmd, const char *spec_path);
 /* Parse a non-negative integer option value; -1 if not one. */
 long long cli_parse_count(const char *s);
 /* Build a pipeline from a spec file; epochs/threads < 0 keep the spec's.

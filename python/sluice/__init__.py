@@ -12,8 +12,8 @@
 
 See docs/PYTHON.md.
 """
-import errno
-import os
+import errno as _errno
+import os as _os
 
 from . import _sluice
 from ._sluice import (Error, OutOfMemory, InvalidError, IOFailure, CorruptError,
@@ -59,7 +59,7 @@ def pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check=
     "path: cause"). The GIL is released while packing; on failure nothing new
     appears at dst.
     """
-    if isinstance(srcs, (str, bytes, os.PathLike)):
+    if isinstance(srcs, (str, bytes, _os.PathLike)):
         srcs = [srcs]
     if isinstance(jobs, bool) or not isinstance(jobs, int):
         raise TypeError(f"jobs: expected an int, got {type(jobs).__name__}")
@@ -72,7 +72,7 @@ def pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check=
                            jpeg_restart=jpeg_restart)
     except BaseException:
         if aside is not None:
-            os.rename(aside, dst)
+            _os.rename(aside, dst)
         raise
     if aside is not None:
         _remove_dataset(aside)
@@ -84,32 +84,32 @@ def _make_room(dst, force):
     dataset directory aside (the engine replaces files, never directories)
     and return where it went."""
     try:
-        path = os.fsdecode(os.fspath(dst))
+        path = _os.fsdecode(_os.fspath(dst))
     except TypeError:
         raise TypeError(f"dst: expected a str or os.PathLike, got {type(dst).__name__}") from None
     partial = path + ".partial"
-    if os.path.lexists(partial):
+    if _os.path.lexists(partial):
         # What an interrupted pack left: the engine would clear it to start
         # over; it may hold records worth salvaging (as sluice pack says).
-        raise FileExistsError(errno.EEXIST, "exists: an interrupted pack? run 'sluice recover "
+        raise FileExistsError(_errno.EEXIST, "exists: an interrupted pack? run 'sluice recover "
                               f"{partial}' to salvage its records, or remove it", partial)
-    if not os.path.lexists(path):
+    if not _os.path.lexists(path):
         return None
     if not force:
-        raise FileExistsError(errno.EEXIST, "already exists; pass force=True to replace it",
+        raise FileExistsError(_errno.EEXIST, "already exists; pass force=True to replace it",
                               path)
-    if os.path.islink(path) or not os.path.isdir(path):
+    if _os.path.islink(path) or not _os.path.isdir(path):
         return None
     try:
         Reader(path, verify=False).shards
     except Error:
-        raise IsADirectoryError(errno.EISDIR, "a directory but not a sluice dataset; not "
+        raise IsADirectoryError(_errno.EISDIR, "a directory but not a sluice dataset; not "
                                 "replacing it", path) from None
     aside = path + ".replaced"
-    if os.path.lexists(aside):
-        raise FileExistsError(errno.EEXIST, f"cannot move {path} aside there; remove it first",
+    if _os.path.lexists(aside):
+        raise FileExistsError(_errno.EEXIST, f"cannot move {path} aside there; remove it first",
                               aside)
-    os.rename(path, aside)
+    _os.rename(path, aside)
     return aside
 
 
@@ -118,15 +118,15 @@ def _remove_dataset(path):
     the directory if nothing else is in it."""
     for shard in Reader(path, verify=False).shards:
         try:
-            os.unlink(shard)
+            _os.unlink(shard)
         except FileNotFoundError:
             pass
     try:
-        os.unlink(os.path.join(path, "manifest.json"))
+        _os.unlink(_os.path.join(path, "manifest.json"))
     except FileNotFoundError:
         pass
     try:
-        os.rmdir(path)
+        _os.rmdir(path)
     except OSError:
         import warnings
         warnings.warn(f"sluice.pack: kept {path}: it holds files that were not part of the "

@@ -185,10 +185,19 @@ class Dataset:
             ds._spec["seed"] = seed
         return ds
 
-    def shard(self, rank=None, world_size=None):
-        """Keep this rank's disjoint, equal slice of every epoch. Without
+    def shard(self, rank=None, world_size=None, equal=None):
+        """Keep this rank's disjoint slice of every epoch. Without
         arguments, rank and world size come from the launcher's environment
-        (torchrun's RANK/WORLD_SIZE, SLURM, Open MPI), else 0 of 1."""
+        (torchrun's RANK/WORLD_SIZE, SLURM, Open MPI), else 0 of 1.
+
+        A Dataset without ``shard()`` reads every record, whatever the
+        environment says (with a one-line note on stderr when a launcher's
+        WORLD_SIZE is above 1). ``equal``: what evens the ranks out when the
+        records do not divide — "pad" (the default: each rank gets
+        ceil(n / world_size), wrapping to the start, as DistributedSampler),
+        "drop" (floor(n / world_size), the tail dropped) or "none" (ranks
+        differ by at most one; the union is exactly the data); the spec's
+        ``source.shard.equal`` (docs/PIPELINE.md, "Sharding rule")."""
         if rank is None and world_size is None:
             rank, world_size = _launcher_rank_world()
         elif rank is None or world_size is None:
@@ -197,7 +206,12 @@ class Dataset:
         _check_int(world_size, "world_size", 1)
         if rank >= world_size:
             raise ValueError(f"rank: must be < world_size ({world_size}), got {rank}")
-        return self._with_source(shard={"index": rank, "count": world_size})
+        shard = {"index": rank, "count": world_size}
+        if equal is not None:
+            if equal not in ("pad", "drop", "none"):
+                raise ValueError(f"equal: must be \"pad\", \"drop\" or \"none\", got {equal!r}")
+            shard["equal"] = equal
+        return self._with_source(shard=shard)
 
     def decode(self, column="image", mode="rgb", warnings="default", exif_orientation=False,
                device="cpu"):
@@ -671,11 +685,26 @@ def _wrong_reader_check(spec, make, *args):
         found = _sluice.detect(path)
         if found is None or found == used:
             raise
-        call, what = _READERS[found]
-        args_hint = "images, labels" if found == "idx" else repr(path)
-        raise _sluice.InvalidError(
-            f"{path}: {what}, not {_READERS[used][1]}, so sluice.{_READERS[used][0]}() cannot "
-            f"read it; use sluice.{call}({args_hint})") from e
+        raise _wrong_reader(path, used, found) from e
+
+
+def _wrong_reader(path, used, found):
+    call, what = _READERS[found]
+    args_hint = "images, labels" if found == "idx" else repr(path)
+    return _sluice.InvalidError(
+        f"{path}: {what}, not {_READERS[used][1]}, so sluice.{_READERS[used][0]}() cannot "
+        f"read it; use sluice.{call}({args_hint})")
+
+
+def _check_folder(paths, used):
+    """A local folder given to webdataset()/tfrecord(): its files must be
+    of that kind (checked now, so a folder of mixed files or of another
+    kind fails at the call, naming the call that reads it)."""
+    if not isinstance(paths, str) or not os.path.isdir(paths):
+        return
+    found = _sluice.detect(paths, True)
+    if found != used and found in _READERS:
+        raise _wrong_reader(paths, used, found)
 
 
 def _path(p, what):
@@ -741,8 +770,9 @@ def tfrecord(paths, features=None, compression=None, index=None, parallel=None, 
     """A Dataset reading TFRecord files of ``tf.train.Example`` (or
     ``SequenceExample``) records, in the order given.
 
-    ``paths``: a path, a brace pattern ("train-{00000..00127}.tfrecord"), an
-    "@file" listing paths, or a list of these. ``features``: a dict mapping
+    ``paths``: a path, a folder of TFRecord files, a brace pattern
+    ("train-{00000..00127}.tfrecord"), a shell pattern ("train-*.tfrecord",
+    sorted), an "@file" listing paths, or a list of these. ``features``: a dict mapping
     feature keys to column names ({"image/encoded": "image",
     "image/class/label": "label"}) or a list of keys to keep; default every
     feature, named by its key. ``compression``: "gzip", "none" or "auto"
@@ -752,6 +782,7 @@ def tfrecord(paths, features=None, compression=None, index=None, parallel=None, 
     first (default 64 when any file is remote, else 1024; docs/SOURCES.md,
     "Shards opened lazily")."""
     src = {"tfrecord": _paths(paths, "paths")}
+    _check_folder(src["tfrecord"], "tfrecord")
     if features is not None:
         if isinstance(features, dict):
             src["features"] = {str(k): str(v) for k, v in features.items()}
@@ -770,11 +801,13 @@ def tfrecord(paths, features=None, compression=None, index=None, parallel=None, 
 def webdataset(paths, columns=None, index=None, parallel=None, chunk=None, max_open_shards=None):
     """A Dataset reading WebDataset tar shards: members grouped by key into
     samples, one column per extension (``jpg``, ``cls``, ``json``, ...) plus
-    ``__key__``. ``paths``: a path, a brace pattern
-    ("shard-{000000..000127}.tar"), an "@file" listing paths, or a list.
+    ``__key__``. ``paths``: a path, a folder of tar shards, a brace pattern
+    ("shard-{000000..000127}.tar"), a shell pattern ("shard-*.tar",
+    sorted), an "@file" listing paths, or a list.
     ``columns``: extensions to keep (default: all). ``index`` and
     ``max_open_shards``: as for :func:`tfrecord`."""
     src = {"webdataset": _paths(paths, "paths")}
+    _check_folder(src["webdataset"], "webdataset")
     if columns is not None:
         src["columns"] = [str(c) for c in columns]
     if index is not None:
@@ -826,21 +859,43 @@ def from_arrays(columns):
     return Dataset({"source": {"path": "<memory>"}, "ops": []}, None, (names, arrays))
 
 
+def _check_ops(spec):
+    """Each engine op of a spec dict through the engine's check, as
+    Dataset.op() does: a misspelt op name or parameter fails here."""
+    ops = spec.get("ops", [])
+    if not isinstance(ops, list):
+        raise _sluice.InvalidError("ops: must be an array of op objects")
+    for i, o in enumerate(ops):
+        if isinstance(o, dict) and o.get("op") == "python":
+            continue
+        _sluice.check_op(json.dumps(o), i)
+
+
 def from_spec(spec):
     """A Dataset from a pipeline spec: a dict, JSON text, or a path to a JSON
-    file (the format ``sluice run`` reads)."""
+    file (the format ``sluice run`` reads). Its ops are checked now, as
+    :meth:`Dataset.op` checks them (an unknown op raises InvalidError naming
+    the closest known ones). Relative paths in a spec read from a file are
+    taken relative to that file's folder, as ``sluice run`` takes them."""
     if isinstance(spec, dict):
-        return Dataset(copy.deepcopy(spec))
+        d = copy.deepcopy(spec)
+        _check_ops(d)
+        return Dataset(d)
     if isinstance(spec, (str, bytes, os.PathLike)):
         text = spec
+        where = None
         if isinstance(spec, os.PathLike) or (isinstance(spec, str) and not spec.lstrip().startswith("{")):
             with open(spec, "r", encoding="utf-8") as f:
                 text = f.read()
+            where = os.fsdecode(os.fspath(spec))
         try:
             d = json.loads(text)
         except json.JSONDecodeError as e:
             raise ValueError(f"spec: not valid JSON: {e}") from None
         if not isinstance(d, dict):
             raise ValueError("spec: the JSON must be an object")
+        _check_ops(d)
+        if where is not None:
+            d = json.loads(_sluice.spec_resolve_paths(json.dumps(d), where))
         return Dataset(d)
     raise TypeError(f"spec: expected a dict, JSON text or a path, got {type(spec).__name__}")

@@ -118,6 +118,8 @@ enum { SL_PHASE_DECODE, SL_PHASE_RESAMPLE, SL_PHASE_NORMALIZE, SL_NPHASES };
 
 typedef struct sl_ops__phases {
     uint64_t ns[SL_NPHASES];
+    uint64_t all_ns;       /* the timed samples' whole per-sample op chain (the
+                              engine's, around every op of it: phases + rest) */
     uint64_t samples;      /* timed samples */
     uint64_t last_epoch, last_key; /* the last one counted (+1; 0: none) */
 } sl_ops__phases;

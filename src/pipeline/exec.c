@@ -62,6 +62,7 @@
  * a range). Pools lock internally.
  */
 #include "pipeline/exec.h"
+#include "ops/ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -359,7 +360,27 @@ int sl_exec__push_chunk(sl_pipeline *p, sl_stage *st, sl_chunk *c) {
 
 /* Apply the stage's nodes to sample i of c. SL_OK keep, SL_OP_DROP drop,
  * negative: error with the full message in `msg`. */
+static int apply_chain(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, int k0, int k1,
+                       void *slot, char *msg, size_t cap);
+
+/* The per-sample op chain; for a sample the op split times (one in 8, as
+ * sl_ops__phase_sample picks), its whole time as well, so the split's
+ * "rest" comes from the same samples as its phases. */
 static int apply_nodes(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, int k0, int k1,
+                       void *slot, char *msg, size_t cap) {
+    uint64_t key = c->key[i], epoch = c->epoch;
+    if (((key + epoch) & 7) != 0)
+        return apply_chain(p, w, c, i, k0, k1, slot, msg, cap);
+    uint64_t before = sl_ops__phase_acc.samples, t0 = sl__now_ns();
+    int rc = apply_chain(p, w, c, i, k0, k1, slot, msg, cap);
+    /* only a sample an image op counted (one a filter dropped first is not) */
+    const sl_ops__phases *a = &sl_ops__phase_acc;
+    if (a->samples != before || (a->last_key == key + 1 && a->last_epoch == epoch + 1))
+        sl_ops__phase_acc.all_ns += sl__now_ns() - t0;
+    return rc;
+}
+
+static int apply_chain(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, int k0, int k1,
                        void *slot, char *msg, size_t cap) {
     const sl_stage *st = w->st;
     sl_sample *s = &c->s[i];

@@ -20,6 +20,7 @@
  */
 #include "pipeline/pipeline.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,22 @@ static int env_int(const char *name, int64_t *out) {
     return 1;
 }
 
+/* Without a shard key every rank reads every record: a pipeline splits its
+ * data only when asked to (docs/PIPELINE.md, "Sharding rule"). When a
+ * launcher's RANK/WORLD_SIZE say several ranks run, say once per process
+ * that this one reads everything and how to split, so a training run that
+ * forgot to shard is not silent about it. */
+static void note_unsharded(int64_t rank, int64_t world) {
+    static atomic_int said;
+    if (world < 2 || atomic_exchange(&said, 1))
+        return;
+    SL_LOG_WARN("RANK=%lld WORLD_SIZE=%lld are set but the pipeline has no shard, so this rank "
+                "reads every record; to give each rank its slice use .shard() in Python or "
+                "\"shard\": \"env\" in the spec's source (\"shard\": \"none\", or "
+                ".shard(0, 1), reads everything without this note)",
+                (long long)rank, (long long)world);
+}
+
 static int setup_shard(sl_pipeline *p) {
     const sl_spec *s = p->spec;
     p->shard_index = 0;
@@ -70,13 +87,15 @@ static int setup_shard(sl_pipeline *p) {
     }
     int64_t rank = 0, world = 0;
     int a = env_int("RANK", &rank), b = env_int("WORLD_SIZE", &world);
-    if (a < 0 || b < 0)
-        return sl__error(SL_EINVAL, "source.shard: RANK and WORLD_SIZE must be non-negative integers");
-    if (a == 0 || b == 0) {
-        if (s->shard_mode == SL_SHARD_ENV)
-            return sl__error(SL_EINVAL, "source.shard: \"env\" needs RANK and WORLD_SIZE set");
+    if (s->shard_mode != SL_SHARD_ENV) {
+        if (a > 0 && b > 0)
+            note_unsharded(rank, world);
         return SL_OK;
     }
+    if (a < 0 || b < 0)
+        return sl__error(SL_EINVAL, "source.shard: RANK and WORLD_SIZE must be non-negative integers");
+    if (a == 0 || b == 0)
+        return sl__error(SL_EINVAL, "source.shard: \"env\" needs RANK and WORLD_SIZE set");
     if (world < 1 || rank >= world)
         return sl__error(SL_EINVAL, "source.shard: RANK=%lld must be below WORLD_SIZE=%lld",
                          (long long)rank, (long long)world);

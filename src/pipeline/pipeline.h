@@ -251,6 +251,9 @@ int sl_plan__build(sl_plan *plan, const sl_spec *spec, const sl_colset *src_cols
 /* Parse one JSON op's parameters as sl_plan__build does (structural ops and
  * the op table's parse()), then drop them: sl_spec_check_op_json. */
 int sl_plan__check_op(const cJSON *j, const char *field);
+/* SL_OK when `name` is an op a spec may name (an engine op or a structural
+ * one), else SL_EINVAL "<field>.op: unknown op 'x' (known: closest first)". */
+int sl_plan__check_op_name(const char *name, const char *field);
 /* Optimise: push filters into the source, fuse ops; fills plan->opt. */
 int sl_plan__optimize(sl_plan *plan, int index_filters_ok);
 void sl_plan__free(sl_plan *plan);
@@ -406,6 +409,7 @@ struct sl_stage {
     /* the op split: image-op phases (decode, resample, normalize) of the
      * timed samples, and how many were timed (src/ops/ops.h) */
     _Atomic uint64_t phase_ns[SL_STAGE_NPHASES], phase_samples;
+    _Atomic uint64_t phase_all_ns; /* the same samples' whole per-sample op chain */
     uint64_t seq_out;             /* sequential stages: next output seq */
     uint64_t tune_busy, tune_elements; /* autotune: totals at the last tick */
     uint64_t tune_wait_out;       /* autotune: wait_out_ns at the last tick */

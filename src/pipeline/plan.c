@@ -36,6 +36,13 @@ static int unknown_op(const char *name, const char *field) {
     return sl__error(SL_EINVAL, "%s.op: unknown op '%s' (known: %s)", field, name, list);
 }
 
+int sl_plan__check_op_name(const char *name, const char *field) {
+    for (int i = 0; structural[i]; i++)
+        if (!strcmp(name, structural[i]))
+            return SL_OK;
+    return sl_op_lookup(name) ? SL_OK : unknown_op(name, field);
+}
+
 static void forget_shapes(sl_colset *cols) {
     for (int i = 0; i < cols->ncols; i++) {
         cols->col[i].dtype = SL_DTYPE_INVALID;
@@ -84,7 +91,7 @@ int sl_plan__check_op(const cJSON *j, const char *field) {
         return rc;
     const sl_op_def *def = sl_op_lookup(op->valuestring);
     if (!def)
-        return SL_OK;
+        return unknown_op(op->valuestring, field);
     void *params = sl__calloc(1, def->params_size ? def->params_size : 1);
     if (!params)
         return sl__oom("checking op parameters");

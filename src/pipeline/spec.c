@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 int sl_spec_create(sl_spec **out) {
     sl_spec *s = sl__calloc(1, sizeof *s);
@@ -167,11 +168,20 @@ static int add_json_op(sl_spec *s, cJSON *obj, int index) {
         return sl__error(SL_EINVAL, "ops[%d].op: missing (must name the op, e.g. \"batch\")",
                          index);
     }
+    /* A misspelt op name fails here, where the spec names it, not when the
+     * pipeline is built from it. */
+    char field[32];
+    snprintf(field, sizeof field, "ops[%d]", index);
+    int rc = sl_plan__check_op_name(op->valuestring, field);
+    if (rc < 0) {
+        cJSON_Delete(obj);
+        return rc;
+    }
     sl_spec_op o;
     memset(&o, 0, sizeof o);
     o.kind = SL_SPEC_OP_JSON;
     o.json = obj;
-    int rc = push_op(s, &o);
+    rc = push_op(s, &o);
     if (rc < 0)
         cJSON_Delete(obj);
     return rc;
@@ -656,4 +666,115 @@ int sl_spec_to_json(const sl_spec *s, char *buf, size_t cap, size_t *len_out) {
     sl__copy_out(text, buf, cap, len_out);
     cJSON_free(text);
     return SL_OK;
+}
+
+/* ---- relative paths of a spec file -------------------------------------------------- */
+
+/* Does `p` (a path, or a pattern: braces, glob characters) name something
+ * here? For a pattern, its folder (the part before the first pattern
+ * character) stands for it. */
+static int spec_path_exists(const char *p) {
+    size_t cut = strcspn(p, "{*?[");
+    char buf[4096];
+    if (p[cut]) {
+        size_t slash = cut;
+        while (slash > 0 && p[slash - 1] != '/')
+            slash--;
+        if (slash == 0)
+            return 1; /* a pattern in the folder itself */
+        snprintf(buf, sizeof buf, "%.*s", (int)slash, p);
+        p = buf;
+    }
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+/* One relative path of the source: rewritten against the spec's folder
+ * `dir` (dirlen bytes, ending in '/'), or kept as it was (working-directory
+ * relative) when only that names something, with a warning saying what to
+ * write instead. */
+static int resolve_one(cJSON *parent, cJSON *item, const char *spec_path, const char *field,
+                       const char *dir, size_t dirlen) {
+    if (!cJSON_IsString(item) || !item->valuestring[0])
+        return SL_OK;
+    const char *v = item->valuestring;
+    int at = v[0] == '@';
+    const char *p = v + at;
+    if (!p[0] || p[0] == '/' || sl_io__is_url(p) || !strcmp(v, "<memory>"))
+        return SL_OK;
+    char joined[4096];
+    int n = snprintf(joined, sizeof joined, "%s%.*s%s", at ? "@" : "", (int)dirlen, dir, p);
+    if (n < 0 || (size_t)n >= sizeof joined)
+        return sl__error(SL_EINVAL, "%s: %s: path too long", spec_path, field);
+    if (!spec_path_exists(joined + at) && spec_path_exists(p)) {
+        static atomic_int said; /* once per process: bench reads its spec twice */
+        if (!atomic_exchange(&said, 1))
+            SL_LOG_WARN("%s: %s '%s' names a path relative to the working directory; relative "
+                        "paths in a spec file are read from the spec's folder (%.*s): write it "
+                        "relative to that folder, or absolute (docs/PIPELINE.md, \"Spec "
+                        "files\"); read from the working directory for now",
+                        spec_path, field, v, (int)dirlen, dir);
+        return SL_OK;
+    }
+    cJSON *s = cJSON_CreateString(joined);
+    if (!s)
+        return sl__oom("resolving a spec's paths");
+    int ok = item->string ? cJSON_ReplaceItemInObjectCaseSensitive(parent, item->string, s)
+                          : cJSON_ReplaceItemViaPointer(parent, item, s);
+    if (!ok) {
+        cJSON_Delete(s);
+        return sl__oom("resolving a spec's paths");
+    }
+    return SL_OK;
+}
+
+/* Each input path of the source object: "path", "image_folder", the idx
+ * pair, and the tfrecord/webdataset path or list. */
+static int resolve_source(cJSON *src, const char *spec_path, const char *dir, size_t dirlen) {
+    static const char *const keys[] = {"path", "image_folder", "tfrecord", "webdataset", "idx"};
+    for (int k = 0; k < 5; k++) {
+        cJSON *v = cJSON_GetObjectItemCaseSensitive(src, keys[k]);
+        char field[64];
+        if (cJSON_IsString(v)) {
+            snprintf(field, sizeof field, "source.%s", keys[k]);
+            SL_TRY(resolve_one(src, v, spec_path, field, dir, dirlen));
+        } else if (cJSON_IsArray(v) || cJSON_IsObject(v)) {
+            int i = 0;
+            for (cJSON *it = v->child, *next; it; it = next, i++) {
+                next = it->next;
+                if (cJSON_IsArray(v))
+                    snprintf(field, sizeof field, "source.%s[%d]", keys[k], i);
+                else
+                    snprintf(field, sizeof field, "source.%s.%s", keys[k], it->string);
+                SL_TRY(resolve_one(v, it, spec_path, field, dir, dirlen));
+            }
+        }
+    }
+    return SL_OK;
+}
+
+int sl_spec_resolve_paths(const char *json, const char *spec_path, char *buf, size_t cap,
+                          size_t *len_out) {
+    if (!json || !spec_path)
+        return sl__error(SL_EINVAL, "sl_spec_resolve_paths: NULL argument");
+    sl__json_init();
+    cJSON *doc = cJSON_ParseWithOpts(json, NULL, 1);
+    if (!doc && sl__json_failed())
+        return sl__oom("reading a spec");
+    if (!doc)
+        return sl__copy_out(json, buf, cap, len_out); /* sl_spec_from_json says what is wrong */
+    int rc = SL_OK;
+    char *text = NULL;
+    const char *slash = strrchr(spec_path, '/');
+    cJSON *src = cJSON_GetObjectItemCaseSensitive(doc, "source");
+    if (slash && cJSON_IsObject(src) && !sl_io__is_url(spec_path))
+        SL_CHECK(resolve_source(src, spec_path, spec_path, (size_t)(slash - spec_path) + 1));
+    text = cJSON_PrintUnformatted(doc);
+    if (!text)
+        SL_FAIL(SL_ENOMEM, "resolving a spec's paths");
+    sl__copy_out(text, buf, cap, len_out);
+cleanup:
+    cJSON_free(text);
+    cJSON_Delete(doc);
+    return rc;
 }

@@ -7,11 +7,14 @@
 
 #include <assert.h>
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
+#include <glob.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* One line per format. The key is the source object's member that names the
  * format's input ({"tfrecord": [...]}); "path" is sluice's own .slr. */
@@ -263,12 +266,161 @@ static int pl_add(pathlist *pl, const char *p, size_t len, const char *field) {
     return SL_OK;
 }
 
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Is v[i] "X.slidx" with X also among v[0..n) (sorted)? A sidecar index
+ * beside its data file is read by that file, not an input of its own. */
+static int listed_sidecar(char *const *v, int n, int i) {
+    static const char sfx[] = ".slidx";
+    size_t len = strlen(v[i]), sl = sizeof sfx - 1;
+    if (len <= sl || strcmp(v[i] + len - sl, sfx) != 0)
+        return 0;
+    char key[4096];
+    if (len - sl >= sizeof key)
+        return 0;
+    memcpy(key, v[i], len - sl);
+    key[len - sl] = '\0';
+    const char *k = key;
+    return bsearch(&k, v, (size_t)n, sizeof *v, cmp_str) != NULL;
+}
+
+/* Add the sorted names v[0..n) but the sidecar indexes among them. */
+static int add_sorted_files(pathlist *pl, char *const *v, int n, const char *field) {
+    for (int i = 0; i < n; i++)
+        if (!listed_sidecar(v, n, i))
+            SL_TRY(pl_add(pl, v[i], strlen(v[i]), field));
+    return SL_OK;
+}
+
+int sl_source__list_folder(const char *dir, char ***files_out, int *n_out, int *subdirs_out) {
+    *files_out = NULL;
+    *n_out = 0;
+    *subdirs_out = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return sl__error(SL_EIO, "%s: cannot list the folder: %s", dir, strerror(errno));
+    pathlist all = {0};
+    size_t dl = strlen(dir);
+    int sep = dl && dir[dl - 1] != '/';
+    int rc = SL_OK;
+    struct dirent *e;
+    char full[4096];
+    while (rc == SL_OK && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') /* ".", "..", hidden files (".complete") */
+            continue;
+        int n = snprintf(full, sizeof full, "%s%s%s", dir, sep ? "/" : "", e->d_name);
+        if (n < 0 || (size_t)n >= sizeof full) {
+            rc = sl__error(SL_EINVAL, "%s: path too long in the folder", dir);
+            break;
+        }
+        struct stat st;
+        if (stat(full, &st) != 0)
+            continue; /* a dangling link: not an input */
+        if (S_ISDIR(st.st_mode))
+            (*subdirs_out)++;
+        else if (S_ISREG(st.st_mode))
+            rc = pl_add(&all, full, (size_t)n, dir);
+    }
+    closedir(d);
+    if (rc < 0) {
+        sl_source__free_paths(all.v);
+        return rc;
+    }
+    if (all.n)
+        qsort(all.v, (size_t)all.n, sizeof *all.v, cmp_str);
+    pathlist pl = {0};
+    rc = add_sorted_files(&pl, all.v, all.n, dir);
+    sl_source__free_paths(all.v);
+    if (rc < 0) {
+        sl_source__free_paths(pl.v);
+        return rc;
+    }
+    *files_out = pl.v;
+    *n_out = pl.n;
+    return SL_OK;
+}
+
+/* A folder given as an input list: its files, sorted by name (the
+ * sidecar indexes beside them and hidden files left out). */
+static int expand_folder(pathlist *pl, const char *dir, const char *field) {
+    char **v;
+    int n, subdirs;
+    SL_TRY(sl_source__list_folder(dir, &v, &n, &subdirs));
+    int rc = SL_OK;
+    if (n == 0)
+        rc = sl__error(SL_EINVAL, "%s: the folder %s holds no files%s", field, dir,
+                       subdirs ? " (only folders: an ImageFolder is read with the "
+                                 "\"image_folder\" source, sluice.image_folder() in Python)"
+                               : "");
+    for (int i = 0; rc == SL_OK && i < n; i++)
+        rc = pl_add(pl, v[i], strlen(v[i]), field);
+    sl_source__free_paths(v);
+    return rc;
+}
+
+/* A shell pattern ('shard-*.tar'): the files it matches, sorted, through
+ * the C library's glob(3). */
+static int expand_glob(pathlist *pl, const char *pat, const char *field) {
+    glob_t g;
+    memset(&g, 0, sizeof g);
+    int grc = glob(pat, GLOB_MARK, NULL, &g);
+    int rc = SL_OK;
+    if (grc == GLOB_NOMATCH)
+        rc = sl__error(SL_EIO, "%s: no file matches '%s'", field, pat);
+    else if (grc == GLOB_NOSPACE)
+        rc = sl__oom("expanding a path pattern");
+    else if (grc != 0)
+        rc = sl__error(SL_EIO, "%s: cannot read a folder of '%s'", field, pat);
+    if (rc == SL_OK) {
+        /* GLOB_MARK ends folders with '/': the pattern names files */
+        char **files = sl__calloc(g.gl_pathc + 1, sizeof *files);
+        int n = 0;
+        if (!files)
+            rc = sl__oom("expanding a path pattern");
+        for (size_t i = 0; rc == SL_OK && i < g.gl_pathc; i++) {
+            size_t len = strlen(g.gl_pathv[i]);
+            if (len && g.gl_pathv[i][len - 1] != '/')
+                files[n++] = g.gl_pathv[i];
+        }
+        if (rc == SL_OK && n == 0)
+            rc = sl__error(SL_EIO, "%s: '%s' matches only folders, no file", field, pat);
+        if (rc == SL_OK)
+            rc = add_sorted_files(pl, files, n, field);
+        sl__free(files);
+    }
+    globfree(&g);
+    return rc;
+}
+
+int sl_source__is_pattern(const char *p) {
+    return p[0] == '@' || strchr(p, '{') || strpbrk(p, "*?[");
+}
+
+/* One name after brace expansion: a local shell pattern stands for the
+ * files it matches (a file that exists under the very name, '*' and all, is
+ * that file), and a name given as it is (`lone`: not made by a brace range,
+ * so a range of 100,000 shards costs no stat per name) that is a local
+ * folder, for its files. */
+static int add_leaf(pathlist *pl, const char *p, const char *field, int lone) {
+    if (sl_io__is_url(p))
+        return pl_add(pl, p, strlen(p), field);
+    struct stat st;
+    if (strpbrk(p, "*?["))
+        return stat(p, &st) == 0 && !S_ISDIR(st.st_mode) ? pl_add(pl, p, strlen(p), field)
+                                                         : expand_glob(pl, p, field);
+    if (lone && stat(p, &st) == 0 && S_ISDIR(st.st_mode))
+        return expand_folder(pl, p, field);
+    return pl_add(pl, p, strlen(p), field);
+}
+
 /* Expand the first brace group of `pat` (recursively the rest): "{a,b}" lists,
  * "{000..127}" zero-padded numeric ranges (padding from the first bound). */
-static int expand_braces(pathlist *pl, const char *pat, const char *field, int depth) {
+static int expand_braces(pathlist *pl, const char *pat, const char *field, int depth, int lone) {
     const char *open = strchr(pat, '{');
     if (!open)
-        return pl_add(pl, pat, strlen(pat), field);
+        return add_leaf(pl, pat, field, lone && depth == 0);
     if (depth > 8)
         return sl__error(SL_EINVAL, "%s: too many brace groups in '%s'", field, pat);
     const char *close = strchr(open, '}');
@@ -308,7 +460,7 @@ static int expand_braces(pathlist *pl, const char *pat, const char *field, int d
             int n = snprintf(buf, sizeof buf, "%.*s%0*llu%s", (int)pre, pat, width, v, rest);
             if (n < 0 || (size_t)n >= sizeof buf)
                 return sl__error(SL_EINVAL, "%s: path too long in '%s'", field, pat);
-            SL_TRY(expand_braces(pl, buf, field, depth + 1));
+            SL_TRY(expand_braces(pl, buf, field, depth + 1, 0));
         }
         return SL_OK;
     }
@@ -320,7 +472,7 @@ static int expand_braces(pathlist *pl, const char *pat, const char *field, int d
                          (int)restlen, rest);
         if (n < 0 || (size_t)n >= sizeof buf)
             return sl__error(SL_EINVAL, "%s: path too long in '%s'", field, pat);
-        SL_TRY(expand_braces(pl, buf, field, depth + 1));
+        SL_TRY(expand_braces(pl, buf, field, depth + 1, 0));
         if (!comma)
             break;
         item = comma + 1;
@@ -361,7 +513,7 @@ static int read_list_file(pathlist *pl, const char *path, const char *field) {
     return rc;
 }
 
-static int expand_one(pathlist *pl, const char *s, const char *field) {
+static int expand_one(pathlist *pl, const char *s, const char *field, int lone) {
     if (!s[0])
         return sl__error(SL_EINVAL, "%s: empty path", field);
     if (s[0] == '@')
@@ -377,7 +529,24 @@ static int expand_one(pathlist *pl, const char *s, const char *field) {
         sl_source__free_paths(v);
         return rc;
     }
-    return expand_braces(pl, s, field, 0);
+    return expand_braces(pl, s, field, 0, lone);
+}
+
+int sl_source__string_list(const cJSON *v, const char *field, char ***out, int *n_out) {
+    *out = NULL;
+    *n_out = 0;
+    pathlist pl = {0};
+    int rc = SL_OK;
+    for (const cJSON *it = v ? v->child : NULL; it && rc == SL_OK; it = it->next)
+        rc = cJSON_IsString(it) ? pl_add(&pl, it->valuestring, strlen(it->valuestring), field)
+                                : sl__error(SL_EINVAL, "%s: every item must be a string", field);
+    if (rc < 0) {
+        sl_source__free_paths(pl.v);
+        return rc;
+    }
+    *out = pl.v;
+    *n_out = pl.n;
+    return SL_OK;
 }
 
 int sl_source__expand_paths(const cJSON *v, const char *field, char ***paths_out, int *n_out) {
@@ -386,13 +555,13 @@ int sl_source__expand_paths(const cJSON *v, const char *field, char ***paths_out
     pathlist pl = {0};
     int rc = SL_OK;
     if (cJSON_IsString(v)) {
-        rc = expand_one(&pl, v->valuestring, field);
+        rc = expand_one(&pl, v->valuestring, field, 1);
     } else if (cJSON_IsArray(v)) {
         for (const cJSON *it = v->child; it && rc == SL_OK; it = it->next) {
             if (!cJSON_IsString(it))
                 rc = sl__error(SL_EINVAL, "%s: every path must be a string", field);
             else
-                rc = expand_one(&pl, it->valuestring, field);
+                rc = expand_one(&pl, it->valuestring, field, 1);
         }
     } else {
         rc = sl__error(SL_EINVAL, "%s: must be a path, a pattern or a list of paths", field);

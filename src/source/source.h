@@ -273,6 +273,13 @@ int sl_source__parse_max_open(const cJSON *it, const char *field, int *out);
 int sl_source__unknown_key(const char *field, const char *key, const char *what,
                            const char *const *own);
 
+/* The regular files of the local folder `dir`, sorted by name, hidden files
+ * and the sidecar indexes beside listed files left out (a NULL-terminated
+ * list freed with sl_source__free_paths), and how many folders it holds. */
+int sl_source__list_folder(const char *dir, char ***files_out, int *n_out, int *subdirs_out);
+/* Does `p` name several inputs: an @list, a brace group or a shell pattern? */
+int sl_source__is_pattern(const char *p);
+
 /* Open the source a spec's source object describes (exactly one kind key). */
 int sl_source__open_json(sl_source **out, const cJSON *obj, const char *field);
 sl_source *sl_source__retain(sl_source *s);
@@ -339,11 +346,16 @@ int sl_source__sniff_tfrecord(const char *path, int is_dir, const uint8_t *head,
 int sl_source__add_col(sl_source *s, const char *name, sl_coltype type, sl_dtype dtype,
                        int ndim, const int64_t *shape);
 /* Expand a path list: a JSON string or array of strings; each string may be
- * a brace pattern ("shard-{000000..000127}.tar", "{a,b}.tfrecord") or, with
- * a leading '@', a text file of paths (one a line, '#' comments). Returns a
- * NULL-terminated array of paths (free with sl_source__free_paths). */
+ * a brace pattern ("shard-{000000..000127}.tar", "{a,b}.tfrecord"), a shell
+ * pattern ("shard-*.tar", through glob(3), sorted), a local folder (its
+ * files, sorted), or, with a leading '@', a text file of paths (one a line,
+ * '#' comments). Returns a NULL-terminated array of paths (free with
+ * sl_source__free_paths). */
 int sl_source__expand_paths(const cJSON *v, const char *field, char ***paths_out,
                             int *n_out);
+/* The strings of a JSON array as they are (no expansion), in the same
+ * NULL-terminated form. */
+int sl_source__string_list(const cJSON *v, const char *field, char ***out, int *n_out);
 void sl_source__free_paths(char **paths);
 
 #endif /* SL_SOURCE_H */

@@ -95,11 +95,84 @@ static int detect_pattern(const char *path, const sl_source_format **kind_out) {
     return rc;
 }
 
+/* The kind of file a folder's name suggests for a call: "*.tar". */
+static void ext_pattern(const char *file, char *buf, size_t cap) {
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    const char *dot = strrchr(base, '.');
+    snprintf(buf, cap, "*%s", dot && dot != base ? dot : "");
+}
+
+/* A local folder without a manifest: when it holds no folders but files,
+ * and every file is a TFRecord file (or every one a tar shard), it is that
+ * kind's dataset (1, *kind_out set); a folder with class folders is left
+ * to the ImageFolder sniffer (0); files of several kinds, or one that is
+ * none, are an error naming the call that reads each kind. */
+static int detect_folder(const char *dir, const sl_source_format **kind_out) {
+    char **files;
+    int n, subdirs;
+    SL_TRY(sl_source__list_folder(dir, &files, &n, &subdirs));
+    int rc = 0;
+    if (subdirs || n == 0) {
+        sl_source__free_paths(files);
+        return 0;
+    }
+    const sl_source_format *kinds[8] = {0};
+    int first_of[8] = {0}, nk = 0, other = -1;
+    for (int i = 0; i < n && rc == 0; i++) {
+        const sl_source_format *k = NULL;
+        int r = detect_one(files[i], &k);
+        if (r == SL_ENOMEM) {
+            rc = r;
+            break;
+        }
+        if (r < 0 || !k->multi) {
+            sl_errclear();
+            if (other < 0)
+                other = i;
+            continue;
+        }
+        int j = 0;
+        while (j < nk && kinds[j] != k)
+            j++;
+        if (j == nk && nk < 8) {
+            kinds[nk] = k;
+            first_of[nk++] = i;
+        }
+    }
+    if (rc == 0 && nk == 1 && other < 0) {
+        *kind_out = kinds[0];
+        rc = 1;
+    } else if (rc == 0 && nk >= 1) {
+        char pat[2][64], calls[512];
+        size_t len = 0;
+        calls[0] = '\0';
+        for (int j = 0; j < nk && j < 2; j++) {
+            ext_pattern(files[first_of[j]], pat[j], sizeof pat[j]);
+            len += (size_t)snprintf(calls + len, len < sizeof calls ? sizeof calls - len : 0,
+                                    "%ssluice.%s('%s/%s')", j ? " or " : "", kinds[j]->key, dir,
+                                    pat[j]);
+        }
+        if (nk > 1)
+            rc = sl__error(SL_EINVAL, "%s: a folder of %ss (%s) and %ss (%s); name the files of "
+                           "one kind: %s (a quoted '%s/%s' for the sluice command)",
+                           dir, kind_noun(kinds[0]) + 2, files[first_of[0]],
+                           kind_noun(kinds[1]) + 2, files[first_of[1]], calls, dir, pat[0]);
+        else
+            rc = sl__error(SL_EINVAL, "%s: a folder of %ss (%s), but %s is not one; name the "
+                           "files: %s (a quoted '%s/%s' for the sluice command), or move the "
+                           "others out", dir, kind_noun(kinds[0]) + 2, files[first_of[0]],
+                           files[other], calls, dir, pat[0]);
+    }
+    sl_source__free_paths(files);
+    return rc;
+}
+
 static int detect_one(const char *path, const sl_source_format **kind_out) {
     sl_io_info st;
     int src = sl_io__stat(path, &st);
     if (src == SL_END) {
-        if (strchr(path, '{') || path[0] == '@')
+        if (sl_source__is_pattern(path))
             return detect_pattern(path, kind_out);
         return sl__error(SL_EIO, "%s: %s", path,
                          sl_io__is_url(path) ? "HTTP 404 (not found)" : strerror(ENOENT));
@@ -124,6 +197,11 @@ static int detect_one(const char *path, const sl_source_format **kind_out) {
                          "dataset); name its files, or list them in an @file", path);
     }
     int is_dir = st.is_dir;
+    if (is_dir && !sl_source__sniff_slr(path, 1, NULL, 0)) {
+        int rc = detect_folder(path, kind_out);
+        if (rc != 0)
+            return rc < 0 ? rc : SL_OK;
+    }
     /* A file with a sidecar index is of the kind the index names: its
      * header says so without a page of the data read (source_index.h),
      * as the source itself opens it. */
@@ -484,9 +562,14 @@ int sl_source_index_build(const char *path, const char *options_json) {
     if (!path)
         return sl__error(SL_EINVAL, "sl_source_index_build: path is NULL");
     SL_TRY(sl_source__detect(&path, 1, &k));
+    if (k->open == sl_source__open_slr)
+        return sl__error(SL_EUNSUPPORTED, "%s: a .slr dataset carries its own index (every "
+                         "reader uses it; nothing to build): sluice index writes sidecar indexes "
+                         "for TFRecord files and tar shards", path);
     if (!k->build_index)
-        return sl__error(SL_EUNSUPPORTED, "%s: %s inputs have no sidecar index (TFRecord files "
-                         "and tar shards do)", path, k->key);
+        return sl__error(SL_EUNSUPPORTED, "%s: %s has no sidecar index (TFRecord files and tar "
+                         "shards do); pack it into a .slr dataset, which carries its own: "
+                         "sluice pack %s OUT.slr", path, kind_noun(k), path);
     cJSON *opts = options_json ? cJSON_ParseWithOpts(options_json, NULL, 1) : cJSON_CreateObject();
     if (!opts)
         return options_json ? sl__error(SL_EINVAL, "index options: not valid JSON")

@@ -1245,7 +1245,7 @@ static int parse_options(tar_source *s, const cJSON *obj, const char *field, sl_
             snprintf(sub, sizeof sub, "%s.columns", field);
             if (!cJSON_IsArray(it) || !it->child)
                 return sl__error(SL_EINVAL, "%s: must be a non-empty list of extensions", sub);
-            /* A list of strings, as a path list is (no braces or '@' here). */
+            /* A list of extensions, kept as they are. */
             int n = 0;
             for (const cJSON *e = it->child; e; e = e->next, n++)
                 if (!cJSON_IsString(e) || !e->valuestring[0] || strchr(e->valuestring, '{') ||
@@ -1254,7 +1254,7 @@ static int parse_options(tar_source *s, const cJSON *obj, const char *field, sl_
                                      sub, n);
             sl_source__free_paths(s->only);
             s->only = NULL;
-            SL_TRY(sl_source__expand_paths(it, sub, &s->only, &s->nonly));
+            SL_TRY(sl_source__string_list(it, sub, &s->only, &s->nonly));
             continue;
         }
         return sl_source__unknown_key(field, it->string, "a webdataset source",

@@ -282,6 +282,9 @@ static int add_record(tf_source *s, uint64_t off, uint64_t len) {
     return SL_OK;
 }
 
+#define TF_NOT_FRAMED                                                                     \
+    "length checksum mismatch and no valid record after it: not a TFRecord file"
+
 /* A bad entry: record number `count` fails with `code` and this message. */
 static int add_bad(tf_source *s, tf_file *f, uint64_t offset, int code, const char *fmt, ...)
     SL_PRINTF(5, 6);
@@ -297,8 +300,11 @@ static int add_bad(tf_source *s, tf_file *f, uint64_t offset, int code, const ch
     va_start(ap, fmt);
     vsnprintf(b->msg, sizeof b->msg, fmt, ap);
     va_end(ap);
-    SL_LOG_WARN("%s: record %" PRIu64 " (offset %" PRIu64 "): %s", f->name,
-                s->base.count - f->first, offset, b->msg);
+    /* A file without one frame that checks out is not a TFRecord file: its
+     * read says so (and the caller what reads it); no warning ahead of it. */
+    if (offset != 0 || strcmp(b->msg, TF_NOT_FRAMED) != 0)
+        SL_LOG_WARN("%s: record %" PRIu64 " (offset %" PRIu64 "): %s", f->name,
+                    s->base.count - f->first, offset, b->msg);
     SL_TRY(add_record(s, (uint64_t)s->nbad, TF_BAD));
     s->nbad++;
     return SL_OK;
@@ -319,9 +325,12 @@ static int scan_file(tf_source *s, tf_file *f, const uint8_t *d, size_t n) {
                 if (header_ok(d + q) && sl__ld64(d + q) <= n - q - 16)
                     break;
             int more = q + 16 <= n;
-            SL_TRY(add_bad(s, f, pos, SL_ECORRUPT, "length checksum mismatch (%s)",
-                           more ? "skipped to the next valid record header"
-                                : "no valid record after it"));
+            if (pos == 0 && !more)
+                SL_TRY(add_bad(s, f, pos, SL_ECORRUPT, "%s", TF_NOT_FRAMED));
+            else
+                SL_TRY(add_bad(s, f, pos, SL_ECORRUPT, "length checksum mismatch (%s)",
+                               more ? "skipped to the next valid record header"
+                                    : "no valid record after it"));
             if (!more)
                 return SL_OK;
             pos = q;

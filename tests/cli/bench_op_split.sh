@@ -4,7 +4,8 @@
 # us per sample, from the timed samples); on a decode-heavy pipeline the
 # phases account for most of the stage's busy time per sample (a loose
 # bound, between 30% and 130% of cost_us: the timed eighth of the samples
-# differs from the average one, and the machine may be shared), the unfused chain times each op
+# differs from the average one, and the machine may be shared), the rest
+# (the same timed samples' other ops) is never negative, the unfused chain times each op
 # as its own phase, and a stage without image ops has no split. The text
 # output shows the same table.
 . "$(dirname "$0")/common.bash"
@@ -46,6 +47,7 @@ o = s["op_split"]
 assert o["timed_samples"] >= 1, o
 for k in ("decode_us", "resample_us", "normalize_us"):
     assert o[k] > 0, (k, o)
+assert o["rest_us"] >= 0, o   # the same timed samples' other ops: never below zero
 total = o["decode_us"] + o["resample_us"] + o["normalize_us"]
 ratio = total / s["cost_us"]
 print("%s: phases %.1f of %.1f us per sample (%.0f%%)" % (sys.argv[2], total, s["cost_us"], 100 * ratio))
@@ -58,4 +60,12 @@ done
 run 0 "$SLUICE" bench "$T/fused.json" --seconds 0.5 --threads 1
 has "$OUT" "op split, us per sample (1 sample in 8 timed):"
 has "$OUT" "resample normalize"
+# the rest column is never negative: it was the stage's average cost less
+# the timed eighth's phases, below zero in about half the short runs of a
+# decode-bound chain
+for k in 1 2 3 4 5 6; do
+    run 0 "$SLUICE" bench "$T/fused.json" --seconds 0.3 --threads 2
+    awk '/^op split/ {on = 1; getline; next} on && NF >= 6 && $(NF - 1) < 0 {bad = 1}
+         END {exit bad}' "$OUT" || fail "bench printed a negative rest: $(grep -A2 '^op split' "$OUT")"
+done
 finish

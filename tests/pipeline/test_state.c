@@ -157,12 +157,16 @@ SL_TEST(pipeline_state__shards_disjoint_and_cover) {
     }
 }
 
+/* "shard": "env" takes RANK/WORLD_SIZE (required); without a shard key the
+ * pipeline reads every record whatever the environment says. */
 SL_TEST(pipeline_state__shard_from_env) {
     setenv("RANK", "2", 1);
     setenv("WORLD_SIZE", "4", 1);
     uint64_t idx[64];
     int nb;
-    sl_spec *spec = pu_memory_spec(40);
+    sl_spec *spec;
+    ASSERT_OK(sl_spec_from_json(&spec, "{\"source\": {\"synthetic\": {\"records\": 40}, "
+                                       "\"shard\": \"env\"}}"));
     sl_pipeline *p;
     ASSERT_OK(sl_pipeline_create(&p, spec));
     char text[4096];
@@ -174,9 +178,20 @@ SL_TEST(pipeline_state__shard_from_env) {
     ASSERT_RC(sl_pipeline_create(&p, spec), SL_EINVAL);
     ASSERT_CONTAINS(sl_errmsg(), "source.shard");
     unsetenv("RANK");
+    ASSERT_RC(sl_pipeline_create(&p, spec), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "\"env\" needs RANK and WORLD_SIZE set");
+    sl_spec_free(spec);
+
+    setenv("RANK", "2", 1);
+    spec = pu_memory_spec(40);
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    ASSERT_OK(sl_pipeline_explain(p, text, sizeof text, &len));
+    ASSERT(strstr(text, "shard 2/4") == NULL);
+    sl_pipeline_free(p);
+    ASSERT_EQ(pu_spec_indices(spec, idx, 64, &nb), 40); /* frees spec */
+    unsetenv("RANK");
     unsetenv("WORLD_SIZE");
     ASSERT_EQ(shard_indices(0, 1, SL_SHARD_PAD, 40, idx, 64, &nb), 40);
-    sl_spec_free(spec);
 }
 
 /* OOM loop over saving and restoring a state: fail allocation 1, 2, …

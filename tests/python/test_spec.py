@@ -95,8 +95,10 @@ def test_from_spec_dict_json_and_file(tmp_path):
     assert sluice.from_spec(json.dumps(spec)).spec == spec
     p = tmp_path / "spec.json"
     p.write_text(json.dumps(spec))
-    assert sluice.from_spec(str(p)).spec == spec
-    assert sluice.from_spec(p).spec == spec
+    # read from a file, a relative path is the file's folder's (as sluice run reads it)
+    beside = dict(spec, source={"path": str(tmp_path / "x.slr")})
+    assert sluice.from_spec(str(p)).spec == beside
+    assert sluice.from_spec(p).spec == beside
     with pytest.raises(ValueError, match="spec"):
         sluice.from_spec("{not json")
     with pytest.raises(TypeError, match="spec"):
