@@ -550,7 +550,6 @@ static void *worker_main(void *arg) {
     sl_worker *w = arg;
     sl_pipeline *p = w->p;
     sl_stage *st = w->st;
-    atomic_fetch_add(&p->threads_started, 1);
     if (st->kind == SL_ST_SOURCE || st->kind == SL_ST_MAP) {
         for (int k = st->first; k < st->last; k++) {
             const sl_pnode *nd = &p->plan.opt[k];
@@ -652,6 +651,9 @@ int sl_pipeline__start(sl_pipeline *p, const sl_resume *r) {
                 sl_pipeline__stop(p);
                 return sl__error(SL_ENOMEM, "cannot start a pipeline thread");
             }
+            /* counted by the starter, not the thread, so that a reading
+             * taken right after the start sees every thread of it */
+            atomic_fetch_add(&p->threads_started, 1);
             w->started = 1;
         }
     }
