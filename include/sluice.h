@@ -1219,7 +1219,9 @@ SL_API int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec);
  *  sl_batch_release); SL_END at the end of each epoch (the call after it
  *  starts the next epoch, if `epochs` allows, else returns SL_END again);
  *  a negative status when a sample failed under policy fail (every later call
- *  returns it too; the message names file, record, op and cause), or
+ *  returns it too, until sl_pipeline_set_epoch or sl_pipeline_restore_state
+ *  starts the pipeline clean at that position; the message names file,
+ *  record, op and cause), or
  *  SL_ENOMEM. Blocks until a batch is ready. Since 0.1 */
 SL_API int sl_pipeline_next(sl_pipeline *p, sl_batch **out);
 /** As sl_pipeline_next, but waits at most `timeout_ms` milliseconds; on

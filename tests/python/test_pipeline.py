@@ -390,3 +390,53 @@ def test_python_map_errors_under_skip(small_slr, monkeypatch):
     assert len(b["label"]) == 90 and 4 not in b["label"].tolist()
     assert ds.stats()["skipped"] == 10
     assert len(shown) == 1 and "no fours" in str(shown[0])  # the first one, once
+
+
+def test_failed_pipeline_starts_clean_on_its_next_iteration(small_slr):
+    # A Dataset whose iteration failed iterates again from the start of the
+    # epoch (the same object, with or without set_epoch): the good batches
+    # come again and the bad record raises again where it is reached.
+    from test_record import flip_record_byte
+    flip_record_byte(small_slr, 57)
+    ds = sluice.records(small_slr).batch(10)
+    for attempt in range(4):
+        if attempt % 2:
+            ds.set_epoch(0)
+        got = []
+        with pytest.raises(sluice.CorruptError, match="small.slr: record 57") as ei:
+            for b in ds:
+                got.append(b["label"].copy())
+        assert len(got) == 5, (attempt, len(got))
+        np.testing.assert_array_equal(np.concatenate(got), np.arange(50) % 10)
+        assert "had failed" not in str(ei.value)
+    # resuming past the bad batch yields the rest of the epoch
+    state = ds.state_dict()
+    assert state["batch"] == 5 and state["pos"] == 50
+    ds.load_state_dict(dict(state, batch=6, pos=60))
+    rest = [b["label"].copy() for b in ds]
+    assert len(rest) == 4
+    np.testing.assert_array_equal(np.concatenate(rest), np.arange(60, 100) % 10)
+    # the next epoch of the same object meets the record again
+    ds.set_epoch(1)
+    with pytest.raises(sluice.CorruptError, match="record 57"):
+        collect(ds)
+    # and under on_error("skip") every good record comes
+    skipping = ds.on_error("skip")
+    for _ in range(2):
+        assert sum(len(b["label"]) for b in collect(skipping)) == 99
+
+
+def test_failed_python_map_starts_clean_on_the_next_iteration(small_slr):
+    calls = {"n": 0}
+
+    def flaky(sample):
+        if sample["label"] == 4 and calls["n"] == 0:
+            calls["n"] += 1
+            raise KeyError("once only")
+        return {}
+
+    ds = sluice.records(small_slr).map(flaky).batch(10)
+    with pytest.raises(KeyError, match="once only"):
+        collect(ds)
+    got = collect(ds)  # the map no longer raises: a clean epoch
+    assert sum(len(b["label"]) for b in got) == 100
