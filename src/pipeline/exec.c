@@ -146,6 +146,26 @@ void sl_exec__chunk_fail(sl_pipeline *p, sl_chunk *c, int rc, const char *msg) {
     snprintf(c->errmsg, sizeof c->errmsg, "%s", msg);
 }
 
+void sl_exec__add_skip_hint(const sl_pipeline *p, char *msg, size_t cap) {
+    if (p->spec->on_error != SL_ON_ERROR_FAIL)
+        return;
+    size_t hl = sizeof SL_EXEC_SKIP_HINT - 1, n = strlen(msg);
+    if (hl + 4 >= cap)
+        return;
+    if (n + hl >= cap) { /* cut the cause short, say so, keep the hint */
+        n = cap - hl - 4;
+        memcpy(msg + n, "...", 3);
+        n += 3;
+    }
+    memcpy(msg + n, SL_EXEC_SKIP_HINT, hl + 1);
+}
+
+void sl_exec__op_error(const sl_pipeline *p, char *msg, size_t cap, const char *where, int pos,
+                       const char *label, const char *cause) {
+    snprintf(msg, cap, "%s: ops[%d] (%s): %s", where, pos, label, cause);
+    sl_exec__add_skip_hint(p, msg, cap);
+}
+
 void sl_exec__copy_str(char *dst, size_t cap, const char *src) {
     size_t n = strlen(src);
     if (n >= cap)
@@ -263,6 +283,8 @@ static int vectorize_batch(sl_pipeline *p, sl_worker *w, sl_chunk *c, char *msg,
             snprintf(msg, cap, "%s: batch of records %llu...: ops[%d] (%s, batched): %s",
                      p->src_name, (unsigned long long)c->s[0].index, nd->pos,
                      nd->label, cause[0] ? cause : sl_status_str(rc));
+            if (rc != SL_ENOMEM)
+                sl_exec__add_skip_hint(p, msg, cap);
             return rc;
         }
     }
@@ -406,15 +428,19 @@ static int apply_nodes(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, in
             /* Where the record lives, as its source says (an ImageFolder's
              * file, a tar member, a TFRecord file and offset), so that the
              * user can find the bad sample, not only its number. */
-            char where[300];
+            char where[400];
             if (s->index < p->src->count)
-                sl_source__locate(p->src, s->index, where, sizeof where);
+                sl_source__where(p->src, s->index, NULL, where, sizeof where);
             else
                 snprintf(where, sizeof where, "%.200s: record %llu", p->src_name,
                          (unsigned long long)s->index);
             const char *cause = sl_errmsg();
-            snprintf(msg, cap, "%s: ops[%d] (%s): %s", where, nd->pos, nd->label,
-                     cause[0] ? cause : sl_status_str(rc));
+            if (rc == SL_ENOMEM)
+                snprintf(msg, cap, "%s: ops[%d] (%s): %s", where, nd->pos, nd->label,
+                         cause[0] ? cause : sl_status_str(rc));
+            else
+                sl_exec__op_error(p, msg, cap, where, nd->pos, nd->label,
+                                  cause[0] ? cause : sl_status_str(rc));
             return rc;
         }
     }

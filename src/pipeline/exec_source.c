@@ -238,6 +238,8 @@ static int read_records(sl_pipeline *p, reader *rd, sl_chunk *c, uint64_t *n) {
         s->ncols = 0;
         char msg[SL__ERRMSG_MAX];
         snprintf(msg, sizeof msg, "read: %s", sl_errmsg());
+        if (rc == SL_ECORRUPT || rc == SL_EDECODE) /* damaged data: skipping goes on */
+            sl_exec__add_skip_hint(p, msg, sizeof msg);
         if (p->spec->on_error == SL_ON_ERROR_SKIP && rc != SL_ENOMEM) {
             sl_exec__note_skip(p, msg);
             continue;
