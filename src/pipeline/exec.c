@@ -182,6 +182,31 @@ void sl_exec__note_skip(sl_pipeline *p, const char *msg) {
     pthread_mutex_unlock(&p->err_mu);
 }
 
+void sl_exec__note_skip_range(sl_pipeline *p, uint64_t first, uint64_t count, uint64_t n,
+                              const char *msg) {
+    pthread_mutex_lock(&p->err_mu);
+    p->skipped += n;
+    int seen = 0;
+    for (int k = 0; k < p->ndead && !seen; k++)
+        seen = p->dead_first[k] == first;
+    if (!seen && msg && p->nerrors < SL_STATS_MAX_ERRORS) {
+        /* "...: record N: cause" becomes "...: records A..B: cause" */
+        const char *at = strstr(msg, ": record ");
+        char *end = NULL;
+        if (at)
+            strtoull(at + 9, &end, 10);
+        if (at && end && end != at + 9 && count > 1)
+            snprintf(p->errors[p->nerrors], sizeof p->errors[0], "%.*s: records %llu..%llu%s",
+                     (int)(at - msg), msg, (unsigned long long)first,
+                     (unsigned long long)(first + count - 1), end);
+        else
+            sl_exec__copy_str(p->errors[p->nerrors], sizeof p->errors[0], msg);
+        p->nerrors++;
+        p->dead_first[p->ndead++] = first;
+    }
+    pthread_mutex_unlock(&p->err_mu);
+}
+
 /* A worker cannot go on (out of memory outside any sample): store the error
  * and close the consumer's queue, so that a blocked sl_pipeline_next wakes
  * up and returns it. */

@@ -345,6 +345,9 @@ int sl_record__read_cols(const sl_reader *r, uint64_t i, sl_record *rec, bool ve
                          void *const *dst, const size_t *bytes);
 /* The number of the shard holding global record i (< count). */
 int sl_record__shard_of(const sl_reader *r, uint64_t i);
+/* 1 when record i's shard failed to open (every read of its records fails
+ * alike), with the shard's records [*first, *first + *count); else 0. */
+int sl_record__failed_range(const sl_reader *r, uint64_t i, uint64_t *first, uint64_t *count);
 /* A hint that record i (< count) will be read soon; changes no result. `far`:
  * bring in its index entry only (call it some records ahead); else bring in
  * the first bytes of its frame, whose offset is read from the entry (call it

@@ -36,6 +36,19 @@ int sl_reader_shard_check(const sl_reader *r, int i) {
     return SL_OK;
 }
 
+int sl_record__failed_range(const sl_reader *r, uint64_t i, uint64_t *first, uint64_t *count) {
+    if (i >= r->count)
+        return 0;
+    int k = sl_record__shard_of(r, i);
+    slr_slot *sl = &((sl_reader *)(uintptr_t)r)->shards[k]; /* fail_rc: under its lock */
+    pthread_mutex_lock(&sl->mu);
+    int failed = sl->fail_rc != 0;
+    pthread_mutex_unlock(&sl->mu);
+    *first = sl->first;
+    *count = sl->count;
+    return failed;
+}
+
 int sl_reader_verify(const sl_reader *r, int keep_going, uint64_t *bad_out,
                      void (*progress)(uint64_t done, uint64_t total, void *user), void *user) {
     if (bad_out)

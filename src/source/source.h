@@ -187,6 +187,11 @@ typedef struct sl_source_vtbl {
      * `reads_ahead`, once per record with `far` = SL_PREFETCH_REMOTE well
      * ahead (start fetching it). */
     void (*prefetch)(sl_source *src, uint64_t i, int far);
+    /* After a failed read of record i: 1 when the failure is its file's
+     * (a shard that did not open, and fails every read of its records
+     * alike), with that file's records [*first, *first + *count); else 0.
+     * NULL: failures are per record. Any thread; on error paths only. */
+    int (*failed_range)(sl_source *src, uint64_t i, uint64_t *first, uint64_t *count);
     /* Values of an `indexed` column: `count` int64_t (SL_COL_INT64) or double
      * (SL_COL_FLOAT64), borrowed for the source's life. NULL: none indexed. */
     int (*index_column)(sl_source *src, int col, const void **vals_out);
@@ -302,6 +307,11 @@ int sl_source__read_cols(sl_source *s, sl_source_cursor *cur, uint64_t i, void *
 static inline void sl_source__prefetch(sl_source *s, uint64_t i, int far) {
     if (s->vt->prefetch)
         s->vt->prefetch(s, i, far);
+}
+/* The implementation's failed_range(), if it has one (else 0). */
+static inline int sl_source__failed_range(sl_source *s, uint64_t i, uint64_t *first,
+                                          uint64_t *count) {
+    return s->vt->failed_range ? s->vt->failed_range(s, i, first, count) : 0;
 }
 /* Can the source read records straight into caller memory (read_cols)? */
 static inline int sl_source__has_read_cols(const sl_source *s) { return s->vt->read_cols != NULL; }

@@ -165,6 +165,10 @@ static void slr_locate(sl_source *src, uint64_t i, char *buf, size_t cap) {
         snprintf(buf, cap, "%s: record %llu", src->name, (unsigned long long)i);
 }
 
+static int slr_failed_range(sl_source *src, uint64_t i, uint64_t *first, uint64_t *count) {
+    return sl_record__failed_range(((slr_source *)src)->reader, i, first, count);
+}
+
 static void slr_free(sl_source *src) {
     slr_source *s = (slr_source *)src;
     sl_reader_free(s->reader);
@@ -183,6 +187,7 @@ static const sl_source_vtbl slr_vtbl = {
     .index_column = slr_index_column,
     .describe = slr_describe,
     .locate = slr_locate,
+    .failed_range = slr_failed_range,
     .free = slr_free,
 };
 

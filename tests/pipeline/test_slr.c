@@ -4,6 +4,8 @@
 #include "record/record_format.h"
 #include "../ops/ops_testdata.h"
 
+#include <cjson/cJSON.h>
+
 #include <stdio.h>
 
 /* Change one byte inside record i's payload. */
@@ -408,4 +410,84 @@ SL_TEST(pipeline_slr__damaged_record_error_ends_with_hint) {
     ASSERT_CONTAINS(sl_errmsg(), "d.slr: record 13: ");
     ASSERT_CONTAINS(sl_errmsg(), "checksum mismatch; to drop bad samples and go on: ");
     sl_pipeline_free(p);
+}
+
+/* Under on_error skip, a shard that does not open costs its whole range at
+ * once: one message naming the shard and its records (not one per record,
+ * which filled the kept messages with the same shard), every one of its
+ * records counted as skipped, the readable shards read whole. The manifest
+ * says shard 2 holds as many records as its bytes could (its footer says
+ * about a tenth of that), so the shards after it start at other numbers
+ * than their footers say and fail too; read in a shuffled order. */
+SL_TEST(pipeline_slr__failed_shard_skips_its_range_at_once) {
+    char dir[512], man[600];
+    sl_test_path(dir, sizeof dir, "dir.slr");
+    make_slr_shards(dir, 400, 8192);
+    snprintf(man, sizeof man, "%s/manifest.json", dir);
+    size_t len;
+    uint8_t *text = sl_test_read_file(man, &len);
+    cJSON *doc = cJSON_ParseWithLength((const char *)text, len);
+    free(text);
+    ASSERT(doc != NULL);
+    cJSON *shards = cJSON_GetObjectItem(doc, "shards");
+    int ns = cJSON_GetArraySize(shards);
+    ASSERT(ns > 6);
+    uint64_t next = 0, f2 = 0, n2 = 0, readable = 0;
+    for (int k = 0; k < ns; k++) {
+        cJSON *s = cJSON_GetArrayItem(shards, k);
+        uint64_t recs = (uint64_t)cJSON_GetObjectItem(s, "records")->valuedouble;
+        if (k < 2)
+            readable += recs;
+        if (k == 2) {
+            recs = sl_record__max_records((uint64_t)cJSON_GetObjectItem(s, "bytes")->valuedouble);
+            cJSON_SetNumberValue(cJSON_GetObjectItem(s, "records"), (double)recs);
+            f2 = next;
+            n2 = recs;
+        }
+        cJSON_SetNumberValue(cJSON_GetObjectItem(s, "first"), (double)next);
+        next += recs;
+    }
+    const uint64_t total = next;
+    ASSERT(n2 > 100);
+    cJSON_SetNumberValue(cJSON_GetObjectItem(doc, "records"), (double)total);
+    char *out = cJSON_Print(doc);
+    sl_test_write_file(man, out, strlen(out));
+    free(out);
+    cJSON_Delete(doc);
+    for (int threads = 1; threads <= 3; threads += 2) {
+        char spec[512];
+        snprintf(spec, sizeof spec,
+                 "{\"source\": {\"path\": \"%%s\", \"shuffle\": true, \"parallel\": %d}, "
+                 "\"on_error\": \"skip\", \"ops\": [{\"op\": \"batch\", \"size\": 16}]}", threads);
+        sl_spec *sp;
+        char json[1024];
+        snprintf(json, sizeof json, spec, dir);
+        ASSERT_OK(sl_spec_from_json(&sp, json));
+        sl_pipeline *p;
+        ASSERT_OK(sl_pipeline_create(&p, sp));
+        uint64_t d[64];
+        uint64_t t0 = sl__now_ns();
+        pu_run_epoch(p, d, 64);
+        double secs = (double)(sl__now_ns() - t0) / 1e9;
+        sl_pipeline_stats st;
+        ASSERT_OK(sl_pipeline_stats_get(p, &st));
+        ASSERT_U64_EQ(st.samples, readable);
+        ASSERT_U64_EQ(st.skipped, total - readable);
+        /* one message per failed shard, each naming its whole range */
+        char want[128];
+        snprintf(want, sizeof want, "shard-00002.slr: records %llu..%llu: ",
+                 (unsigned long long)f2, (unsigned long long)(f2 + n2 - 1));
+        int found = 0;
+        for (int e = 0; e < st.nerrors; e++) {
+            found += strstr(st.errors[e], want) != NULL;
+            for (int o = 0; o < e; o++) {
+                const char *a = strstr(st.errors[e], "shard-"), *b = strstr(st.errors[o], "shard-");
+                ASSERT(a && b && strncmp(a, b, 16) != 0); /* no shard twice */
+            }
+        }
+        ASSERT_EQ(found, 1);
+        ASSERT(secs < 2.0);
+        sl_pipeline_free(p);
+        sl_spec_free(sp);
+    }
 }
