@@ -440,3 +440,30 @@ def test_failed_python_map_starts_clean_on_the_next_iteration(small_slr):
         collect(ds)
     got = collect(ds)  # the map no longer raises: a clean epoch
     assert sum(len(b["label"]) for b in got) == 100
+
+
+def test_decode_error_names_the_path_and_how_to_skip(tmp_path):
+    # A JPEG cut in half packs under the default header check; the decode
+    # op's error names the record's path column and ends with how to skip
+    # it, in the spec's and Python's spelling; on_error("skip") trains on.
+    from PIL import Image
+    root = tmp_path / "imgs"
+    for i in range(10):
+        d = root / ("c%d" % (i % 2))
+        d.mkdir(parents=True, exist_ok=True)
+        px = np.random.default_rng(i).integers(0, 256, (30, 40, 3), dtype=np.uint8)
+        Image.fromarray(px).save(d / ("im%02d.jpg" % i), quality=90)
+    cut = root / "c1" / "im05.jpg"
+    data = cut.read_bytes()
+    cut.write_bytes(data[: len(data) // 2])
+    slr = str(tmp_path / "t.slr")
+    sluice.pack(str(root), slr, skip_bad=True)
+    ds = sluice.records(slr).decode("image").resize("image", (16, 16)).batch(2)
+    with pytest.raises(sluice.DecodeError) as ei:
+        collect(ds)
+    msg = str(ei.value)
+    assert "t.slr: record 7 (path c1/im05.jpg): ops[0] (decode_resize): " in msg, msg
+    assert msg.endswith('to drop bad samples and go on: "on_error": "skip" in the spec, '
+                        '.on_error("skip") in Python'), msg
+    got = collect(ds.on_error("skip"))
+    assert sum(len(b["label"]) for b in got) == 9
