@@ -52,7 +52,7 @@ has "$ERR" ": record 6 (path $rel): column 'image': decode: premature end of JPE
 $PY - "$T/img" "$T/lab" <<'PYEOF'
 import struct, sys
 with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack(">IIII", 0x803, 20, 4, 4) + bytes(range(20 * 16 % 256)) * 0 + bytes(320))
+    f.write(struct.pack(">IIII", 0x803, 20, 4, 4) + bytes(320))
 with open(sys.argv[2], "wb") as f:
     f.write(struct.pack(">II", 0x801, 20) + bytes(20))
 PYEOF
