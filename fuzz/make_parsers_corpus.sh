@@ -218,5 +218,12 @@ emit("manifest", "raw_version2", json.dumps(dict(raw, version=2)))
 emit("manifest", "raw_path_escape", json.dumps(dict(raw, shards=[dict(raw["shards"][0], file="../x")])))
 emit("manifest", "raw_bad_checksum", json.dumps(dict(raw, shards=[dict(raw["shards"][0], footer_checksum="-123456789abcdef")])))
 emit("manifest", "raw_meta_types", json.dumps(dict(raw, meta={"a": 1, "": "x"})))
+# a shard of a few KB said to hold 50,000,001 records: refused at open, by
+# the manifest's own byte count, or, with that raised to match, by the file's
+# size (before, every phantom record was read and failed one by one: a timeout)
+phantom = dict(raw["shards"][0], records=50000001, bytes=32768)
+emit("manifest", "raw_phantom_records", json.dumps(dict(raw, records=50000001, shards=[phantom])))
+emit("manifest", "raw_phantom_records_bytes",
+     json.dumps(dict(raw, records=50000001, shards=[dict(phantom, bytes=3000000000)])))
 print("wrote %d idx, %d spec, %d manifest seeds to %s" % (count["idx"], count["spec"], count["manifest"], out))
 PY

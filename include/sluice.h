@@ -414,6 +414,20 @@ SL_API const char *sl_reader_shard_path(const sl_reader *r, int i);
 SL_API uint64_t sl_reader_shard_bytes(const sl_reader *r, int i);
 /** Total bytes of data in all shards. */
 SL_API uint64_t sl_reader_data_bytes(const sl_reader *r);
+/** The records of shard i: `*first` (the global number of its first record)
+ *  and `*count`, as the manifest plans them (a single file: 0 and all).
+ *  @return SL_OK; SL_EINVAL (i out of range). Thread safety: any thread.
+ *  Since 0.2 */
+SL_API int sl_reader_shard_range(const sl_reader *r, int i, uint64_t *first, uint64_t *count);
+/** Open shard i, if it is not open, and check it as the first read of one of
+ *  its records would: header, footer and index checksums, index placement
+ *  and, in a directory, agreement with the manifest. A shard that fails
+ *  fails every read of its records alike (it is not opened again), so a
+ *  caller can treat its whole range at once.
+ *  @return SL_OK; SL_ECORRUPT, SL_EIO, SL_EUNSUPPORTED, SL_ENOMEM, with a
+ *  message naming the shard and the cause. Thread safety: any thread.
+ *  Since 0.2 */
+SL_API int sl_reader_shard_check(const sl_reader *r, int i);
 
 /** Values of a scalar (INT64 or FLOAT64) column for every record, straight
  *  from the index, without touching data pages (a directory opens each shard
@@ -694,8 +708,12 @@ SL_API int sl_source_read(sl_source *src, uint64_t i, sl_sample *out);
  *  meant to hold image files (an ImageFolder's `image`, a tar shard's
  *  `.jpg`/`.png`/`.webp` members, a TFRecord's encoded images) must be an
  *  image the decode op reads, by content: its header with
- *  SL_PACK_CHECK_HEADER, every pixel with SL_PACK_CHECK_DECODE. Columns of a
- *  .slr were checked when it was packed and are not checked again.
+ *  SL_PACK_CHECK_HEADER, every pixel with SL_PACK_CHECK_DECODE. A .slr
+ *  dataset's columns carry no image mark: its bytes columns that hold an
+ *  image, by content, in one of the first 16 records that read (found on the
+ *  first call) are checked (a dataset packed with SL_PACK_CHECK_HEADER may
+ *  hold an image damaged past its header). The message names the record's
+ *  `path` (or `__key__`) column when the source has one.
  *  `*images_out` (may be NULL) is set to the number of image values checked.
  *  @return SL_OK; the errors of sl_source_read(); SL_EDECODE, SL_ELIMIT or
  *  SL_EUNSUPPORTED for an image that does not decode, with a message naming
@@ -1232,7 +1250,9 @@ SL_API int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec);
  *  sl_batch_release); SL_END at the end of each epoch (the call after it
  *  starts the next epoch, if `epochs` allows, else returns SL_END again);
  *  a negative status when a sample failed under policy fail (every later call
- *  returns it too; the message names file, record, op and cause), or
+ *  returns it too, until sl_pipeline_set_epoch or sl_pipeline_restore_state
+ *  starts the pipeline clean at that position; the message names file,
+ *  record, op and cause), or
  *  SL_ENOMEM. Blocks until a batch is ready. Since 0.1 */
 SL_API int sl_pipeline_next(sl_pipeline *p, sl_batch **out);
 /** As sl_pipeline_next, but waits at most `timeout_ms` milliseconds; on

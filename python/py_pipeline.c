@@ -50,6 +50,8 @@ typedef struct {
     int nmaps;
     py_sl_gate gate;       /* consumer calls own it; read-only calls use it */
     int forked;            /* made before a fork(): unusable in this child */
+    int failed;            /* a next() raised an engine error: set_epoch and
+                              restore start clean (drop_map_exceptions) */
     PyObject *colnames;    /* tuple of output column names (interned keys for batches) */
     uint32_t text_cols;    /* bit c: output column c is text (sl_pipeline_column_text) */
     PyObject *weakrefs;    /* the Python side tracks live pipelines weakly */
@@ -190,6 +192,15 @@ static int raise_map_exception(PySlPipeline *self) {
         }
     }
     return 0;
+}
+
+/* A failed engine restarts clean on set_epoch and restore (the workers are
+ * joined first): an exception a map kept from the failed run and the
+ * consumer did not raise (a second map's, a later sample's) would otherwise
+ * be raised by the new run. */
+static void drop_map_exceptions(PySlPipeline *self) {
+    for (int i = 0; i < self->nmaps; i++)
+        Py_XDECREF(atomic_exchange(&self->maps[i].exc, NULL));
 }
 
 /* Column names a pipeline made of `spec` so far would output. Creating a
@@ -494,6 +505,7 @@ static int wait_batch(PySlPipeline *self, sl_batch **out) {
         if (rc == SL_END)
             return 0;
         if (rc < 0) {
+            self->failed = 1;
             if (!raise_map_exception(self))
                 py_sl_raise(rc);
             return -1;
@@ -678,9 +690,14 @@ static PyObject *pipeline_set_epoch(PySlPipeline *self, PyObject *arg) {
         return NULL;
     int rc;
     sl_pipeline *p = self->p;
+    int was_failed = self->failed;
     Py_BEGIN_ALLOW_THREADS
     rc = sl_pipeline_set_epoch(p, (uint64_t)e);
     Py_END_ALLOW_THREADS
+    if (rc >= 0 && was_failed) {
+        drop_map_exceptions(self);
+        self->failed = 0;
+    }
     pipeline_disown(self);
     if (rc < 0)
         return py_sl_raise(rc);
@@ -765,9 +782,14 @@ static PyObject *pipeline_restore(PySlPipeline *self, PyObject *arg) {
         return NULL;
     int rc;
     sl_pipeline *p = self->p;
+    int was_failed = self->failed;
     Py_BEGIN_ALLOW_THREADS
     rc = sl_pipeline_restore_state(p, json);
     Py_END_ALLOW_THREADS
+    if (rc >= 0 && was_failed) {
+        drop_map_exceptions(self);
+        self->failed = 0;
+    }
     pipeline_disown(self);
     if (rc < 0)
         return py_sl_raise(rc);

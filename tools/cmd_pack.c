@@ -24,7 +24,9 @@ static void help(FILE *f) {
             "      --skip-bad         skip unreadable or non-image files, count and name them,\n"
             "                         instead of stopping\n"
             "      --check MODE       how each image is checked, with the decoder training uses:\n"
-            "                         header (default: reads headers, runs at disk speed) or\n"
+            "                         header (default: reads headers, runs at disk speed; an\n"
+            "                         image damaged past its header is packed, found by\n"
+            "                         'sluice verify DST --check decode' or by training) or\n"
             "                         decode (decodes every image: a dataset that packs trains);\n"
             "                         BMP, PPM/PGM and TIFF are refused either way\n"
             "      --jpeg-restart MODE  off (default: store files as they are), auto or rows:\n"
@@ -256,8 +258,8 @@ int cmd_pack(int argc, char **argv) {
             if (rep.skipped > (uint64_t)rep.nbad)
                 printf("  ... and %llu more\n", (unsigned long long)(rep.skipped - rep.nbad));
         }
-        printf("next: 'sluice info %s' to describe it, 'sluice verify %s' to check it\n", dst,
-               dst);
+        printf("next: 'sluice info %s' to describe it, 'sluice verify %s%s' to check it\n",
+               dst, dst, opts.check == SL_PACK_CHECK_DECODE ? "" : " --check decode");
     }
     return 0;
 }

@@ -8,6 +8,12 @@
 /* How many damaged records verify names. */
 #define MAX_ERRORS 10
 
+/* After damage found by `verify --check` on a .slr dataset. */
+#define SL_SLR_IMAGE_HINT                                                                   \
+    "damaged records cannot be read, and images that do not decode fail training at the "  \
+    "decode op; re-pack from the source with --check decode --skip-bad, or train with "     \
+    "\"on_error\": \"skip\" (Python: .on_error(\"skip\")) to drop them"
+
 static void help(FILE *f) {
     fprintf(f, "usage: sluice verify DATASET... [--json] [--check header|decode] [--features SPEC]\n"
                "\n"
@@ -22,8 +28,10 @@ static void help(FILE *f) {
                "options:\n"
                "  --json           print {\"ok\", \"records\", \"bad\", \"errors\"} on stdout\n"
                "                   (one object per DATASET, one per line)\n"
-               "  --check MODE     images read in place: header (default) reads each\n"
-               "                   image's header, decode decodes every pixel, as pack\n"
+               "  --check MODE     also check every image (for a .slr dataset: its bytes\n"
+               "                   columns that hold images): header (default for inputs\n"
+               "                   other than .slr) reads each image's header, decode\n"
+               "                   decodes every pixel, with the decoder training uses\n"
                "  --features SPEC  TFRecord: the features to decode, as for info\n"
                "  -h, --help       show this help\n"
                "\n"
@@ -112,6 +120,22 @@ static void add_record_error(error_list *e, run_state *run, const char *msg) {
     run->prefix = strndup(msg, at);
     run->cause = strdup(cause);
     run->first = run->last = rec;
+}
+
+/* "SHARD: records A..B: CAUSE" for a shard that does not open (the cause
+ * without the shard's path when the message starts with it). */
+static void add_shard_error(error_list *e, const char *path, uint64_t first, uint64_t cnt,
+                            const char *msg) {
+    char buf[2048];
+    size_t pl = strlen(path);
+    const char *cause = !strncmp(msg, path, pl) && msg[pl] == ':' && msg[pl + 1] == ' '
+                            ? msg + pl + 2 : msg;
+    if (cnt == 1)
+        snprintf(buf, sizeof buf, "%s: record %llu: %s", path, (unsigned long long)first, cause);
+    else
+        snprintf(buf, sizeof buf, "%s: records %llu..%llu: %s", path, (unsigned long long)first,
+                 (unsigned long long)(first + cnt - 1), cause);
+    add_error(e, buf);
 }
 
 static void print_json(const char *path, int ok, uint64_t records, uint64_t bad,
@@ -204,8 +228,46 @@ static int verify_source(const char *const *paths, int n, const char *features, 
     return report(paths[0], hint, ok_text, json, 1, cnt, bad, &errs);
 }
 
-/* One .slr dataset: every footer, index and record checksum. */
-static int verify_slr(const char *path, int json) {
+/* With --check, a .slr dataset's images: each record whose checksum matched
+ * is read through the .slr source and its image columns (bytes columns
+ * holding images, by content) checked with the decode op's decoder, as pack
+ * checks an input. Records that do not read were counted by the checksum
+ * pass; *bad counts the others whose images fail, *images the values
+ * checked. */
+static int check_slr_images(const char *path, int check, uint64_t *bad, uint64_t *images,
+                            error_list *errs) {
+    sl_source *src;
+    const char *one[1] = {path};
+    if (sl_source_open_paths(&src, one, 1, NULL) != SL_OK) {
+        add_error(errs, sl_errmsg());
+        return -1;
+    }
+    uint64_t cnt = sl_source_count(src);
+    cli_progress bar;
+    cli_progress_start(&bar, check == SL_PACK_CHECK_DECODE ? "decode" : "images", cnt);
+    int rc = 0;
+    for (uint64_t i = 0; i < cnt; i++) {
+        int k = 0, r = sl_source_check(src, i, check, &k);
+        if (r == SL_ENOMEM) {
+            add_error(errs, sl_errmsg());
+            rc = -1;
+            break;
+        }
+        if (r == SL_EDECODE || r == SL_ELIMIT || r == SL_EUNSUPPORTED) {
+            (*bad)++;
+            add_error(errs, sl_errmsg());
+        }
+        *images += (uint64_t)k;
+        cli_progress_update(&bar, i + 1, 0);
+    }
+    cli_progress_end(&bar);
+    sl_source_free(src);
+    return rc;
+}
+
+/* One .slr dataset: every footer, index and record checksum; with `check`
+ * (>= 0), also every image (check_slr_images). */
+static int verify_slr(const char *path, int json, int check) {
     error_list errs = {{0}, 0};
     sl_reader *r;
     if (sl_reader_open(&r, path, 0) != SL_OK) {
@@ -228,9 +290,22 @@ static int verify_slr(const char *path, int json) {
             sl_record *rec = NULL;
             run_state run = {NULL, NULL, 0, 0};
             if (sl_record_create(&rec) == SL_OK) {
-                for (uint64_t i = 0; i < n && errs.n < MAX_ERRORS; i++)
-                    if (sl_reader_read(r, i, rec) < 0)
-                        add_record_error(&errs, &run, sl_errmsg());
+                /* A shard that does not open fails all of its records
+                 * alike: named once, as its range, without a read of each
+                 * (a manifest may plan millions of records there). */
+                for (int k = 0; k < sl_reader_shard_count(r) && errs.n < MAX_ERRORS; k++) {
+                    uint64_t first = 0, cnt = 0;
+                    sl_reader_shard_range(r, k, &first, &cnt);
+                    if (cnt > 0 && sl_reader_shard_check(r, k) < 0) {
+                        flush_run(&errs, &run);
+                        add_shard_error(&errs, sl_reader_shard_path(r, k), first, cnt,
+                                        sl_errmsg());
+                        continue;
+                    }
+                    for (uint64_t i = first; i < first + cnt && errs.n < MAX_ERRORS; i++)
+                        if (sl_reader_read(r, i, rec) < 0)
+                            add_record_error(&errs, &run, sl_errmsg());
+                }
                 sl_record_free(rec);
             }
             flush_run(&errs, &run);
@@ -239,7 +314,18 @@ static int verify_slr(const char *path, int json) {
         }
     }
     sl_reader_free(r);
-    return report(path, SL_SLR_REPAIR_HINT, "every checksum matches", json, 1, n, bad, &errs);
+    const char *ok_text = "every checksum matches";
+    if (check >= 0) {
+        uint64_t images = 0;
+        if (check_slr_images(path, check, &bad, &images, &errs) < 0)
+            return report(path, SL_SLR_REPAIR_HINT, "", json, 0, 0, 0, &errs);
+        ok_text = !images ? "every checksum matches (no column holds images)"
+                  : check == SL_PACK_CHECK_DECODE
+                      ? "every checksum matches, every image decodes"
+                      : "every checksum matches, every image's header reads";
+    }
+    return report(path, check >= 0 ? SL_SLR_IMAGE_HINT : SL_SLR_REPAIR_HINT, ok_text, json, 1,
+                  n, bad, &errs);
 }
 
 int cmd_verify(int argc, char **argv) {
@@ -284,13 +370,7 @@ int cmd_verify(int argc, char **argv) {
          * file). */
         int rc;
         if (len[g] == 1 && !features && cli_looks_slr(p[0])) {
-            if (check_s) {
-                fprintf(stderr, "sluice verify: %s: --check applies to image files read in place "
-                                "(ImageFolder, tar, TFRecord); a dataset's images were checked "
-                                "when it was packed\n", p[0]);
-                return 2;
-            }
-            rc = verify_slr(p[0], json);
+            rc = verify_slr(p[0], json, check_s ? check : -1);
         } else {
             rc = verify_source(p, len[g], features, check, json);
         }

@@ -691,14 +691,14 @@ static int fill_start(sl_device_state *ds, const sl_batch *b) {
 /* "<where>: ops[i] (decode(gpu)): <why>" for the failed item */
 static void gpu_failure(sl_device_state *ds, const double *place, const char *why, char *msg,
                         size_t cap) {
-    char where[300];
+    char where[400];
     uint64_t rec = (uint64_t)place[SL_GPU_PLACE_RECORD];
     if (rec < ds->p->src->count)
-        sl_source__locate(ds->p->src, rec, where, sizeof where);
+        sl_source__where(ds->p->src, rec, NULL, where, sizeof where);
     else
         snprintf(where, sizeof where, "%.200s: record %llu", ds->p->src_name,
                  (unsigned long long)rec);
-    snprintf(msg, cap, "%s: ops[%d] (%s): %s", where, ds->gd_pos, ds->gd_label, why);
+    sl_exec__op_error(ds->p, msg, cap, where, ds->gd_pos, ds->gd_label, why);
 }
 
 /* Decode the carry's next k rows into the output's rows from `filled` on:

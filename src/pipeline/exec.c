@@ -147,6 +147,26 @@ void sl_exec__chunk_fail(sl_pipeline *p, sl_chunk *c, int rc, const char *msg) {
     snprintf(c->errmsg, sizeof c->errmsg, "%s", msg);
 }
 
+void sl_exec__add_skip_hint(const sl_pipeline *p, char *msg, size_t cap) {
+    if (p->spec->on_error != SL_ON_ERROR_FAIL)
+        return;
+    size_t hl = sizeof SL_EXEC_SKIP_HINT - 1, n = strlen(msg);
+    if (hl + 4 >= cap)
+        return;
+    if (n + hl >= cap) { /* cut the cause short, say so, keep the hint */
+        n = cap - hl - 4;
+        memcpy(msg + n, "...", 3);
+        n += 3;
+    }
+    memcpy(msg + n, SL_EXEC_SKIP_HINT, hl + 1);
+}
+
+void sl_exec__op_error(const sl_pipeline *p, char *msg, size_t cap, const char *where, int pos,
+                       const char *label, const char *cause) {
+    snprintf(msg, cap, "%s: ops[%d] (%s): %s", where, pos, label, cause);
+    sl_exec__add_skip_hint(p, msg, cap);
+}
+
 void sl_exec__copy_str(char *dst, size_t cap, const char *src) {
     size_t n = strlen(src);
     if (n >= cap)
@@ -160,6 +180,31 @@ void sl_exec__note_skip(sl_pipeline *p, const char *msg) {
     p->skipped++;
     if (p->nerrors < SL_STATS_MAX_ERRORS)
         sl_exec__copy_str(p->errors[p->nerrors++], sizeof p->errors[0], msg);
+    pthread_mutex_unlock(&p->err_mu);
+}
+
+void sl_exec__note_skip_range(sl_pipeline *p, uint64_t first, uint64_t count, uint64_t n,
+                              const char *msg) {
+    pthread_mutex_lock(&p->err_mu);
+    p->skipped += n;
+    int seen = 0;
+    for (int k = 0; k < p->ndead && !seen; k++)
+        seen = p->dead_first[k] == first;
+    if (!seen && msg && p->nerrors < SL_STATS_MAX_ERRORS) {
+        /* "...: record N: cause" becomes "...: records A..B: cause" */
+        const char *at = strstr(msg, ": record ");
+        char *end = NULL;
+        if (at)
+            strtoull(at + 9, &end, 10);
+        if (at && end && end != at + 9 && count > 1)
+            snprintf(p->errors[p->nerrors], sizeof p->errors[0], "%.*s: records %llu..%llu%s",
+                     (int)(at - msg), msg, (unsigned long long)first,
+                     (unsigned long long)(first + count - 1), end);
+        else
+            sl_exec__copy_str(p->errors[p->nerrors], sizeof p->errors[0], msg);
+        p->nerrors++;
+        p->dead_first[p->ndead++] = first;
+    }
     pthread_mutex_unlock(&p->err_mu);
 }
 
@@ -264,6 +309,8 @@ static int vectorize_batch(sl_pipeline *p, sl_worker *w, sl_chunk *c, char *msg,
             snprintf(msg, cap, "%s: batch of records %llu...: ops[%d] (%s, batched): %s",
                      p->src_name, (unsigned long long)c->s[0].index, nd->pos,
                      nd->label, cause[0] ? cause : sl_status_str(rc));
+            if (rc != SL_ENOMEM)
+                sl_exec__add_skip_hint(p, msg, cap);
             return rc;
         }
     }
@@ -427,15 +474,19 @@ static int apply_chain(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, in
             /* Where the record lives, as its source says (an ImageFolder's
              * file, a tar member, a TFRecord file and offset), so that the
              * user can find the bad sample, not only its number. */
-            char where[300];
+            char where[400];
             if (s->index < p->src->count)
-                sl_source__locate(p->src, s->index, where, sizeof where);
+                sl_source__where(p->src, s->index, NULL, where, sizeof where);
             else
                 snprintf(where, sizeof where, "%.200s: record %llu", p->src_name,
                          (unsigned long long)s->index);
             const char *cause = sl_errmsg();
-            snprintf(msg, cap, "%s: ops[%d] (%s): %s", where, nd->pos, nd->label,
-                     cause[0] ? cause : sl_status_str(rc));
+            if (rc == SL_ENOMEM)
+                snprintf(msg, cap, "%s: ops[%d] (%s): %s", where, nd->pos, nd->label,
+                         cause[0] ? cause : sl_status_str(rc));
+            else
+                sl_exec__op_error(p, msg, cap, where, nd->pos, nd->label,
+                                  cause[0] ? cause : sl_status_str(rc));
             return rc;
         }
     }

@@ -20,10 +20,26 @@
 sl_chunk *sl_exec__chunk_get(sl_pipeline *p);
 /* Turn `c` into an error chunk (policy fail): its samples are released. */
 void sl_exec__chunk_fail(sl_pipeline *p, sl_chunk *c, int rc, const char *msg);
+/* What ends a failed sample's message under policy fail: how to go on. */
+#define SL_EXEC_SKIP_HINT \
+    "; to drop bad samples and go on: \"on_error\": \"skip\" in the spec, .on_error(\"skip\") in Python"
+/* "<where>: ops[<pos>] (<label>): <cause>" into msg, `where` naming the
+ * record (sl_source__where: file, record, its path or key), ending with
+ * SL_EXEC_SKIP_HINT under policy fail (the cause is cut short to keep it). */
+void sl_exec__op_error(const sl_pipeline *p, char *msg, size_t cap, const char *where, int pos,
+                       const char *label, const char *cause);
+/* SL_EXEC_SKIP_HINT at the end of msg (policy fail), cutting what is before
+ * it short when it does not fit. */
+void sl_exec__add_skip_hint(const sl_pipeline *p, char *msg, size_t cap);
 /* Copy with truncation (messages may be longer than a stats slot). */
 void sl_exec__copy_str(char *dst, size_t cap, const char *src);
 /* Policy skip: count the sample and keep the first few messages. */
 void sl_exec__note_skip(sl_pipeline *p, const char *msg);
+/* Policy skip: count `n` samples of the failed file whose records are
+ * [first, first + count) (source failed_range); its message, `msg` about one
+ * of them ("...: record N: cause"), is kept once, for the whole range. */
+void sl_exec__note_skip_range(sl_pipeline *p, uint64_t first, uint64_t count, uint64_t n,
+                              const char *msg);
 /* A worker cannot go on: store the error, wake the consumer. */
 void sl_exec__worker_fail(sl_pipeline *p, int rc, const char *msg);
 

@@ -159,6 +159,11 @@ static int read_records(sl_pipeline *p, reader *rd, sl_chunk *c, uint64_t *n) {
     }
     for (uint32_t i = PREFETCH_NEAR; i < m && i < PREFETCH_FAR; i++)
         sl_source__prefetch(p->src, c->s[i].index, 1);
+    /* Policy skip: the records of a file that failed to open (a shard whose
+     * every read fails alike) are dropped without a read each, its message
+     * kept once for the whole range (sl_exec__note_skip_range). */
+    const int skip = p->spec->on_error == SL_ON_ERROR_SKIP;
+    uint64_t dead_first = 0, dead_count = 0, dead_n = 0;
     for (uint32_t i = 0; i < m; i++) {
         uint64_t idx = c->s[i].index;
         /* index entries PREFETCH_FAR records ahead, record bytes
@@ -170,6 +175,11 @@ static int read_records(sl_pipeline *p, reader *rd, sl_chunk *c, uint64_t *n) {
         c->pos[kept] = c->pos[i];
         c->key[kept] = c->key[i];
         sl_sample *s = &c->s[kept];
+        if (skip && idx - dead_first < dead_count) {
+            dead_n++;
+            s->ncols = 0;
+            continue;
+        }
         int rc;
         if (into_rows) {
             void *dst[SL_MAX_COLUMNS];
@@ -187,8 +197,20 @@ static int read_records(sl_pipeline *p, reader *rd, sl_chunk *c, uint64_t *n) {
         s->ncols = 0;
         char msg[SL__ERRMSG_MAX];
         snprintf(msg, sizeof msg, "read: %s", sl_errmsg());
-        if (p->spec->on_error == SL_ON_ERROR_SKIP && rc != SL_ENOMEM) {
-            sl_exec__note_skip(p, msg);
+        if (rc == SL_ECORRUPT || rc == SL_EDECODE) /* damaged data: skipping goes on */
+            sl_exec__add_skip_hint(p, msg, sizeof msg);
+        if (skip && rc != SL_ENOMEM) {
+            uint64_t f, fn;
+            if (sl_source__failed_range(p->src, idx, &f, &fn)) {
+                if (dead_n)
+                    sl_exec__note_skip_range(p, dead_first, dead_count, dead_n, NULL);
+                dead_first = f;
+                dead_count = fn;
+                dead_n = 0;
+                sl_exec__note_skip_range(p, f, fn, 1, msg);
+            } else {
+                sl_exec__note_skip(p, msg);
+            }
             continue;
         }
         c->n = kept;
@@ -197,6 +219,8 @@ static int read_records(sl_pipeline *p, reader *rd, sl_chunk *c, uint64_t *n) {
         sl_exec__chunk_fail(p, c, rc, msg);
         return into_rows;
     }
+    if (dead_n)
+        sl_exec__note_skip_range(p, dead_first, dead_count, dead_n, NULL);
     if (c->kind == SL_CHUNK_DATA)
         c->n = kept;
     return into_rows;

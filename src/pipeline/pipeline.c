@@ -16,7 +16,10 @@
  *            after set_epoch(e+1)
  *   any --set_epoch elsewhere / restore_state--> stop + restart at the
  *            position (sl_pipeline__stop, then start on the next call)
- *   RUNNING --next() gets ERROR--> FAILED (every call returns the error)
+ *   RUNNING --next() gets ERROR--> FAILED (every next() returns the error)
+ *   FAILED --set_epoch(e) / restore_state--> stop, clear the failure,
+ *            restart at the position (restart_at; a record that failed
+ *            fails again when it is reached again)
  */
 #include "pipeline/pipeline.h"
 
@@ -462,8 +465,20 @@ int sl_pipeline_next(sl_pipeline *p, sl_batch **out) {
     }
 }
 
+/* The threads are stopped (sl_pipeline__stop joined them): nothing can set
+ * `failed` again until the next start, so a failed pipeline can start clean.
+ * A record that failed fails again when it is reached again. */
+static void clear_failure(sl_pipeline *p) {
+    pthread_mutex_lock(&p->err_mu);
+    p->failed = 0;
+    p->fail_rc = SL_OK;
+    p->fail_msg[0] = '\0';
+    pthread_mutex_unlock(&p->err_mu);
+}
+
 static void restart_at(sl_pipeline *p, uint64_t epoch, const sl_resume *r, uint64_t skip) {
     sl_pipeline__stop(p);
+    clear_failure(p);
     p->start = *r;
     p->cons_epoch = epoch;
     p->cons_at_end = 0;
@@ -485,7 +500,10 @@ int sl_pipeline_set_epoch(sl_pipeline *p, uint64_t epoch) {
     p->set_epochs++;
     p->last_set_epoch = epoch;
     uint64_t ahead = loop ? epoch + 2 : 0;
-    int fresh = p->cons_epoch == epoch && p->last.batch == 0 && p->last.pos == 0 &&
+    pthread_mutex_lock(&p->err_mu);
+    int failed = p->failed;
+    pthread_mutex_unlock(&p->err_mu);
+    int fresh = !failed && p->cons_epoch == epoch && p->last.batch == 0 && p->last.pos == 0 &&
                 p->replay_skip == 0 && (p->running || (p->start.epoch == epoch && p->start.pos == 0));
     if (fresh) {
         pthread_mutex_lock(&p->src_mu);

@@ -534,6 +534,9 @@ struct sl_pipeline {
     uint64_t skipped;
     int nerrors;
     char errors[SL_STATS_MAX_ERRORS][256];
+    uint64_t dead_first[SL_STATS_MAX_ERRORS]; /* first records of the failed
+                                   files already in errors[] (skip policy) */
+    int ndead;
     int failed;
     int fail_rc;
     char fail_msg[SL__ERRMSG_MAX];

@@ -130,6 +130,13 @@ int sl_record__manifest_load(const char *mpath, slr_manifest *out) {
             sum->valuestring[0] == ' ')
             SL_FAIL(SL_ECORRUPT, "%s: shard %d (%s): \"footer_checksum\" must be 16 hex digits",
                     mpath, i, file->valuestring);
+        if (ms->bytes < SLR_MIN_SHARD_BYTES || ms->records > sl_record__max_records(ms->bytes))
+            SL_FAIL(SL_ECORRUPT, "%s: shard %d (%s): %llu records cannot fit in %llu bytes (a "
+                    "shard takes at least %u bytes and each record %u more: at most %llu); the "
+                    "manifest is damaged: write the dataset again",
+                    mpath, i, file->valuestring, (unsigned long long)ms->records,
+                    (unsigned long long)ms->bytes, SLR_MIN_SHARD_BYTES, SLR_MIN_RECORD_BYTES,
+                    (unsigned long long)sl_record__max_records(ms->bytes));
         if (ms->first != next)
             SL_FAIL(SL_ECORRUPT, "%s: shard %d (%s) starts at record %llu, expected %llu", mpath, i,
                     file->valuestring, (unsigned long long)ms->first, (unsigned long long)next);

@@ -59,6 +59,19 @@ _Static_assert(SL_COLNAME_MAX == 64, "a column descriptor holds a 64-byte name f
 #define SLR_DEFAULT_SHARD_BYTES ((uint64_t)4 << 30)
 #define SLR_DEFAULT_ZSTD_LEVEL 3
 
+/* The fewest bytes a shard can have: a header with one column and an empty
+ * metadata block (64 + 136 + 8 + 8), an index metadata block (8) and the
+ * footer (64); and the fewest each record adds: its frame header (16), a
+ * payload of at least one column directory entry (16) and its index entry
+ * (24). A manifest whose shard holds more records than its bytes allow is
+ * refused (docs/FORMAT.md, section 9). */
+#define SLR_MIN_SHARD_BYTES (SLR_HEADER_FIXED + SLR_COLDESC_SIZE + 8u + 8u + 8u + SLR_FOOTER_SIZE)
+#define SLR_MIN_RECORD_BYTES (SLR_FRAME_HEADER + SLR_COLDIR_ENTRY + SLR_INDEX_ENTRY)
+/* The most records `bytes` bytes of shard can hold (0 below the smallest shard). */
+static inline uint64_t sl_record__max_records(uint64_t bytes) {
+    return bytes < SLR_MIN_SHARD_BYTES ? 0 : (bytes - SLR_MIN_SHARD_BYTES) / SLR_MIN_RECORD_BYTES;
+}
+
 #define SLR_MANIFEST_NAME "manifest.json"
 #define SLR_MANIFEST_FORMAT "sluice-dataset"
 #define SLR_MANIFEST_VERSION 1
@@ -332,6 +345,9 @@ int sl_record__read_cols(const sl_reader *r, uint64_t i, sl_record *rec, bool ve
                          void *const *dst, const size_t *bytes);
 /* The number of the shard holding global record i (< count). */
 int sl_record__shard_of(const sl_reader *r, uint64_t i);
+/* 1 when record i's shard failed to open (every read of its records fails
+ * alike), with the shard's records [*first, *first + *count); else 0. */
+int sl_record__failed_range(const sl_reader *r, uint64_t i, uint64_t *first, uint64_t *count);
 /* A hint that record i (< count) will be read soon; changes no result. `far`:
  * bring in its index entry only (call it some records ahead); else bring in
  * the first bytes of its frame, whose offset is read from the entry (call it

@@ -644,6 +644,18 @@ static int open_dir(sl_reader *r, const char *path) {
         sl->footer_checksum = ms->footer_checksum;
         sl->copy_reads = ms->records > 0 && ms->bytes / ms->records >= COPY_MIN_RECORD;
         r->data_bytes += ms->bytes;
+        /* A local shard's size costs a stat: a record count it cannot hold
+         * is refused now, before anything is planned over phantom records
+         * (a missing or otherwise damaged shard still costs only its own
+         * records, when a read first opens it). */
+        sl_io_info fst;
+        if (!sl_io__is_url(sl->path) && sl_io__stat(sl->path, &fst) == SL_OK && !fst.is_dir &&
+            ms->records > sl_record__max_records(fst.size))
+            SL_FAIL(SL_ECORRUPT, "%s: shard %s: the manifest says %llu records, but the file's "
+                    "%llu bytes hold at most %llu; the manifest is damaged: write the dataset "
+                    "again", r->mpath, ms->file, (unsigned long long)ms->records,
+                    (unsigned long long)fst.size,
+                    (unsigned long long)sl_record__max_records(fst.size));
     }
     r->count = man.records;
     /* The schema: shard 0's header, read by itself (no mapping, no index). */

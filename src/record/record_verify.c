@@ -17,6 +17,38 @@
 #include <stdio.h>
 #include <string.h>
 
+int sl_reader_shard_range(const sl_reader *r, int i, uint64_t *first, uint64_t *count) {
+    if (!r || !first || !count || i < 0 || i >= r->nshards)
+        return sl__error(SL_EINVAL, "sl_reader_shard_range: shard %d out of range (0..%d)", i,
+                         r ? r->nshards - 1 : -1);
+    *first = r->shards[i].first;
+    *count = r->shards[i].count;
+    return SL_OK;
+}
+
+int sl_reader_shard_check(const sl_reader *r, int i) {
+    if (!r || i < 0 || i >= r->nshards)
+        return sl__error(SL_EINVAL, "sl_reader_shard_check: shard %d out of range (0..%d)", i,
+                         r ? r->nshards - 1 : -1);
+    slr_shard *sh;
+    SL_TRY(sl_record__shard_get(r, i, &sh));
+    sl_record__shard_put(sh);
+    return SL_OK;
+}
+
+int sl_record__failed_range(const sl_reader *r, uint64_t i, uint64_t *first, uint64_t *count) {
+    if (i >= r->count)
+        return 0;
+    int k = sl_record__shard_of(r, i);
+    slr_slot *sl = &((sl_reader *)(uintptr_t)r)->shards[k]; /* fail_rc: under its lock */
+    pthread_mutex_lock(&sl->mu);
+    int failed = sl->fail_rc != 0;
+    pthread_mutex_unlock(&sl->mu);
+    *first = sl->first;
+    *count = sl->count;
+    return failed;
+}
+
 int sl_reader_verify(const sl_reader *r, int keep_going, uint64_t *bad_out,
                      void (*progress)(uint64_t done, uint64_t total, void *user), void *user) {
     if (bad_out)

@@ -183,14 +183,23 @@ static int slr_column(const sl_source *src, int c, sl_schema *schema) {
 
 int sl_source__check_sample(sl_source *src, sl_source__checker *chk, uint64_t i,
                             const sl_sample *smp, int *images_out) {
+    uint32_t cols = 0;
+    for (int c = 0; c < src->ncols; c++)
+        if (src->col[c].image)
+            cols |= 1u << c;
+    return sl_source__check_cols(src, chk, i, smp, cols, images_out);
+}
+
+int sl_source__check_cols(sl_source *src, sl_source__checker *chk, uint64_t i,
+                          const sl_sample *smp, uint32_t cols, int *images_out) {
     int images = 0;
     for (int c = 0; c < src->ncols && c < (int)smp->ncols; c++) {
-        if (!src->col[c].image)
+        if (!(cols >> c & 1u))
             continue;
         int rc = sl_source__check_image(chk, smp->col[c].data, smp->col[c].nbytes);
         if (rc < 0) {
             char where[SL__ERRMSG_MAX / 2];
-            sl_source__locate(src, i, where, sizeof where);
+            sl_source__where(src, i, smp, where, sizeof where);
             return sl__error_prefix(rc, "%s: column '%s'", where, src->col[c].name);
         }
         images++;

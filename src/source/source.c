@@ -195,6 +195,59 @@ void sl_source__locate(sl_source *s, uint64_t i, char *buf, size_t cap) {
         snprintf(buf, cap, "%s: record %" PRIu64, s->name, i);
 }
 
+/* The text column that names a record, if the source has one: `path` (an
+ * ImageFolder's, kept by pack) or `__key__` (a WebDataset sample's). */
+static int name_column(const sl_source *s, const char **label) {
+    static const char *const names[] = {"path", "__key__"};
+    static const char *const labels[] = {"path", "key"};
+    for (int k = 0; k < 2; k++)
+        for (int c = 0; c < s->ncols; c++)
+            if (s->col[c].type == SL_COL_STRING && !strcmp(s->col[c].name, names[k])) {
+                *label = labels[k];
+                return c;
+            }
+    return -1;
+}
+
+void sl_source__where(sl_source *s, uint64_t i, const sl_sample *smp, char *buf, size_t cap) {
+    sl_source__locate(s, i, buf, cap);
+    const char *label = NULL;
+    int c = name_column(s, &label);
+    if (c < 0 || i >= s->count)
+        return;
+    /* The caller's message (the cause) is this thread's; a read here must
+     * not replace it. */
+    char saved[SL__ERRMSG_MAX];
+    snprintf(saved, sizeof saved, "%s", sl_errmsg());
+    sl_source_cursor *cur = NULL;
+    sl_sample own;
+    memset(&own, 0, sizeof own);
+    const sl_tensor *t = NULL;
+    if (smp && (int)smp->ncols == s->ncols && smp->index == i) {
+        t = &smp->col[c];
+    } else if (sl_source__cursor_open(s, sl_source__heap_alloc, NULL, &cur) == SL_OK &&
+               sl_source__read(s, cur, i, &own) == SL_OK) {
+        t = &own.col[c];
+    }
+    if (t && t->data && t->ndim == 1 && t->shape[0] > 0) {
+        /* one line, printable: control bytes become '?' */
+        char name[201];
+        size_t n = (size_t)t->shape[0] < sizeof name - 1 ? (size_t)t->shape[0] : sizeof name - 1;
+        for (size_t k = 0; k < n; k++) {
+            unsigned char ch = ((const unsigned char *)t->data)[k];
+            name[k] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
+        }
+        name[n] = '\0';
+        size_t len = strlen(buf);
+        if (!strstr(buf, name) && len + 1 < cap) /* an ImageFolder's location has it */
+            snprintf(buf + len, cap - len, " (%s %s)", label, name);
+    }
+    sl_sample_clear(&own);
+    if (cur)
+        sl_source__cursor_free(s, cur);
+    sl__seterrmsg(saved);
+}
+
 int sl_source__add_col(sl_source *s, const char *name, sl_coltype type, sl_dtype dtype,
                        int ndim, const int64_t *shape) {
     if (!name || !name[0] || strlen(name) >= SL_COLNAME_MAX)

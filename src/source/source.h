@@ -47,6 +47,9 @@ void sl_source__checker_dispose(sl_source__checker *c);
  * SL_EDECODE / SL_ELIMIT / SL_EUNSUPPORTED / SL_ENOMEM with a message giving
  * the cause (not the path: the caller prefixes it). */
 int sl_source__check_image(sl_source__checker *c, const uint8_t *data, size_t n);
+/* Do these bytes start like an image file (one decode reads, or one it names
+ * as unsupported: BMP, PPM, TIFF, GIF)? By content alone, no decoding. */
+int sl_source__looks_like_image(const uint8_t *data, size_t n);
 
 /* The bytes to store for a checked image under c->restart: a JPEG
  * re-encoded with an interval table (sl_jpeg_add_restarts) goes into `out`
@@ -117,8 +120,9 @@ typedef struct sl_source_col {
                                plan lets decode ops read it */
     int image;              /* every value is meant to be an image file (an
                                ImageFolder's files, a tar's .jpg members):
-                               pack checks it. 0 for .slr bytes columns, which
-                               were checked when they were packed */
+                               pack checks it. 0 for .slr bytes columns (no
+                               such mark is stored): sl_source_check finds
+                               those by content (SL_SOURCE_F_IMAGES_BY_CONTENT) */
     int indexed;            /* SL_COL_INT64/FLOAT64 whose values index_column()
                                gives without reading records (filters push down) */
 } sl_source_col;
@@ -151,6 +155,9 @@ typedef struct sl_source_cursor {
 #define SL_SOURCE_F_MEMORY 0x1u /* reads are views of memory: no I/O to overlap,
                                    so the executor runs the first ops in the
                                    reading threads */
+#define SL_SOURCE_F_IMAGES_BY_CONTENT 0x2u /* columns carry no image mark (.slr):
+                                   sl_source_check finds image columns by
+                                   content (source_api.c, find_image_cols) */
 
 typedef struct sl_source_vtbl {
     const char *kind;       /* "slr", "memory", "tfrecord", "webdataset",
@@ -180,6 +187,11 @@ typedef struct sl_source_vtbl {
      * `reads_ahead`, once per record with `far` = SL_PREFETCH_REMOTE well
      * ahead (start fetching it). */
     void (*prefetch)(sl_source *src, uint64_t i, int far);
+    /* After a failed read of record i: 1 when the failure is its file's
+     * (a shard that did not open, and fails every read of its records
+     * alike), with that file's records [*first, *first + *count); else 0.
+     * NULL: failures are per record. Any thread; on error paths only. */
+    int (*failed_range)(sl_source *src, uint64_t i, uint64_t *first, uint64_t *count);
     /* Values of an `indexed` column: `count` int64_t (SL_COL_INT64) or double
      * (SL_COL_FLOAT64), borrowed for the source's life. NULL: none indexed. */
     int (*index_column)(sl_source *src, int col, const void **vals_out);
@@ -209,6 +221,11 @@ struct sl_source {
                                TFRecord unless "verify": false); set at open,
                                read with sl_source_checksummed */
     sl_source__checker *api_check; /* sl_source_check's, made on first use */
+    int api_images_known;   /* api_images is set (sl_source_check, first use) */
+    uint32_t api_images;    /* bit c: column c is checked as images by
+                               sl_source_check: col[c].image, or, for a source
+                               without such marks (.slr), a bytes column whose
+                               values are images by content */
 #define SL_PREFETCH_REMOTE 2
     int reads_ahead;        /* reads are remote range requests that prefetch
                                hints fetch ahead (a .slr shard read by ranges,
@@ -224,6 +241,9 @@ struct sl_source {
  * column and the cause. `*images_out` (may be NULL): values checked. */
 int sl_source__check_sample(sl_source *src, sl_source__checker *chk, uint64_t i,
                             const sl_sample *smp, int *images_out);
+/* The same for the columns of bit mask `cols` (bit c: column c). */
+int sl_source__check_cols(sl_source *src, sl_source__checker *chk, uint64_t i,
+                          const sl_sample *smp, uint32_t cols, int *images_out);
 
 /* Pack any source into .slr (sl_pack_source): records in source order. */
 int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts,
@@ -297,6 +317,11 @@ static inline void sl_source__prefetch(sl_source *s, uint64_t i, int far) {
     if (s->vt->prefetch)
         s->vt->prefetch(s, i, far);
 }
+/* The implementation's failed_range(), if it has one (else 0). */
+static inline int sl_source__failed_range(sl_source *s, uint64_t i, uint64_t *first,
+                                          uint64_t *count) {
+    return s->vt->failed_range ? s->vt->failed_range(s, i, first, count) : 0;
+}
 /* Can the source read records straight into caller memory (read_cols)? */
 static inline int sl_source__has_read_cols(const sl_source *s) { return s->vt->read_cols != NULL; }
 /* Are reads views of memory, with no I/O to overlap (SL_SOURCE_F_MEMORY)? */
@@ -313,6 +338,13 @@ static inline int sl_source__remote(const sl_source *s) {
 }
 /* "<name>: record <i>" or the implementation's locate(). */
 void sl_source__locate(sl_source *s, uint64_t i, char *buf, size_t cap);
+/* locate(), plus the record's own name where the source has a text column
+ * `path` or `__key__` and the location does not show it already:
+ * "train.slr: record 29 (path dog/7.jpg)", "a.tar: record 3 (offset 2048)
+ * (key s0003)". `smp` is record i as the source read it, or NULL: the record
+ * is then read again here (on a cursor of its own, heap memory: for error
+ * paths only). May run on any thread; keeps this thread's error message. */
+void sl_source__where(sl_source *s, uint64_t i, const sl_sample *smp, char *buf, size_t cap);
 
 /* The formats, one file each (the registry in source.c names them). */
 int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field);

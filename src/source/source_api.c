@@ -452,6 +452,41 @@ int sl_source_find_column(const sl_source *src, const char *name) {
                      src->ncols ? list : "none");
 }
 
+/* How many records find_image_cols looks at. */
+#define IMAGE_SNIFF_RECORDS 16
+
+/* The columns sl_source_check checks: those the source marks as images; for
+ * a source whose columns carry no such mark (.slr, SL_SOURCE_F_IMAGES_BY_CONTENT),
+ * each bytes column that holds an image, by content, in one of the first
+ * records that read. Every value of such a column is then checked. */
+static int find_image_cols(sl_source *src) {
+    uint32_t cols = 0, bytes_cols = 0;
+    for (int c = 0; c < src->ncols; c++) {
+        if (src->col[c].image)
+            cols |= 1u << c;
+        else if (src->col[c].type == SL_COL_BYTES)
+            bytes_cols |= 1u << c;
+    }
+    const int marked = cols != 0 || !(src->vt->flags & SL_SOURCE_F_IMAGES_BY_CONTENT);
+    for (uint64_t i = 0; !marked && bytes_cols && i < src->count && i < IMAGE_SNIFF_RECORDS; i++) {
+        sl_sample smp;
+        int rc = sl_source_read(src, i, &smp);
+        if (rc == SL_ENOMEM)
+            return rc;
+        if (rc < 0)
+            continue; /* damaged: the check of record i reports it */
+        for (int c = 0; c < src->ncols && c < (int)smp.ncols; c++)
+            if ((bytes_cols >> c & 1u) &&
+                sl_source__looks_like_image(smp.col[c].data, smp.col[c].nbytes))
+                cols |= 1u << c;
+        sl_sample_clear(&smp);
+    }
+    sl_errclear();
+    src->api_images = cols;
+    src->api_images_known = 1;
+    return SL_OK;
+}
+
 int sl_source_check(sl_source *src, uint64_t i, int check, int *images_out) {
     if (images_out)
         *images_out = 0;
@@ -477,9 +512,11 @@ int sl_source_check(sl_source *src, uint64_t i, int check, int *images_out) {
         }
         src->api_check = c;
     }
+    if (!src->api_images_known)
+        SL_TRY(find_image_cols(src));
     sl_sample smp;
     SL_TRY(sl_source_read(src, i, &smp));
-    int rc = sl_source__check_sample(src, src->api_check, i, &smp, images_out);
+    int rc = sl_source__check_cols(src, src->api_check, i, &smp, src->api_images, images_out);
     sl_sample_clear(&smp);
     return rc;
 }

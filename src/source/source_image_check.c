@@ -98,6 +98,10 @@ static int check_png_ihdr(const uint8_t *p, size_t n) {
     return SL_OK;
 }
 
+int sl_source__looks_like_image(const uint8_t *p, size_t n) {
+    return n > 0 && (sl_image_sniff(p, n) != SL_FORMAT_UNKNOWN || undecodable_format(p, n));
+}
+
 int sl_source__check_image(sl_source__checker *c, const uint8_t *p, size_t n) {
     if (n == 0)
         return sl__error(SL_EDECODE, "empty file, not an image");

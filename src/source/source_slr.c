@@ -154,6 +154,21 @@ static int slr_describe(sl_source *src, cJSON *obj) {
     return SL_OK;
 }
 
+/* A directory's record by its shard file (the name its read errors use) and
+ * global number; a single file by its name. */
+static void slr_locate(sl_source *src, uint64_t i, char *buf, size_t cap) {
+    const sl_reader *r = ((slr_source *)src)->reader;
+    if (sl_reader_shard_count(r) > 1)
+        snprintf(buf, cap, "%s: record %llu", sl_reader_shard_path(r, sl_record__shard_of(r, i)),
+                 (unsigned long long)i);
+    else
+        snprintf(buf, cap, "%s: record %llu", src->name, (unsigned long long)i);
+}
+
+static int slr_failed_range(sl_source *src, uint64_t i, uint64_t *first, uint64_t *count) {
+    return sl_record__failed_range(((slr_source *)src)->reader, i, first, count);
+}
+
 static void slr_free(sl_source *src) {
     slr_source *s = (slr_source *)src;
     sl_reader_free(s->reader);
@@ -162,6 +177,7 @@ static void slr_free(sl_source *src) {
 
 static const sl_source_vtbl slr_vtbl = {
     .kind = "slr",
+    .flags = SL_SOURCE_F_IMAGES_BY_CONTENT,
     .repair = SL_SLR_REPAIR_HINT,
     .cursor_open = slr_cursor_open,
     .cursor_free = slr_cursor_free,
@@ -170,6 +186,8 @@ static const sl_source_vtbl slr_vtbl = {
     .prefetch = slr_prefetch,
     .index_column = slr_index_column,
     .describe = slr_describe,
+    .locate = slr_locate,
+    .failed_range = slr_failed_range,
     .free = slr_free,
 };
 

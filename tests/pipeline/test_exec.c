@@ -148,6 +148,64 @@ SL_TEST(pipeline_exec__user_error_policy_fail) {
     }
 }
 
+/* A failed pipeline starts clean on set_epoch and restore_state: the good
+ * batches come again and the bad record fails again where it is reached
+ * again; a state saved after the last good batch resumes there; a resume
+ * past the bad record runs to the end. Repeated, with 1 and 3 threads. */
+SL_TEST(pipeline_exec__failed_pipeline_starts_clean) {
+    for (int threads = 1; threads <= 3; threads += 2) {
+        sl_spec *spec = pu_memory_spec(200);
+        ASSERT_OK(sl_spec_add_map(spec, "boom", fail_at_37, NULL));
+        ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 10}"));
+        ASSERT_OK(sl_spec_set_threads(spec, threads));
+        sl_pipeline *p;
+        ASSERT_OK(sl_pipeline_create(&p, spec));
+        char state[1024];
+        for (int round = 0; round < 5; round++) {
+            if (round > 0)
+                ASSERT_OK(sl_pipeline_set_epoch(p, 0));
+            sl_batch *b;
+            int rc, good = 0;
+            while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
+                ASSERT_EQ(sl_batch_index(b), good);
+                good++;
+                sl_batch_release(b);
+            }
+            ASSERT_RC(rc, SL_EINVAL);
+            ASSERT_EQ(good, 3);
+            ASSERT_CONTAINS(sl_errmsg(), "record 37: ops[0] (map 'boom')");
+            ASSERT_OK(sl_pipeline_save_state(p, state, sizeof state, NULL));
+            ASSERT_CONTAINS(state, "\"batch\":3");
+        }
+        /* restore_state after the failure: from batch 3, which fails again */
+        ASSERT_OK(sl_pipeline_restore_state(p, state));
+        sl_batch *b;
+        ASSERT_RC(sl_pipeline_next(p, &b), SL_EINVAL);
+        ASSERT_CONTAINS(sl_errmsg(), "record 37");
+        /* a resume that avoids the record (the batch after it) yields the
+         * rest of the epoch */
+        char *at = strstr(state, "\"pos\":30");
+        ASSERT(at != NULL);
+        char past[1024];
+        snprintf(past, sizeof past, "%.*s\"pos\":40%s", (int)(at - state), state,
+                 at + strlen("\"pos\":30"));
+        at = strstr(past, "\"batch\":3");
+        ASSERT(at != NULL);
+        at[strlen("\"batch\":")] = '4';
+        ASSERT_OK(sl_pipeline_restore_state(p, past));
+        int rest = 0, rc;
+        while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
+            ASSERT_EQ(sl_batch_size(b), 10);
+            rest++;
+            sl_batch_release(b);
+        }
+        ASSERT_RC(rc, SL_END);
+        ASSERT_EQ(rest, 16);
+        sl_pipeline_free(p);
+        sl_spec_free(spec);
+    }
+}
+
 SL_TEST(pipeline_exec__user_error_policy_skip) {
     sl_spec *spec = pu_memory_spec(200);
     ASSERT_OK(sl_spec_add_map(spec, "boom", fail_at_37, NULL));

@@ -2,6 +2,9 @@
  * records under both error policies. */
 #include "pipe_util.h"
 #include "record/record_format.h"
+#include "../ops/ops_testdata.h"
+
+#include <cjson/cJSON.h>
 
 #include <stdio.h>
 
@@ -293,4 +296,198 @@ SL_TEST(pipeline_slr__damaged_shard_costs_its_records) {
     }
     ASSERT_EQ(lost, n3);
     ASSERT(clean >= 2);
+}
+
+/* A .slr of `n` JPEGs with a `path` column; record `bad` holds the first half
+ * of its JPEG only (a file cut short, as a header-only check packs it). */
+static void make_jpeg_slr(const char *path, int n, int bad) {
+    sl_schema *sc;
+    ASSERT_OK(sl_schema_create(&sc));
+    ASSERT_OK(sl_schema_add(sc, "image", SL_COL_BYTES, SL_DTYPE_INVALID, 0, NULL, 0));
+    ASSERT_OK(sl_schema_add(sc, "path", SL_COL_STRING, SL_DTYPE_INVALID, 0, NULL, 0));
+    sl_writer *w;
+    sl_writer_options o = SL_WRITER_OPTIONS_INIT;
+    o.fsync = 0;
+    ASSERT_OK(sl_writer_open(&w, path, sc, &o));
+    for (int i = 0; i < n; i++) {
+        size_t size;
+        uint8_t *j = td_picture_jpeg(48, 32, i, 0, &size);
+        char name[64];
+        snprintf(name, sizeof name, "class_%d/img %03d.jpg", i % 3, i);
+        sl_tensor cols[2];
+        int64_t js = (int64_t)(i == bad ? size / 2 : size), ns = (int64_t)strlen(name);
+        sl_tensor_view(&cols[0], j, SL_U8, 1, &js);
+        sl_tensor_view(&cols[1], name, SL_U8, 1, &ns);
+        ASSERT_OK(sl_writer_append(w, cols, 2));
+        free(j);
+    }
+    ASSERT_OK(sl_writer_close(w));
+    sl_writer_free(w);
+    sl_schema_free(sc);
+}
+
+static const char *const op_specs[] = {
+    /* a plain decode, and decode fused with resize */
+    "{\"source\": {\"path\": \"%s\"}, \"ops\": [{\"op\": \"decode\", \"column\": \"image\"}, "
+    "{\"op\": \"select\", \"columns\": [\"image\"]}, {\"op\": \"batch\", \"size\": 4}]%s}",
+    "{\"source\": {\"path\": \"%s\"}, \"ops\": [{\"op\": \"decode\", \"column\": \"image\"}, "
+    "{\"op\": \"resize\", \"column\": \"image\", \"size\": [16, 16]}, "
+    "{\"op\": \"batch\", \"size\": 4}]%s}",
+};
+
+/* An op's failure names the file, the record and its `path` (read again
+ * when the ops no longer carry that column), and ends with how to skip it;
+ * under on_error skip the kept message has no such hint. A source without
+ * a name column keeps the plain location. */
+SL_TEST(pipeline_slr__op_error_names_path_and_hint) {
+    char path[512];
+    sl_test_path(path, sizeof path, "imgs.slr");
+    make_jpeg_slr(path, 12, 6);
+    for (size_t k = 0; k < sizeof op_specs / sizeof op_specs[0]; k++) {
+        char json[2048];
+        snprintf(json, sizeof json, op_specs[k], path, "");
+        sl_spec *spec;
+        ASSERT_OK(sl_spec_from_json(&spec, json));
+        sl_pipeline *p;
+        ASSERT_OK(sl_pipeline_create(&p, spec));
+        sl_batch *b;
+        int rc, good = 0;
+        while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
+            good++;
+            sl_batch_release(b);
+        }
+        ASSERT(rc < 0);
+        ASSERT_EQ(good, 1);
+        const char *m = sl_errmsg();
+        ASSERT_CONTAINS(m, "imgs.slr: record 6 (path class_0/img 006.jpg): ops[0] (");
+        const char *hint = "; to drop bad samples and go on: \"on_error\": \"skip\" in the spec, "
+                           ".on_error(\"skip\") in Python";
+        ASSERT(strlen(m) > strlen(hint));
+        ASSERT_STR_EQ(m + strlen(m) - strlen(hint), hint);
+        sl_pipeline_free(p);
+        sl_spec_free(spec);
+
+        snprintf(json, sizeof json, op_specs[k], path, ", \"on_error\": \"skip\"");
+        ASSERT_OK(sl_spec_from_json(&spec, json));
+        ASSERT_OK(sl_pipeline_create(&p, spec));
+        uint64_t d[8];
+        ASSERT_EQ(pu_run_epoch(p, d, 8), 3);
+        sl_pipeline_stats st;
+        ASSERT_OK(sl_pipeline_stats_get(p, &st));
+        ASSERT_EQ(st.skipped, 1);
+        ASSERT_CONTAINS(st.errors[0], "record 6 (path class_0/img 006.jpg)");
+        ASSERT(strstr(st.errors[0], "on_error") == NULL);
+        sl_pipeline_free(p);
+        sl_spec_free(spec);
+    }
+    /* no name column: the location alone, and still the hint */
+    char plain[512];
+    sl_test_path(plain, sizeof plain, "plain.slr");
+    make_slr(plain, 20);
+    sl_pipeline *p = pu_json_pipeline(
+        "{\"source\": {\"path\": \"%s\"}, \"ops\": [{\"op\": \"decode\", \"column\": \"image\"}, "
+        "{\"op\": \"batch\", \"size\": 4}]}", plain);
+    sl_batch *b;
+    ASSERT(sl_pipeline_next(p, &b) < 0);
+    ASSERT_CONTAINS(sl_errmsg(), "plain.slr: record 0: ops[0] (decode): ");
+    ASSERT_CONTAINS(sl_errmsg(), "\"on_error\": \"skip\"");
+    sl_pipeline_free(p);
+}
+
+/* A damaged record's read error ends with the same hint. */
+SL_TEST(pipeline_slr__damaged_record_error_ends_with_hint) {
+    char path[512];
+    sl_test_path(path, sizeof path, "d.slr");
+    make_slr(path, 50);
+    corrupt_record(path, 13);
+    sl_pipeline *p = pu_json_pipeline(
+        "{\"source\": {\"path\": \"%s\"}, \"ops\": [{\"op\": \"batch\", \"size\": 5}]}", path);
+    sl_batch *b;
+    int rc;
+    while ((rc = sl_pipeline_next(p, &b)) == SL_OK)
+        sl_batch_release(b);
+    ASSERT_RC(rc, SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "d.slr: record 13: ");
+    ASSERT_CONTAINS(sl_errmsg(), "checksum mismatch; to drop bad samples and go on: ");
+    sl_pipeline_free(p);
+}
+
+/* Under on_error skip, a shard that does not open costs its whole range at
+ * once: one message naming the shard and its records (not one per record,
+ * which filled the kept messages with the same shard), every one of its
+ * records counted as skipped, the readable shards read whole. The manifest
+ * says shard 2 holds as many records as its bytes could (its footer says
+ * about a tenth of that), so the shards after it start at other numbers
+ * than their footers say and fail too; read in a shuffled order. */
+SL_TEST(pipeline_slr__failed_shard_skips_its_range_at_once) {
+    char dir[512], man[600];
+    sl_test_path(dir, sizeof dir, "dir.slr");
+    make_slr_shards(dir, 400, 8192);
+    snprintf(man, sizeof man, "%s/manifest.json", dir);
+    size_t len;
+    uint8_t *text = sl_test_read_file(man, &len);
+    cJSON *doc = cJSON_ParseWithLength((const char *)text, len);
+    free(text);
+    ASSERT(doc != NULL);
+    cJSON *shards = cJSON_GetObjectItem(doc, "shards");
+    int ns = cJSON_GetArraySize(shards);
+    ASSERT(ns > 6);
+    uint64_t next = 0, f2 = 0, n2 = 0, readable = 0;
+    for (int k = 0; k < ns; k++) {
+        cJSON *s = cJSON_GetArrayItem(shards, k);
+        uint64_t recs = (uint64_t)cJSON_GetObjectItem(s, "records")->valuedouble;
+        if (k < 2)
+            readable += recs;
+        if (k == 2) {
+            recs = sl_record__max_records((uint64_t)cJSON_GetObjectItem(s, "bytes")->valuedouble);
+            cJSON_SetNumberValue(cJSON_GetObjectItem(s, "records"), (double)recs);
+            f2 = next;
+            n2 = recs;
+        }
+        cJSON_SetNumberValue(cJSON_GetObjectItem(s, "first"), (double)next);
+        next += recs;
+    }
+    const uint64_t total = next;
+    ASSERT(n2 > 100);
+    cJSON_SetNumberValue(cJSON_GetObjectItem(doc, "records"), (double)total);
+    char *out = cJSON_Print(doc);
+    sl_test_write_file(man, out, strlen(out));
+    free(out);
+    cJSON_Delete(doc);
+    for (int threads = 1; threads <= 3; threads += 2) {
+        char spec[512];
+        snprintf(spec, sizeof spec,
+                 "{\"source\": {\"path\": \"%%s\", \"shuffle\": true, \"parallel\": %d}, "
+                 "\"on_error\": \"skip\", \"ops\": [{\"op\": \"batch\", \"size\": 16}]}", threads);
+        sl_spec *sp;
+        char json[1024];
+        snprintf(json, sizeof json, spec, dir);
+        ASSERT_OK(sl_spec_from_json(&sp, json));
+        sl_pipeline *p;
+        ASSERT_OK(sl_pipeline_create(&p, sp));
+        uint64_t d[64];
+        uint64_t t0 = sl__now_ns();
+        pu_run_epoch(p, d, 64);
+        double secs = (double)(sl__now_ns() - t0) / 1e9;
+        sl_pipeline_stats st;
+        ASSERT_OK(sl_pipeline_stats_get(p, &st));
+        ASSERT_U64_EQ(st.samples, readable);
+        ASSERT_U64_EQ(st.skipped, total - readable);
+        /* one message per failed shard, each naming its whole range */
+        char want[128];
+        snprintf(want, sizeof want, "shard-00002.slr: records %llu..%llu: ",
+                 (unsigned long long)f2, (unsigned long long)(f2 + n2 - 1));
+        int found = 0;
+        for (int e = 0; e < st.nerrors; e++) {
+            found += strstr(st.errors[e], want) != NULL;
+            for (int o = 0; o < e; o++) {
+                const char *a = strstr(st.errors[e], "shard-"), *b = strstr(st.errors[o], "shard-");
+                ASSERT(a && b && strncmp(a, b, 16) != 0); /* no shard twice */
+            }
+        }
+        ASSERT_EQ(found, 1);
+        ASSERT(secs < 2.0);
+        sl_pipeline_free(p);
+        sl_spec_free(sp);
+    }
 }

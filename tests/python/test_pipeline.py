@@ -390,3 +390,80 @@ def test_python_map_errors_under_skip(small_slr, monkeypatch):
     assert len(b["label"]) == 90 and 4 not in b["label"].tolist()
     assert ds.stats()["skipped"] == 10
     assert len(shown) == 1 and "no fours" in str(shown[0])  # the first one, once
+
+
+def test_failed_pipeline_starts_clean_on_its_next_iteration(small_slr):
+    # A Dataset whose iteration failed iterates again from the start of the
+    # epoch (the same object, with or without set_epoch): the good batches
+    # come again and the bad record raises again where it is reached.
+    from test_record import flip_record_byte
+    flip_record_byte(small_slr, 57)
+    ds = sluice.records(small_slr).batch(10)
+    for attempt in range(4):
+        if attempt % 2:
+            ds.set_epoch(0)
+        got = []
+        with pytest.raises(sluice.CorruptError, match="small.slr: record 57") as ei:
+            for b in ds:
+                got.append(b["label"].copy())
+        assert len(got) == 5, (attempt, len(got))
+        np.testing.assert_array_equal(np.concatenate(got), np.arange(50) % 10)
+        assert "had failed" not in str(ei.value)
+    # resuming past the bad batch yields the rest of the epoch
+    state = ds.state_dict()
+    assert state["batch"] == 5 and state["pos"] == 50
+    ds.load_state_dict(dict(state, batch=6, pos=60))
+    rest = [b["label"].copy() for b in ds]
+    assert len(rest) == 4
+    np.testing.assert_array_equal(np.concatenate(rest), np.arange(60, 100) % 10)
+    # the next epoch of the same object meets the record again
+    ds.set_epoch(1)
+    with pytest.raises(sluice.CorruptError, match="record 57"):
+        collect(ds)
+    # and under on_error("skip") every good record comes
+    skipping = ds.on_error("skip")
+    for _ in range(2):
+        assert sum(len(b["label"]) for b in collect(skipping)) == 99
+
+
+def test_failed_python_map_starts_clean_on_the_next_iteration(small_slr):
+    calls = {"n": 0}
+
+    def flaky(sample):
+        if sample["label"] == 4 and calls["n"] == 0:
+            calls["n"] += 1
+            raise KeyError("once only")
+        return {}
+
+    ds = sluice.records(small_slr).map(flaky).batch(10)
+    with pytest.raises(KeyError, match="once only"):
+        collect(ds)
+    got = collect(ds)  # the map no longer raises: a clean epoch
+    assert sum(len(b["label"]) for b in got) == 100
+
+
+def test_decode_error_names_the_path_and_how_to_skip(tmp_path):
+    # A JPEG cut in half packs under the default header check; the decode
+    # op's error names the record's path column and ends with how to skip
+    # it, in the spec's and Python's spelling; on_error("skip") trains on.
+    from PIL import Image
+    root = tmp_path / "imgs"
+    for i in range(10):
+        d = root / ("c%d" % (i % 2))
+        d.mkdir(parents=True, exist_ok=True)
+        px = np.random.default_rng(i).integers(0, 256, (30, 40, 3), dtype=np.uint8)
+        Image.fromarray(px).save(d / ("im%02d.jpg" % i), quality=90)
+    cut = root / "c1" / "im05.jpg"
+    data = cut.read_bytes()
+    cut.write_bytes(data[: len(data) // 2])
+    slr = str(tmp_path / "t.slr")
+    sluice.pack(str(root), slr, skip_bad=True)
+    ds = sluice.records(slr).decode("image").resize("image", (16, 16)).batch(2)
+    with pytest.raises(sluice.DecodeError) as ei:
+        collect(ds)
+    msg = str(ei.value)
+    assert "t.slr: record 7 (path c1/im05.jpg): ops[0] (decode_resize): " in msg, msg
+    assert msg.endswith('to drop bad samples and go on: "on_error": "skip" in the spec, '
+                        '.on_error("skip") in Python'), msg
+    got = collect(ds.on_error("skip"))
+    assert sum(len(b["label"]) for b in got) == 9

@@ -5,6 +5,7 @@
 #include "slr_testutil.h"
 #include "record/record_format.h"
 
+#include <cjson/cJSON.h>
 #include <dirent.h>
 
 static int count_shard_files(const char *dir) {
@@ -267,4 +268,83 @@ SL_TEST(record_shards__damage_names_shard_and_global_record) {
     ASSERT_CONTAINS(sl_errmsg(), want);
     sl_record_free(rec);
     sl_reader_free(r);
+}
+
+/* The smallest shard and the smallest record are what the manifest check
+ * assumes (record_format.h, SLR_MIN_SHARD_BYTES and SLR_MIN_RECORD_BYTES):
+ * one empty bytes column, no metadata, 0 and then 3 empty records. */
+SL_TEST(record_shards__smallest_shard_and_record_bounds) {
+    for (int n = 0; n <= 3; n += 3) {
+        char path[512];
+        sl_test_path(path, sizeof path, n ? "three.slr" : "none.slr");
+        sl_schema *s;
+        ASSERT_OK(sl_schema_create(&s));
+        ASSERT_OK(sl_schema_add(s, "b", SL_COL_BYTES, SL_DTYPE_INVALID, 0, NULL, 0));
+        sl_writer *w;
+        ASSERT_OK(sl_writer_open(&w, path, s, NULL));
+        for (int i = 0; i < n; i++) {
+            sl_tensor t;
+            int64_t zero = 0;
+            uint8_t dummy = 0;
+            memset(&t, 0, sizeof t);
+            sl_tensor_view(&t, &dummy, SL_U8, 1, &zero);
+            ASSERT_OK(sl_writer_append(w, &t, 1));
+        }
+        ASSERT_OK(sl_writer_close(w));
+        sl_writer_free(w);
+        sl_schema_free(s);
+        size_t len;
+        free(slr_read_file(path, &len));
+        ASSERT_U64_EQ(len, SLR_MIN_SHARD_BYTES + (uint64_t)n * SLR_MIN_RECORD_BYTES);
+        ASSERT_U64_EQ(sl_record__max_records(len), (uint64_t)n);
+    }
+    ASSERT_U64_EQ(sl_record__max_records(SLR_MIN_SHARD_BYTES - 1), 0);
+}
+
+/* A manifest that says a shard holds more records than its bytes allow is
+ * refused at open, naming the shard, at once: 50,000,001 records in a shard
+ * of a few KB. When the manifest's byte count is raised to match, the
+ * file's own size (a stat at open, for a local directory) refuses it. */
+SL_TEST(record_shards__manifest_records_beyond_bytes) {
+    char path[512], man[600];
+    sl_test_path(path, sizeof path, "ds");
+    slr_write_simple(path, 100, 0, 1024);
+    snprintf(man, sizeof man, "%s/manifest.json", path);
+    size_t len;
+    uint8_t *orig = slr_read_file(man, &len);
+    for (int variant = 0; variant < 2; variant++) {
+        cJSON *doc = cJSON_ParseWithLength((const char *)orig, len);
+        ASSERT(doc != NULL);
+        cJSON *shards = cJSON_GetObjectItem(doc, "shards");
+        int ns = cJSON_GetArraySize(shards);
+        ASSERT(ns > 2);
+        cJSON *last = cJSON_GetArrayItem(shards, ns - 1);
+        char file[64];
+        snprintf(file, sizeof file, "%s", cJSON_GetObjectItem(last, "file")->valuestring);
+        double recs = cJSON_GetObjectItem(last, "records")->valuedouble;
+        cJSON_SetNumberValue(cJSON_GetObjectItem(last, "records"), recs + 50000000);
+        cJSON_SetNumberValue(cJSON_GetObjectItem(doc, "records"), 100 + 50000000);
+        if (variant == 1) /* bytes enough for them, as far as the manifest says */
+            cJSON_SetNumberValue(cJSON_GetObjectItem(last, "bytes"), 3e9);
+        char *text = cJSON_Print(doc);
+        slr_write_file(man, text, strlen(text));
+        free(text);
+        cJSON_Delete(doc);
+        sl_reader *r = NULL;
+        uint64_t t0 = sl__now_ns();
+        ASSERT_RC(sl_reader_open(&r, path, 0), SL_ECORRUPT);
+        ASSERT(sl__now_ns() - t0 < 500000000u);
+        ASSERT_CONTAINS(sl_errmsg(), man);
+        ASSERT_CONTAINS(sl_errmsg(), file);
+        ASSERT_CONTAINS(sl_errmsg(), variant ? "hold at most" : "cannot fit in");
+        char want[64];
+        snprintf(want, sizeof want, "%.0f records", recs + 50000000);
+        ASSERT_CONTAINS(sl_errmsg(), want);
+        ASSERT(r == NULL);
+    }
+    slr_write_file(man, orig, len);
+    sl_reader *r = NULL;
+    ASSERT_OK(sl_reader_open(&r, path, 0));
+    sl_reader_free(r);
+    free(orig);
 }
