@@ -652,8 +652,8 @@ static int open_dir(sl_reader *r, const char *path) {
         if (!sl_io__is_url(sl->path) && sl_io__stat(sl->path, &fst) == SL_OK && !fst.is_dir &&
             ms->records > sl_record__max_records(fst.size))
             SL_FAIL(SL_ECORRUPT, "%s: shard %s: the manifest says %llu records, but the file's "
-                    "%llu bytes hold at most %llu; the manifest is damaged: write the dataset "
-                    "again", r->mpath, ms->file, (unsigned long long)ms->records,
+                    "%llu bytes hold at most %llu: the shard is cut short or the manifest is "
+                    "damaged; restore the shard or write the dataset again", r->mpath, ms->file, (unsigned long long)ms->records,
                     (unsigned long long)fst.size,
                     (unsigned long long)sl_record__max_records(fst.size));
     }
