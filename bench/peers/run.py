@@ -322,16 +322,17 @@ def prep_litdata(cfg):
     return os.path.join(prepared(cfg, "litdata", make), "optimized")
 
 
+def litdata_sample(item):
+    """One input of litdata.optimize (at module level: its worker is spawned)."""
+    from PIL import Image
+    path, label = item
+    return {"image": Image.open(path), "label": label}
+
+
 def litdata_optimize(cfg):
     import litdata
-    from PIL import Image
-    listing = photo_listing(cfg["photos"])
-
-    def sample(i):
-        p, label = listing[i]
-        return {"image": Image.open(p), "label": label}
-    litdata.optimize(fn=sample, inputs=list(range(len(listing))), output_dir=cfg["store"],
-                     chunk_bytes="64MB", num_workers=1, mode="overwrite")
+    litdata.optimize(fn=litdata_sample, inputs=photo_listing(cfg["photos"]),
+                     output_dir=cfg["store"], chunk_bytes="64MB", num_workers=1, mode="overwrite")
 
 
 def prep_tfrecord(cfg):
@@ -815,6 +816,14 @@ def load_litdata(cfg, store):
     B, work = cfg["batch"], cfg["work"]
     rem = cfg["remote"]
     workers = CORES
+    # LitData's default chunk prefetch for remote data (async, obstore) refuses a
+    # plain-http endpoint unless obstore's allow_http is on, and LitData passes
+    # obstore client options of its own, which override AWS_ALLOW_HTTP: add it
+    # there (the local servers speak http; S3 itself is https and needs nothing)
+    from litdata.streaming import downloader
+    opts = getattr(downloader, "_OBSTORE_CLIENT_OPTIONS", None)
+    if isinstance(opts, dict):
+        opts["allow_http"] = "true"
     if work == "train":
         tf = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(),
                          v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
@@ -840,7 +849,8 @@ def load_litdata(cfg, store):
         yield from dl
     return epochs, workers, (f"litdata {dist_version('litdata')}, torch {torch.__version__}, "
                              f"torchvision {torchvision.__version__}"), (
-        "s3:// input dir (boto3, storage_options endpoint_url) through the delay proxy, "
+        "s3:// input dir (storage_options endpoint_url; index by boto3, chunks by its async "
+        "obstore prefetch, allow_http) through the delay proxy, "
         "cache_dir emptied before the run; chunks of litdata.optimize (64MB), JPEG serializer "
         "(torchvision decode_jpeg), transforms.v2 on uint8 tensors; CHW; "
         f"StreamingDataLoader num_workers={workers}, persistent")
@@ -1057,9 +1067,11 @@ class RemoteServers:
     def s3_env(self):
         m = self.httpfix.Moto
         ep = self.proxies["s3"].url
+        # AWS_ALLOW_HTTP: LitData's chunk prefetch goes through obstore, which takes
+        # a plain-http endpoint only when told so (its environment settings)
         return {"AWS_ENDPOINT_URL": ep, "S3_ENDPOINT_URL": ep, "AWS_ACCESS_KEY_ID": m.KEY_ID,
                 "AWS_SECRET_ACCESS_KEY": m.SECRET, "AWS_REGION": m.REGION,
-                "AWS_DEFAULT_REGION": m.REGION}
+                "AWS_DEFAULT_REGION": m.REGION, "AWS_ALLOW_HTTP": "true"}
 
     def close(self):
         for k, p in self.proxies.items():
