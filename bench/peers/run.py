@@ -87,6 +87,7 @@ REMOTE_RUNS = [("sluice", None), ("sluice", "http"), ("sluice", "s3"), ("sluice-
                ("litdata", "s3")]
 REMOTE_LOADERS = sorted({l for l, _ in REMOTE_RUNS})
 BUCKET = "sluice-peers"
+LITDATA_CHUNK = os.environ.get("SLUICE_PEERS_LITDATA_CHUNK", "16MB")
 SLR_SHARD_BYTES = 16 << 20  # the remote .slr directory's shards (bench/remote_bench.sh's size)
 LITDATA_VENV = os.environ.get("SLUICE_PEERS_LITDATA_VENV") or os.path.join(
     os.path.expanduser("~"), ".cache", "sluice-peers-litdata")
@@ -319,7 +320,7 @@ def prep_litdata(cfg):
                            capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError("litdata.optimize failed: " + r.stderr.strip()[-600:])
-    return os.path.join(prepared(cfg, "litdata", make), "optimized")
+    return os.path.join(prepared(cfg, "litdata-" + LITDATA_CHUNK, make), "optimized")
 
 
 def litdata_sample(item):
@@ -332,7 +333,8 @@ def litdata_sample(item):
 def litdata_optimize(cfg):
     import litdata
     litdata.optimize(fn=litdata_sample, inputs=photo_listing(cfg["photos"]),
-                     output_dir=cfg["store"], chunk_bytes="64MB", num_workers=1, mode="overwrite")
+                     output_dir=cfg["store"], chunk_bytes=LITDATA_CHUNK, num_workers=1,
+                     mode="overwrite")
 
 
 def prep_tfrecord(cfg):
@@ -1309,6 +1311,10 @@ def main():
             notes.append("failed rounds: " + "; ".join(row["errors"])[-300:])
         notes.append(f"os threads {runs[0]['os_threads']}, setup+first batch "
                      f"{statistics.median(x['setup_s'] for x in runs):.1f} s")
+        if remote:  # how much of the window was the first (fetching) epoch
+            n = len(photo_listing(cfg["photos"]))
+            notes.append("timed window " + ", ".join(
+                f"{(x['samples'] + batch) / n:.2f}" for x in runs) + " epochs from the start")
         out.update({"samples_per_s": round(statistics.median(rates), 1),
                     "peak_rss_mb": round(max(x["peak_rss_mb"] for x in runs), 1),
                     "cpu_s_per_sample": float(f"{statistics.median(x['cpu_s'] / x['samples'] for x in runs):.3g}"),
