@@ -34,10 +34,10 @@ fail() { echo "FAIL s3_moto: $*" >&2; [ -f "${LOG:-}" ] && tail -20 "$LOG" >&2; 
 rc=0
 VENV=$(bash "$REPO/tests/io/moto_venv.sh" 2>"${TMPDIR:-/tmp}/sluice-moto-venv.$$") || rc=$?
 if [ $rc -ne 0 ]; then
-  echo "SKIP s3_moto: $(cat "${TMPDIR:-/tmp}/sluice-moto-venv.$$")" >&2
+  why=$(cat "${TMPDIR:-/tmp}/sluice-moto-venv.$$")
   rm -f "${TMPDIR:-/tmp}/sluice-moto-venv.$$"
-  [ $rc -eq 77 ] && exit 77
-  exit 1
+  [ $rc -eq 77 ] && { echo "SKIP s3_moto: $why" >&2; exit 77; }
+  fail "tests/io/moto_venv.sh failed ($rc): $why"
 fi
 rm -f "${TMPDIR:-/tmp}/sluice-moto-venv.$$"
 MOTO_VERSION=$("$VENV/bin/python" -c 'import moto; print(moto.__version__)')
