@@ -1042,13 +1042,13 @@ class RemoteServers:
                     raise RuntimeError(f"no nginx at {httpfix.NGINX} (Debian: nginx-light)")
                 self.nginx = httpfix.Nginx(root)
                 self.proxies["http"] = httpfix.DelayProxy(exe, self.nginx.port, latency_ms)
-            except RuntimeError as e:
+            except (RuntimeError, OSError) as e:
                 self.why["http"] = f"nginx could not be started: {e}"[:400]
         if "s3" in kinds:
             try:
                 self.moto = httpfix.Moto()
                 self.proxies["s3"] = httpfix.DelayProxy(exe, self.moto.port, latency_ms)
-            except RuntimeError as e:
+            except (RuntimeError, OSError) as e:
                 self.why["s3"] = f"moto could not be started: {e}"[:400]
 
     def url(self, kind, store):
@@ -1207,9 +1207,20 @@ def main():
         ready.append(rid)
 
     servers = None
-    if remote:
-        kinds = {rows[rid]["remote"] for rid in ready} - {None}
-        servers = RemoteServers(store_dir(cfg, ""), kinds, a.remote_latency_ms) if kinds else None
+    try:
+        if remote:
+            kinds = {rows[rid]["remote"] for rid in ready} - {None}
+            servers = RemoteServers(store_dir(cfg, ""), kinds, a.remote_latency_ms) if kinds else None
+        return run_rounds(a, cfg, runs, rows, ready, servers, env, timeout, child_cmd, batch)
+    finally:
+        if servers:
+            servers.close()
+
+
+def run_rounds(a, cfg, runs, rows, ready, servers, env, timeout, child_cmd, batch):
+    """The rounds and the rows (main's second half; the servers run meanwhile)."""
+    remote = servers is not None or cfg.get("remote_runs", False)
+    if servers:
         for rid in list(ready):
             row = rows[rid]
             if row["remote"] is None:
@@ -1247,27 +1258,23 @@ def main():
         if os.path.exists(d):
             raise RuntimeError(f"cannot empty the cache {d}")
 
-    try:
-        for r in range(a.repeats):
-            order = ready[r % len(ready):] + ready[:r % len(ready)] if ready else []
-            for rid in order:
-                c = rows[rid]["cfg"]
-                if c.get("remote"):  # every run starts from an empty cache
-                    empty(c["remote"]["cache_dir"])
-                    os.makedirs(c["remote"]["cache_dir"])
-                rec, peak, tail = run_child(child_cmd(rows[rid]["loader"], c), run_env(rid), timeout)
-                if c.get("remote"):
-                    empty(c["remote"]["cache_dir"])
-                if rec is None:
-                    rows[rid].setdefault("errors", []).append(tail or "no output")
-                    continue
-                rec["peak_rss_mb"] = peak
-                rows[rid]["runs"].append(rec)
-                print(f"peers: round {r + 1}/{a.repeats} {rid}: {rec['samples'] / rec['seconds']:.1f} "
-                      f"samples/s, peak RSS {peak:.0f} MB", file=sys.stderr, flush=True)
-    finally:
-        if servers:
-            servers.close()
+    for r in range(a.repeats):
+        order = ready[r % len(ready):] + ready[:r % len(ready)] if ready else []
+        for rid in order:
+            c = rows[rid]["cfg"]
+            if c.get("remote"):  # every run starts from an empty cache
+                empty(c["remote"]["cache_dir"])
+                os.makedirs(c["remote"]["cache_dir"])
+            rec, peak, tail = run_child(child_cmd(rows[rid]["loader"], c), run_env(rid), timeout)
+            if c.get("remote"):
+                empty(c["remote"]["cache_dir"])
+            if rec is None:
+                rows[rid].setdefault("errors", []).append(tail or "no output")
+                continue
+            rec["peak_rss_mb"] = peak
+            rows[rid]["runs"].append(rec)
+            print(f"peers: round {r + 1}/{a.repeats} {rid}: {rec['samples'] / rec['seconds']:.1f} "
+                  f"samples/s, peak RSS {peak:.0f} MB", file=sys.stderr, flush=True)
 
     failed = False
     ref_mean = None
