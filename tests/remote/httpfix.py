@@ -8,8 +8,12 @@ bench/peers/run.py (nginx, and DelayProxy and Moto below: the C delay proxy
 tests/remote/delayproxy.c and moto's S3 server, each on a free port).
 
     python3 tests/remote/httpfix.py serve ROOT [--https] [--proxy SPEC] [--delay-ms N]
+                                        [--delayproxy EXE:MS ...]
         starts nginx (and the proxy), prints one line "URL [CA_FILE]" and runs
-        until stdin closes or SIGTERM.
+        until stdin closes or SIGTERM. Each --delayproxy starts EXE (the C
+        delay proxy, tests/remote/delayproxy.c) in front of nginx holding every
+        request MS ms; their URLs follow, one a line, in the same write; at exit
+        each one's counts go to stderr ("delayproxy MS ms: ...").
 
 Only loopback addresses are used; every request loop is bounded.
 """
@@ -455,8 +459,14 @@ def main(argv):
     s.add_argument("--proxy", action="store_true", help="serve through the proxy even with no delay or fault")
     s.add_argument("--faults", default="", help="e.g. 500=0.05,503=0.05,429=0.05,drop=0.05,truncate=0.05,"
                    "shift=0.05,norange=0.05")
+    s.add_argument("--delayproxy", action="append", default=[], metavar="EXE:MS",
+                   help="the C delay proxy EXE in front of nginx, MS ms a request (repeatable)")
     a = ap.parse_args(argv)
     ng = Nginx(a.root, https=a.https)
+    dps = []
+    for spec in a.delayproxy:
+        exe, _, ms = spec.rpartition(":")
+        dps.append(DelayProxy(exe, ng.port, int(ms)))
     url, px = ng.url, None
     if a.delay_ms or a.faults or a.proxy:
         rates = {k: float(v) for k, v in (kv.split("=") for kv in a.faults.split(",") if kv)}
@@ -465,11 +475,16 @@ def main(argv):
                         drop=rates.get("drop", 0), truncate=rates.get("truncate", 0),
                         shift=rates.get("shift", 0), norange=rates.get("norange", 0))
         url = px.url
-    print(url + (" " + ng.ca if ng.ca else ""), flush=True)
+    print("\n".join([url + (" " + ng.ca if ng.ca else "")] +
+                    [("https" if a.https else "http") + f"://127.0.0.1:{d.port}" for d in dps]),
+          flush=True)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: done.set())
     threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
     done.wait()
+    for d in dps:
+        ms = d.delay_ms
+        print(f"delayproxy {ms} ms: {d.close()}", file=sys.stderr, flush=True)
     if px:
         px.close()
     ng.close()
