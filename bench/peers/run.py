@@ -52,9 +52,11 @@ tests/remote/delayproxy.c holding every request MS milliseconds: nginx
 for s3://. Runs: sluice and sluice-restart over HTTP and over s3:// (a .slr
 dataset directory in 16 MiB shards), webdataset over HTTP (the tar shards),
 streaming with remote= s3:// (the MDS directory), litdata with an s3:// input
-dir (chunks written by litdata.optimize), and sluice from the same .slr
+dir (16 MB chunks written by litdata.optimize), and sluice from the same .slr
 directory on local disk (remote null: the rate the remote rows are compared
-with). Each reads through the local cache its documentation recommends, in a
+with). SLUICE_PEERS_SLR_SHARD_BYTES and SLUICE_PEERS_LITDATA_CHUNK change the
+two shard sizes; the delay proxy is build/sluice_delayproxy or
+$SLUICE_DELAYPROXY. Each reads through the local cache its documentation recommends, in a
 directory emptied before each run: sluice's shard cache (SLUICE_CACHE_DIR,
 default budget), WebDataset's cache_dir, Streaming's local=, LitData's
 cache_dir. Rows gain "remote" ("http", "s3", or null for the local row) and
@@ -88,7 +90,8 @@ REMOTE_RUNS = [("sluice", None), ("sluice", "http"), ("sluice", "s3"), ("sluice-
 REMOTE_LOADERS = sorted({l for l, _ in REMOTE_RUNS})
 BUCKET = "sluice-peers"
 LITDATA_CHUNK = os.environ.get("SLUICE_PEERS_LITDATA_CHUNK", "16MB")
-SLR_SHARD_BYTES = 16 << 20  # the remote .slr directory's shards (bench/remote_bench.sh's size)
+# the remote rows' .slr directory's shards (bench/remote_bench.sh's size)
+SLR_SHARD_BYTES = int(os.environ.get("SLUICE_PEERS_SLR_SHARD_BYTES") or 16 << 20)
 LITDATA_VENV = os.environ.get("SLUICE_PEERS_LITDATA_VENV") or os.path.join(
     os.path.expanduser("~"), ".cache", "sluice-peers-litdata")
 MEAN = [0.485, 0.456, 0.406]
@@ -304,7 +307,8 @@ def prep_sluice_shards(cfg, restart):
     def make(d):
         sluice.pack(cfg["photos"], os.path.join(d, "train"), shard_bytes=SLR_SHARD_BYTES,
                     jpeg_restart="auto" if restart else "off")
-    name = "slr-shards-restart" if restart else "slr-shards"
+    name = ("slr-shards-restart" if restart else "slr-shards") + (
+        "" if SLR_SHARD_BYTES == 16 << 20 else f"-{SLR_SHARD_BYTES}")
     return os.path.join(prepared(cfg, name, make), "train")
 
 

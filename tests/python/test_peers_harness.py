@@ -136,12 +136,16 @@ def test_remote_rows(tmp_path):
     moto = subprocess.run(["bash", os.path.join(REPO, "tests", "io", "moto_venv.sh")],
                           capture_output=True, text=True).returncode == 0
     root = photos(tmp_path / "photos")
-    os.environ["SLUICE_DELAYPROXY"] = proxy
+    # shards of 200 kB: a .slr dataset directory (several shards), as the 16 MiB
+    # shards of the real photos make
+    os.environ.update(SLUICE_DELAYPROXY=proxy, SLUICE_PEERS_SLR_SHARD_BYTES="200000")
     try:
         r, rows = run(["--photos", str(root), "--work", "eval", "--batch", "8",
                        "--loaders", "sluice,sluice-restart", "--remote-latency-ms", "5"], tmp_path)
     finally:
-        del os.environ["SLUICE_DELAYPROXY"]
+        del os.environ["SLUICE_DELAYPROXY"], os.environ["SLUICE_PEERS_SLR_SHARD_BYTES"]
+    store = next((tmp_path / "cache").glob("photos-*/slr-shards-200000/train"))
+    assert store.is_dir() and len(list(store.glob("*.slr"))) >= 3, list(store.iterdir())
     assert r.returncode == 0, r.stderr[-3000:]
     want = [("sluice", None), ("sluice", "http"), ("sluice", "s3"), ("sluice-restart", "http"),
             ("sluice-restart", "s3")]
