@@ -152,7 +152,8 @@ v = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 assert v >= (2, 4), torch.__version__
 assert sys.version_info[:2] == (3, 11), sys.version
 print(sysconfig.get_paths()["purelib"])
-print("torch==" + torch.__version__); print("torchvision==" + torchvision.__version__)' 2>>"$log"); then
+from importlib import metadata  # the installed versions (torch.__version__ may add +cu130)
+print("torch==" + metadata.version("torch")); print("torchvision==" + metadata.version("torchvision"))' 2>>"$log"); then
       echo "SLUICE_TORCH2_PYTHON=$SLUICE_TORCH2_PYTHON has no torch >= 2.4 + torchvision on Python 3.11 (see $log)" \
         >"$STATUS/litdata.txt"
       return 1
