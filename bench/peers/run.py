@@ -56,8 +56,8 @@ dir (16 MB chunks written by litdata.optimize), and sluice from the same .slr
 directory on local disk (remote null: the rate the remote rows are compared
 with). SLUICE_PEERS_SLR_SHARD_BYTES and SLUICE_PEERS_LITDATA_CHUNK change the
 two shard sizes; the delay proxy is build/sluice_delayproxy or
-$SLUICE_DELAYPROXY. Each reads through the local cache its documentation recommends, in a
-directory emptied before each run: sluice's shard cache (SLUICE_CACHE_DIR,
+$SLUICE_DELAYPROXY. Each reads through the local cache its documentation
+recommends, in a directory emptied before each run: sluice's shard cache (SLUICE_CACHE_DIR,
 default budget), WebDataset's cache_dir, Streaming's local=, LitData's
 cache_dir. Rows gain "remote" ("http", "s3", or null for the local row) and
 "latency_ms". --warmup defaults to 0 here, so the timed window starts right
