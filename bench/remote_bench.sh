@@ -40,29 +40,21 @@ mkdir -p "$W/root"
 N=$("$SLUICE" info "$W/root/train" --json | $PY -c 'import json,sys; print(json.load(sys.stdin)["records"])')
 echo "data: $DATA, $N records in $(ls "$W/root/train" | grep -c slr) shards ($(du -sh "$W/root/train" | cut -f1))"
 
-serve() {  # serve NAME ARGS... : start the servers; their URL in $W/NAME.url
-  mkfifo "$W/$1.in"
-  $PY tests/remote/httpfix.py serve "$W/root" "${@:2}" <"$W/$1.in" >"$W/$1.url" &
-  pids+=($!)
-  exec {fd}>"$W/$1.in"  # held open: the server runs until the script ends
-  for _ in $(seq 100); do [ -s "$W/$1.url" ] && break; sleep 0.1; done
-}
-serve plain
-U=$(cut -d' ' -f1 "$W/plain.url")
 cc -O2 -Wall -Wextra -Werror -o "$W/delayproxy" tests/remote/delayproxy.c
-delayproxy() {  # delayproxy NAME MS: in front of nginx; its URL in $W/NAME.url
-  mkfifo "$W/$1.dpin"
-  "$W/delayproxy" -d "$2" "${U##*:}" <"$W/$1.dpin" >"$W/$1.port" 2>"$W/$1.log" &
+serve() {  # serve NAME ARGS... : start the servers; their URLs in $W/NAME.url, one a line
+  mkfifo "$W/$1.in"
+  $PY tests/remote/httpfix.py serve "$W/root" "${@:2}" <"$W/$1.in" >"$W/$1.url" 2>"$W/$1.log" &
   pids+=($!)
   echo $! >"$W/$1.pid"
-  exec {fd}>"$W/$1.dpin"  # held open: the proxy runs until the script ends
-  for _ in $(seq 100); do [ -s "$W/$1.port" ] && break; sleep 0.1; done
-  echo "http://127.0.0.1:$(cat "$W/$1.port")" >"$W/$1.url"
+  exec {fd}>"$W/$1.in"  # held open: the servers run until the script ends
+  for _ in $(seq 100); do [ -s "$W/$1.url" ] && break; sleep 0.1; done
+  [ -s "$W/$1.url" ] || { echo "servers did not start: $(cat "$W/$1.log")" >&2; exit 1; }
 }
-delayproxy proxy 0
-delayproxy slow 20
-UP=$(cat "$W/proxy.url")
-UD=$(cat "$W/slow.url")
+# nginx, and tests/remote/delayproxy.c in front of it adding 0 and 20 ms a request
+serve plain --delayproxy "$W/delayproxy:0" --delayproxy "$W/delayproxy:20"
+U=$(sed -n 1p "$W/plain.url" | cut -d' ' -f1)
+UP=$(sed -n 2p "$W/plain.url")
+UD=$(sed -n 3p "$W/plain.url")
 
 spec() {
   cat <<JSON
@@ -107,7 +99,6 @@ mh=$(median <"$W/r_http"); mp=$(median <"$W/r_proxy"); md=$(median <"$W/r_slow")
 echo "median: local $ml  http $mh ($(ratio "$mh")x)  proxy0 $mp ($(ratio "$mp")x)  http+20ms $md ($(ratio "$md")x)  warm cache $mw ($(ratio "$mw")x)"
 echo "latency hidden: http+20ms / proxy0 = $(awk -v a="$md" -v b="$mp" 'BEGIN{printf "%.3f", a/b}')x"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-kill -TERM "$(cat "$W/proxy.pid")" "$(cat "$W/slow.pid")"  # they print their counts
-sleep 0.3
-echo "delayproxy 0 ms:  $(tail -1 "$W/proxy.log")"
-echo "delayproxy 20 ms: $(tail -1 "$W/slow.log")"
+kill -TERM "$(cat "$W/plain.pid")"  # the proxies stop and print their counts
+wait "$(cat "$W/plain.pid")" 2>/dev/null || true
+grep '^delayproxy' "$W/plain.log"

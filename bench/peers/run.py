@@ -5,6 +5,7 @@ work and the same cores, in one run.
     PY bench/peers/run.py --photos DIR --work train|eval --json [--loaders L1,L2,...]
                           [--seconds S] [--repeats R] [--batch B] [--cache DIR]
     PY bench/peers/run.py --idx IMAGES LABELS --work tiny --json [...]
+    PY bench/peers/run.py --photos DIR --work train|eval --json --remote-latency-ms MS [...]
 
 PY is the peers' venv python (`bash bench/peers/setup.sh` prints its path);
 /usr/bin/python3 runs the rows that need nothing from PyPI (sluice,
@@ -12,7 +13,8 @@ sluice-restart, torch). sluice is imported from an installed package, else
 from $SLUICE_BUILD/python, else from the repo's build/python.
 
 Loaders: sluice, sluice-restart, torch, tfdata, dali, ffcv, webdataset,
-streaming (MosaicML Streaming; LitData needs torch >= 2.4, Debian ships 1.13).
+streaming (MosaicML Streaming); with --remote-latency-ms also litdata (it needs
+torch >= 2.4 and runs in its own venv, which setup.sh makes; --litdata-python).
 
 1. Each loader's own storage is made from the same inputs, untimed, once, and
    kept under --cache: .slr plain and with --jpeg-restart auto (sluice),
@@ -42,6 +44,26 @@ torch tensors); for `eval` (in file order, so every loader's first batch holds
 the same 64 photos) the mean pixel of the first batch must agree with
 sluice's (or torch's) within 0.03. A failed check says so in the note and
 makes the exit status 1.
+
+Remote (--remote-latency-ms MS): every loader that can read remote data reads
+its own storage (made as above, then served) from local servers through
+tests/remote/delayproxy.c holding every request MS milliseconds: nginx
+(tests/remote/httpfix.py) for HTTP, moto's S3 server (tests/io/moto_venv.sh)
+for s3://. Runs: sluice and sluice-restart over HTTP and over s3:// (a .slr
+dataset directory in 16 MiB shards), webdataset over HTTP (the tar shards),
+streaming with remote= s3:// (the MDS directory), litdata with an s3:// input
+dir (16 MB chunks written by litdata.optimize), and sluice from the same .slr
+directory on local disk (remote null: the rate the remote rows are compared
+with). SLUICE_PEERS_SLR_SHARD_BYTES and SLUICE_PEERS_LITDATA_CHUNK change the
+two shard sizes; the delay proxy is build/sluice_delayproxy or
+$SLUICE_DELAYPROXY. Each reads through the local cache its documentation
+recommends, in a directory emptied before each run: sluice's shard cache (SLUICE_CACHE_DIR,
+default budget), WebDataset's cache_dir, Streaming's local=, LitData's
+cache_dir. Rows gain "remote" ("http", "s3", or null for the local row) and
+"latency_ms". --warmup defaults to 0 here, so the timed window starts right
+after the first batch and holds the first epoch's fetches. The servers, the
+proxies and their CPU are not part of a row's figures (they are not in the
+loader's process tree); they share the machine's cores with it.
 """
 import argparse
 import hashlib
@@ -61,6 +83,17 @@ from py_common import _children, tree_rss_kb  # noqa: E402
 
 LOADERS = ["sluice", "sluice-restart", "torch", "tfdata", "dali", "ffcv", "webdataset",
            "streaming"]
+# --remote-latency-ms: (loader, remote) in row order; remote None: the local row
+REMOTE_RUNS = [("sluice", None), ("sluice", "http"), ("sluice", "s3"), ("sluice-restart", "http"),
+               ("sluice-restart", "s3"), ("webdataset", "http"), ("streaming", "s3"),
+               ("litdata", "s3")]
+REMOTE_LOADERS = sorted({l for l, _ in REMOTE_RUNS})
+BUCKET = "sluice-peers"
+LITDATA_CHUNK = os.environ.get("SLUICE_PEERS_LITDATA_CHUNK", "16MB")
+# the remote rows' .slr directory's shards (bench/remote_bench.sh's size)
+SLR_SHARD_BYTES = int(os.environ.get("SLUICE_PEERS_SLR_SHARD_BYTES") or 16 << 20)
+LITDATA_VENV = os.environ.get("SLUICE_PEERS_LITDATA_VENV") or os.path.join(
+    os.path.expanduser("~"), ".cache", "sluice-peers-litdata")
 MEAN = [0.485, 0.456, 0.406]
 STD = [0.229, 0.224, 0.225]
 # ImageNet-normalised values of 0 and 255, with a little slack for resampling overshoot
@@ -69,7 +102,7 @@ HI = max((1 - m) / s for m, s in zip(MEAN, STD)) + 0.05
 EVAL_MEAN_TOL = 0.03
 CORES = len(os.sched_getaffinity(0))
 PIP_NAMES = {"tfdata": "tensorflow-cpu", "dali": "nvidia-dali-cuda130", "ffcv": "ffcv",
-             "webdataset": "webdataset", "streaming": "mosaicml-streaming"}
+             "webdataset": "webdataset", "streaming": "mosaicml-streaming", "litdata": "litdata"}
 
 
 # ---------------------------------------------------------------- helpers
@@ -111,7 +144,14 @@ def dist_version(name):
         return None
 
 
-def unavailable(loader):
+def loader_python(loader, cfg):
+    """The interpreter a loader's runs use: LitData's own venv, else this one."""
+    if loader == "litdata":
+        return cfg.get("litdata_python") or os.path.join(LITDATA_VENV, "bin", "python")
+    return sys.executable
+
+
+def unavailable(loader, cfg=None):
     """None when the loader can run here, else why not."""
     if loader in ("sluice", "sluice-restart"):
         try:
@@ -131,11 +171,16 @@ def unavailable(loader):
         with open(status) as f:
             return "not installable: " + f.read().strip()
     mod = {"tfdata": "tensorflow", "dali": "nvidia.dali", "ffcv": "ffcv",
-           "webdataset": "webdataset", "streaming": "streaming"}[loader]
-    r = subprocess.run([sys.executable, "-c", f"import {mod}"], capture_output=True, text=True)
+           "webdataset": "webdataset", "streaming": "streaming", "litdata": "litdata"}[loader]
+    py = loader_python(loader, cfg or {})
+    if not os.access(py, os.X_OK):
+        return (f"not installed: no {py} (LitData needs torch >= 2.4: its venv is made by "
+                "bench/peers/setup.sh litdata; or --litdata-python)")
+    r = subprocess.run([py, "-c", f"import {mod}"], capture_output=True, text=True)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["?"])[-1]
-        return (f"not installed in {sys.prefix} ({last}); run bench/peers/setup.sh and use the "
+        where = os.path.dirname(os.path.dirname(py)) if loader == "litdata" else sys.prefix
+        return (f"not installed in {where} ({last}); run bench/peers/setup.sh and use the "
                 "python it prints")
     return None
 
@@ -254,6 +299,48 @@ def prep_sluice(cfg, restart):
     return os.path.join(prepared(cfg, name, make), "data.slr")
 
 
+def prep_sluice_shards(cfg, restart):
+    """The remote rows' .slr: a dataset directory of 16 MiB shards (a remote
+    reader fetches the shards it reads, several at once), and the local row's."""
+    sluice = import_sluice()
+
+    def make(d):
+        sluice.pack(cfg["photos"], os.path.join(d, "train"), shard_bytes=SLR_SHARD_BYTES,
+                    jpeg_restart="auto" if restart else "off")
+    name = ("slr-shards-restart" if restart else "slr-shards") + (
+        "" if SLR_SHARD_BYTES == 16 << 20 else f"-{SLR_SHARD_BYTES}")
+    return os.path.join(prepared(cfg, name, make), "train")
+
+
+def prep_litdata(cfg):
+    """Chunks written by litdata.optimize in LitData's own venv (--_prep child):
+    each sample {"image": the JPEG opened by PIL, "label"}; LitData's JPEG
+    serializer keeps the file's bytes and decodes them with torchvision's
+    decode_jpeg when read. One optimize worker keeps the listing order (eval)."""
+    def make(d):
+        c = dict(cfg, store=os.path.join(d, "optimized"))
+        r = subprocess.run([loader_python("litdata", cfg), os.path.abspath(__file__), "--work",
+                            cfg["work"], "--_prep", "litdata", "--_cfg", json.dumps(c)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError("litdata.optimize failed: " + r.stderr.strip()[-600:])
+    return os.path.join(prepared(cfg, "litdata-" + LITDATA_CHUNK, make), "optimized")
+
+
+def litdata_sample(item):
+    """One input of litdata.optimize (at module level: its worker is spawned)."""
+    from PIL import Image
+    path, label = item
+    return {"image": Image.open(path), "label": label}
+
+
+def litdata_optimize(cfg):
+    import litdata
+    litdata.optimize(fn=litdata_sample, inputs=photo_listing(cfg["photos"]),
+                     output_dir=cfg["store"], chunk_bytes=LITDATA_CHUNK, num_workers=1,
+                     mode="overwrite")
+
+
 def prep_tfrecord(cfg):
     """TFRecord shards of tf.train.Example written by TensorFlow, in listing order,
     with the offset index DALI's TFRecord reader wants beside each shard."""
@@ -366,6 +453,11 @@ def prep_mds(cfg):
 
 
 def prepare(loader, cfg):
+    if cfg.get("remote_runs"):  # --remote-latency-ms: each loader's remote storage
+        if loader in ("sluice", "sluice-restart"):
+            return prep_sluice_shards(cfg, loader == "sluice-restart")
+        if loader == "litdata":
+            return prep_litdata(cfg)
     if loader == "sluice":
         return prep_sluice(cfg, False)
     if loader == "sluice-restart":
@@ -404,6 +496,9 @@ def torch_loader_kw(workers):
 def load_sluice(cfg, store, restart):
     sluice = import_sluice()
     B = cfg["batch"]
+    rem = cfg.get("remote")
+    if rem:  # SLUICE_CACHE_DIR (and for s3:// the AWS_* variables) set by the parent
+        store = rem["url"]
     ds = sluice.records(store)
     if cfg["work"] == "tiny":
         ds = ds.shuffle(seed=0)
@@ -421,6 +516,11 @@ def load_sluice(cfg, store, restart):
         for b in ds.torch():
             yield b["image"], b["label"]
     store_kind = ".slr with --jpeg-restart auto" if restart else ".slr"
+    if cfg.get("remote_runs"):
+        store_kind += " packed in 16 MiB shards"
+    if rem:
+        store_kind += (f", {rem['url'].split(':')[0]}:// through the delay proxy; shard cache "
+                       "(SLUICE_CACHE_DIR, default budget) emptied before the run")
     return epochs, CORES, sluice.__version__, (
         f"{store_kind}; engine threads autotuned for {CORES} cores, prefetch {depth}, torch tensors "
         "(DLPack, no copy)" + ("; CHW" if cfg["work"] != "tiny" else ""))
@@ -640,10 +740,13 @@ def load_wds(cfg, store):
     import torch
     import webdataset as wds
     B, work = cfg["batch"], cfg["work"]
-    urls = sorted(glob.glob(os.path.join(store, "*.tar")))
+    rem = cfg.get("remote")
+    urls = rem["urls"] if rem else sorted(glob.glob(os.path.join(store, "*.tar")))
+    # remote: WebDataset's shard cache (cache_dir), as its docs advise for remote shards
+    kw = dict(cache_dir=rem["cache_dir"]) if rem else {}
     workers = CORES
     if work == "tiny":
-        ds = (wds.WebDataset(urls, shardshuffle=len(urls), seed=0).shuffle(5000)
+        ds = (wds.WebDataset(urls, shardshuffle=len(urls), seed=0, **kw).shuffle(5000)
               .map(lambda s: (torch.from_numpy(np.frombuffer(s["u8"], np.uint8).reshape(28, 28)),
                               int(s["cls"])))
               .batched(B, partial=True))
@@ -651,13 +754,16 @@ def load_wds(cfg, store):
     else:
         tf = torch_transforms(work)
         if work == "train":
-            ds = wds.WebDataset(urls, shardshuffle=len(urls), seed=0).shuffle(1000)
+            ds = wds.WebDataset(urls, shardshuffle=len(urls), seed=0, **kw).shuffle(1000)
         else:
-            ds = wds.WebDataset(urls, shardshuffle=False)
+            ds = wds.WebDataset(urls, shardshuffle=False, **kw)
         ds = ds.decode("pil").to_tuple("jpg", "cls").map_tuple(tf, lambda c: c).batched(B, partial=True)
         note = ("tar shards, decode('pil') + torchvision transforms, " +
                 ("shardshuffle + shuffle(1000), " if work == "train" else "in order, ") +
                 "batched in the workers; CHW")
+    if rem:
+        note = (f"{len(urls)} tar shards over HTTP (curl, WebDataset's gopen) through the delay "
+                "proxy, cache_dir emptied before the run; " + note)
     dl = wds.WebLoader(ds, batch_size=None, **torch_loader_kw(workers))
 
     def epochs(e):
@@ -686,23 +792,82 @@ def load_streaming(cfg, store):
                 return torch.from_numpy(s["image"]), s["label"]
             with Image.open(io.BytesIO(s["image"])) as im:
                 return tf(im.convert("RGB")), s["label"]
-    ds = DS(local=store, shuffle=work != "eval", shuffle_seed=1, batch_size=B)
+    rem = cfg.get("remote")
+    if rem:  # remote= the bucket, local= the cache its docs have shards downloaded into
+        ds = DS(remote=rem["url"], local=rem["cache_dir"], shuffle=work != "eval",
+                shuffle_seed=1, batch_size=B)
+    else:
+        ds = DS(local=store, shuffle=work != "eval", shuffle_seed=1, batch_size=B)
     dl = DataLoader(ds, batch_size=B, **torch_loader_kw(workers))
 
     def epochs(e):
         ds.set_epoch(e) if hasattr(ds, "set_epoch") else None
         yield from dl
+    where = ("remote= s3:// (boto3, S3_ENDPOINT_URL) through the delay proxy, local= cache "
+             "emptied before the run; " if rem else "")
     return epochs, workers, f"mosaicml-streaming {dist_version('mosaicml-streaming')}", (
-        "MDS shards" + (" (original JPEG bytes)" if tf else "") + ", StreamingDataset" +
+        where + "MDS shards" + (" (original JPEG bytes)" if tf else "") + ", StreamingDataset" +
         (", PIL + torchvision transforms; CHW" if tf else "") +
         f", DataLoader num_workers={workers}, persistent")
+
+
+def load_litdata(cfg, store):
+    """LitData's StreamingDataset over s3:// with its StreamingDataLoader, as its
+    README does it; JPEGs decoded by its serializer (torchvision decode_jpeg),
+    then torchvision.transforms.v2 on uint8 tensors."""
+    import litdata
+    import torch
+    import torchvision
+    from torchvision.transforms import v2
+    B, work = cfg["batch"], cfg["work"]
+    rem = cfg["remote"]
+    workers = CORES
+    # LitData's default chunk prefetch for remote data (async, obstore) refuses a
+    # plain-http endpoint unless obstore's allow_http is on, and LitData passes
+    # obstore client options of its own, which override AWS_ALLOW_HTTP: add it
+    # there (the local servers speak http; S3 itself is https and needs nothing)
+    from litdata.streaming import downloader
+    opts = getattr(downloader, "_OBSTORE_CLIENT_OPTIONS", None)
+    if isinstance(opts, dict):
+        opts["allow_http"] = "true"
+    if work == "train":
+        tf = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(),
+                         v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
+    else:
+        tf = v2.Compose([v2.Resize(256, antialias=True), v2.CenterCrop(224),
+                         v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
+
+    class DS(litdata.StreamingDataset):
+        def __getitem__(self, i):
+            s = super().__getitem__(i)
+            img = s["image"]
+            if not isinstance(img, torch.Tensor):  # the serializer's PIL fallback
+                img = v2.functional.pil_to_tensor(img.convert("RGB"))
+            if img.shape[0] == 1:
+                img = img.expand(3, -1, -1)
+            return tf(img), s["label"]
+    ds = DS(rem["url"], cache_dir=rem["cache_dir"], shuffle=work != "eval", seed=1,
+            storage_options=rem["storage_options"])
+    dl = litdata.StreamingDataLoader(ds, batch_size=B, num_workers=workers,
+                                     persistent_workers=workers > 0)
+
+    def epochs(e):
+        yield from dl
+    return epochs, workers, (f"litdata {dist_version('litdata')}, torch {torch.__version__}, "
+                             f"torchvision {torchvision.__version__}"), (
+        "s3:// input dir (storage_options endpoint_url; index by boto3, chunks by its async "
+        "obstore prefetch, allow_http) through the delay proxy, "
+        "cache_dir emptied before the run; chunks of litdata.optimize (64MB), JPEG serializer "
+        "(torchvision decode_jpeg), transforms.v2 on uint8 tensors; CHW; "
+        f"StreamingDataLoader num_workers={workers}, persistent")
 
 
 def make_loader(loader, cfg, store):
     if loader in ("sluice", "sluice-restart"):
         return load_sluice(cfg, store, loader == "sluice-restart")
     return {"torch": load_torch, "tfdata": load_tfdata, "dali": load_dali, "ffcv": load_ffcv,
-            "webdataset": load_wds, "streaming": load_streaming}[loader](cfg, store)
+            "webdataset": load_wds, "streaming": load_streaming,
+            "litdata": load_litdata}[loader](cfg, store)
 
 
 # ---------------------------------------------------------------- one timed run (child)
@@ -836,6 +1001,113 @@ def check_mean(first, ref_name, ref_mean):
     return None
 
 
+# ---------------------------------------------------------------- remote servers
+
+def delayproxy_exe():
+    """build/sluice_delayproxy (CMake target sluice_delayproxy) beside the sluice
+    that runs here, or $SLUICE_DELAYPROXY."""
+    cands = [os.environ.get("SLUICE_DELAYPROXY")]
+    try:
+        sl = import_sluice()
+        cands.append(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(sl.__file__)))), "sluice_delayproxy"))
+    except ImportError:
+        pass
+    cands += [os.path.join(d, "sluice_delayproxy") for d in
+              (os.environ.get("SLUICE_BUILD"), os.path.join(REPO, "build")) if d]
+    for c in cands:
+        if c and os.access(c, os.X_OK):
+            return c
+    raise RuntimeError("no sluice_delayproxy (tests/remote/delayproxy.c): cmake --build build "
+                       "--target sluice_delayproxy, or set SLUICE_DELAYPROXY")
+
+
+class RemoteServers:
+    """nginx serving the inputs' storage directory and moto's S3 server, each
+    behind a delayproxy adding latency_ms to every request. Started only for
+    the kinds asked for; a server that cannot start leaves its reason in
+    `why[kind]` for those rows."""
+
+    def __init__(self, root, kinds, latency_ms):
+        sys.path.insert(0, os.path.join(REPO, "tests", "remote"))
+        import httpfix
+        self.httpfix = httpfix
+        self.root, self.latency_ms = root, latency_ms
+        self.nginx = self.moto = None
+        self.proxies, self.why, self.uploaded = {}, {}, set()
+        try:
+            exe = delayproxy_exe()
+        except RuntimeError as e:
+            self.why = {k: str(e) for k in kinds}
+            return
+        if "http" in kinds:
+            try:
+                if not httpfix.have_nginx():
+                    raise RuntimeError(f"no nginx at {httpfix.NGINX} (Debian: nginx-light)")
+                self.nginx = httpfix.Nginx(root)
+                self.proxies["http"] = httpfix.DelayProxy(exe, self.nginx.port, latency_ms)
+            except (RuntimeError, OSError) as e:
+                self.why["http"] = f"nginx could not be started: {e}"[:400]
+        if "s3" in kinds:
+            try:
+                self.moto = httpfix.Moto()
+                self.proxies["s3"] = httpfix.DelayProxy(exe, self.moto.port, latency_ms)
+            except (RuntimeError, OSError) as e:
+                self.why["s3"] = f"moto could not be started: {e}"[:400]
+
+    def url(self, kind, store):
+        """The URL of a local store directory (ending in "/": for s3:// a
+        prefix, a .slr dataset directory) or file under root."""
+        rel = os.path.relpath(store, self.root)
+        end = "/" if os.path.isdir(store) else ""
+        if kind == "http":
+            return f"{self.proxies['http'].url}/{rel}{end}"
+        if rel not in self.uploaded:
+            t0 = time.perf_counter()
+            self.moto.put_dir(store, BUCKET, rel)
+            self.uploaded.add(rel)
+            print(f"peers: uploaded {rel} to moto in {time.perf_counter() - t0:.1f} s",
+                  file=sys.stderr)
+        return f"s3://{BUCKET}/{rel}{end}"
+
+    def s3_env(self):
+        m = self.httpfix.Moto
+        ep = self.proxies["s3"].url
+        # AWS_ALLOW_HTTP: LitData's chunk prefetch goes through obstore, which takes
+        # a plain-http endpoint only when told so (its environment settings)
+        return {"AWS_ENDPOINT_URL": ep, "S3_ENDPOINT_URL": ep, "AWS_ACCESS_KEY_ID": m.KEY_ID,
+                "AWS_SECRET_ACCESS_KEY": m.SECRET, "AWS_REGION": m.REGION,
+                "AWS_DEFAULT_REGION": m.REGION, "AWS_ALLOW_HTTP": "true"}
+
+    def close(self):
+        for k, p in self.proxies.items():
+            counts = p.close()
+            if counts:
+                print(f"peers: delayproxy ({k}, {self.latency_ms:g} ms): {counts}", file=sys.stderr)
+        if self.nginx:
+            self.nginx.close()
+        if self.moto:
+            self.moto.close()
+
+
+def remote_cfg(servers, loader, kind, store, cache_dir):
+    """The child's view of its remote input: URL(s), cache directory, endpoint."""
+    rem = {"kind": kind, "cache_dir": cache_dir, "latency_ms": servers.latency_ms}
+    if loader == "webdataset":
+        names = sorted(n for n in os.listdir(store) if n.endswith(".tar"))
+        base = servers.url(kind, store)
+        rem["urls"] = [base + n for n in names]
+        rem["url"] = base
+    else:
+        rem["url"] = servers.url(kind, store)
+    if kind == "s3":
+        e = servers.s3_env()
+        rem["storage_options"] = {"endpoint_url": e["AWS_ENDPOINT_URL"],
+                                  "aws_access_key_id": e["AWS_ACCESS_KEY_ID"],
+                                  "aws_secret_access_key": e["AWS_SECRET_ACCESS_KEY"]}
+    return rem
+
+
 # ---------------------------------------------------------------- main
 
 def main():
@@ -858,69 +1130,154 @@ def main():
                     help="sluice's prefetch depth in batches (DALI's default depth is 2)")
     ap.add_argument("--torch-workers", type=int, default=None,
                     help="torch's num_workers (default: the fastest of a calibration, cached)")
+    ap.add_argument("--remote-latency-ms", type=float, default=None, metavar="MS",
+                    help="remote rows: each loader reads its storage from local servers (nginx, "
+                    "moto) through a proxy adding MS per request (see above)")
+    ap.add_argument("--litdata-python", default=None,
+                    help="LitData's interpreter (torch >= 2.4; default: the venv setup.sh makes)")
     ap.add_argument("--_child", help=argparse.SUPPRESS)
+    ap.add_argument("--_prep", help=argparse.SUPPRESS)
     ap.add_argument("--_cfg", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a._child:
         child(a._child, json.loads(a._cfg))
         return 0
+    if a._prep:
+        litdata_optimize(json.loads(a._cfg))
+        return 0
+    remote = a.remote_latency_ms is not None
+    if remote and a.work == "tiny":
+        ap.error("--remote-latency-ms: the remote rows are of the photo works (train, eval)")
+    if remote and a.remote_latency_ms < 0:
+        ap.error("--remote-latency-ms: a delay of 0 or more milliseconds")
     if a.work == "tiny" and not a.idx:
         ap.error("--work tiny needs --idx IMAGES LABELS")
     if a.work != "tiny" and not a.photos:
         ap.error(f"--work {a.work} needs --photos DIR")
     batch = a.batch or (256 if a.work == "tiny" else 64)
+    known = REMOTE_LOADERS if remote else LOADERS
     if a.loaders:
         loaders = [l.strip() for l in a.loaders.split(",") if l.strip()]
-        bad = [l for l in loaders if l not in LOADERS]
+        bad = [l for l in loaders if l not in known]
         if bad:
-            ap.error(f"--loaders: unknown {', '.join(bad)} (known: {', '.join(LOADERS)})")
+            ap.error(f"--loaders: unknown {', '.join(bad)} (known{' with --remote-latency-ms' if remote else ''}: "
+                     f"{', '.join(known)})")
     else:
         loaders = [l for l in LOADERS if not (a.work == "tiny" and l == "sluice-restart")]
+    # runs: (row id, loader, remote); remote mode always has the local sluice row
+    if remote:
+        runs = [(l if r is None else f"{l}@{r}", l, r) for l, r in REMOTE_RUNS
+                if (l, r) == ("sluice", None) or not a.loaders or l in loaders]
+    else:
+        runs = [(l, l, None) for l in loaders]
     cfg = {"work": a.work, "batch": batch, "seconds": a.seconds, "sluice_prefetch": a.sluice_prefetch,
-           "warmup": a.warmup if a.warmup is not None else max(1.0, a.seconds / 4),
+           "warmup": a.warmup if a.warmup is not None else (0.0 if remote else max(1.0, a.seconds / 4)),
            "cache": os.path.abspath(a.cache),
            "photos": os.path.abspath(a.photos) if a.photos else None,
            "idx": [os.path.abspath(p) for p in a.idx] if a.idx else None}
+    if remote:
+        cfg["remote_runs"] = True
+        if a.litdata_python:
+            cfg["litdata_python"] = os.path.abspath(a.litdata_python)
     cfg["key"] = input_key(cfg)
     timeout = a.timeout or (a.seconds + cfg["warmup"] + 300)
     env = sluice_env()
     me = os.path.abspath(__file__)
 
     def child_cmd(loader, c):
-        return [sys.executable, me, "--work", a.work, "--_child", loader, "--_cfg", json.dumps(c)]
+        return [loader_python(loader, c), me, "--work", a.work, "--_child", loader, "--_cfg",
+                json.dumps(c)]
 
     rows, ready = {}, []
-    for l in loaders:
-        why = unavailable(l)
+    for rid, l, r in runs:
+        why = unavailable(l, cfg)
         if l == "sluice-restart" and a.work == "tiny" and why is None:
             why = "not applicable: tiny has no JPEGs"
         if why:
-            rows[l] = {"why": why}
+            rows[rid] = {"why": why}
             continue
         c = dict(cfg)
         try:
             c["store"] = prepare(l, c)
         except Exception as e:  # a peer's writer failing is that peer's row, not the run
-            rows[l] = {"why": f"storage could not be prepared: {type(e).__name__}: {e}"[:400]}
+            rows[rid] = {"why": f"storage could not be prepared: {type(e).__name__}: {e}"[:400]}
             continue
         if l == "torch":
             c["torch_workers"] = (a.torch_workers if a.torch_workers is not None
                                   else calibrate_torch(c, child_cmd, env, timeout))
         if l == "torch" and a.torch_workers is not None:
             c["torch_workers_given"] = True
-        rows[l] = {"cfg": c, "runs": []}
-        ready.append(l)
+        rows[rid] = {"cfg": c, "runs": [], "loader": l, "remote": r}
+        ready.append(rid)
+
+    servers = None
+    try:
+        if remote:
+            kinds = {rows[rid]["remote"] for rid in ready} - {None}
+            servers = RemoteServers(store_dir(cfg, ""), kinds, a.remote_latency_ms) if kinds else None
+        return run_rounds(a, cfg, runs, rows, ready, servers, env, timeout, child_cmd, batch)
+    finally:
+        if servers:
+            servers.close()
+
+
+def run_rounds(a, cfg, runs, rows, ready, servers, env, timeout, child_cmd, batch):
+    """The rounds and the rows (main's second half; the servers run meanwhile)."""
+    remote = servers is not None or cfg.get("remote_runs", False)
+    if servers:
+        for rid in list(ready):
+            row = rows[rid]
+            if row["remote"] is None:
+                continue
+            why = servers.why.get(row["remote"])
+            if why is None:
+                cache_dir = os.path.join(cfg["cache"], "remote-cache", rid)
+                try:
+                    row["cfg"]["remote"] = remote_cfg(servers, row["loader"], row["remote"],
+                                                      row["cfg"]["store"], cache_dir)
+                except (RuntimeError, OSError) as e:
+                    why = f"{type(e).__name__}: {e}"[:400]
+            if why:
+                rows[rid] = {"why": why, "loader": row["loader"], "remote": row["remote"]}
+                ready.remove(rid)
+
+    def run_env(rid):
+        row = rows[rid]
+        rem = row["cfg"].get("remote")
+        if not rem:
+            return env
+        e = dict(env)
+        for k in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL_S3", "AWS_S3_ADDRESSING_STYLE",
+                  "http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "SLUICE_CACHE_BYTES"):
+            e.pop(k, None)
+        if row["loader"] in ("sluice", "sluice-restart"):
+            e["SLUICE_CACHE_DIR"] = rem["cache_dir"]
+        if rem["kind"] == "s3":
+            e.update(servers.s3_env())
+        return e
+
+    def empty(d):
+        import shutil
+        shutil.rmtree(d, ignore_errors=True)
+        if os.path.exists(d):
+            raise RuntimeError(f"cannot empty the cache {d}")
 
     for r in range(a.repeats):
         order = ready[r % len(ready):] + ready[:r % len(ready)] if ready else []
-        for l in order:
-            rec, peak, tail = run_child(child_cmd(l, rows[l]["cfg"]), env, timeout)
+        for rid in order:
+            c = rows[rid]["cfg"]
+            if c.get("remote"):  # every run starts from an empty cache
+                empty(c["remote"]["cache_dir"])
+                os.makedirs(c["remote"]["cache_dir"])
+            rec, peak, tail = run_child(child_cmd(rows[rid]["loader"], c), run_env(rid), timeout)
+            if c.get("remote"):
+                empty(c["remote"]["cache_dir"])
             if rec is None:
-                rows[l].setdefault("errors", []).append(tail or "no output")
+                rows[rid].setdefault("errors", []).append(tail or "no output")
                 continue
             rec["peak_rss_mb"] = peak
-            rows[l]["runs"].append(rec)
-            print(f"peers: round {r + 1}/{a.repeats} {l}: {rec['samples'] / rec['seconds']:.1f} "
+            rows[rid]["runs"].append(rec)
+            print(f"peers: round {r + 1}/{a.repeats} {rid}: {rec['samples'] / rec['seconds']:.1f} "
                   f"samples/s, peak RSS {peak:.0f} MB", file=sys.stderr, flush=True)
 
     failed = False
@@ -930,10 +1287,14 @@ def main():
             if l in rows and rows[l].get("runs"):
                 ref_mean = (l, rows[l]["runs"][0]["first"]["mean"])
                 break
-    for l in loaders:
-        row = rows[l]
+    for rid, l, r in runs:
+        row = rows[rid]
         out = {"loader": l, "work": a.work, "samples_per_s": None, "peak_rss_mb": None,
                "cpu_s_per_sample": None, "threads": None, "version": None, "note": None}
+        if remote:
+            out["remote"] = r
+            ms = a.remote_latency_ms
+            out["latency_ms"] = (int(ms) if ms == int(ms) else ms) if r else None
         if "why" in row:
             out["note"] = row["why"]
             print(json.dumps(out), flush=True)
@@ -948,7 +1309,7 @@ def main():
         first = runs[0]["first"]
         notes = [runs[0]["note"]]
         why = check_first(a.work, first, batch)
-        if why is None and ref_mean and l != ref_mean[0]:
+        if why is None and ref_mean and rid != ref_mean[0]:
             why = check_mean(first, *ref_mean)
         if why:
             failed = True
@@ -961,6 +1322,10 @@ def main():
             notes.append("failed rounds: " + "; ".join(row["errors"])[-300:])
         notes.append(f"os threads {runs[0]['os_threads']}, setup+first batch "
                      f"{statistics.median(x['setup_s'] for x in runs):.1f} s")
+        if remote:  # how much of the window was the first (fetching) epoch
+            n = len(photo_listing(cfg["photos"]))
+            notes.append("timed window " + ", ".join(
+                f"{(x['samples'] + batch) / n:.2f}" for x in runs) + " epochs from the start")
         out.update({"samples_per_s": round(statistics.median(rates), 1),
                     "peak_rss_mb": round(max(x["peak_rss_mb"] for x in runs), 1),
                     "cpu_s_per_sample": float(f"{statistics.median(x['cpu_s'] / x['samples'] for x in runs):.3g}"),

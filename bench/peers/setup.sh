@@ -4,8 +4,12 @@
 #   tensorflow-cpu (tf.data), nvidia-dali-cuda130 (run CPU-only), webdataset,
 #   ffcv (built here against Debian's OpenCV and libjpeg-turbo), mosaicml-streaming.
 #
-#   bash bench/peers/setup.sh            # last line of output: the venv's python
+#   bash bench/peers/setup.sh [LOADER ...]   # last line of output: the venv's python
 #   PY=$(bash bench/peers/setup.sh | tail -1)
+#
+# LOADERs (tfdata dali webdataset ffcv streaming litdata) install only those;
+# none: all of them. LitData needs torch >= 2.4, so it gets a venv of its own
+# (below) beside this one.
 #
 # The venv lives outside the repo, at ${SLUICE_PEERS_VENV:-$HOME/.cache/sluice-peers},
 # made from /usr/bin/python3 with --system-site-packages so Debian's torch,
@@ -21,7 +25,17 @@
 #   tensorflow-cpu 2.17.1: the last release that accepts numpy < 1.26 on Python 3.11;
 #   protobuf < 5 for it (mosaicml-streaming would otherwise pull protobuf 7);
 #   opencv-python 4.11.0.86 (an ffcv dependency): the newest built for numpy 1.x;
-#   mosaicml-streaming rather than litdata: litdata >= 0.2 needs torch >= 2.4.
+#   mosaicml-streaming 0.13.0 (boto3 for s3://: the remote rows read moto through it).
+#
+# LitData (litdata 0.2.76, needs torch >= 2.4) goes into its own venv,
+# ${SLUICE_PEERS_LITDATA_VENV:-$HOME/.cache/sluice-peers-litdata}, made from
+# /usr/bin/python3 WITHOUT Debian's site packages (Debian's torch is 1.13). Its
+# torch: when SLUICE_TORCH2_PYTHON names the python of a venv that has torch
+# >= 2.4 and torchvision (scripts/pythons.sh's `gil` venv: Debian's Python 3.11
+# + torch 2.x), that venv's site-packages is put on the path (a .pth file; the
+# other venv is only read, never changed) and torch/torchvision pinned to its
+# versions; otherwise torch 2.12.0 + torchvision 0.27.0 from PyPI (several GB).
+# run.py finds it there (or --litdata-python).
 set -euo pipefail
 
 VENV=${SLUICE_PEERS_VENV:-$HOME/.cache/sluice-peers}
@@ -33,12 +47,23 @@ DALI=nvidia-dali-cuda130==2.4.0
 WDS=webdataset==1.0.2
 FFCV=ffcv==1.0.2
 STREAMING=mosaicml-streaming==0.13.0
+LITDATA=litdata==0.2.76
+TORCH2=(torch==2.12.0 torchvision==0.27.0)
+LVENV=${SLUICE_PEERS_LITDATA_VENV:-$HOME/.cache/sluice-peers-litdata}
+ALL=(tfdata dali webdataset streaming ffcv litdata)
+WANT=("$@")
+[ ${#WANT[@]} -gt 0 ] || WANT=("${ALL[@]}")
+for w in "${WANT[@]}"; do
+  case " ${ALL[*]} " in *" $w "*) ;; *) echo "peers: unknown loader '$w' (known: ${ALL[*]})" >&2; exit 2 ;; esac
+done
+want() { case " ${WANT[*]} " in *" $1 "*) return 0 ;; esac; return 1; }
 
 say() { echo "peers: $*" >&2; }
 
 # Debian packages: venv/headers for the interpreter, OpenCV and libjpeg-turbo
 # headers for FFCV's C++ extension, pkg-config that its setup.py calls.
-APT=(python3-venv python3-dev pkg-config g++ libopencv-dev libturbojpeg0-dev)
+APT=(python3-venv python3-dev)
+if want ffcv; then APT+=(pkg-config g++ libopencv-dev libturbojpeg0-dev); fi
 missing=()
 for p in "${APT[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -90,17 +115,74 @@ pip_install() {  # loader, then pip arguments
   return 1
 }
 
-pip_install tfdata "$TF" || true
-pip_install dali "$DALI" || true
-pip_install webdataset "$WDS" || true
-pip_install streaming "$STREAMING" || true
+want tfdata && { pip_install tfdata "$TF" || true; }
+want dali && { pip_install dali "$DALI" || true; }
+want webdataset && { pip_install webdataset "$WDS" || true; }
+want streaming && { pip_install streaming "$STREAMING" || true; }
 # FFCV compiles a C++ extension against the Debian headers found by pkg-config.
-if ! pkg-config --exists opencv4 libturbojpeg; then
+if ! want ffcv; then
+  :
+elif ! pkg-config --exists opencv4 libturbojpeg; then
   echo "pkg-config finds no opencv4/libturbojpeg (Debian: libopencv-dev, libturbojpeg0-dev)" \
     >"$STATUS/ffcv.txt"
   say "ffcv: NOT installable: $(cat "$STATUS/ffcv.txt")"
 else
   pip_install ffcv "$FFCV" || true
+fi
+
+# LitData: its own venv (torch >= 2.4), its status file in this venv's status
+# directory like the others', so run.py reports why it cannot run.
+litdata_venv() {
+  local lpy=$LVENV/bin/python log=$STATUS/litdata.log
+  if [ ! -x "$lpy" ]; then
+    say "creating $LVENV (no system site packages)"
+    "$SYSPY" -m venv "$LVENV"
+  fi
+  "$lpy" -m pip install -q --disable-pip-version-check --upgrade "pip>=24" >"$log" 2>&1 || true
+  local cons=$LVENV/sluice-peers-constraints.txt
+  local site
+  site=$("$lpy" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  rm -f "$site/sluice-torch2.pth"
+  : >"$cons"
+  if [ -n "${SLUICE_TORCH2_PYTHON:-}" ]; then
+    local other
+    if ! other=$("$SLUICE_TORCH2_PYTHON" -c '
+import sysconfig, sys, torch, torchvision
+v = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+assert v >= (2, 4), torch.__version__
+assert sys.version_info[:2] == (3, 11), sys.version
+print(sysconfig.get_paths()["purelib"])
+from importlib import metadata  # the installed versions (torch.__version__ may add +cu130)
+print("torch==" + metadata.version("torch")); print("torchvision==" + metadata.version("torchvision"))' 2>>"$log"); then
+      echo "SLUICE_TORCH2_PYTHON=$SLUICE_TORCH2_PYTHON has no torch >= 2.4 + torchvision on Python 3.11 (see $log)" \
+        >"$STATUS/litdata.txt"
+      return 1
+    fi
+    echo "$other" | head -1 >"$site/sluice-torch2.pth"
+    echo "$other" | tail -n +2 >"$cons"
+    say "litdata: torch from $SLUICE_TORCH2_PYTHON ($(tail -n +2 <<<"$other" | tr '\n' ' '))"
+  else
+    printf '%s\n' "${TORCH2[@]}" >"$cons"
+  fi
+  say "pip install $LITDATA into $LVENV (log: $log)"
+  if ! "$lpy" -m pip install --disable-pip-version-check -c "$cons" "$LITDATA" \
+       $([ -n "${SLUICE_TORCH2_PYTHON:-}" ] || echo "${TORCH2[*]}") pillow >>"$log" 2>&1; then
+    echo "pip install $LITDATA failed: $(grep -E 'error|Error|ERROR' "$log" | tail -3 | tr '\n' ' ' | cut -c1-400)" \
+      >"$STATUS/litdata.txt"
+    return 1
+  fi
+  local out
+  if ! out=$("$lpy" -c 'import litdata, torch, torchvision, PIL' 2>&1); then
+    echo "installed, but 'import litdata' fails in $LVENV: $(echo "$out" | tail -1 | cut -c1-300)" \
+      >"$STATUS/litdata.txt"
+    return 1
+  fi
+  rm -f "$STATUS/litdata.txt"
+  say "litdata: $("$lpy" -c 'from importlib import metadata as m; print(m.version("litdata"), "torch", m.version("torch"))')"
+  say "litdata venv: $lpy"
+}
+if want litdata && ! litdata_venv; then
+  say "litdata: NOT installable: $(cat "$STATUS/litdata.txt")"
 fi
 
 # Each module must import; a wheel that installs but cannot load is reported too.
@@ -111,11 +193,11 @@ check() {  # loader module
     say "$1: $(cat "$STATUS/$1.txt")"
   fi
 }
-[ -f "$STATUS/tfdata.txt" ] || check tfdata tensorflow
-[ -f "$STATUS/dali.txt" ] || check dali nvidia.dali
-[ -f "$STATUS/webdataset.txt" ] || check webdataset webdataset
-[ -f "$STATUS/streaming.txt" ] || check streaming streaming
-[ -f "$STATUS/ffcv.txt" ] || check ffcv "ffcv.loader"
+want tfdata && { [ -f "$STATUS/tfdata.txt" ] || check tfdata tensorflow; }
+want dali && { [ -f "$STATUS/dali.txt" ] || check dali nvidia.dali; }
+want webdataset && { [ -f "$STATUS/webdataset.txt" ] || check webdataset webdataset; }
+want streaming && { [ -f "$STATUS/streaming.txt" ] || check streaming streaming; }
+want ffcv && { [ -f "$STATUS/ffcv.txt" ] || check ffcv "ffcv.loader"; }
 
 "$PY" - >&2 <<'EOF' || true
 from importlib import metadata

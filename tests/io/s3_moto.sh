@@ -21,27 +21,26 @@
 # and checked; unsigned, a 403 naming the s3:// name.
 #
 # The venv is kept in ${SLUICE_MOTO_VENV:-~/.cache/sluice-tools/moto-venv} (made on
-# first use; needs PyPI). Exit 77 when moto cannot be installed.
+# first use by tests/io/moto_venv.sh; needs PyPI). Exit 77 when moto cannot be installed.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-$REPO/build}
 GET=$BUILD/sluice_s3_get
 SLUICE=$BUILD/sluice
 PY=${PY:-/usr/bin/python3}
-MOTO_VERSION=5.2.5
-VENV=${SLUICE_MOTO_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice-tools/moto-venv}
 fail() { echo "FAIL s3_moto: $*" >&2; [ -f "${LOG:-}" ] && tail -20 "$LOG" >&2; exit 1; }
 [ -x "$GET" ] || fail "$GET not built (it needs libcurl: libcurl4-openssl-dev)"
 
-if ! "$VENV/bin/python" -c "import moto, boto3; assert moto.__version__ == '$MOTO_VERSION'" 2>/dev/null; then
-  rm -rf "$VENV"
-  mkdir -p "$(dirname "$VENV")"
-  "$PY" -m venv --system-site-packages "$VENV"
-  if ! "$VENV/bin/pip" install -q "moto[server]==$MOTO_VERSION" >/dev/null 2>&1; then
-    echo "SKIP s3_moto: cannot install moto[server]==$MOTO_VERSION from PyPI into $VENV" >&2
-    exit 77
-  fi
+rc=0
+VENV=$(bash "$REPO/tests/io/moto_venv.sh" 2>"${TMPDIR:-/tmp}/sluice-moto-venv.$$") || rc=$?
+if [ $rc -ne 0 ]; then
+  why=$(cat "${TMPDIR:-/tmp}/sluice-moto-venv.$$")
+  rm -f "${TMPDIR:-/tmp}/sluice-moto-venv.$$"
+  [ $rc -eq 77 ] && { echo "SKIP s3_moto: $why" >&2; exit 77; }
+  fail "tests/io/moto_venv.sh failed ($rc): $why"
 fi
+rm -f "${TMPDIR:-/tmp}/sluice-moto-venv.$$"
+MOTO_VERSION=$("$VENV/bin/python" -c 'import moto; print(moto.__version__)')
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-s3.XXXXXX")
 LOG=$WORK/moto.log

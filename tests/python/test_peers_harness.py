@@ -45,10 +45,10 @@ def run(args, tmp_path):
     return r, rows
 
 
-def check_rows(rows, work, loaders):
+def check_rows(rows, work, loaders, keys=KEYS):
     assert [r["loader"] for r in rows] == loaders
     for r in rows:
-        assert set(r) == KEYS, r
+        assert set(r) == keys, r
         assert r["work"] == work
         assert isinstance(r["samples_per_s"], float) and r["samples_per_s"] > 0, r
         assert r["peak_rss_mb"] > 10 and r["cpu_s_per_sample"] > 0, r
@@ -113,3 +113,65 @@ def test_missing_peer_row_says_why(tmp_path):
     assert len(rows) == 1 and set(rows[0]) == KEYS
     assert rows[0]["samples_per_s"] is None
     assert rows[0]["note"].startswith("not installed") and "setup.sh" in rows[0]["note"]
+
+
+def test_remote_rows(tmp_path):
+    """--remote-latency-ms: sluice and sluice-restart read their .slr directory
+    over HTTP (nginx) and s3:// (moto) through the delay proxy, each from an
+    empty cache, plus the local row; the rows carry remote and latency_ms, the
+    first batches are the local row's photos (eval: same mean), the proxies
+    carried the requests and the caches are gone after the run."""
+    import re
+    sys.path.insert(0, os.path.join(REPO, "tests", "remote"))
+    import httpfix
+    if not httpfix.have_nginx():
+        pytest.skip("nginx not installed (scripts/deps.sh)")
+    proxy = os.environ.get("SLUICE_DELAYPROXY") or os.path.join(
+        os.path.dirname(os.environ.get("SLUICE_BIN", os.path.join(REPO, "build", "sluice"))),
+        "sluice_delayproxy")
+    if not os.access(proxy, os.X_OK):
+        pytest.skip(f"{proxy} not built (CMake target sluice_delayproxy)")
+    # moto's venv: made by tests/io/s3_moto.sh in the same test command (exit 77: PyPI
+    # not reachable); without it the s3:// rows must say why
+    moto = subprocess.run(["bash", os.path.join(REPO, "tests", "io", "moto_venv.sh")],
+                          capture_output=True, text=True).returncode == 0
+    root = photos(tmp_path / "photos")
+    # shards of 200 kB: a .slr dataset directory (several shards), as the 16 MiB
+    # shards of the real photos make
+    os.environ.update(SLUICE_DELAYPROXY=proxy, SLUICE_PEERS_SLR_SHARD_BYTES="200000")
+    try:
+        r, rows = run(["--photos", str(root), "--work", "eval", "--batch", "8",
+                       "--loaders", "sluice,sluice-restart", "--remote-latency-ms", "5"], tmp_path)
+    finally:
+        del os.environ["SLUICE_DELAYPROXY"], os.environ["SLUICE_PEERS_SLR_SHARD_BYTES"]
+    store = next((tmp_path / "cache").glob("photos-*/slr-shards-200000/train"))
+    assert store.is_dir() and len(list(store.glob("*.slr"))) >= 3, list(store.iterdir())
+    assert r.returncode == 0, r.stderr[-3000:]
+    want = [("sluice", None), ("sluice", "http"), ("sluice", "s3"), ("sluice-restart", "http"),
+            ("sluice-restart", "s3")]
+    assert [(x["loader"], x.get("remote")) for x in rows] == want, rows
+    for x in rows:
+        assert set(x) == KEYS | {"remote", "latency_ms"}, x
+        assert x["latency_ms"] == (5 if x["remote"] else None), x
+        if x["remote"] == "s3" and not moto:
+            assert x["samples_per_s"] is None and "moto could not be started" in x["note"], x
+            continue
+        check_rows([x], "eval", [x["loader"]], KEYS | {"remote", "latency_ms"})
+        if x["remote"]:
+            assert "through the delay proxy" in x["note"], x
+    # every request went through a proxy holding it 5 ms
+    for kind in ("http", "s3") if moto else ("http",):
+        m = re.search(rf"delayproxy \({kind}, 5 ms\): .* requests (\d+)", r.stderr)
+        assert m and int(m.group(1)) > 0, r.stderr[-3000:]
+    # each run's cache was emptied after it
+    assert not any((tmp_path / "cache" / "remote-cache").glob("*/*")), \
+        list((tmp_path / "cache" / "remote-cache").glob("*/*"))
+
+
+def test_remote_refuses_local_only_loaders(tmp_path):
+    root = photos(tmp_path / "photos", n=4)
+    r, rows = run(["--photos", str(root), "--work", "train", "--loaders", "torch",
+                   "--remote-latency-ms", "20"], tmp_path)
+    assert r.returncode == 2 and rows == []
+    assert "known with --remote-latency-ms: litdata, sluice, sluice-restart, streaming, webdataset" \
+        in r.stderr, r.stderr

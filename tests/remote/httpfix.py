@@ -3,11 +3,17 @@
 with a self-signed certificate made here) and a fault-injecting reverse proxy.
 
 Used by tests/python/test_remote.py, tests/cli/remote.sh (through the command
-line below), tests/remote/torchrun_check.py and bench/remote_bench.sh.
+line below), tests/remote/torchrun_check.py, bench/remote_bench.sh and
+bench/peers/run.py (nginx, and DelayProxy and Moto below: the C delay proxy
+tests/remote/delayproxy.c and moto's S3 server, each on a free port).
 
     python3 tests/remote/httpfix.py serve ROOT [--https] [--proxy SPEC] [--delay-ms N]
+                                        [--delayproxy EXE:MS ...]
         starts nginx (and the proxy), prints one line "URL [CA_FILE]" and runs
-        until stdin closes or SIGTERM.
+        until stdin closes or SIGTERM. Each --delayproxy starts EXE (the C
+        delay proxy, tests/remote/delayproxy.c) in front of nginx holding every
+        request MS ms; their URLs follow, one a line, in the same write; at exit
+        each one's counts go to stderr ("delayproxy MS ms: ...").
 
 Only loopback addresses are used; every request loop is bounded.
 """
@@ -311,6 +317,137 @@ class FaultProxy:
         self.sock.close()
 
 
+class DelayProxy:
+    """tests/remote/delayproxy.c (the binary `exe`, e.g. build/sluice_delayproxy)
+    in front of 127.0.0.1:upstream_port, holding every request delay_ms. It
+    runs until close() (or until this process ends: its stdin is a pipe from
+    here); close() returns its line of counts."""
+
+    def __init__(self, exe, upstream_port, delay_ms):
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen([exe, "-d", str(int(delay_ms)), str(upstream_port)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, text=True)
+        line = self.proc.stdout.readline().strip()
+        if not line.isdigit():
+            self.proc.kill()
+            self.proc.wait()
+            self.log.seek(0)
+            raise RuntimeError(f"{exe} did not start: {line!r} {self.log.read()[-300:]}")
+        self.port = int(line)
+        self.delay_ms = delay_ms
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self):
+        """Stop it (SIGTERM); its counts line, or ''."""
+        if self.proc is None:
+            return ""
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+        self.proc = None
+        self.log.seek(0)
+        lines = [l for l in self.log.read().splitlines() if l.strip()]
+        self.log.close()
+        return lines[-1] if lines else ""
+
+
+def moto_venv():
+    """The directory of the venv with moto's server (tests/io/moto_venv.sh makes
+    it on first use, from PyPI); raises RuntimeError saying why when it cannot."""
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "io", "moto_venv.sh")
+    r = subprocess.run(["bash", script], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr.strip() or f"{script} failed ({r.returncode})")
+    return r.stdout.strip().splitlines()[-1]
+
+
+class Moto:
+    """moto's S3 server (tests/io/moto_venv.sh's venv) on a free 127.0.0.1 port,
+    without request authentication (any key is taken), in its own process group;
+    `put_dir` uploads a directory with boto3 from the same venv."""
+
+    def __init__(self, venv=None):
+        self.venv = venv or moto_venv()
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="sluice-moto-")
+        self.logpath = os.path.join(self.dir, "moto.log")
+        log = open(self.logpath, "ab")
+        self.proc = subprocess.Popen([os.path.join(self.venv, "bin", "moto_server"), "-H", "127.0.0.1",
+                                      "-p", str(self.port)], stdin=subprocess.DEVNULL, stdout=log,
+                                     stderr=log, start_new_session=True)
+        log.close()
+        for _ in range(300):  # bounded: 15 s (moto imports a lot)
+            if self.proc.poll() is not None:
+                raise RuntimeError("moto_server exited: " + open(self.logpath).read()[-500:])
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        self.close()
+        raise RuntimeError("moto_server did not start listening")
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    # moto without authentication takes any key; these are the ones every client gets
+    KEY_ID, SECRET, REGION = "AKIASLUICEBENCH", "sluice-bench-secret", "us-east-1"
+
+    def put_dir(self, local, bucket, prefix):
+        """Upload every file under the directory `local` to
+        s3://bucket/prefix/<relative path>, or the file `local` to
+        s3://bucket/prefix (the bucket made when missing)."""
+        code = """
+import os, sys, boto3
+ep, bucket, prefix, local, kid, sec, reg = sys.argv[1:]
+s3 = boto3.client("s3", endpoint_url=ep, region_name=reg, aws_access_key_id=kid,
+                  aws_secret_access_key=sec)
+try:
+    s3.create_bucket(Bucket=bucket)
+except s3.exceptions.BucketAlreadyOwnedByYou:
+    pass
+if os.path.isfile(local):
+    s3.upload_file(local, bucket, prefix)
+for d, _, files in os.walk(local):
+    for f in sorted(files):
+        p = os.path.join(d, f)
+        s3.upload_file(p, bucket, prefix + "/" + os.path.relpath(p, local))
+"""
+        r = subprocess.run([os.path.join(self.venv, "bin", "python"), "-c", code, self.url, bucket,
+                            prefix.strip("/"), local, self.KEY_ID, self.SECRET, self.REGION],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"uploading {local} to s3://{bucket}/{prefix} failed: "
+                               f"{r.stderr.strip()[-500:]}")
+
+    def close(self):
+        if self.proc:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+            self.proc = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+
+
 def main(argv):
     import argparse
     ap = argparse.ArgumentParser()
@@ -322,8 +459,14 @@ def main(argv):
     s.add_argument("--proxy", action="store_true", help="serve through the proxy even with no delay or fault")
     s.add_argument("--faults", default="", help="e.g. 500=0.05,503=0.05,429=0.05,drop=0.05,truncate=0.05,"
                    "shift=0.05,norange=0.05")
+    s.add_argument("--delayproxy", action="append", default=[], metavar="EXE:MS",
+                   help="the C delay proxy EXE in front of nginx, MS ms a request (repeatable)")
     a = ap.parse_args(argv)
     ng = Nginx(a.root, https=a.https)
+    dps = []
+    for spec in a.delayproxy:
+        exe, _, ms = spec.rpartition(":")
+        dps.append(DelayProxy(exe, ng.port, int(ms)))
     url, px = ng.url, None
     if a.delay_ms or a.faults or a.proxy:
         rates = {k: float(v) for k, v in (kv.split("=") for kv in a.faults.split(",") if kv)}
@@ -332,11 +475,16 @@ def main(argv):
                         drop=rates.get("drop", 0), truncate=rates.get("truncate", 0),
                         shift=rates.get("shift", 0), norange=rates.get("norange", 0))
         url = px.url
-    print(url + (" " + ng.ca if ng.ca else ""), flush=True)
+    print("\n".join([url + (" " + ng.ca if ng.ca else "")] +
+                    [("https" if a.https else "http") + f"://127.0.0.1:{d.port}" for d in dps]),
+          flush=True)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: done.set())
     threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
     done.wait()
+    for d in dps:
+        ms = d.delay_ms
+        print(f"delayproxy {ms} ms: {d.close()}", file=sys.stderr, flush=True)
     if px:
         px.close()
     ng.close()
