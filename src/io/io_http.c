@@ -685,6 +685,7 @@ typedef struct http_io {
     char url[URL_MAX];
     uint8_t *heap;      /* the object in memory (no disk cache), or NULL */
     size_t mapped_len;  /* bytes of the mapped cache file (object + trailer) */
+    char *cache_path;   /* that file's path in the cache (sl__malloc), or NULL */
     /* read by ranges, ahead (below): under ra_mu */
     struct extent *ext; /* extents hinted, queued, fetching or fetched */
     int inflight;       /* extents of this object being fetched */
@@ -977,12 +978,21 @@ static void http_close(sl_io *io) {
     if (io->map && h->mapped_len)
         munmap((void *)(uintptr_t)io->map, h->mapped_len);
     sl__free(h->heap);
+    sl__free(h->cache_path);
     sl__free(io->name);
     sl__free(h);
 }
 
+/* The bytes failed a caller's check: delete the cache entry, so that the
+ * next open fetches the object again (this mapping stays valid). */
+static void http_forget(sl_io *io) {
+    http_io *h = (http_io *)io;
+    if (h->cache_path && unlink(h->cache_path) == 0)
+        SL_LOG_DEBUG("cache: dropped %s (%s failed a check)", h->cache_path, io->name);
+}
+
 static const sl_io_vtbl http_vtbl = {.scheme = "http", .read = http_read, .close = http_close,
-                                     .will_need = http_will_need};
+                                     .will_need = http_will_need, .forget = http_forget};
 
 /* Fetch the whole object into memory. */
 static int fetch_heap(http_io *h) {
@@ -1170,6 +1180,12 @@ static int fetch_cached(http_io *h, const char *validator, int or_ranges) {
         close(fd);
         fd = -1;
         if (rc == SL_OK) {
+            h->cache_path = sl__strdup(path);
+            if (!h->cache_path) {
+                rc = sl__error(SL_ENOMEM, "%s: out of memory naming its cache entry",
+                               h->base.name);
+                goto cleanup;
+            }
             (void)utimensat(AT_FDCWD, path, NULL, 0); /* most recently used */
             SL_LOG_DEBUG("cache: %s from %s", h->base.name, path);
             goto cleanup;
@@ -1216,6 +1232,9 @@ static int fetch_cached(http_io *h, const char *validator, int or_ranges) {
     if (rc == SL_ECORRUPT) /* the disk gave back other bytes than written */
         SL_FAIL(SL_EIO, "%s: its cache entry %s reads back wrong", h->base.name, tmp);
     SL_CHECK(rc);
+    h->cache_path = sl__strdup(path);
+    if (!h->cache_path)
+        SL_FAIL(SL_ENOMEM, "%s: out of memory naming its cache entry", h->base.name);
     if (rename(tmp, path) != 0)
         SL_FAIL(SL_EIO, "%s: cannot rename %s into the cache: %s", h->base.name, tmp,
                 strerror(errno));

@@ -60,6 +60,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #define TAR_BLOCK 512
 /* A member path longer than this is refused (PATH_MAX on Linux). */
@@ -1046,6 +1047,14 @@ static int read_open(tar_source *s, sl_source_cursor *cur, uint64_t i, int k, co
         tar_locate(src, i, where, sizeof where);
         return sl__error(SL_ECORRUPT, "%s: the index places it past the end of the file", where);
     }
+    /* Every byte of the sample (headers, data, padding) against the
+     * checksum its index recorded: a copy that differs from the bytes
+     * indexed is refused, never read. */
+    if (o->ix->sum && len &&
+        XXH3_64bits(o->map + off, (size_t)len) != o->ix->sum[r]) {
+        tar_locate(src, i, where, sizeof where);
+        return sl_sidx__check_entry(o->ix, r, o->map + off, where, sh->path);
+    }
     SL_TRY(scan_shard(s, t, (uint32_t)k, o->map, off, off + len));
     for (uint64_t j = 0; j < t->nsamples; j++)
         if (t->samples[j].err) /* damage since indexing: its own message says more */
@@ -1178,9 +1187,19 @@ static void close_shard(void *user, int k, void *state) {
     sl__free(o);
 }
 
+/* sl_io__open_checked's check of a remote shard with an index: the bytes
+ * fetched (or found in the cache) are the bytes indexed. */
+static int data_check(sl_io *io, void *user) {
+    const sl_sidx *ix = user;
+    const uint8_t *m = sl_io__map(io);
+    return sl_sidx__check_data(ix, m ? m : (const uint8_t *)"", sl_io__size(io),
+                               sl_io__name(io));
+}
+
 /* The shard set's open: map the shard (a remote one is fetched into the
  * shard cache) and, when it has an index, load the whole index, which must
- * still be what its header said at open. */
+ * still be what its header said at open. A remote shard with an index is
+ * checked whole against it, and fetched again once when it differs. */
 static int open_shard(void *user, int k, void **state_out) {
     tar_source *s = user;
     const tar_shard *sh = &s->shards[k];
@@ -1196,7 +1215,10 @@ static int open_shard(void *user, int k, void **state_out) {
         SL_CHECK(rc);
         SL_CHECK(sl_sidx__same_head(sh->head, o->ix, sh->path));
     }
-    SL_CHECK(sl_io__open(&o->io, sh->path, SL_IO_MAP));
+    if (o->ix && sl_io__is_url(sh->path))
+        SL_CHECK(sl_io__open_checked(&o->io, sh->path, SL_IO_MAP, data_check, o->ix));
+    else
+        SL_CHECK(sl_io__open(&o->io, sh->path, SL_IO_MAP));
     o->map = sl_io__map(o->io);
     o->size = sl_io__size(o->io);
     if (o->size != sh->size)

@@ -407,13 +407,27 @@ cleanup:
     return rc;
 }
 
+/* sl_io__open_checked's check of a remote file with an index: the bytes
+ * fetched (or found in the cache) are the bytes indexed. */
+static int data_check(sl_io *io, void *user) {
+    const sl_sidx *ix = user;
+    const uint8_t *m = sl_io__map(io);
+    return sl_sidx__check_data(ix, m ? m : (const uint8_t *)"", sl_io__size(io),
+                               sl_io__name(io));
+}
+
 /* Map (or inflate) one file's bytes into `o`; gzip damage after some
- * output is kept in gzerr (a bad tail entry for the scan). */
+ * output is kept in gzerr (a bad tail entry for the scan). A remote file
+ * with an index (o->ix) is checked whole against it, and fetched again once
+ * when it differs. */
 static int open_bytes(const tf_source *s, const tf_file *f, tf_open *o, char *gzerr,
                       size_t cap) {
     sl_io *io;
     /* Reads jump between records: no read-ahead past the one asked for. */
-    SL_TRY(sl_io__open(&io, f->path, SL_IO_MAP | SL_IO_RANDOM));
+    if (o->ix && sl_io__is_url(f->path))
+        SL_TRY(sl_io__open_checked(&io, f->path, SL_IO_MAP | SL_IO_RANDOM, data_check, o->ix));
+    else
+        SL_TRY(sl_io__open(&io, f->path, SL_IO_MAP | SL_IO_RANDOM));
     int rc = SL_OK;
     size_t n = (size_t)sl_io__size(io);
     const uint8_t *m = sl_io__map(io);
@@ -691,6 +705,9 @@ static int parse_open(tf_source *s, tf_arena *a, uint64_t i, const tf_file *f,
         len = s->len[f->tab_first + r];
     }
     const uint8_t *p = o->data + off;
+    /* The whole framed record against the checksum its index recorded. */
+    if (f->head && o->ix->sum)
+        SL_TRY(sl_sidx__check_entry(o->ix, r, p, where, f->path));
     if (sl__ld64(p) != len)
         return sl__error(SL_ECORRUPT, "%s: length field %" PRIu64 " disagrees with the index "
                          "(%" PRIu64 "); rebuild it with `sluice index %s`", where, sl__ld64(p),
@@ -1362,6 +1379,16 @@ int sl_source__index_tfrecord(const char *path, const cJSON *opts) {
             SL_CHECK(sl_sidx__add_scalar(ix, st->key, SL_COL_INT64, st->ivals));
         else if (st->kind == TF_KIND_FLOAT && st->fvals)
             SL_CHECK(sl_sidx__add_scalar(ix, st->key, SL_COL_FLOAT64, st->fvals));
+    }
+    if (ix->flags & SL_SIDX_DECOMPRESSED) {
+        /* The entries count bytes of the inflated stream: their checksums
+         * too (sl_sidx__write sums a plain file's entries itself). */
+        void *st;
+        SL_CHECK(sl_shard_set__get(s->set, 0, &st));
+        const tf_open *o = st;
+        rc = sl_sidx__sum_entries(ix, o->data, o->size);
+        sl_shard_set__put(s->set, 0);
+        SL_CHECK(rc);
     }
     SL_CHECK(sl_sidx__write(path, ix));
 cleanup:
