@@ -1328,6 +1328,13 @@ int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *fi
             sh->size = sh->head->data_size;
             s->indexed_shards++;
         } else {
+            /* A tar has no checksum of its data: without an index nothing
+             * checks a remote shard's bytes end to end (only their length). */
+            if (sl_io__is_url(sh->path) && sl_io__strict())
+                SL_FAIL(SL_EINVAL, "%s: no sidecar index, so nothing can check its bytes end to "
+                        "end, and SLUICE_INTEGRITY=strict refuses that; run `sluice index` on "
+                        "the shards where they are written and put each .slidx beside its "
+                        "shard", sh->path);
             SL_CHECK(scan_at_open(s, k));
             remote_scans += sl_io__is_url(sh->path);
         }
@@ -1335,9 +1342,11 @@ int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *fi
     }
     if (remote_scans)
         SL_LOG_WARN("%s: %d remote shard%s without a sidecar index, each fetched whole at open "
-                    "to count its samples; `sluice index` on the shards writes .slidx files "
-                    "that let a reader open only the shards it reads", sl_io__short_name(
-                    s->shards[0].path), remote_scans, remote_scans > 1 ? "s" : "");
+                    "to count its samples, and nothing checks their bytes end to end (a byte "
+                    "damaged on the way would go unseen); `sluice index` on the shards writes "
+                    ".slidx files that let a reader open only the shards it reads and check "
+                    "every sample", sl_io__short_name(s->shards[0].path), remote_scans,
+                    remote_scans > 1 ? "s" : "");
     SL_CHECK(sl_shard_set__create(&s->set, n, s->max_open,
                                   &(sl_shard_set_ops){.open = open_shard, .close = close_shard},
                                   s));

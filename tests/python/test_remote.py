@@ -705,3 +705,94 @@ print(hashlib.sha256(b"".join(got)).hexdigest())
     import hashlib
     want = b"".join(bytes(loc[i]["blob"]) for i in (firsts[1], firsts[3], firsts[3] + 1))
     assert digest == hashlib.sha256(want).hexdigest()
+
+
+# ---- integrity end to end: bytes damaged on the way heal, or fail naming both tries ----
+
+def indexed_wds(data, root):
+    """A copy of the WebDataset shards, indexed there (`sluice index`), then
+    copied again as a user would upload them: plain copies, new mtimes."""
+    import shutil
+    work = os.path.join(root, "work")
+    os.makedirs(work)
+    paths = []
+    for s in range(4):
+        p = os.path.join(work, f"wds-{s:05d}.tar")
+        shutil.copyfile(os.path.join(data, f"wds-{s:05d}.tar"), p)
+        paths.append(p)
+    r = subprocess.run([SLUICE, "index"] + paths, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    served = os.path.join(root, "served")
+    os.makedirs(served)
+    time.sleep(0.01)
+    for p in paths:  # a copy without -p: the data's mtime is now, not the index's
+        for q in (p, p + ".slidx"):
+            shutil.copyfile(q, os.path.join(served, os.path.basename(q)))
+    return served
+
+
+def test_index_stays_valid_after_a_plain_copy(tmp_path, data):
+    """An index is valid as long as the bytes are the same: shards indexed,
+    then copied with their .slidx without keeping times (cp -r, an upload),
+    read locally and over HTTP like the originals."""
+    served = indexed_wds(data, str(tmp_path))
+    want = local_digest(tmp_path, data, {"webdataset": data + "/wds-{00000..00003}.tar"})
+    src = lambda b: {"webdataset": b + "/wds-{00000..00003}.tar", "index": True}  # noqa: E731
+    assert digests(run_spec(tmp_path, src(served), env_for(tmp_path))) == want
+    with httpfix.Nginx(served) as ng:
+        r = run_spec(tmp_path, src(ng.url), env_for(tmp_path))
+        assert digests(r) == want
+        assert "stale" not in r.stderr
+
+
+@pytest.mark.parametrize("kind", ["slr", "wds", "slidx"])
+def test_byte_flipped_in_transit_heals(tmp_path, data, kind):
+    """One bit flipped in the body of one response (a faulty proxy; the
+    length is right): a .slr shard (its record checksums), an indexed tar
+    shard (its index's checksums) or a .slidx (its own checksum) that arrives
+    damaged is fetched again, and the run gives the local data, with a
+    warning that says so; the cache then holds the good copy (a second run,
+    straight from the server, gives the same). Bytes damaged on every fetch
+    fail, naming the URL and both attempts."""
+    if kind == "slr":
+        root, target = data, "/ds/shard-00001.slr"
+        src = lambda b: {"path": b + "/ds"}  # noqa: E731
+        want = local_digest(tmp_path, data, src(data))
+    else:
+        root = indexed_wds(data, str(tmp_path))
+        target = "/wds-00002.tar" + (".slidx" if kind == "slidx" else "")
+        src = lambda b: {"webdataset": b + "/wds-{00000..00003}.tar", "index": True}  # noqa: E731
+        want = local_digest(tmp_path, data, {"webdataset": data + "/wds-{00000..00003}.tar"})
+    with httpfix.Nginx(root) as ng:
+        px = httpfix.FaultProxy(ng.port, flip=target, flip_max=1)
+        try:
+            r = run_spec(tmp_path, src(px.url), env_for(tmp_path))
+            assert px.counts["flip"] == 1
+            assert digests(r) == want, r.stderr
+            assert "fetched again" in r.stderr and px.url + target in r.stderr, r.stderr
+        finally:
+            px.close()
+        r = run_spec(tmp_path, src(ng.url), env_for(tmp_path))
+        assert digests(r) == want and "fetched again" not in r.stderr, r.stderr
+        px = httpfix.FaultProxy(ng.port, flip=target)
+        try:
+            r = run_spec(tmp_path, src(px.url), env_for(tmp_path, SLUICE_CACHE_DIR=tmp_path / "c2"),
+                         check=False)
+            assert r.returncode != 0
+            assert px.url + target in r.stderr and "damaged twice" in r.stderr, r.stderr
+            assert px.counts["flip"] == 2, px.counts
+        finally:
+            px.close()
+
+
+def test_unindexed_tar_over_http_warns_and_strict_refuses(tmp_path, data, web):
+    """Nothing can check an unindexed tar shard's bytes end to end over plain
+    HTTP: the run says so once, with the fix; SLUICE_INTEGRITY=strict refuses."""
+    src = {"webdataset": web.url + "/wds-{00000..00003}.tar"}
+    r = run_spec(tmp_path, src, env_for(tmp_path))
+    assert r.stderr.count("nothing checks their bytes end to end") == 1, r.stderr
+    assert "sluice index" in r.stderr
+    r = run_spec(tmp_path, src, env_for(tmp_path, SLUICE_INTEGRITY="strict"), check=False)
+    assert r.returncode != 0
+    assert "SLUICE_INTEGRITY=strict" in r.stderr and web.url + "/wds-00000.tar" in r.stderr
+    assert "sluice index" in r.stderr

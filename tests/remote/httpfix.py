@@ -158,11 +158,17 @@ class FaultProxy:
     with a Range, `shift` answers another range (bytes a+1-b+1: a 206 whose
     Content-Range starts one byte later than asked, its body those bytes) and
     `norange` answers as a server that ignores Range (200, the whole object);
-    `delay_ms` is added before every response. Counts what it did in
-    `self.counts`."""
+    `delay_ms` is added before every response. Independently of those:
+    `flip` (a path ending, or a list of them) flips one bit in the middle
+    of the body of a GET whose path ends so, at most `flip_max` times
+    (None: every time) — a faulty proxy or NIC whose bytes arrive with a
+    clean length; `stall_every` N holds every Nth request `stall_s` seconds
+    before answering (a server that stalls). Counts what it did in
+    `self.counts`; every request's (method, path) is in `self.requests`."""
 
     def __init__(self, upstream_port, seed=1, err500=0.0, err503=0.0, err429=0.0, drop=0.0,
-                 truncate=0.0, delay_ms=0, max_faults=None, shift=0.0, norange=0.0):
+                 truncate=0.0, delay_ms=0, max_faults=None, shift=0.0, norange=0.0,
+                 flip=None, flip_max=None, stall_every=0, stall_s=0.0):
         self.up = upstream_port
         self.rng = random.Random(seed)
         self.rates = [("500", err500), ("503", err503), ("429", err429), ("drop", drop),
@@ -171,6 +177,13 @@ class FaultProxy:
         self.max_faults = max_faults
         self.counts = {k: 0 for k, _ in self.rates}
         self.counts["ok"] = 0
+        self.counts["flip"] = 0
+        self.counts["stall"] = 0
+        self.flip = [flip] if isinstance(flip, str) else list(flip or [])
+        self.flip_max = flip_max
+        self.stall_every = stall_every
+        self.stall_s = stall_s
+        self.requests = []  # (method, path) of each request, in order
         self.gets = 0  # GET requests seen
         self.seen_headers = []  # each request's headers (lower-case names), in order
         self.conns = 0  # connections accepted
@@ -252,8 +265,14 @@ class FaultProxy:
                     hdrs[k.strip().lower()] = v.strip()
                 with self.lock:
                     self.seen_headers.append(dict(hdrs))
+                    self.requests.append((method, path))
                     if method == "GET":
                         self.gets += 1
+                    stall = self.stall_every and len(self.requests) % self.stall_every == 0
+                    if stall:
+                        self.counts["stall"] += 1
+                if stall:
+                    time.sleep(self.stall_s)
                 if self.delay:
                     time.sleep(self.delay)
                 what = self._pick()
@@ -293,6 +312,15 @@ class FaultProxy:
                     c.sendall(head.encode("latin-1") + body[: len(body) - 1 - len(body) // 3])
                     c.shutdown(socket.SHUT_RDWR)
                     return
+                if method == "GET" and len(body) > 1 and any(path.endswith(m) for m in self.flip):
+                    with self.lock:
+                        do = self.flip_max is None or self.counts["flip"] < self.flip_max
+                        if do:
+                            self.counts["flip"] += 1
+                    if do:
+                        b = bytearray(body)
+                        b[len(b) // 2] ^= 0x01
+                        body = bytes(b)
                 c.sendall(head.encode("latin-1") + body)
         except (OSError, ValueError):
             pass
