@@ -264,7 +264,9 @@ int sl_io__read_file(const char *name, uint64_t max, int missing_ok, uint8_t **o
         SL_TRY(st);
     }
     sl_io *io;
-    SL_TRY(sl_io__open(&io, name, 0));
+    /* A remote file goes through the shard cache: a warm run reads it from
+     * there (SLUICE_CACHE_TTL) instead of asking again. */
+    SL_TRY(sl_io__open(&io, name, sl_io__is_url(name) ? SL_IO_MAP : 0));
     int rc = SL_OK;
     uint8_t *buf = NULL;
     if (max && io->size > max)

@@ -82,6 +82,8 @@ typedef struct http_cfg {
     char ca[URL_MAX];
     char cache_dir[URL_MAX];
     uint64_t cache_bytes;
+    long ttl_s;          /* SLUICE_CACHE_TTL: an object's size and validator,
+                            once asked, are trusted this long (0: ask each time) */
 } http_cfg;
 
 static http_cfg cfg;
@@ -133,6 +135,7 @@ static void init(void) {
     cfg.connect_timeout_s = env_long("SLUICE_HTTP_CONNECT_TIMEOUT", 10, 1, 3600);
     cfg.stall_s = env_long("SLUICE_HTTP_STALL_TIMEOUT", 30, 1, 3600);
     cfg.readahead = (int)env_long("SLUICE_HTTP_READAHEAD", 64, 1, 256);
+    cfg.ttl_s = env_long("SLUICE_CACHE_TTL", 300, 0, 1000000000);
     const char *ca = getenv("SLUICE_CA_BUNDLE");
     if (!ca || !*ca)
         ca = getenv("CURL_CA_BUNDLE");
@@ -663,7 +666,85 @@ done:
     return rc;
 }
 
-/* HEAD `name`: size and validator. SL_END (quiet) on 404 when quiet_404. */
+static int mkdirs(const char *dir);
+
+/* ---- what a HEAD said, remembered (SLUICE_CACHE_TTL) ------------------------------
+ *
+ * A HEAD's answer for a URL (size, ETag, Last-Modified, directory or not) is
+ * kept in CACHE_DIR/.meta/KEY, a small text file whose mtime is the time of
+ * the answer. Within SLUICE_CACHE_TTL seconds of it, any process of the node
+ * takes the answer from there instead of asking again: with the shards (and
+ * their .slidx files) in the shard cache, a warm run sends no request at all;
+ * after the TTL each object is asked about once more (one HEAD), and a
+ * changed ETag or size names a new cache entry, so changed bytes are fetched.
+ * A 404 is not remembered (an index written later is found at once). The
+ * file is written under a temporary name and renamed, so readers see a whole
+ * answer or none; one that does not parse is ignored. */
+
+static int memo_path(const char *url, char *buf, size_t cap, int dir_only) {
+    if (!cfg.cache_dir[0] || !cfg.ttl_s || !cache_budget())
+        return 0;
+    int k = dir_only ? snprintf(buf, cap, "%s/.meta", cfg.cache_dir)
+                     : snprintf(buf, cap, "%s/.meta/%016llx", cfg.cache_dir,
+                                (unsigned long long)XXH3_64bits(url, strlen(url)));
+    return k > 0 && (size_t)k < cap;
+}
+
+/* The answer remembered for `url` within the TTL into x (total, etag,
+ * last_mod, eff_dir): 1, or 0 (ask). */
+static int memo_get(const char *url, xfer *x) {
+    char path[URL_MAX + 64];
+    if (!memo_path(url, path, sizeof path, 0))
+        return 0;
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    struct stat st;
+    int ok = 0;
+    char line[URL_MAX + 8], etag[sizeof x->etag + 2], lm[sizeof x->last_mod + 2];
+    long long total;
+    int dir;
+    time_t now = time(NULL);
+    if (fstat(fileno(f), &st) == 0 && st.st_mtime <= now && now - st.st_mtime < cfg.ttl_s &&
+        fgets(line, sizeof line, f) && sscanf(line, "SLMEMO1 %d %lld", &dir, &total) == 2 &&
+        fgets(etag, sizeof etag, f) && fgets(lm, sizeof lm, f) &&
+        fgets(line, sizeof line, f)) {
+        etag[strcspn(etag, "\n")] = 0;
+        lm[strcspn(lm, "\n")] = 0;
+        line[strcspn(line, "\n")] = 0;
+        if (!strcmp(line, url)) { /* not another URL with the same key */
+            x->total = total;
+            x->eff_dir = dir != 0;
+            etag[sizeof x->etag - 1] = 0;
+            lm[sizeof x->last_mod - 1] = 0;
+            memcpy(x->etag, etag, strlen(etag) + 1);
+            memcpy(x->last_mod, lm, strlen(lm) + 1);
+            ok = 1;
+        }
+    }
+    fclose(f);
+    return ok;
+}
+
+static void memo_put(const char *url, const xfer *x) {
+    char dir[URL_MAX + 64], path[URL_MAX + 64], tmp[URL_MAX + 128];
+    if (!memo_path(url, dir, sizeof dir, 1) || !memo_path(url, path, sizeof path, 0))
+        return;
+    if (mkdirs(dir) != 0)
+        return;
+    static _Thread_local unsigned seq;
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld-%u", path, (long)getpid(), ++seq);
+    FILE *f = fopen(tmp, "we");
+    if (!f)
+        return;
+    int bad = fprintf(f, "SLMEMO1 %d %lld\n%s\n%s\n%s\n", x->eff_dir, (long long)x->total,
+                      x->etag, x->last_mod, url) < 0;
+    if (fclose(f) != 0 || bad || rename(tmp, path) != 0)
+        unlink(tmp);
+}
+
+/* HEAD `name`: size and validator (or what was said within the TTL). SL_END
+ * (quiet) on 404 when quiet_404. */
 static int head(const char *name, const char *url, int quiet_404, xfer *x, int *is_dir) {
     memset(x, 0, sizeof *x);
     x->name = name;
@@ -671,10 +752,16 @@ static int head(const char *name, const char *url, int quiet_404, xfer *x, int *
     x->fd = -1;
     long st;
     *is_dir = 0;
+    if (memo_get(url, x)) {
+        *is_dir = x->eff_dir;
+        return SL_OK;
+    }
     int rc = perform(x, url, quiet_404, &st);
     if (rc != SL_OK)
         return rc; /* an error, or SL_END for a quiet 404 */
     *is_dir = x->eff_dir;
+    if (x->eff_dir || x->total >= 0)
+        memo_put(url, x);
     return SL_OK;
 }
 
@@ -686,6 +773,8 @@ typedef struct http_io {
     uint8_t *heap;      /* the object in memory (no disk cache), or NULL */
     size_t mapped_len;  /* bytes of the mapped cache file (object + trailer) */
     char *cache_path;   /* that file's path in the cache (sl__malloc), or NULL */
+    const uint8_t *cached; /* opened for ranges, but whole in the cache: that
+                              entry mapped (mapped_len bytes), reads copy from it */
     /* read by ranges, ahead (below): under ra_mu */
     struct extent *ext; /* extents hinted, queued, fetching or fetched */
     int inflight;       /* extents of this object being fetched */
@@ -957,8 +1046,8 @@ static int http_read(sl_io *io, void *dst, size_t n, uint64_t off, size_t *got) 
     http_io *h = (http_io *)io;
     if (off + n > io->size)
         n = (size_t)(io->size - off);
-    if (io->map) {
-        memcpy(dst, io->map + off, n);
+    if (io->map || h->cached) {
+        memcpy(dst, (io->map ? io->map : h->cached) + off, n);
         *got = n;
         return SL_OK;
     }
@@ -977,6 +1066,8 @@ static void http_close(sl_io *io) {
     ra_drop(h);
     if (io->map && h->mapped_len)
         munmap((void *)(uintptr_t)io->map, h->mapped_len);
+    else if (h->cached)
+        munmap((void *)(uintptr_t)h->cached, h->mapped_len);
     sl__free(h->heap);
     sl__free(h->cache_path);
     sl__free(io->name);
@@ -1132,15 +1223,10 @@ static int map_entry(http_io *h, int fd) {
     return SL_OK;
 }
 
-/* Fetch the object into the cache (or find it there) and map it. */
-static int fetch_cached(http_io *h, const char *validator, int or_ranges) {
-    if (!cfg.cache_dir[0] || h->base.size + TRAILER > cache_budget())
-        return or_ranges ? SL_OK : fetch_heap(h); /* read by ranges, ahead */
-    if (mkdirs(cfg.cache_dir) != 0) {
-        SL_LOG_WARN("cache: cannot create %s (%s); holding remote shards in memory",
-                    cfg.cache_dir, strerror(errno));
-        return fetch_heap(h);
-    }
+/* The cache entry's file name for this object version (200 bytes of room):
+ * KEY-BASENAME (the base name only to help people reading the directory;
+ * letters, digits and ._- kept). */
+static int entry_name(const http_io *h, const char *validator, char *ent) {
     XXH3_state_t *ks = XXH3_createState();
     if (!ks)
         return sl__oom("naming a cache entry");
@@ -1152,18 +1238,50 @@ static int fetch_cached(http_io *h, const char *validator, int or_ranges) {
     XXH3_64bits_update(ks, validator, strlen(validator));
     uint64_t key = XXH3_64bits_digest(ks);
     XXH3_freeState(ks);
-    /* the entry: KEY-BASENAME (the base name only to help people reading the
-     * directory; letters, digits and ._- kept) */
     const char *base = strrchr(h->url, '/');
     base = base ? base + 1 : h->url;
-    char ent[200];
-    int k = snprintf(ent, sizeof ent, "%016llx-", (unsigned long long)key);
+    int k = snprintf(ent, 200, "%016llx-", (unsigned long long)key);
     for (const char *p = base; *p && *p != '?' && k < 120; p++)
         ent[k++] = (char)((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
                                   (*p >= '0' && *p <= '9') || *p == '.' || *p == '-' || *p == '_'
                               ? *p
                               : '_');
     ent[k] = 0;
+    return SL_OK;
+}
+
+/* An object opened for ranges whose whole copy is in the cache already is
+ * read from that copy (mapped) instead: no request. Quietly nothing when
+ * there is none (or it does not check out: a range read then asks). */
+static void cache_lookup(http_io *h, const char *validator) {
+    if (!cfg.cache_dir[0] || h->base.size + TRAILER > cache_budget())
+        return;
+    char ent[200], path[URL_MAX + 300];
+    if (entry_name(h, validator, ent) != SL_OK)
+        return;
+    snprintf(path, sizeof path, "%s/%s", cfg.cache_dir, ent);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    if (map_entry(h, fd) == SL_OK) {
+        /* read through http_read only: the caller asked for ranges */
+        h->cached = h->base.map;
+        h->base.map = NULL;
+    }
+    close(fd);
+}
+
+/* Fetch the object into the cache (or find it there) and map it. */
+static int fetch_cached(http_io *h, const char *validator, int or_ranges) {
+    if (!cfg.cache_dir[0] || h->base.size + TRAILER > cache_budget())
+        return or_ranges ? SL_OK : fetch_heap(h); /* read by ranges, ahead */
+    if (mkdirs(cfg.cache_dir) != 0) {
+        SL_LOG_WARN("cache: cannot create %s (%s); holding remote shards in memory",
+                    cfg.cache_dir, strerror(errno));
+        return fetch_heap(h);
+    }
+    char ent[200];
+    SL_TRY(entry_name(h, validator, ent));
     char path[URL_MAX + 300], lpath[URL_MAX + 310], tmp[URL_MAX + 350];
     snprintf(path, sizeof path, "%s/%s", cfg.cache_dir, ent);
     snprintf(lpath, sizeof lpath, "%s.lock", path);
@@ -1278,10 +1396,13 @@ int sl_io__http_open(sl_io **out, const char *name, unsigned flags) {
     if (x.total < 0)
         SL_FAIL(SL_EIO, "%s: the server gives no size (Content-Length) for it", name);
     h->base.size = (uint64_t)x.total;
-    if ((flags & SL_IO_MAP) && h->base.size) {
+    if (h->base.size) {
         char validator[200];
         snprintf(validator, sizeof validator, "%s|%s", x.etag, x.last_mod);
-        SL_CHECK(fetch_cached(h, validator, (flags & SL_IO_MAP_OR_RANGES) != 0));
+        if (flags & SL_IO_MAP)
+            SL_CHECK(fetch_cached(h, validator, (flags & SL_IO_MAP_OR_RANGES) != 0));
+        else
+            cache_lookup(h, validator);
     }
     *out = &h->base;
     return SL_OK;

@@ -796,3 +796,38 @@ def test_unindexed_tar_over_http_warns_and_strict_refuses(tmp_path, data, web):
     assert r.returncode != 0
     assert "SLUICE_INTEGRITY=strict" in r.stderr and web.url + "/wds-00000.tar" in r.stderr
     assert "sluice index" in r.stderr
+
+
+@pytest.mark.parametrize("kind", ["slr", "wds"])
+def test_warm_run_asks_nothing_within_the_ttl(tmp_path, data, kind):
+    """With the shard cache warm, a run asks the server nothing about objects
+    validated within SLUICE_CACHE_TTL seconds (manifest, shards, .slidx files
+    all come from the cache); once the TTL has passed, at most one HEAD per
+    object, and no body is fetched again."""
+    if kind == "slr":
+        root = data
+        src = lambda b: {"path": b + "/ds"}  # noqa: E731
+        want = local_digest(tmp_path, data, src(data))
+    else:
+        root = indexed_wds(data, str(tmp_path))
+        src = lambda b: {"webdataset": b + "/wds-{00000..00003}.tar", "index": True}  # noqa: E731
+        want = local_digest(tmp_path, data, {"webdataset": data + "/wds-{00000..00003}.tar"})
+    with httpfix.Nginx(root) as ng:
+        px = httpfix.FaultProxy(ng.port)
+        try:
+            assert digests(run_spec(tmp_path, src(px.url), env_for(tmp_path))) == want
+            cold = len(px.requests)
+            assert cold > 0
+            r = run_spec(tmp_path, src(px.url), env_for(tmp_path))
+            assert digests(r) == want
+            assert px.requests[cold:] == [], px.requests[cold:]
+            time.sleep(2.2)
+            n = len(px.requests)
+            r = run_spec(tmp_path, src(px.url), env_for(tmp_path, SLUICE_CACHE_TTL=2))
+            assert digests(r) == want
+            late = px.requests[n:]
+            assert late and all(m == "HEAD" for m, _ in late), late
+            paths = [p for _, p in late]
+            assert len(paths) == len(set(paths)), late
+        finally:
+            px.close()
