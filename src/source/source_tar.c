@@ -137,6 +137,7 @@ typedef struct tar_source {
     int nonly;
     int indexed_shards;     /* shards read through their index */
     int max_open;           /* "max_open_shards" (0 until open: the default) */
+    sl_sidx_use index_use;  /* "index", while opening */
     sl_shard_set *set;      /* the shards' bytes (and indexes), opened lazily */
     pthread_mutex_t ivals_mu; /* guards the first index_column (ivals_rc too) */
     int ivals_done, ivals_rc;
@@ -1286,6 +1287,13 @@ static int parse_options(tar_source *s, const cJSON *obj, const char *field, sl_
     return SL_OK;
 }
 
+/* sl_shard_set__each at open: shard k's index header (or none). */
+static int load_head(void *user, int k) {
+    tar_source *s = user;
+    tar_shard *sh = &s->shards[k];
+    return sl_sidx__load_head_for(sh->path, "webdataset", s->index_use, &sh->head);
+}
+
 int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *field) {
     *out = NULL;
     char sub[128];
@@ -1314,14 +1322,16 @@ int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *fi
     sl__free(list);
     list = NULL;
     /* Open reads each index's header alone (the record count and the
-     * columns); a shard's bytes and whole index wait for its first read
-     * (open_shard, through the shard set). A shard without an index is
-     * scanned now, since the record count needs it, and closed again. */
+     * columns), for all shards at once (a few requests each for remote
+     * ones, so that a server's stalls overlap); a shard's bytes and whole
+     * index wait for its first read (open_shard, through the shard set). A
+     * shard without an index is scanned now, since the record count needs
+     * it, and closed again. A stale or damaged index is an error, not a
+     * reason to scan: the user asked for it to be used (or left it there). */
+    s->index_use = index;
+    SL_CHECK(sl_shard_set__each(n, load_head, s));
     for (int k = 0; k < n; k++) {
         tar_shard *sh = &s->shards[k];
-        /* A stale or damaged index is an error, not a reason to scan: the
-         * user asked for it to be used (or left it there). */
-        SL_CHECK(sl_sidx__load_head_for(sh->path, "webdataset", index, &sh->head));
         sh->first = s->base.count;
         if (sh->head) {
             sh->nsamples = sh->head->count;

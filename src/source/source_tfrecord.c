@@ -224,6 +224,7 @@ typedef struct tf_source {
                                    data length */
     uint64_t nscan;             /* entries in off[]/len[] */
     int max_open;               /* "max_open_shards" (0: the default) */
+    sl_sidx_use index_use;      /* "index", while opening */
     sl_shard_set *set;          /* the files' bytes (and indexes), opened lazily */
     pthread_mutex_t ivals_mu;   /* guards the first index_column */
     int ivals_done;
@@ -1157,6 +1158,13 @@ static int parse_options(const cJSON *obj, const char *field, int *verify,
 
 /* Every file: the header of its index (as `use_index` says), or a scan of
  * its frames; then the shard set that opens them when read. */
+/* sl_shard_set__each at open: file k's index header (or none). */
+static int load_head(void *user, int k) {
+    tf_source *s = user;
+    tf_file *f = &s->files[k];
+    return sl_sidx__load_head_for(f->path, "tfrecord", s->index_use, &f->head);
+}
+
 static int open_files(tf_source *s, const cJSON *paths, const char *field, sl_sidx_use use_index) {
     char **pv = NULL;
     int n = 0, remote_scans = 0;
@@ -1173,7 +1181,14 @@ static int open_files(tf_source *s, const cJSON *paths, const char *field, sl_si
         f->path = pv[k];
         pv[k] = NULL;
         f->name = sl_io__short_name(f->path);
-        SL_CHECK(sl_sidx__load_head_for(f->path, "tfrecord", use_index, &f->head));
+    }
+    /* Every file's index header at once (a few requests each for remote
+     * ones, so that a server's stalls overlap); then, in order, the counts,
+     * and a scan of each file without one. */
+    s->index_use = use_index;
+    SL_CHECK(sl_shard_set__each(n, load_head, s));
+    for (int k = 0; k < n; k++) {
+        tf_file *f = &s->files[k];
         f->indexed = f->head != NULL;
         if (f->head) {
             f->first = s->base.count;

@@ -831,3 +831,43 @@ def test_warm_run_asks_nothing_within_the_ttl(tmp_path, data, kind):
             assert len(paths) == len(set(paths)), late
         finally:
             px.close()
+
+
+def test_indexed_shard_opens_overlap_stalls(tmp_path):
+    """Indexed WebDataset shards through a server that stalls 3 s on every
+    10th request: the index headers are read for all shards at once, so
+    opening costs about one stall (or two, when one thread meets two), not
+    one per ten requests in a row (24 shards, about 3 requests each: 7
+    stalls, 21 s, one after another). sluice.webdataset opens the source; the
+    bound leaves room for a loaded machine. Run three times."""
+    root = tmp_path / "wds"
+    root.mkdir()
+    paths = []
+    for s in range(24):
+        p = root / f"st-{s:02d}.tar"
+        with tarfile.open(p, "w", format=tarfile.USTAR_FORMAT) as t:
+            for i in range(4):
+                body = str(s * 4 + i).encode()
+                ti = tarfile.TarInfo(f"k{s:02d}{i}.cls")
+                ti.size = len(body)
+                t.addfile(ti, io.BytesIO(body))
+        paths.append(str(p))
+    r = subprocess.run([SLUICE, "index"] + paths, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    with httpfix.Nginx(str(root)) as ng:
+        for trial in range(3):
+            px = httpfix.FaultProxy(ng.port, stall_every=10, stall_s=3)
+            try:
+                env = env_for(tmp_path, SLUICE_CACHE_DIR=tmp_path / f"c{trial}")
+                t0 = time.monotonic()
+                r = subprocess.run([sys.executable, "-c", "import sys, sluice; "
+                                    "print(len(sluice.webdataset(sys.argv[1])))",
+                                    px.url + "/st-{00..23}.tar"], env=env,
+                                   capture_output=True, text=True, timeout=120)
+                took = time.monotonic() - t0
+                assert r.returncode == 0, r.stderr
+                assert r.stdout.split() == ["96"]
+                assert px.counts["stall"] >= 5, px.counts
+                assert took < 12, (took, px.counts)
+            finally:
+                px.close()
