@@ -60,7 +60,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <openssl/evp.h>
 #include <xxhash.h>
+#include <zlib.h>
 
 #define URL_MAX 4096
 /* Handles kept for reuse (each keeps its kept-alive connection): room for the
@@ -250,6 +252,154 @@ static int resolve(const char *name, char *url, size_t cap) {
     return SL_OK;
 }
 
+/* ---- checksums a server stores for an object ---------------------------------------
+ *
+ * What a whole-object answer (HTTP 200) may say of the bytes, each checked
+ * against the bytes fetched before they enter the shard cache (or memory):
+ * S3's stored checksums (asked for with x-amz-checksum-mode: ENABLED;
+ * x-amz-checksum-crc32c, -crc32, -sha256 of the whole object; a multipart
+ * upload's composite value, "...-N", is not one), the MD5 ETag of a
+ * single-part S3 upload (not one encrypted with SSE-KMS or SSE-C, whose ETag
+ * is no MD5), and HTTP's Content-MD5, Digest (RFC 3230: md5, sha-256) and
+ * Repr-Digest (RFC 9530: sha-256, sha-512). */
+
+/* In the order they are checked: a stored checksum is named before the
+ * ETag's MD5 when both fail. */
+enum { SUM_CRC32C, SUM_CRC32, SUM_SHA256, SUM_SHA512, SUM_MD5, SUM_N };
+static const char *const sum_alg[SUM_N] = {"CRC32C", "CRC32", "SHA-256", "SHA-512", "MD5"};
+static const int sum_len[SUM_N] = {4, 4, 32, 64, 16};
+
+typedef struct stored_sums {
+    uint8_t want[SUM_N][64];
+    char from[SUM_N][32];  /* the header it came from; "" when none */
+    char etag[128];        /* an S3 ETag, checked as MD5 at the end when fit */
+    int s3, sse_other;     /* an s3:// object; SSE-KMS or SSE-C (ETag not MD5) */
+} stored_sums;
+
+/* Standard base64 (padding optional) of exactly `n` bytes into out. */
+static int b64_exact(const char *s, size_t len, uint8_t *out, size_t n) {
+    size_t k = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        int v = c >= 'A' && c <= 'Z' ? c - 'A' : c >= 'a' && c <= 'z' ? c - 'a' + 26
+                : c >= '0' && c <= '9' ? c - '0' + 52 : c == '+' ? 62 : c == '/' ? 63 : -1;
+        if (c == '=')
+            break;
+        if (v < 0)
+            return 0;
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (k >= n)
+                return 0;
+            out[k++] = (uint8_t)(acc >> bits);
+        }
+    }
+    return k == n;
+}
+
+static void sum_set(stored_sums *ss, int alg, const char *v, size_t len, const char *from) {
+    while (len && (*v == ' ' || *v == ':' || *v == '"'))
+        v++, len--;
+    while (len && (v[len - 1] == ' ' || v[len - 1] == ':' || v[len - 1] == '"'))
+        len--;
+    if (b64_exact(v, len, ss->want[alg], (size_t)sum_len[alg]))
+        snprintf(ss->from[alg], sizeof ss->from[alg], "%s", from);
+}
+
+/* A "name=value, name=value" list (Digest, Repr-Digest). */
+static void sum_list(stored_sums *ss, const char *v, const char *from) {
+    while (*v) {
+        while (*v == ' ' || *v == ',')
+            v++;
+        size_t n = strcspn(v, "=,");
+        const char *val = v[n] == '=' ? v + n + 1 : NULL;
+        size_t vl = val ? strcspn(val, ",") : 0;
+        int alg = !strncasecmp(v, "sha-256", n) && n == 7   ? SUM_SHA256
+                  : !strncasecmp(v, "sha-512", n) && n == 7 ? SUM_SHA512
+                  : !strncasecmp(v, "md5", n) && n == 3     ? SUM_MD5
+                                                            : -1;
+        if (alg >= 0 && val)
+            sum_set(ss, alg, val, vl, from);
+        v = val ? val + vl : v + n;
+    }
+}
+
+/* One header line of a whole-object answer. */
+static void sum_header(stored_sums *ss, const char *line) {
+    static const struct {
+        const char *name;
+        int alg;
+    } amz[] = {{"x-amz-checksum-crc32c:", SUM_CRC32C},
+               {"x-amz-checksum-crc32:", SUM_CRC32},
+               {"x-amz-checksum-sha256:", SUM_SHA256},
+               {"content-md5:", SUM_MD5}};
+    for (size_t i = 0; i < sizeof amz / sizeof amz[0]; i++) {
+        size_t nl = strlen(amz[i].name);
+        if (!strncasecmp(line, amz[i].name, nl)) {
+            const char *v = line + nl;
+            if (!strchr(v, '-')) /* a composite (multipart) value is not the object's */
+                sum_set(ss, amz[i].alg, v, strlen(v), amz[i].name);
+            ss->from[amz[i].alg][strcspn(ss->from[amz[i].alg], ":")] = 0;
+            return;
+        }
+    }
+    if (!strncasecmp(line, "repr-digest:", 12))
+        sum_list(ss, line + 12, "Repr-Digest");
+    else if (!strncasecmp(line, "digest:", 7))
+        sum_list(ss, line + 7, "Digest");
+    else if (!strncasecmp(line, "x-amz-server-side-encryption:", 29))
+        ss->sse_other |= strstr(line + 29, "kms") != NULL;
+    else if (!strncasecmp(line, "x-amz-server-side-encryption-customer-algorithm:", 48))
+        ss->sse_other = 1;
+    else if (!strncasecmp(line, "etag:", 5))
+        snprintf(ss->etag, sizeof ss->etag, "%s", line + 5 + strspn(line + 5, " "));
+}
+
+static int digest_evp(const EVP_MD *md, const uint8_t *p, size_t n, uint8_t *out) {
+    unsigned len = 0;
+    return EVP_Digest(p, n, out, &len, md, NULL) == 1;
+}
+
+/* The bytes against every checksum the answer gave: SL_OK (also when it
+ * gave none), or SL_ECORRUPT naming `name`, the algorithm and the header. */
+static int sums_check(stored_sums *ss, const uint8_t *p, size_t n, const char *name) {
+    /* a single-part S3 upload's ETag is the MD5 of its bytes */
+    size_t el = strlen(ss->etag);
+    if (ss->s3 && !ss->sse_other && !ss->from[SUM_MD5][0] && el == 34 && ss->etag[0] == '"' &&
+        ss->etag[33] == '"' && strspn(ss->etag + 1, "0123456789abcdef") == 32) {
+        for (int i = 0; i < 16; i++) {
+            unsigned b;
+            sscanf(ss->etag + 1 + 2 * i, "%2x", &b);
+            ss->want[SUM_MD5][i] = (uint8_t)b;
+        }
+        snprintf(ss->from[SUM_MD5], sizeof ss->from[SUM_MD5], "ETag");
+    }
+    for (int a = 0; a < SUM_N; a++) {
+        if (!ss->from[a][0])
+            continue;
+        uint8_t got[64];
+        int ok = 1;
+        if (a == SUM_CRC32C || a == SUM_CRC32) {
+            uint32_t c = a == SUM_CRC32C ? sl__crc32c(0, p, n) : (uint32_t)crc32_z(0, p, n);
+            got[0] = (uint8_t)(c >> 24), got[1] = (uint8_t)(c >> 16);
+            got[2] = (uint8_t)(c >> 8), got[3] = (uint8_t)c;
+        } else {
+            ok = digest_evp(a == SUM_MD5 ? EVP_md5() : a == SUM_SHA256 ? EVP_sha256() : EVP_sha512(),
+                            p, n, got);
+        }
+        if (!ok)
+            return sl__error(SL_ENOMEM, "%s: computing its %s failed (OpenSSL)", name, sum_alg[a]);
+        if (memcmp(got, ss->want[a], (size_t)sum_len[a]) != 0)
+            return sl__error(SL_ECORRUPT, "%s: the bytes fetched do not match the %s the server "
+                             "gives for the object (%s)", name, sum_alg[a], ss->from[a]);
+    }
+    return SL_OK;
+}
+
 /* ---- one request, tried until it succeeds or the budget is spent ----------- */
 
 typedef struct xfer {
@@ -280,6 +430,10 @@ typedef struct xfer {
     int64_t total;       /* object size (Content-Range's total or Content-Length), -1 */
     char etag[128];
     char last_mod[64];
+    stored_sums *sums;   /* the stored checksums of a whole-object answer, or NULL */
+    int whole;           /* off 0, len the object's size: asked without a Range
+                            (a 200 and its checksums), a resumed try with one */
+    int in_200;          /* the answer being read is a 200 (headers) */
 } xfer;
 
 static size_t on_header(char *p, size_t sz, size_t nm, void *u) {
@@ -295,7 +449,15 @@ static size_t on_header(char *p, size_t sz, size_t nm, void *u) {
         x->retry_after_s = -1;
         x->etag[0] = x->last_mod[0] = 0;
         x->cr_first = x->cr_last = -1;
-    } else if (!strncasecmp(line, "retry-after:", 12)) {
+        const char *sp = strchr(line, ' ');
+        x->in_200 = sp && atoi(sp + 1) == 200;
+        return n;
+    }
+    /* the checksums of the first whole answer are kept: a body resumed by
+     * a range request (206) is checked against the object's */
+    if (x->sums && x->in_200 && !x->head)
+        sum_header(x->sums, line);
+    if (!strncasecmp(line, "retry-after:", 12)) {
         const char *v = line + 12;
         while (*v == ' ')
             v++;
@@ -433,8 +595,9 @@ static int sign(const char *name, const char *url, int head, const char *range, 
     if (strncmp(name, "s3://", 5) != 0)
         return SL_OK;
     SL_TRY(s3_config());
-    return sl_s3__sign(&s3cfg, head ? "HEAD" : "GET", url, range, (int64_t)time(NULL), add_header,
-                       hc);
+    /* the stored checksums come with a whole object (a range has none) */
+    return sl_s3__sign(&s3cfg, head ? "HEAD" : "GET", url, range, (int64_t)time(NULL),
+                       range ? 0 : SL_S3_CHECKSUM_MODE, add_header, hc);
 }
 
 static int retryable_curl(CURLcode cc) {
@@ -555,7 +718,7 @@ static int perform(xfer *x, const char *url, int quiet_404, long *status_out) {
             else
                 snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)a,
                          (unsigned long long)(x->off + x->len - 1));
-            if (a > 0 || x->len != UINT64_MAX) {
+            if (a > 0 || (x->len != UINT64_MAX && !x->whole)) {
                 curl_easy_setopt(h, CURLOPT_RANGE, range);
                 rg = range;
             }
@@ -1100,8 +1263,20 @@ static int fetch_heap(http_io *h) {
     x.len = h->base.size;
     x.dst = h->heap;
     x.fd = -1;
+    stored_sums ss;
+    memset(&ss, 0, sizeof ss);
+    ss.s3 = !strncmp(h->base.name, "s3://", 5);
+    x.sums = &ss;
+    x.whole = 1;
     long st;
-    SL_TRY(perform(&x, h->url, 0, &st));
+    int rc = perform(&x, h->url, 0, &st);
+    if (rc == SL_OK)
+        rc = sums_check(&ss, h->heap, (size_t)h->base.size, h->base.name);
+    if (rc < 0) {
+        sl__free(h->heap);
+        h->heap = NULL;
+        return rc;
+    }
     h->base.map = h->heap;
     return SL_OK;
 }
@@ -1337,6 +1512,11 @@ static int fetch_cached(http_io *h, const char *validator, int or_ranges) {
     x.len = h->base.size;
     x.fd = fd;
     x.hash = hs;
+    stored_sums ss;
+    memset(&ss, 0, sizeof ss);
+    ss.s3 = !strncmp(h->base.name, "s3://", 5);
+    x.sums = &ss;
+    x.whole = 1;
     long st;
     SL_CHECK(perform(&x, h->url, 0, &st));
     uint8_t tr[TRAILER];
@@ -1350,6 +1530,14 @@ static int fetch_cached(http_io *h, const char *validator, int or_ranges) {
     if (rc == SL_ECORRUPT) /* the disk gave back other bytes than written */
         SL_FAIL(SL_EIO, "%s: its cache entry %s reads back wrong", h->base.name, tmp);
     SL_CHECK(rc);
+    /* what the server says of the bytes, before they enter the cache */
+    rc = sums_check(&ss, h->base.map, (size_t)h->base.size, h->base.name);
+    if (rc < 0) {
+        munmap((void *)(uintptr_t)h->base.map, h->mapped_len);
+        h->base.map = NULL;
+        h->mapped_len = 0;
+        goto cleanup;
+    }
     h->cache_path = sl__strdup(path);
     if (!h->cache_path)
         SL_FAIL(SL_ENOMEM, "%s: out of memory naming its cache entry", h->base.name);
@@ -1399,9 +1587,21 @@ int sl_io__http_open(sl_io **out, const char *name, unsigned flags) {
     if (h->base.size) {
         char validator[200];
         snprintf(validator, sizeof validator, "%s|%s", x.etag, x.last_mod);
-        if (flags & SL_IO_MAP)
-            SL_CHECK(fetch_cached(h, validator, (flags & SL_IO_MAP_OR_RANGES) != 0));
-        else
+        if (flags & SL_IO_MAP) {
+            /* SL_ECORRUPT: the bytes fetched are not what the server says
+             * (nothing was cached): fetched again, once */
+            rc = fetch_cached(h, validator, (flags & SL_IO_MAP_OR_RANGES) != 0);
+            if (rc == SL_ECORRUPT) {
+                char first[SL__ERRMSG_MAX];
+                snprintf(first, sizeof first, "%s", sl_errmsg());
+                rc = fetch_cached(h, validator, (flags & SL_IO_MAP_OR_RANGES) != 0);
+                if (rc == SL_ECORRUPT)
+                    rc = sl_io__twice_damaged(name, first);
+                else if (rc == SL_OK)
+                    SL_LOG_WARN("%s; fetched again, the new copy is sound", first);
+            }
+            SL_CHECK(rc);
+        } else
             cache_lookup(h, validator);
     }
     *out = &h->base;

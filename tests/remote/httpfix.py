@@ -12,6 +12,7 @@ line below), tests/remote/torchrun_check.py and bench/remote_bench.sh.
 Only loopback addresses are used; every request loop is bounded.
 """
 import http.client
+import json
 import os
 import random
 import shutil
@@ -163,12 +164,17 @@ class FaultProxy:
     of the body of a GET whose path ends so, at most `flip_max` times
     (None: every time) — a faulty proxy or NIC whose bytes arrive with a
     clean length; `stall_every` N holds every Nth request `stall_s` seconds
-    before answering (a server that stalls). Counts what it did in
+    before answering (a server that stalls). `repr_digest` adds the body's
+    `Repr-Digest: sha-256=:...:` (RFC 9530) to a whole answer (200), taken
+    before any flip, as a server that sends one would; `forward_all` passes
+    every request header on (a signed S3 request), not only Range and Host.
+    Counts what it did in
     `self.counts`; every request's (method, path) is in `self.requests`."""
 
     def __init__(self, upstream_port, seed=1, err500=0.0, err503=0.0, err429=0.0, drop=0.0,
                  truncate=0.0, delay_ms=0, max_faults=None, shift=0.0, norange=0.0,
-                 flip=None, flip_max=None, stall_every=0, stall_s=0.0):
+                 flip=None, flip_max=None, stall_every=0, stall_s=0.0, repr_digest=False,
+                 forward_all=False):
         self.up = upstream_port
         self.rng = random.Random(seed)
         self.rates = [("500", err500), ("503", err503), ("429", err429), ("drop", drop),
@@ -183,6 +189,8 @@ class FaultProxy:
         self.flip_max = flip_max
         self.stall_every = stall_every
         self.stall_s = stall_s
+        self.repr_digest = repr_digest
+        self.forward_all = forward_all
         self.requests = []  # (method, path) of each request, in order
         self.gets = 0  # GET requests seen
         self.seen_headers = []  # each request's headers (lower-case names), in order
@@ -285,7 +293,9 @@ class FaultProxy:
                     extra = "Retry-After: 0\r\n" if what == "429" else ""
                     c.sendall(f"HTTP/1.1 {what} Fault\r\nContent-Length: 0\r\n{extra}\r\n".encode())
                     continue
-                fwd = {k: v for k, v in hdrs.items() if k in ("range", "host", "if-range")}
+                fwd = {k: v for k, v in hdrs.items()
+                       if self.forward_all or k in ("range", "host", "if-range")}
+                fwd.pop("connection", None)
                 if what == "norange":
                     del fwd["range"]
                 if what == "shift":
@@ -300,6 +310,11 @@ class FaultProxy:
                 for k, v in r.getheaders():
                     if k.lower() not in ("connection", "keep-alive", "transfer-encoding"):
                         head += f"{k}: {v}\r\n"
+                if self.repr_digest and method == "GET" and r.status == 200:
+                    import base64
+                    import hashlib
+                    head += ("Repr-Digest: sha-256=:" +
+                             base64.b64encode(hashlib.sha256(body).digest()).decode() + ":\r\n")
                 head += "\r\n"
                 if method == "HEAD":
                     c.sendall(head.encode("latin-1"))
@@ -350,7 +365,22 @@ def main(argv):
     s.add_argument("--proxy", action="store_true", help="serve through the proxy even with no delay or fault")
     s.add_argument("--faults", default="", help="e.g. 500=0.05,503=0.05,429=0.05,drop=0.05,truncate=0.05,"
                    "shift=0.05,norange=0.05")
+    p = sub.add_parser("proxy", help="the fault proxy alone, in front of 127.0.0.1:PORT")
+    p.add_argument("port", type=int)
+    p.add_argument("--flip", action="append", default=[], help="flip a bit in GETs of paths ending so")
+    p.add_argument("--flip-max", type=int, default=None)
+    p.add_argument("--forward-all", action="store_true")
     a = ap.parse_args(argv)
+    if a.cmd == "proxy":
+        px = FaultProxy(a.port, flip=a.flip, flip_max=a.flip_max, forward_all=a.forward_all)
+        print(px.url, flush=True)
+        done = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *a: done.set())
+        threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+        done.wait()
+        print(json.dumps(px.counts), file=sys.stderr, flush=True)
+        px.close()
+        return
     ng = Nginx(a.root, https=a.https)
     url, px = ng.url, None
     if a.delay_ms or a.faults or a.proxy:
