@@ -51,6 +51,7 @@
 #include <fcntl.h>
 #include <dirent.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -421,6 +422,8 @@ typedef struct xfer {
                                        the end); a 206 must answer exactly it */
     int64_t cr_first, cr_last; /* the answer's Content-Range, or -1 */
     int range_bad;       /* a 206 for another range: stopped, range_why says */
+    int range_ignored;   /* a range was asked and the answer was a 200 (the
+                            whole object, of which the range was kept) */
     char range_why[256];
     int overflow;        /* more bytes came than asked for: stopped */
     int sink_failed;
@@ -743,6 +746,8 @@ static int perform(xfer *x, const char *url, int quiet_404, long *status_out) {
         long st = 0;
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
         x->status = st;
+        if (rg && st == 200 && cc == CURLE_OK)
+            x->range_ignored = 1;
         if (x->head && cc == CURLE_OK) {
             char *eu = NULL;
             curl_easy_getinfo(h, CURLINFO_EFFECTIVE_URL, &eu);
@@ -942,6 +947,12 @@ typedef struct http_io {
     struct extent *ext; /* extents hinted, queued, fetching or fetched */
     int inflight;       /* extents of this object being fetched */
     struct http_io *ra_next, **ra_prev; /* in ra_objs while it has extents */
+    /* A server that ignores Range answers every range request with the whole
+     * object: after the first such answer the object is fetched whole, once,
+     * into `whole` (set under whole_mu, read with an acquire load), and reads
+     * copy from it, instead of one whole-object transfer per read. */
+    pthread_mutex_t whole_mu;
+    uint8_t *whole;
 } http_io;
 
 /* ---- read-ahead for objects read by ranges ---------------------------------------
@@ -1002,6 +1013,8 @@ static void ra_unlink(http_io *h, extent *e) { /* under ra_mu; e not queued */
 }
 
 /* GET bytes [off, off + n) of the object into dst; *got: how many came. */
+static void become_whole(http_io *h);
+
 static int get_range(http_io *h, uint8_t *dst, uint64_t off, uint64_t n, uint64_t *got) {
     xfer x;
     memset(&x, 0, sizeof x);
@@ -1013,7 +1026,55 @@ static int get_range(http_io *h, uint8_t *dst, uint64_t off, uint64_t n, uint64_
     long st;
     int rc = perform(&x, h->url, 0, &st);
     *got = x.got;
+    if (rc == SL_OK && x.range_ignored)
+        become_whole(h);
     return rc;
+}
+
+/* Objects this large stay read by ranges even from a server that ignores
+ * them (held whole, they could exhaust memory): slow, and said so. */
+#define WHOLE_MAX ((uint64_t)4 << 30)
+
+/* The server answered a range request with the whole object: fetch it whole
+ * once (the bytes checked against any checksum the answer gives) and serve
+ * every later read from memory. Said once per process, with what to do. A
+ * failure leaves the object read by ranges (each read then fails or
+ * succeeds on its own). */
+static void become_whole(http_io *h) {
+    static atomic_int said;
+    if (__atomic_load_n(&h->whole, __ATOMIC_ACQUIRE))
+        return;
+    pthread_mutex_lock(&h->whole_mu);
+    if (!h->whole) {
+        int big = h->base.size > WHOLE_MAX || h->base.size > SIZE_MAX / 2;
+        if (!atomic_exchange(&said, 1))
+            SL_LOG_WARN("%s: the server ignores Range requests (it answers each with the whole "
+                        "object): %s; a server that honours Range, or a shard cache with room "
+                        "for the shards (cache_bytes), avoids this", h->base.name,
+                        big ? "each read transfers the whole object, very slowly"
+                            : "fetching each object whole once instead of once per read");
+        uint8_t *b = big ? NULL : sl__malloc((size_t)h->base.size ? (size_t)h->base.size : 1);
+        if (b) {
+            xfer x;
+            memset(&x, 0, sizeof x);
+            x.name = h->base.name;
+            x.len = h->base.size;
+            x.dst = b;
+            x.fd = -1;
+            x.whole = 1;
+            stored_sums ss;
+            memset(&ss, 0, sizeof ss);
+            ss.s3 = !strncmp(h->base.name, "s3://", 5);
+            x.sums = &ss;
+            long st;
+            if (perform(&x, h->url, 0, &st) == SL_OK &&
+                sums_check(&ss, b, (size_t)h->base.size, h->base.name) == SL_OK)
+                __atomic_store_n(&h->whole, b, __ATOMIC_RELEASE);
+            else
+                sl__free(b);
+        }
+    }
+    pthread_mutex_unlock(&h->whole_mu);
 }
 
 static int fetch_range(http_io *h, uint8_t *dst, uint64_t off, uint64_t n) {
@@ -1060,6 +1121,8 @@ static void *ra_worker(void *arg) {
 
 static void http_will_need(sl_io *io, uint64_t off, size_t n) {
     http_io *h = (http_io *)io;
+    if (__atomic_load_n(&h->whole, __ATOMIC_ACQUIRE))
+        return; /* in memory already */
     if (off + n > io->size)
         n = (size_t)(io->size - off);
     if (!n || n > RA_EXTENT_MAX)
@@ -1209,8 +1272,11 @@ static int http_read(sl_io *io, void *dst, size_t n, uint64_t off, size_t *got) 
     http_io *h = (http_io *)io;
     if (off + n > io->size)
         n = (size_t)(io->size - off);
-    if (io->map || h->cached) {
-        memcpy(dst, (io->map ? io->map : h->cached) + off, n);
+    const uint8_t *mem = io->map ? io->map : h->cached;
+    if (!mem)
+        mem = __atomic_load_n(&h->whole, __ATOMIC_ACQUIRE);
+    if (mem) {
+        memcpy(dst, mem + off, n);
         *got = n;
         return SL_OK;
     }
@@ -1232,6 +1298,8 @@ static void http_close(sl_io *io) {
     else if (h->cached)
         munmap((void *)(uintptr_t)h->cached, h->mapped_len);
     sl__free(h->heap);
+    sl__free(h->whole);
+    pthread_mutex_destroy(&h->whole_mu);
     sl__free(h->cache_path);
     sl__free(io->name);
     sl__free(h);
@@ -1569,6 +1637,7 @@ int sl_io__http_open(sl_io **out, const char *name, unsigned flags) {
     if (!h)
         return sl__oom("opening a URL");
     h->base.vt = &http_vtbl;
+    pthread_mutex_init(&h->whole_mu, NULL);
     int rc = SL_OK;
     h->base.name = sl__strdup(name);
     if (!h->base.name)

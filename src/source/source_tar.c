@@ -1353,7 +1353,8 @@ int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *fi
     if (remote_scans)
         SL_LOG_WARN("%s: %d remote shard%s without a sidecar index, each fetched whole at open "
                     "to count its samples, and nothing checks their bytes end to end (a byte "
-                    "damaged on the way would go unseen); `sluice index` on the shards writes "
+                    "damaged on the way would go unseen, unless the server gives a checksum of "
+                    "each: S3's, an MD5 ETag, a digest header); `sluice index` on the shards writes "
                     ".slidx files that let a reader open only the shards it reads and check "
                     "every sample", sl_io__short_name(s->shards[0].path), remote_scans,
                     remote_scans > 1 ? "s" : "");

@@ -903,3 +903,22 @@ def test_repr_digest_catches_a_flip_in_an_unindexed_shard(tmp_path, data, cache)
             assert "Repr-Digest" in r.stderr
         finally:
             px.close()
+
+
+def test_server_ignoring_range_is_read_whole_once(tmp_path, data, web):
+    """A server that ignores Range (200 and the whole object to every range
+    request), with cache_bytes 0 (a .slr read by ranges): each shard is
+    fetched whole once, then read from memory — not one whole-object transfer
+    per record — and the run says why, once, with what would be faster."""
+    want = local_digest(tmp_path, data, {"path": data + "/ds"})
+    nshards = len(json.load(open(os.path.join(data, "ds", "manifest.json")))["shards"])
+    px = httpfix.FaultProxy(web.port, norange=1.0)
+    try:
+        r = run_spec(tmp_path, {"path": px.url + "/ds"}, env_for(tmp_path, SLUICE_CACHE_BYTES=0))
+        assert digests(r) == want
+        # per shard: the range that found out, its whole fetch, and a few
+        # ranges already in flight then; the manifest and the first header
+        assert px.gets <= 6 * nshards + 4, (px.gets, nshards)
+        assert r.stderr.count("ignores Range requests") == 1, r.stderr
+    finally:
+        px.close()
