@@ -35,6 +35,17 @@
  *   (by mtime, refreshed on each use) are deleted until the cache is within its
  *   budget; an entry mapped by a running process may be deleted (its mapping
  *   stays valid until unmapped).
+ * - Integrity: an object fetched whole is asked for without a Range, and the
+ *   checksums its answer gives (S3's stored ones, asked for with
+ *   x-amz-checksum-mode; a single-part upload's MD5 ETag; Content-MD5,
+ *   Digest, Repr-Digest) are checked before it enters the cache or memory; a
+ *   mismatch is fetched again once. A caller whose own check fails (a .slr
+ *   record, an index's checksum) has the entry dropped (sl_io__forget) and
+ *   opens again (sl_io__open_checked).
+ * - Revalidation: a HEAD's answer is kept in CACHE_DIR/.meta for
+ *   SLUICE_CACHE_TTL seconds (default 300), so a warm run asks nothing.
+ * - A server that ignores Range: after its first whole answer to a range
+ *   request, an object read by ranges is fetched whole once (become_whole).
  * - s3://bucket/key: the URL and the signed headers (when credentials are
  *   set; unsigned for public buckets) come from s3.c/sigv4.c, settings from
  *   the AWS_* variables read once; such requests keep their path as it is

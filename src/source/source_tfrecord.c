@@ -417,6 +417,30 @@ static int data_check(sl_io *io, void *user) {
                                sl_io__name(io));
 }
 
+/* sl_io__open_checked's check of a remote plain TFRecord file without an
+ * index: every record's data checksum (CRC-32C) where the framing holds
+ * (damage to the framing is the scan's to report), so that a copy damaged on
+ * the way or in the shard cache is fetched again rather than failing reads
+ * in this run and the next. A gzip file is left to inflate's own check. */
+static int frames_check(sl_io *io, void *user) {
+    (void)user;
+    const uint8_t *d = sl_io__map(io);
+    uint64_t n = sl_io__size(io), off = 0;
+    if (!d || (n >= 3 && d[0] == 0x1f && d[1] == 0x8b && d[2] == 8 && !(n >= 12 && header_ok(d))))
+        return SL_OK;
+    for (uint64_t r = 0; n - off >= 16 && header_ok(d + off); r++) {
+        uint64_t len = sl__ld64(d + off);
+        if (len > n - off - 16)
+            break;
+        if (sl_source__tf_mask(sl__crc32c(0, d + off + 12, (size_t)len)) !=
+            sl__ld32(d + off + 12 + len))
+            return sl__error(SL_ECORRUPT, "%s: record %" PRIu64 " (offset %" PRIu64 "): data "
+                             "checksum mismatch", sl_io__name(io), r, off);
+        off += 16 + len;
+    }
+    return SL_OK;
+}
+
 /* Map (or inflate) one file's bytes into `o`; gzip damage after some
  * output is kept in gzerr (a bad tail entry for the scan). A remote file
  * with an index (o->ix) is checked whole against it, and fetched again once
@@ -427,6 +451,8 @@ static int open_bytes(const tf_source *s, const tf_file *f, tf_open *o, char *gz
     /* Reads jump between records: no read-ahead past the one asked for. */
     if (o->ix && sl_io__is_url(f->path))
         SL_TRY(sl_io__open_checked(&io, f->path, SL_IO_MAP | SL_IO_RANDOM, data_check, o->ix));
+    else if (!f->head && s->verify && sl_io__is_url(f->path))
+        SL_TRY(sl_io__open_checked(&io, f->path, SL_IO_MAP | SL_IO_RANDOM, frames_check, NULL));
     else
         SL_TRY(sl_io__open(&io, f->path, SL_IO_MAP | SL_IO_RANDOM));
     int rc = SL_OK;

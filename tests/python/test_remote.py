@@ -922,3 +922,27 @@ def test_server_ignoring_range_is_read_whole_once(tmp_path, data, web):
         assert r.stderr.count("ignores Range requests") == 1, r.stderr
     finally:
         px.close()
+
+
+def test_unindexed_tfrecord_flipped_in_transit_heals(tmp_path):
+    """An unindexed TFRecord file over HTTP is checked record by record
+    (CRC-32C) when fetched: a bit flipped on the way is fetched again, and
+    the run equals the local one."""
+    pytest.importorskip("crc32c")
+    import test_sources as ts
+    root = tmp_path / "tf"
+    root.mkdir()
+    ts.write_tfrecords(ts.tf_messages(tmp_path), str(root))
+    src = lambda base: {"tfrecord": base + "/part-{0,1}.tfrecord",  # noqa: E731
+                        "features": {"image/encoded": "image", "image/class/label": "label"}}
+    want = [l for l in run_spec(tmp_path, src(str(root)), env_for(tmp_path)).stdout.splitlines() if ":" in l]
+    assert want
+    with httpfix.Nginx(str(root)) as ng:
+        px = httpfix.FaultProxy(ng.port, flip="/part-1.tfrecord", flip_max=1)
+        try:
+            r = run_spec(tmp_path, src(px.url), env_for(tmp_path))
+            assert px.counts["flip"] == 1
+            assert [l for l in r.stdout.splitlines() if ":" in l] == want
+            assert "data checksum mismatch" in r.stderr and "fetched again" in r.stderr, r.stderr
+        finally:
+            px.close()
