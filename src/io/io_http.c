@@ -960,9 +960,12 @@ typedef struct http_io {
     struct http_io *ra_next, **ra_prev; /* in ra_objs while it has extents */
     /* A server that ignores Range answers every range request with the whole
      * object: after the first such answer the object is fetched whole, once,
-     * into `whole` (set under whole_mu, read with an acquire load), and reads
-     * copy from it, instead of one whole-object transfer per read. */
-    pthread_mutex_t whole_mu;
+     * into `whole` (stored with release, read with an acquire load), and
+     * reads copy from it, instead of one whole-object transfer per read.
+     * whole_state: 0 not asked, 1 being fetched (by the thread that set it;
+     * others read on by ranges meanwhile: no lock, so a fork cannot leave
+     * one held), 2 done or given up. */
+    atomic_int whole_state;
     uint8_t *whole;
 } http_io;
 
@@ -1053,39 +1056,37 @@ static int get_range(http_io *h, uint8_t *dst, uint64_t off, uint64_t n, uint64_
  * succeeds on its own). */
 static void become_whole(http_io *h) {
     static atomic_int said;
-    if (__atomic_load_n(&h->whole, __ATOMIC_ACQUIRE))
+    int expect = 0;
+    if (!atomic_compare_exchange_strong(&h->whole_state, &expect, 1))
         return;
-    pthread_mutex_lock(&h->whole_mu);
-    if (!h->whole) {
-        int big = h->base.size > WHOLE_MAX || h->base.size > SIZE_MAX / 2;
-        if (!atomic_exchange(&said, 1))
-            SL_LOG_WARN("%s: the server ignores Range requests (it answers each with the whole "
-                        "object): %s; a server that honours Range, or a shard cache with room "
-                        "for the shards (cache_bytes), avoids this", h->base.name,
-                        big ? "each read transfers the whole object, very slowly"
-                            : "fetching each object whole once instead of once per read");
-        uint8_t *b = big ? NULL : sl__malloc((size_t)h->base.size ? (size_t)h->base.size : 1);
-        if (b) {
-            xfer x;
-            memset(&x, 0, sizeof x);
-            x.name = h->base.name;
-            x.len = h->base.size;
-            x.dst = b;
-            x.fd = -1;
-            x.whole = 1;
-            stored_sums ss;
-            memset(&ss, 0, sizeof ss);
-            ss.s3 = !strncmp(h->base.name, "s3://", 5);
-            x.sums = &ss;
-            long st;
-            if (perform(&x, h->url, 0, &st) == SL_OK &&
-                sums_check(&ss, b, (size_t)h->base.size, h->base.name) == SL_OK)
-                __atomic_store_n(&h->whole, b, __ATOMIC_RELEASE);
-            else
-                sl__free(b);
-        }
+    int big = h->base.size > WHOLE_MAX || h->base.size > SIZE_MAX / 2;
+    if (!atomic_exchange(&said, 1))
+        SL_LOG_WARN("%s: the server ignores Range requests (it answers each with the whole "
+                    "object): %s; a server that honours Range, or a shard cache with room "
+                    "for the shards (cache_bytes), avoids this", h->base.name,
+                    big ? "each read transfers the whole object, very slowly"
+                        : "fetching each object whole once instead of once per read");
+    uint8_t *b = big ? NULL : sl__malloc((size_t)h->base.size ? (size_t)h->base.size : 1);
+    if (b) {
+        xfer x;
+        memset(&x, 0, sizeof x);
+        x.name = h->base.name;
+        x.len = h->base.size;
+        x.dst = b;
+        x.fd = -1;
+        x.whole = 1;
+        stored_sums ss;
+        memset(&ss, 0, sizeof ss);
+        ss.s3 = !strncmp(h->base.name, "s3://", 5);
+        x.sums = &ss;
+        long st;
+        if (perform(&x, h->url, 0, &st) == SL_OK &&
+            sums_check(&ss, b, (size_t)h->base.size, h->base.name) == SL_OK)
+            __atomic_store_n(&h->whole, b, __ATOMIC_RELEASE);
+        else
+            sl__free(b);
     }
-    pthread_mutex_unlock(&h->whole_mu);
+    atomic_store(&h->whole_state, 2);
 }
 
 static int fetch_range(http_io *h, uint8_t *dst, uint64_t off, uint64_t n) {
@@ -1310,7 +1311,6 @@ static void http_close(sl_io *io) {
         munmap((void *)(uintptr_t)h->cached, h->mapped_len);
     sl__free(h->heap);
     sl__free(h->whole);
-    pthread_mutex_destroy(&h->whole_mu);
     sl__free(h->cache_path);
     sl__free(io->name);
     sl__free(h);
@@ -1648,7 +1648,6 @@ int sl_io__http_open(sl_io **out, const char *name, unsigned flags) {
     if (!h)
         return sl__oom("opening a URL");
     h->base.vt = &http_vtbl;
-    pthread_mutex_init(&h->whole_mu, NULL);
     int rc = SL_OK;
     h->base.name = sl__strdup(name);
     if (!h->base.name)
