@@ -649,6 +649,19 @@ int sl_sidx__load_head(const char *data_path, const char *kind, sl_sidx **out) {
             sl_sidx__free(*out);
             *out = NULL;
         }
+        if (lrc == SL_OK) { /* kept as a head: the entries are read again, from the cache */
+            sl_sidx *ix = *out;
+            sl__free(ix->offset);
+            sl__free(ix->length);
+            sl__free(ix->sum);
+            ix->offset = ix->length = ix->sum = NULL;
+            ix->cap = 0;
+            for (int k = 0; k < ix->nscalar; k++) {
+                sl__free(ix->scalar[k].vals);
+                ix->scalar[k].vals = NULL;
+            }
+            ix->partial = 1;
+        }
         return lrc;
     }
     sl_io_info info;
