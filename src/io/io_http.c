@@ -447,6 +447,9 @@ typedef struct xfer {
     stored_sums *sums;   /* the stored checksums of a whole-object answer, or NULL */
     int whole;           /* off 0, len the object's size: asked without a Range
                             (a 200 and its checksums), a resumed try with one */
+    int size_changed;    /* whole: the 200's Content-Length is not len (the
+                            object changed since its size was asked): stopped */
+    int64_t new_size;
     int in_200;          /* the answer being read is a 200 (headers) */
 } xfer;
 
@@ -537,6 +540,15 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *u) {
          * object; drop the bytes before the range (and stop after it). */
         if (x->status == 200)
             x->skip = x->off + x->got;
+        if (x->status == 200 && x->whole) {
+            curl_off_t cl = -1;
+            curl_easy_getinfo(x->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+            if (cl >= 0 && (uint64_t)cl != x->len) {
+                x->size_changed = 1;
+                x->new_size = cl;
+                return 0;
+            }
+        }
         if (x->status == 206 && !range_matches(x))
             return 0; /* nothing taken from another range; perform retries */
     }
@@ -769,6 +781,12 @@ static int perform(xfer *x, const char *url, int quiet_404, long *status_out) {
                 goto done;
             }
         }
+        if (x->size_changed) {
+            rc = sl__error(SL_EIO, "%s: its size changed on the server (%lld bytes, %llu when it "
+                           "was asked)", x->name, (long long)x->new_size,
+                           (unsigned long long)x->len);
+            goto done;
+        }
         if (x->sink_failed) {
             rc = sl__error(SL_EIO, "%s: writing the fetched bytes failed: %s", x->name,
                            strerror(x->sink_failed));
@@ -967,6 +985,7 @@ typedef struct http_io {
      * one held), 2 done or given up. */
     atomic_int whole_state;
     uint8_t *whole;
+    int size_changed;   /* a whole fetch found another size than the HEAD's */
 } http_io;
 
 /* ---- read-ahead for objects read by ranges ---------------------------------------
@@ -1349,6 +1368,7 @@ static int fetch_heap(http_io *h) {
     x.whole = 1;
     long st;
     int rc = perform(&x, h->url, 0, &st);
+    h->size_changed = x.size_changed;
     if (rc == SL_OK)
         rc = sums_check(&ss, h->heap, (size_t)h->base.size, h->base.name);
     if (rc < 0) {
@@ -1597,7 +1617,9 @@ static int fetch_cached(http_io *h, const char *validator, int or_ranges) {
     x.sums = &ss;
     x.whole = 1;
     long st;
-    SL_CHECK(perform(&x, h->url, 0, &st));
+    rc = perform(&x, h->url, 0, &st);
+    h->size_changed = x.size_changed;
+    SL_CHECK(rc);
     uint8_t tr[TRAILER];
     uint64_t sum = XXH3_64bits_digest(hs);
     memcpy(tr, trailer_magic, 8);
@@ -1641,7 +1663,16 @@ cleanup:
     return rc;
 }
 
+static void memo_drop(const char *url) {
+    char path[URL_MAX + 64];
+    if (memo_path(url, path, sizeof path, 0))
+        unlink(path);
+}
+
 int sl_io__http_open(sl_io **out, const char *name, unsigned flags) {
+    /* An object whose size changed since it was asked (within the TTL) is
+     * asked again and opened anew, once. */
+    static _Thread_local int reopening;
     *out = NULL;
     SL_TRY(ensure_init());
     http_io *h = sl__calloc(1, sizeof *h);
@@ -1686,6 +1717,15 @@ int sl_io__http_open(sl_io **out, const char *name, unsigned flags) {
     *out = &h->base;
     return SL_OK;
 cleanup:
+    if (h->size_changed && !reopening) {
+        memo_drop(h->url);
+        http_close(&h->base);
+        SL_LOG_DEBUG("%s: changed on the server; asking again", name);
+        reopening = 1;
+        rc = sl_io__http_open(out, name, flags);
+        reopening = 0;
+        return rc;
+    }
     http_close(&h->base);
     return rc;
 }

@@ -946,3 +946,33 @@ def test_unindexed_tfrecord_flipped_in_transit_heals(tmp_path):
             assert "data checksum mismatch" in r.stderr and "fetched again" in r.stderr, r.stderr
         finally:
             px.close()
+
+
+def test_object_changed_within_the_ttl_is_asked_again(tmp_path, data):
+    """An object remembered (SLUICE_CACHE_TTL) but no longer in the cache,
+    whose size changed on the server meanwhile, is not read as a prefix or
+    fails: the whole fetch sees the new size, the object is asked about
+    again and opened anew."""
+    import shutil
+    root = tmp_path / "srv"
+    root.mkdir()
+    for s in range(4):
+        shutil.copyfile(os.path.join(data, f"wds-{s:05d}.tar"), root / f"wds-{s:05d}.tar")
+    pattern = "/wds-{00000..00003}.tar"
+    with httpfix.Nginx(str(root)) as ng:
+        def records():
+            r = subprocess.run([SLUICE, "info", ng.url + pattern, "--json"], env=env_for(tmp_path),
+                               capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, r.stderr
+            return json.loads(r.stdout)["records"]
+        assert records() == N
+        cache = tmp_path / "cache"
+        for f in os.listdir(cache):
+            if f.endswith(".tar"):
+                os.unlink(cache / f)
+        with tarfile.open(root / "wds-00003.tar", "w", format=tarfile.USTAR_FORMAT) as t:
+            for i in range(7):
+                ti = tarfile.TarInfo(f"z{i:06d}.cls")
+                ti.size = 1
+                t.addfile(ti, io.BytesIO(b"7"))
+        assert records() == 3 * N // 4 + 7
