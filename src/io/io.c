@@ -11,6 +11,8 @@
 #include "io/io.h"
 
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <fcntl.h>
 #include <string.h>
@@ -199,6 +201,50 @@ void sl_io__will_need(sl_io *io, uint64_t off, size_t n) {
         io->vt->will_need(io, off, n);
 }
 
+void sl_io__forget(sl_io *io) {
+    if (io && io->vt->forget)
+        io->vt->forget(io);
+}
+
+int sl_io__strict(void) {
+    const char *v = getenv("SLUICE_INTEGRITY");
+    return v && !strcmp(v, "strict");
+}
+
+int sl_io__twice_damaged(const char *name, const char *first) {
+    char second[SL__ERRMSG_MAX];
+    snprintf(second, sizeof second, "%s", sl_errmsg());
+    return sl__error(SL_ECORRUPT, "%s: damaged twice: the first copy (%s) and the copy fetched "
+                     "again (%s); the object itself is damaged, or every fetch is (a proxy?)",
+                     name, first, second);
+}
+
+int sl_io__open_checked(sl_io **out, const char *name, unsigned flags, sl_io_check_fn check,
+                        void *user) {
+    *out = NULL;
+    char first[SL__ERRMSG_MAX];
+    for (int attempt = 0;; attempt++) {
+        sl_io *io = NULL;
+        SL_TRY(sl_io__open(&io, name, flags));
+        int rc = check(io, user);
+        if (rc == SL_OK) {
+            if (attempt)
+                SL_LOG_WARN("%s; fetched again, the new copy is sound", first);
+            *out = io;
+            return SL_OK;
+        }
+        if (rc != SL_ECORRUPT || !sl_io__is_url(name)) {
+            sl_io__close(io);
+            return rc;
+        }
+        sl_io__forget(io);
+        sl_io__close(io);
+        if (attempt)
+            return sl_io__twice_damaged(name, first);
+        snprintf(first, sizeof first, "%s", sl_errmsg());
+    }
+}
+
 void sl_io__close(sl_io *io) {
     if (!io)
         return;
@@ -218,7 +264,9 @@ int sl_io__read_file(const char *name, uint64_t max, int missing_ok, uint8_t **o
         SL_TRY(st);
     }
     sl_io *io;
-    SL_TRY(sl_io__open(&io, name, 0));
+    /* A remote file goes through the shard cache: a warm run reads it from
+     * there (SLUICE_CACHE_TTL) instead of asking again. */
+    SL_TRY(sl_io__open(&io, name, sl_io__is_url(name) ? SL_IO_MAP : 0));
     int rc = SL_OK;
     uint8_t *buf = NULL;
     if (max && io->size > max)

@@ -67,6 +67,9 @@ typedef struct sl_io_vtbl {
     void (*close)(sl_io *io);
     /* Optional: bytes [off, off + n) will be read soon (a hint; never fails). */
     void (*will_need)(sl_io *io, uint64_t off, size_t n);
+    /* Optional: the bytes failed a check; drop any copy kept of them (the
+     * shard cache's entry), so that the next open fetches them again. */
+    void (*forget)(sl_io *io);
 } sl_io_vtbl;
 
 /* The part every provider shares; a provider's own struct starts with it. */
@@ -92,6 +95,30 @@ static inline uint64_t sl_io__size(const sl_io *io) { return io->size; }
 static inline const char *sl_io__name(const sl_io *io) { return io->name; }
 /* Accepts NULL. */
 void sl_io__close(sl_io *io);
+/* The bytes of `io` failed a check: a remote object's copy in the shard
+ * cache is deleted (the open mapping stays valid), so that the next open
+ * fetches it again. A no-op for a local file. Accepts NULL. */
+void sl_io__forget(sl_io *io);
+
+/* Checks the bytes of an object just opened: SL_OK, SL_ECORRUPT (the bytes
+ * are not what they should be: message set) or another failure. */
+typedef int (*sl_io_check_fn)(sl_io *io, void *user);
+/* Open `name` as sl_io__open does, then check(io, user). Bytes from
+ * elsewhere heal: when a URL's bytes fail the check with SL_ECORRUPT (a copy
+ * damaged in transit, or in the shard cache), the copy is forgotten and the
+ * object fetched again, once, and checked again (`check` must reset what it
+ * filled in `user` on failure); when that copy fails too, SL_ECORRUPT names
+ * the URL and both attempts. A local file is checked once. On failure *out
+ * is NULL and nothing is left open. */
+int sl_io__open_checked(sl_io **out, const char *name, unsigned flags, sl_io_check_fn check,
+                        void *user);
+/* The message for a URL whose second copy failed its check too: SL_ECORRUPT
+ * naming `name`, the first attempt's message `first` and the current one. */
+int sl_io__twice_damaged(const char *name, const char *first);
+/* SLUICE_INTEGRITY=strict: bytes from elsewhere that nothing can check end
+ * to end (an unindexed tar shard over HTTP) are refused instead of read
+ * with a warning. Read from the environment at each call. */
+int sl_io__strict(void);
 /* A hint: [off, off + n) will be read soon, in the order of the calls. A
  * remote object read by ranges fetches it ahead (neighbours coalesced into
  * one request); a no-op otherwise. Thread-safe. */

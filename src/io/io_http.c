@@ -35,6 +35,17 @@
  *   (by mtime, refreshed on each use) are deleted until the cache is within its
  *   budget; an entry mapped by a running process may be deleted (its mapping
  *   stays valid until unmapped).
+ * - Integrity: an object fetched whole is asked for without a Range, and the
+ *   checksums its answer gives (S3's stored ones, asked for with
+ *   x-amz-checksum-mode; a single-part upload's MD5 ETag; Content-MD5,
+ *   Digest, Repr-Digest) are checked before it enters the cache or memory; a
+ *   mismatch is fetched again once. A caller whose own check fails (a .slr
+ *   record, an index's checksum) has the entry dropped (sl_io__forget) and
+ *   opens again (sl_io__open_checked).
+ * - Revalidation: a HEAD's answer is kept in CACHE_DIR/.meta for
+ *   SLUICE_CACHE_TTL seconds (default 300), so a warm run asks nothing.
+ * - A server that ignores Range: after its first whole answer to a range
+ *   request, an object read by ranges is fetched whole once (become_whole).
  * - s3://bucket/key: the URL and the signed headers (when credentials are
  *   set; unsigned for public buckets) come from s3.c/sigv4.c, settings from
  *   the AWS_* variables read once; such requests keep their path as it is
@@ -51,6 +62,7 @@
 #include <fcntl.h>
 #include <dirent.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +72,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <openssl/evp.h>
 #include <xxhash.h>
+#include <zlib.h>
 
 #define URL_MAX 4096
 /* Handles kept for reuse (each keeps its kept-alive connection): room for the
@@ -82,6 +96,8 @@ typedef struct http_cfg {
     char ca[URL_MAX];
     char cache_dir[URL_MAX];
     uint64_t cache_bytes;
+    long ttl_s;          /* SLUICE_CACHE_TTL: an object's size and validator,
+                            once asked, are trusted this long (0: ask each time) */
 } http_cfg;
 
 static http_cfg cfg;
@@ -133,6 +149,7 @@ static void init(void) {
     cfg.connect_timeout_s = env_long("SLUICE_HTTP_CONNECT_TIMEOUT", 10, 1, 3600);
     cfg.stall_s = env_long("SLUICE_HTTP_STALL_TIMEOUT", 30, 1, 3600);
     cfg.readahead = (int)env_long("SLUICE_HTTP_READAHEAD", 64, 1, 256);
+    cfg.ttl_s = env_long("SLUICE_CACHE_TTL", 300, 0, 1000000000);
     const char *ca = getenv("SLUICE_CA_BUNDLE");
     if (!ca || !*ca)
         ca = getenv("CURL_CA_BUNDLE");
@@ -247,6 +264,154 @@ static int resolve(const char *name, char *url, size_t cap) {
     return SL_OK;
 }
 
+/* ---- checksums a server stores for an object ---------------------------------------
+ *
+ * What a whole-object answer (HTTP 200) may say of the bytes, each checked
+ * against the bytes fetched before they enter the shard cache (or memory):
+ * S3's stored checksums (asked for with x-amz-checksum-mode: ENABLED;
+ * x-amz-checksum-crc32c, -crc32, -sha256 of the whole object; a multipart
+ * upload's composite value, "...-N", is not one), the MD5 ETag of a
+ * single-part S3 upload (not one encrypted with SSE-KMS or SSE-C, whose ETag
+ * is no MD5), and HTTP's Content-MD5, Digest (RFC 3230: md5, sha-256) and
+ * Repr-Digest (RFC 9530: sha-256, sha-512). */
+
+/* In the order they are checked: a stored checksum is named before the
+ * ETag's MD5 when both fail. */
+enum { SUM_CRC32C, SUM_CRC32, SUM_SHA256, SUM_SHA512, SUM_MD5, SUM_N };
+static const char *const sum_alg[SUM_N] = {"CRC32C", "CRC32", "SHA-256", "SHA-512", "MD5"};
+static const int sum_len[SUM_N] = {4, 4, 32, 64, 16};
+
+typedef struct stored_sums {
+    uint8_t want[SUM_N][64];
+    char from[SUM_N][32];  /* the header it came from; "" when none */
+    char etag[128];        /* an S3 ETag, checked as MD5 at the end when fit */
+    int s3, sse_other;     /* an s3:// object; SSE-KMS or SSE-C (ETag not MD5) */
+} stored_sums;
+
+/* Standard base64 (padding optional) of exactly `n` bytes into out. */
+static int b64_exact(const char *s, size_t len, uint8_t *out, size_t n) {
+    size_t k = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        int v = c >= 'A' && c <= 'Z' ? c - 'A' : c >= 'a' && c <= 'z' ? c - 'a' + 26
+                : c >= '0' && c <= '9' ? c - '0' + 52 : c == '+' ? 62 : c == '/' ? 63 : -1;
+        if (c == '=')
+            break;
+        if (v < 0)
+            return 0;
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (k >= n)
+                return 0;
+            out[k++] = (uint8_t)(acc >> bits);
+        }
+    }
+    return k == n;
+}
+
+static void sum_set(stored_sums *ss, int alg, const char *v, size_t len, const char *from) {
+    while (len && (*v == ' ' || *v == ':' || *v == '"'))
+        v++, len--;
+    while (len && (v[len - 1] == ' ' || v[len - 1] == ':' || v[len - 1] == '"'))
+        len--;
+    if (b64_exact(v, len, ss->want[alg], (size_t)sum_len[alg]))
+        snprintf(ss->from[alg], sizeof ss->from[alg], "%s", from);
+}
+
+/* A "name=value, name=value" list (Digest, Repr-Digest). */
+static void sum_list(stored_sums *ss, const char *v, const char *from) {
+    while (*v) {
+        while (*v == ' ' || *v == ',')
+            v++;
+        size_t n = strcspn(v, "=,");
+        const char *val = v[n] == '=' ? v + n + 1 : NULL;
+        size_t vl = val ? strcspn(val, ",") : 0;
+        int alg = !strncasecmp(v, "sha-256", n) && n == 7   ? SUM_SHA256
+                  : !strncasecmp(v, "sha-512", n) && n == 7 ? SUM_SHA512
+                  : !strncasecmp(v, "md5", n) && n == 3     ? SUM_MD5
+                                                            : -1;
+        if (alg >= 0 && val)
+            sum_set(ss, alg, val, vl, from);
+        v = val ? val + vl : v + n;
+    }
+}
+
+/* One header line of a whole-object answer. */
+static void sum_header(stored_sums *ss, const char *line) {
+    static const struct {
+        const char *name;
+        int alg;
+    } amz[] = {{"x-amz-checksum-crc32c:", SUM_CRC32C},
+               {"x-amz-checksum-crc32:", SUM_CRC32},
+               {"x-amz-checksum-sha256:", SUM_SHA256},
+               {"content-md5:", SUM_MD5}};
+    for (size_t i = 0; i < sizeof amz / sizeof amz[0]; i++) {
+        size_t nl = strlen(amz[i].name);
+        if (!strncasecmp(line, amz[i].name, nl)) {
+            const char *v = line + nl;
+            if (!strchr(v, '-')) /* a composite (multipart) value is not the object's */
+                sum_set(ss, amz[i].alg, v, strlen(v), amz[i].name);
+            ss->from[amz[i].alg][strcspn(ss->from[amz[i].alg], ":")] = 0;
+            return;
+        }
+    }
+    if (!strncasecmp(line, "repr-digest:", 12))
+        sum_list(ss, line + 12, "Repr-Digest");
+    else if (!strncasecmp(line, "digest:", 7))
+        sum_list(ss, line + 7, "Digest");
+    else if (!strncasecmp(line, "x-amz-server-side-encryption:", 29))
+        ss->sse_other |= strstr(line + 29, "kms") != NULL;
+    else if (!strncasecmp(line, "x-amz-server-side-encryption-customer-algorithm:", 48))
+        ss->sse_other = 1;
+    else if (!strncasecmp(line, "etag:", 5))
+        snprintf(ss->etag, sizeof ss->etag, "%s", line + 5 + strspn(line + 5, " "));
+}
+
+static int digest_evp(const EVP_MD *md, const uint8_t *p, size_t n, uint8_t *out) {
+    unsigned len = 0;
+    return EVP_Digest(p, n, out, &len, md, NULL) == 1;
+}
+
+/* The bytes against every checksum the answer gave: SL_OK (also when it
+ * gave none), or SL_ECORRUPT naming `name`, the algorithm and the header. */
+static int sums_check(stored_sums *ss, const uint8_t *p, size_t n, const char *name) {
+    /* a single-part S3 upload's ETag is the MD5 of its bytes */
+    size_t el = strlen(ss->etag);
+    if (ss->s3 && !ss->sse_other && !ss->from[SUM_MD5][0] && el == 34 && ss->etag[0] == '"' &&
+        ss->etag[33] == '"' && strspn(ss->etag + 1, "0123456789abcdef") == 32) {
+        for (int i = 0; i < 16; i++) {
+            unsigned b;
+            sscanf(ss->etag + 1 + 2 * i, "%2x", &b);
+            ss->want[SUM_MD5][i] = (uint8_t)b;
+        }
+        snprintf(ss->from[SUM_MD5], sizeof ss->from[SUM_MD5], "ETag");
+    }
+    for (int a = 0; a < SUM_N; a++) {
+        if (!ss->from[a][0])
+            continue;
+        uint8_t got[64];
+        int ok = 1;
+        if (a == SUM_CRC32C || a == SUM_CRC32) {
+            uint32_t c = a == SUM_CRC32C ? sl__crc32c(0, p, n) : (uint32_t)crc32_z(0, p, n);
+            got[0] = (uint8_t)(c >> 24), got[1] = (uint8_t)(c >> 16);
+            got[2] = (uint8_t)(c >> 8), got[3] = (uint8_t)c;
+        } else {
+            ok = digest_evp(a == SUM_MD5 ? EVP_md5() : a == SUM_SHA256 ? EVP_sha256() : EVP_sha512(),
+                            p, n, got);
+        }
+        if (!ok)
+            return sl__error(SL_ENOMEM, "%s: computing its %s failed (OpenSSL)", name, sum_alg[a]);
+        if (memcmp(got, ss->want[a], (size_t)sum_len[a]) != 0)
+            return sl__error(SL_ECORRUPT, "%s: the bytes fetched do not match the %s the server "
+                             "gives for the object (%s)", name, sum_alg[a], ss->from[a]);
+    }
+    return SL_OK;
+}
+
 /* ---- one request, tried until it succeeds or the budget is spent ----------- */
 
 typedef struct xfer {
@@ -268,6 +433,8 @@ typedef struct xfer {
                                        the end); a 206 must answer exactly it */
     int64_t cr_first, cr_last; /* the answer's Content-Range, or -1 */
     int range_bad;       /* a 206 for another range: stopped, range_why says */
+    int range_ignored;   /* a range was asked and the answer was a 200 (the
+                            whole object, of which the range was kept) */
     char range_why[256];
     int overflow;        /* more bytes came than asked for: stopped */
     int sink_failed;
@@ -277,6 +444,13 @@ typedef struct xfer {
     int64_t total;       /* object size (Content-Range's total or Content-Length), -1 */
     char etag[128];
     char last_mod[64];
+    stored_sums *sums;   /* the stored checksums of a whole-object answer, or NULL */
+    int whole;           /* off 0, len the object's size: asked without a Range
+                            (a 200 and its checksums), a resumed try with one */
+    int size_changed;    /* whole: the 200's Content-Length is not len (the
+                            object changed since its size was asked): stopped */
+    int64_t new_size;
+    int in_200;          /* the answer being read is a 200 (headers) */
 } xfer;
 
 static size_t on_header(char *p, size_t sz, size_t nm, void *u) {
@@ -292,7 +466,15 @@ static size_t on_header(char *p, size_t sz, size_t nm, void *u) {
         x->retry_after_s = -1;
         x->etag[0] = x->last_mod[0] = 0;
         x->cr_first = x->cr_last = -1;
-    } else if (!strncasecmp(line, "retry-after:", 12)) {
+        const char *sp = strchr(line, ' ');
+        x->in_200 = sp && atoi(sp + 1) == 200;
+        return n;
+    }
+    /* the checksums of the first whole answer are kept: a body resumed by
+     * a range request (206) is checked against the object's */
+    if (x->sums && x->in_200 && !x->head)
+        sum_header(x->sums, line);
+    if (!strncasecmp(line, "retry-after:", 12)) {
         const char *v = line + 12;
         while (*v == ' ')
             v++;
@@ -358,6 +540,15 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *u) {
          * object; drop the bytes before the range (and stop after it). */
         if (x->status == 200)
             x->skip = x->off + x->got;
+        if (x->status == 200 && x->whole) {
+            curl_off_t cl = -1;
+            curl_easy_getinfo(x->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+            if (cl >= 0 && (uint64_t)cl != x->len) {
+                x->size_changed = 1;
+                x->new_size = cl;
+                return 0;
+            }
+        }
         if (x->status == 206 && !range_matches(x))
             return 0; /* nothing taken from another range; perform retries */
     }
@@ -430,8 +621,9 @@ static int sign(const char *name, const char *url, int head, const char *range, 
     if (strncmp(name, "s3://", 5) != 0)
         return SL_OK;
     SL_TRY(s3_config());
-    return sl_s3__sign(&s3cfg, head ? "HEAD" : "GET", url, range, (int64_t)time(NULL), add_header,
-                       hc);
+    /* the stored checksums come with a whole object (a range has none) */
+    return sl_s3__sign(&s3cfg, head ? "HEAD" : "GET", url, range, (int64_t)time(NULL),
+                       range ? 0 : SL_S3_CHECKSUM_MODE, add_header, hc);
 }
 
 static int retryable_curl(CURLcode cc) {
@@ -552,7 +744,7 @@ static int perform(xfer *x, const char *url, int quiet_404, long *status_out) {
             else
                 snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)a,
                          (unsigned long long)(x->off + x->len - 1));
-            if (a > 0 || x->len != UINT64_MAX) {
+            if (a > 0 || (x->len != UINT64_MAX && !x->whole)) {
                 curl_easy_setopt(h, CURLOPT_RANGE, range);
                 rg = range;
             }
@@ -577,6 +769,8 @@ static int perform(xfer *x, const char *url, int quiet_404, long *status_out) {
         long st = 0;
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
         x->status = st;
+        if (rg && st == 200 && cc == CURLE_OK)
+            x->range_ignored = 1;
         if (x->head && cc == CURLE_OK) {
             char *eu = NULL;
             curl_easy_getinfo(h, CURLINFO_EFFECTIVE_URL, &eu);
@@ -586,6 +780,12 @@ static int perform(xfer *x, const char *url, int quiet_404, long *status_out) {
                 rc = SL_OK;
                 goto done;
             }
+        }
+        if (x->size_changed) {
+            rc = sl__error(SL_EIO, "%s: its size changed on the server (%lld bytes, %llu when it "
+                           "was asked)", x->name, (long long)x->new_size,
+                           (unsigned long long)x->len);
+            goto done;
         }
         if (x->sink_failed) {
             rc = sl__error(SL_EIO, "%s: writing the fetched bytes failed: %s", x->name,
@@ -663,7 +863,85 @@ done:
     return rc;
 }
 
-/* HEAD `name`: size and validator. SL_END (quiet) on 404 when quiet_404. */
+static int mkdirs(const char *dir);
+
+/* ---- what a HEAD said, remembered (SLUICE_CACHE_TTL) ------------------------------
+ *
+ * A HEAD's answer for a URL (size, ETag, Last-Modified, directory or not) is
+ * kept in CACHE_DIR/.meta/KEY, a small text file whose mtime is the time of
+ * the answer. Within SLUICE_CACHE_TTL seconds of it, any process of the node
+ * takes the answer from there instead of asking again: with the shards (and
+ * their .slidx files) in the shard cache, a warm run sends no request at all;
+ * after the TTL each object is asked about once more (one HEAD), and a
+ * changed ETag or size names a new cache entry, so changed bytes are fetched.
+ * A 404 is not remembered (an index written later is found at once). The
+ * file is written under a temporary name and renamed, so readers see a whole
+ * answer or none; one that does not parse is ignored. */
+
+static int memo_path(const char *url, char *buf, size_t cap, int dir_only) {
+    if (!cfg.cache_dir[0] || !cfg.ttl_s || !cache_budget())
+        return 0;
+    int k = dir_only ? snprintf(buf, cap, "%s/.meta", cfg.cache_dir)
+                     : snprintf(buf, cap, "%s/.meta/%016llx", cfg.cache_dir,
+                                (unsigned long long)XXH3_64bits(url, strlen(url)));
+    return k > 0 && (size_t)k < cap;
+}
+
+/* The answer remembered for `url` within the TTL into x (total, etag,
+ * last_mod, eff_dir): 1, or 0 (ask). */
+static int memo_get(const char *url, xfer *x) {
+    char path[URL_MAX + 64];
+    if (!memo_path(url, path, sizeof path, 0))
+        return 0;
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    struct stat st;
+    int ok = 0;
+    char line[URL_MAX + 8], etag[sizeof x->etag + 2], lm[sizeof x->last_mod + 2];
+    long long total;
+    int dir;
+    time_t now = time(NULL);
+    if (fstat(fileno(f), &st) == 0 && st.st_mtime <= now && now - st.st_mtime < cfg.ttl_s &&
+        fgets(line, sizeof line, f) && sscanf(line, "SLMEMO1 %d %lld", &dir, &total) == 2 &&
+        fgets(etag, sizeof etag, f) && fgets(lm, sizeof lm, f) &&
+        fgets(line, sizeof line, f)) {
+        etag[strcspn(etag, "\n")] = 0;
+        lm[strcspn(lm, "\n")] = 0;
+        line[strcspn(line, "\n")] = 0;
+        if (!strcmp(line, url)) { /* not another URL with the same key */
+            x->total = total;
+            x->eff_dir = dir != 0;
+            etag[sizeof x->etag - 1] = 0;
+            lm[sizeof x->last_mod - 1] = 0;
+            memcpy(x->etag, etag, strlen(etag) + 1);
+            memcpy(x->last_mod, lm, strlen(lm) + 1);
+            ok = 1;
+        }
+    }
+    fclose(f);
+    return ok;
+}
+
+static void memo_put(const char *url, const xfer *x) {
+    char dir[URL_MAX + 64], path[URL_MAX + 64], tmp[URL_MAX + 128];
+    if (!memo_path(url, dir, sizeof dir, 1) || !memo_path(url, path, sizeof path, 0))
+        return;
+    if (mkdirs(dir) != 0)
+        return;
+    static _Thread_local unsigned seq;
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld-%u", path, (long)getpid(), ++seq);
+    FILE *f = fopen(tmp, "we");
+    if (!f)
+        return;
+    int bad = fprintf(f, "SLMEMO1 %d %lld\n%s\n%s\n%s\n", x->eff_dir, (long long)x->total,
+                      x->etag, x->last_mod, url) < 0;
+    if (fclose(f) != 0 || bad || rename(tmp, path) != 0)
+        unlink(tmp);
+}
+
+/* HEAD `name`: size and validator (or what was said within the TTL). SL_END
+ * (quiet) on 404 when quiet_404. */
 static int head(const char *name, const char *url, int quiet_404, xfer *x, int *is_dir) {
     memset(x, 0, sizeof *x);
     x->name = name;
@@ -671,10 +949,16 @@ static int head(const char *name, const char *url, int quiet_404, xfer *x, int *
     x->fd = -1;
     long st;
     *is_dir = 0;
+    if (memo_get(url, x)) {
+        *is_dir = x->eff_dir;
+        return SL_OK;
+    }
     int rc = perform(x, url, quiet_404, &st);
     if (rc != SL_OK)
         return rc; /* an error, or SL_END for a quiet 404 */
     *is_dir = x->eff_dir;
+    if (x->eff_dir || x->total >= 0)
+        memo_put(url, x);
     return SL_OK;
 }
 
@@ -685,10 +969,23 @@ typedef struct http_io {
     char url[URL_MAX];
     uint8_t *heap;      /* the object in memory (no disk cache), or NULL */
     size_t mapped_len;  /* bytes of the mapped cache file (object + trailer) */
+    char *cache_path;   /* that file's path in the cache (sl__malloc), or NULL */
+    const uint8_t *cached; /* opened for ranges, but whole in the cache: that
+                              entry mapped (mapped_len bytes), reads copy from it */
     /* read by ranges, ahead (below): under ra_mu */
     struct extent *ext; /* extents hinted, queued, fetching or fetched */
     int inflight;       /* extents of this object being fetched */
     struct http_io *ra_next, **ra_prev; /* in ra_objs while it has extents */
+    /* A server that ignores Range answers every range request with the whole
+     * object: after the first such answer the object is fetched whole, once,
+     * into `whole` (stored with release, read with an acquire load), and
+     * reads copy from it, instead of one whole-object transfer per read.
+     * whole_state: 0 not asked, 1 being fetched (by the thread that set it;
+     * others read on by ranges meanwhile: no lock, so a fork cannot leave
+     * one held), 2 done or given up. */
+    atomic_int whole_state;
+    uint8_t *whole;
+    int size_changed;   /* a whole fetch found another size than the HEAD's */
 } http_io;
 
 /* ---- read-ahead for objects read by ranges ---------------------------------------
@@ -749,6 +1046,8 @@ static void ra_unlink(http_io *h, extent *e) { /* under ra_mu; e not queued */
 }
 
 /* GET bytes [off, off + n) of the object into dst; *got: how many came. */
+static void become_whole(http_io *h);
+
 static int get_range(http_io *h, uint8_t *dst, uint64_t off, uint64_t n, uint64_t *got) {
     xfer x;
     memset(&x, 0, sizeof x);
@@ -760,7 +1059,53 @@ static int get_range(http_io *h, uint8_t *dst, uint64_t off, uint64_t n, uint64_
     long st;
     int rc = perform(&x, h->url, 0, &st);
     *got = x.got;
+    if (rc == SL_OK && x.range_ignored)
+        become_whole(h);
     return rc;
+}
+
+/* Objects this large stay read by ranges even from a server that ignores
+ * them (held whole, they could exhaust memory): slow, and said so. */
+#define WHOLE_MAX ((uint64_t)4 << 30)
+
+/* The server answered a range request with the whole object: fetch it whole
+ * once (the bytes checked against any checksum the answer gives) and serve
+ * every later read from memory. Said once per process, with what to do. A
+ * failure leaves the object read by ranges (each read then fails or
+ * succeeds on its own). */
+static void become_whole(http_io *h) {
+    static atomic_int said;
+    int expect = 0;
+    if (!atomic_compare_exchange_strong(&h->whole_state, &expect, 1))
+        return;
+    int big = h->base.size > WHOLE_MAX || h->base.size > SIZE_MAX / 2;
+    if (!atomic_exchange(&said, 1))
+        SL_LOG_WARN("%s: the server ignores Range requests (it answers each with the whole "
+                    "object): %s; a server that honours Range, or a shard cache with room "
+                    "for the shards (cache_bytes), avoids this", h->base.name,
+                    big ? "each read transfers the whole object, very slowly"
+                        : "fetching each object whole once instead of once per read");
+    uint8_t *b = big ? NULL : sl__malloc((size_t)h->base.size ? (size_t)h->base.size : 1);
+    if (b) {
+        xfer x;
+        memset(&x, 0, sizeof x);
+        x.name = h->base.name;
+        x.len = h->base.size;
+        x.dst = b;
+        x.fd = -1;
+        x.whole = 1;
+        stored_sums ss;
+        memset(&ss, 0, sizeof ss);
+        ss.s3 = !strncmp(h->base.name, "s3://", 5);
+        x.sums = &ss;
+        long st;
+        if (perform(&x, h->url, 0, &st) == SL_OK &&
+            sums_check(&ss, b, (size_t)h->base.size, h->base.name) == SL_OK)
+            __atomic_store_n(&h->whole, b, __ATOMIC_RELEASE);
+        else
+            sl__free(b);
+    }
+    atomic_store(&h->whole_state, 2);
 }
 
 static int fetch_range(http_io *h, uint8_t *dst, uint64_t off, uint64_t n) {
@@ -807,6 +1152,8 @@ static void *ra_worker(void *arg) {
 
 static void http_will_need(sl_io *io, uint64_t off, size_t n) {
     http_io *h = (http_io *)io;
+    if (__atomic_load_n(&h->whole, __ATOMIC_ACQUIRE))
+        return; /* in memory already */
     if (off + n > io->size)
         n = (size_t)(io->size - off);
     if (!n || n > RA_EXTENT_MAX)
@@ -956,8 +1303,11 @@ static int http_read(sl_io *io, void *dst, size_t n, uint64_t off, size_t *got) 
     http_io *h = (http_io *)io;
     if (off + n > io->size)
         n = (size_t)(io->size - off);
-    if (io->map) {
-        memcpy(dst, io->map + off, n);
+    const uint8_t *mem = io->map ? io->map : h->cached;
+    if (!mem)
+        mem = __atomic_load_n(&h->whole, __ATOMIC_ACQUIRE);
+    if (mem) {
+        memcpy(dst, mem + off, n);
         *got = n;
         return SL_OK;
     }
@@ -976,13 +1326,25 @@ static void http_close(sl_io *io) {
     ra_drop(h);
     if (io->map && h->mapped_len)
         munmap((void *)(uintptr_t)io->map, h->mapped_len);
+    else if (h->cached)
+        munmap((void *)(uintptr_t)h->cached, h->mapped_len);
     sl__free(h->heap);
+    sl__free(h->whole);
+    sl__free(h->cache_path);
     sl__free(io->name);
     sl__free(h);
 }
 
+/* The bytes failed a caller's check: delete the cache entry, so that the
+ * next open fetches the object again (this mapping stays valid). */
+static void http_forget(sl_io *io) {
+    http_io *h = (http_io *)io;
+    if (h->cache_path && unlink(h->cache_path) == 0)
+        SL_LOG_DEBUG("cache: dropped %s (%s failed a check)", h->cache_path, io->name);
+}
+
 static const sl_io_vtbl http_vtbl = {.scheme = "http", .read = http_read, .close = http_close,
-                                     .will_need = http_will_need};
+                                     .will_need = http_will_need, .forget = http_forget};
 
 /* Fetch the whole object into memory. */
 static int fetch_heap(http_io *h) {
@@ -999,8 +1361,21 @@ static int fetch_heap(http_io *h) {
     x.len = h->base.size;
     x.dst = h->heap;
     x.fd = -1;
+    stored_sums ss;
+    memset(&ss, 0, sizeof ss);
+    ss.s3 = !strncmp(h->base.name, "s3://", 5);
+    x.sums = &ss;
+    x.whole = 1;
     long st;
-    SL_TRY(perform(&x, h->url, 0, &st));
+    int rc = perform(&x, h->url, 0, &st);
+    h->size_changed = x.size_changed;
+    if (rc == SL_OK)
+        rc = sums_check(&ss, h->heap, (size_t)h->base.size, h->base.name);
+    if (rc < 0) {
+        sl__free(h->heap);
+        h->heap = NULL;
+        return rc;
+    }
     h->base.map = h->heap;
     return SL_OK;
 }
@@ -1122,15 +1497,10 @@ static int map_entry(http_io *h, int fd) {
     return SL_OK;
 }
 
-/* Fetch the object into the cache (or find it there) and map it. */
-static int fetch_cached(http_io *h, const char *validator, int or_ranges) {
-    if (!cfg.cache_dir[0] || h->base.size + TRAILER > cache_budget())
-        return or_ranges ? SL_OK : fetch_heap(h); /* read by ranges, ahead */
-    if (mkdirs(cfg.cache_dir) != 0) {
-        SL_LOG_WARN("cache: cannot create %s (%s); holding remote shards in memory",
-                    cfg.cache_dir, strerror(errno));
-        return fetch_heap(h);
-    }
+/* The cache entry's file name for this object version (200 bytes of room):
+ * KEY-BASENAME (the base name only to help people reading the directory;
+ * letters, digits and ._- kept). */
+static int entry_name(const http_io *h, const char *validator, char *ent) {
     XXH3_state_t *ks = XXH3_createState();
     if (!ks)
         return sl__oom("naming a cache entry");
@@ -1142,18 +1512,50 @@ static int fetch_cached(http_io *h, const char *validator, int or_ranges) {
     XXH3_64bits_update(ks, validator, strlen(validator));
     uint64_t key = XXH3_64bits_digest(ks);
     XXH3_freeState(ks);
-    /* the entry: KEY-BASENAME (the base name only to help people reading the
-     * directory; letters, digits and ._- kept) */
     const char *base = strrchr(h->url, '/');
     base = base ? base + 1 : h->url;
-    char ent[200];
-    int k = snprintf(ent, sizeof ent, "%016llx-", (unsigned long long)key);
+    int k = snprintf(ent, 200, "%016llx-", (unsigned long long)key);
     for (const char *p = base; *p && *p != '?' && k < 120; p++)
         ent[k++] = (char)((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
                                   (*p >= '0' && *p <= '9') || *p == '.' || *p == '-' || *p == '_'
                               ? *p
                               : '_');
     ent[k] = 0;
+    return SL_OK;
+}
+
+/* An object opened for ranges whose whole copy is in the cache already is
+ * read from that copy (mapped) instead: no request. Quietly nothing when
+ * there is none (or it does not check out: a range read then asks). */
+static void cache_lookup(http_io *h, const char *validator) {
+    if (!cfg.cache_dir[0] || h->base.size + TRAILER > cache_budget())
+        return;
+    char ent[200], path[URL_MAX + 300];
+    if (entry_name(h, validator, ent) != SL_OK)
+        return;
+    snprintf(path, sizeof path, "%s/%s", cfg.cache_dir, ent);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    if (map_entry(h, fd) == SL_OK) {
+        /* read through http_read only: the caller asked for ranges */
+        h->cached = h->base.map;
+        h->base.map = NULL;
+    }
+    close(fd);
+}
+
+/* Fetch the object into the cache (or find it there) and map it. */
+static int fetch_cached(http_io *h, const char *validator, int or_ranges) {
+    if (!cfg.cache_dir[0] || h->base.size + TRAILER > cache_budget())
+        return or_ranges ? SL_OK : fetch_heap(h); /* read by ranges, ahead */
+    if (mkdirs(cfg.cache_dir) != 0) {
+        SL_LOG_WARN("cache: cannot create %s (%s); holding remote shards in memory",
+                    cfg.cache_dir, strerror(errno));
+        return fetch_heap(h);
+    }
+    char ent[200];
+    SL_TRY(entry_name(h, validator, ent));
     char path[URL_MAX + 300], lpath[URL_MAX + 310], tmp[URL_MAX + 350];
     snprintf(path, sizeof path, "%s/%s", cfg.cache_dir, ent);
     snprintf(lpath, sizeof lpath, "%s.lock", path);
@@ -1170,6 +1572,12 @@ static int fetch_cached(http_io *h, const char *validator, int or_ranges) {
         close(fd);
         fd = -1;
         if (rc == SL_OK) {
+            h->cache_path = sl__strdup(path);
+            if (!h->cache_path) {
+                rc = sl__error(SL_ENOMEM, "%s: out of memory naming its cache entry",
+                               h->base.name);
+                goto cleanup;
+            }
             (void)utimensat(AT_FDCWD, path, NULL, 0); /* most recently used */
             SL_LOG_DEBUG("cache: %s from %s", h->base.name, path);
             goto cleanup;
@@ -1203,8 +1611,15 @@ static int fetch_cached(http_io *h, const char *validator, int or_ranges) {
     x.len = h->base.size;
     x.fd = fd;
     x.hash = hs;
+    stored_sums ss;
+    memset(&ss, 0, sizeof ss);
+    ss.s3 = !strncmp(h->base.name, "s3://", 5);
+    x.sums = &ss;
+    x.whole = 1;
     long st;
-    SL_CHECK(perform(&x, h->url, 0, &st));
+    rc = perform(&x, h->url, 0, &st);
+    h->size_changed = x.size_changed;
+    SL_CHECK(rc);
     uint8_t tr[TRAILER];
     uint64_t sum = XXH3_64bits_digest(hs);
     memcpy(tr, trailer_magic, 8);
@@ -1216,6 +1631,17 @@ static int fetch_cached(http_io *h, const char *validator, int or_ranges) {
     if (rc == SL_ECORRUPT) /* the disk gave back other bytes than written */
         SL_FAIL(SL_EIO, "%s: its cache entry %s reads back wrong", h->base.name, tmp);
     SL_CHECK(rc);
+    /* what the server says of the bytes, before they enter the cache */
+    rc = sums_check(&ss, h->base.map, (size_t)h->base.size, h->base.name);
+    if (rc < 0) {
+        munmap((void *)(uintptr_t)h->base.map, h->mapped_len);
+        h->base.map = NULL;
+        h->mapped_len = 0;
+        goto cleanup;
+    }
+    h->cache_path = sl__strdup(path);
+    if (!h->cache_path)
+        SL_FAIL(SL_ENOMEM, "%s: out of memory naming its cache entry", h->base.name);
     if (rename(tmp, path) != 0)
         SL_FAIL(SL_EIO, "%s: cannot rename %s into the cache: %s", h->base.name, tmp,
                 strerror(errno));
@@ -1237,7 +1663,16 @@ cleanup:
     return rc;
 }
 
+static void memo_drop(const char *url) {
+    char path[URL_MAX + 64];
+    if (memo_path(url, path, sizeof path, 0))
+        unlink(path);
+}
+
 int sl_io__http_open(sl_io **out, const char *name, unsigned flags) {
+    /* An object whose size changed since it was asked (within the TTL) is
+     * asked again and opened anew, once. */
+    static _Thread_local int reopening;
     *out = NULL;
     SL_TRY(ensure_init());
     http_io *h = sl__calloc(1, sizeof *h);
@@ -1259,14 +1694,38 @@ int sl_io__http_open(sl_io **out, const char *name, unsigned flags) {
     if (x.total < 0)
         SL_FAIL(SL_EIO, "%s: the server gives no size (Content-Length) for it", name);
     h->base.size = (uint64_t)x.total;
-    if ((flags & SL_IO_MAP) && h->base.size) {
+    if (h->base.size) {
         char validator[200];
         snprintf(validator, sizeof validator, "%s|%s", x.etag, x.last_mod);
-        SL_CHECK(fetch_cached(h, validator, (flags & SL_IO_MAP_OR_RANGES) != 0));
+        if (flags & SL_IO_MAP) {
+            /* SL_ECORRUPT: the bytes fetched are not what the server says
+             * (nothing was cached): fetched again, once */
+            rc = fetch_cached(h, validator, (flags & SL_IO_MAP_OR_RANGES) != 0);
+            if (rc == SL_ECORRUPT) {
+                char first[SL__ERRMSG_MAX];
+                snprintf(first, sizeof first, "%s", sl_errmsg());
+                rc = fetch_cached(h, validator, (flags & SL_IO_MAP_OR_RANGES) != 0);
+                if (rc == SL_ECORRUPT)
+                    rc = sl_io__twice_damaged(name, first);
+                else if (rc == SL_OK)
+                    SL_LOG_WARN("%s; fetched again, the new copy is sound", first);
+            }
+            SL_CHECK(rc);
+        } else
+            cache_lookup(h, validator);
     }
     *out = &h->base;
     return SL_OK;
 cleanup:
+    if (h->size_changed && !reopening) {
+        memo_drop(h->url);
+        http_close(&h->base);
+        SL_LOG_DEBUG("%s: changed on the server; asking again", name);
+        reopening = 1;
+        rc = sl_io__http_open(out, name, flags);
+        reopening = 0;
+        return rc;
+    }
     http_close(&h->base);
     return rc;
 }

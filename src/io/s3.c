@@ -182,9 +182,9 @@ int sl_s3__list_url(const sl_s3_config *c, const char *name, const char *token,
 /* ---- signing -------------------------------------------------------------------- */
 
 int sl_s3__sign(const sl_s3_config *c, const char *method, const char *url, const char *range,
-                int64_t time_s, sl_s3_add_header_fn add, void *hctx) {
-    if (!c->creds.access_key)
-        return SL_OK; /* a public bucket: unsigned */
+                int64_t time_s, unsigned flags, sl_s3_add_header_fn add, void *hctx) {
+    if (!c->creds.access_key) /* a public bucket: unsigned */
+        return flags & SL_S3_CHECKSUM_MODE ? add(hctx, "x-amz-checksum-mode: ENABLED") : SL_OK;
     const char *hs = strstr(url, "://");
     if (!hs)
         return sl__error(SL_EINVAL, "%s: not a URL", url);
@@ -213,22 +213,24 @@ int sl_s3__sign(const sl_s3_config *c, const char *method, const char *url, cons
     query[ql] = 0;
     char date[17];
     sl_sigv4__amz_date(time_s, date);
-    sl_sigv4_header hv[4];
+    sl_sigv4_header hv[5];
     size_t nh = 0;
     hv[nh++] = (sl_sigv4_header){"host", host};
     if (range)
         hv[nh++] = (sl_sigv4_header){"range", range};
+    if (flags & SL_S3_CHECKSUM_MODE)
+        hv[nh++] = (sl_sigv4_header){"x-amz-checksum-mode", "ENABLED"};
     hv[nh++] = (sl_sigv4_header){"x-amz-content-sha256", SL_SIGV4_EMPTY_SHA256};
     hv[nh++] = (sl_sigv4_header){"x-amz-date", date};
     sl_sigv4_in in = {.method = method, .path = path, .query = query, .headers = hv,
                       .n_headers = nh, .amz_date = date, .region = c->region, .service = "s3",
                       .payload_hash = SL_SIGV4_EMPTY_SHA256, .s3 = 1};
     SL_CHECK(sl_sigv4__sign(&in, &c->creds, &so));
-    const char *names[4] = {"x-amz-date: ", "x-amz-content-sha256: ", "x-amz-security-token: ",
-                            "Authorization: "};
-    const char *vals[4] = {date, SL_SIGV4_EMPTY_SHA256, c->creds.session_token,
-                           so.authorization};
-    for (int i = 0; i < 4; i++) {
+    const char *names[5] = {"x-amz-date: ", "x-amz-content-sha256: ", "x-amz-security-token: ",
+                            "x-amz-checksum-mode: ", "Authorization: "};
+    const char *vals[5] = {date, SL_SIGV4_EMPTY_SHA256, c->creds.session_token,
+                           flags & SL_S3_CHECKSUM_MODE ? "ENABLED" : NULL, so.authorization};
+    for (int i = 0; i < 5; i++) {
         if (!vals[i])
             continue;
         sl_strbuf__adds(&line, names[i]);

@@ -70,8 +70,12 @@ int sl_s3__list_url(const sl_s3_config *c, const char *name, const char *token,
  * (GET/HEAD send none): every SigV4 S3 implementation accepts it, where
  * UNSIGNED-PAYLOAD is an S3 extension some compatible stores lack. */
 typedef int (*sl_s3_add_header_fn)(void *hctx, const char *line);
+/* sl_s3__sign flags: also send (and sign) "x-amz-checksum-mode: ENABLED", so
+ * that the answer carries the object's stored checksums (x-amz-checksum-*);
+ * sent unsigned when the config has no credentials. */
+#define SL_S3_CHECKSUM_MODE 0x1u
 int sl_s3__sign(const sl_s3_config *c, const char *method, const char *url, const char *range,
-                int64_t time_s, sl_s3_add_header_fn add, void *hctx);
+                int64_t time_s, unsigned flags, sl_s3_add_header_fn add, void *hctx);
 
 /* ---- ListObjectsV2 answers ----------------------------------------------------- */
 

@@ -46,6 +46,24 @@ static bool plain_name(const char *s) {
     return strchr(s, '/') == NULL && strcmp(s, SLR_MANIFEST_NAME) != 0;
 }
 
+/* sl_io__open_checked's check of a remote manifest: whole JSON (a copy
+ * damaged on the way, or in the shard cache, is fetched again once). */
+static int json_check(sl_io *io, void *user) {
+    (void)user;
+    const uint8_t *m = sl_io__map(io);
+    size_t n = (size_t)sl_io__size(io);
+    if (!m || n > SLR_MANIFEST_MAX)
+        return SL_OK; /* empty or too large: refused below, with its reason */
+    sl__json_init();
+    cJSON *root = cJSON_ParseWithLength((const char *)m, n);
+    if (!root && sl__json_failed())
+        return sl__oom("reading a manifest");
+    if (!root || memchr(m, 0, n))
+        return sl__error(SL_ECORRUPT, "%s: not valid JSON", sl_io__name(io));
+    cJSON_Delete(root);
+    return SL_OK;
+}
+
 int sl_record__manifest_load(const char *mpath, slr_manifest *out) {
     int rc = SL_OK;
     char *text = NULL;
@@ -58,7 +76,12 @@ int sl_record__manifest_load(const char *mpath, slr_manifest *out) {
         return sl__error(SL_ECORRUPT, "%s: cannot open: %s", mpath,
                          sl_io__is_url(mpath) ? "HTTP 404 (not found)" : strerror(ENOENT));
     SL_TRY(src);
-    SL_TRY(sl_io__open(&io, mpath, 0));
+    /* A remote manifest goes through the shard cache (a warm run asks
+     * nothing within SLUICE_CACHE_TTL) and heals like a shard. */
+    if (sl_io__is_url(mpath))
+        SL_TRY(sl_io__open_checked(&io, mpath, SL_IO_MAP, json_check, NULL));
+    else
+        SL_TRY(sl_io__open(&io, mpath, 0));
     const uint64_t size = sl_io__size(io);
     if (size == 0)
         SL_FAIL(SL_ECORRUPT, "%s: empty file", mpath);

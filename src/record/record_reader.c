@@ -274,19 +274,57 @@ cleanup:
     return rc;
 }
 
-/* A new shard: `path` opened and validated, one reference. */
+static int locate(const slr_shard *sh, uint64_t i, uint64_t *off, uint64_t *len, uint64_t *sum);
+static int frame_check(const slr_shard *sh, uint64_t i, const uint8_t *f, uint64_t len,
+                       uint64_t sum, bool verify);
+
+/* Every record of a shard fetched whole from elsewhere against its checksum,
+ * once at open: damage in transit is found before a record is read, while
+ * the copy can still be fetched again (shard_open). */
+static int shard_check_records(const slr_shard *sh) {
+    for (uint64_t i = sh->first; i < sh->first + sh->count; i++) {
+        uint64_t off, len, sum;
+        SL_TRY(locate(sh, i, &off, &len, &sum));
+        SL_TRY(frame_check(sh, i, sh->map + off, len, sum, true));
+    }
+    return SL_OK;
+}
+
+/* A new shard: `path` opened and validated, one reference. A remote shard
+ * fetched whole (or found in the shard cache) whose bytes fail a check is
+ * dropped from the cache and fetched again once (as sl_io__open_checked
+ * does); a second failure names both attempts. */
 static int shard_open(slr_shard **out, const char *path, unsigned flags, sl_schema *schema,
                       slr_meta *meta) {
     *out = NULL;
-    slr_shard *sh = sl__calloc(1, sizeof *sh);
-    if (!sh)
-        return sl__oom("opening a shard");
-    atomic_init(&sh->refs, 1);
-    int rc = shard_validate(sh, path, flags, schema, meta);
+    slr_shard *sh = NULL;
+    char first[SL__ERRMSG_MAX] = "";
+    int rc = SL_OK;
+    for (int attempt = 0;; attempt++) {
+        sh = sl__calloc(1, sizeof *sh);
+        if (!sh)
+            return sl__oom("opening a shard");
+        atomic_init(&sh->refs, 1);
+        rc = shard_validate(sh, path, flags, schema, meta);
+        if (rc == SL_OK && sh->map && sl_io__is_url(path))
+            rc = shard_check_records(sh);
+        if (rc >= 0 || rc != SL_ECORRUPT || !sh->io || !sl_io__is_url(path))
+            break;
+        sl_io__forget(sh->io);
+        shard_close(sh);
+        sh = NULL;
+        if (meta)
+            sl_record__meta_clear(meta);
+        if (attempt)
+            return sl_io__twice_damaged(path, first);
+        snprintf(first, sizeof first, "%s", sl_errmsg());
+    }
     if (rc < 0) {
         shard_close(sh);
         return rc;
     }
+    if (first[0] && sh)
+        SL_LOG_WARN("%s; fetched again, the new copy is sound", first);
     sh->copy_reads = sh->count > 0 && sh->size / sh->count >= COPY_MIN_RECORD;
     *out = sh;
     return SL_OK;

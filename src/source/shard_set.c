@@ -15,6 +15,7 @@
 #include "io/io.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -234,4 +235,65 @@ int sl_shard_set__default_open(char *const *names, int n) {
         if (sl_io__is_url(names[k]))
             return SL_SHARD_SET_OPEN_REMOTE;
     return SL_SHARD_SET_OPEN_LOCAL;
+}
+
+/* ---- open-time work over shards, in parallel ------------------------------------------- */
+
+typedef struct each_job {
+    int n;
+    int (*fn)(void *, int);
+    void *user;
+    _Atomic int next;         /* the next k to take */
+    pthread_mutex_t mu;       /* guards err_k, err_rc, err_msg */
+    int err_k, err_rc;
+    char err_msg[SL__ERRMSG_MAX];
+} each_job;
+
+static void *each_main(void *arg) {
+    each_job *j = arg;
+    for (;;) {
+        int k = atomic_fetch_add(&j->next, 1);
+        if (k >= j->n)
+            break;
+        pthread_mutex_lock(&j->mu);
+        int skip = j->err_k >= 0 && k > j->err_k; /* a lower one failed: moot */
+        pthread_mutex_unlock(&j->mu);
+        if (skip)
+            continue;
+        int rc = j->fn(j->user, k);
+        if (rc < 0) {
+            pthread_mutex_lock(&j->mu);
+            if (j->err_k < 0 || k < j->err_k) {
+                j->err_k = k;
+                j->err_rc = rc;
+                snprintf(j->err_msg, sizeof j->err_msg, "%s", sl_errmsg());
+            }
+            pthread_mutex_unlock(&j->mu);
+        }
+    }
+    return NULL;
+}
+
+int sl_shard_set__each(int n, int (*fn)(void *user, int k), void *user) {
+    if (n <= 1) {
+        for (int k = 0; k < n; k++)
+            SL_TRY(fn(user, k));
+        return SL_OK;
+    }
+    each_job j = {.n = n, .fn = fn, .user = user, .err_k = -1};
+    atomic_init(&j.next, 0);
+    pthread_mutex_init(&j.mu, NULL);
+    pthread_t tid[SL_SHARD_SET_OPENERS];
+    int nt = 0, want = n < SL_SHARD_SET_OPENERS ? n : SL_SHARD_SET_OPENERS;
+    /* want - 1 threads and this one; a thread that cannot start leaves its
+     * share to the others */
+    while (nt < want - 1 && pthread_create(&tid[nt], NULL, each_main, &j) == 0)
+        nt++;
+    each_main(&j);
+    for (int t = 0; t < nt; t++)
+        pthread_join(tid[t], NULL);
+    pthread_mutex_destroy(&j.mu);
+    if (j.err_k >= 0)
+        return sl__error(j.err_rc, "%s", j.err_msg);
+    return SL_OK;
 }

@@ -73,6 +73,20 @@ typedef struct sl_shard_set_stats {
 } sl_shard_set_stats;
 void sl_shard_set__stats(sl_shard_set *set, sl_shard_set_stats *out);
 
+/* Threads that sl_shard_set__each runs at most: as many shard opens in
+ * flight at once as the .slr reader's opener threads allow. */
+#define SL_SHARD_SET_OPENERS 8
+
+/* fn(user, k) for k in [0, n), on up to SL_SHARD_SET_OPENERS threads at once
+ * (the calling thread is one; fewer when n is small, none started for
+ * n <= 1): what a source does at open for each of its shards (read a sidecar
+ * index's header: requests one after another per shard, so that a server's
+ * stalls overlap instead of adding up). fn must be safe to run on different
+ * k at once. Returns SL_OK, or the failure of the lowest k that failed, with
+ * its message, on the calling thread (the same error a loop in order would
+ * give). */
+int sl_shard_set__each(int n, int (*fn)(void *user, int k), void *user);
+
 /* Close every open shard (none may be pinned) and free the set. Accepts NULL. */
 void sl_shard_set__free(sl_shard_set *set);
 

@@ -29,7 +29,9 @@ static const uint8_t magic_start[8] = {0x89, 'S', 'L', 'I', 'D', 'X', '\r', '\n'
 static const uint8_t magic_end[8] = {'S', 'L', 'I', 'D', 'X', 'E', 'N', 'D'};
 
 #define HDR_BYTES 64
-#define ENTRY_BYTES 16
+/* An entry: offset, length (version 1); and the record's XXH3-64 (version 2). */
+#define ENTRY_BYTES_V1 16
+#define ENTRY_BYTES 24
 #define COL_BYTES 136
 #define SCALAR_BYTES 72
 #define FOOTER_BYTES 16
@@ -107,6 +109,7 @@ int sl_sidx__create(sl_sidx **out, const char *kind) {
     if (!ix)
         return sl__oom("creating an index");
     memcpy(ix->kind, kind, strlen(kind));
+    ix->version = SL_SIDX_VERSION;
     *out = ix;
     return SL_OK;
 }
@@ -124,11 +127,17 @@ int sl_sidx__add_record(sl_sidx *ix, uint64_t offset, uint64_t length) {
         if (!l)
             return sl__oom("building an index");
         ix->length = l;
+        uint64_t *c = sl__realloc(ix->sum, (size_t)cap * sizeof *c);
+        if (!c)
+            return sl__oom("building an index");
+        ix->sum = c;
         ix->cap = cap;
     }
     ix->offset[ix->count] = offset;
     ix->length[ix->count] = length;
+    ix->sum[ix->count] = 0;
     ix->count++;
+    ix->summed = 0;
     return SL_OK;
 }
 
@@ -210,6 +219,7 @@ void sl_sidx__free(sl_sidx *ix) {
         return;
     sl__free(ix->offset);
     sl__free(ix->length);
+    sl__free(ix->sum);
     sl__free(ix->col);
     for (int k = 0; k < ix->nscalar; k++)
         sl__free(ix->scalar[k].vals);
@@ -219,10 +229,15 @@ void sl_sidx__free(sl_sidx *ix) {
 
 /* ---- bytes ----------------------------------------------------------------------- */
 
+static size_t entry_bytes(uint32_t version) {
+    return version == 1 ? ENTRY_BYTES_V1 : ENTRY_BYTES;
+}
+
 /* Total file size for these counts; false on overflow. */
-static bool file_bytes(uint64_t count, uint64_t ncols, uint64_t nscalar, size_t *out) {
+static bool file_bytes(uint32_t version, uint64_t count, uint64_t ncols, uint64_t nscalar,
+                       size_t *out) {
     size_t n = HDR_BYTES + FOOTER_BYTES, t;
-    if (!sl__mul_ok((size_t)count, ENTRY_BYTES, &t) || !sl__add_ok(n, t, &n))
+    if (!sl__mul_ok((size_t)count, entry_bytes(version), &t) || !sl__add_ok(n, t, &n))
         return false;
     if (!sl__mul_ok((size_t)ncols, COL_BYTES, &t) || !sl__add_ok(n, t, &n))
         return false;
@@ -237,7 +252,7 @@ static bool file_bytes(uint64_t count, uint64_t ncols, uint64_t nscalar, size_t 
 
 static int serialize(const sl_sidx *ix, uint8_t **buf_out, size_t *n_out) {
     size_t n;
-    if (!file_bytes(ix->count, (uint64_t)ix->ncols, (uint64_t)ix->nscalar, &n))
+    if (!file_bytes(SL_SIDX_VERSION, ix->count, (uint64_t)ix->ncols, (uint64_t)ix->nscalar, &n))
         return sl__error(SL_ELIMIT, "index too large");
     uint8_t *b = sl__calloc(1, n);
     if (!b)
@@ -246,7 +261,7 @@ static int serialize(const sl_sidx *ix, uint8_t **buf_out, size_t *n_out) {
     sl__st32(b + 8, SL_SIDX_VERSION);
     sl__st32(b + 12, ix->flags);
     sl__st64(b + 16, ix->data_size);
-    sl__st64(b + 24, (uint64_t)ix->data_mtime_ns);
+    sl__st64(b + 24, ix->data_sum);
     sl__st64(b + 32, ix->count);
     sl__st32(b + 40, (uint32_t)ix->ncols);
     sl__st32(b + 44, (uint32_t)ix->nscalar);
@@ -255,6 +270,7 @@ static int serialize(const sl_sidx *ix, uint8_t **buf_out, size_t *n_out) {
     for (uint64_t i = 0; i < ix->count; i++, p += ENTRY_BYTES) {
         sl__st64(p, ix->offset[i]);
         sl__st64(p + 8, ix->length[i]);
+        sl__st64(p + 16, ix->sum[i]);
     }
     for (int k = 0; k < ix->ncols; k++, p += COL_BYTES) {
         const sl_sidx_col *c = &ix->col[k];
@@ -287,6 +303,42 @@ static int serialize(const sl_sidx *ix, uint8_t **buf_out, size_t *n_out) {
     return SL_OK;
 }
 
+int sl_sidx__sum_entries(sl_sidx *ix, const uint8_t *stream, size_t n) {
+    for (uint64_t i = 0; i < ix->count; i++) {
+        if (ix->offset[i] > n || ix->length[i] > n - ix->offset[i])
+            return sl__error(SL_EINVAL, "index entry %" PRIu64 " (offset %" PRIu64 ", %" PRIu64
+                             " bytes) lies outside the data (%zu bytes)", i, ix->offset[i],
+                             ix->length[i], n);
+        ix->sum[i] = XXH3_64bits(stream + ix->offset[i], (size_t)ix->length[i]);
+    }
+    ix->summed = 1;
+    return SL_OK;
+}
+
+int sl_sidx__check_entry(const sl_sidx *ix, uint64_t r, const uint8_t *p, const char *where,
+                         const char *data_path) {
+    if (!ix->sum || r >= ix->count)
+        return SL_OK;
+    if (XXH3_64bits(p, (size_t)ix->length[r]) != ix->sum[r])
+        return sl__error(SL_ECORRUPT, "%s: checksum mismatch against %s" SL_SIDX_SUFFIX " (the "
+                         "bytes changed or were damaged since they were indexed: fetch or copy "
+                         "them again, or rebuild the index with `sluice index %s` if the change "
+                         "was meant)", where, sl_io__short_name(data_path), data_path);
+    return SL_OK;
+}
+
+int sl_sidx__check_data(const sl_sidx *ix, const uint8_t *p, uint64_t n, const char *data_path) {
+    if (ix->version < 2)
+        return SL_OK;
+    if (n != ix->data_size)
+        return sl__error(SL_ECORRUPT, "%s: %" PRIu64 " bytes where its index says %" PRIu64,
+                         data_path, n, ix->data_size);
+    if (XXH3_64bits(p, (size_t)n) != ix->data_sum)
+        return sl__error(SL_ECORRUPT, "%s: checksum mismatch against its index (the bytes "
+                         "differ from those indexed)", data_path);
+    return SL_OK;
+}
+
 static int write_all(int fd, const uint8_t *p, size_t n) {
     while (n) {
         ssize_t w = write(fd, p, n);
@@ -313,6 +365,29 @@ int sl_sidx__write(const char *data_path, const sl_sidx *ix) {
     if (size != ix->data_size || mtime != ix->data_mtime_ns)
         return sl__error(SL_EINVAL, "%s changed while it was being indexed; index it again",
                          data_path);
+    /* The data's checksum, and each entry's (a plain index's offsets count
+     * the file's bytes), from the file as it is now: the size was checked
+     * above, and a file rewritten in place since the scan is caught by the
+     * entries, which the scan found where they are. */
+    sl_io *io = NULL;
+    SL_TRY(sl_io__open(&io, data_path, SL_IO_MAP));
+    const uint8_t *m = sl_io__map(io);
+    uint64_t msize = sl_io__size(io);
+    sl_sidx *w = (sl_sidx *)ix; /* the sums are the writer's to fill */
+    int src = SL_OK;
+    if (msize != ix->data_size)
+        src = sl__error(SL_EINVAL, "%s changed while it was being indexed; index it again",
+                        data_path);
+    if (src == SL_OK) {
+        w->data_sum = XXH3_64bits(m, (size_t)msize);
+        if (!(ix->flags & SL_SIDX_DECOMPRESSED))
+            src = sl_sidx__sum_entries(w, m, (size_t)msize);
+        else if (!ix->summed && ix->count)
+            src = sl__error(SL_EINVAL, "%s: the entries of a decompressed index need their "
+                            "checksums first (sl_sidx__sum_entries)", data_path);
+    }
+    sl_io__close(io);
+    SL_TRY(src);
     uint8_t *buf = NULL;
     size_t n = 0;
     SL_TRY(serialize(ix, &buf, &n));
@@ -438,7 +513,7 @@ int sl_sidx__parse(const uint8_t *p, size_t n, const char *name, sl_sidx **out) 
     uint32_t ncols = sl__ld32(p + 40), nscalar = sl__ld32(p + 44);
     size_t want;
     if (ncols > SL_SIDX_MAX_COLS || nscalar > SL_SIDX_MAX_SCALARS || count > n ||
-        !file_bytes(count, ncols, nscalar, &want) || want != n)
+        !file_bytes(version, count, ncols, nscalar, &want) || want != n)
         return sl__error(SL_ECORRUPT, "%s: sizes disagree (%" PRIu64 " records, %u columns, "
                          "%u scalar columns in %zu bytes)", name, count, ncols, nscalar, n);
     if (!name_ok(p + 48, SL_SIDX_KIND_MAX))
@@ -449,16 +524,23 @@ int sl_sidx__parse(const uint8_t *p, size_t n, const char *name, sl_sidx **out) 
     if (rc < 0)
         return rc;
     ix->flags = flags;
+    ix->version = version;
     ix->data_size = sl__ld64(p + 16);
-    ix->data_mtime_ns = (int64_t)sl__ld64(p + 24);
+    if (version == 1)
+        ix->data_mtime_ns = (int64_t)sl__ld64(p + 24);
+    else
+        ix->data_sum = sl__ld64(p + 24);
     ix->count = ix->cap = count;
     ix->offset = sl__malloc(count ? (size_t)count * 8 : 1);
     ix->length = sl__malloc(count ? (size_t)count * 8 : 1);
-    if (!ix->offset || !ix->length)
+    if (version >= 2)
+        ix->sum = sl__malloc(count ? (size_t)count * 8 : 1);
+    if (!ix->offset || !ix->length || (version >= 2 && !ix->sum))
         SL_FAIL(SL_ENOMEM, "out of memory loading %s", name);
     const uint8_t *q = p + HDR_BYTES;
     uint64_t end = 0;
-    for (uint64_t i = 0; i < count; i++, q += ENTRY_BYTES) {
+    size_t eb = entry_bytes(version);
+    for (uint64_t i = 0; i < count; i++, q += eb) {
         uint64_t off = sl__ld64(q), len = sl__ld64(q + 8);
         if (off < end || len == 0 || off + len < off ||
             (!(flags & SL_SIDX_DECOMPRESSED) && off + len > ix->data_size))
@@ -466,6 +548,8 @@ int sl_sidx__parse(const uint8_t *p, size_t n, const char *name, sl_sidx **out) 
                     " bytes) overlaps its neighbour or runs past the data", name, i, off, len);
         ix->offset[i] = off;
         ix->length[i] = len;
+        if (ix->sum)
+            ix->sum[i] = sl__ld64(q + 16);
         end = off + len;
     }
     SL_CHECK(parse_descriptors(ix, q, ncols, nscalar, vals_of(q, ncols, nscalar), name));
@@ -490,6 +574,10 @@ static int check_fresh(const sl_sidx *ix, const char *data_path, const char *pat
         return sl__error(SL_EINVAL, "%s is stale (%s changed: size %" PRIu64 " != %" PRIu64
                          "); rebuild it with `sluice index %s`", sl__base_name(path),
                          sl__base_name(data_path), ix->data_size, size, data_path);
+    /* Version 2 is tied to the bytes (the checksums, checked as they are
+     * read), not to the file's time: a copy keeps it valid. */
+    if (ix->version >= 2)
+        return SL_OK;
     /* A URL's time (Last-Modified) has whole seconds: the index, written
      * where the file was local, has nanoseconds. Compare seconds then. */
     int64_t want = ix->data_mtime_ns;
@@ -497,8 +585,39 @@ static int check_fresh(const sl_sidx *ix, const char *data_path, const char *pat
         want -= want % 1000000000;
     if (mtime != want)
         return sl__error(SL_EINVAL, "%s is stale (%s changed: mtime %" PRId64 " != %" PRId64
-                         " ns); rebuild it with `sluice index %s`", sl__base_name(path),
+                         " ns; a version 1 index is tied to the time, a rebuilt one to the "
+                         "bytes); rebuild it with `sluice index %s`", sl__base_name(path),
                          sl__base_name(data_path), ix->data_mtime_ns, mtime, data_path);
+    return SL_OK;
+}
+
+typedef struct parse_ctx {
+    const char *path;
+    sl_sidx *ix;
+} parse_ctx;
+
+/* sl_io__open_checked's check: the index parses (its checksum holds). */
+static int parse_check(sl_io *io, void *user) {
+    parse_ctx *c = user;
+    const uint8_t *m = sl_io__map(io);
+    return sl_sidx__parse(m ? m : (const uint8_t *)"", (size_t)sl_io__size(io), c->path, &c->ix);
+}
+
+/* DATA.slidx parsed (not checked for freshness); SL_END when there is none.
+ * A remote index goes through the shard cache like a shard, and a copy that
+ * fails its checksum is fetched again once (sl_io__open_checked). */
+static int load_file(const char *path, sl_sidx **out) {
+    *out = NULL;
+    sl_io_info info;
+    int rc = sl_io__stat(path, &info);
+    if (rc == SL_END)
+        return SL_END;
+    SL_TRY(rc);
+    parse_ctx c = {path, NULL};
+    sl_io *io = NULL;
+    SL_TRY(sl_io__open_checked(&io, path, SL_IO_MAP, parse_check, &c));
+    sl_io__close(io);
+    *out = c.ix;
     return SL_OK;
 }
 
@@ -506,14 +625,9 @@ int sl_sidx__load(const char *data_path, const char *kind, sl_sidx **out) {
     *out = NULL;
     char path[4096];
     SL_TRY(sl_sidx__path(data_path, path, sizeof path));
-    uint8_t *buf;
-    size_t n;
-    int rc = sl_io__read_file(path, 0, 1, &buf, &n);
+    int rc = load_file(path, out);
     if (rc == SL_END || rc < 0)
         return rc;
-    rc = sl_sidx__parse(buf, n, path, out);
-    sl__free(buf);
-    SL_TRY(rc);
     rc = check_fresh(*out, data_path, path, kind);
     if (rc < 0) {
         sl_sidx__free(*out);
@@ -526,6 +640,30 @@ int sl_sidx__load_head(const char *data_path, const char *kind, sl_sidx **out) {
     *out = NULL;
     char path[4096];
     SL_TRY(sl_sidx__path(data_path, path, sizeof path));
+    /* A remote index is fetched whole into the shard cache (its checksum
+     * checked, a damaged copy fetched again): a reader needs all of it once
+     * it reads the shard, and a warm run then asks nothing for it. */
+    if (sl_io__is_url(path)) {
+        int lrc = load_file(path, out);
+        if (lrc == SL_OK && kind && (lrc = check_fresh(*out, data_path, path, kind)) < 0) {
+            sl_sidx__free(*out);
+            *out = NULL;
+        }
+        if (lrc == SL_OK) { /* kept as a head: the entries are read again, from the cache */
+            sl_sidx *ix = *out;
+            sl__free(ix->offset);
+            sl__free(ix->length);
+            sl__free(ix->sum);
+            ix->offset = ix->length = ix->sum = NULL;
+            ix->cap = 0;
+            for (int k = 0; k < ix->nscalar; k++) {
+                sl__free(ix->scalar[k].vals);
+                ix->scalar[k].vals = NULL;
+            }
+            ix->partial = 1;
+        }
+        return lrc;
+    }
     sl_io_info info;
     int rc = sl_io__stat(path, &info);
     if (rc == SL_END)
@@ -551,15 +689,19 @@ int sl_sidx__load_head(const char *data_path, const char *kind, sl_sidx **out) {
     uint64_t count = sl__ld64(h + 32);
     uint32_t ncols = sl__ld32(h + 40), nscalar = sl__ld32(h + 44);
     if (ncols > SL_SIDX_MAX_COLS || nscalar > SL_SIDX_MAX_SCALARS || count > n ||
-        !file_bytes(count, ncols, nscalar, &want) || want != n)
+        !file_bytes(version, count, ncols, nscalar, &want) || want != n)
         SL_FAIL(SL_ECORRUPT, "%s: sizes disagree (%" PRIu64 " records, %u columns, %u scalar "
                 "columns in %zu bytes)", path, count, ncols, nscalar, n);
     if (!name_ok(h + 48, SL_SIDX_KIND_MAX))
         SL_FAIL(SL_ECORRUPT, "%s: bad kind field", path);
     SL_CHECK(sl_sidx__create(&ix, (const char *)h + 48));
     ix->flags = flags;
+    ix->version = version;
     ix->data_size = sl__ld64(h + 16);
-    ix->data_mtime_ns = (int64_t)sl__ld64(h + 24);
+    if (version == 1)
+        ix->data_mtime_ns = (int64_t)sl__ld64(h + 24);
+    else
+        ix->data_sum = sl__ld64(h + 24);
     ix->count = count;
     ix->partial = 1;
     size_t dn = (size_t)ncols * COL_BYTES + (size_t)nscalar * SCALAR_BYTES;
@@ -567,7 +709,7 @@ int sl_sidx__load_head(const char *data_path, const char *kind, sl_sidx **out) {
         desc = sl__malloc(dn);
         if (!desc)
             SL_FAIL(SL_ENOMEM, "out of memory loading %s", path);
-        SL_CHECK(sl_io__read(io, desc, dn, HDR_BYTES + count * ENTRY_BYTES));
+        SL_CHECK(sl_io__read(io, desc, dn, HDR_BYTES + count * entry_bytes(version)));
         SL_CHECK(parse_descriptors(ix, desc, ncols, nscalar, NULL, path));
     }
     if (kind)
@@ -584,7 +726,8 @@ cleanup:
 int sl_sidx__same_head(const sl_sidx *head, const sl_sidx *full, const char *data_path) {
     int same = head->count == full->count && head->flags == full->flags &&
                head->ncols == full->ncols && head->nscalar == full->nscalar &&
-               head->data_size == full->data_size && head->data_mtime_ns == full->data_mtime_ns;
+               head->data_size == full->data_size && head->data_mtime_ns == full->data_mtime_ns &&
+               head->version == full->version && head->data_sum == full->data_sum;
     for (int k = 0; same && k < head->ncols; k++)
         same = !memcmp(&head->col[k], &full->col[k], sizeof head->col[k]);
     for (int k = 0; same && k < head->nscalar; k++)

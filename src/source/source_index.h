@@ -6,9 +6,17 @@
  * (TFRecord, WebDataset tar) build one with a full scan (`sluice index`).
  * The bytes are specified in docs/FORMAT.md, "Sidecar index (.slidx)".
  *
- * An index is tied to its data file by the file's size and modification time
- * (ns): a load that finds either changed refuses the index (SL_EINVAL, a
- * message naming both files and the command that rebuilds it).
+ * An index (version 2) is tied to its data file's bytes, not to the file's
+ * name or times: it records the data's size and XXH3-64 and each record's
+ * XXH3-64. A load refuses an index whose size differs from the data's
+ * (SL_EINVAL, a message naming both files and the command that rebuilds
+ * it); every read checks the record it reads against its checksum
+ * (sl_sidx__check_entry), and a remote shard fetched whole is checked against
+ * the data checksum before it is used (sl_sidx__check_data), so an index stays
+ * valid exactly as long as the bytes are the same: `cp -r`, rsync without
+ * times, and an upload to S3 or a web server keep it. A version 1 index
+ * (no checksums) is still read, tied by size and modification time as it
+ * always was.
  *
  * Not thread-safe while being built; a loaded index is read-only and may be
  * shared by threads.
@@ -21,7 +29,7 @@
 #include <stdint.h>
 
 #define SL_SIDX_SUFFIX ".slidx"
-#define SL_SIDX_VERSION 1
+#define SL_SIDX_VERSION 2
 #define SL_SIDX_KIND_MAX 16
 /* Bounds a loader enforces before allocating (hostile files). */
 #define SL_SIDX_MAX_COLS 1024
@@ -59,11 +67,17 @@ typedef struct sl_sidx_scalar {
 typedef struct sl_sidx {
     char kind[SL_SIDX_KIND_MAX]; /* the format, "tfrecord" / "webdataset" */
     uint32_t flags;              /* SL_SIDX_* */
-    uint64_t data_size;          /* the data file's size and mtime when indexed */
-    int64_t data_mtime_ns;
+    uint32_t version;            /* as loaded (1 or 2); SL_SIDX_VERSION when built */
+    uint64_t data_size;          /* the data file's size when indexed */
+    int64_t data_mtime_ns;       /* version 1: its mtime; when built: the mtime
+                                    seen before the scan (sl_sidx__write's check) */
+    uint64_t data_sum;           /* version 2: XXH3-64 of the whole data file */
     uint64_t count;              /* records */
     uint64_t *offset;            /* count: first byte of the whole framed record */
     uint64_t *length;            /* count: bytes of the whole framed record */
+    uint64_t *sum;               /* count: XXH3-64 of each record's bytes (version 2;
+                                    NULL for version 1 and a partial load) */
+    int summed;                  /* builder: sum[] filled by sl_sidx__sum_entries */
     int ncols;
     sl_sidx_col *col;
     int nscalar;
@@ -109,7 +123,14 @@ int sl_sidx__add_col(sl_sidx *ix, const char *name, sl_coltype type, sl_dtype dt
  * SL_COL_INT64, double for SL_COL_FLOAT64): add it after the last record. */
 int sl_sidx__add_scalar(sl_sidx *ix, const char *name, sl_coltype type, const void *vals);
 
-/* Write `ix` as DATA.slidx: temporary name, fsync, rename, fsync of the
+/* Fill each entry's checksum from `stream` (n bytes: what the offsets count,
+ * i.e. the decompressed stream of a DECOMPRESSED index). sl_sidx__write
+ * does this itself from the file for a plain index; a DECOMPRESSED one must
+ * call it first. SL_EINVAL when an entry lies outside the stream. */
+int sl_sidx__sum_entries(sl_sidx *ix, const uint8_t *stream, size_t n);
+
+/* Write `ix` as DATA.slidx (version 2, with the data's checksum and each
+ * entry's, read from the file here): temporary name, fsync, rename, fsync of the
  * directory. Refuses (SL_EINVAL) when the data file no longer has the size
  * and mtime in `ix` (it changed while being indexed). */
 int sl_sidx__write(const char *data_path, const sl_sidx *ix);
@@ -135,6 +156,18 @@ int sl_sidx__same_head(const sl_sidx *head, const sl_sidx *full, const char *dat
 /* Parse index bytes held in memory (what load does after reading the file);
  * `name` is used in messages. Stale checks are load's. */
 int sl_sidx__parse(const uint8_t *p, size_t n, const char *name, sl_sidx **out);
+
+/* Record r's bytes `p` (ix->length[r] of them, as read from the data)
+ * against the index: SL_OK, or SL_ECORRUPT with a message that starts with
+ * `where` (the record, as the source names it) and says that the data
+ * changed or was damaged since it was indexed. SL_OK for a version 1 index. */
+int sl_sidx__check_entry(const sl_sidx *ix, uint64_t r, const uint8_t *p, const char *where,
+                         const char *data_path);
+/* The whole data file's bytes against the index's data checksum (version 2;
+ * SL_OK for version 1): SL_ECORRUPT naming `data_path` otherwise. What a
+ * source asks of a remote shard fetched whole, so that a damaged copy is
+ * fetched again (sl_io__open_checked). */
+int sl_sidx__check_data(const sl_sidx *ix, const uint8_t *p, uint64_t n, const char *data_path);
 
 int sl_sidx__find_col(const sl_sidx *ix, const char *name);
 int sl_sidx__find_scalar(const sl_sidx *ix, const char *name);

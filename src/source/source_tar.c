@@ -60,6 +60,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #define TAR_BLOCK 512
 /* A member path longer than this is refused (PATH_MAX on Linux). */
@@ -136,6 +137,7 @@ typedef struct tar_source {
     int nonly;
     int indexed_shards;     /* shards read through their index */
     int max_open;           /* "max_open_shards" (0 until open: the default) */
+    sl_sidx_use index_use;  /* "index", while opening */
     sl_shard_set *set;      /* the shards' bytes (and indexes), opened lazily */
     pthread_mutex_t ivals_mu; /* guards the first index_column (ivals_rc too) */
     int ivals_done, ivals_rc;
@@ -1046,6 +1048,14 @@ static int read_open(tar_source *s, sl_source_cursor *cur, uint64_t i, int k, co
         tar_locate(src, i, where, sizeof where);
         return sl__error(SL_ECORRUPT, "%s: the index places it past the end of the file", where);
     }
+    /* Every byte of the sample (headers, data, padding) against the
+     * checksum its index recorded: a copy that differs from the bytes
+     * indexed is refused, never read. */
+    if (o->ix->sum && len &&
+        XXH3_64bits(o->map + off, (size_t)len) != o->ix->sum[r]) {
+        tar_locate(src, i, where, sizeof where);
+        return sl_sidx__check_entry(o->ix, r, o->map + off, where, sh->path);
+    }
     SL_TRY(scan_shard(s, t, (uint32_t)k, o->map, off, off + len));
     for (uint64_t j = 0; j < t->nsamples; j++)
         if (t->samples[j].err) /* damage since indexing: its own message says more */
@@ -1178,9 +1188,19 @@ static void close_shard(void *user, int k, void *state) {
     sl__free(o);
 }
 
+/* sl_io__open_checked's check of a remote shard with an index: the bytes
+ * fetched (or found in the cache) are the bytes indexed. */
+static int data_check(sl_io *io, void *user) {
+    const sl_sidx *ix = user;
+    const uint8_t *m = sl_io__map(io);
+    return sl_sidx__check_data(ix, m ? m : (const uint8_t *)"", sl_io__size(io),
+                               sl_io__name(io));
+}
+
 /* The shard set's open: map the shard (a remote one is fetched into the
  * shard cache) and, when it has an index, load the whole index, which must
- * still be what its header said at open. */
+ * still be what its header said at open. A remote shard with an index is
+ * checked whole against it, and fetched again once when it differs. */
 static int open_shard(void *user, int k, void **state_out) {
     tar_source *s = user;
     const tar_shard *sh = &s->shards[k];
@@ -1196,7 +1216,10 @@ static int open_shard(void *user, int k, void **state_out) {
         SL_CHECK(rc);
         SL_CHECK(sl_sidx__same_head(sh->head, o->ix, sh->path));
     }
-    SL_CHECK(sl_io__open(&o->io, sh->path, SL_IO_MAP));
+    if (o->ix && sl_io__is_url(sh->path))
+        SL_CHECK(sl_io__open_checked(&o->io, sh->path, SL_IO_MAP, data_check, o->ix));
+    else
+        SL_CHECK(sl_io__open(&o->io, sh->path, SL_IO_MAP));
     o->map = sl_io__map(o->io);
     o->size = sl_io__size(o->io);
     if (o->size != sh->size)
@@ -1264,6 +1287,13 @@ static int parse_options(tar_source *s, const cJSON *obj, const char *field, sl_
     return SL_OK;
 }
 
+/* sl_shard_set__each at open: shard k's index header (or none). */
+static int load_head(void *user, int k) {
+    tar_source *s = user;
+    tar_shard *sh = &s->shards[k];
+    return sl_sidx__load_head_for(sh->path, "webdataset", s->index_use, &sh->head);
+}
+
 int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *field) {
     *out = NULL;
     char sub[128];
@@ -1292,20 +1322,29 @@ int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *fi
     sl__free(list);
     list = NULL;
     /* Open reads each index's header alone (the record count and the
-     * columns); a shard's bytes and whole index wait for its first read
-     * (open_shard, through the shard set). A shard without an index is
-     * scanned now, since the record count needs it, and closed again. */
+     * columns), for all shards at once (a few requests each for remote
+     * ones, so that a server's stalls overlap); a shard's bytes and whole
+     * index wait for its first read (open_shard, through the shard set). A
+     * shard without an index is scanned now, since the record count needs
+     * it, and closed again. A stale or damaged index is an error, not a
+     * reason to scan: the user asked for it to be used (or left it there). */
+    s->index_use = index;
+    SL_CHECK(sl_shard_set__each(n, load_head, s));
     for (int k = 0; k < n; k++) {
         tar_shard *sh = &s->shards[k];
-        /* A stale or damaged index is an error, not a reason to scan: the
-         * user asked for it to be used (or left it there). */
-        SL_CHECK(sl_sidx__load_head_for(sh->path, "webdataset", index, &sh->head));
         sh->first = s->base.count;
         if (sh->head) {
             sh->nsamples = sh->head->count;
             sh->size = sh->head->data_size;
             s->indexed_shards++;
         } else {
+            /* A tar has no checksum of its data: without an index nothing
+             * checks a remote shard's bytes end to end (only their length). */
+            if (sl_io__is_url(sh->path) && sl_io__strict())
+                SL_FAIL(SL_EINVAL, "%s: no sidecar index, so nothing can check its bytes end to "
+                        "end, and SLUICE_INTEGRITY=strict refuses that; run `sluice index` on "
+                        "the shards where they are written and put each .slidx beside its "
+                        "shard", sh->path);
             SL_CHECK(scan_at_open(s, k));
             remote_scans += sl_io__is_url(sh->path);
         }
@@ -1313,9 +1352,12 @@ int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *fi
     }
     if (remote_scans)
         SL_LOG_WARN("%s: %d remote shard%s without a sidecar index, each fetched whole at open "
-                    "to count its samples; `sluice index` on the shards writes .slidx files "
-                    "that let a reader open only the shards it reads", sl_io__short_name(
-                    s->shards[0].path), remote_scans, remote_scans > 1 ? "s" : "");
+                    "to count its samples, and nothing checks their bytes end to end (a byte "
+                    "damaged on the way would go unseen, unless the server gives a checksum of "
+                    "each: S3's, an MD5 ETag, a digest header); `sluice index` on the shards writes "
+                    ".slidx files that let a reader open only the shards it reads and check "
+                    "every sample", sl_io__short_name(s->shards[0].path), remote_scans,
+                    remote_scans > 1 ? "s" : "");
     SL_CHECK(sl_shard_set__create(&s->set, n, s->max_open,
                                   &(sl_shard_set_ops){.open = open_shard, .close = close_shard},
                                   s));

@@ -224,6 +224,7 @@ typedef struct tf_source {
                                    data length */
     uint64_t nscan;             /* entries in off[]/len[] */
     int max_open;               /* "max_open_shards" (0: the default) */
+    sl_sidx_use index_use;      /* "index", while opening */
     sl_shard_set *set;          /* the files' bytes (and indexes), opened lazily */
     pthread_mutex_t ivals_mu;   /* guards the first index_column */
     int ivals_done;
@@ -416,13 +417,53 @@ cleanup:
     return rc;
 }
 
+/* sl_io__open_checked's check of a remote file with an index: the bytes
+ * fetched (or found in the cache) are the bytes indexed. */
+static int data_check(sl_io *io, void *user) {
+    const sl_sidx *ix = user;
+    const uint8_t *m = sl_io__map(io);
+    return sl_sidx__check_data(ix, m ? m : (const uint8_t *)"", sl_io__size(io),
+                               sl_io__name(io));
+}
+
+/* sl_io__open_checked's check of a remote plain TFRecord file without an
+ * index: every record's data checksum (CRC-32C) where the framing holds
+ * (damage to the framing is the scan's to report), so that a copy damaged on
+ * the way or in the shard cache is fetched again rather than failing reads
+ * in this run and the next. A gzip file is left to inflate's own check. */
+static int frames_check(sl_io *io, void *user) {
+    (void)user;
+    const uint8_t *d = sl_io__map(io);
+    uint64_t n = sl_io__size(io), off = 0;
+    if (!d || (n >= 3 && d[0] == 0x1f && d[1] == 0x8b && d[2] == 8 && !(n >= 12 && header_ok(d))))
+        return SL_OK;
+    for (uint64_t r = 0; n - off >= 16 && header_ok(d + off); r++) {
+        uint64_t len = sl__ld64(d + off);
+        if (len > n - off - 16)
+            break;
+        if (sl_source__tf_mask(sl__crc32c(0, d + off + 12, (size_t)len)) !=
+            sl__ld32(d + off + 12 + len))
+            return sl__error(SL_ECORRUPT, "%s: record %" PRIu64 " (offset %" PRIu64 "): data "
+                             "checksum mismatch", sl_io__name(io), r, off);
+        off += 16 + len;
+    }
+    return SL_OK;
+}
+
 /* Map (or inflate) one file's bytes into `o`; gzip damage after some
- * output is kept in gzerr (a bad tail entry for the scan). */
+ * output is kept in gzerr (a bad tail entry for the scan). A remote file
+ * with an index (o->ix) is checked whole against it, and fetched again once
+ * when it differs. */
 static int open_bytes(const tf_source *s, const tf_file *f, tf_open *o, char *gzerr,
                       size_t cap) {
     sl_io *io;
     /* Reads jump between records: no read-ahead past the one asked for. */
-    SL_TRY(sl_io__open(&io, f->path, SL_IO_MAP | SL_IO_RANDOM));
+    if (o->ix && sl_io__is_url(f->path))
+        SL_TRY(sl_io__open_checked(&io, f->path, SL_IO_MAP | SL_IO_RANDOM, data_check, o->ix));
+    else if (!f->head && s->verify && sl_io__is_url(f->path))
+        SL_TRY(sl_io__open_checked(&io, f->path, SL_IO_MAP | SL_IO_RANDOM, frames_check, NULL));
+    else
+        SL_TRY(sl_io__open(&io, f->path, SL_IO_MAP | SL_IO_RANDOM));
     int rc = SL_OK;
     size_t n = (size_t)sl_io__size(io);
     const uint8_t *m = sl_io__map(io);
@@ -700,6 +741,9 @@ static int parse_open(tf_source *s, tf_arena *a, uint64_t i, const tf_file *f,
         len = s->len[f->tab_first + r];
     }
     const uint8_t *p = o->data + off;
+    /* The whole framed record against the checksum its index recorded. */
+    if (f->head && o->ix->sum)
+        SL_TRY(sl_sidx__check_entry(o->ix, r, p, where, f->path));
     if (sl__ld64(p) != len)
         return sl__error(SL_ECORRUPT, "%s: length field %" PRIu64 " disagrees with the index "
                          "(%" PRIu64 "); rebuild it with `sluice index %s`", where, sl__ld64(p),
@@ -1149,6 +1193,13 @@ static int parse_options(const cJSON *obj, const char *field, int *verify,
 
 /* Every file: the header of its index (as `use_index` says), or a scan of
  * its frames; then the shard set that opens them when read. */
+/* sl_shard_set__each at open: file k's index header (or none). */
+static int load_head(void *user, int k) {
+    tf_source *s = user;
+    tf_file *f = &s->files[k];
+    return sl_sidx__load_head_for(f->path, "tfrecord", s->index_use, &f->head);
+}
+
 static int open_files(tf_source *s, const cJSON *paths, const char *field, sl_sidx_use use_index) {
     char **pv = NULL;
     int n = 0, remote_scans = 0;
@@ -1165,7 +1216,14 @@ static int open_files(tf_source *s, const cJSON *paths, const char *field, sl_si
         f->path = pv[k];
         pv[k] = NULL;
         f->name = sl_io__short_name(f->path);
-        SL_CHECK(sl_sidx__load_head_for(f->path, "tfrecord", use_index, &f->head));
+    }
+    /* Every file's index header at once (a few requests each for remote
+     * ones, so that a server's stalls overlap); then, in order, the counts,
+     * and a scan of each file without one. */
+    s->index_use = use_index;
+    SL_CHECK(sl_shard_set__each(n, load_head, s));
+    for (int k = 0; k < n; k++) {
+        tf_file *f = &s->files[k];
         f->indexed = f->head != NULL;
         if (f->head) {
             f->first = s->base.count;
@@ -1371,6 +1429,16 @@ int sl_source__index_tfrecord(const char *path, const cJSON *opts) {
             SL_CHECK(sl_sidx__add_scalar(ix, st->key, SL_COL_INT64, st->ivals));
         else if (st->kind == TF_KIND_FLOAT && st->fvals)
             SL_CHECK(sl_sidx__add_scalar(ix, st->key, SL_COL_FLOAT64, st->fvals));
+    }
+    if (ix->flags & SL_SIDX_DECOMPRESSED) {
+        /* The entries count bytes of the inflated stream: their checksums
+         * too (sl_sidx__write sums a plain file's entries itself). */
+        void *st;
+        SL_CHECK(sl_shard_set__get(s->set, 0, &st));
+        const tf_open *o = st;
+        rc = sl_sidx__sum_entries(ix, o->data, o->size);
+        sl_shard_set__put(s->set, 0);
+        SL_CHECK(rc);
     }
     SL_CHECK(sl_sidx__write(path, ix));
 cleanup:

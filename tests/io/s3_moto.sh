@@ -18,7 +18,11 @@
 # itself (build/sluice): `sluice run` of a .slr at s3:// (fetched into the
 # cache, and read by ranges) and of WebDataset shards named by their s3://
 # prefix (ListObjectsV2) gives the local run's batches, every request signed
-# and checked; unsigned, a 403 naming the s3:// name.
+# and checked; unsigned, a 403 naming the s3:// name. Last, stored checksums:
+# shards uploaded with a CRC32C, a SHA-256 or none (then the MD5 ETag),
+# read through tests/remote/httpfix.py's proxy flipping one bit of a body:
+# caught before the cache, fetched again, the same batches; flipped on every
+# fetch, an error naming the s3:// name and both tries.
 #
 # The venv is kept in ${SLUICE_MOTO_VENV:-~/.cache/sluice-tools/moto-venv} (made on
 # first use by tests/io/moto_venv.sh; needs PyPI). Exit 77 when moto cannot be installed.
@@ -45,7 +49,13 @@ MOTO_VERSION=$("$VENV/bin/python" -c 'import moto; print(moto.__version__)')
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-s3.XXXXXX")
 LOG=$WORK/moto.log
 PID=
-cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"; }
+PXPID=
+cleanup() {
+  [ -n "$PID" ] && kill "$PID" 2>/dev/null
+  [ -n "$PXPID" ] && kill "$PXPID" 2>/dev/null || true
+  wait 2>/dev/null
+  rm -rf "$WORK"
+}
 trap cleanup EXIT
 
 PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -111,6 +121,30 @@ with open(f"{work}/keys.tsv", "w") as f:
 s3.create_bucket(Bucket="sluice-data")  # section 5's, apart from the listings above
 for f in ("wds-00000.tar", "wds-00001.tar", "one.slr"):
     s3.upload_file(f"{work}/{f}", "sluice-data", ("ds/" if f.endswith(".slr") else "wds/") + f)
+# section 6's: the shards with a stored CRC32C and SHA-256, and with no
+# stored checksum at all (then the single-part upload's MD5 ETag is the check)
+from botocore.config import Config
+bare = boto3.client("s3", config=Config(request_checksum_calculation="when_required"), **kw)
+s3.create_bucket(Bucket="sluice-sums")
+def crc32c(b):  # given precomputed (botocore computes CRC32C only with its crt extra)
+    c = 0xFFFFFFFF
+    for x in b:
+        c ^= x
+        for _ in range(8):
+            c = (c >> 1) ^ (0x82F63B78 & -(c & 1))
+    return c ^ 0xFFFFFFFF
+import base64, hashlib
+for f, alg in (("wds-00000.tar", "CRC32C"), ("wds-00001.tar", "SHA256")):
+    body = open(f"{work}/{f}", "rb").read()
+    val = (crc32c(body).to_bytes(4, "big") if alg == "CRC32C" else hashlib.sha256(body).digest())
+    # the header an SDK that computes the checksum sends, by which moto
+    # knows the algorithm to store
+    c = boto3.client("s3", **kw)
+    c.meta.events.register("before-sign.s3.PutObject", lambda request, alg=alg, **_:
+                           request.headers.__setitem__("x-amz-sdk-checksum-algorithm", alg))
+    c.put_object(Bucket="sluice-sums", Key="sums/" + f, Body=body,
+                 **{"Checksum" + alg: base64.b64encode(val).decode()})
+    bare.put_object(Bucket="sluice-sums", Key="etag/" + f, Body=open(f"{work}/{f}", "rb").read())
 trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"},
                                                  "Action": "sts:AssumeRole"}]}
 iam2 = boto3.client("iam", **kw)
@@ -209,6 +243,53 @@ ok
 run env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY SLUICE_CACHE_DIR="$WORK/cache2" \
   "$SLUICE" run "$WORK/r1.json" >/dev/null 2>"$WORK/err" && fail "sluice read a private bucket unsigned"
 grep -q "s3://sluice-data/ds/one.slr.*HTTP 403" "$WORK/err" || fail "unsigned sluice run: $(cat "$WORK/err")"
+ok
+
+# 6. stored checksums (x-amz-checksum-mode: ENABLED, signed): through
+#    tests/remote/httpfix.py's proxy, which flips one bit of a shard's body
+#    once, the damage is caught before the shard enters the cache (by the
+#    stored CRC32C or SHA-256, or by the MD5 ETag where nothing is stored),
+#    the shard is fetched again and the batches equal the local run's; a
+#    shard flipped on every fetch fails naming its s3:// name and both tries.
+mkfifo "$WORK/hold"
+exec 4<>"$WORK/hold"
+proxy() {  # proxy ARGS...: start the fault proxy in front of moto; sets PX, PXPID
+  rm -f "$WORK/px.url"
+  "$PY" "$REPO/tests/remote/httpfix.py" proxy "$PORT" --forward-all "$@" <"$WORK/hold" \
+    >"$WORK/px.url" 2>"$WORK/px.err" &
+  PXPID=$!
+  for _ in $(seq 100); do [ -s "$WORK/px.url" ] && break; sleep 0.1; done
+  PX=$(cat "$WORK/px.url")
+  [ -n "$PX" ] || fail "the fault proxy did not start: $(cat "$WORK/px.err")"
+}
+n=0
+for pre in sums etag; do
+  for k in 0 1; do
+    n=$((n + 1))
+    proxy --flip "/sluice-sums/$pre/wds-0000$k.tar" --flip-max 1
+    spec "\"webdataset\": \"s3://sluice-sums/$pre/\"" >"$WORK/r6.json"
+    run env AWS_ENDPOINT_URL="$PX" SLUICE_CACHE_DIR="$WORK/cache6-$n" "$SLUICE" run "$WORK/r6.json" \
+      --digest >"$WORK/got" 2>"$WORK/err" || fail "s3 $pre/$k flipped once: $(cat "$WORK/err")"
+    cmp -s "$WORK/got" "$WORK/want2" || fail "s3 $pre/$k flipped once: batches differ"
+    case $pre/$k in
+      sums/0) want="CRC32C the server gives for the object (x-amz-checksum-crc32c)" ;;
+      sums/1) want="SHA-256 the server gives for the object (x-amz-checksum-sha256)" ;;
+      *) want="MD5 the server gives for the object (ETag)" ;;
+    esac
+    grep -qF "$want" "$WORK/err" && grep -q "fetched again" "$WORK/err" ||
+      fail "s3 $pre/$k flipped once: no '$want' warning: $(cat "$WORK/err")"
+    kill "$PXPID"; wait "$PXPID" 2>/dev/null || true
+    grep -q '"flip": 1' "$WORK/px.err" || fail "s3 $pre/$k: the proxy flipped nothing: $(cat "$WORK/px.err")"
+    ok
+  done
+done
+proxy --flip "/sluice-sums/sums/wds-00001.tar"
+spec "\"webdataset\": \"s3://sluice-sums/sums/\"" >"$WORK/r6.json"
+run env AWS_ENDPOINT_URL="$PX" SLUICE_CACHE_DIR="$WORK/cache6-x" "$SLUICE" run "$WORK/r6.json" \
+  >/dev/null 2>"$WORK/err" && fail "a shard damaged on every fetch was read"
+grep -q "s3://sluice-sums/sums/wds-00001.tar: damaged twice" "$WORK/err" ||
+  fail "damaged twice: $(cat "$WORK/err")"
+kill "$PXPID"; wait "$PXPID" 2>/dev/null || true
 ok
 
 echo "ok   s3_moto: $n_ok checks against moto $MOTO_VERSION on $EP (signatures verified)"

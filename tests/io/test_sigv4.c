@@ -219,7 +219,7 @@ SL_TEST(io_sigv4__s3_sign_headers) {
     lines ls = {0};
     /* 2013-05-24T00:00:00Z: AWS's GET Object example, through the S3 helper */
     ASSERT_OK(sl_s3__sign(&c, "GET", "https://examplebucket.s3.amazonaws.com/test.txt",
-                          "bytes=0-9", 1369353600, add_line, &ls));
+                          "bytes=0-9", 1369353600, 0, add_line, &ls));
     ASSERT_EQ(ls.n, 3);
     ASSERT_STR_EQ(ls.l[0], "x-amz-date: 20130524T000000Z");
     ASSERT_STR_EQ(ls.l[1], "x-amz-content-sha256: " SL_SIGV4_EMPTY_SHA256);
@@ -230,25 +230,39 @@ SL_TEST(io_sigv4__s3_sign_headers) {
     /* GET Bucket list, the query taken from the URL */
     ls.n = 0;
     ASSERT_OK(sl_s3__sign(&c, "GET", "https://examplebucket.s3.amazonaws.com/?max-keys=2&prefix=J",
-                          NULL, 1369353600, add_line, &ls));
+                          NULL, 1369353600, 0, add_line, &ls));
     ASSERT_CONTAINS(ls.l[2], "Signature=34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7");
     /* a session token is sent and signed */
     c.creds.session_token = "TOKEN/+=";
     ls.n = 0;
-    ASSERT_OK(sl_s3__sign(&c, "HEAD", "http://127.0.0.1:9000/b/k", NULL, 1369353600, add_line,
+    ASSERT_OK(sl_s3__sign(&c, "HEAD", "http://127.0.0.1:9000/b/k", NULL, 1369353600, 0, add_line,
                           &ls));
     ASSERT_EQ(ls.n, 4);
     ASSERT_STR_EQ(ls.l[2], "x-amz-security-token: TOKEN/+=");
     ASSERT_CONTAINS(ls.l[3], "SignedHeaders=host;x-amz-content-sha256;x-amz-date;"
                              "x-amz-security-token, ");
-    ASSERT_RC(sl_s3__sign(&c, "GET", "http://h/b/k", "bytes=0-1\r\nX: y", 0, add_line, &ls),
+    ASSERT_RC(sl_s3__sign(&c, "GET", "http://h/b/k", "bytes=0-1\r\nX: y", 0, 0, add_line, &ls),
               SL_EINVAL);
     ASSERT_CONTAINS(sl_errmsg(), "line break");
     /* no credentials: nothing added (a public bucket) */
     sl_s3_config anon = {.region = "us-east-1"};
     ls.n = 0;
-    ASSERT_OK(sl_s3__sign(&anon, "GET", "https://b.s3.amazonaws.com/k", NULL, 0, add_line, &ls));
+    ASSERT_OK(sl_s3__sign(&anon, "GET", "https://b.s3.amazonaws.com/k", NULL, 0, 0, add_line, &ls));
     ASSERT_EQ(ls.n, 0);
+    /* checksum mode: sent (unsigned without credentials; signed with them,
+     * as S3 wants every x-amz-* header signed) */
+    ASSERT_OK(sl_s3__sign(&anon, "GET", "https://b.s3.amazonaws.com/k", NULL, 0,
+                          SL_S3_CHECKSUM_MODE, add_line, &ls));
+    ASSERT_EQ(ls.n, 1);
+    ASSERT_STR_EQ(ls.l[0], "x-amz-checksum-mode: ENABLED");
+    c.creds.session_token = NULL;
+    ls.n = 0;
+    ASSERT_OK(sl_s3__sign(&c, "GET", "http://127.0.0.1:9000/b/k", NULL, 1369353600,
+                          SL_S3_CHECKSUM_MODE, add_line, &ls));
+    ASSERT_EQ(ls.n, 4);
+    ASSERT_STR_EQ(ls.l[2], "x-amz-checksum-mode: ENABLED");
+    ASSERT_CONTAINS(ls.l[3], "SignedHeaders=host;x-amz-checksum-mode;x-amz-content-sha256;"
+                             "x-amz-date, ");
 }
 
 /* ---- settings and URLs ------------------------------------------------------------ */
@@ -550,7 +564,7 @@ SL_TEST(io_sigv4__out_of_memory) {
     for (uint64_t k = 1;; k++) {
         lines ls = {0};
         sl__alloc_fail_at(k);
-        int rc = sl_s3__sign(&c, "GET", "https://b.s3.amazonaws.com/a%20b?x=1&y", "bytes=0-1", 0,
+        int rc = sl_s3__sign(&c, "GET", "https://b.s3.amazonaws.com/a%20b?x=1&y", "bytes=0-1", 0, 0,
                              add_line, &ls);
         sl__alloc_fail_at(0);
         if (rc == SL_OK) {

@@ -674,7 +674,8 @@ def test_rank_fetches_only_the_indexed_shards_it_reads(tmp_path):
 
 def test_directory_fetches_only_the_shards_read(tmp_path, data, web):
     """A dataset directory over HTTP is planned from its manifest: opening it
-    reads the manifest and the first shard's header (a range request), and a
+    reads the manifest (into the cache) and the first shard's header (a range
+    request), and a
     shard is fetched into the cache only when a record of it is read. A rank
     that reads two shards of several fetches those two."""
     man = json.load(open(os.path.join(data, "ds", "manifest.json")))
@@ -699,9 +700,279 @@ print(hashlib.sha256(b"".join(got)).hexdigest())
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     opened, after, digest = r.stdout.splitlines()
-    assert opened == f"{N} {len(man['shards'])} []"
-    assert after == str(["shard-00001.slr", "shard-00003.slr"])
+    # the manifest is cached too (a warm run reads it from there)
+    assert opened == f"{N} {len(man['shards'])} ['manifest.json']"
+    assert after == str(["manifest.json", "shard-00001.slr", "shard-00003.slr"])
     loc = sluice.Reader(data + "/ds")
     import hashlib
     want = b"".join(bytes(loc[i]["blob"]) for i in (firsts[1], firsts[3], firsts[3] + 1))
     assert digest == hashlib.sha256(want).hexdigest()
+
+
+# ---- integrity end to end: bytes damaged on the way heal, or fail naming both tries ----
+
+def indexed_wds(data, root):
+    """A copy of the WebDataset shards, indexed there (`sluice index`), then
+    copied again as a user would upload them: plain copies, new mtimes."""
+    import shutil
+    work = os.path.join(root, "work")
+    os.makedirs(work)
+    paths = []
+    for s in range(4):
+        p = os.path.join(work, f"wds-{s:05d}.tar")
+        shutil.copyfile(os.path.join(data, f"wds-{s:05d}.tar"), p)
+        paths.append(p)
+    r = subprocess.run([SLUICE, "index"] + paths, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    served = os.path.join(root, "served")
+    os.makedirs(served)
+    time.sleep(0.01)
+    for p in paths:  # a copy without -p: the data's mtime is now, not the index's
+        for q in (p, p + ".slidx"):
+            shutil.copyfile(q, os.path.join(served, os.path.basename(q)))
+    return served
+
+
+def test_index_stays_valid_after_a_plain_copy(tmp_path, data):
+    """An index is valid as long as the bytes are the same: shards indexed,
+    then copied with their .slidx without keeping times (cp -r, an upload),
+    read locally and over HTTP like the originals."""
+    served = indexed_wds(data, str(tmp_path))
+    want = local_digest(tmp_path, data, {"webdataset": data + "/wds-{00000..00003}.tar"})
+    src = lambda b: {"webdataset": b + "/wds-{00000..00003}.tar", "index": True}  # noqa: E731
+    assert digests(run_spec(tmp_path, src(served), env_for(tmp_path))) == want
+    with httpfix.Nginx(served) as ng:
+        r = run_spec(tmp_path, src(ng.url), env_for(tmp_path))
+        assert digests(r) == want
+        assert "stale" not in r.stderr
+
+
+@pytest.mark.parametrize("kind", ["slr", "wds", "slidx"])
+def test_byte_flipped_in_transit_heals(tmp_path, data, kind):
+    """One bit flipped in the body of one response (a faulty proxy; the
+    length is right): a .slr shard (its record checksums), an indexed tar
+    shard (its index's checksums) or a .slidx (its own checksum) that arrives
+    damaged is fetched again, and the run gives the local data, with a
+    warning that says so; the cache then holds the good copy (a second run,
+    straight from the server, gives the same). Bytes damaged on every fetch
+    fail, naming the URL and both attempts."""
+    if kind == "slr":
+        root, target = data, "/ds/shard-00001.slr"
+        src = lambda b: {"path": b + "/ds"}  # noqa: E731
+        want = local_digest(tmp_path, data, src(data))
+    else:
+        root = indexed_wds(data, str(tmp_path))
+        target = "/wds-00002.tar" + (".slidx" if kind == "slidx" else "")
+        src = lambda b: {"webdataset": b + "/wds-{00000..00003}.tar", "index": True}  # noqa: E731
+        want = local_digest(tmp_path, data, {"webdataset": data + "/wds-{00000..00003}.tar"})
+    with httpfix.Nginx(root) as ng:
+        px = httpfix.FaultProxy(ng.port, flip=target, flip_max=1)
+        try:
+            r = run_spec(tmp_path, src(px.url), env_for(tmp_path))
+            assert px.counts["flip"] == 1
+            assert digests(r) == want, r.stderr
+            assert "fetched again" in r.stderr and px.url + target in r.stderr, r.stderr
+        finally:
+            px.close()
+        r = run_spec(tmp_path, src(ng.url), env_for(tmp_path))
+        assert digests(r) == want and "fetched again" not in r.stderr, r.stderr
+        px = httpfix.FaultProxy(ng.port, flip=target)
+        try:
+            r = run_spec(tmp_path, src(px.url), env_for(tmp_path, SLUICE_CACHE_DIR=tmp_path / "c2"),
+                         check=False)
+            assert r.returncode != 0
+            assert px.url + target in r.stderr and "damaged twice" in r.stderr, r.stderr
+            assert px.counts["flip"] == 2, px.counts
+        finally:
+            px.close()
+
+
+def test_unindexed_tar_over_http_warns_and_strict_refuses(tmp_path, data, web):
+    """Nothing can check an unindexed tar shard's bytes end to end over plain
+    HTTP: the run says so once, with the fix; SLUICE_INTEGRITY=strict refuses."""
+    src = {"webdataset": web.url + "/wds-{00000..00003}.tar"}
+    r = run_spec(tmp_path, src, env_for(tmp_path))
+    assert r.stderr.count("nothing checks their bytes end to end") == 1, r.stderr
+    assert "sluice index" in r.stderr
+    r = run_spec(tmp_path, src, env_for(tmp_path, SLUICE_INTEGRITY="strict"), check=False)
+    assert r.returncode != 0
+    assert "SLUICE_INTEGRITY=strict" in r.stderr and web.url + "/wds-00000.tar" in r.stderr
+    assert "sluice index" in r.stderr
+
+
+@pytest.mark.parametrize("kind", ["slr", "wds"])
+def test_warm_run_asks_nothing_within_the_ttl(tmp_path, data, kind):
+    """With the shard cache warm, a run asks the server nothing about objects
+    validated within SLUICE_CACHE_TTL seconds (manifest, shards, .slidx files
+    all come from the cache); once the TTL has passed, at most one HEAD per
+    object, and no body is fetched again."""
+    if kind == "slr":
+        root = data
+        src = lambda b: {"path": b + "/ds"}  # noqa: E731
+        want = local_digest(tmp_path, data, src(data))
+    else:
+        root = indexed_wds(data, str(tmp_path))
+        src = lambda b: {"webdataset": b + "/wds-{00000..00003}.tar", "index": True}  # noqa: E731
+        want = local_digest(tmp_path, data, {"webdataset": data + "/wds-{00000..00003}.tar"})
+    with httpfix.Nginx(root) as ng:
+        px = httpfix.FaultProxy(ng.port)
+        try:
+            assert digests(run_spec(tmp_path, src(px.url), env_for(tmp_path))) == want
+            cold = len(px.requests)
+            assert cold > 0
+            r = run_spec(tmp_path, src(px.url), env_for(tmp_path))
+            assert digests(r) == want
+            assert px.requests[cold:] == [], px.requests[cold:]
+            time.sleep(2.2)
+            n = len(px.requests)
+            r = run_spec(tmp_path, src(px.url), env_for(tmp_path, SLUICE_CACHE_TTL=2))
+            assert digests(r) == want
+            late = px.requests[n:]
+            assert late and all(m == "HEAD" for m, _ in late), late
+            paths = [p for _, p in late]
+            assert len(paths) == len(set(paths)), late
+        finally:
+            px.close()
+
+
+def test_indexed_shard_opens_overlap_stalls(tmp_path):
+    """Indexed WebDataset shards through a server that stalls 3 s on every
+    10th request: the index headers are read for all shards at once, so
+    opening costs about one stall (or two, when one thread meets two), not
+    one per ten requests in a row (24 shards, about 3 requests each: 7
+    stalls, 21 s, one after another). sluice.webdataset opens the source; the
+    bound leaves room for a loaded machine. Run three times."""
+    root = tmp_path / "wds"
+    root.mkdir()
+    paths = []
+    for s in range(24):
+        p = root / f"st-{s:02d}.tar"
+        with tarfile.open(p, "w", format=tarfile.USTAR_FORMAT) as t:
+            for i in range(4):
+                body = str(s * 4 + i).encode()
+                ti = tarfile.TarInfo(f"k{s:02d}{i}.cls")
+                ti.size = len(body)
+                t.addfile(ti, io.BytesIO(body))
+        paths.append(str(p))
+    r = subprocess.run([SLUICE, "index"] + paths, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    with httpfix.Nginx(str(root)) as ng:
+        for trial in range(3):
+            px = httpfix.FaultProxy(ng.port, stall_every=10, stall_s=3)
+            try:
+                env = env_for(tmp_path, SLUICE_CACHE_DIR=tmp_path / f"c{trial}")
+                t0 = time.monotonic()
+                r = subprocess.run([sys.executable, "-c", "import sys, sluice; "
+                                    "print(len(sluice.webdataset(sys.argv[1])))",
+                                    px.url + "/st-{00..23}.tar"], env=env,
+                                   capture_output=True, text=True, timeout=120)
+                took = time.monotonic() - t0
+                assert r.returncode == 0, r.stderr
+                assert r.stdout.split() == ["96"]
+                assert px.counts["stall"] >= 5, px.counts
+                assert took < 12, (took, px.counts)
+            finally:
+                px.close()
+
+
+@pytest.mark.parametrize("cache", ["disk", "memory"])
+def test_repr_digest_catches_a_flip_in_an_unindexed_shard(tmp_path, data, cache):
+    """A server that sends Repr-Digest (RFC 9530) lets even an unindexed tar
+    shard be checked: a bit flipped on the way is caught before the bytes
+    enter the cache (or memory, with cache_bytes 0), the shard is fetched
+    again and the run gives the local data; flipped on every fetch, the run
+    fails naming the URL, the digest and both attempts."""
+    src = lambda b: {"webdataset": b + "/wds-{00000..00003}.tar"}  # noqa: E731
+    want = local_digest(tmp_path, data, src(data))
+    extra = {} if cache == "disk" else {"SLUICE_CACHE_BYTES": 0}
+    with httpfix.Nginx(data) as ng:
+        px = httpfix.FaultProxy(ng.port, flip="/wds-00001.tar", flip_max=1, repr_digest=True)
+        try:
+            r = run_spec(tmp_path, src(px.url), env_for(tmp_path, **extra))
+            assert px.counts["flip"] == 1
+            assert digests(r) == want, r.stderr
+            assert "SHA-256" in r.stderr and "Repr-Digest" in r.stderr and "fetched again" in r.stderr
+        finally:
+            px.close()
+        px = httpfix.FaultProxy(ng.port, flip="/wds-00001.tar", repr_digest=True)
+        try:
+            r = run_spec(tmp_path, src(px.url), env_for(tmp_path, SLUICE_CACHE_DIR=tmp_path / "c2",
+                                                        **extra), check=False)
+            assert r.returncode != 0
+            assert px.url + "/wds-00001.tar" in r.stderr and "damaged twice" in r.stderr, r.stderr
+            assert "Repr-Digest" in r.stderr
+        finally:
+            px.close()
+
+
+def test_server_ignoring_range_is_read_whole_once(tmp_path, data, web):
+    """A server that ignores Range (200 and the whole object to every range
+    request), with cache_bytes 0 (a .slr read by ranges): each shard is
+    fetched whole once, then read from memory — not one whole-object transfer
+    per record — and the run says why, once, with what would be faster."""
+    want = local_digest(tmp_path, data, {"path": data + "/ds"})
+    nshards = len(json.load(open(os.path.join(data, "ds", "manifest.json")))["shards"])
+    px = httpfix.FaultProxy(web.port, norange=1.0)
+    try:
+        r = run_spec(tmp_path, {"path": px.url + "/ds"}, env_for(tmp_path, SLUICE_CACHE_BYTES=0))
+        assert digests(r) == want
+        # per shard: the range that found out, its whole fetch, and a few
+        # ranges already in flight then; the manifest and the first header
+        assert px.gets <= 6 * nshards + 4, (px.gets, nshards)
+        assert r.stderr.count("ignores Range requests") == 1, r.stderr
+    finally:
+        px.close()
+
+
+def test_unindexed_tfrecord_flipped_in_transit_heals(tmp_path):
+    """An unindexed TFRecord file over HTTP is checked record by record
+    (CRC-32C) when fetched: a bit flipped on the way is fetched again, and
+    the run equals the local one."""
+    pytest.importorskip("crc32c")
+    import test_sources as ts
+    root = tmp_path / "tf"
+    root.mkdir()
+    ts.write_tfrecords(ts.tf_messages(tmp_path), str(root))
+    src = lambda base: {"tfrecord": base + "/part-{0,1}.tfrecord",  # noqa: E731
+                        "features": {"image/encoded": "image", "image/class/label": "label"}}
+    want = [l for l in run_spec(tmp_path, src(str(root)), env_for(tmp_path)).stdout.splitlines() if ":" in l]
+    assert want
+    with httpfix.Nginx(str(root)) as ng:
+        px = httpfix.FaultProxy(ng.port, flip="/part-1.tfrecord", flip_max=1)
+        try:
+            r = run_spec(tmp_path, src(px.url), env_for(tmp_path))
+            assert px.counts["flip"] == 1
+            assert [l for l in r.stdout.splitlines() if ":" in l] == want
+            assert "data checksum mismatch" in r.stderr and "fetched again" in r.stderr, r.stderr
+        finally:
+            px.close()
+
+
+def test_object_changed_within_the_ttl_is_asked_again(tmp_path, data):
+    """An object remembered (SLUICE_CACHE_TTL) but no longer in the cache,
+    whose size changed on the server meanwhile, is not read as a prefix or
+    fails: the whole fetch sees the new size, the object is asked about
+    again and opened anew."""
+    import shutil
+    root = tmp_path / "srv"
+    root.mkdir()
+    for s in range(4):
+        shutil.copyfile(os.path.join(data, f"wds-{s:05d}.tar"), root / f"wds-{s:05d}.tar")
+    pattern = "/wds-{00000..00003}.tar"
+    with httpfix.Nginx(str(root)) as ng:
+        def records():
+            r = subprocess.run([SLUICE, "info", ng.url + pattern, "--json"], env=env_for(tmp_path),
+                               capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, r.stderr
+            return json.loads(r.stdout)["records"]
+        assert records() == N
+        cache = tmp_path / "cache"
+        for f in os.listdir(cache):
+            if f.endswith(".tar"):
+                os.unlink(cache / f)
+        with tarfile.open(root / "wds-00003.tar", "w", format=tarfile.USTAR_FORMAT) as t:
+            for i in range(7):
+                ti = tarfile.TarInfo(f"z{i:06d}.cls")
+                ti.size = 1
+                t.addfile(ti, io.BytesIO(b"7"))
+        assert records() == 3 * N // 4 + 7

@@ -18,6 +18,7 @@ tests/remote/delayproxy.c and moto's S3 server, each on a free port).
 Only loopback addresses are used; every request loop is bounded.
 """
 import http.client
+import json
 import os
 import random
 import shutil
@@ -164,11 +165,22 @@ class FaultProxy:
     with a Range, `shift` answers another range (bytes a+1-b+1: a 206 whose
     Content-Range starts one byte later than asked, its body those bytes) and
     `norange` answers as a server that ignores Range (200, the whole object);
-    `delay_ms` is added before every response. Counts what it did in
-    `self.counts`."""
+    `delay_ms` is added before every response. Independently of those:
+    `flip` (a path ending, or a list of them) flips one bit in the middle
+    of the body of a GET whose path ends so, at most `flip_max` times
+    (None: every time) — a faulty proxy or NIC whose bytes arrive with a
+    clean length; `stall_every` N holds every Nth request `stall_s` seconds
+    before answering (a server that stalls). `repr_digest` adds the body's
+    `Repr-Digest: sha-256=:...:` (RFC 9530) to a whole answer (200), taken
+    before any flip, as a server that sends one would; `forward_all` passes
+    every request header on (a signed S3 request), not only Range and Host.
+    Counts what it did in
+    `self.counts`; every request's (method, path) is in `self.requests`."""
 
     def __init__(self, upstream_port, seed=1, err500=0.0, err503=0.0, err429=0.0, drop=0.0,
-                 truncate=0.0, delay_ms=0, max_faults=None, shift=0.0, norange=0.0):
+                 truncate=0.0, delay_ms=0, max_faults=None, shift=0.0, norange=0.0,
+                 flip=None, flip_max=None, stall_every=0, stall_s=0.0, repr_digest=False,
+                 forward_all=False):
         self.up = upstream_port
         self.rng = random.Random(seed)
         self.rates = [("500", err500), ("503", err503), ("429", err429), ("drop", drop),
@@ -177,6 +189,15 @@ class FaultProxy:
         self.max_faults = max_faults
         self.counts = {k: 0 for k, _ in self.rates}
         self.counts["ok"] = 0
+        self.counts["flip"] = 0
+        self.counts["stall"] = 0
+        self.flip = [flip] if isinstance(flip, str) else list(flip or [])
+        self.flip_max = flip_max
+        self.stall_every = stall_every
+        self.stall_s = stall_s
+        self.repr_digest = repr_digest
+        self.forward_all = forward_all
+        self.requests = []  # (method, path) of each request, in order
         self.gets = 0  # GET requests seen
         self.seen_headers = []  # each request's headers (lower-case names), in order
         self.conns = 0  # connections accepted
@@ -258,8 +279,14 @@ class FaultProxy:
                     hdrs[k.strip().lower()] = v.strip()
                 with self.lock:
                     self.seen_headers.append(dict(hdrs))
+                    self.requests.append((method, path))
                     if method == "GET":
                         self.gets += 1
+                    stall = self.stall_every and len(self.requests) % self.stall_every == 0
+                    if stall:
+                        self.counts["stall"] += 1
+                if stall:
+                    time.sleep(self.stall_s)
                 if self.delay:
                     time.sleep(self.delay)
                 what = self._pick()
@@ -272,7 +299,9 @@ class FaultProxy:
                     extra = "Retry-After: 0\r\n" if what == "429" else ""
                     c.sendall(f"HTTP/1.1 {what} Fault\r\nContent-Length: 0\r\n{extra}\r\n".encode())
                     continue
-                fwd = {k: v for k, v in hdrs.items() if k in ("range", "host", "if-range")}
+                fwd = {k: v for k, v in hdrs.items()
+                       if self.forward_all or k in ("range", "host", "if-range")}
+                fwd.pop("connection", None)
                 if what == "norange":
                     del fwd["range"]
                 if what == "shift":
@@ -287,6 +316,11 @@ class FaultProxy:
                 for k, v in r.getheaders():
                     if k.lower() not in ("connection", "keep-alive", "transfer-encoding"):
                         head += f"{k}: {v}\r\n"
+                if self.repr_digest and method == "GET" and r.status == 200:
+                    import base64
+                    import hashlib
+                    head += ("Repr-Digest: sha-256=:" +
+                             base64.b64encode(hashlib.sha256(body).digest()).decode() + ":\r\n")
                 head += "\r\n"
                 if method == "HEAD":
                     c.sendall(head.encode("latin-1"))
@@ -299,6 +333,15 @@ class FaultProxy:
                     c.sendall(head.encode("latin-1") + body[: len(body) - 1 - len(body) // 3])
                     c.shutdown(socket.SHUT_RDWR)
                     return
+                if method == "GET" and len(body) > 1 and any(path.endswith(m) for m in self.flip):
+                    with self.lock:
+                        do = self.flip_max is None or self.counts["flip"] < self.flip_max
+                        if do:
+                            self.counts["flip"] += 1
+                    if do:
+                        b = bytearray(body)
+                        b[len(b) // 2] ^= 0x01
+                        body = bytes(b)
                 c.sendall(head.encode("latin-1") + body)
         except (OSError, ValueError):
             pass
@@ -461,7 +504,22 @@ def main(argv):
                    "shift=0.05,norange=0.05")
     s.add_argument("--delayproxy", action="append", default=[], metavar="EXE:MS",
                    help="the C delay proxy EXE in front of nginx, MS ms a request (repeatable)")
+    p = sub.add_parser("proxy", help="the fault proxy alone, in front of 127.0.0.1:PORT")
+    p.add_argument("port", type=int)
+    p.add_argument("--flip", action="append", default=[], help="flip a bit in GETs of paths ending so")
+    p.add_argument("--flip-max", type=int, default=None)
+    p.add_argument("--forward-all", action="store_true")
     a = ap.parse_args(argv)
+    if a.cmd == "proxy":
+        px = FaultProxy(a.port, flip=a.flip, flip_max=a.flip_max, forward_all=a.forward_all)
+        print(px.url, flush=True)
+        done = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *a: done.set())
+        threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+        done.wait()
+        print(json.dumps(px.counts), file=sys.stderr, flush=True)
+        px.close()
+        return
     ng = Nginx(a.root, https=a.https)
     dps = []
     for spec in a.delayproxy:

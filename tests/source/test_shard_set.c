@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <unistd.h>
+#include <time.h>
 
 typedef struct fake {
     _Atomic int opens[16];
@@ -122,4 +123,49 @@ SL_TEST(source_shard_set__least_recently_used_closed_first_never_pinned) {
     ASSERT_EQ(atomic_load(&f.closes[3]), 1); /* the least recent of 3, 4, 5 */
     ASSERT_EQ(atomic_load(&f.closes[4]), 0);
     sl_shard_set__free(set);
+}
+
+/* sl_shard_set__each: every k run once, on several threads at once; the
+ * error returned is the lowest failing k's, with its message, on the calling
+ * thread, whatever the timing (run many times). */
+typedef struct each_ctx {
+    _Atomic int ran[40];
+    _Atomic int inflight, most;
+    int fail_a, fail_b;
+} each_ctx;
+
+static int each_fn(void *user, int k) {
+    each_ctx *c = user;
+    int now = atomic_fetch_add(&c->inflight, 1) + 1;
+    int m = atomic_load(&c->most);
+    while (now > m && !atomic_compare_exchange_weak(&c->most, &m, now)) {
+    }
+    struct timespec ts = {0, 200000 + (k % 3) * 100000};
+    nanosleep(&ts, NULL);
+    atomic_fetch_add(&c->ran[k], 1);
+    atomic_fetch_sub(&c->inflight, 1);
+    if (k == c->fail_a || k == c->fail_b)
+        return sl__error(k == c->fail_a ? SL_ECORRUPT : SL_EIO, "shard %d: broken", k);
+    return SL_OK;
+}
+
+SL_TEST(source_shard_set__each_parallel_bounded_lowest_error) {
+    for (int trial = 0; trial < 50; trial++) {
+        each_ctx c = {.fail_a = -1, .fail_b = -1};
+        ASSERT_OK(sl_shard_set__each(40, each_fn, &c));
+        for (int k = 0; k < 40; k++)
+            ASSERT_EQ(atomic_load(&c.ran[k]), 1);
+        ASSERT(atomic_load(&c.most) <= SL_SHARD_SET_OPENERS);
+        if (trial == 0)
+            ASSERT(atomic_load(&c.most) > 1); /* they overlap */
+        each_ctx d = {.fail_a = 23, .fail_b = 9};
+        ASSERT_RC(sl_shard_set__each(40, each_fn, &d), SL_EIO);
+        ASSERT_STR_EQ(sl_errmsg(), "shard 9: broken");
+        for (int k = 0; k <= 9; k++) /* everything below the failure ran */
+            ASSERT_EQ(atomic_load(&d.ran[k]), 1);
+    }
+    each_ctx one = {.fail_a = 0, .fail_b = -1};
+    ASSERT_RC(sl_shard_set__each(1, each_fn, &one), SL_ECORRUPT);
+    ASSERT_STR_EQ(sl_errmsg(), "shard 0: broken");
+    ASSERT_OK(sl_shard_set__each(0, each_fn, &one));
 }

@@ -51,7 +51,17 @@ SL_TEST(source_index__round_trip) {
     size_t n;
     uint8_t *b = sl_test_read_file(ipath, &n);
     /* 64 header + 3 entries + 2 columns + 2 scalar descriptors + values + 16 footer */
-    ASSERT_EQ(n, 64 + 3 * 16 + 2 * 136 + 2 * 72 + 2 * 3 * 8 + 16);
+    ASSERT_EQ(n, 64 + 3 * 24 + 2 * 136 + 2 * 72 + 2 * 3 * 8 + 16);
+    ASSERT_EQ(sl__ld32(b + 8), 2);
+    /* version 2: the data's XXH3-64 where version 1 had its mtime, and each
+     * entry's XXH3-64 after its offset and length */
+    uint8_t bytes[1000];
+    for (int i = 0; i < 1000; i++)
+        bytes[i] = (uint8_t)i;
+    ASSERT_U64_EQ(sl__ld64(b + 24), XXH3_64bits(bytes, 1000));
+    ASSERT_U64_EQ(sl__ld64(b + 64 + 24 + 8), 400);
+    ASSERT_U64_EQ(sl__ld64(b + 64 + 24 + 16), XXH3_64bits(bytes + 100, 400));
+    ASSERT_U64_EQ(sl__ld64(b + 64 + 48 + 16), XXH3_64bits(bytes + 600, 400));
     ASSERT(memcmp(b, "\x89SLIDX\r\n", 8) == 0);
     ASSERT(memcmp(b + n - 8, "SLIDXEND", 8) == 0);
     ASSERT_U64_EQ(sl__ld64(b + n - 16), XXH3_64bits(b, n - 16));
@@ -66,6 +76,16 @@ SL_TEST(source_index__round_trip) {
     ASSERT_EQ(ix->length[1], 400);
     ASSERT_EQ(ix->offset[2], 600);
     ASSERT_EQ(ix->data_size, 1000);
+    ASSERT_EQ(ix->version, 2);
+    ASSERT_U64_EQ(ix->data_sum, XXH3_64bits(bytes, 1000));
+    ASSERT_OK(sl_sidx__check_data(ix, bytes, 1000, data));
+    ASSERT_OK(sl_sidx__check_entry(ix, 1, bytes + 100, "a.bin: record 1", data));
+    bytes[350] ^= 1;
+    ASSERT_RC(sl_sidx__check_entry(ix, 1, bytes + 100, "a.bin: record 1", data), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "a.bin: record 1: checksum mismatch against a.bin.slidx");
+    ASSERT_RC(sl_sidx__check_data(ix, bytes, 1000, data), SL_ECORRUPT);
+    ASSERT_CONTAINS(sl_errmsg(), "checksum mismatch against its index");
+    ASSERT_RC(sl_sidx__check_data(ix, bytes, 999, data), SL_ECORRUPT);
     ASSERT_EQ(ix->ncols, 2);
     ASSERT_STR_EQ(ix->col[0].name, "image/encoded");
     ASSERT_EQ(ix->col[0].type, SL_COL_BYTES);
@@ -123,15 +143,15 @@ SL_TEST(source_index__damaged_and_truncated) {
         ASSERT_RC(sl_sidx__load(data, "tfrecord", &ix), SL_ECORRUPT);
     }
     /* A newer version with a valid checksum: unsupported, not damaged. */
-    sl__st32(good + 8, 2);
+    sl__st32(good + 8, 3);
     sl__st64(good + n - 16, XXH3_64bits(good, n - 16));
     sl_test_write_file(ipath, good, n);
     sl_sidx *ix = NULL;
     ASSERT_RC(sl_sidx__load(data, "tfrecord", &ix), SL_EUNSUPPORTED);
-    ASSERT_CONTAINS(sl_errmsg(), "version 2");
+    ASSERT_CONTAINS(sl_errmsg(), "version 3");
     /* Overlapping entries with a valid checksum: damaged. */
-    sl__st32(good + 8, 1);
-    sl__st64(good + 64 + 16, 50);
+    sl__st32(good + 8, 2);
+    sl__st64(good + 64 + 24, 50);
     sl__st64(good + n - 16, XXH3_64bits(good, n - 16));
     sl_test_write_file(ipath, good, n);
     ASSERT_RC(sl_sidx__load(data, "tfrecord", &ix), SL_ECORRUPT);
@@ -145,12 +165,16 @@ SL_TEST(source_index__stale_and_other_kind) {
     sl_sidx *ix = NULL;
     ASSERT_RC(sl_sidx__load(data, "webdataset", &ix), SL_EINVAL);
     ASSERT_CONTAINS(sl_errmsg(), "a tfrecord file, not webdataset");
-    /* Same size, new mtime. */
+    /* Same bytes, new mtime (a copy without -p, an upload): still valid, in
+     * full and by its head, since the index is tied to the bytes. */
     struct timespec ts[2] = {{0, UTIME_OMIT}, {12345, 678}};
     ASSERT_EQ(utimensat(AT_FDCWD, data, ts, 0), 0);
-    ASSERT_RC(sl_sidx__load(data, "tfrecord", &ix), SL_EINVAL);
-    ASSERT_CONTAINS(sl_errmsg(), "a.bin.slidx is stale (a.bin changed: mtime");
-    ASSERT_CONTAINS(sl_errmsg(), "12345000000678");
+    ASSERT_OK(sl_sidx__load(data, "tfrecord", &ix));
+    sl_sidx__free(ix);
+    ASSERT_OK(sl_sidx__load_head(data, "tfrecord", &ix));
+    ASSERT_EQ(ix->count, 3);
+    sl_sidx__free(ix);
+    ix = NULL;
     /* Grown. */
     FILE *f = fopen(data, "ab");
     ASSERT(f);
@@ -195,4 +219,49 @@ SL_TEST(source_index__load_oom) {
         ASSERT_RC(rc, SL_ENOMEM);
         ASSERT(k < 100);
     }
+}
+
+/* A version 1 index (no checksums, tied to the data's size and mtime), as
+ * earlier builds wrote it, built here byte by byte: still read, and still
+ * stale when the mtime changes. */
+SL_TEST(source_index__version1_still_read) {
+    char data[4096], ipath[4200];
+    sl_test_path(data, sizeof data, "v1.bin");
+    sl_test_write_file(data, "0123456789", 10);
+    uint64_t size;
+    int64_t mtime;
+    ASSERT_OK(sl_sidx__stat(data, &size, &mtime));
+    uint8_t b[64 + 2 * 16 + 16] = {0};
+    memcpy(b, "\x89SLIDX\r\n", 8);
+    sl__st32(b + 8, 1);
+    sl__st64(b + 16, size);
+    sl__st64(b + 24, (uint64_t)mtime);
+    sl__st64(b + 32, 2);
+    memcpy(b + 48, "webdataset", 10);
+    sl__st64(b + 64, 0);
+    sl__st64(b + 72, 4);
+    sl__st64(b + 80, 4);
+    sl__st64(b + 88, 6);
+    sl__st64(b + 96, XXH3_64bits(b, 96));
+    memcpy(b + 104, "SLIDXEND", 8);
+    ASSERT_OK(sl_sidx__path(data, ipath, sizeof ipath));
+    sl_test_write_file(ipath, b, sizeof b);
+    sl_sidx *ix = NULL;
+    ASSERT_OK(sl_sidx__load(data, "webdataset", &ix));
+    ASSERT_EQ(ix->version, 1);
+    ASSERT_EQ(ix->count, 2);
+    ASSERT_EQ(ix->offset[1], 4);
+    ASSERT(ix->sum == NULL);
+    ASSERT_OK(sl_sidx__check_entry(ix, 1, (const uint8_t *)"xxxxxx", "v1.bin: record 1", data));
+    sl_sidx__free(ix);
+    ASSERT_OK(sl_sidx__load_head(data, "webdataset", &ix));
+    ASSERT_EQ(ix->count, 2);
+    sl_sidx__free(ix);
+    struct timespec ts[2] = {{0, UTIME_OMIT}, {12345, 678}};
+    ASSERT_EQ(utimensat(AT_FDCWD, data, ts, 0), 0);
+    ix = NULL;
+    ASSERT_RC(sl_sidx__load(data, "webdataset", &ix), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "v1.bin.slidx is stale (v1.bin changed: mtime");
+    ASSERT_CONTAINS(sl_errmsg(), "12345000000678");
+    ASSERT(ix == NULL);
 }

@@ -659,6 +659,11 @@ SL_TEST(source_tar__index_refuses_a_damaged_shard) {
     uint8_t *d = sl_test_read_file(in_dir("good-gnu.tar"), &n);
     size_t h = header_of(d, n, "bad/img201.cls");
     d[h + 5] ^= 0x20;
+    /* and a label's digit changed: "3" reads as "2", a sample silently
+     * wrong without the index's checksum of each record */
+    size_t h3 = header_of(d, n, "bad/img203.cls");
+    ASSERT(d[h3 + 512] >= '0' && d[h3 + 512] <= '9');
+    d[h3 + 512] ^= 0x01;
     ASSERT_EQ(stat(in_dir("good-gnu.tar"), &st), 0);
     sl_test_write_file(in_dir("good-gnu.tar"), d, n);
     struct timespec ts[2] = {st.st_atim, st.st_mtim};
@@ -668,8 +673,11 @@ SL_TEST(source_tar__index_refuses_a_damaged_shard) {
     ASSERT_OK(open_one(&s, "good-gnu.tar"));
     ASSERT_U64_EQ(s->count, 4);
     expect_good(s, 0, exp, 0);
-    expect_bad(s, 1, "good-gnu.tar: record 1 (offset", "bad header checksum");
+    expect_bad(s, 1, "good-gnu.tar: record 1 (offset", "checksum mismatch against "
+               "good-gnu.tar.slidx");
     expect_good(s, 2, exp, 2);
+    expect_bad(s, 3, "good-gnu.tar: record 3 (offset", "checksum mismatch against "
+               "good-gnu.tar.slidx");
     sl_source__release(s);
     cJSON_Delete(exp);
 }

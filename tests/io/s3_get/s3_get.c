@@ -51,7 +51,7 @@ static const sl_s3_config *cfg;
 static int request(const char *method, const char *url, const char *range, char **out,
                    size_t *len, long *status) {
     struct curl_slist *hs = NULL;
-    int rc = sl_s3__sign(cfg, method, url, range, (int64_t)time(NULL), add_header, &hs);
+    int rc = sl_s3__sign(cfg, method, url, range, (int64_t)time(NULL), 0, add_header, &hs);
     if (rc < 0)
         return rc;
     char rl[128];
