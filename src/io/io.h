@@ -4,7 +4,7 @@
  * plug in at one place, as a second provider of the same calls, instead of
  * as a branch in each format.
  *
- * An `sl_io` is one open object (a file today; an object behind a URL later)
+ * An `sl_io` is one open object (a local file, or an object behind a URL)
  * of known size. Opened with SL_IO_MAP it is whole in memory (`sl_io__map`,
  * zero-copy for local files: a read-only mapping); otherwise it is read by
  * ranges (`sl_io__read`). A provider implements `sl_io_vtbl` (read a range,
@@ -59,7 +59,7 @@ typedef struct sl_io sl_io;
 
 /* What a provider implements. */
 typedef struct sl_io_vtbl {
-    const char *scheme; /* "file"; later "http", "s3" */
+    const char *scheme; /* "file", "http" or "s3" */
     /* Up to n bytes at `off` into dst; *got < n only at the end of the
      * object. A failure sets the message (naming io->name) and returns it. */
     int (*read)(sl_io *io, void *dst, size_t n, uint64_t off, size_t *got);

@@ -73,7 +73,7 @@ int sl_source__pack_idx(const char *a, const char *b, const char *dst,
  *
  * A source yields records as samples: a fixed list of named, typed columns.
  * Every format (.slr, memory, TFRecord, WebDataset tar, ImageFolder, IDX) is
- * one implementation of `sl_source__vtbl` in its own file of this folder, and
+ * one implementation of `sl_source_vtbl` in its own file of this folder, and
  * one line in the registry (source.c). The executor, `info`, `verify`,
  * `pack` and the Python module use only this interface: a new format needs
  * no change anywhere else.
@@ -94,14 +94,14 @@ int sl_source__pack_idx(const char *a, const char *b, const char *dst,
  *     caller is done with every column before it releases the source. A
  *     mapping that may be closed before the source is (a lazily opened
  *     shard's, shard_set.h) is referenced whatever `borrow` says.
- *  6. prefetch(), when present, is a hint with no effect on results: it may
- *     run on any reading thread, must not fail, block, allocate or lock.
  *  4. A failed read() returns a negative status with a one-line message that
  *     names the file, the record (number and byte offset where known) and the
  *     cause: "train-00003.tfrecord: record 17 (offset 88412): data checksum
  *     mismatch". It leaves `out` empty (ncols 0) and the cursor usable, so the
  *     next record can be read (skip policy).
  *  5. SL_ENOMEM is only ever an allocation failure, never damaged data.
+ *  6. prefetch(), when present, is a hint with no effect on results: it may
+ *     run on any reading thread, must not fail, block, allocate or lock.
  * ========================================================================== */
 
 /* One column as a source yields it. */
