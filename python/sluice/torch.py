@@ -981,9 +981,20 @@ class _Iter:
                     torch.set_rng_state(rng)
         self._rng_at_start = gen.get_state() if gen is not None else torch.get_rng_state()
         # The order of draws is torch's: the sampler's iterator is made, then
-        # the base seed drawn, then the sampler draws on its first step.
+        # the base seed drawn (by a new iterator only: torch's persistent
+        # workers keep theirs, and their epochs after the first draw none),
+        # then, with workers, torch's _reset makes the sampler's iterator
+        # again; the sampler draws on its first step.
+        fresh = first if state is None else state.get("fresh", True)
         self._sampler_iter = iter(loader._index_sampler)
-        self._base_seed = int(torch.empty((), dtype=torch.int64).random_(generator=gen).item())
+        if fresh:
+            self._base_seed = int(torch.empty((), dtype=torch.int64)
+                                  .random_(generator=gen).item())
+            if self._num_workers > 0:
+                self._sampler_iter = iter(loader._index_sampler)
+        elif state is not None:
+            self._base_seed = int(state["base_seed"])
+        self._fresh = fresh
         self._seed = loader._sl_seed if loader._sl_seed is not None else self._base_seed
         self._epoch = epoch
         self._yielded = 0
@@ -1014,8 +1025,12 @@ class _Iter:
         self._results = {}          # task_no -> (kind, payload)
         self._next_task = 0
         self._rcvd = 0
-        self._active = list(range(self._num_workers))
-        self._rr = 0
+        # torch's dispatch: batch k goes to the next worker of the cycle
+        # 0, 1, ..., n-1, 0, ... whose iterable has not ended (all of them
+        # for a map-style dataset); the cycle starts at worker 0 each epoch.
+        self._status = [True] * self._num_workers
+        self._cycle = 0
+        self._owed = 0              # dispatches held back while auto drains the threads
         self._per_worker = [0] * self._num_workers
         if self._num_workers == 0:
             cfg = _Config(loader, 0, self._base_seed)
@@ -1032,11 +1047,15 @@ class _Iter:
                 # queued in the order the batches are handed out.
                 self._cfg.stage = st
             self._start_pool(loader)
-        else:
-            self._cfg.base_seed = self._base_seed
         self._probe = None
         if self._pool.kind == "thread" and loader._sl_auto_pending:
             self._probe = {"cpu_share": [], "seen": {}}
+        # torch primes prefetch_factor * num_workers batches, then asks the
+        # sampler for one more each time a batch is handed out (and when an
+        # iterable worker's end is seen): the sampler is asked at torch's
+        # times, and worker w loads exactly the batches torch's worker w does.
+        for _ in range(self._prefetch * self._num_workers):
+            self._try_put()
 
     def _start_pool(self, loader):
         kind = loader._sl_worker_type_now()
@@ -1058,34 +1077,37 @@ class _Iter:
             return self._lookahead.popleft()
         return next(self._sampler_iter)
 
-    def _fill(self):
-        if self._pool is None or self._draining:
+    def _try_put(self):
+        """torch's _try_put_index: the sampler's next batch to the next
+        active worker of the cycle."""
+        if self._draining:
+            self._owed += 1
             return
-        limit = self._prefetch
-        while not self._exhausted:
-            if self._iterable:
-                if not self._active:
-                    self._exhausted = True
-                    return
-                wid = self._active[self._rr % len(self._active)]
-                if self._per_worker[wid] >= limit:
-                    return
-                self._rr += 1
-                indices = None
-            else:
-                if sum(self._per_worker) >= limit * self._num_workers:
-                    return
-                try:
-                    indices = self._next_indices()
-                except StopIteration:
-                    self._exhausted = True
-                    return
-                wid = min(range(self._num_workers), key=self._per_worker.__getitem__)
-            tno = self._next_task
-            self._next_task += 1
-            self._tasks[tno] = (wid, indices)
-            self._per_worker[wid] += 1
-            self._pool.send(wid, (self._generation, tno, indices, self._seed, self._epoch))
+        if self._exhausted:
+            return
+        if self._iterable:
+            indices = None
+        else:
+            try:
+                indices = self._next_indices()
+            except StopIteration:
+                self._exhausted = True
+                return
+        n = self._num_workers
+        for _ in range(n):
+            wid = self._cycle
+            self._cycle = (wid + 1) % n
+            if self._status[wid]:
+                break
+        else:
+            # Every worker's iterable has ended.
+            self._exhausted = True
+            return
+        tno = self._next_task
+        self._next_task += 1
+        self._tasks[tno] = (wid, indices)
+        self._per_worker[wid] += 1
+        self._pool.send(wid, (self._generation, tno, indices, self._seed, self._epoch))
 
     _draining = False
 
@@ -1097,6 +1119,11 @@ class _Iter:
                 continue
             self._per_worker[wid] -= 1
             self._results[tno] = (kind, payload, self._pool.kind)
+            if kind == "end" and self._status[wid]:
+                # As torch: the worker leaves the cycle when its end arrives,
+                # and one more batch is asked for in its place.
+                self._status[wid] = False
+                self._try_put()
             if self._probe is not None and kind == "ok" and wall > 0:
                 # Each worker's first batch is left out: it pays one-time
                 # costs (imports under the import lock, first-call set-up).
@@ -1136,6 +1163,9 @@ class _Iter:
         self._draining = False
         if loader is not None:
             self._start_pool(loader)
+        owed, self._owed = self._owed, 0
+        for _ in range(owed):
+            self._try_put()
 
     # -- handing out -------------------------------------------------------
     def __iter__(self):
@@ -1183,18 +1213,15 @@ class _Iter:
                 self._auto_decide()
             if self._draining:
                 self._switch_when_drained()
-            self._fill()
             if self._rcvd in self._results:
                 kind, payload, pool_kind = self._results.pop(self._rcvd)
-                wid, _ = self._tasks.pop(self._rcvd)
+                self._tasks.pop(self._rcvd)
                 self._rcvd += 1
                 deadline = None
                 if kind == "end":
-                    if wid in self._active:
-                        self._active.remove(wid)
                     continue
+                self._try_put()
                 if kind == "err":
-                    self._fill()
                     payload.reraise()
                 if pool_kind == "process":
                     payload = _batch_from_shm(*payload)
@@ -1259,8 +1286,11 @@ class _Iter:
         return batch
 
     def _state(self):
+        # fresh/base_seed: an epoch of persistent workers after their first
+        # draws no base seed (as torch's), and a resume must not either.
         return {"format": "sluice.torch.DataLoader/1", "epoch": self._epoch,
-                "batch": self._yielded, "rng": self._rng_at_start}
+                "batch": self._yielded, "rng": self._rng_at_start,
+                "fresh": self._fresh, "base_seed": self._base_seed}
 
     def _reset(self, loader):
         """Persistent workers: start the next epoch on the same workers."""

@@ -10,6 +10,7 @@ import gc
 import glob
 import math
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -244,9 +245,18 @@ def test_auto_switches_to_processes_mid_epoch(monkeypatch):
 def test_persistent_workers_across_epochs(worker_type):
     # (Not torchvision's FakeData: it reseeds torch's global generator per
     # sample, which threads share.)
+    # torch's persistent loader draws no base seed after its first epoch, so
+    # its shuffle orders differ from num_workers=0's: the reference is torch's
+    # own loader with persistent workers.
     ds = Plain(20)
     torch.manual_seed(8)
-    ref = [list(tud.DataLoader(ds, batch_size=3, shuffle=True)) for _ in range(3)]
+    ref_dl = tud.DataLoader(ds, batch_size=3, shuffle=True, num_workers=2,
+                            persistent_workers=True)
+    ref = [list(ref_dl) for _ in range(3)]
+    torch.manual_seed(8)
+    ref0 = [list(tud.DataLoader(ds, batch_size=3, shuffle=True)) for _ in range(2)]
+    assert_batches(ref0[0], ref[0])
+    assert not all(torch.equal(a["x"], b["x"]) for a, b in zip(ref0[1], ref[1]))
     torch.manual_seed(8)
     dl = st.DataLoader(ds, batch_size=3, shuffle=True, num_workers=2, worker_type=worker_type,
                        persistent_workers=True)
@@ -259,12 +269,14 @@ def test_persistent_workers_across_epochs(worker_type):
     for a, b in zip(ours, ref):
         assert_batches(a, b)
     # An epoch left early: the next one still starts clean.
+    next(iter(ref_dl))
     it = iter(dl)
     next(it)
     torch.manual_seed(9)
-    ref = list(tud.DataLoader(ds, batch_size=3, shuffle=True))
+    ref = list(ref_dl)
     torch.manual_seed(9)
     assert_batches(list(dl), ref)
+    del ref_dl
 
 
 @pytest.mark.parametrize("worker_type", ["thread", "process"])
@@ -464,7 +476,10 @@ def test_exception_names_worker_index_and_traceback(worker_type):
     assert 'raise ValueError(f"bad sample' in msg
     # The loader goes on with the next batch, as torch's does.
     assert next(it).tolist() == [8, 9, 10, 11]
-    del it
+    # (The exception's traceback holds the iterator's frames: drop both.)
+    del it, e
+    gc.collect()
+    assert not shm_files() and wait_gone(lambda: worker_threads() or children()) < 3
 
 
 def test_killed_worker_process_is_named_promptly():
@@ -691,3 +706,118 @@ def test_decode_jpeg_releases_the_gil(jpeg_folder):
     for t in ts:
         t.join()
     assert not bad
+
+
+# ---------------------------------------------------------------------------
+# torch's order and timing of dispatch: global-RNG draws in process workers,
+# iterable interleaving under any timing.
+# ---------------------------------------------------------------------------
+def jitter(limit_ms):
+    """A random sleep that draws from no generator the Dataset can see."""
+    time.sleep(int.from_bytes(os.urandom(2), "little") % (limit_ms * 10) / 10000)
+
+
+class GlobalDraws(tud.Dataset):
+    """torch's, numpy's and random's global generators drawn in
+    __getitem__ (issue: process workers must give torch's values)."""
+
+    def __init__(self, n=30, jitter_ms=0):
+        self.n, self.jitter_ms = n, jitter_ms
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if self.jitter_ms:
+            jitter(self.jitter_ms)
+        w = tud.get_worker_info()
+        return torch.tensor([i, torch.randint(0, 2 ** 30, (1,)).item(),
+                             int(np.random.randint(0, 2 ** 30)), random.randrange(2 ** 30),
+                             -1 if w is None else w.id])
+
+
+@pytest.mark.parametrize("num_workers", [1, 2, 3, 4])
+def test_process_global_rng_draws_equal_torch(num_workers):
+    def run(loader_cls, **kw):
+        dl = loader_cls(GlobalDraws(jitter_ms=kw.pop("jitter_ms", 0)), batch_size=2,
+                        shuffle=True, num_workers=num_workers,
+                        generator=torch.Generator().manual_seed(8), **kw)
+        return list(dl)
+
+    ref = run(tud.DataLoader)
+    assert_batches(run(tud.DataLoader), ref)           # torch's is deterministic
+    for _ in range(6):
+        assert_batches(run(st.DataLoader, worker_type="process", jitter_ms=8), ref)
+    assert_batches(run(st.DataLoader, worker_type="process", prefetch_factor=1), ref)
+
+
+class LazySampler(tud.Sampler):
+    """Draws each index from torch's global generator when asked, so how
+    many indices the loader has asked for when the loop draws is seen."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        for _ in range(self.n):
+            yield int(torch.randint(0, 1000, (1,)))
+
+
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+@pytest.mark.parametrize("prefetch_factor", [1, 3])
+def test_sampler_is_asked_at_torchs_times(worker_type, prefetch_factor):
+    """torch asks the sampler for prefetch_factor * num_workers batches at
+    the start, then one per batch handed out: a loop that draws from the
+    global generator between batches sees the same values."""
+    def run(loader_cls, **kw):
+        torch.manual_seed(21)
+        dl = loader_cls(list(range(1000)), batch_size=3, sampler=LazySampler(40),
+                        num_workers=2, prefetch_factor=prefetch_factor, **kw)
+        out = []
+        for b in dl:
+            time.sleep(0.002)
+            out.append((b, torch.rand(1)))
+        return out
+
+    ref = run(tud.DataLoader)
+    for _ in range(3):
+        ours = run(st.DataLoader, worker_type=worker_type)
+        assert_batches([b for b, _ in ours], [b for b, _ in ref])
+        assert_batches([r for _, r in ours], [r for _, r in ref])
+
+
+class Owned(tud.IterableDataset):
+    """Worker w owns SIZES[w] items (issue: 75/50/26), sharded through
+    get_worker_info(); random sleeps shake the timing."""
+    SIZES = (75, 50, 26, 9)
+
+    def __init__(self, jitter_ms=0):
+        self.jitter_ms = jitter_ms
+
+    def __iter__(self):
+        info = tud.get_worker_info()
+        wid = 0 if info is None else info.id
+        # Each worker's pace is drawn per run: 0 to jitter_ms per item.
+        pace = int.from_bytes(os.urandom(1), "little") % (self.jitter_ms + 1)
+        if pace:
+            jitter(pace)
+        for k in range(self.SIZES[wid]):
+            if pace:
+                jitter(pace)
+            yield wid * 1000 + k
+
+
+@pytest.mark.parametrize("worker_type", ["thread", "process", "auto"])
+@pytest.mark.parametrize("num_workers", [1, 2, 3, 4])
+def test_iterable_interleaving_equals_torch_under_any_timing(worker_type, num_workers):
+    ref = list(tud.DataLoader(Owned(), batch_size=4, num_workers=num_workers))
+    assert_batches(list(tud.DataLoader(Owned(jitter_ms=3), batch_size=4,
+                                       num_workers=num_workers)), ref)
+    runs = 30 if worker_type == "thread" else 12
+    for _ in range(runs):
+        ours = list(st.DataLoader(Owned(jitter_ms=3), batch_size=4, num_workers=num_workers,
+                                  worker_type=worker_type))
+        assert_batches(ours, ref)
