@@ -48,6 +48,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 import weakref
 
 import numpy as np
@@ -59,6 +60,7 @@ from torch.utils.data._utils.collate import default_collate as _default_collate
 from torch.utils.data._utils.pin_memory import pin_memory as _torch_pin_memory
 
 from . import _sluice
+import sluice as _package
 
 __all__ = ["DataLoader", "get_worker_info", "sample_seed", "sample_rng", "sample_context"]
 
@@ -446,6 +448,13 @@ class _Config:
         # process workers, whose batches are staged by the main thread).
         self.stage = None
 
+    def __getstate__(self):
+        # What a spawned or forkserver worker gets, pickled as torch pickles
+        # its worker arguments: never the staging ring (main process only).
+        state = dict(self.__dict__)
+        state["stage"] = None
+        return state
+
     def fetcher(self, wid, stop):
         return _Fetch(self.dataset, self.iterable, self.auto_collation, self.collate_fn,
                       self.drop_last, self.batch_size, wid, stop)
@@ -527,6 +536,10 @@ def _thread_main(cfg, wid, inbox, results, stop):
 
 
 def _process_main(cfg, wid, conn, inherited):
+    # The process that started this one: the main process (fork, spawn) or
+    # the forkserver, which exits when the main process does. Either way a
+    # new parent means the main process is gone.
+    parent = os.getppid()
     # Parent-side pipe ends copied by fork: closed, so that the parent's exit
     # is seen as EOF.
     for c in inherited:
@@ -555,7 +568,7 @@ def _process_main(cfg, wid, conn, inherited):
                     return conn.recv()
             except (EOFError, OSError):
                 return None
-            if os.getppid() != cfg.parent_pid:
+            if os.getppid() != parent:
                 return None
 
     def send(msg):
@@ -644,12 +657,15 @@ class _ThreadPool:
 
 class _ProcessPool:
     kind = "process"
-    start_method = "fork"
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, ctx):
+        """`ctx`: the multiprocessing context the workers start with (the
+        loader's multiprocessing_context, or the default one, as torch's)."""
         self.cfg = cfg
         self.n = cfg.num_workers
-        ctx = multiprocessing.get_context(self.start_method)
+        self.start_method = ctx.get_start_method()
+        # Only a forked child holds copies of the parent's pipe ends.
+        fork = self.start_method == "fork"
         self.conns, self.procs = [], []
         self.outstanding = [0] * self.n
         self.closed = False
@@ -657,12 +673,14 @@ class _ProcessPool:
         try:
             for wid in range(self.n):
                 parent, child = ctx.Pipe(duplex=True)
-                p = ctx.Process(target=_process_main,
-                                args=(cfg, wid, child, self.conns + [parent]),
-                                name=f"sluice.torch worker {wid}", daemon=True)
-                p.start()
-                child.close()
                 self.conns.append(parent)
+                try:
+                    p = ctx.Process(target=_process_main,
+                                    args=(cfg, wid, child, list(self.conns) if fork else []),
+                                    name=f"sluice.torch worker {wid}", daemon=True)
+                    p.start()
+                finally:
+                    child.close()
                 self.procs.append(p)
         except BaseException:
             self.shutdown()
@@ -847,6 +865,11 @@ class _Staging:
 
     def __init__(self, kind, dev_id, to_device, torch_device, depth):
         self.stager = _sluice.Stager(kind, dev_id, to_device=to_device, depth=depth)
+        # The DLPack device type of pinned slots that this torch takes
+        # (torch 1.13 refuses kDLCUDAHost), probed once by the package.
+        _dlpack_for_torch = getattr(_package, "dlpack_for_torch", None)
+        if _dlpack_for_torch is not None:
+            _dlpack_for_torch(torch)
         self.to_device = to_device
         self.torch_device = torch_device   # device=: where tensors that cannot be staged go
         self.pin_device = None             # pin_memory: torch's pin_memory(device) for those
@@ -1059,7 +1082,32 @@ class _Iter:
 
     def _start_pool(self, loader):
         kind = loader._sl_worker_type_now()
-        pool = _ThreadPool(self._cfg) if kind == "thread" else _ProcessPool(self._cfg)
+        if kind == "thread":
+            pool = _ThreadPool(self._cfg)
+        else:
+            ctx = loader.multiprocessing_context or multiprocessing.get_context()
+            try:
+                pool = _ProcessPool(self._cfg, ctx)
+            except Exception as e:
+                method = ctx.get_start_method()
+                why = (f"worker processes cannot start with the {method!r} start method "
+                       f"({type(e).__name__}: {e})")
+                if method != "fork":
+                    why += ("; spawn and forkserver pickle the dataset, collate_fn and "
+                            "worker_init_fn, as torch's loader does")
+                if loader.worker_type != "auto":
+                    if hasattr(e, "add_note"):
+                        e.add_note(f"sluice.torch.DataLoader: {why}. Make them picklable "
+                                   f"(module-level classes and functions), use "
+                                   f"multiprocessing_context='fork', or "
+                                   f"worker_type='thread'")
+                    raise
+                # "auto" chose processes; threads still run the Dataset.
+                warnings.warn(f"sluice.torch.DataLoader: worker_type='auto' continues on "
+                              f"threads: {why}", RuntimeWarning, stacklevel=4)
+                loader._sl_auto_choice = kind = "thread"
+                loader._sl_auto_pending = False
+                pool = _ThreadPool(self._cfg)
         self._pool = pool
         self._pools.append(pool)
         loader.worker_type_used = kind
@@ -1322,7 +1370,8 @@ class DataLoader(_tud.DataLoader):
 
     def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
                  num_workers=0, collate_fn=None, pin_memory=False, drop_last=False, timeout=0,
-                 worker_init_fn=None, generator=None, *, prefetch_factor=None,
+                 worker_init_fn=None, multiprocessing_context=None, generator=None, *,
+                 prefetch_factor=None,
                  persistent_workers=False, pin_memory_device="", worker_type="auto",
                  seed=None, device=None):
         self._sl_device = _parse_device(device)
@@ -1355,9 +1404,12 @@ class DataLoader(_tud.DataLoader):
         # torch 1.x's default prefetch_factor is 2, torch 2.x's None (refused
         # with num_workers > 0 on 1.x, required with num_workers == 0 on 2.x).
         extra = {"prefetch_factor": prefetch_factor or 2} if num_workers > 0 else {}
+        # multiprocessing_context: checked and kept by torch (a start method's
+        # name or a context; refused with num_workers=0); process workers
+        # start with it.
         super().__init__(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers,
-                         collate_fn, pin_memory, drop_last, timeout, worker_init_fn, None,
-                         generator, persistent_workers=persistent_workers,
+                         collate_fn, pin_memory, drop_last, timeout, worker_init_fn,
+                         multiprocessing_context, generator, persistent_workers=persistent_workers,
                          pin_memory_device=pin_memory_device, **extra)
         self._sl_prefetch = 2 if prefetch_factor is None else prefetch_factor
         self.seed = seed

@@ -821,3 +821,112 @@ def test_iterable_interleaving_equals_torch_under_any_timing(worker_type, num_wo
         ours = list(st.DataLoader(Owned(jitter_ms=3), batch_size=4, num_workers=num_workers,
                                   worker_type=worker_type))
         assert_batches(ours, ref)
+
+
+# ---------------------------------------------------------------------------
+# multiprocessing_context: process workers started as torch starts them.
+# ---------------------------------------------------------------------------
+START_MARK = {"value": "import"}      # set at run time by the tests: a forked
+                                      # worker sees it, a spawned one does not
+
+
+class HowStarted(tud.Dataset):
+    """Says how its worker got it: pickled (spawn, forkserver) or copied by
+    fork, whether the parent's run-time module state is there, and the
+    worker's global draws."""
+
+    def __init__(self):
+        self.pickled = False
+
+    def __getstate__(self):
+        return dict(self.__dict__, pickled=True)
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        info = tud.get_worker_info()
+        return torch.tensor([i, int(self.pickled), int(START_MARK["value"] == "run"),
+                             info.id, getattr(info, "seen_init", -1),
+                             torch.randint(0, 2 ** 30, (1,)).item(),
+                             int(np.random.randint(0, 2 ** 30))])
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver", "fork", "spawn-object"])
+def test_multiprocessing_context_starts_workers_as_torch(context, monkeypatch):
+    monkeypatch.setitem(START_MARK, "value", "run")
+    ctx = (torch.multiprocessing.get_context("spawn") if context == "spawn-object"
+           else context)
+
+    def run(loader_cls, **kw):
+        return list(loader_cls(HowStarted(), batch_size=3, shuffle=True, num_workers=2,
+                               multiprocessing_context=ctx, worker_init_fn=mark_init,
+                               generator=torch.Generator().manual_seed(5), **kw))
+
+    ref = run(tud.DataLoader)
+    ours = run(st.DataLoader, worker_type="process")
+    assert_batches(ours, ref)
+    out = torch.cat(ours)
+    forked = context == "fork"
+    assert (out[:, 1] == int(not forked)).all()        # the dataset was pickled (or not)
+    assert (out[:, 2] == int(forked)).all()            # a fresh interpreter (or a fork)
+    assert (out[:, 4] == out[:, 3] + 100).all()        # worker_init_fn ran there
+    assert wait_gone(lambda: children()) < 3 and not shm_files()
+
+
+def test_multiprocessing_context_checked_as_torch():
+    with pytest.raises(ValueError, match="multiprocessing_context"):
+        st.DataLoader(Plain(), num_workers=0, multiprocessing_context="spawn")
+    with pytest.raises(ValueError, match="multiprocessing_context"):
+        st.DataLoader(Plain(), num_workers=2, multiprocessing_context="teleport")
+    with pytest.raises(TypeError, match="multiprocessing_context"):
+        st.DataLoader(Plain(), num_workers=2, multiprocessing_context=object())
+    # Positional, where torch's signature has it.
+    dl = st.DataLoader(Plain(6), 2, False, None, None, 2, None, False, False, 0, None, "spawn",
+                       torch.Generator().manual_seed(1), worker_type="thread")
+    assert dl.multiprocessing_context.get_start_method() == "spawn"
+    assert dl.generator is not None
+    # Thread workers need no start method: the context does not matter.
+    assert_batches(list(dl), list(tud.DataLoader(Plain(6), 2)))
+
+
+class Unpicklable(Plain):
+    def __init__(self, n=40):
+        super().__init__(n)
+        self.lock = threading.Lock()
+
+
+def test_spawn_with_an_unpicklable_dataset(monkeypatch):
+    dl = st.DataLoader(Unpicklable(), batch_size=4, num_workers=2, worker_type="process",
+                       multiprocessing_context="spawn")
+    with pytest.raises(TypeError, match="pickle") as e:
+        next(iter(dl))
+    assert "worker_type='thread'" in "".join(getattr(e.value, "__notes__", []))
+    assert not children()
+    # "auto" that chose processes (forced here) goes on with threads and says why.
+    monkeypatch.setattr(st, "_AUTO_THRESHOLD", 1.01)
+    torch.manual_seed(3)
+    ref = list(tud.DataLoader(Unpicklable(), batch_size=2, shuffle=True))
+    torch.manual_seed(3)
+    dl = st.DataLoader(Unpicklable(), batch_size=2, shuffle=True, num_workers=2,
+                       multiprocessing_context="spawn")
+    if st._gil_enabled():
+        with pytest.warns(RuntimeWarning, match="continues on threads: worker processes "
+                                                "cannot start with the 'spawn' start method"):
+            ours = list(dl)
+    else:
+        ours = list(dl)
+    assert_batches(ours, ref)
+    assert dl.worker_type_used == "thread"
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_killed_spawned_worker_is_named_and_leaves_no_files(context):
+    gc.collect()
+    dl = st.DataLoader(Fails(how="kill"), batch_size=4, num_workers=2, worker_type="process",
+                       multiprocessing_context=context)
+    with pytest.raises(RuntimeError, match=r"worker process \d \(pid \d+\) killed by signal "
+                                           r"SIGKILL while loading batch 1"):
+        list(dl)
+    assert wait_gone(lambda: children()) < 3
+    assert not shm_files()
