@@ -43,6 +43,7 @@ import multiprocessing.connection
 import multiprocessing.reduction
 import os
 import random
+import re
 import secrets
 import signal
 import sys
@@ -177,6 +178,91 @@ def sample_rng(kind="torch"):
 def _gil_enabled():
     probe = getattr(sys, "_is_gil_enabled", None)
     return True if probe is None else bool(probe())
+
+
+def _free_threaded_build():
+    import sysconfig
+    return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+_GIL_MESSAGE = re.compile(r"GIL\) has been enabled to load module '([^']+)'")
+
+
+def _md_gil(mod):
+    """The module's Py_mod_gil setting (1: runs without the GIL, 0: needs
+    it) read from the module object (PyModuleObject's md_gil, its last field
+    on free-threaded 3.13/3.14); None where the read cannot be trusted."""
+    try:
+        import ctypes
+        import types
+        off = types.ModuleType.__basicsize__ - ctypes.sizeof(ctypes.c_void_p)
+
+        def read(m):
+            return ctypes.c_void_p.from_address(id(m) + off).value or 0
+
+        # The layout is checked on two modules whose setting is known.
+        if read(_sluice) != 1 or read(types.ModuleType("sluice_probe")) != 0:
+            return None
+        return read(mod)
+    except Exception:
+        return None
+
+
+def _gil_culprits():
+    """The modules that made CPython turn the GIL on in a free-threaded
+    interpreter, first loaded first: from CPython's own warning where the
+    warnings registry kept it, else the extension modules loaded that did
+    not declare they run without the GIL."""
+    import importlib.machinery
+    import types
+    found = []
+    mods = [m for m in list(sys.modules.values()) if isinstance(m, types.ModuleType)]
+    for m in mods:
+        reg = vars(m).get("__warningregistry__")
+        if isinstance(reg, dict):
+            for key in list(reg):
+                hit = _GIL_MESSAGE.search(key[0]) if isinstance(key, tuple) and key and \
+                    isinstance(key[0], str) else None
+                if hit and hit.group(1) not in found:
+                    found.append(hit.group(1))
+    if found:
+        return found
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    for m in mods:
+        spec = vars(m).get("__spec__")
+        origin = getattr(spec, "origin", None)
+        if isinstance(origin, str) and origin.endswith(suffixes) and _md_gil(m) == 0:
+            found.append(m.__name__)
+    return found
+
+
+_GIL_WARNED = False
+
+
+def _warn_if_gil_turned_on():
+    """On a free-threaded interpreter whose GIL another module turned back
+    on (torchvision does, through triton), say so once: which module, and
+    PYTHON_GIL=0."""
+    global _GIL_WARNED
+    if _GIL_WARNED or not _gil_enabled() or not _free_threaded_build():
+        return
+    if getattr(sys.flags, "gil", None) == 1:
+        return      # PYTHON_GIL=1 / -X gil=1: asked for
+    _GIL_WARNED = True
+    names = _gil_culprits()
+    if names:
+        what = f"module {names[0]!r}" + (
+            f" (also {', '.join(map(repr, names[1:4]))}{', ...' if len(names) > 4 else ''})"
+            if len(names) > 1 else "")
+    else:
+        what = "a module (torchvision, through triton, is one)"
+    warnings.warn(
+        f"sluice.torch.DataLoader: this free-threaded Python runs with the GIL: CPython turned "
+        f"it back on to load {what}, which does not declare that it runs without the GIL, so "
+        f"thread workers run Python code one at a time. Set PYTHON_GIL=0 (or python -X gil=0) "
+        f"to keep the GIL off at that module's risk. worker_type='auto' chooses for the "
+        f"interpreter as it is now (with the GIL: it measures the first batches on threads).",
+        RuntimeWarning, stacklevel=3)
 
 
 # --------------------------------------------------------------------------
@@ -517,9 +603,29 @@ def _serve(cfg, wid, kind, recv, send, stop, shm_prefix):
         send((gen, tno, wid, kind_out, payload, c1 - c0, (t1 - t0) - (q1 - q0)))
 
 
+def _thread_worker_info(cfg, wid):
+    """A thread worker's WorkerInfo. Where torch's WorkerInfo has the thread
+    fields (torch 2.x: ``worker_method`` and ``rng``, read by
+    ``torch.random.thread_safe_generator()``), they are filled: "thread",
+    and this worker's own generators, seeded as a process worker seeds the
+    global ones (seed = base_seed + id; numpy from torch's seed sequence)."""
+    seed = cfg.base_seed + wid
+    kw = {}
+    rng_cls = getattr(_tworker, "_RNG", None)
+    fields = getattr(_tworker.WorkerInfo, "__dataclass_fields__", {})
+    if rng_cls is not None and "worker_method" in fields and "rng" in fields:
+        g = torch.Generator()
+        g.manual_seed(seed)
+        kw = {"worker_method": "thread",
+              "rng": rng_cls(random_generator=random.Random(seed), torch_generator=g,
+                             numpy_generator=np.random.default_rng(
+                                 _tworker._generate_state(cfg.base_seed, wid)))}
+    return _tworker.WorkerInfo(id=wid, num_workers=cfg.num_workers, seed=seed,
+                               dataset=cfg.dataset, **kw)
+
+
 def _thread_main(cfg, wid, inbox, results, stop):
-    _tls.info = _tworker.WorkerInfo(id=wid, num_workers=cfg.num_workers,
-                                    seed=cfg.base_seed + wid, dataset=cfg.dataset)
+    _tls.info = _thread_worker_info(cfg, wid)
 
     def recv():
         while not stop.is_set():
@@ -1422,6 +1528,8 @@ class DataLoader(_tud.DataLoader):
         self._sl_running = None
         self._sl_iter = None
         self.device = self._sl_device[2] if self._sl_device else None
+        if num_workers > 0 and worker_type != "process":
+            _warn_if_gil_turned_on()
         self.pin_memory_path = None
         self._sl_staging = None
 
@@ -1472,8 +1580,17 @@ class DataLoader(_tud.DataLoader):
         return None if self._sl_staging is None else self._sl_staging.stats()
 
     def _sl_worker_type_now(self):
+        """The kind of workers to start now. "auto" decides for the
+        interpreter as it is at this moment: a free-threaded one whose GIL
+        is off gets threads at once (no probe); with the GIL (also turned
+        back on by a module since the loader was made) a map-style dataset
+        is measured on threads (once: the verdict is kept), an iterable one
+        gets processes."""
         if self.worker_type != "auto":
+            if self.worker_type == "thread":
+                _warn_if_gil_turned_on()
             return self.worker_type
+        _warn_if_gil_turned_on()
         if not _gil_enabled():
             self._sl_auto_pending = False
             self.auto_probe = {"choice": "thread", "why": "the interpreter runs without the GIL"}
@@ -1487,6 +1604,8 @@ class DataLoader(_tud.DataLoader):
             return "process"
         if self._sl_auto_choice is not None:
             return self._sl_auto_choice
+        self._sl_auto_pending = self.num_workers > 0
+        self.auto_probe = None
         return "thread"
 
     def check_worker_number_rationality(self):

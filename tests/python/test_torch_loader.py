@@ -335,19 +335,24 @@ def test_iterable_unbatched_and_inline():
 # Worker info, worker_init_fn, per-sample generators.
 # ---------------------------------------------------------------------------
 class Who(tud.Dataset):
+    def __init__(self):
+        self.seen_init = {}         # worker id -> what worker_init_fn left
+
     def __len__(self):
         return 16
 
     def __getitem__(self, i):
         a, b = tud.get_worker_info(), st.get_worker_info()
         assert a is b
-        return torch.tensor([a.id, a.num_workers, getattr(a, "seen_init", -1)])
+        return torch.tensor([a.id, a.num_workers, a.dataset.seen_init.get(a.id, -1)])
 
 
 def mark_init(wid):
+    # (torch 2.x's WorkerInfo is a frozen dataclass with slots: the mark
+    # goes into the worker's dataset, as a worker_init_fn configures it.)
     info = st.get_worker_info()
-    assert info.id == wid
-    object.__setattr__(info, "seen_init", wid + 100)
+    assert info.id == wid and tud.get_worker_info() is info
+    info.dataset.seen_init[wid] = wid + 100
 
 
 @pytest.mark.parametrize("worker_type", ["thread", "process"])
@@ -355,9 +360,47 @@ def test_worker_info_and_init_fn(worker_type):
     out = torch.cat(list(st.DataLoader(Who(), batch_size=2, num_workers=3,
                                        worker_type=worker_type, worker_init_fn=mark_init)))
     assert set(out[:, 1].tolist()) == {3}
-    assert set(out[:, 0].tolist()) <= {0, 1, 2}
+    # torch's order: batch k (2 samples) on worker k mod 3.
+    assert out[:, 0].tolist() == [k // 2 % 3 for k in range(16)]
     assert (out[:, 2] == out[:, 0] + 100).all()
     assert tud.get_worker_info() is None and st.get_worker_info() is None
+
+
+class ThreadSafeDraws(tud.Dataset):
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        from torch.random import thread_safe_generator
+        info = tud.get_worker_info()
+        g = thread_safe_generator()
+        return torch.tensor([info.id, g is not None,
+                             torch.randint(0, 2 ** 30, (1,), generator=g).item()])
+
+
+@pytest.mark.skipif(not hasattr(torch.random, "thread_safe_generator"),
+                    reason="this torch has no thread_safe_generator (torch 2.x has)")
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_thread_safe_generator_in_workers(worker_type):
+    """torch 2.x's WorkerInfo carries worker_method and rng, and
+    torch.random.thread_safe_generator() gives a thread worker its own
+    generator (None in a process worker, which draws from its reseeded
+    global one): per worker, the draws are those of a generator seeded
+    with the worker's seed, whatever the timing."""
+    def run():
+        dl = st.DataLoader(ThreadSafeDraws(), batch_size=2, num_workers=2,
+                           worker_type=worker_type, generator=torch.Generator().manual_seed(4))
+        return torch.cat(list(dl))
+
+    out = run()
+    assert (out[:, 1] == int(worker_type == "thread")).all()
+    base = int(torch.empty((), dtype=torch.int64).random_(
+        generator=torch.Generator().manual_seed(4)).item())
+    for w in (0, 1):
+        g = torch.Generator().manual_seed(base + w)
+        mine = out[out[:, 0] == w][:, 2].tolist()
+        assert mine == [torch.randint(0, 2 ** 30, (1,), generator=g).item() for _ in mine]
+    assert torch.equal(run(), out)
 
 
 def test_sample_rng_outside_a_sample():
@@ -837,6 +880,7 @@ class HowStarted(tud.Dataset):
 
     def __init__(self):
         self.pickled = False
+        self.seen_init = {}
 
     def __getstate__(self):
         return dict(self.__dict__, pickled=True)
@@ -847,7 +891,7 @@ class HowStarted(tud.Dataset):
     def __getitem__(self, i):
         info = tud.get_worker_info()
         return torch.tensor([i, int(self.pickled), int(START_MARK["value"] == "run"),
-                             info.id, getattr(info, "seen_init", -1),
+                             info.id, self.seen_init.get(info.id, -1),
                              torch.randint(0, 2 ** 30, (1,)).item(),
                              int(np.random.randint(0, 2 ** 30))])
 
@@ -930,3 +974,70 @@ def test_killed_spawned_worker_is_named_and_leaves_no_files(context):
         list(dl)
     assert wait_gone(lambda: children()) < 3
     assert not shm_files()
+
+
+# ---------------------------------------------------------------------------
+# Free-threaded Python: a module that turns the GIL back on.
+# ---------------------------------------------------------------------------
+NEEDS_GIL_C = """
+#include <Python.h>
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "needsgil", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit_needsgil(void) { return PyModule_Create(&def); }
+"""
+
+
+def test_gil_turned_back_on_is_named_once_and_auto_follows(tmp_path):
+    """On a free-threaded build: "auto" takes threads at once while the GIL
+    is off; once an extension without Py_mod_gil (built here, as triton's
+    is for torchvision) turns it on, the loader says so once, naming the
+    module and PYTHON_GIL=0, and "auto" measures again. On a GIL build
+    there is nothing to say."""
+    import sysconfig
+    import warnings
+    if not st._free_threaded_build():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            dl = st.DataLoader(Plain(8), batch_size=2, num_workers=2, worker_type="thread")
+            assert len(list(dl)) == 4
+        return
+    ext = tmp_path / ("needsgil" + sysconfig.get_config_var("EXT_SUFFIX"))
+    src = tmp_path / "needsgil.c"
+    src.write_text(NEEDS_GIL_C)
+    subprocess.run([sysconfig.get_config_var("CC").split()[0], "-shared", "-fPIC",
+                    "-I" + sysconfig.get_paths()["include"], str(src), "-o", str(ext)],
+                   check=True)
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, warnings
+        sys.path[:0] = {[str(tmp_path)] + sys.path!r}
+        import torch.utils.data as tud
+        import sluice.torch as st
+        from test_torch_loader import Plain
+        assert not sys._is_gil_enabled()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            dl = st.DataLoader(Plain(90), batch_size=2, num_workers=2)
+            assert len(list(dl)) == 45
+        assert not [x for x in w if "GIL" in str(x.message)], [str(x.message) for x in w]
+        assert dl.auto_probe["choice"] == "thread" and "without the GIL" in dl.auto_probe["why"]
+        import needsgil
+        assert sys._is_gil_enabled()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            assert len(list(dl)) == 45
+            dl2 = st.DataLoader(Plain(8), batch_size=2, num_workers=2, worker_type="thread")
+            list(dl2)
+        gil = [str(x.message) for x in w if "GIL" in str(x.message)]
+        assert len(gil) == 1, gil
+        print(gil[0])
+        assert "cpu_share" in dl.auto_probe, dl.auto_probe
+    """))
+    here = os.path.dirname(os.path.abspath(__file__))
+    for extra in ({}, {"PYTHONWARNINGS": "ignore"}):
+        env = dict(os.environ, **extra)
+        env.pop("PYTHON_GIL", None)
+        env["PYTHONPATH"] = os.pathsep.join([here] + sys.path)
+        out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                             env=env, timeout=120)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "module 'needsgil'" in out.stdout and "PYTHON_GIL=0" in out.stdout, out.stdout
