@@ -1067,6 +1067,7 @@ class _Iter:
         self._num_workers = loader.num_workers
         self._iterable = loader._dataset_kind == _tud._DatasetKind.Iterable
         self._prefetch = loader._sl_prefetch if self._num_workers else 0
+        self._in_order = bool(loader._sl_in_order)
         self._timeout = loader.timeout
         if loader.pin_memory_device:
             self._pin = bool(loader.pin_memory)
@@ -1153,7 +1154,8 @@ class _Iter:
         self._tasks = {}            # task_no -> (worker, indices)
         self._results = {}          # task_no -> (kind, payload)
         self._next_task = 0
-        self._rcvd = 0
+        self._rcvd = 0              # the first task not handed out yet
+        self._taken = 0             # tasks handed out (or skipped)
         # torch's dispatch: batch k goes to the next worker of the cycle
         # 0, 1, ..., n-1, 0, ... whose iterable has not ended (all of them
         # for a map-style dataset); the cycle starts at worker 0 each epoch.
@@ -1248,15 +1250,25 @@ class _Iter:
                 self._exhausted = True
                 return
         n = self._num_workers
+        active = sum(self._status)
+        if not active:
+            # Every worker's iterable has ended.
+            self._exhausted = True
+            return
+        # in_order=False (torch 2.x): the next active worker of the cycle
+        # with fewer than its share of the prefetched batches, as torch's.
+        share = self._prefetch * n // active
+        first = None
         for _ in range(n):
             wid = self._cycle
             self._cycle = (wid + 1) % n
             if self._status[wid]:
-                break
+                if self._in_order or self._per_worker[wid] < share:
+                    break
+                if first is None:
+                    first = wid
         else:
-            # Every worker's iterable has ended.
-            self._exhausted = True
-            return
+            wid = first
         tno = self._next_task
         self._next_task += 1
         self._tasks[tno] = (wid, indices)
@@ -1367,10 +1379,16 @@ class _Iter:
                 self._auto_decide()
             if self._draining:
                 self._switch_when_drained()
-            if self._rcvd in self._results:
-                kind, payload, pool_kind = self._results.pop(self._rcvd)
-                self._tasks.pop(self._rcvd)
-                self._rcvd += 1
+            tno = self._rcvd
+            if not self._in_order and self._results and tno not in self._results:
+                # in_order=False: the earliest batch that has arrived.
+                tno = min(self._results)
+            if tno in self._results:
+                kind, payload, pool_kind = self._results.pop(tno)
+                self._tasks.pop(tno)
+                self._taken += 1
+                while self._rcvd not in self._tasks and self._rcvd < self._next_task:
+                    self._rcvd += 1
                 deadline = None
                 if kind == "end":
                     continue
@@ -1383,7 +1401,7 @@ class _Iter:
                     self._discard -= 1
                     continue
                 return self._hand_out(payload)
-            if self._exhausted and self._rcvd == self._next_task:
+            if self._exhausted and self._taken == self._next_task:
                 self._finish()
                 raise StopIteration
             now = time.monotonic()
@@ -1457,6 +1475,17 @@ class _Iter:
         self._finalizer()
 
 
+def _init_params():
+    import inspect
+    try:
+        return frozenset(inspect.signature(_tud.DataLoader.__init__).parameters)
+    except (TypeError, ValueError):
+        return frozenset()
+
+
+_TORCH_INIT_PARAMS = _init_params()
+
+
 class DataLoader(_tud.DataLoader):
     """torch.utils.data.DataLoader's interface and batches, on sluice's
     workers: ``num_workers`` threads (``worker_type="thread"``) or processes
@@ -1478,8 +1507,8 @@ class DataLoader(_tud.DataLoader):
                  num_workers=0, collate_fn=None, pin_memory=False, drop_last=False, timeout=0,
                  worker_init_fn=None, multiprocessing_context=None, generator=None, *,
                  prefetch_factor=None,
-                 persistent_workers=False, pin_memory_device="", worker_type="auto",
-                 seed=None, device=None):
+                 persistent_workers=False, pin_memory_device="", in_order=True,
+                 worker_type="auto", seed=None, device=None):
         self._sl_device = _parse_device(device)
         if worker_type not in ("auto", "thread", "process"):
             raise ValueError(f"worker_type: expected 'auto', 'thread' or 'process', "
@@ -1510,6 +1539,10 @@ class DataLoader(_tud.DataLoader):
         # torch 1.x's default prefetch_factor is 2, torch 2.x's None (refused
         # with num_workers > 0 on 1.x, required with num_workers == 0 on 2.x).
         extra = {"prefetch_factor": prefetch_factor or 2} if num_workers > 0 else {}
+        # in_order: torch 2.x's (kept by torch where it has it); sluice takes
+        # it with any torch.
+        if "in_order" in _TORCH_INIT_PARAMS:
+            extra["in_order"] = in_order
         # multiprocessing_context: checked and kept by torch (a start method's
         # name or a context; refused with num_workers=0); process workers
         # start with it.
@@ -1518,6 +1551,9 @@ class DataLoader(_tud.DataLoader):
                          multiprocessing_context, generator, persistent_workers=persistent_workers,
                          pin_memory_device=pin_memory_device, **extra)
         self._sl_prefetch = 2 if prefetch_factor is None else prefetch_factor
+        self._sl_in_order = bool(in_order)
+        if "in_order" not in _TORCH_INIT_PARAMS:
+            self.in_order = bool(in_order)
         self.seed = seed
         self.worker_type_used = None
         self.auto_probe = None

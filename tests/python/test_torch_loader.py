@@ -1041,3 +1041,30 @@ def test_gil_turned_back_on_is_named_once_and_auto_follows(tmp_path):
                              env=env, timeout=120)
         assert out.returncode == 0, out.stderr[-3000:]
         assert "module 'needsgil'" in out.stdout and "PYTHON_GIL=0" in out.stdout, out.stdout
+
+
+class SlowFirst(tud.Dataset):
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        if i == 0:
+            time.sleep(0.6)
+        return i
+
+
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_in_order_false_hands_out_what_has_arrived(worker_type):
+    """torch 2.x's in_order=False (taken with any torch): a slow batch does
+    not hold the others back; every batch still comes exactly once."""
+    dl = st.DataLoader(SlowFirst(), batch_size=1, num_workers=2, worker_type=worker_type,
+                       in_order=False)
+    assert dl.in_order is False
+    got = [int(b) for b in dl]
+    assert sorted(got) == list(range(12)) and got[0] != 0
+    assert [int(b) for b in st.DataLoader(SlowFirst(), batch_size=1, num_workers=2,
+                                          worker_type=worker_type)] == list(range(12))
+    if "in_order" in st._TORCH_INIT_PARAMS:
+        ref = [int(b) for b in tud.DataLoader(SlowFirst(), batch_size=1, num_workers=2,
+                                              in_order=False)]
+        assert sorted(ref) == sorted(got)
