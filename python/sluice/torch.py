@@ -3,7 +3,8 @@ Python Dataset on worker threads or worker processes.
 
     from sluice.torch import DataLoader        # was: from torch.utils.data import DataLoader
 
-Same signature and meaning as torch's (it is a subclass), plus three keywords:
+Same signature and meaning as torch's (it is a subclass; torch 2.x's
+``in_order`` taken with any torch), plus three keywords:
 ``device`` (batches delivered on a CUDA device through sluice's pinned
 slots and side stream), ``worker_type`` ("auto", "thread" or "process") and ``seed`` (per-sample
 generators and the shuffle order derived from (seed, epoch, index), as
@@ -13,14 +14,17 @@ any ``num_workers`` and ``worker_type``. docs/PYTHON.md, "PyTorch Datasets".
 
 Design (one page):
  - The main thread owns the sampler. It hands batches of indices ("tasks")
-   to workers, at most ``prefetch_factor`` per worker, and hands batches out
-   strictly in task order, so the worker count and kind never change the
-   output. Map-style tasks go to the least-loaded worker; iterable-style
-   tasks go round-robin over the workers whose iterator has not ended, as
-   torch's loader does, so the interleaving equals torch's.
+   to workers exactly as torch's loader does: prefetch_factor * num_workers
+   at the start, one more per batch handed out (and per iterable worker's
+   end), each to the next worker of the cycle 0..n-1 whose iterator has not
+   ended; batches are handed out strictly in task order (unless
+   in_order=False). So the worker count and kind never change the output,
+   each worker loads torch's batches (global-RNG draws in process workers
+   are torch's), and iterable interleaving equals torch's.
  - Thread workers share the process: no pickling, no copy of the dataset.
-   Process workers start with fork (fast start, the dataset shared
-   copy-on-write, as torch's default on Linux); each batch comes back as one
+   Process workers start with the loader's multiprocessing_context or the
+   default one, as torch's (fork: fast start, the dataset shared
+   copy-on-write; spawn/forkserver: the dataset pickled); each batch comes back as one
    shared-memory file (/dev/shm) holding every tensor and array of the batch,
    plus a small pickled description; the main process maps it and builds the
    tensors on that memory (no copy, no pickled tensor data). The file is

@@ -658,10 +658,11 @@ def test_sigint_from_terminal_to_process_group(tmp_path):
     assert not glob.glob(f"/dev/shm/sluice-torch-{pid}-*")
 
 
-def test_workers_exit_when_the_main_process_is_killed(tmp_path):
+@pytest.mark.parametrize("context", [None, "spawn", "forkserver"])
+def test_workers_exit_when_the_main_process_is_killed(tmp_path, context):
     script = tmp_path / "run.py"
     script.write_text(textwrap.dedent(f"""
-        import os, sys, time
+        import multiprocessing, os, sys, time
         sys.path[:0] = {sys.path!r}
         import torch, torch.utils.data as tud
         from sluice.torch import DataLoader
@@ -669,18 +670,21 @@ def test_workers_exit_when_the_main_process_is_killed(tmp_path):
             def __len__(self): return 100000
             def __getitem__(self, i):
                 time.sleep(0.002); return torch.zeros(100)
-        dl = DataLoader(Slow(), batch_size=8, num_workers=2, worker_type="process")
-        for k, _ in enumerate(dl):
-            if k == 1:
-                print(os.getpid(), flush=True)
-                time.sleep(60)
+        if __name__ == "__main__":
+            dl = DataLoader(Slow(), batch_size=8, num_workers=2, worker_type="process",
+                            multiprocessing_context={context!r})
+            for k, _ in enumerate(dl):
+                if k == 1:
+                    kids = [c.pid for c in multiprocessing.active_children()
+                            if c.name.startswith("sluice.torch")]
+                    print(os.getpid(), *kids, flush=True)
+                    time.sleep(60)
     """))
     p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-    pid = int(p.stdout.readline())
-    kids = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
-    assert len(kids) >= 2
+    pid, *kids = p.stdout.readline().split()
+    assert len(kids) == 2
     time.sleep(0.3)                 # the workers have prefetched batches into /dev/shm
-    os.kill(pid, signal.SIGKILL)
+    os.kill(int(pid), signal.SIGKILL)
     p.wait(10)
 
     def alive():
