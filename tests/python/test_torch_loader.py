@@ -224,6 +224,14 @@ def test_auto_switches_to_processes_mid_epoch(monkeypatch):
     """The probe's verdict "process" (forced: no share reaches 1.01) drains
     the threads and goes on with processes; the batches do not change."""
     monkeypatch.setattr(st, "_AUTO_THRESHOLD", 1.01)
+    if not st._gil_enabled():
+        # Free-threaded, GIL off: threads at once, no probe, whatever the
+        # threshold. The switch below is then run as on a GIL build.
+        dl = st.DataLoader(Plain(90), batch_size=2, shuffle=True, num_workers=2)
+        assert len(list(dl)) == 45
+        assert dl.worker_type_used == "thread" and dl.auto_probe["choice"] == "thread"
+        assert "cpu_share" not in dl.auto_probe
+        monkeypatch.setattr(st, "_gil_enabled", lambda: True)
     torch.manual_seed(3)
     ref = list(tud.DataLoader(Plain(90), batch_size=2, shuffle=True))
     torch.manual_seed(3)
@@ -1014,10 +1022,17 @@ def test_gil_turned_back_on_is_named_once_and_auto_follows(tmp_path):
     script.write_text(textwrap.dedent(f"""
         import sys, warnings
         sys.path[:0] = {[str(tmp_path)] + sys.path!r}
-        import torch.utils.data as tud
+        import torch, torch.utils.data as tud
         import sluice.torch as st
-        from test_torch_loader import Plain
         assert not sys._is_gil_enabled()
+
+        class Plain(tud.Dataset):
+            def __init__(self, n):
+                self.n = n
+            def __len__(self):
+                return self.n
+            def __getitem__(self, i):
+                return torch.arange(4) + i
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             dl = st.DataLoader(Plain(90), batch_size=2, num_workers=2)
@@ -1072,3 +1087,29 @@ def test_in_order_false_hands_out_what_has_arrived(worker_type):
         ref = [int(b) for b in tud.DataLoader(SlowFirst(), batch_size=1, num_workers=2,
                                               in_order=False)]
         assert sorted(ref) == sorted(got)
+
+
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_persistent_resume_in_a_later_epoch(worker_type):
+    """An epoch of persistent workers after the first draws no base seed
+    (torch's); a resume from its state_dict must not draw one either."""
+    def make():
+        return st.DataLoader(Plain(23), batch_size=3, shuffle=True, num_workers=2,
+                             worker_type=worker_type, persistent_workers=True)
+
+    torch.manual_seed(31)
+    dl = make()
+    list(dl)
+    full = list(dl)                         # epoch 1, no base seed drawn
+    torch.manual_seed(31)
+    dl = make()
+    list(dl)
+    it = iter(dl)
+    head = [next(it) for _ in range(3)]
+    state = dl.state_dict()
+    assert state["epoch"] == 1 and state["batch"] == 3 and state["fresh"] is False
+    del it, dl
+    torch.manual_seed(999)
+    dl2 = make()
+    dl2.load_state_dict(state)
+    assert_batches(head + list(dl2), full)
