@@ -595,11 +595,12 @@ def wait_gone(check, limit=5.0):
     return time.monotonic() - t0
 
 
-@pytest.mark.parametrize("worker_type", ["thread", "process"])
+@pytest.mark.parametrize("worker_type", ["thread", "process", "process-spawn"])
 @pytest.mark.parametrize("persistent", [False, True])
 def test_del_loader_mid_epoch_stops_everything(worker_type, persistent):
+    worker_type, _, context = worker_type.partition("-")
     dl = st.DataLoader(Slow(), batch_size=4, num_workers=2, worker_type=worker_type,
-                       persistent_workers=persistent)
+                       persistent_workers=persistent, multiprocessing_context=context or None)
     for k, _ in enumerate(dl):
         if k == 2:
             break
