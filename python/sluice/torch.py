@@ -1684,7 +1684,14 @@ class DataLoader(_tud.DataLoader):
         """The position after the last batch handed out: a dict with
         ``epoch``, ``batch`` (batches handed out in that epoch) and ``rng``
         (the state of the generator the sampler drew from at the epoch's
-        start). Prefetched batches do not count."""
+        start). Prefetched batches do not count. Refused with
+        ``in_order=False`` and workers, where the batches handed out are not
+        the first ones of the epoch."""
+        if not self._sl_in_order and self.num_workers > 0:
+            raise ValueError("sluice.torch.DataLoader.state_dict: with in_order=False the "
+                             "batches are handed out as they arrive, so no position says "
+                             "which were; build the loader with in_order=True (the default) "
+                             "to checkpoint mid-epoch")
         it = self._sl_running() if self._sl_running is not None else None
         if self._sl_pending_state is not None:
             return dict(self._sl_pending_state)

@@ -1082,6 +1082,8 @@ def test_in_order_false_hands_out_what_has_arrived(worker_type):
     assert dl.in_order is False
     got = [int(b) for b in dl]
     assert sorted(got) == list(range(12)) and got[0] != 0
+    with pytest.raises(ValueError, match="in_order=False"):
+        dl.state_dict()
     assert [int(b) for b in st.DataLoader(SlowFirst(), batch_size=1, num_workers=2,
                                           worker_type=worker_type)] == list(range(12))
     if "in_order" in st._TORCH_INIT_PARAMS:
