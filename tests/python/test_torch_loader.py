@@ -872,7 +872,7 @@ def test_iterable_interleaving_equals_torch_under_any_timing(worker_type, num_wo
     ref = list(tud.DataLoader(Owned(), batch_size=4, num_workers=num_workers))
     assert_batches(list(tud.DataLoader(Owned(jitter_ms=3), batch_size=4,
                                        num_workers=num_workers)), ref)
-    runs = 30 if worker_type == "thread" else 12
+    runs = 40 if worker_type == "thread" else 20
     for _ in range(runs):
         ours = list(st.DataLoader(Owned(jitter_ms=3), batch_size=4, num_workers=num_workers,
                                   worker_type=worker_type))
