@@ -1061,6 +1061,23 @@ def test_gil_turned_back_on_is_named_once_and_auto_follows(tmp_path):
                              env=env, timeout=120)
         assert out.returncode == 0, out.stderr[-3000:]
         assert "module 'needsgil'" in out.stdout and "PYTHON_GIL=0" in out.stdout, out.stdout
+    # PYTHON_GIL=1 asked for the GIL: nothing to say.
+    asked = tmp_path / "asked.py"
+    asked.write_text(textwrap.dedent(f"""
+        import sys, warnings
+        sys.path[:0] = {sys.path!r}
+        import torch
+        import sluice.torch as st
+        assert sys._is_gil_enabled()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            dl = st.DataLoader(list(range(8)), batch_size=2, num_workers=2,
+                               worker_type="thread")
+            assert len(list(dl)) == 4
+    """))
+    out = subprocess.run([sys.executable, str(asked)], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHON_GIL="1"), timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
 
 
 class SlowFirst(tud.Dataset):
