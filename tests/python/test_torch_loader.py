@@ -961,19 +961,22 @@ def test_spawn_with_an_unpicklable_dataset(monkeypatch):
     assert "worker_type='thread'" in "".join(getattr(e.value, "__notes__", []))
     assert not children()
     # "auto" that chose processes (forced here) goes on with threads and says why.
+    # (Two epochs: the probe's verdict may come when the first epoch has no
+    # batch left to ask for; the second then starts on processes.)
     monkeypatch.setattr(st, "_AUTO_THRESHOLD", 1.01)
     torch.manual_seed(3)
-    ref = list(tud.DataLoader(Unpicklable(), batch_size=2, shuffle=True))
+    ref = [list(tud.DataLoader(Unpicklable(), batch_size=2, shuffle=True)) for _ in range(2)]
     torch.manual_seed(3)
     dl = st.DataLoader(Unpicklable(), batch_size=2, shuffle=True, num_workers=2,
                        multiprocessing_context="spawn")
     if st._gil_enabled():
         with pytest.warns(RuntimeWarning, match="continues on threads: worker processes "
                                                 "cannot start with the 'spawn' start method"):
-            ours = list(dl)
+            ours = [list(dl) for _ in range(2)]
     else:
-        ours = list(dl)
-    assert_batches(ours, ref)
+        ours = [list(dl) for _ in range(2)]
+    for a, b in zip(ours, ref):
+        assert_batches(a, b)
     assert dl.worker_type_used == "thread"
 
 
