@@ -3,7 +3,8 @@ Python Dataset on worker threads or worker processes.
 
     from sluice.torch import DataLoader        # was: from torch.utils.data import DataLoader
 
-Same signature and meaning as torch's (it is a subclass), plus three keywords:
+Same signature and meaning as torch's (it is a subclass; torch 2.x's
+``in_order`` taken with any torch), plus three keywords:
 ``device`` (batches delivered on a CUDA device through sluice's pinned
 slots and side stream), ``worker_type`` ("auto", "thread" or "process") and ``seed`` (per-sample
 generators and the shuffle order derived from (seed, epoch, index), as
@@ -13,14 +14,17 @@ any ``num_workers`` and ``worker_type``. docs/PYTHON.md, "PyTorch Datasets".
 
 Design (one page):
  - The main thread owns the sampler. It hands batches of indices ("tasks")
-   to workers, at most ``prefetch_factor`` per worker, and hands batches out
-   strictly in task order, so the worker count and kind never change the
-   output. Map-style tasks go to the least-loaded worker; iterable-style
-   tasks go round-robin over the workers whose iterator has not ended, as
-   torch's loader does, so the interleaving equals torch's.
+   to workers exactly as torch's loader does: prefetch_factor * num_workers
+   at the start, one more per batch handed out (and per iterable worker's
+   end), each to the next worker of the cycle 0..n-1 whose iterator has not
+   ended; batches are handed out strictly in task order (unless
+   in_order=False). So the worker count and kind never change the output,
+   each worker loads torch's batches (global-RNG draws in process workers
+   are torch's), and iterable interleaving equals torch's.
  - Thread workers share the process: no pickling, no copy of the dataset.
-   Process workers start with fork (fast start, the dataset shared
-   copy-on-write, as torch's default on Linux); each batch comes back as one
+   Process workers start with the loader's multiprocessing_context or the
+   default one, as torch's (fork: fast start, the dataset shared
+   copy-on-write; spawn/forkserver: the dataset pickled); each batch comes back as one
    shared-memory file (/dev/shm) holding every tensor and array of the batch,
    plus a small pickled description; the main process maps it and builds the
    tensors on that memory (no copy, no pickled tensor data). The file is
@@ -43,11 +47,13 @@ import multiprocessing.connection
 import multiprocessing.reduction
 import os
 import random
+import re
 import secrets
 import signal
 import sys
 import threading
 import time
+import warnings
 import weakref
 
 import numpy as np
@@ -59,6 +65,7 @@ from torch.utils.data._utils.collate import default_collate as _default_collate
 from torch.utils.data._utils.pin_memory import pin_memory as _torch_pin_memory
 
 from . import _sluice
+import sluice as _package
 
 __all__ = ["DataLoader", "get_worker_info", "sample_seed", "sample_rng", "sample_context"]
 
@@ -175,6 +182,91 @@ def sample_rng(kind="torch"):
 def _gil_enabled():
     probe = getattr(sys, "_is_gil_enabled", None)
     return True if probe is None else bool(probe())
+
+
+def _free_threaded_build():
+    import sysconfig
+    return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+_GIL_MESSAGE = re.compile(r"GIL\) has been enabled to load module '([^']+)'")
+
+
+def _md_gil(mod):
+    """The module's Py_mod_gil setting (1: runs without the GIL, 0: needs
+    it) read from the module object (PyModuleObject's md_gil, its last field
+    on free-threaded 3.13/3.14); None where the read cannot be trusted."""
+    try:
+        import ctypes
+        import types
+        off = types.ModuleType.__basicsize__ - ctypes.sizeof(ctypes.c_void_p)
+
+        def read(m):
+            return ctypes.c_void_p.from_address(id(m) + off).value or 0
+
+        # The layout is checked on two modules whose setting is known.
+        if read(_sluice) != 1 or read(types.ModuleType("sluice_probe")) != 0:
+            return None
+        return read(mod)
+    except Exception:
+        return None
+
+
+def _gil_culprits():
+    """The modules that made CPython turn the GIL on in a free-threaded
+    interpreter, first loaded first: from CPython's own warning where the
+    warnings registry kept it, else the extension modules loaded that did
+    not declare they run without the GIL."""
+    import importlib.machinery
+    import types
+    found = []
+    mods = [m for m in list(sys.modules.values()) if isinstance(m, types.ModuleType)]
+    for m in mods:
+        reg = vars(m).get("__warningregistry__")
+        if isinstance(reg, dict):
+            for key in list(reg):
+                hit = _GIL_MESSAGE.search(key[0]) if isinstance(key, tuple) and key and \
+                    isinstance(key[0], str) else None
+                if hit and hit.group(1) not in found:
+                    found.append(hit.group(1))
+    if found:
+        return found
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    for m in mods:
+        spec = vars(m).get("__spec__")
+        origin = getattr(spec, "origin", None)
+        if isinstance(origin, str) and origin.endswith(suffixes) and _md_gil(m) == 0:
+            found.append(m.__name__)
+    return found
+
+
+_GIL_WARNED = False
+
+
+def _warn_if_gil_turned_on():
+    """On a free-threaded interpreter whose GIL another module turned back
+    on (torchvision does, through triton), say so once: which module, and
+    PYTHON_GIL=0."""
+    global _GIL_WARNED
+    if _GIL_WARNED or not _gil_enabled() or not _free_threaded_build():
+        return
+    if getattr(sys.flags, "gil", None) == 1:
+        return      # PYTHON_GIL=1 / -X gil=1: asked for
+    _GIL_WARNED = True
+    names = _gil_culprits()
+    if names:
+        what = f"module {names[0]!r}" + (
+            f" (also {', '.join(map(repr, names[1:4]))}{', ...' if len(names) > 4 else ''})"
+            if len(names) > 1 else "")
+    else:
+        what = "a module (torchvision, through triton, is one)"
+    warnings.warn(
+        f"sluice.torch.DataLoader: this free-threaded Python runs with the GIL: CPython turned "
+        f"it back on to load {what}, which does not declare that it runs without the GIL, so "
+        f"thread workers run Python code one at a time. Set PYTHON_GIL=0 (or python -X gil=0) "
+        f"to keep the GIL off at that module's risk. worker_type='auto' chooses for the "
+        f"interpreter as it is now (with the GIL: it measures the first batches on threads).",
+        RuntimeWarning, stacklevel=3)
 
 
 # --------------------------------------------------------------------------
@@ -446,6 +538,13 @@ class _Config:
         # process workers, whose batches are staged by the main thread).
         self.stage = None
 
+    def __getstate__(self):
+        # What a spawned or forkserver worker gets, pickled as torch pickles
+        # its worker arguments: never the staging ring (main process only).
+        state = dict(self.__dict__)
+        state["stage"] = None
+        return state
+
     def fetcher(self, wid, stop):
         return _Fetch(self.dataset, self.iterable, self.auto_collation, self.collate_fn,
                       self.drop_last, self.batch_size, wid, stop)
@@ -508,9 +607,29 @@ def _serve(cfg, wid, kind, recv, send, stop, shm_prefix):
         send((gen, tno, wid, kind_out, payload, c1 - c0, (t1 - t0) - (q1 - q0)))
 
 
+def _thread_worker_info(cfg, wid):
+    """A thread worker's WorkerInfo. Where torch's WorkerInfo has the thread
+    fields (torch 2.x: ``worker_method`` and ``rng``, read by
+    ``torch.random.thread_safe_generator()``), they are filled: "thread",
+    and this worker's own generators, seeded as a process worker seeds the
+    global ones (seed = base_seed + id; numpy from torch's seed sequence)."""
+    seed = cfg.base_seed + wid
+    kw = {}
+    rng_cls = getattr(_tworker, "_RNG", None)
+    fields = getattr(_tworker.WorkerInfo, "__dataclass_fields__", {})
+    if rng_cls is not None and "worker_method" in fields and "rng" in fields:
+        g = torch.Generator()
+        g.manual_seed(seed)
+        kw = {"worker_method": "thread",
+              "rng": rng_cls(random_generator=random.Random(seed), torch_generator=g,
+                             numpy_generator=np.random.default_rng(
+                                 _tworker._generate_state(cfg.base_seed, wid)))}
+    return _tworker.WorkerInfo(id=wid, num_workers=cfg.num_workers, seed=seed,
+                               dataset=cfg.dataset, **kw)
+
+
 def _thread_main(cfg, wid, inbox, results, stop):
-    _tls.info = _tworker.WorkerInfo(id=wid, num_workers=cfg.num_workers,
-                                    seed=cfg.base_seed + wid, dataset=cfg.dataset)
+    _tls.info = _thread_worker_info(cfg, wid)
 
     def recv():
         while not stop.is_set():
@@ -527,6 +646,10 @@ def _thread_main(cfg, wid, inbox, results, stop):
 
 
 def _process_main(cfg, wid, conn, inherited):
+    # The process that started this one: the main process (fork, spawn) or
+    # the forkserver, which exits when the main process does. Either way a
+    # new parent means the main process is gone.
+    parent = os.getppid()
     # Parent-side pipe ends copied by fork: closed, so that the parent's exit
     # is seen as EOF.
     for c in inherited:
@@ -555,7 +678,7 @@ def _process_main(cfg, wid, conn, inherited):
                     return conn.recv()
             except (EOFError, OSError):
                 return None
-            if os.getppid() != cfg.parent_pid:
+            if os.getppid() != parent:
                 return None
 
     def send(msg):
@@ -644,12 +767,15 @@ class _ThreadPool:
 
 class _ProcessPool:
     kind = "process"
-    start_method = "fork"
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, ctx):
+        """`ctx`: the multiprocessing context the workers start with (the
+        loader's multiprocessing_context, or the default one, as torch's)."""
         self.cfg = cfg
         self.n = cfg.num_workers
-        ctx = multiprocessing.get_context(self.start_method)
+        self.start_method = ctx.get_start_method()
+        # Only a forked child holds copies of the parent's pipe ends.
+        fork = self.start_method == "fork"
         self.conns, self.procs = [], []
         self.outstanding = [0] * self.n
         self.closed = False
@@ -657,12 +783,14 @@ class _ProcessPool:
         try:
             for wid in range(self.n):
                 parent, child = ctx.Pipe(duplex=True)
-                p = ctx.Process(target=_process_main,
-                                args=(cfg, wid, child, self.conns + [parent]),
-                                name=f"sluice.torch worker {wid}", daemon=True)
-                p.start()
-                child.close()
                 self.conns.append(parent)
+                try:
+                    p = ctx.Process(target=_process_main,
+                                    args=(cfg, wid, child, list(self.conns) if fork else []),
+                                    name=f"sluice.torch worker {wid}", daemon=True)
+                    p.start()
+                finally:
+                    child.close()
                 self.procs.append(p)
         except BaseException:
             self.shutdown()
@@ -847,6 +975,11 @@ class _Staging:
 
     def __init__(self, kind, dev_id, to_device, torch_device, depth):
         self.stager = _sluice.Stager(kind, dev_id, to_device=to_device, depth=depth)
+        # The DLPack device type of pinned slots that this torch takes
+        # (torch 1.13 refuses kDLCUDAHost), probed once by the package.
+        _dlpack_for_torch = getattr(_package, "dlpack_for_torch", None)
+        if _dlpack_for_torch is not None:
+            _dlpack_for_torch(torch)
         self.to_device = to_device
         self.torch_device = torch_device   # device=: where tensors that cannot be staged go
         self.pin_device = None             # pin_memory: torch's pin_memory(device) for those
@@ -938,6 +1071,7 @@ class _Iter:
         self._num_workers = loader.num_workers
         self._iterable = loader._dataset_kind == _tud._DatasetKind.Iterable
         self._prefetch = loader._sl_prefetch if self._num_workers else 0
+        self._in_order = bool(loader._sl_in_order)
         self._timeout = loader.timeout
         if loader.pin_memory_device:
             self._pin = bool(loader.pin_memory)
@@ -981,9 +1115,20 @@ class _Iter:
                     torch.set_rng_state(rng)
         self._rng_at_start = gen.get_state() if gen is not None else torch.get_rng_state()
         # The order of draws is torch's: the sampler's iterator is made, then
-        # the base seed drawn, then the sampler draws on its first step.
+        # the base seed drawn (by a new iterator only: torch's persistent
+        # workers keep theirs, and their epochs after the first draw none),
+        # then, with workers, torch's _reset makes the sampler's iterator
+        # again; the sampler draws on its first step.
+        fresh = first if state is None else state.get("fresh", True)
         self._sampler_iter = iter(loader._index_sampler)
-        self._base_seed = int(torch.empty((), dtype=torch.int64).random_(generator=gen).item())
+        if fresh:
+            self._base_seed = int(torch.empty((), dtype=torch.int64)
+                                  .random_(generator=gen).item())
+            if self._num_workers > 0:
+                self._sampler_iter = iter(loader._index_sampler)
+        elif state is not None:
+            self._base_seed = int(state["base_seed"])
+        self._fresh = fresh
         self._seed = loader._sl_seed if loader._sl_seed is not None else self._base_seed
         self._epoch = epoch
         self._yielded = 0
@@ -1013,9 +1158,14 @@ class _Iter:
         self._tasks = {}            # task_no -> (worker, indices)
         self._results = {}          # task_no -> (kind, payload)
         self._next_task = 0
-        self._rcvd = 0
-        self._active = list(range(self._num_workers))
-        self._rr = 0
+        self._rcvd = 0              # the first task not handed out yet
+        self._taken = 0             # tasks handed out (or skipped)
+        # torch's dispatch: batch k goes to the next worker of the cycle
+        # 0, 1, ..., n-1, 0, ... whose iterable has not ended (all of them
+        # for a map-style dataset); the cycle starts at worker 0 each epoch.
+        self._status = [True] * self._num_workers
+        self._cycle = 0
+        self._owed = 0              # dispatches held back while auto drains the threads
         self._per_worker = [0] * self._num_workers
         if self._num_workers == 0:
             cfg = _Config(loader, 0, self._base_seed)
@@ -1032,15 +1182,44 @@ class _Iter:
                 # queued in the order the batches are handed out.
                 self._cfg.stage = st
             self._start_pool(loader)
-        else:
-            self._cfg.base_seed = self._base_seed
         self._probe = None
         if self._pool.kind == "thread" and loader._sl_auto_pending:
             self._probe = {"cpu_share": [], "seen": {}}
+        # torch primes prefetch_factor * num_workers batches, then asks the
+        # sampler for one more each time a batch is handed out (and when an
+        # iterable worker's end is seen): the sampler is asked at torch's
+        # times, and worker w loads exactly the batches torch's worker w does.
+        for _ in range(self._prefetch * self._num_workers):
+            self._try_put()
 
     def _start_pool(self, loader):
         kind = loader._sl_worker_type_now()
-        pool = _ThreadPool(self._cfg) if kind == "thread" else _ProcessPool(self._cfg)
+        if kind == "thread":
+            pool = _ThreadPool(self._cfg)
+        else:
+            ctx = loader.multiprocessing_context or multiprocessing.get_context()
+            try:
+                pool = _ProcessPool(self._cfg, ctx)
+            except Exception as e:
+                method = ctx.get_start_method()
+                why = (f"worker processes cannot start with the {method!r} start method "
+                       f"({type(e).__name__}: {e})")
+                if method != "fork":
+                    why += ("; spawn and forkserver pickle the dataset, collate_fn and "
+                            "worker_init_fn, as torch's loader does")
+                if loader.worker_type != "auto":
+                    if hasattr(e, "add_note"):
+                        e.add_note(f"sluice.torch.DataLoader: {why}. Make them picklable "
+                                   f"(module-level classes and functions), use "
+                                   f"multiprocessing_context='fork', or "
+                                   f"worker_type='thread'")
+                    raise
+                # "auto" chose processes; threads still run the Dataset.
+                warnings.warn(f"sluice.torch.DataLoader: worker_type='auto' continues on "
+                              f"threads: {why}", RuntimeWarning, stacklevel=4)
+                loader._sl_auto_choice = kind = "thread"
+                loader._sl_auto_pending = False
+                pool = _ThreadPool(self._cfg)
         self._pool = pool
         self._pools.append(pool)
         loader.worker_type_used = kind
@@ -1058,34 +1237,47 @@ class _Iter:
             return self._lookahead.popleft()
         return next(self._sampler_iter)
 
-    def _fill(self):
-        if self._pool is None or self._draining:
+    def _try_put(self):
+        """torch's _try_put_index: the sampler's next batch to the next
+        active worker of the cycle."""
+        if self._draining:
+            self._owed += 1
             return
-        limit = self._prefetch
-        while not self._exhausted:
-            if self._iterable:
-                if not self._active:
-                    self._exhausted = True
-                    return
-                wid = self._active[self._rr % len(self._active)]
-                if self._per_worker[wid] >= limit:
-                    return
-                self._rr += 1
-                indices = None
-            else:
-                if sum(self._per_worker) >= limit * self._num_workers:
-                    return
-                try:
-                    indices = self._next_indices()
-                except StopIteration:
-                    self._exhausted = True
-                    return
-                wid = min(range(self._num_workers), key=self._per_worker.__getitem__)
-            tno = self._next_task
-            self._next_task += 1
-            self._tasks[tno] = (wid, indices)
-            self._per_worker[wid] += 1
-            self._pool.send(wid, (self._generation, tno, indices, self._seed, self._epoch))
+        if self._exhausted:
+            return
+        if self._iterable:
+            indices = None
+        else:
+            try:
+                indices = self._next_indices()
+            except StopIteration:
+                self._exhausted = True
+                return
+        n = self._num_workers
+        active = sum(self._status)
+        if not active:
+            # Every worker's iterable has ended.
+            self._exhausted = True
+            return
+        # in_order=False (torch 2.x): the next active worker of the cycle
+        # with fewer than its share of the prefetched batches, as torch's.
+        share = self._prefetch * n // active
+        first = None
+        for _ in range(n):
+            wid = self._cycle
+            self._cycle = (wid + 1) % n
+            if self._status[wid]:
+                if self._in_order or self._per_worker[wid] < share:
+                    break
+                if first is None:
+                    first = wid
+        else:
+            wid = first
+        tno = self._next_task
+        self._next_task += 1
+        self._tasks[tno] = (wid, indices)
+        self._per_worker[wid] += 1
+        self._pool.send(wid, (self._generation, tno, indices, self._seed, self._epoch))
 
     _draining = False
 
@@ -1097,6 +1289,11 @@ class _Iter:
                 continue
             self._per_worker[wid] -= 1
             self._results[tno] = (kind, payload, self._pool.kind)
+            if kind == "end" and self._status[wid]:
+                # As torch: the worker leaves the cycle when its end arrives,
+                # and one more batch is asked for in its place.
+                self._status[wid] = False
+                self._try_put()
             if self._probe is not None and kind == "ok" and wall > 0:
                 # Each worker's first batch is left out: it pays one-time
                 # costs (imports under the import lock, first-call set-up).
@@ -1136,6 +1333,9 @@ class _Iter:
         self._draining = False
         if loader is not None:
             self._start_pool(loader)
+        owed, self._owed = self._owed, 0
+        for _ in range(owed):
+            self._try_put()
 
     # -- handing out -------------------------------------------------------
     def __iter__(self):
@@ -1183,18 +1383,21 @@ class _Iter:
                 self._auto_decide()
             if self._draining:
                 self._switch_when_drained()
-            self._fill()
-            if self._rcvd in self._results:
-                kind, payload, pool_kind = self._results.pop(self._rcvd)
-                wid, _ = self._tasks.pop(self._rcvd)
-                self._rcvd += 1
+            tno = self._rcvd
+            if not self._in_order and self._results and tno not in self._results:
+                # in_order=False: the earliest batch that has arrived.
+                tno = min(self._results)
+            if tno in self._results:
+                kind, payload, pool_kind = self._results.pop(tno)
+                self._tasks.pop(tno)
+                self._taken += 1
+                while self._rcvd not in self._tasks and self._rcvd < self._next_task:
+                    self._rcvd += 1
                 deadline = None
                 if kind == "end":
-                    if wid in self._active:
-                        self._active.remove(wid)
                     continue
+                self._try_put()
                 if kind == "err":
-                    self._fill()
                     payload.reraise()
                 if pool_kind == "process":
                     payload = _batch_from_shm(*payload)
@@ -1202,7 +1405,7 @@ class _Iter:
                     self._discard -= 1
                     continue
                 return self._hand_out(payload)
-            if self._exhausted and self._rcvd == self._next_task:
+            if self._exhausted and self._taken == self._next_task:
                 self._finish()
                 raise StopIteration
             now = time.monotonic()
@@ -1259,8 +1462,11 @@ class _Iter:
         return batch
 
     def _state(self):
+        # fresh/base_seed: an epoch of persistent workers after their first
+        # draws no base seed (as torch's), and a resume must not either.
         return {"format": "sluice.torch.DataLoader/1", "epoch": self._epoch,
-                "batch": self._yielded, "rng": self._rng_at_start}
+                "batch": self._yielded, "rng": self._rng_at_start,
+                "fresh": self._fresh, "base_seed": self._base_seed}
 
     def _reset(self, loader):
         """Persistent workers: start the next epoch on the same workers."""
@@ -1271,6 +1477,17 @@ class _Iter:
     def _close(self):
         self._done = True
         self._finalizer()
+
+
+def _init_params():
+    import inspect
+    try:
+        return frozenset(inspect.signature(_tud.DataLoader.__init__).parameters)
+    except (TypeError, ValueError):
+        return frozenset()
+
+
+_TORCH_INIT_PARAMS = _init_params()
 
 
 class DataLoader(_tud.DataLoader):
@@ -1292,9 +1509,10 @@ class DataLoader(_tud.DataLoader):
 
     def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
                  num_workers=0, collate_fn=None, pin_memory=False, drop_last=False, timeout=0,
-                 worker_init_fn=None, generator=None, *, prefetch_factor=None,
-                 persistent_workers=False, pin_memory_device="", worker_type="auto",
-                 seed=None, device=None):
+                 worker_init_fn=None, multiprocessing_context=None, generator=None, *,
+                 prefetch_factor=None,
+                 persistent_workers=False, pin_memory_device="", in_order=True,
+                 worker_type="auto", seed=None, device=None):
         self._sl_device = _parse_device(device)
         if worker_type not in ("auto", "thread", "process"):
             raise ValueError(f"worker_type: expected 'auto', 'thread' or 'process', "
@@ -1325,11 +1543,21 @@ class DataLoader(_tud.DataLoader):
         # torch 1.x's default prefetch_factor is 2, torch 2.x's None (refused
         # with num_workers > 0 on 1.x, required with num_workers == 0 on 2.x).
         extra = {"prefetch_factor": prefetch_factor or 2} if num_workers > 0 else {}
+        # in_order: torch 2.x's (kept by torch where it has it); sluice takes
+        # it with any torch.
+        if "in_order" in _TORCH_INIT_PARAMS:
+            extra["in_order"] = in_order
+        # multiprocessing_context: checked and kept by torch (a start method's
+        # name or a context; refused with num_workers=0); process workers
+        # start with it.
         super().__init__(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers,
-                         collate_fn, pin_memory, drop_last, timeout, worker_init_fn, None,
-                         generator, persistent_workers=persistent_workers,
+                         collate_fn, pin_memory, drop_last, timeout, worker_init_fn,
+                         multiprocessing_context, generator, persistent_workers=persistent_workers,
                          pin_memory_device=pin_memory_device, **extra)
         self._sl_prefetch = 2 if prefetch_factor is None else prefetch_factor
+        self._sl_in_order = bool(in_order)
+        if "in_order" not in _TORCH_INIT_PARAMS:
+            self.in_order = bool(in_order)
         self.seed = seed
         self.worker_type_used = None
         self.auto_probe = None
@@ -1340,6 +1568,8 @@ class DataLoader(_tud.DataLoader):
         self._sl_running = None
         self._sl_iter = None
         self.device = self._sl_device[2] if self._sl_device else None
+        if num_workers > 0 and worker_type != "process":
+            _warn_if_gil_turned_on()
         self.pin_memory_path = None
         self._sl_staging = None
 
@@ -1390,8 +1620,17 @@ class DataLoader(_tud.DataLoader):
         return None if self._sl_staging is None else self._sl_staging.stats()
 
     def _sl_worker_type_now(self):
+        """The kind of workers to start now. "auto" decides for the
+        interpreter as it is at this moment: a free-threaded one whose GIL
+        is off gets threads at once (no probe); with the GIL (also turned
+        back on by a module since the loader was made) a map-style dataset
+        is measured on threads (once: the verdict is kept), an iterable one
+        gets processes."""
         if self.worker_type != "auto":
+            if self.worker_type == "thread":
+                _warn_if_gil_turned_on()
             return self.worker_type
+        _warn_if_gil_turned_on()
         if not _gil_enabled():
             self._sl_auto_pending = False
             self.auto_probe = {"choice": "thread", "why": "the interpreter runs without the GIL"}
@@ -1405,6 +1644,8 @@ class DataLoader(_tud.DataLoader):
             return "process"
         if self._sl_auto_choice is not None:
             return self._sl_auto_choice
+        self._sl_auto_pending = self.num_workers > 0
+        self.auto_probe = None
         return "thread"
 
     def check_worker_number_rationality(self):
@@ -1443,7 +1684,14 @@ class DataLoader(_tud.DataLoader):
         """The position after the last batch handed out: a dict with
         ``epoch``, ``batch`` (batches handed out in that epoch) and ``rng``
         (the state of the generator the sampler drew from at the epoch's
-        start). Prefetched batches do not count."""
+        start). Prefetched batches do not count. Refused with
+        ``in_order=False`` and workers, where the batches handed out are not
+        the first ones of the epoch."""
+        if not self._sl_in_order and self.num_workers > 0:
+            raise ValueError("sluice.torch.DataLoader.state_dict: with in_order=False the "
+                             "batches are handed out as they arrive, so no position says "
+                             "which were; build the loader with in_order=True (the default) "
+                             "to checkpoint mid-epoch")
         it = self._sl_running() if self._sl_running is not None else None
         if self._sl_pending_state is not None:
             return dict(self._sl_pending_state)

@@ -10,6 +10,7 @@ import gc
 import glob
 import math
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -223,6 +224,14 @@ def test_auto_switches_to_processes_mid_epoch(monkeypatch):
     """The probe's verdict "process" (forced: no share reaches 1.01) drains
     the threads and goes on with processes; the batches do not change."""
     monkeypatch.setattr(st, "_AUTO_THRESHOLD", 1.01)
+    if not st._gil_enabled():
+        # Free-threaded, GIL off: threads at once, no probe, whatever the
+        # threshold. The switch below is then run as on a GIL build.
+        dl = st.DataLoader(Plain(90), batch_size=2, shuffle=True, num_workers=2)
+        assert len(list(dl)) == 45
+        assert dl.worker_type_used == "thread" and dl.auto_probe["choice"] == "thread"
+        assert "cpu_share" not in dl.auto_probe
+        monkeypatch.setattr(st, "_gil_enabled", lambda: True)
     torch.manual_seed(3)
     ref = list(tud.DataLoader(Plain(90), batch_size=2, shuffle=True))
     torch.manual_seed(3)
@@ -244,9 +253,18 @@ def test_auto_switches_to_processes_mid_epoch(monkeypatch):
 def test_persistent_workers_across_epochs(worker_type):
     # (Not torchvision's FakeData: it reseeds torch's global generator per
     # sample, which threads share.)
+    # torch's persistent loader draws no base seed after its first epoch, so
+    # its shuffle orders differ from num_workers=0's: the reference is torch's
+    # own loader with persistent workers.
     ds = Plain(20)
     torch.manual_seed(8)
-    ref = [list(tud.DataLoader(ds, batch_size=3, shuffle=True)) for _ in range(3)]
+    ref_dl = tud.DataLoader(ds, batch_size=3, shuffle=True, num_workers=2,
+                            persistent_workers=True)
+    ref = [list(ref_dl) for _ in range(3)]
+    torch.manual_seed(8)
+    ref0 = [list(tud.DataLoader(ds, batch_size=3, shuffle=True)) for _ in range(2)]
+    assert_batches(ref0[0], ref[0])
+    assert not all(torch.equal(a["x"], b["x"]) for a, b in zip(ref0[1], ref[1]))
     torch.manual_seed(8)
     dl = st.DataLoader(ds, batch_size=3, shuffle=True, num_workers=2, worker_type=worker_type,
                        persistent_workers=True)
@@ -259,12 +277,14 @@ def test_persistent_workers_across_epochs(worker_type):
     for a, b in zip(ours, ref):
         assert_batches(a, b)
     # An epoch left early: the next one still starts clean.
+    next(iter(ref_dl))
     it = iter(dl)
     next(it)
     torch.manual_seed(9)
-    ref = list(tud.DataLoader(ds, batch_size=3, shuffle=True))
+    ref = list(ref_dl)
     torch.manual_seed(9)
     assert_batches(list(dl), ref)
+    del ref_dl
 
 
 @pytest.mark.parametrize("worker_type", ["thread", "process"])
@@ -323,19 +343,24 @@ def test_iterable_unbatched_and_inline():
 # Worker info, worker_init_fn, per-sample generators.
 # ---------------------------------------------------------------------------
 class Who(tud.Dataset):
+    def __init__(self):
+        self.seen_init = {}         # worker id -> what worker_init_fn left
+
     def __len__(self):
         return 16
 
     def __getitem__(self, i):
         a, b = tud.get_worker_info(), st.get_worker_info()
         assert a is b
-        return torch.tensor([a.id, a.num_workers, getattr(a, "seen_init", -1)])
+        return torch.tensor([a.id, a.num_workers, a.dataset.seen_init.get(a.id, -1)])
 
 
 def mark_init(wid):
+    # (torch 2.x's WorkerInfo is a frozen dataclass with slots: the mark
+    # goes into the worker's dataset, as a worker_init_fn configures it.)
     info = st.get_worker_info()
-    assert info.id == wid
-    object.__setattr__(info, "seen_init", wid + 100)
+    assert info.id == wid and tud.get_worker_info() is info
+    info.dataset.seen_init[wid] = wid + 100
 
 
 @pytest.mark.parametrize("worker_type", ["thread", "process"])
@@ -343,9 +368,47 @@ def test_worker_info_and_init_fn(worker_type):
     out = torch.cat(list(st.DataLoader(Who(), batch_size=2, num_workers=3,
                                        worker_type=worker_type, worker_init_fn=mark_init)))
     assert set(out[:, 1].tolist()) == {3}
-    assert set(out[:, 0].tolist()) <= {0, 1, 2}
+    # torch's order: batch k (2 samples) on worker k mod 3.
+    assert out[:, 0].tolist() == [k // 2 % 3 for k in range(16)]
     assert (out[:, 2] == out[:, 0] + 100).all()
     assert tud.get_worker_info() is None and st.get_worker_info() is None
+
+
+class ThreadSafeDraws(tud.Dataset):
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        from torch.random import thread_safe_generator
+        info = tud.get_worker_info()
+        g = thread_safe_generator()
+        return torch.tensor([info.id, g is not None,
+                             torch.randint(0, 2 ** 30, (1,), generator=g).item()])
+
+
+@pytest.mark.skipif(not hasattr(torch.random, "thread_safe_generator"),
+                    reason="this torch has no thread_safe_generator (torch 2.x has)")
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_thread_safe_generator_in_workers(worker_type):
+    """torch 2.x's WorkerInfo carries worker_method and rng, and
+    torch.random.thread_safe_generator() gives a thread worker its own
+    generator (None in a process worker, which draws from its reseeded
+    global one): per worker, the draws are those of a generator seeded
+    with the worker's seed, whatever the timing."""
+    def run():
+        dl = st.DataLoader(ThreadSafeDraws(), batch_size=2, num_workers=2,
+                           worker_type=worker_type, generator=torch.Generator().manual_seed(4))
+        return torch.cat(list(dl))
+
+    out = run()
+    assert (out[:, 1] == int(worker_type == "thread")).all()
+    base = int(torch.empty((), dtype=torch.int64).random_(
+        generator=torch.Generator().manual_seed(4)).item())
+    for w in (0, 1):
+        g = torch.Generator().manual_seed(base + w)
+        mine = out[out[:, 0] == w][:, 2].tolist()
+        assert mine == [torch.randint(0, 2 ** 30, (1,), generator=g).item() for _ in mine]
+    assert torch.equal(run(), out)
 
 
 def test_sample_rng_outside_a_sample():
@@ -464,7 +527,10 @@ def test_exception_names_worker_index_and_traceback(worker_type):
     assert 'raise ValueError(f"bad sample' in msg
     # The loader goes on with the next batch, as torch's does.
     assert next(it).tolist() == [8, 9, 10, 11]
-    del it
+    # (The exception's traceback holds the iterator's frames: drop both.)
+    del it, e
+    gc.collect()
+    assert not shm_files() and wait_gone(lambda: worker_threads() or children()) < 3
 
 
 def test_killed_worker_process_is_named_promptly():
@@ -529,11 +595,12 @@ def wait_gone(check, limit=5.0):
     return time.monotonic() - t0
 
 
-@pytest.mark.parametrize("worker_type", ["thread", "process"])
+@pytest.mark.parametrize("worker_type", ["thread", "process", "process-spawn"])
 @pytest.mark.parametrize("persistent", [False, True])
 def test_del_loader_mid_epoch_stops_everything(worker_type, persistent):
+    worker_type, _, context = worker_type.partition("-")
     dl = st.DataLoader(Slow(), batch_size=4, num_workers=2, worker_type=worker_type,
-                       persistent_workers=persistent)
+                       persistent_workers=persistent, multiprocessing_context=context or None)
     for k, _ in enumerate(dl):
         if k == 2:
             break
@@ -600,10 +667,11 @@ def test_sigint_from_terminal_to_process_group(tmp_path):
     assert not glob.glob(f"/dev/shm/sluice-torch-{pid}-*")
 
 
-def test_workers_exit_when_the_main_process_is_killed(tmp_path):
+@pytest.mark.parametrize("context", [None, "spawn", "forkserver"])
+def test_workers_exit_when_the_main_process_is_killed(tmp_path, context):
     script = tmp_path / "run.py"
     script.write_text(textwrap.dedent(f"""
-        import os, sys, time
+        import multiprocessing, os, sys, time
         sys.path[:0] = {sys.path!r}
         import torch, torch.utils.data as tud
         from sluice.torch import DataLoader
@@ -611,18 +679,21 @@ def test_workers_exit_when_the_main_process_is_killed(tmp_path):
             def __len__(self): return 100000
             def __getitem__(self, i):
                 time.sleep(0.002); return torch.zeros(100)
-        dl = DataLoader(Slow(), batch_size=8, num_workers=2, worker_type="process")
-        for k, _ in enumerate(dl):
-            if k == 1:
-                print(os.getpid(), flush=True)
-                time.sleep(60)
+        if __name__ == "__main__":
+            dl = DataLoader(Slow(), batch_size=8, num_workers=2, worker_type="process",
+                            multiprocessing_context={context!r})
+            for k, _ in enumerate(dl):
+                if k == 1:
+                    kids = [c.pid for c in multiprocessing.active_children()
+                            if c.name.startswith("sluice.torch")]
+                    print(os.getpid(), *kids, flush=True)
+                    time.sleep(60)
     """))
     p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-    pid = int(p.stdout.readline())
-    kids = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
-    assert len(kids) >= 2
+    pid, *kids = p.stdout.readline().split()
+    assert len(kids) == 2
     time.sleep(0.3)                 # the workers have prefetched batches into /dev/shm
-    os.kill(pid, signal.SIGKILL)
+    os.kill(int(pid), signal.SIGKILL)
     p.wait(10)
 
     def alive():
@@ -691,3 +762,377 @@ def test_decode_jpeg_releases_the_gil(jpeg_folder):
     for t in ts:
         t.join()
     assert not bad
+
+
+# ---------------------------------------------------------------------------
+# torch's order and timing of dispatch: global-RNG draws in process workers,
+# iterable interleaving under any timing.
+# ---------------------------------------------------------------------------
+def jitter(limit_ms):
+    """A random sleep that draws from no generator the Dataset can see."""
+    time.sleep(int.from_bytes(os.urandom(2), "little") % (limit_ms * 10) / 10000)
+
+
+class GlobalDraws(tud.Dataset):
+    """torch's, numpy's and random's global generators drawn in
+    __getitem__ (issue: process workers must give torch's values)."""
+
+    def __init__(self, n=30, jitter_ms=0):
+        self.n, self.jitter_ms = n, jitter_ms
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if self.jitter_ms:
+            jitter(self.jitter_ms)
+        w = tud.get_worker_info()
+        return torch.tensor([i, torch.randint(0, 2 ** 30, (1,)).item(),
+                             int(np.random.randint(0, 2 ** 30)), random.randrange(2 ** 30),
+                             -1 if w is None else w.id])
+
+
+@pytest.mark.parametrize("num_workers", [1, 2, 3, 4])
+def test_process_global_rng_draws_equal_torch(num_workers):
+    def run(loader_cls, **kw):
+        dl = loader_cls(GlobalDraws(jitter_ms=kw.pop("jitter_ms", 0)), batch_size=2,
+                        shuffle=True, num_workers=num_workers,
+                        generator=torch.Generator().manual_seed(8), **kw)
+        return list(dl)
+
+    ref = run(tud.DataLoader)
+    assert_batches(run(tud.DataLoader), ref)           # torch's is deterministic
+    for _ in range(6):
+        assert_batches(run(st.DataLoader, worker_type="process", jitter_ms=8), ref)
+    assert_batches(run(st.DataLoader, worker_type="process", prefetch_factor=1), ref)
+
+
+class LazySampler(tud.Sampler):
+    """Draws each index from torch's global generator when asked, so how
+    many indices the loader has asked for when the loop draws is seen."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        for _ in range(self.n):
+            yield int(torch.randint(0, 1000, (1,)))
+
+
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+@pytest.mark.parametrize("prefetch_factor", [1, 3])
+def test_sampler_is_asked_at_torchs_times(worker_type, prefetch_factor):
+    """torch asks the sampler for prefetch_factor * num_workers batches at
+    the start, then one per batch handed out: a loop that draws from the
+    global generator between batches sees the same values."""
+    def run(loader_cls, **kw):
+        torch.manual_seed(21)
+        dl = loader_cls(list(range(1000)), batch_size=3, sampler=LazySampler(40),
+                        num_workers=2, prefetch_factor=prefetch_factor, **kw)
+        out = []
+        for b in dl:
+            time.sleep(0.002)
+            out.append((b, torch.rand(1)))
+        return out
+
+    ref = run(tud.DataLoader)
+    for _ in range(3):
+        ours = run(st.DataLoader, worker_type=worker_type)
+        assert_batches([b for b, _ in ours], [b for b, _ in ref])
+        assert_batches([r for _, r in ours], [r for _, r in ref])
+
+
+class Owned(tud.IterableDataset):
+    """Worker w owns SIZES[w] items (issue: 75/50/26), sharded through
+    get_worker_info(); random sleeps shake the timing."""
+    SIZES = (75, 50, 26, 9)
+
+    def __init__(self, jitter_ms=0):
+        self.jitter_ms = jitter_ms
+
+    def __iter__(self):
+        info = tud.get_worker_info()
+        wid = 0 if info is None else info.id
+        # Each worker's pace is drawn per run: 0 to jitter_ms per item.
+        pace = int.from_bytes(os.urandom(1), "little") % (self.jitter_ms + 1)
+        if pace:
+            jitter(pace)
+        for k in range(self.SIZES[wid]):
+            if pace:
+                jitter(pace)
+            yield wid * 1000 + k
+
+
+@pytest.mark.parametrize("worker_type", ["thread", "process", "auto"])
+@pytest.mark.parametrize("num_workers", [1, 2, 3, 4])
+def test_iterable_interleaving_equals_torch_under_any_timing(worker_type, num_workers):
+    ref = list(tud.DataLoader(Owned(), batch_size=4, num_workers=num_workers))
+    assert_batches(list(tud.DataLoader(Owned(jitter_ms=3), batch_size=4,
+                                       num_workers=num_workers)), ref)
+    runs = 40 if worker_type == "thread" else 20
+    for _ in range(runs):
+        ours = list(st.DataLoader(Owned(jitter_ms=3), batch_size=4, num_workers=num_workers,
+                                  worker_type=worker_type))
+        assert_batches(ours, ref)
+
+
+# ---------------------------------------------------------------------------
+# multiprocessing_context: process workers started as torch starts them.
+# ---------------------------------------------------------------------------
+START_MARK = {"value": "import"}      # set at run time by the tests: a forked
+                                      # worker sees it, a spawned one does not
+
+
+class HowStarted(tud.Dataset):
+    """Says how its worker got it: pickled (spawn, forkserver) or copied by
+    fork, whether the parent's run-time module state is there, and the
+    worker's global draws."""
+
+    def __init__(self):
+        self.pickled = False
+        self.seen_init = {}
+
+    def __getstate__(self):
+        return dict(self.__dict__, pickled=True)
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        info = tud.get_worker_info()
+        return torch.tensor([i, int(self.pickled), int(START_MARK["value"] == "run"),
+                             info.id, self.seen_init.get(info.id, -1),
+                             torch.randint(0, 2 ** 30, (1,)).item(),
+                             int(np.random.randint(0, 2 ** 30))])
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver", "fork", "spawn-object"])
+def test_multiprocessing_context_starts_workers_as_torch(context, monkeypatch):
+    monkeypatch.setitem(START_MARK, "value", "run")
+    ctx = (torch.multiprocessing.get_context("spawn") if context == "spawn-object"
+           else context)
+
+    def run(loader_cls, **kw):
+        return list(loader_cls(HowStarted(), batch_size=3, shuffle=True, num_workers=2,
+                               multiprocessing_context=ctx, worker_init_fn=mark_init,
+                               generator=torch.Generator().manual_seed(5), **kw))
+
+    ref = run(tud.DataLoader)
+    ours = run(st.DataLoader, worker_type="process")
+    assert_batches(ours, ref)
+    out = torch.cat(ours)
+    forked = context == "fork"
+    assert (out[:, 1] == int(not forked)).all()        # the dataset was pickled (or not)
+    assert (out[:, 2] == int(forked)).all()            # a fresh interpreter (or a fork)
+    assert (out[:, 4] == out[:, 3] + 100).all()        # worker_init_fn ran there
+    assert wait_gone(lambda: children()) < 3 and not shm_files()
+
+
+def test_multiprocessing_context_checked_as_torch():
+    with pytest.raises(ValueError, match="multiprocessing_context"):
+        st.DataLoader(Plain(), num_workers=0, multiprocessing_context="spawn")
+    with pytest.raises(ValueError, match="multiprocessing_context"):
+        st.DataLoader(Plain(), num_workers=2, multiprocessing_context="teleport")
+    with pytest.raises(TypeError, match="multiprocessing_context"):
+        st.DataLoader(Plain(), num_workers=2, multiprocessing_context=object())
+    # Positional, where torch's signature has it.
+    dl = st.DataLoader(Plain(6), 2, False, None, None, 2, None, False, False, 0, None, "spawn",
+                       torch.Generator().manual_seed(1), worker_type="thread")
+    assert dl.multiprocessing_context.get_start_method() == "spawn"
+    assert dl.generator is not None
+    # Thread workers need no start method: the context does not matter.
+    assert_batches(list(dl), list(tud.DataLoader(Plain(6), 2)))
+
+
+class Unpicklable(Plain):
+    def __init__(self, n=40):
+        super().__init__(n)
+        self.lock = threading.Lock()
+
+
+def test_spawn_with_an_unpicklable_dataset(monkeypatch):
+    dl = st.DataLoader(Unpicklable(), batch_size=4, num_workers=2, worker_type="process",
+                       multiprocessing_context="spawn")
+    with pytest.raises(TypeError, match="pickle") as e:
+        next(iter(dl))
+    assert "worker_type='thread'" in "".join(getattr(e.value, "__notes__", []))
+    assert not children()
+    # "auto" that chose processes (forced here) goes on with threads and says why.
+    # (Two epochs: the probe's verdict may come when the first epoch has no
+    # batch left to ask for; the second then starts on processes.)
+    monkeypatch.setattr(st, "_AUTO_THRESHOLD", 1.01)
+    torch.manual_seed(3)
+    ref = [list(tud.DataLoader(Unpicklable(), batch_size=2, shuffle=True)) for _ in range(2)]
+    torch.manual_seed(3)
+    dl = st.DataLoader(Unpicklable(), batch_size=2, shuffle=True, num_workers=2,
+                       multiprocessing_context="spawn")
+    if st._gil_enabled():
+        with pytest.warns(RuntimeWarning, match="continues on threads: worker processes "
+                                                "cannot start with the 'spawn' start method"):
+            ours = [list(dl) for _ in range(2)]
+    else:
+        ours = [list(dl) for _ in range(2)]
+    for a, b in zip(ours, ref):
+        assert_batches(a, b)
+    assert dl.worker_type_used == "thread"
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_killed_spawned_worker_is_named_and_leaves_no_files(context):
+    gc.collect()
+    dl = st.DataLoader(Fails(how="kill"), batch_size=4, num_workers=2, worker_type="process",
+                       multiprocessing_context=context)
+    with pytest.raises(RuntimeError, match=r"worker process \d \(pid \d+\) killed by signal "
+                                           r"SIGKILL while loading batch 1"):
+        list(dl)
+    assert wait_gone(lambda: children()) < 3
+    assert not shm_files()
+
+
+# ---------------------------------------------------------------------------
+# Free-threaded Python: a module that turns the GIL back on.
+# ---------------------------------------------------------------------------
+NEEDS_GIL_C = """
+#include <Python.h>
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "needsgil", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit_needsgil(void) { return PyModule_Create(&def); }
+"""
+
+
+def test_gil_turned_back_on_is_named_once_and_auto_follows(tmp_path):
+    """On a free-threaded build: "auto" takes threads at once while the GIL
+    is off; once an extension without Py_mod_gil (built here, as triton's
+    is for torchvision) turns it on, the loader says so once, naming the
+    module and PYTHON_GIL=0, and "auto" measures again. On a GIL build
+    there is nothing to say."""
+    import sysconfig
+    import warnings
+    if not st._free_threaded_build():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            dl = st.DataLoader(Plain(8), batch_size=2, num_workers=2, worker_type="thread")
+            assert len(list(dl)) == 4
+        return
+    ext = tmp_path / ("needsgil" + sysconfig.get_config_var("EXT_SUFFIX"))
+    src = tmp_path / "needsgil.c"
+    src.write_text(NEEDS_GIL_C)
+    subprocess.run([sysconfig.get_config_var("CC").split()[0], "-shared", "-fPIC",
+                    "-I" + sysconfig.get_paths()["include"], str(src), "-o", str(ext)],
+                   check=True)
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, warnings
+        sys.path[:0] = {[str(tmp_path)] + sys.path!r}
+        import torch, torch.utils.data as tud
+        import sluice.torch as st
+        assert not sys._is_gil_enabled()
+
+        class Plain(tud.Dataset):
+            def __init__(self, n):
+                self.n = n
+            def __len__(self):
+                return self.n
+            def __getitem__(self, i):
+                return torch.arange(4) + i
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            dl = st.DataLoader(Plain(90), batch_size=2, num_workers=2)
+            assert len(list(dl)) == 45
+        assert not [x for x in w if "GIL" in str(x.message)], [str(x.message) for x in w]
+        assert dl.auto_probe["choice"] == "thread" and "without the GIL" in dl.auto_probe["why"]
+        import needsgil
+        assert sys._is_gil_enabled()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            assert len(list(dl)) == 45
+            dl2 = st.DataLoader(Plain(8), batch_size=2, num_workers=2, worker_type="thread")
+            list(dl2)
+        gil = [str(x.message) for x in w if "GIL" in str(x.message)]
+        assert len(gil) == 1, gil
+        print(gil[0])
+        assert "cpu_share" in dl.auto_probe, dl.auto_probe
+    """))
+    here = os.path.dirname(os.path.abspath(__file__))
+    for extra in ({}, {"PYTHONWARNINGS": "ignore"}):
+        env = dict(os.environ, **extra)
+        env.pop("PYTHON_GIL", None)
+        env["PYTHONPATH"] = os.pathsep.join([here] + sys.path)
+        out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                             env=env, timeout=120)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "module 'needsgil'" in out.stdout and "PYTHON_GIL=0" in out.stdout, out.stdout
+    # PYTHON_GIL=1 asked for the GIL: nothing to say.
+    asked = tmp_path / "asked.py"
+    asked.write_text(textwrap.dedent(f"""
+        import sys, warnings
+        sys.path[:0] = {sys.path!r}
+        import torch
+        import sluice.torch as st
+        assert sys._is_gil_enabled()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            dl = st.DataLoader(list(range(8)), batch_size=2, num_workers=2,
+                               worker_type="thread")
+            assert len(list(dl)) == 4
+    """))
+    out = subprocess.run([sys.executable, str(asked)], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHON_GIL="1"), timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+class SlowFirst(tud.Dataset):
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        if i == 0:
+            time.sleep(0.6)
+        return i
+
+
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_in_order_false_hands_out_what_has_arrived(worker_type):
+    """torch 2.x's in_order=False (taken with any torch): a slow batch does
+    not hold the others back; every batch still comes exactly once."""
+    dl = st.DataLoader(SlowFirst(), batch_size=1, num_workers=2, worker_type=worker_type,
+                       in_order=False)
+    assert dl.in_order is False
+    got = [int(b) for b in dl]
+    assert sorted(got) == list(range(12)) and got[0] != 0
+    with pytest.raises(ValueError, match="in_order=False"):
+        dl.state_dict()
+    assert [int(b) for b in st.DataLoader(SlowFirst(), batch_size=1, num_workers=2,
+                                          worker_type=worker_type)] == list(range(12))
+    if "in_order" in st._TORCH_INIT_PARAMS:
+        ref = [int(b) for b in tud.DataLoader(SlowFirst(), batch_size=1, num_workers=2,
+                                              in_order=False)]
+        assert sorted(ref) == sorted(got)
+
+
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_persistent_resume_in_a_later_epoch(worker_type):
+    """An epoch of persistent workers after the first draws no base seed
+    (torch's); a resume from its state_dict must not draw one either."""
+    def make():
+        return st.DataLoader(Plain(23), batch_size=3, shuffle=True, num_workers=2,
+                             worker_type=worker_type, persistent_workers=True)
+
+    torch.manual_seed(31)
+    dl = make()
+    list(dl)
+    full = list(dl)                         # epoch 1, no base seed drawn
+    torch.manual_seed(31)
+    dl = make()
+    list(dl)
+    it = iter(dl)
+    head = [next(it) for _ in range(3)]
+    state = dl.state_dict()
+    assert state["epoch"] == 1 and state["batch"] == 3 and state["fresh"] is False
+    del it, dl
+    torch.manual_seed(999)
+    dl2 = make()
+    dl2.load_state_dict(state)
+    assert_batches(head + list(dl2), full)
