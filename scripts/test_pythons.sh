@@ -36,7 +36,7 @@ B=${SLUICE_PYTHONS_BUILD:-$ROOT/build-pythons}
 bash scripts/nvjpeg_fetch.sh >/dev/null
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_BUILD_PYTHON=OFF \
   -DSLUICE_BUILD_TESTS=ON -DSLUICE_BUILD_BENCH=OFF -DSLUICE_BUILD_FUZZ=OFF >/dev/null
-targets=(sluice sluice_delayproxy sluice_fake_cudart sluice_fake_kernels)
+targets=(sluice sluice_cli sluice_gen_images sluice_delayproxy sluice_fake_cudart sluice_fake_kernels)
 if cmake --build "$B" --target help 2>/dev/null | grep -q 'sluice_fake_nvjpeg'; then
   targets+=(sluice_fake_nvjpeg)
 fi
@@ -49,29 +49,31 @@ status=0
 for name in gil ft; do
   py=$GIL_PY
   envs=(SLUICE_BIN="$(dirname "$py")/sluice" SLUICE_LIB="$B/libsluice.so"
-        SLUICE_DELAYPROXY="$B/sluice_delayproxy")
+        SLUICE_DELAYPROXY="$B/sluice_delayproxy" SLUICE_BUILD="$B")
   if [ "$name" = ft ]; then
     py=$FT_PY
     envs=(SLUICE_BIN="$(dirname "$py")/sluice" SLUICE_LIB="$B/libsluice.so"
-          SLUICE_DELAYPROXY="$B/sluice_delayproxy" PYTHON_GIL=0)
+          SLUICE_DELAYPROXY="$B/sluice_delayproxy" SLUICE_BUILD="$B" PYTHON_GIL=0)
   fi
   # What the interpreter is, and where the GIL stands: after `import sluice`
   # without PYTHON_GIL (sluice must leave it off by itself), and after
   # `import torchvision` as the tests run.
-  facts=$(env -u PYTHONPATH "$py" -c '
+  facts=$(env -u PYTHONPATH -u PYTHON_GIL "$py" - <<'PYEOF'
 import sys, sysconfig
-ft = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+tag = "t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""
 import sluice
-g = getattr(sys, "_is_gil_enabled", lambda: True)()
+gil = getattr(sys, "_is_gil_enabled", lambda: True)()
 import torch
-print(f"python {sys.version.split()[0]}{\"t\" if ft else \"\"}, torch {torch.__version__}, "
-      f"gil after import sluice: {g}")
-')
-  facts2=$(env -u PYTHONPATH "${envs[@]}" "$py" -c '
+print("python %s%s, torch %s, gil after import sluice: %s"
+      % (sys.version.split()[0], tag, torch.__version__, gil))
+PYEOF
+)
+  facts2=$(env -u PYTHONPATH "${envs[@]}" "$py" - <<'PYEOF'
 import sys, torchvision
-print(f"torchvision {torchvision.__version__}, gil after import torchvision: "
-      f"{getattr(sys, \"_is_gil_enabled\", lambda: True)()}")
-')
+print("torchvision %s, gil after import torchvision: %s"
+      % (torchvision.__version__, getattr(sys, "_is_gil_enabled", lambda: True)()))
+PYEOF
+)
   if [ "$name" = ft ] && ! printf '%s' "$facts" | grep -q 'gil after import sluice: False'; then
     echo "test_pythons: under ft, import sluice turned the GIL on ($facts)" >&2
     status=1
