@@ -44,6 +44,53 @@ cmake --build "$B" -j"$JOBS" --target "${targets[@]}" >/dev/null
 
 REPORT=$(mktemp -d "${TMPDIR:-/tmp}/sluice-test-pythons.XXXXXX")
 trap 'rm -rf "$REPORT"' EXIT
+# Helpers: what the interpreter is and where the GIL stands; the counts and
+# skip reasons of a JUnit report.
+cat > "$REPORT/facts.py" <<'PYEOF'
+import sys, sysconfig
+tag = "t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""
+import sluice
+gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+import torch
+print("python %s%s, torch %s, gil after import sluice: %s"
+      % (sys.version.split()[0], tag, torch.__version__, gil))
+PYEOF
+cat > "$REPORT/facts2.py" <<'PYEOF'
+import sys, torchvision
+print("torchvision %s, gil after import torchvision: %s"
+      % (torchvision.__version__, getattr(sys, "_is_gil_enabled", lambda: True)()))
+PYEOF
+cat > "$REPORT/summary.py" <<'PYEOF'
+import re, sys
+import xml.etree.ElementTree as ET
+path, rc = sys.argv[1], int(sys.argv[2])
+try:
+    root = ET.parse(path).getroot()
+except (OSError, ET.ParseError) as e:
+    print(f"FAIL (no report: {e}; pytest exit {rc})")
+    sys.exit(0)
+passed = failed = 0
+bad_skips, gpu_skips, failed_ids = [], 0, []
+gpu = re.compile(r"\bGPU\b|CUDA device|no CUDA|cuda is not available", re.I)
+for case in root.iter("testcase"):
+    kids = {c.tag for c in case}
+    if "failure" in kids or "error" in kids:
+        failed += 1
+        failed_ids.append(f"{case.get('classname')}::{case.get('name')}")
+    elif "skipped" in kids:
+        msg = next(c for c in case if c.tag == "skipped").get("message", "")
+        if gpu.search(msg):
+            gpu_skips += 1
+        else:
+            bad_skips.append(f"{case.get('classname')}::{case.get('name')}: {msg[:160]}")
+    else:
+        passed += 1
+ok = rc == 0 and failed == 0 and not bad_skips
+print(("ok" if ok else "FAIL") + f" {passed} passed, {failed} failed, {gpu_skips} skipped for want of a GPU"
+      + (f", {len(bad_skips)} skipped for other reasons (not allowed): " + "; ".join(bad_skips[:8])
+         if bad_skips else "") + f" (pytest exit {rc})"
+      + (": " + ", ".join(failed_ids[:12]) if failed_ids else ""))
+PYEOF
 summaries=()
 status=0
 for name in gil ft; do
@@ -58,64 +105,21 @@ for name in gil ft; do
   # What the interpreter is, and where the GIL stands: after `import sluice`
   # without PYTHON_GIL (sluice must leave it off by itself), and after
   # `import torchvision` as the tests run.
-  facts=$(env -u PYTHONPATH -u PYTHON_GIL "$py" - <<'PYEOF'
-import sys, sysconfig
-tag = "t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""
-import sluice
-gil = getattr(sys, "_is_gil_enabled", lambda: True)()
-import torch
-print("python %s%s, torch %s, gil after import sluice: %s"
-      % (sys.version.split()[0], tag, torch.__version__, gil))
-PYEOF
-)
-  facts2=$(env -u PYTHONPATH "${envs[@]}" "$py" - <<'PYEOF'
-import sys, torchvision
-print("torchvision %s, gil after import torchvision: %s"
-      % (torchvision.__version__, getattr(sys, "_is_gil_enabled", lambda: True)()))
-PYEOF
-)
+  facts=$(env -u PYTHONPATH -u PYTHON_GIL "$py" "$REPORT/facts.py")
+  facts2=$(env -u PYTHONPATH "${envs[@]}" "$py" "$REPORT/facts2.py")
   if [ "$name" = ft ] && ! printf '%s' "$facts" | grep -q 'gil after import sluice: False'; then
     echo "test_pythons: under ft, import sluice turned the GIL on ($facts)" >&2
     status=1
   fi
   xml=$REPORT/$name.xml
   set +e
-  env -u PYTHONPATH "${envs[@]}" "$py" -m pytest -q -p no:cacheprovider -rs \
+  env -u PYTHONPATH "${envs[@]}" "$py" -m pytest -q -p no:cacheprovider -rfEs \
       --junitxml="$xml" "${ARGS[@]}" 2>&1 | tee "$REPORT/$name.log" | tail -25
   rc=${PIPESTATUS[0]}
   set -e
   # Counts and skip reasons from the JUnit report: only the want of a GPU
   # may skip a test.
-  line=$("$py" - "$xml" "$rc" <<'PYEOF'
-import re, sys
-import xml.etree.ElementTree as ET
-path, rc = sys.argv[1], int(sys.argv[2])
-try:
-    root = ET.parse(path).getroot()
-except (OSError, ET.ParseError) as e:
-    print(f"FAIL (no report: {e}; pytest exit {rc})")
-    sys.exit(0)
-passed = failed = 0
-bad_skips, gpu_skips = [], 0
-gpu = re.compile(r"\bGPU\b|CUDA device|no CUDA|cuda is not available", re.I)
-for case in root.iter("testcase"):
-    kids = {c.tag for c in case}
-    if "failure" in kids or "error" in kids:
-        failed += 1
-    elif "skipped" in kids:
-        msg = next(c for c in case if c.tag == "skipped").get("message", "")
-        if gpu.search(msg):
-            gpu_skips += 1
-        else:
-            bad_skips.append(f"{case.get('classname')}::{case.get('name')}: {msg[:160]}")
-    else:
-        passed += 1
-ok = rc == 0 and failed == 0 and not bad_skips
-print(("ok" if ok else "FAIL") + f" {passed} passed, {failed} failed, {gpu_skips} skipped for want of a GPU"
-      + (f", {len(bad_skips)} skipped for other reasons (not allowed): " + "; ".join(bad_skips[:8])
-         if bad_skips else "") + f" (pytest exit {rc})")
-PYEOF
-)
+  line=$("$py" "$REPORT/summary.py" "$xml" "$rc")
   summaries+=("test_pythons: $name ($py; $facts; $facts2): $line")
   case "$line" in ok*) ;; *) status=1 ;; esac
 done
