@@ -76,7 +76,7 @@ for ep in range(1, epochs + 1):
 
 
 def run_python(a, spec, env):
-    cmd = [PY, "-c", PY_CHILD, spec, str(a.epochs), str(a.epoch_timeout)]
+    cmd = [a.python, "-c", PY_CHILD, spec, str(a.epochs), str(a.epoch_timeout)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env, text=True)
     rows = [json.loads(line) for line in proc.stdout]
     if proc.wait() != 0:
@@ -140,6 +140,8 @@ def judge(rows, a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
+    ap.add_argument("--python", default=PY, help="the interpreter of the Python soak (sluice from "
+                    "BUILD/python when the build has the module, else the one installed there)")
     ap.add_argument("--mode", choices=("c", "python", "both"), default="both")
     ap.add_argument("--epochs", type=int, default=100)
     ap.add_argument("--images", type=int, default=300)

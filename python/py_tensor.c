@@ -165,13 +165,21 @@ static int dl_dtype(sl_dtype d, DLDataType *out) {
 }
 
 /* Pinned host memory (SL_DEVICE_CUDA_HOST, a Stager's pinned slots) goes out
- * as kDLCPU: torch 1.13's from_dlpack refuses kDLCUDAHost ("Unsupported
- * device_type: 3"), and it is CPU memory to every consumer. Whether it is
- * pinned, torch asks the CUDA runtime (Tensor.is_pinned():
- * cudaPointerGetAttributes on the data pointer), so the tensor reports
- * is_pinned() True on a machine with a GPU. */
+ * as kDLCUDAHost where the consumer in use takes it, else as kDLCPU: torch
+ * 1.13's from_dlpack refuses kDLCUDAHost ("Unsupported device_type: 3"),
+ * later torch reads it as CPU memory, and it is CPU memory to every consumer.
+ * The choice is the process's: kDLCPU until sluice.dlpack_for_torch() (run
+ * before sluice hands torch its first tensor) finds, by handing torch a probe
+ * capsule (dlpack_probe), that the torch in use takes kDLCUDAHost. Whether
+ * the memory is pinned, torch asks the CUDA runtime either way
+ * (Tensor.is_pinned(): cudaPointerGetAttributes on the data pointer), so the
+ * tensor reports is_pinned() True on a machine with a GPU. */
+static _Atomic int dl_pinned_type = kDLCPU;
+
 static DLDeviceType dl_device_type(int32_t device) {
-    return device == SL_DEVICE_CUDA_HOST ? kDLCPU : (DLDeviceType)device;
+    if (device == SL_DEVICE_CUDA_HOST)
+        return (DLDeviceType)atomic_load_explicit(&dl_pinned_type, memory_order_relaxed);
+    return (DLDeviceType)device;
 }
 
 static PyObject *tensor_dlpack(PySlTensor *self, PyObject *args, PyObject *kwargs) {
@@ -366,7 +374,86 @@ int py_sl_tensor_from_buffer(PyObject *obj, Py_buffer *view, sl_tensor *out, con
     return 0;
 }
 
+/* ---- The pinned-host device type, and the probe that chooses it ---------- */
+
+static PyObject *py_dlpack_pinned_device(PyObject *unused, PyObject *args) {
+    int code = -1;
+    if (!PyArg_ParseTuple(args, "|i:dlpack_pinned_device", &code))
+        return NULL;
+    if (code != -1) {
+        if (code != kDLCPU && code != kDLCUDAHost) {
+            PyErr_Format(PyExc_ValueError, "dlpack_pinned_device: %d is neither kDLCPU (1) nor "
+                                           "kDLCUDAHost (3)", code);
+            return NULL;
+        }
+        atomic_store_explicit(&dl_pinned_type, code, memory_order_relaxed);
+    }
+    return PyLong_FromLong(atomic_load_explicit(&dl_pinned_type, memory_order_relaxed));
+}
+
+typedef struct {
+    DLManagedTensor managed;
+    int64_t shape[1];
+    uint8_t data[4];
+} dl_probe;
+
+static void dl_probe_deleter(DLManagedTensor *m) {
+    free(m->manager_ctx);
+}
+
+static void dl_probe_capsule_destructor(PyObject *cap) {
+    if (PyCapsule_IsValid(cap, "dltensor")) {
+        DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
+        m->deleter(m);
+    }
+}
+
+/* A DLPack capsule of 4 uint8 values 1, 2, 3, 4 in host memory, labelled
+ * with the device type given: what a consumer does with it tells whether it
+ * takes that type for host memory. */
+static PyObject *py_dlpack_probe(PyObject *unused, PyObject *args) {
+    int code;
+    if (!PyArg_ParseTuple(args, "i:dlpack_probe", &code))
+        return NULL;
+    if (code != kDLCPU && code != kDLCUDAHost) {
+        PyErr_Format(PyExc_ValueError, "dlpack_probe: %d is not a host device type (1 or 3)", code);
+        return NULL;
+    }
+    dl_probe *p = calloc(1, sizeof *p);
+    if (!p)
+        return PyErr_NoMemory();
+    for (int i = 0; i < 4; i++)
+        p->data[i] = (uint8_t)(i + 1);
+    p->shape[0] = 4;
+    DLTensor *dl = &p->managed.dl_tensor;
+    dl->data = p->data;
+    dl->device.device_type = (DLDeviceType)code;
+    dl->device.device_id = 0;
+    dl->ndim = 1;
+    dl->dtype.code = kDLUInt;
+    dl->dtype.bits = 8;
+    dl->dtype.lanes = 1;
+    dl->shape = p->shape;
+    p->managed.manager_ctx = p;
+    p->managed.deleter = dl_probe_deleter;
+    PyObject *cap = PyCapsule_New(&p->managed, "dltensor", dl_probe_capsule_destructor);
+    if (!cap)
+        free(p);
+    return cap;
+}
+
+static PyMethodDef tensor_module_methods[] = {
+    {"dlpack_pinned_device", py_dlpack_pinned_device, METH_VARARGS,
+     "dlpack_pinned_device([code]): the DLPack device type pinned host memory is exported as "
+     "(1 kDLCPU, 3 kDLCUDAHost); with code, set it first."},
+    {"dlpack_probe", py_dlpack_probe, METH_VARARGS,
+     "dlpack_probe(code): a DLPack capsule of uint8 [1, 2, 3, 4] in host memory labelled "
+     "with device type code (1 or 3)."},
+    {NULL, NULL, 0, NULL}};
+
 int py_sl_tensor_init(PyObject *m) {
+    if (PyModule_AddFunctions(m, tensor_module_methods) < 0)
+        return -1;
     PyObject *np = PyImport_ImportModule("numpy");
     if (!np)
         return -1;

@@ -587,6 +587,29 @@ class Dataset:
             self._engine = None
 
 
+_dlpack_checked = None
+
+
+def dlpack_for_torch(torch):
+    """Export pinned host memory the way the torch in use takes it: as
+    DLPack's kDLCUDAHost when torch.from_dlpack accepts a probe capsule of
+    that type and reads it as CPU memory with the right values (torch 2.x),
+    else as kDLCPU (torch 1.13 refuses kDLCUDAHost). Checked once per
+    process, before sluice hands torch its first tensor; returns the type
+    chosen (1 or 3)."""
+    global _dlpack_checked
+    if _dlpack_checked is None:
+        code = 1
+        try:
+            t = torch.utils.dlpack.from_dlpack(_sluice.dlpack_probe(3))
+            if t.device.type == "cpu" and t.tolist() == [1, 2, 3, 4]:
+                code = 3
+        except (RuntimeError, TypeError, ValueError, BufferError):
+            pass
+        _dlpack_checked = _sluice.dlpack_pinned_device(code)
+    return _dlpack_checked
+
+
 class _Loader:
     """One pass over a Dataset, yielding numpy or torch batches."""
 
@@ -608,6 +631,7 @@ class _Loader:
             convert = None
         else:
             import torch
+            dlpack_for_torch(torch)
             nxt = engine.next
             # Host tensors need none of torch.from_dlpack's device and stream
             # checks: take the capsule straight to torch's converter when it is

@@ -34,6 +34,29 @@ class Info(C.Structure):
                 ("channels", C.c_int32)]
 
 
+def pil_resize(img, size, resample, box=None):
+    """PIL's Image.resize(size, resample, box=box) run as its two one-axis
+    passes, horizontal first, each rounded to 8 bits: the order in which
+    Pillow resized every image through 12.x, and the order of sluice's
+    resize. Pillow 13 runs the vertical pass first when the height shrinks
+    and the width does not (python-pillow/Pillow#9549, a speed-up): the
+    8-bit intermediate then rounds differently and about 15% of such an
+    image's values move by 1 level, while each one-axis pass — Pillow's
+    documented filter, its support and its fixed-point coefficients — is the
+    same code as before. So the exact tests take Pillow's passes in the
+    order sluice uses; test_ops_reference.py::test_pil_resize_order checks
+    that Pillow's own resize stays within 1 level of this, whatever order
+    the installed Pillow picks. NEAREST has no passes: Pillow's resize."""
+    from PIL import Image
+    if resample == Image.NEAREST:
+        return img.resize(size, resample, box=box)
+    w, h = img.size
+    dw, dh = size
+    x0, y0, x1, y1 = box if box is not None else (0, 0, w, h)
+    wide = img.resize((dw, h), resample, box=(x0, 0, x1, h))   # horizontal pass only
+    return wide.resize((dw, dh), resample, box=(0, y0, dw, y1))  # vertical pass only
+
+
 def load():
     """The loaded library, or None when it has not been built."""
     if not os.path.exists(LIB_PATH):

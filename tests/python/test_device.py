@@ -124,8 +124,22 @@ def test_decode_on_gpu_is_refused_with_the_reason(tmp_path):
         sluice.from_arrays(images()).decode("image", device="npu")
     ds = sluice.from_arrays(images()).decode("image", device="gpu")
     assert ds.spec["ops"][0]["device"] == "gpu"
-    with pytest.raises(sluice.Error, match=r'ops\[0\]\.device "gpu": '):
-        next(iter(ds.numpy()))
+    # A chain the GPU decoder takes (JPEG bytes, random_resized_crop after
+    # decode, a CUDA device): refused when it starts, naming what is missing.
+    # Without nvJPEG (no nvjpeg.h at build time, or no libnvjpeg found) that is
+    # nvJPEG; where a libnvjpeg is found — torchvision >= 0.2x carries one and
+    # importing it loads it into the process — it is the CUDA device.
+    from PIL import Image
+    (tmp_path / "a").mkdir()
+    for i in range(4):
+        Image.fromarray(images()["image"][i]).save(tmp_path / "a" / f"{i}.jpg", quality=90)
+    gpu = (sluice.image_folder(str(tmp_path))
+           .decode("image", device="gpu").random_resized_crop("image", 4).device("cuda")
+           .batch(2))
+    if _sluice.device_available("cuda", 0) is not None:
+        with pytest.raises(sluice.Error, match=r'ops\[0\]\.device "gpu": decoding on the GPU '
+                                               r'needs nvJPEG: |device "cuda": no CUDA device'):
+            next(iter(gpu.numpy()))
     # "cpu" is the default and stays out of the spec
     assert "device" not in sluice.from_arrays(images()).decode("image", device="cpu").spec["ops"][0]
 

@@ -1,5 +1,6 @@
 """The GIL is released while the engine works: another Python thread keeps
 running during a long verify, a pack and a pipeline epoch."""
+import os
 import sys
 import threading
 
@@ -101,3 +102,20 @@ def test_writer_refuses_close_and_abort_while_an_append_runs(tmp_path):
     assert not errors
     w.close()
     assert len(sluice.Reader(str(tmp_path / "w.slr"))) == 1
+
+
+def test_import_leaves_a_free_threaded_interpreter_without_the_gil():
+    # On a free-threaded build (3.13t) importing sluice, its ops and the
+    # extension keeps the GIL off, with no warning, and without PYTHON_GIL
+    # telling CPython to; on a GIL build the GIL stays on.
+    import subprocess
+    import sysconfig
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(sluice.__file__)))
+    r = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c",
+                        "import sys, sluice, sluice.ops, sluice.dataset\n"
+                        "print(getattr(sys, '_is_gil_enabled', lambda: True)())"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    free = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    assert r.stdout.split() == [str(not free)], (r.stdout, r.stderr)

@@ -6,16 +6,19 @@ open fds and threads must be the same after every epoch. The 100-epoch run
 (1% bound from epoch 5) is in docs/CAMPAIGNS.md."""
 import os
 import subprocess
+import sys
 
 from conftest import REPO
 
-PY = "/usr/bin/python3"
-
 
 def test_soak_short(tmp_path):
+    # SLUICE_BUILD: a build tree with the sluice command and sluice_gen_images
+    # when SLUICE_BIN is an installed command (scripts/test_pythons.sh); the
+    # Python soak runs on this interpreter
     sluice_bin = os.environ.get("SLUICE_BIN", os.path.join(REPO, "build", "sluice"))
-    build = os.path.dirname(os.path.abspath(sluice_bin))
-    r = subprocess.run([PY, os.path.join(REPO, "bench", "soak.py"), "--build", build,
+    build = os.environ.get("SLUICE_BUILD") or os.path.dirname(os.path.abspath(sluice_bin))
+    r = subprocess.run([sys.executable, os.path.join(REPO, "bench", "soak.py"), "--build", build,
+                        "--python", sys.executable,
                         "--mode", "both", "--epochs", "12", "--base-epoch", "3",
                         "--rss-tolerance", "2", "--images", "200", "--epoch-timeout", "60",
                         "--workdir", str(tmp_path)],

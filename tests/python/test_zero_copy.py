@@ -1,12 +1,13 @@
 """Batches reach numpy and torch without a copy; their memory lives as long
 as any array using it and then returns to the engine's pool."""
 import gc
+import os
 
 import numpy as np
 import pytest
 
 import sluice
-from conftest import image_of
+from conftest import REPO, image_of
 
 
 def engine(path, batch=10):
@@ -123,3 +124,76 @@ def test_ragged_columns_in_torch(tmp_path):
     (b,) = list(sluice.records(path).batch(4).torch())
     assert [tuple(t.shape) for t in b["v"]] == [(1,), (2,), (3,), (4,)]
     assert torch.equal(b["v"][2], torch.full((3,), 2.0))
+
+
+# ---- pinned host memory: exported as the torch in use takes it ------------
+
+def test_dlpack_probe_decides_the_pinned_device_type():
+    # torch 1.13's from_dlpack refuses kDLCUDAHost ("Unsupported device_type:
+    # 3"); torch 2.x takes it as CPU memory. dlpack_for_torch() hands torch a
+    # probe capsule of that type once and exports pinned memory as what it
+    # took; a capsule torch refused is freed by its own destructor.
+    torch = pytest.importorskip("torch")
+    import gc
+    from sluice import _sluice
+    host = torch.utils.dlpack.from_dlpack(_sluice.dlpack_probe(1))
+    assert host.device.type == "cpu" and host.tolist() == [1, 2, 3, 4]
+    try:
+        pinned = torch.utils.dlpack.from_dlpack(_sluice.dlpack_probe(3))
+        takes = pinned.device.type == "cpu" and pinned.tolist() == [1, 2, 3, 4]
+    except (RuntimeError, BufferError) as e:
+        assert "device" in str(e).lower(), e
+        takes = False
+    gc.collect()
+    if torch.__version__.startswith("1."):
+        assert not takes, "torch 1.x was expected to refuse kDLCUDAHost"
+    assert sluice.dlpack_for_torch(torch) == (3 if takes else 1)
+    assert _sluice.dlpack_pinned_device() == (3 if takes else 1)
+    with pytest.raises(ValueError, match="kDLCUDAHost"):
+        _sluice.dlpack_pinned_device(2)
+    with pytest.raises(ValueError, match="host device type"):
+        _sluice.dlpack_probe(2)
+
+
+_PINNED_SCRIPT = r"""
+import numpy as np, torch, sluice
+from sluice import _sluice
+st = _sluice.Stager("cuda", 0, to_device=False, depth=2)
+src = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+(t,) = st.stage([src])
+before = t.__dlpack_device__()
+choice = sluice.dlpack_for_torch(torch)
+after = t.__dlpack_device__()
+x = torch.from_dlpack(t)
+assert x.device.type == "cpu" and torch.equal(x, torch.from_numpy(src)), x
+assert np.array_equal(np.asarray(t), src)
+print(before[0], after[0], choice)
+"""
+
+
+def test_pinned_tensor_goes_to_torch_as_it_takes_it():
+    # A Stager slot over the stand-in CUDA runtime is pinned host memory
+    # (device kDLCUDAHost inside sluice): before the probe it goes out as
+    # kDLCPU, after it as the torch in use takes it, and torch reads the
+    # same values either way.
+    torch = pytest.importorskip("torch")
+    import subprocess
+    import sys
+    cudart = None
+    lib = os.environ.get("SLUICE_LIB") or os.path.join(REPO, "build", "libsluice.so")
+    for d in (os.path.dirname(lib), os.path.join(REPO, "build")):
+        p = os.path.join(d, "libsluice_fake_cudart.so")
+        if os.path.exists(p):
+            cudart = p
+            break
+    if cudart is None:
+        pytest.skip("libsluice_fake_cudart.so not built (the test build makes it)")
+    env = dict(os.environ, SLUICE_CUDART=cudart,
+               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(sluice.__file__))))
+    r = subprocess.run([sys.executable, "-c", _PINNED_SCRIPT], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    before, after, choice = map(int, r.stdout.split())
+    assert before == 1 and after == choice
+    if torch.__version__.startswith("1."):
+        assert choice == 1

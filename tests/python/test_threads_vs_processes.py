@@ -1,0 +1,97 @@
+"""bench/threads_vs_processes.py keeps its contract: one JSON object per run
+with exactly the documented keys, every loader of a work, what the
+interpreter is, and a plot from its own rows and from saved ones. Runs for a
+fraction of a second on a few generated photos; nothing is downloaded. The
+torchvision.transforms.v2 works need torchvision >= 0.16 (the venvs of
+scripts/pythons.sh; Debian's 0.14 has no v2): elsewhere only pure_python and
+native run."""
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+from conftest import REPO
+from test_peers_harness import photos
+
+BENCH = os.path.join(REPO, "bench", "threads_vs_processes.py")
+KEYS = ["python", "gil", "torch", "work", "loader", "worker_type", "workers", "samples_per_s",
+        "peak_rss_mb", "first_batch_s"]
+
+torch = pytest.importorskip("torch")
+
+
+def have_v2():
+    try:
+        import torchvision.transforms.v2  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def run(tmp_path, *args):
+    r = subprocess.run([sys.executable, BENCH, "--photos", str(photos(tmp_path / "photos")),
+                        "--json", "--seconds", "0.3", "--repeats", "1", "--limit", "16",
+                        "--batch", "4", "--cache", str(tmp_path / "cache"), *args],
+                       capture_output=True, text=True, timeout=900)
+    rows = [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
+    return r, rows
+
+
+def test_rows_keep_the_contract(tmp_path):
+    works = "pure_python,native" + (",pillow,decode_jpeg" if have_v2() else "")
+    r, rows = run(tmp_path, "--works", works)
+    assert r.returncode == 0, r.stderr[-3000:]
+    tag = f"{sys.version_info.major}.{sys.version_info.minor}"
+    tag += "t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""
+    want = []
+    for w in works.split(","):
+        if w == "native":
+            want += [("sluice", "native", n) for n in (1, 2, 3)]
+        else:
+            want += ([("torch", "process", n) for n in (0, 1, 2, 3)] +
+                     [("sluice", "thread", n) for n in (1, 2, 3)] +
+                     [("sluice", "process", 2), ("sluice", "auto", 2)])
+    assert [(x["loader"], x["worker_type"], x["workers"]) for x in rows] == want
+    for x in rows:
+        assert list(x) == KEYS, x
+        assert x["python"] == tag and x["torch"] == torch.__version__
+        assert isinstance(x["gil"], bool)
+        if not sysconfig.get_config_var("Py_GIL_DISABLED"):
+            assert x["gil"] is True
+        assert isinstance(x["samples_per_s"], float) and x["samples_per_s"] > 0, x
+        assert x["peak_rss_mb"] > 50 and 0 < x["first_batch_s"] < 300, x
+    # round lines on stderr: what auto chose
+    assert "sluice-auto(2)" in r.stderr and "ran " in r.stderr
+
+
+def test_loaders_filter_and_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    r, rows = run(tmp_path, "--works", "pure_python", "--loaders",
+                  "torch-process:0,sluice-thread:2", "--plot", str(tmp_path / "a.png"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert [(x["loader"], x["worker_type"], x["workers"]) for x in rows] == \
+        [("torch", "process", 0), ("sluice", "thread", 2)]
+    png = (tmp_path / "a.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    # saved rows, another interpreter's among them, drawn without running
+    saved = tmp_path / "saved.jsonl"
+    other = [dict(x, python="3.13t", gil=False, samples_per_s=x["samples_per_s"] * 2) for x in rows]
+    saved.write_text("".join(json.dumps(x) + "\n" for x in rows + other))
+    r2 = subprocess.run([sys.executable, BENCH, "--plot", str(tmp_path / "b.png"), str(saved)],
+                        capture_output=True, text=True, timeout=300)
+    assert r2.returncode == 0, r2.stderr
+    assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bad_arguments_are_named(tmp_path):
+    r = subprocess.run([sys.executable, BENCH, "--photos", str(tmp_path), "--works", "nope"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "no images" in (r.stderr + r.stdout)
+    r = subprocess.run([sys.executable, BENCH, "--photos", str(photos(tmp_path / "p", n=4)),
+                        "--works", "nope"], capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "unknown nope" in r.stderr
+    r = subprocess.run([sys.executable, BENCH], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "--photos DIR" in r.stderr
