@@ -1322,8 +1322,8 @@ static void opener_free(sl_reader *r) {
     slr_opener *o = r->opener;
     if (!o)
         return;
-    r->opener = NULL;
     if (o->pid != getpid()) { /* a forked child: the threads are the parent's */
+        r->opener = NULL;
         sl__free(o);
         return;
     }
@@ -1333,6 +1333,9 @@ static void opener_free(sl_reader *r) {
     pthread_mutex_unlock(&o->mu);
     for (int t = 0; t < o->nthreads; t++)
         pthread_join(o->tid[t], NULL);
+    /* only now: a thread started just before the stop reads r->opener when
+     * it begins (clearing it first crashed such a thread on a NULL lock) */
+    r->opener = NULL;
     pthread_cond_destroy(&o->cv);
     pthread_mutex_destroy(&o->mu);
     sl__free(o);

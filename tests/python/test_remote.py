@@ -362,6 +362,24 @@ def test_processes_share_one_cache(tmp_path, data, web):
     assert not [f for f in os.listdir(tmp_path / "cache") if f.startswith(".tmp-")]
 
 
+def test_reader_freed_as_its_opener_threads_start(tmp_path, data, web):
+    """A remote dataset freed right after its first hints: an opener thread
+    started by the last hint must find its queue still there (it once read
+    the reader's opener after the free had cleared it: SIGSEGV about one run
+    in three of three processes sharing a cache)."""
+    spec = tmp_path / "short.json"
+    spec.write_text(json.dumps({"source": {"path": web.url + "/ds", "shuffle": True}, "seed": 3,
+                                "ops": [{"op": "batch", "size": 4}]}))
+    env = env_for(tmp_path)
+    for i in range(12):  # three at a time, as the crash was first seen
+        ps = [subprocess.Popen([SLUICE, "run", str(spec), "--stop-after", str(1 + k)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+              for k in range(3)]
+        for p in ps:
+            _, err = p.communicate(timeout=120)
+            assert p.returncode == 0, (i, p.returncode, err)
+
+
 @pytest.mark.parametrize("what,source,words", [
     ("404", {"path": "/nope.slr"}, "HTTP 404"),
     ("404 shard", {"webdataset": "/wds-{00000..00009}.tar"}, "wds-00004.tar: HTTP 404"),
