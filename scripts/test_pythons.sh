@@ -37,7 +37,10 @@ bash scripts/nvjpeg_fetch.sh >/dev/null
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_BUILD_PYTHON=OFF \
   -DSLUICE_BUILD_TESTS=ON -DSLUICE_BUILD_BENCH=OFF -DSLUICE_BUILD_FUZZ=OFF >/dev/null
 targets=(sluice sluice_cli sluice_gen_images sluice_delayproxy sluice_fake_cudart sluice_fake_kernels)
-if cmake --build "$B" --target help 2>/dev/null | grep -q 'sluice_fake_nvjpeg'; then
+# (the list in a variable first: under pipefail, grep -q closing the pipe
+# early fails cmake with SIGPIPE, and the stand-in would never be built)
+help=$(cmake --build "$B" --target help 2>/dev/null || true)
+if grep -q 'sluice_fake_nvjpeg' <<<"$help"; then
   targets+=(sluice_fake_nvjpeg)
 fi
 cmake --build "$B" -j"$JOBS" --target "${targets[@]}" >/dev/null
