@@ -117,6 +117,20 @@ def json_lines(text):
     return out
 
 
+def epoch_stream(epochs):
+    """Batches of epochs(0), epochs(1), ... one after another, as a training
+    loop takes them; an epoch that yields nothing is an error, not an end."""
+    e = 0
+    while True:
+        n = 0
+        for b in epochs(e):
+            n += 1
+            yield b
+        if n == 0:
+            raise RuntimeError("an epoch yielded no batch")
+        e += 1
+
+
 def med_spread(values):
     values = list(values)
     m = statistics.median(values)

@@ -236,17 +236,7 @@ def child(cfg):
     t0 = time.perf_counter()
     epochs, chose = make_epochs(cfg)
 
-    def stream():
-        e = 0
-        while True:
-            n = 0
-            for b in epochs(e):
-                n += 1
-                yield b
-            if n == 0:
-                raise RuntimeError("an epoch yielded no batch")
-            e += 1
-    it = stream()
+    it = peers.epoch_stream(epochs)
     x, y = next(it)
     first_batch_s = time.perf_counter() - t0
     if x.shape[0] != cfg["batch"] or (cfg["work"] != "pure_python" and

@@ -79,7 +79,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "bench"))
-from py_common import _children, tree_rss_kb  # noqa: E402
+from py_common import _children, epoch_stream, tree_rss_kb  # noqa: E402
 
 LOADERS = ["sluice", "sluice-restart", "torch", "tfdata", "dali", "ffcv", "webdataset",
            "streaming"]
@@ -897,17 +897,7 @@ def child(loader, cfg):
     t0 = time.perf_counter()
     epochs, threads, version, note = make_loader(loader, cfg, store)
 
-    def stream():
-        e = 0
-        while True:
-            n = 0
-            for b in epochs(e):
-                n += 1
-                yield b
-            if n == 0:
-                raise RuntimeError("an epoch yielded no batch")
-            e += 1
-    it = stream()
+    it = epoch_stream(epochs)
     x, y = next(it)
     first = batch_facts(x, y)
     setup_s = time.perf_counter() - t0
