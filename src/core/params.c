@@ -282,7 +282,11 @@ static int read_whole(const sl_param_table *t, const sl_param *p, const cJSON *v
 
 int sl_param_read(const sl_param_table *t, const sl_param *p, const cJSON *obj,
                   const char *field, void *dst) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, p->key);
+    return sl_param_value(t, p, cJSON_GetObjectItemCaseSensitive(obj, p->key), field, dst);
+}
+
+int sl_param_value(const sl_param_table *t, const sl_param *p, const cJSON *v,
+                   const char *field, void *dst) {
     if (!v) {
         if (p->flags & SL_PARAM_REQUIRED)
             return key_error(t, field, p->key, "%s",

@@ -102,6 +102,9 @@ void sl_params_defaults(const sl_param_table *t, void *out);
  * `dst` (the entry's own storage, not a struct base). */
 int sl_param_read(const sl_param_table *t, const sl_param *p, const struct cJSON *obj,
                   const char *field, void *dst);
+/* The same for a value already looked up (`v` NULL: the key is absent). */
+int sl_param_value(const sl_param_table *t, const sl_param *p, const struct cJSON *v,
+                   const char *field, void *dst);
 /* The entry for `key` (fragments included), or NULL. */
 const sl_param *sl_params_find(const sl_param_table *t, const char *key);
 /* The table's listed keys, closest to `want` first, as "a, b, c" in buf. */
