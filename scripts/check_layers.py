@@ -6,9 +6,12 @@ after "the dependency order:"), then looks at every C/CUDA file under
 src/<layer>/:
   - each `#include "x/y.h"` names the layer x (a bare "y.h" is the file's own
     folder; "sluice.h", the public header, is every layer's);
-  - each use of a function that another layer's .c/.cu file defines with
-    external linkage (found by a scan of top-level definitions, comments and
-    string literals removed first) is a call into that layer.
+  - each use (a call, or the function's address) of an sl_ function that
+    another layer's .c/.cu file defines with external linkage (found by a
+    scan of top-level definitions, comments and string literals removed
+    first; every exported or shared symbol of the library is named sl_...,
+    and a CUDA kernel or a file's static names are nobody else's) is a call
+    into that layer.
 A layer may use only itself and the layers before it in the order. Every
 other use is printed as `src/x/y.c:LINE: includes pipeline/pipeline.h (source
 may not use pipeline)` or `... calls sl_pipeline__pools_tensor (defined in
@@ -160,7 +163,7 @@ def main():
         names = definitions(texts[rel][1])
         local[rel] = {nm for nm, _ in names}
         for nm, static in names:
-            if not static:
+            if not static and nm.startswith("sl_"):
                 owner.setdefault(nm, (layer, rel))
     allow = {}
     if allow_path:

@@ -7,8 +7,8 @@
 #
 #   bash scripts/check_layers.sh [ROOT]      (ROOT: a sluice tree, default this one)
 #
-# A call is a use of a function that a .c/.cu file of another folder defines
-# with external linkage (static functions stay in their file). Each
+# A call is a use of an sl_ function that a .c/.cu file of another folder
+# defines with external linkage (static functions stay in their file). Each
 # violation is printed as
 #   src/source/x.c:12: includes pipeline/pipeline.h (source may not use pipeline)
 #   src/ops/y.c:40: calls sl_pipeline__pools_tensor (defined in src/pipeline/pools.c; ops may not use pipeline)

@@ -53,6 +53,10 @@ fresh
 printf '\nint sl_ops__planted2(void) { return (int)sl__crc32c(0, "", 0); }\n' >>"$T/r/src/ops/crop.c"
 grep -q 'sl__crc32c' "$T/r/src/core/crc32c.c" || fail "sl__crc32c is not in core/crc32c.c any more: pick another core function"
 run 0 bash "$CHECK" "$T/r"
+# a name of the file's own that a later layer's CUDA kernel also has is not a call
+printf '\nstatic const int normalize_kernel = 1;\nint sl_ops__planted3(void) { return normalize_kernel; }\n' >>"$T/r/src/ops/crop.c"
+grep -q 'normalize_kernel' "$T/r/src/device/normalize.cu" || fail "normalize.cu has no normalize_kernel any more"
+run 0 bash "$CHECK" "$T/r"
 
 # the order comes from the document: with pipeline before source, source may use it
 fresh
