@@ -855,7 +855,7 @@ typedef enum sl_warnings {
      *  unknown JFIF version, unknown Adobe transform, odd SOS parameters in
      *  a sequential file, bad ICC marker). */
     SL_WARNINGS_DEFAULT = 0,
-    /** Fail on any warning (the behaviour before 0.2), and decode JPEG
+    /** Fail on any warning (the behaviour of earlier 0.1 builds), and decode JPEG
      *  entropy-coded data on libjpeg-turbo's checking Huffman path (as
      *  SL_DECODE_CHECK_ENTROPY), so every corrupt code that is decoded fails. */
     SL_WARNINGS_STRICT = 1,
@@ -1125,7 +1125,7 @@ SL_API int sl_spec_from_json(sl_spec **out, const char *json);
  *  too) made relative to the file's folder, as config files resolve: what
  *  `sluice run` and Python's from_spec(path) do before sl_spec_from_json. A
  *  relative path that names nothing there but names something from the
- *  working directory (the rule before 0.2) is kept, with a warning saying
+ *  working directory (the rule of earlier 0.1 builds) is kept, with a warning saying
  *  what to write. Absolute paths and URLs are kept; text that is not JSON
  *  comes back as it was. Written snprintf-style into buf[cap] (see
  *  sl_spec_to_json). @return SL_OK, SL_EINVAL, SL_ENOMEM. Since 0.1 */

@@ -28,4 +28,13 @@ while IFS=: read -r line since; do
     fi
 done < <(grep -no 'Since [0-9]*\.[0-9]*' "$H" | sed 's/Since //')
 [ "$n" -gt 100 ] || fail "only $n 'Since' notes found in sluice.h: did the pattern change?"
+# nor do the docs speak of a version the library has not reached ("before 0.2")
+while IFS=: read -r file line ver; do
+    vm=${ver%%.*}; vn=${ver#*.}
+    if [ "$vm" -gt "$maj" ] || { [ "$vm" = "$maj" ] && [ "$vn" -gt "$min" ]; }; then
+        fail "${file#"$SRC"/}:$line names version $ver, but the version is $str"
+    fi
+done < <(grep -noE '([Bb]efore|[Ss]ince|[Uu]ntil) (version |sluice )?[0-9]+\.[0-9]+\b' \
+             "$SRC"/docs/*.md "$SRC/README.md" "$H" | grep -vE '\b[0-9]+\.[0-9]+\.[0-9]|[0-9]\.[0-9]+ *(%|s\b|ms|us|µs|MB|GB|KB|x|×)' \
+         | sed -E 's/^([^:]*):([0-9]*):.* ([0-9]+\.[0-9]+)$/\1:\2:\3/')
 finish
