@@ -115,6 +115,23 @@ static void expect_bad_ops(const char *op1, const char *op2, const char *want) {
     sl_spec_free(spec);
 }
 
+/* Op parameters are read as entries of a parameter table, like every other
+ * key: the message names the allowed range and the value given. */
+SL_TEST(pipeline_spec__op_parameters_name_the_range) {
+    expect_bad_ops("{\"op\": \"rotate\", \"degrees\": 10, \"fill\": 300}", NULL,
+                   "ops[0].fill: must be a whole number from 0 to 255 (got 300)");
+    expect_bad_ops("{\"op\": \"shuffle_buffer\", \"size\": 0}", NULL,
+                   "ops[0].size: must be a whole number from 1 to 16777216 (got 0)");
+    expect_bad_ops("{\"op\": \"batch\", \"size\": 8, \"drop_remainder\": 1}", NULL,
+                   "ops[0].drop_remainder: must be true or false");
+    expect_bad_ops("{\"op\": \"batch\", \"size\": 8, \"parallel\": 0}", NULL,
+                   "ops[0].parallel: must be a number of threads (1-1024) or \"auto\" (got 0)");
+    expect_bad_ops("{\"op\": \"resize\", \"size\": 8, \"interpolation\": \"cubic\"}", NULL,
+                   "ops[0].interpolation: must be \"bilinear\", \"area\" or \"nearest\"");
+    expect_bad_ops("{\"op\": \"batch\", \"size\": 8, \"sise\": 1}", NULL,
+                   "ops[0].sise: unknown parameter (parameters: size, ");
+}
+
 /* A misspelt op name fails where it is added (sl_spec_add_op_json, a spec
  * read from JSON), with the closest known names, not when the pipeline is
  * built; so does the builder's check of one op (sl_spec_check_op_json). */
@@ -140,7 +157,8 @@ SL_TEST(pipeline_spec__unknown_op_fails_where_it_is_named) {
 SL_TEST(pipeline_spec__bad_ops_name_the_field) {
     expect_bad_ops("{\"op\": \"take\", \"count\": 3}", "{\"op\": \"batch\", \"size\": 0}",
                    "ops[1].size: must be a positive integer");
-    expect_bad_ops("{\"op\": \"batch\", \"size\": \"big\"}", NULL, "ops[0].size: must be an integer");
+    expect_bad_ops("{\"op\": \"batch\", \"size\": \"big\"}", NULL,
+                   "ops[0].size: must be a positive integer");
     expect_bad_ops("{\"op\": \"batch\"}", NULL, "ops[0].size: missing");
     expect_bad_ops("{\"op\": \"batch\", \"size\": 2, \"sise\": 3}", NULL,
                    "ops[0].sise: unknown parameter");
