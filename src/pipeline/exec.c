@@ -680,7 +680,7 @@ int sl_pipeline__start(sl_pipeline *p, const sl_resume *r) {
         sl_queue__start(&p->stage[s].out, r->epoch);
     }
     p->direct_index = r->batch;
-    sl_device__gpu_reset(p->dev, r->batch); /* decode on the GPU: rows of the old stream */
+    sl_pipeline__dev_gpu_reset(p->dev, r->batch); /* decode on the GPU: rows of the old stream */
     if (!atomic_load(&p->t_start)) {
         p->cpu_t0_ns = sl__process_cpu_ns();
         atomic_store(&p->t_start, sl__now_ns());
