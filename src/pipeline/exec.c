@@ -13,9 +13,11 @@
  *                         batch collation)
  *                      [-> collate stage (N workers)] -> consumer
  *
- * Collation happens in one of three places. With map + batch fusion the
- * last parallel stage collates whole-batch chunks (maybe_collate) and the
- * final stage only passes batches on (or is left out: direct mode). Without
+ * Collation happens in one of three places, and the layout says which
+ * (sl_exec_layout.collate, written once by layout.c). With map + batch
+ * fusion (SL_COLLATE_FUSED) the last parallel stage collates whole-batch
+ * chunks (maybe_collate) and the final stage only passes batches on (or is
+ * left out: direct mode). Without
  * fusion (samples can be dropped before batch), the final stage assigns
  * samples to batches: it applies drops, take/skip and shuffle buffers in
  * stream order, numbers each batch, counts take/skip after batch and copies
@@ -25,7 +27,8 @@
  * push the batch at the chunk's seq, so the consumer gets the final stage's
  * order and the same bytes, index and resume state as when the final stage
  * collated them itself (sl_collate__add: the path for batches over
- * SL_FUSE_MAX_BATCH, no batch op, or SLUICE_PARALLEL_COLLATE=0). A batch
+ * SL_FUSE_MAX_BATCH, no batch op, or "parallel_collate": false:
+ * SL_COLLATE_FINAL; otherwise SL_COLLATE_PARALLEL). A batch
  * being assigned stays in the final stage across an ERROR marker, as the
  * sequential collator's partial batch does.
  *
@@ -81,7 +84,7 @@ sl_chunk *sl_exec__chunk_get(sl_pipeline *p) {
         c = sl__calloc(1, sizeof *c);
         if (!c)
             return NULL;
-        c->cap = (uint32_t)p->chunk_cap;
+        c->cap = (uint32_t)p->layout->chunk_cap;
         c->pos = sl__calloc(c->cap, sizeof *c->pos);
         c->key = sl__calloc(c->cap, sizeof *c->key);
         c->s = sl__calloc(c->cap, sizeof *c->s);
@@ -280,7 +283,7 @@ static int vectorize_batch(sl_pipeline *p, sl_worker *w, sl_chunk *c, char *msg,
     const sl_stage *st = w->st;
     sl_batch *b = c->batch;
     uint32_t n = (uint32_t)b->size;
-    for (int k = p->vec_first; k < st->last; k++) {
+    for (int k = p->layout->vec_first; k < st->last; k++) {
         const sl_pnode *nd = &p->plan.opt[k];
         int rc;
         sl_errclear();
@@ -324,11 +327,13 @@ static int vectorize_batch(sl_pipeline *p, sl_worker *w, sl_chunk *c, char *msg,
  * sample instead, with the same result). */
 static void maybe_collate(sl_pipeline *p, sl_worker *w, sl_chunk *c) {
     const sl_stage *st = w->st;
-    if (!p->fuse_batch || c->kind != SL_CHUNK_DATA || st != &p->stage[p->collate_stage])
+    const sl_exec_layout *L = p->layout;
+    if (L->collate != SL_COLLATE_FUSED || c->kind != SL_CHUNK_DATA ||
+        st != &p->stage[L->collate_stage])
         return;
     char msg[SL__ERRMSG_MAX];
     if (c->batch) { /* read_rows: the records were read into it */
-        int rc = p->vec_first >= 0 ? vectorize_batch(p, w, c, msg, sizeof msg) : SL_OK;
+        int rc = L->vec_first >= 0 ? vectorize_batch(p, w, c, msg, sizeof msg) : SL_OK;
         c->n = 0;
         if (rc < 0) {
             sl_pipeline__batch_free(c->batch);
@@ -337,11 +342,11 @@ static void maybe_collate(sl_pipeline *p, sl_worker *w, sl_chunk *c) {
         }
         return;
     }
-    int batched = p->vec_first >= 0 && c->n > 0 && c->n <= SL_FUSE_MAX_BATCH;
-    if (p->vec_first >= 0 && !(batched && samples_fit(p, c, p->vec_first))) {
+    int batched = L->vec_first >= 0 && c->n > 0 && c->n <= SL_FUSE_MAX_BATCH;
+    if (L->vec_first >= 0 && !(batched && samples_fit(p, c, L->vec_first))) {
         batched = 0;
         for (uint32_t i = 0; i < c->n; i++) {
-            int r = apply_nodes(p, w, c, i, p->vec_first, st->last, NULL, msg, sizeof msg);
+            int r = apply_nodes(p, w, c, i, L->vec_first, st->last, NULL, msg, sizeof msg);
             if (r < 0) { /* fusion implies policy fail: the chunk fails */
                 sl_exec__chunk_fail(p, c, r, msg);
                 return;
@@ -448,7 +453,7 @@ static int apply_chain(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, in
             ctx.pools = p->pools;
             ctx.slot = NULL;
             if (slot && k == st->last - 1) {
-                const sl_colinfo *ci = &p->plan.out_cols.col[p->slot_col];
+                const sl_colinfo *ci = &p->plan.out_cols.col[p->layout->slot_col];
                 ctx.slot = slot;
                 ctx.slot_buf = c->slot.buf;
                 ctx.slot_dtype = ci->dtype;
@@ -496,8 +501,9 @@ static int apply_chain(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, in
 /* The end of the nodes a stage runs per sample: with map vectorization the
  * collating stage's tail runs per batch (vectorize_chunk). */
 static int per_sample_end(const sl_pipeline *p, const sl_stage *st) {
-    if (p->vec_first >= 0 && st == &p->stage[p->collate_stage])
-        return p->vec_first;
+    const sl_exec_layout *L = p->layout;
+    if (L->vec_first >= 0 && st == &p->stage[L->collate_stage])
+        return L->vec_first;
     return st->last;
 }
 
@@ -508,10 +514,12 @@ static int per_sample_end(const sl_pipeline *p, const sl_stage *st) {
  * copies as usual. Failing to get the buffer is not an error here; the copy
  * path meets the same shortage and reports it. */
 static char *take_slot(sl_pipeline *p, const sl_stage *st, sl_chunk *c) {
-    if (!p->fuse_batch || p->slot_col < 0 || c->n == 0 || st != &p->stage[p->collate_stage] ||
-        st->last <= st->first || p->plan.opt[st->last - 1].kind != SL_PN_OP)
+    const sl_exec_layout *L = p->layout;
+    if (L->collate != SL_COLLATE_FUSED || L->slot_col < 0 || c->n == 0 ||
+        st != &p->stage[L->collate_stage] || st->last <= st->first ||
+        p->plan.opt[st->last - 1].kind != SL_PN_OP)
         return NULL;
-    const sl_colinfo *ci = &p->plan.out_cols.col[p->slot_col];
+    const sl_colinfo *ci = &p->plan.out_cols.col[L->slot_col];
     int64_t shape[SL_MAX_DIMS];
     shape[0] = c->n;
     for (int d = 0; d < ci->ndim; d++)
@@ -659,7 +667,7 @@ void sl_pipeline__stop(sl_pipeline *p) {
     }
     for (int s = 0; s < p->nstages; s++)
         sl_queue__reset(&p->stage[s].out,
-                        s == p->nstages - 1 && !p->direct ? drop_batch : drop_chunk, p);
+                        s == p->nstages - 1 && !p->layout->direct ? drop_batch : drop_chunk, p);
     p->running = 0;
     atomic_store(&p->cancel, 0);
 }

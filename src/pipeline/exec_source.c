@@ -97,7 +97,7 @@ static sl_chunk *cut_range(sl_pipeline *p, uint64_t *n_out) {
         return c;
     }
     uint64_t n = (uint64_t)p->chunk_size;
-    if (p->fuse_batch) /* one chunk = one batch: cut at batch boundaries */
+    if (p->layout->collate == SL_COLLATE_FUSED) /* one chunk = one batch: cut at its boundaries */
         n = (uint64_t)p->plan.batch_size - p->src_pos % (uint64_t)p->plan.batch_size;
     if (n > p->per_epoch - p->src_pos)
         n = p->per_epoch - p->src_pos;
@@ -145,7 +145,8 @@ static sl_chunk *cut_range(sl_pipeline *p, uint64_t *n_out) {
 static int read_records(sl_pipeline *p, reader *rd, sl_chunk *c, uint64_t *n) {
     uint32_t kept = 0;
     char *rows[SL_MAX_COLUMNS];
-    int into_rows = p->read_rows && rd->cur && *n > 0, rows_rc;
+    const size_t *row_bytes = p->layout->row_bytes;
+    int into_rows = p->layout->read_rows && rd->cur && *n > 0, rows_rc;
     if (into_rows && (rows_rc = sl_collate__rows(p, c, (uint32_t)*n, rows)) < 0) {
         char msg[SL__ERRMSG_MAX];
         snprintf(msg, sizeof msg, "%s: collating a batch: %s", p->src_name, sl_errmsg());
@@ -184,8 +185,8 @@ static int read_records(sl_pipeline *p, reader *rd, sl_chunk *c, uint64_t *n) {
         if (into_rows) {
             void *dst[SL_MAX_COLUMNS];
             for (int k = 0; k < p->src->ncols; k++)
-                dst[k] = rows[k] + (size_t)i * p->row_bytes[k];
-            rc = sl_source__read_cols(p->src, rd->cur, idx, dst, p->row_bytes);
+                dst[k] = rows[k] + (size_t)i * row_bytes[k];
+            rc = sl_source__read_cols(p->src, rd->cur, idx, dst, row_bytes);
         } else {
             rc = rd->cur ? sl_source__read(p->src, rd->cur, idx, s)
                          : sl__error(rd->rc, "%s", rd->msg);

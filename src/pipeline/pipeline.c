@@ -167,8 +167,11 @@ static int hash_spec(const sl_spec *s, uint64_t *out) {
     /* Leave out what may differ between a run and its resumption without
      * changing a batch: the epoch count, the memory and cache limits and the parallelism
      * knobs (output is the same for any thread count, queue depth or chunk
-     * size). */
+     * size), and the layout paths that give the same batches either way
+     * (read_rows, parallel_collate: layout.c). */
     cJSON_DeleteItemFromObjectCaseSensitive(doc, "epochs");
+    cJSON_DeleteItemFromObjectCaseSensitive(doc, "read_rows");
+    cJSON_DeleteItemFromObjectCaseSensitive(doc, "parallel_collate");
     cJSON_DeleteItemFromObjectCaseSensitive(doc, "memory_limit");
     cJSON_DeleteItemFromObjectCaseSensitive(doc, "cache_bytes");
     cJSON *src = cJSON_GetObjectItemCaseSensitive(doc, "source");
@@ -229,7 +232,7 @@ static int reserve_batch_buffers(sl_pipeline *p) {
     if (p->plan.batch_size <= 0)
         return SL_OK;
     size_t count = 2; /* workers (a spare of small batches too) and queue slots */
-    for (int s = p->fuse_batch ? p->collate_stage : p->nstages - 1; s < p->nstages; s++)
+    for (int s = p->layout->collate_stage; s < p->nstages; s++)
         count += (size_t)p->stage[s].workers + p->stage[s].out.cap;
     /* with a device, the ring's slots hold the batches whose copies are in
      * flight (device_ring.c, rule 1b) */
@@ -305,7 +308,6 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     if (sl_device__batch_mem(p->dev, &pinned))
         sl_pipeline__pools_set_batch_mem(p->pools, &pinned);
     p->chunk_size = p->spec->chunk > 0 ? p->spec->chunk : 64;
-    p->chunk_cap = 128;
     SL_CHECK(sl_pipeline__layout(p));
     SL_CHECK(sl_pipeline__memory_plan(p));
     SL_CHECK(sl_pipeline__tune_spare(p));
@@ -329,6 +331,7 @@ void sl_pipeline_free(sl_pipeline *p) {
     sl_pipeline__trace_free(p);
     sl_device__close(p->dev);
     sl_plan__free(&p->plan);
+    sl__free((void *)p->layout);
     sl_pipeline__pools_free(p->pools);
     sl_source__release(p->src);
     sl__free(p->base);
@@ -369,7 +372,7 @@ int sl_pipeline__pop_batch(sl_pipeline *p, sl_batch **out, int timeout_ms) {
             return SL_OK; /* timed out */
         if (rc < 0)
             return sl__error(SL_ECANCELED, "pipeline: stopped");
-        if (!p->direct) {
+        if (!p->layout->direct) {
             *out = item;
             return SL_OK;
         }

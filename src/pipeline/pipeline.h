@@ -158,6 +158,10 @@ struct sl_spec {
     int source_parallel;         /* 0 default (1), -1 auto, > 0 */
     int chunk;                   /* samples per chunk; 0: adaptive */
     int vectorize;               /* 1 (default): map vectorization allowed */
+    int read_rows;               /* 1 (default): readers may read records
+                                    straight into batch rows (layout.c) */
+    int parallel_collate;        /* 1 (default): a parallel stage may copy
+                                    samples into batches (layout.c) */
     sl_device_spec device;       /* "device": where batches are delivered */
     uint64_t memory_limit;       /* bytes the pipeline may hold; 0: the default
                                     (memory.c) */
@@ -454,6 +458,40 @@ typedef struct sl_resume {
     int64_t counters[SL_MAX_COUNTERS];
 } sl_resume;
 
+/* Where batches are collated: exactly one of these runs (exec.c, DESIGN). */
+typedef enum sl_collate_at {
+    SL_COLLATE_FINAL = 0, /* the final stage's one thread copies each sample
+                             into its batch (sl_collate__add) */
+    SL_COLLATE_FUSED,     /* map + batch fusion: a chunk is a whole batch, and
+                             the last parallel stage collates it
+                             (sl_collate__chunk, or the readers write rows) */
+    SL_COLLATE_PARALLEL   /* the final stage assigns samples to batches and a
+                             SL_ST_STACK stage copies them in parallel */
+} sl_collate_at;
+
+/* How the stages run a plan: decided once by layout.c (sl_pipeline__layout)
+ * when the pipeline is created, printed by explain, never changed after
+ * (the pipeline holds it through a const pointer). */
+typedef struct sl_exec_layout {
+    sl_collate_at collate;        /* which of the three collations runs */
+    int collate_stage;            /* the stage that collates: the last parallel
+                                     one (FUSED), the SL_ST_STACK one
+                                     (PARALLEL) or the final one (FINAL) */
+    int direct;                   /* FUSED: the consumer takes batches straight
+                                     from the collating stage (no final stage
+                                     thread) */
+    int slot_col;                 /* FUSED: the output column the last op may
+                                     write into its batch slot, -1: none */
+    int vec_first;                /* map vectorization: opt nodes [vec_first, last
+                                     of the collating stage) run once per batch
+                                     on the stacked columns; -1: none */
+    char vec_note[192];           /* why (or why not), for explain */
+    int read_rows;                /* the readers read each record straight into
+                                     its batch row (choose_read_rows) */
+    size_t row_bytes[SL_MAX_COLUMNS]; /* with read_rows: bytes of a row, per column */
+    int chunk_cap;                /* samples a chunk can hold */
+} sl_exec_layout;
+
 struct sl_pipeline {
     sl_spec *spec;
     sl_plan plan;
@@ -491,28 +529,11 @@ struct sl_pipeline {
     uint64_t gperm_epoch, gperm_rep;
     int gperm_valid;
     int chunk_size;               /* samples per chunk (autotune may change it) */
-    int chunk_cap;                /* samples a chunk can hold */
-    int fuse_batch;               /* map+batch fusion: chunks are whole batches,
-                                     collated by the last parallel stage */
-    int collate_stage;            /* with fuse_batch: the stage that collates */
-    int slot_col;                 /* with fuse_batch: the output column the last
-                                     op may write into its batch slot, -1: none */
+    const sl_exec_layout *layout; /* layout.c, written once at create */
     _Atomic uint64_t slot_writes; /* samples that landed in their batch slot
                                      (no copy); read by tests */
-    int vec_first;                /* map vectorization: opt nodes [vec_first, last
-                                     of the collating stage) run once per batch
-                                     on the stacked columns; -1: none */
-    char vec_note[192];           /* why (or why not), for explain */
-    int read_rows;                /* the readers read each record straight into
-                                     its batch row (layout.c, choose_read_rows) */
-    size_t row_bytes[SL_MAX_COLUMNS]; /* with read_rows: bytes of a row, per column */
     _Atomic uint64_t vec_batches; /* batches that ran the batched kernels; read
                                      by tests */
-    int par_collate;              /* the final stage only assigns samples to
-                                     batches; a SL_ST_STACK stage after it
-                                     collates them in parallel (layout.c) */
-    int direct;                   /* the consumer takes batches straight from the
-                                     collating stage (no final stage thread) */
     uint64_t direct_index;        /* direct: index of the next batch in the epoch */
 
     /* stages */
@@ -591,7 +612,7 @@ int sl_collate__chunk(struct sl_pipeline *p, sl_chunk *c);
 /* Reading straight into the batch (read_rows): c->batch gets the buffers of a
  * batch of the chunk's n records (c->n), and rows[k] the first row of column
  * k; the reader then writes record i's column k at rows[k] + i *
- * p->row_bytes[k]. */
+ * p->layout->row_bytes[k]. */
 int sl_collate__rows(struct sl_pipeline *p, sl_chunk *c, uint32_t n, char **rows);
 /* Take the batch a fused chunk carries; NULL when drop_remainder drops it. */
 sl_batch *sl_collate__fused_batch(const struct sl_pipeline *p, sl_chunk *c);

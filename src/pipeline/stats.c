@@ -411,6 +411,54 @@ static void source_text(strbuf *b, const sl_pipeline *p) {
     sb_printf(b, ")\n");
 }
 
+/* The layout's collation (sl_collate_at), as explain names it. */
+static const char *const collate_names[] = {"final", "fused", "parallel"};
+
+int sl_pipeline_explain_json(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out) {
+    static const char *const kinds[] = {"", "source", "map", "seq", "final", "stack"};
+    const sl_exec_layout *L = p->layout;
+    cJSON *doc = cJSON_CreateObject();
+    if (!doc)
+        return sl__oom("explaining a pipeline");
+    cJSON *lo = cJSON_AddObjectToObject(doc, "layout");
+    if (lo) {
+        cJSON_AddStringToObject(lo, "collation", collate_names[L->collate]);
+        cJSON_AddNumberToObject(lo, "collate_stage", L->collate_stage);
+        cJSON_AddBoolToObject(lo, "direct", L->direct);
+        if (L->slot_col >= 0)
+            cJSON_AddStringToObject(lo, "slot_column", p->plan.out_cols.col[L->slot_col].name);
+        else
+            cJSON_AddNullToObject(lo, "slot_column");
+        int nvec = 0;
+        for (int i = 0; i < p->plan.nopt; i++)
+            nvec += p->plan.opt[i].vectorized != 0;
+        cJSON_AddNumberToObject(lo, "vectorized_ops", nvec);
+        cJSON_AddStringToObject(lo, "vectorization", L->vec_note);
+        cJSON_AddBoolToObject(lo, "read_rows", L->read_rows);
+        cJSON_AddNumberToObject(lo, "chunk_capacity", L->chunk_cap);
+    }
+    cJSON *stages = cJSON_AddArrayToObject(doc, "stages");
+    for (int s = 0; stages && s < p->nstages; s++) {
+        const sl_stage *st = &p->stage[s];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", st->name);
+        cJSON_AddStringToObject(o, "kind", kinds[st->kind]);
+        cJSON_AddNumberToObject(o, "workers", st->workers);
+        cJSON_AddBoolToObject(o, "autotune", st->autotune);
+        cJSON_AddNumberToObject(o, "queue_capacity", st->qcap);
+        if (!cJSON_AddItemToArray(stages, o)) /* stages missing: out of memory */
+            cJSON_Delete(o);
+    }
+    cJSON_AddNumberToObject(doc, "batches_per_epoch", (double)sl_pipeline_len(p));
+    char *text = sl__json_failed() ? NULL : cJSON_PrintUnformatted(doc);
+    cJSON_Delete(doc);
+    if (!text)
+        return sl__oom("explaining a pipeline");
+    sl__copy_out(text, buf, cap, len_out);
+    cJSON_free(text);
+    return SL_OK;
+}
+
 int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out) {
     strbuf b = {0};
     const sl_plan *pl = &p->plan;
@@ -460,11 +508,22 @@ int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len
                       (long long)pl->batch_size);
         sb_printf(&b, "\n");
     }
-    if (p->vec_note[0])
-        sb_printf(&b, "    map vectorization: %s\n", p->vec_note);
-    if (p->read_rows)
+    const sl_exec_layout *L = p->layout;
+    if (L->vec_note[0])
+        sb_printf(&b, "    map vectorization: %s\n", L->vec_note);
+    if (L->read_rows)
         sb_printf(&b, "    reading: each record straight into its batch row (fixed-shape "
                       "columns, nothing per sample)\n");
+    sb_printf(&b, "    collation: %s, by stage %d (%s)", collate_names[L->collate],
+              L->collate_stage + 1, p->stage[L->collate_stage].name);
+    if (L->collate == SL_COLLATE_FUSED)
+        sb_printf(&b, ": each chunk is one batch%s%s", L->direct ? ", taken by the consumer" : "",
+                  L->slot_col >= 0 ? ", the last op writes into its batch slot" : "");
+    else if (L->collate == SL_COLLATE_PARALLEL)
+        sb_printf(&b, ": the final stage assigns samples to batches, its workers copy them");
+    else
+        sb_printf(&b, ": one thread copies each sample into its batch");
+    sb_printf(&b, "\n");
     sb_printf(&b, "stages:\n");
     for (int s = 0; s < p->nstages; s++) {
         const sl_stage *st = &p->stage[s];
@@ -474,7 +533,8 @@ int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len
                            : st->kind == SL_ST_MAP  ? "per-sample ops, parallel"
                            : st->kind == SL_ST_SEQ  ? "sequential"
                            : st->kind == SL_ST_STACK ? "collates batches, parallel"
-                           : p->par_collate ? "sequential, assigns samples to batches"
+                           : L->collate == SL_COLLATE_PARALLEL
+                               ? "sequential, assigns samples to batches"
                                                     : "sequential, collates batches";
         sb_printf(&b, "  %d. %s (%s): ", s + 1, st->name, kind);
         if (st->autotune)
