@@ -134,7 +134,7 @@ int sl_collate__chunk(sl_pipeline *p, sl_chunk *c) {
                     in_place++;
             }
             if (col == slot_col)
-                atomic_fetch_add_explicit(&p->slot_writes, in_place, memory_order_relaxed);
+                atomic_fetch_add_explicit(&p->stats.slot_writes, in_place, memory_order_relaxed);
         } else {
             b->ragged[col] = 1;
             b->items[col] = sl__calloc(n ? n : 1, sizeof(sl_tensor));

@@ -81,10 +81,10 @@ static sl_pipeline *lockable(const sl_pipeline *p) { return (sl_pipeline *)(uint
 static void stats_totals(const sl_pipeline *p, sl_pipeline_stats *out, uint64_t t_start,
                          double wall) {
     out->wall_s = wall;
-    out->batches = atomic_load(&p->batches_out);
-    out->samples = atomic_load(&p->samples_out);
+    out->batches = atomic_load(&p->stats.batches_out);
+    out->samples = atomic_load(&p->stats.samples_out);
     out->samples_per_s = wall > 0 ? (double)out->samples / wall : 0.0;
-    out->consumer_wait_s = (double)atomic_load(&p->consumer_wait_ns) / 1e9;
+    out->consumer_wait_s = (double)atomic_load(&p->stats.consumer_wait_ns) / 1e9;
     sl_device_counters dc;
     sl_device__counters(p->dev, &dc);
     out->h2d_bytes = dc.h2d_bytes;
@@ -93,14 +93,15 @@ static void stats_totals(const sl_pipeline *p, sl_pipeline_stats *out, uint64_t 
     out->device_wait_s = (double)dc.wait_ns / 1e9;
     out->gpu_decoded = dc.gpu_decoded;
     out->gpu_fallbacks = dc.gpu_fallbacks;
-    out->threads_started = atomic_load(&p->threads_started);
+    out->threads_started = atomic_load(&p->stats.threads_started);
     out->cpu_budget = p->ncpus;
     if (t_start && wall > 0)
-        out->cpu_busy = (double)(sl__process_cpu_ns() - p->cpu_t0_ns) / 1e9 / (wall * p->ncpus);
+        out->cpu_busy =
+            (double)(sl__process_cpu_ns() - p->stats.cpu_t0_ns) / 1e9 / (wall * p->ncpus);
     out->nstages = p->nstages;
-    out->memory_limit = p->memory_limit;
-    out->batch_bytes = p->batch_bytes;
-    out->batches_in_flight = p->batches_held;
+    out->memory_limit = p->mem.limit;
+    out->batch_bytes = p->mem.batch_bytes;
+    out->batches_in_flight = p->mem.batches_held;
     sl_pipeline__pool_bytes pb[SL_STATS_MAX_POOLS];
     size_t held, cached;
     int np = sl_pipeline__pools_bytes(p->pools, pb, SL_STATS_MAX_POOLS, &held, &cached);
@@ -156,13 +157,13 @@ static void stats_stages(const sl_pipeline *p, sl_pipeline_stats *out, double wa
     *given_out = given;
 }
 
-static void stats_errors(const sl_pipeline *p, sl_pipeline_stats *out) {
-    pthread_mutex_lock(&lockable(p)->err_mu);
-    out->skipped = p->skipped;
-    out->nerrors = p->nerrors;
-    for (int i = 0; i < p->nerrors; i++)
-        memcpy(out->errors[i], p->errors[i], sizeof out->errors[i]);
-    pthread_mutex_unlock(&lockable(p)->err_mu);
+static void stats_errors(sl_pipeline_errors *e, sl_pipeline_stats *out) {
+    pthread_mutex_lock(&e->mu);
+    out->skipped = e->skipped;
+    out->nerrors = e->n;
+    for (int i = 0; i < e->n; i++)
+        memcpy(out->errors[i], e->msg[i], sizeof out->errors[i]);
+    pthread_mutex_unlock(&e->mu);
 }
 
 /* The F/P/G verdict from the figures stats_totals and stats_stages wrote. */
@@ -229,12 +230,12 @@ static void stats_verdict(const sl_pipeline *p, sl_pipeline_stats *out, double w
 int sl_pipeline_stats_get(const sl_pipeline *p, sl_pipeline_stats *out) {
     memset(out, 0, sizeof *out);
     uint64_t now = sl__now_ns();
-    uint64_t t_start = atomic_load(&p->t_start);
+    uint64_t t_start = atomic_load(&p->stats.t_start);
     double wall = t_start ? (double)(now - t_start) / 1e9 : 0.0;
     int worst, costliest, given;
     stats_totals(p, out, t_start, wall);
     stats_stages(p, out, wall, &worst, &costliest, &given);
-    stats_errors(p, out);
+    stats_errors(&lockable(p)->err, out);
     stats_verdict(p, out, wall, worst, costliest, given);
     return SL_OK;
 }
@@ -400,9 +401,9 @@ static void source_text(strbuf *b, const sl_pipeline *p) {
     static const char *const eq[] = {"pad", "drop", "none"};
     sb_printf(b, "source %s %s (%llu records", sl_source_kind(p->src), sl_source_name(p->src),
               (unsigned long long)p->nrecords);
-    if (p->window_mode)
+    if (p->shuf.window_mode)
         sb_printf(b, ", shuffled per epoch (window %llu, block %llu)",
-                  (unsigned long long)p->wsh_window, (unsigned long long)p->wsh_block);
+                  (unsigned long long)p->shuf.window, (unsigned long long)p->shuf.block);
     else if (p->spec->shuffle)
         sb_printf(b, ", shuffled per epoch (global)");
     if (p->shard_count > 1)
