@@ -219,7 +219,7 @@ int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want,
 #define SPARE_SLOTS 6
 
 int sl_pipeline__tune_spare(sl_pipeline *p) {
-    int first_batch = p->layout->collate_stage;
+    int first_batch = p->layout.collate_stage;
     for (int s = 0; s < p->nstages; s++) {
         sl_stage *st = &p->stage[s];
         if (!st->autotune || st->workers < p->ncpus)

@@ -97,7 +97,7 @@ int sl_collate__chunk(sl_pipeline *p, sl_chunk *c) {
     /* The slot column goes last: a sample's other column could (in theory)
      * be a view of the slot bytes, and must be copied out before the slot is
      * filled. */
-    int slot_col = c->slot.buf ? p->layout->slot_col : -1;
+    int slot_col = c->slot.buf ? p->layout.slot_col : -1;
     for (int k = 0; k < oc->ncols; k++) {
         int col = slot_col < 0 ? k : k < slot_col ? k : k + 1 < oc->ncols ? k + 1 : slot_col;
         memcpy(b->names[col], oc->col[col].name, SL_COLNAME_MAX);

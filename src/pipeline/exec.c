@@ -84,7 +84,7 @@ sl_chunk *sl_exec__chunk_get(sl_pipeline *p) {
         c = sl__calloc(1, sizeof *c);
         if (!c)
             return NULL;
-        c->cap = (uint32_t)p->layout->chunk_cap;
+        c->cap = (uint32_t)p->layout.chunk_cap;
         c->pos = sl__calloc(c->cap, sizeof *c->pos);
         c->key = sl__calloc(c->cap, sizeof *c->key);
         c->s = sl__calloc(c->cap, sizeof *c->s);
@@ -283,7 +283,7 @@ static int vectorize_batch(sl_pipeline *p, sl_worker *w, sl_chunk *c, char *msg,
     const sl_stage *st = w->st;
     sl_batch *b = c->batch;
     uint32_t n = (uint32_t)b->size;
-    for (int k = p->layout->vec_first; k < st->last; k++) {
+    for (int k = p->layout.vec_first; k < st->last; k++) {
         const sl_pnode *nd = &p->plan.opt[k];
         int rc;
         sl_errclear();
@@ -327,7 +327,7 @@ static int vectorize_batch(sl_pipeline *p, sl_worker *w, sl_chunk *c, char *msg,
  * sample instead, with the same result). */
 static void maybe_collate(sl_pipeline *p, sl_worker *w, sl_chunk *c) {
     const sl_stage *st = w->st;
-    const sl_exec_layout *L = p->layout;
+    const sl_exec_layout *L = &p->layout;
     if (L->collate != SL_COLLATE_FUSED || c->kind != SL_CHUNK_DATA ||
         st != &p->stage[L->collate_stage])
         return;
@@ -453,7 +453,7 @@ static int apply_chain(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, in
             ctx.pools = p->pools;
             ctx.slot = NULL;
             if (slot && k == st->last - 1) {
-                const sl_colinfo *ci = &p->plan.out_cols.col[p->layout->slot_col];
+                const sl_colinfo *ci = &p->plan.out_cols.col[p->layout.slot_col];
                 ctx.slot = slot;
                 ctx.slot_buf = c->slot.buf;
                 ctx.slot_dtype = ci->dtype;
@@ -501,7 +501,7 @@ static int apply_chain(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, in
 /* The end of the nodes a stage runs per sample: with map vectorization the
  * collating stage's tail runs per batch (vectorize_chunk). */
 static int per_sample_end(const sl_pipeline *p, const sl_stage *st) {
-    const sl_exec_layout *L = p->layout;
+    const sl_exec_layout *L = &p->layout;
     if (L->vec_first >= 0 && st == &p->stage[L->collate_stage])
         return L->vec_first;
     return st->last;
@@ -514,7 +514,7 @@ static int per_sample_end(const sl_pipeline *p, const sl_stage *st) {
  * copies as usual. Failing to get the buffer is not an error here; the copy
  * path meets the same shortage and reports it. */
 static char *take_slot(sl_pipeline *p, const sl_stage *st, sl_chunk *c) {
-    const sl_exec_layout *L = p->layout;
+    const sl_exec_layout *L = &p->layout;
     if (L->collate != SL_COLLATE_FUSED || L->slot_col < 0 || c->n == 0 ||
         st != &p->stage[L->collate_stage] || st->last <= st->first ||
         p->plan.opt[st->last - 1].kind != SL_PN_OP)
@@ -667,7 +667,7 @@ void sl_pipeline__stop(sl_pipeline *p) {
     }
     for (int s = 0; s < p->nstages; s++)
         sl_queue__reset(&p->stage[s].out,
-                        s == p->nstages - 1 && !p->layout->direct ? drop_batch : drop_chunk, p);
+                        s == p->nstages - 1 && !p->layout.direct ? drop_batch : drop_chunk, p);
     p->running = 0;
     atomic_store(&p->cancel, 0);
 }

@@ -24,10 +24,11 @@
  * table, any position of any epoch is computed directly (exact resume), and
  * a rank's memory does not grow with the record count. Only the pass's key
  * is cached. */
-static const sl_feistel *global_order(sl_pipeline_shuffle *sh, uint64_t m, uint64_t seed,
-                                      uint64_t epoch, uint64_t rep) {
+static const sl_feistel *global_order(sl_pipeline *p, uint64_t epoch, uint64_t rep) {
+    sl_pipeline_shuffle *sh = &p->shuf;
     if (!sh->gperm_valid || sh->gperm_epoch != epoch || sh->gperm_rep != rep) {
-        sl_feistel_init_rounds(&sh->gperm, m, GLOBAL_ROUNDS, seed, epoch, rep, PERM_OP);
+        sl_feistel_init_rounds(&sh->gperm, p->nbase, GLOBAL_ROUNDS, p->spec->seed, epoch, rep,
+                               PERM_OP);
         sh->gperm_epoch = epoch;
         sh->gperm_rep = rep;
         sh->gperm_valid = 1;
@@ -44,7 +45,7 @@ static uint64_t record_at(sl_pipeline *p, uint64_t epoch, uint64_t pos, uint64_t
     if (p->shuf.window_mode) {
         g = sl_pipeline__window_at(p, epoch, rep, j);
     } else if (p->spec->shuffle) {
-        g = sl_feistel_fwd(global_order(&p->shuf, m, p->spec->seed, epoch, rep), g);
+        g = sl_feistel_fwd(global_order(p, epoch, rep), g);
     }
     uint64_t idx = p->base ? p->base[g] : g;
     *key = idx + rep * p->nrecords;
@@ -97,7 +98,7 @@ static sl_chunk *cut_range(sl_pipeline *p, uint64_t *n_out) {
         return c;
     }
     uint64_t n = (uint64_t)p->chunk_size;
-    if (p->layout->collate == SL_COLLATE_FUSED) /* one chunk = one batch: cut at its boundaries */
+    if (p->layout.collate == SL_COLLATE_FUSED) /* one chunk = one batch: cut at its boundaries */
         n = (uint64_t)p->plan.batch_size - p->cur.pos % (uint64_t)p->plan.batch_size;
     if (n > p->per_epoch - p->cur.pos)
         n = p->per_epoch - p->cur.pos;
@@ -145,8 +146,7 @@ static sl_chunk *cut_range(sl_pipeline *p, uint64_t *n_out) {
 static int read_records(sl_pipeline *p, reader *rd, sl_chunk *c, uint64_t *n) {
     uint32_t kept = 0;
     char *rows[SL_MAX_COLUMNS];
-    const size_t *row_bytes = p->layout->row_bytes;
-    int into_rows = p->layout->read_rows && rd->cur && *n > 0, rows_rc;
+    int into_rows = p->layout.read_rows && rd->cur && *n > 0, rows_rc;
     if (into_rows && (rows_rc = sl_collate__rows(p, c, (uint32_t)*n, rows)) < 0) {
         char msg[SL__ERRMSG_MAX];
         snprintf(msg, sizeof msg, "%s: collating a batch: %s", p->src_name, sl_errmsg());
@@ -185,8 +185,8 @@ static int read_records(sl_pipeline *p, reader *rd, sl_chunk *c, uint64_t *n) {
         if (into_rows) {
             void *dst[SL_MAX_COLUMNS];
             for (int k = 0; k < p->src->ncols; k++)
-                dst[k] = rows[k] + (size_t)i * row_bytes[k];
-            rc = sl_source__read_cols(p->src, rd->cur, idx, dst, row_bytes);
+                dst[k] = rows[k] + (size_t)i * p->layout.row_bytes[k];
+            rc = sl_source__read_cols(p->src, rd->cur, idx, dst, p->layout.row_bytes);
         } else {
             rc = rd->cur ? sl_source__read(p->src, rd->cur, idx, s)
                          : sl__error(rd->rc, "%s", rd->msg);

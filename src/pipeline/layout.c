@@ -486,25 +486,21 @@ static int fuse(sl_pipeline *p, sl_exec_layout *L) {
  * decisions are written once, into p->layout. */
 int sl_pipeline__layout(sl_pipeline *p) {
     SL_TRY(cut_stages(p));
-    sl_exec_layout *L = sl__calloc(1, sizeof *L);
-    if (!L)
-        return sl__oom("laying out the pipeline's stages");
-    L->collate = SL_COLLATE_FINAL;
-    L->collate_stage = p->nstages - 1;
-    L->slot_col = -1;
-    L->vec_first = -1;
-    L->chunk_cap = 128;
-    int rc = can_fuse_batch(p) ? fuse(p, L) : SL_OK;
-    if (rc == SL_OK) {
-        choose_vectorized(p, L);
-        choose_read_rows(p, L);
-        rc = add_stack_stage(p, L);
-    }
-    if (rc < 0) {
-        sl__free(L);
-        return rc;
-    }
-    p->layout = L;
+    sl_exec_layout L;
+    memset(&L, 0, sizeof L);
+    L.collate = SL_COLLATE_FINAL;
+    L.collate_stage = p->nstages - 1;
+    L.slot_col = -1;
+    L.vec_first = -1;
+    L.chunk_cap = 128;
+    if (can_fuse_batch(p))
+        SL_TRY(fuse(p, &L));
+    choose_vectorized(p, &L);
+    choose_read_rows(p, &L);
+    SL_TRY(add_stack_stage(p, &L));
+    /* the one write: the member is const for every other file (the
+     * pipeline was allocated zeroed, and nothing has read the layout yet) */
+    memcpy((void *)&p->layout, &L, sizeof L);
     /* relaxed mode: a map stage's workers take from their input only what
      * their output can admit (queue.c, "No deadlock") */
     for (int s = 1; s < p->nstages; s++)

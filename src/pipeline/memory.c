@@ -61,14 +61,14 @@ static void fmt_bytes(char *buf, size_t cap, uint64_t n) {
 
 /* The first stage whose output elements carry batches. */
 static int first_batch_stage(const sl_pipeline *p) {
-    return p->layout->collate_stage;
+    return p->layout.collate_stage;
 }
 
 /* Samples in one chunk element of a stage before the collating one. */
 static uint64_t chunk_samples(const sl_pipeline *p) {
-    if (p->layout->collate == SL_COLLATE_FUSED && p->plan.batch_size > 0)
+    if (p->layout.collate == SL_COLLATE_FUSED && p->plan.batch_size > 0)
         return (uint64_t)p->plan.batch_size;
-    return (uint64_t)p->layout->chunk_cap;
+    return (uint64_t)p->layout.chunk_cap;
 }
 
 /* Bytes the chunk stages (before the first batch stage) may hold. */

@@ -232,7 +232,7 @@ static int reserve_batch_buffers(sl_pipeline *p) {
     if (p->plan.batch_size <= 0)
         return SL_OK;
     size_t count = 2; /* workers (a spare of small batches too) and queue slots */
-    for (int s = p->layout->collate_stage; s < p->nstages; s++)
+    for (int s = p->layout.collate_stage; s < p->nstages; s++)
         count += (size_t)p->stage[s].workers + p->stage[s].out.cap;
     /* with a device, the ring's slots hold the batches whose copies are in
      * flight (device_ring.c, rule 1b) */
@@ -331,7 +331,6 @@ void sl_pipeline_free(sl_pipeline *p) {
     sl_pipeline__trace_free(p);
     sl_device__close(p->dev);
     sl_plan__free(&p->plan);
-    sl__free((void *)p->layout);
     sl_pipeline__pools_free(p->pools);
     sl_source__release(p->src);
     sl__free(p->base);
@@ -381,7 +380,7 @@ int sl_pipeline__pop_batch(sl_pipeline *p, sl_batch **out, int timeout_ms) {
             return SL_OK; /* timed out */
         if (rc < 0)
             return sl__error(SL_ECANCELED, "pipeline: stopped");
-        if (!p->layout->direct) {
+        if (!p->layout.direct) {
             *out = item;
             return SL_OK;
         }

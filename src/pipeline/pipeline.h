@@ -474,7 +474,7 @@ typedef enum sl_collate_at {
 
 /* How the stages run a plan: decided once by layout.c (sl_pipeline__layout)
  * when the pipeline is created, printed by explain, never changed after
- * (the pipeline holds it through a const pointer). */
+ * (the pipeline's member is const: only layout.c's one copy writes it). */
 typedef struct sl_exec_layout {
     sl_collate_at collate;        /* which of the three collations runs */
     int collate_stage;            /* the stage that collates: the last parallel
@@ -588,7 +588,7 @@ struct sl_pipeline {
     sl_pipeline_shuffle shuf;
     int chunk_size;               /* samples per chunk (autotune may change it) */
 
-    const sl_exec_layout *layout; /* layout.c, written once at create */
+    const sl_exec_layout layout;  /* layout.c, written once at create */
 
     /* stages */
     sl_stage stage[SL_STATS_MAX_STAGES];
@@ -639,7 +639,7 @@ int sl_collate__chunk(struct sl_pipeline *p, sl_chunk *c);
 /* Reading straight into the batch (read_rows): c->batch gets the buffers of a
  * batch of the chunk's n records (c->n), and rows[k] the first row of column
  * k; the reader then writes record i's column k at rows[k] + i *
- * p->layout->row_bytes[k]. */
+ * p->layout.row_bytes[k]. */
 int sl_collate__rows(struct sl_pipeline *p, sl_chunk *c, uint32_t n, char **rows);
 /* Take the batch a fused chunk carries; NULL when drop_remainder drops it. */
 sl_batch *sl_collate__fused_batch(const struct sl_pipeline *p, sl_chunk *c);

@@ -417,7 +417,7 @@ static const char *const collate_names[] = {"final", "fused", "parallel"};
 
 int sl_pipeline_explain_json(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out) {
     static const char *const kinds[] = {"", "source", "map", "seq", "final", "stack"};
-    const sl_exec_layout *L = p->layout;
+    const sl_exec_layout *L = &p->layout;
     cJSON *doc = cJSON_CreateObject();
     if (!doc)
         return sl__oom("explaining a pipeline");
@@ -509,7 +509,7 @@ int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len
                       (long long)pl->batch_size);
         sb_printf(&b, "\n");
     }
-    const sl_exec_layout *L = p->layout;
+    const sl_exec_layout *L = &p->layout;
     if (L->vec_note[0])
         sb_printf(&b, "    map vectorization: %s\n", L->vec_note);
     if (L->read_rows)

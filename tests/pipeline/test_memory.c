@@ -177,7 +177,7 @@ static sl_pipeline *chunk_pipeline(uint64_t limit) {
  * batches are the same. */
 SL_TEST(pipeline_memory__chunks_before_batch_count) {
     sl_pipeline *p = chunk_pipeline(0);
-    ASSERT(p->layout->collate == SL_COLLATE_FUSED && p->layout->collate_stage == 1 &&
+    ASSERT(p->layout.collate == SL_COLLATE_FUSED && p->layout.collate_stage == 1 &&
            p->nstages == 2);
     int q0 = p->stage[0].qcap, w0 = p->stage[0].workers;
     ASSERT(q0 >= 2);
