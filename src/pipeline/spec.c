@@ -23,6 +23,8 @@ int sl_spec_create(sl_spec **out) {
     s->epochs = 1;
     s->deterministic = 1;
     s->vectorize = 1;
+    s->read_rows = 1;
+    s->parallel_collate = 1;
     s->shard_count = 1;
     *out = s;
     return SL_OK;
@@ -211,7 +213,7 @@ int sl_spec_check_op_json(const char *json, int index) {
     /* decode's placement is the device layer's key: checked there, and
      * "gpu" refused when the pipeline is created */
     int gpu;
-    int rc = sl_device__decode_placement(obj, index, &gpu);
+    int rc = sl_dev__decode_placement(obj, index, &gpu);
     if (rc >= 0)
         rc = sl_plan__check_op(obj, field);
     cJSON_Delete(obj);
@@ -339,6 +341,12 @@ static const sl_param spec_params[] = {
      .offset = offsetof(sl_spec, deterministic), .doc = "batches in the same order on every run"},
     {.key = "vectorize", .type = SL_PARAM_BOOL, .def = 1, .offset = offsetof(sl_spec, vectorize),
      .doc = "maps may run over a whole batch"},
+    /* layout paths (layout.c): same batches either way */
+    {.key = "read_rows", .type = SL_PARAM_BOOL, .def = 1, .offset = offsetof(sl_spec, read_rows),
+     .doc = "readers may read records straight into their batch rows"},
+    {.key = "parallel_collate", .type = SL_PARAM_BOOL, .def = 1,
+     .offset = offsetof(sl_spec, parallel_collate),
+     .doc = "a parallel stage may copy samples into batches"},
     {.key = "device", .type = SL_PARAM_ANY, .offset = SL_PARAM_NOWHERE,
      .doc = "where batches are delivered (docs/DEVICE.md)"},
     {.key = "memory_limit", .type = SL_PARAM_BYTES, .min = 1, .max = -1,
@@ -478,7 +486,7 @@ int sl_spec_from_json(sl_spec **out, const char *json) {
     }
     const cJSON *device = cJSON_GetObjectItemCaseSensitive(doc, "device");
     if (device)
-        SL_CHECK(sl_device__parse_json(device, &s->device));
+        SL_CHECK(sl_dev__parse_json(device, &s->device));
     cJSON_Delete(doc);
     *out = s;
     return SL_OK;
@@ -576,12 +584,16 @@ cJSON *sl_spec__to_cjson(const sl_spec *s) {
     cJSON_AddBoolToObject(doc, "deterministic", s->deterministic);
     if (!s->vectorize)
         cJSON_AddBoolToObject(doc, "vectorize", 0);
+    if (!s->read_rows)
+        cJSON_AddBoolToObject(doc, "read_rows", 0);
+    if (!s->parallel_collate)
+        cJSON_AddBoolToObject(doc, "parallel_collate", 0);
     if (s->memory_limit)
         cJSON_AddNumberToObject(doc, "memory_limit", (double)s->memory_limit);
     if (s->has_cache_bytes)
         cJSON_AddNumberToObject(doc, "cache_bytes", (double)s->cache_bytes);
     if (s->device.kind != SL_DEV_NONE)
-        (void)sl__json_add(doc, "device", sl_device__to_json(&s->device)); /* failure flagged */
+        (void)sl__json_add(doc, "device", sl_dev__to_json(&s->device)); /* failure flagged */
     if (sl__json_failed()) {
         cJSON_Delete(doc);
         return NULL;
