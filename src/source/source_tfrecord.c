@@ -1178,12 +1178,12 @@ static const sl_param tf_params[] = {
      .offset = offsetof(tf_opts, shard)},
     {0}};
 
-static const sl_param_table tf_table = {tf_params, "a tfrecord source", NULL, 0, 0};
+const sl_param_table sl_source__tf_table = {tf_params, "a tfrecord source", NULL, 0, 0};
 
 static int parse_options(const cJSON *obj, const char *field, int *verify,
                          const char **compression, sl_sidx_use *index, int *max_open) {
     tf_opts o;
-    SL_TRY(sl_source__read_options(&tf_table, obj, field, &o));
+    SL_TRY(sl_source__read_options(&sl_source__tf_table, obj, field, &o));
     *verify = o.verify;
     *compression = compressions[o.compression];
     *index = sl_sidx__use(o.shard.index);
