@@ -883,7 +883,7 @@ static int flip_prepare(const void *params, sl_rng *rng, const sl_tensor *in, sl
     if (!(sl_rng_uniform(rng) < p->p))
         return SL_OP_KEEP;
     SL_TRY(sl_ops__check_image(in, "flip"));
-    sl_tensor_view(out, NULL, SL_U8, 3, in->shape);
+    sl_op_kernel_out(out, SL_U8, 3, in->shape);
     return SL_OK;
 }
 
@@ -1069,7 +1069,7 @@ static int normalize_prepare(const void *params, sl_rng *rng, const sl_tensor *i
     if (p->layout == SL_LAYOUT_CHW) {
         shape[0] = C; shape[1] = H; shape[2] = W;
     }
-    sl_tensor_view(out, NULL, p->dtype, 3, shape);
+    sl_op_kernel_out(out, p->dtype, 3, shape);
     return SL_OK;
 }
 
@@ -1145,7 +1145,7 @@ static int cast_prepare(const void *params, sl_rng *rng, const sl_tensor *in, sl
     (void)scratch;
     if (in->dtype == p->dtype)
         return SL_OP_KEEP;
-    sl_tensor_view(out, NULL, p->dtype, in->ndim, in->shape);
+    sl_op_kernel_out(out, p->dtype, in->ndim, in->shape);
     return SL_OK;
 }
 
@@ -1157,6 +1157,7 @@ static int cast_run(const void *params, const void *scratch, const sl_tensor *in
 
 static const sl_op_kernel cast_kernel = {
     .col_offset = offsetof(cast_params, col),
+    .elementwise = 1,
     .prepare = cast_prepare,
     .run = cast_run,
 };
@@ -1243,7 +1244,7 @@ static int one_hot_prepare(const void *params, sl_rng *rng, const sl_tensor *in,
     (void)rng;
     SL_TRY(label_value(in, scratch));
     int64_t shape[1] = {p->classes};
-    sl_tensor_view(out, NULL, p->dtype, 1, shape);
+    sl_op_kernel_out(out, p->dtype, 1, shape);
     return SL_OK;
 }
 

@@ -301,6 +301,10 @@ typedef struct sl_op_kernel {
     size_t col_offset;              /* offsetof(params struct, the bound `int` column) */
     int image;                      /* 1: reads an HWC uint8 image (batched only
                                        when the plan says the column is one) */
+    int elementwise;                /* 1: each output element depends on the input
+                                       element alone and nothing is drawn (cast):
+                                       a batch runs as one call on the whole
+                                       stacked column */
     int timed;                      /* 1: the per-sample run is timed as `phase`
                                        (SL_PHASE_*, ops.h) */
     int phase;
@@ -316,6 +320,16 @@ typedef struct sl_op_kernel {
     /* Write `out` (made as prepare() described it) from `in`. */
     int (*run)(const void *params, const void *scratch, const sl_tensor *in, sl_tensor *out);
 } sl_op_kernel;
+
+/* For prepare(): the output is `dtype` with `ndim` dims `shape` (only those
+ * fields of `out` are set). */
+static inline void sl_op_kernel_out(sl_tensor *out, sl_dtype dtype, int ndim,
+                                    const int64_t *shape) {
+    out->dtype = dtype;
+    out->ndim = ndim;
+    for (int d = 0; d < ndim; d++)
+        out->shape[d] = shape[d];
+}
 
 /* ---- the op table (op_table.c): the engine's one way to ops ------------------------- */
 
