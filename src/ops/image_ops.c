@@ -341,18 +341,11 @@ static void decode_describe(const void *params, char *buf, size_t cap) {
              opts_text(&p->opt, o, sizeof o));
 }
 
-const sl_op_def sl_op_decode = {
-    .name = "decode",
-    .summary = "decode JPEG/PNG bytes into an HWC uint8 image (rgb or gray)",
-    .params_size = sizeof(decode_params),
-    .parse = decode_parse,
-    .bind = decode_bind,
-    .worker_init = decoder_init,
-    .worker_free = decoder_free,
-    .apply = decode_apply_phased,
-    .fuse = decode_fuse,
-    .describe = decode_describe,
-};
+const sl_op_def sl_op_decode = SL_OP_DEF(
+    decode, "decode",
+    "decode JPEG/PNG bytes into an HWC uint8 image (rgb or gray)",
+    .worker_init = decoder_init, .worker_free = decoder_free, .apply = decode_apply_phased,
+    .fuse = decode_fuse);
 
 /* ---- random_resized_crop -------------------------------------------------------- */
 
@@ -418,16 +411,10 @@ static void rrc_describe(const void *params, char *buf, size_t cap) {
              p->scale[1], p->ratio[0], p->ratio[1]);
 }
 
-const sl_op_def sl_op_random_resized_crop = {
-    .name = "random_resized_crop",
-    .summary = "torchvision RandomResizedCrop: random area/aspect box, resized (bilinear)",
-    .flags = SL_OPF_RANDOM,
-    .params_size = sizeof(rrc_params),
-    .parse = rrc_parse,
-    .bind = rrc_bind,
-    .apply = rrc_apply_phased,
-    .describe = rrc_describe,
-};
+const sl_op_def sl_op_random_resized_crop = SL_OP_DEF(
+    rrc, "random_resized_crop",
+    "torchvision RandomResizedCrop: random area/aspect box, resized (bilinear)",
+    .flags = SL_OPF_RANDOM, .apply = rrc_apply_phased);
 
 /* ---- placements (op.h): shared by the fused CPU ops and GPU decode ----------------- */
 
@@ -584,6 +571,14 @@ static int decode_rrc_fuse(const void *params, const sl_op_def *next, const void
     return 1;
 }
 
+/* An op made by fusion only: its params come ready from fuse(). */
+#define FUSED_OP_DEF(PREFIX, NAME, SUMMARY, ...)                                            \
+    {                                                                                      \
+        .name = NAME, .summary = SUMMARY, .params_size = sizeof(PREFIX##_params),          \
+        .parse = fused_parse, .bind = fused_bind, .describe = PREFIX##_describe,           \
+        __VA_ARGS__                                                                        \
+    }
+
 static int fused_bind(void *params, sl_colset *cols, const char *field) {
     (void)params;
     (void)cols;
@@ -614,13 +609,9 @@ static void decode_rrc_describe(const void *params, char *buf, size_t cap) {
 }
 
 #define DECODE_RRC_DEF(NAME, SUMMARY)                                                      \
-    {                                                                                      \
-        .name = NAME, .summary = SUMMARY, .flags = SL_OPF_RANDOM,                          \
-        .params_size = sizeof(decode_rrc_params), .parse = fused_parse, .bind = fused_bind, \
-        .worker_init = decoder_init, .worker_free = decoder_free,                          \
-        .apply = decode_rrc_apply_phased,                                                  \
-        .fuse = decode_rrc_fuse, .describe = decode_rrc_describe,                          \
-    }
+    FUSED_OP_DEF(decode_rrc, NAME, SUMMARY, .flags = SL_OPF_RANDOM,                        \
+                 .worker_init = decoder_init, .worker_free = decoder_free,                 \
+                 .apply = decode_rrc_apply_phased, .fuse = decode_rrc_fuse)
 
 static const sl_op_def op_decode_rrc = DECODE_RRC_DEF(
     "decode_random_resized_crop",
@@ -700,15 +691,10 @@ static void resize_describe(const void *params, char *buf, size_t cap) {
         snprintf(buf, cap, "size=%dx%d %s", p->oh, p->ow, interp_names[p->interp - 1]);
 }
 
-const sl_op_def sl_op_resize = {
-    .name = "resize",
-    .summary = "resize (PIL-exact; int size: the shorter side, as torchvision Resize(int))",
-    .params_size = sizeof(resize_params),
-    .parse = resize_parse,
-    .bind = resize_bind,
-    .apply = resize_apply_phased,
-    .describe = resize_describe,
-};
+const sl_op_def sl_op_resize = SL_OP_DEF(
+    resize, "resize",
+    "resize (PIL-exact; int size: the shorter side, as torchvision Resize(int))",
+    .apply = resize_apply_phased);
 
 /* ---- center_crop ------------------------------------------------------------------ */
 
@@ -754,15 +740,10 @@ static void ccrop_describe(const void *params, char *buf, size_t cap) {
     snprintf(buf, cap, "size=%dx%d", p->ch, p->cw);
 }
 
-const sl_op_def sl_op_center_crop = {
-    .name = "center_crop",
-    .summary = "torchvision CenterCrop (zero padding when the image is smaller)",
-    .params_size = sizeof(ccrop_params),
-    .parse = ccrop_parse,
-    .bind = ccrop_bind,
-    .apply = ccrop_apply_phased,
-    .describe = ccrop_describe,
-};
+const sl_op_def sl_op_center_crop = SL_OP_DEF(
+    ccrop, "center_crop",
+    "torchvision CenterCrop (zero padding when the image is smaller)",
+    .apply = ccrop_apply_phased);
 
 /* ---- decode + resize (+ center_crop) (fused) --------------------------------------- */
 
@@ -844,18 +825,11 @@ static void decode_resize_describe(const void *params, char *buf, size_t cap) {
                  p->color == SL_COLOR_RGB ? "rgb" : "gray", o, rs);
 }
 
-static const sl_op_def op_decode_resize = {
-    .name = "decode_resize",
-    .summary = "fused decode + resize (+ center_crop): DCT-scaled decode of the needed region",
-    .params_size = sizeof(decode_resize_params),
-    .parse = fused_parse,
-    .bind = fused_bind,
-    .worker_init = decoder_init,
-    .worker_free = decoder_free,
-    .apply = decode_resize_apply_phased,
-    .fuse = decode_resize_fuse,
-    .describe = decode_resize_describe,
-};
+static const sl_op_def op_decode_resize = FUSED_OP_DEF(
+    decode_resize, "decode_resize",
+    "fused decode + resize (+ center_crop): DCT-scaled decode of the needed region",
+    .worker_init = decoder_init, .worker_free = decoder_free,
+    .apply = decode_resize_apply_phased, .fuse = decode_resize_fuse);
 
 /* ---- flip ---------------------------------------------------------------------------- */
 
@@ -908,17 +882,10 @@ static void flip_describe(const void *params, char *buf, size_t cap) {
 static int flip_fuse(const void *params, const sl_op_def *next, const void *next_params,
                      const sl_op_def **fused_def, void **fused_params);
 
-const sl_op_def sl_op_flip = {
-    .name = "flip",
-    .summary = "horizontal flip with probability p (torchvision RandomHorizontalFlip)",
-    .flags = SL_OPF_RANDOM,
-    .params_size = sizeof(flip_params),
-    .parse = flip_parse,
-    .bind = flip_bind,
-    .kernel = &flip_kernel,
-    .fuse = flip_fuse,
-    .describe = flip_describe,
-};
+const sl_op_def sl_op_flip = SL_OP_DEF(
+    flip, "flip",
+    "horizontal flip with probability p (torchvision RandomHorizontalFlip)",
+    .flags = SL_OPF_RANDOM, .kernel = &flip_kernel, .fuse = flip_fuse);
 
 /* ---- rotate ---------------------------------------------------------------------------- */
 
@@ -981,16 +948,10 @@ static void rotate_describe(const void *params, char *buf, size_t cap) {
     snprintf(buf, cap, "degrees=[%g,%g] fill=%d", p->lo, p->hi, p->fill);
 }
 
-const sl_op_def sl_op_rotate = {
-    .name = "rotate",
-    .summary = "rotate by a random angle in degrees (PIL rotate, bilinear, fill)",
-    .flags = SL_OPF_RANDOM,
-    .params_size = sizeof(rotate_params),
-    .parse = rotate_parse,
-    .bind = rotate_bind,
-    .apply = rotate_apply,
-    .describe = rotate_describe,
-};
+const sl_op_def sl_op_rotate = SL_OP_DEF(
+    rotate, "rotate",
+    "rotate by a random angle in degrees (PIL rotate, bilinear, fill)",
+    .flags = SL_OPF_RANDOM, .apply = rotate_apply);
 
 /* ---- normalize ------------------------------------------------------------------------ */
 
@@ -1095,15 +1056,10 @@ static void normalize_describe(const void *params, char *buf, size_t cap) {
              p->layout == SL_LAYOUT_CHW ? "chw" : "hwc", sl_dtype_name(p->dtype));
 }
 
-const sl_op_def sl_op_normalize = {
-    .name = "normalize",
-    .summary = "(x/255 - mean)/std, HWC->CHW and cast in one pass (ToTensor + Normalize)",
-    .params_size = sizeof(normalize_params),
-    .parse = normalize_parse,
-    .bind = normalize_bind,
-    .kernel = &normalize_kernel,
-    .describe = normalize_describe,
-};
+const sl_op_def sl_op_normalize = SL_OP_DEF(
+    normalize, "normalize",
+    "(x/255 - mean)/std, HWC->CHW and cast in one pass (ToTensor + Normalize)",
+    .kernel = &normalize_kernel);
 
 /* ---- cast ------------------------------------------------------------------------------ */
 
@@ -1166,15 +1122,10 @@ static void cast_describe(const void *params, char *buf, size_t cap) {
     snprintf(buf, cap, "dtype=%s", sl_dtype_name(((const cast_params *)params)->dtype));
 }
 
-const sl_op_def sl_op_cast = {
-    .name = "cast",
-    .summary = "convert a column's elements to another dtype (rounding, saturating)",
-    .params_size = sizeof(cast_params),
-    .parse = cast_parse,
-    .bind = cast_bind,
-    .kernel = &cast_kernel,
-    .describe = cast_describe,
-};
+const sl_op_def sl_op_cast = SL_OP_DEF(
+    cast, "cast",
+    "convert a column's elements to another dtype (rounding, saturating)",
+    .kernel = &cast_kernel);
 
 /* ---- one_hot --------------------------------------------------------------------------- */
 
@@ -1266,15 +1217,10 @@ static void one_hot_describe(const void *params, char *buf, size_t cap) {
     snprintf(buf, cap, "classes=%d dtype=%s", p->classes, sl_dtype_name(p->dtype));
 }
 
-const sl_op_def sl_op_one_hot = {
-    .name = "one_hot",
-    .summary = "integer label -> one-hot vector of `classes` values",
-    .params_size = sizeof(one_hot_params),
-    .parse = one_hot_parse,
-    .bind = one_hot_bind,
-    .kernel = &one_hot_kernel,
-    .describe = one_hot_describe,
-};
+const sl_op_def sl_op_one_hot = SL_OP_DEF(
+    one_hot, "one_hot",
+    "integer label -> one-hot vector of `classes` values",
+    .kernel = &one_hot_kernel);
 
 /* ---- flip + normalize (fused) ------------------------------------------------------ */
 
@@ -1342,16 +1288,10 @@ static void flip_normalize_describe(const void *params, char *buf, size_t cap) {
     snprintf(buf, cap, "flip p=%g folded into normalize %s", p->flip.p, nb);
 }
 
-static const sl_op_def op_flip_normalize = {
-    .name = "flip_normalize",
-    .summary = "fused flip + normalize: the flip is read mirrored in normalize's pass",
-    .flags = SL_OPF_RANDOM,
-    .params_size = sizeof(flip_normalize_params),
-    .parse = fused_parse,
-    .bind = fused_bind,
-    .apply = flip_normalize_apply_phased,
-    .describe = flip_normalize_describe,
-};
+static const sl_op_def op_flip_normalize = FUSED_OP_DEF(
+    flip_normalize, "flip_normalize",
+    "fused flip + normalize: the flip is read mirrored in normalize's pass",
+    .flags = SL_OPF_RANDOM, .apply = flip_normalize_apply_phased);
 
 /* ---- GPU decode: the CPU half (op.h, "GPU decode's CPU half") ------------------------ */
 
@@ -1499,6 +1439,8 @@ int sl_op__gpu_chain_check(sl_gpu_decode *g, const char *field) {
                      "(or resize + center_crop) after it: %s", field, gpu_supported);
 }
 
+typedef sl_gpu_decode gpu_place_params;
+
 static int gpu_place_init(const void *params, void **state_out) {
     const sl_gpu_decode *g = params;
     sl_decoder *dec;
@@ -1580,16 +1522,9 @@ static void gpu_place_describe(const void *params, char *buf, size_t cap) {
                  g->size_h, g->size_w, g->oh, g->ow, fb, out);
 }
 
-const sl_op_def sl_op_gpu_decode_place = {
-    .name = "gpu_decode_place",
-    .summary = "decode on the GPU, its CPU half: each JPEG's header and placement (box, "
-               "mirror) beside its bytes; the device hand-off decodes the batch",
-    .flags = SL_OPF_RANDOM,
-    .params_size = sizeof(sl_gpu_decode),
-    .parse = fused_parse,
-    .bind = fused_bind,
-    .worker_init = gpu_place_init,
-    .worker_free = decoder_free,
-    .apply = gpu_place_apply_phased,
-    .describe = gpu_place_describe,
-};
+const sl_op_def sl_op_gpu_decode_place = FUSED_OP_DEF(
+    gpu_place, "gpu_decode_place",
+    "decode on the GPU, its CPU half: each JPEG's header and placement (box, "
+    "mirror) beside its bytes; the device hand-off decodes the batch",
+    .flags = SL_OPF_RANDOM, .worker_init = gpu_place_init, .worker_free = decoder_free,
+    .apply = gpu_place_apply_phased);

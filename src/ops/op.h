@@ -333,6 +333,16 @@ static inline void sl_op_kernel_out(sl_tensor *out, sl_dtype dtype, int ndim,
 
 /* ---- the op table (op_table.c): the engine's one way to ops ------------------------- */
 
+/* The definition of an op whose params type and functions share one
+ * prefix (PREFIX_params, PREFIX_parse, PREFIX_bind, PREFIX_describe); the
+ * other fields follow as designated initializers. */
+#define SL_OP_DEF(PREFIX, NAME, SUMMARY, ...)                                                \
+    {                                                                                       \
+        .name = NAME, .summary = SUMMARY, .params_size = sizeof(PREFIX##_params),           \
+        .parse = PREFIX##_parse, .bind = PREFIX##_bind, .describe = PREFIX##_describe,      \
+        __VA_ARGS__                                                                         \
+    }
+
 /* The registered op called `name`, or NULL. */
 const sl_op_def *sl_op_lookup(const char *name);
 /* The i-th registered op (for docs and `explain`), NULL past the end. */
