@@ -72,6 +72,16 @@ static void set_image_info(sl_colinfo *ci, int64_t h, int64_t w, int64_t c) {
     ci->index_column = 0;
 }
 
+/* An op that makes an h x w image (-1: varies) of the channels of the
+ * image in `col`. */
+static int bind_resized(const char *name, int *col, sl_colset *cols, const char *field,
+                        int64_t h, int64_t w) {
+    SL_TRY(bind_image(name, col, cols, field));
+    sl_colinfo *ci = &cols->col[*col];
+    set_image_info(ci, h, w, ci->ndim == 3 ? ci->shape[2] : -1);
+    return SL_OK;
+}
+
 /* "size": an int n (n x n, or the shorter side for resize) or [h, w]. */
 static int parse_size(const cJSON *json, const char *field, int *h, int *w, int *pair) {
     double v[2];
@@ -140,29 +150,42 @@ static int encoded_bytes(const sl_sample *s, int col, const void **data, size_t 
     return SL_OK;
 }
 
+/* An encoded image: its bytes and header. */
+typedef struct {
+    const void *data;
+    size_t size;
+    sl_image_info info;
+} encoded;
+
 /* The encoded bytes of column `col` and their image header. */
-static int read_header(sl_decoder *dec, const sl_sample *s, int col, const void **data,
-                       size_t *size, sl_image_info *info) {
-    SL_TRY(encoded_bytes(s, col, data, size));
-    int rc = sl_decode_info(dec, *data, *size, info);
+static int read_header(sl_decoder *dec, const sl_sample *s, int col, encoded *e) {
+    SL_TRY(encoded_bytes(s, col, &e->data, &e->size));
+    int rc = sl_decode_info(dec, e->data, e->size, &e->info);
     return rc < 0 ? cause_only(rc) : SL_OK;
+}
+
+/* The tail of an op that wrote a new tensor `t` for column `col` with
+ * status `rc`: installed, or released with the error's cause. */
+static int set_or_release(sl_sample *s, int col, sl_tensor *t, int rc) {
+    if (rc < 0) {
+        sl_tensor_release(t);
+        return cause_only(rc);
+    }
+    sl_op_set_column(s, col, t);
+    return SL_OK;
 }
 
 /* Decode `box` (pixel limits `lim`) of the image, resized to oh x ow, into a
  * new value of column `col` (the fused decode ops' common tail). */
 static int decode_box_column(sl_decoder *dec, sl_op_ctx *ctx, sl_sample *s, int col,
-                             const void *data, size_t size, sl_color color, const double box[4],
+                             const encoded *e, sl_color color, const double box[4],
                              const int lim[4], int oh, int ow, sl_interp interp) {
     sl_tensor t;
     int64_t shape[3] = {oh, ow, (int64_t)color};
     SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
-    int rc = sl_ops__decode_box(dec, data, size, color, box, lim, oh, ow, interp, t.data, NULL);
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, col, &t);
-    return SL_OK;
+    int rc = sl_ops__decode_box(dec, e->data, e->size, color, box, lim, oh, ow, interp, t.data,
+                                NULL);
+    return set_or_release(s, col, &t, rc);
 }
 
 /* ---- decode ------------------------------------------------------------------ */
@@ -271,57 +294,49 @@ static int decode_bind(void *params, sl_colset *cols, const char *field) {
 static int decode_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
     const decode_params *p = params;
     sl_decoder *dec = state;
-    const void *data = NULL;
-    size_t size = 0;
-    sl_image_info info;
-    SL_TRY(read_header(dec, s, p->col, &data, &size, &info));
-    int rc;
+    encoded e;
+    SL_TRY(read_header(dec, s, p->col, &e));
     sl_tensor t;
-    int64_t shape[3] = {info.height, info.width, (int64_t)p->color};
+    int64_t shape[3] = {e.info.height, e.info.width, (int64_t)p->color};
     SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
-    rc = sl_decode(dec, data, size, p->color, &t);
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, p->col, &t);
-    return SL_OK;
+    return set_or_release(s, p->col, &t, sl_decode(dec, e.data, e.size, p->color, &t));
 }
 PHASED(decode_apply, SL_PHASE_DECODE)
+
+/* fuse(): hand out the fused op `def` with params `f` (NULL: out of memory,
+ * fusing `what`). */
+static int fused(const sl_op_def *def, void *f, const char *what, const sl_op_def **fused_def,
+                 void **fused_params) {
+    if (!f)
+        return sl__oom(what);
+    *fused_def = def;
+    *fused_params = f;
+    return 1;
+}
 
 static int decode_fuse(const void *params, const sl_op_def *next, const void *next_params,
                        const sl_op_def **fused_def, void **fused_params) {
     const decode_params *p = params;
-    if (next == &sl_op_random_resized_crop) {
-        const rrc_params *r = next_params;
-        if (r->col != p->col)
-            return 0;
+    /* the fused ops' params begin with decode's options, column and color */
+#define DECODE_HEAD(f) ((f)->opt = p->opt, (f)->col = p->col, (f)->color = p->color)
+    if (next == &sl_op_random_resized_crop && ((const rrc_params *)next_params)->col == p->col) {
         decode_rrc_params *f = sl__calloc(1, sizeof *f);
-        if (!f)
-            return sl__oom("fusing decode + random_resized_crop");
-        f->opt = p->opt;
-        f->col = p->col;
-        f->color = p->color;
-        f->rrc = *r;
-        *fused_def = &op_decode_rrc;
-        *fused_params = f;
-        return 1;
+        if (f) {
+            DECODE_HEAD(f);
+            f->rrc = *(const rrc_params *)next_params;
+        }
+        return fused(&op_decode_rrc, f, "fusing decode + random_resized_crop", fused_def,
+                     fused_params);
     }
-    if (next == &sl_op_resize) {
-        const resize_params *r = next_params;
-        if (r->col != p->col)
-            return 0;
+    if (next == &sl_op_resize && ((const resize_params *)next_params)->col == p->col) {
         decode_resize_params *f = sl__calloc(1, sizeof *f);
-        if (!f)
-            return sl__oom("fusing decode + resize");
-        f->opt = p->opt;
-        f->col = p->col;
-        f->color = p->color;
-        f->rs = *r;
-        *fused_def = &op_decode_resize;
-        *fused_params = f;
-        return 1;
+        if (f) {
+            DECODE_HEAD(f);
+            f->rs = *(const resize_params *)next_params;
+        }
+        return fused(&op_decode_resize, f, "fusing decode + resize", fused_def, fused_params);
     }
+#undef DECODE_HEAD
     return 0;
 }
 
@@ -363,47 +378,44 @@ static int rrc_parse(void *params, const cJSON *json, const char *field) {
 
 static int rrc_bind(void *params, sl_colset *cols, const char *field) {
     rrc_params *p = params;
-    SL_TRY(bind_image(p->column, &p->col, cols, field));
-    sl_colinfo *ci = &cols->col[p->col];
-    set_image_info(ci, p->oh, p->ow, ci->ndim == 3 ? ci->shape[2] : -1);
-    return SL_OK;
+    return bind_resized(p->column, &p->col, cols, field, p->oh, p->ow);
 }
 
-/* Crop `box` of the image and resize it to oh x ow (torchvision's
- * resized_crop: crop first, so the filter never reads outside the box). */
-static int crop_resize_into(sl_op_ctx *ctx, sl_sample *s, int col, const sl_box *box, int oh,
-                            int ow, sl_interp interp) {
-    const sl_tensor *in = &s->col[col];
-    SL_TRY(sl_ops__check_image(in, "resize"));
-    int H = (int)in->shape[0], W = (int)in->shape[1], C = (int)in->shape[2];
-    sl_tensor t;
-    int64_t shape[3] = {oh, ow, C};
-    SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
-    double b[4] = {box->x, box->y, (double)box->x + box->w, (double)box->y + box->h};
-    int lim[4] = {box->x, box->y, box->x + box->w, box->y + box->h};
-    int rc = sl_ops__resample(in->data, H, W, (size_t)W * C, C, b, lim, oh, ow, interp, t.data,
-                              (size_t)ow * C, NULL);
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, col, &t);
-    return SL_OK;
-}
-
-static int rrc_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
+/* The box (in scratch) drawn for this image. */
+static int rrc_prepare(const void *params, sl_rng *rng, const sl_tensor *in, sl_tensor *out,
+                       void *scratch) {
     const rrc_params *p = params;
-    (void)state;
-    const sl_tensor *in = &s->col[p->col];
     SL_TRY(sl_ops__check_image(in, "random_resized_crop"));
-    sl_box box;
-    int rc = sl_rrc_box((int)in->shape[0], (int)in->shape[1], p->scale, p->ratio, sl_op_rng(ctx),
-                        &box);
+    int rc = sl_rrc_box((int)in->shape[0], (int)in->shape[1], p->scale, p->ratio, rng, scratch);
     if (rc < 0)
         return cause_only(rc);
-    return crop_resize_into(ctx, s, p->col, &box, p->oh, p->ow, SL_INTERP_BILINEAR);
+    int64_t shape[3] = {p->oh, p->ow, in->shape[2]};
+    sl_op_kernel_out(out, SL_U8, 3, shape);
+    return SL_OK;
 }
-PHASED(rrc_apply, SL_PHASE_RESAMPLE)
+
+/* Crop the box of the image and resize it to the output's size
+ * (torchvision's resized_crop: crop first, so the filter never reads
+ * outside the box). */
+static int rrc_run(const void *params, const void *scratch, const sl_tensor *in,
+                   sl_tensor *out) {
+    const sl_box *box = scratch;
+    (void)params;
+    int H = (int)in->shape[0], W = (int)in->shape[1], C = (int)in->shape[2];
+    int oh = (int)out->shape[0], ow = (int)out->shape[1];
+    double b[4] = {box->x, box->y, (double)box->x + box->w, (double)box->y + box->h};
+    int lim[4] = {box->x, box->y, box->x + box->w, box->y + box->h};
+    return sl_ops__resample(in->data, H, W, (size_t)W * C, C, b, lim, oh, ow,
+                            SL_INTERP_BILINEAR, out->data, (size_t)ow * C, NULL);
+}
+
+static const sl_op_kernel rrc_kernel = {
+    .col_offset = offsetof(rrc_params, col),
+    .timed = 1,
+    .phase = SL_PHASE_RESAMPLE,
+    .prepare = rrc_prepare,
+    .run = rrc_run,
+};
 
 static void rrc_describe(const void *params, char *buf, size_t cap) {
     const rrc_params *p = params;
@@ -414,7 +426,7 @@ static void rrc_describe(const void *params, char *buf, size_t cap) {
 const sl_op_def sl_op_random_resized_crop = SL_OP_DEF(
     rrc, "random_resized_crop",
     "torchvision RandomResizedCrop: random area/aspect box, resized (bilinear)",
-    .flags = SL_OPF_RANDOM, .apply = rrc_apply_phased);
+    .flags = SL_OPF_RANDOM, .kernel = &rrc_kernel);
 
 /* ---- placements (op.h): shared by the fused CPU ops and GPU decode ----------------- */
 
@@ -476,23 +488,21 @@ void sl_place_resize_crop(int H, int W, int shorter, int size_h, int size_w, int
 static int decode_rrc_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
     const decode_rrc_params *p = params;
     sl_decoder *dec = state;
-    const void *data = NULL;
-    size_t size = 0;
-    sl_image_info info;
-    SL_TRY(read_header(dec, s, p->col, &data, &size, &info));
+    encoded e;
+    SL_TRY(read_header(dec, s, p->col, &e));
     int rc;
     sl_place pl;
     /* part 1 = the random_resized_crop position: the same box as unfused;
      * part 2 = the flip position: the same draw as the unfused flip */
-    rc = sl_place_rrc(info.height, info.width, p->rrc.scale, p->rrc.ratio, p->rrc.oh, p->rrc.ow,
-                      sl_op_rng_part(ctx, 1), p->flip.p,
+    rc = sl_place_rrc(e.info.height, e.info.width, p->rrc.scale, p->rrc.ratio, p->rrc.oh,
+                      p->rrc.ow, sl_op_rng_part(ctx, 1), p->flip.p,
                       p->has_flip ? sl_op_rng_part(ctx, 2) : NULL, &pl);
     if (rc < 0)
         return cause_only(rc);
     const double *b = pl.box;
     const int *lim = pl.lim;
     if (!p->has_flip && !p->has_norm)
-        return decode_box_column(dec, ctx, s, p->col, data, size, p->color, b, lim, p->rrc.oh,
+        return decode_box_column(dec, ctx, s, p->col, &e, p->color, b, lim, p->rrc.oh,
                                  p->rrc.ow, SL_INTERP_BILINEAR);
     int mirror = pl.mirror;
     int64_t C = (int64_t)p->color, oh = p->rrc.oh, ow = p->rrc.ow;
@@ -500,7 +510,7 @@ static int decode_rrc_apply(const void *params, void *state, sl_op_ctx *ctx, sl_
     if (!p->has_norm) {
         int64_t shape[3] = {oh, ow, C};
         SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
-        rc = sl_ops__decode_box(dec, data, size, p->color, b, lim, p->rrc.oh, p->rrc.ow,
+        rc = sl_ops__decode_box(dec, e.data, e.size, p->color, b, lim, p->rrc.oh, p->rrc.ow,
                                 SL_INTERP_BILINEAR, t.data, NULL);
         if (rc == SL_OK && mirror)
             rc = sl_image_flip(&t, &t);
@@ -512,15 +522,10 @@ static int decode_rrc_apply(const void *params, void *state, sl_op_ctx *ctx, sl_
             shape[0] = oh, shape[1] = ow, shape[2] = C;
         SL_TRY(sl_op_alloc(ctx, &t, SL_F32, 3, shape));
         sl_ops__norm nm = {(const float(*)[256])p->lut, p->norm.layout, mirror};
-        rc = sl_ops__decode_box(dec, data, size, p->color, b, lim, p->rrc.oh, p->rrc.ow,
+        rc = sl_ops__decode_box(dec, e.data, e.size, p->color, b, lim, p->rrc.oh, p->rrc.ow,
                                 SL_INTERP_BILINEAR, t.data, &nm);
     }
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, p->col, &t);
-    return SL_OK;
+    return set_or_release(s, p->col, &t, rc);
 }
 PHASED(decode_rrc_apply, SL_PHASE_DECODE)
 
@@ -644,14 +649,8 @@ static int resize_parse(void *params, const cJSON *json, const char *field) {
 
 static int resize_bind(void *params, sl_colset *cols, const char *field) {
     resize_params *p = params;
-    SL_TRY(bind_image(p->column, &p->col, cols, field));
-    sl_colinfo *ci = &cols->col[p->col];
-    int64_t c = ci->ndim == 3 ? ci->shape[2] : -1;
-    if (p->shorter)
-        set_image_info(ci, -1, -1, c);
-    else
-        set_image_info(ci, p->oh, p->ow, c);
-    return SL_OK;
+    return bind_resized(p->column, &p->col, cols, field, p->shorter ? -1 : p->oh,
+                        p->shorter ? -1 : p->ow);
 }
 
 static void resize_shape(const resize_params *p, int H, int W, int *oh, int *ow) {
@@ -663,25 +662,32 @@ static void resize_shape(const resize_params *p, int H, int W, int *oh, int *ow)
     }
 }
 
-static int resize_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
-    const resize_params *p = params;
-    (void)state;
-    const sl_tensor *in = &s->col[p->col];
+static int resize_prepare(const void *params, sl_rng *rng, const sl_tensor *in,
+                          sl_tensor *out, void *scratch) {
+    (void)rng;
+    (void)scratch;
     SL_TRY(sl_ops__check_image(in, "resize"));
     int oh, ow;
-    resize_shape(p, (int)in->shape[0], (int)in->shape[1], &oh, &ow);
-    sl_tensor t;
+    resize_shape(params, (int)in->shape[0], (int)in->shape[1], &oh, &ow);
     int64_t shape[3] = {oh, ow, in->shape[2]};
-    SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
-    int rc = sl_image_resize(in, oh, ow, (sl_interp)p->interp, &t);
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, p->col, &t);
+    sl_op_kernel_out(out, SL_U8, 3, shape);
     return SL_OK;
 }
-PHASED(resize_apply, SL_PHASE_RESAMPLE)
+
+static int resize_run(const void *params, const void *scratch, const sl_tensor *in,
+                      sl_tensor *out) {
+    (void)scratch;
+    return sl_image_resize(in, (int)out->shape[0], (int)out->shape[1],
+                           (sl_interp)((const resize_params *)params)->interp, out);
+}
+
+static const sl_op_kernel resize_kernel = {
+    .col_offset = offsetof(resize_params, col),
+    .timed = 1,
+    .phase = SL_PHASE_RESAMPLE,
+    .prepare = resize_prepare,
+    .run = resize_run,
+};
 
 static void resize_describe(const void *params, char *buf, size_t cap) {
     const resize_params *p = params;
@@ -694,7 +700,7 @@ static void resize_describe(const void *params, char *buf, size_t cap) {
 const sl_op_def sl_op_resize = SL_OP_DEF(
     resize, "resize",
     "resize (PIL-exact; int size: the shorter side, as torchvision Resize(int))",
-    .apply = resize_apply_phased);
+    .kernel = &resize_kernel);
 
 /* ---- center_crop ------------------------------------------------------------------ */
 
@@ -709,31 +715,34 @@ static int ccrop_parse(void *params, const cJSON *json, const char *field) {
 
 static int ccrop_bind(void *params, sl_colset *cols, const char *field) {
     ccrop_params *p = params;
-    SL_TRY(bind_image(p->column, &p->col, cols, field));
-    sl_colinfo *ci = &cols->col[p->col];
-    set_image_info(ci, p->ch, p->cw, ci->ndim == 3 ? ci->shape[2] : -1);
+    return bind_resized(p->column, &p->col, cols, field, p->ch, p->cw);
+}
+
+/* The crop box (in scratch), padded with zeros where it leaves the image. */
+static int ccrop_prepare(const void *params, sl_rng *rng, const sl_tensor *in, sl_tensor *out,
+                         void *scratch) {
+    const ccrop_params *p = params;
+    (void)rng;
+    SL_TRY(sl_ops__check_image(in, "center_crop"));
+    sl_center_crop_box((int)in->shape[0], (int)in->shape[1], p->ch, p->cw, scratch);
+    int64_t shape[3] = {p->ch, p->cw, in->shape[2]};
+    sl_op_kernel_out(out, SL_U8, 3, shape);
     return SL_OK;
 }
 
-static int ccrop_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
-    const ccrop_params *p = params;
-    (void)state;
-    const sl_tensor *in = &s->col[p->col];
-    SL_TRY(sl_ops__check_image(in, "center_crop"));
-    sl_box box;
-    sl_center_crop_box((int)in->shape[0], (int)in->shape[1], p->ch, p->cw, &box);
-    sl_tensor t;
-    int64_t shape[3] = {p->ch, p->cw, in->shape[2]};
-    SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
-    int rc = sl_image_crop(in, &box, &t);
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, p->col, &t);
-    return SL_OK;
+static int ccrop_run(const void *params, const void *scratch, const sl_tensor *in,
+                     sl_tensor *out) {
+    (void)params;
+    return sl_image_crop(in, scratch, out);
 }
-PHASED(ccrop_apply, SL_PHASE_RESAMPLE)
+
+static const sl_op_kernel ccrop_kernel = {
+    .col_offset = offsetof(ccrop_params, col),
+    .timed = 1,
+    .phase = SL_PHASE_RESAMPLE,
+    .prepare = ccrop_prepare,
+    .run = ccrop_run,
+};
 
 static void ccrop_describe(const void *params, char *buf, size_t cap) {
     const ccrop_params *p = params;
@@ -743,19 +752,17 @@ static void ccrop_describe(const void *params, char *buf, size_t cap) {
 const sl_op_def sl_op_center_crop = SL_OP_DEF(
     ccrop, "center_crop",
     "torchvision CenterCrop (zero padding when the image is smaller)",
-    .apply = ccrop_apply_phased);
+    .kernel = &ccrop_kernel);
 
 /* ---- decode + resize (+ center_crop) (fused) --------------------------------------- */
 
 static int decode_resize_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
     const decode_resize_params *p = params;
     sl_decoder *dec = state;
-    const void *data = NULL;
-    size_t size = 0;
-    sl_image_info info;
-    SL_TRY(read_header(dec, s, p->col, &data, &size, &info));
+    encoded e;
+    SL_TRY(read_header(dec, s, p->col, &e));
     int rc;
-    int H = info.height, W = info.width;
+    int H = e.info.height, W = e.info.width;
     sl_place pl;
     sl_place_resize_crop(H, W, p->rs.shorter, p->rs.oh, p->rs.ow, p->has_crop ? p->cc.ch : 0,
                          p->cc.cw, &pl);
@@ -767,7 +774,7 @@ static int decode_resize_apply(const void *params, void *state, sl_op_ctx *ctx, 
         int64_t fs[3] = {H, W, (int64_t)p->color}, rs[3] = {rh, rw, (int64_t)p->color};
         int64_t cs[3] = {p->cc.ch, p->cc.cw, (int64_t)p->color};
         SL_TRY(sl_op_alloc(ctx, &full, SL_U8, 3, fs));
-        rc = sl_decode(dec, data, size, p->color, &full);
+        rc = sl_decode(dec, e.data, e.size, p->color, &full);
         if (rc == SL_OK)
             rc = sl_op_alloc(ctx, &r, SL_U8, 3, rs);
         if (rc == SL_OK)
@@ -788,7 +795,7 @@ static int decode_resize_apply(const void *params, void *state, sl_op_ctx *ctx, 
     const double *box = pl.box;
     const int *lim = pl.lim;
     int oh = pl.oh, ow = pl.ow;
-    return decode_box_column(dec, ctx, s, p->col, data, size, p->color, box, lim, oh, ow,
+    return decode_box_column(dec, ctx, s, p->col, &e, p->color, box, lim, oh, ow,
                              (sl_interp)p->rs.interp);
 }
 PHASED(decode_resize_apply, SL_PHASE_DECODE)
@@ -802,14 +809,13 @@ static int decode_resize_fuse(const void *params, const sl_op_def *next, const v
     if (c->col != p->col)
         return 0;
     decode_resize_params *f = sl__calloc(1, sizeof *f);
-    if (!f)
-        return sl__oom("fusing decode + resize + center_crop");
-    *f = *p;
-    f->has_crop = 1;
-    f->cc = *c;
-    *fused_def = &op_decode_resize;
-    *fused_params = f;
-    return 1;
+    if (f) {
+        *f = *p;
+        f->has_crop = 1;
+        f->cc = *c;
+    }
+    return fused(&op_decode_resize, f, "fusing decode + resize + center_crop", fused_def,
+                 fused_params);
 }
 
 static void decode_resize_describe(const void *params, char *buf, size_t cap) {
@@ -869,6 +875,7 @@ static int flip_run(const void *params, const void *scratch, const sl_tensor *in
 }
 
 static const sl_op_kernel flip_kernel = {
+    .batches = 1,
     .col_offset = offsetof(flip_params, col),
     .image = 1,
     .prepare = flip_prepare,
@@ -926,22 +933,27 @@ static int rotate_bind(void *params, sl_colset *cols, const char *field) {
     return bind_image(p->column, &p->col, cols, field);
 }
 
-static int rotate_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
+/* The angle (in scratch), drawn after the image is checked. */
+static int rotate_prepare(const void *params, sl_rng *rng, const sl_tensor *in,
+                          sl_tensor *out, void *scratch) {
     const rotate_params *p = params;
-    (void)state;
-    const sl_tensor *in = &s->col[p->col];
     SL_TRY(sl_ops__check_image(in, "rotate"));
-    double angle = p->lo + sl_rng_uniform(sl_op_rng(ctx)) * (p->hi - p->lo);
-    sl_tensor t;
-    SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, in->shape));
-    int rc = sl_image_rotate(in, angle, (uint8_t)p->fill, &t);
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, p->col, &t);
+    *(double *)scratch = p->lo + sl_rng_uniform(rng) * (p->hi - p->lo);
+    sl_op_kernel_out(out, SL_U8, 3, in->shape);
     return SL_OK;
 }
+
+static int rotate_run(const void *params, const void *scratch, const sl_tensor *in,
+                      sl_tensor *out) {
+    const rotate_params *p = params;
+    return sl_image_rotate(in, *(const double *)scratch, (uint8_t)p->fill, out);
+}
+
+static const sl_op_kernel rotate_kernel = {
+    .col_offset = offsetof(rotate_params, col),
+    .prepare = rotate_prepare,
+    .run = rotate_run,
+};
 
 static void rotate_describe(const void *params, char *buf, size_t cap) {
     const rotate_params *p = params;
@@ -951,7 +963,7 @@ static void rotate_describe(const void *params, char *buf, size_t cap) {
 const sl_op_def sl_op_rotate = SL_OP_DEF(
     rotate, "rotate",
     "rotate by a random angle in degrees (PIL rotate, bilinear, fill)",
-    .flags = SL_OPF_RANDOM, .apply = rotate_apply);
+    .flags = SL_OPF_RANDOM, .kernel = &rotate_kernel);
 
 /* ---- normalize ------------------------------------------------------------------------ */
 
@@ -1042,6 +1054,7 @@ static int normalize_run(const void *params, const void *scratch, const sl_tenso
 }
 
 static const sl_op_kernel normalize_kernel = {
+    .batches = 1,
     .col_offset = offsetof(normalize_params, col),
     .image = 1,
     .timed = 1,
@@ -1112,6 +1125,7 @@ static int cast_run(const void *params, const void *scratch, const sl_tensor *in
 }
 
 static const sl_op_kernel cast_kernel = {
+    .batches = 1,
     .col_offset = offsetof(cast_params, col),
     .elementwise = 1,
     .prepare = cast_prepare,
@@ -1207,6 +1221,7 @@ static int one_hot_run(const void *params, const void *scratch, const sl_tensor 
 }
 
 static const sl_op_kernel one_hot_kernel = {
+    .batches = 1,
     .col_offset = offsetof(one_hot_params, col),
     .prepare = one_hot_prepare,
     .run = one_hot_run,
@@ -1248,36 +1263,17 @@ static int flip_fuse(const void *params, const sl_op_def *next, const void *next
 
 static int flip_normalize_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
     const flip_normalize_params *p = params;
+    const normalize_params *n = &p->norm;
     (void)state;
     /* part 0 = the flip position: the same draw as the unfused flip */
     int mirror = sl_rng_uniform(sl_op_rng_part(ctx, 0)) < p->flip.p;
-    const normalize_params *n = &p->norm;
     const sl_tensor *in = &s->col[n->col];
-    SL_TRY(sl_ops__check_image(in, "normalize"));
-    int64_t H = in->shape[0], W = in->shape[1], C = in->shape[2];
-    float mean[4], sd[4];
-    if ((n->nmean != 1 && n->nmean != C) || (n->nstd != 1 && n->nstd != C))
-        return sl__error(SL_EINVAL, "mean/std have %d/%d values for a %lld-channel image",
-                         n->nmean, n->nstd, (long long)C);
-    for (int c = 0; c < C; c++) {
-        mean[c] = n->mean[n->nmean == 1 ? 0 : c];
-        sd[c] = n->std[n->nstd == 1 ? 0 : c];
-    }
-    sl_tensor t;
-    int64_t shape[3];
-    if (n->layout == SL_LAYOUT_CHW) {
-        shape[0] = C; shape[1] = H; shape[2] = W;
-    } else {
-        shape[0] = H; shape[1] = W; shape[2] = C;
-    }
-    SL_TRY(sl_op_alloc(ctx, &t, n->dtype, 3, shape));
-    int rc = sl_ops__normalize(in, mean, sd, n->layout, n->dtype, mirror, &t);
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, n->col, &t);
-    return SL_OK;
+    float ms[8]; /* mean and std per channel */
+    sl_tensor want, t;
+    SL_TRY(normalize_prepare(n, NULL, in, &want, ms));
+    SL_TRY(sl_op_alloc(ctx, &t, want.dtype, want.ndim, want.shape));
+    return set_or_release(s, n->col, &t,
+                          sl_ops__normalize(in, ms, ms + 4, n->layout, n->dtype, mirror, &t));
 }
 PHASED(flip_normalize_apply, SL_PHASE_NORMALIZE)
 
@@ -1460,27 +1456,24 @@ static int gpu_place_init(const void *params, void **state_out) {
 static int gpu_place_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
     const sl_gpu_decode *g = params;
     sl_decoder *dec = state;
-    const void *data = NULL;
-    size_t size = 0;
-    sl_image_info info;
-    SL_TRY(read_header(dec, s, g->col, &data, &size, &info));
+    encoded e;
+    SL_TRY(read_header(dec, s, g->col, &e));
     sl_rng flip_rng;
     if (g->has_flip)
         sl_rng_init(&flip_rng, ctx->seed, ctx->epoch, ctx->key, g->flip_pos);
     sl_place pl;
+    int H = e.info.height, W = e.info.width;
     if (g->crop == 1) {
         sl_rng box_rng;
         sl_rng_init(&box_rng, ctx->seed, ctx->epoch, ctx->key, g->rrc_pos);
-        int rc = sl_place_rrc(info.height, info.width, g->scale, g->ratio, g->oh, g->ow, &box_rng,
-                              g->flip_p, g->has_flip ? &flip_rng : NULL, &pl);
+        int rc = sl_place_rrc(H, W, g->scale, g->ratio, g->oh, g->ow, &box_rng, g->flip_p,
+                              g->has_flip ? &flip_rng : NULL, &pl);
         if (rc < 0)
             return cause_only(rc);
     } else {
-        sl_place_resize_crop(info.height, info.width, g->shorter, g->size_h, g->size_w, g->ch,
-                             g->cw, &pl);
+        sl_place_resize_crop(H, W, g->shorter, g->size_h, g->size_w, g->ch, g->cw, &pl);
         if (pl.pads) /* refused at plan time (sl_op__gpu_chain_add) */
-            return sl__error(SL_EINVAL, "center_crop pads this %dx%d image", info.width,
-                             info.height);
+            return sl__error(SL_EINVAL, "center_crop pads this %dx%d image", W, H);
         pl.mirror = g->has_flip && sl_rng_uniform(&flip_rng) < g->flip_p;
     }
     sl_tensor t;
@@ -1492,8 +1485,8 @@ static int gpu_place_apply(const void *params, void *state, sl_op_ctx *ctx, sl_s
         v[SL_GPU_PLACE_LIM + k] = pl.lim[k];
     }
     v[SL_GPU_PLACE_FLIP] = pl.mirror;
-    v[SL_GPU_PLACE_H] = info.height;
-    v[SL_GPU_PLACE_W] = info.width;
+    v[SL_GPU_PLACE_H] = H;
+    v[SL_GPU_PLACE_W] = W;
     v[SL_GPU_PLACE_RECORD] = (double)ctx->index;
     v[SL_GPU_PLACE_POS] = (double)ctx->stream_pos;
     /* a new column: what lies past ncols is stale (released samples are not

@@ -301,6 +301,8 @@ typedef struct sl_op_kernel {
     size_t col_offset;              /* offsetof(params struct, the bound `int` column) */
     int image;                      /* 1: reads an HWC uint8 image (batched only
                                        when the plan says the column is one) */
+    int batches;                    /* 1: may run over a stacked batch (map
+                                       vectorization; sl_op_can_batch) */
     int elementwise;                /* 1: each output element depends on the input
                                        element alone and nothing is drawn (cast):
                                        a batch runs as one call on the whole
@@ -351,7 +353,7 @@ const sl_op_def *sl_op_at(int i);
 int sl_op_apply(const sl_op_def *def, const void *params, void *state, sl_op_ctx *ctx,
                 sl_sample *s);
 /* Map vectorization: can op `def`, given the columns it receives (`in`,
- * plan time), run on a stacked batch instead? 1 when it has a kernel and
+ * plan time), run on a stacked batch instead? 1 when its kernel batches and
  * the column it reads has a known dtype and shape (an HWC uint8 image for
  * an image kernel). */
 int sl_op_can_batch(const sl_op_def *def, const void *params, const sl_colset *in);

@@ -94,7 +94,7 @@ int sl_op_apply(const sl_op_def *def, const void *params, void *state, sl_op_ctx
 }
 
 int sl_op_can_batch(const sl_op_def *def, const void *params, const sl_colset *in) {
-    if (!def->kernel)
+    if (!def->kernel || !def->kernel->batches)
         return 0;
     const sl_colinfo *ci = &in->col[kernel_col(def->kernel, params)];
     if (ci->encoded || ci->dtype == SL_DTYPE_INVALID || ci->ndim < 0 || ci->ndim >= SL_MAX_DIMS)
@@ -207,7 +207,7 @@ static int kernel_apply_batch(const sl_op_def *def, const void *params, sl_op_bc
 int sl_op_apply_batch(const sl_op_def *def, const void *params, void *state, sl_op_bctx *ctx,
                       sl_tensor *col) {
     (void)state;
-    if (!def->kernel)
-        return sl__error(SL_EINVAL, "op '%s' has no kernel to run on a batch", def->name);
+    if (!def->kernel || !def->kernel->batches)
+        return sl__error(SL_EINVAL, "op '%s' does not run on a batch", def->name);
     return kernel_apply_batch(def, params, ctx, col);
 }
