@@ -111,6 +111,19 @@ static int parse_range(const cJSON *json, const char *key, const char *field, do
     return SL_OK;
 }
 
+/* "dtype": a dtype name (required when `def` is NULL); bool only when
+ * `bool_ok`. */
+static int parse_dtype(const cJSON *json, const char *field, const char *def, int bool_ok,
+                       sl_dtype *out) {
+    char name[32];
+    SL_TRY(sl_op_param_string(json, "dtype", field, def == NULL, def, name, sizeof name));
+    *out = sl_dtype_parse(name);
+    if (*out == SL_DTYPE_INVALID || (*out == SL_BOOL && !bool_ok))
+        return sl__error(SL_EINVAL, "%s.dtype: unknown %sdtype '%s'", field,
+                         bool_ok ? "" : "or unsupported ", name);
+    return SL_OK;
+}
+
 static const char *const interp_names[] = {"bilinear", "area", "nearest", NULL};
 
 /* The decode options; the first member of every decode op's params, so
@@ -122,19 +135,24 @@ typedef struct {
                              (sl_op__gpu_chain_add); never applied as a CPU op */
 } decode_opts;
 
-static int decoder_init(const void *params, void **state_out) {
-    const decode_opts *o = params;
+/* A worker's decoder with these options. */
+static int make_decoder(int warnings, int exif_orientation, void **state_out) {
     sl_decoder *dec;
     SL_TRY(sl_decoder_create(&dec));
-    int rc = sl_decoder_set(dec, SL_DECODE_WARNINGS, o->warnings);
+    int rc = sl_decoder_set(dec, SL_DECODE_WARNINGS, warnings);
     if (rc == SL_OK)
-        rc = sl_decoder_set(dec, SL_DECODE_EXIF_ORIENTATION, o->exif_orientation);
+        rc = sl_decoder_set(dec, SL_DECODE_EXIF_ORIENTATION, exif_orientation);
     if (rc < 0) {
         sl_decoder_free(dec);
         return rc;
     }
     *state_out = dec;
     return SL_OK;
+}
+
+static int decoder_init(const void *params, void **state_out) {
+    const decode_opts *o = params;
+    return make_decoder(o->warnings, o->exif_orientation, state_out);
 }
 
 static void decoder_free(void *state) { sl_decoder_free(state); }
@@ -150,17 +168,21 @@ static int encoded_bytes(const sl_sample *s, int col, const void **data, size_t 
     return SL_OK;
 }
 
-/* An encoded image: its bytes and header. */
+/* An encoded image: its bytes, its header and the worker's decoder that
+ * read it. */
 typedef struct {
+    sl_decoder *dec;
     const void *data;
     size_t size;
     sl_image_info info;
 } encoded;
 
-/* The encoded bytes of column `col` and their image header. */
-static int read_header(sl_decoder *dec, const sl_sample *s, int col, encoded *e) {
+/* The encoded bytes of column `col` and their image header, read with the
+ * decoder `state` (a decode op's per-worker state). */
+static int read_header(void *state, const sl_sample *s, int col, encoded *e) {
+    e->dec = state;
     SL_TRY(encoded_bytes(s, col, &e->data, &e->size));
-    int rc = sl_decode_info(dec, e->data, e->size, &e->info);
+    int rc = sl_decode_info(e->dec, e->data, e->size, &e->info);
     return rc < 0 ? cause_only(rc) : SL_OK;
 }
 
@@ -177,14 +199,14 @@ static int set_or_release(sl_sample *s, int col, sl_tensor *t, int rc) {
 
 /* Decode `box` (pixel limits `lim`) of the image, resized to oh x ow, into a
  * new value of column `col` (the fused decode ops' common tail). */
-static int decode_box_column(sl_decoder *dec, sl_op_ctx *ctx, sl_sample *s, int col,
-                             const encoded *e, sl_color color, const double box[4],
-                             const int lim[4], int oh, int ow, sl_interp interp) {
+static int decode_box_column(sl_op_ctx *ctx, sl_sample *s, int col, const encoded *e,
+                             sl_color color, const double box[4], const int lim[4], int oh,
+                             int ow, sl_interp interp) {
     sl_tensor t;
     int64_t shape[3] = {oh, ow, (int64_t)color};
     SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
-    int rc = sl_ops__decode_box(dec, e->data, e->size, color, box, lim, oh, ow, interp, t.data,
-                                NULL);
+    int rc = sl_ops__decode_box(e->dec, e->data, e->size, color, box, lim, oh, ow, interp,
+                                t.data, NULL);
     return set_or_release(s, col, &t, rc);
 }
 
@@ -232,6 +254,26 @@ typedef struct {
     sl_layout layout;
     sl_dtype dtype;
 } normalize_params;
+
+typedef struct {
+    char column[SL_COLNAME_MAX];
+    int col;
+    double lo, hi;
+    int fill;
+} rotate_params;
+
+typedef struct {
+    char column[SL_COLNAME_MAX];
+    int col;
+    sl_dtype dtype;
+} cast_params;
+
+typedef struct {
+    char column[SL_COLNAME_MAX];
+    int col;
+    int classes;
+    sl_dtype dtype;
+} one_hot_params;
 
 /* fused ops */
 typedef struct {
@@ -293,13 +335,12 @@ static int decode_bind(void *params, sl_colset *cols, const char *field) {
 
 static int decode_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
     const decode_params *p = params;
-    sl_decoder *dec = state;
     encoded e;
-    SL_TRY(read_header(dec, s, p->col, &e));
+    SL_TRY(read_header(state, s, p->col, &e));
     sl_tensor t;
     int64_t shape[3] = {e.info.height, e.info.width, (int64_t)p->color};
     SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
-    return set_or_release(s, p->col, &t, sl_decode(dec, e.data, e.size, p->color, &t));
+    return set_or_release(s, p->col, &t, sl_decode(e.dec, e.data, e.size, p->color, &t));
 }
 PHASED(decode_apply, SL_PHASE_DECODE)
 
@@ -381,6 +422,12 @@ static int rrc_bind(void *params, sl_colset *cols, const char *field) {
     return bind_resized(p->column, &p->col, cols, field, p->oh, p->ow);
 }
 
+static void rrc_describe(const void *params, char *buf, size_t cap) {
+    const rrc_params *p = params;
+    snprintf(buf, cap, "size=%dx%d scale=[%g,%g] ratio=[%g,%g]", p->oh, p->ow, p->scale[0],
+             p->scale[1], p->ratio[0], p->ratio[1]);
+}
+
 /* The box (in scratch) drawn for this image. */
 static int rrc_prepare(const void *params, sl_rng *rng, const sl_tensor *in, sl_tensor *out,
                        void *scratch) {
@@ -409,24 +456,10 @@ static int rrc_run(const void *params, const void *scratch, const sl_tensor *in,
                             SL_INTERP_BILINEAR, out->data, (size_t)ow * C, NULL);
 }
 
-static const sl_op_kernel rrc_kernel = {
-    .col_offset = offsetof(rrc_params, col),
-    .timed = 1,
-    .phase = SL_PHASE_RESAMPLE,
-    .prepare = rrc_prepare,
-    .run = rrc_run,
-};
-
-static void rrc_describe(const void *params, char *buf, size_t cap) {
-    const rrc_params *p = params;
-    snprintf(buf, cap, "size=%dx%d scale=[%g,%g] ratio=[%g,%g]", p->oh, p->ow, p->scale[0],
-             p->scale[1], p->ratio[0], p->ratio[1]);
-}
-
 const sl_op_def sl_op_random_resized_crop = SL_OP_DEF(
     rrc, "random_resized_crop",
     "torchvision RandomResizedCrop: random area/aspect box, resized (bilinear)",
-    .flags = SL_OPF_RANDOM, .kernel = &rrc_kernel);
+    .flags = SL_OPF_RANDOM, .kernel = SL_OP_KERNEL(rrc, .timed = 1, .phase = SL_PHASE_RESAMPLE));
 
 /* ---- placements (op.h): shared by the fused CPU ops and GPU decode ----------------- */
 
@@ -487,9 +520,8 @@ void sl_place_resize_crop(int H, int W, int shorter, int size_h, int size_w, int
 
 static int decode_rrc_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
     const decode_rrc_params *p = params;
-    sl_decoder *dec = state;
     encoded e;
-    SL_TRY(read_header(dec, s, p->col, &e));
+    SL_TRY(read_header(state, s, p->col, &e));
     int rc;
     sl_place pl;
     /* part 1 = the random_resized_crop position: the same box as unfused;
@@ -502,7 +534,7 @@ static int decode_rrc_apply(const void *params, void *state, sl_op_ctx *ctx, sl_
     const double *b = pl.box;
     const int *lim = pl.lim;
     if (!p->has_flip && !p->has_norm)
-        return decode_box_column(dec, ctx, s, p->col, &e, p->color, b, lim, p->rrc.oh,
+        return decode_box_column(ctx, s, p->col, &e, p->color, b, lim, p->rrc.oh,
                                  p->rrc.ow, SL_INTERP_BILINEAR);
     int mirror = pl.mirror;
     int64_t C = (int64_t)p->color, oh = p->rrc.oh, ow = p->rrc.ow;
@@ -510,7 +542,7 @@ static int decode_rrc_apply(const void *params, void *state, sl_op_ctx *ctx, sl_
     if (!p->has_norm) {
         int64_t shape[3] = {oh, ow, C};
         SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
-        rc = sl_ops__decode_box(dec, e.data, e.size, p->color, b, lim, p->rrc.oh, p->rrc.ow,
+        rc = sl_ops__decode_box(e.dec, e.data, e.size, p->color, b, lim, p->rrc.oh, p->rrc.ow,
                                 SL_INTERP_BILINEAR, t.data, NULL);
         if (rc == SL_OK && mirror)
             rc = sl_image_flip(&t, &t);
@@ -522,7 +554,7 @@ static int decode_rrc_apply(const void *params, void *state, sl_op_ctx *ctx, sl_
             shape[0] = oh, shape[1] = ow, shape[2] = C;
         SL_TRY(sl_op_alloc(ctx, &t, SL_F32, 3, shape));
         sl_ops__norm nm = {(const float(*)[256])p->lut, p->norm.layout, mirror};
-        rc = sl_ops__decode_box(dec, e.data, e.size, p->color, b, lim, p->rrc.oh, p->rrc.ow,
+        rc = sl_ops__decode_box(e.dec, e.data, e.size, p->color, b, lim, p->rrc.oh, p->rrc.ow,
                                 SL_INTERP_BILINEAR, t.data, &nm);
     }
     return set_or_release(s, p->col, &t, rc);
@@ -662,6 +694,14 @@ static void resize_shape(const resize_params *p, int H, int W, int *oh, int *ow)
     }
 }
 
+static void resize_describe(const void *params, char *buf, size_t cap) {
+    const resize_params *p = params;
+    if (p->shorter)
+        snprintf(buf, cap, "shorter side=%d %s", p->oh, interp_names[p->interp - 1]);
+    else
+        snprintf(buf, cap, "size=%dx%d %s", p->oh, p->ow, interp_names[p->interp - 1]);
+}
+
 static int resize_prepare(const void *params, sl_rng *rng, const sl_tensor *in,
                           sl_tensor *out, void *scratch) {
     (void)rng;
@@ -681,26 +721,10 @@ static int resize_run(const void *params, const void *scratch, const sl_tensor *
                            (sl_interp)((const resize_params *)params)->interp, out);
 }
 
-static const sl_op_kernel resize_kernel = {
-    .col_offset = offsetof(resize_params, col),
-    .timed = 1,
-    .phase = SL_PHASE_RESAMPLE,
-    .prepare = resize_prepare,
-    .run = resize_run,
-};
-
-static void resize_describe(const void *params, char *buf, size_t cap) {
-    const resize_params *p = params;
-    if (p->shorter)
-        snprintf(buf, cap, "shorter side=%d %s", p->oh, interp_names[p->interp - 1]);
-    else
-        snprintf(buf, cap, "size=%dx%d %s", p->oh, p->ow, interp_names[p->interp - 1]);
-}
-
 const sl_op_def sl_op_resize = SL_OP_DEF(
     resize, "resize",
     "resize (PIL-exact; int size: the shorter side, as torchvision Resize(int))",
-    .kernel = &resize_kernel);
+    .kernel = SL_OP_KERNEL(resize, .timed = 1, .phase = SL_PHASE_RESAMPLE));
 
 /* ---- center_crop ------------------------------------------------------------------ */
 
@@ -716,6 +740,11 @@ static int ccrop_parse(void *params, const cJSON *json, const char *field) {
 static int ccrop_bind(void *params, sl_colset *cols, const char *field) {
     ccrop_params *p = params;
     return bind_resized(p->column, &p->col, cols, field, p->ch, p->cw);
+}
+
+static void ccrop_describe(const void *params, char *buf, size_t cap) {
+    const ccrop_params *p = params;
+    snprintf(buf, cap, "size=%dx%d", p->ch, p->cw);
 }
 
 /* The crop box (in scratch), padded with zeros where it leaves the image. */
@@ -736,31 +765,17 @@ static int ccrop_run(const void *params, const void *scratch, const sl_tensor *i
     return sl_image_crop(in, scratch, out);
 }
 
-static const sl_op_kernel ccrop_kernel = {
-    .col_offset = offsetof(ccrop_params, col),
-    .timed = 1,
-    .phase = SL_PHASE_RESAMPLE,
-    .prepare = ccrop_prepare,
-    .run = ccrop_run,
-};
-
-static void ccrop_describe(const void *params, char *buf, size_t cap) {
-    const ccrop_params *p = params;
-    snprintf(buf, cap, "size=%dx%d", p->ch, p->cw);
-}
-
 const sl_op_def sl_op_center_crop = SL_OP_DEF(
     ccrop, "center_crop",
     "torchvision CenterCrop (zero padding when the image is smaller)",
-    .kernel = &ccrop_kernel);
+    .kernel = SL_OP_KERNEL(ccrop, .timed = 1, .phase = SL_PHASE_RESAMPLE));
 
 /* ---- decode + resize (+ center_crop) (fused) --------------------------------------- */
 
 static int decode_resize_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
     const decode_resize_params *p = params;
-    sl_decoder *dec = state;
     encoded e;
-    SL_TRY(read_header(dec, s, p->col, &e));
+    SL_TRY(read_header(state, s, p->col, &e));
     int rc;
     int H = e.info.height, W = e.info.width;
     sl_place pl;
@@ -774,7 +789,7 @@ static int decode_resize_apply(const void *params, void *state, sl_op_ctx *ctx, 
         int64_t fs[3] = {H, W, (int64_t)p->color}, rs[3] = {rh, rw, (int64_t)p->color};
         int64_t cs[3] = {p->cc.ch, p->cc.cw, (int64_t)p->color};
         SL_TRY(sl_op_alloc(ctx, &full, SL_U8, 3, fs));
-        rc = sl_decode(dec, e.data, e.size, p->color, &full);
+        rc = sl_decode(e.dec, e.data, e.size, p->color, &full);
         if (rc == SL_OK)
             rc = sl_op_alloc(ctx, &r, SL_U8, 3, rs);
         if (rc == SL_OK)
@@ -795,7 +810,7 @@ static int decode_resize_apply(const void *params, void *state, sl_op_ctx *ctx, 
     const double *box = pl.box;
     const int *lim = pl.lim;
     int oh = pl.oh, ow = pl.ow;
-    return decode_box_column(dec, ctx, s, p->col, &e, p->color, box, lim, oh, ow,
+    return decode_box_column(ctx, s, p->col, &e, p->color, box, lim, oh, ow,
                              (sl_interp)p->rs.interp);
 }
 PHASED(decode_resize_apply, SL_PHASE_DECODE)
@@ -852,6 +867,10 @@ static int flip_bind(void *params, sl_colset *cols, const char *field) {
     return bind_image(p->column, &p->col, cols, field);
 }
 
+static void flip_describe(const void *params, char *buf, size_t cap) {
+    snprintf(buf, cap, "p=%g", ((const flip_params *)params)->p);
+}
+
 /* Kept (no draw under p) or mirrored into a new tensor: the input may be a
  * read-only view of the source (a file mapping) or shared with another
  * sample. */
@@ -874,34 +893,17 @@ static int flip_run(const void *params, const void *scratch, const sl_tensor *in
     return sl_image_flip(in, out);
 }
 
-static const sl_op_kernel flip_kernel = {
-    .batches = 1,
-    .col_offset = offsetof(flip_params, col),
-    .image = 1,
-    .prepare = flip_prepare,
-    .run = flip_run,
-};
-
-static void flip_describe(const void *params, char *buf, size_t cap) {
-    snprintf(buf, cap, "p=%g", ((const flip_params *)params)->p);
-}
-
 static int flip_fuse(const void *params, const sl_op_def *next, const void *next_params,
                      const sl_op_def **fused_def, void **fused_params);
 
 const sl_op_def sl_op_flip = SL_OP_DEF(
     flip, "flip",
     "horizontal flip with probability p (torchvision RandomHorizontalFlip)",
-    .flags = SL_OPF_RANDOM, .kernel = &flip_kernel, .fuse = flip_fuse);
+    .flags = SL_OPF_RANDOM,
+    .kernel = SL_OP_KERNEL(flip, .batches = 1, .image = 1),
+    .fuse = flip_fuse);
 
 /* ---- rotate ---------------------------------------------------------------------------- */
-
-typedef struct {
-    char column[SL_COLNAME_MAX];
-    int col;
-    double lo, hi;
-    int fill;
-} rotate_params;
 
 static int rotate_parse(void *params, const cJSON *json, const char *field) {
     rotate_params *p = params;
@@ -933,6 +935,11 @@ static int rotate_bind(void *params, sl_colset *cols, const char *field) {
     return bind_image(p->column, &p->col, cols, field);
 }
 
+static void rotate_describe(const void *params, char *buf, size_t cap) {
+    const rotate_params *p = params;
+    snprintf(buf, cap, "degrees=[%g,%g] fill=%d", p->lo, p->hi, p->fill);
+}
+
 /* The angle (in scratch), drawn after the image is checked. */
 static int rotate_prepare(const void *params, sl_rng *rng, const sl_tensor *in,
                           sl_tensor *out, void *scratch) {
@@ -949,21 +956,10 @@ static int rotate_run(const void *params, const void *scratch, const sl_tensor *
     return sl_image_rotate(in, *(const double *)scratch, (uint8_t)p->fill, out);
 }
 
-static const sl_op_kernel rotate_kernel = {
-    .col_offset = offsetof(rotate_params, col),
-    .prepare = rotate_prepare,
-    .run = rotate_run,
-};
-
-static void rotate_describe(const void *params, char *buf, size_t cap) {
-    const rotate_params *p = params;
-    snprintf(buf, cap, "degrees=[%g,%g] fill=%d", p->lo, p->hi, p->fill);
-}
-
 const sl_op_def sl_op_rotate = SL_OP_DEF(
     rotate, "rotate",
     "rotate by a random angle in degrees (PIL rotate, bilinear, fill)",
-    .flags = SL_OPF_RANDOM, .kernel = &rotate_kernel);
+    .flags = SL_OPF_RANDOM, .kernel = SL_OP_KERNEL(rotate, .timed = 0));
 
 /* ---- normalize ------------------------------------------------------------------------ */
 
@@ -1022,6 +1018,12 @@ static int normalize_bind(void *params, sl_colset *cols, const char *field) {
     return SL_OK;
 }
 
+static void normalize_describe(const void *params, char *buf, size_t cap) {
+    const normalize_params *p = params;
+    snprintf(buf, cap, "mean=[%g,...] std=[%g,...] %s %s", p->mean[0], p->std[0],
+             p->layout == SL_LAYOUT_CHW ? "chw" : "hwc", sl_dtype_name(p->dtype));
+}
+
 /* mean/std per channel of this image (in scratch), the output laid out as
  * asked. */
 static int normalize_prepare(const void *params, sl_rng *rng, const sl_tensor *in,
@@ -1053,46 +1055,20 @@ static int normalize_run(const void *params, const void *scratch, const sl_tenso
     return sl_image_normalize(in, mean, sd, p->layout, p->dtype, out);
 }
 
-static const sl_op_kernel normalize_kernel = {
-    .batches = 1,
-    .col_offset = offsetof(normalize_params, col),
-    .image = 1,
-    .timed = 1,
-    .phase = SL_PHASE_NORMALIZE,
-    .prepare = normalize_prepare,
-    .run = normalize_run,
-};
-
-static void normalize_describe(const void *params, char *buf, size_t cap) {
-    const normalize_params *p = params;
-    snprintf(buf, cap, "mean=[%g,...] std=[%g,...] %s %s", p->mean[0], p->std[0],
-             p->layout == SL_LAYOUT_CHW ? "chw" : "hwc", sl_dtype_name(p->dtype));
-}
-
 const sl_op_def sl_op_normalize = SL_OP_DEF(
     normalize, "normalize",
     "(x/255 - mean)/std, HWC->CHW and cast in one pass (ToTensor + Normalize)",
-    .kernel = &normalize_kernel);
+    .kernel = SL_OP_KERNEL(normalize, .batches = 1, .image = 1, .timed = 1,
+                           .phase = SL_PHASE_NORMALIZE));
 
 /* ---- cast ------------------------------------------------------------------------------ */
-
-typedef struct {
-    char column[SL_COLNAME_MAX];
-    int col;
-    sl_dtype dtype;
-} cast_params;
 
 static int cast_parse(void *params, const cJSON *json, const char *field) {
     cast_params *p = params;
     static const char *const keys[] = {"column", "dtype", NULL};
-    char name[32];
     SL_TRY(sl_op_param_check_keys(json, field, keys));
     SL_TRY(sl_op_param_string(json, "column", field, 1, NULL, p->column, sizeof p->column));
-    SL_TRY(sl_op_param_string(json, "dtype", field, 1, NULL, name, sizeof name));
-    p->dtype = sl_dtype_parse(name);
-    if (p->dtype == SL_DTYPE_INVALID || p->dtype == SL_BOOL)
-        return sl__error(SL_EINVAL, "%s.dtype: unknown or unsupported dtype '%s'", field, name);
-    return SL_OK;
+    return parse_dtype(json, field, NULL, 0, &p->dtype);
 }
 
 static int cast_bind(void *params, sl_colset *cols, const char *field) {
@@ -1104,6 +1080,10 @@ static int cast_bind(void *params, sl_colset *cols, const char *field) {
     ci->dtype = p->dtype;
     ci->index_column = 0;
     return SL_OK;
+}
+
+static void cast_describe(const void *params, char *buf, size_t cap) {
+    snprintf(buf, cap, "dtype=%s", sl_dtype_name(((const cast_params *)params)->dtype));
 }
 
 /* Element-wise, so a batch converts row by row to the same values. */
@@ -1124,46 +1104,22 @@ static int cast_run(const void *params, const void *scratch, const sl_tensor *in
     return sl_tensor_cast(in, ((const cast_params *)params)->dtype, out);
 }
 
-static const sl_op_kernel cast_kernel = {
-    .batches = 1,
-    .col_offset = offsetof(cast_params, col),
-    .elementwise = 1,
-    .prepare = cast_prepare,
-    .run = cast_run,
-};
-
-static void cast_describe(const void *params, char *buf, size_t cap) {
-    snprintf(buf, cap, "dtype=%s", sl_dtype_name(((const cast_params *)params)->dtype));
-}
-
 const sl_op_def sl_op_cast = SL_OP_DEF(
     cast, "cast",
     "convert a column's elements to another dtype (rounding, saturating)",
-    .kernel = &cast_kernel);
+    .kernel = SL_OP_KERNEL(cast, .batches = 1, .elementwise = 1));
 
 /* ---- one_hot --------------------------------------------------------------------------- */
-
-typedef struct {
-    char column[SL_COLNAME_MAX];
-    int col;
-    int classes;
-    sl_dtype dtype;
-} one_hot_params;
 
 static int one_hot_parse(void *params, const cJSON *json, const char *field) {
     one_hot_params *p = params;
     static const char *const keys[] = {"column", "classes", "dtype", NULL};
-    char name[32];
     int64_t classes;
     SL_TRY(sl_op_param_check_keys(json, field, keys));
     SL_TRY(sl_op_param_string(json, "column", field, 0, "label", p->column, sizeof p->column));
     SL_TRY(sl_op_param_int(json, "classes", field, 1, 0, 1, 1 << 24, &classes));
-    SL_TRY(sl_op_param_string(json, "dtype", field, 0, "float32", name, sizeof name));
     p->classes = (int)classes;
-    p->dtype = sl_dtype_parse(name);
-    if (p->dtype == SL_DTYPE_INVALID)
-        return sl__error(SL_EINVAL, "%s.dtype: unknown dtype '%s'", field, name);
-    return SL_OK;
+    return parse_dtype(json, field, "float32", 1, &p->dtype);
 }
 
 static int one_hot_bind(void *params, sl_colset *cols, const char *field) {
@@ -1202,6 +1158,11 @@ static int label_value(const sl_tensor *t, int64_t *out) {
     return SL_OK;
 }
 
+static void one_hot_describe(const void *params, char *buf, size_t cap) {
+    const one_hot_params *p = params;
+    snprintf(buf, cap, "classes=%d dtype=%s", p->classes, sl_dtype_name(p->dtype));
+}
+
 /* The label (in scratch), read before the output is taken. */
 static int one_hot_prepare(const void *params, sl_rng *rng, const sl_tensor *in,
                            sl_tensor *out, void *scratch) {
@@ -1220,22 +1181,10 @@ static int one_hot_run(const void *params, const void *scratch, const sl_tensor 
     return sl_one_hot(*(const int64_t *)scratch, p->classes, p->dtype, out);
 }
 
-static const sl_op_kernel one_hot_kernel = {
-    .batches = 1,
-    .col_offset = offsetof(one_hot_params, col),
-    .prepare = one_hot_prepare,
-    .run = one_hot_run,
-};
-
-static void one_hot_describe(const void *params, char *buf, size_t cap) {
-    const one_hot_params *p = params;
-    snprintf(buf, cap, "classes=%d dtype=%s", p->classes, sl_dtype_name(p->dtype));
-}
-
 const sl_op_def sl_op_one_hot = SL_OP_DEF(
     one_hot, "one_hot",
     "integer label -> one-hot vector of `classes` values",
-    .kernel = &one_hot_kernel);
+    .kernel = SL_OP_KERNEL(one_hot, .batches = 1));
 
 /* ---- flip + normalize (fused) ------------------------------------------------------ */
 
@@ -1437,17 +1386,10 @@ int sl_op__gpu_chain_check(sl_gpu_decode *g, const char *field) {
 
 typedef sl_gpu_decode gpu_place_params;
 
+/* GPU decode's CPU fallback decodes as the CPU op (no exif_orientation:
+ * refused with "device": "gpu"). */
 static int gpu_place_init(const void *params, void **state_out) {
-    const sl_gpu_decode *g = params;
-    sl_decoder *dec;
-    SL_TRY(sl_decoder_create(&dec));
-    int rc = sl_decoder_set(dec, SL_DECODE_WARNINGS, g->warnings);
-    if (rc < 0) {
-        sl_decoder_free(dec);
-        return rc;
-    }
-    *state_out = dec;
-    return SL_OK;
+    return make_decoder(((const sl_gpu_decode *)params)->warnings, 0, state_out);
 }
 
 /* The header, then the placement with the CPU ops' own functions and
@@ -1455,9 +1397,8 @@ static int gpu_place_init(const void *params, void **state_out) {
  * the same box and mirror as the CPU chain draws for this sample. */
 static int gpu_place_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
     const sl_gpu_decode *g = params;
-    sl_decoder *dec = state;
     encoded e;
-    SL_TRY(read_header(dec, s, g->col, &e));
+    SL_TRY(read_header(state, s, g->col, &e));
     sl_rng flip_rng;
     if (g->has_flip)
         sl_rng_init(&flip_rng, ctx->seed, ctx->epoch, ctx->key, g->flip_pos);

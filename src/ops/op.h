@@ -57,6 +57,7 @@
 #include "core/core.h"
 
 #include <cjson/cJSON.h>
+#include <stddef.h>
 #include <string.h>
 
 /* apply() return value: drop this sample (not an error). */
@@ -322,6 +323,16 @@ typedef struct sl_op_kernel {
     /* Write `out` (made as prepare() described it) from `in`. */
     int (*run)(const void *params, const void *scratch, const sl_tensor *in, sl_tensor *out);
 } sl_op_kernel;
+
+/* A pointer to the kernel of an op whose params type and functions share
+ * one prefix (PREFIX_params with the bound column in `col`,
+ * PREFIX_prepare, PREFIX_run), for sl_op_def.kernel; the other fields
+ * follow as designated initializers. */
+#define SL_OP_KERNEL(PREFIX, ...)                                                         \
+    (&(const sl_op_kernel){.col_offset = offsetof(PREFIX##_params, col),                 \
+                           .prepare = PREFIX##_prepare,                                  \
+                           .run = PREFIX##_run,                                          \
+                           __VA_ARGS__})
 
 /* For prepare(): the output is `dtype` with `ndim` dims `shape` (only those
  * fields of `out` are set). */
