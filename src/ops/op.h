@@ -14,7 +14,9 @@
  *                                     with the op right after it.
  *   4. apply   (run time, per sample, on worker threads, concurrently)
  *                                     transform one sample in place, using
- *                                     per-worker state and the sample's RNG.
+ *                                     per-worker state and the sample's RNG
+ *                                     (an op's apply, or its kernel run by
+ *                                     the op table: "One kernel per op").
  *
  * Rules an op must follow (the engine relies on them):
  *  - `params` are read-only after bind/fuse: apply() runs on many threads at
@@ -289,7 +291,7 @@ int sl_op__filter_match(const sl_filter_params *f, double v);
 extern const sl_op_def sl_op_filter;
 extern const sl_op_def sl_op_select;
 
-/* ---- one kernel per op ------------------------------------------------------------
+/* ---- One kernel per op ------------------------------------------------------------
  * An op that replaces one column with a value computed from that column of
  * the same sample alone gives its kernel once, as an sl_op_kernel, and no
  * apply: the op table runs it per sample (sl_op_apply: the output from
