@@ -1373,15 +1373,37 @@ int sl_op__gpu_chain_add(sl_gpu_decode *g, const sl_op_def *def, const void *par
                      def->name, gpu_supported);
 }
 
-int sl_op__gpu_chain_check(sl_gpu_decode *g, const char *field) {
+int sl_op__gpu_chain_check(sl_gpu_decode *g, sl_colset *cols, const char *field) {
     if (g->stage == 1) { /* no normalize: the CPU chain's uint8 HWC image */
         g->u8 = 1;
         g->hwc = 1;
     }
-    if (g->stage >= 1)
-        return SL_OK;
-    return sl__error(SL_EINVAL, "%s (decode): \"device\": \"gpu\" needs random_resized_crop "
-                     "(or resize + center_crop) after it: %s", field, gpu_supported);
+    if (g->stage < 1)
+        return sl__error(SL_EINVAL, "%s (decode): \"device\": \"gpu\" needs "
+                         "random_resized_crop (or resize + center_crop) after it: %s", field,
+                         gpu_supported);
+    sl_colinfo *ci = &cols->col[g->col];
+    ci->dtype = SL_U8;
+    ci->ndim = 1;
+    ci->shape[0] = -1;
+    ci->encoded = 1;
+    ci->text = 0;
+    char pname[SL_COLNAME_MAX];
+    if (strlen(g->column) + sizeof ".gpu_place" > sizeof pname)
+        return sl__error(SL_EINVAL, "%s.column: '%s' is too long a name for decode on the GPU",
+                         field, g->column);
+    snprintf(pname, sizeof pname, "%s.gpu_place", g->column);
+    int pc = sl_op_add_column(cols, pname, field);
+    if (pc < 0)
+        return pc;
+    g->pcol = pc;
+    sl_colinfo *pi = &cols->col[pc];
+    memset(pi, 0, sizeof *pi);
+    snprintf(pi->name, sizeof pi->name, "%s", pname);
+    pi->dtype = SL_F64;
+    pi->ndim = 1;
+    pi->shape[0] = SL_GPU_PLACE_N;
+    return SL_OK;
 }
 
 typedef sl_gpu_decode gpu_place_params;

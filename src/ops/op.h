@@ -435,7 +435,7 @@ enum {
 typedef struct sl_gpu_decode {
     int col;                   /* the image column */
     int pcol;                  /* the placement column gpu_decode_place adds (set by
-                                  the optimiser, which adds it to the plan's columns) */
+                                  sl_op__gpu_chain_check, which adds it to the columns) */
     char column[SL_COLNAME_MAX];
     int warnings;              /* the decode op's options (the CPU fallback's decoder) */
     int stage;                 /* chain so far: 0 decode, 1 crop placed, 2 normalized */
@@ -464,8 +464,12 @@ int sl_op__decode_on_gpu(const sl_op_def *def, const void *params);
 int sl_op__gpu_chain_add(sl_gpu_decode *g, const sl_op_def *def, const void *params,
                          const uint32_t *pos, int nparts, const char *field);
 /* The chain is complete (a crop, then a normalize or none): SL_OK, with the
- * output's hwc and u8 set, or SL_EINVAL saying what is missing. */
-int sl_op__gpu_chain_check(sl_gpu_decode *g, const char *field);
+ * output's hwc and u8 set, or SL_EINVAL saying what is missing. `cols`
+ * (the columns after the chain's last op) then become those after
+ * gpu_decode_place: the image column stays encoded bytes and the column
+ * of placements, `<image>.gpu_place` (SL_GPU_PLACE_N float64 values), is
+ * added (g->pcol). */
+int sl_op__gpu_chain_check(sl_gpu_decode *g, sl_colset *cols, const char *field);
 /* The op the chain becomes (params: an sl_gpu_decode). */
 extern const sl_op_def sl_op_gpu_decode_place;
 
