@@ -477,15 +477,21 @@ SL_TEST(pipeline_slr__failed_shard_skips_its_range_at_once) {
         char want[128];
         snprintf(want, sizeof want, "shard-00002.slr: records %llu..%llu: ",
                  (unsigned long long)f2, (unsigned long long)(f2 + n2 - 1));
-        int found = 0;
+        int found = 0, ranges = 0;
         for (int e = 0; e < st.nerrors; e++) {
             found += strstr(st.errors[e], want) != NULL;
+            ranges += strstr(st.errors[e], ": records ") != NULL;
             for (int o = 0; o < e; o++) {
                 const char *a = strstr(st.errors[e], "shard-"), *b = strstr(st.errors[o], "shard-");
                 ASSERT(a && b && strncmp(a, b, 16) != 0); /* no shard twice */
             }
         }
-        ASSERT_EQ(found, 1);
+        /* every message names a whole range; shard 2's is among them unless
+         * the shards after it (failing too, in an order the threads decide)
+         * filled the SL_STATS_MAX_ERRORS kept messages first */
+        ASSERT_EQ(ranges, st.nerrors);
+        if (threads == 1 || st.nerrors < SL_STATS_MAX_ERRORS)
+            ASSERT_EQ(found, 1);
         ASSERT(secs < 2.0);
         sl_pipeline_free(p);
         sl_spec_free(sp);
