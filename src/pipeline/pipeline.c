@@ -151,7 +151,7 @@ static int apply_pushed(sl_pipeline *p) {
             double v = p->plan.src_cols.col[fp->col].dtype == SL_I64
                            ? (double)((const int64_t *)vals[f])[i]
                            : ((const double *)vals[f])[i];
-            keep = sl_pipeline__filter_match(fp, v);
+            keep = sl_op__filter_match(fp, v);
         }
         if (keep)
             p->base[n++] = i;

@@ -5,7 +5,7 @@
 #ifndef SL_PIPELINE_H
 #define SL_PIPELINE_H
 
-#include "pipeline/op.h"
+#include "ops/op.h"
 #include "source/source.h"
 #include "device/device.h"
 #include "pipeline/shuffle_window.h"
@@ -33,6 +33,12 @@ int sl_pipeline__pools_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dty
  * own size. */
 int sl_pipeline__pools_batch_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dtype,
                                     int ndim, const int64_t *shape, int64_t rows);
+/* The two above as the ops' allocators (sl_op_alloc_fn, sl_op_batch_alloc_fn;
+ * alloc_ctx: the sl_pipeline__pools), for sl_op_ctx and sl_op_bctx. */
+int sl_pipeline__pools_op_alloc(void *ps, sl_tensor *t, sl_dtype dtype, int ndim,
+                                const int64_t *shape);
+int sl_pipeline__pools_op_batch_alloc(void *ps, sl_tensor *t, sl_dtype dtype, int ndim,
+                                      const int64_t *shape, int64_t rows);
 void sl_pipeline__pools_free(sl_pipeline__pools *ps);
 /* The bytes a buffer of `size` bytes really takes (its class size). */
 size_t sl_pipeline__pools_class_size(size_t size);
@@ -45,19 +51,6 @@ typedef struct sl_pipeline__pool_bytes {
  * how many pools exist. Any thread, lock-free (see sl_pool__bytes). */
 int sl_pipeline__pools_bytes(const sl_pipeline__pools *ps, sl_pipeline__pool_bytes *out, int cap,
                              size_t *held_out, size_t *cached_out);
-
-/* ---- ops_builtin.c ---------------------------------------------------------------- */
-#define SL_FILTER_MAX_VALUES 65536
-typedef struct sl_filter_params {
-    char column[SL_COLNAME_MAX];
-    int col;          /* bound column index */
-    int negate;       /* not_in */
-    int n;
-    double *values;   /* sorted */
-} sl_filter_params;
-int sl_pipeline__filter_match(const sl_filter_params *f, double v);
-extern const sl_op_def sl_op_filter;
-extern const sl_op_def sl_op_select;
 
 /* ---- device_handoff.c: batches handed to a device (src/device/ does the copying) --------- */
 enum { SL_DEV_NONE = 0, SL_DEV_CUDA = 1, SL_DEV_HOST = 2 };
