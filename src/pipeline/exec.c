@@ -296,9 +296,10 @@ static int vectorize_batch(sl_pipeline *p, sl_worker *w, sl_chunk *c, char *msg,
             ctx.nparts = nd->nparts;
             for (uint32_t q = 0; q < nd->nparts; q++)
                 ctx.pos[q] = nd->parts[q];
-            ctx.pools = p->pools;
+            ctx.alloc = sl_pipeline__pools_op_batch_alloc;
+            ctx.alloc_ctx = p->pools;
             ctx.rows = p->plan.batch_size;
-            rc = nd->def->apply_batch(nd->params, w->state[k - st->first], &ctx, b->col);
+            rc = sl_op_apply_batch(nd->def, nd->params, w->state[k - st->first], &ctx, b->col);
         } else { /* a user map's batched form */
             sl_rng rng[SL_FUSE_MAX_BATCH];
             for (uint32_t i = 0; i < n; i++)
@@ -450,7 +451,8 @@ static int apply_chain(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, in
             for (uint32_t q = 0; q < nd->nparts; q++)
                 ctx.pos[q] = nd->parts[q];
             ctx.rng_ready = 0;
-            ctx.pools = p->pools;
+            ctx.alloc = sl_pipeline__pools_op_alloc;
+            ctx.alloc_ctx = p->pools;
             ctx.slot = NULL;
             if (slot && k == st->last - 1) {
                 const sl_colinfo *ci = &p->plan.out_cols.col[p->layout.slot_col];
@@ -460,7 +462,7 @@ static int apply_chain(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, in
                 ctx.slot_ndim = ci->ndim;
                 ctx.slot_shape = ci->shape;
             }
-            rc = nd->def->apply(nd->params, w->state[k - st->first], &ctx, s);
+            rc = sl_op_apply(nd->def, nd->params, w->state[k - st->first], &ctx, s);
         } else if (nd->kind == SL_PN_MAP) {
             sl_rng rng;
             sl_rng_init(&rng, p->spec->seed, c->epoch, c->key[i], (uint64_t)nd->pos);
@@ -688,7 +690,7 @@ int sl_pipeline__start(sl_pipeline *p, const sl_resume *r) {
         sl_queue__start(&p->stage[s].out, r->epoch);
     }
     p->cons.direct_index = r->batch;
-    sl_device__gpu_reset(p->dev, r->batch); /* decode on the GPU: rows of the old stream */
+    sl_pipeline__dev_gpu_reset(p->dev, r->batch); /* decode on the GPU: rows of the old stream */
     if (!atomic_load(&p->stats.t_start)) {
         p->stats.cpu_t0_ns = sl__process_cpu_ns();
         atomic_store(&p->stats.t_start, sl__now_ns());

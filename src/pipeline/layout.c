@@ -76,8 +76,7 @@ static const sl_colset *node_input(const sl_plan *pl, int k) {
 static int node_batches(const sl_plan *pl, int k) {
     const sl_pnode *nd = &pl->opt[k];
     if (nd->kind == SL_PN_OP)
-        return nd->def->can_batch && nd->def->apply_batch &&
-               nd->def->can_batch(nd->params, node_input(pl, k));
+        return sl_op_can_batch(nd->def, nd->params, node_input(pl, k));
     if (nd->kind == SL_PN_MAP)
         return nd->batch_map && cols_fixed(node_input(pl, k));
     return 0;

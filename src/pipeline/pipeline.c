@@ -151,7 +151,7 @@ static int apply_pushed(sl_pipeline *p) {
             double v = p->plan.src_cols.col[fp->col].dtype == SL_I64
                            ? (double)((const int64_t *)vals[f])[i]
                            : ((const double *)vals[f])[i];
-            keep = sl_pipeline__filter_match(fp, v);
+            keep = sl_op__filter_match(fp, v);
         }
         if (keep)
             p->base[n++] = i;
@@ -236,7 +236,7 @@ static int reserve_batch_buffers(sl_pipeline *p) {
         count += (size_t)p->stage[s].workers + p->stage[s].out.cap;
     /* with a device, the ring's slots hold the batches whose copies are in
      * flight (device_ring.c, rule 1b) */
-    count += (size_t)sl_device__slots(p->dev, p->plan.out_depth);
+    count += (size_t)sl_pipeline__dev_slots(p->dev, p->plan.out_depth);
     const sl_colset *cols = &p->plan.out_cols;
     for (int c = 0; c < cols->ncols; c++) {
         const sl_colinfo *ci = &cols->col[c];
@@ -273,11 +273,11 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     p->ncpus = sl__ncpus();
     SL_CHECK(sl_spec__copy(&p->spec, spec));
     sl_colset cols;
-    SL_CHECK(sl_device__open(&p->dev, p->spec)); /* may take the normalize op out */
+    SL_CHECK(sl_pipeline__dev_open(&p->dev, p->spec)); /* may take the normalize op out */
     SL_CHECK(open_source(p, &cols));
     SL_CHECK(sl_plan__build(&p->plan, p->spec, &cols));
     SL_CHECK(sl_plan__optimize(&p->plan, any_indexed(p->src)));
-    SL_CHECK(sl_device__gpu_setup(p->dev, p));
+    SL_CHECK(sl_pipeline__dev_gpu_setup(p));
     SL_CHECK(apply_pushed(p));
     SL_CHECK(setup_shard(p));
     uint64_t m = p->nbase, w = (uint64_t)p->shard_count, k = (uint64_t)p->shard_index;
@@ -305,7 +305,7 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
                                   &p->shuf.window, &p->shuf.block);
     SL_CHECK(sl_pipeline__pools_create(&p->pools));
     sl_pool_mem pinned;
-    if (sl_device__batch_mem(p->dev, &pinned))
+    if (sl_pipeline__dev_batch_mem(p->dev, &pinned))
         sl_pipeline__pools_set_batch_mem(p->pools, &pinned);
     p->chunk_size = p->spec->chunk > 0 ? p->spec->chunk : 64;
     SL_CHECK(sl_pipeline__layout(p));
@@ -329,7 +329,7 @@ void sl_pipeline_free(sl_pipeline *p) {
         sl_queue__destroy(&p->stage[s].out);
     sl_pipeline__free_chunks(p);
     sl_pipeline__trace_free(p);
-    sl_device__close(p->dev);
+    sl_pipeline__dev_close(p->dev);
     sl_plan__free(&p->plan);
     sl_pipeline__pools_free(p->pools);
     sl_source__release(p->src);
@@ -410,10 +410,10 @@ int sl_pipeline_next_timeout(sl_pipeline *p, sl_batch **out, int timeout_ms) {
     if (!p->running)
         SL_TRY(sl_pipeline__start(p, &p->start));
     sl_pipeline__autotune(p);
-    int gpu = sl_device__gpu_decoding(p->dev);
+    int gpu = sl_pipeline__dev_gpu(p->dev);
     for (;;) {
         sl_batch *b;
-        int rc = gpu ? sl_device__gpu_next(p->dev, &b, timeout_ms)
+        int rc = gpu ? sl_pipeline__dev_gpu_next(p, &b, timeout_ms)
                      : sl_pipeline__pop_batch(p, &b, timeout_ms);
         if (rc < 0) {
             if (has_failed(&p->err))
@@ -443,7 +443,7 @@ int sl_pipeline_next_timeout(sl_pipeline *p, sl_batch **out, int timeout_ms) {
             sl_pipeline__batch_free(b);
             continue;
         }
-        rc = p->dev && !gpu ? sl_device__upload(p->dev, b, p->plan.out_depth) : SL_OK;
+        rc = p->dev && !gpu ? sl_pipeline__dev_upload(p->dev, b, p->plan.out_depth) : SL_OK;
         if (rc < 0) {
             char msg[SL__ERRMSG_MAX];
             snprintf(msg, sizeof msg, "%s", sl_errmsg());

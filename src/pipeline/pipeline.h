@@ -5,7 +5,7 @@
 #ifndef SL_PIPELINE_H
 #define SL_PIPELINE_H
 
-#include "pipeline/op.h"
+#include "ops/op.h"
 #include "source/source.h"
 #include "device/device.h"
 #include "pipeline/shuffle_window.h"
@@ -33,6 +33,12 @@ int sl_pipeline__pools_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dty
  * own size. */
 int sl_pipeline__pools_batch_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dtype,
                                     int ndim, const int64_t *shape, int64_t rows);
+/* The two above as the ops' allocators (sl_op_alloc_fn, sl_op_batch_alloc_fn;
+ * alloc_ctx: the sl_pipeline__pools), for sl_op_ctx and sl_op_bctx. */
+int sl_pipeline__pools_op_alloc(void *ps, sl_tensor *t, sl_dtype dtype, int ndim,
+                                const int64_t *shape);
+int sl_pipeline__pools_op_batch_alloc(void *ps, sl_tensor *t, sl_dtype dtype, int ndim,
+                                      const int64_t *shape, int64_t rows);
 void sl_pipeline__pools_free(sl_pipeline__pools *ps);
 /* The bytes a buffer of `size` bytes really takes (its class size). */
 size_t sl_pipeline__pools_class_size(size_t size);
@@ -46,84 +52,49 @@ typedef struct sl_pipeline__pool_bytes {
 int sl_pipeline__pools_bytes(const sl_pipeline__pools *ps, sl_pipeline__pool_bytes *out, int cap,
                              size_t *held_out, size_t *cached_out);
 
-/* ---- ops_builtin.c ---------------------------------------------------------------- */
-#define SL_FILTER_MAX_VALUES 65536
-typedef struct sl_filter_params {
-    char column[SL_COLNAME_MAX];
-    int col;          /* bound column index */
-    int negate;       /* not_in */
-    int n;
-    double *values;   /* sorted */
-} sl_filter_params;
-int sl_pipeline__filter_match(const sl_filter_params *f, double v);
-extern const sl_op_def sl_op_filter;
-extern const sl_op_def sl_op_select;
-
-/* ---- device_handoff.c: batches handed to a device (src/device/ does the copying) --------- */
-enum { SL_DEV_NONE = 0, SL_DEV_CUDA = 1, SL_DEV_HOST = 2 };
-typedef struct sl_device_spec {
-    int kind;                  /* SL_DEV_* */
-    int id;
-    int normalize;             /* run the spec's normalize op on the device */
-} sl_device_spec;
-
-struct cJSON;
-/* Parse the spec's "device" value: "cuda" | "host" | {"kind", "id",
- * "normalize_on_device"}. */
-int sl_device__parse_json(const struct cJSON *v, sl_device_spec *out);
-/* The spec's device as JSON (NULL when none). */
-struct cJSON *sl_device__to_json(const sl_device_spec *d);
-
-/* A decode op's "device" key: checks it ("cpu" | "gpu"; SL_EINVAL with
- * ops[index].device otherwise) and sets *gpu; the decode op reads the key
- * itself (image_ops.c). Other ops: nothing, *gpu 0. */
-int sl_device__decode_placement(struct cJSON *op, int index, int *gpu);
-
-typedef struct sl_device_state sl_device_state;
+/* ---- device_handoff.c: the pipeline's hand-off to the device layer ------------------
+ * The device's side (src/device/device.h: the "device" JSON, the upload,
+ * GPU decode's batches) is called from here alone (and from spec.c for the
+ * JSON); this side passes finished batches across and keeps what is the
+ * pipeline's: the spec's ops, the plan, popping host batches, on_error and
+ * the messages naming records. The state is sl_pipeline__dev (opaque;
+ * p->dev, NULL when the spec has no device and no decode on the GPU). */
+typedef struct sl_pipeline__dev sl_pipeline__dev;
 struct sl_batch;
 struct sl_spec;
+struct sl_pipeline;
 /* Check decode ops' "device" key ("cpu" | "gpu"; "gpu" without a loadable
  * nvJPEG is SL_EUNSUPPORTED, saying so) and open the device of
- * spec->device (*out NULL when none). With
- * normalize_on_device the spec's normalize op is taken out of its ops (the
- * pipeline's own copy) and run on the device instead. */
-int sl_device__open(sl_device_state **out, struct sl_spec *spec);
-/* Move a host batch's columns to the device (in place); the ring is made on
- * the first call, with `depth` slots. With decode on the GPU, the batch's
- * JPEGs are decoded into it (device_handoff.c); SL_OP_DROP when every sample
- * of the batch was skipped (on_error "skip"): nothing to hand out. */
-int sl_device__upload(sl_device_state *ds, struct sl_batch *b, int depth);
-struct sl_pipeline;
+ * spec->device (*out NULL when none). With normalize_on_device the spec's
+ * normalize op is taken out of its ops (the pipeline's own copy) and run on
+ * the device instead. */
+int sl_pipeline__dev_open(sl_pipeline__dev **out, struct sl_spec *spec);
 /* Decode on the GPU, after the plan is optimised (plan.gpu_decode): checks
- * the device (cuda), nvJPEG and the kernel; sl_device__gpu_decoding is then
- * 1 and the consumer takes batches from sl_device__gpu_next. */
-int sl_device__gpu_setup(sl_device_state *ds, struct sl_pipeline *p);
-int sl_device__gpu_decoding(const sl_device_state *ds);
+ * the device (cuda), nvJPEG and the kernel; sl_pipeline__dev_gpu is then 1
+ * and the consumer takes batches from sl_pipeline__dev_gpu_next. */
+int sl_pipeline__dev_gpu_setup(struct sl_pipeline *p);
+int sl_pipeline__dev_gpu(const sl_pipeline__dev *d);
 /* The next batch for the consumer when decoding on the GPU: the host
  * batches' rows (sl_pipeline__pop_batch) decoded into device batches of the
  * batch size, refilled past skipped samples as the CPU path's are; markers
  * (epoch end, error) as they come. SL_OK with *out NULL: timed out. */
-int sl_device__gpu_next(sl_device_state *ds, struct sl_batch **out, int timeout_ms);
+int sl_pipeline__dev_gpu_next(struct sl_pipeline *p, struct sl_batch **out, int timeout_ms);
 /* Forget rows and the output in progress (the stream restarts; `batch`:
- * the index of the next output batch in its epoch). */
-void sl_device__gpu_reset(sl_device_state *ds, uint64_t batch);
-void sl_device__close(sl_device_state *ds);
-typedef struct sl_device_counters {
-    uint64_t h2d_bytes;
-    uint64_t staged_bytes;       /* of h2d_bytes, through the ring's staging memory */
-    uint64_t wait_ns;
-    uint64_t gpu_decoded;        /* decode on the GPU: images nvJPEG decoded */
-    uint64_t gpu_fallbacks;      /* ... and images it left to the CPU decode */
-} sl_device_counters;
-void sl_device__counters(const sl_device_state *ds, sl_device_counters *out);
+ * the index of the next output batch in its epoch). Accepts NULL. */
+void sl_pipeline__dev_gpu_reset(sl_pipeline__dev *d, uint64_t batch);
+/* Move a host batch's columns to the device (in place); the ring is made on
+ * the first call, with `depth` + 1 slots. */
+int sl_pipeline__dev_upload(sl_pipeline__dev *d, struct sl_batch *b, int depth);
+void sl_pipeline__dev_close(sl_pipeline__dev *d);      /* accepts NULL */
+/* The device's counters (zeros without a device). */
+void sl_pipeline__dev_counters(const sl_pipeline__dev *d, sl_dev_counters *out);
 /* Pool memory for the pipeline's batches: the device backend's pinned
  * memory (so the stages write batches where the copy engine reads them).
  * 0: no device, nothing to set. */
-int sl_device__batch_mem(sl_device_state *ds, sl_pool_mem *out);
-/* The ring slots sl_device__upload makes for a pipeline of output depth
- * `depth` (0 without a device): each may hold a batch whose copy is in
- * flight. */
-int sl_device__slots(const sl_device_state *ds, int depth);
+int sl_pipeline__dev_batch_mem(sl_pipeline__dev *d, sl_pool_mem *out);
+/* The ring slots the upload makes for a pipeline of output depth `depth`
+ * (0 without a device): each may hold a batch whose copy is in flight. */
+int sl_pipeline__dev_slots(const sl_pipeline__dev *d, int depth);
 
 /* ---- spec.c ---------------------------------------------------------------------- */
 enum { SL_SPEC_OP_JSON = 0, SL_SPEC_OP_MAP = 1, SL_SPEC_OP_FILTER = 2 };
@@ -609,7 +580,7 @@ struct sl_pipeline {
     sl_pipeline_counters stats;
     struct sl_pipeline__trace *trace; /* NULL unless sl_pipeline_trace_enable */
     sl_pipeline_memory mem;
-    sl_device_state *dev;         /* NULL: batches stay in host memory */
+    sl_pipeline__dev *dev;        /* device_handoff.c's; NULL: batches stay in host memory */
 };
 
 /* The first epoch the source may not read yet (the cursor's mu held). */

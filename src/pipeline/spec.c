@@ -211,7 +211,7 @@ int sl_spec_check_op_json(const char *json, int index) {
     /* decode's placement is the device layer's key: checked there, and
      * "gpu" refused when the pipeline is created */
     int gpu;
-    int rc = sl_device__decode_placement(obj, index, &gpu);
+    int rc = sl_dev__decode_placement(obj, index, &gpu);
     if (rc >= 0)
         rc = sl_plan__check_op(obj, field);
     cJSON_Delete(obj);
@@ -532,7 +532,7 @@ int sl_spec_from_json(sl_spec **out, const char *json) {
             *(k[0] == 'v' ? &s->vectorize : k[0] == 'r' ? &s->read_rows : &s->parallel_collate) =
                 cJSON_IsTrue(it);
         } else if (!strcmp(k, "device")) {
-            SL_CHECK(sl_device__parse_json(it, &s->device));
+            SL_CHECK(sl_dev__parse_json(it, &s->device));
         } else if (!strcmp(k, "memory_limit")) {
             SL_CHECK(sl_spec__parse_bytes(it, "memory_limit", &s->memory_limit));
         } else if (!strcmp(k, "cache_bytes")) {
@@ -658,7 +658,7 @@ cJSON *sl_spec__to_cjson(const sl_spec *s) {
     if (s->has_cache_bytes)
         cJSON_AddNumberToObject(doc, "cache_bytes", (double)s->cache_bytes);
     if (s->device.kind != SL_DEV_NONE)
-        (void)sl__json_add(doc, "device", sl_device__to_json(&s->device)); /* failure flagged */
+        (void)sl__json_add(doc, "device", sl_dev__to_json(&s->device)); /* failure flagged */
     if (sl__json_failed()) {
         cJSON_Delete(doc);
         return NULL;

@@ -85,8 +85,8 @@ static void stats_totals(const sl_pipeline *p, sl_pipeline_stats *out, uint64_t 
     out->samples = atomic_load(&p->stats.samples_out);
     out->samples_per_s = wall > 0 ? (double)out->samples / wall : 0.0;
     out->consumer_wait_s = (double)atomic_load(&p->stats.consumer_wait_ns) / 1e9;
-    sl_device_counters dc;
-    sl_device__counters(p->dev, &dc);
+    sl_dev_counters dc;
+    sl_pipeline__dev_counters(p->dev, &dc);
     out->h2d_bytes = dc.h2d_bytes;
     out->h2d_staged_bytes = dc.staged_bytes;
     out->h2d_bytes_per_s = wall > 0 ? (double)dc.h2d_bytes / wall : 0.0;
