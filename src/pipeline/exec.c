@@ -661,9 +661,7 @@ void sl_pipeline__stop(sl_pipeline *p) {
         sl_queue__close(&p->stage[s].out);
     for (int s = 0; s < p->nstages; s++) {
         sl_stage *st = &p->stage[s];
-        for (int i = 0; i < st->workers; i++)
-            if (st->w && st->w[i].started)
-                pthread_join(st->w[i].thread, NULL);
+        sl__workers_dispose(&st->threads); /* they end on cancel and the closed queues */
         sl__free(st->w);
         st->w = NULL;
     }
@@ -699,7 +697,7 @@ int sl_pipeline__start(sl_pipeline *p, const sl_resume *r) {
     for (int s = 0; s < p->nstages; s++) {
         sl_stage *st = &p->stage[s];
         st->w = sl__calloc((size_t)st->workers, sizeof *st->w);
-        if (!st->w) {
+        if (!st->w || sl__workers_init(&st->threads, "stage", st->workers, NULL, NULL) < 0) {
             sl_pipeline__stop(p);
             return sl__oom("starting pipeline threads");
         }
@@ -708,14 +706,15 @@ int sl_pipeline__start(sl_pipeline *p, const sl_resume *r) {
             w->p = p;
             w->st = st;
             w->id = i;
-            if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+            int rc = sl__workers_start(&st->threads, worker_main, w);
+            if (rc < 0) {
+                sl__error_prefix(rc, "stage %s", st->name);
                 sl_pipeline__stop(p);
-                return sl__error(SL_ENOMEM, "cannot start a pipeline thread");
+                return rc;
             }
             /* counted by the starter, not the thread, so that a reading
              * taken right after the start sees every thread of it */
             atomic_fetch_add(&p->stats.threads_started, 1);
-            w->started = 1;
         }
     }
     return SL_OK;

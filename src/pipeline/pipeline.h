@@ -9,6 +9,7 @@
 #include "source/source.h"
 #include "device/device.h"
 #include "pipeline/shuffle_window.h"
+#include "core/worker.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -362,8 +363,6 @@ typedef struct sl_worker {
     struct sl_pipeline *p;
     sl_stage *st;
     int id;
-    pthread_t thread;
-    int started;
     void *state[SL_STAGE_MAX_OPS]; /* per-op worker state, by node offset in stage */
     int init_rc;                  /* a worker_init failed: fail every chunk */
     char init_msg[SL__ERRMSG_MAX];
@@ -379,6 +378,7 @@ struct sl_stage {
     sl_queue out;
     int qcap;
     sl_worker *w;
+    sl_workers threads;           /* the stage's threads, running w[i] */
     _Atomic uint64_t elements, busy_ns, wait_in_ns, wait_out_ns;
     _Atomic uint64_t cpu_ns;      /* thread CPU time inside busy_ns */
     /* the op split: image-op phases (decode, resample, normalize) of the
