@@ -97,9 +97,12 @@ int sl_op_find_column(const sl_colset *cols, const char *name, const char *field
 int sl_op_add_column(sl_colset *cols, const char *name, const char *field);
 
 /* ---- parameter helpers -------------------------------------------------------
- * Each reads obj[key]. `field` is the op's spec path ("ops[2]"); messages read
- * "<field>.<key>: <problem>". `required`: a missing key is an error; else the
- * default is stored. All return SL_OK or SL_EINVAL. */
+ * Each reads obj[key] as one entry of a parameter table (core/params.h), so
+ * op parameters are checked and reported as every key of a spec is. `field`
+ * is the op's spec path ("ops[2]"); messages read "<field>.<key>: <problem>",
+ * a wrong value naming the allowed range and the value given. `required`: a
+ * missing key is an error; else the default is stored. All return SL_OK or
+ * SL_EINVAL. */
 
 /* Reject keys not in `allowed` (a NULL-terminated list; "op" and "parallel"
  * are always allowed): "<field>.sizee: unknown parameter (parameters: size, ...)",
