@@ -46,7 +46,7 @@
  *     a few bytes right after its header, nearly always in the same page),
  *     or copied from each whole index, loaded then; filters push down.
  */
-#include "source/shard_set.h"
+#include "record/shard_set.h"
 #include "source/source.h"
 #include "source/source_index.h"
 

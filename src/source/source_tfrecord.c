@@ -37,7 +37,7 @@
  * random offsets, so it is inflated once, at open, into memory that lives
  * as long as the source.
  */
-#include "source/shard_set.h"
+#include "record/shard_set.h"
 #include "source/source.h"
 #include "source/source_index.h"
 #include "source/source_tfrecord.h"
