@@ -71,6 +71,10 @@ static int file_open(sl_io **out, const char *path, unsigned flags) {
     if (!f->base.name)
         SL_FAIL(SL_ENOMEM, "%s: out of memory opening it", path);
     f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0 && errno == ENOENT && (flags & SL_IO_MISSING_OK)) {
+        rc = SL_END;
+        goto cleanup;
+    }
     if (f->fd < 0)
         SL_FAIL(errno == ENOMEM ? SL_ENOMEM : SL_EIO, "%s: cannot open: %s", path,
                 strerror(errno));

@@ -306,7 +306,10 @@ class FaultProxy:
                     del fwd["range"]
                 if what == "shift":
                     first, _, last = fwd["range"].split("=", 1)[1].partition("-")
-                    fwd["range"] = f"bytes={int(first) + 1}-" + (str(int(last) + 1) if last else "")
+                    if not first:  # a suffix (the last N bytes): one byte more
+                        fwd["range"] = f"bytes=-{int(last) + 1}"
+                    else:
+                        fwd["range"] = f"bytes={int(first) + 1}-" + (str(int(last) + 1) if last else "")
                 try:
                     r, body = self._forward(method, path, fwd)
                 except OSError:
