@@ -229,7 +229,9 @@ int sl_io__open_checked(sl_io **out, const char *name, unsigned flags, sl_io_che
     char first[SL__ERRMSG_MAX];
     for (int attempt = 0;; attempt++) {
         sl_io *io = NULL;
-        SL_TRY(sl_io__open(&io, name, flags));
+        int orc = sl_io__open(&io, name, flags);
+        if (orc != SL_OK)
+            return orc; /* an error, or SL_END (missing, SL_IO_MISSING_OK) */
         int rc = check(io, user);
         if (rc == SL_OK) {
             if (attempt)

@@ -1879,6 +1879,13 @@ static int open_edges(http_io *h, unsigned flags) {
             h->edge_tail_off = tj.x.off;
             h->edge_tail_len = tj.x.len;
         }
+        if (h->edge_tail && (flags & SL_IO_MAP) && !(flags & SL_IO_MAP_OR_RANGES)) {
+            /* wanted whole, and bigger than both ends: the whole of it */
+            sl__free(h->edge_head);
+            sl__free(h->edge_tail);
+            h->edge_head = h->edge_tail = NULL;
+            return fetch_heap(h);
+        }
         if (tj.x.range_ignored || hj.x.range_ignored) {
             if (h->edge_tail)
                 become_whole(h); /* says so, and fetches it whole once */
@@ -1906,9 +1913,8 @@ int sl_io__http_open(sl_io **out, const char *name, unsigned flags) {
     if (name[strlen(name) - 1] == '/')
         SL_FAIL(SL_EINVAL, "%s: is a directory", name);
     SL_CHECK(resolve(name, h->url, sizeof h->url));
-    if ((flags & SL_IO_EDGES) && (!cfg.cache_dir[0] || !cache_budget()) &&
-        (!(flags & SL_IO_MAP) || (flags & SL_IO_MAP_OR_RANGES))) {
-        /* read by ranges: no shard cache to look in first */
+    if ((flags & SL_IO_EDGES) && (!cfg.cache_dir[0] || !cache_budget())) {
+        /* no shard cache to look in first */
         rc = open_edges(h, flags);
         if (rc != SL_OK)
             goto cleanup;

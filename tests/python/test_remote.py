@@ -1107,3 +1107,28 @@ def test_dataset_shards_open_in_one_round_trip(tmp_path, data, web):
                 assert all(m == "GET" for m, _ in reqs), reqs
     finally:
         px.close()
+
+
+def test_sidecar_index_opens_in_one_round_trip(tmp_path, data):
+    """A tar shard's .slidx over HTTP with no shard cache: each load of it is
+    the edge pair sent at once (the index is small: whole after it), no HEAD
+    first. Before: a HEAD to ask whether it exists, a HEAD to open it, then a
+    GET, in a row. A missing index is still found missing (index: true names
+    it)."""
+    served = indexed_wds(data, str(tmp_path))
+    want = local_digest(tmp_path, data, {"webdataset": data + "/wds-{00000..00003}.tar"})
+    with httpfix.Nginx(served) as ng:
+        px = httpfix.FaultProxy(ng.port)
+        try:
+            src = {"webdataset": px.url + "/wds-{00000..00003}.tar", "index": True}
+            env = env_for(tmp_path, SLUICE_CACHE_BYTES=0)
+            assert digests(run_spec(tmp_path, src, env)) == want
+            for s in range(4):
+                reqs = shard_requests(px, 0, f"/wds-{s:05d}.tar.slidx")
+                assert reqs and all(m == "GET" for m, _ in reqs), reqs
+                assert len(reqs) % 2 == 0 and {rg for _, rg in reqs} == EDGE_RANGES, reqs
+            os.remove(os.path.join(served, "wds-00002.tar.slidx"))
+            r = run_spec(tmp_path, src, env, check=False)
+            assert r.returncode == 1 and "wds-00002.tar" in r.stderr, r.stderr
+        finally:
+            px.close()
