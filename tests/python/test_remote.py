@@ -1085,19 +1085,30 @@ print(len(r), sum(int(r[i]["idx"]) for i in range(len(r))), r.verify())
 def test_dataset_shards_open_in_one_round_trip(tmp_path, data, web):
     """A .slr dataset directory read by ranges: each shard's open is the
     edge pair (no HEAD), and these small shards (40 KB) are whole after it:
-    two epochs ask each shard nothing more. Before: five requests in a row
-    per open, then a range request per record (or per run of neighbours)."""
+    two epochs ask each shard nothing more; the manifest comes by the edge
+    pair too. Before: five requests in a row per open, then a range request
+    per record (or per run of neighbours), and HEAD, HEAD, GET for the
+    manifest."""
     want = local_digest(tmp_path, data, {"path": data + "/ds"})
     man = json.load(open(os.path.join(data, "ds", "manifest.json")))
     files = [s["file"] for s in man["shards"]]
     assert len(files) >= 3
     px = httpfix.FaultProxy(web.port)
     try:
+        # named with its '/': a directory without asking; then no HEAD at
+        # all, the manifest too comes by the edge pair
+        got = digests(run_spec(tmp_path, {"path": px.url + "/ds/"},
+                               env_for(tmp_path, SLUICE_CACHE_BYTES=0)))
+        assert got == want
+        assert all(m == "GET" for m, _ in px.requests), px.requests
+        reqs = shard_requests(px, 0, "/manifest.json")
+        assert sorted(rg for _, rg in reqs) == sorted(EDGE_RANGES), reqs
+        n = len(px.requests)
         got = digests(run_spec(tmp_path, {"path": px.url + "/ds"},
                                env_for(tmp_path, SLUICE_CACHE_BYTES=0)))
         assert got == want
         for k, f in enumerate(files):
-            reqs = shard_requests(px, 0, "/" + f)
+            reqs = shard_requests(px, n, "/" + f)
             if k == 0:  # the dataset's open asks shard 0 for its schema first
                 assert [m for m, _ in reqs].count("HEAD") <= 1, reqs
                 reqs = [q for q in reqs if q[0] == "GET"]
