@@ -107,7 +107,7 @@ typedef enum sl_dtype {
     SL_U8 = 1, SL_I8 = 2, SL_U16 = 3, SL_I16 = 4, SL_U32 = 5, SL_I32 = 6,
     SL_U64 = 7, SL_I64 = 8, SL_F16 = 9, SL_F32 = 10, SL_F64 = 11, SL_BOOL = 12,
     /** bfloat16 (the top half of a float32), a tensor type of pipeline
-     *  outputs (normalize, cast): not a column type of .slr files. Since 0.2 */
+     *  outputs (normalize, cast): not a column type of .slr files. Since 0.1 */
     SL_BF16 = 13
 } sl_dtype;
 
@@ -200,7 +200,7 @@ SL_API int sl_tensor_copy(sl_tensor *dst, const sl_tensor *src);
 
 #define SL_MAX_COLUMNS 16
 /** Room for a column name and its terminating zero: names are 1-63 bytes,
- *  in schemas, sources, ops and the .slr format alike. Since 0.2 */
+ *  in schemas, sources, ops and the .slr format alike. Since 0.1 */
 #define SL_COLNAME_MAX 64
 
 /** A sample: a fixed set of columns, each a tensor. Columns are addressed by
@@ -417,7 +417,7 @@ SL_API uint64_t sl_reader_data_bytes(const sl_reader *r);
 /** The records of shard i: `*first` (the global number of its first record)
  *  and `*count`, as the manifest plans them (a single file: 0 and all).
  *  @return SL_OK; SL_EINVAL (i out of range). Thread safety: any thread.
- *  Since 0.2 */
+ *  Since 0.1 */
 SL_API int sl_reader_shard_range(const sl_reader *r, int i, uint64_t *first, uint64_t *count);
 /** Open shard i, if it is not open, and check it as the first read of one of
  *  its records would: header, footer and index checksums, index placement
@@ -426,7 +426,7 @@ SL_API int sl_reader_shard_range(const sl_reader *r, int i, uint64_t *first, uin
  *  caller can treat its whole range at once.
  *  @return SL_OK; SL_ECORRUPT, SL_EIO, SL_EUNSUPPORTED, SL_ENOMEM, with a
  *  message naming the shard and the cause. Thread safety: any thread.
- *  Since 0.2 */
+ *  Since 0.1 */
 SL_API int sl_reader_shard_check(const sl_reader *r, int i);
 
 /** Values of a scalar (INT64 or FLOAT64) column for every record, straight
@@ -486,7 +486,7 @@ typedef enum sl_pack_kind {
     SL_PACK_IDX = 2,         /**< an IDX images file and an IDX labels file (MNIST style),
                                   plain or gzip-compressed, in either order */
     SL_PACK_SOURCE = 3       /**< any other source (TFRecord files, tar shards, a .slr
-                                  dataset): packed through sl_pack_source. Since 0.2 */
+                                  dataset): packed through sl_pack_source. Since 0.1 */
 } sl_pack_kind;
 
 /** How sl_pack checks each ImageFolder file. Values are stable. */
@@ -544,7 +544,7 @@ typedef struct sl_pack_options {
     int jpeg_restart;      /**< sl_jpeg_restart: SL_JPEG_RESTART_OFF (default) keeps
                                 every file's bytes; AUTO or ROWS re-encodes each JPEG
                                 of an encoded column with sl_jpeg_add_restarts: other
-                                bytes than the source file, the same pixels. Since 0.2 */
+                                bytes than the source file, the same pixels. Since 0.1 */
 } sl_pack_options;
 #define SL_PACK_OPTIONS_VERSION 3
 #define SL_PACK_OPTIONS_INIT \
@@ -642,13 +642,13 @@ typedef struct sl_source sl_source;
  *  Pipeline keys (shuffle, shard, parallel, chunk) are ignored.
  *  @return SL_OK; SL_EINVAL (bad object, naming the field), SL_EIO,
  *  SL_ECORRUPT, SL_EUNSUPPORTED, SL_ENOMEM, with a message naming the file.
- *  The caller frees `*out` with sl_source_free(). Since 0.2 */
+ *  The caller frees `*out` with sl_source_free(). Since 0.1 */
 SL_API int sl_source_open(sl_source **out, const char *json);
 
 /** Open `n` paths, finding the format from their content: a .slr file or
  *  dataset directory, an ImageFolder directory, an IDX images + labels
  *  pair, TFRecord files, tar shards. `options_json` (may be NULL) adds that
- *  format's options (e.g. `{"features": {...}}`). Since 0.2 */
+ *  format's options (e.g. `{"features": {...}}`). Since 0.1 */
 SL_API int sl_source_open_paths(sl_source **out, const char *const *paths, int n,
                                 const char *options_json);
 
@@ -659,14 +659,14 @@ SL_API int sl_source_open_paths(sl_source **out, const char *const *paths, int n
  *  "webdataset". Use it to tell a user which reader fits an input.
  *  @return SL_OK; SL_EUNSUPPORTED (no format fits, naming the path); SL_EIO
  *  (a path cannot be read); SL_EINVAL (inputs of different kinds, too many
- *  inputs for the kind). Thread safety: any thread. Since 0.2 */
+ *  inputs for the kind). Thread safety: any thread. Since 0.1 */
 SL_API int sl_source_detect(const char *const *paths, int n, const char **key_out);
 
-/** Release a source. Accepts NULL. Since 0.2 */
+/** Release a source. Accepts NULL. Since 0.1 */
 SL_API void sl_source_free(sl_source *src);
 
 /** The format's name ("slr", "image_folder", "idx", "tfrecord", "webdataset",
- *  "memory"); static. Since 0.2 */
+ *  "memory"); static. Since 0.1 */
 SL_API const char *sl_source_kind(const sl_source *src);
 /** What a user does about a damaged record of this source, in a sentence
  *  for messages (`sluice verify` prints it after the damage); static. */
@@ -686,14 +686,14 @@ SL_API sl_coltype sl_source_coltype(const sl_source *src, int col);
 
 /** The index of the column named `name`. @return the index (>= 0), or
  *  SL_EINVAL with a message naming the source and listing its columns,
- *  the closest to `name` first. Since 0.2 */
+ *  the closest to `name` first. Since 0.1 */
 SL_API int sl_source_find_column(const sl_source *src, const char *name);
 
 /** Describe the source as one JSON object: kind, name, records, columns
  *  (name, type, dtype, shape, encoded, indexed) and the format's own facts
  *  (files, index, compression). snprintf-style: writes at most `cap` bytes
  *  with a terminating zero into `buf` (may be NULL with cap 0) and sets
- *  `*len_out` (may be NULL) to the full length. Since 0.2 */
+ *  `*len_out` (may be NULL) to the full length. Since 0.1 */
 SL_API int sl_source_describe(const sl_source *src, char *buf, size_t cap, size_t *len_out);
 
 /** Read record `i` into `out` (cleared first). Columns are owning references
@@ -701,7 +701,7 @@ SL_API int sl_source_describe(const sl_source *src, char *buf, size_t cap, size_
  *  sl_sample_clear(). Checksums are verified where the format has them.
  *  @return SL_OK; SL_EINVAL (i out of range); SL_ECORRUPT, SL_EIO,
  *  SL_EDECODE with a message naming file, record and cause; SL_ENOMEM.
- *  The source stays usable after a failed read. Since 0.2 */
+ *  The source stays usable after a failed read. Since 0.1 */
 SL_API int sl_source_read(sl_source *src, uint64_t i, sl_sample *out);
 
 /** Read record `i` and check it as sl_pack_source() does: every column
@@ -719,13 +719,13 @@ SL_API int sl_source_read(sl_source *src, uint64_t i, sl_sample *out);
  *  SL_EUNSUPPORTED for an image that does not decode, with a message naming
  *  the file (and record, member or offset where the format has them), the
  *  column and the cause; SL_EINVAL (bad `check`). Thread safety: as
- *  sl_source_read. Since 0.2 */
+ *  sl_source_read. Since 0.1 */
 SL_API int sl_source_check(sl_source *src, uint64_t i, int check, int *images_out);
 
 /** A reading handle on a source, for one thread: several threads read one
  *  source at once, each through its own reader (sl_source_read is the same
  *  with a reader the source keeps for one thread). Output and errors as
- *  sl_source_read. The source must outlive its readers. Since 0.2 */
+ *  sl_source_read. The source must outlive its readers. Since 0.1 */
 typedef struct sl_source_reader sl_source_reader;
 SL_API int sl_source_reader_create(sl_source *src, sl_source_reader **out);
 SL_API int sl_source_reader_read(sl_source_reader *rd, uint64_t i, sl_sample *out);
@@ -740,7 +740,7 @@ SL_API int sl_source_index_column(const sl_source *src, int col, const void **ou
  *  TFRecord unless opened with "verify": false), so a scan of every record
  *  verifies the data; 0 when the format has none (tar, ImageFolder, IDX,
  *  memory) or `src` is NULL. Fixed when the source is opened.
- *  Thread safety: any thread. Since 0.2 */
+ *  Thread safety: any thread. Since 0.1 */
 SL_API int sl_source_checksummed(const sl_source *src);
 
 /** Pack a source into a .slr dataset at `dst`: one column per source column
@@ -748,7 +748,7 @@ SL_API int sl_source_checksummed(const sl_source *src);
  *  on the index), records in source order, metadata "source" = the kind.
  *  `opts->jobs` and `opts->check` apply as in sl_pack; `opts->skip_bad`
  *  skips records that fail to read. Same crash safety as sl_pack.
- *  Thread safety: any thread, one call per source at a time. Since 0.2 */
+ *  Thread safety: any thread, one call per source at a time. Since 0.1 */
 SL_API int sl_pack_source(sl_source *src, const char *dst, const sl_pack_options *opts,
                           sl_pack_report *report);
 
@@ -758,9 +758,9 @@ SL_API int sl_pack_source(sl_source *src, const char *dst, const sl_pack_options
  *  anything else into itself. `*paths_out` is a NULL-terminated array of
  *  `*n_out` paths, freed with sl_paths_free(). @return SL_OK; SL_EINVAL (a
  *  malformed pattern), SL_EIO (an unreadable list), SL_ELIMIT, SL_ENOMEM.
- *  Thread safety: any thread. Since 0.2 */
+ *  Thread safety: any thread. Since 0.1 */
 SL_API int sl_paths_expand(const char *pattern, char ***paths_out, int *n_out);
-/** Free what sl_paths_expand() returned. Accepts NULL. Since 0.2 */
+/** Free what sl_paths_expand() returned. Accepts NULL. Since 0.1 */
 SL_API void sl_paths_free(char **paths);
 
 /** Build the sidecar index of one TFRecord file or tar shard (`PATH.slidx`:
@@ -768,7 +768,7 @@ SL_API void sl_paths_free(char **paths);
  *  needs no scan and its scalar columns filter without reading records.
  *  `options_json` (may be NULL): the source options used to read it.
  *  @return SL_OK, SL_EUNSUPPORTED (a format without sidecar indexes), and
- *  the errors of reading it. Since 0.2 */
+ *  the errors of reading it. Since 0.1 */
 SL_API int sl_source_index_build(const char *path, const char *options_json);
 
 /* ==========================================================================
@@ -827,14 +827,14 @@ typedef enum sl_decoder_param {
     SL_DECODE_MAX_SCANS = 2,
     /** What a libjpeg warning (data libjpeg can read past) does: an
      *  sl_warnings value. Default SL_WARNINGS_DEFAULT. docs/OPS.md has the
-     *  table of warnings and their outcome per value. Since 0.2 */
+     *  table of warnings and their outcome per value. Since 0.1 */
     SL_DECODE_WARNINGS = 3,
     /** 1: apply the JPEG's EXIF orientation (APP1 tag 0x0112), so the image
      *  comes out upright and sl_decode_info reports the upright size (width
      *  and height swap for orientations 5..8); crops given to
      *  sl_decode_crop_resize are in upright coordinates. 0 (default): pixels
      *  as stored, as PIL's Image.open and torchvision's ImageFolder give
-     *  them. PNG eXIf chunks are ignored. Range 0..1. Since 0.2 */
+     *  them. PNG eXIf chunks are ignored. Range 0..1. Since 0.1 */
     SL_DECODE_EXIF_ORIENTATION = 4,
     /** 1: feed every JPEG to libjpeg-turbo's checking Huffman decoder, so
      *  corrupt entropy-coded data is found wherever it is decoded. 0
@@ -843,7 +843,7 @@ typedef enum sl_decoder_param {
      *  in SL_WARNINGS_DEFAULT a whole decode then finds such damage by the
      *  bytes it leaves unused (docs/OPS.md, "Corrupt entropy data", says
      *  what each mode catches and what it costs). SL_WARNINGS_STRICT always
-     *  checks; `sluice pack --check decode` sets it. Range 0..1. Since 0.2 */
+     *  checks; `sluice pack --check decode` sets it. Range 0..1. Since 0.1 */
     SL_DECODE_CHECK_ENTROPY = 5
 } sl_decoder_param;
 
@@ -855,7 +855,7 @@ typedef enum sl_warnings {
      *  unknown JFIF version, unknown Adobe transform, odd SOS parameters in
      *  a sequential file, bad ICC marker). */
     SL_WARNINGS_DEFAULT = 0,
-    /** Fail on any warning (the behaviour before 0.2), and decode JPEG
+    /** Fail on any warning (the behaviour of earlier 0.1 builds), and decode JPEG
      *  entropy-coded data on libjpeg-turbo's checking Huffman path (as
      *  SL_DECODE_CHECK_ENTROPY), so every corrupt code that is decoded fails. */
     SL_WARNINGS_STRICT = 1,
@@ -964,7 +964,7 @@ SL_API int sl_decode_crop_resize(sl_decoder *dec, const void *data, size_t size,
  *  @param[out] out          the new file, 1-D SL_U8; see "Output tensors"
  *  @param[out] changed_out  1 when `out` was written
  *  @return SL_OK (changed or not), SL_EINVAL, SL_ENOMEM.
- *  Thread safety: any thread. Since 0.2 */
+ *  Thread safety: any thread. Since 0.1 */
 SL_API int sl_jpeg_add_restarts(const void *data, size_t size, sl_jpeg_restart mode,
                                 sl_tensor *out, int *changed_out);
 
@@ -1125,10 +1125,10 @@ SL_API int sl_spec_from_json(sl_spec **out, const char *json);
  *  too) made relative to the file's folder, as config files resolve: what
  *  `sluice run` and Python's from_spec(path) do before sl_spec_from_json. A
  *  relative path that names nothing there but names something from the
- *  working directory (the rule before 0.2) is kept, with a warning saying
+ *  working directory (the rule of earlier 0.1 builds) is kept, with a warning saying
  *  what to write. Absolute paths and URLs are kept; text that is not JSON
  *  comes back as it was. Written snprintf-style into buf[cap] (see
- *  sl_spec_to_json). @return SL_OK, SL_EINVAL, SL_ENOMEM. Since 0.2 */
+ *  sl_spec_to_json). @return SL_OK, SL_EINVAL, SL_ENOMEM. Since 0.1 */
 SL_API int sl_spec_resolve_paths(const char *json, const char *spec_path, char *buf, size_t cap,
                                  size_t *len_out);
 /** Free a spec. Accepts NULL. A pipeline made from it does not need it. Since 0.1 */
@@ -1166,7 +1166,7 @@ typedef enum sl_shuffle_mode {
 /** Turn the shuffle on with a mode; `window` (positions per window) and
  *  `block` (consecutive records per block, <= window) apply to window mode,
  *  0 for their defaults (65,536 and window / 64). @return SL_OK, SL_EINVAL.
- *  Since 0.2 */
+ *  Since 0.1 */
 SL_API int sl_spec_set_shuffle_mode(sl_spec *spec, sl_shuffle_mode mode, uint64_t window,
                                     uint64_t block);
 /** Read only shard `index` of `count` (0 <= index < count): a disjoint slice
@@ -1201,7 +1201,7 @@ SL_API int sl_spec_add_op_json(sl_spec *spec, const char *json);
  *  passes (it may be a user op; pipeline creation reports it). The Python
  *  builder checks each op this way, so that its errors are the engine's.
  *  @return SL_OK, SL_EINVAL with a message, SL_ENOMEM. Thread safety: any
- *  thread. Since 0.2 */
+ *  thread. Since 0.1 */
 SL_API int sl_spec_check_op_json(const char *json, int index);
 /** Append a user map (see sl_map_fn); `name` labels it in explain, stats and
  *  errors. `fn` and `user` must stay valid while any pipeline built from this
@@ -1213,14 +1213,14 @@ SL_API int sl_spec_add_map(sl_spec *spec, const char *name, sl_map_fn fn, void *
  *  dtype and shape, and map + batch fuse; see docs/PIPELINE.md), `batch_fn`
  *  runs once per batch. The two must give the same result. Same lifetime rule
  *  as sl_spec_add_map. @return SL_OK, SL_EINVAL (a NULL function), SL_ENOMEM.
- *  Since 0.2 */
+ *  Since 0.1 */
 SL_API int sl_spec_add_batch_map(sl_spec *spec, const char *name, sl_map_fn fn,
                                  sl_batch_map_fn batch_fn, void *user);
 /** 1 (default): ops with a batched kernel (normalize, cast, one_hot, flip,
  *  batched user maps) at the end of the per-sample chain may run once per
  *  batch; 0: always per sample (same output; for tests and comparisons). JSON
- *  key "vectorize"; the environment variable SLUICE_VECTORIZE=0 also turns it
- *  off. Since 0.2 */
+ *  key "vectorize" (the other layout paths: JSON keys "read_rows" and
+ *  "parallel_collate", docs/PIPELINE.md). Since 0.1 */
 SL_API int sl_spec_set_vectorize(sl_spec *spec, int vectorize);
 /** Bound the memory the pipeline holds to `bytes` (JSON key "memory_limit":
  *  a number of bytes or a string such as "512M"; K, M, G, T are powers of
@@ -1230,7 +1230,7 @@ SL_API int sl_spec_set_vectorize(sl_spec *spec, int vectorize);
  *  (prefetch) and those being made; queue depths and the batching stage's
  *  workers are cut at create until they fit. sl_pipeline_create fails with
  *  SL_ELIMIT when one batch (or the fewest batches the pipeline can run
- *  with) is over the limit. Since 0.2 */
+ *  with) is over the limit. Since 0.1 */
 SL_API int sl_spec_set_memory_limit(sl_spec *spec, uint64_t bytes);
 /** Append a user filter (see sl_filter_fn). Same lifetime rule. Since 0.1 */
 SL_API int sl_spec_add_filter(sl_spec *spec, const char *name, sl_filter_fn fn, void *user);
@@ -1285,7 +1285,7 @@ SL_API const char *sl_pipeline_column_name(const sl_pipeline *p, int col);
  *  .slr string column) that no op rewrote. Its batch tensors are the bytes
  *  (1-D uint8 per sample; stacked only when every sample has the same
  *  length), without a terminating zero; a binding shows them as strings.
- *  0 otherwise and for a bad index. Since 0.2 */
+ *  0 otherwise and for a bad index. Since 0.1 */
 SL_API int sl_pipeline_column_text(const sl_pipeline *p, int col);
 /** The iterator state after the last batch handed out (prefetched batches do
  *  not count), as a small JSON object ({"epoch", "batch", "pos", "seed", ...}),
@@ -1299,6 +1299,14 @@ SL_API int sl_pipeline_restore_state(sl_pipeline *p, const char *state_json);
  *  line per operator (fusions, pushed-down filters, stages, workers,
  *  queues), written snprintf-style. Since 0.1 */
 SL_API int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out);
+/** The layout explain shows, as a JSON object: "layout" (where batches are
+ *  collated: "collation" "final", "fused" or "parallel", "collate_stage",
+ *  "direct", "slot_column", "vectorized_ops", "vectorization", "read_rows",
+ *  "chunk_capacity"), "stages" (name, kind, workers, autotune,
+ *  queue_capacity) and "batches_per_epoch" (-1: unknown), written
+ *  snprintf-style. Since 0.1 */
+SL_API int sl_pipeline_explain_json(const sl_pipeline *p, char *buf, size_t cap,
+                                    size_t *len_out);
 /** The stored error of a failed pipeline ("" if none); borrowed until the
  *  pipeline is freed. Since 0.1 */
 SL_API const char *sl_pipeline_error(const sl_pipeline *p);
@@ -1340,7 +1348,7 @@ SL_API void sl_batch_release(sl_batch *b);
 #define SL_STATS_MAX_ERRORS 4
 #define SL_STATS_MAX_POOLS 16
 
-/** One buffer pool (a size class of sample and batch tensors). Since 0.2 */
+/** One buffer pool (a size class of sample and batch tensors). Since 0.1 */
 typedef struct sl_pool_stats {
     uint64_t buf_size;         /**< bytes of each buffer in the pool */
     uint64_t bytes;            /**< bytes of the pool's buffers that exist: in use or cached */
@@ -1360,7 +1368,7 @@ typedef struct sl_stage_stats {
     double queue_fill;         /**< mean fill of the output queue, 0..1 */
     double cost_us;            /**< busy microseconds per element */
     double cpu_us;             /**< CPU microseconds per element (busy time less waits
-                                    for I/O or sleeps inside the work). Since 0.2 */
+                                    for I/O or sleeps inside the work). Since 0.1 */
 } sl_stage_stats;
 
 /** A pipeline's counters and verdict. */
@@ -1380,44 +1388,44 @@ typedef struct sl_pipeline_stats {
     char errors[SL_STATS_MAX_ERRORS][256];
     uint64_t threads_started;  /**< worker threads started over the pipeline's life */
     int32_t cpu_budget;        /**< cores the pipeline may use: affinity, cgroup quota or
-                                    SLUICE_CPUS (see "Autotune" in docs/PIPELINE.md). Since 0.2 */
-    double cpu_busy;           /**< process CPU time / (wall * cpu_budget), 0..1. Since 0.2 */
-    uint64_t h2d_bytes;        /**< bytes copied host to device (0 without a device). Since 0.2 */
-    double h2d_bytes_per_s;    /**< h2d_bytes / wall_s. Since 0.2 */
+                                    SLUICE_CPUS (see "Autotune" in docs/PIPELINE.md). Since 0.1 */
+    double cpu_busy;           /**< process CPU time / (wall * cpu_budget), 0..1. Since 0.1 */
+    uint64_t h2d_bytes;        /**< bytes copied host to device (0 without a device). Since 0.1 */
+    double h2d_bytes_per_s;    /**< h2d_bytes / wall_s. Since 0.1 */
     double device_wait_s;      /**< time the consumer was blocked in next() until a device
                                     slot's release and copy events passed (the ring was
-                                    full). Since 0.2 */
+                                    full). Since 0.1 */
     uint64_t memory_limit;     /**< bytes the pipeline may hold: the spec's memory_limit or
-                                    the default (see sl_spec_set_memory_limit). Since 0.2 */
+                                    the default (see sl_spec_set_memory_limit). Since 0.1 */
     uint64_t batch_bytes;      /**< bytes one batch takes (its fixed-shape columns, as
                                     pooled); 0 without a batch or when no shape is known
-                                    at plan time. Since 0.2 */
+                                    at plan time. Since 0.1 */
     uint64_t batches_in_flight; /**< most batch buffers the layout lets exist at once
                                     (workers + queue depths from the batching stage on,
-                                    plus two with the consumer); 0: not bounded. Since 0.2 */
+                                    plus two with the consumer); 0: not bounded. Since 0.1 */
     uint64_t pool_bytes;       /**< bytes of all buffer pools' buffers (in use or cached).
-                                    Since 0.2 */
-    uint64_t pool_free_bytes;  /**< of pool_bytes, bytes cached on free lists. Since 0.2 */
+                                    Since 0.1 */
+    uint64_t pool_free_bytes;  /**< of pool_bytes, bytes cached on free lists. Since 0.1 */
     int32_t npools;            /**< pools that exist (pool[] holds the first
-                                    SL_STATS_MAX_POOLS). Since 0.2 */
-    sl_pool_stats pool[SL_STATS_MAX_POOLS]; /**< by buffer size. Since 0.2 */
+                                    SL_STATS_MAX_POOLS). Since 0.1 */
+    sl_pool_stats pool[SL_STATS_MAX_POOLS]; /**< by buffer size. Since 0.1 */
     uint64_t queue_bytes[SL_STATS_MAX_STAGES]; /**< per stage (as stage[]): elements in its
                                     output queue times an estimate of one element (a batch:
                                     batch_bytes; a chunk: samples per chunk times the
-                                    fixed-shape columns' bytes). Since 0.2 */
+                                    fixed-shape columns' bytes). Since 0.1 */
     int32_t queue_length[SL_STATS_MAX_STAGES]; /**< per stage: elements in its output queue
-                                    now. Since 0.2 */
+                                    now. Since 0.1 */
     uint64_t h2d_staged_bytes; /**< of h2d_bytes, bytes first copied into the device ring's
                                     staging memory on the consumer thread (columns not
                                     written in pinned memory by the stages); 0 when every
                                     batch was copied straight from where it was made.
-                                    Since 0.2 */
+                                    Since 0.1 */
     uint64_t gpu_decoded;      /**< decode on the GPU ("device": "gpu" on decode): images
-                                    nvJPEG decoded (0 otherwise). Since 0.2 */
+                                    nvJPEG decoded (0 otherwise). Since 0.1 */
     uint64_t gpu_fallbacks;    /**< decode on the GPU: images nvJPEG refused or failed on,
                                     decoded by the CPU path instead (e.g. CMYK); a file
                                     the CPU fails on too is skipped or fails the run as
-                                    on_error says. Since 0.2 */
+                                    on_error says. Since 0.1 */
 } sl_pipeline_stats;
 
 /** Fill `out` with the current counters. Any thread. Since 0.1 */
@@ -1463,22 +1471,22 @@ SL_API int sl_pipeline_trace_json(const sl_pipeline *p, char *buf, size_t cap, s
  *  prefetch, take, skip and repeat may follow) runs on the device: uint8 HWC
  *  crops cross to the device and become float32/float16 there. Checked when
  *  the pipeline is created (SL_EUNSUPPORTED when the device, its runtime or
- *  the kernels are missing). @return SL_OK, SL_EINVAL. Since 0.2 */
+ *  the kernels are missing). @return SL_OK, SL_EINVAL. Since 0.1 */
 SL_API int sl_spec_set_device(sl_spec *spec, sl_device device, int id, int normalize_on_device);
 /** Whether `device` (SL_DEVICE_CUDA or SL_DEVICE_CPU) number `id` can be
  *  used here. @return SL_OK, SL_EUNSUPPORTED (the message says what is
  *  missing: "device \"cuda\": libcudart.so.13 not found ..."), SL_EINVAL.
- *  Thread safety: any thread. Since 0.2 */
+ *  Thread safety: any thread. Since 0.1 */
 SL_API int sl_device_available(sl_device device, int id);
 /** The consumer stream of a device pipeline (NULL: the default stream):
  *  each batch's copy is waited for on it, and release points are recorded
  *  on it. The stream must outlive the batches. @return SL_OK, SL_EINVAL (no
- *  device). Consumer thread. Since 0.2 */
+ *  device). Consumer thread. Since 0.1 */
 SL_API int sl_pipeline_set_stream(sl_pipeline *p, void *stream);
 /** Make `stream` wait until the copy that filled `t` (a column of a device
  *  batch) is done, and record the batch's release point on `stream` from
  *  now on (DLPack's __dlpack__(stream=...)). @return SL_OK, SL_EINVAL (not a
- *  device tensor), SL_EIO (the runtime failed). Any thread. Since 0.2 */
+ *  device tensor), SL_EIO (the runtime failed). Any thread. Since 0.1 */
 SL_API int sl_tensor_stream_wait(const sl_tensor *t, void *stream);
 
 /*
@@ -1510,13 +1518,13 @@ typedef struct sl_stager_stats {
  *  (2..64; more are made, up to 64, when the consumer holds them all).
  *  @return SL_OK, SL_EINVAL, SL_EUNSUPPORTED (CUDA runtime or device
  *  missing: the message says which), SL_EIO, SL_ENOMEM. Free with
- *  sl_stager_free. Since 0.2 */
+ *  sl_stager_free. Since 0.1 */
 SL_API int sl_stager_open(sl_stager **out, sl_device device, int id, int to_device, int depth);
 /** Drop the stager: copies in flight are waited for; slots whose tensors are
  *  still held are freed when the last is released. Accepts NULL. */
 SL_API void sl_stager_free(sl_stager *s);
 /** The consumer stream (NULL: the default stream): copies are waited for
- *  on it and release points recorded on it. @return SL_OK. Since 0.2 */
+ *  on it and release points recorded on it. @return SL_OK. Since 0.1 */
 SL_API int sl_stager_set_stream(sl_stager *s, void *stream);
 /** Copy the `n` host tensors `in` (C-contiguous, in CPU or pinned memory;
  *  only read, during the call) into one slot: out[i] gets in[i]'s dtype
@@ -1530,9 +1538,9 @@ SL_API int sl_stager_set_stream(sl_stager *s, void *stream);
  *  SL_ELIMIT (64 slots held), SL_EIO (the runtime failed: message names the
  *  call), SL_ENOMEM. Thread safety: any thread; the slot acquisitions are
  *  serialised, the copies of concurrent calls run in parallel.
- *  Since 0.2 */
+ *  Since 0.1 */
 SL_API int sl_stager_stage(sl_stager *s, const sl_tensor *in, int n, sl_tensor *out);
-/** The stager's figures so far. Any thread. Since 0.2 */
+/** The stager's figures so far. Any thread. Since 0.1 */
 SL_API void sl_stager_stats_get(sl_stager *s, sl_stager_stats *out);
 
 #ifdef __cplusplus

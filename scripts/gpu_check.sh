@@ -12,13 +12,14 @@
 #                                        GPU decode as the peer, CPU thread scaling 1..16
 #   bash scripts/gpu_check.sh --dry-run  both parts here, on the host backend with the
 #                                        existing build/ (figures: "host backend: no meaning")
-# Each part fits one device call of 10 minutes; each builds first when its
+# Each part fits one device call of 10 minutes (--part all fits one when
+# SLUICE_GPU_SANITIZE_S is about 60: part 1, part 2, then the sanitizers); each builds first when its
 # build directory is missing (a machine is bare after each give-back).
 # Options: --bundle DIR (default .devbundle), --build DIR, --out DIR (default $OUT).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
-DRY=0; PART=all; BUNDLE=.devbundle; BUILD=""; DEST=${OUT:-}
+DRY=0; PART=all; SANITIZE_S=${SLUICE_GPU_SANITIZE_S:-150}; BUNDLE=.devbundle; BUILD=""; DEST=${OUT:-}
 while [ $# -gt 0 ]; do
   case $1 in
     --dry-run) DRY=1 ;;
@@ -147,6 +148,30 @@ photos() {
     { line photos FAIL "could not make the ImageNet-style photo set"; return 1; }
 }
 
+# compute-sanitizer memcheck and racecheck over gpu_checks.py, each within
+# SLUICE_GPU_SANITIZE_S seconds (default 150)
+sanitizers() {
+  if [ $DRY = 1 ]; then
+    line memcheck SKIP "compute-sanitizer needs a GPU (host backend)"
+    line racecheck SKIP "compute-sanitizer needs a GPU (host backend)"
+  elif ! command -v compute-sanitizer >/dev/null; then
+    line memcheck FAIL "compute-sanitizer not found on PATH"
+    line racecheck FAIL "compute-sanitizer not found on PATH"
+  else
+    for tool in memcheck racecheck; do
+      log=$WORK/$tool.log
+      local checks=epoch,reuse extra="--leak-check full"
+      [ $tool = racecheck ] && { checks=kernel; extra=""; }
+      PYTHONPATH=$BUILD/python timeout "$SANITIZE_S" compute-sanitizer --tool $tool $extra --error-exitcode 9 \
+        "$PY" bench/gpu_checks.py --kind cuda --checks $checks > "$log" 2>&1
+      rc=$?
+      cp "$log" "$DEST/$tool.log"
+      line $tool $([ $rc = 0 ] && echo PASS || echo FAIL) "exit $rc over gpu_checks.py --checks $checks: $(grep -m1 'ERROR SUMMARY' "$log" || echo 'no summary (timed out?)')"
+    done
+  fi
+
+}
+
 part1() {
   local log=$WORK/ctests.log
   "$BUILD/sluice_tests" device cuda_fake nvjpeg_fake crop_resize__ gpu_decode_fake gpu_place gpu_pipe_fake > "$log" 2>&1
@@ -201,24 +226,7 @@ part1() {
   [ $DRY = 0 ] && [ "$nocuda" != 0 ] && st=FAIL
   line pytest_cuda_cases $st "$(tail -1 "$log" | tr -d '=' | sed 's/^ *//'); CUDA cases skipped for want of a device: $nocuda$NOTE"
 
-  if [ $DRY = 1 ]; then
-    line memcheck SKIP "compute-sanitizer needs a GPU (host backend)"
-    line racecheck SKIP "compute-sanitizer needs a GPU (host backend)"
-  elif ! command -v compute-sanitizer >/dev/null; then
-    line memcheck FAIL "compute-sanitizer not found on PATH"
-    line racecheck FAIL "compute-sanitizer not found on PATH"
-  else
-    for tool in memcheck racecheck; do
-      log=$WORK/$tool.log
-      local checks=epoch,reuse extra="--leak-check full"
-      [ $tool = racecheck ] && { checks=kernel; extra=""; }
-      PYTHONPATH=$BUILD/python timeout 150 compute-sanitizer --tool $tool $extra --error-exitcode 9 \
-        "$PY" bench/gpu_checks.py --kind cuda --checks $checks > "$log" 2>&1
-      rc=$?
-      cp "$log" "$DEST/$tool.log"
-      line $tool $([ $rc = 0 ] && echo PASS || echo FAIL) "exit $rc over gpu_checks.py --checks $checks: $(grep -m1 'ERROR SUMMARY' "$log" || echo 'no summary (timed out?)')"
-    done
-  fi
+  [ $PART = 1 ] && sanitizers
 
   log=$WORK/checks.log
   PYTHONPATH=$BUILD/python "$PY" bench/gpu_checks.py --kind $KIND --photos "$PHOTOS" --slr "$SLR" \
@@ -342,7 +350,7 @@ build && BUILD=$(cd "$BUILD" && pwd) &&
   case $PART in
     1) part1 ;;
     2) part2 ;;
-    all) part1; part2 ;;
+    all) part1; part2; sanitizers ;;  # the figures before the slow sanitizers
   esac
 }
 "$PY" - "$LINES" "$DEST" "$PART" "$KIND" "$((SECONDS - t_start))" <<'PYEOF'

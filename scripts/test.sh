@@ -11,6 +11,8 @@ PY=/usr/bin/python3
 failed=0
 step() { echo; echo "== $*"; }
 
+step "layer check (scripts/check_layers.sh: docs/ARCHITECTURE.md's dependency order)"; bash scripts/check_layers.sh || failed=1
+
 step "nvJPEG header (scripts/nvjpeg_fetch.sh: the nvidia-nvjpeg wheel, into a cache folder)"
 bash scripts/nvjpeg_fetch.sh || echo "no nvjpeg.h: the build leaves the nvJPEG decoder out"
 

@@ -3,9 +3,14 @@
  * backend that does the same work with threads), the staging ring on top of
  * them, and the few entry points the pipeline calls. Never installed.
  *
- * Layering: this is the last layer. The pipeline calls in at three places
- * only (spec parsing, pipeline create/free, and the end of
- * sl_pipeline_next); everything else lives here.
+ * Layering: the device layer knows nothing of pipelines, specs or plans
+ * (it calls core and the ops' CPU kernels only). The pipeline calls in
+ * through its hand-off, src/pipeline/device_handoff.c (sl_pipeline__dev_*),
+ * and through spec.c for the "device" JSON (sl_dev__parse_json, _to_json,
+ * _decode_placement); the hand-off passes finished host batches across as
+ * column views (sl_dev_cols, below) and takes device batches back. What
+ * runs on the device side (the upload, the ring, GPU decode's batches and
+ * their CPU fallback, sl_device_available, sl_tensor_stream_wait) is here.
  */
 #ifndef SL_DEVICE_H
 #define SL_DEVICE_H
@@ -139,6 +144,9 @@ typedef struct sl_dev_gpu_item {
     float box[4];              /* in: the placement (sl_place: box, lim, mirror) */
     int lim[4];
     int flip;
+    double box_drawn[4];       /* in: box as drawn (the CPU fallback reads it unrounded;
+                                  sl_dev__gpu_fill_take's items only) */
+    int64_t row;               /* in: the caller's (the host batch's row of this image) */
     int status;                /* out: SL_DEV_JPEG_OK, SL_DEV_JPEG_FALLBACK or SL_DEV_GPU_FAILED */
     int rc;                    /* out, FAILED: cpu's error code (sl_errmsg at the time in why) */
     char why[160];             /* out: why it left the GPU */
@@ -262,5 +270,109 @@ sl_dev_backend *sl_dev__ring_backend(sl_dev_ring *r);
 void *sl_dev__ring_copy_stream(sl_dev_ring *r);
 /* Slots created so far (tests). */
 int sl_dev__ring_slots(sl_dev_ring *r);
+
+/* ---- a pipeline's batches on the device (device_deliver.c) ---------------------------
+ * The device's side of the pipeline's hand-off. The spec's "device" value: */
+enum { SL_DEV_NONE = 0, SL_DEV_CUDA = 1, SL_DEV_HOST = 2 };
+typedef struct sl_device_spec {
+    int kind;                  /* SL_DEV_* */
+    int id;
+    int normalize;             /* run the spec's normalize op on the device */
+} sl_device_spec;
+struct cJSON;
+/* Parse the spec's "device" value: "cuda" | "host" | {"kind", "id",
+ * "normalize_on_device"}. */
+int sl_dev__parse_json(const struct cJSON *v, sl_device_spec *out);
+/* The spec's device as JSON (NULL when none). */
+struct cJSON *sl_dev__to_json(const sl_device_spec *d);
+/* sl_spec_set_device's arguments (sl_device or 0, id, normalize) as a spec. */
+int sl_dev__spec_from(int device, int id, int normalize_on_device, sl_device_spec *out);
+/* A decode op's "device" key: checks it ("cpu" | "gpu"; SL_EINVAL with
+ * ops[index].device otherwise) and sets *gpu; the decode op reads the key
+ * itself. Other ops: nothing, *gpu 0. */
+int sl_dev__decode_placement(const struct cJSON *op, int index, int *gpu);
+
+/* A batch's columns as the pipeline holds them (its sl_batch arrays): what
+ * crosses the hand-off. The upload rewrites col[] in place. */
+typedef struct sl_dev_cols {
+    int ncols;
+    int single;                /* one sample, no leading batch dimension */
+    int64_t size;
+    char (*names)[SL_COLNAME_MAX];
+    sl_tensor *col;
+    int *ragged;
+} sl_dev_cols;
+
+/* Delivering a pipeline's batches: the backend, then (at the first batch)
+ * the ring, the normalize run on the device, GPU decode's state, counters. */
+typedef struct sl_dev_out sl_dev_out;
+/* Open the backend of `d` (*out NULL when d->kind is SL_DEV_NONE); with
+ * d->normalize, SL_EUNSUPPORTED when the kernels are missing. */
+int sl_dev__out_open(sl_dev_out **out, const sl_device_spec *d);
+/* normalize_on_device: of the spec's ops (ops[i] the op's JSON, NULL for an
+ * op given as a function, names[i] for messages), the last normalize is run
+ * on the device: its parameters are read (unknown keys, values, and only
+ * batch/prefetch/take/skip/repeat after it are checked) and *at says which
+ * op the caller takes out of its ops. */
+int sl_dev__out_take_norm(sl_dev_out *o, const struct cJSON *const *ops,
+                          const char *const *names, int n, int *at);
+void sl_dev__out_close(sl_dev_out *o);                  /* accepts NULL */
+/* The ring, made once with depth + 1 slots (the upload makes it itself). */
+int sl_dev__out_ring(sl_dev_out *o, int depth);
+/* The ring slots for an output depth `depth` (0 when o is NULL): each may
+ * hold a batch whose copy is in flight. */
+int sl_dev__out_slots(const sl_dev_out *o, int depth);
+/* Pool memory for the pipeline's batches: the backend's pinned memory (so
+ * the stages write batches where the copy engine reads them). 0: o NULL. */
+int sl_dev__out_batch_mem(sl_dev_out *o, sl_pool_mem *out);
+typedef struct sl_dev_counters {
+    uint64_t h2d_bytes;
+    uint64_t staged_bytes;       /* of h2d_bytes, through the ring's staging memory */
+    uint64_t wait_ns;
+    uint64_t gpu_decoded;        /* decode on the GPU: images nvJPEG decoded */
+    uint64_t gpu_fallbacks;      /* ... and images it left to the CPU decode */
+} sl_dev_counters;
+void sl_dev__out_counters(const sl_dev_out *o, sl_dev_counters *out); /* zeros for NULL */
+/* The consumer's stream (NULL: the default stream). */
+void sl_dev__out_set_stream(sl_dev_out *o, void *stream);
+/* Move a host batch's columns to the device, in place (the ring is made at
+ * the first call, with depth + 1 slots). Ragged columns are refused. */
+int sl_dev__out_upload(sl_dev_out *o, sl_dev_cols *b, int depth);
+
+/* Decode on the GPU: the chain the plan fused after a decode op with
+ * "device": "gpu" (docs/DEVICE.md), as the device runs it. */
+typedef struct sl_dev_gpu_spec {
+    int pos;                   /* the decode op's spec position (messages) */
+    int warnings;              /* the decode op's option (the CPU fallback's decoder) */
+    int oh, ow;                /* the output image */
+    float mean[3], std[3];
+    int hwc, u8;               /* float32 CHW or HWC after a normalize; uint8 HWC without */
+    int64_t batch;             /* images in an output batch (the batch op's size) */
+} sl_dev_gpu_spec;
+/* Check the device (cuda, also when o is NULL: the message says so),
+ * nvJPEG, the kernel, no normalize_on_device beside it and the batch size;
+ * then the output batches are made by the fill calls below, not the upload. */
+int sl_dev__gpu_begin(sl_dev_out *o, const sl_dev_gpu_spec *g);
+int sl_dev__gpu_decoding(const sl_dev_out *o);
+/* One output batch is filled from rows of host batches, in order:
+ * fill_start lays out a ring slot from host batch `b` (ic: its JPEG column,
+ * pc: its placements, left out of the output) for `batch` images (1 when
+ * b->single); fill_take decodes items it[0..m) (rows of host batch `b`,
+ * it[j].row, read from its placements by the caller) into the next rows
+ * and copies their other columns; fill_finish hands the output out (its
+ * columns written into *out, each holding a reference on the slot). A
+ * failed image (the CPU path failed on it too) goes to `failed`, in order:
+ * < 0 fails the call with that code (message set), SL_OK drops it and the
+ * call goes on with the rest, contiguous. */
+typedef int (*sl_dev_gpu_failed_fn)(void *ctx, const sl_dev_gpu_item *it);
+int sl_dev__gpu_fill_start(sl_dev_out *o, const sl_dev_cols *b, int ic, int pc);
+int sl_dev__gpu_fill_take(sl_dev_out *o, const sl_dev_cols *b, sl_dev_gpu_item *it, int m,
+                          sl_dev_gpu_failed_fn failed, void *ctx);
+int sl_dev__gpu_fill_finish(sl_dev_out *o, sl_dev_cols *out);
+/* Drop the output being filled (accepts NULL). */
+void sl_dev__gpu_fill_reset(sl_dev_out *o);
+int sl_dev__gpu_filling(const sl_dev_out *o);   /* 1: an output is being filled */
+int64_t sl_dev__gpu_filled(const sl_dev_out *o);
+int64_t sl_dev__gpu_target(const sl_dev_out *o);
 
 #endif /* SL_DEVICE_H */

@@ -24,6 +24,7 @@
  * item) the other stream's, never both at once.
  */
 #include "device/device.h"
+#include "core/worker.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -51,8 +52,7 @@ struct host_stream {
     work *q;                      /* ring of qcap items: [qhead, qhead + qlen) */
     size_t qcap, qhead, qlen;
     uint64_t submitted, done;
-    int stop;
-    pthread_t thread;
+    sl_workers thread;            /* the one thread; its stop flag read under mu */
 };
 
 typedef struct host_event {
@@ -73,7 +73,7 @@ static void *stream_main(void *arg) {
     host_stream *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (s->qlen == 0 && !s->stop)
+        while (s->qlen == 0 && !sl__workers_stopping(&s->thread))
             pthread_cond_wait(&s->cv, &s->mu);
         if (s->qlen == 0)
             break; /* stopped and drained */
@@ -121,6 +121,13 @@ static int push(host_stream *s, const work *w) {
     return SL_OK;
 }
 
+static void stream_wake(void *user) {
+    host_stream *s = user;
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 static int h_stream_create(sl_dev_backend *b, void **out) {
     (void)b;
     host_stream *s = sl__calloc(1, sizeof *s);
@@ -128,11 +135,14 @@ static int h_stream_create(sl_dev_backend *b, void **out) {
         return sl__oom("creating a host stream");
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
+    sl__workers_init(&s->thread, "hoststream", 1, stream_wake, s); /* 1 fits inline */
+    int rc = sl__workers_start(&s->thread, stream_main, s);
+    if (rc < 0) {
+        sl__workers_dispose(&s->thread);
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
         sl__free(s);
-        return sl__error(SL_ENOMEM, "host device: cannot start a stream thread");
+        return sl__error_prefix(rc, "host device");
     }
     *out = s;
     return SL_OK;
@@ -144,11 +154,7 @@ static void h_stream_destroy(sl_dev_backend *b, void *stream) {
     host_stream *s = stream;
     if (!s)
         return;
-    pthread_mutex_lock(&s->mu);
-    s->stop = 1;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    pthread_join(s->thread, NULL);
+    sl__workers_dispose(&s->thread); /* stop (stream_wake), join */
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     sl__free(s->q);

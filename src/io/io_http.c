@@ -56,6 +56,7 @@
  */
 #include "io/io.h"
 #include "io/s3.h"
+#include "core/worker.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -127,6 +128,12 @@ static long env_long(const char *name, long def, long lo, long hi) {
     return x;
 }
 
+/* The fetch threads: started under ra_mu (read-ahead, below) when hints come, up to
+ * cfg.readahead, and never stopped (they live as long as the process). A
+ * forked child has none of them (core/worker.h): its first hint starts its
+ * own. */
+static sl_workers ra_ws;
+
 static void atfork_prepare(void);
 static void atfork_parent(void);
 static void atfork_child(void);
@@ -191,6 +198,8 @@ static void init(void) {
         snprintf(s3cfg_msg, sizeof s3cfg_msg, "%s", sl_errmsg());
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_init(&share_mu[i], NULL);
+    if (sl__workers_init(&ra_ws, "readahead", cfg.readahead, NULL, NULL) < 0)
+        SL_LOG_WARN("%s; reading without read-ahead", sl_errmsg());
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     share = curl_share_init();
     if (share) {
@@ -1115,7 +1124,6 @@ static pthread_cond_t ra_done = PTHREAD_COND_INITIALIZER;
 static extent *ra_head, *ra_tail;
 static http_io *ra_objs; /* objects with extents (for fork) */
 static uint64_t ra_bytes;
-static int ra_threads;
 
 static void ra_unlink(http_io *h, extent *e) { /* under ra_mu; e not queued */
     for (extent **pp = &h->ext; *pp; pp = &(*pp)->next)
@@ -1279,16 +1287,9 @@ static void http_will_need(sl_io *io, uint64_t off, size_t n) {
     }
     if (ra_bytes + n > RA_BYTES_MAX)
         goto out; /* enough in flight: the read will fetch it */
-    if (ra_threads < cfg.readahead) {
-        pthread_t t;
-        pthread_attr_t a;
-        pthread_attr_init(&a);
-        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&t, &a, ra_worker, NULL) == 0)
-            ra_threads++;
-        pthread_attr_destroy(&a);
-    }
-    if (!ra_threads)
+    if (sl__workers_count(&ra_ws) < ra_ws.cap && sl__workers_start(&ra_ws, ra_worker, NULL) < 0)
+        SL_LOG_DEBUG("read-ahead: %s", sl_errmsg());
+    if (!sl__workers_count(&ra_ws))
         goto out; /* no thread to fetch it: the read will */
     extent *e = sl__calloc(1, sizeof *e);
     if (!e)
@@ -1381,10 +1382,10 @@ static void atfork_parent(void) {
 /* The child has none of the parent's threads, and must not share its
  * connections: the pooled handles are dropped (not cleaned up: that could
  * speak on the parent's sockets), extents being fetched fail (their readers
- * fetch for themselves), and fetch threads start again when needed. */
+ * fetch for themselves), and fetch threads start again when needed (ra_ws:
+ * core/worker.h's fork policy; the locks are this handler's business). */
 static void atfork_child(void) {
     npool = 0;
-    ra_threads = 0;
     for (http_io *h = ra_objs; h; h = h->ra_next) {
         for (extent *e = h->ext; e; e = e->next)
             if (e->state == EXT_FETCHING)

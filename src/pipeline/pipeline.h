@@ -5,10 +5,11 @@
 #ifndef SL_PIPELINE_H
 #define SL_PIPELINE_H
 
-#include "pipeline/op.h"
+#include "ops/op.h"
 #include "source/source.h"
 #include "device/device.h"
 #include "pipeline/shuffle_window.h"
+#include "core/worker.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -33,6 +34,12 @@ int sl_pipeline__pools_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dty
  * own size. */
 int sl_pipeline__pools_batch_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dtype,
                                     int ndim, const int64_t *shape, int64_t rows);
+/* The two above as the ops' allocators (sl_op_alloc_fn, sl_op_batch_alloc_fn;
+ * alloc_ctx: the sl_pipeline__pools), for sl_op_ctx and sl_op_bctx. */
+int sl_pipeline__pools_op_alloc(void *ps, sl_tensor *t, sl_dtype dtype, int ndim,
+                                const int64_t *shape);
+int sl_pipeline__pools_op_batch_alloc(void *ps, sl_tensor *t, sl_dtype dtype, int ndim,
+                                      const int64_t *shape, int64_t rows);
 void sl_pipeline__pools_free(sl_pipeline__pools *ps);
 /* The bytes a buffer of `size` bytes really takes (its class size). */
 size_t sl_pipeline__pools_class_size(size_t size);
@@ -46,84 +53,49 @@ typedef struct sl_pipeline__pool_bytes {
 int sl_pipeline__pools_bytes(const sl_pipeline__pools *ps, sl_pipeline__pool_bytes *out, int cap,
                              size_t *held_out, size_t *cached_out);
 
-/* ---- ops_builtin.c ---------------------------------------------------------------- */
-#define SL_FILTER_MAX_VALUES 65536
-typedef struct sl_filter_params {
-    char column[SL_COLNAME_MAX];
-    int col;          /* bound column index */
-    int negate;       /* not_in */
-    int n;
-    double *values;   /* sorted */
-} sl_filter_params;
-int sl_pipeline__filter_match(const sl_filter_params *f, double v);
-extern const sl_op_def sl_op_filter;
-extern const sl_op_def sl_op_select;
-
-/* ---- device_handoff.c: batches handed to a device (src/device/ does the copying) --------- */
-enum { SL_DEV_NONE = 0, SL_DEV_CUDA = 1, SL_DEV_HOST = 2 };
-typedef struct sl_device_spec {
-    int kind;                  /* SL_DEV_* */
-    int id;
-    int normalize;             /* run the spec's normalize op on the device */
-} sl_device_spec;
-
-struct cJSON;
-/* Parse the spec's "device" value: "cuda" | "host" | {"kind", "id",
- * "normalize_on_device"}. */
-int sl_device__parse_json(const struct cJSON *v, sl_device_spec *out);
-/* The spec's device as JSON (NULL when none). */
-struct cJSON *sl_device__to_json(const sl_device_spec *d);
-
-/* A decode op's "device" key: checks it ("cpu" | "gpu"; SL_EINVAL with
- * ops[index].device otherwise) and sets *gpu; the decode op reads the key
- * itself (image_ops.c). Other ops: nothing, *gpu 0. */
-int sl_device__decode_placement(struct cJSON *op, int index, int *gpu);
-
-typedef struct sl_device_state sl_device_state;
+/* ---- device_handoff.c: the pipeline's hand-off to the device layer ------------------
+ * The device's side (src/device/device.h: the "device" JSON, the upload,
+ * GPU decode's batches) is called from here alone (and from spec.c for the
+ * JSON); this side passes finished batches across and keeps what is the
+ * pipeline's: the spec's ops, the plan, popping host batches, on_error and
+ * the messages naming records. The state is sl_pipeline__dev (opaque;
+ * p->dev, NULL when the spec has no device and no decode on the GPU). */
+typedef struct sl_pipeline__dev sl_pipeline__dev;
 struct sl_batch;
 struct sl_spec;
+struct sl_pipeline;
 /* Check decode ops' "device" key ("cpu" | "gpu"; "gpu" without a loadable
  * nvJPEG is SL_EUNSUPPORTED, saying so) and open the device of
- * spec->device (*out NULL when none). With
- * normalize_on_device the spec's normalize op is taken out of its ops (the
- * pipeline's own copy) and run on the device instead. */
-int sl_device__open(sl_device_state **out, struct sl_spec *spec);
-/* Move a host batch's columns to the device (in place); the ring is made on
- * the first call, with `depth` slots. With decode on the GPU, the batch's
- * JPEGs are decoded into it (device_handoff.c); SL_OP_DROP when every sample
- * of the batch was skipped (on_error "skip"): nothing to hand out. */
-int sl_device__upload(sl_device_state *ds, struct sl_batch *b, int depth);
-struct sl_pipeline;
+ * spec->device (*out NULL when none). With normalize_on_device the spec's
+ * normalize op is taken out of its ops (the pipeline's own copy) and run on
+ * the device instead. */
+int sl_pipeline__dev_open(sl_pipeline__dev **out, struct sl_spec *spec);
 /* Decode on the GPU, after the plan is optimised (plan.gpu_decode): checks
- * the device (cuda), nvJPEG and the kernel; sl_device__gpu_decoding is then
- * 1 and the consumer takes batches from sl_device__gpu_next. */
-int sl_device__gpu_setup(sl_device_state *ds, struct sl_pipeline *p);
-int sl_device__gpu_decoding(const sl_device_state *ds);
+ * the device (cuda), nvJPEG and the kernel; sl_pipeline__dev_gpu is then 1
+ * and the consumer takes batches from sl_pipeline__dev_gpu_next. */
+int sl_pipeline__dev_gpu_setup(struct sl_pipeline *p);
+int sl_pipeline__dev_gpu(const sl_pipeline__dev *d);
 /* The next batch for the consumer when decoding on the GPU: the host
  * batches' rows (sl_pipeline__pop_batch) decoded into device batches of the
  * batch size, refilled past skipped samples as the CPU path's are; markers
  * (epoch end, error) as they come. SL_OK with *out NULL: timed out. */
-int sl_device__gpu_next(sl_device_state *ds, struct sl_batch **out, int timeout_ms);
+int sl_pipeline__dev_gpu_next(struct sl_pipeline *p, struct sl_batch **out, int timeout_ms);
 /* Forget rows and the output in progress (the stream restarts; `batch`:
- * the index of the next output batch in its epoch). */
-void sl_device__gpu_reset(sl_device_state *ds, uint64_t batch);
-void sl_device__close(sl_device_state *ds);
-typedef struct sl_device_counters {
-    uint64_t h2d_bytes;
-    uint64_t staged_bytes;       /* of h2d_bytes, through the ring's staging memory */
-    uint64_t wait_ns;
-    uint64_t gpu_decoded;        /* decode on the GPU: images nvJPEG decoded */
-    uint64_t gpu_fallbacks;      /* ... and images it left to the CPU decode */
-} sl_device_counters;
-void sl_device__counters(const sl_device_state *ds, sl_device_counters *out);
+ * the index of the next output batch in its epoch). Accepts NULL. */
+void sl_pipeline__dev_gpu_reset(sl_pipeline__dev *d, uint64_t batch);
+/* Move a host batch's columns to the device (in place); the ring is made on
+ * the first call, with `depth` + 1 slots. */
+int sl_pipeline__dev_upload(sl_pipeline__dev *d, struct sl_batch *b, int depth);
+void sl_pipeline__dev_close(sl_pipeline__dev *d);      /* accepts NULL */
+/* The device's counters (zeros without a device). */
+void sl_pipeline__dev_counters(const sl_pipeline__dev *d, sl_dev_counters *out);
 /* Pool memory for the pipeline's batches: the device backend's pinned
  * memory (so the stages write batches where the copy engine reads them).
  * 0: no device, nothing to set. */
-int sl_device__batch_mem(sl_device_state *ds, sl_pool_mem *out);
-/* The ring slots sl_device__upload makes for a pipeline of output depth
- * `depth` (0 without a device): each may hold a batch whose copy is in
- * flight. */
-int sl_device__slots(const sl_device_state *ds, int depth);
+int sl_pipeline__dev_batch_mem(sl_pipeline__dev *d, sl_pool_mem *out);
+/* The ring slots the upload makes for a pipeline of output depth `depth`
+ * (0 without a device): each may hold a batch whose copy is in flight. */
+int sl_pipeline__dev_slots(const sl_pipeline__dev *d, int depth);
 
 /* ---- spec.c ---------------------------------------------------------------------- */
 enum { SL_SPEC_OP_JSON = 0, SL_SPEC_OP_MAP = 1, SL_SPEC_OP_FILTER = 2 };
@@ -158,6 +130,10 @@ struct sl_spec {
     int source_parallel;         /* 0 default (1), -1 auto, > 0 */
     int chunk;                   /* samples per chunk; 0: adaptive */
     int vectorize;               /* 1 (default): map vectorization allowed */
+    int read_rows;               /* 1 (default): readers may read records
+                                    straight into batch rows (layout.c) */
+    int parallel_collate;        /* 1 (default): a parallel stage may copy
+                                    samples into batches (layout.c) */
     sl_device_spec device;       /* "device": where batches are delivered */
     uint64_t memory_limit;       /* bytes the pipeline may hold; 0: the default
                                     (memory.c) */
@@ -387,8 +363,6 @@ typedef struct sl_worker {
     struct sl_pipeline *p;
     sl_stage *st;
     int id;
-    pthread_t thread;
-    int started;
     void *state[SL_STAGE_MAX_OPS]; /* per-op worker state, by node offset in stage */
     int init_rc;                  /* a worker_init failed: fail every chunk */
     char init_msg[SL__ERRMSG_MAX];
@@ -404,6 +378,7 @@ struct sl_stage {
     sl_queue out;
     int qcap;
     sl_worker *w;
+    sl_workers threads;           /* the stage's threads, running w[i] */
     _Atomic uint64_t elements, busy_ns, wait_in_ns, wait_out_ns;
     _Atomic uint64_t cpu_ns;      /* thread CPU time inside busy_ns */
     /* the op split: image-op phases (decode, resample, normalize) of the
@@ -444,6 +419,9 @@ typedef struct sl_tune {
     int explored, kept;           /* counts (tests) */
     int deep;                     /* the consumer's queue uses its spare slots
                                      for ordering stalls (autotune.c) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;            /* autotune changed `active` / cancel */
+    uint64_t last_ns;             /* the last tick */
 } sl_tune;
 
 /* Sequential-op state of the final stage, also what a saved state restores. */
@@ -453,6 +431,114 @@ typedef struct sl_resume {
     uint64_t batch;               /* index of the next batch in the epoch */
     int64_t counters[SL_MAX_COUNTERS];
 } sl_resume;
+
+/* Where batches are collated: exactly one of these runs (exec.c, DESIGN). */
+typedef enum sl_collate_at {
+    SL_COLLATE_FINAL = 0, /* the final stage's one thread copies each sample
+                             into its batch (sl_collate__add) */
+    SL_COLLATE_FUSED,     /* map + batch fusion: a chunk is a whole batch, and
+                             the last parallel stage collates it
+                             (sl_collate__chunk, or the readers write rows) */
+    SL_COLLATE_PARALLEL   /* the final stage assigns samples to batches and a
+                             SL_ST_STACK stage copies them in parallel */
+} sl_collate_at;
+
+/* How the stages run a plan: decided once by layout.c (sl_pipeline__layout)
+ * when the pipeline is created, printed by explain, never changed after
+ * (the pipeline's member is const: only layout.c's one copy writes it). */
+typedef struct sl_exec_layout {
+    sl_collate_at collate;        /* which of the three collations runs */
+    int collate_stage;            /* the stage that collates: the last parallel
+                                     one (FUSED), the SL_ST_STACK one
+                                     (PARALLEL) or the final one (FINAL) */
+    int direct;                   /* FUSED: the consumer takes batches straight
+                                     from the collating stage (no final stage
+                                     thread) */
+    int slot_col;                 /* FUSED: the output column the last op may
+                                     write into its batch slot, -1: none */
+    int vec_first;                /* map vectorization: opt nodes [vec_first, last
+                                     of the collating stage) run once per batch
+                                     on the stacked columns; -1: none */
+    char vec_note[192];           /* why (or why not), for explain */
+    int read_rows;                /* the readers read each record straight into
+                                     its batch row (choose_read_rows) */
+    size_t row_bytes[SL_MAX_COLUMNS]; /* with read_rows: bytes of a row, per column */
+    int chunk_cap;                /* samples a chunk can hold */
+} sl_exec_layout;
+
+/* The source cursor (exec_source.c; pipeline.c moves it on set_epoch and
+ * restore): where the readers are in the stream. Guarded by mu. */
+typedef struct sl_pipeline_cursor {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;            /* unpark */
+    uint64_t epoch, pos, end_epoch, seq;
+    uint64_t ra_epoch, ra_pos;    /* sl_source__reads_ahead: records hinted up to
+                                     ra_pos of epoch ra_epoch */
+    uint64_t ahead_epoch;         /* the source reads epochs below the larger of
+                                     this and end_epoch; the consumer gets only
+                                     those below end_epoch (sl_pipeline_set_epoch
+                                     reads one ahead) */
+    uint64_t set_epochs;          /* set_epoch calls so far */
+    uint64_t last_set_epoch;      /* the epoch the last one asked for */
+    int parked;
+} sl_pipeline_cursor;
+
+/* The shuffle order of the current pass (exec_source.c, shuffle_window.c;
+ * the mode and sizes are set at create). Used under the cursor's mu. */
+typedef struct sl_pipeline_shuffle {
+    int window_mode;              /* window mode (else global) */
+    uint64_t window, block;       /* window mode: its sizes (defaults applied) */
+    sl_wshuf wsh;                 /* window mode: the current pass's order */
+    int wsh_valid;
+    sl_feistel gperm;             /* global mode: the current pass's bijection */
+    uint64_t gperm_epoch, gperm_rep;
+    int gperm_valid;
+} sl_pipeline_shuffle;
+
+/* Errors (exec.c records them, pipeline.c fails the iterator, stats.c
+ * reports them): guarded by mu. */
+typedef struct sl_pipeline_errors {
+    pthread_mutex_t mu;
+    uint64_t skipped;
+    int n;
+    char msg[SL_STATS_MAX_ERRORS][256];
+    uint64_t dead_first[SL_STATS_MAX_ERRORS]; /* first records of the failed
+                                   files already in msg[] (skip policy) */
+    int ndead;
+    int failed;
+    int fail_rc;
+    char fail_msg[SL__ERRMSG_MAX];
+} sl_pipeline_errors;
+
+/* The consumer's side (pipeline.c; one thread). */
+typedef struct sl_pipeline_consumer {
+    uint64_t epoch;               /* epoch of the next batch */
+    int at_end;                   /* the last call returned SL_END */
+    sl_resume last;               /* state after the last batch handed out */
+    uint64_t replay_skip;         /* batches to drop after a replaying restore */
+    uint64_t direct_index;        /* direct: index of the next batch in the epoch */
+} sl_pipeline_consumer;
+
+/* Counters read by sl_pipeline_stats_get from any thread (stats.c). */
+typedef struct sl_pipeline_counters {
+    _Atomic uint64_t t_start, consumer_wait_ns, batches_out, samples_out;
+    _Atomic uint64_t threads_started;
+    uint64_t cpu_t0_ns;           /* process CPU time at t_start */
+    _Atomic uint64_t slot_writes; /* samples that landed in their batch slot
+                                     (no copy); read by tests */
+    _Atomic uint64_t vec_batches; /* batches that ran the batched kernels; read
+                                     by tests */
+} sl_pipeline_counters;
+
+/* The memory plan (memory.c, set at create). */
+typedef struct sl_pipeline_memory {
+    uint64_t limit;               /* bytes the pipeline may hold */
+    uint64_t batch_bytes;         /* one batch's fixed-shape columns, as pooled
+                                     (0: no batch or none known) */
+    uint64_t batches_held;        /* batch buffers in flight at most (0: unbounded) */
+    uint64_t sample_bytes[SL_STATS_MAX_STAGES]; /* a sample leaving stage s,
+                                     fixed-shape columns only */
+} sl_pipeline_memory;
 
 struct sl_pipeline {
     sl_spec *spec;
@@ -469,104 +555,37 @@ struct sl_pipeline {
     int shard_equal;
     uint64_t per_pass;            /* samples per pass for this rank */
     uint64_t per_epoch;           /* per_pass * repeat */
-
-    /* source cursor: guarded by src_mu */
-    pthread_mutex_t src_mu;
-    pthread_cond_t src_cv;        /* unpark */
-    uint64_t src_epoch, src_pos, src_end_epoch, src_seq;
-    uint64_t ra_epoch, ra_pos;  /* sl_source__reads_ahead: records hinted up to ra_pos
-                                   of epoch ra_epoch (under src_mu) */
-    uint64_t src_ahead_epoch;     /* the source reads epochs below the larger of
-                                     this and src_end_epoch; the consumer gets
-                                     only those below src_end_epoch
-                                     (sl_pipeline_set_epoch reads one ahead) */
-    uint64_t set_epochs;          /* set_epoch calls so far */
-    uint64_t last_set_epoch;      /* the epoch the last one asked for */
-    int src_parked;
-    int window_mode;              /* shuffle in window mode (else global) */
-    uint64_t wsh_window, wsh_block; /* window mode: its sizes (defaults applied) */
-    sl_wshuf wsh;                 /* window mode: the current pass's order */
-    int wsh_valid;
-    sl_feistel gperm;             /* global mode: the current pass's bijection */
-    uint64_t gperm_epoch, gperm_rep;
-    int gperm_valid;
+    sl_pipeline_cursor cur;
+    sl_pipeline_shuffle shuf;
     int chunk_size;               /* samples per chunk (autotune may change it) */
-    int chunk_cap;                /* samples a chunk can hold */
-    int fuse_batch;               /* map+batch fusion: chunks are whole batches,
-                                     collated by the last parallel stage */
-    int collate_stage;            /* with fuse_batch: the stage that collates */
-    int slot_col;                 /* with fuse_batch: the output column the last
-                                     op may write into its batch slot, -1: none */
-    _Atomic uint64_t slot_writes; /* samples that landed in their batch slot
-                                     (no copy); read by tests */
-    int vec_first;                /* map vectorization: opt nodes [vec_first, last
-                                     of the collating stage) run once per batch
-                                     on the stacked columns; -1: none */
-    char vec_note[192];           /* why (or why not), for explain */
-    int read_rows;                /* the readers read each record straight into
-                                     its batch row (layout.c, choose_read_rows) */
-    size_t row_bytes[SL_MAX_COLUMNS]; /* with read_rows: bytes of a row, per column */
-    _Atomic uint64_t vec_batches; /* batches that ran the batched kernels; read
-                                     by tests */
-    int par_collate;              /* the final stage only assigns samples to
-                                     batches; a SL_ST_STACK stage after it
-                                     collates them in parallel (layout.c) */
-    int direct;                   /* the consumer takes batches straight from the
-                                     collating stage (no final stage thread) */
-    uint64_t direct_index;        /* direct: index of the next batch in the epoch */
+
+    const sl_exec_layout layout;  /* layout.c, written once at create */
 
     /* stages */
     sl_stage stage[SL_STATS_MAX_STAGES];
     int nstages;
     int running;
     _Atomic int cancel;
-    pthread_mutex_t tune_mu;
-    pthread_cond_t tune_cv;       /* autotune changed `active` / cancel */
     sl_resume start;              /* where the final stage starts */
+    int ncpus;                    /* the CPU budget (sl__ncpus) */
 
     /* recycled chunks: guarded by chunk_mu */
     pthread_mutex_t chunk_mu;
     sl_chunk *free_chunks;
     sl_pipeline__pools *pools;
 
-    /* errors: guarded by err_mu */
-    pthread_mutex_t err_mu;
-    uint64_t skipped;
-    int nerrors;
-    char errors[SL_STATS_MAX_ERRORS][256];
-    uint64_t dead_first[SL_STATS_MAX_ERRORS]; /* first records of the failed
-                                   files already in errors[] (skip policy) */
-    int ndead;
-    int failed;
-    int fail_rc;
-    char fail_msg[SL__ERRMSG_MAX];
-
-    /* consumer (one thread) */
-    uint64_t cons_epoch;          /* epoch of the next batch */
-    int cons_at_end;              /* the last call returned SL_END */
-    sl_resume last;               /* state after the last batch handed out */
-    uint64_t replay_skip;         /* batches to drop after a replaying restore */
-    uint64_t last_tune_ns;
-    sl_tune tune;                 /* autotune.c: the check after a move */
-    /* read by sl_pipeline_stats_get from any thread */
-    _Atomic uint64_t t_start, consumer_wait_ns, batches_out, samples_out;
-    _Atomic uint64_t threads_started;
-    uint64_t cpu_t0_ns;           /* process CPU time at t_start */
-    int ncpus;                    /* the CPU budget (sl__ncpus) */
+    sl_pipeline_errors err;
+    sl_pipeline_consumer cons;
+    sl_tune tune;                 /* autotune.c */
+    sl_pipeline_counters stats;
     struct sl_pipeline__trace *trace; /* NULL unless sl_pipeline_trace_enable */
-    /* memory.c, set at create */
-    uint64_t memory_limit;        /* bytes the pipeline may hold */
-    uint64_t batch_bytes;         /* one batch's fixed-shape columns, as pooled
-                                     (0: no batch or none known) */
-    uint64_t batches_held;        /* batch buffers in flight at most (0: unbounded) */
-    uint64_t sample_bytes[SL_STATS_MAX_STAGES]; /* a sample leaving stage s,
-                                     fixed-shape columns only */
-    sl_device_state *dev;         /* NULL: batches stay in host memory */
+    sl_pipeline_memory mem;
+    sl_pipeline__dev *dev;        /* device_handoff.c's; NULL: batches stay in host memory */
 };
 
-/* The first epoch the source may not read yet (src_mu held). */
-static inline uint64_t sl_pipeline__src_limit(const struct sl_pipeline *p) {
-    return p->src_ahead_epoch > p->src_end_epoch ? p->src_ahead_epoch : p->src_end_epoch;
+/* The first epoch the source may not read yet (the cursor's mu held). */
+static inline uint64_t sl_pipeline__src_limit(const sl_pipeline_cursor *c) {
+    return c->ahead_epoch > c->end_epoch ? c->ahead_epoch : c->end_epoch;
 }
 
 /* ---- collate.c: samples into batches ------------------------------------------------ */
@@ -591,7 +610,7 @@ int sl_collate__chunk(struct sl_pipeline *p, sl_chunk *c);
 /* Reading straight into the batch (read_rows): c->batch gets the buffers of a
  * batch of the chunk's n records (c->n), and rows[k] the first row of column
  * k; the reader then writes record i's column k at rows[k] + i *
- * p->row_bytes[k]. */
+ * p->layout.row_bytes[k]. */
 int sl_collate__rows(struct sl_pipeline *p, sl_chunk *c, uint32_t n, char **rows);
 /* Take the batch a fused chunk carries; NULL when drop_remainder drops it. */
 sl_batch *sl_collate__fused_batch(const struct sl_pipeline *p, sl_chunk *c);

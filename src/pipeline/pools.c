@@ -150,6 +150,16 @@ int sl_pipeline__pools_batch_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dty
     return make_tensor(ps, t, dtype, ndim, shape, rows, 1);
 }
 
+int sl_pipeline__pools_op_alloc(void *ps, sl_tensor *t, sl_dtype dtype, int ndim,
+                                const int64_t *shape) {
+    return sl_pipeline__pools_tensor(ps, t, dtype, ndim, shape);
+}
+
+int sl_pipeline__pools_op_batch_alloc(void *ps, sl_tensor *t, sl_dtype dtype, int ndim,
+                                      const int64_t *shape, int64_t rows) {
+    return sl_pipeline__pools_batch_tensor(ps, t, dtype, ndim, shape, rows);
+}
+
 static int make_tensor(sl_pipeline__pools *ps, sl_tensor *t, sl_dtype dtype, int ndim,
                        const int64_t *shape, int64_t rows, int batch) {
     size_t n = sl_dtype_size(dtype);

@@ -21,6 +21,8 @@ int sl_spec_create(sl_spec **out) {
     s->epochs = 1;
     s->deterministic = 1;
     s->vectorize = 1;
+    s->read_rows = 1;
+    s->parallel_collate = 1;
     s->shard_count = 1;
     *out = s;
     return SL_OK;
@@ -209,7 +211,7 @@ int sl_spec_check_op_json(const char *json, int index) {
     /* decode's placement is the device layer's key: checked there, and
      * "gpu" refused when the pipeline is created */
     int gpu;
-    int rc = sl_device__decode_placement(obj, index, &gpu);
+    int rc = sl_dev__decode_placement(obj, index, &gpu);
     if (rc >= 0)
         rc = sl_plan__check_op(obj, field);
     cJSON_Delete(obj);
@@ -523,12 +525,14 @@ int sl_spec_from_json(sl_spec **out, const char *json) {
             if (!cJSON_IsBool(it))
                 SL_FAIL(SL_EINVAL, "deterministic: must be true or false");
             s->deterministic = cJSON_IsTrue(it);
-        } else if (!strcmp(k, "vectorize")) {
+        } else if (!strcmp(k, "vectorize") || !strcmp(k, "read_rows") ||
+                   !strcmp(k, "parallel_collate")) { /* layout paths (layout.c) */
             if (!cJSON_IsBool(it))
-                SL_FAIL(SL_EINVAL, "vectorize: must be true or false");
-            s->vectorize = cJSON_IsTrue(it);
+                SL_FAIL(SL_EINVAL, "%s: must be true or false", k);
+            *(k[0] == 'v' ? &s->vectorize : k[0] == 'r' ? &s->read_rows : &s->parallel_collate) =
+                cJSON_IsTrue(it);
         } else if (!strcmp(k, "device")) {
-            SL_CHECK(sl_device__parse_json(it, &s->device));
+            SL_CHECK(sl_dev__parse_json(it, &s->device));
         } else if (!strcmp(k, "memory_limit")) {
             SL_CHECK(sl_spec__parse_bytes(it, "memory_limit", &s->memory_limit));
         } else if (!strcmp(k, "cache_bytes")) {
@@ -541,7 +545,8 @@ int sl_spec_from_json(sl_spec **out, const char *json) {
             static const char *const keys[] = {"source",       "ops",      "seed",
                                                "epochs",       "on_error", "deterministic",
                                                "vectorize",    "device",   "memory_limit",
-                                               "cache_bytes",  NULL};
+                                               "cache_bytes",  "read_rows", "parallel_collate",
+                                               NULL};
             char list[256];
             sl__names_closest(k, keys, -1, list, sizeof list);
             SL_FAIL(SL_EINVAL, "%s: unknown key (keys: %s)", k, list);
@@ -644,12 +649,16 @@ cJSON *sl_spec__to_cjson(const sl_spec *s) {
     cJSON_AddBoolToObject(doc, "deterministic", s->deterministic);
     if (!s->vectorize)
         cJSON_AddBoolToObject(doc, "vectorize", 0);
+    if (!s->read_rows)
+        cJSON_AddBoolToObject(doc, "read_rows", 0);
+    if (!s->parallel_collate)
+        cJSON_AddBoolToObject(doc, "parallel_collate", 0);
     if (s->memory_limit)
         cJSON_AddNumberToObject(doc, "memory_limit", (double)s->memory_limit);
     if (s->has_cache_bytes)
         cJSON_AddNumberToObject(doc, "cache_bytes", (double)s->cache_bytes);
     if (s->device.kind != SL_DEV_NONE)
-        (void)sl__json_add(doc, "device", sl_device__to_json(&s->device)); /* failure flagged */
+        (void)sl__json_add(doc, "device", sl_dev__to_json(&s->device)); /* failure flagged */
     if (sl__json_failed()) {
         cJSON_Delete(doc);
         return NULL;

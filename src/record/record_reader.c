@@ -21,6 +21,7 @@
  * may read at once; the table of open shards has its own locks.
  */
 #include "record/record_format.h"
+#include "core/worker.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1251,8 +1252,8 @@ int sl_record__read_into(const sl_reader *r, uint64_t i, sl_record *rec, bool ve
  * same time, and the hinting thread goes on. The queue is bounded: a hint
  * that finds it full is dropped (a hint never fails; the read fetches what
  * was not fetched ahead). Threads start on first use. A child process after
- * fork() has none of them: it opens in the hinting thread, as before, and
- * leaves the parent's opener alone. */
+ * fork() has none of them (core/worker.h's fork policy): it opens in the
+ * hinting thread, as before, and leaves the parent's opener alone. */
 
 #define SLR_OPENERS 8
 #define SLR_OPENER_QUEUE 1024
@@ -1260,12 +1261,9 @@ int sl_record__read_into(const sl_reader *r, uint64_t i, sl_record *rec, bool ve
 typedef struct slr_opener {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    pid_t pid;                  /* the process whose threads these are */
     uint64_t q[SLR_OPENER_QUEUE]; /* hinted records, oldest at head */
     int head, n;
-    int nthreads;
-    bool stop;
-    pthread_t tid[SLR_OPENERS];
+    sl_workers ws;              /* the threads (started and stopped under mu) */
 } slr_opener;
 
 /* The remote hint itself: the record's shard open, its bytes asked for. */
@@ -1287,9 +1285,9 @@ static void *opener_main(void *arg) {
     slr_opener *o = r->opener;
     pthread_mutex_lock(&o->mu);
     for (;;) {
-        while (!o->stop && !o->n)
+        while (!sl__workers_stopping(&o->ws) && !o->n)
             pthread_cond_wait(&o->cv, &o->mu);
-        if (o->stop)
+        if (sl__workers_stopping(&o->ws))
             break;
         uint64_t i = o->q[o->head];
         o->head = (o->head + 1) % SLR_OPENER_QUEUE;
@@ -1302,13 +1300,20 @@ static void *opener_main(void *arg) {
     return NULL;
 }
 
+static void opener_wake(void *user) {
+    slr_opener *o = user;
+    pthread_mutex_lock(&o->mu);
+    pthread_cond_broadcast(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+}
+
 static int opener_make(sl_reader *r) {
     slr_opener *o = sl__calloc(1, sizeof *o);
     if (!o)
         return sl__oom("opening a dataset");
     pthread_mutex_init(&o->mu, NULL);
     pthread_cond_init(&o->cv, NULL);
-    o->pid = getpid();
+    sl__workers_init(&o->ws, "opener", SLR_OPENERS, opener_wake, o); /* inline: cannot fail */
     r->opener = o;
     return SL_OK;
 }
@@ -1317,15 +1322,14 @@ static int opener_make(sl_reader *r) {
  * forked child: the caller opens in place). */
 static bool opener_push(const sl_reader *r, uint64_t i) {
     slr_opener *o = r->opener;
-    if (o->pid != getpid())
+    if (!sl__workers_owned(&o->ws))
         return false;
     pthread_mutex_lock(&o->mu);
-    if (o->n < SLR_OPENER_QUEUE && !o->stop) {
+    if (o->n < SLR_OPENER_QUEUE && !sl__workers_stopping(&o->ws)) {
         o->q[(o->head + o->n) % SLR_OPENER_QUEUE] = i;
         o->n++;
-        if (o->nthreads < SLR_OPENERS && o->n > 0 &&
-            pthread_create(&o->tid[o->nthreads], NULL, opener_main, (void *)(uintptr_t)r) == 0)
-            o->nthreads++;
+        if (sl__workers_count(&o->ws) < SLR_OPENERS)
+            (void)sl__workers_start(&o->ws, opener_main, (void *)(uintptr_t)r); /* else fewer */
         pthread_cond_signal(&o->cv);
     } /* else: full, the hint is dropped */
     pthread_mutex_unlock(&o->mu);
@@ -1336,17 +1340,13 @@ static void opener_free(sl_reader *r) {
     slr_opener *o = r->opener;
     if (!o)
         return;
-    if (o->pid != getpid()) { /* a forked child: the threads are the parent's */
+    if (!sl__workers_owned(&o->ws)) { /* a forked child: the threads are the parent's */
+        sl__workers_dispose(&o->ws); /* forgets them; neither signals nor joins */
         r->opener = NULL;
         sl__free(o);
         return;
     }
-    pthread_mutex_lock(&o->mu);
-    o->stop = true;
-    pthread_cond_broadcast(&o->cv);
-    pthread_mutex_unlock(&o->mu);
-    for (int t = 0; t < o->nthreads; t++)
-        pthread_join(o->tid[t], NULL);
+    sl__workers_dispose(&o->ws); /* stop (opener_wake), join */
     /* only now: a thread started just before the stop reads r->opener when
      * it begins (clearing it first crashed such a thread on a NULL lock) */
     r->opener = NULL;

@@ -13,6 +13,7 @@
  */
 #include "source/shard_set.h"
 #include "io/io.h"
+#include "core/worker.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -283,15 +284,15 @@ int sl_shard_set__each(int n, int (*fn)(void *user, int k), void *user) {
     each_job j = {.n = n, .fn = fn, .user = user, .err_k = -1};
     atomic_init(&j.next, 0);
     pthread_mutex_init(&j.mu, NULL);
-    pthread_t tid[SL_SHARD_SET_OPENERS];
-    int nt = 0, want = n < SL_SHARD_SET_OPENERS ? n : SL_SHARD_SET_OPENERS;
+    int want = n < SL_SHARD_SET_OPENERS ? n : SL_SHARD_SET_OPENERS;
     /* want - 1 threads and this one; a thread that cannot start leaves its
-     * share to the others */
-    while (nt < want - 1 && pthread_create(&tid[nt], NULL, each_main, &j) == 0)
-        nt++;
+     * share to the others (the ids fit inline: no allocation) */
+    sl_workers ws;
+    sl__workers_init(&ws, "shardopen", want - 1, NULL, NULL);
+    while (sl__workers_count(&ws) < want - 1 && sl__workers_start(&ws, each_main, &j) == SL_OK)
+        ;
     each_main(&j);
-    for (int t = 0; t < nt; t++)
-        pthread_join(tid[t], NULL);
+    sl__workers_dispose(&ws); /* they end when the shards run out */
     pthread_mutex_destroy(&j.mu);
     if (j.err_k >= 0)
         return sl__error(j.err_rc, "%s", j.err_msg);

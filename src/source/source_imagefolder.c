@@ -17,6 +17,7 @@
  * its index until `ready` is set, then to the writer.
  */
 #include "source/source.h"
+#include "core/worker.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -361,8 +362,15 @@ typedef struct {
     pthread_cond_t space_cv; /* the writer advanced, or stop (workers wait) */
     size_t next_claim;
     size_t next_write;
-    int stop;
+    sl_workers ws;  /* the reader threads; stop read under mu (job_wake) */
 } reader_job;
+
+static void job_wake(void *user) {
+    reader_job *job = user;
+    pthread_mutex_lock(&job->mu);
+    pthread_cond_broadcast(&job->space_cv);
+    pthread_mutex_unlock(&job->mu);
+}
 
 /* Read ROOT/e->rel whole and check it is an image the decode op reads. */
 static int load_file(const char *root, const entry *e, sl_source__checker *chk, uint8_t **data_out,
@@ -419,10 +427,10 @@ static void *reader_main(void *arg) {
         snprintf(chk_msg, sizeof chk_msg, "%s", sl_errmsg());
     pthread_mutex_lock(&job->mu);
     for (;;) {
-        while (!job->stop && job->next_claim < job->n &&
+        while (!sl__workers_stopping(&job->ws) && job->next_claim < job->n &&
                job->next_claim >= job->next_write + job->window)
             pthread_cond_wait(&job->space_cv, &job->mu);
-        if (job->stop || job->next_claim >= job->n)
+        if (sl__workers_stopping(&job->ws) || job->next_claim >= job->n)
             break;
         size_t i = job->next_claim++;
         pthread_mutex_unlock(&job->mu);
@@ -462,7 +470,6 @@ int sl_source__pack_imagefolder(const char *root_in, const char *dst,
     sl_schema *schema = NULL;
     sl_writer *w = NULL;
     char *classes = NULL;
-    pthread_t *threads = NULL;
     int nthreads = 0, sync_init = 0;
     sl_source__checker chk;
     memset(&chk, 0, sizeof chk);
@@ -495,18 +502,17 @@ int sl_source__pack_imagefolder(const char *root_in, const char *dst,
     job.restart = opts->jpeg_restart;
     if (jobs > 1) {
         job.slots = sl__calloc(job.window, sizeof *job.slots);
-        threads = sl__calloc((size_t)jobs, sizeof *threads);
-        if (!job.slots || !threads)
+        if (!job.slots || sl__workers_init(&job.ws, "packread", jobs, job_wake, &job) < 0)
             SL_FAIL(SL_ENOMEM, "%s: out of memory starting %d readers", root, jobs);
         pthread_mutex_init(&job.mu, NULL);
         pthread_cond_init(&job.ready_cv, NULL);
         pthread_cond_init(&job.space_cv, NULL);
         sync_init = 1;
-        for (; nthreads < jobs; nthreads++)
-            if (pthread_create(&threads[nthreads], NULL, reader_main, &job) != 0)
-                break;
+        /* as many as start; the ones that do share the files */
+        while (nthreads < jobs && sl__workers_start(&job.ws, reader_main, &job) == SL_OK)
+            nthreads++;
         if (nthreads == 0)
-            SL_FAIL(SL_EIO, "%s: cannot start reader threads", root);
+            SL_FAIL_PREFIX(SL_EIO, "%s: reader threads", root);
     } else {
         SL_CHECK(sl_source__checker_init(&chk, opts->check));
         chk.restart = opts->jpeg_restart;
@@ -558,14 +564,7 @@ int sl_source__pack_imagefolder(const char *root_in, const char *dst,
     SL_CHECK(sl_writer_close(w));
 
 cleanup:
-    if (nthreads) {
-        pthread_mutex_lock(&job.mu);
-        job.stop = 1;
-        pthread_cond_broadcast(&job.space_cv);
-        pthread_mutex_unlock(&job.mu);
-        for (int t = 0; t < nthreads; t++)
-            pthread_join(threads[t], NULL);
-    }
+    sl__workers_dispose(&job.ws); /* stop (job_wake), join */
     if (job.slots)
         for (size_t s = 0; s < job.window; s++)
             sl__free(job.slots[s].data);
@@ -578,7 +577,6 @@ cleanup:
     if (rc < 0)
         rep->records = 0;
     sl__free(job.slots);
-    sl__free(threads);
     sl__free(classes);
     sl_writer_free(w);
     sl_schema_free(schema);

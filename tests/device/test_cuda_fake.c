@@ -12,7 +12,7 @@
 #include "device_util.h"
 #include "device/device.h"
 #include "ops/ops.h"
-#include "pipeline/op.h"
+#include "ops/op.h"
 #include "device/fake/fake_cudart.h"
 
 #include <dlfcn.h>

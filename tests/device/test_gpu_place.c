@@ -11,7 +11,7 @@
  * which only a device measures). */
 #include "core/core.h"
 #include "device/device.h"
-#include "pipeline/op.h"
+#include "ops/op.h"
 #include "../ops/ops_testdata.h"
 
 #include <math.h>

@@ -433,6 +433,8 @@ SL_TEST(pipeline_slr__failed_shard_skips_its_range_at_once) {
     int ns = cJSON_GetArraySize(shards);
     ASSERT(ns > 6);
     uint64_t next = 0, f2 = 0, n2 = 0, readable = 0;
+    uint64_t first[64], count[64];
+    ASSERT(ns <= 64);
     for (int k = 0; k < ns; k++) {
         cJSON *s = cJSON_GetArrayItem(shards, k);
         uint64_t recs = (uint64_t)cJSON_GetObjectItem(s, "records")->valuedouble;
@@ -445,10 +447,12 @@ SL_TEST(pipeline_slr__failed_shard_skips_its_range_at_once) {
             n2 = recs;
         }
         cJSON_SetNumberValue(cJSON_GetObjectItem(s, "first"), (double)next);
+        first[k] = next;
+        count[k] = recs;
         next += recs;
     }
     const uint64_t total = next;
-    ASSERT(n2 > 100);
+    ASSERT(n2 > 100 && f2 == first[2]);
     cJSON_SetNumberValue(cJSON_GetObjectItem(doc, "records"), (double)total);
     char *out = cJSON_Print(doc);
     sl_test_write_file(man, out, strlen(out));
@@ -473,20 +477,26 @@ SL_TEST(pipeline_slr__failed_shard_skips_its_range_at_once) {
         ASSERT_OK(sl_pipeline_stats_get(p, &st));
         ASSERT_U64_EQ(st.samples, readable);
         ASSERT_U64_EQ(st.skipped, total - readable);
-        /* one message per failed shard, each naming its whole range */
-        char want[128];
-        snprintf(want, sizeof want, "shard-00002.slr: records %llu..%llu: ",
-                 (unsigned long long)f2, (unsigned long long)(f2 + n2 - 1));
-        int found = 0;
+        /* One message per failed shard, each naming its whole range. Only the
+         * first SL_STATS_MAX_ERRORS messages are kept, and which shards fail
+         * first depends on the source threads' timing: every kept message is
+         * checked against its own shard's range, and all are kept slots used. */
+        ASSERT_EQ(st.nerrors, ns - 2 < SL_STATS_MAX_ERRORS ? ns - 2 : SL_STATS_MAX_ERRORS);
         for (int e = 0; e < st.nerrors; e++) {
-            found += strstr(st.errors[e], want) != NULL;
+            const char *a = strstr(st.errors[e], "shard-");
+            ASSERT(a != NULL);
+            int k = atoi(a + 6);
+            ASSERT(k >= 2 && k < ns);
+            char want[128];
+            snprintf(want, sizeof want, "shard-%05d.slr: records %llu..%llu: ", k,
+                     (unsigned long long)first[k], (unsigned long long)(first[k] + count[k] - 1));
+            ASSERT_CONTAINS(st.errors[e], want);
             for (int o = 0; o < e; o++) {
-                const char *a = strstr(st.errors[e], "shard-"), *b = strstr(st.errors[o], "shard-");
-                ASSERT(a && b && strncmp(a, b, 16) != 0); /* no shard twice */
+                const char *b = strstr(st.errors[o], "shard-");
+                ASSERT(b && strncmp(a, b, 16) != 0); /* no shard twice */
             }
         }
-        ASSERT_EQ(found, 1);
-        ASSERT(secs < 2.0);
+        ASSERT(secs < 10.0); /* far above one skip per shard, for loaded machines */
         sl_pipeline_free(p);
         sl_spec_free(sp);
     }

@@ -23,8 +23,10 @@
  *  - Every random choice is drawn from sl_op_rng(ctx) (or sl_op_rng_part for a
  *    fused op), never from rand()/time: the engine keys it by (seed, epoch,
  *    sample, op position), which makes batches identical on 1 or 32 threads.
- *  - Output tensors are taken with sl_op_alloc() (pooled: no malloc in steady
- *    state) and installed with sl_op_set_column(), which releases the old one.
+ *  - Output tensors are taken with sl_op_alloc() (from the allocator the
+ *    engine puts in the context, its pools: no malloc in steady state; an
+ *    op never calls the engine) and installed with sl_op_set_column(),
+ *    which releases the old one.
  *    An input tensor may be a borrowed view (buf == NULL) of record bytes that
  *    stay valid for the whole apply call; never keep a pointer to it after.
  *  - On failure apply() returns a negative status with a message giving the
@@ -49,8 +51,8 @@
  * copied in as before; ragged columns are per-sample lists. Ops need not know
  * any of this. See docs/PIPELINE.md.
  */
-#ifndef SL_PIPELINE_OP_H
-#define SL_PIPELINE_OP_H
+#ifndef SL_OPS_OP_H
+#define SL_OPS_OP_H
 
 #include "core/core.h"
 
@@ -125,7 +127,18 @@ int sl_op_param_doubles(const cJSON *obj, const char *key, const char *field, in
  * Filled by the engine for each (sample, op). Ops read it through the
  * functions below; the fields are visible only so those can be inline. */
 #define SL_OP_MAX_PARTS 4
-struct sl_pipeline__pools;
+
+/* Where an op's output tensors come from, set by the engine (its buffer
+ * pools: no malloc in steady state; a test may give sl_tensor_alloc's heap).
+ * Same contract as sl_tensor_alloc: C-contiguous, contents uninitialised,
+ * SL_OK, SL_EINVAL (bad shape) or SL_ENOMEM. The batch form takes a tensor
+ * of shape[0] rows from the buffers of `rows` rows (rows >= shape[0]), so a
+ * short last batch reuses a full batch's buffer. */
+typedef int (*sl_op_alloc_fn)(void *alloc_ctx, sl_tensor *t, sl_dtype dtype, int ndim,
+                              const int64_t *shape);
+typedef int (*sl_op_batch_alloc_fn)(void *alloc_ctx, sl_tensor *t, sl_dtype dtype, int ndim,
+                                    const int64_t *shape, int64_t rows);
+
 typedef struct sl_op_ctx {
     uint64_t seed;                    /* pipeline seed */
     uint64_t epoch;                   /* current epoch */
@@ -137,7 +150,8 @@ typedef struct sl_op_ctx {
     uint32_t pos[SL_OP_MAX_PARTS];    /* op positions in the spec ("ops[pos]") */
     unsigned rng_ready;               /* bit i: rng[i] is keyed */
     sl_rng rng[SL_OP_MAX_PARTS];
-    struct sl_pipeline__pools *pools; /* where sl_op_alloc takes buffers */
+    sl_op_alloc_fn alloc;             /* where sl_op_alloc takes buffers */
+    void *alloc_ctx;
     /* Map + batch: this sample's slot in the batch being filled, offered to
      * the last op of the collating stage only (else NULL). sl_op_alloc hands
      * it out once, for a request of exactly slot_dtype/slot_ndim/slot_shape. */
@@ -175,11 +189,12 @@ static inline void sl_op_set_column(sl_sample *s, int col, sl_tensor *t) {
     memset(t, 0, sizeof *t);
 }
 
-/* ---- batched kernels (map vectorization) -----------------------------------------
+/* ---- batched runs (map vectorization) -----------------------------------------------
  * map(f).batch(b) runs as batch(b).map(batched f) when every op at the tail of
- * the collating stage has a batched kernel (layout.c, choose_vectorized): the
- * op then runs once per batch on the stacked batch columns. The result must be
- * byte-identical to running apply() on each sample and stacking: per-sample
+ * the collating stage has a kernel (sl_op_can_batch; layout.c,
+ * choose_vectorized): the op table's driver then runs it once per batch on
+ * the stacked batch columns (sl_op_apply_batch). The result is
+ * byte-identical to running it on each sample and stacking: per-sample
  * draws come from sl_op_batch_rng, keyed exactly as sl_op_rng_part keys them
  * for that sample. */
 typedef struct sl_op_bctx {
@@ -188,7 +203,8 @@ typedef struct sl_op_bctx {
     const uint64_t *key;              /* n sample RNG keys (sl_op_ctx.key) */
     uint32_t nparts;
     uint32_t pos[SL_OP_MAX_PARTS];
-    struct sl_pipeline__pools *pools; /* where sl_op_batch_alloc takes buffers */
+    sl_op_batch_alloc_fn alloc;       /* where sl_op_batch_alloc takes buffers */
+    void *alloc_ctx;
     int64_t rows;                     /* batch size (>= n): a short last batch takes a
                                          full batch's buffer */
 } sl_op_bctx;
@@ -232,7 +248,8 @@ struct sl_op_def {
     int (*worker_init)(const void *params, void **state_out);
     void (*worker_free)(void *state);
 
-    /* Transform one sample in place. Required. See the rules at the top. */
+    /* Transform one sample in place. Required unless `kernel` is given. See
+     * the rules at the top. */
     int (*apply)(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s);
 
     /* Optional: can this op fuse with `next` (the op right after it, already
@@ -250,23 +267,82 @@ struct sl_op_def {
      * scale=[0.08,1]"). */
     void (*describe)(const void *params, char *buf, size_t cap);
 
-    /* Optional, together: a batched kernel. can_batch says whether the op,
-     * given the columns it receives (`in`, plan time), can run on a stacked
-     * batch instead: 1 when every column it reads has a known dtype and
-     * shape. apply_batch then gets the batch's columns (`col[c]` stacked,
-     * leading dim ctx->n, each sample's column exactly as `in` describes it;
-     * the engine checks this per batch and runs apply() per sample when it
-     * does not hold) and replaces the ones it writes (sl_op_set_column-like:
-     * release the old tensor). The output must equal apply() per sample,
-     * stacked. Negative: an error (the cause only). */
-    int (*can_batch)(const void *params, const sl_colset *in);
-    int (*apply_batch)(const void *params, void *state, sl_op_bctx *ctx, sl_tensor *col);
+    /* Optional, instead of apply: the op's per-sample kernel (below), which
+     * the op table's drivers run per sample and, vectorized, per batch. */
+    const struct sl_op_kernel *kernel;
 };
 
-/* The registry (op_table.c): the op called `name`, or NULL. */
+/* ---- the engine's own ops (ops_builtin.c) -----------------------------------------
+ * `filter` and `select`; the optimiser knows them by address (it pushes a
+ * leading filter into an .slr source's index and moves selects forward). */
+#define SL_FILTER_MAX_VALUES 65536
+typedef struct sl_filter_params {
+    char column[SL_COLNAME_MAX];
+    int col;          /* bound column index */
+    int negate;       /* not_in */
+    int n;
+    double *values;   /* sorted */
+} sl_filter_params;
+/* Does value v pass filter f? */
+int sl_op__filter_match(const sl_filter_params *f, double v);
+extern const sl_op_def sl_op_filter;
+extern const sl_op_def sl_op_select;
+
+/* ---- one kernel per op ------------------------------------------------------------
+ * An op that replaces one column with a value computed from that column of
+ * the same sample alone gives its kernel once, as an sl_op_kernel, and no
+ * apply: the op table runs it per sample (sl_op_apply: the output from
+ * sl_op_alloc, so straight into the batch slot when offered) and over a
+ * stacked batch (sl_op_apply_batch: one batch tensor, the kernel on each
+ * sample's row), with the same draws and so the same bytes. */
+#define SL_OP_KEEP 3                /* prepare(): the column stays as it is */
+#define SL_OP_KERNEL_SCRATCH 64     /* bytes prepare() may hand to run() */
+typedef struct sl_op_kernel {
+    size_t col_offset;              /* offsetof(params struct, the bound `int` column) */
+    int image;                      /* 1: reads an HWC uint8 image (batched only
+                                       when the plan says the column is one) */
+    int timed;                      /* 1: the per-sample run is timed as `phase`
+                                       (SL_PHASE_*, ops.h) */
+    int phase;
+    /* The output for one sample's column `in` (per sample: the column; per
+     * batch: a view of the sample's row): set out's dtype, ndim and shape
+     * (nothing else); draw from `rng` (the op's generator for the sample;
+     * NULL unless the op is SL_OPF_RANDOM); leave for run() what it needs
+     * in `scratch`. Returns SL_OK, SL_OP_KEEP (the column stays: run() is
+     * not called; the output must then be the input's dtype and shape), or
+     * a negative status with the cause only. */
+    int (*prepare)(const void *params, sl_rng *rng, const sl_tensor *in, sl_tensor *out,
+                   void *scratch);
+    /* Write `out` (made as prepare() described it) from `in`. */
+    int (*run)(const void *params, const void *scratch, const sl_tensor *in, sl_tensor *out);
+} sl_op_kernel;
+
+/* ---- the op table (op_table.c): the engine's one way to ops ------------------------- */
+
+/* The registered op called `name`, or NULL. */
 const sl_op_def *sl_op_lookup(const char *name);
 /* The i-th registered op (for docs and `explain`), NULL past the end. */
 const sl_op_def *sl_op_at(int i);
+/* Run op `def` on one sample (its apply, or its kernel). */
+int sl_op_apply(const sl_op_def *def, const void *params, void *state, sl_op_ctx *ctx,
+                sl_sample *s);
+/* Map vectorization: can op `def`, given the columns it receives (`in`,
+ * plan time), run on a stacked batch instead? 1 when it has a kernel and
+ * the column it reads has a known dtype and shape (an HWC uint8 image for
+ * an image kernel). */
+int sl_op_can_batch(const sl_op_def *def, const void *params, const sl_colset *in);
+/* Run op `def` once on a batch's columns (`col[c]` stacked, leading dim
+ * ctx->n, each sample's column as `in` described it at plan time; the
+ * engine checks this per batch and runs sl_op_apply per sample when it does
+ * not hold), replacing the column it writes. The result equals sl_op_apply
+ * per sample, stacked. Negative: an error (the cause only). */
+int sl_op_apply_batch(const sl_op_def *def, const void *params, void *state, sl_op_bctx *ctx,
+                      sl_tensor *col);
+
+/* An error from the image functions (`rc`, message "resize: ..."): the
+ * message keeps the cause alone, since the engine names the op already.
+ * Returns rc. */
+int sl_op_cause_only(int rc);
 
 /* ---- placements (image_ops.c) -----------------------------------------------------
  * Where a fused decode op reads in an H x W image, from the header alone:
@@ -354,4 +430,4 @@ int sl_op__gpu_chain_check(sl_gpu_decode *g, const char *field);
 /* The op the chain becomes (params: an sl_gpu_decode). */
 extern const sl_op_def sl_op_gpu_decode_place;
 
-#endif /* SL_PIPELINE_OP_H */
+#endif /* SL_OPS_OP_H */

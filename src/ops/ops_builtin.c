@@ -4,7 +4,7 @@
  * an .slr source's index by the optimiser when it can be) and `select` (keep
  * and reorder columns).
  */
-#include "pipeline/pipeline.h"
+#include "ops/op.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -68,7 +68,7 @@ static void filter_free(void *params) {
     f->values = NULL;
 }
 
-int sl_pipeline__filter_match(const sl_filter_params *f, double v) {
+int sl_op__filter_match(const sl_filter_params *f, double v) {
     size_t lo = 0, hi = (size_t)f->n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -105,7 +105,7 @@ static int filter_apply(const void *params, void *state, sl_op_ctx *ctx, sl_samp
     const sl_filter_params *f = params;
     double v = 0;
     SL_TRY(scalar_value(&s->col[f->col], &v));
-    return sl_pipeline__filter_match(f, v) ? SL_OK : SL_OP_DROP;
+    return sl_op__filter_match(f, v) ? SL_OK : SL_OP_DROP;
 }
 
 static void filter_describe(const void *params, char *buf, size_t cap) {

@@ -15,7 +15,7 @@
  * Messages give the cause only; the engine prefixes file, record and op.
  */
 #include "ops/ops.h"
-#include "pipeline/op.h"
+#include "ops/op.h"
 
 /* An op's apply timed as one phase of the op split (docs/OPS.md "Speed";
  * one sample in 8, the phases nested inside subtracted). */
@@ -30,6 +30,7 @@
     }
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,16 +38,7 @@
 
 /* The ops' messages begin with their own name ("resize: ..."); the engine
  * names the op already, so keep the cause alone. */
-static int cause_only(int rc) {
-    char buf[SL__ERRMSG_MAX];
-    const char *m = sl_errmsg();
-    const char *colon = strstr(m, ": ");
-    if (colon && !memchr(m, ' ', (size_t)(colon - m))) {
-        snprintf(buf, sizeof buf, "%s", colon + 2);
-        return sl__error(rc, "%s", buf);
-    }
-    return rc;
-}
+#define cause_only sl_op_cause_only
 
 static int bind_column(const char *name, int *col, sl_colset *cols, const char *field) {
     char where[96];
@@ -68,44 +60,6 @@ static int bind_image(const char *name, int *col, sl_colset *cols, const char *f
     if ((ci->dtype != SL_DTYPE_INVALID && ci->dtype != SL_U8) || (ci->ndim >= 0 && ci->ndim != 3))
         return sl__error(SL_EINVAL, "%s.column: '%s' is not an HWC uint8 image", field, name);
     return SL_OK;
-}
-
-/* ---- batched kernels: shared helpers ---- */
-
-/* Column `col` has one dtype and shape for every sample (plan time). */
-static int col_fixed(const sl_colset *in, int col) {
-    const sl_colinfo *ci = &in->col[col];
-    if (ci->encoded || ci->dtype == SL_DTYPE_INVALID || ci->ndim < 0 || ci->ndim >= SL_MAX_DIMS)
-        return 0;
-    for (int d = 0; d < ci->ndim; d++)
-        if (ci->shape[d] < 0)
-            return 0;
-    return 1;
-}
-
-/* A view of sample i of the stacked batch column `b` (leading dim n). */
-static void batch_item(const sl_tensor *b, uint32_t i, sl_tensor *out) {
-    size_t sz = b->shape[0] ? b->nbytes / (size_t)b->shape[0] : 0;
-    sl_tensor_view(out, (char *)b->data + (size_t)i * sz, b->dtype, b->ndim - 1, b->shape + 1);
-}
-
-/* A batch tensor of n samples of dtype/ndim/shape. */
-static int batch_alloc(sl_op_bctx *ctx, sl_tensor *out, sl_dtype dtype, int ndim,
-                       const int64_t *shape) {
-    int64_t bs[SL_MAX_DIMS];
-    if (ndim + 1 > SL_MAX_DIMS)
-        return sl__error(SL_EINVAL, "no room for a batch dimension");
-    bs[0] = ctx->n;
-    for (int d = 0; d < ndim; d++)
-        bs[d + 1] = shape[d];
-    return sl_op_batch_alloc(ctx, out, dtype, ndim + 1, bs);
-}
-
-/* Replace batch column `c` with `t` (the old reference is dropped). */
-static void batch_set(sl_tensor *col, int c, sl_tensor *t) {
-    sl_tensor_release(&col[c]);
-    col[c] = *t;
-    memset(t, 0, sizeof *t);
 }
 
 static void set_image_info(sl_colinfo *ci, int64_t h, int64_t w, int64_t c) {
@@ -918,61 +872,34 @@ static int flip_bind(void *params, sl_colset *cols, const char *field) {
     return bind_image(p->column, &p->col, cols, field);
 }
 
-static int flip_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
+/* Kept (no draw under p) or mirrored into a new tensor: the input may be a
+ * read-only view of the source (a file mapping) or shared with another
+ * sample. */
+static int flip_prepare(const void *params, sl_rng *rng, const sl_tensor *in, sl_tensor *out,
+                        void *scratch) {
     const flip_params *p = params;
-    (void)state;
+    (void)scratch;
     /* torchvision: flip when torch.rand(1) < p */
-    if (!(sl_rng_uniform(sl_op_rng(ctx)) < p->p))
-        return SL_OK;
-    const sl_tensor *in = &s->col[p->col];
+    if (!(sl_rng_uniform(rng) < p->p))
+        return SL_OP_KEEP;
     SL_TRY(sl_ops__check_image(in, "flip"));
-    /* Into a new pooled tensor: the input may be a read-only view of the
-     * source (a file mapping) or shared with another sample. */
-    sl_tensor t;
-    SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, in->shape));
-    int rc = sl_image_flip(in, &t);
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, p->col, &t);
+    sl_tensor_view(out, NULL, SL_U8, 3, in->shape);
     return SL_OK;
 }
 
-/* Batched: one draw per sample keyed as the per-sample flip's, each sample
- * mirrored into the new batch or copied. */
-static int flip_apply_batch(const void *params, void *state, sl_op_bctx *ctx, sl_tensor *col) {
-    const flip_params *p = params;
-    (void)state;
-    const sl_tensor *in = &col[p->col];
-    sl_tensor t;
-    SL_TRY(sl_op_batch_alloc(ctx, &t, in->dtype, in->ndim, in->shape));
-    size_t sz = ctx->n ? in->nbytes / ctx->n : 0;
-    for (uint32_t i = 0; i < ctx->n; i++) {
-        sl_rng rng;
-        sl_op_batch_rng(ctx, i, 0, &rng);
-        if (!(sl_rng_uniform(&rng) < p->p)) {
-            memcpy((char *)t.data + (size_t)i * sz, (const char *)in->data + (size_t)i * sz, sz);
-            continue;
-        }
-        sl_tensor a, b;
-        batch_item(in, i, &a);
-        batch_item(&t, i, &b);
-        int rc = sl_image_flip(&a, &b);
-        if (rc < 0) {
-            sl_tensor_release(&t);
-            return cause_only(rc);
-        }
-    }
-    batch_set(col, p->col, &t);
-    return SL_OK;
+static int flip_run(const void *params, const void *scratch, const sl_tensor *in,
+                    sl_tensor *out) {
+    (void)params;
+    (void)scratch;
+    return sl_image_flip(in, out);
 }
 
-static int flip_can_batch(const void *params, const sl_colset *in) {
-    return col_fixed(in, ((const flip_params *)params)->col) &&
-           in->col[((const flip_params *)params)->col].dtype == SL_U8 &&
-           in->col[((const flip_params *)params)->col].ndim == 3;
-}
+static const sl_op_kernel flip_kernel = {
+    .col_offset = offsetof(flip_params, col),
+    .image = 1,
+    .prepare = flip_prepare,
+    .run = flip_run,
+};
 
 static void flip_describe(const void *params, char *buf, size_t cap) {
     snprintf(buf, cap, "p=%g", ((const flip_params *)params)->p);
@@ -988,11 +915,9 @@ const sl_op_def sl_op_flip = {
     .params_size = sizeof(flip_params),
     .parse = flip_parse,
     .bind = flip_bind,
-    .apply = flip_apply,
+    .kernel = &flip_kernel,
     .fuse = flip_fuse,
     .describe = flip_describe,
-    .can_batch = flip_can_batch,
-    .apply_batch = flip_apply_batch,
 };
 
 /* ---- rotate ---------------------------------------------------------------------------- */
@@ -1124,82 +1049,45 @@ static int normalize_bind(void *params, sl_colset *cols, const char *field) {
     return SL_OK;
 }
 
-static int normalize_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
+/* mean/std per channel of this image (in scratch), the output laid out as
+ * asked. */
+static int normalize_prepare(const void *params, sl_rng *rng, const sl_tensor *in,
+                             sl_tensor *out, void *scratch) {
     const normalize_params *p = params;
-    (void)state;
-    const sl_tensor *in = &s->col[p->col];
+    float *mean = scratch, *sd = mean + 4;
+    (void)rng;
     SL_TRY(sl_ops__check_image(in, "normalize"));
     int64_t H = in->shape[0], W = in->shape[1], C = in->shape[2];
-    float mean[4], sd[4];
-    for (int c = 0; c < C; c++) {
-        if ((p->nmean != 1 && p->nmean != C) || (p->nstd != 1 && p->nstd != C))
-            return sl__error(SL_EINVAL, "mean/std have %d/%d values for a %lld-channel image",
-                             p->nmean, p->nstd, (long long)C);
-        mean[c] = p->mean[p->nmean == 1 ? 0 : c];
-        sd[c] = p->std[p->nstd == 1 ? 0 : c];
-    }
-    sl_tensor t;
-    int64_t shape[3];
-    if (p->layout == SL_LAYOUT_CHW) {
-        shape[0] = C; shape[1] = H; shape[2] = W;
-    } else {
-        shape[0] = H; shape[1] = W; shape[2] = C;
-    }
-    SL_TRY(sl_op_alloc(ctx, &t, p->dtype, 3, shape));
-    int rc = sl_image_normalize(in, mean, sd, p->layout, p->dtype, &t);
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, p->col, &t);
-    return SL_OK;
-}
-PHASED(normalize_apply, SL_PHASE_NORMALIZE)
-
-static int normalize_can_batch(const void *params, const sl_colset *in) {
-    int c = ((const normalize_params *)params)->col;
-    return col_fixed(in, c) && in->col[c].dtype == SL_U8 && in->col[c].ndim == 3;
-}
-
-/* Batched: the per-sample kernel over views of the stacked input and output
- * (no per-sample allocation, dispatch or copy into the batch). */
-static int normalize_apply_batch(const void *params, void *state, sl_op_bctx *ctx,
-                                 sl_tensor *col) {
-    const normalize_params *p = params;
-    (void)state;
-    const sl_tensor *in = &col[p->col];
-    if (in->ndim != 4 || in->dtype != SL_U8)
-        return sl__error(SL_EINVAL, "normalize: batch column is not NHWC uint8");
-    int64_t H = in->shape[1], W = in->shape[2], C = in->shape[3];
-    float mean[4], sd[4];
-    if ((p->nmean != 1 && p->nmean != C) || (p->nstd != 1 && p->nstd != C) || C > 4)
+    if ((p->nmean != 1 && p->nmean != C) || (p->nstd != 1 && p->nstd != C))
         return sl__error(SL_EINVAL, "mean/std have %d/%d values for a %lld-channel image",
                          p->nmean, p->nstd, (long long)C);
     for (int c = 0; c < C; c++) {
         mean[c] = p->mean[p->nmean == 1 ? 0 : c];
         sd[c] = p->std[p->nstd == 1 ? 0 : c];
     }
-    int64_t shape[3];
+    int64_t shape[3] = {H, W, C};
     if (p->layout == SL_LAYOUT_CHW) {
         shape[0] = C; shape[1] = H; shape[2] = W;
-    } else {
-        shape[0] = H; shape[1] = W; shape[2] = C;
     }
-    sl_tensor t;
-    SL_TRY(batch_alloc(ctx, &t, p->dtype, 3, shape));
-    for (uint32_t i = 0; i < ctx->n; i++) {
-        sl_tensor a, b;
-        batch_item(in, i, &a);
-        batch_item(&t, i, &b);
-        int rc = sl_image_normalize(&a, mean, sd, p->layout, p->dtype, &b);
-        if (rc < 0) {
-            sl_tensor_release(&t);
-            return cause_only(rc);
-        }
-    }
-    batch_set(col, p->col, &t);
+    sl_tensor_view(out, NULL, p->dtype, 3, shape);
     return SL_OK;
 }
+
+static int normalize_run(const void *params, const void *scratch, const sl_tensor *in,
+                         sl_tensor *out) {
+    const normalize_params *p = params;
+    const float *mean = scratch, *sd = mean + 4;
+    return sl_image_normalize(in, mean, sd, p->layout, p->dtype, out);
+}
+
+static const sl_op_kernel normalize_kernel = {
+    .col_offset = offsetof(normalize_params, col),
+    .image = 1,
+    .timed = 1,
+    .phase = SL_PHASE_NORMALIZE,
+    .prepare = normalize_prepare,
+    .run = normalize_run,
+};
 
 static void normalize_describe(const void *params, char *buf, size_t cap) {
     const normalize_params *p = params;
@@ -1213,10 +1101,8 @@ const sl_op_def sl_op_normalize = {
     .params_size = sizeof(normalize_params),
     .parse = normalize_parse,
     .bind = normalize_bind,
-    .apply = normalize_apply_phased,
+    .kernel = &normalize_kernel,
     .describe = normalize_describe,
-    .can_batch = normalize_can_batch,
-    .apply_batch = normalize_apply_batch,
 };
 
 /* ---- cast ------------------------------------------------------------------------------ */
@@ -1251,45 +1137,29 @@ static int cast_bind(void *params, sl_colset *cols, const char *field) {
     return SL_OK;
 }
 
-static int cast_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
+/* Element-wise, so a batch converts row by row to the same values. */
+static int cast_prepare(const void *params, sl_rng *rng, const sl_tensor *in, sl_tensor *out,
+                        void *scratch) {
     const cast_params *p = params;
-    (void)state;
-    const sl_tensor *in = &s->col[p->col];
+    (void)rng;
+    (void)scratch;
     if (in->dtype == p->dtype)
-        return SL_OK;
-    sl_tensor t;
-    SL_TRY(sl_op_alloc(ctx, &t, p->dtype, in->ndim, in->shape));
-    int rc = sl_tensor_cast(in, p->dtype, &t);
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, p->col, &t);
+        return SL_OP_KEEP;
+    sl_tensor_view(out, NULL, p->dtype, in->ndim, in->shape);
     return SL_OK;
 }
 
-static int cast_can_batch(const void *params, const sl_colset *in) {
-    return col_fixed(in, ((const cast_params *)params)->col);
+static int cast_run(const void *params, const void *scratch, const sl_tensor *in,
+                    sl_tensor *out) {
+    (void)scratch;
+    return sl_tensor_cast(in, ((const cast_params *)params)->dtype, out);
 }
 
-/* Batched: one conversion of the whole stacked column (element-wise, so the
- * same values as per sample). */
-static int cast_apply_batch(const void *params, void *state, sl_op_bctx *ctx, sl_tensor *col) {
-    const cast_params *p = params;
-    (void)state;
-    const sl_tensor *in = &col[p->col];
-    if (in->dtype == p->dtype)
-        return SL_OK;
-    sl_tensor t;
-    SL_TRY(sl_op_batch_alloc(ctx, &t, p->dtype, in->ndim, in->shape));
-    int rc = sl_tensor_cast(in, p->dtype, &t);
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    batch_set(col, p->col, &t);
-    return SL_OK;
-}
+static const sl_op_kernel cast_kernel = {
+    .col_offset = offsetof(cast_params, col),
+    .prepare = cast_prepare,
+    .run = cast_run,
+};
 
 static void cast_describe(const void *params, char *buf, size_t cap) {
     snprintf(buf, cap, "dtype=%s", sl_dtype_name(((const cast_params *)params)->dtype));
@@ -1301,10 +1171,8 @@ const sl_op_def sl_op_cast = {
     .params_size = sizeof(cast_params),
     .parse = cast_parse,
     .bind = cast_bind,
-    .apply = cast_apply,
+    .kernel = &cast_kernel,
     .describe = cast_describe,
-    .can_batch = cast_can_batch,
-    .apply_batch = cast_apply_batch,
 };
 
 /* ---- one_hot --------------------------------------------------------------------------- */
@@ -1368,51 +1236,29 @@ static int label_value(const sl_tensor *t, int64_t *out) {
     return SL_OK;
 }
 
-static int one_hot_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
+/* The label (in scratch), read before the output is taken. */
+static int one_hot_prepare(const void *params, sl_rng *rng, const sl_tensor *in,
+                           sl_tensor *out, void *scratch) {
     const one_hot_params *p = params;
-    (void)state;
-    int64_t label = 0;
-    SL_TRY(label_value(&s->col[p->col], &label));
-    sl_tensor t;
+    (void)rng;
+    SL_TRY(label_value(in, scratch));
     int64_t shape[1] = {p->classes};
-    SL_TRY(sl_op_alloc(ctx, &t, p->dtype, 1, shape));
-    int rc = sl_one_hot(label, p->classes, p->dtype, &t);
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, p->col, &t);
+    sl_tensor_view(out, NULL, p->dtype, 1, shape);
     return SL_OK;
 }
 
-static int one_hot_can_batch(const void *params, const sl_colset *in) {
-    return col_fixed(in, ((const one_hot_params *)params)->col);
+static int one_hot_run(const void *params, const void *scratch, const sl_tensor *in,
+                       sl_tensor *out) {
+    const one_hot_params *p = params;
+    (void)in;
+    return sl_one_hot(*(const int64_t *)scratch, p->classes, p->dtype, out);
 }
 
-static int one_hot_apply_batch(const void *params, void *state, sl_op_bctx *ctx,
-                               sl_tensor *col) {
-    const one_hot_params *p = params;
-    (void)state;
-    const sl_tensor *in = &col[p->col];
-    sl_tensor t;
-    int64_t shape[1] = {p->classes};
-    SL_TRY(batch_alloc(ctx, &t, p->dtype, 1, shape));
-    for (uint32_t i = 0; i < ctx->n; i++) {
-        sl_tensor a, b;
-        int64_t label = 0;
-        batch_item(in, i, &a);
-        batch_item(&t, i, &b);
-        int rc = label_value(&a, &label);
-        if (rc >= 0)
-            rc = sl_one_hot(label, p->classes, p->dtype, &b);
-        if (rc < 0) {
-            sl_tensor_release(&t);
-            return cause_only(rc);
-        }
-    }
-    batch_set(col, p->col, &t);
-    return SL_OK;
-}
+static const sl_op_kernel one_hot_kernel = {
+    .col_offset = offsetof(one_hot_params, col),
+    .prepare = one_hot_prepare,
+    .run = one_hot_run,
+};
 
 static void one_hot_describe(const void *params, char *buf, size_t cap) {
     const one_hot_params *p = params;
@@ -1425,10 +1271,8 @@ const sl_op_def sl_op_one_hot = {
     .params_size = sizeof(one_hot_params),
     .parse = one_hot_parse,
     .bind = one_hot_bind,
-    .apply = one_hot_apply,
+    .kernel = &one_hot_kernel,
     .describe = one_hot_describe,
-    .can_batch = one_hot_can_batch,
-    .apply_batch = one_hot_apply_batch,
 };
 
 /* ---- flip + normalize (fused) ------------------------------------------------------ */

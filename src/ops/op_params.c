@@ -1,9 +1,9 @@
 /*
  * op_params.c — the helpers op.h promises: parameter parsing with messages
- * that name the spec field, column lookup, the per-sample RNG and pooled
- * output tensors.
+ * that name the spec field, column lookup, the per-sample RNG and output
+ * tensors from the context's allocator.
  */
-#include "pipeline/pipeline.h"
+#include "ops/op.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -214,7 +214,7 @@ void sl_op_batch_rng(const sl_op_bctx *ctx, uint32_t i, unsigned part, sl_rng *o
 
 int sl_op_batch_alloc(sl_op_bctx *ctx, sl_tensor *out, sl_dtype dtype, int ndim,
                       const int64_t *shape) {
-    return sl_pipeline__pools_batch_tensor(ctx->pools, out, dtype, ndim, shape, ctx->rows);
+    return ctx->alloc(ctx->alloc_ctx, out, dtype, ndim, shape, ctx->rows);
 }
 
 /* True when the request is exactly the batch slot's per-sample dtype/shape. */
@@ -232,20 +232,21 @@ int sl_op_alloc(sl_op_ctx *ctx, sl_tensor *out, sl_dtype dtype, int ndim, const 
         /* write straight into the batch: the view keeps the batch buffer alive
          * (released with the sample), collation sees the pointer and skips
          * the copy */
-        size_t n = sl_dtype_size(dtype);
-        for (int i = 0; i < ndim; i++)
-            n *= (size_t)shape[i];
-        memset(out, 0, sizeof *out);
+        sl_tensor_view(out, ctx->slot, dtype, ndim, shape);
         out->buf = sl_buffer_retain(ctx->slot_buf);
-        out->data = ctx->slot;
-        out->nbytes = n;
-        out->dtype = dtype;
-        out->ndim = ndim;
-        for (int i = 0; i < ndim; i++)
-            out->shape[i] = shape[i];
-        out->device = SL_DEVICE_CPU;
         ctx->slot = NULL; /* handed out once */
         return SL_OK;
     }
-    return sl_pipeline__pools_tensor(ctx->pools, out, dtype, ndim, shape);
+    return ctx->alloc(ctx->alloc_ctx, out, dtype, ndim, shape);
+}
+
+int sl_op_cause_only(int rc) {
+    char buf[SL__ERRMSG_MAX];
+    const char *m = sl_errmsg();
+    const char *colon = strstr(m, ": ");
+    if (colon && !memchr(m, ' ', (size_t)(colon - m))) {
+        snprintf(buf, sizeof buf, "%s", colon + 2);
+        return sl__error(rc, "%s", buf);
+    }
+    return rc;
 }
