@@ -1143,3 +1143,74 @@ def test_sidecar_index_opens_in_one_round_trip(tmp_path, data):
             assert r.returncode == 1 and "wds-00002.tar" in r.stderr, r.stderr
         finally:
             px.close()
+
+
+@pytest.mark.parametrize("cut", [0.7, 0.999, 0.02])
+def test_truncated_shard_opened_by_its_edges_names_the_url(tmp_path, data, cut):
+    """A .slr cut short on the server (its footer gone), read by ranges: the
+    open that brings its edges fails naming the URL and what is wrong, in
+    the edges' one round trip; a sound file right after, in the same
+    process, reads whole."""
+    root = tmp_path / "srv"
+    root.mkdir()
+    rng = np.random.default_rng(11)
+    with sluice.Writer(str(root / "big.slr"), [("idx", "int64"), ("blob", "bytes")], shard_bytes=0,
+                       fsync=False) as w:
+        for i in range(300):
+            w.append({"idx": i, "blob": rng.integers(0, 256, 2000, dtype=np.uint8).tobytes()})
+    whole = (root / "big.slr").read_bytes()
+    (root / "cut.slr").write_bytes(whole[: max(1, int(len(whole) * cut))])
+    with httpfix.Nginx(str(root)) as ng:
+        px = httpfix.FaultProxy(ng.port)
+        try:
+            code = f"""
+import sluice
+try:
+    sluice.Reader({px.url + '/cut.slr'!r}, mmap=False)
+    print("opened")
+except Exception as e:
+    print("error:", e)
+r = sluice.Reader({px.url + '/big.slr'!r}, mmap=False)
+print(len(r), sum(int(r[i]["idx"]) for i in range(len(r))))
+"""
+            r = subprocess.run([sys.executable, "-c", code], env=env_for(tmp_path, SLUICE_CACHE_BYTES=0),
+                               capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, r.stderr
+            err, good = r.stdout.splitlines()
+            assert err.startswith("error:") and px.url + "/cut.slr" in err, err
+            assert re.search(r"truncated|no footer|not a sluice record|shorter than a header", err), err
+            assert good == f"300 {300 * 299 // 2}", good
+            # edge pairs (the open and the heal's second try) and small
+            # ranges, never the whole object
+            cut_reqs = [q for q in shard_requests(px, 0, "/cut.slr") if q[0] == "GET"]
+            assert cut_reqs[:2] and {rg for _, rg in cut_reqs[:2]} == EDGE_RANGES, cut_reqs
+            assert all(rg for _, rg in cut_reqs), cut_reqs
+        finally:
+            px.close()
+
+
+def test_object_replaced_between_the_edge_answers_is_asked_again(tmp_path, data):
+    """The two answers of an edge open describe different versions of the
+    object (another ETag): the open asks again, once; when that pair
+    differs too the open fails naming the URL and why."""
+    with httpfix.Nginx(data) as ng:
+        for vary, ok in ((1, True), (None, False)):
+            px = httpfix.FaultProxy(ng.port, etag_vary=vary)
+            try:
+                code = f"""
+import sluice
+r = sluice.Reader({px.url + '/one.slr'!r}, mmap=False)
+print(len(r), r.verify())
+"""
+                r = subprocess.run([sys.executable, "-c", code], env=env_for(tmp_path, SLUICE_CACHE_BYTES=0),
+                                   capture_output=True, text=True, timeout=120)
+                gets = [q for q in shard_requests(px, 0, "/one.slr") if q[0] == "GET"]
+                if ok:
+                    assert r.returncode == 0, r.stderr
+                    assert r.stdout.split() == [str(N), "0"]
+                    assert len(gets) == 4, gets  # two pairs
+                else:
+                    assert r.returncode != 0
+                    assert px.url + "/one.slr" in r.stderr and "changed on the server" in r.stderr, r.stderr
+            finally:
+                px.close()
