@@ -293,7 +293,9 @@ int sl_dev__spec_from(int device, int id, int normalize_on_device, sl_device_spe
 int sl_dev__decode_placement(const struct cJSON *op, int index, int *gpu);
 
 /* A batch's columns as the pipeline holds them (its sl_batch arrays): what
- * crosses the hand-off. The upload rewrites col[] in place. */
+ * crosses the hand-off. The upload rewrites col[] in place. Text columns
+ * (a path, a key) stay in host memory: no device reads text, and the
+ * consumer turns them into strings on the CPU. */
 typedef struct sl_dev_cols {
     int ncols;
     int single;                /* one sample, no leading batch dimension */
@@ -301,6 +303,7 @@ typedef struct sl_dev_cols {
     char (*names)[SL_COLNAME_MAX];
     sl_tensor *col;
     int *ragged;
+    uint32_t text;             /* bit c: column c is text (kept on the host) */
 } sl_dev_cols;
 
 /* Delivering a pipeline's batches: the backend, then (at the first batch)
@@ -336,7 +339,8 @@ void sl_dev__out_counters(const sl_dev_out *o, sl_dev_counters *out); /* zeros f
 /* The consumer's stream (NULL: the default stream). */
 void sl_dev__out_set_stream(sl_dev_out *o, void *stream);
 /* Move a host batch's columns to the device, in place (the ring is made at
- * the first call, with depth + 1 slots). Ragged columns are refused. */
+ * the first call, with depth + 1 slots); text columns stay as they are.
+ * Other ragged columns are refused. */
 int sl_dev__out_upload(sl_dev_out *o, sl_dev_cols *b, int depth);
 
 /* Decode on the GPU: the chain the plan fused after a decode op with
