@@ -2,10 +2,14 @@
 """The device layer's three speed figures (docs/DEVICE.md), each side by side
 with its peer in one run:
 
-  h2d    sluice's hand-off (pinned staging, copy on a side stream) against
-         copies from pinned memory of the same sizes (torch's
-         .to(device, non_blocking=True) from a pinned tensor: one
-         cudaMemcpyAsync each), in bytes/s;
+  h2d    sluice's hand-off (batches written in pinned memory, one copy per
+         column on a side stream) against copies from pinned memory of the
+         same sizes (torch's .to(device, non_blocking=True) from a pinned
+         tensor: one cudaMemcpyAsync each), in bytes/s. "sluice" times the
+         hand-off with the batches already made (the queue holds them all);
+         "sluice_from_numpy" times the whole pipeline, whose workers first
+         copy each row into the pinned batch buffer, and "cpu_only" that
+         pipeline without a device: the rate its workers make batches at;
   step   a training loop whose step takes --step-ms on the device
          (torch.cuda._sleep on the current stream, then a read of the
          batch): the time the loop waits for its next batch, sluice against
@@ -73,14 +77,27 @@ def step_fn():
 if part == "h2d":
     n, shape = a["batches"], tuple(a["shape"])
     nbytes = int(np.prod(shape))
-    if who == "sluice":
+    if who in ("sluice", "sluice_from_numpy", "cpu_only"):
         import sluice
         arr = np.random.default_rng(0).integers(0, 256, (shape[0] * 8,) + shape[1:], np.uint8)
-        ds = sluice.from_arrays({"x": arr}).batch(shape[0]).epochs(10**6).device(kind)
+        ds = sluice.from_arrays({"x": arr}).batch(shape[0]).epochs(10**6)
+        if who == "sluice":
+            # the hand-off alone: n batches already written in pinned batch
+            # buffers (the queue holds them all), so the timed loop is the
+            # ring's copies, not the workers' copy of the rows into pinned
+            # memory (that is "sluice_from_numpy", bound by "cpu_only")
+            ds = ds.prefetch(n)
+        if who != "cpu_only":
+            ds = ds.device(kind)
         it = forever(ds)
-        for _ in range(8):
+        # warm-up; for "sluice" as long as the timed loop, so that the ring
+        # has grown to the slots copies in flight need (each new slot is a
+        # cudaMalloc) before the timing starts
+        for _ in range(n if who == "sluice" else 8):
             next(it)
         sync()
+        if who == "sluice":
+            time.sleep(a.get("fill_s", 2.0))
         t0 = time.perf_counter()
         for _ in range(n):
             b = next(it)
@@ -199,9 +216,9 @@ def main():
         for shape in ([64, 224, 224, 3], [64, 3, 224, 224]):
             label = "x".join(map(str, shape))
             for _ in range(a.repeats):
-                for who in ("sluice", "pinned_copy"):
+                for who in ("sluice", "pinned_copy", "sluice_from_numpy", "cpu_only"):
                     r = run(env, {"kind": a.kind, "part": "h2d", "who": who, "shape": shape,
-                                  "batches": 100})
+                                  "batches": 48})
                     res.setdefault(("h2d " + label, who), []).append(r["bytes_s"])
     if "step" in parts or "train" in parts:
         work = tempfile.mkdtemp(prefix="sluice-devbench-")
@@ -232,8 +249,13 @@ def main():
         key = "h2d " + shape
         if (key, "sluice") in res:
             s, p = med(res[(key, "sluice")]), med(res[(key, "pinned_copy")])
-            print(f"| H2D {shape} uint8 | {s[0]/1e9:.2f} GB/s ({s[1]/1e9:.2f}-{s[2]/1e9:.2f}) "
-                  f"| pinned copy {p[0]/1e9:.2f} GB/s | {s[0]/p[0]:.2f} |")
+            print(f"| H2D {shape} uint8, batches ready | {s[0]/1e9:.2f} GB/s "
+                  f"({s[1]/1e9:.2f}-{s[2]/1e9:.2f}) | pinned copy {p[0]/1e9:.2f} GB/s "
+                  f"| {s[0]/p[0]:.2f} |")
+            e, q = med(res[(key, "sluice_from_numpy")]), med(res[(key, "cpu_only")])
+            print(f"| H2D {shape} uint8 from numpy (the workers' copy into pinned memory "
+                  f"first) | {e[0]/1e9:.2f} GB/s | the same pipeline without a device "
+                  f"{q[0]/1e9:.2f} GB/s | {e[0]/q[0]:.2f} |")
     if ("step", "sluice") in res:
         s = med([r["wait_ms_per_step"] for r in res[("step", "sluice")]])
         peer = [k for k in res if k[0] == "step" and k[1] != "sluice"][0]

@@ -19,6 +19,12 @@
 
 #include <stdatomic.h>
 
+/* Blocks of device and pinned memory the backends hold now, process-wide
+ * (sl_device_held): each backend's allocation adds 1 to its counter, each
+ * free takes 1 (device_ring.c keeps them). `device` is SL_DEVICE_CUDA or
+ * SL_DEVICE_CPU (the host backend). */
+void sl_dev__held(int device, int pinned, int delta);
+
 /* ---- backends (device_cuda.c, device_host.c) ----------------------------------------
  * Handles (streams, events) are opaque pointers. A NULL stream is the
  * backend's default stream (CUDA's legacy default stream). Every call may be

@@ -27,6 +27,7 @@ static struct {
     fake_cuda_failed_fn failed;
     fake_cuda_not_ready_fn not_ready;
     fake_cuda_misuse_fn misuse;
+    fake_cuda_h2d_bytes_fn h2d_bytes;
 } fk;
 
 /* Point the CUDA backend at the stand-in (each case runs in its own
@@ -46,7 +47,9 @@ static void use_fake(void) {
     *(void **)&fk.failed = dlsym(fk.lib, "fake_cuda_failed");
     *(void **)&fk.not_ready = dlsym(fk.lib, "fake_cuda_not_ready");
     *(void **)&fk.misuse = dlsym(fk.lib, "fake_cuda_misuse");
-    ASSERT(fk.live && fk.calls && fk.fail && fk.failed && fk.not_ready && fk.misuse);
+    *(void **)&fk.h2d_bytes = dlsym(fk.lib, "fake_cuda_h2d_bytes");
+    ASSERT(fk.live && fk.calls && fk.fail && fk.failed && fk.not_ready && fk.misuse &&
+           fk.h2d_bytes);
 }
 
 /* Nothing the runtime handed out is still alive, and nothing was misused. */
@@ -132,6 +135,65 @@ SL_TEST(cuda_fake__batches_equal_cpu_nothing_leaks) { cuda_equals_cpu(0); }
 
 /* Events answer "not ready" to their first queries: the ring's waits run. */
 SL_TEST(cuda_fake__slow_events_same_batches) { cuda_equals_cpu(3); }
+
+/* The hand-off's H2D path, by the stand-in's counts: each batch crosses as
+ * one cudaMemcpyAsync per column straight from the pinned batch buffers the
+ * stages wrote (nothing staged on the consumer thread, no host memcpy), with
+ * no synchronisation per batch, and neither pinned nor device memory is
+ * allocated per batch once the first epoch made the pool and the ring. */
+SL_TEST(cuda_fake__h2d_one_copy_per_column_straight_from_pinned) {
+    use_fake();
+    sl_spec *spec = du_image_spec("{\"source\": {\"path\": \"unused\"}, \"ops\": [{\"op\": "
+                                  "\"batch\", \"size\": 4}], \"device\": \"cuda\"}",
+                                  N, H, W, C, 7, 1000);
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    sl_spec_free(spec);
+    long host_allocs = 0, dev_allocs = 0;
+    for (int epoch = 0; epoch < 3; epoch++) {
+        ASSERT_OK(sl_pipeline_set_epoch(p, (uint64_t)epoch));
+        long copies0 = fk.calls("cudaMemcpyAsync");
+        unsigned long long bytes0 = fk.h2d_bytes();
+        long syncs0 = fk.calls("cudaEventSynchronize") + fk.calls("cudaStreamSynchronize");
+        int nb = 0;
+        sl_batch *b;
+        int rc;
+        while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
+            ASSERT_EQ(sl_batch_column(b, 0)->device, SL_DEVICE_CUDA);
+            sl_batch_release(b);
+            nb++;
+        }
+        ASSERT_EQ(rc, SL_END);
+        ASSERT_EQ(nb, NBATCH);
+        /* two columns (image, label): two copies a batch, of their bytes */
+        ASSERT_EQ(fk.calls("cudaMemcpyAsync") - copies0, 2L * NBATCH);
+        ASSERT(fk.h2d_bytes() - bytes0 == (unsigned long long)N * (H * W * C + 8));
+        ASSERT_EQ(fk.calls("cudaEventSynchronize") + fk.calls("cudaStreamSynchronize") - syncs0,
+                  0L);
+        if (epoch == 0) {
+            host_allocs = fk.calls("cudaHostAlloc");
+            dev_allocs = fk.calls("cudaMalloc");
+            ASSERT(host_allocs > 0 && dev_allocs > 0);
+        } else {
+            ASSERT_EQ(fk.calls("cudaHostAlloc"), host_allocs);
+            ASSERT_EQ(fk.calls("cudaMalloc"), dev_allocs);
+        }
+    }
+    sl_pipeline_stats st;
+    ASSERT_OK(sl_pipeline_stats_get(p, &st));
+    ASSERT_U64_EQ(st.h2d_staged_bytes, 0);
+    /* what sluice holds, by its own count: the stand-in's live blocks */
+    int64_t dev = -1, pinned = -1;
+    ASSERT_OK(sl_device_held(SL_DEVICE_CUDA, &dev, &pinned));
+    ASSERT(dev > 0 && pinned > 0);
+    ASSERT_EQ(dev, fk.live("device"));
+    ASSERT_EQ(pinned, fk.live("host"));
+    sl_pipeline_free(p);
+    ASSERT_OK(sl_device_held(SL_DEVICE_CUDA, &dev, &pinned));
+    ASSERT_EQ(dev, 0);
+    ASSERT_EQ(pinned, 0);
+    nothing_left();
+}
 
 /* A consumer holding batches past the pipeline's end: the ring lives until
  * the last is released (invariant 4), then frees everything. */

@@ -55,7 +55,15 @@ static size_t collect(sl_spec *spec, uint8_t *out, size_t cap, int want_device) 
     ASSERT_EQ(st.h2d_bytes > 0, want_device);
     ASSERT(st.h2d_staged_bytes <= st.h2d_bytes);
     last_staged = st.h2d_staged_bytes;
+    int64_t dev = -1, pinned = -1;
+    ASSERT_OK(sl_device_held(SL_DEVICE_CPU, &dev, &pinned));
+    ASSERT_EQ(dev > 0 && pinned > 0, want_device); /* the ring's slots, the pinned pool */
     sl_pipeline_free(p);
+    /* everything the host backend made is freed with the pipeline */
+    ASSERT_OK(sl_device_held(SL_DEVICE_CPU, &dev, &pinned));
+    ASSERT_EQ(dev, 0);
+    ASSERT_EQ(pinned, 0);
+    ASSERT_EQ(sl_device_held((sl_device)7, NULL, NULL), SL_EINVAL);
     return n;
 }
 
