@@ -17,8 +17,8 @@ with its peer in one run:
   train  the ImageNet-style chain (RandomResizedCrop 224 + flip + normalize,
          batch 64) into device tensors: sluice (CPU decode, uint8 crops
          copied, normalize on the device) against DataLoader at its best
-         num_workers + .cuda(non_blocking=True). GPU JPEG decode is not
-         written yet; the line says so.
+         num_workers + .cuda(non_blocking=True). GPU JPEG decode's chain
+         is measured by bench/gpu_checks.py (gpu_decode).
 
     /usr/bin/python3 bench/device_bench.py [--kind cuda|host] [--build build]
         [--photos /tmp/photos/imagenet-like] [--workers 0,4,16] [--repeats 3]
@@ -168,12 +168,18 @@ elif part in ("step", "train"):
 
 
 def run(env, args):
+    """One measurement in a child; None when it failed (its error is a line
+    of its own, and the other measurements go on)."""
     out = subprocess.run([PY, "-c", CHILD, json.dumps(args)], env=env, capture_output=True,
                          text=True)
-    if out.returncode != 0:
+    recs = json_lines(out.stdout) if out.returncode == 0 else []
+    if not recs:
         sys.stderr.write(out.stderr[-2000:])
-        raise SystemExit(f"{args['part']}/{args['who']}: exited {out.returncode}")
-    rec = json_lines(out.stdout)[-1]
+        last = [l for l in out.stderr.strip().splitlines() if l.strip()][-1:] or ["no output"]
+        print(json.dumps({"part": args["part"], "who": args["who"],
+                          "error": f"exited {out.returncode}: {last[0][:300]}"}), flush=True)
+        return None
+    rec = recs[-1]
     print(json.dumps(rec), flush=True)
     return rec
 
@@ -219,7 +225,8 @@ def main():
                 for who in ("sluice", "pinned_copy", "sluice_from_numpy", "cpu_only"):
                     r = run(env, {"kind": a.kind, "part": "h2d", "who": who, "shape": shape,
                                   "batches": 48})
-                    res.setdefault(("h2d " + label, who), []).append(r["bytes_s"])
+                    if r:
+                        res.setdefault(("h2d " + label, who), []).append(r["bytes_s"])
     if "step" in parts or "train" in parts:
         work = tempfile.mkdtemp(prefix="sluice-devbench-")
         slr = os.path.join(work, "photos.slr")
@@ -235,34 +242,34 @@ def main():
         for part in [p for p in ("step", "train") if p in parts]:
             for _ in range(a.repeats):
                 r = run(env, dict(base, part=part, who="sluice"))
-                res.setdefault((part, "sluice"), []).append(r)
+                if r:
+                    res.setdefault((part, "sluice"), []).append(r)
                 # the step loop's peer uses the DataLoader's best setting for
                 # the train part when known, else the largest
                 for w in workers if part == "train" else [max(workers)]:
                     r = run(env, dict(base, part=part, who="dataloader", workers=w))
-                    res.setdefault((part, f"dataloader-w{w}"), []).append(r)
-        if "train" in parts:
-            print(json.dumps({"part": "train", "who": "sluice-nvjpeg",
-                              "skipped": "GPU JPEG decode (nvJPEG) is not written yet"}))
+                    if r:
+                        res.setdefault((part, f"dataloader-w{w}"), []).append(r)
     print("\n| figure | sluice | peer | ratio |\n|---|---|---|---|")
     for shape in ("64x224x224x3", "64x3x224x224"):
         key = "h2d " + shape
-        if (key, "sluice") in res:
+        if (key, "sluice") in res and (key, "pinned_copy") in res:
             s, p = med(res[(key, "sluice")]), med(res[(key, "pinned_copy")])
             print(f"| H2D {shape} uint8, batches ready | {s[0]/1e9:.2f} GB/s "
                   f"({s[1]/1e9:.2f}-{s[2]/1e9:.2f}) | pinned copy {p[0]/1e9:.2f} GB/s "
                   f"| {s[0]/p[0]:.2f} |")
+        if (key, "sluice_from_numpy") in res and (key, "cpu_only") in res:
             e, q = med(res[(key, "sluice_from_numpy")]), med(res[(key, "cpu_only")])
             print(f"| H2D {shape} uint8 from numpy (the workers' copy into pinned memory "
                   f"first) | {e[0]/1e9:.2f} GB/s | the same pipeline without a device "
                   f"{q[0]/1e9:.2f} GB/s | {e[0]/q[0]:.2f} |")
-    if ("step", "sluice") in res:
+    if ("step", "sluice") in res and any(k[0] == "step" and k[1] != "sluice" for k in res):
         s = med([r["wait_ms_per_step"] for r in res[("step", "sluice")]])
         peer = [k for k in res if k[0] == "step" and k[1] != "sluice"][0]
         p = med([r["wait_ms_per_step"] for r in res[peer]])
         print(f"| wait per {a.step_ms:g} ms step | {s[0]:.2f} ms ({s[1]:.2f}-{s[2]:.2f}) "
               f"| {peer[1]} {p[0]:.2f} ms | — |")
-    if ("train", "sluice") in res:
+    if ("train", "sluice") in res and any(k[0] == "train" and k[1] != "sluice" for k in res):
         s = med([r["img_s"] for r in res[("train", "sluice")]])
         peers = {k[1]: med([r["img_s"] for r in v])[0] for k, v in res.items()
                  if k[0] == "train" and k[1] != "sluice"}
