@@ -49,6 +49,11 @@ else
   KIND=cuda; PY=$(command -v python3); BUILD=${BUILD:-build-gpu}; THREADS="1 2 4 8 16"; SECONDS_BENCH=4
 fi
 export SLUICE_PY=$PY
+# C test runs keep stdout line-buffered (stdbuf, coreutils), also in each
+# forked case: a case's printed figures survive its failure, and each FAIL
+# line follows its messages
+LINEBUF=""
+command -v stdbuf >/dev/null && LINEBUF="stdbuf -oL"
 # the C device cases (tests/device/): over the host backend and the stand-ins
 CTESTS="device cuda_fake nvjpeg_fake crop_resize__ gpu_decode_fake gpu_place gpu_pipe_fake"
 
@@ -263,9 +268,7 @@ for l in sys.stdin:
 
 part1() {
   local log=$WORK/ctests.log
-  # stdout line-buffered (also in each forked case): a case's printed
-  # figures survive its failure, and each FAIL line follows its messages
-  stdbuf -oL "$BUILD/sluice_tests" $CTESTS > "$log" 2>&1
+  $LINEBUF "$BUILD/sluice_tests" $CTESTS > "$log" 2>&1
   local rc=$?
   line c_device_tests $([ $rc = 0 ] && echo PASS || echo FAIL) "$(ctest_figure "$log") (device_*, cuda_fake_*, nvjpeg_fake_*, crop_resize_*, gpu_decode_fake_*, gpu_place_*, gpu_pipe_fake_*)" "$log"
   if [ $DRY = 1 ]; then
@@ -277,7 +280,7 @@ part1() {
     log=$WORK/ctests_libs.log
     SLUICE_CUDART=$BUILD/libsluice_fake_cudart.so SLUICE_NVJPEG=$BUILD/libsluice_fake_nvjpeg.so \
       SLUICE_CUDA_KERNELS=$BUILD/libsluice_fake_kernels.so SLUICE_GPU_PHOTOS=$PHOTOS \
-      stdbuf -oL "$BUILD/sluice_tests" $CTESTS nvjpeg_gpu crop_resize_gpu gpu_decode_gpu > "$log" 2>&1
+      $LINEBUF "$BUILD/sluice_tests" $CTESTS nvjpeg_gpu crop_resize_gpu gpu_decode_gpu > "$log" 2>&1
     rc=$?
     local ngpu
     ngpu=$(grep -c -E '^ok   (nvjpeg_gpu|crop_resize_gpu|gpu_decode_gpu)__' "$log")
@@ -289,7 +292,7 @@ part1() {
   # (tests/device/test_crop_resize.c; the reference's own agreement with the
   # CPU path is a host test: within one uint8 step)
   log=$WORK/crop_resize_gpu.log
-  stdbuf -oL "$BUILD/sluice_tests" crop_resize_gpu > "$log" 2>&1
+  $LINEBUF "$BUILD/sluice_tests" crop_resize_gpu > "$log" 2>&1
   rc=$?
   if grep -q 'SKIP (no GPU)' "$log"; then
     line crop_resize_kernel $([ $DRY = 1 ] && echo SKIP || echo FAIL) "$(grep -m1 'SKIP (no GPU)' "$log" | sed 's/^ *//')" "$log"
@@ -299,7 +302,7 @@ part1() {
 
   # nvJPEG's RGB against libjpeg-turbo's, on the GPU (tests/device/test_cuda_fake.c)
   log=$WORK/nvjpeg_gpu.log
-  stdbuf -oL "$BUILD/sluice_tests" nvjpeg_gpu > "$log" 2>&1
+  $LINEBUF "$BUILD/sluice_tests" nvjpeg_gpu > "$log" 2>&1
   rc=$?
   if grep -q 'SKIP (no GPU)' "$log"; then
     line nvjpeg_vs_cpu_decode $([ $DRY = 1 ] && echo SKIP || echo FAIL) "$(grep -m1 'SKIP (no GPU)' "$log" | sed 's/^ *//')" "$log"
@@ -312,7 +315,7 @@ part1() {
   # GPU decode of a batch (nvJPEG + that kernel, CPU fallback) against the
   # CPU path's fused decode + resample on the photo set, image by image
   log=$WORK/gpu_decode_gpu.log
-  SLUICE_GPU_PHOTOS=$PHOTOS stdbuf -oL "$BUILD/sluice_tests" gpu_decode_gpu > "$log" 2>&1
+  SLUICE_GPU_PHOTOS=$PHOTOS $LINEBUF "$BUILD/sluice_tests" gpu_decode_gpu > "$log" 2>&1
   rc=$?
   if grep -q 'SKIP (no GPU)' "$log"; then
     line gpu_decode_vs_cpu $([ $DRY = 1 ] && echo SKIP || echo FAIL) "$(grep -m1 'SKIP (no GPU)' "$log" | sed 's/^ *//')" "$log"
