@@ -10,18 +10,19 @@
  * stats and the device. Every function says who owns what it returns and
  * whether it may be called from several threads at once.
  *
- * Conventions
+ * Conventions (numbered with the other rules in docs/ARCHITECTURE.md, "Rules")
  *  - Fallible functions return an sl_status: SL_OK (0) on success, a negative
  *    code on error, SL_END (> 0) at the end of data. `rc < 0` is the error test.
  *  - After an error, sl_errmsg() returns a one-line message for this thread
- *    naming the file, record, op and cause.
+ *    naming the file, record, op and cause (rule R2).
  *  - Constructors take `sl_x **out` first and the caller frees with sl_x_free(),
  *    which accepts NULL. `_release` drops a reference to a pooled object.
- *  - Unless a function says otherwise, a handle is used by one thread at a time.
+ *  - Unless a function says otherwise, a handle is used by one thread at a time
+ *    (rule R9).
  *
  * Caveats
  *  - Do not fork() a process while a pipeline's threads run; create pipelines
- *    after forking.
+ *    after forking (rule R6).
  *  - Destroying a pipeline mid-epoch is allowed and returns promptly; batches
  *    already handed out stay valid until released.
  *  - Readers verify checksums and bound every size read from a file, but a
@@ -1219,8 +1220,8 @@ SL_API int sl_spec_add_batch_map(sl_spec *spec, const char *name, sl_map_fn fn,
 /** 1 (default): ops with a batched kernel (normalize, cast, one_hot, flip,
  *  batched user maps) at the end of the per-sample chain may run once per
  *  batch; 0: always per sample (same output; for tests and comparisons). JSON
- *  key "vectorize"; the environment variable SLUICE_VECTORIZE=0 also turns it
- *  off. Since 0.1 */
+ *  key "vectorize" (the other layout paths: JSON keys "read_rows" and
+ *  "parallel_collate", docs/PIPELINE.md). Since 0.1 */
 SL_API int sl_spec_set_vectorize(sl_spec *spec, int vectorize);
 /** Bound the memory the pipeline holds to `bytes` (JSON key "memory_limit":
  *  a number of bytes or a string such as "512M"; K, M, G, T are powers of
@@ -1299,6 +1300,14 @@ SL_API int sl_pipeline_restore_state(sl_pipeline *p, const char *state_json);
  *  line per operator (fusions, pushed-down filters, stages, workers,
  *  queues), written snprintf-style. Since 0.1 */
 SL_API int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out);
+/** The layout explain shows, as a JSON object: "layout" (where batches are
+ *  collated: "collation" "final", "fused" or "parallel", "collate_stage",
+ *  "direct", "slot_column", "vectorized_ops", "vectorization", "read_rows",
+ *  "chunk_capacity"), "stages" (name, kind, workers, autotune,
+ *  queue_capacity) and "batches_per_epoch" (-1: unknown), written
+ *  snprintf-style. Since 0.1 */
+SL_API int sl_pipeline_explain_json(const sl_pipeline *p, char *buf, size_t cap,
+                                    size_t *len_out);
 /** The stored error of a failed pipeline ("" if none); borrowed until the
  *  pipeline is freed. Since 0.1 */
 SL_API const char *sl_pipeline_error(const sl_pipeline *p);

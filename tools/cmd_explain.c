@@ -6,12 +6,16 @@
 #include <string.h>
 
 static void help(FILE *f) {
-    fprintf(f, "usage: sluice explain SPEC.json [--threads N]\n"
+    fprintf(f, "usage: sluice explain SPEC.json [--threads N] [--json]\n"
                "\n"
                "Show how a pipeline spec runs: the logical plan (one line per op, as\n"
                "written), the optimised plan (filters pushed into the source index, fused\n"
                "ops, repeat made by the source) and the stages with their workers and\n"
                "queues. Opens the source (to know its columns) but reads no records.\n"
+               "\n"
+               "  --json   print the stages and the layout (where batches are collated:\n"
+               "           final, fused or parallel; direct hand-off, read_rows,\n"
+               "           vectorized ops) as one JSON object instead\n"
                "\n"
                "exit status: 0 shown, 1 bad spec or source, 2 usage error\n");
 }
@@ -19,6 +23,7 @@ static void help(FILE *f) {
 int cmd_explain(int argc, char **argv) {
     const char *spec_path = NULL;
     long long threads = -1;
+    int json = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             help(stdout);
@@ -27,6 +32,8 @@ int cmd_explain(int argc, char **argv) {
             if (i + 1 >= argc || (threads = cli_parse_count(argv[i + 1])) < 1)
                 return cli_usage("explain", "--threads needs a positive count");
             i++;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
         } else if (argv[i][0] == '-') {
             return cli_usage("explain", "unknown option '%s'", argv[i]);
         } else if (!spec_path) {
@@ -41,15 +48,19 @@ int cmd_explain(int argc, char **argv) {
     int ec = cli_build_pipeline("explain", spec_path, -1, threads, &p);
     if (ec)
         return ec;
+    int (*show)(const sl_pipeline *, char *, size_t, size_t *) =
+        json ? sl_pipeline_explain_json : sl_pipeline_explain;
     size_t len = 0;
-    sl_pipeline_explain(p, NULL, 0, &len);
+    show(p, NULL, 0, &len);
     char *text = malloc(len + 1);
-    if (!text || sl_pipeline_explain(p, text, len + 1, &len) < 0) {
+    if (!text || show(p, text, len + 1, &len) < 0) {
         free(text);
         sl_pipeline_free(p);
         return cli_fail("explain");
     }
     fputs(text, stdout);
+    if (json)
+        fputc('\n', stdout);
     free(text);
     sl_pipeline_free(p);
     return 0;

@@ -219,20 +219,20 @@ int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want,
 #define SPARE_SLOTS 6
 
 int sl_pipeline__tune_spare(sl_pipeline *p) {
-    int first_batch = p->fuse_batch ? p->collate_stage : p->nstages - 1;
+    int first_batch = p->layout.collate_stage;
     for (int s = 0; s < p->nstages; s++) {
         sl_stage *st = &p->stage[s];
         if (!st->autotune || st->workers < p->ncpus)
             continue;
         uint64_t more = s == p->nstages - 1 ? 1 + SPARE_SLOTS : 1;
-        if (s >= first_batch && p->batch_bytes > 0 &&
-            p->memory_limit / p->batch_bytes < p->batches_held + more)
+        if (s >= first_batch && p->mem.batch_bytes > 0 &&
+            p->mem.limit / p->mem.batch_bytes < p->mem.batches_held + more)
             continue;
         /* a stage making large batches gets no spare: the pools keep the
          * most buffers ever out, so a spare woken mid-run would raise
          * resident memory for the rest of it (RSS must stay flat across
          * epochs: bench/soak.py, +2% on the image pipeline) */
-        if (s >= first_batch && more * p->batch_bytes > p->memory_limit / 64)
+        if (s >= first_batch && more * p->mem.batch_bytes > p->mem.limit / 64)
             continue;
         st->workers++;
         st->spare = 1;
@@ -266,23 +266,24 @@ static int deep_for_order(sl_pipeline *p, int consumer_bound, uint64_t dt) {
 
 void sl_pipeline__autotune(sl_pipeline *p) {
     uint64_t now = sl__now_ns();
-    if (now - p->last_tune_ns < TICK_NS)
+    if (now - p->tune.last_ns < TICK_NS)
         return;
-    uint64_t batches = atomic_load(&p->batches_out), samples = atomic_load(&p->samples_out);
-    if (batches - p->tune.batches < MIN_BATCHES && now - p->last_tune_ns < MAX_TICK_NS &&
-        p->last_tune_ns != 0)
+    uint64_t batches = atomic_load(&p->stats.batches_out);
+    uint64_t samples = atomic_load(&p->stats.samples_out);
+    if (batches - p->tune.batches < MIN_BATCHES && now - p->tune.last_ns < MAX_TICK_NS &&
+        p->tune.last_ns != 0)
         return;
-    double rate = p->last_tune_ns ? (double)(samples - p->tune.samples) * 1e9 /
-                                        (double)(now - p->last_tune_ns)
+    double rate = p->tune.last_ns ? (double)(samples - p->tune.samples) * 1e9 /
+                                        (double)(now - p->tune.last_ns)
                                   : 0.0;
     /* the consumer waited under 10% of the interval: it bounds the run, and
      * no worker past the rule can help (no exploration) */
-    uint64_t cwait = atomic_load(&p->consumer_wait_ns);
-    int consumer_bound = p->last_tune_ns &&
-                         (double)(cwait - p->tune.consumer_wait) < 0.10 * (double)(now - p->last_tune_ns);
+    uint64_t cwait = atomic_load(&p->stats.consumer_wait_ns);
+    int consumer_bound = p->tune.last_ns && (double)(cwait - p->tune.consumer_wait) <
+                                                0.10 * (double)(now - p->tune.last_ns);
     p->tune.consumer_wait = cwait;
-    uint64_t dt = p->last_tune_ns ? now - p->last_tune_ns : 0;
-    p->last_tune_ns = now;
+    uint64_t dt = p->tune.last_ns ? now - p->tune.last_ns : 0;
+    p->tune.last_ns = now;
     p->tune.batches = batches;
     p->tune.samples = samples;
     double cost[SL_STATS_MAX_STAGES] = {0}, total = 0, per_sample = 0;
@@ -324,9 +325,9 @@ void sl_pipeline__autotune(sl_pipeline *p) {
     if (p->spec->chunk == 0 && per_sample > 0) {
         double k = CHUNK_WORK_NS / per_sample;
         int c = k < 1 ? 1 : k > 128 ? 128 : (int)k;
-        pthread_mutex_lock(&p->src_mu);
+        pthread_mutex_lock(&p->cur.mu);
         p->chunk_size = c;
-        pthread_mutex_unlock(&p->src_mu);
+        pthread_mutex_unlock(&p->cur.mu);
     }
     if (n_auto == 0 || total <= 0 || unmeasured)
         return;
@@ -358,8 +359,8 @@ void sl_pipeline__autotune(sl_pipeline *p) {
         for (int s = 0; s < p->nstages; s++)
             if (p->stage[s].autotune && next[s] > 0)
                 atomic_store(&p->stage[s].active, next[s]);
-        pthread_mutex_lock(&p->tune_mu);
-        pthread_cond_broadcast(&p->tune_cv);
-        pthread_mutex_unlock(&p->tune_mu);
+        pthread_mutex_lock(&p->tune.mu);
+        pthread_cond_broadcast(&p->tune.cv);
+        pthread_mutex_unlock(&p->tune.mu);
     }
 }

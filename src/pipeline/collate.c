@@ -97,7 +97,7 @@ int sl_collate__chunk(sl_pipeline *p, sl_chunk *c) {
     /* The slot column goes last: a sample's other column could (in theory)
      * be a view of the slot bytes, and must be copied out before the slot is
      * filled. */
-    int slot_col = c->slot.buf ? p->slot_col : -1;
+    int slot_col = c->slot.buf ? p->layout.slot_col : -1;
     for (int k = 0; k < oc->ncols; k++) {
         int col = slot_col < 0 ? k : k < slot_col ? k : k + 1 < oc->ncols ? k + 1 : slot_col;
         memcpy(b->names[col], oc->col[col].name, SL_COLNAME_MAX);
@@ -134,7 +134,7 @@ int sl_collate__chunk(sl_pipeline *p, sl_chunk *c) {
                     in_place++;
             }
             if (col == slot_col)
-                atomic_fetch_add_explicit(&p->slot_writes, in_place, memory_order_relaxed);
+                atomic_fetch_add_explicit(&p->stats.slot_writes, in_place, memory_order_relaxed);
         } else {
             b->ragged[col] = 1;
             b->items[col] = sl__calloc(n ? n : 1, sizeof(sl_tensor));

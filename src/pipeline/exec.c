@@ -13,9 +13,11 @@
  *                         batch collation)
  *                      [-> collate stage (N workers)] -> consumer
  *
- * Collation happens in one of three places. With map + batch fusion the
- * last parallel stage collates whole-batch chunks (maybe_collate) and the
- * final stage only passes batches on (or is left out: direct mode). Without
+ * Collation happens in one of three places, and the layout says which
+ * (sl_exec_layout.collate, written once by layout.c). With map + batch
+ * fusion (SL_COLLATE_FUSED) the last parallel stage collates whole-batch
+ * chunks (maybe_collate) and the final stage only passes batches on (or is
+ * left out: direct mode). Without
  * fusion (samples can be dropped before batch), the final stage assigns
  * samples to batches: it applies drops, take/skip and shuffle buffers in
  * stream order, numbers each batch, counts take/skip after batch and copies
@@ -25,7 +27,8 @@
  * push the batch at the chunk's seq, so the consumer gets the final stage's
  * order and the same bytes, index and resume state as when the final stage
  * collated them itself (sl_collate__add: the path for batches over
- * SL_FUSE_MAX_BATCH, no batch op, or SLUICE_PARALLEL_COLLATE=0). A batch
+ * SL_FUSE_MAX_BATCH, no batch op, or "parallel_collate": false:
+ * SL_COLLATE_FINAL; otherwise SL_COLLATE_PARALLEL). A batch
  * being assigned stays in the final stage across an ERROR marker, as the
  * sequential collator's partial batch does.
  *
@@ -40,7 +43,7 @@
  * sample's result does not depend on the thread that made it.
  *
  * Epochs: when the source finishes an epoch it sends an END chunk (a
- * barrier) and, if the next epoch is below src_end_epoch, goes straight on
+ * barrier) and, if the next epoch is below cur.end_epoch, goes straight on
  * with it: the pipeline fills with epoch e+1 while the consumer finishes e.
  * Otherwise the source parks until set_epoch() moves the end. Threads are
  * started once (first sl_pipeline_next) and live across epochs; only a jump
@@ -57,8 +60,8 @@
  * variables; workers check `cancel` between samples, so a slow op delays
  * shutdown by at most one sample. Then all threads are joined.
  *
- * Lock order: never hold two of {src_mu, a queue's mu, chunk_mu, err_mu,
- * tune_mu} at once, except src_mu -> chunk_mu (taking a chunk while cutting
+ * Lock order: never hold two of {cur.mu, a queue's mu, chunk_mu, err.mu,
+ * tune.mu} at once, except cur.mu -> chunk_mu (taking a chunk while cutting
  * a range). Pools lock internally.
  */
 #include "pipeline/exec.h"
@@ -81,7 +84,7 @@ sl_chunk *sl_exec__chunk_get(sl_pipeline *p) {
         c = sl__calloc(1, sizeof *c);
         if (!c)
             return NULL;
-        c->cap = (uint32_t)p->chunk_cap;
+        c->cap = (uint32_t)p->layout.chunk_cap;
         c->pos = sl__calloc(c->cap, sizeof *c->pos);
         c->key = sl__calloc(c->cap, sizeof *c->key);
         c->s = sl__calloc(c->cap, sizeof *c->s);
@@ -176,49 +179,49 @@ void sl_exec__copy_str(char *dst, size_t cap, const char *src) {
 }
 
 void sl_exec__note_skip(sl_pipeline *p, const char *msg) {
-    pthread_mutex_lock(&p->err_mu);
-    p->skipped++;
-    if (p->nerrors < SL_STATS_MAX_ERRORS)
-        sl_exec__copy_str(p->errors[p->nerrors++], sizeof p->errors[0], msg);
-    pthread_mutex_unlock(&p->err_mu);
+    pthread_mutex_lock(&p->err.mu);
+    p->err.skipped++;
+    if (p->err.n < SL_STATS_MAX_ERRORS)
+        sl_exec__copy_str(p->err.msg[p->err.n++], sizeof p->err.msg[0], msg);
+    pthread_mutex_unlock(&p->err.mu);
 }
 
-void sl_exec__note_skip_range(sl_pipeline *p, uint64_t first, uint64_t count, uint64_t n,
+void sl_exec__note_skip_range(sl_pipeline_errors *e, uint64_t first, uint64_t count, uint64_t n,
                               const char *msg) {
-    pthread_mutex_lock(&p->err_mu);
-    p->skipped += n;
+    pthread_mutex_lock(&e->mu);
+    e->skipped += n;
     int seen = 0;
-    for (int k = 0; k < p->ndead && !seen; k++)
-        seen = p->dead_first[k] == first;
-    if (!seen && msg && p->nerrors < SL_STATS_MAX_ERRORS) {
+    for (int k = 0; k < e->ndead && !seen; k++)
+        seen = e->dead_first[k] == first;
+    if (!seen && msg && e->n < SL_STATS_MAX_ERRORS) {
         /* "...: record N: cause" becomes "...: records A..B: cause" */
         const char *at = strstr(msg, ": record ");
         char *end = NULL;
         if (at)
             strtoull(at + 9, &end, 10);
         if (at && end && end != at + 9 && count > 1)
-            snprintf(p->errors[p->nerrors], sizeof p->errors[0], "%.*s: records %llu..%llu%s",
+            snprintf(e->msg[e->n], sizeof e->msg[0], "%.*s: records %llu..%llu%s",
                      (int)(at - msg), msg, (unsigned long long)first,
                      (unsigned long long)(first + count - 1), end);
         else
-            sl_exec__copy_str(p->errors[p->nerrors], sizeof p->errors[0], msg);
-        p->nerrors++;
-        p->dead_first[p->ndead++] = first;
+            sl_exec__copy_str(e->msg[e->n], sizeof e->msg[0], msg);
+        e->n++;
+        e->dead_first[e->ndead++] = first;
     }
-    pthread_mutex_unlock(&p->err_mu);
+    pthread_mutex_unlock(&e->mu);
 }
 
 /* A worker cannot go on (out of memory outside any sample): store the error
  * and close the consumer's queue, so that a blocked sl_pipeline_next wakes
  * up and returns it. */
 void sl_exec__worker_fail(sl_pipeline *p, int rc, const char *msg) {
-    pthread_mutex_lock(&p->err_mu);
-    if (!p->failed) {
-        p->failed = 1;
-        p->fail_rc = rc;
-        sl_exec__copy_str(p->fail_msg, sizeof p->fail_msg, msg);
+    pthread_mutex_lock(&p->err.mu);
+    if (!p->err.failed) {
+        p->err.failed = 1;
+        p->err.fail_rc = rc;
+        sl_exec__copy_str(p->err.fail_msg, sizeof p->err.fail_msg, msg);
     }
-    pthread_mutex_unlock(&p->err_mu);
+    pthread_mutex_unlock(&p->err.mu);
     sl_queue__close(&p->stage[p->nstages - 1].out);
 }
 
@@ -280,7 +283,7 @@ static int vectorize_batch(sl_pipeline *p, sl_worker *w, sl_chunk *c, char *msg,
     const sl_stage *st = w->st;
     sl_batch *b = c->batch;
     uint32_t n = (uint32_t)b->size;
-    for (int k = p->vec_first; k < st->last; k++) {
+    for (int k = p->layout.vec_first; k < st->last; k++) {
         const sl_pnode *nd = &p->plan.opt[k];
         int rc;
         sl_errclear();
@@ -315,7 +318,7 @@ static int vectorize_batch(sl_pipeline *p, sl_worker *w, sl_chunk *c, char *msg,
             return rc;
         }
     }
-    atomic_fetch_add_explicit(&p->vec_batches, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->stats.vec_batches, 1, memory_order_relaxed);
     return SL_OK;
 }
 
@@ -325,11 +328,13 @@ static int vectorize_batch(sl_pipeline *p, sl_worker *w, sl_chunk *c, char *msg,
  * sample instead, with the same result). */
 static void maybe_collate(sl_pipeline *p, sl_worker *w, sl_chunk *c) {
     const sl_stage *st = w->st;
-    if (!p->fuse_batch || c->kind != SL_CHUNK_DATA || st != &p->stage[p->collate_stage])
+    const sl_exec_layout *L = &p->layout;
+    if (L->collate != SL_COLLATE_FUSED || c->kind != SL_CHUNK_DATA ||
+        st != &p->stage[L->collate_stage])
         return;
     char msg[SL__ERRMSG_MAX];
     if (c->batch) { /* read_rows: the records were read into it */
-        int rc = p->vec_first >= 0 ? vectorize_batch(p, w, c, msg, sizeof msg) : SL_OK;
+        int rc = L->vec_first >= 0 ? vectorize_batch(p, w, c, msg, sizeof msg) : SL_OK;
         c->n = 0;
         if (rc < 0) {
             sl_pipeline__batch_free(c->batch);
@@ -338,11 +343,11 @@ static void maybe_collate(sl_pipeline *p, sl_worker *w, sl_chunk *c) {
         }
         return;
     }
-    int batched = p->vec_first >= 0 && c->n > 0 && c->n <= SL_FUSE_MAX_BATCH;
-    if (p->vec_first >= 0 && !(batched && samples_fit(p, c, p->vec_first))) {
+    int batched = L->vec_first >= 0 && c->n > 0 && c->n <= SL_FUSE_MAX_BATCH;
+    if (L->vec_first >= 0 && !(batched && samples_fit(p, c, L->vec_first))) {
         batched = 0;
         for (uint32_t i = 0; i < c->n; i++) {
-            int r = apply_nodes(p, w, c, i, p->vec_first, st->last, NULL, msg, sizeof msg);
+            int r = apply_nodes(p, w, c, i, L->vec_first, st->last, NULL, msg, sizeof msg);
             if (r < 0) { /* fusion implies policy fail: the chunk fails */
                 sl_exec__chunk_fail(p, c, r, msg);
                 return;
@@ -365,10 +370,10 @@ static void maybe_collate(sl_pipeline *p, sl_worker *w, sl_chunk *c) {
 void sl_exec__worker_gate(sl_pipeline *p, sl_worker *w) {
     if (w->id < atomic_load_explicit(&w->st->active, memory_order_relaxed))
         return;
-    pthread_mutex_lock(&p->tune_mu);
+    pthread_mutex_lock(&p->tune.mu);
     while (w->id >= atomic_load(&w->st->active) && !atomic_load(&p->cancel))
-        pthread_cond_wait(&p->tune_cv, &p->tune_mu);
-    pthread_mutex_unlock(&p->tune_mu);
+        pthread_cond_wait(&p->tune.cv, &p->tune.mu);
+    pthread_mutex_unlock(&p->tune.mu);
 }
 
 /* The next chunk from the stage before `st`, blocking; the wait counts as
@@ -450,7 +455,7 @@ static int apply_chain(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, in
             ctx.alloc_ctx = p->pools;
             ctx.slot = NULL;
             if (slot && k == st->last - 1) {
-                const sl_colinfo *ci = &p->plan.out_cols.col[p->slot_col];
+                const sl_colinfo *ci = &p->plan.out_cols.col[p->layout.slot_col];
                 ctx.slot = slot;
                 ctx.slot_buf = c->slot.buf;
                 ctx.slot_dtype = ci->dtype;
@@ -498,8 +503,9 @@ static int apply_chain(sl_pipeline *p, sl_worker *w, sl_chunk *c, uint32_t i, in
 /* The end of the nodes a stage runs per sample: with map vectorization the
  * collating stage's tail runs per batch (vectorize_chunk). */
 static int per_sample_end(const sl_pipeline *p, const sl_stage *st) {
-    if (p->vec_first >= 0 && st == &p->stage[p->collate_stage])
-        return p->vec_first;
+    const sl_exec_layout *L = &p->layout;
+    if (L->vec_first >= 0 && st == &p->stage[L->collate_stage])
+        return L->vec_first;
     return st->last;
 }
 
@@ -510,10 +516,12 @@ static int per_sample_end(const sl_pipeline *p, const sl_stage *st) {
  * copies as usual. Failing to get the buffer is not an error here; the copy
  * path meets the same shortage and reports it. */
 static char *take_slot(sl_pipeline *p, const sl_stage *st, sl_chunk *c) {
-    if (!p->fuse_batch || p->slot_col < 0 || c->n == 0 || st != &p->stage[p->collate_stage] ||
-        st->last <= st->first || p->plan.opt[st->last - 1].kind != SL_PN_OP)
+    const sl_exec_layout *L = &p->layout;
+    if (L->collate != SL_COLLATE_FUSED || L->slot_col < 0 || c->n == 0 ||
+        st != &p->stage[L->collate_stage] || st->last <= st->first ||
+        p->plan.opt[st->last - 1].kind != SL_PN_OP)
         return NULL;
-    const sl_colinfo *ci = &p->plan.out_cols.col[p->slot_col];
+    const sl_colinfo *ci = &p->plan.out_cols.col[L->slot_col];
     int64_t shape[SL_MAX_DIMS];
     shape[0] = c->n;
     for (int d = 0; d < ci->ndim; d++)
@@ -643,12 +651,12 @@ void sl_pipeline__stop(sl_pipeline *p) {
     if (!p->running)
         return;
     atomic_store(&p->cancel, 1);
-    pthread_mutex_lock(&p->src_mu);
-    pthread_cond_broadcast(&p->src_cv);
-    pthread_mutex_unlock(&p->src_mu);
-    pthread_mutex_lock(&p->tune_mu);
-    pthread_cond_broadcast(&p->tune_cv);
-    pthread_mutex_unlock(&p->tune_mu);
+    pthread_mutex_lock(&p->cur.mu);
+    pthread_cond_broadcast(&p->cur.cv);
+    pthread_mutex_unlock(&p->cur.mu);
+    pthread_mutex_lock(&p->tune.mu);
+    pthread_cond_broadcast(&p->tune.cv);
+    pthread_mutex_unlock(&p->tune.mu);
     for (int s = 0; s < p->nstages; s++)
         sl_queue__close(&p->stage[s].out);
     for (int s = 0; s < p->nstages; s++) {
@@ -659,7 +667,7 @@ void sl_pipeline__stop(sl_pipeline *p) {
     }
     for (int s = 0; s < p->nstages; s++)
         sl_queue__reset(&p->stage[s].out,
-                        s == p->nstages - 1 && !p->direct ? drop_batch : drop_chunk, p);
+                        s == p->nstages - 1 && !p->layout.direct ? drop_batch : drop_chunk, p);
     p->running = 0;
     atomic_store(&p->cancel, 0);
 }
@@ -667,23 +675,23 @@ void sl_pipeline__stop(sl_pipeline *p) {
 /* Start every stage at `r` (source position and final-stage state). */
 int sl_pipeline__start(sl_pipeline *p, const sl_resume *r) {
     p->start = *r;
-    pthread_mutex_lock(&p->src_mu);
-    p->src_epoch = r->epoch;
-    p->src_pos = r->pos;
-    p->src_seq = 0;
-    if (p->src_end_epoch < r->epoch + 1)
-        p->src_end_epoch = r->epoch + 1;
-    p->src_parked = 0;
-    pthread_mutex_unlock(&p->src_mu);
+    pthread_mutex_lock(&p->cur.mu);
+    p->cur.epoch = r->epoch;
+    p->cur.pos = r->pos;
+    p->cur.seq = 0;
+    if (p->cur.end_epoch < r->epoch + 1)
+        p->cur.end_epoch = r->epoch + 1;
+    p->cur.parked = 0;
+    pthread_mutex_unlock(&p->cur.mu);
     for (int s = 0; s < p->nstages; s++) {
         p->stage[s].seq_out = 0;
         sl_queue__start(&p->stage[s].out, r->epoch);
     }
-    p->direct_index = r->batch;
+    p->cons.direct_index = r->batch;
     sl_pipeline__dev_gpu_reset(p->dev, r->batch); /* decode on the GPU: rows of the old stream */
-    if (!atomic_load(&p->t_start)) {
-        p->cpu_t0_ns = sl__process_cpu_ns();
-        atomic_store(&p->t_start, sl__now_ns());
+    if (!atomic_load(&p->stats.t_start)) {
+        p->stats.cpu_t0_ns = sl__process_cpu_ns();
+        atomic_store(&p->stats.t_start, sl__now_ns());
     }
     p->running = 1;
     for (int s = 0; s < p->nstages; s++) {
@@ -706,7 +714,7 @@ int sl_pipeline__start(sl_pipeline *p, const sl_resume *r) {
             }
             /* counted by the starter, not the thread, so that a reading
              * taken right after the start sees every thread of it */
-            atomic_fetch_add(&p->threads_started, 1);
+            atomic_fetch_add(&p->stats.threads_started, 1);
         }
     }
     return SL_OK;

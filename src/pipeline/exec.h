@@ -38,7 +38,7 @@ void sl_exec__note_skip(sl_pipeline *p, const char *msg);
 /* Policy skip: count `n` samples of the failed file whose records are
  * [first, first + count) (source failed_range); its message, `msg` about one
  * of them ("...: record N: cause"), is kept once, for the whole range. */
-void sl_exec__note_skip_range(sl_pipeline *p, uint64_t first, uint64_t count, uint64_t n,
+void sl_exec__note_skip_range(sl_pipeline_errors *e, uint64_t first, uint64_t count, uint64_t n,
                               const char *msg);
 /* A worker cannot go on: store the error, wake the consumer. */
 void sl_exec__worker_fail(sl_pipeline *p, int rc, const char *msg);

@@ -351,7 +351,7 @@ void *sl_exec__seq_main(void *arg) {
     x->p = p;
     x->st = st;
     x->final = st->kind == SL_ST_COLLATE;
-    x->assign = x->final && p->par_collate;
+    x->assign = x->final && p->layout.collate == SL_COLLATE_PARALLEL;
     for (int k = st->first; k < st->last && k - st->first < SL_STAGE_MAX_OPS; k++) {
         const sl_pnode *nd = &p->plan.opt[k];
         if ((nd->kind == SL_PN_TAKE || nd->kind == SL_PN_SKIP) && x->ncounters < SL_MAX_COUNTERS)

@@ -1,6 +1,6 @@
 /*
  * exec_source.c — the source stage: N reading threads take ranges of stream
- * positions under src_mu, map each to a record (shard, pad wrap, the epoch's
+ * positions under cur.mu, map each to a record (shard, pad wrap, the epoch's
  * permutation, pushed filters) and read it through the source interface,
  * into a sample or straight into its batch row (read_rows). See exec.c's
  * DESIGN note for the stages around it.
@@ -19,29 +19,30 @@
 
 /* ---- the order of records ------------------------------------------------------------------- */
 
-/* The global order of pass (epoch, rep) (src_mu held): a keyed bijection of
+/* The global order of pass (epoch, rep) (cur.mu held): a keyed bijection of
  * [0, nbase) (shuffle_window.h), so position -> record costs O(1) with no
  * table, any position of any epoch is computed directly (exact resume), and
  * a rank's memory does not grow with the record count. Only the pass's key
  * is cached. */
 static const sl_feistel *global_order(sl_pipeline *p, uint64_t epoch, uint64_t rep) {
-    if (!p->gperm_valid || p->gperm_epoch != epoch || p->gperm_rep != rep) {
-        sl_feistel_init_rounds(&p->gperm, p->nbase, GLOBAL_ROUNDS, p->spec->seed, epoch, rep,
+    sl_pipeline_shuffle *sh = &p->shuf;
+    if (!sh->gperm_valid || sh->gperm_epoch != epoch || sh->gperm_rep != rep) {
+        sl_feistel_init_rounds(&sh->gperm, p->nbase, GLOBAL_ROUNDS, p->spec->seed, epoch, rep,
                                PERM_OP);
-        p->gperm_epoch = epoch;
-        p->gperm_rep = rep;
-        p->gperm_valid = 1;
+        sh->gperm_epoch = epoch;
+        sh->gperm_rep = rep;
+        sh->gperm_valid = 1;
     }
-    return &p->gperm;
+    return &sh->gperm;
 }
 
-/* Record index at stream position `pos` of `epoch` for this rank (src_mu held). */
+/* Record index at stream position `pos` of `epoch` for this rank (cur.mu held). */
 static uint64_t record_at(sl_pipeline *p, uint64_t epoch, uint64_t pos, uint64_t *key) {
     uint64_t rep = pos / p->per_pass, j = pos % p->per_pass;
     uint64_t g = j * (uint64_t)p->shard_count + (uint64_t)p->shard_index;
     uint64_t m = p->nbase;
     g %= m; /* pad wraps around to the start */
-    if (p->window_mode) {
+    if (p->shuf.window_mode) {
         g = sl_pipeline__window_at(p, epoch, rep, j);
     } else if (p->spec->shuffle) {
         g = sl_feistel_fwd(global_order(p, epoch, rep), g);
@@ -66,46 +67,46 @@ typedef struct reader {
     char msg[SL__ERRMSG_MAX];
 } reader;
 
-/* The next chunk, cut under src_mu: stream positions [src_pos, src_pos + n)
+/* The next chunk, cut under cur.mu: stream positions [cur.pos, cur.pos + n)
  * mapped to records (*n_out = n), or an END chunk when the epoch is done
  * (*n_out = 0; the source parks there unless the next epoch is wanted).
  * NULL: stop (cancel, or out of memory, which is reported). */
 static sl_chunk *cut_range(sl_pipeline *p, uint64_t *n_out) {
     *n_out = 0;
-    pthread_mutex_lock(&p->src_mu);
-    while (p->src_parked && !atomic_load(&p->cancel))
-        pthread_cond_wait(&p->src_cv, &p->src_mu);
+    pthread_mutex_lock(&p->cur.mu);
+    while (p->cur.parked && !atomic_load(&p->cancel))
+        pthread_cond_wait(&p->cur.cv, &p->cur.mu);
     if (atomic_load(&p->cancel)) {
-        pthread_mutex_unlock(&p->src_mu);
+        pthread_mutex_unlock(&p->cur.mu);
         return NULL;
     }
     sl_chunk *c = sl_exec__chunk_get(p);
     if (!c) {
-        pthread_mutex_unlock(&p->src_mu);
+        pthread_mutex_unlock(&p->cur.mu);
         sl_exec__worker_fail(p, SL_ENOMEM, "source: out of memory while reading");
         return NULL;
     }
-    c->seq = p->src_seq++;
-    c->epoch = p->src_epoch;
-    if (p->src_pos >= p->per_epoch) {
+    c->seq = p->cur.seq++;
+    c->epoch = p->cur.epoch;
+    if (p->cur.pos >= p->per_epoch) {
         c->kind = SL_CHUNK_END;
-        p->src_epoch++;
-        p->src_pos = 0;
-        if (p->src_epoch >= sl_pipeline__src_limit(p))
-            p->src_parked = 1;
-        pthread_mutex_unlock(&p->src_mu);
+        p->cur.epoch++;
+        p->cur.pos = 0;
+        if (p->cur.epoch >= sl_pipeline__src_limit(&p->cur))
+            p->cur.parked = 1;
+        pthread_mutex_unlock(&p->cur.mu);
         return c;
     }
     uint64_t n = (uint64_t)p->chunk_size;
-    if (p->fuse_batch) /* one chunk = one batch: cut at batch boundaries */
-        n = (uint64_t)p->plan.batch_size - p->src_pos % (uint64_t)p->plan.batch_size;
-    if (n > p->per_epoch - p->src_pos)
-        n = p->per_epoch - p->src_pos;
+    if (p->layout.collate == SL_COLLATE_FUSED) /* one chunk = one batch: cut at its boundaries */
+        n = (uint64_t)p->plan.batch_size - p->cur.pos % (uint64_t)p->plan.batch_size;
+    if (n > p->per_epoch - p->cur.pos)
+        n = p->per_epoch - p->cur.pos;
     if (n > c->cap)
         n = c->cap;
     for (uint64_t i = 0; i < n; i++) {
-        c->pos[i] = p->src_pos + i;
-        c->s[i].index = record_at(p, c->epoch, p->src_pos + i, &c->key[i]);
+        c->pos[i] = p->cur.pos + i;
+        c->s[i].index = record_at(p, c->epoch, p->cur.pos + i, &c->key[i]);
     }
     /* Remote reads by ranges: hint this chunk and READ_AHEAD records past
      * it, in the order they will be read (the permutation is known), so
@@ -115,22 +116,22 @@ static sl_chunk *cut_range(sl_pipeline *p, uint64_t *n_out) {
     uint64_t ahead[READ_AHEAD];
     uint32_t nahead = 0;
     if (sl_source__reads_ahead(p->src)) {
-        if (p->ra_epoch != c->epoch || p->ra_pos < p->src_pos) {
-            p->ra_epoch = c->epoch;
-            p->ra_pos = p->src_pos;
+        if (p->cur.ra_epoch != c->epoch || p->cur.ra_pos < p->cur.pos) {
+            p->cur.ra_epoch = c->epoch;
+            p->cur.ra_pos = p->cur.pos;
         }
-        uint64_t end = p->src_pos + n + READ_AHEAD, pass_end =
-            (p->src_pos / p->per_pass + 1) * p->per_pass;
+        uint64_t end = p->cur.pos + n + READ_AHEAD, pass_end =
+            (p->cur.pos / p->per_pass + 1) * p->per_pass;
         if (end > pass_end)
             end = pass_end;
         if (end > p->per_epoch)
             end = p->per_epoch;
         uint64_t key;
-        for (; p->ra_pos < end && nahead < READ_AHEAD; p->ra_pos++)
-            ahead[nahead++] = record_at(p, c->epoch, p->ra_pos, &key);
+        for (; p->cur.ra_pos < end && nahead < READ_AHEAD; p->cur.ra_pos++)
+            ahead[nahead++] = record_at(p, c->epoch, p->cur.ra_pos, &key);
     }
-    p->src_pos += n;
-    pthread_mutex_unlock(&p->src_mu);
+    p->cur.pos += n;
+    pthread_mutex_unlock(&p->cur.mu);
     for (uint32_t k = 0; k < nahead; k++)
         sl_source__prefetch(p->src, ahead[k], SL_PREFETCH_REMOTE);
     *n_out = n;
@@ -145,7 +146,7 @@ static sl_chunk *cut_range(sl_pipeline *p, uint64_t *n_out) {
 static int read_records(sl_pipeline *p, reader *rd, sl_chunk *c, uint64_t *n) {
     uint32_t kept = 0;
     char *rows[SL_MAX_COLUMNS];
-    int into_rows = p->read_rows && rd->cur && *n > 0, rows_rc;
+    int into_rows = p->layout.read_rows && rd->cur && *n > 0, rows_rc;
     if (into_rows && (rows_rc = sl_collate__rows(p, c, (uint32_t)*n, rows)) < 0) {
         char msg[SL__ERRMSG_MAX];
         snprintf(msg, sizeof msg, "%s: collating a batch: %s", p->src_name, sl_errmsg());
@@ -184,8 +185,8 @@ static int read_records(sl_pipeline *p, reader *rd, sl_chunk *c, uint64_t *n) {
         if (into_rows) {
             void *dst[SL_MAX_COLUMNS];
             for (int k = 0; k < p->src->ncols; k++)
-                dst[k] = rows[k] + (size_t)i * p->row_bytes[k];
-            rc = sl_source__read_cols(p->src, rd->cur, idx, dst, p->row_bytes);
+                dst[k] = rows[k] + (size_t)i * p->layout.row_bytes[k];
+            rc = sl_source__read_cols(p->src, rd->cur, idx, dst, p->layout.row_bytes);
         } else {
             rc = rd->cur ? sl_source__read(p->src, rd->cur, idx, s)
                          : sl__error(rd->rc, "%s", rd->msg);
@@ -203,11 +204,11 @@ static int read_records(sl_pipeline *p, reader *rd, sl_chunk *c, uint64_t *n) {
             uint64_t f, fn;
             if (sl_source__failed_range(p->src, idx, &f, &fn)) {
                 if (dead_n)
-                    sl_exec__note_skip_range(p, dead_first, dead_count, dead_n, NULL);
+                    sl_exec__note_skip_range(&p->err, dead_first, dead_count, dead_n, NULL);
                 dead_first = f;
                 dead_count = fn;
                 dead_n = 0;
-                sl_exec__note_skip_range(p, f, fn, 1, msg);
+                sl_exec__note_skip_range(&p->err, f, fn, 1, msg);
             } else {
                 sl_exec__note_skip(p, msg);
             }
@@ -220,7 +221,7 @@ static int read_records(sl_pipeline *p, reader *rd, sl_chunk *c, uint64_t *n) {
         return into_rows;
     }
     if (dead_n)
-        sl_exec__note_skip_range(p, dead_first, dead_count, dead_n, NULL);
+        sl_exec__note_skip_range(&p->err, dead_first, dead_count, dead_n, NULL);
     if (c->kind == SL_CHUNK_DATA)
         c->n = kept;
     return into_rows;

@@ -8,14 +8,7 @@
 #include "pipeline/pipeline.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-
-/* A path that tests compare with its alternative is turned off by NAME=0. */
-static int env_off(const char *name) {
-    const char *v = getenv(name);
-    return v && !strcmp(v, "0");
-}
 
 /* Map + batch fusion applies when every chunk can be exactly one batch: no
  * sample is ever dropped before the batch (no filters left in the stages, no
@@ -107,29 +100,28 @@ static int node_batches(const sl_plan *pl, int k) {
  * thread; and when a slot column exists (the image path, decode + crop +
  * normalize, 602 KB a sample) the last op already writes each sample into
  * the batch, so there is no copy or allocation to save. */
-static void choose_vectorized(sl_pipeline *p) {
-    p->vec_first = -1;
-    p->vec_note[0] = '\0';
-    if (!p->fuse_batch)
+static void choose_vectorized(sl_pipeline *p, sl_exec_layout *L) {
+    L->vec_first = -1;
+    L->vec_note[0] = '\0';
+    if (L->collate != SL_COLLATE_FUSED)
         return;
-    const sl_stage *st = &p->stage[p->collate_stage];
+    const sl_stage *st = &p->stage[L->collate_stage];
     int k = st->last;
     while (k > st->first && node_batches(&p->plan, k - 1))
         k--;
     if (k == st->last)
         return;
-    const char *off = !p->spec->vectorize              ? "turned off in the spec"
-                      : env_off("SLUICE_VECTORIZE")    ? "turned off by SLUICE_VECTORIZE=0"
-                      : p->slot_col >= 0               ? "the last op writes into the batch slot"
-                                                       : NULL;
+    const char *off = !p->spec->vectorize ? "turned off in the spec"
+                      : L->slot_col >= 0  ? "the last op writes into the batch slot"
+                                          : NULL;
     if (off) {
-        snprintf(p->vec_note, sizeof p->vec_note, "not vectorized (%s)", off);
+        snprintf(L->vec_note, sizeof L->vec_note, "not vectorized (%s)", off);
         return;
     }
-    p->vec_first = k;
+    L->vec_first = k;
     for (int j = k; j < st->last; j++)
         p->plan.opt[j].vectorized = 1;
-    snprintf(p->vec_note, sizeof p->vec_note,
+    snprintf(L->vec_note, sizeof L->vec_note,
              "batch(%lld), then the last %d op(s) once per batch (samples are small and "
              "fixed-shape: per-sample dispatch and copies would dominate)",
              (long long)p->plan.batch_size, st->last - k);
@@ -176,8 +168,8 @@ static int pick_slot_col(const sl_colset *oc);
  * passes 256 samples between threads per batch. */
 static int rows_take_map(const sl_pipeline *p, const sl_stage *m) {
     const sl_plan *pl = &p->plan;
-    if (!sl_source__has_read_cols(p->src) || env_off("SLUICE_READ_ROWS") || !p->spec->vectorize ||
-        env_off("SLUICE_VECTORIZE") || !plan_can_fuse(p) || !cols_fixed(&pl->src_cols) ||
+    if (!sl_source__has_read_cols(p->src) || !p->spec->read_rows || !p->spec->vectorize ||
+        !plan_can_fuse(p) || !cols_fixed(&pl->src_cols) ||
         pick_slot_col(&pl->out_cols) >= 0 || m->last <= m->first)
         return 0;
     for (int k = m->first; k < m->last; k++)
@@ -380,13 +372,13 @@ static int cut_stages(sl_pipeline *p) {
  * non-deterministic mode: the final stage numbers the batches, and the
  * consumer's resume state (batch index) must not go backwards; the samples
  * have already been reordered upstream, so order costs little here. Not for
- * batches larger than a chunk can hold, and
- * SLUICE_PARALLEL_COLLATE=0 turns it off (tests compare both paths). */
-static int add_stack_stage(sl_pipeline *p) {
+ * batches larger than a chunk can hold, and the spec's "parallel_collate":
+ * false turns it off (tests compare both paths). */
+static int add_stack_stage(sl_pipeline *p, sl_exec_layout *L) {
     const sl_plan *pl = &p->plan;
-    if (p->fuse_batch || !pl->has_batch || pl->batch_size > SL_FUSE_MAX_BATCH ||
+    if (L->collate == SL_COLLATE_FUSED || !pl->has_batch || pl->batch_size > SL_FUSE_MAX_BATCH ||
         p->nstages >= SL_STATS_MAX_STAGES || p->stage[p->nstages - 1].kind != SL_ST_COLLATE ||
-        env_off("SLUICE_PARALLEL_COLLATE"))
+        !p->spec->parallel_collate)
         return SL_OK;
     sl_stage *fin = &p->stage[p->nstages - 1];
     sl_stage *st = &p->stage[p->nstages];
@@ -427,9 +419,10 @@ static int add_stack_stage(sl_pipeline *p) {
         return rc;
     }
     p->nstages++;
-    p->par_collate = 1;
-    if (pl->batch_size > p->chunk_cap)
-        p->chunk_cap = (int)pl->batch_size;
+    L->collate = SL_COLLATE_PARALLEL;
+    L->collate_stage = p->nstages - 1;
+    if (pl->batch_size > L->chunk_cap)
+        L->chunk_cap = (int)pl->batch_size;
     return SL_OK;
 }
 
@@ -441,13 +434,15 @@ static int add_stack_stage(sl_pipeline *p) {
  * each record into its row. No per-sample tensors are made and no second
  * pass stacks them; the copy runs while the record is in cache. That per-
  * sample bookkeeping was a fifth of a reader's time on Fashion-MNIST
- * (784-byte records). SLUICE_READ_ROWS=0 turns it off (tests compare). */
-static void choose_read_rows(sl_pipeline *p) {
-    p->read_rows = 0;
+ * (784-byte records). The spec's "read_rows": false turns it off (tests
+ * compare). */
+static void choose_read_rows(sl_pipeline *p, sl_exec_layout *L) {
+    L->read_rows = 0;
     const sl_stage *st = &p->stage[0];
     const sl_colset *in = &p->plan.src_cols;
-    if (!p->fuse_batch || p->collate_stage != 0 || !sl_source__has_read_cols(p->src) ||
-        env_off("SLUICE_READ_ROWS") || (st->last > st->first && p->vec_first != st->first) ||
+    if (L->collate != SL_COLLATE_FUSED || L->collate_stage != 0 ||
+        !sl_source__has_read_cols(p->src) || !p->spec->read_rows ||
+        (st->last > st->first && L->vec_first != st->first) ||
         in->ncols != p->plan.out_cols.ncols || in->ncols != p->src->ncols)
         return;
     for (int c = 0; c < in->ncols; c++) {
@@ -455,46 +450,56 @@ static void choose_read_rows(sl_pipeline *p) {
         size_t n = ci->ndim < SL_MAX_DIMS ? sl_pipeline__col_bytes(ci, 1) : 0;
         if (n == 0)
             return; /* unknown, encoded, or empty: the per-sample path */
-        p->row_bytes[c] = n;
+        L->row_bytes[c] = n;
     }
-    p->read_rows = 1;
+    L->read_rows = 1;
 }
 
-/* Cut the optimised plan into stages, then decide map + batch fusion. */
+/* Map + batch fusion: the chunks are whole batches, collated by the stage
+ * before the final one; when the final stage would only pass batches on
+ * (no take/skip after batch), the consumer takes them from the collating
+ * stage itself: one thread and one hand-off fewer per batch. */
+static int fuse(sl_pipeline *p, sl_exec_layout *L) {
+    L->collate = SL_COLLATE_FUSED;
+    L->collate_stage = p->nstages - 2;
+    L->slot_col = pick_slot_col(&p->plan.out_cols);
+    if (p->plan.batch_size > L->chunk_cap)
+        L->chunk_cap = (int)p->plan.batch_size;
+    for (int i = 0; i < p->plan.nopt; i++)
+        if (p->plan.opt[i].after_batch)
+            return SL_OK;
+    sl_stage *fin = &p->stage[p->nstages - 1];
+    sl_queue__destroy(&fin->out);
+    memset(fin, 0, sizeof *fin);
+    p->nstages--;
+    L->direct = 1;
+    sl_stage *last = &p->stage[p->nstages - 1];
+    sl_queue__destroy(&last->out);
+    last->qcap = p->plan.out_depth > 2 ? p->plan.out_depth : 2;
+    snprintf(last->name + strlen(last->name), sizeof last->name - strlen(last->name),
+             "+batch(%lld)", (long long)p->plan.batch_size);
+    return sl_queue__init(&last->out, (size_t)last->qcap, !p->spec->deterministic);
+}
+
+/* Cut the optimised plan into stages, then decide map + batch fusion; the
+ * decisions are written once, into p->layout. */
 int sl_pipeline__layout(sl_pipeline *p) {
     SL_TRY(cut_stages(p));
-    p->vec_first = -1;
-    p->fuse_batch = can_fuse_batch(p);
-    p->slot_col = -1;
-    if (p->fuse_batch) {
-        p->collate_stage = p->nstages - 2;
-        p->slot_col = pick_slot_col(&p->plan.out_cols);
-        if (p->plan.batch_size > p->chunk_cap)
-            p->chunk_cap = (int)p->plan.batch_size;
-        /* When the final stage would only pass batches on (no take/skip after
-         * batch), the consumer takes them from the collating stage itself:
-         * one thread and one hand-off fewer per batch. */
-        int only_batch = 1;
-        for (int i = 0; i < p->plan.nopt; i++)
-            if (p->plan.opt[i].after_batch)
-                only_batch = 0;
-        if (only_batch) {
-            sl_stage *fin = &p->stage[p->nstages - 1];
-            sl_queue__destroy(&fin->out);
-            memset(fin, 0, sizeof *fin);
-            p->nstages--;
-            p->direct = 1;
-            sl_stage *last = &p->stage[p->nstages - 1];
-            sl_queue__destroy(&last->out);
-            last->qcap = p->plan.out_depth > 2 ? p->plan.out_depth : 2;
-            snprintf(last->name + strlen(last->name), sizeof last->name - strlen(last->name),
-                     "+batch(%lld)", (long long)p->plan.batch_size);
-            SL_TRY(sl_queue__init(&last->out, (size_t)last->qcap, !p->spec->deterministic));
-        }
-    }
-    choose_vectorized(p);
-    choose_read_rows(p);
-    SL_TRY(add_stack_stage(p));
+    sl_exec_layout L;
+    memset(&L, 0, sizeof L);
+    L.collate = SL_COLLATE_FINAL;
+    L.collate_stage = p->nstages - 1;
+    L.slot_col = -1;
+    L.vec_first = -1;
+    L.chunk_cap = 128;
+    if (can_fuse_batch(p))
+        SL_TRY(fuse(p, &L));
+    choose_vectorized(p, &L);
+    choose_read_rows(p, &L);
+    SL_TRY(add_stack_stage(p, &L));
+    /* the one write: the member is const for every other file (the
+     * pipeline was allocated zeroed, and nothing has read the layout yet) */
+    memcpy((void *)&p->layout, &L, sizeof L);
     /* relaxed mode: a map stage's workers take from their input only what
      * their output can admit (queue.c, "No deadlock") */
     for (int s = 1; s < p->nstages; s++)

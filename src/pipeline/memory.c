@@ -61,14 +61,14 @@ static void fmt_bytes(char *buf, size_t cap, uint64_t n) {
 
 /* The first stage whose output elements carry batches. */
 static int first_batch_stage(const sl_pipeline *p) {
-    return p->fuse_batch ? p->collate_stage : p->nstages - 1;
+    return p->layout.collate_stage;
 }
 
 /* Samples in one chunk element of a stage before the collating one. */
 static uint64_t chunk_samples(const sl_pipeline *p) {
-    if (p->fuse_batch && p->plan.batch_size > 0)
+    if (p->layout.collate == SL_COLLATE_FUSED && p->plan.batch_size > 0)
         return (uint64_t)p->plan.batch_size;
-    return (uint64_t)p->chunk_cap;
+    return (uint64_t)p->layout.chunk_cap;
 }
 
 /* Bytes the chunk stages (before the first batch stage) may hold. */
@@ -77,7 +77,7 @@ static uint64_t chunk_bytes_held(const sl_pipeline *p) {
     int end = p->plan.batch_size > 0 ? first_batch_stage(p) : 0;
     for (int s = 0; s < end; s++)
         n += ((uint64_t)p->stage[s].workers + (uint64_t)p->stage[s].qcap) * chunk_samples(p) *
-             p->sample_bytes[s];
+             p->mem.sample_bytes[s];
     return n;
 }
 
@@ -86,9 +86,9 @@ static uint64_t chunk_bytes_held(const sl_pipeline *p) {
 static int shrink_chunks(sl_pipeline *p, int *requeue) {
     int best = -1, end = first_batch_stage(p);
     for (int s = 0; s < end; s++)
-        if (p->stage[s].qcap > 1 && p->sample_bytes[s] > 0 &&
-            (best < 0 || p->stage[s].qcap * p->sample_bytes[s] >
-                             p->stage[best].qcap * p->sample_bytes[best]))
+        if (p->stage[s].qcap > 1 && p->mem.sample_bytes[s] > 0 &&
+            (best < 0 || p->stage[s].qcap * p->mem.sample_bytes[s] >
+                             p->stage[best].qcap * p->mem.sample_bytes[best]))
             best = s;
     if (best < 0)
         return 0;
@@ -129,8 +129,8 @@ static int shrink_one(sl_pipeline *p, int *requeue) {
 
 int sl_pipeline__memory_plan(sl_pipeline *p) {
     const sl_plan *pl = &p->plan;
-    p->memory_limit = p->spec->memory_limit ? p->spec->memory_limit : sl__mem_total() / 4;
-    p->batch_bytes = 0;
+    p->mem.limit = p->spec->memory_limit ? p->spec->memory_limit : sl__mem_total() / 4;
+    p->mem.batch_bytes = 0;
     /* what a stage's output element takes: a batch, or a chunk of samples */
     for (int s = 0; s < p->nstages; s++) {
         const sl_stage *st = &p->stage[s];
@@ -145,7 +145,7 @@ int sl_pipeline__memory_plan(sl_pipeline *p) {
         }
         if (encoded) /* the stored record holds the encoded bytes */
             n += p->src->record_bytes;
-        p->sample_bytes[s] = cs ? n : (s > 0 ? p->sample_bytes[s - 1] : 0);
+        p->mem.sample_bytes[s] = cs ? n : (s > 0 ? p->mem.sample_bytes[s - 1] : 0);
     }
     if (pl->batch_size <= 0)
         return SL_OK;
@@ -155,38 +155,38 @@ int sl_pipeline__memory_plan(sl_pipeline *p) {
         size_t n = sl_pipeline__col_bytes(&pl->out_cols.col[c], (size_t)pl->batch_size);
         if (n == 0)
             continue;
-        p->batch_bytes += sl_pipeline__pools_class_size(n);
+        p->mem.batch_bytes += sl_pipeline__pools_class_size(n);
         if (nl < sizeof names)
             nl += (size_t)snprintf(names + nl, sizeof names - nl, "%s%s", nl ? "+" : "",
                                    pl->out_cols.col[c].name);
     }
     char lim[32], one[32], chunks[32];
-    fmt_bytes(lim, sizeof lim, p->memory_limit);
-    fmt_bytes(one, sizeof one, p->batch_bytes);
-    if (p->batch_bytes > 0 && p->memory_limit < p->batch_bytes)
+    fmt_bytes(lim, sizeof lim, p->mem.limit);
+    fmt_bytes(one, sizeof one, p->mem.batch_bytes);
+    if (p->mem.batch_bytes > 0 && p->mem.limit < p->mem.batch_bytes)
         return sl__error(SL_ELIMIT, "memory_limit %s is below one batch of %s (%s); raise it or "
                                     "shrink the batch", lim, names, one);
     int requeue[SL_STATS_MAX_STAGES] = {0};
     uint64_t held = batches_in_flight(p);
     for (;;) {
-        uint64_t total = held * p->batch_bytes + chunk_bytes_held(p);
-        if (total <= p->memory_limit)
+        uint64_t total = held * p->mem.batch_bytes + chunk_bytes_held(p);
+        if (total <= p->mem.limit)
             break;
         if (shrink_chunks(p, requeue))
             continue;
-        if (p->batch_bytes == 0 || !shrink_one(p, requeue))
+        if (p->mem.batch_bytes == 0 || !shrink_one(p, requeue))
             break;
         held = batches_in_flight(p);
     }
-    uint64_t total = held * p->batch_bytes + chunk_bytes_held(p);
-    if (total > p->memory_limit) {
+    uint64_t total = held * p->mem.batch_bytes + chunk_bytes_held(p);
+    if (total > p->mem.limit) {
         fmt_bytes(chunks, sizeof chunks, chunk_bytes_held(p));
         return sl__error(SL_ELIMIT, "memory_limit %s holds %llu batch(es) of %s (%s each); "
                                     "the pipeline needs at least %llu in flight (one being made, "
                                     "one queued per stage, two with the consumer) and %s of "
                                     "sample chunks before them (one per worker and one queued "
                                     "per stage); raise it or shrink the batch", lim,
-                         (unsigned long long)(p->batch_bytes ? p->memory_limit / p->batch_bytes
+                         (unsigned long long)(p->mem.batch_bytes ? p->mem.limit / p->mem.batch_bytes
                                                              : 0),
                          names[0] ? names : "(no fixed-shape column)", one,
                          (unsigned long long)held, chunks);
@@ -203,15 +203,15 @@ int sl_pipeline__memory_plan(sl_pipeline *p) {
         for (int s = 1; s < p->nstages; s++)
             if (p->stage[s].kind == SL_ST_MAP)
                 sl_queue__set_reach(&p->stage[s - 1].out, p->stage[s].out.cap);
-    p->batches_held = held;
+    p->mem.batches_held = held;
     return SL_OK;
 }
 
 uint64_t sl_pipeline__elem_bytes(const sl_pipeline *p, int s) {
     if (s >= first_batch_stage(p) && p->plan.batch_size > 0)
-        return p->batch_bytes;
-    pthread_mutex_lock(&((sl_pipeline *)p)->src_mu);
+        return p->mem.batch_bytes;
+    pthread_mutex_lock(&((sl_pipeline *)p)->cur.mu);
     uint64_t chunk = (uint64_t)p->chunk_size;
-    pthread_mutex_unlock(&((sl_pipeline *)p)->src_mu);
-    return chunk * p->sample_bytes[s];
+    pthread_mutex_unlock(&((sl_pipeline *)p)->cur.mu);
+    return chunk * p->mem.sample_bytes[s];
 }

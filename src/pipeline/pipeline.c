@@ -7,12 +7,12 @@
  *
  *   CREATED --next()--> RUNNING (sl_pipeline__start)
  *   RUNNING --next() gets END--> AT_END(epoch e done)
- *   AT_END --next(), e+1 < src_end_epoch--> RUNNING (batches of e+1 were
+ *   AT_END --next(), e+1 < cur.end_epoch--> RUNNING (batches of e+1 were
  *            already being prepared: no restart)
  *   AT_END --next(), no more epochs--> AT_END (SL_END again)
- *   any --set_epoch(e) at the start of e--> same state, src_end_epoch >= e+1;
+ *   any --set_epoch(e) at the start of e--> same state, cur.end_epoch >= e+1;
  *            after set_epoch(e-1) (a loop over epochs) the source reads
- *            e+1 ahead (src_ahead_epoch), which the consumer gets only
+ *            e+1 ahead (cur.ahead_epoch), which the consumer gets only
  *            after set_epoch(e+1)
  *   any --set_epoch elsewhere / restore_state--> stop + restart at the
  *            position (sl_pipeline__stop, then start on the next call)
@@ -167,8 +167,11 @@ static int hash_spec(const sl_spec *s, uint64_t *out) {
     /* Leave out what may differ between a run and its resumption without
      * changing a batch: the epoch count, the memory and cache limits and the parallelism
      * knobs (output is the same for any thread count, queue depth or chunk
-     * size). */
+     * size), and the layout paths that give the same batches either way
+     * (read_rows, parallel_collate: layout.c). */
     cJSON_DeleteItemFromObjectCaseSensitive(doc, "epochs");
+    cJSON_DeleteItemFromObjectCaseSensitive(doc, "read_rows");
+    cJSON_DeleteItemFromObjectCaseSensitive(doc, "parallel_collate");
     cJSON_DeleteItemFromObjectCaseSensitive(doc, "memory_limit");
     cJSON_DeleteItemFromObjectCaseSensitive(doc, "cache_bytes");
     cJSON *src = cJSON_GetObjectItemCaseSensitive(doc, "source");
@@ -229,7 +232,7 @@ static int reserve_batch_buffers(sl_pipeline *p) {
     if (p->plan.batch_size <= 0)
         return SL_OK;
     size_t count = 2; /* workers (a spare of small batches too) and queue slots */
-    for (int s = p->fuse_batch ? p->collate_stage : p->nstages - 1; s < p->nstages; s++)
+    for (int s = p->layout.collate_stage; s < p->nstages; s++)
         count += (size_t)p->stage[s].workers + p->stage[s].out.cap;
     /* with a device, the ring's slots hold the batches whose copies are in
      * flight (device_ring.c, rule 1b) */
@@ -257,16 +260,16 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     sl_pipeline *p = sl__calloc(1, sizeof *p);
     if (!p)
         return sl__oom("creating a pipeline");
-    pthread_mutex_init(&p->src_mu, NULL);
-    pthread_cond_init(&p->src_cv, NULL);
-    pthread_mutex_init(&p->tune_mu, NULL);
-    pthread_cond_init(&p->tune_cv, NULL);
+    pthread_mutex_init(&p->cur.mu, NULL);
+    pthread_cond_init(&p->cur.cv, NULL);
+    pthread_mutex_init(&p->tune.mu, NULL);
+    pthread_cond_init(&p->tune.cv, NULL);
     pthread_mutex_init(&p->chunk_mu, NULL);
-    pthread_mutex_init(&p->err_mu, NULL);
+    pthread_mutex_init(&p->err.mu, NULL);
     atomic_init(&p->cancel, 0);
-    atomic_init(&p->threads_started, 0);
-    atomic_init(&p->slot_writes, 0);
-    atomic_init(&p->vec_batches, 0);
+    atomic_init(&p->stats.threads_started, 0);
+    atomic_init(&p->stats.slot_writes, 0);
+    atomic_init(&p->stats.vec_batches, 0);
     p->ncpus = sl__ncpus();
     SL_CHECK(sl_spec__copy(&p->spec, spec));
     sl_colset cols;
@@ -293,25 +296,24 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
      * size) unless the source is remote and large, where a rank reading its
      * own blocks (window) fetches far fewer shards than one scattered over
      * all of them (docs/PIPELINE.md, "Shuffle") */
-    p->window_mode = p->spec->shuffle &&
+    p->shuf.window_mode = p->spec->shuffle &&
                      (p->spec->shuffle_mode == SL_SHUFFLE_WINDOW ||
                       (p->spec->shuffle_mode == SL_SHUFFLE_AUTO && m > SL_SHUFFLE_GLOBAL_MAX &&
                        sl_source__remote(p->src)));
-    if (p->window_mode)
+    if (p->shuf.window_mode)
         sl_pipeline__window_sizes(p->spec->shuffle_window, p->spec->shuffle_block,
-                                  &p->wsh_window, &p->wsh_block);
+                                  &p->shuf.window, &p->shuf.block);
     SL_CHECK(sl_pipeline__pools_create(&p->pools));
     sl_pool_mem pinned;
     if (sl_pipeline__dev_batch_mem(p->dev, &pinned))
         sl_pipeline__pools_set_batch_mem(p->pools, &pinned);
     p->chunk_size = p->spec->chunk > 0 ? p->spec->chunk : 64;
-    p->chunk_cap = 128;
     SL_CHECK(sl_pipeline__layout(p));
     SL_CHECK(sl_pipeline__memory_plan(p));
     SL_CHECK(sl_pipeline__tune_spare(p));
     SL_CHECK(reserve_batch_buffers(p));
     SL_CHECK(hash_spec(p->spec, &p->spec_hash));
-    p->src_end_epoch = (uint64_t)p->spec->epochs;
+    p->cur.end_epoch = (uint64_t)p->spec->epochs;
     *out = p;
     return SL_OK;
 cleanup:
@@ -333,28 +335,37 @@ void sl_pipeline_free(sl_pipeline *p) {
     sl_source__release(p->src);
     sl__free(p->base);
     sl_spec_free(p->spec);
-    pthread_mutex_destroy(&p->src_mu);
-    pthread_cond_destroy(&p->src_cv);
-    pthread_mutex_destroy(&p->tune_mu);
-    pthread_cond_destroy(&p->tune_cv);
+    pthread_mutex_destroy(&p->cur.mu);
+    pthread_cond_destroy(&p->cur.cv);
+    pthread_mutex_destroy(&p->tune.mu);
+    pthread_cond_destroy(&p->tune.cv);
     pthread_mutex_destroy(&p->chunk_mu);
-    pthread_mutex_destroy(&p->err_mu);
+    pthread_mutex_destroy(&p->err.mu);
     sl__free(p);
 }
 
 /* ---- iteration ----------------------------------------------------------------------- */
 
-static int fail(sl_pipeline *p, int rc, const char *msg) {
-    pthread_mutex_lock(&p->err_mu);
-    if (!p->failed) {
-        p->failed = 1;
-        p->fail_rc = rc;
-        snprintf(p->fail_msg, sizeof p->fail_msg, "%s", msg);
+/* Store the pipeline's failure (the first one stays) and return it, its
+ * message as this thread's error message. */
+static int fail(sl_pipeline_errors *e, int rc, const char *msg) {
+    pthread_mutex_lock(&e->mu);
+    if (!e->failed) {
+        e->failed = 1;
+        e->fail_rc = rc;
+        snprintf(e->fail_msg, sizeof e->fail_msg, "%s", msg);
     }
-    rc = p->fail_rc;
-    sl__seterrmsg(p->fail_msg);
-    pthread_mutex_unlock(&p->err_mu);
+    rc = e->fail_rc;
+    sl__seterrmsg(e->fail_msg);
+    pthread_mutex_unlock(&e->mu);
     return rc;
+}
+
+static int has_failed(sl_pipeline_errors *e) {
+    pthread_mutex_lock(&e->mu);
+    int failed = e->failed;
+    pthread_mutex_unlock(&e->mu);
+    return failed;
 }
 
 int sl_pipeline__pop_batch(sl_pipeline *p, sl_batch **out, int timeout_ms) {
@@ -364,17 +375,17 @@ int sl_pipeline__pop_batch(sl_pipeline *p, sl_batch **out, int timeout_ms) {
         void *item;
         uint64_t wait = 0;
         int rc = sl_queue__pop(q, &item, &wait, timeout_ms);
-        atomic_fetch_add(&p->consumer_wait_ns, wait);
+        atomic_fetch_add(&p->stats.consumer_wait_ns, wait);
         if (rc == SL_END)
             return SL_OK; /* timed out */
         if (rc < 0)
             return sl__error(SL_ECANCELED, "pipeline: stopped");
-        if (!p->direct) {
+        if (!p->layout.direct) {
             *out = item;
             return SL_OK;
         }
         sl_chunk *c = item;
-        rc = sl_collate__from_chunk(p, c, &p->direct_index, out);
+        rc = sl_collate__from_chunk(p, c, &p->cons.direct_index, out);
         sl_pipeline__chunk_put(p, c);
         if (rc < 0)
             return rc;
@@ -386,18 +397,15 @@ int sl_pipeline__pop_batch(sl_pipeline *p, sl_batch **out, int timeout_ms) {
 
 int sl_pipeline_next_timeout(sl_pipeline *p, sl_batch **out, int timeout_ms) {
     *out = NULL;
-    pthread_mutex_lock(&p->err_mu);
-    int failed = p->failed;
-    pthread_mutex_unlock(&p->err_mu);
-    if (failed)
-        return fail(p, 0, "");
-    if (p->cons_at_end) {
-        pthread_mutex_lock(&p->src_mu);
-        uint64_t end = p->src_end_epoch;
-        pthread_mutex_unlock(&p->src_mu);
-        if (p->cons_epoch >= end)
+    if (has_failed(&p->err))
+        return fail(&p->err, 0, "");
+    if (p->cons.at_end) {
+        pthread_mutex_lock(&p->cur.mu);
+        uint64_t end = p->cur.end_epoch;
+        pthread_mutex_unlock(&p->cur.mu);
+        if (p->cons.epoch >= end)
             return SL_END;
-        p->cons_at_end = 0;
+        p->cons.at_end = 0;
     }
     if (!p->running)
         SL_TRY(sl_pipeline__start(p, &p->start));
@@ -408,33 +416,30 @@ int sl_pipeline_next_timeout(sl_pipeline *p, sl_batch **out, int timeout_ms) {
         int rc = gpu ? sl_pipeline__dev_gpu_next(p, &b, timeout_ms)
                      : sl_pipeline__pop_batch(p, &b, timeout_ms);
         if (rc < 0) {
-            pthread_mutex_lock(&p->err_mu);
-            failed = p->failed;
-            pthread_mutex_unlock(&p->err_mu);
-            if (failed)
-                return fail(p, 0, "");
+            if (has_failed(&p->err))
+                return fail(&p->err, 0, "");
             char msg[SL__ERRMSG_MAX];
             snprintf(msg, sizeof msg, "%s", sl_errmsg());
-            return rc == SL_ECANCELED ? rc : fail(p, rc, msg);
+            return rc == SL_ECANCELED ? rc : fail(&p->err, rc, msg);
         }
         if (!b)
             return SL_OK; /* timed out */
         if (b->kind == SL_CHUNK_END) {
-            p->cons_epoch = b->epoch + 1;
-            p->cons_at_end = 1;
-            memset(&p->last, 0, sizeof p->last);
-            p->last.epoch = p->cons_epoch;
-            p->replay_skip = 0;
+            p->cons.epoch = b->epoch + 1;
+            p->cons.at_end = 1;
+            memset(&p->cons.last, 0, sizeof p->cons.last);
+            p->cons.last.epoch = p->cons.epoch;
+            p->cons.replay_skip = 0;
             sl_pipeline__batch_free(b);
             return SL_END;
         }
         if (b->kind == SL_CHUNK_ERROR) {
-            rc = fail(p, b->err_rc, b->errmsg);
+            rc = fail(&p->err, b->err_rc, b->errmsg);
             sl_pipeline__batch_free(b);
             return rc;
         }
-        if (p->replay_skip > 0) {
-            p->replay_skip--;
+        if (p->cons.replay_skip > 0) {
+            p->cons.replay_skip--;
             sl_pipeline__batch_free(b);
             continue;
         }
@@ -443,15 +448,15 @@ int sl_pipeline_next_timeout(sl_pipeline *p, sl_batch **out, int timeout_ms) {
             char msg[SL__ERRMSG_MAX];
             snprintf(msg, sizeof msg, "%s", sl_errmsg());
             sl_pipeline__batch_free(b);
-            return fail(p, rc, msg);
+            return fail(&p->err, rc, msg);
         }
-        p->cons_epoch = b->epoch;
-        p->last.epoch = b->epoch;
-        p->last.pos = b->next_pos;
-        p->last.batch = b->index + 1;
-        memcpy(p->last.counters, b->counters, sizeof p->last.counters);
-        atomic_fetch_add(&p->batches_out, 1);
-        atomic_fetch_add(&p->samples_out, (uint64_t)b->size);
+        p->cons.epoch = b->epoch;
+        p->cons.last.epoch = b->epoch;
+        p->cons.last.pos = b->next_pos;
+        p->cons.last.batch = b->index + 1;
+        memcpy(p->cons.last.counters, b->counters, sizeof p->cons.last.counters);
+        atomic_fetch_add(&p->stats.batches_out, 1);
+        atomic_fetch_add(&p->stats.samples_out, (uint64_t)b->size);
         *out = b;
         return SL_OK;
     }
@@ -468,71 +473,71 @@ int sl_pipeline_next(sl_pipeline *p, sl_batch **out) {
 /* The threads are stopped (sl_pipeline__stop joined them): nothing can set
  * `failed` again until the next start, so a failed pipeline can start clean.
  * A record that failed fails again when it is reached again. */
-static void clear_failure(sl_pipeline *p) {
-    pthread_mutex_lock(&p->err_mu);
-    p->failed = 0;
-    p->fail_rc = SL_OK;
-    p->fail_msg[0] = '\0';
-    pthread_mutex_unlock(&p->err_mu);
+static void clear_failure(sl_pipeline_errors *e) {
+    pthread_mutex_lock(&e->mu);
+    e->failed = 0;
+    e->fail_rc = SL_OK;
+    e->fail_msg[0] = '\0';
+    pthread_mutex_unlock(&e->mu);
 }
 
 static void restart_at(sl_pipeline *p, uint64_t epoch, const sl_resume *r, uint64_t skip) {
     sl_pipeline__stop(p);
-    clear_failure(p);
+    clear_failure(&p->err);
     p->start = *r;
-    p->cons_epoch = epoch;
-    p->cons_at_end = 0;
-    p->replay_skip = skip;
-    pthread_mutex_lock(&p->src_mu);
-    if (p->src_end_epoch < epoch + 1)
-        p->src_end_epoch = epoch + 1;
-    p->src_ahead_epoch = 0;
-    p->gperm_valid = 0;
-    p->wsh_valid = 0;
-    pthread_mutex_unlock(&p->src_mu);
+    p->cons.epoch = epoch;
+    p->cons.at_end = 0;
+    p->cons.replay_skip = skip;
+    pthread_mutex_lock(&p->cur.mu);
+    if (p->cur.end_epoch < epoch + 1)
+        p->cur.end_epoch = epoch + 1;
+    p->cur.ahead_epoch = 0;
+    p->shuf.gperm_valid = 0;
+    p->shuf.wsh_valid = 0;
+    pthread_mutex_unlock(&p->cur.mu);
 }
 
 int sl_pipeline_set_epoch(sl_pipeline *p, uint64_t epoch) {
     /* Read ahead only in a loop over epochs (this call asks for the epoch
      * after the last call's): a single jump reads no epoch it was not asked
      * for, and user maps see no call for it. */
-    int loop = p->set_epochs > 0 && epoch == p->last_set_epoch + 1;
-    p->set_epochs++;
-    p->last_set_epoch = epoch;
+    int loop = p->cur.set_epochs > 0 && epoch == p->cur.last_set_epoch + 1;
+    p->cur.set_epochs++;
+    p->cur.last_set_epoch = epoch;
     uint64_t ahead = loop ? epoch + 2 : 0;
-    pthread_mutex_lock(&p->err_mu);
-    int failed = p->failed;
-    pthread_mutex_unlock(&p->err_mu);
-    int fresh = !failed && p->cons_epoch == epoch && p->last.batch == 0 && p->last.pos == 0 &&
-                p->replay_skip == 0 && (p->running || (p->start.epoch == epoch && p->start.pos == 0));
+    int failed = has_failed(&p->err);
+    const sl_pipeline_consumer *cons = &p->cons;
+    int fresh = !failed && cons->epoch == epoch && cons->last.batch == 0 && cons->last.pos == 0 &&
+                cons->replay_skip == 0 &&
+                (p->running || (p->start.epoch == epoch && p->start.pos == 0));
     if (fresh) {
-        pthread_mutex_lock(&p->src_mu);
-        if (p->src_end_epoch < epoch + 1)
-            p->src_end_epoch = epoch + 1;
+        pthread_mutex_lock(&p->cur.mu);
+        if (p->cur.end_epoch < epoch + 1)
+            p->cur.end_epoch = epoch + 1;
         /* Read one epoch ahead: a loop calling set_epoch(e + 1) after epoch
          * e finds its first batches ready instead of waiting for the source
          * to start again (the consumer still gets SL_END at e's end until
          * it asks for e + 1; any other call restarts and drops them). */
-        if (p->src_ahead_epoch < ahead)
-            p->src_ahead_epoch = ahead;
-        if (p->src_parked && p->src_epoch < sl_pipeline__src_limit(p)) {
-            p->src_parked = 0;
-            pthread_cond_broadcast(&p->src_cv);
+        if (p->cur.ahead_epoch < ahead)
+            p->cur.ahead_epoch = ahead;
+        if (p->cur.parked && p->cur.epoch < sl_pipeline__src_limit(&p->cur)) {
+            p->cur.parked = 0;
+            pthread_cond_broadcast(&p->cur.cv);
         }
-        pthread_mutex_unlock(&p->src_mu);
-        p->last.epoch = epoch;
+        pthread_mutex_unlock(&p->cur.mu);
+        p->cons.last.epoch = epoch;
         return SL_OK;
     }
     sl_resume r;
     memset(&r, 0, sizeof r);
     r.epoch = epoch;
     restart_at(p, epoch, &r, 0);
-    p->src_ahead_epoch = ahead; /* as above (the threads are stopped) */
-    p->last = r;
+    p->cur.ahead_epoch = ahead; /* as above (the threads are stopped) */
+    p->cons.last = r;
     return SL_OK;
 }
 
-uint64_t sl_pipeline_epoch(const sl_pipeline *p) { return p->cons_epoch; }
+uint64_t sl_pipeline_epoch(const sl_pipeline *p) { return p->cons.epoch; }
 int64_t sl_pipeline_epochs(const sl_pipeline *p) { return p->spec->epochs; }
 
 int64_t sl_pipeline_len(const sl_pipeline *p) {
@@ -577,7 +582,7 @@ int sl_pipeline_column_text(const sl_pipeline *p, int col) {
 }
 
 const char *sl_pipeline_error(const sl_pipeline *p) {
-    return p->failed ? p->fail_msg : "";
+    return p->err.failed ? p->err.fail_msg : "";
 }
 
 /* ---- state ------------------------------------------------------------------------- */
@@ -587,14 +592,14 @@ int sl_pipeline_save_state(const sl_pipeline *p, char *buf, size_t cap, size_t *
     size_t n = (size_t)snprintf(text, sizeof text,
                                 "{\"version\":1,\"epoch\":%llu,\"batch\":%llu,\"pos\":%llu,"
                                 "\"seed\":%llu,\"spec\":\"%016llx\",\"counters\":[",
-                                (unsigned long long)p->last.epoch,
-                                (unsigned long long)p->last.batch,
-                                (unsigned long long)p->last.pos,
+                                (unsigned long long)p->cons.last.epoch,
+                                (unsigned long long)p->cons.last.batch,
+                                (unsigned long long)p->cons.last.pos,
                                 (unsigned long long)p->spec->seed,
                                 (unsigned long long)p->spec_hash);
     for (int i = 0; i < SL_MAX_COUNTERS && n < sizeof text; i++)
         n += (size_t)snprintf(text + n, sizeof text - n, "%s%lld", i ? "," : "",
-                              (long long)p->last.counters[i]);
+                              (long long)p->cons.last.counters[i]);
     if (n < sizeof text)
         snprintf(text + n, sizeof text - n, "]}");
     return sl__copy_out(text, buf, cap, len_out);
@@ -661,7 +666,7 @@ int sl_pipeline_restore_state(sl_pipeline *p, const char *json) {
         memset(r.counters, 0, sizeof r.counters);
         restart_at(p, epoch, &r, batch);
     }
-    p->last = last;
+    p->cons.last = last;
 cleanup:
     cJSON_Delete(doc);
     return rc;

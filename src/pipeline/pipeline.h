@@ -131,6 +131,10 @@ struct sl_spec {
     int source_parallel;         /* 0 default (1), -1 auto, > 0 */
     int chunk;                   /* samples per chunk; 0: adaptive */
     int vectorize;               /* 1 (default): map vectorization allowed */
+    int read_rows;               /* 1 (default): readers may read records
+                                    straight into batch rows (layout.c) */
+    int parallel_collate;        /* 1 (default): a parallel stage may copy
+                                    samples into batches (layout.c) */
     sl_device_spec device;       /* "device": where batches are delivered */
     uint64_t memory_limit;       /* bytes the pipeline may hold; 0: the default
                                     (memory.c) */
@@ -143,9 +147,6 @@ struct sl_spec {
 int sl_spec__copy(sl_spec **out, const sl_spec *src);
 /* The spec as a cJSON document (for to_json and state hashing). */
 cJSON *sl_spec__to_cjson(const sl_spec *s);
-/* Parse a size: a number of bytes, or a string "512M" (K, M, G, T: powers
- * of 1024; an optional trailing "B" or "iB"). */
-int sl_spec__parse_bytes(const cJSON *v, const char *field, uint64_t *out);
 /* Parse a "parallel" value: number >= 1 or "auto" (-1); 0 when absent. */
 int sl_spec__parse_parallel(const cJSON *v, const char *field, int *out);
 
@@ -416,6 +417,9 @@ typedef struct sl_tune {
     int explored, kept;           /* counts (tests) */
     int deep;                     /* the consumer's queue uses its spare slots
                                      for ordering stalls (autotune.c) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;            /* autotune changed `active` / cancel */
+    uint64_t last_ns;             /* the last tick */
 } sl_tune;
 
 /* Sequential-op state of the final stage, also what a saved state restores. */
@@ -425,6 +429,114 @@ typedef struct sl_resume {
     uint64_t batch;               /* index of the next batch in the epoch */
     int64_t counters[SL_MAX_COUNTERS];
 } sl_resume;
+
+/* Where batches are collated: exactly one of these runs (exec.c, DESIGN). */
+typedef enum sl_collate_at {
+    SL_COLLATE_FINAL = 0, /* the final stage's one thread copies each sample
+                             into its batch (sl_collate__add) */
+    SL_COLLATE_FUSED,     /* map + batch fusion: a chunk is a whole batch, and
+                             the last parallel stage collates it
+                             (sl_collate__chunk, or the readers write rows) */
+    SL_COLLATE_PARALLEL   /* the final stage assigns samples to batches and a
+                             SL_ST_STACK stage copies them in parallel */
+} sl_collate_at;
+
+/* How the stages run a plan: decided once by layout.c (sl_pipeline__layout)
+ * when the pipeline is created, printed by explain, never changed after
+ * (the pipeline's member is const: only layout.c's one copy writes it). */
+typedef struct sl_exec_layout {
+    sl_collate_at collate;        /* which of the three collations runs */
+    int collate_stage;            /* the stage that collates: the last parallel
+                                     one (FUSED), the SL_ST_STACK one
+                                     (PARALLEL) or the final one (FINAL) */
+    int direct;                   /* FUSED: the consumer takes batches straight
+                                     from the collating stage (no final stage
+                                     thread) */
+    int slot_col;                 /* FUSED: the output column the last op may
+                                     write into its batch slot, -1: none */
+    int vec_first;                /* map vectorization: opt nodes [vec_first, last
+                                     of the collating stage) run once per batch
+                                     on the stacked columns; -1: none */
+    char vec_note[192];           /* why (or why not), for explain */
+    int read_rows;                /* the readers read each record straight into
+                                     its batch row (choose_read_rows) */
+    size_t row_bytes[SL_MAX_COLUMNS]; /* with read_rows: bytes of a row, per column */
+    int chunk_cap;                /* samples a chunk can hold */
+} sl_exec_layout;
+
+/* The source cursor (exec_source.c; pipeline.c moves it on set_epoch and
+ * restore): where the readers are in the stream. Guarded by mu. */
+typedef struct sl_pipeline_cursor {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;            /* unpark */
+    uint64_t epoch, pos, end_epoch, seq;
+    uint64_t ra_epoch, ra_pos;    /* sl_source__reads_ahead: records hinted up to
+                                     ra_pos of epoch ra_epoch */
+    uint64_t ahead_epoch;         /* the source reads epochs below the larger of
+                                     this and end_epoch; the consumer gets only
+                                     those below end_epoch (sl_pipeline_set_epoch
+                                     reads one ahead) */
+    uint64_t set_epochs;          /* set_epoch calls so far */
+    uint64_t last_set_epoch;      /* the epoch the last one asked for */
+    int parked;
+} sl_pipeline_cursor;
+
+/* The shuffle order of the current pass (exec_source.c, shuffle_window.c;
+ * the mode and sizes are set at create). Used under the cursor's mu. */
+typedef struct sl_pipeline_shuffle {
+    int window_mode;              /* window mode (else global) */
+    uint64_t window, block;       /* window mode: its sizes (defaults applied) */
+    sl_wshuf wsh;                 /* window mode: the current pass's order */
+    int wsh_valid;
+    sl_feistel gperm;             /* global mode: the current pass's bijection */
+    uint64_t gperm_epoch, gperm_rep;
+    int gperm_valid;
+} sl_pipeline_shuffle;
+
+/* Errors (exec.c records them, pipeline.c fails the iterator, stats.c
+ * reports them): guarded by mu. */
+typedef struct sl_pipeline_errors {
+    pthread_mutex_t mu;
+    uint64_t skipped;
+    int n;
+    char msg[SL_STATS_MAX_ERRORS][256];
+    uint64_t dead_first[SL_STATS_MAX_ERRORS]; /* first records of the failed
+                                   files already in msg[] (skip policy) */
+    int ndead;
+    int failed;
+    int fail_rc;
+    char fail_msg[SL__ERRMSG_MAX];
+} sl_pipeline_errors;
+
+/* The consumer's side (pipeline.c; one thread). */
+typedef struct sl_pipeline_consumer {
+    uint64_t epoch;               /* epoch of the next batch */
+    int at_end;                   /* the last call returned SL_END */
+    sl_resume last;               /* state after the last batch handed out */
+    uint64_t replay_skip;         /* batches to drop after a replaying restore */
+    uint64_t direct_index;        /* direct: index of the next batch in the epoch */
+} sl_pipeline_consumer;
+
+/* Counters read by sl_pipeline_stats_get from any thread (stats.c). */
+typedef struct sl_pipeline_counters {
+    _Atomic uint64_t t_start, consumer_wait_ns, batches_out, samples_out;
+    _Atomic uint64_t threads_started;
+    uint64_t cpu_t0_ns;           /* process CPU time at t_start */
+    _Atomic uint64_t slot_writes; /* samples that landed in their batch slot
+                                     (no copy); read by tests */
+    _Atomic uint64_t vec_batches; /* batches that ran the batched kernels; read
+                                     by tests */
+} sl_pipeline_counters;
+
+/* The memory plan (memory.c, set at create). */
+typedef struct sl_pipeline_memory {
+    uint64_t limit;               /* bytes the pipeline may hold */
+    uint64_t batch_bytes;         /* one batch's fixed-shape columns, as pooled
+                                     (0: no batch or none known) */
+    uint64_t batches_held;        /* batch buffers in flight at most (0: unbounded) */
+    uint64_t sample_bytes[SL_STATS_MAX_STAGES]; /* a sample leaving stage s,
+                                     fixed-shape columns only */
+} sl_pipeline_memory;
 
 struct sl_pipeline {
     sl_spec *spec;
@@ -441,104 +553,37 @@ struct sl_pipeline {
     int shard_equal;
     uint64_t per_pass;            /* samples per pass for this rank */
     uint64_t per_epoch;           /* per_pass * repeat */
-
-    /* source cursor: guarded by src_mu */
-    pthread_mutex_t src_mu;
-    pthread_cond_t src_cv;        /* unpark */
-    uint64_t src_epoch, src_pos, src_end_epoch, src_seq;
-    uint64_t ra_epoch, ra_pos;  /* sl_source__reads_ahead: records hinted up to ra_pos
-                                   of epoch ra_epoch (under src_mu) */
-    uint64_t src_ahead_epoch;     /* the source reads epochs below the larger of
-                                     this and src_end_epoch; the consumer gets
-                                     only those below src_end_epoch
-                                     (sl_pipeline_set_epoch reads one ahead) */
-    uint64_t set_epochs;          /* set_epoch calls so far */
-    uint64_t last_set_epoch;      /* the epoch the last one asked for */
-    int src_parked;
-    int window_mode;              /* shuffle in window mode (else global) */
-    uint64_t wsh_window, wsh_block; /* window mode: its sizes (defaults applied) */
-    sl_wshuf wsh;                 /* window mode: the current pass's order */
-    int wsh_valid;
-    sl_feistel gperm;             /* global mode: the current pass's bijection */
-    uint64_t gperm_epoch, gperm_rep;
-    int gperm_valid;
+    sl_pipeline_cursor cur;
+    sl_pipeline_shuffle shuf;
     int chunk_size;               /* samples per chunk (autotune may change it) */
-    int chunk_cap;                /* samples a chunk can hold */
-    int fuse_batch;               /* map+batch fusion: chunks are whole batches,
-                                     collated by the last parallel stage */
-    int collate_stage;            /* with fuse_batch: the stage that collates */
-    int slot_col;                 /* with fuse_batch: the output column the last
-                                     op may write into its batch slot, -1: none */
-    _Atomic uint64_t slot_writes; /* samples that landed in their batch slot
-                                     (no copy); read by tests */
-    int vec_first;                /* map vectorization: opt nodes [vec_first, last
-                                     of the collating stage) run once per batch
-                                     on the stacked columns; -1: none */
-    char vec_note[192];           /* why (or why not), for explain */
-    int read_rows;                /* the readers read each record straight into
-                                     its batch row (layout.c, choose_read_rows) */
-    size_t row_bytes[SL_MAX_COLUMNS]; /* with read_rows: bytes of a row, per column */
-    _Atomic uint64_t vec_batches; /* batches that ran the batched kernels; read
-                                     by tests */
-    int par_collate;              /* the final stage only assigns samples to
-                                     batches; a SL_ST_STACK stage after it
-                                     collates them in parallel (layout.c) */
-    int direct;                   /* the consumer takes batches straight from the
-                                     collating stage (no final stage thread) */
-    uint64_t direct_index;        /* direct: index of the next batch in the epoch */
+
+    const sl_exec_layout layout;  /* layout.c, written once at create */
 
     /* stages */
     sl_stage stage[SL_STATS_MAX_STAGES];
     int nstages;
     int running;
     _Atomic int cancel;
-    pthread_mutex_t tune_mu;
-    pthread_cond_t tune_cv;       /* autotune changed `active` / cancel */
     sl_resume start;              /* where the final stage starts */
+    int ncpus;                    /* the CPU budget (sl__ncpus) */
 
     /* recycled chunks: guarded by chunk_mu */
     pthread_mutex_t chunk_mu;
     sl_chunk *free_chunks;
     sl_pipeline__pools *pools;
 
-    /* errors: guarded by err_mu */
-    pthread_mutex_t err_mu;
-    uint64_t skipped;
-    int nerrors;
-    char errors[SL_STATS_MAX_ERRORS][256];
-    uint64_t dead_first[SL_STATS_MAX_ERRORS]; /* first records of the failed
-                                   files already in errors[] (skip policy) */
-    int ndead;
-    int failed;
-    int fail_rc;
-    char fail_msg[SL__ERRMSG_MAX];
-
-    /* consumer (one thread) */
-    uint64_t cons_epoch;          /* epoch of the next batch */
-    int cons_at_end;              /* the last call returned SL_END */
-    sl_resume last;               /* state after the last batch handed out */
-    uint64_t replay_skip;         /* batches to drop after a replaying restore */
-    uint64_t last_tune_ns;
-    sl_tune tune;                 /* autotune.c: the check after a move */
-    /* read by sl_pipeline_stats_get from any thread */
-    _Atomic uint64_t t_start, consumer_wait_ns, batches_out, samples_out;
-    _Atomic uint64_t threads_started;
-    uint64_t cpu_t0_ns;           /* process CPU time at t_start */
-    int ncpus;                    /* the CPU budget (sl__ncpus) */
+    sl_pipeline_errors err;
+    sl_pipeline_consumer cons;
+    sl_tune tune;                 /* autotune.c */
+    sl_pipeline_counters stats;
     struct sl_pipeline__trace *trace; /* NULL unless sl_pipeline_trace_enable */
-    /* memory.c, set at create */
-    uint64_t memory_limit;        /* bytes the pipeline may hold */
-    uint64_t batch_bytes;         /* one batch's fixed-shape columns, as pooled
-                                     (0: no batch or none known) */
-    uint64_t batches_held;        /* batch buffers in flight at most (0: unbounded) */
-    uint64_t sample_bytes[SL_STATS_MAX_STAGES]; /* a sample leaving stage s,
-                                     fixed-shape columns only */
+    sl_pipeline_memory mem;
     sl_pipeline__dev *dev;        /* device_handoff.c's; NULL: batches stay in host memory */
 };
 
-/* The first epoch the source may not read yet (src_mu held). */
-static inline uint64_t sl_pipeline__src_limit(const struct sl_pipeline *p) {
-    return p->src_ahead_epoch > p->src_end_epoch ? p->src_ahead_epoch : p->src_end_epoch;
+/* The first epoch the source may not read yet (the cursor's mu held). */
+static inline uint64_t sl_pipeline__src_limit(const sl_pipeline_cursor *c) {
+    return c->ahead_epoch > c->end_epoch ? c->ahead_epoch : c->end_epoch;
 }
 
 /* ---- collate.c: samples into batches ------------------------------------------------ */
@@ -563,7 +608,7 @@ int sl_collate__chunk(struct sl_pipeline *p, sl_chunk *c);
 /* Reading straight into the batch (read_rows): c->batch gets the buffers of a
  * batch of the chunk's n records (c->n), and rows[k] the first row of column
  * k; the reader then writes record i's column k at rows[k] + i *
- * p->row_bytes[k]. */
+ * p->layout.row_bytes[k]. */
 int sl_collate__rows(struct sl_pipeline *p, sl_chunk *c, uint32_t n, char **rows);
 /* Take the batch a fused chunk carries; NULL when drop_remainder drops it. */
 sl_batch *sl_collate__fused_batch(const struct sl_pipeline *p, sl_chunk *c);

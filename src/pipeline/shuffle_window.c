@@ -148,11 +148,11 @@ void sl_pipeline__window_sizes(uint64_t window, uint64_t block, uint64_t *window
 
 uint64_t sl_pipeline__window_at(sl_pipeline *p, uint64_t epoch, uint64_t rep, uint64_t j) {
     uint64_t m = p->nbase;
-    if (!p->wsh_valid || p->wsh.epoch != epoch || p->wsh.rep != rep) {
-        sl_wshuf_init(&p->wsh, m, p->wsh_window, p->wsh_block, p->spec->seed, epoch, rep);
-        p->wsh_valid = 1;
+    if (!p->shuf.wsh_valid || p->shuf.wsh.epoch != epoch || p->shuf.wsh.rep != rep) {
+        sl_wshuf_init(&p->shuf.wsh, m, p->shuf.window, p->shuf.block, p->spec->seed, epoch, rep);
+        p->shuf.wsh_valid = 1;
     }
     uint64_t q = sl_wshuf_rank_start(m, (uint64_t)p->shard_count, (uint64_t)p->shard_index,
                                      p->shard_equal) + j;
-    return sl_wshuf_at(&p->wsh, q % m); /* pad wraps around to the start */
+    return sl_wshuf_at(&p->shuf.wsh, q % m); /* pad wraps around to the start */
 }

@@ -61,7 +61,7 @@ uint64_t sl_wshuf_at(sl_wshuf *w, uint64_t q);
 uint64_t sl_wshuf_rank_start(uint64_t m, uint64_t w, uint64_t k, int equal);
 
 /* Window mode's record_at: the base index (< nbase) at position j of rank
- * shard_index's pass `rep` of `epoch` (src_mu held; caches the pass's block
+ * shard_index's pass `rep` of `epoch` (cur.mu held; caches the pass's block
  * order in p->wsh). */
 struct sl_pipeline;
 /* The window and block sizes of a spec's values (0: the defaults). */

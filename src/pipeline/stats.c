@@ -81,10 +81,10 @@ static sl_pipeline *lockable(const sl_pipeline *p) { return (sl_pipeline *)(uint
 static void stats_totals(const sl_pipeline *p, sl_pipeline_stats *out, uint64_t t_start,
                          double wall) {
     out->wall_s = wall;
-    out->batches = atomic_load(&p->batches_out);
-    out->samples = atomic_load(&p->samples_out);
+    out->batches = atomic_load(&p->stats.batches_out);
+    out->samples = atomic_load(&p->stats.samples_out);
     out->samples_per_s = wall > 0 ? (double)out->samples / wall : 0.0;
-    out->consumer_wait_s = (double)atomic_load(&p->consumer_wait_ns) / 1e9;
+    out->consumer_wait_s = (double)atomic_load(&p->stats.consumer_wait_ns) / 1e9;
     sl_dev_counters dc;
     sl_pipeline__dev_counters(p->dev, &dc);
     out->h2d_bytes = dc.h2d_bytes;
@@ -93,14 +93,15 @@ static void stats_totals(const sl_pipeline *p, sl_pipeline_stats *out, uint64_t 
     out->device_wait_s = (double)dc.wait_ns / 1e9;
     out->gpu_decoded = dc.gpu_decoded;
     out->gpu_fallbacks = dc.gpu_fallbacks;
-    out->threads_started = atomic_load(&p->threads_started);
+    out->threads_started = atomic_load(&p->stats.threads_started);
     out->cpu_budget = p->ncpus;
     if (t_start && wall > 0)
-        out->cpu_busy = (double)(sl__process_cpu_ns() - p->cpu_t0_ns) / 1e9 / (wall * p->ncpus);
+        out->cpu_busy =
+            (double)(sl__process_cpu_ns() - p->stats.cpu_t0_ns) / 1e9 / (wall * p->ncpus);
     out->nstages = p->nstages;
-    out->memory_limit = p->memory_limit;
-    out->batch_bytes = p->batch_bytes;
-    out->batches_in_flight = p->batches_held;
+    out->memory_limit = p->mem.limit;
+    out->batch_bytes = p->mem.batch_bytes;
+    out->batches_in_flight = p->mem.batches_held;
     sl_pipeline__pool_bytes pb[SL_STATS_MAX_POOLS];
     size_t held, cached;
     int np = sl_pipeline__pools_bytes(p->pools, pb, SL_STATS_MAX_POOLS, &held, &cached);
@@ -156,13 +157,13 @@ static void stats_stages(const sl_pipeline *p, sl_pipeline_stats *out, double wa
     *given_out = given;
 }
 
-static void stats_errors(const sl_pipeline *p, sl_pipeline_stats *out) {
-    pthread_mutex_lock(&lockable(p)->err_mu);
-    out->skipped = p->skipped;
-    out->nerrors = p->nerrors;
-    for (int i = 0; i < p->nerrors; i++)
-        memcpy(out->errors[i], p->errors[i], sizeof out->errors[i]);
-    pthread_mutex_unlock(&lockable(p)->err_mu);
+static void stats_errors(sl_pipeline_errors *e, sl_pipeline_stats *out) {
+    pthread_mutex_lock(&e->mu);
+    out->skipped = e->skipped;
+    out->nerrors = e->n;
+    for (int i = 0; i < e->n; i++)
+        memcpy(out->errors[i], e->msg[i], sizeof out->errors[i]);
+    pthread_mutex_unlock(&e->mu);
 }
 
 /* The F/P/G verdict from the figures stats_totals and stats_stages wrote. */
@@ -229,12 +230,12 @@ static void stats_verdict(const sl_pipeline *p, sl_pipeline_stats *out, double w
 int sl_pipeline_stats_get(const sl_pipeline *p, sl_pipeline_stats *out) {
     memset(out, 0, sizeof *out);
     uint64_t now = sl__now_ns();
-    uint64_t t_start = atomic_load(&p->t_start);
+    uint64_t t_start = atomic_load(&p->stats.t_start);
     double wall = t_start ? (double)(now - t_start) / 1e9 : 0.0;
     int worst, costliest, given;
     stats_totals(p, out, t_start, wall);
     stats_stages(p, out, wall, &worst, &costliest, &given);
-    stats_errors(p, out);
+    stats_errors(&lockable(p)->err, out);
     stats_verdict(p, out, wall, worst, costliest, given);
     return SL_OK;
 }
@@ -400,15 +401,63 @@ static void source_text(strbuf *b, const sl_pipeline *p) {
     static const char *const eq[] = {"pad", "drop", "none"};
     sb_printf(b, "source %s %s (%llu records", sl_source_kind(p->src), sl_source_name(p->src),
               (unsigned long long)p->nrecords);
-    if (p->window_mode)
+    if (p->shuf.window_mode)
         sb_printf(b, ", shuffled per epoch (window %llu, block %llu)",
-                  (unsigned long long)p->wsh_window, (unsigned long long)p->wsh_block);
+                  (unsigned long long)p->shuf.window, (unsigned long long)p->shuf.block);
     else if (p->spec->shuffle)
         sb_printf(b, ", shuffled per epoch (global)");
     if (p->shard_count > 1)
         sb_printf(b, ", shard %lld/%lld equal=%s", (long long)p->shard_index,
                   (long long)p->shard_count, eq[p->shard_equal]);
     sb_printf(b, ")\n");
+}
+
+/* The layout's collation (sl_collate_at), as explain names it. */
+static const char *const collate_names[] = {"final", "fused", "parallel"};
+
+int sl_pipeline_explain_json(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out) {
+    static const char *const kinds[] = {"", "source", "map", "seq", "final", "stack"};
+    const sl_exec_layout *L = &p->layout;
+    cJSON *doc = cJSON_CreateObject();
+    if (!doc)
+        return sl__oom("explaining a pipeline");
+    cJSON *lo = cJSON_AddObjectToObject(doc, "layout");
+    if (lo) {
+        cJSON_AddStringToObject(lo, "collation", collate_names[L->collate]);
+        cJSON_AddNumberToObject(lo, "collate_stage", L->collate_stage);
+        cJSON_AddBoolToObject(lo, "direct", L->direct);
+        if (L->slot_col >= 0)
+            cJSON_AddStringToObject(lo, "slot_column", p->plan.out_cols.col[L->slot_col].name);
+        else
+            cJSON_AddNullToObject(lo, "slot_column");
+        int nvec = 0;
+        for (int i = 0; i < p->plan.nopt; i++)
+            nvec += p->plan.opt[i].vectorized != 0;
+        cJSON_AddNumberToObject(lo, "vectorized_ops", nvec);
+        cJSON_AddStringToObject(lo, "vectorization", L->vec_note);
+        cJSON_AddBoolToObject(lo, "read_rows", L->read_rows);
+        cJSON_AddNumberToObject(lo, "chunk_capacity", L->chunk_cap);
+    }
+    cJSON *stages = cJSON_AddArrayToObject(doc, "stages");
+    for (int s = 0; stages && s < p->nstages; s++) {
+        const sl_stage *st = &p->stage[s];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", st->name);
+        cJSON_AddStringToObject(o, "kind", kinds[st->kind]);
+        cJSON_AddNumberToObject(o, "workers", st->workers);
+        cJSON_AddBoolToObject(o, "autotune", st->autotune);
+        cJSON_AddNumberToObject(o, "queue_capacity", st->qcap);
+        if (!cJSON_AddItemToArray(stages, o)) /* stages missing: out of memory */
+            cJSON_Delete(o);
+    }
+    cJSON_AddNumberToObject(doc, "batches_per_epoch", (double)sl_pipeline_len(p));
+    char *text = sl__json_failed() ? NULL : cJSON_PrintUnformatted(doc);
+    cJSON_Delete(doc);
+    if (!text)
+        return sl__oom("explaining a pipeline");
+    sl__copy_out(text, buf, cap, len_out);
+    cJSON_free(text);
+    return SL_OK;
 }
 
 int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out) {
@@ -460,11 +509,22 @@ int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len
                       (long long)pl->batch_size);
         sb_printf(&b, "\n");
     }
-    if (p->vec_note[0])
-        sb_printf(&b, "    map vectorization: %s\n", p->vec_note);
-    if (p->read_rows)
+    const sl_exec_layout *L = &p->layout;
+    if (L->vec_note[0])
+        sb_printf(&b, "    map vectorization: %s\n", L->vec_note);
+    if (L->read_rows)
         sb_printf(&b, "    reading: each record straight into its batch row (fixed-shape "
                       "columns, nothing per sample)\n");
+    sb_printf(&b, "    collation: %s, by stage %d (%s)", collate_names[L->collate],
+              L->collate_stage + 1, p->stage[L->collate_stage].name);
+    if (L->collate == SL_COLLATE_FUSED)
+        sb_printf(&b, ": each chunk is one batch%s%s", L->direct ? ", taken by the consumer" : "",
+                  L->slot_col >= 0 ? ", the last op writes into its batch slot" : "");
+    else if (L->collate == SL_COLLATE_PARALLEL)
+        sb_printf(&b, ": the final stage assigns samples to batches, its workers copy them");
+    else
+        sb_printf(&b, ": one thread copies each sample into its batch");
+    sb_printf(&b, "\n");
     sb_printf(&b, "stages:\n");
     for (int s = 0; s < p->nstages; s++) {
         const sl_stage *st = &p->stage[s];
@@ -474,7 +534,8 @@ int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len
                            : st->kind == SL_ST_MAP  ? "per-sample ops, parallel"
                            : st->kind == SL_ST_SEQ  ? "sequential"
                            : st->kind == SL_ST_STACK ? "collates batches, parallel"
-                           : p->par_collate ? "sequential, assigns samples to batches"
+                           : L->collate == SL_COLLATE_PARALLEL
+                               ? "sequential, assigns samples to batches"
                                                     : "sequential, collates batches";
         sb_printf(&b, "  %d. %s (%s): ", s + 1, st->name, kind);
         if (st->autotune)

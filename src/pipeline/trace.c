@@ -28,7 +28,7 @@ struct sl_pipeline__trace {
 };
 
 int sl_pipeline_trace_enable(sl_pipeline *p, size_t max_events) {
-    if (p->running || atomic_load(&p->t_start))
+    if (p->running || atomic_load(&p->stats.t_start))
         return sl__error(SL_EINVAL, "trace: enable it before the first sl_pipeline_next");
     if (max_events == 0)
         max_events = 1u << 20;

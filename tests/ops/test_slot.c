@@ -105,7 +105,7 @@ static run_result run(sl_spec *spec, int threads, uint64_t epoch) {
         sl_batch_release(b);
     }
     ASSERT_EQ(rc, SL_END);
-    r.slot_writes = atomic_load(&p->slot_writes);
+    r.slot_writes = atomic_load(&p->stats.slot_writes);
     sl_pipeline_free(p);
     return r;
 }
@@ -188,7 +188,7 @@ SL_TEST(ops_slot__batches_outlive_the_pipeline) {
     while (n < 4 && sl_pipeline_next(p, &kept[n]) == SL_OK)
         n++;
     ASSERT_EQ(n, 3);
-    ASSERT(atomic_load(&p->slot_writes) > 0);
+    ASSERT(atomic_load(&p->stats.slot_writes) > 0);
     sl_pipeline_free(p);
     for (int i = 0; i < n; i++) {
         const sl_tensor *img = sl_batch_column(kept[i], sl_batch_find(kept[i], "image"));

@@ -2,6 +2,7 @@
  * errors, shutdown, zero copy, ragged columns. */
 #include "pipe_util.h"
 #include "core/core.h"
+#include "pipeline/pipeline.h"
 
 #include <pthread.h>
 
@@ -748,9 +749,8 @@ typedef struct pc_run {
 /* Two shuffled epochs under policy skip: the user map, a user filter, a
  * skip before batch and a take after it. */
 static void pc_collect(int threads, int parallel, pc_run *r) {
-    if (!parallel)
-        setenv("SLUICE_PARALLEL_COLLATE", "0", 1);
     sl_spec *spec = pu_memory_spec(500);
+    spec->parallel_collate = parallel; /* the spec's "parallel_collate" */
     ASSERT_OK(sl_spec_set_shuffle(spec, 1));
     ASSERT_OK(sl_spec_set_seed(spec, 11));
     ASSERT_OK(sl_spec_set_epochs(spec, 2));
@@ -764,7 +764,6 @@ static void pc_collect(int threads, int parallel, pc_run *r) {
     sl_pipeline *p;
     ASSERT_OK(sl_pipeline_create(&p, spec));
     sl_spec_free(spec);
-    unsetenv("SLUICE_PARALLEL_COLLATE");
     ASSERT_OK(sl_pipeline_explain(p, r->explain, sizeof r->explain, NULL));
     for (int e = 0; e < 2; e++) {
         int n = 0;

@@ -177,12 +177,13 @@ static sl_pipeline *chunk_pipeline(uint64_t limit) {
  * batches are the same. */
 SL_TEST(pipeline_memory__chunks_before_batch_count) {
     sl_pipeline *p = chunk_pipeline(0);
-    ASSERT(p->fuse_batch && p->collate_stage == 1 && p->nstages == 2);
+    ASSERT(p->layout.collate == SL_COLLATE_FUSED && p->layout.collate_stage == 1 &&
+           p->nstages == 2);
     int q0 = p->stage[0].qcap, w0 = p->stage[0].workers;
     ASSERT(q0 >= 2);
-    uint64_t chunk = 64 * p->sample_bytes[0]; /* a chunk is one batch of samples */
+    uint64_t chunk = 64 * p->mem.sample_bytes[0]; /* a chunk is one batch of samples */
     ASSERT(chunk >= 64 * (784 * 4 + 8)); /* float32 x and the label, counted */
-    uint64_t held = p->batches_held, one = p->batch_bytes;
+    uint64_t held = p->mem.batches_held, one = p->mem.batch_bytes;
     uint64_t want[2 * NBATCH];
     ASSERT_EQ(pu_run_epoch(p, want, NBATCH), NBATCH);
     ASSERT_EQ(pu_run_epoch(p, want + NBATCH, NBATCH), NBATCH);
@@ -192,7 +193,7 @@ SL_TEST(pipeline_memory__chunks_before_batch_count) {
     p = chunk_pipeline(limit);
     ASSERT_EQ(p->stage[0].qcap, 1);
     ASSERT_EQ(p->stage[0].workers, w0);
-    ASSERT_U64_EQ(p->batches_held, held);
+    ASSERT_U64_EQ(p->mem.batches_held, held);
     uint64_t got[2 * NBATCH];
     ASSERT_EQ(pu_run_epoch(p, got, NBATCH), NBATCH);
     ASSERT_EQ(pu_run_epoch(p, got + NBATCH, NBATCH), NBATCH);

@@ -63,19 +63,14 @@ static void run(const char *path, const char *ops_json, int threads, int rows, r
     char json[2048];
     snprintf(json, sizeof json,
              "{\"source\": {\"path\": \"%s\", \"shuffle\": true, \"parallel\": %d}, \"seed\": 5, "
-             "\"epochs\": 2, \"ops\": [%s]}",
-             path, threads, ops_json);
-    if (rows)
-        unsetenv("SLUICE_READ_ROWS");
-    else
-        setenv("SLUICE_READ_ROWS", "0", 1);
+             "\"epochs\": 2, \"ops\": [%s]%s}",
+             path, threads, ops_json, rows ? "" : ", \"read_rows\": false");
     sl_spec *spec;
     ASSERT_OK(sl_spec_from_json(&spec, json));
     sl_pipeline *p;
     ASSERT_OK(sl_pipeline_create(&p, spec));
-    unsetenv("SLUICE_READ_ROWS");
     sl_spec_free(spec);
-    r->read_rows = p->read_rows;
+    r->read_rows = p->layout.read_rows;
     ASSERT_OK(sl_pipeline_explain(p, r->explain, sizeof r->explain, NULL));
     for (int e = 0; e < 2; e++)
         r->nb[e] = pu_run_epoch(p, r->dig[e], MAXB);
@@ -138,7 +133,7 @@ SL_TEST(pipeline_read_rows__per_sample_ops_read_samples) {
     sl_pipeline *p = fixed_pipeline(
         "{\"source\": {\"path\": \"%s\"}, \"vectorize\": false, \"ops\": [{\"op\": "
         "\"cast\", \"column\": \"x\", \"dtype\": \"float32\"}, {\"op\": \"batch\", \"size\": 50}]}");
-    ASSERT_EQ(p->read_rows, 0);
+    ASSERT_EQ(p->layout.read_rows, 0);
     ASSERT_EQ(p->nstages, 2); /* the reader, and map[cast]+batch(50) */
     uint64_t d[8];
     ASSERT_EQ(pu_run_epoch(p, d, 8), 6);
@@ -150,7 +145,7 @@ SL_TEST(pipeline_read_rows__rows_hold_their_records) {
     sl_pipeline *p = fixed_pipeline(
         "{\"source\": {\"path\": \"%s\", \"shuffle\": true, \"parallel\": 2}, "
         "\"ops\": [{\"op\": \"batch\", \"size\": 32}]}");
-    ASSERT_EQ(p->read_rows, 1);
+    ASSERT_EQ(p->layout.read_rows, 1);
     int seen[N] = {0};
     sl_batch *b;
     int rc;
@@ -207,7 +202,7 @@ SL_TEST(pipeline_read_rows__damaged_record_fails_its_batch_only) {
     sl_pipeline *p = pu_json_pipeline(
         "{\"source\": {\"path\": \"%s\", \"parallel\": 2}, "
         "\"ops\": [{\"op\": \"batch\", \"size\": 16}]}", path);
-    ASSERT_EQ(p->read_rows, 1);
+    ASSERT_EQ(p->layout.read_rows, 1);
     int next = 0, rc;
     sl_batch *b;
     while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {

@@ -95,7 +95,7 @@ static void run(const char *const *ops, int nops, int user_map, int threads, int
         ASSERT_OK(sl_pipeline_explain(p, explain, cap, NULL));
     for (int e = 0; e < 2; e++)
         r->nb[e] = pu_run_epoch(p, r->dig[e], MAXB);
-    r->vec_batches = atomic_load(&p->vec_batches);
+    r->vec_batches = atomic_load(&p->stats.vec_batches);
     sl_pipeline_free(p);
 }
 
