@@ -16,8 +16,10 @@
 #include "device/fake/fake_cudart.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 static struct {
     void *lib;
@@ -1542,6 +1544,104 @@ SL_TEST(gpu_pipe_fake__unsupported_chains_are_refused) {
     gp_refused(&s, (const char *[]){dec, rrc, norm, "{\"op\": \"batch\", \"size\": 300}", NULL},
                1, "batches of at most 256");
     gp_free(&s);
+}
+
+/* An image folder of 10 JPEGs in a/ and b/, named with `width` characters
+ * each ("00.jpg"...), or of several lengths when width is 0: its "path"
+ * column is text. */
+static void tx_folder(char *dir, size_t cap, int width) {
+    char name[32];
+    snprintf(name, sizeof name, "folder%d", width);
+    sl_test_path(dir, cap, name);
+    ASSERT(mkdir(dir, 0755) == 0);
+    for (int i = 0; i < 10; i++) {
+        char sub[700], file[800];
+        snprintf(sub, sizeof sub, "%s/%c", dir, "ab"[i % 2]);
+        ASSERT(mkdir(sub, 0755) == 0 || errno == EEXIST);
+        if (width)
+            snprintf(file, sizeof file, "%s/%0*d.jpg", sub, width, i);
+        else
+            snprintf(file, sizeof file, "%s/%.*s.jpg", sub, i + 1, "xxxxxxxxxxxx");
+        jpeg_file f = make_jpeg(40 + 3 * i, 36 + 2 * i, TJSAMP_420, 0, i);
+        FILE *fp = fopen(file, "wb");
+        ASSERT(fp != NULL);
+        ASSERT_EQ(fwrite(f.buf, 1, f.len, fp), f.len);
+        fclose(fp);
+        tjFree(f.buf);
+    }
+}
+
+/* The text column's strings of a batch (stacked or ragged), in host memory:
+ * counted, and each checked to name a .jpg under a/ or b/. */
+static int tx_check_paths(sl_batch *b) {
+    int c = sl_batch_find(b, "path");
+    ASSERT(c >= 0);
+    const sl_tensor *t = sl_batch_column(b, c);
+    int64_t n = sl_batch_size(b);
+    for (int64_t i = 0; i < n; i++) {
+        const char *s;
+        int64_t len;
+        if (t) {
+            ASSERT_EQ(t->device, SL_DEVICE_CPU);
+            ASSERT_EQ(t->ndim, 2);
+            len = t->shape[1];
+            s = (const char *)t->data + i * len;
+        } else {
+            const sl_tensor *it = sl_batch_item(b, c, i);
+            ASSERT(it != NULL);
+            ASSERT_EQ(it->device, SL_DEVICE_CPU);
+            len = it->shape[0];
+            s = it->data;
+        }
+        ASSERT(len > 6 && (s[0] == 'a' || s[0] == 'b') && s[1] == '/');
+        ASSERT(memcmp(s + len - 4, ".jpg", 4) == 0);
+    }
+    return (int)n;
+}
+
+/* Text columns stay on the host in device batches: the upload leaves them
+ * (stacked or ragged) where the pipeline made them; GPU decode hands them
+ * out from the slot's pinned staging; there, paths of several lengths are
+ * refused naming .select(). The images and labels are CUDA memory. */
+SL_TEST(gpu_pipe_fake__text_columns_stay_on_the_host) {
+    gp_use();
+    for (int width = 2; width >= 0; width -= 2) {
+        char dir[600], json[1200];
+        tx_folder(dir, sizeof dir, width);
+        for (int gpu = 0; gpu < 2; gpu++) {
+            snprintf(json, sizeof json,
+                     "{\"source\": {\"image_folder\": \"%s\"}, \"ops\": [{\"op\": \"decode\", "
+                     "\"device\": \"%s\"}, {\"op\": \"random_resized_crop\", \"size\": 24}, "
+                     "{\"op\": \"batch\", \"size\": 4}], \"device\": \"cuda\"}",
+                     dir, gpu ? "gpu" : "cpu");
+            sl_spec *spec;
+            ASSERT_OK(sl_spec_from_json(&spec, json));
+            sl_pipeline *p;
+            ASSERT_OK(sl_pipeline_create(&p, spec));
+            sl_spec_free(spec);
+            int n = 0, rc;
+            sl_batch *b;
+            while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
+                ASSERT_EQ(sl_batch_column(b, sl_batch_find(b, "image"))->device, SL_DEVICE_CUDA);
+                ASSERT_EQ(sl_batch_column(b, sl_batch_find(b, "label"))->device, SL_DEVICE_CUDA);
+                n += tx_check_paths(b);
+                sl_batch_release(b);
+            }
+            if (gpu && !width) {
+                ASSERT_EQ(rc, SL_EUNSUPPORTED);
+                ASSERT_CONTAINS(sl_errmsg(), "text column 'path'");
+                ASSERT_CONTAINS(sl_errmsg(), ".select()");
+            } else {
+                if (rc != SL_END)
+                    sl_test_fail(__FILE__, __LINE__, "width %d gpu %d: %s", width, gpu,
+                                 sl_errmsg());
+                ASSERT_EQ(n, 10);
+            }
+            sl_pipeline_free(p);
+        }
+    }
+    ASSERT_EQ(fn.live(), 0);
+    nothing_left();
 }
 
 /* resize + center_crop + flip + normalize: the same placements as the CPU
