@@ -260,7 +260,7 @@ sanitizers() {
       grep '^{"check"' "$log" | "$PY" -c 'import json,sys
 for l in sys.stdin:
     r = json.loads(l); print(json.dumps(dict(r, check=sys.argv[1] + ":" + r["check"])))' "$tool" > "$WORK/$tool.jsonl"
-      lines_from "$WORK/$tool.jsonl" "${tool}_checks"
+      lines_from "$WORK/$tool.jsonl" -  # the tool's log is kept already
     done
   fi
 
