@@ -408,20 +408,26 @@ ds = (sluice.records(sys.argv[1]).shuffle(seed=0).decode("image").random_resized
       .flip("image").normalize("image", mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
       .batch(64))
 open(sys.argv[2], "w").write(ds.to_json())' "$SLR" "$spec"
-  local fig="" r1="" rn="" n=""
+  local fig="" r1="" rn="" n="" rp="" phys
+  phys=$(LC_ALL=C lscpu 2>/dev/null | awk -F: '/^Socket\(s\)/ {s=$2} /^Core\(s\) per socket/ {c=$2} END {if (s && c) print s * c}')
   for n in $THREADS; do
     local r
     r=$("$BUILD/sluice" bench "$spec" --threads "$n" --seconds $SECONDS_BENCH --json 2>/dev/null |
         "$PY" -c 'import json,sys; print("%.0f" % json.load(sys.stdin)["samples_per_s"])')
     [ -z "$r1" ] && r1=$r
     rn=$r
+    [ "$n" = "${phys:-}" ] && rp=$r
     fig="$fig $n:${r:-?}"
   done
+  local at_phys=""
+  if [ -n "$rp" ] && [ -n "$r1" ] && [ "$phys" != "$n" ]; then
+    at_phys="; at the $phys physical cores: $("$PY" -c "import sys; r1, rp, p = map(float, sys.argv[1:]); print('%.2f' % (rp / (r1 * p)))" "$r1" "$rp" "$phys")x linear"
+  fi
   local eff
   eff=$("$PY" -c "import sys; r1, rn, n = map(float, sys.argv[1:]); print('%.2f' % (rn / (r1 * n)))" "${r1:-0}" "${rn:-0}" "$n" 2>/dev/null || echo 0)
   local st=FAIL
   "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.9 else 1)" "$eff" && st=PASS
-  line thread_scaling $st "CPU ImageNet chain img/s by threads:$fig; ${n} threads = ${eff}x linear (goal >= 0.9x); $(cpu_topology)$NOTE"
+  line thread_scaling $st "CPU ImageNet chain img/s by threads:$fig; ${n} threads = ${eff}x linear (goal >= 0.9x)$at_phys; $(cpu_topology)$NOTE"
 
   # GPU decode against the 16-thread CPU pipeline, and torchvision's GPU decode as the peer
   log=$WORK/decode.log
