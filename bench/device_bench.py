@@ -79,17 +79,25 @@ if part == "h2d":
     nbytes = int(np.prod(shape))
     if who in ("sluice", "sluice_from_numpy", "cpu_only"):
         import sluice
-        arr = np.random.default_rng(0).integers(0, 256, (shape[0] * 8,) + shape[1:], np.uint8)
-        ds = sluice.from_arrays({"x": arr}).batch(shape[0]).epochs(10**6)
+        rows = shape[0] * 8
+        if who == "sluice":
+            # one epoch holds the warm-up and the timed batches: the queue
+            # is never emptied by an epoch's end
+            rows = shape[0] * (2 * n + 8)
+        block = np.random.default_rng(0).integers(0, 256, (shape[0] * 8,) + shape[1:], np.uint8)
+        arr = np.resize(block, (rows,) + shape[1:])
+        ds = sluice.from_arrays({"x": arr}).batch(shape[0])
         if who == "sluice":
             # the hand-off alone: n batches already written in pinned batch
             # buffers (the queue holds them all), so the timed loop is the
             # ring's copies, not the workers' copy of the rows into pinned
             # memory (that is "sluice_from_numpy", bound by "cpu_only")
             ds = ds.prefetch(n)
+        else:
+            ds = ds.epochs(10**6)
         if who != "cpu_only":
             ds = ds.device(kind)
-        it = forever(ds)
+        it = iter(ds.torch()) if who == "sluice" else forever(ds)
         # warm-up; for "sluice" as long as the timed loop, so that the ring
         # has grown to the slots copies in flight need (each new slot is a
         # cudaMalloc) before the timing starts
