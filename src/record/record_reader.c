@@ -770,20 +770,6 @@ const sl_tensor *sl_record_column(const sl_record *rec, int col) {
 
 uint64_t sl_record_index(const sl_record *rec) { return rec ? rec->index : 0; }
 
-static int grow_buf(uint8_t **p, size_t *cap, size_t need, const char *what) {
-    if (need <= *cap)
-        return SL_OK;
-    size_t n = *cap ? *cap : 4096;
-    while (n < need)
-        n = n > SIZE_MAX / 2 ? need : n * 2;
-    uint8_t *q = sl__realloc(*p, n);
-    if (!q)
-        return sl__oom(what);
-    *p = q;
-    *cap = n;
-    return SL_OK;
-}
-
 #define BAD(...) return sl__error(SL_ECORRUPT, __VA_ARGS__)
 
 /* One column of a payload, checked against the schema (parse_payload). */
@@ -932,8 +918,8 @@ int sl_record__decode_payload(const sl_schema *s, const uint8_t *pl, uint64_t le
     for (int c = 0; c < s->ncols; c++)
         any_zstd |= v[c].scratch_off != UINT64_MAX;
     if (any_zstd) /* at least 8 bytes, so that an empty value still has somewhere to go */
-        SL_TRY(grow_buf(&rec->scratch, &rec->scratch_cap, scratch ? (size_t)scratch : 8,
-                        "decompressing a record"));
+        SL_TRY(sl__grow((void **)&rec->scratch, &rec->scratch_cap,
+                        scratch ? (size_t)scratch : 8, 1, 4096, "decompressing a record"));
     for (int c = 0; c < s->ncols; c++) {
         const slr_column *col = &s->col[c];
         void *data = (void *)v[c].data;
@@ -1059,8 +1045,8 @@ static int frame_of(const sl_reader *r, uint64_t i, sl_record *rec, bool copy,
         *f = sh->map + off;
         return SL_OK;
     }
-    SL_TRY(grow_buf(&rec->frame, &rec->frame_cap, (size_t)(SLR_FRAME_HEADER + *len),
-                    "reading a record"));
+    SL_TRY(sl__grow((void **)&rec->frame, &rec->frame_cap, (size_t)(SLR_FRAME_HEADER + *len), 1,
+                    4096, "reading a record"));
     SL_TRY(read_frame(sh, i, rec->frame, *len, off));
     *f = rec->frame;
     return SL_OK;

@@ -384,7 +384,7 @@ int sl_source_describe(const sl_source *src, char *buf, size_t cap, size_t *len_
     if (!src)
         return sl__error(SL_EINVAL, "sl_source_describe: source is NULL");
     int rc = SL_OK;
-    char *text = NULL;
+    sl__json_init(); /* the adds below are checked once, at the end */
     cJSON *doc = cJSON_CreateObject(), *cols = NULL;
     if (!doc || !cJSON_AddStringToObject(doc, "kind", src->vt->kind) ||
         !cJSON_AddStringToObject(doc, "name", src->name) ||
@@ -415,12 +415,8 @@ int sl_source_describe(const sl_source *src, char *buf, size_t cap, size_t *len_
     }
     if (src->vt->describe)
         SL_CHECK(src->vt->describe((sl_source *)src, doc));
-    text = cJSON_PrintUnformatted(doc);
-    if (!text)
-        SL_FAIL(SL_ENOMEM, "describing a source");
-    sl__copy_out(text, buf, cap, len_out);
+    return sl__json_copy_out(doc, buf, cap, len_out, "describing a source");
 cleanup:
-    cJSON_free(text);
     cJSON_Delete(doc);
     return rc;
 }
