@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__GNUC__)
 #define SL_PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -204,6 +205,26 @@ static inline bool sl__mul_ok(size_t a, size_t b, size_t *out) {
 }
 static inline bool sl__add_ok(size_t a, size_t b, size_t *out) {
     return !__builtin_add_overflow(a, b, out);
+}
+
+/* Of n >= 1 items of `stride` bytes whose uint64_t at byte `off` does not
+ * decrease (a shard's first record number), the last one whose value is
+ * <= key (0 when none is): which shard holds record `key`. Inline, for the
+ * per-record paths. */
+static inline int sl__last_at_most(const void *items, int n, size_t stride, size_t off,
+                                   uint64_t key) {
+    const unsigned char *b = (const unsigned char *)items + off;
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        uint64_t v;
+        memcpy(&v, b + (size_t)mid * stride, sizeof v);
+        if (v <= key)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
 }
 
 /* Room for `need` items of `size` bytes in the array *p of *cap items: when

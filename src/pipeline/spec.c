@@ -42,14 +42,10 @@ void sl_spec_free(sl_spec *s) {
 }
 
 static int push_op(sl_spec *s, sl_spec_op *op) {
-    if (s->nops == s->cap) {
-        int cap = s->cap ? s->cap * 2 : 8;
-        sl_spec_op *n = sl__realloc(s->ops, (size_t)cap * sizeof *n);
-        if (!n)
-            return sl__oom("adding an op to a spec");
-        s->ops = n;
-        s->cap = cap;
-    }
+    size_t cap = (size_t)s->cap;
+    SL_TRY(sl__grow((void **)&s->ops, &cap, (size_t)s->nops + 1, sizeof *s->ops, 8,
+                    "adding an op to a spec"));
+    s->cap = (int)cap;
     s->ops[s->nops++] = *op;
     return SL_OK;
 }

@@ -111,8 +111,7 @@ int sl_record__manifest_load(const char *mpath, slr_manifest *out) {
     sl_io_info st;
     int src = sl_io__stat(mpath, &st);
     if (src == SL_END)
-        return sl__error(SL_ECORRUPT, "%s: cannot open: %s", mpath,
-                         sl_io__is_url(mpath) ? "HTTP 404 (not found)" : strerror(ENOENT));
+        return sl__error(SL_ECORRUPT, "%s: cannot open: %s", mpath, sl_io__missing(mpath));
     SL_TRY(src);
     /* A remote manifest goes through the shard cache (a warm run asks
      * nothing within SLUICE_CACHE_TTL) and heals like a shard. */

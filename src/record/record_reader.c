@@ -388,15 +388,8 @@ static int growth_cap(int nshards) {
 static _Atomic uint64_t reader_ids;
 
 int sl_record__shard_of(const sl_reader *r, uint64_t i) {
-    int lo = 0, hi = r->nshards - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (r->shards[mid].first <= i)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return lo;
+    return sl__last_at_most(r->shards, r->nshards, sizeof *r->shards,
+                            offsetof(slr_slot, first), i);
 }
 
 /* Open shard k of a directory and check it against the manifest. */
@@ -644,8 +637,7 @@ int sl_reader_open(sl_reader **out, const char *path, unsigned flags) {
     sl_io_info st;
     int src = sl_io__stat(path, &st);
     if (src == SL_END)
-        return sl__error(SL_EIO, "%s: cannot open: %s", path,
-                         sl_io__is_url(path) ? "HTTP 404 (not found)" : strerror(ENOENT));
+        return sl__error(SL_EIO, "%s: cannot open: %s", path, sl_io__missing(path));
     SL_TRY(src);
     sl_reader *r = sl__calloc(1, sizeof *r);
     if (!r)

@@ -174,8 +174,7 @@ static int detect_one(const char *path, const sl_source_format **kind_out) {
     if (src == SL_END) {
         if (sl_source__is_pattern(path))
             return detect_pattern(path, kind_out);
-        return sl__error(SL_EIO, "%s: %s", path,
-                         sl_io__is_url(path) ? "HTTP 404 (not found)" : strerror(ENOENT));
+        return sl__error(SL_EIO, "%s: %s", path, sl_io__missing(path));
     }
     SL_TRY(src);
     if (st.is_dir && sl_io__is_url(path)) {
