@@ -148,6 +148,10 @@ int sl_io__open(sl_io **out, const char *name, unsigned flags) {
     return rc;
 }
 
+const char *sl_io__missing(const char *name) {
+    return sl_io__is_url(name) ? "HTTP 404 (not found)" : strerror(ENOENT);
+}
+
 int sl_io__stat(const char *name, sl_io_info *out) {
     memset(out, 0, sizeof *out);
     if (sl_io__is_url(name))

@@ -158,6 +158,9 @@ typedef struct sl_io_info {
 /* SL_OK with *out filled; SL_END with no message when `name` does not exist
  * (ENOENT, HTTP 404); an error (naming it) otherwise. */
 int sl_io__stat(const char *name, sl_io_info *out);
+/* The cause to print for a name sl_io__stat found missing (SL_END):
+ * "HTTP 404 (not found)" for a URL, strerror(ENOENT) for a path. */
+const char *sl_io__missing(const char *name);
 /* Whether `name` is a URL ("scheme://..."), i.e. not a local path. */
 int sl_io__is_url(const char *name);
 /* How messages name an input: a path by its base name (the caller names the

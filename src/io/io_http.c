@@ -1447,6 +1447,26 @@ static void http_forget(sl_io *io) {
 static const sl_io_vtbl http_vtbl = {.scheme = "http", .read = http_read, .close = http_close,
                                      .will_need = http_will_need, .forget = http_forget};
 
+/* One GET of the whole object into dst (memory) or fd (hashed into hs when
+ * not NULL); *ss receives the checksums the server keeps for it. */
+static int get_whole(http_io *h, uint8_t *dst, int fd, XXH3_state_t *hs, stored_sums *ss) {
+    xfer x;
+    memset(&x, 0, sizeof x);
+    x.name = h->base.name;
+    x.len = h->base.size;
+    x.dst = dst;
+    x.fd = fd;
+    x.hash = hs;
+    memset(ss, 0, sizeof *ss);
+    ss->s3 = !strncmp(h->base.name, "s3://", 5);
+    x.sums = ss;
+    x.whole = 1;
+    long st;
+    int rc = perform(&x, h->url, 0, &st);
+    h->size_changed = x.size_changed;
+    return rc;
+}
+
 /* Fetch the whole object into memory. */
 static int fetch_heap(http_io *h) {
     if (h->base.size > SIZE_MAX / 2)
@@ -1456,20 +1476,8 @@ static int fetch_heap(http_io *h) {
     if (!h->heap)
         return sl__error(SL_ENOMEM, "%s: out of memory fetching %llu bytes", h->base.name,
                          (unsigned long long)h->base.size);
-    xfer x;
-    memset(&x, 0, sizeof x);
-    x.name = h->base.name;
-    x.len = h->base.size;
-    x.dst = h->heap;
-    x.fd = -1;
     stored_sums ss;
-    memset(&ss, 0, sizeof ss);
-    ss.s3 = !strncmp(h->base.name, "s3://", 5);
-    x.sums = &ss;
-    x.whole = 1;
-    long st;
-    int rc = perform(&x, h->url, 0, &st);
-    h->size_changed = x.size_changed;
+    int rc = get_whole(h, h->heap, -1, NULL, &ss);
     if (rc == SL_OK)
         rc = sums_check(&ss, h->heap, (size_t)h->base.size, h->base.name);
     if (rc < 0) {
@@ -1706,21 +1714,8 @@ static int fetch_cached(http_io *h, const char *validator, int or_ranges) {
         goto cleanup;
     }
     XXH3_64bits_reset(hs);
-    xfer x;
-    memset(&x, 0, sizeof x);
-    x.name = h->base.name;
-    x.len = h->base.size;
-    x.fd = fd;
-    x.hash = hs;
     stored_sums ss;
-    memset(&ss, 0, sizeof ss);
-    ss.s3 = !strncmp(h->base.name, "s3://", 5);
-    x.sums = &ss;
-    x.whole = 1;
-    long st;
-    rc = perform(&x, h->url, 0, &st);
-    h->size_changed = x.size_changed;
-    SL_CHECK(rc);
+    SL_CHECK(get_whole(h, NULL, fd, hs, &ss));
     uint8_t tr[TRAILER];
     uint64_t sum = XXH3_64bits_digest(hs);
     memcpy(tr, trailer_magic, 8);

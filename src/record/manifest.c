@@ -124,8 +124,7 @@ int sl_record__manifest_load(const char *mpath, slr_manifest *out) {
             src = sl_io__open(&io, mpath, 0);
     }
     if (src == SL_END)
-        return sl__error(SL_ECORRUPT, "%s: cannot open: %s", mpath,
-                         sl_io__is_url(mpath) ? "HTTP 404 (not found)" : strerror(ENOENT));
+        return sl__error(SL_ECORRUPT, "%s: cannot open: %s", mpath, sl_io__missing(mpath));
     SL_TRY(src);
     const uint64_t size = sl_io__size(io);
     if (size == 0)

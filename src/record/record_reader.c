@@ -398,15 +398,8 @@ static int growth_cap(int nshards) {
 static _Atomic uint64_t reader_ids;
 
 int sl_record__shard_of(const sl_reader *r, uint64_t i) {
-    int lo = 0, hi = r->nshards - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (r->shards[mid].first <= i)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return lo;
+    return sl__last_at_most(r->shards, r->nshards, sizeof *r->shards,
+                            offsetof(slr_slot, first), i);
 }
 
 /* Open shard k of a directory and check it against the manifest. */
@@ -658,8 +651,7 @@ int sl_reader_open(sl_reader **out, const char *path, unsigned flags) {
     sl_io_info st;
     int src = sl_io__stat(path, &st);
     if (src == SL_END)
-        return sl__error(SL_EIO, "%s: cannot open: %s", path,
-                         sl_io__is_url(path) ? "HTTP 404 (not found)" : strerror(ENOENT));
+        return sl__error(SL_EIO, "%s: cannot open: %s", path, sl_io__missing(path));
     SL_TRY(src);
     sl_reader *r = sl__calloc(1, sizeof *r);
     if (!r)
@@ -783,20 +775,6 @@ const sl_tensor *sl_record_column(const sl_record *rec, int col) {
 }
 
 uint64_t sl_record_index(const sl_record *rec) { return rec ? rec->index : 0; }
-
-static int grow_buf(uint8_t **p, size_t *cap, size_t need, const char *what) {
-    if (need <= *cap)
-        return SL_OK;
-    size_t n = *cap ? *cap : 4096;
-    while (n < need)
-        n = n > SIZE_MAX / 2 ? need : n * 2;
-    uint8_t *q = sl__realloc(*p, n);
-    if (!q)
-        return sl__oom(what);
-    *p = q;
-    *cap = n;
-    return SL_OK;
-}
 
 #define BAD(...) return sl__error(SL_ECORRUPT, __VA_ARGS__)
 
@@ -946,8 +924,8 @@ int sl_record__decode_payload(const sl_schema *s, const uint8_t *pl, uint64_t le
     for (int c = 0; c < s->ncols; c++)
         any_zstd |= v[c].scratch_off != UINT64_MAX;
     if (any_zstd) /* at least 8 bytes, so that an empty value still has somewhere to go */
-        SL_TRY(grow_buf(&rec->scratch, &rec->scratch_cap, scratch ? (size_t)scratch : 8,
-                        "decompressing a record"));
+        SL_TRY(sl__grow((void **)&rec->scratch, &rec->scratch_cap,
+                        scratch ? (size_t)scratch : 8, 1, 4096, "decompressing a record"));
     for (int c = 0; c < s->ncols; c++) {
         const slr_column *col = &s->col[c];
         void *data = (void *)v[c].data;
@@ -1073,8 +1051,8 @@ static int frame_of(const sl_reader *r, uint64_t i, sl_record *rec, bool copy,
         *f = sh->map + off;
         return SL_OK;
     }
-    SL_TRY(grow_buf(&rec->frame, &rec->frame_cap, (size_t)(SLR_FRAME_HEADER + *len),
-                    "reading a record"));
+    SL_TRY(sl__grow((void **)&rec->frame, &rec->frame_cap, (size_t)(SLR_FRAME_HEADER + *len), 1,
+                    4096, "reading a record"));
     SL_TRY(read_frame(sh, i, rec->frame, *len, off));
     *f = rec->frame;
     return SL_OK;
