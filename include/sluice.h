@@ -10,18 +10,19 @@
  * stats and the device. Every function says who owns what it returns and
  * whether it may be called from several threads at once.
  *
- * Conventions
+ * Conventions (numbered with the other rules in docs/ARCHITECTURE.md, "Rules")
  *  - Fallible functions return an sl_status: SL_OK (0) on success, a negative
  *    code on error, SL_END (> 0) at the end of data. `rc < 0` is the error test.
  *  - After an error, sl_errmsg() returns a one-line message for this thread
- *    naming the file, record, op and cause.
+ *    naming the file, record, op and cause (rule R2).
  *  - Constructors take `sl_x **out` first and the caller frees with sl_x_free(),
  *    which accepts NULL. `_release` drops a reference to a pooled object.
- *  - Unless a function says otherwise, a handle is used by one thread at a time.
+ *  - Unless a function says otherwise, a handle is used by one thread at a time
+ *    (rule R9).
  *
  * Caveats
  *  - Do not fork() a process while a pipeline's threads run; create pipelines
- *    after forking.
+ *    after forking (rule R6).
  *  - Destroying a pipeline mid-epoch is allowed and returns promptly; batches
  *    already handed out stay valid until released.
  *  - Readers verify checksums and bound every size read from a file, but a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The layer check: every #include and every call between the folders of src/
+# The layer check (rule R1 of docs/ARCHITECTURE.md): every #include and every call between the folders of src/
 # follows the dependency order that docs/ARCHITECTURE.md states ("Layers":
 # `core → io → ops → record → source → device → pipeline`; a layer uses only
 # itself and the layers before it). The document is the one source of the

@@ -11,7 +11,8 @@ PKGS=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
       dataset-fashion-mnist
       libssl-dev libcurl4-openssl-dev   # s3:// signing (libcrypto); remote inputs (src/io/io_http.c)
       nginx-light   # serves datasets to tests/python/test_remote.py
-      mate-backgrounds)   # real photographs for the image reference tests
+      mate-backgrounds   # real photographs for the image reference tests
+      lcov)   # scripts/coverage.sh: line/branch/function coverage per layer (gcov is gcc's)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -16,7 +16,7 @@
  * for a case that needs a GPU, sl_test_skip_gpu (78); it is never counted as
  * passed. The summary counts both; the runner exits 0 when every case passed
  * or skipped for want of a GPU, 1 when one failed, 77 when none failed but
- * one skipped for another reason (the test command allows GPU skips only).
+ * one skipped for another reason (the test command allows GPU skips only; rule R10).
  */
 #ifndef SL_TEST_H
 #define SL_TEST_H

@@ -1,4 +1,5 @@
-/* alloc.c — the one allocation seam of the library, with failure injection. */
+/* alloc.c — the one allocation seam of the library, with failure injection
+ * (rule R3 of docs/ARCHITECTURE.md: everything allocates here; failure is SL_ENOMEM). */
 #include "core/core.h"
 
 #include <pthread.h>

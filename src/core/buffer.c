@@ -1,5 +1,6 @@
 /*
- * buffer.c — reference-counted buffers and the pools that recycle them.
+ * buffer.c — reference-counted buffers and the pools that recycle them, so a
+ * running pipeline does no malloc per sample (rule R4).
  *
  * A heap or pool buffer is one allocation: the sl_buffer header followed, at a
  * 64-byte boundary, by the data. A wrapped buffer points at foreign memory and

@@ -1,4 +1,4 @@
-/* error.c — status names and the thread-local error message. */
+/* error.c — status names and the thread-local error message (rule R2). */
 #include "core/core.h"
 
 #include <stdio.h>

@@ -6,7 +6,7 @@
  * depends only on (key, i), any sample's draws can be made on any thread in
  * any order and come out the same. The key folds the four coordinates in one
  * after another through the same mix, so nearby coordinates give unrelated
- * streams.
+ * streams. Every random draw of the library comes from here (rule R5).
  */
 #include "core/core.h"
 

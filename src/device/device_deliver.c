@@ -32,10 +32,12 @@
  * waits on the GPU, so the copy of batch k+1 runs while step k computes.
  */
 #include "device/device.h"
+#include "core/params.h"
 #include "ops/ops.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -75,49 +77,42 @@ struct sl_dev_out {
 
 /* ---- spec ---------------------------------------------------------------------------- */
 
-static int parse_kind(const cJSON *v, int *out) {
-    if (cJSON_IsString(v) && !strcmp(v->valuestring, "cuda"))
-        *out = SL_DEV_CUDA;
-    else if (cJSON_IsString(v) && !strcmp(v->valuestring, "host"))
-        *out = SL_DEV_HOST;
-    else if (cJSON_IsString(v) && !strcmp(v->valuestring, "none"))
-        *out = SL_DEV_NONE;
-    else
-        return sl__error(SL_EINVAL, "device.kind: must be \"cuda\", \"host\" or \"none\"");
-    return SL_OK;
-}
+/* The spec's "device" (docs/DEVICE.md), read through a parameter table
+ * (core/params.h) as every key of a spec is. */
+static const char *const kind_names[] = {"cuda", "host", "none", NULL};
+static const int kind_values[] = {SL_DEV_CUDA, SL_DEV_HOST, SL_DEV_NONE};
+
+typedef struct {
+    int kind; /* index in kind_names */
+    int id;
+    int normalize;
+} device_opts;
+
+static const sl_param device_params[] = {
+    {.key = "kind", .type = SL_PARAM_ENUM, .flags = SL_PARAM_REQUIRED, .names = kind_names,
+     .offset = offsetof(device_opts, kind), .doc = "where batches are delivered"},
+    {.key = "id", .type = SL_PARAM_INT, .min = 0, .max = 1024, .offset = offsetof(device_opts, id),
+     .doc = "the CUDA device"},
+    {.key = "normalize_on_device", .type = SL_PARAM_BOOL,
+     .offset = offsetof(device_opts, normalize),
+     .doc = "run the spec's last normalize op on the device"},
+    {0}};
+static const sl_param_table device_table = {device_params, NULL, NULL, 0, 0};
 
 int sl_dev__parse_json(const cJSON *v, sl_device_spec *out) {
     memset(out, 0, sizeof *out);
-    if (cJSON_IsString(v))
-        return parse_kind(v, &out->kind);
-    if (!cJSON_IsObject(v))
+    device_opts o = {0};
+    if (cJSON_IsString(v)) {
+        SL_TRY(sl_param_value(&device_table, &device_params[0], v, "device", &o.kind));
+    } else if (cJSON_IsObject(v)) {
+        SL_TRY(sl_params_read(&device_table, v, "device", &o));
+    } else {
         return sl__error(SL_EINVAL, "device: must be \"cuda\", \"host\" or an object "
                                     "{\"kind\", \"id\", \"normalize_on_device\"}");
-    int have_kind = 0;
-    for (const cJSON *it = v->child; it; it = it->next) {
-        const char *k = it->string;
-        if (!strcmp(k, "kind")) {
-            SL_TRY(parse_kind(it, &out->kind));
-            have_kind = 1;
-        } else if (!strcmp(k, "id")) {
-            if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 1024 ||
-                it->valuedouble != floor(it->valuedouble))
-                return sl__error(SL_EINVAL, "device.id: must be an integer from 0");
-            out->id = (int)it->valuedouble;
-        } else if (!strcmp(k, "normalize_on_device")) {
-            if (!cJSON_IsBool(it))
-                return sl__error(SL_EINVAL, "device.normalize_on_device: must be true or false");
-            out->normalize = cJSON_IsTrue(it);
-        } else {
-            char list[64];
-            sl__names_closest(k, (const char *const[]){"kind", "id", "normalize_on_device"}, 3,
-                              list, sizeof list);
-            return sl__error(SL_EINVAL, "device.%s: unknown key (keys: %s)", k, list);
-        }
     }
-    if (!have_kind)
-        return sl__error(SL_EINVAL, "device.kind: missing");
+    out->kind = kind_values[o.kind];
+    out->id = o.id;
+    out->normalize = o.normalize;
     return SL_OK;
 }
 
@@ -156,10 +151,13 @@ int sl_dev__decode_placement(const cJSON *op, int index, int *gpu) {
     *gpu = 0;
     if (!cJSON_IsString(name) || strcmp(name->valuestring, "decode") != 0 || !dev)
         return SL_OK;
-    if (!cJSON_IsString(dev) || (strcmp(dev->valuestring, "cpu") && strcmp(dev->valuestring, "gpu")))
-        return sl__error(SL_EINVAL, "ops[%d].device: must be \"cpu\" or \"gpu\"", index);
-    *gpu = !strcmp(dev->valuestring, "gpu");
-    return SL_OK;
+    static const char *const places[] = {"cpu", "gpu", NULL};
+    static const sl_param place = {.key = "device", .type = SL_PARAM_ENUM, .names = places,
+                                   .doc = "where decode runs"};
+    static const sl_param_table t = {&place, NULL, "parameter", 0, 0};
+    char field[32];
+    snprintf(field, sizeof field, "ops[%d]", index);
+    return sl_param_value(&t, &place, dev, field, gpu); /* 1: "gpu" */
 }
 
 static int is_seq_op(const char *name) {

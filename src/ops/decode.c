@@ -27,6 +27,14 @@ void sl_decoder_free(sl_decoder *dec) {
     sl__free(dec);
 }
 
+/* A 0/1 decoder option. */
+static int set_flag(int *flag, const char *name, int64_t value) {
+    if (value != 0 && value != 1)
+        return sl__error(SL_EINVAL, "decoder: %s %lld is not 0 or 1", name, (long long)value);
+    *flag = (int)value;
+    return SL_OK;
+}
+
 int sl_decoder_set(sl_decoder *dec, int param, int64_t value) {
     switch (param) {
     case SL_DECODE_MAX_PIXELS:
@@ -49,17 +57,9 @@ int sl_decoder_set(sl_decoder *dec, int param, int64_t value) {
         dec->warnings = (int)value;
         return SL_OK;
     case SL_DECODE_EXIF_ORIENTATION:
-        if (value != 0 && value != 1)
-            return sl__error(SL_EINVAL, "decoder: exif_orientation %lld is not 0 or 1",
-                             (long long)value);
-        dec->exif_orientation = (int)value;
-        return SL_OK;
+        return set_flag(&dec->exif_orientation, "exif_orientation", value);
     case SL_DECODE_CHECK_ENTROPY:
-        if (value != 0 && value != 1)
-            return sl__error(SL_EINVAL, "decoder: check_entropy %lld is not 0 or 1",
-                             (long long)value);
-        dec->check_entropy = (int)value;
-        return SL_OK;
+        return set_flag(&dec->check_entropy, "check_entropy", value);
     default:
         return sl__error(SL_EINVAL, "decoder: unknown parameter %d", param);
     }

@@ -72,6 +72,16 @@ static void set_image_info(sl_colinfo *ci, int64_t h, int64_t w, int64_t c) {
     ci->index_column = 0;
 }
 
+/* An op that makes an h x w image (-1: varies) of the channels of the
+ * image in `col`. */
+static int bind_resized(const char *name, int *col, sl_colset *cols, const char *field,
+                        int64_t h, int64_t w) {
+    SL_TRY(bind_image(name, col, cols, field));
+    sl_colinfo *ci = &cols->col[*col];
+    set_image_info(ci, h, w, ci->ndim == 3 ? ci->shape[2] : -1);
+    return SL_OK;
+}
+
 /* "size": an int n (n x n, or the shorter side for resize) or [h, w]. */
 static int parse_size(const cJSON *json, const char *field, int *h, int *w, int *pair) {
     double v[2];
@@ -101,6 +111,19 @@ static int parse_range(const cJSON *json, const char *key, const char *field, do
     return SL_OK;
 }
 
+/* "dtype": a dtype name (required when `def` is NULL); bool only when
+ * `bool_ok`. */
+static int parse_dtype(const cJSON *json, const char *field, const char *def, int bool_ok,
+                       sl_dtype *out) {
+    char name[32];
+    SL_TRY(sl_op_param_string(json, "dtype", field, def == NULL, def, name, sizeof name));
+    *out = sl_dtype_parse(name);
+    if (*out == SL_DTYPE_INVALID || (*out == SL_BOOL && !bool_ok))
+        return sl__error(SL_EINVAL, "%s.dtype: unknown %sdtype '%s'", field,
+                         bool_ok ? "" : "or unsupported ", name);
+    return SL_OK;
+}
+
 static const char *const interp_names[] = {"bilinear", "area", "nearest", NULL};
 
 /* The decode options; the first member of every decode op's params, so
@@ -112,19 +135,24 @@ typedef struct {
                              (sl_op__gpu_chain_add); never applied as a CPU op */
 } decode_opts;
 
-static int decoder_init(const void *params, void **state_out) {
-    const decode_opts *o = params;
+/* A worker's decoder with these options. */
+static int make_decoder(int warnings, int exif_orientation, void **state_out) {
     sl_decoder *dec;
     SL_TRY(sl_decoder_create(&dec));
-    int rc = sl_decoder_set(dec, SL_DECODE_WARNINGS, o->warnings);
+    int rc = sl_decoder_set(dec, SL_DECODE_WARNINGS, warnings);
     if (rc == SL_OK)
-        rc = sl_decoder_set(dec, SL_DECODE_EXIF_ORIENTATION, o->exif_orientation);
+        rc = sl_decoder_set(dec, SL_DECODE_EXIF_ORIENTATION, exif_orientation);
     if (rc < 0) {
         sl_decoder_free(dec);
         return rc;
     }
     *state_out = dec;
     return SL_OK;
+}
+
+static int decoder_init(const void *params, void **state_out) {
+    const decode_opts *o = params;
+    return make_decoder(o->warnings, o->exif_orientation, state_out);
 }
 
 static void decoder_free(void *state) { sl_decoder_free(state); }
@@ -140,29 +168,46 @@ static int encoded_bytes(const sl_sample *s, int col, const void **data, size_t 
     return SL_OK;
 }
 
-/* The encoded bytes of column `col` and their image header. */
-static int read_header(sl_decoder *dec, const sl_sample *s, int col, const void **data,
-                       size_t *size, sl_image_info *info) {
-    SL_TRY(encoded_bytes(s, col, data, size));
-    int rc = sl_decode_info(dec, *data, *size, info);
+/* An encoded image: its bytes, its header and the worker's decoder that
+ * read it. */
+typedef struct {
+    sl_decoder *dec;
+    const void *data;
+    size_t size;
+    sl_image_info info;
+} encoded;
+
+/* The encoded bytes of column `col` and their image header, read with the
+ * decoder `state` (a decode op's per-worker state). */
+static int read_header(void *state, const sl_sample *s, int col, encoded *e) {
+    e->dec = state;
+    SL_TRY(encoded_bytes(s, col, &e->data, &e->size));
+    int rc = sl_decode_info(e->dec, e->data, e->size, &e->info);
     return rc < 0 ? cause_only(rc) : SL_OK;
+}
+
+/* The tail of an op that wrote a new tensor `t` for column `col` with
+ * status `rc`: installed, or released with the error's cause. */
+static int set_or_release(sl_sample *s, int col, sl_tensor *t, int rc) {
+    if (rc < 0) {
+        sl_tensor_release(t);
+        return cause_only(rc);
+    }
+    sl_op_set_column(s, col, t);
+    return SL_OK;
 }
 
 /* Decode `box` (pixel limits `lim`) of the image, resized to oh x ow, into a
  * new value of column `col` (the fused decode ops' common tail). */
-static int decode_box_column(sl_decoder *dec, sl_op_ctx *ctx, sl_sample *s, int col,
-                             const void *data, size_t size, sl_color color, const double box[4],
-                             const int lim[4], int oh, int ow, sl_interp interp) {
+static int decode_box_column(sl_op_ctx *ctx, sl_sample *s, int col, const encoded *e,
+                             sl_color color, const double box[4], const int lim[4], int oh,
+                             int ow, sl_interp interp) {
     sl_tensor t;
     int64_t shape[3] = {oh, ow, (int64_t)color};
     SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
-    int rc = sl_ops__decode_box(dec, data, size, color, box, lim, oh, ow, interp, t.data, NULL);
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, col, &t);
-    return SL_OK;
+    int rc = sl_ops__decode_box(e->dec, e->data, e->size, color, box, lim, oh, ow, interp,
+                                t.data, NULL);
+    return set_or_release(s, col, &t, rc);
 }
 
 /* ---- decode ------------------------------------------------------------------ */
@@ -209,6 +254,26 @@ typedef struct {
     sl_layout layout;
     sl_dtype dtype;
 } normalize_params;
+
+typedef struct {
+    char column[SL_COLNAME_MAX];
+    int col;
+    double lo, hi;
+    int fill;
+} rotate_params;
+
+typedef struct {
+    char column[SL_COLNAME_MAX];
+    int col;
+    sl_dtype dtype;
+} cast_params;
+
+typedef struct {
+    char column[SL_COLNAME_MAX];
+    int col;
+    int classes;
+    sl_dtype dtype;
+} one_hot_params;
 
 /* fused ops */
 typedef struct {
@@ -270,58 +335,49 @@ static int decode_bind(void *params, sl_colset *cols, const char *field) {
 
 static int decode_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
     const decode_params *p = params;
-    sl_decoder *dec = state;
-    const void *data = NULL;
-    size_t size = 0;
-    sl_image_info info;
-    SL_TRY(read_header(dec, s, p->col, &data, &size, &info));
-    int rc;
+    encoded e;
+    SL_TRY(read_header(state, s, p->col, &e));
     sl_tensor t;
-    int64_t shape[3] = {info.height, info.width, (int64_t)p->color};
+    int64_t shape[3] = {e.info.height, e.info.width, (int64_t)p->color};
     SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
-    rc = sl_decode(dec, data, size, p->color, &t);
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, p->col, &t);
-    return SL_OK;
+    return set_or_release(s, p->col, &t, sl_decode(e.dec, e.data, e.size, p->color, &t));
 }
 PHASED(decode_apply, SL_PHASE_DECODE)
+
+/* fuse(): hand out the fused op `def` with params `f` (NULL: out of memory,
+ * fusing `what`). */
+static int fused(const sl_op_def *def, void *f, const char *what, const sl_op_def **fused_def,
+                 void **fused_params) {
+    if (!f)
+        return sl__oom(what);
+    *fused_def = def;
+    *fused_params = f;
+    return 1;
+}
 
 static int decode_fuse(const void *params, const sl_op_def *next, const void *next_params,
                        const sl_op_def **fused_def, void **fused_params) {
     const decode_params *p = params;
-    if (next == &sl_op_random_resized_crop) {
-        const rrc_params *r = next_params;
-        if (r->col != p->col)
-            return 0;
+    /* the fused ops' params begin with decode's options, column and color */
+#define DECODE_HEAD(f) ((f)->opt = p->opt, (f)->col = p->col, (f)->color = p->color)
+    if (next == &sl_op_random_resized_crop && ((const rrc_params *)next_params)->col == p->col) {
         decode_rrc_params *f = sl__calloc(1, sizeof *f);
-        if (!f)
-            return sl__oom("fusing decode + random_resized_crop");
-        f->opt = p->opt;
-        f->col = p->col;
-        f->color = p->color;
-        f->rrc = *r;
-        *fused_def = &op_decode_rrc;
-        *fused_params = f;
-        return 1;
+        if (f) {
+            DECODE_HEAD(f);
+            f->rrc = *(const rrc_params *)next_params;
+        }
+        return fused(&op_decode_rrc, f, "fusing decode + random_resized_crop", fused_def,
+                     fused_params);
     }
-    if (next == &sl_op_resize) {
-        const resize_params *r = next_params;
-        if (r->col != p->col)
-            return 0;
+    if (next == &sl_op_resize && ((const resize_params *)next_params)->col == p->col) {
         decode_resize_params *f = sl__calloc(1, sizeof *f);
-        if (!f)
-            return sl__oom("fusing decode + resize");
-        f->opt = p->opt;
-        f->col = p->col;
-        f->color = p->color;
-        f->rs = *r;
-        *fused_def = &op_decode_resize;
-        *fused_params = f;
-        return 1;
+        if (f) {
+            DECODE_HEAD(f);
+            f->rs = *(const resize_params *)next_params;
+        }
+        return fused(&op_decode_resize, f, "fusing decode + resize", fused_def, fused_params);
     }
+#undef DECODE_HEAD
     return 0;
 }
 
@@ -341,18 +397,11 @@ static void decode_describe(const void *params, char *buf, size_t cap) {
              opts_text(&p->opt, o, sizeof o));
 }
 
-const sl_op_def sl_op_decode = {
-    .name = "decode",
-    .summary = "decode JPEG/PNG bytes into an HWC uint8 image (rgb or gray)",
-    .params_size = sizeof(decode_params),
-    .parse = decode_parse,
-    .bind = decode_bind,
-    .worker_init = decoder_init,
-    .worker_free = decoder_free,
-    .apply = decode_apply_phased,
-    .fuse = decode_fuse,
-    .describe = decode_describe,
-};
+const sl_op_def sl_op_decode = SL_OP_DEF(
+    decode, "decode",
+    "decode JPEG/PNG bytes into an HWC uint8 image (rgb or gray)",
+    .worker_init = decoder_init, .worker_free = decoder_free, .apply = decode_apply_phased,
+    .fuse = decode_fuse);
 
 /* ---- random_resized_crop -------------------------------------------------------- */
 
@@ -370,47 +419,8 @@ static int rrc_parse(void *params, const cJSON *json, const char *field) {
 
 static int rrc_bind(void *params, sl_colset *cols, const char *field) {
     rrc_params *p = params;
-    SL_TRY(bind_image(p->column, &p->col, cols, field));
-    sl_colinfo *ci = &cols->col[p->col];
-    set_image_info(ci, p->oh, p->ow, ci->ndim == 3 ? ci->shape[2] : -1);
-    return SL_OK;
+    return bind_resized(p->column, &p->col, cols, field, p->oh, p->ow);
 }
-
-/* Crop `box` of the image and resize it to oh x ow (torchvision's
- * resized_crop: crop first, so the filter never reads outside the box). */
-static int crop_resize_into(sl_op_ctx *ctx, sl_sample *s, int col, const sl_box *box, int oh,
-                            int ow, sl_interp interp) {
-    const sl_tensor *in = &s->col[col];
-    SL_TRY(sl_ops__check_image(in, "resize"));
-    int H = (int)in->shape[0], W = (int)in->shape[1], C = (int)in->shape[2];
-    sl_tensor t;
-    int64_t shape[3] = {oh, ow, C};
-    SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
-    double b[4] = {box->x, box->y, (double)box->x + box->w, (double)box->y + box->h};
-    int lim[4] = {box->x, box->y, box->x + box->w, box->y + box->h};
-    int rc = sl_ops__resample(in->data, H, W, (size_t)W * C, C, b, lim, oh, ow, interp, t.data,
-                              (size_t)ow * C, NULL);
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, col, &t);
-    return SL_OK;
-}
-
-static int rrc_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
-    const rrc_params *p = params;
-    (void)state;
-    const sl_tensor *in = &s->col[p->col];
-    SL_TRY(sl_ops__check_image(in, "random_resized_crop"));
-    sl_box box;
-    int rc = sl_rrc_box((int)in->shape[0], (int)in->shape[1], p->scale, p->ratio, sl_op_rng(ctx),
-                        &box);
-    if (rc < 0)
-        return cause_only(rc);
-    return crop_resize_into(ctx, s, p->col, &box, p->oh, p->ow, SL_INTERP_BILINEAR);
-}
-PHASED(rrc_apply, SL_PHASE_RESAMPLE)
 
 static void rrc_describe(const void *params, char *buf, size_t cap) {
     const rrc_params *p = params;
@@ -418,16 +428,38 @@ static void rrc_describe(const void *params, char *buf, size_t cap) {
              p->scale[1], p->ratio[0], p->ratio[1]);
 }
 
-const sl_op_def sl_op_random_resized_crop = {
-    .name = "random_resized_crop",
-    .summary = "torchvision RandomResizedCrop: random area/aspect box, resized (bilinear)",
-    .flags = SL_OPF_RANDOM,
-    .params_size = sizeof(rrc_params),
-    .parse = rrc_parse,
-    .bind = rrc_bind,
-    .apply = rrc_apply_phased,
-    .describe = rrc_describe,
-};
+/* The box (in scratch) drawn for this image. */
+static int rrc_prepare(const void *params, sl_rng *rng, const sl_tensor *in, sl_tensor *out,
+                       void *scratch) {
+    const rrc_params *p = params;
+    SL_TRY(sl_ops__check_image(in, "random_resized_crop"));
+    int rc = sl_rrc_box((int)in->shape[0], (int)in->shape[1], p->scale, p->ratio, rng, scratch);
+    if (rc < 0)
+        return cause_only(rc);
+    int64_t shape[3] = {p->oh, p->ow, in->shape[2]};
+    sl_op_kernel_out(out, SL_U8, 3, shape);
+    return SL_OK;
+}
+
+/* Crop the box of the image and resize it to the output's size
+ * (torchvision's resized_crop: crop first, so the filter never reads
+ * outside the box). */
+static int rrc_run(const void *params, const void *scratch, const sl_tensor *in,
+                   sl_tensor *out) {
+    const sl_box *box = scratch;
+    (void)params;
+    int H = (int)in->shape[0], W = (int)in->shape[1], C = (int)in->shape[2];
+    int oh = (int)out->shape[0], ow = (int)out->shape[1];
+    double b[4] = {box->x, box->y, (double)box->x + box->w, (double)box->y + box->h};
+    int lim[4] = {box->x, box->y, box->x + box->w, box->y + box->h};
+    return sl_ops__resample(in->data, H, W, (size_t)W * C, C, b, lim, oh, ow,
+                            SL_INTERP_BILINEAR, out->data, (size_t)ow * C, NULL);
+}
+
+const sl_op_def sl_op_random_resized_crop = SL_OP_DEF(
+    rrc, "random_resized_crop",
+    "torchvision RandomResizedCrop: random area/aspect box, resized (bilinear)",
+    .flags = SL_OPF_RANDOM, .kernel = SL_OP_KERNEL(rrc, .timed = 1, .phase = SL_PHASE_RESAMPLE));
 
 /* ---- placements (op.h): shared by the fused CPU ops and GPU decode ----------------- */
 
@@ -488,24 +520,21 @@ void sl_place_resize_crop(int H, int W, int shorter, int size_h, int size_w, int
 
 static int decode_rrc_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
     const decode_rrc_params *p = params;
-    sl_decoder *dec = state;
-    const void *data = NULL;
-    size_t size = 0;
-    sl_image_info info;
-    SL_TRY(read_header(dec, s, p->col, &data, &size, &info));
+    encoded e;
+    SL_TRY(read_header(state, s, p->col, &e));
     int rc;
     sl_place pl;
     /* part 1 = the random_resized_crop position: the same box as unfused;
      * part 2 = the flip position: the same draw as the unfused flip */
-    rc = sl_place_rrc(info.height, info.width, p->rrc.scale, p->rrc.ratio, p->rrc.oh, p->rrc.ow,
-                      sl_op_rng_part(ctx, 1), p->flip.p,
+    rc = sl_place_rrc(e.info.height, e.info.width, p->rrc.scale, p->rrc.ratio, p->rrc.oh,
+                      p->rrc.ow, sl_op_rng_part(ctx, 1), p->flip.p,
                       p->has_flip ? sl_op_rng_part(ctx, 2) : NULL, &pl);
     if (rc < 0)
         return cause_only(rc);
     const double *b = pl.box;
     const int *lim = pl.lim;
     if (!p->has_flip && !p->has_norm)
-        return decode_box_column(dec, ctx, s, p->col, data, size, p->color, b, lim, p->rrc.oh,
+        return decode_box_column(ctx, s, p->col, &e, p->color, b, lim, p->rrc.oh,
                                  p->rrc.ow, SL_INTERP_BILINEAR);
     int mirror = pl.mirror;
     int64_t C = (int64_t)p->color, oh = p->rrc.oh, ow = p->rrc.ow;
@@ -513,7 +542,7 @@ static int decode_rrc_apply(const void *params, void *state, sl_op_ctx *ctx, sl_
     if (!p->has_norm) {
         int64_t shape[3] = {oh, ow, C};
         SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
-        rc = sl_ops__decode_box(dec, data, size, p->color, b, lim, p->rrc.oh, p->rrc.ow,
+        rc = sl_ops__decode_box(e.dec, e.data, e.size, p->color, b, lim, p->rrc.oh, p->rrc.ow,
                                 SL_INTERP_BILINEAR, t.data, NULL);
         if (rc == SL_OK && mirror)
             rc = sl_image_flip(&t, &t);
@@ -525,15 +554,10 @@ static int decode_rrc_apply(const void *params, void *state, sl_op_ctx *ctx, sl_
             shape[0] = oh, shape[1] = ow, shape[2] = C;
         SL_TRY(sl_op_alloc(ctx, &t, SL_F32, 3, shape));
         sl_ops__norm nm = {(const float(*)[256])p->lut, p->norm.layout, mirror};
-        rc = sl_ops__decode_box(dec, data, size, p->color, b, lim, p->rrc.oh, p->rrc.ow,
+        rc = sl_ops__decode_box(e.dec, e.data, e.size, p->color, b, lim, p->rrc.oh, p->rrc.ow,
                                 SL_INTERP_BILINEAR, t.data, &nm);
     }
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, p->col, &t);
-    return SL_OK;
+    return set_or_release(s, p->col, &t, rc);
 }
 PHASED(decode_rrc_apply, SL_PHASE_DECODE)
 
@@ -584,6 +608,14 @@ static int decode_rrc_fuse(const void *params, const sl_op_def *next, const void
     return 1;
 }
 
+/* An op made by fusion only: its params come ready from fuse(). */
+#define FUSED_OP_DEF(PREFIX, NAME, SUMMARY, ...)                                            \
+    {                                                                                      \
+        .name = NAME, .summary = SUMMARY, .params_size = sizeof(PREFIX##_params),          \
+        .parse = fused_parse, .bind = fused_bind, .describe = PREFIX##_describe,           \
+        __VA_ARGS__                                                                        \
+    }
+
 static int fused_bind(void *params, sl_colset *cols, const char *field) {
     (void)params;
     (void)cols;
@@ -614,13 +646,9 @@ static void decode_rrc_describe(const void *params, char *buf, size_t cap) {
 }
 
 #define DECODE_RRC_DEF(NAME, SUMMARY)                                                      \
-    {                                                                                      \
-        .name = NAME, .summary = SUMMARY, .flags = SL_OPF_RANDOM,                          \
-        .params_size = sizeof(decode_rrc_params), .parse = fused_parse, .bind = fused_bind, \
-        .worker_init = decoder_init, .worker_free = decoder_free,                          \
-        .apply = decode_rrc_apply_phased,                                                  \
-        .fuse = decode_rrc_fuse, .describe = decode_rrc_describe,                          \
-    }
+    FUSED_OP_DEF(decode_rrc, NAME, SUMMARY, .flags = SL_OPF_RANDOM,                        \
+                 .worker_init = decoder_init, .worker_free = decoder_free,                 \
+                 .apply = decode_rrc_apply_phased, .fuse = decode_rrc_fuse)
 
 static const sl_op_def op_decode_rrc = DECODE_RRC_DEF(
     "decode_random_resized_crop",
@@ -653,14 +681,8 @@ static int resize_parse(void *params, const cJSON *json, const char *field) {
 
 static int resize_bind(void *params, sl_colset *cols, const char *field) {
     resize_params *p = params;
-    SL_TRY(bind_image(p->column, &p->col, cols, field));
-    sl_colinfo *ci = &cols->col[p->col];
-    int64_t c = ci->ndim == 3 ? ci->shape[2] : -1;
-    if (p->shorter)
-        set_image_info(ci, -1, -1, c);
-    else
-        set_image_info(ci, p->oh, p->ow, c);
-    return SL_OK;
+    return bind_resized(p->column, &p->col, cols, field, p->shorter ? -1 : p->oh,
+                        p->shorter ? -1 : p->ow);
 }
 
 static void resize_shape(const resize_params *p, int H, int W, int *oh, int *ow) {
@@ -672,26 +694,6 @@ static void resize_shape(const resize_params *p, int H, int W, int *oh, int *ow)
     }
 }
 
-static int resize_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
-    const resize_params *p = params;
-    (void)state;
-    const sl_tensor *in = &s->col[p->col];
-    SL_TRY(sl_ops__check_image(in, "resize"));
-    int oh, ow;
-    resize_shape(p, (int)in->shape[0], (int)in->shape[1], &oh, &ow);
-    sl_tensor t;
-    int64_t shape[3] = {oh, ow, in->shape[2]};
-    SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
-    int rc = sl_image_resize(in, oh, ow, (sl_interp)p->interp, &t);
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, p->col, &t);
-    return SL_OK;
-}
-PHASED(resize_apply, SL_PHASE_RESAMPLE)
-
 static void resize_describe(const void *params, char *buf, size_t cap) {
     const resize_params *p = params;
     if (p->shorter)
@@ -700,15 +702,29 @@ static void resize_describe(const void *params, char *buf, size_t cap) {
         snprintf(buf, cap, "size=%dx%d %s", p->oh, p->ow, interp_names[p->interp - 1]);
 }
 
-const sl_op_def sl_op_resize = {
-    .name = "resize",
-    .summary = "resize (PIL-exact; int size: the shorter side, as torchvision Resize(int))",
-    .params_size = sizeof(resize_params),
-    .parse = resize_parse,
-    .bind = resize_bind,
-    .apply = resize_apply_phased,
-    .describe = resize_describe,
-};
+static int resize_prepare(const void *params, sl_rng *rng, const sl_tensor *in,
+                          sl_tensor *out, void *scratch) {
+    (void)rng;
+    (void)scratch;
+    SL_TRY(sl_ops__check_image(in, "resize"));
+    int oh, ow;
+    resize_shape(params, (int)in->shape[0], (int)in->shape[1], &oh, &ow);
+    int64_t shape[3] = {oh, ow, in->shape[2]};
+    sl_op_kernel_out(out, SL_U8, 3, shape);
+    return SL_OK;
+}
+
+static int resize_run(const void *params, const void *scratch, const sl_tensor *in,
+                      sl_tensor *out) {
+    (void)scratch;
+    return sl_image_resize(in, (int)out->shape[0], (int)out->shape[1],
+                           (sl_interp)((const resize_params *)params)->interp, out);
+}
+
+const sl_op_def sl_op_resize = SL_OP_DEF(
+    resize, "resize",
+    "resize (PIL-exact; int size: the shorter side, as torchvision Resize(int))",
+    .kernel = SL_OP_KERNEL(resize, .timed = 1, .phase = SL_PHASE_RESAMPLE));
 
 /* ---- center_crop ------------------------------------------------------------------ */
 
@@ -723,58 +739,45 @@ static int ccrop_parse(void *params, const cJSON *json, const char *field) {
 
 static int ccrop_bind(void *params, sl_colset *cols, const char *field) {
     ccrop_params *p = params;
-    SL_TRY(bind_image(p->column, &p->col, cols, field));
-    sl_colinfo *ci = &cols->col[p->col];
-    set_image_info(ci, p->ch, p->cw, ci->ndim == 3 ? ci->shape[2] : -1);
-    return SL_OK;
+    return bind_resized(p->column, &p->col, cols, field, p->ch, p->cw);
 }
-
-static int ccrop_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
-    const ccrop_params *p = params;
-    (void)state;
-    const sl_tensor *in = &s->col[p->col];
-    SL_TRY(sl_ops__check_image(in, "center_crop"));
-    sl_box box;
-    sl_center_crop_box((int)in->shape[0], (int)in->shape[1], p->ch, p->cw, &box);
-    sl_tensor t;
-    int64_t shape[3] = {p->ch, p->cw, in->shape[2]};
-    SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, shape));
-    int rc = sl_image_crop(in, &box, &t);
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, p->col, &t);
-    return SL_OK;
-}
-PHASED(ccrop_apply, SL_PHASE_RESAMPLE)
 
 static void ccrop_describe(const void *params, char *buf, size_t cap) {
     const ccrop_params *p = params;
     snprintf(buf, cap, "size=%dx%d", p->ch, p->cw);
 }
 
-const sl_op_def sl_op_center_crop = {
-    .name = "center_crop",
-    .summary = "torchvision CenterCrop (zero padding when the image is smaller)",
-    .params_size = sizeof(ccrop_params),
-    .parse = ccrop_parse,
-    .bind = ccrop_bind,
-    .apply = ccrop_apply_phased,
-    .describe = ccrop_describe,
-};
+/* The crop box (in scratch), padded with zeros where it leaves the image. */
+static int ccrop_prepare(const void *params, sl_rng *rng, const sl_tensor *in, sl_tensor *out,
+                         void *scratch) {
+    const ccrop_params *p = params;
+    (void)rng;
+    SL_TRY(sl_ops__check_image(in, "center_crop"));
+    sl_center_crop_box((int)in->shape[0], (int)in->shape[1], p->ch, p->cw, scratch);
+    int64_t shape[3] = {p->ch, p->cw, in->shape[2]};
+    sl_op_kernel_out(out, SL_U8, 3, shape);
+    return SL_OK;
+}
+
+static int ccrop_run(const void *params, const void *scratch, const sl_tensor *in,
+                     sl_tensor *out) {
+    (void)params;
+    return sl_image_crop(in, scratch, out);
+}
+
+const sl_op_def sl_op_center_crop = SL_OP_DEF(
+    ccrop, "center_crop",
+    "torchvision CenterCrop (zero padding when the image is smaller)",
+    .kernel = SL_OP_KERNEL(ccrop, .timed = 1, .phase = SL_PHASE_RESAMPLE));
 
 /* ---- decode + resize (+ center_crop) (fused) --------------------------------------- */
 
 static int decode_resize_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
     const decode_resize_params *p = params;
-    sl_decoder *dec = state;
-    const void *data = NULL;
-    size_t size = 0;
-    sl_image_info info;
-    SL_TRY(read_header(dec, s, p->col, &data, &size, &info));
+    encoded e;
+    SL_TRY(read_header(state, s, p->col, &e));
     int rc;
-    int H = info.height, W = info.width;
+    int H = e.info.height, W = e.info.width;
     sl_place pl;
     sl_place_resize_crop(H, W, p->rs.shorter, p->rs.oh, p->rs.ow, p->has_crop ? p->cc.ch : 0,
                          p->cc.cw, &pl);
@@ -786,7 +789,7 @@ static int decode_resize_apply(const void *params, void *state, sl_op_ctx *ctx, 
         int64_t fs[3] = {H, W, (int64_t)p->color}, rs[3] = {rh, rw, (int64_t)p->color};
         int64_t cs[3] = {p->cc.ch, p->cc.cw, (int64_t)p->color};
         SL_TRY(sl_op_alloc(ctx, &full, SL_U8, 3, fs));
-        rc = sl_decode(dec, data, size, p->color, &full);
+        rc = sl_decode(e.dec, e.data, e.size, p->color, &full);
         if (rc == SL_OK)
             rc = sl_op_alloc(ctx, &r, SL_U8, 3, rs);
         if (rc == SL_OK)
@@ -807,7 +810,7 @@ static int decode_resize_apply(const void *params, void *state, sl_op_ctx *ctx, 
     const double *box = pl.box;
     const int *lim = pl.lim;
     int oh = pl.oh, ow = pl.ow;
-    return decode_box_column(dec, ctx, s, p->col, data, size, p->color, box, lim, oh, ow,
+    return decode_box_column(ctx, s, p->col, &e, p->color, box, lim, oh, ow,
                              (sl_interp)p->rs.interp);
 }
 PHASED(decode_resize_apply, SL_PHASE_DECODE)
@@ -821,14 +824,13 @@ static int decode_resize_fuse(const void *params, const sl_op_def *next, const v
     if (c->col != p->col)
         return 0;
     decode_resize_params *f = sl__calloc(1, sizeof *f);
-    if (!f)
-        return sl__oom("fusing decode + resize + center_crop");
-    *f = *p;
-    f->has_crop = 1;
-    f->cc = *c;
-    *fused_def = &op_decode_resize;
-    *fused_params = f;
-    return 1;
+    if (f) {
+        *f = *p;
+        f->has_crop = 1;
+        f->cc = *c;
+    }
+    return fused(&op_decode_resize, f, "fusing decode + resize + center_crop", fused_def,
+                 fused_params);
 }
 
 static void decode_resize_describe(const void *params, char *buf, size_t cap) {
@@ -844,18 +846,11 @@ static void decode_resize_describe(const void *params, char *buf, size_t cap) {
                  p->color == SL_COLOR_RGB ? "rgb" : "gray", o, rs);
 }
 
-static const sl_op_def op_decode_resize = {
-    .name = "decode_resize",
-    .summary = "fused decode + resize (+ center_crop): DCT-scaled decode of the needed region",
-    .params_size = sizeof(decode_resize_params),
-    .parse = fused_parse,
-    .bind = fused_bind,
-    .worker_init = decoder_init,
-    .worker_free = decoder_free,
-    .apply = decode_resize_apply_phased,
-    .fuse = decode_resize_fuse,
-    .describe = decode_resize_describe,
-};
+static const sl_op_def op_decode_resize = FUSED_OP_DEF(
+    decode_resize, "decode_resize",
+    "fused decode + resize (+ center_crop): DCT-scaled decode of the needed region",
+    .worker_init = decoder_init, .worker_free = decoder_free,
+    .apply = decode_resize_apply_phased, .fuse = decode_resize_fuse);
 
 /* ---- flip ---------------------------------------------------------------------------- */
 
@@ -872,6 +867,10 @@ static int flip_bind(void *params, sl_colset *cols, const char *field) {
     return bind_image(p->column, &p->col, cols, field);
 }
 
+static void flip_describe(const void *params, char *buf, size_t cap) {
+    snprintf(buf, cap, "p=%g", ((const flip_params *)params)->p);
+}
+
 /* Kept (no draw under p) or mirrored into a new tensor: the input may be a
  * read-only view of the source (a file mapping) or shared with another
  * sample. */
@@ -883,7 +882,7 @@ static int flip_prepare(const void *params, sl_rng *rng, const sl_tensor *in, sl
     if (!(sl_rng_uniform(rng) < p->p))
         return SL_OP_KEEP;
     SL_TRY(sl_ops__check_image(in, "flip"));
-    sl_tensor_view(out, NULL, SL_U8, 3, in->shape);
+    sl_op_kernel_out(out, SL_U8, 3, in->shape);
     return SL_OK;
 }
 
@@ -894,40 +893,17 @@ static int flip_run(const void *params, const void *scratch, const sl_tensor *in
     return sl_image_flip(in, out);
 }
 
-static const sl_op_kernel flip_kernel = {
-    .col_offset = offsetof(flip_params, col),
-    .image = 1,
-    .prepare = flip_prepare,
-    .run = flip_run,
-};
-
-static void flip_describe(const void *params, char *buf, size_t cap) {
-    snprintf(buf, cap, "p=%g", ((const flip_params *)params)->p);
-}
-
 static int flip_fuse(const void *params, const sl_op_def *next, const void *next_params,
                      const sl_op_def **fused_def, void **fused_params);
 
-const sl_op_def sl_op_flip = {
-    .name = "flip",
-    .summary = "horizontal flip with probability p (torchvision RandomHorizontalFlip)",
+const sl_op_def sl_op_flip = SL_OP_DEF(
+    flip, "flip",
+    "horizontal flip with probability p (torchvision RandomHorizontalFlip)",
     .flags = SL_OPF_RANDOM,
-    .params_size = sizeof(flip_params),
-    .parse = flip_parse,
-    .bind = flip_bind,
-    .kernel = &flip_kernel,
-    .fuse = flip_fuse,
-    .describe = flip_describe,
-};
+    .kernel = SL_OP_KERNEL(flip, .batches = 1, .image = 1),
+    .fuse = flip_fuse);
 
 /* ---- rotate ---------------------------------------------------------------------------- */
-
-typedef struct {
-    char column[SL_COLNAME_MAX];
-    int col;
-    double lo, hi;
-    int fill;
-} rotate_params;
 
 static int rotate_parse(void *params, const cJSON *json, const char *field) {
     rotate_params *p = params;
@@ -959,38 +935,31 @@ static int rotate_bind(void *params, sl_colset *cols, const char *field) {
     return bind_image(p->column, &p->col, cols, field);
 }
 
-static int rotate_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
-    const rotate_params *p = params;
-    (void)state;
-    const sl_tensor *in = &s->col[p->col];
-    SL_TRY(sl_ops__check_image(in, "rotate"));
-    double angle = p->lo + sl_rng_uniform(sl_op_rng(ctx)) * (p->hi - p->lo);
-    sl_tensor t;
-    SL_TRY(sl_op_alloc(ctx, &t, SL_U8, 3, in->shape));
-    int rc = sl_image_rotate(in, angle, (uint8_t)p->fill, &t);
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, p->col, &t);
-    return SL_OK;
-}
-
 static void rotate_describe(const void *params, char *buf, size_t cap) {
     const rotate_params *p = params;
     snprintf(buf, cap, "degrees=[%g,%g] fill=%d", p->lo, p->hi, p->fill);
 }
 
-const sl_op_def sl_op_rotate = {
-    .name = "rotate",
-    .summary = "rotate by a random angle in degrees (PIL rotate, bilinear, fill)",
-    .flags = SL_OPF_RANDOM,
-    .params_size = sizeof(rotate_params),
-    .parse = rotate_parse,
-    .bind = rotate_bind,
-    .apply = rotate_apply,
-    .describe = rotate_describe,
-};
+/* The angle (in scratch), drawn after the image is checked. */
+static int rotate_prepare(const void *params, sl_rng *rng, const sl_tensor *in,
+                          sl_tensor *out, void *scratch) {
+    const rotate_params *p = params;
+    SL_TRY(sl_ops__check_image(in, "rotate"));
+    *(double *)scratch = p->lo + sl_rng_uniform(rng) * (p->hi - p->lo);
+    sl_op_kernel_out(out, SL_U8, 3, in->shape);
+    return SL_OK;
+}
+
+static int rotate_run(const void *params, const void *scratch, const sl_tensor *in,
+                      sl_tensor *out) {
+    const rotate_params *p = params;
+    return sl_image_rotate(in, *(const double *)scratch, (uint8_t)p->fill, out);
+}
+
+const sl_op_def sl_op_rotate = SL_OP_DEF(
+    rotate, "rotate",
+    "rotate by a random angle in degrees (PIL rotate, bilinear, fill)",
+    .flags = SL_OPF_RANDOM, .kernel = SL_OP_KERNEL(rotate, .timed = 0));
 
 /* ---- normalize ------------------------------------------------------------------------ */
 
@@ -1049,6 +1018,12 @@ static int normalize_bind(void *params, sl_colset *cols, const char *field) {
     return SL_OK;
 }
 
+static void normalize_describe(const void *params, char *buf, size_t cap) {
+    const normalize_params *p = params;
+    snprintf(buf, cap, "mean=[%g,...] std=[%g,...] %s %s", p->mean[0], p->std[0],
+             p->layout == SL_LAYOUT_CHW ? "chw" : "hwc", sl_dtype_name(p->dtype));
+}
+
 /* mean/std per channel of this image (in scratch), the output laid out as
  * asked. */
 static int normalize_prepare(const void *params, sl_rng *rng, const sl_tensor *in,
@@ -1069,7 +1044,7 @@ static int normalize_prepare(const void *params, sl_rng *rng, const sl_tensor *i
     if (p->layout == SL_LAYOUT_CHW) {
         shape[0] = C; shape[1] = H; shape[2] = W;
     }
-    sl_tensor_view(out, NULL, p->dtype, 3, shape);
+    sl_op_kernel_out(out, p->dtype, 3, shape);
     return SL_OK;
 }
 
@@ -1080,50 +1055,20 @@ static int normalize_run(const void *params, const void *scratch, const sl_tenso
     return sl_image_normalize(in, mean, sd, p->layout, p->dtype, out);
 }
 
-static const sl_op_kernel normalize_kernel = {
-    .col_offset = offsetof(normalize_params, col),
-    .image = 1,
-    .timed = 1,
-    .phase = SL_PHASE_NORMALIZE,
-    .prepare = normalize_prepare,
-    .run = normalize_run,
-};
-
-static void normalize_describe(const void *params, char *buf, size_t cap) {
-    const normalize_params *p = params;
-    snprintf(buf, cap, "mean=[%g,...] std=[%g,...] %s %s", p->mean[0], p->std[0],
-             p->layout == SL_LAYOUT_CHW ? "chw" : "hwc", sl_dtype_name(p->dtype));
-}
-
-const sl_op_def sl_op_normalize = {
-    .name = "normalize",
-    .summary = "(x/255 - mean)/std, HWC->CHW and cast in one pass (ToTensor + Normalize)",
-    .params_size = sizeof(normalize_params),
-    .parse = normalize_parse,
-    .bind = normalize_bind,
-    .kernel = &normalize_kernel,
-    .describe = normalize_describe,
-};
+const sl_op_def sl_op_normalize = SL_OP_DEF(
+    normalize, "normalize",
+    "(x/255 - mean)/std, HWC->CHW and cast in one pass (ToTensor + Normalize)",
+    .kernel = SL_OP_KERNEL(normalize, .batches = 1, .image = 1, .timed = 1,
+                           .phase = SL_PHASE_NORMALIZE));
 
 /* ---- cast ------------------------------------------------------------------------------ */
-
-typedef struct {
-    char column[SL_COLNAME_MAX];
-    int col;
-    sl_dtype dtype;
-} cast_params;
 
 static int cast_parse(void *params, const cJSON *json, const char *field) {
     cast_params *p = params;
     static const char *const keys[] = {"column", "dtype", NULL};
-    char name[32];
     SL_TRY(sl_op_param_check_keys(json, field, keys));
     SL_TRY(sl_op_param_string(json, "column", field, 1, NULL, p->column, sizeof p->column));
-    SL_TRY(sl_op_param_string(json, "dtype", field, 1, NULL, name, sizeof name));
-    p->dtype = sl_dtype_parse(name);
-    if (p->dtype == SL_DTYPE_INVALID || p->dtype == SL_BOOL)
-        return sl__error(SL_EINVAL, "%s.dtype: unknown or unsupported dtype '%s'", field, name);
-    return SL_OK;
+    return parse_dtype(json, field, NULL, 0, &p->dtype);
 }
 
 static int cast_bind(void *params, sl_colset *cols, const char *field) {
@@ -1137,6 +1082,10 @@ static int cast_bind(void *params, sl_colset *cols, const char *field) {
     return SL_OK;
 }
 
+static void cast_describe(const void *params, char *buf, size_t cap) {
+    snprintf(buf, cap, "dtype=%s", sl_dtype_name(((const cast_params *)params)->dtype));
+}
+
 /* Element-wise, so a batch converts row by row to the same values. */
 static int cast_prepare(const void *params, sl_rng *rng, const sl_tensor *in, sl_tensor *out,
                         void *scratch) {
@@ -1145,7 +1094,7 @@ static int cast_prepare(const void *params, sl_rng *rng, const sl_tensor *in, sl
     (void)scratch;
     if (in->dtype == p->dtype)
         return SL_OP_KEEP;
-    sl_tensor_view(out, NULL, p->dtype, in->ndim, in->shape);
+    sl_op_kernel_out(out, p->dtype, in->ndim, in->shape);
     return SL_OK;
 }
 
@@ -1155,49 +1104,22 @@ static int cast_run(const void *params, const void *scratch, const sl_tensor *in
     return sl_tensor_cast(in, ((const cast_params *)params)->dtype, out);
 }
 
-static const sl_op_kernel cast_kernel = {
-    .col_offset = offsetof(cast_params, col),
-    .prepare = cast_prepare,
-    .run = cast_run,
-};
-
-static void cast_describe(const void *params, char *buf, size_t cap) {
-    snprintf(buf, cap, "dtype=%s", sl_dtype_name(((const cast_params *)params)->dtype));
-}
-
-const sl_op_def sl_op_cast = {
-    .name = "cast",
-    .summary = "convert a column's elements to another dtype (rounding, saturating)",
-    .params_size = sizeof(cast_params),
-    .parse = cast_parse,
-    .bind = cast_bind,
-    .kernel = &cast_kernel,
-    .describe = cast_describe,
-};
+const sl_op_def sl_op_cast = SL_OP_DEF(
+    cast, "cast",
+    "convert a column's elements to another dtype (rounding, saturating)",
+    .kernel = SL_OP_KERNEL(cast, .batches = 1, .elementwise = 1));
 
 /* ---- one_hot --------------------------------------------------------------------------- */
-
-typedef struct {
-    char column[SL_COLNAME_MAX];
-    int col;
-    int classes;
-    sl_dtype dtype;
-} one_hot_params;
 
 static int one_hot_parse(void *params, const cJSON *json, const char *field) {
     one_hot_params *p = params;
     static const char *const keys[] = {"column", "classes", "dtype", NULL};
-    char name[32];
     int64_t classes;
     SL_TRY(sl_op_param_check_keys(json, field, keys));
     SL_TRY(sl_op_param_string(json, "column", field, 0, "label", p->column, sizeof p->column));
     SL_TRY(sl_op_param_int(json, "classes", field, 1, 0, 1, 1 << 24, &classes));
-    SL_TRY(sl_op_param_string(json, "dtype", field, 0, "float32", name, sizeof name));
     p->classes = (int)classes;
-    p->dtype = sl_dtype_parse(name);
-    if (p->dtype == SL_DTYPE_INVALID)
-        return sl__error(SL_EINVAL, "%s.dtype: unknown dtype '%s'", field, name);
-    return SL_OK;
+    return parse_dtype(json, field, "float32", 1, &p->dtype);
 }
 
 static int one_hot_bind(void *params, sl_colset *cols, const char *field) {
@@ -1236,6 +1158,11 @@ static int label_value(const sl_tensor *t, int64_t *out) {
     return SL_OK;
 }
 
+static void one_hot_describe(const void *params, char *buf, size_t cap) {
+    const one_hot_params *p = params;
+    snprintf(buf, cap, "classes=%d dtype=%s", p->classes, sl_dtype_name(p->dtype));
+}
+
 /* The label (in scratch), read before the output is taken. */
 static int one_hot_prepare(const void *params, sl_rng *rng, const sl_tensor *in,
                            sl_tensor *out, void *scratch) {
@@ -1243,7 +1170,7 @@ static int one_hot_prepare(const void *params, sl_rng *rng, const sl_tensor *in,
     (void)rng;
     SL_TRY(label_value(in, scratch));
     int64_t shape[1] = {p->classes};
-    sl_tensor_view(out, NULL, p->dtype, 1, shape);
+    sl_op_kernel_out(out, p->dtype, 1, shape);
     return SL_OK;
 }
 
@@ -1254,26 +1181,10 @@ static int one_hot_run(const void *params, const void *scratch, const sl_tensor 
     return sl_one_hot(*(const int64_t *)scratch, p->classes, p->dtype, out);
 }
 
-static const sl_op_kernel one_hot_kernel = {
-    .col_offset = offsetof(one_hot_params, col),
-    .prepare = one_hot_prepare,
-    .run = one_hot_run,
-};
-
-static void one_hot_describe(const void *params, char *buf, size_t cap) {
-    const one_hot_params *p = params;
-    snprintf(buf, cap, "classes=%d dtype=%s", p->classes, sl_dtype_name(p->dtype));
-}
-
-const sl_op_def sl_op_one_hot = {
-    .name = "one_hot",
-    .summary = "integer label -> one-hot vector of `classes` values",
-    .params_size = sizeof(one_hot_params),
-    .parse = one_hot_parse,
-    .bind = one_hot_bind,
-    .kernel = &one_hot_kernel,
-    .describe = one_hot_describe,
-};
+const sl_op_def sl_op_one_hot = SL_OP_DEF(
+    one_hot, "one_hot",
+    "integer label -> one-hot vector of `classes` values",
+    .kernel = SL_OP_KERNEL(one_hot, .batches = 1));
 
 /* ---- flip + normalize (fused) ------------------------------------------------------ */
 
@@ -1301,36 +1212,17 @@ static int flip_fuse(const void *params, const sl_op_def *next, const void *next
 
 static int flip_normalize_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
     const flip_normalize_params *p = params;
+    const normalize_params *n = &p->norm;
     (void)state;
     /* part 0 = the flip position: the same draw as the unfused flip */
     int mirror = sl_rng_uniform(sl_op_rng_part(ctx, 0)) < p->flip.p;
-    const normalize_params *n = &p->norm;
     const sl_tensor *in = &s->col[n->col];
-    SL_TRY(sl_ops__check_image(in, "normalize"));
-    int64_t H = in->shape[0], W = in->shape[1], C = in->shape[2];
-    float mean[4], sd[4];
-    if ((n->nmean != 1 && n->nmean != C) || (n->nstd != 1 && n->nstd != C))
-        return sl__error(SL_EINVAL, "mean/std have %d/%d values for a %lld-channel image",
-                         n->nmean, n->nstd, (long long)C);
-    for (int c = 0; c < C; c++) {
-        mean[c] = n->mean[n->nmean == 1 ? 0 : c];
-        sd[c] = n->std[n->nstd == 1 ? 0 : c];
-    }
-    sl_tensor t;
-    int64_t shape[3];
-    if (n->layout == SL_LAYOUT_CHW) {
-        shape[0] = C; shape[1] = H; shape[2] = W;
-    } else {
-        shape[0] = H; shape[1] = W; shape[2] = C;
-    }
-    SL_TRY(sl_op_alloc(ctx, &t, n->dtype, 3, shape));
-    int rc = sl_ops__normalize(in, mean, sd, n->layout, n->dtype, mirror, &t);
-    if (rc < 0) {
-        sl_tensor_release(&t);
-        return cause_only(rc);
-    }
-    sl_op_set_column(s, n->col, &t);
-    return SL_OK;
+    float ms[8]; /* mean and std per channel */
+    sl_tensor want, t;
+    SL_TRY(normalize_prepare(n, NULL, in, &want, ms));
+    SL_TRY(sl_op_alloc(ctx, &t, want.dtype, want.ndim, want.shape));
+    return set_or_release(s, n->col, &t,
+                          sl_ops__normalize(in, ms, ms + 4, n->layout, n->dtype, mirror, &t));
 }
 PHASED(flip_normalize_apply, SL_PHASE_NORMALIZE)
 
@@ -1341,16 +1233,10 @@ static void flip_normalize_describe(const void *params, char *buf, size_t cap) {
     snprintf(buf, cap, "flip p=%g folded into normalize %s", p->flip.p, nb);
 }
 
-static const sl_op_def op_flip_normalize = {
-    .name = "flip_normalize",
-    .summary = "fused flip + normalize: the flip is read mirrored in normalize's pass",
-    .flags = SL_OPF_RANDOM,
-    .params_size = sizeof(flip_normalize_params),
-    .parse = fused_parse,
-    .bind = fused_bind,
-    .apply = flip_normalize_apply_phased,
-    .describe = flip_normalize_describe,
-};
+static const sl_op_def op_flip_normalize = FUSED_OP_DEF(
+    flip_normalize, "flip_normalize",
+    "fused flip + normalize: the flip is read mirrored in normalize's pass",
+    .flags = SL_OPF_RANDOM, .apply = flip_normalize_apply_phased);
 
 /* ---- GPU decode: the CPU half (op.h, "GPU decode's CPU half") ------------------------ */
 
@@ -1487,28 +1373,45 @@ int sl_op__gpu_chain_add(sl_gpu_decode *g, const sl_op_def *def, const void *par
                      def->name, gpu_supported);
 }
 
-int sl_op__gpu_chain_check(sl_gpu_decode *g, const char *field) {
+int sl_op__gpu_chain_check(sl_gpu_decode *g, sl_colset *cols, const char *field) {
     if (g->stage == 1) { /* no normalize: the CPU chain's uint8 HWC image */
         g->u8 = 1;
         g->hwc = 1;
     }
-    if (g->stage >= 1)
-        return SL_OK;
-    return sl__error(SL_EINVAL, "%s (decode): \"device\": \"gpu\" needs random_resized_crop "
-                     "(or resize + center_crop) after it: %s", field, gpu_supported);
+    if (g->stage < 1)
+        return sl__error(SL_EINVAL, "%s (decode): \"device\": \"gpu\" needs "
+                         "random_resized_crop (or resize + center_crop) after it: %s", field,
+                         gpu_supported);
+    sl_colinfo *ci = &cols->col[g->col];
+    ci->dtype = SL_U8;
+    ci->ndim = 1;
+    ci->shape[0] = -1;
+    ci->encoded = 1;
+    ci->text = 0;
+    char pname[SL_COLNAME_MAX];
+    if (strlen(g->column) + sizeof ".gpu_place" > sizeof pname)
+        return sl__error(SL_EINVAL, "%s.column: '%s' is too long a name for decode on the GPU",
+                         field, g->column);
+    snprintf(pname, sizeof pname, "%s.gpu_place", g->column);
+    int pc = sl_op_add_column(cols, pname, field);
+    if (pc < 0)
+        return pc;
+    g->pcol = pc;
+    sl_colinfo *pi = &cols->col[pc];
+    memset(pi, 0, sizeof *pi);
+    snprintf(pi->name, sizeof pi->name, "%s", pname);
+    pi->dtype = SL_F64;
+    pi->ndim = 1;
+    pi->shape[0] = SL_GPU_PLACE_N;
+    return SL_OK;
 }
 
+typedef sl_gpu_decode gpu_place_params;
+
+/* GPU decode's CPU fallback decodes as the CPU op (no exif_orientation:
+ * refused with "device": "gpu"). */
 static int gpu_place_init(const void *params, void **state_out) {
-    const sl_gpu_decode *g = params;
-    sl_decoder *dec;
-    SL_TRY(sl_decoder_create(&dec));
-    int rc = sl_decoder_set(dec, SL_DECODE_WARNINGS, g->warnings);
-    if (rc < 0) {
-        sl_decoder_free(dec);
-        return rc;
-    }
-    *state_out = dec;
-    return SL_OK;
+    return make_decoder(((const sl_gpu_decode *)params)->warnings, 0, state_out);
 }
 
 /* The header, then the placement with the CPU ops' own functions and
@@ -1516,28 +1419,24 @@ static int gpu_place_init(const void *params, void **state_out) {
  * the same box and mirror as the CPU chain draws for this sample. */
 static int gpu_place_apply(const void *params, void *state, sl_op_ctx *ctx, sl_sample *s) {
     const sl_gpu_decode *g = params;
-    sl_decoder *dec = state;
-    const void *data = NULL;
-    size_t size = 0;
-    sl_image_info info;
-    SL_TRY(read_header(dec, s, g->col, &data, &size, &info));
+    encoded e;
+    SL_TRY(read_header(state, s, g->col, &e));
     sl_rng flip_rng;
     if (g->has_flip)
         sl_rng_init(&flip_rng, ctx->seed, ctx->epoch, ctx->key, g->flip_pos);
     sl_place pl;
+    int H = e.info.height, W = e.info.width;
     if (g->crop == 1) {
         sl_rng box_rng;
         sl_rng_init(&box_rng, ctx->seed, ctx->epoch, ctx->key, g->rrc_pos);
-        int rc = sl_place_rrc(info.height, info.width, g->scale, g->ratio, g->oh, g->ow, &box_rng,
-                              g->flip_p, g->has_flip ? &flip_rng : NULL, &pl);
+        int rc = sl_place_rrc(H, W, g->scale, g->ratio, g->oh, g->ow, &box_rng, g->flip_p,
+                              g->has_flip ? &flip_rng : NULL, &pl);
         if (rc < 0)
             return cause_only(rc);
     } else {
-        sl_place_resize_crop(info.height, info.width, g->shorter, g->size_h, g->size_w, g->ch,
-                             g->cw, &pl);
+        sl_place_resize_crop(H, W, g->shorter, g->size_h, g->size_w, g->ch, g->cw, &pl);
         if (pl.pads) /* refused at plan time (sl_op__gpu_chain_add) */
-            return sl__error(SL_EINVAL, "center_crop pads this %dx%d image", info.width,
-                             info.height);
+            return sl__error(SL_EINVAL, "center_crop pads this %dx%d image", W, H);
         pl.mirror = g->has_flip && sl_rng_uniform(&flip_rng) < g->flip_p;
     }
     sl_tensor t;
@@ -1549,8 +1448,8 @@ static int gpu_place_apply(const void *params, void *state, sl_op_ctx *ctx, sl_s
         v[SL_GPU_PLACE_LIM + k] = pl.lim[k];
     }
     v[SL_GPU_PLACE_FLIP] = pl.mirror;
-    v[SL_GPU_PLACE_H] = info.height;
-    v[SL_GPU_PLACE_W] = info.width;
+    v[SL_GPU_PLACE_H] = H;
+    v[SL_GPU_PLACE_W] = W;
     v[SL_GPU_PLACE_RECORD] = (double)ctx->index;
     v[SL_GPU_PLACE_POS] = (double)ctx->stream_pos;
     /* a new column: what lies past ncols is stale (released samples are not
@@ -1579,16 +1478,9 @@ static void gpu_place_describe(const void *params, char *buf, size_t cap) {
                  g->size_h, g->size_w, g->oh, g->ow, fb, out);
 }
 
-const sl_op_def sl_op_gpu_decode_place = {
-    .name = "gpu_decode_place",
-    .summary = "decode on the GPU, its CPU half: each JPEG's header and placement (box, "
-               "mirror) beside its bytes; the device hand-off decodes the batch",
-    .flags = SL_OPF_RANDOM,
-    .params_size = sizeof(sl_gpu_decode),
-    .parse = fused_parse,
-    .bind = fused_bind,
-    .worker_init = gpu_place_init,
-    .worker_free = decoder_free,
-    .apply = gpu_place_apply_phased,
-    .describe = gpu_place_describe,
-};
+const sl_op_def sl_op_gpu_decode_place = FUSED_OP_DEF(
+    gpu_place, "gpu_decode_place",
+    "decode on the GPU, its CPU half: each JPEG's header and placement (box, "
+    "mirror) beside its bytes; the device hand-off decodes the batch",
+    .flags = SL_OPF_RANDOM, .worker_init = gpu_place_init, .worker_free = decoder_free,
+    .apply = gpu_place_apply_phased);

@@ -93,6 +93,14 @@ norm8_avx2(const float (*lut)[256], const uint8_t *row, size_t W, int mirror, si
     *f2 = _mm256_i32gather_ps(lut[2], _mm256_shuffle_epi8(v, m2), 4);
 }
 
+/* Store the three channel vectors f0..f2 at x of rows o0..o2 with `st`. */
+#define STORE3(st, x)        \
+    do {                     \
+        st(o0 + (x), f0);    \
+        st(o1 + (x), f1);    \
+        st(o2 + (x), f2);    \
+    } while (0)
+
 /* Rows of at least 8 pixels. With `stream`, the pixels before the first
  * cache line boundary and after the last full vector are stored one by one:
  * a line must take either plain or streaming stores, never both (a plain
@@ -109,15 +117,10 @@ norm_row3_avx2(const float (*lut)[256], const uint8_t *row, size_t W, int mirror
             norm_px3(lut, row, W, mirror, x, o0, o1, o2);
     for (; x + 8 <= W; x += 8) {
         norm8_avx2(lut, row, W, mirror, x, m0, m1, m2, &f0, &f1, &f2);
-        if (stream) {
-            _mm256_stream_ps(o0 + x, f0);
-            _mm256_stream_ps(o1 + x, f1);
-            _mm256_stream_ps(o2 + x, f2);
-        } else {
-            _mm256_storeu_ps(o0 + x, f0);
-            _mm256_storeu_ps(o1 + x, f1);
-            _mm256_storeu_ps(o2 + x, f2);
-        }
+        if (stream)
+            STORE3(_mm256_stream_ps, x);
+        else
+            STORE3(_mm256_storeu_ps, x);
     }
     for (; x < W; x++)
         norm_px3(lut, row, W, mirror, x, o0, o1, o2);
@@ -161,15 +164,10 @@ norm_row3_avx512(const float (*lut)[256], const uint8_t *row, size_t W, int mirr
     }
     for (; x + 16 <= W; x += 16) {
         NORM16(x);
-        if (stream) {
-            _mm512_stream_ps(o0 + x, f0);
-            _mm512_stream_ps(o1 + x, f1);
-            _mm512_stream_ps(o2 + x, f2);
-        } else {
-            _mm512_storeu_ps(o0 + x, f0);
-            _mm512_storeu_ps(o1 + x, f1);
-            _mm512_storeu_ps(o2 + x, f2);
-        }
+        if (stream)
+            STORE3(_mm512_stream_ps, x);
+        else
+            STORE3(_mm512_storeu_ps, x);
     }
     if (x < W) {
         /* pixels x..W-1 (under 16) from the vector at W - 16 */

@@ -14,7 +14,9 @@
  *                                     with the op right after it.
  *   4. apply   (run time, per sample, on worker threads, concurrently)
  *                                     transform one sample in place, using
- *                                     per-worker state and the sample's RNG.
+ *                                     per-worker state and the sample's RNG
+ *                                     (an op's apply, or its kernel run by
+ *                                     the op table: "One kernel per op").
  *
  * Rules an op must follow (the engine relies on them):
  *  - `params` are read-only after bind/fuse: apply() runs on many threads at
@@ -57,6 +59,7 @@
 #include "core/core.h"
 
 #include <cjson/cJSON.h>
+#include <stddef.h>
 #include <string.h>
 
 /* apply() return value: drop this sample (not an error). */
@@ -94,9 +97,12 @@ int sl_op_find_column(const sl_colset *cols, const char *name, const char *field
 int sl_op_add_column(sl_colset *cols, const char *name, const char *field);
 
 /* ---- parameter helpers -------------------------------------------------------
- * Each reads obj[key]. `field` is the op's spec path ("ops[2]"); messages read
- * "<field>.<key>: <problem>". `required`: a missing key is an error; else the
- * default is stored. All return SL_OK or SL_EINVAL. */
+ * Each reads obj[key] as one entry of a parameter table (core/params.h), so
+ * op parameters are checked and reported as every key of a spec is. `field`
+ * is the op's spec path ("ops[2]"); messages read "<field>.<key>: <problem>",
+ * a wrong value naming the allowed range and the value given. `required`: a
+ * missing key is an error; else the default is stored. All return SL_OK or
+ * SL_EINVAL. */
 
 /* Reject keys not in `allowed` (a NULL-terminated list; "op" and "parallel"
  * are always allowed): "<field>.sizee: unknown parameter (parameters: size, ...)",
@@ -288,7 +294,7 @@ int sl_op__filter_match(const sl_filter_params *f, double v);
 extern const sl_op_def sl_op_filter;
 extern const sl_op_def sl_op_select;
 
-/* ---- one kernel per op ------------------------------------------------------------
+/* ---- One kernel per op ------------------------------------------------------------
  * An op that replaces one column with a value computed from that column of
  * the same sample alone gives its kernel once, as an sl_op_kernel, and no
  * apply: the op table runs it per sample (sl_op_apply: the output from
@@ -301,6 +307,12 @@ typedef struct sl_op_kernel {
     size_t col_offset;              /* offsetof(params struct, the bound `int` column) */
     int image;                      /* 1: reads an HWC uint8 image (batched only
                                        when the plan says the column is one) */
+    int batches;                    /* 1: may run over a stacked batch (map
+                                       vectorization; sl_op_can_batch) */
+    int elementwise;                /* 1: each output element depends on the input
+                                       element alone and nothing is drawn (cast):
+                                       a batch runs as one call on the whole
+                                       stacked column */
     int timed;                      /* 1: the per-sample run is timed as `phase`
                                        (SL_PHASE_*, ops.h) */
     int phase;
@@ -317,7 +329,37 @@ typedef struct sl_op_kernel {
     int (*run)(const void *params, const void *scratch, const sl_tensor *in, sl_tensor *out);
 } sl_op_kernel;
 
+/* A pointer to the kernel of an op whose params type and functions share
+ * one prefix (PREFIX_params with the bound column in `col`,
+ * PREFIX_prepare, PREFIX_run), for sl_op_def.kernel; the other fields
+ * follow as designated initializers. */
+#define SL_OP_KERNEL(PREFIX, ...)                                                         \
+    (&(const sl_op_kernel){.col_offset = offsetof(PREFIX##_params, col),                 \
+                           .prepare = PREFIX##_prepare,                                  \
+                           .run = PREFIX##_run,                                          \
+                           __VA_ARGS__})
+
+/* For prepare(): the output is `dtype` with `ndim` dims `shape` (only those
+ * fields of `out` are set). */
+static inline void sl_op_kernel_out(sl_tensor *out, sl_dtype dtype, int ndim,
+                                    const int64_t *shape) {
+    out->dtype = dtype;
+    out->ndim = ndim;
+    for (int d = 0; d < ndim; d++)
+        out->shape[d] = shape[d];
+}
+
 /* ---- the op table (op_table.c): the engine's one way to ops ------------------------- */
+
+/* The definition of an op whose params type and functions share one
+ * prefix (PREFIX_params, PREFIX_parse, PREFIX_bind, PREFIX_describe); the
+ * other fields follow as designated initializers. */
+#define SL_OP_DEF(PREFIX, NAME, SUMMARY, ...)                                                \
+    {                                                                                       \
+        .name = NAME, .summary = SUMMARY, .params_size = sizeof(PREFIX##_params),           \
+        .parse = PREFIX##_parse, .bind = PREFIX##_bind, .describe = PREFIX##_describe,      \
+        __VA_ARGS__                                                                         \
+    }
 
 /* The registered op called `name`, or NULL. */
 const sl_op_def *sl_op_lookup(const char *name);
@@ -327,7 +369,7 @@ const sl_op_def *sl_op_at(int i);
 int sl_op_apply(const sl_op_def *def, const void *params, void *state, sl_op_ctx *ctx,
                 sl_sample *s);
 /* Map vectorization: can op `def`, given the columns it receives (`in`,
- * plan time), run on a stacked batch instead? 1 when it has a kernel and
+ * plan time), run on a stacked batch instead? 1 when its kernel batches and
  * the column it reads has a known dtype and shape (an HWC uint8 image for
  * an image kernel). */
 int sl_op_can_batch(const sl_op_def *def, const void *params, const sl_colset *in);
@@ -396,7 +438,7 @@ enum {
 typedef struct sl_gpu_decode {
     int col;                   /* the image column */
     int pcol;                  /* the placement column gpu_decode_place adds (set by
-                                  the optimiser, which adds it to the plan's columns) */
+                                  sl_op__gpu_chain_check, which adds it to the columns) */
     char column[SL_COLNAME_MAX];
     int warnings;              /* the decode op's options (the CPU fallback's decoder) */
     int stage;                 /* chain so far: 0 decode, 1 crop placed, 2 normalized */
@@ -425,8 +467,12 @@ int sl_op__decode_on_gpu(const sl_op_def *def, const void *params);
 int sl_op__gpu_chain_add(sl_gpu_decode *g, const sl_op_def *def, const void *params,
                          const uint32_t *pos, int nparts, const char *field);
 /* The chain is complete (a crop, then a normalize or none): SL_OK, with the
- * output's hwc and u8 set, or SL_EINVAL saying what is missing. */
-int sl_op__gpu_chain_check(sl_gpu_decode *g, const char *field);
+ * output's hwc and u8 set, or SL_EINVAL saying what is missing. `cols`
+ * (the columns after the chain's last op) then become those after
+ * gpu_decode_place: the image column stays encoded bytes and the column
+ * of placements, `<image>.gpu_place` (SL_GPU_PLACE_N float64 values), is
+ * added (g->pcol). */
+int sl_op__gpu_chain_check(sl_gpu_decode *g, sl_colset *cols, const char *field);
 /* The op the chain becomes (params: an sl_gpu_decode). */
 extern const sl_op_def sl_op_gpu_decode_place;
 

@@ -4,6 +4,7 @@
  * tensors from the context's allocator.
  */
 #include "ops/op.h"
+#include "core/params.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -38,26 +39,29 @@ int sl_op_add_column(sl_colset *cols, const char *name, const char *field) {
     return cols->ncols++;
 }
 
+/* ---- parameters: each helper reads its key as one entry of a parameter
+ * table (core/params.h), so op parameters are checked, reported and listed
+ * as every other key of a spec is. */
+
+static const sl_param_table op_keys = {NULL, NULL, "parameter", 0, 0};
+
+/* At most this many parameters per op (the list after an unknown one). */
+#define OP_KEYS_MAX 62
+
 int sl_op_param_check_keys(const cJSON *obj, const char *field, const char *const *allowed) {
     if (!cJSON_IsObject(obj))
         return sl__error(SL_EINVAL, "%s: must be an object", field);
-    for (const cJSON *it = obj->child; it; it = it->next) {
-        const char *k = it->string ? it->string : "";
-        int ok = !strcmp(k, "op") || !strcmp(k, "parallel");
-        for (int i = 0; !ok && allowed && allowed[i]; i++)
-            ok = !strcmp(k, allowed[i]);
-        if (!ok) {
-            const char *names[64];
-            int n = 0;
-            for (int i = 0; allowed && allowed[i] && n < 63; i++)
-                names[n++] = allowed[i];
-            names[n++] = "parallel";
-            char list[384];
-            sl__names_closest(k, names, n, list, sizeof list);
-            return sl__error(SL_EINVAL, "%s.%s: unknown parameter (parameters: %s)", field, k,
-                             list);
-        }
-    }
+    sl_param keys[OP_KEYS_MAX + 3];
+    int n = 0;
+    for (int i = 0; allowed && allowed[i] && n < OP_KEYS_MAX; i++)
+        keys[n++] = (sl_param){.key = allowed[i], .type = SL_PARAM_ANY};
+    keys[n++] = (sl_param){.key = "parallel", .type = SL_PARAM_ANY};
+    keys[n++] = (sl_param){.key = "op", .type = SL_PARAM_ANY, .flags = SL_PARAM_HIDDEN};
+    keys[n] = (sl_param){.key = NULL};
+    const sl_param_table t = {keys, NULL, "parameter", 0, 0};
+    for (const cJSON *it = obj->child; it; it = it->next)
+        if (!sl_params_find(&t, it->string))
+            return sl_params_unknown(&t, field, it->string ? it->string : "", NULL);
     return SL_OK;
 }
 
@@ -65,76 +69,48 @@ static const cJSON *get(const cJSON *obj, const char *key) {
     return cJSON_GetObjectItemCaseSensitive(obj, key);
 }
 
+/* Whole numbers are exact within 2^53: wider bounds are no bound. */
+#define WHOLE_MAX 9007199254740992.0
+
 int sl_op_param_int(const cJSON *obj, const char *key, const char *field, int required,
                     int64_t def, int64_t min, int64_t max, int64_t *out) {
-    const cJSON *v = get(obj, key);
-    if (!v) {
-        if (required)
-            return sl__error(SL_EINVAL, "%s.%s: missing", field, key);
-        *out = def;
-        return SL_OK;
-    }
-    double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
-    if (!cJSON_IsNumber(v) || d != floor(d) || d < -9.2e18 || d > 9.2e18)
-        return sl__error(SL_EINVAL, "%s.%s: must be an integer", field, key);
-    int64_t x = (int64_t)d;
-    if (x < min || x > max) {
-        if (min == 1 && max == INT64_MAX)
-            return sl__error(SL_EINVAL, "%s.%s: must be a positive integer (got %lld)", field,
-                             key, (long long)x);
-        return sl__error(SL_EINVAL, "%s.%s: must be between %lld and %lld (got %lld)", field,
-                         key, (long long)min, (long long)max, (long long)x);
-    }
-    *out = x;
-    return SL_OK;
+    sl_param p = {.key = key, .type = SL_PARAM_INT64, .flags = required ? SL_PARAM_REQUIRED : 0,
+                  .min = (double)min, .max = (double)max, .def = (double)def};
+    if (p.max >= WHOLE_MAX)
+        p.max = p.min - 1; /* no upper bound */
+    if (p.min <= -WHOLE_MAX && p.max < p.min)
+        p.min = p.max = 0; /* none at all */
+    if (min == 1 && max == INT64_MAX)
+        p.expect = "a positive integer";
+    return sl_param_value(&op_keys, &p, get(obj, key), field, out);
 }
 
 int sl_op_param_double(const cJSON *obj, const char *key, const char *field, int required,
                        double def, double min, double max, double *out) {
-    const cJSON *v = get(obj, key);
-    if (!v) {
-        if (required)
-            return sl__error(SL_EINVAL, "%s.%s: missing", field, key);
-        *out = def;
-        return SL_OK;
-    }
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-        return sl__error(SL_EINVAL, "%s.%s: must be a number", field, key);
-    if (v->valuedouble < min || v->valuedouble > max)
-        return sl__error(SL_EINVAL, "%s.%s: must be between %g and %g (got %g)", field, key, min,
-                         max, v->valuedouble);
-    *out = v->valuedouble;
-    return SL_OK;
+    sl_param p = {.key = key, .type = SL_PARAM_DOUBLE, .flags = required ? SL_PARAM_REQUIRED : 0,
+                  .min = min, .max = max, .def = def};
+    if (!isfinite(max))
+        p.max = min - 1; /* no upper bound */
+    if (!isfinite(min))
+        p.min = p.max = 0; /* (only unbounded below with no upper bound is meant) */
+    return sl_param_value(&op_keys, &p, get(obj, key), field, out);
 }
 
 int sl_op_param_bool(const cJSON *obj, const char *key, const char *field, int required, int def,
                      int *out) {
-    const cJSON *v = get(obj, key);
-    if (!v) {
-        if (required)
-            return sl__error(SL_EINVAL, "%s.%s: missing", field, key);
-        *out = def;
-        return SL_OK;
-    }
-    if (!cJSON_IsBool(v))
-        return sl__error(SL_EINVAL, "%s.%s: must be true or false", field, key);
-    *out = cJSON_IsTrue(v) ? 1 : 0;
-    return SL_OK;
+    sl_param p = {.key = key, .type = SL_PARAM_BOOL, .flags = required ? SL_PARAM_REQUIRED : 0,
+                  .def = def};
+    return sl_param_value(&op_keys, &p, get(obj, key), field, out);
 }
 
 int sl_op_param_string(const cJSON *obj, const char *key, const char *field, int required,
                        const char *def, char *out, size_t cap) {
-    const cJSON *v = get(obj, key);
-    const char *s = def;
-    if (!v) {
-        if (required || !def)
-            return sl__error(SL_EINVAL, "%s.%s: missing", field, key);
-    } else if (!cJSON_IsString(v)) {
-        return sl__error(SL_EINVAL, "%s.%s: must be a string", field, key);
-    } else {
-        s = v->valuestring;
-    }
-    if (strlen(s) >= cap)
+    sl_param p = {.key = key, .type = SL_PARAM_STRING,
+                  .flags = required || !def ? SL_PARAM_REQUIRED : 0, .min = 0,
+                  .max = (double)(cap - 1), .def_str = def};
+    const char *s = NULL;
+    SL_TRY(sl_param_value(&op_keys, &p, get(obj, key), field, &s));
+    if (strlen(s) >= cap) /* a default longer than the buffer */
         return sl__error(SL_EINVAL, "%s.%s: too long (at most %zu bytes)", field, key, cap - 1);
     memcpy(out, s, strlen(s) + 1);
     return SL_OK;
@@ -142,25 +118,9 @@ int sl_op_param_string(const cJSON *obj, const char *key, const char *field, int
 
 int sl_op_param_enum(const cJSON *obj, const char *key, const char *field, int required, int def,
                      const char *const *choices, int *out) {
-    const cJSON *v = get(obj, key);
-    if (!v) {
-        if (required)
-            return sl__error(SL_EINVAL, "%s.%s: missing", field, key);
-        *out = def;
-        return SL_OK;
-    }
-    char list[256];
-    size_t n = 0;
-    list[0] = '\0';
-    for (int i = 0; choices[i]; i++) {
-        if (cJSON_IsString(v) && !strcmp(v->valuestring, choices[i])) {
-            *out = i;
-            return SL_OK;
-        }
-        if (n < sizeof list)
-            n += (size_t)snprintf(list + n, sizeof list - n, "%s\"%s\"", i ? ", " : "", choices[i]);
-    }
-    return sl__error(SL_EINVAL, "%s.%s: must be one of %s", field, key, list);
+    sl_param p = {.key = key, .type = SL_PARAM_ENUM, .flags = required ? SL_PARAM_REQUIRED : 0,
+                  .names = choices, .def = def};
+    return sl_param_value(&op_keys, &p, get(obj, key), field, out);
 }
 
 int sl_op_param_doubles(const cJSON *obj, const char *key, const char *field, int required,

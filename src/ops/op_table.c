@@ -94,7 +94,7 @@ int sl_op_apply(const sl_op_def *def, const void *params, void *state, sl_op_ctx
 }
 
 int sl_op_can_batch(const sl_op_def *def, const void *params, const sl_colset *in) {
-    if (!def->kernel)
+    if (!def->kernel || !def->kernel->batches)
         return 0;
     const sl_colinfo *ci = &in->col[kernel_col(def->kernel, params)];
     if (ci->encoded || ci->dtype == SL_DTYPE_INVALID || ci->ndim < 0 || ci->ndim >= SL_MAX_DIMS)
@@ -135,13 +135,30 @@ static int kernel_apply_batch(const sl_op_def *def, const void *params, sl_op_bc
     size_t row = ctx->n ? in->nbytes / ctx->n : 0;
     double scratch[SL_OP_KERNEL_SCRATCH / sizeof(double)];
     sl_tensor t = {0};
+    if (k->elementwise) { /* the whole column as one sample: one call */
+        sl_tensor want;
+        int rc = k->prepare(params, NULL, in, &want, scratch);
+        if (rc != SL_OK)
+            return rc == SL_OP_KEEP ? SL_OK : rc;
+        SL_TRY(sl_op_batch_alloc(ctx, &t, want.dtype, want.ndim, want.shape));
+        if ((rc = k->run(params, scratch, in, &t)) < 0) {
+            sl_tensor_release(&t);
+            return sl_op_cause_only(rc);
+        }
+        sl_tensor_release(&col[c]);
+        col[c] = t;
+        return SL_OK;
+    }
+    /* one view of a row of the input and of the output, moved row by row */
+    sl_tensor a, b = {0}, want;
+    batch_row(in, 0, &a);
+    size_t out_row = 0;
     int made = 0, rc = SL_OK;
     for (uint32_t i = 0; i < ctx->n && rc >= 0; i++) {
-        sl_tensor a, b, want;
         sl_rng rng;
         if (def->flags & SL_OPF_RANDOM)
             sl_op_batch_rng(ctx, i, 0, &rng);
-        batch_row(in, i, &a);
+        a.data = (char *)in->data + (size_t)i * row;
         rc = k->prepare(params, def->flags & SL_OPF_RANDOM ? &rng : NULL, &a, &want, scratch);
         if (rc < 0)
             break;
@@ -156,6 +173,8 @@ static int kernel_apply_batch(const sl_op_def *def, const void *params, sl_op_bc
                 shape[d + 1] = want.shape[d];
             SL_TRY(sl_op_batch_alloc(ctx, &t, want.dtype, want.ndim + 1, shape));
             made = 1;
+            batch_row(&t, 0, &b);
+            out_row = b.nbytes;
             if (i > 0 && shaped_as(&t, in)) /* the rows kept so far */
                 memcpy(t.data, in->data, (size_t)i * row);
             else if (i > 0)
@@ -168,7 +187,7 @@ static int kernel_apply_batch(const sl_op_def *def, const void *params, sl_op_bc
                 memcpy((char *)t.data + (size_t)i * row, a.data, row);
             continue;
         }
-        batch_row(&t, i, &b);
+        b.data = (char *)t.data + (size_t)i * out_row;
         if (rc >= 0 && !shaped_as(&b, &want))
             rc = sl__error(SL_EINVAL, "sample %u's output differs in shape from the batch's", i);
         if (rc >= 0 && (rc = k->run(params, scratch, &a, &b)) < 0)
@@ -188,7 +207,7 @@ static int kernel_apply_batch(const sl_op_def *def, const void *params, sl_op_bc
 int sl_op_apply_batch(const sl_op_def *def, const void *params, void *state, sl_op_bctx *ctx,
                       sl_tensor *col) {
     (void)state;
-    if (!def->kernel)
-        return sl__error(SL_EINVAL, "op '%s' has no kernel to run on a batch", def->name);
+    if (!def->kernel || !def->kernel->batches)
+        return sl__error(SL_EINVAL, "op '%s' does not run on a batch", def->name);
     return kernel_apply_batch(def, params, ctx, col);
 }

@@ -18,6 +18,8 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+typedef sl_filter_params filter_params;
+
 static int filter_parse(void *params, const cJSON *json, const char *field) {
     sl_filter_params *f = params;
     static const char *const keys[] = {"column", "in", "not_in", NULL};
@@ -117,17 +119,10 @@ static void filter_describe(const void *params, char *buf, size_t cap) {
         snprintf(buf + n, cap - n, "}");
 }
 
-const sl_op_def sl_op_filter = {
-    .name = "filter",
-    .summary = "keep samples whose scalar column is in (or not in) a set of values",
-    .flags = SL_OPF_FILTER,
-    .params_size = sizeof(sl_filter_params),
-    .parse = filter_parse,
-    .bind = filter_bind,
-    .params_free = filter_free,
-    .apply = filter_apply,
-    .describe = filter_describe,
-};
+const sl_op_def sl_op_filter = SL_OP_DEF(
+    filter, "filter",
+    "keep samples whose scalar column is in (or not in) a set of values",
+    .flags = SL_OPF_FILTER, .params_free = filter_free, .apply = filter_apply);
 
 /* ---- select -------------------------------------------------------------------- */
 
@@ -206,12 +201,7 @@ static void select_describe(const void *params, char *buf, size_t cap) {
         n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? "," : "", p->names[i]);
 }
 
-const sl_op_def sl_op_select = {
-    .name = "select",
-    .summary = "keep the named columns, in the given order",
-    .params_size = sizeof(select_params),
-    .parse = select_parse,
-    .bind = select_bind,
-    .apply = select_apply,
-    .describe = select_describe,
-};
+const sl_op_def sl_op_select = SL_OP_DEF(
+    select, "select",
+    "keep the named columns, in the given order",
+    .apply = select_apply);

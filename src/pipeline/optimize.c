@@ -248,31 +248,10 @@ static int gpu_decode(sl_plan *plan) {
     }
     char field[32];
     snprintf(field, sizeof field, "ops[%d]", plan->opt[at].pos);
-    SL_TRY(sl_op__gpu_chain_check(&g, field));
     /* the columns out of the new node: the image stays encoded bytes, the
-     * placements are added */
+     * placements are added (the op layer knows how) */
     sl_colset cols = plan->opt[end - 1].cols;
-    sl_colinfo *ci = &cols.col[g.col];
-    ci->dtype = SL_U8;
-    ci->ndim = 1;
-    ci->shape[0] = -1;
-    ci->encoded = 1;
-    ci->text = 0;
-    char pname[SL_COLNAME_MAX];
-    if (strlen(g.column) + sizeof ".gpu_place" > sizeof pname)
-        return sl__error(SL_EINVAL, "%s.column: '%s' is too long a name for decode on the GPU",
-                         field, g.column);
-    snprintf(pname, sizeof pname, "%s.gpu_place", g.column);
-    int pc = sl_op_add_column(&cols, pname, field);
-    if (pc < 0)
-        return pc;
-    g.pcol = pc;
-    sl_colinfo *pi = &cols.col[pc];
-    memset(pi, 0, sizeof *pi);
-    snprintf(pi->name, sizeof pi->name, "%s", pname);
-    pi->dtype = SL_F64;
-    pi->ndim = 1;
-    pi->shape[0] = SL_GPU_PLACE_N;
+    SL_TRY(sl_op__gpu_chain_check(&g, &cols, field));
     /* the remainder is dropped after the hand-off refilled the batches past
      * skipped samples, as the CPU path drops it after its own skips */
     g.drop_remainder = plan->drop_remainder;

@@ -146,9 +146,6 @@ struct sl_spec {
 int sl_spec__copy(sl_spec **out, const sl_spec *src);
 /* The spec as a cJSON document (for to_json and state hashing). */
 cJSON *sl_spec__to_cjson(const sl_spec *s);
-/* Parse a size: a number of bytes, or a string "512M" (K, M, G, T: powers
- * of 1024; an optional trailing "B" or "iB"). */
-int sl_spec__parse_bytes(const cJSON *v, const char *field, uint64_t *out);
 /* Parse a "parallel" value: number >= 1 or "auto" (-1); 0 when absent. */
 int sl_spec__parse_parallel(const cJSON *v, const char *field, int *out);
 

@@ -5,9 +5,11 @@
  * the plan (plan.c), which knows the columns.
  */
 #include "pipeline/pipeline.h"
+#include "core/params.h"
 
 #include <ctype.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -255,70 +257,105 @@ int sl_spec_set_memory_limit(sl_spec *s, uint64_t bytes) {
     return SL_OK;
 }
 
-int sl_spec__parse_bytes(const cJSON *v, const char *field, uint64_t *out) {
-    double x;
-    if (cJSON_IsNumber(v)) {
-        x = v->valuedouble;
-    } else if (cJSON_IsString(v)) {
-        char *end;
-        x = strtod(v->valuestring, &end);
-        if (end == v->valuestring)
-            goto bad;
-        static const char units[] = "KMGT";
-        const char *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
-        if (*end && !u)
-            goto bad;
-        if (u) {
-            x *= (double)((uint64_t)1 << (10 * (u - units + 1)));
-            end++;
-            if (!strcmp(end, "iB") || !strcmp(end, "B"))
-                end += strlen(end);
-        } else if (!strcmp(end, "B")) {
-            end++;
-        }
-        if (*end)
-            goto bad;
-    } else {
-        goto bad;
-    }
-    if (!(x >= 1 && x <= 9.0e18) || x != floor(x))
-        goto bad;
-    *out = (uint64_t)x;
-    return SL_OK;
-bad:
-    return sl__error(SL_EINVAL, "%s: must be a whole number of bytes >= 1 or a string such as "
-                                "\"512M\" (K, M, G, T)", field);
-}
-
 int sl_spec_add_filter(sl_spec *s, const char *name, sl_filter_fn fn, void *user) {
     return add_user(s, SL_SPEC_OP_FILTER, name, NULL, fn, user);
 }
 
+/* ---- reading a spec: the parameter tables (core/params.h) ------------------------ */
+
+/* "parallel" of the source and of each op: threads, or "auto" (-1); 0 absent. */
+static const sl_param parallel_params[] = {
+    {.key = "parallel", .type = SL_PARAM_INT, .flags = SL_PARAM_OR_AUTO, .min = 1, .max = 1024,
+     .offset = 0, .expect = "a number of threads (1-1024) or \"auto\"",
+     .doc = "threads for this stage, or \"auto\" (the autotuner's choice)"},
+    {0}};
+static const sl_param_table parallel_table = {parallel_params, NULL, NULL, 0, 0};
+
 int sl_spec__parse_parallel(const cJSON *v, const char *field, int *out) {
-    if (!v) {
-        *out = 0;
-        return SL_OK;
-    }
-    if (cJSON_IsString(v) && !strcmp(v->valuestring, "auto")) {
-        *out = -1;
-        return SL_OK;
-    }
-    if (cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) && v->valuedouble >= 1 &&
-        v->valuedouble <= 1024) {
-        *out = (int)v->valuedouble;
-        return SL_OK;
-    }
-    return sl__error(SL_EINVAL, "%s.parallel: must be a number of threads (1-1024) or \"auto\"",
-                     field);
+    return sl_param_value(&parallel_table, &parallel_params[0], v, field, out);
 }
 
-static int get_uint(const cJSON *v, const char *field, int64_t min, int64_t *out) {
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < min ||
-        v->valuedouble > 9.0e15)
-        return sl__error(SL_EINVAL, "%s: must be an integer >= %lld", field, (long long)min);
-    *out = (int64_t)v->valuedouble;
-    return SL_OK;
-}
+static const char *const shuffle_modes[] = {"auto", "global", "window", NULL}; /* SL_SHUFFLE_* */
+
+static const sl_param shuffle_params[] = {
+    {.key = "mode", .type = SL_PARAM_ENUM, .names = shuffle_modes, .def = SL_SHUFFLE_AUTO,
+     .offset = offsetof(sl_spec, shuffle_mode),
+     .doc = "global: one permutation of all records; window: blocks, then positions in a "
+            "window; auto: global up to 16,777,216 records"},
+    {.key = "window", .type = SL_PARAM_UINT64, .min = 1, .max = -1,
+     .offset = offsetof(sl_spec, shuffle_window), .doc = "window mode: positions per window"},
+    {.key = "block", .type = SL_PARAM_UINT64, .min = 1, .max = -1,
+     .offset = offsetof(sl_spec, shuffle_block),
+     .doc = "window mode: records per block (default window / 64)"},
+    {0}};
+static const sl_param_table shuffle_table = {shuffle_params, NULL, NULL, 0, 0};
+
+/* "shard": {"index", "count", "equal"} */
+typedef struct {
+    int64_t index, count;
+    int equal;
+} shard_opts;
+
+static const char *const shard_equal[] = {"pad", "drop", "none", NULL}; /* sl_shard_equal */
+
+static const sl_param shard_params[] = {
+    {.key = "index", .type = SL_PARAM_INT64, .flags = SL_PARAM_REQUIRED, .min = 0, .max = -1,
+     .offset = offsetof(shard_opts, index), .doc = "this rank"},
+    {.key = "count", .type = SL_PARAM_INT64, .flags = SL_PARAM_REQUIRED, .min = 1, .max = -1,
+     .offset = offsetof(shard_opts, count), .doc = "ranks in all"},
+    {.key = "equal", .type = SL_PARAM_ENUM, .names = shard_equal, .def = SL_SHARD_PAD,
+     .offset = offsetof(shard_opts, equal),
+     .doc = "pad: repeat samples so ranks get as many; drop: drop the tail; none: differ by one"},
+    {0}};
+static const sl_param_table shard_table = {shard_params, NULL, NULL, 0, 0};
+
+/* The source object's pipeline keys; the others are the input's, checked by
+ * its source when it is opened (so a new format needs no change here). */
+static const sl_param source_params[] = {
+    {.key = "shuffle", .type = SL_PARAM_ANY, .offset = SL_PARAM_NOWHERE,
+     .doc = "true, false or {\"mode\", \"window\", \"block\"}"},
+    {.key = "shard", .type = SL_PARAM_ANY, .offset = SL_PARAM_NOWHERE,
+     .doc = "{\"index\", \"count\", \"equal\"}, \"env\" (RANK, WORLD_SIZE) or \"none\""},
+    {.key = "", .type = SL_PARAM_INCLUDE, .fragment = parallel_params,
+     .offset = offsetof(sl_spec, source_parallel)},
+    {.key = "chunk", .type = SL_PARAM_INT, .min = 1, .max = 256,
+     .offset = offsetof(sl_spec, chunk), .doc = "samples per chunk (default: adaptive)"},
+    {0}};
+static const sl_param_table source_table = {source_params, NULL, NULL, 0, SL_PARAMS_OPEN};
+
+static const char *const on_error_names[] = {"fail", "skip", NULL}; /* SL_ON_ERROR_* */
+
+static const sl_param spec_params[] = {
+    {.key = "source", .type = SL_PARAM_ANY, .flags = SL_PARAM_REQUIRED,
+     .offset = SL_PARAM_NOWHERE, .doc = "the input and how it is read"},
+    {.key = "ops", .type = SL_PARAM_ARRAY, .offset = SL_PARAM_NOWHERE,
+     .expect = "an array of op objects", .doc = "the ops, in order"},
+    {.key = "seed", .type = SL_PARAM_UINT64, .min = 0, .max = -1,
+     .offset = offsetof(sl_spec, seed), .doc = "keys shuffling and random ops"},
+    {.key = "epochs", .type = SL_PARAM_INT64, .min = 1, .max = -1, .def = 1,
+     .offset = offsetof(sl_spec, epochs)},
+    {.key = "on_error", .type = SL_PARAM_ENUM, .names = on_error_names,
+     .def = SL_ON_ERROR_FAIL, .offset = offsetof(sl_spec, on_error),
+     .doc = "a sample that fails: stop, or skip it and count it"},
+    {.key = "deterministic", .type = SL_PARAM_BOOL, .def = 1,
+     .offset = offsetof(sl_spec, deterministic), .doc = "batches in the same order on every run"},
+    {.key = "vectorize", .type = SL_PARAM_BOOL, .def = 1, .offset = offsetof(sl_spec, vectorize),
+     .doc = "maps may run over a whole batch"},
+    /* layout paths (layout.c): same batches either way */
+    {.key = "read_rows", .type = SL_PARAM_BOOL, .def = 1, .offset = offsetof(sl_spec, read_rows),
+     .doc = "readers may read records straight into their batch rows"},
+    {.key = "parallel_collate", .type = SL_PARAM_BOOL, .def = 1,
+     .offset = offsetof(sl_spec, parallel_collate),
+     .doc = "a parallel stage may copy samples into batches"},
+    {.key = "device", .type = SL_PARAM_ANY, .offset = SL_PARAM_NOWHERE,
+     .doc = "where batches are delivered (docs/DEVICE.md)"},
+    {.key = "memory_limit", .type = SL_PARAM_BYTES, .min = 1, .max = -1,
+     .offset = offsetof(sl_spec, memory_limit), .doc = "bytes the pipeline may hold"},
+    {.key = "cache_bytes", .type = SL_PARAM_BYTES, .min = 0, .max = -1,
+     .offset = offsetof(sl_spec, cache_bytes),
+     .doc = "the node's shard cache for remote inputs; 0: none on disk"},
+    {0}};
+static const sl_param_table spec_table = {spec_params, NULL, NULL, 0, 0};
 
 /* "shuffle": true | false | {"mode": "auto"|"global"|"window", "window": N,
  * "block": N} (docs/PIPELINE.md, "Shuffle"). */
@@ -333,31 +370,7 @@ static int parse_shuffle(sl_spec *s, const cJSON *v) {
         return sl__error(SL_EINVAL, "source.shuffle: must be true, false or an object "
                                     "{\"mode\": \"global\"|\"window\"|\"auto\", \"window\": N, "
                                     "\"block\": N}");
-    for (const cJSON *it = v->child; it; it = it->next) {
-        const char *k = it->string;
-        int64_t n = 0;
-        if (!strcmp(k, "mode")) {
-            const char *m = cJSON_IsString(it) ? it->valuestring : "";
-            if (!strcmp(m, "auto"))
-                s->shuffle_mode = SL_SHUFFLE_AUTO;
-            else if (!strcmp(m, "global"))
-                s->shuffle_mode = SL_SHUFFLE_GLOBAL;
-            else if (!strcmp(m, "window"))
-                s->shuffle_mode = SL_SHUFFLE_WINDOW;
-            else
-                return sl__error(SL_EINVAL, "source.shuffle.mode: must be \"global\", "
-                                            "\"window\" or \"auto\"");
-        } else if (!strcmp(k, "window")) {
-            SL_TRY(get_uint(it, "source.shuffle.window", 1, &n));
-            s->shuffle_window = (uint64_t)n;
-        } else if (!strcmp(k, "block")) {
-            SL_TRY(get_uint(it, "source.shuffle.block", 1, &n));
-            s->shuffle_block = (uint64_t)n;
-        } else {
-            return sl__error(SL_EINVAL, "source.shuffle.%s: unknown key (keys: mode, window, "
-                                        "block)", k);
-        }
-    }
+    SL_TRY(sl_params_read(&shuffle_table, v, "source.shuffle", s));
     if (s->shuffle_block && s->shuffle_window && s->shuffle_block > s->shuffle_window)
         return sl__error(SL_EINVAL, "source.shuffle.block: must be at most window (%llu), got "
                                     "%llu", (unsigned long long)s->shuffle_window,
@@ -380,38 +393,12 @@ static int parse_shard(sl_spec *s, const cJSON *v) {
     if (!cJSON_IsObject(v))
         return sl__error(SL_EINVAL, "source.shard: must be an object {\"index\", \"count\", "
                                     "\"equal\"}, \"env\" or \"none\"");
-    int64_t index = -1, count = -1;
-    int equal = SL_SHARD_PAD;
-    for (const cJSON *it = v->child; it; it = it->next) {
-        if (!strcmp(it->string, "index"))
-            SL_TRY(get_uint(it, "source.shard.index", 0, &index));
-        else if (!strcmp(it->string, "count"))
-            SL_TRY(get_uint(it, "source.shard.count", 1, &count));
-        else if (!strcmp(it->string, "equal")) {
-            static const char *const eq[] = {"pad", "drop", "none"};
-            int k = -1;
-            for (int i = 0; i < 3; i++)
-                if (cJSON_IsString(it) && !strcmp(it->valuestring, eq[i]))
-                    k = i;
-            if (k < 0)
-                return sl__error(SL_EINVAL,
-                                 "source.shard.equal: must be \"pad\", \"drop\" or \"none\"");
-            equal = k;
-        } else {
-            return sl__error(SL_EINVAL, "source.shard.%s: unknown key (keys: %s)", it->string,
-                             sl__names_closest(it->string,
-                                               (const char *const[]){"index", "count", "equal"},
-                                               3, (char[64]){0}, 64));
-        }
-    }
-    if (count < 0)
-        return sl__error(SL_EINVAL, "source.shard.count: missing");
-    if (index < 0)
-        return sl__error(SL_EINVAL, "source.shard.index: missing");
-    if (index >= count)
+    shard_opts o;
+    SL_TRY(sl_params_read(&shard_table, v, "source.shard", &o));
+    if (o.index >= o.count)
         return sl__error(SL_EINVAL, "source.shard.index: must be below shard.count (%lld), got %lld",
-                         (long long)count, (long long)index);
-    return sl_spec_set_shard(s, index, count, (sl_shard_equal)equal);
+                         (long long)o.count, (long long)o.index);
+    return sl_spec_set_shard(s, o.index, o.count, (sl_shard_equal)o.equal);
 }
 
 /* Is `k` a key that names a source's input ({"tfrecord": ...})? */
@@ -435,33 +422,28 @@ static int parse_source(sl_spec *s, const cJSON *src) {
     if (!input)
         return sl__oom("reading the source");
     int nkinds = 0;
-    for (const cJSON *it = src->child; it; it = it->next) {
+    int rc = sl_params_read(&source_table, src, "source", s);
+    const cJSON *shuffle = cJSON_GetObjectItemCaseSensitive(src, "shuffle");
+    const cJSON *shard = cJSON_GetObjectItemCaseSensitive(src, "shard");
+    if (rc == SL_OK && shuffle)
+        rc = parse_shuffle(s, shuffle);
+    if (rc == SL_OK && shard)
+        rc = parse_shard(s, shard);
+    /* the input's keys: checked by its source when it is opened */
+    for (const cJSON *it = src->child; it && rc == SL_OK; it = it->next) {
         const char *k = it->string;
-        int rc = SL_OK;
-        if (!strcmp(k, "shuffle")) {
-            rc = parse_shuffle(s, it);
-        } else if (!strcmp(k, "shard")) {
-            rc = parse_shard(s, it);
-        } else if (!strcmp(k, "parallel")) {
-            rc = sl_spec__parse_parallel(it, "source", &s->source_parallel);
-        } else if (!strcmp(k, "chunk")) {
-            int64_t c = 0;
-            rc = get_uint(it, "source.chunk", 1, &c);
-            if (rc == SL_OK && c > 256)
-                rc = sl__error(SL_EINVAL, "source.chunk: must be between 1 and 256");
-            s->chunk = (int)c;
-        } else {
-            if (kind_key(k))
-                nkinds++;
-            if (!strcmp(k, "path") && (!cJSON_IsString(it) || !it->valuestring[0]))
-                rc = sl__error(SL_EINVAL, "source.path: must be a non-empty string");
-            if (rc == SL_OK)
-                rc = sl__json_add(input, k, cJSON_Duplicate(it, 1));
-        }
-        if (rc < 0) {
-            cJSON_Delete(input);
-            return rc;
-        }
+        if (sl_params_find(&source_table, k))
+            continue;
+        if (kind_key(k))
+            nkinds++;
+        if (!strcmp(k, "path") && (!cJSON_IsString(it) || !it->valuestring[0]))
+            rc = sl__error(SL_EINVAL, "source.path: must be a non-empty string");
+        if (rc == SL_OK)
+            rc = sl__json_add(input, k, cJSON_Duplicate(it, 1));
+    }
+    if (rc < 0) {
+        cJSON_Delete(input);
+        return rc;
     }
     if (nkinds != 1) {
         cJSON_Delete(input);
@@ -491,67 +473,20 @@ int sl_spec_from_json(sl_spec **out, const char *json) {
     SL_CHECK(sl_spec_create(&s));
     if (!cJSON_IsObject(doc))
         SL_FAIL(SL_EINVAL, "spec: must be a JSON object");
-    const cJSON *src = cJSON_GetObjectItemCaseSensitive(doc, "source");
-    if (!src)
-        SL_FAIL(SL_EINVAL, "source: missing");
-    for (const cJSON *it = doc->child; it; it = it->next) {
-        const char *k = it->string;
-        if (!strcmp(k, "source")) {
-            SL_CHECK(parse_source(s, it));
-        } else if (!strcmp(k, "ops")) {
-            if (!cJSON_IsArray(it))
-                SL_FAIL(SL_EINVAL, "ops: must be an array of op objects");
-            int i = 0;
-            for (const cJSON *o = it->child; o; o = o->next, i++) {
-                cJSON *dup = cJSON_Duplicate(o, 1);
-                if (!dup)
-                    SL_FAIL(SL_ENOMEM, "out of memory while copying ops[%d]", i);
-                SL_CHECK(add_json_op(s, dup, i));
-            }
-        } else if (!strcmp(k, "seed")) {
-            int64_t v = 0;
-            SL_CHECK(get_uint(it, "seed", 0, &v));
-            s->seed = (uint64_t)v;
-        } else if (!strcmp(k, "epochs")) {
-            SL_CHECK(get_uint(it, "epochs", 1, &s->epochs));
-        } else if (!strcmp(k, "on_error")) {
-            if (cJSON_IsString(it) && !strcmp(it->valuestring, "fail"))
-                s->on_error = SL_ON_ERROR_FAIL;
-            else if (cJSON_IsString(it) && !strcmp(it->valuestring, "skip"))
-                s->on_error = SL_ON_ERROR_SKIP;
-            else
-                SL_FAIL(SL_EINVAL, "on_error: must be \"fail\" or \"skip\"");
-        } else if (!strcmp(k, "deterministic")) {
-            if (!cJSON_IsBool(it))
-                SL_FAIL(SL_EINVAL, "deterministic: must be true or false");
-            s->deterministic = cJSON_IsTrue(it);
-        } else if (!strcmp(k, "vectorize") || !strcmp(k, "read_rows") ||
-                   !strcmp(k, "parallel_collate")) { /* layout paths (layout.c) */
-            if (!cJSON_IsBool(it))
-                SL_FAIL(SL_EINVAL, "%s: must be true or false", k);
-            *(k[0] == 'v' ? &s->vectorize : k[0] == 'r' ? &s->read_rows : &s->parallel_collate) =
-                cJSON_IsTrue(it);
-        } else if (!strcmp(k, "device")) {
-            SL_CHECK(sl_dev__parse_json(it, &s->device));
-        } else if (!strcmp(k, "memory_limit")) {
-            SL_CHECK(sl_spec__parse_bytes(it, "memory_limit", &s->memory_limit));
-        } else if (!strcmp(k, "cache_bytes")) {
-            if (cJSON_IsNumber(it) && it->valuedouble == 0)
-                s->cache_bytes = 0; /* no cache on disk */
-            else
-                SL_CHECK(sl_spec__parse_bytes(it, "cache_bytes", &s->cache_bytes));
-            s->has_cache_bytes = 1;
-        } else {
-            static const char *const keys[] = {"source",       "ops",      "seed",
-                                               "epochs",       "on_error", "deterministic",
-                                               "vectorize",    "device",   "memory_limit",
-                                               "cache_bytes",  "read_rows", "parallel_collate",
-                                               NULL};
-            char list[256];
-            sl__names_closest(k, keys, -1, list, sizeof list);
-            SL_FAIL(SL_EINVAL, "%s: unknown key (keys: %s)", k, list);
-        }
+    SL_CHECK(sl_params_read(&spec_table, doc, "", s));
+    s->has_cache_bytes = cJSON_GetObjectItemCaseSensitive(doc, "cache_bytes") != NULL;
+    SL_CHECK(parse_source(s, cJSON_GetObjectItemCaseSensitive(doc, "source")));
+    const cJSON *ops = cJSON_GetObjectItemCaseSensitive(doc, "ops");
+    int i = 0;
+    for (const cJSON *o = ops ? ops->child : NULL; o; o = o->next, i++) {
+        cJSON *dup = cJSON_Duplicate(o, 1);
+        if (!dup)
+            SL_FAIL(SL_ENOMEM, "out of memory while copying ops[%d]", i);
+        SL_CHECK(add_json_op(s, dup, i));
     }
+    const cJSON *device = cJSON_GetObjectItemCaseSensitive(doc, "device");
+    if (device)
+        SL_CHECK(sl_dev__parse_json(device, &s->device));
     cJSON_Delete(doc);
     *out = s;
     return SL_OK;

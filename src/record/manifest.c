@@ -7,10 +7,11 @@
  * damaged manifest or a swapped shard is reported, never read as data.
  */
 #include "record/record_format.h"
+#include "core/params.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,17 +28,54 @@ void sl_record__manifest_clear(slr_manifest *m) {
     memset(m, 0, sizeof *m);
 }
 
-/* A JSON number that is an exact non-negative integer below 2^53. */
-static bool get_u64(const cJSON *o, const char *key, uint64_t *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(v))
-        return false;
-    double d = v->valuedouble;
-    if (!(d >= 0 && d <= 9007199254740992.0) || floor(d) != d)
-        return false;
-    *out = (uint64_t)d;
-    return true;
-}
+/* The manifest's keys (docs/FORMAT.md). Keys a later writer adds are
+ * ignored (open tables); messages name the file and quote the key. */
+typedef struct {
+    const char *format;
+    uint64_t version;
+} manifest_head;
+
+static const sl_param head_params[] = {
+    {.key = "format", .type = SL_PARAM_STRING, .flags = SL_PARAM_REQUIRED,
+     .offset = offsetof(manifest_head, format), .expect = "\"" SLR_MANIFEST_FORMAT "\""},
+    {.key = "version", .type = SL_PARAM_UINT64, .flags = SL_PARAM_REQUIRED, .min = 1, .max = -1,
+     .offset = offsetof(manifest_head, version), .doc = "the manifest format's version"},
+    {0}};
+
+typedef struct {
+    uint64_t records;
+    const cJSON *shards, *meta;
+} manifest_body;
+
+static const sl_param body_params[] = {
+    {.key = "records", .type = SL_PARAM_UINT64, .flags = SL_PARAM_REQUIRED, .min = 0, .max = -1,
+     .offset = offsetof(manifest_body, records), .doc = "records in all shards"},
+    {.key = "shards", .type = SL_PARAM_ARRAY, .flags = SL_PARAM_REQUIRED, .min = 1,
+     .max = 1000000, .offset = offsetof(manifest_body, shards),
+     .expect = "a non-empty array (at most 1000000 shards)"},
+    {.key = "meta", .type = SL_PARAM_OBJECT, .offset = offsetof(manifest_body, meta),
+     .doc = "string metadata"},
+    {0}};
+
+static const sl_param shard_params[] = {
+    {.key = "file", .type = SL_PARAM_STRING, .flags = SL_PARAM_REQUIRED, .min = 1, .max = 255,
+     .offset = offsetof(slr_manifest_shard, file), .expect = "a plain file name"},
+    {.key = "first", .type = SL_PARAM_UINT64, .flags = SL_PARAM_REQUIRED, .min = 0, .max = -1,
+     .offset = offsetof(slr_manifest_shard, first)},
+    {.key = "records", .type = SL_PARAM_UINT64, .flags = SL_PARAM_REQUIRED, .min = 0, .max = -1,
+     .offset = offsetof(slr_manifest_shard, records)},
+    {.key = "bytes", .type = SL_PARAM_UINT64, .flags = SL_PARAM_REQUIRED, .min = 0, .max = -1,
+     .offset = offsetof(slr_manifest_shard, bytes)},
+    {.key = "footer_checksum", .type = SL_PARAM_STRING, .flags = SL_PARAM_REQUIRED, .min = 16,
+     .max = 16, .offset = SL_PARAM_NOWHERE, .expect = "16 hex digits"},
+    {0}};
+
+static const sl_param_table head_table = {head_params, NULL, NULL, SL_ECORRUPT,
+                                          SL_PARAMS_OPEN | SL_PARAMS_QUOTED};
+static const sl_param_table body_table = {body_params, NULL, NULL, SL_ECORRUPT,
+                                          SL_PARAMS_OPEN | SL_PARAMS_QUOTED};
+static const sl_param_table shard_table = {shard_params, NULL, NULL, SL_ECORRUPT,
+                                           SL_PARAMS_OPEN | SL_PARAMS_QUOTED};
 
 static bool plain_name(const char *s) {
     size_t n = strlen(s);
@@ -117,21 +155,20 @@ int sl_record__manifest_load(const char *mpath, slr_manifest *out) {
     }
     if (!cJSON_IsObject(root))
         SL_FAIL(SL_ECORRUPT, "%s: not a JSON object", mpath);
-    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
-    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, SLR_MANIFEST_FORMAT) != 0)
+    /* format and version first: a newer manifest is refused as such */
+    manifest_head head;
+    SL_CHECK(sl_param_read(&head_table, &head_params[0], root, mpath, &head.format));
+    if (strcmp(head.format, SLR_MANIFEST_FORMAT) != 0)
         SL_FAIL(SL_ECORRUPT, "%s: \"format\" is not \"%s\"", mpath, SLR_MANIFEST_FORMAT);
-    uint64_t version;
-    if (!get_u64(root, "version", &version) || version == 0)
-        SL_FAIL(SL_ECORRUPT, "%s: \"version\" is missing or not a positive integer", mpath);
-    if (version > SLR_MANIFEST_VERSION)
+    SL_CHECK(sl_param_read(&head_table, &head_params[1], root, mpath, &head.version));
+    if (head.version > SLR_MANIFEST_VERSION)
         SL_FAIL(SL_EUNSUPPORTED, "%s: format version %llu is newer than this reader (max %d)", mpath,
-                (unsigned long long)version, SLR_MANIFEST_VERSION);
-    if (!get_u64(root, "records", &out->records))
-        SL_FAIL(SL_ECORRUPT, "%s: \"records\" is missing or not a non-negative integer", mpath);
-    const cJSON *shards = cJSON_GetObjectItemCaseSensitive(root, "shards");
-    int n = cJSON_IsArray(shards) ? cJSON_GetArraySize(shards) : -1;
-    if (n < 1 || n > 1000000)
-        SL_FAIL(SL_ECORRUPT, "%s: \"shards\" must be a non-empty array", mpath);
+                (unsigned long long)head.version, SLR_MANIFEST_VERSION);
+    manifest_body body;
+    SL_CHECK(sl_params_read(&body_table, root, mpath, &body));
+    out->records = body.records;
+    const cJSON *shards = body.shards;
+    int n = cJSON_GetArraySize(shards);
     out->shards = sl__calloc((size_t)n, sizeof *out->shards);
     if (!out->shards) {
         rc = sl__oom("reading a manifest");
@@ -142,38 +179,42 @@ int sl_record__manifest_load(const char *mpath, slr_manifest *out) {
     const cJSON *s;
     cJSON_ArrayForEach(s, shards) {
         slr_manifest_shard *ms = &out->shards[i];
-        const cJSON *file = cJSON_GetObjectItemCaseSensitive(s, "file");
-        const cJSON *sum = cJSON_GetObjectItemCaseSensitive(s, "footer_checksum");
-        if (!cJSON_IsObject(s) || !cJSON_IsString(file) || !plain_name(file->valuestring))
+        char field[SL__ERRMSG_MAX];
+        snprintf(field, sizeof field, "%s: shard %d", mpath, i);
+        const char *file = NULL;
+        if (!cJSON_IsObject(s))
+            SL_FAIL(SL_ECORRUPT, "%s: must be an object", field);
+        SL_CHECK(sl_param_read(&shard_table, &shard_params[0], s, field, &file));
+        if (!plain_name(file))
             SL_FAIL(SL_ECORRUPT, "%s: shard %d: \"file\" must be a plain file name", mpath, i);
-        if (!get_u64(s, "first", &ms->first) || !get_u64(s, "records", &ms->records) ||
-            !get_u64(s, "bytes", &ms->bytes))
-            SL_FAIL(SL_ECORRUPT, "%s: shard %d (%s): \"first\", \"records\" and \"bytes\" must be "
-                    "non-negative integers", mpath, i, file->valuestring);
+        snprintf(field, sizeof field, "%s: shard %d (%s)", mpath, i, file);
+        slr_manifest_shard got;
+        SL_CHECK(sl_params_read(&shard_table, s, field, &got));
+        ms->first = got.first;
+        ms->records = got.records;
+        ms->bytes = got.bytes;
+        const cJSON *sum = cJSON_GetObjectItemCaseSensitive(s, "footer_checksum");
         char *end = NULL;
-        if (!cJSON_IsString(sum) || strlen(sum->valuestring) != 16)
-            SL_FAIL(SL_ECORRUPT, "%s: shard %d (%s): \"footer_checksum\" must be 16 hex digits",
-                    mpath, i, file->valuestring);
         errno = 0;
         ms->footer_checksum = strtoull(sum->valuestring, &end, 16);
         if (errno || *end || sum->valuestring[0] == '-' || sum->valuestring[0] == '+' ||
             sum->valuestring[0] == ' ')
             SL_FAIL(SL_ECORRUPT, "%s: shard %d (%s): \"footer_checksum\" must be 16 hex digits",
-                    mpath, i, file->valuestring);
+                    mpath, i, file);
         if (ms->bytes < SLR_MIN_SHARD_BYTES || ms->records > sl_record__max_records(ms->bytes))
             SL_FAIL(SL_ECORRUPT, "%s: shard %d (%s): %llu records cannot fit in %llu bytes (a "
                     "shard takes at least %u bytes and each record %u more: at most %llu); the "
                     "manifest is damaged: write the dataset again",
-                    mpath, i, file->valuestring, (unsigned long long)ms->records,
+                    mpath, i, file, (unsigned long long)ms->records,
                     (unsigned long long)ms->bytes, SLR_MIN_SHARD_BYTES, SLR_MIN_RECORD_BYTES,
                     (unsigned long long)sl_record__max_records(ms->bytes));
         if (ms->first != next)
             SL_FAIL(SL_ECORRUPT, "%s: shard %d (%s) starts at record %llu, expected %llu", mpath, i,
-                    file->valuestring, (unsigned long long)ms->first, (unsigned long long)next);
+                    file, (unsigned long long)ms->first, (unsigned long long)next);
         for (int k = 0; k < i; k++)
-            if (strcmp(out->shards[k].file, file->valuestring) == 0)
-                SL_FAIL(SL_ECORRUPT, "%s: shard %s is listed twice", mpath, file->valuestring);
-        ms->file = sl__strdup(file->valuestring);
+            if (strcmp(out->shards[k].file, file) == 0)
+                SL_FAIL(SL_ECORRUPT, "%s: shard %s is listed twice", mpath, file);
+        ms->file = sl__strdup(file);
         if (!ms->file) {
             rc = sl__oom("reading a manifest");
             goto cleanup;
@@ -184,10 +225,8 @@ int sl_record__manifest_load(const char *mpath, slr_manifest *out) {
     if (next != out->records)
         SL_FAIL(SL_ECORRUPT, "%s: shards hold %llu records, \"records\" says %llu", mpath,
                 (unsigned long long)next, (unsigned long long)out->records);
-    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "meta");
+    const cJSON *meta = body.meta;
     if (meta) {
-        if (!cJSON_IsObject(meta))
-            SL_FAIL(SL_ECORRUPT, "%s: \"meta\" is not an object", mpath);
         const cJSON *kv;
         cJSON_ArrayForEach(kv, meta) {
             if (!cJSON_IsString(kv) || !kv->string || !*kv->string ||

@@ -8,6 +8,7 @@
 
 #include "core/core.h"
 #include "io/io.h"
+#include "record/shard_set.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -210,13 +211,6 @@ typedef struct slr_slot {
     const char *file;       /* the manifest's name for it (in `path`) */
     uint64_t first, count, bytes, footer_checksum;   /* the manifest's */
     bool copy_reads;        /* records average >= COPY_MIN_RECORD bytes */
-    pthread_mutex_t mu;     /* guards open, fail_*; held while opening */
-    slr_shard *_Atomic open;/* the open shard (one reference), or NULL */
-    int fail_rc;            /* opening failed: the status and message every
-                               later use reports (not SL_ENOMEM) */
-    char *fail_msg;
-    _Atomic uint64_t stamp; /* r->clock at its last use (LRU) */
-    uint64_t closed_seq;    /* r->nclosed when it was last closed (lru_mu) */
 } slr_slot;
 
 struct sl_reader {
@@ -243,23 +237,13 @@ struct sl_reader {
      * reading does not (8 bytes a record per column). */
     pthread_mutex_t scalars_mu;
     atomic_bool scalars_ready;
-    /* Open shards (record_reader.c, "Open shards"); lru_mu guards all but
-     * the atomics. */
-    pthread_mutex_t lru_mu;
-    int *open_ids;          /* the open shards' numbers, nopen of them */
-    int nopen;
-    int limit;              /* at most this many open (more only while a
-                               reading record still holds a closed one) */
-    int limit_cap;          /* the most it grows to (growth_cap) */
-    bool limit_fixed;       /* set by sl_record__set_open_limit: no growing */
-    _Atomic bool keeps_all; /* no shard will be closed again (a single file,
-                               nshards <= limit, or the limit grown to nshards
-                               with no close pending): open shards may be used
-                               without a reference, and views borrowed */
-    int detaching;          /* closes chosen and not finished (lru_mu) */
-    _Atomic uint64_t clock; /* opens so far: the LRU's time */
-    uint64_t nclosed;
-    _Atomic uint64_t opened_total; /* shard opens (tests, stats) */
+    /* Open shards (record_reader.c, "Open shards"): the set holds one
+     * reference to each open slr_shard. Once it keeps all (a single file,
+     * nshards <= its bound, or the bound grown to nshards with no close
+     * pending), open shards may be used without a reference, and views
+     * borrowed. */
+    sl_shard_set *set;
+    slr_shard *single;      /* a single file's shard until the set takes it */
     struct slr_opener *opener; /* a directory of URLs: the threads that open
                                shards for read-ahead hints (record_reader.c,
                                "Opening remote shards ahead"); NULL otherwise */

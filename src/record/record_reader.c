@@ -347,39 +347,35 @@ static int shard_open(slr_shard **out, const char *path, unsigned flags, sl_sche
  * a rank's memory follows the shards it is reading, not the dataset
  * (issue 25: a rank that reads 25 of 200 shards maps and touches 25).
  *
- * 1. slot->open is set and cleared under slot->mu only; opening runs under
- *    it, so the threads that want one shard wait for one open (a remote
- *    shard is fetched once) and a failure is remembered: every later use of
- *    the shard reports the same error (fail_rc/fail_msg), and the other
- *    shards read on (the skip policy loses only that shard's records).
- * 2. An open shard is an slr_shard with a reference count: the table holds
- *    one, every user (a reading record's pin, a scan) its own. Closing takes
- *    it out of the table and drops the table's reference; the file is closed
- *    by the last user, and a mapping by the last view retained on its buffer
- *    (mapbuf), so a read racing a close finishes on what it holds.
- * 3. The reader keeps at most `limit` shards in the table: opening one more
- *    closes the least recently used (by r->clock, which counts opens; a use
- *    stamps the slot), preferring shards no record holds. The limit starts at
- *    SLR_OPEN_SHARDS_MIN (or the shard count) and grows by a quarter (up to
- *    growth_cap) when a shard closed within the last `limit` closes is
- *    wanted again: the reads cycle through more shards than are kept (a
- *    global shuffle reads every shard all the time and ends with all of
- *    them open, as a reader opened them all before; a window shuffle needs
+ * The table is the shard set (record/shard_set.h), which the tar and
+ * TFRecord sources read through too:
+ * 1. A shard is opened once however many threads want it (a remote shard is
+ *    fetched once), and a failure is remembered: every later use of the
+ *    shard reports the same error, and the other shards read on (the skip
+ *    policy loses only that shard's records).
+ * 2. An open shard is an slr_shard with a reference count: the set holds
+ *    one, every user (a reading record's pin, a scan) its own, taken while
+ *    the set pins the shard (sl_record__shard_get). Closing drops the set's
+ *    reference; the file is closed by the last user, and a mapping by the
+ *    last view retained on its buffer (mapbuf), so a read racing a close
+ *    finishes on what it holds. The set closes a shard that a record holds
+ *    (set_held) only when every open shard is held.
+ * 3. At most `max_open` shards are open: opening one more closes the least
+ *    recently used. The bound starts at SLR_OPEN_SHARDS_MIN (or the shard
+ *    count) and grows by a quarter (up to growth_cap) when a shard closed
+ *    within the last `max_open` closes is wanted again: the reads cycle
+ *    through more shards than are kept (a global shuffle reads every shard
+ *    all the time and ends with all of them open; a window shuffle needs
  *    about its window's blocks' shards; reading in order needs one or two).
  *    "max_open_shards" (sl_record__set_open_limit) fixes it instead.
  *    Reopening validates the shard again.
- * 4. Locks: slot->mu and lru_mu are never held together; neither is held
- *    while another lock is taken, except the buffer and io locks inside.
- * 5. Cost per read. A record keeps its last shard pinned, so reading on in
- *    the same shard takes no lock. Once no shard will be closed again
- *    (keeps_all: the limit covers every shard and no close is under way),
- *    a read of another shard takes none either: open shards live as long as
- *    the reader, so a pin needs no reference (pin_ref false), prefetch
- *    reads the slot without its lock, and source_slr.c borrows views again.
- *    (The tar and TFRecord sources share src/source/shard_set.c, which does
- *    this bookkeeping under one lock per get and put; the record layer sits
- *    below the sources and its small records cannot afford a lock per read,
- *    hence this table of its own.) */
+ * 4. Cost per read. A record keeps its last shard pinned, so reading on in
+ *    the same shard takes no lock. Once no shard will be closed again (the
+ *    set keeps all: the bound covers every shard and no close is under
+ *    way), a read of another shard takes none either: open shards live as
+ *    long as the reader, so a pin needs no reference (pin_ref false),
+ *    prefetch peeks at the set without its lock, and source_slr.c borrows
+ *    views again. */
 
 #define SLR_OPEN_SHARDS_MIN 16
 /* The limit grows no further than half the process's file descriptors (an
@@ -411,13 +407,6 @@ int sl_record__shard_of(const sl_reader *r, uint64_t i) {
             hi = mid - 1;
     }
     return lo;
-}
-
-static void stamp(const sl_reader *r, int k) {
-    sl_reader *w = (sl_reader *)(uintptr_t)r; /* the LRU's clock: atomics only */
-    uint64_t now = atomic_load_explicit(&w->clock, memory_order_relaxed);
-    if (atomic_load_explicit(&w->shards[k].stamp, memory_order_relaxed) != now)
-        atomic_store_explicit(&w->shards[k].stamp, now, memory_order_relaxed);
 }
 
 /* Open shard k of a directory and check it against the manifest. */
@@ -456,134 +445,58 @@ static int slot_open(const sl_reader *r, int k, slr_shard **out) {
     return SL_OK;
 }
 
-/* Take shard k out of the table (the caller removed it from open_ids). */
-static void slot_detach(sl_reader *r, int k) {
-    slr_slot *sl = &r->shards[k];
-    pthread_mutex_lock(&sl->mu);
-    slr_shard *sh = atomic_load_explicit(&sl->open, memory_order_relaxed);
-    atomic_store_explicit(&sl->open, NULL, memory_order_relaxed);
-    pthread_mutex_unlock(&sl->mu);
-    sl_record__shard_put(sh);
-}
-
-/* Under lru_mu: from now on no shard will be closed (the limit covers every
- * shard and no close is under way), so open shards may be used without a
- * reference (pin_shard, sl_record__prefetch). */
-static void check_keeps_all(sl_reader *r) {
-    if (!r->limit_fixed && r->limit >= r->nshards && r->detaching == 0)
-        atomic_store_explicit(&r->keeps_all, true, memory_order_release);
-}
-
-/* Shard k was just put in the table: count it, then close the least
- * recently used shards while more than `limit` are open. */
-static void lru_insert(sl_reader *r, int k) {
-    bool inserted = false;
-    for (;;) {
-        int victim = -1;
-        pthread_mutex_lock(&r->lru_mu);
-        if (!inserted) {
-            slr_slot *sl = &r->shards[k];
-            if (!r->limit_fixed && sl->closed_seq && r->nclosed - sl->closed_seq < (uint64_t)r->limit)
-                r->limit = r->limit + r->limit / 4 + 1 < r->limit_cap
-                               ? r->limit + r->limit / 4 + 1 : r->limit_cap;
-            r->open_ids[r->nopen++] = k;
-            atomic_fetch_add_explicit(&r->clock, 1, memory_order_relaxed);
-            inserted = true;
-        }
-        if (r->nopen > r->limit) {
-            int best = -1;
-            bool best_held = true;
-            uint64_t best_stamp = UINT64_MAX;
-            for (int j = 0; j < r->nopen; j++) {
-                int v = r->open_ids[j];
-                if (v == k)
-                    continue;
-                const slr_shard *o = atomic_load_explicit(&r->shards[v].open, memory_order_relaxed);
-                bool held = o && atomic_load_explicit(&o->refs, memory_order_relaxed) > 1;
-                uint64_t t = atomic_load_explicit(&r->shards[v].stamp, memory_order_relaxed);
-                if (best < 0 || (!held && best_held) || (held == best_held && t < best_stamp)) {
-                    best = j;
-                    best_held = held;
-                    best_stamp = t;
-                }
-            }
-            if (best >= 0) {
-                victim = r->open_ids[best];
-                r->open_ids[best] = r->open_ids[--r->nopen];
-                r->shards[victim].closed_seq = ++r->nclosed;
-                r->detaching++;
-            }
-        }
-        if (victim < 0)
-            check_keeps_all(r);
-        pthread_mutex_unlock(&r->lru_mu);
-        if (victim < 0)
-            return;
-        slot_detach(r, victim);
-        pthread_mutex_lock(&r->lru_mu);
-        r->detaching--;
-        pthread_mutex_unlock(&r->lru_mu);
+/* The set's callbacks: `user` is the reader. A single file's shard was
+ * opened by open_file and is handed over by the first open. */
+static int set_open(void *user, int k, void **state_out) {
+    sl_reader *r = user;
+    if (r->single) {
+        *state_out = r->single;
+        r->single = NULL;
+        return SL_OK;
     }
+    slr_shard *sh;
+    SL_TRY(slot_open(r, k, &sh));
+    *state_out = sh;
+    return SL_OK;
+}
+
+static void set_close(void *user, int k, void *state) {
+    (void)user, (void)k;
+    sl_record__shard_put(state);
+}
+
+static bool set_held(void *user, int k, void *state) {
+    (void)user, (void)k;
+    const slr_shard *sh = state;
+    return atomic_load_explicit(&sh->refs, memory_order_relaxed) > 1;
 }
 
 int sl_record__shard_get(const sl_reader *r, int k, slr_shard **out) {
-    sl_reader *w = (sl_reader *)(uintptr_t)r; /* the open-shard table, under its locks */
-    slr_slot *sl = &w->shards[k];
     *out = NULL;
-    pthread_mutex_lock(&sl->mu);
-    slr_shard *sh = atomic_load_explicit(&sl->open, memory_order_relaxed);
-    if (sh) {
-        atomic_fetch_add_explicit(&sh->refs, 1, memory_order_relaxed);
-        pthread_mutex_unlock(&sl->mu);
-        stamp(r, k);
-        *out = sh;
-        return SL_OK;
-    }
-    if (sl->fail_rc) {
-        int rc = sl__error(sl->fail_rc, "%s", sl->fail_msg);
-        pthread_mutex_unlock(&sl->mu);
-        return rc;
-    }
-    int rc = slot_open(r, k, &sh);
-    if (rc < 0) {
-        if (rc != SL_ENOMEM && (sl->fail_msg = sl__strdup(sl_errmsg())))
-            sl->fail_rc = rc;
-        pthread_mutex_unlock(&sl->mu);
-        return rc;
-    }
-    atomic_fetch_add_explicit(&sh->refs, 1, memory_order_relaxed); /* the table's and ours */
-    atomic_store_explicit(&sl->open, sh, memory_order_release);
-    pthread_mutex_unlock(&sl->mu);
-    atomic_fetch_add_explicit(&w->opened_total, 1, memory_order_relaxed);
-    stamp(r, k);
-    lru_insert(w, k);
+    void *state;
+    SL_TRY(sl_shard_set__get(r->set, k, &state));
+    slr_shard *sh = state;
+    atomic_fetch_add_explicit(&sh->refs, 1, memory_order_relaxed); /* ours, past the pin */
+    sl_shard_set__put(r->set, k);
     *out = sh;
     return SL_OK;
 }
 
 int sl_record__open_shards(const sl_reader *r) {
-    sl_reader *w = (sl_reader *)(uintptr_t)r;
-    pthread_mutex_lock(&w->lru_mu);
-    int n = w->nopen;
-    pthread_mutex_unlock(&w->lru_mu);
-    return n;
+    sl_shard_set_stats st;
+    sl_shard_set__stats(r->set, &st);
+    return st.open_now;
 }
 
 uint64_t sl_record__opens(const sl_reader *r) {
-    return atomic_load_explicit(&((sl_reader *)(uintptr_t)r)->opened_total, memory_order_relaxed);
+    sl_shard_set_stats st;
+    sl_shard_set__stats(r->set, &st);
+    return st.opens;
 }
 
-void sl_record__set_open_limit(sl_reader *r, int limit) {
-    pthread_mutex_lock(&r->lru_mu);
-    r->limit = limit < 1 ? 1 : limit;
-    r->limit_fixed = true;
-    atomic_store(&r->keeps_all, r->nshards <= r->limit);
-    pthread_mutex_unlock(&r->lru_mu);
-}
+void sl_record__set_open_limit(sl_reader *r, int limit) { sl_shard_set__set_max_open(r->set, limit); }
 
-bool sl_record__keeps_shards(const sl_reader *r) {
-    return atomic_load_explicit(&((sl_reader *)(uintptr_t)r)->keeps_all, memory_order_acquire);
-}
+bool sl_record__keeps_shards(const sl_reader *r) { return sl_shard_set__keeps_all(r->set); }
 
 bool sl_record__views_last(const sl_record *rec) { return rec->pin && !rec->pin_ref; }
 
@@ -595,37 +508,36 @@ static void opener_free(sl_reader *r);
 void sl_reader_free(sl_reader *r) {
     if (!r)
         return;
-    opener_free(r); /* its threads use the slots */
-    for (int i = 0; i < r->nshards; i++) {
-        slr_slot *sl = &r->shards[i];
-        sl_record__shard_put(atomic_load_explicit(&sl->open, memory_order_relaxed));
-        sl__free(sl->path);
-        sl__free(sl->fail_msg);
-        pthread_mutex_destroy(&sl->mu);
-    }
+    opener_free(r); /* its threads use the set */
+    sl_shard_set__free(r->set); /* closes the open shards */
+    sl_record__shard_put(r->single); /* a single file whose set was not made */
+    for (int i = 0; i < r->nshards; i++)
+        sl__free(r->shards[i].path);
     sl__free(r->shards);
-    sl__free(r->open_ids);
     for (int c = 0; c < SL_MAX_COLUMNS && !r->scalars_mapped; c++)
         sl__free(r->scalars[c]);
     pthread_mutex_destroy(&r->scalars_mu);
-    pthread_mutex_destroy(&r->lru_mu);
     sl_record__meta_clear(&r->meta);
     sl__free(r->mpath);
     sl__free(r->path);
     sl__free(r);
 }
 
-/* The reader's table of `n` shards, every slot's lock made. */
+/* The reader's `n` shards, none open. */
 static int make_slots(sl_reader *r, int n) {
     r->shards = sl__calloc((size_t)n, sizeof *r->shards);
-    r->open_ids = sl__calloc((size_t)n, sizeof *r->open_ids);
-    if (!r->shards || !r->open_ids)
+    if (!r->shards)
         return sl__oom("opening a reader");
-    for (int i = 0; i < n; i++) {
-        pthread_mutex_init(&r->shards[i].mu, NULL);
-        r->nshards = i + 1;
-    }
+    r->nshards = n;
     return SL_OK;
+}
+
+/* The table of open shards (see "Open shards"). */
+static int make_set(sl_reader *r, int max_open) {
+    return sl_shard_set__create(&r->set, r->nshards, max_open,
+                                &(sl_shard_set_ops){.open = set_open, .close = set_close,
+                                                    .held = set_held},
+                                r);
 }
 
 static void scalar_slots(sl_reader *r) {
@@ -654,12 +566,11 @@ static int open_file(sl_reader *r, const char *path) {
     sl->bytes = sh->size;
     sl->footer_checksum = sh->footer_checksum;
     sl->copy_reads = sh->copy_reads;
-    atomic_store_explicit(&sl->open, sh, memory_order_relaxed);
-    r->open_ids[0] = 0;
-    r->nopen = 1;
-    r->limit = 1;
-    r->limit_fixed = true;
-    atomic_init(&r->keeps_all, true);
+    r->single = sh; /* the set's first open takes it: open for the reader's life */
+    SL_TRY(make_set(r, 1));
+    void *state;
+    SL_TRY(sl_shard_set__get(r->set, 0, &state));
+    sl_shard_set__put(r->set, 0);
     r->count = sh->count;
     r->data_bytes = sh->size;
     r->remote = !sh->map && sh->size && sl_io__is_url(path);
@@ -726,9 +637,8 @@ static int open_dir(sl_reader *r, const char *path) {
     sl_io__close(io);
     SL_CHECK(rc);
     scalar_slots(r);
-    r->limit = r->nshards < SLR_OPEN_SHARDS_MIN ? r->nshards : SLR_OPEN_SHARDS_MIN;
-    r->limit_cap = growth_cap(r->nshards);
-    atomic_init(&r->keeps_all, r->nshards <= SLR_OPEN_SHARDS_MIN);
+    SL_CHECK(make_set(r, r->nshards < SLR_OPEN_SHARDS_MIN ? r->nshards : SLR_OPEN_SHARDS_MIN));
+    sl_shard_set__grow_to(r->set, growth_cap(r->nshards));
     r->remote = sl_io__is_url(path);
     if (r->remote)
         SL_TRY(opener_make(r));
@@ -757,7 +667,6 @@ int sl_reader_open(sl_reader **out, const char *path, unsigned flags) {
     r->flags = flags;
     r->id = atomic_fetch_add(&reader_ids, 1) + 1;
     pthread_mutex_init(&r->scalars_mu, NULL);
-    pthread_mutex_init(&r->lru_mu, NULL);
     r->path = sl__strdup(path);
     int rc;
     if (!r->path)
@@ -1104,21 +1013,18 @@ static int pin_shard(const sl_reader *r, uint64_t i, sl_record *rec, slr_shard *
     int k = sl_record__shard_of(r, i);
     slr_shard *p = rec->pin;
     if (p && rec->pin_reader == r->id && rec->pin_k == k) {
-        stamp(r, k);
         *out = p;
         return SL_OK;
     }
     slr_shard *sh = NULL;
     bool ref = false;
     if (sl_record__keeps_shards(r)) /* open shards stay: no reference needed */
-        sh = atomic_load_explicit(&r->shards[k].open, memory_order_acquire);
+        sh = sl_shard_set__peek(r->set, k);
     if (!sh) {
         int rc = sl_record__shard_get(r, k, &sh);
         if (rc < 0)
             return record_error(rc, r->shards[k].path, i);
         ref = true;
-    } else {
-        stamp(r, k);
     }
     if (rec->pin_ref)
         sl_record__shard_put(p);
@@ -1389,28 +1295,25 @@ void sl_record__prefetch(const sl_reader *r, uint64_t i, int far) {
     if (i >= r->count)
         return;
     int k = sl_record__shard_of(r, i);
-    slr_slot *sl = &((sl_reader *)(uintptr_t)r)->shards[k];
     if (far == 2) {
         /* a shard not open yet is opened by the opener threads ("Opening
          * remote shards ahead"), not here */
-        if (r->opener && !atomic_load_explicit(&sl->open, memory_order_acquire) &&
-            opener_push(r, i))
+        if (r->opener && !sl_shard_set__peek(r->set, k) && opener_push(r, i))
             return;
         hint_remote(r, i, k);
         return;
     }
     if (sl_record__keeps_shards(r)) { /* an open shard stays for the reader's life */
-        const slr_shard *sh = atomic_load_explicit(&sl->open, memory_order_acquire);
+        const slr_shard *sh = sl_shard_set__peek(r->set, k);
         if (sh)
             prefetch_open(sh, i, far);
         return;
     }
-    if (pthread_mutex_trylock(&sl->mu) != 0)
+    void *state; /* pinned, never waited for, never opened */
+    if (sl_shard_set__try_get_if_open(r->set, k, &state) != SL_OK)
         return;
-    const slr_shard *sh = atomic_load_explicit(&sl->open, memory_order_relaxed);
-    if (sh) /* the table's reference cannot go while its lock is held */
-        prefetch_open(sh, i, far);
-    pthread_mutex_unlock(&sl->mu);
+    prefetch_open(state, i, far);
+    sl_shard_set__put(r->set, k);
 }
 
 bool sl_record__reads_by_ranges(const sl_reader *r) { return r->remote; }

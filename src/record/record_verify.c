@@ -40,10 +40,8 @@ int sl_record__failed_range(const sl_reader *r, uint64_t i, uint64_t *first, uin
     if (i >= r->count)
         return 0;
     int k = sl_record__shard_of(r, i);
-    slr_slot *sl = &((sl_reader *)(uintptr_t)r)->shards[k]; /* fail_rc: under its lock */
-    pthread_mutex_lock(&sl->mu);
-    int failed = sl->fail_rc != 0;
-    pthread_mutex_unlock(&sl->mu);
+    const slr_slot *sl = &r->shards[k];
+    int failed = sl_shard_set__failed(r->set, k) != 0;
     *first = sl->first;
     *count = sl->count;
     return failed;

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <glob.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,27 +44,28 @@ static int pipeline_key(const char *k) {
            !strcmp(k, "chunk");
 }
 
-int sl_source__parse_max_open(const cJSON *it, const char *field, int *out) {
-    if (!cJSON_IsNumber(it) || it->valuedouble < 1 || it->valuedouble > 1e6 ||
-        it->valuedouble != (double)(int)it->valuedouble)
-        return sl__error(SL_EINVAL, "%s.max_open_shards: must be a whole number from 1 to 1000000",
-                         field);
-    *out = (int)it->valuedouble;
-    return SL_OK;
-}
+const sl_param sl_source__max_open_params[] = {
+    {.key = "max_open_shards", .type = SL_PARAM_INT, .min = 1, .max = 1000000,
+     .offset = offsetof(sl_source_shard_opts, max_open_shards),
+     .doc = "shards held open at once (default: the source's own bound)"},
+    {0}};
 
-int sl_source__unknown_key(const char *field, const char *key, const char *what,
-                           const char *const *own) {
-    static const char *const pipeline_keys[] = {"shuffle", "shard", "parallel", "chunk"};
-    const char *names[40];
-    int n = 0;
-    for (int i = 0; own[i] && n < 32; i++)
-        names[n++] = own[i];
-    for (int i = 0; i < 4; i++)
-        names[n++] = pipeline_keys[i];
-    char list[320];
-    sl__names_closest(key, names, n, list, sizeof list);
-    return sl__error(SL_EINVAL, "%s.%s: unknown key for %s (keys: %s)", field, key, what, list);
+const sl_param sl_source__shard_params[] = {
+    {.key = "index", .type = SL_PARAM_BOOL, .flags = SL_PARAM_OR_AUTO, .def = -1,
+     .offset = offsetof(sl_source_shard_opts, index),
+     .doc = "read each file's sidecar index: \"auto\" where there is one, true: it must be "
+            "there, false: scan"},
+    {.key = "", .type = SL_PARAM_INCLUDE, .fragment = sl_source__max_open_params},
+    {0}};
+
+int sl_source__read_options(const sl_param_table *t, const cJSON *obj, const char *field,
+                            void *out) {
+    static const char *const pipeline_keys[] = {"shuffle", "shard", "parallel", "chunk", NULL};
+    if (cJSON_IsObject(obj))
+        for (const cJSON *it = obj->child; it; it = it->next)
+            if (!sl_params_find(t, it->string))
+                return sl_params_unknown(t, field, it->string, pipeline_keys);
+    return sl_params_read(t, obj, field, out);
 }
 
 /* Does a source's input value (a name, a pattern, a list of them) name a URL?

@@ -6,6 +6,7 @@
 #define SL_SOURCE_H
 
 #include "core/core.h"
+#include "core/params.h"
 #include "io/io.h"
 
 #include <cjson/cJSON.h>
@@ -284,14 +285,22 @@ int sl_source__detect(const char *const *paths, int n, const sl_source_format **
  * else keep the message and return `rc`. */
 int sl_source__wrong_kind(const char *path, int rc);
 
-/* SL_EINVAL "<field>.<key>: unknown key for <what> (keys: ...)", the
- * format's own keys (`own`, NULL-terminated) and the pipeline's listed
- * closest to `key` first. */
-/* A source object's "max_open_shards" (`it`): a whole number from 1 to
- * 1,000,000 into *out, or SL_EINVAL naming "<field>.max_open_shards". */
-int sl_source__parse_max_open(const cJSON *it, const char *field, int *out);
-int sl_source__unknown_key(const char *field, const char *key, const char *what,
-                           const char *const *own);
+/* ---- options: each format's parameter table (core/params.h) ---- */
+/* The options the sources that open shards lazily share, one table fragment
+ * each: "max_open_shards" (.slr, tar, TFRecord) and "index" (tar, TFRecord;
+ * see source_index.h). Include them at the offset of an sl_source_shard_opts. */
+typedef struct sl_source_shard_opts {
+    int index;           /* -1 "auto" (default), 1 true, 0 false: sl_sidx__use() */
+    int max_open_shards; /* 1..1,000,000; 0 (default): the source's own bound */
+} sl_source_shard_opts;
+extern const sl_param sl_source__max_open_params[]; /* max_open_shards */
+extern const sl_param sl_source__shard_params[];    /* index, max_open_shards */
+/* Read a source object's options with its format's table `t` (t->what names
+ * the format: "a tfrecord source") into `out`. A key that is not the
+ * format's is SL_EINVAL "<field>.<key>: unknown key for <what> (keys: ...)",
+ * the format's keys and the pipeline's listed closest to `key` first. */
+int sl_source__read_options(const sl_param_table *t, const cJSON *obj, const char *field,
+                            void *out);
 
 /* The regular files of the local folder `dir`, sorted by name, hidden files
  * and the sidecar indexes beside listed files left out (a NULL-terminated

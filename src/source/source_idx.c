@@ -451,10 +451,12 @@ int sl_source__open_idx(sl_source **out, const cJSON *obj, const char *field) {
     *out = NULL;
     const char *a = NULL, *b = NULL;
     int rc = SL_OK;
-    for (const cJSON *it = obj->child; it; it = it->next)
-        if (strcmp(it->string, "idx") != 0)
-            return sl_source__unknown_key(field, it->string, "an IDX source",
-                                          (const char *const[]){"idx", NULL});
+    static const sl_param params[] = {
+        {.key = "idx", .type = SL_PARAM_ANY, .offset = SL_PARAM_NOWHERE,
+         .doc = "{\"images\": PATH, \"labels\": PATH} or [IMAGES, LABELS]"},
+        {0}};
+    static const sl_param_table table = {params, "an IDX source", NULL, 0, 0};
+    SL_TRY(sl_source__read_options(&table, obj, field, NULL));
     SL_TRY(idx_paths(cJSON_GetObjectItemCaseSensitive(obj, "idx"), field, &a, &b));
     idx_stream sa, sb;
     memset(&sa, 0, sizeof sa);

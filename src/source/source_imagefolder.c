@@ -681,19 +681,20 @@ static const sl_source_vtbl folder_vtbl = {
 int sl_source__open_imagefolder(sl_source **out, const cJSON *obj, const char *field) {
     *out = NULL;
     int rc = SL_OK;
-    const cJSON *root = cJSON_GetObjectItemCaseSensitive(obj, "image_folder");
-    if (!cJSON_IsString(root) || !root->valuestring[0])
-        return sl__error(SL_EINVAL, "%s.image_folder: must be a directory path", field);
-    for (const cJSON *it = obj->child; it; it = it->next)
-        if (strcmp(it->string, "image_folder") != 0)
-            return sl_source__unknown_key(field, it->string, "an image folder source",
-                                          (const char *const[]){"image_folder", NULL});
+    static const sl_param params[] = {
+        {.key = "image_folder", .type = SL_PARAM_STRING, .flags = SL_PARAM_REQUIRED, .min = 1,
+         .max = -1, .offset = 0, .expect = "a directory path",
+         .doc = "a folder of class folders of images"},
+        {0}};
+    static const sl_param_table table = {params, "an image folder source", NULL, 0, 0};
+    const char *root = NULL;
+    SL_TRY(sl_source__read_options(&table, obj, field, &root));
     folder_source *s = sl__calloc(1, sizeof *s);
     if (!s)
         return sl__oom("opening an image folder");
     s->base.vt = &folder_vtbl;
     atomic_init(&s->base.refs, 1);
-    SL_CHECK(list_folder(root->valuestring, 0, NULL, s->root, &s->cls, &s->ents));
+    SL_CHECK(list_folder(root, 0, NULL, s->root, &s->cls, &s->ents));
     snprintf(s->base.name, sizeof s->base.name, "%.200s", sl__base_name(s->root));
     s->base.count = s->ents.n;
     s->labels = sl__malloc((s->ents.n ? s->ents.n : 1) * sizeof *s->labels);

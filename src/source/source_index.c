@@ -57,12 +57,8 @@ int sl_sidx__stat(const char *path, uint64_t *size_out, int64_t *mtime_ns_out) {
 
 /* ---- what a source does with them ------------------------------------------------ */
 
-int sl_sidx__parse_use(const cJSON *it, const char *field, sl_sidx_use *out) {
-    if (!cJSON_IsBool(it) && !(cJSON_IsString(it) && !strcmp(it->valuestring, "auto")))
-        return sl__error(SL_EINVAL, "%s.index: must be \"auto\", true or false", field);
-    *out = cJSON_IsTrue(it) ? SL_SIDX_USE_YES : cJSON_IsFalse(it) ? SL_SIDX_USE_NO
-                                                                  : SL_SIDX_USE_AUTO;
-    return SL_OK;
+sl_sidx_use sl_sidx__use(int index) {
+    return index < 0 ? SL_SIDX_USE_AUTO : index ? SL_SIDX_USE_YES : SL_SIDX_USE_NO;
 }
 
 /* sl_sidx__load_for / _head_for: `use` decides whether a missing index is

@@ -96,8 +96,8 @@ int sl_sidx__stat(const char *path, uint64_t *size_out, int64_t *mtime_ns_out);
 /* A source's "index" option: "auto" (the default: use DATA.slidx where there
  * is one), true (it must be there) or false (scan, ignore any index). */
 typedef enum sl_sidx_use { SL_SIDX_USE_NO = 0, SL_SIDX_USE_YES = 1, SL_SIDX_USE_AUTO = 2 } sl_sidx_use;
-/* The option's value `it` (named `field`.index in messages). */
-int sl_sidx__parse_use(const cJSON *it, const char *field, sl_sidx_use *out);
+/* The option as sl_source__shard_params reads it (-1 "auto", 1, 0). */
+sl_sidx_use sl_sidx__use(int index);
 /* Load DATA.slidx as `use` says: NO loads nothing; AUTO loads it where it
  * is (SL_OK and *out NULL where not); YES fails where it is not (SL_EINVAL
  * naming the command that builds it). Errors as sl_sidx__load. */

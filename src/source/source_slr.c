@@ -20,6 +20,7 @@
 #include "source/source.h"
 #include "record/record_format.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -191,32 +192,37 @@ static const sl_source_vtbl slr_vtbl = {
     .free = slr_free,
 };
 
+/* A .slr source's options (docs/SOURCES.md). */
+typedef struct {
+    const char *path;
+    sl_source_shard_opts shard;
+} slr_opts;
+
+static const sl_param slr_params[] = {
+    {.key = "path", .type = SL_PARAM_STRING, .flags = SL_PARAM_REQUIRED, .min = 1, .max = -1,
+     .offset = offsetof(slr_opts, path), .doc = "the dataset: a directory, a .slr file or a URL"},
+    {.key = "", .type = SL_PARAM_INCLUDE, .fragment = sl_source__max_open_params,
+     .offset = offsetof(slr_opts, shard)},
+    {0}};
+
+static const sl_param_table slr_table = {slr_params, "a .slr source", NULL, 0, 0};
+
 int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field) {
     *out = NULL;
-    const cJSON *path = cJSON_GetObjectItemCaseSensitive(obj, "path");
-    if (!cJSON_IsString(path) || !path->valuestring[0])
-        return sl__error(SL_EINVAL, "%s.path: must be a non-empty string", field);
-    int max_open = 0; /* "max_open_shards": a fixed bound (0: the reader's own, which grows) */
-    for (const cJSON *it = obj->child; it; it = it->next) {
-        if (!strcmp(it->string, "path"))
-            continue;
-        if (!strcmp(it->string, "max_open_shards")) {
-            SL_TRY(sl_source__parse_max_open(it, field, &max_open));
-            continue;
-        }
-        return sl_source__unknown_key(field, it->string, "a .slr source",
-                                      (const char *const[]){"path", "max_open_shards", NULL});
-    }
+    slr_opts o;
+    SL_TRY(sl_source__read_options(&slr_table, obj, field, &o));
+    /* "max_open_shards": a fixed bound (0: the reader's own, which grows) */
+    int max_open = o.shard.max_open_shards;
     slr_source *s = sl__calloc(1, sizeof *s);
     if (!s)
         return sl__oom("opening a .slr source");
     s->base.vt = &slr_vtbl;
     atomic_init(&s->base.refs, 1);
-    int rc = sl_reader_open(&s->reader, path->valuestring, 0);
+    int rc = sl_reader_open(&s->reader, o.path, 0);
     if (rc < 0) {
         sl__free(s);
         if (rc != SL_ENOMEM)
-            rc = sl_source__wrong_kind(path->valuestring, rc);
+            rc = sl_source__wrong_kind(o.path, rc);
         return sl__error_prefix(rc, "%s.path", field);
     }
     if (max_open)
@@ -224,7 +230,7 @@ int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field) {
     s->verify = true; /* opened without SL_READ_NO_VERIFY */
     s->base.checksummed = 1;
     s->base.reads_ahead = sl_record__reads_by_ranges(s->reader);
-    snprintf(s->base.name, sizeof s->base.name, "%s", sl__base_name(path->valuestring));
+    snprintf(s->base.name, sizeof s->base.name, "%s", sl__base_name(o.path));
     s->base.count = sl_reader_count(s->reader);
     if (s->base.count)
         s->base.record_bytes = sl_reader_data_bytes(s->reader) / s->base.count;

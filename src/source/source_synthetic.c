@@ -13,6 +13,7 @@
  */
 #include "source/source.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -91,44 +92,40 @@ static const sl_source_vtbl syn_vtbl = {
     .free = syn_free,
 };
 
-static int get_count(const cJSON *v, const char *field, const char *key, double min, double max,
-                     double dflt, uint64_t *out) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(v, key);
-    if (!it) {
-        if (dflt < 0)
-            return sl__error(SL_EINVAL, "%s.synthetic.%s: missing (an integer >= %.0f)", field,
-                             key, min);
-        *out = (uint64_t)dflt;
-        return SL_OK;
-    }
-    if (!cJSON_IsNumber(it) || it->valuedouble != (double)(uint64_t)it->valuedouble ||
-        it->valuedouble < min || it->valuedouble > max)
-        return sl__error(SL_EINVAL, "%s.synthetic.%s: must be an integer from %.0f to %.0f",
-                         field, key, min, max);
-    *out = (uint64_t)it->valuedouble;
-    return SL_OK;
-}
+/* {"synthetic": {"records": N, "shards": S, "bytes": B}} (docs/SOURCES.md). */
+typedef struct {
+    uint64_t records, shards, bytes;
+} syn_opts;
+
+static const sl_param syn_params[] = {
+    /* 2^53: exact in JSON's doubles */
+    {.key = "records", .type = SL_PARAM_UINT64, .flags = SL_PARAM_REQUIRED, .min = 1,
+     .max = 9007199254740992.0, .offset = offsetof(syn_opts, records), .doc = "how many records"},
+    {.key = "shards", .type = SL_PARAM_UINT64, .min = 1, .max = 9007199254740992.0, .def = 1,
+     .offset = offsetof(syn_opts, shards), .doc = "shards they are split into (at most records)"},
+    {.key = "bytes", .type = SL_PARAM_UINT64, .min = 8, .max = 1 << 24, .def = 8,
+     .offset = offsetof(syn_opts, bytes), .doc = "payload bytes per record"},
+    {0}};
+
+static const sl_param_table syn_table = {syn_params, NULL, NULL, 0, 0};
 
 int sl_source__open_synthetic(sl_source **out, const cJSON *obj, const char *field) {
     *out = NULL;
-    for (const cJSON *it = obj->child; it; it = it->next)
-        if (strcmp(it->string, "synthetic") != 0)
-            return sl_source__unknown_key(field, it->string, "a synthetic source",
-                                          (const char *const[]){"synthetic", NULL});
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "synthetic");
-    if (!cJSON_IsObject(v))
-        return sl__error(SL_EINVAL, "%s.synthetic: must be {\"records\": N, \"shards\": S, "
-                                    "\"bytes\": B}", field);
-    for (const cJSON *it = v->child; it; it = it->next)
-        if (strcmp(it->string, "records") && strcmp(it->string, "shards") &&
-            strcmp(it->string, "bytes"))
-            return sl__error(SL_EINVAL, "%s.synthetic.%s: unknown key (keys: records, shards, "
-                                        "bytes)", field, it->string);
-    uint64_t n, shards, bytes;
-    /* 2^53: exact in JSON's doubles */
-    SL_TRY(get_count(v, field, "records", 1, 9007199254740992.0, -1, &n));
-    SL_TRY(get_count(v, field, "shards", 1, (double)n, 1, &shards));
-    SL_TRY(get_count(v, field, "bytes", 8, 1 << 24, 8, &bytes));
+    static const sl_param outer[] = {
+        {.key = "synthetic", .type = SL_PARAM_OBJECT, .flags = SL_PARAM_REQUIRED, .offset = 0,
+         .expect = "{\"records\": N, \"shards\": S, \"bytes\": B}"},
+        {0}};
+    static const sl_param_table outer_table = {outer, "a synthetic source", NULL, 0, 0};
+    const cJSON *v = NULL;
+    SL_TRY(sl_source__read_options(&outer_table, obj, field, &v));
+    char sub[160];
+    snprintf(sub, sizeof sub, "%s.synthetic", field);
+    syn_opts o;
+    SL_TRY(sl_params_read(&syn_table, v, sub, &o));
+    if (o.shards > o.records)
+        return sl__error(SL_EINVAL, "%s.shards: must be at most records (%llu), got %llu", sub,
+                         (unsigned long long)o.records, (unsigned long long)o.shards);
+    uint64_t n = o.records, shards = o.shards, bytes = o.bytes;
     syn_source *s = sl__calloc(1, sizeof *s);
     if (!s)
         return sl__oom("opening a synthetic source");

@@ -46,7 +46,7 @@
  *     a few bytes right after its header, nearly always in the same page),
  *     or copied from each whole index, loaded then; filters push down.
  */
-#include "source/shard_set.h"
+#include "record/shard_set.h"
 #include "source/source.h"
 #include "source/source_index.h"
 
@@ -55,6 +55,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1250,39 +1251,41 @@ static int scan_at_open(tar_source *s, int k) {
     return rc;
 }
 
+/* A webdataset source's options (docs/SOURCES.md). */
+typedef struct {
+    const cJSON *columns;
+    sl_source_shard_opts shard;
+} tar_opts;
+
+static const sl_param tar_params[] = {
+    {.key = "webdataset", .type = SL_PARAM_ANY, .offset = SL_PARAM_NOWHERE, .doc = "the tar files: a path, a pattern, @LIST or a list"},
+    {.key = "columns", .type = SL_PARAM_ARRAY, .min = 1, .max = -1,
+     .offset = offsetof(tar_opts, columns), .expect = "a non-empty list of extensions",
+     .doc = "the member extensions to read (default: all)"},
+    {.key = "", .type = SL_PARAM_INCLUDE, .fragment = sl_source__shard_params,
+     .offset = offsetof(tar_opts, shard)},
+    {0}};
+
+static const sl_param_table tar_table = {tar_params, "a webdataset source", NULL, 0, 0};
+
 static int parse_options(tar_source *s, const cJSON *obj, const char *field, sl_sidx_use *index) {
-    *index = SL_SIDX_USE_AUTO;
-    for (const cJSON *it = obj->child; it; it = it->next) {
-        if (!strcmp(it->string, "webdataset"))
-            continue;
-        if (!strcmp(it->string, "index")) {
-            SL_TRY(sl_sidx__parse_use(it, field, index));
-            continue;
-        }
-        if (!strcmp(it->string, "max_open_shards")) {
-            SL_TRY(sl_source__parse_max_open(it, field, &s->max_open));
-            continue;
-        }
-        if (!strcmp(it->string, "columns")) {
-            char sub[128];
-            snprintf(sub, sizeof sub, "%s.columns", field);
-            if (!cJSON_IsArray(it) || !it->child)
-                return sl__error(SL_EINVAL, "%s: must be a non-empty list of extensions", sub);
-            /* A list of extensions, kept as they are. */
-            int n = 0;
-            for (const cJSON *e = it->child; e; e = e->next, n++)
-                if (!cJSON_IsString(e) || !e->valuestring[0] || strchr(e->valuestring, '{') ||
-                    e->valuestring[0] == '@' || strlen(e->valuestring) >= SL_COLNAME_MAX)
-                    return sl__error(SL_EINVAL, "%s[%d]: must be an extension such as \"jpg\"",
-                                     sub, n);
-            sl_source__free_paths(s->only);
-            s->only = NULL;
-            SL_TRY(sl_source__string_list(it, sub, &s->only, &s->nonly));
-            continue;
-        }
-        return sl_source__unknown_key(field, it->string, "a webdataset source",
-                                      (const char *const[]){"webdataset", "columns", "index",
-                                                      "max_open_shards", NULL});
+    tar_opts o;
+    SL_TRY(sl_source__read_options(&tar_table, obj, field, &o));
+    *index = sl_sidx__use(o.shard.index);
+    s->max_open = o.shard.max_open_shards;
+    if (o.columns) {
+        char sub[128];
+        snprintf(sub, sizeof sub, "%s.columns", field);
+        /* A list of extensions, kept as they are. */
+        int n = 0;
+        for (const cJSON *e = o.columns->child; e; e = e->next, n++)
+            if (!cJSON_IsString(e) || !e->valuestring[0] || strchr(e->valuestring, '{') ||
+                e->valuestring[0] == '@' || strlen(e->valuestring) >= SL_COLNAME_MAX)
+                return sl__error(SL_EINVAL, "%s[%d]: must be an extension such as \"jpg\"",
+                                 sub, n);
+        sl_source__free_paths(s->only);
+        s->only = NULL;
+        SL_TRY(sl_source__string_list(o.columns, sub, &s->only, &s->nonly));
     }
     return SL_OK;
 }

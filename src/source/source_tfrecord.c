@@ -37,7 +37,7 @@
  * random offsets, so it is inflated once, at open, into memory that lives
  * as long as the source.
  */
-#include "source/shard_set.h"
+#include "record/shard_set.h"
 #include "source/source.h"
 #include "source/source_index.h"
 #include "source/source_tfrecord.h"
@@ -48,6 +48,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1154,40 +1155,39 @@ static int gather_index_values(tf_source *s) {
     return SL_OK;
 }
 
+/* A tfrecord source's options (docs/SOURCES.md). */
+typedef struct {
+    int compression; /* index in compressions[] */
+    int verify;
+    sl_source_shard_opts shard;
+} tf_opts;
+
+static const char *const compressions[] = {"auto", "gzip", "none", NULL};
+
+static const sl_param tf_params[] = {
+    {.key = "tfrecord", .type = SL_PARAM_ANY, .offset = SL_PARAM_NOWHERE,
+     .doc = "the files: a path, a pattern, @LIST or a list"},
+    {.key = "features", .type = SL_PARAM_ANY, .offset = SL_PARAM_NOWHERE,
+     .doc = "the features to read: {\"key\": \"name\"} or a list of keys (default: all)"},
+    {.key = "compression", .type = SL_PARAM_ENUM, .names = compressions, .def = 0,
+     .offset = offsetof(tf_opts, compression),
+     .doc = "\"auto\": gzip where the file starts as gzip"},
+    {.key = "verify", .type = SL_PARAM_BOOL, .def = 1, .offset = offsetof(tf_opts, verify),
+     .doc = "check every record's CRC-32C"},
+    {.key = "", .type = SL_PARAM_INCLUDE, .fragment = sl_source__shard_params,
+     .offset = offsetof(tf_opts, shard)},
+    {0}};
+
+static const sl_param_table tf_table = {tf_params, "a tfrecord source", NULL, 0, 0};
+
 static int parse_options(const cJSON *obj, const char *field, int *verify,
                          const char **compression, sl_sidx_use *index, int *max_open) {
-    *verify = 1;
-    *max_open = 0; /* the default, chosen in open_files */
-    *compression = "auto";
-    *index = SL_SIDX_USE_AUTO;
-    for (const cJSON *it = obj->child; it; it = it->next) {
-        const char *k = it->string;
-        if (!strcmp(k, "tfrecord") || !strcmp(k, "features"))
-            continue;
-        if (!strcmp(k, "verify")) {
-            if (!cJSON_IsBool(it))
-                return sl__error(SL_EINVAL, "%s.verify: must be true or false", field);
-            *verify = cJSON_IsTrue(it);
-        } else if (!strcmp(k, "index")) {
-            SL_TRY(sl_sidx__parse_use(it, field, index));
-        } else if (!strcmp(k, "max_open_shards")) {
-            SL_TRY(sl_source__parse_max_open(it, field, max_open));
-        } else if (!strcmp(k, "compression")) {
-            if (!cJSON_IsString(it) || (strcmp(it->valuestring, "auto") &&
-                                        strcmp(it->valuestring, "gzip") &&
-                                        strcmp(it->valuestring, "none")))
-                return sl__error(SL_EINVAL, "%s.compression: must be \"auto\", \"gzip\" or "
-                                 "\"none\"", field);
-            *compression = !strcmp(it->valuestring, "gzip")   ? "gzip"
-                           : !strcmp(it->valuestring, "none") ? "none"
-                                                              : "auto";
-        } else {
-            return sl_source__unknown_key(field, k, "a tfrecord source",
-                                          (const char *const[]){"tfrecord", "features",
-                                                                "compression", "verify", "index",
-                                                                "max_open_shards", NULL});
-        }
-    }
+    tf_opts o;
+    SL_TRY(sl_source__read_options(&tf_table, obj, field, &o));
+    *verify = o.verify;
+    *compression = compressions[o.compression];
+    *index = sl_sidx__use(o.shard.index);
+    *max_open = o.shard.max_open_shards; /* 0: the default, chosen in open_files */
     return SL_OK;
 }
 

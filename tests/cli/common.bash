@@ -14,7 +14,7 @@ ERR=$T/.err
 
 fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
 
-# skip REASON: this script cannot run here; it is reported as skipped (exit
+# skip REASON (rule R10): this script cannot run here; it is reported as skipped (exit
 # status 77), never as passed. The test command allows no skip.
 skip() { echo "SKIP: $*" >&2; exit 77; }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # libsluice.so exports the API of include/sluice.h and nothing else: no
 # internal sl__* function (fault injection included), and every exported
-# name is declared in the header (src/sluice.map).
+# name is declared in the header (src/sluice.map; rule R8).
 . "$(dirname "$0")/common.bash"
 
 LIB=$(dirname "$SLUICE")/libsluice.so

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The house digests (scripts/house_digests.sh): `sluice run --digest` over the
+# The house digests (scripts/house_digests.sh; rules R5 and R10): `sluice run --digest` over the
 # pipelines that take the engine's paths (IDX .slr with shuffle + filter +
 # batch and its vectorize/skip/window/device variants, ImageFolder training,
 # .slr eval, WebDataset, TFRecord, --jpeg-restart auto with a crop, normalize

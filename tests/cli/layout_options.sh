@@ -49,6 +49,13 @@ has "$OUT" "collation: fused, by stage 1"
 run 0 "$SLUICE" explain "$T/rows_off.json"
 grep -qF "straight into its batch row" "$OUT" && fail "explain says read_rows with \"read_rows\": false"
 same_digests rows rows_off
+# a state saved on one path resumes on the other (same spec identity)
+run 0 "$SLUICE" run "$T/rows.json" --stop-after 7 --save-state "$T/st_rows.json" --threads 2
+run 0 "$SLUICE" run "$T/rows.json" --resume "$T/st_rows.json" --digest --threads 2
+cp "$OUT" "$T/rows_resumed"
+run 0 "$SLUICE" run "$T/rows_off.json" --resume "$T/st_rows.json" --digest --threads 2
+[ -s "$T/rows_resumed" ] || fail "no batches after resuming"
+cmp -s "$OUT" "$T/rows_resumed" || fail "resuming with \"read_rows\": false gives other batches"
 # the environment no longer switches it
 SLUICE_READ_ROWS=0 run 0 "$SLUICE" explain "$T/rows.json" --json
 grep -qF '"read_rows":true' "$OUT" || fail "SLUICE_READ_ROWS=0 still changes the layout: $(cat "$OUT")"

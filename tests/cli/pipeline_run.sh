@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `sluice run`: digests are identical whatever the thread count; stopping
+# `sluice run`: digests are identical whatever the thread count (rule R5); stopping
 # after K batches with a saved state and resuming in a new process gives the
 # remaining batches byte for byte (with shuffle and sharding); bad specs give
 # one-line errors naming the field.

@@ -166,6 +166,17 @@ SL_TEST(device_pipeline__errors_name_what_is_missing) {
                  "\"device\": \"gpu\"}]}", SL_EUNSUPPORTED, "ops[0].device \"gpu\"");
     create_fails("{\"source\": {\"path\": \"x\"}, \"ops\": [{\"op\": \"decode\", "
                  "\"device\": \"npu\"}]}", SL_EINVAL, "ops[0].device: must be");
+    /* read through a parameter table: the range and the value given, the
+     * keys closest first */
+    create_fails("{\"source\": {\"path\": \"x\"}, \"device\": {\"kind\": \"host\", \"id\": -1}}",
+                 SL_EINVAL, "device.id: must be a whole number from 0 to 1024 (got -1)");
+    create_fails("{\"source\": {\"path\": \"x\"}, \"device\": {\"kind\": \"host\", "
+                 "\"normalise_on_device\": true}}", SL_EINVAL,
+                 "device.normalise_on_device: unknown key (keys: normalize_on_device, kind, id)");
+    create_fails("{\"source\": {\"path\": \"x\"}, \"device\": {\"id\": 0}}", SL_EINVAL,
+                 "device.kind: missing");
+    create_fails("{\"source\": {\"path\": \"x\"}, \"device\": \"tpu\"}", SL_EINVAL,
+                 "device.kind: must be \"cuda\", \"host\" or \"none\"");
 }
 
 SL_TEST(device_pipeline__spec_round_trip) {

@@ -209,9 +209,12 @@ SL_TEST(ops_kernel__outputs_come_from_the_context_allocator) {
         snprintf(cols.col[1].name, SL_COLNAME_MAX, "label");
         cols.col[1].dtype = SL_I64;
         ASSERT_OK(b.def->parse(b.params, j, "ops[1]"));
+        sl_colset cols_in = cols;
         ASSERT_OK(b.def->bind(b.params, &cols, "ops[1]"));
         cJSON_Delete(j);
         int col = k == 3 ? 1 : 0;
+        /* rotate and resize run per sample only, as before they had a kernel */
+        ASSERT_EQ(sl_op_can_batch(b.def, b.params, &cols_in), k < 4);
         for (int fail = 0; fail < 2; fail++) {
             heap h = {0, fail};
             sl_sample s;
@@ -231,7 +234,7 @@ SL_TEST(ops_kernel__outputs_come_from_the_context_allocator) {
             }
             sl_sample_clear(&s);
         }
-        if (b.def->kernel) {
+        if (b.def->kernel && b.def->kernel->batches) {
             heap h = {0, 1};
             uint64_t keys[NS] = {0};
             sl_tensor colb[2];

@@ -2,6 +2,7 @@
  * errors naming the field. */
 #include "core/core.h"
 #include "pipe_util.h"
+#include "pipeline/pipeline.h"
 
 static void expect_bad(const char *json, const char *want) {
     sl_spec *spec = NULL;
@@ -45,6 +46,63 @@ SL_TEST(pipeline_spec__bad_specs_name_the_field) {
     expect_bad("{\"source\": {\"path\": \"a.slr\"}, \"ops\": {}}", "ops: must be an array");
 }
 
+/* Spec keys are read through parameter tables: a wrong value names the
+ * allowed range and what was given; an unknown key lists the valid ones,
+ * closest first, at every level. */
+SL_TEST(pipeline_spec__tables_name_the_range) {
+    expect_bad("{\"source\": {\"path\": \"a.slr\"}, \"seed\": -1}",
+               "seed: must be a whole number >= 0 (got -1)");
+    expect_bad("{\"source\": {\"path\": \"a.slr\"}, \"epochs\": 1.5}",
+               "epochs: must be a whole number >= 1 (got 1.5)");
+    expect_bad("{\"source\": {\"path\": \"a.slr\", \"chunk\": 300}}",
+               "source.chunk: must be a whole number from 1 to 256 (got 300)");
+    expect_bad("{\"source\": {\"path\": \"a.slr\", \"parallel\": 0}}",
+               "source.parallel: must be a number of threads (1-1024) or \"auto\" (got 0)");
+    expect_bad("{\"source\": {\"path\": \"a.slr\", \"shuffle\": {\"windw\": 8}}}",
+               "source.shuffle.windw: unknown key (keys: window, mode, block)");
+    expect_bad("{\"source\": {\"path\": \"a.slr\", \"shuffle\": {\"mode\": \"local\"}}}",
+               "source.shuffle.mode: must be \"auto\", \"global\" or \"window\"");
+    expect_bad("{\"source\": {\"path\": \"a.slr\", \"shard\": {\"count\": 0, "
+               "\"index\": 0}}}",
+               "source.shard.count: must be a whole number >= 1 (got 0)");
+    expect_bad("{\"source\": {\"path\": \"a.slr\"}, \"cache_bytes\": \"lots\"}",
+               "cache_bytes: must be a whole number of bytes >= 0 or a string such as \"512M\" "
+               "(K, M, G, T)");
+    expect_bad("{\"source\": {\"path\": \"a.slr\"}, \"memory_limit\": 0}",
+               "memory_limit: must be a whole number of bytes >= 1 or a string such as \"512M\" "
+               "(K, M, G, T)");
+    /* good values right after: read into the spec */
+    sl_spec *spec = NULL;
+    ASSERT_OK(sl_spec_from_json(&spec,
+                                "{\"source\": {\"path\": \"a.slr\", \"chunk\": 256, "
+                                "\"parallel\": \"auto\", \"shuffle\": {\"mode\": \"window\", "
+                                "\"window\": 64, \"block\": 4}, \"shard\": {\"index\": 1, "
+                                "\"count\": 3, \"equal\": \"drop\"}}, \"seed\": 9, "
+                                "\"epochs\": 2, \"on_error\": \"skip\", \"deterministic\": false, "
+                                "\"vectorize\": false, \"memory_limit\": \"1G\", "
+                                "\"cache_bytes\": 0}"));
+    ASSERT_EQ(spec->chunk, 256);
+    ASSERT_EQ(spec->source_parallel, -1);
+    ASSERT(spec->shuffle == 1 && spec->shuffle_mode == SL_SHUFFLE_WINDOW);
+    ASSERT_U64_EQ(spec->shuffle_window, 64);
+    ASSERT_U64_EQ(spec->shuffle_block, 4);
+    ASSERT(spec->shard_index == 1 && spec->shard_count == 3 && spec->shard_equal == SL_SHARD_DROP);
+    ASSERT_U64_EQ(spec->seed, 9);
+    ASSERT_EQ(spec->epochs, 2);
+    ASSERT_EQ(spec->on_error, SL_ON_ERROR_SKIP);
+    ASSERT(spec->deterministic == 0 && spec->vectorize == 0);
+    ASSERT_U64_EQ(spec->memory_limit, 1u << 30);
+    ASSERT(spec->has_cache_bytes == 1 && spec->cache_bytes == 0);
+    sl_spec_free(spec);
+    /* and the defaults where keys are absent */
+    ASSERT_OK(sl_spec_from_json(&spec, "{\"source\": {\"path\": \"a.slr\"}}"));
+    ASSERT(spec->chunk == 0 && spec->source_parallel == 0 && spec->shuffle == 0);
+    ASSERT(spec->epochs == 1 && spec->deterministic == 1 && spec->vectorize == 1);
+    ASSERT(spec->has_cache_bytes == 0 && spec->memory_limit == 0 && spec->seed == 0);
+    ASSERT_EQ(spec->on_error, SL_ON_ERROR_FAIL);
+    sl_spec_free(spec);
+}
+
 static void expect_bad_ops(const char *op1, const char *op2, const char *want) {
     sl_spec *spec = pu_memory_spec(10);
     ASSERT_OK(sl_spec_add_op_json(spec, op1));
@@ -55,6 +113,23 @@ static void expect_bad_ops(const char *op1, const char *op2, const char *want) {
     ASSERT(p == NULL);
     ASSERT_CONTAINS(sl_errmsg(), want);
     sl_spec_free(spec);
+}
+
+/* Op parameters are read as entries of a parameter table, like every other
+ * key: the message names the allowed range and the value given. */
+SL_TEST(pipeline_spec__op_parameters_name_the_range) {
+    expect_bad_ops("{\"op\": \"rotate\", \"degrees\": 10, \"fill\": 300}", NULL,
+                   "ops[0].fill: must be a whole number from 0 to 255 (got 300)");
+    expect_bad_ops("{\"op\": \"shuffle_buffer\", \"size\": 0}", NULL,
+                   "ops[0].size: must be a whole number from 1 to 16777216 (got 0)");
+    expect_bad_ops("{\"op\": \"batch\", \"size\": 8, \"drop_remainder\": 1}", NULL,
+                   "ops[0].drop_remainder: must be true or false");
+    expect_bad_ops("{\"op\": \"batch\", \"size\": 8, \"parallel\": 0}", NULL,
+                   "ops[0].parallel: must be a number of threads (1-1024) or \"auto\" (got 0)");
+    expect_bad_ops("{\"op\": \"resize\", \"size\": 8, \"interpolation\": \"cubic\"}", NULL,
+                   "ops[0].interpolation: must be \"bilinear\", \"area\" or \"nearest\"");
+    expect_bad_ops("{\"op\": \"batch\", \"size\": 8, \"sise\": 1}", NULL,
+                   "ops[0].sise: unknown parameter (parameters: size, ");
 }
 
 /* A misspelt op name fails where it is added (sl_spec_add_op_json, a spec
@@ -82,7 +157,8 @@ SL_TEST(pipeline_spec__unknown_op_fails_where_it_is_named) {
 SL_TEST(pipeline_spec__bad_ops_name_the_field) {
     expect_bad_ops("{\"op\": \"take\", \"count\": 3}", "{\"op\": \"batch\", \"size\": 0}",
                    "ops[1].size: must be a positive integer");
-    expect_bad_ops("{\"op\": \"batch\", \"size\": \"big\"}", NULL, "ops[0].size: must be an integer");
+    expect_bad_ops("{\"op\": \"batch\", \"size\": \"big\"}", NULL,
+                   "ops[0].size: must be a positive integer");
     expect_bad_ops("{\"op\": \"batch\"}", NULL, "ops[0].size: missing");
     expect_bad_ops("{\"op\": \"batch\", \"size\": 2, \"sise\": 3}", NULL,
                    "ops[0].sise: unknown parameter");

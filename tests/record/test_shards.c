@@ -180,6 +180,18 @@ SL_TEST(record_shards__manifest_validation) {
         {"\"footer_checksum\":\t\"", "\"footer_checksum\":\t\"0", SL_ECORRUPT, "16 hex digits"},
         {"\"first\":\t0", "\"first\":\t1", SL_ECORRUPT, "starts at record 1"},
         {"\"meta\":\t{", "\"meta\":\t{\"n\": 5, ", SL_ECORRUPT, "\"meta\" entries"},
+        /* read through parameter tables: the key, the allowed range, what was there */
+        {"\"records\":\t100", "\"records\":\t\"100\"", SL_ECORRUPT,
+         "\"records\" must be a whole number >= 0"},
+        {"\"version\":\t1", "\"versio\":\t1", SL_ECORRUPT, "\"version\" is missing"},
+        {"\"version\":\t1", "\"version\":\t0", SL_ECORRUPT,
+         "\"version\" must be a whole number >= 1 (got 0)"},
+        {"\"first\":\t0", "\"first\":\t-1", SL_ECORRUPT,
+         "shard 0 (shard-00000.slr): \"first\" must be a whole number >= 0 (got -1)"},
+        {"\"bytes\":\t", "\"byte\":\t", SL_ECORRUPT,
+         "shard 0 (shard-00000.slr): \"bytes\" is missing"},
+        {"\"meta\":\t{", "\"meta\":\t\"x\", \"meta2\":\t{", SL_ECORRUPT,
+         "\"meta\" must be an object"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         slr_write_file(man, orig, len);

@@ -1,11 +1,11 @@
 /*
- * Tests of src/source/shard_set.c: shards opened once however many threads
+ * Tests of src/record/shard_set.c: shards opened once however many threads
  * ask, a failed open remembered (and not tried again), the least recently
  * used unpinned shard closed first, a pinned shard never closed.
  */
 #include "test.h"
 #include "core/core.h"
-#include "source/shard_set.h"
+#include "record/shard_set.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -17,6 +17,8 @@ typedef struct fake {
     _Atomic int closes[16];
     int fail_k;            /* this shard's open fails; -1: none */
     int state[16];
+    _Atomic int held[16];  /* ops.held says so */
+    _Atomic int oom[16];   /* the next open fails with SL_ENOMEM */
 } fake;
 
 static int fake_open(void *user, int k, void **state_out) {
@@ -25,6 +27,8 @@ static int fake_open(void *user, int k, void **state_out) {
     usleep(2000); /* long enough for other threads to ask meanwhile */
     if (k == f->fail_k)
         return sl__error(SL_ECORRUPT, "shard-%d: damaged", k);
+    if (atomic_exchange(&f->oom[k], 0))
+        return sl__error(SL_ENOMEM, "shard-%d: out of memory", k);
     *state_out = &f->state[k];
     return SL_OK;
 }
@@ -35,7 +39,21 @@ static void fake_close(void *user, int k, void *state) {
     atomic_fetch_add(&f->closes[k], 1);
 }
 
+static bool fake_held(void *user, int k, void *state) {
+    fake *f = user;
+    (void)state;
+    return atomic_load(&f->held[k]) != 0;
+}
+
 static const sl_shard_set_ops ops = {.open = fake_open, .close = fake_close};
+static const sl_shard_set_ops ops_held = {.open = fake_open, .close = fake_close,
+                                          .held = fake_held};
+
+static void get_put(sl_shard_set *set, int k) {
+    void *st;
+    ASSERT_EQ(sl_shard_set__get(set, k, &st), SL_OK);
+    sl_shard_set__put(set, k);
+}
 
 typedef struct arg {
     sl_shard_set *set;
@@ -168,4 +186,106 @@ SL_TEST(source_shard_set__each_parallel_bounded_lowest_error) {
     ASSERT_RC(sl_shard_set__each(1, each_fn, &one), SL_ECORRUPT);
     ASSERT_STR_EQ(sl_errmsg(), "shard 0: broken");
     ASSERT_OK(sl_shard_set__each(0, each_fn, &one));
+}
+
+/* A shard still in use through a reference of its own (held) is closed
+ * only when every unpinned open shard is held; among those, the least
+ * recently used. */
+SL_TEST(source_shard_set__held_closed_last) {
+    fake f;
+    memset(&f, 0, sizeof f);
+    f.fail_k = -1;
+    sl_shard_set *set;
+    ASSERT_EQ(sl_shard_set__create(&set, 4, 2, &ops_held, &f), SL_OK);
+    get_put(set, 0);
+    get_put(set, 1);
+    atomic_store(&f.held[0], 1);
+    get_put(set, 2); /* 0 is least recently used but held: 1 goes */
+    ASSERT_EQ(atomic_load(&f.closes[0]), 0);
+    ASSERT_EQ(atomic_load(&f.closes[1]), 1);
+    atomic_store(&f.held[2], 1);
+    get_put(set, 3); /* 0 and 2 held: the older, 0, goes */
+    ASSERT_EQ(atomic_load(&f.closes[0]), 1);
+    ASSERT_EQ(atomic_load(&f.closes[2]), 0);
+    sl_shard_set__free(set);
+}
+
+/* Reads cycling through more shards than the bound grow it (up to the
+ * cap); once it covers every shard and nothing closes, the set keeps all
+ * and peek sees each open shard without a lock. A fixed bound stops it. */
+SL_TEST(source_shard_set__grows_then_keeps_all) {
+    fake f;
+    memset(&f, 0, sizeof f);
+    f.fail_k = -1;
+    sl_shard_set *set;
+    ASSERT_EQ(sl_shard_set__create(&set, 12, 2, &ops, &f), SL_OK);
+    ASSERT(!sl_shard_set__keeps_all(set));
+    sl_shard_set__grow_to(set, 12);
+    /* random order (a global shuffle): in order, a shard comes back only
+     * after every other, never "within the last max_open closes" */
+    uint64_t x = 12345;
+    for (int i = 0; i < 400; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        get_put(set, (int)((x >> 33) % 12));
+    }
+    sl_shard_set_stats st;
+    sl_shard_set__stats(set, &st);
+    ASSERT_EQ(st.max_open, 12);
+    ASSERT_EQ(st.open_now, 12);
+    ASSERT(st.opens < 100); /* without growing: about 330 of the 400 */
+    ASSERT(sl_shard_set__keeps_all(set));
+    for (int k = 0; k < 12; k++)
+        ASSERT(sl_shard_set__peek(set, k) == &f.state[k]);
+    void *p;
+    ASSERT_EQ(sl_shard_set__try_get_if_open(set, 5, &p), SL_OK);
+    ASSERT(p == &f.state[5]);
+    sl_shard_set__put(set, 5);
+    /* a fixed bound below the count: no longer keeping all, closes again */
+    sl_shard_set__set_max_open(set, 3);
+    ASSERT(!sl_shard_set__keeps_all(set));
+    get_put(set, 0);
+    sl_shard_set__stats(set, &st);
+    ASSERT_EQ(st.open_now, 3);
+    ASSERT_EQ(st.max_open, 3);
+    int open = 0;
+    for (int k = 0; k < 12; k++)
+        open += sl_shard_set__peek(set, k) != NULL;
+    ASSERT_EQ(open, 3);
+    ASSERT_EQ(sl_shard_set__try_get_if_open(set, 11, &p) == SL_END || p == &f.state[11], 1);
+    if (p)
+        sl_shard_set__put(set, 11);
+    /* no growth any more: cycling 12 shards through 3 reopens each time */
+    uint64_t before = st.opens;
+    for (int k = 0; k < 12; k++)
+        get_put(set, k);
+    sl_shard_set__stats(set, &st);
+    ASSERT_EQ(st.max_open, 3);
+    ASSERT(st.opens >= before + 9);
+    sl_shard_set__free(set);
+}
+
+/* An allocation failure is no fault of the shard: reported, not
+ * remembered; the next get opens it. Other failures stay. */
+SL_TEST(source_shard_set__out_of_memory_not_remembered) {
+    fake f;
+    memset(&f, 0, sizeof f);
+    f.fail_k = 3;
+    sl_shard_set *set;
+    ASSERT_EQ(sl_shard_set__create(&set, 4, 4, &ops, &f), SL_OK);
+    atomic_store(&f.oom[1], 1);
+    void *st;
+    ASSERT_EQ(sl_shard_set__get(set, 1, &st), SL_ENOMEM);
+    ASSERT(strstr(sl_errmsg(), "shard-1: out of memory"));
+    ASSERT_EQ(sl_shard_set__failed(set, 1), SL_OK);
+    ASSERT_EQ(sl_shard_set__get(set, 1, &st), SL_OK);
+    ASSERT(st == &f.state[1]);
+    sl_shard_set__put(set, 1);
+    ASSERT_EQ(atomic_load(&f.opens[1]), 2);
+    ASSERT_EQ(sl_shard_set__get(set, 3, &st), SL_ECORRUPT);
+    ASSERT_EQ(sl_shard_set__get(set, 3, &st), SL_ECORRUPT);
+    ASSERT_EQ(atomic_load(&f.opens[3]), 1);
+    sl_shard_set_stats s;
+    sl_shard_set__stats(set, &s);
+    ASSERT_EQ(s.failures, 1);
+    sl_shard_set__free(set);
 }

@@ -1,6 +1,6 @@
 /*
  * Tests of lazily opened WebDataset shards (src/source/source_tar.c over
- * src/source/shard_set.c): opening many indexed shards reads only their
+ * src/record/shard_set.c): opening many indexed shards reads only their
  * index headers; a shard's bytes and index are opened when its first record
  * is read; a damaged shard costs only its records; at most
  * "max_open_shards" are open; many threads read across shards at once.

@@ -726,7 +726,7 @@ SL_TEST(source_tfrecord__oom) {
     }
 }
 
-/* ---- files opened lazily (src/source/shard_set.c) -------------------------------------
+/* ---- files opened lazily (src/record/shard_set.c) -------------------------------------
  * With sidecar indexes, opening reads each index's header alone; a file's
  * bytes and whole index are opened by its first read, at most
  * "max_open_shards" at a time; a damaged file costs only its records. What

@@ -10,8 +10,12 @@
  *  4. `open` and `close` run with `mu` released. A slot is taken off the
  *     list and marked CLOSED before its close runs, so a get meanwhile opens
  *     a fresh state: the old and the new never share anything the set owns.
+ *  5. `live` is the state of an OPEN slot, else NULL; written under `mu`,
+ *     read without it only by peek. `keeps_all` is set under `mu` once
+ *     max_open >= n and no close runs (`closing` 0); only set_max_open
+ *     clears it.
  */
-#include "source/shard_set.h"
+#include "record/shard_set.h"
 #include "io/io.h"
 #include "core/worker.h"
 
@@ -29,6 +33,8 @@ typedef struct slot {
     void *state;
     int rc;                 /* FAILED: the status and message */
     char *msg;
+    void *_Atomic live;     /* the state while OPEN, else NULL (invariant 5) */
+    uint64_t closed_seq;    /* nclosed when it was last closed (0: never) */
 } slot;
 
 struct sl_shard_set {
@@ -39,8 +45,18 @@ struct sl_shard_set {
     int n, max_open;
     slot *s;
     int head, tail;         /* most / least recently used OPEN slot */
+    int grow_cap;           /* max_open grows up to this; 0: fixed */
+    uint64_t nclosed;       /* closes so far (growth's clock) */
+    int closing;            /* closes under way (mu released) */
+    _Atomic bool keeps_all; /* invariant 5 */
     sl_shard_set_stats stats;
 };
+
+/* Under mu (invariant 5). */
+static void check_keeps_all(sl_shard_set *set) {
+    if (set->max_open >= set->n && set->closing == 0)
+        atomic_store_explicit(&set->keeps_all, true, memory_order_release);
+}
 
 int sl_shard_set__create(sl_shard_set **out, int n, int max_open, const sl_shard_set_ops *ops,
                          void *user) {
@@ -65,6 +81,8 @@ int sl_shard_set__create(sl_shard_set **out, int n, int max_open, const sl_shard
     set->n = n;
     set->max_open = max_open;
     set->head = set->tail = -1;
+    atomic_init(&set->keeps_all, false);
+    check_keeps_all(set);
     *out = set;
     return SL_OK;
 }
@@ -100,22 +118,36 @@ static void push_front(sl_shard_set *set, int k) {
  * with mu held. */
 static void evict(sl_shard_set *set) {
     while (set->stats.open_now > set->max_open) {
-        int v = set->tail;
-        while (v >= 0 && set->s[v].pins > 0)
-            v = set->s[v].prev;
+        /* the least recently used unpinned one, not held if there is one */
+        int v = -1;
+        for (int u = set->tail; u >= 0; u = set->s[u].prev) {
+            if (set->s[u].pins > 0)
+                continue;
+            if (!set->ops.held || !set->ops.held(set->user, u, set->s[u].state)) {
+                v = u;
+                break;
+            }
+            if (v < 0)
+                v = u;
+        }
         if (v < 0)
             return; /* all pinned: over the bound until some are put */
         slot *x = &set->s[v];
         unlink_slot(set, v);
         void *state = x->state;
         x->state = NULL;
+        atomic_store_explicit(&x->live, NULL, memory_order_relaxed);
         x->st = SLOT_CLOSED;
+        x->closed_seq = ++set->nclosed;
         set->stats.open_now--;
         set->stats.closes++;
+        set->closing++;
         pthread_mutex_unlock(&set->mu);
         set->ops.close(set->user, v, state);
         pthread_mutex_lock(&set->mu);
+        set->closing--;
     }
+    check_keeps_all(set);
 }
 
 /* ---- get / put -------------------------------------------------------------------- */
@@ -160,15 +192,25 @@ int sl_shard_set__get(sl_shard_set *set, int k, void **state_out) {
             rc = SL_EIO;
     }
     pthread_mutex_lock(&set->mu);
-    if (rc < 0) {
+    if (rc == SL_ENOMEM) { /* not the shard's fault: the next get tries again */
+        x->st = SLOT_CLOSED;
+        x->pins--;
+        sl__free(msg);
+    } else if (rc < 0) {
         x->st = SLOT_FAILED;
         x->rc = rc;
         x->msg = msg;
         x->pins--;
         set->stats.failures++;
     } else {
+        /* wanted again soon after it was closed: keep more open */
+        if (set->grow_cap && x->closed_seq && set->nclosed - x->closed_seq < (uint64_t)set->max_open) {
+            int grown = set->max_open + set->max_open / 4 + 1;
+            set->max_open = grown < set->grow_cap ? grown : set->grow_cap;
+        }
         x->st = SLOT_OPEN;
         x->state = state;
+        atomic_store_explicit(&x->live, state, memory_order_release);
         push_front(set, k);
         set->stats.opens++;
         if (++set->stats.open_now > set->stats.max_open_seen)
@@ -196,6 +238,45 @@ int sl_shard_set__get_if_open(sl_shard_set *set, int k, void **state_out) {
     return rc;
 }
 
+int sl_shard_set__try_get_if_open(sl_shard_set *set, int k, void **state_out) {
+    *state_out = NULL;
+    if (pthread_mutex_trylock(&set->mu) != 0)
+        return SL_END;
+    slot *x = &set->s[k];
+    int rc = SL_END;
+    if (x->st == SLOT_OPEN) {
+        x->pins++;
+        *state_out = x->state;
+        rc = SL_OK;
+    }
+    pthread_mutex_unlock(&set->mu);
+    return rc;
+}
+
+void *sl_shard_set__peek(const sl_shard_set *set, int k) {
+    return atomic_load_explicit(&set->s[k].live, memory_order_acquire);
+}
+
+bool sl_shard_set__keeps_all(const sl_shard_set *set) {
+    return atomic_load_explicit(&set->keeps_all, memory_order_acquire);
+}
+
+void sl_shard_set__grow_to(sl_shard_set *set, int cap) {
+    pthread_mutex_lock(&set->mu);
+    set->grow_cap = cap > set->max_open ? cap : set->max_open;
+    pthread_mutex_unlock(&set->mu);
+}
+
+void sl_shard_set__set_max_open(sl_shard_set *set, int max_open) {
+    pthread_mutex_lock(&set->mu);
+    set->max_open = max_open < 1 ? 1 : max_open;
+    set->grow_cap = 0;
+    if (set->max_open < set->n)
+        atomic_store_explicit(&set->keeps_all, false, memory_order_release);
+    check_keeps_all(set);
+    pthread_mutex_unlock(&set->mu);
+}
+
 void sl_shard_set__put(sl_shard_set *set, int k) {
     pthread_mutex_lock(&set->mu);
     if (--set->s[k].pins == 0 && set->stats.open_now > set->max_open)
@@ -213,6 +294,7 @@ int sl_shard_set__failed(sl_shard_set *set, int k) {
 void sl_shard_set__stats(sl_shard_set *set, sl_shard_set_stats *out) {
     pthread_mutex_lock(&set->mu);
     *out = set->stats;
+    out->max_open = set->max_open;
     pthread_mutex_unlock(&set->mu);
 }
 

@@ -1,8 +1,10 @@
 /*
  * shard_set.h — a set of shards opened lazily, at most `max_open` at a
- * time, least recently used closed first. Used by the tar and TFRecord
- * sources (and fit for any source of many files whose record counts are
- * known before their bytes are needed: the .slr reader could adopt it).
+ * time, least recently used closed first. Used by the .slr reader's
+ * directories (record_reader.c) and the tar and TFRecord sources: any
+ * reader of many files whose record counts are known before their bytes
+ * are needed. In src/record/ so that both the record layer and the sources
+ * above it use the one table.
  *
  * A source knows each shard's record count at open (from a sidecar index's
  * header, or a scan it made and closed); a shard's bytes and record table
@@ -10,12 +12,26 @@
  * (sl_shard_set__get), once, however many threads ask at the same time.
  * A failed open is remembered: every later get of that shard returns the
  * same status and message (so each of its records reports the cause) and
- * the other shards are unaffected.
+ * the other shards are unaffected. An allocation failure (SL_ENOMEM) says
+ * nothing about the shard: it is reported and not remembered, and the next
+ * get opens again.
  *
  * Pins: get pins the shard until the matching put. Only an unpinned shard
  * is closed. What outlives a put (a zero-copy view of a mapping) must hold
  * its own reference (a retained sl_buffer), as the tar and TFRecord sources
- * do: closing a shard then drops the set's reference only.
+ * do: closing a shard then drops the set's reference only. Among the
+ * unpinned shards, one that ops->held calls held (a reference taken after a
+ * put, still in use) is closed only when every other is held too.
+ *
+ * Growth (sl_shard_set__grow_to): when a shard closed within the last
+ * max_open closes is wanted again, the reads cycle through more shards than
+ * the bound keeps, and max_open grows by a quarter (up to a cap).
+ *
+ * Keeping all: once no shard will be closed again (max_open >= n and no
+ * close under way), sl_shard_set__keeps_all() says so and
+ * sl_shard_set__peek() reads an open shard's state without a lock or a pin:
+ * it stays open as long as the set (unless sl_shard_set__set_max_open lowers
+ * the bound again).
  *
  * Thread safety: every call but create/free from any thread. One mutex
  * guards the table; `open` and `close` run without it held (an open may be
@@ -26,6 +42,7 @@
 
 #include "core/core.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct sl_shard_set sl_shard_set;
@@ -36,6 +53,10 @@ typedef struct sl_shard_set_ops {
     int (*open)(void *user, int k, void **state_out);
     /* Close what open made (the set's reference to it). */
     void (*close)(void *user, int k, void *state);
+    /* Optional (may be NULL): whether an open, unpinned shard is still in
+     * use through a reference of its own (closed last). Called under the
+     * set's lock: must not call the set. */
+    bool (*held)(void *user, int k, void *state);
 } sl_shard_set_ops;
 
 /* Default bounds on shards open at once (a source's "max_open_shards"):
@@ -60,6 +81,20 @@ int sl_shard_set__get(sl_shard_set *set, int k, void **state_out);
  * pinned and nothing opened: for messages that would like a detail. */
 int sl_shard_set__get_if_open(sl_shard_set *set, int k, void **state_out);
 void sl_shard_set__put(sl_shard_set *set, int k);
+/* As get_if_open, but SL_END also when the set's lock is busy (never waits:
+ * for cache hints on a hot path). */
+int sl_shard_set__try_get_if_open(sl_shard_set *set, int k, void **state_out);
+/* Shard k's state if it is open, without a lock or a pin: only meaningful
+ * while sl_shard_set__keeps_all() (else a hint that may be stale at once). */
+void *sl_shard_set__peek(const sl_shard_set *set, int k);
+/* Whether no shard will be closed again (see "Keeping all"). */
+bool sl_shard_set__keeps_all(const sl_shard_set *set);
+/* Let max_open grow up to `cap` (>= max_open) when shards closed lately are
+ * wanted again (see "Growth"). */
+void sl_shard_set__grow_to(sl_shard_set *set, int cap);
+/* Fix the bound at max_open (>= 1; growth off); shards over it are closed
+ * as the next opens come. */
+void sl_shard_set__set_max_open(sl_shard_set *set, int max_open);
 /* Whether shard k's open failed (its status, message not set), else SL_OK. */
 int sl_shard_set__failed(sl_shard_set *set, int k);
 
@@ -70,6 +105,7 @@ typedef struct sl_shard_set_stats {
     int open_now;
     int max_open_seen;    /* most shards open at once (more than max_open
                              only while that many were pinned) */
+    int max_open;         /* the bound now (grown, or set) */
 } sl_shard_set_stats;
 void sl_shard_set__stats(sl_shard_set *set, sl_shard_set_stats *out);
 
