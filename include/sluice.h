@@ -1487,6 +1487,16 @@ SL_API int sl_spec_set_device(sl_spec *spec, sl_device device, int id, int norma
  *  missing: "device \"cuda\": libcudart.so.13 not found ..."), SL_EINVAL.
  *  Thread safety: any thread. Since 0.1 */
 SL_API int sl_device_available(sl_device device, int id);
+/** Blocks of memory sluice's device backends hold now, in the whole
+ *  process (every pipeline, stager and GPU decoder): `*device_blocks` of
+ *  device memory, `*pinned_blocks` of pinned host memory (for
+ *  SL_DEVICE_CPU, the host backend's stand-ins for both). Both are 0 once
+ *  everything that used the device is freed: a leak check that does not
+ *  read the GPU's free memory, which other users of the device (and
+ *  compute-sanitizer's own allocations) move. Either pointer may be NULL.
+ *  @return SL_OK, SL_EINVAL (not SL_DEVICE_CUDA or SL_DEVICE_CPU). Any
+ *  thread. Since 0.1 */
+SL_API int sl_device_held(sl_device device, int64_t *device_blocks, int64_t *pinned_blocks);
 /** The consumer stream of a device pipeline (NULL: the default stream):
  *  each batch's copy is waited for on it, and release points are recorded
  *  on it. The stream must outlive the batches. @return SL_OK, SL_EINVAL (no

@@ -43,14 +43,10 @@ void sl_spec_free(sl_spec *s) {
 }
 
 static int push_op(sl_spec *s, sl_spec_op *op) {
-    if (s->nops == s->cap) {
-        int cap = s->cap ? s->cap * 2 : 8;
-        sl_spec_op *n = sl__realloc(s->ops, (size_t)cap * sizeof *n);
-        if (!n)
-            return sl__oom("adding an op to a spec");
-        s->ops = n;
-        s->cap = cap;
-    }
+    size_t cap = (size_t)s->cap;
+    SL_TRY(sl__grow((void **)&s->ops, &cap, (size_t)s->nops + 1, sizeof *s->ops, 8,
+                    "adding an op to a spec"));
+    s->cap = (int)cap;
     s->ops[s->nops++] = *op;
     return SL_OK;
 }
@@ -660,14 +656,7 @@ cJSON *sl_spec__to_cjson(const sl_spec *s) {
 }
 
 int sl_spec_to_json(const sl_spec *s, char *buf, size_t cap, size_t *len_out) {
-    cJSON *doc = sl_spec__to_cjson(s);
-    char *text = doc ? cJSON_PrintUnformatted(doc) : NULL;
-    cJSON_Delete(doc);
-    if (!text)
-        return sl__oom("writing a spec as JSON");
-    sl__copy_out(text, buf, cap, len_out);
-    cJSON_free(text);
-    return SL_OK;
+    return sl__json_copy_out(sl_spec__to_cjson(s), buf, cap, len_out, "writing a spec as JSON");
 }
 
 /* ---- relative paths of a spec file -------------------------------------------------- */
@@ -766,17 +755,12 @@ int sl_spec_resolve_paths(const char *json, const char *spec_path, char *buf, si
     if (!doc)
         return sl__copy_out(json, buf, cap, len_out); /* sl_spec_from_json says what is wrong */
     int rc = SL_OK;
-    char *text = NULL;
     const char *slash = strrchr(spec_path, '/');
     cJSON *src = cJSON_GetObjectItemCaseSensitive(doc, "source");
     if (slash && cJSON_IsObject(src) && !sl_io__is_url(spec_path))
         SL_CHECK(resolve_source(src, spec_path, spec_path, (size_t)(slash - spec_path) + 1));
-    text = cJSON_PrintUnformatted(doc);
-    if (!text)
-        SL_FAIL(SL_ENOMEM, "resolving a spec's paths");
-    sl__copy_out(text, buf, cap, len_out);
+    return sl__json_copy_out(doc, buf, cap, len_out, "resolving a spec's paths");
 cleanup:
-    cJSON_free(text);
     cJSON_Delete(doc);
     return rc;
 }

@@ -98,6 +98,19 @@ cleanup:
     return rc;
 }
 
+/* When zlib has eaten its input, the next IDX_BUF compressed bytes (in_eof at the end). */
+static int feed_zlib(idx_stream *s) {
+    if (s->zs.avail_in != 0 || s->in_eof)
+        return SL_OK;
+    size_t got = 0;
+    SL_TRY(read_full(s, s->in, IDX_BUF, &got));
+    s->zs.next_in = s->in;
+    s->zs.avail_in = (uInt)got;
+    if (got == 0)
+        s->in_eof = 1;
+    return SL_OK;
+}
+
 /* Refill s->out with up to IDX_BUF decompressed bytes; out_len 0 at the end. */
 static int idx_fill(idx_stream *s) {
     s->out_pos = s->out_len = 0;
@@ -112,25 +125,11 @@ static int idx_fill(idx_stream *s) {
     s->zs.next_out = s->out;
     s->zs.avail_out = IDX_BUF;
     while (s->zs.avail_out > 0) {
-        if (s->zs.avail_in == 0 && !s->in_eof) {
-            size_t got = 0;
-            SL_TRY(read_full(s, s->in, IDX_BUF, &got));
-            s->zs.next_in = s->in;
-            s->zs.avail_in = (uInt)got;
-            if (got == 0)
-                s->in_eof = 1;
-        }
+        SL_TRY(feed_zlib(s));
         int zr = inflate(&s->zs, Z_NO_FLUSH);
         if (zr == Z_STREAM_END) {
             /* gzip allows several members back to back (cat a.gz b.gz). */
-            if (s->zs.avail_in == 0 && !s->in_eof) {
-                size_t got = 0;
-                SL_TRY(read_full(s, s->in, IDX_BUF, &got));
-                s->zs.next_in = s->in;
-                s->zs.avail_in = (uInt)got;
-                if (got == 0)
-                    s->in_eof = 1;
-            }
+            SL_TRY(feed_zlib(s));
             if (s->zs.avail_in == 0) {
                 s->zend = 1;
                 break;

@@ -71,14 +71,8 @@ static int has_image_ext(const char *name) {
 }
 
 static int names_push(name_list *l, const char *s, unsigned char type) {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        name_item *v = sl__realloc(l->v, cap * sizeof *v);
-        if (!v)
-            return sl__oom("listing an image folder");
-        l->v = v;
-        l->cap = cap;
-    }
+    SL_TRY(sl__grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v, 16,
+                    "listing an image folder"));
     char *d = sl__strdup(s);
     if (!d)
         return sl__oom("listing an image folder");
@@ -158,14 +152,8 @@ typedef struct {
 
 static int add_entry(walker *wk, const char *rel_dir, const char *name, int label) {
     entry_list *l = wk->out;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 256;
-        entry *v = sl__realloc(l->v, cap * sizeof *v);
-        if (!v)
-            return sl__oom("listing an image folder");
-        l->v = v;
-        l->cap = cap;
-    }
+    SL_TRY(sl__grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v, 256,
+                    "listing an image folder"));
     size_t dl = strlen(rel_dir), nl = strlen(name);
     char *rel = sl__malloc(dl + 1 + nl + 1);
     if (!rel)

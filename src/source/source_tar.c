@@ -858,15 +858,8 @@ static const tar_member *find_member(const tar_tables *t, const tar_sample *smp,
 }
 
 static int shard_of(const tar_source *s, uint64_t i) {
-    int lo = 0, hi = s->nshards - 1;
-    while (lo < hi) { /* the last shard whose first sample is <= i */
-        int mid = (lo + hi + 1) / 2;
-        if (s->shards[mid].first <= i)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return lo;
+    return sl__last_at_most(s->shards, s->nshards, sizeof *s->shards,
+                            offsetof(tar_shard, first), i);
 }
 
 /* Integer columns are indexed: their values come from the scan (parsed

@@ -265,17 +265,11 @@ static int kind_of(const Tensorflow__Feature *f, size_t *n) {
 }
 
 static int add_record(tf_source *s, uint64_t off, uint64_t len) {
-    if (s->nscan == s->cap) {
-        uint64_t cap = s->cap ? s->cap * 2 : 1024;
-        uint64_t *o = sl__realloc(s->off, (size_t)cap * sizeof *o);
-        if (!o)
-            return sl__oom("opening a TFRecord source");
-        s->off = o;
-        uint64_t *l = sl__realloc(s->len, (size_t)cap * sizeof *l);
-        if (!l)
-            return sl__oom("opening a TFRecord source");
-        s->len = l;
-        s->cap = cap;
+    if (s->nscan == s->cap) { /* off[] and len[] grow together */
+        size_t need = (size_t)s->nscan + 1, cap_off = (size_t)s->cap, cap_len = cap_off;
+        SL_TRY(sl__grow((void **)&s->off, &cap_off, need, 8, 1024, "opening a TFRecord source"));
+        SL_TRY(sl__grow((void **)&s->len, &cap_len, need, 8, 1024, "opening a TFRecord source"));
+        s->cap = cap_len;
     }
     s->off[s->nscan] = off;
     s->len[s->nscan] = len;
@@ -688,16 +682,9 @@ static int feat_note_record(feat_set *fs, const Tensorflow__SequenceExample *ex,
 /* ---- reading one record ----------------------------------------------------------- */
 
 static tf_file *file_of(tf_source *s, uint64_t i) {
-    int lo = 0, hi = s->nfiles - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (s->files[mid].first <= i)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
     /* (An empty file shares `first` with the next: the search lands past it.) */
-    return &s->files[lo];
+    return &s->files[sl__last_at_most(s->files, s->nfiles, sizeof *s->files,
+                                      offsetof(tf_file, first), i)];
 }
 
 static void tf_locate(sl_source *src, uint64_t i, char *buf, size_t cap) {
