@@ -1296,6 +1296,14 @@ SL_API int sl_pipeline_save_state(const sl_pipeline *p, char *buf, size_t cap, s
  *  Call on a pipeline built from the same spec.
  *  @return SL_OK, SL_EINVAL (malformed, or saved by a different spec). Since 0.1 */
 SL_API int sl_pipeline_restore_state(sl_pipeline *p, const char *state_json);
+/** The keys a JSON spec takes, one line each: name, type, default, the
+ *  allowed values and what it does; for the spec, the source (its pipeline
+ *  keys and each input kind's own), shuffle, shard, device and the ops'
+ *  common "parallel" (`sluice explain --params`). Written snprintf-style:
+ *  `*len_out` (may be NULL) gets the full length; `buf` may be NULL when
+ *  `cap` is 0. Thread safety: any thread.
+ *  @return SL_OK, SL_ENOMEM. Since 0.1 */
+SL_API int sl_spec_params_doc(char *buf, size_t cap, size_t *len_out);
 /** The pipeline's explanation: the plan before and after optimisation, one
  *  line per operator (fusions, pushed-down filters, stages, workers,
  *  queues), written snprintf-style. Since 0.1 */

@@ -45,6 +45,21 @@ void *sl__realloc(void *p, size_t size) {
     return realloc(p, size ? size : 1);
 }
 
+int sl__grow_slow(void **p, size_t *cap, size_t need, size_t size, size_t first,
+                  const char *what) {
+    size_t n = *cap ? *cap : first, bytes;
+    while (n < need)
+        n = n > SIZE_MAX / 2 ? need : n * 2;
+    if (!sl__mul_ok(n, size, &bytes))
+        return sl__oom(what);
+    void *q = sl__realloc(*p, bytes);
+    if (!q)
+        return sl__oom(what);
+    *p = q;
+    *cap = n;
+    return SL_OK;
+}
+
 void *sl__aligned_alloc(size_t align, size_t size) {
     if (inject_failure())
         return NULL;
@@ -109,6 +124,16 @@ void sl__json_init(void) {
 }
 
 bool sl__json_failed(void) { return json_alloc_failed; }
+
+int sl__json_copy_out(cJSON *doc, char *buf, size_t cap, size_t *len_out, const char *what) {
+    char *text = doc && !sl__json_failed() ? cJSON_PrintUnformatted(doc) : NULL;
+    cJSON_Delete(doc);
+    if (!text)
+        return sl__oom(what);
+    sl__copy_out(text, buf, cap, len_out);
+    cJSON_free(text);
+    return SL_OK;
+}
 
 int sl__json_add(cJSON *obj, const char *key, cJSON *item) {
     if (item && cJSON_AddItemToObject(obj, key, item))

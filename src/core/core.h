@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__GNUC__)
 #define SL_PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -54,6 +55,12 @@ bool sl__json_failed(void);
  * `item` is deleted (it would leak) and SL_ENOMEM returned with a message. */
 struct cJSON;
 int sl__json_add(struct cJSON *obj, const char *key, struct cJSON *item);
+/* Writes `doc` (consumed; NULL allowed) as compact JSON into buf like
+ * sl__copy_out. A NULL doc, a failed allocation flagged since sl__json_init()
+ * (call it before building doc) or one while printing: SL_ENOMEM
+ * "out of memory while <what>". */
+int sl__json_copy_out(struct cJSON *doc, char *buf, size_t cap, size_t *len_out,
+                      const char *what);
 
 /* zlib's allocation hooks through the seam (z_stream.zalloc / zfree; the
  * signatures are zlib's alloc_func and free_func), so that an OOM test
@@ -198,6 +205,37 @@ static inline bool sl__mul_ok(size_t a, size_t b, size_t *out) {
 }
 static inline bool sl__add_ok(size_t a, size_t b, size_t *out) {
     return !__builtin_add_overflow(a, b, out);
+}
+
+/* Of n >= 1 items of `stride` bytes whose uint64_t at byte `off` does not
+ * decrease (a shard's first record number), the last one whose value is
+ * <= key (0 when none is): which shard holds record `key`. Inline, for the
+ * per-record paths. */
+static inline int sl__last_at_most(const void *items, int n, size_t stride, size_t off,
+                                   uint64_t key) {
+    const unsigned char *b = (const unsigned char *)items + off;
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        uint64_t v;
+        memcpy(&v, b + (size_t)mid * stride, sizeof v);
+        if (v <= key)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* Room for `need` items of `size` bytes in the array *p of *cap items: when
+ * short, the capacity doubles from *cap (or `first` when 0) until it holds
+ * `need`, and *p is reallocated (unchanged on failure). SL_OK, or SL_ENOMEM
+ * "out of memory <what>" (sl__oom). The check that there is room is inline. */
+int sl__grow_slow(void **p, size_t *cap, size_t need, size_t size, size_t first,
+                  const char *what);
+static inline int sl__grow(void **p, size_t *cap, size_t need, size_t size, size_t first,
+                           const char *what) {
+    return SL_LIKELY(need <= *cap) ? SL_OK : sl__grow_slow(p, cap, need, size, first, what);
 }
 
 /* The cores this process may use (at least 1): online cores, the affinity

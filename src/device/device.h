@@ -289,6 +289,9 @@ struct cJSON;
 /* Parse the spec's "device" value: "cuda" | "host" | {"kind", "id",
  * "normalize_on_device"}. */
 int sl_dev__parse_json(const struct cJSON *v, sl_device_spec *out);
+/* Its keys, as a parameter table (core/params.h; sl_spec_params_doc). */
+struct sl_param_table;
+extern const struct sl_param_table sl_dev__params;
 /* The spec's device as JSON (NULL when none). */
 struct cJSON *sl_dev__to_json(const sl_device_spec *d);
 /* sl_spec_set_device's arguments (sl_device or 0, id, normalize) as a spec. */

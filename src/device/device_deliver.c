@@ -98,15 +98,15 @@ static const sl_param device_params[] = {
      .offset = offsetof(device_opts, normalize),
      .doc = "run the spec's last normalize op on the device"},
     {0}};
-static const sl_param_table device_table = {device_params, NULL, NULL, 0, 0};
+const sl_param_table sl_dev__params = {device_params, NULL, NULL, 0, 0};
 
 int sl_dev__parse_json(const cJSON *v, sl_device_spec *out) {
     memset(out, 0, sizeof *out);
     device_opts o = {0};
     if (cJSON_IsString(v)) {
-        SL_TRY(sl_param_value(&device_table, &device_params[0], v, "device", &o.kind));
+        SL_TRY(sl_param_value(&sl_dev__params, &device_params[0], v, "device", &o.kind));
     } else if (cJSON_IsObject(v)) {
-        SL_TRY(sl_params_read(&device_table, v, "device", &o));
+        SL_TRY(sl_params_read(&sl_dev__params, v, "device", &o));
     } else {
         return sl__error(SL_EINVAL, "device: must be \"cuda\", \"host\" or an object "
                                     "{\"kind\", \"id\", \"normalize_on_device\"}");

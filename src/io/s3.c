@@ -507,14 +507,8 @@ static int close_elem(xp *x, const char *p, size_t l) {
         if (!x->have_key || !x->have_size)
             return corrupt(x, x->have_key ? "a Contents without a Size" : "a Contents without a Key");
         sl_s3_list *pg = &x->page;
-        if (pg->n == pg->cap) {
-            size_t cap = pg->cap ? pg->cap * 2 : 16;
-            sl_s3_object *nv = sl__realloc(pg->v, cap * sizeof *nv);
-            if (!nv)
-                return sl__oom("parsing a ListObjectsV2 answer");
-            pg->v = nv;
-            pg->cap = cap;
-        }
+        SL_TRY(sl__grow((void **)&pg->v, &pg->cap, pg->n + 1, sizeof *pg->v, 16,
+                        "parsing a ListObjectsV2 answer"));
         pg->v[pg->n].key = x->key;
         pg->v[pg->n++].size = x->size;
         x->key = NULL;

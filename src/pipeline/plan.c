@@ -102,7 +102,31 @@ int sl_plan__check_op(const cJSON *j, const char *field) {
     return rc;
 }
 
+/* The structural nodes that take one whole number: its key and bounds. */
+typedef struct {
+    const char *name, *key;
+    int required;
+    int64_t def, min, max;
+    int kind;
+} int_node;
+
+static const int_node int_nodes[] = {
+    {"prefetch", "depth", 0, 2, 1, 1024, SL_PN_PREFETCH},
+    {"shuffle_buffer", "size", 1, 0, 1, 1 << 24, SL_PN_SHUFFLE_BUFFER},
+    {"take", "count", 1, 0, 0, INT64_MAX, SL_PN_TAKE},
+    {"skip", "count", 1, 0, 0, INT64_MAX, SL_PN_SKIP},
+    {"repeat", "count", 1, 0, 1, 1 << 20, SL_PN_REPEAT},
+};
+
+static const int_node *int_node_named(const char *name) {
+    for (size_t i = 0; i < sizeof int_nodes / sizeof int_nodes[0]; i++)
+        if (!strcmp(name, int_nodes[i].name))
+            return &int_nodes[i];
+    return NULL;
+}
+
 static int parse_structural(sl_pnode *nd, const char *name, const cJSON *j, const char *field) {
+    const int_node *in;
     if (!strcmp(name, "batch")) {
         static const char *const k[] = {"size", "drop_remainder", NULL};
         SL_TRY(sl_op_param_check_keys(j, field, k));
@@ -113,30 +137,13 @@ static int parse_structural(sl_pnode *nd, const char *name, const cJSON *j, cons
         nd->kind = SL_PN_BATCH;
         snprintf(nd->desc, sizeof nd->desc, "size=%lld%s", (long long)nd->n,
                  nd->flag ? " drop_remainder" : "");
-    } else if (!strcmp(name, "prefetch")) {
-        static const char *const k[] = {"depth", NULL};
+    } else if ((in = int_node_named(name))) {
+        const char *const k[] = {in->key, NULL};
         SL_TRY(sl_op_param_check_keys(j, field, k));
-        SL_TRY(sl_op_param_int(j, "depth", field, 0, 2, 1, 1024, &nd->n));
-        nd->kind = SL_PN_PREFETCH;
-        snprintf(nd->desc, sizeof nd->desc, "depth=%lld", (long long)nd->n);
-    } else if (!strcmp(name, "shuffle_buffer")) {
-        static const char *const k[] = {"size", NULL};
-        SL_TRY(sl_op_param_check_keys(j, field, k));
-        SL_TRY(sl_op_param_int(j, "size", field, 1, 0, 1, 1 << 24, &nd->n));
-        nd->kind = SL_PN_SHUFFLE_BUFFER;
-        snprintf(nd->desc, sizeof nd->desc, "size=%lld", (long long)nd->n);
-    } else if (!strcmp(name, "take") || !strcmp(name, "skip")) {
-        static const char *const k[] = {"count", NULL};
-        SL_TRY(sl_op_param_check_keys(j, field, k));
-        SL_TRY(sl_op_param_int(j, "count", field, 1, 0, 0, INT64_MAX, &nd->n));
-        nd->kind = name[0] == 't' ? SL_PN_TAKE : SL_PN_SKIP;
-        snprintf(nd->desc, sizeof nd->desc, "count=%lld", (long long)nd->n);
-    } else if (!strcmp(name, "repeat")) {
-        static const char *const k[] = {"count", NULL};
-        SL_TRY(sl_op_param_check_keys(j, field, k));
-        SL_TRY(sl_op_param_int(j, "count", field, 1, 0, 1, 1 << 20, &nd->n));
-        nd->kind = SL_PN_REPEAT;
-        snprintf(nd->desc, sizeof nd->desc, "count=%lld", (long long)nd->n);
+        SL_TRY(sl_op_param_int(j, in->key, field, in->required, in->def, in->min, in->max,
+                               &nd->n));
+        nd->kind = in->kind;
+        snprintf(nd->desc, sizeof nd->desc, "%s=%lld", in->key, (long long)nd->n);
     } else if (!strcmp(name, "map")) {
         return sl__error(SL_EINVAL, "%s.op: \"map\" runs a C function: add it with "
                                     "sl_spec_add_map(), not from JSON", field);

@@ -59,6 +59,15 @@ static void account(sl_queue *q) {
     q->last_ns = t;
 }
 
+static void free_arrays(sl_queue *q) {
+    sl__free(q->slot);
+    sl__free(q->barrier);
+    sl__free(q->epoch);
+    q->slot = NULL;
+    q->barrier = NULL;
+    q->epoch = NULL;
+}
+
 int sl_queue__init(sl_queue *q, size_t cap, int relaxed) {
     memset(q, 0, sizeof *q);
     if (cap < 1)
@@ -67,12 +76,7 @@ int sl_queue__init(sl_queue *q, size_t cap, int relaxed) {
     q->barrier = sl__calloc(cap, 1);
     q->epoch = sl__calloc(cap, sizeof *q->epoch);
     if (!q->slot || !q->barrier || !q->epoch) {
-        sl__free(q->slot);
-        sl__free(q->barrier);
-        sl__free(q->epoch);
-        q->slot = NULL;
-        q->barrier = NULL;
-        q->epoch = NULL;
+        free_arrays(q);
         return sl__oom("creating a stage queue");
     }
     q->cap = cap;
@@ -96,12 +100,7 @@ void sl_queue__destroy(sl_queue *q) {
     pthread_mutex_destroy(&q->mu);
     pthread_cond_destroy(&q->not_empty);
     pthread_cond_destroy(&q->not_full);
-    sl__free(q->slot);
-    sl__free(q->barrier);
-    sl__free(q->epoch);
-    q->slot = NULL;
-    q->barrier = NULL;
-    q->epoch = NULL;
+    free_arrays(q);
 }
 
 int sl_queue__push(sl_queue *q, uint64_t seq, void *item, int barrier, uint64_t epoch,

@@ -9,6 +9,7 @@
 
 #include <ctype.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -42,14 +43,10 @@ void sl_spec_free(sl_spec *s) {
 }
 
 static int push_op(sl_spec *s, sl_spec_op *op) {
-    if (s->nops == s->cap) {
-        int cap = s->cap ? s->cap * 2 : 8;
-        sl_spec_op *n = sl__realloc(s->ops, (size_t)cap * sizeof *n);
-        if (!n)
-            return sl__oom("adding an op to a spec");
-        s->ops = n;
-        s->cap = cap;
-    }
+    size_t cap = (size_t)s->cap;
+    SL_TRY(sl__grow((void **)&s->ops, &cap, (size_t)s->nops + 1, sizeof *s->ops, 8,
+                    "adding an op to a spec"));
+    s->cap = (int)cap;
     s->ops[s->nops++] = *op;
     return SL_OK;
 }
@@ -267,7 +264,8 @@ int sl_spec_add_filter(sl_spec *s, const char *name, sl_filter_fn fn, void *user
 static const sl_param parallel_params[] = {
     {.key = "parallel", .type = SL_PARAM_INT, .flags = SL_PARAM_OR_AUTO, .min = 1, .max = 1024,
      .offset = 0, .expect = "a number of threads (1-1024) or \"auto\"",
-     .doc = "threads for this stage, or \"auto\" (the autotuner's choice)"},
+     .doc = "threads for this stage, or \"auto\": the autotuner's choice (docs/PIPELINE.md, "
+            "\"Autotune\", says which stages default to it)"},
     {0}};
 static const sl_param_table parallel_table = {parallel_params, NULL, NULL, 0, 0};
 
@@ -333,7 +331,7 @@ static const sl_param spec_params[] = {
     {.key = "seed", .type = SL_PARAM_UINT64, .min = 0, .max = -1,
      .offset = offsetof(sl_spec, seed), .doc = "keys shuffling and random ops"},
     {.key = "epochs", .type = SL_PARAM_INT64, .min = 1, .max = -1, .def = 1,
-     .offset = offsetof(sl_spec, epochs)},
+     .offset = offsetof(sl_spec, epochs), .doc = "passes over the data"},
     {.key = "on_error", .type = SL_PARAM_ENUM, .names = on_error_names,
      .def = SL_ON_ERROR_FAIL, .offset = offsetof(sl_spec, on_error),
      .doc = "a sample that fails: stop, or skip it and count it"},
@@ -350,7 +348,8 @@ static const sl_param spec_params[] = {
     {.key = "device", .type = SL_PARAM_ANY, .offset = SL_PARAM_NOWHERE,
      .doc = "where batches are delivered (docs/DEVICE.md)"},
     {.key = "memory_limit", .type = SL_PARAM_BYTES, .min = 1, .max = -1,
-     .offset = offsetof(sl_spec, memory_limit), .doc = "bytes the pipeline may hold"},
+     .offset = offsetof(sl_spec, memory_limit),
+     .doc = "bytes the pipeline may hold (default: a quarter of the process's memory)"},
     {.key = "cache_bytes", .type = SL_PARAM_BYTES, .min = 0, .max = -1,
      .offset = offsetof(sl_spec, cache_bytes),
      .doc = "the node's shard cache for remote inputs; 0: none on disk"},
@@ -527,6 +526,61 @@ int sl_spec__copy(sl_spec **out, const sl_spec *src) {
     return SL_OK;
 }
 
+/* ---- the keys, documented (sluice explain --params) ------------------------------ */
+
+typedef struct {
+    char *buf;
+    size_t cap, len;
+} doc_buf;
+
+SL_PRINTF(2, 3)
+static void doc_line(doc_buf *d, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(d->buf + d->len, d->cap - d->len, fmt, ap);
+    va_end(ap);
+    if (w > 0)
+        d->len += (size_t)w < d->cap - d->len ? (size_t)w : d->cap - d->len - 1;
+}
+
+static void doc_table(doc_buf *d, const sl_param_table *t) {
+    d->len += sl_params_doc(t, d->buf + d->len, d->cap - d->len);
+}
+
+int sl_spec_params_doc(char *buf, size_t cap, size_t *len_out) {
+    enum { DOC_MAX = 1 << 15 };
+    doc_buf d = {sl__malloc(DOC_MAX), DOC_MAX, 0};
+    if (!d.buf)
+        return sl__oom("documenting the spec's keys");
+    d.buf[0] = '\0';
+    doc_line(&d, "spec (a JSON object):\n");
+    doc_table(&d, &spec_table);
+    doc_line(&d, "source: a path, or an object with one input key (below), its options and:\n");
+    doc_table(&d, &source_table);
+    doc_line(&d, "source.shuffle (an object):\n");
+    doc_table(&d, &shuffle_table);
+    doc_line(&d, "source.shard (an object):\n");
+    doc_table(&d, &shard_table);
+    for (const sl_source_format *kd = sl_source__kinds; kd->key; kd++) {
+        doc_line(&d, "source with \"%s\": %s\n", kd->key, kd->summary);
+        if (kd->params)
+            doc_table(&d, kd->params);
+    }
+    doc_line(&d, "device: \"cuda\", \"host\" or an object:\n");
+    doc_table(&d, &sl_dev__params);
+    doc_line(&d, "ops: each op's parameters: docs/OPS.md; every op also takes:\n");
+    doc_table(&d, &parallel_table);
+    if (len_out)
+        *len_out = d.len;
+    if (buf && cap) {
+        size_t n = d.len < cap - 1 ? d.len : cap - 1;
+        memcpy(buf, d.buf, n);
+        buf[n] = '\0';
+    }
+    sl__free(d.buf);
+    return SL_OK;
+}
+
 cJSON *sl_spec__to_cjson(const sl_spec *s) {
     sl__json_init(); /* the adds below are checked once, at the end */
     cJSON *doc = cJSON_CreateObject();
@@ -602,14 +656,7 @@ cJSON *sl_spec__to_cjson(const sl_spec *s) {
 }
 
 int sl_spec_to_json(const sl_spec *s, char *buf, size_t cap, size_t *len_out) {
-    cJSON *doc = sl_spec__to_cjson(s);
-    char *text = doc ? cJSON_PrintUnformatted(doc) : NULL;
-    cJSON_Delete(doc);
-    if (!text)
-        return sl__oom("writing a spec as JSON");
-    sl__copy_out(text, buf, cap, len_out);
-    cJSON_free(text);
-    return SL_OK;
+    return sl__json_copy_out(sl_spec__to_cjson(s), buf, cap, len_out, "writing a spec as JSON");
 }
 
 /* ---- relative paths of a spec file -------------------------------------------------- */
@@ -708,17 +755,12 @@ int sl_spec_resolve_paths(const char *json, const char *spec_path, char *buf, si
     if (!doc)
         return sl__copy_out(json, buf, cap, len_out); /* sl_spec_from_json says what is wrong */
     int rc = SL_OK;
-    char *text = NULL;
     const char *slash = strrchr(spec_path, '/');
     cJSON *src = cJSON_GetObjectItemCaseSensitive(doc, "source");
     if (slash && cJSON_IsObject(src) && !sl_io__is_url(spec_path))
         SL_CHECK(resolve_source(src, spec_path, spec_path, (size_t)(slash - spec_path) + 1));
-    text = cJSON_PrintUnformatted(doc);
-    if (!text)
-        SL_FAIL(SL_ENOMEM, "resolving a spec's paths");
-    sl__copy_out(text, buf, cap, len_out);
+    return sl__json_copy_out(doc, buf, cap, len_out, "resolving a spec's paths");
 cleanup:
-    cJSON_free(text);
     cJSON_Delete(doc);
     return rc;
 }

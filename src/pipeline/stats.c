@@ -314,13 +314,7 @@ int sl_pipeline_stats_json(const sl_pipeline *p, char *buf, size_t cap, size_t *
         if (!cJSON_AddItemToArray(stages, o)) /* stages missing: out of memory */
             cJSON_Delete(o);
     }
-    char *text = sl__json_failed() ? NULL : cJSON_PrintUnformatted(doc);
-    cJSON_Delete(doc);
-    if (!text)
-        return sl__oom("writing stats");
-    sl__copy_out(text, buf, cap, len_out);
-    cJSON_free(text);
-    return SL_OK;
+    return sl__json_copy_out(doc, buf, cap, len_out, "writing stats");
 }
 
 /* ---- explain ------------------------------------------------------------------------- */
@@ -418,6 +412,7 @@ static const char *const collate_names[] = {"final", "fused", "parallel"};
 int sl_pipeline_explain_json(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out) {
     static const char *const kinds[] = {"", "source", "map", "seq", "final", "stack"};
     const sl_exec_layout *L = &p->layout;
+    sl__json_init(); /* the adds below are checked once, at the end */
     cJSON *doc = cJSON_CreateObject();
     if (!doc)
         return sl__oom("explaining a pipeline");
@@ -451,13 +446,7 @@ int sl_pipeline_explain_json(const sl_pipeline *p, char *buf, size_t cap, size_t
             cJSON_Delete(o);
     }
     cJSON_AddNumberToObject(doc, "batches_per_epoch", (double)sl_pipeline_len(p));
-    char *text = sl__json_failed() ? NULL : cJSON_PrintUnformatted(doc);
-    cJSON_Delete(doc);
-    if (!text)
-        return sl__oom("explaining a pipeline");
-    sl__copy_out(text, buf, cap, len_out);
-    cJSON_free(text);
-    return SL_OK;
+    return sl__json_copy_out(doc, buf, cap, len_out, "explaining a pipeline");
 }
 
 int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out) {

@@ -141,6 +141,25 @@ cleanup:
     return rc;
 }
 
+/* Shard i of a partial directory: "shard-NNNNN.slr" when sealed, else
+ * "shard-NNNNN.slr.partial"; *path_out NULL when neither exists. */
+static int shard_in(const char *dir, uint32_t i, char **path_out) {
+    *path_out = NULL;
+    for (int sealed = 1; sealed >= 0; sealed--) {
+        char name[64];
+        snprintf(name, sizeof name, "shard-%05u.slr%s", i, sealed ? "" : ".partial");
+        char *p = sl_record__join(dir, name);
+        if (!p)
+            return sl__oom("recovering");
+        if (access(p, F_OK) == 0) {
+            *path_out = p;
+            return SL_OK;
+        }
+        sl__free(p);
+    }
+    return SL_OK;
+}
+
 int sl_recover(const char *partial, const char *out, uint64_t *kept_out, uint64_t *dropped_out) {
     return sl_record__recover(partial, out, kept_out, dropped_out, true);
 }
@@ -178,28 +197,13 @@ int sl_record__recover(const char *partial, const char *out, uint64_t *kept_out,
     SL_CHECK(sl_record_create(&st.rec));
     if (S_ISDIR(sb.st_mode)) {
         for (uint32_t i = 0; !st.stopped; i++) {
-            char name[64];
-            snprintf(name, sizeof name, "shard-%05u.slr", i);
             sl__free(src);
-            src = sl_record__join(partial, name);
+            SL_CHECK(shard_in(partial, i, &src));
             if (!src) {
-                rc = sl__oom("recovering");
-                goto cleanup;
-            }
-            if (access(src, F_OK) != 0) {
-                snprintf(name, sizeof name, "shard-%05u.slr.partial", i);
-                sl__free(src);
-                src = sl_record__join(partial, name);
-                if (!src) {
-                    rc = sl__oom("recovering");
-                    goto cleanup;
-                }
-                if (access(src, F_OK) != 0) {
-                    if (i == 0)
-                        SL_FAIL(SL_ECORRUPT, "%s: no shard-00000.slr or shard-00000.slr.partial "
-                                "inside; nothing to recover", partial);
-                    break;
-                }
+                if (i == 0)
+                    SL_FAIL(SL_ECORRUPT, "%s: no shard-00000.slr or shard-00000.slr.partial "
+                            "inside; nothing to recover", partial);
+                break;
             }
             SL_CHECK(recover_file(&st, src, out, i == 0, fsync_output));
         }

@@ -70,20 +70,6 @@ static int shard_name(char *buf, size_t cap, uint32_t no, bool partial) {
     return snprintf(buf, cap, "shard-%05u.slr%s", no, partial ? ".partial" : "");
 }
 
-static int grow(void **p, size_t *cap, size_t need, const char *what) {
-    if (need <= *cap)
-        return SL_OK;
-    size_t n = *cap ? *cap : 4096;
-    while (n < need)
-        n = n > SIZE_MAX / 2 ? need : n * 2;
-    void *q = sl__realloc(*p, n);
-    if (!q)
-        return sl__oom(what);
-    *p = q;
-    *cap = n;
-    return SL_OK;
-}
-
 const char *sl_writer__partial_path(const sl_writer *w) { return w->tmpdir; }
 
 static int open_shard(sl_writer *w) {
@@ -420,7 +406,7 @@ int sl_writer_append(sl_writer *w, const sl_tensor *cols, int ncols) {
             return sl__error(SL_ELIMIT, "%s: record %llu: too large", w->path,
                              (unsigned long long)w->count);
     }
-    SL_TRY(grow((void **)&w->scratch, &w->scratch_cap, need + 8, "building a record"));
+    SL_TRY(sl__grow((void **)&w->scratch, &w->scratch_cap, need + 8, 1, 4096, "building a record"));
     if (!w->cctx) {
         for (int c = 0; c < s->ncols; c++) {
             if ((s->col[c].flags & SL_COLF_ZSTD) && !(w->cctx = sl_record__zstd_cctx()))

@@ -224,9 +224,8 @@ int sl_shard_set__get(sl_shard_set *set, int k, void **state_out) {
     return rc;
 }
 
-int sl_shard_set__get_if_open(sl_shard_set *set, int k, void **state_out) {
-    *state_out = NULL;
-    pthread_mutex_lock(&set->mu);
+/* With set->mu held: pin slot k when it is open (SL_OK), else SL_END; unlocks. */
+static int pin_if_open_unlock(sl_shard_set *set, int k, void **state_out) {
     slot *x = &set->s[k];
     int rc = SL_END;
     if (x->st == SLOT_OPEN) {
@@ -238,19 +237,17 @@ int sl_shard_set__get_if_open(sl_shard_set *set, int k, void **state_out) {
     return rc;
 }
 
+int sl_shard_set__get_if_open(sl_shard_set *set, int k, void **state_out) {
+    *state_out = NULL;
+    pthread_mutex_lock(&set->mu);
+    return pin_if_open_unlock(set, k, state_out);
+}
+
 int sl_shard_set__try_get_if_open(sl_shard_set *set, int k, void **state_out) {
     *state_out = NULL;
     if (pthread_mutex_trylock(&set->mu) != 0)
         return SL_END;
-    slot *x = &set->s[k];
-    int rc = SL_END;
-    if (x->st == SLOT_OPEN) {
-        x->pins++;
-        *state_out = x->state;
-        rc = SL_OK;
-    }
-    pthread_mutex_unlock(&set->mu);
-    return rc;
+    return pin_if_open_unlock(set, k, state_out);
 }
 
 void *sl_shard_set__peek(const sl_shard_set *set, int k) {

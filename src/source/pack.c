@@ -58,8 +58,7 @@ int sl_pack_detect(const char *const *srcs, int nsrc, sl_pack_kind *kind_out) {
             return sl__error(SL_EINVAL, "input %d is NULL", i);
         int src = sl_io__stat(srcs[i], &st);
         if (src == SL_END)
-            return sl__error(SL_EIO, "%s: %s", srcs[i],
-                             sl_io__is_url(srcs[i]) ? "HTTP 404 (not found)" : strerror(ENOENT));
+            return sl__error(SL_EIO, "%s: %s", srcs[i], sl_io__missing(srcs[i]));
         SL_TRY(src);
         if (st.is_dir) {
             dirs++;

@@ -174,8 +174,7 @@ static int detect_one(const char *path, const sl_source_format **kind_out) {
     if (src == SL_END) {
         if (sl_source__is_pattern(path))
             return detect_pattern(path, kind_out);
-        return sl__error(SL_EIO, "%s: %s", path,
-                         sl_io__is_url(path) ? "HTTP 404 (not found)" : strerror(ENOENT));
+        return sl__error(SL_EIO, "%s: %s", path, sl_io__missing(path));
     }
     SL_TRY(src);
     if (st.is_dir && sl_io__is_url(path)) {
@@ -384,7 +383,7 @@ int sl_source_describe(const sl_source *src, char *buf, size_t cap, size_t *len_
     if (!src)
         return sl__error(SL_EINVAL, "sl_source_describe: source is NULL");
     int rc = SL_OK;
-    char *text = NULL;
+    sl__json_init(); /* the adds below are checked once, at the end */
     cJSON *doc = cJSON_CreateObject(), *cols = NULL;
     if (!doc || !cJSON_AddStringToObject(doc, "kind", src->vt->kind) ||
         !cJSON_AddStringToObject(doc, "name", src->name) ||
@@ -415,12 +414,8 @@ int sl_source_describe(const sl_source *src, char *buf, size_t cap, size_t *len_
     }
     if (src->vt->describe)
         SL_CHECK(src->vt->describe((sl_source *)src, doc));
-    text = cJSON_PrintUnformatted(doc);
-    if (!text)
-        SL_FAIL(SL_ENOMEM, "describing a source");
-    sl__copy_out(text, buf, cap, len_out);
+    return sl__json_copy_out(doc, buf, cap, len_out, "describing a source");
 cleanup:
-    cJSON_free(text);
     cJSON_Delete(doc);
     return rc;
 }

@@ -98,6 +98,19 @@ cleanup:
     return rc;
 }
 
+/* When zlib has eaten its input, the next IDX_BUF compressed bytes (in_eof at the end). */
+static int feed_zlib(idx_stream *s) {
+    if (s->zs.avail_in != 0 || s->in_eof)
+        return SL_OK;
+    size_t got = 0;
+    SL_TRY(read_full(s, s->in, IDX_BUF, &got));
+    s->zs.next_in = s->in;
+    s->zs.avail_in = (uInt)got;
+    if (got == 0)
+        s->in_eof = 1;
+    return SL_OK;
+}
+
 /* Refill s->out with up to IDX_BUF decompressed bytes; out_len 0 at the end. */
 static int idx_fill(idx_stream *s) {
     s->out_pos = s->out_len = 0;
@@ -112,25 +125,11 @@ static int idx_fill(idx_stream *s) {
     s->zs.next_out = s->out;
     s->zs.avail_out = IDX_BUF;
     while (s->zs.avail_out > 0) {
-        if (s->zs.avail_in == 0 && !s->in_eof) {
-            size_t got = 0;
-            SL_TRY(read_full(s, s->in, IDX_BUF, &got));
-            s->zs.next_in = s->in;
-            s->zs.avail_in = (uInt)got;
-            if (got == 0)
-                s->in_eof = 1;
-        }
+        SL_TRY(feed_zlib(s));
         int zr = inflate(&s->zs, Z_NO_FLUSH);
         if (zr == Z_STREAM_END) {
             /* gzip allows several members back to back (cat a.gz b.gz). */
-            if (s->zs.avail_in == 0 && !s->in_eof) {
-                size_t got = 0;
-                SL_TRY(read_full(s, s->in, IDX_BUF, &got));
-                s->zs.next_in = s->in;
-                s->zs.avail_in = (uInt)got;
-                if (got == 0)
-                    s->in_eof = 1;
-            }
+            SL_TRY(feed_zlib(s));
             if (s->zs.avail_in == 0) {
                 s->zend = 1;
                 break;
@@ -447,16 +446,17 @@ static int idx_paths(const cJSON *v, const char *field, const char **a, const ch
     return SL_OK;
 }
 
+static const sl_param idx_params[] = {
+    {.key = "idx", .type = SL_PARAM_ANY, .offset = SL_PARAM_NOWHERE,
+     .doc = "{\"images\": PATH, \"labels\": PATH} or [IMAGES, LABELS]"},
+    {0}};
+const sl_param_table sl_source__idx_table = {idx_params, "an IDX source", NULL, 0, 0};
+
 int sl_source__open_idx(sl_source **out, const cJSON *obj, const char *field) {
     *out = NULL;
     const char *a = NULL, *b = NULL;
     int rc = SL_OK;
-    static const sl_param params[] = {
-        {.key = "idx", .type = SL_PARAM_ANY, .offset = SL_PARAM_NOWHERE,
-         .doc = "{\"images\": PATH, \"labels\": PATH} or [IMAGES, LABELS]"},
-        {0}};
-    static const sl_param_table table = {params, "an IDX source", NULL, 0, 0};
-    SL_TRY(sl_source__read_options(&table, obj, field, NULL));
+    SL_TRY(sl_source__read_options(&sl_source__idx_table, obj, field, NULL));
     SL_TRY(idx_paths(cJSON_GetObjectItemCaseSensitive(obj, "idx"), field, &a, &b));
     idx_stream sa, sb;
     memset(&sa, 0, sizeof sa);

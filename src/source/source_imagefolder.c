@@ -71,14 +71,8 @@ static int has_image_ext(const char *name) {
 }
 
 static int names_push(name_list *l, const char *s, unsigned char type) {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        name_item *v = sl__realloc(l->v, cap * sizeof *v);
-        if (!v)
-            return sl__oom("listing an image folder");
-        l->v = v;
-        l->cap = cap;
-    }
+    SL_TRY(sl__grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v, 16,
+                    "listing an image folder"));
     char *d = sl__strdup(s);
     if (!d)
         return sl__oom("listing an image folder");
@@ -158,14 +152,8 @@ typedef struct {
 
 static int add_entry(walker *wk, const char *rel_dir, const char *name, int label) {
     entry_list *l = wk->out;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 256;
-        entry *v = sl__realloc(l->v, cap * sizeof *v);
-        if (!v)
-            return sl__oom("listing an image folder");
-        l->v = v;
-        l->cap = cap;
-    }
+    SL_TRY(sl__grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v, 256,
+                    "listing an image folder"));
     size_t dl = strlen(rel_dir), nl = strlen(name);
     char *rel = sl__malloc(dl + 1 + nl + 1);
     if (!rel)
@@ -678,17 +666,19 @@ static const sl_source_vtbl folder_vtbl = {
     .free = folder_free,
 };
 
+static const sl_param folder_params[] = {
+    {.key = "image_folder", .type = SL_PARAM_STRING, .flags = SL_PARAM_REQUIRED, .min = 1,
+     .max = -1, .offset = 0, .expect = "a directory path",
+     .doc = "a folder of class folders of images"},
+    {0}};
+const sl_param_table sl_source__folder_table = {folder_params, "an image folder source", NULL, 0,
+                                                0};
+
 int sl_source__open_imagefolder(sl_source **out, const cJSON *obj, const char *field) {
     *out = NULL;
     int rc = SL_OK;
-    static const sl_param params[] = {
-        {.key = "image_folder", .type = SL_PARAM_STRING, .flags = SL_PARAM_REQUIRED, .min = 1,
-         .max = -1, .offset = 0, .expect = "a directory path",
-         .doc = "a folder of class folders of images"},
-        {0}};
-    static const sl_param_table table = {params, "an image folder source", NULL, 0, 0};
     const char *root = NULL;
-    SL_TRY(sl_source__read_options(&table, obj, field, &root));
+    SL_TRY(sl_source__read_options(&sl_source__folder_table, obj, field, &root));
     folder_source *s = sl__calloc(1, sizeof *s);
     if (!s)
         return sl__oom("opening an image folder");

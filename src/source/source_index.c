@@ -47,8 +47,7 @@ int sl_sidx__stat(const char *path, uint64_t *size_out, int64_t *mtime_ns_out) {
     sl_io_info st;
     int rc = sl_io__stat(path, &st);
     if (rc == SL_END)
-        return sl__error(SL_EIO, "%s: %s", path,
-                         sl_io__is_url(path) ? "HTTP 404 (not found)" : strerror(ENOENT));
+        return sl__error(SL_EIO, "%s: %s", path, sl_io__missing(path));
     SL_TRY(rc);
     *size_out = st.size;
     *mtime_ns_out = st.mtime_ns;
@@ -113,21 +112,12 @@ int sl_sidx__create(sl_sidx **out, const char *kind) {
 int sl_sidx__add_record(sl_sidx *ix, uint64_t offset, uint64_t length) {
     /* Scalars hold `count` values each: records come first. */
     assert(ix->nscalar == 0);
-    if (ix->count == ix->cap) {
-        uint64_t cap = ix->cap ? ix->cap * 2 : 1024;
-        uint64_t *o = sl__realloc(ix->offset, (size_t)cap * sizeof *o);
-        if (!o)
-            return sl__oom("building an index");
-        ix->offset = o;
-        uint64_t *l = sl__realloc(ix->length, (size_t)cap * sizeof *l);
-        if (!l)
-            return sl__oom("building an index");
-        ix->length = l;
-        uint64_t *c = sl__realloc(ix->sum, (size_t)cap * sizeof *c);
-        if (!c)
-            return sl__oom("building an index");
-        ix->sum = c;
-        ix->cap = cap;
+    if (ix->count == ix->cap) { /* offset[], length[] and sum[] grow together */
+        size_t need = (size_t)ix->count + 1, cap[3] = {ix->cap, ix->cap, ix->cap};
+        SL_TRY(sl__grow((void **)&ix->offset, &cap[0], need, 8, 1024, "building an index"));
+        SL_TRY(sl__grow((void **)&ix->length, &cap[1], need, 8, 1024, "building an index"));
+        SL_TRY(sl__grow((void **)&ix->sum, &cap[2], need, 8, 1024, "building an index"));
+        ix->cap = cap[2];
     }
     ix->offset[ix->count] = offset;
     ix->length[ix->count] = length;
@@ -604,14 +594,15 @@ static int parse_check(sl_io *io, void *user) {
  * fails its checksum is fetched again once (sl_io__open_checked). */
 static int load_file(const char *path, sl_sidx **out) {
     *out = NULL;
-    sl_io_info info;
-    int rc = sl_io__stat(path, &info);
-    if (rc == SL_END)
-        return SL_END;
-    SL_TRY(rc);
     parse_ctx c = {path, NULL};
     sl_io *io = NULL;
-    SL_TRY(sl_io__open_checked(&io, path, SL_IO_MAP, parse_check, &c));
+    /* not asked about first (over HTTP a HEAD, a round trip): a missing
+     * index is the open's SL_END; with no shard cache in use, an index that
+     * fits in SLUICE_HTTP_OPEN_BYTES comes in one round trip (SL_IO_EDGES) */
+    int rc = sl_io__open_checked(&io, path, SL_IO_MAP | SL_IO_MISSING_OK | SL_IO_EDGES,
+                                 parse_check, &c);
+    if (rc != SL_OK)
+        return rc;
     sl_io__close(io);
     *out = c.ix;
     return SL_OK;

@@ -265,17 +265,11 @@ static int kind_of(const Tensorflow__Feature *f, size_t *n) {
 }
 
 static int add_record(tf_source *s, uint64_t off, uint64_t len) {
-    if (s->nscan == s->cap) {
-        uint64_t cap = s->cap ? s->cap * 2 : 1024;
-        uint64_t *o = sl__realloc(s->off, (size_t)cap * sizeof *o);
-        if (!o)
-            return sl__oom("opening a TFRecord source");
-        s->off = o;
-        uint64_t *l = sl__realloc(s->len, (size_t)cap * sizeof *l);
-        if (!l)
-            return sl__oom("opening a TFRecord source");
-        s->len = l;
-        s->cap = cap;
+    if (s->nscan == s->cap) { /* off[] and len[] grow together */
+        size_t need = (size_t)s->nscan + 1, cap_off = (size_t)s->cap, cap_len = cap_off;
+        SL_TRY(sl__grow((void **)&s->off, &cap_off, need, 8, 1024, "opening a TFRecord source"));
+        SL_TRY(sl__grow((void **)&s->len, &cap_len, need, 8, 1024, "opening a TFRecord source"));
+        s->cap = cap_len;
     }
     s->off[s->nscan] = off;
     s->len[s->nscan] = len;
@@ -688,16 +682,9 @@ static int feat_note_record(feat_set *fs, const Tensorflow__SequenceExample *ex,
 /* ---- reading one record ----------------------------------------------------------- */
 
 static tf_file *file_of(tf_source *s, uint64_t i) {
-    int lo = 0, hi = s->nfiles - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (s->files[mid].first <= i)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
     /* (An empty file shares `first` with the next: the search lands past it.) */
-    return &s->files[lo];
+    return &s->files[sl__last_at_most(s->files, s->nfiles, sizeof *s->files,
+                                      offsetof(tf_file, first), i)];
 }
 
 static void tf_locate(sl_source *src, uint64_t i, char *buf, size_t cap) {
@@ -1178,12 +1165,12 @@ static const sl_param tf_params[] = {
      .offset = offsetof(tf_opts, shard)},
     {0}};
 
-static const sl_param_table tf_table = {tf_params, "a tfrecord source", NULL, 0, 0};
+const sl_param_table sl_source__tf_table = {tf_params, "a tfrecord source", NULL, 0, 0};
 
 static int parse_options(const cJSON *obj, const char *field, int *verify,
                          const char **compression, sl_sidx_use *index, int *max_open) {
     tf_opts o;
-    SL_TRY(sl_source__read_options(&tf_table, obj, field, &o));
+    SL_TRY(sl_source__read_options(&sl_source__tf_table, obj, field, &o));
     *verify = o.verify;
     *compression = compressions[o.compression];
     *index = sl_sidx__use(o.shard.index);
@@ -1260,6 +1247,20 @@ static tf_source *new_source(void) {
     return s;
 }
 
+/* One entry of an object "features": {"name": COLUMN, "list": BOOL}. */
+typedef struct {
+    const char *name;
+    int list;
+} feat_opts;
+
+static const sl_param feat_params[] = {
+    {.key = "name", .type = SL_PARAM_STRING, .min = 1, .max = SL_COLNAME_MAX - 1,
+     .offset = offsetof(feat_opts, name), .doc = "the column's name (default: the feature key)"},
+    {.key = "list", .type = SL_PARAM_BOOL, .offset = offsetof(feat_opts, list),
+     .doc = "always a list, even where every record holds one value"},
+    {0}};
+static const sl_param_table feat_table = {feat_params, NULL, NULL, 0, 0};
+
 int sl_source__open_tfrecord(sl_source **out, const cJSON *obj, const char *field) {
     *out = NULL;
     int verify, max_open;
@@ -1305,13 +1306,12 @@ int sl_source__open_tfrecord(sl_source **out, const cJSON *obj, const char *fiel
                 if (cJSON_IsString(it)) {
                     name = it->valuestring;
                 } else if (cJSON_IsObject(it)) {
-                    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
-                    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(it, "list");
-                    if ((nm && !cJSON_IsString(nm)) || (ls && !cJSON_IsBool(ls)))
-                        SL_FAIL(SL_EINVAL, "%s.features.%s: expected {\"name\": \"...\", "
-                                "\"list\": true|false}", field, key);
-                    name = nm ? nm->valuestring : NULL;
-                    force_list = cJSON_IsTrue(ls);
+                    char sub[SL__ERRMSG_MAX];
+                    snprintf(sub, sizeof sub, "%s.features.%s", field, key);
+                    feat_opts fo;
+                    SL_CHECK(sl_params_read(&feat_table, it, sub, &fo));
+                    name = fo.name;
+                    force_list = fo.list;
                 } else {
                     SL_FAIL(SL_EINVAL, "%s.features.%s: must be a column name or {\"name\": "
                             "..., \"list\": ...}", field, key);
