@@ -111,6 +111,18 @@ int sl_params_unknown(const sl_param_table *t, const char *field, const char *ke
 static int has_min(const sl_param *p) { return !(p->min == 0 && p->max == 0); }
 static int has_max(const sl_param *p) { return has_min(p) && p->max >= p->min; }
 
+/* A string's or a list's length bounds in words: "a list of 1 to 4 entries",
+ * "a non-empty string", "a list". */
+static void sized(const sl_param *p, char *buf, size_t cap, const char *noun,
+                  const char *unit) {
+    if (has_max(p))
+        snprintf(buf, cap, "a %s of %.15g to %.15g %s", noun, p->min, p->max, unit);
+    else if (has_min(p) && p->min >= 1)
+        snprintf(buf, cap, "a non-empty %s", noun);
+    else
+        snprintf(buf, cap, "a %s", noun);
+}
+
 /* The allowed values in words: what follows "must be ". */
 static const char *expected(const sl_param *p, char *buf, size_t cap) {
     if (p->expect)
@@ -144,12 +156,7 @@ static const char *expected(const sl_param *p, char *buf, size_t cap) {
                            "(K, M, G, T)", has_min(p) ? p->min : 0);
         break;
     case SL_PARAM_STRING:
-        if (has_max(p))
-            snprintf(buf, cap, "a string of %.15g to %.15g bytes", p->min, p->max);
-        else if (has_min(p) && p->min >= 1)
-            snprintf(buf, cap, "a non-empty string");
-        else
-            snprintf(buf, cap, "a string");
+        sized(p, buf, cap, "string", "bytes");
         break;
     case SL_PARAM_ENUM: {
         size_t n = 0;
@@ -164,12 +171,7 @@ static const char *expected(const sl_param *p, char *buf, size_t cap) {
         break;
     }
     case SL_PARAM_ARRAY:
-        if (has_max(p))
-            snprintf(buf, cap, "a list of %.15g to %.15g entries", p->min, p->max);
-        else if (has_min(p) && p->min >= 1)
-            snprintf(buf, cap, "a non-empty list");
-        else
-            snprintf(buf, cap, "a list");
+        sized(p, buf, cap, "list", "entries");
         break;
     case SL_PARAM_OBJECT:
         snprintf(buf, cap, "an object");
