@@ -143,12 +143,10 @@ int sl_sidx__add_col(sl_sidx *ix, const char *name, sl_coltype type, sl_dtype dt
         return sl__error(SL_ELIMIT, "more than %d columns in one index", SL_SIDX_MAX_COLS);
     if (ndim < 0 || ndim > SL_MAX_DIMS)
         return sl__error(SL_EINVAL, "column '%s': %d dims (at most %d)", name, ndim, SL_MAX_DIMS);
-    sl_sidx_col *c = sl__realloc(ix->col, (size_t)(ix->ncols + 1) * sizeof *c);
+    sl_sidx_col *c = sl__append_zeroed((void **)&ix->col, (size_t)ix->ncols, sizeof *c,
+                                       "building an index");
     if (!c)
-        return sl__oom("building an index");
-    ix->col = c;
-    c = &ix->col[ix->ncols];
-    memset(c, 0, sizeof *c);
+        return SL_ENOMEM;
     memcpy(c->name, name, strlen(name));
     c->type = type;
     c->dtype = dtype;
@@ -169,12 +167,10 @@ int sl_sidx__add_scalar(sl_sidx *ix, const char *name, sl_coltype type, const vo
     if (ix->nscalar >= SL_SIDX_MAX_SCALARS)
         return sl__error(SL_ELIMIT, "more than %d scalar columns in one index",
                          SL_SIDX_MAX_SCALARS);
-    sl_sidx_scalar *s = sl__realloc(ix->scalar, (size_t)(ix->nscalar + 1) * sizeof *s);
+    sl_sidx_scalar *s = sl__append_zeroed((void **)&ix->scalar, (size_t)ix->nscalar, sizeof *s,
+                                          "building an index");
     if (!s)
-        return sl__oom("building an index");
-    ix->scalar = s;
-    s = &ix->scalar[ix->nscalar];
-    memset(s, 0, sizeof *s);
+        return SL_ENOMEM;
     s->vals = sl__malloc(ix->count ? (size_t)ix->count * 8 : 1);
     if (!s->vals)
         return sl__oom("building an index");
