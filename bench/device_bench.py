@@ -2,10 +2,14 @@
 """The device layer's three speed figures (docs/DEVICE.md), each side by side
 with its peer in one run:
 
-  h2d    sluice's hand-off (pinned staging, copy on a side stream) against
-         copies from pinned memory of the same sizes (torch's
-         .to(device, non_blocking=True) from a pinned tensor: one
-         cudaMemcpyAsync each), in bytes/s;
+  h2d    sluice's hand-off (batches written in pinned memory, one copy per
+         column on a side stream) against copies from pinned memory of the
+         same sizes (torch's .to(device, non_blocking=True) from a pinned
+         tensor: one cudaMemcpyAsync each), in bytes/s. "sluice" times the
+         hand-off with the batches already made (the queue holds them all);
+         "sluice_from_numpy" times the whole pipeline, whose workers first
+         copy each row into the pinned batch buffer, and "cpu_only" that
+         pipeline without a device: the rate its workers make batches at;
   step   a training loop whose step takes --step-ms on the device
          (torch.cuda._sleep on the current stream, then a read of the
          batch): the time the loop waits for its next batch, sluice against
@@ -13,8 +17,8 @@ with its peer in one run:
   train  the ImageNet-style chain (RandomResizedCrop 224 + flip + normalize,
          batch 64) into device tensors: sluice (CPU decode, uint8 crops
          copied, normalize on the device) against DataLoader at its best
-         num_workers + .cuda(non_blocking=True). GPU JPEG decode is not
-         written yet; the line says so.
+         num_workers + .cuda(non_blocking=True). GPU JPEG decode's chain
+         is measured by bench/gpu_checks.py (gpu_decode).
 
     /usr/bin/python3 bench/device_bench.py [--kind cuda|host] [--build build]
         [--photos /tmp/photos/imagenet-like] [--workers 0,4,16] [--repeats 3]
@@ -73,14 +77,35 @@ def step_fn():
 if part == "h2d":
     n, shape = a["batches"], tuple(a["shape"])
     nbytes = int(np.prod(shape))
-    if who == "sluice":
+    if who in ("sluice", "sluice_from_numpy", "cpu_only"):
         import sluice
-        arr = np.random.default_rng(0).integers(0, 256, (shape[0] * 8,) + shape[1:], np.uint8)
-        ds = sluice.from_arrays({"x": arr}).batch(shape[0]).epochs(10**6).device(kind)
-        it = forever(ds)
-        for _ in range(8):
+        rows = shape[0] * 8
+        if who == "sluice":
+            # one epoch holds the warm-up and the timed batches: the queue
+            # is never emptied by an epoch's end
+            rows = shape[0] * (2 * n + 8)
+        block = np.random.default_rng(0).integers(0, 256, (shape[0] * 8,) + shape[1:], np.uint8)
+        arr = np.resize(block, (rows,) + shape[1:])
+        ds = sluice.from_arrays({"x": arr}).batch(shape[0])
+        if who == "sluice":
+            # the hand-off alone: n batches already written in pinned batch
+            # buffers (the queue holds them all), so the timed loop is the
+            # ring's copies, not the workers' copy of the rows into pinned
+            # memory (that is "sluice_from_numpy", bound by "cpu_only")
+            ds = ds.prefetch(n)
+        else:
+            ds = ds.epochs(10**6)
+        if who != "cpu_only":
+            ds = ds.device(kind)
+        it = iter(ds.torch()) if who == "sluice" else forever(ds)
+        # warm-up; for "sluice" as long as the timed loop, so that the ring
+        # has grown to the slots copies in flight need (each new slot is a
+        # cudaMalloc) before the timing starts
+        for _ in range(n if who == "sluice" else 8):
             next(it)
         sync()
+        if who == "sluice":
+            time.sleep(a.get("fill_s", 2.0))
         t0 = time.perf_counter()
         for _ in range(n):
             b = next(it)
@@ -151,12 +176,18 @@ elif part in ("step", "train"):
 
 
 def run(env, args):
+    """One measurement in a child; None when it failed (its error is a line
+    of its own, and the other measurements go on)."""
     out = subprocess.run([PY, "-c", CHILD, json.dumps(args)], env=env, capture_output=True,
                          text=True)
-    if out.returncode != 0:
+    recs = json_lines(out.stdout) if out.returncode == 0 else []
+    if not recs:
         sys.stderr.write(out.stderr[-2000:])
-        raise SystemExit(f"{args['part']}/{args['who']}: exited {out.returncode}")
-    rec = json_lines(out.stdout)[-1]
+        last = [l for l in out.stderr.strip().splitlines() if l.strip()][-1:] or ["no output"]
+        print(json.dumps({"part": args["part"], "who": args["who"],
+                          "error": f"exited {out.returncode}: {last[0][:300]}"}), flush=True)
+        return None
+    rec = recs[-1]
     print(json.dumps(rec), flush=True)
     return rec
 
@@ -199,10 +230,11 @@ def main():
         for shape in ([64, 224, 224, 3], [64, 3, 224, 224]):
             label = "x".join(map(str, shape))
             for _ in range(a.repeats):
-                for who in ("sluice", "pinned_copy"):
+                for who in ("sluice", "pinned_copy", "sluice_from_numpy", "cpu_only"):
                     r = run(env, {"kind": a.kind, "part": "h2d", "who": who, "shape": shape,
-                                  "batches": 100})
-                    res.setdefault(("h2d " + label, who), []).append(r["bytes_s"])
+                                  "batches": 48})
+                    if r:
+                        res.setdefault(("h2d " + label, who), []).append(r["bytes_s"])
     if "step" in parts or "train" in parts:
         work = tempfile.mkdtemp(prefix="sluice-devbench-")
         slr = os.path.join(work, "photos.slr")
@@ -218,29 +250,34 @@ def main():
         for part in [p for p in ("step", "train") if p in parts]:
             for _ in range(a.repeats):
                 r = run(env, dict(base, part=part, who="sluice"))
-                res.setdefault((part, "sluice"), []).append(r)
+                if r:
+                    res.setdefault((part, "sluice"), []).append(r)
                 # the step loop's peer uses the DataLoader's best setting for
                 # the train part when known, else the largest
                 for w in workers if part == "train" else [max(workers)]:
                     r = run(env, dict(base, part=part, who="dataloader", workers=w))
-                    res.setdefault((part, f"dataloader-w{w}"), []).append(r)
-        if "train" in parts:
-            print(json.dumps({"part": "train", "who": "sluice-nvjpeg",
-                              "skipped": "GPU JPEG decode (nvJPEG) is not written yet"}))
+                    if r:
+                        res.setdefault((part, f"dataloader-w{w}"), []).append(r)
     print("\n| figure | sluice | peer | ratio |\n|---|---|---|---|")
     for shape in ("64x224x224x3", "64x3x224x224"):
         key = "h2d " + shape
-        if (key, "sluice") in res:
+        if (key, "sluice") in res and (key, "pinned_copy") in res:
             s, p = med(res[(key, "sluice")]), med(res[(key, "pinned_copy")])
-            print(f"| H2D {shape} uint8 | {s[0]/1e9:.2f} GB/s ({s[1]/1e9:.2f}-{s[2]/1e9:.2f}) "
-                  f"| pinned copy {p[0]/1e9:.2f} GB/s | {s[0]/p[0]:.2f} |")
-    if ("step", "sluice") in res:
+            print(f"| H2D {shape} uint8, batches ready | {s[0]/1e9:.2f} GB/s "
+                  f"({s[1]/1e9:.2f}-{s[2]/1e9:.2f}) | pinned copy {p[0]/1e9:.2f} GB/s "
+                  f"| {s[0]/p[0]:.2f} |")
+        if (key, "sluice_from_numpy") in res and (key, "cpu_only") in res:
+            e, q = med(res[(key, "sluice_from_numpy")]), med(res[(key, "cpu_only")])
+            print(f"| H2D {shape} uint8 from numpy (the workers' copy into pinned memory "
+                  f"first) | {e[0]/1e9:.2f} GB/s | the same pipeline without a device "
+                  f"{q[0]/1e9:.2f} GB/s | {e[0]/q[0]:.2f} |")
+    if ("step", "sluice") in res and any(k[0] == "step" and k[1] != "sluice" for k in res):
         s = med([r["wait_ms_per_step"] for r in res[("step", "sluice")]])
         peer = [k for k in res if k[0] == "step" and k[1] != "sluice"][0]
         p = med([r["wait_ms_per_step"] for r in res[peer]])
         print(f"| wait per {a.step_ms:g} ms step | {s[0]:.2f} ms ({s[1]:.2f}-{s[2]:.2f}) "
               f"| {peer[1]} {p[0]:.2f} ms | — |")
-    if ("train", "sluice") in res:
+    if ("train", "sluice") in res and any(k[0] == "train" and k[1] != "sluice" for k in res):
         s = med([r["img_s"] for r in res[("train", "sluice")]])
         peers = {k[1]: med([r["img_s"] for r in v])[0] for k, v in res.items()
                  if k[0] == "train" and k[1] != "sluice"}

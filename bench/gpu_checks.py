@@ -84,34 +84,45 @@ def check_batch(torch, b):
     return int(((got_min != want) | (got_max != want)).sum().item())
 
 
-# 1. opens, copies and frees; no device memory left over an epoch
+# 1. opens, copies and frees; no device memory left over an epoch. The
+# verdict is sluice's own count of the device and pinned blocks its backends
+# hold (sl_device_held: 0 and 0 once every pipeline is closed), not the GPU's
+# free memory, which other users of the device move (compute-sanitizer's own
+# allocations showed as 12 MiB "not returned" under memcheck); that reading,
+# after a warm-up epoch, is printed beside it.
 def c_epoch(c):
     t = c.torch
+    from sluice import _sluice
     data = indexed(256, 224, 224)
 
     def epoch():
         ds = c.sluice.from_arrays(data).batch(32).prefetch(2).device(c.kind)
-        bad = 0
+        bad, b = 0, None
         for b in ds.torch():
             bad += check_batch(t, b)
+        during = _sluice.device_held(c.kind)
         ds.close()
-        del ds
+        del ds, b
         gc.collect()
         c.sync()
-        return bad
+        return bad, during
 
-    bad = epoch()  # warm-up: the runtime's own allocations
+    bad, during = epoch()  # warm-up: the runtime's own allocations
     if c.kind == "cuda":
         free0 = t.cuda.mem_get_info()[0]
-    bad += epoch() + epoch()
+    for _ in range(2):
+        more, _ = epoch()
+        bad += more
+    held = _sluice.device_held(c.kind)
+    ok = bad == 0 and held == (0, 0) and during[0] > 0
+    fig = (f"blocks sluice holds after 3 epochs: {held[0]} device, {held[1]} pinned "
+           f"(during one: {during[0]} device, {during[1]} pinned); wrong samples: {bad}")
     if c.kind == "cuda":
-        leak = free0 - t.cuda.mem_get_info()[0]
-        emit("epoch_no_leak", bad == 0 and abs(leak) < (2 << 20),
-             f"device memory not returned after 2 epochs: {leak / 2**20:.2f} MiB; "
-             f"wrong samples: {bad}")
+        moved = free0 - t.cuda.mem_get_info()[0]
+        emit("epoch_no_leak", ok, fig + f"; the GPU's free memory moved {moved / 2**20:.2f} MiB "
+             "over the last 2 (any user's allocations)")
     else:
-        emit("epoch_no_leak", bad == 0, f"wrong samples: {bad} (host backend: the leak "
-             "figure needs a GPU; leaks on the host are ASan's)")
+        emit("epoch_no_leak", ok, fig + " (host backend)")
 
 
 # 2. the normalize kernel equals the CPU op
@@ -136,41 +147,56 @@ def c_kernel(c):
          f"max |device - CPU| over {cases} layout/dtype cases: {worst:g} (tolerance 0)")
 
 
-# 3. the copy stream overlaps a step on the default stream
+# 3. the copy stream overlaps a step on the default stream. The loop reads
+# each batch on the GPU (no host sync per step: a step that syncs, like
+# float(x) or loss.item(), holds the next copy back until it is done, since
+# the copy is queued when next() is called). The copy's share is sized first:
+# the copy alone is timed, then the step is made about twice as long, so
+# that hiding it is measurable (a copy of 0.5 ms beside an 8 ms step is
+# within the step's own jitter).
 def c_overlap(c):
     t = c.torch
-    data = indexed(64 * 8, 224, 224)
-    n, step_ms = 24, 8.0
+    n = 24
+    data = indexed(64 * (n + 3), 224, 224)  # one epoch: no epoch's start is timed
 
-    def forever(ds):
-        ep = 0
-        while True:  # one pass of ds.torch() is one epoch
-            ds.set_epoch(ep)
-            yield from ds.torch()
-            ep += 1
-
-    def run(step):
+    def run(step_ms):
         ds = c.sluice.from_arrays(data).batch(64).prefetch(4).device(c.kind)
-        it = forever(ds)
+        it = iter(ds.torch())
         for _ in range(3):
             next(it)
         c.sync()
+        acc = t.zeros((), device=c.dev, dtype=t.float32)
         t0 = time.perf_counter()
         for _ in range(n):
             b = next(it)
-            if step:
+            if step_ms:
                 c.gpu_sleep(step_ms)
-            float(b["image"][0, 0, 0, 0])
+            acc += b["image"][0, 0, 0, 0].float()  # the step reads its batch, on the GPU
         c.sync()
         dt = (time.perf_counter() - t0) / n * 1000
         it.close()
         ds.close()
         return dt
 
-    both, copy_only = run(True), run(False)
-    hidden = (step_ms + copy_only - both) / min(step_ms, copy_only) if copy_only > 0 else 0
-    fig = (f"per step: step {step_ms:g} ms + copy alone {copy_only:.2f} ms -> both "
-           f"{both:.2f} ms; share of the shorter hidden: {hidden:.2f}")
+    def step_alone(step_ms):
+        x = t.zeros((64, 224, 224, 3), dtype=t.uint8, device=c.dev)
+        acc = t.zeros((), device=c.dev, dtype=t.float32)
+        c.sync()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            c.gpu_sleep(step_ms)
+            acc += x[0, 0, 0, 0].float()
+        c.sync()
+        return (time.perf_counter() - t0) / n * 1000
+
+    copy_only = run(0)
+    step_ms = max(2.0, 2.0 * copy_only)
+    step = step_alone(step_ms)
+    both = run(step_ms)
+    hidden = (step + copy_only - both) / min(step, copy_only) if copy_only > 0 else 0
+    fig = (f"per step of {data['image'][:64].nbytes / 1e6:.1f} MB: copy alone {copy_only:.2f} ms, "
+           f"step alone {step:.2f} ms (sized to 2x the copy) -> both {both:.2f} ms; share of "
+           f"the copy hidden: {hidden:.2f} (goal >= 0.8)")
     if c.kind == "cuda":
         emit("copy_compute_overlap", hidden >= 0.8, fig)
     else:
@@ -285,8 +311,9 @@ def c_pinned(c):
 # 8. GPU JPEG decode: the pipeline path (decode(device="gpu") + random_resized_crop
 # + flip + normalize, batched into CUDA memory) against the same chain decoded on
 # the CPU, same seed: the same boxes, so the pixels differ by the IDCT and the
-# resample's rounding only (provisional tolerance: mean <= 1.5, max <= 64 uint8
-# steps, to be set from the first measurement); its speed beside the CPU chain's.
+# resample's rounding only. Tolerance mean <= 1.0, max <= 48 uint8 steps, set
+# from the first run on a GPU (H200: worst batch mean 0.290, max 36 over 256
+# images; bench/README.md, "First GPU run"); its speed beside the CPU chain's.
 def imagenet_chain(c, gpu):
     return (c.sluice.records(c.slr).select("image", "label").shuffle(seed=0)
             .decode("image", device="gpu" if gpu else "cpu")
@@ -378,12 +405,12 @@ def c_gpu_decode(c):
 
     r_gpu, st = rate(True)
     r_cpu, _ = rate(False)
-    ok = worst_mean <= 1.5 and worst <= 64 and st["gpu_decoded"] > 0
+    ok = worst_mean <= 1.0 and worst <= 48 and st["gpu_decoded"] > 0
     emit("gpu_decode", ok, f"pipeline decode(device=gpu) + rrc 224 + flip + normalize: "
          f"{r_gpu:.0f} img/s vs the CPU-decode chain {r_cpu:.0f} img/s ({r_gpu / r_cpu:.2f}x, "
          f"{os.cpu_count()} cores); {st['gpu_decoded']} on the GPU, {st['gpu_fallbacks']} CPU "
          f"fallbacks; vs the CPU chain over {nimg} images: worst batch mean |diff| "
-         f"{worst_mean:.3f} uint8 steps, max {worst:.0f} (provisional tolerance 1.5 / 64)",
+         f"{worst_mean:.3f} uint8 steps, max {worst:.0f} (tolerance 1.0 / 48)",
          img_s=r_gpu, cpu_img_s=r_cpu)
 
 
@@ -542,6 +569,12 @@ def main():
             CHECKS[name](c)
         except Exception as e:  # noqa: BLE001 - one check's failure is its line
             emit(name, False, f"raised {type(e).__name__}: {e}")
+    # Under compute-sanitizer the verdict is the tool's summary and the exit
+    # status of a program that got here (the checks' own FAILs are their
+    # lines, not the exit status): say it did.
+    gc.collect()
+    c.sync()
+    print("gpu_checks: done", flush=True)
     return 0
 
 

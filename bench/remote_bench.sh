@@ -14,7 +14,9 @@
 #              ratio is what read-ahead leaves of the 20 ms
 #   warm       from nginx with the shard cache already holding every shard
 # Each run is `sluice run SPEC` of EPOCHS epochs, timed whole (start, HEADs,
-# fetches, every batch); samples/s = records * epochs / seconds. Runs are
+# fetches, every batch); samples/s = records * epochs / seconds; CPU s =
+# the run's user + system time (sluice alone: not nginx's, nor the proxy's).
+# The proxies count the requests they passed (printed at the end). Runs are
 # interleaved (local, http, proxy0, http+20ms, warm, then again) and medians compared
 # as ratios to local.
 #
@@ -76,11 +78,12 @@ cp "$W/http.json" "$W/warm.json"
 export SLUICE_CACHE_DIR="$W/cache"
 SLUICE_CACHE_BYTES=64G "$SLUICE" run "$W/warm.json" --epochs 1 >/dev/null  # fill the cache
 
-one() {  # one NAME CACHE_BYTES: samples/s of one run
+one() {  # one NAME CACHE_BYTES: samples/s of one run (its CPU seconds into $W/c_NAME)
   local t0 t1
   t0=$(now)
-  SLUICE_CACHE_BYTES=$2 "$SLUICE" run "$W/$1.json" >/dev/null
+  SLUICE_CACHE_BYTES=$2 /usr/bin/time -f "%U %S" -o "$W/cpu" "$SLUICE" run "$W/$1.json" >/dev/null
   t1=$(now)
+  awk '{printf "%.2f\n", $1 + $2}' "$W/cpu" >>"$W/c_$1"
   awk -v n="$N" -v e="$EPOCHS" -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f\n", n*e/(b-a)}'
 }
 echo
@@ -98,6 +101,7 @@ ratio() { awk -v a="$1" -v b="$ml" 'BEGIN{printf "%.3f", a/b}'; }
 mh=$(median <"$W/r_http"); mp=$(median <"$W/r_proxy"); md=$(median <"$W/r_slow"); mw=$(median <"$W/r_warm")
 echo "median: local $ml  http $mh ($(ratio "$mh")x)  proxy0 $mp ($(ratio "$mp")x)  http+20ms $md ($(ratio "$md")x)  warm cache $mw ($(ratio "$mw")x)"
 echo "latency hidden: http+20ms / proxy0 = $(awk -v a="$md" -v b="$mp" 'BEGIN{printf "%.3f", a/b}')x"
+echo "CPU s a run (user+sys of sluice), median: local $(median <"$W/c_local")  http $(median <"$W/c_http")  proxy0 $(median <"$W/c_proxy")  http+20ms $(median <"$W/c_slow")  warm $(median <"$W/c_warm")"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 kill -TERM "$(cat "$W/plain.pid")"  # the proxies stop and print their counts
 wait "$(cat "$W/plain.pid")" 2>/dev/null || true

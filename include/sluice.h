@@ -1296,6 +1296,14 @@ SL_API int sl_pipeline_save_state(const sl_pipeline *p, char *buf, size_t cap, s
  *  Call on a pipeline built from the same spec.
  *  @return SL_OK, SL_EINVAL (malformed, or saved by a different spec). Since 0.1 */
 SL_API int sl_pipeline_restore_state(sl_pipeline *p, const char *state_json);
+/** The keys a JSON spec takes, one line each: name, type, default, the
+ *  allowed values and what it does; for the spec, the source (its pipeline
+ *  keys and each input kind's own), shuffle, shard, device and the ops'
+ *  common "parallel" (`sluice explain --params`). Written snprintf-style:
+ *  `*len_out` (may be NULL) gets the full length; `buf` may be NULL when
+ *  `cap` is 0. Thread safety: any thread.
+ *  @return SL_OK, SL_ENOMEM. Since 0.1 */
+SL_API int sl_spec_params_doc(char *buf, size_t cap, size_t *len_out);
 /** The pipeline's explanation: the plan before and after optimisation, one
  *  line per operator (fusions, pushed-down filters, stages, workers,
  *  queues), written snprintf-style. Since 0.1 */
@@ -1479,6 +1487,16 @@ SL_API int sl_spec_set_device(sl_spec *spec, sl_device device, int id, int norma
  *  missing: "device \"cuda\": libcudart.so.13 not found ..."), SL_EINVAL.
  *  Thread safety: any thread. Since 0.1 */
 SL_API int sl_device_available(sl_device device, int id);
+/** Blocks of memory sluice's device backends hold now, in the whole
+ *  process (every pipeline, stager and GPU decoder): `*device_blocks` of
+ *  device memory, `*pinned_blocks` of pinned host memory (for
+ *  SL_DEVICE_CPU, the host backend's stand-ins for both). Both are 0 once
+ *  everything that used the device is freed: a leak check that does not
+ *  read the GPU's free memory, which other users of the device (and
+ *  compute-sanitizer's own allocations) move. Either pointer may be NULL.
+ *  @return SL_OK, SL_EINVAL (not SL_DEVICE_CUDA or SL_DEVICE_CPU). Any
+ *  thread. Since 0.1 */
+SL_API int sl_device_held(sl_device device, int64_t *device_blocks, int64_t *pinned_blocks);
 /** The consumer stream of a device pipeline (NULL: the default stream):
  *  each batch's copy is waited for on it, and release points are recorded
  *  on it. The stream must outlive the batches. @return SL_OK, SL_EINVAL (no

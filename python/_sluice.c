@@ -170,6 +170,24 @@ static PyObject *py_device_available(PyObject *self, PyObject *args) {
     return PyUnicode_FromString(sl_errmsg());
 }
 
+/* _sluice.device_held(kind): (device blocks, pinned blocks) sluice's
+ * backends of that kind hold now, process-wide (sl_device_held). */
+static PyObject *py_device_held(PyObject *self, PyObject *args) {
+    const char *kind;
+    if (!PyArg_ParseTuple(args, "s:device_held", &kind))
+        return NULL;
+    sl_device d;
+    if (strcmp(kind, "cuda") == 0)
+        d = SL_DEVICE_CUDA;
+    else if (strcmp(kind, "host") == 0)
+        d = SL_DEVICE_CPU;
+    else
+        return PyErr_Format(PyExc_ValueError, "kind: expected 'cuda' or 'host', got '%s'", kind);
+    int64_t dev = 0, pinned = 0;
+    sl_device_held(d, &dev, &pinned);
+    return Py_BuildValue("(LL)", (long long)dev, (long long)pinned);
+}
+
 /* _sluice.check_op(json, index): the engine's check of one op's parameters
  * (sl_spec_check_op_json), so the builder's errors are the engine's own. */
 static PyObject *py_check_op(PyObject *self, PyObject *args) {
@@ -225,6 +243,8 @@ static PyMethodDef module_methods[] = {
      "check_spec(json): raise the engine's error for a bad spec field, else None."},
     {"device_available", py_device_available, METH_VARARGS,
      "device_available(kind, id=0): None when the device can be used, else why not (a string)."},
+    {"device_held", py_device_held, METH_VARARGS,
+     "device_held(kind): (device blocks, pinned blocks) sluice's device backends hold now."},
     {"_raise", py_raise_status, METH_VARARGS, "Raise the sluice.Error subclass for a code."},
     {"set_log_level", py_set_log_level, METH_O,
      "set_log_level(level): engine log verbosity, one of 'error', 'warn', 'info', 'debug'."},

@@ -12,7 +12,9 @@ src/<layer>/:
     first; every exported or shared symbol of the library is named sl_...,
     and a CUDA kernel or a file's static names are nobody else's) is a call
     into that layer.
-A layer may use only itself and the layers before it in the order. Every
+A layer may use only itself and the layers before it in the order; the
+C files of tools/, python/ and bench/ include no header of src/ and call no
+sl_ function that include/sluice.h does not declare. Every
 other use is printed as `src/x/y.c:LINE: includes pipeline/pipeline.h (source
 may not use pipeline)` or `... calls sl_pipeline__pools_tensor (defined in
 src/pipeline/pools.c; ops may not use pipeline)`, unless the allow file
@@ -27,6 +29,7 @@ import re
 import sys
 
 EXTS = (".c", ".h", ".cu")
+USERS = ("tools", "python", "bench")  # use the library through include/sluice.h only
 KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "do", "else",
             "case", "defined", "_Alignof", "alignof", "__attribute__", "_Static_assert"}
 
@@ -222,6 +225,41 @@ def main():
                     else:
                         bad.append(f"{rel}:{ln}: calls {nm} (defined in {orel}; "
                                    f"{layer} may not use {olayer})")
+    # the library's users (tools/, python/, bench/) see only include/sluice.h
+    try:
+        header = strip(open(os.path.join(root, "include", "sluice.h"), encoding="utf-8").read())
+    except OSError:
+        header = ""
+    public = set(re.findall(r"\b(sl_\w+)\s*\(", header)) | set(re.findall(r"\b(sl_\w+)\b", header))
+    for user in USERS:
+        top = os.path.join(root, user)
+        for dirpath, _, names in os.walk(top):
+            for f in sorted(names):
+                if not f.endswith((".c", ".h", ".cpp")):
+                    continue
+                rel = os.path.relpath(os.path.join(dirpath, f), root)
+                with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as fh:
+                    raw = fh.read()
+                code = strip(raw)
+                for ln, (rline, cline) in enumerate(zip(raw.split("\n"), code.split("\n")), 1):
+                    m = inc.match(rline)
+                    if m and cline.lstrip().startswith("#"):
+                        path = m.group(1)
+                        first = path.split("/")[0]
+                        if first in rank or first == "src" or (first == ".." and "src/" in path):
+                            if (rel, path) in allow:
+                                allow[(rel, path)][1] += 1
+                            else:
+                                bad.append(f"{rel}:{ln}: includes {path} ({user}/ uses only include/sluice.h)")
+                        continue
+                    for m in call.finditer(cline):
+                        nm = m.group(1)
+                        if nm in owner and nm not in public:
+                            if (rel, nm) in allow:
+                                allow[(rel, nm)][1] += 1
+                            else:
+                                bad.append(f"{rel}:{ln}: calls {nm} (defined in {owner[nm][1]}, not in "
+                                           f"include/sluice.h; {user}/ uses only include/sluice.h)")
     for (f, t), (k, hits) in sorted(allow.items(), key=lambda x: x[1][0]):
         if hits == 0:
             bad.append(f"{allow_path}:{k}: '{f} {t}' is allowed but no longer used: remove the line")

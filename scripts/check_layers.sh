@@ -3,7 +3,9 @@
 # follows the dependency order that docs/ARCHITECTURE.md states ("Layers":
 # `core → io → ops → record → source → device → pipeline`; a layer uses only
 # itself and the layers before it). The document is the one source of the
-# order: change it there and this check follows.
+# order: change it there and this check follows. The C files of tools/,
+# python/ and bench/ use the library through include/sluice.h only: no header
+# of src/, no sl_ function the public header does not declare.
 #
 #   bash scripts/check_layers.sh [ROOT]      (ROOT: a sluice tree, default this one)
 #

@@ -7,6 +7,7 @@
 
 static void help(FILE *f) {
     fprintf(f, "usage: sluice explain SPEC.json [--threads N] [--json]\n"
+               "       sluice explain --params\n"
                "\n"
                "Show how a pipeline spec runs: the logical plan (one line per op, as\n"
                "written), the optimised plan (filters pushed into the source index, fused\n"
@@ -16,6 +17,8 @@ static void help(FILE *f) {
                "  --json   print the stages and the layout (where batches are collated:\n"
                "           final, fused or parallel; direct hand-off, read_rows,\n"
                "           vectorized ops) as one JSON object instead\n"
+               "  --params print the keys a spec takes (type, default, allowed values,\n"
+               "           what each does), from the tables that check them; no SPEC\n"
                "\n"
                "exit status: 0 shown, 1 bad spec or source, 2 usage error\n");
 }
@@ -34,6 +37,17 @@ int cmd_explain(int argc, char **argv) {
             i++;
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
+        } else if (!strcmp(argv[i], "--params")) {
+            size_t len = 0;
+            sl_spec_params_doc(NULL, 0, &len);
+            char *text = malloc(len + 1);
+            if (!text || sl_spec_params_doc(text, len + 1, &len) < 0) {
+                free(text);
+                return cli_fail("explain");
+            }
+            fputs(text, stdout);
+            free(text);
+            return 0;
         } else if (argv[i][0] == '-') {
             return cli_usage("explain", "unknown option '%s'", argv[i]);
         } else if (!spec_path) {

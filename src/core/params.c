@@ -464,11 +464,11 @@ static int doc_visit(const sl_param *p, size_t off, void *ctx) {
         doc_add(d, ", default \"%s\"", p->names[(int)p->def]);
     else if (p->type == SL_PARAM_BOOL)
         doc_add(d, ", default %s", p->def < 0 ? "\"auto\"" : p->def ? "true" : "false");
-    else if (p->type <= SL_PARAM_BYTES)
-    {
+    else if (p->type <= SL_PARAM_BYTES) {
+        /* a default outside the range means "not set": the doc says what then */
         if (p->def < 0 && p->flags & SL_PARAM_OR_AUTO)
             doc_add(d, ", default \"auto\"");
-        else
+        else if (!(has_min(p) && p->def < p->min) && !(has_max(p) && p->def > p->max))
             doc_add(d, ", default %.15g", p->def);
     }
     if (p->type != SL_PARAM_ANY && p->type != SL_PARAM_OBJECT)

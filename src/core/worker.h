@@ -20,7 +20,7 @@
  * a signal of their own (a closed queue, a cancel flag) pass no `wake` and
  * only join.
  *
- * Fork policy (one for the whole library): the threads of a set belong to
+ * Fork policy (one for the whole library; rule R6): the threads of a set belong to
  * the process that started them, recorded as its pid. After fork() the
  * child has none of them: in the child, sl__workers_owned() is false,
  * sl__workers_count() is 0, and sl__workers_stop/join/dispose neither

@@ -19,6 +19,12 @@
 
 #include <stdatomic.h>
 
+/* Blocks of device and pinned memory the backends hold now, process-wide
+ * (sl_device_held): each backend's allocation adds 1 to its counter, each
+ * free takes 1 (device_ring.c keeps them). `device` is SL_DEVICE_CUDA or
+ * SL_DEVICE_CPU (the host backend). */
+void sl_dev__held(int device, int pinned, int delta);
+
 /* ---- backends (device_cuda.c, device_host.c) ----------------------------------------
  * Handles (streams, events) are opaque pointers. A NULL stream is the
  * backend's default stream (CUDA's legacy default stream). Every call may be
@@ -283,6 +289,9 @@ struct cJSON;
 /* Parse the spec's "device" value: "cuda" | "host" | {"kind", "id",
  * "normalize_on_device"}. */
 int sl_dev__parse_json(const struct cJSON *v, sl_device_spec *out);
+/* Its keys, as a parameter table (core/params.h; sl_spec_params_doc). */
+struct sl_param_table;
+extern const struct sl_param_table sl_dev__params;
 /* The spec's device as JSON (NULL when none). */
 struct cJSON *sl_dev__to_json(const sl_device_spec *d);
 /* sl_spec_set_device's arguments (sl_device or 0, id, normalize) as a spec. */
@@ -293,7 +302,9 @@ int sl_dev__spec_from(int device, int id, int normalize_on_device, sl_device_spe
 int sl_dev__decode_placement(const struct cJSON *op, int index, int *gpu);
 
 /* A batch's columns as the pipeline holds them (its sl_batch arrays): what
- * crosses the hand-off. The upload rewrites col[] in place. */
+ * crosses the hand-off. The upload rewrites col[] in place. Text columns
+ * (a path, a key) stay in host memory: no device reads text, and the
+ * consumer turns them into strings on the CPU. */
 typedef struct sl_dev_cols {
     int ncols;
     int single;                /* one sample, no leading batch dimension */
@@ -301,6 +312,7 @@ typedef struct sl_dev_cols {
     char (*names)[SL_COLNAME_MAX];
     sl_tensor *col;
     int *ragged;
+    uint32_t text;             /* bit c: column c is text (kept on the host) */
 } sl_dev_cols;
 
 /* Delivering a pipeline's batches: the backend, then (at the first batch)
@@ -336,7 +348,8 @@ void sl_dev__out_counters(const sl_dev_out *o, sl_dev_counters *out); /* zeros f
 /* The consumer's stream (NULL: the default stream). */
 void sl_dev__out_set_stream(sl_dev_out *o, void *stream);
 /* Move a host batch's columns to the device, in place (the ring is made at
- * the first call, with depth + 1 slots). Ragged columns are refused. */
+ * the first call, with depth + 1 slots); text columns stay as they are.
+ * Other ragged columns are refused. */
 int sl_dev__out_upload(sl_dev_out *o, sl_dev_cols *b, int depth);
 
 /* Decode on the GPU: the chain the plan fused after a decode op with

@@ -213,20 +213,28 @@ typedef struct cuda_backend {
 static int c_host_alloc(sl_dev_backend *b, size_t size, void **out) {
     ON(b);
     CU_TRY("cudaHostAlloc", cu.HostAlloc(out, size ? size : 64, CUDA_HOST_ALLOC_DEFAULT));
+    sl_dev__held(SL_DEVICE_CUDA, 1, 1);
     return SL_OK;
 }
 static void c_host_free(sl_dev_backend *b, void *p) {
+    if (!p)
+        return;
     ON(b);
     (void)cu.FreeHost(p);
+    sl_dev__held(SL_DEVICE_CUDA, 1, -1);
 }
 static int c_dev_alloc(sl_dev_backend *b, size_t size, void **out) {
     ON(b);
     CU_TRY("cudaMalloc", cu.Malloc(out, size ? size : 64));
+    sl_dev__held(SL_DEVICE_CUDA, 0, 1);
     return SL_OK;
 }
 static void c_dev_free(sl_dev_backend *b, void *p) {
+    if (!p)
+        return;
     ON(b);
     (void)cu.Free(p);
+    sl_dev__held(SL_DEVICE_CUDA, 0, -1);
 }
 static int c_stream_create(sl_dev_backend *b, void **out) {
     ON(b);

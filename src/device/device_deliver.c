@@ -73,6 +73,7 @@ struct sl_dev_out {
     char names[SL_MAX_COLUMNS][SL_COLNAME_MAX];
     sl_tensor meta[SL_MAX_COLUMNS];
     int src_col[SL_MAX_COLUMNS];  /* the host column of each (-1: the images) */
+    uint32_t text;                /* bit c: host column c is text (handed out from host memory) */
 };
 
 /* ---- spec ---------------------------------------------------------------------------- */
@@ -97,15 +98,15 @@ static const sl_param device_params[] = {
      .offset = offsetof(device_opts, normalize),
      .doc = "run the spec's last normalize op on the device"},
     {0}};
-static const sl_param_table device_table = {device_params, NULL, NULL, 0, 0};
+const sl_param_table sl_dev__params = {device_params, NULL, NULL, 0, 0};
 
 int sl_dev__parse_json(const cJSON *v, sl_device_spec *out) {
     memset(out, 0, sizeof *out);
     device_opts o = {0};
     if (cJSON_IsString(v)) {
-        SL_TRY(sl_param_value(&device_table, &device_params[0], v, "device", &o.kind));
+        SL_TRY(sl_param_value(&sl_dev__params, &device_params[0], v, "device", &o.kind));
     } else if (cJSON_IsObject(v)) {
-        SL_TRY(sl_params_read(&device_table, v, "device", &o));
+        SL_TRY(sl_params_read(&sl_dev__params, v, "device", &o));
     } else {
         return sl__error(SL_EINVAL, "device: must be \"cuda\", \"host\" or an object "
                                     "{\"kind\", \"id\", \"normalize_on_device\"}");
@@ -341,6 +342,8 @@ static int ensure_ring(sl_dev_out *o, int depth) {
 
 int sl_dev__out_ring(sl_dev_out *o, int depth) { return ensure_ring(o, depth); }
 
+static int is_text(const sl_dev_cols *b, int c) { return c < 32 && (b->text >> c & 1u); }
+
 int sl_dev__out_upload(sl_dev_out *o, sl_dev_cols *b, int depth) {
     SL_TRY(ensure_ring(o, depth));
     if (o->gpu) /* the GPU decode fill makes those batches */
@@ -350,6 +353,9 @@ int sl_dev__out_upload(sl_dev_out *o, sl_dev_cols *b, int depth) {
     size_t off[SL_MAX_COLUMNS], total = 0;
     int ncol = -1;
     for (int c = 0; c < b->ncols; c++) {
+        off[c] = 0;
+        if (is_text(b, c)) /* stays on the host, as it is (also ragged) */
+            continue;
         if (b->ragged[c])
             return sl__error(SL_EUNSUPPORTED, "device: column '%s' is ragged (samples of "
                                               "different shapes); device batches need stacked "
@@ -406,7 +412,7 @@ int sl_dev__out_upload(sl_dev_out *o, sl_dev_cols *b, int depth) {
     /* straight from the batch's own buffers when they are all pinned */
     int direct = b->ncols <= SL_DEV_MAX_HOLD;
     for (int c = 0; c < b->ncols && direct; c++)
-        if (b->col[c].nbytes && sl_buffer__mem_ctx(b->col[c].buf) != (void *)be)
+        if (!is_text(b, c) && b->col[c].nbytes && sl_buffer__mem_ctx(b->col[c].buf) != (void *)be)
             direct = 0;
     sl_dev_slot *slot;
     uint64_t waited = 0;
@@ -424,18 +430,20 @@ int sl_dev__out_upload(sl_dev_out *o, sl_dev_cols *b, int depth) {
         sl_dev_copy cp[SL_MAX_COLUMNS];
         sl_buffer *hold[SL_MAX_COLUMNS];
         int nhold = 0;
+        int ncp = 0;
         for (int c = 0; c < b->ncols; c++) {
-            cp[c].dst_off = off[c];
-            cp[c].src = b->col[c].data;
-            cp[c].n = b->col[c].nbytes;
-            if (b->col[c].nbytes)
-                hold[nhold++] = b->col[c].buf;
+            if (is_text(b, c) || !b->col[c].nbytes)
+                continue;
+            cp[ncp].dst_off = off[c];
+            cp[ncp].src = b->col[c].data;
+            cp[ncp++].n = b->col[c].nbytes;
+            hold[nhold++] = b->col[c].buf;
         }
-        rc = sl_dev__slot_submit_from(slot, cp, b->ncols, hold, nhold, np);
+        rc = sl_dev__slot_submit_from(slot, cp, ncp, hold, nhold, np);
     } else {
         uint8_t *host = sl_dev__slot_host(slot);
         for (int c = 0; c < b->ncols; c++)
-            if (b->col[c].nbytes)
+            if (!is_text(b, c) && b->col[c].nbytes)
                 memcpy(host + off[c], b->col[c].data, b->col[c].nbytes);
         atomic_fetch_add(&o->staged_bytes, total);
         rc = sl_dev__slot_submit(slot, total, np);
@@ -448,6 +456,8 @@ int sl_dev__out_upload(sl_dev_out *o, sl_dev_cols *b, int depth) {
         return rc;
     }
     for (int c = 0; c < b->ncols; c++) {
+        if (is_text(b, c))
+            continue;
         sl_tensor *t = &b->col[c];
         sl_buffer_release(t->buf);
         t->buf = sl_buffer_retain(buf);
@@ -611,6 +621,11 @@ int sl_dev__gpu_fill_start(sl_dev_out *o, const sl_dev_cols *b, int ic, int pc) 
         o->rowb[c] = 0;
         if (c == ic || c == pc)
             continue;
+        if (b->ragged[c] && is_text(b, c))
+            return sl__error(SL_EUNSUPPORTED, "decode on the GPU: text column '%s' has samples "
+                             "of different lengths, which GPU-decoded batches do not carry; "
+                             ".select() the columns the batches need (Python), or \"columns\" "
+                             "in the source", b->names[c]);
         if (b->ragged[c])
             return sl__error(SL_EUNSUPPORTED, "device: column '%s' is ragged (samples of "
                              "different shapes); device batches need stacked columns",
@@ -631,6 +646,7 @@ int sl_dev__gpu_fill_start(sl_dev_out *o, const sl_dev_cols *b, int ic, int pc) 
         return rc;
     }
     o->filled = 0;
+    o->text = b->text;
     /* the output's columns: the host batch's, less the placements */
     o->ncols = 0;
     for (int c = 0; c < b->ncols; c++) {
@@ -743,7 +759,7 @@ int sl_dev__gpu_fill_finish(sl_dev_out *o, sl_dev_cols *out) {
         return rc;
     }
     size_t per = image_bytes(g);
-    uint8_t *dev = sl_dev__slot_dev(o->slot);
+    uint8_t *dev = sl_dev__slot_dev(o->slot), *host = sl_dev__slot_host(o->slot);
     out->size = o->filled;
     out->single = o->single;
     out->ncols = o->ncols;
@@ -757,6 +773,15 @@ int sl_dev__gpu_fill_finish(sl_dev_out *o, sl_dev_cols *out) {
         if (c < 0) {
             t->data = dev + o->img_off;
             t->nbytes = (size_t)o->filled * per;
+        } else if (c < 32 && (o->text >> c & 1u)) {
+            /* text stays on the host: the rows staged in the slot's pinned
+             * memory, which the slot keeps until this batch is released */
+            t->data = host + o->off[c];
+            t->nbytes = o->rowb[c] * (size_t)o->filled;
+            t->buf = sl_buffer_retain(buf);
+            t->device = SL_DEVICE_CPU;
+            t->device_id = 0;
+            continue;
         } else {
             t->data = dev + o->off[c];
             t->nbytes = o->rowb[c] * (size_t)o->filled;

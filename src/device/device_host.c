@@ -276,15 +276,39 @@ static int h_stream_wait(sl_dev_backend *b, void *stream, void *event) {
     return push(s, &w);
 }
 
+static int h_alloc(int pinned, size_t size, void **out) {
+    *out = sl__aligned_alloc(64, size ? size : 64);
+    if (!*out)
+        return sl__oom("allocating a host device buffer");
+    sl_dev__held(SL_DEVICE_CPU, pinned, 1);
+    return SL_OK;
+}
+
+static void h_free(int pinned, void *ptr) {
+    if (!ptr)
+        return;
+    sl__free(ptr);
+    sl_dev__held(SL_DEVICE_CPU, pinned, -1);
+}
+
 static int h_host_alloc(sl_dev_backend *b, size_t size, void **out) {
     (void)b;
-    *out = sl__aligned_alloc(64, size ? size : 64);
-    return *out ? SL_OK : sl__oom("allocating a host device buffer");
+    return h_alloc(1, size, out);
 }
 
 static void h_host_free(sl_dev_backend *b, void *ptr) {
     (void)b;
-    sl__free(ptr);
+    h_free(1, ptr);
+}
+
+static int h_dev_alloc(sl_dev_backend *b, size_t size, void **out) {
+    (void)b;
+    return h_alloc(0, size, out);
+}
+
+static void h_dev_free(sl_dev_backend *b, void *ptr) {
+    (void)b;
+    h_free(0, ptr);
 }
 
 static void h_destroy(sl_dev_backend *b) { sl__free(b); }
@@ -310,8 +334,8 @@ int sl_dev__host_open(sl_dev_backend **out) {
     b->id = 0;
     b->host_alloc = h_host_alloc;
     b->host_free = h_host_free;
-    b->dev_alloc = h_host_alloc;
-    b->dev_free = h_host_free;
+    b->dev_alloc = h_dev_alloc;
+    b->dev_free = h_dev_free;
     b->stream_create = h_stream_create;
     b->stream_destroy = h_stream_destroy;
     b->stream_sync = h_stream_sync;

@@ -73,6 +73,25 @@ struct sl_dev_ring {
     uint64_t rel_counter;
 };
 
+/* [0]: CUDA, [1]: the host backend; per kind, device then pinned blocks */
+static _Atomic int64_t held_blocks[2][2];
+
+void sl_dev__held(int device, int pinned, int delta) {
+    atomic_fetch_add(&held_blocks[device == SL_DEVICE_CUDA ? 0 : 1][pinned ? 1 : 0], delta);
+}
+
+int sl_device_held(sl_device device, int64_t *device_blocks, int64_t *pinned_blocks) {
+    if (device != SL_DEVICE_CUDA && device != SL_DEVICE_CPU)
+        return sl__error(SL_EINVAL, "device: %d is not SL_DEVICE_CUDA or SL_DEVICE_CPU",
+                         (int)device);
+    int k = device == SL_DEVICE_CUDA ? 0 : 1;
+    if (device_blocks)
+        *device_blocks = atomic_load(&held_blocks[k][0]);
+    if (pinned_blocks)
+        *pinned_blocks = atomic_load(&held_blocks[k][1]);
+    return SL_OK;
+}
+
 void sl_dev__backend_retain(sl_dev_backend *b) { atomic_fetch_add(&b->refs, 1); }
 
 void sl_dev__backend_release(sl_dev_backend *b) {

@@ -71,6 +71,10 @@ static int file_open(sl_io **out, const char *path, unsigned flags) {
     if (!f->base.name)
         SL_FAIL(SL_ENOMEM, "%s: out of memory opening it", path);
     f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0 && errno == ENOENT && (flags & SL_IO_MISSING_OK)) {
+        rc = SL_END;
+        goto cleanup;
+    }
     if (f->fd < 0)
         SL_FAIL(errno == ENOMEM ? SL_ENOMEM : SL_EIO, "%s: cannot open: %s", path,
                 strerror(errno));
@@ -229,7 +233,9 @@ int sl_io__open_checked(sl_io **out, const char *name, unsigned flags, sl_io_che
     char first[SL__ERRMSG_MAX];
     for (int attempt = 0;; attempt++) {
         sl_io *io = NULL;
-        SL_TRY(sl_io__open(&io, name, flags));
+        int orc = sl_io__open(&io, name, flags);
+        if (orc != SL_OK)
+            return orc; /* an error, or SL_END (missing, SL_IO_MISSING_OK) */
         int rc = check(io, user);
         if (rc == SL_OK) {
             if (attempt)

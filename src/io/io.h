@@ -54,6 +54,21 @@
 #define SL_IO_MAP_OR_RANGES 0x4u /* with SL_IO_MAP: a remote object that does not fit
                               the shard cache is read by ranges instead (map NULL;
                               sl_io__will_need hints read it ahead); files are mapped */
+#define SL_IO_EDGES 0x8u   /* the object's first and last bytes are read right after
+                              open (a format's header, footer and index): a remote
+                              object read by ranges (no shard cache in use) opens
+                              with a request for its last SLUICE_HTTP_OPEN_BYTES
+                              (default SL_IO_EDGE_TAIL; a suffix range, whose answer
+                              gives the size too: no HEAD) and, at the same time,
+                              one for its first SL_IO_EDGE_HEAD (at most as many);
+                              reads inside either are copies of them, and an object
+                              that fits in either is whole after that one round
+                              trip (mapped, with SL_IO_MAP). Files ignore it */
+#define SL_IO_MISSING_OK 0x10u /* a name that does not exist (ENOENT, HTTP 404) is
+                              SL_END with no message, so a caller that would ask
+                              first (sl_io__stat: a HEAD) can open at once */
+#define SL_IO_EDGE_HEAD ((uint64_t)64 << 10)
+#define SL_IO_EDGE_TAIL ((uint64_t)256 << 10) /* the default */
 
 typedef struct sl_io sl_io;
 

@@ -94,6 +94,8 @@ typedef struct http_cfg {
     long backoff_ms, backoff_max_ms;
     long connect_timeout_s, stall_s;
     int readahead;
+    uint64_t open_bytes; /* SLUICE_HTTP_OPEN_BYTES: an SL_IO_EDGES open's suffix (its
+                            prefix: this, at most SL_IO_EDGE_HEAD) */
     char ca[URL_MAX];
     char cache_dir[URL_MAX];
     uint64_t cache_bytes;
@@ -156,6 +158,8 @@ static void init(void) {
     cfg.connect_timeout_s = env_long("SLUICE_HTTP_CONNECT_TIMEOUT", 10, 1, 3600);
     cfg.stall_s = env_long("SLUICE_HTTP_STALL_TIMEOUT", 30, 1, 3600);
     cfg.readahead = (int)env_long("SLUICE_HTTP_READAHEAD", 64, 1, 256);
+    cfg.open_bytes = (uint64_t)env_long("SLUICE_HTTP_OPEN_BYTES", (long)SL_IO_EDGE_TAIL, 64,
+                                       (long)1 << 30);
     cfg.ttl_s = env_long("SLUICE_CACHE_TTL", 300, 0, 1000000000);
     const char *ca = getenv("SLUICE_CA_BUNDLE");
     if (!ca || !*ca)
@@ -460,6 +464,10 @@ typedef struct xfer {
                             object changed since its size was asked): stopped */
     int64_t new_size;
     int in_200;          /* the answer being read is a 200 (headers) */
+    uint64_t suffix;     /* ask for the object's last `suffix` bytes (bytes=-N), its
+                            size not known yet: the answer places them (off, len,
+                            total), and a resumed try asks for the rest by place */
+    int clip;            /* the range may run past the object's end: cut to it */
 } xfer;
 
 static size_t on_header(char *p, size_t sz, size_t nm, void *u) {
@@ -539,12 +547,61 @@ static int range_matches(xfer *x) {
     return 0;
 }
 
+/* The object's size from a 200's Content-Length (a server ignoring Range),
+ * or from a 206's Content-Range; -1 when the answer gives none. */
+static int64_t answer_total(xfer *x) {
+    if (x->status != 200)
+        return x->total;
+    curl_off_t cl = -1;
+    curl_easy_getinfo(x->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+    return cl;
+}
+
+/* The first answer to a suffix range (bytes=-N): where its bytes lie. A 206
+ * must carry exactly the object's last min(N, size) bytes; a 200 is the whole
+ * object, of which those bytes are kept. 0 (range_why set) when the answer
+ * cannot be placed. */
+static int suffix_place(xfer *x) {
+    int64_t total = answer_total(x);
+    uint64_t first = 0;
+    if (total >= 0)
+        first = (uint64_t)total > x->suffix ? (uint64_t)total - x->suffix : 0;
+    if (total < 0 || (x->status == 206 && ((uint64_t)x->cr_first != first ||
+                                           (uint64_t)x->cr_last != (uint64_t)total - 1))) {
+        snprintf(x->range_why, sizeof x->range_why,
+                 "HTTP %ld with Content-Range bytes %lld-%lld/%lld for the last %llu bytes "
+                 "asked (bytes=-%llu)", x->status, (long long)x->cr_first, (long long)x->cr_last,
+                 (long long)total, (unsigned long long)x->suffix,
+                 (unsigned long long)x->suffix);
+        x->range_bad = 1;
+        return 0;
+    }
+    x->total = total;
+    x->off = first;
+    x->len = (uint64_t)total - first;
+    x->want_first = first;
+    x->want_last = (uint64_t)total - 1;
+    x->suffix = 0;
+    return 1;
+}
+
+/* A range that may run past the end (x->clip): cut to the object's size. */
+static void clip_to_end(xfer *x) {
+    int64_t total = answer_total(x);
+    if (total >= 0 && x->off + x->len > (uint64_t)total)
+        x->len = (uint64_t)total > x->off ? (uint64_t)total - x->off : 0;
+}
+
 static size_t on_body(char *p, size_t sz, size_t nm, void *u) {
     xfer *x = u;
     size_t n = sz * nm, k = 0;
     if (!x->seen_status) {
         curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &x->status);
         x->seen_status = 1;
+        if (x->suffix && (x->status == 200 || x->status == 206) && !suffix_place(x))
+            return 0; /* nothing taken; perform retries */
+        if (x->clip && (x->status == 200 || x->status == 206))
+            clip_to_end(x);
         /* 200 to a range request (a server ignoring Range): the whole
          * object; drop the bytes before the range (and stop after it). */
         if (x->status == 200)
@@ -746,6 +803,10 @@ static int perform(xfer *x, const char *url, int quiet_404, long *status_out) {
         const char *rg = NULL;
         if (x->head) {
             curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+        } else if (x->suffix) {
+            snprintf(range, sizeof range, "-%llu", (unsigned long long)x->suffix);
+            curl_easy_setopt(h, CURLOPT_RANGE, range);
+            rg = range;
         } else {
             uint64_t a = x->off + x->got;
             if (x->len == UINT64_MAX)
@@ -800,6 +861,17 @@ static int perform(xfer *x, const char *url, int quiet_404, long *status_out) {
             rc = sl__error(SL_EIO, "%s: writing the fetched bytes failed: %s", x->name,
                            strerror(x->sink_failed));
             goto done;
+        }
+        curl_off_t cl0 = -1;
+        if (st == 200)
+            curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl0);
+        if ((x->suffix || x->clip) && cc == CURLE_OK && !x->got &&
+            ((st == 416 && x->total == 0) || (st == 200 && cl0 == 0))) {
+            /* a range of an empty object: nothing to take, and its size */
+            x->suffix = 0;
+            x->off = 0;
+            x->len = 0;
+            st = 206;
         }
         int ok_status = st == 200 || st == 206;
         if (cc == CURLE_WRITE_ERROR && x->overflow)
@@ -995,7 +1067,25 @@ typedef struct http_io {
     atomic_int whole_state;
     uint8_t *whole;
     int size_changed;   /* a whole fetch found another size than the HEAD's */
+    /* SL_IO_EDGES: the object's first and last bytes, fetched with the open
+     * (reads inside them are copies), or NULL */
+    uint8_t *edge_head, *edge_tail;
+    uint64_t edge_head_len, edge_tail_off, edge_tail_len;
 } http_io;
+
+/* Bytes [off, off + n) from the edges fetched at open: 1 when copied. */
+static int edges_read(const http_io *h, void *dst, size_t n, uint64_t off) {
+    if (h->edge_head && off + n <= h->edge_head_len) {
+        memcpy(dst, h->edge_head + off, n);
+        return 1;
+    }
+    if (h->edge_tail && off >= h->edge_tail_off &&
+        off + n <= h->edge_tail_off + h->edge_tail_len) {
+        memcpy(dst, h->edge_tail + (off - h->edge_tail_off), n);
+        return 1;
+    }
+    return 0;
+}
 
 /* ---- read-ahead for objects read by ranges ---------------------------------------
  *
@@ -1081,18 +1171,23 @@ static int get_range(http_io *h, uint8_t *dst, uint64_t off, uint64_t n, uint64_
  * every later read from memory. Said once per process, with what to do. A
  * failure leaves the object read by ranges (each read then fails or
  * succeeds on its own). */
-static void become_whole(http_io *h) {
+/* Said once per process. */
+static void say_range_ignored(const char *name, int big) {
     static atomic_int said;
+    if (!atomic_exchange(&said, 1))
+        SL_LOG_WARN("%s: the server ignores Range requests (it answers each with the whole "
+                    "object): %s; a server that honours Range, or a shard cache with room "
+                    "for the shards (cache_bytes), avoids this", name,
+                    big ? "each read transfers the whole object, very slowly"
+                        : "fetching each object whole once instead of once per read");
+}
+
+static void become_whole(http_io *h) {
     int expect = 0;
     if (!atomic_compare_exchange_strong(&h->whole_state, &expect, 1))
         return;
     int big = h->base.size > WHOLE_MAX || h->base.size > SIZE_MAX / 2;
-    if (!atomic_exchange(&said, 1))
-        SL_LOG_WARN("%s: the server ignores Range requests (it answers each with the whole "
-                    "object): %s; a server that honours Range, or a shard cache with room "
-                    "for the shards (cache_bytes), avoids this", h->base.name,
-                    big ? "each read transfers the whole object, very slowly"
-                        : "fetching each object whole once instead of once per read");
+    say_range_ignored(h->base.name, big);
     uint8_t *b = big ? NULL : sl__malloc((size_t)h->base.size ? (size_t)h->base.size : 1);
     if (b) {
         xfer x;
@@ -1166,6 +1261,9 @@ static void http_will_need(sl_io *io, uint64_t off, size_t n) {
         n = (size_t)(io->size - off);
     if (!n || n > RA_EXTENT_MAX)
         return;
+    if ((h->edge_head && off + n <= h->edge_head_len) ||
+        (h->edge_tail && off >= h->edge_tail_off))
+        return; /* in memory since the open */
     pthread_mutex_lock(&ra_mu);
     for (extent *e = h->ext; e; e = e->next) {
         if (off >= e->off && off + n <= e->off + e->len) { /* inside: a gap joined */
@@ -1312,7 +1410,7 @@ static int http_read(sl_io *io, void *dst, size_t n, uint64_t off, size_t *got) 
         *got = n;
         return SL_OK;
     }
-    if (ra_read(h, dst, n, off)) {
+    if (edges_read(h, dst, n, off) || ra_read(h, dst, n, off)) {
         *got = n;
         return SL_OK;
     }
@@ -1331,6 +1429,8 @@ static void http_close(sl_io *io) {
         munmap((void *)(uintptr_t)h->cached, h->mapped_len);
     sl__free(h->heap);
     sl__free(h->whole);
+    sl__free(h->edge_head);
+    sl__free(h->edge_tail);
     sl__free(h->cache_path);
     sl__free(io->name);
     sl__free(h);
@@ -1665,6 +1765,133 @@ static void memo_drop(const char *url) {
         unlink(path);
 }
 
+/* ---- opening with the edges (SL_IO_EDGES) -----------------------------------------
+ *
+ * A format whose header is at the start of an object and whose footer and
+ * index are at its end (.slr) reads both right after opening it: with a
+ * HEAD first that was four or five requests in a row per shard (HEAD,
+ * header, header rest, footer, index), each a round trip. Instead, the open
+ * asks for the last SL_IO_EDGE_TAIL bytes (a suffix range, bytes=-N: its
+ * answer says the object's size too, so no HEAD) and, at the same time on a
+ * second connection, for the first SL_IO_EDGE_HEAD bytes (a range that may
+ * run past a small object's end): one round trip. An object no longer than
+ * the tail is whole after it. Both answers must describe the same object
+ * (size, ETag, Last-Modified); one that changed between them is asked again
+ * once. */
+
+typedef struct edge_job {
+    xfer x;
+    const char *url;
+    int quiet_404;
+    int rc;
+    char msg[SL__ERRMSG_MAX];
+} edge_job;
+
+static void *edge_main(void *arg) {
+    edge_job *j = arg;
+    long st;
+    j->rc = perform(&j->x, j->url, j->quiet_404, &st);
+    if (j->rc < 0)
+        snprintf(j->msg, sizeof j->msg, "%s", sl_errmsg());
+    return NULL;
+}
+
+static int open_edges(http_io *h, unsigned flags) {
+    const char *name = h->base.name;
+    for (int attempt = 0;; attempt++) {
+        edge_job hj, tj;
+        memset(&hj, 0, sizeof hj);
+        memset(&tj, 0, sizeof tj);
+        uint64_t head_n = cfg.open_bytes < SL_IO_EDGE_HEAD ? cfg.open_bytes : SL_IO_EDGE_HEAD;
+        uint8_t *head_b = sl__malloc((size_t)head_n);
+        uint8_t *tail_b = sl__malloc((size_t)cfg.open_bytes);
+        if (!head_b || !tail_b) {
+            sl__free(head_b);
+            sl__free(tail_b);
+            return sl__error(SL_ENOMEM, "%s: out of memory opening it", name);
+        }
+        hj.url = tj.url = h->url;
+        hj.quiet_404 = tj.quiet_404 = (flags & SL_IO_MISSING_OK) != 0;
+        hj.x.name = tj.x.name = name;
+        hj.x.fd = tj.x.fd = -1;
+        hj.x.len = head_n;
+        hj.x.dst = head_b;
+        hj.x.clip = 1;
+        tj.x.suffix = tj.x.len = cfg.open_bytes;
+        tj.x.dst = tail_b;
+        pthread_t t;
+        int threaded = pthread_create(&t, NULL, edge_main, &hj) == 0;
+        edge_main(&tj);
+        if (threaded)
+            pthread_join(t, NULL);
+        else
+            edge_main(&hj);
+        if (tj.rc != SL_OK || hj.rc != SL_OK) {
+            sl__free(head_b);
+            sl__free(tail_b);
+            if (tj.rc < 0 || hj.rc < 0)
+                return tj.rc < 0 ? sl__error(tj.rc, "%s", tj.msg)
+                                 : sl__error(hj.rc, "%s", hj.msg);
+            return SL_END; /* missing (a quiet 404), SL_IO_MISSING_OK */
+        }
+        uint64_t total = tj.x.off + tj.x.len;
+        int same = (hj.x.len < head_n ? hj.x.len == total : total >= head_n) &&
+                   !strcmp(hj.x.etag, tj.x.etag) && !strcmp(hj.x.last_mod, tj.x.last_mod);
+        if (!same) {
+            sl__free(head_b);
+            sl__free(tail_b);
+            if (attempt)
+                return sl__error(SL_EIO, "%s: changed on the server while it was opened (its "
+                                 "first and last bytes came from different versions, twice)",
+                                 name);
+            SL_LOG_DEBUG("%s: changed on the server while it was opened; asking again", name);
+            continue;
+        }
+        h->base.size = total;
+        if (!total) {
+            sl__free(head_b);
+            sl__free(tail_b);
+        } else if (tj.x.off == 0 || hj.x.len == total) { /* the whole object came */
+            if (tj.x.off) { /* in the first bytes (a tail smaller than the head) */
+                uint8_t *sw = head_b;
+                head_b = tail_b;
+                tail_b = sw;
+            }
+            sl__free(head_b);
+            uint8_t *w = sl__realloc(tail_b, (size_t)total);
+            if (w)
+                tail_b = w;
+            if (flags & SL_IO_MAP) {
+                h->heap = tail_b;
+                h->base.map = tail_b;
+            } else {
+                h->whole = tail_b;
+                atomic_store(&h->whole_state, 2);
+            }
+        } else {
+            h->edge_head = head_b;
+            h->edge_head_len = hj.x.len;
+            h->edge_tail = tail_b;
+            h->edge_tail_off = tj.x.off;
+            h->edge_tail_len = tj.x.len;
+        }
+        if (h->edge_tail && (flags & SL_IO_MAP) && !(flags & SL_IO_MAP_OR_RANGES)) {
+            /* wanted whole, and bigger than both ends: the whole of it */
+            sl__free(h->edge_head);
+            sl__free(h->edge_tail);
+            h->edge_head = h->edge_tail = NULL;
+            return fetch_heap(h);
+        }
+        if (tj.x.range_ignored || hj.x.range_ignored) {
+            if (h->edge_tail)
+                become_whole(h); /* says so, and fetches it whole once */
+            else
+                say_range_ignored(h->base.name, 0);
+        }
+        return SL_OK;
+    }
+}
+
 int sl_io__http_open(sl_io **out, const char *name, unsigned flags) {
     /* An object whose size changed since it was asked (within the TTL) is
      * asked again and opened anew, once. */
@@ -1682,9 +1909,19 @@ int sl_io__http_open(sl_io **out, const char *name, unsigned flags) {
     if (name[strlen(name) - 1] == '/')
         SL_FAIL(SL_EINVAL, "%s: is a directory", name);
     SL_CHECK(resolve(name, h->url, sizeof h->url));
+    if ((flags & SL_IO_EDGES) && (!cfg.cache_dir[0] || !cache_budget())) {
+        /* no shard cache to look in first */
+        rc = open_edges(h, flags);
+        if (rc != SL_OK)
+            goto cleanup;
+        *out = &h->base;
+        return SL_OK;
+    }
     xfer x;
     int is_dir;
-    SL_CHECK(head(name, h->url, 0, &x, &is_dir));
+    rc = head(name, h->url, (flags & SL_IO_MISSING_OK) != 0, &x, &is_dir);
+    if (rc != SL_OK)
+        goto cleanup; /* an error, or SL_END: missing, SL_IO_MISSING_OK */
     if (is_dir)
         SL_FAIL(SL_EINVAL, "%s: is a directory", name);
     if (x.total < 0)

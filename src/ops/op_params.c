@@ -126,31 +126,25 @@ int sl_op_param_enum(const cJSON *obj, const char *key, const char *field, int r
 int sl_op_param_doubles(const cJSON *obj, const char *key, const char *field, int required,
                         int min_n, int max_n, double *out, int *n_out) {
     const cJSON *v = get(obj, key);
-    if (!v) {
-        if (required)
-            return sl__error(SL_EINVAL, "%s.%s: missing", field, key);
-        *n_out = 0;
-        return SL_OK;
-    }
-    if (cJSON_IsNumber(v)) {
-        if (min_n > 1 || max_n < 1)
-            return sl__error(SL_EINVAL, "%s.%s: must be an array of %d to %d numbers", field, key,
-                             min_n, max_n);
+    *n_out = 0;
+    if (cJSON_IsNumber(v) && min_n <= 1 && max_n >= 1) { /* a bare number: a list of one */
         out[0] = v->valuedouble;
         *n_out = 1;
         return SL_OK;
     }
-    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
-    if (n < min_n || n > max_n)
-        return sl__error(SL_EINVAL, "%s.%s: must be an array of %d to %d numbers", field, key,
-                         min_n, max_n);
+    char expect[64];
+    snprintf(expect, sizeof expect, "an array of %d to %d numbers", min_n, max_n);
+    sl_param p = {.key = key, .type = SL_PARAM_ARRAY, .flags = required ? SL_PARAM_REQUIRED : 0,
+                  .min = min_n, .max = max_n, .expect = expect};
+    const cJSON *arr = NULL;
+    SL_TRY(sl_param_value(&op_keys, &p, v, field, &arr));
     int i = 0;
-    for (const cJSON *it = v->child; it; it = it->next, i++) {
+    for (const cJSON *it = arr ? arr->child : NULL; it; it = it->next, i++) {
         if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble))
             return sl__error(SL_EINVAL, "%s.%s[%d]: must be a number", field, key, i);
         out[i] = it->valuedouble;
     }
-    *n_out = n;
+    *n_out = i;
     return SL_OK;
 }
 

@@ -25,14 +25,22 @@ struct sl_pipeline__dev {
     int64_t carry_at;
     sl_batch *marker;             /* END/ERROR met while filling: after the short batch */
     int ic, pc;                   /* the output's host columns: images, placements */
+    /* the output's text columns, by name: they stay on the host */
+    char text[SL_MAX_COLUMNS][SL_COLNAME_MAX];
+    int ntext;
     uint64_t epoch, out_index, next_pos;
     int64_t counters[SL_MAX_COUNTERS];
 };
 
 /* The batch's columns as the device layer takes them. */
-static sl_dev_cols cols_of(sl_batch *b) {
-    return (sl_dev_cols){.ncols = b->ncols, .single = b->single, .size = b->size,
-                         .names = b->names, .col = b->col, .ragged = b->ragged};
+static sl_dev_cols cols_of(const sl_pipeline__dev *d, sl_batch *b) {
+    sl_dev_cols c = {.ncols = b->ncols, .single = b->single, .size = b->size,
+                     .names = b->names, .col = b->col, .ragged = b->ragged};
+    for (int k = 0; k < b->ncols && k < 32; k++)
+        for (int t = 0; t < d->ntext; t++)
+            if (!strcmp(b->names[k], d->text[t]))
+                c.text |= 1u << k;
+    return c;
 }
 
 int sl_pipeline__dev_open(sl_pipeline__dev **out, sl_spec *spec) {
@@ -103,7 +111,7 @@ void sl_pipeline__dev_counters(const sl_pipeline__dev *d, sl_dev_counters *out) 
 }
 
 int sl_pipeline__dev_upload(sl_pipeline__dev *d, sl_batch *b, int depth) {
-    sl_dev_cols c = cols_of(b);
+    sl_dev_cols c = cols_of(d, b);
     return sl_dev__out_upload(d->out, &c, depth);
 }
 
@@ -133,9 +141,15 @@ int sl_pipeline__dev_gpu(const sl_pipeline__dev *d) { return d && d->gd; }
 
 int sl_pipeline__dev_gpu_setup(sl_pipeline *p) {
     const sl_plan *pl = &p->plan;
+    sl_pipeline__dev *d = p->dev;
+    if (d) { /* the plan is made: which output columns are text */
+        d->ntext = 0;
+        for (int c = 0; c < pl->out_cols.ncols; c++)
+            if (pl->out_cols.col[c].text)
+                memcpy(d->text[d->ntext++], pl->out_cols.col[c].name, SL_COLNAME_MAX);
+    }
     if (!pl->gpu_decode)
         return SL_OK;
-    sl_pipeline__dev *d = p->dev;
     const sl_gpu_decode *g = pl->gpu_decode;
     sl_dev_gpu_spec s = {.pos = 0, .warnings = g->warnings, .oh = g->oh, .ow = g->ow,
                          .hwc = g->hwc, .u8 = g->u8,
@@ -238,7 +252,7 @@ static int fill_take(sl_pipeline *p, int64_t k) {
     }
     uint64_t next_pos = (uint64_t)place_of(d, b, d->carry_at + k - 1)[SL_GPU_PLACE_POS] + 1;
     d->carry_at += k;
-    sl_dev_cols c = cols_of(b);
+    sl_dev_cols c = cols_of(d, b);
     failed_ctx f = {p, b};
     SL_TRY(sl_dev__gpu_fill_take(d->out, &c, it, m, gpu_failed, &f));
     d->next_pos = next_pos;
@@ -251,7 +265,7 @@ static int fill_finish(sl_pipeline__dev *d, sl_batch **out) {
     sl_batch *b = sl__calloc(1, sizeof *b);
     if (!b)
         return sl__oom("handing out a GPU-decoded batch");
-    sl_dev_cols c = cols_of(b);
+    sl_dev_cols c = cols_of(d, b);
     int rc = sl_dev__gpu_fill_finish(d->out, &c);
     if (rc < 0) {
         sl__free(b);
@@ -279,7 +293,7 @@ static int fill_start(sl_pipeline *p, const sl_batch *b) {
     if (d->ic < 0 || d->pc < 0 || b->ragged[d->pc] || b->col[d->pc].dtype != SL_F64)
         return sl__error(SL_EINVAL, "decode on the GPU: the batch lacks column '%s' or its "
                          "placements", d->gd->column);
-    sl_dev_cols c = cols_of((sl_batch *)b);
+    sl_dev_cols c = cols_of(d, (sl_batch *)b);
     SL_TRY(sl_dev__gpu_fill_start(d->out, &c, d->ic, d->pc));
     d->epoch = b->epoch;
     return SL_OK;

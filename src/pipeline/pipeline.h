@@ -72,7 +72,8 @@ struct sl_pipeline;
 int sl_pipeline__dev_open(sl_pipeline__dev **out, struct sl_spec *spec);
 /* Decode on the GPU, after the plan is optimised (plan.gpu_decode): checks
  * the device (cuda), nvJPEG and the kernel; sl_pipeline__dev_gpu is then 1
- * and the consumer takes batches from sl_pipeline__dev_gpu_next. */
+ * and the consumer takes batches from sl_pipeline__dev_gpu_next. Also notes
+ * which output columns are text, which stay on the host (any device). */
 int sl_pipeline__dev_gpu_setup(struct sl_pipeline *p);
 int sl_pipeline__dev_gpu(const sl_pipeline__dev *d);
 /* The next batch for the consumer when decoding on the GPU: the host

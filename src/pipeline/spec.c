@@ -9,6 +9,7 @@
 
 #include <ctype.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -263,7 +264,8 @@ int sl_spec_add_filter(sl_spec *s, const char *name, sl_filter_fn fn, void *user
 static const sl_param parallel_params[] = {
     {.key = "parallel", .type = SL_PARAM_INT, .flags = SL_PARAM_OR_AUTO, .min = 1, .max = 1024,
      .offset = 0, .expect = "a number of threads (1-1024) or \"auto\"",
-     .doc = "threads for this stage, or \"auto\" (the autotuner's choice)"},
+     .doc = "threads for this stage, or \"auto\": the autotuner's choice (docs/PIPELINE.md, "
+            "\"Autotune\", says which stages default to it)"},
     {0}};
 static const sl_param_table parallel_table = {parallel_params, NULL, NULL, 0, 0};
 
@@ -329,7 +331,7 @@ static const sl_param spec_params[] = {
     {.key = "seed", .type = SL_PARAM_UINT64, .min = 0, .max = -1,
      .offset = offsetof(sl_spec, seed), .doc = "keys shuffling and random ops"},
     {.key = "epochs", .type = SL_PARAM_INT64, .min = 1, .max = -1, .def = 1,
-     .offset = offsetof(sl_spec, epochs)},
+     .offset = offsetof(sl_spec, epochs), .doc = "passes over the data"},
     {.key = "on_error", .type = SL_PARAM_ENUM, .names = on_error_names,
      .def = SL_ON_ERROR_FAIL, .offset = offsetof(sl_spec, on_error),
      .doc = "a sample that fails: stop, or skip it and count it"},
@@ -346,7 +348,8 @@ static const sl_param spec_params[] = {
     {.key = "device", .type = SL_PARAM_ANY, .offset = SL_PARAM_NOWHERE,
      .doc = "where batches are delivered (docs/DEVICE.md)"},
     {.key = "memory_limit", .type = SL_PARAM_BYTES, .min = 1, .max = -1,
-     .offset = offsetof(sl_spec, memory_limit), .doc = "bytes the pipeline may hold"},
+     .offset = offsetof(sl_spec, memory_limit),
+     .doc = "bytes the pipeline may hold (default: a quarter of the process's memory)"},
     {.key = "cache_bytes", .type = SL_PARAM_BYTES, .min = 0, .max = -1,
      .offset = offsetof(sl_spec, cache_bytes),
      .doc = "the node's shard cache for remote inputs; 0: none on disk"},
@@ -520,6 +523,61 @@ int sl_spec__copy(sl_spec **out, const sl_spec *src) {
         }
     }
     *out = s;
+    return SL_OK;
+}
+
+/* ---- the keys, documented (sluice explain --params) ------------------------------ */
+
+typedef struct {
+    char *buf;
+    size_t cap, len;
+} doc_buf;
+
+SL_PRINTF(2, 3)
+static void doc_line(doc_buf *d, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(d->buf + d->len, d->cap - d->len, fmt, ap);
+    va_end(ap);
+    if (w > 0)
+        d->len += (size_t)w < d->cap - d->len ? (size_t)w : d->cap - d->len - 1;
+}
+
+static void doc_table(doc_buf *d, const sl_param_table *t) {
+    d->len += sl_params_doc(t, d->buf + d->len, d->cap - d->len);
+}
+
+int sl_spec_params_doc(char *buf, size_t cap, size_t *len_out) {
+    enum { DOC_MAX = 1 << 15 };
+    doc_buf d = {sl__malloc(DOC_MAX), DOC_MAX, 0};
+    if (!d.buf)
+        return sl__oom("documenting the spec's keys");
+    d.buf[0] = '\0';
+    doc_line(&d, "spec (a JSON object):\n");
+    doc_table(&d, &spec_table);
+    doc_line(&d, "source: a path, or an object with one input key (below), its options and:\n");
+    doc_table(&d, &source_table);
+    doc_line(&d, "source.shuffle (an object):\n");
+    doc_table(&d, &shuffle_table);
+    doc_line(&d, "source.shard (an object):\n");
+    doc_table(&d, &shard_table);
+    for (const sl_source_format *kd = sl_source__kinds; kd->key; kd++) {
+        doc_line(&d, "source with \"%s\": %s\n", kd->key, kd->summary);
+        if (kd->params)
+            doc_table(&d, kd->params);
+    }
+    doc_line(&d, "device: \"cuda\", \"host\" or an object:\n");
+    doc_table(&d, &sl_dev__params);
+    doc_line(&d, "ops: each op's parameters: docs/OPS.md; every op also takes:\n");
+    doc_table(&d, &parallel_table);
+    if (len_out)
+        *len_out = d.len;
+    if (buf && cap) {
+        size_t n = d.len < cap - 1 ? d.len : cap - 1;
+        memcpy(buf, d.buf, n);
+        buf[n] = '\0';
+    }
+    sl__free(d.buf);
     return SL_OK;
 }
 

@@ -108,17 +108,24 @@ int sl_record__manifest_load(const char *mpath, slr_manifest *out) {
     cJSON *root = NULL;
     memset(out, 0, sizeof *out);
     sl_io *io = NULL;
-    sl_io_info st;
-    int src = sl_io__stat(mpath, &st);
+    /* A remote manifest goes through the shard cache (a warm run asks
+     * nothing within SLUICE_CACHE_TTL) and heals like a shard; it is not
+     * asked about first (a HEAD, a round trip): the open finds it missing,
+     * and with no cache in use one that fits in SLUICE_HTTP_OPEN_BYTES comes
+     * in one round trip (SL_IO_EDGES). */
+    int src;
+    if (sl_io__is_url(mpath)) {
+        src = sl_io__open_checked(&io, mpath, SL_IO_MAP | SL_IO_MISSING_OK | SL_IO_EDGES,
+                                  json_check, NULL);
+    } else {
+        sl_io_info st;
+        src = sl_io__stat(mpath, &st);
+        if (src == SL_OK)
+            src = sl_io__open(&io, mpath, 0);
+    }
     if (src == SL_END)
         return sl__error(SL_ECORRUPT, "%s: cannot open: %s", mpath, sl_io__missing(mpath));
     SL_TRY(src);
-    /* A remote manifest goes through the shard cache (a warm run asks
-     * nothing within SLUICE_CACHE_TTL) and heals like a shard. */
-    if (sl_io__is_url(mpath))
-        SL_TRY(sl_io__open_checked(&io, mpath, SL_IO_MAP, json_check, NULL));
-    else
-        SL_TRY(sl_io__open(&io, mpath, 0));
     const uint64_t size = sl_io__size(io);
     if (size == 0)
         SL_FAIL(SL_ECORRUPT, "%s: empty file", mpath);

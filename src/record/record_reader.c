@@ -155,6 +155,10 @@ void sl_record__shard_put(slr_shard *sh) {
         shard_close(sh);
 }
 
+/* With the reader's flags to shard_open: a shard that does not exist is
+ * SL_END with no message (the caller names it), not an error of its own. */
+#define SLR_OPEN_MISSING_OK 0x80000000u
+
 /* Open and validate one shard file into `sh` (zeroed; shard_close frees
  * whatever it holds on failure). `meta` (may be NULL) receives the index's
  * metadata. */
@@ -165,8 +169,14 @@ static int shard_validate(slr_shard *sh, const char *path, unsigned flags, sl_sc
     sh->path = sl__strdup(path);
     if (!sh->path)
         return sl__oom("opening a shard");
-    SL_TRY(sl_io__open(&sh->io, path,
-                       flags & SL_READ_NO_MMAP ? 0 : SL_IO_MAP | SL_IO_MAP_OR_RANGES));
+    /* remote and read by ranges: header, footer and index come with the
+     * open, in one round trip (io.h, SL_IO_EDGES) */
+    unsigned ioflags = flags & SL_READ_NO_MMAP ? 0 : SL_IO_MAP | SL_IO_MAP_OR_RANGES;
+    if (flags & SLR_OPEN_MISSING_OK)
+        ioflags |= SL_IO_MISSING_OK;
+    int orc = sl_io__open(&sh->io, path, ioflags | SL_IO_EDGES);
+    if (orc != SL_OK)
+        return orc; /* an error, or SL_END: missing (SLR_OPEN_MISSING_OK) */
     sh->size = sl_io__size(sh->io);
     sh->map = sl_io__map(sh->io);
     /* The file is owned by a buffer so a caller can keep a zero-copy view
@@ -320,7 +330,7 @@ static int shard_open(slr_shard **out, const char *path, unsigned flags, sl_sche
             return sl_io__twice_damaged(path, first);
         snprintf(first, sizeof first, "%s", sl_errmsg());
     }
-    if (rc < 0) {
+    if (rc != SL_OK) { /* an error, or SL_END: missing (SLR_OPEN_MISSING_OK) */
         shard_close(sh);
         return rc;
     }
@@ -395,15 +405,21 @@ int sl_record__shard_of(const sl_reader *r, uint64_t i) {
 /* Open shard k of a directory and check it against the manifest. */
 static int slot_open(const sl_reader *r, int k, slr_shard **out) {
     const slr_slot *sl = &r->shards[k];
-    sl_io_info sst;
-    int src = sl_io__stat(sl->path, &sst);
+    /* a shard that is not there is said so; a URL is not asked first (a
+     * HEAD is a round trip): its open says so */
+    int src = SL_OK;
+    if (!sl_io__is_url(sl->path)) {
+        sl_io_info sst;
+        src = sl_io__stat(sl->path, &sst);
+    }
+    sl_schema sch;
+    slr_shard *sh = NULL;
+    if (src == SL_OK)
+        src = shard_open(&sh, sl->path, r->flags | SLR_OPEN_MISSING_OK, &sch, NULL);
     if (src == SL_END)
         return sl__error(SL_ECORRUPT, "%s: shard %s is missing (%s)", r->mpath, sl->file,
                          sl_io__is_url(sl->path) ? "HTTP 404" : strerror(ENOENT));
     SL_TRY(src);
-    sl_schema sch;
-    slr_shard *sh;
-    SL_TRY(shard_open(&sh, sl->path, r->flags, &sch, NULL));
     int rc = SL_OK;
     if (!sl_record__schema_equal(&r->schema, &sch))
         rc = sl__error(SL_ECORRUPT, "%s: schema differs from the first shard's", sl->path);
@@ -603,14 +619,12 @@ static int open_dir(sl_reader *r, const char *path) {
     r->count = man.records;
     /* The schema: shard 0's header, read by itself (no mapping, no index). */
     const slr_slot *s0 = &r->shards[0];
-    sl_io_info sst;
-    int src = sl_io__stat(s0->path, &sst);
+    sl_io *io = NULL;
+    int src = sl_io__open(&io, s0->path, SL_IO_EDGES | SL_IO_MISSING_OK);
     if (src == SL_END)
         SL_FAIL(SL_ECORRUPT, "%s: shard %s is missing (%s)", r->mpath, s0->file,
                 sl_io__is_url(s0->path) ? "HTTP 404" : strerror(ENOENT));
     SL_CHECK(src);
-    sl_io *io;
-    SL_CHECK(sl_io__open(&io, s0->path, 0));
     slr_header hdr;
     rc = sl_record__read_header(io, &hdr, &r->schema, NULL);
     sl_io__close(io);

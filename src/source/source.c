@@ -21,20 +21,21 @@
  * format's input ({"tfrecord": [...]}); "path" is sluice's own .slr. */
 const sl_source_format sl_source__kinds[] = {
     {"path", sl_source__open_slr, ".slr dataset (a directory with a manifest, or one .slr file)",
-     sl_source__sniff_slr, 0, NULL},
+     sl_source__sniff_slr, 0, NULL, &sl_source__slr_table},
     {"image_folder", sl_source__open_imagefolder,
      "a torchvision ImageFolder: ROOT/CLASS/IMAGE, read in place", sl_source__sniff_imagefolder,
-     0, NULL},
+     0, NULL, &sl_source__folder_table},
     {"idx", sl_source__open_idx, "IDX (MNIST-style) images and labels, plain or gzip",
-     sl_source__sniff_idx, 0, NULL},
+     sl_source__sniff_idx, 0, NULL, &sl_source__idx_table},
     {"webdataset", sl_source__open_webdataset,
      "WebDataset tar shards (a path, a brace pattern, a list or @listfile)", sl_source__sniff_tar,
-     1, sl_source__index_tar},
+     1, sl_source__index_tar, &sl_source__tar_table},
     {"tfrecord", sl_source__open_tfrecord, "TFRecord files of tf.train.Example / SequenceExample",
-     sl_source__sniff_tfrecord, 1, sl_source__index_tfrecord},
+     sl_source__sniff_tfrecord, 1, sl_source__index_tfrecord, &sl_source__tf_table},
     {"synthetic", sl_source__open_synthetic,
-     "records computed from their index, nothing stored (simulation, tests)", NULL, 0, NULL},
-    {NULL, NULL, NULL, NULL, 0, NULL},
+     "records computed from their index, nothing stored (simulation, tests)", NULL, 0, NULL,
+     &sl_source__syn_table},
+    {NULL, NULL, NULL, NULL, 0, NULL, NULL},
 };
 
 /* Keys a source object may carry besides the kind key and the kind's own

@@ -272,6 +272,7 @@ typedef struct sl_source_format {
     /* Build the sidecar index of one file (sl_source_index_build); NULL:
      * the format has none. */
     int (*build_index)(const char *path, const cJSON *opts);
+    const sl_param_table *params; /* the kind's own keys (sl_spec_params_doc) */
 } sl_source_format;
 extern const sl_source_format sl_source__kinds[];
 
@@ -295,6 +296,9 @@ typedef struct sl_source_shard_opts {
 } sl_source_shard_opts;
 extern const sl_param sl_source__max_open_params[]; /* max_open_shards */
 extern const sl_param sl_source__shard_params[];    /* index, max_open_shards */
+/* Each format's table (its own keys), named in the registry. */
+extern const sl_param_table sl_source__slr_table, sl_source__folder_table, sl_source__idx_table,
+    sl_source__tar_table, sl_source__tf_table, sl_source__syn_table;
 /* Read a source object's options with its format's table `t` (t->what names
  * the format: "a tfrecord source") into `out`. A key that is not the
  * format's is SL_EINVAL "<field>.<key>: unknown key for <what> (keys: ...)",

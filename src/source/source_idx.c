@@ -446,16 +446,17 @@ static int idx_paths(const cJSON *v, const char *field, const char **a, const ch
     return SL_OK;
 }
 
+static const sl_param idx_params[] = {
+    {.key = "idx", .type = SL_PARAM_ANY, .offset = SL_PARAM_NOWHERE,
+     .doc = "{\"images\": PATH, \"labels\": PATH} or [IMAGES, LABELS]"},
+    {0}};
+const sl_param_table sl_source__idx_table = {idx_params, "an IDX source", NULL, 0, 0};
+
 int sl_source__open_idx(sl_source **out, const cJSON *obj, const char *field) {
     *out = NULL;
     const char *a = NULL, *b = NULL;
     int rc = SL_OK;
-    static const sl_param params[] = {
-        {.key = "idx", .type = SL_PARAM_ANY, .offset = SL_PARAM_NOWHERE,
-         .doc = "{\"images\": PATH, \"labels\": PATH} or [IMAGES, LABELS]"},
-        {0}};
-    static const sl_param_table table = {params, "an IDX source", NULL, 0, 0};
-    SL_TRY(sl_source__read_options(&table, obj, field, NULL));
+    SL_TRY(sl_source__read_options(&sl_source__idx_table, obj, field, NULL));
     SL_TRY(idx_paths(cJSON_GetObjectItemCaseSensitive(obj, "idx"), field, &a, &b));
     idx_stream sa, sb;
     memset(&sa, 0, sizeof sa);

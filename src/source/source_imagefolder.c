@@ -660,17 +660,19 @@ static const sl_source_vtbl folder_vtbl = {
     .free = folder_free,
 };
 
+static const sl_param folder_params[] = {
+    {.key = "image_folder", .type = SL_PARAM_STRING, .flags = SL_PARAM_REQUIRED, .min = 1,
+     .max = -1, .offset = 0, .expect = "a directory path",
+     .doc = "a folder of class folders of images"},
+    {0}};
+const sl_param_table sl_source__folder_table = {folder_params, "an image folder source", NULL, 0,
+                                                0};
+
 int sl_source__open_imagefolder(sl_source **out, const cJSON *obj, const char *field) {
     *out = NULL;
     int rc = SL_OK;
-    static const sl_param params[] = {
-        {.key = "image_folder", .type = SL_PARAM_STRING, .flags = SL_PARAM_REQUIRED, .min = 1,
-         .max = -1, .offset = 0, .expect = "a directory path",
-         .doc = "a folder of class folders of images"},
-        {0}};
-    static const sl_param_table table = {params, "an image folder source", NULL, 0, 0};
     const char *root = NULL;
-    SL_TRY(sl_source__read_options(&table, obj, field, &root));
+    SL_TRY(sl_source__read_options(&sl_source__folder_table, obj, field, &root));
     folder_source *s = sl__calloc(1, sizeof *s);
     if (!s)
         return sl__oom("opening an image folder");

@@ -615,14 +615,15 @@ static int parse_check(sl_io *io, void *user) {
  * fails its checksum is fetched again once (sl_io__open_checked). */
 static int load_file(const char *path, sl_sidx **out) {
     *out = NULL;
-    sl_io_info info;
-    int rc = sl_io__stat(path, &info);
-    if (rc == SL_END)
-        return SL_END;
-    SL_TRY(rc);
     parse_ctx c = {path, NULL};
     sl_io *io = NULL;
-    SL_TRY(sl_io__open_checked(&io, path, SL_IO_MAP, parse_check, &c));
+    /* not asked about first (over HTTP a HEAD, a round trip): a missing
+     * index is the open's SL_END; with no shard cache in use, an index that
+     * fits in SLUICE_HTTP_OPEN_BYTES comes in one round trip (SL_IO_EDGES) */
+    int rc = sl_io__open_checked(&io, path, SL_IO_MAP | SL_IO_MISSING_OK | SL_IO_EDGES,
+                                 parse_check, &c);
+    if (rc != SL_OK)
+        return rc;
     sl_io__close(io);
     *out = c.ix;
     return SL_OK;

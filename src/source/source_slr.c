@@ -205,12 +205,12 @@ static const sl_param slr_params[] = {
      .offset = offsetof(slr_opts, shard)},
     {0}};
 
-static const sl_param_table slr_table = {slr_params, "a .slr source", NULL, 0, 0};
+const sl_param_table sl_source__slr_table = {slr_params, "a .slr source", NULL, 0, 0};
 
 int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field) {
     *out = NULL;
     slr_opts o;
-    SL_TRY(sl_source__read_options(&slr_table, obj, field, &o));
+    SL_TRY(sl_source__read_options(&sl_source__slr_table, obj, field, &o));
     /* "max_open_shards": a fixed bound (0: the reader's own, which grows) */
     int max_open = o.shard.max_open_shards;
     slr_source *s = sl__calloc(1, sizeof *s);

@@ -109,15 +109,18 @@ static const sl_param syn_params[] = {
 
 static const sl_param_table syn_table = {syn_params, NULL, NULL, 0, 0};
 
+static const sl_param syn_outer[] = {
+    {.key = "synthetic", .type = SL_PARAM_OBJECT, .flags = SL_PARAM_REQUIRED, .offset = 0,
+     .expect = "{\"records\": N, \"shards\": S, \"bytes\": B}",
+     .doc = "records (required, up to 2^53), shards (default 1), bytes of payload (8 to 2^24, "
+            "default 8)"},
+    {0}};
+const sl_param_table sl_source__syn_table = {syn_outer, "a synthetic source", NULL, 0, 0};
+
 int sl_source__open_synthetic(sl_source **out, const cJSON *obj, const char *field) {
     *out = NULL;
-    static const sl_param outer[] = {
-        {.key = "synthetic", .type = SL_PARAM_OBJECT, .flags = SL_PARAM_REQUIRED, .offset = 0,
-         .expect = "{\"records\": N, \"shards\": S, \"bytes\": B}"},
-        {0}};
-    static const sl_param_table outer_table = {outer, "a synthetic source", NULL, 0, 0};
     const cJSON *v = NULL;
-    SL_TRY(sl_source__read_options(&outer_table, obj, field, &v));
+    SL_TRY(sl_source__read_options(&sl_source__syn_table, obj, field, &v));
     char sub[160];
     snprintf(sub, sizeof sub, "%s.synthetic", field);
     syn_opts o;

@@ -1259,11 +1259,11 @@ static const sl_param tar_params[] = {
      .offset = offsetof(tar_opts, shard)},
     {0}};
 
-static const sl_param_table tar_table = {tar_params, "a webdataset source", NULL, 0, 0};
+const sl_param_table sl_source__tar_table = {tar_params, "a webdataset source", NULL, 0, 0};
 
 static int parse_options(tar_source *s, const cJSON *obj, const char *field, sl_sidx_use *index) {
     tar_opts o;
-    SL_TRY(sl_source__read_options(&tar_table, obj, field, &o));
+    SL_TRY(sl_source__read_options(&sl_source__tar_table, obj, field, &o));
     *index = sl_sidx__use(o.shard.index);
     s->max_open = o.shard.max_open_shards;
     if (o.columns) {

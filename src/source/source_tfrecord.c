@@ -1162,12 +1162,12 @@ static const sl_param tf_params[] = {
      .offset = offsetof(tf_opts, shard)},
     {0}};
 
-static const sl_param_table tf_table = {tf_params, "a tfrecord source", NULL, 0, 0};
+const sl_param_table sl_source__tf_table = {tf_params, "a tfrecord source", NULL, 0, 0};
 
 static int parse_options(const cJSON *obj, const char *field, int *verify,
                          const char **compression, sl_sidx_use *index, int *max_open) {
     tf_opts o;
-    SL_TRY(sl_source__read_options(&tf_table, obj, field, &o));
+    SL_TRY(sl_source__read_options(&sl_source__tf_table, obj, field, &o));
     *verify = o.verify;
     *compression = compressions[o.compression];
     *index = sl_sidx__use(o.shard.index);
@@ -1244,6 +1244,20 @@ static tf_source *new_source(void) {
     return s;
 }
 
+/* One entry of an object "features": {"name": COLUMN, "list": BOOL}. */
+typedef struct {
+    const char *name;
+    int list;
+} feat_opts;
+
+static const sl_param feat_params[] = {
+    {.key = "name", .type = SL_PARAM_STRING, .min = 1, .max = SL_COLNAME_MAX - 1,
+     .offset = offsetof(feat_opts, name), .doc = "the column's name (default: the feature key)"},
+    {.key = "list", .type = SL_PARAM_BOOL, .offset = offsetof(feat_opts, list),
+     .doc = "always a list, even where every record holds one value"},
+    {0}};
+static const sl_param_table feat_table = {feat_params, NULL, NULL, 0, 0};
+
 int sl_source__open_tfrecord(sl_source **out, const cJSON *obj, const char *field) {
     *out = NULL;
     int verify, max_open;
@@ -1289,13 +1303,12 @@ int sl_source__open_tfrecord(sl_source **out, const cJSON *obj, const char *fiel
                 if (cJSON_IsString(it)) {
                     name = it->valuestring;
                 } else if (cJSON_IsObject(it)) {
-                    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
-                    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(it, "list");
-                    if ((nm && !cJSON_IsString(nm)) || (ls && !cJSON_IsBool(ls)))
-                        SL_FAIL(SL_EINVAL, "%s.features.%s: expected {\"name\": \"...\", "
-                                "\"list\": true|false}", field, key);
-                    name = nm ? nm->valuestring : NULL;
-                    force_list = cJSON_IsTrue(ls);
+                    char sub[SL__ERRMSG_MAX];
+                    snprintf(sub, sizeof sub, "%s.features.%s", field, key);
+                    feat_opts fo;
+                    SL_CHECK(sl_params_read(&feat_table, it, sub, &fo));
+                    name = fo.name;
+                    force_list = fo.list;
                 } else {
                     SL_FAIL(SL_EINVAL, "%s.features.%s: must be a column name or {\"name\": "
                             "..., \"list\": ...}", field, key);

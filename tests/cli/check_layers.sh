@@ -3,7 +3,7 @@
 # order; a copy with a bad #include or a bad call planted fails, naming the
 # file and line; comments and strings are not calls; the order is read from
 # the document; the allow list suppresses what it names and fails on a stale
-# line. (Needs no build: SLUICE is not used.)
+# line; tools/ may use sluice.h only. (Needs no build: SLUICE is not used.)
 . "$(dirname "$0")/common.bash"
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 CHECK=$SRC/scripts/check_layers.sh
@@ -13,7 +13,7 @@ run 0 bash "$CHECK" "$SRC"
 # a copy to plant things in
 fresh() {
     rm -rf "$T/r"; mkdir -p "$T/r/docs" "$T/r/scripts"
-    cp -r "$SRC/src" "$T/r/src"
+    cp -r "$SRC/src" "$SRC/include" "$SRC/tools" "$T/r/"
     cp "$SRC/docs/ARCHITECTURE.md" "$T/r/docs/"
 }
 fresh
@@ -76,6 +76,17 @@ fresh
 mkdir "$T/r/src/extra"; echo 'int x;' >"$T/r/src/extra/x.c"
 run 1 bash "$CHECK" "$T/r"
 has "$ERR" "src/extra/ is not a layer"
+
+# tools/ (like python/ and bench/) uses the library through include/sluice.h only
+fresh
+sed -i '1i #include "core/core.h"' "$T/r/tools/main.c"
+printf '\nstatic void *planted_alloc(void) { return sl__malloc(8); }\n' >>"$T/r/tools/main.c"
+n=$(wc -l <"$T/r/tools/main.c")
+grep -q 'sl__malloc' "$T/r/src/core/alloc.c" || fail "sl__malloc is not in core/alloc.c any more: pick another internal function"
+run 1 bash "$CHECK" "$T/r"
+has "$OUT" "tools/main.c:1: includes core/core.h (tools/ uses only include/sluice.h)"
+has "$OUT" "tools/main.c:$n: calls sl__malloc (defined in src/core/alloc.c, not in include/sluice.h; tools/ uses only include/sluice.h)"
+[ "$(grep -c . "$OUT")" = 2 ] || fail "want two violations in tools/main.c, got: $(cat "$OUT")"
 
 # the allow list: an entry suppresses its use, a stale entry fails
 fresh

@@ -41,7 +41,7 @@ if [ -s "$T/own" ]; then
     sed "s|^$SRC/|    |" "$T/own" >&2
 fi
 # 3. the public device entry points are defined in src/device
-for fn in sl_device_available sl_tensor_stream_wait; do
+for fn in sl_device_available sl_device_held sl_tensor_stream_wait; do
     grep -lE "^int $fn\(" "$SRC"/src/device/*.c >/dev/null || fail "$fn is not defined in src/device"
     if grep -nE "^int $fn\(" "$SRC"/src/pipeline/*.c >"$T/def"; then
         fail "$fn is defined in src/pipeline:"; sed "s|^$SRC/|    |" "$T/def" >&2

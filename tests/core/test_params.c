@@ -223,8 +223,10 @@ SL_TEST(core_params__doc_lists_every_shown_key) {
     char buf[2048];
     size_t n = sl_params_doc(&table, buf, sizeof buf);
     ASSERT(n == strlen(buf));
-    ASSERT_CONTAINS(buf, "  threads            int, default 0: a whole number from 1 to 1024 or "
+    /* a default outside the range means "not set": not shown as a value */
+    ASSERT_CONTAINS(buf, "  threads            int: a whole number from 1 to 1024 or "
                          "\"auto\". worker threads\n");
+    ASSERT_CONTAINS(buf, "  window             uint64, default 8: a whole number >= 1\n");
     ASSERT_CONTAINS(buf, "  seed               int, required: a whole number >= 0\n");
     ASSERT_CONTAINS(buf, "  index              bool, default \"auto\": \"auto\", true or false. "
                          "use the sidecar index\n");

@@ -5,6 +5,7 @@
 #include "test.h"
 
 #include <dlfcn.h>
+#include <stdlib.h>
 
 /* The spec of `json` (whose source path goes unused) reading columns in its
  * place: "image", n uint8 images h x w x c whose byte k is
@@ -31,11 +32,15 @@ static inline sl_spec *du_image_spec(const char *json, int n, int h, int w, int 
 }
 
 /* cudaMemcpy (dst, src, bytes, kind; 2 = device to host) from the CUDA
- * runtime the device backend loads (13, else 12), to read a kernel's output
- * back; NULL where neither loads. */
+ * runtime the device backend loads (SLUICE_CUDART's when set, as the
+ * backend does: the stand-in has one; else 13, else 12), to read a kernel's
+ * output back; NULL where none loads. */
 typedef int (*du_memcpy_fn)(void *, const void *, size_t, int);
 static inline du_memcpy_fn du_cuda_memcpy(void) {
-    void *rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
+    const char *env = getenv("SLUICE_CUDART");
+    void *rt = env && *env ? dlopen(env, RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (!rt)
+        rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
     if (!rt)
         rt = dlopen("libcudart.so.12", RTLD_NOW | RTLD_LOCAL);
     du_memcpy_fn f = NULL;

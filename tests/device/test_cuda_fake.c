@@ -16,8 +16,10 @@
 #include "device/fake/fake_cudart.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 static struct {
     void *lib;
@@ -27,6 +29,7 @@ static struct {
     fake_cuda_failed_fn failed;
     fake_cuda_not_ready_fn not_ready;
     fake_cuda_misuse_fn misuse;
+    fake_cuda_h2d_bytes_fn h2d_bytes;
 } fk;
 
 /* Point the CUDA backend at the stand-in (each case runs in its own
@@ -46,7 +49,9 @@ static void use_fake(void) {
     *(void **)&fk.failed = dlsym(fk.lib, "fake_cuda_failed");
     *(void **)&fk.not_ready = dlsym(fk.lib, "fake_cuda_not_ready");
     *(void **)&fk.misuse = dlsym(fk.lib, "fake_cuda_misuse");
-    ASSERT(fk.live && fk.calls && fk.fail && fk.failed && fk.not_ready && fk.misuse);
+    *(void **)&fk.h2d_bytes = dlsym(fk.lib, "fake_cuda_h2d_bytes");
+    ASSERT(fk.live && fk.calls && fk.fail && fk.failed && fk.not_ready && fk.misuse &&
+           fk.h2d_bytes);
 }
 
 /* Nothing the runtime handed out is still alive, and nothing was misused. */
@@ -132,6 +137,65 @@ SL_TEST(cuda_fake__batches_equal_cpu_nothing_leaks) { cuda_equals_cpu(0); }
 
 /* Events answer "not ready" to their first queries: the ring's waits run. */
 SL_TEST(cuda_fake__slow_events_same_batches) { cuda_equals_cpu(3); }
+
+/* The hand-off's H2D path, by the stand-in's counts: each batch crosses as
+ * one cudaMemcpyAsync per column straight from the pinned batch buffers the
+ * stages wrote (nothing staged on the consumer thread, no host memcpy), with
+ * no synchronisation per batch, and neither pinned nor device memory is
+ * allocated per batch once the first epoch made the pool and the ring. */
+SL_TEST(cuda_fake__h2d_one_copy_per_column_straight_from_pinned) {
+    use_fake();
+    sl_spec *spec = du_image_spec("{\"source\": {\"path\": \"unused\"}, \"ops\": [{\"op\": "
+                                  "\"batch\", \"size\": 4}], \"device\": \"cuda\"}",
+                                  N, H, W, C, 7, 1000);
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    sl_spec_free(spec);
+    long host_allocs = 0, dev_allocs = 0;
+    for (int epoch = 0; epoch < 3; epoch++) {
+        ASSERT_OK(sl_pipeline_set_epoch(p, (uint64_t)epoch));
+        long copies0 = fk.calls("cudaMemcpyAsync");
+        unsigned long long bytes0 = fk.h2d_bytes();
+        long syncs0 = fk.calls("cudaEventSynchronize") + fk.calls("cudaStreamSynchronize");
+        int nb = 0;
+        sl_batch *b;
+        int rc;
+        while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
+            ASSERT_EQ(sl_batch_column(b, 0)->device, SL_DEVICE_CUDA);
+            sl_batch_release(b);
+            nb++;
+        }
+        ASSERT_EQ(rc, SL_END);
+        ASSERT_EQ(nb, NBATCH);
+        /* two columns (image, label): two copies a batch, of their bytes */
+        ASSERT_EQ(fk.calls("cudaMemcpyAsync") - copies0, 2L * NBATCH);
+        ASSERT(fk.h2d_bytes() - bytes0 == (unsigned long long)N * (H * W * C + 8));
+        ASSERT_EQ(fk.calls("cudaEventSynchronize") + fk.calls("cudaStreamSynchronize") - syncs0,
+                  0L);
+        if (epoch == 0) {
+            host_allocs = fk.calls("cudaHostAlloc");
+            dev_allocs = fk.calls("cudaMalloc");
+            ASSERT(host_allocs > 0 && dev_allocs > 0);
+        } else {
+            ASSERT_EQ(fk.calls("cudaHostAlloc"), host_allocs);
+            ASSERT_EQ(fk.calls("cudaMalloc"), dev_allocs);
+        }
+    }
+    sl_pipeline_stats st;
+    ASSERT_OK(sl_pipeline_stats_get(p, &st));
+    ASSERT_U64_EQ(st.h2d_staged_bytes, 0);
+    /* what sluice holds, by its own count: the stand-in's live blocks */
+    int64_t dev = -1, pinned = -1;
+    ASSERT_OK(sl_device_held(SL_DEVICE_CUDA, &dev, &pinned));
+    ASSERT(dev > 0 && pinned > 0);
+    ASSERT_EQ(dev, fk.live("device"));
+    ASSERT_EQ(pinned, fk.live("host"));
+    sl_pipeline_free(p);
+    ASSERT_OK(sl_device_held(SL_DEVICE_CUDA, &dev, &pinned));
+    ASSERT_EQ(dev, 0);
+    ASSERT_EQ(pinned, 0);
+    nothing_left();
+}
 
 /* A consumer holding batches past the pipeline's end: the ring lives until
  * the last is released (invariant 4), then frees everything. */
@@ -404,15 +468,26 @@ typedef struct {
     unsigned long len;
 } jpeg_file;
 
-/* A w x h JPEG of a smooth pattern; CMYK when cmyk. */
-static jpeg_file make_jpeg(int w, int h, int samp, int cmyk, int seed) {
+/* A w x h JPEG; CMYK when cmyk. Without `photo`, ramps that wrap from 255
+ * to 0 every 51 pixels or so: hard edges in every channel, where decoders
+ * that upsample chroma differently part by up to ~90 (the stand-in decodes
+ * with libjpeg-turbo itself, so its tests compare exactly). With `photo`,
+ * what photographs hold: gradients with a fine texture, no wrap. */
+static jpeg_file make_jpeg_px(int w, int h, int samp, int cmyk, int seed, int photo) {
     int ch = cmyk ? 4 : 3;
     uint8_t *px = malloc((size_t)w * h * ch);
     ASSERT(px != NULL);
     for (int y = 0; y < h; y++)
         for (int x = 0; x < w; x++)
-            for (int c = 0; c < ch; c++)
-                px[((size_t)y * w + x) * ch + c] = (uint8_t)(x * 5 + y * 3 + c * 40 + seed * 17);
+            for (int c = 0; c < ch; c++) {
+                int v = x * 5 + y * 3 + c * 40 + seed * 17;
+                if (photo) {
+                    v = 128 + 100 * x / w - 50 + 60 * y / h - 30 + (c - 1) * 20 +
+                        (x * 7 + y * 13 + seed) % 9 - 4;
+                    v = v < 0 ? 0 : v > 255 ? 255 : v;
+                }
+                px[((size_t)y * w + x) * ch + c] = (uint8_t)v;
+            }
     tjhandle tj = tjInitCompress();
     jpeg_file f = {NULL, 0};
     ASSERT(tj != NULL);
@@ -421,6 +496,10 @@ static jpeg_file make_jpeg(int w, int h, int samp, int cmyk, int seed) {
     tjDestroy(tj);
     free(px);
     return f;
+}
+
+static jpeg_file make_jpeg(int w, int h, int samp, int cmyk, int seed) {
+    return make_jpeg_px(w, h, samp, cmyk, seed, 0);
 }
 
 /* libjpeg-turbo's RGB of f (what the stand-in writes) */
@@ -1467,6 +1546,104 @@ SL_TEST(gpu_pipe_fake__unsupported_chains_are_refused) {
     gp_free(&s);
 }
 
+/* An image folder of 10 JPEGs in a/ and b/, named with `width` characters
+ * each ("00.jpg"...), or of several lengths when width is 0: its "path"
+ * column is text. */
+static void tx_folder(char *dir, size_t cap, int width) {
+    char name[32];
+    snprintf(name, sizeof name, "folder%d", width);
+    sl_test_path(dir, cap, name);
+    ASSERT(mkdir(dir, 0755) == 0);
+    for (int i = 0; i < 10; i++) {
+        char sub[700], file[800];
+        snprintf(sub, sizeof sub, "%s/%c", dir, "ab"[i % 2]);
+        ASSERT(mkdir(sub, 0755) == 0 || errno == EEXIST);
+        if (width)
+            snprintf(file, sizeof file, "%s/%0*d.jpg", sub, width, i);
+        else
+            snprintf(file, sizeof file, "%s/%.*s.jpg", sub, i + 1, "xxxxxxxxxxxx");
+        jpeg_file f = make_jpeg(40 + 3 * i, 36 + 2 * i, TJSAMP_420, 0, i);
+        FILE *fp = fopen(file, "wb");
+        ASSERT(fp != NULL);
+        ASSERT_EQ(fwrite(f.buf, 1, f.len, fp), f.len);
+        fclose(fp);
+        tjFree(f.buf);
+    }
+}
+
+/* The text column's strings of a batch (stacked or ragged), in host memory:
+ * counted, and each checked to name a .jpg under a/ or b/. */
+static int tx_check_paths(sl_batch *b) {
+    int c = sl_batch_find(b, "path");
+    ASSERT(c >= 0);
+    const sl_tensor *t = sl_batch_column(b, c);
+    int64_t n = sl_batch_size(b);
+    for (int64_t i = 0; i < n; i++) {
+        const char *s;
+        int64_t len;
+        if (t) {
+            ASSERT_EQ(t->device, SL_DEVICE_CPU);
+            ASSERT_EQ(t->ndim, 2);
+            len = t->shape[1];
+            s = (const char *)t->data + i * len;
+        } else {
+            const sl_tensor *it = sl_batch_item(b, c, i);
+            ASSERT(it != NULL);
+            ASSERT_EQ(it->device, SL_DEVICE_CPU);
+            len = it->shape[0];
+            s = it->data;
+        }
+        ASSERT(len > 6 && (s[0] == 'a' || s[0] == 'b') && s[1] == '/');
+        ASSERT(memcmp(s + len - 4, ".jpg", 4) == 0);
+    }
+    return (int)n;
+}
+
+/* Text columns stay on the host in device batches: the upload leaves them
+ * (stacked or ragged) where the pipeline made them; GPU decode hands them
+ * out from the slot's pinned staging; there, paths of several lengths are
+ * refused naming .select(). The images and labels are CUDA memory. */
+SL_TEST(gpu_pipe_fake__text_columns_stay_on_the_host) {
+    gp_use();
+    for (int width = 2; width >= 0; width -= 2) {
+        char dir[600], json[1200];
+        tx_folder(dir, sizeof dir, width);
+        for (int gpu = 0; gpu < 2; gpu++) {
+            snprintf(json, sizeof json,
+                     "{\"source\": {\"image_folder\": \"%s\"}, \"ops\": [{\"op\": \"decode\", "
+                     "\"device\": \"%s\"}, {\"op\": \"random_resized_crop\", \"size\": 24}, "
+                     "{\"op\": \"batch\", \"size\": 4}], \"device\": \"cuda\"}",
+                     dir, gpu ? "gpu" : "cpu");
+            sl_spec *spec;
+            ASSERT_OK(sl_spec_from_json(&spec, json));
+            sl_pipeline *p;
+            ASSERT_OK(sl_pipeline_create(&p, spec));
+            sl_spec_free(spec);
+            int n = 0, rc;
+            sl_batch *b;
+            while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
+                ASSERT_EQ(sl_batch_column(b, sl_batch_find(b, "image"))->device, SL_DEVICE_CUDA);
+                ASSERT_EQ(sl_batch_column(b, sl_batch_find(b, "label"))->device, SL_DEVICE_CUDA);
+                n += tx_check_paths(b);
+                sl_batch_release(b);
+            }
+            if (gpu && !width) {
+                ASSERT_EQ(rc, SL_EUNSUPPORTED);
+                ASSERT_CONTAINS(sl_errmsg(), "text column 'path'");
+                ASSERT_CONTAINS(sl_errmsg(), ".select()");
+            } else {
+                if (rc != SL_END)
+                    sl_test_fail(__FILE__, __LINE__, "width %d gpu %d: %s", width, gpu,
+                                 sl_errmsg());
+                ASSERT_EQ(n, 10);
+            }
+            sl_pipeline_free(p);
+        }
+    }
+    ASSERT_EQ(fn.live(), 0);
+    nothing_left();
+}
+
 /* resize + center_crop + flip + normalize: the same placements as the CPU
  * ops (sl_place_resize_crop; the flip from its own position) and pixels. */
 SL_TEST(gpu_pipe_fake__resize_center_crop_as_cpu_pipeline) {
@@ -1557,39 +1734,62 @@ SL_TEST(nvjpeg_gpu__agrees_with_cpu_decode) {
     ASSERT(memcpy_d2h != NULL);
     sl_dev_jpeg *j;
     ASSERT_OK(sl_dev__jpeg_open(&j, be));
+    /* every figure is printed (and flushed) before it is judged, so a
+     * failing run still says what it measured */
     printf("  nvJPEG backend: %s\n", sl_dev__jpeg_backend(j));
+    fflush(stdout);
     enum { NI = 4 };
     int ws[NI] = {640, 333, 500, 97}, hs[NI] = {480, 517, 375, 61};
     int samp[NI] = {TJSAMP_420, TJSAMP_444, TJSAMP_422, TJSAMP_GRAY};
+    const char *sname[NI] = {"4:2:0", "4:4:4", "4:2:2", "grey"};
     jpeg_file f[NI];
     sl_dev_jpeg_item it[NI];
     memset(it, 0, sizeof it);
     for (int i = 0; i < NI; i++) {
-        f[i] = make_jpeg(ws[i], hs[i], samp[i], 0, i);
+        f[i] = make_jpeg_px(ws[i], hs[i], samp[i], 0, i, 1);
         it[i].data = f[i].buf;
         it[i].len = f[i].len;
     }
-    ASSERT_OK(sl_dev__jpeg_decode(j, it, NI, NULL));
+    if (sl_dev__jpeg_decode(j, it, NI, NULL) != SL_OK)
+        sl_test_fail(__FILE__, __LINE__, "sl_dev__jpeg_decode: %s", sl_errmsg());
     double sum = 0, count = 0;
-    int worst = 0;
+    int worst = 0, decoded = 0;
     for (int i = 0; i < NI; i++) {
-        ASSERT_EQ(it[i].status, SL_DEV_JPEG_OK);
+        if (it[i].status != SL_DEV_JPEG_OK) {
+            /* nvJPEG left it to the CPU path: nothing of nvJPEG's to compare */
+            printf("  %s %dx%d: left to the CPU (%s)\n", sname[i], ws[i], hs[i], it[i].why);
+            fflush(stdout);
+            tjFree(f[i].buf);
+            continue;
+        }
         size_t n = (size_t)ws[i] * hs[i] * 3;
         uint8_t *got = malloc(n), *want = turbo_rgb(&f[i], ws[i], hs[i]);
         ASSERT(got != NULL);
+        ASSERT_EQ(it[i].pitch, (size_t)ws[i] * 3);
         ASSERT_EQ(memcpy_d2h(got, it[i].dev, n, 2 /* cudaMemcpyDeviceToHost */), 0);
+        double isum = 0;
+        int iworst = 0;
         for (size_t k = 0; k < n; k++) {
             int d = abs((int)got[k] - (int)want[k]);
-            sum += d;
-            worst = d > worst ? d : worst;
+            isum += d;
+            iworst = d > iworst ? d : iworst;
         }
+        printf("  %s %dx%d: mean |diff| %.3f, max %d\n", sname[i], ws[i], hs[i], isum / (double)n,
+               iworst);
+        fflush(stdout);
+        sum += isum;
         count += (double)n;
+        worst = iworst > worst ? iworst : worst;
+        decoded++;
         free(got);
         free(want);
         tjFree(f[i].buf);
     }
-    printf("  nvJPEG vs libjpeg-turbo over %d images: mean |diff| %.3f, max %d\n", NI,
-           sum / count, worst);
+    printf("  nvJPEG vs libjpeg-turbo over %d of %d images: mean |diff| %.3f, max %d\n", decoded,
+           NI, count ? sum / count : 0.0, worst);
+    fflush(stdout);
+    /* 4:2:0 is what nearly every photograph is: nvJPEG must take it */
+    ASSERT_EQ(it[0].status, SL_DEV_JPEG_OK);
     ASSERT(sum / count <= 1.5);
     ASSERT(worst <= 64);
     sl_dev__jpeg_close(j);
@@ -1597,10 +1797,11 @@ SL_TEST(nvjpeg_gpu__agrees_with_cpu_decode) {
 }
 
 /* On a GPU: nvJPEG + the kernel against the CPU path on the photos
- * (SLUICE_GPU_PHOTOS; scripts/gpu_check.sh sets it), 224 x 224. Provisional
- * tolerance, to be tightened once measured: mean |difference| <= 1.5 uint8
- * steps, max <= 64 (the IDCTs differ as in nvjpeg_gpu__agrees_with_cpu_decode,
- * and the CPU path decodes DCT-scaled where it shrinks past 2x). */
+ * (SLUICE_GPU_PHOTOS; scripts/gpu_check.sh sets it), 224 x 224. Tolerance
+ * mean |difference| <= 1.0 uint8 steps, max <= 48 (the IDCTs differ as in
+ * nvjpeg_gpu__agrees_with_cpu_decode, and the CPU path decodes DCT-scaled
+ * where it shrinks past 2x), set from the first run on a GPU: 64 photos,
+ * mean 0.432, max 31 (H200, nvJPEG 13; bench/README.md, "First GPU run"). */
 SL_TEST(gpu_decode_gpu__agrees_with_cpu_path) {
     sl_dev_backend *be = NULL;
     if (sl_dev__cuda_open(&be, 0) != SL_OK)
@@ -1619,8 +1820,8 @@ SL_TEST(gpu_decode_gpu__agrees_with_cpu_path) {
            a.max_steps);
     fflush(stdout);
     ASSERT(a.on_gpu > 0);
-    ASSERT(a.mean_steps <= 1.5);
-    ASSERT(a.max_steps <= 64.0);
+    ASSERT(a.mean_steps <= 1.0);
+    ASSERT(a.max_steps <= 48.0);
     sl_dev__backend_release(be);
 }
 #else

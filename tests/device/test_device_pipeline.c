@@ -55,7 +55,15 @@ static size_t collect(sl_spec *spec, uint8_t *out, size_t cap, int want_device) 
     ASSERT_EQ(st.h2d_bytes > 0, want_device);
     ASSERT(st.h2d_staged_bytes <= st.h2d_bytes);
     last_staged = st.h2d_staged_bytes;
+    int64_t dev = -1, pinned = -1;
+    ASSERT_OK(sl_device_held(SL_DEVICE_CPU, &dev, &pinned));
+    ASSERT_EQ(dev > 0 && pinned > 0, want_device); /* the ring's slots, the pinned pool */
     sl_pipeline_free(p);
+    /* everything the host backend made is freed with the pipeline */
+    ASSERT_OK(sl_device_held(SL_DEVICE_CPU, &dev, &pinned));
+    ASSERT_EQ(dev, 0);
+    ASSERT_EQ(pinned, 0);
+    ASSERT_EQ(sl_device_held((sl_device)7, NULL, NULL), SL_EINVAL);
     return n;
 }
 
@@ -162,8 +170,18 @@ SL_TEST(device_pipeline__errors_name_what_is_missing) {
     create_fails("{\"source\": {\"path\": \"x\"}, \"ops\": [{\"op\": \"normalize\"}, "
                  "{\"op\": \"flip\", \"column\": \"image\"}], \"device\": {\"kind\": \"host\", "
                  "\"normalize_on_device\": true}}", SL_EINVAL, "ops[1] (flip) comes after");
-    create_fails("{\"source\": {\"path\": \"x\"}, \"ops\": [{\"op\": \"decode\", "
-                 "\"device\": \"gpu\"}]}", SL_EUNSUPPORTED, "ops[0].device \"gpu\"");
+    /* decode on the GPU: where nvJPEG cannot load, that is said first
+     * (before the source opens). Where it can (a GPU machine; the stand-in
+     * through SLUICE_NVJPEG), the spec is checked on: here its source's
+     * images are not encoded bytes, an EINVAL naming ops[0] (the missing
+     * "device": "cuda" over real JPEGs is gpu_pipe_fake__unsupported_chains_are_refused's) */
+    if (sl_dev__nvjpeg_probe() == SL_OK)
+        create_fails("{\"source\": {\"path\": \"x\"}, \"ops\": [{\"op\": \"decode\", "
+                     "\"device\": \"gpu\"}]}", SL_EINVAL, "ops[0].");
+    else
+        create_fails("{\"source\": {\"path\": \"x\"}, \"ops\": [{\"op\": \"decode\", "
+                     "\"device\": \"gpu\"}]}", SL_EUNSUPPORTED,
+                     "ops[0].device \"gpu\": decoding on the GPU needs nvJPEG");
     create_fails("{\"source\": {\"path\": \"x\"}, \"ops\": [{\"op\": \"decode\", "
                  "\"device\": \"npu\"}]}", SL_EINVAL, "ops[0].device: must be");
     /* read through a parameter table: the range and the value given, the

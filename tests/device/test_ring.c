@@ -7,6 +7,7 @@
  */
 #include "test.h"
 #include "device/device.h"
+#include "core/worker.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -457,4 +458,20 @@ SL_TEST(device_stager__bad_arguments) {
     ASSERT_OK(sl_stager_stage(st, NULL, 0, NULL)); /* nothing to stage */
     sl_stager_free(st);
     sl_stager_free(NULL);
+}
+
+/* The host backend's stream thread refused (injected): stream_create fails
+ * naming it, nothing leaks, and the next create works. */
+SL_TEST(device_ring__host_stream_thread_refused) {
+    sl_dev_backend *be;
+    ASSERT_OK(sl_dev__host_open(&be));
+    void *s = NULL;
+    sl__workers_fail_at(1);
+    int rc = be->stream_create(be, &s);
+    sl__workers_fail_at(0);
+    ASSERT_RC(rc, SL_ENOMEM);
+    ASSERT_CONTAINS(sl_errmsg(), "host device: cannot start a hoststream thread");
+    ASSERT_OK(be->stream_create(be, &s));
+    be->stream_destroy(be, s);
+    sl_dev__backend_release(be);
 }

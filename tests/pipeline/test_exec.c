@@ -3,6 +3,7 @@
 #include "pipe_util.h"
 #include "core/core.h"
 #include "pipeline/pipeline.h"
+#include "core/worker.h"
 
 #include <pthread.h>
 
@@ -825,4 +826,32 @@ SL_TEST(pipeline_exec__parallel_collate_same_as_sequential) {
     }
     sl_pipeline_free(p);
     ASSERT_EQ(ragged, 2); /* records 0, 11 and 22 are short */
+}
+
+/* A stage thread the system refuses (injected): the first next() fails with
+ * a message naming the stage and the cause, the threads already started are
+ * joined (free does not hang), and a pipeline started afterwards runs. */
+SL_TEST(pipeline_exec__thread_start_refused) {
+    sl_spec *spec = pu_memory_spec(300);
+    ASSERT_OK(sl_spec_set_threads(spec, 3));
+    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 32}"));
+    for (int at = 1; at <= 3; at++) {
+        sl_pipeline *p;
+        ASSERT_OK(sl_pipeline_create(&p, spec));
+        sl_batch *b;
+        sl__workers_fail_at((uint64_t)at);
+        int rc = sl_pipeline_next(p, &b);
+        sl__workers_fail_at(0);
+        ASSERT_RC(rc, SL_ENOMEM);
+        ASSERT_CONTAINS(sl_errmsg(), "stage ");
+        ASSERT_CONTAINS(sl_errmsg(), "cannot start a stage thread");
+        ASSERT_CONTAINS(sl_errmsg(), "Resource temporarily unavailable");
+        sl_pipeline_free(p);
+    }
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    uint64_t d[16];
+    ASSERT_EQ(pu_run_epoch(p, d, 16), 10);
+    sl_pipeline_free(p);
+    sl_spec_free(spec);
 }

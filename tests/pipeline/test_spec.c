@@ -126,6 +126,11 @@ SL_TEST(pipeline_spec__op_parameters_name_the_range) {
                    "ops[0].drop_remainder: must be true or false");
     expect_bad_ops("{\"op\": \"batch\", \"size\": 8, \"parallel\": 0}", NULL,
                    "ops[0].parallel: must be a number of threads (1-1024) or \"auto\" (got 0)");
+    expect_bad_ops("{\"op\": \"resize\", \"size\": [1, 2, 3]}", NULL,
+                   "ops[0].size: must be an array of 1 to 2 numbers");
+    expect_bad_ops("{\"op\": \"resize\", \"size\": [8, \"a\"]}", NULL,
+                   "ops[0].size[1]: must be a number");
+    expect_bad_ops("{\"op\": \"resize\"}", NULL, "ops[0].size: missing");
     expect_bad_ops("{\"op\": \"resize\", \"size\": 8, \"interpolation\": \"cubic\"}", NULL,
                    "ops[0].interpolation: must be \"bilinear\", \"area\" or \"nearest\"");
     expect_bad_ops("{\"op\": \"batch\", \"size\": 8, \"sise\": 1}", NULL,

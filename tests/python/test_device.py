@@ -184,6 +184,72 @@ print(json.dumps({"batches": out, "stats": ds.stats()}))
 """
 
 
+_TEXT_SCRIPT = r"""
+import json, os, sys
+import numpy as np
+from PIL import Image
+import sluice
+root, same = sys.argv[1], sys.argv[2] == "same"
+rng = np.random.default_rng(5)
+for i in range(10):
+    os.makedirs(os.path.join(root, "ab"[i % 2]), exist_ok=True)
+    im = Image.fromarray(rng.integers(0, 256, (40 + 3 * i, 36 + 2 * i, 3), dtype=np.uint8))
+    # file names of one length (a stacked text column) or of several (ragged)
+    im.save(os.path.join(root, "ab"[i % 2], (f"{i:02d}" if same else "x" * (i + 1)) + ".jpg"))
+out = {}
+for where in ("cpu", "gpu"):
+    ds = (sluice.image_folder(root).select("image", "label", "path").decode("image", device=where)
+          .random_resized_crop("image", 24).batch(4).device("cuda"))
+    try:
+        engine = ds._start()[0]
+        got = []
+        while True:
+            b = engine.next()
+            if b is None:
+                break
+            got.append({k: v if isinstance(v, list) else list(v.__dlpack_device__())
+                        for k, v in b.items()})
+        out[where] = got
+    except Exception as e:  # the message is the result
+        out[where] = f"{type(e).__name__}: {e}"
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("names", ["same", "ragged"])
+def test_text_columns_stay_on_the_host(tmp_path, names):
+    # A text column (the file's path) beside the images of a CUDA batch stays
+    # in host memory and comes out as str, as torch's pin_memory and .to()
+    # leave strings alone: with CPU decode (the upload) and with GPU decode
+    # (its batches), over the stand-in CUDA runtime, nvJPEG and kernels. Paths
+    # of several lengths cannot ride in a GPU-decoded batch: refused, naming
+    # .select().
+    import json
+    import subprocess
+    import sys
+    fakes = _fake_libs()
+    if fakes is None:
+        pytest.skip("the stand-in libraries are not built (nvjpeg.h missing: "
+                    "scripts/nvjpeg_fetch.sh)")
+    env = dict(os.environ, **fakes)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    r = subprocess.run([sys.executable, "-c", _TEXT_SCRIPT, str(tmp_path / "imgs"), names],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    for where in ("cpu", "gpu"):
+        got = res[where]
+        if where == "gpu" and names == "ragged":
+            assert isinstance(got, str) and "text column 'path'" in got and ".select()" in got, got
+            continue
+        assert isinstance(got, list), got
+        assert [len(b["path"]) for b in got] == [4, 4, 2]
+        paths = [p for b in got for p in b["path"]]
+        assert all(isinstance(p, str) and p.endswith(".jpg") for p in paths)
+        assert sorted(paths) == sorted(set(paths)) and len(paths) == 10
+        assert all(b["image"] == [2, 0] and b["label"] == [2, 0] for b in got)
+
+
 def test_decode_on_gpu_runs_over_the_stand_ins(tmp_path):
     # The whole path from Python (decode(device="gpu") + .device("cuda")) over
     # the stand-in CUDA runtime, nvJPEG and kernels of the C tests, in a child

@@ -243,9 +243,12 @@ def test_server_killed_and_restarted_mid_epoch(tmp_path, data, kind):
         px = httpfix.FaultProxy(ng.port, delay_ms=20)
         try:
             # a budget of waits longer than the outage: 8 tries, waits
-            # 100-200, 200-400, ... ms up to 2 s (at least 4.5 s in all)
+            # 100-200, 200-400, ... ms up to 2 s (at least 4.5 s in all);
+            # an open brings 4 KiB of a shard's end (not all of these 40 KB
+            # shards): records are range requests
             env = env_for(tmp_path, SLUICE_CACHE_BYTES=0, SLUICE_HTTP_BACKOFF_MS=200,
-                          SLUICE_HTTP_BACKOFF_MAX_MS=2000, SLUICE_HTTP_TRIES=8, SLUICE_HTTP_READAHEAD=1)
+                          SLUICE_HTTP_BACKOFF_MAX_MS=2000, SLUICE_HTTP_TRIES=8, SLUICE_HTTP_READAHEAD=1,
+                          SLUICE_HTTP_OPEN_BYTES=4096)
             if kind == "slr-ranges":
                 r = subprocess.run([sys.executable, "-c", EPOCHS_PY, data + "/ds"], env=env,
                                    capture_output=True, text=True, timeout=120)
@@ -304,8 +307,9 @@ def test_server_gone_mid_epoch_names_url_record_and_tries(tmp_path, data):
     with httpfix.Nginx(data) as ng:
         px = httpfix.FaultProxy(ng.port, delay_ms=20)
         try:
+            # 4 KiB of a shard's end at open: records are range requests
             p = start_epochs(px.url + "/ds", env_for(tmp_path, SLUICE_CACHE_BYTES=0, SLUICE_HTTP_TRIES=3,
-                                                     SLUICE_HTTP_READAHEAD=1))
+                                                     SLUICE_HTTP_READAHEAD=1, SLUICE_HTTP_OPEN_BYTES=4096))
             assert p.stdout.readline(), p.stderr.read()
             ng.stop()
             t = time.monotonic()
@@ -500,7 +504,7 @@ def test_s3_signed_requests_reach_the_server(tmp_path, data, web):
     try:
         env = env_for(tmp_path, AWS_ENDPOINT_URL=px.url, AWS_REGION="eu-west-3",
                       AWS_ACCESS_KEY_ID="AKIDEXAMPLE", AWS_SECRET_ACCESS_KEY="secret",
-                      AWS_SESSION_TOKEN="tok", SLUICE_CACHE_BYTES=0)
+                      AWS_SESSION_TOKEN="tok", SLUICE_CACHE_BYTES=0, SLUICE_HTTP_OPEN_BYTES=4096)
         env.pop("AWS_S3_ADDRESSING_STYLE", None)
         env.pop("AWS_ENDPOINT_URL_S3", None)
         assert digests(run_spec(tmp_path, {"path": "s3://bkt/ds"}, env)) == want
@@ -997,3 +1001,216 @@ def test_object_changed_within_the_ttl_is_asked_again(tmp_path, data):
                 ti.size = 1
                 t.addfile(ti, io.BytesIO(b"7"))
         assert records() == 3 * N // 4 + 7
+
+
+EDGE_RANGES = {"bytes=-262144", "bytes=0-65535"}  # io.h: SL_IO_EDGE_TAIL, SL_IO_EDGE_HEAD
+
+
+def shard_requests(px, start, path_end):
+    """(method, Range) of the requests since `start` for a path ending so."""
+    return [(m, h.get("range")) for (m, p), h in zip(px.requests[start:], px.seen_headers[start:])
+            if p.endswith(path_end)]
+
+
+@pytest.mark.parametrize("mmap", [False, True])
+def test_slr_shard_opens_in_one_round_trip(tmp_path, data, mmap):
+    """A .slr shard read by ranges (no shard cache) opens with two requests
+    sent at once and no HEAD: its last 256 KiB (a suffix range, which brings
+    the footer, the index and the object's size) and its first 64 KiB (the
+    header). Before, an open was five requests in a row (HEAD, header, the
+    header's rest, footer, index): through a proxy adding 400 ms a request,
+    2 s. (A Reader of one file asks first what the name is: one HEAD.) A shard no longer than the tail is whole after the open: reading
+    and verifying every record asks nothing more."""
+    root = tmp_path / "srv"
+    root.mkdir()
+    rng = np.random.default_rng(9)
+    with sluice.Writer(str(root / "big.slr"), [("idx", "int64"), ("blob", "bytes")], shard_bytes=0,
+                       fsync=False) as w:
+        for i in range(300):  # about 600 KB: bigger than both edges together
+            w.append({"idx": i, "blob": rng.integers(0, 256, 2000, dtype=np.uint8).tobytes()})
+    os.symlink(os.path.join(data, "one.slr"), root / "one.slr")  # about 160 KB: whole
+    env = env_for(tmp_path, SLUICE_CACHE_BYTES=0)
+    with httpfix.Nginx(str(root)) as ng:
+        px = httpfix.FaultProxy(ng.port, delay_ms=400)
+        fast = httpfix.FaultProxy(ng.port)  # reading every record: no delay
+        try:
+            for name, whole in (("big.slr", False), ("one.slr", True)):
+                url = f"{px.url}/{name}"
+                code = f"""
+import json, time, sluice
+took = []
+for _ in range(3):
+    t = time.monotonic()
+    r = sluice.Reader({url!r}, mmap={mmap})
+    took.append(time.monotonic() - t)
+    n = len(r)
+    del r
+print(json.dumps([min(took), n]))
+"""
+                start = len(px.requests)
+                r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                   text=True, timeout=120)
+                assert r.returncode == 0, r.stderr
+                took, n = json.loads(r.stdout.splitlines()[-1])
+                reqs = shard_requests(px, start, "/" + name)
+                # three opens: each asks what the name is (a file or a
+                # directory: one HEAD), then the edge pair
+                assert len(reqs) == 9, reqs
+                assert [m for m, _ in reqs].count("HEAD") == 3, reqs
+                assert {rg for m, rg in reqs if m == "GET"} == EDGE_RANGES, reqs
+                # two round trips (the HEAD, then the pair at once), not six in a row
+                assert took < 1.6, (name, took)
+                # every record, checked; a whole shard asks nothing more
+                code = f"""
+import sluice
+r = sluice.Reader({fast.url + '/' + name!r}, mmap={mmap})
+print(len(r), sum(int(r[i]["idx"]) for i in range(len(r))), r.verify())
+"""
+                start = len(fast.requests)
+                r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                   text=True, timeout=120)
+                assert r.returncode == 0, r.stderr
+                assert r.stdout.split() == [str(n), str(n * (n - 1) // 2), "0"], r.stdout
+                reqs = shard_requests(fast, start, "/" + name)
+                reqs = [q for q in reqs if q[0] == "GET"]
+                if whole:
+                    assert sorted(rg for _, rg in reqs) == sorted(EDGE_RANGES), reqs
+                else:
+                    assert len(reqs) > 2 and all(rg for _, rg in reqs), reqs
+        finally:
+            px.close()
+            fast.close()
+
+
+def test_dataset_shards_open_in_one_round_trip(tmp_path, data, web):
+    """A .slr dataset directory read by ranges: each shard's open is the
+    edge pair (no HEAD), and these small shards (40 KB) are whole after it:
+    two epochs ask each shard nothing more; the manifest comes by the edge
+    pair too. Before: five requests in a row per open, then a range request
+    per record (or per run of neighbours), and HEAD, HEAD, GET for the
+    manifest."""
+    want = local_digest(tmp_path, data, {"path": data + "/ds"})
+    man = json.load(open(os.path.join(data, "ds", "manifest.json")))
+    files = [s["file"] for s in man["shards"]]
+    assert len(files) >= 3
+    px = httpfix.FaultProxy(web.port)
+    try:
+        # named with its '/': a directory without asking; then no HEAD at
+        # all, the manifest too comes by the edge pair
+        got = digests(run_spec(tmp_path, {"path": px.url + "/ds/"},
+                               env_for(tmp_path, SLUICE_CACHE_BYTES=0)))
+        assert got == want
+        assert all(m == "GET" for m, _ in px.requests), px.requests
+        reqs = shard_requests(px, 0, "/manifest.json")
+        assert sorted(rg for _, rg in reqs) == sorted(EDGE_RANGES), reqs
+        n = len(px.requests)
+        got = digests(run_spec(tmp_path, {"path": px.url + "/ds"},
+                               env_for(tmp_path, SLUICE_CACHE_BYTES=0)))
+        assert got == want
+        for k, f in enumerate(files):
+            reqs = shard_requests(px, n, "/" + f)
+            if k == 0:  # the dataset's open asks shard 0 for its schema first
+                assert [m for m, _ in reqs].count("HEAD") <= 1, reqs
+                reqs = [q for q in reqs if q[0] == "GET"]
+                assert len(reqs) == 4 and {rg for _, rg in reqs} == EDGE_RANGES, reqs
+            else:
+                assert sorted(rg for _, rg in reqs) == sorted(EDGE_RANGES), reqs
+                assert all(m == "GET" for m, _ in reqs), reqs
+    finally:
+        px.close()
+
+
+def test_sidecar_index_opens_in_one_round_trip(tmp_path, data):
+    """A tar shard's .slidx over HTTP with no shard cache: each load of it is
+    the edge pair sent at once (the index is small: whole after it), no HEAD
+    first. Before: a HEAD to ask whether it exists, a HEAD to open it, then a
+    GET, in a row. A missing index is still found missing (index: true names
+    it)."""
+    served = indexed_wds(data, str(tmp_path))
+    want = local_digest(tmp_path, data, {"webdataset": data + "/wds-{00000..00003}.tar"})
+    with httpfix.Nginx(served) as ng:
+        px = httpfix.FaultProxy(ng.port)
+        try:
+            src = {"webdataset": px.url + "/wds-{00000..00003}.tar", "index": True}
+            env = env_for(tmp_path, SLUICE_CACHE_BYTES=0)
+            assert digests(run_spec(tmp_path, src, env)) == want
+            for s in range(4):
+                reqs = shard_requests(px, 0, f"/wds-{s:05d}.tar.slidx")
+                assert reqs and all(m == "GET" for m, _ in reqs), reqs
+                assert len(reqs) % 2 == 0 and {rg for _, rg in reqs} == EDGE_RANGES, reqs
+            os.remove(os.path.join(served, "wds-00002.tar.slidx"))
+            r = run_spec(tmp_path, src, env, check=False)
+            assert r.returncode == 1 and "wds-00002.tar" in r.stderr, r.stderr
+        finally:
+            px.close()
+
+
+@pytest.mark.parametrize("cut", [0.7, 0.999, 0.02])
+def test_truncated_shard_opened_by_its_edges_names_the_url(tmp_path, data, cut):
+    """A .slr cut short on the server (its footer gone), read by ranges: the
+    open that brings its edges fails naming the URL and what is wrong, in
+    the edges' one round trip; a sound file right after, in the same
+    process, reads whole."""
+    root = tmp_path / "srv"
+    root.mkdir()
+    rng = np.random.default_rng(11)
+    with sluice.Writer(str(root / "big.slr"), [("idx", "int64"), ("blob", "bytes")], shard_bytes=0,
+                       fsync=False) as w:
+        for i in range(300):
+            w.append({"idx": i, "blob": rng.integers(0, 256, 2000, dtype=np.uint8).tobytes()})
+    whole = (root / "big.slr").read_bytes()
+    (root / "cut.slr").write_bytes(whole[: max(1, int(len(whole) * cut))])
+    with httpfix.Nginx(str(root)) as ng:
+        px = httpfix.FaultProxy(ng.port)
+        try:
+            code = f"""
+import sluice
+try:
+    sluice.Reader({px.url + '/cut.slr'!r}, mmap=False)
+    print("opened")
+except Exception as e:
+    print("error:", e)
+r = sluice.Reader({px.url + '/big.slr'!r}, mmap=False)
+print(len(r), sum(int(r[i]["idx"]) for i in range(len(r))))
+"""
+            r = subprocess.run([sys.executable, "-c", code], env=env_for(tmp_path, SLUICE_CACHE_BYTES=0),
+                               capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, r.stderr
+            err, good = r.stdout.splitlines()
+            assert err.startswith("error:") and px.url + "/cut.slr" in err, err
+            assert re.search(r"truncated|no footer|not a sluice record|shorter than a header", err), err
+            assert good == f"300 {300 * 299 // 2}", good
+            # edge pairs (the open and the heal's second try) and small
+            # ranges, never the whole object
+            cut_reqs = [q for q in shard_requests(px, 0, "/cut.slr") if q[0] == "GET"]
+            assert cut_reqs[:2] and {rg for _, rg in cut_reqs[:2]} == EDGE_RANGES, cut_reqs
+            assert all(rg for _, rg in cut_reqs), cut_reqs
+        finally:
+            px.close()
+
+
+def test_object_replaced_between_the_edge_answers_is_asked_again(tmp_path, data):
+    """The two answers of an edge open describe different versions of the
+    object (another ETag): the open asks again, once; when that pair
+    differs too the open fails naming the URL and why."""
+    with httpfix.Nginx(data) as ng:
+        for vary, ok in ((1, True), (None, False)):
+            px = httpfix.FaultProxy(ng.port, etag_vary=vary)
+            try:
+                code = f"""
+import sluice
+r = sluice.Reader({px.url + '/one.slr'!r}, mmap=False)
+print(len(r), r.verify())
+"""
+                r = subprocess.run([sys.executable, "-c", code], env=env_for(tmp_path, SLUICE_CACHE_BYTES=0),
+                                   capture_output=True, text=True, timeout=120)
+                gets = [q for q in shard_requests(px, 0, "/one.slr") if q[0] == "GET"]
+                if ok:
+                    assert r.returncode == 0, r.stderr
+                    assert r.stdout.split() == [str(N), "0"]
+                    assert len(gets) == 4, gets  # two pairs
+                else:
+                    assert r.returncode != 0
+                    assert px.url + "/one.slr" in r.stderr and "changed on the server" in r.stderr, r.stderr
+            finally:
+                px.close()

@@ -173,14 +173,16 @@ class FaultProxy:
     before answering (a server that stalls). `repr_digest` adds the body's
     `Repr-Digest: sha-256=:...:` (RFC 9530) to a whole answer (200), taken
     before any flip, as a server that sends one would; `forward_all` passes
-    every request header on (a signed S3 request), not only Range and Host.
+    every request header on (a signed S3 request), not only Range and Host;
+    `etag_vary` N gives the first N GET answers (None: every one) an ETag of
+    their own, as if the object were replaced between requests.
     Counts what it did in
     `self.counts`; every request's (method, path) is in `self.requests`."""
 
     def __init__(self, upstream_port, seed=1, err500=0.0, err503=0.0, err429=0.0, drop=0.0,
                  truncate=0.0, delay_ms=0, max_faults=None, shift=0.0, norange=0.0,
                  flip=None, flip_max=None, stall_every=0, stall_s=0.0, repr_digest=False,
-                 forward_all=False):
+                 forward_all=False, etag_vary=0):
         self.up = upstream_port
         self.rng = random.Random(seed)
         self.rates = [("500", err500), ("503", err503), ("429", err429), ("drop", drop),
@@ -197,6 +199,8 @@ class FaultProxy:
         self.stall_s = stall_s
         self.repr_digest = repr_digest
         self.forward_all = forward_all
+        self.etag_vary = etag_vary  # GET answers whose ETag is made another's (None: all)
+        self.counts["etag"] = 0
         self.requests = []  # (method, path) of each request, in order
         self.gets = 0  # GET requests seen
         self.seen_headers = []  # each request's headers (lower-case names), in order
@@ -306,14 +310,26 @@ class FaultProxy:
                     del fwd["range"]
                 if what == "shift":
                     first, _, last = fwd["range"].split("=", 1)[1].partition("-")
-                    fwd["range"] = f"bytes={int(first) + 1}-" + (str(int(last) + 1) if last else "")
+                    if not first:  # a suffix (the last N bytes): one byte more
+                        fwd["range"] = f"bytes=-{int(last) + 1}"
+                    else:
+                        fwd["range"] = f"bytes={int(first) + 1}-" + (str(int(last) + 1) if last else "")
                 try:
                     r, body = self._forward(method, path, fwd)
                 except OSError:
                     c.close()  # upstream gone: so are we (a connection error)
                     return
                 head = f"HTTP/1.1 {r.status} {r.reason}\r\n"
+                vary = False
+                if method == "GET" and self.etag_vary != 0:
+                    with self.lock:
+                        vary = self.etag_vary is None or self.counts["etag"] < self.etag_vary
+                        if vary:
+                            self.counts["etag"] += 1
+                            n_etag = self.counts["etag"]
                 for k, v in r.getheaders():
+                    if vary and k.lower() == "etag":
+                        v = f'"replaced-{n_etag}"'
                     if k.lower() not in ("connection", "keep-alive", "transfer-encoding"):
                         head += f"{k}: {v}\r\n"
                 if self.repr_digest and method == "GET" and r.status == 200:

@@ -6,6 +6,7 @@
  */
 #include "test.h"
 #include "core/core.h"
+#include "core/worker.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1461,4 +1462,46 @@ SL_TEST(source_check__image_folder_like_pack) {
     ASSERT_RC(sl_pack_source(src, dst, &o, &rep), SL_EDECODE);
     ASSERT_CONTAINS(sl_errmsg(), bad);
     sl_source_free(src);
+}
+
+/* A reader thread the system refuses (injected): the readers that did start
+ * share the files, and the pack is the same bytes as with one job; when not
+ * even the first starts, the pack fails naming the folder and the cause, and
+ * writes nothing. */
+SL_TEST(source_pack__reader_thread_refused) {
+    char root[4096], d1[4096], dn[4096];
+    tpath(root, "root");
+    tpath(d1, "j1.slr");
+    make_folder(3, 10);
+    sl_pack_options o = SL_PACK_OPTIONS_INIT;
+    o.jobs = 1;
+    sl_pack_report r1, rn;
+    ASSERT_OK(pack_dir(root, d1, &o, &r1));
+    size_t n1;
+    uint8_t *b1 = sl_test_read_file(d1, &n1);
+    tpath(dn, "none.slr");
+    o.jobs = 3;
+    sl__workers_fail_at(1);
+    int rc0 = pack_dir(root, dn, &o, &rn);
+    sl__workers_fail_at(0);
+    ASSERT_RC(rc0, SL_EIO);
+    ASSERT_CONTAINS(sl_errmsg(), "root: reader threads: cannot start a packread thread (0 running)");
+    ASSERT(access(dn, F_OK) != 0);
+    for (int at = 2; at <= 3; at++) {
+        char name[32];
+        snprintf(name, sizeof name, "refused%d.slr", at);
+        tpath(dn, name);
+        o.jobs = 3;
+        sl__workers_fail_at((uint64_t)at);
+        int rc = pack_dir(root, dn, &o, &rn);
+        sl__workers_fail_at(0);
+        ASSERT_OK(rc);
+        ASSERT_U64_EQ(rn.records, 30);
+        size_t nn;
+        uint8_t *bn = sl_test_read_file(dn, &nn);
+        ASSERT_EQ(nn, n1);
+        ASSERT_EQ(memcmp(bn, b1, n1), 0);
+        free(bn);
+    }
+    free(b1);
 }

@@ -246,6 +246,36 @@ SL_TEST(source_tfrecord__reads_python_examples) {
     cJSON_Delete(exp);
 }
 
+/* A feature's {"name", "list"} object is checked like every other key: a
+ * misspelt key is an error naming it (not ignored, which would quietly give
+ * a scalar column where a list was asked for), a wrong value names its type. */
+SL_TEST(source_tfrecord__feature_object_keys_checked) {
+    if (!make_files())
+        return;
+    char j[12000];
+    sl_source *s = NULL;
+    snprintf(j, sizeof j, "{\"tfrecord\": \"%s/plain.tfrecord\", \"features\": "
+             "{\"weight\": {\"name\": \"w\", \"lsit\": true}}}", g_dir);
+    ASSERT_RC(open_src(&s, j), SL_EINVAL);
+    ASSERT_STR_EQ(sl_errmsg(), "source.features.weight.lsit: unknown key (keys: list, name)");
+    snprintf(j, sizeof j, "{\"tfrecord\": \"%s/plain.tfrecord\", \"features\": "
+             "{\"weight\": {\"name\": \"w\", \"list\": 1}}}", g_dir);
+    ASSERT_RC(open_src(&s, j), SL_EINVAL);
+    ASSERT_STR_EQ(sl_errmsg(), "source.features.weight.list: must be true or false");
+    snprintf(j, sizeof j, "{\"tfrecord\": \"%s/plain.tfrecord\", \"features\": "
+             "{\"weight\": {\"name\": \"\"}}}", g_dir);
+    ASSERT_RC(open_src(&s, j), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "source.features.weight.name: must be a string of 1 to ");
+    /* good input right after bad */
+    snprintf(j, sizeof j, "{\"tfrecord\": \"%s/plain.tfrecord\", \"features\": "
+             "{\"weight\": {\"list\": true}}}", g_dir);
+    ASSERT_OK(open_src(&s, j));
+    ASSERT_EQ(s->ncols, 1);
+    ASSERT_STR_EQ(s->col[0].name, "weight");
+    ASSERT_EQ(s->col[0].ndim, 1);
+    sl_source__release(s);
+}
+
 SL_TEST(source_tfrecord__features_select_and_rename) {
     if (!make_files())
         return;

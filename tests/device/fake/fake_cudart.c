@@ -63,6 +63,7 @@ static struct {
     int not_ready;
     long misuse;
     char last_misuse[256];
+    unsigned long long h2d_bytes;  /* copied by cudaMemcpyAsync */
 } F = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static int fn_index(const char *name) {
@@ -253,6 +254,26 @@ EXPORT cuda_err cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, 
         misuse("%s: destination %p is not inside a live device block", "cudaMemcpyAsync", dst);
         ok = 0;
     }
+    if (ok)
+        F.h2d_bytes += n;
+    pthread_mutex_unlock(&F.mu);
+    if (!ok)
+        return FAKE_CUDA_ERR_INVALID_VALUE;
+    memcpy(dst, src, n);
+    return 0;
+}
+
+/* Not one of the entry points sluice resolves: the tests' own read-back
+ * (tests/device/device_util.h, du_cuda_memcpy), device to host only, which
+ * waits for every stream as the real one does for the legacy default
+ * stream (the stand-in's streams have no work pending). */
+EXPORT cuda_err cudaMemcpy(void *dst, const void *src, size_t n, int kind) {
+    if (kind != 2) /* cudaMemcpyDeviceToHost */
+        return FAKE_CUDA_ERR_INVALID_VALUE;
+    pthread_mutex_lock(&F.mu);
+    int ok = find_range(src, n, K_DEV) >= 0;
+    if (!ok)
+        misuse("%s: source %p is not inside a live device block", "cudaMemcpy", src);
     pthread_mutex_unlock(&F.mu);
     if (!ok)
         return FAKE_CUDA_ERR_INVALID_VALUE;
@@ -419,6 +440,13 @@ EXPORT long fake_cuda_live(const char *kind) {
             return n;
         }
     return -1;
+}
+
+EXPORT unsigned long long fake_cuda_h2d_bytes(void) {
+    pthread_mutex_lock(&F.mu);
+    unsigned long long n = F.h2d_bytes;
+    pthread_mutex_unlock(&F.mu);
+    return n;
 }
 
 EXPORT long fake_cuda_calls(const char *fn) {

@@ -3,7 +3,8 @@
  * runtime stand-in for tests on machines without a GPU (fake_cudart.c).
  *
  * The library exports the 17 cuda* entry points src/device/device_cuda.c
- * resolves, with host memory behind them, plus these control functions.
+ * resolves, with host memory behind them, plus these control functions, and
+ * cudaMemcpy (device to host) for the tests' read-back.
  * Tests reach them with dlsym on the same library device_cuda.c loaded
  * (tests/device/test_cuda_fake.c).
  *
@@ -22,6 +23,8 @@
 typedef long (*fake_cuda_live_fn)(const char *kind);
 /* Calls made so far of entry point `fn` ("cudaMalloc"); -1 if unknown. */
 typedef long (*fake_cuda_calls_fn)(const char *fn);
+/* Bytes copied by cudaMemcpyAsync so far. */
+typedef unsigned long long (*fake_cuda_h2d_bytes_fn)(void);
 /* The nth call from now (1: the next) of `fn` returns `err`; with sticky,
  * every call after it too. nth 0 clears. Returns 0, or -1 for an unknown fn. */
 typedef int (*fake_cuda_fail_fn)(const char *fn, long nth, int err, int sticky);
