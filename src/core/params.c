@@ -425,11 +425,6 @@ void sl_params_defaults(const sl_param_table *t, void *out) {
 
 /* ---- documentation --------------------------------------------------------------- */
 
-typedef struct {
-    char *buf;
-    size_t cap, len;
-} doc_ctx;
-
 static const char *type_name(sl_param_type type) {
     static const char *const names[] = {"bool",   "int",    "int",    "uint64",
                                         "number", "bytes",  "string", "enum",
@@ -437,48 +432,36 @@ static const char *type_name(sl_param_type type) {
     return names[type];
 }
 
-SL_PRINTF(2, 3)
-static void doc_add(doc_ctx *d, const char *fmt, ...) {
-    if (d->len >= d->cap)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int w = vsnprintf(d->buf + d->len, d->cap - d->len, fmt, ap);
-    va_end(ap);
-    if (w > 0)
-        d->len += (size_t)w < d->cap - d->len ? (size_t)w : d->cap - d->len - 1;
-}
-
 static int doc_visit(const sl_param *p, size_t off, void *ctx) {
     (void)off;
-    doc_ctx *d = ctx;
+    sl_text *d = ctx;
     if (p->flags & SL_PARAM_HIDDEN)
         return 0;
     char range[256];
-    doc_add(d, "  %-18s %s", p->key, type_name(p->type));
+    sl__text_add(d, "  %-18s %s", p->key, type_name(p->type));
     if (p->flags & SL_PARAM_REQUIRED)
-        doc_add(d, ", required");
+        sl__text_add(d, ", required");
     else if (p->type == SL_PARAM_STRING && p->def_str)
-        doc_add(d, ", default \"%s\"", p->def_str);
+        sl__text_add(d, ", default \"%s\"", p->def_str);
     else if (p->type == SL_PARAM_ENUM && p->names)
-        doc_add(d, ", default \"%s\"", p->names[(int)p->def]);
+        sl__text_add(d, ", default \"%s\"", p->names[(int)p->def]);
     else if (p->type == SL_PARAM_BOOL)
-        doc_add(d, ", default %s", p->def < 0 ? "\"auto\"" : p->def ? "true" : "false");
+        sl__text_add(d, ", default %s", p->def < 0 ? "\"auto\"" : p->def ? "true" : "false");
     else if (p->type <= SL_PARAM_BYTES) {
         /* a default outside the range means "not set": the doc says what then */
         if (p->def < 0 && p->flags & SL_PARAM_OR_AUTO)
-            doc_add(d, ", default \"auto\"");
+            sl__text_add(d, ", default \"auto\"");
         else if (!(has_min(p) && p->def < p->min) && !(has_max(p) && p->def > p->max))
-            doc_add(d, ", default %.15g", p->def);
+            sl__text_add(d, ", default %.15g", p->def);
     }
     if (p->type != SL_PARAM_ANY && p->type != SL_PARAM_OBJECT)
-        doc_add(d, ": %s", expected(p, range, sizeof range));
-    doc_add(d, "%s%s\n", p->doc ? ". " : "", p->doc ? p->doc : "");
+        sl__text_add(d, ": %s", expected(p, range, sizeof range));
+    sl__text_add(d, "%s%s\n", p->doc ? ". " : "", p->doc ? p->doc : "");
     return 0;
 }
 
 size_t sl_params_doc(const sl_param_table *t, char *buf, size_t cap) {
-    doc_ctx d = {buf, cap, 0};
+    sl_text d = {buf, cap, 0};
     if (cap)
         buf[0] = '\0';
     walk(t->params, 0, doc_visit, &d);
