@@ -226,8 +226,36 @@ photos() {
     { line photos FAIL "could not make the ImageNet-style photo set"; return 1; }
 }
 
+# run_sanitized TOOL LOG CMD...: CMD under compute-sanitizer's TOOL within
+# SANITIZE_S seconds, its output in LOG. Sets SAN_RC, SAN_ST and SAN_FIG: the
+# verdict is the tool's own summary (memcheck: ERROR SUMMARY, racecheck:
+# RACECHECK SUMMARY) saying 0 errors, and a program that reached its end
+# (printed "gpu_checks: done") and exited 0; the figure says which of these
+# held, and how the program ended
+run_sanitized() {
+  local tool=$1 log=$2; shift 2
+  local extra=""
+  [ $tool = memcheck ] && extra="--leak-check full"
+  PYTHONPATH=$BUILD/python timeout "$SANITIZE_S" compute-sanitizer --tool $tool $extra \
+    --error-exitcode 9 "$@" > "$log" 2>&1
+  SAN_RC=$?
+  local summary errors how="the program did not reach its end"
+  summary=$(grep -m1 -E '(ERROR|RACECHECK) SUMMARY' "$log" | sed 's/^=* *//')
+  errors=$(printf '%s' "$summary" | sed -n 's/.*[^0-9]\([0-9][0-9]*\) errors*.*/\1/p')
+  grep -q '^gpu_checks: done' "$log" && how="the program reached its end"
+  [ $SAN_RC != 0 ] && [ $SAN_RC != 9 ] &&
+    how="$how, then ended with status $SAN_RC$(grep -q "process didn't terminate successfully" "$log" && echo " (the tool: terminated abnormally)")"
+  SAN_ST=FAIL
+  [ $SAN_RC = 0 ] && [ "$errors" = 0 ] && grep -q '^gpu_checks: done' "$log" && SAN_ST=PASS
+  SAN_FIG="${summary:-no summary (timed out after $SANITIZE_S s?)}; $how$(grep -m1 -o 'Fatal Python error: [A-Za-z ]*' "$log" | sed 's/^/; /')"
+}
+
 # compute-sanitizer memcheck and racecheck over gpu_checks.py, each within
-# SLUICE_GPU_SANITIZE_S seconds (default 150)
+# SLUICE_GPU_SANITIZE_S seconds (default 150); the checks run under them
+# report as lines of their own (memcheck:epoch_no_leak), apart from the
+# tool's verdict. Then memcheck over torch alone and over sluice's device
+# path alone (no torch), as controls: whichever ends abnormally too says
+# whose exit it is.
 sanitizers() {
   if [ $DRY = 1 ]; then
     line memcheck SKIP "compute-sanitizer needs a GPU (host backend)"
@@ -236,45 +264,31 @@ sanitizers() {
     line memcheck FAIL "compute-sanitizer not found on PATH"
     line racecheck FAIL "compute-sanitizer not found on PATH"
   else
+    local tool checks log
     for tool in memcheck racecheck; do
       log=$WORK/$tool.log
-      local checks=epoch,reuse extra="--leak-check full"
-      [ $tool = racecheck ] && { checks=kernel; extra=""; }
-      PYTHONPATH=$BUILD/python timeout "$SANITIZE_S" compute-sanitizer --tool $tool $extra --error-exitcode 9 \
-        "$PY" -X faulthandler bench/gpu_checks.py --kind cuda --checks $checks > "$log" 2>&1
-      rc=$?
+      checks=epoch,reuse
+      [ $tool = racecheck ] && checks=kernel
+      run_sanitized $tool "$log" "$PY" -X faulthandler bench/gpu_checks.py --kind cuda --checks $checks
       keep_log $tool "$log"
-      # the verdict: the tool's own summary (memcheck: ERROR SUMMARY,
-      # racecheck: RACECHECK SUMMARY) says 0 errors, and the program ran to
-      # its end and exited 0; the checks' own lines under the tool follow
-      # as lines of their own (gpu_checks.py's exit status does not count
-      # them)
-      local summary errors st=FAIL
-      summary=$(grep -m1 -E '(ERROR|RACECHECK) SUMMARY' "$log" | sed 's/^=* *//')
-      errors=$(printf '%s' "$summary" | sed -n 's/.*[^0-9]\([0-9][0-9]*\) errors*.*/\1/p')
-      [ $rc = 0 ] && [ "$errors" = 0 ] && grep -q '^gpu_checks: done' "$log" && st=PASS
-      local how="the program did not reach its end"
-      grep -q '^gpu_checks: done' "$log" && how="the program reached its end"
-      [ $rc != 0 ] && [ $rc -lt 128 ] && [ $rc != 9 ] && how="$how, then ended with status $rc$(grep -q "process didn't terminate successfully" "$log" && echo " (the tool: terminated abnormally)")"
-      line $tool $st "exit $rc over gpu_checks.py --checks $checks: ${summary:-no summary (timed out after $SANITIZE_S s?)}; $how$(grep -m1 -o 'Fatal Python error: [A-Za-z ]*' "$log" | sed 's/^/; /')"
+      line $tool $SAN_ST "exit $SAN_RC over gpu_checks.py --checks $checks: $SAN_FIG"
       grep '^{"check"' "$log" | "$PY" -c 'import json,sys
 for l in sys.stdin:
     r = json.loads(l); print(json.dumps(dict(r, check=sys.argv[1] + ":" + r["check"])))' "$tool" > "$WORK/$tool.jsonl"
       lines_from "$WORK/$tool.jsonl" -  # the tool's log is kept already
     done
-    # Controls for memcheck's verdict: torch alone, and sluice's device path
-    # alone (no torch), each under memcheck the same way; whichever ends
-    # abnormally too says whose exit it is
-    local name code
+    local name code what
     for name in torch sluice; do
       log=$WORK/memcheck_$name.log
       if [ $name = torch ]; then
+        what="torch alone (a CUDA tensor, a kernel)"
         code='import torch
 x = torch.ones(1 << 20, device="cuda")
 torch.cuda._sleep(1000)
 print("sum", float((x * 2).sum()))
 print("gpu_checks: done", flush=True)'
       else
+        what="sluice's device path alone, no torch (8 batches into CUDA memory)"
         code='import numpy as np, sluice
 x = np.arange(64 * 96 * 96 * 3, dtype=np.uint8).reshape(64, 96, 96, 3)
 ds = sluice.from_arrays({"image": x, "label": np.arange(64)}).batch(8).prefetch(2).device("cuda")
@@ -285,20 +299,11 @@ ds.close()
 print("batches", n)
 print("gpu_checks: done", flush=True)'
       fi
-      PYTHONPATH=$BUILD/python timeout "$SANITIZE_S" compute-sanitizer --tool memcheck --leak-check full \
-        --error-exitcode 9 "$PY" -X faulthandler -c "$code" > "$log" 2>&1
-      rc=$?
+      run_sanitized memcheck "$log" "$PY" -X faulthandler -c "$code"
       keep_log memcheck_$name "$log"
-      local summary errors st=FAIL how="the program did not reach its end"
-      summary=$(grep -m1 'ERROR SUMMARY' "$log" | sed 's/^=* *//')
-      errors=$(printf '%s' "$summary" | sed -n 's/.*[^0-9]\([0-9][0-9]*\) errors*.*/\1/p')
-      grep -q '^gpu_checks: done' "$log" && how="the program reached its end"
-      [ $rc != 0 ] && how="$how, then ended with status $rc"
-      [ $rc = 0 ] && [ "$errors" = 0 ] && grep -q '^gpu_checks: done' "$log" && st=PASS
-      line memcheck_control_$name $st "memcheck over $([ $name = torch ] && echo 'torch alone (a CUDA tensor, a kernel)' || echo "sluice's device path alone, no torch (8 batches into CUDA memory)"): ${summary:-no summary}; $how"
+      line memcheck_control_$name $SAN_ST "exit $SAN_RC, memcheck over $what: $SAN_FIG"
     done
   fi
-
 }
 
 part1() {
