@@ -45,6 +45,20 @@ void *sl__realloc(void *p, size_t size) {
     return realloc(p, size ? size : 1);
 }
 
+void *sl__append_zeroed(void **p, size_t n, size_t size, const char *what) {
+    size_t bytes;
+    unsigned char *q = NULL;
+    if (sl__add_ok(n, 1, &bytes) && sl__mul_ok(bytes, size, &bytes))
+        q = sl__realloc(*p, bytes);
+    if (!q) {
+        sl__oom(what);
+        return NULL;
+    }
+    *p = q;
+    memset(q + n * size, 0, size);
+    return q + n * size;
+}
+
 int sl__grow_slow(void **p, size_t *cap, size_t need, size_t size, size_t first,
                   const char *what) {
     size_t n = *cap ? *cap : first, bytes;

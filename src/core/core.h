@@ -227,6 +227,21 @@ static inline int sl__last_at_most(const void *items, int n, size_t stride, size
     return lo;
 }
 
+/* One more zeroed item of `size` bytes at the end of the array *p of n
+ * items (reallocated to n + 1; unchanged on failure): the new item, or NULL
+ * with SL_ENOMEM "out of memory while <what>" set (sl__oom). For short lists
+ * that grow one at a time (columns, features, damaged entries). */
+void *sl__append_zeroed(void **p, size_t n, size_t size, const char *what);
+
+/* Text appended into a fixed buffer buf[cap] (cap >= 1, buf[0] set to 0 by
+ * the caller): what does not fit is cut; len stays below cap and buf stays
+ * terminated. */
+typedef struct {
+    char *buf;
+    size_t cap, len;
+} sl_text;
+void sl__text_add(sl_text *t, const char *fmt, ...) SL_PRINTF(2, 3);
+
 /* Room for `need` items of `size` bytes in the array *p of *cap items: when
  * short, the capacity doubles from *cap (or `first` when 0) until it holds
  * `need`, and *p is reallocated (unchanged on failure). SL_OK, or SL_ENOMEM

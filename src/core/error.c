@@ -41,13 +41,8 @@ int sl_error_set(int code, const char *fmt, ...) {
     return code;
 }
 
-int sl__error(int code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    sl__verror(code, fmt, ap);
-    va_end(ap);
-    return code;
-}
+/* The library's own name for sl_error_set: one function, two names. */
+int sl__error(int code, const char *fmt, ...) __attribute__((alias("sl_error_set")));
 
 int sl__error_prefix(int code, const char *fmt, ...) {
     char prefix[SL__ERRMSG_MAX];

@@ -1,7 +1,9 @@
-/* names.c — "did you mean": valid names listed closest to a wrong one first. */
+/* names.c — text for messages and listings: "did you mean" (valid names
+ * listed closest to a wrong one first) and text appended to a fixed buffer. */
 #include "core/core.h"
 
 #include <ctype.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -60,4 +62,15 @@ const char *sl__names_closest(const char *want, const char *const *names, int n,
         len += (size_t)w;
     }
     return buf;
+}
+
+void sl__text_add(sl_text *t, const char *fmt, ...) {
+    if (t->len >= t->cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
+    va_end(ap);
+    if (w > 0)
+        t->len += (size_t)w < t->cap - t->len ? (size_t)w : t->cap - t->len - 1;
 }

@@ -111,6 +111,18 @@ int sl_params_unknown(const sl_param_table *t, const char *field, const char *ke
 static int has_min(const sl_param *p) { return !(p->min == 0 && p->max == 0); }
 static int has_max(const sl_param *p) { return has_min(p) && p->max >= p->min; }
 
+/* A string's or a list's length bounds in words: "a list of 1 to 4 entries",
+ * "a non-empty string", "a list". */
+static void sized(const sl_param *p, char *buf, size_t cap, const char *noun,
+                  const char *unit) {
+    if (has_max(p))
+        snprintf(buf, cap, "a %s of %.15g to %.15g %s", noun, p->min, p->max, unit);
+    else if (has_min(p) && p->min >= 1)
+        snprintf(buf, cap, "a non-empty %s", noun);
+    else
+        snprintf(buf, cap, "a %s", noun);
+}
+
 /* The allowed values in words: what follows "must be ". */
 static const char *expected(const sl_param *p, char *buf, size_t cap) {
     if (p->expect)
@@ -144,12 +156,7 @@ static const char *expected(const sl_param *p, char *buf, size_t cap) {
                            "(K, M, G, T)", has_min(p) ? p->min : 0);
         break;
     case SL_PARAM_STRING:
-        if (has_max(p))
-            snprintf(buf, cap, "a string of %.15g to %.15g bytes", p->min, p->max);
-        else if (has_min(p) && p->min >= 1)
-            snprintf(buf, cap, "a non-empty string");
-        else
-            snprintf(buf, cap, "a string");
+        sized(p, buf, cap, "string", "bytes");
         break;
     case SL_PARAM_ENUM: {
         size_t n = 0;
@@ -164,12 +171,7 @@ static const char *expected(const sl_param *p, char *buf, size_t cap) {
         break;
     }
     case SL_PARAM_ARRAY:
-        if (has_max(p))
-            snprintf(buf, cap, "a list of %.15g to %.15g entries", p->min, p->max);
-        else if (has_min(p) && p->min >= 1)
-            snprintf(buf, cap, "a non-empty list");
-        else
-            snprintf(buf, cap, "a list");
+        sized(p, buf, cap, "list", "entries");
         break;
     case SL_PARAM_OBJECT:
         snprintf(buf, cap, "an object");
@@ -402,10 +404,16 @@ int sl_params_read(const sl_param_table *t, const cJSON *obj, const char *field,
             return sl__error(code_of(t), "%s: must be an object", field);
         return sl__error(code_of(t), "must be a JSON object");
     }
-    if (!(t->flags & SL_PARAMS_OPEN))
-        for (const cJSON *it = obj->child; it; it = it->next)
-            if (!sl_params_find(t, it->string))
-                return sl_params_unknown(t, field, it->string ? it->string : "", NULL);
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        const char *k = it->string ? it->string : "";
+        const sl_param *p = sl_params_find(t, k);
+        if (!p && !(t->flags & SL_PARAMS_OPEN))
+            return sl_params_unknown(t, field, k, NULL);
+        /* a key given twice: only the first would be read */
+        for (const cJSON *dup = it->next; p && dup; dup = dup->next)
+            if (dup->string && !strcmp(dup->string, k))
+                return key_error(t, field, k, "%s", "given twice");
+    }
     read_ctx r = {t, obj, field, out, SL_OK};
     walk(t->params, 0, read_visit, &r);
     return r.rc;
@@ -423,11 +431,6 @@ void sl_params_defaults(const sl_param_table *t, void *out) {
 
 /* ---- documentation --------------------------------------------------------------- */
 
-typedef struct {
-    char *buf;
-    size_t cap, len;
-} doc_ctx;
-
 static const char *type_name(sl_param_type type) {
     static const char *const names[] = {"bool",   "int",    "int",    "uint64",
                                         "number", "bytes",  "string", "enum",
@@ -435,48 +438,36 @@ static const char *type_name(sl_param_type type) {
     return names[type];
 }
 
-SL_PRINTF(2, 3)
-static void doc_add(doc_ctx *d, const char *fmt, ...) {
-    if (d->len >= d->cap)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int w = vsnprintf(d->buf + d->len, d->cap - d->len, fmt, ap);
-    va_end(ap);
-    if (w > 0)
-        d->len += (size_t)w < d->cap - d->len ? (size_t)w : d->cap - d->len - 1;
-}
-
 static int doc_visit(const sl_param *p, size_t off, void *ctx) {
     (void)off;
-    doc_ctx *d = ctx;
+    sl_text *d = ctx;
     if (p->flags & SL_PARAM_HIDDEN)
         return 0;
     char range[256];
-    doc_add(d, "  %-18s %s", p->key, type_name(p->type));
+    sl__text_add(d, "  %-18s %s", p->key, type_name(p->type));
     if (p->flags & SL_PARAM_REQUIRED)
-        doc_add(d, ", required");
+        sl__text_add(d, ", required");
     else if (p->type == SL_PARAM_STRING && p->def_str)
-        doc_add(d, ", default \"%s\"", p->def_str);
+        sl__text_add(d, ", default \"%s\"", p->def_str);
     else if (p->type == SL_PARAM_ENUM && p->names)
-        doc_add(d, ", default \"%s\"", p->names[(int)p->def]);
+        sl__text_add(d, ", default \"%s\"", p->names[(int)p->def]);
     else if (p->type == SL_PARAM_BOOL)
-        doc_add(d, ", default %s", p->def < 0 ? "\"auto\"" : p->def ? "true" : "false");
+        sl__text_add(d, ", default %s", p->def < 0 ? "\"auto\"" : p->def ? "true" : "false");
     else if (p->type <= SL_PARAM_BYTES) {
         /* a default outside the range means "not set": the doc says what then */
         if (p->def < 0 && p->flags & SL_PARAM_OR_AUTO)
-            doc_add(d, ", default \"auto\"");
+            sl__text_add(d, ", default \"auto\"");
         else if (!(has_min(p) && p->def < p->min) && !(has_max(p) && p->def > p->max))
-            doc_add(d, ", default %.15g", p->def);
+            sl__text_add(d, ", default %.15g", p->def);
     }
     if (p->type != SL_PARAM_ANY && p->type != SL_PARAM_OBJECT)
-        doc_add(d, ": %s", expected(p, range, sizeof range));
-    doc_add(d, "%s%s\n", p->doc ? ". " : "", p->doc ? p->doc : "");
+        sl__text_add(d, ": %s", expected(p, range, sizeof range));
+    sl__text_add(d, "%s%s\n", p->doc ? ". " : "", p->doc ? p->doc : "");
     return 0;
 }
 
 size_t sl_params_doc(const sl_param_table *t, char *buf, size_t cap) {
-    doc_ctx d = {buf, cap, 0};
+    sl_text d = {buf, cap, 0};
     if (cap)
         buf[0] = '\0';
     walk(t->params, 0, doc_visit, &d);

@@ -25,6 +25,21 @@ static bool inject_failure(void) {
     return atomic_fetch_add(&count, 1) + 1 == f;
 }
 
+static void wake_cv(void *user) {
+    sl_workers *ws = user;
+    pthread_mutex_lock(ws->wake_mu);
+    pthread_cond_broadcast(ws->wake_cv);
+    pthread_mutex_unlock(ws->wake_mu);
+}
+
+int sl__workers_init_cv(sl_workers *ws, const char *name, int cap, pthread_mutex_t *mu,
+                        pthread_cond_t *cv) {
+    int rc = sl__workers_init(ws, name, cap, wake_cv, ws);
+    ws->wake_mu = mu;
+    ws->wake_cv = cv;
+    return rc;
+}
+
 int sl__workers_init(sl_workers *ws, const char *name, int cap, void (*wake)(void *user),
                      void *user) {
     memset(ws, 0, sizeof *ws);

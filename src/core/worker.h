@@ -55,6 +55,8 @@ typedef struct sl_workers {
     _Atomic int stop;     /* sl__workers_stop was called */
     void (*wake)(void *user); /* called by sl__workers_stop; may be NULL */
     void *user;
+    pthread_mutex_t *wake_mu; /* sl__workers_init_cv: the pair its wake signals */
+    pthread_cond_t *wake_cv;
     pthread_t *heap;      /* the ids when cap > SL_WORKERS_INLINE, else NULL */
     pthread_t inline_tid[SL_WORKERS_INLINE];
 } sl_workers;
@@ -65,6 +67,10 @@ typedef struct sl_workers {
  * allocates) with a message. */
 int sl__workers_init(sl_workers *ws, const char *name, int cap, void (*wake)(void *user),
                      void *user);
+/* sl__workers_init for the usual threads, which sleep on `cv` under `mu`:
+ * the set's wake locks mu and broadcasts cv. mu and cv outlive the set. */
+int sl__workers_init_cv(sl_workers *ws, const char *name, int cap, pthread_mutex_t *mu,
+                        pthread_cond_t *cv);
 /* Start one more thread running fn(arg). Returns SL_OK; SL_ENOMEM when the
  * system refuses a thread (the message names the set, how many run, the
  * cause and what to do) or when the set is full (cap threads). Nothing is

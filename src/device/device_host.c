@@ -69,6 +69,17 @@ static void stream_wait_seq(host_stream *s, uint64_t seq) {
     pthread_mutex_unlock(&s->mu);
 }
 
+static void run(const work *w) {
+    switch (w->kind) {
+    case W_COPY: memcpy(w->dst, w->src, w->n); break;
+    case W_NORM: sl_dev__normalize_host(&w->norm); break;
+    case W_CROP: sl_dev__crop_resize_host(&w->crop); break;
+    case W_WAIT: stream_wait_seq(w->wait_stream, w->wait_seq); break;
+    case W_CALL: w->fn(w->arg); break;
+    default: break;
+    }
+}
+
 static void *stream_main(void *arg) {
     host_stream *s = arg;
     pthread_mutex_lock(&s->mu);
@@ -79,14 +90,7 @@ static void *stream_main(void *arg) {
             break; /* stopped and drained */
         work w = s->q[s->qhead];
         pthread_mutex_unlock(&s->mu);
-        switch (w.kind) {
-        case W_COPY: memcpy(w.dst, w.src, w.n); break;
-        case W_NORM: sl_dev__normalize_host(&w.norm); break;
-        case W_CROP: sl_dev__crop_resize_host(&w.crop); break;
-        case W_WAIT: stream_wait_seq(w.wait_stream, w.wait_seq); break;
-        case W_CALL: w.fn(w.arg); break;
-        default: break;
-        }
+        run(&w);
         pthread_mutex_lock(&s->mu);
         s->qhead = (s->qhead + 1) % s->qcap;
         s->qlen--;
@@ -121,12 +125,6 @@ static int push(host_stream *s, const work *w) {
     return SL_OK;
 }
 
-static void stream_wake(void *user) {
-    host_stream *s = user;
-    pthread_mutex_lock(&s->mu);
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-}
 
 static int h_stream_create(sl_dev_backend *b, void **out) {
     (void)b;
@@ -135,7 +133,7 @@ static int h_stream_create(sl_dev_backend *b, void **out) {
         return sl__oom("creating a host stream");
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    sl__workers_init(&s->thread, "hoststream", 1, stream_wake, s); /* 1 fits inline */
+    sl__workers_init_cv(&s->thread, "hoststream", 1, &s->mu, &s->cv); /* 1 fits inline */
     int rc = sl__workers_start(&s->thread, stream_main, s);
     if (rc < 0) {
         sl__workers_dispose(&s->thread);
@@ -154,7 +152,7 @@ static void h_stream_destroy(sl_dev_backend *b, void *stream) {
     host_stream *s = stream;
     if (!s)
         return;
-    sl__workers_dispose(&s->thread); /* stop (stream_wake), join */
+    sl__workers_dispose(&s->thread); /* stop (wakes cv), join */
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     sl__free(s->q);
@@ -173,37 +171,31 @@ static int h_stream_sync(sl_dev_backend *b, void *stream) {
     return SL_OK;
 }
 
-static int h_copy(sl_dev_backend *b, void *dst, const void *src, size_t n, void *stream) {
-    (void)b;
-    host_stream *s = stream;
+/* Work for a stream: queued on it, or done now when there is none. */
+static int submit(host_stream *s, const work *w) {
     if (!s) {
-        memcpy(dst, src, n);
+        run(w);
         return SL_OK;
     }
+    return push(s, w);
+}
+
+static int h_copy(sl_dev_backend *b, void *dst, const void *src, size_t n, void *stream) {
+    (void)b;
     work w = {.kind = W_COPY, .dst = dst, .src = src, .n = n};
-    return push(s, &w);
+    return submit(stream, &w);
 }
 
 static int h_normalize(sl_dev_backend *b, const sl_dev_norm *a, void *stream) {
     (void)b;
-    host_stream *s = stream;
-    if (!s) {
-        sl_dev__normalize_host(a);
-        return SL_OK;
-    }
     work w = {.kind = W_NORM, .norm = *a};
-    return push(s, &w);
+    return submit(stream, &w);
 }
 
 static int h_crop_resize(sl_dev_backend *b, const sl_dev_crop *a, void *stream) {
     (void)b;
-    host_stream *s = stream;
-    if (!s) {
-        sl_dev__crop_resize_host(a);
-        return SL_OK;
-    }
     work w = {.kind = W_CROP, .crop = *a};
-    return push(s, &w);
+    return submit(stream, &w);
 }
 
 static int h_event_create(sl_dev_backend *b, void **out) {

@@ -528,47 +528,32 @@ int sl_spec__copy(sl_spec **out, const sl_spec *src) {
 
 /* ---- the keys, documented (sluice explain --params) ------------------------------ */
 
-typedef struct {
-    char *buf;
-    size_t cap, len;
-} doc_buf;
-
-SL_PRINTF(2, 3)
-static void doc_line(doc_buf *d, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int w = vsnprintf(d->buf + d->len, d->cap - d->len, fmt, ap);
-    va_end(ap);
-    if (w > 0)
-        d->len += (size_t)w < d->cap - d->len ? (size_t)w : d->cap - d->len - 1;
-}
-
-static void doc_table(doc_buf *d, const sl_param_table *t) {
+static void doc_table(sl_text *d, const sl_param_table *t) {
     d->len += sl_params_doc(t, d->buf + d->len, d->cap - d->len);
 }
 
 int sl_spec_params_doc(char *buf, size_t cap, size_t *len_out) {
     enum { DOC_MAX = 1 << 15 };
-    doc_buf d = {sl__malloc(DOC_MAX), DOC_MAX, 0};
+    sl_text d = {sl__malloc(DOC_MAX), DOC_MAX, 0};
     if (!d.buf)
         return sl__oom("documenting the spec's keys");
     d.buf[0] = '\0';
-    doc_line(&d, "spec (a JSON object):\n");
+    sl__text_add(&d, "spec (a JSON object):\n");
     doc_table(&d, &spec_table);
-    doc_line(&d, "source: a path, or an object with one input key (below), its options and:\n");
+    sl__text_add(&d, "source: a path, or an object with one input key (below), its options and:\n");
     doc_table(&d, &source_table);
-    doc_line(&d, "source.shuffle (an object):\n");
+    sl__text_add(&d, "source.shuffle (an object):\n");
     doc_table(&d, &shuffle_table);
-    doc_line(&d, "source.shard (an object):\n");
+    sl__text_add(&d, "source.shard (an object):\n");
     doc_table(&d, &shard_table);
     for (const sl_source_format *kd = sl_source__kinds; kd->key; kd++) {
-        doc_line(&d, "source with \"%s\": %s\n", kd->key, kd->summary);
+        sl__text_add(&d, "source with \"%s\": %s\n", kd->key, kd->summary);
         if (kd->params)
             doc_table(&d, kd->params);
     }
-    doc_line(&d, "device: \"cuda\", \"host\" or an object:\n");
+    sl__text_add(&d, "device: \"cuda\", \"host\" or an object:\n");
     doc_table(&d, &sl_dev__params);
-    doc_line(&d, "ops: each op's parameters: docs/OPS.md; every op also takes:\n");
+    sl__text_add(&d, "ops: each op's parameters: docs/OPS.md; every op also takes:\n");
     doc_table(&d, &parallel_table);
     if (len_out)
         *len_out = d.len;

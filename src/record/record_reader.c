@@ -1184,12 +1184,6 @@ static void *opener_main(void *arg) {
     return NULL;
 }
 
-static void opener_wake(void *user) {
-    slr_opener *o = user;
-    pthread_mutex_lock(&o->mu);
-    pthread_cond_broadcast(&o->cv);
-    pthread_mutex_unlock(&o->mu);
-}
 
 static int opener_make(sl_reader *r) {
     slr_opener *o = sl__calloc(1, sizeof *o);
@@ -1197,7 +1191,7 @@ static int opener_make(sl_reader *r) {
         return sl__oom("opening a dataset");
     pthread_mutex_init(&o->mu, NULL);
     pthread_cond_init(&o->cv, NULL);
-    sl__workers_init(&o->ws, "opener", SLR_OPENERS, opener_wake, o); /* inline: cannot fail */
+    sl__workers_init_cv(&o->ws, "opener", SLR_OPENERS, &o->mu, &o->cv); /* inline: cannot fail */
     r->opener = o;
     return SL_OK;
 }
@@ -1230,7 +1224,7 @@ static void opener_free(sl_reader *r) {
         sl__free(o);
         return;
     }
-    sl__workers_dispose(&o->ws); /* stop (opener_wake), join */
+    sl__workers_dispose(&o->ws); /* stop (wakes cv), join */
     /* only now: a thread started just before the stop reads r->opener when
      * it begins (clearing it first crashed such a thread on a NULL lock) */
     r->opener = NULL;

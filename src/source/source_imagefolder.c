@@ -350,15 +350,9 @@ typedef struct {
     pthread_cond_t space_cv; /* the writer advanced, or stop (workers wait) */
     size_t next_claim;
     size_t next_write;
-    sl_workers ws;  /* the reader threads; stop read under mu (job_wake) */
+    sl_workers ws;  /* the reader threads; stop read under mu (wakes space_cv) */
 } reader_job;
 
-static void job_wake(void *user) {
-    reader_job *job = user;
-    pthread_mutex_lock(&job->mu);
-    pthread_cond_broadcast(&job->space_cv);
-    pthread_mutex_unlock(&job->mu);
-}
 
 /* Read ROOT/e->rel whole and check it is an image the decode op reads. */
 static int load_file(const char *root, const entry *e, sl_source__checker *chk, uint8_t **data_out,
@@ -490,7 +484,7 @@ int sl_source__pack_imagefolder(const char *root_in, const char *dst,
     job.restart = opts->jpeg_restart;
     if (jobs > 1) {
         job.slots = sl__calloc(job.window, sizeof *job.slots);
-        if (!job.slots || sl__workers_init(&job.ws, "packread", jobs, job_wake, &job) < 0)
+        if (!job.slots || sl__workers_init_cv(&job.ws, "packread", jobs, &job.mu, &job.space_cv) < 0)
             SL_FAIL(SL_ENOMEM, "%s: out of memory starting %d readers", root, jobs);
         pthread_mutex_init(&job.mu, NULL);
         pthread_cond_init(&job.ready_cv, NULL);
@@ -552,7 +546,7 @@ int sl_source__pack_imagefolder(const char *root_in, const char *dst,
     SL_CHECK(sl_writer_close(w));
 
 cleanup:
-    sl__workers_dispose(&job.ws); /* stop (job_wake), join */
+    sl__workers_dispose(&job.ws); /* stop (wakes space_cv), join */
     if (job.slots)
         for (size_t s = 0; s < job.window; s++)
             sl__free(job.slots[s].data);

@@ -143,12 +143,10 @@ int sl_sidx__add_col(sl_sidx *ix, const char *name, sl_coltype type, sl_dtype dt
         return sl__error(SL_ELIMIT, "more than %d columns in one index", SL_SIDX_MAX_COLS);
     if (ndim < 0 || ndim > SL_MAX_DIMS)
         return sl__error(SL_EINVAL, "column '%s': %d dims (at most %d)", name, ndim, SL_MAX_DIMS);
-    sl_sidx_col *c = sl__realloc(ix->col, (size_t)(ix->ncols + 1) * sizeof *c);
+    sl_sidx_col *c = sl__append_zeroed((void **)&ix->col, (size_t)ix->ncols, sizeof *c,
+                                       "building an index");
     if (!c)
-        return sl__oom("building an index");
-    ix->col = c;
-    c = &ix->col[ix->ncols];
-    memset(c, 0, sizeof *c);
+        return SL_ENOMEM;
     memcpy(c->name, name, strlen(name));
     c->type = type;
     c->dtype = dtype;
@@ -169,12 +167,10 @@ int sl_sidx__add_scalar(sl_sidx *ix, const char *name, sl_coltype type, const vo
     if (ix->nscalar >= SL_SIDX_MAX_SCALARS)
         return sl__error(SL_ELIMIT, "more than %d scalar columns in one index",
                          SL_SIDX_MAX_SCALARS);
-    sl_sidx_scalar *s = sl__realloc(ix->scalar, (size_t)(ix->nscalar + 1) * sizeof *s);
+    sl_sidx_scalar *s = sl__append_zeroed((void **)&ix->scalar, (size_t)ix->nscalar, sizeof *s,
+                                          "building an index");
     if (!s)
-        return sl__oom("building an index");
-    ix->scalar = s;
-    s = &ix->scalar[ix->nscalar];
-    memset(s, 0, sizeof *s);
+        return SL_ENOMEM;
     s->vals = sl__malloc(ix->count ? (size_t)ix->count * 8 : 1);
     if (!s->vals)
         return sl__oom("building an index");
@@ -480,6 +476,52 @@ static int parse_descriptors(sl_sidx *ix, const uint8_t *q, uint32_t ncols, uint
     return SL_OK;
 }
 
+/* The counts of a header, which the caller reads on. */
+typedef struct {
+    uint64_t count;
+    uint32_t ncols, nscalar;
+} header_counts;
+
+/* The fixed header h[HDR_BYTES] of an index file of n bytes, checked
+ * (magic, version, flags, sizes against n, kind): a new index holding its
+ * kind, flags, version, data size and mtime or checksum, and the counts. */
+static int header_decode(const uint8_t *h, size_t n, const char *name, sl_sidx **out,
+                         header_counts *hc) {
+    *out = NULL;
+    if (n < HDR_BYTES + FOOTER_BYTES || memcmp(h, magic_start, 8) != 0)
+        return sl__error(SL_ECORRUPT, "%s: not a sluice index (bad magic or too short)", name);
+    uint32_t version = sl__ld32(h + 8), flags = sl__ld32(h + 12);
+    if (version == 0 || version > SL_SIDX_VERSION)
+        return sl__error(version ? SL_EUNSUPPORTED : SL_ECORRUPT,
+                         "%s: index version %u (this build reads up to %d)", name, version,
+                         SL_SIDX_VERSION);
+    if (flags & ~SL_SIDX_KNOWN_FLAGS)
+        return sl__error(SL_EUNSUPPORTED, "%s: unknown flags 0x%x", name, flags);
+    uint64_t count = sl__ld64(h + 32);
+    uint32_t ncols = sl__ld32(h + 40), nscalar = sl__ld32(h + 44);
+    size_t want;
+    if (ncols > SL_SIDX_MAX_COLS || nscalar > SL_SIDX_MAX_SCALARS || count > n ||
+        !file_bytes(version, count, ncols, nscalar, &want) || want != n)
+        return sl__error(SL_ECORRUPT, "%s: sizes disagree (%" PRIu64 " records, %u columns, "
+                         "%u scalar columns in %zu bytes)", name, count, ncols, nscalar, n);
+    if (!name_ok(h + 48, SL_SIDX_KIND_MAX))
+        return sl__error(SL_ECORRUPT, "%s: bad kind field", name);
+    sl_sidx *ix = NULL;
+    SL_TRY(sl_sidx__create(&ix, (const char *)h + 48));
+    ix->flags = flags;
+    ix->version = version;
+    ix->data_size = sl__ld64(h + 16);
+    if (version == 1)
+        ix->data_mtime_ns = (int64_t)sl__ld64(h + 24);
+    else
+        ix->data_sum = sl__ld64(h + 24);
+    hc->count = count;
+    hc->ncols = ncols;
+    hc->nscalar = nscalar;
+    *out = ix;
+    return SL_OK;
+}
+
 int sl_sidx__parse(const uint8_t *p, size_t n, const char *name, sl_sidx **out) {
     *out = NULL;
     if (n < HDR_BYTES + FOOTER_BYTES || memcmp(p, magic_start, 8) != 0)
@@ -488,34 +530,13 @@ int sl_sidx__parse(const uint8_t *p, size_t n, const char *name, sl_sidx **out) 
         return sl__error(SL_ECORRUPT, "%s: truncated or unfinished (no end magic)", name);
     if (sl__ld64(p + n - FOOTER_BYTES) != XXH3_64bits(p, n - FOOTER_BYTES))
         return sl__error(SL_ECORRUPT, "%s: checksum mismatch", name);
-    uint32_t version = sl__ld32(p + 8), flags = sl__ld32(p + 12);
-    if (version == 0 || version > SL_SIDX_VERSION)
-        return sl__error(version ? SL_EUNSUPPORTED : SL_ECORRUPT,
-                         "%s: index version %u (this build reads up to %d)", name, version,
-                         SL_SIDX_VERSION);
-    if (flags & ~SL_SIDX_KNOWN_FLAGS)
-        return sl__error(SL_EUNSUPPORTED, "%s: unknown flags 0x%x", name, flags);
-    uint64_t count = sl__ld64(p + 32);
-    uint32_t ncols = sl__ld32(p + 40), nscalar = sl__ld32(p + 44);
-    size_t want;
-    if (ncols > SL_SIDX_MAX_COLS || nscalar > SL_SIDX_MAX_SCALARS || count > n ||
-        !file_bytes(version, count, ncols, nscalar, &want) || want != n)
-        return sl__error(SL_ECORRUPT, "%s: sizes disagree (%" PRIu64 " records, %u columns, "
-                         "%u scalar columns in %zu bytes)", name, count, ncols, nscalar, n);
-    if (!name_ok(p + 48, SL_SIDX_KIND_MAX))
-        return sl__error(SL_ECORRUPT, "%s: bad kind field", name);
-
     sl_sidx *ix = NULL;
-    int rc = sl_sidx__create(&ix, (const char *)p + 48);
-    if (rc < 0)
-        return rc;
-    ix->flags = flags;
-    ix->version = version;
-    ix->data_size = sl__ld64(p + 16);
-    if (version == 1)
-        ix->data_mtime_ns = (int64_t)sl__ld64(p + 24);
-    else
-        ix->data_sum = sl__ld64(p + 24);
+    header_counts hc;
+    SL_TRY(header_decode(p, n, name, &ix, &hc));
+    int rc = SL_OK;
+    const uint32_t version = ix->version, flags = ix->flags, ncols = hc.ncols,
+                   nscalar = hc.nscalar;
+    const uint64_t count = hc.count;
     ix->count = ix->cap = count;
     ix->offset = sl__malloc(count ? (size_t)count * 8 : 1);
     ix->length = sl__malloc(count ? (size_t)count * 8 : 1);
@@ -661,34 +682,14 @@ int sl_sidx__load_head(const char *data_path, const char *kind, sl_sidx **out) {
     sl_sidx *ix = NULL;
     SL_TRY(sl_io__open(&io, path, 0));
     uint8_t h[HDR_BYTES];
-    size_t n = (size_t)sl_io__size(io), want = 0;
+    size_t n = (size_t)sl_io__size(io);
     if (n < HDR_BYTES + FOOTER_BYTES)
         SL_FAIL(SL_ECORRUPT, "%s: not a sluice index (bad magic or too short)", path);
     SL_CHECK(sl_io__read(io, h, sizeof h, 0));
-    if (memcmp(h, magic_start, 8) != 0)
-        SL_FAIL(SL_ECORRUPT, "%s: not a sluice index (bad magic or too short)", path);
-    uint32_t version = sl__ld32(h + 8), flags = sl__ld32(h + 12);
-    if (version == 0 || version > SL_SIDX_VERSION)
-        SL_FAIL(version ? SL_EUNSUPPORTED : SL_ECORRUPT, "%s: index version %u (this build "
-                "reads up to %d)", path, version, SL_SIDX_VERSION);
-    if (flags & ~SL_SIDX_KNOWN_FLAGS)
-        SL_FAIL(SL_EUNSUPPORTED, "%s: unknown flags 0x%x", path, flags);
-    uint64_t count = sl__ld64(h + 32);
-    uint32_t ncols = sl__ld32(h + 40), nscalar = sl__ld32(h + 44);
-    if (ncols > SL_SIDX_MAX_COLS || nscalar > SL_SIDX_MAX_SCALARS || count > n ||
-        !file_bytes(version, count, ncols, nscalar, &want) || want != n)
-        SL_FAIL(SL_ECORRUPT, "%s: sizes disagree (%" PRIu64 " records, %u columns, %u scalar "
-                "columns in %zu bytes)", path, count, ncols, nscalar, n);
-    if (!name_ok(h + 48, SL_SIDX_KIND_MAX))
-        SL_FAIL(SL_ECORRUPT, "%s: bad kind field", path);
-    SL_CHECK(sl_sidx__create(&ix, (const char *)h + 48));
-    ix->flags = flags;
-    ix->version = version;
-    ix->data_size = sl__ld64(h + 16);
-    if (version == 1)
-        ix->data_mtime_ns = (int64_t)sl__ld64(h + 24);
-    else
-        ix->data_sum = sl__ld64(h + 24);
+    header_counts hc;
+    SL_CHECK(header_decode(h, n, path, &ix, &hc));
+    const uint64_t count = hc.count;
+    const uint32_t ncols = hc.ncols, nscalar = hc.nscalar, version = ix->version;
     ix->count = count;
     ix->partial = 1;
     size_t dn = (size_t)ncols * COL_BYTES + (size_t)nscalar * SCALAR_BYTES;

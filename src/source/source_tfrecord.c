@@ -285,11 +285,10 @@ static int add_record(tf_source *s, uint64_t off, uint64_t len) {
 static int add_bad(tf_source *s, tf_file *f, uint64_t offset, int code, const char *fmt, ...)
     SL_PRINTF(5, 6);
 static int add_bad(tf_source *s, tf_file *f, uint64_t offset, int code, const char *fmt, ...) {
-    tf_bad *b = sl__realloc(s->bad, (size_t)(s->nbad + 1) * sizeof *b);
+    tf_bad *b = sl__append_zeroed((void **)&s->bad, (size_t)s->nbad, sizeof *b,
+                                  "opening a TFRecord source");
     if (!b)
-        return sl__oom("opening a TFRecord source");
-    s->bad = b;
-    b = &s->bad[s->nbad];
+        return SL_ENOMEM;
     b->code = code;
     b->offset = offset;
     va_list ap;
@@ -607,12 +606,10 @@ static int feat_note(feat_set *fs, const char *key, int list, int kind, size_t n
     if (!st) {
         if (fs->n >= 4096)
             return sl__error(SL_ELIMIT, "%s: more than 4096 features", where);
-        feat_stat *v = sl__realloc(fs->v, (size_t)(fs->n + 1) * sizeof *v);
-        if (!v)
-            return sl__oom("reading TFRecord features");
-        fs->v = v;
-        st = &fs->v[fs->n];
-        memset(st, 0, sizeof *st);
+        st = sl__append_zeroed((void **)&fs->v, (size_t)fs->n, sizeof *st,
+                               "reading TFRecord features");
+        if (!st)
+            return SL_ENOMEM;
         st->key = sl__strdup(key);
         if (!st->key)
             return sl__oom("reading TFRecord features");

@@ -120,6 +120,34 @@ SL_TEST(core_worker__start_stop_join) {
     sl__workers_dispose(&z);
 }
 
+/* sl__workers_init_cv: the set's own wake broadcasts the caller's cv under
+ * its mu, so threads asleep on it see the stop; inline and heap sets. */
+SL_TEST(core_worker__init_cv_wakes_the_sleepers) {
+    const int caps[] = {2, SL_WORKERS_INLINE + 2};
+    for (int k = 0; k < 2; k++) {
+        for (int round = 0; round < 20; round++) {
+            pool p;
+            memset(&p, 0, sizeof p);
+            pthread_mutex_init(&p.mu, NULL);
+            pthread_cond_init(&p.cv, NULL);
+            ASSERT_EQ(sl__workers_init_cv(&p.ws, "cv", caps[k], &p.mu, &p.cv), SL_OK);
+            for (int i = 0; i < caps[k]; i++)
+                ASSERT_EQ(sl__workers_start(&p.ws, pool_main, &p), SL_OK);
+            wait_for(&p.running, caps[k]);
+            pthread_mutex_lock(&p.mu);
+            p.work = 5;
+            pthread_cond_broadcast(&p.cv);
+            pthread_mutex_unlock(&p.mu);
+            wait_for(&p.done, 5);
+            /* all asleep on cv again (or about to be): only the stop's wake ends them */
+            sl__workers_stop(&p.ws);
+            ASSERT_EQ(sl__workers_join(&p.ws), caps[k]);
+            ASSERT_EQ(atomic_load(&p.exited), caps[k]);
+            pool_destroy(&p);
+        }
+    }
+}
+
 /* More threads than fit inline: the ids live on the heap. */
 SL_TEST(core_worker__many_threads) {
     pool p;
