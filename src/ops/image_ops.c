@@ -1392,10 +1392,9 @@ static int gpu_chain_check(sl_gpu_decode *g, sl_colset *cols, const char *field)
     ci->encoded = 1;
     ci->text = 0;
     char pname[SL_COLNAME_MAX];
-    if (strlen(g->column) + sizeof ".gpu_place" > sizeof pname)
+    if (snprintf(pname, sizeof pname, "%s.gpu_place", g->column) >= (int)sizeof pname)
         return sl__error(SL_EINVAL, "%s.column: '%s' is too long a name for decode on the GPU",
                          field, g->column);
-    snprintf(pname, sizeof pname, "%s.gpu_place", g->column);
     int pc = sl_op_add_column(cols, pname, field);
     if (pc < 0)
         return pc;
