@@ -132,7 +132,7 @@ typedef struct {
     int warnings;         /* sl_warnings */
     int exif_orientation; /* 0/1 */
     int gpu;              /* "device": "gpu": the plan hands the chain to GPU decode
-                             (sl_op__gpu_chain_add); never applied as a CPU op */
+                             (gpu_chain_add); never applied as a CPU op */
 } decode_opts;
 
 /* A worker's decoder with these options. */
@@ -302,6 +302,8 @@ extern const sl_op_def sl_op_decode, sl_op_random_resized_crop, sl_op_resize, sl
     sl_op_normalize, sl_op_flip;
 static const sl_op_def op_decode_rrc, op_decode_rrc_flip, op_decode_rrc_norm,
     op_decode_rrc_flip_norm, op_decode_resize, op_flip_normalize;
+/* decode's chain rewrite: decode on the GPU (below) */
+static int gpu_chain(const void *params, const sl_op_chain *in, sl_op_chain_out *out);
 
 static int decode_parse(void *params, const cJSON *json, const char *field) {
     decode_params *p = params;
@@ -401,7 +403,7 @@ const sl_op_def sl_op_decode = SL_OP_DEF(
     decode, "decode",
     "decode JPEG/PNG bytes into an HWC uint8 image (rgb or gray)",
     .worker_init = decoder_init, .worker_free = decoder_free, .apply = decode_apply_phased,
-    .fuse = decode_fuse);
+    .fuse = decode_fuse, .chain = gpu_chain);
 
 /* ---- random_resized_crop -------------------------------------------------------- */
 
@@ -648,7 +650,8 @@ static void decode_rrc_describe(const void *params, char *buf, size_t cap) {
 #define DECODE_RRC_DEF(NAME, SUMMARY)                                                      \
     FUSED_OP_DEF(decode_rrc, NAME, SUMMARY, .flags = SL_OPF_RANDOM,                        \
                  .worker_init = decoder_init, .worker_free = decoder_free,                 \
-                 .apply = decode_rrc_apply_phased, .fuse = decode_rrc_fuse)
+                 .apply = decode_rrc_apply_phased, .fuse = decode_rrc_fuse,               \
+                 .chain = gpu_chain)
 
 static const sl_op_def op_decode_rrc = DECODE_RRC_DEF(
     "decode_random_resized_crop",
@@ -850,7 +853,7 @@ static const sl_op_def op_decode_resize = FUSED_OP_DEF(
     decode_resize, "decode_resize",
     "fused decode + resize (+ center_crop): DCT-scaled decode of the needed region",
     .worker_init = decoder_init, .worker_free = decoder_free,
-    .apply = decode_resize_apply_phased, .fuse = decode_resize_fuse);
+    .apply = decode_resize_apply_phased, .fuse = decode_resize_fuse, .chain = gpu_chain);
 
 /* ---- flip ---------------------------------------------------------------------------- */
 
@@ -1240,7 +1243,7 @@ static const sl_op_def op_flip_normalize = FUSED_OP_DEF(
 
 /* ---- GPU decode: the CPU half (op.h, "GPU decode's CPU half") ------------------------ */
 
-int sl_op__decode_on_gpu(const sl_op_def *def, const void *params) {
+static int decode_on_gpu(const sl_op_def *def, const void *params) {
     if (def != &sl_op_decode && def != &op_decode_rrc && def != &op_decode_rrc_flip &&
         def != &op_decode_rrc_norm && def != &op_decode_rrc_flip_norm && def != &op_decode_resize)
         return 0;
@@ -1350,9 +1353,9 @@ static int gpu_decode_first(sl_gpu_decode *g, const sl_op_def *def, const void *
     return SL_OK;
 }
 
-int sl_op__gpu_chain_add(sl_gpu_decode *g, const sl_op_def *def, const void *params,
+static int gpu_chain_add(sl_gpu_decode *g, const sl_op_def *def, const void *params,
                          const uint32_t *pos, int nparts, const char *field) {
-    if (sl_op__decode_on_gpu(def, params)) {
+    if (decode_on_gpu(def, params)) {
         memset(g, 0, sizeof *g);
         return gpu_decode_first(g, def, params, pos, nparts, field);
     }
@@ -1373,7 +1376,7 @@ int sl_op__gpu_chain_add(sl_gpu_decode *g, const sl_op_def *def, const void *par
                      def->name, gpu_supported);
 }
 
-int sl_op__gpu_chain_check(sl_gpu_decode *g, sl_colset *cols, const char *field) {
+static int gpu_chain_check(sl_gpu_decode *g, sl_colset *cols, const char *field) {
     if (g->stage == 1) { /* no normalize: the CPU chain's uint8 HWC image */
         g->u8 = 1;
         g->hwc = 1;
@@ -1389,10 +1392,9 @@ int sl_op__gpu_chain_check(sl_gpu_decode *g, sl_colset *cols, const char *field)
     ci->encoded = 1;
     ci->text = 0;
     char pname[SL_COLNAME_MAX];
-    if (strlen(g->column) + sizeof ".gpu_place" > sizeof pname)
+    if (snprintf(pname, sizeof pname, "%s.gpu_place", g->column) >= (int)sizeof pname)
         return sl__error(SL_EINVAL, "%s.column: '%s' is too long a name for decode on the GPU",
                          field, g->column);
-    snprintf(pname, sizeof pname, "%s.gpu_place", g->column);
     int pc = sl_op_add_column(cols, pname, field);
     if (pc < 0)
         return pc;
@@ -1435,7 +1437,7 @@ static int gpu_place_apply(const void *params, void *state, sl_op_ctx *ctx, sl_s
             return cause_only(rc);
     } else {
         sl_place_resize_crop(H, W, g->shorter, g->size_h, g->size_w, g->ch, g->cw, &pl);
-        if (pl.pads) /* refused at plan time (sl_op__gpu_chain_add) */
+        if (pl.pads) /* refused at plan time (gpu_chain_add) */
             return sl__error(SL_EINVAL, "center_crop pads this %dx%d image", W, H);
         pl.mirror = g->has_flip && sl_rng_uniform(&flip_rng) < g->flip_p;
     }
@@ -1484,3 +1486,71 @@ const sl_op_def sl_op_gpu_decode_place = FUSED_OP_DEF(
     "mirror) beside its bytes; the device hand-off decodes the batch",
     .flags = SL_OPF_RANDOM, .worker_init = gpu_place_init, .worker_free = decoder_free,
     .apply = gpu_place_apply_phased);
+
+/* The decode ops' chain hook (sl_op_def.chain): a decode op with "device":
+ * "gpu", as fused, and the flip / normalize nodes after it become one
+ * gpu_decode_place node: the CPU reads headers and draws placements, the
+ * device hand-off decodes. Only the ops the GPU kernel does may follow it per
+ * sample; the sequential ops (batch, prefetch, take, skip) may follow. The
+ * image column leaves the chain as encoded bytes, plus a column of
+ * placements, `<image>.gpu_place`, which the hand-off consumes. */
+static int gpu_chain(const void *params, const sl_op_chain *in, sl_op_chain_out *out) {
+    if (!decode_on_gpu(in->node[0].def, params))
+        return 0;
+    sl_gpu_decode g;
+    memset(&g, 0, sizeof g);
+    int end = 0;
+    for (; end < in->n; end++) {
+        const sl_op_chain_node *nd = &in->node[end];
+        char field[32];
+        snprintf(field, sizeof field, "ops[%d]", nd->pos);
+        if (nd->seq)
+            break; /* batch, prefetch, take, skip, shuffle_buffer */
+        if (!nd->def)
+            return sl__error(SL_EINVAL, "%s (%s): not supported after decode on the GPU (only "
+                             "flip and normalize on the image, then batch, prefetch, take and "
+                             "skip, may follow it)", field, nd->label);
+        SL_TRY(gpu_chain_add(&g, nd->def, nd->params, nd->parts, nd->nparts, field));
+    }
+    for (int i = end; i < in->n; i++) {
+        const sl_op_chain_node *nd = &in->node[i];
+        if (!nd->seq)
+            return sl__error(SL_EINVAL, "ops[%d] (%s): not supported after decode on the GPU "
+                             "(only flip and normalize on the image, then batch, prefetch, "
+                             "take and skip, may follow it)", nd->pos, nd->label);
+    }
+    char field[32];
+    snprintf(field, sizeof field, "ops[%d]", in->node[0].pos);
+    /* the columns out of the new node: the image stays encoded bytes, the
+     * placements are added */
+    out->cols = *in->node[end - 1].cols;
+    SL_TRY(gpu_chain_check(&g, &out->cols, field));
+    /* the remainder is dropped after the hand-off refilled the batches past
+     * skipped samples, as the CPU path drops it after its own skips */
+    g.drop_remainder = in->drop_remainder;
+    /* what the consumer gets: the hand-off decodes the image column and
+     * takes the placements (the last column) out */
+    sl_colset oc = out->cols;
+    sl_colinfo *ci = &oc.col[g.col];
+    ci->dtype = g.u8 ? SL_U8 : SL_F32;
+    ci->ndim = 3;
+    ci->shape[0] = g.hwc ? g.oh : 3;
+    ci->shape[1] = g.hwc ? g.ow : g.oh;
+    ci->shape[2] = g.hwc ? 3 : g.ow;
+    ci->encoded = 0;
+    if (g.pcol == oc.ncols - 1)
+        oc.ncols--;
+    sl_gpu_decode *p = sl__calloc(1, sizeof *p);
+    if (!p)
+        return sl__oom("planning decode on the GPU");
+    *p = g;
+    out->taken = end;
+    out->def = &sl_op_gpu_decode_place;
+    out->params = p;
+    snprintf(out->label, sizeof out->label, "decode(gpu)");
+    out->handoff = 1;
+    out->takes_drop_remainder = 1;
+    out->consumer_cols = oc;
+    out->consumer_note = " (the images decoded on the GPU at the hand-off)";
+    return 1;
+}

@@ -230,6 +230,8 @@ int sl_op_batch_alloc(sl_op_bctx *ctx, sl_tensor *out, sl_dtype dtype, int ndim,
 #define SL_OPF_FILTER 0x2u   /* may return SL_OP_DROP */
 
 typedef struct sl_op_def sl_op_def;
+struct sl_op_chain;
+struct sl_op_chain_out;
 struct sl_op_def {
     const char *name;      /* the JSON "op" value, e.g. "decode" */
     const char *summary;   /* one line for explain and docs */
@@ -269,6 +271,12 @@ struct sl_op_def {
     int (*fuse)(const void *params, const sl_op_def *next, const void *next_params,
                 const sl_op_def **fused_def, void **fused_params);
 
+    /* Optional: chain rewrite (optimiser, after fusion). The op, first of
+     * `in`, may take the nodes after it into one new op: return 0 for no; 1
+     * for yes, with `out` filled (sl_op_chain_out); negative: an error that
+     * names the node it refuses. See "Chain rewrites" below. */
+    int (*chain)(const void *params, const struct sl_op_chain *in, struct sl_op_chain_out *out);
+
     /* Optional: the params in a few words for explain ("size=224x224
      * scale=[0.08,1]"). */
     void (*describe)(const void *params, char *buf, size_t cap);
@@ -277,6 +285,48 @@ struct sl_op_def {
      * the op table's drivers run per sample and, vectorized, per batch. */
     const struct sl_op_kernel *kernel;
 };
+
+/* ---- Chain rewrites (sl_op_def.chain) ---------------------------------------------
+ * After fusion the optimiser offers each op with a `chain` hook the nodes
+ * from it to the end of the plan. The hook says how many it takes (the first
+ * included) and gives the op they become; it may also refuse a node anywhere
+ * after it (an error naming that node). The engine knows nothing of what the
+ * op does: it replaces the taken nodes with one node of `out->def`, and when
+ * `out->handoff` is set, the pipeline's device hand-off finishes that node's
+ * output (src/pipeline/device_handoff.c) and the consumer gets
+ * `out->consumer_cols`. */
+typedef struct sl_op_chain_node {
+    const sl_op_def *def;        /* the op; NULL for a user map or filter, or a
+                                    sequential node */
+    const void *params;
+    int seq;                     /* 1: a sequential node (batch, prefetch, take, skip,
+                                    shuffle_buffer) */
+    int pos;                     /* its spec position ("ops[pos]") */
+    const char *label;           /* its name in the plan ("decode", "map 'fn'") */
+    const uint32_t *parts;       /* the spec positions of the ops fused into it */
+    int nparts;
+    const sl_colset *cols;       /* the columns after it */
+} sl_op_chain_node;
+
+typedef struct sl_op_chain {
+    const sl_op_chain_node *node; /* node[0] is the op asked, then every node after it */
+    int n;
+    int drop_remainder;           /* the plan's batch drops its remainder */
+} sl_op_chain;
+
+typedef struct sl_op_chain_out {
+    int taken;                    /* nodes taken, node[0] included (1..n) */
+    const sl_op_def *def;         /* the op they become */
+    void *params;                 /* its params, ready to apply (sl__calloc; the engine
+                                     frees them with def->params_free, then sl__free) */
+    char label[32];               /* its name in the plan */
+    sl_colset cols;               /* the columns after it */
+    int handoff;                  /* 1: the device hand-off finishes its output */
+    int takes_drop_remainder;     /* 1 (with handoff): the hand-off drops the batch
+                                     remainder, the host batches keep theirs */
+    sl_colset consumer_cols;      /* with handoff: the columns the consumer gets */
+    const char *consumer_note;    /* with handoff: explain's words for them */
+} sl_op_chain_out;
 
 /* ---- the engine's own ops (ops_builtin.c) -----------------------------------------
  * `filter` and `select`; the optimiser knows them by address (it pushes a
@@ -437,8 +487,7 @@ enum {
 };
 typedef struct sl_gpu_decode {
     int col;                   /* the image column */
-    int pcol;                  /* the placement column gpu_decode_place adds (set by
-                                  sl_op__gpu_chain_check, which adds it to the columns) */
+    int pcol;                  /* the placement column gpu_decode_place adds (the last) */
     char column[SL_COLNAME_MAX];
     int warnings;              /* the decode op's options (the CPU fallback's decoder) */
     int stage;                 /* chain so far: 0 decode, 1 crop placed, 2 normalized */
@@ -457,23 +506,8 @@ typedef struct sl_gpu_decode {
                                   batches after skipped samples are refilled (the host
                                   batches keep their remainder) */
 } sl_gpu_decode;
-/* Is (def, params) a decode op (plain or fused) with "device": "gpu"? */
-int sl_op__decode_on_gpu(const sl_op_def *def, const void *params);
-/* Add one optimised op to the GPU chain `g`: the decode op first (fused
- * with what the CPU optimiser folded into it), then flip / normalize.
- * `pos[0..nparts)` are its spec positions, `field` names it. SL_EINVAL
- * with a message naming the op and what GPU decode supports when the
- * kernel does not do it. */
-int sl_op__gpu_chain_add(sl_gpu_decode *g, const sl_op_def *def, const void *params,
-                         const uint32_t *pos, int nparts, const char *field);
-/* The chain is complete (a crop, then a normalize or none): SL_OK, with the
- * output's hwc and u8 set, or SL_EINVAL saying what is missing. `cols`
- * (the columns after the chain's last op) then become those after
- * gpu_decode_place: the image column stays encoded bytes and the column
- * of placements, `<image>.gpu_place` (SL_GPU_PLACE_N float64 values), is
- * added (g->pcol). */
-int sl_op__gpu_chain_check(sl_gpu_decode *g, sl_colset *cols, const char *field);
-/* The op the chain becomes (params: an sl_gpu_decode). */
+/* The op the chain becomes (params: an sl_gpu_decode): the decode ops'
+ * chain hook (sl_op_def.chain) makes it. */
 extern const sl_op_def sl_op_gpu_decode_place;
 
 #endif /* SL_OPS_OP_H */

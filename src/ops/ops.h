@@ -115,6 +115,8 @@ void sl_ops__rgb_to_gray(const uint8_t *src, uint8_t *dst, size_t npix);
  * after each unit of work (sl_pipeline__phases_take). Untimed samples pay
  * one thread-local test per phase. */
 enum { SL_PHASE_DECODE, SL_PHASE_RESAMPLE, SL_PHASE_NORMALIZE, SL_NPHASES };
+/* The phases' keys in the stats JSON's op split ("decode_us", ...). */
+extern const char *const sl_ops__phase_key[SL_NPHASES];
 
 typedef struct sl_ops__phases {
     uint64_t ns[SL_NPHASES];

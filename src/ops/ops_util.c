@@ -183,6 +183,8 @@ int sl_ops__cpu_vbmi(void) {
 _Thread_local int sl_ops__timing;
 _Thread_local sl_ops__phases sl_ops__phase_acc;
 
+const char *const sl_ops__phase_key[SL_NPHASES] = {"decode_us", "resample_us", "normalize_us"};
+
 void sl_ops__phase_sample(uint64_t epoch, uint64_t key) {
     sl_ops__timing = ((key + epoch) & 7) == 0; /* a different eighth each epoch */
     sl_ops__phases *a = &sl_ops__phase_acc;

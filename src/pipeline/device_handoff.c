@@ -148,15 +148,15 @@ int sl_pipeline__dev_gpu_setup(sl_pipeline *p) {
             if (pl->out_cols.col[c].text)
                 memcpy(d->text[d->ntext++], pl->out_cols.col[c].name, SL_COLNAME_MAX);
     }
-    if (!pl->gpu_decode)
+    if (!pl->handoff)
         return SL_OK;
-    const sl_gpu_decode *g = pl->gpu_decode;
+    const sl_gpu_decode *g = pl->handoff; /* the only hand-off rewrite: decode on the GPU */
     sl_dev_gpu_spec s = {.pos = 0, .warnings = g->warnings, .oh = g->oh, .ow = g->ow,
                          .hwc = g->hwc, .u8 = g->u8,
                          .batch = pl->has_batch ? pl->batch_size : 0};
     const char *label = "decode";
     for (int i = 0; i < pl->nopt; i++)
-        if (pl->opt[i].params == pl->gpu_decode) {
+        if (pl->opt[i].params == pl->handoff) {
             s.pos = pl->opt[i].pos;
             label = pl->opt[i].label;
         }

@@ -19,9 +19,10 @@
  *     ops still fuse (decode + random_resized_crop + flip + normalize).
  *  5. Consecutive per-sample ops share one stage (one pass over a sample on
  *     one thread, no queue between them); that grouping is done by exec.c.
- *  6. Decode on the GPU: a decode op with "device": "gpu" and the ops the
- *     GPU kernel does after it become one op, decode(gpu) (gpu_decode,
- *     below); anything else after it is refused.
+ *  6. Chain rewrites: an op with a chain hook (sl_op_def.chain) may take
+ *     the nodes after it into one op it returns (rewrite_chain, below) —
+ *     e.g. a decode on the GPU and the flip and normalize after it become
+ *     decode(gpu), whose output the device hand-off finishes.
  */
 #include "pipeline/pipeline.h"
 
@@ -29,7 +30,7 @@
 #include <string.h>
 
 static int fuse_nodes(sl_plan *plan, const sl_pnode *work, int index_filters_ok);
-static int gpu_decode(sl_plan *plan);
+static int rewrite_chains(sl_plan *plan);
 static int finish_plan(sl_plan *plan);
 
 static int colinfo_equal(const sl_colinfo *a, const sl_colinfo *b) {
@@ -144,7 +145,7 @@ int sl_plan__optimize(sl_plan *plan, int index_filters_ok) {
     if (rc == SL_OK)
         rc = fuse_nodes(plan, work, index_filters_ok);
     if (rc == SL_OK)
-        rc = gpu_decode(plan);
+        rc = rewrite_chains(plan);
     sl__free(work);
     if (rc < 0)
         return rc;
@@ -210,56 +211,48 @@ static int fuse_nodes(sl_plan *plan, const sl_pnode *work, int index_filters_ok)
     return SL_OK;
 }
 
-/* 6. Decode on the GPU: a decode op with "device": "gpu", as fused above,
- * and the flip / normalize nodes after it become one gpu_decode_place node
- * (image_ops.c): the CPU reads headers and draws placements, the device
- * hand-off decodes (device_handoff.c). Only the ops the GPU kernel does may
- * follow it per sample; the sequential ops (batch, prefetch, take, skip)
- * may follow. The image column leaves the chain as encoded bytes, plus a
- * column of placements, `<image>.gpu_place`, which the hand-off consumes. */
-static int gpu_decode(sl_plan *plan) {
-    int at = -1;
-    for (int i = 0; i < plan->nopt && at < 0; i++)
-        if (plan->opt[i].kind == SL_PN_OP &&
-            sl_op__decode_on_gpu(plan->opt[i].def, plan->opt[i].params))
-            at = i;
-    if (at < 0)
-        return SL_OK;
-    sl_gpu_decode g;
-    int end = at;
-    for (; end < plan->nopt; end++) {
-        sl_pnode *nd = &plan->opt[end];
-        char field[32];
-        snprintf(field, sizeof field, "ops[%d]", nd->pos);
-        if (nd->kind != SL_PN_OP && nd->kind != SL_PN_MAP && nd->kind != SL_PN_FILTER)
-            break; /* batch, prefetch, take, skip, shuffle_buffer */
-        if (nd->kind != SL_PN_OP)
-            return sl__error(SL_EINVAL, "%s (%s): not supported after decode on the GPU (only "
-                             "flip and normalize on the image, then batch, prefetch, take and "
-                             "skip, may follow it)", field, nd->label);
-        SL_TRY(sl_op__gpu_chain_add(&g, nd->def, nd->params, nd->parts, (int)nd->nparts, field));
+/* 6. Chain rewrites: an op with a chain hook (op.h, "Chain rewrites") is
+ * offered the nodes from it to the end; when it takes some, they become the
+ * one node it returns. When that node's output is finished by the device
+ * hand-off, the plan notes its params (plan->handoff) and the columns the
+ * consumer gets. */
+static int rewrite_chain(sl_plan *plan, int at) {
+    int n = plan->nopt - at;
+    sl_op_chain_node *cn = sl__calloc((size_t)n, sizeof *cn);
+    if (!cn)
+        return sl__oom("optimising a plan");
+    for (int i = 0; i < n; i++) {
+        const sl_pnode *nd = &plan->opt[at + i];
+        int per_sample = sl_plan__is_map_like(nd);
+        cn[i] = (sl_op_chain_node){.def = nd->kind == SL_PN_OP ? nd->def : NULL,
+                                   .params = nd->kind == SL_PN_OP ? nd->params : NULL,
+                                   .seq = !per_sample, .pos = nd->pos, .label = nd->label,
+                                   .parts = nd->parts, .nparts = (int)nd->nparts,
+                                   .cols = &nd->cols};
     }
-    for (int i = end; i < plan->nopt; i++) {
-        const sl_pnode *nd = &plan->opt[i];
-        if (nd->kind == SL_PN_OP || nd->kind == SL_PN_MAP || nd->kind == SL_PN_FILTER)
-            return sl__error(SL_EINVAL, "ops[%d] (%s): not supported after decode on the GPU "
-                             "(only flip and normalize on the image, then batch, prefetch, "
-                             "take and skip, may follow it)", nd->pos, nd->label);
+    sl_op_chain in = {.node = cn, .n = n, .drop_remainder = plan->drop_remainder};
+    sl_op_chain_out *out = sl__calloc(1, sizeof *out);
+    if (!out) {
+        sl__free(cn);
+        return sl__oom("optimising a plan");
     }
-    char field[32];
-    snprintf(field, sizeof field, "ops[%d]", plan->opt[at].pos);
-    /* the columns out of the new node: the image stays encoded bytes, the
-     * placements are added (the op layer knows how) */
-    sl_colset cols = plan->opt[end - 1].cols;
-    SL_TRY(sl_op__gpu_chain_check(&g, &cols, field));
-    /* the remainder is dropped after the hand-off refilled the batches past
-     * skipped samples, as the CPU path drops it after its own skips */
-    g.drop_remainder = plan->drop_remainder;
-    plan->drop_remainder = 0;
-    sl_gpu_decode *params = sl__calloc(1, sizeof *params);
-    if (!params)
-        return sl__oom("planning decode on the GPU");
-    *params = g;
+    const sl_pnode *first = &plan->opt[at];
+    int rc = first->def->chain(first->params, &in, out);
+    sl__free(cn);
+    if (rc <= 0) {
+        sl__free(out);
+        return rc;
+    }
+    int end = at + out->taken;
+    if (out->taken < 1 || end > plan->nopt || !out->def || !out->params ||
+        (out->handoff && plan->handoff)) {
+        if (out->params && out->def && out->def->params_free)
+            out->def->params_free(out->params);
+        sl__free(out->params);
+        sl__free(out);
+        return sl__error(SL_EINVAL, "ops[%d] (%s): its chain rewrite gave no usable op",
+                         first->pos, first->label);
+    }
     sl_pnode nd = plan->opt[at];
     /* the nodes replaced: fused ones own their params (sl_plan__free) */
     nd.nparts = 0;
@@ -275,18 +268,39 @@ static int gpu_decode(sl_plan *plan) {
     }
     if (nd.nparts < 2) /* it owns its params: sl_plan__free frees nodes of 2 parts or more */
         nd.parts[nd.nparts++] = nd.parts[0];
-    nd.def = &sl_op_gpu_decode_place;
-    nd.params = params;
-    snprintf(nd.label, sizeof nd.label, "decode(gpu)");
-    sl_op_gpu_decode_place.describe(params, nd.desc, sizeof nd.desc);
-    nd.cols = cols;
+    nd.def = out->def;
+    nd.params = out->params;
+    snprintf(nd.label, sizeof nd.label, "%s", out->label);
+    nd.desc[0] = '\0';
+    if (out->def->describe)
+        out->def->describe(out->params, nd.desc, sizeof nd.desc);
+    nd.cols = out->cols;
     plan->opt[at] = nd;
     memmove(&plan->opt[at + 1], &plan->opt[end], (size_t)(plan->nopt - end) * sizeof *plan->opt);
     plan->nopt -= end - at - 1;
-    for (int i = at + 1; i < plan->nopt; i++)
-        plan->opt[i].cols = cols;
-    plan->out_cols = cols;
-    plan->gpu_decode = params;
+    /* the columns it gives carry on through the sequential nodes after it */
+    int i = at + 1;
+    for (; i < plan->nopt && !sl_plan__is_map_like(&plan->opt[i]); i++)
+        plan->opt[i].cols = out->cols;
+    if (i == plan->nopt)
+        plan->out_cols = out->cols;
+    if (out->handoff) {
+        plan->handoff = out->params;
+        plan->consumer_cols = out->consumer_cols;
+        plan->consumer_note = out->consumer_note;
+        if (out->takes_drop_remainder) {
+            plan->handoff_drop_remainder = plan->drop_remainder;
+            plan->drop_remainder = 0;
+        }
+    }
+    sl__free(out);
+    return SL_OK;
+}
+
+static int rewrite_chains(sl_plan *plan) {
+    for (int i = 0; i < plan->nopt; i++)
+        if (plan->opt[i].kind == SL_PN_OP && plan->opt[i].def->chain)
+            SL_TRY(rewrite_chain(plan, i));
     return SL_OK;
 }
 

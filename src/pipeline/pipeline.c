@@ -566,7 +566,7 @@ int64_t sl_pipeline_len(const sl_pipeline *p) {
 /* The columns the consumer gets: decode on the GPU takes out the last one,
  * the placements (optimize.c, device_handoff.c). */
 int sl_pipeline_ncols(const sl_pipeline *p) {
-    return p->plan.out_cols.ncols - (p->plan.gpu_decode ? 1 : 0);
+    return p->plan.handoff ? p->plan.consumer_cols.ncols : p->plan.out_cols.ncols;
 }
 
 const char *sl_pipeline_column_name(const sl_pipeline *p, int col) {

@@ -70,7 +70,7 @@ struct sl_pipeline;
  * normalize op is taken out of its ops (the pipeline's own copy) and run on
  * the device instead. */
 int sl_pipeline__dev_open(sl_pipeline__dev **out, struct sl_spec *spec);
-/* Decode on the GPU, after the plan is optimised (plan.gpu_decode): checks
+/* Decode on the GPU, after the plan is optimised (plan.handoff): checks
  * the device (cuda), nvJPEG and the kernel; sl_pipeline__dev_gpu is then 1
  * and the consumer takes batches from sl_pipeline__dev_gpu_next. Also notes
  * which output columns are text, which stay on the host (any device). */
@@ -216,8 +216,13 @@ typedef struct sl_plan {
     } moved[4];
     int nmoved;
     int exact_resume;             /* 1: state is (pos, counters); 0: replay */
-    const sl_gpu_decode *gpu_decode; /* decode on the GPU (optimize.c): the params of its
-                                    gpu_decode_place node in opt, or NULL */
+    /* A chain rewrite whose output the device hand-off finishes (optimize.c,
+     * op.h "Chain rewrites"), e.g. decode on the GPU: */
+    const void *handoff;          /* the params of its node in opt, or NULL */
+    sl_colset consumer_cols;      /* with handoff: the columns the consumer gets */
+    const char *consumer_note;    /* with handoff: explain's words for them */
+    int handoff_drop_remainder;   /* with handoff: the batch's drop_remainder, which the
+                                     hand-off applies (drop_remainder is then 0) */
 } sl_plan;
 
 /* Build the logical plan from a spec, given the source's columns. */

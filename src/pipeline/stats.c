@@ -51,7 +51,6 @@ static cJSON *op_split_json(const sl_stage *st) {
     uint64_t n = atomic_load_explicit(&st->phase_samples, memory_order_relaxed);
     if (!n)
         return NULL;
-    static const char *const names[SL_NPHASES] = {"decode_us", "resample_us", "normalize_us"};
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return NULL;
@@ -59,7 +58,7 @@ static cJSON *op_split_json(const sl_stage *st) {
     for (int k = 0; k < SL_NPHASES; k++) {
         uint64_t ns = atomic_load_explicit(&st->phase_ns[k], memory_order_relaxed);
         phases += ns;
-        cJSON_AddNumberToObject(o, names[k], (double)ns / 1e3 / (double)n);
+        cJSON_AddNumberToObject(o, sl_ops__phase_key[k], (double)ns / 1e3 / (double)n);
     }
     /* The rest of the same timed samples' per-sample ops: the phases are
      * nested inside the chain's time, so this cannot go below zero (the
@@ -536,30 +535,16 @@ int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len
                   s == p->nstages - 1 ? "batches (prefetch)" : "chunks");
     }
     sb_printf(&b, "output: ");
-    if (pl->gpu_decode) {
-        /* what the consumer gets: the hand-off decodes the image column and
-         * takes the placements out (device_handoff.c) */
-        sl_colset oc = pl->out_cols;
-        const sl_gpu_decode *g = pl->gpu_decode;
-        sl_colinfo *ci = &oc.col[g->col];
-        ci->dtype = g->u8 ? SL_U8 : SL_F32;
-        ci->ndim = 3;
-        ci->shape[0] = g->hwc ? g->oh : 3;
-        ci->shape[1] = g->hwc ? g->ow : g->oh;
-        ci->shape[2] = g->hwc ? 3 : g->ow;
-        ci->encoded = 0;
-        if (g->pcol == oc.ncols - 1)
-            oc.ncols--;
-        cols_text(&b, &oc);
-        sb_printf(&b, " (the images decoded on the GPU at the hand-off)");
+    if (pl->handoff) {
+        /* what the consumer gets after the device hand-off (optimize.c) */
+        cols_text(&b, &pl->consumer_cols);
+        sb_printf(&b, "%s", pl->consumer_note ? pl->consumer_note : "");
     } else {
         cols_text(&b, &pl->out_cols);
     }
     if (pl->has_batch)
         sb_printf(&b, " with a leading batch dim of %lld%s", (long long)pl->batch_size,
-                  pl->drop_remainder || (pl->gpu_decode && pl->gpu_decode->drop_remainder)
-                      ? " (remainder dropped)"
-                      : "");
+                  pl->drop_remainder || pl->handoff_drop_remainder ? " (remainder dropped)" : "");
     int64_t len = sl_pipeline_len(p);
     if (len >= 0)
         sb_printf(&b, "; %lld batches per epoch", (long long)len);

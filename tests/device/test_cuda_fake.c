@@ -1404,6 +1404,14 @@ SL_TEST(gpu_pipe_fake__drop_remainder_after_a_skip_as_cpu) {
     int zc[GP_N + 1], zg[GP_N + 1];
     char err[512] = "";
     sl_pipeline *pc = gp_pipeline(&s, 0, 1), *pg = gp_pipeline(&s, 1, 1);
+    /* explain: what the consumer gets after the hand-off (no placements),
+     * and the remainder the hand-off drops */
+    char ex[8192];
+    size_t len;
+    ASSERT_OK(sl_pipeline_explain(pg, ex, sizeof ex, &len));
+    ASSERT_CONTAINS(ex, "output: image:float32[3,96,112], label:int64[] (the images decoded on "
+                        "the GPU at the hand-off) with a leading batch dim of 4 (remainder "
+                        "dropped)");
     ASSERT_EQ(gp_drain(pc, cpu, lc, zc, SL_DEVICE_CPU, err, sizeof err), 12);
     ASSERT_EQ(gp_drain(pg, gpu, lg, zg, SL_DEVICE_CUDA, err, sizeof err), 12);
     for (int k = 0; zc[k] || zg[k]; k++)
