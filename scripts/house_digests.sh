@@ -24,12 +24,12 @@
 #   fmnist_novec   the same with "vectorize": false (per-sample ops)
 #   fmnist_skip    the same with "on_error": "skip" (batches assigned by the
 #                  final stage, collated by the parallel collate stage)
-#   fmnist_rows    the same with "read_rows": false (each record read as a
+#   fmnist_rows    fmnist with "read_rows": false (each record read as a
 #                  sample, then collated)
 #   fmnist_serial  fmnist_skip with "parallel_collate": false (the final stage
 #                  collates on one thread)
-#   fmnist_window  the same with a windowed shuffle and shard 1 of 2 (pad)
-#   fmnist_device  the same delivered through the host device backend
+#   fmnist_window  fmnist with a windowed shuffle and shard 1 of 2 (pad)
+#   fmnist_device  fmnist delivered through the host device backend
 #   folder_train   ImageFolder: decode + random_resized_crop (fused) + flip +
 #                  normalize + select + batch, shuffled, 2 epochs
 #   slr_eval       images.slr: decode + resize + center_crop + normalize + batch

@@ -402,10 +402,16 @@ int sl_params_read(const sl_param_table *t, const cJSON *obj, const char *field,
             return sl__error(code_of(t), "%s: must be an object", field);
         return sl__error(code_of(t), "must be a JSON object");
     }
-    if (!(t->flags & SL_PARAMS_OPEN))
-        for (const cJSON *it = obj->child; it; it = it->next)
-            if (!sl_params_find(t, it->string))
-                return sl_params_unknown(t, field, it->string ? it->string : "", NULL);
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        const char *k = it->string ? it->string : "";
+        const sl_param *p = sl_params_find(t, k);
+        if (!p && !(t->flags & SL_PARAMS_OPEN))
+            return sl_params_unknown(t, field, k, NULL);
+        /* a key given twice: only the first would be read */
+        for (const cJSON *dup = it->next; p && dup; dup = dup->next)
+            if (dup->string && !strcmp(dup->string, k))
+                return key_error(t, field, k, "%s", "given twice");
+    }
     read_ctx r = {t, obj, field, out, SL_OK};
     walk(t->params, 0, read_visit, &r);
     return r.rc;

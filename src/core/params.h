@@ -6,7 +6,8 @@
  * A table is a const array of sl_param ending at a NULL key, wrapped in an
  * sl_param_table that says how its messages read. sl_params_read():
  *   1. every key of the object must be in the table (unless the table is
- *      open): "FIELD.KEY: unknown key for WHAT (keys: closest first, ...)";
+ *      open): "FIELD.KEY: unknown key for WHAT (keys: closest first, ...)",
+ *      and a table's key may be given once ("FIELD.KEY: given twice");
  *   2. every entry, in table order: a missing required key is
  *      "FIELD.KEY: missing"; a value of the wrong type or out of bounds is
  *      "FIELD.KEY: must be ..." naming the allowed range (and "(got V)" for a

@@ -624,8 +624,8 @@ int sl_dev__gpu_fill_start(sl_dev_out *o, const sl_dev_cols *b, int ic, int pc) 
         if (b->ragged[c] && is_text(b, c))
             return sl__error(SL_EUNSUPPORTED, "decode on the GPU: text column '%s' has samples "
                              "of different lengths, which GPU-decoded batches do not carry; "
-                             ".select() the columns the batches need (Python), or \"columns\" "
-                             "in the source", b->names[c]);
+                             ".select() the columns the batches need (Python), or a \"select\" op "
+                             "in the spec", b->names[c]);
         if (b->ragged[c])
             return sl__error(SL_EUNSUPPORTED, "device: column '%s' is ragged (samples of "
                              "different shapes); device batches need stacked columns",

@@ -1438,6 +1438,12 @@ static void atfork_parent(void) {
 static void atfork_child(void) {
     npool = 0;
     nmpool = 0;
+    /* The parent's threads may have been waiting on these: a condition
+     * variable copied with waiters that do not exist here blocks the child's
+     * first signal for good (glibc waits for them to leave). No thread of the
+     * child waits yet: fresh ones. */
+    ra_work = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+    ra_done = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
     for (http_io *h = ra_objs; h; h = h->ra_next) {
         for (extent *e = h->ext; e; e = e->next)
             if (e->state == EXT_FETCHING)

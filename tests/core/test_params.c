@@ -186,6 +186,8 @@ SL_TEST(core_params__wrong_type_and_bounds_name_the_range) {
                "src.index: must be \"auto\", true or false");
     expect_bad("{\"seed\": 1, \"max_open_shards\": 1000001}",
                "src.max_open_shards: must be a whole number from 1 to 1000000 (got 1000001)");
+    /* a key given twice would have its second value ignored */
+    expect_bad("{\"seed\": 1, \"threads\": 2, \"threads\": 0}", "src.threads: given twice");
     /* not an object at all */
     cJSON *arr = cJSON_Parse("[1]");
     ASSERT_RC(sl_params_read(&table, arr, "src", NULL), SL_EINVAL);

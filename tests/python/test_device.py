@@ -216,6 +216,47 @@ print(json.dumps(out))
 """
 
 
+_EXIT_SCRIPT = r"""
+import sys
+import numpy as np
+import sluice
+mode = sys.argv[1]
+x = np.arange(64 * 16 * 16 * 3, dtype=np.uint8).reshape(64, 16, 16, 3)
+ds = sluice.from_arrays({"image": x, "label": np.arange(64)}).batch(8).prefetch(2).device("cuda")
+engine = ds._start()[0]
+HELD = [engine.next(), engine.next()]  # module globals: alive until the interpreter ends
+if mode == "closed":
+    while engine.next() is not None:
+        pass
+    HELD.clear()
+    ds.close()
+print("batches taken", flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["closed", "left_open_with_batches_held"])
+def test_exit_makes_no_cuda_call_after_the_runtime_unloads(tmp_path, mode):
+    # libcudart tears itself down in an atexit handler; anything sluice frees
+    # after that (a pipeline, its ring, batches held in globals) would call a
+    # runtime that is gone. Over the stand-in runtime, which unloads at exit
+    # the same way and reports any later call on stderr: a program that ends
+    # with a device pipeline closed, or left open mid-epoch with batches held
+    # in globals, exits 0 and makes no such call.
+    import subprocess
+    import sys
+    fakes = _fake_libs()
+    if fakes is None:
+        pytest.skip("the stand-in libraries are not built (nvjpeg.h missing: "
+                    "scripts/nvjpeg_fetch.sh)")
+    env = dict(os.environ, **fakes, SLUICE_FAKE_CUDA_UNLOAD_AT_EXIT="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", _EXIT_SCRIPT, mode], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "batches taken" in r.stdout
+    assert "after the runtime unloaded" not in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("names", ["same", "ragged"])
 def test_text_columns_stay_on_the_host(tmp_path, names):
     # A text column (the file's path) beside the images of a CUDA batch stays

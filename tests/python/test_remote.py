@@ -146,6 +146,45 @@ print(json.dumps(out))
     assert got == want and sorted(got) == list(range(N))
 
 
+def test_forked_child_reads_a_remote_dataset_the_parent_reads(tmp_path, data, web):
+    """fork() while the parent's shard openers and read-ahead threads run: the
+    child neither joins nor signals them (core/worker.h's fork policy): it
+    reads the same Dataset whole on its own (hints open shards in place,
+    read-ahead starts fetch threads of its own), frees it and exits; the
+    parent reads on. Several rounds, forking at different points of the
+    parent's epoch (no cache: every shard read by ranges)."""
+    code = f"""
+import os, sys, json, sluice
+N = {N}
+bad = []
+for rnd in range(6):
+    ds = sluice.records({web.url + '/ds'!r}).shuffle(seed=rnd).batch(8)
+    it = iter(ds)
+    seen = []
+    for _ in range(1 + rnd * 4):
+        seen += [int(x) for x in next(it)["idx"]]
+    pid = os.fork()
+    if pid == 0:
+        try:
+            got = sorted(int(x) for b in ds for x in b["idx"])
+            del ds, it
+            os._exit(0 if got == list(range(N)) else 3)
+        except BaseException:
+            os._exit(4)
+    for b in it:
+        seen += [int(x) for x in b["idx"]]
+    _, st = os.waitpid(pid, 0)
+    if st != 0 or sorted(seen) != list(range(N)):
+        bad.append((rnd, st, len(seen)))
+print(json.dumps(bad))
+"""
+    env = env_for(tmp_path, SLUICE_CACHE_BYTES="0")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [], r.stdout
+
+
 def test_https_with_the_test_ca(tmp_path, data):
     with httpfix.Nginx(data, https=True) as ng:
         src = {"path": ng.url + "/ds"}

@@ -64,7 +64,20 @@ static struct {
     long misuse;
     char last_misuse[256];
     unsigned long long h2d_bytes;  /* copied by cudaMemcpyAsync */
+    int unloaded;                  /* SLUICE_FAKE_CUDA_UNLOAD_AT_EXIT: the runtime went away */
+    long late;                     /* calls after that */
 } F = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* SLUICE_FAKE_CUDA_UNLOAD_AT_EXIT=1: the runtime tears itself down in an
+ * atexit handler, as libcudart does. Every call after it fails with
+ * cudaErrorCudartUnloading, frees nothing (the process is ending) and is
+ * reported on stderr ("fake cudart: cudaFree after the runtime unloaded"),
+ * so a test sees whether its program still calls into CUDA at exit. */
+static void unload_at_exit(void) {
+    pthread_mutex_lock(&F.mu);
+    F.unloaded = 1;
+    pthread_mutex_unlock(&F.mu);
+}
 
 static int fn_index(const char *name) {
     for (int i = 0; i < NFN; i++)
@@ -88,6 +101,9 @@ static void init_locked(void) {
     const char *d = getenv("SLUICE_FAKE_CUDA_DEVICES");
     if (d && *d)
         F.devices = atoi(d);
+    const char *ua = getenv("SLUICE_FAKE_CUDA_UNLOAD_AT_EXIT");
+    if (ua && *ua == '1')
+        atexit(unload_at_exit);
     const char *nr = getenv("SLUICE_FAKE_CUDA_NOT_READY");
     if (nr && *nr)
         F.not_ready = atoi(nr);
@@ -112,6 +128,12 @@ static cuda_err enter(int f) {
     init_locked();
     long n = ++F.calls[f];
     cuda_err e = 0;
+    if (F.unloaded) {
+        if (F.late++ < 8)
+            fprintf(stderr, "fake cudart: %s after the runtime unloaded\n", fn_names[f]);
+        pthread_mutex_unlock(&F.mu);
+        return FAKE_CUDA_ERR_UNLOADING;
+    }
     if (F.fail_at[f] && (n == F.fail_at[f] || (F.fail_sticky[f] && n > F.fail_at[f]))) {
         e = F.fail_err[f];
         F.failed++;
@@ -425,6 +447,7 @@ EXPORT const char *cudaGetErrorString(cuda_err e) {
     case 101: return "invalid device ordinal";
     case FAKE_CUDA_ERR_NOT_READY: return "device not ready";
     case FAKE_CUDA_ERR_LAUNCH_FAILURE: return "unspecified launch failure";
+    case FAKE_CUDA_ERR_UNLOADING: return "driver shutting down";
     default: return "unknown error";
     }
 }

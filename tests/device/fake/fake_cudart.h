@@ -14,6 +14,9 @@
  *   SLUICE_FAKE_CUDA_FAIL=cudaMalloc:3:2[:sticky]   (entry point, N, error)
  *   SLUICE_FAKE_CUDA_DEVICES=0                       (devices reported; default 1)
  *   SLUICE_FAKE_CUDA_NOT_READY=2                     (see fake_cuda_not_ready)
+ *   SLUICE_FAKE_CUDA_UNLOAD_AT_EXIT=1                (the runtime goes away in an
+ *                                                     atexit handler; later calls
+ *                                                     fail and are reported on stderr)
  */
 #ifndef SL_FAKE_CUDART_H
 #define SL_FAKE_CUDART_H
@@ -41,6 +44,7 @@ typedef long (*fake_cuda_misuse_fn)(const char **last);
 
 #define FAKE_CUDA_ERR_INVALID_VALUE 1
 #define FAKE_CUDA_ERR_MEMORY_ALLOCATION 2
+#define FAKE_CUDA_ERR_UNLOADING 4 /* cudaErrorCudartUnloading */
 #define FAKE_CUDA_ERR_NO_DEVICE 100
 #define FAKE_CUDA_ERR_NOT_READY 600
 #define FAKE_CUDA_ERR_LAUNCH_FAILURE 719
