@@ -1125,9 +1125,9 @@ int sl_record__read_into(const sl_reader *r, uint64_t i, sl_record *rec, bool ve
 /* ---- opening remote shards ahead -----------------------------------------------------
  *
  * The remote hint (sl_record__prefetch, far 2) needs the record's shard open
- * to know where the record lies. Opening a remote shard costs several
- * requests one after another (HEAD, header, footer, index); made by the
- * hinting thread, the first hints of a shuffled epoch, which reach every
+ * to know where the record lies. Opening a remote shard costs a round trip
+ * (its edges, SL_IO_EDGES; before that, HEAD, header, footer and index, one
+ * after another); made by the hinting thread, the first hints of a shuffled epoch, which reach every
  * shard, opened the shards one at a time while the decoders waited: with
  * 20 ms a request, 1-1.4 s of a 4 s run over 9 shards (bench/README.md,
  * remote inputs). So a hint whose shard is not open is queued for a few
