@@ -111,6 +111,10 @@ static pthread_mutex_t share_mu[CURL_LOCK_DATA_LAST];
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 static CURL *pool[POOL_MAX];
 static int npool;
+/* idle multi handles (perform_many) */
+#define MPOOL_MAX 64
+static CURLM *mpool[MPOOL_MAX];
+static int nmpool;
 static sl_s3_config s3cfg; /* from the environment, read once */
 static int s3cfg_rc;
 static char s3cfg_msg[SL__ERRMSG_MAX];
@@ -752,196 +756,243 @@ static long backoff_ms(int t, long retry_after_s) {
     return (long)w;
 }
 
+/* One request with its retries, in steps: req_start sets up try r->t on
+ * x->h, the transfer runs (curl_easy_perform, or a multi handle driving
+ * several), and req_end says what its ending means. */
+typedef struct req {
+    xfer *x;
+    const char *url;
+    int quiet_404;
+    long *status_out;
+    int t; /* the try set up or run; 0 after bytes arrived (a fresh budget) */
+    int rc;
+    long wait_ms; /* before the next try, when req_end says there is one */
+    uint64_t before;
+    const char *rg;
+    hdr_ctx hc;
+    long last_status;
+    CURLcode last_cc;
+    char err[CURL_ERROR_SIZE];
+    char range[64];
+    char last_err[CURL_ERROR_SIZE];
+} req;
+
+static void req_init(req *r, xfer *x, const char *url, int quiet_404, long *status_out) {
+    memset(r, 0, sizeof *r);
+    r->x = x;
+    r->url = url;
+    r->quiet_404 = quiet_404;
+    r->status_out = status_out;
+    r->t = 1;
+    r->last_cc = CURLE_OK;
+    *status_out = 0;
+}
+
+/* Sets up the next try on x->h: SL_OK, or an error (the request is over). */
+static int req_start(req *r) {
+    xfer *x = r->x;
+    r->before = x->got;
+    x->status = 0;
+    x->seen_status = 0;
+    x->skip = 0;
+    x->overflow = 0;
+    x->sink_failed = 0;
+    x->retry_after_s = -1;
+    x->total = -1;
+    x->cr_first = x->cr_last = -1;
+    x->range_bad = 0;
+    x->range_why[0] = 0;
+    r->err[0] = 0;
+    CURL *h = x->h;
+    curl_easy_reset(h);
+    curl_easy_setopt(h, CURLOPT_URL, r->url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, cfg.connect_timeout_s);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, cfg.stall_s);
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, r->err);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "sluice");
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(h, CURLOPT_FILETIME, 1L);
+    if (share)
+        curl_easy_setopt(h, CURLOPT_SHARE, share);
+    if (cfg.ca[0])
+        curl_easy_setopt(h, CURLOPT_CAINFO, cfg.ca);
+    r->rg = NULL;
+    if (x->head) {
+        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    } else if (x->suffix) {
+        snprintf(r->range, sizeof r->range, "-%llu", (unsigned long long)x->suffix);
+        curl_easy_setopt(h, CURLOPT_RANGE, r->range);
+        r->rg = r->range;
+    } else {
+        uint64_t a = x->off + x->got;
+        if (x->len == UINT64_MAX)
+            snprintf(r->range, sizeof r->range, "%llu-", (unsigned long long)a);
+        else
+            snprintf(r->range, sizeof r->range, "%llu-%llu", (unsigned long long)a,
+                     (unsigned long long)(x->off + x->len - 1));
+        if (a > 0 || (x->len != UINT64_MAX && !x->whole)) {
+            curl_easy_setopt(h, CURLOPT_RANGE, r->range);
+            r->rg = r->range;
+        }
+        x->want_first = a;
+        x->want_last = x->len == UINT64_MAX ? UINT64_MAX : x->off + x->len - 1;
+    }
+    r->hc.list = NULL;
+    char rh[80];
+    if (r->rg)
+        snprintf(rh, sizeof rh, "bytes=%s", r->rg);
+    int rc = sign(x->name, r->url, x->head, r->rg ? rh : NULL, &r->hc);
+    if (rc < 0) {
+        curl_slist_free_all(r->hc.list);
+        r->hc.list = NULL;
+        return rc;
+    }
+    if (r->hc.list)
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, r->hc.list);
+    if (!strncmp(x->name, "s3://", 5)) /* keys may hold "//", "./", "../": as signed */
+        curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
+    return SL_OK;
+}
+
+/* What the ending `cc` of the try on x->h means: 1 when the request is over
+ * (r->rc: SL_OK, SL_END for a quiet 404, or an error; the status code of a
+ * final non-retryable answer in *r->status_out), 0 when it is tried again
+ * after r->wait_ms. */
+static int req_end(req *r, CURLcode cc) {
+    xfer *x = r->x;
+    CURL *h = x->h;
+    curl_slist_free_all(r->hc.list);
+    r->hc.list = NULL;
+    long st = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
+    x->status = st;
+    if (r->rg && st == 200 && cc == CURLE_OK)
+        x->range_ignored = 1;
+    if (x->head && cc == CURLE_OK) {
+        char *eu = NULL;
+        curl_easy_getinfo(h, CURLINFO_EFFECTIVE_URL, &eu);
+        if (eu && *eu && eu[strlen(eu) - 1] == '/' && (st < 500 && st != 429 && st != 408)) {
+            x->eff_dir = 1; /* a directory: whatever it says about a listing */
+            *r->status_out = st;
+            r->rc = SL_OK;
+            return 1;
+        }
+    }
+    if (x->size_changed) {
+        r->rc = sl__error(SL_EIO, "%s: its size changed on the server (%lld bytes, %llu when it "
+                          "was asked)", x->name, (long long)x->new_size,
+                          (unsigned long long)x->len);
+        return 1;
+    }
+    if (x->sink_failed) {
+        r->rc = sl__error(SL_EIO, "%s: writing the fetched bytes failed: %s", x->name,
+                          strerror(x->sink_failed));
+        return 1;
+    }
+    curl_off_t cl0 = -1;
+    if (st == 200)
+        curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl0);
+    if ((x->suffix || x->clip) && cc == CURLE_OK && !x->got &&
+        ((st == 416 && x->total == 0) || (st == 200 && cl0 == 0))) {
+        /* a range of an empty object: nothing to take, and its size */
+        x->suffix = 0;
+        x->off = 0;
+        x->len = 0;
+        st = 206;
+    }
+    int ok_status = st == 200 || st == 206;
+    if (cc == CURLE_WRITE_ERROR && x->overflow)
+        cc = CURLE_OK; /* we stopped it: all we asked for arrived */
+    if (x->range_bad) {
+        /* Bytes of another range: none were taken. A proxy or server
+         * that answered wrongly once may answer rightly next time, so
+         * it is tried again like a broken transfer. */
+        cc = CURLE_PARTIAL_FILE;
+        snprintf(r->err, sizeof r->err, "%s", x->range_why);
+    }
+    if (cc == CURLE_OK && ok_status) {
+        if (x->head || x->len == UINT64_MAX || x->got == x->len) {
+            *r->status_out = st;
+            if (x->head && x->total < 0) {
+                curl_off_t cl = -1;
+                curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+                x->total = cl;
+            }
+            r->rc = SL_OK;
+            return 1;
+        }
+        cc = CURLE_PARTIAL_FILE; /* a short body with a clean end: try again */
+        snprintf(r->err, sizeof r->err, "the body ended after %llu of %llu bytes",
+                 (unsigned long long)x->got, (unsigned long long)x->len);
+    }
+    int retry;
+    if (cc != CURLE_OK) {
+        retry = retryable_curl(cc);
+        r->last_cc = cc;
+        snprintf(r->last_err, sizeof r->last_err, "%s", r->err[0] ? r->err : curl_easy_strerror(cc));
+        r->last_status = 0;
+    } else {
+        retry = st >= 500 || st == 429 || st == 408;
+        r->last_status = st;
+        r->last_cc = CURLE_OK;
+    }
+    if (!retry) {
+        *r->status_out = st;
+        if (cc == CURLE_OK && st == 404 && r->quiet_404) {
+            r->rc = SL_END;
+        } else if (cc == CURLE_OK) {
+            r->rc = sl__error(SL_EIO, "%s: HTTP %ld%s", x->name, st, status_words(st));
+        } else {
+            r->rc = sl__error(SL_EIO, "%s: %s (curl error %d)", x->name, r->last_err, (int)cc);
+        }
+        return 1;
+    }
+    if (x->got > r->before)
+        r->t = 0; /* bytes arrived: resume from there on a fresh budget */
+    if (r->t >= cfg.tries) {
+        if (x->range_bad)
+            r->rc = sl__error(SL_EIO, "%s: %s after %d tries", x->name, r->last_err, r->t);
+        else if (r->last_cc != CURLE_OK)
+            r->rc = sl__error(SL_EIO, "%s: %s (curl error %d) after %d tries", x->name,
+                              r->last_err, (int)r->last_cc, r->t);
+        else
+            r->rc = sl__error(SL_EIO, "%s: HTTP %ld%s after %d tries", x->name, r->last_status,
+                              status_words(r->last_status), r->t);
+        return 1;
+    }
+    r->wait_ms = backoff_ms(r->t ? r->t : 1, x->retry_after_s);
+    SL_LOG_DEBUG("%s: %s; trying again in %ld ms", x->name,
+                 r->last_cc != CURLE_OK ? r->last_err : "server error", r->wait_ms);
+    r->t++;
+    return 0;
+}
+
 /* Run the request `x` describes against `url`, with retries. The status code
  * of a final non-retryable answer is returned in *status_out (0 when none);
  * `quiet_404` makes a 404 return SL_END without a message. */
 static int perform(xfer *x, const char *url, int quiet_404, long *status_out) {
-    *status_out = 0;
-    char err[CURL_ERROR_SIZE];
-    char range[64];
-    long last_status = 0;
-    CURLcode last_cc = CURLE_OK;
-    char last_err[CURL_ERROR_SIZE] = "";
+    req r;
+    req_init(&r, x, url, quiet_404, status_out);
     x->h = handle_get();
     if (!x->h)
         return sl__oom("starting a request");
-    int rc = SL_OK;
-    for (int t = 1;; t++) {
-        uint64_t before = x->got;
-        x->status = 0;
-        x->seen_status = 0;
-        x->skip = 0;
-        x->overflow = 0;
-        x->sink_failed = 0;
-        x->retry_after_s = -1;
-        x->total = -1;
-        x->cr_first = x->cr_last = -1;
-        x->range_bad = 0;
-        x->range_why[0] = 0;
-        err[0] = 0;
-        CURL *h = x->h;
-        curl_easy_reset(h);
-        curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
-        curl_easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
-        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, cfg.connect_timeout_s);
-        curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-        curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, cfg.stall_s);
-        curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
-        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, err);
-        curl_easy_setopt(h, CURLOPT_USERAGENT, "sluice");
-        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
-        curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
-        curl_easy_setopt(h, CURLOPT_FILETIME, 1L);
-        if (share)
-            curl_easy_setopt(h, CURLOPT_SHARE, share);
-        if (cfg.ca[0])
-            curl_easy_setopt(h, CURLOPT_CAINFO, cfg.ca);
-        const char *rg = NULL;
-        if (x->head) {
-            curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
-        } else if (x->suffix) {
-            snprintf(range, sizeof range, "-%llu", (unsigned long long)x->suffix);
-            curl_easy_setopt(h, CURLOPT_RANGE, range);
-            rg = range;
-        } else {
-            uint64_t a = x->off + x->got;
-            if (x->len == UINT64_MAX)
-                snprintf(range, sizeof range, "%llu-", (unsigned long long)a);
-            else
-                snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)a,
-                         (unsigned long long)(x->off + x->len - 1));
-            if (a > 0 || (x->len != UINT64_MAX && !x->whole)) {
-                curl_easy_setopt(h, CURLOPT_RANGE, range);
-                rg = range;
-            }
-            x->want_first = a;
-            x->want_last = x->len == UINT64_MAX ? UINT64_MAX : x->off + x->len - 1;
-        }
-        hdr_ctx hc = {NULL};
-        char rh[80];
-        if (rg)
-            snprintf(rh, sizeof rh, "bytes=%s", rg);
-        rc = sign(x->name, url, x->head, rg ? rh : NULL, &hc);
-        if (rc < 0) {
-            curl_slist_free_all(hc.list);
-            goto done;
-        }
-        if (hc.list)
-            curl_easy_setopt(h, CURLOPT_HTTPHEADER, hc.list);
-        if (!strncmp(x->name, "s3://", 5)) /* keys may hold "//", "./", "../": as signed */
-            curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
-        CURLcode cc = curl_easy_perform(h);
-        curl_slist_free_all(hc.list);
-        long st = 0;
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
-        x->status = st;
-        if (rg && st == 200 && cc == CURLE_OK)
-            x->range_ignored = 1;
-        if (x->head && cc == CURLE_OK) {
-            char *eu = NULL;
-            curl_easy_getinfo(h, CURLINFO_EFFECTIVE_URL, &eu);
-            if (eu && *eu && eu[strlen(eu) - 1] == '/' && (st < 500 && st != 429 && st != 408)) {
-                x->eff_dir = 1; /* a directory: whatever it says about a listing */
-                *status_out = st;
-                rc = SL_OK;
-                goto done;
-            }
-        }
-        if (x->size_changed) {
-            rc = sl__error(SL_EIO, "%s: its size changed on the server (%lld bytes, %llu when it "
-                           "was asked)", x->name, (long long)x->new_size,
-                           (unsigned long long)x->len);
-            goto done;
-        }
-        if (x->sink_failed) {
-            rc = sl__error(SL_EIO, "%s: writing the fetched bytes failed: %s", x->name,
-                           strerror(x->sink_failed));
-            goto done;
-        }
-        curl_off_t cl0 = -1;
-        if (st == 200)
-            curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl0);
-        if ((x->suffix || x->clip) && cc == CURLE_OK && !x->got &&
-            ((st == 416 && x->total == 0) || (st == 200 && cl0 == 0))) {
-            /* a range of an empty object: nothing to take, and its size */
-            x->suffix = 0;
-            x->off = 0;
-            x->len = 0;
-            st = 206;
-        }
-        int ok_status = st == 200 || st == 206;
-        if (cc == CURLE_WRITE_ERROR && x->overflow)
-            cc = CURLE_OK; /* we stopped it: all we asked for arrived */
-        if (x->range_bad) {
-            /* Bytes of another range: none were taken. A proxy or server
-             * that answered wrongly once may answer rightly next time, so
-             * it is tried again like a broken transfer. */
-            cc = CURLE_PARTIAL_FILE;
-            snprintf(err, sizeof err, "%s", x->range_why);
-        }
-        if (cc == CURLE_OK && ok_status) {
-            if (x->head || x->len == UINT64_MAX || x->got == x->len) {
-                *status_out = st;
-                if (x->head && x->total < 0) {
-                    curl_off_t cl = -1;
-                    curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
-                    x->total = cl;
-                }
-                rc = SL_OK;
-                goto done;
-            }
-            cc = CURLE_PARTIAL_FILE; /* a short body with a clean end: try again */
-            snprintf(err, sizeof err, "the body ended after %llu of %llu bytes",
-                     (unsigned long long)x->got, (unsigned long long)x->len);
-        }
-        int retry;
-        if (cc != CURLE_OK) {
-            retry = retryable_curl(cc);
-            last_cc = cc;
-            snprintf(last_err, sizeof last_err, "%s", err[0] ? err : curl_easy_strerror(cc));
-            last_status = 0;
-        } else {
-            retry = st >= 500 || st == 429 || st == 408;
-            last_status = st;
-            last_cc = CURLE_OK;
-        }
-        if (!retry) {
-            *status_out = st;
-            if (cc == CURLE_OK && st == 404 && quiet_404) {
-                rc = SL_END;
-            } else if (cc == CURLE_OK) {
-                rc = sl__error(SL_EIO, "%s: HTTP %ld%s", x->name, st, status_words(st));
-            } else {
-                rc = sl__error(SL_EIO, "%s: %s (curl error %d)", x->name, last_err, (int)cc);
-            }
-            goto done;
-        }
-        if (x->got > before)
-            t = 0; /* bytes arrived: resume from there on a fresh budget */
-        if (t >= cfg.tries) {
-            if (x->range_bad)
-                rc = sl__error(SL_EIO, "%s: %s after %d tries", x->name, last_err, t);
-            else if (last_cc != CURLE_OK)
-                rc = sl__error(SL_EIO, "%s: %s (curl error %d) after %d tries", x->name,
-                               last_err, (int)last_cc, t);
-            else
-                rc = sl__error(SL_EIO, "%s: HTTP %ld%s after %d tries", x->name, last_status,
-                               status_words(last_status), t);
-            goto done;
-        }
-        long w = backoff_ms(t ? t : 1, x->retry_after_s);
-        SL_LOG_DEBUG("%s: %s; trying again in %ld ms", x->name,
-                     last_cc != CURLE_OK ? last_err : "server error", w);
-        sleep_ms(w);
+    for (;;) {
+        r.rc = req_start(&r);
+        if (r.rc < 0 || req_end(&r, curl_easy_perform(x->h)))
+            break;
+        sleep_ms(r.wait_ms);
     }
-done:
     handle_put(x->h);
     x->h = NULL;
-    return rc;
+    return r.rc;
 }
 
 static int mkdirs(const char *dir);
@@ -1386,6 +1437,7 @@ static void atfork_parent(void) {
  * core/worker.h's fork policy; the locks are this handler's business). */
 static void atfork_child(void) {
     npool = 0;
+    nmpool = 0;
     /* The parent's threads may have been waiting on these: a condition
      * variable copied with waiters that do not exist here blocks the child's
      * first signal for good (glibc waits for them to leave). No thread of the
@@ -1779,35 +1831,154 @@ static void memo_drop(const char *url) {
  * header, header rest, footer, index), each a round trip. Instead, the open
  * asks for the last SL_IO_EDGE_TAIL bytes (a suffix range, bytes=-N: its
  * answer says the object's size too, so no HEAD) and, at the same time on a
- * second connection, for the first SL_IO_EDGE_HEAD bytes (a range that may
+ * second connection of one event loop (perform_many), for the first SL_IO_EDGE_HEAD bytes (a range that may
  * run past a small object's end): one round trip. An object no longer than
  * the tail is whole after it. Both answers must describe the same object
  * (size, ETag, Last-Modified); one that changed between them is asked again
  * once. */
 
-typedef struct edge_job {
-    xfer x;
-    const char *url;
-    int quiet_404;
-    int rc;
-    char msg[SL__ERRMSG_MAX];
-} edge_job;
+/* Idle multi handles (mpool) keep the connections their last requests left
+ * open (keep-alive: a multi has its own connection cache, apart from the
+ * easy handles'). Dropped, not cleaned up, in a forked child, like pool. */
 
-static void *edge_main(void *arg) {
-    edge_job *j = arg;
-    long st;
-    j->rc = perform(&j->x, j->url, j->quiet_404, &st);
-    if (j->rc < 0)
-        snprintf(j->msg, sizeof j->msg, "%s", sl_errmsg());
-    return NULL;
+static CURLM *multi_get(void) {
+    CURLM *m = NULL;
+    pthread_mutex_lock(&pool_mu);
+    if (nmpool)
+        m = mpool[--nmpool];
+    pthread_mutex_unlock(&pool_mu);
+    return m ? m : curl_multi_init();
+}
+
+static void multi_put(CURLM *m) {
+    pthread_mutex_lock(&pool_mu);
+    if (nmpool < MPOOL_MAX) {
+        mpool[nmpool++] = m;
+        m = NULL;
+    }
+    pthread_mutex_unlock(&pool_mu);
+    if (m)
+        curl_multi_cleanup(m);
+}
+
+/* Run the n requests of r at once from one event loop on this thread (one
+ * multi handle), each with perform()'s retries and outcomes: r[i].rc, and
+ * for an error its message in msg[i]. A request waiting out its backoff
+ * leaves the others running. n is at most 4. */
+static void perform_many(req *r, int n, char (*msg)[SL__ERRMSG_MAX]) {
+    enum { RUNNING, WAITING, OVER };
+    int state[4];
+    uint64_t wake[4];
+    CURLM *m = multi_get();
+    int left = n;
+    for (int i = 0; i < n; i++) {
+        msg[i][0] = 0;
+        state[i] = OVER;
+        r[i].x->h = handle_get();
+        if (!r[i].x->h) {
+            r[i].rc = sl__oom("starting a request");
+            snprintf(msg[i], SL__ERRMSG_MAX, "%s", sl_errmsg());
+            left--;
+            continue;
+        }
+        state[i] = WAITING;
+        wake[i] = 0;
+    }
+    if (!m) { /* no event loop: one after the other */
+        for (int i = 0; i < n; i++) {
+            if (state[i] == OVER)
+                continue;
+            for (;;) {
+                r[i].rc = req_start(&r[i]);
+                if (r[i].rc < 0 || req_end(&r[i], curl_easy_perform(r[i].x->h)))
+                    break;
+                sleep_ms(r[i].wait_ms);
+            }
+            if (r[i].rc < 0)
+                snprintf(msg[i], SL__ERRMSG_MAX, "%s", sl_errmsg());
+        }
+        left = 0;
+    }
+    while (left) {
+        uint64_t now = sl__now_ns();
+        long timeout_ms = 1000;
+        int running = 0;
+        for (int i = 0; i < n; i++) {
+            if (state[i] == WAITING && wake[i] <= now) {
+                r[i].rc = req_start(&r[i]);
+                if (r[i].rc < 0) {
+                    snprintf(msg[i], SL__ERRMSG_MAX, "%s", sl_errmsg());
+                    state[i] = OVER;
+                    left--;
+                } else if (curl_multi_add_handle(m, r[i].x->h) != CURLM_OK) {
+                    r[i].rc = sl__error(SL_EIO, "%s: cannot start its request (curl multi)",
+                                        r[i].x->name);
+                    snprintf(msg[i], SL__ERRMSG_MAX, "%s", sl_errmsg());
+                    curl_slist_free_all(r[i].hc.list);
+                    r[i].hc.list = NULL;
+                    state[i] = OVER;
+                    left--;
+                } else {
+                    state[i] = RUNNING;
+                }
+            }
+            if (state[i] == WAITING) {
+                long ms = (long)((wake[i] - now) / 1000000) + 1;
+                if (ms < timeout_ms)
+                    timeout_ms = ms;
+            }
+            running += state[i] == RUNNING;
+        }
+        if (!left)
+            break;
+        if (!running) {
+            sleep_ms(timeout_ms);
+            continue;
+        }
+        int still;
+        curl_multi_perform(m, &still);
+        CURLMsg *cm;
+        int q;
+        while ((cm = curl_multi_info_read(m, &q))) {
+            if (cm->msg != CURLMSG_DONE)
+                continue;
+            int i = 0;
+            while (i < n && (state[i] != RUNNING || r[i].x->h != cm->easy_handle))
+                i++;
+            if (i == n)
+                continue;
+            CURLcode cc = cm->data.result; /* cm is freed by the removal */
+            curl_multi_remove_handle(m, r[i].x->h);
+            if (req_end(&r[i], cc)) {
+                if (r[i].rc < 0)
+                    snprintf(msg[i], SL__ERRMSG_MAX, "%s", sl_errmsg());
+                state[i] = OVER;
+                left--;
+            } else {
+                state[i] = WAITING;
+                wake[i] = sl__now_ns() + (uint64_t)r[i].wait_ms * 1000000;
+                timeout_ms = 0;
+            }
+        }
+        if (left && timeout_ms)
+            curl_multi_poll(m, NULL, 0, (int)timeout_ms, NULL);
+    }
+    for (int i = 0; i < n; i++) {
+        if (r[i].x->h) {
+            handle_put(r[i].x->h);
+            r[i].x->h = NULL;
+        }
+    }
+    if (m)
+        multi_put(m);
 }
 
 static int open_edges(http_io *h, unsigned flags) {
     const char *name = h->base.name;
     for (int attempt = 0;; attempt++) {
-        edge_job hj, tj;
-        memset(&hj, 0, sizeof hj);
-        memset(&tj, 0, sizeof tj);
+        xfer hx, tx;
+        memset(&hx, 0, sizeof hx);
+        memset(&tx, 0, sizeof tx);
         uint64_t head_n = cfg.open_bytes < SL_IO_EDGE_HEAD ? cfg.open_bytes : SL_IO_EDGE_HEAD;
         uint8_t *head_b = sl__malloc((size_t)head_n);
         uint8_t *tail_b = sl__malloc((size_t)cfg.open_bytes);
@@ -1816,33 +1987,31 @@ static int open_edges(http_io *h, unsigned flags) {
             sl__free(tail_b);
             return sl__error(SL_ENOMEM, "%s: out of memory opening it", name);
         }
-        hj.url = tj.url = h->url;
-        hj.quiet_404 = tj.quiet_404 = (flags & SL_IO_MISSING_OK) != 0;
-        hj.x.name = tj.x.name = name;
-        hj.x.fd = tj.x.fd = -1;
-        hj.x.len = head_n;
-        hj.x.dst = head_b;
-        hj.x.clip = 1;
-        tj.x.suffix = tj.x.len = cfg.open_bytes;
-        tj.x.dst = tail_b;
-        pthread_t t;
-        int threaded = pthread_create(&t, NULL, edge_main, &hj) == 0;
-        edge_main(&tj);
-        if (threaded)
-            pthread_join(t, NULL);
-        else
-            edge_main(&hj);
-        if (tj.rc != SL_OK || hj.rc != SL_OK) {
+        hx.name = tx.name = name;
+        hx.fd = tx.fd = -1;
+        hx.len = head_n;
+        hx.dst = head_b;
+        hx.clip = 1;
+        tx.suffix = tx.len = cfg.open_bytes;
+        tx.dst = tail_b;
+        int quiet = (flags & SL_IO_MISSING_OK) != 0;
+        req rq[2];
+        long st[2];
+        char msg[2][SL__ERRMSG_MAX];
+        req_init(&rq[0], &tx, h->url, quiet, &st[0]);
+        req_init(&rq[1], &hx, h->url, quiet, &st[1]);
+        perform_many(rq, 2, msg);
+        if (rq[0].rc != SL_OK || rq[1].rc != SL_OK) {
             sl__free(head_b);
             sl__free(tail_b);
-            if (tj.rc < 0 || hj.rc < 0)
-                return tj.rc < 0 ? sl__error(tj.rc, "%s", tj.msg)
-                                 : sl__error(hj.rc, "%s", hj.msg);
+            if (rq[0].rc < 0 || rq[1].rc < 0)
+                return rq[0].rc < 0 ? sl__error(rq[0].rc, "%s", msg[0])
+                                    : sl__error(rq[1].rc, "%s", msg[1]);
             return SL_END; /* missing (a quiet 404), SL_IO_MISSING_OK */
         }
-        uint64_t total = tj.x.off + tj.x.len;
-        int same = (hj.x.len < head_n ? hj.x.len == total : total >= head_n) &&
-                   !strcmp(hj.x.etag, tj.x.etag) && !strcmp(hj.x.last_mod, tj.x.last_mod);
+        uint64_t total = tx.off + tx.len;
+        int same = (hx.len < head_n ? hx.len == total : total >= head_n) &&
+                   !strcmp(hx.etag, tx.etag) && !strcmp(hx.last_mod, tx.last_mod);
         if (!same) {
             sl__free(head_b);
             sl__free(tail_b);
@@ -1857,8 +2026,8 @@ static int open_edges(http_io *h, unsigned flags) {
         if (!total) {
             sl__free(head_b);
             sl__free(tail_b);
-        } else if (tj.x.off == 0 || hj.x.len == total) { /* the whole object came */
-            if (tj.x.off) { /* in the first bytes (a tail smaller than the head) */
+        } else if (tx.off == 0 || hx.len == total) { /* the whole object came */
+            if (tx.off) { /* in the first bytes (a tail smaller than the head) */
                 uint8_t *sw = head_b;
                 head_b = tail_b;
                 tail_b = sw;
@@ -1876,10 +2045,10 @@ static int open_edges(http_io *h, unsigned flags) {
             }
         } else {
             h->edge_head = head_b;
-            h->edge_head_len = hj.x.len;
+            h->edge_head_len = hx.len;
             h->edge_tail = tail_b;
-            h->edge_tail_off = tj.x.off;
-            h->edge_tail_len = tj.x.len;
+            h->edge_tail_off = tx.off;
+            h->edge_tail_len = tx.len;
         }
         if (h->edge_tail && (flags & SL_IO_MAP) && !(flags & SL_IO_MAP_OR_RANGES)) {
             /* wanted whole, and bigger than both ends: the whole of it */
@@ -1888,7 +2057,7 @@ static int open_edges(http_io *h, unsigned flags) {
             h->edge_head = h->edge_tail = NULL;
             return fetch_heap(h);
         }
-        if (tj.x.range_ignored || hj.x.range_ignored) {
+        if (tx.range_ignored || hx.range_ignored) {
             if (h->edge_tail)
                 become_whole(h); /* says so, and fetches it whole once */
             else
