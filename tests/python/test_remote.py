@@ -554,8 +554,13 @@ def test_s3_signed_requests_reach_the_server(tmp_path, data, web):
             for h in seen), seen[:2]
         # a range request signs its Range header too
         assert any("range" in h.get("authorization", "") and "range" in h for h in seen)
-        # connections are kept alive: far fewer than requests
-        assert px.conns * 3 < len(seen), (px.conns, len(seen))
+        # connections are kept alive: fewer than requests, and the busiest
+        # carried several (without keep-alive each carries one). Not far
+        # fewer: each shard's open asks for its two edges at once, and up to
+        # 8 threads open shards at once, so a small dataset's epoch start
+        # opens about as many connections as it has shards
+        assert px.conns < len(seen) and px.most_per_conn >= 4, (
+            px.conns, len(seen), px.most_per_conn)
     finally:
         px.close()
 

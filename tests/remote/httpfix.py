@@ -205,6 +205,7 @@ class FaultProxy:
         self.gets = 0  # GET requests seen
         self.seen_headers = []  # each request's headers (lower-case names), in order
         self.conns = 0  # connections accepted
+        self.most_per_conn = 0  # requests on the busiest connection
         self.lock = threading.Lock()
         self._local = threading.local()  # each client connection's upstream connection
         self.sock = socket.socket()
@@ -269,10 +270,12 @@ class FaultProxy:
     def _serve(self, c):
         f = c.makefile("rb")
         try:
-            for _ in range(100000):  # requests on one connection, bounded
+            for n_here in range(1, 100001):  # requests on one connection, bounded
                 line = f.readline(65536)
                 if not line:
                     return
+                with self.lock:
+                    self.most_per_conn = max(self.most_per_conn, n_here)
                 method, path, _v = line.decode("latin-1").split(" ", 2)
                 hdrs = {}
                 while True:
