@@ -1072,6 +1072,50 @@ static void memo_put(const char *url, const xfer *x) {
         unlink(tmp);
 }
 
+/* HEADs in flight in this process, by URL hash (under head_mu): a thread
+ * that finds its URL here waits for that answer (remembered by memo_put)
+ * instead of asking the same question at the same time, as when a shard's
+ * schema open and its opener thread's open meet after the TTL ran out. At
+ * most HEAD_FLIGHTS at once are tracked; past that a HEAD goes alone. */
+#define HEAD_FLIGHTS 64
+static pthread_mutex_t head_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t head_cv = PTHREAD_COND_INITIALIZER;
+static uint64_t head_flight[HEAD_FLIGHTS];
+static int nhead_flight;
+
+/* 1 if this thread now owns the HEAD of `key` (remove it with head_land),
+ * 0 if another thread's HEAD of it ended meanwhile (ask the memo again),
+ * -1 if the table is full (ask without owning). */
+static int head_take_off(uint64_t key) {
+    pthread_mutex_lock(&head_mu);
+    int waited = 0;
+    for (;;) {
+        int i = 0;
+        while (i < nhead_flight && head_flight[i] != key)
+            i++;
+        if (i == nhead_flight)
+            break;
+        waited = 1;
+        pthread_cond_wait(&head_cv, &head_mu);
+    }
+    int r = waited ? 0 : nhead_flight < HEAD_FLIGHTS ? 1 : -1;
+    if (r == 1)
+        head_flight[nhead_flight++] = key;
+    pthread_mutex_unlock(&head_mu);
+    return r;
+}
+
+static void head_land(uint64_t key) {
+    pthread_mutex_lock(&head_mu);
+    for (int i = 0; i < nhead_flight; i++)
+        if (head_flight[i] == key) {
+            head_flight[i] = head_flight[--nhead_flight];
+            break;
+        }
+    pthread_cond_broadcast(&head_cv);
+    pthread_mutex_unlock(&head_mu);
+}
+
 /* HEAD `name`: size and validator (or what was said within the TTL). SL_END
  * (quiet) on 404 when quiet_404. */
 static int head(const char *name, const char *url, int quiet_404, xfer *x, int *is_dir) {
@@ -1081,16 +1125,28 @@ static int head(const char *name, const char *url, int quiet_404, xfer *x, int *
     x->fd = -1;
     long st;
     *is_dir = 0;
-    if (memo_get(url, x)) {
-        *is_dir = x->eff_dir;
-        return SL_OK;
+    char mp[URL_MAX + 64];
+    int memo = memo_path(url, mp, sizeof mp, 0);
+    const uint64_t key = XXH3_64bits(url, strlen(url));
+    int owner = 0;
+    for (;;) {
+        if (memo_get(url, x)) {
+            *is_dir = x->eff_dir;
+            return SL_OK;
+        }
+        if (!memo || (owner = head_take_off(key)) != 0)
+            break;
+        /* another thread's HEAD of it ended: its answer is in the memo (or,
+         * for a 404 or an error, not: then ask, owning the question) */
     }
     int rc = perform(x, url, quiet_404, &st);
+    if (rc == SL_OK && (x->eff_dir || x->total >= 0))
+        memo_put(url, x);
+    if (owner == 1)
+        head_land(key);
     if (rc != SL_OK)
         return rc; /* an error, or SL_END for a quiet 404 */
     *is_dir = x->eff_dir;
-    if (x->eff_dir || x->total >= 0)
-        memo_put(url, x);
     return SL_OK;
 }
 
@@ -1419,6 +1475,7 @@ static void ra_drop(http_io *h) {
 }
 
 static void atfork_prepare(void) {
+    pthread_mutex_lock(&head_mu);
     pthread_mutex_lock(&ra_mu);
     pthread_mutex_lock(&pool_mu);
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
@@ -1429,6 +1486,7 @@ static void atfork_parent(void) {
         pthread_mutex_unlock(&share_mu[i]);
     pthread_mutex_unlock(&pool_mu);
     pthread_mutex_unlock(&ra_mu);
+    pthread_mutex_unlock(&head_mu);
 }
 /* The child has none of the parent's threads, and must not share its
  * connections: the pooled handles are dropped (not cleaned up: that could
@@ -1444,6 +1502,8 @@ static void atfork_child(void) {
      * child waits yet: fresh ones. */
     ra_work = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
     ra_done = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+    head_cv = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+    nhead_flight = 0; /* the parent's HEADs in flight never land here */
     for (http_io *h = ra_objs; h; h = h->ra_next) {
         for (extent *e = h->ext; e; e = e->next)
             if (e->state == EXT_FETCHING)
@@ -1454,6 +1514,7 @@ static void atfork_child(void) {
         pthread_mutex_unlock(&share_mu[i]);
     pthread_mutex_unlock(&pool_mu);
     pthread_mutex_unlock(&ra_mu);
+    pthread_mutex_unlock(&head_mu);
 }
 
 static int http_read(sl_io *io, void *dst, size_t n, uint64_t off, size_t *got) {
