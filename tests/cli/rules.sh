@@ -30,4 +30,9 @@ done <"$T/files" >"$T/bad"
 cited=$(xargs grep -lE 'rules? R[0-9]+' <"$T/files" 2>/dev/null | wc -l)
 [ -s "$T/bad" ] && fail "$(cat "$T/bad")"
 [ "$cited" -ge 10 ] || fail "only $cited files cite a rule: the rules are meant to be cited where they are stated"
+
+# R6: every thread of the library starts through src/core/worker.h (the
+# facility itself is the one place that calls pthread_create)
+grep -rn --include='*.c' --include='*.h' 'pthread_create *(' src | grep -v '^src/core/worker\.c:' >"$T/threads" || true
+[ -s "$T/threads" ] && fail "a thread started outside src/core/worker.c (rule R6): $(cat "$T/threads")"
 finish
