@@ -210,32 +210,31 @@ typedef struct cuda_backend {
             return cuda_fail((what), e_);      \
     } while (0)
 
+/* Pinned host memory (host) or device memory, counted in sl_dev__held. */
+static int c_alloc(sl_dev_backend *b, int host, size_t size, void **out) {
+    ON(b);
+    if (host)
+        CU_TRY("cudaHostAlloc", cu.HostAlloc(out, size ? size : 64, CUDA_HOST_ALLOC_DEFAULT));
+    else
+        CU_TRY("cudaMalloc", cu.Malloc(out, size ? size : 64));
+    sl_dev__held(SL_DEVICE_CUDA, host, 1);
+    return SL_OK;
+}
+static void c_free(sl_dev_backend *b, int host, void *p) {
+    if (!p)
+        return;
+    ON(b);
+    (void)(host ? cu.FreeHost(p) : cu.Free(p));
+    sl_dev__held(SL_DEVICE_CUDA, host, -1);
+}
 static int c_host_alloc(sl_dev_backend *b, size_t size, void **out) {
-    ON(b);
-    CU_TRY("cudaHostAlloc", cu.HostAlloc(out, size ? size : 64, CUDA_HOST_ALLOC_DEFAULT));
-    sl_dev__held(SL_DEVICE_CUDA, 1, 1);
-    return SL_OK;
+    return c_alloc(b, 1, size, out);
 }
-static void c_host_free(sl_dev_backend *b, void *p) {
-    if (!p)
-        return;
-    ON(b);
-    (void)cu.FreeHost(p);
-    sl_dev__held(SL_DEVICE_CUDA, 1, -1);
-}
+static void c_host_free(sl_dev_backend *b, void *p) { c_free(b, 1, p); }
 static int c_dev_alloc(sl_dev_backend *b, size_t size, void **out) {
-    ON(b);
-    CU_TRY("cudaMalloc", cu.Malloc(out, size ? size : 64));
-    sl_dev__held(SL_DEVICE_CUDA, 0, 1);
-    return SL_OK;
+    return c_alloc(b, 0, size, out);
 }
-static void c_dev_free(sl_dev_backend *b, void *p) {
-    if (!p)
-        return;
-    ON(b);
-    (void)cu.Free(p);
-    sl_dev__held(SL_DEVICE_CUDA, 0, -1);
-}
+static void c_dev_free(sl_dev_backend *b, void *p) { c_free(b, 0, p); }
 static int c_stream_create(sl_dev_backend *b, void **out) {
     ON(b);
     /* Non-blocking: the copy stream must not serialise with the legacy

@@ -243,26 +243,26 @@ int sl_dev__ring_slots(sl_dev_ring *r) {
     return n;
 }
 
+/* Grow one of a slot's memories (host memory when host, else device memory)
+ * to want bytes; what it held is not kept. */
+static int mem_fit(sl_dev_backend *be, int host, void **mem, size_t *cap, size_t want) {
+    if (*cap >= want)
+        return SL_OK;
+    if (*mem && host)
+        be->host_free(be, *mem);
+    else if (*mem)
+        be->dev_free(be, *mem);
+    *mem = NULL;
+    *cap = 0;
+    SL_TRY(host ? be->host_alloc(be, want, mem) : be->dev_alloc(be, want, mem));
+    *cap = want;
+    return SL_OK;
+}
+
 /* Grow a FILLING slot's memory (nothing in flight uses it: invariant 1). */
 static int slot_fit(sl_dev_ring *r, sl_dev_slot *s, size_t host_bytes, size_t dev_bytes) {
-    sl_dev_backend *be = r->be;
-    if (s->host_cap < host_bytes) {
-        if (s->host)
-            be->host_free(be, s->host);
-        s->host = NULL;
-        s->host_cap = 0;
-        SL_TRY(be->host_alloc(be, host_bytes, &s->host));
-        s->host_cap = host_bytes;
-    }
-    if (s->dev_cap < dev_bytes) {
-        if (s->dev)
-            be->dev_free(be, s->dev);
-        s->dev = NULL;
-        s->dev_cap = 0;
-        SL_TRY(be->dev_alloc(be, dev_bytes, &s->dev));
-        s->dev_cap = dev_bytes;
-    }
-    return SL_OK;
+    SL_TRY(mem_fit(r->be, 1, &s->host, &s->host_cap, host_bytes));
+    return mem_fit(r->be, 0, &s->dev, &s->dev_cap, dev_bytes);
 }
 
 static int slot_new(sl_dev_ring *r, sl_dev_slot **out) {

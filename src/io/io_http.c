@@ -230,25 +230,38 @@ void sl_io__cache_set_bytes(uint64_t bytes) {
 static uint64_t cache_budget(void) { return __atomic_load_n(&cfg.cache_bytes, __ATOMIC_RELAXED); }
 
 
-static CURL *handle_get(void) {
-    CURL *h = NULL;
+/* The idle handles of pool and mpool (CURL and CURLM are both void): the
+ * last one kept, or NULL when none is idle. */
+static void *idle_take(void **slots, int *n) {
+    void *p = NULL;
     pthread_mutex_lock(&pool_mu);
-    if (npool)
-        h = pool[--npool];
+    if (*n)
+        p = slots[--*n];
     pthread_mutex_unlock(&pool_mu);
+    return p;
+}
+
+/* Keeps p idle when the pool has room (then NULL), else gives p back for
+ * the caller to clean up. */
+static void *idle_keep(void **slots, int *n, int max, void *p) {
+    pthread_mutex_lock(&pool_mu);
+    if (*n < max) {
+        slots[(*n)++] = p;
+        p = NULL;
+    }
+    pthread_mutex_unlock(&pool_mu);
+    return p;
+}
+
+static CURL *handle_get(void) {
+    CURL *h = idle_take(pool, &npool);
     return h ? h : curl_easy_init();
 }
 
 static void handle_put(CURL *h) {
     /* reset keeps the handle's live connections (keep-alive) */
     curl_easy_reset(h);
-    pthread_mutex_lock(&pool_mu);
-    if (npool < POOL_MAX) {
-        pool[npool++] = h;
-        h = NULL;
-    }
-    pthread_mutex_unlock(&pool_mu);
-    if (h)
+    if ((h = idle_keep(pool, &npool, POOL_MAX, h)))
         curl_easy_cleanup(h);
 }
 
@@ -1903,22 +1916,12 @@ static void memo_drop(const char *url) {
  * easy handles'). Dropped, not cleaned up, in a forked child, like pool. */
 
 static CURLM *multi_get(void) {
-    CURLM *m = NULL;
-    pthread_mutex_lock(&pool_mu);
-    if (nmpool)
-        m = mpool[--nmpool];
-    pthread_mutex_unlock(&pool_mu);
+    CURLM *m = idle_take(mpool, &nmpool);
     return m ? m : curl_multi_init();
 }
 
 static void multi_put(CURLM *m) {
-    pthread_mutex_lock(&pool_mu);
-    if (nmpool < MPOOL_MAX) {
-        mpool[nmpool++] = m;
-        m = NULL;
-    }
-    pthread_mutex_unlock(&pool_mu);
-    if (m)
+    if ((m = idle_keep(mpool, &nmpool, MPOOL_MAX, m)))
         curl_multi_cleanup(m);
 }
 
