@@ -149,18 +149,27 @@ static PyObject *py_set_log_level(PyObject *self, PyObject *arg) {
     return NULL;
 }
 
+/* A device kind's name ('cuda' or 'host') into *d: 0, or -1 with ValueError set. */
+static int device_kind(const char *kind, sl_device *d) {
+    if (strcmp(kind, "cuda") == 0)
+        *d = SL_DEVICE_CUDA;
+    else if (strcmp(kind, "host") == 0)
+        *d = SL_DEVICE_CPU;
+    else {
+        PyErr_Format(PyExc_ValueError, "kind: expected 'cuda' or 'host', got '%s'", kind);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *py_device_available(PyObject *self, PyObject *args) {
     const char *kind;
     int id = 0;
     if (!PyArg_ParseTuple(args, "s|i:device_available", &kind, &id))
         return NULL;
     sl_device d;
-    if (strcmp(kind, "cuda") == 0)
-        d = SL_DEVICE_CUDA;
-    else if (strcmp(kind, "host") == 0)
-        d = SL_DEVICE_CPU;
-    else
-        return PyErr_Format(PyExc_ValueError, "kind: expected 'cuda' or 'host', got '%s'", kind);
+    if (device_kind(kind, &d) < 0)
+        return NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = sl_device_available(d, id);
@@ -177,12 +186,8 @@ static PyObject *py_device_held(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "s:device_held", &kind))
         return NULL;
     sl_device d;
-    if (strcmp(kind, "cuda") == 0)
-        d = SL_DEVICE_CUDA;
-    else if (strcmp(kind, "host") == 0)
-        d = SL_DEVICE_CPU;
-    else
-        return PyErr_Format(PyExc_ValueError, "kind: expected 'cuda' or 'host', got '%s'", kind);
+    if (device_kind(kind, &d) < 0)
+        return NULL;
     int64_t dev = 0, pinned = 0;
     sl_device_held(d, &dev, &pinned);
     return Py_BuildValue("(LL)", (long long)dev, (long long)pinned);
