@@ -16,51 +16,12 @@ import os
 import struct
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from tfrecord_wire import field, frame, masked, varint  # noqa: E402
+
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
 count = 0
-
-_table = []
-for i in range(256):
-    c = i
-    for _ in range(8):
-        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-    _table.append(c)
-
-
-def crc32c(data):
-    c = 0xFFFFFFFF
-    for b in data:
-        c = _table[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-
-
-def masked(data):
-    c = crc32c(data)
-    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def frame(payload):
-    head = struct.pack("<Q", len(payload))
-    return head + struct.pack("<I", masked(head)) + payload + struct.pack("<I", masked(payload))
-
-
-def varint(v):
-    v &= (1 << 64) - 1
-    b = bytearray()
-    while True:
-        byte = v & 0x7F
-        v >>= 7
-        if v:
-            b.append(byte | 0x80)
-        else:
-            b.append(byte)
-            return bytes(b)
-
-
-def field(num, payload):
-    """A length-delimited field."""
-    return varint(num << 3 | 2) + varint(len(payload)) + payload
 
 
 def feature(value, packed=True):

@@ -11,33 +11,16 @@ folders), written by Python's tarfile.
 OUT_DIR/tfr/train-00000.tfrecord ...: one tf.train.Example per image,
 features image/encoded (bytes) and image/class/label (int64); the framing
 is the TFRecord format's (length, masked CRC-32C of the length, data,
-masked CRC-32C of the data), the checksums from the crc32c module
-(python3-crc32c, installed by scripts/deps.sh) and the Example encoded from
-its .proto (src/source/tf_example.proto). Samples are dealt to the SHARDS
-shards (default 4) in order. Made once: existing outputs are kept.
+masked CRC-32C of the data) and the Example encoded from its .proto
+(src/source/tf_example.proto), both by scripts/tfrecord_wire.py. Samples are
+dealt to the SHARDS shards (default 4) in order. Made once: existing outputs are kept.
 """
 import io
 import os
-import struct
 import sys
 import tarfile
 
-
-def varint(v):
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def field(number, payload):
-    """A length-delimited protobuf field."""
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
+from tfrecord_wire import field, frame, varint
 
 
 def example(image, label):
@@ -49,12 +32,6 @@ def example(image, label):
     feats = entry(b"image/encoded", field(1, field(1, image)))           # Feature.bytes_list
     feats += entry(b"image/class/label", field(3, field(1, varint(label))))  # int64_list, packed
     return field(1, feats)
-
-
-def masked_crc(data):
-    import crc32c
-    c = crc32c.crc32c(data)
-    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 def samples(root):
@@ -91,10 +68,7 @@ def main():
         for s in range(nshards):
             with open(os.path.join(tfr + ".tmp", "train-%05d.tfrecord" % s), "wb") as f:
                 for _, data, label in items[s::nshards]:
-                    payload = example(data, label)
-                    head = struct.pack("<Q", len(payload))
-                    f.write(head + struct.pack("<I", masked_crc(head)) + payload +
-                            struct.pack("<I", masked_crc(payload)))
+                    f.write(frame(example(data, label)))
         os.rename(tfr + ".tmp", tfr)
     print(f"{len(items)} images as {nshards} tar shards in {wds}/ and {nshards} TFRecord "
           f"files in {tfr}/")

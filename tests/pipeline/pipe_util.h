@@ -161,9 +161,8 @@ static inline double pu_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* n records: "image" bytes "payload-%05d-..." (200 bytes), "label" = i % 10. */
-/* n records (a 200-byte payload, label i % 10) written with `shard_bytes`
- * (0: one file). */
+/* n records: "image" bytes "payload-%05d-..." (200 bytes), "label" = i % 10,
+ * written with `shard_bytes` (0: one file). */
 static inline void make_slr_shards(const char *path, int n, uint64_t shard_bytes) {
     sl_schema *sc;
     ASSERT_OK(sl_schema_create(&sc));
