@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build sluice three ways and run every test:
 #   build/        release build, -Werror: C tests, CLI tests, Python tests
-#   build-asan/   ASan+UBSan: every C test
-#   build-tsan/   TSan: every C test
+#   build-asan/   ASan+UBSan: every C test, the fuzz replays; the sluice command over the remote tests
+#   build-tsan/   TSan: every C test; the sluice command over the remote tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -10,6 +10,13 @@ JOBS=$(nproc)
 PY=/usr/bin/python3
 failed=0
 step() { echo; echo "== $*"; }
+# remote_tests BUILD: the remote tests that run the sluice command, with BUILD's
+remote_tests() {
+  PYTHONPATH="$PWD/build/python" SLUICE_BIN="$PWD/$1/sluice" SLUICE_LIB="$PWD/build/libsluice.so" \
+    $PY -m pytest -q -p no:cacheprovider tests/python/test_remote.py -k "one_event_loop or \
+read_ahead_and_coalesced or killed_and_restarted or gone_mid_epoch or epoch_over_http or \
+shard_opens_in_one_round_trip or shards_open_in_one_round_trip"
+}
 
 step "layer check (scripts/check_layers.sh: docs/ARCHITECTURE.md's dependency order)"; bash scripts/check_layers.sh || failed=1
 
@@ -48,7 +55,7 @@ esac
 
 step "ASan+UBSan build"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=address,undefined \
-      -DSLUICE_BUILD_PYTHON=OFF -DSLUICE_BUILD_TOOLS=OFF -DSLUICE_BUILD_FUZZ=ON >/dev/null
+      -DSLUICE_BUILD_PYTHON=OFF -DSLUICE_BUILD_FUZZ=ON >/dev/null
 cmake --build build-asan -j"$JOBS"
 step "C tests under ASan+UBSan"
 export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1
@@ -68,15 +75,21 @@ for target in build-asan/fuzz/fuzz_*; do
     echo "FAIL fuzz_$name"; tail -20 /tmp/sluice-fuzz-$name.log; failed=1
   fi
 done
+step "remote reads under ASan+UBSan"
+remote_tests build-asan || failed=1
 unset ASAN_OPTIONS UBSAN_OPTIONS
 
 step "TSan build"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=thread \
-      -DSLUICE_BUILD_PYTHON=OFF -DSLUICE_BUILD_TOOLS=OFF >/dev/null
+      -DSLUICE_BUILD_PYTHON=OFF >/dev/null
 cmake --build build-tsan -j"$JOBS" --target sluice_tests
 step "C tests under TSan (every case: most of them start threads)"
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
   ./build-tsan/sluice_tests || failed=1
+step "remote reads under TSan (the read-ahead event loop, shard openers, faults; nginx on localhost)"
+cmake --build build-tsan -j"$JOBS" --target sluice_cli
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
+  remote_tests build-tsan || failed=1
 
 if [ -d tests/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
   step "Python tests"

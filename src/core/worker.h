@@ -2,7 +2,7 @@
  * worker.h — the one way the library runs threads: a named set of worker
  * threads, each running fn(arg), started one at a time, asked to stop, and
  * joined. Every thread site of the library uses it (pipeline stage workers,
- * the HTTP read-ahead fetchers, the remote reader's shard openers, the
+ * the HTTP read-ahead loop, the remote reader's shard openers, the
  * ImageFolder pack readers, sl_shard_set__each, the host device's stream
  * thread). Never installed.
  *
@@ -30,7 +30,7 @@
  * a set of its own (owned by the child). A caller whose queue or lock the
  * parent's threads shared asks sl__workers_owned() first and works in
  * place in a child (the remote reader's openers do); a process-wide set
- * (the read-ahead fetchers) simply starts afresh in the child.
+ * (the read-ahead loop) simply starts afresh in the child.
  *
  * Thread safety: a set is started, stopped and joined by one thread at a
  * time (the caller serialises, usually under its own mutex);

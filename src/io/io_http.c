@@ -78,11 +78,12 @@
 #include <zlib.h>
 
 #define URL_MAX 4096
-/* Handles kept for reuse (each keeps its kept-alive connection): room for the
- * most fetch threads (SLUICE_HTTP_READAHEAD <= 256) and the reading threads.
- * With 64, SLUICE_HTTP_READAHEAD=128 through a 20 ms proxy made 2262
- * connections for 7746 requests (a handle put back into a full pool is
- * cleaned up with its connection); with room for all, 129. */
+/* Handles kept for reuse (each keeps its kept-alive connection): room for
+ * the reading threads and the openers, whose requests are their own (the
+ * read-ahead loop keeps handles of its own). A handle put back into a full
+ * pool is cleaned up with its connection: when the fetch threads took their
+ * handles from it, 64 places made 2262 connections for 7746 requests through
+ * a 20 ms proxy; room for all, 129. */
 #define POOL_MAX 320
 #define TRAILER 16
 static const char trailer_magic[8] = {'S', 'L', 'C', 'A', 'C', 'H', 'E', '1'};
@@ -132,10 +133,9 @@ static long env_long(const char *name, long def, long lo, long hi) {
     return x;
 }
 
-/* The fetch threads: started under ra_mu (read-ahead, below) when hints come, up to
- * cfg.readahead, and never stopped (they live as long as the process). A
- * forked child has none of them (core/worker.h): its first hint starts its
- * own. */
+/* The read-ahead loop's thread (ra_loop, below): started under ra_mu by the
+ * first hint, and never stopped (it lives as long as the process). A forked
+ * child has none (core/worker.h): its first hint starts its own. */
 static sl_workers ra_ws;
 
 static void atfork_prepare(void);
@@ -202,7 +202,7 @@ static void init(void) {
         snprintf(s3cfg_msg, sizeof s3cfg_msg, "%s", sl_errmsg());
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_init(&share_mu[i], NULL);
-    if (sl__workers_init(&ra_ws, "readahead", cfg.readahead, NULL, NULL) < 0)
+    if (sl__workers_init(&ra_ws, "readahead", 1, NULL, NULL) < 0)
         SL_LOG_WARN("%s; reading without read-ahead", sl_errmsg());
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     share = curl_share_init();
@@ -1211,16 +1211,16 @@ static int edges_read(const http_io *h, void *dst, size_t n, uint64_t off) {
  *
  * sl_io__will_need(off, n) queues the range as an extent; a hint that starts
  * within RA_GAP bytes of a queued extent's end joins it (one request for
- * neighbours, up to RA_EXTENT_MAX). A process-wide set of fetch threads (up
- * to SLUICE_HTTP_READAHEAD, default 64, started on first use) takes extents
- * in hint order and fetches each with one range request (the retry loop of
- * perform). A read inside an extent waits for it and copies from it; an
+ * neighbours, up to RA_EXTENT_MAX). One process-wide event loop (ra_loop,
+ * started on first use) takes extents in hint order and fetches each with one
+ * range request, up to SLUICE_HTTP_READAHEAD (default 64) at once (the
+ * retries of perform). A read inside an extent waits for it and copies from it; an
  * extent is freed once the bytes hinted into it have been read, and hints
  * are dropped while RA_BYTES_MAX bytes are held. A read nobody hinted, or
  * whose extent failed, is a plain range request (whose error is the one
  * reported). One mutex (ra_mu) guards every extent, queue and count. After
- * fork() the child has no fetch threads: it marks extents being fetched
- * failed and starts its own threads on its first hint. */
+ * fork() the child has no loop: it marks extents being fetched failed and
+ * starts its own loop on its first hint. */
 
 #define RA_GAP ((uint64_t)64 << 10)
 #define RA_EXTENT_MAX ((uint64_t)4 << 20)
@@ -1331,44 +1331,186 @@ static void become_whole(http_io *h) {
     atomic_store(&h->whole_state, 2);
 }
 
-static int fetch_range(http_io *h, uint8_t *dst, uint64_t off, uint64_t n) {
-    uint64_t got;
-    int rc = get_range(h, dst, off, n, &got);
-    if (rc == SL_OK && got != n)
+/* The read-ahead loop: one thread drives up to cfg.readahead range requests
+ * at once from one event loop (a curl multi handle), each with perform()'s
+ * retries (req_start/req_end; a request waiting out its backoff leaves the
+ * others running). One thread, not a thread per request in flight: on 2
+ * cores the 64 fetch threads, each woken for its own request, cost more CPU
+ * than the loop (bench/README.md, "Read-ahead from one event loop").
+ * A hint wakes it by ra_work when it sleeps with nothing to do, and by
+ * curl_multi_wakeup while it polls (ra_polling). It lives as long as the
+ * process; a forked child starts its own on its first hint (core/worker.h),
+ * with a multi handle of its own (the parent's is dropped: its sockets are
+ * the parent's). */
+static CURLM *ra_multi; /* the loop's (under ra_mu) */
+static int ra_polling;  /* the loop is polling, not woken yet (under ra_mu) */
+
+/* One place of the loop: a transfer, or free (e NULL). Places do not move:
+ * curl holds pointers into x and r while a transfer runs. */
+typedef struct ra_xfer {
+    extent *e;
+    CURL *h;       /* the place's own handle, kept from one transfer to the next */
+    uint8_t *d;
+    xfer x;
+    req r;
+    long st;
+    int running;   /* added to the multi */
+    uint64_t wake; /* not running: (re)start at this time (ns) */
+} ra_xfer;
+
+/* The transfer of place t is over with rc: its extent gets the bytes, or
+ * fails (its reader then asks for itself, and that request says why). */
+static void ra_finish(ra_xfer *t, int rc) {
+    extent *e = t->e;
+    if (rc == SL_OK && t->x.range_ignored)
+        become_whole(e->io);
+    if (rc == SL_OK && t->x.got != e->len)
         rc = sl__error(SL_ECORRUPT, "%s: truncated (read past the end at offset %llu)",
-                       h->base.name, (unsigned long long)(off + got));
-    return rc;
+                       e->io->base.name, (unsigned long long)(e->off + t->x.got));
+    if (rc != SL_OK)
+        SL_LOG_DEBUG("read-ahead: %s", sl_errmsg());
+    pthread_mutex_lock(&ra_mu);
+    if (e->state == EXT_FETCHING) { /* not failed by a fork meanwhile */
+        e->data = rc == SL_OK ? t->d : NULL;
+        e->state = rc == SL_OK ? EXT_READY : EXT_FAILED;
+        if (rc != SL_OK)
+            sl__free(t->d);
+        e->io->inflight--;
+    } else {
+        sl__free(t->d);
+    }
+    pthread_cond_broadcast(&ra_done);
+    pthread_mutex_unlock(&ra_mu);
+    t->e = NULL;
+    t->d = NULL;
 }
 
-static void *ra_worker(void *arg) {
-    (void)arg;
-    pthread_mutex_lock(&ra_mu);
-    for (;;) {
-        while (!ra_head)
-            pthread_cond_wait(&ra_work, &ra_mu);
+/* Sets up try t->r.t and adds it to the loop; on failure the transfer is over. */
+static void ra_start(CURLM *m, ra_xfer *t) {
+    int rc = req_start(&t->r);
+    if (rc == SL_OK && curl_multi_add_handle(m, t->h) != CURLM_OK) {
+        curl_slist_free_all(t->r.hc.list);
+        t->r.hc.list = NULL;
+        rc = sl__error(SL_EIO, "%s: cannot start its request (curl multi)", t->x.name);
+    }
+    if (rc < 0)
+        ra_finish(t, rc);
+    else
+        t->running = 1;
+}
+
+/* Takes queued extents into free places (up to cap in all); under ra_mu. */
+static int ra_take(ra_xfer *ts, int cap, int n) {
+    for (int i = 0; i < cap && ra_head && n < cap; i++) {
+        ra_xfer *t = &ts[i];
+        if (t->e)
+            continue;
         extent *e = ra_head;
         ra_head = e->qnext;
-        if (!ra_head)
-            ra_tail = NULL;
         e->state = EXT_FETCHING;
         e->io->inflight++;
-        uint64_t off = e->off, len = e->len;
-        pthread_mutex_unlock(&ra_mu);
-        uint8_t *d = sl__malloc(len ? (size_t)len : 1);
-        int rc = d ? fetch_range(e->io, d, off, len) : SL_ENOMEM;
-        if (rc != SL_OK)
-            SL_LOG_DEBUG("read-ahead: %s", sl_errmsg());
-        pthread_mutex_lock(&ra_mu);
-        if (e->state == EXT_FETCHING) { /* not failed by a fork meanwhile */
-            e->data = rc == SL_OK ? d : NULL;
-            e->state = rc == SL_OK ? EXT_READY : EXT_FAILED;
-            if (rc != SL_OK)
-                sl__free(d);
-            e->io->inflight--;
-        } else {
-            sl__free(d);
+        t->e = e;
+        t->d = NULL;
+        t->running = 0;
+        t->wake = 0;
+        n++;
+    }
+    if (!ra_head)
+        ra_tail = NULL;
+    return n;
+}
+
+/* A taken extent's transfer, ready to start (or over, when it cannot be). */
+static void ra_prepare(ra_xfer *t) {
+    extent *e = t->e;
+    memset(&t->x, 0, sizeof t->x);
+    t->x.name = e->io->base.name;
+    t->x.off = e->off;
+    t->x.len = e->len;
+    t->x.fd = -1;
+    req_init(&t->r, &t->x, e->io->url, 0, &t->st);
+    if (!t->h)
+        t->h = curl_easy_init();
+    t->d = sl__malloc(e->len ? (size_t)e->len : 1);
+    t->x.dst = t->d;
+    t->x.h = t->h;
+    if (!t->h || !t->d)
+        ra_finish(t, sl__oom("reading ahead"));
+}
+
+static void *ra_loop(void *arg) {
+    (void)arg;
+    int cap = cfg.readahead, n = 0;
+    ra_xfer *ts = sl__calloc((size_t)cap, sizeof *ts);
+    CURLM *m = curl_multi_init();
+    pthread_mutex_lock(&ra_mu);
+    if (!ts || !m) {
+        /* no loop: what is queued fails as it comes (readers fetch for themselves) */
+        SL_LOG_WARN("read-ahead: cannot start its event loop (out of memory); reading "
+                    "without read-ahead");
+        for (;;) {
+            while (!ra_head)
+                pthread_cond_wait(&ra_work, &ra_mu);
+            for (; ra_head; ra_head = ra_head->qnext)
+                ra_head->state = EXT_FAILED;
+            ra_tail = NULL;
+            pthread_cond_broadcast(&ra_done);
         }
-        pthread_cond_broadcast(&ra_done);
+    }
+    ra_multi = m;
+    for (;;) {
+        while (!ra_head && !n)
+            pthread_cond_wait(&ra_work, &ra_mu);
+        int before = n;
+        n = ra_take(ts, cap, n);
+        ra_polling = 1;
+        pthread_mutex_unlock(&ra_mu);
+        if (n > before)
+            for (int i = 0; i < cap; i++)
+                if (ts[i].e && !ts[i].d)
+                    ra_prepare(&ts[i]);
+        /* start the new, and those whose backoff is over */
+        uint64_t now = sl__now_ns();
+        long timeout_ms = 1000;
+        for (int i = 0; i < cap; i++) {
+            ra_xfer *t = &ts[i];
+            if (t->e && !t->running && t->wake <= now)
+                ra_start(m, t);
+            if (t->e && !t->running) {
+                long ms = (long)((t->wake - now) / 1000000) + 1;
+                if (ms < timeout_ms)
+                    timeout_ms = ms;
+            }
+        }
+        int still;
+        curl_multi_perform(m, &still);
+        CURLMsg *cm;
+        int q;
+        while ((cm = curl_multi_info_read(m, &q))) {
+            if (cm->msg != CURLMSG_DONE)
+                continue;
+            int i = 0;
+            while (i < cap && (!ts[i].running || ts[i].h != cm->easy_handle))
+                i++;
+            if (i == cap)
+                continue;
+            ra_xfer *t = &ts[i];
+            CURLcode cc = cm->data.result; /* cm is freed by the removal */
+            curl_multi_remove_handle(m, t->h);
+            t->running = 0;
+            if (req_end(&t->r, cc))
+                ra_finish(t, t->r.rc);
+            else
+                t->wake = sl__now_ns() + (uint64_t)t->r.wait_ms * 1000000;
+            timeout_ms = 0;
+        }
+        n = 0;
+        for (int i = 0; i < cap; i++)
+            n += ts[i].e != NULL;
+        if (timeout_ms && n)
+            curl_multi_poll(m, NULL, 0, (int)timeout_ms, NULL);
+        pthread_mutex_lock(&ra_mu);
+        ra_polling = 0;
     }
     return NULL;
 }
@@ -1407,10 +1549,10 @@ static void http_will_need(sl_io *io, uint64_t off, size_t n) {
     }
     if (ra_bytes + n > RA_BYTES_MAX)
         goto out; /* enough in flight: the read will fetch it */
-    if (sl__workers_count(&ra_ws) < ra_ws.cap && sl__workers_start(&ra_ws, ra_worker, NULL) < 0)
+    if (!sl__workers_count(&ra_ws) && sl__workers_start(&ra_ws, ra_loop, NULL) < 0)
         SL_LOG_DEBUG("read-ahead: %s", sl_errmsg());
     if (!sl__workers_count(&ra_ws))
-        goto out; /* no thread to fetch it: the read will */
+        goto out; /* no loop to fetch it: the read will */
     extent *e = sl__calloc(1, sizeof *e);
     if (!e)
         goto out;
@@ -1435,6 +1577,10 @@ static void http_will_need(sl_io *io, uint64_t off, size_t n) {
         ra_head = e;
     ra_tail = e;
     pthread_cond_signal(&ra_work);
+    if (ra_polling && ra_multi) {
+        ra_polling = 0; /* one wakeup a poll */
+        curl_multi_wakeup(ra_multi);
+    }
 out:
     pthread_mutex_unlock(&ra_mu);
 }
@@ -1504,7 +1650,7 @@ static void atfork_parent(void) {
 /* The child has none of the parent's threads, and must not share its
  * connections: the pooled handles are dropped (not cleaned up: that could
  * speak on the parent's sockets), extents being fetched fail (their readers
- * fetch for themselves), and fetch threads start again when needed (ra_ws:
+ * fetch for themselves), and the read-ahead loop starts again when needed (ra_ws:
  * core/worker.h's fork policy; the locks are this handler's business). */
 static void atfork_child(void) {
     npool = 0;
@@ -1516,6 +1662,8 @@ static void atfork_child(void) {
     ra_work = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
     ra_done = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
     head_cv = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+    ra_multi = NULL; /* the parent's loop, with its connections: dropped */
+    ra_polling = 0;
     nhead_flight = 0; /* the parent's HEADs in flight never land here */
     for (http_io *h = ra_objs; h; h = h->ra_next) {
         for (extent *e = h->ext; e; e = e->next)

@@ -98,6 +98,16 @@ def run_spec(tmp, source, env, shuffle=True, check=True, timeout=120):
     return r
 
 
+def run_json(tmp, spec, env):
+    """`sluice run SPEC --digest` of a whole spec: its batch lines."""
+    p = tmp / f"spec-{time.monotonic_ns()}.json"
+    p.write_text(json.dumps(spec))
+    r = subprocess.run([SLUICE, "run", str(p), "--digest"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return [l for l in r.stdout.splitlines() if ":" in l]
+
+
 def digests(r):
     lines = [l for l in r.stdout.splitlines() if ":" in l]
     assert len(lines) == 2 * N // 16
@@ -595,6 +605,53 @@ def test_slr_by_ranges_read_ahead_and_coalesced(tmp_path, data, web):
         assert px.counts["503"] + px.counts["drop"] + px.counts["truncate"] >= 1, px.counts
     finally:
         px.close()
+
+
+def test_read_ahead_runs_from_one_event_loop(tmp_path):
+    """Records read by ranges are fetched ahead by one thread driving many
+    requests at once (one curl multi event loop), not a thread per request:
+    sampled through the run, the process never has more than one read-ahead
+    thread, while the proxy (100 ms a request) holds many of its requests at
+    once; the epoch equals the local one. Before, each request in flight had
+    a thread of its own (sl-readahead0 ... sl-readahead63)."""
+    root = tmp_path / "srv"
+    root.mkdir()
+    rng = np.random.default_rng(8)
+    # shards of 1 MB (larger than an open brings): read record by record
+    with sluice.Writer(str(root / "ds"), [("idx", "int64"), ("blob", "bytes")],
+                       shard_bytes=1 << 20, fsync=False) as w:
+        for i in range(600):
+            w.append({"idx": i, "blob": rng.integers(0, 256, 5000, dtype=np.uint8).tobytes()})
+    spec = {"source": {"path": str(root / "ds"), "shuffle": True}, "seed": 3, "epochs": 1,
+            "ops": [{"op": "batch", "size": 50}]}
+    want = run_json(tmp_path, spec, env_for(tmp_path))
+    with httpfix.Nginx(str(root)) as ng:
+        px = httpfix.FaultProxy(ng.port, delay_ms=100)
+        try:
+            spec["source"]["path"] = px.url + "/ds"
+            sp = tmp_path / "ra.json"
+            sp.write_text(json.dumps(spec))
+            p = subprocess.Popen([SLUICE, "run", str(sp), "--digest"],
+                                 env=env_for(tmp_path, SLUICE_CACHE_BYTES=0),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            most, seen = 0, 0
+            while p.poll() is None:
+                try:
+                    names = [open(f"/proc/{p.pid}/task/{t}/comm").read().strip()
+                             for t in os.listdir(f"/proc/{p.pid}/task")]
+                except (FileNotFoundError, ProcessLookupError):
+                    continue
+                k = sum(n.startswith("sl-readahead") for n in names)
+                most = max(most, k)
+                seen += k > 0
+                time.sleep(0.02)
+            out, err = p.communicate()
+            assert p.returncode == 0, err
+            assert [l for l in out.splitlines() if ":" in l] == want
+            assert seen >= 3 and most == 1, (seen, most)
+            assert px.most_waiting >= 16, px.most_waiting
+        finally:
+            px.close()
 
 
 def test_range_reply_for_another_range_is_refused_and_tried_again(tmp_path, data, web):

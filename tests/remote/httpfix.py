@@ -206,6 +206,8 @@ class FaultProxy:
         self.seen_headers = []  # each request's headers (lower-case names), in order
         self.conns = 0  # connections accepted
         self.most_per_conn = 0  # requests on the busiest connection
+        self.waiting = 0  # requests in the delay now
+        self.most_waiting = 0  # requests in the delay at once, at the most
         self.lock = threading.Lock()
         self._local = threading.local()  # each client connection's upstream connection
         self.sock = socket.socket()
@@ -295,7 +297,12 @@ class FaultProxy:
                 if stall:
                     time.sleep(self.stall_s)
                 if self.delay:
+                    with self.lock:
+                        self.waiting += 1
+                        self.most_waiting = max(self.most_waiting, self.waiting)
                     time.sleep(self.delay)
+                    with self.lock:
+                        self.waiting -= 1
                 what = self._pick()
                 if what in ("shift", "norange") and "range" not in hdrs:
                     with self.lock:  # no range to answer wrongly: an honest answer
