@@ -842,6 +842,32 @@ SL_TEST(source_tfrecord__lazy_open_reads_only_index_headers) {
     ASSERT_U64_EQ(c.open_now, a.open_now);
 }
 
+/* A pushed-down filter's values come from every file's whole index: one
+ * gone since the source opened fails the call, naming it (short name, as the
+ * index's other messages), and the next call, once it is back, reads them
+ * all. A column that is not indexed is refused first. */
+SL_TEST(source_tfrecord__index_values_are_tried_again_after_a_failure) {
+    enum { N = 4 };
+    lz_make(N);
+    sl_source *s = NULL;
+    ASSERT_OK(lz_open(&s, N, NULL));
+    char ix[2300], away[2310];
+    snprintf(ix, sizeof ix, "%s.slidx", lz_path(2));
+    snprintf(away, sizeof away, "%s.away", ix);
+    ASSERT_EQ(rename(ix, away), 0);
+    const void *vals = &s;
+    ASSERT_RC(s->vt->index_column(s, 0, &vals), SL_EIO);
+    ASSERT(vals == NULL);
+    ASSERT_CONTAINS(sl_errmsg(), "f-0002.tfrecord.slidx: gone since the source opened");
+    ASSERT_EQ(rename(away, ix), 0);
+    ASSERT_OK(s->vt->index_column(s, 0, &vals));
+    for (uint64_t i = 0; i < s->count; i++)
+        ASSERT_EQ(((const int64_t *)vals)[i], (int64_t)(i / LZ_PER_FILE * 10 + i % LZ_PER_FILE));
+    ASSERT_RC(s->vt->index_column(s, 1, &vals), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "column 1 is not indexed");
+    sl_source__release(s);
+}
+
 SL_TEST(source_tfrecord__damaged_file_costs_only_its_records) {
     enum { N = 8 };
     lz_make(N);
