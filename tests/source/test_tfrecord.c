@@ -12,6 +12,7 @@
 #include "source/source_index.h"
 #include "source/source_tfrecord.h"
 #include "io/io.h"
+#include "ivals_check.h"
 
 #include <pthread.h>
 
@@ -851,18 +852,10 @@ SL_TEST(source_tfrecord__index_values_are_tried_again_after_a_failure) {
     lz_make(N);
     sl_source *s = NULL;
     ASSERT_OK(lz_open(&s, N, NULL));
-    char ix[2300], away[2310];
-    snprintf(ix, sizeof ix, "%s.slidx", lz_path(2));
-    snprintf(away, sizeof away, "%s.away", ix);
-    ASSERT_EQ(rename(ix, away), 0);
-    const void *vals = &s;
-    ASSERT_RC(s->vt->index_column(s, 0, &vals), SL_EIO);
-    ASSERT(vals == NULL);
-    ASSERT_CONTAINS(sl_errmsg(), "f-0002.tfrecord.slidx: gone since the source opened");
-    ASSERT_EQ(rename(away, ix), 0);
-    ASSERT_OK(s->vt->index_column(s, 0, &vals));
+    const int64_t *label = ivals_after_a_gone_index(s, 0, lz_path(2), "f-0002.tfrecord");
     for (uint64_t i = 0; i < s->count; i++)
-        ASSERT_EQ(((const int64_t *)vals)[i], (int64_t)(i / LZ_PER_FILE * 10 + i % LZ_PER_FILE));
+        ASSERT_EQ(label[i], (int64_t)(i / LZ_PER_FILE * 10 + i % LZ_PER_FILE));
+    const void *vals = s;
     ASSERT_RC(s->vt->index_column(s, 1, &vals), SL_EINVAL);
     ASSERT_CONTAINS(sl_errmsg(), "column 1 is not indexed");
     sl_source__release(s);
