@@ -1151,9 +1151,8 @@ static int open_shard(void *user, int k, void **state_out) {
     if (!o)
         return sl__oom("opening a tar shard");
     int rc = SL_OK;
-    if (sh->head) {
+    if (sh->head)
         SL_CHECK(sl_sidx__load_again(sh->path, "webdataset", sh->head, &o->ix));
-    }
     if (o->ix && sl_io__is_url(sh->path))
         SL_CHECK(sl_io__open_checked(&o->io, sh->path, SL_IO_MAP, sl_sidx__io_check, o->ix));
     else

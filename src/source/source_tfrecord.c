@@ -495,9 +495,8 @@ static int open_file_lazily(void *user, int k, void **state_out) {
         return sl__oom("opening a TFRecord file");
     int rc = SL_OK;
     char gzerr[160] = "";
-    if (f->head) {
+    if (f->head)
         SL_CHECK(sl_sidx__load_again(f->path, "tfrecord", f->head, &o->ix));
-    }
     SL_CHECK(open_bytes(s, f, o, gzerr, sizeof gzerr));
     if (o->ix && !!(o->ix->flags & SL_SIDX_DECOMPRESSED) != o->gzip)
         SL_FAIL(SL_EINVAL, "%s.slidx was built for %s bytes, but the file is read %s; rebuild "
@@ -1124,8 +1123,6 @@ static int parse_options(const cJSON *obj, const char *field, int *verify,
     return SL_OK;
 }
 
-/* Every file: the header of its index (as `use_index` says), or a scan of
- * its frames; then the shard set that opens them when read. */
 /* sl_shard_set__each at open: file k's index header (or none). */
 static int load_head(void *user, int k) {
     tf_source *s = user;
@@ -1133,6 +1130,8 @@ static int load_head(void *user, int k) {
     return sl_sidx__load_head_for(f->path, "tfrecord", s->index_use, &f->head);
 }
 
+/* Every file: the header of its index (as `use_index` says), or a scan of
+ * its frames; then the shard set that opens them when read. */
 static int open_files(tf_source *s, const cJSON *paths, const char *field, sl_sidx_use use_index) {
     char **pv = NULL;
     int n = 0, remote_scans = 0;
