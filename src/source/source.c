@@ -680,7 +680,7 @@ static int ivals_make(sl_source_ivals *iv, sl_source *src, sl_source_ivals_fill 
     for (int c = 0; c < src->ncols; c++) {
         if (!src->col[c].indexed)
             continue;
-        iv->vals[c] = sl__calloc((size_t)src->count, sizeof(int64_t)); /* (none: 1) */
+        iv->vals[c] = sl__calloc((size_t)src->count, sizeof(int64_t)); /* (0 records: 1) */
         if (!iv->vals[c])
             return sl__oom("reading a source's indexed values");
     }
