@@ -23,7 +23,7 @@
  * stream order, numbers each batch, counts take/skip after batch and copies
  * the counters into the chunk (assign_batch), then passes the chunk of one
  * batch's samples on, by reference. The SL_ST_STACK stage's workers
- * (stack_main) copy those samples into the batch buffers in parallel and
+ * (sl_exec__stack_chunk) copy those samples into the batch buffers in parallel and
  * push the batch at the chunk's seq, so the consumer gets the final stage's
  * order and the same bytes, index and resume state as when the final stage
  * collated them itself (sl_collate__add: the path for batches over
@@ -386,9 +386,13 @@ sl_chunk *sl_exec__stage_input(sl_pipeline *p, sl_stage *st) {
     return rc == SL_OK ? item : NULL;
 }
 
-sl_chunk *sl_exec__next_input(sl_worker *w) {
-    sl_exec__worker_gate(w->p, w);
-    return sl_exec__stage_input(w->p, w->st);
+void sl_exec__each_input(sl_worker *w, int (*handle)(sl_worker *w, sl_chunk *c)) {
+    for (;;) {
+        sl_exec__worker_gate(w->p, w);
+        sl_chunk *c = sl_exec__stage_input(w->p, w->st);
+        if (!c || handle(w, c) < 0)
+            return;
+    }
 }
 
 
@@ -398,11 +402,15 @@ void sl_exec__chunk_done(sl_pipeline *p, sl_worker *w, sl_chunk *c, sl_exec_span
     atomic_fetch_add_explicit(&w->st->elements, n, memory_order_relaxed);
 }
 
-int sl_exec__push_chunk(sl_pipeline *p, sl_stage *st, sl_chunk *c) {
+int sl_exec__push(sl_stage *st, uint64_t seq, void *item, int barrier, uint64_t epoch) {
     uint64_t wait = 0;
-    int rc = sl_queue__push(&st->out, c->seq, c, c->kind != SL_CHUNK_DATA, c->epoch, &wait);
+    int rc = sl_queue__push(&st->out, seq, item, barrier, epoch, &wait);
     atomic_fetch_add_explicit(&st->wait_out_ns, wait, memory_order_relaxed);
-    if (rc < 0) {
+    return rc;
+}
+
+int sl_exec__push_chunk(sl_pipeline *p, sl_stage *st, sl_chunk *c) {
+    if (sl_exec__push(st, c->seq, c, c->kind != SL_CHUNK_DATA, c->epoch) < 0) {
         sl_pipeline__chunk_put(p, c);
         return -1;
     }
@@ -584,25 +592,17 @@ int sl_exec__process_chunk(sl_pipeline *p, sl_worker *w, sl_chunk *c) {
     return 0;
 }
 
-static void *map_main(void *arg) {
-    sl_worker *w = arg;
-    sl_pipeline *p = w->p;
-    sl_stage *st = w->st;
-    for (;;) {
-        sl_chunk *c = sl_exec__next_input(w);
-        if (!c)
-            break;
-        if (c->kind == SL_CHUNK_DATA) {
-            sl_exec_span t0 = sl_exec__span_begin();
-            uint32_t n = c->n;
-            if (sl_exec__process_chunk(p, w, c) < 0)
-                return NULL;
-            sl_exec__chunk_done(p, w, c, t0, n);
-        }
-        if (sl_exec__push_chunk(p, st, c) < 0)
-            break;
+/* One chunk of a map stage (sl_exec__each_input's handle): its samples
+ * through the stage's ops, then on. */
+static int map_chunk(sl_worker *w, sl_chunk *c) {
+    if (c->kind == SL_CHUNK_DATA) {
+        sl_exec_span t0 = sl_exec__span_begin();
+        uint32_t n = c->n;
+        if (sl_exec__process_chunk(w->p, w, c) < 0)
+            return -1;
+        sl_exec__chunk_done(w->p, w, c, t0, n);
     }
-    return NULL;
+    return sl_exec__push_chunk(w->p, w->st, c);
 }
 
 /* ---- start and stop ---------------------------------------------------- */
@@ -628,7 +628,7 @@ static void *worker_main(void *arg) {
         if (st->kind == SL_ST_SOURCE)
             sl_exec__source_main(arg);
         else
-            map_main(arg);
+            sl_exec__each_input(w, map_chunk);
         for (int k = st->first; k < st->last; k++) {
             const sl_pnode *nd = &p->plan.opt[k];
             if (nd->kind == SL_PN_OP && nd->def->worker_free && w->state[k - st->first])
@@ -636,8 +636,10 @@ static void *worker_main(void *arg) {
         }
         return NULL;
     }
-    if (st->kind == SL_ST_STACK)
-        return sl_exec__stack_main(arg);
+    if (st->kind == SL_ST_STACK) {
+        sl_exec__each_input(w, sl_exec__stack_chunk);
+        return NULL;
+    }
     return sl_exec__seq_main(arg);
 }
 

@@ -55,9 +55,10 @@ void sl_exec__span_end(sl_pipeline *p, sl_stage *st, int worker, sl_exec_span sp
 void sl_exec__worker_gate(sl_pipeline *p, sl_worker *w);
 /* The next chunk from the stage before `st` (NULL: the queue closed). */
 sl_chunk *sl_exec__stage_input(sl_pipeline *p, sl_stage *st);
-/* A parallel stage's worker: wait while parked (worker_gate), then the
- * next chunk (stage_input). */
-sl_chunk *sl_exec__next_input(sl_worker *w);
+/* A parallel stage's worker loop: wait while parked (worker_gate), take the
+ * next chunk (stage_input), hand it to `handle`; until the input ends or
+ * `handle` returns < 0 (cancelled, or the stage's queue closed). */
+void sl_exec__each_input(sl_worker *w, int (*handle)(sl_worker *w, sl_chunk *c));
 /* Run the stage's per-sample ops over a data chunk; -1 on cancel (the chunk
  * has been recycled). */
 int sl_exec__process_chunk(sl_pipeline *p, sl_worker *w, sl_chunk *c);
@@ -65,6 +66,9 @@ int sl_exec__process_chunk(sl_pipeline *p, sl_worker *w, sl_chunk *c);
  * elements): collate it when the stage is the collating one, count the span
  * and the elements. */
 void sl_exec__chunk_done(sl_pipeline *p, sl_worker *w, sl_chunk *c, sl_exec_span t0, uint32_t n);
+/* Push `item` (a chunk or a batch) at `seq` to the stage's queue, counting
+ * the wait; what sl_queue__push returns. */
+int sl_exec__push(sl_stage *st, uint64_t seq, void *item, int barrier, uint64_t epoch);
 /* Push `c` at its seq to the stage's queue (a barrier unless DATA),
  * counting the wait; on a closed queue the chunk is recycled and -1
  * returned. */
@@ -73,6 +77,7 @@ int sl_exec__push_chunk(sl_pipeline *p, sl_stage *st, sl_chunk *c);
 /* ---- thread bodies --------------------------------------------------------- */
 void *sl_exec__source_main(void *arg);  /* exec_source.c */
 void *sl_exec__seq_main(void *arg);     /* exec_seq.c */
-void *sl_exec__stack_main(void *arg);   /* exec_seq.c */
+/* One chunk of the SL_ST_STACK stage (sl_exec__each_input's handle). */
+int sl_exec__stack_chunk(sl_worker *w, sl_chunk *c); /* exec_seq.c */
 
 #endif /* SL_EXEC_H */

@@ -416,51 +416,42 @@ void *sl_exec__seq_main(void *arg) {
 
 /* ---- parallel collation ------------------------------------------------------------ */
 
-/* Workers of the SL_ST_STACK stage: each takes a chunk holding one batch's
- * samples (numbered by the final stage) and copies them into the batch
- * buffers; markers become marker batches. Output goes out at the chunk's
- * seq, so the consumer sees the final stage's order. */
-void *sl_exec__stack_main(void *arg) {
-    sl_worker *w = arg;
+/* Workers of the SL_ST_STACK stage, one chunk each call: each takes a chunk
+ * holding one batch's samples (numbered by the final stage) and copies them
+ * into the batch buffers; markers become marker batches. Output goes out at
+ * the chunk's seq, so the consumer sees the final stage's order. */
+int sl_exec__stack_chunk(sl_worker *w, sl_chunk *c) {
     sl_pipeline *p = w->p;
     sl_stage *st = w->st;
-    for (;;) {
-        sl_chunk *c = sl_exec__next_input(w);
-        if (!c)
-            break;
-        int rc;
-        sl_exec_span t0 = sl_exec__span_begin();
-        uint32_t n = c->n;
-        sl_batch *b;
-        if (c->kind == SL_CHUNK_DATA && (rc = sl_collate__chunk(p, c)) >= 0) {
-            b = c->batch;
-            c->batch = NULL;
-            b->index = c->bindex;
-            b->epoch = c->epoch;
-            memcpy(b->counters, c->counters, sizeof b->counters);
-        } else if (c->kind == SL_CHUNK_DATA) { /* as the sequential path reports it */
-            char msg[SL__ERRMSG_MAX];
-            sl_exec__copy_str(msg, sizeof msg, sl_errmsg());
-            b = sl_collate__marker(p, SL_CHUNK_ERROR, c->epoch, rc, msg);
-        } else {
-            b = sl_collate__marker(p, c->kind, c->epoch, c->err_rc, c->errmsg);
-        }
-        sl_exec__span_end(p, st, w->id, t0, n);
-        atomic_fetch_add_explicit(&st->elements, n, memory_order_relaxed);
-        uint64_t seq = c->seq;
-        sl_pipeline__chunk_put(p, c);
-        if (!b) {
-            sl_exec__worker_fail(p, SL_ENOMEM, "collate: out of memory");
-            break;
-        }
-        uint64_t wait = 0;
-        rc = sl_queue__push(&st->out, seq, b, b->kind != SL_CHUNK_DATA, b->epoch, &wait);
-        atomic_fetch_add_explicit(&st->wait_out_ns, wait, memory_order_relaxed);
-        if (rc < 0) {
-            sl_pipeline__batch_free(b);
-            break;
-        }
+    int rc;
+    sl_exec_span t0 = sl_exec__span_begin();
+    uint32_t n = c->n;
+    sl_batch *b;
+    if (c->kind == SL_CHUNK_DATA && (rc = sl_collate__chunk(p, c)) >= 0) {
+        b = c->batch;
+        c->batch = NULL;
+        b->index = c->bindex;
+        b->epoch = c->epoch;
+        memcpy(b->counters, c->counters, sizeof b->counters);
+    } else if (c->kind == SL_CHUNK_DATA) { /* as the sequential path reports it */
+        char msg[SL__ERRMSG_MAX];
+        sl_exec__copy_str(msg, sizeof msg, sl_errmsg());
+        b = sl_collate__marker(p, SL_CHUNK_ERROR, c->epoch, rc, msg);
+    } else {
+        b = sl_collate__marker(p, c->kind, c->epoch, c->err_rc, c->errmsg);
     }
-    return NULL;
+    sl_exec__span_end(p, st, w->id, t0, n);
+    atomic_fetch_add_explicit(&st->elements, n, memory_order_relaxed);
+    uint64_t seq = c->seq;
+    sl_pipeline__chunk_put(p, c);
+    if (!b) {
+        sl_exec__worker_fail(p, SL_ENOMEM, "collate: out of memory");
+        return -1;
+    }
+    if (sl_exec__push(st, seq, b, b->kind != SL_CHUNK_DATA, b->epoch) < 0) {
+        sl_pipeline__batch_free(b);
+        return -1;
+    }
+    return 0;
 }
 

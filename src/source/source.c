@@ -4,6 +4,7 @@
  * every implementation uses (columns, path lists). See source.h.
  */
 #include "source/source.h"
+#include "record/shard_set.h"
 
 #include <assert.h>
 #include <ctype.h>
@@ -639,4 +640,72 @@ void sl_source__free_paths(char **paths) {
     for (char **p = paths; *p; p++)
         sl__free(*p);
     sl__free(paths);
+}
+
+int sl_source__describe_paths(cJSON *obj, const char *key, int n,
+                              const char *(*path)(const void *ctx, int k), const void *ctx) {
+    cJSON *arr = cJSON_AddArrayToObject(obj, key);
+    if (!arr)
+        return sl__oom("describing a source");
+    for (int k = 0; k < n; k++) {
+        cJSON *p = cJSON_CreateString(path(ctx, k));
+        if (!p)
+            return sl__oom("describing a source");
+        cJSON_AddItemToArray(arr, p);
+    }
+    return SL_OK;
+}
+
+int sl_source__shard_get(sl_shard_set *set, int k, const char *name, uint64_t r,
+                         void **state) {
+    int rc = sl_shard_set__get(set, k, state);
+    if (rc < 0)
+        return sl__error_prefix(rc, "%s: record %" PRIu64, name, r);
+    return rc;
+}
+
+void sl_source__ivals_init(sl_source_ivals *iv) {
+    memset(iv, 0, sizeof *iv);
+    pthread_mutex_init(&iv->mu, NULL);
+}
+
+static void ivals_free(sl_source_ivals *iv) {
+    for (int c = 0; c < SL_MAX_COLUMNS; c++) {
+        sl__free(iv->vals[c]);
+        iv->vals[c] = NULL;
+    }
+}
+
+static int ivals_make(sl_source_ivals *iv, sl_source *src, sl_source_ivals_fill fill) {
+    for (int c = 0; c < src->ncols; c++) {
+        if (!src->col[c].indexed)
+            continue;
+        iv->vals[c] = sl__calloc((size_t)src->count, sizeof(int64_t)); /* (0 records: 1) */
+        if (!iv->vals[c])
+            return sl__oom("reading a source's indexed values");
+    }
+    return fill(src, iv->vals);
+}
+
+int sl_source__ivals_get(sl_source_ivals *iv, sl_source *src, sl_source_ivals_fill fill, int col,
+                         const void **vals_out) {
+    *vals_out = NULL;
+    int rc = SL_OK;
+    pthread_mutex_lock(&iv->mu);
+    if (!iv->done) {
+        rc = ivals_make(iv, src, fill);
+        if (rc == SL_OK)
+            iv->done = 1;
+        else
+            ivals_free(iv); /* asked again: tried again */
+    }
+    pthread_mutex_unlock(&iv->mu);
+    SL_TRY(rc);
+    *vals_out = col >= 0 && col < src->ncols ? iv->vals[col] : NULL;
+    return SL_OK;
+}
+
+void sl_source__ivals_dispose(sl_source_ivals *iv) {
+    pthread_mutex_destroy(&iv->mu);
+    ivals_free(iv);
 }

@@ -10,6 +10,7 @@
 #include "io/io.h"
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -402,5 +403,36 @@ int sl_source__expand_paths(const cJSON *v, const char *field, char ***paths_out
  * NULL-terminated form. */
 int sl_source__string_list(const cJSON *v, const char *field, char ***out, int *n_out);
 void sl_source__free_paths(char **paths);
+
+/* obj[key]: an array of a source's n shard paths, path(ctx, k) for shard k
+ * (what describe() lists). */
+int sl_source__describe_paths(cJSON *obj, const char *key, int n,
+                              const char *(*path)(const void *ctx, int k), const void *ctx);
+
+/* The shard set's state for shard k (sl_shard_set__get), which record r of
+ * shard `name` is about to read: a failure's message (which names the shard
+ * and the cause) is prefixed "<name>: record <r>". The caller puts it back. */
+struct sl_shard_set;
+int sl_source__shard_get(struct sl_shard_set *set, int k, const char *name, uint64_t r,
+                         void **state);
+
+/* The per-record values of a source's indexed integer columns, what
+ * index_column() returns: made on the first call (a pushed-down filter), so
+ * that nothing per record is held until a filter asks. The first call
+ * allocates a zeroed array of `count` values for each column marked
+ * `indexed`, then `fill` writes them; a failed fill frees them all, and the
+ * next call tries again. Calls may come from several threads at once. */
+typedef int (*sl_source_ivals_fill)(sl_source *src, int64_t *const *vals);
+typedef struct sl_source_ivals {
+    pthread_mutex_t mu;         /* guards the first call */
+    int done;
+    int64_t *vals[SL_MAX_COLUMNS];
+} sl_source_ivals;
+void sl_source__ivals_init(sl_source_ivals *iv);
+/* *vals_out: column col's values (NULL for a column that is not indexed or
+ * out of range); errors as `fill`'s, *vals_out NULL. */
+int sl_source__ivals_get(sl_source_ivals *iv, sl_source *src, sl_source_ivals_fill fill, int col,
+                         const void **vals_out);
+void sl_source__ivals_dispose(sl_source_ivals *iv);
 
 #endif /* SL_SOURCE_H */

@@ -321,6 +321,12 @@ int sl_sidx__check_data(const sl_sidx *ix, const uint8_t *p, uint64_t n, const c
     return SL_OK;
 }
 
+int sl_sidx__io_check(sl_io *io, void *user) {
+    const uint8_t *m = sl_io__map(io);
+    return sl_sidx__check_data(user, m ? m : (const uint8_t *)"", sl_io__size(io),
+                               sl_io__name(io));
+}
+
 static int write_all(int fd, const uint8_t *p, size_t n) {
     while (n) {
         ssize_t w = write(fd, p, n);
@@ -725,5 +731,34 @@ int sl_sidx__same_head(const sl_sidx *head, const sl_sidx *full, const char *dat
         return sl__error(SL_EINVAL, "%s" SL_SIDX_SUFFIX " changed after the source opened (its "
                          "header says %" PRIu64 " records, now %" PRIu64 "); reopen the source",
                          sl_io__short_name(data_path), head->count, full->count);
+    return SL_OK;
+}
+
+int sl_sidx__load_again(const char *data_path, const char *kind, const sl_sidx *head,
+                        sl_sidx **out) {
+    int rc = sl_sidx__load(data_path, kind, out);
+    if (rc == SL_END)
+        return sl__error(SL_EIO, "%s" SL_SIDX_SUFFIX ": gone since the source opened",
+                         sl_io__short_name(data_path));
+    SL_TRY(rc);
+    rc = sl_sidx__same_head(head, *out, data_path);
+    if (rc < 0) {
+        sl_sidx__free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+int sl_sidx__copy_int_values(const char *data_path, const char *kind, const sl_sidx *head,
+                             uint64_t first, int ncols, const char *const *keys,
+                             int64_t *const *vals) {
+    sl_sidx *ix;
+    SL_TRY(sl_sidx__load_again(data_path, kind, head, &ix));
+    for (int c = 0; c < ncols; c++) {
+        int j = vals[c] ? sl_sidx__find_scalar(ix, keys[c]) : -1;
+        if (j >= 0 && ix->scalar[j].type == SL_COL_INT64 && ix->count)
+            memcpy(vals[c] + first, ix->scalar[j].vals, (size_t)ix->count * sizeof(int64_t));
+    }
+    sl_sidx__free(ix);
     return SL_OK;
 }

@@ -153,6 +153,18 @@ int sl_sidx__load_head(const char *data_path, const char *kind, sl_sidx **out);
 /* SL_OK when `full` (sl_sidx__load) says what `head` (sl_sidx__load_head of
  * the same file, earlier) said; else SL_EINVAL: the index was replaced. */
 int sl_sidx__same_head(const sl_sidx *head, const sl_sidx *full, const char *data_path);
+/* The whole DATA.slidx of a file whose header (`head`, sl_sidx__load_head)
+ * a source read at open: SL_EIO when it is gone since, SL_EINVAL when it was
+ * replaced (sl_sidx__same_head); else as sl_sidx__load. */
+int sl_sidx__load_again(const char *data_path, const char *kind, const sl_sidx *head,
+                        sl_sidx **out);
+/* A source's indexed integer values (sl_source_ivals) of one such file, its
+ * records numbered from `first` in the source: the whole index is loaded
+ * (sl_sidx__load_again) and freed; each column c < ncols with vals[c] takes
+ * the values of the index's integer scalar named keys[c], if it has one. */
+int sl_sidx__copy_int_values(const char *data_path, const char *kind, const sl_sidx *head,
+                             uint64_t first, int ncols, const char *const *keys,
+                             int64_t *const *vals);
 /* Parse index bytes held in memory (what load does after reading the file);
  * `name` is used in messages. Stale checks are load's. */
 int sl_sidx__parse(const uint8_t *p, size_t n, const char *name, sl_sidx **out);
@@ -168,6 +180,9 @@ int sl_sidx__check_entry(const sl_sidx *ix, uint64_t r, const uint8_t *p, const 
  * source asks of a remote shard fetched whole, so that a damaged copy is
  * fetched again (sl_io__open_checked). */
 int sl_sidx__check_data(const sl_sidx *ix, const uint8_t *p, uint64_t n, const char *data_path);
+/* sl_io__open_checked's check (`user` the index) of a remote file fetched
+ * whole: the bytes fetched, or found in the cache, are the bytes indexed. */
+int sl_sidx__io_check(sl_io *io, void *user);
 
 int sl_sidx__find_col(const sl_sidx *ix, const char *name);
 int sl_sidx__find_scalar(const sl_sidx *ix, const char *name);

@@ -139,17 +139,11 @@ static int slr_index_column(sl_source *src, int col, const void **vals_out) {
     return sl_reader_index_column(((slr_source *)src)->reader, col, vals_out);
 }
 
+static const char *shard_path(const void *r, int k) { return sl_reader_shard_path(r, k); }
+
 static int slr_describe(sl_source *src, cJSON *obj) {
     const sl_reader *r = ((slr_source *)src)->reader;
-    cJSON *shards = cJSON_AddArrayToObject(obj, "shards");
-    if (!shards)
-        return sl__oom("describing a source");
-    for (int k = 0; k < sl_reader_shard_count(r); k++) {
-        cJSON *p = cJSON_CreateString(sl_reader_shard_path(r, k));
-        if (!p)
-            return sl__oom("describing a source");
-        cJSON_AddItemToArray(shards, p);
-    }
+    SL_TRY(sl_source__describe_paths(obj, "shards", sl_reader_shard_count(r), shard_path, r));
     if (!cJSON_AddNumberToObject(obj, "data_bytes", (double)sl_reader_data_bytes(r)))
         return sl__oom("describing a source");
     return SL_OK;

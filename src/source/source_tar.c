@@ -140,10 +140,8 @@ typedef struct tar_source {
     int max_open;           /* "max_open_shards" (0 until open: the default) */
     sl_sidx_use index_use;  /* "index", while opening */
     sl_shard_set *set;      /* the shards' bytes (and indexes), opened lazily */
-    pthread_mutex_t ivals_mu; /* guards the first index_column (ivals_rc too) */
-    int ivals_done, ivals_rc;
-    int64_t *ivals[SL_MAX_COLUMNS]; /* per integer column: count values, made
-                                       on the first index_column call */
+    sl_source_ivals ivals;  /* per integer column: count values, made on the
+                               first index_column call */
 } tar_source;
 
 typedef struct tar_cursor {
@@ -874,42 +872,25 @@ static void mark_int_columns(tar_source *s) {
  * (a pushed-down filter): from the scan's members, and from each indexed
  * shard's whole index, loaded for this and freed. Until then nothing per
  * record of an indexed shard is held. */
-static int load_int_columns(tar_source *s) {
-    int rc = SL_OK;
-    for (int c = 1; c < s->base.ncols; c++) {
-        if (s->base.col[c].type != SL_COL_INT64)
-            continue;
-        s->ivals[c] = sl__calloc(s->base.count ? (size_t)s->base.count : 1, sizeof(int64_t));
-        if (!s->ivals[c])
-            return sl__oom("reading a tar source's label values");
-    }
+static int load_int_columns(sl_source *src, int64_t *const *vals) {
+    tar_source *s = (tar_source *)src;
+    const char *names[SL_MAX_COLUMNS];
+    for (int c = 0; c < src->ncols; c++)
+        names[c] = src->col[c].name;
     for (int k = 0; k < s->nshards; k++) {
         const tar_shard *sh = &s->shards[k];
-        if (!sh->head) {
-            for (int c = 1; c < s->base.ncols; c++)
-                for (uint64_t r = 0; s->ivals[c] && r < sh->nsamples; r++) {
-                    const tar_sample *smp = &s->tab.samples[sh->tab_first + r];
-                    const tar_member *m = smp->err ? NULL : find_member(&s->tab, smp, c, NULL);
-                    if (m && m->ival_ok)
-                        s->ivals[c][sh->first + r] = m->ival;
-                }
+        if (sh->head) {
+            SL_TRY(sl_sidx__copy_int_values(sh->path, "webdataset", sh->head, sh->first,
+                                            src->ncols, names, vals));
             continue;
         }
-        sl_sidx *ix = NULL;
-        rc = sl_sidx__load(sh->path, "webdataset", &ix);
-        if (rc == SL_END)
-            rc = sl__error(SL_EIO, "%s" SL_SIDX_SUFFIX ": gone since the source opened",
-                           sl_io__short_name(sh->path));
-        if (rc == SL_OK)
-            rc = sl_sidx__same_head(sh->head, ix, sh->path);
-        for (int c = 1; rc == SL_OK && c < s->base.ncols; c++) {
-            int j = s->ivals[c] ? sl_sidx__find_scalar(ix, s->base.col[c].name) : -1;
-            if (j >= 0 && ix->scalar[j].type == SL_COL_INT64)
-                memcpy(s->ivals[c] + sh->first, ix->scalar[j].vals,
-                       (size_t)sh->nsamples * sizeof(int64_t));
-        }
-        sl_sidx__free(ix);
-        SL_TRY(rc);
+        for (int c = 1; c < src->ncols; c++)
+            for (uint64_t r = 0; vals[c] && r < sh->nsamples; r++) {
+                const tar_sample *smp = &s->tab.samples[sh->tab_first + r];
+                const tar_member *m = smp->err ? NULL : find_member(&s->tab, smp, c, NULL);
+                if (m && m->ival_ok)
+                    vals[c][sh->first + r] = m->ival;
+            }
     }
     return SL_OK;
 }
@@ -1069,11 +1050,9 @@ static int tar_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample
     tar_source *s = (tar_source *)src;
     int k = shard_of(s, i);
     void *st;
-    int rc = sl_shard_set__get(s->set, k, &st);
-    if (rc < 0) /* the shard's message names it and the cause */
-        return sl__error_prefix(rc, "%s: record %" PRIu64, sl_io__short_name(s->shards[k].path),
-                                i - s->shards[k].first);
-    rc = read_open(s, cur, i, k, st, out);
+    SL_TRY(sl_source__shard_get(s->set, k, sl_io__short_name(s->shards[k].path),
+                                i - s->shards[k].first, &st));
+    int rc = read_open(s, cur, i, k, st, out);
     sl_shard_set__put(s->set, k);
     return rc;
 }
@@ -1093,41 +1072,22 @@ static void tar_cursor_free(sl_source *src, sl_source_cursor *cur) {
     sl__free(cur);
 }
 
+/* Any column (NULL for one that is not an integer). */
 static int tar_index_column(sl_source *src, int col, const void **vals_out) {
-    tar_source *s = (tar_source *)src;
-    *vals_out = NULL;
-    pthread_mutex_lock(&s->ivals_mu);
-    if (!s->ivals_done) {
-        s->ivals_rc = load_int_columns(s);
-        s->ivals_done = 1;
-        if (s->ivals_rc < 0) {
-            for (int c = 0; c < SL_MAX_COLUMNS; c++) {
-                sl__free(s->ivals[c]);
-                s->ivals[c] = NULL;
-            }
-            s->ivals_done = 0; /* (asked again: tried again) */
-        }
-    }
-    int rc = s->ivals_rc;
-    pthread_mutex_unlock(&s->ivals_mu);
-    SL_TRY(rc);
-    *vals_out = col >= 0 && col < src->ncols ? s->ivals[col] : NULL;
-    return SL_OK;
+    return sl_source__ivals_get(&((tar_source *)src)->ivals, src, load_int_columns, col,
+                                vals_out);
+}
+
+static const char *shard_path(const void *s, int k) {
+    return ((const tar_source *)s)->shards[k].path;
 }
 
 static int tar_describe(sl_source *src, cJSON *obj) {
     tar_source *s = (tar_source *)src;
-    cJSON *shards = cJSON_AddArrayToObject(obj, "shards");
-    if (!shards)
-        return sl__oom("describing a source");
+    SL_TRY(sl_source__describe_paths(obj, "shards", s->nshards, shard_path, s));
     uint64_t bytes = 0, bad = 0;
-    for (int k = 0; k < s->nshards; k++) {
-        cJSON *p = cJSON_CreateString(s->shards[k].path);
-        if (!p)
-            return sl__oom("describing a source");
-        cJSON_AddItemToArray(shards, p);
+    for (int k = 0; k < s->nshards; k++)
         bytes += s->shards[k].size;
-    }
     for (uint64_t i = 0; i < s->tab.nsamples; i++)
         bad += s->tab.samples[i].err != 0;
     const char *how = !s->indexed_shards ? "scan"
@@ -1146,11 +1106,9 @@ static void tar_free(sl_source *src) {
         sl_sidx__free(s->shards[k].head);
         sl__free(s->shards[k].path);
     }
-    pthread_mutex_destroy(&s->ivals_mu);
+    sl_source__ivals_dispose(&s->ivals);
     sl__free(s->shards);
     tables_free(&s->tab);
-    for (int c = 0; c < SL_MAX_COLUMNS; c++)
-        sl__free(s->ivals[c]);
     sl_source__free_paths(s->only);
     sl__free(s);
 }
@@ -1182,15 +1140,6 @@ static void close_shard(void *user, int k, void *state) {
     sl__free(o);
 }
 
-/* sl_io__open_checked's check of a remote shard with an index: the bytes
- * fetched (or found in the cache) are the bytes indexed. */
-static int data_check(sl_io *io, void *user) {
-    const sl_sidx *ix = user;
-    const uint8_t *m = sl_io__map(io);
-    return sl_sidx__check_data(ix, m ? m : (const uint8_t *)"", sl_io__size(io),
-                               sl_io__name(io));
-}
-
 /* The shard set's open: map the shard (a remote one is fetched into the
  * shard cache) and, when it has an index, load the whole index, which must
  * still be what its header said at open. A remote shard with an index is
@@ -1202,16 +1151,10 @@ static int open_shard(void *user, int k, void **state_out) {
     if (!o)
         return sl__oom("opening a tar shard");
     int rc = SL_OK;
-    if (sh->head) {
-        rc = sl_sidx__load(sh->path, "webdataset", &o->ix);
-        if (rc == SL_END)
-            rc = sl__error(SL_EIO, "%s" SL_SIDX_SUFFIX ": gone since the source opened",
-                           sl_io__short_name(sh->path));
-        SL_CHECK(rc);
-        SL_CHECK(sl_sidx__same_head(sh->head, o->ix, sh->path));
-    }
+    if (sh->head)
+        SL_CHECK(sl_sidx__load_again(sh->path, "webdataset", sh->head, &o->ix));
     if (o->ix && sl_io__is_url(sh->path))
-        SL_CHECK(sl_io__open_checked(&o->io, sh->path, SL_IO_MAP, data_check, o->ix));
+        SL_CHECK(sl_io__open_checked(&o->io, sh->path, SL_IO_MAP, sl_sidx__io_check, o->ix));
     else
         SL_CHECK(sl_io__open(&o->io, sh->path, SL_IO_MAP));
     o->map = sl_io__map(o->io);
@@ -1300,7 +1243,7 @@ int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *fi
         return sl__oom("opening a tar source");
     s->base.vt = &tar_vtbl;
     atomic_init(&s->base.refs, 1);
-    pthread_mutex_init(&s->ivals_mu, NULL);
+    sl_source__ivals_init(&s->ivals);
     char **list = NULL;
     int n = 0, rc, remote_scans = 0;
     sl_sidx_use index;

@@ -227,15 +227,13 @@ typedef struct tf_source {
     int max_open;               /* "max_open_shards" (0: the default) */
     sl_sidx_use index_use;      /* "index", while opening */
     sl_shard_set *set;          /* the files' bytes (and indexes), opened lazily */
-    pthread_mutex_t ivals_mu;   /* guards the first index_column */
-    int ivals_done;
     int nbad;
     tf_bad *bad;
     int verify;
     const char *compression;    /* "auto", "gzip", "none" */
     tf_col col[SL_MAX_COLUMNS];
-    int64_t *ivals[SL_MAX_COLUMNS]; /* indexed INT64 columns: a value per record,
-                                       made on the first index_column call */
+    sl_source_ivals ivals;      /* indexed INT64 columns: a value per record, made
+                                   on the first index_column call */
 } tf_source;
 
 typedef struct tf_cursor {
@@ -411,15 +409,6 @@ cleanup:
     return rc;
 }
 
-/* sl_io__open_checked's check of a remote file with an index: the bytes
- * fetched (or found in the cache) are the bytes indexed. */
-static int data_check(sl_io *io, void *user) {
-    const sl_sidx *ix = user;
-    const uint8_t *m = sl_io__map(io);
-    return sl_sidx__check_data(ix, m ? m : (const uint8_t *)"", sl_io__size(io),
-                               sl_io__name(io));
-}
-
 /* sl_io__open_checked's check of a remote plain TFRecord file without an
  * index: every record's data checksum (CRC-32C) where the framing holds
  * (damage to the framing is the scan's to report), so that a copy damaged on
@@ -453,7 +442,8 @@ static int open_bytes(const tf_source *s, const tf_file *f, tf_open *o, char *gz
     sl_io *io;
     /* Reads jump between records: no read-ahead past the one asked for. */
     if (o->ix && sl_io__is_url(f->path))
-        SL_TRY(sl_io__open_checked(&io, f->path, SL_IO_MAP | SL_IO_RANDOM, data_check, o->ix));
+        SL_TRY(sl_io__open_checked(&io, f->path, SL_IO_MAP | SL_IO_RANDOM, sl_sidx__io_check,
+                                   o->ix));
     else if (!f->head && s->verify && sl_io__is_url(f->path))
         SL_TRY(sl_io__open_checked(&io, f->path, SL_IO_MAP | SL_IO_RANDOM, frames_check, NULL));
     else
@@ -505,13 +495,8 @@ static int open_file_lazily(void *user, int k, void **state_out) {
         return sl__oom("opening a TFRecord file");
     int rc = SL_OK;
     char gzerr[160] = "";
-    if (f->head) {
-        rc = sl_sidx__load(f->path, "tfrecord", &o->ix);
-        if (rc == SL_END)
-            rc = sl__error(SL_EIO, "%s" SL_SIDX_SUFFIX ": gone since the source opened", f->path);
-        SL_CHECK(rc);
-        SL_CHECK(sl_sidx__same_head(f->head, o->ix, f->path));
-    }
+    if (f->head)
+        SL_CHECK(sl_sidx__load_again(f->path, "tfrecord", f->head, &o->ix));
     SL_CHECK(open_bytes(s, f, o, gzerr, sizeof gzerr));
     if (o->ix && !!(o->ix->flags & SL_SIDX_DECOMPRESSED) != o->gzip)
         SL_FAIL(SL_EINVAL, "%s.slidx was built for %s bytes, but the file is read %s; rebuild "
@@ -766,10 +751,8 @@ static int parse_record(tf_source *s, tf_arena *a, uint64_t i, int verify,
     }
     int k = (int)(f - s->files);
     void *st;
-    int rc = sl_shard_set__get(s->set, k, &st);
-    if (rc < 0) /* the file's message names it and the cause */
-        return sl__error_prefix(rc, "%s: record %" PRIu64, f->name, i - f->first);
-    rc = parse_open(s, a, i, f, st, verify, ex_out);
+    SL_TRY(sl_source__shard_get(s->set, k, f->name, i - f->first, &st));
+    int rc = parse_open(s, a, i, f, st, verify, ex_out);
     sl_shard_set__put(s->set, k);
     return rc;
 }
@@ -911,43 +894,26 @@ static void tf_cursor_free(sl_source *src, sl_source_cursor *cur) {
     sl__free(c);
 }
 
-static int gather_index_values(tf_source *s);
+static int gather_index_values(sl_source *src, int64_t *const *vals);
 
+/* An indexed column only (every file's index holds it). */
 static int tf_index_column(sl_source *src, int col, const void **vals_out) {
-    tf_source *s = (tf_source *)src;
     *vals_out = NULL;
     if (col < 0 || col >= src->ncols || !src->col[col].indexed)
         return sl__error(SL_EINVAL, "%s: column %d is not indexed", src->name, col);
-    int rc = SL_OK;
-    pthread_mutex_lock(&s->ivals_mu);
-    if (!s->ivals_done) {
-        rc = gather_index_values(s);
-        if (rc == SL_OK) {
-            s->ivals_done = 1;
-        } else {
-            for (int k = 0; k < SL_MAX_COLUMNS; k++) {
-                sl__free(s->ivals[k]);
-                s->ivals[k] = NULL;
-            }
-        }
-    }
-    pthread_mutex_unlock(&s->ivals_mu);
-    SL_TRY(rc);
-    *vals_out = s->ivals[col];
-    return SL_OK;
+    return sl_source__ivals_get(&((tf_source *)src)->ivals, src, gather_index_values, col,
+                                vals_out);
+}
+
+static const char *file_path(const void *s, int k) {
+    return ((const tf_source *)s)->files[k].path;
 }
 
 static int tf_describe(sl_source *src, cJSON *obj) {
     tf_source *s = (tf_source *)src;
-    cJSON *files = cJSON_AddArrayToObject(obj, "files");
-    if (!files)
-        return sl__oom("describing a source");
+    SL_TRY(sl_source__describe_paths(obj, "files", s->nfiles, file_path, s));
     int nindexed = 0, ngzip = 0;
     for (int k = 0; k < s->nfiles; k++) {
-        cJSON *p = cJSON_CreateString(s->files[k].path);
-        if (!p)
-            return sl__oom("describing a source");
-        cJSON_AddItemToArray(files, p);
         nindexed += s->files[k].indexed;
         ngzip += s->files[k].head ? !!(s->files[k].head->flags & SL_SIDX_DECOMPRESSED)
                                   : s->files[k].gzip;
@@ -967,9 +933,7 @@ static void tf_free(sl_source *src) {
         sl_sidx__free(s->files[k].head);
         sl__free(s->files[k].path);
     }
-    pthread_mutex_destroy(&s->ivals_mu);
-    for (int k = 0; k < SL_MAX_COLUMNS; k++)
-        sl__free(s->ivals[k]);
+    sl_source__ivals_dispose(&s->ivals);
     sl__free(s->files);
     sl__free(s->off);
     sl__free(s->len);
@@ -1112,30 +1076,14 @@ static void mark_index_columns(tf_source *s) {
 
 /* The values of the indexed columns, from each file's whole index (loaded
  * for this, then freed): what a pushed-down filter reads. */
-static int gather_index_values(tf_source *s) {
-    for (int k = 0; k < s->base.ncols; k++) {
-        if (!s->base.col[k].indexed)
-            continue;
-        s->ivals[k] = sl__malloc(s->base.count ? (size_t)s->base.count * 8 : 1);
-        if (!s->ivals[k])
-            return sl__oom("reading a TFRecord source's indexed values");
-    }
-    for (int f = 0; f < s->nfiles; f++) {
-        const tf_file *tf = &s->files[f];
-        sl_sidx *ix = NULL;
-        int rc = sl_sidx__load(tf->path, "tfrecord", &ix);
-        if (rc == SL_END)
-            rc = sl__error(SL_EIO, "%s" SL_SIDX_SUFFIX ": gone since the source opened", tf->path);
-        if (rc == SL_OK)
-            rc = sl_sidx__same_head(tf->head, ix, tf->path);
-        for (int k = 0; rc == SL_OK && k < s->base.ncols; k++) {
-            int j = s->ivals[k] ? sl_sidx__find_scalar(ix, s->col[k].key) : -1;
-            if (j >= 0 && ix->count)
-                memcpy(s->ivals[k] + tf->first, ix->scalar[j].vals, (size_t)ix->count * 8);
-        }
-        sl_sidx__free(ix);
-        SL_TRY(rc);
-    }
+static int gather_index_values(sl_source *src, int64_t *const *vals) {
+    tf_source *s = (tf_source *)src;
+    const char *keys[SL_MAX_COLUMNS];
+    for (int k = 0; k < src->ncols; k++)
+        keys[k] = s->col[k].key;
+    for (int f = 0; f < s->nfiles; f++)
+        SL_TRY(sl_sidx__copy_int_values(s->files[f].path, "tfrecord", s->files[f].head,
+                                        s->files[f].first, src->ncols, keys, vals));
     return SL_OK;
 }
 
@@ -1175,8 +1123,6 @@ static int parse_options(const cJSON *obj, const char *field, int *verify,
     return SL_OK;
 }
 
-/* Every file: the header of its index (as `use_index` says), or a scan of
- * its frames; then the shard set that opens them when read. */
 /* sl_shard_set__each at open: file k's index header (or none). */
 static int load_head(void *user, int k) {
     tf_source *s = user;
@@ -1184,6 +1130,8 @@ static int load_head(void *user, int k) {
     return sl_sidx__load_head_for(f->path, "tfrecord", s->index_use, &f->head);
 }
 
+/* Every file: the header of its index (as `use_index` says), or a scan of
+ * its frames; then the shard set that opens them when read. */
 static int open_files(tf_source *s, const cJSON *paths, const char *field, sl_sidx_use use_index) {
     char **pv = NULL;
     int n = 0, remote_scans = 0;
@@ -1240,7 +1188,7 @@ static tf_source *new_source(void) {
         return NULL;
     s->base.vt = &tf_vtbl;
     atomic_init(&s->base.refs, 1);
-    pthread_mutex_init(&s->ivals_mu, NULL);
+    sl_source__ivals_init(&s->ivals);
     return s;
 }
 

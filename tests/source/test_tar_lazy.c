@@ -13,6 +13,7 @@
 #include "core/core.h"
 #include "io/io.h"
 #include "source/source.h"
+#include "ivals_check.h"
 #include "tar_build.h"
 
 #include <pthread.h>
@@ -314,5 +315,22 @@ SL_TEST(source_tar__scanned_shards_are_closed_after_the_scan) {
     sl_io__counters(&b);
     ASSERT(b.open_now - a.open_now <= 2);
     sl_source__cursor_free(s, cur);
+    sl_source__release(s);
+}
+
+/* A pushed-down filter's values need every shard's whole index: one gone
+ * since the source opened fails the call, naming it, and the next call,
+ * once it is back, reads them all. */
+SL_TEST(source_tar__index_values_are_tried_again_after_a_failure) {
+    enum { N = 4 };
+    make_shards(N, 1);
+    sl_source *s = NULL;
+    ASSERT_OK(open_shards(&s, N, NULL));
+    const int64_t *label = ivals_after_a_gone_index(s, 1, shard_path(2), "shard-0002.tar");
+    for (uint64_t i = 0; i < s->count; i++)
+        ASSERT_EQ(label[i], (int64_t)(i / PER_SHARD * 100 + i % PER_SHARD));
+    const void *vals = s;
+    ASSERT_OK(s->vt->index_column(s, 0, &vals)); /* the key: not an integer column */
+    ASSERT(vals == NULL);
     sl_source__release(s);
 }

@@ -12,6 +12,7 @@
 #include "source/source_index.h"
 #include "source/source_tfrecord.h"
 #include "io/io.h"
+#include "ivals_check.h"
 
 #include <pthread.h>
 
@@ -840,6 +841,24 @@ SL_TEST(source_tfrecord__lazy_open_reads_only_index_headers) {
     sl_source__release(s);
     sl_io__counters(&c);
     ASSERT_U64_EQ(c.open_now, a.open_now);
+}
+
+/* A pushed-down filter's values come from every file's whole index: one
+ * gone since the source opened fails the call, naming it (short name, as the
+ * index's other messages), and the next call, once it is back, reads them
+ * all. A column that is not indexed is refused first. */
+SL_TEST(source_tfrecord__index_values_are_tried_again_after_a_failure) {
+    enum { N = 4 };
+    lz_make(N);
+    sl_source *s = NULL;
+    ASSERT_OK(lz_open(&s, N, NULL));
+    const int64_t *label = ivals_after_a_gone_index(s, 0, lz_path(2), "f-0002.tfrecord");
+    for (uint64_t i = 0; i < s->count; i++)
+        ASSERT_EQ(label[i], (int64_t)(i / LZ_PER_FILE * 10 + i % LZ_PER_FILE));
+    const void *vals = s;
+    ASSERT_RC(s->vt->index_column(s, 1, &vals), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "column 1 is not indexed");
+    sl_source__release(s);
 }
 
 SL_TEST(source_tfrecord__damaged_file_costs_only_its_records) {
