@@ -991,21 +991,95 @@ static int req_end(req *r, CURLcode cc) {
 /* Run the request `x` describes against `url`, with retries. The status code
  * of a final non-retryable answer is returned in *status_out (0 when none);
  * `quiet_404` makes a 404 return SL_END without a message. */
+/* Every try of r on this thread (curl_easy_perform), waiting out each backoff. */
+static void req_run(req *r) {
+    for (;;) {
+        r->rc = req_start(r);
+        if (r->rc < 0 || req_end(r, curl_easy_perform(r->x->h)))
+            break;
+        sleep_ms(r->wait_ms);
+    }
+}
+
 static int perform(xfer *x, const char *url, int quiet_404, long *status_out) {
     req r;
     req_init(&r, x, url, quiet_404, status_out);
     x->h = handle_get();
     if (!x->h)
         return sl__oom("starting a request");
-    for (;;) {
-        r.rc = req_start(&r);
-        if (r.rc < 0 || req_end(&r, curl_easy_perform(x->h)))
-            break;
-        sleep_ms(r.wait_ms);
-    }
+    req_run(&r);
     handle_put(x->h);
     x->h = NULL;
     return r.rc;
+}
+
+/* A request run by an event loop (perform_many, the read-ahead loop): its
+ * tries as perform()'s, each started when due, several requests at once on
+ * one multi handle. */
+enum { MREQ_OVER, MREQ_WAITING, MREQ_RUNNING };
+typedef struct mreq {
+    req r;         /* r.x->h: the handle its tries run on */
+    int state;     /* MREQ_WAITING: its next try starts at `wake` */
+    uint64_t wake; /* sl__now_ns() time */
+} mreq;
+
+/* One turn of the event loop m over q[0..n): starts the tries that are due,
+ * lets curl move every transfer, and ends the tries that finished. A
+ * request that is over (q[i].r.rc says how) becomes MREQ_OVER and
+ * over(i, user) is called; one to be tried again waits out its backoff
+ * while the others run. Returns how long the caller may poll m before the
+ * next turn (ms): 0 when something ended. */
+static long mreq_turn(CURLM *m, mreq *q, int n, void (*over)(int i, void *user), void *user) {
+    uint64_t now = sl__now_ns();
+    long timeout_ms = 1000;
+    for (int i = 0; i < n; i++) {
+        mreq *t = &q[i];
+        if (t->state == MREQ_WAITING && t->wake <= now) {
+            int rc = req_start(&t->r);
+            if (rc == SL_OK && curl_multi_add_handle(m, t->r.x->h) != CURLM_OK) {
+                curl_slist_free_all(t->r.hc.list);
+                t->r.hc.list = NULL;
+                rc = sl__error(SL_EIO, "%s: cannot start its request (curl multi)", t->r.x->name);
+            }
+            if (rc < 0) {
+                t->r.rc = rc;
+                t->state = MREQ_OVER;
+                over(i, user);
+                timeout_ms = 0;
+                continue;
+            }
+            t->state = MREQ_RUNNING;
+        }
+        if (t->state == MREQ_WAITING) {
+            long ms = (long)((t->wake - now) / 1000000) + 1;
+            if (ms < timeout_ms)
+                timeout_ms = ms;
+        }
+    }
+    int still;
+    curl_multi_perform(m, &still);
+    CURLMsg *cm;
+    int queued;
+    while ((cm = curl_multi_info_read(m, &queued))) {
+        if (cm->msg != CURLMSG_DONE)
+            continue;
+        int i = 0;
+        while (i < n && (q[i].state != MREQ_RUNNING || q[i].r.x->h != cm->easy_handle))
+            i++;
+        if (i == n)
+            continue;
+        CURLcode cc = cm->data.result; /* cm is freed by the removal */
+        curl_multi_remove_handle(m, q[i].r.x->h);
+        if (req_end(&q[i].r, cc)) {
+            q[i].state = MREQ_OVER;
+            over(i, user);
+        } else {
+            q[i].state = MREQ_WAITING;
+            q[i].wake = sl__now_ns() + (uint64_t)q[i].r.wait_ms * 1000000;
+        }
+        timeout_ms = 0;
+    }
+    return timeout_ms;
 }
 
 static int mkdirs(const char *dir);
@@ -1345,22 +1419,25 @@ static void become_whole(http_io *h) {
 static CURLM *ra_multi; /* the loop's (under ra_mu) */
 static int ra_polling;  /* the loop is polling, not woken yet (under ra_mu) */
 
-/* One place of the loop: a transfer, or free (e NULL). Places do not move:
- * curl holds pointers into x and r while a transfer runs. */
-typedef struct ra_xfer {
-    extent *e;
+/* The loop's places: q[i] a request (MREQ_OVER when the place is free) and
+ * pl[i] what it fetches. Places do not move: curl holds pointers into x and
+ * q[i].r while a transfer runs. */
+typedef struct ra_place {
+    extent *e;     /* NULL: free */
     CURL *h;       /* the place's own handle, kept from one transfer to the next */
     uint8_t *d;
     xfer x;
-    req r;
     long st;
-    int running;   /* added to the multi */
-    uint64_t wake; /* not running: (re)start at this time (ns) */
-} ra_xfer;
+} ra_place;
 
-/* The transfer of place t is over with rc: its extent gets the bytes, or
+typedef struct ra_loop_ctx {
+    mreq *q;
+    ra_place *pl;
+} ra_loop_ctx;
+
+/* The transfer of place i is over with rc: its extent gets the bytes, or
  * fails (its reader then asks for itself, and that request says why). */
-static void ra_finish(ra_xfer *t, int rc) {
+static void ra_finish(ra_place *t, int rc) {
     extent *e = t->e;
     if (rc == SL_OK && t->x.range_ignored)
         become_whole(e->io);
@@ -1385,66 +1462,60 @@ static void ra_finish(ra_xfer *t, int rc) {
     t->d = NULL;
 }
 
-/* Sets up try t->r.t and adds it to the loop; on failure the transfer is over. */
-static void ra_start(CURLM *m, ra_xfer *t) {
-    int rc = req_start(&t->r);
-    if (rc == SL_OK && curl_multi_add_handle(m, t->h) != CURLM_OK) {
-        curl_slist_free_all(t->r.hc.list);
-        t->r.hc.list = NULL;
-        rc = sl__error(SL_EIO, "%s: cannot start its request (curl multi)", t->x.name);
-    }
-    if (rc < 0)
-        ra_finish(t, rc);
-    else
-        t->running = 1;
+static void ra_over(int i, void *user) {
+    ra_loop_ctx *c = user;
+    ra_finish(&c->pl[i], c->q[i].r.rc);
 }
 
-/* Takes queued extents into free places (up to cap in all); under ra_mu. */
-static int ra_take(ra_xfer *ts, int cap, int n) {
-    for (int i = 0; i < cap && ra_head && n < cap; i++) {
-        ra_xfer *t = &ts[i];
-        if (t->e)
+/* Queued extents into free places; under ra_mu. Returns how many were taken. */
+static int ra_take(ra_place *pl, int cap) {
+    int took = 0;
+    for (int i = 0; i < cap && ra_head; i++) {
+        if (pl[i].e)
             continue;
         extent *e = ra_head;
         ra_head = e->qnext;
         e->state = EXT_FETCHING;
         e->io->inflight++;
-        t->e = e;
-        t->d = NULL;
-        t->running = 0;
-        t->wake = 0;
-        n++;
+        pl[i].e = e;
+        pl[i].d = NULL;
+        took++;
     }
     if (!ra_head)
         ra_tail = NULL;
-    return n;
+    return took;
 }
 
-/* A taken extent's transfer, ready to start (or over, when it cannot be). */
-static void ra_prepare(ra_xfer *t) {
+/* A taken extent's request, to start on the next turn (or over at once,
+ * when out of memory). */
+static void ra_prepare(mreq *q, ra_place *t) {
     extent *e = t->e;
     memset(&t->x, 0, sizeof t->x);
     t->x.name = e->io->base.name;
     t->x.off = e->off;
     t->x.len = e->len;
     t->x.fd = -1;
-    req_init(&t->r, &t->x, e->io->url, 0, &t->st);
+    req_init(&q->r, &t->x, e->io->url, 0, &t->st);
+    q->state = MREQ_WAITING;
+    q->wake = 0;
     if (!t->h)
         t->h = curl_easy_init();
     t->d = sl__malloc(e->len ? (size_t)e->len : 1);
     t->x.dst = t->d;
     t->x.h = t->h;
-    if (!t->h || !t->d)
+    if (!t->h || !t->d) {
+        q->state = MREQ_OVER;
         ra_finish(t, sl__oom("reading ahead"));
+    }
 }
 
 static void *ra_loop(void *arg) {
     (void)arg;
-    int cap = cfg.readahead, n = 0;
-    ra_xfer *ts = sl__calloc((size_t)cap, sizeof *ts);
+    int cap = cfg.readahead;
+    ra_loop_ctx c = {sl__calloc((size_t)cap, sizeof *c.q), sl__calloc((size_t)cap, sizeof *c.pl)};
     CURLM *m = curl_multi_init();
     pthread_mutex_lock(&ra_mu);
-    if (!ts || !m) {
+    if (!c.q || !c.pl || !m) {
         /* no loop: what is queued fails as it comes (readers fetch for themselves) */
         SL_LOG_WARN("read-ahead: cannot start its event loop (out of memory); reading "
                     "without read-ahead");
@@ -1458,57 +1529,22 @@ static void *ra_loop(void *arg) {
         }
     }
     ra_multi = m;
+    int busy = 0; /* places in use */
     for (;;) {
-        while (!ra_head && !n)
+        while (!ra_head && !busy)
             pthread_cond_wait(&ra_work, &ra_mu);
-        int before = n;
-        n = ra_take(ts, cap, n);
+        int took = ra_take(c.pl, cap);
         ra_polling = 1;
         pthread_mutex_unlock(&ra_mu);
-        if (n > before)
-            for (int i = 0; i < cap; i++)
-                if (ts[i].e && !ts[i].d)
-                    ra_prepare(&ts[i]);
-        /* start the new, and those whose backoff is over */
-        uint64_t now = sl__now_ns();
-        long timeout_ms = 1000;
-        for (int i = 0; i < cap; i++) {
-            ra_xfer *t = &ts[i];
-            if (t->e && !t->running && t->wake <= now)
-                ra_start(m, t);
-            if (t->e && !t->running) {
-                long ms = (long)((t->wake - now) / 1000000) + 1;
-                if (ms < timeout_ms)
-                    timeout_ms = ms;
-            }
-        }
-        int still;
-        curl_multi_perform(m, &still);
-        CURLMsg *cm;
-        int q;
-        while ((cm = curl_multi_info_read(m, &q))) {
-            if (cm->msg != CURLMSG_DONE)
-                continue;
-            int i = 0;
-            while (i < cap && (!ts[i].running || ts[i].h != cm->easy_handle))
-                i++;
-            if (i == cap)
-                continue;
-            ra_xfer *t = &ts[i];
-            CURLcode cc = cm->data.result; /* cm is freed by the removal */
-            curl_multi_remove_handle(m, t->h);
-            t->running = 0;
-            if (req_end(&t->r, cc))
-                ra_finish(t, t->r.rc);
-            else
-                t->wake = sl__now_ns() + (uint64_t)t->r.wait_ms * 1000000;
-            timeout_ms = 0;
-        }
-        n = 0;
+        for (int i = 0; took && i < cap; i++)
+            if (c.pl[i].e && !c.pl[i].d)
+                ra_prepare(&c.q[i], &c.pl[i]);
+        long ms = mreq_turn(m, c.q, cap, ra_over, &c);
+        busy = 0;
         for (int i = 0; i < cap; i++)
-            n += ts[i].e != NULL;
-        if (timeout_ms && n)
-            curl_multi_poll(m, NULL, 0, (int)timeout_ms, NULL);
+            busy += c.pl[i].e != NULL;
+        if (ms && busy)
+            curl_multi_poll(m, NULL, 0, (int)ms, NULL);
         pthread_mutex_lock(&ra_mu);
         ra_polling = 0;
     }
@@ -2073,112 +2109,55 @@ static void multi_put(CURLM *m) {
         curl_multi_cleanup(m);
 }
 
-/* Run the n requests of r at once from one event loop on this thread (one
- * multi handle), each with perform()'s retries and outcomes: r[i].rc, and
+/* Run the n requests of q at once from one event loop on this thread (one
+ * multi handle), each with perform()'s retries and outcomes: q[i].r.rc, and
  * for an error its message in msg[i]. A request waiting out its backoff
- * leaves the others running. n is at most 4. */
-static void perform_many(req *r, int n, char (*msg)[SL__ERRMSG_MAX]) {
-    enum { RUNNING, WAITING, OVER };
-    int state[4];
-    uint64_t wake[4];
+ * leaves the others running. */
+typedef struct many_ctx {
+    mreq *q;
+    char (*msg)[SL__ERRMSG_MAX];
+    int left;
+} many_ctx;
+
+static void many_over(int i, void *user) {
+    many_ctx *c = user;
+    if (c->q[i].r.rc < 0)
+        snprintf(c->msg[i], SL__ERRMSG_MAX, "%s", sl_errmsg());
+    c->left--;
+}
+
+static void perform_many(mreq *q, int n, char (*msg)[SL__ERRMSG_MAX]) {
+    many_ctx c = {q, msg, n};
     CURLM *m = multi_get();
-    int left = n;
     for (int i = 0; i < n; i++) {
         msg[i][0] = 0;
-        state[i] = OVER;
-        r[i].x->h = handle_get();
-        if (!r[i].x->h) {
-            r[i].rc = sl__oom("starting a request");
-            snprintf(msg[i], SL__ERRMSG_MAX, "%s", sl_errmsg());
-            left--;
-            continue;
+        q[i].state = MREQ_WAITING;
+        q[i].wake = 0;
+        q[i].r.x->h = handle_get();
+        if (!q[i].r.x->h) {
+            q[i].r.rc = sl__oom("starting a request");
+            q[i].state = MREQ_OVER;
+            many_over(i, &c);
         }
-        state[i] = WAITING;
-        wake[i] = 0;
     }
     if (!m) { /* no event loop: one after the other */
         for (int i = 0; i < n; i++) {
-            if (state[i] == OVER)
+            if (q[i].state == MREQ_OVER)
                 continue;
-            for (;;) {
-                r[i].rc = req_start(&r[i]);
-                if (r[i].rc < 0 || req_end(&r[i], curl_easy_perform(r[i].x->h)))
-                    break;
-                sleep_ms(r[i].wait_ms);
-            }
-            if (r[i].rc < 0)
-                snprintf(msg[i], SL__ERRMSG_MAX, "%s", sl_errmsg());
+            req_run(&q[i].r);
+            q[i].state = MREQ_OVER;
+            many_over(i, &c);
         }
-        left = 0;
     }
-    while (left) {
-        uint64_t now = sl__now_ns();
-        long timeout_ms = 1000;
-        int running = 0;
-        for (int i = 0; i < n; i++) {
-            if (state[i] == WAITING && wake[i] <= now) {
-                r[i].rc = req_start(&r[i]);
-                if (r[i].rc < 0) {
-                    snprintf(msg[i], SL__ERRMSG_MAX, "%s", sl_errmsg());
-                    state[i] = OVER;
-                    left--;
-                } else if (curl_multi_add_handle(m, r[i].x->h) != CURLM_OK) {
-                    r[i].rc = sl__error(SL_EIO, "%s: cannot start its request (curl multi)",
-                                        r[i].x->name);
-                    snprintf(msg[i], SL__ERRMSG_MAX, "%s", sl_errmsg());
-                    curl_slist_free_all(r[i].hc.list);
-                    r[i].hc.list = NULL;
-                    state[i] = OVER;
-                    left--;
-                } else {
-                    state[i] = RUNNING;
-                }
-            }
-            if (state[i] == WAITING) {
-                long ms = (long)((wake[i] - now) / 1000000) + 1;
-                if (ms < timeout_ms)
-                    timeout_ms = ms;
-            }
-            running += state[i] == RUNNING;
-        }
-        if (!left)
-            break;
-        if (!running) {
-            sleep_ms(timeout_ms);
-            continue;
-        }
-        int still;
-        curl_multi_perform(m, &still);
-        CURLMsg *cm;
-        int q;
-        while ((cm = curl_multi_info_read(m, &q))) {
-            if (cm->msg != CURLMSG_DONE)
-                continue;
-            int i = 0;
-            while (i < n && (state[i] != RUNNING || r[i].x->h != cm->easy_handle))
-                i++;
-            if (i == n)
-                continue;
-            CURLcode cc = cm->data.result; /* cm is freed by the removal */
-            curl_multi_remove_handle(m, r[i].x->h);
-            if (req_end(&r[i], cc)) {
-                if (r[i].rc < 0)
-                    snprintf(msg[i], SL__ERRMSG_MAX, "%s", sl_errmsg());
-                state[i] = OVER;
-                left--;
-            } else {
-                state[i] = WAITING;
-                wake[i] = sl__now_ns() + (uint64_t)r[i].wait_ms * 1000000;
-                timeout_ms = 0;
-            }
-        }
-        if (left && timeout_ms)
-            curl_multi_poll(m, NULL, 0, (int)timeout_ms, NULL);
+    while (c.left) {
+        long ms = mreq_turn(m, q, n, many_over, &c);
+        if (c.left && ms)
+            curl_multi_poll(m, NULL, 0, (int)ms, NULL); /* (waits ms with nothing running) */
     }
     for (int i = 0; i < n; i++) {
-        if (r[i].x->h) {
-            handle_put(r[i].x->h);
-            r[i].x->h = NULL;
+        if (q[i].r.x->h) {
+            handle_put(q[i].r.x->h);
+            q[i].r.x->h = NULL;
         }
     }
     if (m)
@@ -2207,18 +2186,18 @@ static int open_edges(http_io *h, unsigned flags) {
         tx.suffix = tx.len = cfg.open_bytes;
         tx.dst = tail_b;
         int quiet = (flags & SL_IO_MISSING_OK) != 0;
-        req rq[2];
+        mreq rq[2];
         long st[2];
         char msg[2][SL__ERRMSG_MAX];
-        req_init(&rq[0], &tx, h->url, quiet, &st[0]);
-        req_init(&rq[1], &hx, h->url, quiet, &st[1]);
+        req_init(&rq[0].r, &tx, h->url, quiet, &st[0]);
+        req_init(&rq[1].r, &hx, h->url, quiet, &st[1]);
         perform_many(rq, 2, msg);
-        if (rq[0].rc != SL_OK || rq[1].rc != SL_OK) {
+        if (rq[0].r.rc != SL_OK || rq[1].r.rc != SL_OK) {
             sl__free(head_b);
             sl__free(tail_b);
-            if (rq[0].rc < 0 || rq[1].rc < 0)
-                return rq[0].rc < 0 ? sl__error(rq[0].rc, "%s", msg[0])
-                                    : sl__error(rq[1].rc, "%s", msg[1]);
+            if (rq[0].r.rc < 0 || rq[1].r.rc < 0)
+                return rq[0].r.rc < 0 ? sl__error(rq[0].r.rc, "%s", msg[0])
+                                    : sl__error(rq[1].r.rc, "%s", msg[1]);
             return SL_END; /* missing (a quiet 404), SL_IO_MISSING_OK */
         }
         uint64_t total = tx.off + tx.len;

@@ -1352,12 +1352,7 @@ def test_epoch_start_opens_every_shard_in_one_round_trip(tmp_path):
 
     def run(path, env):
         spec["source"]["path"] = path
-        p = tmp_path / f"spec-{time.monotonic_ns()}.json"
-        p.write_text(json.dumps(spec))
-        r = subprocess.run([SLUICE, "run", str(p), "--digest"], env=env, capture_output=True,
-                           text=True, timeout=120)
-        assert r.returncode == 0, r.stderr
-        return [l for l in r.stdout.splitlines() if ":" in l]
+        return run_json(tmp_path, spec, env)
 
     want = run(str(root / "ds"), env_for(tmp_path))
     assert len(want) == 5
