@@ -13,7 +13,7 @@ step() { echo; echo "== $*"; }
 # remote_tests BUILD: the remote tests that run the sluice command, with BUILD's
 remote_tests() {
   PYTHONPATH="$PWD/build/python" SLUICE_BIN="$PWD/$1/sluice" SLUICE_LIB="$PWD/build/libsluice.so" \
-    $PY -m pytest -q -p no:cacheprovider tests/python/test_remote.py -k "one_event_loop or \
+    $PY -m pytest -q -p no:cacheprovider tests/python/test_remote.py -k "one_event_loop or keeps_its_connections or \
 read_ahead_and_coalesced or killed_and_restarted or gone_mid_epoch or epoch_over_http or \
 shard_opens_in_one_round_trip or shards_open_in_one_round_trip"
 }

@@ -1528,6 +1528,10 @@ static void *ra_loop(void *arg) {
             pthread_cond_broadcast(&ra_done);
         }
     }
+    /* room to keep a connection alive for every place: with curl's default
+     * size, connections were closed between bursts and opened again (through
+     * a proxy, 435 connections an epoch where the fetch threads made 81) */
+    curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, (long)cap);
     ra_multi = m;
     int busy = 0; /* places in use */
     for (;;) {
