@@ -234,7 +234,7 @@ int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts
         cJSON_free(text);
         SL_CHECK(rc);
     }
-    SL_CHECK(sl_writer_set_meta(w, "source", src->vt->kind));
+    SL_CHECK(sl_writer_set_meta(w, "source", src->kind));
     SL_CHECK(sl_source__cursor_open(src, NULL, NULL, &cur));
     chk_init = 1;
     SL_CHECK(sl_source__checker_init(&chk, opts->check));

@@ -125,6 +125,16 @@ int sl_source__open_json(sl_source **out, const cJSON *obj, const char *field) {
     return rc;
 }
 
+void *sl_source__new(size_t size, const sl_source_vtbl *vt, const char *kind) {
+    sl_source *s = sl__calloc(1, size);
+    if (!s)
+        return NULL;
+    s->vt = vt;
+    s->kind = kind;
+    atomic_init(&s->refs, 1);
+    return s;
+}
+
 sl_source *sl_source__retain(sl_source *s) {
     if (s)
         atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);

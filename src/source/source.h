@@ -162,8 +162,6 @@ typedef struct sl_source_cursor {
                                    content (source_api.c, find_image_cols) */
 
 typedef struct sl_source_vtbl {
-    const char *kind;       /* "slr", "memory", "tfrecord", "webdataset",
-                               "image_folder", "idx" */
     unsigned flags;         /* SL_SOURCE_F_* */
     /* What to do about a damaged record (sl_source_repair_hint); NULL: the
      * advice for files written by another tool. */
@@ -208,6 +206,11 @@ typedef struct sl_source_vtbl {
 
 struct sl_source {
     const sl_source_vtbl *vt;
+    const char *kind;       /* "slr", "memory", "tfrecord", "webdataset",
+                               "image_folder", "idx", "synthetic": what the
+                               input is, for info, explain and a pack's
+                               "source" meta; static text, set with vt at
+                               open (sl_source__new) */
     _Atomic int refs;       /* sl_source__retain / sl_source__release */
     char name[256];         /* for messages: a file name, "memory", a root dir */
     uint64_t count;         /* records */
@@ -255,7 +258,8 @@ int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts
  * and that kind's options; the pipeline-level keys shuffle, shard, parallel
  * and chunk are never passed), `field` the spec path for messages
  * ("source"). Implementations allocate their own struct with sl_source as its
- * first member, fill vt/name/count/ncols/col, and set refs to 1. */
+ * first member (sl_source__new: vt, kind, one reference) and fill
+ * name/count/ncols/col. */
 typedef int (*sl_source_open_fn)(sl_source **out, const cJSON *obj, const char *field);
 
 /* Does the file (or directory) at `path` look like this format? `head` holds
@@ -316,6 +320,9 @@ int sl_source__is_pattern(const char *p);
 
 /* Open the source a spec's source object describes (exactly one kind key). */
 int sl_source__open_json(sl_source **out, const cJSON *obj, const char *field);
+/* An implementation's struct of `size` bytes (sl_source its first member),
+ * zeroed, with vt, kind and one reference; NULL when out of memory. */
+void *sl_source__new(size_t size, const sl_source_vtbl *vt, const char *kind);
 sl_source *sl_source__retain(sl_source *s);
 void sl_source__release(sl_source *s);
 int sl_source__cursor_open(sl_source *s, sl_source_alloc_fn alloc, void *ctx,

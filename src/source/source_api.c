@@ -355,7 +355,7 @@ int sl_source_open_paths(sl_source **out, const char *const *paths, int n,
 
 void sl_source_free(sl_source *src) { sl_source__release(src); }
 
-const char *sl_source_kind(const sl_source *src) { return src->vt->kind; }
+const char *sl_source_kind(const sl_source *src) { return src->kind; }
 const char *sl_source_name(const sl_source *src) { return src->name; }
 uint64_t sl_source_count(const sl_source *src) { return src->count; }
 int sl_source_ncols(const sl_source *src) { return src->ncols; }
@@ -385,7 +385,7 @@ int sl_source_describe(const sl_source *src, char *buf, size_t cap, size_t *len_
     int rc = SL_OK;
     sl__json_init(); /* the adds below are checked once, at the end */
     cJSON *doc = cJSON_CreateObject(), *cols = NULL;
-    if (!doc || !cJSON_AddStringToObject(doc, "kind", src->vt->kind) ||
+    if (!doc || !cJSON_AddStringToObject(doc, "kind", src->kind) ||
         !cJSON_AddStringToObject(doc, "name", src->name) ||
         !cJSON_AddNumberToObject(doc, "records", (double)src->count) ||
         !(cols = cJSON_AddArrayToObject(doc, "columns")))

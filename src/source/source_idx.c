@@ -416,7 +416,6 @@ static void idxsrc_free(sl_source *src) {
 }
 
 static const sl_source_vtbl idx_vtbl = {
-    .kind = "idx",
     .flags = SL_SOURCE_F_MEMORY,
     .read = idxsrc_read,
     .index_column = idxsrc_index_column,
@@ -461,11 +460,9 @@ int sl_source__open_idx(sl_source **out, const cJSON *obj, const char *field) {
     idx_stream sa, sb;
     memset(&sa, 0, sizeof sa);
     memset(&sb, 0, sizeof sb);
-    idx_source *s = sl__calloc(1, sizeof *s);
+    idx_source *s = sl_source__new(sizeof *s, &idx_vtbl, "idx");
     if (!s)
         return sl__oom("opening an IDX source");
-    s->base.vt = &idx_vtbl;
-    atomic_init(&s->base.refs, 1);
     SL_CHECK(idx_open(&sa, a));
     SL_CHECK(idx_open(&sb, b));
     SL_CHECK(idx_header(&sa));

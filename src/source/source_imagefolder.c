@@ -652,7 +652,6 @@ static void folder_free(sl_source *src) {
 }
 
 static const sl_source_vtbl folder_vtbl = {
-    .kind = "image_folder",
     .repair = "fix or remove the files named, or pack with --skip-bad to leave them out",
     .read = folder_read,
     .index_column = folder_index_column,
@@ -673,11 +672,9 @@ int sl_source__open_imagefolder(sl_source **out, const cJSON *obj, const char *f
     int rc = SL_OK;
     const char *root = NULL;
     SL_TRY(sl_source__read_options(&sl_source__folder_table, obj, field, &root));
-    folder_source *s = sl__calloc(1, sizeof *s);
+    folder_source *s = sl_source__new(sizeof *s, &folder_vtbl, "image_folder");
     if (!s)
         return sl__oom("opening an image folder");
-    s->base.vt = &folder_vtbl;
-    atomic_init(&s->base.refs, 1);
     SL_CHECK(list_folder(root, 0, NULL, s->root, &s->cls, &s->ents));
     snprintf(s->base.name, sizeof s->base.name, "%.200s", sl__base_name(s->root));
     s->base.count = s->ents.n;

@@ -41,8 +41,10 @@ static int check_names(int ncols, const char *const *names) {
     return SL_OK;
 }
 
+static const sl_source_vtbl mem_vtbl;
+
 static sl_memsrc *memsrc_new(int ncols, const char *const *names) {
-    sl_memsrc *m = sl__calloc(1, sizeof *m);
+    sl_memsrc *m = sl_source__new(sizeof *m, &mem_vtbl, "memory");
     if (!m)
         return NULL;
     m->ncols = ncols;
@@ -228,7 +230,6 @@ static int mem_read_cols(sl_source *src, sl_source_cursor *cur, uint64_t i, void
 }
 
 static const sl_source_vtbl mem_vtbl = {
-    .kind = "memory",
     .flags = SL_SOURCE_F_MEMORY,
     .read = mem_read,
     .read_cols = mem_read_cols,
@@ -236,8 +237,6 @@ static const sl_source_vtbl mem_vtbl = {
 };
 
 static int mem_finish(sl_memsrc *m, sl_source **out) {
-    m->base.vt = &mem_vtbl;
-    atomic_init(&m->base.refs, 1);
     snprintf(m->base.name, sizeof m->base.name, "memory");
     m->base.count = m->count;
     mem_columns(m);

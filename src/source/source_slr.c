@@ -171,7 +171,6 @@ static void slr_free(sl_source *src) {
 }
 
 static const sl_source_vtbl slr_vtbl = {
-    .kind = "slr",
     .flags = SL_SOURCE_F_IMAGES_BY_CONTENT,
     .repair = SL_SLR_REPAIR_HINT,
     .cursor_open = slr_cursor_open,
@@ -207,11 +206,9 @@ int sl_source__open_slr(sl_source **out, const cJSON *obj, const char *field) {
     SL_TRY(sl_source__read_options(&sl_source__slr_table, obj, field, &o));
     /* "max_open_shards": a fixed bound (0: the reader's own, which grows) */
     int max_open = o.shard.max_open_shards;
-    slr_source *s = sl__calloc(1, sizeof *s);
+    slr_source *s = sl_source__new(sizeof *s, &slr_vtbl, "slr");
     if (!s)
         return sl__oom("opening a .slr source");
-    s->base.vt = &slr_vtbl;
-    atomic_init(&s->base.refs, 1);
     int rc = sl_reader_open(&s->reader, o.path, 0);
     if (rc < 0) {
         sl__free(s);

@@ -83,7 +83,6 @@ static void syn_locate(sl_source *src, uint64_t i, char *buf, size_t cap) {
 static void syn_free(sl_source *src) { sl__free(src); }
 
 static const sl_source_vtbl syn_vtbl = {
-    .kind = "synthetic",
     .flags = SL_SOURCE_F_MEMORY,
     .read = syn_read,
     .read_cols = syn_read_cols,
@@ -129,11 +128,9 @@ int sl_source__open_synthetic(sl_source **out, const cJSON *obj, const char *fie
         return sl__error(SL_EINVAL, "%s.shards: must be at most records (%llu), got %llu", sub,
                          (unsigned long long)o.records, (unsigned long long)o.shards);
     uint64_t n = o.records, shards = o.shards, bytes = o.bytes;
-    syn_source *s = sl__calloc(1, sizeof *s);
+    syn_source *s = sl_source__new(sizeof *s, &syn_vtbl, "synthetic");
     if (!s)
         return sl__oom("opening a synthetic source");
-    s->base.vt = &syn_vtbl;
-    atomic_init(&s->base.refs, 1);
     s->base.count = n;
     s->base.record_bytes = 16 + bytes;
     s->shards = shards;

@@ -1114,7 +1114,6 @@ static void tar_free(sl_source *src) {
 }
 
 static const sl_source_vtbl tar_vtbl = {
-    .kind = "webdataset",
     .cursor_open = tar_cursor_open,
     .cursor_free = tar_cursor_free,
     .read = tar_read,
@@ -1238,11 +1237,9 @@ int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *fi
     char sub[128];
     snprintf(sub, sizeof sub, "%s.webdataset", field);
     const cJSON *paths = cJSON_GetObjectItemCaseSensitive(obj, "webdataset");
-    tar_source *s = sl__calloc(1, sizeof *s);
+    tar_source *s = sl_source__new(sizeof *s, &tar_vtbl, "webdataset");
     if (!s)
         return sl__oom("opening a tar source");
-    s->base.vt = &tar_vtbl;
-    atomic_init(&s->base.refs, 1);
     sl_source__ivals_init(&s->ivals);
     char **list = NULL;
     int n = 0, rc, remote_scans = 0;

@@ -942,7 +942,6 @@ static void tf_free(sl_source *src) {
 }
 
 static const sl_source_vtbl tf_vtbl = {
-    .kind = "tfrecord",
     .cursor_open = tf_cursor_open,
     .cursor_free = tf_cursor_free,
     .read = tf_read,
@@ -1183,11 +1182,9 @@ cleanup:
 }
 
 static tf_source *new_source(void) {
-    tf_source *s = sl__calloc(1, sizeof *s);
+    tf_source *s = sl_source__new(sizeof *s, &tf_vtbl, "tfrecord");
     if (!s)
         return NULL;
-    s->base.vt = &tf_vtbl;
-    atomic_init(&s->base.refs, 1);
     sl_source__ivals_init(&s->ivals);
     return s;
 }

@@ -32,8 +32,7 @@ static int slow_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sampl
 
 static void slow_free(sl_source *src) { sl__free(src); }
 
-static const sl_source_vtbl slow_vtbl = {.kind = "test-slow", .read = slow_read,
-                                         .free = slow_free};
+static const sl_source_vtbl slow_vtbl = {.read = slow_read, .free = slow_free};
 
 static int identity(sl_sample *s, sl_rng *rng, void *user) {
     (void)s, (void)rng, (void)user;
@@ -41,10 +40,8 @@ static int identity(sl_sample *s, sl_rng *rng, void *user) {
 }
 
 SL_TEST(pipeline_relaxed__late_head_chunk_does_not_hang) {
-    slow_source *src = sl__calloc(1, sizeof *src);
+    slow_source *src = sl_source__new(sizeof *src, &slow_vtbl, "test-slow");
     ASSERT(src);
-    src->base.vt = &slow_vtbl;
-    atomic_init(&src->base.refs, 1);
     atomic_init(&src->slowed, 0);
     snprintf(src->base.name, sizeof src->base.name, "slow");
     src->base.count = NRECORDS;

@@ -26,15 +26,12 @@ static int counting_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_s
 
 static void counting_free(sl_source *src) { sl__free(src); }
 
-static const sl_source_vtbl counting_vtbl = {.kind = "test-counting", .read = counting_read,
-                                             .free = counting_free};
+static const sl_source_vtbl counting_vtbl = {.read = counting_read, .free = counting_free};
 
 /* One epoch of source -> ops; returns the reads and fills digests. */
 static uint64_t run(const char *const *ops, int nops, uint64_t *dig, int *nbatches) {
-    counting_source *src = sl__calloc(1, sizeof *src);
+    counting_source *src = sl_source__new(sizeof *src, &counting_vtbl, "test-counting");
     ASSERT(src);
-    src->base.vt = &counting_vtbl;
-    atomic_init(&src->base.refs, 1);
     snprintf(src->base.name, sizeof src->base.name, "counting");
     src->base.count = NRECORDS;
     ASSERT_OK(sl_source__add_col(&src->base, "v", SL_COL_INT64, SL_DTYPE_INVALID, 0, NULL));

@@ -172,7 +172,7 @@ SL_TEST(source_tar__each_format_matches_the_files) {
     for (int k = 0; k < 4; k++) {
         sl_source *s = NULL;
         ASSERT_OK(open_one(&s, names[k]));
-        ASSERT_STR_EQ(s->vt->kind, "webdataset");
+        ASSERT_STR_EQ(s->kind, "webdataset");
         ASSERT_U64_EQ(s->count, (uint64_t)cJSON_GetArraySize(cJSON_GetObjectItem(exp, names[k])));
         ASSERT_EQ(s->ncols, 6);
         /* __key__ first, then the extensions sorted */
