@@ -382,6 +382,15 @@ int sl_source__mem_columns(sl_source **out, int ncols, const char *const *names,
                            const sl_tensor *cols);
 int sl_source__mem_samples(sl_source **out, int ncols, const char *const *names,
                            const sl_sample *samples, uint64_t count);
+/* Memory over column-wise arrays the caller allocated with sl__malloc for
+ * the source, taken rather than copied (freed with the source, on failure
+ * too): rows[k] gives column k's dtype and per-record shape, its data the
+ * array of `count` such records back to back. Bit k of `int_cols`: column k
+ * holds one int64 per record (rows[k] an SL_I64 scalar) and is an
+ * SL_COL_INT64 column marked indexed, whose values index_column gives. Kind
+ * and name "memory" until the caller sets its own (source_idx.c). */
+int sl_source__mem_adopt(sl_source **out, int ncols, const char *const *names,
+                         const sl_tensor *rows, uint64_t count, uint32_t int_cols);
 int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *field);
 /* Scan one tar shard and write its sidecar index (SHARD.slidx); `opts` are
  * the source object's options or NULL. SL_ECORRUPT for a damaged shard. */

@@ -377,50 +377,11 @@ cleanup:
 
 /* ---- IDX as a direct source ---------------------------------------------------- */
 
-/* The two files are read (and inflated) once at open into one buffer of
- * images and an array of labels: an IDX dataset is small next to memory
- * (Fashion-MNIST: 47 MB), and holding it makes every read a view with no
- * I/O, as a memory source is. */
-typedef struct idx_source {
-    sl_source base;
-    uint8_t *images;
-    int64_t *labels;
-    uint64_t item;
-    int ndim;
-    int64_t shape[SL_MAX_DIMS];
-} idx_source;
-
-static int idxsrc_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample *out) {
-    (void)cur;
-    idx_source *s = (idx_source *)src;
-    out->index = i;
-    sl_tensor_view(&out->col[0], s->images + i * s->item, SL_U8, s->ndim, s->shape);
-    sl_tensor_view(&out->col[1], &s->labels[i], SL_I64, 0, NULL);
-    out->ncols = 2;
-    return SL_OK;
-}
-
-static int idxsrc_index_column(sl_source *src, int col, const void **vals_out) {
-    idx_source *s = (idx_source *)src;
-    if (col != 1)
-        return sl__error(SL_EINVAL, "%s: column %d is not indexed", src->name, col);
-    *vals_out = s->labels;
-    return SL_OK;
-}
-
-static void idxsrc_free(sl_source *src) {
-    idx_source *s = (idx_source *)src;
-    sl__free(s->images);
-    sl__free(s->labels);
-    sl__free(s);
-}
-
-static const sl_source_vtbl idx_vtbl = {
-    .flags = SL_SOURCE_F_MEMORY,
-    .read = idxsrc_read,
-    .index_column = idxsrc_index_column,
-    .free = idxsrc_free,
-};
+/* The two files are read (and inflated) once at open into an array of images
+ * and an array of labels: an IDX dataset is small next to memory
+ * (Fashion-MNIST: 47 MB), and holding it makes the source a memory source
+ * (source_mem.c) over those arrays: every read a view with no I/O, the label
+ * column's values at hand for a pushed-down filter. */
 
 /* {"idx": {"images": PATH, "labels": PATH}} or {"idx": [PATH, PATH]} (either
  * order: the labels file is the one with one dim). */
@@ -460,9 +421,10 @@ int sl_source__open_idx(sl_source **out, const cJSON *obj, const char *field) {
     idx_stream sa, sb;
     memset(&sa, 0, sizeof sa);
     memset(&sb, 0, sizeof sb);
-    idx_source *s = sl_source__new(sizeof *s, &idx_vtbl, "idx");
-    if (!s)
-        return sl__oom("opening an IDX source");
+    uint8_t *images = NULL, *lb = NULL;
+    int64_t *labels = NULL;
+    sl_source *src = NULL;
+    static const char *const names[2] = {"image", "label"};
     SL_CHECK(idx_open(&sa, a));
     SL_CHECK(idx_open(&sb, b));
     SL_CHECK(idx_header(&sa));
@@ -482,49 +444,47 @@ int sl_source__open_idx(sl_source **out, const cJSON *obj, const char *field) {
     size_t total;
     if (!sl__mul_ok((size_t)img->count, (size_t)img->item, &total))
         SL_FAIL(SL_ELIMIT, "%s: too large to hold in memory", img->path);
-    s->images = sl__malloc(total ? total : 1);
-    s->labels = sl__malloc((size_t)(lab->count ? lab->count : 1) * sizeof *s->labels);
-    uint8_t *lb = sl__malloc(lab->count ? (size_t)lab->count : 1);
-    if (!s->images || !s->labels || !lb) {
-        sl__free(lb);
+    images = sl__malloc(total ? total : 1);
+    labels = sl__malloc((size_t)(lab->count ? lab->count : 1) * sizeof *labels);
+    lb = sl__malloc(lab->count ? (size_t)lab->count : 1);
+    if (!images || !labels || !lb)
         SL_FAIL(SL_ENOMEM, "%s: out of memory holding %llu records", img->path,
                 (unsigned long long)img->count);
-    }
     size_t got = 0;
-    rc = idx_read(img, s->images, total, &got);
-    if (rc == SL_OK && got < total)
-        rc = sl__error(SL_ECORRUPT, "%s: record %llu: data ends early; the header declares %llu "
-                       "items (truncated file)", img->path,
-                       (unsigned long long)(got / img->item), (unsigned long long)img->count);
-    if (rc == SL_OK)
-        rc = idx_read(lab, lb, (size_t)lab->count, &got);
-    if (rc == SL_OK && got < lab->count)
-        rc = sl__error(SL_ECORRUPT, "%s: record %llu: data ends early; the header declares %llu "
-                       "labels (truncated file)", lab->path, (unsigned long long)got,
-                       (unsigned long long)lab->count);
-    for (uint64_t i = 0; rc == SL_OK && i < lab->count; i++)
-        s->labels[i] = lb[i];
-    sl__free(lb);
-    SL_CHECK(rc);
+    SL_CHECK(idx_read(img, images, total, &got));
+    if (got < total)
+        SL_FAIL(SL_ECORRUPT, "%s: record %llu: data ends early; the header declares %llu "
+                "items (truncated file)", img->path, (unsigned long long)(got / img->item),
+                (unsigned long long)img->count);
+    SL_CHECK(idx_read(lab, lb, (size_t)lab->count, &got));
+    if (got < lab->count)
+        SL_FAIL(SL_ECORRUPT, "%s: record %llu: data ends early; the header declares %llu "
+                "labels (truncated file)", lab->path, (unsigned long long)got,
+                (unsigned long long)lab->count);
+    for (uint64_t i = 0; i < lab->count; i++)
+        labels[i] = lb[i];
     SL_CHECK(idx_expect_end(img));
     SL_CHECK(idx_expect_end(lab));
-    s->item = img->item;
-    s->ndim = img->ndim - 1;
+    /* image: one uint8 array of the file's dims after the first per record;
+     * label: one int64 per record, indexed */
+    int64_t shape[SL_MAX_DIMS];
     for (int d = 1; d < img->ndim; d++)
-        s->shape[d - 1] = img->dims[d];
-    s->base.count = img->count;
-    snprintf(s->base.name, sizeof s->base.name, "%s", sl__base_name(img->path));
-    SL_CHECK(sl_source__add_col(&s->base, "image", SL_COL_ARRAY, SL_U8, s->ndim, s->shape));
-    SL_CHECK(sl_source__add_col(&s->base, "label", SL_COL_INT64, SL_DTYPE_INVALID, 0, NULL));
-    s->base.col[1].indexed = 1;
-    idx_close(&sa);
-    idx_close(&sb);
-    *out = &s->base;
-    return SL_OK;
+        shape[d - 1] = img->dims[d];
+    sl_tensor rows[2];
+    sl_tensor_view(&rows[0], images, SL_U8, img->ndim - 1, shape);
+    sl_tensor_view(&rows[1], labels, SL_I64, 0, NULL);
+    images = NULL; /* the source's from here, on failure too */
+    labels = NULL;
+    SL_CHECK(sl_source__mem_adopt(&src, 2, names, rows, img->count, 1u << 1));
+    src->kind = "idx";
+    snprintf(src->name, sizeof src->name, "%s", sl__base_name(img->path));
+    *out = src;
 cleanup:
     idx_close(&sa);
     idx_close(&sb);
-    idxsrc_free(&s->base);
+    sl__free(images);
+    sl__free(labels);
+    sl__free(lb);
     return rc;
 }
 

@@ -1,13 +1,15 @@
 /*
- * source_mem.c — a source over samples held in memory (tests, and users who
- * already hold their data in RAM).
+ * source_mem.c — a source over samples held in memory (tests, users who
+ * already hold their data in RAM, and the IDX source, which reads its two
+ * files into arrays at open: source_idx.c).
  *
- * The caller's bytes are copied once into one buffer; samples are then
- * borrowed views into it (no per-sample allocation or reference count),
- * valid while the source lives — the spec and every pipeline made from it
- * hold a reference. Column-wise data keeps one template tensor per column
- * and a stride; sample-wise (possibly ragged) data keeps a tensor per sample
- * and column.
+ * The caller's bytes are copied once into one buffer, or, for arrays the
+ * caller allocated for the source (sl_source__mem_adopt), taken as they are;
+ * samples are then borrowed views into them (no per-sample allocation or
+ * reference count), valid while the source lives — the spec and every
+ * pipeline made from it hold a reference. Column-wise data keeps one template
+ * tensor per column and a stride; sample-wise (possibly ragged) data keeps a
+ * tensor per sample and column.
  */
 #include "source/source.h"
 
@@ -20,6 +22,8 @@ typedef struct sl_memsrc {
     uint64_t count;
     char names[SL_MAX_COLUMNS][SL_COLNAME_MAX];
     sl_buffer *data;
+    void *adopted[SL_MAX_COLUMNS]; /* sl_source__mem_adopt's arrays (sl__free) */
+    uint32_t int_cols;             /* bit c: column c is SL_COL_INT64, indexed */
     /* column-wise: template tensor (data = column base) and bytes per sample */
     sl_tensor tmpl[SL_MAX_COLUMNS];
     size_t stride[SL_MAX_COLUMNS];
@@ -95,6 +99,38 @@ int sl_source__mem_columns(sl_source **out, int ncols, const char *const *names,
     return mem_finish(m, out);
 }
 
+int sl_source__mem_adopt(sl_source **out, int ncols, const char *const *names,
+                         const sl_tensor *rows, uint64_t count, uint32_t int_cols) {
+    sl_memsrc *m = NULL;
+    int rc = check_names(ncols, names);
+    for (int i = 0; rc == SL_OK && i < ncols; i++) {
+        const sl_tensor *t = &rows[i];
+        size_t all;
+        if (!t->data || t->ndim < 0 || t->ndim > SL_MAX_DIMS || sl_dtype_size(t->dtype) == 0 ||
+            !sl__mul_ok(t->nbytes, (size_t)count, &all))
+            rc = sl__error(SL_EINVAL, "source: column '%s': bad tensor", names[i]);
+        else if ((int_cols >> i & 1) && (t->dtype != SL_I64 || t->ndim != 0))
+            rc = sl__error(SL_EINVAL, "source: column '%s': an int64 column holds one int64 "
+                           "per record", names[i]);
+    }
+    if (rc == SL_OK && !(m = memsrc_new(ncols, names)))
+        rc = sl__oom("holding source columns");
+    if (rc < 0) {
+        for (int i = 0; i < ncols; i++)
+            sl__free(rows[i].data);
+        return rc;
+    }
+    m->count = count;
+    m->int_cols = int_cols;
+    for (int i = 0; i < ncols; i++) {
+        const sl_tensor *t = &rows[i];
+        m->adopted[i] = t->data;
+        sl_tensor_view(&m->tmpl[i], t->data, t->dtype, t->ndim, t->shape);
+        m->stride[i] = m->tmpl[i].nbytes;
+    }
+    return mem_finish(m, out);
+}
+
 int sl_source__mem_samples(sl_source **out, int ncols, const char *const *names,
                                 const sl_sample *samples, uint64_t count) {
     SL_TRY(check_names(ncols, names));
@@ -147,6 +183,8 @@ int sl_source__mem_samples(sl_source **out, int ncols, const char *const *names,
 static void mem_free(sl_source *src) {
     sl_memsrc *m = (sl_memsrc *)src;
     sl_buffer_release(m->data);
+    for (int i = 0; i < m->ncols; i++)
+        sl__free(m->adopted[i]);
     sl__free(m->items);
     sl__free(m);
 }
@@ -161,6 +199,12 @@ static void mem_columns(sl_memsrc *m) {
         sl_source_col *c = &s->col[i];
         memset(c, 0, sizeof *c);
         snprintf(c->name, sizeof c->name, "%s", m->names[i]);
+        if (m->int_cols >> i & 1) {
+            c->type = SL_COL_INT64; /* a scalar per record, as sl_source__add_col has it */
+            c->dtype = SL_I64;
+            c->indexed = 1;
+            continue;
+        }
         c->type = SL_COL_ARRAY;
         c->dtype = m->tmpl[i].dtype;
         c->ndim = m->tmpl[i].ndim;
@@ -229,10 +273,20 @@ static int mem_read_cols(sl_source *src, sl_source_cursor *cur, uint64_t i, void
     return SL_OK;
 }
 
+/* An int64 column's values (sl_source__mem_adopt's int_cols): its array. */
+static int mem_index_column(sl_source *src, int col, const void **vals_out) {
+    const sl_memsrc *m = (const sl_memsrc *)src;
+    if (col < 0 || col >= m->ncols || !(m->int_cols >> col & 1))
+        return sl__error(SL_EINVAL, "%s: column %d is not indexed", src->name, col);
+    *vals_out = m->tmpl[col].data;
+    return SL_OK;
+}
+
 static const sl_source_vtbl mem_vtbl = {
     .flags = SL_SOURCE_F_MEMORY,
     .read = mem_read,
     .read_cols = mem_read_cols,
+    .index_column = mem_index_column,
     .free = mem_free,
 };
 

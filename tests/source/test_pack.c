@@ -7,6 +7,7 @@
 #include "test.h"
 #include "core/core.h"
 #include "core/worker.h"
+#include "source/source.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -381,6 +382,85 @@ SL_TEST(source_idx__zero_items) {
     check_idx_dataset(dst, 0, 28, 28);
 }
 
+/* The pair read directly ({"idx": ...}): a memory source over the two files'
+ * arrays, kind "idx", named by the images file; reads, reads into rows and
+ * the label column's values all give the file's bytes. */
+static sl_source *open_idx_direct(const char *img, const char *lab) {
+    char json[9000];
+    snprintf(json, sizeof json, "{\"idx\": {\"images\": \"%s\", \"labels\": \"%s\"}}", img, lab);
+    sl_source *src = NULL;
+    int rc = sl_source_open(&src, json);
+    return rc == SL_OK ? src : NULL;
+}
+
+SL_TEST(source_idx__direct_is_a_memory_source) {
+    char img[4096], lab[4096];
+    tpath(img, "img-idx3-ubyte.gz");
+    tpath(lab, "lab-idx1-ubyte.gz");
+    make_idx_pair(img, lab, 41, 3, 5, 1);
+    sl_source *src = open_idx_direct(lab, img); /* either order */
+    ASSERT(src);
+    ASSERT_STR_EQ(sl_source_kind(src), "idx");
+    ASSERT_STR_EQ(sl_source_name(src), "img-idx3-ubyte.gz");
+    ASSERT_U64_EQ(sl_source_count(src), 41);
+    ASSERT(sl_source__reads_memory(src));
+    ASSERT(sl_source__has_read_cols(src));
+    ASSERT_EQ(src->ncols, 2);
+    ASSERT_STR_EQ(src->col[0].name, "image");
+    ASSERT_EQ(src->col[0].type, SL_COL_ARRAY);
+    ASSERT_EQ(src->col[0].dtype, SL_U8);
+    ASSERT_EQ(src->col[0].ndim, 2);
+    ASSERT_EQ(src->col[0].shape[0], 3);
+    ASSERT_EQ(src->col[0].shape[1], 5);
+    ASSERT_EQ(src->col[0].indexed, 0);
+    ASSERT_STR_EQ(src->col[1].name, "label");
+    ASSERT_EQ(src->col[1].type, SL_COL_INT64);
+    ASSERT_EQ(src->col[1].dtype, SL_I64);
+    ASSERT_EQ(src->col[1].ndim, 0);
+    ASSERT_EQ(src->col[1].indexed, 1);
+    const int64_t *vals = NULL;
+    ASSERT_OK(sl_source_index_column(src, 1, (const void **)&vals));
+    const void *none = NULL;
+    ASSERT_RC(sl_source_index_column(src, 0, &none), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "img-idx3-ubyte.gz: column 'image' is not indexed");
+    ASSERT_RC(src->vt->index_column(src, 0, &none), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "img-idx3-ubyte.gz: column 0 is not indexed");
+    ASSERT(none == NULL);
+    sl_source_cursor *cur;
+    ASSERT_OK(sl_source__cursor_open(src, NULL, NULL, &cur));
+    uint8_t row[15];
+    int64_t label;
+    void *dst[2] = {row, &label};
+    const size_t bytes[2] = {sizeof row, sizeof label};
+    for (uint64_t i = 0; i < 41; i++) {
+        ASSERT_EQ(vals[i], (int64_t)((i * 3) % 10));
+        sl_sample smp;
+        memset(&smp, 0, sizeof smp);
+        ASSERT_OK(sl_source__read(src, cur, i, &smp));
+        ASSERT_EQ(smp.ncols, 2);
+        ASSERT_EQ(smp.col[0].dtype, SL_U8);
+        ASSERT_EQ(smp.col[0].ndim, 2);
+        ASSERT_U64_EQ(smp.col[0].nbytes, 15);
+        ASSERT_EQ(smp.col[1].dtype, SL_I64);
+        ASSERT_EQ(smp.col[1].ndim, 0);
+        ASSERT_EQ(*(const int64_t *)smp.col[1].data, vals[i]);
+        ASSERT_OK(sl_source__read_cols(src, cur, i, dst, bytes));
+        ASSERT_EQ(label, vals[i]);
+        for (int k = 0; k < 15; k++) {
+            ASSERT_EQ(((const uint8_t *)smp.col[0].data)[k], (uint8_t)(i * 7 + (uint64_t)k));
+            ASSERT_EQ(row[k], (uint8_t)(i * 7 + (uint64_t)k));
+        }
+        sl_sample_clear(&smp);
+    }
+    sl_source__cursor_free(src, cur);
+    /* packed through the source interface, the kind is the pack's "source" */
+    char slr[4096];
+    tpath(slr, "direct.slr");
+    ASSERT_OK(sl_pack_source(src, slr, NULL, NULL));
+    sl_source_free(src);
+    check_idx_dataset(slr, 41, 3, 5);
+}
+
 SL_TEST(source_idx__oom) {
     char img[4096], lab[4096], dst[4096];
     tpath(img, "img.gz");
@@ -406,6 +486,24 @@ SL_TEST(source_idx__oom) {
     ASSERT(ok);
     ASSERT(n > 10); /* the loop did fail the packer's allocations */
     check_idx_dataset(dst, 20, 4, 4);
+    /* The direct open ({"idx": ...}) the same way: out of memory, said, with
+     * nothing held (the arrays handed to the memory source included: the
+     * sanitizer build checks), until it opens. */
+    sl_source *src = NULL;
+    for (n = 1; n < 5000 && !src; n++) {
+        sl__alloc_fail_at(n);
+        src = open_idx_direct(img, lab);
+        sl__alloc_fail_at(0);
+        if (!src && !strstr(sl_errmsg(), "memory"))
+            sl_test_fail(__FILE__, __LINE__, "failing allocation %llu of the open: %s",
+                         (unsigned long long)n, sl_errmsg());
+    }
+    ASSERT(src);
+    ASSERT(n > 5);
+    const int64_t *vals = NULL;
+    ASSERT_OK(sl_source_index_column(src, 1, (const void **)&vals));
+    ASSERT_EQ(vals[19], (19 * 3) % 10);
+    sl_source_free(src);
 }
 
 /* ---- ImageFolder ---------------------------------------------------------------- */
