@@ -108,6 +108,22 @@ def run_json(tmp, spec, env):
     return [l for l in r.stdout.splitlines() if ":" in l]
 
 
+def blob_dataset(tmp, n, size, shard_bytes, epochs, seed):
+    """A .slr dataset of n random `size`-byte records in shards of
+    `shard_bytes` (tmp/srv/ds), a shuffled spec over it (batches of 50) and
+    that spec's local batch lines."""
+    root = tmp / "srv"
+    root.mkdir()
+    rng = np.random.default_rng(seed)
+    with sluice.Writer(str(root / "ds"), [("idx", "int64"), ("blob", "bytes")],
+                       shard_bytes=shard_bytes, fsync=False) as w:
+        for i in range(n):
+            w.append({"idx": i, "blob": rng.integers(0, 256, size, dtype=np.uint8).tobytes()})
+    spec = {"source": {"path": str(root / "ds"), "shuffle": True}, "seed": 3, "epochs": epochs,
+            "ops": [{"op": "batch", "size": 50}]}
+    return root, spec, run_json(tmp, spec, env_for(tmp))
+
+
 def digests(r):
     lines = [l for l in r.stdout.splitlines() if ":" in l]
     assert len(lines) == 2 * N // 16
@@ -614,17 +630,8 @@ def test_read_ahead_runs_from_one_event_loop(tmp_path):
     thread, while the proxy (100 ms a request) holds many of its requests at
     once; the epoch equals the local one. Before, each request in flight had
     a thread of its own (sl-readahead0 ... sl-readahead63)."""
-    root = tmp_path / "srv"
-    root.mkdir()
-    rng = np.random.default_rng(8)
     # shards of 1 MB (larger than an open brings): read record by record
-    with sluice.Writer(str(root / "ds"), [("idx", "int64"), ("blob", "bytes")],
-                       shard_bytes=1 << 20, fsync=False) as w:
-        for i in range(600):
-            w.append({"idx": i, "blob": rng.integers(0, 256, 5000, dtype=np.uint8).tobytes()})
-    spec = {"source": {"path": str(root / "ds"), "shuffle": True}, "seed": 3, "epochs": 1,
-            "ops": [{"op": "batch", "size": 50}]}
-    want = run_json(tmp_path, spec, env_for(tmp_path))
+    root, spec, want = blob_dataset(tmp_path, 600, 5000, 1 << 20, epochs=1, seed=8)
     with httpfix.Nginx(str(root)) as ng:
         px = httpfix.FaultProxy(ng.port, delay_ms=100)
         try:
@@ -661,16 +668,7 @@ def test_read_ahead_keeps_its_connections(tmp_path):
     connections (64 places, the openers and reading threads). With curl's
     default connection cache, connections closed between bursts were opened
     again: 185-209 (the fetch threads, one handle each, made 78)."""
-    root = tmp_path / "srv"
-    root.mkdir()
-    rng = np.random.default_rng(1)
-    with sluice.Writer(str(root / "ds"), [("idx", "int64"), ("blob", "bytes")],
-                       shard_bytes=4 << 20, fsync=False) as w:
-        for i in range(1200):
-            w.append({"idx": i, "blob": rng.integers(0, 256, 20000, dtype=np.uint8).tobytes()})
-    spec = {"source": {"path": str(root / "ds"), "shuffle": True}, "seed": 3, "epochs": 2,
-            "ops": [{"op": "batch", "size": 50}]}
-    want = run_json(tmp_path, spec, env_for(tmp_path))
+    root, spec, want = blob_dataset(tmp_path, 1200, 20000, 4 << 20, epochs=2, seed=1)
     with httpfix.Nginx(str(root)) as ng:
         px = httpfix.FaultProxy(ng.port)
         try:
