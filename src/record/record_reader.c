@@ -1172,32 +1172,56 @@ static void hint_remote(const sl_reader *r, uint64_t i, int k) {
     sl_record__shard_put(sh);
 }
 
+/* The oldest plain hint whose shard is not being opened, taken out of the
+ * queue (the head takes its place); false when every queued hint waits on
+ * an open. A thread that took a hint of a shard being opened waited for that
+ * open while a shard nobody had asked for yet waited for a thread: a round
+ * trip late, in one epoch start in a few. Under o->mu. */
+static bool take_ready_hint(const sl_reader *r, slr_opener *o, uint64_t *out) {
+    for (int j = 0; j < o->n; j++) {
+        int at = (o->head + j) % SLR_OPENER_QUEUE;
+        uint64_t i = o->q[at];
+        if (o->opening[sl_record__shard_of(r, i)])
+            continue;
+        o->q[at] = o->q[o->head];
+        o->head = (o->head + 1) % SLR_OPENER_QUEUE;
+        o->n--;
+        *out = i;
+        return true;
+    }
+    return false;
+}
+
 static void *opener_main(void *arg) {
     const sl_reader *r = arg;
     slr_opener *o = r->opener;
     pthread_mutex_lock(&o->mu);
     for (;;) {
-        while (!sl__workers_stopping(&o->ws) && !o->n && !o->on)
+        uint64_t i = 0;
+        int opens = 0;
+        while (!sl__workers_stopping(&o->ws)) {
+            if (o->on) { /* opens first */
+                i = o->oq[o->ohead];
+                o->ohead = (o->ohead + 1) % SLR_OPENER_QUEUE;
+                o->on--;
+                opens = 1;
+                break;
+            }
+            if (take_ready_hint(r, o, &i))
+                break;
             pthread_cond_wait(&o->cv, &o->mu);
+        }
         if (sl__workers_stopping(&o->ws))
             break;
-        uint64_t i;
-        int opens = o->on > 0;
-        if (opens) {
-            i = o->oq[o->ohead];
-            o->ohead = (o->ohead + 1) % SLR_OPENER_QUEUE;
-            o->on--;
-        } else {
-            i = o->q[o->head];
-            o->head = (o->head + 1) % SLR_OPENER_QUEUE;
-            o->n--;
-        }
         pthread_mutex_unlock(&o->mu);
         int k = sl_record__shard_of(r, i);
         hint_remote(r, i, k);
         pthread_mutex_lock(&o->mu);
-        if (opens)
+        if (opens) {
             o->opening[k] = 0;
+            if (o->n) /* hints of this shard may wait for it */
+                pthread_cond_broadcast(&o->cv);
+        }
     }
     pthread_mutex_unlock(&o->mu);
     return NULL;

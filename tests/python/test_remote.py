@@ -1362,8 +1362,10 @@ def test_epoch_start_opens_every_shard_in_one_round_trip(tmp_path):
     threads took the hints in order and several waited on one shard's open
     while others were not yet asked: the opens came in two or three waves of
     a round trip each (through a proxy adding 400 ms a request, 0.8 s more
-    before the first batch). Three runs; each gives the local run's
-    batches, none takes more than two waves, and at least two take one."""
+    before the first batch). And an opener thread never takes a hint of a
+    shard still being opened (it would wait for that open while a shard not
+    asked for yet waited for a thread: one run in six or so had a second
+    wave). Three runs; each gives the local run's batches in one wave."""
     root = tmp_path / "srv"
     root.mkdir()
     rng = np.random.default_rng(21)
@@ -1383,7 +1385,6 @@ def test_epoch_start_opens_every_shard_in_one_round_trip(tmp_path):
     want = run(str(root / "ds"), env_for(tmp_path))
     assert len(want) == 5
     delay = 0.4
-    one_wave = 0
     with httpfix.Nginx(str(root)) as ng:
         for trial in range(3):
             px = httpfix.FaultProxy(ng.port, delay_ms=int(delay * 1000))
@@ -1401,11 +1402,6 @@ def test_epoch_start_opens_every_shard_in_one_round_trip(tmp_path):
                     first.setdefault(p, t)
                 assert sorted(first) == sorted("/ds/" + f for f in files), sorted(first)
                 spread = max(first.values()) - min(first.values())
-                # at most one late wave in any run (on a loaded machine one
-                # opener can start a round trip late), and one wave in most
-                # runs: before, every run took two or three
-                assert spread < 1.5 * delay, (trial, spread, sorted(first.items(), key=lambda kv: kv[1]))
-                one_wave += spread < delay / 2
+                assert spread < delay / 2, (trial, spread, sorted(first.items(), key=lambda kv: kv[1]))
             finally:
                 px.close()
-    assert one_wave >= 2, one_wave
