@@ -582,10 +582,12 @@ def test_s3_signed_requests_reach_the_server(tmp_path, data, web):
         assert any("range" in h.get("authorization", "") and "range" in h for h in seen)
         # connections are kept alive: fewer than requests, and the busiest
         # carried several (without keep-alive each carries one). Not far
-        # fewer: each shard's open asks for its two edges at once, and up to
-        # 8 threads open shards at once, so a small dataset's epoch start
-        # opens about as many connections as it has shards
-        assert px.conns < len(seen) and px.most_per_conn >= 4, (
+        # fewer: each shard's open asks for its two edges at once, up to 8
+        # threads open shards at once, and the read-ahead loop keeps
+        # connections of its own, so a small dataset's epoch start opens
+        # about as many connections as it has shards, and its reads ahead
+        # (neighbours joined: 24-27 requests in all) a few more
+        assert px.conns < len(seen) and px.most_per_conn >= 3, (
             px.conns, len(seen), px.most_per_conn)
     finally:
         px.close()
@@ -627,8 +629,8 @@ def test_read_ahead_runs_from_one_event_loop(tmp_path):
     """Records read by ranges are fetched ahead by one thread driving many
     requests at once (one curl multi event loop), not a thread per request:
     sampled through the run, the process never has more than one read-ahead
-    thread, while the proxy (100 ms a request) holds many of its requests at
-    once; the epoch equals the local one. Before, each request in flight had
+    thread, while the proxy (100 ms a request) holds 8 or more of its
+    requests at once; the epoch equals the local one. Before, each request in flight had
     a thread of its own (sl-readahead0 ... sl-readahead63)."""
     # shards of 1 MB (larger than an open brings): read record by record
     root, spec, want = blob_dataset(tmp_path, 600, 5000, 1 << 20, epochs=1, seed=8)
@@ -656,7 +658,8 @@ def test_read_ahead_runs_from_one_event_loop(tmp_path):
             assert p.returncode == 0, err
             assert [l for l in out.splitlines() if ":" in l] == want
             assert seen >= 3 and most == 1, (seen, most)
-            assert px.most_waiting >= 16, px.most_waiting
+            # (neighbours join into one request: 14-19 at once in this set)
+            assert px.most_waiting >= 8, px.most_waiting
         finally:
             px.close()
 
