@@ -24,16 +24,6 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "remote"))
 import httpfix  # noqa: E402
 
 
-class TimedList(list):
-    def __init__(self):
-        super().__init__()
-        self.times = []
-
-    def append(self, x):
-        self.times.append(time.monotonic())
-        super().append(x)
-
-
 def make(root, ns):
     import numpy as np
     import sluice
@@ -47,7 +37,7 @@ def make(root, ns):
 
 def one(exe, root, port, delay_ms, use_strace):
     px = httpfix.FaultProxy(port, delay_ms=delay_ms)
-    px.requests = TimedList()
+    px.requests = httpfix.TimedList()
     try:
         spec = {"source": {"path": px.url + "/ds/", "shuffle": True}, "seed": 3, "epochs": 1,
                 "ops": [{"op": "batch", "size": 16}]}

@@ -108,17 +108,23 @@ def run_json(tmp, spec, env):
     return [l for l in r.stdout.splitlines() if ":" in l]
 
 
+def write_blobs(path, n, size, shard_bytes, seed):
+    """n records (idx, `size` random bytes) into the .slr at `path`, in
+    shards of `shard_bytes` (0: one file)."""
+    rng = np.random.default_rng(seed)
+    with sluice.Writer(str(path), [("idx", "int64"), ("blob", "bytes")],
+                       shard_bytes=shard_bytes, fsync=False) as w:
+        for i in range(n):
+            w.append({"idx": i, "blob": rng.integers(0, 256, size, dtype=np.uint8).tobytes()})
+
+
 def blob_dataset(tmp, n, size, shard_bytes, epochs, seed):
     """A .slr dataset of n random `size`-byte records in shards of
     `shard_bytes` (tmp/srv/ds), a shuffled spec over it (batches of 50) and
     that spec's local batch lines."""
     root = tmp / "srv"
     root.mkdir()
-    rng = np.random.default_rng(seed)
-    with sluice.Writer(str(root / "ds"), [("idx", "int64"), ("blob", "bytes")],
-                       shard_bytes=shard_bytes, fsync=False) as w:
-        for i in range(n):
-            w.append({"idx": i, "blob": rng.integers(0, 256, size, dtype=np.uint8).tobytes()})
+    write_blobs(root / "ds", n, size, shard_bytes, seed)
     spec = {"source": {"path": str(root / "ds"), "shuffle": True}, "seed": 3, "epochs": epochs,
             "ops": [{"op": "batch", "size": 50}]}
     return root, spec, run_json(tmp, spec, env_for(tmp))
@@ -1153,11 +1159,8 @@ def test_slr_shard_opens_in_one_round_trip(tmp_path, data, mmap):
     and verifying every record asks nothing more."""
     root = tmp_path / "srv"
     root.mkdir()
-    rng = np.random.default_rng(9)
-    with sluice.Writer(str(root / "big.slr"), [("idx", "int64"), ("blob", "bytes")], shard_bytes=0,
-                       fsync=False) as w:
-        for i in range(300):  # about 600 KB: bigger than both edges together
-            w.append({"idx": i, "blob": rng.integers(0, 256, 2000, dtype=np.uint8).tobytes()})
+    # about 600 KB: bigger than both edges together
+    write_blobs(root / "big.slr", 300, 2000, 0, seed=9)
     os.symlink(os.path.join(data, "one.slr"), root / "one.slr")  # about 160 KB: whole
     env = env_for(tmp_path, SLUICE_CACHE_BYTES=0)
     with httpfix.Nginx(str(root)) as ng:
@@ -1283,11 +1286,7 @@ def test_truncated_shard_opened_by_its_edges_names_the_url(tmp_path, data, cut):
     process, reads whole."""
     root = tmp_path / "srv"
     root.mkdir()
-    rng = np.random.default_rng(11)
-    with sluice.Writer(str(root / "big.slr"), [("idx", "int64"), ("blob", "bytes")], shard_bytes=0,
-                       fsync=False) as w:
-        for i in range(300):
-            w.append({"idx": i, "blob": rng.integers(0, 256, 2000, dtype=np.uint8).tobytes()})
+    write_blobs(root / "big.slr", 300, 2000, 0, seed=11)
     whole = (root / "big.slr").read_bytes()
     (root / "cut.slr").write_bytes(whole[: max(1, int(len(whole) * cut))])
     with httpfix.Nginx(str(root)) as ng:
@@ -1346,18 +1345,6 @@ print(len(r), r.verify())
                 px.close()
 
 
-class _TimedList(list):
-    """A proxy's request log that notes when each request arrived."""
-
-    def __init__(self):
-        super().__init__()
-        self.times = []
-
-    def append(self, x):
-        self.times.append(time.monotonic())
-        super().append(x)
-
-
 def test_epoch_start_opens_every_shard_in_one_round_trip(tmp_path):
     """The first hints of a shuffled epoch reach every shard: each shard not
     open is opened by its own opener thread at once (8 shards, 8 threads),
@@ -1371,11 +1358,7 @@ def test_epoch_start_opens_every_shard_in_one_round_trip(tmp_path):
     wave). Three runs; each gives the local run's batches in one wave."""
     root = tmp_path / "srv"
     root.mkdir()
-    rng = np.random.default_rng(21)
-    with sluice.Writer(str(root / "ds"), [("idx", "int64"), ("blob", "bytes")], shard_bytes=20000,
-                       fsync=False) as w:
-        for i in range(80):
-            w.append({"idx": i, "blob": rng.integers(0, 256, 1800, dtype=np.uint8).tobytes()})
+    write_blobs(root / "ds", 80, 1800, 20000, seed=21)
     files = [s["file"] for s in json.load(open(root / "ds" / "manifest.json"))["shards"]]
     assert len(files) == 8, files
     spec = {"source": {"path": str(root / "ds"), "shuffle": True}, "seed": 3, "epochs": 1,
@@ -1391,7 +1374,7 @@ def test_epoch_start_opens_every_shard_in_one_round_trip(tmp_path):
     with httpfix.Nginx(str(root)) as ng:
         for trial in range(3):
             px = httpfix.FaultProxy(ng.port, delay_ms=int(delay * 1000))
-            px.requests = _TimedList()
+            px.requests = httpfix.TimedList()
             try:
                 got = run(px.url + "/ds/", env_for(tmp_path, SLUICE_CACHE_BYTES=0))
                 assert got == want

@@ -157,6 +157,19 @@ http {{
         self.close()
 
 
+class TimedList(list):
+    """A request log that notes when each request arrived (time.monotonic):
+    `px.requests = TimedList()` before a run, then `px.requests.times`."""
+
+    def __init__(self):
+        super().__init__()
+        self.times = []
+
+    def append(self, x):
+        self.times.append(time.monotonic())
+        super().append(x)
+
+
 class FaultProxy:
     """A reverse proxy on a free localhost port in front of an HTTP server:
     each response is, at the given rates (a seeded RNG), a 500, 503 or 429
