@@ -63,7 +63,7 @@ if ! "$CPY/bin/python3.13t" -c 'import sys, ssl, sqlite3, bz2, lzma, ctypes; ass
   # signature and the tarball's checksums.
   MIRROR=$(grep -hoE '^(URIs:|deb) +https?://[^ ]+' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null |
            awk '{print $2}' | grep -E '/debian/?$' | head -1 || true)
-  MIRROR=${MIRROR:-http://deb.debian.org/debian}
+  [ -n "$MIRROR" ] || { log "no Debian mirror in /etc/apt/sources.list{,.d}: add one (a 'deb' or 'URIs:' line ending in /debian)"; exit 1; }
   echo "deb-src $MIRROR $CPY_SUITE main" > "$SRC/sources.list"
   APT=(-o "Dir::Etc::SourceList=$SRC/sources.list" -o Dir::Etc::SourceParts=/dev/null
        -o "Dir::State::Lists=$SRC/lists" -o APT::Sandbox::User=root)
