@@ -211,6 +211,9 @@ typedef struct slr_slot {
     const char *file;       /* the manifest's name for it (in `path`) */
     uint64_t first, count, bytes, footer_checksum;   /* the manifest's */
     bool copy_reads;        /* records average >= COPY_MIN_RECORD bytes */
+    char *version;          /* the version of the file its first open read (io.h),
+                               asked for by every reopen; written and read by
+                               that shard's open only (one at a time) */
 } slr_slot;
 
 struct sl_reader {

@@ -626,7 +626,7 @@ static int load_file(const char *path, sl_sidx **out) {
     /* not asked about first (over HTTP a HEAD, a round trip): a missing
      * index is the open's SL_END; with no shard cache in use, an index that
      * fits in SLUICE_HTTP_OPEN_BYTES comes in one round trip (SL_IO_EDGES) */
-    int rc = sl_io__open_checked(&io, path, SL_IO_MAP | SL_IO_MISSING_OK | SL_IO_EDGES,
+    int rc = sl_io__open_checked(&io, path, SL_IO_MAP | SL_IO_MISSING_OK | SL_IO_EDGES, NULL,
                                  parse_check, &c);
     if (rc != SL_OK)
         return rc;
@@ -718,19 +718,41 @@ cleanup:
 }
 
 int sl_sidx__same_head(const sl_sidx *head, const sl_sidx *full, const char *data_path) {
-    int same = head->count == full->count && head->flags == full->flags &&
-               head->ncols == full->ncols && head->nscalar == full->nscalar &&
-               head->data_size == full->data_size && head->data_mtime_ns == full->data_mtime_ns &&
-               head->version == full->version && head->data_sum == full->data_sum;
-    for (int k = 0; same && k < head->ncols; k++)
-        same = !memcmp(&head->col[k], &full->col[k], sizeof head->col[k]);
-    for (int k = 0; same && k < head->nscalar; k++)
-        same = !strcmp(head->scalar[k].name, full->scalar[k].name) &&
-               head->scalar[k].type == full->scalar[k].type;
-    if (!same)
-        return sl__error(SL_EINVAL, "%s" SL_SIDX_SUFFIX " changed after the source opened (its "
-                         "header says %" PRIu64 " records, now %" PRIu64 "); reopen the source",
-                         sl_io__short_name(data_path), head->count, full->count);
+    /* The first field that differs, in words: the message says what changed,
+     * not two equal numbers. */
+    char what[200] = "";
+    if (head->count != full->count)
+        snprintf(what, sizeof what, "%" PRIu64 " records then, %" PRIu64 " now", head->count,
+                 full->count);
+    else if (head->data_size != full->data_size)
+        snprintf(what, sizeof what, "it indexed %" PRIu64 " bytes of data then, %" PRIu64 " now",
+                 head->data_size, full->data_size);
+    else if (head->data_sum != full->data_sum)
+        snprintf(what, sizeof what, "its checksum of the data was %016" PRIx64 " then, %016" PRIx64
+                 " now: it indexes other bytes", head->data_sum, full->data_sum);
+    else if (head->data_mtime_ns != full->data_mtime_ns)
+        snprintf(what, sizeof what, "it indexed data modified at %" PRId64 " ns then, %" PRId64
+                 " ns now", head->data_mtime_ns, full->data_mtime_ns);
+    else if (head->version != full->version)
+        snprintf(what, sizeof what, "format version %u then, %u now", head->version,
+                 full->version);
+    else if (head->flags != full->flags)
+        snprintf(what, sizeof what, "flags %#x then, %#x now", head->flags, full->flags);
+    else if (head->ncols != full->ncols || head->nscalar != full->nscalar)
+        snprintf(what, sizeof what, "%d columns and %d scalar columns then, %d and %d now",
+                 head->ncols, head->nscalar, full->ncols, full->nscalar);
+    for (int k = 0; !what[0] && k < head->ncols; k++)
+        if (memcmp(&head->col[k], &full->col[k], sizeof head->col[k]))
+            snprintf(what, sizeof what, "column %d was \"%s\" then, \"%s\" now (name, type or "
+                     "shape)", k, head->col[k].name, full->col[k].name);
+    for (int k = 0; !what[0] && k < head->nscalar; k++)
+        if (strcmp(head->scalar[k].name, full->scalar[k].name) ||
+            head->scalar[k].type != full->scalar[k].type)
+            snprintf(what, sizeof what, "scalar column %d was \"%s\" then, \"%s\" now", k,
+                     head->scalar[k].name, full->scalar[k].name);
+    if (what[0])
+        return sl__error(SL_EINVAL, "%s" SL_SIDX_SUFFIX " changed after the source opened (%s); "
+                         "open the source again", sl_io__short_name(data_path), what);
     return SL_OK;
 }
 
