@@ -475,6 +475,17 @@ SL_API void sl_reader_free(sl_reader *r);
  *  Since 0.1 */
 SL_API int sl_recover(const char *partial, const char *out, uint64_t *kept_out,
                       uint64_t *dropped_out);
+/** What sl_recover would keep of `partial`, without writing anything:
+ *  `*complete_out` the records it would salvage; `*planned_out` the records
+ *  the interrupted pack planned to write (from the plan sl_pack keeps in
+ *  "<dst>.partial/"), or UINT64_MAX when that is not known (a writer's
+ *  partial write of its own, a single shard file). Either may be NULL.
+ *  The output sl_recover writes carries metadata "salvaged" (a JSON object:
+ *  "records" kept, "planned" (null when not known), "from", and
+ *  "classes_planned" when a class list was cut to the labels kept), which
+ *  `sluice info` and `sluice verify` report.
+ *  @return as sl_recover. Thread safety: any thread. Since 0.1 */
+SL_API int sl_recover_info(const char *partial, uint64_t *complete_out, uint64_t *planned_out);
 
 /* ==========================================================================
  * Packing datasets (ImageFolder, IDX) into .slr

@@ -61,6 +61,15 @@ static void file_close(sl_io *io) {
 
 static const sl_io_vtbl file_vtbl = {.scheme = "file", .read = file_read, .close = file_close};
 
+/* A file's version (io.h): its size, no ETag, then what stands for
+ * Last-Modified: the modification time and the inode (a file renamed over
+ * it is another, even within the clock's resolution). */
+static void file_version(char *buf, size_t cap, const struct stat *st) {
+    snprintf(buf, cap, "%llu\n\n%lld.%09ld inode %llu", (unsigned long long)st->st_size,
+             (long long)st->st_mtim.tv_sec, (long)st->st_mtim.tv_nsec,
+             (unsigned long long)st->st_ino);
+}
+
 static int file_open(sl_io **out, const char *path, unsigned flags) {
     file_io *f = sl__calloc(1, sizeof *f);
     if (!f)
@@ -87,10 +96,7 @@ static int file_open(sl_io **out, const char *path, unsigned flags) {
     if (!S_ISREG(st.st_mode))
         SL_FAIL(SL_EINVAL, "%s: not a regular file", path);
     f->base.size = (uint64_t)st.st_size;
-    /* size, then no ETag, then what stands for Last-Modified (io.h, versions) */
-    snprintf(f->base.version, sizeof f->base.version, "%llu\n\n%lld.%09ld inode %llu",
-             (unsigned long long)st.st_size, (long long)st.st_mtim.tv_sec,
-             (long)st.st_mtim.tv_nsec, (unsigned long long)st.st_ino);
+    file_version(f->base.version, sizeof f->base.version, &st);
     if ((flags & SL_IO_MAP) && f->base.size) {
         if (f->base.size > SIZE_MAX)
             SL_FAIL(SL_ELIMIT, "%s: %llu bytes cannot be mapped here", path,
@@ -262,6 +268,8 @@ int sl_io__stat(const char *name, sl_io_info *out) {
     out->is_dir = S_ISDIR(st.st_mode);
     out->size = out->is_dir ? 0 : (uint64_t)st.st_size;
     out->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    if (!out->is_dir)
+        file_version(out->version, sizeof out->version, &st);
     return SL_OK;
 }
 

@@ -187,6 +187,8 @@ typedef struct sl_io_info {
                          NAME/manifest.json exists) */
     uint64_t size;    /* bytes (0 for a directory) */
     int64_t mtime_ns; /* last modified (a URL: Last-Modified; 0 when unknown) */
+    char version[SL_IO_VERSION_MAX]; /* the version an open would read now
+                                        (sl_io__version), "" for a directory */
 } sl_io_info;
 
 /* SL_OK with *out filled; SL_END with no message when `name` does not exist

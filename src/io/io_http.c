@@ -506,6 +506,8 @@ typedef struct xfer {
     char want_etag[128];
     char want_lm[64];
     int version_changed;
+    int from_memo;       /* head(): the answer came from the memo (SLUICE_CACHE_TTL),
+                            not from the server */
     stored_sums *sums;   /* the stored checksums of a whole-object answer, or NULL */
     int whole;           /* off 0, len the object's size: asked without a Range
                             (a 200 and its checksums), a resumed try with one */
@@ -1227,6 +1229,7 @@ static int memo_get(const char *url, xfer *x) {
         lm[strcspn(lm, "\n")] = 0;
         line[strcspn(line, "\n")] = 0;
         if (!strcmp(line, url)) { /* not another URL with the same key */
+            x->from_memo = 1;
             x->total = total;
             x->eff_dir = dir != 0;
             etag[sizeof x->etag - 1] = 0;
@@ -1367,6 +1370,10 @@ typedef struct http_io {
                            HEAD's (or the memo's): asked about again */
     char etag[128];     /* the version opened (its answers must be of it) */
     char last_mod[64];
+    int unconfirmed;    /* that version came from the memo (trusted within the TTL,
+                           not asked) and no reader asked for it: range answers
+                           are not held to it (a whole fetch of another version
+                           still asks again, once) */
     /* SL_IO_EDGES: the object's first and last bytes, fetched with the open
      * (reads inside them are copies), or NULL */
     uint8_t *edge_head, *edge_tail;
@@ -1375,6 +1382,8 @@ typedef struct http_io {
 
 /* A request of h's bytes reads the version h was opened at. */
 static void want_version(xfer *x, const http_io *h) {
+    if (h->unconfirmed)
+        return;
     memcpy(x->want_etag, h->etag, sizeof x->want_etag);
     memcpy(x->want_lm, h->last_mod, sizeof x->want_lm);
 }
@@ -1904,7 +1913,10 @@ static int get_whole(http_io *h, uint8_t *dst, int fd, XXH3_state_t *hs, stored_
     ss->s3 = !strncmp(h->base.name, "s3://", 5);
     x.sums = ss;
     x.whole = 1;
-    want_version(&x, h);
+    /* held to the version asked about, even one the memo gave: another is
+     * asked about again, once (sl_io__http_open) */
+    memcpy(x.want_etag, h->etag, sizeof x.want_etag);
+    memcpy(x.want_lm, h->last_mod, sizeof x.want_lm);
     long st;
     int rc = perform(&x, h->url, 0, &st);
     h->size_changed = x.size_changed || x.version_changed;
@@ -2488,9 +2500,12 @@ static int open_kept(http_io *h, unsigned flags, const char *want, const char *n
         }
     }
     return sl__error(SL_EIO, "%s: replaced on the server since this run first read it (%s "
-                     "then, %s now), and the version read then is not in the shard cache to "
-                     "read on; open the source again (a new run) to read the new version",
-                     name, then_w, now_w);
+                     "then, %s now), and %s; open the source again (a new run) to read the new "
+                     "version", name, then_w, now_w,
+                     cfg.cache_dir[0] && cache_budget()
+                         ? "the version read then is not in the shard cache to read on"
+                         : "with no shard cache (cache_bytes 0) no copy of the version read "
+                           "then is kept to read on");
 }
 
 int sl_io__http_open(sl_io **out, const char *name, unsigned flags, const char *want) {
@@ -2536,6 +2551,7 @@ int sl_io__http_open(sl_io **out, const char *name, unsigned flags, const char *
         SL_FAIL(SL_EIO, "%s: the server gives no size (Content-Length) for it", name);
     h->base.size = (uint64_t)x.total;
     set_version(h, x.etag, x.last_mod);
+    h->unconfirmed = x.from_memo && !want;
     if (want && !sl_io__same_version(want, h->base.version)) {
         char now[SL_IO_VERSION_MAX];
         memcpy(now, h->base.version, sizeof now);
@@ -2611,6 +2627,8 @@ int sl_io__http_stat(const char *name, sl_io_info *out) {
     }
     SL_TRY(rc);
     out->size = x.total > 0 ? (uint64_t)x.total : 0;
+    snprintf(out->version, sizeof out->version, "%llu\n%s\n%s", (unsigned long long)out->size,
+             x.etag, x.last_mod);
     if (x.last_mod[0]) {
         time_t t = curl_getdate(x.last_mod, NULL);
         if (t > 0)

@@ -81,10 +81,11 @@ typedef struct tar_shard {
     sl_sidx *head;          /* its sidecar index's header and descriptors
                                (sl_sidx__load_head), or NULL: scanned */
     char *version;          /* the version of its bytes this source reads (io.h):
-                               set by the scan, or by the first open of an
-                               indexed shard; every reopen asks for it (written
-                               and read by open_shard only, which the shard set
-                               runs for one shard at a time) */
+                               set by the scan, or as its index was checked at
+                               open (else by its first open); every open asks
+                               for it (after open, written and read by
+                               open_shard only, which the shard set runs for
+                               one shard at a time) */
 } tar_shard;
 
 /* A shard opened by the shard set, when a read first needs it. */
@@ -1249,7 +1250,12 @@ static int parse_options(tar_source *s, const cJSON *obj, const char *field, sl_
 static int load_head(void *user, int k) {
     tar_source *s = user;
     tar_shard *sh = &s->shards[k];
-    return sl_sidx__load_head_for(sh->path, "webdataset", s->index_use, &sh->head);
+    SL_TRY(sl_sidx__load_head_for(sh->path, "webdataset", s->index_use, &sh->head));
+    /* the data as the index was checked against it: the version read */
+    if (sh->head && sh->head->data_version &&
+        !(sh->version = sl__strdup(sh->head->data_version)))
+        return sl__oom("opening a tar source");
+    return SL_OK;
 }
 
 int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *field) {

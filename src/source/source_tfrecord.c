@@ -1138,7 +1138,11 @@ static int parse_options(const cJSON *obj, const char *field, int *verify,
 static int load_head(void *user, int k) {
     tf_source *s = user;
     tf_file *f = &s->files[k];
-    return sl_sidx__load_head_for(f->path, "tfrecord", s->index_use, &f->head);
+    SL_TRY(sl_sidx__load_head_for(f->path, "tfrecord", s->index_use, &f->head));
+    /* the data as the index was checked against it: the version read */
+    if (f->head && f->head->data_version && !(f->version = sl__strdup(f->head->data_version)))
+        return sl__oom("opening a TFRecord file");
+    return SL_OK;
 }
 
 /* Every file: the header of its index (as `use_index` says), or a scan of
