@@ -530,8 +530,9 @@ typedef enum sl_jpeg_restart {
 /** Options for sl_pack. Initialise with SL_PACK_OPTIONS_INIT.
  *  ABI: `version` says which fields the caller's struct has. sl_pack accepts
  *  version 1 (the fields up to `user`; `check` is then SL_PACK_CHECK_HEADER),
- *  version 2 (up to `check`; `jpeg_restart` is then SL_JPEG_RESTART_OFF) and
- *  version 3, so callers built against an older header keep working. */
+ *  version 2 (up to `check`; `jpeg_restart` is then SL_JPEG_RESTART_OFF),
+ *  version 3 (up to `jpeg_restart`; no resume, no stop) and version 4, so
+ *  callers built against an older header keep working. */
 typedef struct sl_pack_options {
     unsigned version;      /**< SL_PACK_OPTIONS_VERSION */
     int jobs;              /**< threads that read and check input files; 0 (default) =
@@ -557,10 +558,27 @@ typedef struct sl_pack_options {
                                 every file's bytes; AUTO or ROWS re-encodes each JPEG
                                 of an encoded column with sl_jpeg_add_restarts: other
                                 bytes than the source file, the same pixels. Since 0.1 */
+    /* ---- version 4 ---- */
+    int resume;            /**< 0 (default): a "<dst>.partial" left by an interrupted
+                                pack is an error (SL_EIO naming it and the ways on).
+                                1: continue it, with the same inputs in the same order
+                                and the same options (checked against the plan the
+                                interrupted pack keeps there; SL_EINVAL says what
+                                differs): its complete records are kept and the pack
+                                goes on after them, ending byte for byte as an
+                                uninterrupted pack would. With no "<dst>.partial", a
+                                pack from the start. Since 0.1 */
+    /** Polled on the calling thread between records (may be NULL), with `user`:
+     *  nonzero stops the pack with SL_ECANCELED. What is written stays in
+     *  "<dst>.partial" (report->records complete records) for `resume` or
+     *  sl_recover; the message says how many of how many planned, and both
+     *  ways on. Keep it cheap. Since 0.1 */
+    int (*stop)(void *user);
 } sl_pack_options;
-#define SL_PACK_OPTIONS_VERSION 3
+#define SL_PACK_OPTIONS_VERSION 4
 #define SL_PACK_OPTIONS_INIT \
-    {SL_PACK_OPTIONS_VERSION, 0, 0, 0, NULL, NULL, SL_PACK_CHECK_HEADER, SL_JPEG_RESTART_OFF}
+    {SL_PACK_OPTIONS_VERSION, 0, 0, 0, NULL, NULL, SL_PACK_CHECK_HEADER, SL_JPEG_RESTART_OFF, \
+     0, NULL}
 
 /** How many skipped inputs sl_pack_report names. */
 #define SL_PACK_REPORT_BAD 4
@@ -570,9 +588,13 @@ typedef struct sl_pack_options {
 /** What sl_pack did. A plain struct the caller owns (no pointers inside). */
 typedef struct sl_pack_report {
     sl_pack_kind kind;     /**< the input kind that was packed */
-    uint64_t records;      /**< records written */
-    uint64_t bytes;        /**< input payload bytes written (encoded images, pixels) */
-    uint64_t skipped;      /**< inputs skipped under skip_bad */
+    uint64_t records;      /**< records written (with `resume`, those kept from the
+                                interrupted pack too; stopped by `stop`, those safe in
+                                "<dst>.partial") */
+    uint64_t bytes;        /**< input payload bytes written (encoded images, pixels) by
+                                this call */
+    uint64_t skipped;      /**< inputs skipped under skip_bad (with `resume`, the
+                                interrupted pack's too) */
     int nclasses;          /**< ImageFolder: number of classes; IDX: 0 */
     int nbad;              /**< lines filled in `bad` (<= SL_PACK_REPORT_BAD) */
     char bad[SL_PACK_REPORT_BAD][SL_PACK_REPORT_LINE]; /**< the first skipped
@@ -603,8 +625,11 @@ typedef struct sl_pack_report {
  *
  *  Records are written in a deterministic order whatever `opts->jobs` is.
  *  On failure nothing appears at `dst` (the writer's temporary files are
- *  removed); on success a file at `dst` is replaced (a directory at `dst`
- *  is an error: the writer never replaces one).
+ *  removed, unless `opts->resume` continued an interrupted pack: what it
+ *  kept, and what this call added, stays in "<dst>.partial" to go on from);
+ *  stopped by `opts->stop`, the complete records stay in "<dst>.partial"
+ *  (SL_ECANCELED); on success a file at `dst` is replaced (a directory at
+ *  `dst` is an error: the writer never replaces one).
  *
  *  @param[in]  srcs    `nsrc` input paths (a directory, or IDX files)
  *  @param[in]  dst     output path (a file, or a directory of shards if it

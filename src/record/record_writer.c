@@ -599,7 +599,6 @@ int sl_writer_close(sl_writer *w) {
     if (w->failed)
         return sl__error(SL_EIO, "%s: an earlier write failed; the dataset is not published", w->path);
     SL_CHECK(finish_shard(w));
-    notes_remove(w); /* the caller's notes are not part of the dataset */
     parent = sl_record__dirname(w->path);
     if (!parent) {
         rc = sl__oom("closing a writer");
@@ -613,6 +612,7 @@ int sl_writer_close(sl_writer *w) {
             rc = sl__oom("closing a writer");
             goto cleanup;
         }
+        notes_remove(w); /* the caller's notes are not part of the dataset */
         if (rename(src, w->path) != 0)
             SL_FAIL(SL_EIO, "%s: cannot rename %s into place: %s", w->path, src, strerror(errno));
         if (rmdir(w->tmpdir) != 0)
@@ -626,6 +626,7 @@ int sl_writer_close(sl_writer *w) {
          * dataset at `path` is removed first (the one non-atomic step). */
         if (stat(w->path, &st) == 0 && !S_ISDIR(st.st_mode) && unlink(w->path) != 0)
             SL_FAIL(SL_EIO, "%s: cannot replace: %s", w->path, strerror(errno));
+        notes_remove(w); /* the caller's notes are not part of the dataset */
         if (rename(w->tmpdir, w->path) != 0)
             SL_FAIL(SL_EIO, "%s: cannot rename %s into place: %s", w->path, w->tmpdir,
                     strerror(errno));

@@ -1357,8 +1357,23 @@ SL_TEST(source_pack__options_version_1) {
               offsetof(sl_pack_options, jpeg_restart));
     ASSERT_OK(pack_dir(root, dst, (const sl_pack_options *)(const void *)&v2, &rep));
     ASSERT_U64_EQ(rep.records, 1);
+    /* version 3 ends at `jpeg_restart`: no resume, no stop */
+    struct {
+        unsigned version;
+        int jobs;
+        int skip_bad;
+        uint64_t shard_bytes;
+        void (*progress)(uint64_t, uint64_t, uint64_t, void *);
+        void *user;
+        int check;
+        int jpeg_restart;
+    } v3 = {3, 1, 1, 0, NULL, NULL, SL_PACK_CHECK_HEADER, SL_JPEG_RESTART_OFF};
+    ASSERT_EQ((size_t)((char *)&v3.jpeg_restart - (char *)&v3) + sizeof v3.jpeg_restart,
+              offsetof(sl_pack_options, resume));
+    ASSERT_OK(pack_dir(root, dst, (const sl_pack_options *)(const void *)&v3, &rep));
+    ASSERT_U64_EQ(rep.records, 1);
     sl_pack_options o = SL_PACK_OPTIONS_INIT;
-    o.version = 4;
+    o.version = SL_PACK_OPTIONS_VERSION + 1;
     ASSERT_RC(pack_dir(root, dst, &o, NULL), SL_EUNSUPPORTED);
     o.version = SL_PACK_OPTIONS_VERSION;
     o.check = 7;
