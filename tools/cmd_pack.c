@@ -274,6 +274,11 @@ int cmd_pack(int argc, char **argv) {
         return cli_usage("pack", npos ? "missing the output path DST"
                                       : "missing SRC and DST: sluice pack SRC... DST");
     const char *dst = pos[npos - 1];
+    char partial[4200];
+    snprintf(partial, sizeof partial, "%s.partial", dst);
+    /* from here a signal stops the command (finding the inputs can take a
+     * while: the watchdog ends it then) */
+    stop_handlers(partial);
     /* Formats without a packer of their own go through a source. */
     sl_pack_kind kind = SL_PACK_UNKNOWN;
     sl_source *src = NULL;
@@ -293,8 +298,6 @@ int cmd_pack(int argc, char **argv) {
         return 1;
     }
 
-    char partial[4200];
-    snprintf(partial, sizeof partial, "%s.partial", dst);
     if (!resume && lstat(partial, &st) == 0) {
         uint64_t done = 0, planned = UINT64_MAX;
         int known = sl_recover_info(partial, &done, &planned) == SL_OK;
@@ -330,7 +333,13 @@ int cmd_pack(int argc, char **argv) {
     opts.stop = stop_asked;
     sl_pack_report rep;
     uint64_t t0 = cli_now_ns();
-    stop_handlers(partial);
+    if (stop_sig) {
+        stop_handlers_off();
+        sl_source_free(src);
+        cli_progress_end(&prog);
+        fprintf(stderr, "sluice pack: interrupted before packing began: nothing written\n");
+        return 128 + stop_sig;
+    }
     int rc = src ? sl_pack_source(src, dst, &opts, &rep)
                  : sl_pack((const char *const *)pos, npos - 1, dst, &opts, &rep);
     int sig = stop_sig;
@@ -366,16 +375,25 @@ int cmd_pack(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "classes", rep.nclasses);
         cJSON_AddNumberToObject(o, "seconds", secs);
         if (rc == SL_ECANCELED) {
+            unsigned long long safe = 0, planned = prog.total;
+            const char *m = strstr(sl_errmsg(), "interrupted: ");
+            if (m)
+                sscanf(m, "interrupted: %llu of %llu", &safe, &planned);
             cJSON_AddBoolToObject(o, "interrupted", 1);
-            cJSON_AddNumberToObject(o, "planned", (double)prog.total);
+            cJSON_AddNumberToObject(o, "planned", (double)planned);
             cJSON_AddStringToObject(o, "partial", partial);
         }
         cli_json_out(o);
     }
     if (rc == SL_ECANCELED) {
+        /* the numbers as the pack gave them (its plan: before the first
+         * record no progress has said how many are planned) */
+        unsigned long long safe = rep.records, planned = prog.total;
+        const char *m = strstr(sl_errmsg(), "interrupted: ");
+        if (m)
+            sscanf(m, "interrupted: %llu of %llu", &safe, &planned);
         fprintf(stderr, "sluice pack: interrupted: %llu of %llu planned records are safe in %s\n"
-                        "  continue the pack:      ", (unsigned long long)rep.records,
-                (unsigned long long)prog.total, partial);
+                        "  continue the pack:      ", safe, planned, partial);
         put_resume_command(stderr, argc, argv);
         char sv[4300];
         salvage_name(dst, sv, sizeof sv);
