@@ -484,7 +484,9 @@ SL_API int sl_recover(const char *partial, const char *out, uint64_t *kept_out,
  *  "records" kept, "planned" (null when not known), "from", and
  *  "classes_planned" when a class list was cut to the labels kept), which
  *  `sluice info` and `sluice verify` report.
- *  @return as sl_recover. Thread safety: any thread. Since 0.1 */
+ *  @return SL_OK (`*complete_out` 0 when nothing is complete, not even a
+ *  shard's header); SL_EIO (cannot read `partial`), SL_ENOMEM.
+ *  Thread safety: any thread. Since 0.1 */
 SL_API int sl_recover_info(const char *partial, uint64_t *complete_out, uint64_t *planned_out);
 
 /* ==========================================================================
@@ -572,8 +574,11 @@ typedef struct sl_pack_options {
      *  nonzero stops the pack with SL_ECANCELED. What is written stays in
      *  "<dst>.partial" (report->records complete records) for `resume` or
      *  sl_recover; the message says how many of how many planned, and both
-     *  ways on. Keep it cheap. Since 0.1 */
-    int (*stop)(void *user);
+     *  ways on. Keep it cheap: it may answer from a look taken a moment ago,
+     *  except when `fresh` is 1: the pack is about to give up on an input
+     *  whose read failed (a signal that asks to stop breaks reads off), and
+     *  a stop asked for now makes that failure the stop. Since 0.1 */
+    int (*stop)(void *user, int fresh);
 } sl_pack_options;
 #define SL_PACK_OPTIONS_VERSION 4
 #define SL_PACK_OPTIONS_INIT \

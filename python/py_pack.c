@@ -41,14 +41,14 @@ static void on_progress(uint64_t done, uint64_t total, uint64_t bytes, void *use
  * records, the GIL released: every 50 ms it takes the GIL and runs Python's
  * signal handlers, so that Ctrl-C (KeyboardInterrupt) stops the pack within
  * a second, with its records kept in DST.partial, instead of once it ends. */
-static int on_stop(void *user) {
+static int on_stop(void *user, int fresh) {
     pack_progress *p = user;
     if (p->interrupted)
         return 1;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-    if (now < p->next_poll_ns)
+    if (now < p->next_poll_ns && !fresh)
         return 0;
     p->next_poll_ns = now + 50000000u;
     PyGILState_STATE g = PyGILState_Ensure();

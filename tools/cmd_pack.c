@@ -134,8 +134,8 @@ static void on_stop_signal(int sig) {
     }
 }
 
-static int stop_asked(void *user) {
-    (void)user;
+static int stop_asked(void *user, int fresh) {
+    (void)user, (void)fresh;
     return stop_sig != 0;
 }
 

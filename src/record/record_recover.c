@@ -283,6 +283,7 @@ static int recover_any(const char *partial, const char *out, bool dry, bool fsyn
     if (stat(partial, &sb) != 0)
         SL_FAIL(SL_EIO, "%s: cannot open: %s", partial, strerror(errno));
     SL_CHECK(sl_record_create(&st.rec));
+    res->planned = planned_of(partial, S_ISDIR(sb.st_mode));
     if (S_ISDIR(sb.st_mode)) {
         for (uint32_t i = 0; !st.stopped; i++) {
             sl__free(src);
@@ -298,7 +299,6 @@ static int recover_any(const char *partial, const char *out, bool dry, bool fsyn
     } else {
         SL_CHECK(recover_file(&st, partial, out, true, fsync_output));
     }
-    res->planned = planned_of(partial, S_ISDIR(sb.st_mode));
     res->kept = st.kept;
     res->dropped = st.dropped;
     if (st.w) {
@@ -312,6 +312,12 @@ static int recover_any(const char *partial, const char *out, bool dry, bool fsyn
         SL_LOG_INFO("%s: recovered %llu records, dropped %llu", partial,
                     (unsigned long long)st.kept, (unsigned long long)st.dropped);
 cleanup:
+    if (dry && rc == SL_ECORRUPT && st.kept == 0) {
+        /* nothing complete (not even a header): that is the answer */
+        sl_errclear();
+        rc = SL_OK;
+        res->kept = 0;
+    }
     sl_writer_free(st.w);
     sl_record_free(st.rec);
     sl_record__meta_clear(&st.meta);

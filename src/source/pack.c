@@ -280,7 +280,7 @@ int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts
     chk.restart = opts->jpeg_restart;
     for (uint64_t i = run.start; i < src->count; i++) {
         char where[512];
-        if (sl_source__pack_stop(&run))
+        if (sl_source__pack_stop(&run, 0))
             SL_FAIL(SL_ECANCELED, "interrupted");
         rc = sl_source__read(src, cur, i, &smp);
         if (rc == SL_OK)
@@ -542,6 +542,10 @@ cleanup:
 }
 
 int sl_source__pack_skipped(sl_pack_run *pr, uint64_t input, const char *why) {
+    /* An input that failed as a stop was asked (a read interrupted by the
+     * signal: EINTR) is not left out for good: the resume reads it again. */
+    if (sl_source__pack_stop(pr, 1))
+        return sl__error(SL_ECANCELED, "interrupted");
     pr->rep->skipped++;
     sl_source__report_bad(pr->rep, why);
     char line[SL_PACK_REPORT_LINE + 32];
@@ -558,8 +562,8 @@ int sl_source__pack_skipped(sl_pack_run *pr, uint64_t input, const char *why) {
     return sl_writer__note_append(pr->w, SLR_SKIPS_NAME, line);
 }
 
-int sl_source__pack_stop(sl_pack_run *pr) {
-    if (!pr->stopped && pr->opts->stop && pr->opts->stop(pr->opts->user))
+int sl_source__pack_stop(sl_pack_run *pr, int fresh) {
+    if (!pr->stopped && pr->opts->stop && pr->opts->stop(pr->opts->user, fresh))
         pr->stopped = 1;
     return pr->stopped;
 }
@@ -567,6 +571,10 @@ int sl_source__pack_stop(sl_pack_run *pr) {
 int sl_source__pack_end(sl_pack_run *pr, int rc) {
     if (!pr->w)
         return rc;
+    /* a failure as a stop was asked (an input whose read the signal broke
+     * off) is the stop: what is written is kept */
+    if (rc < 0 && rc != SL_ECANCELED)
+        sl_source__pack_stop(pr, 1);
     if (rc == SL_OK) {
         rc = sl_writer_close(pr->w);
         if (rc == SL_OK) {

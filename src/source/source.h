@@ -98,8 +98,9 @@ int sl_source__pack_begin(sl_pack_run *pr, const char *dst, const sl_schema *sch
                           sl_pack_report *rep);
 /* Input `input` is left out (skip_bad), for `why`: counted, reported, noted. */
 int sl_source__pack_skipped(sl_pack_run *pr, uint64_t input, const char *why);
-/* Whether opts->stop asks to stop (then SL_ECANCELED ends the run). */
-int sl_source__pack_stop(sl_pack_run *pr);
+/* Whether opts->stop asks to stop (then SL_ECANCELED ends the run);
+ * `fresh` as sl_pack_options.stop's. */
+int sl_source__pack_stop(sl_pack_run *pr, int fresh);
 /* End the run with the packer's status: SL_OK publishes the dataset;
  * SL_ECANCELED (stopped) and any failure of a resumed pack keep
  * "<dst>.partial" with its complete records (the message says how many and

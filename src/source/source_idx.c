@@ -357,7 +357,7 @@ int sl_source__pack_idx(const char *a, const char *b, const char *dst,
         int64_t label = labels[lab_pos++];
         if (i < run.start)
             continue; /* kept by the interrupted pack (the files are read in order) */
-        if (sl_source__pack_stop(&run))
+        if (sl_source__pack_stop(&run, 0))
             SL_FAIL(SL_ECANCELED, "interrupted");
         sl_tensor cols[2];
         memset(cols, 0, sizeof cols);

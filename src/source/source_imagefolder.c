@@ -519,7 +519,7 @@ int sl_source__pack_imagefolder(const char *root_in, const char *dst,
     for (size_t j = 0; j < todo; j++) {
         const size_t i = first + j;
         slot cur;
-        if (sl_source__pack_stop(&run))
+        if (sl_source__pack_stop(&run, 0))
             SL_FAIL(SL_ECANCELED, "interrupted");
         if (nthreads) {
             pthread_mutex_lock(&job.mu);

@@ -75,42 +75,6 @@ static void remove_tree(const char *dir) {
     rmdir(dir);
 }
 
-/* `got` (a file or a directory of files) holds exactly `want`'s bytes. */
-static void same_files(const char *want, const char *got) {
-    struct stat a, b;
-    ASSERT_EQ(stat(want, &a), 0);
-    ASSERT_EQ(stat(got, &b), 0);
-    ASSERT_EQ(S_ISDIR(a.st_mode), S_ISDIR(b.st_mode));
-    if (!S_ISDIR(a.st_mode)) {
-        size_t n, m;
-        unsigned char *p = sl_test_read_file(want, &n), *q = sl_test_read_file(got, &m);
-        ASSERT_EQ((long long)n, (long long)m);
-        if (memcmp(p, q, n))
-            sl_test_fail(__FILE__, __LINE__, "%s differs from %s", got, want);
-        free(p);
-        free(q);
-        return;
-    }
-    int nw = 0, ng = 0;
-    DIR *d = opendir(want);
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        char x[1200], y[1200];
-        snprintf(x, sizeof x, "%s/%s", want, e->d_name);
-        snprintf(y, sizeof y, "%s/%s", got, e->d_name);
-        same_files(x, y);
-        nw++;
-    }
-    closedir(d);
-    d = opendir(got);
-    while ((e = readdir(d)))
-        ng += e->d_name[0] != '.';
-    closedir(d);
-    ASSERT_EQ(nw, ng);
-}
-
 /* Resume `path` (its .partial there), append what follows, close; the
  * result must be `ref`'s bytes. Returns the records kept. */
 static uint64_t resume_and_finish(const char *path, const char *ref, sl_schema *s) {
@@ -124,7 +88,7 @@ static uint64_t resume_and_finish(const char *path, const char *ref, sl_schema *
         ASSERT_OK(slr_simple_append(w, i, 1));
     ASSERT_OK(sl_writer_close(w));
     sl_writer_free(w);
-    same_files(ref, path);
+    slr_same_files(ref, path);
     char partial[1200];
     snprintf(partial, sizeof partial, "%s.partial", path);
     ASSERT(!slr_exists(partial));
