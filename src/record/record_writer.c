@@ -801,22 +801,37 @@ static int ent_room(sl_writer *w, uint64_t k) {
     return grow_index(w);
 }
 
+/* Shard i at `path` mapped, its header read into *hdr and `hmeta`:
+ * SL_OK; SL_END (message cleared) when the header is not whole (a shard
+ * killed before its header was written); an error when it is whole but not
+ * this write's (header_is_ours), or the file cannot be read. */
+static int shard_head(sl_writer *w, const char *path, uint32_t i, sl_io **io, slr_header *hdr,
+                      slr_meta *hmeta) {
+    SL_TRY(sl_io__open(io, path, SL_IO_MAP));
+    sl_schema sch;
+    if (!sl_io__size(*io) || sl_record__read_header(*io, hdr, &sch, hmeta) != SL_OK) {
+        sl_errclear();
+        return SL_END;
+    }
+    return header_is_ours(w, path, hdr, &sch, i, w->count);
+}
+
 /* Sealed shard i (`path`): header, footer and index checked as this write's,
  * its place recorded in done[]; with `unseal`, its entries and scalar values
  * go into the writer's tables instead and *data_end is where its index
  * starts. `meta` (may be NULL) receives its header's metadata. */
 static int take_sealed(sl_writer *w, const char *path, uint32_t i, bool unseal,
                        uint64_t *data_end, slr_meta *meta) {
-    sl_io *io;
-    SL_TRY(sl_io__open(&io, path, SL_IO_MAP));
-    int rc = SL_OK;
+    sl_io *io = NULL;
     slr_header hdr;
-    sl_schema sch;
     slr_meta hmeta = {0};
+    int rc = shard_head(w, path, i, &io, &hdr, &hmeta);
+    if (rc == SL_END)
+        rc = sl__error(SL_ECORRUPT, "%s: a finished shard whose header does not check out",
+                       path);
+    SL_CHECK(rc);
     const uint8_t *m = sl_io__map(io);
     uint64_t size = sl_io__size(io);
-    SL_CHECK(sl_record__read_header(io, &hdr, &sch, &hmeta));
-    SL_CHECK(header_is_ours(w, path, &hdr, &sch, i, w->count));
     if (size < hdr.header_bytes + SLR_FOOTER_SIZE)
         SL_FAIL(SL_ECORRUPT, "%s: a finished shard without its footer", path);
     const uint8_t *f = m + size - SLR_FOOTER_SIZE;
@@ -879,20 +894,18 @@ cleanup:
 static int take_partial(sl_writer *w, const char *path, uint32_t i, uint64_t *kept,
                         uint64_t *data_end, slr_meta *meta) {
     *kept = 0;
-    sl_io *io;
-    SL_TRY(sl_io__open(&io, path, SL_IO_MAP));
-    int rc = SL_OK;
+    sl_io *io = NULL;
     slr_header hdr;
-    sl_schema sch;
     slr_meta hmeta = {0};
     sl_record *rec = NULL;
-    const uint8_t *m = sl_io__map(io);
-    uint64_t size = sl_io__size(io);
-    if (!size || sl_record__read_header(io, &hdr, &sch, &hmeta) != SL_OK) {
-        sl_errclear(); /* killed before its header was whole: nothing in it */
+    int rc = shard_head(w, path, i, &io, &hdr, &hmeta);
+    if (rc == SL_END) { /* killed before its header was whole: nothing in it */
+        rc = SL_OK;
         goto cleanup;
     }
-    SL_CHECK(header_is_ours(w, path, &hdr, &sch, i, w->count));
+    SL_CHECK(rc);
+    const uint8_t *m = sl_io__map(io);
+    uint64_t size = sl_io__size(io);
     SL_CHECK(sl_record_create(&rec));
     uint64_t off = hdr.header_bytes, k = 0;
     while (size - off >= SLR_FRAME_HEADER) {

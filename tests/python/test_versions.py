@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "remote"))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts"))
 import httpfix  # noqa: E402
 import tfrecord_wire as tw  # noqa: E402
+from test_remote import env_for  # noqa: E402  (the remote tests' environment: cache, backoff)
 
 SLUICE = os.environ.get("SLUICE_BIN") or os.path.join(HERE, "..", "..", "build", "sluice")
 
@@ -159,17 +160,6 @@ except sluice.Error as e:
     count["error"] = str(e)
 print(json.dumps(count), flush=True)
 """
-
-
-def env_for(tmp, **extra):
-    e = dict(os.environ)
-    for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy"):
-        e.pop(k, None)
-    e["SLUICE_CACHE_DIR"] = str(tmp / "cache")
-    e["SLUICE_HTTP_BACKOFF_MS"] = "20"
-    e["SLUICE_HTTP_BACKOFF_MAX_MS"] = "200"
-    e.update({k: str(v) for k, v in extra.items()})
-    return e
 
 
 def run(src, env, pause=0, skip=False, between=None):

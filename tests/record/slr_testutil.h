@@ -196,4 +196,23 @@ static SLR_UNUSED void slr_same_files(const char *want, const char *got) {
     ASSERT_EQ(nw, ng);
 }
 
+/* A file, or a directory of files (a dataset, a .partial), removed. */
+static SLR_UNUSED void slr_remove_tree(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) {
+        unlink(path);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char p[2400];
+        snprintf(p, sizeof p, "%.1100s/%.1100s", path, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(path);
+}
+
 #endif /* SLR_TESTUTIL_H */

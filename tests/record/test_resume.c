@@ -57,24 +57,6 @@ static void copy_dir(const char *from, const char *to) {
     closedir(d);
 }
 
-static void remove_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) {
-        unlink(dir);
-        return;
-    }
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        char a[1200];
-        snprintf(a, sizeof a, "%s/%s", dir, e->d_name);
-        unlink(a);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 /* Resume `path` (its .partial there), append what follows, close; the
  * result must be `ref`'s bytes. Returns the records kept. */
 static uint64_t resume_and_finish(const char *path, const char *ref, sl_schema *s) {
@@ -127,7 +109,7 @@ SL_TEST(record_resume__after_any_record_equals_the_uninterrupted_write) {
             uint64_t kept = resume_and_finish(path, ref, s);
             if (flush)
                 ASSERT_U64_EQ(kept, k); /* nothing flushed is lost */
-            remove_tree(path);
+            slr_remove_tree(path);
         }
     }
     sl_schema_free(s);
@@ -154,12 +136,12 @@ SL_TEST(record_resume__torn_at_any_byte_equals_the_uninterrupted_write) {
     snprintf(shard, sizeof shard, "%s/shard-%05d.slr.partial", live, last);
     size_t full;
     unsigned char *bytes = sl_test_read_file(shard, &full);
-    remove_tree(live);
+    slr_remove_tree(live);
     for (size_t cut = 0; cut <= full; cut++) {
         stopped_after(path, s, 17, 1);
         sl_test_write_file(shard, bytes, cut);
         resume_and_finish(path, ref, s);
-        remove_tree(path);
+        slr_remove_tree(path);
     }
     free(bytes);
     sl_schema_free(s);
@@ -207,7 +189,7 @@ SL_TEST(record_resume__refuses_what_is_not_this_write) {
     ASSERT_RC(sl_writer__resume(&w, path, s, &o), SL_ECORRUPT);
     ASSERT_CONTAINS(sl_errmsg(), "shard-00000.slr: a finished shard whose footer or index");
     ASSERT(slr_exists(shard)); /* left as it was */
-    remove_tree(partial);
+    slr_remove_tree(partial);
     sl_schema_free(s);
     sl_schema_free(other);
 }

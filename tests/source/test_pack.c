@@ -1623,24 +1623,6 @@ SL_TEST(source_pack__reader_thread_refused) {
 
 /* ---- interrupted packs that resume (docs/CLI.md, "pack": --resume) ---------------- */
 
-/* A dataset (a file, or a directory of shards) removed. */
-static void remove_dataset(const char *path) {
-    DIR *d = opendir(path);
-    if (!d) {
-        unlink(path);
-        return;
-    }
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        char p[4400];
-        snprintf(p, sizeof p, "%.4000s/%s", path, e->d_name);
-        if (e->d_name[0] != '.' || strlen(e->d_name) > 2)
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(path);
-}
-
 /* A stop poll that says "stop" once `after` records were handled. */
 typedef struct {
     uint64_t after, handled;
@@ -1702,7 +1684,7 @@ static void interrupted_twice(const char *const *srcs, int n, const char *ref, c
     }
     ASSERT(!exists(partial));
     slr_same_files(ref, dst);
-    remove_dataset(dst);
+    slr_remove_tree(dst);
 }
 
 static void folder_of(int n, int bad_at) {
@@ -1733,15 +1715,15 @@ SL_TEST(source_pack__interrupted_imagefolder_resumes_to_the_same_bytes) {
         static const uint64_t at[][2] = {{0, 0}, {1, 5}, {7, 0}, {23, 30}, {60, 1}, {61, 0}};
         for (size_t k = 0; k < sizeof at / sizeof *at; k++)
             interrupted_twice(srcs, 1, ref, dst, o, N, at[k][0], at[k][1]);
-        remove_dataset(ref);
+        slr_remove_tree(ref);
     }
     /* resume with nothing to resume: from the start */
     sl_pack_report rep;
     ASSERT_OK(pack_some(srcs, 1, ref, o, UINT64_MAX, 0, &rep));
     ASSERT_OK(pack_some(srcs, 1, dst, o, UINT64_MAX, 1, &rep));
     slr_same_files(ref, dst);
-    remove_dataset(dst);
-    remove_dataset(ref);
+    slr_remove_tree(dst);
+    slr_remove_tree(ref);
 }
 
 SL_TEST(source_pack__interrupted_with_skips_resumes_and_reports_them) {
@@ -1767,9 +1749,9 @@ SL_TEST(source_pack__interrupted_with_skips_resumes_and_reports_them) {
         ASSERT_EQ(rep.nbad, 1);
         ASSERT_CONTAINS(rep.bad[0], "005.jpg");
         slr_same_files(ref, dst);
-        remove_dataset(dst);
+        slr_remove_tree(dst);
     }
-    remove_dataset(ref);
+    slr_remove_tree(ref);
 }
 
 SL_TEST(source_pack__resume_refuses_other_inputs_or_options) {
@@ -1849,7 +1831,7 @@ SL_TEST(source_pack__interrupted_idx_and_tar_resume_to_the_same_bytes) {
     ASSERT_OK(pack_some(isrcs, 2, ref, o, UINT64_MAX, 0, &rep));
     interrupted_twice(isrcs, 2, ref, dst, o, N, 17, 20);
     interrupted_twice(isrcs, 2, ref, dst, o, N, 0, 49);
-    remove_dataset(ref);
+    slr_remove_tree(ref);
     /* tar shards, packed through the source */
     char t0[4096], t1[4096];
     tpath(t0, "t0.tar");
@@ -1874,5 +1856,5 @@ SL_TEST(source_pack__interrupted_idx_and_tar_resume_to_the_same_bytes) {
     ASSERT_OK(pack_some(tsrcs, 2, ref, o, UINT64_MAX, 0, &rep));
     interrupted_twice(tsrcs, 2, ref, dst, o, 24, 5, 13);
     interrupted_twice(tsrcs, 2, ref, dst, o, 24, 12, 0);
-    remove_dataset(ref);
+    slr_remove_tree(ref);
 }
