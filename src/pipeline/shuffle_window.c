@@ -7,7 +7,6 @@
  */
 #include "pipeline/shuffle_window.h"
 
-#include "pipeline/pipeline.h"
 #include "sluice.h"
 
 /* 4 rounds by default: a Feistel network of 4 rounds of pseudo-random
@@ -143,15 +142,4 @@ void sl_pipeline__window_sizes(uint64_t window, uint64_t block, uint64_t *window
                                uint64_t *block_out) {
     *window_out = window ? window : SL_SHUFFLE_WINDOW_DEFAULT;
     *block_out = block ? block : (*window_out / 64 ? *window_out / 64 : 1);
-}
-
-uint64_t sl_pipeline__window_at(sl_pipeline *p, uint64_t epoch, uint64_t rep, uint64_t j) {
-    uint64_t m = p->nbase;
-    if (!p->shuf.wsh_valid || p->shuf.wsh.epoch != epoch || p->shuf.wsh.rep != rep) {
-        sl_wshuf_init(&p->shuf.wsh, m, p->shuf.window, p->shuf.block, p->spec->seed, epoch, rep);
-        p->shuf.wsh_valid = 1;
-    }
-    uint64_t q = sl_wshuf_rank_start(m, (uint64_t)p->shard_count, (uint64_t)p->shard_index,
-                                     p->shard_equal) + j;
-    return sl_wshuf_at(&p->shuf.wsh, q % m); /* pad wraps around to the start */
 }
