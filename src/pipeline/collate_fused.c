@@ -9,9 +9,10 @@
  * its row (slot). With map vectorization the stage's batched tail then runs
  * once on the batch (the map stage runs it per sample instead for a chunk
  * whose samples do not fit the plan: stage_map.c); with read_rows the
- * readers read every record into its row and nothing runs per sample. The final stage only passes the batches
- * on (batch_in) or, with no take/skip after batch, is left out: the
- * consumer takes them from the collating stage itself (direct; take).
+ * readers read every record into its row and nothing runs per sample. The
+ * final stage only passes the batches on (batch_in) or, with no take/skip
+ * after batch, is left out: the consumer takes them from the collating
+ * stage itself (direct; take).
  */
 #include "pipeline/stage.h"
 
@@ -162,7 +163,8 @@ static void fused_drop(void *item, void *env) {
 }
 
 const sl_collation sl_collate_fused = {
-    .key = "fused", .words = "each chunk is one batch", .final_words = "sequential, collates batches",
-    .whole_batches = 1, .slot = fused_slot, .done = fused_done, .batch_in = fused_batch_in,
-    .marker = sl_final__marker_batch, .take = fused_take, .drop = fused_drop,
+    .key = "fused", .words = "each chunk is one batch",
+    .final_words = "sequential, collates batches", .whole_batches = 1, .slot = fused_slot,
+    .done = fused_done, .batch_in = fused_batch_in, .marker = sl_final__marker_batch,
+    .take = fused_take, .drop = fused_drop,
 };

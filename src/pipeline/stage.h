@@ -12,7 +12,7 @@
  *   stage_seq.c      seq      sequential ops in stream order (take, skip,
  *                    final    shuffle buffers); the final one hands samples
  *                             to the collation and numbers the batches
- *   stage_collate.c  collate  parallel collation: copies the samples the
+ *   stage_collate.c  stack    parallel collation: copies the samples the
  *                             final stage assigned into their batch
  *   stage_handoff.c  handoff  the consumer's end: batches out of the last
  *                             queue, to the device when there is one
