@@ -1,6 +1,7 @@
 /* The windowed shuffle (mode "window"): the bijections it is made of, the
  * rank properties (disjoint, complete, equal), determinism across thread
  * counts and exact resume. */
+#include "ops/ops.h"
 #include "pipeline/shuffle_window.h"
 #include "pipe_util.h"
 
@@ -26,6 +27,48 @@ SL_TEST(pipeline_shuffle_window__feistel_is_a_bijection) {
             ASSERT(fixed < n / 10); /* a shuffle, not the identity */
         free(seen);
     }
+}
+
+/* sl_feistel_fwd_n gives sl_feistel_fwd's values on every path the CPU has
+ * (AVX-512 DQ, AVX2, portable), at every count (vector tails, blocks of the
+ * cycle walk), for ranges of every width of half. */
+SL_TEST(pipeline_shuffle_window__fwd_n_matches_fwd_on_every_path) {
+    const uint64_t sizes[] = {2, 3, 10, 1000, 10000, 60000, 1ull << 20, (1ull << 33) + 7};
+    const size_t counts[] = {1, 3, 7, 8, 9, 31, 33, 255, 256, 257, 1000};
+    const int saved = sl_ops__simd_max;
+    const int caps[] = {SL_OPS_AVX512, SL_OPS_AVX2, SL_OPS_SCALAR};
+    int levels_run = 0;
+    for (int ci = 0; ci < 3; ci++) {
+        sl_ops__simd_max = caps[ci];
+        if (sl_feistel__many_level() != caps[ci])
+            continue; /* the CPU lacks it */
+        levels_run++;
+        for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+            for (unsigned rounds = 4; rounds <= 8; rounds += 4) {
+                sl_feistel f;
+                sl_feistel_init_rounds(&f, sizes[s], rounds, 5, s, rounds, 0xfffffffffffffff1ull);
+                for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+                    uint64_t x[1000], want[1000];
+                    for (size_t i = 0; i < counts[c]; i++) {
+                        x[i] = (i * 7919 + c) % sizes[s];
+                        want[i] = sl_feistel_fwd(&f, x[i]);
+                    }
+                    sl_feistel_fwd_n(&f, x, counts[c]);
+                    for (size_t i = 0; i < counts[c]; i++)
+                        ASSERT_U64_EQ(x[i], want[i]);
+                }
+            }
+        }
+    }
+    sl_ops__simd_max = saved;
+#if defined(__x86_64__)
+    /* a path the CPU has and that did not run would be a silent fall back */
+    ASSERT_EQ(levels_run, 1 + !!__builtin_cpu_supports("avx2") +
+                              !!(__builtin_cpu_supports("avx512f") &&
+                               __builtin_cpu_supports("avx512bw") &&
+                               __builtin_cpu_supports("avx512vl") &&
+                               __builtin_cpu_supports("avx512dq")));
+#endif
 }
 
 SL_TEST(pipeline_shuffle_window__order_is_a_bijection_with_local_windows) {
