@@ -32,3 +32,9 @@ bench_stop_servers() {
   local p
   for p in "${BENCH_SERVER_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
 }
+
+# bench_need_photos DIR: stop with what to do when the photo set DIR is missing.
+bench_need_photos() {
+  [ -d "$1" ] || { echo "no photos at $1: make them with /usr/bin/python3 bench/make_photos.py" \
+    "--root $(dirname "$1")" >&2; exit 1; }
+}

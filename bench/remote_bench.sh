@@ -31,6 +31,7 @@ case $BUILD in /*) SLUICE=$BUILD/sluice ;; *) SLUICE=$PWD/$BUILD/sluice ;; esac
 PY=/usr/bin/python3
 # shellcheck source=bench/bench_lib.sh
 . bench/bench_lib.sh
+bench_need_photos "$DATA"
 W=$(mktemp -d)
 trap 'bench_stop_servers; rm -rf "$W"' EXIT
 median() { bench_median; }
