@@ -17,7 +17,7 @@ Source: the photographs of Debian's mate-backgrounds package (/usr/share/backgro
 installed by scripts/deps.sh). Each output photo is its own crop of one of them: the photo, a box
 and a flip are drawn from a generator seeded by (kind, index), the box is cut, scaled with
 Lanczos and encoded by Pillow. So the output depends only on the arguments and the versions of
-Pillow and libjpeg; KIND/manifest.json lists the arguments and a SHA-256 over every file, and a
+Pillow and libjpeg; KIND/photos.json lists the arguments and a SHA-256 over every file, and a
 kind whose manifest matches the arguments is kept as it is. A kind is written to a temporary
 folder and renamed into place when complete.
 Needs python3-pil and python3-numpy (both in scripts/deps.sh).
@@ -101,7 +101,7 @@ def make_kind(root, kind, count, grain, jobs, force):
                  "(bash scripts/deps.sh)")
     want = {"version": VERSION, "kind": kind, "count": count, "grain": grain,
             "sources": [os.path.basename(p) for p in paths]}
-    man = os.path.join(final, "manifest.json")
+    man = os.path.join(final, "photos.json")
     if not force and os.path.exists(man):
         with open(man) as f:
             have = json.load(f)
@@ -125,7 +125,7 @@ def make_kind(root, kind, count, grain, jobs, force):
     mp = sum(px for _, _, px in done) / len(done) / 1e6 if done else 0
     want.update({"sha256": digest.hexdigest(), "bytes": nbytes, "mean_megapixels": round(mp, 3),
                  "pillow": Image.__version__})
-    with open(os.path.join(tmp, "manifest.json"), "w") as f:
+    with open(os.path.join(tmp, "photos.json"), "w") as f:
         json.dump(want, f, indent=1)
     if os.path.exists(final):
         shutil.rmtree(final)
