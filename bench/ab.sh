@@ -142,7 +142,7 @@ for b in $BENCHES; do
     train_restart|eval_restart) path=$D/photos-restart.slr ;;
     remote) path=$URL/photos-restart.slr ;;
   esac
-  spec "$b" "$path" >"$W/$b.json"
+  [ "$b" = python ] || spec "$b" "$path" >"$W/$b.json"
 done
 
 run_one() {  # run_one BENCH COMMIT: samples/s of one run
@@ -204,8 +204,8 @@ for b in $BENCHES; do
   ratio=$(awk -v a="$mn" -v b="$mo" 'BEGIN{printf "%.3f", a/b}')
   flag=$(awk -v x="$ratio" 'BEGIN{print (x < 0.97) ? "  BELOW 0.97" : ""}')
   printf '%-15s %14.0f %14.0f %7sx  %s | %s%s\n' "$b" "$mo" "$mn" "$ratio" \
-    "$(awk '{printf "%s%.0f", NR>1?" ":"", $1}' "$W/$b.old")" \
-    "$(awk '{printf "%s%.0f", NR>1?" ":"", $1}' "$W/$b.new")" "$flag"
+    "$(awk '{printf "%s%.0f", (NR > 1 ? " " : ""), $1}' "$W/$b.old")" \
+    "$(awk '{printf "%s%.0f", (NR > 1 ? " " : ""), $1}' "$W/$b.new")" "$flag"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 exit $failed
