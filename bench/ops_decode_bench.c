@@ -138,6 +138,15 @@ static int warnings_value(const char *w) {
            : !strcmp(w, "lenient") ? SL_WARNINGS_LENIENT : SL_WARNINGS_DEFAULT;
 }
 
+/* A thread's output buffer grown to `need` bytes (its old contents dropped). */
+static void grow(unsigned char **buf, size_t *cap, size_t need) {
+    if (need > *cap) {
+        free(*buf);
+        *buf = malloc(need);
+        *cap = need;
+    }
+}
+
 static void *run(void *arg) {
     worker *w = arg;
     sl_decoder *dec = NULL;
@@ -166,11 +175,7 @@ static void *run(void *arg) {
                 continue;
             }
             size_t need = (size_t)wd * ht * 3;
-            if (need > bigcap) {
-                free(big);
-                big = malloc(need);
-                bigcap = need;
-            }
+            grow(&big, &bigcap, need);
             if (tjDecompress2(tj, b->data, b->size, big, wd, 0, ht, TJPF_RGB, 0) != 0)
                 w->failed++;
             continue;
@@ -184,11 +189,7 @@ static void *run(void *arg) {
                 continue;
             }
             size_t need = (size_t)info.width * info.height * 3;
-            if (need > bigcap) {
-                free(big);
-                big = malloc(need);
-                bigcap = need;
-            }
+            grow(&big, &bigcap, need);
             n1 = (int64_t)bigcap;
             sl_tensor_view(&t, big, SL_U8, 1, &n1);
             if (sl_decode(dec, b->data, b->size, SL_COLOR_RGB, &t) != SL_OK)
@@ -220,11 +221,7 @@ static void *run(void *arg) {
         }
         if (limit) { /* the box at full size, nothing after it */
             size_t need = (size_t)box.w * box.h * 3;
-            if (need > bigcap) {
-                free(big);
-                big = malloc(need);
-                bigcap = need;
-            }
+            grow(&big, &bigcap, need);
             n1 = (int64_t)need;
             sl_tensor_view(&t, big, SL_U8, 1, &n1);
             if (sl_decode_crop_resize(dec, b->data, b->size, SL_COLOR_RGB, &box, box.h, box.w,
