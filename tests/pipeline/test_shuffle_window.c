@@ -303,3 +303,33 @@ SL_TEST(pipeline_shuffle_global__positions_uniform_over_epochs) {
                 ASSERT(follows[i][j] < E / (N * (N - 1)) * 150 / 100);
     }
 }
+
+/* The pipeline computes the global order a chunk at a time: its records are
+ * the one-position bijection's, for every rank, over passes (repeat) whose
+ * boundaries fall inside chunks (batches of 7 over passes of 51 or 50). */
+SL_TEST(pipeline_shuffle_global__chunks_follow_the_bijection_across_passes) {
+    enum { N = 203, W = 4, REP = 3 };
+    for (int eq = 0; eq < 3; eq++) {
+        for (int r = 0; r < W; r++) {
+            sl_spec *spec = pu_memory_spec(N);
+            ASSERT_OK(sl_spec_set_shuffle_mode(spec, SL_SHUFFLE_GLOBAL, 0, 0));
+            ASSERT_OK(sl_spec_set_seed(spec, 9));
+            ASSERT_OK(sl_spec_set_shard(spec, r, W, (sl_shard_equal)eq));
+            ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"repeat\", \"count\": 3}"));
+            ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 7}"));
+            uint64_t idx[REP * (N / W + 1)];
+            int nb;
+            int ns = pu_spec_indices(spec, idx, REP * (N / W + 1), &nb);
+            const uint64_t per = eq == SL_SHARD_PAD ? (N + W - 1) / W
+                                 : eq == SL_SHARD_DROP ? N / W
+                                                       : N / W + (r < N % W);
+            ASSERT_EQ(ns, (int)(REP * per));
+            for (uint64_t rep = 0; rep < REP; rep++) {
+                sl_feistel f;
+                sl_feistel_init_rounds(&f, N, 8, 9, 0, rep, 0xfffffffffffffff1ull);
+                for (uint64_t j = 0; j < per; j++)
+                    ASSERT_U64_EQ(idx[rep * per + j], sl_feistel_fwd(&f, (j * W + r) % N));
+            }
+        }
+    }
+}
