@@ -19,7 +19,8 @@
 # by CMake's default (release: RelWithDebInfo, -O2, the build users get; the
 # C tests and CUDA kernels left out) under $SLUICE_AB_DIR (default
 # ~/.cache/sluice-ab)/<commit>; a built commit is reused. Revisions are
-# commits: a dirty working tree is not part of either side.
+# commits: a dirty working tree is not part of either side. To drop the
+# builds: rm -rf "$SLUICE_AB_DIR"; git worktree prune.
 #
 # The data is made once under $SLUICE_AB_DIR/data and packed by OLD's build,
 # so both builds read the same bytes:
