@@ -200,6 +200,15 @@ static inline void sl__st64(void *p, uint64_t v) {
 }
 
 /* Checked size arithmetic: return false on overflow. */
+/* SplitMix64's finaliser (sl_mix64, the public one, in rng.c), inline for
+ * the loops that run it many times per sample (the shuffle's rounds). */
+static inline uint64_t sl__mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
 static inline bool sl__mul_ok(size_t a, size_t b, size_t *out) {
     return !__builtin_mul_overflow(a, b, out);
 }

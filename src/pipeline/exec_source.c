@@ -13,44 +13,7 @@
 /* Prefetch distances of the reading loop, in records (source.h, prefetch). */
 #define PREFETCH_FAR 16
 #define PREFETCH_NEAR 4
-#define PERM_OP 0xfffffffffffffff1ull
-#define GLOBAL_ROUNDS 8 /* shuffle_window.h: 8 rounds for a uniform order */
 #define READ_AHEAD 256 /* records hinted past the chunk for remote range reads */
-
-/* ---- the order of records ------------------------------------------------------------------- */
-
-/* The global order of pass (epoch, rep) (cur.mu held): a keyed bijection of
- * [0, nbase) (shuffle_window.h), so position -> record costs O(1) with no
- * table, any position of any epoch is computed directly (exact resume), and
- * a rank's memory does not grow with the record count. Only the pass's key
- * is cached. */
-static const sl_feistel *global_order(sl_pipeline *p, uint64_t epoch, uint64_t rep) {
-    sl_pipeline_shuffle *sh = &p->shuf;
-    if (!sh->gperm_valid || sh->gperm_epoch != epoch || sh->gperm_rep != rep) {
-        sl_feistel_init_rounds(&sh->gperm, p->nbase, GLOBAL_ROUNDS, p->spec->seed, epoch, rep,
-                               PERM_OP);
-        sh->gperm_epoch = epoch;
-        sh->gperm_rep = rep;
-        sh->gperm_valid = 1;
-    }
-    return &sh->gperm;
-}
-
-/* Record index at stream position `pos` of `epoch` for this rank (cur.mu held). */
-static uint64_t record_at(sl_pipeline *p, uint64_t epoch, uint64_t pos, uint64_t *key) {
-    uint64_t rep = pos / p->per_pass, j = pos % p->per_pass;
-    uint64_t g = j * (uint64_t)p->shard_count + (uint64_t)p->shard_index;
-    uint64_t m = p->nbase;
-    g %= m; /* pad wraps around to the start */
-    if (p->shuf.window_mode) {
-        g = sl_pipeline__window_at(p, epoch, rep, j);
-    } else if (p->spec->shuffle) {
-        g = sl_feistel_fwd(global_order(p, epoch, rep), g);
-    }
-    uint64_t idx = p->base ? p->base[g] : g;
-    *key = idx + rep * p->nrecords;
-    return idx;
-}
 
 /* Reading threads take their output tensors from the pipeline's pools. */
 static int pool_alloc(void *ctx, sl_tensor *t, sl_dtype dtype, int ndim, const int64_t *shape) {
@@ -104,14 +67,11 @@ static sl_chunk *cut_range(sl_pipeline *p, uint64_t *n_out) {
         n = p->per_epoch - p->cur.pos;
     if (n > c->cap)
         n = c->cap;
-    for (uint64_t i = 0; i < n; i++) {
-        c->pos[i] = p->cur.pos + i;
-        c->s[i].index = record_at(p, c->epoch, p->cur.pos + i, &c->key[i]);
-    }
+    sl_pipeline__order_chunk(p, c, p->cur.pos, n);
     /* Remote reads by ranges: hint this chunk and READ_AHEAD records past
      * it, in the order they will be read (the permutation is known), so
      * that their requests are in flight before a thread asks. Only within
-     * this pass of the epoch (record_at of another pass rebuilds the
+     * this pass of the epoch (the order of another pass rebuilds the
      * permutation). */
     uint64_t ahead[READ_AHEAD];
     uint32_t nahead = 0;
@@ -128,7 +88,7 @@ static sl_chunk *cut_range(sl_pipeline *p, uint64_t *n_out) {
             end = p->per_epoch;
         uint64_t key;
         for (; p->cur.ra_pos < end && nahead < READ_AHEAD; p->cur.ra_pos++)
-            ahead[nahead++] = record_at(p, c->epoch, p->cur.ra_pos, &key);
+            ahead[nahead++] = sl_pipeline__record_at(p, c->epoch, p->cur.ra_pos, &key);
     }
     p->cur.pos += n;
     pthread_mutex_unlock(&p->cur.mu);
