@@ -144,6 +144,14 @@ static inline void store(const sl_image_view *d, int64_t o, float v) {
     ((uint8_t *)d->data)[o] = r <= 0.0f ? 0 : r >= 255.0f ? 255 : (uint8_t)r;
 }
 
+/* A uint8 result between the passes, as torch's uint8 kernel keeps it
+ * (and PIL): rounded and clamped, so a cubic's overshoot is cut at the first
+ * pass, not only at the end. */
+static inline float u8_round(float v) {
+    float r = nearbyintf(v);
+    return r < 0.0f ? 0.0f : r > 255.0f ? 255.0f : r;
+}
+
 static int resize_float(const sl_image_view *s, const sl_image_view *d, sl_interp interp,
                         int antialias) {
     const int C = s->c, need_h = s->w != d->w, need_v = s->h != d->h;
@@ -176,7 +184,7 @@ static int resize_float(const sl_image_view *s, const sl_image_view *d, sl_inter
                     int64_t o = (int64_t)y * h_out->sh + (int64_t)x * h_out->sw +
                                 (int64_t)k * h_out->sc;
                     if (h_out == &t)
-                        tmp[o] = acc;
+                        tmp[o] = d->dtype == SL_U8 ? u8_round(acc) : acc;
                     else
                         store(d, o, acc);
                 }
