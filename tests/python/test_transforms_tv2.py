@@ -76,11 +76,14 @@ def assert_close(a, b, max_diff=0.0, frac=0.0, what=""):
 
 
 def both(name, args, x, seed=7, **kw):
-    """The transform from sluice and from torchvision on x, same seed."""
+    """The transform from sluice and from torchvision on x, same seed; both
+    leave torch's generator at the same place (the same number of draws)."""
     torch.manual_seed(seed)
     a = getattr(T, name)(*args, **kw)(x)
+    after_a = torch.rand(1)
     torch.manual_seed(seed)
     b = getattr(V, name)(*args, **kw)(x)
+    assert torch.equal(torch.rand(1), after_a), f"{name}: a different number of draws"
     return a, b
 
 
