@@ -13,8 +13,8 @@
  * API; there the same code compiles against the full one.
  *
  * Every call releases the GIL around the kernel (docs/PYTHON.md,
- * "sluice.transforms"). Decoding uses one sl_decoder per thread, kept in a
- * pthread key and freed when the thread ends.
+ * "sluice.transforms"). Decoding uses the calling thread's sl_decoder
+ * (py_decoder.c).
  */
 #include <pyconfig.h>
 #ifndef Py_GIL_DISABLED
@@ -23,9 +23,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "py_decoder.h"
 #include "sluice.h"
 
-#include <pthread.h>
 #include <string.h>
 
 /* The sluice.Error subclasses: _sluice.c's own mapping, reached through the
@@ -40,6 +40,19 @@ static PyObject *raise_status(PyObject *module, int rc) {
     Py_XDECREF(r);
     return NULL;
 }
+
+/* Run `call` (an sl_status expression) without the GIL; return None, or
+ * raise its error. Every function below ends with it. */
+#define CALL_WITHOUT_GIL(m, call)                                                             \
+    do {                                                                                      \
+        int rc_;                                                                              \
+        Py_BEGIN_ALLOW_THREADS                                                                \
+        rc_ = (call);                                                                         \
+        Py_END_ALLOW_THREADS                                                                  \
+        if (rc_ < 0)                                                                          \
+            return raise_status((m), rc_);                                                    \
+        Py_RETURN_NONE;                                                                       \
+    } while (0)
 
 /* (address, dtype, h, w, c, sh, sw, sc) -> view; -1 with TypeError. */
 static int view_from(PyObject *t, sl_image_view *v) {
@@ -92,13 +105,7 @@ static PyObject *tf_convert(PyObject *m, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOi:tf_convert", &a, &b, &flags) || view_from(a, &s) < 0 ||
         view_from(b, &d) < 0)
         return NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = sl_view_convert(&s, &d, flags);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return raise_status(m, rc);
-    Py_RETURN_NONE;
+    CALL_WITHOUT_GIL(m, sl_view_convert(&s, &d, flags));
 }
 
 /* normalize(src, dst, mean, std, flags) */
@@ -112,13 +119,7 @@ static PyObject *tf_normalize(PyObject *m, PyObject *args) {
         view_from(a, &s) < 0 || view_from(b, &d) < 0 || floats_from(mo, mb, &mean, "mean") < 0 ||
         floats_from(so, sb, &std, "std") < 0)
         return NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = sl_view_normalize(&s, &d, mean, std, flags);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return raise_status(m, rc);
-    Py_RETURN_NONE;
+    CALL_WITHOUT_GIL(m, sl_view_normalize(&s, &d, mean, std, flags));
 }
 
 /* resize(src, dst, interp, antialias) */
@@ -129,13 +130,7 @@ static PyObject *tf_resize(PyObject *m, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOii:tf_resize", &a, &b, &interp, &aa) ||
         view_from(a, &s) < 0 || view_from(b, &d) < 0)
         return NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = sl_view_resize(&s, &d, (sl_interp)interp, aa);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return raise_status(m, rc);
-    Py_RETURN_NONE;
+    CALL_WITHOUT_GIL(m, sl_view_resize(&s, &d, (sl_interp)interp, aa));
 }
 
 /* adjust(src, dst, op, factor) */
@@ -147,13 +142,7 @@ static PyObject *tf_adjust(PyObject *m, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOid:tf_adjust", &a, &b, &op, &factor) ||
         view_from(a, &s) < 0 || view_from(b, &d) < 0)
         return NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = sl_view_adjust(&s, &d, (sl_adjust)op, (float)factor);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return raise_status(m, rc);
-    Py_RETURN_NONE;
+    CALL_WITHOUT_GIL(m, sl_view_adjust(&s, &d, (sl_adjust)op, (float)factor));
 }
 
 /* pad(src, dst, top, left, mode, fill) */
@@ -166,13 +155,7 @@ static PyObject *tf_pad(PyObject *m, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOiiiO:tf_pad", &a, &b, &top, &left, &mode, &fo) ||
         view_from(a, &s) < 0 || view_from(b, &d) < 0 || floats_from(fo, fb, &fill, "fill") < 0)
         return NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = sl_view_pad(&s, &d, top, left, (sl_pad_mode)mode, fill);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return raise_status(m, rc);
-    Py_RETURN_NONE;
+    CALL_WITHOUT_GIL(m, sl_view_pad(&s, &d, top, left, (sl_pad_mode)mode, fill));
 }
 
 /* fill(dst, value) */
@@ -184,13 +167,7 @@ static PyObject *tf_fill(PyObject *m, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OO:tf_fill", &b, &fo) || view_from(b, &d) < 0 ||
         floats_from(fo, fb, &fill, "value") < 0)
         return NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = sl_view_fill(&d, fill);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return raise_status(m, rc);
-    Py_RETURN_NONE;
+    CALL_WITHOUT_GIL(m, sl_view_fill(&d, fill));
 }
 
 /* affine(src, dst, matrix6, interp, fill) */
@@ -205,44 +182,31 @@ static PyObject *tf_affine(PyObject *m, PyObject *args) {
                           &mat[3], &mat[4], &mat[5], &interp, &fo) ||
         view_from(a, &s) < 0 || view_from(b, &d) < 0 || floats_from(fo, fb, &fill, "fill") < 0)
         return NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = sl_view_affine(&s, &d, mat, (sl_interp)interp, fill);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return raise_status(m, rc);
-    Py_RETURN_NONE;
+    CALL_WITHOUT_GIL(m, sl_view_affine(&s, &d, mat, (sl_interp)interp, fill));
 }
 
 /* ---- decoding ------------------------------------------------------------ */
 
-static pthread_key_t dec_key;
-static pthread_once_t dec_once = PTHREAD_ONCE_INIT;
-static int dec_key_rc;
-
-static void dec_destroy(void *dec) { sl_decoder_free((sl_decoder *)dec); }
-static void dec_key_create(void) { dec_key_rc = pthread_key_create(&dec_key, dec_destroy); }
-
-/* This thread's decoder with the call's settings. Runs without the GIL. */
+/* This thread's decoder (py_decoder.c) with the call's settings. Runs
+ * without the GIL. */
 static int thread_decoder(sl_decoder **out, int exif, long long max_pixels) {
-    pthread_once(&dec_once, dec_key_create);
-    if (dec_key_rc != 0)
-        return SL_ENOMEM;
-    sl_decoder *dec = pthread_getspecific(dec_key);
-    if (!dec) {
-        int rc = sl_decoder_create(&dec);
-        if (rc < 0)
-            return rc;
-        if (pthread_setspecific(dec_key, dec) != 0) {
-            sl_decoder_free(dec);
-            return SL_ENOMEM;
-        }
-    }
-    int rc = sl_decoder_set(dec, SL_DECODE_EXIF_ORIENTATION, exif);
+    int rc = py_sl_thread_decoder(out);
     if (rc == SL_OK)
-        rc = sl_decoder_set(dec, SL_DECODE_MAX_PIXELS,
+        rc = sl_decoder_set(*out, SL_DECODE_EXIF_ORIENTATION, exif);
+    if (rc == SL_OK)
+        rc = sl_decoder_set(*out, SL_DECODE_MAX_PIXELS,
                             max_pixels > 0 ? (int64_t)max_pixels : (int64_t)64 * 1024 * 1024);
-    *out = dec;
+    return rc;
+}
+
+/* Decode into a view with this thread's decoder. */
+static int decode_into(const char *p, Py_ssize_t n, const double box[4], const int lim[4],
+                       int interp, const float *mean, const float *std, int flags, int exif,
+                       long long maxp, const sl_image_view *d) {
+    sl_decoder *dec = NULL;
+    int rc = thread_decoder(&dec, exif, maxp);
+    if (rc == SL_OK)
+        rc = sl_view_decode(dec, p, (size_t)n, box, lim, (sl_interp)interp, mean, std, flags, d);
     return rc;
 }
 
@@ -300,17 +264,7 @@ static PyObject *tf_decode(PyObject *m, PyObject *args) {
         bytes_from(o, &p, &n) < 0 || view_from(b, &d) < 0 ||
         floats_from(mo, mb, &mean, "mean") < 0 || floats_from(so, sb, &std, "std") < 0)
         return NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    sl_decoder *dec = NULL;
-    rc = thread_decoder(&dec, exif, maxp);
-    if (rc == SL_OK)
-        rc = sl_view_decode(dec, p, (size_t)n, box, lim, (sl_interp)interp, mean, std, flags,
-                            &d);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return raise_status(m, rc);
-    Py_RETURN_NONE;
+    CALL_WITHOUT_GIL(m, decode_into(p, n, box, lim, interp, mean, std, flags, exif, maxp, &d));
 }
 
 static PyMethodDef transforms_methods[] = {

@@ -145,6 +145,17 @@ def _kind(x):
     return None
 
 
+def _dtype_code(a, ndim, shape_msg, u8, f32):
+    """sl_dtype of a numpy array or tensor `a` of `ndim` dims (uint8 or float32)."""
+    if a.ndim != ndim:
+        raise TypeError(f"sluice.transforms: {shape_msg}, got shape {tuple(a.shape)}")
+    if a.dtype == u8:
+        return _U8
+    if a.dtype == f32:
+        return _F32
+    raise TypeError(f"sluice.transforms: images are uint8 or float32, got {a.dtype}")
+
+
 class _Img:
     """An image of any kind as the C kernels see it: a strided view plus
     what to give back (kind, dtype, whether a numpy array had no channel
@@ -167,16 +178,7 @@ class _Img:
             if a.ndim == 2:
                 a = a[:, :, None]
                 self.squeeze = True
-            if a.ndim != 3:
-                raise TypeError(f"sluice.transforms: a numpy image is (H, W) or (H, W, C), "
-                                f"got shape {x.shape}")
-            if a.dtype == np.uint8:
-                dt = _U8
-            elif a.dtype == np.float32:
-                dt = _F32
-            else:
-                raise TypeError(f"sluice.transforms: numpy images are uint8 or float32, "
-                                f"got {a.dtype}")
+            dt = _dtype_code(a, 3, "a numpy image is (H, W) or (H, W, C)", np.uint8, np.float32)
             h, w, c = a.shape
             isz = a.itemsize
             s = a.strides
@@ -184,19 +186,10 @@ class _Img:
             self.obj = a
         elif kind == "tensor":
             t = x
-            if t.ndim != 3:
-                raise TypeError(f"sluice.transforms: a tensor image is (C, H, W), "
-                                f"got shape {tuple(t.shape)}")
+            dt = _dtype_code(t, 3, "a tensor image is (C, H, W)", _torch.uint8, _torch.float32)
             if t.device.type != "cpu":
                 raise TypeError(f"sluice.transforms: runs on CPU tensors, got one on "
                                 f"{t.device}")
-            if t.dtype == _torch.uint8:
-                dt = _U8
-            elif t.dtype == _torch.float32:
-                dt = _F32
-            else:
-                raise TypeError(f"sluice.transforms: tensor images are uint8 or float32, "
-                                f"got {t.dtype}")
             c, h, w = t.shape
             s = t.stride()
             self.view = (t.data_ptr(), dt, h, w, c, s[1], s[2], s[0])
@@ -378,6 +371,20 @@ def _copy(img, flags, dtype=None):
 
 def _draw_uniform(lo, hi):
     return _tm().empty(1).uniform_(lo, hi).item()
+
+
+def _area_ratio_draw(t, area):
+    """One try of RandomResizedCrop's and RandomErasing's draws: an area
+    `area * U(scale)` and an aspect ratio `exp(U(log(ratio)))`, each from a
+    float32 torch.empty(1).uniform_ as torchvision draws them (t has
+    .scale, .ratio and a cached ._log_ratio)."""
+    torch = _tm()
+    if t._log_ratio is None:
+        lr = torch.log(torch.tensor(t.ratio))
+        t._log_ratio = (float(lr[0]), float(lr[1]))
+    target = area * torch.empty(1).uniform_(t.scale[0], t.scale[1]).item()
+    aspect = torch.exp(torch.empty(1).uniform_(t._log_ratio[0], t._log_ratio[1])).item()
+    return target, aspect
 
 
 def _draw_applies(p):
@@ -598,13 +605,9 @@ class RandomResizedCrop(Transform):
         """(top, left, h, w): torchvision's draws, in its order, from torch's
         generator."""
         torch = _tm()
-        if self._log_ratio is None:
-            self._log_ratio = torch.log(torch.tensor(self.ratio))
-        lr0, lr1 = float(self._log_ratio[0]), float(self._log_ratio[1])
         area = height * width
         for _ in range(10):
-            target = area * torch.empty(1).uniform_(self.scale[0], self.scale[1]).item()
-            aspect = torch.exp(torch.empty(1).uniform_(lr0, lr1)).item()
+            target, aspect = _area_ratio_draw(self, area)
             w = int(round(math.sqrt(target * aspect)))
             h = int(round(math.sqrt(target / aspect)))
             if 0 < w <= width and 0 < h <= height:
@@ -638,8 +641,9 @@ class RandomResizedCrop(Transform):
         return img.give(o)
 
 
-class _RandomFlip(Transform):
-    _flag = 0
+class _RandomApply(Transform):
+    """torchvision's _RandomApplyTransform: applied with probability p (one
+    torch.rand(1) draw per call, image or not)."""
 
     def __init__(self, p=0.5):
         if not 0.0 <= p <= 1.0:
@@ -648,8 +652,15 @@ class _RandomFlip(Transform):
 
     def forward(self, x):
         kind = _kind(x)
-        if kind is None or not _draw_applies(self.p):
+        if not _draw_applies(self.p) or kind is None:
             return x
+        return self._apply(x, kind)
+
+
+class _RandomFlip(_RandomApply):
+    _flag = 0
+
+    def _apply(self, x, kind):
         img = _Img(x, kind)
         return img.give(_copy(img, self._flag))
 
@@ -801,16 +812,11 @@ class Grayscale(Transform):
         return _adjust(x, kind, _ADJ_GRAY, 0.0, self.num_output_channels)
 
 
-class RandomGrayscale(Transform):
+class RandomGrayscale(_RandomApply):
     def __init__(self, p=0.1):
-        if not 0.0 <= p <= 1.0:
-            raise ValueError("`p` should be a floating point value in the interval [0.0, 1.0].")
-        self.p = p
+        super().__init__(p)
 
-    def forward(self, x):
-        kind = _kind(x)
-        if kind is None or not _draw_applies(self.p):
-            return x
+    def _apply(self, x, kind):
         if kind == "pil":
             return _pil_gray(x, len(x.getbands()))
         img = _Img(x, kind)
@@ -993,7 +999,7 @@ class Normalize(Transform):
         return img.give(o)
 
 
-class RandomErasing(Transform):
+class RandomErasing(_RandomApply):
     def __init__(self, p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0, inplace=False):
         if not isinstance(value, (numbers.Number, str, tuple, list)):
             raise TypeError("Argument value should be either a number or str or a sequence")
@@ -1022,13 +1028,9 @@ class RandomErasing(Transform):
         if self.value is not None and len(self.value) not in (1, c):
             raise ValueError(f"If value is a sequence, it should have either a single value or "
                              f"{c} (number of inpt channels)")
-        if self._log_ratio is None:
-            self._log_ratio = torch.log(torch.tensor(self.ratio))
-        lr0, lr1 = float(self._log_ratio[0]), float(self._log_ratio[1])
         area = h * w
         for _ in range(10):
-            erase_area = area * torch.empty(1).uniform_(self.scale[0], self.scale[1]).item()
-            aspect = torch.exp(torch.empty(1).uniform_(lr0, lr1)).item()
+            erase_area, aspect = _area_ratio_draw(self, area)
             eh = int(round(math.sqrt(erase_area * aspect)))
             ew = int(round(math.sqrt(erase_area / aspect)))
             if not (eh < h and ew < w):
@@ -1042,10 +1044,7 @@ class RandomErasing(Transform):
             return i, j, eh, ew, v
         return 0, 0, h, w, None
 
-    def forward(self, x):
-        kind = _kind(x)
-        if kind is None or not _draw_applies(self.p):
-            return x
+    def _apply(self, x, kind):
         if kind == "pil":
             raise TypeError("RandomErasing works on tensors and numpy arrays (use ToImage "
                             "first)")

@@ -58,6 +58,8 @@ static int resize_nearest(const sl_image_view *s, const sl_image_view *d, sl_int
 
 /* ---- torch's separable filter (float arithmetic) ------------------------ */
 
+/* torch's filters, in float as torch computes its weights for float
+ * images (resize.c's are PIL's, in double). */
 static float cubic(float x, float a) {
     x = fabsf(x);
     if (x < 1.0f)
