@@ -384,7 +384,11 @@ def test_gil_stays_off_after_importing_sluice_transforms_and_torch():
         y = tf(x)
         print(a, b, sys._is_gil_enabled(), tuple(y.shape))
     """)
+    # the interpreter's own sluice (scripts/pythons.sh installs this tree), or
+    # SLUICE_FT_PYTHONPATH: a build of this tree for that interpreter
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHON_GIL", "PYTHONPATH")}
+    if os.environ.get("SLUICE_FT_PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["SLUICE_FT_PYTHONPATH"]
     r = subprocess.run([py, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split()[:3] == ["False", "False", "False"], r.stdout + r.stderr[-2000:]
