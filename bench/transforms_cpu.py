@@ -22,7 +22,11 @@ row. Needs torch >= 2 with torchvision >= 0.16 (the venvs of
 scripts/pythons.sh) and a folder of JPEGs (an ImageFolder tree, e.g. the
 imagenet-like photos of bench/README.md).
 
-  python bench/transforms_cpu.py --photos DIR [--limit 400] [--rounds 3] [--work train]
+  python bench/transforms_cpu.py --photos DIR [--limit 400] [--rounds 3] [--work train] [--loader]
+
+With --loader, also samples/s through a DataLoader (batch 64, --workers 2):
+the sluice rows on sluice.torch.DataLoader threads, the torchvision rows on
+torch's DataLoader processes (persistent workers), each Dataset as above.
 """
 import argparse
 import json
@@ -42,6 +46,11 @@ def main():
     ap.add_argument("--work", choices=["train", "eval"], default="train")
     ap.add_argument("--rows", default="torchvision_pil,torchvision_tensor,sluice_pil,sluice")
     ap.add_argument("--json", action="store_true", help="one JSON object per row on stdout")
+    ap.add_argument("--loader", action="store_true",
+                    help="also samples/s through loaders, batch 64, 2 workers: the sluice "
+                         "Dataset on sluice.torch.DataLoader threads, the torchvision "
+                         "Datasets on torch's DataLoader processes (persistent)")
+    ap.add_argument("--workers", type=int, default=2)
     a = ap.parse_args()
     if not os.path.isdir(a.photos):
         sys.exit(f"transforms_cpu: no photos at {a.photos}: give --photos DIR (a folder of "
@@ -126,6 +135,55 @@ def main():
         else:
             print(f"{r:20s} {med:14.0f} {min(cpu[r]):7.0f}-{max(cpu[r]):<8.0f} "
                   f"{rec['samples_s']:10.0f} {ratio:21.2f}x")
+    if a.loader:
+        torch.set_num_threads(1)
+        loader_rates(a, paths, rows, names, info)
+
+
+class PathDataset:
+    """The Dataset the rows time: a path per sample through `fn`, and its label."""
+
+    def __init__(self, paths, fn):
+        self.paths, self.fn = paths, fn
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        return self.fn(self.paths[i]), i % 10
+
+
+def loader_rates(a, paths, rows, names, info):
+    """samples/s of whole epochs (the second and later: workers started),
+    median of the rounds, sluice rows on sluice's thread loader, torchvision
+    rows on torch's process loader."""
+    import torch
+    from torch.utils.data import DataLoader as TorchLoader
+    from sluice.torch import DataLoader as SluiceLoader
+    out = {}
+    for r in names:
+        ds = PathDataset(paths, rows[r])
+        if r.startswith("sluice"):
+            ld = SluiceLoader(ds, batch_size=64, shuffle=True, num_workers=a.workers,
+                              worker_type="thread")
+        else:
+            ld = TorchLoader(ds, batch_size=64, shuffle=True, num_workers=a.workers,
+                             persistent_workers=True)
+        rates = []
+        for epoch in range(a.rounds + 1):
+            t0 = time.perf_counter()
+            n = sum(len(b[1]) for b in ld)
+            if epoch:
+                rates.append(n / (time.perf_counter() - t0))
+        del ld
+        out[r] = statistics.median(rates)
+    best_tv = max((v for k, v in out.items() if k.startswith("torchvision")), default=None)
+    for r in names:
+        rec = dict(info, row=r, loader="sluice threads" if r.startswith("sluice") else
+                   "torch processes", workers=a.workers, samples_s=round(out[r], 1),
+                   ratio=round(out[r] / best_tv, 2) if best_tv else None)
+        print(json.dumps(rec) if a.json else
+              f"loader {r:20s} {rec['loader']:16s} {out[r]:10.0f}/s {rec['ratio']:8.2f}x the best torchvision loader")
 
 
 if __name__ == "__main__":
