@@ -100,11 +100,9 @@ fi
 # sluice.transforms against torchvision.transforms.v2 itself needs torch 2.x
 # (Debian's torchvision 0.14 has no v2) and a free-threaded Python for the
 # GIL test: the venvs of scripts/pythons.sh, made once (several GB, a CPython
-# build) and reused; each run reinstalls this tree there (docs/PYTHON.md,
-# "Pythons and torch versions").
-step "sluice.transforms against torchvision v2, on 3.11 and 3.13t (scripts/test_pythons.sh)"
-bash scripts/test_pythons.sh tests/python/test_transforms.py tests/python/test_transforms_tv2.py \
-  || failed=1
+# build) and then only read (docs/PYTHON.md, "Pythons and torch versions").
+step "sluice.transforms against torchvision v2, on 3.11 and 3.13t (scripts/test_transforms.sh)"
+bash scripts/test_transforms.sh build || failed=1
 
 step "pip install . and pip wheel . in a fresh venv (tests/install/pip_install.sh)"
 bash tests/install/pip_install.sh || failed=1
