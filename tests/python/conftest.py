@@ -32,7 +32,7 @@ def _has_torchvision_v2():
 
 # The references against torchvision.transforms.v2 need torchvision >= 0.16:
 # under Debian's torch 1.13 they are not collected; scripts/test.sh runs them
-# in the torch 2.x venvs of scripts/pythons.sh (scripts/test_pythons.sh).
+# in the torch 2.x venvs of scripts/pythons.sh (scripts/test_transforms.sh).
 collect_ignore = [] if _has_torchvision_v2() else ["test_transforms_tv2.py"]
 
 

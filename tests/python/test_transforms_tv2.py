@@ -4,7 +4,8 @@ every class, every interpolation mode, uint8 and float32, tensors, numpy
 arrays and PIL images; and the GIL state on the free-threaded Python.
 
 Needs torchvision >= 0.16 (transforms.v2): it runs in the torch 2.x venvs of
-scripts/pythons.sh (scripts/test_pythons.sh; scripts/test.sh runs it there)
+scripts/pythons.sh (scripts/test_transforms.sh, which scripts/test.sh runs, and
+scripts/test_pythons.sh with the whole suite)
 and is not collected under Debian's torch 1.13 (conftest.py).
 
 Tolerances (docs/OPS.md, "Transforms"): exact everywhere except
