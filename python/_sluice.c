@@ -268,7 +268,7 @@ PyMODINIT_FUNC PyInit__sluice(void) {
         return NULL;
     if (init_exceptions(m) < 0 || py_sl_tensor_init(m) < 0 || py_sl_record_init(m) < 0 ||
         py_sl_pipeline_init(m) < 0 || py_sl_pack_init(m) < 0 || py_sl_ops_init(m) < 0 ||
-        py_sl_stager_init(m) < 0 ||
+        py_sl_stager_init(m) < 0 || py_sl_transforms_init(m) < 0 ||
         PyModule_AddStringConstant(m, "__version__", sl_version_string()) < 0 ||
         PyModule_AddIntConstant(m, "version_number", (long)sl_version_number()) < 0) {
         Py_DECREF(m);

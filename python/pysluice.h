@@ -189,5 +189,6 @@ int py_sl_pipeline_init(PyObject *m);
 int py_sl_pack_init(PyObject *m);
 int py_sl_ops_init(PyObject *m);
 int py_sl_stager_init(PyObject *m);
+int py_sl_transforms_init(PyObject *m); /* py_transforms.c (limited API) */
 
 #endif

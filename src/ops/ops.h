@@ -77,6 +77,9 @@ enum { SL_OPS_K_HPASS = 0, SL_OPS_K_VPASS = 1, SL_OPS_K_NORM = 2, SL_OPS_NKERNEL
 extern _Thread_local unsigned long sl_ops__simd_calls[SL_OPS_NKERNELS][4];
 #define SL_OPS__COUNT(k, level) (sl_ops__simd_calls[k][level]++)
 
+/* 1 when `interp` is one of PIL's filters (the resampler's). */
+int sl_ops__interp_pil(sl_interp interp);
+
 /* The resampling kernel behind sl_image_resize*.
  * `src` has sh rows of sw pixels with C channels, row stride `sstride` bytes.
  * `box` (x0, y0, x1, y1) is the source region mapped onto the output (PIL's
