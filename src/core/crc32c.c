@@ -26,10 +26,7 @@ static void crc_init(void) {
             c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
         crc_table[i] = c;
     }
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    crc_have_sse42 = __builtin_cpu_supports("sse4.2");
-#endif
+    crc_have_sse42 = (sl__cpu_features() & SL_CPU_SSE42) != 0;
 }
 
 #if defined(__x86_64__)
