@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# Prove the wheels of scripts/wheel.sh (in dist/) work where no sluice
+# dependency exists:
+#
+#   1. auditwheel show: each wheel's platform tag is manylinux_2_28 and it
+#      needs no library outside the policy's own;
+#   2. the abi3 wheel under every other CPython >= 3.10 found on this machine
+#      (python3.10 ... python3.15 on PATH or under $PYENV_ROOT/versions):
+#      a venv, numpy from PyPI, the wheel, tests/install/wheel_check.py;
+#   3. the free-threaded venv of scripts/pythons.sh: the cp313t wheel in a
+#      venv of CPython 3.13t beside it (the ft venv's packages reached through
+#      a .pth file), the GIL still off after `import sluice`, and
+#      scripts/test_pythons.sh's suite run against the installed wheel;
+#   4. a minimal Debian 12 chroot (debootstrap --variant=minbase, plus
+#      python3 and python3-venv only; zstd, xxhash and lz4, which apt itself
+#      pulls in, purged before the checks): no compiler, no -dev package, no
+#      libjpeg, libcurl, libzstd, libwebp, libspng, cJSON or protobuf-c; a
+#      venv with numpy, torch 2.x, Pillow and pytest from PyPI, the abi3
+#      wheel; wheel_check.py (the command's demo pipeline: pack, verify, run,
+#      bench; import sluice; a batch to torch; a read over http://127.0.0.1
+#      from a server started in the chroot) and the Python test files that
+#      need no build tree;
+#   5. a Debian 11 chroot (bullseye, glibc 2.31): CPython 3.13 built from the
+#      source scripts/pythons.sh fetches (Debian 13's python3.13), in a
+#      bullseye root with a compiler, then copied into a minimal bullseye
+#      root with no compiler; there the wheel's `sluice` command runs the
+#      same demo pipeline and `import sluice` works.
+#
+#   bash scripts/test_wheels.sh        (as root: debootstrap and chroot)
+#
+# Not part of scripts/test.sh: it downloads two Debian root file systems and
+# several GB of wheels (torch), and builds CPython once. Roots, wheelhouses
+# and the bullseye CPython are kept under ${SLUICE_WHEEL_CACHE:-~/.cache/sluice-wheel};
+# each run works on fresh copies of the roots. Last line:
+# `wheels: N passed, M failed`.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/scripts/debian.sh"
+W=${SLUICE_WHEEL_CACHE:-$HOME/.cache/sluice-wheel}
+DIST=${SLUICE_WHEEL_DIST:-$ROOT/dist}
+ARCH=$(uname -m)
+JOBS=$(nproc)
+log() { echo "test_wheels: $*" >&2; }
+[ "$(id -u)" -eq 0 ] || { log "run as root (debootstrap, chroot, mount)"; exit 2; }
+
+ABI3=$(ls "$DIST"/sluice-*-cp310-abi3-manylinux_2_28_"$ARCH".whl 2>/dev/null | tail -1 || true)
+FTW=$(ls "$DIST"/sluice-*-cp313-cp313t-manylinux_2_28_"$ARCH".whl 2>/dev/null | tail -1 || true)
+[ -n "$ABI3" ] && [ -n "$FTW" ] || { log "no wheels in $DIST: run scripts/wheel.sh first"; exit 2; }
+TOOLS=$W/tools
+[ -x "$TOOLS/bin/auditwheel" ] || { log "no $TOOLS: run scripts/wheel.sh first"; exit 2; }
+
+PASS=0 FAILED=0
+WORK=$(mktemp -d /var/tmp/sluice-test-wheels.XXXXXX)
+MOUNTS=()
+cleanup() {
+  local i
+  for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do umount -l "${MOUNTS[$i]}" 2>/dev/null || true; done
+  # a server or a test a failed check left running inside a root
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+ok() { echo "ok   $*"; PASS=$((PASS + 1)); }
+bad() { echo "FAIL $*"; FAILED=$((FAILED + 1)); }
+# Count the ok/FAIL lines of a check program (wheel_check.py), show them.
+tally() {  # name logfile rc
+  local n f
+  n=$(grep -c '^ok   ' "$2" || true)
+  f=$(grep -c '^FAIL ' "$2" || true)
+  sed 's/^/    /' "$2"
+  if [ "$3" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "    (exit $3)"; fi
+  PASS=$((PASS + n)) FAILED=$((FAILED + f))
+  echo "-- $1: $n passed, $f failed"
+}
+# The pins of scripts/pythons.sh (torch, numpy, pytest, ...), one place for them.
+eval "$(sed -n '/^PINS=(/,/)/p' "$ROOT/scripts/pythons.sh")"
+eval "$(grep '^PILLOW_GIL=' "$ROOT/scripts/pythons.sh")"
+pin() { printf '%s\n' "${PINS[@]}" | grep "^$1=="; }
+
+# ---- 1. auditwheel show --------------------------------------------------------
+for whl in "$ABI3" "$FTW"; do
+  out=$("$TOOLS/bin/auditwheel" show "$whl" 2>&1 | tr '\n' ' ')
+  if grep -q "consistent with the following platform tag: \"manylinux_2_28_$ARCH\"" <<<"$out" &&
+     ! grep -q "system-provided shared libraries: [^ ]" <<<"$out"; then
+    ok "auditwheel show $(basename "$whl"): manylinux_2_28_$ARCH, no external library ($(du -h "$whl" | cut -f1))"
+  else
+    bad "auditwheel show $(basename "$whl"): $out"
+  fi
+done
+
+# JPEGs made once with Debian's Pillow, for the Pythons and roots without it.
+/usr/bin/python3 "$ROOT/tests/install/wheel_check.py" --make-images "$WORK/images"
+
+# ---- 2. the abi3 wheel under the other CPythons here -----------------------------
+PYS=()
+for v in 10 11 12 13 14 15; do
+  for py in "$(command -v python3.$v || true)" "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.$v.*/bin/python3.$v; do
+    [ -x "$py" ] || continue
+    "$py" -c 'import sys, sysconfig; sys.exit(bool(sysconfig.get_config_var("Py_GIL_DISABLED")))' 2>/dev/null || continue
+    PYS+=("$py")
+    break
+  done
+done
+for py in "${PYS[@]}"; do
+  v=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  venv=$WORK/py$v
+  if "$py" -m venv "$venv" >"$WORK/py$v.log" 2>&1 &&
+     "$venv/bin/python" -m pip install -q --only-binary :all: numpy "$ABI3" >>"$WORK/py$v.log" 2>&1; then
+    mkdir -p "$WORK/py$v-run"
+    set +e
+    PATH="$venv/bin:$PATH" "$venv/bin/python" "$ROOT/tests/install/wheel_check.py" "$WORK/py$v-run" \
+      --images "$WORK/images" >"$WORK/py$v.out" 2>&1 || true
+    rc=0; grep -q '^FAIL ' "$WORK/py$v.out" && rc=1
+    set -e
+    tally "abi3 wheel under CPython $v ($py)" "$WORK/py$v.out" $rc
+  else
+    bad "abi3 wheel under CPython $v: install failed: $(tail -3 "$WORK/py$v.log")"
+  fi
+done
+
+# ---- 3. the free-threaded venv -------------------------------------------------------
+P=${SLUICE_PYTHONS:-$HOME/.cache/sluice-pythons}
+if [ ! -x "$P/ft/bin/python" ]; then
+  log "no free-threaded venv in $P: running scripts/pythons.sh"
+  bash "$ROOT/scripts/pythons.sh" >/dev/null
+fi
+FTV=$WORK/ft-wheel
+"$P/cpython-3.13.5t/bin/python3.13t" -m venv --without-pip "$FTV"
+site=$("$P/ft/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+mysite=$("$FTV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+# the ft venv's torch, numpy, pytest, ... come after this venv's own
+# site-packages, which hold the wheel: `import sluice` finds the wheel's
+echo "$site" > "$mysite/zz-ft-venv.pth"
+if "$P/ft/bin/python" -m pip --python "$FTV/bin/python" install -q --no-deps "$FTW" >"$WORK/ft.log" 2>&1; then
+  if where=$(env -u PYTHONPATH -u PYTHON_GIL "$FTV/bin/python" -c 'import sys, sluice; assert not sys._is_gil_enabled(), "the GIL is on"; print(sluice.__file__)' 2>&1) &&
+     case "$where" in "$mysite"/sluice/*) true ;; *) false ;; esac; then
+    ok "cp313t wheel: installed in a 3.13t venv; the GIL stays off after import sluice ($where)"
+  else
+    bad "cp313t wheel: import sluice: $where"
+  fi
+  set +e
+  SLUICE_TEST_PYTHONS="ft=$FTV/bin/python" bash "$ROOT/scripts/test_pythons.sh" >"$WORK/ft-suite.log" 2>&1
+  rc=$?
+  set -e
+  tail -4 "$WORK/ft-suite.log" | sed 's/^/    /'
+  line=$(grep '^test_pythons: ft' "$WORK/ft-suite.log" | tail -1 || true)
+  if [ $rc -eq 0 ] && grep -q ': ok ' <<<"$line"; then
+    ok "cp313t wheel: scripts/test_pythons.sh's suite against the installed wheel (${line##*: ok })"
+  else
+    bad "cp313t wheel: scripts/test_pythons.sh's suite (exit $rc): ${line:-no summary}"
+  fi
+else
+  bad "cp313t wheel: pip install failed: $(tail -3 "$WORK/ft.log")"
+fi
+
+# ---- the roots ------------------------------------------------------------------------
+deb_need debootstrap
+MIRROR=$(deb_mirror)
+ROOTS=$W/roots
+mkdir -p "$ROOTS"
+# A root made once by debootstrap and kept; each run copies it.
+base_root() {  # name suite include
+  local dir=$ROOTS/$1
+  if [ ! -f "$dir/.complete" ]; then
+    log "debootstrap $2 ($1) from $MIRROR"
+    rm -rf "$dir"
+    debootstrap --variant=minbase ${3:+--include=$3} "$2" "$dir" "$MIRROR" >"$ROOTS/$1.log" 2>&1 ||
+      { tail -20 "$ROOTS/$1.log" >&2; log "debootstrap $2 failed (log: $ROOTS/$1.log)"; exit 1; }
+    touch "$dir/.complete"
+  fi
+  echo "$dir"
+}
+# A fresh copy of a root, with /proc, /dev, /dev/shm and the host folders
+# given (HOST:IN-ROOT) bound in.
+run_root() {  # base name [HOST:IN-ROOT ...]
+  local base=$1 r=$WORK/$2 m src dst
+  shift 2
+  cp -a "$base" "$r"
+  for m in proc dev dev/shm "$@"; do
+    src=/$m dst=$r/$m
+    case "$m" in *:*) src=${m%%:*} dst=$r/${m#*:} ;; esac
+    mkdir -p "$dst"
+    mount --bind "$src" "$dst"
+    MOUNTS+=("$dst")
+  done
+  echo "$r"
+}
+# The wheels a root installs from (the roots have no network of their own).
+wheelhouse() {  # dir python-version requirement...
+  local dir=$1 v=$2
+  shift 2
+  mkdir -p "$dir"
+  "$TOOLS/bin/python" -m pip download -q --only-binary :all: --python-version "$v" \
+    --platform "manylinux_2_28_$ARCH" --platform "manylinux_2_27_$ARCH" \
+    --platform "manylinux_2_17_$ARCH" --platform "manylinux2014_$ARCH" \
+    -d "$dir" "$@" >"$WORK/wheelhouse-$v.log" 2>&1 ||
+    { tail -5 "$WORK/wheelhouse-$v.log" >&2; log "pip download for Python $v failed"; exit 1; }
+}
+# Run the script in a root; count its ok/FAIL lines.
+in_root() {  # root name script
+  set +e
+  chroot "$1" /bin/bash "$3" >"$WORK/$2.out" 2>&1
+  local rc=$?
+  set -e
+  tally "$2" "$WORK/$2.out" $rc
+}
+
+# ---- 4. a minimal Debian 12 root ----------------------------------------------------
+B12=$(base_root bookworm-minbase bookworm python3,python3-venv)
+wheelhouse "$W/wheelhouse-cp311" 3.11 "$(pin torch)" "$(pin torchvision)" "$(pin numpy)" \
+  "$(pin pytest)" "$PILLOW_GIL"
+R=$(run_root "$B12" bookworm "$W/wheelhouse-cp311:wheelhouse")
+mkdir -p "$R/sluice/dist" "$R/sluice/tests"
+cp "$ABI3" "$R/sluice/dist/"
+cp -r "$ROOT/tests/install" "$ROOT/tests/python" "$ROOT/tests/remote" "$R/sluice/tests/"
+# zstd, xxhash and lz4 come with apt (libapt-pkg needs them): gone before
+# sluice runs, so nothing of the root could stand in for the wheel's own.
+chroot "$R" dpkg --purge --force-depends libzstd1 libxxhash0 liblz4-1 >"$WORK/purge.log" 2>&1 ||
+  { sed 's/^/    /' "$WORK/purge.log"; bad "purging libzstd1, libxxhash0, liblz4-1 from the Debian 12 root"; }
+cp "$ROOT/tests/install/in_root_bookworm.sh" "$R/sluice/in-root.sh"
+in_root "$R" "a minimal Debian 12 root (debootstrap minbase, python3, python3-venv)" /sluice/in-root.sh
+
+# ---- 5. Debian 11 (bullseye, glibc 2.31) -----------------------------------------------
+B11=$(base_root bullseye-minbase bullseye "")
+PYV=3.13.5
+CPYTAR=$W/bullseye-cpython-$PYV.tar
+if [ ! -s "$CPYTAR" ]; then
+  # CPython from the source package scripts/pythons.sh fetches, built in a
+  # bullseye root with a compiler (a root of its own: the test root has none).
+  BB=$(base_root bullseye-build bullseye build-essential,zlib1g-dev,xz-utils)
+  SRC=$W/cpython-src
+  if ! ls "$SRC/python3.13_$PYV.orig.tar.xz" >/dev/null 2>&1; then
+    rm -rf "$SRC" && mkdir -p "$SRC"
+    deb_source "$SRC" trixie python3.13
+  fi
+  RB=$(run_root "$BB" bullseye-build "$SRC:src")
+  log "building CPython $PYV in the bullseye build root (a few minutes)"
+  chroot "$RB" /bin/bash -c "set -e; mkdir -p /b && cd /b && tar -xJf /src/python3.13_$PYV.orig.tar.xz &&
+    cd Python-$PYV && ./configure --prefix=/opt/python3.13 --disable-test-modules >/b/log 2>&1 &&
+    make -j$JOBS >>/b/log 2>&1 && make install >>/b/log 2>&1" ||
+    { tail -30 "$RB/b/log" >&2; log "the CPython build in the bullseye root failed"; exit 1; }
+  tar -C "$RB" -cf "$CPYTAR.tmp" opt/python3.13 && mv "$CPYTAR.tmp" "$CPYTAR"
+fi
+wheelhouse "$W/wheelhouse-cp313" 3.13 "$(pin numpy)"
+R=$(run_root "$B11" bullseye "$W/wheelhouse-cp313:wheelhouse")
+tar -C "$R" -xf "$CPYTAR"
+mkdir -p "$R/sluice/dist" "$R/sluice/tests"
+cp "$ABI3" "$R/sluice/dist/"
+cp -r "$ROOT/tests/install" "$R/sluice/tests/"
+cp -r "$WORK/images" "$R/sluice/images"
+# The command alone, as a user of a Python older than 3.10 takes it from the wheel.
+/usr/bin/python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); n = [m for m in z.namelist() if m.endswith(".data/scripts/sluice")][0]; open(sys.argv[2], "wb").write(z.read(n))' \
+  "$ABI3" "$R/usr/local/bin/sluice"
+chmod +x "$R/usr/local/bin/sluice"
+cp "$ROOT/tests/install/in_root_bullseye.sh" "$R/sluice/in-root.sh"
+in_root "$R" "a Debian 11 root (bullseye, glibc 2.31)" /sluice/in-root.sh
+
+echo "wheels: $PASS passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]
