@@ -7,6 +7,8 @@
 #
 #   bash scripts/wheel.sh            # all three; the last lines name them with their sizes
 #   bash scripts/wheel.sh --deps     # only the static C libraries (what the wheels link)
+#   bash scripts/wheel.sh --c-tests  # the C tests (build/sluice_tests) built as the wheels'
+#                                    # engine is, and run (under qemu-user for another ARCH)
 #
 # Each wheel holds the extension, the pure-Python package and the `sluice`
 # command; every C library they use is inside them, linked statically (none
@@ -40,12 +42,14 @@ DIST=${SLUICE_WHEEL_DIST:-$ROOT/dist}
 log() { echo "wheel: $*" >&2; }
 die() { log "$*"; exit 1; }
 
-DEPS_ONLY=0
+DEPS_ONLY=0 C_TESTS=0
 case "${1:-}" in
   --deps) DEPS_ONLY=1 ;;
+  --c-tests) C_TESTS=1 ;;
   "") ;;
-  *) die "usage: bash scripts/wheel.sh [--deps]" ;;
+  *) die "usage: bash scripts/wheel.sh [--deps | --c-tests [PREFIX]]" ;;
 esac
+[ $# -eq 0 ] || shift   # what is left: the C tests' name prefix
 
 # ---- the C libraries: one row each ------------------------------------------
 # name | Debian source package | how it is built | options
@@ -62,7 +66,7 @@ ROWS=(
   "xxhash|xxhash|xxhash|"
   "protobuf-c|protobuf-c|configure|--disable-shared --enable-static --disable-protoc"
   "openssl|openssl|openssl|no-shared no-module no-tests no-engine no-comp no-ui-console"
-  "curl|curl|configure|--disable-shared --enable-static --with-openssl=@P --with-zlib=@P --without-brotli --without-zstd --without-libpsl --without-libidn2 --without-nghttp2 --without-librtmp --without-libssh2 --disable-ldap --disable-ldaps --disable-rtsp --disable-dict --disable-telnet --disable-tftp --disable-pop3 --disable-imap --disable-smtp --disable-gopher --disable-mqtt --disable-smb --disable-manual --without-ca-bundle --without-ca-path --with-ca-fallback"
+  "curl|curl|configure|--disable-shared --enable-static --with-openssl=@P --with-zlib=@P --without-brotli --without-zstd --without-libpsl --without-libidn2 --without-nghttp2 --without-librtmp --without-libssh2 --disable-ldap --disable-ldaps --disable-rtsp --disable-dict --disable-telnet --disable-tftp --disable-pop3 --disable-imap --disable-smtp --disable-gopher --disable-mqtt --disable-smb --disable-ftp --disable-file --disable-manual --without-ca-bundle --without-ca-path --with-ca-fallback"
   # DLPack is one header (nothing linked); its source package is not on the
   # mirror, so the header comes from Debian's libdlpack-dev
   "dlpack|-|header|/usr/include/dlpack"
@@ -105,7 +109,10 @@ mkdir -p "$TC"
 for t in cc:cc c++:c++ ar:ar ranlib:ranlib; do
   name=${t%%:*} sub=${t#*:}
   if [ "$name" = cc ] || [ "$name" = c++ ]; then
-    printf '#!/bin/sh\nexec "%s" %s -target %s.%s -mcpu=%s "$@"\n' "$ZIG" "$sub" "$TRIPLE" "$GLIBC" "$CPU" > "$TC/$name"
+    # -fomit-frame-pointer: zig keeps frame pointers by default; gcc -O2, which
+    # builds Debian's libraries and the source build, does not
+    printf '#!/bin/sh\nexec "%s" %s -target %s.%s -mcpu=%s -fomit-frame-pointer "$@"\n' \
+      "$ZIG" "$sub" "$TRIPLE" "$GLIBC" "$CPU" > "$TC/$name"
   else
     printf '#!/bin/sh\nexec "%s" %s "$@"\n' "$ZIG" "$sub" > "$TC/$name"
   fi
@@ -174,7 +181,7 @@ build_row() {  # name pkg kind options
     cmake)
       # shellcheck disable=SC2086
       cmake -S . -B _b -G Ninja -DCMAKE_TOOLCHAIN_FILE="$TC/toolchain.cmake" -DCMAKE_BUILD_TYPE=Release \
-        -DCMAKE_INSTALL_PREFIX="$P" -DCMAKE_INSTALL_LIBDIR=lib -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
+        -DCMAKE_INSTALL_PREFIX="$P" -DCMAKE_INSTALL_LIBDIR="$P/lib" -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
         $opts >build.log 2>&1 && cmake --build _b -j"$JOBS" >>build.log 2>&1 &&
         cmake --install _b >>build.log 2>&1 ;;
     configure)
@@ -184,7 +191,7 @@ build_row() {  # name pkg kind options
     zstd)
       # the CMake build under build/cmake; multithreaded (the .slr writer's compression)
       cmake -S build/cmake -B _b -G Ninja -DCMAKE_TOOLCHAIN_FILE="$TC/toolchain.cmake" \
-        -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$P" -DCMAKE_INSTALL_LIBDIR=lib \
+        -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$P" -DCMAKE_INSTALL_LIBDIR="$P/lib" \
         -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DZSTD_BUILD_SHARED=OFF -DZSTD_BUILD_STATIC=ON \
         -DZSTD_BUILD_PROGRAMS=OFF -DZSTD_BUILD_TESTS=OFF -DZSTD_MULTITHREAD_SUPPORT=ON >build.log 2>&1 &&
         cmake --build _b -j"$JOBS" >>build.log 2>&1 && cmake --install _b >>build.log 2>&1 ;;
@@ -226,10 +233,11 @@ build_deps() {
   local r name pkg kind opts key
   for r in "${ROWS[@]}"; do
     IFS='|' read -r name pkg kind opts <<<"$r"
-    # rebuilt when the row, its source package or the compiler changes
+    # rebuilt when the row, its source package, the build steps or the compiler change
     local what=$pkg
     [ "$pkg" = - ] || what=$(basename "$(ls "$SRC"/"${pkg}"_*.dsc)" .dsc)
-    key=$(printf '%s\n%s\n%s\n' "$r" "$what" "$ZIG_VERSION" | sha256sum | cut -c1-16)
+    key=$(printf '%s\n%s\n%s\n%s\n%s\n' "$r" "$what" "$ZIG_VERSION" "$CFLAGS_DEPS" \
+            "$(declare -f build_row static_only; cat "$TC/cc")" | sha256sum | cut -c1-16)
     if [ -f "$P/stamps/$name.$key" ]; then continue; fi
     log "building $name ($what) for $TRIPLE.$GLIBC"
     local t0=$SECONDS
@@ -248,6 +256,36 @@ build_deps() {
 
 build_deps
 [ $DEPS_ONLY = 1 ] && { log "static libraries in $P"; exit 0; }
+
+# ---- the C tests, built as the wheels' engine is ------------------------------------
+if [ $C_TESTS = 1 ]; then
+  B=$W/build-ctests-$ARCH
+  log "building the C tests with zig cc for $TRIPLE.$GLIBC in $B"
+  cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_TOOLCHAIN_FILE="$TC/toolchain.cmake" \
+    -DCMAKE_BUILD_TYPE=Release -DSLUICE_STATIC_DEPS=ON -DSLUICE_WITH_CUDA_KERNELS=OFF \
+    -DSLUICE_BUILD_PYTHON=OFF -DSLUICE_BUILD_TESTS=ON >"$W/ctests-$ARCH.log" 2>&1 &&
+    cmake --build "$B" -j"$JOBS" --target sluice_tests sluice_cli >>"$W/ctests-$ARCH.log" 2>&1 ||
+    { tail -30 "$W/ctests-$ARCH.log" >&2; die "the C tests did not build (log: $W/ctests-$ARCH.log)"; }
+  RUN=()
+  if [ "$ARCH" != "$(uname -m)" ]; then
+    # glibc and the loader of the target, from a Debian root of that
+    # architecture unpacked (debootstrap's first stage: nothing runs)
+    deb_need qemu-user debootstrap
+    DARCH=$ARCH; [ "$ARCH" = aarch64 ] && DARCH=arm64
+    SYSROOT=$W/sysroot-$DARCH
+    if [ ! -f "$SYSROOT/.complete" ]; then
+      rm -rf "$SYSROOT"
+      debootstrap --foreign --variant=minbase --arch="$DARCH" "$SUITE" "$SYSROOT" "$(deb_mirror)" \
+        >"$W/sysroot-$DARCH.log" 2>&1 || die "debootstrap --foreign --arch=$DARCH failed (log: $W/sysroot-$DARCH.log)"
+      touch "$SYSROOT/.complete"
+    fi
+    RUN=(env QEMU_LD_PREFIX="$SYSROOT" "qemu-$ARCH")
+    file "$B/sluice_tests" 2>/dev/null | sed 's/^/wheel: /' >&2 || true
+  fi
+  log "running the C tests${RUN[*]:+ under ${RUN[*]}}"
+  (cd "$B" && "${RUN[@]}" ./sluice_tests "$@")
+  exit $?
+fi
 
 # ---- the wheels -------------------------------------------------------------------
 [ "$ARCH" = "$(uname -m)" ] || die "SLUICE_WHEEL_ARCH=$ARCH: the C libraries are in $P; wheels are built for the machine's own architecture only (docs/WHEELS.md)"
