@@ -160,10 +160,12 @@ FTV=$WORK/ft-wheel
 "$P/cpython-3.13.5t/bin/python3.13t" -m venv --without-pip "$FTV"
 site=$("$P/ft/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 mysite=$("$FTV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-# the ft venv's torch, numpy, pytest, ... come after this venv's own
-# site-packages, which hold the wheel: `import sluice` finds the wheel's
-echo "$site" > "$mysite/zz-ft-venv.pth"
-if "$P/ft/bin/python" -m pip --python "$FTV/bin/python" install -q --no-deps "$FTW" >"$WORK/ft.log" 2>&1; then
+# The wheel first (before the .pth file: pip would find the ft venv's own
+# sluice of the same version installed and skip the wheel), then the ft
+# venv's torch, numpy, pytest, ... after this venv's own site-packages:
+# `import sluice` finds the wheel's.
+if "$P/ft/bin/python" -m pip --python "$FTV/bin/python" install -q --no-deps "$FTW" >"$WORK/ft.log" 2>&1 &&
+   echo "$site" > "$mysite/zz-ft-venv.pth"; then
   if where=$(env -u PYTHONPATH -u PYTHON_GIL "$FTV/bin/python" -c 'import sys, sluice; assert not sys._is_gil_enabled(), "the GIL is on"; print(sluice.__file__)' 2>&1) &&
      case "$where" in "$mysite"/sluice/*) true ;; *) false ;; esac; then
     ok "cp313t wheel: installed in a 3.13t venv; the GIL stays off after import sluice ($where)"

@@ -185,6 +185,12 @@ build_row() {  # name pkg kind options
         $opts >build.log 2>&1 && cmake --build _b -j"$JOBS" >>build.log 2>&1 &&
         cmake --install _b >>build.log 2>&1 ;;
     configure)
+      # (zlib's configure takes no --host: it cross-compiles with CC as given;
+      # the help in a variable first: under pipefail, grep -q closing the pipe
+      # early would fail ./configure --help with SIGPIPE)
+      local help
+      help=$(./configure --help 2>/dev/null || true)
+      grep -q -- '--host' <<<"$help" || host=()
       # shellcheck disable=SC2086
       ./configure --prefix="$P" --libdir="$P/lib" "${host[@]}" $opts >build.log 2>&1 &&
         make -j"$JOBS" >>build.log 2>&1 && make install >>build.log 2>&1 ;;

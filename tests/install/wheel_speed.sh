@@ -50,6 +50,11 @@ for ((i = 0; i < ROUNDS; i++)); do
   src+=("$s") whl+=("$w")
   echo "wheel_speed: round $((i + 1)): source $s, wheel $w samples/s"
 done
+# The same wheel with every SIMD path off (sluice's kernels scalar,
+# libjpeg-turbo's SIMD disabled): what run-time dispatch is worth, and that
+# it happened.
+off=$(SLUICE_SIMD=scalar JSIMD_FORCENONE=1 bench "$WORK/sluice-wheel")
+echo "wheel_speed: the wheel with SLUICE_SIMD=scalar JSIMD_FORCENONE=1 (no SIMD): $off samples/s"
 echo "wheel_speed: load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 /usr/bin/python3 - "${src[*]}" "${whl[*]}" <<'PYEOF'
 import statistics, sys
