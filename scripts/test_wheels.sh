@@ -35,6 +35,14 @@
 # each run works on fresh copies of the roots. Last line:
 # `wheels: N passed, M failed`.
 set -euo pipefail
+# Started in the background (`nohup ... &`), a shell ignores SIGINT, and so
+# would every test under it, the Ctrl-C tests among them (a signal ignored at
+# entry cannot be reset by the shell): start again with SIGINT at its default.
+if [ -z "${SLUICE_TEST_WHEELS_SIGINT:-}" ] && [ -n "$(trap -p INT)" ]; then
+  exec env SLUICE_TEST_WHEELS_SIGINT=1 /usr/bin/python3 -c \
+    'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv("/bin/bash", ["bash"] + sys.argv[1:])' \
+    "$0" "$@"
+fi
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/scripts/debian.sh"
 W=${SLUICE_WHEEL_CACHE:-$HOME/.cache/sluice-wheel}
@@ -176,7 +184,8 @@ if "$P/ft/bin/python" -m pip --python "$FTV/bin/python" install -q --no-deps "$F
   SLUICE_TEST_PYTHONS="ft=$FTV/bin/python" bash "$ROOT/scripts/test_pythons.sh" >"$WORK/ft-suite.log" 2>&1
   rc=$?
   set -e
-  tail -4 "$WORK/ft-suite.log" | sed 's/^/    /'
+  grep -E '^(FAILED|ERROR|SKIPPED)' "$WORK/ft-suite.log" | head -20 | sed 's/^/    /'
+  cp "$WORK/ft-suite.log" "$W/test_wheels-ft-suite.log"   # kept after the run
   line=$(grep '^test_pythons: ft' "$WORK/ft-suite.log" | tail -1 || true)
   if [ $rc -eq 0 ] && grep -q ': ok ' <<<"$line"; then
     ok "cp313t wheel: scripts/test_pythons.sh's suite against the installed wheel (${line##*: ok })"
@@ -221,12 +230,17 @@ run_root() {  # base name [HOST:IN-ROOT ...]
 }
 # The wheels a root installs from (the roots have no network of their own).
 wheelhouse() {  # dir python-version requirement...
-  local dir=$1 v=$2
+  local dir=$1 v=$2 target=() i
   shift 2
   mkdir -p "$dir"
-  "$TOOLS/bin/python" -m pip download -q --only-binary :all: --python-version "$v" \
-    --platform "manylinux_2_28_$ARCH" --platform "manylinux_2_27_$ARCH" \
-    --platform "manylinux_2_17_$ARCH" --platform "manylinux2014_$ARCH" \
+  # for another Python than the tools venv's: its version, and every
+  # manylinux tag a glibc 2.28 system takes (pip lists them itself only for
+  # its own interpreter)
+  if [ "$v" != "$("$TOOLS/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" ]; then
+    target=(--python-version "$v" --platform "manylinux2014_$ARCH")
+    for ((i = 28; i >= 17; i--)); do target+=(--platform "manylinux_2_${i}_$ARCH"); done
+  fi
+  "$TOOLS/bin/python" -m pip download -q --only-binary :all: "${target[@]}" \
     -d "$dir" "$@" >"$WORK/wheelhouse-$v.log" 2>&1 ||
     { tail -5 "$WORK/wheelhouse-$v.log" >&2; log "pip download for Python $v failed"; exit 1; }
 }

@@ -55,7 +55,7 @@ esac
 # name | Debian source package | how it is built | options
 # (cmake: cmake options; configure: ./configure options; a name of its own:
 # the step in build_row below). Order matters: a row may use the rows above
-# it (curl: openssl and zlib; libspng: zlib).
+# it (curl: openssl, nghttp2 and zlib; libspng: zlib).
 ROWS=(
   "zlib|zlib|configure|--static"
   "libjpeg-turbo|libjpeg-turbo|cmake|-DENABLE_SHARED=OFF -DENABLE_STATIC=ON -DWITH_TURBOJPEG=ON -DWITH_SIMD=ON -DREQUIRE_SIMD=ON -DWITH_JAVA=OFF"
@@ -66,7 +66,9 @@ ROWS=(
   "xxhash|xxhash|xxhash|"
   "protobuf-c|protobuf-c|configure|--disable-shared --enable-static --disable-protoc"
   "openssl|openssl|openssl|no-shared no-module no-tests no-engine no-comp no-ui-console"
-  "curl|curl|configure|--disable-shared --enable-static --with-openssl=@P --with-zlib=@P --without-brotli --without-zstd --without-libpsl --without-libidn2 --without-nghttp2 --without-librtmp --without-libssh2 --disable-ldap --disable-ldaps --disable-rtsp --disable-dict --disable-telnet --disable-tftp --disable-pop3 --disable-imap --disable-smtp --disable-gopher --disable-mqtt --disable-smb --disable-ftp --disable-file --disable-manual --without-ca-bundle --without-ca-path --with-ca-fallback"
+  # HTTP/2 (one connection carries many range requests), as Debian's libcurl has it
+  "nghttp2|nghttp2|configure|--enable-lib-only --disable-shared --enable-static --disable-python-bindings"
+  "curl|curl|configure|--disable-shared --enable-static --with-openssl=@P --with-zlib=@P --with-nghttp2=@P --without-brotli --without-zstd --without-libpsl --without-libidn2 --without-librtmp --without-libssh2 --disable-ldap --disable-ldaps --disable-rtsp --disable-dict --disable-telnet --disable-tftp --disable-pop3 --disable-imap --disable-smtp --disable-gopher --disable-mqtt --disable-smb --disable-ftp --disable-file --disable-manual --without-ca-bundle --without-ca-path --with-ca-fallback"
   # DLPack is one header (nothing linked); its source package is not on the
   # mirror, so the header comes from Debian's libdlpack-dev
   "dlpack|-|header|/usr/include/dlpack"
