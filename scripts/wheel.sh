@@ -309,13 +309,14 @@ mkdir -p "$PYINC" && ln -sfn "/usr/include/$(uname -m)-linux-gnu" "$PYINC/$(unam
 
 # build_wheel NAME PYTHON: the package built by scikit-build-core with the
 # static libraries, into $OUT; then auditwheel checks the manylinux policy
-# and writes the tag.
+# and writes the tag. The CMake build folder is kept (incremental builds),
+# one per checkout: CMake refuses a folder configured for another source.
 build_wheel() {
   local name=$1 py=$2 t0=$SECONDS
   log "building the $name wheel with $("$py" -c 'import sys; print(sys.version.split()[0])') ($py)"
   (cd "$ROOT" && CMAKE_BUILD_PARALLEL_LEVEL=$JOBS CFLAGS="-idirafter $PYINC" \
      "$py" -m pip wheel -q --no-build-isolation --no-deps -w "$OUT/$name" \
-       -C build-dir="$W/build-wheel-$name" \
+       -C build-dir="$W/build-wheel-$name-$(printf %s "$ROOT" | sha256sum | cut -c1-8)" \
        -C cmake.define.CMAKE_TOOLCHAIN_FILE="$TC/toolchain.cmake" \
        -C cmake.define.SLUICE_STATIC_DEPS=ON \
        -C cmake.define.SLUICE_WITH_CUDA_KERNELS=OFF \
