@@ -67,7 +67,7 @@ ROWS=(
   "protobuf-c|protobuf-c|configure|--disable-shared --enable-static --disable-protoc"
   "openssl|openssl|openssl|no-shared no-module no-tests no-engine no-comp no-ui-console"
   # HTTP/2 (one connection carries many range requests), as Debian's libcurl has it
-  "nghttp2|nghttp2|configure|--enable-lib-only --disable-shared --enable-static --disable-python-bindings"
+  "nghttp2|nghttp2|cmake|-DENABLE_LIB_ONLY=ON -DENABLE_SHARED_LIB=OFF -DENABLE_STATIC_LIB=ON -DENABLE_DOC=OFF"
   "curl|curl|configure|--disable-shared --enable-static --with-openssl=@P --with-zlib=@P --with-nghttp2=@P --without-brotli --without-zstd --without-libpsl --without-libidn2 --without-librtmp --without-libssh2 --disable-ldap --disable-ldaps --disable-rtsp --disable-dict --disable-telnet --disable-tftp --disable-pop3 --disable-imap --disable-smtp --disable-gopher --disable-mqtt --disable-smb --disable-ftp --disable-file --disable-manual --without-ca-bundle --without-ca-path --with-ca-fallback"
   # DLPack is one header (nothing linked); its source package is not on the
   # mirror, so the header comes from Debian's libdlpack-dev
