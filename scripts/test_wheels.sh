@@ -59,6 +59,10 @@ TOOLS=$W/tools
 [ -x "$TOOLS/bin/auditwheel" ] || { log "no $TOOLS: run scripts/wheel.sh first"; exit 2; }
 
 PASS=0 FAILED=0
+# SLUICE_TEST_WHEELS_STEPS: the steps to run (default all of them, in order):
+# audit pythons sdist ft bookworm bullseye
+STEPS=" ${SLUICE_TEST_WHEELS_STEPS:-audit pythons sdist ft bookworm bullseye} "
+step() { [[ "$STEPS" == *" $1 "* ]]; }
 WORK=$(mktemp -d /var/tmp/sluice-test-wheels.XXXXXX)
 MOUNTS=()
 cleanup() {
@@ -86,6 +90,7 @@ eval "$(grep '^PILLOW_GIL=' "$ROOT/scripts/pythons.sh")"
 pin() { printf '%s\n' "${PINS[@]}" | grep "^$1=="; }
 
 # ---- 1. auditwheel show --------------------------------------------------------
+if step audit; then
 for whl in "$ABI3" "$FTW"; do
   # the lowest tag the binaries allow must be 2.28 or lower, and no library
   # may be needed beyond the policy's own (glibc's)
@@ -111,10 +116,13 @@ for whl in "$ABI3" "$FTW"; do
   fi
 done
 
+fi
+
 # JPEGs made once with Debian's Pillow, for the Pythons and roots without it.
 /usr/bin/python3 "$ROOT/tests/install/wheel_check.py" --make-images "$WORK/images"
 
 # ---- 2. the abi3 wheel under the other CPythons here -----------------------------
+if step pythons; then
 PYS=()
 for v in 10 11 12 13 14 15; do
   for py in "$(command -v python3.$v || true)" "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.$v.*/bin/python3.$v; do
@@ -141,7 +149,10 @@ for py in "${PYS[@]}"; do
   fi
 done
 
+fi
+
 # ---- the sdist: pip install on this Debian (the libraries of scripts/deps.sh) ----------
+if step sdist; then
 SDIST=$(ls "$DIST"/sluice-*.tar.gz 2>/dev/null | tail -1 || true)
 if [ -z "$SDIST" ]; then
   bad "no sdist in $DIST"
@@ -158,7 +169,10 @@ else
   fi
 fi
 
+fi
+
 # ---- 3. the free-threaded venv -------------------------------------------------------
+if step ft; then
 P=${SLUICE_PYTHONS:-$HOME/.cache/sluice-pythons}
 if [ ! -x "$P/ft/bin/python" ]; then
   log "no free-threaded venv in $P: running scripts/pythons.sh"
@@ -194,6 +208,8 @@ if "$P/ft/bin/python" -m pip --python "$FTV/bin/python" install -q --no-deps "$F
   fi
 else
   bad "cp313t wheel: pip install failed: $(tail -3 "$WORK/ft.log")"
+fi
+
 fi
 
 # ---- the roots ------------------------------------------------------------------------
@@ -254,6 +270,7 @@ in_root() {  # root name script
 }
 
 # ---- 4. a minimal Debian 12 root ----------------------------------------------------
+if step bookworm; then
 B12=$(base_root bookworm-minbase bookworm python3,python3-venv)
 wheelhouse "$W/wheelhouse-cp311" 3.11 "$(pin torch)" "$(pin torchvision)" "$(pin numpy)" \
   "$(pin pytest)" "$PILLOW_GIL"
@@ -268,7 +285,10 @@ chroot "$R" dpkg --purge --force-depends libzstd1 libxxhash0 liblz4-1 >"$WORK/pu
 cp "$ROOT/tests/install/in_root_bookworm.sh" "$R/sluice/in-root.sh"
 in_root "$R" "a minimal Debian 12 root (debootstrap minbase, python3, python3-venv)" /sluice/in-root.sh
 
+fi
+
 # ---- 5. Debian 11 (bullseye, glibc 2.31) -----------------------------------------------
+if step bullseye; then
 B11=$(base_root bullseye-minbase bullseye "")
 PYV=3.13.5
 CPYTAR=$W/bullseye-cpython-$PYV.tar
@@ -302,6 +322,8 @@ cp -r "$WORK/images" "$R/sluice/images"
 chmod +x "$R/usr/local/bin/sluice"
 cp "$ROOT/tests/install/in_root_bullseye.sh" "$R/sluice/in-root.sh"
 in_root "$R" "a Debian 11 root (bullseye, glibc 2.31)" /sluice/in-root.sh
+
+fi
 
 echo "wheels: $PASS passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]
