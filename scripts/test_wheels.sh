@@ -64,12 +64,20 @@ PASS=0 FAILED=0
 STEPS=" ${SLUICE_TEST_WHEELS_STEPS:-audit pythons sdist ft bookworm bullseye} "
 step() { [[ "$STEPS" == *" $1 "* ]]; }
 WORK=$(mktemp -d /var/tmp/sluice-test-wheels.XXXXXX)
-MOUNTS=()
 cleanup() {
-  local i
-  for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do umount -l "${MOUNTS[$i]}" 2>/dev/null || true; done
-  # a server or a test a failed check left running inside a root
-  rm -rf "$WORK"
+  # Every mount under $WORK, deepest first (what run_root bound in: /proc,
+  # /dev, wheelhouses), read from the kernel's table rather than kept in a
+  # list; then the folder, never leaving its own file system: a bind of /dev
+  # still in place must not be emptied through the root.
+  local m
+  for m in $(awk -v w="$WORK/" 'index($2, w) == 1 {print $2}' /proc/self/mounts | sort -r); do
+    umount "$m" 2>/dev/null || umount -l "$m" || true
+  done
+  if awk -v w="$WORK/" 'index($2, w) == 1 {found = 1} END {exit !found}' /proc/self/mounts; then
+    log "mounts are left under $WORK: not removing it"
+    return
+  fi
+  rm -rf --one-file-system "$WORK"
 }
 trap cleanup EXIT
 ok() { echo "ok   $*"; PASS=$((PASS + 1)); }
@@ -230,19 +238,19 @@ base_root() {  # name suite include
   echo "$dir"
 }
 # A fresh copy of a root, with /proc, /dev, /dev/shm and the host folders
-# given (HOST:IN-ROOT) bound in.
+# given (HOST:IN-ROOT) bound in; its path in R. (Not a $(...) subshell: the
+# mounts are undone by cleanup, which reads them from /proc/self/mounts.)
 run_root() {  # base name [HOST:IN-ROOT ...]
-  local base=$1 r=$WORK/$2 m src dst
+  local base=$1 m src dst
+  R=$WORK/$2
   shift 2
-  cp -a "$base" "$r"
+  cp -a "$base" "$R"
   for m in proc dev dev/shm "$@"; do
-    src=/$m dst=$r/$m
-    case "$m" in *:*) src=${m%%:*} dst=$r/${m#*:} ;; esac
+    src=/$m dst=$R/$m
+    case "$m" in *:*) src=${m%%:*} dst=$R/${m#*:} ;; esac
     mkdir -p "$dst"
     mount --bind "$src" "$dst"
-    MOUNTS+=("$dst")
   done
-  echo "$r"
 }
 # The wheels a root installs from (the roots have no network of their own).
 wheelhouse() {  # dir python-version requirement...
@@ -274,7 +282,7 @@ if step bookworm; then
 B12=$(base_root bookworm-minbase bookworm python3,python3-venv)
 wheelhouse "$W/wheelhouse-cp311" 3.11 "$(pin torch)" "$(pin torchvision)" "$(pin numpy)" \
   "$(pin pytest)" "$PILLOW_GIL"
-R=$(run_root "$B12" bookworm "$W/wheelhouse-cp311:wheelhouse")
+run_root "$B12" bookworm "$W/wheelhouse-cp311:wheelhouse"
 mkdir -p "$R/sluice/dist" "$R/sluice/tests"
 cp "$ABI3" "$R/sluice/dist/"
 cp -r "$ROOT/tests/install" "$ROOT/tests/python" "$ROOT/tests/remote" "$R/sluice/tests/"
@@ -301,7 +309,8 @@ if [ ! -s "$CPYTAR" ]; then
     rm -rf "$SRC" && mkdir -p "$SRC"
     deb_source "$SRC" trixie python3.13
   fi
-  RB=$(run_root "$BB" bullseye-build "$SRC:src")
+  run_root "$BB" bullseye-build "$SRC:src"
+  RB=$R
   log "building CPython $PYV in the bullseye build root (a few minutes)"
   chroot "$RB" /bin/bash -c "set -e; mkdir -p /b && cd /b && tar -xJf /src/python3.13_$PYV.orig.tar.xz &&
     cd Python-$PYV && ./configure --prefix=/opt/python3.13 --disable-test-modules >/b/log 2>&1 &&
@@ -310,7 +319,7 @@ if [ ! -s "$CPYTAR" ]; then
   tar -C "$RB" -cf "$CPYTAR.tmp" opt/python3.13 && mv "$CPYTAR.tmp" "$CPYTAR"
 fi
 wheelhouse "$W/wheelhouse-cp313" 3.13 "$(pin numpy)"
-R=$(run_root "$B11" bullseye "$W/wheelhouse-cp313:wheelhouse")
+run_root "$B11" bullseye "$W/wheelhouse-cp313:wheelhouse"
 tar -C "$R" -xf "$CPYTAR"
 mkdir -p "$R/sluice/dist" "$R/sluice/tests"
 cp "$ABI3" "$R/sluice/dist/"

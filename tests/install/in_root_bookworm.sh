@@ -9,7 +9,7 @@ export PATH=$V/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8
 
 # What the root has and has not.
 bad=$(dpkg-query -W -f='${Package}\n' |
-      grep -E -- '-dev$|^(gcc|cpp|clang|tcc|libjpeg|libturbojpeg|libcurl|libzstd|libwebp|libspng|libcjson|libprotobuf-c|libxxhash|liblz4)' |
+      grep -E -- '-dev$|^(gcc|cpp|clang|tcc)(-[0-9]+)?$|^(libjpeg|libturbojpeg|libcurl|libzstd|libwebp|libspng|libcjson|libprotobuf-c|libxxhash|liblz4)' |
       tr '\n' ' ' || true)
 tools=$(command -v cc gcc clang 2>/dev/null | tr '\n' ' ' || true)
 if [ -z "$bad$tools" ]; then
@@ -35,7 +35,7 @@ $V/bin/python /sluice/tests/install/wheel_check.py /tmp/check --torch --http
 # start nginx).
 cd /sluice
 files=$(grep -L -E 'SLUICE_LIB|SLUICE_BUILD|SLUICE_DELAYPROXY|ops_ref_lib|nginx|httpfix' tests/python/test_*.py | tr '\n' ' ')
-SLUICE_BIN=$V/bin/sluice $V/bin/python -m pytest -q -p no:cacheprovider -rs $files >/tmp/pytest.log 2>&1
+SLUICE_BIN=$V/bin/sluice $V/bin/python -m pytest -q -p no:cacheprovider -rfEs $files >/tmp/pytest.log 2>&1
 rc=$?
 grep -E '^(SKIPPED|FAILED|ERROR)' /tmp/pytest.log | head -20 | sed 's/^/    /'
 summary=$(tail -1 /tmp/pytest.log)
