@@ -31,10 +31,10 @@ mkdir -p /tmp/check
 $V/bin/python /sluice/tests/install/wheel_check.py /tmp/check --torch --http
 
 # The Python test files that need no build tree (the others load
-# libsluice.so, the delay proxy or the stand-in CUDA libraries from one, or
-# start nginx).
+# libsluice.so, the delay proxy or the stand-in CUDA libraries from one,
+# start nginx, or run the repository's bench/ scripts).
 cd /sluice
-files=$(grep -L -E 'SLUICE_LIB|SLUICE_BUILD|SLUICE_DELAYPROXY|ops_ref_lib|nginx|httpfix' tests/python/test_*.py | tr '\n' ' ')
+files=$(grep -L -E 'SLUICE_LIB|SLUICE_BUILD|SLUICE_DELAYPROXY|ops_ref_lib|nginx|httpfix|bench/' tests/python/test_*.py | tr '\n' ' ')
 SLUICE_BIN=$V/bin/sluice $V/bin/python -m pytest -q -p no:cacheprovider -rfEs $files >/tmp/pytest.log 2>&1
 rc=$?
 grep -E '^(SKIPPED|FAILED|ERROR)' /tmp/pytest.log | head -20 | sed 's/^/    /'
