@@ -173,6 +173,20 @@ uint64_t sl__now_ns(void);
  * sl__crc32c(0, "123456789", 9) == 0xe3069283. */
 uint32_t sl__crc32c(uint32_t crc, const void *p, size_t n);
 
+/* ---- CPU features (cpu_features.c) ----------------------------------------------- */
+/* What the CPU and the OS support, for code that picks a SIMD kernel at run
+ * time: SL_CPU_* bits, read once with cpuid and xgetbv (0 off x86-64). */
+enum {
+    SL_CPU_SSE41 = 1 << 0,
+    SL_CPU_SSE42 = 1 << 1,
+    SL_CPU_AVX2 = 1 << 2,
+    SL_CPU_AVX512F = 1 << 3,
+    SL_CPU_AVX512BW = 1 << 4,
+    SL_CPU_AVX512VL = 1 << 5,
+    SL_CPU_AVX512VBMI = 1 << 6,
+};
+unsigned sl__cpu_features(void);
+
 /* ---- little-endian load/store (the .slr format is little-endian) --------------- */
 static inline uint16_t sl__ld16(const void *p) {
     const uint8_t *b = (const uint8_t *)p;

@@ -59,7 +59,7 @@ enum {
 };
 
 /* The level the kernels use: the best the CPU has (checked once, with
- * __builtin_cpu_supports), capped by the environment variable SLUICE_SIMD
+ * sl__cpu_features), capped by the environment variable SLUICE_SIMD
  * (scalar, sse4.1, avx2 or avx512, read once) and by sl_ops__simd_max. */
 int sl_ops__simd(void);
 /* 1 when the CPU also has AVX-512 VBMI (byte permutes; normalize's
