@@ -17,8 +17,8 @@
  * (py_decoder.c).
  */
 #include <pyconfig.h>
-#ifndef Py_GIL_DISABLED
-#define Py_LIMITED_API 0x030a0000
+#if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
+#define Py_LIMITED_API 0x030a0000 /* also when built outside python/CMakeLists.txt */
 #endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
