@@ -169,7 +169,8 @@ int sl_pipeline__memory_plan(sl_pipeline *p) {
     int requeue[SL_STATS_MAX_STAGES] = {0};
     uint64_t held = batches_in_flight(p);
     for (;;) {
-        uint64_t total = held * p->mem.batch_bytes + chunk_bytes_held(p);
+        /* + what the source keeps for its reads (decoded Parquet row groups) */
+        uint64_t total = held * p->mem.batch_bytes + chunk_bytes_held(p) + p->src->held_bytes;
         if (total <= p->mem.limit)
             break;
         if (shrink_chunks(p, requeue))
@@ -178,7 +179,7 @@ int sl_pipeline__memory_plan(sl_pipeline *p) {
             break;
         held = batches_in_flight(p);
     }
-    uint64_t total = held * p->mem.batch_bytes + chunk_bytes_held(p);
+    uint64_t total = held * p->mem.batch_bytes + chunk_bytes_held(p) + p->src->held_bytes;
     if (total > p->mem.limit) {
         fmt_bytes(chunks, sizeof chunks, chunk_bytes_held(p));
         return sl__error(SL_ELIMIT, "memory_limit %s holds %llu batch(es) of %s (%s each); "
