@@ -321,9 +321,9 @@ static int read_dictionary(chunk_dec *d, const pq_page *pg, uint8_t *page, size_
         return plain_binary(page, n, nn, d->dict_p, d->dict_n, NULL);
     }
     size_t bytes;
-    if (!sl__mul_ok(nn ? nn : 1, (size_t)d->pw, &bytes) || (d->leaf->type != PQ_BOOLEAN && bytes > n))
+    if (!sl__mul_ok(nn, (size_t)d->pw, &bytes) || (d->leaf->type != PQ_BOOLEAN && bytes > n))
         return sl__error(SL_ECORRUPT, "dictionary of %zu values in %zu bytes", nn, n);
-    d->dict_vals = sl__malloc(bytes);
+    d->dict_vals = sl__malloc(bytes ? bytes : 1);
     if (!d->dict_vals)
         return sl__oom("reading a Parquet dictionary");
     return plain_fixed(d, page, n, nn, d->dict_vals);

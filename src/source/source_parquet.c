@@ -634,8 +634,7 @@ static int decode_column(const pq_source *s, const pq_file *f, int g, int c, pq_
         sl__free(buf);
     }
     if (rc < 0)
-        return sl__error_prefix(rc, "%s: row group %d, column '%s'", f->name, g,
-                                s->base.col[c].name);
+        return sl__error_prefix(rc, "row group %d, column '%s'", g, s->base.col[c].name);
     return SL_OK;
 }
 
@@ -750,6 +749,7 @@ static int pq_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample 
             t->ndim = col->ndim;
             t->shape[0] = col->ndim ? col->shape[0] : 0;
         }
+        t->device = SL_DEVICE_CPU;
         t->buf = sl_buffer_retain(b->buf);
         out->ncols = (uint32_t)c + 1;
     }
@@ -806,6 +806,8 @@ static int fill_index_values(sl_source *src, int64_t *const *vals) {
             }
             pq_dcol d;
             int rc = decode_column(s, f, r->rg, c, &d);
+            if (rc < 0)
+                rc = sl__error_prefix(rc, "%s", f->name);
             if (rc == SL_OK && d.nulls)
                 rc = sl__error(SL_EDECODE, "%s: row group %d, column '%s' holds nulls: a filter "
                                "on it cannot be answered", f->name, r->rg, src->col[c].name);
