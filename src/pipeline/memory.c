@@ -22,7 +22,9 @@
  * most workers loses one, until they fit; a limit below the smallest such
  * pipeline (one worker, one queued batch, the consumer's two, and one chunk
  * per worker and queue slot before) fails here with the sizes in the
- * message. Columns whose shape is unknown at plan time and that are not
+ * message. What the source holds for its reads (held_bytes: a Parquet
+ * source's cache of decoded row groups) is counted on top. Columns whose
+ * shape is unknown at plan time and that are not
  * encoded bytes (a decoded image before its crop) are not counted.
  */
 #include "pipeline/pipeline.h"
