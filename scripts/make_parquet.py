@@ -156,6 +156,7 @@ def matrix(out):
 def hf(out, images):
     """An Image + ClassLabel dataset the way `datasets` writes one."""
     import datasets
+    datasets.disable_progress_bars()
     classes = sorted(d for d in os.listdir(images) if os.path.isdir(os.path.join(images, d)))
     rows = {"image": [], "label": []}
     exts = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")

@@ -56,15 +56,30 @@ const char *pq_encoding_name(int enc) {
 
 void pq_dcol_dispose(pq_dcol *d) {
     sl__free(d->vals);
-    sl__free(d->off);
-    sl__free(d->data);
+    sl__free(d->vp);
+    sl__free(d->vl);
+    for (size_t k = 0; k < d->nkeep; k++)
+        sl__free(d->keep[k]);
+    sl__free(d->keep);
     sl__free(d->row_off);
     sl__free(d->nulls);
     memset(d, 0, sizeof *d);
 }
 
+int pq_dcol_keep(pq_dcol *d, uint8_t *buf, size_t n) {
+    if (sl__grow((void **)&d->keep, &d->kcap, d->nkeep + 1, sizeof *d->keep, 8,
+                 "decoding a Parquet column") < 0) {
+        sl__free(buf);
+        return SL_ENOMEM;
+    }
+    d->keep[d->nkeep++] = buf;
+    d->kept_bytes += n;
+    return SL_OK;
+}
+
 size_t pq_dcol_bytes(const pq_dcol *d) {
-    size_t n = d->vcap * (size_t)(d->w ? d->w : 1) + d->ocap * sizeof *d->off + d->dcap;
+    size_t n = d->vcap * (size_t)(d->w ? d->w : 1) + d->bcap * (sizeof *d->vp + sizeof *d->vl) +
+               d->kept_bytes;
     if (d->row_off)
         n += (size_t)(d->nrows + 1) * sizeof *d->row_off;
     if (d->nulls)
@@ -221,8 +236,6 @@ typedef struct chunk_dec {
     const uint8_t **bp;        /* decoded binary values of a page */
     uint32_t *bl;
     size_t bin_cap;
-    uint8_t *recon;            /* DELTA_BYTE_ARRAY's reconstructed values */
-    size_t recon_cap;
     int64_t row;               /* rows finished so far */
     int64_t slot_rows_started; /* list: rows started (a slot of rep level 0) */
 } chunk_dec;
@@ -239,7 +252,6 @@ static void chunk_dec_free(chunk_dec *d) {
     sl__free(d->fixed);
     sl__free(d->bp);
     sl__free(d->bl);
-    sl__free(d->recon);
 }
 
 static int bit_width(int v) {
@@ -301,17 +313,22 @@ static int grow_scratch(chunk_dec *d, size_t nn) {
     return SL_OK;
 }
 
+/* Takes `page` (freed here or with the chunk's state or column). */
 static int read_dictionary(chunk_dec *d, const pq_page *pg, uint8_t *page, size_t n) {
-    if (d->has_dict)
-        return sl__error(SL_ECORRUPT, "a second dictionary page");
-    if (pg->encoding != PQ_PLAIN && pg->encoding != PQ_PLAIN_DICTIONARY)
-        return sl__error(SL_EUNSUPPORTED, "dictionary page in %s (PLAIN expected)",
-                         pq_encoding_name(pg->encoding));
+    if (d->has_dict || (pg->encoding != PQ_PLAIN && pg->encoding != PQ_PLAIN_DICTIONARY)) {
+        sl__free(page);
+        return d->has_dict ? sl__error(SL_ECORRUPT, "a second dictionary page")
+                           : sl__error(SL_EUNSUPPORTED, "dictionary page in %s (PLAIN expected)",
+                                       pq_encoding_name(pg->encoding));
+    }
     size_t nn = (size_t)pg->num_values;
     d->dict_page = page; /* owned from here */
     d->has_dict = 1;
     d->ndict = nn;
     if (d->leaf->out == PQ_OUT_BIN) {
+        /* the values point into the page: the column keeps it */
+        d->dict_page = NULL;
+        SL_TRY(pq_dcol_keep(d->out, page, n));
         d->dict_p = sl__malloc((nn ? nn : 1) * sizeof *d->dict_p);
         d->dict_n = sl__malloc((nn ? nn : 1) * sizeof *d->dict_n);
         if (!d->dict_p || !d->dict_n)
@@ -426,11 +443,13 @@ static int decode_values(chunk_dec *d, int enc, const uint8_t *p, size_t n, size
         if (need > ((uint64_t)1 << 40))
             return sl__error(SL_ECORRUPT, "DELTA_BYTE_ARRAY: %llu bytes of values",
                              (unsigned long long)need);
-        SL_TRY(sl__grow((void **)&d->recon, &d->recon_cap, (size_t)need + 1, 1, 1024,
-                        "decoding a Parquet page"));
+        uint8_t *recon = sl__malloc((size_t)need + 1);
+        if (!recon)
+            return sl__oom("decoding a Parquet page");
+        SL_TRY(pq_dcol_keep(d->out, recon, (size_t)need + 1)); /* the values point into it */
         size_t at = 0;
         for (size_t i = 0; i < nn; i++) {
-            uint8_t *v = d->recon + at;
+            uint8_t *v = recon + at;
             if (pre[i])
                 memcpy(v, d->bp[i - 1], pre[i]);
             memcpy(v + pre[i], p + pos, len[i]);
@@ -480,8 +499,12 @@ static int out_room(chunk_dec *d, size_t more) {
             o->vcap = ncap;
         }
     } else {
-        SL_TRY(sl__grow((void **)&o->off, &o->ocap, o->nvals + more + 1, sizeof *o->off, 64,
+        size_t c1 = o->bcap, c2 = o->bcap;
+        SL_TRY(sl__grow((void **)&o->vp, &c1, o->nvals + more + 1, sizeof *o->vp, 64,
                         "decoding a Parquet column"));
+        SL_TRY(sl__grow((void **)&o->vl, &c2, o->nvals + more + 1, sizeof *o->vl, 64,
+                        "decoding a Parquet column"));
+        o->bcap = c1 < c2 ? c1 : c2;
     }
     return SL_OK;
 }
@@ -499,17 +522,11 @@ static void put_fixed(chunk_dec *d, size_t i, size_t k) {
     }
 }
 
+/* A byte array is not copied: it points where it was decoded (kept). */
 static int put_binary(chunk_dec *d, size_t i) {
     pq_dcol *o = d->out;
-    size_t need;
-    if (!sl__add_ok(o->dlen, d->bl[i], &need))
-        return sl__error(SL_ECORRUPT, "too many bytes");
-    SL_TRY(sl__grow((void **)&o->data, &o->dcap, need ? need : 1, 1, 4096,
-                    "decoding a Parquet column"));
-    if (d->bl[i])
-        memcpy(o->data + o->dlen, d->bp[i], d->bl[i]);
-    o->dlen = need;
-    o->off[o->nvals + 1] = need;
+    o->vp[o->nvals] = d->bl[i] ? d->bp[i] : NULL;
+    o->vl[o->nvals] = d->bl[i];
     return SL_OK;
 }
 
@@ -533,7 +550,8 @@ static int put_null(chunk_dec *d, int64_t row) {
             memcpy(dst, &nan, 4);
         }
     } else {
-        o->off[o->nvals + 1] = o->dlen;
+        o->vp[o->nvals] = NULL;
+        o->vl[o->nvals] = 0;
     }
     o->nvals++;
     return SL_OK;
@@ -630,6 +648,24 @@ static int read_levels(const uint8_t *p, size_t n, int max, uint32_t *out, size_
     return SL_OK;
 }
 
+/* Where a data page's values are decompressed to: the scratch page for
+ * fixed-size values (they are copied out), a buffer of its own that the
+ * column keeps for byte arrays (they point into it). */
+static int page_buffer(chunk_dec *d, size_t n, const uint8_t **out) {
+    if (d->leaf->out != PQ_OUT_BIN) {
+        SL_TRY(sl__grow((void **)&d->page, &d->page_cap, n ? n : 1, 1, 4096,
+                        "decoding a Parquet page"));
+        *out = d->page;
+        return SL_OK;
+    }
+    uint8_t *b = sl__malloc(n ? n : 1);
+    if (!b)
+        return sl__oom("decoding a Parquet page");
+    SL_TRY(pq_dcol_keep(d->out, b, n));
+    *out = b;
+    return SL_OK;
+}
+
 static int data_page(chunk_dec *d, const pq_page *pg, const uint8_t *stored, int codec) {
     const pq_leaf *lf = d->leaf;
     size_t slots = (size_t)pg->num_values;
@@ -642,10 +678,15 @@ static int data_page(chunk_dec *d, const pq_page *pg, const uint8_t *stored, int
     size_t blen;
     size_t lev_used = 0;
     if (pg->type == PQ_DATA_PAGE) {
-        SL_TRY(sl__grow((void **)&d->page, &d->page_cap, usize ? usize : 1, 1, 4096,
-                        "decoding a Parquet page"));
-        SL_TRY(decompress(codec, stored, csize, d->page, usize));
-        body = d->page;
+        if (codec == PQ_UNCOMPRESSED) { /* read in place */
+            if (csize != usize)
+                return sl__error(SL_ECORRUPT, "uncompressed page of %zu bytes where the header "
+                                 "says %zu", csize, usize);
+            body = stored;
+        } else {
+            SL_TRY(page_buffer(d, usize, &body));
+            SL_TRY(decompress(codec, stored, csize, (uint8_t *)body, usize));
+        }
         blen = usize;
         size_t u = 0;
         if (lf->max_rep > 0) {
@@ -672,10 +713,8 @@ static int data_page(chunk_dec *d, const pq_page *pg, const uint8_t *stored, int
                                slots, 0, PQ_RLE, "definition", &lev_used));
         size_t vsize = usize - lv;
         if (pg->is_compressed && codec != PQ_UNCOMPRESSED) {
-            SL_TRY(sl__grow((void **)&d->page, &d->page_cap, vsize ? vsize : 1, 1, 4096,
-                            "decoding a Parquet page"));
-            SL_TRY(decompress(codec, stored + lv, csize - lv, d->page, vsize));
-            body = d->page;
+            SL_TRY(page_buffer(d, vsize, &body));
+            SL_TRY(decompress(codec, stored + lv, csize - lv, (uint8_t *)body, vsize));
         } else {
             if (csize - lv != vsize)
                 return sl__error(SL_ECORRUPT, "uncompressed values of %zu bytes where the header "
@@ -726,12 +765,6 @@ int pq_decode_chunk(const pq_leaf *leaf, const pq_chunk *c, const uint8_t *bytes
         if (!out->row_off)
             SL_FAIL(SL_ENOMEM, "out of memory decoding a Parquet column");
     }
-    if (!out->w) {
-        out->off = sl__calloc(64, sizeof *out->off);
-        if (!out->off)
-            SL_FAIL(SL_ENOMEM, "out of memory decoding a Parquet column");
-        out->ocap = 64;
-    }
     size_t pos = 0;
     int64_t values = 0;
     int pageno = 0;
@@ -770,11 +803,8 @@ int pq_decode_chunk(const pq_leaf *leaf, const pq_chunk *c, const uint8_t *bytes
                 SL_FAIL(SL_ECORRUPT, "page %d: dictionary page without its header", pageno);
             }
             rc = read_dictionary(&d, &pg, page, (size_t)pg.uncompressed_size);
-            if (rc < 0) {
-                if (d.dict_page != page)
-                    sl__free(page);
+            if (rc < 0)
                 SL_FAIL_PREFIX(rc, "page %d (dictionary)", pageno);
-            }
         } else if (pg.type == PQ_DATA_PAGE || pg.type == PQ_DATA_PAGE_V2) {
             if (!pg.has_header)
                 SL_FAIL(SL_ECORRUPT, "page %d: data page without its header", pageno);

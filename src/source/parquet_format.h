@@ -200,16 +200,19 @@ typedef struct pq_leaf {
 
 /* A column chunk's values, decoded: one slot per row for a flat column (a
  * null slot holds zeros or no bytes, marked in nulls[]), or per row a range
- * of values (lists: row_off). */
+ * of values (lists: row_off). Byte arrays are not copied: each value points
+ * into the page it was decoded from (a decompressed page or dictionary kept
+ * in keep[], or the chunk's stored bytes for an uncompressed page). */
 typedef struct pq_dcol {
     int64_t nrows;
     int w;             /* bytes of a fixed-size value (0 for PQ_OUT_BIN) */
     uint8_t *vals;     /* fixed-size values, back to back */
     size_t nvals, vcap;
-    uint64_t *off;     /* PQ_OUT_BIN: nvals + 1 offsets into data */
-    size_t ocap;
-    uint8_t *data;
-    size_t dlen, dcap;
+    const uint8_t **vp; /* PQ_OUT_BIN: value i's first byte (NULL when empty) */
+    uint32_t *vl;      /* PQ_OUT_BIN: value i's length */
+    size_t bcap;
+    uint8_t **keep;    /* what the values point into, freed with the column */
+    size_t nkeep, kcap, kept_bytes;
     int64_t *row_off;  /* lists: nrows + 1 value offsets */
     uint8_t *nulls;    /* per row, NULL when none: 1 null (a list: an empty one), 2 a
                           list holding a null element */
@@ -217,6 +220,7 @@ typedef struct pq_dcol {
 
 /* Decode one column chunk: `bytes` are its n bytes as stored (from the
  * dictionary page or first data page on), `nrows` the rows of its row group.
+ * Byte-array values may point into `bytes`, which must then outlive `out`.
  * `verify`: check page CRCs where the writer stored them. A failure is
  * SL_ECORRUPT (damage), SL_EUNSUPPORTED (an encoding, codec or nesting the
  * reader lacks) or SL_ENOMEM, its message naming the page and the cause
@@ -225,6 +229,9 @@ typedef struct pq_dcol {
 int pq_decode_chunk(const pq_leaf *leaf, const pq_chunk *c, const uint8_t *bytes, size_t n,
                     int64_t nrows, int verify, pq_dcol *out);
 void pq_dcol_dispose(pq_dcol *d);
+/* Hand `buf` (sl__malloc'd, n bytes) to the column, freed with it. On
+ * failure (SL_ENOMEM) buf is freed here. */
+int pq_dcol_keep(pq_dcol *d, uint8_t *buf, size_t n);
 /* Bytes a decoded chunk holds. */
 size_t pq_dcol_bytes(const pq_dcol *d);
 /* The names of a codec and an encoding, for messages ("SNAPPY", "PLAIN"). */

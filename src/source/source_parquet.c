@@ -78,6 +78,8 @@ typedef struct pq_file {
     const char *name;            /* for messages: a base name, or the URL */
     sl_io *io;
     const uint8_t *map;          /* local: the mapping; remote: NULL (ranges) */
+    sl_buffer *mapbuf;           /* local: the mapping as a buffer that byte-array
+                                    views reference (its last release closes io) */
     uint64_t size;
     uint8_t *footer;             /* the footer's bytes (meta points into them) */
     pq_meta meta;
@@ -97,6 +99,8 @@ typedef struct pq_rgref {
 /* A decoded row group: what the cache holds and views reference. */
 typedef struct pq_block {
     sl_buffer *buf;              /* wraps this block; its last release frees it */
+    sl_buffer *map;              /* a local file's mapping, which byte arrays of
+                                    uncompressed pages point into (a reference) */
     int ncols;
     pq_dcol col[SL_MAX_COLUMNS];
 } pq_block;
@@ -356,11 +360,16 @@ static int read_bytes(pq_file *f, uint64_t off, size_t n, uint8_t *dst) {
     return sl_io__read(f->io, dst, n, off);
 }
 
+static void close_io(void *io) { sl_io__close(io); }
+
 static int open_footer(pq_file *f) {
     int remote = sl_io__is_url(f->path);
-    SL_TRY(sl_io__open(&f->io, f->path, remote ? SL_IO_EDGES : SL_IO_MAP | SL_IO_RANDOM));
+    SL_TRY(sl_io__open(&f->io, f->path, remote ? SL_IO_EDGES : SL_IO_MAP));
     f->size = sl_io__size(f->io);
     f->map = sl_io__map(f->io);
+    if (f->map)
+        SL_TRY(sl_buffer_wrap(&f->mapbuf, (void *)(uintptr_t)f->map, (size_t)f->size,
+                              close_io, f->io));
     if (f->size < 12)
         return sl__error(SL_ECORRUPT, "%s: %" PRIu64 " bytes: too short for a Parquet file (12 "
                          "bytes of magic and footer length at least)", f->name, f->size);
@@ -413,7 +422,10 @@ static int open_file(void *user, int k) {
 }
 
 static void file_dispose(pq_file *f) {
-    sl_io__close(f->io);
+    if (f->mapbuf)
+        sl_buffer_release(f->mapbuf); /* the io closes with the last view */
+    else
+        sl_io__close(f->io);
     pq_meta_dispose(&f->meta);
     sl__free(f->footer);
     sl__free(f->lf);
@@ -566,6 +578,7 @@ static void block_free(void *user) {
     pq_block *b = user;
     for (int c = 0; c < b->ncols; c++)
         pq_dcol_dispose(&b->col[c]);
+    sl_buffer_release(b->map);
     sl__free(b);
 }
 
@@ -619,6 +632,11 @@ static int decode_column(const pq_source *s, const pq_file *f, int g, int c, pq_
             rc = sl_io__read(f->io, buf, len, start);
             if (rc == SL_OK)
                 rc = pq_decode_chunk(lf, ch, buf, len, nrows, s->verify, out);
+            if (rc == SL_OK) { /* byte arrays may point into it */
+                rc = pq_dcol_keep(out, buf, len);
+                buf = NULL;
+                break;
+            }
             if (rc != SL_ECORRUPT)
                 break;
             if (attempt == 0) {
@@ -647,6 +665,7 @@ static int block_open(void *user, int k, void **state_out) {
     if (!b)
         return sl__oom("decoding a Parquet row group");
     int rc = SL_OK;
+    b->map = sl_buffer_retain(f->mapbuf);
     for (int c = 0; c < s->base.ncols; c++) {
         b->ncols = c + 1;
         SL_CHECK(decode_column(s, f, r->rg, c, &b->col[c]));
@@ -728,13 +747,12 @@ static int pq_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample 
             t->dtype = col->dtype;
             t->ndim = 1;
             t->shape[0] = shape;
-        } else if (!d->w) { /* bytes, text */
-            uint64_t a = d->off[r], e = d->off[r + 1];
-            t->data = d->data ? d->data + a : NULL;
-            t->nbytes = (size_t)(e - a);
+        } else if (!d->w) { /* bytes, text: where they were decoded (no copy) */
+            t->data = (void *)(uintptr_t)d->vp[r];
+            t->nbytes = d->vl[r];
             t->dtype = SL_U8;
             t->ndim = 1;
-            t->shape[0] = (int64_t)(e - a);
+            t->shape[0] = (int64_t)d->vl[r];
         } else {
             if (null && col->dtype != SL_F32 && col->dtype != SL_F64)
             {
