@@ -182,6 +182,12 @@ int sl_pipeline__memory_plan(sl_pipeline *p) {
         held = batches_in_flight(p);
     }
     uint64_t total = held * p->mem.batch_bytes + chunk_bytes_held(p) + p->src->held_bytes;
+    if (total > p->mem.limit && p->src->held_bytes >= p->mem.limit) {
+        fmt_bytes(chunks, sizeof chunks, p->src->held_bytes);
+        return sl__error(SL_ELIMIT, "memory_limit %s is below the source's cache (%s of decoded "
+                                    "row groups); raise it or lower the source's cache_bytes",
+                         lim, chunks);
+    }
     if (total > p->mem.limit) {
         fmt_bytes(chunks, sizeof chunks, chunk_bytes_held(p));
         return sl__error(SL_ELIMIT, "memory_limit %s holds %llu batch(es) of %s (%s each); "
