@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "fuzz_util.h"
+#include "fuzz_source.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -79,31 +80,7 @@ static void read_all(int verify, int small) {
     if (sl_source__cursor_open(s, NULL, NULL, &cur) != SL_OK)
         abort();
     uint64_t n = s->count < 4096 ? s->count : 4096;
-    for (uint64_t i = 0; i < n; i++) {
-        sl_sample smp;
-        memset(&smp, 0, sizeof smp);
-        rc = sl_source__read(s, cur, i, &smp);
-        if (rc < 0) {
-            if (smp.ncols != 0 || rc == SL_ENOMEM || !strstr(sl_errmsg(), "a.parquet: record ")) {
-                fprintf(stderr, "record %llu: %d %s\n", (unsigned long long)i, rc, sl_errmsg());
-                abort();
-            }
-        } else {
-            if (smp.ncols != (uint32_t)s->ncols)
-                abort();
-            for (int k = 0; k < s->ncols; k++) {
-                const sl_tensor *t = &smp.col[k];
-                if ((size_t)sl_tensor_numel(t) * sl_dtype_size(t->dtype) != t->nbytes)
-                    abort();
-                /* touch every byte (ASan sees a view past its block) */
-                volatile uint8_t sum = 0;
-                for (size_t b = 0; b < t->nbytes; b++)
-                    sum += ((const uint8_t *)t->data)[b];
-                (void)sum;
-            }
-        }
-        sl_sample_clear(&smp);
-    }
+    fuzz_read_records(s, cur, n, "a.parquet: record ");
     for (int k = 0; k < s->ncols; k++) {
         const void *vals = NULL;
         if (s->col[k].indexed && s->vt->index_column(s, k, &vals) != SL_OK && !sl_errmsg()[0])

@@ -530,15 +530,34 @@ static int put_binary(chunk_dec *d, size_t i) {
     return SL_OK;
 }
 
+/* Mark row `row` null (1) or holding a null element (2), the marks made on
+ * the first. A list already marked 2 stays so. */
+static int mark_null(pq_dcol *o, int64_t row, uint8_t how) {
+    if (!o->nulls && !(o->nulls = sl__calloc((size_t)o->nrows ? (size_t)o->nrows : 1, 1)))
+        return sl__oom("decoding a Parquet column");
+    if (o->nulls[row] < how)
+        o->nulls[row] = how;
+    return SL_OK;
+}
+
+/* The next of the page's nn decoded values (*vi) as the column's next value. */
+static int put_value(chunk_dec *d, size_t *vi, size_t nn) {
+    pq_dcol *o = d->out;
+    if (*vi >= nn)
+        return sl__error(SL_ECORRUPT, "fewer values than defined slots");
+    if (o->w)
+        put_fixed(d, *vi, o->nvals);
+    else
+        SL_TRY(put_binary(d, *vi));
+    o->nvals++;
+    (*vi)++;
+    return SL_OK;
+}
+
 /* An empty (null) slot of a flat column. */
 static int put_null(chunk_dec *d, int64_t row) {
     pq_dcol *o = d->out;
-    if (!o->nulls) {
-        o->nulls = sl__calloc((size_t)o->nrows ? (size_t)o->nrows : 1, 1);
-        if (!o->nulls)
-            return sl__oom("decoding a Parquet column");
-    }
-    o->nulls[row] = 1;
+    SL_TRY(mark_null(o, row, 1));
     if (o->w) {
         uint8_t *dst = o->vals + o->nvals * (size_t)o->w;
         memset(dst, 0, (size_t)o->w);
@@ -569,18 +588,7 @@ static int place(chunk_dec *d, size_t slots, size_t nn) {
                 return sl__error(SL_ECORRUPT, "more values than the row group's %" PRId64 " rows",
                                  o->nrows);
             int defined = lf->max_def == 0 || d->def[s] == (uint32_t)lf->max_def;
-            if (!defined) {
-                SL_TRY(put_null(d, d->row));
-            } else {
-                if (vi >= nn)
-                    return sl__error(SL_ECORRUPT, "fewer values than defined slots");
-                if (o->w)
-                    put_fixed(d, vi, o->nvals);
-                else
-                    SL_TRY(put_binary(d, vi));
-                o->nvals++;
-                vi++;
-            }
+            SL_TRY(defined ? put_value(d, &vi, nn) : put_null(d, d->row));
             d->row++;
         }
         return SL_OK;
@@ -597,27 +605,13 @@ static int place(chunk_dec *d, size_t slots, size_t nn) {
         int64_t row = d->slot_rows_started - 1;
         uint32_t dl = d->def[s];
         if ((int)dl < lf->list_def) { /* no element: an empty or null list */
-            if ((int)dl < lf->list_def - 1) {
-                if (!o->nulls && !(o->nulls = sl__calloc((size_t)o->nrows, 1)))
-                    return sl__oom("decoding a Parquet column");
-                o->nulls[row] = o->nulls[row] ? o->nulls[row] : 1;
-            }
-            continue;
+            if ((int)dl < lf->list_def - 1)
+                SL_TRY(mark_null(o, row, 1));
+        } else if ((int)dl < lf->max_def) { /* a null element */
+            SL_TRY(mark_null(o, row, 2));
+        } else {
+            SL_TRY(put_value(d, &vi, nn));
         }
-        if ((int)dl < lf->max_def) { /* a null element */
-            if (!o->nulls && !(o->nulls = sl__calloc((size_t)o->nrows, 1)))
-                return sl__oom("decoding a Parquet column");
-            o->nulls[row] = 2;
-            continue;
-        }
-        if (vi >= nn)
-            return sl__error(SL_ECORRUPT, "fewer values than defined slots");
-        if (o->w)
-            put_fixed(d, vi, o->nvals);
-        else
-            SL_TRY(put_binary(d, vi));
-        o->nvals++;
-        vi++;
     }
     return SL_OK;
 }

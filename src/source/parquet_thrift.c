@@ -255,135 +255,145 @@ static void tr_where(tr *t, const char *fmt, ...) {
 
 /* ---- structures ------------------------------------------------------------------ */
 
-static void parse_stats(tr *t, pq_stats *s) {
-    if (!tr_enter(t))
-        return;
-    int16_t last = 0, id;
-    int type;
-    pq_bytes old_min = {0}, old_max = {0};
-    int has_old_min = 0, has_old_max = 0;
-    while (tr_field(t, &last, &type, &id)) {
-        switch (id) {
-        case 1:
-            old_max = tr_binary(t, type);
-            has_old_max = 1;
-            break;
-        case 2:
-            old_min = tr_binary(t, type);
-            has_old_min = 1;
-            break;
-        case 3:
-            s->null_count = tr_int(t, type);
-            s->has_nulls = 1;
-            break;
-        case 5:
-            s->max = tr_binary(t, type);
-            s->has_max = 1;
-            break;
-        case 6:
-            s->min = tr_binary(t, type);
-            s->has_min = 1;
-            break;
-        default:
-            tr_skip(t, type);
-        }
-    }
-    t->depth--;
-    /* The deprecated min/max order signed bytes for some types: kept only
-     * when the new fields are absent, and used for integers alone (their
-     * order is the same either way). */
-    if (!s->has_min && has_old_min) {
-        s->min = old_min;
-        s->has_min = 1;
-    }
-    if (!s->has_max && has_old_max) {
-        s->max = old_max;
-        s->has_max = 1;
-    }
-}
+/* A struct's plain fields, read by one loop from a table: field id, kind,
+ * where the value goes in the C struct, where a flag saying it was present
+ * goes (NOWHERE: none) and the bit it sets in the returned `seen` mask. */
+enum { F_I32, F_I64, F_BIN };
+#define NOWHERE ((size_t)-1)
+typedef struct fdesc {
+    int16_t id;
+    uint8_t kind;
+    unsigned bit;
+    size_t off, has;
+} fdesc;
 
-static void parse_logical(tr *t, pq_schema_el *e) {
+/* Fields not in the table: a struct the caller parses itself, or skipped. */
+typedef void (*tr_other_fn)(tr *t, int16_t id, int type, void *base);
+
+static unsigned tr_fields(tr *t, const fdesc *fd, int nfd, void *base, tr_other_fn other) {
+    unsigned seen = 0;
     if (!tr_enter(t))
-        return;
+        return 0;
     int16_t last = 0, id;
     int type;
     while (tr_field(t, &last, &type, &id)) {
-        if (type != T_STRUCT) {
-            tr_skip(t, type);
+        const fdesc *f = NULL;
+        for (int k = 0; k < nfd && !f; k++)
+            if (fd[k].id == id)
+                f = &fd[k];
+        if (!f) {
+            if (other)
+                other(t, id, type, base);
+            else
+                tr_skip(t, type);
             continue;
         }
-        e->logical = id;
-        if (!tr_enter(t))
-            break;
-        int16_t l2 = 0, id2;
-        int ty2;
-        while (tr_field(t, &l2, &ty2, &id2)) {
-            if (id == PQ_LT_INTEGER && id2 == 1)
-                e->int_bits = (int)tr_int(t, ty2);
-            else if (id == PQ_LT_INTEGER && id2 == 2)
-                e->int_signed = (int)tr_int(t, ty2);
-            else if ((id == PQ_LT_TIMESTAMP || id == PQ_LT_TIME) && id2 == 2 && ty2 == T_STRUCT) {
-                /* TimeUnit: a union of empty structs MILLIS (1), MICROS (2), NANOS (3) */
-                if (!tr_enter(t))
-                    break;
-                int16_t l3 = 0, id3;
-                int ty3;
-                while (tr_field(t, &l3, &ty3, &id3)) {
-                    if (ty3 == T_STRUCT)
-                        e->ts_unit = id3;
-                    tr_skip(t, ty3);
-                }
-                t->depth--;
-            } else {
-                tr_skip(t, ty2);
-            }
+        char *at = (char *)base + f->off;
+        if (f->kind == F_I32) {
+            int32_t v = tr_i32(t, type);
+            memcpy(at, &v, sizeof v);
+        } else if (f->kind == F_I64) {
+            int64_t v = tr_int(t, type);
+            memcpy(at, &v, sizeof v);
+        } else {
+            pq_bytes v = tr_binary(t, type);
+            memcpy(at, &v, sizeof v);
         }
-        t->depth--;
+        if (f->has != NOWHERE)
+            *(int *)(void *)((char *)base + f->has) = 1;
+        seen |= f->bit;
     }
     t->depth--;
+    return seen;
 }
+
+#define FD(id, kind, bit, type, field, has) {id, kind, bit, offsetof(type, field), has}
+
+/* Statistics; the deprecated min / max (fields 2, 1) are kept apart and
+ * used only when min_value / max_value are absent: integers, which is all
+ * filters read them for, order the same either way. */
+typedef struct stats_wire {
+    pq_stats s;
+    pq_bytes old_min, old_max;
+    int has_old_min, has_old_max;
+} stats_wire;
+
+static const fdesc stats_fields[] = {
+    FD(1, F_BIN, 0, stats_wire, old_max, offsetof(stats_wire, has_old_max)),
+    FD(2, F_BIN, 0, stats_wire, old_min, offsetof(stats_wire, has_old_min)),
+    FD(3, F_I64, 0, stats_wire, s.null_count, offsetof(stats_wire, s.has_nulls)),
+    FD(5, F_BIN, 0, stats_wire, s.max, offsetof(stats_wire, s.has_max)),
+    FD(6, F_BIN, 0, stats_wire, s.min, offsetof(stats_wire, s.has_min)),
+};
+
+static void parse_stats(tr *t, pq_stats *out) {
+    stats_wire w;
+    memset(&w, 0, sizeof w);
+    tr_fields(t, stats_fields, 5, &w, NULL);
+    if (!w.s.has_min && w.has_old_min) {
+        w.s.min = w.old_min;
+        w.s.has_min = 1;
+    }
+    if (!w.s.has_max && w.has_old_max) {
+        w.s.max = w.old_max;
+        w.s.has_max = 1;
+    }
+    *out = w.s;
+}
+
+/* TimeUnit: a union of empty structs MILLIS (1), MICROS (2), NANOS (3). */
+static void time_unit(tr *t, int16_t id, int type, void *base) {
+    if (type == T_STRUCT)
+        ((pq_schema_el *)base)->ts_unit = id;
+    tr_skip(t, type);
+}
+
+/* A LogicalType member's own fields (IntType's bitWidth and isSigned,
+ * TimestampType's unit); `base` is the schema element. */
+static void logical_member(tr *t, int16_t id, int type, void *base) {
+    pq_schema_el *e = base;
+    if (e->logical == PQ_LT_INTEGER && id == 1)
+        e->int_bits = (int)tr_int(t, type);
+    else if (e->logical == PQ_LT_INTEGER && id == 2)
+        e->int_signed = (int)tr_int(t, type);
+    else if ((e->logical == PQ_LT_TIMESTAMP || e->logical == PQ_LT_TIME) && id == 2 &&
+             type == T_STRUCT)
+        tr_fields(t, NULL, 0, e, time_unit);
+    else
+        tr_skip(t, type);
+}
+
+/* LogicalType: a union; the member present is its field id. */
+static void logical_type(tr *t, int16_t id, int type, void *base) {
+    if (type != T_STRUCT) {
+        tr_skip(t, type);
+        return;
+    }
+    ((pq_schema_el *)base)->logical = id;
+    tr_fields(t, NULL, 0, base, logical_member);
+}
+
+static void schema_logical(tr *t, int16_t id, int type, void *base) {
+    if (id == 10 && type == T_STRUCT)
+        tr_fields(t, NULL, 0, base, logical_type);
+    else
+        tr_skip(t, type);
+}
+
+static const fdesc schema_fields[] = {
+    FD(1, F_I32, 0, pq_schema_el, type, offsetof(pq_schema_el, has_type)),
+    FD(2, F_I32, 0, pq_schema_el, type_length, NOWHERE),
+    FD(3, F_I32, 0, pq_schema_el, repetition, NOWHERE),
+    FD(4, F_BIN, 1, pq_schema_el, name, NOWHERE),
+    FD(5, F_I32, 0, pq_schema_el, num_children, NOWHERE),
+    FD(6, F_I32, 0, pq_schema_el, converted, NOWHERE),
+};
 
 static void parse_schema_el(tr *t, pq_schema_el *e) {
     e->converted = PQ_CT_NONE;
     e->repetition = PQ_REQUIRED;
-    if (!tr_enter(t))
-        return;
-    int16_t last = 0, id;
-    int type, has_name = 0;
-    while (tr_field(t, &last, &type, &id)) {
-        switch (id) {
-        case 1:
-            e->type = tr_i32(t, type);
-            e->has_type = 1;
-            break;
-        case 2:
-            e->type_length = tr_i32(t, type);
-            break;
-        case 3:
-            e->repetition = tr_i32(t, type);
-            break;
-        case 4:
-            e->name = tr_binary(t, type);
-            has_name = 1;
-            break;
-        case 5:
-            e->num_children = tr_i32(t, type);
-            break;
-        case 6:
-            e->converted = tr_i32(t, type);
-            break;
-        case 10:
-            if (type == T_STRUCT)
-                parse_logical(t, e);
-            else
-                tr_skip(t, type);
-            break;
-        default:
-            tr_skip(t, type);
-        }
-    }
-    t->depth--;
-    if (!t->bad && !has_name)
+    unsigned seen = tr_fields(t, schema_fields, 6, e, schema_logical);
+    if (!t->bad && !(seen & 1))
         tr_fail(t, "no name");
     if (!t->bad && (e->repetition < 0 || e->repetition > 2))
         tr_fail(t, "repetition_type out of range");
@@ -391,50 +401,25 @@ static void parse_schema_el(tr *t, pq_schema_el *e) {
         tr_fail(t, "type or num_children out of range");
 }
 
+static void col_meta_other(tr *t, int16_t id, int type, void *base) {
+    if (id == 12 && type == T_STRUCT)
+        parse_stats(t, &((pq_chunk *)base)->stats);
+    else
+        tr_skip(t, type);
+}
+
+static const fdesc col_meta_fields[] = {
+    FD(1, F_I32, 1, pq_chunk, type, NOWHERE),
+    FD(4, F_I32, 2, pq_chunk, codec, NOWHERE),
+    FD(5, F_I64, 4, pq_chunk, num_values, NOWHERE),
+    FD(6, F_I64, 0, pq_chunk, total_uncompressed, NOWHERE),
+    FD(7, F_I64, 8, pq_chunk, total_compressed, NOWHERE),
+    FD(9, F_I64, 16, pq_chunk, data_page_offset, NOWHERE),
+    FD(11, F_I64, 0, pq_chunk, dict_page_offset, NOWHERE),
+};
+
 static void parse_col_meta(tr *t, pq_chunk *c) {
-    if (!tr_enter(t))
-        return;
-    int16_t last = 0, id;
-    int type, seen = 0;
-    while (tr_field(t, &last, &type, &id)) {
-        switch (id) {
-        case 1:
-            c->type = tr_i32(t, type);
-            seen |= 1;
-            break;
-        case 4:
-            c->codec = tr_i32(t, type);
-            seen |= 2;
-            break;
-        case 5:
-            c->num_values = tr_int(t, type);
-            seen |= 4;
-            break;
-        case 6:
-            c->total_uncompressed = tr_int(t, type);
-            break;
-        case 7:
-            c->total_compressed = tr_int(t, type);
-            seen |= 8;
-            break;
-        case 9:
-            c->data_page_offset = tr_int(t, type);
-            seen |= 16;
-            break;
-        case 11:
-            c->dict_page_offset = tr_int(t, type);
-            break;
-        case 12:
-            if (type == T_STRUCT)
-                parse_stats(t, &c->stats);
-            else
-                tr_skip(t, type);
-            break;
-        default:
-            tr_skip(t, type);
-        }
-    }
-    t->depth--;
+    unsigned seen = tr_fields(t, col_meta_fields, 7, c, col_meta_other);
     if (!t->bad && seen != 31)
         tr_fail(t, "meta_data lacks a required field (type, codec, num_values, "
                    "total_compressed_size or data_page_offset)");
@@ -462,16 +447,32 @@ static void parse_chunk(tr *t, pq_chunk *c) {
     t->depth--;
 }
 
-static int alloc_list(tr *t, void **out, uint64_t n, size_t size, const char *what) {
-    *out = NULL;
-    if (t->bad || n == 0)
-        return SL_OK;
-    *out = sl__calloc((size_t)n, size);
-    if (!*out) {
-        t->bad = 1;
-        return sl__oom(what);
+/* A list of at most `max` structs (`what` names it in messages), its
+ * elements (`size` bytes each, zeroed) allocated into *out and counted in
+ * *n_out, and the list entered (the caller reads the elements, then leaves
+ * it: t->depth--). SL_OK, SL_ENOMEM or SL_ECORRUPT (the list not entered). */
+static int struct_list(tr *t, int type, uint64_t max, const char *what, void **out, int *n_out,
+                       size_t size) {
+    int elem;
+    uint64_t n = tr_list(t, type, &elem);
+    if (!t->bad && n && elem != T_STRUCT)
+        tr_fail(t, "not a list of structs");
+    if (!t->bad && n > max) {
+        char why[96];
+        snprintf(why, sizeof why, "more than %llu %s", (unsigned long long)max, what);
+        tr_fail(t, why);
     }
-    return SL_OK;
+    if (t->bad)
+        return SL_ECORRUPT;
+    if (n) {
+        *out = sl__calloc((size_t)n, size);
+        if (!*out) {
+            t->bad = 1;
+            return sl__oom("reading a Parquet footer");
+        }
+    }
+    *n_out = (int)n;
+    return tr_enter(t) ? SL_OK : SL_ECORRUPT;
 }
 
 static int parse_rowgroup(tr *t, pq_rowgroup *rg, int gi) {
@@ -481,17 +482,15 @@ static int parse_rowgroup(tr *t, pq_rowgroup *rg, int gi) {
     int type, seen = 0;
     while (tr_field(t, &last, &type, &id)) {
         if (id == 1 && !(seen & 1)) {
-            int elem;
             tr_where(t, "row_groups[%d].columns", gi);
-            uint64_t n = tr_list(t, type, &elem);
-            if (!t->bad && elem != T_STRUCT && n)
-                tr_fail(t, "not a list of structs");
-            SL_TRY(alloc_list(t, (void **)&rg->cols, n, sizeof *rg->cols, "reading a Parquet footer"));
-            rg->ncols = (int)n;
-            if (!tr_enter(t))
-                break;
-            for (uint64_t k = 0; k < n && !t->bad; k++) {
-                tr_where(t, "row_groups[%d].columns[%" PRIu64 "]", gi, k);
+            int rc = struct_list(t, type, PQ_MAX_SCHEMA, "columns", (void **)&rg->cols,
+                                 &rg->ncols, sizeof *rg->cols);
+            if (rc < 0) {
+                t->depth--;
+                return rc;
+            }
+            for (int k = 0; k < rg->ncols && !t->bad; k++) {
+                tr_where(t, "row_groups[%d].columns[%d]", gi, k);
                 parse_chunk(t, &rg->cols[k]);
             }
             t->depth--;
@@ -555,57 +554,43 @@ int pq_meta_parse(const uint8_t *p, size_t n, const char *name, pq_meta *m) {
             tr_where(&t, "version");
             m->version = tr_i32(&t, type);
             break;
-        case 2: {
-            int elem;
+        case 2:
             tr_where(&t, "schema");
-            uint64_t k = tr_list(&t, type, &elem);
-            if (!t.bad && (k == 0 || elem != T_STRUCT)) {
-                tr_fail(&t, "empty, or not a list of structs");
+            if (seen & 1) {
+                tr_fail(&t, "given twice");
                 break;
             }
-            if (!t.bad && k > PQ_MAX_SCHEMA) {
-                tr_fail(&t, "more than 100000 schema elements");
+            if ((rc = struct_list(&t, type, PQ_MAX_SCHEMA, "schema elements", (void **)&m->schema,
+                                  &m->nschema, sizeof *m->schema)) < 0)
                 break;
-            }
-            rc = alloc_list(&t, (void **)&m->schema, k, sizeof *m->schema, "reading a Parquet footer");
-            m->nschema = (int)k;
-            if (!tr_enter(&t))
-                break;
-            for (uint64_t i = 0; i < k && !t.bad; i++) {
-                tr_where(&t, "schema[%" PRIu64 "]", i);
+            for (int i = 0; i < m->nschema && !t.bad; i++) {
+                tr_where(&t, "schema[%d]", i);
                 parse_schema_el(&t, &m->schema[i]);
             }
             t.depth--;
+            if (!t.bad && m->nschema == 0)
+                tr_fail(&t, "empty");
             seen |= 1;
             break;
-        }
         case 3:
             tr_where(&t, "num_rows");
             m->num_rows = tr_int(&t, type);
             seen |= 2;
             break;
-        case 4: {
-            int elem;
+        case 4:
             tr_where(&t, "row_groups");
-            uint64_t k = tr_list(&t, type, &elem);
-            if (!t.bad && k && elem != T_STRUCT) {
-                tr_fail(&t, "not a list of structs");
+            if (seen & 4) {
+                tr_fail(&t, "given twice");
                 break;
             }
-            if (!t.bad && k > PQ_MAX_ROW_GROUPS) {
-                tr_fail(&t, "more than 1000000 row groups");
+            if ((rc = struct_list(&t, type, PQ_MAX_ROW_GROUPS, "row groups", (void **)&m->rg,
+                                  &m->nrg, sizeof *m->rg)) < 0)
                 break;
-            }
-            rc = alloc_list(&t, (void **)&m->rg, k, sizeof *m->rg, "reading a Parquet footer");
-            m->nrg = (int)k;
-            if (!tr_enter(&t))
-                break;
-            for (uint64_t i = 0; i < k && rc == SL_OK && !t.bad; i++)
-                rc = parse_rowgroup(&t, &m->rg[i], (int)i);
+            for (int i = 0; i < m->nrg && rc == SL_OK && !t.bad; i++)
+                rc = parse_rowgroup(&t, &m->rg[i], i);
             t.depth--;
             seen |= 4;
             break;
-        }
         case 5:
             tr_where(&t, "key_value_metadata");
             if (type != T_LIST)
@@ -646,74 +631,56 @@ void pq_meta_dispose(pq_meta *m) {
     memset(m, 0, sizeof *m);
 }
 
+/* DataPageHeader (5), DictionaryPageHeader (7), DataPageHeaderV2 (8). */
+static const fdesc v1_fields[] = {
+    FD(1, F_I32, 0, pq_page, num_values, NOWHERE),
+    FD(2, F_I32, 0, pq_page, encoding, NOWHERE),
+    FD(3, F_I32, 0, pq_page, def_encoding, NOWHERE),
+    FD(4, F_I32, 0, pq_page, rep_encoding, NOWHERE),
+};
+static const fdesc dict_fields[] = {
+    FD(1, F_I32, 0, pq_page, num_values, NOWHERE),
+    FD(2, F_I32, 0, pq_page, encoding, NOWHERE),
+};
+static const fdesc v2_fields[] = {
+    FD(1, F_I32, 0, pq_page, num_values, NOWHERE),
+    FD(2, F_I32, 0, pq_page, num_nulls, NOWHERE),
+    FD(3, F_I32, 0, pq_page, num_rows, NOWHERE),
+    FD(4, F_I32, 0, pq_page, encoding, NOWHERE),
+    FD(5, F_I32, 0, pq_page, def_bytes, NOWHERE),
+    FD(6, F_I32, 0, pq_page, rep_bytes, NOWHERE),
+    FD(7, F_I32, 0, pq_page, is_compressed, NOWHERE),
+};
+
+static void page_other(tr *t, int16_t id, int type, void *base) {
+    pq_page *pg = base;
+    if (type != T_STRUCT || (id != 5 && id != 7 && id != 8)) {
+        tr_skip(t, type);
+        return;
+    }
+    if (id == 5)
+        tr_fields(t, v1_fields, 4, pg, NULL);
+    else if (id == 7)
+        tr_fields(t, dict_fields, 2, pg, NULL);
+    else
+        tr_fields(t, v2_fields, 7, pg, NULL);
+    if ((id == 5 && pg->type == PQ_DATA_PAGE) || (id == 7 && pg->type == PQ_DICTIONARY_PAGE) ||
+        (id == 8 && pg->type == PQ_DATA_PAGE_V2))
+        pg->has_header = 1;
+}
+
+static const fdesc page_fields[] = {
+    FD(1, F_I32, 1, pq_page, type, NOWHERE),
+    FD(2, F_I32, 2, pq_page, uncompressed_size, NOWHERE),
+    FD(3, F_I32, 4, pq_page, compressed_size, NOWHERE),
+    FD(4, F_I32, 0, pq_page, crc, offsetof(pq_page, has_crc)),
+};
+
 int pq_page_parse(const uint8_t *p, size_t n, pq_page *pg, size_t *used) {
     memset(pg, 0, sizeof *pg);
     pg->is_compressed = 1;
     tr t = {.p = p, .end = p + n, .name = "page header"};
-    int16_t last = 0, id;
-    int type, seen = 0;
-    while (tr_field(&t, &last, &type, &id)) {
-        switch (id) {
-        case 1:
-            pg->type = tr_i32(&t, type);
-            seen |= 1;
-            break;
-        case 2:
-            pg->uncompressed_size = tr_i32(&t, type);
-            seen |= 2;
-            break;
-        case 3:
-            pg->compressed_size = tr_i32(&t, type);
-            seen |= 4;
-            break;
-        case 4:
-            pg->crc = (uint32_t)tr_i32(&t, type);
-            pg->has_crc = 1;
-            break;
-        case 5:
-        case 7:
-        case 8: {
-            if (type != T_STRUCT || !tr_enter(&t)) {
-                tr_skip(&t, type);
-                break;
-            }
-            int16_t l2 = 0, id2;
-            int ty2;
-            while (tr_field(&t, &l2, &ty2, &id2)) {
-                if (id2 == 1) {
-                    pg->num_values = tr_i32(&t, ty2);
-                } else if (id == 5 && id2 == 2) {
-                    pg->encoding = tr_i32(&t, ty2);
-                } else if (id == 5 && id2 == 3) {
-                    pg->def_encoding = tr_i32(&t, ty2);
-                } else if (id == 5 && id2 == 4) {
-                    pg->rep_encoding = tr_i32(&t, ty2);
-                } else if (id == 7 && id2 == 2) {
-                    pg->encoding = tr_i32(&t, ty2);
-                } else if (id == 8) {
-                    switch (id2) {
-                    case 2: pg->num_nulls = tr_i32(&t, ty2); break;
-                    case 3: pg->num_rows = tr_i32(&t, ty2); break;
-                    case 4: pg->encoding = tr_i32(&t, ty2); break;
-                    case 5: pg->def_bytes = tr_i32(&t, ty2); break;
-                    case 6: pg->rep_bytes = tr_i32(&t, ty2); break;
-                    case 7: pg->is_compressed = (int)tr_int(&t, ty2); break;
-                    default: tr_skip(&t, ty2);
-                    }
-                } else {
-                    tr_skip(&t, ty2);
-                }
-            }
-            t.depth--;
-            if ((id == 5 && pg->type == PQ_DATA_PAGE) || (id == 7 && pg->type == PQ_DICTIONARY_PAGE) ||
-                (id == 8 && pg->type == PQ_DATA_PAGE_V2))
-                pg->has_header = 1;
-            break;
-        }
-        default:
-            tr_skip(&t, type);
-        }
-    }
+    unsigned seen = tr_fields(&t, page_fields, 4, pg, page_other);
     if (t.bad)
         return SL_ECORRUPT;
     if (seen != 7)
