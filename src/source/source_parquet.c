@@ -54,9 +54,6 @@
 #define PQ_DEFAULT_CACHE ((uint64_t)512 << 20)
 #define PQ_MAX_LEAVES 4096
 
-/* Why a leaf is not a column (0: it is one). */
-enum { PQ_OK = 0 };
-
 /* A leaf of a file's schema, as a column would read it. */
 typedef struct pq_lf {
     char name[SL_COLNAME_MAX];   /* the column's default name */
@@ -87,7 +84,6 @@ typedef struct pq_file {
     int nlf;
     int chunk[SL_MAX_COLUMNS];   /* per source column: its chunk in a row group */
     uint64_t first;              /* first record */
-    int first_rg;                /* its first row group's number in the source */
 } pq_file;
 
 typedef struct pq_rgref {
@@ -120,7 +116,6 @@ typedef struct pq_source {
     sl_source_ivals ivals;
     uint32_t codecs;             /* bit c: codec c is used by a selected chunk */
     int hf;                      /* a file has Hugging Face metadata */
-    const cJSON *opts_columns;   /* while opening */
 } pq_source;
 
 /* ---- options ---------------------------------------------------------------------- */
@@ -1013,7 +1008,6 @@ int sl_source__open_parquet(sl_source **out, const cJSON *obj, const char *field
     for (int k = 0; k < n; k++) {
         pq_file *f = &s->files[k];
         f->first = s->base.count;
-        f->first_rg = s->nrg;
         for (int g = 0; g < f->meta.nrg; g++) {
             if (f->meta.rg[g].num_rows == 0)
                 continue; /* an empty row group holds no record */
