@@ -22,7 +22,9 @@
  * most workers loses one, until they fit; a limit below the smallest such
  * pipeline (one worker, one queued batch, the consumer's two, and one chunk
  * per worker and queue slot before) fails here with the sizes in the
- * message. Columns whose shape is unknown at plan time and that are not
+ * message. What the source holds for its reads (held_bytes: a Parquet
+ * source's cache of decoded row groups) is counted on top. Columns whose
+ * shape is unknown at plan time and that are not
  * encoded bytes (a decoded image before its crop) are not counted.
  */
 #include "pipeline/pipeline.h"
@@ -169,7 +171,8 @@ int sl_pipeline__memory_plan(sl_pipeline *p) {
     int requeue[SL_STATS_MAX_STAGES] = {0};
     uint64_t held = batches_in_flight(p);
     for (;;) {
-        uint64_t total = held * p->mem.batch_bytes + chunk_bytes_held(p);
+        /* + what the source keeps for its reads (decoded Parquet row groups) */
+        uint64_t total = held * p->mem.batch_bytes + chunk_bytes_held(p) + p->src->held_bytes;
         if (total <= p->mem.limit)
             break;
         if (shrink_chunks(p, requeue))
@@ -178,7 +181,13 @@ int sl_pipeline__memory_plan(sl_pipeline *p) {
             break;
         held = batches_in_flight(p);
     }
-    uint64_t total = held * p->mem.batch_bytes + chunk_bytes_held(p);
+    uint64_t total = held * p->mem.batch_bytes + chunk_bytes_held(p) + p->src->held_bytes;
+    if (total > p->mem.limit && p->src->held_bytes >= p->mem.limit) {
+        fmt_bytes(chunks, sizeof chunks, p->src->held_bytes);
+        return sl__error(SL_ELIMIT, "memory_limit %s is below the source's cache (%s of decoded "
+                                    "row groups); raise it or lower the source's cache_bytes",
+                         lim, chunks);
+    }
     if (total > p->mem.limit) {
         fmt_bytes(chunks, sizeof chunks, chunk_bytes_held(p));
         return sl__error(SL_ELIMIT, "memory_limit %s holds %llu batch(es) of %s (%s each); "

@@ -298,10 +298,14 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
      * all of them (docs/PIPELINE.md, "Shuffle") */
     p->shuf.window_mode = p->spec->shuffle &&
                      (p->spec->shuffle_mode == SL_SHUFFLE_WINDOW ||
-                      (p->spec->shuffle_mode == SL_SHUFFLE_AUTO && m > SL_SHUFFLE_GLOBAL_MAX &&
-                       sl_source__remote(p->src)));
-    if (p->shuf.window_mode)
-        sl_pipeline__window_sizes(p->spec->shuffle_window, p->spec->shuffle_block,
+                      (p->spec->shuffle_mode == SL_SHUFFLE_AUTO &&
+                       ((m > SL_SHUFFLE_GLOBAL_MAX && sl_source__remote(p->src)) ||
+                        p->src->locality)));
+    if (p->shuf.window_mode) /* a source's locality (Parquet row groups): the defaults */
+        sl_pipeline__window_sizes(p->spec->shuffle_window ? p->spec->shuffle_window
+                                                          : p->src->locality_window,
+                                  p->spec->shuffle_block ? p->spec->shuffle_block
+                                                         : p->src->locality,
                                   &p->shuf.window, &p->shuf.block);
     SL_CHECK(sl_pipeline__pools_create(&p->pools));
     sl_pool_mem pinned;
