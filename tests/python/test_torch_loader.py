@@ -29,6 +29,7 @@ from torchvision.transforms import functional as TF  # noqa: E402
 import sluice  # noqa: E402
 import sluice.ops  # noqa: E402
 import sluice.torch as st  # noqa: E402
+from sluice import _torch_auto, _torch_compat, _torch_threads  # noqa: E402
 import torch.utils.data as tud  # noqa: E402
 
 KINDS = [("thread", 1), ("thread", 3), ("process", 2), ("auto", 2)]
@@ -223,15 +224,15 @@ def test_process_batches_arrive_in_shared_memory_files():
 def test_auto_switches_to_processes_mid_epoch(monkeypatch):
     """The probe's verdict "process" (forced: no share reaches 1.01) drains
     the threads and goes on with processes; the batches do not change."""
-    monkeypatch.setattr(st, "_AUTO_THRESHOLD", 1.01)
-    if not st._gil_enabled():
+    monkeypatch.setattr(_torch_auto, "THRESHOLD", 1.01)
+    if not _torch_threads.gil_enabled():
         # Free-threaded, GIL off: threads at once, no probe, whatever the
         # threshold. The switch below is then run as on a GIL build.
         dl = st.DataLoader(Plain(90), batch_size=2, shuffle=True, num_workers=2)
         assert len(list(dl)) == 45
         assert dl.worker_type_used == "thread" and dl.auto_probe["choice"] == "thread"
         assert "cpu_share" not in dl.auto_probe
-        monkeypatch.setattr(st, "_gil_enabled", lambda: True)
+        monkeypatch.setattr(_torch_threads, "gil_enabled", lambda: True)
     torch.manual_seed(3)
     ref = list(tud.DataLoader(Plain(90), batch_size=2, shuffle=True))
     torch.manual_seed(3)
@@ -247,6 +248,79 @@ def test_auto_switches_to_processes_mid_epoch(monkeypatch):
     assert dl.worker_type_used == "process"
     del dl
     assert wait_gone(lambda: worker_threads() or children()) < 3
+
+
+@pytest.mark.parametrize("processes_win", [True, False])
+def test_auto_tries_processes_and_keeps_the_faster(monkeypatch, processes_win):
+    """With the GIL and a CPU share at or above the threshold, "auto" tries
+    processes for as many batches as it measured on threads and keeps the
+    kind whose batches arrived faster (the margin forced here: processes
+    always win, or never). Two switches mid-epoch, and the batches are still
+    torch's; the verdict holds for the next epoch."""
+    if not _torch_threads.gil_enabled():
+        monkeypatch.setattr(_torch_threads, "gil_enabled", lambda: True)
+    monkeypatch.setattr(_torch_auto, "THRESHOLD", 0.0)
+    monkeypatch.setattr(_torch_auto, "MARGIN", -1.0 if processes_win else 1e9)
+    torch.manual_seed(5)
+    ref = [list(tud.DataLoader(Plain(160), batch_size=2, shuffle=True)) for _ in range(2)]
+    torch.manual_seed(5)
+    dl = st.DataLoader(Plain(160), batch_size=2, shuffle=True, num_workers=2)
+    seen = []
+    ours = []
+    for b in dl:
+        seen.append(dl.worker_type_used)
+        ours.append(b)
+    assert_batches(ours, ref[0])
+    # threads, then processes, then (when they lost) threads again
+    runs = [k for i, k in enumerate(seen) if i == 0 or seen[i - 1] != k]
+    assert runs == (["thread", "process"] if processes_win else ["thread", "process", "thread"]), \
+        runs
+    probe = dl.auto_probe
+    want = "process" if processes_win else "thread"
+    assert probe["choice"] == want and dl.worker_type_used == want, probe
+    assert probe["thread_batches_s"] > 0 and probe["process_batches_s"] > 0, probe
+    assert probe["tasks"] >= 2 * _torch_auto.PROBE_TASKS and "cpu_share" in probe, probe
+    assert_batches(list(dl), ref[1])
+    assert dl.worker_type_used == want
+    del dl
+    assert wait_gone(lambda: worker_threads() or children()) < 3
+
+
+def test_auto_probe_rates_decide():
+    """The verdict of the two measurements, without a loader's timing: more
+    than MARGIN faster on processes keeps processes, anything less goes back
+    to threads (the leaner); a probe cut short by the epoch's end decides
+    from what it saw."""
+    class L:
+        _sl_auto_pending = True
+        _sl_auto_choice = None
+        auto_probe = None
+
+    def probe(rates, share=(1.0, 1.0)):
+        p = _torch_auto.Probe(2)
+        p.share = [share]
+        p.cpu_share = 1.0
+        p.kind = "process"
+        p.rates = {"thread": rates[0]}
+        p.times = [0.0, 1.0 / rates[1]] if rates[1] else []
+        return p
+
+    for rt, rp, want in ((100.0, 110.0, "process"), (100.0, 102.0, "thread"),
+                         (100.0, 90.0, "thread"), (100.0, None, "thread")):
+        loader = L()
+        p = probe((rt, rp))
+        into = p.step(loader, exhausted=True)
+        assert into is None       # the epoch has ended: the next one starts on the verdict
+        assert loader._sl_auto_choice == want and not loader._sl_auto_pending, (rt, rp)
+        assert loader.auto_probe["choice"] == want and loader.auto_probe["margin"] == 0.03
+    # a thread share below the threshold settles it without trying processes
+    loader = L()
+    p = _torch_auto.Probe(2)
+    p.share = [(0.5, 1.0)]
+    p.times = [0.0, 0.1]
+    assert p.step(loader, exhausted=True) is None
+    assert loader._sl_auto_choice == "process" and loader.auto_probe["cpu_share"] == 0.5
+    assert "process_batches_s" not in loader.auto_probe
 
 
 @pytest.mark.parametrize("worker_type", ["thread", "process"])
@@ -963,13 +1037,13 @@ def test_spawn_with_an_unpicklable_dataset(monkeypatch):
     # "auto" that chose processes (forced here) goes on with threads and says why.
     # (Two epochs: the probe's verdict may come when the first epoch has no
     # batch left to ask for; the second then starts on processes.)
-    monkeypatch.setattr(st, "_AUTO_THRESHOLD", 1.01)
+    monkeypatch.setattr(_torch_auto, "THRESHOLD", 1.01)
     torch.manual_seed(3)
     ref = [list(tud.DataLoader(Unpicklable(), batch_size=2, shuffle=True)) for _ in range(2)]
     torch.manual_seed(3)
     dl = st.DataLoader(Unpicklable(), batch_size=2, shuffle=True, num_workers=2,
                        multiprocessing_context="spawn")
-    if st._gil_enabled():
+    if _torch_threads.gil_enabled():
         with pytest.warns(RuntimeWarning, match="continues on threads: worker processes "
                                                 "cannot start with the 'spawn' start method"):
             ours = [list(dl) for _ in range(2)]
@@ -1010,7 +1084,7 @@ def test_gil_turned_back_on_is_named_once_and_auto_follows(tmp_path):
     there is nothing to say."""
     import sysconfig
     import warnings
-    if not st._free_threaded_build():
+    if not _torch_threads.free_threaded_build():
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             dl = st.DataLoader(Plain(8), batch_size=2, num_workers=2, worker_type="thread")
@@ -1106,7 +1180,7 @@ def test_in_order_false_hands_out_what_has_arrived(worker_type):
         dl.state_dict()
     assert [int(b) for b in st.DataLoader(SlowFirst(), batch_size=1, num_workers=2,
                                           worker_type=worker_type)] == list(range(12))
-    if "in_order" in st._TORCH_INIT_PARAMS:
+    if "in_order" in _torch_compat.TORCH_INIT_PARAMS:
         ref = [int(b) for b in tud.DataLoader(SlowFirst(), batch_size=1, num_workers=2,
                                               in_order=False)]
         assert sorted(ref) == sorted(got)
