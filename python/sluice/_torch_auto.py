@@ -111,6 +111,7 @@ class Probe:
             ratio = min(1.0, sum(c for c, _ in self.share) /
                         max(1e-9, sum(b for _, b in self.share)))
             self.cpu_share = round(ratio, 3)
+            self.thread_tasks = len(self.times)
             if ratio < THRESHOLD or exhausted:
                 return self._verdict(loader, "thread" if ratio >= THRESHOLD else "process",
                                      exhausted)
@@ -126,7 +127,8 @@ class Probe:
     def _verdict(self, loader, choice, exhausted):
         loader._sl_auto_pending = False
         loader._sl_auto_choice = choice
-        probe = {"tasks": len(self.share), "choice": choice, "threshold": THRESHOLD}
+        tasks = getattr(self, "thread_tasks", len(self.times) if self.kind == "thread" else 0)
+        probe = {"tasks": tasks, "choice": choice, "threshold": THRESHOLD}
         if hasattr(self, "cpu_share"):
             probe["cpu_share"] = self.cpu_share
         for k, r in self.rates.items():
