@@ -131,7 +131,8 @@ class Iter:
             self._fetch = cfg.fetcher(0, None)
             self._fetch.begin()
             return
-        if self._pool is None:
+        started = self._pool is None
+        if started:
             self._cfg = Config(loader, self._num_workers, self._base_seed)
             st = self._staging
             if st is not None and not st.to_device:
@@ -141,9 +142,19 @@ class Iter:
                 # queued in the order the batches are handed out.
                 self._cfg.stage = st
             self._start_pool(loader)
+        elif loader.worker_type == "auto":
+            # Persistent workers of another kind than "auto" runs now (its
+            # verdict came as the last epoch ended): the other kind.
+            kind = auto.worker_type_now(loader)
+            if kind != self._pool.kind:
+                self._pool.shutdown()
+                self._start_pool(loader, kind)
+                started = True
         self._probe = None
-        if self._pool.kind == "thread" and loader._sl_auto_pending:
-            self._probe = auto.Probe(self._num_workers)
+        probe = loader._sl_probe
+        if loader._sl_auto_pending and probe is not None and probe.kind == self._pool.kind:
+            self._probe = probe
+            probe.segment(started)
         # torch primes prefetch_factor * num_workers batches, then asks the
         # sampler for one more each time a batch is handed out (and when an
         # iterable worker's end is seen): the sampler is asked at torch's
@@ -175,6 +186,7 @@ class Iter:
                               f"threads: {why}", RuntimeWarning, stacklevel=4)
                 loader._sl_auto_choice = kind = "thread"
                 loader._sl_auto_pending = False
+                loader._sl_probe = None
                 pool = ThreadPool(self._cfg)
         self._pool = pool
         self._pools.append(pool)
@@ -257,14 +269,14 @@ class Iter:
                 self._status[wid] = False
                 self._try_put()
             if self._probe is not None and kind == "ok" and not self._draining:
-                self._probe.add(wid, cpu, wall)
+                self._probe.add(wid, cpu, wall, self._exhausted)
 
     def _auto_step(self):
         loader = self._loader()
         if loader is None:
             self._probe = None
             return
-        into = self._probe.step(loader, self._exhausted)
+        into = self._probe.step(loader)
         if not loader._sl_auto_pending:
             self._probe = None      # the verdict
         if into is not None and into != self._pool.kind:
@@ -282,8 +294,11 @@ class Iter:
         self._draining = False
         if loader is not None:
             self._start_pool(loader, self._switch_to)
-            if self._probe is not None and not self._probe.started(self._pool.kind):
-                self._probe = None
+            if self._probe is not None:
+                if self._probe.kind == self._pool.kind:
+                    self._probe.segment()
+                else:
+                    self._probe = None  # processes could not start: threads, measured no more
         owed, self._owed = self._owed, 0
         for _ in range(owed):
             self._try_put()
@@ -355,8 +370,6 @@ class Iter:
                     continue
                 return self._hand_out(payload)
             if self._exhausted and self._taken == self._next_task:
-                if self._probe is not None:
-                    self._auto_step()    # the verdict from what was measured
                 self._finish()
                 raise StopIteration
             now = time.monotonic()

@@ -112,6 +112,7 @@ class DataLoader(_tud.DataLoader):
         self.auto_probe = None
         self._sl_auto_pending = (worker_type == "auto" and num_workers > 0)
         self._sl_auto_choice = None
+        self._sl_probe = None
         self._sl_epoch = 0
         self._sl_pending_state = None
         self._sl_running = None

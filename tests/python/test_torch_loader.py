@@ -286,41 +286,90 @@ def test_auto_tries_processes_and_keeps_the_faster(monkeypatch, processes_win):
     assert wait_gone(lambda: worker_threads() or children()) < 3
 
 
-def test_auto_probe_rates_decide():
-    """The verdict of the two measurements, without a loader's timing: more
-    than MARGIN faster on processes keeps processes, anything less goes back
-    to threads (the leaner); a probe cut short by the epoch's end decides
-    from what it saw."""
-    class L:
-        _sl_auto_pending = True
-        _sl_auto_choice = None
-        auto_probe = None
+class _AutoLoader:
+    """What the probe reads and writes on a loader."""
+    _sl_auto_pending = True
+    _sl_auto_choice = None
+    _sl_probe = None
+    auto_probe = None
 
-    def probe(rates, share=(1.0, 1.0)):
-        p = _torch_auto.Probe(2)
-        p.share = [share]
-        p.cpu_share = 1.0
-        p.kind = "process"
-        p.rates = {"thread": rates[0]}
-        p.times = [0.0, 1.0 / rates[1]] if rates[1] else []
-        return p
 
-    for rt, rp, want in ((100.0, 110.0, "process"), (100.0, 102.0, "thread"),
-                         (100.0, 90.0, "thread"), (100.0, None, "thread")):
-        loader = L()
-        p = probe((rt, rp))
-        into = p.step(loader, exhausted=True)
-        assert into is None       # the epoch has ended: the next one starts on the verdict
-        assert loader._sl_auto_choice == want and not loader._sl_auto_pending, (rt, rp)
-        assert loader.auto_probe["choice"] == want and loader.auto_probe["margin"] == 0.03
-    # a thread share below the threshold settles it without trying processes
-    loader = L()
+def test_auto_probe_rates_decide(monkeypatch):
+    """The probe's arithmetic on a clock of its own: each worker's first
+    batch, the batches after the sampler ran out and the time between epochs
+    are left out of a rate; a CPU share below the threshold settles it; else
+    processes stay only when more than MARGIN faster."""
+    clock = [0.0]
+    monkeypatch.setattr(_torch_auto.time, "perf_counter", lambda: clock[0])
+
+    def feed(p, n, dt, share=(1.0, 1.0), exhausted=False):
+        for k in range(n):
+            clock[0] += dt
+            p.add(k % 2, share[0], share[1], exhausted)
+
+    # threads at 10 batches/s in two epochs with a pause between them, and a
+    # drained tail at the end of the first that does not count
+    loader = _AutoLoader()
     p = _torch_auto.Probe(2)
-    p.share = [(0.5, 1.0)]
-    p.times = [0.0, 0.1]
-    assert p.step(loader, exhausted=True) is None
+    feed(p, 8, 0.1)                     # 2 firsts left out, 6 counted
+    feed(p, 3, 5.0, exhausted=True)     # the drain: not counted
+    clock[0] += 60                      # between epochs
+    p.segment(started=False)
+    feed(p, 6, 0.1)
+    assert p.counted == 12
+    assert p.step(loader) == "process"  # share 1.0 >= 0.8: try processes
+    assert p.rates["thread"] == pytest.approx(10.0)
+    assert loader.auto_probe["measuring"] == "process" and loader._sl_auto_pending
+    # processes at 11/s (first batches after their start left out again)
+    p.segment()
+    feed(p, 2 + 12, 1 / 11)
+    assert p.step(loader) is None       # processes are running: stay
+    assert loader._sl_auto_choice == "process" and not loader._sl_auto_pending
+    assert loader.auto_probe["process_batches_s"] == pytest.approx(11.0)
+    assert loader.auto_probe["margin"] == _torch_auto.MARGIN and loader._sl_probe is None
+    for rp, want in ((10.2, "thread"), (9.0, "thread")):
+        loader = _AutoLoader()
+        p = _torch_auto.Probe(2)
+        feed(p, 14, 0.1)
+        p.step(loader)
+        p.segment()
+        feed(p, 14, 1 / rp)
+        assert p.step(loader) == "thread", rp   # back to threads
+        assert loader._sl_auto_choice == want and loader.auto_probe["choice"] == want
+    # a thread share below the threshold settles it without trying processes
+    loader = _AutoLoader()
+    p = _torch_auto.Probe(2)
+    feed(p, 14, 0.1, share=(0.5, 1.0))
+    assert p.step(loader) == "process"
     assert loader._sl_auto_choice == "process" and loader.auto_probe["cpu_share"] == 0.5
     assert "process_batches_s" not in loader.auto_probe
+
+
+def test_auto_verdict_at_an_epoch_end_holds_for_persistent_workers(monkeypatch):
+    """An epoch too short for the trial: the measurement goes on in the next
+    epochs (on the kind being measured), and the verdict, whenever it comes,
+    is what persistent workers run from the next epoch on."""
+    if not _torch_threads.gil_enabled():
+        monkeypatch.setattr(_torch_threads, "gil_enabled", lambda: True)
+    monkeypatch.setattr(_torch_auto, "THRESHOLD", 0.0)
+    monkeypatch.setattr(_torch_auto, "MARGIN", 1e9)      # threads win
+    torch.manual_seed(9)
+    ref = tud.DataLoader(Plain(24), batch_size=2, shuffle=True, num_workers=2,
+                         persistent_workers=True)
+    want = [list(ref) for _ in range(6)]
+    del ref
+    torch.manual_seed(9)
+    dl = st.DataLoader(Plain(24), batch_size=2, shuffle=True, num_workers=2,
+                       persistent_workers=True)
+    kinds = []
+    for e in range(6):
+        assert_batches(list(dl), want[e])
+        kinds.append(dl.worker_type_used)
+    assert dl.auto_probe["choice"] == "thread" and "process_batches_s" in dl.auto_probe, \
+        dl.auto_probe
+    assert "process" in kinds and kinds[-1] == "thread", kinds
+    del dl
+    assert wait_gone(lambda: worker_threads() or children()) < 3
 
 
 @pytest.mark.parametrize("worker_type", ["thread", "process"])
