@@ -440,6 +440,35 @@ def read_rows(paths):
     return rows
 
 
+def bars(ax, work, rows, label_py, pys, colors):
+    """One panel of bars: the best of each loader over its worker counts,
+    one bar per interpreter, the workers of the best written on it."""
+    best = {}
+    for r in rows:
+        if r["work"] != work or r["samples_per_s"] is None:
+            continue
+        k = (loader_name(r["loader"], r["worker_type"]), label_py(r))
+        if k not in best or r["samples_per_s"] > best[k]["samples_per_s"]:
+            best[k] = r
+    names = [n for n in colors if any(k[0] == n for k in best)]
+    width = 0.8 / max(1, len(pys))
+    for i, py in enumerate(pys):
+        for j, n in enumerate(names):
+            r = best.get((n, py))
+            if r is None:
+                continue
+            x = j + (i - (len(pys) - 1) / 2) * width
+            ax.bar(x, r["samples_per_s"], width * 0.95, color=colors[n],
+                   hatch=None if i == 0 else "//", edgecolor="black", linewidth=0.4)
+            ax.text(x, r["samples_per_s"], str(r["workers"]), ha="center", va="bottom", fontsize=6)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=40, ha="right", fontsize=7)
+    ax.set_title(work + "  (plain: " + pys[0] + ("; hatched: " + pys[1] if len(pys) > 1 else "") + ")",
+                 fontsize=9)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3, axis="y")
+
+
 def plot(rows, path):
     import matplotlib
     matplotlib.use("Agg")
@@ -460,7 +489,19 @@ def plot(rows, path):
         return f"{r['python']}" + (" GIL" if r["gil"] else " no GIL")
     pys = sorted({label_py(r) for r in rows})
     styles = {p: ("-" if i == 0 else "--" if i == 1 else ":") for i, p in enumerate(pys)}
+    def curves(work):
+        """Whether some loader of `work` ran at 3 or more worker counts."""
+        counts = {}
+        for r in rows:
+            if r["work"] == work and r["samples_per_s"] is not None:
+                counts.setdefault((r["loader"], r["worker_type"], label_py(r)), set()).add(
+                    r["workers"])
+        return any(len(c) >= 3 for c in counts.values())
+
     for ax, work in zip(axes[0], works):
+        if not curves(work):
+            bars(ax, work, rows, label_py, pys, colors)
+            continue
         # workers as categories (0-3, and Grain's default 16 at the end)
         counts = sorted({r["workers"] for r in rows if r["work"] == work})
         at = {w: i for i, w in enumerate(counts)}

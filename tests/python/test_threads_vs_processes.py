@@ -129,7 +129,9 @@ def test_loaders_filter_and_plot(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     # saved rows, another interpreter's among them, drawn without running
     saved = tmp_path / "saved.jsonl"
-    other = [dict(x, python="3.13t", gil=False, samples_per_s=x["samples_per_s"] * 2) for x in rows]
+    # (3.13t's at three worker counts: curves over workers; 3.11's alone: bars of the best)
+    other = [dict(x, python="3.13t", gil=False, workers=w, samples_per_s=x["samples_per_s"] * w)
+             for x in rows for w in (1, 2, 3)]
     saved.write_text("".join(json.dumps(x) + "\n" for x in rows + other))
     r2 = subprocess.run([sys.executable, BENCH, "--plot", str(tmp_path / "b.png"), str(saved)],
                         capture_output=True, text=True, timeout=300)
