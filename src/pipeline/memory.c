@@ -22,7 +22,9 @@
  * most workers loses one, until they fit; a limit below the smallest such
  * pipeline (one worker, one queued batch, the consumer's two, and one chunk
  * per worker and queue slot before) fails here with the sizes in the
- * message. Columns whose shape is unknown at plan time and that are not
+ * message. What the source holds for its reads (held_bytes: a Parquet
+ * source's cache of decoded row groups) is counted on top. Columns whose
+ * shape is unknown at plan time and that are not
  * encoded bytes (a decoded image before its crop) are not counted.
  */
 #include "pipeline/exec.h"
@@ -169,7 +171,8 @@ int sl_exec__memory_plan(sl_exec *x) {
     int requeue[SL_STATS_MAX_STAGES] = {0};
     uint64_t held = batches_in_flight(x);
     for (;;) {
-        uint64_t total = held * x->mem.batch_bytes + chunk_bytes_held(x);
+        /* + what the source keeps for its reads (decoded Parquet row groups) */
+        uint64_t total = held * x->mem.batch_bytes + chunk_bytes_held(x) + x->in->src->held_bytes;
         if (total <= x->mem.limit)
             break;
         if (shrink_chunks(x, requeue))
@@ -178,7 +181,13 @@ int sl_exec__memory_plan(sl_exec *x) {
             break;
         held = batches_in_flight(x);
     }
-    uint64_t total = held * x->mem.batch_bytes + chunk_bytes_held(x);
+    uint64_t total = held * x->mem.batch_bytes + chunk_bytes_held(x) + x->in->src->held_bytes;
+    if (total > x->mem.limit && x->in->src->held_bytes >= x->mem.limit) {
+        fmt_bytes(chunks, sizeof chunks, x->in->src->held_bytes);
+        return sl__error(SL_ELIMIT, "memory_limit %s is below the source's cache (%s of decoded "
+                                    "row groups); raise it or lower the source's cache_bytes",
+                         lim, chunks);
+    }
     if (total > x->mem.limit) {
         fmt_bytes(chunks, sizeof chunks, chunk_bytes_held(x));
         return sl__error(SL_ELIMIT, "memory_limit %s holds %llu batch(es) of %s (%s each); "

@@ -75,6 +75,42 @@ static uint64_t record_at(sl_stage_src *p, uint64_t epoch, uint64_t pos, uint64_
     return idx;
 }
 
+/* The same for positions [pos, pos + n) into chunk `c` (its pos, key and
+ * samples' index; cur.mu held): in order or global, each pass's span of the
+ * chunk at once, the bijection computed n at a time (sl_feistel_fwd_n), with
+ * c->key holding the positions in [0, nbase) until they become keys. */
+static void order_chunk(sl_stage_src *p, sl_chunk *c, uint64_t pos, uint64_t n) {
+    if (p->shuf.window_mode) {
+        for (uint64_t i = 0; i < n; i++) {
+            c->pos[i] = pos + i;
+            c->s[i].index = record_at(p, c->epoch, pos + i, &c->key[i]);
+        }
+        return;
+    }
+    const uint64_t m = p->nbase, stride = (uint64_t)p->shard_count;
+    uint64_t i = 0;
+    while (i < n) {
+        uint64_t rep = (pos + i) / p->per_pass, j = (pos + i) % p->per_pass;
+        uint64_t span = p->per_pass - j < n - i ? p->per_pass - j : n - i;
+        uint64_t g = (j * stride + (uint64_t)p->shard_index) % m;
+        for (uint64_t k = 0; k < span; k++) {
+            c->key[i + k] = g;
+            g += stride;
+            if (g >= m)
+                g %= m; /* pad wraps around to the start */
+        }
+        if (p->shuf.on)
+            sl_feistel_fwd_n(global_order(p, c->epoch, rep), c->key + i, span);
+        for (uint64_t k = i; k < i + span; k++) {
+            uint64_t idx = p->base ? p->base[c->key[k]] : c->key[k];
+            c->pos[k] = pos + k;
+            c->s[k].index = idx;
+            c->key[k] = idx + rep * p->nrecords;
+        }
+        i += span;
+    }
+}
+
 /* Reading threads take their output tensors from the pipeline's pools. */
 static int pool_alloc(void *ctx, sl_tensor *t, sl_dtype dtype, int ndim, const int64_t *shape) {
     return sl_pipeline__pools_tensor(ctx, t, dtype, ndim, shape);
@@ -129,14 +165,11 @@ static sl_chunk *cut_range(sl_stage *st, uint64_t *n_out) {
         n = p->per_epoch - p->cur.pos;
     if (n > c->cap)
         n = c->cap;
-    for (uint64_t i = 0; i < n; i++) {
-        c->pos[i] = p->cur.pos + i;
-        c->s[i].index = record_at(p, c->epoch, p->cur.pos + i, &c->key[i]);
-    }
+    order_chunk(p, c, p->cur.pos, n);
     /* Remote reads by ranges: hint this chunk and READ_AHEAD records past
      * it, in the order they will be read (the permutation is known), so
      * that their requests are in flight before a thread asks. Only within
-     * this pass of the epoch (record_at of another pass rebuilds the
+     * this pass of the epoch (the order of another pass rebuilds the
      * permutation). */
     uint64_t ahead[READ_AHEAD];
     uint32_t nahead = 0;
@@ -495,11 +528,14 @@ int sl_stage_src__plan(sl_stage_src *s, const sl_spec *spec, const sl_plan *plan
      * all of them (docs/PIPELINE.md, "Shuffle") */
     s->shuf.window_mode = spec->shuffle &&
                           (spec->shuffle_mode == SL_SHUFFLE_WINDOW ||
-                           (spec->shuffle_mode == SL_SHUFFLE_AUTO && m > SL_SHUFFLE_GLOBAL_MAX &&
-                            sl_source__remote(s->src)));
-    if (s->shuf.window_mode)
-        sl_pipeline__window_sizes(spec->shuffle_window, spec->shuffle_block, &s->shuf.window,
-                                  &s->shuf.block);
+                           (spec->shuffle_mode == SL_SHUFFLE_AUTO &&
+                            ((m > SL_SHUFFLE_GLOBAL_MAX && sl_source__remote(s->src)) ||
+                             s->src->locality)));
+    if (s->shuf.window_mode) /* a source's locality (Parquet row groups): the defaults */
+        sl_pipeline__window_sizes(spec->shuffle_window ? spec->shuffle_window
+                                                       : s->src->locality_window,
+                                  spec->shuffle_block ? spec->shuffle_block : s->src->locality,
+                                  &s->shuf.window, &s->shuf.block);
     s->cur.end_epoch = (uint64_t)spec->epochs;
     return SL_OK;
 }
