@@ -115,7 +115,7 @@ void sl_ops__rgb_to_gray(const uint8_t *src, uint8_t *dst, size_t npix);
  * phase's time is added to this thread's counters, exclusive of the phases
  * nested inside it (a fused decode's phase is its time less the resample
  * and normalize inside). The engine moves the counters into the stage's
- * after each unit of work (sl_pipeline__phases_take). Untimed samples pay
+ * after each unit of work (sl_stage__phases_take). Untimed samples pay
  * one thread-local test per phase. */
 enum { SL_PHASE_DECODE, SL_PHASE_RESAMPLE, SL_PHASE_NORMALIZE, SL_NPHASES };
 /* The phases' keys in the stats JSON's op split ("decode_us", ...). */

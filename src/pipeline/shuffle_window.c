@@ -11,7 +11,6 @@
 #include "pipeline/shuffle_window.h"
 
 #include "ops/ops.h"
-#include "pipeline/pipeline.h"
 #include "sluice.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -335,86 +334,4 @@ void sl_pipeline__window_sizes(uint64_t window, uint64_t block, uint64_t *window
                                uint64_t *block_out) {
     *window_out = window ? window : SL_SHUFFLE_WINDOW_DEFAULT;
     *block_out = block ? block : (*window_out / 64 ? *window_out / 64 : 1);
-}
-
-uint64_t sl_pipeline__window_at(sl_pipeline *p, uint64_t epoch, uint64_t rep, uint64_t j) {
-    uint64_t m = p->nbase;
-    if (!p->shuf.wsh_valid || p->shuf.wsh.epoch != epoch || p->shuf.wsh.rep != rep) {
-        sl_wshuf_init(&p->shuf.wsh, m, p->shuf.window, p->shuf.block, p->spec->seed, epoch, rep);
-        p->shuf.wsh_valid = 1;
-    }
-    uint64_t q = sl_wshuf_rank_start(m, (uint64_t)p->shard_count, (uint64_t)p->shard_index,
-                                     p->shard_equal) + j;
-    return sl_wshuf_at(&p->shuf.wsh, q % m); /* pad wraps around to the start */
-}
-
-/* ---- the order of records ------------------------------------------------------------------- */
-
-#define PERM_OP 0xfffffffffffffff1ull
-#define GLOBAL_ROUNDS 8 /* shuffle_window.h: 8 rounds for a uniform order */
-
-/* The global order of pass (epoch, rep) (cur.mu held): a keyed bijection of
- * [0, nbase), so position -> record costs O(1) with no table, any position
- * of any epoch is computed directly (exact resume), and a rank's memory
- * does not grow with the record count. Only the pass's key is cached. */
-static const sl_feistel *global_order(sl_pipeline *p, uint64_t epoch, uint64_t rep) {
-    sl_pipeline_shuffle *sh = &p->shuf;
-    if (!sh->gperm_valid || sh->gperm_epoch != epoch || sh->gperm_rep != rep) {
-        sl_feistel_init_rounds(&sh->gperm, p->nbase, GLOBAL_ROUNDS, p->spec->seed, epoch, rep,
-                               PERM_OP);
-        sh->gperm_epoch = epoch;
-        sh->gperm_rep = rep;
-        sh->gperm_valid = 1;
-    }
-    return &sh->gperm;
-}
-
-uint64_t sl_pipeline__record_at(sl_pipeline *p, uint64_t epoch, uint64_t pos, uint64_t *key) {
-    uint64_t rep = pos / p->per_pass, j = pos % p->per_pass;
-    uint64_t g = j * (uint64_t)p->shard_count + (uint64_t)p->shard_index;
-    uint64_t m = p->nbase;
-    g %= m; /* pad wraps around to the start */
-    if (p->shuf.window_mode) {
-        g = sl_pipeline__window_at(p, epoch, rep, j);
-    } else if (p->spec->shuffle) {
-        g = sl_feistel_fwd(global_order(p, epoch, rep), g);
-    }
-    uint64_t idx = p->base ? p->base[g] : g;
-    *key = idx + rep * p->nrecords;
-    return idx;
-}
-
-void sl_pipeline__order_chunk(sl_pipeline *p, sl_chunk *c, uint64_t pos, uint64_t n) {
-    if (p->shuf.window_mode) {
-        for (uint64_t i = 0; i < n; i++) {
-            c->pos[i] = pos + i;
-            c->s[i].index = sl_pipeline__record_at(p, c->epoch, pos + i, &c->key[i]);
-        }
-        return;
-    }
-    /* in order or global: each pass's span of the chunk at once (through its
-     * bijection), c->key holding the positions in [0, nbase) until they
-     * become keys */
-    const uint64_t m = p->nbase, stride = (uint64_t)p->shard_count;
-    uint64_t i = 0;
-    while (i < n) {
-        uint64_t rep = (pos + i) / p->per_pass, j = (pos + i) % p->per_pass;
-        uint64_t span = p->per_pass - j < n - i ? p->per_pass - j : n - i;
-        uint64_t g = (j * stride + (uint64_t)p->shard_index) % m;
-        for (uint64_t k = 0; k < span; k++) {
-            c->key[i + k] = g;
-            g += stride;
-            if (g >= m)
-                g %= m; /* pad wraps around to the start */
-        }
-        if (p->spec->shuffle)
-            sl_feistel_fwd_n(global_order(p, c->epoch, rep), c->key + i, span);
-        for (uint64_t k = i; k < i + span; k++) {
-            uint64_t idx = p->base ? p->base[c->key[k]] : c->key[k];
-            c->pos[k] = pos + k;
-            c->s[k].index = idx;
-            c->key[k] = idx + rep * p->nrecords;
-        }
-        i += span;
-    }
 }

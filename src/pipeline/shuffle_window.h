@@ -68,25 +68,10 @@ uint64_t sl_wshuf_at(sl_wshuf *w, uint64_t q);
  * sharding rule gives (equal = SL_SHARD_PAD / DROP / NONE). */
 uint64_t sl_wshuf_rank_start(uint64_t m, uint64_t w, uint64_t k, int equal);
 
-/* Window mode's record_at: the base index (< nbase) at position j of rank
- * shard_index's pass `rep` of `epoch` (cur.mu held; caches the pass's block
- * order in p->wsh). */
-struct sl_pipeline;
-/* The window and block sizes of a spec's values (0: the defaults). */
+/* The window and block sizes of a spec's values (0: the defaults). The
+ * source stage keeps a pass's order (stage_source.c, window_at). */
 void sl_pipeline__window_sizes(uint64_t window, uint64_t block, uint64_t *window_out,
                                uint64_t *block_out);
-uint64_t sl_pipeline__window_at(struct sl_pipeline *p, uint64_t epoch, uint64_t rep, uint64_t j);
-
-/* The order of records (cur.mu held). The record at stream position `pos`
- * of `epoch` for this rank (shard, pad wrap, the pass's shuffle, pushed
- * filters); *key its RNG index (record + pass * records). */
-uint64_t sl_pipeline__record_at(struct sl_pipeline *p, uint64_t epoch, uint64_t pos,
-                                uint64_t *key);
-/* The same for positions [pos, pos + n) into chunk `c` (its pos, key and
- * samples' index), the global order computed n at a time (sl_feistel_fwd_n). */
-struct sl_chunk;
-void sl_pipeline__order_chunk(struct sl_pipeline *p, struct sl_chunk *c, uint64_t pos,
-                              uint64_t n);
 
 /* Defaults and the switch of "mode": "auto" (docs/PIPELINE.md). */
 #define SL_SHUFFLE_WINDOW_DEFAULT 65536u
