@@ -64,55 +64,10 @@ else
     trap 'rm -rf "$W"' EXIT
 fi
 
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-
-# -- the dataset: IMAGES distinct JPEGs, each class folder repeated COPIES times
-if [ ! -f "$W/src/.complete" ]; then
-    rm -rf "$W/src" "$W/gen"
-    "$GEN" "$W/gen" --count "$IMAGES" --classes 10 --seed 5 >/dev/null ||
-        die "sluice_gen_images failed"
-    mkdir -p "$W/src"
-    for cls in "$W/gen"/*/; do
-        c=$(basename "$cls")
-        for ((k = 0; k < COPIES; k++)); do
-            mkdir -p "$W/src/$c"
-            cp -al "$cls" "$W/src/$c/copy$k" || die "cannot link $cls into $W/src"
-        done
-    done
-    rm -rf "$W/gen"
-    touch "$W/src/.complete"
-fi
-
-# -- the clean reference pack; two more, timed like the trials, must be
-# byte-identical to it (the premise of check (a)); their median time bounds
-# the kill delays
-durs=()
-for r in ref ref2 ref3; do
-    rm -rf "$W/$r.slr" "$W/$r.slr.partial"
-    t0=$(now_ms)
-    "$SLUICE" pack "$W/src" "$W/$r.slr" --shard-size "$SHARD" >"$W/ref.out" 2>&1 ||
-        { cat "$W/ref.out" >&2; die "the reference pack failed"; }
-    durs+=($(($(now_ms) - t0)))
-    if [ "$r" != ref ]; then
-        diff -r "$W/ref.slr" "$W/$r.slr" >/dev/null ||
-            die "two clean packs of the same input differ: pack is not deterministic, so check (a) cannot hold"
-        rm -rf "$W/$r.slr"
-    fi
-done
-DUR_MS=$(printf '%s\n' "${durs[@]}" | sort -n | sed -n 2p)
-[ "$DUR_MS" -ge 1 ] || DUR_MS=1
-if [ -n "${KILL9_TAMPER:-}" ]; then
-    # Self-test of the checks: alter the first record's source file (and its
-    # hard-linked copies) after the reference is made; every trial that wrote
-    # a record must now count as bad.
-    first=$(find "$W/src" -type f -name '*.jpg' | LC_ALL=C sort | head -1)
-    size=$(stat -c %s "$first")
-    printf '\x55' | dd of="$first" bs=1 seek=$((size - 16)) conv=notrunc status=none
-fi
-"$SLUICE" verify "$W/ref.slr" >/dev/null || die "the reference pack does not verify"
-"$SLUICE" info "$W/ref.slr" --json >"$W/ref.json" || die "sluice info failed on the reference"
-NREC=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["records"])' "$W/ref.json")
-NSHARDS=$($PY -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["shards"]))' "$W/ref.json")
+. "$(dirname "$0")/campaign_common.bash"
+campaign_dataset
+campaign_reference
+[ -n "${KILL9_TAMPER:-}" ] && campaign_tamper
 [ "$NSHARDS" -ge 2 ] || echo "campaign_kill9: note: the reference has one shard; roll-over is not exercised (lower KILL9_SHARD)" >&2
 
 # prefix_check REF_INFO OUT_INFO: OUT's records are REF's first K, frame for
