@@ -504,6 +504,11 @@ int sl_source__pack_begin(sl_pack_run *pr, const char *dst, const sl_schema *sch
                  * record is there, nothing is left to check it against */
                 rc = SL_OK;
                 pr->start = plan->planned;
+            } else if (rc == SL_END && rep->records == 0) {
+                /* stopped (kill -9) after the writer began and before the plan
+                 * was written: nothing in it to keep, so from the start */
+                rc = SL_OK;
+                SL_CHECK(sl_writer__note_set(pr->w, SLR_PLAN_NAME, ours));
             } else if (rc == SL_END) {
                 SL_FAIL(SL_EINVAL, "cannot resume %s: it holds no plan (" SLR_PLAN_NAME "): it "
                         "was not left by sluice pack; salvage its records with `sluice recover "

@@ -1726,6 +1726,50 @@ SL_TEST(source_pack__interrupted_imagefolder_resumes_to_the_same_bytes) {
     slr_remove_tree(ref);
 }
 
+/* A kill -9 after the writer began DST.partial and before the pack wrote its
+ * plan there leaves no plan and no record: --resume packs from the start
+ * (it was refused: "holds no plan"). With a record and no plan, the partial
+ * is not a pack's: refused, and left as it was. */
+SL_TEST(source_pack__resume_of_a_partial_without_its_plan) {
+    enum { N = 12 };
+    char root[4096], ref[4096], dst[4096], partial[4200], plan[4300];
+    tpath(root, "rs");
+    tpath(ref, "ref.slr");
+    tpath(dst, "out.slr");
+    snprintf(partial, sizeof partial, "%s.partial", dst);
+    snprintf(plan, sizeof plan, "%s/pack.json", partial);
+    folder_of(N, -1);
+    const char *srcs[1] = {root};
+    sl_pack_options o = SL_PACK_OPTIONS_INIT;
+    o.jobs = 1;
+    o.shard_bytes = 8192;
+    sl_pack_report rep;
+    ASSERT_OK(pack_some(srcs, 1, ref, o, UINT64_MAX, 0, &rep));
+    ASSERT_RC(pack_some(srcs, 1, dst, o, 0, 0, &rep), SL_ECANCELED);
+    ASSERT_U64_EQ(rep.records, 0);
+    ASSERT_EQ(unlink(plan), 0);
+    ASSERT_OK(pack_some(srcs, 1, dst, o, UINT64_MAX, 1, &rep));
+    ASSERT_U64_EQ(rep.records, N);
+    ASSERT(!exists(partial));
+    slr_same_files(ref, dst);
+    slr_remove_tree(dst);
+    /* the partial folder alone, not even a shard begun */
+    ASSERT_EQ(mkdir(partial, 0755), 0);
+    ASSERT_OK(pack_some(srcs, 1, dst, o, UINT64_MAX, 1, &rep));
+    slr_same_files(ref, dst);
+    slr_remove_tree(dst);
+    /* records, no plan */
+    ASSERT_RC(pack_some(srcs, 1, dst, o, 3, 0, &rep), SL_ECANCELED);
+    ASSERT_EQ(unlink(plan), 0);
+    ASSERT_RC(pack_some(srcs, 1, dst, o, UINT64_MAX, 1, &rep), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "holds no plan (pack.json)");
+    uint64_t done = 0, planned = 0;
+    ASSERT_OK(sl_recover_info(partial, &done, &planned));
+    ASSERT_U64_EQ(done, 3); /* left as it was */
+    slr_remove_tree(partial);
+    slr_remove_tree(ref);
+}
+
 SL_TEST(source_pack__interrupted_with_skips_resumes_and_reports_them) {
     enum { N = 30, BAD = 5 };
     char root[4096], ref[4096], dst[4096];
