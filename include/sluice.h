@@ -475,6 +475,19 @@ SL_API void sl_reader_free(sl_reader *r);
  *  Since 0.1 */
 SL_API int sl_recover(const char *partial, const char *out, uint64_t *kept_out,
                       uint64_t *dropped_out);
+/** What sl_recover would keep of `partial`, without writing anything:
+ *  `*complete_out` the records it would salvage; `*planned_out` the records
+ *  the interrupted pack planned to write (from the plan sl_pack keeps in
+ *  "<dst>.partial/"), or UINT64_MAX when that is not known (a writer's
+ *  partial write of its own, a single shard file). Either may be NULL.
+ *  The output sl_recover writes carries metadata "salvaged" (a JSON object:
+ *  "records" kept, "planned" (null when not known), "from", and
+ *  "classes_planned" when a class list was cut to the labels kept), which
+ *  `sluice info` and `sluice verify` report.
+ *  @return SL_OK (`*complete_out` 0 when nothing is complete, not even a
+ *  shard's header); SL_EIO (cannot read `partial`), SL_ENOMEM.
+ *  Thread safety: any thread. Since 0.1 */
+SL_API int sl_recover_info(const char *partial, uint64_t *complete_out, uint64_t *planned_out);
 
 /* ==========================================================================
  * Packing datasets (ImageFolder, IDX) into .slr
@@ -519,8 +532,9 @@ typedef enum sl_jpeg_restart {
 /** Options for sl_pack. Initialise with SL_PACK_OPTIONS_INIT.
  *  ABI: `version` says which fields the caller's struct has. sl_pack accepts
  *  version 1 (the fields up to `user`; `check` is then SL_PACK_CHECK_HEADER),
- *  version 2 (up to `check`; `jpeg_restart` is then SL_JPEG_RESTART_OFF) and
- *  version 3, so callers built against an older header keep working. */
+ *  version 2 (up to `check`; `jpeg_restart` is then SL_JPEG_RESTART_OFF),
+ *  version 3 (up to `jpeg_restart`; no resume, no stop) and version 4, so
+ *  callers built against an older header keep working. */
 typedef struct sl_pack_options {
     unsigned version;      /**< SL_PACK_OPTIONS_VERSION */
     int jobs;              /**< threads that read and check input files; 0 (default) =
@@ -546,10 +560,30 @@ typedef struct sl_pack_options {
                                 every file's bytes; AUTO or ROWS re-encodes each JPEG
                                 of an encoded column with sl_jpeg_add_restarts: other
                                 bytes than the source file, the same pixels. Since 0.1 */
+    /* ---- version 4 ---- */
+    int resume;            /**< 0 (default): a "<dst>.partial" left by an interrupted
+                                pack is an error (SL_EIO naming it and the ways on).
+                                1: continue it, with the same inputs in the same order
+                                and the same options (checked against the plan the
+                                interrupted pack keeps there; SL_EINVAL says what
+                                differs): its complete records are kept and the pack
+                                goes on after them, ending byte for byte as an
+                                uninterrupted pack would. With no "<dst>.partial", a
+                                pack from the start. Since 0.1 */
+    /** Polled on the calling thread between records (may be NULL), with `user`:
+     *  nonzero stops the pack with SL_ECANCELED. What is written stays in
+     *  "<dst>.partial" (report->records complete records) for `resume` or
+     *  sl_recover; the message says how many of how many planned, and both
+     *  ways on. Keep it cheap: it may answer from a look taken a moment ago,
+     *  except when `fresh` is 1: the pack is about to give up on an input
+     *  whose read failed (a signal that asks to stop breaks reads off), and
+     *  a stop asked for now makes that failure the stop. Since 0.1 */
+    int (*stop)(void *user, int fresh);
 } sl_pack_options;
-#define SL_PACK_OPTIONS_VERSION 3
+#define SL_PACK_OPTIONS_VERSION 4
 #define SL_PACK_OPTIONS_INIT \
-    {SL_PACK_OPTIONS_VERSION, 0, 0, 0, NULL, NULL, SL_PACK_CHECK_HEADER, SL_JPEG_RESTART_OFF}
+    {SL_PACK_OPTIONS_VERSION, 0, 0, 0, NULL, NULL, SL_PACK_CHECK_HEADER, SL_JPEG_RESTART_OFF, \
+     0, NULL}
 
 /** How many skipped inputs sl_pack_report names. */
 #define SL_PACK_REPORT_BAD 4
@@ -559,9 +593,13 @@ typedef struct sl_pack_options {
 /** What sl_pack did. A plain struct the caller owns (no pointers inside). */
 typedef struct sl_pack_report {
     sl_pack_kind kind;     /**< the input kind that was packed */
-    uint64_t records;      /**< records written */
-    uint64_t bytes;        /**< input payload bytes written (encoded images, pixels) */
-    uint64_t skipped;      /**< inputs skipped under skip_bad */
+    uint64_t records;      /**< records written (with `resume`, those kept from the
+                                interrupted pack too; stopped by `stop`, those safe in
+                                "<dst>.partial") */
+    uint64_t bytes;        /**< input payload bytes written (encoded images, pixels) by
+                                this call */
+    uint64_t skipped;      /**< inputs skipped under skip_bad (with `resume`, the
+                                interrupted pack's too) */
     int nclasses;          /**< ImageFolder: number of classes; IDX: 0 */
     int nbad;              /**< lines filled in `bad` (<= SL_PACK_REPORT_BAD) */
     char bad[SL_PACK_REPORT_BAD][SL_PACK_REPORT_LINE]; /**< the first skipped
@@ -592,8 +630,11 @@ typedef struct sl_pack_report {
  *
  *  Records are written in a deterministic order whatever `opts->jobs` is.
  *  On failure nothing appears at `dst` (the writer's temporary files are
- *  removed); on success a file at `dst` is replaced (a directory at `dst`
- *  is an error: the writer never replaces one).
+ *  removed, unless `opts->resume` continued an interrupted pack: what it
+ *  kept, and what this call added, stays in "<dst>.partial" to go on from);
+ *  stopped by `opts->stop`, the complete records stay in "<dst>.partial"
+ *  (SL_ECANCELED); on success a file at `dst` is replaced (a directory at
+ *  `dst` is an error: the writer never replaces one).
  *
  *  @param[in]  srcs    `nsrc` input paths (a directory, or IDX files)
  *  @param[in]  dst     output path (a file, or a directory of shards if it

@@ -7,11 +7,15 @@
 #include "pysluice.h"
 
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     PyObject *callback;     /* Python progress(done, total, bytes) or NULL */
     int failed;             /* the callback raised: keep the first exception */
     PyObject *et, *ev, *tb; /* that exception, re-raised after the pack */
+    uint64_t next_poll_ns;  /* the stop poll's next look at the signals */
+    int interrupted;        /* a signal handler raised (KeyboardInterrupt): stop */
+    PyObject *st, *sv, *stb; /* that exception, raised when the pack has stopped */
 } pack_progress;
 
 /* Runs on the thread that called pack (the engine calls progress there),
@@ -33,16 +37,39 @@ static void on_progress(uint64_t done, uint64_t total, uint64_t bytes, void *use
     PyGILState_Release(g);
 }
 
+/* The pack's stop poll (sl_pack_options.stop), on the calling thread between
+ * records, the GIL released: every 50 ms it takes the GIL and runs Python's
+ * signal handlers, so that Ctrl-C (KeyboardInterrupt) stops the pack within
+ * a second, with its records kept in DST.partial, instead of once it ends. */
+static int on_stop(void *user, int fresh) {
+    pack_progress *p = user;
+    if (p->interrupted)
+        return 1;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    if (now < p->next_poll_ns && !fresh)
+        return 0;
+    p->next_poll_ns = now + 50000000u;
+    PyGILState_STATE g = PyGILState_Ensure();
+    if (PyErr_CheckSignals() < 0) {
+        p->interrupted = 1;
+        PyErr_Fetch(&p->st, &p->sv, &p->stb);
+    }
+    PyGILState_Release(g);
+    return p->interrupted;
+}
+
 static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"srcs", "dst", "jobs", "skip_bad", "shard_bytes", "progress",
-                             "check", "jpeg_restart", NULL};
+                             "check", "jpeg_restart", "resume", NULL};
     PyObject *srcs_obj, *dst_obj = NULL, *progress = Py_None;
-    int jobs = 0, skip_bad = 0;
+    int jobs = 0, skip_bad = 0, resume = 0;
     unsigned long long shard_bytes = 0;
     const char *check = "header", *restart = "off";
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO&|ipKOss:pack", kwlist, &srcs_obj,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO&|ipKOssp:pack", kwlist, &srcs_obj,
                                      PyUnicode_FSConverter, &dst_obj, &jobs, &skip_bad,
-                                     &shard_bytes, &progress, &check, &restart))
+                                     &shard_bytes, &progress, &check, &restart, &resume))
         return NULL;
     PyObject *result = NULL, *seq = NULL, **enc = NULL;
     const char **srcs = NULL;
@@ -100,11 +127,13 @@ static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kwargs) {
     opts.shard_bytes = shard_bytes;
     opts.check = check_mode;
     opts.jpeg_restart = restart_mode;
-    pack_progress prog = {progress != Py_None ? progress : NULL, 0, NULL, NULL, NULL};
-    if (prog.callback) {
+    opts.resume = resume;
+    pack_progress prog = {progress != Py_None ? progress : NULL, 0, NULL, NULL, NULL,
+                          0, 0, NULL, NULL, NULL};
+    if (prog.callback)
         opts.progress = on_progress;
-        opts.user = &prog;
-    }
+    opts.stop = on_stop;
+    opts.user = &prog;
     sl_pack_report rep;
     memset(&rep, 0, sizeof rep);
     const char *dst = PyBytes_AsString(dst_obj);
@@ -128,6 +157,13 @@ static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kwargs) {
         Py_XDECREF(prog.et);
         Py_XDECREF(prog.ev);
         Py_XDECREF(prog.tb);
+        if (rc == SL_ECANCELED && prog.interrupted) { /* KeyboardInterrupt, as raised */
+            PyErr_Restore(prog.st, prog.sv, prog.stb);
+            goto done;
+        }
+        Py_XDECREF(prog.st);
+        Py_XDECREF(prog.sv);
+        Py_XDECREF(prog.stb);
         py_sl_raise(rc);
         goto done;
     }
@@ -190,7 +226,8 @@ static PyMethodDef pack_methods[] = {
      "detect(path, strict=False) -> 'path' | 'image_folder' | 'idx' | 'tfrecord' | 'webdataset' "
      "| None (strict: raise why not)"},
     {"pack", (PyCFunction)(void (*)(void))py_pack, METH_VARARGS | METH_KEYWORDS,
-     "pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check='header', jpeg_restart='off') -> dict"},
+     "pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check='header', "
+     "jpeg_restart='off', resume=False) -> dict"},
     {NULL, NULL, 0, NULL}};
 
 int py_sl_pack_init(PyObject *m) {

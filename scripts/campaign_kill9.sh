@@ -23,13 +23,17 @@
 #  (a) if DST exists: `sluice verify DST` passes and DST is byte-identical to the
 #      reference (same file names, same bytes: pack is deterministic, so any
 #      difference is damage);
-#  (b) if DST.partial/ exists: `sluice recover` writes an output that `sluice
-#      verify` passes, whose columns and metadata are the reference's, and whose
-#      K records are the reference's first K records (record i compared as its
-#      whole frame -- length, checksum seeded with i, payload -- byte for byte);
-#      a partial write with no complete record must make recover fail and leave
-#      no output;
-#  (c) no DST that does not verify, and never both DST and a non-empty DST.partial/.
+#  (b) if DST.partial/ exists: `sluice recover --out` writes an output that
+#      `sluice verify` passes, marked as salvaged (K of the reference's records
+#      planned), whose columns and metadata are the reference's (its class list
+#      cut to the classes its records reach), and whose K records are the
+#      reference's first K records (record i compared as its whole frame --
+#      length, checksum seeded with i, payload -- byte for byte:
+#      scripts/campaign_prefix.py); a partial write with no complete record must
+#      make recover fail and leave no output;
+#  (c) no DST that does not verify, and never both DST and a non-empty DST.partial/;
+#  (d) when the kill left no DST: `sluice pack ... --resume` completes the pack,
+#      byte-identical to the reference (diff -r).
 # Any failed check is a bad output; the exit status is 1 if there is any.
 set -u
 if [ $# -lt 1 ] || [ $# -gt 3 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
@@ -60,123 +64,34 @@ else
     trap 'rm -rf "$W"' EXIT
 fi
 
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-
-# -- the dataset: IMAGES distinct JPEGs, each class folder repeated COPIES times
-if [ ! -f "$W/src/.complete" ]; then
-    rm -rf "$W/src" "$W/gen"
-    "$GEN" "$W/gen" --count "$IMAGES" --classes 10 --seed 5 >/dev/null ||
-        die "sluice_gen_images failed"
-    mkdir -p "$W/src"
-    for cls in "$W/gen"/*/; do
-        c=$(basename "$cls")
-        for ((k = 0; k < COPIES; k++)); do
-            mkdir -p "$W/src/$c"
-            cp -al "$cls" "$W/src/$c/copy$k" || die "cannot link $cls into $W/src"
-        done
-    done
-    rm -rf "$W/gen"
-    touch "$W/src/.complete"
-fi
-
-# -- the clean reference pack; two more, timed like the trials, must be
-# byte-identical to it (the premise of check (a)); their median time bounds
-# the kill delays
-durs=()
-for r in ref ref2 ref3; do
-    rm -rf "$W/$r.slr" "$W/$r.slr.partial"
-    t0=$(now_ms)
-    "$SLUICE" pack "$W/src" "$W/$r.slr" --shard-size "$SHARD" >"$W/ref.out" 2>&1 ||
-        { cat "$W/ref.out" >&2; die "the reference pack failed"; }
-    durs+=($(($(now_ms) - t0)))
-    if [ "$r" != ref ]; then
-        diff -r "$W/ref.slr" "$W/$r.slr" >/dev/null ||
-            die "two clean packs of the same input differ: pack is not deterministic, so check (a) cannot hold"
-        rm -rf "$W/$r.slr"
-    fi
-done
-DUR_MS=$(printf '%s\n' "${durs[@]}" | sort -n | sed -n 2p)
-[ "$DUR_MS" -ge 1 ] || DUR_MS=1
-if [ -n "${KILL9_TAMPER:-}" ]; then
-    # Self-test of the checks: alter the first record's source file (and its
-    # hard-linked copies) after the reference is made; every trial that wrote
-    # a record must now count as bad.
-    first=$(find "$W/src" -type f -name '*.jpg' | LC_ALL=C sort | head -1)
-    size=$(stat -c %s "$first")
-    printf '\x55' | dd of="$first" bs=1 seek=$((size - 16)) conv=notrunc status=none
-fi
-"$SLUICE" verify "$W/ref.slr" >/dev/null || die "the reference pack does not verify"
-"$SLUICE" info "$W/ref.slr" --json >"$W/ref.json" || die "sluice info failed on the reference"
-NREC=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["records"])' "$W/ref.json")
-NSHARDS=$($PY -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["shards"]))' "$W/ref.json")
+. "$(dirname "$0")/campaign_common.bash"
+campaign_dataset
+campaign_reference
+[ -n "${KILL9_TAMPER:-}" ] && campaign_tamper
 [ "$NSHARDS" -ge 2 ] || echo "campaign_kill9: note: the reference has one shard; roll-over is not exercised (lower KILL9_SHARD)" >&2
 
-# prefix_check REF_INFO OUT_INFO: OUT's records are REF's first K records, frame
-# for frame; OUT's columns and metadata are REF's. Shards are located through
-# `sluice info --json`; frames through each shard's footer and index (FORMAT.md
-# sections 4.1, 6.1, 7), after `sluice verify` has checked every checksum.
-prefix_check() {
-    $PY - "$1" "$2" <<'PYEOF'
-import json, struct, sys
-
-def frames(info):
-    """(path, start, end) of each shard's data region, and each record's frame size."""
-    regions, sizes = [], []
-    for path in info["shards"]:
-        with open(path, "rb") as f:
-            header_bytes = struct.unpack("<I", f.read(16)[12:16])[0]
-            f.seek(-64, 2)
-            index_offset, _, count, _ = struct.unpack("<4Q", f.read(32))
-            f.seek(index_offset)
-            ent = f.read(24 * count)
-        lens = [16 + struct.unpack_from("<Q", ent, 24 * i + 8)[0] for i in range(count)]
-        if header_bytes + sum(lens) != index_offset:
-            sys.exit(f"{path}: frames do not tile the data region")
-        regions.append((path, header_bytes, index_offset))
-        sizes += lens
-    return regions, sizes
-
-def stream(regions):
-    for path, start, end in regions:
-        with open(path, "rb") as f:
-            f.seek(start)
-            left = end - start
-            while left:
-                b = f.read(min(left, 1 << 20))
-                left -= len(b)
-                yield b
-
-ref, out = (json.load(open(p)) for p in sys.argv[1:3])
-for key in ("columns", "metadata"):
-    if ref[key] != out[key]:
-        sys.exit(f"{key} differ: {out[key]} vs the reference's {ref[key]}")
-(rreg, rsizes), (oreg, osizes) = frames(ref), frames(out)
-k = len(osizes)
-if k != out["records"] or k > len(rsizes) or osizes != rsizes[:k]:
-    sys.exit(f"{k} records whose sizes are not the reference's first {k}")
-pos, rs = 0, stream(rreg)
-pending = b""
-for chunk in stream(oreg):
-    while len(pending) < len(chunk):
-        pending += next(rs)
-    if pending[:len(chunk)] != chunk:
-        i = 0
-        while chunk[i] == pending[i]:
-            i += 1
-        at, rec = pos + i, 0
-        while at >= rsizes[rec]:
-            at -= rsizes[rec]
-            rec += 1
-        sys.exit(f"record {rec} differs from the reference's record {rec}")
-    pending = pending[len(chunk):]
-    pos += len(chunk)
-PYEOF
-}
+# prefix_check REF_INFO OUT_INFO: OUT's records are REF's first K, frame for
+# frame; OUT is marked as salvaged; its columns and metadata are REF's.
+prefix_check() { $PY "$(dirname "$0")/campaign_prefix.py" "$1" "$2"; }
 
 BAD=0
-before=0 during=0 after=0 finished=0
+before=0 during=0 after=0 finished=0 resumed=0
 recovered=()
 bad() { echo "campaign_kill9: trial $1 (kill after $2 ms): $3" >&2; BAD=$((BAD + 1)); }
+# resume_check TRIAL DELAY: `pack --resume` from what the kill left (a copy:
+# the recover checks below read the original) ends as the reference
+resume_check() {
+    rm -rf "$W/res.slr" "$W/res.slr.partial"
+    [ -d "$D.partial" ] && cp -a "$D.partial" "$W/res.slr.partial"
+    if ! "$SLUICE" pack "$W/src" "$W/res.slr" --shard-size "$SHARD" --resume >"$W/res.out" 2>&1; then
+        bad "$1" "$2" "pack --resume failed: $(grep -v '^sluice pack: no ' "$W/res.out" | head -1)"
+    elif ! diff -r "$W/ref.slr" "$W/res.slr" >/dev/null 2>&1; then
+        bad "$1" "$2" "pack --resume gave a dataset that differs from the reference"
+    else
+        resumed=$((resumed + 1))
+    fi
+    rm -rf "$W/res.slr" "$W/res.slr.partial"
+}
 RANDOM=$SEED
 
 for ((t = 1; t <= TRIALS; t++)); do
@@ -208,12 +123,14 @@ for ((t = 1; t <= TRIALS; t++)); do
         continue
     fi
     if [ "$nonempty_partial" = 0 ]; then
+        resume_check "$t" "$d"
         before=$((before + 1))
         recovered+=(0)
         [ "$TTY" = 1 ] && printf '\rtrial %d/%d: nothing written' "$t" "$TRIALS" >&2
         continue
     fi
-    "$SLUICE" recover "$D.partial" -o "$W/rec.slr" >"$W/r.out" 2>&1
+    resume_check "$t" "$d"
+    "$SLUICE" recover "$D.partial" --out "$W/rec.slr" >"$W/r.out" 2>&1
     rst=$?
     if [ "$rst" != 0 ]; then
         if grep -q "no complete record" "$W/r.out"; then
@@ -226,7 +143,7 @@ for ((t = 1; t <= TRIALS; t++)); do
         continue
     fi
     during=$((during + 1))
-    kept=$(sed -n 's/^kept \([0-9]*\) records.*/\1/p' "$W/r.out")
+    kept=$(sed -n 's/^salvaged \([0-9]*\) .*/\1/p' "$W/r.out")
     if ! "$SLUICE" verify "$W/rec.slr" >"$W/v.out" 2>&1; then
         bad "$t" "$d" "the recovered output does not verify: $(head -1 "$W/v.out")"
         continue
@@ -236,7 +153,7 @@ for ((t = 1; t <= TRIALS; t++)); do
         bad "$t" "$d" "recovered output: $(tail -1 "$W/p.out")"
         continue
     fi
-    if ! grep -q "\"records\":$kept[,}]" "$W/rec.json"; then
+    if [ -z "$kept" ] || ! grep -q "\"records\":$kept[,}]" "$W/rec.json"; then
         bad "$t" "$d" "recover said it kept $kept records but the output holds $(sed -n 's/.*"records":\([0-9]*\).*/\1/p' "$W/rec.json")"
         continue
     fi
@@ -252,5 +169,6 @@ if [ ${#recovered[@]} -gt 0 ]; then
 fi
 echo "kill9: $TRIALS trials (seed $SEED; $NREC records in $NSHARDS shards, clean pack $DUR_MS ms):" \
      "killed before writing a record $before, during $during, after publishing $after ($finished had exited);" \
-     "recovered records min/median/max $stats; bad outputs $BAD"
+     "recovered records min/median/max $stats; resumed to the reference $resumed of $((before + during));" \
+     "bad outputs $BAD"
 [ "$BAD" = 0 ]

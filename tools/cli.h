@@ -38,6 +38,10 @@ int cli_datasets(const char *const *paths, int n, int *start, int *len);
 /* Print `o` as one line of JSON on stdout, then delete it (NULL: nothing). */
 struct cJSON;
 void cli_json_out(struct cJSON *o);
+/* A .slr dataset's "salvaged" metadata (sl_recover_info) in words: "salvaged
+ * from an interrupted pack: N of M planned records (...)", into buf; 0, or
+ * -1 when `meta` is NULL or not such a note. */
+int cli_salvaged_words(const char *meta, char *buf, size_t cap);
 /* True if `path` opens as a .slr dataset. */
 int cli_is_slr(const char *path);
 /* A .slr dataset, or something that starts like one (its magic, or a

@@ -81,6 +81,30 @@ int cli_datasets(const char *const *paths, int n, int *start, int *len) {
     return k;
 }
 
+int cli_salvaged_words(const char *meta, char *buf, size_t cap) {
+    cJSON *o = meta ? cJSON_Parse(meta) : NULL;
+    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(o, "records");
+    const cJSON *pl = cJSON_GetObjectItemCaseSensitive(o, "planned");
+    const cJSON *from = cJSON_GetObjectItemCaseSensitive(o, "from");
+    const cJSON *cls = cJSON_GetObjectItemCaseSensitive(o, "classes_planned");
+    if (!cJSON_IsNumber(rec)) {
+        cJSON_Delete(o);
+        return -1;
+    }
+    int k = snprintf(buf, cap, "salvaged from an interrupted pack (%s): %.0f ",
+                     cJSON_IsString(from) ? from->valuestring : "a partial write", rec->valuedouble);
+    if (k >= 0 && (size_t)k < cap)
+        k += cJSON_IsNumber(pl) ? snprintf(buf + k, cap - (size_t)k, "of %.0f planned records",
+                                           pl->valuedouble)
+                                : snprintf(buf + k, cap - (size_t)k, "records (how many were "
+                                                                     "planned is not known)");
+    if (k >= 0 && (size_t)k < cap && cJSON_IsNumber(cls))
+        snprintf(buf + k, cap - (size_t)k, ", its class list cut to those the records reach (of "
+                 "%.0f)", cls->valuedouble);
+    cJSON_Delete(o);
+    return 0;
+}
+
 int cli_is_slr(const char *path) {
     sl_reader *r;
     if (sl_reader_open(&r, path, SL_READ_NO_VERIFY) != SL_OK)

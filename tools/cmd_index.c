@@ -29,6 +29,24 @@ static void help(FILE *f) {
                "  sluice index @shards.txt\n");
 }
 
+/* Whether `path` names a sidecar index (X.slidx). */
+static int is_sidecar(const char *path) {
+    size_t n = strlen(path);
+    return n > 6 && !strcmp(path + n - 6, ".slidx");
+}
+
+/* A sidecar index X.slidx whose data file X is among the arguments too (a
+ * shell glob of the folder lists both, once an earlier run wrote the index):
+ * X's index is rebuilt, the sidecar is no input of its own (alone, it is
+ * refused by the index builder, which names its data file). */
+static int listed_beside_its_file(int argc, char **argv, const char *path) {
+    size_t n = strlen(path) - 6;
+    for (int i = 1; i < argc; i++)
+        if (strlen(argv[i]) == n && !strncmp(argv[i], path, n))
+            return 1;
+    return 0;
+}
+
 /* Index one file and report it. Returns 0, or 1 when it could not be indexed. */
 static int index_one(const char *path, int json) {
     uint64_t t0 = cli_now_ns();
@@ -51,7 +69,7 @@ static int index_one(const char *path, int json) {
 }
 
 int cmd_index(int argc, char **argv) {
-    int json = 0, nfiles = 0, failed = 0;
+    int json = 0, nfiles = 0, failed = 0, sidecars = 0;
     for (int i = 1; i < argc; i++) {
         if (cli_is_help(argv[i])) {
             help(stdout);
@@ -72,6 +90,11 @@ int cmd_index(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (argv[i][0] == '-' && argv[i][1])
             continue;
+        if (is_sidecar(argv[i]) && listed_beside_its_file(argc, argv, argv[i])) {
+            sidecars++;
+            cli_progress_update(&prog, ++done, 0);
+            continue;
+        }
         /* A brace pattern or @list names its files, as for every command; a
          * path that exists is taken as it is. */
         char **files = NULL;
@@ -101,5 +124,9 @@ int cmd_index(int argc, char **argv) {
         cli_progress_update(&prog, ++done, 0);
     }
     cli_progress_end(&prog);
+    if (sidecars && !json)
+        printf("left out %d sidecar index%s listed beside %s data file%s (rebuilt with %s)\n",
+               sidecars, sidecars == 1 ? "" : "es", sidecars == 1 ? "its" : "their",
+               sidecars == 1 ? "" : "s", sidecars == 1 ? "it" : "them");
     return failed;
 }

@@ -128,6 +128,10 @@ static void print_json(const char *path, const sl_reader *r) {
         /* Values that are JSON (the class list) are embedded as JSON. */
         cJSON_AddItemToObject(meta, k, parsed ? parsed : cJSON_CreateString(v ? v : ""));
     }
+    const char *salvaged = sl_reader_meta(r, "salvaged");
+    cJSON *sv = salvaged ? cJSON_Parse(salvaged) : NULL;
+    if (sv)
+        cJSON_AddItemToObject(o, "salvaged", sv);
     const char *classes = sl_reader_meta(r, "classes");
     cJSON *cl = classes ? cJSON_Parse(classes) : NULL;
     if (cl)
@@ -151,6 +155,9 @@ static void print_text(const char *path, const sl_reader *r) {
     char b1[32], b2[32];
     printf("dataset   %s\n", path);
     printf("records   %llu\n", (unsigned long long)sl_reader_count(r));
+    char sv[512];
+    if (cli_salvaged_words(sl_reader_meta(r, "salvaged"), sv, sizeof sv) == 0)
+        printf("salvaged  %s: not the whole dataset\n", sv + strlen("salvaged "));
     int nsh = sl_reader_shard_count(r);
     printf("shards    %d (%s of data, %s on disk)\n", nsh,
            cli_bytes(b1, sizeof b1, sl_reader_data_bytes(r)),

@@ -139,20 +139,24 @@ static void add_shard_error(error_list *e, const char *path, uint64_t first, uin
 }
 
 static void print_json(const char *path, int ok, uint64_t records, uint64_t bad,
-                       const error_list *errs) {
+                       const error_list *errs, const char *salvaged) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "path", path);
     cJSON_AddBoolToObject(o, "ok", ok);
     cJSON_AddNumberToObject(o, "records", (double)records);
     cJSON_AddNumberToObject(o, "bad", (double)bad);
+    cJSON *sv = salvaged ? cJSON_Parse(salvaged) : NULL;
+    if (sv)
+        cJSON_AddItemToObject(o, "salvaged", sv);
     cJSON *arr = cJSON_AddArrayToObject(o, "errors");
     for (int i = 0; i < errs->n; i++)
         cJSON_AddItemToArray(arr, cJSON_CreateString(errs->msg[i] ? errs->msg[i] : ""));
     cli_json_out(o);
 }
 
+/* `salvaged`: the dataset's "salvaged" metadata (sl_recover), or NULL. */
 static int report(const char *path, const char *hint, const char *ok_text, int json, int opened,
-                  uint64_t records, uint64_t bad, error_list *errs) {
+                  uint64_t records, uint64_t bad, error_list *errs, const char *salvaged) {
     int ok = opened && bad == 0 && errs->n == 0;
     uint64_t listed = 0; /* bad records the listed messages name */
     for (int i = 0; i < errs->n; i++) {
@@ -161,10 +165,14 @@ static int report(const char *path, const char *hint, const char *ok_text, int j
         listed += rs && sscanf(rs, ": records %llu..%llu", &a, &b) == 2 && b >= a ? b - a + 1 : 1;
     }
     if (json)
-        print_json(path, ok, records, bad, errs);
+        print_json(path, ok, records, bad, errs, salvaged);
+    char sv[512];
+    int is_salvaged = cli_salvaged_words(salvaged, sv, sizeof sv) == 0;
     if (ok) {
         if (!json)
             printf("ok: %s: %llu records, %s\n", path, (unsigned long long)records, ok_text);
+        if (!json && is_salvaged)
+            printf("note: %s is %s: sound, but not the whole dataset\n", path, sv);
     } else {
         if (!opened)
             fprintf(stderr, "sluice verify: %s\n", errs->n ? errs->msg[0] : "cannot open");
@@ -179,7 +187,7 @@ static int report(const char *path, const char *hint, const char *ok_text, int j
         if (opened)
             fprintf(stderr, "(%s)\n", hint);
         else
-            fprintf(stderr, "(if its footer or index is damaged, 'sluice recover %s -o OUT' "
+            fprintf(stderr, "(if its footer or index is damaged, 'sluice recover %s --out OUT' "
                             "salvages the records before the first damaged one)\n",
                     path);
     }
@@ -201,7 +209,7 @@ static int verify_source(const char *const *paths, int n, const char *features, 
         /* cli_source_open said why; the .slr recovery hint does not apply */
         if (json) {
             add_error(&errs, sl_errmsg());
-            print_json(paths[0], 0, 0, 0, &errs);
+            print_json(paths[0], 0, 0, 0, &errs, NULL);
             free(errs.msg[0]);
         }
         return rc;
@@ -225,7 +233,7 @@ static int verify_source(const char *const *paths, int n, const char *features, 
                           : check == SL_PACK_CHECK_DECODE
                               ? "every record reads, every image decodes"
                               : "every record reads, every image's header reads";
-    return report(paths[0], hint, ok_text, json, 1, cnt, bad, &errs);
+    return report(paths[0], hint, ok_text, json, 1, cnt, bad, &errs, NULL);
 }
 
 /* With --check, a .slr dataset's images: each record whose checksum matched
@@ -272,8 +280,10 @@ static int verify_slr(const char *path, int json, int check) {
     sl_reader *r;
     if (sl_reader_open(&r, path, 0) != SL_OK) {
         add_error(&errs, sl_errmsg());
-        return report(path, SL_SLR_REPAIR_HINT, "", json, 0, 0, 0, &errs);
+        return report(path, SL_SLR_REPAIR_HINT, "", json, 0, 0, 0, &errs, NULL);
     }
+    const char *sv_meta = sl_reader_meta(r, "salvaged");
+    char *salvaged = sv_meta ? strdup(sv_meta) : NULL;
     uint64_t n = sl_reader_count(r), bad = 0;
     verify_progress prog;
     prog.data_bytes = sl_reader_data_bytes(r);
@@ -315,17 +325,23 @@ static int verify_slr(const char *path, int json, int check) {
     }
     sl_reader_free(r);
     const char *ok_text = "every checksum matches";
+    int ret;
     if (check >= 0) {
         uint64_t images = 0;
-        if (check_slr_images(path, check, &bad, &images, &errs) < 0)
-            return report(path, SL_SLR_REPAIR_HINT, "", json, 0, 0, 0, &errs);
+        if (check_slr_images(path, check, &bad, &images, &errs) < 0) {
+            ret = report(path, SL_SLR_REPAIR_HINT, "", json, 0, 0, 0, &errs, salvaged);
+            free(salvaged);
+            return ret;
+        }
         ok_text = !images ? "every checksum matches (no column holds images)"
                   : check == SL_PACK_CHECK_DECODE
                       ? "every checksum matches, every image decodes"
                       : "every checksum matches, every image's header reads";
     }
-    return report(path, check >= 0 ? SL_SLR_IMAGE_HINT : SL_SLR_REPAIR_HINT, ok_text, json, 1,
-                  n, bad, &errs);
+    ret = report(path, check >= 0 ? SL_SLR_IMAGE_HINT : SL_SLR_REPAIR_HINT, ok_text, json, 1, n,
+                 bad, &errs, salvaged);
+    free(salvaged);
+    return ret;
 }
 
 int cmd_verify(int argc, char **argv) {

@@ -30,7 +30,7 @@ __all__ = [
 
 
 def pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check="header",
-         jpeg_restart="off", force=False):
+         jpeg_restart="off", force=False, resume=False):
     """Pack an ImageFolder directory, a pair of IDX files (MNIST style, plain
     or gzip), TFRecord files, tar shards or a .slr dataset into a .slr
     dataset at ``dst``.
@@ -38,7 +38,14 @@ def pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check=
     ``dst`` must not exist: like ``sluice pack`` without ``--force``, pack
     raises FileExistsError rather than replace what is there (and, with or
     without force, when ``dst.partial``, left by an interrupted pack, is
-    there). ``force=True``
+    there, unless ``resume``). ``resume=True`` continues that interrupted
+    pack: the same ``srcs`` and options (checked against the plan it kept;
+    InvalidError says what differs), from after its last complete record,
+    ending with what an uninterrupted pack writes, byte for byte; with no
+    ``dst.partial`` it packs from the start. Ctrl-C (KeyboardInterrupt)
+    stops the pack within a second and raises, its complete records kept in
+    ``dst.partial`` for ``resume=True`` or ``sluice recover`` (the
+    exception's note says how many). ``force=True``
     replaces a file, or a .slr dataset directory (moved aside to
     ``dst.replaced`` while packing, put back if the pack fails, removed when
     it succeeds); a directory that is not a sluice dataset is never replaced.
@@ -65,11 +72,16 @@ def pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check=
         raise TypeError(f"jobs: expected an int, got {type(jobs).__name__}")
     if isinstance(shard_bytes, bool) or not isinstance(shard_bytes, int) or shard_bytes < 0:
         raise TypeError(f"shard_bytes: expected a non-negative int, got {shard_bytes!r}")
-    aside = _make_room(dst, force)
+    aside = _make_room(dst, force, resume)
     try:
         rep = _sluice.pack(list(srcs), dst, jobs=jobs, skip_bad=bool(skip_bad),
                            shard_bytes=shard_bytes, progress=progress, check=check,
-                           jpeg_restart=jpeg_restart)
+                           jpeg_restart=jpeg_restart, resume=bool(resume))
+    except KeyboardInterrupt as e:
+        if aside is not None:
+            _os.rename(aside, dst)
+        _note_interrupted(e, dst)
+        raise
     except BaseException:
         if aside is not None:
             _os.rename(aside, dst)
@@ -79,7 +91,23 @@ def pack(srcs, dst, jobs=0, skip_bad=False, shard_bytes=0, progress=None, check=
     return rep
 
 
-def _make_room(dst, force):
+def _note_interrupted(e, dst):
+    """Say on the KeyboardInterrupt what the pack left and the ways on."""
+    path = _os.fsdecode(_os.fspath(dst))
+    partial = path + ".partial"
+    if _os.path.isdir(partial):
+        note = (f"sluice.pack: interrupted; its complete records are in {partial}: continue with "
+                f"sluice.pack(..., resume=True) (the same srcs and options), or keep those alone "
+                f"with `sluice recover {partial} --out OUT`")
+    elif _os.path.lexists(path):
+        note = f"sluice.pack: the pack had finished when it was interrupted: {path} is complete"
+    else:
+        return
+    if hasattr(e, "add_note"):
+        e.add_note(note)
+
+
+def _make_room(dst, force, resume=False):
     """Refuse an existing ``dst`` unless ``force``; with force, move a .slr
     dataset directory aside (the engine replaces files, never directories)
     and return where it went."""
@@ -88,11 +116,12 @@ def _make_room(dst, force):
     except TypeError:
         raise TypeError(f"dst: expected a str or os.PathLike, got {type(dst).__name__}") from None
     partial = path + ".partial"
-    if _os.path.lexists(partial):
+    if _os.path.lexists(partial) and not resume:
         # What an interrupted pack left: the engine would clear it to start
-        # over; it may hold records worth salvaging (as sluice pack says).
-        raise FileExistsError(_errno.EEXIST, "exists: an interrupted pack? run 'sluice recover "
-                              f"{partial}' to salvage its records, or remove it", partial)
+        # over; it holds records worth keeping (as sluice pack says).
+        raise FileExistsError(_errno.EEXIST, "exists: an interrupted pack; continue it with "
+                              "sluice.pack(..., resume=True), keep its records with `sluice "
+                              f"recover {partial} --out OUT`, or remove it", partial)
     if not _os.path.lexists(path):
         return None
     if not force:

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- the local file provider ------------------------------------------------- */
@@ -60,6 +61,15 @@ static void file_close(sl_io *io) {
 
 static const sl_io_vtbl file_vtbl = {.scheme = "file", .read = file_read, .close = file_close};
 
+/* A file's version (io.h): its size, no ETag, then what stands for
+ * Last-Modified: the modification time and the inode (a file renamed over
+ * it is another, even within the clock's resolution). */
+static void file_version(char *buf, size_t cap, const struct stat *st) {
+    snprintf(buf, cap, "%llu\n\n%lld.%09ld inode %llu", (unsigned long long)st->st_size,
+             (long long)st->st_mtim.tv_sec, (long)st->st_mtim.tv_nsec,
+             (unsigned long long)st->st_ino);
+}
+
 static int file_open(sl_io **out, const char *path, unsigned flags) {
     file_io *f = sl__calloc(1, sizeof *f);
     if (!f)
@@ -86,6 +96,7 @@ static int file_open(sl_io **out, const char *path, unsigned flags) {
     if (!S_ISREG(st.st_mode))
         SL_FAIL(SL_EINVAL, "%s: not a regular file", path);
     f->base.size = (uint64_t)st.st_size;
+    file_version(f->base.version, sizeof f->base.version, &st);
     if ((flags & SL_IO_MAP) && f->base.size) {
         if (f->base.size > SIZE_MAX)
             SL_FAIL(SL_ELIMIT, "%s: %llu bytes cannot be mapped here", path,
@@ -133,12 +144,96 @@ static int unknown_scheme(const char *name) {
                      "https:// and s3:// URLs)", name, (int)(sep - name), name);
 }
 
-int sl_io__open(sl_io **out, const char *name, unsigned flags) {
+/* ---- versions (io.h) ---------------------------------------------------------- */
+
+/* A version string's parts: "SIZE\nETAG\nLAST-MODIFIED" (either of the last
+ * two may be empty). */
+typedef struct version_parts {
+    unsigned long long size;
+    const char *etag, *lm;
+    size_t etag_len, lm_len;
+    int ok;
+} version_parts;
+
+static version_parts version_split(const char *v) {
+    version_parts p = {0};
+    const char *nl = v ? strchr(v, '\n') : NULL;
+    const char *nl2 = nl ? strchr(nl + 1, '\n') : NULL;
+    if (!nl2)
+        return p;
+    char *end;
+    p.size = strtoull(v, &end, 10);
+    p.ok = end == nl && end != v;
+    p.etag = nl + 1;
+    p.etag_len = (size_t)(nl2 - p.etag);
+    /* a weak validator names the same bytes as its strong form here */
+    if (p.etag_len >= 2 && !strncmp(p.etag, "W/", 2))
+        p.etag += 2, p.etag_len -= 2;
+    p.lm = nl2 + 1;
+    p.lm_len = strlen(p.lm);
+    return p;
+}
+
+int sl_io__same_version(const char *a, const char *b) {
+    version_parts x = version_split(a), y = version_split(b);
+    if (!x.ok || !y.ok)
+        return !strcmp(a ? a : "", b ? b : "");
+    if (x.size != y.size)
+        return 0;
+    if (x.etag_len && y.etag_len)
+        return x.etag_len == y.etag_len && !memcmp(x.etag, y.etag, x.etag_len);
+    return x.lm_len == y.lm_len && !memcmp(x.lm, y.lm, x.lm_len);
+}
+
+void sl_io__version_words(const char *name, const char *v, char *buf, size_t cap) {
+    version_parts p = version_split(v);
+    if (!cap)
+        return;
+    if (!p.ok)
+        snprintf(buf, cap, "an unknown version");
+    else if (p.etag_len)
+        snprintf(buf, cap, "ETag %.*s", (int)p.etag_len, p.etag);
+    else if (p.lm_len && sl_io__is_url(name))
+        snprintf(buf, cap, "Last-Modified %.*s, %llu bytes", (int)p.lm_len, p.lm, p.size);
+    else if (p.lm_len) {
+        /* a file's "SECONDS.NANOSECONDS inode N" as a date */
+        long long sec = 0;
+        long ns = 0;
+        unsigned long long ino = 0;
+        struct tm tm;
+        char date[64];
+        time_t t;
+        if (sscanf(p.lm, "%lld.%ld inode %llu", &sec, &ns, &ino) == 3 &&
+            (t = (time_t)sec, gmtime_r(&t, &tm)) &&
+            strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S", &tm))
+            snprintf(buf, cap, "%llu bytes, modified %s.%09ld UTC, inode %llu", p.size, date, ns,
+                     ino);
+        else
+            snprintf(buf, cap, "%llu bytes, modified %.*s", p.size, (int)p.lm_len, p.lm);
+    }
+    else
+        snprintf(buf, cap, "%llu bytes", p.size);
+}
+
+static int open_any(sl_io **out, const char *name, unsigned flags, const char *want) {
     *out = NULL;
+    if (want && !*want)
+        want = NULL;
     /* A URL names its provider. */
     int rc = !sl_io__is_url(name)       ? file_open(out, name, flags)
-             : sl_io__http_handles(name) ? sl_io__http_open(out, name, flags)
+             : sl_io__http_handles(name) ? sl_io__http_open(out, name, flags, want)
                                          : unknown_scheme(name);
+    if (rc == SL_OK && want && !sl_io__is_url(name) &&
+        !sl_io__same_version(want, (*out)->version)) {
+        /* a file has no copy of its old bytes to read on */
+        char then[160], now[160];
+        sl_io__version_words(name, want, then, sizeof then);
+        sl_io__version_words(name, (*out)->version, now, sizeof now);
+        file_close(*out);
+        *out = NULL;
+        return sl__error(SL_EIO, "%s: changed since it was first read (%s then, %s now); "
+                         "open the source again to read it as it is now", name, then, now);
+    }
     if (rc == SL_OK) {
         atomic_fetch_add_explicit(&n_opens, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&n_open_now, 1, memory_order_relaxed);
@@ -146,6 +241,14 @@ int sl_io__open(sl_io **out, const char *name, unsigned flags) {
             atomic_fetch_add_explicit(&n_maps, 1, memory_order_relaxed);
     }
     return rc;
+}
+
+int sl_io__open(sl_io **out, const char *name, unsigned flags) {
+    return open_any(out, name, flags, NULL);
+}
+
+int sl_io__open_version(sl_io **out, const char *name, unsigned flags, const char *want) {
+    return open_any(out, name, flags, want);
 }
 
 const char *sl_io__missing(const char *name) {
@@ -165,6 +268,8 @@ int sl_io__stat(const char *name, sl_io_info *out) {
     out->is_dir = S_ISDIR(st.st_mode);
     out->size = out->is_dir ? 0 : (uint64_t)st.st_size;
     out->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    if (!out->is_dir)
+        file_version(out->version, sizeof out->version, &st);
     return SL_OK;
 }
 
@@ -219,21 +324,44 @@ int sl_io__strict(void) {
     return v && !strcmp(v, "strict");
 }
 
-int sl_io__twice_damaged(const char *name, const char *first) {
-    char second[SL__ERRMSG_MAX];
-    snprintf(second, sizeof second, "%s", sl_errmsg());
-    return sl__error(SL_ECORRUPT, "%s: damaged twice: the first copy (%s) and the copy fetched "
-                     "again (%s); the object itself is damaged, or every fetch is (a proxy?)",
-                     name, first, second);
+/* `msg` without a leading "NAME: " (the message around it names the object
+ * once), cut to `cap` - 1 bytes with "..." where it is longer. */
+static void inner_cause(char *dst, size_t cap, const char *msg, const char *name) {
+    size_t nl = strlen(name);
+    if (!strncmp(msg, name, nl) && !strncmp(msg + nl, ": ", 2))
+        msg += nl + 2;
+    size_t n = strlen(msg);
+    if (n < cap) {
+        memcpy(dst, msg, n + 1);
+        return;
+    }
+    memcpy(dst, msg, cap - 4);
+    memcpy(dst + cap - 4, "...", 4);
 }
 
-int sl_io__open_checked(sl_io **out, const char *name, unsigned flags, sl_io_check_fn check,
-                        void *user) {
+int sl_io__twice_damaged(const char *name, const char *first) {
+    static const char fmt[] = "%s: damaged twice: the first copy (%s) and the copy fetched "
+                              "again (%s); the object differs from what its checksums say "
+                              "(damaged, or replaced without them), or every fetch is damaged "
+                              "(a proxy?)";
+    /* The two causes share what room the name and the sentence leave, so
+     * the end of the sentence, which says what to suspect, is never cut. */
+    size_t fixed = strlen(name) + sizeof fmt - 7, room = 2 * 20; /* at the least */
+    if (fixed + room < SL__ERRMSG_MAX)
+        room = SL__ERRMSG_MAX - 1 - fixed;
+    char a[SL__ERRMSG_MAX], b[SL__ERRMSG_MAX];
+    inner_cause(a, room / 2 + 1, first, name);
+    inner_cause(b, room / 2 + 1, sl_errmsg(), name);
+    return sl__error(SL_ECORRUPT, fmt, name, a, b);
+}
+
+int sl_io__open_checked(sl_io **out, const char *name, unsigned flags, const char *version,
+                        sl_io_check_fn check, void *user) {
     *out = NULL;
     char first[SL__ERRMSG_MAX];
     for (int attempt = 0;; attempt++) {
         sl_io *io = NULL;
-        int orc = sl_io__open(&io, name, flags);
+        int orc = open_any(&io, name, flags, version);
         if (orc != SL_OK)
             return orc; /* an error, or SL_END (missing, SL_IO_MISSING_OK) */
         int rc = check(io, user);

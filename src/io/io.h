@@ -87,17 +87,50 @@ typedef struct sl_io_vtbl {
     void (*forget)(sl_io *io);
 } sl_io_vtbl;
 
+/* Room for an object's version (sl_io__version). */
+#define SL_IO_VERSION_MAX 256
+
 /* The part every provider shares; a provider's own struct starts with it. */
 struct sl_io {
     const sl_io_vtbl *vt;
     char *name;          /* path or URL, for messages (owned) */
     uint64_t size;       /* bytes of the object, fixed at open */
     const uint8_t *map;  /* the whole object in memory, or NULL (ranges only) */
+    char version[SL_IO_VERSION_MAX]; /* which version of the object this is
+                            (sl_io__version), filled by the provider at open */
 };
 
 /* Open `name` (a path; a URL once a remote provider exists). SL_IO_MAP asks
  * for the whole object in memory. Free with sl_io__close. */
 int sl_io__open(sl_io **out, const char *name, unsigned flags);
+
+/* ---- versions: one object, one version for as long as it is read ----------------
+ *
+ * An object's version is what tells its bytes from another's under the same
+ * name: a remote object's validator, its ETag (else its Last-Modified) with
+ * its size; a local file's size, modification time and inode. A reader that
+ * opens an object again (a shard closed and reopened) passes the version it
+ * read first to sl_io__open_version, so that it never reads one version's
+ * bytes at the offsets it found in another's (docs/SOURCES.md, "One
+ * version per run"). The string is opaque: compare two with
+ * sl_io__same_version and print one with sl_io__version_words. */
+
+/* The version of the object open in `io` ("" when the provider knows none). */
+static inline const char *sl_io__version(const sl_io *io) { return io->version; }
+/* Whether two versions (sl_io__version strings) name the same bytes: the same
+ * size and, when both have one, the same ETag (a weak "W/" mark ignored),
+ * else the same Last-Modified (a file: modification time and inode). */
+int sl_io__same_version(const char *a, const char *b);
+/* Version `v` of `name` in words, for messages: `ETag "x"`, `Last-Modified
+ * DATE, N bytes`, `N bytes, modified DATE, inode I`. */
+void sl_io__version_words(const char *name, const char *v, char *buf, size_t cap);
+/* Open `name` as sl_io__open does, at the version `want` (NULL or "": any).
+ * When the object is now another version: a remote object opened with
+ * SL_IO_MAP whose copy of `want` is still in the shard cache is opened from
+ * that copy (a warning, once per object, says the object was replaced and
+ * the old version is read on); otherwise SL_EIO names the object, both
+ * versions and the fix (open the source again). */
+int sl_io__open_version(sl_io **out, const char *name, unsigned flags, const char *want);
 /* Exactly n bytes at `off` (a copy, even from a mapping); past the end is
  * SL_ECORRUPT naming the file and offset. */
 int sl_io__read(sl_io *io, void *dst, size_t n, uint64_t off);
@@ -118,15 +151,16 @@ void sl_io__forget(sl_io *io);
 /* Checks the bytes of an object just opened: SL_OK, SL_ECORRUPT (the bytes
  * are not what they should be: message set) or another failure. */
 typedef int (*sl_io_check_fn)(sl_io *io, void *user);
-/* Open `name` as sl_io__open does, then check(io, user). Bytes from
+/* Open `name` as sl_io__open_version does (`version` NULL: any), then
+ * check(io, user). Bytes from
  * elsewhere heal: when a URL's bytes fail the check with SL_ECORRUPT (a copy
  * damaged in transit, or in the shard cache), the copy is forgotten and the
  * object fetched again, once, and checked again (`check` must reset what it
  * filled in `user` on failure); when that copy fails too, SL_ECORRUPT names
  * the URL and both attempts. A local file is checked once. On failure *out
  * is NULL and nothing is left open. */
-int sl_io__open_checked(sl_io **out, const char *name, unsigned flags, sl_io_check_fn check,
-                        void *user);
+int sl_io__open_checked(sl_io **out, const char *name, unsigned flags, const char *version,
+                        sl_io_check_fn check, void *user);
 /* The message for a URL whose second copy failed its check too: SL_ECORRUPT
  * naming `name`, the first attempt's message `first` and the current one. */
 int sl_io__twice_damaged(const char *name, const char *first);
@@ -153,6 +187,8 @@ typedef struct sl_io_info {
                          NAME/manifest.json exists) */
     uint64_t size;    /* bytes (0 for a directory) */
     int64_t mtime_ns; /* last modified (a URL: Last-Modified; 0 when unknown) */
+    char version[SL_IO_VERSION_MAX]; /* the version an open would read now
+                                        (sl_io__version), "" for a directory */
 } sl_io_info;
 
 /* SL_OK with *out filled; SL_END with no message when `name` does not exist
@@ -172,7 +208,8 @@ char *sl_io__join(const char *dir, const char *name);
 
 /* ---- remote provider (io_http.c) ---------------------------------------------- */
 
-int sl_io__http_open(sl_io **out, const char *name, unsigned flags);
+/* `want`: sl_io__open_version's (NULL: any version). */
+int sl_io__http_open(sl_io **out, const char *name, unsigned flags, const char *want);
 int sl_io__http_stat(const char *name, sl_io_info *out);
 /* Whether `name`'s scheme is one io_http.c reads (http, https, s3). */
 int sl_io__http_handles(const char *name);

@@ -102,6 +102,8 @@ typedef struct http_cfg {
     uint64_t cache_bytes;
     long ttl_s;          /* SLUICE_CACHE_TTL: an object's size and validator,
                             once asked, are trusted this long (0: ask each time) */
+    mode_t dir_mode;     /* SLUICE_CACHE_MODE: the cache's folders (default 0700) */
+    mode_t file_mode;    /* its files: dir_mode without the execute bits */
 } http_cfg;
 
 static http_cfg cfg;
@@ -131,6 +133,24 @@ static long env_long(const char *name, long def, long lo, long hi) {
         return def;
     }
     return x;
+}
+
+/* SLUICE_CACHE_MODE: an octal folder mode that keeps the owner's rwx (the
+ * cache must stay usable by its writer), setgid allowed for a group's
+ * shared folder; anything else is said and the default kept. */
+static mode_t env_mode(const char *name, mode_t def) {
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return def;
+    char *end;
+    long x = strtol(v, &end, 8);
+    if (*end || x < 0 || (x & ~02777L) || (x & 0700) != 0700) {
+        SL_LOG_WARN("%s=%s: not a folder mode in octal that gives its owner rwx, such as 0700 "
+                    "(private), 0750 (the group reads) or 0770 (the group shares); using %04o",
+                    name, v, (unsigned)def);
+        return def;
+    }
+    return (mode_t)x;
 }
 
 /* The read-ahead loop's thread (ra_loop, below): started under ra_mu by the
@@ -182,6 +202,10 @@ static void init(void) {
     cfg.open_bytes = (uint64_t)env_long("SLUICE_HTTP_OPEN_BYTES", (long)SL_IO_EDGE_TAIL, 64,
                                        (long)1 << 30);
     cfg.ttl_s = env_long("SLUICE_CACHE_TTL", 300, 0, 1000000000);
+    /* Private by default: the cache holds whatever remote data this user
+     * reads (private S3 objects too), on a machine others may share. */
+    cfg.dir_mode = env_mode("SLUICE_CACHE_MODE", 0700);
+    cfg.file_mode = cfg.dir_mode & 0666;
     const char *ca = getenv("SLUICE_CA_BUNDLE");
     if (!ca || !*ca)
         ca = getenv("CURL_CA_BUNDLE");
@@ -493,6 +517,16 @@ typedef struct xfer {
     int64_t total;       /* object size (Content-Range's total or Content-Length), -1 */
     char etag[128];
     char last_mod[64];
+    char encoding[64];   /* the answer's Content-Encoding, or "" */
+    int encoded;         /* a 200/206 whose body is encoded (gzip...): stopped */
+    /* the version this request reads (the one its object was opened at:
+     * ETag and Last-Modified, "" when not known): an answer for another is
+     * stopped before a byte of it is taken */
+    char want_etag[128];
+    char want_lm[64];
+    int version_changed;
+    int from_memo;       /* head(): the answer came from the memo (SLUICE_CACHE_TTL),
+                            not from the server */
     stored_sums *sums;   /* the stored checksums of a whole-object answer, or NULL */
     int whole;           /* off 0, len the object's size: asked without a Range
                             (a 200 and its checksums), a resumed try with one */
@@ -517,7 +551,7 @@ static size_t on_header(char *p, size_t sz, size_t nm, void *u) {
         line[--k] = 0;
     if (!strncmp(line, "HTTP/", 5)) { /* a new response (after a redirect too) */
         x->retry_after_s = -1;
-        x->etag[0] = x->last_mod[0] = 0;
+        x->etag[0] = x->last_mod[0] = x->encoding[0] = 0;
         x->cr_first = x->cr_last = -1;
         const char *sp = strchr(line, ' ');
         x->in_200 = sp && atoi(sp + 1) == 200;
@@ -551,8 +585,37 @@ static size_t on_header(char *p, size_t sz, size_t nm, void *u) {
         snprintf(x->etag, sizeof x->etag, "%s", line + 5 + strspn(line + 5, " "));
     } else if (!strncasecmp(line, "last-modified:", 14)) {
         snprintf(x->last_mod, sizeof x->last_mod, "%s", line + 14 + strspn(line + 14, " "));
+    } else if (!strncasecmp(line, "content-encoding:", 17)) {
+        snprintf(x->encoding, sizeof x->encoding, "%s", line + 17 + strspn(line + 17, " "));
     }
     return n;
+}
+
+/* Two ETags name the same bytes (a weak "W/" mark ignored: a server that
+ * weakens its ETag for a compressed answer still names the same object). */
+static int etag_same(const char *a, const char *b) {
+    if (!strncmp(a, "W/", 2))
+        a += 2;
+    if (!strncmp(b, "W/", 2))
+        b += 2;
+    return !strcmp(a, b);
+}
+
+/* Whether the answer's validator is another version than the one asked for
+ * (x->want_*): the ETag when both have one, else Last-Modified. An answer
+ * that gives neither is taken as it comes. */
+static int answer_is_another_version(const xfer *x) {
+    if (x->want_etag[0] && x->etag[0])
+        return !etag_same(x->want_etag, x->etag);
+    if (x->want_lm[0] && x->last_mod[0])
+        return strcmp(x->want_lm, x->last_mod) != 0;
+    return 0;
+}
+
+/* An encoding sluice did not ask for (it sends no Accept-Encoding): the
+ * bytes are not the object's as stored. */
+static int answer_encoded(const xfer *x) {
+    return x->encoding[0] && strcasecmp(x->encoding, "identity") != 0;
 }
 
 /* Whether a 206's Content-Range is the range this try asked for: the same
@@ -604,10 +667,20 @@ static int suffix_place(xfer *x) {
         first = (uint64_t)total > x->suffix ? (uint64_t)total - x->suffix : 0;
     if (total < 0 || (x->status == 206 && ((uint64_t)x->cr_first != first ||
                                            (uint64_t)x->cr_last != (uint64_t)total - 1))) {
-        snprintf(x->range_why, sizeof x->range_why,
-                 "HTTP %ld with Content-Range bytes %lld-%lld/%lld for the last %llu bytes "
-                 "asked (bytes=-%llu)", x->status, (long long)x->cr_first, (long long)x->cr_last,
-                 (long long)total, (unsigned long long)x->suffix,
+        /* say what the answer had, not placeholders for what it lacked */
+        char came[96];
+        if (x->status == 200)
+            snprintf(came, sizeof came, "no Content-Length (its size cannot be known)");
+        else if (x->cr_first < 0)
+            snprintf(came, sizeof came, "no Content-Range");
+        else if (x->total < 0)
+            snprintf(came, sizeof came, "Content-Range bytes %lld-%lld/* (no size)",
+                     (long long)x->cr_first, (long long)x->cr_last);
+        else
+            snprintf(came, sizeof came, "Content-Range bytes %lld-%lld/%lld",
+                     (long long)x->cr_first, (long long)x->cr_last, (long long)x->total);
+        snprintf(x->range_why, sizeof x->range_why, "HTTP %ld with %s for the last %llu bytes "
+                 "asked (bytes=-%llu)", x->status, came, (unsigned long long)x->suffix,
                  (unsigned long long)x->suffix);
         x->range_bad = 1;
         return 0;
@@ -634,6 +707,16 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *u) {
     if (!x->seen_status) {
         curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &x->status);
         x->seen_status = 1;
+        /* bytes of another version, or encoded, are not the object's as
+         * opened: nothing is taken, and the request ends (req_end says why) */
+        if ((x->status == 200 || x->status == 206) && answer_encoded(x)) {
+            x->encoded = 1;
+            return 0;
+        }
+        if ((x->status == 200 || x->status == 206) && answer_is_another_version(x)) {
+            x->version_changed = 1;
+            return 0;
+        }
         if (x->suffix && (x->status == 200 || x->status == 206) && !suffix_place(x))
             return 0; /* nothing taken; perform retries */
         if (x->clip && (x->status == 200 || x->status == 206))
@@ -834,6 +917,8 @@ static int req_start(req *r) {
     x->cr_first = x->cr_last = -1;
     x->range_bad = 0;
     x->range_why[0] = 0;
+    x->encoded = 0;
+    x->version_changed = 0;
     r->err[0] = 0;
     CURL *h = x->h;
     curl_easy_reset(h);
@@ -917,6 +1002,20 @@ static int req_end(req *r, CURLcode cc) {
             r->rc = SL_OK;
             return 1;
         }
+    }
+    if (x->encoded) {
+        r->rc = sl__error(SL_EIO, "%s: the server sent it encoded (Content-Encoding: %s), which "
+                          "sluice did not ask for: it reads objects byte for byte as stored; "
+                          "serve these files without compression (nginx: gzip off for them)",
+                          x->name, x->encoding);
+        return 1;
+    }
+    if (x->version_changed) {
+        int by_etag = x->want_etag[0] && x->etag[0];
+        r->rc = sl__error(SL_EIO, "%s: replaced on the server while it was read (%s %s when it "
+                          "was opened, %s now)", x->name, by_etag ? "ETag" : "Last-Modified",
+                          by_etag ? x->want_etag : x->want_lm, by_etag ? x->etag : x->last_mod);
+        return 1;
     }
     if (x->size_changed) {
         r->rc = sl__error(SL_EIO, "%s: its size changed on the server (%lld bytes, %llu when it "
@@ -1102,6 +1201,7 @@ static long mreq_turn(CURLM *m, mreq *q, int n, void (*over)(int i, void *user),
 }
 
 static int mkdirs(const char *dir);
+static int cache_create(const char *path, int oflags);
 
 /* ---- what a HEAD said, remembered (SLUICE_CACHE_TTL) ------------------------------
  *
@@ -1148,6 +1248,7 @@ static int memo_get(const char *url, xfer *x) {
         lm[strcspn(lm, "\n")] = 0;
         line[strcspn(line, "\n")] = 0;
         if (!strcmp(line, url)) { /* not another URL with the same key */
+            x->from_memo = 1;
             x->total = total;
             x->eff_dir = dir != 0;
             etag[sizeof x->etag - 1] = 0;
@@ -1169,9 +1270,14 @@ static void memo_put(const char *url, const xfer *x) {
         return;
     static _Thread_local unsigned seq;
     snprintf(tmp, sizeof tmp, "%s.tmp-%ld-%u", path, (long)getpid(), ++seq);
-    FILE *f = fopen(tmp, "we");
-    if (!f)
+    int fd = cache_create(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
+        unlink(tmp);
         return;
+    }
     int bad = fprintf(f, "SLMEMO1 %d %lld\n%s\n%s\n%s\n", x->eff_dir, (long long)x->total,
                       x->etag, x->last_mod, url) < 0;
     if (fclose(f) != 0 || bad || rename(tmp, path) != 0)
@@ -1279,12 +1385,35 @@ typedef struct http_io {
      * one held), 2 done or given up. */
     atomic_int whole_state;
     uint8_t *whole;
-    int size_changed;   /* a whole fetch found another size than the HEAD's */
+    int size_changed;   /* a whole fetch found another size or version than the
+                           HEAD's (or the memo's): asked about again */
+    char etag[128];     /* the version opened (its answers must be of it) */
+    char last_mod[64];
+    int unconfirmed;    /* that version came from the memo (trusted within the TTL,
+                           not asked) and no reader asked for it: range answers
+                           are not held to it (a whole fetch of another version
+                           still asks again, once) */
     /* SL_IO_EDGES: the object's first and last bytes, fetched with the open
      * (reads inside them are copies), or NULL */
     uint8_t *edge_head, *edge_tail;
     uint64_t edge_head_len, edge_tail_off, edge_tail_len;
 } http_io;
+
+/* A request of h's bytes reads the version h was opened at. */
+static void want_version(xfer *x, const http_io *h) {
+    if (h->unconfirmed)
+        return;
+    memcpy(x->want_etag, h->etag, sizeof x->want_etag);
+    memcpy(x->want_lm, h->last_mod, sizeof x->want_lm);
+}
+
+/* h's version string (io.h: "SIZE\nETAG\nLAST-MODIFIED") from what opened it. */
+static void set_version(http_io *h, const char *etag, const char *last_mod) {
+    snprintf(h->etag, sizeof h->etag, "%s", etag);
+    snprintf(h->last_mod, sizeof h->last_mod, "%s", last_mod);
+    snprintf(h->base.version, sizeof h->base.version, "%llu\n%s\n%s",
+             (unsigned long long)h->base.size, h->etag, h->last_mod);
+}
 
 /* Bytes [off, off + n) from the edges fetched at open: 1 when copied. */
 static int edges_read(const http_io *h, void *dst, size_t n, uint64_t off) {
@@ -1367,6 +1496,7 @@ static int get_range(http_io *h, uint8_t *dst, uint64_t off, uint64_t n, uint64_
     x.len = n;
     x.dst = dst;
     x.fd = -1;
+    want_version(&x, h);
     long st;
     int rc = perform(&x, h->url, 0, &st);
     *got = x.got;
@@ -1410,6 +1540,7 @@ static void become_whole(http_io *h) {
         x.dst = b;
         x.fd = -1;
         x.whole = 1;
+        want_version(&x, h);
         stored_sums ss;
         memset(&ss, 0, sizeof ss);
         ss.s3 = !strncmp(h->base.name, "s3://", 5);
@@ -1514,6 +1645,7 @@ static void ra_prepare(mreq *q, ra_place *t) {
     t->x.off = e->off;
     t->x.len = e->len;
     t->x.fd = -1;
+    want_version(&t->x, e->io);
     req_init(&q->r, &t->x, e->io->url, 0, &t->st);
     q->state = MREQ_WAITING;
     q->wake = 0;
@@ -1800,9 +1932,13 @@ static int get_whole(http_io *h, uint8_t *dst, int fd, XXH3_state_t *hs, stored_
     ss->s3 = !strncmp(h->base.name, "s3://", 5);
     x.sums = ss;
     x.whole = 1;
+    /* held to the version asked about, even one the memo gave: another is
+     * asked about again, once (sl_io__http_open) */
+    memcpy(x.want_etag, h->etag, sizeof x.want_etag);
+    memcpy(x.want_lm, h->last_mod, sizeof x.want_lm);
     long st;
     int rc = perform(&x, h->url, 0, &st);
-    h->size_changed = x.size_changed;
+    h->size_changed = x.size_changed || x.version_changed;
     return rc;
 }
 
@@ -1828,18 +1964,54 @@ static int fetch_heap(http_io *h) {
     return SL_OK;
 }
 
+/* One folder of the cache (or above it) made with the cache's mode, set
+ * again after mkdir so that the umask takes nothing from it: 0 (made, or
+ * there already), -1 (errno set). */
+static int cache_mkdir(const char *dir) {
+    if (mkdir(dir, cfg.dir_mode) == 0) {
+        (void)chmod(dir, cfg.dir_mode);
+        return 0;
+    }
+    return errno == EEXIST ? 0 : -1;
+}
+
+/* The cache folder (made before) allows others more than SLUICE_CACHE_MODE
+ * does: said once per process, with both ways on. Its mode is left alone:
+ * it may be shared on purpose. */
+static void cache_dir_check(const char *dir) {
+    static atomic_int said;
+    struct stat st;
+    if (stat(dir, &st) != 0 || !((st.st_mode & 07777) & ~cfg.dir_mode) ||
+        atomic_exchange(&said, 1))
+        return;
+    SL_LOG_WARN("cache: %s is open to other users (mode %04o; sluice makes its cache folders "
+                "%04o): remote data fetched into it can be read by them; `chmod %o %s` makes it "
+                "private, or SLUICE_CACHE_MODE=%04o shares it on purpose", dir,
+                (unsigned)(st.st_mode & 07777), (unsigned)cfg.dir_mode,
+                (unsigned)cfg.dir_mode, dir, (unsigned)(st.st_mode & 07777));
+}
+
 static int mkdirs(const char *dir) {
     char buf[URL_MAX];
     snprintf(buf, sizeof buf, "%s", dir);
     for (char *p = buf + 1; *p; p++) {
         if (*p == '/') {
             *p = 0;
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            if (cache_mkdir(buf) != 0)
                 return -1;
             *p = '/';
         }
     }
-    return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
+    return cache_mkdir(buf);
+}
+
+/* A file of the cache (an entry being written, a lock, a remembered answer)
+ * opened with O_CREAT and the cache's file mode, whatever the umask. */
+static int cache_create(const char *path, int oflags) {
+    int fd = open(path, oflags | O_CREAT, cfg.file_mode);
+    if (fd >= 0)
+        (void)fchmod(fd, cfg.file_mode); /* fails harmlessly on another user's lock */
+    return fd;
 }
 
 typedef struct cache_ent {
@@ -1858,7 +2030,7 @@ static int by_mtime(const void *a, const void *b) {
 static void evict(const char *dir, const char *keep) {
     char path[URL_MAX + 300];
     snprintf(path, sizeof path, "%s/.lock", dir);
-    int lfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int lfd = cache_create(path, O_RDWR | O_CLOEXEC);
     if (lfd < 0)
         return;
     if (flock(lfd, LOCK_EX) != 0) {
@@ -2002,12 +2174,13 @@ static int fetch_cached(http_io *h, const char *validator, int or_ranges) {
                     cfg.cache_dir, strerror(errno));
         return fetch_heap(h);
     }
+    cache_dir_check(cfg.cache_dir);
     char ent[200];
     SL_TRY(entry_name(h, validator, ent));
     char path[URL_MAX + 300], lpath[URL_MAX + 310], tmp[URL_MAX + 350];
     snprintf(path, sizeof path, "%s/%s", cfg.cache_dir, ent);
     snprintf(lpath, sizeof lpath, "%s.lock", path);
-    int lfd = open(lpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int lfd = cache_create(lpath, O_RDWR | O_CLOEXEC);
     if (lfd >= 0)
         while (flock(lfd, LOCK_EX) != 0 && errno == EINTR) {
         }
@@ -2039,7 +2212,7 @@ static int fetch_cached(http_io *h, const char *validator, int or_ranges) {
     }
     static _Thread_local unsigned seq;
     snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%ld-%u", cfg.cache_dir, ent, (long)getpid(), ++seq);
-    fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd = cache_create(tmp, O_RDWR | O_TRUNC | O_CLOEXEC);
     if (fd < 0) {
         SL_LOG_WARN("cache: cannot write in %s (%s); holding remote shards in memory",
                     cfg.cache_dir, strerror(errno));
@@ -2237,6 +2410,7 @@ static int open_edges(http_io *h, unsigned flags) {
             continue;
         }
         h->base.size = total;
+        set_version(h, tx.etag, tx.last_mod);
         if (!total) {
             sl__free(head_b);
             sl__free(tail_b);
@@ -2281,7 +2455,79 @@ static int open_edges(http_io *h, unsigned flags) {
     }
 }
 
-int sl_io__http_open(sl_io **out, const char *name, unsigned flags) {
+/* Objects whose replacement this process has warned about (by URL hash):
+ * a shard reopened many times in a run is said once. */
+#define KEPT_SAID_MAX 256
+static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t kept_said[KEPT_SAID_MAX];
+static int nkept_said;
+
+static int kept_first_time(const char *url) {
+    uint64_t key = XXH3_64bits(url, strlen(url));
+    pthread_mutex_lock(&kept_mu);
+    int i = 0;
+    while (i < nkept_said && kept_said[i] != key)
+        i++;
+    int first = i == nkept_said && nkept_said < KEPT_SAID_MAX;
+    if (first)
+        kept_said[nkept_said++] = key;
+    pthread_mutex_unlock(&kept_mu);
+    return first;
+}
+
+/* The object is no longer the version `want` a reader opened it at (`now` is
+ * the server's): read on from the shard cache's copy of `want` when it is
+ * still there and sound (SL_OK, h opened at `want`), else SL_EIO naming the
+ * URL, both versions and the way on. (Opened for ranges, the copy is read
+ * as cache_lookup's is.) */
+static int open_kept(http_io *h, unsigned flags, const char *want, const char *now) {
+    const char *name = h->base.name;
+    char then_w[200], now_w[200];
+    sl_io__version_words(name, want, then_w, sizeof then_w);
+    sl_io__version_words(name, now, now_w, sizeof now_w);
+    const char *nl = strchr(want, '\n'), *nl2 = nl ? strchr(nl + 1, '\n') : NULL;
+    if (nl2 && cfg.cache_dir[0] && cache_budget()) {
+        char validator[200];
+        snprintf(validator, sizeof validator, "%.*s|%s", (int)(nl2 - nl - 1), nl + 1, nl2 + 1);
+        h->base.size = strtoull(want, NULL, 10);
+        char ent[200], path[URL_MAX + 300];
+        if (h->base.size + TRAILER <= cache_budget() && entry_name(h, validator, ent) == SL_OK) {
+            snprintf(path, sizeof path, "%s/%s", cfg.cache_dir, ent);
+            int fd = open(path, O_RDONLY | O_CLOEXEC);
+            int rc = fd >= 0 ? map_entry(h, fd) : SL_ECORRUPT;
+            if (fd >= 0)
+                close(fd);
+            if (rc == SL_OK && !(flags & SL_IO_MAP)) {
+                h->cached = h->base.map; /* read by ranges: copies from it */
+                h->base.map = NULL;
+            }
+            if (rc == SL_OK) {
+                h->cache_path = sl__strdup(path);
+                if (!h->cache_path)
+                    return sl__error(SL_ENOMEM, "%s: out of memory naming its cache entry", name);
+                (void)utimensat(AT_FDCWD, path, NULL, 0); /* most recently used */
+                snprintf(h->base.version, sizeof h->base.version, "%s", want);
+                if (kept_first_time(h->url))
+                    SL_LOG_WARN("%s: replaced on the server since this run first read it (%s "
+                                "then, %s now); the run reads on the version it started with, "
+                                "kept in the shard cache; the next run reads the new one",
+                                name, then_w, now_w);
+                return SL_OK;
+            }
+            if (rc != SL_ECORRUPT)
+                return rc;
+        }
+    }
+    return sl__error(SL_EIO, "%s: replaced on the server since this run first read it (%s "
+                     "then, %s now), and %s; open the source again (a new run) to read the new "
+                     "version", name, then_w, now_w,
+                     cfg.cache_dir[0] && cache_budget()
+                         ? "the version read then is not in the shard cache to read on"
+                         : "with no shard cache (cache_bytes 0) no copy of the version read "
+                           "then is kept to read on");
+}
+
+int sl_io__http_open(sl_io **out, const char *name, unsigned flags, const char *want) {
     /* An object whose size changed since it was asked (within the TTL) is
      * asked again and opened anew, once. */
     static _Thread_local int reopening;
@@ -2303,6 +2549,13 @@ int sl_io__http_open(sl_io **out, const char *name, unsigned flags) {
         rc = open_edges(h, flags);
         if (rc != SL_OK)
             goto cleanup;
+        if (want && !sl_io__same_version(want, h->base.version)) {
+            char now[SL_IO_VERSION_MAX];
+            memcpy(now, h->base.version, sizeof now);
+            rc = open_kept(h, flags, want, now); /* no cache here: says why not */
+            if (rc != SL_OK)
+                goto cleanup;
+        }
         *out = &h->base;
         return SL_OK;
     }
@@ -2316,6 +2569,17 @@ int sl_io__http_open(sl_io **out, const char *name, unsigned flags) {
     if (x.total < 0)
         SL_FAIL(SL_EIO, "%s: the server gives no size (Content-Length) for it", name);
     h->base.size = (uint64_t)x.total;
+    set_version(h, x.etag, x.last_mod);
+    h->unconfirmed = x.from_memo && !want;
+    if (want && !sl_io__same_version(want, h->base.version)) {
+        char now[SL_IO_VERSION_MAX];
+        memcpy(now, h->base.version, sizeof now);
+        rc = open_kept(h, flags, want, now);
+        if (rc != SL_OK)
+            goto cleanup;
+        *out = &h->base;
+        return SL_OK;
+    }
     if (h->base.size) {
         char validator[200];
         snprintf(validator, sizeof validator, "%s|%s", x.etag, x.last_mod);
@@ -2344,7 +2608,7 @@ cleanup:
         http_close(&h->base);
         SL_LOG_DEBUG("%s: changed on the server; asking again", name);
         reopening = 1;
-        rc = sl_io__http_open(out, name, flags);
+        rc = sl_io__http_open(out, name, flags, want);
         reopening = 0;
         return rc;
     }
@@ -2382,6 +2646,8 @@ int sl_io__http_stat(const char *name, sl_io_info *out) {
     }
     SL_TRY(rc);
     out->size = x.total > 0 ? (uint64_t)x.total : 0;
+    snprintf(out->version, sizeof out->version, "%llu\n%s\n%s", (unsigned long long)out->size,
+             x.etag, x.last_mod);
     if (x.last_mod[0]) {
         time_t t = curl_getdate(x.last_mod, NULL);
         if (t > 0)

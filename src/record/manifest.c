@@ -115,7 +115,7 @@ int sl_record__manifest_load(const char *mpath, slr_manifest *out) {
      * in one round trip (SL_IO_EDGES). */
     int src;
     if (sl_io__is_url(mpath)) {
-        src = sl_io__open_checked(&io, mpath, SL_IO_MAP | SL_IO_MISSING_OK | SL_IO_EDGES,
+        src = sl_io__open_checked(&io, mpath, SL_IO_MAP | SL_IO_MISSING_OK | SL_IO_EDGES, NULL,
                                   json_check, NULL);
     } else {
         sl_io_info st;

@@ -211,6 +211,9 @@ typedef struct slr_slot {
     const char *file;       /* the manifest's name for it (in `path`) */
     uint64_t first, count, bytes, footer_checksum;   /* the manifest's */
     bool copy_reads;        /* records average >= COPY_MIN_RECORD bytes */
+    char *version;          /* the version of the file its first open read (io.h),
+                               asked for by every reopen; written and read by
+                               that shard's open only (one at a time) */
 } slr_slot;
 
 struct sl_reader {
@@ -378,6 +381,13 @@ void sl_record__manifest_clear(slr_manifest *m);
 /* sl_recover, with the output's fsyncs optional (the fuzzer turns them off). */
 int sl_record__recover(const char *partial, const char *out, uint64_t *kept_out,
                        uint64_t *dropped_out, bool fsync_output);
+typedef struct slr_recover_result {
+    uint64_t kept, dropped;
+    uint64_t planned;   /* records the interrupted pack planned (its plan note),
+                           UINT64_MAX when not known */
+} slr_recover_result;
+int sl_record__recover_ex(const char *partial, const char *out, bool fsync_output,
+                          slr_recover_result *res);
 
 /* ---- writer internals (record_writer.c) ------------------------------------------ */
 
@@ -389,5 +399,32 @@ int sl_writer__open_ex(sl_writer **out, const char *path, const sl_schema *schem
 int sl_writer__flush(sl_writer *w);
 /* The temporary path the writer writes to ("<path>.partial"). */
 const char *sl_writer__partial_path(const sl_writer *w);
+
+/* Notes a writer's caller keeps beside the shards in "<path>.partial/" (a
+ * pack's plan and the inputs it left out), so that an interrupted write can
+ * be continued, or salvaged knowing what it meant to write; removed, with
+ * the temporaries, before the dataset is published or when it is given up. */
+#define SLR_PLAN_NAME "pack.json"
+#define SLR_SKIPS_NAME "pack-skipped.txt"
+/* Write note `name` whole (a temporary name renamed into place, synced
+ * with the writer's fsync option). */
+int sl_writer__note_set(sl_writer *w, const char *name, const char *text);
+/* Append `line` to note `name` (made when missing). */
+int sl_writer__note_append(sl_writer *w, const char *name, const char *line);
+/* Stop writing for now and keep what is written: buffered records go to the
+ * unfinished shard (synced with the fsync option), and sl_writer_free then
+ * leaves "<path>.partial/" as it is, for sl_writer__resume or sl_recover. */
+int sl_writer__suspend(sl_writer *w);
+/* A writer that continues the interrupted write in "<path>.partial/" (FORMAT.md,
+ * "Crash safety"; invariant 5 of record_writer.c): sl_writer_count() records
+ * are kept (every whole, checksum-valid record, in order) and the next
+ * append is the record after them; the header's metadata is restored (set it
+ * again as the interrupted writer did: the same values change nothing).
+ * SL_END (no message) when there is no "<path>.partial/"; SL_EINVAL when what
+ * is there is not this write's (other columns, shard size, numbering);
+ * SL_ECORRUPT when a finished shard does not check out; SL_EIO, SL_ENOMEM. On
+ * failure nothing there is changed or removed. */
+int sl_writer__resume(sl_writer **out, const char *path, const sl_schema *schema,
+                      const sl_writer_options *opts);
 
 #endif /* SL_RECORD_FORMAT_H */

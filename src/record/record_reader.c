@@ -162,8 +162,8 @@ void sl_record__shard_put(slr_shard *sh) {
 /* Open and validate one shard file into `sh` (zeroed; shard_close frees
  * whatever it holds on failure). `meta` (may be NULL) receives the index's
  * metadata. */
-static int shard_validate(slr_shard *sh, const char *path, unsigned flags, sl_schema *schema,
-                          slr_meta *meta) {
+static int shard_validate(slr_shard *sh, const char *path, unsigned flags, const char *want,
+                          sl_schema *schema, slr_meta *meta) {
     int rc = SL_OK;
     uint8_t *idx = NULL;
     sh->path = sl__strdup(path);
@@ -174,7 +174,7 @@ static int shard_validate(slr_shard *sh, const char *path, unsigned flags, sl_sc
     unsigned ioflags = flags & SL_READ_NO_MMAP ? 0 : SL_IO_MAP | SL_IO_MAP_OR_RANGES;
     if (flags & SLR_OPEN_MISSING_OK)
         ioflags |= SL_IO_MISSING_OK;
-    int orc = sl_io__open(&sh->io, path, ioflags | SL_IO_EDGES);
+    int orc = sl_io__open_version(&sh->io, path, ioflags | SL_IO_EDGES, want);
     if (orc != SL_OK)
         return orc; /* an error, or SL_END: missing (SLR_OPEN_MISSING_OK) */
     sh->size = sl_io__size(sh->io);
@@ -304,9 +304,10 @@ static int shard_check_records(const slr_shard *sh) {
 /* A new shard: `path` opened and validated, one reference. A remote shard
  * fetched whole (or found in the shard cache) whose bytes fail a check is
  * dropped from the cache and fetched again once (as sl_io__open_checked
- * does); a second failure names both attempts. */
-static int shard_open(slr_shard **out, const char *path, unsigned flags, sl_schema *schema,
-                      slr_meta *meta) {
+ * does); a second failure names both attempts. `want`: the version an
+ * earlier open read (NULL: the first open), see sl_io__open_version. */
+static int shard_open(slr_shard **out, const char *path, unsigned flags, const char *want,
+                      sl_schema *schema, slr_meta *meta) {
     *out = NULL;
     slr_shard *sh = NULL;
     char first[SL__ERRMSG_MAX] = "";
@@ -316,7 +317,7 @@ static int shard_open(slr_shard **out, const char *path, unsigned flags, sl_sche
         if (!sh)
             return sl__oom("opening a shard");
         atomic_init(&sh->refs, 1);
-        rc = shard_validate(sh, path, flags, schema, meta);
+        rc = shard_validate(sh, path, flags, want, schema, meta);
         if (rc == SL_OK && sh->map && sl_io__is_url(path))
             rc = shard_check_records(sh);
         if (rc >= 0 || rc != SL_ECORRUPT || !sh->io || !sl_io__is_url(path))
@@ -402,9 +403,43 @@ int sl_record__shard_of(const sl_reader *r, uint64_t i) {
                             offsetof(slr_slot, first), i);
 }
 
-/* Open shard k of a directory and check it against the manifest. */
+/* What differs between shard k as opened and the manifest's line for it,
+ * each field that differs in words ("" when none does). */
+static void manifest_diff(const slr_shard *sh, const slr_slot *sl, int k, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = 0;
+#define DIFF(...)                                                                      \
+    do {                                                                               \
+        if (n < cap)                                                                   \
+            n += (size_t)snprintf(buf + n, cap - n, "%s", n ? "; " : "");              \
+        if (n < cap)                                                                   \
+            n += (size_t)snprintf(buf + n, cap - n, __VA_ARGS__);                      \
+    } while (0)
+    if (sh->first != sl->first)
+        DIFF("its first record is %llu, the manifest's %llu", (unsigned long long)sh->first,
+             (unsigned long long)sl->first);
+    if (sh->count != sl->count)
+        DIFF("it holds %llu records, the manifest %llu", (unsigned long long)sh->count,
+             (unsigned long long)sl->count);
+    if (sh->size != sl->bytes)
+        DIFF("it is %llu bytes, the manifest says %llu", (unsigned long long)sh->size,
+             (unsigned long long)sl->bytes);
+    if (sh->footer_checksum != sl->footer_checksum)
+        DIFF("its footer checksum is %016llx, the manifest's %016llx",
+             (unsigned long long)sh->footer_checksum, (unsigned long long)sl->footer_checksum);
+    if (sh->hdr.shard_index != (uint32_t)k)
+        DIFF("its header says shard %u, the manifest lists it as shard %d",
+             sh->hdr.shard_index, k);
+#undef DIFF
+}
+
+/* Open shard k of a directory and check it against the manifest. Its first
+ * open records the version it read; every reopen asks for that version
+ * (io.h, sl_io__open_version), so that a run never reads a shard replaced
+ * under it. */
 static int slot_open(const sl_reader *r, int k, slr_shard **out) {
-    const slr_slot *sl = &r->shards[k];
+    /* the shard set runs one open of shard k at a time: the only writer */
+    slr_slot *sl = (slr_slot *)&r->shards[k];
     /* a shard that is not there is said so; a URL is not asked first (a
      * HEAD is a round trip): its open says so */
     int src = SL_OK;
@@ -415,21 +450,22 @@ static int slot_open(const sl_reader *r, int k, slr_shard **out) {
     sl_schema sch;
     slr_shard *sh = NULL;
     if (src == SL_OK)
-        src = shard_open(&sh, sl->path, r->flags | SLR_OPEN_MISSING_OK, &sch, NULL);
+        src = shard_open(&sh, sl->path, r->flags | SLR_OPEN_MISSING_OK, sl->version, &sch, NULL);
     if (src == SL_END)
         return sl__error(SL_ECORRUPT, "%s: shard %s is missing (%s)", r->mpath, sl->file,
                          sl_io__is_url(sl->path) ? "HTTP 404" : strerror(ENOENT));
     SL_TRY(src);
     int rc = SL_OK;
+    char diff[320];
+    manifest_diff(sh, sl, k, diff, sizeof diff);
     if (!sl_record__schema_equal(&r->schema, &sch))
         rc = sl__error(SL_ECORRUPT, "%s: schema differs from the first shard's", sl->path);
-    else if (sh->first != sl->first || sh->count != sl->count || sh->size != sl->bytes ||
-             sh->footer_checksum != sl->footer_checksum || sh->hdr.shard_index != (uint32_t)k)
-        rc = sl__error(SL_ECORRUPT, "%s: shard %s does not match the manifest (file has records "
-                       "%llu..+%llu, %llu bytes; manifest says %llu..+%llu, %llu bytes)", r->mpath,
-                       sl->file, (unsigned long long)sh->first, (unsigned long long)sh->count,
-                       (unsigned long long)sh->size, (unsigned long long)sl->first,
-                       (unsigned long long)sl->count, (unsigned long long)sl->bytes);
+    else if (diff[0])
+        rc = sl__error(SL_ECORRUPT, "%s: shard %s does not match the manifest: %s (one of them "
+                       "was replaced or damaged; write the dataset again, or copy it whole)",
+                       r->mpath, sl->file, diff);
+    else if (!sl->version && !(sl->version = sl__strdup(sl_io__version(sh->io))))
+        rc = sl__oom("opening a shard");
     if (rc < 0) {
         sl_record__shard_put(sh);
         return rc;
@@ -504,8 +540,10 @@ void sl_reader_free(sl_reader *r) {
     opener_free(r); /* its threads use the set */
     sl_shard_set__free(r->set); /* closes the open shards */
     sl_record__shard_put(r->single); /* a single file whose set was not made */
-    for (int i = 0; i < r->nshards; i++)
+    for (int i = 0; i < r->nshards; i++) {
         sl__free(r->shards[i].path);
+        sl__free(r->shards[i].version);
+    }
     sl__free(r->shards);
     for (int c = 0; c < SL_MAX_COLUMNS && !r->scalars_mapped; c++)
         sl__free(r->scalars[c]);
@@ -548,7 +586,7 @@ static int open_file(sl_reader *r, const char *path) {
         return sl__oom("opening a reader");
     sl->file = sl->path;
     slr_shard *sh;
-    SL_TRY(shard_open(&sh, path, r->flags, &r->schema, &r->meta));
+    SL_TRY(shard_open(&sh, path, r->flags, NULL, &r->schema, &r->meta));
     if (sh->first != 0) {
         unsigned long long first = (unsigned long long)sh->first;
         sl_record__shard_put(sh);

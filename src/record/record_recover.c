@@ -15,8 +15,17 @@
  * exactly a prefix of the input's, with the same numbers. The input is never
  * modified. The output is written by the ordinary writer (via
  * "<out>.recovering"), so it is published atomically.
+ *
+ * A salvaged dataset says so: its metadata gets "salvaged" (the records kept,
+ * the records the interrupted pack planned when its plan is there, where it
+ * came from), which `sluice info` and `sluice verify` report, and a class
+ * list ("classes" with an int64 "label" column) is cut to the classes the
+ * kept records reach, so that it describes the records there.
  */
 #include "record/record_format.h"
+#include "io/io.h"
+
+#include <cjson/cJSON.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +36,11 @@
 
 typedef struct recover_state {
     sl_writer *w;
+    bool dry;                /* count only: no output */
+    const char *out;
+    bool fsync_output;
+    int label_col;           /* an int64 "label" column, or -1 */
+    int64_t max_label;       /* the largest label kept (-1: none) */
     sl_schema schema;
     slr_meta meta;           /* best known metadata */
     uint64_t next;           /* next expected global record number */
@@ -85,10 +99,17 @@ static int recover_file(recover_state *st, const char *path, const char *out, bo
         st->schema = schema;
         st->meta = hmeta;
         memset(&hmeta, 0, sizeof hmeta);
-        sl_writer_options o = SL_WRITER_OPTIONS_INIT;
-        o.shard_bytes = hdr.shard_bytes;
-        o.fsync = fsync_output;
-        SL_CHECK(sl_writer__open_ex(&st->w, out, &st->schema, &o, ".recovering"));
+        st->label_col = -1;
+        st->max_label = -1;
+        for (int c = 0; c < schema.ncols; c++)
+            if (schema.col[c].type == SL_COL_INT64 && !strcmp(schema.col[c].name, "label"))
+                st->label_col = c;
+        if (!st->dry) {
+            sl_writer_options o = SL_WRITER_OPTIONS_INIT;
+            o.shard_bytes = hdr.shard_bytes;
+            o.fsync = fsync_output;
+            SL_CHECK(sl_writer__open_ex(&st->w, out, &st->schema, &o, ".recovering"));
+        }
     } else if (!sl_record__schema_equal(&schema, &st->schema)) {
         st->stopped = true;
         SL_LOG_WARN("%s: schema differs from the first shard's; stopping here", path);
@@ -125,7 +146,13 @@ static int recover_file(recover_state *st, const char *path, const char *out, bo
             rc = SL_OK;
             break;
         }
-        SL_CHECK(sl_writer_append(st->w, st->rec->col, st->rec->ncols));
+        if (st->w)
+            SL_CHECK(sl_writer_append(st->w, st->rec->col, st->rec->ncols));
+        if (st->label_col >= 0) {
+            int64_t l = *(const int64_t *)st->rec->col[st->label_col].data;
+            if (l > st->max_label)
+                st->max_label = l;
+        }
         st->kept++;
         st->next++;
         k++;
@@ -160,23 +187,84 @@ static int shard_in(const char *dir, uint32_t i, char **path_out) {
     return SL_OK;
 }
 
-int sl_recover(const char *partial, const char *out, uint64_t *kept_out, uint64_t *dropped_out) {
-    return sl_record__recover(partial, out, kept_out, dropped_out, true);
+/* The plan the interrupted pack left beside its shards: its "planned"
+ * record count, or UINT64_MAX (no plan: a bare writer's, a single file). */
+static uint64_t planned_of(const char *partial, bool is_dir) {
+    if (!is_dir)
+        return UINT64_MAX;
+    char *p = sl_record__join(partial, SLR_PLAN_NAME);
+    uint8_t *text = NULL;
+    size_t n = 0;
+    uint64_t planned = UINT64_MAX;
+    if (p && sl_io__read_file(p, (uint64_t)1 << 20, 1, &text, &n) == SL_OK) {
+        sl__json_init();
+        cJSON *o = cJSON_Parse((const char *)text);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "planned");
+        if (cJSON_IsNumber(v) && v->valuedouble >= 0)
+            planned = (uint64_t)v->valuedouble;
+        cJSON_Delete(o);
+    }
+    sl_errclear();
+    sl__free(text);
+    sl__free(p);
+    return planned;
 }
 
-int sl_record__recover(const char *partial, const char *out, uint64_t *kept_out,
-                       uint64_t *dropped_out, bool fsync_output) {
+/* The output's metadata: what the input's said, "salvaged", and a class
+ * list cut to the labels kept. */
+static int salvaged_meta(recover_state *st, const char *partial, uint64_t planned) {
+    sl__json_init();
+    const char *classes = sl_record__meta_get(&st->meta, "classes");
+    int nclasses = -1, rc = SL_OK;
+    char *text = NULL;
+    if (classes && st->label_col >= 0) {
+        cJSON *list = cJSON_Parse(classes);
+        if (cJSON_IsArray(list)) {
+            nclasses = cJSON_GetArraySize(list);
+            int keep = st->max_label + 1 < nclasses ? (int)(st->max_label + 1) : nclasses;
+            while (cJSON_GetArraySize(list) > keep)
+                cJSON_DeleteItemFromArray(list, cJSON_GetArraySize(list) - 1);
+            text = cJSON_PrintUnformatted(list);
+            if (!text)
+                rc = sl__oom("recovering");
+            else
+                rc = sl_writer_set_meta(st->w, "classes", text);
+            cJSON_free(text);
+            text = NULL;
+        }
+        cJSON_Delete(list);
+        SL_TRY(rc);
+    }
+    cJSON *o = cJSON_CreateObject();
+    const char *base = strrchr(partial, '/');
+    base = base && base[1] ? base + 1 : partial;
+    if (!o || !cJSON_AddNumberToObject(o, "records", (double)st->kept) ||
+        !(planned == UINT64_MAX ? cJSON_AddNullToObject(o, "planned")
+                                : cJSON_AddNumberToObject(o, "planned", (double)planned)) ||
+        (nclasses >= 0 && !cJSON_AddNumberToObject(o, "classes_planned", nclasses)) ||
+        !cJSON_AddStringToObject(o, "from", base) || !(text = cJSON_PrintUnformatted(o)))
+        rc = sl__oom("recovering");
+    else
+        rc = sl_writer_set_meta(st->w, "salvaged", text);
+    cJSON_free(text);
+    cJSON_Delete(o);
+    return rc;
+}
+
+/* Recover `partial` into `out` (NULL: `partial` without ".partial"), or with
+ * `dry` count what would be kept and write nothing. */
+static int recover_any(const char *partial, const char *out, bool dry, bool fsync_output,
+                       slr_recover_result *res) {
     int rc = SL_OK;
     char *outp = NULL, *src = NULL;
     recover_state st;
     memset(&st, 0, sizeof st);
-    if (kept_out)
-        *kept_out = 0;
-    if (dropped_out)
-        *dropped_out = 0;
+    memset(res, 0, sizeof *res);
+    res->planned = UINT64_MAX;
+    st.dry = dry;
     if (!partial || !*partial)
         return sl__error(SL_EINVAL, "sl_recover: empty path");
-    if (!out) {
+    if (!out && !dry) {
         /* Strip a trailing slash and ".partial". */
         size_t n = strlen(partial);
         while (n > 1 && partial[n - 1] == '/')
@@ -195,6 +283,7 @@ int sl_record__recover(const char *partial, const char *out, uint64_t *kept_out,
     if (stat(partial, &sb) != 0)
         SL_FAIL(SL_EIO, "%s: cannot open: %s", partial, strerror(errno));
     SL_CHECK(sl_record_create(&st.rec));
+    res->planned = planned_of(partial, S_ISDIR(sb.st_mode));
     if (S_ISDIR(sb.st_mode)) {
         for (uint32_t i = 0; !st.stopped; i++) {
             sl__free(src);
@@ -210,17 +299,25 @@ int sl_record__recover(const char *partial, const char *out, uint64_t *kept_out,
     } else {
         SL_CHECK(recover_file(&st, partial, out, true, fsync_output));
     }
-    for (int i = 0; i < st.meta.n; i++)
-        SL_CHECK(sl_writer_set_meta(st.w, st.meta.keys[i], st.meta.vals[i]));
-    SL_CHECK(sl_writer_close(st.w));
-    if (kept_out)
-        *kept_out = st.kept;
-    if (dropped_out)
-        *dropped_out = st.dropped;
-    if (st.dropped || st.stopped)
+    res->kept = st.kept;
+    res->dropped = st.dropped;
+    if (st.w) {
+        for (int i = 0; i < st.meta.n; i++)
+            SL_CHECK(sl_writer_set_meta(st.w, st.meta.keys[i], st.meta.vals[i]));
+        if (st.kept)
+            SL_CHECK(salvaged_meta(&st, partial, res->planned));
+        SL_CHECK(sl_writer_close(st.w));
+    }
+    if (!dry && (st.dropped || st.stopped))
         SL_LOG_INFO("%s: recovered %llu records, dropped %llu", partial,
                     (unsigned long long)st.kept, (unsigned long long)st.dropped);
 cleanup:
+    if (dry && rc == SL_ECORRUPT && st.kept == 0) {
+        /* nothing complete (not even a header): that is the answer */
+        sl_errclear();
+        rc = SL_OK;
+        res->kept = 0;
+    }
     sl_writer_free(st.w);
     sl_record_free(st.rec);
     sl_record__meta_clear(&st.meta);
@@ -228,3 +325,40 @@ cleanup:
     sl__free(outp);
     return rc;
 }
+
+int sl_record__recover_ex(const char *partial, const char *out, bool fsync_output,
+                          slr_recover_result *res) {
+    return recover_any(partial, out, false, fsync_output, res);
+}
+
+int sl_recover(const char *partial, const char *out, uint64_t *kept_out, uint64_t *dropped_out) {
+    slr_recover_result res;
+    int rc = sl_record__recover_ex(partial, out, true, &res);
+    if (kept_out)
+        *kept_out = rc == SL_OK ? res.kept : 0;
+    if (dropped_out)
+        *dropped_out = rc == SL_OK ? res.dropped : 0;
+    return rc;
+}
+
+int sl_recover_info(const char *partial, uint64_t *complete_out, uint64_t *planned_out) {
+    slr_recover_result res;
+    int rc = recover_any(partial, NULL, true, false, &res);
+    if (complete_out)
+        *complete_out = rc == SL_OK ? res.kept : 0;
+    if (planned_out)
+        *planned_out = rc == SL_OK ? res.planned : UINT64_MAX;
+    return rc;
+}
+
+int sl_record__recover(const char *partial, const char *out, uint64_t *kept_out,
+                       uint64_t *dropped_out, bool fsync_output) {
+    slr_recover_result res;
+    int rc = sl_record__recover_ex(partial, out, fsync_output, &res);
+    if (kept_out)
+        *kept_out = rc == SL_OK ? res.kept : 0;
+    if (dropped_out)
+        *dropped_out = rc == SL_OK ? res.dropped : 0;
+    return rc;
+}
+

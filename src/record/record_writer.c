@@ -13,8 +13,19 @@
  *     rename .partial -> .slr. Then, on close: one shard is renamed to `path`,
  *     several get a manifest and the directory is renamed to `path`; the parent
  *     directory is synced last.
+ *  5. Resuming (sl_writer__resume) rebuilds, from "<path>.partial/" alone, the
+ *     state an uninterrupted writer had after its last complete record: the
+ *     sealed shards before the last one are taken as they are (their footers
+ *     and indexes checked), the last shard is made the one being written again
+ *     (a .partial cut after its last whole, checksum-valid record; a sealed one
+ *     unsealed: its index and footer cut off), so that appending the records
+ *     that follow writes byte for byte what the uninterrupted writer would
+ *     have: a record that did not fit rolled the shard over, and rolls it over
+ *     again. A writer's caller keeps notes there too (SLR_PLAN_NAME,
+ *     SLR_SKIPS_NAME): removed before the dataset is published.
  */
 #include "record/record_format.h"
+#include "io/io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -64,6 +75,7 @@ struct sl_writer {
     uint32_t ndone, done_cap;
     bool closed;                /* published successfully */
     bool failed;                /* an I/O error left the current shard unusable */
+    bool kept;                  /* sl_writer__suspend: free leaves the temporaries */
 };
 
 static int shard_name(char *buf, size_t cap, uint32_t no, bool partial) {
@@ -71,6 +83,8 @@ static int shard_name(char *buf, size_t cap, uint32_t no, bool partial) {
 }
 
 const char *sl_writer__partial_path(const sl_writer *w) { return w->tmpdir; }
+
+static void notes_remove(const sl_writer *w);
 
 static int open_shard(sl_writer *w) {
     char name[64];
@@ -94,9 +108,10 @@ int sl_writer_open(sl_writer **out, const char *path, const sl_schema *schema,
     return sl_writer__open_ex(out, path, schema, opts, ".partial");
 }
 
-int sl_writer__open_ex(sl_writer **out, const char *path, const sl_schema *schema,
-                       const sl_writer_options *opts, const char *tmp_suffix) {
-    int rc = SL_OK;
+/* A writer for `path` with nothing on disk yet: options checked and
+ * defaulted, buffers made, tmpdir named "<path>" + tmp_suffix. */
+static int writer_new(sl_writer **out, const char *path, const sl_schema *schema,
+                      const sl_writer_options *opts, const char *tmp_suffix) {
     *out = NULL;
     if (!path || !*path || !schema)
         return sl__error(SL_EINVAL, "sl_writer_open: NULL path or schema");
@@ -128,11 +143,24 @@ int sl_writer__open_ex(sl_writer **out, const char *path, const sl_schema *schem
     w->tmpdir = sl__malloc(n + sl + 1);
     w->obuf = sl__malloc(OBUF_SIZE);
     if (!w->path || !w->tmpdir || !w->obuf) {
-        rc = sl__oom("creating a writer");
-        goto cleanup;
+        sl__free(w->path);
+        sl__free(w->tmpdir);
+        sl__free(w->obuf);
+        sl__free(w);
+        return sl__oom("creating a writer");
     }
     memcpy(w->tmpdir, path, n);
     memcpy(w->tmpdir + n, tmp_suffix, sl + 1);
+    *out = w;
+    return SL_OK;
+}
+
+int sl_writer__open_ex(sl_writer **out, const char *path, const sl_schema *schema,
+                       const sl_writer_options *opts, const char *tmp_suffix) {
+    int rc = SL_OK;
+    *out = NULL;
+    sl_writer *w;
+    SL_TRY(writer_new(&w, path, schema, opts, tmp_suffix));
     /* An empty leftover (a crash after the final rename, before its rmdir)
      * holds nothing to salvage: rmdir succeeds only then. */
     if (mkdir(w->tmpdir, 0755) != 0 && !(errno == EEXIST && rmdir(w->tmpdir) == 0 &&
@@ -584,6 +612,7 @@ int sl_writer_close(sl_writer *w) {
             rc = sl__oom("closing a writer");
             goto cleanup;
         }
+        notes_remove(w); /* the caller's notes are not part of the dataset */
         if (rename(src, w->path) != 0)
             SL_FAIL(SL_EIO, "%s: cannot rename %s into place: %s", w->path, src, strerror(errno));
         if (rmdir(w->tmpdir) != 0)
@@ -597,6 +626,7 @@ int sl_writer_close(sl_writer *w) {
          * dataset at `path` is removed first (the one non-atomic step). */
         if (stat(w->path, &st) == 0 && !S_ISDIR(st.st_mode) && unlink(w->path) != 0)
             SL_FAIL(SL_EIO, "%s: cannot replace: %s", w->path, strerror(errno));
+        notes_remove(w); /* the caller's notes are not part of the dataset */
         if (rename(w->tmpdir, w->path) != 0)
             SL_FAIL(SL_EIO, "%s: cannot rename %s into place: %s", w->path, w->tmpdir,
                     strerror(errno));
@@ -631,13 +661,14 @@ static void remove_temporaries(sl_writer *w) {
     if (m)
         unlink(m);
     sl__free(m);
+    notes_remove(w);
     rmdir(w->tmpdir);
 }
 
 void sl_writer_free(sl_writer *w) {
     if (!w)
         return;
-    if (!w->closed)
+    if (!w->closed && !w->kept)
         remove_temporaries(w);
     if (w->fd >= 0)
         close(w->fd);
@@ -653,4 +684,374 @@ void sl_writer_free(sl_writer *w) {
     sl__free(w->tmpdir);
     sl__free(w->path);
     sl__free(w);
+}
+
+/* ---- notes, suspending and resuming (invariant 5) ---------------------------------- */
+
+static char *note_path(const sl_writer *w, const char *name) {
+    return sl_record__join(w->tmpdir, name);
+}
+
+int sl_writer__note_set(sl_writer *w, const char *name, const char *text) {
+    char *p = note_path(w, name), *tmp = p ? sl__malloc(strlen(p) + 5) : NULL;
+    int rc = SL_OK, fd = -1;
+    if (!p || !tmp) {
+        rc = sl__oom("writing a note");
+        goto cleanup;
+    }
+    memcpy(tmp, p, strlen(p));
+    memcpy(tmp + strlen(p), ".new", 5);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        SL_FAIL(SL_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+    SL_CHECK(sl_record__write_all(fd, text, strlen(text), tmp));
+    if (w->opts.fsync && fsync(fd) != 0)
+        SL_FAIL(SL_EIO, "%s: fsync failed: %s", tmp, strerror(errno));
+    close(fd);
+    fd = -1;
+    if (rename(tmp, p) != 0)
+        SL_FAIL(SL_EIO, "%s: rename to %s failed: %s", tmp, p, strerror(errno));
+cleanup:
+    if (fd >= 0)
+        close(fd);
+    if (rc < 0 && tmp)
+        unlink(tmp);
+    sl__free(tmp);
+    sl__free(p);
+    return rc;
+}
+
+int sl_writer__note_append(sl_writer *w, const char *name, const char *line) {
+    char *p = note_path(w, name);
+    if (!p)
+        return sl__oom("writing a note");
+    int rc = SL_OK;
+    int fd = open(p, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0)
+        rc = sl__error(SL_EIO, "%s: cannot open: %s", p, strerror(errno));
+    else
+        rc = sl_record__write_all(fd, line, strlen(line), p);
+    if (fd >= 0)
+        close(fd);
+    sl__free(p);
+    return rc;
+}
+
+static void notes_remove(const sl_writer *w) {
+    static const char *const names[] = {SLR_PLAN_NAME, SLR_SKIPS_NAME};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char *p = note_path(w, names[i]);
+        if (p)
+            unlink(p);
+        sl__free(p);
+    }
+}
+
+int sl_writer__suspend(sl_writer *w) {
+    if (!w)
+        return SL_OK;
+    w->kept = true;
+    if (w->closed || w->failed || w->fd < 0)
+        return SL_OK;
+    SL_TRY(sl_writer__flush(w));
+    if (w->opts.fsync && fsync(w->fd) != 0)
+        return sl__error(SL_EIO, "%s: fsync failed: %s", w->shard_tmp, strerror(errno));
+    return SL_OK;
+}
+
+/* Shard i's name in the temporary directory (new string). */
+static char *tmp_shard(const sl_writer *w, uint32_t i, bool partial) {
+    char name[64];
+    shard_name(name, sizeof name, i, partial);
+    return sl_record__join(w->tmpdir, name);
+}
+
+static int exists(const sl_writer *w, uint32_t i, bool partial, bool *yes) {
+    char *p = tmp_shard(w, i, partial);
+    if (!p)
+        return sl__oom("resuming a write");
+    struct stat st;
+    *yes = stat(p, &st) == 0;
+    sl__free(p);
+    return SL_OK;
+}
+
+/* A shard of this write's: the header's schema, number, first record and
+ * shard size are the writer's; SL_EINVAL saying which differs. */
+static int header_is_ours(const sl_writer *w, const char *path, const slr_header *hdr,
+                          const sl_schema *sch, uint32_t i, uint64_t first) {
+    if (!sl_record__schema_equal(sch, &w->schema))
+        return sl__error(SL_EINVAL, "%s: its columns are not this write's: it holds another "
+                         "dataset", path);
+    if (hdr->shard_index != i || hdr->first_record != first)
+        return sl__error(SL_EINVAL, "%s: says it is shard %u from record %llu, where shard %u "
+                         "from record %llu was expected", path, hdr->shard_index,
+                         (unsigned long long)hdr->first_record, i, (unsigned long long)first);
+    if (hdr->shard_bytes != w->opts.shard_bytes)
+        return sl__error(SL_EINVAL, "%s: written with shards of up to %llu bytes, not %llu: "
+                         "continue it with the shard size it started with", path,
+                         (unsigned long long)hdr->shard_bytes,
+                         (unsigned long long)w->opts.shard_bytes);
+    return SL_OK;
+}
+
+/* Room for record k of the current shard in the index tables. */
+static int ent_room(sl_writer *w, uint64_t k) {
+    w->shard_count = k;
+    return grow_index(w);
+}
+
+/* Shard i at `path` mapped, its header read into *hdr and `hmeta`:
+ * SL_OK; SL_END (message cleared) when the header is not whole (a shard
+ * killed before its header was written); an error when it is whole but not
+ * this write's (header_is_ours), or the file cannot be read. */
+static int shard_head(sl_writer *w, const char *path, uint32_t i, sl_io **io, slr_header *hdr,
+                      slr_meta *hmeta) {
+    SL_TRY(sl_io__open(io, path, SL_IO_MAP));
+    sl_schema sch;
+    if (!sl_io__size(*io) || sl_record__read_header(*io, hdr, &sch, hmeta) != SL_OK) {
+        sl_errclear();
+        return SL_END;
+    }
+    return header_is_ours(w, path, hdr, &sch, i, w->count);
+}
+
+/* Sealed shard i (`path`): header, footer and index checked as this write's,
+ * its place recorded in done[]; with `unseal`, its entries and scalar values
+ * go into the writer's tables instead and *data_end is where its index
+ * starts. `meta` (may be NULL) receives its header's metadata. */
+static int take_sealed(sl_writer *w, const char *path, uint32_t i, bool unseal,
+                       uint64_t *data_end, slr_meta *meta) {
+    sl_io *io = NULL;
+    slr_header hdr;
+    slr_meta hmeta = {0};
+    int rc = shard_head(w, path, i, &io, &hdr, &hmeta);
+    if (rc == SL_END)
+        rc = sl__error(SL_ECORRUPT, "%s: a finished shard whose header does not check out",
+                       path);
+    SL_CHECK(rc);
+    const uint8_t *m = sl_io__map(io);
+    uint64_t size = sl_io__size(io);
+    if (size < hdr.header_bytes + SLR_FOOTER_SIZE)
+        SL_FAIL(SL_ECORRUPT, "%s: a finished shard without its footer", path);
+    const uint8_t *f = m + size - SLR_FOOTER_SIZE;
+    uint64_t io_off = sl__ld64(f), ib = sl__ld64(f + 8), n = sl__ld64(f + 16);
+    uint64_t per = SLR_INDEX_ENTRY + 8u * (uint64_t)w->nscalar;
+    if (memcmp(f + 56, SLR_MAGIC, SLR_MAGIC_LEN) || sl_record__hash(f, 48, 0) != sl__ld64(f + 48) ||
+        sl__ld64(f + 32) != size || sl__ld64(f + 24) != w->count || io_off < hdr.header_bytes ||
+        io_off > size - SLR_FOOTER_SIZE || ib != size - SLR_FOOTER_SIZE - io_off ||
+        n > ib / per || sl_record__hash(m + io_off, (size_t)ib, 0) != sl__ld64(f + 40))
+        SL_FAIL(SL_ECORRUPT, "%s: a finished shard whose footer or index does not check out",
+                path);
+    if (unseal) {
+        const uint8_t *ix = m + io_off;
+        uint64_t end = hdr.header_bytes;
+        for (uint64_t k = 0; k < n; k++) {
+            SL_CHECK(ent_room(w, k));
+            uint64_t off = sl__ld64(ix + k * SLR_INDEX_ENTRY), len = sl__ld64(ix + k * SLR_INDEX_ENTRY + 8);
+            if (off != end || len > io_off - off || SLR_FRAME_HEADER > io_off - off - len)
+                SL_FAIL(SL_ECORRUPT, "%s: record %llu: index entry out of place", path,
+                        (unsigned long long)(w->count + k));
+            w->ent[3 * k] = off;
+            w->ent[3 * k + 1] = len;
+            w->ent[3 * k + 2] = sl__ld64(ix + k * SLR_INDEX_ENTRY + 16);
+            for (int s = 0; s < w->nscalar; s++)
+                w->scal[s][k] = sl__ld64(ix + n * SLR_INDEX_ENTRY + ((uint64_t)s * n + k) * 8);
+            end = off + SLR_FRAME_HEADER + len;
+        }
+        if (end != io_off)
+            SL_FAIL(SL_ECORRUPT, "%s: its records end at %llu, its index starts at %llu", path,
+                    (unsigned long long)end, (unsigned long long)io_off);
+        w->shard_count = n;
+        *data_end = io_off;
+    } else {
+        if (w->ndone == w->done_cap) {
+            uint32_t cap = w->done_cap ? w->done_cap * 2 : 8;
+            done_shard *d = sl__realloc(w->done, cap * sizeof *d);
+            if (!d)
+                SL_FAIL(SL_ENOMEM, "out of memory resuming %s", w->path);
+            w->done = d;
+            w->done_cap = cap;
+        }
+        w->done[w->ndone++] = (done_shard){w->count, n, size, sl__ld64(f + 48)};
+        w->count += n;
+    }
+    if (meta) {
+        *meta = hmeta;
+        memset(&hmeta, 0, sizeof hmeta);
+    }
+cleanup:
+    sl_record__meta_clear(&hmeta);
+    sl_io__close(io);
+    return rc;
+}
+
+/* The unfinished shard i (`path`): its records from the header on, each
+ * whole and checksum-valid, into the writer's tables, up to the first that
+ * is not (torn, or damaged: nothing after it is trusted). *kept and
+ * *data_end (where the next record goes) say how far; a shard whose header
+ * did not survive keeps 0. `meta` as take_sealed's. */
+static int take_partial(sl_writer *w, const char *path, uint32_t i, uint64_t *kept,
+                        uint64_t *data_end, slr_meta *meta) {
+    *kept = 0;
+    sl_io *io = NULL;
+    slr_header hdr;
+    slr_meta hmeta = {0};
+    sl_record *rec = NULL;
+    int rc = shard_head(w, path, i, &io, &hdr, &hmeta);
+    if (rc == SL_END) { /* killed before its header was whole: nothing in it */
+        rc = SL_OK;
+        goto cleanup;
+    }
+    SL_CHECK(rc);
+    const uint8_t *m = sl_io__map(io);
+    uint64_t size = sl_io__size(io);
+    SL_CHECK(sl_record_create(&rec));
+    uint64_t off = hdr.header_bytes, k = 0;
+    while (size - off >= SLR_FRAME_HEADER) {
+        uint64_t len = sl__ld64(m + off), sum = sl__ld64(m + off + 8);
+        if (len % 8 || len > size - off - SLR_FRAME_HEADER)
+            break;
+        const uint8_t *pl = m + off + SLR_FRAME_HEADER;
+        if (sl_record__payload_sum(pl, (size_t)len, w->count + k, hdr.required_features) != sum)
+            break;
+        rc = sl_record__decode_payload(&w->schema, pl, len, w->count + k, path, rec, NULL);
+        if (rc == SL_ENOMEM)
+            goto cleanup;
+        if (rc < 0) {
+            rc = SL_OK;
+            sl_errclear();
+            break;
+        }
+        SL_CHECK(ent_room(w, k));
+        w->ent[3 * k] = off;
+        w->ent[3 * k + 1] = len;
+        w->ent[3 * k + 2] = sum;
+        for (int s = 0; s < w->nscalar; s++) /* decoded above: in bounds */
+            w->scal[s][k] = sl__ld64(pl + sl__ld64(pl + (size_t)w->scalar_cols[s] * SLR_COLDIR_ENTRY));
+        k++;
+        off += SLR_FRAME_HEADER + len;
+    }
+    *kept = k;
+    *data_end = off;
+    w->shard_count = k;
+    if (meta) {
+        *meta = hmeta;
+        memset(&hmeta, 0, sizeof hmeta);
+    }
+cleanup:
+    sl_record_free(rec);
+    sl_record__meta_clear(&hmeta);
+    sl_io__close(io);
+    return rc;
+}
+
+/* Make shard `i` at `path` (its name while unfinished) the one being
+ * written: cut after its last record (at `end`), appended to from there. */
+static int reopen_current(sl_writer *w, char *path, uint32_t i, uint64_t first, uint64_t end) {
+    sl__free(w->shard_tmp);
+    w->shard_tmp = path;
+    w->fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (w->fd < 0)
+        return sl__error(SL_EIO, "%s: cannot open: %s", path, strerror(errno));
+    if (ftruncate(w->fd, (off_t)end) != 0 || lseek(w->fd, (off_t)end, SEEK_SET) != (off_t)end)
+        return sl__error(SL_EIO, "%s: cannot cut it after its last record: %s", path,
+                         strerror(errno));
+    w->shard_no = i;
+    w->shard_first = first;
+    w->shard_size = end;
+    w->header_written = true;
+    w->count = first + w->shard_count;
+    return SL_OK;
+}
+
+int sl_writer__resume(sl_writer **out, const char *path, const sl_schema *schema,
+                      const sl_writer_options *opts) {
+    *out = NULL;
+    sl_writer *w;
+    SL_TRY(writer_new(&w, path, schema, opts, ".partial"));
+    int rc = SL_OK;
+    char *p = NULL;
+    slr_meta meta0 = {0};
+    struct stat st;
+    if (stat(w->tmpdir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        rc = SL_END; /* nothing to resume */
+        goto cleanup;
+    }
+    /* a manifest written by a close that did not publish: written again */
+    p = sl_record__join(w->tmpdir, SLR_MANIFEST_NAME);
+    if (!p)
+        SL_FAIL(SL_ENOMEM, "out of memory resuming %s", path);
+    unlink(p);
+    sl__free(p);
+    p = NULL;
+    uint32_t nsealed = 0;
+    bool yes = true, partial;
+    while (yes) {
+        SL_CHECK(exists(w, nsealed, false, &yes));
+        nsealed += yes;
+    }
+    SL_CHECK(exists(w, nsealed, true, &partial));
+    for (uint32_t i = 0; i < nsealed; i++) {
+        SL_CHECK(exists(w, i, true, &yes));
+        if (yes)
+            SL_FAIL(SL_EINVAL, "%s: shard %u is there both finished and unfinished: not what a "
+                    "writer leaves", w->tmpdir, i);
+        if (!(p = tmp_shard(w, i, false)))
+            SL_FAIL(SL_ENOMEM, "out of memory resuming %s", path);
+        SL_CHECK(take_sealed(w, p, i, false, NULL, i == 0 ? &meta0 : NULL));
+        sl__free(p);
+        p = NULL;
+    }
+    uint64_t kept = 0, end = 0;
+    if (partial) {
+        if (!(p = tmp_shard(w, nsealed, true)))
+            SL_FAIL(SL_ENOMEM, "out of memory resuming %s", path);
+        slr_meta pm = {0};
+        SL_CHECK(take_partial(w, p, nsealed, &kept, &end, nsealed == 0 ? &pm : NULL));
+        if (nsealed == 0) {
+            sl_record__meta_clear(&meta0);
+            meta0 = pm;
+        }
+        if (kept) {
+            SL_CHECK(reopen_current(w, p, nsealed, w->count, end));
+            p = NULL;
+        } else {
+            unlink(p); /* no whole record: as if it had not been started */
+            sl__free(p);
+            p = NULL;
+        }
+    }
+    if (!kept && nsealed) {
+        /* the last finished shard is written on: unsealed (index and
+         * footer cut off, named unfinished again) */
+        uint32_t i = nsealed - 1;
+        done_shard last = w->done[--w->ndone];
+        w->count = last.first;
+        char *sealed = tmp_shard(w, i, false);
+        if (!sealed || !(p = tmp_shard(w, i, true))) {
+            sl__free(sealed);
+            SL_FAIL(SL_ENOMEM, "out of memory resuming %s", path);
+        }
+        rc = take_sealed(w, sealed, i, true, &end, NULL);
+        if (rc == SL_OK && rename(sealed, p) != 0)
+            rc = sl__error(SL_EIO, "%s: rename to %s failed: %s", sealed, p, strerror(errno));
+        sl__free(sealed);
+        SL_CHECK(rc);
+        SL_CHECK(reopen_current(w, p, i, last.first, end));
+        p = NULL;
+    } else if (!kept) {
+        SL_CHECK(open_shard(w)); /* nothing written yet: shard 0 from its start */
+    }
+    sl_record__meta_clear(&w->meta);
+    w->meta = meta0;
+    memset(&meta0, 0, sizeof meta0);
+    *out = w;
+    return SL_OK;
+cleanup:
+    sl__free(p);
+    sl_record__meta_clear(&meta0);
+    w->kept = true; /* what is there stays: it is not this writer's to delete */
+    sl_writer_free(w);
+    return rc;
 }

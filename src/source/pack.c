@@ -1,14 +1,21 @@
 /*
  * pack.c — sl_pack: find what kind of dataset the inputs are and hand them
- * to the packer for that kind.
+ * to the packer for that kind; and a pack's run, which every packer goes
+ * through: its plan kept beside the shards, the inputs it leaves out, the
+ * stop poll, resuming an interrupted pack (docs/CLI.md, "pack"; the writer's
+ * side is record_writer.c, invariant 5).
  */
 #include "source/source.h"
+
+#include "record/record_format.h"
 
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <xxhash.h>
 
 const char *sl_pack_kind_name(sl_pack_kind kind) {
     switch (kind) {
@@ -110,6 +117,8 @@ static int pack_options(const sl_pack_options *opts, const char *dst, sl_pack_op
         memcpy(o, opts, offsetof(sl_pack_options, check));
     else if (opts && opts->version == 2)
         memcpy(o, opts, offsetof(sl_pack_options, jpeg_restart));
+    else if (opts && opts->version == 3)
+        memcpy(o, opts, offsetof(sl_pack_options, resume));
     else if (opts && opts->version == SL_PACK_OPTIONS_VERSION)
         *o = *opts;
     else if (opts)
@@ -169,7 +178,7 @@ int sl_pack_source(sl_source *src, const char *dst, const sl_pack_options *opts,
 
 /* The .slr column type a source column is stored as: the same type, a 0-d
  * array keeping its dtype (a TFRecord float32 scalar stays float32). */
-static int slr_column(const sl_source *src, int c, sl_schema *schema) {
+static int column_of(const sl_source *src, int c, sl_schema *schema) {
     const sl_source_col *col = &src->col[c];
     sl_coltype t = col->type;
     if (t == SL_COL_ARRAY && (col->dtype == SL_DTYPE_INVALID || col->ndim < 0))
@@ -208,11 +217,40 @@ int sl_source__check_cols(sl_source *src, sl_source__checker *chk, uint64_t i,
     return SL_OK;
 }
 
+/* What a source pack reads, for its plan: the source as `describe` has it
+ * (kind, records, columns, files), less what does not change the records
+ * (whether an index was there, damage counts). */
+static int source_fingerprint(const sl_source *src, uint64_t *out) {
+    size_t len = 0;
+    SL_TRY(sl_source_describe(src, NULL, 0, &len));
+    char *buf = sl__malloc(len + 1);
+    if (!buf)
+        return sl__oom("planning a pack");
+    int rc = sl_source_describe(src, buf, len + 1, NULL);
+    cJSON *j = rc == SL_OK ? cJSON_Parse(buf) : NULL;
+    sl__free(buf);
+    SL_TRY(rc);
+    if (!j)
+        return sl__oom("planning a pack");
+    cJSON_DeleteItemFromObjectCaseSensitive(j, "index");
+    cJSON_DeleteItemFromObjectCaseSensitive(j, "damaged_records");
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(j, "columns"))
+        cJSON_DeleteItemFromObjectCaseSensitive((cJSON *)c, "indexed");
+    char *text = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!text)
+        return sl__oom("planning a pack");
+    *out = XXH3_64bits(text, strlen(text));
+    cJSON_free(text);
+    return SL_OK;
+}
+
 int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts,
                     sl_pack_report *rep) {
     int rc = SL_OK;
     sl_schema *schema = NULL;
-    sl_writer *w = NULL;
+    sl_pack_run run = {0};
     sl_source_cursor *cur = NULL;
     sl_source__checker chk;
     int chk_init = 0;
@@ -220,10 +258,11 @@ int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts
     memset(&smp, 0, sizeof smp);
     SL_CHECK(sl_schema_create(&schema));
     for (int c = 0; c < src->ncols; c++)
-        SL_CHECK(slr_column(src, c, schema));
-    sl_writer_options wo = SL_WRITER_OPTIONS_INIT;
-    wo.shard_bytes = opts->shard_bytes;
-    SL_CHECK(sl_writer_open(&w, dst, schema, &wo));
+        SL_CHECK(column_of(src, c, schema));
+    sl_pack_plan plan = {src->kind, src->count, 0};
+    SL_CHECK(source_fingerprint(src, &plan.fingerprint));
+    SL_CHECK(sl_source__pack_begin(&run, dst, schema, &plan, opts, rep));
+    sl_writer *w = run.w;
     for (const cJSON *m = src->meta ? src->meta->child : NULL; m; m = m->next) {
         if (!strcmp(m->string, "source"))
             continue; /* set below: what this pack read */
@@ -239,8 +278,10 @@ int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts
     chk_init = 1;
     SL_CHECK(sl_source__checker_init(&chk, opts->check));
     chk.restart = opts->jpeg_restart;
-    for (uint64_t i = 0; i < src->count; i++) {
+    for (uint64_t i = run.start; i < src->count; i++) {
         char where[512];
+        if (sl_source__pack_stop(&run, 0))
+            SL_FAIL(SL_ECANCELED, "interrupted");
         rc = sl_source__read(src, cur, i, &smp);
         if (rc == SL_OK)
             rc = sl_source__check_sample(src, &chk, i, &smp, NULL);
@@ -267,8 +308,7 @@ int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts
             sl_sample_clear(&smp);
             if (!opts->skip_bad || rc == SL_ENOMEM)
                 goto cleanup;
-            rep->skipped++;
-            sl_source__report_bad(rep, sl_errmsg());
+            SL_CHECK(sl_source__pack_skipped(&run, i, sl_errmsg()));
             rc = SL_OK;
             continue;
         }
@@ -281,14 +321,295 @@ int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts
         if (opts->progress)
             opts->progress(rep->records + rep->skipped, src->count, rep->bytes, opts->user);
     }
-    SL_CHECK(sl_writer_close(w));
 cleanup:
-    if (rc < 0)
-        rep->records = 0;
+    rc = sl_source__pack_end(&run, rc);
     if (chk_init)
         sl_source__checker_dispose(&chk);
     sl_source__cursor_free(src, cur);
-    sl_writer_free(w);
     sl_schema_free(schema);
+    return rc;
+}
+
+/* ---- a pack's run: the plan, inputs left out, stopping, resuming ------------------ */
+
+static const char *const check_names[] = {"header", "decode"};
+static const char *const restart_names[] = {"off", "auto", "rows"};
+
+/* The plan kept in "<dst>.partial" (SLR_PLAN_NAME): what a resume must find
+ * the same. shard_bytes as the writer takes it (0: its default). */
+static char *plan_text(const sl_pack_plan *plan, const sl_pack_options *o) {
+    sl__json_init();
+    cJSON *j = cJSON_CreateObject();
+    char fp[17];
+    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)plan->fingerprint);
+    char *text = NULL;
+    if (j && cJSON_AddStringToObject(j, "format", "sluice-pack-plan") &&
+        cJSON_AddNumberToObject(j, "version", 1) && cJSON_AddStringToObject(j, "kind", plan->kind) &&
+        cJSON_AddNumberToObject(j, "planned", (double)plan->planned) &&
+        cJSON_AddStringToObject(j, "inputs", fp) &&
+        cJSON_AddNumberToObject(j, "shard_bytes", (double)o->shard_bytes) &&
+        cJSON_AddStringToObject(j, "check", check_names[o->check]) &&
+        cJSON_AddStringToObject(j, "jpeg_restart", restart_names[o->jpeg_restart]) &&
+        cJSON_AddBoolToObject(j, "skip_bad", o->skip_bad != 0))
+        text = cJSON_Print(j);
+    cJSON_Delete(j);
+    return text;
+}
+
+/* The interrupted pack's plan against this one: SL_EINVAL saying what
+ * differs (the inputs, or which option), SL_OK when the same. */
+static int plan_matches(const char *partial, const char *theirs, const char *ours) {
+    sl__json_init();
+    cJSON *a = cJSON_Parse(theirs), *b = cJSON_Parse(ours);
+    int rc = SL_OK;
+    if (!a || !cJSON_IsObject(a)) {
+        rc = sl__error(SL_EINVAL, "%s/" SLR_PLAN_NAME ": not a plan sluice pack wrote; salvage "
+                       "the records with `sluice recover %s`, or remove it", partial, partial);
+        goto done;
+    }
+    static const struct {
+        const char *key, *what;
+    } keys[] = {{"kind", "another kind of input"},
+                {"planned", "another number of inputs"},
+                {"inputs", "other inputs (their names, order or labels differ)"},
+                {"shard_bytes", "another --shard-size"},
+                {"check", "another --check"},
+                {"jpeg_restart", "another --jpeg-restart"},
+                {"skip_bad", "--skip-bad set otherwise"}};
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, keys[k].key);
+        const cJSON *y = cJSON_GetObjectItemCaseSensitive(b, keys[k].key);
+        if (!x || !y || !cJSON_Compare(x, y, 1)) {
+            char *xs = x ? cJSON_PrintUnformatted(x) : NULL, *ys = y ? cJSON_PrintUnformatted(y) : NULL;
+            rc = sl__error(SL_EINVAL, "cannot resume %s: it was packed from %s (%s: %s then, %s "
+                           "now); resume with the inputs and options it started with, or salvage "
+                           "its records with `sluice recover %s`, or remove it to pack anew",
+                           partial, keys[k].what, keys[k].key, xs ? xs : "none",
+                           ys ? ys : "none", partial);
+            cJSON_free(xs);
+            cJSON_free(ys);
+            break;
+        }
+    }
+done:
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    return rc;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The inputs the interrupted pack left out (its note: "INPUT\tWHY" lines)
+ * up to where this run starts: counted and reported again, the note cut to
+ * them; pr->start is the input after the last record kept. */
+static int take_skips(sl_pack_run *pr, const char *partial) {
+    char *p = sl_io__join(partial, SLR_SKIPS_NAME);
+    if (!p)
+        return sl__oom("resuming a pack");
+    uint8_t *text = NULL;
+    size_t n = 0;
+    int rc = sl_io__read_file(p, 0, 1, &text, &n);
+    sl__free(p);
+    uint64_t *v = NULL, nv = 0, kept = sl_writer_count(pr->w);
+    pr->start = kept;
+    if (rc == SL_END) {
+        rc = SL_OK;
+        goto done;
+    }
+    SL_CHECK(rc);
+    for (size_t i = 0; i < n; i++)
+        nv += text[i] == '\n';
+    v = sl__calloc(nv ? (size_t)nv : 1, sizeof *v);
+    if (!v)
+        SL_FAIL(SL_ENOMEM, "out of memory resuming a pack");
+    nv = 0;
+    for (char *line = (char *)text; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (!nl)
+            break; /* a line cut short by the interruption: its input is checked again */
+        char *end;
+        unsigned long long x = strtoull(line, &end, 10);
+        if (end != line && *end == '\t')
+            v[nv++] = x;
+        line = nl + 1;
+    }
+    qsort(v, (size_t)nv, sizeof *v, cmp_u64);
+    /* record r is the r-th input not left out: the inputs before the next
+     * one are the records kept and the inputs left out among them */
+    for (uint64_t i = 0; i < nv; i++)
+        if ((i == 0 || v[i] != v[i - 1]) && v[i] <= pr->start)
+            pr->start++;
+    /* the note again with those alone (later ones are checked again) */
+    SL_CHECK(sl_writer__note_set(pr->w, SLR_SKIPS_NAME, ""));
+    for (char *line = (char *)text; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (!nl)
+            break;
+        *nl = 0;
+        char *end;
+        unsigned long long x = strtoull(line, &end, 10);
+        if (end != line && *end == '\t' && x < pr->start) {
+            pr->rep->skipped++;
+            sl_source__report_bad(pr->rep, end + 1);
+            *nl = '\n';
+            char save = nl[1];
+            nl[1] = 0;
+            rc = sl_writer__note_append(pr->w, SLR_SKIPS_NAME, line);
+            nl[1] = save;
+            SL_CHECK(rc);
+        }
+        line = nl + 1;
+    }
+done:
+cleanup:
+    sl__free(v);
+    sl__free(text);
+    return rc;
+}
+
+int sl_source__pack_begin(sl_pack_run *pr, const char *dst, const sl_schema *schema,
+                          const sl_pack_plan *plan, const sl_pack_options *opts,
+                          sl_pack_report *rep) {
+    memset(pr, 0, sizeof *pr);
+    pr->opts = opts;
+    pr->rep = rep;
+    pr->dst = dst;
+    pr->planned = plan->planned;
+    sl_writer_options wo = SL_WRITER_OPTIONS_INIT;
+    wo.shard_bytes = opts->shard_bytes;
+    char *ours = plan_text(plan, opts), *theirs = NULL;
+    int rc = SL_OK;
+    if (!ours)
+        return sl__oom("planning a pack");
+    if (opts->resume) {
+        rc = sl_writer__resume(&pr->w, dst, schema, &wo);
+        if (rc == SL_END) {
+            rc = SL_OK; /* nothing to continue: from the start */
+        } else {
+            SL_CHECK(rc);
+            pr->resumed = 1;
+            const char *partial = sl_writer__partial_path(pr->w);
+            char *pp = sl_io__join(partial, SLR_PLAN_NAME);
+            if (!pp)
+                SL_FAIL(SL_ENOMEM, "out of memory resuming a pack");
+            size_t n;
+            rc = sl_io__read_file(pp, (uint64_t)1 << 20, 1, (uint8_t **)&theirs, &n);
+            sl__free(pp);
+            rep->records = sl_writer_count(pr->w);
+            if (rc == SL_END && rep->records == plan->planned) {
+                /* stopped as it published (the plan goes just before): every
+                 * record is there, nothing is left to check it against */
+                rc = SL_OK;
+                pr->start = plan->planned;
+            } else if (rc == SL_END && rep->records == 0) {
+                /* stopped (kill -9) after the writer began and before the plan
+                 * was written: nothing in it to keep, so from the start */
+                rc = SL_OK;
+                SL_CHECK(sl_writer__note_set(pr->w, SLR_PLAN_NAME, ours));
+            } else if (rc == SL_END) {
+                SL_FAIL(SL_EINVAL, "cannot resume %s: it holds no plan (" SLR_PLAN_NAME "): it "
+                        "was not left by sluice pack; salvage its records with `sluice recover "
+                        "%s`, or remove it to pack anew", partial, partial);
+            } else {
+                SL_CHECK(rc);
+                SL_CHECK(plan_matches(partial, theirs, ours));
+                SL_CHECK(take_skips(pr, partial));
+            }
+            SL_LOG_INFO("%s: continuing an interrupted pack: %llu of %llu planned records kept",
+                        partial, (unsigned long long)rep->records,
+                        (unsigned long long)plan->planned);
+        }
+    }
+    if (!pr->w) {
+        char partial[4200];
+        struct stat st;
+        snprintf(partial, sizeof partial, "%s.partial", dst);
+        if (lstat(partial, &st) == 0)
+            SL_FAIL(SL_EIO, "%s exists: an interrupted pack; continue it (sluice pack ... "
+                    "--resume, or resume=True), salvage its records (sluice recover %s), or "
+                    "remove it", partial, partial);
+        SL_CHECK(sl_writer_open(&pr->w, dst, schema, &wo));
+        SL_CHECK(sl_writer__note_set(pr->w, SLR_PLAN_NAME, ours));
+    }
+cleanup:
+    cJSON_free(ours);
+    sl__free(theirs);
+    if (rc < 0 && pr->w) {
+        if (pr->resumed)
+            sl_writer__suspend(pr->w); /* not this run's to remove */
+        sl_writer_free(pr->w);
+        pr->w = NULL;
+    }
+    return rc;
+}
+
+int sl_source__pack_skipped(sl_pack_run *pr, uint64_t input, const char *why) {
+    /* An input that failed as a stop was asked (a read interrupted by the
+     * signal: EINTR) is not left out for good: the resume reads it again. */
+    if (sl_source__pack_stop(pr, 1))
+        return sl__error(SL_ECANCELED, "interrupted");
+    pr->rep->skipped++;
+    sl_source__report_bad(pr->rep, why);
+    char line[SL_PACK_REPORT_LINE + 32];
+    int k = snprintf(line, sizeof line - 2, "%llu\t%s", (unsigned long long)input, why);
+    if (k < 0)
+        k = 0;
+    if ((size_t)k > sizeof line - 3)
+        k = (int)sizeof line - 3;
+    for (int i = 0; i < k; i++)
+        if (line[i] == '\n')
+            line[i] = ' ';
+    line[k] = '\n';
+    line[k + 1] = 0;
+    return sl_writer__note_append(pr->w, SLR_SKIPS_NAME, line);
+}
+
+int sl_source__pack_stop(sl_pack_run *pr, int fresh) {
+    if (!pr->stopped && pr->opts->stop && pr->opts->stop(pr->opts->user, fresh))
+        pr->stopped = 1;
+    return pr->stopped;
+}
+
+int sl_source__pack_end(sl_pack_run *pr, int rc) {
+    if (!pr->w)
+        return rc;
+    /* a failure as a stop was asked (an input whose read the signal broke
+     * off) is the stop: what is written is kept */
+    if (rc < 0 && rc != SL_ECANCELED)
+        sl_source__pack_stop(pr, 1);
+    if (rc == SL_OK) {
+        rc = sl_writer_close(pr->w);
+        if (rc == SL_OK) {
+            pr->rep->records = sl_writer_count(pr->w);
+            sl_writer_free(pr->w);
+            pr->w = NULL;
+            return SL_OK;
+        }
+    }
+    uint64_t safe = sl_writer_count(pr->w);
+    const char *partial = sl_writer__partial_path(pr->w);
+    if (pr->stopped || pr->resumed) {
+        int src = sl_writer__suspend(pr->w);
+        if (pr->stopped && src == SL_OK)
+            rc = sl__error(SL_ECANCELED, "interrupted: %llu of %llu planned records are safe in "
+                           "%s; continue the pack with --resume (the same inputs and options), "
+                           "or salvage those records with `sluice recover %s --out OUT`",
+                           (unsigned long long)safe, (unsigned long long)pr->planned, partial,
+                           partial);
+        else if (pr->stopped)
+            rc = sl__error_prefix(src, "interrupted, and keeping what was written failed");
+        else if (src == SL_OK)
+            rc = sl__error(rc, "%s (%llu of %llu planned records are kept in %s: fix the cause "
+                           "and continue with --resume)", sl_errmsg(), (unsigned long long)safe,
+                           (unsigned long long)pr->planned, partial);
+        pr->rep->records = safe;
+    }
+    sl_writer_free(pr->w); /* removes the temporaries unless suspended */
+    pr->w = NULL;
+    if (rc < 0 && !pr->stopped && !pr->resumed)
+        pr->rep->records = 0;
     return rc;
 }

@@ -63,6 +63,50 @@ int sl_source__reencode(sl_source__checker *c, const uint8_t *data, size_t n, sl
 /* Record what a skipped input was in the report (first few only). */
 void sl_source__report_bad(sl_pack_report *rep, const char *line);
 
+/* One pack's run (pack.c), shared by the packers: the writer, opened anew or
+ * resumed from "<dst>.partial" (checked against the plan kept there), the
+ * inputs left out (noted, so that a resume knows where it stood), the stop
+ * poll, and how the run ends (published, kept for a resume, or removed). A
+ * packer's inputs are numbered from 0 in the order it handles them; record
+ * r is the r-th input not left out. */
+typedef struct sl_pack_run {
+    sl_writer *w;
+    const sl_pack_options *opts;
+    sl_pack_report *rep;
+    const char *dst;
+    uint64_t planned;   /* inputs the pack handles (records at most) */
+    uint64_t start;     /* the first input this run handles (0, or after a resume) */
+    int resumed;        /* continued an interrupted pack */
+    int stopped;        /* opts->stop said so */
+} sl_pack_run;
+
+/* What the plan of a pack says of its inputs and options: the packer's
+ * kind ("imagefolder", "idx", a source's kind) and a hash of what it will
+ * read (names, labels, counts): a resume with other inputs is refused. */
+typedef struct sl_pack_plan {
+    const char *kind;
+    uint64_t planned;
+    uint64_t fingerprint;
+} sl_pack_plan;
+
+/* Open the writer for `dst`, or with opts->resume continue "<dst>.partial"
+ * (SL_EINVAL when its plan is not this pack's: other inputs or options);
+ * pr->start says where to begin, rep->records and rep->skipped count what
+ * was kept. Set the writer's metadata after this, before the first record. */
+int sl_source__pack_begin(sl_pack_run *pr, const char *dst, const sl_schema *schema,
+                          const sl_pack_plan *plan, const sl_pack_options *opts,
+                          sl_pack_report *rep);
+/* Input `input` is left out (skip_bad), for `why`: counted, reported, noted. */
+int sl_source__pack_skipped(sl_pack_run *pr, uint64_t input, const char *why);
+/* Whether opts->stop asks to stop (then SL_ECANCELED ends the run);
+ * `fresh` as sl_pack_options.stop's. */
+int sl_source__pack_stop(sl_pack_run *pr, int fresh);
+/* End the run with the packer's status: SL_OK publishes the dataset;
+ * SL_ECANCELED (stopped) and any failure of a resumed pack keep
+ * "<dst>.partial" with its complete records (the message says how many and
+ * the ways on); any other failure removes it. Returns the final status. */
+int sl_source__pack_end(sl_pack_run *pr, int rc);
+
 /* The packers; `opts` is never NULL here and `rep` is zeroed by the caller. */
 int sl_source__pack_imagefolder(const char *root, const char *dst,
                                 const sl_pack_options *opts, sl_pack_report *rep);

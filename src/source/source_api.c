@@ -17,9 +17,11 @@ int sl_source_open(sl_source **out, const char *json) {
     if (!out)
         return sl__error(SL_EINVAL, "sl_source_open: out is NULL");
     *out = NULL;
+    sl__json_init(); /* an allocation that fails is out of memory, not bad JSON */
     cJSON *doc = json ? cJSON_ParseWithOpts(json, NULL, 1) : NULL;
     if (!doc)
-        return sl__error(SL_EINVAL, "source: not valid JSON");
+        return json && sl__json_failed() ? sl__oom("reading the source's JSON")
+                                         : sl__error(SL_EINVAL, "source: not valid JSON");
     int rc = sl_source__open_json(out, doc, "source");
     cJSON_Delete(doc);
     return rc;
@@ -315,9 +317,10 @@ int sl_source_open_paths(sl_source **out, const char *const *paths, int n,
     *out = NULL;
     const sl_source_format *k;
     SL_TRY(sl_source__detect(paths, n, &k));
+    sl__json_init();
     cJSON *obj = options_json ? cJSON_ParseWithOpts(options_json, NULL, 1) : cJSON_CreateObject();
     if (!obj)
-        return options_json ? sl__error(SL_EINVAL, "source options: not valid JSON")
+        return options_json && !sl__json_failed() ? sl__error(SL_EINVAL, "source options: not valid JSON")
                             : sl__oom("opening a source");
     if (!cJSON_IsObject(obj)) {
         cJSON_Delete(obj);
@@ -604,9 +607,10 @@ int sl_source_index_build(const char *path, const char *options_json) {
         return sl__error(SL_EUNSUPPORTED, "%s: %s has no sidecar index (TFRecord files and tar "
                          "shards do); pack it into a .slr dataset, which carries its own: "
                          "sluice pack %s OUT.slr", path, kind_noun(k), path);
+    sl__json_init();
     cJSON *opts = options_json ? cJSON_ParseWithOpts(options_json, NULL, 1) : cJSON_CreateObject();
     if (!opts)
-        return options_json ? sl__error(SL_EINVAL, "index options: not valid JSON")
+        return options_json && !sl__json_failed() ? sl__error(SL_EINVAL, "index options: not valid JSON")
                             : sl__oom("building an index");
     int rc = k->build_index(path, opts);
     cJSON_Delete(opts);

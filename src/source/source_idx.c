@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <xxhash.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -285,7 +286,7 @@ int sl_source__pack_idx(const char *a, const char *b, const char *dst,
     idx_stream sa, sb;
     idx_stream *img = NULL, *lab = NULL;
     sl_schema *schema = NULL;
-    sl_writer *w = NULL;
+    sl_pack_run run = {0};
     uint8_t *item = NULL;
     uint8_t labels[4096];
     memset(&sa, 0, sizeof sa);
@@ -319,9 +320,13 @@ int sl_source__pack_idx(const char *a, const char *b, const char *dst,
     SL_CHECK(sl_schema_create(&schema));
     SL_CHECK(sl_schema_add(schema, "image", SL_COL_ARRAY, SL_U8, img->ndim - 1, shape, 0));
     SL_CHECK(sl_schema_add(schema, "label", SL_COL_INT64, SL_DTYPE_INVALID, 0, NULL, 0));
-    sl_writer_options wo = SL_WRITER_OPTIONS_INIT;
-    wo.shard_bytes = opts->shard_bytes;
-    SL_CHECK(sl_writer_open(&w, dst, schema, &wo));
+    /* the plan: the two files' shapes and sizes (a resume must find them so) */
+    uint64_t fpv[SL_MAX_DIMS + 4] = {img->count, img->item, (uint64_t)img->ndim, lab->count};
+    for (int d = 0; d < img->ndim && d < SL_MAX_DIMS; d++)
+        fpv[4 + d] = img->dims[d];
+    sl_pack_plan plan = {"idx", img->count, XXH3_64bits(fpv, sizeof fpv)};
+    SL_CHECK(sl_source__pack_begin(&run, dst, schema, &plan, opts, rep));
+    sl_writer *w = run.w;
     SL_CHECK(sl_writer_set_meta(w, "source", "idx"));
 
     item = sl__malloc((size_t)img->item);
@@ -350,6 +355,10 @@ int sl_source__pack_idx(const char *a, const char *b, const char *dst,
             lab_len = want;
         }
         int64_t label = labels[lab_pos++];
+        if (i < run.start)
+            continue; /* kept by the interrupted pack (the files are read in order) */
+        if (sl_source__pack_stop(&run, 0))
+            SL_FAIL(SL_ECANCELED, "interrupted");
         sl_tensor cols[2];
         memset(cols, 0, sizeof cols);
         sl_tensor_view(&cols[0], item, SL_U8, img->ndim - 1, shape);
@@ -362,12 +371,9 @@ int sl_source__pack_idx(const char *a, const char *b, const char *dst,
     }
     SL_CHECK(idx_expect_end(img));
     SL_CHECK(idx_expect_end(lab));
-    SL_CHECK(sl_writer_close(w));
 
 cleanup:
-    if (rc < 0)
-        rep->records = 0;
-    sl_writer_free(w);
+    rc = sl_source__pack_end(&run, rc);
     sl_schema_free(schema);
     sl__free(item);
     idx_close(&sa);

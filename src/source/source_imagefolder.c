@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -450,7 +451,7 @@ int sl_source__pack_imagefolder(const char *root_in, const char *dst,
     name_list cls = {0};
     entry_list ents = {0};
     sl_schema *schema = NULL;
-    sl_writer *w = NULL;
+    sl_pack_run run = {0};
     char *classes = NULL;
     int nthreads = 0, sync_init = 0;
     sl_source__checker chk;
@@ -466,19 +467,34 @@ int sl_source__pack_imagefolder(const char *root_in, const char *dst,
     SL_CHECK(sl_schema_add(schema, "image", SL_COL_BYTES, SL_DTYPE_INVALID, 0, NULL, 0));
     SL_CHECK(sl_schema_add(schema, "label", SL_COL_INT64, SL_DTYPE_INVALID, 0, NULL, 0));
     SL_CHECK(sl_schema_add(schema, "path", SL_COL_STRING, SL_DTYPE_INVALID, 0, NULL, 0));
-    sl_writer_options wo = SL_WRITER_OPTIONS_INIT;
-    wo.shard_bytes = opts->shard_bytes;
-    SL_CHECK(sl_writer_open(&w, dst, schema, &wo));
     SL_CHECK(classes_json(&cls, &classes));
+    /* the plan: what a resume must find the same (the classes, and every
+     * file's place and label, in order) */
+    XXH3_state_t *fp = XXH3_createState();
+    if (!fp)
+        SL_FAIL(SL_ENOMEM, "%s: out of memory planning the pack", root);
+    XXH3_64bits_reset(fp);
+    XXH3_64bits_update(fp, classes, strlen(classes) + 1);
+    for (size_t i = 0; i < ents.n; i++) {
+        int64_t l = ents.v[i].label;
+        XXH3_64bits_update(fp, ents.v[i].rel, strlen(ents.v[i].rel) + 1);
+        XXH3_64bits_update(fp, &l, sizeof l);
+    }
+    sl_pack_plan plan = {"imagefolder", ents.n, XXH3_64bits_digest(fp)};
+    XXH3_freeState(fp);
+    SL_CHECK(sl_source__pack_begin(&run, dst, schema, &plan, opts, rep));
+    sl_writer *w = run.w;
     SL_CHECK(sl_writer_set_meta(w, "classes", classes));
     SL_CHECK(sl_writer_set_meta(w, "source", "imagefolder"));
 
+    /* A resumed pack reads the files after those it kept. */
+    const size_t first = (size_t)run.start, todo = ents.n - first;
     int jobs = opts->jobs > 0 ? opts->jobs : sl__ncpus();
-    if ((size_t)jobs > ents.n)
-        jobs = ents.n ? (int)ents.n : 1;
+    if ((size_t)jobs > todo)
+        jobs = todo ? (int)todo : 1;
     job.root = root;
-    job.e = ents.v;
-    job.n = ents.n;
+    job.e = ents.v + first;
+    job.n = todo;
     job.window = (size_t)jobs * 4;
     job.check = opts->check;
     job.restart = opts->jpeg_restart;
@@ -500,17 +516,20 @@ int sl_source__pack_imagefolder(const char *root_in, const char *dst,
         chk.restart = opts->jpeg_restart;
     }
 
-    for (size_t i = 0; i < ents.n; i++) {
+    for (size_t j = 0; j < todo; j++) {
+        const size_t i = first + j;
         slot cur;
+        if (sl_source__pack_stop(&run, 0))
+            SL_FAIL(SL_ECANCELED, "interrupted");
         if (nthreads) {
             pthread_mutex_lock(&job.mu);
-            slot *s = &job.slots[i % job.window];
+            slot *s = &job.slots[j % job.window];
             while (!s->ready)
                 pthread_cond_wait(&job.ready_cv, &job.mu);
             cur = *s;
             s->ready = 0;
             s->data = NULL;
-            job.next_write = i + 1;
+            job.next_write = j + 1;
             pthread_cond_broadcast(&job.space_cv);
             pthread_mutex_unlock(&job.mu);
         } else {
@@ -520,8 +539,7 @@ int sl_source__pack_imagefolder(const char *root_in, const char *dst,
         }
         if (cur.rc < 0) {
             if (opts->skip_bad && skippable(cur.rc)) {
-                rep->skipped++;
-                sl_source__report_bad(rep, cur.msg);
+                SL_CHECK(sl_source__pack_skipped(&run, i, cur.msg));
                 continue;
             }
             SL_FAIL(cur.rc, "%s", cur.msg);
@@ -543,10 +561,10 @@ int sl_source__pack_imagefolder(const char *root_in, const char *dst,
     }
     if (rep->records == 0)
         SL_FAIL(SL_EINVAL, "%s: every file was skipped; nothing to pack", root);
-    SL_CHECK(sl_writer_close(w));
 
 cleanup:
     sl__workers_dispose(&job.ws); /* stop (wakes space_cv), join */
+    rc = sl_source__pack_end(&run, rc);
     if (job.slots)
         for (size_t s = 0; s < job.window; s++)
             sl__free(job.slots[s].data);
@@ -556,11 +574,8 @@ cleanup:
         pthread_cond_destroy(&job.space_cv);
     }
     sl_source__checker_dispose(&chk);
-    if (rc < 0)
-        rep->records = 0;
     sl__free(job.slots);
     sl__free(classes);
-    sl_writer_free(w);
     sl_schema_free(schema);
     entries_free(&ents);
     names_free(&cls);

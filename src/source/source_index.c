@@ -206,6 +206,8 @@ void sl_sidx__free(sl_sidx *ix) {
     for (int k = 0; k < ix->nscalar; k++)
         sl__free(ix->scalar[k].vals);
     sl__free(ix->scalar);
+    sl__free(ix->self_version);
+    sl__free(ix->data_version);
     sl__free(ix);
 }
 
@@ -575,18 +577,28 @@ cleanup:
 
 /* `ix` (just read from `path`) is for a `kind` file and `data_path` has the
  * size and mtime it records; else an error naming both and the rebuild. */
-static int check_fresh(const sl_sidx *ix, const char *data_path, const char *path,
+static int check_fresh(sl_sidx *ix, const char *data_path, const char *path,
                        const char *kind) {
     if (strcmp(ix->kind, kind) != 0)
         return sl__error(SL_EINVAL, "%s indexes a %s file, not %s; rebuild it with `sluice "
                          "index %s`", path, ix->kind, kind, data_path);
-    uint64_t size = 0;
-    int64_t mtime = 0;
-    SL_TRY(sl_sidx__stat(data_path, &size, &mtime));
+    sl_io_info st;
+    int src = sl_io__stat(data_path, &st);
+    if (src == SL_END)
+        return sl__error(SL_EIO, "%s: %s", data_path, sl_io__missing(data_path));
+    SL_TRY(src);
+    uint64_t size = st.size;
+    int64_t mtime = st.mtime_ns;
     if (size != ix->data_size)
         return sl__error(SL_EINVAL, "%s is stale (%s changed: size %" PRIu64 " != %" PRIu64
                          "); rebuild it with `sluice index %s`", sl__base_name(path),
                          sl__base_name(data_path), ix->data_size, size, data_path);
+    /* The data as it was checked: the version a source reads it at. */
+    char *dv = sl__strdup(st.version);
+    if (!dv)
+        return sl__oom("loading an index");
+    sl__free(ix->data_version);
+    ix->data_version = dv;
     /* Version 2 is tied to the bytes (the checksums, checked as they are
      * read), not to the file's time: a copy keeps it valid. */
     if (ix->version >= 2)
@@ -618,28 +630,35 @@ static int parse_check(sl_io *io, void *user) {
 
 /* DATA.slidx parsed (not checked for freshness); SL_END when there is none.
  * A remote index goes through the shard cache like a shard, and a copy that
- * fails its checksum is fetched again once (sl_io__open_checked). */
-static int load_file(const char *path, sl_sidx **out) {
+ * fails its checksum is fetched again once (sl_io__open_checked); it is read
+ * at the version `want` (NULL: any), and the version read is kept in it. */
+static int load_file(const char *path, const char *want, sl_sidx **out) {
     *out = NULL;
     parse_ctx c = {path, NULL};
     sl_io *io = NULL;
     /* not asked about first (over HTTP a HEAD, a round trip): a missing
      * index is the open's SL_END; with no shard cache in use, an index that
      * fits in SLUICE_HTTP_OPEN_BYTES comes in one round trip (SL_IO_EDGES) */
-    int rc = sl_io__open_checked(&io, path, SL_IO_MAP | SL_IO_MISSING_OK | SL_IO_EDGES,
+    int rc = sl_io__open_checked(&io, path, SL_IO_MAP | SL_IO_MISSING_OK | SL_IO_EDGES, want,
                                  parse_check, &c);
     if (rc != SL_OK)
         return rc;
+    if (sl_io__is_url(path) && !(c.ix->self_version = sl__strdup(sl_io__version(io)))) {
+        sl_io__close(io);
+        sl_sidx__free(c.ix);
+        return sl__oom("loading an index");
+    }
     sl_io__close(io);
     *out = c.ix;
     return SL_OK;
 }
 
-int sl_sidx__load(const char *data_path, const char *kind, sl_sidx **out) {
+static int load_version(const char *data_path, const char *kind, const char *want,
+                        sl_sidx **out) {
     *out = NULL;
     char path[4096];
     SL_TRY(sl_sidx__path(data_path, path, sizeof path));
-    int rc = load_file(path, out);
+    int rc = load_file(path, want, out);
     if (rc == SL_END || rc < 0)
         return rc;
     rc = check_fresh(*out, data_path, path, kind);
@@ -650,6 +669,10 @@ int sl_sidx__load(const char *data_path, const char *kind, sl_sidx **out) {
     return rc;
 }
 
+int sl_sidx__load(const char *data_path, const char *kind, sl_sidx **out) {
+    return load_version(data_path, kind, NULL, out);
+}
+
 int sl_sidx__load_head(const char *data_path, const char *kind, sl_sidx **out) {
     *out = NULL;
     char path[4096];
@@ -658,7 +681,7 @@ int sl_sidx__load_head(const char *data_path, const char *kind, sl_sidx **out) {
      * checked, a damaged copy fetched again): a reader needs all of it once
      * it reads the shard, and a warm run then asks nothing for it. */
     if (sl_io__is_url(path)) {
-        int lrc = load_file(path, out);
+        int lrc = load_file(path, NULL, out);
         if (lrc == SL_OK && kind && (lrc = check_fresh(*out, data_path, path, kind)) < 0) {
             sl_sidx__free(*out);
             *out = NULL;
@@ -718,25 +741,47 @@ cleanup:
 }
 
 int sl_sidx__same_head(const sl_sidx *head, const sl_sidx *full, const char *data_path) {
-    int same = head->count == full->count && head->flags == full->flags &&
-               head->ncols == full->ncols && head->nscalar == full->nscalar &&
-               head->data_size == full->data_size && head->data_mtime_ns == full->data_mtime_ns &&
-               head->version == full->version && head->data_sum == full->data_sum;
-    for (int k = 0; same && k < head->ncols; k++)
-        same = !memcmp(&head->col[k], &full->col[k], sizeof head->col[k]);
-    for (int k = 0; same && k < head->nscalar; k++)
-        same = !strcmp(head->scalar[k].name, full->scalar[k].name) &&
-               head->scalar[k].type == full->scalar[k].type;
-    if (!same)
-        return sl__error(SL_EINVAL, "%s" SL_SIDX_SUFFIX " changed after the source opened (its "
-                         "header says %" PRIu64 " records, now %" PRIu64 "); reopen the source",
-                         sl_io__short_name(data_path), head->count, full->count);
+    /* The first field that differs, in words: the message says what changed,
+     * not two equal numbers. */
+    char what[200] = "";
+    if (head->count != full->count)
+        snprintf(what, sizeof what, "%" PRIu64 " records then, %" PRIu64 " now", head->count,
+                 full->count);
+    else if (head->data_size != full->data_size)
+        snprintf(what, sizeof what, "it indexed %" PRIu64 " bytes of data then, %" PRIu64 " now",
+                 head->data_size, full->data_size);
+    else if (head->data_sum != full->data_sum)
+        snprintf(what, sizeof what, "its checksum of the data was %016" PRIx64 " then, %016" PRIx64
+                 " now: it indexes other bytes", head->data_sum, full->data_sum);
+    else if (head->data_mtime_ns != full->data_mtime_ns)
+        snprintf(what, sizeof what, "it indexed data modified at %" PRId64 " ns then, %" PRId64
+                 " ns now", head->data_mtime_ns, full->data_mtime_ns);
+    else if (head->version != full->version)
+        snprintf(what, sizeof what, "format version %u then, %u now", head->version,
+                 full->version);
+    else if (head->flags != full->flags)
+        snprintf(what, sizeof what, "flags %#x then, %#x now", head->flags, full->flags);
+    else if (head->ncols != full->ncols || head->nscalar != full->nscalar)
+        snprintf(what, sizeof what, "%d columns and %d scalar columns then, %d and %d now",
+                 head->ncols, head->nscalar, full->ncols, full->nscalar);
+    for (int k = 0; !what[0] && k < head->ncols; k++)
+        if (memcmp(&head->col[k], &full->col[k], sizeof head->col[k]))
+            snprintf(what, sizeof what, "column %d was \"%s\" then, \"%s\" now (name, type or "
+                     "shape)", k, head->col[k].name, full->col[k].name);
+    for (int k = 0; !what[0] && k < head->nscalar; k++)
+        if (strcmp(head->scalar[k].name, full->scalar[k].name) ||
+            head->scalar[k].type != full->scalar[k].type)
+            snprintf(what, sizeof what, "scalar column %d was \"%s\" then, \"%s\" now", k,
+                     head->scalar[k].name, full->scalar[k].name);
+    if (what[0])
+        return sl__error(SL_EINVAL, "%s" SL_SIDX_SUFFIX " changed after the source opened (%s); "
+                         "open the source again", sl_io__short_name(data_path), what);
     return SL_OK;
 }
 
 int sl_sidx__load_again(const char *data_path, const char *kind, const sl_sidx *head,
                         sl_sidx **out) {
-    int rc = sl_sidx__load(data_path, kind, out);
+    int rc = load_version(data_path, kind, head->self_version, out);
     if (rc == SL_END)
         return sl__error(SL_EIO, "%s" SL_SIDX_SUFFIX ": gone since the source opened",
                          sl_io__short_name(data_path));

@@ -85,6 +85,12 @@ typedef struct sl_sidx {
     uint64_t cap;                /* builder: room in offset/length */
     int partial;                 /* sl_sidx__load_head: header and descriptors only;
                                     offset, length and scalar values are NULL */
+    char *self_version;          /* loaded from a URL: the version of the index
+                                    object read (io.h), which sl_sidx__load_again
+                                    asks for; else NULL */
+    char *data_version;          /* the data file's version when the index was
+                                    checked against it (sl_sidx__load, _head), or
+                                    NULL: what a source reads the data at */
 } sl_sidx;
 
 /* "DATA.slidx" into buf; SL_EINVAL when it does not fit. */
@@ -155,7 +161,9 @@ int sl_sidx__load_head(const char *data_path, const char *kind, sl_sidx **out);
 int sl_sidx__same_head(const sl_sidx *head, const sl_sidx *full, const char *data_path);
 /* The whole DATA.slidx of a file whose header (`head`, sl_sidx__load_head)
  * a source read at open: SL_EIO when it is gone since, SL_EINVAL when it was
- * replaced (sl_sidx__same_head); else as sl_sidx__load. */
+ * replaced (sl_sidx__same_head); else as sl_sidx__load. A remote index is
+ * asked for at the version `head` was read from (io.h): one replaced since
+ * is read on from the shard cache's copy, or fails naming it. */
 int sl_sidx__load_again(const char *data_path, const char *kind, const sl_sidx *head,
                         sl_sidx **out);
 /* A source's indexed integer values (sl_source_ivals) of one such file, its

@@ -80,6 +80,12 @@ typedef struct tar_shard {
     uint64_t tab_first;     /* scanned: its first sample in the source's tables */
     sl_sidx *head;          /* its sidecar index's header and descriptors
                                (sl_sidx__load_head), or NULL: scanned */
+    char *version;          /* the version of its bytes this source reads (io.h):
+                               set by the scan, or as its index was checked at
+                               open (else by its first open); every open asks
+                               for it (after open, written and read by
+                               open_shard only, which the shard set runs for
+                               one shard at a time) */
 } tar_shard;
 
 /* A shard opened by the shard set, when a read first needs it. */
@@ -1105,6 +1111,7 @@ static void tar_free(sl_source *src) {
     for (int k = 0; k < s->nshards; k++) {
         sl_sidx__free(s->shards[k].head);
         sl__free(s->shards[k].path);
+        sl__free(s->shards[k].version);
     }
     sl_source__ivals_dispose(&s->ivals);
     sl__free(s->shards);
@@ -1142,10 +1149,14 @@ static void close_shard(void *user, int k, void *state) {
 /* The shard set's open: map the shard (a remote one is fetched into the
  * shard cache) and, when it has an index, load the whole index, which must
  * still be what its header said at open. A remote shard with an index is
- * checked whole against it, and fetched again once when it differs. */
+ * checked whole against it, and fetched again once when it differs. Every
+ * open but the first asks for the version the first one read (a scanned
+ * shard's members were found in those bytes): a shard replaced since is
+ * read on from the shard cache's copy of that version, or fails naming it
+ * (io.h, sl_io__open_version), never read at offsets found in another. */
 static int open_shard(void *user, int k, void **state_out) {
     tar_source *s = user;
-    const tar_shard *sh = &s->shards[k];
+    tar_shard *sh = &s->shards[k];
     tar_open *o = sl__calloc(1, sizeof *o);
     if (!o)
         return sl__oom("opening a tar shard");
@@ -1153,14 +1164,18 @@ static int open_shard(void *user, int k, void **state_out) {
     if (sh->head)
         SL_CHECK(sl_sidx__load_again(sh->path, "webdataset", sh->head, &o->ix));
     if (o->ix && sl_io__is_url(sh->path))
-        SL_CHECK(sl_io__open_checked(&o->io, sh->path, SL_IO_MAP, sl_sidx__io_check, o->ix));
+        SL_CHECK(sl_io__open_checked(&o->io, sh->path, SL_IO_MAP, sh->version, sl_sidx__io_check,
+                                     o->ix));
     else
-        SL_CHECK(sl_io__open(&o->io, sh->path, SL_IO_MAP));
+        SL_CHECK(sl_io__open_version(&o->io, sh->path, SL_IO_MAP, sh->version));
     o->map = sl_io__map(o->io);
     o->size = sl_io__size(o->io);
     if (o->size != sh->size)
-        SL_FAIL(SL_EINVAL, "%s: %" PRIu64 " bytes, %" PRIu64 " when the source opened: it "
-                "changed; reopen the source", sl_io__short_name(sh->path), o->size, sh->size);
+        SL_FAIL(SL_EIO, "%s: %" PRIu64 " bytes now, %" PRIu64 " when the source opened: it "
+                "changed; open the source again", sl_io__short_name(sh->path), o->size,
+                sh->size);
+    if (!sh->version && !(sh->version = sl__strdup(sl_io__version(o->io))))
+        SL_FAIL(SL_ENOMEM, "out of memory opening %s", sl_io__short_name(sh->path));
     if (o->map && sl_buffer_wrap(&o->mapbuf, (void *)(uintptr_t)o->map, (size_t)o->size,
                                  io_release, o->io) != SL_OK)
         SL_FAIL(SL_ENOMEM, "out of memory opening %s", sl_io__short_name(sh->path));
@@ -1179,6 +1194,12 @@ static int scan_at_open(tar_source *s, int k) {
     sl_io *io;
     SL_TRY(sl_io__open(&io, sh->path, SL_IO_MAP));
     sh->size = sl_io__size(io);
+    /* the members below are where they are in this version alone */
+    sh->version = sl__strdup(sl_io__version(io));
+    if (!sh->version) {
+        sl_io__close(io);
+        return sl__oom("opening a tar source");
+    }
     sh->tab_first = s->tab.nsamples;
     int rc = scan_shard(s, &s->tab, (uint32_t)k, sl_io__map(io), 0, sh->size);
     sl_io__close(io);
@@ -1229,7 +1250,12 @@ static int parse_options(tar_source *s, const cJSON *obj, const char *field, sl_
 static int load_head(void *user, int k) {
     tar_source *s = user;
     tar_shard *sh = &s->shards[k];
-    return sl_sidx__load_head_for(sh->path, "webdataset", s->index_use, &sh->head);
+    SL_TRY(sl_sidx__load_head_for(sh->path, "webdataset", s->index_use, &sh->head));
+    /* the data as the index was checked against it: the version read */
+    if (sh->head && sh->head->data_version &&
+        !(sh->version = sl__strdup(sh->head->data_version)))
+        return sl__oom("opening a tar source");
+    return SL_OK;
 }
 
 int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *field) {

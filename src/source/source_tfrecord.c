@@ -190,6 +190,11 @@ typedef struct tf_file {
     uint64_t nrec;
     uint64_t tab_first;         /* scanned: its first entry in off[]/len[] */
     sl_sidx *head;              /* indexed: its index's header and descriptors */
+    char *version;              /* the version of its bytes this source reads
+                                   (io.h): set by the scan, or by an indexed
+                                   file's first open; every reopen asks for it
+                                   (only the shard set's open of this file,
+                                   one at a time, writes or reads it) */
 } tf_file;
 
 /* A file opened by the shard set, when a read first needs it. */
@@ -437,17 +442,23 @@ static int frames_check(sl_io *io, void *user) {
  * output is kept in gzerr (a bad tail entry for the scan). A remote file
  * with an index (o->ix) is checked whole against it, and fetched again once
  * when it differs. */
-static int open_bytes(const tf_source *s, const tf_file *f, tf_open *o, char *gzerr,
+static int open_bytes(const tf_source *s, tf_file *f, tf_open *o, char *gzerr,
                       size_t cap) {
     sl_io *io;
-    /* Reads jump between records: no read-ahead past the one asked for. */
+    /* Reads jump between records: no read-ahead past the one asked for.
+     * Every open but the first asks for the version the first one read
+     * (records were found at offsets of those bytes; io.h). */
+    const unsigned fl = SL_IO_MAP | SL_IO_RANDOM;
     if (o->ix && sl_io__is_url(f->path))
-        SL_TRY(sl_io__open_checked(&io, f->path, SL_IO_MAP | SL_IO_RANDOM, sl_sidx__io_check,
-                                   o->ix));
+        SL_TRY(sl_io__open_checked(&io, f->path, fl, f->version, sl_sidx__io_check, o->ix));
     else if (!f->head && s->verify && sl_io__is_url(f->path))
-        SL_TRY(sl_io__open_checked(&io, f->path, SL_IO_MAP | SL_IO_RANDOM, frames_check, NULL));
+        SL_TRY(sl_io__open_checked(&io, f->path, fl, f->version, frames_check, NULL));
     else
-        SL_TRY(sl_io__open(&io, f->path, SL_IO_MAP | SL_IO_RANDOM));
+        SL_TRY(sl_io__open_version(&io, f->path, fl, f->version));
+    if (!f->version && !(f->version = sl__strdup(sl_io__version(io)))) {
+        sl_io__close(io);
+        return sl__oom("opening a TFRecord file");
+    }
     int rc = SL_OK;
     size_t n = (size_t)sl_io__size(io);
     const uint8_t *m = sl_io__map(io);
@@ -489,7 +500,7 @@ static void close_file(void *user, int k, void *state) {
  * index, which must still be what its header said at open. */
 static int open_file_lazily(void *user, int k, void **state_out) {
     tf_source *s = user;
-    const tf_file *f = &s->files[k];
+    tf_file *f = &s->files[k];
     tf_open *o = sl__calloc(1, sizeof *o);
     if (!o)
         return sl__oom("opening a TFRecord file");
@@ -504,8 +515,8 @@ static int open_file_lazily(void *user, int k, void **state_out) {
                 o->ix->flags & SL_SIDX_DECOMPRESSED ? "decompressed" : "plain",
                 o->gzip ? "through gzip" : "as it is", f->path);
     if (!f->head && (o->size != f->size || o->gzip != f->gzip))
-        SL_FAIL(SL_EINVAL, "%s: %zu bytes, %" PRIu64 " when the source opened: it changed; "
-                "reopen the source", f->path, o->size, f->size);
+        SL_FAIL(SL_EIO, "%s: %zu bytes now, %" PRIu64 " when the source opened: it changed; "
+                "open the source again", f->path, o->size, f->size);
     *state_out = o;
     return SL_OK;
 cleanup:
@@ -932,6 +943,7 @@ static void tf_free(sl_source *src) {
     for (int k = 0; k < s->nfiles; k++) {
         sl_sidx__free(s->files[k].head);
         sl__free(s->files[k].path);
+        sl__free(s->files[k].version);
     }
     sl_source__ivals_dispose(&s->ivals);
     sl__free(s->files);
@@ -1126,7 +1138,11 @@ static int parse_options(const cJSON *obj, const char *field, int *verify,
 static int load_head(void *user, int k) {
     tf_source *s = user;
     tf_file *f = &s->files[k];
-    return sl_sidx__load_head_for(f->path, "tfrecord", s->index_use, &f->head);
+    SL_TRY(sl_sidx__load_head_for(f->path, "tfrecord", s->index_use, &f->head));
+    /* the data as the index was checked against it: the version read */
+    if (f->head && f->head->data_version && !(f->version = sl__strdup(f->head->data_version)))
+        return sl__oom("opening a TFRecord file");
+    return SL_OK;
 }
 
 /* Every file: the header of its index (as `use_index` says), or a scan of

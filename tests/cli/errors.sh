@@ -148,20 +148,25 @@ has "$ERR" "shard-00001.slr: record "
 mkdir "$T/p.slr.partial"
 size=$(stat -c %s "$T/d.slr")
 head -c $((size * 6 / 10)) "$T/d.slr" >"$T/p.slr.partial/shard-00000.slr.partial"
+# without --out it only says what can be salvaged, and writes nothing
 run 0 "$SLUICE" recover "$T/p.slr.partial"
-has "$OUT" "kept "
-has "$OUT" "records, dropped"
+has "$OUT" "records (how many the interrupted write planned is not known: it left no plan) complete; nothing written"
+[ -e "$T/p.slr" ] && fail "recover without --out wrote $T/p.slr"
+run 0 "$SLUICE" recover "$T/p.slr.partial" --out "$T/p.slr"
+has "$OUT" "salvaged "
+has "$OUT" "is marked as salvaged"
 [ -f "$T/p.slr" ] || fail "recover did not write $T/p.slr"
-kept=$(sed -n 's/^kept \([0-9]*\) records.*/\1/p' "$OUT")
+kept=$(sed -n 's/^salvaged \([0-9]*\) records.*/\1/p' "$OUT")
 [ "${kept:-0}" -gt 100 ] && [ "$kept" -lt 300 ] || fail "kept '$kept' records, want 100..299"
 run 0 "$SLUICE" verify "$T/p.slr"
 has "$OUT" "$kept records"
+has "$OUT" "note: $T/p.slr is salvaged from an interrupted pack (p.slr.partial): $kept records"
 # the records kept are the first ones, unchanged
 "$SLUICE" cat "$T/p.slr" -i $((kept - 1)) -c image >"$T/r1" || fail "cat recovered"
 "$SLUICE" cat "$T/d.slr" -i $((kept - 1)) -c image >"$T/r2"
 cmp -s "$T/r1" "$T/r2" || fail "recovered record differs"
 # again: the output exists now
-run 1 "$SLUICE" recover "$T/p.slr.partial"
+run 1 "$SLUICE" recover "$T/p.slr.partial" --out "$T/p.slr"
 has "$ERR" "already exists"
 run 0 "$SLUICE" recover "$T/p.slr.partial/shard-00000.slr.partial" -o "$T/q.slr"
 # nothing salvageable

@@ -7,7 +7,10 @@
 
 #include "test.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -150,6 +153,66 @@ static SLR_UNUSED int slr_open_read_verify(const char *path, unsigned flags) {
     sl_record_free(rec);
     sl_reader_free(r);
     return rc;
+}
+
+
+/* `got` (a file, or a directory of files) holds exactly `want`'s bytes: the
+ * same names, the same contents (what "byte for byte the same dataset"
+ * means in the resume tests). */
+static SLR_UNUSED void slr_same_files(const char *want, const char *got) {
+    struct stat a, b;
+    ASSERT_EQ(stat(want, &a), 0);
+    ASSERT_EQ(stat(got, &b), 0);
+    ASSERT_EQ(S_ISDIR(a.st_mode), S_ISDIR(b.st_mode));
+    if (!S_ISDIR(a.st_mode)) {
+        size_t n, m;
+        unsigned char *p = sl_test_read_file(want, &n), *q = sl_test_read_file(got, &m);
+        ASSERT_EQ((long long)n, (long long)m);
+        if (memcmp(p, q, n))
+            sl_test_fail(__FILE__, __LINE__, "%s differs from %s", got, want);
+        free(p);
+        free(q);
+        return;
+    }
+    int nw = 0, ng = 0;
+    DIR *d = opendir(want);
+    ASSERT(d);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char x[2400], y[2400];
+        snprintf(x, sizeof x, "%.1100s/%.1100s", want, e->d_name);
+        snprintf(y, sizeof y, "%.1100s/%.1100s", got, e->d_name);
+        slr_same_files(x, y);
+        nw++;
+    }
+    closedir(d);
+    d = opendir(got);
+    ASSERT(d);
+    while ((e = readdir(d)))
+        ng += e->d_name[0] != '.';
+    closedir(d);
+    ASSERT_EQ(nw, ng);
+}
+
+/* A file, or a directory of files (a dataset, a .partial), removed. */
+static SLR_UNUSED void slr_remove_tree(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) {
+        unlink(path);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char p[2400];
+        snprintf(p, sizeof p, "%.1100s/%.1100s", path, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(path);
 }
 
 #endif /* SLR_TESTUTIL_H */

@@ -188,14 +188,17 @@ class FaultProxy:
     before any flip, as a server that sends one would; `forward_all` passes
     every request header on (a signed S3 request), not only Range and Host;
     `etag_vary` N gives the first N GET answers (None: every one) an ETag of
-    their own, as if the object were replaced between requests.
+    their own, as if the object were replaced between requests. `gzip`
+    compresses every whole GET answer (200) with gzip and says so
+    (Content-Encoding: gzip, the compressed Content-Length), asked or not:
+    a misconfigured server or proxy.
     Counts what it did in
     `self.counts`; every request's (method, path) is in `self.requests`."""
 
     def __init__(self, upstream_port, seed=1, err500=0.0, err503=0.0, err429=0.0, drop=0.0,
                  truncate=0.0, delay_ms=0, max_faults=None, shift=0.0, norange=0.0,
                  flip=None, flip_max=None, stall_every=0, stall_s=0.0, repr_digest=False,
-                 forward_all=False, etag_vary=0):
+                 forward_all=False, etag_vary=0, gzip=False):
         self.up = upstream_port
         self.rng = random.Random(seed)
         self.rates = [("500", err500), ("503", err503), ("429", err429), ("drop", drop),
@@ -213,6 +216,7 @@ class FaultProxy:
         self.repr_digest = repr_digest
         self.forward_all = forward_all
         self.etag_vary = etag_vary  # GET answers whose ETag is made another's (None: all)
+        self.gzip = gzip
         self.counts["etag"] = 0
         self.requests = []  # (method, path) of each request, in order
         self.gets = 0  # GET requests seen
@@ -350,11 +354,19 @@ class FaultProxy:
                         if vary:
                             self.counts["etag"] += 1
                             n_etag = self.counts["etag"]
+                zipped = self.gzip and method == "GET" and r.status == 200
+                if zipped:
+                    import gzip as _gzip
+                    body = _gzip.compress(body, mtime=0)
                 for k, v in r.getheaders():
                     if vary and k.lower() == "etag":
                         v = f'"replaced-{n_etag}"'
+                    if zipped and k.lower() == "content-length":
+                        v = str(len(body))
                     if k.lower() not in ("connection", "keep-alive", "transfer-encoding"):
                         head += f"{k}: {v}\r\n"
+                if zipped:
+                    head += "Content-Encoding: gzip\r\n"
                 if self.repr_digest and method == "GET" and r.status == 200:
                     import base64
                     import hashlib

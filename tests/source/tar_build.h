@@ -8,6 +8,7 @@
 #define SL_TEST_TAR_BUILD_H
 
 #include "test.h"
+#include "source/source.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -72,6 +73,15 @@ static inline void tar_build_write(tar_build *b, const char *path) {
     sl_test_write_file(path, b->p, b->n);
     free(b->p);
     memset(b, 0, sizeof *b);
+}
+
+/* The source a spec's source object describes (JSON text); the status. */
+static inline int tar_build_open_spec(sl_source **out, const char *json) {
+    cJSON *obj = cJSON_Parse(json);
+    ASSERT(obj);
+    int rc = sl_source__open_json(out, obj, "source");
+    cJSON_Delete(obj);
+    return rc;
 }
 
 #endif /* SL_TEST_TAR_BUILD_H */

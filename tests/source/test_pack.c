@@ -8,6 +8,8 @@
 #include "core/core.h"
 #include "core/worker.h"
 #include "source/source.h"
+#include "../record/slr_testutil.h"
+#include "tar_build.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1357,8 +1359,23 @@ SL_TEST(source_pack__options_version_1) {
               offsetof(sl_pack_options, jpeg_restart));
     ASSERT_OK(pack_dir(root, dst, (const sl_pack_options *)(const void *)&v2, &rep));
     ASSERT_U64_EQ(rep.records, 1);
+    /* version 3 ends at `jpeg_restart`: no resume, no stop */
+    struct {
+        unsigned version;
+        int jobs;
+        int skip_bad;
+        uint64_t shard_bytes;
+        void (*progress)(uint64_t, uint64_t, uint64_t, void *);
+        void *user;
+        int check;
+        int jpeg_restart;
+    } v3 = {3, 1, 1, 0, NULL, NULL, SL_PACK_CHECK_HEADER, SL_JPEG_RESTART_OFF};
+    ASSERT_EQ((size_t)((char *)&v3.jpeg_restart - (char *)&v3) + sizeof v3.jpeg_restart,
+              offsetof(sl_pack_options, resume));
+    ASSERT_OK(pack_dir(root, dst, (const sl_pack_options *)(const void *)&v3, &rep));
+    ASSERT_U64_EQ(rep.records, 1);
     sl_pack_options o = SL_PACK_OPTIONS_INIT;
-    o.version = 4;
+    o.version = SL_PACK_OPTIONS_VERSION + 1;
     ASSERT_RC(pack_dir(root, dst, &o, NULL), SL_EUNSUPPORTED);
     o.version = SL_PACK_OPTIONS_VERSION;
     o.check = 7;
@@ -1602,4 +1619,286 @@ SL_TEST(source_pack__reader_thread_refused) {
         free(bn);
     }
     free(b1);
+}
+
+/* ---- interrupted packs that resume (docs/CLI.md, "pack": --resume) ---------------- */
+
+/* A stop poll that says "stop" once `after` records were handled. */
+typedef struct {
+    uint64_t after, handled;
+} stop_at;
+
+static void count_handled(uint64_t done, uint64_t total, uint64_t bytes, void *user) {
+    (void)done, (void)total, (void)bytes;
+    ((stop_at *)user)->handled++;
+}
+
+static int stop_when(void *user, int fresh) {
+    (void)fresh;
+    stop_at *s = user;
+    return s->handled >= s->after;
+}
+
+/* Pack `srcs` into dst, stopping after `after` records (UINT64_MAX: never),
+ * with `resume`; returns the status. */
+static int pack_some(const char *const *srcs, int n, const char *dst, sl_pack_options o,
+                     uint64_t after, int resume, sl_pack_report *rep) {
+    stop_at st = {after, 0};
+    o.progress = count_handled;
+    o.user = &st;
+    o.stop = after == UINT64_MAX ? NULL : stop_when;
+    o.resume = resume;
+    return sl_pack(srcs, n, dst, &o, rep);
+}
+
+/* Stopped after k1 records, its resume stopped after k2 more, then resumed
+ * to the end: the result is `ref`, byte for byte; the reports say what was
+ * safe and kept. */
+static void interrupted_twice(const char *const *srcs, int n, const char *ref, const char *dst,
+                              sl_pack_options o, uint64_t total, uint64_t k1, uint64_t k2) {
+    sl_pack_report rep;
+    char partial[4200];
+    snprintf(partial, sizeof partial, "%s.partial", dst);
+    int rc = pack_some(srcs, n, dst, o, k1, 0, &rep);
+    if (k1 < total) {
+        ASSERT_RC(rc, SL_ECANCELED);
+        char want[200];
+        snprintf(want, sizeof want, "interrupted: %llu of ", (unsigned long long)rep.records);
+        ASSERT_CONTAINS(sl_errmsg(), want);
+        ASSERT_CONTAINS(sl_errmsg(), " planned records are safe in ");
+        ASSERT(exists(partial));
+        ASSERT(!exists(dst));
+        uint64_t done = 0, planned = 0;
+        ASSERT_OK(sl_recover_info(partial, &done, &planned));
+        ASSERT_U64_EQ(done, rep.records);
+        ASSERT_U64_EQ(planned, total);
+        rc = pack_some(srcs, n, dst, o, k2, 1, &rep);
+        if (k1 + k2 < total)
+            ASSERT_RC(rc, SL_ECANCELED);
+        else
+            ASSERT_OK(rc);
+        if (rc != SL_OK)
+            ASSERT_OK(pack_some(srcs, n, dst, o, UINT64_MAX, 1, &rep));
+    } else {
+        ASSERT_OK(rc);
+    }
+    ASSERT(!exists(partial));
+    slr_same_files(ref, dst);
+    slr_remove_tree(dst);
+}
+
+static void folder_of(int n, int bad_at) {
+    for (int i = 0; i < n; i++) {
+        char rel[200];
+        snprintf(rel, sizeof rel, "rs/c%d/%03d.jpg", i % 4, i);
+        if (i == bad_at)
+            put_text(rel, "not an image");
+        else
+            put_jpeg(rel, i);
+    }
+}
+
+SL_TEST(source_pack__interrupted_imagefolder_resumes_to_the_same_bytes) {
+    enum { N = 61 };
+    char root[4096], ref[4096], dst[4096];
+    tpath(root, "rs");
+    tpath(ref, "ref.slr");
+    tpath(dst, "out.slr");
+    folder_of(N, -1);
+    const char *srcs[1] = {root};
+    sl_pack_options o = SL_PACK_OPTIONS_INIT;
+    o.shard_bytes = 16384; /* several shards */
+    for (int jobs = 1; jobs <= 3; jobs += 2) {
+        o.jobs = jobs;
+        sl_pack_report rep;
+        ASSERT_OK(pack_some(srcs, 1, ref, o, UINT64_MAX, 0, &rep));
+        static const uint64_t at[][2] = {{0, 0}, {1, 5}, {7, 0}, {23, 30}, {60, 1}, {61, 0}};
+        for (size_t k = 0; k < sizeof at / sizeof *at; k++)
+            interrupted_twice(srcs, 1, ref, dst, o, N, at[k][0], at[k][1]);
+        slr_remove_tree(ref);
+    }
+    /* resume with nothing to resume: from the start */
+    sl_pack_report rep;
+    ASSERT_OK(pack_some(srcs, 1, ref, o, UINT64_MAX, 0, &rep));
+    ASSERT_OK(pack_some(srcs, 1, dst, o, UINT64_MAX, 1, &rep));
+    slr_same_files(ref, dst);
+    slr_remove_tree(dst);
+    slr_remove_tree(ref);
+}
+
+/* A kill -9 after the writer began DST.partial and before the pack wrote its
+ * plan there leaves no plan and no record: --resume packs from the start
+ * (it was refused: "holds no plan"). With a record and no plan, the partial
+ * is not a pack's: refused, and left as it was. */
+SL_TEST(source_pack__resume_of_a_partial_without_its_plan) {
+    enum { N = 12 };
+    char root[4096], ref[4096], dst[4096], partial[4200], plan[4300];
+    tpath(root, "rs");
+    tpath(ref, "ref.slr");
+    tpath(dst, "out.slr");
+    snprintf(partial, sizeof partial, "%s.partial", dst);
+    snprintf(plan, sizeof plan, "%s/pack.json", partial);
+    folder_of(N, -1);
+    const char *srcs[1] = {root};
+    sl_pack_options o = SL_PACK_OPTIONS_INIT;
+    o.jobs = 1;
+    o.shard_bytes = 8192;
+    sl_pack_report rep;
+    ASSERT_OK(pack_some(srcs, 1, ref, o, UINT64_MAX, 0, &rep));
+    ASSERT_RC(pack_some(srcs, 1, dst, o, 0, 0, &rep), SL_ECANCELED);
+    ASSERT_U64_EQ(rep.records, 0);
+    ASSERT_EQ(unlink(plan), 0);
+    ASSERT_OK(pack_some(srcs, 1, dst, o, UINT64_MAX, 1, &rep));
+    ASSERT_U64_EQ(rep.records, N);
+    ASSERT(!exists(partial));
+    slr_same_files(ref, dst);
+    slr_remove_tree(dst);
+    /* the partial folder alone, not even a shard begun */
+    ASSERT_EQ(mkdir(partial, 0755), 0);
+    ASSERT_OK(pack_some(srcs, 1, dst, o, UINT64_MAX, 1, &rep));
+    slr_same_files(ref, dst);
+    slr_remove_tree(dst);
+    /* records, no plan */
+    ASSERT_RC(pack_some(srcs, 1, dst, o, 3, 0, &rep), SL_ECANCELED);
+    ASSERT_EQ(unlink(plan), 0);
+    ASSERT_RC(pack_some(srcs, 1, dst, o, UINT64_MAX, 1, &rep), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "holds no plan (pack.json)");
+    uint64_t done = 0, planned = 0;
+    ASSERT_OK(sl_recover_info(partial, &done, &planned));
+    ASSERT_U64_EQ(done, 3); /* left as it was */
+    slr_remove_tree(partial);
+    slr_remove_tree(ref);
+}
+
+SL_TEST(source_pack__interrupted_with_skips_resumes_and_reports_them) {
+    enum { N = 30, BAD = 5 };
+    char root[4096], ref[4096], dst[4096];
+    tpath(root, "rs");
+    tpath(ref, "ref.slr");
+    tpath(dst, "out.slr");
+    folder_of(N, BAD);
+    const char *srcs[1] = {root};
+    sl_pack_options o = SL_PACK_OPTIONS_INIT;
+    o.shard_bytes = 8192;
+    o.skip_bad = 1;
+    o.jobs = 2;
+    sl_pack_report rep;
+    ASSERT_OK(pack_some(srcs, 1, ref, o, UINT64_MAX, 0, &rep));
+    ASSERT_U64_EQ(rep.skipped, 1);
+    for (uint64_t k = 3; k <= 8; k++) { /* stopped before, at and after the bad file */
+        ASSERT_RC(pack_some(srcs, 1, dst, o, k, 0, &rep), SL_ECANCELED);
+        ASSERT_OK(pack_some(srcs, 1, dst, o, UINT64_MAX, 1, &rep));
+        ASSERT_U64_EQ(rep.records, N - 1);
+        ASSERT_U64_EQ(rep.skipped, 1); /* left out once, before or after the stop */
+        ASSERT_EQ(rep.nbad, 1);
+        ASSERT_CONTAINS(rep.bad[0], "005.jpg");
+        slr_same_files(ref, dst);
+        slr_remove_tree(dst);
+    }
+    slr_remove_tree(ref);
+}
+
+SL_TEST(source_pack__resume_refuses_other_inputs_or_options) {
+    enum { N = 20 };
+    char root[4096], dst[4096], partial[4200], extra[4096];
+    tpath(root, "rs");
+    tpath(dst, "out.slr");
+    snprintf(partial, sizeof partial, "%s.partial", dst);
+    folder_of(N, -1);
+    const char *srcs[1] = {root};
+    sl_pack_options o = SL_PACK_OPTIONS_INIT;
+    o.shard_bytes = 8192;
+    sl_pack_report rep;
+    ASSERT_RC(pack_some(srcs, 1, dst, o, 9, 0, &rep), SL_ECANCELED);
+    /* without resume: the partial is not touched, and the message says what to do */
+    ASSERT_RC(pack_some(srcs, 1, dst, o, UINT64_MAX, 0, &rep), SL_EIO);
+    ASSERT_CONTAINS(sl_errmsg(), "exists: an interrupted pack; continue it");
+    sl_pack_options x = o;
+    x.shard_bytes = 4096;
+    ASSERT_RC(pack_some(srcs, 1, dst, x, UINT64_MAX, 1, &rep), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "shards of up to 8192 bytes");
+    x = o;
+    x.check = SL_PACK_CHECK_DECODE;
+    ASSERT_RC(pack_some(srcs, 1, dst, x, UINT64_MAX, 1, &rep), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "another --check (check: \"header\" then, \"decode\" now)");
+    x = o;
+    x.jpeg_restart = SL_JPEG_RESTART_AUTO;
+    ASSERT_RC(pack_some(srcs, 1, dst, x, UINT64_MAX, 1, &rep), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "another --jpeg-restart");
+    put_jpeg("rs/c0/zzz.jpg", 99); /* one more file */
+    ASSERT_RC(pack_some(srcs, 1, dst, o, UINT64_MAX, 1, &rep), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "another number of inputs");
+    tpath(extra, "rs/c0/zzz.jpg");
+    char moved[4096];
+    tpath(moved, "rs/c1/zzz.jpg"); /* as many files, one in another class */
+    ASSERT_EQ(rename(extra, moved), 0);
+    char gone[4096];
+    tpath(gone, "rs/c1/001.jpg");
+    ASSERT_EQ(unlink(gone), 0);
+    ASSERT_RC(pack_some(srcs, 1, dst, o, UINT64_MAX, 1, &rep), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "other inputs (their names, order or labels differ)");
+    ASSERT(exists(partial)); /* every refusal left it as it was */
+    ASSERT_EQ(unlink(moved), 0);
+    put_jpeg("rs/c1/001.jpg", 1);
+    char ref[4096];
+    tpath(ref, "ref.slr");
+    ASSERT_OK(pack_some(srcs, 1, ref, o, UINT64_MAX, 0, &rep));
+    ASSERT_OK(pack_some(srcs, 1, dst, o, UINT64_MAX, 1, &rep));
+    slr_same_files(ref, dst);
+}
+
+SL_TEST(source_pack__interrupted_idx_and_tar_resume_to_the_same_bytes) {
+    /* IDX: 50 images of 6x5 */
+    enum { N = 50 };
+    uint8_t body[N * 30], labels[N];
+    for (int i = 0; i < N * 30; i++)
+        body[i] = (uint8_t)(i * 7);
+    for (int i = 0; i < N; i++)
+        labels[i] = (uint8_t)(i % 10);
+    uint32_t dims[3] = {N, 6, 5}, ldims[1] = {N};
+    size_t in, ln;
+    uint8_t *ib = idx_bytes(0x08, 3, dims, body, sizeof body, &in);
+    uint8_t *lb = idx_bytes(0x08, 1, ldims, labels, sizeof labels, &ln);
+    char img[4096], lab[4096], ref[4096], dst[4096];
+    tpath(img, "i-idx3-ubyte");
+    tpath(lab, "l-idx1-ubyte");
+    tpath(ref, "ref.slr");
+    tpath(dst, "out.slr");
+    sl_test_write_file(img, ib, in);
+    sl_test_write_file(lab, lb, ln);
+    free(ib);
+    free(lb);
+    const char *isrcs[2] = {img, lab};
+    sl_pack_options o = SL_PACK_OPTIONS_INIT;
+    o.shard_bytes = 1024;
+    sl_pack_report rep;
+    ASSERT_OK(pack_some(isrcs, 2, ref, o, UINT64_MAX, 0, &rep));
+    interrupted_twice(isrcs, 2, ref, dst, o, N, 17, 20);
+    interrupted_twice(isrcs, 2, ref, dst, o, N, 0, 49);
+    slr_remove_tree(ref);
+    /* tar shards, packed through the source */
+    char t0[4096], t1[4096];
+    tpath(t0, "t0.tar");
+    tpath(t1, "t1.tar");
+    for (int s = 0; s < 2; s++) {
+        tar_build b;
+        tar_build_init(&b);
+        for (int i = 0; i < 12; i++) {
+            char name[64], cls[16];
+            unsigned long jn;
+            uint8_t *j = make_jpeg(20, 16, s * 12 + i, &jn);
+            snprintf(name, sizeof name, "s%d_%02d.jpg", s, i);
+            tar_build_member(&b, name, j, jn);
+            tjFree(j);
+            snprintf(name, sizeof name, "s%d_%02d.cls", s, i);
+            snprintf(cls, sizeof cls, "%d", i % 3);
+            tar_build_member(&b, name, cls, strlen(cls));
+        }
+        tar_build_write(&b, s ? t1 : t0);
+    }
+    const char *tsrcs[2] = {t0, t1};
+    ASSERT_OK(pack_some(tsrcs, 2, ref, o, UINT64_MAX, 0, &rep));
+    interrupted_twice(tsrcs, 2, ref, dst, o, 24, 5, 13);
+    interrupted_twice(tsrcs, 2, ref, dst, o, 24, 12, 0);
+    slr_remove_tree(ref);
 }

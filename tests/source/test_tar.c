@@ -54,11 +54,7 @@ static int open_wds(sl_source **out, const char *paths_json, const char *extra) 
     char spec[16384];
     snprintf(spec, sizeof spec, "{\"webdataset\": %s%s%s}", paths_json, extra ? ", " : "",
              extra ? extra : "");
-    cJSON *obj = cJSON_Parse(spec);
-    ASSERT(obj);
-    int rc = sl_source__open_json(out, obj, "source");
-    cJSON_Delete(obj);
-    return rc;
+    return tar_build_open_spec(out, spec);
 }
 
 static int open_one(sl_source **out, const char *name) {

@@ -64,11 +64,7 @@ static int open_shards(sl_source **out, int n, const char *extra) {
     char spec[2048];
     snprintf(spec, sizeof spec, "{\"webdataset\": \"%.1000s/shard-{0000..%04d}.tar\"%s%s}",
              g_dir, n - 1, extra ? ", " : "", extra ? extra : "");
-    cJSON *obj = cJSON_Parse(spec);
-    ASSERT(obj);
-    int rc = sl_source__open_json(out, obj, "source");
-    cJSON_Delete(obj);
-    return rc;
+    return tar_build_open_spec(out, spec);
 }
 
 /* Record i (shard i / PER_SHARD) must hold its own text and label. */
