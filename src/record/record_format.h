@@ -263,7 +263,7 @@ struct sl_reader {
  * shards closed as they go, or huge pages off in the kernel). */
 uint64_t sl_record__hold_hot(sl_reader *r, uint64_t budget);
 /* The most bytes sl_record__hold_hot copies for one reader. */
-#define SLR_HOT_MAX (1ull << 30)
+#define SLR_HOT_MAX (256ull << 20)
 
 /* Open shards: how many now, and how many opens so far (tests). */
 int sl_record__open_shards(const sl_reader *r);

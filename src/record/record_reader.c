@@ -1360,7 +1360,7 @@ void sl_record__prefetch(const sl_reader *r, uint64_t i, int far) {
  * 0.84x, and from a copy on 4 KB pages no faster than from the mapping: the
  * gain is the pages, not the copy (bench/README.md, "Speed kept"). The
  * page cache cannot give a private mapping huge pages (that needs
- * CONFIG_READ_ONLY_THP_FOR_FS, off in Debian's kernel and most others), so
+ * CONFIG_READ_ONLY_THP_FOR_FS, off in the kernel measured), so
  * the file is copied, once, onto anonymous memory advised MADV_HUGEPAGE
  * (transparent_hugepage "madvise" or "always"; "never" gets no copy). The
  * copy is made read-only and owned by a buffer like the mapping, so views
