@@ -1355,16 +1355,17 @@ void sl_record__prefetch(const sl_reader *r, uint64_t i, int far) {
  * A global shuffle reads records all over the file: each read lands on a
  * page of its own, and a file mapping is 4 KB page-cache pages. On 28x28
  * records (Fashion-MNIST, batch 256, 2 cores Intel Xeon under KVM) the
- * shuffled pipeline ran at 0.72x the same pipeline in storage order; the
+ * shuffled pipeline ran at 0.71x the same pipeline in storage order; the
  * same reads from a copy of the file on 2 MB transparent huge pages ran at
- * 0.84x, and from a copy on 4 KB pages no faster than from the mapping: the
+ * 0.83x, and from a copy on 4 KB pages no faster than from the mapping: the
  * gain is the pages, not the copy (bench/README.md, "Speed kept"). The
  * page cache cannot give a private mapping huge pages (that needs
  * CONFIG_READ_ONLY_THP_FOR_FS, off in the kernel measured), so
  * the file is copied, once, onto anonymous memory advised MADV_HUGEPAGE
  * (transparent_hugepage "madvise" or "always"; "never" gets no copy). The
- * copy is made read-only and owned by a buffer like the mapping, so views
- * handed out of it live past the reader. */
+ * copy is made read-only and owned by a buffer like the mapping: views that
+ * retain it (a source's samples) keep it mapped past the reader, and the
+ * last release unmaps it. */
 
 typedef struct hot_map {
     void *base;

@@ -3,7 +3,8 @@
  * global shuffle's scattered reads (record_reader.c, "Small shards on huge
  * pages"): the reads give the same bytes from the copy as from the file;
  * views read before the copy stay valid; the copy is advised MADV_HUGEPAGE
- * (its smaps VmFlags hold "hg") and read-only; nothing is copied over the
+ * (its smaps VmFlags hold "hg"), read-only, and unmapped with the reader;
+ * nothing is copied over the
  * budget, for pread readers, shards of large records, or a directory whose
  * shards are closed as they go.
  */
@@ -137,6 +138,8 @@ SL_TEST(record_hot__same_bytes_from_huge_pages) {
     check_rec(before, 1234, REC);
     sl_record_free(after);
     sl_reader_free(r);
+    mapping_of(d, &file, flags, sizeof flags); /* unmapped with the reader */
+    ASSERT_EQ(file, -1);
     sl_record_free(before);
 }
 
