@@ -498,21 +498,6 @@ SL_TEST(pipeline_slr__failed_shard_skips_its_range_at_once) {
     }
 }
 
-/* The source stage's held_bytes in the pipeline's stats. */
-static double source_held_bytes(const sl_pipeline *p) {
-    static char buf[1 << 16];
-    size_t len = 0;
-    ASSERT_OK(sl_pipeline_stats_json(p, buf, sizeof buf, &len));
-    cJSON *doc = cJSON_Parse(buf);
-    ASSERT(doc != NULL);
-    const cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(doc, "stages"), 0);
-    const cJSON *h = cJSON_GetObjectItemCaseSensitive(st, "held_bytes");
-    ASSERT(cJSON_IsNumber(h));
-    double v = h->valuedouble;
-    cJSON_Delete(doc);
-    return v;
-}
-
 /* A global shuffle over a small local file reads it from a copy on huge
  * pages (record_reader.c, "Small shards on huge pages"), shown and counted
  * as the source's held_bytes; the batches are the same bytes as from the
@@ -538,7 +523,7 @@ SL_TEST(pipeline_slr__global_shuffle_holds_small_file_on_huge_pages) {
         "{\"source\": {\"path\": \"%s\"}, \"ops\": [{\"op\": \"batch\", \"size\": 64}]}"};
     for (int k = 0; k < 3; k++) {
         sl_pipeline *p = pu_json_pipeline(fmt[k], path);
-        double held = source_held_bytes(p);
+        double held = pu_held_bytes(p, 0);
         if (k == 0)
             ASSERT(held == (thp ? (double)stt.st_size : 0.0));
         else
