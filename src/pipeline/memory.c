@@ -131,7 +131,7 @@ static int shrink_one(sl_exec *x, int *requeue) {
 
 int sl_exec__memory_plan(sl_exec *x) {
     const sl_plan *pl = x->env.plan;
-    x->mem.limit = x->spec->memory_limit ? x->spec->memory_limit : sl__mem_total() / 4;
+    x->mem.limit = sl_spec__memory_limit(x->spec);
     x->mem.batch_bytes = 0;
     /* what a stage's output element takes: a batch, or a chunk of samples */
     for (int s = 0; s < x->nstages; s++) {

@@ -495,6 +495,10 @@ cleanup:
     return rc;
 }
 
+uint64_t sl_spec__memory_limit(const sl_spec *s) {
+    return s->memory_limit ? s->memory_limit : sl__mem_total() / 4;
+}
+
 int sl_spec__copy(sl_spec **out, const sl_spec *src) {
     sl__json_init();
     sl_spec *s;

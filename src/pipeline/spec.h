@@ -56,6 +56,9 @@ struct sl_spec {
     int nops, cap;
 };
 int sl_spec__copy(sl_spec **out, const sl_spec *src);
+/* The bytes the pipeline may hold: memory_limit, or by default a quarter of
+ * the memory this process may use (sl__mem_total; docs/PIPELINE.md, "Memory"). */
+uint64_t sl_spec__memory_limit(const sl_spec *s);
 /* The spec as a cJSON document (for to_json and state hashing). */
 cJSON *sl_spec__to_cjson(const sl_spec *s);
 /* Parse a "parallel" value: number >= 1 or "auto" (-1); 0 when absent. */

@@ -372,11 +372,18 @@ static void source_save(const sl_stage *st, const sl_batch *b, sl_resume *at) {
     at->pos = b->next_pos;
 }
 
+/* What the source holds for its reads (held_bytes: a Parquet source's row
+ * group cache, a .slr's shards on huge pages). */
+static uint64_t source_memory(const sl_stage *st) {
+    const sl_stage_src *s = st->self;
+    return s->src->held_bytes;
+}
+
 const sl_stage_kind sl_stage_source = {
     .key = "source", .tunes = SL_TUNES_WORKERS, .start = source_start,
     .wake = source_wake, .worker_init = source_worker_init, .produce = source_produce,
     .chunk = source_chunk, .worker_free = source_worker_free, .explain = source_explain,
-    .save = source_save,
+    .save = source_save, .memory = source_memory,
 };
 
 /* ---- opening: which records, for this rank ---------------------------------------------- */
@@ -531,6 +538,11 @@ int sl_stage_src__plan(sl_stage_src *s, const sl_spec *spec, const sl_plan *plan
                            (spec->shuffle_mode == SL_SHUFFLE_AUTO &&
                             ((m > SL_SHUFFLE_GLOBAL_MAX && sl_source__remote(s->src)) ||
                              s->src->locality)));
+    /* a global shuffle reads all over the source: it may keep its records
+     * where scattered reads are cheaper (.slr: on huge pages), within a
+     * quarter of the memory limit; not for a take shorter than a pass */
+    if (spec->shuffle && !s->shuf.window_mode && needed >= m)
+        sl_source__hold_for_random(s->src, sl_spec__memory_limit(spec) / 4);
     if (s->shuf.window_mode) /* a source's locality (Parquet row groups): the defaults */
         sl_pipeline__window_sizes(spec->shuffle_window ? spec->shuffle_window
                                                        : s->src->locality_window,

@@ -200,6 +200,10 @@ typedef struct slr_shard {
                                this process's heap */
     bool copy_reads;        /* large records: read by copy where the caller
                                can own one (sl_record__read_into) */
+    const uint8_t *hot;     /* the file again, copied onto transparent huge
+                               pages for scattered reads (sl_record__hold_hot),
+                               or NULL: records are read from here when set */
+    sl_buffer *hotbuf;      /* reference-counted owner of `hot` */
 } slr_shard;
 
 /* A dataset's shard as the manifest describes it, and its open state. A
@@ -251,6 +255,18 @@ struct sl_reader {
                                shards for read-ahead hints (record_reader.c,
                                "Opening remote shards ahead"); NULL otherwise */
 };
+
+/* Reads of `r` will land all over its records (a global shuffle): where it
+ * keeps every shard open (sl_record__keeps_shards) and they are local mapped
+ * files of small records (not copy_reads) of at most `budget` bytes in all
+ * (and SLR_HOT_MAX), copy each onto anonymous memory advised for transparent
+ * huge pages, which reads then use (record_reader.c, "Small shards on huge
+ * pages"). Call before reading threads start. Returns the bytes now held
+ * (0: nothing copied: a remote or pread reader, too large, large records,
+ * shards closed as they go, or huge pages off in the kernel). */
+uint64_t sl_record__hold_hot(sl_reader *r, uint64_t budget);
+/* The most bytes sl_record__hold_hot copies for one reader. */
+#define SLR_HOT_MAX (256ull << 20)
 
 /* Open shards: how many now, and how many opens so far (tests). */
 int sl_record__open_shards(const sl_reader *r);

@@ -231,6 +231,12 @@ typedef struct sl_source_vtbl {
      * `reads_ahead`, once per record with `far` = SL_PREFETCH_REMOTE well
      * ahead (start fetching it). */
     void (*prefetch)(sl_source *src, uint64_t i, int far);
+    /* Optional: reads will land all over the records (a global shuffle):
+     * keep in memory what makes such reads cheaper (.slr: small local shards
+     * on huge pages, record_reader.c), within `budget` bytes. Returns the
+     * bytes now held (sl_source__hold_for_random adds them to held_bytes).
+     * Called once, before reading threads start. */
+    uint64_t (*hold_for_random)(sl_source *src, uint64_t budget);
     /* After a failed read of record i: 1 when the failure is its file's
      * (a shard that did not open, and fails every read of its records
      * alike), with that file's records [*first, *first + *count); else 0.
@@ -284,8 +290,9 @@ struct sl_source {
                                sl_source__open_json; read with sl_source__remote */
     uint64_t held_bytes;    /* memory the source may hold for reads beyond what it
                                hands out (a Parquet source's cache of decoded row
-                               groups, at most): the pipeline's memory limit
-                               counts it. 0: none */
+                               groups, at most; a .slr's shards copied onto huge
+                               pages, hold_for_random): the pipeline's memory
+                               limit counts it. 0: none */
     uint64_t locality;      /* records that are cheapest read together (the rows
                                of a Parquet row group, when they do not all stay
                                cached): the shuffle "auto" reads such a source
@@ -391,6 +398,12 @@ int sl_source__read_cols(sl_source *s, sl_source_cursor *cur, uint64_t i, void *
 static inline void sl_source__prefetch(sl_source *s, uint64_t i, int far) {
     if (s->vt->prefetch)
         s->vt->prefetch(s, i, far);
+}
+/* The implementation's hold_for_random(), if it has one: what it holds is
+ * counted in held_bytes (the pipeline's memory limit). */
+static inline void sl_source__hold_for_random(sl_source *s, uint64_t budget) {
+    if (s->vt->hold_for_random)
+        s->held_bytes += s->vt->hold_for_random(s, budget);
 }
 /* The implementation's failed_range(), if it has one (else 0). */
 static inline int sl_source__failed_range(sl_source *s, uint64_t i, uint64_t *first,

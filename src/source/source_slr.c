@@ -135,6 +135,10 @@ static void slr_prefetch(sl_source *src, uint64_t i, int far) {
     sl_record__prefetch(((slr_source *)src)->reader, i, far);
 }
 
+static uint64_t slr_hold_for_random(sl_source *src, uint64_t budget) {
+    return sl_record__hold_hot(((slr_source *)src)->reader, budget);
+}
+
 static int slr_index_column(sl_source *src, int col, const void **vals_out) {
     return sl_reader_index_column(((slr_source *)src)->reader, col, vals_out);
 }
@@ -178,6 +182,7 @@ static const sl_source_vtbl slr_vtbl = {
     .read = slr_read,
     .read_cols = slr_read_cols,
     .prefetch = slr_prefetch,
+    .hold_for_random = slr_hold_for_random,
     .index_column = slr_index_column,
     .describe = slr_describe,
     .locate = slr_locate,

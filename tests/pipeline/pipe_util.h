@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
+#include <cjson/cJSON.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -192,6 +193,21 @@ static inline void make_slr_shards(const char *path, int n, uint64_t shard_bytes
 }
 
 static inline void make_slr(const char *path, int n) { make_slr_shards(path, n, 0); }
+
+/* The stats' held_bytes of a stage (its kind's memory hook), from the JSON. */
+static inline double pu_held_bytes(const sl_pipeline *p, int stage) {
+    char js[16384];
+    size_t len;
+    ASSERT_OK(sl_pipeline_stats_json(p, js, sizeof js, &len));
+    cJSON *doc = cJSON_Parse(js);
+    ASSERT(doc);
+    cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(doc, "stages"), stage);
+    cJSON *h = cJSON_GetObjectItemCaseSensitive(st, "held_bytes");
+    ASSERT(cJSON_IsNumber(h));
+    double v = h->valuedouble;
+    cJSON_Delete(doc);
+    return v;
+}
 
 /* A pipeline from a spec JSON with one %s (a path) in it. */
 static inline sl_pipeline *pu_json_pipeline(const char *json_fmt, const char *path) {

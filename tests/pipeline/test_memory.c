@@ -206,21 +206,6 @@ SL_TEST(pipeline_memory__chunks_before_batch_count) {
     sl_pipeline_free(p);
 }
 
-/* The stats' held_bytes of a stage (its kind's memory hook), from the JSON. */
-static double held_bytes(sl_pipeline *p, int stage) {
-    char js[16384];
-    size_t len;
-    ASSERT_OK(sl_pipeline_stats_json(p, js, sizeof js, &len));
-    cJSON *doc = cJSON_Parse(js);
-    ASSERT(doc);
-    cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(doc, "stages"), stage);
-    cJSON *h = cJSON_GetObjectItemCaseSensitive(st, "held_bytes");
-    ASSERT(cJSON_IsNumber(h));
-    double v = h->valuedouble;
-    cJSON_Delete(doc);
-    return v;
-}
-
 /* A shuffle buffer's samples are memory its stage keeps between elements:
  * with the consumer one batch in, the final stage holds a full buffer
  * (the queues bound how far ahead it runs), the reader nothing; at the
@@ -240,16 +225,16 @@ SL_TEST(pipeline_memory__shuffle_buffer_held) {
     ASSERT(fin > 0);
     uint64_t one = x->stage[fin].sample_bytes;
     ASSERT(one >= 784 + 8);
-    ASSERT_EQ(held_bytes(p, fin), 0.0); /* nothing started */
+    ASSERT_EQ(pu_held_bytes(p, fin), 0.0); /* nothing started */
     sl_batch *b;
     ASSERT_OK(sl_pipeline_next(p, &b));
     sl_batch_release(b);
-    ASSERT_EQ(held_bytes(p, fin), (double)(64 * one));
-    ASSERT_EQ(held_bytes(p, 0), 0.0);
+    ASSERT_EQ(pu_held_bytes(p, fin), (double)(64 * one));
+    ASSERT_EQ(pu_held_bytes(p, 0), 0.0);
     int rc;
     while ((rc = sl_pipeline_next(p, &b)) == SL_OK)
         sl_batch_release(b);
     ASSERT_RC(rc, SL_END);
-    ASSERT_EQ(held_bytes(p, fin), 0.0);
+    ASSERT_EQ(pu_held_bytes(p, fin), 0.0);
     sl_pipeline_free(p);
 }
