@@ -13,7 +13,7 @@
 static int collate_chunk(sl_worker *w, sl_chunk *c) {
     sl_stage *st = w->st;
     const sl_stage_env *e = w->env;
-    int rc;
+    int rc = 0; /* set whenever read: the compiler cannot see through the && */
     sl_stage_span t0 = sl_stage__span_begin();
     uint32_t n = c->n;
     sl_batch *b;
