@@ -119,6 +119,10 @@ def pipelines(a, sluice, ncpu):
     out["fmnist"] = ([None] + [dict(src=r, depth=d) for r in counts for d in DEPTHS],
                      cli(lambda s: slr_spec(fm, [], 256, *((s["src"], s["depth"]) if s else ()))))
     img = os.path.join(w, "img.slr")
+    if not os.path.isdir(a.photos):
+        print(f"no photos at {a.photos}: the image and cold-read pipelines are left out (make them "
+              f"with /usr/bin/python3 bench/make_photos.py --root {os.path.dirname(a.photos)})",
+              file=sys.stderr)
     if not os.path.exists(img) and os.path.isdir(a.photos):
         subprocess.run([sluice, "pack", a.photos, img], check=True, capture_output=True)
     if os.path.exists(img):
@@ -178,7 +182,7 @@ def main():
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=3)
-    ap.add_argument("--photos", default="/tmp/photos/imagenet-like")
+    ap.add_argument("--photos", default=os.path.join(REPO, "data", "photos", "imagenet-like"))
     ap.add_argument("--work", default="/tmp/sluice-grid")
     ap.add_argument("--only", default="fmnist,imagenet,skew,io")
     ap.add_argument("--io-copies", type=int, default=45)

@@ -211,7 +211,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kind", choices=["cuda", "host"], default="cuda")
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
-    ap.add_argument("--photos", default="/tmp/photos/imagenet-like")
+    ap.add_argument("--photos", default=os.path.join(REPO, "data", "photos", "imagenet-like"))
     ap.add_argument("--workers", default=None,
                     help="DataLoader num_workers to try (default 0..nproc in steps)")
     ap.add_argument("--repeats", type=int, default=3)
@@ -221,6 +221,9 @@ def main():
     a = ap.parse_args()
     env = env_with_sluice(a.build)
     parts = a.parts.split(",")
+    if "train" in parts and not os.path.isdir(a.photos):
+        sys.exit(f"no photos at {a.photos}: make them with /usr/bin/python3 bench/make_photos.py "
+                 f"--root {os.path.dirname(a.photos)}")
     print(json.dumps({"machine": machine(), "kind": a.kind}), flush=True)
     if a.kind == "host":
         print("# --kind host: a dry run on the host backend; no figure here is a GPU's",

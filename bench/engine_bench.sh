@@ -21,8 +21,8 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 for r in $(seq "$REPEATS"); do
   "$OUT/engine_overhead" overhead 1 20 | tee -a "$OUT/s1.jsonl"
   "$OUT/engine_overhead" overhead 2 20 | tee -a "$OUT/s2.jsonl"
-  $PY ../shared/bench/torch_fmnist.py --workers 0 --epochs 2 | tail -1 | tee -a "$OUT/t0.jsonl"
-  $PY ../shared/bench/torch_fmnist.py --workers 2 --epochs 2 | tail -1 | tee -a "$OUT/t2.jsonl"
+  $PY bench/torch_peer.py fmnist --workers 0 --epochs 2 | tail -1 | tee -a "$OUT/t0.jsonl"
+  $PY bench/torch_peer.py fmnist --workers 2 --epochs 2 | tail -1 | tee -a "$OUT/t2.jsonl"
   "$OUT/engine_overhead" scaling 1 1 20 | tee -a "$OUT/sc.jsonl"
 done
 $PY - "$OUT" <<'PYEOF'

@@ -40,7 +40,7 @@ def main():
     if not os.path.exists(sluice):
         sys.exit(f"no {sluice}: build first (cmake -S . -B {a.build} -DCMAKE_BUILD_TYPE=Release && cmake --build {a.build})")
     if not os.path.isdir(a.data):
-        sys.exit(f"no {a.data}: make it with /usr/bin/python3 ../shared/bench/make_photos.py --root data/photos")
+        sys.exit(f"no {a.data}: make it with /usr/bin/python3 bench/make_photos.py --root data/photos")
     ncpu = os.cpu_count()
     os.makedirs(a.work, exist_ok=True)
     slr = os.path.join(a.work, "bench.slr")

@@ -462,14 +462,16 @@ def c_tv_decode(c):
 # (torch must see them as pinned), device="cuda" through its side stream
 def c_torch_pin(c):
     import sluice.torch as st
-    saved = (st._pin_target, c.torch.Tensor.pin_memory)
+    from sluice import _torch_staging as staging
+    saved = (staging.pin_target, c.torch.Tensor.pin_memory)
     try:
         _torch_pin(c, st)
     finally:
-        st._pin_target, c.torch.Tensor.pin_memory = saved
+        staging.pin_target, c.torch.Tensor.pin_memory = saved
 
 
 def _torch_pin(c, st):
+    from sluice import _torch_staging as staging
     t = c.torch
     from torch.utils.data import DataLoader as TorchLoader, Dataset
     from torch.utils.data._utils.pin_memory import pin_memory as torch_pin
@@ -498,7 +500,7 @@ def _torch_pin(c, st):
     else:
         # host backend: the same code path with the host backend's slots;
         # torch's reference walk with a copy standing in for its pinning
-        st._pin_target = lambda d: ("host", 0)
+        staging.pin_target = lambda d: ("host", 0)
         t.Tensor.pin_memory = lambda self, device=None: self.clone()
         ref = [torch_pin(b) for b in TorchLoader(DS(), batch_size=16)]
         dev = "host"
@@ -510,8 +512,8 @@ def _torch_pin(c, st):
     speed = ""
     if c.kind == "cuda":
         # the same loader pinning with torch's pin_memory (sluice's path off)
-        keep = st._pin_target
-        st._pin_target = lambda d: None
+        keep = staging.pin_target
+        staging.pin_target = lambda d: None
         try:
             tl = st.DataLoader(DS(), batch_size=16, pin_memory=True, num_workers=2,
                                worker_type="thread")
@@ -519,7 +521,7 @@ def _torch_pin(c, st):
             n_t = len(list(tl))
             t_torch = time.perf_counter() - t0
         finally:
-            st._pin_target = keep
+            staging.pin_target = keep
         speed = (f"; epoch {t_sluice * 1e3:.0f} ms through sluice's slots vs "
                  f"{t_torch * 1e3:.0f} ms with torch's pin_memory ({n_t} batches)")
     bad = sum(not (x.dtype == y.dtype and t.equal(x, y))

@@ -5,7 +5,7 @@
 #   - the decode limit: libjpeg-turbo decoding every image at full size
 #     (TurboJPEG, RGB, one thread per core, nothing else);
 #   - PyTorch DataLoader + torchvision transforms at its best num_workers
-#     (0, 1, ... cores; persistent; ../shared/bench/torch_imagefolder.py).
+#     (0, 1, ... cores; persistent; bench/torch_peer.py imagefolder).
 # Plus the ops alone (no pipeline engine), the full-size sluice decode, and the
 # pipeline again on the photos re-encoded as `pack --jpeg-restart auto` stores
 # them (crop-only decode).
@@ -16,13 +16,16 @@
 #   bash bench/ops_bench.sh [BUILD_DIR] [REPEATS] [DATA]
 #
 # BUILD_DIR holds libsluice.a (default build); DATA defaults to
-# data/photos/imagenet-like (make it with ../shared/bench/make_photos.py).
+# data/photos/imagenet-like (make it with bench/make_photos.py).
 # Prints JSON lines and a summary of medians and ratios. Speed is never asserted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 REPEATS=${2:-3}
 DATA=${3:-data/photos/imagenet-like}
+# shellcheck source=bench/bench_lib.sh
+. bench/bench_lib.sh
+bench_need_photos "$DATA"
 PY=/usr/bin/python3
 T=$(nproc)
 OUT=$(mktemp -d)
@@ -40,7 +43,7 @@ for r in $(seq "$REPEATS"); do
   "$OUT/ops_bench" --threads "$T" --repeat 3 train "$DATA" | tail -1 | tee -a "$OUT/train.jsonl"
   "$OUT/ops_bench" --threads "$T" --repeat 3 decode "$DATA" | tail -1 | tee -a "$OUT/decode.jsonl"
   for w in $(seq 0 "$T"); do
-    $PY ../shared/bench/torch_imagefolder.py --data "$DATA" --workers "$w" --persistent 1 \
+    $PY bench/torch_peer.py imagefolder --data "$DATA" --workers "$w" --persistent 1 \
         --epochs 2 | tail -1 | tee -a "$OUT/torch$w.jsonl"
   done
 done

@@ -11,6 +11,11 @@
  *   train   RandomResizedCrop 224 via fused DCT-scaled decode + flip (p=0.5)
  *           + normalize to float32 CHW written into a 64-image batch buffer
  *   eval    resize shorter side 256 + centre crop 224, fused, + normalize
+ *   train_limit, eval_limit  the limit of train and eval: the same boxes
+ *           decoded at full size (DCT scale 8/8) and nothing else, through
+ *           sl_decode_crop_resize with the output the box's own size (nearest:
+ *           a copy), so libjpeg-turbo decodes exactly the MCU rows the box
+ *           covers (with an interval table: only the intervals it covers)
  *   pipeline  the same training chain as a sluice pipeline over the files held
  *           in memory: decode -> random_resized_crop 224 -> flip -> normalize
  *           (float32 CHW) -> batch 64, T workers (sl_spec_set_threads)
@@ -133,6 +138,15 @@ static int warnings_value(const char *w) {
            : !strcmp(w, "lenient") ? SL_WARNINGS_LENIENT : SL_WARNINGS_DEFAULT;
 }
 
+/* A thread's output buffer grown to `need` bytes (its old contents dropped). */
+static void grow(unsigned char **buf, size_t *cap, size_t need) {
+    if (need > *cap) {
+        free(*buf);
+        *buf = malloc(need);
+        *cap = need;
+    }
+}
+
 static void *run(void *arg) {
     worker *w = arg;
     sl_decoder *dec = NULL;
@@ -161,11 +175,7 @@ static void *run(void *arg) {
                 continue;
             }
             size_t need = (size_t)wd * ht * 3;
-            if (need > bigcap) {
-                free(big);
-                big = malloc(need);
-                bigcap = need;
-            }
+            grow(&big, &bigcap, need);
             if (tjDecompress2(tj, b->data, b->size, big, wd, 0, ht, TJPF_RGB, 0) != 0)
                 w->failed++;
             continue;
@@ -179,11 +189,7 @@ static void *run(void *arg) {
                 continue;
             }
             size_t need = (size_t)info.width * info.height * 3;
-            if (need > bigcap) {
-                free(big);
-                big = malloc(need);
-                bigcap = need;
-            }
+            grow(&big, &bigcap, need);
             n1 = (int64_t)bigcap;
             sl_tensor_view(&t, big, SL_U8, 1, &n1);
             if (sl_decode(dec, b->data, b->size, SL_COLOR_RGB, &t) != SL_OK)
@@ -198,7 +204,8 @@ static void *run(void *arg) {
         sl_box box;
         sl_rng rng;
         sl_rng_init(&rng, 42, w->epoch, i, 0);
-        if (!strcmp(mode, "train")) {
+        const int limit = !strcmp(mode, "train_limit") || !strcmp(mode, "eval_limit");
+        if (!strcmp(mode, "train") || !strcmp(mode, "train_limit")) {
             sl_rrc_box(info.height, info.width, scale, ratio, &rng, &box);
         } else {
             int rh, rw;
@@ -211,6 +218,16 @@ static void *run(void *arg) {
             box.x = (int)(c.x * fx);
             box.h = (int)(S * fy);
             box.w = (int)(S * fx);
+        }
+        if (limit) { /* the box at full size, nothing after it */
+            size_t need = (size_t)box.w * box.h * 3;
+            grow(&big, &bigcap, need);
+            n1 = (int64_t)need;
+            sl_tensor_view(&t, big, SL_U8, 1, &n1);
+            if (sl_decode_crop_resize(dec, b->data, b->size, SL_COLOR_RGB, &box, box.h, box.w,
+                                      SL_INTERP_NEAREST, &t) != SL_OK)
+                w->failed++;
+            continue;
         }
         n1 = S * S * 3;
         sl_tensor_view(&t, crop, SL_U8, 1, &n1);
@@ -409,7 +426,8 @@ int main(int argc, char **argv) {
     }
     mode = argv[a];
     if (strcmp(mode, "tj") && strcmp(mode, "decode") && strcmp(mode, "train") &&
-        strcmp(mode, "eval") && strcmp(mode, "pipeline")) {
+        strcmp(mode, "eval") && strcmp(mode, "train_limit") && strcmp(mode, "eval_limit") &&
+        strcmp(mode, "pipeline")) {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
     }

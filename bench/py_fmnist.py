@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Fashion-MNIST end to end: sluice (from Python, torch tensors) vs PyTorch
-DataLoader(TensorDataset) (../shared/bench/torch_fmnist.py), side by side.
+DataLoader(TensorDataset) (bench/torch_peer.py fmnist), side by side.
 
     /usr/bin/python3 bench/py_fmnist.py [--build build] [--repeats 3] [--epochs 3]
 
@@ -21,7 +21,7 @@ from py_common import (PY, REPO, env_with_sluice, json_lines, machine, med_sprea
                        run_measured)
 
 ROOT = "/usr/share/datasets/fashion-mnist"
-PEER = os.path.join(os.path.dirname(REPO), "shared", "bench", "torch_fmnist.py")
+PEER = os.path.join(REPO, "bench", "torch_peer.py")
 
 SLUICE_RUN = r"""
 import json, sys, time
@@ -72,7 +72,7 @@ def main():
             rates = [r["img_s"] for r in json_lines(out)][1:]
             runs.setdefault(f"sluice-{kind}", []).append((max(rates), rss))
         for w in a.workers.split(","):
-            out, rss = run_measured([PY, PEER, "--workers", w, "--epochs", str(a.epochs)])
+            out, rss = run_measured([PY, PEER, "fmnist", "--workers", w, "--epochs", str(a.epochs)])
             rates = [r["img_s"] for r in json_lines(out)][1:]
             runs.setdefault(f"dataloader-w{w}", []).append((max(rates), rss))
     summary = {"machine": machine(), "data": "fashion-mnist train (60000), batch 256, shuffled",

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """The ImageNet-style training pipeline from Python: sluice vs PyTorch
-DataLoader over torchvision's ImageFolder (../shared/bench/torch_imagefolder.py),
+DataLoader over torchvision's ImageFolder (bench/torch_peer.py imagefolder),
 side by side, same transforms, batch 64: images/s and peak memory.
 
-    /usr/bin/python3 ../shared/bench/make_photos.py        # once: /tmp/sluice-photos
+    /usr/bin/python3 bench/make_photos.py                  # once: data/photos
     /usr/bin/python3 bench/py_imagefolder.py [--build build] [--repeats 3] [--data DIR]
 
 sluice: pack once (not timed), then records().shuffle().decode()
@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from py_common import (PY, REPO, RUN_FILE, TORCH_BASELINE, env_with_sluice, machine,  # noqa: E402
                        med_spread, run_net_measured)
 
-PEER = os.path.join(os.path.dirname(REPO), "shared", "bench", "torch_imagefolder.py")
+PEER = os.path.join(REPO, "bench", "torch_peer.py")
 
 SLUICE_RUN = TORCH_BASELINE + r"""
 import json, sys, time
@@ -56,7 +56,7 @@ for ep in range(epochs):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
-    ap.add_argument("--data", default="/tmp/sluice-photos/imagenet-like")
+    ap.add_argument("--data", default=os.path.join(REPO, "data", "photos", "imagenet-like"))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch", type=int, default=64)
@@ -65,6 +65,9 @@ def main():
                     help="sluice's prefetch depth (DataLoader: prefetch_factor 2 x 2 workers)")
     ap.add_argument("--workdir", default=None)
     a = ap.parse_args()
+    if not os.path.isdir(a.data):
+        sys.exit(f"no photos at {a.data}: make them with /usr/bin/python3 bench/make_photos.py "
+                 f"--root {os.path.dirname(a.data)}")
     env = env_with_sluice(a.build)
     work = a.workdir or tempfile.mkdtemp(prefix="sluice-imgbench-")
     slr = os.path.join(work, "photos.slr")
@@ -80,7 +83,7 @@ def main():
         runs.setdefault("sluice-torch", []).append(
             (max(r["img_s"] for r in recs[1:] or recs), peak, net, load))
         for w in a.workers.split(","):
-            cmd = [PY, "-c", RUN_FILE, PEER, "--data", a.data, "--workers", w, "--epochs",
+            cmd = [PY, "-c", RUN_FILE, PEER, "imagefolder", "--data", a.data, "--workers", w, "--epochs",
                    str(a.epochs), "--batch", str(a.batch), "--persistent",
                    "1" if int(w) > 0 else "0"]
             load = os.getloadavg()[0]

@@ -29,31 +29,23 @@ DATA=${3:-data/photos/imagenet-like}
 EPOCHS=${4:-2}
 case $BUILD in /*) SLUICE=$BUILD/sluice ;; *) SLUICE=$PWD/$BUILD/sluice ;; esac
 PY=/usr/bin/python3
+# shellcheck source=bench/bench_lib.sh
+. bench/bench_lib.sh
+bench_need_photos "$DATA"
 W=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$W"; }
-trap cleanup EXIT
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+trap 'bench_stop_servers; rm -rf "$W"' EXIT
+median() { bench_median; }
 now() { date +%s.%N; }
 
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_machine
 mkdir -p "$W/root"
 "$SLUICE" pack "$DATA" "$W/root/train" --shard-size 16M >/dev/null
 N=$("$SLUICE" info "$W/root/train" --json | $PY -c 'import json,sys; print(json.load(sys.stdin)["records"])')
 echo "data: $DATA, $N records in $(ls "$W/root/train" | grep -c slr) shards ($(du -sh "$W/root/train" | cut -f1))"
 
 cc -O2 -Wall -Wextra -Werror -o "$W/delayproxy" tests/remote/delayproxy.c
-serve() {  # serve NAME ARGS... : start the servers; their URLs in $W/NAME.url, one a line
-  mkfifo "$W/$1.in"
-  $PY tests/remote/httpfix.py serve "$W/root" "${@:2}" <"$W/$1.in" >"$W/$1.url" 2>"$W/$1.log" &
-  pids+=($!)
-  echo $! >"$W/$1.pid"
-  exec {fd}>"$W/$1.in"  # held open: the servers run until the script ends
-  for _ in $(seq 100); do [ -s "$W/$1.url" ] && break; sleep 0.1; done
-  [ -s "$W/$1.url" ] || { echo "servers did not start: $(cat "$W/$1.log")" >&2; exit 1; }
-}
 # nginx, and tests/remote/delayproxy.c in front of it adding 0 and 20 ms a request
-serve plain --delayproxy "$W/delayproxy:0" --delayproxy "$W/delayproxy:20"
+bench_serve plain "$W/root" "$W" --delayproxy "$W/delayproxy:0" --delayproxy "$W/delayproxy:20"
 U=$(sed -n 1p "$W/plain.url" | cut -d' ' -f1)
 UP=$(sed -n 2p "$W/plain.url")
 UD=$(sed -n 3p "$W/plain.url")

@@ -10,7 +10,7 @@
 #   bash bench/restart_verify.sh [BUILD_DIR] DIR...
 #
 # BUILD_DIR holds libsluice.a (default build); make the photo sets with
-# ../shared/bench/make_photos.py (--large for the 1-4 MP set).
+# bench/make_photos.py (--large for the 1-4 MP set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}

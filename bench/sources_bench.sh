@@ -7,13 +7,16 @@
 #   bench/sources_bench.sh [BUILD] [REPEATS] [PHOTOS]
 #
 # PHOTOS: an ImageFolder (default data/photos/imagenet-like, made by
-# ../shared/bench/make_photos.py). Runs are interleaved (slr, tar, tfrecord,
+# bench/make_photos.py). Runs are interleaved (slr, tar, tfrecord,
 # then again) and medians compared, as ratios to the peer of the same round.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 REPEATS=${2:-3}
 DATA=${3:-data/photos/imagenet-like}
+# shellcheck source=bench/bench_lib.sh
+. bench/bench_lib.sh
+bench_need_photos "$DATA"
 SLUICE=$BUILD/sluice
 PY=/usr/bin/python3
 W=$(mktemp -d)

@@ -19,15 +19,26 @@ Works (one map-style Dataset each, over --limit photos of DIR, an ImageFolder):
   pillow       PIL open + convert("RGB"), torchvision.transforms.v2
                RandomResizedCrop(224), RandomHorizontalFlip, ToImage,
                ToDtype(float32, scale), Normalize
+  sluice_transforms
+               the same Dataset with sluice.transforms (torchvision v2's
+               classes in C, the GIL released): DecodeJPEG of the file's path
+               (fused with the crop after it), RandomResizedCrop(224),
+               RandomHorizontalFlip, ToDtype(float32, scale), Normalize
   decode_jpeg  sluice.ops.decode_jpeg (the GIL released while it decodes),
                then the same v2 transforms on the tensor
   native       no Python Dataset: sluice.image_folder over the same photos,
                decode, random_resized_crop 224, flip, normalize, batch, to torch
 Loaders: torch-process (torch's DataLoader, num_workers 0, 1, 2, 3),
 sluice-thread (sluice.torch.DataLoader worker_type="thread", 1, 2, 3),
-sluice-process (2), sluice-auto (2), and for `native` sluice-native (engine
-threads 1, 2, 3). Batch --batch (32), shuffled, torch.set_num_threads(1) in
-every run (as torch's own workers do).
+sluice-process (2), sluice-auto (2); the thread-based peers on pure_python,
+pillow and sluice_transforms: spdl (2 threads), torchdata (torchdata.nodes,
+2 threads) and grain (2 threads, and 16: Grain's default ReadOptions), each
+built as bench/peers/run.py builds it (thread_peer_epochs, which cites their
+docs); and for `native` sluice-native (engine threads 1, 2, 3). Batch
+--batch (32), shuffled, torch.set_num_threads(1) in every run (as torch's
+own workers do). A peer this interpreter does not import gets a row with
+null figures and its reason on stderr (bench/peers/setup.sh installs them
+into the venvs of scripts/pythons.sh; Grain has no cp313t wheel).
 
 Each run is its own process (its memory is its own): it builds the loader,
 takes the first batch (first_batch_s: from the loader's construction), runs
@@ -37,7 +48,8 @@ running every loader once, the order rotating from round to round (as
 bench/peers/run.py does). Per loader one JSON line:
 
   {"python": "3.11"|"3.13t", "gil": bool, "torch": VERSION, "work", "loader":
-   "torch"|"sluice", "worker_type": "process"|"thread"|"auto"|"native",
+   "torch"|"sluice"|"spdl"|"torchdata"|"grain",
+   "worker_type": "process"|"thread"|"auto"|"native",
    "workers", "samples_per_s", "peak_rss_mb", "first_batch_s"}
 
 samples_per_s and first_batch_s are medians over the rounds; peak_rss_mb is
@@ -68,7 +80,9 @@ _spec.loader.exec_module(peers)
 
 MEAN = [0.485, 0.456, 0.406]
 STD = [0.229, 0.224, 0.225]
-WORKS = ["pure_python", "pillow", "decode_jpeg", "native"]
+WORKS = ["pure_python", "pillow", "sluice_transforms", "decode_jpeg", "native"]
+PEER_WORKS = ("pure_python", "pillow", "sluice_transforms")
+PEER_MODULES = {"spdl": "spdl.pipeline", "torchdata": "torchdata.nodes", "grain": "grain"}
 KEYS = ["python", "gil", "torch", "work", "loader", "worker_type", "workers", "samples_per_s",
         "peak_rss_mb", "first_batch_s"]
 PURE_BYTES = 48 * 1024
@@ -78,13 +92,32 @@ def loaders_for(work):
     """(loader, worker_type, workers) of every run of a work."""
     if work == "native":
         return [("sluice", "native", w) for w in (1, 2, 3)]
-    return ([("torch", "process", w) for w in (0, 1, 2, 3)] +
+    runs = ([("torch", "process", w) for w in (0, 1, 2, 3)] +
             [("sluice", "thread", w) for w in (1, 2, 3)] +
             [("sluice", "process", 2), ("sluice", "auto", 2)])
+    if work in PEER_WORKS:
+        runs += [("spdl", "thread", 2), ("torchdata", "thread", 2), ("grain", "thread", 2),
+                 ("grain", "thread", 16)]
+    return runs
 
 
 def loader_name(loader, worker_type):
-    return "torch-process" if loader == "torch" else f"sluice-{worker_type}"
+    if loader == "torch":
+        return "torch-process"
+    return f"sluice-{worker_type}" if loader == "sluice" else loader
+
+
+def peer_missing(loader):
+    """Why a thread peer cannot run under this interpreter, or None."""
+    mod = PEER_MODULES.get(loader)
+    if mod is None:
+        return None
+    try:
+        importlib.import_module(mod)
+        return None
+    except ImportError as e:
+        return (f"{loader}: not importable here ({e}); bench/peers/setup.sh {loader} installs it "
+                "into the venvs of scripts/pythons.sh")
 
 
 def python_tag():
@@ -174,6 +207,27 @@ class Pillow(PhotoDataset):
         return self.transforms()(img), label
 
 
+def sluice_transforms():
+    """The pillow work's transforms with sluice.transforms (torchvision v2's
+    class names and arguments): the decode of the file fused with the crop."""
+    import torch
+    import sluice.transforms as T
+    return T.Compose([T.DecodeJPEG(), T.RandomResizedCrop(224, antialias=True),
+                      T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True),
+                      T.Normalize(MEAN, STD)])
+
+
+class SluiceTransforms(PhotoDataset):
+    def transforms(self):
+        if self.tf is None:
+            self.tf = sluice_transforms()
+        return self.tf
+
+    def __getitem__(self, i):
+        path, label = self.items[i]
+        return self.transforms()(path), label
+
+
 class DecodeJpeg(PhotoDataset):
     def __getitem__(self, i):
         import torch
@@ -186,7 +240,8 @@ class DecodeJpeg(PhotoDataset):
         return self.transforms()(img), label
 
 
-DATASETS = {"pure_python": PurePython, "pillow": Pillow, "decode_jpeg": DecodeJpeg}
+DATASETS = {"pure_python": PurePython, "pillow": Pillow, "sluice_transforms": SluiceTransforms,
+            "decode_jpeg": DecodeJpeg}
 
 
 def make_epochs(cfg):
@@ -211,6 +266,9 @@ def make_epochs(cfg):
         return epochs, lambda: None
     with open(cfg["items_file"]) as f:
         ds = DATASETS[work]([tuple(x) for x in json.load(f)])
+    if loader in PEER_MODULES:
+        epochs, _, _ = peers.thread_peer_epochs(loader, ds, cfg["batch"], workers, shuffle=True)
+        return epochs, lambda: None
     kw = dict(batch_size=cfg["batch"], shuffle=True, num_workers=workers,
               persistent_workers=workers > 0)
     if loader == "torch":
@@ -279,7 +337,8 @@ def run_all(a):
             runs.append((w, loader, kind, n))
     if not runs:
         raise SystemExit("--loaders left no run (names: torch-process, sluice-thread, "
-                         "sluice-process, sluice-auto, sluice-native; NAME or NAME:WORKERS)")
+                         "sluice-process, sluice-auto, sluice-native, spdl, torchdata, grain; "
+                         "NAME or NAME:WORKERS)")
     if any(r[0] == "native" for r in runs):
         folder = subset_folder(a.photos, items, a.cache)
     os.makedirs(a.cache, exist_ok=True)
@@ -301,9 +360,18 @@ def rounds(a, runs, items, folder, items_file):
     print(f"threads_vs_processes: {python_tag()} ({sys.executable}), {len(items)} photos, "
           f"{len(runs)} runs a round, {a.repeats} rounds, load {os.getloadavg()[0]:.2f}",
           file=sys.stderr, flush=True)
+    missing = {}
+    for key in runs:
+        why = peer_missing(key[1])
+        if why:
+            missing[key] = why
+            print(f"threads_vs_processes: {key[0]} {loader_name(key[1], key[2])}({key[3]}) "
+                  f"not run: {why}", file=sys.stderr, flush=True)
     for r in range(a.repeats):
         order = runs[r % len(runs):] + runs[:r % len(runs)]
         for key in order:
+            if key in missing:
+                continue
             work, loader, kind, n = key
             cfg = {"work": work, "loader": loader, "worker_type": kind, "workers": n,
                    "batch": a.batch, "seconds": a.seconds, "folder": folder,
@@ -372,6 +440,35 @@ def read_rows(paths):
     return rows
 
 
+def bars(ax, work, rows, label_py, pys, colors):
+    """One panel of bars: the best of each loader over its worker counts,
+    one bar per interpreter, the workers of the best written on it."""
+    best = {}
+    for r in rows:
+        if r["work"] != work or r["samples_per_s"] is None:
+            continue
+        k = (loader_name(r["loader"], r["worker_type"]), label_py(r))
+        if k not in best or r["samples_per_s"] > best[k]["samples_per_s"]:
+            best[k] = r
+    names = [n for n in colors if any(k[0] == n for k in best)]
+    width = 0.8 / max(1, len(pys))
+    for i, py in enumerate(pys):
+        for j, n in enumerate(names):
+            r = best.get((n, py))
+            if r is None:
+                continue
+            x = j + (i - (len(pys) - 1) / 2) * width
+            ax.bar(x, r["samples_per_s"], width * 0.95, color=colors[n],
+                   hatch=None if i == 0 else "//", edgecolor="black", linewidth=0.4)
+            ax.text(x, r["samples_per_s"], str(r["workers"]), ha="center", va="bottom", fontsize=6)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=40, ha="right", fontsize=7)
+    ax.set_title(work + "  (plain: " + pys[0] + ("; hatched: " + pys[1] if len(pys) > 1 else "") + ")",
+                 fontsize=9)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3, axis="y")
+
+
 def plot(rows, path):
     import matplotlib
     matplotlib.use("Agg")
@@ -382,15 +479,32 @@ def plot(rows, path):
         raise SystemExit("--plot: no result rows to draw")
     fig, axes = plt.subplots(1, len(works), figsize=(4.2 * len(works), 4.0), squeeze=False)
     colors = {"torch-process": "tab:blue", "sluice-thread": "tab:red", "sluice-process": "tab:green",
-              "sluice-auto": "tab:purple", "sluice-native": "tab:orange"}
+              "sluice-auto": "tab:purple", "sluice-native": "tab:orange", "spdl": "tab:brown",
+              "torchdata": "tab:olive", "grain": "tab:cyan"}
     markers = {"torch-process": "o", "sluice-thread": "s", "sluice-process": "^",
-               "sluice-auto": "D", "sluice-native": "*"}
+               "sluice-auto": "D", "sluice-native": "*", "spdl": "v", "torchdata": "P",
+               "grain": "X"}
 
     def label_py(r):
         return f"{r['python']}" + (" GIL" if r["gil"] else " no GIL")
     pys = sorted({label_py(r) for r in rows})
     styles = {p: ("-" if i == 0 else "--" if i == 1 else ":") for i, p in enumerate(pys)}
+    def curves(work):
+        """Whether some loader of `work` ran at 3 or more worker counts."""
+        counts = {}
+        for r in rows:
+            if r["work"] == work and r["samples_per_s"] is not None:
+                counts.setdefault((r["loader"], r["worker_type"], label_py(r)), set()).add(
+                    r["workers"])
+        return any(len(c) >= 3 for c in counts.values())
+
     for ax, work in zip(axes[0], works):
+        if not curves(work):
+            bars(ax, work, rows, label_py, pys, colors)
+            continue
+        # workers as categories (0-3, and Grain's default 16 at the end)
+        counts = sorted({r["workers"] for r in rows if r["work"] == work})
+        at = {w: i for i, w in enumerate(counts)}
         series = {}
         for r in rows:
             if r["work"] != work or r["samples_per_s"] is None:
@@ -399,20 +513,22 @@ def plot(rows, path):
                 (r["workers"], r["samples_per_s"]))
         for (name, py), pts in sorted(series.items()):
             pts.sort()
-            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            xs, ys = [at[p[0]] for p in pts], [p[1] for p in pts]
             ax.plot(xs, ys, linestyle=styles[py] if len(pts) > 1 else "none",
                     marker=markers.get(name, "o"), color=colors.get(name, "black"),
                     label=f"{name}, {py}", markersize=7 if len(pts) > 1 else 9,
                     fillstyle="full" if styles[py] == "-" else "none")
         ax.set_title(work)
-        ax.set_xlabel("workers")
-        ax.set_xticks([0, 1, 2, 3])
+        ax.set_xlabel("workers (threads or processes)")
+        ax.set_xticks(range(len(counts)))
+        ax.set_xticklabels([str(w) for w in counts])
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6.5, loc="best")
+        ax.legend(fontsize=6, loc="best")
     axes[0][0].set_ylabel("samples/s")
     torch_v = sorted({r["torch"] for r in rows if r["torch"]})
-    fig.suptitle("sluice.torch.DataLoader threads vs torch's process workers "
+    fig.suptitle("sluice.torch.DataLoader threads vs torch's process workers and the thread "
+                 "peers "
                  f"(torch {', '.join(torch_v)}; {os.cpu_count()} cores)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -428,7 +544,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds")
     ap.add_argument("--works", default=",".join(WORKS), help="comma-separated: " + ", ".join(WORKS))
     ap.add_argument("--loaders", default=None, help="only these: NAME or NAME:WORKERS, comma-"
-                    "separated (torch-process, sluice-thread, sluice-process, sluice-auto, sluice-native)")
+                    "separated (torch-process, sluice-thread, sluice-process, sluice-auto, "
+                    "sluice-native, spdl, torchdata, grain)")
     ap.add_argument("--limit", type=int, default=800, help="photos (0: all)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--cache", default=os.path.join(os.path.expanduser("~"), ".cache", "sluice-bench"),

@@ -20,7 +20,9 @@ Runs are interleaved (loader order rotates every repeat); medians over
 --repeats.
 
     /usr/bin/python3 bench/torch_dataloader.py --build build \
-        --data /work/photos/imagenet-like --limit 640 --repeats 3
+        --data data/photos/imagenet-like --limit 640 --repeats 3
+
+(make the photos once with /usr/bin/python3 bench/make_photos.py: data/photos)
 """
 import argparse
 import json
@@ -117,7 +119,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
-    ap.add_argument("--data", default="/work/photos/imagenet-like")
+    ap.add_argument("--data", default=os.path.join(REPO, "data", "photos", "imagenet-like"))
     ap.add_argument("--limit", type=int, default=1200, help="photos per epoch (0: all)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
@@ -129,6 +131,9 @@ def main():
     if args.one:
         run_one(json.loads(args.one))
         return
+    if not os.path.isdir(args.data):
+        sys.exit(f"no photos at {args.data}: make them with /usr/bin/python3 bench/make_photos.py "
+                 f"--root {os.path.dirname(args.data)}")
 
     env = env_with_sluice(args.build)
     runs = [("torch", w) for w in map(int, args.torch_workers.split(","))]

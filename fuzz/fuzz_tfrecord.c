@@ -30,6 +30,7 @@
 #include <zlib.h>
 
 #include "fuzz_util.h"
+#include "fuzz_source.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -77,26 +78,7 @@ static int64_t read_all(int verify) {
     sl_source_cursor *cur = NULL;
     if (sl_source__cursor_open(s, NULL, NULL, &cur) != SL_OK)
         abort();
-    for (uint64_t i = 0; i < s->count; i++) {
-        sl_sample smp;
-        memset(&smp, 0, sizeof smp);
-        rc = sl_source__read(s, cur, i, &smp);
-        if (rc < 0) {
-            if (smp.ncols != 0 || rc == SL_ENOMEM || !strstr(sl_errmsg(), "a.tfrecord: record ")) {
-                fprintf(stderr, "record %llu: %d %s\n", (unsigned long long)i, rc, sl_errmsg());
-                abort();
-            }
-        } else {
-            if (smp.ncols != (uint32_t)s->ncols)
-                abort();
-            for (int k = 0; k < s->ncols; k++) {
-                const sl_tensor *t = &smp.col[k];
-                if ((size_t)sl_tensor_numel(t) * sl_dtype_size(t->dtype) != t->nbytes)
-                    abort();
-            }
-        }
-        sl_sample_clear(&smp);
-    }
+    fuzz_read_records(s, cur, s->count, "a.tfrecord: record ");
     for (int k = 0; k < s->ncols; k++) {
         const void *vals = NULL;
         if (s->col[k].indexed && s->vt->index_column(s, k, &vals) != SL_OK)

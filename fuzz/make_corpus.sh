@@ -35,3 +35,6 @@ fi
 if [ -f "$here/make_tfrecord_corpus.py" ]; then
   /usr/bin/python3 "$here/make_tfrecord_corpus.py" "$out/tfrecord"
 fi
+if [ -f "$here/make_parquet_corpus.sh" ]; then
+  sh "$here/make_parquet_corpus.sh" "$out"
+fi

@@ -965,7 +965,18 @@ typedef enum sl_interp {
     SL_INTERP_BILINEAR = 1, /**< PIL BILINEAR: triangle filter, widened when
                                  shrinking (antialiased) */
     SL_INTERP_AREA = 2,     /**< PIL BOX: area average */
-    SL_INTERP_NEAREST = 3   /**< PIL NEAREST */
+    SL_INTERP_NEAREST = 3,  /**< PIL NEAREST (the pixel under each output pixel's
+                                 centre; torch's "nearest-exact" up to float rounding) */
+    SL_INTERP_BICUBIC = 4,  /**< PIL BICUBIC (cubic a = -0.5, widened when shrinking).
+                                 Since 0.1 */
+    SL_INTERP_LANCZOS = 5,  /**< PIL LANCZOS (3 lobes). Since 0.1 */
+    SL_INTERP_HAMMING = 6,  /**< PIL HAMMING. Since 0.1 */
+    SL_INTERP_NEAREST_TORCH = 7, /**< torch's "nearest": source index
+                                 floor(i * in / out) in float32 (sl_view_resize
+                                 only). Since 0.1 */
+    SL_INTERP_NEAREST_EXACT = 8  /**< torch's "nearest-exact": floor((i + 0.5) *
+                                 in / out) in float32 (sl_view_resize only).
+                                 Since 0.1 */
 } sl_interp;
 
 /** Fused decode + crop + resize: decode only the part of the image that
@@ -1080,6 +1091,135 @@ SL_API void sl_resize_shorter_shape(int height, int width, int size, int *out_h,
  *  Since 0.1 */
 SL_API void sl_center_crop_box(int height, int width, int crop_h, int crop_w, sl_box *out);
 
+
+/* ==========================================================================
+ * Image views: the arithmetic of torchvision.transforms.v2
+ * ========================================================================== */
+
+/*
+ * The kernels behind the Python module sluice.transforms (docs/OPS.md,
+ * "Transforms"). Each reads a source view and writes a destination view the
+ * caller allocated, so an image may lie in memory any way: an HWC numpy
+ * array, a CHW torch tensor, a crop, flip or permutation of either (strides
+ * of any sign). Elements are SL_U8 or SL_F32; 1 to 4 channels. The values
+ * follow torchvision.transforms.v2 on tensors, operation for operation in
+ * float32 where it computes in float32 (docs/OPS.md lists each function's
+ * reference and tolerance). Source and destination must not overlap unless
+ * a function says so. Nothing allocates but the resampler's per-thread
+ * scratch (SL_ENOMEM when that fails). Thread safety: reentrant.
+ */
+
+/** An image laid out by strides: element (y, x, k) is at
+ *  data + (y * sh + x * sw + k * sc) elements. */
+typedef struct sl_image_view {
+    void *data;          /**< element (0, 0, 0) */
+    int32_t dtype;       /**< SL_U8 or SL_F32 */
+    int32_t h, w, c;     /**< rows, columns (1 .. 2^24 each), channels (1..4) */
+    int64_t sh, sw, sc;  /**< strides in elements, any sign */
+} sl_image_view;
+
+/** Flags of sl_view_convert and sl_view_normalize. */
+enum {
+    SL_VIEW_FLIP_H = 1,  /**< mirror left-right while copying */
+    SL_VIEW_FLIP_V = 2,  /**< mirror top-bottom while copying */
+    SL_VIEW_SCALE = 4    /**< dtype change with value scaling, as v2's
+                              ToDtype(scale=True): uint8 -> float32 is
+                              x * float32(1/255); float32 -> uint8 is
+                              trunc(x * 255.999), saturated */
+};
+
+/** Copy `src` into `dst` (same h, w, c), mirrored per SL_VIEW_FLIP_H/_V and
+ *  converted to dst's dtype: with SL_VIEW_SCALE as ToDtype(scale=True),
+ *  without it a plain cast (float -> uint8 truncates toward zero and
+ *  saturates). Crop, flip, HWC <-> CHW and ToDtype are all this call.
+ *  @return SL_OK, SL_EINVAL (shapes or dtypes). Since 0.1 */
+SL_API int sl_view_convert(const sl_image_view *src, const sl_image_view *dst, int flags);
+
+/** v2's Normalize: dst = (x - mean[k]) / std[k] in float32 (as torch's
+ *  sub_ then div_), dst SL_F32. A uint8 source with SL_VIEW_SCALE is first
+ *  x * float32(1/255) (ToDtype(float32, scale=True) then Normalize, bit for
+ *  bit); flips as sl_view_convert. dst may equal src (same data and
+ *  strides: in place). @return SL_OK, SL_EINVAL (std 0, dtypes). Since 0.1 */
+SL_API int sl_view_normalize(const sl_image_view *src, const sl_image_view *dst,
+                             const float *mean, const float *std, int flags);
+
+/** Resize `src` to dst's h x w. SL_U8 with SL_INTERP_BILINEAR, _AREA,
+ *  _BICUBIC, _LANCZOS, _HAMMING, _NEAREST: PIL's Image.resize pixel for
+ *  pixel (what v2's Resize gives a PIL image; its uint8 tensor path rounds
+ *  within 1 level of it). SL_F32: the antialiased separable filter of
+ *  torch's interpolate(antialias=True) (bilinear, bicubic with a = -0.5)
+ *  in float; `antialias` 0 gives torch's plain bilinear / bicubic
+ *  (a = -0.75, clamped borders). _NEAREST_TORCH and _NEAREST_EXACT: torch's
+ *  index rules, any dtype. Source and destination channel strides may
+ *  differ (planar or interleaved). @return SL_OK, SL_EINVAL, SL_ENOMEM.
+ *  Since 0.1 */
+SL_API int sl_view_resize(const sl_image_view *src, const sl_image_view *dst, sl_interp interp,
+                          int antialias);
+
+/** Colour operations of sl_view_adjust (v2's functional names). */
+typedef enum sl_adjust {
+    SL_ADJUST_BRIGHTNESS = 1, /**< adjust_brightness: x * f, clamped */
+    SL_ADJUST_CONTRAST = 2,   /**< adjust_contrast: blend with the mean grey level */
+    SL_ADJUST_SATURATION = 3, /**< adjust_saturation: blend with the grey image */
+    SL_ADJUST_HUE = 4,        /**< adjust_hue: hue shifted by f in [-0.5, 0.5] (HSV) */
+    SL_ADJUST_GRAY = 5        /**< rgb_to_grayscale: dst has 1 or 3 equal channels */
+} sl_adjust;
+
+/** One colour operation of torchvision v2 (uint8: its float32 arithmetic,
+ *  truncated to uint8 as its .to(uint8) does; float32: clamped to [0, 1]).
+ *  Brightness, contrast, saturation take factor >= 0; hue -0.5..0.5.
+ *  A 1-channel image: contrast and brightness apply, saturation and hue
+ *  copy. dst may equal src (in place). @return SL_OK, SL_EINVAL. Since 0.1 */
+SL_API int sl_view_adjust(const sl_image_view *src, const sl_image_view *dst, sl_adjust op,
+                          float factor);
+
+/** Border modes of sl_view_pad (torchvision's padding_mode). */
+typedef enum sl_pad_mode {
+    SL_PAD_CONSTANT = 0, /**< the fill value */
+    SL_PAD_EDGE = 1,     /**< the edge pixel repeated */
+    SL_PAD_REFLECT = 2,  /**< mirrored without the edge pixel (needs pad < size) */
+    SL_PAD_SYMMETRIC = 3 /**< mirrored with the edge pixel (needs pad <= size) */
+} sl_pad_mode;
+
+/** Pad: dst (same dtype and c) holds src at row `top`, column `left`, the
+ *  border around it per `mode`; `fill` (c values, NULL: 0) for
+ *  SL_PAD_CONSTANT, cast to dst's dtype. @return SL_OK, SL_EINVAL. Since 0.1 */
+SL_API int sl_view_pad(const sl_image_view *src, const sl_image_view *dst, int top, int left,
+                       sl_pad_mode mode, const float *fill);
+
+/** Set every pixel of `dst` (a view: pass a sub-rectangle to erase it) to
+ *  `value` (c values, cast to dst's dtype). @return SL_OK, SL_EINVAL. Since 0.1 */
+SL_API int sl_view_fill(const sl_image_view *dst, const float *value);
+
+/** An affine warp as v2's rotate/affine on tensors: output pixel (x, y)
+ *  samples the source at m applied to its centre in torchvision's
+ *  centred coordinates (m: the inverse matrix [a, b, c, d, e, f] of
+ *  torchvision's _get_inverse_affine_matrix), then grid_sample's mapping
+ *  (align_corners=False) in float32; SL_INTERP_NEAREST (round half to
+ *  even) or SL_INTERP_BILINEAR; outside the source the `fill` value (c
+ *  values; NULL: 0), blended at the borders as torchvision does. uint8
+ *  results are rounded. @return SL_OK, SL_EINVAL. Since 0.1 */
+SL_API int sl_view_affine(const sl_image_view *src, const sl_image_view *dst, const float m[6],
+                          sl_interp interp, const float *fill);
+
+/** Fused decode + resample into a view: decode only the part of the image
+ *  the region needs, at the smallest sufficient JPEG DCT scale (as
+ *  sl_decode_crop_resize), resample the region `box` onto dst's h x w with
+ *  `interp` (one of PIL's filters), mirror with SL_VIEW_FLIP_H, and store
+ *  as dst's dtype: uint8 pixels, or float32 values (x * float32(1/255) with
+ *  SL_VIEW_SCALE, then (v - mean[k]) / std[k] when mean and std are given)
+ *  — v2's ToDtype(scale=True) and Normalize bit for bit, without an
+ *  intermediate image. dst->c 3 decodes RGB, 1 gray (PIL "L").
+ *  @param[in] box (x0, y0, x1, y1) source region in image pixels,
+ *             fractional allowed
+ *  @param[in] lim (x0, y0, x1, y1) source pixels the filter may read: the
+ *             box's own edges give crop-then-resize (RandomResizedCrop), the
+ *             whole image gives resize-then-crop (Resize + CenterCrop)
+ *  @return as sl_decode, plus SL_EINVAL (a box or limit outside the image).
+ *  Thread safety: one thread per decoder. Since 0.1 */
+SL_API int sl_view_decode(sl_decoder *dec, const void *data, size_t size, const double box[4],
+                          const int lim[4], sl_interp interp, const float *mean,
+                          const float *std, int flags, const sl_image_view *dst);
 
 /* ==========================================================================
  * Pipeline

@@ -134,7 +134,7 @@ static PyObject *py_raise_status(PyObject *self, PyObject *args) {
 }
 
 static PyObject *py_set_log_level(PyObject *self, PyObject *arg) {
-    const char *name = PyUnicode_AsUTF8(arg);
+    const char *name = py_sl_utf8(arg);
     if (!name)
         return NULL;
     static const char *names[] = {"error", "warn", "info", "debug"};
@@ -225,10 +225,29 @@ static PyObject *py_spec_resolve_paths(PyObject *self, PyObject *args) {
     return out;
 }
 
+const char *py_sl_tpname(PyObject *o, char *buf) {
+    PyObject *t = (PyObject *)Py_TYPE(o);
+    PyObject *mod = PyObject_GetAttrString(t, "__module__");
+    PyObject *qual = mod ? PyObject_GetAttrString(t, "__qualname__") : NULL;
+    const char *ms = mod && PyUnicode_Check(mod) ? py_sl_utf8(mod) : NULL;
+    const char *qs = qual && PyUnicode_Check(qual) ? py_sl_utf8(qual) : NULL;
+    if (!qs)
+        snprintf(buf, 128, "?");
+    else if (!ms || strcmp(ms, "builtins") == 0)
+        snprintf(buf, 128, "%s", qs);
+    else
+        snprintf(buf, 128, "%s.%s", ms, qs);
+    Py_XDECREF(mod);
+    Py_XDECREF(qual);
+    if (PyErr_Occurred())
+        PyErr_Clear(); /* a name for a message: "?" rather than a second error */
+    return buf;
+}
+
 /* _sluice.check_spec(json): the engine's check of a spec's own fields
  * (sl_spec_from_json; the source is opened, and ops checked, later). */
 static PyObject *py_check_spec(PyObject *self, PyObject *arg) {
-    const char *json = PyUnicode_AsUTF8(arg);
+    const char *json = py_sl_utf8(arg);
     if (!json)
         return NULL;
     sl_spec *spec = NULL;
@@ -268,7 +287,7 @@ PyMODINIT_FUNC PyInit__sluice(void) {
         return NULL;
     if (init_exceptions(m) < 0 || py_sl_tensor_init(m) < 0 || py_sl_record_init(m) < 0 ||
         py_sl_pipeline_init(m) < 0 || py_sl_pack_init(m) < 0 || py_sl_ops_init(m) < 0 ||
-        py_sl_stager_init(m) < 0 ||
+        py_sl_stager_init(m) < 0 || py_sl_transforms_init(m) < 0 ||
         PyModule_AddStringConstant(m, "__version__", sl_version_string()) < 0 ||
         PyModule_AddIntConstant(m, "version_number", (long)sl_version_number()) < 0) {
         Py_DECREF(m);

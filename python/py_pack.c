@@ -102,7 +102,7 @@ static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kwargs) {
     seq = py_sl_sequence(srcs_obj, "srcs: expected a list of paths");
     if (!seq)
         goto done;
-    n = PySequence_Fast_GET_SIZE(seq);
+    n = PyTuple_Size(seq);
     if (n < 1 || n > 64) {
         PyErr_Format(PyExc_ValueError, "srcs: expected 1..64 paths, got %zd", n);
         goto done;
@@ -114,12 +114,12 @@ static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kwargs) {
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (!PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(seq, i), &enc[i])) {
+        if (!PyUnicode_FSConverter(PyTuple_GetItem(seq, i), &enc[i])) {
             PyErr_Clear();
             PyErr_Format(PyExc_TypeError, "srcs[%zd]: expected a path (str or os.PathLike)", i);
             goto done;
         }
-        srcs[i] = PyBytes_AS_STRING(enc[i]);
+        srcs[i] = PyBytes_AsString(enc[i]);
     }
     sl_pack_options opts = SL_PACK_OPTIONS_INIT;
     opts.jobs = jobs;
@@ -136,7 +136,7 @@ static PyObject *py_pack(PyObject *self, PyObject *args, PyObject *kwargs) {
     opts.user = &prog;
     sl_pack_report rep;
     memset(&rep, 0, sizeof rep);
-    const char *dst = PyBytes_AS_STRING(dst_obj);
+    const char *dst = PyBytes_AsString(dst_obj);
     int rc;
     /* As `sluice pack` does: inputs without a packer of their own (TFRecord,
      * tar shards, .slr) go through their source, whose kind names them in the
@@ -205,7 +205,7 @@ static PyObject *py_detect(PyObject *self, PyObject *args) {
         return NULL;
     if (!PyUnicode_FSConverter(arg, &enc))
         return NULL;
-    const char *path = PyBytes_AS_STRING(enc);
+    const char *path = PyBytes_AsString(enc);
     const char *key = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS

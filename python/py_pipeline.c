@@ -28,6 +28,8 @@
  */
 #include "pysluice.h"
 
+#include <structmember.h>
+
 #include <stddef.h>
 #include <string.h>
 
@@ -66,7 +68,7 @@ static int value_into_column(PyObject *v, sl_tensor *col, const char *name) {
     /* numpy.asarray keeps a 0-d value 0-d (ascontiguousarray would make it
      * 1-d); the buffer request below asks for C order, so only a
      * non-contiguous array needs the extra contiguous copy. */
-    PyObject *arr = PyObject_CallOneArg(np_asarray_p, v);
+    PyObject *arr = PyObject_CallFunctionObjArgs(np_asarray_p, v, NULL);
     if (arr && !PyObject_CheckBuffer(arr)) {
         Py_DECREF(arr);
         PyErr_Format(PyExc_TypeError, "map result['%s']: not convertible to an array", name);
@@ -81,7 +83,9 @@ static int value_into_column(PyObject *v, sl_tensor *col, const char *name) {
         if (contiguous < 0) {
             Py_CLEAR(arr);
         } else if (!contiguous) {
-            Py_SETREF(arr, PyObject_CallOneArg(np_ascontiguousarray_p, arr));
+            PyObject *c_arr = PyObject_CallFunctionObjArgs(np_ascontiguousarray_p, arr, NULL);
+            Py_DECREF(arr);
+            arr = c_arr;
         }
     }
     if (!arr)
@@ -115,7 +119,7 @@ static int py_map_call(sl_sample *s, sl_rng *rng, void *user) {
     PyGILState_STATE g = PyGILState_Ensure();
     int status = SL_OK;
     PyObject *d = PyDict_New(), *res = NULL, *v = NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(m->names);
+    Py_ssize_t n = PyTuple_Size(m->names);
     if (!d)
         goto fail;
     for (Py_ssize_t i = 0; i < n && i < (Py_ssize_t)s->ncols; i++) {
@@ -130,29 +134,29 @@ static int py_map_call(sl_sample *s, sl_rng *rng, void *user) {
         PyObject *t = py_sl_tensor_from(&copy);
         PyObject *arr = t ? py_sl_tensor_numpy(t) : NULL;
         Py_XDECREF(t);
-        if (!arr || PyDict_SetItem(d, PyTuple_GET_ITEM(m->names, i), arr) < 0) {
+        if (!arr || PyDict_SetItem(d, PyTuple_GetItem(m->names, i), arr) < 0) {
             Py_XDECREF(arr);
             goto fail;
         }
         Py_DECREF(arr);
     }
-    res = PyObject_CallOneArg(m->fn, d);
+    res = PyObject_CallFunctionObjArgs(m->fn, d, NULL);
     if (!res)
         goto fail;
     if (!PyDict_Check(res)) {
         PyErr_Format(PyExc_TypeError, "map function must return a dict of columns, got %.100s",
-                     Py_TYPE(res)->tp_name);
+                     PY_SL_TPNAME(res));
         goto fail;
     }
     for (Py_ssize_t i = 0; i < n && i < (Py_ssize_t)s->ncols; i++) {
-        PyObject *name = PyTuple_GET_ITEM(m->names, i);
+        PyObject *name = PyTuple_GetItem(m->names, i);
         /* a strong reference: the function may have kept the dict */
         int found = py_sl_dict_get(res, name, &v);
         if (found < 0)
             goto fail;
         if (!found)
             continue; /* a column left out stays as it was */
-        int rc = value_into_column(v, &s->col[i], PyUnicode_AsUTF8(name));
+        int rc = value_into_column(v, &s->col[i], py_sl_utf8(name));
         Py_CLEAR(v);
         if (rc < 0)
             goto fail;
@@ -221,7 +225,7 @@ static PyObject *names_at(const sl_spec *spec) {
         if (!s)
             Py_CLEAR(tup);
         else
-            PyTuple_SET_ITEM(tup, i, s);
+            PyTuple_SetItem(tup, i, s);
     }
     Py_BEGIN_ALLOW_THREADS
     sl_pipeline_free(pp);
@@ -296,33 +300,33 @@ static void pipeline_close_now(PySlPipeline *self) {
  * with the sample count as its first dimension. The engine copies the bytes. */
 static int set_memory_source(sl_spec *spec, PyObject *arrays) {
     PyObject *names = NULL, *arrs = NULL;
-    if (!PyTuple_Check(arrays) || PyTuple_GET_SIZE(arrays) != 2) {
+    if (!PyTuple_Check(arrays) || PyTuple_Size(arrays) != 2) {
         PyErr_SetString(PyExc_TypeError, "arrays: expected (names, arrays)");
         return -1;
     }
-    names = py_sl_sequence(PyTuple_GET_ITEM(arrays, 0), "arrays: names must be a list");
-    arrs = names ? py_sl_sequence(PyTuple_GET_ITEM(arrays, 1), "arrays: must be a list") : NULL;
+    names = py_sl_sequence(PyTuple_GetItem(arrays, 0), "arrays: names must be a list");
+    arrs = names ? py_sl_sequence(PyTuple_GetItem(arrays, 1), "arrays: must be a list") : NULL;
     if (!arrs) {
         Py_XDECREF(names);
         return -1;
     }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(names);
+    Py_ssize_t n = PyTuple_Size(names);
     int ret = -1, nviews = 0;
     const char *cnames[SL_MAX_COLUMNS];
     sl_tensor cols[SL_MAX_COLUMNS];
     Py_buffer views[SL_MAX_COLUMNS];
-    if (n < 1 || n > SL_MAX_COLUMNS || PySequence_Fast_GET_SIZE(arrs) != n) {
+    if (n < 1 || n > SL_MAX_COLUMNS || PyTuple_Size(arrs) != n) {
         PyErr_Format(PyExc_ValueError, "columns: expected 1..%d columns", SL_MAX_COLUMNS);
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        cnames[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(names, i));
+        cnames[i] = py_sl_utf8(PyTuple_GetItem(names, i));
         if (!cnames[i])
             goto done;
         char what[96];
         snprintf(what, sizeof what, "columns['%s']", cnames[i]);
         memset(&cols[i], 0, sizeof cols[i]);
-        if (py_sl_tensor_from_buffer(PySequence_Fast_GET_ITEM(arrs, i), &views[i], &cols[i],
+        if (py_sl_tensor_from_buffer(PyTuple_GetItem(arrs, i), &views[i], &cols[i],
                                      what) < 0)
             goto done;
         nviews++;
@@ -392,16 +396,16 @@ static int pipeline_init_owned(PySlPipeline *self, const char *json, PyObject *o
             sl_spec_free(spec);
             return -1;
         }
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        Py_ssize_t n = PyTuple_Size(seq);
         self->maps = PyMem_Calloc((size_t)(n ? n : 1), sizeof *self->maps);
         if (!self->maps) {
             PyErr_NoMemory();
             goto fail_ops;
         }
         for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *op = PySequence_Fast_GET_ITEM(seq, i);
+            PyObject *op = PyTuple_GetItem(seq, i);
             if (PyUnicode_Check(op)) {
-                rc = sl_spec_add_op_json(spec, PyUnicode_AsUTF8(op));
+                rc = sl_spec_add_op_json(spec, py_sl_utf8(op));
                 if (rc < 0) {
                     py_sl_raise(rc);
                     goto fail_ops;
@@ -409,7 +413,7 @@ static int pipeline_init_owned(PySlPipeline *self, const char *json, PyObject *o
                 continue;
             }
             Py_ssize_t k = PyLong_AsSsize_t(op);
-            if (k < 0 || k >= PySequence_Fast_GET_SIZE(cseq)) {
+            if (k < 0 || k >= PyTuple_Size(cseq)) {
                 PyErr_Clear();
                 PyErr_Format(PyExc_ValueError, "ops[%zd]: expected op JSON or a callable index",
                              i);
@@ -419,7 +423,7 @@ static int pipeline_init_owned(PySlPipeline *self, const char *json, PyObject *o
             m->names = names_at(spec);
             if (!m->names)
                 goto fail_ops;
-            m->fn = Py_NewRef(PySequence_Fast_GET_ITEM(cseq, k));
+            m->fn = Py_NewRef(PyTuple_GetItem(cseq, k));
             m->skip = skip_errors;
             self->nmaps++;
             char label[64];
@@ -459,7 +463,7 @@ create:;
         if (!k)
             Py_CLEAR(self->colnames);
         else
-            PyTuple_SET_ITEM(self->colnames, i, k);
+            PyTuple_SetItem(self->colnames, i, k);
         if (i < 32 && sl_pipeline_column_text(p, i))
             self->text_cols |= 1u << i;
     }
@@ -472,7 +476,7 @@ static void pipeline_dealloc(PySlPipeline *self) {
     if (self->weakrefs)
         PyObject_ClearWeakRefs((PyObject *)self);
     pipeline_close_now(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    py_sl_free((PyObject *)self);
 }
 
 static PyObject *pipeline_close(PySlPipeline *self, PyObject *unused) {
@@ -537,9 +541,9 @@ static PyObject *export_tensor(const sl_tensor *bt, int as_numpy) {
  * case: batches have the pipeline's columns in its order), else a new str. */
 static PyObject *column_key(PyObject *colnames, sl_batch *b, int c) {
     const char *name = sl_batch_name(b, c);
-    if (colnames && c < PyTuple_GET_SIZE(colnames)) {
-        PyObject *k = PyTuple_GET_ITEM(colnames, c);
-        if (strcmp(PyUnicode_AsUTF8(k), name) == 0)
+    if (colnames && c < PyTuple_Size(colnames)) {
+        PyObject *k = PyTuple_GetItem(colnames, c);
+        if (strcmp(py_sl_utf8(k), name) == 0)
             return Py_NewRef(k);
     }
     return PyUnicode_FromString(name);
@@ -571,7 +575,7 @@ static PyObject *text_value(const sl_tensor *t) {
         if (!e)
             Py_CLEAR(list);
         else
-            PyList_SET_ITEM(list, i, e);
+            PyList_SetItem(list, i, e);
     }
     return list;
 }
@@ -592,7 +596,7 @@ static PyObject *ragged_column(sl_batch *b, int c, int text, int as_numpy) {
                              (long long)i);
             Py_CLEAR(v);
         } else {
-            PyList_SET_ITEM(v, (Py_ssize_t)i, e);
+            PyList_SetItem(v, (Py_ssize_t)i, e);
         }
     }
     return v;
@@ -775,7 +779,7 @@ static PyObject *pipeline_trace_enable(PySlPipeline *self, PyObject *arg) {
 }
 
 static PyObject *pipeline_restore(PySlPipeline *self, PyObject *arg) {
-    const char *json = PyUnicode_AsUTF8(arg);
+    const char *json = py_sl_utf8(arg);
     if (!json)
         return NULL;
     if (pipeline_own(self) < 0)
@@ -918,20 +922,25 @@ static PyGetSetDef pipeline_getset[] = {
      "True in a forked child: the pipeline's threads stayed in the parent.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
-static PyTypeObject PySlPipeline_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "sluice._sluice.Pipeline",
-    .tp_basicsize = sizeof(PySlPipeline),
-    .tp_dealloc = (destructor)pipeline_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_weaklistoffset = offsetof(PySlPipeline, weakrefs),
-    .tp_doc = "Pipeline(spec_json, ops=None, callables=()): a running engine pipeline. "
-              "Use sluice.Dataset instead.",
-    .tp_methods = pipeline_methods,
-    .tp_getset = pipeline_getset,
-    .tp_init = (initproc)pipeline_init,
-    .tp_new = PyType_GenericNew,
-};
+/* __weaklistoffset__: how a type made from a spec says where its weak
+ * references live (tp_weaklistoffset is not in the limited API). */
+static PyMemberDef pipeline_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(PySlPipeline, weakrefs), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL}};
+
+static PyType_Slot pipeline_slots[] = {
+    {Py_tp_dealloc, (void *)pipeline_dealloc},
+    {Py_tp_doc, (void *)"Pipeline(spec_json, ops=None, callables=()): a running engine "
+                        "pipeline. Use sluice.Dataset instead."},
+    {Py_tp_methods, pipeline_methods},
+    {Py_tp_getset, pipeline_getset},
+    {Py_tp_members, pipeline_members},
+    {Py_tp_init, (void *)pipeline_init},
+    {Py_tp_new, (void *)PyType_GenericNew},
+    {0, NULL}};
+
+static PyType_Spec pipeline_spec = {"sluice._sluice.Pipeline", sizeof(PySlPipeline), 0,
+                                    Py_TPFLAGS_DEFAULT, pipeline_slots};
 
 int py_sl_pipeline_init(PyObject *m) {
     PyObject *np = PyImport_ImportModule("numpy");
@@ -942,7 +951,5 @@ int py_sl_pipeline_init(PyObject *m) {
     Py_DECREF(np);
     if (!np_ascontiguousarray_p || !np_asarray_p)
         return -1;
-    if (PyType_Ready(&PySlPipeline_Type) < 0)
-        return -1;
-    return PyModule_AddObjectRef(m, "Pipeline", (PyObject *)&PySlPipeline_Type);
+    return py_sl_add_type(m, &pipeline_spec, "Pipeline") ? 0 : -1;
 }

@@ -41,7 +41,7 @@ static int reader_init(PySlReader *self, PyObject *args, PyObject *kwargs) {
                                      PyUnicode_FSConverter, &path_obj, &verify, &use_mmap))
         return -1;
     unsigned flags = (verify ? 0 : SL_READ_NO_VERIFY) | (use_mmap ? 0 : SL_READ_NO_MMAP);
-    const char *path = PyBytes_AS_STRING(path_obj);
+    const char *path = PyBytes_AsString(path_obj);
     sl_reader *r = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -102,7 +102,7 @@ static int reader_init(PySlReader *self, PyObject *args, PyObject *kwargs) {
 static void reader_dealloc(PySlReader *self) {
     sl_reader_free(self->r);
     Py_XDECREF(self->path);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    py_sl_free((PyObject *)self);
 }
 
 static PyObject *reader_close(PySlReader *self, PyObject *unused) {
@@ -163,7 +163,7 @@ static PyObject *reader_read_in(const sl_reader *r, PyObject *arg) {
         if (PyErr_ExceptionMatches(PyExc_TypeError)) {
             PyErr_Clear();
             PyErr_Format(PyExc_TypeError, "index: expected an int, got %.100s",
-                         Py_TYPE(arg)->tp_name);
+                         PY_SL_TPNAME(arg));
         }
         return NULL;
     }
@@ -231,7 +231,7 @@ static PyObject *reader_get_columns(PySlReader *self, void *closure) {
             int nd = sl_schema_shape(s, c, shape);
             PyObject *tup = PyTuple_New(nd > 0 ? nd : 0);
             for (int k = 0; tup && k < nd; k++)
-                PyTuple_SET_ITEM(tup, k, PyLong_FromLongLong(shape[k]));
+                PyTuple_SetItem(tup, k, PyLong_FromLongLong(shape[k]));
             d = tup ? Py_BuildValue("{s:s,s:s,s:s,s:N,s:O}", "name", sl_schema_name(s, c),
                                     "type", sl_coltype_name(ty), "dtype",
                                     sl_dtype_name(sl_schema_dtype(s, c)), "shape", tup, "zstd",
@@ -296,10 +296,10 @@ static PyObject *reader_get_data_bytes(PySlReader *self, void *closure) {
 }
 
 static PyObject *reader_index_column_in(const sl_reader *r, PyObject *arg) {
-    const char *name = PyUnicode_AsUTF8(arg);
+    const char *name = py_sl_utf8(arg);
     if (!name) {
         PyErr_Format(PyExc_TypeError, "column: expected a str, got %.100s",
-                     Py_TYPE(arg)->tp_name);
+                     PY_SL_TPNAME(arg));
         return NULL;
     }
     const sl_schema *s = sl_reader_schema(r);
@@ -394,27 +394,26 @@ static PyGetSetDef reader_getset[] = {
     {"data_bytes", (getter)reader_get_data_bytes, NULL, "Bytes of record data.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
-static PySequenceMethods reader_as_sequence = {.sq_length = (lenfunc)reader_len};
-static PyMappingMethods reader_as_mapping = {.mp_length = (lenfunc)reader_len,
-                                             .mp_subscript = (binaryfunc)reader_getitem};
+PyTypeObject *PySlReader_Type;
 
-PyTypeObject PySlReader_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "sluice.Reader",
-    .tp_basicsize = sizeof(PySlReader),
-    .tp_dealloc = (destructor)reader_dealloc,
-    .tp_repr = (reprfunc)reader_repr,
-    .tp_as_sequence = &reader_as_sequence,
-    .tp_as_mapping = &reader_as_mapping,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Reader(path, verify=True, mmap=True): random access to a .slr dataset (a "
-              "file or a directory of shards). len(r), r[i] -> dict of columns. Reads "
-              "release the GIL and may run from several threads at once.",
-    .tp_methods = reader_methods,
-    .tp_getset = reader_getset,
-    .tp_init = (initproc)reader_init,
-    .tp_new = PyType_GenericNew,
-};
+static PyType_Slot reader_slots[] = {
+    {Py_tp_dealloc, (void *)reader_dealloc},
+    {Py_tp_repr, (void *)reader_repr},
+    {Py_sq_length, (void *)reader_len},
+    {Py_mp_length, (void *)reader_len},
+    {Py_mp_subscript, (void *)reader_getitem},
+    {Py_tp_doc, (void *)"Reader(path, verify=True, mmap=True): random access to a .slr "
+                        "dataset (a file or a directory of shards). len(r), r[i] -> dict of "
+                        "columns. Reads release the GIL and may run from several threads at "
+                        "once."},
+    {Py_tp_methods, reader_methods},
+    {Py_tp_getset, reader_getset},
+    {Py_tp_init, (void *)reader_init},
+    {Py_tp_new, (void *)PyType_GenericNew},
+    {0, NULL}};
+
+static PyType_Spec reader_spec = {"sluice.Reader", sizeof(PySlReader), 0, Py_TPFLAGS_DEFAULT,
+                                  reader_slots};
 
 /* ======================================================================== */
 /* Writer                                                                   */
@@ -471,9 +470,9 @@ static int add_column(sl_schema *schema, PyObject *spec, Py_ssize_t idx) {
                 v[k] = NULL;
             }
         }
-    } else if (PyTuple_Check(spec) && PyTuple_GET_SIZE(spec) >= 2 && PyTuple_GET_SIZE(spec) <= 4) {
-        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(spec); k++)
-            v[k] = Py_NewRef(PyTuple_GET_ITEM(spec, k));
+    } else if (PyTuple_Check(spec) && PyTuple_Size(spec) >= 2 && PyTuple_Size(spec) <= 4) {
+        for (Py_ssize_t k = 0; k < PyTuple_Size(spec); k++)
+            v[k] = Py_NewRef(PyTuple_GetItem(spec, k));
     }
     int rc = add_column_in(schema, v[0], v[1], v[2], v[3], v[4], idx);
     for (int k = 0; k < 5; k++)
@@ -483,8 +482,8 @@ static int add_column(sl_schema *schema, PyObject *spec, Py_ssize_t idx) {
 
 static int add_column_in(sl_schema *schema, PyObject *name, PyObject *type, PyObject *dtype,
                          PyObject *shape, PyObject *zstd, Py_ssize_t idx) {
-    const char *cname = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
-    const char *ctype = type && PyUnicode_Check(type) ? PyUnicode_AsUTF8(type) : NULL;
+    const char *cname = name && PyUnicode_Check(name) ? py_sl_utf8(name) : NULL;
+    const char *ctype = type && PyUnicode_Check(type) ? py_sl_utf8(type) : NULL;
     sl_coltype ty;
     if (!cname || !ctype) {
         PyErr_Format(PyExc_TypeError,
@@ -502,7 +501,7 @@ static int add_column_in(sl_schema *schema, PyObject *name, PyObject *type, PyOb
     int ndim = 0;
     int64_t dims[SL_MAX_DIMS];
     if (ty == SL_COL_ARRAY) {
-        const char *cd = dtype && PyUnicode_Check(dtype) ? PyUnicode_AsUTF8(dtype) : NULL;
+        const char *cd = dtype && PyUnicode_Check(dtype) ? py_sl_utf8(dtype) : NULL;
         dt = cd ? sl_dtype_parse(cd) : SL_DTYPE_INVALID;
         if (dt == SL_DTYPE_INVALID) {
             PyErr_Format(PyExc_ValueError, "columns[%zd]: array column '%s' needs a dtype "
@@ -510,17 +509,17 @@ static int add_column_in(sl_schema *schema, PyObject *name, PyObject *type, PyOb
             return -1;
         }
         PyObject *seq = shape ? py_sl_sequence(shape, "shape") : NULL;
-        if (!seq || PySequence_Fast_GET_SIZE(seq) < 1 ||
-            PySequence_Fast_GET_SIZE(seq) > SL_MAX_DIMS) {
+        if (!seq || PyTuple_Size(seq) < 1 ||
+            PyTuple_Size(seq) > SL_MAX_DIMS) {
             Py_XDECREF(seq);
             PyErr_Clear();
             PyErr_Format(PyExc_ValueError, "columns[%zd]: array column '%s' needs a shape of "
                          "1..%d dims (-1 for a dim that varies)", idx, cname, SL_MAX_DIMS);
             return -1;
         }
-        ndim = (int)PySequence_Fast_GET_SIZE(seq);
+        ndim = (int)PyTuple_Size(seq);
         for (int k = 0; k < ndim; k++) {
-            dims[k] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, k));
+            dims[k] = PyLong_AsLongLong(PyTuple_GetItem(seq, k));
             if (dims[k] == -1 && PyErr_Occurred()) {
                 Py_DECREF(seq);
                 return -1;
@@ -559,8 +558,8 @@ static int writer_init(PySlWriter *self, PyObject *args, PyObject *kwargs) {
         py_sl_raise(rc);
         return -1;
     }
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-        if (add_column(schema, PySequence_Fast_GET_ITEM(seq, i), i) < 0) {
+    for (Py_ssize_t i = 0; i < PyTuple_Size(seq); i++) {
+        if (add_column(schema, PyTuple_GetItem(seq, i), i) < 0) {
             Py_DECREF(seq);
             Py_DECREF(path_obj);
             sl_schema_free(schema);
@@ -578,7 +577,7 @@ static int writer_init(PySlWriter *self, PyObject *args, PyObject *kwargs) {
         return -1;
     }
     sl_writer *w = NULL;
-    const char *path = PyBytes_AS_STRING(path_obj);
+    const char *path = PyBytes_AsString(path_obj);
     Py_BEGIN_ALLOW_THREADS
     rc = sl_writer_open(&w, path, schema, &opts);
     Py_END_ALLOW_THREADS
@@ -603,7 +602,7 @@ static int writer_init(PySlWriter *self, PyObject *args, PyObject *kwargs) {
 static void writer_dealloc(PySlWriter *self) {
     sl_writer_free(self->w); /* unclosed: the temporary files go, nothing is published */
     sl_schema_free(self->schema);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    py_sl_free((PyObject *)self);
 }
 
 /* Own an open writer for one call (release with writer_disown). */
@@ -644,7 +643,7 @@ static int convert_value(PySlWriter *self, int c, PyObject *v, append_args *a) {
         PyObject *idx = PyNumber_Index(v);
         if (!idx) {
             PyErr_Format(PyExc_TypeError, "%s: expected an int, got %.100s", what,
-                         Py_TYPE(v)->tp_name);
+                         PY_SL_TPNAME(v));
             return -1;
         }
         a->i64[c] = PyLong_AsLongLong(idx);
@@ -658,7 +657,7 @@ static int convert_value(PySlWriter *self, int c, PyObject *v, append_args *a) {
         a->f64[c] = PyFloat_AsDouble(v);
         if (a->f64[c] == -1.0 && PyErr_Occurred()) {
             PyErr_Format(PyExc_TypeError, "%s: expected a float, got %.100s", what,
-                         Py_TYPE(v)->tp_name);
+                         PY_SL_TPNAME(v));
             return -1;
         }
         sl_tensor_view(&a->cols[c], &a->f64[c], SL_F64, 0, NULL);
@@ -726,14 +725,14 @@ static PyObject *writer_append(PySlWriter *self, PyObject *rec) {
         PyObject *seq = py_sl_sequence(rec, "record: expected a dict or a sequence");
         if (!seq)
             goto done;
-        if (PySequence_Fast_GET_SIZE(seq) != n) {
+        if (PyTuple_Size(seq) != n) {
             PyErr_Format(PyExc_ValueError, "record: expected %d columns, got %zd", n,
-                         PySequence_Fast_GET_SIZE(seq));
+                         PyTuple_Size(seq));
             Py_DECREF(seq);
             goto done;
         }
         for (int c = 0; c < n; c++) {
-            if (convert_value(self, c, PySequence_Fast_GET_ITEM(seq, c), &a) < 0) {
+            if (convert_value(self, c, PyTuple_GetItem(seq, c), &a) < 0) {
                 Py_DECREF(seq);
                 goto done;
             }
@@ -802,7 +801,7 @@ static PyObject *writer_abort(PySlWriter *self, PyObject *unused) {
 
 static PyObject *writer_enter(PyObject *self, PyObject *unused) { return Py_NewRef(self); }
 static PyObject *writer_exit(PySlWriter *self, PyObject *args) {
-    PyObject *et = PyTuple_Check(args) && PyTuple_GET_SIZE(args) > 0 ? PyTuple_GET_ITEM(args, 0)
+    PyObject *et = PyTuple_Check(args) && PyTuple_Size(args) > 0 ? PyTuple_GetItem(args, 0)
                                                                      : Py_None;
     /* Leaving on an exception publishes nothing: a half dataset is worse than none. */
     if (et != Py_None)
@@ -833,21 +832,22 @@ static PyGetSetDef writer_getset[] = {
     {"count", (getter)writer_get_count, NULL, "Records appended so far.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
-PyTypeObject PySlWriter_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "sluice.Writer",
-    .tp_basicsize = sizeof(PySlWriter),
-    .tp_dealloc = (destructor)writer_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Writer(path, columns, shard_bytes=0, zstd_level=0, fsync=True): write a .slr "
-              "dataset. columns: [(name, type[, dtype, shape])] or dicts with an optional "
-              "'zstd': True. The dataset appears at path on close(); leaving a `with` block "
-              "on an exception publishes nothing.",
-    .tp_methods = writer_methods,
-    .tp_getset = writer_getset,
-    .tp_init = (initproc)writer_init,
-    .tp_new = PyType_GenericNew,
-};
+PyTypeObject *PySlWriter_Type;
+
+static PyType_Slot writer_slots[] = {
+    {Py_tp_dealloc, (void *)writer_dealloc},
+    {Py_tp_doc, (void *)"Writer(path, columns, shard_bytes=0, zstd_level=0, fsync=True): "
+                        "write a .slr dataset. columns: [(name, type[, dtype, shape])] or "
+                        "dicts with an optional 'zstd': True. The dataset appears at path on "
+                        "close(); leaving a `with` block on an exception publishes nothing."},
+    {Py_tp_methods, writer_methods},
+    {Py_tp_getset, writer_getset},
+    {Py_tp_init, (void *)writer_init},
+    {Py_tp_new, (void *)PyType_GenericNew},
+    {0, NULL}};
+
+static PyType_Spec writer_spec = {"sluice.Writer", sizeof(PySlWriter), 0, Py_TPFLAGS_DEFAULT,
+                                  writer_slots};
 
 int py_sl_record_init(PyObject *m) {
     PyObject *np = PyImport_ImportModule("numpy");
@@ -857,10 +857,7 @@ int py_sl_record_init(PyObject *m) {
     Py_DECREF(np);
     if (!np_ascontiguousarray)
         return -1;
-    if (PyType_Ready(&PySlReader_Type) < 0 || PyType_Ready(&PySlWriter_Type) < 0)
-        return -1;
-    if (PyModule_AddObjectRef(m, "Reader", (PyObject *)&PySlReader_Type) < 0 ||
-        PyModule_AddObjectRef(m, "Writer", (PyObject *)&PySlWriter_Type) < 0)
-        return -1;
-    return 0;
+    PySlReader_Type = py_sl_add_type(m, &reader_spec, "Reader");
+    PySlWriter_Type = PySlReader_Type ? py_sl_add_type(m, &writer_spec, "Writer") : NULL;
+    return PySlWriter_Type ? 0 : -1;
 }

@@ -96,7 +96,7 @@ static void stager_dealloc(PySlStager *self) {
         sl_stager_free(st);
         Py_END_ALLOW_THREADS
     }
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    py_sl_free((PyObject *)self);
 }
 
 static PyObject *stager_stage(PySlStager *self, PyObject *arg) {
@@ -108,7 +108,7 @@ static PyObject *stager_stage(PySlStager *self, PyObject *arg) {
     PyObject *seq = py_sl_sequence(arg, "Stager.stage: expected a list of arrays");
     if (!seq)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyTuple_Size(seq);
     if (n > INT32_MAX / 2) {
         Py_DECREF(seq);
         PyErr_SetString(PyExc_ValueError, "Stager.stage: too many arrays");
@@ -124,7 +124,7 @@ static PyObject *stager_stage(PySlStager *self, PyObject *arg) {
         goto done;
     }
     for (; held < n; held++) {
-        if (py_sl_tensor_from_buffer(PySequence_Fast_GET_ITEM(seq, held), &views[held],
+        if (py_sl_tensor_from_buffer(PyTuple_GetItem(seq, held), &views[held],
                                      &in[held], "Stager.stage") < 0)
             goto done;
     }
@@ -147,7 +147,7 @@ static PyObject *stager_stage(PySlStager *self, PyObject *arg) {
             Py_CLEAR(result);
             continue;
         }
-        PyList_SET_ITEM(result, i, t);
+        PyList_SetItem(result, i, t);
     }
 done:
     for (Py_ssize_t i = 0; i < held; i++)
@@ -223,24 +223,22 @@ static PyGetSetDef stager_getset[] = {
      "True: tensors come back in device memory; False: in pinned host memory.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
-static PyTypeObject PySlStager_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "sluice._sluice.Stager",
-    .tp_basicsize = sizeof(PySlStager),
-    .tp_dealloc = (destructor)stager_dealloc,
-    .tp_repr = (reprfunc)stager_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Stager(kind, id=0, to_device=False, depth=4): host arrays staged through "
-              "sluice's device layer (a ring of pinned slots; with to_device, copies to the "
-              "device on its side stream). kind 'host' is the host backend (tests).",
-    .tp_methods = stager_methods,
-    .tp_getset = stager_getset,
-    .tp_init = (initproc)stager_init,
-    .tp_new = PyType_GenericNew,
-};
+static PyType_Slot stager_slots[] = {
+    {Py_tp_dealloc, (void *)stager_dealloc},
+    {Py_tp_repr, (void *)stager_repr},
+    {Py_tp_doc, (void *)"Stager(kind, id=0, to_device=False, depth=4): host arrays staged "
+                        "through sluice's device layer (a ring of pinned slots; with "
+                        "to_device, copies to the device on its side stream). kind 'host' is "
+                        "the host backend (tests)."},
+    {Py_tp_methods, stager_methods},
+    {Py_tp_getset, stager_getset},
+    {Py_tp_init, (void *)stager_init},
+    {Py_tp_new, (void *)PyType_GenericNew},
+    {0, NULL}};
+
+static PyType_Spec stager_spec = {"sluice._sluice.Stager", sizeof(PySlStager), 0,
+                                  Py_TPFLAGS_DEFAULT, stager_slots};
 
 int py_sl_stager_init(PyObject *m) {
-    if (PyType_Ready(&PySlStager_Type) < 0)
-        return -1;
-    return PyModule_AddObjectRef(m, "Stager", (PyObject *)&PySlStager_Type);
+    return py_sl_add_type(m, &stager_spec, "Stager") ? 0 : -1;
 }

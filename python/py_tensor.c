@@ -59,7 +59,7 @@ PyObject *py_sl_tensor_from(sl_tensor *t) {
             return py_sl_raise(rc);
         *t = owned;
     }
-    PySlTensor *self = PyObject_New(PySlTensor, &PySlTensor_Type);
+    PySlTensor *self = PyObject_New(PySlTensor, PySlTensor_Type);
     if (!self) {
         sl_tensor_release(t);
         return NULL;
@@ -78,7 +78,7 @@ PyObject *py_sl_tensor_from(sl_tensor *t) {
 PyObject *py_sl_tensor_numpy(PyObject *tensor_obj) {
     /* numpy.asarray would wrap an object it cannot read as a buffer in a 0-d
      * object array: say why instead. */
-    if (PyObject_TypeCheck(tensor_obj, &PySlTensor_Type)) {
+    if (PyObject_TypeCheck(tensor_obj, PySlTensor_Type)) {
         const sl_tensor *t = &((PySlTensor *)tensor_obj)->t;
         if (!buffer_format(t->dtype)) {
             PyErr_Format(PyExc_BufferError, "tensor has dtype %s, which numpy cannot express; "
@@ -86,12 +86,12 @@ PyObject *py_sl_tensor_numpy(PyObject *tensor_obj) {
             return NULL;
         }
     }
-    return PyObject_CallOneArg(np_asarray, tensor_obj);
+    return PyObject_CallFunctionObjArgs(np_asarray, tensor_obj, NULL);
 }
 
 static void tensor_dealloc(PySlTensor *self) {
     sl_tensor_release(&self->t);
-    PyObject_Free(self);
+    py_sl_free((PyObject *)self);
 }
 
 /* ---- buffer protocol ----------------------------------------------------- */
@@ -125,7 +125,6 @@ static int tensor_getbuffer(PySlTensor *self, Py_buffer *view, int flags) {
     return 0;
 }
 
-static PyBufferProcs tensor_as_buffer = {(getbufferproc)tensor_getbuffer, NULL};
 
 /* ---- DLPack ------------------------------------------------------------- */
 
@@ -259,7 +258,7 @@ static PyObject *tensor_get_shape(PySlTensor *self, void *closure) {
             Py_DECREF(tup);
             return NULL;
         }
-        PyTuple_SET_ITEM(tup, i, v);
+        PyTuple_SetItem(tup, i, v);
     }
     return tup;
 }
@@ -308,20 +307,22 @@ static PyGetSetDef tensor_getset[] = {
      "References held on the engine buffer (tests).", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
-PyTypeObject PySlTensor_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "sluice.Tensor",
-    .tp_basicsize = sizeof(PySlTensor),
-    .tp_dealloc = (destructor)tensor_dealloc,
-    .tp_repr = (reprfunc)tensor_repr,
-    .tp_as_buffer = &tensor_as_buffer,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A tensor produced by the sluice engine. numpy.asarray(t) and "
-              "torch.from_dlpack(t) share its memory; the memory stays valid while any "
-              "of them lives.",
-    .tp_methods = tensor_methods,
-    .tp_getset = tensor_getset,
-};
+PyTypeObject *PySlTensor_Type;
+
+static PyType_Slot tensor_slots[] = {
+    {Py_tp_dealloc, (void *)tensor_dealloc},
+    {Py_tp_repr, (void *)tensor_repr},
+    {Py_bf_getbuffer, (void *)(getbufferproc)tensor_getbuffer},
+    {Py_tp_doc, (void *)"A tensor produced by the sluice engine. numpy.asarray(t) and "
+                        "torch.from_dlpack(t) share its memory; the memory stays valid while "
+                        "any of them lives."},
+    {Py_tp_methods, tensor_methods},
+    {Py_tp_getset, tensor_getset},
+    {0, NULL}};
+
+static PyType_Spec tensor_spec = {"sluice.Tensor", sizeof(PySlTensor), 0,
+                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+                                  tensor_slots};
 
 /* ---- Python buffers in (Writer) ------------------------------------------ */
 
@@ -352,7 +353,7 @@ int py_sl_tensor_from_buffer(PyObject *obj, Py_buffer *view, sl_tensor *out, con
         PyErr_Clear();
         PyErr_Format(PyExc_TypeError,
                      "%s: expected a C-contiguous array or bytes-like object, got %.100s", what,
-                     Py_TYPE(obj)->tp_name);
+                     PY_SL_TPNAME(obj));
         return -1;
     }
     sl_dtype dt = dtype_of_format(view->format, view->itemsize);
@@ -461,7 +462,6 @@ int py_sl_tensor_init(PyObject *m) {
     Py_DECREF(np);
     if (!np_asarray)
         return -1;
-    if (PyType_Ready(&PySlTensor_Type) < 0)
-        return -1;
-    return PyModule_AddObjectRef(m, "Tensor", (PyObject *)&PySlTensor_Type);
+    PySlTensor_Type = py_sl_add_type(m, &tensor_spec, "Tensor");
+    return PySlTensor_Type ? 0 : -1;
 }

@@ -13,6 +13,90 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+/* ---- The limited API ------------------------------------------------------
+ * On GIL builds the module is compiled against the limited API of CPython
+ * 3.10 (Py_LIMITED_API=0x030A0000, python/CMakeLists.txt), so that one
+ * binary, the cp310-abi3 wheel, serves CPython 3.10 and every later 3.x;
+ * free-threaded builds (3.13t), which the limited API does not cover before
+ * 3.15, use the full API. The code is the same for both: heap types made
+ * from specs, PyTuple_GetItem & co., no struct field of a type object.
+ *
+ * The buffer protocol (Py_buffer, PyObject_GetBuffer, PyBuffer_Release, the
+ * Py_bf_getbuffer slot) joined the limited API in 3.11, unchanged: the
+ * struct's layout and the functions have been the same since 3.3, and 3.10's
+ * PyType_FromSpec takes the slot (it has since 3.9). Compiled for 3.10, the
+ * declarations below stand in for 3.11's headers; PY_SL_BUFFER_FIELDS is
+ * checked field by field against the real struct at build time
+ * (python/abi3_check.c), and the wheel is imported and run under 3.10 by
+ * scripts/test_wheels.sh. */
+#define PY_SL_BUFFER_FIELDS                                                              \
+    void *buf;                                                                           \
+    PyObject *obj;                                                                       \
+    Py_ssize_t len;                                                                      \
+    Py_ssize_t itemsize;                                                                 \
+    int readonly;                                                                        \
+    int ndim;                                                                            \
+    char *format;                                                                        \
+    Py_ssize_t *shape;                                                                   \
+    Py_ssize_t *strides;                                                                 \
+    Py_ssize_t *suboffsets;                                                              \
+    void *internal;
+#if defined(Py_LIMITED_API) && Py_LIMITED_API + 0 < 0x030B0000
+typedef struct {
+    PY_SL_BUFFER_FIELDS
+} Py_buffer;
+typedef int (*getbufferproc)(PyObject *, Py_buffer *, int);
+#define PyBUF_SIMPLE 0
+#define PyBUF_WRITABLE 0x0001
+#define PyBUF_FORMAT 0x0004
+#define PyBUF_ND 0x0008
+#define PyBUF_STRIDES (0x0010 | PyBUF_ND)
+#define PyBUF_C_CONTIGUOUS (0x0020 | PyBUF_STRIDES)
+#define Py_bf_getbuffer 1
+PyAPI_FUNC(int) PyObject_CheckBuffer(PyObject *obj);
+PyAPI_FUNC(int) PyObject_GetBuffer(PyObject *obj, Py_buffer *view, int flags);
+PyAPI_FUNC(void) PyBuffer_Release(Py_buffer *view);
+#endif
+
+/* The API version the code may use: the limited API's when built for it,
+ * else the headers'. */
+#if defined(Py_LIMITED_API)
+#define PY_SL_API Py_LIMITED_API
+#else
+#define PY_SL_API PY_VERSION_HEX
+#endif
+
+/* A heap type's instance goes back to its allocator, and drops the
+ * reference it held on its type (tp_dealloc's last step). */
+static inline void py_sl_free(PyObject *self) {
+    PyTypeObject *tp = Py_TYPE(self);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(self);
+    Py_DECREF(tp);
+}
+
+/* A type from its spec, added to the module under `name`: the type (a
+ * strong reference the module's globals keep for the process), or NULL. */
+static inline PyTypeObject *py_sl_add_type(PyObject *m, PyType_Spec *spec, const char *name) {
+    PyObject *t = PyType_FromSpec(spec);
+    if (!t)
+        return NULL;
+    if (PyModule_AddObjectRef(m, name, t) < 0) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    return (PyTypeObject *)t;
+}
+
+/* The UTF-8 text of a str (NULL with an exception for anything else). */
+static inline const char *py_sl_utf8(PyObject *o) { return PyUnicode_AsUTF8AndSize(o, NULL); }
+
+/* type(o)'s name as tp_name spells it ("int", "numpy.ndarray"), written into
+ * buf (128 bytes) for a message; never fails (the limited API has no
+ * tp_name: it is read from __module__ and __qualname__). */
+const char *py_sl_tpname(PyObject *o, char *buf);
+#define PY_SL_TPNAME(o) py_sl_tpname((o), (char[128]){0})
+
 /* ---- Sharing objects between threads, with or without the GIL ------------
  * Nothing here relies on the GIL for mutual exclusion or memory visibility,
  * so the module runs on free-threaded builds (3.13t) as on GIL builds, with
@@ -86,24 +170,24 @@ static inline void py_sl_gate_reset(py_sl_gate *g) {
     atomic_store_explicit(&g->word, 0, memory_order_relaxed);
 }
 
-/* The items of a sequence, for PySequence_Fast_GET_ITEM. A list another
- * thread may change cannot be read item by item through borrowed
- * references without the GIL, so there it is copied into a tuple (Python's
- * tuple(list), safe against concurrent changes); elsewhere, and on GIL
- * builds, this is PySequence_Fast, with its message. */
+/* The items of a sequence as a tuple (read with PyTuple_Size and
+ * PyTuple_GetItem): a tuple as it is, anything else copied (Python's
+ * tuple(x), safe against another thread changing a list), or NULL with a
+ * TypeError saying `msg` when `o` is not iterable. */
 static inline PyObject *py_sl_sequence(PyObject *o, const char *msg) {
-#ifdef Py_GIL_DISABLED
-    if (PyList_Check(o))
-        return PySequence_Tuple(o);
-#endif
-    return PySequence_Fast(o, msg);
+    PyObject *t = PySequence_Tuple(o);
+    if (!t && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, msg);
+    }
+    return t;
 }
 
 /* d[key] as a strong reference (another thread may replace the value):
  * 1 found, 0 missing (*out NULL), -1 error. PyDict_GetItemRef where it
  * exists (3.13); before it, the GIL keeps the borrowed value alive. */
 static inline int py_sl_dict_get(PyObject *d, PyObject *key, PyObject **out) {
-#if PY_VERSION_HEX >= 0x030D0000
+#if PY_SL_API >= 0x030D0000
     return PyDict_GetItemRef(d, key, out);
 #else
     *out = PyDict_GetItemWithError(d, key);
@@ -112,7 +196,7 @@ static inline int py_sl_dict_get(PyObject *d, PyObject *key, PyObject **out) {
 #endif
 }
 static inline int py_sl_dict_get_str(PyObject *d, const char *key, PyObject **out) {
-#if PY_VERSION_HEX >= 0x030D0000
+#if PY_SL_API >= 0x030D0000
     return PyDict_GetItemStringRef(d, key, out);
 #else
     PyObject *k = PyUnicode_FromString(key);
@@ -130,7 +214,7 @@ static inline int py_sl_dict_get_str(PyObject *d, const char *key, PyObject **ou
  * error indicator, so that threads can hand it over with one atomic
  * pointer. NULL when none is set. */
 static inline PyObject *py_sl_err_take(void) {
-#if PY_VERSION_HEX >= 0x030C0000
+#if PY_SL_API >= 0x030C0000
     return PyErr_GetRaisedException();
 #else
     PyObject *t, *v, *tb;
@@ -147,7 +231,7 @@ static inline PyObject *py_sl_err_take(void) {
 }
 /* Raise an exception object from py_sl_err_take (the reference is stolen). */
 static inline void py_sl_err_give(PyObject *exc) {
-#if PY_VERSION_HEX >= 0x030C0000
+#if PY_SL_API >= 0x030C0000
     PyErr_SetRaisedException(exc);
 #else
     PyObject *type = (PyObject *)Py_TYPE(exc);
@@ -167,7 +251,7 @@ PyObject *py_sl_exc_for(int rc);
  * Holds one sl_buffer reference; exports the buffer protocol (numpy) and
  * __dlpack__/__dlpack_device__ (torch). Each export keeps its own buffer
  * reference, so an array outlives the Tensor object and the pipeline. */
-extern PyTypeObject PySlTensor_Type;
+extern PyTypeObject *PySlTensor_Type;
 /* A new Tensor that takes over `t` (its buf reference moves into the object;
  * `t` is zeroed). If `t->buf` is NULL the bytes are borrowed, so they are
  * copied first. Returns NULL with an exception set on failure. */
@@ -179,8 +263,8 @@ PyObject *py_sl_tensor_numpy(PyObject *tensor_obj);
  * be released by the caller with PyBuffer_Release after use. */
 int py_sl_tensor_from_buffer(PyObject *obj, Py_buffer *view, sl_tensor *out, const char *what);
 
-extern PyTypeObject PySlReader_Type;
-extern PyTypeObject PySlWriter_Type;
+extern PyTypeObject *PySlReader_Type;
+extern PyTypeObject *PySlWriter_Type;
 
 /* Register the types of each file on the module. Return 0 or -1. */
 int py_sl_tensor_init(PyObject *m);
@@ -189,5 +273,6 @@ int py_sl_pipeline_init(PyObject *m);
 int py_sl_pack_init(PyObject *m);
 int py_sl_ops_init(PyObject *m);
 int py_sl_stager_init(PyObject *m);
+int py_sl_transforms_init(PyObject *m); /* py_transforms.c (limited API) */
 
 #endif

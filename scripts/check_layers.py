@@ -14,7 +14,12 @@ src/<layer>/:
     into that layer.
 A layer may use only itself and the layers before it in the order; the
 C files of tools/, python/ and bench/ include no header of src/ and call no
-sl_ function that include/sluice.h does not declare. Every
+sl_ function that include/sluice.h does not declare. Inside the pipeline
+layer (rule R11 of docs/ARCHITECTURE.md): `struct sl_pipeline`'s header,
+pipeline/pipeline.h, is included by pipeline.c and exec.c only, and a stage
+file (src/pipeline/stage*.c, collate*.c: one kind of stage or one
+collation, behind stage.h) includes neither pipeline/pipeline.h nor the
+executor's pipeline/exec.h: it sees its stage and its environment. Every
 other use is printed as `src/x/y.c:LINE: includes pipeline/pipeline.h (source
 may not use pipeline)` or `... calls sl_pipeline__pools_tensor (defined in
 src/pipeline/pools.c; ops may not use pipeline)`, unless the allow file
@@ -24,11 +29,16 @@ list can only shrink as the code is fixed).
 Exit status: 0 clean, 1 violations (or stale allow entries), 2 usage or a
 document without the order.
 """
+import fnmatch
 import os
 import re
 import sys
 
 EXTS = (".c", ".h", ".cu")
+# rule R11: who may include the pipeline's whole state (see the docstring)
+PRIVATE = {"pipeline/pipeline.h": ("src/pipeline/pipeline.c", "src/pipeline/exec.c")}
+STAGE_FILES = ("src/pipeline/stage*.c", "src/pipeline/collate*.c")
+STAGE_REFUSED = ("pipeline/pipeline.h", "pipeline/exec.h")
 USERS = ("tools", "python", "bench")  # use the library through include/sluice.h only
 KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "do", "else",
             "case", "defined", "_Alignof", "alignof", "__attribute__", "_Static_assert"}
@@ -121,6 +131,20 @@ def definitions(code):
     return defs
 
 
+def pipeline_rule(rel, header):
+    """Why file `rel` may not include `header` (folder/name) under rule R11,
+    or None. (Other layers may not use the pipeline at all: the order says
+    so.)"""
+    rel = rel.replace(os.sep, "/")
+    if any(fnmatch.fnmatch(rel, g) for g in STAGE_FILES) and header in STAGE_REFUSED:
+        return ("a stage file sees its stage and its environment, stage.h; "
+                "rule R11 of docs/ARCHITECTURE.md")
+    if header in PRIVATE and rel.startswith("src/pipeline/") and rel not in PRIVATE[header]:
+        return (f"struct sl_pipeline is private to {' and '.join(PRIVATE[header])}; "
+                "rule R11 of docs/ARCHITECTURE.md")
+    return None
+
+
 def main():
     args = sys.argv[1:]
     root = "."
@@ -195,20 +219,22 @@ def main():
             if m and cline.lstrip().startswith("#"):
                 path = m.group(1)
                 parts = path.split("/")
-                if len(parts) == 1:
-                    continue  # own folder, or the public header
-                if parts[0] in ("..", "."):
-                    target = os.path.normpath(os.path.join(os.path.dirname(rel), path))
-                    tparts = target.split(os.sep)
-                    used = tparts[1] if len(tparts) > 2 and tparts[0] == "src" else None
-                else:
-                    used = parts[0]
-                if used in rank and rank[used] > me:
+                why = pipeline_rule(rel, f"{layer}/{path}" if len(parts) == 1 else path)
+                if not why and len(parts) > 1:  # one part: own folder, or the public header
+                    if parts[0] in ("..", "."):
+                        target = os.path.normpath(os.path.join(os.path.dirname(rel), path))
+                        tparts = target.split(os.sep)
+                        used = tparts[1] if len(tparts) > 2 and tparts[0] == "src" else None
+                    else:
+                        used = parts[0]
+                    if used in rank and rank[used] > me:
+                        why = f"{layer} may not use {used}"
+                if why:
                     key = (rel, path)
                     if key in allow:
                         allow[key][1] += 1
                     else:
-                        bad.append(f"{rel}:{ln}: includes {path} ({layer} may not use {used})")
+                        bad.append(f"{rel}:{ln}: includes {path} ({why})")
                 continue
             if cline.lstrip().startswith("#") and not cline.lstrip().startswith("#define"):
                 continue

@@ -6,6 +6,7 @@ PKGS=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
       libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev zlib1g-dev libwebp-dev
       libzstd-dev libxxhash-dev libcjson-dev libdlpack-dev
       libprotobuf-c-dev protobuf-c-compiler
+      libsnappy-dev liblz4-dev libbrotli-dev   # Parquet's page compressions (zlib, zstd above)
       python3-dev python3-venv python3-numpy python3-torch python3-torchvision python3-pil python3-pytest python3-opencv
       python3-protobuf protobuf-compiler python3-crc32c   # TFRecord tests: files made by Google's runtime
       dataset-fashion-mnist

@@ -38,38 +38,21 @@ JOBS=$(nproc)
 log() { echo "pythons: $*" >&2; }
 
 # 1. Build dependencies from Debian's apt: sluice's (scripts/deps.sh) and CPython's.
+. "$ROOT/scripts/debian.sh"
 bash "$ROOT/scripts/deps.sh" >&2
-BUILD_DEPS=(build-essential dpkg-dev xz-utils libssl-dev zlib1g-dev libffi-dev libbz2-dev
-            liblzma-dev libsqlite3-dev libreadline-dev libncurses-dev uuid-dev libgdbm-dev
-            python3-venv)
-missing=()
-for p in "${BUILD_DEPS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-if [ ${#missing[@]} -gt 0 ]; then
-  log "installing ${missing[*]}"
-  $SUDO apt-get update -q >&2
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
-fi
+deb_need build-essential dpkg-dev xz-utils libssl-dev zlib1g-dev libffi-dev libbz2-dev \
+         liblzma-dev libsqlite3-dev libreadline-dev libncurses-dev uuid-dev libgdbm-dev \
+         python3-venv
 mkdir -p "$P"
 
 # 2. The free-threaded CPython, built when missing.
 if ! "$CPY/bin/python3.13t" -c 'import sys, ssl, sqlite3, bz2, lzma, ctypes; assert not sys._is_gil_enabled()' 2>/dev/null; then
   SRC=$P/src
-  rm -rf "$SRC" && mkdir -p "$SRC/lists/partial"
-  # Debian's mirror as this machine's apt knows it; apt checks the archive's
-  # signature and the tarball's checksums.
-  MIRROR=$(grep -hoE '^(URIs:|deb) +https?://[^ ]+' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null |
-           awk '{print $2}' | grep -E '/debian/?$' | head -1 || true)
-  [ -n "$MIRROR" ] || { log "no Debian mirror in /etc/apt/sources.list{,.d}: add one (a 'deb' or 'URIs:' line ending in /debian)"; exit 1; }
-  echo "deb-src $MIRROR $CPY_SUITE main" > "$SRC/sources.list"
-  APT=(-o "Dir::Etc::SourceList=$SRC/sources.list" -o Dir::Etc::SourceParts=/dev/null
-       -o "Dir::State::Lists=$SRC/lists" -o APT::Sandbox::User=root)
-  log "fetching python3.13's source package from $MIRROR ($CPY_SUITE)"
-  (cd "$SRC" && apt-get "${APT[@]}" update -q >/dev/null &&
-     apt-get "${APT[@]}" source -q --download-only python3.13 >/dev/null)
+  rm -rf "$SRC" && mkdir -p "$SRC"
+  # Debian's mirror as this machine's apt knows it (scripts/debian.sh); apt
+  # checks the archive's signature and the tarball's checksums.
+  log "fetching python3.13's source package ($CPY_SUITE)"
+  deb_source "$SRC" "$CPY_SUITE" python3.13
   tarball=$(ls "$SRC"/python3.13_${CPY_VERSION}.orig.tar.xz)
   tar -C "$SRC" -xJf "$tarball"
   log "building CPython $CPY_VERSION --disable-gil into $CPY (a few minutes)"

@@ -97,6 +97,13 @@ if [ -d tests/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
     $PY -m pytest -q -p no:cacheprovider tests/python || failed=1
 fi
 
+# sluice.transforms against torchvision.transforms.v2 itself needs torch 2.x
+# (Debian's torchvision 0.14 has no v2) and a free-threaded Python for the
+# GIL test: the venvs of scripts/pythons.sh, made once (several GB, a CPython
+# build) and then only read (docs/PYTHON.md, "Pythons and torch versions").
+step "sluice.transforms against torchvision v2, on 3.11 and 3.13t (scripts/test_transforms.sh)"
+bash scripts/test_transforms.sh build || failed=1
+
 step "pip install . and pip wheel . in a fresh venv (tests/install/pip_install.sh)"
 bash tests/install/pip_install.sh || failed=1
 

@@ -18,7 +18,7 @@ static void help(FILE *f) {
                "\n"
                "options:\n"
                "  --json           print one JSON object on stdout (one line per .slr dataset)\n"
-               "  --features SPEC  TFRecord: keep (and rename) these features, as\n"
+               "  --features SPEC  TFRecord features (Parquet columns) to keep, renamed, as\n"
                "                   image/encoded=image,image/class/label=label\n"
                "  -h, --help       show this help\n"
                "\n"

@@ -17,6 +17,7 @@
 
 static void help(FILE *f) {
     fprintf(f, "usage: sluice scan DATASET... [--random] [--threads N] [--seconds S] [--json]\n"
+               "                   [--features SPEC]\n"
                "\n"
                "Read records (checksums verified) and report records/s and MB/s of\n"
                "record payload. Sequential by default: one pass over every record,\n"
@@ -32,6 +33,7 @@ static void help(FILE *f) {
                "  -t, --threads N  reader threads (default 1)\n"
                "  --seconds S      read for S seconds, starting over after each pass\n"
                "  --seed N         seed for --random (default 0)\n"
+               "  --features SPEC  TFRecord features (Parquet columns) to read, as for info\n"
                "  --json           print {records_per_s, mb_per_s, records, bytes, seconds,\n"
                "                   threads, mode} on stdout\n"
                "  -h, --help       show this help\n"
@@ -147,6 +149,9 @@ done:
 static int scan_one(const char *const *paths, int npaths, uint64_t threads, int random,
                     uint64_t seed, double seconds, int json, int named);
 
+/* --features: the columns of a TFRecord or Parquet source to read */
+static const char *scan_features;
+
 int cmd_scan(int argc, char **argv) {
     const char *paths[256];
     int npaths = 0, json = 0, random = 0;
@@ -174,6 +179,10 @@ int cmd_scan(int argc, char **argv) {
                 return 2;
             if (cli_parse_u64(v, &seed))
                 return cli_usage("scan", "--seed wants a non-negative integer, not '%s'", v);
+        } else if ((m = cli_opt("scan", argc, argv, &i, "--features", NULL, &v)) != 0) {
+            if (m < 0)
+                return 2;
+            scan_features = v;
         } else if (!strcmp(argv[i], "--random")) {
             random = 1;
         } else if (!strcmp(argv[i], "--json")) {
@@ -188,7 +197,7 @@ int cmd_scan(int argc, char **argv) {
     /* Several .slr datasets are scanned one after the other (a source is one
      * dataset); files of another kind are read as one source, whose rate is
      * the point, with each file's record count reported. */
-    int all_slr = 1;
+    int all_slr = !scan_features;
     for (int i = 0; i < npaths && all_slr; i++)
         all_slr = cli_is_slr(paths[i]);
     if (!all_slr)
@@ -224,11 +233,11 @@ static int scan_one(const char *const *paths, int npaths, uint64_t threads, int 
 
     sl_reader *r = NULL;
     sl_source *src = NULL;
-    if (npaths == 1 && cli_is_slr(path)) {
+    if (npaths == 1 && !scan_features && cli_is_slr(path)) {
         if (sl_reader_open(&r, path, 0) != SL_OK)
             return cli_fail("scan");
     } else {
-        int rc = cli_source_open("scan", paths, npaths, NULL, &src);
+        int rc = cli_source_open("scan", paths, npaths, scan_features, &src);
         if (rc)
             return rc;
     }

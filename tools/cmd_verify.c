@@ -32,7 +32,7 @@ static void help(FILE *f) {
                "                   columns that hold images): header (default for inputs\n"
                "                   other than .slr) reads each image's header, decode\n"
                "                   decodes every pixel, with the decoder training uses\n"
-               "  --features SPEC  TFRecord: the features to decode, as for info\n"
+               "  --features SPEC  TFRecord features (Parquet columns) to read, as for info\n"
                "  -h, --help       show this help\n"
                "\n"
                "exit status: 0 clean, 1 damaged or unreadable, 2 usage error\n"

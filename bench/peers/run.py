@@ -13,8 +13,16 @@ sluice-restart, torch). sluice is imported from an installed package, else
 from $SLUICE_BUILD/python, else from the repo's build/python.
 
 Loaders: sluice, sluice-restart, torch, tfdata, dali, ffcv, webdataset,
-streaming (MosaicML Streaming); with --remote-latency-ms also litdata (it needs
-torch >= 2.4 and runs in its own venv, which setup.sh makes; --litdata-python).
+streaming (MosaicML Streaming), and the thread-based ones spdl (SPDL),
+torchdata (torchdata.nodes) and grain (Grain) for train and eval; with
+--remote-latency-ms also litdata (it needs torch >= 2.4 and runs in its own
+venv, which setup.sh makes; --litdata-python). The thread peers need torch
+2.x: their runs use --threads-python, else this interpreter when it imports
+them, else the `gil` venv of scripts/pythons.sh (setup.sh installs them
+there and, where wheels exist, into the free-threaded `ft` one). Each runs
+the torch row's Dataset (torchvision's ImageFolder with the same transforms:
+PIL decode, then RandomResizedCrop/flip or Resize/CenterCrop, ToTensor,
+Normalize) on CORES threads, with torch's default_collate.
 
 1. Each loader's own storage is made from the same inputs, untimed, once, and
    kept under --cache: .slr plain and with --jpeg-restart auto (sluice),
@@ -66,6 +74,7 @@ proxies and their CPU are not part of a row's figures (they are not in the
 loader's process tree); they share the machine's cores with it.
 """
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -81,8 +90,12 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "bench"))
 from py_common import _children, epoch_stream, tree_rss_kb  # noqa: E402
 
+# the thread-based peers: the torch row's Dataset on threads (torch 2.x)
+THREAD_PEERS = ["spdl", "torchdata", "grain"]
 LOADERS = ["sluice", "sluice-restart", "torch", "tfdata", "dali", "ffcv", "webdataset",
-           "streaming"]
+           "streaming"] + THREAD_PEERS
+PYTHONS = os.environ.get("SLUICE_PYTHONS") or os.path.join(
+    os.path.expanduser("~"), ".cache", "sluice-pythons")
 # --remote-latency-ms: (loader, remote) in row order; remote None: the local row
 REMOTE_RUNS = [("sluice", None), ("sluice", "http"), ("sluice", "s3"), ("sluice-restart", "http"),
                ("sluice-restart", "s3"), ("webdataset", "http"), ("streaming", "s3"),
@@ -102,7 +115,11 @@ HI = max((1 - m) / s for m, s in zip(MEAN, STD)) + 0.05
 EVAL_MEAN_TOL = 0.03
 CORES = len(os.sched_getaffinity(0))
 PIP_NAMES = {"tfdata": "tensorflow-cpu", "dali": "nvidia-dali-cuda130", "ffcv": "ffcv",
-             "webdataset": "webdataset", "streaming": "mosaicml-streaming", "litdata": "litdata"}
+             "webdataset": "webdataset", "streaming": "mosaicml-streaming", "litdata": "litdata",
+             "spdl": "spdl", "torchdata": "torchdata", "grain": "grain"}
+MODULES = {"tfdata": "tensorflow", "dali": "nvidia.dali", "ffcv": "ffcv",
+           "webdataset": "webdataset", "streaming": "streaming", "litdata": "litdata",
+           "spdl": "spdl.pipeline", "torchdata": "torchdata.nodes", "grain": "grain"}
 
 
 # ---------------------------------------------------------------- helpers
@@ -125,14 +142,17 @@ def import_sluice():
 
 def sluice_env():
     """The environment for child processes: PYTHONPATH gains the build's python/
-    when sluice is not installed."""
+    when sluice is not installed (only then: an installed sluice's folder is
+    the site-packages of this interpreter, which a child on another one, a
+    thread peer's, must not see)."""
     env = dict(os.environ)
     try:
         sl = import_sluice()
-        d = os.path.dirname(os.path.dirname(os.path.abspath(sl.__file__)))
-        env["PYTHONPATH"] = d + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     except ImportError:
-        pass
+        return env
+    d = os.path.dirname(os.path.dirname(os.path.abspath(sl.__file__)))
+    if os.path.basename(d) not in ("site-packages", "dist-packages"):
+        env["PYTHONPATH"] = d + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
 
@@ -144,10 +164,26 @@ def dist_version(name):
         return None
 
 
+@functools.lru_cache(maxsize=None)
+def importable(mod, py=None):
+    """(whether `py` (this interpreter) imports `mod`, the last line of its error)."""
+    r = subprocess.run([py or sys.executable, "-c", f"import {mod}"], capture_output=True,
+                       text=True)
+    return r.returncode == 0, (r.stderr.strip().splitlines() or ["?"])[-1]
+
+
 def loader_python(loader, cfg):
-    """The interpreter a loader's runs use: LitData's own venv, else this one."""
+    """The interpreter a loader's runs use: LitData's own venv; for a thread
+    peer --threads-python, else this one when it imports the peer, else the
+    `gil` venv of scripts/pythons.sh; else this one."""
     if loader == "litdata":
         return cfg.get("litdata_python") or os.path.join(LITDATA_VENV, "bin", "python")
+    if loader in THREAD_PEERS:
+        if cfg.get("threads_python"):
+            return cfg["threads_python"]
+        if importable(MODULES[loader])[0]:
+            return sys.executable
+        return os.path.join(PYTHONS, "gil", "bin", "python")
     return sys.executable
 
 
@@ -166,20 +202,26 @@ def unavailable(loader, cfg=None):
             return None
         except ImportError as e:
             return f"not installed: {e}"
-    status = os.path.join(sys.prefix, "sluice-peers-status", loader + ".txt")
+    py = loader_python(loader, cfg or {})
+    thread_peer = loader in THREAD_PEERS
+    where = os.path.dirname(os.path.dirname(py)) if thread_peer or loader == "litdata" \
+        else sys.prefix
+    status = os.path.join(where, "sluice-peers-status", loader + ".txt")
     if os.path.exists(status):
         with open(status) as f:
             return "not installable: " + f.read().strip()
-    mod = {"tfdata": "tensorflow", "dali": "nvidia.dali", "ffcv": "ffcv",
-           "webdataset": "webdataset", "streaming": "streaming", "litdata": "litdata"}[loader]
-    py = loader_python(loader, cfg or {})
     if not os.access(py, os.X_OK):
+        if thread_peer:
+            return (f"not installed: no {py} (the thread peers need torch 2.x: "
+                    "scripts/pythons.sh makes its venvs, then bench/peers/setup.sh "
+                    f"{loader} installs the peer there; or --threads-python)")
         return (f"not installed: no {py} (LitData needs torch >= 2.4: its venv is made by "
                 "bench/peers/setup.sh litdata; or --litdata-python)")
-    r = subprocess.run([py, "-c", f"import {mod}"], capture_output=True, text=True)
-    if r.returncode != 0:
-        last = (r.stderr.strip().splitlines() or ["?"])[-1]
-        where = os.path.dirname(os.path.dirname(py)) if loader == "litdata" else sys.prefix
+    ok, last = importable(MODULES[loader], py)
+    if not ok:
+        if thread_peer:
+            return (f"not installed in {where} ({last}); run bench/peers/setup.sh {loader} "
+                    "(it installs into the venvs of scripts/pythons.sh), or --threads-python")
         return (f"not installed in {where} ({last}); run bench/peers/setup.sh and use the "
                 "python it prints")
     return None
@@ -472,7 +514,7 @@ def prepare(loader, cfg):
         return prep_wds(cfg)
     if loader == "streaming":
         return prep_mds(cfg)
-    if loader == "torch":
+    if loader in ("torch", *THREAD_PEERS):
         return None
     raise ValueError(loader)
 
@@ -862,7 +904,111 @@ def load_litdata(cfg, store):
         f"StreamingDataLoader num_workers={workers}, persistent")
 
 
+def thread_peer_epochs(loader, ds, batch, threads, shuffle):
+    """A thread peer running a map-style Dataset `ds` (the per-sample work is
+    its __getitem__) as its documentation builds such a loader, collating
+    with torch's default_collate, shuffled per epoch or in order: (epochs,
+    threads, note). threads None: the peer's own default. Used by the rows
+    here and by bench/threads_vs_processes.py."""
+    import torch
+    from torch.utils.data import default_collate
+    if loader == "spdl":
+        # SPDL's Pipeline as its docs build a loader: the sampler's indices as
+        # the source, __getitem__ in a stage of `threads` concurrent tasks on
+        # a pool of as many threads, aggregate, collate, a sink buffer.
+        from spdl.pipeline import PipelineBuilder
+        n = threads or CORES
+        order = "completion" if shuffle else "input"
+        g = torch.Generator()
+        g.manual_seed(0)
+
+        def epochs(e):
+            idx = torch.randperm(len(ds), generator=g).tolist() if shuffle else range(len(ds))
+            pipe = (PipelineBuilder().add_source(idx)
+                    .pipe(ds.__getitem__, concurrency=n, output_order=order)
+                    .aggregate(batch).pipe(default_collate).add_sink(3)
+                    .build(num_threads=n))
+            with pipe.auto_stop():
+                yield from pipe
+        return epochs, n, (f"PipelineBuilder: source = the sampler's order, pipe(__getitem__, "
+                           f"concurrency={n}, output_order={order!r}), aggregate({batch}), "
+                           f"pipe(default_collate), add_sink(3), build(num_threads={n})")
+    if loader == "torchdata":
+        # torchdata.nodes as its migration guide builds a map-style loader.
+        import torchdata.nodes as tn
+        from torch.utils.data import RandomSampler, SequentialSampler
+        n = threads or CORES
+        g = torch.Generator()
+        g.manual_seed(0)
+        sampler = RandomSampler(ds, generator=g) if shuffle else SequentialSampler(ds)
+
+        def map_and_collate(indices):
+            return default_collate([ds[i] for i in indices])
+        in_order = not shuffle
+        node = tn.Batcher(tn.SamplerWrapper(sampler), batch_size=batch, drop_last=False)
+        node = tn.ParallelMapper(node, map_fn=map_and_collate, num_workers=n, method="thread",
+                                 in_order=in_order)
+        node = tn.Prefetcher(node, prefetch_factor=2 * n)
+        loader_ = tn.Loader(node)
+
+        def epochs(e):
+            yield from loader_
+        return epochs, n, (f"SamplerWrapper + Batcher({batch}) + ParallelMapper(map and "
+                           f"default_collate a batch, num_workers={n}, method='thread', "
+                           f"in_order={in_order}) + Prefetcher({2 * n}) + Loader")
+    if loader == "grain":
+        # Grain's dataset API; to_iter_dataset's ReadOptions threads run
+        # __getitem__ (Grain's defaults: 16 threads, a buffer of 500).
+        import grain
+        opts = grain.ReadOptions() if threads is None else grain.ReadOptions(num_threads=threads)
+
+        def epochs(e):
+            m = grain.MapDataset.source(ds)
+            if shuffle:
+                m = m.shuffle(seed=e)
+            yield from m.to_iter_dataset(read_options=opts).batch(batch, batch_fn=default_collate)
+        return epochs, opts.num_threads, (
+            f"MapDataset.source(dataset){'.shuffle(seed=epoch)' if shuffle else ''}"
+            f".to_iter_dataset(ReadOptions(num_threads={opts.num_threads}, prefetch_buffer_size="
+            f"{opts.prefetch_buffer_size}){', Grain defaults' if threads is None else ''})"
+            f".batch({batch}, batch_fn=default_collate)")
+    raise ValueError(loader)
+
+
+def thread_peer_version(loader):
+    import torch
+    import torchvision
+    names = {"grain": ("grain", "grain-free-threading")}.get(loader, (loader,))
+    v = next((dist_version(n) for n in names if dist_version(n)), None)
+    return f"{loader} {v}, torch {torch.__version__}, torchvision {torchvision.__version__}"
+
+
+def load_thread_peer(cfg, loader):
+    """A thread peer's row: the torch row's Dataset (torchvision's
+    ImageFolder, the work's transforms on PIL) on CORES threads (Grain: its
+    default ReadOptions)."""
+    import torchvision
+    ds = torchvision.datasets.ImageFolder(cfg["photos"], transform=torch_transforms(cfg["work"]))
+    epochs, threads, note = thread_peer_epochs(loader, ds, cfg["batch"],
+                                               None if loader == "grain" else CORES,
+                                               cfg["work"] == "train")
+    return epochs, threads, thread_peer_version(loader), (
+        note + "; torchvision ImageFolder + transforms (PIL), as the torch row; CHW; " +
+        interpreter_note())
+
+
+def interpreter_note():
+    """How this interpreter runs threads (a free-threaded build: GIL on or off)."""
+    import sysconfig
+    v = f"Python {sys.version_info.major}.{sys.version_info.minor}"
+    if not sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return v + " (GIL)"
+    return v + "t, GIL " + ("on" if getattr(sys, "_is_gil_enabled", lambda: True)() else "off")
+
+
 def make_loader(loader, cfg, store):
+    if loader in THREAD_PEERS:
+        return load_thread_peer(cfg, loader)
     if loader in ("sluice", "sluice-restart"):
         return load_sluice(cfg, store, loader == "sluice-restart")
     return {"torch": load_torch, "tfdata": load_tfdata, "dali": load_dali, "ffcv": load_ffcv,
@@ -1125,6 +1271,10 @@ def main():
                     "moto) through a proxy adding MS per request (see above)")
     ap.add_argument("--litdata-python", default=None,
                     help="LitData's interpreter (torch >= 2.4; default: the venv setup.sh makes)")
+    ap.add_argument("--threads-python", default=None,
+                    help="the interpreter of the thread peers' runs (spdl, torchdata, grain: "
+                    "torch 2.x; default: this one if it imports them, else scripts/pythons.sh's "
+                    "gil venv)")
     ap.add_argument("--_child", help=argparse.SUPPRESS)
     ap.add_argument("--_prep", help=argparse.SUPPRESS)
     ap.add_argument("--_cfg", help=argparse.SUPPRESS)
@@ -1144,6 +1294,9 @@ def main():
         ap.error("--work tiny needs --idx IMAGES LABELS")
     if a.work != "tiny" and not a.photos:
         ap.error(f"--work {a.work} needs --photos DIR")
+    if a.work == "tiny" and a.loaders and set(a.loaders.split(",")) & set(THREAD_PEERS):
+        ap.error("--loaders: the thread peers (spdl, torchdata, grain) run the photo works "
+                 "(train, eval), not tiny")
     batch = a.batch or (256 if a.work == "tiny" else 64)
     known = REMOTE_LOADERS if remote else LOADERS
     if a.loaders:
@@ -1153,7 +1306,8 @@ def main():
             ap.error(f"--loaders: unknown {', '.join(bad)} (known{' with --remote-latency-ms' if remote else ''}: "
                      f"{', '.join(known)})")
     else:
-        loaders = [l for l in LOADERS if not (a.work == "tiny" and l == "sluice-restart")]
+        loaders = [l for l in LOADERS if not (a.work == "tiny" and (l == "sluice-restart" or
+                                                                    l in THREAD_PEERS))]
     # runs: (row id, loader, remote); remote mode always has the local sluice row
     if remote:
         runs = [(l if r is None else f"{l}@{r}", l, r) for l, r in REMOTE_RUNS
@@ -1165,6 +1319,8 @@ def main():
            "cache": os.path.abspath(a.cache),
            "photos": os.path.abspath(a.photos) if a.photos else None,
            "idx": [os.path.abspath(p) for p in a.idx] if a.idx else None}
+    if a.threads_python:
+        cfg["threads_python"] = os.path.abspath(a.threads_python)
     if remote:
         cfg["remote_runs"] = True
         if a.litdata_python:

@@ -7,9 +7,11 @@
 #   bash bench/peers/setup.sh [LOADER ...]   # last line of output: the venv's python
 #   PY=$(bash bench/peers/setup.sh | tail -1)
 #
-# LOADERs (tfdata dali webdataset ffcv streaming litdata) install only those;
-# none: all of them. LitData needs torch >= 2.4, so it gets a venv of its own
-# (below) beside this one.
+# LOADERs (tfdata dali webdataset ffcv streaming litdata spdl torchdata grain)
+# install only those; none: all of them. LitData needs torch >= 2.4, so it
+# gets a venv of its own (below) beside this one. The thread-based peers
+# (spdl, torchdata, grain) go into the venvs of scripts/pythons.sh instead
+# (below, "Thread peers").
 #
 # The venv lives outside the repo, at ${SLUICE_PEERS_VENV:-$HOME/.cache/sluice-peers},
 # made from /usr/bin/python3 with --system-site-packages so Debian's torch,
@@ -36,6 +38,17 @@
 # other venv is only read, never changed) and torch/torchvision pinned to its
 # versions; otherwise torch 2.12.0 + torchvision 0.27.0 from PyPI (several GB).
 # run.py finds it there (or --litdata-python).
+#
+# Thread peers: SPDL (spdl 0.8.0, Meta), torchdata.nodes (torchdata 0.11.0,
+# PyTorch) and Grain (grain 0.2.18, Google) need torch 2.x, so they are
+# installed into the two venvs of scripts/pythons.sh,
+# ${SLUICE_PYTHONS:-$HOME/.cache/sluice-pythons}/{gil,ft} (made by running
+# that script first): `gil` (Debian's 3.11) gets all three, `ft` (CPython
+# 3.13t) each one that has a cp313t wheel or is pure Python (Grain as
+# grain-free-threading, its free-threaded build). Wheels only; torch,
+# torchvision, numpy and Pillow are held at the venv's versions. A peer that
+# cannot be installed leaves its reason in VENV/sluice-peers-status/<loader>.txt
+# of that venv, which run.py reports. Those lines print gil=PY and ft=PY.
 set -euo pipefail
 
 VENV=${SLUICE_PEERS_VENV:-$HOME/.cache/sluice-peers}
@@ -50,15 +63,80 @@ STREAMING=mosaicml-streaming==0.13.0
 LITDATA=litdata==0.2.76
 TORCH2=(torch==2.12.0 torchvision==0.27.0)
 LVENV=${SLUICE_PEERS_LITDATA_VENV:-$HOME/.cache/sluice-peers-litdata}
-ALL=(tfdata dali webdataset streaming ffcv litdata)
+SPDL=spdl==0.8.0
+TORCHDATA=torchdata==0.11.0
+GRAIN=grain==0.2.18
+GRAIN_FT=grain-free-threading==0.2.18
+PYTHONS=${SLUICE_PYTHONS:-$HOME/.cache/sluice-pythons}
+THREAD_PEERS=(spdl torchdata grain)
+ALL=(tfdata dali webdataset streaming ffcv litdata "${THREAD_PEERS[@]}")
 WANT=("$@")
 [ ${#WANT[@]} -gt 0 ] || WANT=("${ALL[@]}")
 for w in "${WANT[@]}"; do
   case " ${ALL[*]} " in *" $w "*) ;; *) echo "peers: unknown loader '$w' (known: ${ALL[*]})" >&2; exit 2 ;; esac
 done
 want() { case " ${WANT[*]} " in *" $1 "*) return 0 ;; esac; return 1; }
+only_threads=1
+for w in "${WANT[@]}"; do
+  case " ${THREAD_PEERS[*]} " in *" $w "*) ;; *) only_threads=0 ;; esac
+done
 
 say() { echo "peers: $*" >&2; }
+
+# The versions of numpy, torch, torchvision and Pillow that interpreter $1
+# has, as pip constraints: a peer's requirement can never replace them.
+held_versions() {
+  "$1" - <<'EOF'
+from importlib import metadata
+for name in ("numpy", "torch", "torchvision", "Pillow"):
+    try:
+        print(f"{name}=={metadata.version(name)}")
+    except metadata.PackageNotFoundError:
+        pass
+EOF
+}
+
+# Thread peers, into the venvs of scripts/pythons.sh (see the top).
+thread_peers() {  # venv name: gil or ft
+  local v=$PYTHONS/$1
+  local py=$v/bin/python st=$v/sluice-peers-status cons=$v/sluice-peers-constraints.txt
+  if [ ! -x "$py" ]; then
+    say "no $py: run scripts/pythons.sh first (the thread peers need its torch 2.x venvs)"
+    return 1
+  fi
+  mkdir -p "$st"
+  held_versions "$py" >"$cons"
+  local loader pin mod out
+  for loader in "${THREAD_PEERS[@]}"; do
+    want "$loader" || continue
+    case $loader in
+      spdl) pin=$SPDL mod=spdl.pipeline ;;
+      torchdata) pin=$TORCHDATA mod=torchdata.nodes ;;
+      grain) pin=$GRAIN mod=grain; if [ "$1" = ft ]; then pin=$GRAIN_FT; fi ;;
+    esac
+    say "pip install $pin into $v (log: $st/$loader.log)"
+    if ! "$py" -m pip install --disable-pip-version-check --only-binary :all: -c "$cons" "$pin" \
+         >"$st/$loader.log" 2>&1; then
+      echo "pip install $pin failed in $v: $(grep -E 'error|Error|ERROR' "$st/$loader.log" | tail -2 | tr '\n' ' ' | cut -c1-300)" \
+        >"$st/$loader.txt"
+      say "$loader ($1): NOT installable: $(cat "$st/$loader.txt")"
+      continue
+    fi
+    if ! out=$("$py" -c "import $mod" 2>&1); then
+      echo "installed, but 'import $mod' fails in $v: $(echo "$out" | tail -1 | cut -c1-300)" >"$st/$loader.txt"
+      say "$loader ($1): $(cat "$st/$loader.txt")"
+      continue
+    fi
+    rm -f "$st/$loader.txt"
+    say "$loader ($1): ${pin%%==*} $("$py" -c "from importlib import metadata; print(metadata.version('${pin%%==*}'))")"
+  done
+  echo "$1=$py"
+}
+if want spdl || want torchdata || want grain; then
+  thread_peers gil || true
+  thread_peers ft || true
+fi
+if [ "$only_threads" = 1 ]; then exit 0; fi
 
 # Debian packages: venv/headers for the interpreter, OpenCV and libjpeg-turbo
 # headers for FFCV's C++ extension, pkg-config that its setup.py calls.
@@ -89,16 +167,7 @@ mkdir -p "$STATUS"
 # Keep Debian's numpy, torch and torchvision: pin them to the versions the
 # system interpreter has, so a peer's requirement can never pull PyPI's.
 CONSTRAINTS=$VENV/sluice-peers-constraints.txt
-"$SYSPY" - >"$CONSTRAINTS" <<'EOF'
-from importlib import metadata
-for name in ("numpy", "torch", "torchvision", "Pillow"):
-    try:
-        print(f"{name}=={metadata.version(name)}")
-    except metadata.PackageNotFoundError:
-        pass
-print("protobuf<5")
-print("opencv-python==4.11.0.86")
-EOF
+{ held_versions "$SYSPY"; echo "protobuf<5"; echo "opencv-python==4.11.0.86"; } >"$CONSTRAINTS"
 
 pip_install() {  # loader, then pip arguments
   local loader=$1; shift

@@ -19,13 +19,13 @@ from . import _sluice
 from ._sluice import (Error, OutOfMemory, InvalidError, IOFailure, CorruptError,
                       UnsupportedError, DecodeError, LimitError, CanceledError,
                       Reader, Writer, Tensor, set_log_level, __version__)
-from .dataset import (Dataset, records, synthetic, tfrecord, webdataset, image_folder, idx,
+from .dataset import (Dataset, records, synthetic, tfrecord, webdataset, parquet, image_folder, idx,
                       from_arrays, from_spec, dlpack_for_torch)
 
 __all__ = [
     "Error", "OutOfMemory", "InvalidError", "IOFailure", "CorruptError", "UnsupportedError",
     "DecodeError", "LimitError", "CanceledError", "Reader", "Writer", "Tensor", "Dataset",
-    "records", "synthetic", "tfrecord", "webdataset", "image_folder", "idx", "from_arrays", "from_spec", "dlpack_for_torch", "pack", "set_log_level", "__version__",
+    "records", "synthetic", "tfrecord", "webdataset", "parquet", "image_folder", "idx", "from_arrays", "from_spec", "dlpack_for_torch", "pack", "set_log_level", "__version__",
 ]
 
 

@@ -688,6 +688,7 @@ _READERS = {
     "idx": ("idx", "an IDX (MNIST-style) file"),
     "tfrecord": ("tfrecord", "a TFRecord file"),
     "webdataset": ("webdataset", "a tar shard (WebDataset)"),
+    "parquet": ("parquet", "a Parquet file"),
 }
 
 
@@ -839,6 +840,38 @@ def webdataset(paths, columns=None, index=None, parallel=None, chunk=None, max_o
     if max_open_shards is not None:
         _check_int(max_open_shards, "max_open_shards", 1)
         src["max_open_shards"] = max_open_shards
+    return _source(src, parallel, chunk)
+
+
+def parquet(paths, columns=None, verify=None, cache_bytes=None, parallel=None, chunk=None):
+    """A Dataset reading Apache Parquet files (pyarrow's, Hugging Face
+    ``datasets``' shards), one record a row, files in the order given.
+
+    ``paths``: a file, a folder of Parquet files, a brace or shell pattern, an
+    "@file" listing paths, an ``http(s)://`` or ``s3://`` URL, or a list of
+    these. ``columns``: the columns to read, a list of names or a dict
+    mapping names to new names; default every column sluice reads (a struct's
+    fields as ``struct.field``, a list of numbers as one array column, a
+    Hugging Face ``Image``'s bytes as the struct's own name, e.g. ``image``).
+    ``verify``: check each page's CRC where the writer stored one (default
+    True). ``cache_bytes``: memory for decoded row groups kept for later
+    reads (an int, or "512M"; default 512 MiB; counted in the pipeline's
+    memory limit). docs/SOURCES.md, "Parquet", says what random access costs."""
+    src = {"parquet": _paths(paths, "paths")}
+    _check_folder(src["parquet"], "parquet")
+    if columns is not None:
+        if isinstance(columns, dict):
+            src["columns"] = {str(k): str(v) for k, v in columns.items()}
+        elif isinstance(columns, str):
+            src["columns"] = [columns]
+        else:
+            src["columns"] = [str(c) for c in columns]
+    if verify is not None:
+        src["verify"] = bool(verify)
+    if cache_bytes is not None:
+        if not isinstance(cache_bytes, str):
+            _check_int(cache_bytes, "cache_bytes", 0)
+        src["cache_bytes"] = cache_bytes
     return _source(src, parallel, chunk)
 
 

@@ -173,6 +173,20 @@ uint64_t sl__now_ns(void);
  * sl__crc32c(0, "123456789", 9) == 0xe3069283. */
 uint32_t sl__crc32c(uint32_t crc, const void *p, size_t n);
 
+/* ---- CPU features (cpu_features.c) ----------------------------------------------- */
+/* What the CPU and the OS support, for code that picks a SIMD kernel at run
+ * time: SL_CPU_* bits, read once with cpuid and xgetbv (0 off x86-64). */
+enum {
+    SL_CPU_SSE41 = 1 << 0,
+    SL_CPU_SSE42 = 1 << 1,
+    SL_CPU_AVX2 = 1 << 2,
+    SL_CPU_AVX512F = 1 << 3,
+    SL_CPU_AVX512BW = 1 << 4,
+    SL_CPU_AVX512VL = 1 << 5,
+    SL_CPU_AVX512VBMI = 1 << 6,
+};
+unsigned sl__cpu_features(void);
+
 /* ---- little-endian load/store (the .slr format is little-endian) --------------- */
 static inline uint16_t sl__ld16(const void *p) {
     const uint8_t *b = (const uint8_t *)p;
@@ -200,6 +214,15 @@ static inline void sl__st64(void *p, uint64_t v) {
 }
 
 /* Checked size arithmetic: return false on overflow. */
+/* SplitMix64's finaliser (sl_mix64, the public one, in rng.c), inline for
+ * the loops that run it many times per sample (the shuffle's rounds). */
+static inline uint64_t sl__mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
 static inline bool sl__mul_ok(size_t a, size_t b, size_t *out) {
     return !__builtin_mul_overflow(a, b, out);
 }

@@ -26,14 +26,13 @@ static void crc_init(void) {
             c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
         crc_table[i] = c;
     }
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    crc_have_sse42 = __builtin_cpu_supports("sse4.2");
-#endif
+    crc_have_sse42 = (sl__cpu_features() & SL_CPU_SSE42) != 0;
 }
 
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t c, const uint8_t *p,
+/* crc32: clang counts the instruction as a feature of its own, which
+ * sse4.2 does not imply there */
+__attribute__((target("sse4.2,crc32"))) static uint32_t crc_hw(uint32_t c, const uint8_t *p,
                                                           size_t n) {
     uint64_t c64 = c;
     for (; n >= 8; p += 8, n -= 8) {

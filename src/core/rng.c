@@ -12,27 +12,20 @@
 
 #define GAMMA 0x9e3779b97f4a7c15ull
 
-uint64_t sl_mix64(uint64_t x) {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
+uint64_t sl_mix64(uint64_t x) { return sl__mix64(x); }
 
 void sl_rng_init(sl_rng *rng, uint64_t seed, uint64_t epoch, uint64_t index, uint64_t op) {
-    uint64_t k = sl_mix64(seed + GAMMA);
-    k = sl_mix64(k ^ (epoch + 0x632be59bd9b4e019ull));
-    k = sl_mix64(k ^ (index + 0x8cb92ba72f3d8dd7ull));
-    k = sl_mix64(k ^ (op + 0x4f1bbcdcbfa53e0bull));
+    uint64_t k = sl__mix64(seed + GAMMA);
+    k = sl__mix64(k ^ (epoch + 0x632be59bd9b4e019ull));
+    k = sl__mix64(k ^ (index + 0x8cb92ba72f3d8dd7ull));
+    k = sl__mix64(k ^ (op + 0x4f1bbcdcbfa53e0bull));
     rng->key = k;
     rng->counter = 0;
 }
 
 uint64_t sl_rng_next(sl_rng *rng) {
     rng->counter++;
-    return sl_mix64(rng->key + rng->counter * GAMMA);
+    return sl__mix64(rng->key + rng->counter * GAMMA);
 }
 
 double sl_rng_uniform(sl_rng *rng) {

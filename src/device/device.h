@@ -5,7 +5,7 @@
  *
  * Layering: the device layer knows nothing of pipelines, specs or plans
  * (it calls core and the ops' CPU kernels only). The pipeline calls in
- * through its hand-off, src/pipeline/device_handoff.c (sl_pipeline__dev_*),
+ * through its hand-off stage, src/pipeline/stage_handoff.c (sl_stage_handoff__*),
  * and through spec.c for the "device" JSON (sl_dev__parse_json, _to_json,
  * _decode_placement); the hand-off passes finished host batches across as
  * column views (sl_dev_cols, below) and takes device batches back. What

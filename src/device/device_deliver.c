@@ -4,7 +4,7 @@
  * batch's columns into device columns, GPU decode's batches (JPEG rows of
  * host batches decoded into ring slots), and the public sl_device_available
  * and sl_tensor_stream_wait. The pipeline reaches it only through its
- * hand-off (src/pipeline/device_handoff.c), which passes finished host
+ * hand-off stage (src/pipeline/stage_handoff.c), which passes finished host
  * batches across as column views (sl_dev_cols) and takes device batches
  * back; nothing here knows a pipeline, a spec or a plan.
  *

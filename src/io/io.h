@@ -213,6 +213,12 @@ int sl_io__http_open(sl_io **out, const char *name, unsigned flags, const char *
 int sl_io__http_stat(const char *name, sl_io_info *out);
 /* Whether `name`'s scheme is one io_http.c reads (http, https, s3). */
 int sl_io__http_handles(const char *name);
+/* The CA bundle for TLS when no variable names one: NULL when libcurl's own
+ * default (`builtin`, curl_version_info's cainfo) exists, else the first of
+ * `candidates` (NULL-terminated) that exists: a libcurl built without a
+ * bundle path (the wheels' own, over OpenSSL, scripts/wheel.sh) then finds
+ * the certificates where the distribution keeps them. */
+const char *sl_io__ca_pick(const char *builtin, const char *const *candidates);
 
 /* The shard cache's budget for this process from now on (in place of
  * SLUICE_CACHE_BYTES; 0: no cache on disk — .slr shards are read by ranges,

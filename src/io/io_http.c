@@ -171,6 +171,23 @@ static void share_unlock(CURL *h, curl_lock_data d, void *u) {
     pthread_mutex_unlock(&share_mu[d]);
 }
 
+/* Where distributions keep their CA bundle (the list Go's crypto/x509 reads
+ * on Linux): Debian, Ubuntu, Arch, Gentoo; Fedora, RHEL 6; openSUSE;
+ * OpenELEC; CentOS and RHEL 7 and later; Alpine. */
+static const char *const ca_bundles[] = {
+    "/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem", "/etc/pki/tls/cacert.pem",
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", "/etc/ssl/cert.pem", NULL};
+
+const char *sl_io__ca_pick(const char *builtin, const char *const *candidates) {
+    if (builtin && *builtin && access(builtin, R_OK) == 0)
+        return NULL;
+    for (int i = 0; candidates[i]; i++)
+        if (access(candidates[i], R_OK) == 0)
+            return candidates[i];
+    return NULL;
+}
+
 static void init(void) {
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         init_rc = SL_EIO;
@@ -194,6 +211,8 @@ static void init(void) {
         ca = getenv("CURL_CA_BUNDLE");
     if (!ca || !*ca)
         ca = getenv("SSL_CERT_FILE");
+    if (!ca || !*ca)
+        ca = sl_io__ca_pick(curl_version_info(CURLVERSION_NOW)->cainfo, ca_bundles);
     if (ca && *ca)
         snprintf(cfg.ca, sizeof cfg.ca, "%s", ca);
     const char *dir = getenv("SLUICE_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"),

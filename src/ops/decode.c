@@ -220,7 +220,7 @@ int sl_decode_crop_resize(sl_decoder *dec, const void *data, size_t size, sl_col
     SL_TRY(check_color(color));
     if (out_h <= 0 || out_w <= 0 || out_h > (1 << 16) || out_w > (1 << 16))
         return sl__error(SL_EINVAL, "decode: bad output size %dx%d", out_w, out_h);
-    if (interp != SL_INTERP_BILINEAR && interp != SL_INTERP_AREA && interp != SL_INTERP_NEAREST)
+    if (!sl_ops__interp_pil(interp))
         return sl__error(SL_EINVAL, "decode: unknown interpolation %d", (int)interp);
     sl_image_info info;
     SL_TRY(sl_decode_info(dec, data, size, &info));

@@ -632,6 +632,10 @@ static int decode_box_synth(sl_decoder *d, const sl_jpeg_layout *L, sl_color col
         return rc;
     SL_TRY(jpeg_begin(d));
     j_decompress_ptr ci = &d->cinfo;
+    /* The synthetic stream is one baseline scan (a usable layout is), so
+     * the scan cap has nothing to count: no progress hook, which libjpeg
+     * would call for every row group (jpeg_begin sets it again). */
+    ci->progress = NULL;
     if (setjmp(d->jerr.jb)) {
         jpeg_abort_decompress(ci);
         return 1;

@@ -293,7 +293,7 @@ struct sl_op_def {
  * after it (an error naming that node). The engine knows nothing of what the
  * op does: it replaces the taken nodes with one node of `out->def`, and when
  * `out->handoff` is set, the pipeline's device hand-off finishes that node's
- * output (src/pipeline/device_handoff.c) and the consumer gets
+ * output (src/pipeline/stage_handoff.c) and the consumer gets
  * `out->consumer_cols`. */
 typedef struct sl_op_chain_node {
     const sl_op_def *def;        /* the op; NULL for a user map or filter, or a

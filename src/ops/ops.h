@@ -59,7 +59,7 @@ enum {
 };
 
 /* The level the kernels use: the best the CPU has (checked once, with
- * __builtin_cpu_supports), capped by the environment variable SLUICE_SIMD
+ * sl__cpu_features), capped by the environment variable SLUICE_SIMD
  * (scalar, sse4.1, avx2 or avx512, read once) and by sl_ops__simd_max. */
 int sl_ops__simd(void);
 /* 1 when the CPU also has AVX-512 VBMI (byte permutes; normalize's
@@ -76,6 +76,9 @@ extern int sl_ops__simd_max;
 enum { SL_OPS_K_HPASS = 0, SL_OPS_K_VPASS = 1, SL_OPS_K_NORM = 2, SL_OPS_NKERNELS = 3 };
 extern _Thread_local unsigned long sl_ops__simd_calls[SL_OPS_NKERNELS][4];
 #define SL_OPS__COUNT(k, level) (sl_ops__simd_calls[k][level]++)
+
+/* 1 when `interp` is one of PIL's filters (the resampler's). */
+int sl_ops__interp_pil(sl_interp interp);
 
 /* The resampling kernel behind sl_image_resize*.
  * `src` has sh rows of sw pixels with C channels, row stride `sstride` bytes.
@@ -112,7 +115,7 @@ void sl_ops__rgb_to_gray(const uint8_t *src, uint8_t *dst, size_t npix);
  * phase's time is added to this thread's counters, exclusive of the phases
  * nested inside it (a fused decode's phase is its time less the resample
  * and normalize inside). The engine moves the counters into the stage's
- * after each unit of work (sl_pipeline__phases_take). Untimed samples pay
+ * after each unit of work (sl_stage__phases_take). Untimed samples pay
  * one thread-local test per phase. */
 enum { SL_PHASE_DECODE, SL_PHASE_RESAMPLE, SL_PHASE_NORMALIZE, SL_NPHASES };
 /* The phases' keys in the stats JSON's op split ("decode_us", ...). */

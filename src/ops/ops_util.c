@@ -131,20 +131,18 @@ int sl_ops__simd_max = SL_OPS_AVX512;
 _Thread_local unsigned long sl_ops__simd_calls[SL_OPS_NKERNELS][4];
 
 /* Several threads may ask at once; they all compute the same answer. */
-static _Atomic int simd_cached = -1, vbmi_cached = -1;
+static _Atomic int simd_cached = -1;
 
 static int simd_detect(void) {
     int level = SL_OPS_SCALAR;
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("sse4.1"))
+    unsigned f = sl__cpu_features();
+    if (f & SL_CPU_SSE41)
         level = SL_OPS_SSE41;
-    if (level == SL_OPS_SSE41 && __builtin_cpu_supports("avx2"))
+    if (level == SL_OPS_SSE41 && (f & SL_CPU_AVX2))
         level = SL_OPS_AVX2;
-    if (level == SL_OPS_AVX2 && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+    const unsigned avx512 = SL_CPU_AVX512F | SL_CPU_AVX512BW | SL_CPU_AVX512VL;
+    if (level == SL_OPS_AVX2 && (f & avx512) == avx512)
         level = SL_OPS_AVX512;
-#endif
     const char *env = getenv("SLUICE_SIMD");
     if (env && *env) {
         static const char *const names[] = {"scalar", "sse4.1", "avx2", "avx512"};
@@ -164,19 +162,7 @@ int sl_ops__simd(void) {
     return v < sl_ops__simd_max ? v : sl_ops__simd_max;
 }
 
-int sl_ops__cpu_vbmi(void) {
-    int v = atomic_load_explicit(&vbmi_cached, memory_order_relaxed);
-    if (SL_UNLIKELY(v < 0)) {
-#if defined(__x86_64__) && defined(__GNUC__)
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512vbmi") ? 1 : 0;
-#else
-        v = 0;
-#endif
-        atomic_store_explicit(&vbmi_cached, v, memory_order_relaxed);
-    }
-    return v;
-}
+int sl_ops__cpu_vbmi(void) { return (sl__cpu_features() & SL_CPU_AVX512VBMI) != 0; }
 
 /* ---- per-phase timing ------------------------------------------------------ */
 

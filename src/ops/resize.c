@@ -1,5 +1,6 @@
 /*
- * resize.c — PIL-exact resampling (Image.resize with BILINEAR, BOX, NEAREST).
+ * resize.c — PIL-exact resampling (Image.resize with BILINEAR, BOX, NEAREST,
+ * BICUBIC, LANCZOS, HAMMING).
  *
  * Hand-written rather than calling a library because the result must equal
  * PIL's pixel for pixel and it must write into caller memory with no
@@ -37,6 +38,59 @@ static double filter_triangle(double x) {
 
 static double filter_box(double x) { return (x > -0.5 && x <= 0.5) ? 1.0 : 0.0; }
 
+/* PIL's other filters, from their definitions: Keys' cubic with a = -0.5
+ * (support 2), Lanczos with 3 lobes (support 3), Hamming-windowed sinc
+ * (support 1). */
+static double filter_bicubic(double x) {
+    const double a = -0.5;
+    if (x < 0.0)
+        x = -x;
+    if (x < 1.0)
+        return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
+    if (x < 2.0)
+        return (((x - 5.0) * x + 8.0) * x - 4.0) * a;
+    return 0.0;
+}
+
+static double sinc(double x) {
+    if (x == 0.0)
+        return 1.0;
+    x *= M_PI;
+    return sin(x) / x;
+}
+
+static double filter_lanczos(double x) {
+    return (x >= -3.0 && x < 3.0) ? sinc(x) * sinc(x / 3.0) : 0.0;
+}
+
+static double filter_hamming(double x) {
+    if (x < 0.0)
+        x = -x;
+    if (x == 0.0)
+        return 1.0;
+    if (x >= 1.0)
+        return 0.0;
+    x *= M_PI;
+    return sin(x) / x * (0.54 + 0.46 * cos(x));
+}
+
+/* The filter of `interp` and its support (PIL's filter table). */
+static double (*filter_of(sl_interp interp, double *support))(double) {
+    switch (interp) {
+    case SL_INTERP_AREA: *support = 0.5; return filter_box;
+    case SL_INTERP_BICUBIC: *support = 2.0; return filter_bicubic;
+    case SL_INTERP_LANCZOS: *support = 3.0; return filter_lanczos;
+    case SL_INTERP_HAMMING: *support = 1.0; return filter_hamming;
+    default: *support = 1.0; return filter_triangle;
+    }
+}
+
+int sl_ops__interp_pil(sl_interp interp) {
+    return interp == SL_INTERP_BILINEAR || interp == SL_INTERP_AREA ||
+           interp == SL_INTERP_NEAREST || interp == SL_INTERP_BICUBIC ||
+           interp == SL_INTERP_LANCZOS || interp == SL_INTERP_HAMMING;
+}
+
 static inline uint8_t clip8(int32_t v) {
     if (v >= (1 << PRECISION_BITS << 8))
         return 255;
@@ -56,8 +110,8 @@ static int axis_ksize(float in0, float in1, int out_size, double support) {
  * range [lo, hi) in place of [0, size). `tmpd` holds ksize doubles. */
 static void axis_coeffs(float in0, float in1, int lo, int hi, int out_size, int ksize,
                         sl_interp interp, int32_t *bounds, int32_t *kk, double *tmpd) {
-    double support = interp == SL_INTERP_AREA ? 0.5 : 1.0;
-    double (*filter)(double) = interp == SL_INTERP_AREA ? filter_box : filter_triangle;
+    double support;
+    double (*filter)(double) = filter_of(interp, &support);
     double scale = (double)(in1 - in0) / out_size;
     double filterscale = scale < 1.0 ? 1.0 : scale;
     support *= filterscale;
@@ -681,7 +735,8 @@ static int resample(const uint8_t *src, int sh, int sw, size_t sstride, int C,
         return SL_OK;
     }
     float bx0 = (float)box[0], by0 = (float)box[1], bx1 = (float)box[2], by1 = (float)box[3];
-    double support = interp == SL_INTERP_AREA ? 0.5 : 1.0;
+    double support;
+    (void)filter_of(interp, &support);
     int need_h = ow != sw || bx0 != 0.0f || bx1 != (float)ow;
     int need_v = oh != sh || by0 != 0.0f || by1 != (float)oh;
     if (!need_h && !need_v) {
@@ -773,7 +828,7 @@ int sl_image_resize_box(const sl_tensor *src, const double box[4], int out_h, in
                         sl_interp interp, sl_tensor *out) {
     SL_TRY(sl_ops__check_image(src, "resize"));
     SL_TRY(check_size(out_h, out_w, "resize"));
-    if (interp != SL_INTERP_BILINEAR && interp != SL_INTERP_AREA && interp != SL_INTERP_NEAREST)
+    if (!sl_ops__interp_pil(interp))
         return sl__error(SL_EINVAL, "resize: unknown interpolation %d", (int)interp);
     int sh = (int)src->shape[0], sw = (int)src->shape[1], C = (int)src->shape[2];
     if (!(box[0] >= 0 && box[1] >= 0 && box[2] <= sw && box[3] <= sh && box[0] < box[2] &&

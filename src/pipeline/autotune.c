@@ -34,7 +34,7 @@
  * locks; other processes on the machine taking a share of the cores). After
  * SL_TUNE_STEADY ticks without a move, the costliest auto stage gets one
  * worker more (a spare past the budget, started with the others and
- * parked: sl_pipeline__tune_spare; a thread started late would change the
+ * parked: sl_exec__tune_spare; a thread started late would change the
  * thread count and the pools' high-water mark mid-run), for
  * SL_TUNE_TRIAL_TICKS intervals; it stays only when their mean is
  * SL_TUNE_EXPLORE_GAIN above the mean of the steady ticks before it (a tick
@@ -55,7 +55,7 @@
  * cost amortised), small ones for expensive samples (work spreads across
  * workers and the first batch comes early). Chunking never changes results.
  */
-#include "pipeline/pipeline.h"
+#include "pipeline/exec.h"
 
 #include <string.h>
 
@@ -218,25 +218,25 @@ int sl_pipeline__tune_step(sl_tune *t, int n, const int *cur, const int *want,
  * slots; 5% more samples/s behind 8. */
 #define SPARE_SLOTS 6
 
-int sl_pipeline__tune_spare(sl_pipeline *p) {
-    int first_batch = p->layout.collate_stage;
-    for (int s = 0; s < p->nstages; s++) {
-        sl_stage *st = &p->stage[s];
-        if (!st->autotune || st->workers < p->ncpus)
+int sl_exec__tune_spare(sl_exec *x) {
+    int first_batch = x->layout.collate_stage;
+    for (int s = 0; s < x->nstages; s++) {
+        sl_stage *st = &x->stage[s];
+        if (!st->autotune || st->workers < x->ncpus)
             continue;
-        uint64_t more = s == p->nstages - 1 ? 1 + SPARE_SLOTS : 1;
-        if (s >= first_batch && p->mem.batch_bytes > 0 &&
-            p->mem.limit / p->mem.batch_bytes < p->mem.batches_held + more)
+        uint64_t more = s == x->nstages - 1 ? 1 + SPARE_SLOTS : 1;
+        if (s >= first_batch && x->mem.batch_bytes > 0 &&
+            x->mem.limit / x->mem.batch_bytes < x->mem.batches_held + more)
             continue;
         /* a stage making large batches gets no spare: the pools keep the
          * most buffers ever out, so a spare woken mid-run would raise
          * resident memory for the rest of it (RSS must stay flat across
          * epochs: bench/soak.py, +2% on the image pipeline) */
-        if (s >= first_batch && more * p->mem.batch_bytes > p->mem.limit / 64)
+        if (s >= first_batch && more * x->mem.batch_bytes > x->mem.limit / 64)
             continue;
         st->workers++;
         st->spare = 1;
-        if (s == p->nstages - 1) {
+        if (s == x->nstages - 1) {
             int relaxed = st->out.relaxed;
             sl_queue__destroy(&st->out);
             SL_TRY(sl_queue__init(&st->out, (size_t)st->qcap + SPARE_SLOTS, relaxed));
@@ -252,48 +252,48 @@ int sl_pipeline__tune_spare(sl_pipeline *p) {
  * interval of `dt` ns. Once true it stays: the slots were checked against
  * the memory limit and reserved when they were made, and a consumer that
  * later slows down loses nothing to them. */
-static int deep_for_order(sl_pipeline *p, int consumer_bound, uint64_t dt) {
-    sl_stage *last = &p->stage[p->nstages - 1];
+static int deep_for_order(sl_exec *x, int consumer_bound, uint64_t dt) {
+    sl_stage *last = &x->stage[x->nstages - 1];
     uint64_t wo = atomic_load(&last->wait_out_ns);
     uint64_t d = wo - last->tune_wait_out;
     last->tune_wait_out = wo;
     int active = atomic_load(&last->active);
-    if (!p->tune.deep && !consumer_bound && dt > 0 && active > 0 &&
+    if (!x->tune.deep && !consumer_bound && dt > 0 && active > 0 &&
         (double)d > 0.05 * (double)dt * (double)active)
-        p->tune.deep = 1;
-    return p->tune.deep;
+        x->tune.deep = 1;
+    return x->tune.deep;
 }
 
-void sl_pipeline__autotune(sl_pipeline *p) {
+void sl_exec__autotune(sl_exec *x) {
     uint64_t now = sl__now_ns();
-    if (now - p->tune.last_ns < TICK_NS)
+    if (now - x->tune.last_ns < TICK_NS)
         return;
-    uint64_t batches = atomic_load(&p->stats.batches_out);
-    uint64_t samples = atomic_load(&p->stats.samples_out);
-    if (batches - p->tune.batches < MIN_BATCHES && now - p->tune.last_ns < MAX_TICK_NS &&
-        p->tune.last_ns != 0)
+    uint64_t batches = atomic_load(&x->stats.batches_out);
+    uint64_t samples = atomic_load(&x->stats.samples_out);
+    if (batches - x->tune.batches < MIN_BATCHES && now - x->tune.last_ns < MAX_TICK_NS &&
+        x->tune.last_ns != 0)
         return;
-    double rate = p->tune.last_ns ? (double)(samples - p->tune.samples) * 1e9 /
-                                        (double)(now - p->tune.last_ns)
+    double rate = x->tune.last_ns ? (double)(samples - x->tune.samples) * 1e9 /
+                                        (double)(now - x->tune.last_ns)
                                   : 0.0;
     /* the consumer waited under 10% of the interval: it bounds the run, and
      * no worker past the rule can help (no exploration) */
-    uint64_t cwait = atomic_load(&p->stats.consumer_wait_ns);
-    int consumer_bound = p->tune.last_ns && (double)(cwait - p->tune.consumer_wait) <
-                                                0.10 * (double)(now - p->tune.last_ns);
-    p->tune.consumer_wait = cwait;
-    uint64_t dt = p->tune.last_ns ? now - p->tune.last_ns : 0;
-    p->tune.last_ns = now;
-    p->tune.batches = batches;
-    p->tune.samples = samples;
+    uint64_t cwait = atomic_load(&x->handoff.wait_in_ns);
+    int consumer_bound = x->tune.last_ns && (double)(cwait - x->tune.consumer_wait) <
+                                                0.10 * (double)(now - x->tune.last_ns);
+    x->tune.consumer_wait = cwait;
+    uint64_t dt = x->tune.last_ns ? now - x->tune.last_ns : 0;
+    x->tune.last_ns = now;
+    x->tune.batches = batches;
+    x->tune.samples = samples;
     double cost[SL_STATS_MAX_STAGES] = {0}, total = 0, per_sample = 0;
     int n_auto = 0, unmeasured = 0;
-    for (int s = 0; s < p->nstages; s++) {
-        sl_stage *st = &p->stage[s];
+    for (int s = 0; s < x->nstages; s++) {
+        sl_stage *st = &x->stage[s];
         uint64_t busy = atomic_load(&st->busy_ns), el = atomic_load(&st->elements);
         uint64_t db = busy - st->tune_busy, de = el - st->tune_elements;
         int parallel =
-            st->kind == SL_ST_SOURCE || st->kind == SL_ST_MAP || st->kind == SL_ST_STACK;
+            (st->kind->tunes & SL_TUNES_WORKERS) != 0;
         if (de == 0 && parallel) {
             /* No chunk finished in this interval: the stage is either working
              * on a chunk that outlasts a tick (slow samples) or blocked. Not
@@ -322,45 +322,43 @@ void sl_pipeline__autotune(sl_pipeline *p) {
         if (st->autotune)
             n_auto++;
     }
-    if (p->spec->chunk == 0 && per_sample > 0) {
+    if (x->spec->chunk == 0 && per_sample > 0) {
         double k = CHUNK_WORK_NS / per_sample;
         int c = k < 1 ? 1 : k > 128 ? 128 : (int)k;
-        pthread_mutex_lock(&p->cur.mu);
-        p->chunk_size = c;
-        pthread_mutex_unlock(&p->cur.mu);
+        atomic_store_explicit(&x->chunk_size, c, memory_order_relaxed);
     }
     if (n_auto == 0 || total <= 0 || unmeasured)
         return;
     int is_auto[SL_STATS_MAX_STAGES] = {0}, maxw[SL_STATS_MAX_STAGES] = {0};
     int want[SL_STATS_MAX_STAGES] = {0}, cur[SL_STATS_MAX_STAGES], next[SL_STATS_MAX_STAGES];
-    for (int s = 0; s < p->nstages; s++) {
-        is_auto[s] = p->stage[s].autotune;
-        maxw[s] = p->stage[s].workers;
-        cur[s] = atomic_load(&p->stage[s].active);
+    for (int s = 0; s < x->nstages; s++) {
+        is_auto[s] = x->stage[s].autotune;
+        maxw[s] = x->stage[s].workers;
+        cur[s] = atomic_load(&x->stage[s].active);
     }
-    sl_pipeline__tune_shares(p->ncpus, p->nstages, cost, is_auto, maxw, want);
+    sl_pipeline__tune_shares(x->ncpus, x->nstages, cost, is_auto, maxw, want);
     int top = -1;
-    for (int s = 0; s < p->nstages && !consumer_bound; s++)
+    for (int s = 0; s < x->nstages && !consumer_bound; s++)
         if (is_auto[s] && (top < 0 || cost[s] > cost[top]))
             top = s;
-    sl_stage *last = &p->stage[p->nstages - 1];
+    sl_stage *last = &x->stage[x->nstages - 1];
     int slots = last->autotune && last->out.cap > (size_t)last->qcap;
-    int deep = slots && deep_for_order(p, consumer_bound, dt);
-    int moved = sl_pipeline__tune_step(&p->tune, p->nstages, cur, want, maxw, top, rate, now, next);
-    /* the spare's slots in the consumer's queue (sl_pipeline__tune_spare): in
+    int deep = slots && deep_for_order(x, consumer_bound, dt);
+    int moved = sl_pipeline__tune_step(&x->tune, x->nstages, cur, want, maxw, top, rate, now, next);
+    /* the spare's slots in the consumer's queue (sl_exec__tune_spare): in
      * use while the spare works (set before it is woken), or for order */
     if (slots) {
-        int spare_on = (moved ? next[p->nstages - 1] : cur[p->nstages - 1]) > p->ncpus;
+        int spare_on = (moved ? next[x->nstages - 1] : cur[x->nstages - 1]) > x->ncpus;
         size_t limit = (size_t)last->qcap + (spare_on || deep ? SPARE_SLOTS : 0);
         if (limit != sl_queue__limit(&last->out))
             sl_queue__set_limit(&last->out, limit);
     }
     if (moved) {
-        for (int s = 0; s < p->nstages; s++)
-            if (p->stage[s].autotune && next[s] > 0)
-                atomic_store(&p->stage[s].active, next[s]);
-        pthread_mutex_lock(&p->tune.mu);
-        pthread_cond_broadcast(&p->tune.cv);
-        pthread_mutex_unlock(&p->tune.mu);
+        for (int s = 0; s < x->nstages; s++)
+            if (x->stage[s].autotune && next[s] > 0)
+                atomic_store(&x->stage[s].active, next[s]);
+        pthread_mutex_lock(&x->gate.mu);
+        pthread_cond_broadcast(&x->gate.cv);
+        pthread_mutex_unlock(&x->gate.mu);
     }
 }

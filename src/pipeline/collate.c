@@ -1,16 +1,16 @@
 /*
- * collate.c — samples into batches: the one place that stacks columns,
- * makes ragged ones, and turns chunks into the batches the consumer gets.
+ * collate.c — samples into batches: the one place that stacks columns and
+ * makes ragged ones, for the three collations (stage.h: collate_final.c,
+ * collate_fused.c, collate_parallel.c).
  *
- * Two callers, one set of rules:
- *  - map + batch fusion (sl_collate__chunk): the worker that finished a chunk
- *    of exactly one batch collates it, in parallel with the other workers;
- *    when nothing runs per sample, the reader takes the batch first and reads
- *    every record into its row instead (sl_collate__rows);
- *    the consumer (direct mode, pipeline.c) or the final stage (exec_seq.c) then
- *    takes it with sl_collate__from_chunk / sl_collate__fused_batch;
- *  - the final stage (sl_collator): samples arrive one at a time in stream
- *    order, after sequential ops that may drop some.
+ * Two ways in, one set of rules:
+ *  - a whole chunk at once (sl_collate__chunk): the fused collation's worker
+ *    that finished a chunk of exactly one batch, or a worker of the collate
+ *    stage with the samples the final stage assigned to a batch; when
+ *    nothing runs per sample, a reader takes the batch first and reads every
+ *    record into its row instead (sl_collate__rows);
+ *  - one sample at a time (sl_collator): the final stage's, in stream order,
+ *    after sequential ops that may drop some.
  *
  * A column is stacked (leading batch dim) when every sample agrees in dtype
  * and shape, else ragged (a list of per-sample tensors). Both paths give the
@@ -22,7 +22,7 @@
  * since its memory lives only as long as the source, and a batch may outlive
  * the pipeline.
  */
-#include "pipeline/pipeline.h"
+#include "pipeline/stage.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -41,22 +41,22 @@ void sl_pipeline__batch_free(sl_batch *b) {
     sl__free(b);
 }
 
-static sl_batch *batch_new(const sl_pipeline *p, int kind, uint64_t epoch) {
+static sl_batch *batch_new(const sl_stage_env *e, int kind, uint64_t epoch) {
     sl_batch *b = sl__calloc(1, sizeof *b);
     if (!b)
         return NULL;
     b->kind = kind;
     b->epoch = epoch;
-    const sl_colset *oc = &p->plan.out_cols;
+    const sl_colset *oc = &e->plan->out_cols;
     b->ncols = oc->ncols;
     for (int c = 0; c < oc->ncols; c++)
         memcpy(b->names[c], oc->col[c].name, SL_COLNAME_MAX);
     return b;
 }
 
-sl_batch *sl_collate__marker(const sl_pipeline *p, int kind, uint64_t epoch, int err_rc,
+sl_batch *sl_collate__marker(const sl_stage_env *e, int kind, uint64_t epoch, int err_rc,
                              const char *msg) {
-    sl_batch *b = batch_new(p, kind, epoch);
+    sl_batch *b = batch_new(e, kind, epoch);
     if (!b)
         return NULL;
     b->err_rc = err_rc;
@@ -67,26 +67,26 @@ sl_batch *sl_collate__marker(const sl_pipeline *p, int kind, uint64_t epoch, int
 
 /* A tensor that owns its bytes (for a batch): moved if it has a buffer,
  * else copied into a pooled buffer. */
-static int own_tensor(sl_pipeline *p, sl_tensor *dst, sl_tensor *src) {
+static int own_tensor(const sl_stage_env *e, sl_tensor *dst, sl_tensor *src) {
     if (src->buf) {
         *dst = *src;
         memset(src, 0, sizeof *src);
         return SL_OK;
     }
-    SL_TRY(sl_pipeline__pools_batch_tensor(p->pools, dst, src->dtype, src->ndim, src->shape,
+    SL_TRY(sl_pipeline__pools_batch_tensor(e->pools, dst, src->dtype, src->ndim, src->shape,
                                            src->ndim > 0 ? src->shape[0] : 1));
     if (src->nbytes)
         memcpy(dst->data, src->data, src->nbytes);
     return SL_OK;
 }
 
-/* ---- a whole chunk at once (map + batch fusion) ------------------------------------ */
+/* ---- a whole chunk at once ---------------------------------------------------------- */
 
-int sl_collate__chunk(sl_pipeline *p, sl_chunk *c) {
+int sl_collate__chunk(const sl_stage_env *e, sl_chunk *c) {
     sl_batch *b = sl__calloc(1, sizeof *b);
     if (!b)
         return sl__oom("collating a batch");
-    const sl_colset *oc = &p->plan.out_cols;
+    const sl_colset *oc = &e->plan->out_cols;
     uint32_t n = c->n;
     b->kind = SL_CHUNK_DATA;
     b->ncols = oc->ncols;
@@ -97,7 +97,7 @@ int sl_collate__chunk(sl_pipeline *p, sl_chunk *c) {
     /* The slot column goes last: a sample's other column could (in theory)
      * be a view of the slot bytes, and must be copied out before the slot is
      * filled. */
-    int slot_col = c->slot.buf ? p->layout.slot_col : -1;
+    int slot_col = c->slot.buf ? e->layout->slot_col : -1;
     for (int k = 0; k < oc->ncols; k++) {
         int col = slot_col < 0 ? k : k < slot_col ? k : k + 1 < oc->ncols ? k + 1 : slot_col;
         memcpy(b->names[col], oc->col[col].name, SL_COLNAME_MAX);
@@ -119,8 +119,8 @@ int sl_collate__chunk(sl_pipeline *p, sl_chunk *c) {
                 b->col[col] = c->slot; /* the samples were written into it */
                 memset(&c->slot, 0, sizeof c->slot);
             } else {
-                rc = sl_pipeline__pools_batch_tensor(p->pools, &b->col[col], t0->dtype,
-                                                     t0->ndim + 1, shape, p->plan.batch_size);
+                rc = sl_pipeline__pools_batch_tensor(e->pools, &b->col[col], t0->dtype,
+                                                     t0->ndim + 1, shape, e->plan->batch_size);
                 if (rc < 0)
                     break;
             }
@@ -134,7 +134,8 @@ int sl_collate__chunk(sl_pipeline *p, sl_chunk *c) {
                     in_place++;
             }
             if (col == slot_col)
-                atomic_fetch_add_explicit(&p->stats.slot_writes, in_place, memory_order_relaxed);
+                atomic_fetch_add_explicit(&e->counters->slot_writes, in_place,
+                                          memory_order_relaxed);
         } else {
             b->ragged[col] = 1;
             b->items[col] = sl__calloc(n ? n : 1, sizeof(sl_tensor));
@@ -143,7 +144,7 @@ int sl_collate__chunk(sl_pipeline *p, sl_chunk *c) {
                 break;
             }
             for (uint32_t i = 0; i < n && rc >= 0; i++)
-                rc = own_tensor(p, &b->items[col][i], &c->s[i].col[col]);
+                rc = own_tensor(e, &b->items[col][i], &c->s[i].col[col]);
             if (rc < 0)
                 break;
         }
@@ -160,21 +161,21 @@ int sl_collate__chunk(sl_pipeline *p, sl_chunk *c) {
     return SL_OK;
 }
 
-int sl_collate__rows(sl_pipeline *p, sl_chunk *c, uint32_t n, char **rows) {
-    sl_batch *b = batch_new(p, SL_CHUNK_DATA, c->epoch);
+int sl_collate__rows(const sl_stage_env *e, sl_chunk *c, uint32_t n, char **rows) {
+    sl_batch *b = batch_new(e, SL_CHUNK_DATA, c->epoch);
     if (!b)
         return sl__oom("collating a batch");
     b->size = n;
     b->next_pos = n ? c->pos[n - 1] + 1 : 0;
-    const sl_colset *in = &p->plan.src_cols;
+    const sl_colset *in = &e->plan->src_cols;
     for (int k = 0; k < b->ncols; k++) {
         const sl_colinfo *ci = &in->col[k];
         int64_t shape[SL_MAX_DIMS];
         shape[0] = n;
         for (int d = 0; d < ci->ndim; d++)
             shape[d + 1] = ci->shape[d];
-        int rc = sl_pipeline__pools_batch_tensor(p->pools, &b->col[k], ci->dtype, ci->ndim + 1,
-                                                 shape, p->plan.batch_size);
+        int rc = sl_pipeline__pools_batch_tensor(e->pools, &b->col[k], ci->dtype, ci->ndim + 1,
+                                                 shape, e->plan->batch_size);
         if (rc < 0) {
             sl_pipeline__batch_free(b);
             return rc;
@@ -182,36 +183,6 @@ int sl_collate__rows(sl_pipeline *p, sl_chunk *c, uint32_t n, char **rows) {
         rows[k] = b->col[k].data;
     }
     c->batch = b;
-    return SL_OK;
-}
-
-sl_batch *sl_collate__fused_batch(const sl_pipeline *p, sl_chunk *c) {
-    sl_batch *b = c->batch;
-    c->batch = NULL;
-    if (b && p->plan.drop_remainder && b->size < p->plan.batch_size) {
-        sl_pipeline__batch_free(b);
-        return NULL;
-    }
-    return b;
-}
-
-int sl_collate__from_chunk(const sl_pipeline *p, sl_chunk *c, uint64_t *next_index,
-                           sl_batch **out) {
-    *out = NULL;
-    if (c->kind == SL_CHUNK_DATA) {
-        sl_batch *b = sl_collate__fused_batch(p, c);
-        if (b) {
-            b->index = (*next_index)++;
-            b->epoch = c->epoch;
-        }
-        *out = b;
-        return SL_OK;
-    }
-    *out = sl_collate__marker(p, c->kind, c->epoch, c->err_rc, c->errmsg);
-    if (!*out)
-        return sl__oom("ending an epoch");
-    if (c->kind == SL_CHUNK_END)
-        *next_index = 0;
     return SL_OK;
 }
 
@@ -237,22 +208,23 @@ static int make_ragged(sl_collator *k, int64_t cap, int c) {
     return SL_OK;
 }
 
-int sl_collate__add(sl_pipeline *p, sl_collator *k, sl_sample *s, uint64_t pos, uint64_t epoch) {
-    if (!p->plan.has_batch) {
-        k->b = batch_new(p, SL_CHUNK_DATA, epoch);
+int sl_collate__add(const sl_stage_env *e, sl_collator *k, sl_sample *s, uint64_t pos,
+                    uint64_t epoch) {
+    if (!e->plan->has_batch) {
+        k->b = batch_new(e, SL_CHUNK_DATA, epoch);
         if (!k->b)
             return sl__oom("collating a sample");
         k->b->single = 1;
         k->b->size = 1;
         for (uint32_t c = 0; c < s->ncols && (int)c < k->b->ncols; c++)
-            SL_TRY(own_tensor(p, &k->b->col[c], &s->col[c]));
+            SL_TRY(own_tensor(e, &k->b->col[c], &s->col[c]));
         k->b->next_pos = pos + 1;
         k->filled = 1;
         return 1;
     }
-    int64_t cap = p->plan.batch_size;
+    int64_t cap = e->plan->batch_size;
     if (!k->b) {
-        k->b = batch_new(p, SL_CHUNK_DATA, epoch);
+        k->b = batch_new(e, SL_CHUNK_DATA, epoch);
         if (!k->b)
             return sl__oom("collating a batch");
         k->filled = 0;
@@ -269,7 +241,7 @@ int sl_collate__add(sl_pipeline *p, sl_collator *k, sl_sample *s, uint64_t pos, 
             shape[0] = cap;
             for (int d = 0; d < t->ndim; d++)
                 shape[d + 1] = t->shape[d];
-            SL_TRY(sl_pipeline__pools_batch_tensor(p->pools, &k->b->col[c], t->dtype,
+            SL_TRY(sl_pipeline__pools_batch_tensor(e->pools, &k->b->col[c], t->dtype,
                                                    t->ndim + 1, shape, cap));
             k->itemsize[c] = t->nbytes;
         }
@@ -290,7 +262,7 @@ int sl_collate__add(sl_pipeline *p, sl_collator *k, sl_sample *s, uint64_t pos, 
             }
             SL_TRY(make_ragged(k, cap, c));
         }
-        SL_TRY(own_tensor(p, &b->items[c][k->filled], t));
+        SL_TRY(own_tensor(e, &b->items[c][k->filled], t));
     }
     k->filled++;
     b->size = k->filled; /* batch_free releases items[0..size): a partial batch too */
@@ -319,4 +291,19 @@ void sl_collate__clear(sl_collator *k) {
     sl_pipeline__batch_free(k->b);
     k->b = NULL;
     k->filled = 0;
+}
+
+/* ---- the consumer's end -------------------------------------------------------------- */
+
+int sl_collate__pass_batch(const sl_stage_env *e, void *item, uint64_t *next_index,
+                           sl_batch **out) {
+    (void)e;
+    (void)next_index;
+    *out = item;
+    return SL_OK;
+}
+
+void sl_collate__drop_batch(void *item, void *env) {
+    (void)env;
+    sl_pipeline__batch_free(item);
 }

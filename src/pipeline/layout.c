@@ -1,11 +1,12 @@
 /*
- * layout.c — the optimised plan cut into stages: which nodes each pool of
- * threads runs, how many workers and what queue depth each gets, and the
- * map + batch decisions (which stage collates, whether the consumer takes
- * batches straight from it). Runs once, when the pipeline is created; exec.c
- * then starts the threads this describes.
+ * layout.c — the optimised plan cut into stages: which kind each stage is
+ * (a row of stage.h's table), which nodes each pool of threads runs, how
+ * many workers and what queue depth each gets, and the map + batch
+ * decisions (which collation runs and which stage collates, whether the
+ * consumer takes batches straight from it). Runs once, when the pipeline is
+ * created; exec.c then starts the threads this describes.
  */
-#include "pipeline/pipeline.h"
+#include "pipeline/exec.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -14,9 +15,9 @@
  * sample is ever dropped before the batch (no filters left in the stages, no
  * skip policy, no take/skip/shuffle_buffer before batch) and the stage before
  * the final one is parallel (source or map). */
-static int plan_can_fuse(const sl_pipeline *p) {
-    const sl_plan *pl = &p->plan;
-    if (!pl->has_batch || pl->batch_size > SL_FUSE_MAX_BATCH || p->spec->on_error != SL_ON_ERROR_FAIL)
+static int plan_can_fuse(const sl_exec *x) {
+    const sl_plan *pl = x->env.plan;
+    if (!pl->has_batch || pl->batch_size > SL_FUSE_MAX_BATCH || x->spec->on_error != SL_ON_ERROR_FAIL)
         return 0;
     for (int i = 0; i < pl->nopt; i++) {
         const sl_pnode *nd = &pl->opt[i];
@@ -29,11 +30,11 @@ static int plan_can_fuse(const sl_pipeline *p) {
     return 1;
 }
 
-static int can_fuse_batch(const sl_pipeline *p) {
-    if (p->nstages < 2 || !plan_can_fuse(p))
+static int can_fuse_batch(const sl_exec *x) {
+    if (x->nstages < 2 || !plan_can_fuse(x))
         return 0;
-    int kind = p->stage[p->nstages - 2].kind;
-    return kind == SL_ST_SOURCE || kind == SL_ST_MAP;
+    const sl_stage_kind *kind = x->stage[x->nstages - 2].kind;
+    return kind == &sl_stage_source || kind == &sl_stage_map;
 }
 
 /* The output column whose samples the last op writes straight into their
@@ -100,18 +101,18 @@ static int node_batches(const sl_plan *pl, int k) {
  * thread; and when a slot column exists (the image path, decode + crop +
  * normalize, 602 KB a sample) the last op already writes each sample into
  * the batch, so there is no copy or allocation to save. */
-static void choose_vectorized(sl_pipeline *p, sl_exec_layout *L) {
+static void choose_vectorized(sl_exec *x, sl_exec_layout *L) {
     L->vec_first = -1;
     L->vec_note[0] = '\0';
-    if (L->collate != SL_COLLATE_FUSED)
+    if (L->collation != &sl_collate_fused)
         return;
-    const sl_stage *st = &p->stage[L->collate_stage];
+    const sl_stage *st = &x->stage[L->collate_stage];
     int k = st->last;
-    while (k > st->first && node_batches(&p->plan, k - 1))
+    while (k > st->first && node_batches(x->env.plan, k - 1))
         k--;
     if (k == st->last)
         return;
-    const char *off = !p->spec->vectorize ? "turned off in the spec"
+    const char *off = !x->spec->vectorize ? "turned off in the spec"
                       : L->slot_col >= 0  ? "the last op writes into the batch slot"
                                           : NULL;
     if (off) {
@@ -120,11 +121,11 @@ static void choose_vectorized(sl_pipeline *p, sl_exec_layout *L) {
     }
     L->vec_first = k;
     for (int j = k; j < st->last; j++)
-        p->plan.opt[j].vectorized = 1;
+        x->env.plan->opt[j].vectorized = 1;
     snprintf(L->vec_note, sizeof L->vec_note,
              "batch(%lld), then the last %d op(s) once per batch (samples are small and "
              "fixed-shape: per-sample dispatch and copies would dominate)",
-             (long long)p->plan.batch_size, st->last - k);
+             (long long)x->env.plan->batch_size, st->last - k);
 }
 
 /* Cut the optimised plan into stages (before the map + batch decisions). */
@@ -132,12 +133,12 @@ static void choose_vectorized(sl_pipeline *p, sl_exec_layout *L) {
  * in the reading workers, with its workers and depth; with `readers_set`,
  * a reader count the spec set (source.parallel) stands when the map's is
  * left to autotune. */
-static void merge_into_source(sl_pipeline *p, int *ns, int readers_set) {
-    sl_stage *src = &p->stage[0], *m = &p->stage[1];
+static void merge_into_source(sl_exec *x, int *ns, int readers_set) {
+    sl_stage *src = &x->stage[0], *m = &x->stage[1];
     src->first = m->first;
     src->last = m->last;
-    if (readers_set && p->spec->source_parallel > 0 && m->autotune) {
-        src->workers = (int)p->spec->source_parallel;
+    if (readers_set && x->spec->source_parallel > 0 && m->autotune) {
+        src->workers = (int)x->spec->source_parallel;
         src->autotune = 0;
     } else {
         src->workers = m->workers;
@@ -152,9 +153,9 @@ static void merge_into_source(sl_pipeline *p, int *ns, int readers_set) {
     memcpy(src->name, "source+", 7);
     memcpy(src->name + 7, m->name, len);
     src->name[7 + len] = '\0';
-    memmove(&p->stage[1], &p->stage[2], (size_t)(*ns - 2) * sizeof p->stage[0]);
+    memmove(&x->stage[1], &x->stage[2], (size_t)(*ns - 2) * sizeof x->stage[0]);
     (*ns)--;
-    memset(&p->stage[*ns], 0, sizeof p->stage[0]);
+    memset(&x->stage[*ns], 0, sizeof x->stage[0]);
 }
 
 static int pick_slot_col(const sl_colset *oc);
@@ -166,10 +167,10 @@ static int pick_slot_col(const sl_colset *oc);
  * column). Then nothing of m runs per sample, and the batch is made where
  * the records are read: Fashion-MNIST's cast to float32 from .slr no longer
  * passes 256 samples between threads per batch. */
-static int rows_take_map(const sl_pipeline *p, const sl_stage *m) {
-    const sl_plan *pl = &p->plan;
-    if (!sl_source__has_read_cols(p->src) || !p->spec->read_rows || !p->spec->vectorize ||
-        !plan_can_fuse(p) || !cols_fixed(&pl->src_cols) ||
+static int rows_take_map(const sl_exec *x, const sl_stage *m) {
+    const sl_plan *pl = x->env.plan;
+    if (!sl_source__has_read_cols(x->in->src) || !x->spec->read_rows || !x->spec->vectorize ||
+        !plan_can_fuse(x) || !cols_fixed(&pl->src_cols) ||
         pick_slot_col(&pl->out_cols) >= 0 || m->last <= m->first)
         return 0;
     for (int k = m->first; k < m->last; k++)
@@ -191,15 +192,15 @@ static void name_seq_stage(const sl_plan *pl, sl_stage *st) {
                                   n ? "," : "", m->label, (long long)m->n);
     }
     if (n == 0)
-        snprintf(st->name, sizeof st->name, st->kind == SL_ST_COLLATE ? "collate" : "seq");
+        snprintf(st->name, sizeof st->name, st->kind == &sl_stage_final ? "collate" : "seq");
 }
 
 /* A map stage of the map-like ops from node i on (at most SL_STAGE_MAX_OPS),
  * named after them, with the largest "parallel" they ask for. Returns the
  * node after them. */
-static int take_map_ops(sl_pipeline *p, sl_stage *st, int i) {
-    const sl_plan *pl = &p->plan;
-    st->kind = SL_ST_MAP;
+static int take_map_ops(sl_exec *x, sl_stage *st, int i) {
+    const sl_plan *pl = x->env.plan;
+    st->kind = &sl_stage_map;
     int par = 0;
     size_t n = 0;
     n += (size_t)snprintf(st->name + n, sizeof st->name - n, "map[");
@@ -216,20 +217,20 @@ static int take_map_ops(sl_pipeline *p, sl_stage *st, int i) {
     }
     if (n < sizeof st->name)
         snprintf(st->name + n, sizeof st->name - n, "]");
-    st->autotune = p->spec->threads == 0 && par <= 0;
+    st->autotune = x->spec->threads == 0 && par <= 0;
     st->workers = par > 0 ? par : 0;
     return i;
 }
 
 /* The stages the plan's nodes fall into, up to the final (collating) one;
  * prefetch nodes set the depth of the queue before them. */
-static int group_stages(sl_pipeline *p, int *ns_out) {
-    const sl_plan *pl = &p->plan;
+static int group_stages(sl_exec *x, int *ns_out) {
+    const sl_plan *pl = x->env.plan;
     int ns = 0;
-    sl_stage *st = &p->stage[ns++];
-    st->kind = SL_ST_SOURCE;
+    sl_stage *st = &x->stage[ns++];
+    st->kind = &sl_stage_source;
     snprintf(st->name, sizeof st->name, "source");
-    st->autotune = p->spec->threads == 0 && p->spec->source_parallel <= 0;
+    st->autotune = x->spec->threads == 0 && x->spec->source_parallel <= 0;
     int i = 0;
     while (i < pl->nopt) {
         if (ns >= SL_STATS_MAX_STAGES - 1)
@@ -237,34 +238,34 @@ static int group_stages(sl_pipeline *p, int *ns_out) {
         const sl_pnode *nd = &pl->opt[i];
         if (nd->kind == SL_PN_PREFETCH) {
             if (!nd->after_batch && !(i > 0 && (pl->opt[i - 1].kind == SL_PN_BATCH)))
-                p->stage[ns - 1].qcap = (int)nd->n;
+                x->stage[ns - 1].qcap = (int)nd->n;
             i++;
             continue;
         }
-        st = &p->stage[ns];
+        st = &x->stage[ns];
         st->first = i;
         if (sl_plan__is_map_like(nd)) {
-            i = take_map_ops(p, st, i);
+            i = take_map_ops(x, st, i);
         } else {
             /* sequential ops up to the next map (or to the end) */
             int rest_has_map = 0;
             for (int j = i; j < pl->nopt; j++)
                 if (sl_plan__is_map_like(&pl->opt[j]))
                     rest_has_map = 1;
-            st->kind = rest_has_map ? SL_ST_SEQ : SL_ST_COLLATE;
+            st->kind = rest_has_map ? &sl_stage_seq : &sl_stage_final;
             while (i < pl->nopt && !sl_plan__is_map_like(&pl->opt[i]) && i - st->first < SL_STAGE_MAX_OPS)
                 i++;
             if (!rest_has_map)
                 i = pl->nopt;
         }
         st->last = i;
-        if (st->kind != SL_ST_MAP)
+        if (st->kind != &sl_stage_map)
             name_seq_stage(pl, st);
         ns++;
     }
-    if (p->stage[ns - 1].kind != SL_ST_COLLATE) {
-        st = &p->stage[ns++];
-        st->kind = SL_ST_COLLATE;
+    if (x->stage[ns - 1].kind != &sl_stage_final) {
+        st = &x->stage[ns++];
+        st->kind = &sl_stage_final;
         st->first = st->last = pl->nopt;
         snprintf(st->name, sizeof st->name, pl->has_batch ? "batch" : "collate");
     }
@@ -275,29 +276,29 @@ static int group_stages(sl_pipeline *p, int *ns_out) {
 /* Workers per stage: one for the sequential ones, the spec's count, or all
  * cores for an autotuned stage. Returns how many autotuned stages share the
  * cores. */
-static int set_workers(sl_pipeline *p) {
-    const int ns = p->nstages;
+static int set_workers(sl_exec *x) {
+    const int ns = x->nstages;
     int n_auto = 0;
     for (int s = 0; s < ns; s++) {
-        sl_stage *st = &p->stage[s];
-        if (st->kind == SL_ST_SEQ || st->kind == SL_ST_COLLATE) {
+        sl_stage *st = &x->stage[s];
+        if (!(st->kind->tunes & SL_TUNES_WORKERS)) { /* one thread: sequential */
             st->workers = 1;
             st->autotune = 0;
-        } else if (p->spec->threads > 0) {
-            st->workers = p->spec->threads;
+        } else if (x->spec->threads > 0) {
+            st->workers = x->spec->threads;
             st->autotune = 0;
-        } else if (st->kind == SL_ST_SOURCE && st->last == st->first) {
+        } else if (st->kind == &sl_stage_source && st->last == st->first) {
             /* readers are tuned unless set: reading from page cache (checksum,
              * decode of the frame, collation when map + batch fuse) is CPU
              * work that can be the whole pipeline */
-            st->autotune = p->spec->source_parallel <= 0;
-            st->workers = p->spec->source_parallel > 0 ? p->spec->source_parallel : 1;
+            st->autotune = x->spec->source_parallel <= 0;
+            st->workers = x->spec->source_parallel > 0 ? x->spec->source_parallel : 1;
         }
         if (st->autotune) {
-            st->workers = p->ncpus; /* + a spare: sl_pipeline__tune_spare */
+            st->workers = x->ncpus; /* + a spare: sl_exec__tune_spare */
             /* a reader-only source starts on one worker (below), so it does
              * not take a share of the cores from the map stages */
-            if (!(st->kind == SL_ST_SOURCE && st->last == st->first))
+            if (!(st->kind == &sl_stage_source && st->last == st->first))
                 n_auto++;
         }
         atomic_init(&st->active, st->workers);
@@ -306,17 +307,17 @@ static int set_workers(sl_pipeline *p) {
 }
 
 /* The cores autotuned stages start with, before costs are measured. */
-static void split_cores(sl_pipeline *p, int n_auto) {
-    const int ns = p->nstages;
+static void split_cores(sl_exec *x, int n_auto) {
+    const int ns = x->nstages;
     /* until costs are measured, auto stages split the cores evenly (a
      * reader with a fixed count is usually light, so it is not subtracted;
      * an auto reader starts on one worker unless it is the only parallel
      * stage); autotune.c then moves cores to where the time goes */
-    int budget = p->ncpus;
+    int budget = x->ncpus;
     for (int s = 0; s < ns; s++) {
-        sl_stage *st = &p->stage[s];
+        sl_stage *st = &x->stage[s];
         if (st->autotune) {
-            int share = st->kind == SL_ST_SOURCE && st->last == st->first
+            int share = st->kind == &sl_stage_source && st->last == st->first
                             ? (n_auto == 0 ? budget : 1)
                             : budget / (n_auto ? n_auto : 1);
             atomic_store(&st->active, share < 1 ? 1 : share > st->workers ? st->workers : share);
@@ -325,41 +326,41 @@ static void split_cores(sl_pipeline *p, int n_auto) {
 }
 
 /* Every stage's output queue. */
-static int init_queues(sl_pipeline *p) {
-    const sl_plan *pl = &p->plan;
-    const int ns = p->nstages;
+static int init_queues(sl_exec *x) {
+    const sl_plan *pl = x->env.plan;
+    const int ns = x->nstages;
     /* queue capacities: enough in flight to keep the next stage's workers busy */
     for (int s = 0; s < ns; s++) {
-        sl_stage *st = &p->stage[s];
+        sl_stage *st = &x->stage[s];
         int want;
-        if (st->kind == SL_ST_COLLATE)
+        if (st->kind == &sl_stage_final)
             want = pl->out_depth;
         else
-            want = 2 * (s + 1 < ns ? p->stage[s + 1].workers : 1) + 2;
-        if (want < 4 && st->kind != SL_ST_COLLATE)
+            want = 2 * (s + 1 < ns ? x->stage[s + 1].workers : 1) + 2;
+        if (want < 4 && st->kind != &sl_stage_final)
             want = 4;
         if (st->qcap < want)
             st->qcap = want;
-        SL_TRY(sl_queue__init(&st->out, (size_t)st->qcap, !p->spec->deterministic));
+        SL_TRY(sl_queue__init(&st->out, (size_t)st->qcap, !x->spec->deterministic));
     }
     return SL_OK;
 }
 
 
-static int cut_stages(sl_pipeline *p) {
+static int cut_stages(sl_exec *x) {
     int ns = 0;
-    SL_TRY(group_stages(p, &ns));
+    SL_TRY(group_stages(x, &ns));
     /* A memory source has no reading to overlap with: its first per-sample
      * ops run in the reading workers (one hand-off fewer per chunk). Readers
      * that read records into batch rows take a map stage whose every op will
      * run on the batch (rows_take_map). */
-    if (ns >= 2 && p->stage[1].kind == SL_ST_MAP && sl_source__reads_memory(p->src))
-        merge_into_source(p, &ns, 0);
-    else if (ns == 3 && p->stage[1].kind == SL_ST_MAP && rows_take_map(p, &p->stage[1]))
-        merge_into_source(p, &ns, 1);
-    p->nstages = ns;
-    split_cores(p, set_workers(p));
-    return init_queues(p);
+    if (ns >= 2 && x->stage[1].kind == &sl_stage_map && sl_source__reads_memory(x->in->src))
+        merge_into_source(x, &ns, 0);
+    else if (ns == 3 && x->stage[1].kind == &sl_stage_map && rows_take_map(x, &x->stage[1]))
+        merge_into_source(x, &ns, 1);
+    x->nstages = ns;
+    split_cores(x, set_workers(x));
+    return init_queues(x);
 }
 
 /* Parallel collation: when map + batch do not fuse (policy skip, filters
@@ -374,37 +375,37 @@ static int cut_stages(sl_pipeline *p) {
  * have already been reordered upstream, so order costs little here. Not for
  * batches larger than a chunk can hold, and the spec's "parallel_collate":
  * false turns it off (tests compare both paths). */
-static int add_stack_stage(sl_pipeline *p, sl_exec_layout *L) {
-    const sl_plan *pl = &p->plan;
-    if (L->collate == SL_COLLATE_FUSED || !pl->has_batch || pl->batch_size > SL_FUSE_MAX_BATCH ||
-        p->nstages >= SL_STATS_MAX_STAGES || p->stage[p->nstages - 1].kind != SL_ST_COLLATE ||
-        !p->spec->parallel_collate)
+static int add_stack_stage(sl_exec *x, sl_exec_layout *L) {
+    const sl_plan *pl = x->env.plan;
+    if (L->collation == &sl_collate_fused || !pl->has_batch || pl->batch_size > SL_FUSE_MAX_BATCH ||
+        x->nstages >= SL_STATS_MAX_STAGES || x->stage[x->nstages - 1].kind != &sl_stage_final ||
+        !x->spec->parallel_collate)
         return SL_OK;
-    sl_stage *fin = &p->stage[p->nstages - 1];
-    sl_stage *st = &p->stage[p->nstages];
+    sl_stage *fin = &x->stage[x->nstages - 1];
+    sl_stage *st = &x->stage[x->nstages];
     memset(st, 0, sizeof *st);
-    st->kind = SL_ST_STACK;
+    st->kind = &sl_stage_collate;
     st->first = st->last = pl->nopt;
     snprintf(st->name, sizeof st->name, "collate(batch %lld)", (long long)pl->batch_size);
-    st->workers = p->spec->threads > 0 ? p->spec->threads : p->ncpus;
+    st->workers = x->spec->threads > 0 ? x->spec->threads : x->ncpus;
     if (st->workers < 1)
         st->workers = 1;
     /* tuned like the map stages (autotune.c): it starts on an even share of
      * the cores with the other auto stages and gets more where its copying
      * costs most */
-    st->autotune = p->spec->threads == 0;
+    st->autotune = x->spec->threads == 0;
     int share = st->workers;
     if (st->autotune) {
         int n_auto = 1;
-        for (int s = 0; s < p->nstages; s++)
-            if (p->stage[s].autotune && !(p->stage[s].kind == SL_ST_SOURCE &&
-                                          p->stage[s].last == p->stage[s].first))
+        for (int s = 0; s < x->nstages; s++)
+            if (x->stage[s].autotune && !(x->stage[s].kind == &sl_stage_source &&
+                                          x->stage[s].last == x->stage[s].first))
                 n_auto++;
-        share = p->ncpus / n_auto;
+        share = x->ncpus / n_auto;
         if (share < 1)
             share = 1;
-        if (share > p->ncpus)
-            share = p->ncpus;
+        if (share > x->ncpus)
+            share = x->ncpus;
     }
     atomic_init(&st->active, share);
     /* the batch queue moves to the new last stage; the final stage's output
@@ -418,9 +419,9 @@ static int add_stack_stage(sl_pipeline *p, sl_exec_layout *L) {
         sl_queue__destroy(&st->out);
         return rc;
     }
-    p->nstages++;
-    L->collate = SL_COLLATE_PARALLEL;
-    L->collate_stage = p->nstages - 1;
+    x->nstages++;
+    L->collation = &sl_collate_parallel;
+    L->collate_stage = x->nstages - 1;
     if (pl->batch_size > L->chunk_cap)
         L->chunk_cap = (int)pl->batch_size;
     return SL_OK;
@@ -436,14 +437,14 @@ static int add_stack_stage(sl_pipeline *p, sl_exec_layout *L) {
  * sample bookkeeping was a fifth of a reader's time on Fashion-MNIST
  * (784-byte records). The spec's "read_rows": false turns it off (tests
  * compare). */
-static void choose_read_rows(sl_pipeline *p, sl_exec_layout *L) {
+static void choose_read_rows(sl_exec *x, sl_exec_layout *L) {
     L->read_rows = 0;
-    const sl_stage *st = &p->stage[0];
-    const sl_colset *in = &p->plan.src_cols;
-    if (L->collate != SL_COLLATE_FUSED || L->collate_stage != 0 ||
-        !sl_source__has_read_cols(p->src) || !p->spec->read_rows ||
+    const sl_stage *st = &x->stage[0];
+    const sl_colset *in = &x->env.plan->src_cols;
+    if (L->collation != &sl_collate_fused || L->collate_stage != 0 ||
+        !sl_source__has_read_cols(x->in->src) || !x->spec->read_rows ||
         (st->last > st->first && L->vec_first != st->first) ||
-        in->ncols != p->plan.out_cols.ncols || in->ncols != p->src->ncols)
+        in->ncols != x->env.plan->out_cols.ncols || in->ncols != x->in->src->ncols)
         return;
     for (int c = 0; c < in->ncols; c++) {
         const sl_colinfo *ci = &in->col[c];
@@ -459,51 +460,64 @@ static void choose_read_rows(sl_pipeline *p, sl_exec_layout *L) {
  * before the final one; when the final stage would only pass batches on
  * (no take/skip after batch), the consumer takes them from the collating
  * stage itself: one thread and one hand-off fewer per batch. */
-static int fuse(sl_pipeline *p, sl_exec_layout *L) {
-    L->collate = SL_COLLATE_FUSED;
-    L->collate_stage = p->nstages - 2;
-    L->slot_col = pick_slot_col(&p->plan.out_cols);
-    if (p->plan.batch_size > L->chunk_cap)
-        L->chunk_cap = (int)p->plan.batch_size;
-    for (int i = 0; i < p->plan.nopt; i++)
-        if (p->plan.opt[i].after_batch)
+static int fuse(sl_exec *x, sl_exec_layout *L) {
+    L->collation = &sl_collate_fused;
+    L->collate_stage = x->nstages - 2;
+    L->slot_col = pick_slot_col(&x->env.plan->out_cols);
+    if (x->env.plan->batch_size > L->chunk_cap)
+        L->chunk_cap = (int)x->env.plan->batch_size;
+    for (int i = 0; i < x->env.plan->nopt; i++)
+        if (x->env.plan->opt[i].after_batch)
             return SL_OK;
-    sl_stage *fin = &p->stage[p->nstages - 1];
+    sl_stage *fin = &x->stage[x->nstages - 1];
     sl_queue__destroy(&fin->out);
     memset(fin, 0, sizeof *fin);
-    p->nstages--;
+    x->nstages--;
     L->direct = 1;
-    sl_stage *last = &p->stage[p->nstages - 1];
+    sl_stage *last = &x->stage[x->nstages - 1];
     sl_queue__destroy(&last->out);
-    last->qcap = p->plan.out_depth > 2 ? p->plan.out_depth : 2;
+    last->qcap = x->env.plan->out_depth > 2 ? x->env.plan->out_depth : 2;
     snprintf(last->name + strlen(last->name), sizeof last->name - strlen(last->name),
-             "+batch(%lld)", (long long)p->plan.batch_size);
-    return sl_queue__init(&last->out, (size_t)last->qcap, !p->spec->deterministic);
+             "+batch(%lld)", (long long)x->env.plan->batch_size);
+    return sl_queue__init(&last->out, (size_t)last->qcap, !x->spec->deterministic);
 }
 
 /* Cut the optimised plan into stages, then decide map + batch fusion; the
- * decisions are written once, into p->layout. */
-int sl_pipeline__layout(sl_pipeline *p) {
-    SL_TRY(cut_stages(p));
+ * decisions are written once, into x->layout. */
+int sl_exec__layout(sl_exec *x) {
+    SL_TRY(cut_stages(x));
     sl_exec_layout L;
     memset(&L, 0, sizeof L);
-    L.collate = SL_COLLATE_FINAL;
-    L.collate_stage = p->nstages - 1;
+    L.collation = &sl_collate_final;
+    L.collate_stage = x->nstages - 1;
     L.slot_col = -1;
     L.vec_first = -1;
     L.chunk_cap = 128;
-    if (can_fuse_batch(p))
-        SL_TRY(fuse(p, &L));
-    choose_vectorized(p, &L);
-    choose_read_rows(p, &L);
-    SL_TRY(add_stack_stage(p, &L));
+    if (can_fuse_batch(x))
+        SL_TRY(fuse(x, &L));
+    choose_vectorized(x, &L);
+    choose_read_rows(x, &L);
+    SL_TRY(add_stack_stage(x, &L));
     /* the one write: the member is const for every other file (the
      * pipeline was allocated zeroed, and nothing has read the layout yet) */
-    memcpy((void *)&p->layout, &L, sizeof L);
+    memcpy((void *)&x->layout, &L, sizeof L);
     /* relaxed mode: a map stage's workers take from their input only what
      * their output can admit (queue.c, "No deadlock") */
-    for (int s = 1; s < p->nstages; s++)
-        if (p->stage[s].kind == SL_ST_MAP)
-            sl_queue__set_reach(&p->stage[s - 1].out, p->stage[s].out.cap);
+    for (int s = 1; s < x->nstages; s++)
+        if (x->stage[s].kind == &sl_stage_map)
+            sl_queue__set_reach(&x->stage[s - 1].out, x->stage[s].out.cap);
+    /* each stage's environment, input and place; the hand-off takes from
+     * the last */
+    for (int s = 0; s < x->nstages; s++) {
+        sl_stage *st = &x->stage[s];
+        st->env = &x->env;
+        st->index = s;
+        st->in = s > 0 ? &x->stage[s - 1].out : NULL;
+        st->collates = s == L.collate_stage && L.collation == &sl_collate_fused;
+        if (st->kind == &sl_stage_source)
+            st->self = x->in;
+    }
+    x->handoff.in = &x->stage[x->nstages - 1].out;
+    x->env.last = x->handoff.in;
     return SL_OK;
 }

@@ -22,10 +22,12 @@
  * most workers loses one, until they fit; a limit below the smallest such
  * pipeline (one worker, one queued batch, the consumer's two, and one chunk
  * per worker and queue slot before) fails here with the sizes in the
- * message. Columns whose shape is unknown at plan time and that are not
+ * message. What the source holds for its reads (held_bytes: a Parquet
+ * source's cache of decoded row groups) is counted on top. Columns whose
+ * shape is unknown at plan time and that are not
  * encoded bytes (a decoded image before its crop) are not counted.
  */
-#include "pipeline/pipeline.h"
+#include "pipeline/exec.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -60,80 +62,80 @@ static void fmt_bytes(char *buf, size_t cap, uint64_t n) {
 }
 
 /* The first stage whose output elements carry batches. */
-static int first_batch_stage(const sl_pipeline *p) {
-    return p->layout.collate_stage;
+static int first_batch_stage(const sl_exec *x) {
+    return x->layout.collate_stage;
 }
 
 /* Samples in one chunk element of a stage before the collating one. */
-static uint64_t chunk_samples(const sl_pipeline *p) {
-    if (p->layout.collate == SL_COLLATE_FUSED && p->plan.batch_size > 0)
-        return (uint64_t)p->plan.batch_size;
-    return (uint64_t)p->layout.chunk_cap;
+static uint64_t chunk_samples(const sl_exec *x) {
+    if (x->layout.collation->whole_batches && x->env.plan->batch_size > 0)
+        return (uint64_t)x->env.plan->batch_size;
+    return (uint64_t)x->layout.chunk_cap;
 }
 
 /* Bytes the chunk stages (before the first batch stage) may hold. */
-static uint64_t chunk_bytes_held(const sl_pipeline *p) {
+static uint64_t chunk_bytes_held(const sl_exec *x) {
     uint64_t n = 0;
-    int end = p->plan.batch_size > 0 ? first_batch_stage(p) : 0;
+    int end = x->env.plan->batch_size > 0 ? first_batch_stage(x) : 0;
     for (int s = 0; s < end; s++)
-        n += ((uint64_t)p->stage[s].workers + (uint64_t)p->stage[s].qcap) * chunk_samples(p) *
-             p->mem.sample_bytes[s];
+        n += ((uint64_t)x->stage[s].workers + (uint64_t)x->stage[s].qcap) * chunk_samples(x) *
+             x->stage[s].sample_bytes;
     return n;
 }
 
 /* One chunk queue slot fewer, where it saves the most; 0 when every chunk
  * queue is down to one. */
-static int shrink_chunks(sl_pipeline *p, int *requeue) {
-    int best = -1, end = first_batch_stage(p);
+static int shrink_chunks(sl_exec *x, int *requeue) {
+    int best = -1, end = first_batch_stage(x);
     for (int s = 0; s < end; s++)
-        if (p->stage[s].qcap > 1 && p->mem.sample_bytes[s] > 0 &&
-            (best < 0 || p->stage[s].qcap * p->mem.sample_bytes[s] >
-                             p->stage[best].qcap * p->mem.sample_bytes[best]))
+        if (x->stage[s].qcap > 1 && x->stage[s].sample_bytes > 0 &&
+            (best < 0 || x->stage[s].qcap * x->stage[s].sample_bytes >
+                             x->stage[best].qcap * x->stage[best].sample_bytes))
             best = s;
     if (best < 0)
         return 0;
-    p->stage[best].qcap--;
+    x->stage[best].qcap--;
     requeue[best] = 1;
     return 1;
 }
 
-static uint64_t batches_in_flight(const sl_pipeline *p) {
+static uint64_t batches_in_flight(const sl_exec *x) {
     uint64_t n = 2; /* the consumer's */
-    for (int s = first_batch_stage(p); s < p->nstages; s++)
-        n += (uint64_t)p->stage[s].workers + (uint64_t)p->stage[s].qcap;
+    for (int s = first_batch_stage(x); s < x->nstages; s++)
+        n += (uint64_t)x->stage[s].workers + (uint64_t)x->stage[s].qcap;
     return n;
 }
 
 /* One step down towards fewer batches in flight; 0 when at the minimum. */
-static int shrink_one(sl_pipeline *p, int *requeue) {
+static int shrink_one(sl_exec *x, int *requeue) {
     int best = -1;
-    for (int s = first_batch_stage(p); s < p->nstages; s++)
-        if (p->stage[s].qcap > 1 && (best < 0 || p->stage[s].qcap >= p->stage[best].qcap))
+    for (int s = first_batch_stage(x); s < x->nstages; s++)
+        if (x->stage[s].qcap > 1 && (best < 0 || x->stage[s].qcap >= x->stage[best].qcap))
             best = s;
     if (best >= 0) {
-        p->stage[best].qcap--;
+        x->stage[best].qcap--;
         requeue[best] = 1;
         return 1;
     }
-    for (int s = first_batch_stage(p); s < p->nstages; s++)
-        if (p->stage[s].workers > 1 && (best < 0 || p->stage[s].workers > p->stage[best].workers))
+    for (int s = first_batch_stage(x); s < x->nstages; s++)
+        if (x->stage[s].workers > 1 && (best < 0 || x->stage[s].workers > x->stage[best].workers))
             best = s;
     if (best < 0)
         return 0;
-    sl_stage *st = &p->stage[best];
+    sl_stage *st = &x->stage[best];
     st->workers--;
     if (atomic_load(&st->active) > st->workers)
         atomic_store(&st->active, st->workers);
     return 1;
 }
 
-int sl_pipeline__memory_plan(sl_pipeline *p) {
-    const sl_plan *pl = &p->plan;
-    p->mem.limit = p->spec->memory_limit ? p->spec->memory_limit : sl__mem_total() / 4;
-    p->mem.batch_bytes = 0;
+int sl_exec__memory_plan(sl_exec *x) {
+    const sl_plan *pl = x->env.plan;
+    x->mem.limit = x->spec->memory_limit ? x->spec->memory_limit : sl__mem_total() / 4;
+    x->mem.batch_bytes = 0;
     /* what a stage's output element takes: a batch, or a chunk of samples */
-    for (int s = 0; s < p->nstages; s++) {
-        const sl_stage *st = &p->stage[s];
+    for (int s = 0; s < x->nstages; s++) {
+        const sl_stage *st = &x->stage[s];
         const sl_colset *cs = st->last > st->first ? &pl->opt[st->last - 1].cols
                               : s == 0             ? &pl->src_cols
                                                    : NULL;
@@ -144,8 +146,8 @@ int sl_pipeline__memory_plan(sl_pipeline *p) {
             encoded |= cs->col[c].encoded;
         }
         if (encoded) /* the stored record holds the encoded bytes */
-            n += p->src->record_bytes;
-        p->mem.sample_bytes[s] = cs ? n : (s > 0 ? p->mem.sample_bytes[s - 1] : 0);
+            n += x->in->src->record_bytes;
+        x->stage[s].sample_bytes = cs ? n : (s > 0 ? x->stage[s - 1].sample_bytes : 0);
     }
     if (pl->batch_size <= 0)
         return SL_OK;
@@ -155,63 +157,101 @@ int sl_pipeline__memory_plan(sl_pipeline *p) {
         size_t n = sl_pipeline__col_bytes(&pl->out_cols.col[c], (size_t)pl->batch_size);
         if (n == 0)
             continue;
-        p->mem.batch_bytes += sl_pipeline__pools_class_size(n);
+        x->mem.batch_bytes += sl_pipeline__pools_class_size(n);
         if (nl < sizeof names)
             nl += (size_t)snprintf(names + nl, sizeof names - nl, "%s%s", nl ? "+" : "",
                                    pl->out_cols.col[c].name);
     }
     char lim[32], one[32], chunks[32];
-    fmt_bytes(lim, sizeof lim, p->mem.limit);
-    fmt_bytes(one, sizeof one, p->mem.batch_bytes);
-    if (p->mem.batch_bytes > 0 && p->mem.limit < p->mem.batch_bytes)
+    fmt_bytes(lim, sizeof lim, x->mem.limit);
+    fmt_bytes(one, sizeof one, x->mem.batch_bytes);
+    if (x->mem.batch_bytes > 0 && x->mem.limit < x->mem.batch_bytes)
         return sl__error(SL_ELIMIT, "memory_limit %s is below one batch of %s (%s); raise it or "
                                     "shrink the batch", lim, names, one);
     int requeue[SL_STATS_MAX_STAGES] = {0};
-    uint64_t held = batches_in_flight(p);
+    uint64_t held = batches_in_flight(x);
     for (;;) {
-        uint64_t total = held * p->mem.batch_bytes + chunk_bytes_held(p);
-        if (total <= p->mem.limit)
+        /* + what the source keeps for its reads (decoded Parquet row groups) */
+        uint64_t total = held * x->mem.batch_bytes + chunk_bytes_held(x) + x->in->src->held_bytes;
+        if (total <= x->mem.limit)
             break;
-        if (shrink_chunks(p, requeue))
+        if (shrink_chunks(x, requeue))
             continue;
-        if (p->mem.batch_bytes == 0 || !shrink_one(p, requeue))
+        if (x->mem.batch_bytes == 0 || !shrink_one(x, requeue))
             break;
-        held = batches_in_flight(p);
+        held = batches_in_flight(x);
     }
-    uint64_t total = held * p->mem.batch_bytes + chunk_bytes_held(p);
-    if (total > p->mem.limit) {
-        fmt_bytes(chunks, sizeof chunks, chunk_bytes_held(p));
+    uint64_t total = held * x->mem.batch_bytes + chunk_bytes_held(x) + x->in->src->held_bytes;
+    if (total > x->mem.limit && x->in->src->held_bytes >= x->mem.limit) {
+        fmt_bytes(chunks, sizeof chunks, x->in->src->held_bytes);
+        return sl__error(SL_ELIMIT, "memory_limit %s is below the source's cache (%s of decoded "
+                                    "row groups); raise it or lower the source's cache_bytes",
+                         lim, chunks);
+    }
+    if (total > x->mem.limit) {
+        fmt_bytes(chunks, sizeof chunks, chunk_bytes_held(x));
         return sl__error(SL_ELIMIT, "memory_limit %s holds %llu batch(es) of %s (%s each); "
                                     "the pipeline needs at least %llu in flight (one being made, "
                                     "one queued per stage, two with the consumer) and %s of "
                                     "sample chunks before them (one per worker and one queued "
                                     "per stage); raise it or shrink the batch", lim,
-                         (unsigned long long)(p->mem.batch_bytes ? p->mem.limit / p->mem.batch_bytes
+                         (unsigned long long)(x->mem.batch_bytes ? x->mem.limit / x->mem.batch_bytes
                                                              : 0),
                          names[0] ? names : "(no fixed-shape column)", one,
                          (unsigned long long)held, chunks);
     }
     int any = 0;
-    for (int s = 0; s < p->nstages; s++) {
+    for (int s = 0; s < x->nstages; s++) {
         if (!requeue[s])
             continue;
-        sl_queue__destroy(&p->stage[s].out);
-        SL_TRY(sl_queue__init(&p->stage[s].out, (size_t)p->stage[s].qcap, !p->spec->deterministic));
+        sl_queue__destroy(&x->stage[s].out);
+        SL_TRY(sl_queue__init(&x->stage[s].out, (size_t)x->stage[s].qcap, !x->spec->deterministic));
         any = 1;
     }
-    if (any) /* the reach rule of sl_pipeline__layout, on the new capacities */
-        for (int s = 1; s < p->nstages; s++)
-            if (p->stage[s].kind == SL_ST_MAP)
-                sl_queue__set_reach(&p->stage[s - 1].out, p->stage[s].out.cap);
-    p->mem.batches_held = held;
+    if (any) /* the reach rule of sl_exec__layout, on the new capacities */
+        for (int s = 1; s < x->nstages; s++)
+            if (x->stage[s].kind == &sl_stage_map)
+                sl_queue__set_reach(&x->stage[s - 1].out, x->stage[s].out.cap);
+    x->mem.batches_held = held;
     return SL_OK;
 }
 
-uint64_t sl_pipeline__elem_bytes(const sl_pipeline *p, int s) {
-    if (s >= first_batch_stage(p) && p->plan.batch_size > 0)
-        return p->mem.batch_bytes;
-    pthread_mutex_lock(&((sl_pipeline *)p)->cur.mu);
-    uint64_t chunk = (uint64_t)p->chunk_size;
-    pthread_mutex_unlock(&((sl_pipeline *)p)->cur.mu);
-    return chunk * p->mem.sample_bytes[s];
+uint64_t sl_exec__elem_bytes(const sl_exec *x, int s) {
+    if (s >= first_batch_stage(x) && x->env.plan->batch_size > 0)
+        return x->mem.batch_bytes;
+    uint64_t chunk = (uint64_t)atomic_load_explicit(&x->chunk_size, memory_order_relaxed);
+    return chunk * x->stage[s].sample_bytes;
+}
+
+/* Batch buffers in flight are bounded: from the stage that collates batches
+ * on, each stage holds at most one per worker plus a full output queue, and
+ * the consumer holds the batch it is using and the one being handed to it
+ * (Python's `for b in ds` keeps the previous batch alive during next()).
+ * Reserving that many full-size buffers per fixed-shape output column makes
+ * the pools reach their final size in the first batch (pools.c says why);
+ * sl_exec__memory_plan has already cut the depths so that they fit under the
+ * memory limit. */
+int sl_exec__reserve_batches(sl_exec *x) {
+    const sl_plan *pl = x->env.plan;
+    if (pl->batch_size <= 0)
+        return SL_OK;
+    size_t count = 2; /* workers (a spare of small batches too) and queue slots */
+    for (int s = x->layout.collate_stage; s < x->nstages; s++)
+        count += (size_t)x->stage[s].workers + x->stage[s].out.cap;
+    /* with a device, the ring's slots hold the batches whose copies are in
+     * flight (device_ring.c, rule 1b) */
+    count += (size_t)sl_stage_handoff__slots(&x->handoff, pl->out_depth);
+    const sl_colset *cols = &pl->out_cols;
+    for (int c = 0; c < cols->ncols; c++) {
+        const sl_colinfo *ci = &cols->col[c];
+        size_t n = ci->dtype == SL_DTYPE_INVALID ? 0 : sl_dtype_size(ci->dtype);
+        if (n == 0 || ci->ndim < 0 || !sl__mul_ok(n, (size_t)pl->batch_size, &n))
+            continue;
+        for (int d = 0; d < ci->ndim && n > 0; d++)
+            if (ci->shape[d] < 0 || !sl__mul_ok(n, (size_t)ci->shape[d], &n))
+                n = 0;
+        if (n > 0)
+            SL_TRY(sl_pipeline__pools_reserve(x->env.pools, n, count));
+    }
+    return SL_OK;
 }

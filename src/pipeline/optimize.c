@@ -24,7 +24,7 @@
  *     e.g. a decode on the GPU and the flip and normalize after it become
  *     decode(gpu), whose output the device hand-off finishes.
  */
-#include "pipeline/pipeline.h"
+#include "pipeline/plan.h"
 
 #include <stdio.h>
 #include <string.h>

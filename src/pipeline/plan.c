@@ -8,7 +8,7 @@
  *  - `repeat` at most once, with only per-sample ops before it;
  *  - at most one `batch`.
  */
-#include "pipeline/pipeline.h"
+#include "pipeline/plan.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -38,7 +38,7 @@
  * the copy engine reads (no staging copy at the hand-off); samples stay on
  * the heap. Without one, batches and samples share the classes.
  */
-#include "pipeline/pipeline.h"
+#include "pipeline/pools.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -42,7 +42,7 @@
  * waits. A consumer that times out re-checks before leaving, so a wake-up it
  * absorbed is not lost (only the consumer's own pop uses a timeout).
  */
-#include "pipeline/pipeline.h"
+#include "pipeline/queue.h"
 
 #include <errno.h>
 #include <string.h>

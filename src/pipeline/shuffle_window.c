@@ -1,25 +1,29 @@
 /*
- * shuffle_window.c — the windowed shuffle (mode "window"): the order of a
- * pass computed position by position from (seed, epoch, pass), without the
- * O(records) permutation table of the global shuffle. Hand-written: a
- * Feistel network is a few lines and no library offers a keyed bijection of
- * an arbitrary range.
+ * shuffle_window.c — the order of records: the keyed bijection both shuffles
+ * are made of (sl_feistel), the global order a chunk of positions at a time,
+ * and the windowed shuffle (mode "window"), whose order of a pass is computed
+ * position by position from (seed, epoch, pass) without the O(records)
+ * permutation table of a stored shuffle. Hand-written: a Feistel network is
+ * a few lines and no library offers a keyed bijection of an arbitrary range;
+ * its chunk form is hand-vectorized because the global order runs it once
+ * per sample, 16 multiplies deep, under the reading threads' lock.
  */
 #include "pipeline/shuffle_window.h"
 
-#include "pipeline/pipeline.h"
+#include "ops/ops.h"
 #include "sluice.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SL_FEISTEL_X86 1
+#endif
 
 /* 4 rounds by default: a Feistel network of 4 rounds of pseudo-random
  * functions is a pseudo-random permutation (Luby-Rackoff); each round costs
- * one mix64. */
+ * one mix64 (sl__mix64, SplitMix64's finaliser). */
 #define ROUNDS 4
 
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static inline uint64_t mix64(uint64_t z) { return sl__mix64(z); }
 
 void sl_feistel_init_rounds(sl_feistel *f, uint64_t n, unsigned rounds, uint64_t seed,
                             uint64_t epoch, uint64_t index, uint64_t op) {
@@ -78,6 +82,193 @@ static inline __attribute__((always_inline)) uint64_t cycle_walk(const sl_feiste
 }
 
 uint64_t sl_feistel_fwd(const sl_feistel *f, uint64_t x) { return cycle_walk(f, x, 0); }
+
+/* ---- many indices at once ----------------------------------------------------------------- *
+ * One index's rounds are a chain of 2 * rounds dependent mix64s (about 15
+ * cycles each): computed one index after another, the CPU waits on that
+ * chain and mispredicts the cycle walk's branch. sl_feistel_fwd_n applies
+ * the rounds to a whole block of values, many chains in flight (SIMD lanes
+ * or interleaved scalar ones), then walks again only the values still >= n,
+ * gathered together. Every path gives exactly sl_feistel_fwd's values
+ * (tests/pipeline/test_shuffle_window.c compares them on every level the
+ * CPU has). */
+
+/* rounds_fwd over x[0..n) in place; what the paths below share. */
+typedef void (*rounds_many_fn)(const sl_feistel *f, uint64_t *x, size_t n);
+
+/* Portable: four chains in lockstep, so their multiplies overlap. */
+static void rounds_many_c(const sl_feistel *f, uint64_t *x, size_t n) {
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        uint64_t l[4], r[4];
+        for (int k = 0; k < 4; k++) {
+            l[k] = x[i + k] >> f->rbits;
+            r[k] = x[i + k] & f->rmask;
+        }
+        for (unsigned j = 0; j < f->rounds; j += 2) {
+            for (int k = 0; k < 4; k++)
+                l[k] ^= mix64(r[k] ^ f->key[j]) & f->lmask;
+            for (int k = 0; k < 4; k++)
+                r[k] ^= mix64(l[k] ^ f->key[j + 1]) & f->rmask;
+        }
+        for (int k = 0; k < 4; k++)
+            x[i + k] = (l[k] << f->rbits) | r[k];
+    }
+    for (; i < n; i++)
+        x[i] = rounds_fwd(f, x[i]);
+}
+
+#ifdef SL_FEISTEL_X86
+/* AVX2 has no 64-bit multiply: a * c = lo(a)lo(c) + (hi(a)lo(c) + lo(a)hi(c)) << 32. */
+__attribute__((target("avx2"))) static inline __m256i mul64_avx2(__m256i a, __m256i clo,
+                                                                  __m256i chi) {
+    __m256i lo = _mm256_mul_epu32(a, clo);
+    __m256i mid = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), clo),
+                                   _mm256_mul_epu32(a, chi));
+    return _mm256_add_epi64(lo, _mm256_slli_epi64(mid, 32));
+}
+
+__attribute__((target("avx2"))) static inline __m256i mix64_avx2(__m256i z) {
+    const __m256i c1 = _mm256_set1_epi64x((long long)0xbf58476d1ce4e5b9ull),
+                  c1h = _mm256_set1_epi64x((long long)(0xbf58476d1ce4e5b9ull >> 32)),
+                  c2 = _mm256_set1_epi64x((long long)0x94d049bb133111ebull),
+                  c2h = _mm256_set1_epi64x((long long)(0x94d049bb133111ebull >> 32));
+    z = mul64_avx2(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), c1, c1h);
+    z = mul64_avx2(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), c2, c2h);
+    return _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
+}
+
+/* 4 lanes, two vectors in flight. */
+__attribute__((target("avx2"))) static void rounds_many_avx2(const sl_feistel *f, uint64_t *x,
+                                                             size_t n) {
+    const __m128i rb = _mm_cvtsi32_si128((int)f->rbits);
+    const __m256i lm = _mm256_set1_epi64x((long long)f->lmask),
+                  rm = _mm256_set1_epi64x((long long)f->rmask);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i v0 = _mm256_loadu_si256((const __m256i *)(x + i)),
+                v1 = _mm256_loadu_si256((const __m256i *)(x + i + 4));
+        __m256i l0 = _mm256_srl_epi64(v0, rb), r0 = _mm256_and_si256(v0, rm);
+        __m256i l1 = _mm256_srl_epi64(v1, rb), r1 = _mm256_and_si256(v1, rm);
+        for (unsigned j = 0; j < f->rounds; j += 2) {
+            const __m256i ka = _mm256_set1_epi64x((long long)f->key[j]),
+                          kb = _mm256_set1_epi64x((long long)f->key[j + 1]);
+            l0 = _mm256_xor_si256(l0, _mm256_and_si256(mix64_avx2(_mm256_xor_si256(r0, ka)), lm));
+            l1 = _mm256_xor_si256(l1, _mm256_and_si256(mix64_avx2(_mm256_xor_si256(r1, ka)), lm));
+            r0 = _mm256_xor_si256(r0, _mm256_and_si256(mix64_avx2(_mm256_xor_si256(l0, kb)), rm));
+            r1 = _mm256_xor_si256(r1, _mm256_and_si256(mix64_avx2(_mm256_xor_si256(l1, kb)), rm));
+        }
+        _mm256_storeu_si256((__m256i *)(x + i), _mm256_or_si256(_mm256_sll_epi64(l0, rb), r0));
+        _mm256_storeu_si256((__m256i *)(x + i + 4), _mm256_or_si256(_mm256_sll_epi64(l1, rb), r1));
+    }
+    rounds_many_c(f, x + i, n - i);
+}
+
+/* AVX-512 DQ multiplies 64-bit lanes (vpmullq, about 15 cycles of latency):
+ * 8 lanes, four vectors in flight. */
+__attribute__((target("avx512f,avx512dq"))) static inline __m512i mix64_avx512(__m512i z) {
+    const __m512i c1 = _mm512_set1_epi64((long long)0xbf58476d1ce4e5b9ull),
+                  c2 = _mm512_set1_epi64((long long)0x94d049bb133111ebull);
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)), c1);
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), c2);
+    return _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+}
+
+__attribute__((target("avx512f,avx512dq"))) static void
+rounds_many_avx512(const sl_feistel *f, uint64_t *x, size_t n) {
+    enum { V = 4 };
+    const __m128i rb = _mm_cvtsi32_si128((int)f->rbits);
+    const __m512i lm = _mm512_set1_epi64((long long)f->lmask),
+                  rm = _mm512_set1_epi64((long long)f->rmask);
+    size_t i = 0;
+    for (; i < n; i += 8 * V) {
+        __m512i l[V], r[V];
+        __mmask8 m[V];
+        for (int k = 0; k < V; k++) {
+            size_t at = i + 8 * (size_t)k, left = at < n ? n - at : 0;
+            m[k] = left >= 8 ? (__mmask8)0xff : (__mmask8)((1u << left) - 1);
+            __m512i v = _mm512_maskz_loadu_epi64(m[k], x + at);
+            l[k] = _mm512_srl_epi64(v, rb);
+            r[k] = _mm512_and_si512(v, rm);
+        }
+        for (unsigned j = 0; j < f->rounds; j += 2) {
+            const __m512i ka = _mm512_set1_epi64((long long)f->key[j]),
+                          kb = _mm512_set1_epi64((long long)f->key[j + 1]);
+            for (int k = 0; k < V; k++)
+                l[k] = _mm512_xor_si512(
+                    l[k], _mm512_and_si512(mix64_avx512(_mm512_xor_si512(r[k], ka)), lm));
+            for (int k = 0; k < V; k++)
+                r[k] = _mm512_xor_si512(
+                    r[k], _mm512_and_si512(mix64_avx512(_mm512_xor_si512(l[k], kb)), rm));
+        }
+        for (int k = 0; k < V; k++)
+            _mm512_mask_storeu_epi64(x + i + 8 * (size_t)k, m[k],
+                                     _mm512_or_si512(_mm512_sll_epi64(l[k], rb), r[k]));
+    }
+}
+#endif
+
+/* The path for this CPU (SL_OPS_* of ops/ops.h): sl_ops__simd, the best
+ * level the CPU has (checked once), capped by SLUICE_SIMD and the tests'
+ * sl_ops__simd_max; AVX-512 also needs DQ for its 64-bit multiply. */
+int sl_feistel__many_level(void) {
+    int level = SL_OPS_SCALAR;
+#ifdef SL_FEISTEL_X86
+    level = sl_ops__simd();
+    if (level >= SL_OPS_AVX512 && !__builtin_cpu_supports("avx512dq"))
+        level = SL_OPS_AVX2;
+    if (level < SL_OPS_AVX2)
+        level = SL_OPS_SCALAR;
+#endif
+    return level;
+}
+
+static rounds_many_fn rounds_many_pick(void) {
+#ifdef SL_FEISTEL_X86
+    switch (sl_feistel__many_level()) {
+    case SL_OPS_AVX512:
+        return rounds_many_avx512;
+    case SL_OPS_AVX2:
+        return rounds_many_avx2;
+    }
+#endif
+    return rounds_many_c;
+}
+
+/* Values walked together: the rounds' block and the cycle walk's lists. */
+#define MANY_BLOCK 256
+
+void sl_feistel_fwd_n(const sl_feistel *f, uint64_t *x, size_t n) {
+    if (f->n <= 1)
+        return;
+    const rounds_many_fn rounds_many = rounds_many_pick();
+    uint64_t again[MANY_BLOCK];
+    uint32_t at[MANY_BLOCK];
+    for (size_t s = 0; s < n; s += MANY_BLOCK) {
+        uint64_t *v = x + s;
+        const size_t m = n - s < MANY_BLOCK ? n - s : MANY_BLOCK;
+        rounds_many(f, v, m);
+        /* cycle walking: the values still >= n, listed without a branch,
+         * take their next steps together */
+        size_t np = 0;
+        for (size_t i = 0; i < m; i++) {
+            at[np] = (uint32_t)i;
+            np += v[i] >= f->n;
+        }
+        while (np) {
+            for (size_t j = 0; j < np; j++)
+                again[j] = v[at[j]];
+            rounds_many(f, again, np);
+            size_t k = 0;
+            for (size_t j = 0; j < np; j++) {
+                v[at[j]] = again[j];
+                at[k] = at[j];
+                k += again[j] >= f->n;
+            }
+            np = k;
+        }
+    }
+}
 
 uint64_t sl_feistel_inv(const sl_feistel *f, uint64_t y) { return cycle_walk(f, y, 1); }
 
@@ -143,15 +334,4 @@ void sl_pipeline__window_sizes(uint64_t window, uint64_t block, uint64_t *window
                                uint64_t *block_out) {
     *window_out = window ? window : SL_SHUFFLE_WINDOW_DEFAULT;
     *block_out = block ? block : (*window_out / 64 ? *window_out / 64 : 1);
-}
-
-uint64_t sl_pipeline__window_at(sl_pipeline *p, uint64_t epoch, uint64_t rep, uint64_t j) {
-    uint64_t m = p->nbase;
-    if (!p->shuf.wsh_valid || p->shuf.wsh.epoch != epoch || p->shuf.wsh.rep != rep) {
-        sl_wshuf_init(&p->shuf.wsh, m, p->shuf.window, p->shuf.block, p->spec->seed, epoch, rep);
-        p->shuf.wsh_valid = 1;
-    }
-    uint64_t q = sl_wshuf_rank_start(m, (uint64_t)p->shard_count, (uint64_t)p->shard_index,
-                                     p->shard_equal) + j;
-    return sl_wshuf_at(&p->shuf.wsh, q % m); /* pad wraps around to the start */
 }

@@ -7,6 +7,7 @@
 #ifndef SL_SHUFFLE_WINDOW_H
 #define SL_SHUFFLE_WINDOW_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* A keyed bijection of [0, n): a Feistel network over the smallest number
@@ -35,6 +36,13 @@ void sl_feistel_init_rounds(sl_feistel *f, uint64_t n, unsigned rounds, uint64_t
                             uint64_t epoch, uint64_t index, uint64_t op);
 uint64_t sl_feistel_fwd(const sl_feistel *f, uint64_t x);
 uint64_t sl_feistel_inv(const sl_feistel *f, uint64_t y);
+/* x[i] = sl_feistel_fwd(f, x[i]) for i < n, the same values computed many at
+ * a time (AVX-512 DQ or AVX2 where the CPU has it, picked at run time, a
+ * portable path beside them): the global order's per-sample cost. */
+void sl_feistel_fwd_n(const sl_feistel *f, uint64_t *x, size_t n);
+/* The level sl_feistel_fwd_n runs at now (SL_OPS_SCALAR, SL_OPS_AVX2 or
+ * SL_OPS_AVX512 of ops/ops.h; tests cap it with sl_ops__simd_max). */
+int sl_feistel__many_level(void);
 
 /* The windowed order of one pass over m records: the records are cut into
  * blocks of `block` consecutive records (the last may be shorter), the blocks
@@ -60,14 +68,10 @@ uint64_t sl_wshuf_at(sl_wshuf *w, uint64_t q);
  * sharding rule gives (equal = SL_SHARD_PAD / DROP / NONE). */
 uint64_t sl_wshuf_rank_start(uint64_t m, uint64_t w, uint64_t k, int equal);
 
-/* Window mode's record_at: the base index (< nbase) at position j of rank
- * shard_index's pass `rep` of `epoch` (cur.mu held; caches the pass's block
- * order in p->wsh). */
-struct sl_pipeline;
-/* The window and block sizes of a spec's values (0: the defaults). */
+/* The window and block sizes of a spec's values (0: the defaults). The
+ * source stage keeps a pass's order (stage_source.c, window_at). */
 void sl_pipeline__window_sizes(uint64_t window, uint64_t block, uint64_t *window_out,
                                uint64_t *block_out);
-uint64_t sl_pipeline__window_at(struct sl_pipeline *p, uint64_t epoch, uint64_t rep, uint64_t j);
 
 /* Defaults and the switch of "mode": "auto" (docs/PIPELINE.md). */
 #define SL_SHUFFLE_WINDOW_DEFAULT 65536u

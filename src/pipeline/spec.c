@@ -4,7 +4,7 @@
  * Top-level and source fields are checked here; op parameters are checked by
  * the plan (plan.c), which knows the columns.
  */
-#include "pipeline/pipeline.h"
+#include "pipeline/plan.h"
 #include "core/params.h"
 
 #include <ctype.h>

@@ -14,7 +14,7 @@
  * help), any other stage processing (P, named). Each line says what would
  * help and shows the numbers behind the choice.
  */
-#include "pipeline/pipeline.h"
+#include "pipeline/exec.h"
 #include "ops/ops.h"
 
 #include <stdio.h>
@@ -25,24 +25,8 @@
 #define SL_VERDICT_CPU_FULL 0.85
 
 /* Is stage s a reader with no per-sample ops of its own? */
-static int reader_only(const sl_pipeline *p, int s) {
-    return p->stage[s].kind == SL_ST_SOURCE && p->stage[s].last == p->stage[s].first;
-}
-
-_Static_assert(SL_STAGE_NPHASES == SL_NPHASES, "the stage keeps every op-split phase");
-
-void sl_pipeline__phases_take(sl_stage *st) {
-    sl_ops__phases *a = &sl_ops__phase_acc;
-    if (!a->samples)
-        return;
-    for (int k = 0; k < SL_NPHASES; k++) {
-        atomic_fetch_add_explicit(&st->phase_ns[k], a->ns[k], memory_order_relaxed);
-        a->ns[k] = 0;
-    }
-    atomic_fetch_add_explicit(&st->phase_all_ns, a->all_ns, memory_order_relaxed);
-    atomic_fetch_add_explicit(&st->phase_samples, a->samples, memory_order_relaxed);
-    a->all_ns = 0;
-    a->samples = 0;
+static int reader_only(const sl_exec *x, int s) {
+    return x->stage[s].kind == &sl_stage_source && x->stage[s].last == x->stage[s].first;
 }
 
 /* The stage's op split, microseconds per sample by phase (JSON "op_split"),
@@ -74,36 +58,36 @@ static cJSON *op_split_json(const sl_stage *st) {
 /* The stats are read from a pipeline the caller holds const; its locks (the
  * error list's, the queues') are not part of what it says, so they are taken
  * through this one cast. */
-static sl_pipeline *lockable(const sl_pipeline *p) { return (sl_pipeline *)(uintptr_t)p; }
+static sl_exec *lockable(const sl_exec *x) { return (sl_exec *)(uintptr_t)x; }
 
 /* Totals over the run: rates, device copies, CPU, memory, pools, queues. */
-static void stats_totals(const sl_pipeline *p, sl_pipeline_stats *out, uint64_t t_start,
+static void stats_totals(const sl_exec *x, sl_pipeline_stats *out, uint64_t t_start,
                          double wall) {
     out->wall_s = wall;
-    out->batches = atomic_load(&p->stats.batches_out);
-    out->samples = atomic_load(&p->stats.samples_out);
+    out->batches = atomic_load(&x->stats.batches_out);
+    out->samples = atomic_load(&x->stats.samples_out);
     out->samples_per_s = wall > 0 ? (double)out->samples / wall : 0.0;
-    out->consumer_wait_s = (double)atomic_load(&p->stats.consumer_wait_ns) / 1e9;
+    out->consumer_wait_s = (double)atomic_load(&x->handoff.wait_in_ns) / 1e9;
     sl_dev_counters dc;
-    sl_pipeline__dev_counters(p->dev, &dc);
+    sl_stage_handoff__counters(&x->handoff, &dc);
     out->h2d_bytes = dc.h2d_bytes;
     out->h2d_staged_bytes = dc.staged_bytes;
     out->h2d_bytes_per_s = wall > 0 ? (double)dc.h2d_bytes / wall : 0.0;
     out->device_wait_s = (double)dc.wait_ns / 1e9;
     out->gpu_decoded = dc.gpu_decoded;
     out->gpu_fallbacks = dc.gpu_fallbacks;
-    out->threads_started = atomic_load(&p->stats.threads_started);
-    out->cpu_budget = p->ncpus;
+    out->threads_started = atomic_load(&x->stats.threads_started);
+    out->cpu_budget = x->ncpus;
     if (t_start && wall > 0)
         out->cpu_busy =
-            (double)(sl__process_cpu_ns() - p->stats.cpu_t0_ns) / 1e9 / (wall * p->ncpus);
-    out->nstages = p->nstages;
-    out->memory_limit = p->mem.limit;
-    out->batch_bytes = p->mem.batch_bytes;
-    out->batches_in_flight = p->mem.batches_held;
+            (double)(sl__process_cpu_ns() - x->stats.cpu_t0_ns) / 1e9 / (wall * x->ncpus);
+    out->nstages = x->nstages;
+    out->memory_limit = x->mem.limit;
+    out->batch_bytes = x->mem.batch_bytes;
+    out->batches_in_flight = x->mem.batches_held;
     sl_pipeline__pool_bytes pb[SL_STATS_MAX_POOLS];
     size_t held, cached;
-    int np = sl_pipeline__pools_bytes(p->pools, pb, SL_STATS_MAX_POOLS, &held, &cached);
+    int np = sl_pipeline__pools_bytes(x->env.pools, pb, SL_STATS_MAX_POOLS, &held, &cached);
     out->pool_bytes = held;
     out->pool_free_bytes = cached;
     out->npools = np;
@@ -112,21 +96,21 @@ static void stats_totals(const sl_pipeline *p, sl_pipeline_stats *out, uint64_t 
         out->pool[i].bytes = pb[i].held;
         out->pool[i].free_bytes = pb[i].cached;
     }
-    for (int s = 0; s < p->nstages; s++) {
-        size_t n = sl_queue__count(&lockable(p)->stage[s].out);
+    for (int s = 0; s < x->nstages; s++) {
+        size_t n = sl_queue__count(&lockable(x)->stage[s].out);
         out->queue_length[s] = (int32_t)n;
-        out->queue_bytes[s] = (uint64_t)n * sl_pipeline__elem_bytes(p, s);
+        out->queue_bytes[s] = (uint64_t)n * sl_exec__elem_bytes(x, s);
     }
 }
 
 /* Per stage; *worst_out = the stage busiest per worker, *costliest_out =
  * the one costing most CPU per sample, *given_out = workers in all. */
-static void stats_stages(const sl_pipeline *p, sl_pipeline_stats *out, double wall,
+static void stats_stages(const sl_exec *x, sl_pipeline_stats *out, double wall,
                          int *worst_out, int *costliest_out, int *given_out) {
     int worst = -1, costliest = -1, given = 0;
     double worst_util = -1, most_cpu = -1;
-    for (int s = 0; s < p->nstages; s++) {
-        sl_stage *st = &lockable(p)->stage[s];
+    for (int s = 0; s < x->nstages; s++) {
+        sl_stage *st = &lockable(x)->stage[s];
         sl_stage_stats *o = &out->stage[s];
         snprintf(o->name, sizeof o->name, "%s", st->name);
         o->workers = atomic_load(&st->active);
@@ -156,7 +140,7 @@ static void stats_stages(const sl_pipeline *p, sl_pipeline_stats *out, double wa
     *given_out = given;
 }
 
-static void stats_errors(sl_pipeline_errors *e, sl_pipeline_stats *out) {
+static void stats_errors(sl_errors *e, sl_pipeline_stats *out) {
     pthread_mutex_lock(&e->mu);
     out->skipped = e->skipped;
     out->nerrors = e->n;
@@ -166,7 +150,7 @@ static void stats_errors(sl_pipeline_errors *e, sl_pipeline_stats *out) {
 }
 
 /* The F/P/G verdict from the figures stats_totals and stats_stages wrote. */
-static void stats_verdict(const sl_pipeline *p, sl_pipeline_stats *out, double wall, int worst,
+static void stats_verdict(const sl_exec *x, sl_pipeline_stats *out, double wall, int worst,
                           int costliest, int given) {
     out->bound = '?';
     if (out->batches < 2 || wall <= 0 || worst < 0) {
@@ -175,7 +159,7 @@ static void stats_verdict(const sl_pipeline *p, sl_pipeline_stats *out, double w
         return;
     }
     double cwait = out->consumer_wait_s / wall;
-    const sl_stage_stats *last = &out->stage[p->nstages - 1];
+    const sl_stage_stats *last = &out->stage[x->nstages - 1];
     const sl_stage_stats *w = &out->stage[worst];
     if (cwait < 0.10 && last->queue_fill > 0.5) {
         out->bound = 'G';
@@ -202,7 +186,7 @@ static void stats_verdict(const sl_pipeline *p, sl_pipeline_stats *out, double w
     }
     snprintf(out->bound_stage, sizeof out->bound_stage, "%s", w->name);
     int room = given < out->cpu_budget; /* cores not yet given to a worker */
-    if (reader_only(p, worst)) {
+    if (reader_only(x, worst)) {
         /* reading: busy time without CPU time is time waiting for storage */
         double waiting = w->cost_us > 0 ? 1.0 - w->cpu_us / w->cost_us : 0.0;
         out->bound = 'F';
@@ -227,19 +211,21 @@ static void stats_verdict(const sl_pipeline *p, sl_pipeline_stats *out, double w
 }
 
 int sl_pipeline_stats_get(const sl_pipeline *p, sl_pipeline_stats *out) {
+    const sl_exec *x = sl_pipeline__exec(p);
     memset(out, 0, sizeof *out);
     uint64_t now = sl__now_ns();
-    uint64_t t_start = atomic_load(&p->stats.t_start);
+    uint64_t t_start = atomic_load(&x->stats.t_start);
     double wall = t_start ? (double)(now - t_start) / 1e9 : 0.0;
     int worst, costliest, given;
-    stats_totals(p, out, t_start, wall);
-    stats_stages(p, out, wall, &worst, &costliest, &given);
-    stats_errors(&lockable(p)->err, out);
-    stats_verdict(p, out, wall, worst, costliest, given);
+    stats_totals(x, out, t_start, wall);
+    stats_stages(x, out, wall, &worst, &costliest, &given);
+    stats_errors(&lockable(x)->err, out);
+    stats_verdict(x, out, wall, worst, costliest, given);
     return SL_OK;
 }
 
 int sl_pipeline_stats_json(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out) {
+    const sl_exec *x = sl_pipeline__exec(p);
     sl_pipeline_stats st;
     SL_TRY(sl_pipeline_stats_get(p, &st));
     sl__json_init(); /* the adds below are checked once, at the end */
@@ -307,7 +293,11 @@ int sl_pipeline_stats_json(const sl_pipeline *p, char *buf, size_t cap, size_t *
         cJSON_AddNumberToObject(o, "queue_capacity", s->queue_capacity);
         cJSON_AddNumberToObject(o, "queue_length", st.queue_length[i]);
         cJSON_AddNumberToObject(o, "queue_bytes", (double)st.queue_bytes[i]);
-        cJSON *split = op_split_json(&p->stage[i]);
+        /* what it keeps besides its queue (its kind's memory: shuffle buffers) */
+        const sl_stage *sti = &x->stage[i];
+        cJSON_AddNumberToObject(o, "held_bytes",
+                                sti->kind->memory ? (double)sti->kind->memory(sti) : 0.0);
+        cJSON *split = op_split_json(sti);
         if (split && !cJSON_AddItemToObject(o, "op_split", split))
             cJSON_Delete(split);
         if (!cJSON_AddItemToArray(stages, o)) /* stages missing: out of memory */
@@ -390,54 +380,43 @@ static void node_text(strbuf *b, const sl_pnode *nd) {
         sb_printf(b, " parallel=auto");
 }
 
-static void source_text(strbuf *b, const sl_pipeline *p) {
-    static const char *const eq[] = {"pad", "drop", "none"};
-    sb_printf(b, "source %s %s (%llu records", sl_source_kind(p->src), sl_source_name(p->src),
-              (unsigned long long)p->nrecords);
-    if (p->shuf.window_mode)
-        sb_printf(b, ", shuffled per epoch (window %llu, block %llu)",
-                  (unsigned long long)p->shuf.window, (unsigned long long)p->shuf.block);
-    else if (p->spec->shuffle)
-        sb_printf(b, ", shuffled per epoch (global)");
-    if (p->shard_count > 1)
-        sb_printf(b, ", shard %lld/%lld equal=%s", (long long)p->shard_index,
-                  (long long)p->shard_count, eq[p->shard_equal]);
-    sb_printf(b, ")\n");
+static void source_text(strbuf *b, const sl_exec *x) {
+    char line[512];
+    sl_stage_src__describe(x->in, line, sizeof line);
+    sb_printf(b, "%s", line);
 }
 
-/* The layout's collation (sl_collate_at), as explain names it. */
-static const char *const collate_names[] = {"final", "fused", "parallel"};
-
 int sl_pipeline_explain_json(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out) {
-    static const char *const kinds[] = {"", "source", "map", "seq", "final", "stack"};
-    const sl_exec_layout *L = &p->layout;
+    const sl_exec *x = sl_pipeline__exec(p);
+    const sl_exec_layout *L = &x->layout;
+    const sl_plan *pl = x->env.plan;
     sl__json_init(); /* the adds below are checked once, at the end */
     cJSON *doc = cJSON_CreateObject();
     if (!doc)
         return sl__oom("explaining a pipeline");
     cJSON *lo = cJSON_AddObjectToObject(doc, "layout");
     if (lo) {
-        cJSON_AddStringToObject(lo, "collation", collate_names[L->collate]);
+        cJSON_AddStringToObject(lo, "collation", L->collation->key);
         cJSON_AddNumberToObject(lo, "collate_stage", L->collate_stage);
         cJSON_AddBoolToObject(lo, "direct", L->direct);
         if (L->slot_col >= 0)
-            cJSON_AddStringToObject(lo, "slot_column", p->plan.out_cols.col[L->slot_col].name);
+            cJSON_AddStringToObject(lo, "slot_column", pl->out_cols.col[L->slot_col].name);
         else
             cJSON_AddNullToObject(lo, "slot_column");
         int nvec = 0;
-        for (int i = 0; i < p->plan.nopt; i++)
-            nvec += p->plan.opt[i].vectorized != 0;
+        for (int i = 0; i < pl->nopt; i++)
+            nvec += pl->opt[i].vectorized != 0;
         cJSON_AddNumberToObject(lo, "vectorized_ops", nvec);
         cJSON_AddStringToObject(lo, "vectorization", L->vec_note);
         cJSON_AddBoolToObject(lo, "read_rows", L->read_rows);
         cJSON_AddNumberToObject(lo, "chunk_capacity", L->chunk_cap);
     }
     cJSON *stages = cJSON_AddArrayToObject(doc, "stages");
-    for (int s = 0; stages && s < p->nstages; s++) {
-        const sl_stage *st = &p->stage[s];
+    for (int s = 0; stages && s < x->nstages; s++) {
+        const sl_stage *st = &x->stage[s];
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", st->name);
-        cJSON_AddStringToObject(o, "kind", kinds[st->kind]);
+        cJSON_AddStringToObject(o, "kind", st->kind->key);
         cJSON_AddNumberToObject(o, "workers", st->workers);
         cJSON_AddBoolToObject(o, "autotune", st->autotune);
         cJSON_AddNumberToObject(o, "queue_capacity", st->qcap);
@@ -449,10 +428,11 @@ int sl_pipeline_explain_json(const sl_pipeline *p, char *buf, size_t cap, size_t
 }
 
 int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out) {
+    const sl_exec *x = sl_pipeline__exec(p);
     strbuf b = {0};
-    const sl_plan *pl = &p->plan;
+    const sl_plan *pl = x->env.plan;
     sb_printf(&b, "logical plan:\n  ");
-    source_text(&b, p);
+    source_text(&b, x);
     sb_printf(&b, "    columns: ");
     cols_text(&b, &pl->src_cols);
     sb_printf(&b, "\n");
@@ -462,14 +442,14 @@ int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len
         sb_printf(&b, "\n");
     }
     sb_printf(&b, "optimised plan:\n  ");
-    source_text(&b, p);
+    source_text(&b, x);
     for (int i = 0; i < pl->nnodes; i++) {
         const sl_pnode *nd = &pl->nodes[i];
         if (nd->pushed)
             sb_printf(&b, "    + filter pushed into the source index: %s (ops[%d]); %llu of %llu "
                           "records kept, the others are never read\n",
-                      nd->desc, nd->pos, (unsigned long long)p->nbase,
-                      (unsigned long long)p->nrecords);
+                      nd->desc, nd->pos, (unsigned long long)x->in->nbase,
+                      (unsigned long long)x->in->nrecords);
         if (nd->kind == SL_PN_REPEAT)
             sb_printf(&b, "    + repeat x%lld made by the source (ops[%d])\n", (long long)nd->n,
                       nd->pos);
@@ -480,7 +460,8 @@ int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len
                   pl->moved[m].pos, pl->nodes[pl->moved[m].pos].desc, pl->moved[m].before,
                   pl->nodes[pl->moved[m].before].label, pl->moved[m].skipped,
                   pl->moved[m].skipped == 1 ? "" : "s");
-    sb_printf(&b, "    %llu samples per epoch for this rank\n", (unsigned long long)p->per_epoch);
+    sb_printf(&b, "    %llu samples per epoch for this rank\n",
+              (unsigned long long)x->in->per_epoch);
     for (int i = 0; i < pl->nopt; i++) {
         const sl_pnode *nd = &pl->opt[i];
         sb_printf(&b, "  ");
@@ -497,43 +478,31 @@ int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len
                       (long long)pl->batch_size);
         sb_printf(&b, "\n");
     }
-    const sl_exec_layout *L = &p->layout;
+    const sl_exec_layout *L = &x->layout;
     if (L->vec_note[0])
         sb_printf(&b, "    map vectorization: %s\n", L->vec_note);
     if (L->read_rows)
         sb_printf(&b, "    reading: each record straight into its batch row (fixed-shape "
                       "columns, nothing per sample)\n");
-    sb_printf(&b, "    collation: %s, by stage %d (%s)", collate_names[L->collate],
-              L->collate_stage + 1, p->stage[L->collate_stage].name);
-    if (L->collate == SL_COLLATE_FUSED)
-        sb_printf(&b, ": each chunk is one batch%s%s", L->direct ? ", taken by the consumer" : "",
-                  L->slot_col >= 0 ? ", the last op writes into its batch slot" : "");
-    else if (L->collate == SL_COLLATE_PARALLEL)
-        sb_printf(&b, ": the final stage assigns samples to batches, its workers copy them");
-    else
-        sb_printf(&b, ": one thread copies each sample into its batch");
-    sb_printf(&b, "\n");
+    sb_printf(&b, "    collation: %s, by stage %d (%s): %s%s%s\n", L->collation->key,
+              L->collate_stage + 1, x->stage[L->collate_stage].name, L->collation->words,
+              L->direct ? ", taken by the consumer" : "",
+              L->slot_col >= 0 ? ", the last op writes into its batch slot" : "");
     sb_printf(&b, "stages:\n");
-    for (int s = 0; s < p->nstages; s++) {
-        const sl_stage *st = &p->stage[s];
-        const char *kind = st->kind == SL_ST_SOURCE && st->last > st->first
-                               ? "read + per-sample ops, parallel"
-                           : st->kind == SL_ST_SOURCE ? "read"
-                           : st->kind == SL_ST_MAP  ? "per-sample ops, parallel"
-                           : st->kind == SL_ST_SEQ  ? "sequential"
-                           : st->kind == SL_ST_STACK ? "collates batches, parallel"
-                           : L->collate == SL_COLLATE_PARALLEL
-                               ? "sequential, assigns samples to batches"
-                                                    : "sequential, collates batches";
-        sb_printf(&b, "  %d. %s (%s): ", s + 1, st->name, kind);
+    for (int s = 0; s < x->nstages; s++) {
+        const sl_stage *st = &x->stage[s];
+        sb_printf(&b, "  %d. %s (%s): ", s + 1, st->name, st->kind->explain(st));
         if (st->autotune)
             sb_printf(&b, "workers=auto (now %d, up to %d)", atomic_load(&st->active),
                       st->workers);
         else
             sb_printf(&b, "workers=%d", st->workers);
         sb_printf(&b, ", output queue %d %s\n", st->qcap,
-                  s == p->nstages - 1 ? "batches (prefetch)" : "chunks");
+                  s == x->nstages - 1 ? "batches (prefetch)" : "chunks");
     }
+    const char *handoff = x->handoff.kind->explain(&x->handoff);
+    if (handoff)
+        sb_printf(&b, "  then the consumer's thread %s\n", handoff);
     sb_printf(&b, "output: ");
     if (pl->handoff) {
         /* what the consumer gets after the device hand-off (optimize.c) */
@@ -549,7 +518,7 @@ int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len
     if (len >= 0)
         sb_printf(&b, "; %lld batches per epoch", (long long)len);
     sb_printf(&b, "\norder: %s; resume: %s\n",
-              p->spec->deterministic ? "deterministic" : "as samples finish (non-deterministic)",
+              x->spec->deterministic ? "deterministic" : "as samples finish (non-deterministic)",
               pl->exact_resume ? "exact from the stream position"
                                : "exact by replaying the epoch up to the saved batch");
     if (b.oom) {

@@ -8,7 +8,7 @@
  * counted. Each slot has a ready flag so the writer of the JSON, which may
  * run while workers still add events, reads only complete ones.
  */
-#include "pipeline/pipeline.h"
+#include "pipeline/exec.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -28,25 +28,27 @@ struct sl_pipeline__trace {
 };
 
 int sl_pipeline_trace_enable(sl_pipeline *p, size_t max_events) {
-    if (p->running || atomic_load(&p->stats.t_start))
+    sl_exec *x = sl_pipeline__exec(p);
+    if (x->running || atomic_load(&x->stats.t_start))
         return sl__error(SL_EINVAL, "trace: enable it before the first sl_pipeline_next");
     if (max_events == 0)
         max_events = 1u << 20;
     if (max_events > (1u << 26))
         return sl__error(SL_EINVAL, "trace: at most %u events", 1u << 26);
-    sl__free(p->trace);
-    p->trace = sl__calloc(1, sizeof *p->trace + max_events * sizeof(trace_event));
-    if (!p->trace)
+    struct sl_pipeline__trace *t =
+        sl__calloc(1, sizeof *t + max_events * sizeof(trace_event));
+    if (!t)
         return sl__oom("allocating the trace");
-    p->trace->cap = max_events;
-    p->trace->t0 = sl__now_ns();
-    atomic_init(&p->trace->next, 0);
+    t->cap = max_events;
+    t->t0 = sl__now_ns();
+    atomic_init(&t->next, 0);
+    sl__free(x->env.trace);
+    x->env.trace = t; /* before any worker starts: they read it unlocked */
     return SL_OK;
 }
 
-void sl_pipeline__trace_add(sl_pipeline *p, int stage, int worker, uint64_t t0, uint64_t dur,
-                            uint32_t n) {
-    struct sl_pipeline__trace *t = p->trace;
+void sl_pipeline__trace_add(struct sl_pipeline__trace *t, int stage, int worker, uint64_t t0,
+                            uint64_t dur, uint32_t n) {
     size_t i = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
     if (i >= t->cap)
         return;
@@ -59,13 +61,14 @@ void sl_pipeline__trace_add(sl_pipeline *p, int stage, int worker, uint64_t t0, 
     atomic_store_explicit(&e->ready, 1, memory_order_release);
 }
 
-void sl_pipeline__trace_free(sl_pipeline *p) {
-    sl__free(p->trace);
-    p->trace = NULL;
+void sl_exec__trace_free(sl_exec *x) {
+    sl__free(x->env.trace);
+    x->env.trace = NULL;
 }
 
 int sl_pipeline_trace_json(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out) {
-    struct sl_pipeline__trace *t = p->trace;
+    const sl_exec *x = sl_pipeline__exec(p);
+    struct sl_pipeline__trace *t = x->env.trace;
     if (!t)
         return sl__error(SL_EINVAL, "trace: not enabled (sl_pipeline_trace_enable)");
     size_t n = atomic_load(&t->next);
@@ -78,11 +81,11 @@ int sl_pipeline_trace_json(const sl_pipeline *p, char *buf, size_t cap, size_t *
     cJSON *names = cJSON_CreateArray();
     if (!names)
         return sl__oom("writing the trace");
-    for (int st = 0; st < p->nstages; st++) {
-        int workers = p->stage[st].workers > 64 ? 64 : p->stage[st].workers;
+    for (int st = 0; st < x->nstages; st++) {
+        int workers = x->stage[st].workers > 64 ? 64 : x->stage[st].workers;
         for (int w = 0; w < workers; w++) {
             char label[160];
-            snprintf(label, sizeof label, "%d. %.100s #%d", st + 1, p->stage[st].name, w);
+            snprintf(label, sizeof label, "%d. %.100s #%d", st + 1, x->stage[st].name, w);
             cJSON *ev = cJSON_CreateObject(), *args = cJSON_CreateObject();
             if (!ev || !args || !cJSON_AddStringToObject(ev, "ph", "M") ||
                 !cJSON_AddNumberToObject(ev, "pid", 1) ||

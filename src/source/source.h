@@ -282,6 +282,16 @@ struct sl_source {
                                past the chunk it reads, in the shuffle's order */
     int remote;             /* named by URLs (http(s)://, s3://): set by
                                sl_source__open_json; read with sl_source__remote */
+    uint64_t held_bytes;    /* memory the source may hold for reads beyond what it
+                               hands out (a Parquet source's cache of decoded row
+                               groups, at most): the pipeline's memory limit
+                               counts it. 0: none */
+    uint64_t locality;      /* records that are cheapest read together (the rows
+                               of a Parquet row group, when they do not all stay
+                               cached): the shuffle "auto" reads such a source
+                               in window order, in blocks of this many. 0: none */
+    uint64_t locality_window; /* with locality: the window that order's default is
+                               (as many blocks as the source keeps at once) */
 };
 
 /* Check the image columns (col.image) of record i, read into `smp`, as pack
@@ -347,7 +357,7 @@ extern const sl_param sl_source__max_open_params[]; /* max_open_shards */
 extern const sl_param sl_source__shard_params[];    /* index, max_open_shards */
 /* Each format's table (its own keys), named in the registry. */
 extern const sl_param_table sl_source__slr_table, sl_source__folder_table, sl_source__idx_table,
-    sl_source__tar_table, sl_source__tf_table, sl_source__syn_table;
+    sl_source__tar_table, sl_source__tf_table, sl_source__syn_table, sl_source__pq_table;
 /* Read a source object's options with its format's table `t` (t->what names
  * the format: "a tfrecord source") into `out`. A key that is not the
  * format's is SL_EINVAL "<field>.<key>: unknown key for <what> (keys: ...)",
@@ -445,6 +455,11 @@ int sl_source__open_tfrecord(sl_source **out, const cJSON *obj, const char *fiel
  * source object's compression key, or NULL). */
 int sl_source__index_tfrecord(const char *path, const cJSON *opts);
 int sl_source__sniff_tfrecord(const char *path, int is_dir, const uint8_t *head, size_t n);
+/* Apache Parquet files (source_parquet.c; docs/SOURCES.md, "Parquet"). */
+int sl_source__open_parquet(sl_source **out, const cJSON *obj, const char *field);
+int sl_source__sniff_parquet(const char *path, int is_dir, const uint8_t *head, size_t n);
+/* A Parquet file's footer is its index: checked, nothing written. */
+int sl_source__index_parquet(const char *path, const cJSON *opts);
 
 /* Helpers for implementations. */
 /* Add a column; SL_EINVAL when the name is empty, too long or taken, or

@@ -49,6 +49,8 @@ static const char *kind_noun(const sl_source_format *k) {
         return "a TFRecord file";
     if (k->open == sl_source__open_webdataset)
         return "a tar shard";
+    if (k->open == sl_source__open_parquet)
+        return "a Parquet file";
     return k->key;
 }
 
@@ -240,7 +242,7 @@ static int detect_one(const char *path, const sl_source_format **kind_out) {
     }
     return sl__error(SL_EUNSUPPORTED,
                      "%s: not a format sluice reads (a .slr dataset, an ImageFolder directory, "
-                     "IDX, TFRecord or tar files)", path);
+                     "IDX, TFRecord, tar or Parquet files)", path);
 }
 
 int sl_source__wrong_kind(const char *path, int rc) {

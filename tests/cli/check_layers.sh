@@ -3,7 +3,9 @@
 # order; a copy with a bad #include or a bad call planted fails, naming the
 # file and line; comments and strings are not calls; the order is read from
 # the document; the allow list suppresses what it names and fails on a stale
-# line; tools/ may use sluice.h only. (Needs no build: SLUICE is not used.)
+# line; tools/ may use sluice.h only; struct sl_pipeline stays in pipeline.c
+# and exec.c, and stage files see stage.h only (rule R11). (Needs no build:
+# SLUICE is not used.)
 . "$(dirname "$0")/common.bash"
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 CHECK=$SRC/scripts/check_layers.sh
@@ -96,4 +98,25 @@ run 0 bash "$CHECK" "$T/r"
 printf 'src/ops/crop.c sl_pipeline__pools_reserve\n' >>"$T/r/scripts/layers.allow"
 run 1 bash "$CHECK" "$T/r"
 has "$OUT" "layers.allow:3: 'src/ops/crop.c sl_pipeline__pools_reserve' is allowed but no longer used"
+
+# rule R11: struct sl_pipeline's header is pipeline.c's and exec.c's; a stage
+# file (stage*.c, collate*.c) sees its stage (stage.h), not the whole
+fresh
+sed -i '1i #include "pipeline/pipeline.h"' "$T/r/src/pipeline/stage_map.c"
+run 1 bash "$CHECK" "$T/r"
+has "$OUT" "src/pipeline/stage_map.c:1: includes pipeline/pipeline.h (a stage file sees its stage and its environment, stage.h; rule R11 of docs/ARCHITECTURE.md)"
+[ "$(grep -c . "$OUT")" = 1 ] || fail "want one violation, got: $(cat "$OUT")"
+fresh
+sed -i '1i #include "exec.h"' "$T/r/src/pipeline/collate_fused.c"
+run 1 bash "$CHECK" "$T/r"
+has "$OUT" "src/pipeline/collate_fused.c:1: includes exec.h (a stage file sees its stage"
+fresh
+sed -i '1i #include "pipeline/pipeline.h"' "$T/r/src/pipeline/stats.c"
+run 1 bash "$CHECK" "$T/r"
+has "$OUT" "src/pipeline/stats.c:1: includes pipeline/pipeline.h (struct sl_pipeline is private to src/pipeline/pipeline.c and src/pipeline/exec.c"
+fresh # the executor may; a stage file may include its own interface and the executor's files exec.h
+sed -i '1i #include "pipeline/pipeline.h"' "$T/r/src/pipeline/exec.c"
+sed -i '1i #include "pipeline/stage.h"' "$T/r/src/pipeline/stage_seq.c"
+sed -i '1i #include "pipeline/exec.h"' "$T/r/src/pipeline/memory.c"
+run 0 bash "$CHECK" "$T/r"
 finish

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device boundary (docs/DEVICE.md, "The boundary"; docs/ARCHITECTURE.md):
 # src/device/ knows no pipeline, spec or plan, and the pipeline reaches the
-# device layer only through its hand-off, src/pipeline/device_handoff.c
+# device layer only through its hand-off stage, src/pipeline/stage_handoff.c
 # (spec.c reads and writes the "device" JSON with the device layer's
 # sl_dev__parse_json / sl_dev__to_json / sl_dev__decode_placement). Each
 # offending line is named with its file and line number.
@@ -25,11 +25,11 @@ done
 
 # 2. in src/pipeline, device calls are the hand-off's (and spec.c's JSON trio)
 grep -nE '\bsl_dev__[a-z_]+ *\(' "$SRC"/src/pipeline/*.[ch] |
-    grep -v "^$SRC/src/pipeline/device_handoff.c:" |
+    grep -v "^$SRC/src/pipeline/stage_handoff.c:" |
     grep -vE '^[^:]+/spec\.c:[0-9]+:.*\bsl_dev__(parse_json|to_json|decode_placement) *\(' |
     grep -vE '^[^:]+:[0-9]+: *(/?\*|//)' >"$T/pipe"
 if [ -s "$T/pipe" ]; then
-    fail "device layer called from src/pipeline outside device_handoff.c:"
+    fail "device layer called from src/pipeline outside stage_handoff.c:"
     sed "s|^$SRC/|    |" "$T/pipe" >&2
 fi
 # ... and the hand-off holds no device code of its own: no backend, ring,

@@ -334,3 +334,22 @@ SL_TEST(core_log__levels_and_callback) {
     sl_log_set_callback(NULL, NULL);
     sl_log_set_level(SL_LOG_WARN);
 }
+
+/* sl__cpu_features (cpuid + xgetbv) agrees with GCC's own runtime table,
+ * which is filled in this build (gcc's libgcc), on every bit the kernels use. */
+SL_TEST(core_cpu_features__agree_with_the_compiler_runtime) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    unsigned f = sl__cpu_features();
+    __builtin_cpu_init();
+    ASSERT_EQ(!!(f & SL_CPU_SSE41), !!__builtin_cpu_supports("sse4.1"));
+    ASSERT_EQ(!!(f & SL_CPU_SSE42), !!__builtin_cpu_supports("sse4.2"));
+    ASSERT_EQ(!!(f & SL_CPU_AVX2), !!__builtin_cpu_supports("avx2"));
+    ASSERT_EQ(!!(f & SL_CPU_AVX512F), !!__builtin_cpu_supports("avx512f"));
+    ASSERT_EQ(!!(f & SL_CPU_AVX512BW), !!__builtin_cpu_supports("avx512bw"));
+    ASSERT_EQ(!!(f & SL_CPU_AVX512VL), !!__builtin_cpu_supports("avx512vl"));
+    ASSERT_EQ(!!(f & SL_CPU_AVX512VBMI), !!__builtin_cpu_supports("avx512vbmi"));
+    ASSERT_EQ(sl__cpu_features(), f); /* read once, the same after */
+#else
+    sl_test_skip("needs GCC on x86-64 for the reference table");
+#endif
+}

@@ -113,3 +113,19 @@ SL_TEST(io_core__base_name_and_crc32c) {
     ASSERT_STR_EQ(sl__base_name("a/b/"), "a/b/");
     ASSERT_U64_EQ(sl__crc32c(0, "123456789", 9), 0xe3069283u);
 }
+
+/* A libcurl with no CA bundle of its own (the wheels') takes the first
+ * distribution bundle that exists; one with a bundle keeps it. */
+SL_TEST(io_io__ca_bundle_where_the_distribution_keeps_it) {
+    char a[4096], b[4096], none[4096];
+    make(a, sizeof a, "rhel-bundle.crt", "certs");
+    make(b, sizeof b, "alpine-cert.pem", "certs");
+    sl_test_path(none, sizeof none, "missing.crt");
+    const char *const list[] = {none, a, b, NULL};
+    ASSERT_STR_EQ(sl_io__ca_pick(NULL, list), a);
+    ASSERT_STR_EQ(sl_io__ca_pick("", list), a);
+    ASSERT_STR_EQ(sl_io__ca_pick(none, list), a);  /* built in, but not on this system */
+    ASSERT(sl_io__ca_pick(b, list) == NULL);        /* built in and there: libcurl's own */
+    const char *const nothing[] = {none, NULL};
+    ASSERT(sl_io__ca_pick(NULL, nothing) == NULL);  /* none anywhere: OpenSSL's defaults */
+}

@@ -228,4 +228,37 @@ static inline int pu_patch_after(const char *path, const char *needle, long at, 
     return hit != NULL;
 }
 
+/* A spec over n encoded images in memory (sl_spec_set_source_samples
+ * copies them): "image", their bytes, and "label", int64 labels[i]. */
+static inline sl_spec *pu_images_spec(uint8_t *const *jpeg, const size_t *size,
+                                      const int64_t *labels, int n) {
+    sl_sample *samples = calloc((size_t)n, sizeof *samples);
+    ASSERT(samples);
+    for (int i = 0; i < n; i++) {
+        int64_t len = (int64_t)size[i];
+        sl_tensor_view(&samples[i].col[0], jpeg[i], SL_U8, 1, &len);
+        sl_tensor_view(&samples[i].col[1], (void *)&labels[i], SL_I64, 0, NULL);
+        samples[i].ncols = 2;
+        samples[i].index = (uint64_t)i;
+    }
+    sl_spec *spec;
+    ASSERT_OK(sl_spec_create(&spec));
+    const char *names[2] = {"image", "label"};
+    ASSERT_OK(sl_spec_set_source_samples(spec, 2, names, samples, n));
+    free(samples);
+    return spec;
+}
+
+/* The batches a pipeline hands out before its first return other than
+ * SL_OK (which goes into *rc), each released. */
+static inline int pu_good_batches(sl_pipeline *p, int *rc) {
+    sl_batch *b;
+    int good = 0;
+    while ((*rc = sl_pipeline_next(p, &b)) == SL_OK) {
+        good++;
+        sl_batch_release(b);
+    }
+    return good;
+}
+
 #endif

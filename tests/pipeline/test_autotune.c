@@ -5,7 +5,7 @@
  * chunks outlast the tuning tick keeps its workers. */
 #include "pipe_util.h"
 #include "core/core.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/exec.h"
 
 #include <string.h>
 
@@ -288,7 +288,7 @@ SL_TEST(pipeline_autotune__expensive_stage_gets_the_workers) {
     /* every core (and maybe one worker more, while exploration tries it) */
     ASSERT(most_heavy >= ncpus && most_heavy <= ncpus + 1);
     ASSERT_EQ(most_light, 1);
-    ASSERT(p->tune.moves >= (ncpus >= 2 ? 1 : 0));
+    ASSERT(sl_pipeline__exec(p)->tune.moves >= (ncpus >= 2 ? 1 : 0));
     sl_pipeline_free(p);
     sl_spec_free(spec);
 }
@@ -324,7 +324,7 @@ SL_TEST(pipeline_autotune__collate_stage_gets_the_workers) {
     ASSERT_OK(sl_pipeline_stats_get(p, &st));
     int coll = stage_of(&st, "collate(batch 16)"), src = stage_of(&st, "source");
     ASSERT(coll >= 0 && src >= 0);
-    ASSERT(p->stage[coll].autotune);
+    ASSERT(sl_pipeline__exec(p)->stage[coll].autotune);
     if (ncpus >= 2)
         ASSERT(st.stage[coll].workers < ncpus); /* an even share to start */
     int most;
@@ -365,7 +365,8 @@ static sl_pipeline *order_stall_pipeline(void) {
 SL_TEST(pipeline_autotune__order_stalls_deepen_the_queue) {
     for (int slow_consumer = 0; slow_consumer < 2; slow_consumer++) {
         sl_pipeline *p = order_stall_pipeline();
-        sl_stage *last = &p->stage[p->nstages - 1];
+        sl_exec *x = sl_pipeline__exec(p);
+        sl_stage *last = &x->stage[x->nstages - 1];
         ASSERT(last->autotune);
         ASSERT(last->out.cap > (size_t)last->qcap); /* the spare's slots exist */
         ASSERT_EQ(sl_queue__limit(&last->out), (size_t)last->qcap);
@@ -381,9 +382,9 @@ SL_TEST(pipeline_autotune__order_stalls_deepen_the_queue) {
                 usleep(6000); /* longer than the slow batch: it never waits */
         }
         if (slow_consumer) {
-            ASSERT_EQ(p->tune.deep, 0);
+            ASSERT_EQ(x->tune.deep, 0);
         } else {
-            ASSERT_EQ(p->tune.deep, 1);
+            ASSERT_EQ(x->tune.deep, 1);
             ASSERT_EQ(sl_queue__limit(&last->out), last->out.cap);
         }
         sl_pipeline_free(p);

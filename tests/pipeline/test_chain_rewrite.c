@@ -5,7 +5,7 @@
  * and a hook's refusal is the plan's error. The ops here are the test's
  * own, so nothing in the optimiser may know them by name. */
 #include "core/core.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/plan.h"
 #include "test.h"
 
 #include <string.h>
@@ -127,7 +127,7 @@ static void make_plan(sl_plan *plan, int mode) {
     plan->drop_remainder = 1;
 }
 
-SL_TEST(optimize_chain__rewrites_any_op_with_a_hook) {
+SL_TEST(pipeline_chain_rewrite__rewrites_any_op_with_a_hook) {
     sl_plan plan;
     make_plan(&plan, 1);
     ASSERT_OK(sl_plan__optimize(&plan, 0));
@@ -154,7 +154,7 @@ SL_TEST(optimize_chain__rewrites_any_op_with_a_hook) {
     sl_plan__free(&plan); /* ASan: the merged params are freed once, the parts' too */
 }
 
-SL_TEST(optimize_chain__handoff_takes_the_remainder) {
+SL_TEST(pipeline_chain_rewrite__handoff_takes_the_remainder) {
     sl_plan plan;
     make_plan(&plan, 2);
     ASSERT_OK(sl_plan__optimize(&plan, 0));
@@ -168,7 +168,7 @@ SL_TEST(optimize_chain__handoff_takes_the_remainder) {
     sl_plan__free(&plan);
 }
 
-SL_TEST(optimize_chain__no_rewrite_and_refusal) {
+SL_TEST(pipeline_chain_rewrite__no_rewrite_and_refusal) {
     sl_plan plan;
     make_plan(&plan, 0); /* the hook says no: the plan is as fusion left it */
     ASSERT_OK(sl_plan__optimize(&plan, 0));

@@ -2,7 +2,7 @@
  * errors, shutdown, zero copy, ragged columns. */
 #include "pipe_util.h"
 #include "core/core.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/exec.h"
 #include "core/worker.h"
 
 #include <pthread.h>
@@ -132,16 +132,12 @@ SL_TEST(pipeline_exec__user_error_policy_fail) {
         ASSERT_OK(sl_spec_set_threads(spec, threads));
         sl_pipeline *p;
         ASSERT_OK(sl_pipeline_create(&p, spec));
-        sl_batch *b;
-        int rc, good = 0;
-        while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
-            good++;
-            sl_batch_release(b);
-        }
+        int rc, good = pu_good_batches(p, &rc);
         ASSERT_RC(rc, SL_EINVAL);
         ASSERT_EQ(good, 3); /* batches 0..2 are complete; the error comes in order */
         ASSERT_CONTAINS(sl_errmsg(), "memory: record 37: ops[0] (map 'boom'): tensor: bad");
         sl_errclear();
+        sl_batch *b;
         ASSERT_RC(sl_pipeline_next(p, &b), SL_EINVAL);
         ASSERT_CONTAINS(sl_errmsg(), "record 37");
         ASSERT_CONTAINS(sl_pipeline_error(p), "record 37");

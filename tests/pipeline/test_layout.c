@@ -2,7 +2,7 @@
  * collations runs, the stage it names is the one that collates, the spec's
  * layout keys choose the path, and explain / explain JSON say the same. */
 #include "pipe_util.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/exec.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -41,33 +41,35 @@ static sl_pipeline *layout_pipeline(const char *ops, const char *extra, int thre
 }
 
 /* The layout's invariants, and what explain prints of it. */
-static void check_layout(const sl_pipeline *p, sl_collate_at want) {
-    const sl_exec_layout *L = &p->layout;
-    ASSERT_EQ(L->collate, want);
-    ASSERT(L->collate_stage >= 0 && L->collate_stage < p->nstages);
-    int kind = p->stage[L->collate_stage].kind;
-    if (want == SL_COLLATE_FUSED) {
-        ASSERT(kind == SL_ST_SOURCE || kind == SL_ST_MAP);
-        ASSERT_EQ(L->chunk_cap >= p->plan.batch_size, 1);
+static void check_layout(const sl_pipeline *p, const sl_collation *want) {
+    const sl_exec *x = sl_pipeline__exec(p);
+    const sl_exec_layout *L = &x->layout;
+    ASSERT(L->collation == want);
+    ASSERT(L->collate_stage >= 0 && L->collate_stage < x->nstages);
+    const sl_stage_kind *kind = x->stage[L->collate_stage].kind;
+    for (int s = 0; s < x->nstages; s++) /* only the fused one collates chunks it worked on */
+        ASSERT_EQ(x->stage[s].collates, want == &sl_collate_fused && s == L->collate_stage);
+    if (want == &sl_collate_fused) {
+        ASSERT(kind == &sl_stage_source || kind == &sl_stage_map);
+        ASSERT_EQ(L->chunk_cap >= x->env.plan->batch_size, 1);
     } else {
-        ASSERT_EQ(kind, want == SL_COLLATE_PARALLEL ? SL_ST_STACK : SL_ST_COLLATE);
+        ASSERT(kind == (want == &sl_collate_parallel ? &sl_stage_collate : &sl_stage_final));
         ASSERT_EQ(L->direct, 0);
         ASSERT_EQ(L->vec_first, -1);
         ASSERT_EQ(L->read_rows, 0);
         ASSERT_EQ(L->slot_col, -1);
     }
     int stacks = 0;
-    for (int s = 0; s < p->nstages; s++)
-        stacks += p->stage[s].kind == SL_ST_STACK;
-    ASSERT_EQ(stacks, want == SL_COLLATE_PARALLEL);
-    static const char *const names[] = {"final", "fused", "parallel"};
+    for (int s = 0; s < x->nstages; s++)
+        stacks += x->stage[s].kind == &sl_stage_collate;
+    ASSERT_EQ(stacks, want == &sl_collate_parallel);
     char text[8192], json[4096], want_text[64], want_json[64];
     ASSERT_OK(sl_pipeline_explain(p, text, sizeof text, NULL));
     ASSERT_OK(sl_pipeline_explain_json(p, json, sizeof json, NULL));
-    snprintf(want_text, sizeof want_text, "collation: %s, by stage %d (", names[want],
+    snprintf(want_text, sizeof want_text, "collation: %s, by stage %d (", want->key,
              L->collate_stage + 1);
     ASSERT_CONTAINS(text, want_text);
-    snprintf(want_json, sizeof want_json, "\"collation\":\"%s\",\"collate_stage\":%d", names[want],
+    snprintf(want_json, sizeof want_json, "\"collation\":\"%s\",\"collate_stage\":%d", want->key,
              L->collate_stage);
     ASSERT_CONTAINS(json, want_json);
 }
@@ -80,35 +82,35 @@ SL_TEST(pipeline_layout__one_collation_each) {
         sl_pipeline *p = layout_pipeline(CAST ";"
                                          "{\"op\": \"batch\", \"size\": 16}",
                                          "", threads);
-        check_layout(p, SL_COLLATE_FUSED);
-        ASSERT_EQ(p->layout.direct, 1);
-        ASSERT(p->layout.vec_first >= 0); /* the cast runs once per batch */
+        check_layout(p, &sl_collate_fused);
+        ASSERT_EQ(sl_pipeline__exec(p)->layout.direct, 1);
+        ASSERT(sl_pipeline__exec(p)->layout.vec_first >= 0); /* the cast runs once per batch */
         sl_pipeline_free(p);
         /* a take after batch keeps the final stage */
         p = layout_pipeline(CAST ";"
                             "{\"op\": \"batch\", \"size\": 16};{\"op\": \"take\", \"count\": 9}",
                             "", threads);
-        check_layout(p, SL_COLLATE_FUSED);
-        ASSERT_EQ(p->layout.direct, 0);
+        check_layout(p, &sl_collate_fused);
+        ASSERT_EQ(sl_pipeline__exec(p)->layout.direct, 0);
         sl_pipeline_free(p);
         /* a skip before batch: the final stage assigns, a stage copies */
         p = layout_pipeline("{\"op\": \"skip\", \"count\": 3};{\"op\": \"batch\", \"size\": 16}",
                             "", threads);
-        check_layout(p, SL_COLLATE_PARALLEL);
+        check_layout(p, &sl_collate_parallel);
         sl_pipeline_free(p);
         /* ... unless the spec says "parallel_collate": false */
         p = layout_pipeline("{\"op\": \"skip\", \"count\": 3};{\"op\": \"batch\", \"size\": 16}",
                             "\"parallel_collate\": false", threads);
-        check_layout(p, SL_COLLATE_FINAL);
+        check_layout(p, &sl_collate_final);
         sl_pipeline_free(p);
         /* batches over a chunk's most: one thread */
         p = layout_pipeline("{\"op\": \"skip\", \"count\": 3};{\"op\": \"batch\", \"size\": 2000}",
                             "", threads);
-        check_layout(p, SL_COLLATE_FINAL);
+        check_layout(p, &sl_collate_final);
         sl_pipeline_free(p);
         /* no batch at all */
         p = layout_pipeline(CAST, "", threads);
-        check_layout(p, SL_COLLATE_FINAL);
+        check_layout(p, &sl_collate_final);
         sl_pipeline_free(p);
     }
 }

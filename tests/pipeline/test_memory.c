@@ -3,7 +3,9 @@
  * before the collating stage count against it, batches are the same as
  * without it, and a limit below one batch fails at create naming the need. */
 #include "pipe_util.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/exec.h"
+
+#include <cjson/cJSON.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -177,13 +179,14 @@ static sl_pipeline *chunk_pipeline(uint64_t limit) {
  * batches are the same. */
 SL_TEST(pipeline_memory__chunks_before_batch_count) {
     sl_pipeline *p = chunk_pipeline(0);
-    ASSERT(p->layout.collate == SL_COLLATE_FUSED && p->layout.collate_stage == 1 &&
-           p->nstages == 2);
-    int q0 = p->stage[0].qcap, w0 = p->stage[0].workers;
+    const sl_exec *x = sl_pipeline__exec(p);
+    ASSERT(x->layout.collation == &sl_collate_fused && x->layout.collate_stage == 1 &&
+           x->nstages == 2);
+    int q0 = x->stage[0].qcap, w0 = x->stage[0].workers;
     ASSERT(q0 >= 2);
-    uint64_t chunk = 64 * p->mem.sample_bytes[0]; /* a chunk is one batch of samples */
+    uint64_t chunk = 64 * x->stage[0].sample_bytes; /* a chunk is one batch of samples */
     ASSERT(chunk >= 64 * (784 * 4 + 8)); /* float32 x and the label, counted */
-    uint64_t held = p->mem.batches_held, one = p->mem.batch_bytes;
+    uint64_t held = x->mem.batches_held, one = x->mem.batch_bytes;
     uint64_t want[2 * NBATCH];
     ASSERT_EQ(pu_run_epoch(p, want, NBATCH), NBATCH);
     ASSERT_EQ(pu_run_epoch(p, want + NBATCH, NBATCH), NBATCH);
@@ -191,13 +194,62 @@ SL_TEST(pipeline_memory__chunks_before_batch_count) {
 
     uint64_t limit = held * one + (uint64_t)(w0 + 1) * chunk + chunk / 2;
     p = chunk_pipeline(limit);
-    ASSERT_EQ(p->stage[0].qcap, 1);
-    ASSERT_EQ(p->stage[0].workers, w0);
-    ASSERT_U64_EQ(p->mem.batches_held, held);
+    x = sl_pipeline__exec(p);
+    ASSERT_EQ(x->stage[0].qcap, 1);
+    ASSERT_EQ(x->stage[0].workers, w0);
+    ASSERT_U64_EQ(x->mem.batches_held, held);
     uint64_t got[2 * NBATCH];
     ASSERT_EQ(pu_run_epoch(p, got, NBATCH), NBATCH);
     ASSERT_EQ(pu_run_epoch(p, got + NBATCH, NBATCH), NBATCH);
     for (int i = 0; i < 2 * NBATCH; i++)
         ASSERT_U64_EQ(got[i], want[i]);
+    sl_pipeline_free(p);
+}
+
+/* The stats' held_bytes of a stage (its kind's memory hook), from the JSON. */
+static double held_bytes(sl_pipeline *p, int stage) {
+    char js[16384];
+    size_t len;
+    ASSERT_OK(sl_pipeline_stats_json(p, js, sizeof js, &len));
+    cJSON *doc = cJSON_Parse(js);
+    ASSERT(doc);
+    cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(doc, "stages"), stage);
+    cJSON *h = cJSON_GetObjectItemCaseSensitive(st, "held_bytes");
+    ASSERT(cJSON_IsNumber(h));
+    double v = h->valuedouble;
+    cJSON_Delete(doc);
+    return v;
+}
+
+/* A shuffle buffer's samples are memory its stage keeps between elements:
+ * with the consumer one batch in, the final stage holds a full buffer
+ * (the queues bound how far ahead it runs), the reader nothing; at the
+ * epoch's end the buffer is drained. */
+SL_TEST(pipeline_memory__shuffle_buffer_held) {
+    sl_spec *spec = pu_memory_spec(20000);
+    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"shuffle_buffer\", \"size\": 64}"));
+    ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 8}"));
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    sl_spec_free(spec);
+    const sl_exec *x = sl_pipeline__exec(p);
+    int fin = -1;
+    for (int s = 0; s < x->nstages; s++)
+        if (x->stage[s].kind == &sl_stage_final)
+            fin = s;
+    ASSERT(fin > 0);
+    uint64_t one = x->stage[fin].sample_bytes;
+    ASSERT(one >= 784 + 8);
+    ASSERT_EQ(held_bytes(p, fin), 0.0); /* nothing started */
+    sl_batch *b;
+    ASSERT_OK(sl_pipeline_next(p, &b));
+    sl_batch_release(b);
+    ASSERT_EQ(held_bytes(p, fin), (double)(64 * one));
+    ASSERT_EQ(held_bytes(p, 0), 0.0);
+    int rc;
+    while ((rc = sl_pipeline_next(p, &b)) == SL_OK)
+        sl_batch_release(b);
+    ASSERT_RC(rc, SL_END);
+    ASSERT_EQ(held_bytes(p, fin), 0.0);
     sl_pipeline_free(p);
 }

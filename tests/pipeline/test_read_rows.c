@@ -7,7 +7,7 @@
  * record, after every batch before it was delivered intact. */
 #include "pipe_util.h"
 #include "core/core.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/exec.h"
 #include "record/record_format.h"
 
 #include <stdio.h>
@@ -70,7 +70,7 @@ static void run(const char *path, const char *ops_json, int threads, int rows, r
     sl_pipeline *p;
     ASSERT_OK(sl_pipeline_create(&p, spec));
     sl_spec_free(spec);
-    r->read_rows = p->layout.read_rows;
+    r->read_rows = sl_pipeline__exec(p)->layout.read_rows;
     ASSERT_OK(sl_pipeline_explain(p, r->explain, sizeof r->explain, NULL));
     for (int e = 0; e < 2; e++)
         r->nb[e] = pu_run_epoch(p, r->dig[e], MAXB);
@@ -133,8 +133,8 @@ SL_TEST(pipeline_read_rows__per_sample_ops_read_samples) {
     sl_pipeline *p = fixed_pipeline(
         "{\"source\": {\"path\": \"%s\"}, \"vectorize\": false, \"ops\": [{\"op\": "
         "\"cast\", \"column\": \"x\", \"dtype\": \"float32\"}, {\"op\": \"batch\", \"size\": 50}]}");
-    ASSERT_EQ(p->layout.read_rows, 0);
-    ASSERT_EQ(p->nstages, 2); /* the reader, and map[cast]+batch(50) */
+    ASSERT_EQ(sl_pipeline__exec(p)->layout.read_rows, 0);
+    ASSERT_EQ(sl_pipeline__exec(p)->nstages, 2); /* the reader, and map[cast]+batch(50) */
     uint64_t d[8];
     ASSERT_EQ(pu_run_epoch(p, d, 8), 6);
     sl_pipeline_free(p);
@@ -145,7 +145,7 @@ SL_TEST(pipeline_read_rows__rows_hold_their_records) {
     sl_pipeline *p = fixed_pipeline(
         "{\"source\": {\"path\": \"%s\", \"shuffle\": true, \"parallel\": 2}, "
         "\"ops\": [{\"op\": \"batch\", \"size\": 32}]}");
-    ASSERT_EQ(p->layout.read_rows, 1);
+    ASSERT_EQ(sl_pipeline__exec(p)->layout.read_rows, 1);
     int seen[N] = {0};
     sl_batch *b;
     int rc;
@@ -202,7 +202,7 @@ SL_TEST(pipeline_read_rows__damaged_record_fails_its_batch_only) {
     sl_pipeline *p = pu_json_pipeline(
         "{\"source\": {\"path\": \"%s\", \"parallel\": 2}, "
         "\"ops\": [{\"op\": \"batch\", \"size\": 16}]}", path);
-    ASSERT_EQ(p->layout.read_rows, 1);
+    ASSERT_EQ(sl_pipeline__exec(p)->layout.read_rows, 1);
     int next = 0, rc;
     sl_batch *b;
     while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {

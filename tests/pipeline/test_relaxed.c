@@ -3,7 +3,7 @@
  * readers and the map workers run ahead. */
 #include "pipe_util.h"
 #include "core/core.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/exec.h"
 #include "source/source.h"
 
 #include <string.h>
@@ -56,7 +56,7 @@ SL_TEST(pipeline_relaxed__late_head_chunk_does_not_hang) {
     sl_pipeline *p;
     ASSERT_OK(sl_pipeline_create(&p, spec));
     sl_spec_free(spec);
-    ASSERT_EQ(p->nstages, 3); /* source, map, collate: the map runs in its own stage */
+    ASSERT_EQ(sl_pipeline__exec(p)->nstages, 3); /* source, map, collate: the map runs in its own stage */
     int seen[NRECORDS] = {0};
     int n = 0;
     double t0 = pu_now();

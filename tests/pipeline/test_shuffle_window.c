@@ -1,6 +1,7 @@
 /* The windowed shuffle (mode "window"): the bijections it is made of, the
  * rank properties (disjoint, complete, equal), determinism across thread
  * counts and exact resume. */
+#include "ops/ops.h"
 #include "pipeline/shuffle_window.h"
 #include "pipe_util.h"
 
@@ -26,6 +27,48 @@ SL_TEST(pipeline_shuffle_window__feistel_is_a_bijection) {
             ASSERT(fixed < n / 10); /* a shuffle, not the identity */
         free(seen);
     }
+}
+
+/* sl_feistel_fwd_n gives sl_feistel_fwd's values on every path the CPU has
+ * (AVX-512 DQ, AVX2, portable), at every count (vector tails, blocks of the
+ * cycle walk), for ranges of every width of half. */
+SL_TEST(pipeline_shuffle_window__fwd_n_matches_fwd_on_every_path) {
+    const uint64_t sizes[] = {2, 3, 10, 1000, 10000, 60000, 1ull << 20, (1ull << 33) + 7};
+    const size_t counts[] = {1, 3, 7, 8, 9, 31, 33, 255, 256, 257, 1000};
+    const int saved = sl_ops__simd_max;
+    const int caps[] = {SL_OPS_AVX512, SL_OPS_AVX2, SL_OPS_SCALAR};
+    int levels_run = 0;
+    for (int ci = 0; ci < 3; ci++) {
+        sl_ops__simd_max = caps[ci];
+        if (sl_feistel__many_level() != caps[ci])
+            continue; /* the CPU lacks it */
+        levels_run++;
+        for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+            for (unsigned rounds = 4; rounds <= 8; rounds += 4) {
+                sl_feistel f;
+                sl_feistel_init_rounds(&f, sizes[s], rounds, 5, s, rounds, 0xfffffffffffffff1ull);
+                for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+                    uint64_t x[1000], want[1000];
+                    for (size_t i = 0; i < counts[c]; i++) {
+                        x[i] = (i * 7919 + c) % sizes[s];
+                        want[i] = sl_feistel_fwd(&f, x[i]);
+                    }
+                    sl_feistel_fwd_n(&f, x, counts[c]);
+                    for (size_t i = 0; i < counts[c]; i++)
+                        ASSERT_U64_EQ(x[i], want[i]);
+                }
+            }
+        }
+    }
+    sl_ops__simd_max = saved;
+#if defined(__x86_64__)
+    /* a path the CPU has and that did not run would be a silent fall back */
+    ASSERT_EQ(levels_run, 1 + !!__builtin_cpu_supports("avx2") +
+                              !!(__builtin_cpu_supports("avx512f") &&
+                               __builtin_cpu_supports("avx512bw") &&
+                               __builtin_cpu_supports("avx512vl") &&
+                               __builtin_cpu_supports("avx512dq")));
+#endif
 }
 
 SL_TEST(pipeline_shuffle_window__order_is_a_bijection_with_local_windows) {
@@ -258,5 +301,35 @@ SL_TEST(pipeline_shuffle_global__positions_uniform_over_epochs) {
         for (int j = 0; j < N; j++)
             if (j != i)
                 ASSERT(follows[i][j] < E / (N * (N - 1)) * 150 / 100);
+    }
+}
+
+/* The pipeline computes the global order a chunk at a time: its records are
+ * the one-position bijection's, for every rank, over passes (repeat) whose
+ * boundaries fall inside chunks (batches of 7 over passes of 51 or 50). */
+SL_TEST(pipeline_shuffle_global__chunks_follow_the_bijection_across_passes) {
+    enum { N = 203, W = 4, REP = 3 };
+    for (int eq = 0; eq < 3; eq++) {
+        for (int r = 0; r < W; r++) {
+            sl_spec *spec = pu_memory_spec(N);
+            ASSERT_OK(sl_spec_set_shuffle_mode(spec, SL_SHUFFLE_GLOBAL, 0, 0));
+            ASSERT_OK(sl_spec_set_seed(spec, 9));
+            ASSERT_OK(sl_spec_set_shard(spec, r, W, (sl_shard_equal)eq));
+            ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"repeat\", \"count\": 3}"));
+            ASSERT_OK(sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 7}"));
+            uint64_t idx[REP * (N / W + 1)];
+            int nb;
+            int ns = pu_spec_indices(spec, idx, REP * (N / W + 1), &nb);
+            const uint64_t per = eq == SL_SHARD_PAD ? (N + W - 1) / W
+                                 : eq == SL_SHARD_DROP ? N / W
+                                                       : N / W + (r < N % W);
+            ASSERT_EQ(ns, (int)(REP * per));
+            for (uint64_t rep = 0; rep < REP; rep++) {
+                sl_feistel f;
+                sl_feistel_init_rounds(&f, N, 8, 9, 0, rep, 0xfffffffffffffff1ull);
+                for (uint64_t j = 0; j < per; j++)
+                    ASSERT_U64_EQ(idx[rep * per + j], sl_feistel_fwd(&f, (j * W + r) % N));
+            }
+        }
     }
 }

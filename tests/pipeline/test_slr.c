@@ -350,12 +350,7 @@ SL_TEST(pipeline_slr__op_error_names_path_and_hint) {
         ASSERT_OK(sl_spec_from_json(&spec, json));
         sl_pipeline *p;
         ASSERT_OK(sl_pipeline_create(&p, spec));
-        sl_batch *b;
-        int rc, good = 0;
-        while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
-            good++;
-            sl_batch_release(b);
-        }
+        int rc, good = pu_good_batches(p, &rc);
         ASSERT(rc < 0);
         ASSERT_EQ(good, 1);
         const char *m = sl_errmsg();

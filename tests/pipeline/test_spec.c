@@ -2,7 +2,7 @@
  * errors naming the field. */
 #include "core/core.h"
 #include "pipe_util.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/exec.h"
 
 static void expect_bad(const char *json, const char *want) {
     sl_spec *spec = NULL;

@@ -2,7 +2,7 @@
  * needs are never read, and the batches are those of a full walk. */
 #include "pipe_util.h"
 #include "core/core.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/exec.h"
 #include "source/source.h"
 
 #include <string.h>

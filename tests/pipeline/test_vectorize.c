@@ -6,7 +6,7 @@
  * also checks that path with ops after it. */
 #include "pipe_util.h"
 #include "core/core.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/exec.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -95,7 +95,7 @@ static void run(const char *const *ops, int nops, int user_map, int threads, int
         ASSERT_OK(sl_pipeline_explain(p, explain, cap, NULL));
     for (int e = 0; e < 2; e++)
         r->nb[e] = pu_run_epoch(p, r->dig[e], MAXB);
-    r->vec_batches = atomic_load(&p->stats.vec_batches);
+    r->vec_batches = atomic_load(&sl_pipeline__exec(p)->scount.vec_batches);
     sl_pipeline_free(p);
 }
 

@@ -8,7 +8,7 @@
  * time is waiting, not CPU, whatever else runs on the machine. */
 #include "pipe_util.h"
 #include "core/core.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/exec.h"
 
 #include <string.h>
 

@@ -248,3 +248,25 @@ def png_bytes(pil_img, **kw):
     buf = io.BytesIO()
     pil_img.save(buf, "PNG", **kw)
     return buf.getvalue()
+
+
+def real_photos(limit=4):
+    """Up to `limit` real photos where the machine has some: Debian's wallpaper
+    packages (/usr/share/backgrounds, /usr/share/wallpapers), the copies
+    unpacked by make_photos.py under data/photos/src, and its imagenet-like
+    set; spread over the list (different sources and sizes)."""
+    roots = ["/usr/share/backgrounds", "/usr/share/wallpapers",
+             os.path.join(REPO, "data", "photos", "src", "usr", "share"),
+             os.path.join(REPO, "data", "photos", "imagenet-like")]
+    found = []
+    for root in roots:
+        for d, _, fs in sorted(os.walk(root)):
+            for f in sorted(fs):
+                if f.lower().endswith((".jpg", ".jpeg", ".png")):
+                    p = os.path.join(d, f)
+                    if os.path.getsize(p) < 8 << 20:
+                        found.append(p)
+        if len(found) >= limit:
+            break
+    step = max(1, len(found) // limit)
+    return found[::step][:limit]

@@ -319,26 +319,7 @@ def test_fused_decode_crop_resize_exact(ops, seed):
 # (/usr/share/backgrounds, /usr/share/wallpapers), the copies unpacked by
 # make_photos.py under data/photos/src, and its imagenet-like set.
 
-def _real_photos(limit=4):
-    roots = ["/usr/share/backgrounds", "/usr/share/wallpapers",
-             os.path.join(R.REPO, "data", "photos", "src", "usr", "share"),
-             os.path.join(R.REPO, "data", "photos", "imagenet-like")]
-    found = []
-    for root in roots:
-        for d, _, fs in sorted(os.walk(root)):
-            for f in sorted(fs):
-                if f.lower().endswith((".jpg", ".jpeg", ".png")):
-                    p = os.path.join(d, f)
-                    if os.path.getsize(p) < 8 << 20:
-                        found.append(p)
-        if len(found) >= limit:
-            break
-    # spread over the list: different sources and sizes
-    step = max(1, len(found) // limit)
-    return found[::step][:limit]
-
-
-REAL = _real_photos()
+REAL = R.real_photos()
 
 
 @pytest.mark.skipif(not REAL, reason="no photos on this machine (see make_photos.py)")

@@ -175,3 +175,64 @@ def test_remote_refuses_local_only_loaders(tmp_path):
     assert r.returncode == 2 and rows == []
     assert "known with --remote-latency-ms: litdata, sluice, sluice-restart, streaming, webdataset" \
         in r.stderr, r.stderr
+
+
+THREAD_PEERS = ["spdl", "torchdata", "grain"]
+
+
+def thread_peers_python():
+    """An interpreter that imports the thread peers (they need torch 2.x):
+    this one, or the `gil` venv of scripts/pythons.sh where bench/peers/setup.sh
+    put them; None where neither has them."""
+    pythons = os.environ.get("SLUICE_PYTHONS") or os.path.expanduser("~/.cache/sluice-pythons")
+    for py in (sys.executable, os.path.join(pythons, "gil", "bin", "python")):
+        if os.access(py, os.X_OK) and subprocess.run(
+                [py, "-c", "import spdl.pipeline, torchdata.nodes, grain"],
+                capture_output=True).returncode == 0:
+            return py
+    return None
+
+
+def test_thread_peer_rows_say_why_without_their_python(tmp_path):
+    root = photos(tmp_path / "photos", n=8)
+    gone = str(tmp_path / "no-venv" / "bin" / "python")
+    r, rows = run(["--photos", str(root), "--work", "train", "--loaders", ",".join(THREAD_PEERS),
+                   "--threads-python", gone], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert [x["loader"] for x in rows] == THREAD_PEERS
+    for x in rows:
+        assert set(x) == KEYS and x["samples_per_s"] is None, x
+        assert x["note"].startswith("not installed: no " + gone), x
+        assert "scripts/pythons.sh" in x["note"] and "setup.sh" in x["note"], x
+
+
+@pytest.mark.parametrize("work", ["train", "eval"])
+def test_thread_peer_rows(tmp_path, work):
+    """spdl, torchdata and grain run the torch row's Dataset on threads and
+    pass the same first-batch checks (eval: the same photos in the same order
+    as torch's first batch). Where no interpreter here has them (a machine
+    without scripts/pythons.sh's venvs), each row must say so and how to
+    install them."""
+    root = photos(tmp_path / "photos")
+    py = thread_peers_python()
+    args = ["--photos", str(root), "--work", work, "--batch", "8",
+            "--loaders", "torch," + ",".join(THREAD_PEERS)]
+    r, rows = run(args + (["--threads-python", py] if py else []), tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    if py is None:
+        assert [x["loader"] for x in rows] == ["torch"] + THREAD_PEERS
+        for x in rows[1:]:
+            assert x["samples_per_s"] is None and "not install" in x["note"], x
+            assert "setup.sh" in x["note"], x
+        return
+    check_rows(rows, work, ["torch"] + THREAD_PEERS)
+    for x in rows[1:]:
+        assert "torch 2." in x["version"], x
+        assert "thread" in x["note"] or "ReadOptions" in x["note"], x
+        assert "torchvision ImageFolder + transforms (PIL)" in x["note"], x
+
+
+def test_thread_peers_refuse_tiny(tmp_path):
+    r, rows = run(["--idx", "a", "b", "--work", "tiny", "--loaders", "sluice,grain"], tmp_path)
+    assert r.returncode == 2 and rows == []
+    assert "thread peers" in r.stderr and "tiny" in r.stderr, r.stderr

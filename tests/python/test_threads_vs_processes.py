@@ -5,6 +5,7 @@ fraction of a second on a few generated photos; nothing is downloaded. The
 torchvision.transforms.v2 works need torchvision >= 0.16 (the venvs of
 scripts/pythons.sh; Debian's 0.14 has no v2): elsewhere only pure_python and
 native run."""
+import importlib
 import json
 import os
 import subprocess
@@ -40,8 +41,25 @@ def run(tmp_path, *args):
     return r, rows
 
 
+def have(mod):
+    try:
+        importlib.import_module(mod)
+        return True
+    except ImportError:
+        return False
+
+
+PEERS = {"spdl": "spdl.pipeline", "torchdata": "torchdata.nodes", "grain": "grain"}
+
+
 def test_rows_keep_the_contract(tmp_path):
+    """Every loader of every work, the thread peers (spdl, torchdata, grain)
+    on the Python works they are measured on: a row each, with figures when
+    the peer imports here, else null figures and the reason on stderr (not a
+    failure). sluice_transforms runs where sluice.transforms is built."""
     works = "pure_python,native" + (",pillow,decode_jpeg" if have_v2() else "")
+    if have("sluice.transforms"):
+        works += ",sluice_transforms"
     r, rows = run(tmp_path, "--works", works)
     assert r.returncode == 0, r.stderr[-3000:]
     tag = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -54,10 +72,19 @@ def test_rows_keep_the_contract(tmp_path):
             want += ([("torch", "process", n) for n in (0, 1, 2, 3)] +
                      [("sluice", "thread", n) for n in (1, 2, 3)] +
                      [("sluice", "process", 2), ("sluice", "auto", 2)])
+            if w in ("pure_python", "pillow", "sluice_transforms"):
+                want += [("spdl", "thread", 2), ("torchdata", "thread", 2),
+                         ("grain", "thread", 2), ("grain", "thread", 16)]
     assert [(x["loader"], x["worker_type"], x["workers"]) for x in rows] == want
     for x in rows:
         assert list(x) == KEYS, x
-        assert x["python"] == tag and x["torch"] == torch.__version__
+        assert x["python"] == tag
+        if x["loader"] in PEERS and not have(PEERS[x["loader"]]):
+            assert x["samples_per_s"] is None and x["gil"] is None, x
+            assert f"{x['work']} {x['loader']}({x['workers']}) not run: {x['loader']}: not " \
+                f"importable here" in r.stderr and "setup.sh" in r.stderr, r.stderr[-2000:]
+            continue
+        assert x["torch"] == torch.__version__
         assert isinstance(x["gil"], bool)
         if not sysconfig.get_config_var("Py_GIL_DISABLED"):
             assert x["gil"] is True
@@ -65,6 +92,30 @@ def test_rows_keep_the_contract(tmp_path):
         assert x["peak_rss_mb"] > 50 and 0 < x["first_batch_s"] < 300, x
     # round lines on stderr: what auto chose
     assert "sluice-auto(2)" in r.stderr and "ran " in r.stderr
+
+
+def test_thread_peer_batches_are_the_works(tmp_path):
+    """The thread peers hand out the work's batches: every sample of an epoch
+    once (pure_python's rows are a function of the file), batch by batch."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("tvp", BENCH)
+    tvp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tvp)
+    items = tvp.subset(str(photos(tmp_path / "photos", n=12)), 0)
+    ds = tvp.PurePython(items)
+    ref = sorted(tuple(ds[i][0].tolist()) for i in range(len(ds)))
+    ran = 0
+    for name, mod in PEERS.items():
+        if not have(mod):
+            continue
+        epochs, threads, note = tvp.peers.thread_peer_epochs(name, ds, 5, 2, shuffle=True)
+        batches = list(epochs(0))
+        assert [len(b[0]) for b in batches] == [5, 5, 2], (name, note)
+        got = sorted(tuple(row.tolist()) for b in batches for row in b[0])
+        assert got == ref, name
+        assert threads == 2
+        ran += 1
+    assert ran == sum(have(m) for m in PEERS.values())
 
 
 def test_loaders_filter_and_plot(tmp_path):
@@ -78,7 +129,9 @@ def test_loaders_filter_and_plot(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     # saved rows, another interpreter's among them, drawn without running
     saved = tmp_path / "saved.jsonl"
-    other = [dict(x, python="3.13t", gil=False, samples_per_s=x["samples_per_s"] * 2) for x in rows]
+    # (3.13t's at three worker counts: curves over workers; 3.11's alone: bars of the best)
+    other = [dict(x, python="3.13t", gil=False, workers=w, samples_per_s=x["samples_per_s"] * w)
+             for x in rows for w in (1, 2, 3)]
     saved.write_text("".join(json.dumps(x) + "\n" for x in rows + other))
     r2 = subprocess.run([sys.executable, BENCH, "--plot", str(tmp_path / "b.png"), str(saved)],
                         capture_output=True, text=True, timeout=300)

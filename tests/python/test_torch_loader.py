@@ -29,6 +29,7 @@ from torchvision.transforms import functional as TF  # noqa: E402
 import sluice  # noqa: E402
 import sluice.ops  # noqa: E402
 import sluice.torch as st  # noqa: E402
+from sluice import _torch_auto, _torch_compat, _torch_threads  # noqa: E402
 import torch.utils.data as tud  # noqa: E402
 
 KINDS = [("thread", 1), ("thread", 3), ("process", 2), ("auto", 2)]
@@ -223,15 +224,15 @@ def test_process_batches_arrive_in_shared_memory_files():
 def test_auto_switches_to_processes_mid_epoch(monkeypatch):
     """The probe's verdict "process" (forced: no share reaches 1.01) drains
     the threads and goes on with processes; the batches do not change."""
-    monkeypatch.setattr(st, "_AUTO_THRESHOLD", 1.01)
-    if not st._gil_enabled():
+    monkeypatch.setattr(_torch_auto, "THRESHOLD", 1.01)
+    if not _torch_threads.gil_enabled():
         # Free-threaded, GIL off: threads at once, no probe, whatever the
         # threshold. The switch below is then run as on a GIL build.
         dl = st.DataLoader(Plain(90), batch_size=2, shuffle=True, num_workers=2)
         assert len(list(dl)) == 45
         assert dl.worker_type_used == "thread" and dl.auto_probe["choice"] == "thread"
         assert "cpu_share" not in dl.auto_probe
-        monkeypatch.setattr(st, "_gil_enabled", lambda: True)
+        monkeypatch.setattr(_torch_threads, "gil_enabled", lambda: True)
     torch.manual_seed(3)
     ref = list(tud.DataLoader(Plain(90), batch_size=2, shuffle=True))
     torch.manual_seed(3)
@@ -245,6 +246,128 @@ def test_auto_switches_to_processes_mid_epoch(monkeypatch):
     torch.manual_seed(4)
     assert_batches(list(dl), ref)
     assert dl.worker_type_used == "process"
+    del dl
+    assert wait_gone(lambda: worker_threads() or children()) < 3
+
+
+@pytest.mark.parametrize("processes_win", [True, False])
+def test_auto_tries_processes_and_keeps_the_faster(monkeypatch, processes_win):
+    """With the GIL and a CPU share at or above the threshold, "auto" tries
+    processes for as many batches as it measured on threads and keeps the
+    kind whose batches arrived faster (the margin forced here: processes
+    always win, or never). Two switches mid-epoch, and the batches are still
+    torch's; the verdict holds for the next epoch."""
+    if not _torch_threads.gil_enabled():
+        monkeypatch.setattr(_torch_threads, "gil_enabled", lambda: True)
+    monkeypatch.setattr(_torch_auto, "THRESHOLD", 0.0)
+    monkeypatch.setattr(_torch_auto, "MARGIN", -1.0 if processes_win else 1e9)
+    torch.manual_seed(5)
+    ref = [list(tud.DataLoader(Plain(160), batch_size=2, shuffle=True)) for _ in range(2)]
+    torch.manual_seed(5)
+    dl = st.DataLoader(Plain(160), batch_size=2, shuffle=True, num_workers=2)
+    seen = []
+    ours = []
+    for b in dl:
+        seen.append(dl.worker_type_used)
+        ours.append(b)
+    assert_batches(ours, ref[0])
+    # threads, then processes, then (when they lost) threads again
+    runs = [k for i, k in enumerate(seen) if i == 0 or seen[i - 1] != k]
+    assert runs == (["thread", "process"] if processes_win else ["thread", "process", "thread"]), \
+        runs
+    probe = dl.auto_probe
+    want = "process" if processes_win else "thread"
+    assert probe["choice"] == want and dl.worker_type_used == want, probe
+    assert probe["thread_batches_s"] > 0 and probe["process_batches_s"] > 0, probe
+    assert probe["tasks"] >= 2 * _torch_auto.PROBE_TASKS and "cpu_share" in probe, probe
+    assert_batches(list(dl), ref[1])
+    assert dl.worker_type_used == want
+    del dl
+    assert wait_gone(lambda: worker_threads() or children()) < 3
+
+
+class _AutoLoader:
+    """What the probe reads and writes on a loader."""
+    _sl_auto_pending = True
+    _sl_auto_choice = None
+    _sl_probe = None
+    auto_probe = None
+
+
+def test_auto_probe_rates_decide(monkeypatch):
+    """The probe's arithmetic on a clock of its own: each worker's first
+    batch, the batches after the sampler ran out and the time between epochs
+    are left out of a rate; a CPU share below the threshold settles it; else
+    processes stay only when more than MARGIN faster."""
+    clock = [0.0]
+    monkeypatch.setattr(_torch_auto.time, "perf_counter", lambda: clock[0])
+
+    def feed(p, n, dt, share=(1.0, 1.0), exhausted=False):
+        for k in range(n):
+            clock[0] += dt
+            p.add(k % 2, share[0], share[1], exhausted)
+
+    # threads at 10 batches/s in two epochs with a pause between them, and a
+    # drained tail at the end of the first that does not count
+    loader = _AutoLoader()
+    p = _torch_auto.Probe(2)
+    feed(p, 8, 0.1)                     # 2 firsts left out, 6 counted
+    feed(p, 3, 5.0, exhausted=True)     # the drain: not counted
+    clock[0] += 60                      # between epochs
+    p.segment(started=False)
+    feed(p, 6, 0.1)
+    assert p.counted == 12
+    assert p.step(loader) == "process"  # share 1.0 >= 0.8: try processes
+    assert p.rates["thread"] == pytest.approx(10.0)
+    assert loader.auto_probe["measuring"] == "process" and loader._sl_auto_pending
+    # processes at 11/s (first batches after their start left out again)
+    p.segment()
+    feed(p, 2 + 12, 1 / 11)
+    assert p.step(loader) is None       # processes are running: stay
+    assert loader._sl_auto_choice == "process" and not loader._sl_auto_pending
+    assert loader.auto_probe["process_batches_s"] == pytest.approx(11.0)
+    assert loader.auto_probe["margin"] == _torch_auto.MARGIN and loader._sl_probe is None
+    for rp, want in ((10.2, "thread"), (9.0, "thread")):
+        loader = _AutoLoader()
+        p = _torch_auto.Probe(2)
+        feed(p, 14, 0.1)
+        p.step(loader)
+        p.segment()
+        feed(p, 14, 1 / rp)
+        assert p.step(loader) == "thread", rp   # back to threads
+        assert loader._sl_auto_choice == want and loader.auto_probe["choice"] == want
+    # a thread share below the threshold settles it without trying processes
+    loader = _AutoLoader()
+    p = _torch_auto.Probe(2)
+    feed(p, 14, 0.1, share=(0.5, 1.0))
+    assert p.step(loader) == "process"
+    assert loader._sl_auto_choice == "process" and loader.auto_probe["cpu_share"] == 0.5
+    assert "process_batches_s" not in loader.auto_probe
+
+
+def test_auto_verdict_at_an_epoch_end_holds_for_persistent_workers(monkeypatch):
+    """An epoch too short for the trial: the measurement goes on in the next
+    epochs (on the kind being measured), and the verdict, whenever it comes,
+    is what persistent workers run from the next epoch on."""
+    if not _torch_threads.gil_enabled():
+        monkeypatch.setattr(_torch_threads, "gil_enabled", lambda: True)
+    monkeypatch.setattr(_torch_auto, "THRESHOLD", 0.0)
+    monkeypatch.setattr(_torch_auto, "MARGIN", 1e9)      # threads win
+    torch.manual_seed(9)
+    ref = tud.DataLoader(Plain(24), batch_size=2, shuffle=True, num_workers=2,
+                         persistent_workers=True)
+    want = [list(ref) for _ in range(6)]
+    del ref
+    torch.manual_seed(9)
+    dl = st.DataLoader(Plain(24), batch_size=2, shuffle=True, num_workers=2,
+                       persistent_workers=True)
+    kinds = []
+    for e in range(6):
+        assert_batches(list(dl), want[e])
+        kinds.append(dl.worker_type_used)
+    assert dl.auto_probe["choice"] == "thread" and "process_batches_s" in dl.auto_probe, \
+        dl.auto_probe
+    assert "process" in kinds and kinds[-1] == "thread", kinds
     del dl
     assert wait_gone(lambda: worker_threads() or children()) < 3
 
@@ -963,13 +1086,13 @@ def test_spawn_with_an_unpicklable_dataset(monkeypatch):
     # "auto" that chose processes (forced here) goes on with threads and says why.
     # (Two epochs: the probe's verdict may come when the first epoch has no
     # batch left to ask for; the second then starts on processes.)
-    monkeypatch.setattr(st, "_AUTO_THRESHOLD", 1.01)
+    monkeypatch.setattr(_torch_auto, "THRESHOLD", 1.01)
     torch.manual_seed(3)
     ref = [list(tud.DataLoader(Unpicklable(), batch_size=2, shuffle=True)) for _ in range(2)]
     torch.manual_seed(3)
     dl = st.DataLoader(Unpicklable(), batch_size=2, shuffle=True, num_workers=2,
                        multiprocessing_context="spawn")
-    if st._gil_enabled():
+    if _torch_threads.gil_enabled():
         with pytest.warns(RuntimeWarning, match="continues on threads: worker processes "
                                                 "cannot start with the 'spawn' start method"):
             ours = [list(dl) for _ in range(2)]
@@ -1010,7 +1133,7 @@ def test_gil_turned_back_on_is_named_once_and_auto_follows(tmp_path):
     there is nothing to say."""
     import sysconfig
     import warnings
-    if not st._free_threaded_build():
+    if not _torch_threads.free_threaded_build():
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             dl = st.DataLoader(Plain(8), batch_size=2, num_workers=2, worker_type="thread")
@@ -1106,7 +1229,7 @@ def test_in_order_false_hands_out_what_has_arrived(worker_type):
         dl.state_dict()
     assert [int(b) for b in st.DataLoader(SlowFirst(), batch_size=1, num_workers=2,
                                           worker_type=worker_type)] == list(range(12))
-    if "in_order" in st._TORCH_INIT_PARAMS:
+    if "in_order" in _torch_compat.TORCH_INIT_PARAMS:
         ref = [int(b) for b in tud.DataLoader(SlowFirst(), batch_size=1, num_workers=2,
                                               in_order=False)]
         assert sorted(ref) == sorted(got)

@@ -25,6 +25,7 @@ torch = pytest.importorskip("torch")
 
 import sluice  # noqa: E402
 import sluice.torch as st  # noqa: E402
+from sluice import _torch_staging as staging  # noqa: E402
 from sluice import _sluice  # noqa: E402
 from torch.utils.data import DataLoader as TorchLoader, Dataset  # noqa: E402
 from torch.utils.data._utils.pin_memory import pin_memory as torch_pin_memory  # noqa: E402
@@ -74,7 +75,7 @@ def host_pinning(monkeypatch):
     CUDA on a GPU; torch's own Tensor.pin_memory (the reference's, and no
     CUDA here) becomes a copy, so torch's pin_memory walk gives the
     reference structure."""
-    monkeypatch.setattr(st, "_pin_target", lambda dev: ("host", 0))
+    monkeypatch.setattr(staging, "pin_target", lambda dev: ("host", 0))
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, device=None: self.clone())
 
 
@@ -91,13 +92,13 @@ def test_pin_memory_through_host_backend_equals_torch(host_pinning, monkeypatch,
                                                      worker_type):
     ref = torch_batches(True)
     where = []
-    call = st._Staging.__call__
+    call = staging.Staging.__call__
 
     def spy(self, batch):
         where.append(threading.current_thread().name)
         return call(self, batch)
 
-    monkeypatch.setattr(st._Staging, "__call__", spy)
+    monkeypatch.setattr(staging.Staging, "__call__", spy)
     dl = st.DataLoader(Nested(), batch_size=4, pin_memory=True, num_workers=num_workers,
                        worker_type=worker_type)
     got = list(dl)
@@ -254,6 +255,7 @@ PRELUDE = textwrap.dedent("""
     import ctypes, gc, os, sys
     import numpy as np, torch
     import sluice, sluice.torch as st
+    from sluice import _torch_staging as staging
     from sluice import _sluice
     lib = ctypes.CDLL(os.environ["SLUICE_CUDART"]) if os.path.exists(
         os.environ["SLUICE_CUDART"]) else None
@@ -294,7 +296,7 @@ def run_fake(body, extra_env=None):
 def test_fake_cuda_pin_memory_loader_and_del_mid_epoch():
     out = run_fake("""
         from torch.utils.data import TensorDataset, DataLoader as TL
-        st._pin_target = lambda dev: ("cuda", 0)
+        staging.pin_target = lambda dev: ("cuda", 0)
         data = TensorDataset(torch.arange(64.).reshape(32, 2), torch.arange(32))
         ref = list(TL(data, batch_size=4))
         for nw, wt in ((0, "thread"), (2, "thread"), (2, "process")):
@@ -397,7 +399,7 @@ def test_fake_cuda_stager_to_device_and_errors():
 
 def test_fake_cuda_without_runtime_falls_back_to_torch_pinning(tmp_path):
     out = run_fake("""
-        st._pin_target = lambda dev: ("cuda", 0)
+        staging.pin_target = lambda dev: ("cuda", 0)
         torch.Tensor.pin_memory = lambda self, device=None: self.clone()
         dl = st.DataLoader(torch.arange(8.), batch_size=4, pin_memory=True)
         assert [b.tolist() for b in dl] == [[0., 1., 2., 3.], [4., 5., 6., 7.]]

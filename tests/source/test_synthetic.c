@@ -1,7 +1,8 @@
 /* The synthetic source: records computed from their index, at any count. */
 #include <stdio.h>
 #include "test.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/shuffle_window.h"
+#include "pipeline/spec.h"
 
 #include <string.h>
 

@@ -78,7 +78,7 @@ static void *asker(void *p) {
     return NULL;
 }
 
-SL_TEST(source_shard_set__opened_once_and_failures_remembered) {
+SL_TEST(record_shard_set__opened_once_and_failures_remembered) {
     fake f = {.fail_k = 2};
     sl_shard_set *set = NULL;
     ASSERT_OK(sl_shard_set__create(&set, 4, 8, &ops, &f));
@@ -107,7 +107,7 @@ SL_TEST(source_shard_set__opened_once_and_failures_remembered) {
     ASSERT_EQ(atomic_load(&f.closes[2]), 0);
 }
 
-SL_TEST(source_shard_set__least_recently_used_closed_first_never_pinned) {
+SL_TEST(record_shard_set__least_recently_used_closed_first_never_pinned) {
     fake f = {.fail_k = -1};
     sl_shard_set *set = NULL;
     ASSERT_OK(sl_shard_set__create(&set, 8, 2, &ops, &f));
@@ -167,7 +167,7 @@ static int each_fn(void *user, int k) {
     return SL_OK;
 }
 
-SL_TEST(source_shard_set__each_parallel_bounded_lowest_error) {
+SL_TEST(record_shard_set__each_parallel_bounded_lowest_error) {
     for (int trial = 0; trial < 50; trial++) {
         each_ctx c = {.fail_a = -1, .fail_b = -1};
         ASSERT_OK(sl_shard_set__each(40, each_fn, &c));
@@ -191,7 +191,7 @@ SL_TEST(source_shard_set__each_parallel_bounded_lowest_error) {
 /* A shard still in use through a reference of its own (held) is closed
  * only when every unpinned open shard is held; among those, the least
  * recently used. */
-SL_TEST(source_shard_set__held_closed_last) {
+SL_TEST(record_shard_set__held_closed_last) {
     fake f;
     memset(&f, 0, sizeof f);
     f.fail_k = -1;
@@ -213,7 +213,7 @@ SL_TEST(source_shard_set__held_closed_last) {
 /* Reads cycling through more shards than the bound grow it (up to the
  * cap); once it covers every shard and nothing closes, the set keeps all
  * and peek sees each open shard without a lock. A fixed bound stops it. */
-SL_TEST(source_shard_set__grows_then_keeps_all) {
+SL_TEST(record_shard_set__grows_then_keeps_all) {
     fake f;
     memset(&f, 0, sizeof f);
     f.fail_k = -1;
@@ -266,7 +266,7 @@ SL_TEST(source_shard_set__grows_then_keeps_all) {
 
 /* An allocation failure is no fault of the shard: reported, not
  * remembered; the next get opens it. Other failures stay. */
-SL_TEST(source_shard_set__out_of_memory_not_remembered) {
+SL_TEST(record_shard_set__out_of_memory_not_remembered) {
     fake f;
     memset(&f, 0, sizeof f);
     f.fail_k = 3;

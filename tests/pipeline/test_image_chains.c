@@ -1,9 +1,10 @@
-/* test_pipeline.c — the image ops run as pipeline ops: the training and
+/* test_image_chains.c — the image ops run as pipeline ops: the training and
  * evaluation chains, fusion (decode + random_resized_crop, decode + resize +
  * center_crop) against the unfused library calls, determinism across thread
  * counts, error policy on a damaged image, and parameter errors. */
 #include "core/core.h"
-#include "ops_testdata.h"
+#include "ops/ops_testdata.h"
+#include "pipe_util.h"
 
 #include <xxhash.h>
 
@@ -31,21 +32,10 @@ static void free_images(imageset *s) {
 
 /* A spec over the images: columns "image" (bytes) and "label" (int64 i % 3). */
 static sl_spec *image_spec(const imageset *s, uint64_t seed) {
-    sl_sample samples[NIMG];
     int64_t labels[NIMG];
-    memset(samples, 0, sizeof samples);
-    for (int i = 0; i < NIMG; i++) {
-        int64_t n = (int64_t)s->size[i];
-        sl_tensor_view(&samples[i].col[0], s->jpeg[i], SL_U8, 1, &n);
+    for (int i = 0; i < NIMG; i++)
         labels[i] = i % 3;
-        sl_tensor_view(&samples[i].col[1], &labels[i], SL_I64, 0, NULL);
-        samples[i].ncols = 2;
-        samples[i].index = (uint64_t)i;
-    }
-    sl_spec *spec;
-    ASSERT_OK(sl_spec_create(&spec));
-    const char *names[2] = {"image", "label"};
-    ASSERT_OK(sl_spec_set_source_samples(spec, 2, names, samples, NIMG));
+    sl_spec *spec = pu_images_spec(s->jpeg, s->size, labels, NIMG);
     ASSERT_OK(sl_spec_set_seed(spec, seed));
     return spec;
 }
@@ -74,7 +64,7 @@ static uint64_t run_digest(sl_spec *spec, int threads, int *nbatches) {
     return h;
 }
 
-SL_TEST(ops_pipeline__train_chain_fused_and_deterministic) {
+SL_TEST(pipeline_image_chains__train_chain_fused_and_deterministic) {
     imageset set;
     make_images(&set);
     sl_spec *spec = image_spec(&set, 7);
@@ -191,7 +181,7 @@ static void select_explain(sl_spec *spec, char *buf, size_t cap) {
     sl_pipeline_free(p);
 }
 
-SL_TEST(ops_pipeline__select_pushed_down_same_batches) {
+SL_TEST(pipeline_image_chains__select_pushed_down_same_batches) {
     imageset set;
     make_images(&set);
     char ex[8192];
@@ -229,7 +219,7 @@ SL_TEST(ops_pipeline__select_pushed_down_same_batches) {
     free_images(&set);
 }
 
-SL_TEST(ops_pipeline__eval_chain_resize_center_crop) {
+SL_TEST(pipeline_image_chains__eval_chain_resize_center_crop) {
     imageset set;
     make_images(&set);
     sl_spec *spec = image_spec(&set, 1);
@@ -281,7 +271,7 @@ SL_TEST(ops_pipeline__eval_chain_resize_center_crop) {
     free_images(&set);
 }
 
-SL_TEST(ops_pipeline__gray_rotate_resize_cast) {
+SL_TEST(pipeline_image_chains__gray_rotate_resize_cast) {
     imageset set;
     make_images(&set);
     sl_spec *spec = image_spec(&set, 3);
@@ -309,7 +299,7 @@ SL_TEST(ops_pipeline__gray_rotate_resize_cast) {
     free_images(&set);
 }
 
-SL_TEST(ops_pipeline__damaged_image_policy) {
+SL_TEST(pipeline_image_chains__damaged_image_policy) {
     imageset set;
     make_images(&set);
     /* sample 5: cut in half */
@@ -346,7 +336,7 @@ SL_TEST(ops_pipeline__damaged_image_policy) {
     free_images(&set);
 }
 
-SL_TEST(ops_pipeline__bad_params_name_the_field) {
+SL_TEST(pipeline_image_chains__bad_params_name_the_field) {
     imageset set;
     make_images(&set);
     static const struct {

@@ -5,8 +5,9 @@
  * failing a batch whose slot was already taken, and batches that outlive the
  * pipeline. */
 #include "core/core.h"
-#include "ops_testdata.h"
-#include "pipeline/pipeline.h"
+#include "ops/ops_testdata.h"
+#include "pipeline/exec.h"
+#include "pipe_util.h"
 
 #include <xxhash.h>
 
@@ -39,21 +40,10 @@ static int identity_map(sl_sample *s, sl_rng *rng, void *user) {
  * flip -> normalize float32 CHW (3x24x24x4 = 6912 bytes a sample, above the
  * slot threshold) [-> identity map] -> batch 8. */
 static sl_spec *chain(const slot_images *s, int skip_policy, int map_last, int drop_rem) {
-    sl_sample samples[NIMG];
     int64_t labels[NIMG];
-    memset(samples, 0, sizeof samples);
-    for (int i = 0; i < NIMG; i++) {
-        int64_t n = (int64_t)s->size[i];
-        sl_tensor_view(&samples[i].col[0], s->jpeg[i], SL_U8, 1, &n);
+    for (int i = 0; i < NIMG; i++)
         labels[i] = i;
-        sl_tensor_view(&samples[i].col[1], &labels[i], SL_I64, 0, NULL);
-        samples[i].ncols = 2;
-        samples[i].index = (uint64_t)i;
-    }
-    sl_spec *spec;
-    ASSERT_OK(sl_spec_create(&spec));
-    const char *names[2] = {"image", "label"};
-    ASSERT_OK(sl_spec_set_source_samples(spec, 2, names, samples, NIMG));
+    sl_spec *spec = pu_images_spec(s->jpeg, s->size, labels, NIMG);
     ASSERT_OK(sl_spec_set_seed(spec, 11));
     ASSERT_OK(sl_spec_set_shuffle(spec, 1));
     if (skip_policy)
@@ -105,7 +95,7 @@ static run_result run(sl_spec *spec, int threads, uint64_t epoch) {
         sl_batch_release(b);
     }
     ASSERT_EQ(rc, SL_END);
-    r.slot_writes = atomic_load(&p->stats.slot_writes);
+    r.slot_writes = atomic_load(&sl_pipeline__exec(p)->scount.slot_writes);
     sl_pipeline_free(p);
     return r;
 }
@@ -118,7 +108,7 @@ static void assert_same_batches(const run_result *a, const run_result *b) {
     }
 }
 
-SL_TEST(ops_slot__direct_write_equals_copy_paths) {
+SL_TEST(pipeline_slot__direct_write_equals_copy_paths) {
     slot_images set;
     make(&set);
     for (uint64_t epoch = 0; epoch < 2; epoch++) {
@@ -151,7 +141,7 @@ SL_TEST(ops_slot__direct_write_equals_copy_paths) {
     unmake(&set);
 }
 
-SL_TEST(ops_slot__damaged_image_fails_its_batch) {
+SL_TEST(pipeline_slot__damaged_image_fails_its_batch) {
     slot_images set;
     make(&set);
     /* sample 13 (in the second batch without shuffle) is cut short: the
@@ -162,12 +152,7 @@ SL_TEST(ops_slot__damaged_image_fails_its_batch) {
     ASSERT_OK(sl_spec_set_threads(spec, 2));
     sl_pipeline *p;
     ASSERT_OK(sl_pipeline_create(&p, spec));
-    sl_batch *b;
-    int rc, good = 0;
-    while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
-        good++;
-        sl_batch_release(b);
-    }
+    int rc, good = pu_good_batches(p, &rc);
     ASSERT(rc < 0);
     ASSERT_EQ(good, 1);
     ASSERT_CONTAINS(sl_errmsg(), "record 13");
@@ -176,7 +161,7 @@ SL_TEST(ops_slot__damaged_image_fails_its_batch) {
     unmake(&set);
 }
 
-SL_TEST(ops_slot__batches_outlive_the_pipeline) {
+SL_TEST(pipeline_slot__batches_outlive_the_pipeline) {
     slot_images set;
     make(&set);
     sl_spec *spec = chain(&set, 0, 0, 0);
@@ -188,7 +173,7 @@ SL_TEST(ops_slot__batches_outlive_the_pipeline) {
     while (n < 4 && sl_pipeline_next(p, &kept[n]) == SL_OK)
         n++;
     ASSERT_EQ(n, 3);
-    ASSERT(atomic_load(&p->stats.slot_writes) > 0);
+    ASSERT(atomic_load(&sl_pipeline__exec(p)->scount.slot_writes) > 0);
     sl_pipeline_free(p);
     for (int i = 0; i < n; i++) {
         const sl_tensor *img = sl_batch_column(kept[i], sl_batch_find(kept[i], "image"));

@@ -1,0 +1,202 @@
+"""sluice.torch: loading one batch — the same code on the main thread, a
+thread worker or a process worker — and the loop every worker runs.
+
+A task is (generation, task_no, indices, seed, epoch); a result is
+(generation, task_no, worker, kind, payload, cpu_s, wall_s) with kind "ok",
+"end" (an iterable dataset's iterator ended) or "err"."""
+import os
+import secrets
+import time
+
+from . import _torch_compat as compat
+from ._torch_sampling import tls
+
+
+class Stopped(Exception):
+    """The loader is shutting down: abandon the batch."""
+
+
+class Fetch:
+    """Loads the batch of a task: __getitem__ per index (or the next items
+    of an iterable's iterator), then collate_fn; the sample's key is set
+    around every call (sample_rng)."""
+
+    def __init__(self, dataset, iterable, auto_collation, collate_fn, drop_last, batch_size,
+                 wid, stop):
+        self.dataset = dataset
+        self.iterable = iterable
+        self.auto = auto_collation
+        self.collate_fn = collate_fn
+        self.drop_last = drop_last
+        self.batch_size = batch_size
+        self.wid = wid
+        self.stop = stop
+        self.current = None       # the index (or stream position) being loaded
+        self.it = None
+        self.ended = False
+        self.count = 0
+
+    def begin(self):
+        """A new epoch: iterable datasets start a fresh iterator."""
+        self.it = None
+        self.ended = False
+        self.count = 0
+
+    def _next_item(self, seed, epoch):
+        if self.it is None:
+            self.it = iter(self.dataset)
+        self.current = f"item {self.count} of this worker's iterator"
+        tls.sample = (seed, epoch, self.count, self.wid)
+        try:
+            item = next(self.it)
+        finally:
+            tls.sample = None
+        self.count += 1
+        return item
+
+    def __call__(self, indices, seed, epoch):
+        stop = self.stop
+        if self.iterable:
+            if self.ended:
+                raise StopIteration
+            if self.auto:
+                data = []
+                for _ in range(self.batch_size):
+                    if stop is not None and stop.is_set():
+                        raise Stopped
+                    try:
+                        data.append(self._next_item(seed, epoch))
+                    except StopIteration:
+                        self.ended = True
+                        break
+                if not data or (self.drop_last and len(data) < self.batch_size):
+                    raise StopIteration
+            else:
+                try:
+                    data = self._next_item(seed, epoch)
+                except StopIteration:
+                    self.ended = True
+                    raise
+        elif self.auto:
+            data = []
+            try:
+                for i in indices:
+                    if stop is not None and stop.is_set():
+                        raise Stopped
+                    self.current = i
+                    tls.sample = (seed, epoch, i, 0)
+                    data.append(self.dataset[i])
+            finally:
+                tls.sample = None
+        else:
+            self.current = indices
+            tls.sample = (seed, epoch, indices, 0)
+            try:
+                data = self.dataset[indices]
+            finally:
+                tls.sample = None
+        self.current = None
+        if self.collate_fn is compat.default_collate:
+            # torch's default_collate stacks into torch shared memory when it
+            # sees worker info; sluice moves batches itself, so hide it.
+            info = getattr(tls, "info", None)
+            tls.info = None
+            try:
+                return self.collate_fn(data)
+            finally:
+                tls.info = info
+        return self.collate_fn(data)
+
+
+class Config:
+    """What a worker needs, and nothing that refers back to the loader."""
+
+    def __init__(self, loader, num_workers, base_seed):
+        self.dataset = loader.dataset
+        self.iterable = compat.is_iterable(loader)
+        self.auto_collation = compat.auto_collation(loader)
+        self.collate_fn = loader.collate_fn
+        self.drop_last = loader.drop_last
+        self.batch_size = loader.batch_size
+        self.worker_init_fn = loader.worker_init_fn
+        self.num_workers = num_workers
+        self.base_seed = base_seed
+        self.parent_pid = os.getpid()
+        self.token = secrets.token_hex(4)
+        # pin_memory through sluice: thread workers copy their batch into a
+        # pinned slot themselves (set by the iterator; never used by
+        # process workers, whose batches are staged by the main thread).
+        self.stage = None
+
+    def __getstate__(self):
+        # What a spawned or forkserver worker gets, pickled as torch pickles
+        # its worker arguments: never the staging ring (main process only).
+        state = dict(self.__dict__)
+        state["stage"] = None
+        return state
+
+    def fetcher(self, wid, stop):
+        return Fetch(self.dataset, self.iterable, self.auto_collation, self.collate_fn,
+                     self.drop_last, self.batch_size, wid, stop)
+
+
+def where(kind, wid, fetch, batch):
+    at = fetch.current
+    at = f"dataset index {at!r}" if not isinstance(at, str) else at
+    pid = f" (pid {os.getpid()})" if kind == "process" else ""
+    return f"in sluice.torch.DataLoader {kind} worker {wid}{pid}, {at}, batch {batch}"
+
+
+def thread_clock():
+    """(CPU seconds, seconds spent runnable but waiting for a core) of the
+    calling thread. The second comes from the scheduler's statistics
+    (/proc/thread-self/schedstat) and is 0 where they are not available.
+    Waiting for the GIL is neither: the thread sleeps."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            cpu_ns, wait_ns = f.read().split()[:2]
+        return int(cpu_ns) * 1e-9, int(wait_ns) * 1e-9
+    except (OSError, ValueError):
+        return time.thread_time(), 0.0
+
+
+def serve(cfg, wid, kind, recv, send, stop, finish):
+    """The loop of one worker: take tasks, answer each one. `finish(batch)`
+    turns a loaded batch into what is sent back (staged into a pinned slot,
+    written to shared memory), or is None."""
+    init_error = None
+    if cfg.worker_init_fn is not None:
+        try:
+            cfg.worker_init_fn(wid)
+        except Exception:
+            init_error = compat.wrap_exception(
+                f"in sluice.torch.DataLoader {kind} worker {wid}, in worker_init_fn")
+    fetch = cfg.fetcher(wid, stop)
+    generation = None
+    while True:
+        task = recv()
+        if task is None:
+            return
+        gen, tno, indices, seed, epoch = task
+        if gen != generation:
+            generation = gen
+            fetch.begin()
+        if init_error is not None:
+            send((gen, tno, wid, "err", init_error, 0.0, 0.0))
+            continue
+        (c0, q0), t0 = thread_clock(), time.perf_counter()
+        try:
+            batch = fetch(indices, seed, epoch)
+            if finish is not None:
+                batch = finish(batch)
+            kind_out, payload = "ok", batch
+        except Stopped:
+            return
+        except StopIteration:
+            kind_out, payload = "end", None
+        except Exception:
+            kind_out, payload = "err", compat.wrap_exception(where(kind, wid, fetch, tno))
+        (c1, q1), t1 = thread_clock(), time.perf_counter()
+        # cpu, and the time the task could have run: wall minus the time
+        # other processes held the cores.
+        send((gen, tno, wid, kind_out, payload, c1 - c0, (t1 - t0) - (q1 - q0)))

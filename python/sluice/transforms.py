@@ -1,0 +1,1200 @@
+"""sluice.transforms: torchvision.transforms.v2's image transforms, run by
+sluice's C kernels.
+
+Swap one import and keep the rest of a Dataset::
+
+    import sluice.transforms as T              # was: import torchvision.transforms.v2 as T
+
+    train_tf = T.Compose([
+        T.DecodeJPEG(),                         # bytes or a path -> CHW uint8 tensor
+        T.RandomResizedCrop(224),
+        T.RandomHorizontalFlip(),
+        T.ToDtype(torch.float32, scale=True),
+        T.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+    ])
+
+The classes take torchvision's constructor arguments with its defaults and
+give its results: on ``torch.Tensor`` images (CHW, uint8 or float32), on
+numpy HWC arrays (``(H, W, C)`` or ``(H, W)``; the same arithmetic as on a
+tensor, the result an array of the same layout) and on PIL images (modes
+L, RGB, RGBA; the result a PIL image, as torchvision gives). Random draws
+come from torch's global generator in torchvision's order, so after
+``torch.manual_seed(s)`` a run draws torchvision's crop boxes, flips,
+angles and colour factors. Every kernel call releases the GIL, and the
+extension declares free-threading support: ``import sluice.transforms``
+leaves the GIL off on a free-threaded Python (torchvision turns it on).
+
+``Compose`` fuses ``DecodeJPEG`` with the crop or resize after it (and a
+horizontal flip, ``ToDtype(float32, scale=True)`` and ``Normalize`` after
+that): only the part of the JPEG the crop needs is decoded, at a reduced DCT
+scale when the output allows, straight into the normalized tensor.
+
+docs/PYTHON.md ("sluice.transforms") lists the classes, and docs/OPS.md
+("Transforms") each kernel's reference and tolerance.
+"""
+import enum
+import math
+import numbers
+import os
+
+import numpy as np
+
+from . import _sluice
+
+__all__ = [
+    "Compose", "RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip",
+    "RandomVerticalFlip", "RandomRotation", "Pad", "ColorJitter", "RandomGrayscale", "Grayscale",
+    "ToImage", "ToDtype", "Normalize", "RandomErasing", "DecodeJPEG", "decode_image",
+    "InterpolationMode", "ImageReadMode",
+]
+
+_torch = None
+
+
+def _tm():
+    """torch, imported on first use (numpy and PIL users of the deterministic
+    transforms do not need it; every random draw does)."""
+    global _torch
+    if _torch is None:
+        try:
+            import torch
+        except ImportError as e:  # pragma: no cover - torch is there in the tests
+            raise ImportError("sluice.transforms: this needs torch (random draws come from "
+                              "torch's generator, as torchvision's do): pip install torch") from e
+        _torch = torch
+    return _torch
+
+
+class InterpolationMode(enum.Enum):
+    """torchvision's InterpolationMode (same names and values); torchvision's
+    own enum, its string values and PIL's integer filters are accepted too."""
+    NEAREST = "nearest"
+    NEAREST_EXACT = "nearest-exact"
+    BILINEAR = "bilinear"
+    BICUBIC = "bicubic"
+    BOX = "box"
+    HAMMING = "hamming"
+    LANCZOS = "lanczos"
+
+
+class ImageReadMode(enum.Enum):
+    """torchvision.io.ImageReadMode's modes that decode_image takes."""
+    UNCHANGED = 0
+    GRAY = 1
+    RGB = 3
+
+
+# sl_interp values (include/sluice.h)
+_SL_BILINEAR, _SL_AREA, _SL_NEAREST, _SL_BICUBIC, _SL_LANCZOS, _SL_HAMMING = 1, 2, 3, 4, 5, 6
+_SL_NEAREST_TORCH, _SL_NEAREST_EXACT = 7, 8
+_PIL_INTS = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
+_PIL_FILTER = {"nearest": _SL_NEAREST, "nearest-exact": _SL_NEAREST, "bilinear": _SL_BILINEAR,
+               "bicubic": _SL_BICUBIC, "box": _SL_AREA, "hamming": _SL_HAMMING,
+               "lanczos": _SL_LANCZOS}
+_U8, _F32 = 1, 10                       # sl_dtype
+_FLIP_H, _FLIP_V, _SCALE = 1, 2, 4      # SL_VIEW_* flags
+_PAD_MODES = {"constant": 0, "edge": 1, "reflect": 2, "symmetric": 3}
+_ADJ_BRIGHTNESS, _ADJ_CONTRAST, _ADJ_SATURATION, _ADJ_HUE, _ADJ_GRAY = 1, 2, 3, 4, 5
+
+
+def _interp_name(mode):
+    if isinstance(mode, InterpolationMode):
+        return mode.value
+    if isinstance(mode, bool):
+        raise TypeError(f"interpolation: expected an InterpolationMode, got {mode!r}")
+    if isinstance(mode, int):
+        if mode not in _PIL_INTS:
+            raise ValueError(f"interpolation: unknown PIL filter {mode}")
+        return _PIL_INTS[mode]
+    v = getattr(mode, "value", mode)
+    if isinstance(v, str) and v.lower() in _PIL_FILTER:
+        return v.lower()
+    raise ValueError(f"interpolation: expected one of {sorted(_PIL_FILTER)}, got {mode!r}")
+
+
+# ---- images of the three kinds ------------------------------------------------------
+
+_PIL_Image = None
+
+
+def _pil():
+    global _PIL_Image
+    if _PIL_Image is None:
+        try:
+            from PIL import Image
+        except ImportError:
+            Image = False
+        _PIL_Image = Image
+    return _PIL_Image
+
+
+def _kind(x):
+    """'tensor', 'numpy', 'pil', or None (passed through unchanged, as
+    torchvision passes what it does not transform)."""
+    if _torch is not None and isinstance(x, _torch.Tensor):
+        return "tensor"
+    if isinstance(x, np.ndarray):
+        return "numpy"
+    if type(x).__module__.startswith("torch"):
+        _tm()
+        if isinstance(x, _torch.Tensor):
+            return "tensor"
+    P = _pil()
+    if P and isinstance(x, P.Image):
+        return "pil"
+    return None
+
+
+def _dtype_code(a, ndim, shape_msg, u8, f32):
+    """sl_dtype of a numpy array or tensor `a` of `ndim` dims (uint8 or float32)."""
+    if a.ndim != ndim:
+        raise TypeError(f"sluice.transforms: {shape_msg}, got shape {tuple(a.shape)}")
+    if a.dtype == u8:
+        return _U8
+    if a.dtype == f32:
+        return _F32
+    raise TypeError(f"sluice.transforms: images are uint8 or float32, got {a.dtype}")
+
+
+class _Img:
+    """An image of any kind as the C kernels see it: a strided view plus
+    what to give back (kind, dtype, whether a numpy array had no channel
+    axis, a PIL mode)."""
+    __slots__ = ("kind", "obj", "h", "w", "c", "dtype", "view", "squeeze", "mode", "sub")
+
+    def __init__(self, x, kind=None):
+        kind = kind or _kind(x)
+        self.kind, self.squeeze, self.mode, self.sub = kind, False, None, None
+        if kind == "pil":
+            mode = x.mode
+            if mode not in ("L", "RGB", "RGBA"):
+                raise TypeError(f"sluice.transforms: PIL mode {mode!r} is not supported "
+                                f"(L, RGB, RGBA); convert it first, e.g. img.convert('RGB')")
+            self.mode = mode
+            x = np.asarray(x)
+            kind = "numpy"
+        if kind == "numpy":
+            a = x
+            if a.ndim == 2:
+                a = a[:, :, None]
+                self.squeeze = True
+            dt = _dtype_code(a, 3, "a numpy image is (H, W) or (H, W, C)", np.uint8, np.float32)
+            h, w, c = a.shape
+            isz = a.itemsize
+            s = a.strides
+            self.view = (a.ctypes.data, dt, h, w, c, s[0] // isz, s[1] // isz, s[2] // isz)
+            self.obj = a
+        elif kind == "tensor":
+            t = x
+            dt = _dtype_code(t, 3, "a tensor image is (C, H, W)", _torch.uint8, _torch.float32)
+            if t.device.type != "cpu":
+                raise TypeError(f"sluice.transforms: runs on CPU tensors, got one on "
+                                f"{t.device}")
+            c, h, w = t.shape
+            s = t.stride()
+            self.view = (t.data_ptr(), dt, h, w, c, s[1], s[2], s[0])
+            self.obj = t
+            if type(t) is not _torch.Tensor:
+                self.sub = type(t)
+        else:
+            raise TypeError(f"sluice.transforms: expected a torch.Tensor, numpy array or PIL "
+                            f"image, got {type(x).__name__}")
+        self.h, self.w, self.c, self.dtype = self.view[2], self.view[3], self.view[4], self.view[1]
+
+    # a new image of this kind (and layout family): (its view, the object)
+    def new(self, h, w, c=None, dtype=None):
+        c = self.c if c is None else c
+        dt = self.dtype if dtype is None else dtype
+        if self.kind == "tensor":
+            o = _torch.empty((c, h, w), dtype=_torch.uint8 if dt == _U8 else _torch.float32)
+            return (o.data_ptr(), dt, h, w, c, w, 1, h * w), o
+        o = np.empty((h, w, c), dtype=np.uint8 if dt == _U8 else np.float32)
+        return (o.ctypes.data, dt, h, w, c, w * c, c, 1), o
+
+    def give(self, o):
+        """The result in the caller's kind."""
+        if self.kind == "tensor":
+            return o.as_subclass(self.sub) if self.sub is not None else o
+        if self.squeeze and o.shape[2] == 1:
+            o = o[:, :, 0]
+        if self.mode is not None:
+            P = _pil()
+            if o.dtype != np.uint8:
+                raise TypeError("sluice.transforms: a PIL image stays uint8")
+            mode = {1: "L", 3: "RGB", 4: "RGBA"}[o.shape[2] if o.ndim == 3 else 1]
+            return P.fromarray(o if o.ndim == 2 or o.shape[2] > 1 else o[:, :, 0], mode)
+        return o
+
+    def crop_view(self, top, left, h, w):
+        """The region as a view (no copy) of the same kind; inside the image."""
+        if self.kind == "tensor":
+            return self.obj[:, top:top + h, left:left + w]
+        return self.obj[top:top + h, left:left + w, :]
+
+
+def _wrap_same(img, o):
+    """For results that are views or inputs of the same object family."""
+    return img.give(o)
+
+
+# ---- functional kernels (one C call each) -------------------------------------------
+
+def _resized_size(h, w, size, max_size):
+    """torchvision's output size for Resize(size, max_size)."""
+    if size is None:
+        if max_size is None:
+            raise ValueError("size and max_size cannot both be None")
+        if h >= w:
+            return max_size, int(max_size * w / h)
+        return int(max_size * h / w), max_size
+    if isinstance(size, numbers.Integral):
+        size = [int(size)]
+    size = list(size)
+    if len(size) == 1:
+        short, long = (w, h) if w <= h else (h, w)
+        req = size[0]
+        if short == req and max_size is None:
+            return h, w
+        new_short, new_long = req, int(req * long / short)
+        if max_size is not None:
+            if max_size <= req:
+                raise ValueError(f"max_size = {max_size} must be strictly greater than the "
+                                 f"requested size for the smaller edge size = {size}")
+            if new_long > max_size:
+                new_short, new_long = int(max_size * new_short / new_long), max_size
+        return (new_long, new_short) if w <= h else (new_short, new_long)
+    if len(size) != 2:
+        raise ValueError(f"size: expected an int or a sequence of 1 or 2 ints, got {size}")
+    if max_size is not None:
+        raise ValueError("max_size is only supported for an int size or None")
+    return int(size[0]), int(size[1])
+
+
+def _resize(img, oh, ow, interp, antialias):
+    """img (an _Img) resized to oh x ow: the result object."""
+    if (oh, ow) == (img.h, img.w):
+        return img.obj if img.kind == "tensor" else img.obj
+    name = _interp_name(interp)
+    if img.mode is not None:            # PIL: PIL's filters, antialias always on
+        code, aa = _PIL_FILTER[name], 1
+    else:
+        if name not in ("nearest", "nearest-exact", "bilinear", "bicubic"):
+            raise ValueError(f"Interpolation mode {name} is unsupported with Tensor input")
+        code = {"nearest": _SL_NEAREST_TORCH, "nearest-exact": _SL_NEAREST_EXACT,
+                "bilinear": _SL_BILINEAR, "bicubic": _SL_BICUBIC}[name]
+        aa = 1 if antialias is None or antialias else 0
+    dst, o = img.new(oh, ow)
+    _sluice.tf_resize(img.view, dst, code, aa)
+    return o
+
+
+def _size2(size, name="size"):
+    if isinstance(size, numbers.Integral):
+        return int(size), int(size)
+    size = list(size)
+    if len(size) == 1:
+        return int(size[0]), int(size[0])
+    if len(size) != 2:
+        raise ValueError(f"{name}: expected an int or a sequence of 1 or 2 ints, got {size}")
+    return int(size[0]), int(size[1])
+
+
+def _crop(img, top, left, height, width):
+    """torchvision's crop: a view inside the image, zero padding outside."""
+    if top >= 0 and left >= 0 and top + height <= img.h and left + width <= img.w:
+        return img.crop_view(top, left, height, width)
+    dst, o = img.new(height, width)
+    _sluice.tf_fill(dst, [0.0])
+    t0, l0 = max(top, 0), max(left, 0)
+    t1, l1 = min(top + height, img.h), min(left + width, img.w)
+    if t1 > t0 and l1 > l0:
+        sub = _Img(img.crop_view(t0, l0, t1 - t0, l1 - l0), img.kind if img.kind == "tensor"
+                   else "numpy")
+        part = _Img(o[:, t0 - top:t1 - top, l0 - left:l1 - left] if img.kind == "tensor"
+                    else o[t0 - top:t1 - top, l0 - left:l1 - left, :])
+        _sluice.tf_convert(sub.view, part.view, 0)
+    return o
+
+
+def _pad_amounts(padding):
+    """torchvision's padding forms -> (left, top, right, bottom)."""
+    if isinstance(padding, numbers.Integral):
+        p = int(padding)
+        return p, p, p, p
+    padding = list(padding)
+    if len(padding) == 1:
+        p = int(padding[0])
+        return p, p, p, p
+    if len(padding) == 2:
+        return int(padding[0]), int(padding[1]), int(padding[0]), int(padding[1])
+    if len(padding) == 4:
+        return tuple(int(v) for v in padding)
+    raise ValueError(f"Padding must be an int or a 1, 2, or 4 element tuple, not a "
+                     f"{len(padding)} element tuple")
+
+
+def _fill_values(fill, c):
+    if fill is None:
+        return [0.0] * c
+    if isinstance(fill, numbers.Number):
+        return [float(fill)] * c
+    f = [float(v) for v in fill]
+    if len(f) == 1:
+        return f * c
+    if len(f) != c:
+        raise ValueError(f"fill: {len(f)} values for an image of {c} channels")
+    return f
+
+
+def _pad(img, padding, fill, mode):
+    left, top, right, bottom = _pad_amounts(padding)
+    if mode not in _PAD_MODES:
+        raise ValueError(f"padding_mode: expected one of {list(_PAD_MODES)}, got {mode!r}")
+    # negative padding crops (as torch's pad does)
+    if min(left, top, right, bottom) < 0:
+        t0, l0 = max(-top, 0), max(-left, 0)
+        h = img.h - t0 - max(-bottom, 0)
+        w = img.w - l0 - max(-right, 0)
+        img = _Img(img.crop_view(t0, l0, h, w), img.kind) if img.mode is None else \
+            _Img(img.give(img.crop_view(t0, l0, h, w)))
+        left, top, right, bottom = max(left, 0), max(top, 0), max(right, 0), max(bottom, 0)
+    dst, o = img.new(img.h + top + bottom, img.w + left + right)
+    _sluice.tf_pad(img.view, dst, top, left, _PAD_MODES[mode], _fill_values(fill, img.c))
+    return img, o
+
+
+def _copy(img, flags, dtype=None):
+    dst, o = img.new(img.h, img.w, dtype=dtype)
+    _sluice.tf_convert(img.view, dst, flags)
+    return o
+
+
+def _draw_uniform(lo, hi):
+    return _tm().empty(1).uniform_(lo, hi).item()
+
+
+def _area_ratio_draw(t, area):
+    """One try of RandomResizedCrop's and RandomErasing's draws: an area
+    `area * U(scale)` and an aspect ratio `exp(U(log(ratio)))`, each from a
+    float32 torch.empty(1).uniform_ as torchvision draws them (t has
+    .scale, .ratio and a cached ._log_ratio)."""
+    torch = _tm()
+    if t._log_ratio is None:
+        lr = torch.log(torch.tensor(t.ratio))
+        t._log_ratio = (float(lr[0]), float(lr[1]))
+    target = area * torch.empty(1).uniform_(t.scale[0], t.scale[1]).item()
+    aspect = torch.exp(torch.empty(1).uniform_(t._log_ratio[0], t._log_ratio[1])).item()
+    return target, aspect
+
+
+def _draw_applies(p):
+    """_RandomApplyTransform's draw: applies unless torch.rand(1) >= p."""
+    return not (_tm().rand(1) >= p)
+
+
+# ---- decoding -------------------------------------------------------------------------
+
+def _encoded(data):
+    """bytes, or (address, length) plus the object that keeps it alive."""
+    if isinstance(data, bytes):
+        return data, None
+    if isinstance(data, (str, os.PathLike)):
+        with open(data, "rb") as f:
+            return f.read(), None
+    if _torch is not None and isinstance(data, _torch.Tensor):
+        if data.dtype != _torch.uint8 or data.ndim != 1:
+            raise TypeError("decode: a tensor of encoded bytes is 1-D uint8")
+        t = data.contiguous()
+        return (t.data_ptr(), t.numel()), t
+    try:
+        a = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else \
+            np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"decode: expected bytes, a path, a buffer or a 1-D uint8 tensor, "
+                        f"got {type(data).__name__}") from e
+    return (a.ctypes.data, a.size), a
+
+
+def _read_mode(mode):
+    if isinstance(mode, ImageReadMode):
+        return mode.name
+    name = getattr(mode, "name", mode)
+    if isinstance(name, str) and name.upper() in ("UNCHANGED", "GRAY", "RGB"):
+        return name.upper()
+    raise ValueError(f"mode: expected ImageReadMode.UNCHANGED, GRAY or RGB, got {mode!r}")
+
+
+def _decode_channels(mode, info_channels):
+    if mode == "RGB":
+        return 3
+    if mode == "GRAY":
+        return 1
+    return 1 if info_channels == 1 else 3
+
+
+def decode_image(input, mode=ImageReadMode.UNCHANGED, apply_exif_orientation=False,
+                 max_pixels=0):
+    """Decode a JPEG, PNG or WebP (found from the bytes) into a (C, H, W)
+    uint8 torch tensor, as torchvision.io.decode_image: ``input`` is bytes, a
+    path, a buffer or a 1-D uint8 tensor; ``mode`` UNCHANGED (RGB, or one
+    channel for a grey image), RGB or GRAY. The pixels equal PIL's
+    ``Image.open(f).convert("RGB")``. The tensor is a CHW view of HWC memory,
+    as torchvision's decoders return. Raises sluice.DecodeError naming the
+    cause for damaged data, sluice.LimitError above ``max_pixels`` (0: 64
+    Mpx)."""
+    torch = _tm()
+    data, keep = _encoded(input)
+    m = _read_mode(mode)
+    h, w, ch, _ = _sluice.tf_decode_info(data, bool(apply_exif_orientation), int(max_pixels))
+    c = _decode_channels(m, ch)
+    out = torch.empty((h, w, c), dtype=torch.uint8)
+    dst = (out.data_ptr(), _U8, h, w, c, w * c, c, 1)
+    _sluice.tf_decode(data, dst, (0.0, 0.0, float(w), float(h)), (0, 0, w, h), _SL_BILINEAR,
+                      None, None, 0, bool(apply_exif_orientation), int(max_pixels))
+    del keep
+    return out.permute(2, 0, 1)
+
+
+class Transform:
+    """Base of the transforms: ``t(x)`` applies it; inputs it does not
+    transform (labels, boxes, other objects) pass through unchanged."""
+
+    def __call__(self, *inputs):
+        if len(inputs) == 1:
+            return self.forward(inputs[0])
+        return tuple(self.forward(x) for x in inputs)
+
+    def forward(self, x):
+        raise NotImplementedError
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self._repr_items())
+        return f"{type(self).__name__}({args})"
+
+    def _repr_items(self):
+        return [(k, v) for k, v in vars(self).items() if not k.startswith("_")]
+
+
+class DecodeJPEG(Transform):
+    """Encoded image (bytes, path, buffer, 1-D uint8 tensor) -> (C, H, W) uint8
+    tensor (decode_image). In a Compose, followed by a crop or a resize, only
+    the region is decoded (see the module's doc)."""
+
+    def __init__(self, mode=ImageReadMode.RGB, apply_exif_orientation=False, max_pixels=0):
+        self.mode = _read_mode(mode)
+        self.apply_exif_orientation = bool(apply_exif_orientation)
+        self.max_pixels = int(max_pixels)
+
+    def forward(self, x):
+        if _kind(x) is not None and not (_torch is not None and isinstance(x, _torch.Tensor)
+                                         and x.ndim == 1):
+            return x  # already decoded
+        return decode_image(x, self.mode, self.apply_exif_orientation, self.max_pixels)
+
+
+# ---- geometry -------------------------------------------------------------------------
+
+class Resize(Transform):
+    def __init__(self, size, interpolation=InterpolationMode.BILINEAR, max_size=None,
+                 antialias=True):
+        if size is not None and not isinstance(size, numbers.Integral):
+            size = list(size)
+            if len(size) not in (1, 2):
+                raise ValueError(f"size can be an integer, a sequence of one or two integers, "
+                                 f"or None, but got {size} instead.")
+        self.size = size
+        self.interpolation = interpolation
+        _interp_name(interpolation)
+        self.max_size = max_size
+        self.antialias = antialias
+
+    def forward(self, x):
+        kind = _kind(x)
+        if kind is None:
+            return x
+        img = _Img(x, kind)
+        oh, ow = _resized_size(img.h, img.w, self.size, self.max_size)
+        if (oh, ow) == (img.h, img.w):
+            return x
+        return img.give(_resize(img, oh, ow, self.interpolation, self.antialias))
+
+
+class CenterCrop(Transform):
+    def __init__(self, size):
+        self.size = _size2(size)
+
+    @staticmethod
+    def box(h, w, ch, cw):
+        """torchvision's centre crop offsets (round half to even; a crop larger
+        than the image pads, putting the extra (c - s) // 2 on the top/left)."""
+        top = -((ch - h) // 2) if ch > h else int(round((h - ch) / 2.0))
+        left = -((cw - w) // 2) if cw > w else int(round((w - cw) / 2.0))
+        return top, left
+
+    def forward(self, x):
+        kind = _kind(x)
+        if kind is None:
+            return x
+        img = _Img(x, kind)
+        ch, cw = self.size
+        top, left = self.box(img.h, img.w, ch, cw)
+        return img.give(_crop(img, top, left, ch, cw))
+
+
+class RandomCrop(Transform):
+    def __init__(self, size, padding=None, pad_if_needed=False, fill=0,
+                 padding_mode="constant"):
+        self.size = _size2(size)
+        if padding_mode not in _PAD_MODES:
+            raise ValueError(f"padding_mode: expected one of {list(_PAD_MODES)}")
+        self.padding = None if padding is None else _pad_amounts(padding)  # l, t, r, b
+        self.pad_if_needed = pad_if_needed
+        self.fill = fill
+        self.padding_mode = padding_mode
+
+    def _params(self, h, w):
+        torch = _tm()
+        pl, pt, pr, pb = self.padding if self.padding is not None else (0, 0, 0, 0)
+        ph, pw = h + pt + pb, w + pl + pr
+        ch, cw = self.size
+        if self.pad_if_needed:
+            if ph < ch:
+                d = ch - ph
+                pt, pb, ph = pt + d, pb + d, ph + 2 * d
+            if pw < cw:
+                d = cw - pw
+                pl, pr, pw = pl + d, pr + d, pw + 2 * d
+        if ph < ch or pw < cw:
+            raise ValueError(f"Required crop size {(ch, cw)} is larger than input image size "
+                             f"{(ph, pw)}.")
+        top = int(torch.randint(0, ph - ch + 1, size=())) if ph > ch else 0
+        left = int(torch.randint(0, pw - cw + 1, size=())) if pw > cw else 0
+        return (pl, pt, pr, pb), top, left
+
+    def forward(self, x):
+        kind = _kind(x)
+        if kind is None:
+            return x
+        img = _Img(x, kind)
+        pads, top, left = self._params(img.h, img.w)
+        if any(pads):
+            img, o = _pad(img, pads, self.fill, self.padding_mode)
+            img = _Img(o)
+            img_mode = _Img(x, kind).mode
+            img.mode = img_mode
+        ch, cw = self.size
+        if (top, left, ch, cw) == (0, 0, img.h, img.w):
+            return img.give(img.obj)
+        return img.give(_crop(img, top, left, ch, cw))
+
+
+class RandomResizedCrop(Transform):
+    def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0),
+                 interpolation=InterpolationMode.BILINEAR, antialias=True):
+        self.size = _size2(size)
+        if not isinstance(scale, (tuple, list)) or not isinstance(ratio, (tuple, list)):
+            raise TypeError("scale and ratio should be sequences")
+        self.scale = tuple(float(v) for v in scale)
+        self.ratio = tuple(float(v) for v in ratio)
+        self.interpolation = interpolation
+        _interp_name(interpolation)
+        self.antialias = antialias
+        self._log_ratio = None
+
+    def params(self, height, width):
+        """(top, left, h, w): torchvision's draws, in its order, from torch's
+        generator."""
+        torch = _tm()
+        area = height * width
+        for _ in range(10):
+            target, aspect = _area_ratio_draw(self, area)
+            w = int(round(math.sqrt(target * aspect)))
+            h = int(round(math.sqrt(target / aspect)))
+            if 0 < w <= width and 0 < h <= height:
+                top = torch.randint(0, height - h + 1, size=(1,)).item()
+                left = torch.randint(0, width - w + 1, size=(1,)).item()
+                return top, left, h, w
+        in_ratio = float(width) / float(height)
+        if in_ratio < min(self.ratio):
+            w = width
+            h = int(round(w / min(self.ratio)))
+        elif in_ratio > max(self.ratio):
+            h = height
+            w = int(round(h * max(self.ratio)))
+        else:
+            w, h = width, height
+        return (height - h) // 2, (width - w) // 2, h, w
+
+    def forward(self, x):
+        kind = _kind(x)
+        if kind is None:
+            return x
+        img = _Img(x, kind)
+        top, left, h, w = self.params(img.h, img.w)
+        sub = _Img(img.crop_view(top, left, h, w), "tensor" if img.kind == "tensor" else "numpy")
+        sub.mode, sub.squeeze = img.mode, img.squeeze
+        oh, ow = self.size
+        if (oh, ow) == (h, w):
+            o = _copy(sub, 0)
+        else:
+            o = _resize(sub, oh, ow, self.interpolation, self.antialias)
+        return img.give(o)
+
+
+class _RandomApply(Transform):
+    """torchvision's _RandomApplyTransform: applied with probability p (one
+    torch.rand(1) draw per call, image or not)."""
+
+    def __init__(self, p=0.5):
+        if not 0.0 <= p <= 1.0:
+            raise ValueError("`p` should be a floating point value in the interval [0.0, 1.0].")
+        self.p = p
+
+    def forward(self, x):
+        kind = _kind(x)
+        if not _draw_applies(self.p) or kind is None:
+            return x
+        return self._apply(x, kind)
+
+
+class _RandomFlip(_RandomApply):
+    _flag = 0
+
+    def _apply(self, x, kind):
+        img = _Img(x, kind)
+        return img.give(_copy(img, self._flag))
+
+
+class RandomHorizontalFlip(_RandomFlip):
+    _flag = _FLIP_H
+
+
+class RandomVerticalFlip(_RandomFlip):
+    _flag = _FLIP_V
+
+
+class Pad(Transform):
+    def __init__(self, padding, fill=0, padding_mode="constant"):
+        _pad_amounts(padding)
+        if padding_mode not in _PAD_MODES:
+            raise ValueError("`padding_mode` must be one of 'constant', 'edge', 'reflect' or "
+                             "'symmetric'.")
+        self.padding = padding
+        self.fill = fill
+        self.padding_mode = padding_mode
+
+    def forward(self, x):
+        kind = _kind(x)
+        if kind is None:
+            return x
+        img = _Img(x, kind)
+        img2, o = _pad(img, self.padding, self.fill, self.padding_mode)
+        return img.give(o)
+
+
+def _rotation_matrix(angle, cx, cy):
+    """The inverse map of a rotation by `angle` degrees (counter-clockwise)
+    about (cx, cy) in torchvision's centred coordinates, as the 6 numbers
+    its grid uses: output pixel -> source pixel."""
+    a = math.radians(-angle)
+    cos, sin = math.cos(a), math.sin(a)
+    # inverse of [[cos, -sin], [sin, cos]] is its transpose
+    m = [cos, sin, 0.0, -sin, cos, 0.0]
+    m[2] += m[0] * (-cx) + m[1] * (-cy) + cx
+    m[5] += m[3] * (-cx) + m[4] * (-cy) + cy
+    return m
+
+
+class RandomRotation(Transform):
+    def __init__(self, degrees, interpolation=InterpolationMode.NEAREST, expand=False,
+                 center=None, fill=0):
+        if isinstance(degrees, numbers.Number):
+            if degrees < 0:
+                raise ValueError("If degrees is a single number, it must be positive.")
+            degrees = [-float(degrees), float(degrees)]
+        else:
+            degrees = [float(d) for d in degrees]
+            if len(degrees) != 2:
+                raise ValueError("If degrees is a sequence, it must be of len 2.")
+        self.degrees = degrees
+        self.interpolation = interpolation
+        _interp_name(interpolation)
+        self.expand = expand
+        self.center = center
+        self.fill = fill
+
+    def forward(self, x):
+        kind = _kind(x)
+        angle = _draw_uniform(self.degrees[0], self.degrees[1])
+        if kind is None:
+            return x
+        return _rotate(x, kind, angle, self.interpolation, self.expand, self.center, self.fill)
+
+
+def _rotate(x, kind, angle, interpolation, expand, center, fill):
+    name = _interp_name(interpolation)
+    if kind == "pil":
+        # torchvision hands PIL images to PIL's rotate (which releases the GIL)
+        P = _pil()
+        f = fill
+        if isinstance(f, (list, tuple)) and len(f) == 1:
+            f = f[0]
+        if isinstance(f, (list, tuple)):
+            f = tuple(int(v) for v in f)
+        elif f is not None:
+            f = int(f) if x.mode != "F" else f
+            if len(x.getbands()) > 1:
+                f = (f,) * len(x.getbands())
+        return x.rotate(angle, {"nearest": P.NEAREST, "nearest-exact": P.NEAREST,
+                                "bilinear": P.BILINEAR, "bicubic": P.BICUBIC}[name],
+                        expand=expand, center=center, fillcolor=f)
+    img = _Img(x, kind)
+    if name not in ("nearest", "bilinear"):
+        raise ValueError(f"rotate: interpolation {name} is unsupported with Tensor input "
+                         f"(nearest or bilinear)")
+    a = angle % 360
+    if center is None:
+        # torchvision's exact paths for multiples of 90 degrees
+        rot = None
+        if a == 0:
+            return img.give(_copy(img, 0))
+        if a == 180:
+            rot = 2
+        elif (expand or img.h == img.w) and a in (90, 270):
+            rot = 1 if a == 90 else 3
+        if rot is not None:
+            if img.kind == "tensor":
+                return img.give(_tm().rot90(img.obj, k=rot, dims=(-2, -1)))
+            return img.give(np.ascontiguousarray(np.rot90(img.obj, k=rot, axes=(0, 1))))
+    if expand:
+        raise NotImplementedError("sluice.transforms: rotate with expand=True is only "
+                                  "supported for multiples of 90 degrees")
+    cx = 0.0 if center is None else center[0] - img.w * 0.5
+    cy = 0.0 if center is None else center[1] - img.h * 0.5
+    m = [float(np.float32(v)) for v in _rotation_matrix(a, cx, cy)]
+    dst, o = img.new(img.h, img.w)
+    fillv = None if fill is None else _fill_values(fill, img.c)
+    _sluice.tf_affine(img.view, dst, m, _SL_NEAREST if name == "nearest" else _SL_BILINEAR,
+                      fillv)
+    return img.give(o)
+
+
+# ---- colour ---------------------------------------------------------------------------
+
+def _adjust(x, kind, op, factor, out_c=None):
+    img = _Img(x, kind)
+    dst, o = img.new(img.h, img.w, c=out_c)
+    _sluice.tf_adjust(img.view, dst, op, float(factor))
+    return img.give(o)
+
+
+def _pil_gray(x, n):
+    P = _pil()
+    g = x.convert("L")
+    if n == 3:
+        a = np.asarray(g)
+        return P.fromarray(np.dstack([a, a, a]), "RGB")
+    return g
+
+
+class Grayscale(Transform):
+    def __init__(self, num_output_channels=1):
+        if num_output_channels not in (1, 3):
+            raise ValueError(f"num_output_channels must be 1 or 3, got {num_output_channels}.")
+        self.num_output_channels = num_output_channels
+
+    def forward(self, x):
+        kind = _kind(x)
+        if kind is None:
+            return x
+        if kind == "pil":
+            return _pil_gray(x, self.num_output_channels)
+        return _adjust(x, kind, _ADJ_GRAY, 0.0, self.num_output_channels)
+
+
+class RandomGrayscale(_RandomApply):
+    def __init__(self, p=0.1):
+        super().__init__(p)
+
+    def _apply(self, x, kind):
+        if kind == "pil":
+            return _pil_gray(x, len(x.getbands()))
+        img = _Img(x, kind)
+        return _adjust(x, kind, _ADJ_GRAY, 0.0, img.c)
+
+
+def _jitter_range(value, name, center=1.0, bound=(0.0, float("inf")), clip_first_on_zero=True):
+    if value is None:
+        return None
+    if isinstance(value, numbers.Number):
+        if value < 0:
+            raise ValueError(f"If {name} is a single number, it must be non negative.")
+        value = [center - float(value), center + float(value)]
+        if clip_first_on_zero:
+            value[0] = max(value[0], 0.0)
+    elif isinstance(value, (list, tuple)) and len(value) == 2:
+        value = [float(v) for v in value]
+    else:
+        raise TypeError(f"{name}={value} should be a single number or a sequence with length 2.")
+    if not bound[0] <= value[0] <= value[1] <= bound[1]:
+        raise ValueError(f"{name} values should be between {bound}, but got {value}.")
+    return None if value[0] == value[1] == center else (value[0], value[1])
+
+
+def _pil_enhance(x, which, factor):
+    from PIL import ImageEnhance
+    return {"b": ImageEnhance.Brightness, "c": ImageEnhance.Contrast,
+            "s": ImageEnhance.Color}[which](x).enhance(factor)
+
+
+def _pil_hue(x, factor):
+    P = _pil()
+    if x.mode in ("L", "1", "I", "F"):
+        return x
+    h, s, v = x.convert("HSV").split()
+    a = np.array(h, dtype=np.uint8)
+    with np.errstate(over="ignore"):
+        a += np.int8(factor * 255).astype(np.uint8)
+    return P.merge("HSV", (P.fromarray(a, "L"), s, v)).convert(x.mode)
+
+
+class ColorJitter(Transform):
+    def __init__(self, brightness=None, contrast=None, saturation=None, hue=None):
+        self.brightness = _jitter_range(brightness, "brightness")
+        self.contrast = _jitter_range(contrast, "contrast")
+        self.saturation = _jitter_range(saturation, "saturation")
+        self.hue = _jitter_range(hue, "hue", center=0.0, bound=(-0.5, 0.5),
+                                 clip_first_on_zero=False)
+
+    def params(self):
+        """(order, brightness, contrast, saturation, hue): torchvision's draws."""
+        torch = _tm()
+        order = torch.randperm(4).tolist()
+        f = []
+        for r in (self.brightness, self.contrast, self.saturation, self.hue):
+            f.append(None if r is None else float(torch.empty(1).uniform_(r[0], r[1])))
+        return order, f
+
+    def forward(self, x):
+        kind = _kind(x)
+        order, f = self.params()
+        if kind is None:
+            return x
+        for i in order:
+            if f[i] is None:
+                continue
+            if kind == "pil":
+                x = _pil_hue(x, f[i]) if i == 3 else _pil_enhance(x, "bcs"[i], f[i])
+            else:
+                x = _adjust(x, kind, (_ADJ_BRIGHTNESS, _ADJ_CONTRAST, _ADJ_SATURATION,
+                                      _ADJ_HUE)[i], f[i])
+        return x
+
+
+# ---- conversion and normalization -----------------------------------------------------
+
+class ToImage(Transform):
+    """PIL image or numpy HWC array -> (C, H, W) torch tensor (contiguous);
+    tensors pass as they are."""
+
+    def forward(self, x):
+        kind = _kind(x)
+        if kind is None or kind == "tensor":
+            return x
+        torch = _tm()
+        img = _Img(x, kind)
+        o = torch.empty((img.c, img.h, img.w),
+                        dtype=torch.uint8 if img.dtype == _U8 else torch.float32)
+        dst = (o.data_ptr(), img.dtype, img.h, img.w, img.c, img.w, 1, img.h * img.w)
+        _sluice.tf_convert(img.view, dst, 0)
+        return o
+
+
+class ToDtype(Transform):
+    """ToDtype(dtype, scale=False): uint8 <-> float32 by sluice's kernel
+    (v2's formulas, bit for bit); other dtypes by torch's own .to() with
+    v2's scaling. numpy images take numpy or torch dtypes; PIL images pass."""
+
+    def __init__(self, dtype, scale=False):
+        if isinstance(dtype, dict):
+            raise TypeError("sluice.transforms.ToDtype: a dict of dtypes per tv_tensor type is "
+                            "not supported; give one dtype")
+        self.dtype = dtype
+        self.scale = scale
+
+    def _target(self, kind):
+        d = self.dtype
+        torch = _torch
+        if torch is not None and isinstance(d, torch.dtype):
+            return _U8 if d == torch.uint8 else _F32 if d == torch.float32 else None
+        nd = np.dtype(d)
+        return _U8 if nd == np.uint8 else _F32 if nd == np.float32 else None
+
+    def forward(self, x):
+        kind = _kind(x)
+        if kind is None or kind == "pil":
+            return x
+        target = self._target(kind)
+        if kind == "tensor" and (target is None or x.dtype not in (_torch.uint8,
+                                                                  _torch.float32)):
+            return _torch_to_dtype(x, self.dtype, self.scale)
+        if target is None:
+            raise TypeError(f"sluice.transforms.ToDtype: numpy images go to uint8 or float32, "
+                            f"not {self.dtype}")
+        img = _Img(x, kind)
+        if target == img.dtype:
+            return x
+        return img.give(_copy(img, _SCALE if self.scale else 0, dtype=target))
+
+
+def _torch_to_dtype(t, dtype, scale):
+    """v2's to_dtype for the dtypes the kernels do not take, in torch ops."""
+    torch = _tm()
+    if t.dtype == dtype:
+        return t
+    if not scale:
+        return t.to(dtype)
+    fin, fout = t.is_floating_point(), dtype.is_floating_point
+    if fin and fout:
+        return t.to(dtype)
+    if fin:
+        return t.mul(float(torch.iinfo(dtype).max) + 1.0 - 1e-3).to(dtype)
+    if fout:
+        return t.to(dtype).mul_(1.0 / torch.iinfo(t.dtype).max)
+    raise TypeError(f"sluice.transforms.ToDtype: integer to integer ({t.dtype} -> {dtype}) is "
+                    f"not supported")
+
+
+class Normalize(Transform):
+    def __init__(self, mean, std, inplace=False):
+        self.mean = [float(v) for v in mean]
+        self.std = [float(v) for v in std]
+        self.inplace = inplace
+
+    def forward(self, x):
+        kind = _kind(x)
+        if kind is None:
+            return x
+        if kind == "pil":
+            raise TypeError("Normalize does not support PIL images (use ToImage and ToDtype "
+                            "first).")
+        img = _Img(x, kind)
+        if img.dtype != _F32:
+            raise TypeError(f"Input tensor should be a float tensor. Got "
+                            f"{'torch.uint8' if kind == 'tensor' else 'uint8'}.")
+        if not all(self.std):
+            raise ValueError("std evaluated to zero, leading to division by zero.")
+        mean = self.mean * img.c if len(self.mean) == 1 else self.mean
+        std = self.std * img.c if len(self.std) == 1 else self.std
+        if len(mean) != img.c or len(std) != img.c:
+            raise ValueError(f"Normalize: mean and std have {len(self.mean)} and "
+                             f"{len(self.std)} values for an image of {img.c} channels")
+        mean32 = [float(np.float32(v)) for v in mean]
+        std32 = [float(np.float32(v)) for v in std]
+        if self.inplace:
+            _sluice.tf_normalize(img.view, img.view, mean32, std32, 0)
+            return x
+        dst, o = img.new(img.h, img.w, dtype=_F32)
+        _sluice.tf_normalize(img.view, dst, mean32, std32, 0)
+        return img.give(o)
+
+
+class RandomErasing(_RandomApply):
+    def __init__(self, p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0, inplace=False):
+        if not isinstance(value, (numbers.Number, str, tuple, list)):
+            raise TypeError("Argument value should be either a number or str or a sequence")
+        if isinstance(value, str) and value != "random":
+            raise ValueError("If value is str, it should be 'random'")
+        if scale[0] > scale[1] or ratio[0] > ratio[1]:
+            warn = "Scale and ratio should be of kind (min, max)"
+            import warnings
+            warnings.warn(warn)
+        if scale[0] < 0 or scale[1] > 1:
+            raise ValueError("Scale should be between 0 and 1")
+        self.p = p
+        self.scale = tuple(float(v) for v in scale)
+        self.ratio = tuple(float(v) for v in ratio)
+        if isinstance(value, numbers.Number):
+            self.value = [float(value)]
+        elif isinstance(value, str):
+            self.value = None
+        else:
+            self.value = [float(v) for v in value]
+        self.inplace = inplace
+        self._log_ratio = None
+
+    def params(self, c, h, w):
+        torch = _tm()
+        if self.value is not None and len(self.value) not in (1, c):
+            raise ValueError(f"If value is a sequence, it should have either a single value or "
+                             f"{c} (number of inpt channels)")
+        area = h * w
+        for _ in range(10):
+            erase_area, aspect = _area_ratio_draw(self, area)
+            eh = int(round(math.sqrt(erase_area * aspect)))
+            ew = int(round(math.sqrt(erase_area / aspect)))
+            if not (eh < h and ew < w):
+                continue
+            if self.value is None:
+                v = torch.empty([c, eh, ew], dtype=torch.float32).normal_()
+            else:
+                v = self.value
+            i = torch.randint(0, h - eh + 1, size=(1,)).item()
+            j = torch.randint(0, w - ew + 1, size=(1,)).item()
+            return i, j, eh, ew, v
+        return 0, 0, h, w, None
+
+    def _apply(self, x, kind):
+        if kind == "pil":
+            raise TypeError("RandomErasing works on tensors and numpy arrays (use ToImage "
+                            "first)")
+        img = _Img(x, kind)
+        i, j, eh, ew, v = self.params(img.c, img.h, img.w)
+        if v is None:
+            return x
+        if not self.inplace:
+            o = _copy(img, 0)
+            img = _Img(o, kind)
+        region = _Img(img.crop_view(i, j, eh, ew), kind)
+        if isinstance(v, list):
+            _sluice.tf_fill(region.view, [float(np.float32(t)) for t in (v * img.c
+                                                                          if len(v) == 1 else v)])
+        else:
+            src = v if kind == "tensor" else v.permute(1, 2, 0).numpy()
+            _sluice.tf_convert(_Img(src if kind == "tensor" else np.ascontiguousarray(src),
+                                    kind).view, region.view, 0)
+        return img.give(img.obj) if kind == "tensor" else img.obj
+
+
+# ---- Compose and the fused decode -----------------------------------------------------
+
+class Compose(Transform):
+    """Apply transforms in order. When the first is DecodeJPEG and a crop or
+    resize follows, decoding, the crop, the resize, a following
+    RandomHorizontalFlip, ToImage, ToDtype(float32, scale=True) and
+    Normalize run as one C call that decodes only the region: the same
+    random draws as running them one by one, the same values where the JPEG
+    is decoded at full scale, and within docs/OPS.md's tolerance where a
+    reduced DCT scale is used (a crop at least twice the output size)."""
+
+    def __init__(self, transforms):
+        if not isinstance(transforms, (list, tuple)):
+            raise TypeError("Argument transforms should be a sequence of callables")
+        self.transforms = list(transforms)
+
+    def __call__(self, *inputs):
+        x = inputs[0] if len(inputs) == 1 else inputs
+        ts = self.transforms
+        start = 0
+        if ts and isinstance(ts[0], DecodeJPEG) and _is_encoded(x):
+            x, start = _fused_decode(ts, x)
+        for t in ts[start:]:
+            x = t(x)
+        return x
+
+    def forward(self, x):
+        return self(x)
+
+    def __repr__(self):
+        inner = "\n".join(f"    {t}" for t in self.transforms)
+        return f"Compose(\n{inner}\n)"
+
+
+def _is_encoded(x):
+    if isinstance(x, (bytes, bytearray, memoryview, str, os.PathLike)):
+        return True
+    if isinstance(x, np.ndarray):
+        return x.ndim == 1 and x.dtype == np.uint8
+    return _torch is not None and isinstance(x, _torch.Tensor) and x.ndim == 1
+
+
+def _fused_decode(ts, x):
+    """Run ts[0] (DecodeJPEG) with what follows it that one sl_view_decode
+    call can do; returns (output, index of the first transform left)."""
+    torch = _tm()
+    dec = ts[0]
+    data, keep = _encoded(x)
+    exif = dec.apply_exif_orientation
+    H, W, ch, _ = _sluice.tf_decode_info(data, exif, dec.max_pixels)
+    c = _decode_channels(dec.mode, ch)
+    i = 1
+    nxt = ts[1] if len(ts) > 1 else None
+    box = (0.0, 0.0, float(W), float(H))
+    lim = (0, 0, W, H)
+    oh, ow = H, W
+    interp = _SL_BILINEAR
+    resized = False
+
+    def fusable_interp(t):
+        name = _interp_name(t.interpolation)
+        return name in ("bilinear", "bicubic") and (t.antialias is None or t.antialias)
+
+    if isinstance(nxt, RandomResizedCrop) and fusable_interp(nxt):
+        top, left, h, w = nxt.params(H, W)
+        box = (float(left), float(top), float(left + w), float(top + h))
+        lim = (left, top, left + w, top + h)
+        oh, ow = nxt.size
+        interp = _PIL_FILTER[_interp_name(nxt.interpolation)]
+        i, resized = 2, True
+    elif isinstance(nxt, Resize) and fusable_interp(nxt):
+        rh, rw = _resized_size(H, W, nxt.size, nxt.max_size)
+        interp = _PIL_FILTER[_interp_name(nxt.interpolation)]
+        oh, ow = rh, rw
+        i, resized = 2, True
+        cc = ts[2] if len(ts) > 2 else None
+        if isinstance(cc, CenterCrop):
+            chh, cww = cc.size
+            top, left = CenterCrop.box(rh, rw, chh, cww)
+            if top >= 0 and left >= 0 and top + chh <= rh and left + cww <= rw:
+                fx, fy = W / rw, H / rh
+                box = (left * fx, top * fy, (left + cww) * fx, (top + chh) * fy)
+                oh, ow = chh, cww
+                i = 3
+    elif isinstance(nxt, CenterCrop):
+        chh, cww = nxt.size
+        top, left = CenterCrop.box(H, W, chh, cww)
+        if top >= 0 and left >= 0 and top + chh <= H and left + cww <= W:
+            box = (float(left), float(top), float(left + cww), float(top + chh))
+            lim = (left, top, left + cww, top + chh)
+            oh, ow = chh, cww
+            i, resized = 2, True
+    elif isinstance(nxt, RandomCrop) and nxt.padding is None and not nxt.pad_if_needed:
+        ch_, cw_ = nxt.size
+        if ch_ <= H and cw_ <= W:
+            _, top, left = nxt._params(H, W)
+            box = (float(left), float(top), float(left + cw_), float(top + ch_))
+            lim = (left, top, left + cw_, top + ch_)
+            oh, ow = ch_, cw_
+            i, resized = 2, True
+    flags = 0
+    mean = std = None
+    out_f32 = False
+    if resized:
+        if i < len(ts) and isinstance(ts[i], RandomHorizontalFlip):
+            if _draw_applies(ts[i].p):
+                flags |= _FLIP_H
+            i += 1
+        if i < len(ts) and isinstance(ts[i], ToImage):
+            i += 1
+        if i < len(ts) and isinstance(ts[i], ToDtype) and ts[i].dtype == torch.float32 \
+                and ts[i].scale:
+            out_f32 = True
+            flags |= _SCALE
+            i += 1
+            if i < len(ts) and isinstance(ts[i], Normalize) and not ts[i].inplace and \
+                    len(ts[i].mean) in (1, c) and len(ts[i].std) in (1, c) and all(ts[i].std):
+                n = ts[i]
+                mean = [float(np.float32(v)) for v in (n.mean * c if len(n.mean) == 1
+                                                       else n.mean)]
+                std = [float(np.float32(v)) for v in (n.std * c if len(n.std) == 1 else n.std)]
+                i += 1
+    if out_f32:
+        out = torch.empty((c, oh, ow), dtype=torch.float32)
+        dst = (out.data_ptr(), _F32, oh, ow, c, ow, 1, oh * ow)
+    else:
+        hwc = torch.empty((oh, ow, c), dtype=torch.uint8)
+        dst = (hwc.data_ptr(), _U8, oh, ow, c, ow * c, c, 1)
+        out = hwc.permute(2, 0, 1)
+    _sluice.tf_decode(data, dst, box, lim, interp, mean, std, flags, exif, dec.max_pixels)
+    del keep
+    return out, i

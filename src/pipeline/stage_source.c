@@ -1,0 +1,600 @@
+/*
+ * stage_source.c — the source stage: N reading threads take ranges of stream
+ * positions under cur.mu, map each to a record (shard, pad wrap, the epoch's
+ * permutation, pushed filters) and read it through the source interface,
+ * into a sample or straight into its batch row (read_rows). Its state
+ * (sl_stage_src, the stage's `self`: which records, in what order, for this
+ * rank) is opened here when the pipeline is made, and the consumer moves its
+ * cursor through the functions at the end. See exec.h's DESIGN note for the
+ * stages around it.
+ */
+#include "pipeline/stage.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Prefetch distances of the reading loop, in records (source.h, prefetch). */
+#define PREFETCH_FAR 16
+#define PREFETCH_NEAR 4
+#define PERM_OP 0xfffffffffffffff1ull
+#define GLOBAL_ROUNDS 8 /* shuffle_window.h: 8 rounds for a uniform order */
+#define READ_AHEAD 256 /* records hinted past the chunk for remote range reads */
+
+/* ---- the order of records ------------------------------------------------------------------- */
+
+/* The first epoch the source may not read yet (the cursor's mu held). */
+static uint64_t src_limit(const sl_src_cursor *c) {
+    return c->ahead_epoch > c->end_epoch ? c->ahead_epoch : c->end_epoch;
+}
+
+/* The global order of pass (epoch, rep) (cur.mu held): a keyed bijection of
+ * [0, nbase) (shuffle_window.h), so position -> record costs O(1) with no
+ * table, any position of any epoch is computed directly (exact resume), and
+ * a rank's memory does not grow with the record count. Only the pass's key
+ * is cached. */
+static const sl_feistel *global_order(sl_stage_src *p, uint64_t epoch, uint64_t rep) {
+    sl_src_shuffle *sh = &p->shuf;
+    if (!sh->gperm_valid || sh->gperm_epoch != epoch || sh->gperm_rep != rep) {
+        sl_feistel_init_rounds(&sh->gperm, p->nbase, GLOBAL_ROUNDS, p->seed, epoch, rep,
+                               PERM_OP);
+        sh->gperm_epoch = epoch;
+        sh->gperm_rep = rep;
+        sh->gperm_valid = 1;
+    }
+    return &sh->gperm;
+}
+
+/* Window mode's order: the base index (< nbase) at position j of this
+ * rank's pass `rep` of `epoch` (cur.mu held; caches the pass's block order). */
+static uint64_t window_at(sl_stage_src *p, uint64_t epoch, uint64_t rep, uint64_t j) {
+    uint64_t m = p->nbase;
+    if (!p->shuf.wsh_valid || p->shuf.wsh.epoch != epoch || p->shuf.wsh.rep != rep) {
+        sl_wshuf_init(&p->shuf.wsh, m, p->shuf.window, p->shuf.block, p->seed, epoch, rep);
+        p->shuf.wsh_valid = 1;
+    }
+    uint64_t q = sl_wshuf_rank_start(m, (uint64_t)p->shard_count, (uint64_t)p->shard_index,
+                                     p->shard_equal) + j;
+    return sl_wshuf_at(&p->shuf.wsh, q % m); /* pad wraps around to the start */
+}
+
+/* Record index at stream position `pos` of `epoch` for this rank (cur.mu held). */
+static uint64_t record_at(sl_stage_src *p, uint64_t epoch, uint64_t pos, uint64_t *key) {
+    uint64_t rep = pos / p->per_pass, j = pos % p->per_pass;
+    uint64_t g = j * (uint64_t)p->shard_count + (uint64_t)p->shard_index;
+    uint64_t m = p->nbase;
+    g %= m; /* pad wraps around to the start */
+    if (p->shuf.window_mode) {
+        g = window_at(p, epoch, rep, j);
+    } else if (p->shuf.on) {
+        g = sl_feistel_fwd(global_order(p, epoch, rep), g);
+    }
+    uint64_t idx = p->base ? p->base[g] : g;
+    *key = idx + rep * p->nrecords;
+    return idx;
+}
+
+/* The same for positions [pos, pos + n) into chunk `c` (its pos, key and
+ * samples' index; cur.mu held): in order or global, each pass's span of the
+ * chunk at once, the bijection computed n at a time (sl_feistel_fwd_n), with
+ * c->key holding the positions in [0, nbase) until they become keys. */
+static void order_chunk(sl_stage_src *p, sl_chunk *c, uint64_t pos, uint64_t n) {
+    if (p->shuf.window_mode) {
+        for (uint64_t i = 0; i < n; i++) {
+            c->pos[i] = pos + i;
+            c->s[i].index = record_at(p, c->epoch, pos + i, &c->key[i]);
+        }
+        return;
+    }
+    const uint64_t m = p->nbase, stride = (uint64_t)p->shard_count;
+    uint64_t i = 0;
+    while (i < n) {
+        uint64_t rep = (pos + i) / p->per_pass, j = (pos + i) % p->per_pass;
+        uint64_t span = p->per_pass - j < n - i ? p->per_pass - j : n - i;
+        uint64_t g = (j * stride + (uint64_t)p->shard_index) % m;
+        for (uint64_t k = 0; k < span; k++) {
+            c->key[i + k] = g;
+            g += stride;
+            if (g >= m)
+                g %= m; /* pad wraps around to the start */
+        }
+        if (p->shuf.on)
+            sl_feistel_fwd_n(global_order(p, c->epoch, rep), c->key + i, span);
+        for (uint64_t k = i; k < i + span; k++) {
+            uint64_t idx = p->base ? p->base[c->key[k]] : c->key[k];
+            c->pos[k] = pos + k;
+            c->s[k].index = idx;
+            c->key[k] = idx + rep * p->nrecords;
+        }
+        i += span;
+    }
+}
+
+/* Reading threads take their output tensors from the pipeline's pools. */
+static int pool_alloc(void *ctx, sl_tensor *t, sl_dtype dtype, int ndim, const int64_t *shape) {
+    return sl_pipeline__pools_tensor(ctx, t, dtype, ndim, shape);
+}
+
+/* ---- reading ---------------------------------------------------------------------- */
+
+/* A reading thread's cursor, or why it could not be opened: every record
+ * the thread is asked for then fails with that. */
+typedef struct reader {
+    sl_source_cursor *cur;
+    int rc;
+    char msg[SL__ERRMSG_MAX];
+} reader;
+
+/* The next chunk, cut under cur.mu: stream positions [cur.pos, cur.pos + n)
+ * mapped to records (*n_out = n), or an END chunk when the epoch is done
+ * (*n_out = 0; the source parks there unless the next epoch is wanted).
+ * NULL: stop (cancel, or out of memory, which is reported). */
+static sl_chunk *cut_range(sl_stage *st, uint64_t *n_out) {
+    sl_stage_src *p = st->self;
+    const sl_stage_env *e = st->env;
+    *n_out = 0;
+    pthread_mutex_lock(&p->cur.mu);
+    while (p->cur.parked && !atomic_load(e->cancel))
+        pthread_cond_wait(&p->cur.cv, &p->cur.mu);
+    if (atomic_load(e->cancel)) {
+        pthread_mutex_unlock(&p->cur.mu);
+        return NULL;
+    }
+    sl_chunk *c = sl_stage__chunk_get(e);
+    if (!c) {
+        pthread_mutex_unlock(&p->cur.mu);
+        sl_stage__worker_fail(e, SL_ENOMEM, "source: out of memory while reading");
+        return NULL;
+    }
+    c->seq = p->cur.seq++;
+    c->epoch = p->cur.epoch;
+    if (p->cur.pos >= p->per_epoch) {
+        c->kind = SL_CHUNK_END;
+        p->cur.epoch++;
+        p->cur.pos = 0;
+        if (p->cur.epoch >= src_limit(&p->cur))
+            p->cur.parked = 1;
+        pthread_mutex_unlock(&p->cur.mu);
+        return c;
+    }
+    uint64_t n = (uint64_t)atomic_load_explicit(e->chunk_size, memory_order_relaxed);
+    if (e->layout->collation->whole_batches) /* one chunk = one batch: cut at its boundaries */
+        n = (uint64_t)e->plan->batch_size - p->cur.pos % (uint64_t)e->plan->batch_size;
+    if (n > p->per_epoch - p->cur.pos)
+        n = p->per_epoch - p->cur.pos;
+    if (n > c->cap)
+        n = c->cap;
+    order_chunk(p, c, p->cur.pos, n);
+    /* Remote reads by ranges: hint this chunk and READ_AHEAD records past
+     * it, in the order they will be read (the permutation is known), so
+     * that their requests are in flight before a thread asks. Only within
+     * this pass of the epoch (the order of another pass rebuilds the
+     * permutation). */
+    uint64_t ahead[READ_AHEAD];
+    uint32_t nahead = 0;
+    if (sl_source__reads_ahead(p->src)) {
+        if (p->cur.ra_epoch != c->epoch || p->cur.ra_pos < p->cur.pos) {
+            p->cur.ra_epoch = c->epoch;
+            p->cur.ra_pos = p->cur.pos;
+        }
+        uint64_t end = p->cur.pos + n + READ_AHEAD, pass_end =
+            (p->cur.pos / p->per_pass + 1) * p->per_pass;
+        if (end > pass_end)
+            end = pass_end;
+        if (end > p->per_epoch)
+            end = p->per_epoch;
+        uint64_t key;
+        for (; p->cur.ra_pos < end && nahead < READ_AHEAD; p->cur.ra_pos++)
+            ahead[nahead++] = record_at(p, c->epoch, p->cur.ra_pos, &key);
+    }
+    p->cur.pos += n;
+    pthread_mutex_unlock(&p->cur.mu);
+    for (uint32_t k = 0; k < nahead; k++)
+        sl_source__prefetch(p->src, ahead[k], SL_PREFETCH_REMOTE);
+    *n_out = n;
+    return c;
+}
+
+/* Read the *n records of `c` into its samples or, with read_rows (layout.c),
+ * into the rows of its batch (made here first). A failed read is skipped and
+ * counted (policy skip) or turns the chunk into an error chunk. Returns
+ * whether the records went into batch rows; *n becomes 0 when the batch
+ * could not be made. */
+static int read_records(sl_stage *st, reader *rd, sl_chunk *c, uint64_t *n) {
+    sl_stage_src *p = st->self;
+    const sl_stage_env *e = st->env;
+    const sl_exec_layout *L = e->layout;
+    uint32_t kept = 0;
+    char *rows[SL_MAX_COLUMNS];
+    int into_rows = L->read_rows && rd->cur && *n > 0, rows_rc;
+    if (into_rows && (rows_rc = sl_collate__rows(e, c, (uint32_t)*n, rows)) < 0) {
+        char msg[SL__ERRMSG_MAX];
+        snprintf(msg, sizeof msg, "%s: collating a batch: %s", p->name, sl_errmsg());
+        sl_stage__chunk_fail(c, rows_rc, msg);
+        *n = 0; /* nothing read: the chunk carries the error */
+    }
+    const uint32_t m = (uint32_t)*n;
+    for (uint32_t i = 0; i < m && i < PREFETCH_NEAR; i++) {
+        sl_source__prefetch(p->src, c->s[i].index, 1);
+        sl_source__prefetch(p->src, c->s[i].index, 0);
+    }
+    for (uint32_t i = PREFETCH_NEAR; i < m && i < PREFETCH_FAR; i++)
+        sl_source__prefetch(p->src, c->s[i].index, 1);
+    /* Policy skip: the records of a file that failed to open (a shard whose
+     * every read fails alike) are dropped without a read each, its message
+     * kept once for the whole range (sl_stage__note_skip_range). */
+    const int skip = e->on_error == SL_ON_ERROR_SKIP;
+    uint64_t dead_first = 0, dead_count = 0, dead_n = 0;
+    for (uint32_t i = 0; i < m; i++) {
+        uint64_t idx = c->s[i].index;
+        /* index entries PREFETCH_FAR records ahead, record bytes
+         * PREFETCH_NEAR ahead (shuffled reads are cache misses) */
+        if (i + PREFETCH_FAR < m)
+            sl_source__prefetch(p->src, c->s[i + PREFETCH_FAR].index, 1);
+        if (i + PREFETCH_NEAR < m)
+            sl_source__prefetch(p->src, c->s[i + PREFETCH_NEAR].index, 0);
+        c->pos[kept] = c->pos[i];
+        c->key[kept] = c->key[i];
+        sl_sample *s = &c->s[kept];
+        if (skip && idx - dead_first < dead_count) {
+            dead_n++;
+            s->ncols = 0;
+            continue;
+        }
+        int rc;
+        if (into_rows) {
+            void *dst[SL_MAX_COLUMNS];
+            for (int k = 0; k < p->src->ncols; k++)
+                dst[k] = rows[k] + (size_t)i * L->row_bytes[k];
+            rc = sl_source__read_cols(p->src, rd->cur, idx, dst, L->row_bytes);
+        } else {
+            rc = rd->cur ? sl_source__read(p->src, rd->cur, idx, s)
+                         : sl__error(rd->rc, "%s", rd->msg);
+        }
+        if (rc >= 0) {
+            kept++;
+            continue;
+        }
+        s->ncols = 0;
+        char msg[SL__ERRMSG_MAX];
+        snprintf(msg, sizeof msg, "read: %s", sl_errmsg());
+        if (rc == SL_ECORRUPT || rc == SL_EDECODE) /* damaged data: skipping goes on */
+            sl_stage__add_skip_hint(e, msg, sizeof msg);
+        if (skip && rc != SL_ENOMEM) {
+            uint64_t f, fn;
+            if (sl_source__failed_range(p->src, idx, &f, &fn)) {
+                if (dead_n)
+                    sl_stage__note_skip_range(e->err, dead_first, dead_count, dead_n, NULL);
+                dead_first = f;
+                dead_count = fn;
+                dead_n = 0;
+                sl_stage__note_skip_range(e->err, f, fn, 1, msg);
+            } else {
+                sl_stage__note_skip(e->err, msg);
+            }
+            continue;
+        }
+        c->n = kept;
+        sl_stage__chunk_fail(c, rc, msg); /* read_rows: its half-read batch too */
+        return into_rows;
+    }
+    if (dead_n)
+        sl_stage__note_skip_range(e->err, dead_first, dead_count, dead_n, NULL);
+    if (c->kind == SL_CHUNK_DATA)
+        c->n = kept;
+    return into_rows;
+}
+
+/* ---- the stage's table -------------------------------------------------------------- */
+
+static int source_worker_init(sl_worker *w) {
+    sl_stage_src *s = w->st->self;
+    reader *rd = sl__calloc(1, sizeof *rd);
+    if (!rd)
+        return sl__oom("starting a reader");
+    rd->rc = sl_source__cursor_open(s->src, pool_alloc, w->env->pools, &rd->cur);
+    if (rd->rc < 0)
+        snprintf(rd->msg, sizeof rd->msg, "%s", sl_errmsg());
+    else
+        rd->cur->borrow = 1; /* every column is consumed or copied before the
+                                pipeline releases the source */
+    w->self = rd;
+    return sl_stage__ops_init(w); /* the ops merged into the readers, if any */
+}
+
+static void source_worker_free(sl_worker *w) {
+    sl_stage_src *s = w->st->self;
+    reader *rd = w->self;
+    sl_stage__ops_free(w);
+    if (rd)
+        sl_source__cursor_free(s->src, rd->cur);
+    sl__free(rd);
+    w->self = NULL;
+}
+
+/* The next chunk to read (c->n: its records), an END chunk, or NULL. */
+static sl_chunk *source_produce(sl_worker *w) {
+    uint64_t n;
+    sl_chunk *c = cut_range(w->st, &n);
+    if (c)
+        c->n = (uint32_t)n;
+    return c;
+}
+
+/* Read a chunk cut by cut_range, run the ops merged into the readers, pass
+ * it on. */
+static int source_chunk(sl_worker *w, sl_chunk *c) {
+    sl_stage *st = w->st;
+    if (c->kind == SL_CHUNK_DATA) {
+        sl_stage_span t0 = sl_stage__span_begin();
+        uint64_t n = c->n;
+        c->n = 0; /* read_records makes the samples */
+        int into_rows = read_records(st, w->self, c, &n);
+        /* a memory source runs its ops in the reading workers (with
+         * read_rows they are all vectorized: the collation runs them) */
+        if (c->kind == SL_CHUNK_DATA && st->last > st->first && !into_rows &&
+            sl_stage__run_ops(w, c) < 0)
+            return -1;
+        sl_stage__chunk_done(w, c, t0, (uint32_t)n);
+    }
+    return sl_stage__push_chunk(st, c);
+}
+
+/* Restore: the readers start at (at->epoch, at->pos). */
+static int source_start(sl_stage *st, const sl_resume *at) {
+    sl_stage_src *s = st->self;
+    pthread_mutex_lock(&s->cur.mu);
+    s->cur.epoch = at->epoch;
+    s->cur.pos = at->pos;
+    s->cur.seq = 0;
+    if (s->cur.end_epoch < at->epoch + 1)
+        s->cur.end_epoch = at->epoch + 1;
+    s->cur.parked = 0;
+    pthread_mutex_unlock(&s->cur.mu);
+    return SL_OK;
+}
+
+/* Stop: parked readers wake (and see cancel). */
+static void source_wake(sl_stage *st) {
+    sl_stage_src *s = st->self;
+    pthread_mutex_lock(&s->cur.mu);
+    pthread_cond_broadcast(&s->cur.cv);
+    pthread_mutex_unlock(&s->cur.mu);
+}
+
+static const char *source_explain(const sl_stage *st) {
+    return st->last > st->first ? "read + per-sample ops, parallel" : "read";
+}
+
+static void source_save(const sl_stage *st, const sl_batch *b, sl_resume *at) {
+    (void)st;
+    at->pos = b->next_pos;
+}
+
+const sl_stage_kind sl_stage_source = {
+    .key = "source", .tunes = SL_TUNES_WORKERS, .start = source_start,
+    .wake = source_wake, .worker_init = source_worker_init, .produce = source_produce,
+    .chunk = source_chunk, .worker_free = source_worker_free, .explain = source_explain,
+    .save = source_save,
+};
+
+/* ---- opening: which records, for this rank ---------------------------------------------- */
+
+/* What the plan knows of the source's columns: every source fills dtype,
+ * ndim and shape for each column type (sl_source__add_col). */
+static void source_colset(const sl_source *src, sl_colset *out) {
+    memset(out, 0, sizeof *out);
+    out->ncols = src->ncols;
+    for (int i = 0; i < src->ncols; i++) {
+        const sl_source_col *sc = &src->col[i];
+        sl_colinfo *c = &out->col[i];
+        snprintf(c->name, sizeof c->name, "%s", sc->name);
+        c->dtype = sc->dtype;
+        c->ndim = sc->ndim;
+        for (int d = 0; d < sc->ndim; d++)
+            c->shape[d] = sc->shape[d];
+        c->index_column = sc->indexed && (sc->type == SL_COL_INT64 || sc->type == SL_COL_FLOAT64);
+        c->encoded = sc->encoded && (sc->type == SL_COL_BYTES || sc->type == SL_COL_STRING);
+        c->text = sc->type == SL_COL_STRING && !c->encoded;
+    }
+}
+
+int sl_stage_src__open(sl_stage_src *s, const sl_spec *spec, sl_colset *cols) {
+    pthread_mutex_init(&s->cur.mu, NULL);
+    pthread_cond_init(&s->cur.cv, NULL);
+    s->opened = 1;
+    s->seed = spec->seed;
+    s->shuf.on = spec->shuffle;
+    if (spec->mem) {
+        s->src = sl_source__retain(spec->mem);
+    } else {
+        if (!spec->input)
+            return sl__error(SL_EINVAL, "source.path: missing (no source set)");
+        if (spec->has_cache_bytes)
+            sl_io__cache_set_bytes(spec->cache_bytes);
+        SL_TRY(sl_source__open_json(&s->src, spec->input, "source"));
+    }
+    s->nrecords = s->src->count;
+    source_colset(s->src, cols);
+    snprintf(s->name, sizeof s->name, "%s", s->src->name);
+    return SL_OK;
+}
+
+/* Evaluate pushed-down filters on the index: the records an epoch visits. */
+static int apply_pushed(sl_stage_src *s, const sl_plan *plan) {
+    if (plan->npushed == 0) {
+        s->nbase = s->nrecords;
+        return SL_OK;
+    }
+    const void *vals[8];
+    for (int f = 0; f < plan->npushed; f++)
+        SL_TRY(sl_source_index_column(s->src, plan->pushed[f]->col, &vals[f]));
+    s->base = sl__malloc((size_t)(s->nrecords ? s->nrecords : 1) * sizeof *s->base);
+    if (!s->base)
+        return sl__oom("applying a filter to the index");
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < s->nrecords; i++) {
+        int keep = 1;
+        for (int f = 0; f < plan->npushed && keep; f++) {
+            const sl_filter_params *fp = plan->pushed[f];
+            double v = plan->src_cols.col[fp->col].dtype == SL_I64
+                           ? (double)((const int64_t *)vals[f])[i]
+                           : ((const double *)vals[f])[i];
+            keep = sl_op__filter_match(fp, v);
+        }
+        if (keep)
+            s->base[n++] = i;
+    }
+    s->nbase = n;
+    return SL_OK;
+}
+
+static int env_int(const char *name, int64_t *out) {
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return 0;
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    if (*end || x < 0)
+        return -1;
+    *out = x;
+    return 1;
+}
+
+/* Without a shard key every rank reads every record: a pipeline splits its
+ * data only when asked to (docs/PIPELINE.md, "Sharding rule"). When a
+ * launcher's RANK/WORLD_SIZE say several ranks run, say once per process
+ * that this one reads everything and how to split, so a training run that
+ * forgot to shard is not silent about it. */
+static void note_unsharded(int64_t rank, int64_t world) {
+    static atomic_int said;
+    if (world < 2 || atomic_exchange(&said, 1))
+        return;
+    SL_LOG_WARN("RANK=%lld WORLD_SIZE=%lld are set but the pipeline has no shard, so this rank "
+                "reads every record; to give each rank its slice use .shard() in Python or "
+                "\"shard\": \"env\" in the spec's source (\"shard\": \"none\", or "
+                ".shard(0, 1), reads everything without this note)",
+                (long long)rank, (long long)world);
+}
+
+static int setup_shard(sl_stage_src *s, const sl_spec *spec) {
+    s->shard_index = 0;
+    s->shard_count = 1;
+    s->shard_equal = spec->shard_equal;
+    if (spec->shard_mode == SL_SHARD_SET) {
+        s->shard_index = spec->shard_index;
+        s->shard_count = spec->shard_count;
+        return SL_OK;
+    }
+    int64_t rank = 0, world = 0;
+    int a = env_int("RANK", &rank), b = env_int("WORLD_SIZE", &world);
+    if (spec->shard_mode != SL_SHARD_ENV) {
+        if (a > 0 && b > 0)
+            note_unsharded(rank, world);
+        return SL_OK;
+    }
+    if (a < 0 || b < 0)
+        return sl__error(SL_EINVAL, "source.shard: RANK and WORLD_SIZE must be non-negative integers");
+    if (a == 0 || b == 0)
+        return sl__error(SL_EINVAL, "source.shard: \"env\" needs RANK and WORLD_SIZE set");
+    if (world < 1 || rank >= world)
+        return sl__error(SL_EINVAL, "source.shard: RANK=%lld must be below WORLD_SIZE=%lld",
+                         (long long)rank, (long long)world);
+    s->shard_index = rank;
+    s->shard_count = world;
+    return SL_OK;
+}
+
+int sl_stage_src__plan(sl_stage_src *s, const sl_spec *spec, const sl_plan *plan,
+                       uint64_t needed) {
+    SL_TRY(apply_pushed(s, plan));
+    SL_TRY(setup_shard(s, spec));
+    uint64_t m = s->nbase, w = (uint64_t)s->shard_count, k = (uint64_t)s->shard_index;
+    if (m == 0)
+        s->per_pass = 0;
+    else if (s->shard_equal == SL_SHARD_PAD)
+        s->per_pass = (m + w - 1) / w;
+    else if (s->shard_equal == SL_SHARD_DROP)
+        s->per_pass = m / w;
+    else
+        s->per_pass = k < m ? (m - k + w - 1) / w : 0;
+    s->per_epoch = s->per_pass * (uint64_t)plan->repeat;
+    if (s->per_epoch > needed)
+        s->per_epoch = needed;
+    /* mode "auto": the global order (a keyed bijection: O(1) memory at any
+     * size) unless the source is remote and large, where a rank reading its
+     * own blocks (window) fetches far fewer shards than one scattered over
+     * all of them (docs/PIPELINE.md, "Shuffle") */
+    s->shuf.window_mode = spec->shuffle &&
+                          (spec->shuffle_mode == SL_SHUFFLE_WINDOW ||
+                           (spec->shuffle_mode == SL_SHUFFLE_AUTO &&
+                            ((m > SL_SHUFFLE_GLOBAL_MAX && sl_source__remote(s->src)) ||
+                             s->src->locality)));
+    if (s->shuf.window_mode) /* a source's locality (Parquet row groups): the defaults */
+        sl_pipeline__window_sizes(spec->shuffle_window ? spec->shuffle_window
+                                                       : s->src->locality_window,
+                                  spec->shuffle_block ? spec->shuffle_block : s->src->locality,
+                                  &s->shuf.window, &s->shuf.block);
+    s->cur.end_epoch = (uint64_t)spec->epochs;
+    return SL_OK;
+}
+
+void sl_stage_src__close(sl_stage_src *s) {
+    if (!s->opened)
+        return;
+    sl_source__release(s->src);
+    sl__free(s->base);
+    pthread_mutex_destroy(&s->cur.mu);
+    pthread_cond_destroy(&s->cur.cv);
+}
+
+/* ---- the consumer's side ---------------------------------------------------------------- */
+
+uint64_t sl_stage_src__end_epoch(sl_stage_src *s) {
+    pthread_mutex_lock(&s->cur.mu);
+    uint64_t end = s->cur.end_epoch;
+    pthread_mutex_unlock(&s->cur.mu);
+    return end;
+}
+
+void sl_stage_src__want(sl_stage_src *s, uint64_t end, uint64_t ahead) {
+    pthread_mutex_lock(&s->cur.mu);
+    if (s->cur.end_epoch < end)
+        s->cur.end_epoch = end;
+    if (s->cur.ahead_epoch < ahead)
+        s->cur.ahead_epoch = ahead;
+    if (s->cur.parked && s->cur.epoch < src_limit(&s->cur)) {
+        s->cur.parked = 0;
+        pthread_cond_broadcast(&s->cur.cv);
+    }
+    pthread_mutex_unlock(&s->cur.mu);
+}
+
+void sl_stage_src__rewind(sl_stage_src *s, uint64_t epoch, uint64_t ahead) {
+    pthread_mutex_lock(&s->cur.mu);
+    if (s->cur.end_epoch < epoch + 1)
+        s->cur.end_epoch = epoch + 1;
+    s->cur.ahead_epoch = ahead;
+    s->shuf.gperm_valid = 0;
+    s->shuf.wsh_valid = 0;
+    pthread_mutex_unlock(&s->cur.mu);
+}
+
+void sl_stage_src__describe(const sl_stage_src *s, char *buf, size_t cap) {
+    static const char *const eq[] = {"pad", "drop", "none"};
+    size_t n = (size_t)snprintf(buf, cap, "source %s %s (%llu records", sl_source_kind(s->src),
+                                sl_source_name(s->src), (unsigned long long)s->nrecords);
+    if (n < cap && s->shuf.window_mode)
+        n += (size_t)snprintf(buf + n, cap - n, ", shuffled per epoch (window %llu, block %llu)",
+                              (unsigned long long)s->shuf.window,
+                              (unsigned long long)s->shuf.block);
+    else if (n < cap && s->shuf.on)
+        n += (size_t)snprintf(buf + n, cap - n, ", shuffled per epoch (global)");
+    if (n < cap && s->shard_count > 1)
+        n += (size_t)snprintf(buf + n, cap - n, ", shard %lld/%lld equal=%s",
+                              (long long)s->shard_index, (long long)s->shard_count,
+                              eq[s->shard_equal]);
+    if (n < cap)
+        snprintf(buf + n, cap - n, ")\n");
+}

@@ -1,0 +1,273 @@
+"""sluice.transforms on any Python the suite runs (Debian's torch 1.13
+included): references that need no torchvision v2 (PIL, numpy), damaged and
+hostile input, argument checks, views, threads and the GIL. The references
+against torchvision.transforms.v2 itself are in test_transforms_tv2.py."""
+import io
+import threading
+
+import numpy as np
+import pytest
+
+import ops_ref_lib as R
+import sluice
+import sluice.transforms as T
+from test_gil import MIN_COUNT, Counter
+
+torch = pytest.importorskip("torch")
+Image = pytest.importorskip("PIL.Image")
+
+PHOTOS = R.real_photos(8)
+JPEGS = [p for p in PHOTOS if p.lower().endswith((".jpg", ".jpeg"))]
+
+
+def small_jpeg(w=300, h=200, seed=0, **kw):
+    return R.jpeg_bytes(Image.fromarray(R.natural_image(w, h, seed)), quality=90, **kw)
+
+
+def test_the_photos_are_there():
+    assert len(JPEGS) >= 2 and len(PHOTOS) > len(JPEGS), \
+        "the real photos come from mate-backgrounds (scripts/deps.sh)"
+
+
+# ---- decoding ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", PHOTOS[:6])
+def test_decode_image_equals_pil(path):
+    data = open(path, "rb").read()
+    want = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    for src in (data, path, bytearray(data), memoryview(data), np.frombuffer(data, np.uint8),
+                torch.frombuffer(bytearray(data), dtype=torch.uint8)):
+        got = T.decode_image(src)
+        assert got.dtype == torch.uint8 and tuple(got.shape) == (3,) + want.shape[:2]
+        np.testing.assert_array_equal(got.permute(1, 2, 0).numpy(), want)
+    gray = T.decode_image(data, mode="GRAY")
+    np.testing.assert_array_equal(gray[0].numpy(),
+                                  np.asarray(Image.open(io.BytesIO(data)).convert("L")))
+
+
+def test_unchanged_mode_keeps_gray_images_gray():
+    g = R.jpeg_bytes(Image.fromarray(R.natural_image(64, 48, 1)).convert("L"))
+    assert T.decode_image(g).shape == (1, 48, 64)
+    assert T.decode_image(g, mode=T.ImageReadMode.RGB).shape == (3, 48, 64)
+    assert T.DecodeJPEG()(g).shape == (3, 48, 64)  # DecodeJPEG's default is RGB
+
+
+DAMAGED = {
+    "empty": b"",
+    "not an image": b"hello, this is not an image at all" * 10,
+    "truncated header": None,
+    "truncated scan": None,
+    "zeroed scan": None,
+}
+
+
+def _damaged(kind, good):
+    if kind == "truncated header":
+        return good[:40]
+    if kind == "truncated scan":
+        return good[:len(good) // 2]
+    if kind == "zeroed scan":
+        b = bytearray(good)
+        b[len(b) // 3:len(b) // 3 + 64] = b"\xff" * 64
+        return bytes(b)
+    return DAMAGED[kind]
+
+
+@pytest.mark.parametrize("kind", list(DAMAGED))
+def test_damaged_input_raises_then_good_input_decodes(kind):
+    good = small_jpeg()
+    want = T.decode_image(good)
+    bad = _damaged(kind, good)
+    fused = T.Compose([T.DecodeJPEG(), T.RandomResizedCrop(64), T.ToDtype(torch.float32, scale=True)])
+    for fn in (T.decode_image, T.DecodeJPEG(), fused):
+        with pytest.raises(sluice.Error) as e:
+            fn(bad)
+        assert isinstance(e.value, (sluice.DecodeError, sluice.InvalidError)), type(e.value)
+        assert "decode" in str(e.value), str(e.value)
+        # the next image on the same thread is right
+        assert torch.equal(T.decode_image(good), want)
+
+
+def test_pixel_cap_and_bad_arguments():
+    big = small_jpeg(400, 300)
+    with pytest.raises(sluice.LimitError):
+        T.decode_image(big, max_pixels=1000)
+    with pytest.raises(sluice.LimitError):
+        T.Compose([T.DecodeJPEG(max_pixels=1000), T.CenterCrop(10)])(big)
+    with pytest.raises(TypeError):
+        T.decode_image(12345)
+    with pytest.raises(ValueError):
+        T.decode_image(big, mode="CMYK")
+    with pytest.raises(FileNotFoundError):
+        T.decode_image("/nonexistent/file.jpg")
+
+
+def test_fused_decode_equals_the_steps_at_full_scale():
+    """Crops under twice the output are decoded at full scale: the fused
+    Compose gives the unfused steps' values exactly, with the same draws."""
+    data = small_jpeg(500, 375, seed=3)
+    full = T.decode_image(data)
+    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    for tail in ([T.RandomResizedCrop(224, scale=(0.08, 0.5)), T.RandomHorizontalFlip(),
+                  T.ToDtype(torch.float32, scale=True), T.Normalize(mean, std)],
+                 [T.RandomResizedCrop(200), T.RandomHorizontalFlip(0.7), T.ToImage(),
+                  T.ToDtype(torch.float32, scale=True)],
+                 [T.Resize(300), T.CenterCrop(224), T.ToDtype(torch.float32, scale=True),
+                  T.Normalize([0.5], [0.5])],
+                 [T.CenterCrop(100), T.RandomVerticalFlip(1.0)],
+                 [T.RandomCrop(128), T.RandomHorizontalFlip()]):
+        for seed in range(6):
+            torch.manual_seed(seed)
+            a = T.Compose([T.DecodeJPEG()] + tail)(data)
+            torch.manual_seed(seed)
+            b = T.Compose(tail)(full)
+            after = torch.rand(1)  # the generator is at the same place after both
+            torch.manual_seed(seed)
+            T.Compose(tail)(full)
+            assert torch.equal(torch.rand(1), after)
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert torch.equal(a, b), (tail, seed)
+
+
+# ---- PIL and numpy references -----------------------------------------------------------
+
+PIL_FILTERS = {"nearest": Image.NEAREST, "bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC,
+               "box": Image.BOX, "hamming": Image.HAMMING, "lanczos": Image.LANCZOS}
+
+
+@pytest.mark.parametrize("mode", list(PIL_FILTERS))
+@pytest.mark.parametrize("path", JPEGS[:2])
+def test_resize_of_pil_images_equals_pil(path, mode):
+    img = Image.open(path).convert("RGB")
+    img = img.crop((0, 0, min(img.width, 700), min(img.height, 500)))
+    for size in ((120, 333), (500, 700), (999, 61)):
+        want = img.resize((size[1], size[0]), PIL_FILTERS[mode])
+        got = T.Resize(size, interpolation=T.InterpolationMode(mode))(img)
+        assert got.mode == "RGB" and got.size == want.size
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    gray = img.convert("L")
+    np.testing.assert_array_equal(np.asarray(T.Resize(77, interpolation=PIL_FILTERS[mode])(gray)),
+                                  np.asarray(gray.resize(T._resized_size(gray.height, gray.width,
+                                                                         77, None)[::-1],
+                                                         PIL_FILTERS[mode])))
+
+
+def test_pad_modes_equal_numpy():
+    a = R.natural_image(37, 23, 5)
+    for mode, np_mode in (("constant", "constant"), ("edge", "edge"), ("reflect", "reflect"),
+                          ("symmetric", "symmetric")):
+        for pad in (1, (3, 5), (2, 0, 7, 4), (22, 20)):
+            if mode == "reflect" and max(T._pad_amounts(pad)) >= 23:
+                continue
+            l, t, r, b = T._pad_amounts(pad)
+            got = T.Pad(pad, padding_mode=mode)(a)
+            want = np.pad(a, ((t, b), (l, r), (0, 0)), mode=np_mode)
+            np.testing.assert_array_equal(got, want, err_msg=f"{mode} {pad}")
+    with pytest.raises(sluice.InvalidError, match="reflect"):
+        T.Pad(30, padding_mode="reflect")(a)
+
+
+def test_normalize_and_scale_equal_float32_numpy():
+    a = R.natural_image(50, 40, 6)
+    mean, std = np.float32([0.485, 0.456, 0.406]), np.float32([0.229, 0.224, 0.225])
+    f = T.ToDtype(np.float32, scale=True)(a)
+    np.testing.assert_array_equal(f, a.astype(np.float32) * np.float32(1.0 / 255))
+    got = T.Normalize(mean.tolist(), std.tolist())(f)
+    np.testing.assert_array_equal(got, (f - mean) / std)
+    back = T.ToDtype(np.uint8, scale=True)(f)
+    np.testing.assert_array_equal(back, a)
+
+
+def test_views_give_the_results_of_copies():
+    """Crops, flips and permutations of any strides are read in place."""
+    a = R.natural_image(120, 90, 7)
+    views = [a[::-1], a[:, ::-1], a[5:70, 9:100], a[::2, ::3], a[:, :, ::-1]]
+    for v in views:
+        c = np.ascontiguousarray(v)
+        for t in (T.Resize(40), T.RandomHorizontalFlip(1.0), T.Pad(3, padding_mode="edge"),
+                  T.ColorJitter(0.5, 0.5, 0.5, 0.2), T.Grayscale(3),
+                  T.ToDtype(np.float32, scale=True)):
+            torch.manual_seed(1)
+            x = t(v)
+            torch.manual_seed(1)
+            y = t(c)
+            np.testing.assert_array_equal(x, y, err_msg=repr(t))
+    x = torch.from_numpy(a).permute(2, 0, 1)  # a CHW view of HWC memory
+    torch.manual_seed(2)
+    r1 = T.RandomResizedCrop(64)(x)
+    torch.manual_seed(2)
+    r2 = T.RandomResizedCrop(64)(x.contiguous())
+    assert torch.equal(r1, r2)
+
+
+def test_other_inputs_pass_and_checks_match_torchvision():
+    x = torch.zeros((3, 8, 8), dtype=torch.uint8)
+    assert T.RandomHorizontalFlip(1.0)(7) == 7
+    out = T.Compose([T.CenterCrop(4), T.ToDtype(torch.float32, scale=True)])(x)
+    assert out.shape == (3, 4, 4) and out.dtype == torch.float32
+    img, label = T.RandomHorizontalFlip(1.0)(x, 3)
+    assert label == 3
+    with pytest.raises(ValueError):
+        T.RandomHorizontalFlip(1.5)
+    with pytest.raises(ValueError):
+        T.ColorJitter(hue=0.7)
+    with pytest.raises(ValueError):
+        T.RandomRotation(-5)
+    with pytest.raises(ValueError):
+        T.Pad(3, padding_mode="wrap")
+    with pytest.raises(TypeError, match="float"):
+        T.Normalize([0.5], [0.5])(x)
+    with pytest.raises(ValueError, match="zero"):
+        T.Normalize([0.5], [0.0])(x.float())
+    with pytest.raises(TypeError, match="uint8 or float32"):
+        T.Resize(4)(x.double())
+    with pytest.raises(TypeError, match="PIL mode"):
+        T.Resize(4)(Image.new("CMYK", (8, 8)))
+    with pytest.raises(ValueError, match="larger"):
+        T.RandomCrop(20)(x)
+
+
+# ---- threads and the GIL ----------------------------------------------------------------
+
+def test_transform_calls_release_the_gil():
+    """Another Python thread runs while the kernels work (each call drops
+    the GIL for the kernel; only argument handling holds it)."""
+    big = torch.from_numpy(R.natural_image(1600, 1200, 8)).permute(2, 0, 1).contiguous()
+    data = small_jpeg(1600, 1200, seed=8)
+    jobs = [lambda: T.Resize(1000, interpolation=T.InterpolationMode.BICUBIC)(big),
+            lambda: T.ColorJitter(0.4, 0.4, 0.4, 0.1)(big),
+            lambda: T.ToDtype(torch.float32, scale=True)(big),
+            lambda: T.RandomRotation(33)(big),
+            lambda: T.decode_image(data),
+            lambda: T.Compose([T.DecodeJPEG(), T.Resize(900)])(data)]
+    for job in jobs:
+        def work(job=job):
+            for _ in range(3):
+                job()
+        assert Counter().during(work) > MIN_COUNT
+
+
+def test_threads_get_the_single_thread_results():
+    """The kernels keep no state between calls: six threads decoding,
+    resizing and cropping at once get what one thread gets."""
+    data = [small_jpeg(320, 240, seed=s) for s in range(6)]
+    det = T.Compose([T.DecodeJPEG(), T.Resize(200), T.CenterCrop(160),
+                     T.ToDtype(torch.float32, scale=True)])
+    want = [det(d) for d in data]
+    got = [None] * len(data)
+    errors = []
+
+    def run(i):
+        try:
+            for _ in range(5):
+                got[i] = det(data[i])
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(len(data))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
