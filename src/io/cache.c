@@ -70,7 +70,7 @@ static mode_t env_mode(const char *name, mode_t def) {
 }
 
 void sl_cache__init(void) {
-    cache.ttl_s = sl_io__env_long("SLUICE_CACHE_TTL", 300, 0, 1000000000);
+    cache.ttl_s = sl__setting_int("SLUICE_CACHE_TTL");
     /* Private by default: the cache holds whatever remote data this user
      * reads (private S3 objects too), on a machine others may share. */
     cache.dir_mode = env_mode("SLUICE_CACHE_MODE", 0700);

@@ -126,11 +126,11 @@ static void init(void) {
         http.init_rc = SL_EIO;
         return;
     }
-    http.tries = (int)sl_io__env_long("SLUICE_HTTP_TRIES", 6, 1, 100);
-    http.backoff_ms = sl_io__env_long("SLUICE_HTTP_BACKOFF_MS", 200, 0, 600000);
-    http.backoff_max_ms = sl_io__env_long("SLUICE_HTTP_BACKOFF_MAX_MS", 5000, 0, 600000);
-    http.connect_timeout_s = sl_io__env_long("SLUICE_HTTP_CONNECT_TIMEOUT", 10, 1, 3600);
-    http.stall_s = sl_io__env_long("SLUICE_HTTP_STALL_TIMEOUT", 30, 1, 3600);
+    http.tries = (int)sl__setting_int("SLUICE_HTTP_TRIES");
+    http.backoff_ms = sl__setting_int("SLUICE_HTTP_BACKOFF_MS");
+    http.backoff_max_ms = sl__setting_int("SLUICE_HTTP_BACKOFF_MAX_MS");
+    http.connect_timeout_s = sl__setting_int("SLUICE_HTTP_CONNECT_TIMEOUT");
+    http.stall_s = sl__setting_int("SLUICE_HTTP_STALL_TIMEOUT");
     const char *ca = getenv("SLUICE_CA_BUNDLE");
     if (!ca || !*ca)
         ca = getenv("CURL_CA_BUNDLE");

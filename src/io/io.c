@@ -342,19 +342,6 @@ int sl_io__list(const char *prefix, char ***names_out, int *n_out) {
     return sl__error(SL_EINVAL, "%s: only %s names can be listed", prefix, forms);
 }
 
-long sl_io__env_long(const char *name, long def, long lo, long hi) {
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return def;
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (*end || x < lo || x > hi) {
-        SL_LOG_WARN("%s=%s: not a number in [%ld, %ld]; using %ld", name, v, lo, hi, def);
-        return def;
-    }
-    return x;
-}
-
 const char *sl_io__short_name(const char *name) {
     return sl_io__is_url(name) ? name : sl__base_name(name);
 }

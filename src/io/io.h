@@ -75,7 +75,7 @@ typedef struct sl_io sl_io;
 
 /* What a provider implements. */
 typedef struct sl_io_vtbl {
-    const char *scheme; /* "file", "http" or "s3" */
+    const char *scheme; /* the provider: "file" or "http" (every remote scheme) */
     /* Up to n bytes at `off` into dst; *got < n only at the end of the
      * object. A failure sets the message (naming io->name) and returns it. */
     int (*read)(sl_io *io, void *dst, size_t n, uint64_t off, size_t *got);
@@ -264,9 +264,6 @@ int sl_io__remote_stat(const char *name, sl_io_info *out, const sl_io_dialect *d
  * bundle path (the wheels' own, over OpenSSL, scripts/wheel.sh) then finds
  * the certificates where the distribution keeps them (http.c). */
 const char *sl_io__ca_pick(const char *builtin, const char *const *candidates);
-/* An integer setting of the io layer from the environment: `def` when unset,
- * else a number in [lo, hi] (a warning and `def` otherwise). */
-long sl_io__env_long(const char *name, long def, long lo, long hi);
 
 /* The shard cache's budget for this process from now on (in place of
  * SLUICE_CACHE_BYTES; 0: no cache on disk — .slr shards are read by ranges,

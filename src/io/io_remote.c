@@ -94,8 +94,7 @@ static void init(void) {
     remote.init_rc = sl_http__init();
     if (remote.init_rc < 0)
         return;
-    remote.open_bytes = (uint64_t)sl_io__env_long("SLUICE_HTTP_OPEN_BYTES", (long)SL_IO_EDGE_TAIL,
-                                                  64, (long)1 << 30);
+    remote.open_bytes = (uint64_t)sl__setting_int("SLUICE_HTTP_OPEN_BYTES");
     sl_cache__init();
     sl_ra__init();
     pthread_atfork(fork_prepare, fork_parent, fork_child);

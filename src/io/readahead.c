@@ -85,7 +85,7 @@ static void fork_child(void) {
 }
 
 void sl_ra__init(void) {
-    ra.places = (int)sl_io__env_long("SLUICE_HTTP_READAHEAD", 64, 1, 256);
+    ra.places = (int)sl__setting_int("SLUICE_HTTP_READAHEAD");
     if (sl__workers_init(&ra.ws, "readahead", 1, NULL, NULL) < 0)
         SL_LOG_WARN("%s; reading without read-ahead", sl_errmsg());
     pthread_atfork(fork_prepare, fork_parent, fork_child);

@@ -95,6 +95,13 @@ SL_TEST(io_io__schemes_from_one_table) {
     ASSERT_RC(sl_io__list("/tmp/", &names, &n), SL_EINVAL);
 }
 
+/* io.h's default edge read of an open is the settings table's default of
+ * SLUICE_HTTP_OPEN_BYTES (src/core/settings.c), the one home of the number. */
+SL_TEST(io_io__open_bytes_default_is_the_tables) {
+    unsetenv("SLUICE_HTTP_OPEN_BYTES");
+    ASSERT(sl__setting_int("SLUICE_HTTP_OPEN_BYTES") == (long long)SL_IO_EDGE_TAIL);
+}
+
 SL_TEST(io_io__read_file) {
     char p[4096];
     make(p, sizeof p, "t.json", "{\"a\": 1}");
