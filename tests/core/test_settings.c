@@ -11,7 +11,7 @@
 SL_TEST(core_settings__the_table) {
     int n = sl_setting_count();
     ASSERT(n >= 20);
-    sl_setting_info s, prev;
+    sl_setting_info s, prev = {0};
     for (int i = 0; i < n; i++) {
         ASSERT_RC(sl_setting_get(i, &s), SL_OK);
         ASSERT(!strncmp(s.name, "SLUICE_", 7));
