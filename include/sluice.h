@@ -1634,6 +1634,30 @@ SL_API int sl_pipeline_trace_enable(sl_pipeline *p, size_t max_events);
 SL_API int sl_pipeline_trace_json(const sl_pipeline *p, char *buf, size_t cap, size_t *len_out);
 
 /* ==========================================================================
+ * Settings from the environment
+ * ========================================================================== */
+
+/** One SLUICE_* environment variable sluice reads (`sluice env`), from the
+ *  library's one table of them. Strings are static, but `value`, which
+ *  points into the environment: valid until it is changed. */
+typedef struct sl_setting_info {
+    const char *name;          /**< "SLUICE_HTTP_TRIES" */
+    const char *type;          /**< int, bytes, mode, choice, path or flag */
+    const char *range;         /**< the values it takes, in words ("1 to 100") */
+    const char *default_value; /**< its value when unset, in words */
+    const char *layer;         /**< the part of sluice that reads it: core, io, ops, device, tools */
+    const char *doc;           /**< one line */
+    const char *value;         /**< the environment's value now, NULL when unset or empty */
+} sl_setting_info;
+
+/** How many settings the table has. Any thread. Since 0.1 */
+SL_API int sl_setting_count(void);
+/** Setting `i` (0 to sl_setting_count() - 1) into `out`, in the table's
+ *  order (by name). @return SL_OK, SL_EINVAL (i out of range). Any thread.
+ *  Since 0.1 */
+SL_API int sl_setting_get(int i, sl_setting_info *out);
+
+/* ==========================================================================
  * Device
  * ========================================================================== */
 

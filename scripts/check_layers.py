@@ -19,7 +19,11 @@ layer (rule R11 of docs/ARCHITECTURE.md): `struct sl_pipeline`'s header,
 pipeline/pipeline.h, is included by pipeline.c and exec.c only, and a stage
 file (src/pipeline/stage*.c, collate*.c: one kind of stage or one
 collation, behind stage.h) includes neither pipeline/pipeline.h nor the
-executor's pipeline/exec.h: it sees its stage and its environment. Every
+executor's pipeline/exec.h: it sees its stage and its environment. Inside
+the io layer (rule R12): each part of the remote layer (the transport
+io/http.h, the shard cache io/cache.h, read-ahead io/readahead.h) is
+included only by its own file and the files that use it (IO_PARTS), and
+outside src/io no header of io but io/io.h is included. Every
 other use is printed as `src/x/y.c:LINE: includes pipeline/pipeline.h (source
 may not use pipeline)` or `... calls sl_pipeline__pools_tensor (defined in
 src/pipeline/pools.c; ops may not use pipeline)`, unless the allow file
@@ -39,6 +43,14 @@ EXTS = (".c", ".h", ".cu")
 PRIVATE = {"pipeline/pipeline.h": ("src/pipeline/pipeline.c", "src/pipeline/exec.c")}
 STAGE_FILES = ("src/pipeline/stage*.c", "src/pipeline/collate*.c")
 STAGE_REFUSED = ("pipeline/pipeline.h", "pipeline/exec.h")
+# rule R12: the remote layer's parts, each behind its own header, seen by the
+# files that use that part only; outside src/io, io/io.h is the layer's one header
+IO_PARTS = {
+    "io/http.h": ("src/io/http.c", "src/io/io_remote.c", "src/io/io_s3.c",
+                  "src/io/readahead.c", "src/io/readahead.h"),
+    "io/cache.h": ("src/io/cache.c", "src/io/io_remote.c"),
+    "io/readahead.h": ("src/io/readahead.c", "src/io/io_remote.c"),
+}
 USERS = ("tools", "python", "bench")  # use the library through include/sluice.h only
 KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "do", "else",
             "case", "defined", "_Alignof", "alignof", "__attribute__", "_Static_assert"}
@@ -145,6 +157,19 @@ def pipeline_rule(rel, header):
     return None
 
 
+def io_rule(rel, header):
+    """Why file `rel` may not include `header` (folder/name) under rule R12,
+    or None."""
+    rel = rel.replace(os.sep, "/")
+    if header in IO_PARTS and rel not in IO_PARTS[header]:
+        return (f"{header} is the part of the remote layer that "
+                f"{', '.join(IO_PARTS[header])} use; rule R12 of docs/ARCHITECTURE.md")
+    if header.startswith("io/") and header != "io/io.h" and not rel.startswith("src/io/"):
+        return ("outside src/io the byte-access layer is io/io.h; "
+                "rule R12 of docs/ARCHITECTURE.md")
+    return None
+
+
 def main():
     args = sys.argv[1:]
     root = "."
@@ -219,7 +244,8 @@ def main():
             if m and cline.lstrip().startswith("#"):
                 path = m.group(1)
                 parts = path.split("/")
-                why = pipeline_rule(rel, f"{layer}/{path}" if len(parts) == 1 else path)
+                hdr = f"{layer}/{path}" if len(parts) == 1 else path
+                why = pipeline_rule(rel, hdr) or io_rule(rel, hdr)
                 if not why and len(parts) > 1:  # one part: own folder, or the public header
                     if parts[0] in ("..", "."):
                         target = os.path.normpath(os.path.join(os.path.dirname(rel), path))

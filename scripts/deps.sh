@@ -10,7 +10,7 @@ PKGS=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
       python3-dev python3-venv python3-numpy python3-torch python3-torchvision python3-pil python3-pytest python3-opencv
       python3-protobuf protobuf-compiler python3-crc32c   # TFRecord tests: files made by Google's runtime
       dataset-fashion-mnist
-      libssl-dev libcurl4-openssl-dev   # s3:// signing (libcrypto); remote inputs (src/io/io_http.c)
+      libssl-dev libcurl4-openssl-dev   # s3:// signing (libcrypto); remote inputs (src/io/http.c)
       nginx-light   # serves datasets to tests/python/test_remote.py
       mate-backgrounds   # real photographs for the image reference tests
       lcov)   # scripts/coverage.sh: line/branch/function coverage per layer (gcov is gcc's)

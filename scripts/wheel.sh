@@ -222,7 +222,7 @@ build_row() {  # name pkg kind options
     openssl)
       # OPENSSLDIR /etc/ssl: the CA certificates where Debian, Ubuntu and
       # most distributions keep them (curl falls back to OpenSSL's default
-      # paths; src/io/io_http.c looks for other distributions' bundles).
+      # paths; src/io/http.c looks for other distributions' bundles).
       local target=linux-$ARCH
       # shellcheck disable=SC2086
       ./Configure "$target" --prefix="$P" --libdir=lib --openssldir=/etc/ssl $opts >build.log 2>&1 &&

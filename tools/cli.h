@@ -23,6 +23,7 @@ int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_explain(int argc, char **argv);
 int cmd_index(int argc, char **argv);
+int cmd_env(int argc, char **argv);
 
 /* Open `n` paths as a source (format from content; `features`, may be NULL,
  * is a --features value). Returns 0, or the exit code after printing why

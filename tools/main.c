@@ -25,6 +25,7 @@ static const command commands[] = {
     {"bench", cmd_bench, "measure a pipeline; say if reading, processing or the consumer bounds it"},
     {"explain", cmd_explain, "show a pipeline's plan before and after optimisation"},
     {"index", cmd_index, "write the sidecar index of TFRecord files or tar shards"},
+    {"env", cmd_env, "print every SLUICE_* setting, its value and where it comes from"},
 };
 
 static void usage(FILE *f) {

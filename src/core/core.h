@@ -156,6 +156,11 @@ const char *sl__names_closest(const char *want, const char *const *names, int n,
 const char *sl__base_name(const char *path);
 
 /* ---- logging ---------------------------------------------------------------- */
+/* An integer setting from the environment, as the table of settings
+ * (settings.c) says: its default when unset, else the number when in its
+ * range (else a warning and the default). `name` must be an "int" row. */
+long long sl__setting_int(const char *name);
+
 void sl__log(sl_log_level level, const char *fmt, ...) SL_PRINTF(2, 3);
 #define SL_LOG_ERROR(...) sl__log(SL_LOG_ERROR, __VA_ARGS__)
 #define SL_LOG_WARN(...) sl__log(SL_LOG_WARN, __VA_ARGS__)

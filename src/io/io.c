@@ -1,12 +1,13 @@
 /*
- * io.c — the byte-access layer (io.h): the provider table and the local-file
- * provider (open + fstat, mmap for SL_IO_MAP, pread for ranges).
+ * io.c — the byte-access layer (io.h): the table of schemes, one row each
+ * (`schemes` below), and the local-file provider (open + fstat, mmap for
+ * SL_IO_MAP, pread for ranges), the row of names without a scheme.
  *
- * A remote provider (http(s)://, s3://) is a second entry in `providers`:
- * its open fills `size` (a HEAD request), serves `read` by range requests
- * (coalesced, read ahead, retried) and, for SL_IO_MAP, fetches the object
- * whole into the node's on-disk cache and maps that file, so the zero-copy
- * formats (tar, TFRecord, .slr) work on it unchanged.
+ * The remote provider (io_remote.c) serves every row that names it, with
+ * the row's dialect: its open fills `size` (a HEAD request), serves `read`
+ * by range requests (coalesced, read ahead, retried) and, for SL_IO_MAP,
+ * fetches the object whole into the node's shard cache and maps that file,
+ * so the zero-copy formats (tar, TFRecord, .slr) work on it unchanged.
  */
 #include "io/io.h"
 
@@ -120,14 +121,17 @@ cleanup:
 
 /* ---- counters (io.h) ---------------------------------------------------------- */
 
-static _Atomic uint64_t n_opens, n_maps, n_open_now, n_reads, n_read_bytes;
+/* The process-wide counts of sl_io__counters. */
+static struct {
+    _Atomic uint64_t opens, maps, open_now, reads, read_bytes;
+} count;
 
 void sl_io__counters(sl_io_counters *out) {
-    out->opens = atomic_load_explicit(&n_opens, memory_order_relaxed);
-    out->maps = atomic_load_explicit(&n_maps, memory_order_relaxed);
-    out->open_now = atomic_load_explicit(&n_open_now, memory_order_relaxed);
-    out->reads = atomic_load_explicit(&n_reads, memory_order_relaxed);
-    out->read_bytes = atomic_load_explicit(&n_read_bytes, memory_order_relaxed);
+    out->opens = atomic_load_explicit(&count.opens, memory_order_relaxed);
+    out->maps = atomic_load_explicit(&count.maps, memory_order_relaxed);
+    out->open_now = atomic_load_explicit(&count.open_now, memory_order_relaxed);
+    out->reads = atomic_load_explicit(&count.reads, memory_order_relaxed);
+    out->read_bytes = atomic_load_explicit(&count.read_bytes, memory_order_relaxed);
 }
 
 /* ---- providers --------------------------------------------------------------- */
@@ -138,10 +142,49 @@ int sl_io__is_url(const char *name) {
            strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789+.-") == (size_t)(sep - name);
 }
 
+/* ---- the schemes: one row each ------------------------------------------------------
+ *
+ * A name "SCHEME://..." is opened by the row of its scheme; a name without
+ * one (a path) by the "file" row. A remote scheme is a row of the remote
+ * provider (io_remote.c) with its dialect (http.h, sl_io_dialect): the shard
+ * cache, read-ahead, retries, version checks and integrity checks are the
+ * provider's, so a new scheme is its dialect's file and one row here
+ * (docs/ARCHITECTURE.md, "Bytes"). */
+
+static int file_open_at(sl_io **out, const char *name, unsigned flags, const char *want,
+                        const sl_io_dialect *d);
+static int file_stat(const char *name, sl_io_info *out, const sl_io_dialect *d);
+extern const sl_io_dialect sl_io__s3_dialect; /* io_s3.c */
+
+static const sl_io_scheme schemes[] = {
+    {"file", file_open_at, file_stat, NULL},
+    {"http", sl_io__remote_open, sl_io__remote_stat, NULL},
+    {"https", sl_io__remote_open, sl_io__remote_stat, NULL},
+    {"s3", sl_io__remote_open, sl_io__remote_stat, &sl_io__s3_dialect},
+};
+
+/* The row that opens `name`, or NULL for a scheme no row names. */
+static const sl_io_scheme *scheme_of(const char *name) {
+    if (!sl_io__is_url(name))
+        return &schemes[0];
+    size_t n = (size_t)(strstr(name, "://") - name);
+    for (size_t i = 1; i < sizeof schemes / sizeof schemes[0]; i++)
+        if (strlen(schemes[i].scheme) == n && !strncmp(name, schemes[i].scheme, n))
+            return &schemes[i];
+    return NULL;
+}
+
+/* The URLs sluice reads, from the table: "http://, https:// and s3://". */
 static int unknown_scheme(const char *name) {
     const char *sep = strstr(name, "://");
-    return sl__error(SL_EUNSUPPORTED, "%s: no reader for %.*s:// inputs (sluice reads http://, "
-                     "https:// and s3:// URLs)", name, (int)(sep - name), name);
+    char known[256];
+    size_t k = 0, n = sizeof schemes / sizeof schemes[0];
+    known[0] = 0;
+    for (size_t i = 1; i < n && k < sizeof known; i++)
+        k += (size_t)snprintf(known + k, sizeof known - k, "%s%s://",
+                              i == 1 ? "" : i + 1 == n ? " and " : ", ", schemes[i].scheme);
+    return sl__error(SL_EUNSUPPORTED, "%s: no reader for %.*s:// inputs (sluice reads %s URLs)",
+                     name, (int)(sep - name), name, known);
 }
 
 /* ---- versions (io.h) ---------------------------------------------------------- */
@@ -215,16 +258,12 @@ void sl_io__version_words(const char *name, const char *v, char *buf, size_t cap
         snprintf(buf, cap, "%llu bytes", p.size);
 }
 
-static int open_any(sl_io **out, const char *name, unsigned flags, const char *want) {
-    *out = NULL;
-    if (want && !*want)
-        want = NULL;
-    /* A URL names its provider. */
-    int rc = !sl_io__is_url(name)       ? file_open(out, name, flags)
-             : sl_io__http_handles(name) ? sl_io__http_open(out, name, flags, want)
-                                         : unknown_scheme(name);
-    if (rc == SL_OK && want && !sl_io__is_url(name) &&
-        !sl_io__same_version(want, (*out)->version)) {
+/* The "file" row's open: a file at the version `want` (NULL: any). */
+static int file_open_at(sl_io **out, const char *name, unsigned flags, const char *want,
+                        const sl_io_dialect *d) {
+    (void)d;
+    SL_TRY(file_open(out, name, flags));
+    if (want && !sl_io__same_version(want, (*out)->version)) {
         /* a file has no copy of its old bytes to read on */
         char then[160], now[160];
         sl_io__version_words(name, want, then, sizeof then);
@@ -234,11 +273,20 @@ static int open_any(sl_io **out, const char *name, unsigned flags, const char *w
         return sl__error(SL_EIO, "%s: changed since it was first read (%s then, %s now); "
                          "open the source again to read it as it is now", name, then, now);
     }
+    return SL_OK;
+}
+
+static int open_any(sl_io **out, const char *name, unsigned flags, const char *want) {
+    *out = NULL;
+    if (want && !*want)
+        want = NULL;
+    const sl_io_scheme *row = scheme_of(name);
+    int rc = row ? row->open(out, name, flags, want, row->dialect) : unknown_scheme(name);
     if (rc == SL_OK) {
-        atomic_fetch_add_explicit(&n_opens, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&n_open_now, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&count.opens, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&count.open_now, 1, memory_order_relaxed);
         if ((*out)->map)
-            atomic_fetch_add_explicit(&n_maps, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&count.maps, 1, memory_order_relaxed);
     }
     return rc;
 }
@@ -255,10 +303,8 @@ const char *sl_io__missing(const char *name) {
     return sl_io__is_url(name) ? "HTTP 404 (not found)" : strerror(ENOENT);
 }
 
-int sl_io__stat(const char *name, sl_io_info *out) {
-    memset(out, 0, sizeof *out);
-    if (sl_io__is_url(name))
-        return sl_io__http_handles(name) ? sl_io__http_stat(name, out) : unknown_scheme(name);
+static int file_stat(const char *name, sl_io_info *out, const sl_io_dialect *d) {
+    (void)d;
     struct stat st;
     if (stat(name, &st) != 0) {
         if (errno == ENOENT || errno == ENOTDIR)
@@ -271,6 +317,29 @@ int sl_io__stat(const char *name, sl_io_info *out) {
     if (!out->is_dir)
         file_version(out->version, sizeof out->version, &st);
     return SL_OK;
+}
+
+int sl_io__stat(const char *name, sl_io_info *out) {
+    memset(out, 0, sizeof *out);
+    const sl_io_scheme *row = scheme_of(name);
+    return row ? row->stat(name, out, row->dialect) : unknown_scheme(name);
+}
+
+int sl_io__list(const char *prefix, char ***names_out, int *n_out) {
+    *names_out = NULL;
+    *n_out = 0;
+    const sl_io_scheme *row = scheme_of(prefix);
+    size_t pl = strlen(prefix);
+    if (row && row->dialect && row->dialect->list && pl && prefix[pl - 1] == '/')
+        return row->dialect->list(prefix, names_out, n_out);
+    char forms[256];
+    size_t k = 0;
+    forms[0] = 0;
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++)
+        if (schemes[i].dialect && schemes[i].dialect->list && k < sizeof forms)
+            k += (size_t)snprintf(forms + k, sizeof forms - k, "%s%s", k ? " or " : "",
+                                  schemes[i].dialect->list_form);
+    return sl__error(SL_EINVAL, "%s: only %s names can be listed", prefix, forms);
 }
 
 const char *sl_io__short_name(const char *name) {
@@ -295,8 +364,8 @@ int sl_io__read_some(sl_io *io, void *dst, size_t n, uint64_t off, size_t *got) 
     if (off >= io->size || !n)
         return SL_OK;
     int rc = io->vt->read(io, dst, n, off, got);
-    atomic_fetch_add_explicit(&n_reads, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&n_read_bytes, *got, memory_order_relaxed);
+    atomic_fetch_add_explicit(&count.reads, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&count.read_bytes, *got, memory_order_relaxed);
     return rc;
 }
 
@@ -386,7 +455,7 @@ int sl_io__open_checked(sl_io **out, const char *name, unsigned flags, const cha
 void sl_io__close(sl_io *io) {
     if (!io)
         return;
-    atomic_fetch_sub_explicit(&n_open_now, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&count.open_now, 1, memory_order_relaxed);
     io->vt->close(io);
 }
 

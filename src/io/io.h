@@ -24,11 +24,12 @@
  *   a URL that fails         SL_EIO ("URL: HTTP 503 after 6 tries", "URL: HTTP
  *                            404 (not found)", "URL: curl: Couldn't connect
  *                            to server ... after 6 tries"), after the retries
- *                            of io_http.c (connection errors, timeouts, 5xx,
+ *                            of http.c (connection errors, timeouts, 5xx,
  *                            408, 429 with Retry-After), a broken body
  *                            resumed with a range request
  *
- * Remote names: http://, https:// and s3://bucket/key (io_http.c, libcurl).
+ * Remote names: http://, https:// and s3://bucket/key (io_remote.c over
+ * http.c, libcurl; the schemes are io.c's table).
  * A URL ending in '/' (after redirects) names a directory (a .slr dataset
  * directory: NAME/manifest.json). Opened with SL_IO_MAP a remote object is
  * fetched whole into the node's shard cache (SLUICE_CACHE_DIR, bounded by
@@ -74,7 +75,7 @@ typedef struct sl_io sl_io;
 
 /* What a provider implements. */
 typedef struct sl_io_vtbl {
-    const char *scheme; /* "file", "http" or "s3" */
+    const char *scheme; /* the provider: "file" or "http" (every remote scheme) */
     /* Up to n bytes at `off` into dst; *got < n only at the end of the
      * object. A failure sets the message (naming io->name) and returns it. */
     int (*read)(sl_io *io, void *dst, size_t n, uint64_t off, size_t *got);
@@ -206,18 +207,62 @@ const char *sl_io__short_name(const char *name);
  * already ends in one, as a URL directory does); NULL when out of memory. */
 char *sl_io__join(const char *dir, const char *name);
 
-/* ---- remote provider (io_http.c) ---------------------------------------------- */
+/* ---- schemes and providers ---------------------------------------------------------
+ *
+ * One table in io.c (`schemes`) has a row per scheme: "file" (paths: names
+ * without a scheme), "http", "https", "s3". A row names its provider's open
+ * and stat and, for a remote scheme, its dialect (http.h: how its names
+ * become requests). The remote provider (io_remote.c) serves every remote
+ * row alike: the shard cache (cache.h), read-ahead (readahead.h), retries
+ * and checks (http.h) come with the row. */
 
-/* `want`: sl_io__open_version's (NULL: any version). */
-int sl_io__http_open(sl_io **out, const char *name, unsigned flags, const char *want);
-int sl_io__http_stat(const char *name, sl_io_info *out);
-/* Whether `name`'s scheme is one io_http.c reads (http, https, s3). */
-int sl_io__http_handles(const char *name);
+typedef struct sl_io_dialect sl_io_dialect;
+typedef int (*sl_http_add_header)(void *ctx, const char *line);
+
+/* A remote scheme's dialect: how its names become HTTP requests (io_s3.c
+ * fills one for s3://; http:// and https:// have none: the name is the URL).
+ * A hook left NULL (a flag left 0) is plain HTTP's behaviour. */
+struct sl_io_dialect {
+    /* The URL `name` is fetched from, into url[cap]. */
+    int (*resolve)(const char *name, char *url, size_t cap);
+    /* Adds the headers that authorise a request of `url` (add(ctx, "Name:
+     * value") per header): HEAD when `head`, else a GET of `range`
+     * ("bytes=A-B") or, `range` NULL, of the whole object (whose answer
+     * should carry the checksums the store keeps). */
+    int (*sign)(const char *url, int head, const char *range, sl_http_add_header add, void *ctx);
+    /* The URL's path is sent as it is (keys may hold "//", "./", "../"). */
+    int path_as_is;
+    /* A quoted 32-hex-digit ETag is the MD5 of the bytes (a single-part
+     * upload), unless the answer says the object is encrypted with a key of
+     * the store's (SSE-KMS) or the customer's (SSE-C). */
+    int etag_md5;
+    /* The objects under a prefix (a name ending in '/'), as io.h's
+     * sl_io__list says; NULL: the scheme cannot be listed. */
+    int (*list)(const char *prefix, char ***names_out, int *n_out);
+    /* How a listable prefix is written, for messages ("s3://BUCKET/PREFIX/"). */
+    const char *list_form;
+};
+
+
+typedef struct sl_io_scheme {
+    const char *scheme; /* "s3" for s3://... names */
+    /* sl_io__open_version for one of its names (`want` NULL: any version) */
+    int (*open)(sl_io **out, const char *name, unsigned flags, const char *want,
+                const sl_io_dialect *d);
+    /* sl_io__stat for one of its names (*out zeroed) */
+    int (*stat)(const char *name, sl_io_info *out, const sl_io_dialect *d);
+    const sl_io_dialect *dialect; /* a remote scheme's, NULL for plain HTTP and files */
+} sl_io_scheme;
+
+/* The remote provider (io_remote.c): a row's open and stat. */
+int sl_io__remote_open(sl_io **out, const char *name, unsigned flags, const char *want,
+                       const sl_io_dialect *d);
+int sl_io__remote_stat(const char *name, sl_io_info *out, const sl_io_dialect *d);
 /* The CA bundle for TLS when no variable names one: NULL when libcurl's own
  * default (`builtin`, curl_version_info's cainfo) exists, else the first of
  * `candidates` (NULL-terminated) that exists: a libcurl built without a
  * bundle path (the wheels' own, over OpenSSL, scripts/wheel.sh) then finds
- * the certificates where the distribution keeps them. */
+ * the certificates where the distribution keeps them (http.c). */
 const char *sl_io__ca_pick(const char *builtin, const char *const *candidates);
 
 /* The shard cache's budget for this process from now on (in place of
@@ -229,7 +274,8 @@ void sl_io__cache_set_bytes(uint64_t bytes);
  * every page), as names of the same scheme, in the store's order (by key),
  * sidecar indexes (.slidx) left out; sl__malloc'd array and strings, freed
  * with sl_source__free_paths' rule (NULL-terminated). SL_EINVAL for a name
- * that cannot be listed (not s3://, or not ending in '/'). */
+ * that cannot be listed (a scheme whose dialect lists nothing, or a name
+ * not ending in '/'). */
 int sl_io__list(const char *prefix, char ***names_out, int *n_out);
 
 /* Read a whole (small) file into sl__malloc memory plus a terminating zero

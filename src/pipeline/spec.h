@@ -51,7 +51,7 @@ struct sl_spec {
                                     (memory.c) */
     int has_cache_bytes;         /* "cache_bytes" given */
     uint64_t cache_bytes;        /* the node's shard cache budget (remote inputs,
-                                    io_http.c); 0 keeps no cache on disk */
+                                    cache.c); 0 keeps no cache on disk */
     sl_spec_op *ops;
     int nops, cap;
 };

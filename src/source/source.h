@@ -284,7 +284,7 @@ struct sl_source {
 #define SL_PREFETCH_REMOTE 2
     int reads_ahead;        /* reads are remote range requests that prefetch
                                hints fetch ahead (a .slr shard read by ranges,
-                               io_http.c): the executor hints records well
+                               io_remote.c): the executor hints records well
                                past the chunk it reads, in the shuffle's order */
     int remote;             /* named by URLs (http(s)://, s3://): set by
                                sl_source__open_json; read with sl_source__remote */

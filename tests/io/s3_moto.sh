@@ -219,7 +219,7 @@ run env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY "$GET" "$K" >/dev/null 2>"
 grep -q "HTTP 403" "$WORK/err" || fail "unsigned: $(cat "$WORK/err")"
 ok
 
-# 5. the HTTP provider itself (src/io/io_http.c): sluice run over s3://
+# 5. the remote provider itself (src/io/io_remote.c): sluice run over s3://
 #    names, every request signed and checked by moto; batches equal the
 #    local run's
 spec() { printf '{"source": {%s, "shuffle": true}, "seed": 1, "epochs": 2, "ops": [{"op": "batch", "size": 8}]}' "$1"; }

@@ -69,6 +69,39 @@ SL_TEST(io_io__one_error_policy) {
     ASSERT_RC(sl_io__open(&io, "dir/a://b", 0), SL_EIO);
 }
 
+/* One table of schemes (io.c): a name's scheme picks its row; the message for
+ * a scheme no row names lists the table's; listing is a dialect's (s3) and a
+ * row without one refuses it, naming the forms that can be listed. None of
+ * these reaches the network. */
+SL_TEST(io_io__schemes_from_one_table) {
+    sl_io *io = NULL;
+    ASSERT_RC(sl_io__open(&io, "gs://bucket/a.tar", 0), SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_errmsg(), "gs://bucket/a.tar: no reader for gs:// inputs (sluice reads "
+                                 "http://, https:// and s3:// URLs)");
+    sl_io_info info;
+    ASSERT_RC(sl_io__stat("file://x/y", &info), SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_errmsg(), "no reader for file:// inputs");
+    /* a remote row's directory rule, without a request */
+    ASSERT_RC(sl_io__stat("https://example.invalid/ds/", &info), SL_OK);
+    ASSERT(info.is_dir);
+    ASSERT_RC(sl_io__open(&io, "http://example.invalid/ds/", 0), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "http://example.invalid/ds/: is a directory");
+    char **names = NULL;
+    int n = -1;
+    ASSERT_RC(sl_io__list("http://example.invalid/ds/", &names, &n), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "only s3://BUCKET/PREFIX/ names can be listed");
+    ASSERT(names == NULL && n == 0);
+    ASSERT_RC(sl_io__list("s3://bucket/no-slash", &names, &n), SL_EINVAL);
+    ASSERT_RC(sl_io__list("/tmp/", &names, &n), SL_EINVAL);
+}
+
+/* io.h's default edge read of an open is the settings table's default of
+ * SLUICE_HTTP_OPEN_BYTES (src/core/settings.c), the one home of the number. */
+SL_TEST(io_io__open_bytes_default_is_the_tables) {
+    unsetenv("SLUICE_HTTP_OPEN_BYTES");
+    ASSERT(sl__setting_int("SLUICE_HTTP_OPEN_BYTES") == (long long)SL_IO_EDGE_TAIL);
+}
+
 SL_TEST(io_io__read_file) {
     char p[4096];
     make(p, sizeof p, "t.json", "{\"a\": 1}");

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# env.sh — `sluice env` and docs/CLI.md's "Settings" table: every row of the
+# library's table of SLUICE_* settings (sl_setting_get) is a row of the
+# document, the same in every column, and no row more; each setting's value
+# and source (default, environment, spec) as `sluice env` prints them.
+source "$(dirname "$0")/common.bash"
+DOC=$(cd "$(dirname "$0")/../.." && pwd)/docs/CLI.md
+
+# the table as the library has it, and as the document writes it
+env -u SLUICE_NO_PROGRESS "$SLUICE" env --json >"$T/env.json" || fail "sluice env --json failed"
+"$PY" - "$T/env.json" "$DOC" <<'PYEOF' || fail "docs/CLI.md's Settings table differs from the library's"
+import json, sys
+lib = json.load(open(sys.argv[1]))
+text = open(sys.argv[2]).read()
+sec = text.split("### Settings", 1)
+if len(sec) < 2:
+    sys.exit("docs/CLI.md has no '### Settings' section")
+rows = {}
+for line in sec[1].splitlines():
+    if not line.startswith("| `SLUICE_"):
+        continue
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    rows[cells[0].strip("`")] = cells[1:]
+bad = 0
+for s in lib:
+    want = [s["type"], s["range"], s["default"], s["layer"], s["doc"]]
+    got = rows.pop(s["name"], None)
+    if got is None:
+        print(f"  {s['name']}: missing from docs/CLI.md", file=sys.stderr); bad = 1
+    elif got != want:
+        print(f"  {s['name']}: docs/CLI.md has {got}, the library {want}", file=sys.stderr); bad = 1
+for name in rows:
+    print(f"  {name}: in docs/CLI.md, not in the library's table", file=sys.stderr); bad = 1
+names = [s["name"] for s in lib]
+if names != sorted(names) or len(names) < 20:
+    print(f"  the table is not in name order, or short: {names}", file=sys.stderr); bad = 1
+sys.exit(bad)
+PYEOF
+
+# every SLUICE_* variable the sources read is a row of the table
+ROOT=$(dirname "$DOC")/..
+grep -rhoE '"SLUICE_[A-Z0-9_]+"' "$ROOT/src" "$ROOT/tools" "$ROOT/python" --include=*.c --exclude=settings.c |
+    tr -d '"' | sort -u >"$T/read"
+"$PY" -c 'import json,sys; [print(s["name"]) for s in json.load(open(sys.argv[1]))]' \
+    "$T/env.json" | sort -u >"$T/listed"
+comm -23 "$T/read" "$T/listed" >"$T/unlisted"
+[ -s "$T/unlisted" ] && fail "read by the sources, not in the table: $(tr '\n' ' ' <"$T/unlisted")"
+
+# values and where they come from
+echo '{"source": {"path": "x.slr"}, "batch_size": 1, "cache_bytes": 123}' >"$T/spec.json"
+run 0 env -u SLUICE_CACHE_BYTES -u SLUICE_HTTP_TRIES "$SLUICE" env --json
+"$PY" -c '
+import json, sys
+d = {s["name"]: s for s in json.load(open(sys.argv[1]))}
+assert d["SLUICE_HTTP_TRIES"]["value"] == "6" and d["SLUICE_HTTP_TRIES"]["source"] == "default", d["SLUICE_HTTP_TRIES"]
+' "$OUT" || fail "an unset setting is not its default"
+SLUICE_HTTP_TRIES=9 SLUICE_CACHE_BYTES=1G run 0 "$SLUICE" env "$T/spec.json" --json
+"$PY" -c '
+import json, sys
+d = {s["name"]: s for s in json.load(open(sys.argv[1]))}
+t, c = d["SLUICE_HTTP_TRIES"], d["SLUICE_CACHE_BYTES"]
+assert t["value"] == "9" and t["source"] == "environment", t
+assert c["value"] == "123" and c["source"] == "spec", c
+' "$OUT" || fail "values from the environment and the spec are not said so"
+SLUICE_HTTP_TRIES=9 run 0 "$SLUICE" env
+has "$OUT" "SLUICE_HTTP_TRIES            9            environment"
+run 1 "$SLUICE" env "$T/missing.json"
+has "$ERR" "missing.json: cannot open it"
+run 2 "$SLUICE" env --bogus
+finish
