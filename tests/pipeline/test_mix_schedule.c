@@ -1,0 +1,187 @@
+/* A mixture's schedule (mix_schedule.c): the random schedule's proportions
+ * within binomial bounds over 10^6 draws, the exact schedule's share within
+ * one over every window, counts per epoch met exactly, the three stop
+ * rules, and a seek landing where the walk does. */
+#include "pipeline/stage.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void sched_make(sl_mix_schedule *m, int n, const double *share, const uint64_t *quota,
+                       const uint64_t *limit, int exact, int stop) {
+    memset(m, 0, sizeof *m);
+    m->n = n;
+    m->exact = exact;
+    m->stop = stop;
+    m->by_samples = quota != NULL;
+    m->seed = 1234;
+    for (int k = 0; k < n; k++)
+        m->limit[k] = limit ? limit[k] : 1000000000ull;
+    sl_mix__init(m, share, quota);
+}
+
+/* 10^6 draws of the random schedule: each input's count within 5 standard
+ * deviations of n p (a binomial: a false failure once in ~3.5 million runs). */
+SL_TEST(pipeline_mix_schedule__random_within_binomial_bounds) {
+    const double share[3] = {0.7, 0.2, 0.1};
+    sl_mix_schedule m;
+    sched_make(&m, 3, share, NULL, NULL, 0, SL_MIX_STOP_NEVER);
+    for (uint64_t epoch = 0; epoch < 2; epoch++) {
+        sl_mix_state st;
+        sl_mix__start(&m, &st, epoch);
+        const uint64_t n = 1000000;
+        uint64_t count[3] = {0};
+        for (uint64_t i = 0; i < n; i++) {
+            int k = sl_mix__next(&m, &st);
+            ASSERT(k >= 0 && k < 3);
+            count[k]++;
+        }
+        for (int k = 0; k < 3; k++) {
+            double mean = n * share[k], sd = sqrt(n * share[k] * (1 - share[k]));
+            ASSERT(fabs((double)count[k] - mean) < 5 * sd);
+        }
+    }
+}
+
+/* The exact schedule over weights of many kinds: in every window of N
+ * consecutive positions (all starts, N up to 1000) input k appears
+ * floor(N s_k) - 1 .. ceil(N s_k) + 1 times. */
+SL_TEST(pipeline_mix_schedule__exact_within_one_over_every_window) {
+    const double shares[][4] = {
+        {0.7, 0.3}, {0.5, 0.5}, {1.0 / 3, 1.0 / 3, 1.0 / 3}, {0.6, 0.25, 0.1, 0.05},
+        {0.999, 0.001}, {0.41, 0.37, 0.22},
+    };
+    const int ns[] = {2, 2, 3, 4, 2, 3};
+    const uint64_t L = 6000;
+    uint64_t *pre = malloc((L + 1) * 4 * sizeof *pre);
+    for (int t = 0; t < 6; t++) {
+        sl_mix_schedule m;
+        sched_make(&m, ns[t], shares[t], NULL, NULL, 1, SL_MIX_STOP_NEVER);
+        sl_mix_state st;
+        sl_mix__start(&m, &st, 3);
+        memset(pre, 0, (L + 1) * 4 * sizeof *pre);
+        for (uint64_t p = 0; p < L; p++) {
+            int k = sl_mix__next(&m, &st);
+            ASSERT(k >= 0);
+            for (int j = 0; j < 4; j++)
+                pre[(p + 1) * 4 + j] = pre[p * 4 + j] + (j == k);
+        }
+        for (uint64_t N = 1; N <= 1000; N += (N < 50 ? 1 : 37))
+            for (uint64_t a = 0; a + N <= L; a++)
+                for (int k = 0; k < ns[t]; k++) {
+                    double want = (double)N * shares[t][k];
+                    uint64_t got = pre[(a + N) * 4 + k] - pre[a * 4 + k];
+                    if ((double)got < floor(want) - 1 || (double)got > ceil(want) + 1) {
+                        fprintf(stderr, "weights %d: window [%llu, +%llu): input %d %llu times, "
+                                        "share says %.3f\n", t, (unsigned long long)a,
+                                (unsigned long long)N, k, (unsigned long long)got, want);
+                        ASSERT(0);
+                    }
+                }
+    }
+    free(pre);
+}
+
+/* Counts per epoch ({"samples": N}): an epoch of either schedule holds
+ * exactly N of each input, and ends there. */
+SL_TEST(pipeline_mix_schedule__samples_met_exactly) {
+    const uint64_t quota[3] = {500, 30, 1};
+    for (int exact = 0; exact < 2; exact++) {
+        sl_mix_schedule m;
+        sched_make(&m, 3, NULL, quota, NULL, exact, SL_MIX_STOP_NEVER);
+        ASSERT_U64_EQ(sl_mix__epoch_len(&m), 531);
+        sl_mix_state st;
+        sl_mix__start(&m, &st, 0);
+        uint64_t count[3] = {0}, n = 0;
+        int k;
+        while ((k = sl_mix__next(&m, &st)) >= 0) {
+            count[k]++;
+            n++;
+        }
+        ASSERT_U64_EQ(n, 531);
+        for (int j = 0; j < 3; j++)
+            ASSERT_U64_EQ(count[j], quota[j]);
+    }
+}
+
+/* The stop rules, inputs of 10 and 1000 positions at 50/50: never runs the
+ * whole epoch (1010 positions, the small input taken ~505 times: its order
+ * wraps); first_exhausted ends when the small one is drawn after its 10th;
+ * all_exhausted takes every position of both and ends at 1010, the tail
+ * all the large one. */
+SL_TEST(pipeline_mix_schedule__stop_rules) {
+    const double share[2] = {0.5, 0.5};
+    const uint64_t limit[2] = {10, 1000};
+    for (int exact = 0; exact < 2; exact++) {
+        sl_mix_schedule m;
+        sl_mix_state st;
+        uint64_t count[2], n;
+        int k;
+
+        sched_make(&m, 2, share, NULL, limit, exact, SL_MIX_STOP_NEVER);
+        ASSERT_U64_EQ(sl_mix__epoch_len(&m), 1010);
+        sl_mix__start(&m, &st, 0);
+        count[0] = count[1] = 0;
+        for (n = 0; n < 1010; n++)
+            count[sl_mix__next(&m, &st)]++;
+        ASSERT(count[0] > 400 && count[0] < 610); /* upsampled: far past its 10 */
+
+        sched_make(&m, 2, share, NULL, limit, exact, SL_MIX_STOP_FIRST);
+        sl_mix__start(&m, &st, 0);
+        count[0] = count[1] = 0;
+        n = 0;
+        while ((k = sl_mix__next(&m, &st)) >= 0) {
+            count[k]++;
+            n++;
+        }
+        ASSERT_U64_EQ(count[0], 10);
+        ASSERT(n < 60); /* ends at the 11th draw of input 0 */
+        ASSERT(sl_mix__next(&m, &st) < 0); /* and stays ended */
+
+        sched_make(&m, 2, share, NULL, limit, exact, SL_MIX_STOP_ALL);
+        ASSERT_U64_EQ(sl_mix__epoch_len(&m), 1010);
+        sl_mix__start(&m, &st, 0);
+        count[0] = count[1] = 0;
+        n = 0;
+        while ((k = sl_mix__next(&m, &st)) >= 0) {
+            count[k]++;
+            n++;
+        }
+        ASSERT_U64_EQ(n, 1010);
+        ASSERT_U64_EQ(count[0], 10);
+        ASSERT_U64_EQ(count[1], 1000);
+    }
+}
+
+/* A seek (a restore) lands where walking there does: same state, same
+ * next inputs; other epochs and seeds give other orders. */
+SL_TEST(pipeline_mix_schedule__seek_is_the_walk_and_seed_keys_it) {
+    const double share[3] = {0.5, 0.3, 0.2};
+    for (int exact = 0; exact < 2; exact++) {
+        sl_mix_schedule m;
+        sched_make(&m, 3, share, NULL, NULL, exact, SL_MIX_STOP_NEVER);
+        sl_mix_state a, b;
+        sl_mix__start(&m, &a, 2);
+        for (int i = 0; i < 777; i++)
+            sl_mix__next(&m, &a);
+        sl_mix__start(&m, &b, 0);
+        sl_mix__seek(&m, &b, 2, 777);
+        ASSERT_U64_EQ(b.pos, 777);
+        for (int k = 0; k < 3; k++)
+            ASSERT_U64_EQ(a.count[k], b.count[k]);
+        for (int i = 0; i < 100; i++)
+            ASSERT_EQ(sl_mix__next(&m, &a), sl_mix__next(&m, &b));
+        if (!exact) {
+            /* the random schedule differs between epochs and seeds */
+            sl_mix_state c, d;
+            sl_mix__start(&m, &c, 0);
+            sl_mix__start(&m, &d, 1);
+            int same = 0;
+            for (int i = 0; i < 200; i++)
+                same += sl_mix__next(&m, &c) == sl_mix__next(&m, &d);
+            ASSERT(same < 190);
+        }
+    }
+}
