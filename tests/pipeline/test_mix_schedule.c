@@ -22,6 +22,20 @@ static void sched_make(sl_mix_schedule *m, int n, const double *share, const uin
     sl_mix__init(m, share, quota);
 }
 
+/* Walk a whole epoch from its start: positions per input into count[],
+ * the epoch's length returned. */
+static uint64_t drain(const sl_mix_schedule *m, sl_mix_state *st, uint64_t *count) {
+    uint64_t n = 0;
+    int k;
+    sl_mix__start(m, st, 0);
+    memset(count, 0, (size_t)m->n * sizeof *count);
+    while ((k = sl_mix__next(m, st)) >= 0) {
+        count[k]++;
+        n++;
+    }
+    return n;
+}
+
 /* 10^6 draws of the random schedule: each input's count within 5 standard
  * deviations of n p (a binomial: a false failure once in ~3.5 million runs). */
 SL_TEST(pipeline_mix_schedule__random_within_binomial_bounds) {
@@ -93,14 +107,8 @@ SL_TEST(pipeline_mix_schedule__samples_met_exactly) {
         sched_make(&m, 3, NULL, quota, NULL, exact, SL_MIX_STOP_NEVER);
         ASSERT_U64_EQ(sl_mix__epoch_len(&m), 531);
         sl_mix_state st;
-        sl_mix__start(&m, &st, 0);
-        uint64_t count[3] = {0}, n = 0;
-        int k;
-        while ((k = sl_mix__next(&m, &st)) >= 0) {
-            count[k]++;
-            n++;
-        }
-        ASSERT_U64_EQ(n, 531);
+        uint64_t count[3];
+        ASSERT_U64_EQ(drain(&m, &st, count), 531);
         for (int j = 0; j < 3; j++)
             ASSERT_U64_EQ(count[j], quota[j]);
     }
@@ -118,7 +126,6 @@ SL_TEST(pipeline_mix_schedule__stop_rules) {
         sl_mix_schedule m;
         sl_mix_state st;
         uint64_t count[2], n;
-        int k;
 
         sched_make(&m, 2, share, NULL, limit, exact, SL_MIX_STOP_NEVER);
         ASSERT_U64_EQ(sl_mix__epoch_len(&m), 1010);
@@ -129,27 +136,14 @@ SL_TEST(pipeline_mix_schedule__stop_rules) {
         ASSERT(count[0] > 400 && count[0] < 610); /* upsampled: far past its 10 */
 
         sched_make(&m, 2, share, NULL, limit, exact, SL_MIX_STOP_FIRST);
-        sl_mix__start(&m, &st, 0);
-        count[0] = count[1] = 0;
-        n = 0;
-        while ((k = sl_mix__next(&m, &st)) >= 0) {
-            count[k]++;
-            n++;
-        }
+        n = drain(&m, &st, count);
         ASSERT_U64_EQ(count[0], 10);
         ASSERT(n < 60); /* ends at the 11th draw of input 0 */
         ASSERT(sl_mix__next(&m, &st) < 0); /* and stays ended */
 
         sched_make(&m, 2, share, NULL, limit, exact, SL_MIX_STOP_ALL);
         ASSERT_U64_EQ(sl_mix__epoch_len(&m), 1010);
-        sl_mix__start(&m, &st, 0);
-        count[0] = count[1] = 0;
-        n = 0;
-        while ((k = sl_mix__next(&m, &st)) >= 0) {
-            count[k]++;
-            n++;
-        }
-        ASSERT_U64_EQ(n, 1010);
+        ASSERT_U64_EQ(drain(&m, &st, count), 1010);
         ASSERT_U64_EQ(count[0], 10);
         ASSERT_U64_EQ(count[1], 1000);
     }
