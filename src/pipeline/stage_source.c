@@ -75,28 +75,78 @@ static uint64_t record_at(sl_stage_src *p, uint64_t epoch, uint64_t pos, uint64_
     return idx;
 }
 
+/* The records (and keys) at positions q[0..n) of source s's own stream in
+ * `epoch`, q ascending (cur.mu held): record_at's values, the global
+ * order's bijection computed n at a time over each run of one pass
+ * (sl_feistel_fwd_n), as order_chunk does for a stream of one source. */
+static void order_positions(sl_stage_src *s, uint64_t epoch, const uint64_t *q, uint64_t *rec,
+                            uint64_t *key, size_t n) {
+    if (s->shuf.window_mode) {
+        for (size_t i = 0; i < n; i++)
+            rec[i] = record_at(s, epoch, q[i], &key[i]);
+        return;
+    }
+    const uint64_t m = s->nbase, stride = (uint64_t)s->shard_count;
+    for (size_t i = 0; i < n;) {
+        uint64_t rep = q[i] / s->per_pass;
+        size_t e = i;
+        for (; e < n && q[e] / s->per_pass == rep; e++)
+            rec[e] = ((q[e] % s->per_pass) * stride + (uint64_t)s->shard_index) % m;
+        if (s->shuf.on)
+            sl_feistel_fwd_n(global_order(s, epoch, rep), rec + i, e - i);
+        for (size_t k = i; k < e; k++) {
+            if (s->base)
+                rec[k] = s->base[rec[k]];
+            key[k] = rec[k] + rep * s->nrecords;
+        }
+        i = e;
+    }
+}
+
 /* A mixture's positions [pos, pos + n) into chunk `c` (cur.mu held): the
  * schedule names each position's input k, whose own next position maps
  * through its own order (its shard, its shuffle, a new pass when it wraps)
- * to one of its records, numbered in the concatenated source. The key that
- * random ops draw with is the input's own (record and pass) times the
+ * to one of its records, numbered in the concatenated source; each input's
+ * positions of the chunk are mapped together (order_positions). The key
+ * that random ops draw with is the input's own (record and pass) times the
  * number of inputs, plus k. Returns the positions made: fewer than n when
  * the stop rule ends the epoch. */
 static uint64_t order_mix(sl_stage_src *p, sl_chunk *c, uint64_t pos, uint64_t n) {
+    enum { PIECE = 256 };
     sl_src_mix *m = p->mix;
     sl_mix__seek(&m->sched, &m->at, c->epoch, pos);
-    uint64_t i = 0;
-    for (; i < n; i++) {
+    uint64_t made = 0;
+    for (; made < n; made++) { /* the schedule: input k in key, k's position in index */
         int k = sl_mix__next(&m->sched, &m->at);
         if (k < 0)
             break;
-        uint64_t key, r = record_at(&m->in[k], c->epoch, m->at.count[k] - 1, &key);
-        c->pos[i] = pos + i;
-        c->s[i].index = m->off[k] + r;
-        c->key[i] = key * (uint64_t)m->n + (uint64_t)k;
+        c->key[made] = (uint64_t)k;
+        c->s[made].index = m->at.count[k] - 1;
         m->drawn[k]++;
     }
-    return i;
+    uint64_t q[PIECE], rec[PIECE], key[PIECE];
+    uint32_t at[PIECE];
+    for (int k = 0; k < m->n; k++) {
+        uint64_t i = 0;
+        while (i < made) {
+            size_t cnt = 0;
+            for (; i < made && cnt < PIECE; i++)
+                if (c->key[i] == (uint64_t)k) {
+                    at[cnt] = (uint32_t)i;
+                    q[cnt++] = c->s[i].index;
+                }
+            order_positions(&m->in[k], c->epoch, q, rec, key, cnt);
+            for (size_t j = 0; j < cnt; j++) {
+                c->s[at[j]].index = m->off[k] + rec[j];
+                c->pos[at[j]] = key[j] * (uint64_t)m->n + (uint64_t)k; /* the key, for now */
+            }
+        }
+    }
+    for (uint64_t i = 0; i < made; i++) {
+        c->key[i] = c->pos[i];
+        c->pos[i] = pos + i;
+    }
+    return made;
 }
 
 /* The same for positions [pos, pos + n) into chunk `c` (its pos, key and
