@@ -1,8 +1,11 @@
 /* A mixture's schedule (mix_schedule.c): the random schedule's proportions
  * within binomial bounds over 10^6 draws, the exact schedule's share within
  * one over every window, counts per epoch met exactly, the three stop
- * rules, and a seek landing where the walk does. */
+ * rules, and a seek landing where the walk does; and a mixture's pipeline:
+ * the same batches for any thread count and after a resume, its schema
+ * check. */
 #include "pipeline/stage.h"
+#include "pipe_util.h"
 #include "test.h"
 
 #include <math.h>
@@ -178,4 +181,75 @@ SL_TEST(pipeline_mix_schedule__seek_is_the_walk_and_seed_keys_it) {
             ASSERT(same < 190);
         }
     }
+}
+
+static sl_pipeline *mix_pipeline(const char *a, const char *b, int parallel, int rows,
+                                 const char *sched) {
+    char json[2048];
+    snprintf(json, sizeof json,
+             "{\"source\": {\"kind\": \"mix\", \"inputs\": [{\"path\": \"%s\", \"shuffle\": true}, "
+             "{\"path\": \"%s\", \"shuffle\": true}], \"weights\": [0.6, 0.4], "
+             "\"schedule\": \"%s\", \"source_column\": \"src\", \"parallel\": %d}, "
+             "\"read_rows\": %s, \"ops\": [{\"op\": \"batch\", \"size\": 16}], \"seed\": 3}",
+             a, b, sched, parallel, rows ? "true" : "false");
+    sl_spec *spec;
+    ASSERT_OK(sl_spec_from_json(&spec, json));
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    sl_spec_free(spec);
+    return p;
+}
+
+/* A mix of two .slr inputs (300 and 7 records: the small one upsampled):
+ * the same batches for 1 and 3 reading threads, read into rows or not, for
+ * both schedules, and the same after a resume at batch 5; an input without
+ * the first one's columns is refused naming it. Run under the sanitizers
+ * with the rest. */
+SL_TEST(pipeline_mix_schedule__mix_pipeline_threads_resume_schema) {
+    char a[512], b[512];
+    sl_test_path(a, sizeof a, "mix_a.slr");
+    sl_test_path(b, sizeof b, "mix_b.slr");
+    make_slr(a, 300);
+    make_slr(b, 7);
+    const char *scheds[] = {"random", "exact"};
+    for (int s = 0; s < 2; s++) {
+        uint64_t want[64], got[64];
+        sl_pipeline *p = mix_pipeline(a, b, 1, 1, scheds[s]);
+        int n = pu_run_epoch(p, want, 64);
+        ASSERT_EQ(n, 20); /* 307 samples, batches of 16 */
+        sl_pipeline_free(p);
+        for (int par = 1; par <= 3; par += 2)
+            for (int rows = 0; rows < 2; rows++) {
+                p = mix_pipeline(a, b, par, rows, scheds[s]);
+                ASSERT_EQ(pu_run_epoch(p, got, 64), n);
+                for (int i = 0; i < n; i++)
+                    ASSERT_U64_EQ(got[i], want[i]);
+                sl_pipeline_free(p);
+            }
+        p = mix_pipeline(a, b, 3, 1, scheds[s]);
+        for (int i = 0; i < 5; i++) {
+            sl_batch *bt;
+            ASSERT_OK(sl_pipeline_next(p, &bt));
+            sl_batch_release(bt);
+        }
+        char state[1024];
+        ASSERT_OK(sl_pipeline_save_state(p, state, sizeof state, NULL));
+        sl_pipeline_free(p);
+        p = mix_pipeline(a, b, 2, 1, scheds[s]);
+        ASSERT_OK(sl_pipeline_restore_state(p, state));
+        ASSERT_EQ(pu_run_epoch(p, got, 64), n - 5);
+        for (int i = 5; i < n; i++)
+            ASSERT_U64_EQ(got[i - 5], want[i]);
+        sl_pipeline_free(p);
+    }
+    sl_spec *spec;
+    char json[1024];
+    snprintf(json, sizeof json, "{\"source\": {\"kind\": \"mix\", \"inputs\": [{\"path\": \"%s\"}, "
+             "{\"synthetic\": {\"records\": 5}}]}}", a);
+    ASSERT_OK(sl_spec_from_json(&spec, json));
+    sl_pipeline *p;
+    ASSERT_RC(sl_pipeline_create(&p, spec), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "inputs[1]");
+    ASSERT_CONTAINS(sl_errmsg(), "no column 'image'");
+    sl_spec_free(spec);
 }
