@@ -20,12 +20,12 @@ from ._sluice import (Error, OutOfMemory, InvalidError, IOFailure, CorruptError,
                       UnsupportedError, DecodeError, LimitError, CanceledError,
                       Reader, Writer, Tensor, set_log_level, __version__)
 from .dataset import (Dataset, records, synthetic, tfrecord, webdataset, parquet, image_folder, idx,
-                      from_arrays, from_spec, dlpack_for_torch)
+                      from_arrays, from_spec, dlpack_for_torch, mix)
 
 __all__ = [
     "Error", "OutOfMemory", "InvalidError", "IOFailure", "CorruptError", "UnsupportedError",
     "DecodeError", "LimitError", "CanceledError", "Reader", "Writer", "Tensor", "Dataset",
-    "records", "synthetic", "tfrecord", "webdataset", "parquet", "image_folder", "idx", "from_arrays", "from_spec", "dlpack_for_torch", "pack", "set_log_level", "__version__",
+    "records", "synthetic", "tfrecord", "webdataset", "parquet", "image_folder", "idx", "from_arrays", "from_spec", "mix", "dlpack_for_torch", "pack", "set_log_level", "__version__",
 ]
 
 

@@ -916,6 +916,92 @@ def from_arrays(columns):
     return Dataset({"source": {"path": "<memory>"}, "ops": []}, None, (names, arrays))
 
 
+_MIX_STOPS = ("never", "first_exhausted", "all_exhausted")
+_MIX_SCHEDULES = ("random", "exact")
+
+
+def mix(datasets, weights=None, *, seed=None, stop="never", schedule="random",
+        source_column=None, columns=None):
+    """Blend several datasets into one by weight (docs/PYTHON.md, "Mixtures").
+
+    ``datasets``: Datasets made by :func:`records`, :func:`tfrecord`,
+    :func:`webdataset`, ... each with its own ``shuffle()``; they must have
+    the same columns (names, types, fixed shapes: a mismatch is refused when
+    the pipeline is made, naming both inputs and the column). Ops go on the
+    mix: ``sluice.mix([a, b], [0.7, 0.3]).decode("image")...``.
+    ``weights``: one share per input (normalised; default equal), or
+    ``{"samples": N}`` per input: N samples of it per epoch (an epoch is
+    then their sum). ``schedule``: ``"random"`` draws each position's input
+    with the weights, keyed by (seed, epoch, position) as tf.data's
+    ``sample_from_datasets``; ``"exact"`` is a deterministic low-discrepancy
+    order in which every window of N consecutive samples holds each input's
+    share within one. ``stop``: ``"never"`` (an input that runs out starts a
+    new pass with a new shuffle: upsampling; an epoch is as long as all
+    inputs together, or the sum of the counts), ``"first_exhausted"`` (the
+    epoch ends when an input runs out: tf.data's
+    ``stop_on_empty_dataset=True``), ``"all_exhausted"`` (an input that runs
+    out is left out and the others share its weight, until all have: tf.data's
+    default). ``seed`` keys the schedule and every input's shuffle (default:
+    the pipeline's seed). ``source_column``: the name of an int64 column
+    holding each sample's input index. ``columns``: the columns kept of every
+    input (default: all, which must then be the same in every input): what
+    a WebDataset's ``__key__`` or an extra feature needs to be left out.
+    ``.shard()`` on the mix shards every
+    input, then each rank blends its slices; ``stats()["mix"]`` gives the share
+    each input got; ``state_dict()`` resumes the blend exactly.
+    """
+    if isinstance(datasets, Dataset):
+        raise TypeError("datasets: expected a list of Datasets, got one Dataset")
+    datasets = list(datasets)
+    if not datasets:
+        raise ValueError("datasets: give at least one Dataset")
+    inputs = []
+    for i, ds in enumerate(datasets):
+        if not isinstance(ds, Dataset):
+            raise TypeError(f"datasets[{i}]: expected a Dataset, got {type(ds).__name__}")
+        if ds._arrays is not None or ds._callables:
+            raise ValueError(f"datasets[{i}]: a mix reads files; from_arrays and Python "
+                             "functions are not supported as its inputs")
+        if ds._spec.get("ops"):
+            raise ValueError(f"datasets[{i}]: has ops; per-input ops are not supported: apply "
+                             "the ops to the mix (its inputs must have the same columns)")
+        src = copy.deepcopy(ds._spec.get("source"))
+        if isinstance(src, str):
+            src = {"path": src}
+        inputs.append(src)
+    if weights is not None:
+        weights = list(weights)
+        if len(weights) != len(datasets):
+            raise ValueError(f"weights: {len(weights)} given for {len(datasets)} datasets "
+                             "(one per dataset)")
+        for i, w in enumerate(weights):
+            if isinstance(w, dict):
+                if set(w) != {"samples"}:
+                    raise ValueError(f"weights[{i}]: expected {{\"samples\": N}}, got {w!r}")
+                _check_int(w["samples"], f"weights[{i}].samples", 1)
+            elif isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0:
+                raise ValueError(f"weights[{i}]: expected a number > 0 or {{\"samples\": N}}, "
+                                 f"got {w!r}")
+    if stop not in _MIX_STOPS:
+        raise ValueError(f"stop: expected one of {', '.join(_MIX_STOPS)}, got {stop!r}")
+    if schedule not in _MIX_SCHEDULES:
+        raise ValueError(f"schedule: expected 'random' or 'exact', got {schedule!r}")
+    src = {"kind": "mix", "inputs": inputs, "stop": stop, "schedule": schedule}
+    if weights is not None:
+        src["weights"] = [dict(w) if isinstance(w, dict) else float(w) for w in weights]
+    if seed is not None:
+        src["seed"] = _check_int(seed, "seed", 0)
+    if source_column is not None:
+        src["source_column"] = _check_column(source_column, "source_column")
+    if columns is not None:
+        if isinstance(columns, str):
+            columns = [columns]
+        src["columns"] = [_check_column(c, "columns") for c in columns]
+    spec = {"source": src, "ops": []}
+    _sluice.check_spec(json.dumps(spec))
+    return Dataset(spec)
+
+
 def _check_ops(spec):
     """Each engine op of a spec dict through the engine's check, as
     Dataset.op() does: a misspelt op name or parameter fails here."""

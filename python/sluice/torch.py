@@ -34,9 +34,11 @@ from . import _torch_staging as _staging
 from . import _torch_state as _state
 from . import _torch_threads as _threads
 from ._torch_dispatch import Iter as _Iter
+from ._torch_mix import WeightedMix, WeightedMixSampler
 from ._torch_sampling import get_worker_info, sample_context, sample_rng, sample_seed
 
-__all__ = ["DataLoader", "get_worker_info", "sample_seed", "sample_rng", "sample_context"]
+__all__ = ["DataLoader", "get_worker_info", "sample_seed", "sample_rng", "sample_context",
+           "WeightedMix", "WeightedMixSampler"]
 
 
 class DataLoader(_tud.DataLoader):

@@ -31,9 +31,18 @@ int sl_spec_create(sl_spec **out) {
     return SL_OK;
 }
 
+static void mix_free(sl_spec_mix *m) {
+    if (!m)
+        return;
+    for (int k = 0; k < m->n; k++)
+        sl_spec_free(m->in[k]);
+    sl__free(m);
+}
+
 void sl_spec_free(sl_spec *s) {
     if (!s)
         return;
+    mix_free(s->mix);
     for (int i = 0; i < s->nops; i++)
         cJSON_Delete(s->ops[i].json);
     sl__free(s->ops);
@@ -55,6 +64,8 @@ static int push_op(sl_spec *s, sl_spec_op *op) {
 static void set_input(sl_spec *s, cJSON *input) {
     cJSON_Delete(s->input);
     s->input = input;
+    mix_free(s->mix);
+    s->mix = NULL;
     sl_source__release(s->mem);
     s->mem = NULL;
 }
@@ -411,12 +422,21 @@ static int kind_key(const char *k) {
 /* The pipeline's own keys are read here; everything else (the input's kind
  * key and that kind's options) is kept for the source to check when it is
  * opened, so that a new format needs no change in the spec. */
+static int parse_mix(sl_spec *s, const cJSON *src);
+
 static int parse_source(sl_spec *s, const cJSON *src) {
     if (cJSON_IsString(src))
         return sl_spec_set_source_path(s, src->valuestring);
     if (!cJSON_IsObject(src))
         return sl__error(SL_EINVAL, "source: must be an object naming an input (\"path\", "
                                     "\"tfrecord\", ...)");
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(src, "kind");
+    if (kind) {
+        if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "mix"))
+            return parse_mix(s, src);
+        return sl__error(SL_EINVAL, "source.kind: must be \"mix\" (a blend of inputs); name "
+                                    "any other input by its key (\"path\", \"tfrecord\", ...)");
+    }
     cJSON *input = cJSON_CreateObject();
     if (!input)
         return sl__oom("reading the source");
@@ -453,6 +473,223 @@ static int parse_source(sl_spec *s, const cJSON *src) {
         return sl__error(SL_EINVAL, "source: names more than one input; give one");
     }
     set_input(s, input);
+    return SL_OK;
+}
+
+
+/* ---- a mixture: {"kind": "mix", "inputs": [...], "weights": [...], ...} ---------------- */
+
+typedef struct {
+    int stop, schedule;
+    const char *column;
+} mix_opts;
+
+static const char *const mix_stops[] = {"never", "first_exhausted", "all_exhausted", NULL};
+static const char *const mix_schedules[] = {"random", "exact", NULL};
+
+static const sl_param mix_params[] = {
+    {.key = "kind", .type = SL_PARAM_STRING, .flags = SL_PARAM_REQUIRED,
+     .offset = SL_PARAM_NOWHERE, .doc = "\"mix\": a blend of inputs (docs/PIPELINE.md, \"Mixtures\")"},
+    {.key = "inputs", .type = SL_PARAM_ARRAY, .flags = SL_PARAM_REQUIRED, .min = 1,
+     .max = SL_MIX_MAX, .offset = SL_PARAM_NOWHERE,
+     .doc = "the inputs: each a source object with its own shuffle"},
+    {.key = "weights", .type = SL_PARAM_ARRAY, .offset = SL_PARAM_NOWHERE,
+     .doc = "one per input: a share (> 0, normalised) or {\"samples\": N} per epoch "
+            "(default: equal shares)"},
+    {.key = "stop", .type = SL_PARAM_ENUM, .names = mix_stops, .def = SL_MIX_STOP_NEVER,
+     .offset = offsetof(mix_opts, stop),
+     .doc = "never: an input that runs out starts a new pass; first_exhausted: the epoch "
+            "ends when one runs out; all_exhausted: when all have, re-weighting over those left"},
+    {.key = "schedule", .type = SL_PARAM_ENUM, .names = mix_schedules, .def = SL_MIX_RANDOM,
+     .offset = offsetof(mix_opts, schedule),
+     .doc = "random: each position's input drawn with the weights; exact: every window of N "
+            "positions holds each input's share within one"},
+    {.key = "seed", .type = SL_PARAM_UINT64, .min = 0, .max = -1, .offset = SL_PARAM_NOWHERE,
+     .doc = "keys the schedule and the inputs' shuffles (default: the spec's seed)"},
+    {.key = "source_column", .type = SL_PARAM_STRING, .min = 1, .max = SL_COLNAME_MAX - 1,
+     .offset = offsetof(mix_opts, column), .doc = "a column holding each sample's input index"},
+    {.key = "columns", .type = SL_PARAM_ARRAY, .min = 1, .max = SL_MAX_COLUMNS,
+     .offset = SL_PARAM_NOWHERE,
+     .doc = "the columns kept of every input (default: all, which must then be the same)"},
+    {.key = "shard", .type = SL_PARAM_ANY, .offset = SL_PARAM_NOWHERE,
+     .doc = "as a source's: every input is sharded, then blended on each rank"},
+    {.key = "", .type = SL_PARAM_INCLUDE, .fragment = parallel_params, .offset = SL_PARAM_NOWHERE},
+    {.key = "chunk", .type = SL_PARAM_INT, .min = 1, .max = 256, .offset = SL_PARAM_NOWHERE,
+     .doc = "samples per chunk (default: adaptive)"},
+    {0}};
+static const sl_param_table mix_table = {mix_params, "a mix", NULL, 0, 0};
+
+static int parse_mix_weights(sl_spec_mix *m, const cJSON *w) {
+    if (!w) {
+        for (int k = 0; k < m->n; k++)
+            m->weight[k] = 1.0;
+        return SL_OK;
+    }
+    if (cJSON_GetArraySize(w) != m->n)
+        return sl__error(SL_EINVAL, "source.weights: %d given for %d inputs (one per input)",
+                         cJSON_GetArraySize(w), m->n);
+    int k = 0, counts = 0;
+    double sum = 0;
+    for (const cJSON *it = w->child; it; it = it->next, k++) {
+        if (cJSON_IsObject(it)) {
+            const cJSON *n = cJSON_GetObjectItemCaseSensitive(it, "samples");
+            if (!cJSON_IsNumber(n) || n->valuedouble < 1 || n->valuedouble > 9007199254740992.0 ||
+                n->valuedouble != floor(n->valuedouble) || cJSON_GetArraySize(it) != 1)
+                return sl__error(SL_EINVAL, "source.weights[%d]: must be {\"samples\": N} with "
+                                            "N a whole number >= 1", k);
+            m->samples[k] = (uint64_t)n->valuedouble;
+            m->weight[k] = n->valuedouble;
+            counts++;
+        } else if (cJSON_IsNumber(it) && isfinite(it->valuedouble) && it->valuedouble > 0) {
+            m->weight[k] = it->valuedouble;
+        } else {
+            return sl__error(SL_EINVAL, "source.weights[%d]: must be a number > 0 or "
+                                        "{\"samples\": N}", k);
+        }
+        sum += m->weight[k];
+    }
+    if (counts && counts != m->n)
+        return sl__error(SL_EINVAL, "source.weights: give every input a share or every input "
+                                    "{\"samples\": N}, not both");
+    m->by_samples = counts > 0;
+    if (!m->by_samples)
+        for (k = 0; k < m->n; k++)
+            m->weight[k] /= sum;
+    return SL_OK;
+}
+
+/* Input k: a source object of its own (its shuffle; the mix shards them
+ * all and runs the ops on the blend). */
+static int parse_mix_input(sl_spec_mix *m, int k, const cJSON *obj) {
+    static const char *const refused[][2] = {
+        {"ops", "per-input ops are not supported: apply the ops after the mix (its inputs must "
+                "have the same columns)"},
+        {"shard", "shard the mix, not its inputs: each input is then sharded the same way"},
+        {"kind", "a mix within a mix is not supported: list the inputs in one mix"},
+    };
+    for (int r = 0; cJSON_IsObject(obj) && r < 3; r++)
+        if (cJSON_GetObjectItemCaseSensitive(obj, refused[r][0]))
+            return sl__error(SL_EINVAL, "source.inputs[%d].%s: %s", k, refused[r][0],
+                             refused[r][1]);
+    SL_TRY(sl_spec_create(&m->in[k]));
+    m->n = k + 1;
+    int rc = parse_source(m->in[k], obj);
+    if (rc < 0) {
+        char pre[48];
+        snprintf(pre, sizeof pre, "source.inputs[%d]: ", k);
+        return sl__error_prefix(rc, "%s", pre);
+    }
+    return SL_OK;
+}
+
+static int parse_mix(sl_spec *s, const cJSON *src) {
+    mix_opts o;
+    if (cJSON_GetObjectItemCaseSensitive(src, "shuffle"))
+        return sl__error(SL_EINVAL, "source.shuffle: a mix's order is its schedule; shuffle each "
+                                    "input (source.inputs[k].shuffle) instead");
+    SL_TRY(sl_params_read(&mix_table, src, "source", &o));
+    SL_TRY(sl_params_read(&source_table, src, "source", s)); /* parallel, chunk */
+    const cJSON *shard = cJSON_GetObjectItemCaseSensitive(src, "shard");
+    if (shard)
+        SL_TRY(parse_shard(s, shard));
+    sl_spec_mix *m = sl__calloc(1, sizeof *m);
+    if (!m)
+        return sl__oom("reading a mix");
+    int rc = SL_OK, k = 0;
+    m->stop = o.stop;
+    m->schedule = o.schedule;
+    if (o.column)
+        snprintf(m->column, sizeof m->column, "%s", o.column);
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(src, "seed");
+    if (seed) {
+        m->has_seed = 1;
+        m->seed = (uint64_t)seed->valuedouble;
+    }
+    const cJSON *cols = cJSON_GetObjectItemCaseSensitive(src, "columns");
+    for (const cJSON *it = cols ? cols->child : NULL; it; it = it->next) {
+        if (!cJSON_IsString(it) || !it->valuestring[0] ||
+            strlen(it->valuestring) >= SL_COLNAME_MAX)
+            SL_FAIL(SL_EINVAL, "source.columns[%d]: must be a column name", m->ncols);
+        snprintf(m->cols[m->ncols++], SL_COLNAME_MAX, "%s", it->valuestring);
+    }
+    for (const cJSON *it = cJSON_GetObjectItemCaseSensitive(src, "inputs")->child; it;
+         it = it->next, k++)
+        SL_CHECK(parse_mix_input(m, k, it));
+    SL_CHECK(parse_mix_weights(m, cJSON_GetObjectItemCaseSensitive(src, "weights")));
+    set_input(s, NULL);
+    s->mix = m;
+    s->shuffle = 0;
+    return SL_OK;
+cleanup:
+    mix_free(m);
+    return rc;
+}
+
+static cJSON *mix_to_cjson(const sl_spec_mix *m) {
+    static const char *const stops[] = {"never", "first_exhausted", "all_exhausted"};
+    cJSON *o = cJSON_CreateObject();
+    cJSON *in = o ? cJSON_AddArrayToObject(o, "inputs") : NULL;
+    cJSON *w = o ? cJSON_AddArrayToObject(o, "weights") : NULL;
+    int ok = in && w && cJSON_AddStringToObject(o, "kind", "mix");
+    for (int k = 0; k < m->n && ok; k++) {
+        cJSON *doc = sl_spec__to_cjson(m->in[k]); /* NULL: out of memory */
+        cJSON *src = doc ? cJSON_DetachItemFromObjectCaseSensitive(doc, "source") : NULL;
+        cJSON_Delete(doc);
+        ok = cJSON_AddItemToArray(in, src);
+        cJSON *x;
+        if (m->by_samples) {
+            x = cJSON_CreateObject();
+            ok = ok && x && cJSON_AddNumberToObject(x, "samples", (double)m->samples[k]);
+        } else {
+            x = cJSON_CreateNumber(m->weight[k]);
+        }
+        if (!ok || !cJSON_AddItemToArray(w, x)) {
+            if (!ok)
+                cJSON_Delete(src);
+            cJSON_Delete(x);
+            ok = 0;
+        }
+    }
+    ok = ok && cJSON_AddStringToObject(o, "stop", stops[m->stop]) &&
+         cJSON_AddStringToObject(o, "schedule", m->schedule == SL_MIX_EXACT ? "exact" : "random");
+    if (ok && m->has_seed)
+        ok = cJSON_AddNumberToObject(o, "seed", (double)m->seed) != NULL;
+    if (ok && m->column[0])
+        ok = cJSON_AddStringToObject(o, "source_column", m->column) != NULL;
+    cJSON *cols = ok && m->ncols ? cJSON_AddArrayToObject(o, "columns") : NULL;
+    for (int c = 0; cols && c < m->ncols && ok; c++) {
+        cJSON *x = cJSON_CreateString(m->cols[c]);
+        ok = cJSON_AddItemToArray(cols, x);
+        if (!ok)
+            cJSON_Delete(x);
+    }
+    if (m->ncols && !cols)
+        ok = 0;
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+static int mix_copy(sl_spec_mix **out, const sl_spec_mix *src) {
+    *out = NULL;
+    if (!src)
+        return SL_OK;
+    sl_spec_mix *m = sl__malloc(sizeof *m);
+    if (!m)
+        return sl__oom("copying a spec");
+    *m = *src;
+    for (int k = 0; k < src->n; k++) {
+        m->n = k;
+        int rc = sl_spec__copy(&m->in[k], src->in[k]);
+        if (rc < 0) {
+            mix_free(m);
+            return rc;
+        }
+    }
+    m->n = src->n;
+    *out = m;
     return SL_OK;
 }
 
@@ -508,10 +745,16 @@ int sl_spec__copy(sl_spec **out, const sl_spec *src) {
     s->ops = ops;
     s->nops = s->cap = 0;
     s->input = NULL;
+    s->mix = NULL;
     s->mem = sl_source__retain(src->mem);
     if (src->input && !(s->input = cJSON_Duplicate(src->input, 1))) {
         sl_spec_free(s);
         return sl__oom("copying a spec");
+    }
+    int mrc = mix_copy(&s->mix, src->mix);
+    if (mrc < 0) {
+        sl_spec_free(s);
+        return mrc;
     }
     for (int i = 0; i < src->nops; i++) {
         sl_spec_op o = src->ops[i];
@@ -575,13 +818,20 @@ cJSON *sl_spec__to_cjson(const sl_spec *s) {
     cJSON *doc = cJSON_CreateObject();
     if (!doc)
         return NULL;
-    cJSON *src = cJSON_AddObjectToObject(doc, "source");
+    cJSON *src = s->mix ? mix_to_cjson(s->mix) : cJSON_CreateObject();
+    if (!cJSON_AddItemToObject(doc, "source", src)) {
+        cJSON_Delete(src);
+        cJSON_Delete(doc);
+        return NULL;
+    }
     for (const cJSON *it = s->input ? s->input->child : NULL; it; it = it->next)
         (void)sl__json_add(src, it->string, cJSON_Duplicate(it, 1)); /* a failure is flagged */
     if (s->mem)
         cJSON_AddStringToObject(src, "memory", "samples held in memory");
-    if (s->shuffle && (s->shuffle_mode != SL_SHUFFLE_AUTO || s->shuffle_window ||
-                       s->shuffle_block)) {
+    if (s->mix) {
+        /* a mix's order is its schedule; its inputs carry their shuffles */
+    } else if (s->shuffle && (s->shuffle_mode != SL_SHUFFLE_AUTO || s->shuffle_window ||
+                              s->shuffle_block)) {
         static const char *const modes[] = {"auto", "global", "window"};
         cJSON *sh = cJSON_AddObjectToObject(src, "shuffle");
         cJSON_AddStringToObject(sh, "mode", modes[s->shuffle_mode]);
@@ -712,6 +962,10 @@ static int resolve_one(cJSON *parent, cJSON *item, const char *spec_path, const 
  * pair, and the tfrecord/webdataset path or list. */
 static int resolve_source(cJSON *src, const char *spec_path, const char *dir, size_t dirlen) {
     static const char *const keys[] = {"path", "image_folder", "tfrecord", "webdataset", "idx"};
+    cJSON *inputs = cJSON_GetObjectItemCaseSensitive(src, "inputs"); /* a mix's */
+    for (cJSON *it = cJSON_IsArray(inputs) ? inputs->child : NULL; it; it = it->next)
+        if (cJSON_IsObject(it))
+            SL_TRY(resolve_source(it, spec_path, dir, dirlen));
     for (int k = 0; k < 5; k++) {
         cJSON *v = cJSON_GetObjectItemCaseSensitive(src, keys[k]);
         char field[64];

@@ -23,10 +23,33 @@ typedef struct sl_spec_op {
 
 enum { SL_SHARD_AUTO = 0, SL_SHARD_SET = 1, SL_SHARD_ENV = 2 };
 
+/* A mixture's source ({"kind": "mix", ...}; docs/PIPELINE.md, "Mixtures"):
+ * its inputs, each a spec of its own holding its source and shuffle, and
+ * how they are blended. */
+#define SL_MIX_MAX 64
+enum { SL_MIX_STOP_NEVER = 0, SL_MIX_STOP_FIRST = 1, SL_MIX_STOP_ALL = 2 };
+enum { SL_MIX_RANDOM = 0, SL_MIX_EXACT = 1 };
+typedef struct sl_spec_mix {
+    int n;
+    struct sl_spec *in[SL_MIX_MAX]; /* input k: its source object, shuffle */
+    double weight[SL_MIX_MAX];    /* > 0 in all; with by_samples: samples[k] */
+    uint64_t samples[SL_MIX_MAX]; /* by_samples: input k's samples per epoch */
+    int by_samples;
+    int stop;                     /* SL_MIX_STOP_* */
+    int schedule;                 /* SL_MIX_RANDOM / EXACT */
+    int has_seed;
+    uint64_t seed;                /* the schedule's and the inputs' orders'
+                                     (default: the spec's seed) */
+    char column[SL_COLNAME_MAX];  /* the source-index column; "" none */
+    int ncols;                    /* "columns": keep these of every input (0: all) */
+    char cols[SL_MAX_COLUMNS][SL_COLNAME_MAX];
+} sl_spec_mix;
+
 struct sl_spec {
     cJSON *input;                /* the source object's input: the kind key and
                                     its options ({"path": ...}); NULL for memory */
     sl_source *mem;              /* a memory source (a reference) */
+    sl_spec_mix *mix;            /* a mixture of inputs (owned), or NULL */
     int shuffle;
     int shuffle_mode;            /* SL_SHUFFLE_AUTO / GLOBAL / WINDOW */
     uint64_t shuffle_window;     /* window mode: positions per window (0: default) */

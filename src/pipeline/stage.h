@@ -543,6 +543,61 @@ typedef struct sl_src_shuffle {
     int gperm_valid;
 } sl_src_shuffle;
 
+/* ---- mix_schedule.c: which input each position of a mixture takes ---------------- */
+
+/* A mixture's schedule (docs/PIPELINE.md, "Mixtures"): for each stream
+ * position of an epoch on this rank, the input it takes, from the weights,
+ * the stop rule and the seed alone. The same on every rank (ranks blend
+ * their own slices of each input), any thread count, any timing. */
+typedef struct sl_mix_schedule {
+    int n;
+    int exact;                    /* SL_MIX_EXACT: credits; else random draws */
+    int stop;                     /* SL_MIX_STOP_* */
+    int by_samples;               /* quota[k] draws of input k per epoch */
+    uint64_t seed;
+    uint64_t w[SL_MIX_MAX];       /* integer weights (the shares scaled, or the quotas) */
+    uint64_t quota[SL_MIX_MAX];   /* by_samples: draws of input k per epoch */
+    uint64_t limit[SL_MIX_MAX];   /* positions of input k before it runs out */
+} sl_mix_schedule;
+
+/* Where a schedule is: position `pos` of `epoch`, each input's draws so far
+ * (its own position), which inputs are left. O(n). */
+typedef struct sl_mix_state {
+    uint64_t epoch, pos;
+    uint64_t count[SL_MIX_MAX];
+    __int128 credit[SL_MIX_MAX];  /* exact: weight earned minus draws taken */
+    uint64_t live;                /* bit k: input k may still be drawn */
+    int done;                     /* the epoch has ended (stop rule) */
+} sl_mix_state;
+
+/* Fill the integer weights from shares (sum 1) or quotas. */
+void sl_mix__init(sl_mix_schedule *m, const double *shares, const uint64_t *quotas);
+/* Positions of an epoch at most (per_epoch): every input's quota, or the
+ * limits' sum. */
+uint64_t sl_mix__epoch_len(const sl_mix_schedule *m);
+/* The state at the start of `epoch`. */
+void sl_mix__start(const sl_mix_schedule *m, sl_mix_state *st, uint64_t epoch);
+/* The input that position st->pos takes (then st->pos, its count advance),
+ * or -1 when the epoch has ended there (the stop rule). */
+int sl_mix__next(const sl_mix_schedule *m, sl_mix_state *st);
+/* Move st to position `pos` of `epoch` (forward from where it is, or replayed
+ * from the epoch's start: O(pos n) once, at a restore). */
+void sl_mix__seek(const sl_mix_schedule *m, sl_mix_state *st, uint64_t epoch, uint64_t pos);
+
+struct sl_stage_src;
+/* A source stage's mixture: the schedule, each input's own order over its
+ * records (offset in the concatenated source, sl_source__concat), and what
+ * each input got. */
+typedef struct sl_src_mix {
+    sl_mix_schedule sched;
+    sl_mix_state at;              /* the readers' position (cur.mu) */
+    int n;
+    struct sl_stage_src *in;      /* n: input k's order (record_at) */
+    uint64_t off[SL_MIX_MAX + 1];
+    uint64_t drawn[SL_MIX_MAX];   /* positions each input took so far (cur.mu) */
+    double share[SL_MIX_MAX];     /* the weights asked for (normalised) */
+} sl_src_mix;
+
 /* A source stage's own state (its `self`): which records, in what order,
  * for this rank. */
 typedef struct sl_stage_src {
@@ -559,6 +614,7 @@ typedef struct sl_stage_src {
     uint64_t per_epoch;           /* per_pass * repeat */
     sl_src_cursor cur;
     sl_src_shuffle shuf;
+    sl_src_mix *mix;              /* a mixture's inputs and schedule, or NULL */
 } sl_stage_src;
 
 /* Open the spec's source (or take its memory source) into s, zeroed; cols:
@@ -576,7 +632,11 @@ void sl_stage_src__close(sl_stage_src *s);      /* accepts one never opened */
 uint64_t sl_stage_src__end_epoch(sl_stage_src *s);
 void sl_stage_src__want(sl_stage_src *s, uint64_t end, uint64_t ahead);
 void sl_stage_src__rewind(sl_stage_src *s, uint64_t epoch, uint64_t ahead);
-/* "source KIND NAME (N records, shuffled ..., shard ...)" for explain. */
+/* "source KIND NAME (N records, shuffled ..., shard ...)" for explain; a
+ * mixture adds a line per input. */
 void sl_stage_src__describe(const sl_stage_src *s, char *buf, size_t cap);
+/* A mixture's inputs for stats: {"schedule", "stop", "inputs": [{"name",
+ * "weight", "samples", "share"}]} added to obj as "mix"; nothing otherwise. */
+int sl_stage_src__mix_json(sl_stage_src *s, cJSON *obj);
 
 #endif /* SL_STAGE_H */

@@ -75,6 +75,80 @@ static uint64_t record_at(sl_stage_src *p, uint64_t epoch, uint64_t pos, uint64_
     return idx;
 }
 
+/* The records (and keys) at positions q[0..n) of source s's own stream in
+ * `epoch`, q ascending (cur.mu held): record_at's values, the global
+ * order's bijection computed n at a time over each run of one pass
+ * (sl_feistel_fwd_n), as order_chunk does for a stream of one source. */
+static void order_positions(sl_stage_src *s, uint64_t epoch, const uint64_t *q, uint64_t *rec,
+                            uint64_t *key, size_t n) {
+    if (s->shuf.window_mode) {
+        for (size_t i = 0; i < n; i++)
+            rec[i] = record_at(s, epoch, q[i], &key[i]);
+        return;
+    }
+    const uint64_t m = s->nbase, stride = (uint64_t)s->shard_count;
+    for (size_t i = 0; i < n;) {
+        uint64_t rep = q[i] / s->per_pass;
+        size_t e = i;
+        for (; e < n && q[e] / s->per_pass == rep; e++)
+            rec[e] = ((q[e] % s->per_pass) * stride + (uint64_t)s->shard_index) % m;
+        if (s->shuf.on)
+            sl_feistel_fwd_n(global_order(s, epoch, rep), rec + i, e - i);
+        for (size_t k = i; k < e; k++) {
+            if (s->base)
+                rec[k] = s->base[rec[k]];
+            key[k] = rec[k] + rep * s->nrecords;
+        }
+        i = e;
+    }
+}
+
+/* A mixture's positions [pos, pos + n) into chunk `c` (cur.mu held): the
+ * schedule names each position's input k, whose own next position maps
+ * through its own order (its shard, its shuffle, a new pass when it wraps)
+ * to one of its records, numbered in the concatenated source; each input's
+ * positions of the chunk are mapped together (order_positions). The key
+ * that random ops draw with is the input's own (record and pass) times the
+ * number of inputs, plus k. Returns the positions made: fewer than n when
+ * the stop rule ends the epoch. */
+static uint64_t order_mix(sl_stage_src *p, sl_chunk *c, uint64_t pos, uint64_t n) {
+    enum { PIECE = 256 };
+    sl_src_mix *m = p->mix;
+    sl_mix__seek(&m->sched, &m->at, c->epoch, pos);
+    uint64_t made = 0;
+    for (; made < n; made++) { /* the schedule: input k in key, k's position in index */
+        int k = sl_mix__next(&m->sched, &m->at);
+        if (k < 0)
+            break;
+        c->key[made] = (uint64_t)k;
+        c->s[made].index = m->at.count[k] - 1;
+        m->drawn[k]++;
+    }
+    uint64_t q[PIECE], rec[PIECE], key[PIECE];
+    uint32_t at[PIECE];
+    for (int k = 0; k < m->n; k++) {
+        uint64_t i = 0;
+        while (i < made) {
+            size_t cnt = 0;
+            for (; i < made && cnt < PIECE; i++)
+                if (c->key[i] == (uint64_t)k) {
+                    at[cnt] = (uint32_t)i;
+                    q[cnt++] = c->s[i].index;
+                }
+            order_positions(&m->in[k], c->epoch, q, rec, key, cnt);
+            for (size_t j = 0; j < cnt; j++) {
+                c->s[at[j]].index = m->off[k] + rec[j];
+                c->pos[at[j]] = key[j] * (uint64_t)m->n + (uint64_t)k; /* the key, for now */
+            }
+        }
+    }
+    for (uint64_t i = 0; i < made; i++) {
+        c->key[i] = c->pos[i];
+        c->pos[i] = pos + i;
+    }
+    return made;
+}
+
 /* The same for positions [pos, pos + n) into chunk `c` (its pos, key and
  * samples' index; cur.mu held): in order or global, each pass's span of the
  * chunk at once, the bijection computed n at a time (sl_feistel_fwd_n), with
@@ -149,7 +223,21 @@ static sl_chunk *cut_range(sl_stage *st, uint64_t *n_out) {
     }
     c->seq = p->cur.seq++;
     c->epoch = p->cur.epoch;
-    if (p->cur.pos >= p->per_epoch) {
+    uint64_t n = 0;
+    if (p->cur.pos < p->per_epoch) {
+        n = (uint64_t)atomic_load_explicit(e->chunk_size, memory_order_relaxed);
+        if (e->layout->collation->whole_batches) /* one chunk = one batch: cut at its boundaries */
+            n = (uint64_t)e->plan->batch_size - p->cur.pos % (uint64_t)e->plan->batch_size;
+        if (n > p->per_epoch - p->cur.pos)
+            n = p->per_epoch - p->cur.pos;
+        if (n > c->cap)
+            n = c->cap;
+        if (p->mix) /* the stop rule may end the epoch before per_epoch */
+            n = order_mix(p, c, p->cur.pos, n);
+        else
+            order_chunk(p, c, p->cur.pos, n);
+    }
+    if (n == 0) {
         c->kind = SL_CHUNK_END;
         p->cur.epoch++;
         p->cur.pos = 0;
@@ -158,14 +246,6 @@ static sl_chunk *cut_range(sl_stage *st, uint64_t *n_out) {
         pthread_mutex_unlock(&p->cur.mu);
         return c;
     }
-    uint64_t n = (uint64_t)atomic_load_explicit(e->chunk_size, memory_order_relaxed);
-    if (e->layout->collation->whole_batches) /* one chunk = one batch: cut at its boundaries */
-        n = (uint64_t)e->plan->batch_size - p->cur.pos % (uint64_t)e->plan->batch_size;
-    if (n > p->per_epoch - p->cur.pos)
-        n = p->per_epoch - p->cur.pos;
-    if (n > c->cap)
-        n = c->cap;
-    order_chunk(p, c, p->cur.pos, n);
     /* Remote reads by ranges: hint this chunk and READ_AHEAD records past
      * it, in the order they will be read (the permutation is known), so
      * that their requests are in flight before a thread asks. Only within
@@ -173,7 +253,7 @@ static sl_chunk *cut_range(sl_stage *st, uint64_t *n_out) {
      * permutation). */
     uint64_t ahead[READ_AHEAD];
     uint32_t nahead = 0;
-    if (sl_source__reads_ahead(p->src)) {
+    if (sl_source__reads_ahead(p->src) && !p->mix) {
         if (p->cur.ra_epoch != c->epoch || p->cur.ra_pos < p->cur.pos) {
             p->cur.ra_epoch = c->epoch;
             p->cur.ra_pos = p->cur.pos;
@@ -407,13 +487,54 @@ static void source_colset(const sl_source *src, sl_colset *out) {
     }
 }
 
+/* A mixture: each input's own source, and the concatenation of them the
+ * readers read (sl_source__concat: one record numbering, the schema check,
+ * the source column). */
+static int open_mix(sl_stage_src *s, const sl_spec *spec) {
+    const sl_spec_mix *ms = spec->mix;
+    sl_src_mix *m = sl__calloc(1, sizeof *m);
+    if (!m)
+        return sl__oom("opening a mix");
+    s->mix = m;
+    if (!(m->in = sl__calloc((size_t)ms->n, sizeof *m->in)))
+        return sl__oom("opening a mix");
+    sl_source *srcs[SL_MIX_MAX];
+    char labels[SL_MIX_MAX][160];
+    const char *lp[SL_MIX_MAX];
+    for (int k = 0; k < ms->n; k++) {
+        char field[48];
+        snprintf(field, sizeof field, "source.inputs[%d]", k);
+        SL_TRY(sl_source__open_json(&m->in[k].src, ms->in[k]->input, field));
+        m->n = k + 1;
+        srcs[k] = m->in[k].src;
+        m->in[k].nrecords = srcs[k]->count;
+        m->share[k] = ms->weight[k];
+        snprintf(labels[k], sizeof labels[k], "%.150s", sl_source_name(srcs[k]));
+        lp[k] = labels[k];
+    }
+    if (ms->by_samples) { /* the shares the quotas make */
+        double total = 0;
+        for (int k = 0; k < ms->n; k++)
+            total += ms->weight[k];
+        for (int k = 0; k < ms->n; k++)
+            m->share[k] = ms->weight[k] / total;
+    }
+    const char *keep[SL_MAX_COLUMNS];
+    for (int c = 0; c < ms->ncols; c++)
+        keep[c] = ms->cols[c];
+    return sl_source__concat(&s->src, srcs, lp, ms->n, ms->ncols ? keep : NULL, ms->ncols,
+                             ms->column);
+}
+
 int sl_stage_src__open(sl_stage_src *s, const sl_spec *spec, sl_colset *cols) {
     pthread_mutex_init(&s->cur.mu, NULL);
     pthread_cond_init(&s->cur.cv, NULL);
     s->opened = 1;
     s->seed = spec->seed;
     s->shuf.on = spec->shuffle;
-    if (spec->mem) {
+    if (spec->mix) {
+        SL_TRY(open_mix(s, spec));
+    } else if (spec->mem) {
         s->src = sl_source__retain(spec->mem);
     } else {
         if (!spec->input)
@@ -513,29 +634,29 @@ static int setup_shard(sl_stage_src *s, const sl_spec *spec) {
     return SL_OK;
 }
 
-int sl_stage_src__plan(sl_stage_src *s, const sl_spec *spec, const sl_plan *plan,
-                       uint64_t needed) {
-    SL_TRY(apply_pushed(s, plan));
-    SL_TRY(setup_shard(s, spec));
-    uint64_t m = s->nbase, w = (uint64_t)s->shard_count, k = (uint64_t)s->shard_index;
+/* Samples per pass of this rank's slice of m records (its shard). */
+static uint64_t rank_pass(const sl_stage_src *s, uint64_t m) {
+    uint64_t w = (uint64_t)s->shard_count, k = (uint64_t)s->shard_index;
     if (m == 0)
-        s->per_pass = 0;
-    else if (s->shard_equal == SL_SHARD_PAD)
-        s->per_pass = (m + w - 1) / w;
-    else if (s->shard_equal == SL_SHARD_DROP)
-        s->per_pass = m / w;
-    else
-        s->per_pass = k < m ? (m - k + w - 1) / w : 0;
-    s->per_epoch = s->per_pass * (uint64_t)plan->repeat;
-    if (s->per_epoch > needed)
-        s->per_epoch = needed;
-    /* mode "auto": the global order (a keyed bijection: O(1) memory at any
-     * size) unless the source is remote and large, where a rank reading its
-     * own blocks (window) fetches far fewer shards than one scattered over
-     * all of them (docs/PIPELINE.md, "Shuffle") */
-    s->shuf.window_mode = spec->shuffle &&
-                          (spec->shuffle_mode == SL_SHUFFLE_WINDOW ||
-                           (spec->shuffle_mode == SL_SHUFFLE_AUTO &&
+        return 0;
+    if (s->shard_equal == SL_SHARD_PAD)
+        return (m + w - 1) / w;
+    if (s->shard_equal == SL_SHARD_DROP)
+        return m / w;
+    return k < m ? (m - k + w - 1) / w : 0;
+}
+
+/* The shuffle order's mode for s, the shuffle of `sh` (the spec's, or a mix
+ * input's). Mode "auto": the global order (a keyed bijection: O(1) memory at
+ * any size) unless the source is remote and large, where a rank reading its
+ * own blocks (window) fetches far fewer shards than one scattered over all
+ * of them (docs/PIPELINE.md, "Shuffle"). */
+static void order_mode(sl_stage_src *s, const sl_spec *sh) {
+    uint64_t m = s->nbase;
+    s->shuf.on = sh->shuffle;
+    s->shuf.window_mode = sh->shuffle &&
+                          (sh->shuffle_mode == SL_SHUFFLE_WINDOW ||
+                           (sh->shuffle_mode == SL_SHUFFLE_AUTO &&
                             ((m > SL_SHUFFLE_GLOBAL_MAX && sl_source__remote(s->src)) ||
                              s->src->locality)));
     /* a global shuffle reads all over the source: it may keep its records
@@ -544,10 +665,68 @@ int sl_stage_src__plan(sl_stage_src *s, const sl_spec *spec, const sl_plan *plan
     if (spec->shuffle && !s->shuf.window_mode && needed >= m)
         sl_source__hold_for_random(s->src, sl_spec__memory_limit(spec) / 4);
     if (s->shuf.window_mode) /* a source's locality (Parquet row groups): the defaults */
-        sl_pipeline__window_sizes(spec->shuffle_window ? spec->shuffle_window
-                                                       : s->src->locality_window,
-                                  spec->shuffle_block ? spec->shuffle_block : s->src->locality,
+        sl_pipeline__window_sizes(sh->shuffle_window ? sh->shuffle_window
+                                                     : s->src->locality_window,
+                                  sh->shuffle_block ? sh->shuffle_block : s->src->locality,
                                   &s->shuf.window, &s->shuf.block);
+}
+
+/* A mixture's plan: every input sharded the mix's way (shard, then blend:
+ * each rank reads only its slice of each input and blends them with the
+ * schedule every rank shares), its own order keyed by a seed of its own,
+ * how far it goes before it runs out; the schedule; the epoch's length. */
+static int plan_mix(sl_stage_src *s, const sl_spec *spec, const sl_plan *plan, uint64_t needed) {
+    const sl_spec_mix *ms = spec->mix;
+    sl_src_mix *m = s->mix;
+    uint64_t seed = ms->has_seed ? ms->seed : spec->seed;
+    sl_mix_schedule *sc = &m->sched;
+    sc->n = m->n;
+    sc->exact = ms->schedule == SL_MIX_EXACT;
+    sc->stop = ms->stop;
+    sc->by_samples = ms->by_samples;
+    sc->seed = sl_mix64(seed ^ 0x6d69785f73636864ull); /* "mix_schd" */
+    uint64_t quota[SL_MIX_MAX];
+    for (int k = 0; k < m->n; k++) {
+        sl_stage_src *in = &m->in[k];
+        m->off[k + 1] = m->off[k] + in->nrecords;
+        in->shard_index = s->shard_index;
+        in->shard_count = s->shard_count;
+        in->shard_equal = s->shard_equal;
+        in->nbase = in->nrecords;
+        in->per_pass = rank_pass(in, in->nrecords);
+        if (in->per_pass == 0)
+            return sl__error(SL_EINVAL, "source.inputs[%d] (%s): no records for rank %lld of "
+                             "%lld; give every input at least as many records as ranks",
+                             k, in->src->name, (long long)s->shard_index,
+                             (long long)s->shard_count);
+        in->per_epoch = in->per_pass * (uint64_t)plan->repeat;
+        in->seed = sl_mix64(seed + 0x9e3779b97f4a7c15ull * (uint64_t)(k + 1));
+        order_mode(in, ms->in[k]);
+        sc->limit[k] = in->per_epoch;
+        quota[k] = rank_pass(s, ms->samples[k]) * (uint64_t)plan->repeat;
+    }
+    sl_mix__init(sc, m->share, quota);
+    s->nbase = s->nrecords;
+    s->per_epoch = sl_mix__epoch_len(sc);
+    if (s->per_epoch > needed)
+        s->per_epoch = needed;
+    s->per_pass = s->per_epoch ? s->per_epoch : 1;
+    sl_mix__start(sc, &m->at, 0);
+    s->cur.end_epoch = (uint64_t)spec->epochs;
+    return SL_OK;
+}
+
+int sl_stage_src__plan(sl_stage_src *s, const sl_spec *spec, const sl_plan *plan,
+                       uint64_t needed) {
+    SL_TRY(setup_shard(s, spec));
+    if (s->mix)
+        return plan_mix(s, spec, plan, needed);
+    SL_TRY(apply_pushed(s, plan));
+    s->per_pass = rank_pass(s, s->nbase);
+    s->per_epoch = s->per_pass * (uint64_t)plan->repeat;
+    if (s->per_epoch > needed)
+        s->per_epoch = needed;
+    order_mode(s, spec);
     s->cur.end_epoch = (uint64_t)spec->epochs;
     return SL_OK;
 }
@@ -555,6 +734,12 @@ int sl_stage_src__plan(sl_stage_src *s, const sl_spec *spec, const sl_plan *plan
 void sl_stage_src__close(sl_stage_src *s) {
     if (!s->opened)
         return;
+    if (s->mix) {
+        for (int k = 0; k < s->mix->n; k++)
+            sl_source__release(s->mix->in[k].src);
+        sl__free(s->mix->in);
+        sl__free(s->mix);
+    }
     sl_source__release(s->src);
     sl__free(s->base);
     pthread_mutex_destroy(&s->cur.mu);
@@ -593,8 +778,33 @@ void sl_stage_src__rewind(sl_stage_src *s, uint64_t epoch, uint64_t ahead) {
     pthread_mutex_unlock(&s->cur.mu);
 }
 
+static void describe_mix(const sl_stage_src *s, char *buf, size_t cap) {
+    static const char *const stops[] = {"never", "first_exhausted", "all_exhausted"};
+    const sl_src_mix *m = s->mix;
+    size_t n = (size_t)snprintf(buf, cap, "source mix of %d inputs (schedule %s, stop %s, %llu "
+                                "positions per epoch on this rank)\n", m->n,
+                                m->sched.exact ? "exact" : "random", stops[m->sched.stop],
+                                (unsigned long long)s->per_epoch);
+    for (int k = 0; k < m->n && n < cap; k++) {
+        n += (size_t)snprintf(buf + n, cap - n, "  input %d, share %.4f", k, m->share[k]);
+        if (n < cap && m->sched.by_samples)
+            n += (size_t)snprintf(buf + n, cap - n, " (%llu samples per epoch)",
+                                  (unsigned long long)m->sched.quota[k]);
+        if (n < cap)
+            n += (size_t)snprintf(buf + n, cap - n, ": ");
+        if (n < cap) {
+            sl_stage_src__describe(&m->in[k], buf + n, cap - n);
+            n += strlen(buf + n);
+        }
+    }
+}
+
 void sl_stage_src__describe(const sl_stage_src *s, char *buf, size_t cap) {
     static const char *const eq[] = {"pad", "drop", "none"};
+    if (s->mix) {
+        describe_mix(s, buf, cap);
+        return;
+    }
     size_t n = (size_t)snprintf(buf, cap, "source %s %s (%llu records", sl_source_kind(s->src),
                                 sl_source_name(s->src), (unsigned long long)s->nrecords);
     if (n < cap && s->shuf.window_mode)
@@ -609,4 +819,34 @@ void sl_stage_src__describe(const sl_stage_src *s, char *buf, size_t cap) {
                               eq[s->shard_equal]);
     if (n < cap)
         snprintf(buf + n, cap - n, ")\n");
+}
+
+int sl_stage_src__mix_json(sl_stage_src *s, cJSON *obj) {
+    static const char *const stops[] = {"never", "first_exhausted", "all_exhausted"};
+    sl_src_mix *m = s->mix;
+    if (!m)
+        return SL_OK;
+    uint64_t drawn[SL_MIX_MAX], total = 0;
+    pthread_mutex_lock(&s->cur.mu);
+    for (int k = 0; k < m->n; k++)
+        total += drawn[k] = m->drawn[k];
+    pthread_mutex_unlock(&s->cur.mu);
+    cJSON *o = cJSON_AddObjectToObject(obj, "mix");
+    cJSON *arr = o ? cJSON_AddArrayToObject(o, "inputs") : NULL;
+    if (!arr || !cJSON_AddStringToObject(o, "schedule", m->sched.exact ? "exact" : "random") ||
+        !cJSON_AddStringToObject(o, "stop", stops[m->sched.stop]))
+        return sl__oom("writing a mix's stats");
+    for (int k = 0; k < m->n; k++) {
+        cJSON *e = cJSON_CreateObject();
+        if (!e || !cJSON_AddItemToArray(arr, e)) {
+            cJSON_Delete(e);
+            return sl__oom("writing a mix's stats");
+        }
+        if (!cJSON_AddStringToObject(e, "name", sl_source_name(m->in[k].src)) ||
+            !cJSON_AddNumberToObject(e, "weight", m->share[k]) ||
+            !cJSON_AddNumberToObject(e, "samples", (double)drawn[k]) ||
+            !cJSON_AddNumberToObject(e, "share", total ? (double)drawn[k] / (double)total : 0))
+            return sl__oom("writing a mix's stats");
+    }
+    return SL_OK;
 }

@@ -257,6 +257,10 @@ int sl_pipeline_stats_json(const sl_pipeline *p, char *buf, size_t cap, size_t *
     cJSON_AddNumberToObject(doc, "batches_in_flight", (double)st.batches_in_flight);
     cJSON_AddNumberToObject(doc, "pool_bytes", (double)st.pool_bytes);
     cJSON_AddNumberToObject(doc, "pool_free_bytes", (double)st.pool_free_bytes);
+    if (sl_stage_src__mix_json(x->in, doc) < 0) { /* a mixture: each input's share */
+        cJSON_Delete(doc);
+        return SL_ENOMEM;
+    }
     uint64_t qtotal = 0;
     for (int i = 0; i < st.nstages; i++)
         qtotal += st.queue_bytes[i];
@@ -381,7 +385,7 @@ static void node_text(strbuf *b, const sl_pnode *nd) {
 }
 
 static void source_text(strbuf *b, const sl_exec *x) {
-    char line[512];
+    char line[8192]; /* a mixture: a line per input */
     sl_stage_src__describe(x->in, line, sizeof line);
     sb_printf(b, "%s", line);
 }
@@ -424,6 +428,10 @@ int sl_pipeline_explain_json(const sl_pipeline *p, char *buf, size_t cap, size_t
             cJSON_Delete(o);
     }
     cJSON_AddNumberToObject(doc, "batches_per_epoch", (double)sl_pipeline_len(p));
+    if (sl_stage_src__mix_json(x->in, doc) < 0) { /* a mixture: its inputs and shares */
+        cJSON_Delete(doc);
+        return SL_ENOMEM;
+    }
     return sl__json_copy_out(doc, buf, cap, len_out, "explaining a pipeline");
 }
 

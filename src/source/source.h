@@ -474,6 +474,20 @@ int sl_source__sniff_parquet(const char *path, int is_dir, const uint8_t *head, 
 /* A Parquet file's footer is its index: checked, nothing written. */
 int sl_source__index_parquet(const char *path, const cJSON *opts);
 
+/* Several opened sources as one (source_concat.c): record i is record
+ * i - offset[k] of input k, in[k]'s columns mapped onto in[0]'s order (or
+ * only the `nkeep` columns named in `keep`, in that order; keep NULL: all).
+ * The inputs must agree on those columns' names, types, dtypes and fixed
+ * shapes: a mismatch is SL_EINVAL naming both inputs (labels[k]: how the
+ * caller names input k) and the column. `source_col` (NULL or "": none)
+ * adds an int64 column holding the input's index. Takes a reference to
+ * each input. */
+int sl_source__concat(sl_source **out, sl_source *const *in, const char *const *labels, int n,
+                      const char *const *keep, int nkeep, const char *source_col);
+/* Which input of concatenation `s` holds its record i (and, if rec is not
+ * NULL, that input's record number). */
+int sl_source__concat_input(const sl_source *s, uint64_t i, uint64_t *rec);
+
 /* Helpers for implementations. */
 /* Add a column; SL_EINVAL when the name is empty, too long or taken, or
  * there are already SL_MAX_COLUMNS. */

@@ -1,0 +1,134 @@
+/*
+ * mix_schedule.c — a mixture's schedule: which input each stream position
+ * of an epoch takes (docs/PIPELINE.md, "Mixtures"). A pure function of the
+ * weights, the stop rule, the seed, the epoch and the position, so the
+ * blend is the same for any thread count, any timing and after a restore,
+ * and every rank (which blends its own slice of each input) has the same.
+ *
+ * "random" draws each position's input with the weights from a generator
+ * keyed by (seed, epoch, position): tf.data's sample_from_datasets. With
+ * counts per epoch ({"samples": N}) the draw is over the samples each input
+ * has left, so an epoch holds exactly N of input k in a random order
+ * (Streaming's `choose`).
+ *
+ * "exact" is smooth weighted round robin: each position every input left
+ * earns its weight in credit, the one with the most credit takes the
+ * position and pays the total. Input k's count after p positions then stays
+ * within one of p * share (its credit is bounded), so every window of N
+ * consecutive positions holds floor(N * share) - 1 .. ceil(N * share) + 1 of
+ * it (tests/pipeline/test_mix_schedule.c checks every window), and with
+ * counts per epoch exactly N of input k. Ties go to the input first in an
+ * order rotated by (seed, epoch): the seed keys the schedule.
+ *
+ * Stop rules (an input "runs out" after limit[k] positions, its records on
+ * this rank times the repeat): never — it does not, its order wraps into a
+ * new pass with a new shuffle; first_exhausted — the epoch ends at the
+ * first position whose input has run out (tf.data's
+ * stop_on_empty_dataset=True); all_exhausted — an input that runs out is
+ * left out and the others share its weight, the epoch ending when all have
+ * (tf.data's default, stop_on_empty_dataset=False).
+ */
+#include "pipeline/stage.h"
+
+#include <math.h>
+#include <string.h>
+
+#define MIX_OP 0xfffffffffffffff3ull /* the schedule's op id in sl_rng_init */
+#define SHARE_SCALE 1099511627776.0  /* 2^40: a share as an integer weight */
+
+void sl_mix__init(sl_mix_schedule *m, const double *shares, const uint64_t *quotas) {
+    for (int k = 0; k < m->n; k++) {
+        if (m->by_samples) {
+            m->quota[k] = quotas[k];
+            m->w[k] = quotas[k];
+        } else {
+            long long w = llround(shares[k] * SHARE_SCALE);
+            m->w[k] = w < 1 ? 1 : (uint64_t)w;
+        }
+    }
+}
+
+uint64_t sl_mix__epoch_len(const sl_mix_schedule *m) {
+    uint64_t len = 0;
+    for (int k = 0; k < m->n; k++) {
+        if (m->stop == SL_MIX_STOP_NEVER)
+            len += m->by_samples ? m->quota[k] : m->limit[k];
+        else
+            len += m->by_samples && m->quota[k] < m->limit[k] ? m->quota[k] : m->limit[k];
+    }
+    return len;
+}
+
+void sl_mix__start(const sl_mix_schedule *m, sl_mix_state *st, uint64_t epoch) {
+    memset(st, 0, sizeof *st);
+    st->epoch = epoch;
+    st->live = m->n >= 64 ? ~0ull : (1ull << m->n) - 1;
+    for (int k = 0; k < m->n; k++)
+        if ((m->by_samples && m->quota[k] == 0) ||
+            (m->stop == SL_MIX_STOP_ALL && m->limit[k] == 0))
+            st->live &= ~(1ull << k);
+}
+
+/* The tie-break order's first input for `epoch`: the seed keys it. */
+static int rotation(const sl_mix_schedule *m, uint64_t epoch) {
+    return (int)(sl_mix64(m->seed ^ sl_mix64(epoch + MIX_OP)) % (uint64_t)m->n);
+}
+
+static int pick_exact(const sl_mix_schedule *m, sl_mix_state *st) {
+    __int128 total = 0;
+    for (int k = 0; k < m->n; k++)
+        if (st->live >> k & 1) {
+            st->credit[k] += m->w[k];
+            total += m->w[k];
+        }
+    int rot = rotation(m, st->epoch), best = -1;
+    for (int j = 0; j < m->n; j++) {
+        int k = (j + rot) % m->n;
+        if ((st->live >> k & 1) && (best < 0 || st->credit[k] > st->credit[best]))
+            best = k;
+    }
+    st->credit[best] -= total;
+    return best;
+}
+
+static int pick_random(const sl_mix_schedule *m, sl_mix_state *st) {
+    uint64_t w[SL_MIX_MAX], total = 0;
+    for (int k = 0; k < m->n; k++) {
+        w[k] = !(st->live >> k & 1) ? 0 : m->by_samples ? m->quota[k] - st->count[k] : m->w[k];
+        total += w[k];
+    }
+    sl_rng r;
+    sl_rng_init(&r, m->seed, st->epoch, st->pos, MIX_OP);
+    uint64_t u = sl_rng_below(&r, total);
+    int k = 0;
+    while (u >= w[k]) {
+        u -= w[k];
+        k++;
+    }
+    return k;
+}
+
+int sl_mix__next(const sl_mix_schedule *m, sl_mix_state *st) {
+    if (st->done || st->live == 0) {
+        st->done = 1;
+        return -1;
+    }
+    int k = m->exact ? pick_exact(m, st) : pick_random(m, st);
+    if (m->stop == SL_MIX_STOP_FIRST && st->count[k] >= m->limit[k]) {
+        st->done = 1; /* tf.data's stop_on_empty_dataset: the drawn input is empty */
+        return -1;
+    }
+    st->count[k]++;
+    st->pos++;
+    if ((m->by_samples && st->count[k] >= m->quota[k]) ||
+        (m->stop == SL_MIX_STOP_ALL && st->count[k] >= m->limit[k]))
+        st->live &= ~(1ull << k);
+    return k;
+}
+
+void sl_mix__seek(const sl_mix_schedule *m, sl_mix_state *st, uint64_t epoch, uint64_t pos) {
+    if (st->epoch != epoch || st->pos > pos)
+        sl_mix__start(m, st, epoch);
+    while (st->pos < pos && sl_mix__next(m, st) >= 0) {
+    }
+}

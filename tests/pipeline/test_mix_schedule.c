@@ -1,0 +1,255 @@
+/* A mixture's schedule (mix_schedule.c): the random schedule's proportions
+ * within binomial bounds over 10^6 draws, the exact schedule's share within
+ * one over every window, counts per epoch met exactly, the three stop
+ * rules, and a seek landing where the walk does; and a mixture's pipeline:
+ * the same batches for any thread count and after a resume, its schema
+ * check. */
+#include "pipeline/stage.h"
+#include "pipe_util.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void sched_make(sl_mix_schedule *m, int n, const double *share, const uint64_t *quota,
+                       const uint64_t *limit, int exact, int stop) {
+    memset(m, 0, sizeof *m);
+    m->n = n;
+    m->exact = exact;
+    m->stop = stop;
+    m->by_samples = quota != NULL;
+    m->seed = 1234;
+    for (int k = 0; k < n; k++)
+        m->limit[k] = limit ? limit[k] : 1000000000ull;
+    sl_mix__init(m, share, quota);
+}
+
+/* Walk a whole epoch from its start: positions per input into count[],
+ * the epoch's length returned. */
+static uint64_t drain(const sl_mix_schedule *m, sl_mix_state *st, uint64_t *count) {
+    uint64_t n = 0;
+    int k;
+    sl_mix__start(m, st, 0);
+    memset(count, 0, (size_t)m->n * sizeof *count);
+    while ((k = sl_mix__next(m, st)) >= 0) {
+        count[k]++;
+        n++;
+    }
+    return n;
+}
+
+/* 10^6 draws of the random schedule: each input's count within 5 standard
+ * deviations of n p (a binomial: a false failure once in ~3.5 million runs). */
+SL_TEST(pipeline_mix_schedule__random_within_binomial_bounds) {
+    const double share[3] = {0.7, 0.2, 0.1};
+    sl_mix_schedule m;
+    sched_make(&m, 3, share, NULL, NULL, 0, SL_MIX_STOP_NEVER);
+    for (uint64_t epoch = 0; epoch < 2; epoch++) {
+        sl_mix_state st;
+        sl_mix__start(&m, &st, epoch);
+        const uint64_t n = 1000000;
+        uint64_t count[3] = {0};
+        for (uint64_t i = 0; i < n; i++) {
+            int k = sl_mix__next(&m, &st);
+            ASSERT(k >= 0 && k < 3);
+            count[k]++;
+        }
+        for (int k = 0; k < 3; k++) {
+            double mean = n * share[k], sd = sqrt(n * share[k] * (1 - share[k]));
+            ASSERT(fabs((double)count[k] - mean) < 5 * sd);
+        }
+    }
+}
+
+/* The exact schedule over weights of many kinds: in every window of N
+ * consecutive positions (all starts, N up to 1000) input k appears
+ * floor(N s_k) - 1 .. ceil(N s_k) + 1 times. */
+SL_TEST(pipeline_mix_schedule__exact_within_one_over_every_window) {
+    const double shares[][4] = {
+        {0.7, 0.3}, {0.5, 0.5}, {1.0 / 3, 1.0 / 3, 1.0 / 3}, {0.6, 0.25, 0.1, 0.05},
+        {0.999, 0.001}, {0.41, 0.37, 0.22},
+    };
+    const int ns[] = {2, 2, 3, 4, 2, 3};
+    const uint64_t L = 6000;
+    uint64_t *pre = malloc((L + 1) * 4 * sizeof *pre);
+    for (int t = 0; t < 6; t++) {
+        sl_mix_schedule m;
+        sched_make(&m, ns[t], shares[t], NULL, NULL, 1, SL_MIX_STOP_NEVER);
+        sl_mix_state st;
+        sl_mix__start(&m, &st, 3);
+        memset(pre, 0, (L + 1) * 4 * sizeof *pre);
+        for (uint64_t p = 0; p < L; p++) {
+            int k = sl_mix__next(&m, &st);
+            ASSERT(k >= 0);
+            for (int j = 0; j < 4; j++)
+                pre[(p + 1) * 4 + j] = pre[p * 4 + j] + (j == k);
+        }
+        for (uint64_t N = 1; N <= 1000; N += (N < 50 ? 1 : 37))
+            for (uint64_t a = 0; a + N <= L; a++)
+                for (int k = 0; k < ns[t]; k++) {
+                    double want = (double)N * shares[t][k];
+                    uint64_t got = pre[(a + N) * 4 + k] - pre[a * 4 + k];
+                    if ((double)got < floor(want) - 1 || (double)got > ceil(want) + 1) {
+                        fprintf(stderr, "weights %d: window [%llu, +%llu): input %d %llu times, "
+                                        "share says %.3f\n", t, (unsigned long long)a,
+                                (unsigned long long)N, k, (unsigned long long)got, want);
+                        ASSERT(0);
+                    }
+                }
+    }
+    free(pre);
+}
+
+/* Counts per epoch ({"samples": N}): an epoch of either schedule holds
+ * exactly N of each input, and ends there. */
+SL_TEST(pipeline_mix_schedule__samples_met_exactly) {
+    const uint64_t quota[3] = {500, 30, 1};
+    for (int exact = 0; exact < 2; exact++) {
+        sl_mix_schedule m;
+        sched_make(&m, 3, NULL, quota, NULL, exact, SL_MIX_STOP_NEVER);
+        ASSERT_U64_EQ(sl_mix__epoch_len(&m), 531);
+        sl_mix_state st;
+        uint64_t count[3];
+        ASSERT_U64_EQ(drain(&m, &st, count), 531);
+        for (int j = 0; j < 3; j++)
+            ASSERT_U64_EQ(count[j], quota[j]);
+    }
+}
+
+/* The stop rules, inputs of 10 and 1000 positions at 50/50: never runs the
+ * whole epoch (1010 positions, the small input taken ~505 times: its order
+ * wraps); first_exhausted ends when the small one is drawn after its 10th;
+ * all_exhausted takes every position of both and ends at 1010, the tail
+ * all the large one. */
+SL_TEST(pipeline_mix_schedule__stop_rules) {
+    const double share[2] = {0.5, 0.5};
+    const uint64_t limit[2] = {10, 1000};
+    for (int exact = 0; exact < 2; exact++) {
+        sl_mix_schedule m;
+        sl_mix_state st;
+        uint64_t count[2], n;
+
+        sched_make(&m, 2, share, NULL, limit, exact, SL_MIX_STOP_NEVER);
+        ASSERT_U64_EQ(sl_mix__epoch_len(&m), 1010);
+        sl_mix__start(&m, &st, 0);
+        count[0] = count[1] = 0;
+        for (n = 0; n < 1010; n++)
+            count[sl_mix__next(&m, &st)]++;
+        ASSERT(count[0] > 400 && count[0] < 610); /* upsampled: far past its 10 */
+
+        sched_make(&m, 2, share, NULL, limit, exact, SL_MIX_STOP_FIRST);
+        n = drain(&m, &st, count);
+        ASSERT_U64_EQ(count[0], 10);
+        ASSERT(n < 60); /* ends at the 11th draw of input 0 */
+        ASSERT(sl_mix__next(&m, &st) < 0); /* and stays ended */
+
+        sched_make(&m, 2, share, NULL, limit, exact, SL_MIX_STOP_ALL);
+        ASSERT_U64_EQ(sl_mix__epoch_len(&m), 1010);
+        ASSERT_U64_EQ(drain(&m, &st, count), 1010);
+        ASSERT_U64_EQ(count[0], 10);
+        ASSERT_U64_EQ(count[1], 1000);
+    }
+}
+
+/* A seek (a restore) lands where walking there does: same state, same
+ * next inputs; other epochs and seeds give other orders. */
+SL_TEST(pipeline_mix_schedule__seek_is_the_walk_and_seed_keys_it) {
+    const double share[3] = {0.5, 0.3, 0.2};
+    for (int exact = 0; exact < 2; exact++) {
+        sl_mix_schedule m;
+        sched_make(&m, 3, share, NULL, NULL, exact, SL_MIX_STOP_NEVER);
+        sl_mix_state a, b;
+        sl_mix__start(&m, &a, 2);
+        for (int i = 0; i < 777; i++)
+            sl_mix__next(&m, &a);
+        sl_mix__start(&m, &b, 0);
+        sl_mix__seek(&m, &b, 2, 777);
+        ASSERT_U64_EQ(b.pos, 777);
+        for (int k = 0; k < 3; k++)
+            ASSERT_U64_EQ(a.count[k], b.count[k]);
+        for (int i = 0; i < 100; i++)
+            ASSERT_EQ(sl_mix__next(&m, &a), sl_mix__next(&m, &b));
+        if (!exact) {
+            /* the random schedule differs between epochs and seeds */
+            sl_mix_state c, d;
+            sl_mix__start(&m, &c, 0);
+            sl_mix__start(&m, &d, 1);
+            int same = 0;
+            for (int i = 0; i < 200; i++)
+                same += sl_mix__next(&m, &c) == sl_mix__next(&m, &d);
+            ASSERT(same < 190);
+        }
+    }
+}
+
+static sl_pipeline *mix_pipeline(const char *a, const char *b, int parallel, int rows,
+                                 const char *sched) {
+    char json[2048];
+    snprintf(json, sizeof json,
+             "{\"source\": {\"kind\": \"mix\", \"inputs\": [{\"path\": \"%s\", \"shuffle\": true}, "
+             "{\"path\": \"%s\", \"shuffle\": true}], \"weights\": [0.6, 0.4], "
+             "\"schedule\": \"%s\", \"source_column\": \"src\", \"parallel\": %d}, "
+             "\"read_rows\": %s, \"ops\": [{\"op\": \"batch\", \"size\": 16}], \"seed\": 3}",
+             a, b, sched, parallel, rows ? "true" : "false");
+    sl_spec *spec;
+    ASSERT_OK(sl_spec_from_json(&spec, json));
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    sl_spec_free(spec);
+    return p;
+}
+
+/* A mix of two .slr inputs (300 and 7 records: the small one upsampled):
+ * the same batches for 1 and 3 reading threads, read into rows or not, for
+ * both schedules, and the same after a resume at batch 5; an input without
+ * the first one's columns is refused naming it. Run under the sanitizers
+ * with the rest. */
+SL_TEST(pipeline_mix_schedule__mix_pipeline_threads_resume_schema) {
+    char a[512], b[512];
+    sl_test_path(a, sizeof a, "mix_a.slr");
+    sl_test_path(b, sizeof b, "mix_b.slr");
+    make_slr(a, 300);
+    make_slr(b, 7);
+    const char *scheds[] = {"random", "exact"};
+    for (int s = 0; s < 2; s++) {
+        uint64_t want[64], got[64];
+        sl_pipeline *p = mix_pipeline(a, b, 1, 1, scheds[s]);
+        int n = pu_run_epoch(p, want, 64);
+        ASSERT_EQ(n, 20); /* 307 samples, batches of 16 */
+        sl_pipeline_free(p);
+        for (int par = 1; par <= 3; par += 2)
+            for (int rows = 0; rows < 2; rows++) {
+                p = mix_pipeline(a, b, par, rows, scheds[s]);
+                ASSERT_EQ(pu_run_epoch(p, got, 64), n);
+                for (int i = 0; i < n; i++)
+                    ASSERT_U64_EQ(got[i], want[i]);
+                sl_pipeline_free(p);
+            }
+        p = mix_pipeline(a, b, 3, 1, scheds[s]);
+        for (int i = 0; i < 5; i++) {
+            sl_batch *bt;
+            ASSERT_OK(sl_pipeline_next(p, &bt));
+            sl_batch_release(bt);
+        }
+        char state[1024];
+        ASSERT_OK(sl_pipeline_save_state(p, state, sizeof state, NULL));
+        sl_pipeline_free(p);
+        p = mix_pipeline(a, b, 2, 1, scheds[s]);
+        ASSERT_OK(sl_pipeline_restore_state(p, state));
+        ASSERT_EQ(pu_run_epoch(p, got, 64), n - 5);
+        for (int i = 5; i < n; i++)
+            ASSERT_U64_EQ(got[i - 5], want[i]);
+        sl_pipeline_free(p);
+    }
+    sl_spec *spec;
+    char json[1024];
+    snprintf(json, sizeof json, "{\"source\": {\"kind\": \"mix\", \"inputs\": [{\"path\": \"%s\"}, "
+             "{\"synthetic\": {\"records\": 5}}]}}", a);
+    ASSERT_OK(sl_spec_from_json(&spec, json));
+    sl_pipeline *p;
+    ASSERT_RC(sl_pipeline_create(&p, spec), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "inputs[1]");
+    ASSERT_CONTAINS(sl_errmsg(), "no column 'image'");
+    sl_spec_free(spec);
+}
