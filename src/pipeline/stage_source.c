@@ -659,11 +659,6 @@ static void order_mode(sl_stage_src *s, const sl_spec *sh) {
                            (sh->shuffle_mode == SL_SHUFFLE_AUTO &&
                             ((m > SL_SHUFFLE_GLOBAL_MAX && sl_source__remote(s->src)) ||
                              s->src->locality)));
-    /* a global shuffle reads all over the source: it may keep its records
-     * where scattered reads are cheaper (.slr: on huge pages), within a
-     * quarter of the memory limit; not for a take shorter than a pass */
-    if (spec->shuffle && !s->shuf.window_mode && needed >= m)
-        sl_source__hold_for_random(s->src, sl_spec__memory_limit(spec) / 4);
     if (s->shuf.window_mode) /* a source's locality (Parquet row groups): the defaults */
         sl_pipeline__window_sizes(sh->shuffle_window ? sh->shuffle_window
                                                      : s->src->locality_window,
@@ -727,6 +722,12 @@ int sl_stage_src__plan(sl_stage_src *s, const sl_spec *spec, const sl_plan *plan
     if (s->per_epoch > needed)
         s->per_epoch = needed;
     order_mode(s, spec);
+    /* a global shuffle reads all over the source: it may keep its records
+     * where scattered reads are cheaper (.slr: on huge pages), within a
+     * quarter of the memory limit; not for a take shorter than a pass (a
+     * mixture's inputs read from where they are) */
+    if (spec->shuffle && !s->shuf.window_mode && needed >= s->nbase)
+        sl_source__hold_for_random(s->src, sl_spec__memory_limit(spec) / 4);
     s->cur.end_epoch = (uint64_t)spec->epochs;
     return SL_OK;
 }
