@@ -540,3 +540,81 @@ def test_remote_damage_heals_and_faults_retry(matrix, web, tmp_path):
     finally:
         px.close()
     assert local_crc
+
+
+# --- the types of Hugging Face datasets beyond numbers, strings and structs -----------------
+
+TYPES = ["types-flba", "types-int"]
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_types_equal_pyarrow(matrix, name):
+    """Lists of strings (the bytes and their lengths), lists of lists (a 2-D
+    array a row), DECIMAL (scale 0 and <= 18 digits as int64, others as the
+    decimal rounded to a float64; stored as INT32, INT64 and
+    FIXED_LEN_BYTE_ARRAY), INT96 timestamps (int64 nanoseconds, before 1970
+    too) and maps (keys, their lengths, values): every value of every row as
+    pyarrow's read_table gives it."""
+    path = os.path.join(matrix, name + ".parquet")
+    with open(os.path.join(matrix, name + ".json")) as f:
+        exp = json.load(f)
+    src = sluice.parquet(path)
+    assert sorted(src.columns) == sorted(exp), (src.columns, sorted(exp))
+    rows = rows_of(path)
+    assert len(rows) == 500
+    kinds = {c["name"]: c for c in json.loads(
+        subprocess.run([SLUICE, "info", path, "--json"], capture_output=True, text=True,
+                       check=True).stdout)["columns"]}
+    assert kinds["qty"]["type"] == "int64" and kinds["huge"]["type"] == "int64"
+    assert kinds["price"]["type"] == "float64" and kinds["wide"]["type"] == "float64"
+    assert kinds["ts"]["type"] == "int64"
+    for name_, want in exp.items():
+        for i, row in enumerate(rows):
+            got, w = row[name_], want[i]
+            if name_ in ("tags", "m.key"):
+                assert bytes(np.asarray(got, dtype=np.uint8)).hex() == w, (name_, i)
+            elif name_ == "boxes":
+                g = np.asarray(got)
+                assert g.dtype == np.float32 and g.shape == ((len(w), 4) if w else (0, 0)), \
+                    (i, g.shape)
+                assert np.array_equal(g, np.array(w, np.float32).reshape(g.shape)), (i, g, w)
+            elif name_ == "grid":
+                g = np.asarray(got)
+                assert g.dtype == np.int64
+                assert g.tolist() == (w if w else []) or (not w and g.size == 0), (i, g, w)
+            elif isinstance(w, list):
+                assert np.asarray(got).tolist() == w, (name_, i, got, w)
+            elif w is None:
+                assert np.isnan(got), (name_, i)
+            else:
+                g = np.asarray(got).item()
+                assert type(g) is type(w) and g == w, (name_, i, g, w)
+
+
+def test_types_refused_name_file_and_column(matrix):
+    """What sluice cannot give faithfully fails with the file, the row and the
+    column named: inner lists of different lengths and a null inner list fail
+    their rows alone; a list of lists of strings and a DECIMAL past 38 digits
+    are not columns (left out with a warning, an error when named)."""
+    path = os.path.join(matrix, "types-refused.parquet")
+    r = subprocess.run([SLUICE, "info", path], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "column 'words' left out: a list of lists of strings is not supported" in r.stderr
+    assert "column 'd256' left out: DECIMAL(40, 2) is not supported" in r.stderr
+    for col, why in (("words", "a list of lists of strings"), ("d256", "DECIMAL(40, 2)")):
+        with pytest.raises(sluice.UnsupportedError) as e:
+            rows_of(path, columns=[col])
+        assert "types-refused.parquet" in str(e.value) and f"'{col}'" in str(e.value)
+        assert why in str(e.value)
+    rows = [np.asarray(b["grid"][0]).tolist() for b in
+            sluice.parquet(path, columns=["grid"]).batch(1).on_error("skip")]
+    assert rows == [[[1, 2], [3, 4]], [[5]], [], [], [[7, 8]]]
+    with pytest.raises(sluice.DecodeError, match=r"types-refused.parquet: record 1 \(row group 0, "
+                       r"row 1\): column 'grid' is a list of lists of different lengths \(2 and 1\)"):
+        rows_of(path, columns=["grid"])
+    rows = [np.asarray(b["holed"][0]).tolist() for b in
+            sluice.parquet(path, columns=["holed"]).batch(1).on_error("skip")]
+    assert rows == [[[1]], [[2]], [[3]], [[4]], [[5], [6]]]
+    with pytest.raises(sluice.DecodeError, match=r"types-refused.parquet: record 3 .*column 'holed' "
+                       r"is a list of lists holding a null"):
+        rows_of(path, columns=["holed"])
