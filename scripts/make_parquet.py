@@ -215,6 +215,11 @@ def matrix(out):
     for rg in (1, 100, 10000):
         write(out, f"rows-{rg}", big, compression="SNAPPY", row_group_size=rg,
               write_page_index=rg == 100)
+    # random access by pages: row groups of many pages, the page index on and off
+    for on in (True, False):
+        write(out, "page-index-" + ("on" if on else "off"), big, compression="SNAPPY",
+              row_group_size=2500, data_page_size=2048, write_page_index=on,
+              use_dictionary=["s"])  # others plain: about 10 pages a chunk
     # integers with nulls (a null fails its row), a list with null elements
     nulls = pa.table({
         "n": pa.array([None if i % 4 == 1 else i for i in range(40)], pa.int64()),

@@ -410,7 +410,8 @@ static int walk_node(walk *w, int depth, int def, int rep, const int *ldef, cons
                           !strcmp(b->name + strlen(nm), ".path"));
             if (is_img && !strcmp(a->name + strlen(nm), ".bytes") && !a->why[0] && !a->list) {
                 snprintf(a->alias, sizeof a->alias, "%s", a->name);
-                snprintf(a->name, sizeof a->name, "%s", nm);
+                /* fits: a->name is nm".bytes" */
+                snprintf(a->name, sizeof a->name, "%.*s", SL_COLNAME_MAX - 1, nm);
                 a->image = 1;
             }
         }
@@ -1723,7 +1724,8 @@ static int pq_describe(sl_source *src, cJSON *obj) {
         !cJSON_AddBoolToObject(obj, "verify", s->verify) ||
         !cJSON_AddBoolToObject(obj, "huggingface", s->hf) ||
         !cJSON_AddBoolToObject(obj, "page_index", s->has_page_index) ||
-        !cJSON_AddStringToObject(obj, "random_access", s->pidx ? "page" : "row_group") ||
+        !cJSON_AddStringToObject(obj, "random_access",
+                                 s->pidx && s->has_page_index ? "page" : "row_group") ||
         !cJSON_AddNumberToObject(obj, "row_groups_decoded", (double)atomic_load(&s->rg_decodes)) ||
         !cJSON_AddNumberToObject(obj, "pages_decoded", (double)atomic_load(&s->page_decodes)))
         return sl__oom("describing a Parquet source");

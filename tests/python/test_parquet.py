@@ -3,6 +3,7 @@ and Hugging Face `datasets` (scripts/make_parquet.py, in the venv of
 scripts/parquet_venv.sh), every value read compared with pyarrow's
 read_table; pack from Parquet against pack from the same images as an
 ImageFolder; damaged, truncated and hostile files; the CLI commands."""
+import ctypes
 import glob
 import json
 import os
@@ -618,3 +619,82 @@ def test_types_refused_name_file_and_column(matrix):
     with pytest.raises(sluice.DecodeError, match=r"types-refused.parquet: record 3 .*column 'holed' "
                        r"is a list of lists holding a null"):
         rows_of(path, columns=["holed"])
+
+
+# --- random access through the page index --------------------------------------------------
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("nbytes", ctypes.c_size_t), ("buf", ctypes.c_void_p),
+                ("dtype", ctypes.c_int), ("ndim", ctypes.c_int32), ("shape", ctypes.c_int64 * 8),
+                ("device", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _Sample(ctypes.Structure):
+    _fields_ = [("index", ctypes.c_uint64), ("ncols", ctypes.c_uint32), ("col", _Tensor * 16)]
+
+
+def _lib():
+    lib = ctypes.CDLL(os.environ.get("SLUICE_LIB") or os.path.join(ROOT, "build", "libsluice.so"))
+    lib.sl_source_open.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p]
+    lib.sl_source_read.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(_Sample)]
+    lib.sl_source_describe.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
+                                       ctypes.POINTER(ctypes.c_size_t)]
+    lib.sl_sample_clear.argtypes = [ctypes.POINTER(_Sample)]
+    lib.sl_source_free.argtypes = [ctypes.c_void_p]
+    lib.sl_errmsg.restype = ctypes.c_char_p
+    return lib
+
+
+def _random_reads(path, rows, cache_bytes):
+    """Rows `rows` of `path` (id, s, tokens) read one at a time through
+    sl_source_read, and the source's description after them."""
+    lib = _lib()
+    src = ctypes.c_void_p()
+    spec = {"parquet": path, "columns": ["id", "s", "tokens"], "cache_bytes": cache_bytes}
+    assert lib.sl_source_open(ctypes.byref(src), json.dumps(spec).encode()) == 0, lib.sl_errmsg()
+    out, smp = [], _Sample()
+    try:
+        for i in rows:
+            assert lib.sl_source_read(src, i, ctypes.byref(smp)) == 0, lib.sl_errmsg()
+            c = smp.col
+            ident = ctypes.c_int64.from_address(c[0].data).value
+            s = ctypes.string_at(c[1].data, c[1].nbytes) if c[1].nbytes else b""
+            tok = list((ctypes.c_int64 * c[2].shape[0]).from_address(c[2].data)) \
+                if c[2].shape[0] else []
+            out.append((ident, s, tok))
+            lib.sl_sample_clear(ctypes.byref(smp))
+        n = ctypes.c_size_t()
+        lib.sl_source_describe(src, None, 0, ctypes.byref(n))
+        buf = ctypes.create_string_buffer(n.value + 1)
+        assert lib.sl_source_describe(src, buf, n.value + 1, None) == 0
+        return out, json.loads(buf.value)
+    finally:
+        lib.sl_source_free(src)
+
+
+def test_page_index_random_rows_decode_their_pages(matrix):
+    """With a cache too small for the file, a random row of a file with the
+    page index decodes the page that holds it (one per column, and the
+    dictionary) instead of its row group; without the index, its row group.
+    Both give every value as pyarrow does; a row group asked for page by page
+    as many times as it has pages is then decoded whole."""
+    exp = dict(np.load(os.path.join(matrix, "page-index-on.npz")))
+    rng = np.random.default_rng(4)
+    rows = [int(r) for r in rng.choice(10000, 8, replace=False)]
+    want = []
+    for i in rows:
+        so, to = exp["s@off"], exp["tokens@off"]
+        want.append((int(exp["id"][i]), bytes(exp["s"][so[i]:so[i + 1]]),
+                     [int(v) for v in exp["tokens"][to[i]:to[i + 1]]]))
+    on, d_on = _random_reads(os.path.join(matrix, "page-index-on.parquet"), rows, 1)
+    off, d_off = _random_reads(os.path.join(matrix, "page-index-off.parquet"), rows, 1)
+    assert on == want and off == want
+    assert d_on["page_index"] is True and d_on["random_access"] == "page", d_on
+    assert d_on["row_groups_decoded"] == 0 and 0 < d_on["pages_decoded"] <= len(rows), d_on
+    assert d_off["page_index"] is False and d_off["random_access"] == "row_group", d_off
+    assert d_off["pages_decoded"] == 0 and d_off["row_groups_decoded"] >= 4, d_off
+    # every row of row group 1 in a random order: page by page, then whole
+    rg1 = [int(r) for r in rng.permutation(np.arange(2500, 5000))]
+    got, d = _random_reads(os.path.join(matrix, "page-index-on.parquet"), rg1, 1)
+    assert [g[0] for g in got] == rg1
+    assert d["row_groups_decoded"] == 1 and d["pages_decoded"] >= 1, d
