@@ -13,14 +13,14 @@ bench_median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[N
 # bench_ratio A B: A/B with two decimals.
 bench_ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; }
 
-# bench_train_spec SOURCE_JSON [IMAGE_COL [LABEL_COL]] > file: the training
-# chain the source comparisons run (decode, RandomResizedCrop 224, flip,
-# normalize to CHW float32, the image and label selected, batch 64,
-# prefetch 4) over SOURCE_JSON, one epoch, seed 0.
+# bench_train_spec SOURCE_JSON [IMAGE_COL [LABEL_COL [EPOCHS]]] > file: the
+# training chain the source comparisons run (decode, RandomResizedCrop 224,
+# flip, normalize to CHW float32, the image and label selected, batch 64,
+# prefetch 4) over SOURCE_JSON, seed 0, one epoch unless EPOCHS.
 bench_train_spec() {
-  local im=${2:-image} lb=${3:-label}
+  local im=${2:-image} lb=${3:-label} ep=${4:-1}
   cat <<JSON
-{"source": $1, "seed": 0, "epochs": 1, "ops": [
+{"source": $1, "seed": 0, "epochs": $ep, "ops": [
   {"op": "decode", "column": "$im"},
   {"op": "random_resized_crop", "column": "$im", "size": [224, 224]},
   {"op": "flip", "column": "$im", "p": 0.5},
