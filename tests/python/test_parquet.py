@@ -502,6 +502,17 @@ def test_remote_values_equal_local(matrix, web, tmp_path):
     assert got == local
 
 
+def crc_big(matrix):
+    """A file past the open's edges (1.6 MB), with page CRCs."""
+    big = os.path.join(matrix, "crcbig.parquet")
+    if not os.path.exists(big):
+        subprocess.run([venv_python(), "-c", (
+            "import pyarrow.parquet as pq, sys; t = pq.read_table(sys.argv[1]);"
+            "pq.write_table(t, sys.argv[2], row_group_size=1000, write_page_checksum=True,"
+            " compression='NONE')"), os.path.join(matrix, "rows-10000.parquet"), big], check=True)
+    return big
+
+
 def test_remote_damage_heals_and_faults_retry(matrix, web, tmp_path):
     """A chunk whose bytes arrive damaged (a bit flipped by a faulty proxy)
     fails its page CRC and is read once more; 5xx, drops and cut bodies are
@@ -523,12 +534,7 @@ def test_remote_damage_heals_and_faults_retry(matrix, web, tmp_path):
         assert sum(v for k, v in px.counts.items() if k not in ("ok", "flip", "stall", "etag")) > 0
     finally:
         px.close()
-    big = os.path.join(matrix, "crcbig.parquet")
-    if not os.path.exists(big):  # a file past the open's edges, with page CRCs
-        subprocess.run([venv_python(), "-c", (
-            "import pyarrow.parquet as pq, sys; t = pq.read_table(sys.argv[1]);"
-            "pq.write_table(t, sys.argv[2], row_group_size=1000, write_page_checksum=True,"
-            " compression='NONE')"), os.path.join(matrix, "rows-10000.parquet"), big], check=True)
+    big = crc_big(matrix)
     local_big = digest_run(tmp_path, {"parquet": big, "columns": ["id", "s", "b"]},
                            remote_env(tmp_path))
     px = httpfix.FaultProxy(web.port, flip="crcbig.parquet", flip_max=2)
@@ -698,3 +704,43 @@ def test_page_index_random_rows_decode_their_pages(matrix):
     got, d = _random_reads(os.path.join(matrix, "page-index-on.parquet"), rg1, 1)
     assert [g[0] for g in got] == rg1
     assert d["row_groups_decoded"] == 1 and d["pages_decoded"] >= 1, d
+
+
+def test_remote_cached_whole_checked_and_healed(matrix, web, tmp_path):
+    """With the shard cache on, a remote Parquet file is fetched whole into
+    it once (a few requests, not one a chunk) and read from there by later
+    runs; a cached copy damaged on disk fails the check on the next open
+    (the cache's own, or the footer and every page CRC) and is fetched again:
+    every run's batches equal the local file's."""
+    big = crc_big(matrix)
+    cols = ["id", "s", "b"]
+    local = digest_run(tmp_path, {"parquet": big, "columns": cols}, remote_env(tmp_path))
+    env = remote_env(tmp_path)  # the cache on, in tmp_path/cache
+
+    def run(px):
+        n = len(px.requests)
+        got = digest_run(tmp_path, {"parquet": f"{px.url}/crcbig.parquet", "columns": cols}, env)
+        return got, [h.get("range", "whole") for (m, _), h in
+                     zip(px.requests[n:], px.seen_headers[n:]) if m == "GET"]
+    px = httpfix.FaultProxy(web.port)
+    try:
+        got, gets = run(px)
+        # the open's edges and the footer, then the file whole (not 30 chunks by ranges)
+        assert got == local and gets.count("whole") == 1 and len(gets) <= 6, gets
+        got, gets = run(px)
+        assert got == local and "whole" not in gets, gets  # from the cache
+        # damaged on disk: the cached copy's middle byte flipped
+        copies = glob.glob(str(tmp_path / "cache" / "*-crcbig.parquet"))
+        assert len(copies) == 1, copies  # the object's bytes, then the cache's own trailer
+        with open(copies[0], "r+b") as f:
+            f.seek(os.path.getsize(big) // 2)
+            b = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([b[0] ^ 0x10]))
+        got, gets = run(px)
+        assert got == local and gets.count("whole") == 1, gets
+        with open(copies[0], "rb") as f, open(big, "rb") as g:
+            want = g.read()
+            assert f.read(len(want)) == want  # healed
+    finally:
+        px.close()
