@@ -117,6 +117,17 @@ static int open_path(sl_source **out, const char *path) {
     return rc;
 }
 
+/* Row i's first column, an int64, through `cur`. */
+static int read_i64(sl_source *s, sl_source_cursor *cur, uint64_t i, int64_t *v) {
+    sl_sample smp;
+    memset(&smp, 0, sizeof smp);
+    int rc = sl_source__read(s, cur, i, &smp);
+    if (rc == SL_OK)
+        memcpy(v, smp.col[0].data, 8);
+    sl_sample_clear(&smp);
+    return rc;
+}
+
 /* Open and read every row; the first failure's status. */
 static int read_all(const char *path, int64_t *got, uint64_t *count) {
     sl_source *s = NULL;
@@ -125,12 +136,10 @@ static int read_all(const char *path, int64_t *got, uint64_t *count) {
     if (rc == SL_OK)
         rc = sl_source__cursor_open(s, NULL, NULL, &cur);
     for (uint64_t i = 0; rc == SL_OK && i < s->count; i++) {
-        sl_sample smp;
-        memset(&smp, 0, sizeof smp);
-        rc = sl_source__read(s, cur, i, &smp);
+        int64_t v = 0;
+        rc = read_i64(s, cur, i, &v);
         if (rc == SL_OK && got)
-            memcpy(&got[i], smp.col[0].data, 8);
-        sl_sample_clear(&smp);
+            got[i] = v;
     }
     if (count)
         *count = s ? s->count : 0;
@@ -358,16 +367,11 @@ static void *pq_reader(void *p) {
     uint64_t n = a->s->count;
     for (uint64_t q = 0; q < 3 * n && !a->bad; q++) {
         uint64_t i = q < n ? (q + (uint64_t)a->seed * 5) % n : (q * 7 + (uint64_t)a->seed) % n;
-        sl_sample smp;
-        memset(&smp, 0, sizeof smp);
         int64_t v = 0;
-        if (sl_source__read(a->s, cur, i, &smp) != SL_OK)
+        if (read_i64(a->s, cur, i, &v) != SL_OK)
             a->bad = 2;
-        else
-            memcpy(&v, smp.col[0].data, 8);
-        if (!a->bad && v != k_vals[i % 3])
+        else if (v != k_vals[i % 3])
             a->bad = 3;
-        sl_sample_clear(&smp);
     }
     sl_source__cursor_free(a->s, cur);
     return NULL;
