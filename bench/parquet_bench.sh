@@ -18,6 +18,7 @@
 # torchvision from Debian). Rounds are interleaved and medians compared.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/bench_lib.sh
 BUILD=${1:-build}
 REPEATS=${2:-3}
 DATA=${3:-data/photos/imagenet-like}
@@ -25,11 +26,9 @@ SLUICE=$BUILD/sluice
 VPY=$(bash scripts/parquet_venv.sh)/bin/python
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; }
 THREADS=$(nproc)
 
-echo "machine: $THREADS cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_machine
 echo "data: $DATA ($(find "$DATA" -type f | wc -l) files)"
 "$VPY" scripts/make_parquet.py hf "$W/hf" "$DATA"
 SHARDS=("$W"/hf/data/train-*.parquet)
@@ -58,24 +57,12 @@ for r in $(seq "$REPEATS"); do
   "$VPY" "$W/arrow_scan.py" "${SHARDS[@]}" >>"$W/scan_pa"
   echo "round $r: sluice $(tail -1 "$W/scan_sl")  pyarrow $(tail -1 "$W/scan_pa")"
 done
-a=$(median <"$W/scan_sl"); b=$(median <"$W/scan_pa")
-echo "median: sluice scan $a, pyarrow read_table $b: $(ratio "$a" "$b")x"
+a=$(bench_median <"$W/scan_sl"); b=$(bench_median <"$W/scan_pa")
+echo "median: sluice scan $a, pyarrow read_table $b: $(bench_ratio "$a" "$b")x"
 
 # --- 2. the training chain ----------------------------------------------------------
-spec() {  # spec SOURCE_JSON > file
-  cat <<JSON
-{"source": $1, "seed": 0, "epochs": 1, "ops": [
-  {"op": "decode", "column": "image"},
-  {"op": "random_resized_crop", "column": "image", "size": [224, 224]},
-  {"op": "flip", "column": "image", "p": 0.5},
-  {"op": "normalize", "column": "image", "mean": [0.485, 0.456, 0.406],
-   "std": [0.229, 0.224, 0.225], "layout": "chw", "dtype": "float32"},
-  {"op": "select", "columns": ["image", "label"]},
-  {"op": "batch", "size": 64}, {"op": "prefetch", "depth": 4}]}
-JSON
-}
-spec "{\"path\": \"$W/train.slr\", \"shuffle\": true}" >"$W/slr.json"
-spec "{\"parquet\": \"$W/hf/data\", \"columns\": [\"image\", \"label\"], \"shuffle\": true}" >"$W/pq.json"
+bench_train_spec "{\"path\": \"$W/train.slr\", \"shuffle\": true}" >"$W/slr.json"
+bench_train_spec "{\"parquet\": \"$W/hf/data\", \"columns\": [\"image\", \"label\"], \"shuffle\": true}" >"$W/pq.json"
 echo
 echo "== training chain (decode, RRC 224, flip, normalize, batch 64; $THREADS threads), samples/s"
 for r in $(seq "$REPEATS"); do
@@ -85,8 +72,8 @@ for r in $(seq "$REPEATS"); do
   done
   echo "round $r: slr $(tail -1 "$W/pipe_slr")  parquet $(tail -1 "$W/pipe_pq")"
 done
-a=$(median <"$W/pipe_pq"); b=$(median <"$W/pipe_slr")
-echo "median: parquet $a, slr $b: $(ratio "$a" "$b")x"
+a=$(bench_median <"$W/pipe_pq"); b=$(bench_median <"$W/pipe_slr")
+echo "median: parquet $a, slr $b: $(bench_ratio "$a" "$b")x"
 
 # --- 3. the peer: datasets + torch's DataLoader ----------------------------------------
 cat >"$W/peer.py" <<'PY'
@@ -115,6 +102,6 @@ for r in $(seq "$REPEATS"); do
   "$VPY" "$W/peer.py" "${SHARDS[@]}" "$THREADS" >>"$W/peer" 2>/dev/null
   echo "round $r: $(tail -1 "$W/peer")"
 done
-p=$(median <"$W/peer"); a=$(median <"$W/pipe_pq")
-echo "median: datasets+DataLoader $p; sluice from Parquet $a: $(ratio "$a" "$p")x"
+p=$(bench_median <"$W/peer"); a=$(bench_median <"$W/pipe_pq")
+echo "median: datasets+DataLoader $p; sluice from Parquet $a: $(bench_ratio "$a" "$p")x"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -50,18 +50,7 @@ U=$(sed -n 1p "$W/plain.url" | cut -d' ' -f1)
 UP=$(sed -n 2p "$W/plain.url")
 UD=$(sed -n 3p "$W/plain.url")
 
-spec() {
-  cat <<JSON
-{"source": {"path": "$1", "shuffle": true}, "seed": 0, "epochs": $EPOCHS, "ops": [
-  {"op": "decode", "column": "image"},
-  {"op": "random_resized_crop", "column": "image", "size": [224, 224]},
-  {"op": "flip", "column": "image", "p": 0.5},
-  {"op": "normalize", "column": "image", "mean": [0.485, 0.456, 0.406],
-   "std": [0.229, 0.224, 0.225], "layout": "chw", "dtype": "float32"},
-  {"op": "select", "columns": ["image", "label"]},
-  {"op": "batch", "size": 64}, {"op": "prefetch", "depth": 4}]}
-JSON
-}
+spec() { bench_train_spec "{\"path\": \"$1\", \"shuffle\": true}" image label "$EPOCHS"; }
 spec "$W/root/train" >"$W/local.json"
 spec "$U/train" >"$W/http.json"
 spec "$UP/train" >"$W/proxy.json"

@@ -22,7 +22,6 @@ PY=/usr/bin/python3
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 now() { date +%s.%N; }
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "data: $DATA ($(find "$DATA" -type f | wc -l) files)"
@@ -52,21 +51,9 @@ for d in "$W"/stage/*; do
   (cd "$d" && tar --format=gnu --sort=name -cf "$W/tar/shard-$(basename "$d").tar" .)
 done
 
-spec() {  # spec SOURCE_JSON IMAGE_COL LABEL_COL > file
-  cat <<JSON
-{"source": $1, "seed": 0, "epochs": 1, "ops": [
-  {"op": "decode", "column": "$2"},
-  {"op": "random_resized_crop", "column": "$2", "size": [224, 224]},
-  {"op": "flip", "column": "$2", "p": 0.5},
-  {"op": "normalize", "column": "$2", "mean": [0.485, 0.456, 0.406],
-   "std": [0.229, 0.224, 0.225], "layout": "chw", "dtype": "float32"},
-  {"op": "select", "columns": ["$2", "$3"]},
-  {"op": "batch", "size": 64}, {"op": "prefetch", "depth": 4}]}
-JSON
-}
-spec "{\"path\": \"$W/train.slr\", \"shuffle\": true}" image label >"$W/slr.json"
-spec "{\"webdataset\": \"$W/tar/shard-{000000..000007}.tar\", \"shuffle\": true}" jpg cls >"$W/tar.json"
-spec "{\"tfrecord\": \"$W/tfr/train-{00000..00007}-of-00008.tfrecord\", \"features\": {\"image/encoded\": \"image\", \"image/class/label\": \"label\"}, \"shuffle\": true}" image label >"$W/tfr.json"
+bench_train_spec "{\"path\": \"$W/train.slr\", \"shuffle\": true}" image label >"$W/slr.json"
+bench_train_spec "{\"webdataset\": \"$W/tar/shard-{000000..000007}.tar\", \"shuffle\": true}" jpg cls >"$W/tar.json"
+bench_train_spec "{\"tfrecord\": \"$W/tfr/train-{00000..00007}-of-00008.tfrecord\", \"features\": {\"image/encoded\": \"image\", \"image/class/label\": \"label\"}, \"shuffle\": true}" image label >"$W/tfr.json"
 
 # --- training pipeline ----------------------------------------------------------
 echo
@@ -78,7 +65,7 @@ for r in $(seq "$REPEATS"); do
   done
   echo "round $r: slr $(tail -1 "$W/pipe_slr")  tar $(tail -1 "$W/pipe_tar")  tfrecord $(tail -1 "$W/pipe_tfr")"
 done
-ms=$(median <"$W/pipe_slr"); mt=$(median <"$W/pipe_tar"); mf=$(median <"$W/pipe_tfr")
+ms=$(bench_median <"$W/pipe_slr"); mt=$(bench_median <"$W/pipe_tar"); mf=$(bench_median <"$W/pipe_tfr")
 echo "median: slr $ms  tar $mt ($(awk -v a="$mt" -v b="$ms" 'BEGIN{printf "%.3f", a/b}')x)  tfrecord $mf ($(awk -v a="$mf" -v b="$ms" 'BEGIN{printf "%.3f", a/b}')x)"
 
 # --- reading every record -----------------------------------------------------
@@ -94,7 +81,7 @@ for r in $(seq "$REPEATS"); do
   done
 done
 for k in tar tfr; do
-  c=$(median <"$W/cat_$k"); s=$(median <"$W/scan_$k")
+  c=$(bench_median <"$W/cat_$k"); s=$(bench_median <"$W/scan_$k")
   echo "$k: scan $s MB/s, cat $c MB/s, ratio $(awk -v a="$s" -v b="$c" 'BEGIN{printf "%.3f", a/b}')"
 done
 
@@ -112,6 +99,6 @@ for r in $(seq "$REPEATS"); do
   done
 done
 for k in tar tfr; do
-  p=$(median <"$W/pack_$k"); t=$(median <"$W/tarcf_$k")
+  p=$(bench_median <"$W/pack_$k"); t=$(bench_median <"$W/tarcf_$k")
   echo "$k: pack $p s, tar -cf + sync $t s, speed ratio $(awk -v a="$t" -v b="$p" 'BEGIN{printf "%.3f", a/b}')"
 done

@@ -9,7 +9,11 @@ datasets):
                                     struct and list columns, page index and
                                     page CRCs on/off; beside each FILE.parquet
                                     FILE.npz, every value pyarrow's read_table
-                                    gives, keyed by sluice's column names
+                                    gives, keyed by sluice's column names; and
+                                    the types of Hugging Face datasets
+                                    (types-*.parquet: lists of strings, lists
+                                    of lists, DECIMAL, INT96, maps) with
+                                    FILE.json, pyarrow's values per row
   make_parquet.py hf OUT IMAGES     datasets: an Image + ClassLabel dataset of
                                     the ImageFolder IMAGES (ROOT/CLASS/IMG),
                                     written with to_parquet (OUT/hf.parquet)
@@ -112,6 +116,74 @@ def expected(path):
     np.savez(os.path.splitext(path)[0] + ".npz", **out)
 
 
+def types_table(n):
+    """The column types Hugging Face datasets hold beyond table(): lists of
+    strings, lists of lists (boxes), DECIMAL at several precisions, INT96
+    timestamps (write with use_deprecated_int96_timestamps), a map."""
+    from decimal import Decimal
+    words = ["cat", "", "chien", "x" * 30, "é"]
+    tags = [None if i % 11 == 6 else [words[(i + k) % 5] + str(k) for k in range(i % 4)]
+            for i in range(n)]
+    boxes = [[[float(i), i + 0.5, 2.25 * k, -1.0] for k in range(i % 3)] for i in range(n)]
+    grid = [None if i % 9 == 4 else [[i * 10 + k * 3 + j for j in range(3)] for k in range(2)]
+            for i in range(n)]
+    price = [None if i % 8 == 7 else Decimal(i * 1237 - 50000).scaleb(-2) for i in range(n)]
+    qty = [Decimal(i * 99991 - 3000000) for i in range(n)]
+    wide = [Decimal((i * 7919 + 1) * 10 ** 20 + i).scaleb(-10) * (-1) ** i for i in range(n)]
+    huge = [Decimal(10 ** 17 + i * 123456789) * (-1) ** i for i in range(n)]
+    ts = pa.array([1_600_000_000_000_000_000 + i * 1_000_000_007 for i in range(n)],
+                  pa.timestamp("ns"))
+    old = pa.array([-5_000_000_000_000_000_000 + i * 3_600_000_000_123 for i in range(n)],
+                   pa.timestamp("ns"))  # 1811: before 1970, days below the epoch's
+    m = [[(f"k{j}", i * 10 + j) for j in range(i % 3)] for i in range(n)]
+    return pa.table({
+        "id": pa.array(np.arange(n, dtype=np.int64)),
+        "tags": pa.array(tags, pa.list_(pa.string())),
+        "boxes": pa.array(boxes, pa.list_(pa.list_(pa.float32()))),
+        "grid": pa.array(grid, pa.list_(pa.list_(pa.int64()))),
+        "price": pa.array(price, pa.decimal128(10, 2)),
+        "qty": pa.array(qty, pa.decimal128(9, 0)),
+        "wide": pa.array(wide, pa.decimal128(38, 10)),
+        "huge": pa.array(huge, pa.decimal128(18, 0)),
+        "ts": ts,
+        "old": old,
+        "m": pa.array(m, pa.map_(pa.string(), pa.int64())),
+    })
+
+
+def types_expected(path):
+    """pyarrow's values of a types-*.parquet file per sluice column, one
+    entry a row (JSON: floats as their exact repr, DECIMAL of scale 0 as
+    integers, others as the decimal rounded to a double; timestamps as int64
+    nanoseconds; a map as its keys (bytes and lengths) and its values)."""
+    import json
+    tab = pq.read_table(path)
+    out = {}
+    for name in tab.column_names:
+        col = tab.column(name).combine_chunks()
+        t = col.type
+        vals = col.to_pylist()
+        if pa.types.is_map(t):
+            keys = [[k for k, _ in v or []] for v in vals]
+            out[name + ".key"] = ["".join(k).encode().hex() for k in keys]
+            out[name + ".key.lengths"] = [[len(x.encode()) for x in k] for k in keys]
+            out[name + ".value"] = [[x for _, x in v or []] for v in vals]
+        elif pa.types.is_list(t) and pa.types.is_string(t.value_type):
+            out[name] = ["".join(v or []).encode().hex() for v in vals]
+            out[name + ".lengths"] = [[len(x.encode()) for x in v or []] for v in vals]
+        elif pa.types.is_list(t):
+            out[name] = [v or [] for v in vals]
+        elif pa.types.is_decimal(t):
+            out[name] = [None if v is None else int(v) if t.scale == 0 else float(v)
+                         for v in vals]
+        elif pa.types.is_timestamp(t):
+            out[name] = col.cast(pa.int64()).to_pylist()
+        else:
+            out[name] = vals
+    with open(os.path.splitext(path)[0] + ".json", "w") as f:
+        json.dump(out, f)
+
+
 def write(out, name, tab, **kw):
     path = os.path.join(out, name + ".parquet")
     pq.write_table(tab, path, **kw)
@@ -143,6 +215,11 @@ def matrix(out):
     for rg in (1, 100, 10000):
         write(out, f"rows-{rg}", big, compression="SNAPPY", row_group_size=rg,
               write_page_index=rg == 100)
+    # random access by pages: row groups of many pages, the page index on and off
+    for on in (True, False):
+        write(out, "page-index-" + ("on" if on else "off"), big, compression="SNAPPY",
+              row_group_size=2500, data_page_size=2048, write_page_index=on,
+              use_dictionary=["s"])  # others plain: about 10 pages a chunk
     # integers with nulls (a null fails its row), a list with null elements
     nulls = pa.table({
         "n": pa.array([None if i % 4 == 1 else i for i in range(40)], pa.int64()),
@@ -151,6 +228,28 @@ def matrix(out):
         "u32": pa.array((np.arange(40) * 2654435761 % (1 << 32)).astype(np.uint32)),
     })
     write(out, "nulls", nulls, row_group_size=16)
+    # Hugging Face datasets' other types: DECIMAL in FIXED_LEN_BYTE_ARRAY (pyarrow's
+    # default) and in INT32 / INT64, INT96 timestamps, dictionary and plain
+    ty = types_table(500)
+    for name, kw in (("types-flba", dict(use_dictionary=True)),
+                     ("types-int", dict(store_decimal_as_integer=True, use_dictionary=False,
+                                        data_page_version="2.0", compression="ZSTD"))):
+        path = os.path.join(out, name + ".parquet")
+        pq.write_table(ty, path, row_group_size=128, use_deprecated_int96_timestamps=True,
+                       write_page_index=True, **kw)
+        types_expected(path)
+    # what still fails: a row of inner lists of different lengths, a null
+    # inner list, a list of lists of strings, a DECIMAL wider than 38 digits
+    from decimal import Decimal
+    pq.write_table(pa.table({
+        "k": pa.array(np.arange(6, dtype=np.int64)),
+        "grid": pa.array([[[1, 2], [3, 4]], [[1, 2], [3]], [[5]], [], None, [[7, 8]]],
+                         pa.list_(pa.list_(pa.int64()))),
+        "holed": pa.array([[[1]], [[2]], [[3]], [[1], None], [[4]], [[5], [6]]],
+                          pa.list_(pa.list_(pa.int64()))),
+        "words": pa.array([[["a"]]] * 6, pa.list_(pa.list_(pa.string()))),
+        "d256": pa.array([Decimal(i) for i in range(6)], pa.decimal256(40, 2)),
+    }), os.path.join(out, "types-refused.parquet"), row_group_size=4)
 
 
 def hf(out, images):
@@ -196,6 +295,11 @@ def seeds(out):
         "id": "DELTA_BINARY_PACKED", "s": "DELTA_LENGTH_BYTE_ARRAY", "b": "DELTA_BYTE_ARRAY",
         "f32": "BYTE_STREAM_SPLIT", "flag": "RLE"}, data_page_version="2.0")
     with open(os.path.join(out, f"seed-{k:02d}.parquet"), "wb") as f:
+        f.write(buf.getvalue())
+    buf = io.BytesIO()
+    pq.write_table(types_table(12), buf, row_group_size=5, use_deprecated_int96_timestamps=True,
+                   write_page_index=True, write_page_checksum=True)
+    with open(os.path.join(out, f"seed-{k + 1:02d}.parquet"), "wb") as f:
         f.write(buf.getvalue())
 
 

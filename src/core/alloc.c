@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <cjson/cJSON.h>
 
@@ -80,6 +81,27 @@ void *sl__aligned_alloc(size_t align, size_t size) {
     void *p = NULL;
     if (posix_memalign(&p, align, size ? size : 1) != 0)
         return NULL;
+    return p;
+}
+
+void *sl__malloc_big(size_t size, size_t *cap_out) {
+    if (size < SL_BIG_PAGE) {
+        if (cap_out)
+            *cap_out = size;
+        return sl__malloc(size);
+    }
+    size_t n = (size + SL_BIG_PAGE - 1) & ~(SL_BIG_PAGE - 1);
+    if (n < size)
+        return NULL;
+    void *p = sl__aligned_alloc(SL_BIG_PAGE, n);
+    if (!p)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    /* a hint: where huge pages are off or the kernel refuses, 4 KiB pages */
+    (void)madvise(p, n, MADV_HUGEPAGE);
+#endif
+    if (cap_out)
+        *cap_out = n;
     return p;
 }
 

@@ -16,16 +16,21 @@
  *  - DATA_PAGE_V2: the levels first, never compressed, their byte lengths in
  *    the header; then the values, compressed unless is_compressed is false.
  *
- * Levels to rows: a flat column (max_rep 0) has one slot per row, a value
- * where the definition level is max_def and a null below. A list column
- * (max_rep 1) starts a row at each repetition level 0; a slot whose level is
- * below list_def adds no element (an empty list at list_def - 1, a null list
- * lower), one at max_def adds a value, one between adds a null element.
- * Deeper nesting (lists of lists, maps) is refused when the source opens.
+ * Levels to rows (the format's "Nested Encoding", Dremel's levels): a flat
+ * column (max_rep 0) has one slot per row, a value where the definition
+ * level is max_def and a null below. A list column (max_rep 1) starts a row
+ * at each repetition level 0; a slot whose level is below list_def[0] adds
+ * no element (an empty list at list_def[0] - 1, a null list lower), one at
+ * max_def adds a value, one between adds a null element. A list of lists
+ * (max_rep 2) starts an inner list at each slot of repetition level 0 or 1
+ * that reaches list_def[0], and fills it the same way against list_def[1].
+ * Deeper nesting is refused when the source opens.
  *
- * Memory: a chunk's scratch (decompressed pages, levels, the dictionary) is
- * allocated here per chunk and freed before returning; the output grows in
- * place (sl__grow). Nothing per row.
+ * Memory: a chunk's scratch (levels, indices, fixed-size values before
+ * conversion, the dictionary) is allocated here per chunk and freed before
+ * returning; pages whose byte arrays the output points into are decompressed
+ * into the caller's arena (one buffer per row group) or, past it, buffers
+ * the column keeps; the output grows in place (sl__grow). Nothing per row.
  */
 #include "source/parquet_format.h"
 #include "record/record_format.h"
@@ -62,6 +67,7 @@ void pq_dcol_dispose(pq_dcol *d) {
         sl__free(d->keep[k]);
     sl__free(d->keep);
     sl__free(d->row_off);
+    sl__free(d->in_off);
     sl__free(d->nulls);
     memset(d, 0, sizeof *d);
 }
@@ -82,6 +88,7 @@ size_t pq_dcol_bytes(const pq_dcol *d) {
                d->kept_bytes;
     if (d->row_off)
         n += (size_t)(d->nrows + 1) * sizeof *d->row_off;
+    n += d->in_cap * sizeof *d->in_off;
     if (d->nulls)
         n += (size_t)d->nrows;
     return n;
@@ -218,9 +225,12 @@ static int decompress(int codec, const uint8_t *src, size_t n, uint8_t *dst, siz
 typedef struct chunk_dec {
     const pq_leaf *leaf;
     pq_dcol *out;
-    int pw;                    /* physical width of a fixed value (1 for BOOLEAN) */
-    /* the dictionary: fixed values, or binary (pointers into dict_page) */
-    uint8_t *dict_page;        /* its decompressed bytes */
+    int codec;
+    int verify;
+    pq_arena *arena;           /* may be NULL */
+    int pw;                    /* bytes of a stored fixed value (BOOLEAN 1, INT96 12) */
+    int pbin;                  /* stored as BYTE_ARRAY (bytes, or a DECIMAL) */
+    /* the dictionary: fixed values, or binary (pointers into its page) */
     uint8_t *dict_vals;
     const uint8_t **dict_p;
     uint32_t *dict_n;
@@ -236,12 +246,11 @@ typedef struct chunk_dec {
     const uint8_t **bp;        /* decoded binary values of a page */
     uint32_t *bl;
     size_t bin_cap;
-    int64_t row;               /* rows finished so far */
-    int64_t slot_rows_started; /* list: rows started (a slot of rep level 0) */
+    int64_t rows;              /* rows begun (flat: done) */
+    int pageno;
 } chunk_dec;
 
 static void chunk_dec_free(chunk_dec *d) {
-    sl__free(d->dict_page);
     sl__free(d->dict_vals);
     sl__free(d->dict_p);
     sl__free(d->dict_n);
@@ -299,7 +308,7 @@ static int plain_fixed(const chunk_dec *d, const uint8_t *p, size_t n, size_t nn
 }
 
 static int grow_scratch(chunk_dec *d, size_t nn) {
-    if (d->leaf->out == PQ_OUT_BIN) {
+    if (d->pbin) {
         size_t c1 = d->bin_cap, c2 = d->bin_cap;
         SL_TRY(sl__grow((void **)&d->bp, &c1, nn, sizeof *d->bp, 64, "decoding a Parquet page"));
         SL_TRY(sl__grow((void **)&d->bl, &c2, nn, sizeof *d->bl, 64, "decoding a Parquet page"));
@@ -313,44 +322,11 @@ static int grow_scratch(chunk_dec *d, size_t nn) {
     return SL_OK;
 }
 
-/* Takes `page` (freed here or with the chunk's state or column). */
-static int read_dictionary(chunk_dec *d, const pq_page *pg, uint8_t *page, size_t n) {
-    if (d->has_dict || (pg->encoding != PQ_PLAIN && pg->encoding != PQ_PLAIN_DICTIONARY)) {
-        sl__free(page);
-        return d->has_dict ? sl__error(SL_ECORRUPT, "a second dictionary page")
-                           : sl__error(SL_EUNSUPPORTED, "dictionary page in %s (PLAIN expected)",
-                                       pq_encoding_name(pg->encoding));
-    }
-    size_t nn = (size_t)pg->num_values;
-    d->dict_page = page; /* owned from here */
-    d->has_dict = 1;
-    d->ndict = nn;
-    if (d->leaf->out == PQ_OUT_BIN) {
-        /* the values point into the page: the column keeps it */
-        d->dict_page = NULL;
-        SL_TRY(pq_dcol_keep(d->out, page, n));
-        d->dict_p = sl__malloc((nn ? nn : 1) * sizeof *d->dict_p);
-        d->dict_n = sl__malloc((nn ? nn : 1) * sizeof *d->dict_n);
-        if (!d->dict_p || !d->dict_n)
-            return sl__oom("reading a Parquet dictionary");
-        if (nn > n / 4 + 1)
-            return sl__error(SL_ECORRUPT, "dictionary of %zu values in %zu bytes", nn, n);
-        return plain_binary(page, n, nn, d->dict_p, d->dict_n, NULL);
-    }
-    size_t bytes;
-    if (!sl__mul_ok(nn, (size_t)d->pw, &bytes) || (d->leaf->type != PQ_BOOLEAN && bytes > n))
-        return sl__error(SL_ECORRUPT, "dictionary of %zu values in %zu bytes", nn, n);
-    d->dict_vals = sl__malloc(bytes ? bytes : 1);
-    if (!d->dict_vals)
-        return sl__oom("reading a Parquet dictionary");
-    return plain_fixed(d, page, n, nn, d->dict_vals);
-}
-
 /* Decode `nn` values of a data page's value section p[0..n) into the
  * scratch (fixed or bp/bl). */
 static int decode_values(chunk_dec *d, int enc, const uint8_t *p, size_t n, size_t nn) {
     const pq_leaf *lf = d->leaf;
-    int bin = lf->out == PQ_OUT_BIN;
+    int bin = d->pbin;
     SL_TRY(grow_scratch(d, nn));
     switch (enc) {
     case PQ_PLAIN:
@@ -476,6 +452,60 @@ static int decode_values(chunk_dec *d, int enc, const uint8_t *p, size_t n, size
     }
 }
 
+/* Memory for a decompressed page of n bytes. `keep`: values will point
+ * into it, so it lives with the column (the arena while it has room, else a
+ * buffer the column keeps); otherwise the chunk's scratch, reused by the next
+ * page. */
+static int page_mem(chunk_dec *d, size_t n, int keep, uint8_t **out) {
+    if (!keep) {
+        SL_TRY(sl__grow((void **)&d->page, &d->page_cap, n ? n : 1, 1, 4096,
+                        "decoding a Parquet page"));
+        *out = d->page;
+        return SL_OK;
+    }
+    pq_arena *a = d->arena;
+    if (a && a->cap - a->used >= n) {
+        *out = a->p + a->used;
+        a->used += n;
+        return SL_OK;
+    }
+    uint8_t *b = sl__malloc(n ? n : 1);
+    if (!b)
+        return sl__oom("decoding a Parquet page");
+    SL_TRY(pq_dcol_keep(d->out, b, n));
+    *out = b;
+    return SL_OK;
+}
+
+/* The dictionary page's n decompressed bytes at `page` (kept for as long as
+ * the chunk decodes: binary values point into it). */
+static int read_dictionary(chunk_dec *d, const pq_page *pg, const uint8_t *page, size_t n) {
+    if (d->has_dict)
+        return sl__error(SL_ECORRUPT, "a second dictionary page");
+    if (pg->encoding != PQ_PLAIN && pg->encoding != PQ_PLAIN_DICTIONARY)
+        return sl__error(SL_EUNSUPPORTED, "dictionary page in %s (PLAIN expected)",
+                         pq_encoding_name(pg->encoding));
+    size_t nn = (size_t)pg->num_values;
+    d->has_dict = 1;
+    d->ndict = nn;
+    if (d->pbin) {
+        if (nn > n / 4 + 1)
+            return sl__error(SL_ECORRUPT, "dictionary of %zu values in %zu bytes", nn, n);
+        d->dict_p = sl__malloc((nn ? nn : 1) * sizeof *d->dict_p);
+        d->dict_n = sl__malloc((nn ? nn : 1) * sizeof *d->dict_n);
+        if (!d->dict_p || !d->dict_n)
+            return sl__oom("reading a Parquet dictionary");
+        return plain_binary(page, n, nn, d->dict_p, d->dict_n, NULL);
+    }
+    size_t bytes;
+    if (!sl__mul_ok(nn, (size_t)d->pw, &bytes) || (d->leaf->type != PQ_BOOLEAN && bytes > n))
+        return sl__error(SL_ECORRUPT, "dictionary of %zu values in %zu bytes", nn, n);
+    d->dict_vals = sl__malloc(bytes ? bytes : 1);
+    if (!d->dict_vals)
+        return sl__oom("reading a Parquet dictionary");
+    return plain_fixed(d, page, n, nn, d->dict_vals);
+}
+
 /* Room for `more` output values. */
 static int out_room(chunk_dec *d, size_t more) {
     pq_dcol *o = d->out;
@@ -483,10 +513,9 @@ static int out_room(chunk_dec *d, size_t more) {
         size_t need;
         if (!sl__add_ok(o->nvals, more, &need))
             return sl__error(SL_ECORRUPT, "too many values");
-        size_t cap = o->vcap;
-        /* grow counts values: vcap is in values, vals holds vcap * w bytes */
-        if (need > cap) {
-            size_t ncap = cap ? cap : 64;
+        /* vcap counts values: vals holds vcap * w bytes */
+        if (need > o->vcap) {
+            size_t ncap = o->vcap ? o->vcap : 64;
             while (ncap < need)
                 ncap *= 2;
             size_t bytes;
@@ -509,26 +538,87 @@ static int out_room(chunk_dec *d, size_t more) {
     return SL_OK;
 }
 
-/* Convert physical value i of the page scratch into output value slot k. */
-static void put_fixed(chunk_dec *d, size_t i, size_t k) {
+/* ---- conversions ------------------------------------------------------------------ */
+
+/* 10^k as a long double, k <= 76 (DECIMAL scales: a precision is at most 76
+ * digits). Exact up to 10^27 in the x87 format's 64-bit mantissa. */
+static long double pow10l_(int k) {
+    long double v = 1;
+    for (int i = 0; i < k; i++)
+        v *= 10;
+    return v;
+}
+
+/* A DECIMAL's unscaled value from n big-endian two's complement bytes
+ * (at most 16 significant: precision 38; longer only as sign extension). */
+static int be_unscaled(const uint8_t *p, size_t n, __int128 *out) {
+    if (n == 0)
+        return sl__error(SL_ECORRUPT, "an empty DECIMAL value");
+    uint8_t sign = p[0] & 0x80 ? 0xff : 0;
+    for (; n > 16; p++, n--)
+        if (p[0] != sign || ((p[1] ^ sign) & 0x80))
+            return sl__error(SL_EUNSUPPORTED, "a DECIMAL value wider than 128 bits");
+    unsigned __int128 u = sign ? ~(unsigned __int128)0 : 0;
+    for (size_t i = 0; i < n; i++)
+        u = u << 8 | p[i];
+    *out = (__int128)u;
+    return SL_OK;
+}
+
+/* Stored value `src` (n bytes: pw, or a byte array's length) as the output
+ * value at dst (o->w bytes). */
+static int convert(const chunk_dec *d, const uint8_t *src, size_t n, uint8_t *dst) {
     const pq_leaf *lf = d->leaf;
-    uint8_t *dst = d->out->vals + k * (size_t)d->out->w;
-    const uint8_t *src = d->fixed + i * (size_t)d->pw;
-    if (lf->out == PQ_OUT_I64 && lf->type == PQ_INT32) {
-        int64_t v = lf->is_unsigned ? (int64_t)sl__ld32(src) : (int64_t)(int32_t)sl__ld32(src);
+    switch (lf->conv) {
+    case PQ_CONV_I32: {
+        int64_t v = (int32_t)sl__ld32(src);
         memcpy(dst, &v, 8);
-    } else {
+        return SL_OK;
+    }
+    case PQ_CONV_U32: {
+        int64_t v = (int64_t)sl__ld32(src);
+        memcpy(dst, &v, 8);
+        return SL_OK;
+    }
+    case PQ_CONV_INT96: {
+        /* days since the Julian epoch; 2440588 is 1970-01-01. Wraps as
+         * pyarrow's int64 nanoseconds do for dates past 2262. */
+        uint64_t nanos = sl__ld64(src);
+        int64_t day = (int32_t)sl__ld32(src + 8);
+        uint64_t v = (uint64_t)(day - 2440588) * UINT64_C(86400000000000) + nanos;
+        memcpy(dst, &v, 8);
+        return SL_OK;
+    }
+    case PQ_CONV_DEC_F64:
+    case PQ_CONV_DEC_I64: {
+        __int128 u = 0;
+        if (lf->type == PQ_INT32)
+            u = (int32_t)sl__ld32(src);
+        else if (lf->type == PQ_INT64)
+            u = (int64_t)sl__ld64(src);
+        else
+            SL_TRY(be_unscaled(src, n, &u));
+        if (lf->conv == PQ_CONV_DEC_I64) {
+            if (u < INT64_MIN || u > INT64_MAX)
+                return sl__error(SL_ECORRUPT, "a DECIMAL of scale 0 past int64");
+            int64_t v = (int64_t)u;
+            memcpy(dst, &v, 8);
+        } else {
+            /* one rounding when |u| < 2^64 and the scale's power of ten is
+             * exact (scale <= 27); then the double's own: equal to the
+             * decimal rounded to a double up to 15 significant digits */
+            double v = (double)((long double)u / pow10l_(lf->scale));
+            memcpy(dst, &v, 8);
+        }
+        return SL_OK;
+    }
+    default:
         memcpy(dst, src, (size_t)d->out->w);
+        return SL_OK;
     }
 }
 
-/* A byte array is not copied: it points where it was decoded (kept). */
-static int put_binary(chunk_dec *d, size_t i) {
-    pq_dcol *o = d->out;
-    o->vp[o->nvals] = d->bl[i] ? d->bp[i] : NULL;
-    o->vl[o->nvals] = d->bl[i];
-    return SL_OK;
-}
+/* ---- levels to rows ----------------------------------------------------------------- */
 
 /* Mark row `row` null (1) or holding a null element (2), the marks made on
  * the first. A list already marked 2 stays so. */
@@ -543,12 +633,18 @@ static int mark_null(pq_dcol *o, int64_t row, uint8_t how) {
 /* The next of the page's nn decoded values (*vi) as the column's next value. */
 static int put_value(chunk_dec *d, size_t *vi, size_t nn) {
     pq_dcol *o = d->out;
-    if (*vi >= nn)
+    size_t i = *vi;
+    if (i >= nn)
         return sl__error(SL_ECORRUPT, "fewer values than defined slots");
-    if (o->w)
-        put_fixed(d, *vi, o->nvals);
-    else
-        SL_TRY(put_binary(d, *vi));
+    if (!o->w) { /* a byte array is not copied: it points where it was decoded */
+        o->vp[o->nvals] = d->bl[i] ? d->bp[i] : NULL;
+        o->vl[o->nvals] = d->bl[i];
+    } else if (d->pbin) {
+        SL_TRY(convert(d, d->bp[i], d->bl[i], o->vals + o->nvals * (size_t)o->w));
+    } else {
+        SL_TRY(convert(d, d->fixed + i * (size_t)d->pw, (size_t)d->pw,
+                       o->vals + o->nvals * (size_t)o->w));
+    }
     o->nvals++;
     (*vi)++;
     return SL_OK;
@@ -576,6 +672,14 @@ static int put_null(chunk_dec *d, int64_t row) {
     return SL_OK;
 }
 
+/* A new inner list (lists of lists) starting at the next value. */
+static int begin_inner(pq_dcol *o) {
+    SL_TRY(sl__grow((void **)&o->in_off, &o->in_cap, o->n_in + 2, sizeof *o->in_off, 64,
+                    "decoding a Parquet column"));
+    o->in_off[o->n_in++] = (int64_t)o->nvals;
+    return SL_OK;
+}
+
 /* Place a page's `slots` level slots (values in the scratch, nn of them). */
 static int place(chunk_dec *d, size_t slots, size_t nn) {
     const pq_leaf *lf = d->leaf;
@@ -584,34 +688,50 @@ static int place(chunk_dec *d, size_t slots, size_t nn) {
     SL_TRY(out_room(d, slots));
     if (lf->max_rep == 0) {
         for (size_t s = 0; s < slots; s++) {
-            if (d->row >= o->nrows)
-                return sl__error(SL_ECORRUPT, "more values than the row group's %" PRId64 " rows",
-                                 o->nrows);
+            if (d->rows >= o->nrows)
+                return sl__error(SL_ECORRUPT, "more values than the %" PRId64 " rows", o->nrows);
             int defined = lf->max_def == 0 || d->def[s] == (uint32_t)lf->max_def;
-            SL_TRY(defined ? put_value(d, &vi, nn) : put_null(d, d->row));
-            d->row++;
+            SL_TRY(defined ? put_value(d, &vi, nn) : put_null(d, d->rows));
+            d->rows++;
         }
         return SL_OK;
     }
+    const int l0 = lf->list_def[0], l1 = lf->list_def[1];
     for (size_t s = 0; s < slots; s++) {
-        if (d->rep[s] == 0) { /* a new row */
-            if (d->slot_rows_started >= o->nrows)
-                return sl__error(SL_ECORRUPT, "more rows than the row group's %" PRId64, o->nrows);
-            o->row_off[d->slot_rows_started] = (int64_t)o->nvals;
-            d->slot_rows_started++;
-        } else if (d->slot_rows_started == 0) {
+        uint32_t rl = d->rep[s];
+        int dl = (int)d->def[s];
+        if (rl == 0) { /* a new row */
+            if (d->rows >= o->nrows)
+                return sl__error(SL_ECORRUPT, "more rows than the %" PRId64, o->nrows);
+            o->row_off[d->rows++] = lf->max_rep == 1 ? (int64_t)o->nvals : (int64_t)o->n_in;
+        } else if (d->rows == 0) {
             return sl__error(SL_ECORRUPT, "the first level slot continues a row");
         }
-        int64_t row = d->slot_rows_started - 1;
-        uint32_t dl = d->def[s];
-        if ((int)dl < lf->list_def) { /* no element: an empty or null list */
-            if ((int)dl < lf->list_def - 1)
+        int64_t row = d->rows - 1;
+        if (dl < l0) { /* no element: an empty or null list */
+            if (rl != 0)
+                return sl__error(SL_ECORRUPT, "repetition level %u with definition level %d",
+                                 rl, dl);
+            if (dl < l0 - 1)
                 SL_TRY(mark_null(o, row, 1));
-        } else if ((int)dl < lf->max_def) { /* a null element */
-            SL_TRY(mark_null(o, row, 2));
-        } else {
-            SL_TRY(put_value(d, &vi, nn));
+            continue;
         }
+        if (lf->max_rep == 2) {
+            if (rl <= 1)
+                SL_TRY(begin_inner(o));
+            else if (dl < l1)
+                return sl__error(SL_ECORRUPT, "repetition level %u with definition level %d",
+                                 rl, dl);
+            if (dl < l1) { /* an empty inner list; a null one fails the row */
+                if (dl < l1 - 1)
+                    SL_TRY(mark_null(o, row, 2));
+                continue;
+            }
+        }
+        if (dl < lf->max_def) /* a null element */
+            SL_TRY(mark_null(o, row, 2));
+        else
+            SL_TRY(put_value(d, &vi, nn));
     }
     return SL_OK;
 }
@@ -642,26 +762,10 @@ static int read_levels(const uint8_t *p, size_t n, int max, uint32_t *out, size_
     return SL_OK;
 }
 
-/* Where a data page's values are decompressed to: the scratch page for
- * fixed-size values (they are copied out), a buffer of its own that the
- * column keeps for byte arrays (they point into it). */
-static int page_buffer(chunk_dec *d, size_t n, const uint8_t **out) {
-    if (d->leaf->out != PQ_OUT_BIN) {
-        SL_TRY(sl__grow((void **)&d->page, &d->page_cap, n ? n : 1, 1, 4096,
-                        "decoding a Parquet page"));
-        *out = d->page;
-        return SL_OK;
-    }
-    uint8_t *b = sl__malloc(n ? n : 1);
-    if (!b)
-        return sl__oom("decoding a Parquet page");
-    SL_TRY(pq_dcol_keep(d->out, b, n));
-    *out = b;
-    return SL_OK;
-}
-
-static int data_page(chunk_dec *d, const pq_page *pg, const uint8_t *stored, int codec) {
+static int data_page(chunk_dec *d, const pq_page *pg, const uint8_t *stored) {
     const pq_leaf *lf = d->leaf;
+    const int codec = d->codec;
+    const int keep = d->out->w == 0; /* byte arrays will point into the page */
     size_t slots = (size_t)pg->num_values;
     size_t csize = (size_t)pg->compressed_size, usize = (size_t)pg->uncompressed_size;
     SL_TRY(sl__grow((void **)&d->def, &d->def_cap, slots ? slots : 1, sizeof *d->def, 256,
@@ -678,8 +782,10 @@ static int data_page(chunk_dec *d, const pq_page *pg, const uint8_t *stored, int
                                  "says %zu", csize, usize);
             body = stored;
         } else {
-            SL_TRY(page_buffer(d, usize, &body));
-            SL_TRY(decompress(codec, stored, csize, (uint8_t *)body, usize));
+            uint8_t *buf;
+            SL_TRY(page_mem(d, usize, keep, &buf));
+            SL_TRY(decompress(codec, stored, csize, buf, usize));
+            body = buf;
         }
         blen = usize;
         size_t u = 0;
@@ -707,8 +813,10 @@ static int data_page(chunk_dec *d, const pq_page *pg, const uint8_t *stored, int
                                slots, 0, PQ_RLE, "definition", &lev_used));
         size_t vsize = usize - lv;
         if (pg->is_compressed && codec != PQ_UNCOMPRESSED) {
-            SL_TRY(page_buffer(d, vsize, &body));
-            SL_TRY(decompress(codec, stored + lv, csize - lv, (uint8_t *)body, vsize));
+            uint8_t *buf;
+            SL_TRY(page_mem(d, vsize, keep, &buf));
+            SL_TRY(decompress(codec, stored + lv, csize - lv, buf, vsize));
+            body = buf;
         } else {
             if (csize - lv != vsize)
                 return sl__error(SL_ECORRUPT, "uncompressed values of %zu bytes where the header "
@@ -720,31 +828,90 @@ static int data_page(chunk_dec *d, const pq_page *pg, const uint8_t *stored, int
     if (lf->max_rep == 0 && lf->max_def == 0)
         for (size_t i = 0; i < slots; i++)
             d->def[i] = 0;
+    if (lf->max_rep == 0)
+        for (size_t i = 0; i < slots; i++)
+            d->rep[i] = 0;
     size_t nn = 0;
     for (size_t i = 0; i < slots; i++)
         nn += lf->max_def == 0 || d->def[i] == (uint32_t)lf->max_def;
-    if (pg->type == PQ_DATA_PAGE_V2 && pg->num_nulls >= 0 && lf->max_rep == 0 &&
-        (size_t)pg->num_nulls != slots - nn)
+    if (pg->type == PQ_DATA_PAGE_V2 && lf->max_rep == 0 && (size_t)pg->num_nulls != slots - nn)
         return sl__error(SL_ECORRUPT, "%zu nulls where the header says %d", slots - nn,
                          pg->num_nulls);
     SL_TRY(decode_values(d, pg->encoding, body, blen, nn));
     return place(d, slots, nn);
 }
 
-int pq_decode_chunk(const pq_leaf *leaf, const pq_chunk *c, const uint8_t *bytes, size_t n,
-                    int64_t nrows, int verify, pq_dcol *out) {
+/* One page at bytes[*pos..n): its header parsed, its CRC checked, the page
+ * decoded (dec) or only walked (dec NULL). *values grows by a data page's
+ * num_values, *is_dict says whether it was a dictionary page. `want` (-1:
+ * none): the values the chunk holds, which no page may pass. */
+static int one_page(chunk_dec *d, const uint8_t *bytes, size_t n, size_t *pos, int verify,
+                    int64_t want, int64_t *values, int *is_dict, int pageno) {
+    pq_page pg;
+    size_t hl;
+    int rc = pq_page_parse(bytes + *pos, n - *pos, &pg, &hl);
+    if (rc < 0)
+        return sl__error_prefix(rc, "page %d (offset %zu in the chunk)", pageno, *pos);
+    size_t at = *pos + hl;
+    if ((size_t)pg.compressed_size > n - at)
+        return sl__error(SL_ECORRUPT, "page %d: %d bytes past the end of the column chunk (%zu "
+                         "left)", pageno, pg.compressed_size, n - at);
+    const uint8_t *stored = bytes + at;
+    if (verify && pg.has_crc) {
+        uint32_t crc = (uint32_t)crc32(0L, stored, (uInt)pg.compressed_size);
+        if (crc != pg.crc)
+            return sl__error(SL_ECORRUPT, "page %d: CRC mismatch (stored %08x, computed %08x)",
+                             pageno, pg.crc, crc);
+    }
+    *is_dict = pg.type == PQ_DICTIONARY_PAGE;
+    if (pg.type == PQ_DICTIONARY_PAGE) {
+        if (!pg.has_header)
+            return sl__error(SL_ECORRUPT, "page %d: dictionary page without its header", pageno);
+        if (d) {
+            uint8_t *page;
+            size_t usize = (size_t)pg.uncompressed_size;
+            SL_TRY(page_mem(d, usize, d->pbin, &page));
+            rc = decompress(d->codec, stored, (size_t)pg.compressed_size, page, usize);
+            if (rc == SL_OK)
+                rc = read_dictionary(d, &pg, page, usize);
+            if (rc < 0)
+                return sl__error_prefix(rc, "page %d (dictionary)", pageno);
+        }
+    } else if (pg.type == PQ_DATA_PAGE || pg.type == PQ_DATA_PAGE_V2) {
+        if (!pg.has_header)
+            return sl__error(SL_ECORRUPT, "page %d: data page without its header", pageno);
+        if (want >= 0 && pg.num_values > want - *values)
+            return sl__error(SL_ECORRUPT, "page %d: %d values, more than the chunk's %" PRId64
+                             " left", pageno, pg.num_values, want - *values);
+        if (d && (rc = data_page(d, &pg, stored)) < 0)
+            return sl__error_prefix(rc, "page %d (%s, %s)", pageno,
+                                    pg.type == PQ_DATA_PAGE ? "v1" : "v2",
+                                    pq_encoding_name(pg.encoding));
+        *values += pg.num_values;
+    } /* an index page (never written by current writers) is skipped */
+    *pos = at + (size_t)pg.compressed_size;
+    return SL_OK;
+}
+
+/* The decoder for `leaf` into `out` (zeroed here). */
+static int dec_init(chunk_dec *d, const pq_leaf *leaf, int codec, int verify, pq_arena *arena,
+                    int64_t nrows, pq_dcol *out) {
     memset(out, 0, sizeof *out);
+    memset(d, 0, sizeof *d);
     out->nrows = nrows;
-    chunk_dec d;
-    memset(&d, 0, sizeof d);
-    d.leaf = leaf;
-    d.out = out;
+    d->leaf = leaf;
+    d->out = out;
+    d->codec = codec;
+    d->verify = verify;
+    d->arena = arena;
+    d->pbin = leaf->type == PQ_BYTE_ARRAY;
     switch (leaf->type) {
-    case PQ_BOOLEAN: d.pw = 1; break;
-    case PQ_INT32: case PQ_FLOAT: d.pw = 4; break;
-    case PQ_INT64: case PQ_DOUBLE: d.pw = 8; break;
-    case PQ_FIXED_LEN_BYTE_ARRAY: d.pw = leaf->type_length; break;
-    default: d.pw = 0;
+    case PQ_BOOLEAN: d->pw = 1; break;
+    case PQ_INT32: case PQ_FLOAT: d->pw = 4; break;
+    case PQ_INT64: case PQ_DOUBLE: d->pw = 8; break;
+    case PQ_INT96: d->pw = 12; break;
+    case PQ_FIXED_LEN_BYTE_ARRAY: d->pw = leaf->type_length; break;
+    default: d->pw = 0;
     }
     switch (leaf->out) {
     case PQ_OUT_I64: case PQ_OUT_U64: case PQ_OUT_F64: out->w = 8; break;
@@ -753,78 +920,86 @@ int pq_decode_chunk(const pq_leaf *leaf, const pq_chunk *c, const uint8_t *bytes
     case PQ_OUT_FIXED: out->w = leaf->type_length; break;
     default: out->w = 0;
     }
-    int rc = SL_OK;
     if (leaf->max_rep > 0) {
         out->row_off = sl__calloc((size_t)nrows + 1, sizeof *out->row_off);
         if (!out->row_off)
-            SL_FAIL(SL_ENOMEM, "out of memory decoding a Parquet column");
+            return sl__oom("decoding a Parquet column");
     }
+    if (leaf->max_rep > 1)
+        SL_TRY(sl__grow((void **)&out->in_off, &out->in_cap, 1, sizeof *out->in_off, 64,
+                        "decoding a Parquet column"));
+    return SL_OK;
+}
+
+/* Every row placed: close the offsets. */
+static int dec_finish(chunk_dec *d) {
+    pq_dcol *o = d->out;
+    if (d->rows != o->nrows)
+        return sl__error(SL_ECORRUPT, "%" PRId64 " %s for the %" PRId64 " rows", d->rows,
+                         d->leaf->max_rep ? "lists" : "values", o->nrows);
+    if (o->in_off) {
+        o->in_off[o->n_in] = (int64_t)o->nvals;
+        o->row_off[o->nrows] = (int64_t)o->n_in;
+    } else if (o->row_off) {
+        o->row_off[o->nrows] = (int64_t)o->nvals;
+    }
+    return SL_OK;
+}
+
+int pq_decode_chunk(const pq_leaf *leaf, const pq_chunk *c, const uint8_t *bytes, size_t n,
+                    int64_t nrows, int verify, pq_arena *arena, pq_dcol *out) {
+    chunk_dec d;
+    int rc = dec_init(&d, leaf, c->codec, verify, arena, nrows, out);
     size_t pos = 0;
     int64_t values = 0;
-    int pageno = 0;
-    while (values < c->num_values) {
-        pq_page pg;
-        size_t hl;
+    for (int pageno = 0; rc == SL_OK && values < c->num_values; pageno++) {
+        int is_dict;
         if (pos >= n)
-            SL_FAIL(SL_ECORRUPT, "the column chunk ends after %" PRId64 " of its %" PRId64
-                    " values", values, c->num_values);
-        rc = pq_page_parse(bytes + pos, n - pos, &pg, &hl);
-        if (rc < 0)
-            SL_FAIL_PREFIX(rc, "page %d (offset %zu in the chunk)", pageno, pos);
-        pos += hl;
-        if ((size_t)pg.compressed_size > n - pos)
-            SL_FAIL(SL_ECORRUPT, "page %d: %d bytes past the end of the column chunk (%zu left)",
-                    pageno, pg.compressed_size, n - pos);
-        const uint8_t *stored = bytes + pos;
-        if (verify && pg.has_crc) {
-            uint32_t crc = (uint32_t)crc32(0L, stored, (uInt)pg.compressed_size);
-            if (crc != pg.crc)
-                SL_FAIL(SL_ECORRUPT, "page %d: CRC mismatch (stored %08x, computed %08x)", pageno,
-                        pg.crc, crc);
-        }
-        if (pg.type == PQ_DICTIONARY_PAGE) {
-            uint8_t *page = sl__malloc(pg.uncompressed_size ? (size_t)pg.uncompressed_size : 1);
-            if (!page)
-                SL_FAIL(SL_ENOMEM, "out of memory reading a Parquet dictionary");
-            rc = decompress(c->codec, stored, (size_t)pg.compressed_size, page,
-                            (size_t)pg.uncompressed_size);
-            if (rc < 0) {
-                sl__free(page);
-                SL_FAIL_PREFIX(rc, "page %d (dictionary)", pageno);
-            }
-            if (!pg.has_header) {
-                sl__free(page);
-                SL_FAIL(SL_ECORRUPT, "page %d: dictionary page without its header", pageno);
-            }
-            rc = read_dictionary(&d, &pg, page, (size_t)pg.uncompressed_size);
-            if (rc < 0)
-                SL_FAIL_PREFIX(rc, "page %d (dictionary)", pageno);
-        } else if (pg.type == PQ_DATA_PAGE || pg.type == PQ_DATA_PAGE_V2) {
-            if (!pg.has_header)
-                SL_FAIL(SL_ECORRUPT, "page %d: data page without its header", pageno);
-            if (pg.num_values > c->num_values - values)
-                SL_FAIL(SL_ECORRUPT, "page %d: %d values, more than the chunk's %" PRId64
-                        " left", pageno, pg.num_values, c->num_values - values);
-            rc = data_page(&d, &pg, stored, c->codec);
-            if (rc < 0)
-                SL_FAIL_PREFIX(rc, "page %d (%s, %s)", pageno,
-                               pg.type == PQ_DATA_PAGE ? "v1" : "v2",
-                               pq_encoding_name(pg.encoding));
-            values += pg.num_values;
-        } /* an index page (never written by current writers) is skipped */
-        pos += (size_t)pg.compressed_size;
-        pageno++;
+            rc = sl__error(SL_ECORRUPT, "the column chunk ends after %" PRId64 " of its %" PRId64
+                           " values", values, c->num_values);
+        else
+            rc = one_page(&d, bytes, n, &pos, verify, c->num_values, &values, &is_dict, pageno);
     }
-    if (leaf->max_rep == 0 && d.row != nrows)
-        SL_FAIL(SL_ECORRUPT, "%" PRId64 " values for the row group's %" PRId64 " rows", d.row,
-                nrows);
-    if (leaf->max_rep > 0) {
-        if (d.slot_rows_started != nrows)
-            SL_FAIL(SL_ECORRUPT, "%" PRId64 " lists for the row group's %" PRId64 " rows",
-                    d.slot_rows_started, nrows);
-        out->row_off[nrows] = (int64_t)out->nvals;
-    }
-cleanup:
+    if (rc == SL_OK)
+        rc = dec_finish(&d);
     chunk_dec_free(&d);
     return rc;
+}
+
+int pq_decode_pages(const pq_leaf *leaf, int codec, const uint8_t *dict, size_t dict_n,
+                    const uint8_t *pages, size_t n, int64_t nrows, int verify, pq_arena *arena,
+                    pq_dcol *out) {
+    chunk_dec d;
+    int rc = dec_init(&d, leaf, codec, verify, arena, nrows, out);
+    int64_t values = 0;
+    int is_dict = 1;
+    size_t pos = 0;
+    if (rc == SL_OK && dict_n) {
+        rc = one_page(&d, dict, dict_n, &pos, verify, -1, &values, &is_dict, 0);
+        if (rc == SL_OK && (!is_dict || pos != dict_n))
+            rc = sl__error(SL_ECORRUPT, "the chunk's first page is not its dictionary alone");
+    }
+    pos = 0;
+    for (int pageno = 1; rc == SL_OK && pos < n; pageno++) {
+        rc = one_page(&d, pages, n, &pos, verify, -1, &values, &is_dict, pageno);
+        if (rc == SL_OK && is_dict)
+            rc = sl__error(SL_ECORRUPT, "a dictionary page among the data pages");
+    }
+    if (rc == SL_OK)
+        rc = dec_finish(&d);
+    chunk_dec_free(&d);
+    return rc;
+}
+
+int pq_check_chunk(const uint8_t *bytes, size_t n, int64_t num_values) {
+    size_t pos = 0;
+    int64_t values = 0;
+    int is_dict;
+    for (int pageno = 0; values < num_values; pageno++) {
+        if (pos >= n)
+            return sl__error(SL_ECORRUPT, "the column chunk ends after %" PRId64 " of its %"
+                             PRId64 " values", values, num_values);
+        SL_TRY(one_page(NULL, bytes, n, &pos, 1, num_values, &values, &is_dict, pageno));
+    }
+    return SL_OK;
 }

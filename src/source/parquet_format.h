@@ -66,6 +66,7 @@ enum { PQ_DATA_PAGE = 0, PQ_INDEX_PAGE = 1, PQ_DICTIONARY_PAGE = 2, PQ_DATA_PAGE
 #define PQ_MAX_ROW_GROUPS 1000000
 #define PQ_MAX_FOOTER ((uint64_t)1 << 30) /* footer bytes */
 #define PQ_MAX_PAGE ((uint64_t)1 << 31)   /* bytes of one page, compressed or not */
+#define PQ_MAX_PAGES 1000000     /* pages of one column chunk in an offset index */
 
 typedef struct pq_bytes {
     const uint8_t *p;
@@ -84,6 +85,8 @@ typedef struct pq_schema_el {
     int int_bits;       /* PQ_LT_INTEGER: bitWidth */
     int int_signed;     /* PQ_LT_INTEGER: isSigned */
     int ts_unit;        /* PQ_LT_TIMESTAMP / TIME: 1 ms, 2 us, 3 ns */
+    int32_t scale, precision; /* DECIMAL: the legacy fields, or LogicalType's
+                                 DecimalType where present */
 } pq_schema_el;
 
 typedef struct pq_stats {
@@ -104,6 +107,8 @@ typedef struct pq_chunk {
     int64_t dict_page_offset; /* -1 when absent */
     int external;             /* file_path set: the chunk lives in another file */
     pq_stats stats;
+    int64_t oi_offset;        /* its OffsetIndex (the page index), -1 when absent */
+    int32_t oi_length;
 } pq_chunk;
 
 typedef struct pq_rowgroup {
@@ -149,6 +154,19 @@ typedef struct pq_page {
  * message starting "page header: " when it does not parse. */
 int pq_page_parse(const uint8_t *p, size_t n, pq_page *pg, size_t *used);
 
+/* One data page of a column chunk as its OffsetIndex locates it. */
+typedef struct pq_pageloc {
+    int64_t offset;       /* in the file: the page header's first byte */
+    int32_t size;         /* compressed_page_size: header and stored page */
+    int64_t first_row;    /* the page's first row within its row group */
+} pq_pageloc;
+
+/* Parse an OffsetIndex at p[0..n) (parquet.thrift's page index) into
+ * *locs_out (sl__malloc'd, *n_out entries; freed by the caller). Checked
+ * here: at least one page, first rows starting at 0 and increasing, sizes
+ * positive. SL_ECORRUPT ("offset index: ...") or SL_ENOMEM. */
+int pq_offset_index_parse(const uint8_t *p, size_t n, pq_pageloc **locs_out, int *n_out);
+
 /* ---- encodings (parquet_encoding.c) ------------------------------------------- */
 
 /* Unsigned LEB128 at *p (< end), at most 10 bytes; advances *p. -1 when cut
@@ -178,31 +196,49 @@ void pq_unpack(const uint8_t *p, int bw, uint32_t *out, size_t count);
 
 /* What a leaf column's values become (the sluice dtype of a value). */
 enum {
-    PQ_OUT_I64 = 1,  /* int64 (INT32/INT64 and their logical types, as stored) */
+    PQ_OUT_I64 = 1,  /* int64 (INT32/INT64 and their logical types, as stored; INT96 as
+                        nanoseconds; a DECIMAL of scale 0 and at most 18 digits) */
     PQ_OUT_U64,      /* uint64 (UINT_64) */
-    PQ_OUT_F64,      /* DOUBLE */
+    PQ_OUT_F64,      /* DOUBLE; any other DECIMAL */
     PQ_OUT_F32,      /* FLOAT */
     PQ_OUT_BOOL,     /* BOOLEAN, one byte 0/1 */
     PQ_OUT_BIN,      /* BYTE_ARRAY: variable-length bytes */
     PQ_OUT_FIXED,    /* FIXED_LEN_BYTE_ARRAY: type_length bytes (FLOAT16: a float16) */
 };
 
+/* How a stored value becomes its output value (pq_leaf.conv). */
+enum {
+    PQ_CONV_NONE = 0, /* as stored (the widths agree) */
+    PQ_CONV_I32,      /* INT32 sign-extended to int64 */
+    PQ_CONV_U32,      /* INT32 as uint32, zero-extended (UINT_8/16/32) */
+    PQ_CONV_INT96,    /* INT96 (8 bytes of nanoseconds in the day, 4 of the Julian
+                         day) to nanoseconds since 1970 */
+    PQ_CONV_DEC_F64,  /* DECIMAL (INT32, INT64, or big-endian two's complement bytes)
+                         to unscaled * 10^-scale as a double */
+    PQ_CONV_DEC_I64,  /* DECIMAL of scale 0 to int64 */
+};
+
 /* A leaf column as the decoder needs it (from the schema). */
 typedef struct pq_leaf {
     int type;          /* physical */
     int32_t type_length;
-    int max_def, max_rep;
-    int list_def;      /* max_rep 1: the definition level from which a slot is a list
-                          element (below it the row's list is empty or null) */
+    int max_def, max_rep; /* max_rep 0: a value per row; 1: a list; 2: a list of lists */
+    int list_def[2];   /* list_def[r]: the definition level from which list r (the
+                          outer first) holds an element at a slot; below it the list
+                          is empty (list_def[r] - 1) or null */
     int out;           /* PQ_OUT_* */
-    int is_unsigned;   /* INT32 read as uint32 (UINT_8/16/32) */
+    int conv;          /* PQ_CONV_* */
+    int scale;         /* DECIMAL */
 } pq_leaf;
 
 /* A column chunk's values, decoded: one slot per row for a flat column (a
- * null slot holds zeros or no bytes, marked in nulls[]), or per row a range
- * of values (lists: row_off). Byte arrays are not copied: each value points
- * into the page it was decoded from (a decompressed page or dictionary kept
- * in keep[], or the chunk's stored bytes for an uncompressed page). */
+ * null slot holds zeros, NaN for a float, or no bytes, marked in nulls[]);
+ * per row a range of values for a list (row_off); per row a range of inner
+ * lists (row_off), each a range of values (in_off), for a list of lists.
+ * Values lie back to back in row order, so a row's values are one run.
+ * Byte arrays are not copied: each value points into the page it was
+ * decoded from (the block's arena, a buffer kept in keep[], or the chunk's
+ * stored bytes for an uncompressed page). */
 typedef struct pq_dcol {
     int64_t nrows;
     int w;             /* bytes of a fixed-size value (0 for PQ_OUT_BIN) */
@@ -213,26 +249,49 @@ typedef struct pq_dcol {
     size_t bcap;
     uint8_t **keep;    /* what the values point into, freed with the column */
     size_t nkeep, kcap, kept_bytes;
-    int64_t *row_off;  /* lists: nrows + 1 value offsets */
+    int64_t *row_off;  /* lists: nrows + 1 offsets (into values, or into inner lists) */
+    int64_t *in_off;   /* lists of lists: n_in + 1 value offsets, one per inner list */
+    size_t n_in, in_cap;
     uint8_t *nulls;    /* per row, NULL when none: 1 null (a list: an empty one), 2 a
-                          list holding a null element */
+                          list holding a null element or a null inner list */
 } pq_dcol;
+
+/* Where decoded pages go: one buffer for a row group's columns, filled
+ * front to back (sl__malloc_big: faulted in by huge pages). A page that
+ * does not fit (sizes the footer understated) gets a buffer of its own. */
+typedef struct pq_arena {
+    uint8_t *p;
+    size_t cap, used;
+} pq_arena;
 
 /* Decode one column chunk: `bytes` are its n bytes as stored (from the
  * dictionary page or first data page on), `nrows` the rows of its row group.
- * Byte-array values may point into `bytes`, which must then outlive `out`.
- * `verify`: check page CRCs where the writer stored them. A failure is
- * SL_ECORRUPT (damage), SL_EUNSUPPORTED (an encoding, codec or nesting the
- * reader lacks) or SL_ENOMEM, its message naming the page and the cause
- * (the caller adds the file, row group and column). `out` is zeroed here and
- * disposed by the caller, on failure too. */
+ * Byte-array values may point into `bytes`, which must then outlive `out`,
+ * and into `arena` (may be NULL), which must too. `verify`: check page CRCs
+ * where the writer stored them. A failure is SL_ECORRUPT (damage),
+ * SL_EUNSUPPORTED (an encoding, codec or nesting the reader lacks) or
+ * SL_ENOMEM, its message naming the page and the cause (the caller adds the
+ * file, row group and column). `out` is zeroed here and disposed by the
+ * caller, on failure too. */
 int pq_decode_chunk(const pq_leaf *leaf, const pq_chunk *c, const uint8_t *bytes, size_t n,
-                    int64_t nrows, int verify, pq_dcol *out);
+                    int64_t nrows, int verify, pq_arena *arena, pq_dcol *out);
+/* Decode the data pages in pages[0..n) (whole pages, as an OffsetIndex
+ * locates them), which hold `nrows` rows starting at a row's start, after
+ * the chunk's dictionary page in dict[0..dict_n) (dict_n 0: none). As
+ * pq_decode_chunk otherwise; the rows the pages hold must be `nrows`. */
+int pq_decode_pages(const pq_leaf *leaf, int codec, const uint8_t *dict, size_t dict_n,
+                    const uint8_t *pages, size_t n, int64_t nrows, int verify, pq_arena *arena,
+                    pq_dcol *out);
+/* Walk a chunk's page headers (they parse, each page lies inside the
+ * chunk, the data pages hold num_values) and check each page's CRC where the
+ * writer stored one, without decompressing: what a copy fetched whole is
+ * checked with before it is used. SL_ECORRUPT naming the page. */
+int pq_check_chunk(const uint8_t *bytes, size_t n, int64_t num_values);
 void pq_dcol_dispose(pq_dcol *d);
 /* Hand `buf` (sl__malloc'd, n bytes) to the column, freed with it. On
  * failure (SL_ENOMEM) buf is freed here. */
 int pq_dcol_keep(pq_dcol *d, uint8_t *buf, size_t n);
-/* Bytes a decoded chunk holds. */
+/* Bytes a decoded chunk holds (its arena's share not counted). */
 size_t pq_dcol_bytes(const pq_dcol *d);
 /* The names of a codec and an encoding, for messages ("SNAPPY", "PLAIN"). */
 const char *pq_codec_name(int codec);

@@ -349,10 +349,15 @@ static void time_unit(tr *t, int16_t id, int type, void *base) {
 }
 
 /* A LogicalType member's own fields (IntType's bitWidth and isSigned,
- * TimestampType's unit); `base` is the schema element. */
+ * TimestampType's unit, DecimalType's scale and precision); `base` is the
+ * schema element. */
 static void logical_member(tr *t, int16_t id, int type, void *base) {
     pq_schema_el *e = base;
-    if (e->logical == PQ_LT_INTEGER && id == 1)
+    if (e->logical == PQ_LT_DECIMAL && id == 1)
+        e->scale = tr_i32(t, type);
+    else if (e->logical == PQ_LT_DECIMAL && id == 2)
+        e->precision = tr_i32(t, type);
+    else if (e->logical == PQ_LT_INTEGER && id == 1)
         e->int_bits = (int)tr_int(t, type);
     else if (e->logical == PQ_LT_INTEGER && id == 2)
         e->int_signed = (int)tr_int(t, type);
@@ -387,18 +392,22 @@ static const fdesc schema_fields[] = {
     FD(4, F_BIN, 1, pq_schema_el, name, NOWHERE),
     FD(5, F_I32, 0, pq_schema_el, num_children, NOWHERE),
     FD(6, F_I32, 0, pq_schema_el, converted, NOWHERE),
+    FD(7, F_I32, 0, pq_schema_el, scale, NOWHERE),
+    FD(8, F_I32, 0, pq_schema_el, precision, NOWHERE),
 };
 
 static void parse_schema_el(tr *t, pq_schema_el *e) {
     e->converted = PQ_CT_NONE;
     e->repetition = PQ_REQUIRED;
-    unsigned seen = tr_fields(t, schema_fields, 6, e, schema_logical);
+    unsigned seen = tr_fields(t, schema_fields, 8, e, schema_logical);
     if (!t->bad && !(seen & 1))
         tr_fail(t, "no name");
     if (!t->bad && (e->repetition < 0 || e->repetition > 2))
         tr_fail(t, "repetition_type out of range");
     if (!t->bad && (e->num_children < 0 || (e->has_type && (e->type < 0 || e->type > 7))))
         tr_fail(t, "type or num_children out of range");
+    if (!t->bad && (e->scale < 0 || e->precision < 0))
+        tr_fail(t, "a negative DECIMAL scale or precision");
 }
 
 static void col_meta_other(tr *t, int16_t id, int type, void *base) {
@@ -429,6 +438,7 @@ static void parse_col_meta(tr *t, pq_chunk *c) {
 
 static void parse_chunk(tr *t, pq_chunk *c) {
     c->dict_page_offset = -1;
+    c->oi_offset = -1;
     if (!tr_enter(t))
         return;
     int16_t last = 0, id;
@@ -440,11 +450,17 @@ static void parse_chunk(tr *t, pq_chunk *c) {
         } else if (id == 3 && type == T_STRUCT) {
             parse_col_meta(t, c);
             c->has_meta = 1;
+        } else if (id == 4) {
+            c->oi_offset = tr_int(t, type);
+        } else if (id == 5) {
+            c->oi_length = tr_i32(t, type);
         } else {
             tr_skip(t, type);
         }
     }
     t->depth--;
+    if (!t->bad && (c->oi_offset < -1 || c->oi_length < 0))
+        tr_fail(t, "a negative offset index offset or length");
 }
 
 /* A list of at most `max` structs (`what` names it in messages), its
@@ -689,5 +705,61 @@ int pq_page_parse(const uint8_t *p, size_t n, pq_page *pg, size_t *used) {
         pg->def_bytes < 0 || pg->rep_bytes < 0 || pg->num_nulls < 0 || pg->num_rows < 0)
         return sl__error(SL_ECORRUPT, "page header: a negative size or count");
     *used = (size_t)(t.p - p);
+    return SL_OK;
+}
+
+/* ---- the page index ------------------------------------------------------------- */
+
+/* PageLocation: 1 offset (i64), 2 compressed_page_size (i32), 3
+ * first_row_index (i64), all required. */
+static const fdesc loc_fields[] = {
+    FD(1, F_I64, 1, pq_pageloc, offset, NOWHERE),
+    FD(2, F_I32, 2, pq_pageloc, size, NOWHERE),
+    FD(3, F_I64, 4, pq_pageloc, first_row, NOWHERE),
+};
+
+int pq_offset_index_parse(const uint8_t *p, size_t n, pq_pageloc **locs_out, int *n_out) {
+    *locs_out = NULL;
+    *n_out = 0;
+    tr t = {.p = p, .end = p + n, .name = "offset index"};
+    pq_pageloc *locs = NULL;
+    int nlocs = 0, rc = SL_OK, seen = 0;
+    if (!tr_enter(&t))
+        return SL_ECORRUPT;
+    int16_t last = 0, id;
+    int type;
+    while (rc == SL_OK && tr_field(&t, &last, &type, &id)) {
+        if (id != 1 || seen) { /* unencoded_byte_array_data_bytes and the like */
+            tr_skip(&t, type);
+            continue;
+        }
+        tr_where(&t, "page_locations");
+        seen = 1;
+        if ((rc = struct_list(&t, type, PQ_MAX_PAGES, "pages", (void **)&locs, &nlocs,
+                              sizeof *locs)) < 0)
+            break;
+        for (int k = 0; k < nlocs && !t.bad; k++) {
+            tr_where(&t, "page_locations[%d]", k);
+            if (tr_fields(&t, loc_fields, 3, &locs[k], NULL) != 7)
+                tr_fail(&t, "offset, compressed_page_size or first_row_index missing");
+            else if (locs[k].offset < 4 || locs[k].size <= 0 || locs[k].first_row < 0 ||
+                     (k == 0 && locs[k].first_row != 0) ||
+                     (k > 0 && (locs[k].first_row <= locs[k - 1].first_row ||
+                                locs[k].offset < locs[k - 1].offset + locs[k - 1].size)))
+                tr_fail(&t, "pages out of order, overlapping, or not starting at row 0");
+        }
+        t.depth--;
+    }
+    t.depth--;
+    if (rc == SL_OK && !t.bad && !seen)
+        tr_fail(&t, "no page_locations");
+    if (rc == SL_OK && !t.bad && nlocs == 0)
+        tr_fail(&t, "no pages");
+    if (rc < 0 || t.bad) {
+        sl__free(locs);
+        return rc < 0 ? rc : SL_ECORRUPT;
+    }
+    *locs_out = locs;
+    *n_out = nlocs;
     return SL_OK;
 }

@@ -12,34 +12,61 @@
  * one (http(s)://, s3://) opened with SL_IO_EDGES, so its last 256 KiB (the
  * footer, for any file written with ordinary row groups) come with the open
  * in one request. The schema becomes the columns (leaves flattened with
- * dots; a list of numbers one column; a Hugging Face Image struct's bytes
- * one column named after the struct), and the key "huggingface" of the file
+ * dots; a list or a list of lists of numbers one column; a list of strings
+ * two, the bytes and their lengths; a Hugging Face Image struct's bytes one
+ * column named after the struct), and the key "huggingface" of the file
  * metadata gives ClassLabel names (meta "classes").
  *
  * Reading: a row group is the unit of I/O and decoding. The first read of a
  * row in row group k reads the selected columns' chunks (a slice of the
- * mapping, or one range request each), checks their pages, decompresses
- * and decodes them (parquet_column.c) into one block, and keeps that block
- * in a bounded cache of decoded row groups (src/record/shard_set.c: opened
- * once however many threads ask, least recently used dropped first, a
- * failure remembered, an allocation failure not). A read then hands out
- * views into the block, each holding a reference to it, so a column is never
- * copied and a block dropped from the cache lives while a batch uses it.
+ * mapping; remote, a slice of the file fetched whole into the shard cache,
+ * or one range request each when the cache is off or the file does not fit
+ * it), checks their pages, decompresses them into one buffer (the block's
+ * arena, faulted in by huge pages, reused from dropped blocks) and decodes
+ * them (parquet_column.c) into one block, and keeps that block in a bounded
+ * cache of decoded row groups (src/record/shard_set.c: opened once however
+ * many threads ask, least recently used dropped first, a failure
+ * remembered, an allocation failure not). A read then hands out views into
+ * the block, each holding a reference to it, so a column is never copied
+ * and a block dropped from the cache lives while a batch uses it.
+ *
+ * Threads: a reader whose row group another thread is decoding decodes the
+ * next one it will want meanwhile (the executor's prefetch hints, else the
+ * following row group) instead of waiting; each cursor holds a reference to
+ * the block it last read, so rows of the same row group are read without
+ * the cache's lock, and a cache that keeps every row group is read without
+ * it too (sl_shard_set__peek).
+ *
+ * Random access without the whole row group: when the cache cannot keep
+ * every row group and a file has the page index (OffsetIndex), a row whose
+ * row group is not cached decodes only the pages that hold it (one per
+ * column, and the column's dictionary page) into a page block its cursor
+ * keeps for the next rows; a row group whose pages are asked for as many
+ * times as it has pages is then decoded whole and cached (what reading it
+ * page by page would cost by then).
  *
  * Invariants:
- *  1. After open, everything here but the cache is read-only: reads run on
- *     many threads, each through its own cursor (the plain one).
+ *  1. After open, everything here but the caches, the hints and the
+ *     counters is read-only: reads run on many threads, each through its
+ *     own cursor.
  *  2. Every chunk's byte range lies inside its file (checked against the
- *     file's size before it is read), and every column of every file has the
- *     physical type and nesting of the first file's column of that name.
+ *     file's size before it is read), every page an offset index names lies
+ *     inside its chunk, and every column of every file has the physical type
+ *     and nesting of the first file's column of that name.
  *  3. A value that cannot be given faithfully (an integer null, a list with
- *     a null element, an unsupported encoding met in a page) fails the read
- *     of that row with a message naming the file, the row, the column and
- *     the cause; never a made-up value.
+ *     a null element, a ragged list of lists, an unsupported encoding met in
+ *     a page) fails the read of that row with a message naming the file, the
+ *     row, the column and the cause; never a made-up value.
  *  4. The cache holds at most cache_rgs decoded row groups (more only while
- *     that many are being read at once), cache_rgs * the largest row group's
- *     decoded estimate <= cache_bytes when cache_bytes allows two; the source
- *     reports cache_bytes as memory it holds (held_bytes).
+ *     that many are being read at once), and the spare arenas at most
+ *     PQ_SPARES; (cache_rgs + spares) * the largest row group's decoded
+ *     estimate <= cache_bytes when cache_bytes allows it; the source reports
+ *     that as memory it holds (held_bytes).
+ *  5. A remote file's bytes are used once checked: fetched whole, its
+ *     footer must be the one opened and its pages' CRCs (where written)
+ *     must hold, else it is fetched again once (sl_io__open_checked); a
+ *     chunk that fails to decode from it is dropped from the shard cache
+ *     (sl_io__forget) and read once more by a range request.
  */
 #include "record/shard_set.h"
 #include "source/parquet_format.h"
@@ -53,6 +80,13 @@
 #define PQ_MAGIC "PAR1"
 #define PQ_DEFAULT_CACHE ((uint64_t)512 << 20)
 #define PQ_MAX_LEAVES 4096
+#define PQ_SPARES 2         /* arenas of dropped blocks kept for the next decodes */
+#define PQ_AHEAD 4          /* row groups past the wanted one a waiting reader may decode */
+#define PQ_HINTS 16         /* row groups remembered from prefetch hints */
+#define PQ_MAX_ARENA ((uint64_t)1 << 30) /* a row group's arena at most (footer sizes
+                                            beyond it fall back to a buffer a page) */
+#define PQ_OI_SPAN ((uint64_t)16 << 20)  /* a file's offset indexes read in one range
+                                            when they lie within this */
 
 /* A leaf of a file's schema, as a column would read it. */
 typedef struct pq_lf {
@@ -63,7 +97,7 @@ typedef struct pq_lf {
                                     Hugging Face Image's bytes named "image"), or "" */
     pq_leaf dec;
     int chunk;                   /* its column chunk's position in a row group */
-    int list;                    /* a list column (max_rep 1) */
+    int list;                    /* a list column (max_rep 1 or 2) */
     int string;                  /* BYTE_ARRAY annotated as text */
     int image;                   /* the bytes of a Hugging Face Image */
     int fp16;                    /* FIXED_LEN_BYTE_ARRAY(2) FLOAT16 */
@@ -73,18 +107,27 @@ typedef struct pq_lf {
 typedef struct pq_file {
     char *path;
     const char *name;            /* for messages: a base name, or the URL */
-    sl_io *io;
-    const uint8_t *map;          /* local: the mapping; remote: NULL (ranges) */
+    sl_io *io;                   /* the footer's open: local, mapped; remote, by ranges */
+    const uint8_t *map;          /* local: the mapping; remote: NULL */
     sl_buffer *mapbuf;           /* local: the mapping as a buffer that byte-array
                                     views reference (its last release closes io) */
     uint64_t size;
     uint8_t *footer;             /* the footer's bytes (meta points into them) */
+    uint32_t footer_len;
     pq_meta meta;
     pq_lf *lf;
     int nlf;
-    int chunk[SL_MAX_COLUMNS];   /* per source column: its chunk in a row group */
+    int chunk[SL_MAX_COLUMNS];   /* per slot: its chunk in a row group */
     uint64_t first;              /* first record */
+    _Atomic int no_page_index;   /* its offset index failed once: row groups whole */
 } pq_file;
+
+/* A row group's chunks as their offset indexes locate their pages. */
+typedef struct pq_pidx {
+    pq_pageloc *locs[SL_MAX_COLUMNS]; /* per slot */
+    int n[SL_MAX_COLUMNS];
+    int pages;                   /* the most pages of a slot: the rent-or-buy count */
+} pq_pidx;
 
 typedef struct pq_rgref {
     uint64_t first;              /* first record */
@@ -92,14 +135,42 @@ typedef struct pq_rgref {
     int64_t nrows;
 } pq_rgref;
 
-/* A decoded row group: what the cache holds and views reference. */
+/* Arenas of dropped blocks, for the next decodes (reused memory is already
+ * faulted in). Shared by the source and its blocks, which may outlive it
+ * (a batch's views): reference counted. */
+typedef struct pq_spares {
+    _Atomic int refs;
+    pthread_mutex_t mu;
+    int max;                     /* arenas kept; 0 once the source is gone */
+    int n;
+    pq_arena a[PQ_SPARES];
+} pq_spares;
+
+/* Decoded rows: a row group's (the cache's blocks: rows [0, nrows)) or a
+ * page block's (rows [lo, hi) of it, the pages that hold them, one per
+ * slot). Views reference `buf`. */
 typedef struct pq_block {
     sl_buffer *buf;              /* wraps this block; its last release frees it */
-    sl_buffer *map;              /* a local file's mapping, which byte arrays of
+    sl_buffer *map;              /* the mapping (or shard cache copy) byte arrays of
                                     uncompressed pages point into (a reference) */
-    int ncols;
-    pq_dcol col[SL_MAX_COLUMNS];
+    pq_spares *spares;           /* where its arena goes back (a reference) */
+    pq_arena arena;
+    int k;                       /* the source row group */
+    int64_t lo, hi;              /* rows of the row group it holds */
+    int nslots;
+    int64_t base[SL_MAX_COLUMNS]; /* slot j's first row (of the row group) */
+    pq_dcol col[SL_MAX_COLUMNS]; /* per slot */
 } pq_block;
+
+/* A remote file fetched whole into the shard cache (the files' shard set),
+ * or found not to fit it (map NULL: read by ranges). */
+typedef struct pq_whole {
+    sl_io *io;
+    sl_buffer *buf;              /* the mapping; its last release closes io */
+    const uint8_t *map;
+} pq_whole;
+
+enum { PQ_ROLE_VALUES = 0, PQ_ROLE_LENGTHS = 1 };
 
 typedef struct pq_source {
     sl_source base;
@@ -107,16 +178,38 @@ typedef struct pq_source {
     pq_file *files;
     int nrg;
     pq_rgref *rgs;
-    int leaf[SL_MAX_COLUMNS];    /* source column -> leaf of files[0] */
+    /* columns: source column c reads slot slot[c] (a decoded leaf of the
+     * schema) as its values or, for a list of strings, their lengths */
+    int slot[SL_MAX_COLUMNS];
+    int role[SL_MAX_COLUMNS];
+    int nslots;
+    int slot_leaf[SL_MAX_COLUMNS]; /* slot -> leaf of files[0] */
     int verify;
     uint64_t cache_bytes;
     int cache_rgs;
     uint64_t est_max_rg;         /* the largest row group's decoded estimate */
-    sl_shard_set *cache;
+    sl_shard_set *cache;         /* decoded row groups */
+    pq_spares *spares;
+    sl_shard_set *wholes;        /* remote files fetched whole; NULL when all are local */
+    pq_pidx *pidx;               /* per row group, when the page path may be taken; else NULL */
+    _Atomic int *page_reads;     /* per row group: pages decoded since it was cached */
+    _Atomic unsigned char *busy; /* per row group: being decoded (a hint) */
+    _Atomic int decoding;        /* row groups being decoded now */
+    _Atomic int hint[PQ_HINTS];  /* row groups the executor said it will read */
+    _Atomic unsigned nhint;
+    _Atomic uint64_t rg_decodes, page_decodes; /* for tests and `describe` */
     sl_source_ivals ivals;
     uint32_t codecs;             /* bit c: codec c is used by a selected chunk */
     int hf;                      /* a file has Hugging Face metadata */
+    int has_page_index;          /* every chosen chunk has an offset index */
 } pq_source;
+
+/* A reading thread's cursor: the blocks it read last, held (a reference). */
+typedef struct pq_cursor {
+    sl_source_cursor base;
+    pq_block *blk;               /* a row group block */
+    pq_block *pg;                /* a page block */
+} pq_cursor;
 
 /* ---- options ---------------------------------------------------------------------- */
 
@@ -188,62 +281,97 @@ static const char *type_name(int t) {
     return t >= 0 && t < 8 ? n[t] : "an unknown type";
 }
 
+/* A DECIMAL: scale 0 and at most 18 digits read as int64, any other as
+ * float64 (unscaled * 10^-scale). */
+static void decimal_kind(pq_lf *l, const pq_schema_el *e) {
+    pq_leaf *d = &l->dec;
+    if (e->precision < 1 || e->precision > 38 || e->scale > e->precision)
+        return lf_unsupported(l, "DECIMAL(%d, %d) is not supported (precision 1 to 38, scale at "
+                              "most the precision)", e->precision, e->scale);
+    if (e->type != PQ_INT32 && e->type != PQ_INT64 && e->type != PQ_BYTE_ARRAY &&
+        e->type != PQ_FIXED_LEN_BYTE_ARRAY)
+        return lf_unsupported(l, "DECIMAL stored as %s is not supported", type_name(e->type));
+    if (e->type == PQ_FIXED_LEN_BYTE_ARRAY && (e->type_length <= 0 || e->type_length > 32))
+        return lf_unsupported(l, "DECIMAL in FIXED_LEN_BYTE_ARRAY(%d) is not supported",
+                              e->type_length);
+    d->scale = e->scale;
+    if (e->scale == 0 && e->precision <= 18) {
+        d->out = PQ_OUT_I64;
+        d->conv = PQ_CONV_DEC_I64;
+    } else {
+        d->out = PQ_OUT_F64;
+        d->conv = PQ_CONV_DEC_F64;
+    }
+}
+
 /* How a leaf's values become a column's (its out kind), or why they cannot. */
 static void leaf_kind(pq_lf *l, const pq_schema_el *e) {
     pq_leaf *d = &l->dec;
     d->type = e->type;
     d->type_length = e->type_length;
     int lt = e->logical, ct = e->converted;
-    if (lt == PQ_LT_DECIMAL || ct == PQ_CT_DECIMAL)
-        return lf_unsupported(l, "DECIMAL values are not supported");
     if (ct == PQ_CT_INTERVAL)
         return lf_unsupported(l, "INTERVAL values are not supported");
-    switch (e->type) {
-    case PQ_BOOLEAN:
-        d->out = PQ_OUT_BOOL;
-        break;
-    case PQ_INT32:
-        d->out = PQ_OUT_I64;
-        d->is_unsigned = ct == PQ_CT_UINT_8 || ct == PQ_CT_UINT_16 || ct == PQ_CT_UINT_32 ||
-                         (lt == PQ_LT_INTEGER && !e->int_signed);
-        break;
-    case PQ_INT64:
-        d->out = ct == PQ_CT_UINT_64 || (lt == PQ_LT_INTEGER && !e->int_signed) ? PQ_OUT_U64
-                                                                               : PQ_OUT_I64;
-        break;
-    case PQ_FLOAT:
-        d->out = PQ_OUT_F32;
-        break;
-    case PQ_DOUBLE:
-        d->out = PQ_OUT_F64;
-        break;
-    case PQ_BYTE_ARRAY:
-        d->out = PQ_OUT_BIN;
-        l->string = ct == PQ_CT_UTF8 || ct == PQ_CT_JSON || ct == PQ_CT_ENUM ||
-                    lt == PQ_LT_STRING || lt == PQ_LT_JSON || lt == PQ_LT_ENUM;
-        break;
-    case PQ_FIXED_LEN_BYTE_ARRAY:
-        if (e->type_length <= 0 || e->type_length > (1 << 20))
-            return lf_unsupported(l, "FIXED_LEN_BYTE_ARRAY of %d bytes", e->type_length);
-        d->out = PQ_OUT_FIXED;
-        l->fp16 = lt == PQ_LT_FLOAT16 && e->type_length == 2;
-        break;
-    case PQ_INT96:
-        return lf_unsupported(l, "INT96 (legacy timestamps) is not supported; write timestamps "
-                                 "as INT64 (pyarrow: use_deprecated_int96_timestamps=False)");
-    default:
-        return lf_unsupported(l, "physical type %d is not supported", e->type);
+    if (lt == PQ_LT_DECIMAL || ct == PQ_CT_DECIMAL) {
+        decimal_kind(l, e);
+    } else {
+        switch (e->type) {
+        case PQ_BOOLEAN:
+            d->out = PQ_OUT_BOOL;
+            break;
+        case PQ_INT32:
+            d->out = PQ_OUT_I64;
+            d->conv = ct == PQ_CT_UINT_8 || ct == PQ_CT_UINT_16 || ct == PQ_CT_UINT_32 ||
+                              (lt == PQ_LT_INTEGER && !e->int_signed)
+                          ? PQ_CONV_U32
+                          : PQ_CONV_I32;
+            break;
+        case PQ_INT64:
+            d->out = ct == PQ_CT_UINT_64 || (lt == PQ_LT_INTEGER && !e->int_signed) ? PQ_OUT_U64
+                                                                                   : PQ_OUT_I64;
+            break;
+        case PQ_INT96: /* legacy timestamps: nanoseconds, as pyarrow reads them */
+            d->out = PQ_OUT_I64;
+            d->conv = PQ_CONV_INT96;
+            break;
+        case PQ_FLOAT:
+            d->out = PQ_OUT_F32;
+            break;
+        case PQ_DOUBLE:
+            d->out = PQ_OUT_F64;
+            break;
+        case PQ_BYTE_ARRAY:
+            d->out = PQ_OUT_BIN;
+            l->string = ct == PQ_CT_UTF8 || ct == PQ_CT_JSON || ct == PQ_CT_ENUM ||
+                        lt == PQ_LT_STRING || lt == PQ_LT_JSON || lt == PQ_LT_ENUM;
+            break;
+        case PQ_FIXED_LEN_BYTE_ARRAY:
+            if (e->type_length <= 0 || e->type_length > (1 << 20))
+                return lf_unsupported(l, "FIXED_LEN_BYTE_ARRAY of %d bytes", e->type_length);
+            d->out = PQ_OUT_FIXED;
+            l->fp16 = lt == PQ_LT_FLOAT16 && e->type_length == 2;
+            break;
+        default:
+            return lf_unsupported(l, "physical type %d is not supported", e->type);
+        }
     }
-    if (l->list && d->out != PQ_OUT_I64 && d->out != PQ_OUT_U64 && d->out != PQ_OUT_F64 &&
-        d->out != PQ_OUT_F32 && d->out != PQ_OUT_BOOL && !l->fp16)
-        lf_unsupported(l, "a list of %s%s is not supported (lists of numbers are)",
-                       type_name(e->type), l->string ? " (strings)" : "");
+    if (l->why[0] || !l->list)
+        return;
+    if (d->out == PQ_OUT_BIN && d->max_rep == 2)
+        lf_unsupported(l, "a list of lists of %s is not supported (lists of them are, and lists "
+                       "of lists of numbers)", l->string ? "strings" : "byte arrays");
+    else if (d->out == PQ_OUT_FIXED && !l->fp16)
+        lf_unsupported(l, "a list of FIXED_LEN_BYTE_ARRAY(%d) values is not supported (lists "
+                       "of numbers, strings and bytes are)", e->type_length);
 }
 
-/* Walk the subtree at w->pos (depth-first, as the schema list is laid out). */
-static int walk_node(walk *w, int depth, int def, int rep, int list_def, const char *name,
-                     const char *path, int parent_list, int parent_rep_wrap, int in_map,
-                     int top) {
+/* Walk the subtree at w->pos (depth-first, as the schema list is laid out).
+ * ldef: the definition levels at which the lists above hold an element;
+ * `wrap`: the parent is a LIST or MAP, whose repeated child adds nothing to
+ * the names; `rep_wrap`: the parent is such a repeated group with one
+ * child (LIST -> repeated "list" -> "element"), which adds nothing either. */
+static int walk_node(walk *w, int depth, int def, int rep, const int *ldef, const char *name,
+                     const char *path, int wrap, int rep_wrap, int top) {
     if (w->pos >= w->m->nschema)
         return sl__error(SL_ECORRUPT, "%s: footer: schema: num_children runs past the last "
                          "element", w->file);
@@ -253,11 +381,11 @@ static int walk_node(walk *w, int depth, int def, int rep, int list_def, const c
     const pq_schema_el *e = &w->m->schema[w->pos++];
     int d2 = def + (e->repetition != PQ_REQUIRED);
     int r2 = rep + (e->repetition == PQ_REPEATED);
-    int ld = e->repetition == PQ_REPEATED ? d2 : list_def;
+    int ld[2] = {ldef[0], ldef[1]};
+    if (e->repetition == PQ_REPEATED && r2 <= 2)
+        ld[r2 - 1] = d2;
     char nm[SL_COLNAME_MAX * 2], pt[256];
-    /* the wrapper groups of a list (LIST -> repeated "list" -> "element") add
-     * nothing to the column's name */
-    int hide = (parent_list && e->repetition == PQ_REPEATED) || parent_rep_wrap;
+    int hide = (wrap && e->repetition == PQ_REPEATED) || rep_wrap;
     if (hide)
         snprintf(nm, sizeof nm, "%s", name);
     else
@@ -267,22 +395,23 @@ static int walk_node(walk *w, int depth, int def, int rep, int list_def, const c
              (const char *)e->name.p);
     if (e->num_children > 0) {
         int n = e->num_children;
-        int rep_wrap = parent_list && e->repetition == PQ_REPEATED && n == 1;
-        int map = in_map || is_map_node(e);
+        int child_rep_wrap = wrap && e->repetition == PQ_REPEATED && n == 1;
+        int child_wrap = is_list_node(e) || is_map_node(e);
         /* a Hugging Face Image (struct<bytes: binary, path: string>) */
         const char *hft = top && w->hf_feats ? hf_type(w->hf_feats, nm) : NULL;
         int first = w->nlf;
         for (int k = 0; k < n; k++)
-            SL_TRY(walk_node(w, depth + 1, d2, r2, ld, nm, pt, is_list_node(e), rep_wrap, map, 0));
+            SL_TRY(walk_node(w, depth + 1, d2, r2, ld, nm, pt, child_wrap, child_rep_wrap, 0));
         if (top && w->nlf - first == 2) {
             pq_lf *a = &w->lf[first], *b = &w->lf[first + 1];
             int is_img = (hft && !strcmp(hft, "Image")) ||
-                         (!hft && a->dec.type == PQ_BYTE_ARRAY && !a->string &&
+                         (!hft && a->dec.type == PQ_BYTE_ARRAY && !a->string && !a->list &&
                           b->dec.type == PQ_BYTE_ARRAY && !strcmp(a->name + strlen(nm), ".bytes") &&
                           !strcmp(b->name + strlen(nm), ".path"));
-            if (is_img && !strcmp(a->name + strlen(nm), ".bytes") && !a->why[0]) {
+            if (is_img && !strcmp(a->name + strlen(nm), ".bytes") && !a->why[0] && !a->list) {
                 snprintf(a->alias, sizeof a->alias, "%s", a->name);
-                snprintf(a->name, sizeof a->name, "%s", nm);
+                /* fits: a->name is nm".bytes" */
+                snprintf(a->name, sizeof a->name, "%.*s", SL_COLNAME_MAX - 1, nm);
                 a->image = 1;
             }
         }
@@ -295,23 +424,21 @@ static int walk_node(walk *w, int depth, int def, int rep, int list_def, const c
     if (!l)
         return SL_ENOMEM;
     l->chunk = w->nlf++;
-    if (strlen(nm) >= SL_COLNAME_MAX)
-        lf_unsupported(l, "the name is longer than %d bytes", SL_COLNAME_MAX - 1);
+    if (strlen(nm) >= SL_COLNAME_MAX - 8) /* room for ".lengths" */
+        lf_unsupported(l, "the name is longer than %d bytes", SL_COLNAME_MAX - 9);
     snprintf(l->name, sizeof l->name, "%.*s", SL_COLNAME_MAX - 1, nm);
     snprintf(l->path, sizeof l->path, "%s", pt);
     l->dec.max_def = d2;
     l->dec.max_rep = r2;
-    l->dec.list_def = ld;
-    l->list = r2 == 1;
+    l->dec.list_def[0] = ld[0];
+    l->dec.list_def[1] = ld[1];
+    l->list = r2 >= 1;
     if (!e->has_type)
         return sl__error(SL_ECORRUPT, "%s: footer: schema: leaf '%s' has no type", w->file, pt);
     if (!l->why[0]) {
-        if (in_map)
-            lf_unsupported(l, "maps are not supported");
-        else if (r2 > 1)
-            lf_unsupported(l, "nested lists are not supported (a list of numbers is)");
-        else if (r2 == 1 && !(e->repetition == PQ_REPEATED || parent_rep_wrap))
-            lf_unsupported(l, "a list of structs is not supported (a list of numbers is)");
+        if (r2 > 2)
+            lf_unsupported(l, "lists nested more than two deep are not supported (lists and "
+                              "lists of lists are)");
         else
             leaf_kind(l, e);
     }
@@ -327,8 +454,9 @@ static int read_schema(pq_file *f, const cJSON *hf_feats) {
         return sl__error(SL_ECORRUPT, "%s: footer: the schema has no columns", f->name);
     w.pos = 1;
     int rc = SL_OK;
+    const int none[2] = {0, 0};
     for (int k = 0; k < root->num_children && rc == SL_OK; k++)
-        rc = walk_node(&w, 1, 0, 0, 0, "", "", 0, 0, 0, 1);
+        rc = walk_node(&w, 1, 0, 0, none, "", "", 0, 0, 1);
     if (rc == SL_OK && w.pos != m->nschema)
         rc = sl__error(SL_ECORRUPT, "%s: footer: schema: %d elements, %d used by the tree",
                        f->name, m->nschema, w.pos);
@@ -386,6 +514,7 @@ static int open_footer(pq_file *f) {
     f->footer = sl__malloc(flen);
     if (!f->footer)
         return sl__oom("reading a Parquet footer");
+    f->footer_len = flen;
     SL_TRY(read_bytes(f, f->size - 8 - flen, flen, f->footer));
     SL_TRY(pq_meta_parse(f->footer, flen, f->name, &f->meta));
     if (f->meta.encrypted)
@@ -439,46 +568,73 @@ static int find_leaf(const pq_file *f, const char *name) {
     return -1;
 }
 
+/* The columns leaf `leaf` of files[0] becomes: one, or two for a list of
+ * strings or byte arrays (the bytes back to back, and their lengths). */
+static int leaf_ncols(const pq_lf *l) { return l->dec.out == PQ_OUT_BIN && l->list ? 2 : 1; }
+
 static int add_column(pq_source *s, int leaf, const char *as, const char *field) {
     const pq_lf *l = &s->files[0].lf[leaf];
     if (l->why[0])
         return sl__error(SL_EUNSUPPORTED, "%s: column '%s' of %s: %s", field, l->name,
                          s->files[0].name, l->why);
+    if (s->base.ncols + leaf_ncols(l) > SL_MAX_COLUMNS)
+        return sl__error(SL_EINVAL, "%s: more than %d columns; choose fewer with \"columns\"",
+                         field, SL_MAX_COLUMNS);
+    int slot = -1;
+    for (int j = 0; j < s->nslots && slot < 0; j++)
+        if (s->slot_leaf[j] == leaf)
+            slot = j;
+    if (slot < 0) {
+        slot = s->nslots++;
+        s->slot_leaf[slot] = leaf;
+    }
     int c = s->base.ncols;
     const char *name = as ? as : l->name;
     int rc;
+    int ndim = l->dec.max_rep; /* a scalar, a list, a list of lists */
+    const int64_t var[2] = {-1, -1};
     int64_t shape1 = l->dec.type_length;
-    int64_t var = -1;
     switch (l->dec.out) {
     case PQ_OUT_BIN:
-        rc = sl_source__add_col(&s->base, name, l->string ? SL_COL_STRING : SL_COL_BYTES, SL_U8, 1,
-                                NULL);
+        if (l->list) {
+            char lens[SL_COLNAME_MAX + 16];
+            snprintf(lens, sizeof lens, "%s.lengths", name);
+            rc = sl_source__add_col(&s->base, name, SL_COL_BYTES, SL_U8, 1, NULL);
+            if (rc == SL_OK)
+                rc = sl_source__add_col(&s->base, lens, SL_COL_ARRAY, SL_I64, 1, var);
+        } else {
+            rc = sl_source__add_col(&s->base, name, l->string ? SL_COL_STRING : SL_COL_BYTES,
+                                    SL_U8, 1, NULL);
+        }
         break;
     case PQ_OUT_I64:
-        rc = l->list ? sl_source__add_col(&s->base, name, SL_COL_ARRAY, SL_I64, 1, &var)
-                     : sl_source__add_col(&s->base, name, SL_COL_INT64, SL_I64, 0, NULL);
+        rc = ndim ? sl_source__add_col(&s->base, name, SL_COL_ARRAY, SL_I64, ndim, var)
+                  : sl_source__add_col(&s->base, name, SL_COL_INT64, SL_I64, 0, NULL);
         break;
     case PQ_OUT_F64:
-        rc = l->list ? sl_source__add_col(&s->base, name, SL_COL_ARRAY, SL_F64, 1, &var)
-                     : sl_source__add_col(&s->base, name, SL_COL_FLOAT64, SL_F64, 0, NULL);
+        rc = ndim ? sl_source__add_col(&s->base, name, SL_COL_ARRAY, SL_F64, ndim, var)
+                  : sl_source__add_col(&s->base, name, SL_COL_FLOAT64, SL_F64, 0, NULL);
         break;
     case PQ_OUT_FIXED:
-        rc = l->fp16 ? sl_source__add_col(&s->base, name, SL_COL_ARRAY, SL_F16, l->list, &var)
+        rc = l->fp16 ? sl_source__add_col(&s->base, name, SL_COL_ARRAY, SL_F16, ndim, var)
                      : sl_source__add_col(&s->base, name, SL_COL_ARRAY, SL_U8, 1, &shape1);
         break;
     default: {
         sl_dtype dt = l->dec.out == PQ_OUT_U64 ? SL_U64 : l->dec.out == PQ_OUT_F32 ? SL_F32
                                                                                   : SL_BOOL;
-        rc = sl_source__add_col(&s->base, name, SL_COL_ARRAY, dt, l->list, &var);
+        rc = sl_source__add_col(&s->base, name, SL_COL_ARRAY, dt, ndim, var);
     }
     }
     if (rc < 0)
         return sl__error_prefix(rc, "%s", field);
-    sl_source_col *col = &s->base.col[c];
-    col->image = l->image;
-    col->encoded = l->image;
-    col->indexed = col->type == SL_COL_INT64;
-    s->leaf[c] = leaf;
+    for (int k = c; k < s->base.ncols; k++) {
+        sl_source_col *col = &s->base.col[k];
+        s->slot[k] = slot;
+        s->role[k] = k == c ? PQ_ROLE_VALUES : PQ_ROLE_LENGTHS;
+        col->image = l->image;
+        col->encoded = l->image;
+        col->indexed = col->type == SL_COL_INT64;
+    }
     return SL_OK;
 }
 
@@ -493,7 +649,7 @@ static int choose_columns(pq_source *s, const cJSON *sel, const char *field) {
                 SL_LOG_WARN("%s: column '%s' left out: %s", f->name, f->lf[k].name, f->lf[k].why);
                 continue;
             }
-            if (s->base.ncols == SL_MAX_COLUMNS)
+            if (s->base.ncols + leaf_ncols(&f->lf[k]) > SL_MAX_COLUMNS)
                 return sl__error(SL_EINVAL, "%s: more than %d columns; choose some with "
                                  "\"columns\"", f->name, SL_MAX_COLUMNS);
             SL_TRY(add_column(s, k, NULL, field));
@@ -539,60 +695,263 @@ static int choose_columns(pq_source *s, const cJSON *sel, const char *field) {
     return SL_OK;
 }
 
-/* Every file's chunks for the chosen columns, checked against the first's
+/* Every file's chunks for the chosen slots, checked against the first's
  * (invariant 2). */
 static int match_files(pq_source *s) {
     const pq_file *f0 = &s->files[0];
     for (int i = 0; i < s->nfiles; i++) {
         pq_file *f = &s->files[i];
-        for (int c = 0; c < s->base.ncols; c++) {
-            const pq_lf *want = &f0->lf[s->leaf[c]];
-            int k = i == 0 ? s->leaf[c] : -1;
-            for (int j = 0; k < 0 && j < f->nlf; j++)
-                if (!strcmp(f->lf[j].path, want->path))
-                    k = j;
+        for (int j = 0; j < s->nslots; j++) {
+            const pq_lf *want = &f0->lf[s->slot_leaf[j]];
+            int k = i == 0 ? s->slot_leaf[j] : -1;
+            for (int q = 0; k < 0 && q < f->nlf; q++)
+                if (!strcmp(f->lf[q].path, want->path))
+                    k = q;
             if (k < 0)
                 return sl__error(SL_EINVAL, "%s has no column '%s' (%s has it): give files of "
                                  "one schema", f->name, want->path, f0->name);
             const pq_lf *got = &f->lf[k];
             if (got->dec.type != want->dec.type || got->dec.max_rep != want->dec.max_rep ||
-                got->dec.type_length != want->dec.type_length || got->dec.out != want->dec.out)
+                got->dec.type_length != want->dec.type_length || got->dec.out != want->dec.out ||
+                got->dec.conv != want->dec.conv || got->dec.scale != want->dec.scale)
                 return sl__error(SL_EINVAL, "%s: column '%s' is %s%s, but %s in %s: give files "
                                  "of one schema", f->name, want->path, type_name(got->dec.type),
                                  got->list ? " (a list)" : "", type_name(want->dec.type),
                                  f0->name);
-            f->chunk[c] = got->chunk;
+            if (got->why[0])
+                return sl__error(SL_EUNSUPPORTED, "%s: column '%s': %s", f->name, want->path,
+                                 got->why);
+            f->chunk[j] = got->chunk;
         }
     }
     return SL_OK;
 }
 
-/* ---- row groups: decoding and the cache --------------------------------------------- */
+/* ---- arenas ------------------------------------------------------------------------- */
+
+static pq_spares *spares_new(int max) {
+    pq_spares *sp = sl__calloc(1, sizeof *sp);
+    if (!sp)
+        return NULL;
+    atomic_init(&sp->refs, 1);
+    pthread_mutex_init(&sp->mu, NULL);
+    sp->max = max;
+    return sp;
+}
+
+static void spares_release(pq_spares *sp) {
+    if (!sp || atomic_fetch_sub(&sp->refs, 1) != 1)
+        return;
+    for (int k = 0; k < sp->n; k++)
+        sl__free(sp->a[k].p);
+    pthread_mutex_destroy(&sp->mu);
+    sl__free(sp);
+}
+
+/* The source is gone: keep no more arenas. */
+static void spares_close(pq_spares *sp) {
+    if (!sp)
+        return;
+    pthread_mutex_lock(&sp->mu);
+    sp->max = 0;
+    for (int k = 0; k < sp->n; k++)
+        sl__free(sp->a[k].p);
+    sp->n = 0;
+    pthread_mutex_unlock(&sp->mu);
+    spares_release(sp);
+}
+
+/* An arena of at least n bytes: a spare that is large enough (its pages
+ * already faulted in), else a new one (sl__malloc_big). */
+static int arena_take(pq_spares *sp, size_t n, pq_arena *out) {
+    memset(out, 0, sizeof *out);
+    if (n == 0)
+        return SL_OK;
+    pthread_mutex_lock(&sp->mu);
+    for (int k = 0; k < sp->n; k++) {
+        if (sp->a[k].cap >= n) {
+            *out = sp->a[k];
+            sp->a[k] = sp->a[--sp->n];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&sp->mu);
+    out->used = 0;
+    if (out->p)
+        return SL_OK;
+    out->p = sl__malloc_big(n, &out->cap);
+    return out->p ? SL_OK : sl__oom("decoding a Parquet row group");
+}
+
+/* A dropped block's arena back for reuse, or freed. */
+static void arena_give(pq_spares *sp, pq_arena *a) {
+    if (!a->p)
+        return;
+    pthread_mutex_lock(&sp->mu);
+    if (sp->n < sp->max) {
+        sp->a[sp->n++] = *a;
+        a->p = NULL;
+    } else if (sp->n > 0) { /* keep the larger: later row groups fit it more often */
+        int small = 0;
+        for (int k = 1; k < sp->n; k++)
+            if (sp->a[k].cap < sp->a[small].cap)
+                small = k;
+        if (sp->a[small].cap < a->cap) {
+            pq_arena t = sp->a[small];
+            sp->a[small] = *a;
+            *a = t;
+        }
+    }
+    pthread_mutex_unlock(&sp->mu);
+    sl__free(a->p);
+    a->p = NULL;
+}
+
+/* ---- blocks -------------------------------------------------------------------------- */
 
 static void block_free(void *user) {
     pq_block *b = user;
-    for (int c = 0; c < b->ncols; c++)
-        pq_dcol_dispose(&b->col[c]);
+    for (int j = 0; j < b->nslots; j++)
+        pq_dcol_dispose(&b->col[j]);
     sl_buffer_release(b->map);
+    if (b->spares) {
+        arena_give(b->spares, &b->arena);
+        spares_release(b->spares);
+    }
+    sl__free(b->arena.p);
     sl__free(b);
 }
 
-/* The stored bytes of column c's chunk in row group g of file f: [*start,
+static pq_block *block_new(pq_source *s, int k) {
+    pq_block *b = sl__calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    b->k = k;
+    b->spares = s->spares;
+    atomic_fetch_add(&s->spares->refs, 1);
+    return b;
+}
+
+/* The block as a buffer views reference (its last release frees it). */
+static int block_wrap(pq_block *b) {
+    int rc = sl_buffer_wrap(&b->buf, b, sizeof *b, block_free, b);
+    if (rc < 0)
+        block_free(b);
+    return rc;
+}
+
+static void block_release(pq_block *b) {
+    if (b)
+        sl_buffer_release(b->buf);
+}
+
+/* ---- remote files fetched whole -------------------------------------------------------- */
+
+/* sl_io__open_checked's check of a file fetched whole (invariant 5): the
+ * footer it ends with is the one the source opened, and every page of the
+ * chosen chunks walks, with its CRC where written. */
+typedef struct whole_ctx {
+    const pq_source *s;
+    const pq_file *f;
+} whole_ctx;
+
+static int chunk_range(const pq_source *s, const pq_file *f, int g, int j, uint64_t *start,
+                       size_t *len);
+static const char *slot_name(const pq_source *s, int j);
+
+static int whole_check(sl_io *io, void *user) {
+    const whole_ctx *x = user;
+    const pq_file *f = x->f;
+    const uint8_t *m = sl_io__map(io);
+    if (!m)
+        return SL_OK; /* not fetched whole: read by ranges, checked per chunk */
+    uint64_t n = sl_io__size(io);
+    if (n != f->size || memcmp(m + n - 8 - f->footer_len, f->footer, f->footer_len) ||
+        memcmp(m + n - 4, PQ_MAGIC, 4))
+        return sl__error(SL_ECORRUPT, "%s: the copy fetched whole does not end with the footer "
+                         "read when it was opened (changed on the server, or damaged)", f->name);
+    if (!x->s->verify)
+        return SL_OK;
+    for (int g = 0; g < f->meta.nrg; g++) {
+        for (int j = 0; j < x->s->nslots; j++) {
+            uint64_t start;
+            size_t len;
+            SL_TRY(chunk_range(x->s, f, g, j, &start, &len));
+            int rc = pq_check_chunk(m + start, len, f->meta.rg[g].cols[f->chunk[j]].num_values);
+            if (rc < 0)
+                return sl__error_prefix(rc, "%s: fetched whole: row group %d, column '%s'",
+                                        f->name, g, slot_name(x->s, j));
+        }
+    }
+    return SL_OK;
+}
+
+static int whole_open(void *user, int k, void **state_out) {
+    pq_source *s = user;
+    pq_file *f = &s->files[k];
+    pq_whole *w = sl__calloc(1, sizeof *w);
+    if (!w)
+        return sl__oom("opening a Parquet file");
+    whole_ctx x = {s, f};
+    int rc = sl_io__open_checked(&w->io, f->path, SL_IO_MAP | SL_IO_MAP_OR_RANGES | SL_IO_RANDOM,
+                                 whole_check, &x);
+    if (rc == SL_OK && (w->map = sl_io__map(w->io)) != NULL) {
+        rc = sl_buffer_wrap(&w->buf, (void *)(uintptr_t)w->map, (size_t)sl_io__size(w->io),
+                            close_io, w->io);
+        if (rc == SL_OK)
+            w->io = NULL; /* closed with the buffer's last reference */
+    }
+    if (rc < 0 || !w->map) { /* an error, or too big for the cache: ranges */
+        sl_io__close(w->io);
+        w->io = NULL;
+        if (rc < 0) {
+            sl__free(w);
+            return rc;
+        }
+    }
+    *state_out = w;
+    return SL_OK;
+}
+
+static void whole_close(void *user, int k, void *state) {
+    (void)user;
+    (void)k;
+    pq_whole *w = state;
+    sl_buffer_release(w->buf);
+    sl__free(w);
+}
+
+/* The io of a fetched-whole copy, to drop it from the shard cache. */
+static sl_io *whole_io(const pq_whole *w) {
+    return w->buf ? sl_buffer__wrap_user(w->buf, close_io) : NULL;
+}
+
+/* ---- row groups: decoding ------------------------------------------------------------ */
+
+/* The first column reading slot j (for messages). */
+static const char *slot_name(const pq_source *s, int j) {
+    for (int c = 0; c < s->base.ncols; c++)
+        if (s->slot[c] == j)
+            return s->base.col[c].name;
+    return "?";
+}
+
+/* The stored bytes of slot j's chunk in row group g of file f: [*start,
  * *start + *len), checked against the file (invariant 2). */
-static int chunk_range(const pq_source *s, const pq_file *f, int g, int c, uint64_t *start,
+static int chunk_range(const pq_source *s, const pq_file *f, int g, int j, uint64_t *start,
                        size_t *len) {
-    const pq_chunk *ch = &f->meta.rg[g].cols[f->chunk[c]];
-    const char *col = s->base.col[c].name;
+    const pq_chunk *ch = &f->meta.rg[g].cols[f->chunk[j]];
+    const char *col = slot_name(s, j);
     if (!ch->has_meta)
         return sl__error(SL_ECORRUPT, "%s: row group %d, column '%s': the footer has no "
                          "meta_data for its chunk", f->name, g, col);
     if (ch->external)
         return sl__error(SL_EUNSUPPORTED, "%s: row group %d, column '%s': the chunk lives in "
                          "another file (file_path): not supported", f->name, g, col);
-    if (ch->type != f->lf[f->chunk[c]].dec.type)
+    if (ch->type != f->lf[f->chunk[j]].dec.type)
         return sl__error(SL_ECORRUPT, "%s: row group %d, column '%s': the chunk is %s, the "
                          "schema says %s", f->name, g, col, type_name(ch->type),
-                         type_name(f->lf[f->chunk[c]].dec.type));
+                         type_name(f->lf[f->chunk[j]].dec.type));
     int64_t at = ch->data_page_offset;
     if (ch->dict_page_offset > 0 && ch->dict_page_offset < at)
         at = ch->dict_page_offset;
@@ -606,86 +965,417 @@ static int chunk_range(const pq_source *s, const pq_file *f, int g, int c, uint6
     return SL_OK;
 }
 
-/* Decode column c of row group g of file f into `out`. A remote chunk that
- * fails its checks is read once more (a transfer's damage heals). */
-static int decode_column(const pq_source *s, const pq_file *f, int g, int c, pq_dcol *out) {
-    uint64_t start = 0;
-    size_t len = 0;
-    SL_TRY(chunk_range(s, f, g, c, &start, &len));
-    const pq_chunk *ch = &f->meta.rg[g].cols[f->chunk[c]];
-    const pq_leaf *lf = &f->lf[f->chunk[c]].dec;
-    int64_t nrows = f->meta.rg[g].num_rows;
-    int rc;
-    if (f->map) {
-        rc = pq_decode_chunk(lf, ch, f->map + start, len, nrows, s->verify, out);
-    } else {
+/* What decoding reads from: the bytes, and the buffer (a mapping) that
+ * byte arrays of uncompressed pages may point into, or NULL. */
+typedef struct pq_src_bytes {
+    const uint8_t *p;
+    sl_buffer *owner;
+} pq_src_bytes;
+
+/* Read [start, start + len) of a remote file by a range request on `io`
+ * into a buffer `out` keeps. `tries` reads when what they bring fails
+ * `decode` with SL_ECORRUPT (a transfer's damage heals). */
+typedef int (*pq_decode_fn)(void *ctx, const uint8_t *p, pq_dcol *out);
+
+static int decode_ranges(sl_io *io, uint64_t start, size_t len, int tries, pq_decode_fn fn,
+                         void *ctx, pq_dcol *out, const char *what, const char *first_in) {
+    char first[SL__ERRMSG_MAX];
+    snprintf(first, sizeof first, "%s", first_in ? first_in : "");
+    int rc = SL_OK;
+    for (int attempt = 0; attempt < tries; attempt++) {
         uint8_t *buf = sl__malloc(len ? len : 1);
         if (!buf)
             return sl__oom("reading a Parquet column chunk");
-        char first[SL__ERRMSG_MAX] = "";
-        for (int attempt = 0; attempt < 2; attempt++) {
-            rc = sl_io__read(f->io, buf, len, start);
-            if (rc == SL_OK)
-                rc = pq_decode_chunk(lf, ch, buf, len, nrows, s->verify, out);
-            if (rc == SL_OK) { /* byte arrays may point into it */
-                rc = pq_dcol_keep(out, buf, len);
-                buf = NULL;
-                break;
-            }
-            if (rc != SL_ECORRUPT)
-                break;
-            if (attempt == 0) {
+        rc = sl_io__read(io, buf, len, start);
+        if (rc == SL_OK)
+            rc = fn(ctx, buf, out);
+        if (rc == SL_OK) /* byte arrays may point into it */
+            return pq_dcol_keep(out, buf, len);
+        sl__free(buf);
+        if (rc != SL_ECORRUPT)
+            return rc;
+        pq_dcol_dispose(out);
+        if (first[0])
+            return sl__error_prefix(rc, "damaged twice (the first read: %s); the second read",
+                                    first);
+        snprintf(first, sizeof first, "%s", sl_errmsg());
+        if (attempt + 1 < tries)
+            SL_LOG_WARN("%s: %s; reading it again", what, first);
+    }
+    return rc;
+}
+
+typedef struct chunk_job {
+    const pq_source *s;
+    const pq_leaf *lf;
+    const pq_chunk *ch;
+    size_t len;
+    int64_t nrows;
+    pq_arena *arena;
+} chunk_job;
+
+static int decode_chunk_fn(void *ctx, const uint8_t *p, pq_dcol *out) {
+    const chunk_job *j = ctx;
+    return pq_decode_chunk(j->lf, j->ch, p, j->len, j->nrows, j->s->verify, j->arena, out);
+}
+
+/* Decode slot j of row group g of file f into `out`; *map_out gets a
+ * reference to the mapping byte arrays may point into (or stays NULL). A
+ * remote chunk that fails its checks is read once more (invariant 5). */
+static int decode_column(pq_source *s, pq_file *f, int fk, int g, int j, pq_arena *arena,
+                         pq_dcol *out, sl_buffer **map_out) {
+    uint64_t start = 0;
+    size_t len = 0;
+    SL_TRY(chunk_range(s, f, g, j, &start, &len));
+    chunk_job job = {s, &f->lf[f->chunk[j]].dec, &f->meta.rg[g].cols[f->chunk[j]], len,
+                     f->meta.rg[g].num_rows, arena};
+    char what[400];
+    snprintf(what, sizeof what, "%s: row group %d, column '%s'", f->name, g, slot_name(s, j));
+    int rc;
+    if (f->map) {
+        rc = decode_chunk_fn(&job, f->map + start, out);
+        if (rc == SL_OK && !*map_out)
+            *map_out = sl_buffer_retain(f->mapbuf);
+    } else if (s->wholes) {
+        void *st;
+        rc = sl_shard_set__get(s->wholes, fk, &st);
+        if (rc < 0)
+            return rc; /* the message names the file */
+        const pq_whole *w = st;
+        if (w->map) {
+            rc = decode_chunk_fn(&job, w->map + start, out);
+            if (rc == SL_OK && !*map_out)
+                *map_out = sl_buffer_retain(w->buf);
+            if (rc == SL_ECORRUPT) {
+                /* the shard cache's copy is damaged where no CRC looked: drop
+                 * it and read this chunk once more by a range request, on an
+                 * io of its own (the footer's may read from that copy) */
+                char first[SL__ERRMSG_MAX];
                 snprintf(first, sizeof first, "%s", sl_errmsg());
                 pq_dcol_dispose(out);
-                SL_LOG_WARN("%s: row group %d, column '%s': %s; reading the chunk again",
-                            f->name, g, s->base.col[c].name, first);
-            } else {
-                rc = sl__error_prefix(rc, "damaged twice (the first read: %s); the second read",
-                                      first);
+                sl_io__forget(whole_io(w));
+                SL_LOG_WARN("%s: %s (the shard cache's copy, dropped); reading the chunk again",
+                            what, first);
+                sl_io *fresh = NULL;
+                rc = sl_io__open(&fresh, f->path, 0);
+                if (rc == SL_OK)
+                    rc = decode_ranges(fresh, start, len, 1, decode_chunk_fn, &job, out, what,
+                                       first);
+                sl_io__close(fresh);
             }
+        } else {
+            rc = decode_ranges(f->io, start, len, 2, decode_chunk_fn, &job, out, what, NULL);
         }
-        sl__free(buf);
+        sl_shard_set__put(s->wholes, fk);
+    } else {
+        rc = decode_ranges(f->io, start, len, 2, decode_chunk_fn, &job, out, what, NULL);
     }
     if (rc < 0)
-        return sl__error_prefix(rc, "row group %d, column '%s'", g, s->base.col[c].name);
+        return sl__error_prefix(rc, "row group %d, column '%s'", g, slot_name(s, j));
     return SL_OK;
 }
 
-/* The shard set's open: decode every chosen column of source row group k. */
+/* The bytes a row group's arena needs: the decompressed pages of the
+ * chunks whose values point into them (byte arrays), from the footer. */
+static size_t arena_bytes(const pq_source *s, const pq_file *f, int g) {
+    uint64_t n = 0;
+    for (int j = 0; j < s->nslots; j++) {
+        const pq_chunk *ch = &f->meta.rg[g].cols[f->chunk[j]];
+        if (f->lf[f->chunk[j]].dec.out == PQ_OUT_BIN && ch->codec != PQ_UNCOMPRESSED &&
+            ch->total_uncompressed > 0)
+            n += (uint64_t)ch->total_uncompressed;
+    }
+    return n > PQ_MAX_ARENA ? (size_t)PQ_MAX_ARENA : (size_t)n;
+}
+
+/* The shard set's open: decode every chosen slot of source row group k. */
 static int block_open(void *user, int k, void **state_out) {
     pq_source *s = user;
     const pq_rgref *r = &s->rgs[k];
-    const pq_file *f = &s->files[r->file];
-    pq_block *b = sl__calloc(1, sizeof *b);
-    if (!b)
-        return sl__oom("decoding a Parquet row group");
+    pq_file *f = &s->files[r->file];
+    atomic_store(&s->busy[k], 1);
+    atomic_fetch_add(&s->decoding, 1);
+    pq_block *b = block_new(s, k);
     int rc = SL_OK;
-    b->map = sl_buffer_retain(f->mapbuf);
-    for (int c = 0; c < s->base.ncols; c++) {
-        b->ncols = c + 1;
-        SL_CHECK(decode_column(s, f, r->rg, c, &b->col[c]));
+    if (!b)
+        SL_FAIL(SL_ENOMEM, "out of memory decoding a Parquet row group");
+    b->lo = 0;
+    b->hi = r->nrows;
+    rc = arena_take(s->spares, arena_bytes(s, f, r->rg), &b->arena);
+    for (int j = 0; rc == SL_OK && j < s->nslots; j++) {
+        b->nslots = j + 1;
+        rc = decode_column(s, f, r->file, r->rg, j, &b->arena, &b->col[j], &b->map);
     }
-    SL_CHECK(sl_buffer_wrap(&b->buf, b, sizeof *b, block_free, b));
+    if (rc < 0) {
+        block_free(b);
+        goto cleanup;
+    }
+    SL_CHECK(block_wrap(b));
+    atomic_fetch_add(&s->rg_decodes, 1);
+    atomic_store(&s->page_reads[k], 0);
     *state_out = b;
-    return SL_OK;
 cleanup:
-    block_free(b);
+    atomic_fetch_sub(&s->decoding, 1);
+    atomic_store(&s->busy[k], 0);
     return rc;
 }
 
 static void block_close(void *user, int k, void *state) {
     (void)user;
     (void)k;
-    pq_block *b = state;
-    sl_buffer_release(b->buf);
+    block_release(state);
 }
 
-/* A block some batch still holds a view of is dropped last. */
+/* A block some batch (or cursor) still holds a view of is dropped last. */
 static bool block_held(void *user, int k, void *state) {
     (void)user;
     (void)k;
     const pq_block *b = state;
     return sl_buffer_refcount(b->buf) > 1;
+}
+
+/* ---- the page index: a row's pages alone ------------------------------------------------ */
+
+static void pidx_free(pq_source *s) {
+    for (int k = 0; s->pidx && k < s->nrg; k++)
+        for (int j = 0; j < s->nslots; j++)
+            sl__free(s->pidx[k].locs[j]);
+    sl__free(s->pidx);
+    s->pidx = NULL;
+}
+
+/* The offset indexes of file f's chosen chunks, for its row groups in
+ * s->rgs from index k0 on: read (in one range when they lie together, as
+ * writers put them, before the footer) and parsed. A file whose index is
+ * missing for a chunk, or does not parse, or names pages outside the chunk,
+ * has its row groups read whole (a warning says why; nothing fails). */
+static int load_file_pidx(pq_source *s, int fi, int k0) {
+    pq_file *f = &s->files[fi];
+    uint64_t lo = UINT64_MAX, hi = 0;
+    int have = 1;
+    for (int k = k0; k < s->nrg && s->rgs[k].file == fi; k++)
+        for (int j = 0; j < s->nslots; j++) {
+            const pq_chunk *ch = &f->meta.rg[s->rgs[k].rg].cols[f->chunk[j]];
+            if (ch->oi_offset < 4 || ch->oi_length <= 0 ||
+                (uint64_t)ch->oi_offset + (uint64_t)ch->oi_length > f->size)
+                have = 0;
+            else {
+                lo = (uint64_t)ch->oi_offset < lo ? (uint64_t)ch->oi_offset : lo;
+                hi = (uint64_t)(ch->oi_offset + ch->oi_length) > hi
+                         ? (uint64_t)(ch->oi_offset + ch->oi_length)
+                         : hi;
+            }
+        }
+    if (!have) {
+        atomic_store(&f->no_page_index, 1);
+        return SL_OK;
+    }
+    uint8_t *span = NULL;
+    const uint8_t *base = NULL;
+    if (f->map) {
+        base = f->map + lo;
+    } else if (hi - lo <= PQ_OI_SPAN) {
+        if (!(span = sl__malloc((size_t)(hi - lo))))
+            return sl__oom("reading a Parquet page index");
+        int rc = sl_io__read(f->io, span, (size_t)(hi - lo), lo);
+        if (rc < 0) {
+            sl__free(span);
+            return rc;
+        }
+        base = span;
+    }
+    int rc = SL_OK;
+    for (int k = k0; rc == SL_OK && k < s->nrg && s->rgs[k].file == fi; k++) {
+        pq_pidx *px = &s->pidx[k];
+        const int g = s->rgs[k].rg;
+        for (int j = 0; rc == SL_OK && j < s->nslots; j++) {
+            const pq_chunk *ch = &f->meta.rg[g].cols[f->chunk[j]];
+            uint8_t *own = NULL;
+            const uint8_t *p;
+            if (base) {
+                p = base + ((uint64_t)ch->oi_offset - lo);
+            } else {
+                if (!(own = sl__malloc((size_t)ch->oi_length)))
+                    rc = sl__oom("reading a Parquet page index");
+                else
+                    rc = sl_io__read(f->io, own, (size_t)ch->oi_length, (uint64_t)ch->oi_offset);
+                p = own;
+            }
+            if (rc == SL_OK)
+                rc = pq_offset_index_parse(p, (size_t)ch->oi_length, &px->locs[j], &px->n[j]);
+            sl__free(own);
+            uint64_t start;
+            size_t len;
+            if (rc == SL_OK && (rc = chunk_range(s, f, g, j, &start, &len)) == SL_OK) {
+                const pq_pageloc *L = px->locs[j];
+                int n = px->n[j];
+                if ((uint64_t)L[0].offset < start ||
+                    (uint64_t)(L[n - 1].offset + L[n - 1].size) > start + len ||
+                    L[n - 1].first_row >= s->rgs[k].nrows)
+                    rc = sl__error(SL_ECORRUPT, "offset index: pages outside the chunk or past "
+                                   "its rows");
+            }
+            if (rc == SL_OK && px->n[j] > px->pages)
+                px->pages = px->n[j];
+            if (rc == SL_ECORRUPT || rc == SL_EUNSUPPORTED) {
+                SL_LOG_WARN("%s: row group %d, column '%s': %s; its row groups are read whole",
+                            f->name, g, slot_name(s, j), sl_errmsg());
+                atomic_store(&f->no_page_index, 1);
+                rc = SL_OK;
+                k = s->nrg; /* the file's other indexes are not read */
+                break;
+            }
+        }
+    }
+    sl__free(span);
+    return rc;
+}
+
+/* At open, when the cache cannot keep every row group: the offset indexes,
+ * so that a row whose row group is not cached costs its pages alone. */
+static int load_page_index(pq_source *s) {
+    s->has_page_index = 1;
+    for (int k = 0; k < s->nrg; k++) {
+        const pq_file *f = &s->files[s->rgs[k].file];
+        for (int j = 0; j < s->nslots; j++)
+            if (f->meta.rg[s->rgs[k].rg].cols[f->chunk[j]].oi_offset < 0)
+                s->has_page_index = 0;
+    }
+    if (s->cache_rgs >= s->nrg)
+        return SL_OK; /* every row group stays: each is decoded once, whole */
+    s->pidx = sl__calloc((size_t)s->nrg, sizeof *s->pidx);
+    if (!s->pidx)
+        return sl__oom("opening a Parquet source");
+    for (int k = 0; k < s->nrg;) {
+        int fi = s->rgs[k].file;
+        SL_TRY(load_file_pidx(s, fi, k));
+        while (k < s->nrg && s->rgs[k].file == fi)
+            k++;
+    }
+    return SL_OK;
+}
+
+/* Whether row r of row group k is read by its pages (see the top). */
+static int page_path(pq_source *s, int k) {
+    if (!s->pidx || atomic_load_explicit(&s->files[s->rgs[k].file].no_page_index,
+                                          memory_order_relaxed))
+        return 0;
+    const pq_pidx *px = &s->pidx[k];
+    if (!px->pages)
+        return 0;
+    /* rent or buy: once as many pages were decoded as the row group has,
+     * decoding it whole would have cost no more */
+    return atomic_load_explicit(&s->page_reads[k], memory_order_relaxed) < px->pages;
+}
+
+/* The page of slot j's chunk holding row r: its index. */
+static int page_of(const pq_pidx *px, int j, int64_t r) {
+    const pq_pageloc *L = px->locs[j];
+    int lo = 0, hi = px->n[j] - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (L[mid].first_row <= r)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+typedef struct page_job {
+    const pq_source *s;
+    const pq_leaf *lf;
+    int codec;
+    size_t dict_n, n;
+    int64_t nrows;
+} page_job;
+
+/* Decode a page range whose bytes are p: the dictionary (dict_n bytes)
+ * then the pages (n bytes), back to back. */
+static int decode_pages_fn(void *ctx, const uint8_t *p, pq_dcol *out) {
+    const page_job *j = ctx;
+    return pq_decode_pages(j->lf, j->codec, p, j->dict_n, p + j->dict_n, j->n, j->nrows,
+                           j->s->verify, NULL, out);
+}
+
+/* A page block for row r of row group k: for each slot, the page that holds
+ * r (and its chunk's dictionary page). */
+static int page_block(pq_source *s, int k, int64_t r, pq_block **out) {
+    const pq_rgref *ref = &s->rgs[k];
+    pq_file *f = &s->files[ref->file];
+    const pq_pidx *px = &s->pidx[k];
+    pq_block *b = block_new(s, k);
+    if (!b)
+        return sl__oom("decoding a Parquet page");
+    int rc = SL_OK;
+    b->lo = 0;
+    b->hi = ref->nrows;
+    for (int j = 0; rc == SL_OK && j < s->nslots; j++) {
+        b->nslots = j + 1;
+        int p = page_of(px, j, r);
+        const pq_pageloc *L = &px->locs[j][p];
+        int64_t first = L->first_row;
+        int64_t end = p + 1 < px->n[j] ? L[1].first_row : ref->nrows;
+        uint64_t start;
+        size_t len;
+        SL_CHECK(chunk_range(s, f, ref->rg, j, &start, &len));
+        const pq_chunk *ch = &f->meta.rg[ref->rg].cols[f->chunk[j]];
+        /* what lies before the first data page is the dictionary page */
+        size_t dict_n = (size_t)((uint64_t)px->locs[j][0].offset - start);
+        page_job job = {s, &f->lf[f->chunk[j]].dec, ch->codec, dict_n, (size_t)L->size,
+                        end - first};
+        b->base[j] = first;
+        b->lo = first > b->lo ? first : b->lo;
+        b->hi = end < b->hi ? end : b->hi;
+        char what[400];
+        snprintf(what, sizeof what, "%s: row group %d, column '%s', page %d", f->name, ref->rg,
+                 slot_name(s, j), p);
+        if (f->map) {
+            /* the dictionary and the page are not back to back: decode in place */
+            rc = pq_decode_pages(job.lf, job.codec, f->map + start, dict_n,
+                                 f->map + L->offset, job.n, job.nrows, s->verify, NULL,
+                                 &b->col[j]);
+            if (rc == SL_OK && !b->map)
+                b->map = sl_buffer_retain(f->mapbuf);
+        } else {
+            /* remote: the dictionary and the page, each a range (two reads
+             * into one buffer), checked and read again once when damaged */
+            rc = SL_OK;
+            for (int attempt = 0; attempt < 2; attempt++) {
+                uint8_t *buf = sl__malloc(dict_n + job.n ? dict_n + job.n : 1);
+                if (!buf)
+                    SL_FAIL(SL_ENOMEM, "out of memory reading a Parquet page");
+                rc = dict_n ? sl_io__read(f->io, buf, dict_n, start) : SL_OK;
+                if (rc == SL_OK)
+                    rc = sl_io__read(f->io, buf + dict_n, job.n, (uint64_t)L->offset);
+                if (rc == SL_OK)
+                    rc = decode_pages_fn(&job, buf, &b->col[j]);
+                if (rc == SL_OK) {
+                    rc = pq_dcol_keep(&b->col[j], buf, dict_n + job.n);
+                    break;
+                }
+                sl__free(buf);
+                if (rc != SL_ECORRUPT || attempt)
+                    break;
+                pq_dcol_dispose(&b->col[j]);
+                SL_LOG_WARN("%s: %s; reading it again", what, sl_errmsg());
+            }
+        }
+        if (rc < 0)
+            rc = sl__error_prefix(rc, "%s", what);
+    }
+    SL_CHECK(rc);
+    if (r < b->lo || r >= b->hi)
+        SL_FAIL(SL_ECORRUPT, "%s: row group %d: the offset index puts row %" PRId64 " outside "
+                "its pages", f->name, ref->rg, r);
+    SL_TRY(block_wrap(b)); /* frees b on failure */
+    atomic_fetch_add(&s->page_decodes, 1);
+    atomic_fetch_add(&s->page_reads[k], 1);
+    *out = b;
+    return SL_OK;
+cleanup:
+    block_free(b);
+    return rc;
 }
 
 /* ---- reading -------------------------------------------------------------------------- */
@@ -712,68 +1402,246 @@ static int null_error(sl_source *src, uint64_t i, int c, const char *what) {
     return sl__error(SL_EDECODE, "%s: column '%s' %s", where, src->col[c].name, what);
 }
 
-static int pq_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample *out) {
-    (void)cur;
+static int cursor_open(sl_source *src, sl_source_cursor **out) {
+    (void)src;
+    pq_cursor *c = sl__calloc(1, sizeof *c);
+    if (!c)
+        return sl__oom("opening a Parquet cursor");
+    *out = &c->base;
+    return SL_OK;
+}
+
+static void cursor_free(sl_source *src, sl_source_cursor *base) {
+    (void)src;
+    pq_cursor *c = (pq_cursor *)base;
+    block_release(c->blk);
+    block_release(c->pg);
+    sl__free(c);
+}
+
+/* The executor will read record i soon: remember its row group (a hint for
+ * a reader that would otherwise wait; no lock, no allocation). */
+static void pq_prefetch(sl_source *src, uint64_t i, int far) {
     pq_source *s = (pq_source *)src;
+    if (far != 1 || i >= src->count)
+        return;
     int k = rg_of(s, i);
-    void *st;
-    SL_TRY(sl_source__shard_get(s->cache, k, s->files[s->rgs[k].file].name,
-                                i - s->files[s->rgs[k].file].first, &st));
-    const pq_block *b = st;
-    int64_t r = (int64_t)(i - s->rgs[k].first);
-    int rc = SL_OK;
-    for (int c = 0; c < src->ncols; c++) {
-        const pq_dcol *d = &b->col[c];
-        const sl_source_col *col = &src->col[c];
-        sl_tensor *t = &out->col[c];
-        memset(t, 0, sizeof *t);
-        uint8_t null = d->nulls ? d->nulls[r] : 0;
-        if (d->row_off) { /* a list */
-            if (null == 2)
-            {
-                rc = null_error(src, i, c, "is a list holding a null element (lists of numbers "
-                                           "without nulls are read)");
-                goto cleanup;
-            }
-            int64_t a = d->row_off[r], e = d->row_off[r + 1];
-            int64_t shape = e - a;
-            t->data = d->vals ? d->vals + (size_t)a * (size_t)d->w : NULL;
-            t->nbytes = (size_t)shape * (size_t)d->w;
-            t->dtype = col->dtype;
-            t->ndim = 1;
-            t->shape[0] = shape;
-        } else if (!d->w) { /* bytes, text: where they were decoded (no copy) */
-            t->data = (void *)(uintptr_t)d->vp[r];
-            t->nbytes = d->vl[r];
-            t->dtype = SL_U8;
-            t->ndim = 1;
-            t->shape[0] = (int64_t)d->vl[r];
-        } else {
-            if (null && col->dtype != SL_F32 && col->dtype != SL_F64)
-            {
-                rc = null_error(src, i, c, "is null (an integer, boolean or fixed-size column has "
-                                           "no null value; choose other columns, or fill the "
-                                           "nulls when writing)");
-                goto cleanup;
-            }
-            t->data = d->vals + (size_t)r * (size_t)d->w;
-            t->nbytes = (size_t)d->w;
-            t->dtype = col->dtype;
-            t->ndim = col->ndim;
-            t->shape[0] = col->ndim ? col->shape[0] : 0;
+    unsigned n = atomic_load_explicit(&s->nhint, memory_order_relaxed);
+    if (n && atomic_load_explicit(&s->hint[(n - 1) % PQ_HINTS], memory_order_relaxed) == k)
+        return;
+    n = atomic_fetch_add_explicit(&s->nhint, 1, memory_order_relaxed);
+    atomic_store_explicit(&s->hint[n % PQ_HINTS], k, memory_order_relaxed);
+}
+
+/* Row group j may be decoded ahead: not cached, not being decoded, not
+ * failed, and the cache has room for it without dropping another. Claims it
+ * (busy) when so. */
+static int claim_ahead(pq_source *s, int j, int all, const sl_shard_set_stats *st) {
+    if (j < 0 || j >= s->nrg || atomic_load(&s->busy[j]) ||
+        sl_shard_set__peek(s->cache, j) != NULL)
+        return 0;
+    if (!all && st->open_now + atomic_load(&s->decoding) >= st->max_open)
+        return 0;
+    if (sl_shard_set__failed(s->cache, j) < 0)
+        return 0;
+    unsigned char z = 0;
+    return atomic_compare_exchange_strong(&s->busy[j], &z, 1);
+}
+
+/* Another thread decodes row group k, which this one wants: rather than
+ * wait, decode one it will want next (the executor's hints, newest first,
+ * else the following row groups) while there is room. */
+static void decode_ahead(pq_source *s, int k) {
+    int all = sl_shard_set__keeps_all(s->cache);
+    sl_shard_set_stats st;
+    memset(&st, 0, sizeof st);
+    if (!all)
+        sl_shard_set__stats(s->cache, &st);
+    int j = -1;
+    unsigned n = atomic_load(&s->nhint);
+    for (unsigned h = 0; h < PQ_HINTS && h < n && j < 0; h++) {
+        int c = atomic_load(&s->hint[(n - 1 - h) % PQ_HINTS]);
+        if (c != k && claim_ahead(s, c, all, &st))
+            j = c;
+    }
+    for (int a = 1; a <= PQ_AHEAD && j < 0; a++)
+        if (claim_ahead(s, k + a, all, &st))
+            j = k + a;
+    if (j < 0)
+        return;
+    void *state;
+    /* a failure is the set's to remember and its rows' to report */
+    if (sl_shard_set__get(s->cache, j, &state) == SL_OK)
+        sl_shard_set__put(s->cache, j);
+    atomic_store(&s->busy[j], 0);
+}
+
+/* The block that holds row r of row group k for this cursor (its own when
+ * it still serves), held by the cursor until it moves on. `*lives` says the
+ * block stays as long as the source does (a cache that keeps every row
+ * group): views of it need no reference of their own. */
+static int find_block(pq_source *s, pq_cursor *cur, int k, int64_t r, uint64_t i,
+                      const pq_block **out, int *lives) {
+    const int all = sl_shard_set__keeps_all(s->cache);
+    *lives = 0;
+    pq_block *b = cur->blk;
+    if (b && b->k == k && (all || sl_shard_set__peek(s->cache, k) == b)) {
+        *out = b;
+        *lives = all;
+        return SL_OK;
+    }
+    pq_block *pg = cur->pg;
+    if (pg && pg->k == k && r >= pg->lo && r < pg->hi) {
+        *out = pg;
+        return SL_OK;
+    }
+    if (b) { /* another row group, or this one dropped from the cache */
+        cur->blk = NULL;
+        block_release(b);
+    }
+    if (all && (b = sl_shard_set__peek(s->cache, k)) != NULL) {
+        sl_buffer_retain(b->buf);
+        cur->blk = b;
+        *out = b;
+        *lives = 1;
+        return SL_OK;
+    }
+    const pq_rgref *ref = &s->rgs[k];
+    const pq_file *f = &s->files[ref->file];
+    if (page_path(s, k) && sl_shard_set__peek(s->cache, k) == NULL) {
+        pq_block *nb = NULL;
+        int rc = page_block(s, k, r, &nb);
+        if (rc == SL_OK) {
+            block_release(cur->pg);
+            cur->pg = nb;
+            *out = nb;
+            return SL_OK;
         }
-        t->device = SL_DEVICE_CPU;
-        t->buf = sl_buffer_retain(b->buf);
+        if (rc == SL_ENOMEM)
+            return sl__error_prefix(rc, "%s: record %" PRIu64, f->name, i - f->first);
+        /* the offset index led astray: the row group whole tells */
+        SL_LOG_WARN("%s; reading %s's row groups whole", sl_errmsg(), f->name);
+        atomic_store(&s->files[ref->file].no_page_index, 1);
+    }
+    if (atomic_load_explicit(&s->busy[k], memory_order_relaxed))
+        decode_ahead(s, k);
+    void *st;
+    SL_TRY(sl_source__shard_get(s->cache, k, f->name, i - f->first, &st));
+    b = st;
+    sl_buffer_retain(b->buf);
+    cur->blk = b;
+    sl_shard_set__put(s->cache, k);
+    *out = b;
+    *lives = all;
+    return SL_OK;
+}
+
+/* Column c of row r of block b as a view (or, for a list of strings, a
+ * copy: its values lie apart) into *t. */
+static int read_col(pq_source *s, pq_cursor *cur, const pq_block *b, int c, int64_t r,
+                    uint64_t i, int lives, sl_tensor *t) {
+    sl_source *src = &s->base;
+    const int j = s->slot[c];
+    const pq_dcol *d = &b->col[j];
+    const sl_source_col *col = &src->col[c];
+    const int64_t rr = r - b->base[j];
+    const uint8_t null = d->nulls ? d->nulls[rr] : 0;
+    memset(t, 0, sizeof *t);
+    if (null == 2)
+        return null_error(src, i, c, d->in_off ? "is a list of lists holding a null (lists "
+                                                 "without nulls are read)"
+                                               : "is a list holding a null element (lists "
+                                                 "without nulls are read)");
+    if (d->row_off && !d->w) { /* a list of strings or byte arrays */
+        int64_t a = d->row_off[rr], e = d->row_off[rr + 1];
+        int64_t n = e - a;
+        if (s->role[c] == PQ_ROLE_LENGTHS) {
+            SL_TRY(cur->base.alloc(cur->base.alloc_ctx, t, SL_I64, 1, &n));
+            for (int64_t q = 0; q < n; q++)
+                ((int64_t *)t->data)[q] = d->vl[a + q];
+            return SL_OK;
+        }
+        int64_t total = 0;
+        for (int64_t q = a; q < e; q++)
+            total += d->vl[q];
+        SL_TRY(cur->base.alloc(cur->base.alloc_ctx, t, SL_U8, 1, &total));
+        uint8_t *o = t->data;
+        for (int64_t q = a; q < e; q++) {
+            if (d->vl[q])
+                memcpy(o, d->vp[q], d->vl[q]);
+            o += d->vl[q];
+        }
+        return SL_OK;
+    }
+    if (d->in_off) { /* a list of lists: a 2-D array when its inner lists agree */
+        int64_t a = d->row_off[rr], e = d->row_off[rr + 1];
+        int64_t inner = e > a ? d->in_off[a + 1] - d->in_off[a] : 0;
+        for (int64_t q = a + 1; q < e; q++) {
+            int64_t len = d->in_off[q + 1] - d->in_off[q];
+            if (len != inner) {
+                char why[200];
+                snprintf(why, sizeof why, "is a list of lists of different lengths (%" PRId64
+                         " and %" PRId64 "): it reads as a 2-D array when they agree", inner, len);
+                return null_error(src, i, c, why);
+            }
+        }
+        t->data = d->vals ? d->vals + (size_t)d->in_off[a] * (size_t)d->w : NULL;
+        t->ndim = 2;
+        t->shape[0] = e - a;
+        t->shape[1] = inner;
+        t->nbytes = (size_t)((e - a) * inner) * (size_t)d->w;
+        t->dtype = col->dtype;
+    } else if (d->row_off) { /* a list */
+        int64_t a = d->row_off[rr], e = d->row_off[rr + 1];
+        t->data = d->vals ? d->vals + (size_t)a * (size_t)d->w : NULL;
+        t->nbytes = (size_t)(e - a) * (size_t)d->w;
+        t->dtype = col->dtype;
+        t->ndim = 1;
+        t->shape[0] = e - a;
+    } else if (!d->w) { /* bytes, text: where they were decoded (no copy) */
+        t->data = (void *)(uintptr_t)d->vp[rr];
+        t->nbytes = d->vl[rr];
+        t->dtype = SL_U8;
+        t->ndim = 1;
+        t->shape[0] = (int64_t)d->vl[rr];
+    } else {
+        if (null && col->dtype != SL_F32 && col->dtype != SL_F64)
+            return null_error(src, i, c, "is null (an integer, boolean or fixed-size column has "
+                                         "no null value; choose other columns, or fill the "
+                                         "nulls when writing)");
+        t->data = d->vals + (size_t)rr * (size_t)d->w;
+        t->nbytes = (size_t)d->w;
+        t->dtype = col->dtype;
+        t->ndim = col->ndim;
+        t->shape[0] = col->ndim ? col->shape[0] : 0;
+    }
+    t->device = SL_DEVICE_CPU;
+    /* a block that lives as long as the source is borrowed where the
+     * caller allows (one atomic less per column and row) */
+    t->buf = lives && cur->base.borrow ? NULL : sl_buffer_retain(b->buf);
+    return SL_OK;
+}
+
+static int pq_read(sl_source *src, sl_source_cursor *cbase, uint64_t i, sl_sample *out) {
+    pq_source *s = (pq_source *)src;
+    pq_cursor *cur = (pq_cursor *)cbase;
+    int k = rg_of(s, i);
+    int64_t r = (int64_t)(i - s->rgs[k].first);
+    const pq_block *b = NULL;
+    int lives;
+    SL_TRY(find_block(s, cur, k, r, i, &b, &lives));
+    for (int c = 0; c < src->ncols; c++) {
+        int rc = read_col(s, cur, b, c, r, i, lives, &out->col[c]);
+        if (rc < 0) {
+            out->ncols = (uint32_t)c;
+            sl_sample_clear(out);
+            out->ncols = 0;
+            return rc;
+        }
         out->ncols = (uint32_t)c + 1;
     }
     out->index = i;
-    sl_shard_set__put(s->cache, k);
     return SL_OK;
-cleanup:
-    sl_shard_set__put(s->cache, k);
-    sl_sample_clear(out);
-    out->ncols = 0;
-    return rc;
 }
 
 /* A failed block open fails every row of that row group alike. */
@@ -796,7 +1664,8 @@ static int stats_constant(const pq_chunk *ch, const pq_leaf *lf, int64_t *v) {
     int w = lf->type == PQ_INT32 ? 4 : lf->type == PQ_INT64 ? 8 : 0;
     if (!w || st->min.n != (uint32_t)w || st->max.n != (uint32_t)w || memcmp(st->min.p, st->max.p, (size_t)w))
         return 0;
-    *v = w == 4 ? (lf->is_unsigned ? (int64_t)sl__ld32(st->min.p) : (int64_t)(int32_t)sl__ld32(st->min.p))
+    *v = w == 4 ? (lf->conv == PQ_CONV_U32 ? (int64_t)sl__ld32(st->min.p)
+                                           : (int64_t)(int32_t)sl__ld32(st->min.p))
                 : (int64_t)sl__ld64(st->min.p);
     return 1;
 }
@@ -805,20 +1674,22 @@ static int fill_index_values(sl_source *src, int64_t *const *vals) {
     pq_source *s = (pq_source *)src;
     for (int k = 0; k < s->nrg; k++) {
         const pq_rgref *r = &s->rgs[k];
-        const pq_file *f = &s->files[r->file];
+        pq_file *f = &s->files[r->file];
         for (int c = 0; c < src->ncols; c++) {
             if (!vals[c])
                 continue;
-            const pq_chunk *ch = &f->meta.rg[r->rg].cols[f->chunk[c]];
-            const pq_leaf *lf = &f->lf[f->chunk[c]].dec;
+            const int j = s->slot[c];
+            const pq_chunk *ch = &f->meta.rg[r->rg].cols[f->chunk[j]];
+            const pq_leaf *lf = &f->lf[f->chunk[j]].dec;
             int64_t v;
             if (ch->has_meta && stats_constant(ch, lf, &v)) { /* no page read */
-                for (int64_t j = 0; j < r->nrows; j++)
-                    vals[c][r->first + (uint64_t)j] = v;
+                for (int64_t q = 0; q < r->nrows; q++)
+                    vals[c][r->first + (uint64_t)q] = v;
                 continue;
             }
             pq_dcol d;
-            int rc = decode_column(s, f, r->rg, c, &d);
+            sl_buffer *map = NULL;
+            int rc = decode_column(s, f, r->file, r->rg, j, NULL, &d, &map);
             if (rc < 0)
                 rc = sl__error_prefix(rc, "%s", f->name);
             if (rc == SL_OK && d.nulls)
@@ -827,6 +1698,7 @@ static int fill_index_values(sl_source *src, int64_t *const *vals) {
             if (rc == SL_OK)
                 memcpy(&vals[c][r->first], d.vals, (size_t)r->nrows * sizeof(int64_t));
             pq_dcol_dispose(&d);
+            sl_buffer_release(map);
             SL_TRY(rc);
         }
     }
@@ -850,7 +1722,12 @@ static int pq_describe(sl_source *src, cJSON *obj) {
         !cJSON_AddNumberToObject(obj, "cache_bytes", (double)s->cache_bytes) ||
         !cJSON_AddNumberToObject(obj, "cache_row_groups", s->cache_rgs) ||
         !cJSON_AddBoolToObject(obj, "verify", s->verify) ||
-        !cJSON_AddBoolToObject(obj, "huggingface", s->hf))
+        !cJSON_AddBoolToObject(obj, "huggingface", s->hf) ||
+        !cJSON_AddBoolToObject(obj, "page_index", s->has_page_index) ||
+        !cJSON_AddStringToObject(obj, "random_access",
+                                 s->pidx && s->has_page_index ? "page" : "row_group") ||
+        !cJSON_AddNumberToObject(obj, "row_groups_decoded", (double)atomic_load(&s->rg_decodes)) ||
+        !cJSON_AddNumberToObject(obj, "pages_decoded", (double)atomic_load(&s->page_decodes)))
         return sl__oom("describing a Parquet source");
     for (int c = 0; c < 8; c++) {
         if (!(s->codecs & (1u << c)))
@@ -874,10 +1751,15 @@ static int pq_describe(sl_source *src, cJSON *obj) {
 static void pq_free(sl_source *src) {
     pq_source *s = (pq_source *)src;
     sl_shard_set__free(s->cache);
+    sl_shard_set__free(s->wholes);
+    spares_close(s->spares);
+    pidx_free(s);
     for (int i = 0; s->files && i < s->nfiles; i++)
         file_dispose(&s->files[i]);
     sl__free(s->files);
     sl__free(s->rgs);
+    sl__free((void *)s->page_reads);
+    sl__free((void *)s->busy);
     sl_source__ivals_dispose(&s->ivals);
     sl__free(s);
 }
@@ -885,7 +1767,10 @@ static void pq_free(sl_source *src) {
 static const sl_source_vtbl pq_vtbl = {
     .repair = "a Parquet file is rewritten by the tool that wrote it (pyarrow, datasets); the "
               "other row groups read on",
+    .cursor_open = cursor_open,
+    .cursor_free = cursor_free,
     .read = pq_read,
+    .prefetch = pq_prefetch,
     .failed_range = pq_failed_range,
     .index_column = pq_index_column,
     .describe = pq_describe,
@@ -928,30 +1813,40 @@ static int class_names(pq_source *s) {
 }
 
 /* The cache's bound in row groups (invariant 4), from each row group's
- * decoded estimate: the chosen columns' uncompressed chunk sizes. */
-static void size_cache(pq_source *s) {
+ * decoded estimate: the chosen columns' uncompressed chunk sizes. When not
+ * every row group fits, PQ_SPARES arenas of dropped blocks are kept for the
+ * next decodes, counted out of the same bytes. */
+static int size_cache(pq_source *s, int *spares_out) {
     uint64_t max = 1, total = 0;
     for (int k = 0; k < s->nrg; k++) {
         const pq_file *f = &s->files[s->rgs[k].file];
         uint64_t est = 0;
-        for (int c = 0; c < s->base.ncols; c++) {
-            const pq_chunk *ch = &f->meta.rg[s->rgs[k].rg].cols[f->chunk[c]];
+        for (int j = 0; j < s->nslots; j++) {
+            const pq_chunk *ch = &f->meta.rg[s->rgs[k].rg].cols[f->chunk[j]];
             est += ch->total_uncompressed > 0 ? (uint64_t)ch->total_uncompressed : 0;
             s->codecs |= ch->codec >= 0 && ch->codec < 8 ? 1u << ch->codec : 0;
             total += ch->total_compressed > 0 ? (uint64_t)ch->total_compressed : 0;
         }
-        est += (uint64_t)s->rgs[k].nrows * 8u * (uint64_t)s->base.ncols; /* offsets */
+        est += (uint64_t)s->rgs[k].nrows * 8u * (uint64_t)s->nslots; /* offsets */
         if (est > max)
             max = est;
     }
     s->est_max_rg = max;
     uint64_t n = s->cache_bytes / max;
+    int spares = 0;
+    if (n < (uint64_t)s->nrg && n >= 2 + PQ_SPARES) {
+        spares = PQ_SPARES;
+        n -= PQ_SPARES;
+    }
     if (n < 1)
         n = 1;
     if (n > (uint64_t)s->nrg)
         n = (uint64_t)s->nrg;
     s->cache_rgs = (int)n;
     s->base.record_bytes = s->base.count ? total / s->base.count : 0;
+    s->base.held_bytes = ((uint64_t)s->cache_rgs + (uint64_t)spares) * s->est_max_rg;
+    *spares_out = spares;
+    return SL_OK;
 }
 
 int sl_source__open_parquet(sl_source **out, const cJSON *obj, const char *field) {
@@ -978,15 +1873,19 @@ int sl_source__open_parquet(sl_source **out, const cJSON *obj, const char *field
         return sl__oom("opening a Parquet source");
     }
     sl_source__ivals_init(&s->ivals);
+    for (int h = 0; h < PQ_HINTS; h++)
+        atomic_init(&s->hint[h], -1);
     s->verify = o.verify;
     s->cache_bytes = o.cache_bytes;
     s->files = sl__calloc((size_t)n, sizeof *s->files);
     if (!s->files)
         SL_FAIL(SL_ENOMEM, "out of memory opening %d Parquet files", n);
+    int remote = 0;
     for (int k = 0; k < n; k++) {
         s->files[k].path = pv[k];
         pv[k] = NULL;
         s->files[k].name = sl_io__short_name(s->files[k].path);
+        remote |= sl_io__is_url(s->files[k].path);
         s->nfiles = k + 1;
     }
     snprintf(s->base.name, sizeof s->base.name, "%s%s", s->files[0].name,
@@ -1003,7 +1902,9 @@ int sl_source__open_parquet(sl_source **out, const cJSON *obj, const char *field
         nrg += s->files[k].meta.nrg;
     }
     s->rgs = sl__calloc((size_t)(nrg ? nrg : 1), sizeof *s->rgs);
-    if (!s->rgs)
+    s->page_reads = sl__calloc((size_t)(nrg ? nrg : 1), sizeof *s->page_reads);
+    s->busy = sl__calloc((size_t)(nrg ? nrg : 1), sizeof *s->busy);
+    if (!s->rgs || !s->page_reads || !s->busy)
         SL_FAIL(SL_ENOMEM, "out of memory opening %d Parquet row groups", nrg);
     for (int k = 0; k < n; k++) {
         pq_file *f = &s->files[k];
@@ -1022,8 +1923,11 @@ int sl_source__open_parquet(sl_source **out, const cJSON *obj, const char *field
     if (s->base.count == 0)
         SL_FAIL(SL_EINVAL, "%s: no rows in %s%s", pfield, s->files[0].path,
                 n > 1 ? " or the files after it" : "");
-    size_cache(s);
-    s->base.held_bytes = (uint64_t)s->cache_rgs * s->est_max_rg;
+    int spares;
+    SL_CHECK(size_cache(s, &spares));
+    if (!(s->spares = spares_new(spares)))
+        SL_FAIL(SL_ENOMEM, "out of memory opening a Parquet source");
+    SL_CHECK(load_page_index(s));
     /* Rows not all kept decoded: a global shuffle would decode a row group
      * per row read; the window order reads blocks of a row group's rows,
      * half the cache's row groups interleaved at a time */
@@ -1039,6 +1943,11 @@ int sl_source__open_parquet(sl_source **out, const cJSON *obj, const char *field
                                                       .held = block_held},
                                   s));
     sl_shard_set__set_max_open(s->cache, s->cache_rgs);
+    if (remote) /* fetched whole into the shard cache when it is on and they fit */
+        SL_CHECK(sl_shard_set__create(&s->wholes, n, SL_SHARD_SET_OPEN_REMOTE,
+                                      &(sl_shard_set_ops){.open = whole_open,
+                                                          .close = whole_close},
+                                      s));
     sl_source__free_paths(pv);
     *out = &s->base;
     return SL_OK;

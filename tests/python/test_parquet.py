@@ -3,6 +3,7 @@ and Hugging Face `datasets` (scripts/make_parquet.py, in the venv of
 scripts/parquet_venv.sh), every value read compared with pyarrow's
 read_table; pack from Parquet against pack from the same images as an
 ImageFolder; damaged, truncated and hostile files; the CLI commands."""
+import ctypes
 import glob
 import json
 import os
@@ -501,6 +502,17 @@ def test_remote_values_equal_local(matrix, web, tmp_path):
     assert got == local
 
 
+def crc_big(matrix):
+    """A file past the open's edges (1.6 MB), with page CRCs."""
+    big = os.path.join(matrix, "crcbig.parquet")
+    if not os.path.exists(big):
+        subprocess.run([venv_python(), "-c", (
+            "import pyarrow.parquet as pq, sys; t = pq.read_table(sys.argv[1]);"
+            "pq.write_table(t, sys.argv[2], row_group_size=1000, write_page_checksum=True,"
+            " compression='NONE')"), os.path.join(matrix, "rows-10000.parquet"), big], check=True)
+    return big
+
+
 def test_remote_damage_heals_and_faults_retry(matrix, web, tmp_path):
     """A chunk whose bytes arrive damaged (a bit flipped by a faulty proxy)
     fails its page CRC and is read once more; 5xx, drops and cut bodies are
@@ -522,12 +534,7 @@ def test_remote_damage_heals_and_faults_retry(matrix, web, tmp_path):
         assert sum(v for k, v in px.counts.items() if k not in ("ok", "flip", "stall", "etag")) > 0
     finally:
         px.close()
-    big = os.path.join(matrix, "crcbig.parquet")
-    if not os.path.exists(big):  # a file past the open's edges, with page CRCs
-        subprocess.run([venv_python(), "-c", (
-            "import pyarrow.parquet as pq, sys; t = pq.read_table(sys.argv[1]);"
-            "pq.write_table(t, sys.argv[2], row_group_size=1000, write_page_checksum=True,"
-            " compression='NONE')"), os.path.join(matrix, "rows-10000.parquet"), big], check=True)
+    big = crc_big(matrix)
     local_big = digest_run(tmp_path, {"parquet": big, "columns": ["id", "s", "b"]},
                            remote_env(tmp_path))
     px = httpfix.FaultProxy(web.port, flip="crcbig.parquet", flip_max=2)
@@ -540,3 +547,200 @@ def test_remote_damage_heals_and_faults_retry(matrix, web, tmp_path):
     finally:
         px.close()
     assert local_crc
+
+
+# --- the types of Hugging Face datasets beyond numbers, strings and structs -----------------
+
+TYPES = ["types-flba", "types-int"]
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_types_equal_pyarrow(matrix, name):
+    """Lists of strings (the bytes and their lengths), lists of lists (a 2-D
+    array a row), DECIMAL (scale 0 and <= 18 digits as int64, others as the
+    decimal rounded to a float64; stored as INT32, INT64 and
+    FIXED_LEN_BYTE_ARRAY), INT96 timestamps (int64 nanoseconds, before 1970
+    too) and maps (keys, their lengths, values): every value of every row as
+    pyarrow's read_table gives it."""
+    path = os.path.join(matrix, name + ".parquet")
+    with open(os.path.join(matrix, name + ".json")) as f:
+        exp = json.load(f)
+    src = sluice.parquet(path)
+    assert sorted(src.columns) == sorted(exp), (src.columns, sorted(exp))
+    rows = rows_of(path)
+    assert len(rows) == 500
+    kinds = {c["name"]: c for c in json.loads(
+        subprocess.run([SLUICE, "info", path, "--json"], capture_output=True, text=True,
+                       check=True).stdout)["columns"]}
+    assert kinds["qty"]["type"] == "int64" and kinds["huge"]["type"] == "int64"
+    assert kinds["price"]["type"] == "float64" and kinds["wide"]["type"] == "float64"
+    assert kinds["ts"]["type"] == "int64"
+    for name_, want in exp.items():
+        for i, row in enumerate(rows):
+            got, w = row[name_], want[i]
+            if name_ in ("tags", "m.key"):
+                assert bytes(np.asarray(got, dtype=np.uint8)).hex() == w, (name_, i)
+            elif name_ == "boxes":
+                g = np.asarray(got)
+                assert g.dtype == np.float32 and g.shape == ((len(w), 4) if w else (0, 0)), \
+                    (i, g.shape)
+                assert np.array_equal(g, np.array(w, np.float32).reshape(g.shape)), (i, g, w)
+            elif name_ == "grid":
+                g = np.asarray(got)
+                assert g.dtype == np.int64
+                assert g.tolist() == (w if w else []) or (not w and g.size == 0), (i, g, w)
+            elif isinstance(w, list):
+                assert np.asarray(got).tolist() == w, (name_, i, got, w)
+            elif w is None:
+                assert np.isnan(got), (name_, i)
+            else:
+                g = np.asarray(got).item()
+                assert type(g) is type(w) and g == w, (name_, i, g, w)
+
+
+def test_types_refused_name_file_and_column(matrix):
+    """What sluice cannot give faithfully fails with the file, the row and the
+    column named: inner lists of different lengths and a null inner list fail
+    their rows alone; a list of lists of strings and a DECIMAL past 38 digits
+    are not columns (left out with a warning, an error when named)."""
+    path = os.path.join(matrix, "types-refused.parquet")
+    r = subprocess.run([SLUICE, "info", path], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "column 'words' left out: a list of lists of strings is not supported" in r.stderr
+    assert "column 'd256' left out: DECIMAL(40, 2) is not supported" in r.stderr
+    for col, why in (("words", "a list of lists of strings"), ("d256", "DECIMAL(40, 2)")):
+        with pytest.raises(sluice.UnsupportedError) as e:
+            rows_of(path, columns=[col])
+        assert "types-refused.parquet" in str(e.value) and f"'{col}'" in str(e.value)
+        assert why in str(e.value)
+    rows = [np.asarray(b["grid"][0]).tolist() for b in
+            sluice.parquet(path, columns=["grid"]).batch(1).on_error("skip")]
+    assert rows == [[[1, 2], [3, 4]], [[5]], [], [], [[7, 8]]]
+    with pytest.raises(sluice.DecodeError, match=r"types-refused.parquet: record 1 \(row group 0, "
+                       r"row 1\): column 'grid' is a list of lists of different lengths \(2 and 1\)"):
+        rows_of(path, columns=["grid"])
+    rows = [np.asarray(b["holed"][0]).tolist() for b in
+            sluice.parquet(path, columns=["holed"]).batch(1).on_error("skip")]
+    assert rows == [[[1]], [[2]], [[3]], [[4]], [[5], [6]]]
+    with pytest.raises(sluice.DecodeError, match=r"types-refused.parquet: record 3 .*column 'holed' "
+                       r"is a list of lists holding a null"):
+        rows_of(path, columns=["holed"])
+
+
+# --- random access through the page index --------------------------------------------------
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("nbytes", ctypes.c_size_t), ("buf", ctypes.c_void_p),
+                ("dtype", ctypes.c_int), ("ndim", ctypes.c_int32), ("shape", ctypes.c_int64 * 8),
+                ("device", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _Sample(ctypes.Structure):
+    _fields_ = [("index", ctypes.c_uint64), ("ncols", ctypes.c_uint32), ("col", _Tensor * 16)]
+
+
+def _lib():
+    lib = ctypes.CDLL(os.environ.get("SLUICE_LIB") or os.path.join(ROOT, "build", "libsluice.so"))
+    lib.sl_source_open.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p]
+    lib.sl_source_read.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(_Sample)]
+    lib.sl_source_describe.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
+                                       ctypes.POINTER(ctypes.c_size_t)]
+    lib.sl_sample_clear.argtypes = [ctypes.POINTER(_Sample)]
+    lib.sl_source_free.argtypes = [ctypes.c_void_p]
+    lib.sl_errmsg.restype = ctypes.c_char_p
+    return lib
+
+
+def _random_reads(path, rows, cache_bytes):
+    """Rows `rows` of `path` (id, s, tokens) read one at a time through
+    sl_source_read, and the source's description after them."""
+    lib = _lib()
+    src = ctypes.c_void_p()
+    spec = {"parquet": path, "columns": ["id", "s", "tokens"], "cache_bytes": cache_bytes}
+    assert lib.sl_source_open(ctypes.byref(src), json.dumps(spec).encode()) == 0, lib.sl_errmsg()
+    out, smp = [], _Sample()
+    try:
+        for i in rows:
+            assert lib.sl_source_read(src, i, ctypes.byref(smp)) == 0, lib.sl_errmsg()
+            c = smp.col
+            ident = ctypes.c_int64.from_address(c[0].data).value
+            s = ctypes.string_at(c[1].data, c[1].nbytes) if c[1].nbytes else b""
+            tok = list((ctypes.c_int64 * c[2].shape[0]).from_address(c[2].data)) \
+                if c[2].shape[0] else []
+            out.append((ident, s, tok))
+            lib.sl_sample_clear(ctypes.byref(smp))
+        n = ctypes.c_size_t()
+        lib.sl_source_describe(src, None, 0, ctypes.byref(n))
+        buf = ctypes.create_string_buffer(n.value + 1)
+        assert lib.sl_source_describe(src, buf, n.value + 1, None) == 0
+        return out, json.loads(buf.value)
+    finally:
+        lib.sl_source_free(src)
+
+
+def test_page_index_random_rows_decode_their_pages(matrix):
+    """With a cache too small for the file, a random row of a file with the
+    page index decodes the page that holds it (one per column, and the
+    dictionary) instead of its row group; without the index, its row group.
+    Both give every value as pyarrow does; a row group asked for page by page
+    as many times as it has pages is then decoded whole."""
+    exp = dict(np.load(os.path.join(matrix, "page-index-on.npz")))
+    rng = np.random.default_rng(4)
+    rows = [int(r) for r in rng.choice(10000, 8, replace=False)]
+    want = []
+    for i in rows:
+        so, to = exp["s@off"], exp["tokens@off"]
+        want.append((int(exp["id"][i]), bytes(exp["s"][so[i]:so[i + 1]]),
+                     [int(v) for v in exp["tokens"][to[i]:to[i + 1]]]))
+    on, d_on = _random_reads(os.path.join(matrix, "page-index-on.parquet"), rows, 1)
+    off, d_off = _random_reads(os.path.join(matrix, "page-index-off.parquet"), rows, 1)
+    assert on == want and off == want
+    assert d_on["page_index"] is True and d_on["random_access"] == "page", d_on
+    assert d_on["row_groups_decoded"] == 0 and 0 < d_on["pages_decoded"] <= len(rows), d_on
+    assert d_off["page_index"] is False and d_off["random_access"] == "row_group", d_off
+    assert d_off["pages_decoded"] == 0 and d_off["row_groups_decoded"] >= 4, d_off
+    # every row of row group 1 in a random order: page by page, then whole
+    rg1 = [int(r) for r in rng.permutation(np.arange(2500, 5000))]
+    got, d = _random_reads(os.path.join(matrix, "page-index-on.parquet"), rg1, 1)
+    assert [g[0] for g in got] == rg1
+    assert d["row_groups_decoded"] == 1 and d["pages_decoded"] >= 1, d
+
+
+def test_remote_cached_whole_checked_and_healed(matrix, web, tmp_path):
+    """With the shard cache on, a remote Parquet file is fetched whole into
+    it once (a few requests, not one a chunk) and read from there by later
+    runs; a cached copy damaged on disk fails the check on the next open
+    (the cache's own, or the footer and every page CRC) and is fetched again:
+    every run's batches equal the local file's."""
+    big = crc_big(matrix)
+    cols = ["id", "s", "b"]
+    local = digest_run(tmp_path, {"parquet": big, "columns": cols}, remote_env(tmp_path))
+    env = remote_env(tmp_path)  # the cache on, in tmp_path/cache
+
+    def run(px):
+        n = len(px.requests)
+        got = digest_run(tmp_path, {"parquet": f"{px.url}/crcbig.parquet", "columns": cols}, env)
+        return got, [h.get("range", "whole") for (m, _), h in
+                     zip(px.requests[n:], px.seen_headers[n:]) if m == "GET"]
+    px = httpfix.FaultProxy(web.port)
+    try:
+        got, gets = run(px)
+        # the open's edges and the footer, then the file whole (not 30 chunks by ranges)
+        assert got == local and gets.count("whole") == 1 and len(gets) <= 6, gets
+        got, gets = run(px)
+        assert got == local and "whole" not in gets, gets  # from the cache
+        # damaged on disk: the cached copy's middle byte flipped
+        copies = glob.glob(str(tmp_path / "cache" / "*-crcbig.parquet"))
+        assert len(copies) == 1, copies  # the object's bytes, then the cache's own trailer
+        with open(copies[0], "r+b") as f:
+            f.seek(os.path.getsize(big) // 2)
+            b = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([b[0] ^ 0x10]))
+        got, gets = run(px)
+        assert got == local and gets.count("whole") == 1, gets
+        with open(copies[0], "rb") as f, open(big, "rb") as g:
+            want = g.read()
+            assert f.read(len(want)) == want  # healed
+    finally:
+        px.close()
