@@ -172,3 +172,20 @@ def test_loader_batches_equal_torch_and_reuse_memory(worker_type, num_workers):
         # Each worker reuses its few batches' memory: fewer distinct
         # addresses than batches (32, of which the last is short).
         assert len(ptrs) < n
+
+
+def test_what_differs_from_torch():
+    """docs/PYTHON.md, "Batch memory": a pooled batch cannot be resized
+    larger; a tensor is read when __getitem__ returns it."""
+    pc = C.pooled_collate(2)
+    buf = torch.zeros(BIG)
+    s = pc.stream(32)
+    for i in range(32):
+        buf.fill_(i)                    # the Dataset writes into what it returned
+        s.add(buf)
+    b = s.collate()
+    assert [float(b[i, 0, 0, 0]) for i in range(32)] == [float(i) for i in range(32)]
+    with pytest.raises(RuntimeError):
+        b.resize_(64, *BIG)
+    b.resize_(16, *BIG)                 # smaller: allowed, as for any tensor
+    assert b.shape == (16,) + BIG
