@@ -241,7 +241,7 @@ class _Stream:
             if out is None:
                 continue
             self.outs[key] = out
-            plan[key] = (v.shape, v.dtype, out.unbind(0), _Marker(key))
+            plan[key] = (v.shape, v.dtype, out.numpy(), _Marker(key))
         self.plan = plan
         return bool(plan)
 
@@ -250,7 +250,8 @@ class _Stream:
         (its copied tensors as views of the batch)."""
         plan, self.plan = self.plan, None
         if plan:
-            self.samples = [_rebuild(self.kind, s, {k: p[2][j] for k, p in plan.items()})
+            outs = self.outs
+            self.samples = [_rebuild(self.kind, s, {k: outs[k][j] for k in plan})
                             for j, s in enumerate(self.samples)]
         self.outs = {}
 
@@ -288,7 +289,14 @@ class _Stream:
     def _copy(self, i, sample):
         swap = {}
         for key, (_, _, rows, marker) in self.plan.items():
-            rows[i].copy_(sample if key is None else sample[key])
+            v = sample if key is None else sample[key]
+            if v.is_contiguous() and not v.is_conj() and not v.is_neg():
+                # numpy's copy of contiguous memory is one memcpy; torch's
+                # copy_ goes through its element loop (slower by a third
+                # on 602 KB samples, `perf record`).
+                rows[i] = v.numpy()
+            else:
+                self.outs[key][i].copy_(v)
             swap[key] = marker
         self.samples.append(_rebuild(self.kind, sample, swap))
 

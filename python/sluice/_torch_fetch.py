@@ -6,6 +6,7 @@ A task is (generation, task_no, indices, seed, epoch); a result is
 "end" (an iterable dataset's iterator ended) or "err"."""
 import os
 import secrets
+import sys
 import time
 
 from . import _torch_compat as compat
@@ -29,9 +30,13 @@ class Fetch:
         self.auto = auto_collation
         self.collate_fn = collate_fn
         # default_collate into this worker's reused batch memory (up to
-        # `keep` batches: those in flight and a few the consumer holds).
+        # `keep` batches: those in flight and a few the consumer holds), on
+        # an interpreter running without the GIL only: there it loaded as
+        # fast as torch's own allocations with 60-70 MB less peak memory;
+        # with the GIL it ran 0.87x as fast (bench/README.md, "Batch memory").
+        gil = getattr(sys, "_is_gil_enabled", None)
         self.pooled = (pooled_collate(keep) if collate_fn is compat.default_collate
-                       else None)
+                       and gil is not None and not gil() else None)
         self.drop_last = drop_last
         self.batch_size = batch_size
         self.wid = wid

@@ -5,6 +5,7 @@ whatever the samples hold; the memory of a batch is reused only once no
 tensor reaches it; and the loader hands out torch's batches through it."""
 import collections
 import gc
+import sys
 
 import numpy as np
 import pytest
@@ -154,24 +155,41 @@ class Images(tud.Dataset):
         return {"image": torch.rand(self.shape, generator=g), "label": i, "name": str(i)}
 
 
+def pools():
+    return [p for p in gc.get_objects() if type(p) is C.BatchPool]
+
+
+@pytest.mark.parametrize("gil", [False, True])
 @pytest.mark.parametrize("worker_type,num_workers", [("thread", 0), ("thread", 2),
                                                       ("process", 2)])
-def test_loader_batches_equal_torch_and_reuse_memory(worker_type, num_workers):
+def test_loader_batches_equal_torch_pooled_without_the_gil(monkeypatch, worker_type,
+                                                           num_workers, gil):
+    """Batches equal torch's either way; the memory is pooled only where the
+    interpreter runs without the GIL (forced here both ways)."""
+    monkeypatch.setattr(sys, "_is_gil_enabled", lambda: gil, raising=False)
     kw = dict(batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(5))
     want = list(tud.DataLoader(Images(), **kw))
     kw["generator"] = torch.Generator().manual_seed(5)
-    dl = st.DataLoader(Images(), num_workers=num_workers, worker_type=worker_type, **kw)
-    ptrs = set()
+    gc.collect()
+    before = set(map(id, pools()))
+    dl = st.DataLoader(Images(), num_workers=num_workers, worker_type=worker_type,
+                       persistent_workers=num_workers > 0, **kw)
     n = 0
     for got, w in zip(dl, want):
         same(got, w)
-        ptrs.add(got["image"].data_ptr())
         n += 1
     assert n == len(want)
-    if worker_type == "thread":
-        # Each worker reuses its few batches' memory: fewer distinct
-        # addresses than batches (32, of which the last is short).
-        assert len(ptrs) < n
+    if worker_type == "process":
+        return              # the pools live in the worker processes
+    mine = [p for p in pools() if id(p) not in before]
+    if gil:
+        assert not mine
+    else:
+        # Each worker made a few batches' memory and reused it for the rest
+        # (32 batches, the last one short).
+        assert mine and sum(p.reused for p in mine) > 0
+        assert all(len(p.slots) <= p.keep for p in mine)
+        assert sum(p.made + p.reused for p in mine) == n
 
 
 def test_what_differs_from_torch():
