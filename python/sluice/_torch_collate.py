@@ -5,13 +5,11 @@ torch's default_collate stacks each batch's tensors into a new tensor. A
 batch of 32 images of 3x224x224 float32 is 19 MB: glibc serves an
 allocation that size with a fresh mmap (or hands it back to the kernel when
 freed), so every batch first-touches 4,700 new pages, which the kernel
-faults in and zeroes. On 2 cores that cost more than the copy itself:
-`bench/threads_vs_processes.py`'s sluice_transforms work lost 0.15 ms of
-core time a sample to it (3,143 samples/s with two threads running
-__getitem__ alone, 2,566 with default_collate, 2,868 with the stack going
-into memory reused from batch to batch; `perf stat -e page-faults` counted
-643,000 faults against 166,000). Here each worker keeps the memory of the
-batches it made and stacks the next batch into one the consumer has let go.
+faults in and zeroes. Here each worker keeps the memory of the batches it
+made and stacks the next batch into one the consumer has let go. Used only
+where the interpreter runs without the GIL (_torch_fetch.Fetch): there it
+loaded as fast as torch's allocations with 60-70 MB less peak memory, with
+the GIL at 0.87x (bench/README.md, "Batch memory").
 
 When a batch is let go: the memory is a numpy array that only this pool
 holds; `torch.from_numpy` makes the batch tensor, whose storage keeps one
