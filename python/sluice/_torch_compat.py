@@ -40,6 +40,13 @@ PRIVATE = [
      "worker_method and rng fields)"),
     ("torch.utils.data._utils.pin_memory", "pin_memory", True,
      "pin_memory=True where sluice's pinned slots are not used: torch's walk"),
+    ("torch.utils.data._utils.collate", "collate", False,
+     "default_collate's walk over the batch's structure, with sluice's function for the "
+     "tensors that go into reused batch memory (without it: default_collate itself)"),
+    ("torch.utils.data._utils.collate", "default_collate_fn_map", False,
+     "default_collate's functions per element type, which that walk is given"),
+    ("torch.utils.data._utils.collate", "collate_tensor_fn", False,
+     "default_collate's function for tensors, for the batches that are not pooled"),
     ("torch.utils.data.dataloader", "_DatasetKind", True,
      "map-style or iterable (DataLoader._dataset_kind)"),
     ("torch.utils.data.DataLoader", "_dataset_kind", True, "the loader's dataset kind"),
@@ -113,6 +120,18 @@ def check():
             f"{', '.join(k for k, v in parts.items() if not v)} of torch.utils.data._utils.worker "
             f"(thread workers' generators); python/sluice/_torch_compat.py is the one place to "
             f"adapt")
+    # default_collate's parts: all of them (sluice collates into reused
+    # memory) or none (default_collate itself); one or two is a move.
+    parts = {n: have.get(n, False) for n in ("collate", "default_collate_fn_map",
+                                             "collate_tensor_fn")}
+    if len(set(parts.values())) > 1:
+        problems.append(
+            f"sluice.torch: torch {torch.__version__} has "
+            f"{', '.join(k for k, v in parts.items() if v)} but not "
+            f"{', '.join(k for k, v in parts.items() if not v)} of "
+            f"torch.utils.data._utils.collate (default_collate's parts, with which batches are "
+            f"collated into reused memory); python/sluice/_torch_compat.py is the one place to "
+            f"adapt")
     return problems
 
 
@@ -124,6 +143,23 @@ _lookup("torch.utils.data._utils.worker", "_worker_info")
 _torch_pin_memory = _lookup("torch.utils.data._utils.pin_memory", "pin_memory")
 _DatasetKind = _lookup("torch.utils.data.dataloader", "_DatasetKind")
 default_collate = tud.default_collate
+
+
+def _optional(mod, name):
+    try:
+        return _lookup(mod, name)
+    except TorchMoved:
+        return None
+
+
+# default_collate is collate(batch, collate_fn_map=default_collate_fn_map)
+# (torch 1.13 to 2.12); sluice.torch gives the walk its own function for
+# tensors (_torch_collate). Missing together or not at all (check()).
+collate = _optional("torch.utils.data._utils.collate", "collate")
+default_collate_fn_map = _optional("torch.utils.data._utils.collate", "default_collate_fn_map")
+collate_tensor_fn = _optional("torch.utils.data._utils.collate", "collate_tensor_fn")
+if collate is None or default_collate_fn_map is None or collate_tensor_fn is None:
+    collate = default_collate_fn_map = collate_tensor_fn = None
 
 
 # ---------------------------------------------------------------- the loader's private state

@@ -18,6 +18,7 @@ The loader in parts, one concern a module (this one keeps the public names):
  - _torch_sampling: the per-thread context and the per-sample generators.
  - _torch_fetch: loading one batch (the same code on the main thread, a
    thread worker or a process worker) and the loop every worker runs.
+ - _torch_collate: default_collate into batch memory a worker reuses.
  - _torch_threads: thread workers; where the interpreter's GIL stands.
  - _torch_processes: process workers and the shared-memory transport of
    their batches (/dev/shm, one file a batch, mapped without a copy).

@@ -1,0 +1,354 @@
+"""sluice.torch: torch's default_collate into batch memory that a worker
+reuses.
+
+torch's default_collate stacks each batch's tensors into a new tensor. A
+batch of 32 images of 3x224x224 float32 is 19 MB: glibc serves an
+allocation that size with a fresh mmap (or hands it back to the kernel when
+freed), so every batch first-touches 4,700 new pages, which the kernel
+faults in and zeroes. Here each worker keeps the memory of the batches it
+made and stacks the next batch into one the consumer has let go. Used only
+where the interpreter runs without the GIL (_torch_fetch.Fetch): there it
+loaded as fast as torch's allocations with 60-70 MB less peak memory, with
+the GIL at 0.87x (bench/README.md, "Batch memory").
+
+When a batch is let go: the memory is a numpy array that only this pool
+holds; `torch.from_numpy` makes the batch tensor, whose storage keeps one
+reference to the array for as long as the storage lives — through the
+batch tensor, any view of it, a numpy array or DLPack capsule made from it.
+So the array's reference count falls back to what the pool alone holds
+exactly when no tensor can reach the memory any more. The count is read
+with sys.getrefcount (checked when this module loads: where it does not
+behave so, the pool is off). On a free-threaded build the count is read
+without a lock; a stale read can only see a count too high (the array's
+references are only ever taken by the worker itself), which keeps a batch
+that was already free: never the other way round.
+
+A map-style batch is also collated as it is loaded (_Stream): each
+sample's large tensors are copied into the batch the moment __getitem__
+returns them, so a sample's own memory (a 602 KB image) is free again for
+the next __getitem__ instead of 32 of them living until the batch is
+stacked. Freed one at a time, malloc hands the same block back sample after
+sample, where 19 MB of samples freed at once are trimmed back to the kernel
+and faulted in again for the next batch (`perf record` on the same work put
+the kernel's page faults under the transforms' output at 5 % of the
+process), and the copy reads each sample while it is still in cache. The
+one difference from torch's order a Dataset can see: a tensor is read when
+its __getitem__ returns, not when the batch is complete, so a Dataset that
+writes into a tensor it returned earlier gets the value it returned.
+
+What torch's default_collate would do is kept: the pool takes only exact
+torch.Tensor leaves (no subclass), on the CPU, strided, without autograd,
+of one shape and dtype across the batch, whose stacked result torch makes
+contiguous (contiguous samples, or samples of up to 3 dimensions in any
+layout), with a numpy dtype, of at least MIN_BYTES a batch; everything else
+is collated by torch's own functions. The one difference a user can see: a
+pooled batch tensor's storage is not resizable (x.resize_() to a larger
+size raises, as for any tensor from torch.from_numpy); docs/PYTHON.md.
+"""
+import sys
+
+import numpy as np
+import torch
+
+from . import _torch_compat as compat
+
+# Batches smaller than this are left to malloc, which reuses small blocks by
+# itself (glibc's mmap threshold starts at 128 KiB).
+MIN_BYTES = 256 << 10
+
+
+class _Slot:
+    __slots__ = ("array", "key")
+
+    def __init__(self, array, key):
+        self.array = array
+        self.key = key
+
+
+def _refs(slot):
+    return sys.getrefcount(slot.array)
+
+
+def _baseline():
+    """The count _refs reads for a slot that nothing else holds, or None
+    where this interpreter's counts do not follow the storages made with
+    torch.from_numpy (then nothing is pooled)."""
+    try:
+        slot = _Slot(np.empty(4, np.float32), None)
+        base = _refs(slot)
+        t = torch.from_numpy(slot.array)
+        v = t[1:]
+        held = _refs(slot)
+        del t
+        still = _refs(slot)
+        del v
+        if held == base + 1 and still == base + 1 and _refs(slot) == base:
+            return base
+    except Exception:
+        pass
+    return None
+
+
+_BASE = _baseline()
+_NUMPY_DTYPES = {}
+
+
+def _numpy_dtype(dtype):
+    """numpy's dtype for a torch dtype, or None (bfloat16, ...)."""
+    try:
+        return _NUMPY_DTYPES[dtype]
+    except KeyError:
+        pass
+    try:
+        nd = torch.empty(0, dtype=dtype).numpy().dtype
+    except (TypeError, RuntimeError):
+        nd = None
+    _NUMPY_DTYPES[dtype] = nd
+    return nd
+
+
+class BatchPool:
+    """The batch memory of one worker: at most `keep` arrays, each reused
+    once the batch made on it is gone. Used by one thread only."""
+
+    def __init__(self, keep):
+        self.keep = max(1, int(keep))
+        self.slots = []
+        self.made = 0        # arrays allocated
+        self.reused = 0      # batches stacked into an array made before
+
+    def tensor(self, shape, dtype):
+        """An uninitialised tensor of `shape` and `dtype` on pooled memory,
+        or None (torch allocates it then)."""
+        if _BASE is None:
+            return None
+        nd = _numpy_dtype(dtype)
+        if nd is None:
+            return None
+        key = (shape, nd)
+        spare = None
+        for slot in self.slots:
+            if _refs(slot) != _BASE:
+                continue            # its batch is still alive
+            if slot.key == key:
+                self.reused += 1
+                return torch.from_numpy(slot.array)
+            if spare is None:
+                spare = slot
+        if len(self.slots) < self.keep:
+            slot = _Slot(np.empty(shape, nd), key)
+            self.slots.append(slot)
+        elif spare is not None:
+            # A free array of another shape: replaced (the old one freed first).
+            spare.array = None
+            spare.array, spare.key = np.empty(shape, nd), key
+            slot = spare
+        else:
+            return None              # every array is held by the consumer
+        self.made += 1
+        return torch.from_numpy(slot.array)
+
+
+def _leaf_ok(t):
+    """A sample's tensor that can go into pooled memory as it is: what
+    torch.stack would stack into a plain, contiguous tensor of its dtype."""
+    return (type(t) is torch.Tensor and not t.requires_grad and t.layout == torch.strided
+            and t.device.type == "cpu" and not t.is_quantized and not t.is_nested
+            and (t.dim() <= 3 or t.is_contiguous()))
+
+
+def _poolable(batch):
+    elem = batch[0]
+    if not _leaf_ok(elem):
+        return False
+    shape, dtype = elem.shape, elem.dtype
+    for t in batch:
+        if type(t) is not torch.Tensor or t.shape != shape or t.dtype != dtype \
+                or not _leaf_ok(t):
+            return False
+    return elem.numel() * elem.element_size() * len(batch) >= MIN_BYTES
+
+
+class _Marker:
+    """Stands in a sample for a tensor already copied into the batch."""
+    __slots__ = ("key",)
+
+    def __init__(self, key):
+        self.key = key
+
+
+def _parts(sample):
+    """(kind, [(key, value)]) of a sample's top level: the sample itself, an
+    exact tuple, namedtuple, list or dict; None for anything else."""
+    kind = type(sample)
+    if kind is torch.Tensor:
+        return kind, [(None, sample)]
+    if kind is tuple or kind is list or (issubclass(kind, tuple) and hasattr(kind, "_fields")):
+        return kind, list(enumerate(sample))
+    if kind is dict:
+        return kind, list(sample.items())
+    return None
+
+
+def _rebuild(kind, sample, swap):
+    """`sample` with the values at the keys of `swap` replaced."""
+    if kind is torch.Tensor:
+        return swap[None]
+    if kind is dict:
+        out = dict(sample)
+        out.update(swap)
+        return out
+    items = [swap.get(k, v) for k, v in enumerate(sample)]
+    if kind is tuple:
+        return tuple(items)
+    if kind is list:
+        return items
+    return kind(*items)
+
+
+class _Stream:
+    """One batch collated as its samples arrive: each sample's large tensors
+    (the top level of the sample: the sample itself, or the items of a
+    tuple, namedtuple, list or dict) are copied into the batch's pooled
+    tensor at once, and the sample keeps a marker in their place, so a
+    sample's memory is free again before the next __getitem__ (see the
+    module's docstring). Anything that does not fit the first sample's
+    plan puts the copied tensors back (views of the batch) and collation
+    is torch's."""
+
+    def __init__(self, owner, n):
+        self.owner = owner
+        self.n = n
+        self.i = 0
+        self.kind = None
+        # key -> (shape, dtype, rows, marker); None: torch's collation
+        self.plan = None
+        self.outs = {}            # key -> the batch tensor
+        self.samples = []
+
+    def _start(self, sample):
+        parts = _parts(sample)
+        if parts is None:
+            return False
+        self.kind, items = parts
+        plan = {}
+        for key, v in items:
+            if not _leaf_ok(v) or v.numel() * v.element_size() * self.n < MIN_BYTES:
+                continue
+            out = self.owner.pool.tensor((self.n,) + tuple(v.shape), v.dtype)
+            if out is None:
+                continue
+            self.outs[key] = out
+            plan[key] = (v.shape, v.dtype, out.numpy(), _Marker(key))
+        self.plan = plan
+        return bool(plan)
+
+    def _unstream(self):
+        """Back to torch's collation: every sample as __getitem__ gave it
+        (its copied tensors as views of the batch)."""
+        plan, self.plan = self.plan, None
+        if plan:
+            outs = self.outs
+            self.samples = [_rebuild(self.kind, s, {k: outs[k][j] for k in plan})
+                            for j, s in enumerate(self.samples)]
+        self.outs = {}
+
+    def add(self, sample):
+        i = self.i
+        self.i += 1
+        if i == 0:
+            if self._start(sample):
+                self._copy(0, sample)
+                return
+            self.plan = None
+        elif self.plan is not None and i < self.n and self._fits(sample):
+            self._copy(i, sample)
+            return
+        self._unstream()
+        self.samples.append(sample)
+
+    def _fits(self, sample):
+        kind = type(sample)
+        if kind is not self.kind:
+            return False
+        plan = self.plan
+        if kind is dict:
+            if not all(k in sample for k in plan):
+                return False
+        elif kind is not torch.Tensor and len(sample) <= max(plan):
+            return False
+        for key, (shape, dtype, _, _) in plan.items():
+            v = sample if key is None else sample[key]
+            if type(v) is not torch.Tensor or v.shape != shape or v.dtype != dtype \
+                    or not _leaf_ok(v):
+                return False
+        return True
+
+    def _copy(self, i, sample):
+        swap = {}
+        for key, (_, _, rows, marker) in self.plan.items():
+            v = sample if key is None else sample[key]
+            if v.is_contiguous() and not v.is_conj() and not v.is_neg():
+                # numpy's copy of contiguous memory is one memcpy; torch's
+                # copy_ goes through its element loop (slower by a third
+                # on 602 KB samples, `perf record`).
+                rows[i] = v.numpy()
+            else:
+                self.outs[key][i].copy_(v)
+            swap[key] = marker
+        self.samples.append(_rebuild(self.kind, sample, swap))
+
+    def collate(self):
+        if self.plan is not None and self.i != self.n:
+            self._unstream()
+        samples, self.samples = self.samples, []
+        owner = self.owner
+        if not self.plan:
+            return owner(samples)
+        outs = self.outs
+        self.plan = None
+        self.outs = {}
+
+        def streamed(batch, *, collate_fn_map=None):
+            return outs[batch[0].key]
+
+        fn_map = dict(owner.fn_map)
+        fn_map[_Marker] = streamed
+        return compat.collate(samples, collate_fn_map=fn_map)
+
+
+class PooledCollate:
+    """torch's default_collate, the tensors of each batch stacked into
+    `pool`'s memory where they can be (see the module's docstring)."""
+
+    def __init__(self, pool):
+        self.pool = pool
+        fn_map = dict(compat.default_collate_fn_map)
+        # The same key, so the same place in the map's order (torch tries
+        # the keys in order with isinstance).
+        fn_map[torch.Tensor] = self._tensors
+        self.fn_map = fn_map
+
+    def _tensors(self, batch, *, collate_fn_map=None):
+        if _poolable(batch):
+            elem = batch[0]
+            out = self.pool.tensor((len(batch),) + tuple(elem.shape), elem.dtype)
+            if out is not None:
+                return torch.stack(batch, 0, out=out)
+        return compat.collate_tensor_fn(batch, collate_fn_map=collate_fn_map)
+
+    def __call__(self, batch):
+        return compat.collate(batch, collate_fn_map=self.fn_map)
+
+    def stream(self, n):
+        """A batch of `n` samples collated as they arrive: add(sample) for
+        each, then collate()."""
+        return _Stream(self, n)
+
+
+def pooled_collate(keep):
+    """A default_collate for one worker that reuses the memory of up to
+    `keep` batches, or None where this torch or interpreter cannot."""
+    if _BASE is None or compat.collate is None:
+        return None
+    return PooledCollate(BatchPool(keep))

@@ -1,0 +1,209 @@
+"""sluice.torch's default_collate into reused batch memory
+(python/sluice/_torch_collate.py): the batches equal torch's
+default_collate's, bit for bit, in type, shape, dtype, layout and values,
+whatever the samples hold; the memory of a batch is reused only once no
+tensor reaches it; and the loader hands out torch's batches through it."""
+import collections
+import gc
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import sluice.torch as st  # noqa: E402
+from sluice import _torch_collate as C  # noqa: E402
+from sluice import _torch_compat as compat  # noqa: E402
+import torch.utils.data as tud  # noqa: E402
+
+pytestmark = pytest.mark.skipif(C.pooled_collate(2) is None,
+                                reason="this torch or interpreter has no pooled collation")
+
+Pair = collections.namedtuple("Pair", "image label")
+BIG = (3, 64, 64)       # 48 KB of float32 a sample: 32 of them pass MIN_BYTES
+
+
+def same(a, b, where="batch"):
+    assert type(a) is type(b), f"{where}: {type(a)} != {type(b)}"
+    if isinstance(a, torch.Tensor):
+        assert a.shape == b.shape and a.dtype == b.dtype, where
+        assert a.is_contiguous() == b.is_contiguous(), where
+        assert a.stride() == b.stride(), where
+        assert torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert list(a) == list(b), where
+        for k in a:
+            same(a[k], b[k], f"{where}[{k!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for k, (x, y) in enumerate(zip(a, b)):
+            same(x, y, f"{where}[{k}]")
+    else:
+        assert a == b, where
+
+
+def streamed(samples, keep=3, pc=None):
+    pc = pc or C.pooled_collate(keep)
+    s = pc.stream(len(samples))
+    for x in samples:
+        s.add(x)
+    return s.collate()
+
+
+def images(n, seed=0, shape=BIG, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.rand(shape, generator=g).to(dtype) for _ in range(n)]
+
+
+SAMPLES = {
+    "tensor": lambda: images(32),
+    "tuple": lambda: [(x, i) for i, x in enumerate(images(32))],
+    "list": lambda: [[x, float(i), "s"] for i, x in enumerate(images(32))],
+    "namedtuple": lambda: [Pair(x, i) for i, x in enumerate(images(32))],
+    "dict": lambda: [{"image": x, "label": torch.tensor(i), "name": f"n{i}"}
+                     for i, x in enumerate(images(32))],
+    "two_tensors": lambda: [(x, y) for x, y in zip(images(32), images(32, seed=1))],
+    "uint8": lambda: [(x, 1) for x in images(32, dtype=torch.uint8)],
+    "permuted_hwc": lambda: [(x.permute(1, 2, 0), 1) for x in images(32)],
+    "channels_last_4d": lambda: [x.unsqueeze(0).contiguous(memory_format=torch.channels_last)
+                                 for x in images(32)],
+    "small": lambda: [(torch.ones(4) * i, i) for i in range(32)],
+    "mixed_shapes": lambda: images(5) + images(1, shape=(3, 60, 64)) + images(26),
+    "mixed_dtypes": lambda: images(5) + images(1, dtype=torch.float64) + images(26),
+    "tensor_then_int": lambda: [(x, 1) for x in images(7)] + [(1, 1)] + [(x, 1) for x in images(24)],
+    "requires_grad": lambda: [x.requires_grad_() if i == 9 else x
+                              for i, x in enumerate(images(32))],
+    "numpy": lambda: [(x.numpy(), 1) for x in images(32)],
+    "short_tuple": lambda: [(x, 1) for x in images(10)] + [(images(1)[0],)]
+    + [(x, 1) for x in images(21)],
+    "dict_missing_key": lambda: [{"a": x} for x in images(3)] + [{"b": images(1)[0]}],
+    "subclass": lambda: [torch.nn.Parameter(x, requires_grad=False) for x in images(32)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_batches_equal_default_collate(name):
+    samples = SAMPLES[name]()
+    try:
+        want = compat.default_collate(samples)
+    except Exception as e:
+        with pytest.raises(type(e)) as got:
+            streamed(SAMPLES[name]())
+        assert str(got.value) == str(e)
+        with pytest.raises(type(e)) as got:
+            C.pooled_collate(3)(SAMPLES[name]())
+        assert str(got.value) == str(e)
+        return
+    same(streamed(SAMPLES[name]()), want)
+    same(C.pooled_collate(3)(SAMPLES[name]()), want)
+
+
+def test_fewer_samples_than_announced_collate_as_torch():
+    samples = images(20)
+    pc = C.pooled_collate(2)
+    s = pc.stream(32)
+    for x in samples:
+        s.add(x)
+    same(s.collate(), compat.default_collate(samples))
+
+
+def test_memory_reused_only_when_no_tensor_reaches_it():
+    pc = C.pooled_collate(2)
+    a = streamed(images(32, seed=1), pc=pc)
+    a_ptr = a.data_ptr()
+    view = a[3:5]                       # a view keeps the memory
+    del a
+    gc.collect()
+    b = streamed(images(32, seed=2), pc=pc)
+    assert b.data_ptr() != a_ptr
+    assert torch.equal(view, torch.stack(images(32, seed=1))[3:5])
+    arr = b.numpy()                     # so does a numpy array made from it
+    b_ptr = b.data_ptr()
+    del b
+    c = streamed(images(32, seed=3), pc=pc)   # both held: torch's memory
+    assert c.data_ptr() not in (a_ptr, b_ptr)
+    assert pc.pool.made == 2
+    assert np.array_equal(arr, torch.stack(images(32, seed=2)).numpy())
+    del view, arr, c
+    d = streamed(images(32, seed=4), pc=pc)
+    assert d.data_ptr() in (a_ptr, b_ptr)
+    assert pc.pool.reused == 1
+    same(d, torch.stack(images(32, seed=4)))
+
+
+def test_a_failed_batch_frees_its_memory():
+    pc = C.pooled_collate(1)
+    s = pc.stream(32)
+    for x in images(5):
+        s.add(x)
+    del s                               # __getitem__ raised: the batch is dropped
+    a = streamed(images(32), pc=pc)
+    assert pc.pool.made == 1 and pc.pool.reused == 1
+    same(a, torch.stack(images(32)))
+
+
+class Images(tud.Dataset):
+    def __init__(self, shape=BIG, n=1000):
+        self.shape, self.n = shape, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        return {"image": torch.rand(self.shape, generator=g), "label": i, "name": str(i)}
+
+
+def pools():
+    return [p for p in gc.get_objects() if type(p) is C.BatchPool]
+
+
+@pytest.mark.parametrize("gil", [False, True])
+@pytest.mark.parametrize("worker_type,num_workers", [("thread", 0), ("thread", 2),
+                                                      ("process", 2)])
+def test_loader_batches_equal_torch_pooled_without_the_gil(monkeypatch, worker_type,
+                                                           num_workers, gil):
+    """Batches equal torch's either way; the memory is pooled only where the
+    interpreter runs without the GIL (forced here both ways)."""
+    monkeypatch.setattr(sys, "_is_gil_enabled", lambda: gil, raising=False)
+    kw = dict(batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(5))
+    want = list(tud.DataLoader(Images(), **kw))
+    kw["generator"] = torch.Generator().manual_seed(5)
+    gc.collect()
+    before = set(map(id, pools()))
+    dl = st.DataLoader(Images(), num_workers=num_workers, worker_type=worker_type,
+                       persistent_workers=num_workers > 0, **kw)
+    n = 0
+    for got, w in zip(dl, want):
+        same(got, w)
+        n += 1
+    assert n == len(want)
+    if worker_type == "process":
+        return              # the pools live in the worker processes
+    mine = [p for p in pools() if id(p) not in before]
+    if gil:
+        assert not mine
+    else:
+        # Each worker made a few batches' memory and reused it for the rest
+        # (32 batches, the last one short).
+        assert mine and sum(p.reused for p in mine) > 0
+        assert all(len(p.slots) <= p.keep for p in mine)
+        assert sum(p.made + p.reused for p in mine) == n
+
+
+def test_what_differs_from_torch():
+    """docs/PYTHON.md, "Batch memory": a pooled batch cannot be resized
+    larger; a tensor is read when __getitem__ returns it."""
+    pc = C.pooled_collate(2)
+    buf = torch.zeros(BIG)
+    s = pc.stream(32)
+    for i in range(32):
+        buf.fill_(i)                    # the Dataset writes into what it returned
+        s.add(buf)
+    b = s.collate()
+    assert [float(b[i, 0, 0, 0]) for i in range(32)] == [float(i) for i in range(32)]
+    with pytest.raises(RuntimeError):
+        b.resize_(64, *BIG)
+    b.resize_(16, *BIG)                 # smaller: allowed, as for any tensor
+    assert b.shape == (16,) + BIG
