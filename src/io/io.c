@@ -262,7 +262,9 @@ void sl_io__version_words(const char *name, const char *v, char *buf, size_t cap
 static int file_open_at(sl_io **out, const char *name, unsigned flags, const char *want,
                         const sl_io_dialect *d) {
     (void)d;
-    SL_TRY(file_open(out, name, flags));
+    int rc = file_open(out, name, flags);
+    if (rc != SL_OK)
+        return rc; /* an error, or SL_END: missing (SL_IO_MISSING_OK) */
     if (want && !sl_io__same_version(want, (*out)->version)) {
         /* a file has no copy of its old bytes to read on */
         char then[160], now[160];

@@ -391,8 +391,11 @@ static int walk_node(walk *w, int depth, int def, int rep, const int *ldef, cons
     else
         snprintf(nm, sizeof nm, "%s%s%.*s", name, name[0] ? "." : "", (int)e->name.n,
                  (const char *)e->name.p);
-    snprintf(pt, sizeof pt, "%s%s%.*s", path, path[0] ? "." : "", (int)e->name.n,
-             (const char *)e->name.p);
+    /* a path longer than pt is cut: it only names the column in messages */
+    int en = e->name.n < sizeof pt ? (int)e->name.n : (int)sizeof pt - 1;
+    if (snprintf(pt, sizeof pt, "%s%s%.*s", path, path[0] ? "." : "", en,
+                 (const char *)e->name.p) >= (int)sizeof pt)
+        pt[sizeof pt - 1] = '\0';
     if (e->num_children > 0) {
         int n = e->num_children;
         int child_rep_wrap = wrap && e->repetition == PQ_REPEATED && n == 1;
@@ -874,8 +877,8 @@ static int whole_check(sl_io *io, void *user) {
         return SL_OK;
     for (int g = 0; g < f->meta.nrg; g++) {
         for (int j = 0; j < x->s->nslots; j++) {
-            uint64_t start;
-            size_t len;
+            uint64_t start = 0;
+            size_t len = 0;
             SL_TRY(chunk_range(x->s, f, g, j, &start, &len));
             int rc = pq_check_chunk(m + start, len, f->meta.rg[g].cols[f->chunk[j]].num_values);
             if (rc < 0)
@@ -893,8 +896,9 @@ static int whole_open(void *user, int k, void **state_out) {
     if (!w)
         return sl__oom("opening a Parquet file");
     whole_ctx x = {s, f};
+    /* the version the footer was read from: one version per run */
     int rc = sl_io__open_checked(&w->io, f->path, SL_IO_MAP | SL_IO_MAP_OR_RANGES | SL_IO_RANDOM,
-                                 whole_check, &x);
+                                 sl_io__version(f->io), whole_check, &x);
     if (rc == SL_OK && (w->map = sl_io__map(w->io)) != NULL) {
         rc = sl_buffer_wrap(&w->buf, (void *)(uintptr_t)w->map, (size_t)sl_io__size(w->io),
                             close_io, w->io);
@@ -1057,7 +1061,7 @@ static int decode_column(pq_source *s, pq_file *f, int fk, int g, int j, pq_aren
                 SL_LOG_WARN("%s: %s (the shard cache's copy, dropped); reading the chunk again",
                             what, first);
                 sl_io *fresh = NULL;
-                rc = sl_io__open(&fresh, f->path, 0);
+                rc = sl_io__open_version(&fresh, f->path, 0, sl_io__version(f->io));
                 if (rc == SL_OK)
                     rc = decode_ranges(fresh, start, len, 1, decode_chunk_fn, &job, out, what,
                                        first);
