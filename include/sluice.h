@@ -1123,7 +1123,8 @@ typedef enum sl_adjust {
     SL_ADJUST_HUE = 4,        /**< adjust_hue: hue shifted by f in [-0.5, 0.5] (HSV) */
     SL_ADJUST_GRAY = 5,       /**< rgb_to_grayscale: dst has 1 or 3 equal channels */
     SL_ADJUST_SHARPNESS = 6,  /**< adjust_sharpness: blend with the 3x3 smoothed image
-                                   (the border rows and columns kept), f >= 0 */
+                                   (the border rows and columns kept; all clamped),
+                                   f >= 0 */
     SL_ADJUST_POSTERIZE = 7,  /**< posterize: keep the top f bits (f an integer 0..8) */
     SL_ADJUST_SOLARIZE = 8,   /**< solarize: invert values >= f (f <= 255 for uint8,
                                    <= 1 for float32) */

@@ -16,7 +16,8 @@
  *  - sharpness smooths with v2's 3x3 kernel (1/13 around, 5/13 in the
  *    middle), then blends each interior pixel with it as v2's
  *    `view.add_(blurred - view, alpha=1 - f)` (one fused multiply-add, as
- *    torch's vectorized add does); the border rows and columns are kept.
+ *    torch's vectorized add does); the border rows and columns are kept;
+ *    everything is clamped to [0, 1] or [0, 255] as v2 clamps its output.
  *    On uint8 the smoothed value is an integer over 13 rounded, never a tie,
  *    so it is computed exactly in integers whatever order torch's
  *    convolution sums in; on float32 the sum's order may move the last bit.
@@ -252,8 +253,11 @@ static int sharpness(const sl_image_view *src, const sl_image_view *dst, double 
                         blur = fmaf(a, down[i], blur);
                         blur = fmaf(a, down[i + C], blur);
                     }
-                    v = clamp01(fmaf(blur - v, alpha, v), bound);
+                    v = fmaf(blur - v, alpha, v);
                 }
+                /* v2 clamps the whole output, the kept border too (a float
+                 * image may hold values outside [0, 1], e.g. an affine fill) */
+                v = clamp01(v, bound);
                 int64_t o = drow + (int64_t)x * dst->sw + (int64_t)k * dst->sc;
                 if (u8)
                     ((uint8_t *)dst->data)[o] = (uint8_t)v;

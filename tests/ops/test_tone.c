@@ -108,6 +108,11 @@ SL_TEST(ops_tone__sharpness_known_values) {
     ASSERT_EQ(out[4], 255);
     ASSERT_OK(sl_view_adjust(&s, &d, SL_ADJUST_SHARPNESS, 1));
     ASSERT_EQ(memcmp(out, src, 9), 0);
+    /* float32 out of [0, 1] (an affine fill): v2 clamps the border too */
+    float fl[9] = {2.0f, -1.0f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f}, fo[9];
+    sl_image_view fs = hwc(fl, SL_F32, 3, 3, 1), fd = hwc(fo, SL_F32, 3, 3, 1);
+    ASSERT_OK(sl_view_adjust(&fs, &fd, SL_ADJUST_SHARPNESS, 1));
+    ASSERT(fo[0] == 1.0f && fo[1] == 0.0f && fo[4] == 0.5f);
     /* 2 rows: v2 returns the image as it is */
     uint8_t thin[6] = {1, 2, 3, 4, 5, 6}, tout[6];
     sl_image_view ts = hwc(thin, SL_U8, 2, 3, 1), td = hwc(tout, SL_U8, 2, 3, 1);
