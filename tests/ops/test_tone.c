@@ -5,25 +5,17 @@
  * in tests/python/test_transforms_tv2.py. */
 #include "core/core.h"
 #include "ops/ops.h"
-#include "test.h"
+#include "ops_testdata.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static sl_image_view hwc(void *p, int dtype, int h, int w, int c) {
-    sl_image_view v = {p, dtype, h, w, c, (int64_t)w * c, c, 1};
-    return v;
-}
-static sl_image_view chw(void *p, int dtype, int h, int w, int c) {
-    sl_image_view v = {p, dtype, h, w, c, w, 1, (int64_t)h * w};
-    return v;
-}
 
 SL_TEST(ops_tone__point_operations_known_values) {
     uint8_t src[256], out[256];
     for (int i = 0; i < 256; i++)
         src[i] = (uint8_t)i;
-    sl_image_view s = hwc(src, SL_U8, 16, 16, 1), d = hwc(out, SL_U8, 16, 16, 1);
+    sl_image_view s = td_hwc(src, SL_U8, 16, 16, 1), d = td_hwc(out, SL_U8, 16, 16, 1);
     ASSERT_OK(sl_view_adjust(&s, &d, SL_ADJUST_POSTERIZE, 3));
     for (int i = 0; i < 256; i++)
         ASSERT_EQ(out[i], i & 0xe0);
@@ -44,7 +36,7 @@ SL_TEST(ops_tone__point_operations_known_values) {
         ASSERT_EQ(out[i], 255 - i);
     /* float32: posterize keeps floor(v * 2^bits) / 2^bits, at most 1 - 2^-bits */
     float f[4] = {0.0f, 0.3f, 0.74f, 1.0f}, g[4];
-    sl_image_view fs = hwc(f, SL_F32, 1, 4, 1), fd = hwc(g, SL_F32, 1, 4, 1);
+    sl_image_view fs = td_hwc(f, SL_F32, 1, 4, 1), fd = td_hwc(g, SL_F32, 1, 4, 1);
     ASSERT_OK(sl_view_adjust(&fs, &fd, SL_ADJUST_POSTERIZE, 2));
     ASSERT(g[0] == 0.0f && g[1] == 0.25f && g[2] == 0.5f && g[3] == 0.75f);
     ASSERT_OK(sl_view_adjust(&fs, &fd, SL_ADJUST_INVERT, 0));
@@ -63,7 +55,7 @@ SL_TEST(ops_tone__autocontrast_and_equalize_known_values) {
         src[H * W + i] = 77;
         src[2 * H * W + i] = (uint8_t)(50 + i % 101); /* 50..150 */
     }
-    sl_image_view s = chw(src, SL_U8, H, W, 3), d = chw(out, SL_U8, H, W, 3);
+    sl_image_view s = td_chw(src, SL_U8, H, W, 3), d = td_chw(out, SL_U8, H, W, 3);
     ASSERT_OK(sl_view_adjust(&s, &d, SL_ADJUST_AUTOCONTRAST, 0));
     /* 10 / (10 * float32(1/255)) is 254.99998 in float32: v2 gives 254 too */
     const float s0 = 10.0f * (float)(1.0 / 255.0);
@@ -85,7 +77,7 @@ SL_TEST(ops_tone__autocontrast_and_equalize_known_values) {
     float *fs = malloc(sizeof(float) * 3 * H * W), *fd = malloc(sizeof(float) * 3 * H * W);
     for (int i = 0; i < 3 * H * W; i++)
         fs[i] = (float)src[i] * (float)(1.0 / 255.0);
-    sl_image_view fsv = chw(fs, SL_F32, H, W, 3), fdv = chw(fd, SL_F32, H, W, 3);
+    sl_image_view fsv = td_chw(fs, SL_F32, H, W, 3), fdv = td_chw(fd, SL_F32, H, W, 3);
     ASSERT_OK(sl_view_adjust(&fsv, &fdv, SL_ADJUST_EQUALIZE, 0));
     ASSERT_OK(sl_view_adjust(&s, &d, SL_ADJUST_EQUALIZE, 0));
     for (int i = 0; i < 3 * H * W; i++)
@@ -96,7 +88,7 @@ SL_TEST(ops_tone__autocontrast_and_equalize_known_values) {
 SL_TEST(ops_tone__sharpness_known_values) {
     /* 3x3, one bright centre: the smoothed centre is round(130 * 5 / 13) = 50 */
     uint8_t src[9] = {0, 0, 0, 0, 130, 0, 0, 0, 0}, out[9];
-    sl_image_view s = hwc(src, SL_U8, 3, 3, 1), d = hwc(out, SL_U8, 3, 3, 1);
+    sl_image_view s = td_hwc(src, SL_U8, 3, 3, 1), d = td_hwc(out, SL_U8, 3, 3, 1);
     ASSERT_OK(sl_view_adjust(&s, &d, SL_ADJUST_SHARPNESS, 0));
     ASSERT_EQ(out[4], 50);
     for (int i = 0; i < 9; i++)
@@ -110,12 +102,12 @@ SL_TEST(ops_tone__sharpness_known_values) {
     ASSERT_EQ(memcmp(out, src, 9), 0);
     /* float32 out of [0, 1] (an affine fill): v2 clamps the border too */
     float fl[9] = {2.0f, -1.0f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f}, fo[9];
-    sl_image_view fs = hwc(fl, SL_F32, 3, 3, 1), fd = hwc(fo, SL_F32, 3, 3, 1);
+    sl_image_view fs = td_hwc(fl, SL_F32, 3, 3, 1), fd = td_hwc(fo, SL_F32, 3, 3, 1);
     ASSERT_OK(sl_view_adjust(&fs, &fd, SL_ADJUST_SHARPNESS, 1));
     ASSERT(fo[0] == 1.0f && fo[1] == 0.0f && fo[4] == 0.5f);
     /* 2 rows: v2 returns the image as it is */
     uint8_t thin[6] = {1, 2, 3, 4, 5, 6}, tout[6];
-    sl_image_view ts = hwc(thin, SL_U8, 2, 3, 1), td = hwc(tout, SL_U8, 2, 3, 1);
+    sl_image_view ts = td_hwc(thin, SL_U8, 2, 3, 1), td = td_hwc(tout, SL_U8, 2, 3, 1);
     ASSERT_OK(sl_view_adjust(&ts, &td, SL_ADJUST_SHARPNESS, 0));
     ASSERT_EQ(memcmp(thin, tout, 6), 0);
 }
@@ -139,19 +131,19 @@ SL_TEST(ops_tone__in_place_equals_a_copy_in_every_layout) {
         if (ops[o] == SL_ADJUST_SOLARIZE)
             f = 128;
         /* HWC source into a CHW copy, and the same in place in HWC */
-        sl_image_view s = hwc(src, SL_U8, H, W, C), d = chw(a, SL_U8, H, W, C);
+        sl_image_view s = td_hwc(src, SL_U8, H, W, C), d = td_chw(a, SL_U8, H, W, C);
         ASSERT_OK(sl_view_adjust(&s, &d, ops[o], f));
         memcpy(b, src, N);
-        sl_image_view ip = hwc(b, SL_U8, H, W, C);
+        sl_image_view ip = td_hwc(b, SL_U8, H, W, C);
         ASSERT_OK(sl_view_adjust(&ip, &ip, ops[o], f));
         for (int y = 0; y < H; y++)
             for (int x = 0; x < W; x++)
                 for (int k = 0; k < C; k++)
                     ASSERT_EQ(a[k * H * W + y * W + x], b[(y * W + x) * C + k]);
-        sl_image_view fs = hwc(fsrc, SL_F32, H, W, C), fd = chw(fa, SL_F32, H, W, C);
+        sl_image_view fs = td_hwc(fsrc, SL_F32, H, W, C), fd = td_chw(fa, SL_F32, H, W, C);
         ASSERT_OK(sl_view_adjust(&fs, &fd, ops[o], ff));
         memcpy(fb, fsrc, sizeof fb);
-        sl_image_view fip = hwc(fb, SL_F32, H, W, C);
+        sl_image_view fip = td_hwc(fb, SL_F32, H, W, C);
         ASSERT_OK(sl_view_adjust(&fip, &fip, ops[o], ff));
         for (int y = 0; y < H; y++)
             for (int x = 0; x < W; x++)
@@ -163,7 +155,7 @@ SL_TEST(ops_tone__in_place_equals_a_copy_in_every_layout) {
 SL_TEST(ops_tone__errors_name_the_operation) {
     uint8_t px[4 * 4 * 2] = {0};
     float fx[4 * 4] = {0};
-    sl_image_view s = hwc(px, SL_U8, 4, 4, 1), f = hwc(fx, SL_F32, 4, 4, 1);
+    sl_image_view s = td_hwc(px, SL_U8, 4, 4, 1), f = td_hwc(fx, SL_F32, 4, 4, 1);
     ASSERT_RC(sl_view_adjust(&s, &s, SL_ADJUST_POSTERIZE, 9), SL_EINVAL);
     ASSERT_CONTAINS(sl_errmsg(), "posterize");
     ASSERT_RC(sl_view_adjust(&s, &s, SL_ADJUST_POSTERIZE, 2.5), SL_EINVAL);
@@ -172,7 +164,7 @@ SL_TEST(ops_tone__errors_name_the_operation) {
     ASSERT_RC(sl_view_adjust(&f, &f, SL_ADJUST_SOLARIZE, 1.5), SL_EINVAL);
     ASSERT_RC(sl_view_adjust(&s, &s, SL_ADJUST_SHARPNESS, -0.5), SL_EINVAL);
     ASSERT_CONTAINS(sl_errmsg(), "sharpness");
-    sl_image_view two = hwc(px, SL_U8, 4, 4, 2);
+    sl_image_view two = td_hwc(px, SL_U8, 4, 4, 2);
     ASSERT_RC(sl_view_adjust(&two, &two, SL_ADJUST_AUTOCONTRAST, 0), SL_EINVAL);
     ASSERT_CONTAINS(sl_errmsg(), "autocontrast");
     ASSERT_OK(sl_view_adjust(&two, &two, SL_ADJUST_EQUALIZE, 0)); /* any channel count */
