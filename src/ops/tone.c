@@ -64,7 +64,9 @@ static void point_lut(sl_adjust op, float factor, uint8_t lut[256]) {
         case SL_ADJUST_POSTERIZE: lut[i] = (uint8_t)(i & mask); break;
         /* v2: torch.where(image >= threshold, ...): uint8 against a Python
          * float compares in float32 */
-        case SL_ADJUST_SOLARIZE: lut[i] = (float)i >= factor ? (uint8_t)(255 - i) : (uint8_t)i; break;
+        case SL_ADJUST_SOLARIZE:
+            lut[i] = (float)i >= factor ? (uint8_t)(255 - i) : (uint8_t)i;
+            break;
         default: lut[i] = (uint8_t)(255 - i); break;
         }
     }

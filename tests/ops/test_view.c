@@ -162,16 +162,20 @@ SL_TEST(ops_view__resize_every_path_keeps_a_constant) {
             for (int aa = 0; aa <= 1; aa++)
                 for (int layout = 0; layout < 2; layout++) {
                     int oh = sizes[i][0], ow = sizes[i][1];
-                    sl_image_view s = layout ? td_chw(px, SL_U8, H, W, C) : td_hwc(px, SL_U8, H, W, C);
-                    sl_image_view d = layout ? td_hwc(ob, SL_U8, oh, ow, C) : td_chw(ob, SL_U8, oh, ow, C);
+                    sl_image_view s =
+                        layout ? td_chw(px, SL_U8, H, W, C) : td_hwc(px, SL_U8, H, W, C);
+                    sl_image_view d =
+                        layout ? td_hwc(ob, SL_U8, oh, ow, C) : td_chw(ob, SL_U8, oh, ow, C);
                     int rc = sl_view_resize(&s, &d, (sl_interp)interp, aa);
                     int u8_ok = aa || interp == SL_INTERP_BILINEAR || interp == SL_INTERP_BICUBIC ||
                                 interp >= SL_INTERP_NEAREST_TORCH || interp == SL_INTERP_NEAREST;
                     ASSERT_EQ(rc, u8_ok ? SL_OK : SL_EINVAL);
                     for (int k = 0; rc == SL_OK && k < oh * ow * C; k++)
                         ASSERT_EQ(ob[k], 173);
-                    sl_image_view sf = layout ? td_chw(pf, SL_F32, H, W, C) : td_hwc(pf, SL_F32, H, W, C);
-                    sl_image_view df = layout ? td_hwc(of, SL_F32, oh, ow, C) : td_chw(of, SL_F32, oh, ow, C);
+                    sl_image_view sf =
+                        layout ? td_chw(pf, SL_F32, H, W, C) : td_hwc(pf, SL_F32, H, W, C);
+                    sl_image_view df =
+                        layout ? td_hwc(of, SL_F32, oh, ow, C) : td_chw(of, SL_F32, oh, ow, C);
                     rc = sl_view_resize(&sf, &df, (sl_interp)interp, aa);
                     int f_ok = interp == SL_INTERP_BILINEAR || interp == SL_INTERP_BICUBIC ||
                                interp >= SL_INTERP_NEAREST_TORCH;
