@@ -139,7 +139,7 @@ def main():
             print(json.dumps(rec))
         else:
             print(f"{r:20s} {med:14.0f} {min(cpu[r]):7.0f}-{max(cpu[r]):<8.0f} "
-                  f"{rec['samples_s']:10.0f} {ratio:21.2f}x")
+                  f"{rec['samples_s']:10.0f} {ratio or 0:21.2f}x")
     if a.loader:
         torch.set_num_threads(1)
         loader_rates(a, paths, rows, names, info, mean, std)
