@@ -499,8 +499,24 @@ class Transform:
     def __call__(self, *inputs):
         if len(inputs) == 1:
             return self._forward_any(inputs[0])
+        # one set of draws per call, as v2: each input from the same state of
+        # torch's generator, which is left where the image's draws leave it
         passed = _pure_tensors_passed(inputs)
-        return tuple(x if i in passed else self._forward_any(x) for i, x in enumerate(inputs))
+        torch = _torch
+        state = end = torch.get_rng_state() if torch is not None else None
+        out = []
+        for i, x in enumerate(inputs):
+            if i in passed:
+                out.append(x)
+                continue
+            if state is not None and i:
+                torch.set_rng_state(state)
+            out.append(self._forward_any(x))
+            if state is not None and _kind(x) is not None:
+                end = torch.get_rng_state()
+        if state is not None:
+            torch.set_rng_state(end)
+        return tuple(out)
 
     def _forward_any(self, x):
         if getattr(x, "ndim", 0) > 3 and _kind(x) == "tensor":

@@ -383,6 +383,23 @@ def test_policies_on_pil_and_numpy(photo, name, args, kw):
         np.testing.assert_array_equal(got, want.permute(1, 2, 0).numpy(), err_msg=f"{name} {seed}")
 
 
+@pytest.mark.parametrize("name,args", [("RandomHorizontalFlip", ()), ("RandomRotation", (30,)),
+                                       ("ColorJitter", (0.4, 0.4)), ("RandomResizedCrop", (64,)),
+                                       ("RandomErasing", (1.0,))])
+def test_one_set_of_draws_with_labels(photo, name, args):
+    """t(img, label, ...): v2 draws once per call, whatever else is there."""
+    x = photo[:, :100, :120].float() / 255
+    for seed in range(3):
+        torch.manual_seed(seed)
+        a = getattr(T, name)(*args)(x, 5, "label")
+        after = torch.rand(1)
+        torch.manual_seed(seed)
+        b = getattr(V, name)(*args)(x, 5, "label")
+        assert torch.equal(torch.rand(1), after), f"{name}: a different number of draws"
+        assert a[1:] == (5, "label")
+        assert_close(a[0], b[0], 1e-6, 1.0, what=name)  # float32 contrast: its mean
+
+
 def test_policies_take_one_image_among_other_inputs(photo):
     x = photo[:, :64, :80]
     torch.manual_seed(1)
