@@ -26,7 +26,12 @@ imagenet-like photos of bench/README.md).
 
 With --loader, also samples/s through a DataLoader (batch 64, --workers 2):
 the sluice rows on sluice.torch.DataLoader threads, the torchvision rows on
-torch's DataLoader processes (persistent workers), each Dataset as above.
+torch's DataLoader processes (persistent workers), each Dataset as above;
+and the same work on sluice's native pipeline (`sluice_native`: the
+photos as an ImageFolder, decode + random_resized_crop + flip + normalize,
+or resize + center_crop + normalize for eval, batch 64, as torch tensors;
+its worker threads are the engine's, one per core), the row the
+sluice.transforms loader is compared with ("native / row").
 """
 import argparse
 import json
@@ -134,10 +139,10 @@ def main():
             print(json.dumps(rec))
         else:
             print(f"{r:20s} {med:14.0f} {min(cpu[r]):7.0f}-{max(cpu[r]):<8.0f} "
-                  f"{rec['samples_s']:10.0f} {ratio:21.2f}x")
+                  f"{rec['samples_s']:10.0f} {ratio or 0:21.2f}x")
     if a.loader:
         torch.set_num_threads(1)
-        loader_rates(a, paths, rows, names, info)
+        loader_rates(a, paths, rows, names, info, mean, std)
 
 
 class PathDataset:
@@ -153,14 +158,38 @@ class PathDataset:
         return self.fn(self.paths[i]), i % 10
 
 
-def loader_rates(a, paths, rows, names, info):
+def native_pipeline(a, mean, std):
+    """The same work on sluice's own pipeline: the first --limit photos of
+    the folder (the order the rows read them), batches of 64 as tensors."""
+    import sluice
+    ds = sluice.image_folder(a.photos).take(a.limit).decode()
+    if a.work == "train":
+        ds = ds.random_resized_crop("image", 224).flip("image")
+    else:
+        ds = ds.resize("image", 256).center_crop("image", 224)
+    return ds.normalize("image", mean, std).batch(64)
+
+
+def loader_rates(a, paths, rows, names, info, mean, std):
     """samples/s of whole epochs (the second and later: workers started),
     median of the rounds, sluice rows on sluice's thread loader, torchvision
-    rows on torch's process loader."""
+    rows on torch's process loader, and sluice's native pipeline."""
     import torch
     from torch.utils.data import DataLoader as TorchLoader
     from sluice.torch import DataLoader as SluiceLoader
     out = {}
+    nat = native_pipeline(a, mean, std)
+    rates = []
+    for epoch in range(a.rounds + 1):
+        t0 = time.perf_counter()
+        n = 0
+        for b in nat.torch():
+            assert tuple(b["image"].shape[1:]) == (3, 224, 224)
+            n += len(b["label"])
+        if epoch:
+            rates.append(n / (time.perf_counter() - t0))
+    nat.close()
+    native = statistics.median(rates)
     for r in names:
         ds = PathDataset(paths, rows[r])
         if r.startswith("sluice"):
@@ -181,9 +210,15 @@ def loader_rates(a, paths, rows, names, info):
     for r in names:
         rec = dict(info, row=r, loader="sluice threads" if r.startswith("sluice") else
                    "torch processes", workers=a.workers, samples_s=round(out[r], 1),
-                   ratio=round(out[r] / best_tv, 2) if best_tv else None)
+                   ratio=round(out[r] / best_tv, 2) if best_tv else None,
+                   of_native=round(out[r] / native, 2))
         print(json.dumps(rec) if a.json else
-              f"loader {r:20s} {rec['loader']:16s} {out[r]:10.0f}/s {rec['ratio']:8.2f}x the best torchvision loader")
+              f"loader {r:20s} {rec['loader']:16s} {out[r]:10.0f}/s "
+              f"{rec['ratio'] or 0:8.2f}x the best torchvision loader, "
+              f"{rec['of_native']:.2f}x native")
+    rec = dict(info, row="sluice_native", loader="sluice pipeline", samples_s=round(native, 1))
+    print(json.dumps(rec) if a.json else
+          f"loader {'sluice_native':20s} {'sluice pipeline':16s} {native:10.0f}/s")
 
 
 if __name__ == "__main__":

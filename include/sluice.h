@@ -1162,16 +1162,30 @@ typedef enum sl_adjust {
     SL_ADJUST_CONTRAST = 2,   /**< adjust_contrast: blend with the mean grey level */
     SL_ADJUST_SATURATION = 3, /**< adjust_saturation: blend with the grey image */
     SL_ADJUST_HUE = 4,        /**< adjust_hue: hue shifted by f in [-0.5, 0.5] (HSV) */
-    SL_ADJUST_GRAY = 5        /**< rgb_to_grayscale: dst has 1 or 3 equal channels */
+    SL_ADJUST_GRAY = 5,       /**< rgb_to_grayscale: dst has 1 or 3 equal channels */
+    SL_ADJUST_SHARPNESS = 6,  /**< adjust_sharpness: blend with the 3x3 smoothed image
+                                   (the border rows and columns kept; all clamped),
+                                   f >= 0 */
+    SL_ADJUST_POSTERIZE = 7,  /**< posterize: keep the top f bits (f an integer 0..8) */
+    SL_ADJUST_SOLARIZE = 8,   /**< solarize: invert values >= f (f <= 255 for uint8,
+                                   <= 1 for float32) */
+    SL_ADJUST_INVERT = 9,     /**< invert: 255 - x, 1 - x (f unused) */
+    SL_ADJUST_AUTOCONTRAST = 10, /**< autocontrast: each channel stretched from its
+                                      minimum..maximum to the full range (f unused) */
+    SL_ADJUST_EQUALIZE = 11   /**< equalize: each channel's histogram equalized with
+                                   PIL's look-up table (f unused) */
 } sl_adjust;
 
 /** One colour operation of torchvision v2 (uint8: its float32 arithmetic,
  *  truncated to uint8 as its .to(uint8) does; float32: clamped to [0, 1]).
- *  Brightness, contrast, saturation take factor >= 0; hue -0.5..0.5.
- *  A 1-channel image: contrast and brightness apply, saturation and hue
- *  copy. dst may equal src (in place). @return SL_OK, SL_EINVAL. Since 0.1 */
+ *  Brightness, contrast, saturation, sharpness take factor >= 0; hue
+ *  -0.5..0.5. A 1-channel image: contrast and brightness apply, saturation
+ *  and hue copy. Posterize, solarize, invert and equalize take 1 to 4
+ *  channels, the others 1 or 3. Equalize on float32 works on the image
+ *  converted to uint8 (v2's to_dtype(scale=True)) and gives it back scaled.
+ *  dst may equal src (in place). @return SL_OK, SL_EINVAL. Since 0.1 */
 SL_API int sl_view_adjust(const sl_image_view *src, const sl_image_view *dst, sl_adjust op,
-                          float factor);
+                          double factor);
 
 /** Border modes of sl_view_pad (torchvision's padding_mode). */
 typedef enum sl_pad_mode {

@@ -142,7 +142,7 @@ static PyObject *tf_adjust(PyObject *m, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOid:tf_adjust", &a, &b, &op, &factor) ||
         view_from(a, &s) < 0 || view_from(b, &d) < 0)
         return NULL;
-    CALL_WITHOUT_GIL(m, sl_view_adjust(&s, &d, (sl_adjust)op, (float)factor));
+    CALL_WITHOUT_GIL(m, sl_view_adjust(&s, &d, (sl_adjust)op, factor));
 }
 
 /* pad(src, dst, top, left, mode, fill) */

@@ -45,7 +45,9 @@ __all__ = [
     "Compose", "RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip",
     "RandomVerticalFlip", "RandomRotation", "Pad", "ColorJitter", "RandomGrayscale", "Grayscale",
     "ToImage", "ToDtype", "Normalize", "RandomErasing", "DecodeJPEG", "decode_image",
-    "InterpolationMode", "ImageReadMode",
+    "InterpolationMode", "ImageReadMode", "RandomPosterize", "RandomSolarize",
+    "RandomAdjustSharpness", "RandomAutocontrast", "RandomEqualize", "RandomInvert",
+    "AutoAugment", "AutoAugmentPolicy", "RandAugment", "TrivialAugmentWide",
 ]
 
 _torch = None
@@ -186,6 +188,8 @@ class _Img:
             self.obj = a
         elif kind == "tensor":
             t = x
+            if _torch is None:
+                _tm()
             dt = _dtype_code(t, 3, "a tensor image is (C, H, W)", _torch.uint8, _torch.float32)
             if t.device.type != "cpu":
                 raise TypeError(f"sluice.transforms: runs on CPU tensors, got one on "
@@ -392,6 +396,37 @@ def _draw_applies(p):
     return not (_tm().rand(1) >= p)
 
 
+def _pure_tensors_passed(inputs):
+    """v2's rule for plain tensors among several inputs: the first is the
+    image, unless a tv_tensors.Image or Video or a PIL image is there; the
+    other plain tensors pass untouched. Returns their indices."""
+    pure = [i for i, x in enumerate(inputs) if _kind(x) == "tensor" and type(x) is _torch.Tensor]
+    if any(_kind(x) == "pil" or (_kind(x) == "tensor" and type(x) is not _torch.Tensor and
+                                 _is_image_tensor(x)) for x in inputs):
+        return set(pure)
+    return set(pure[1:])
+
+
+def _batched(fn, x):
+    """fn (one image's forward) over a (..., C, H, W) tensor: each image from
+    the same state of torch's generator, so that all draw what v2 draws once
+    for the batch, and the generator left where one image leaves it."""
+    torch = _tm()
+    lead = tuple(x.shape[:-3])
+    flat = x.reshape((-1,) + tuple(x.shape[-3:]))
+    if flat.shape[0] == 0:
+        return x
+    state = torch.get_rng_state()
+    outs = []
+    for i in range(flat.shape[0]):
+        if i:
+            torch.set_rng_state(state)
+        outs.append(fn(flat[i]).as_subclass(torch.Tensor))
+    out = torch.stack(outs)
+    out = out.reshape(lead + tuple(out.shape[1:]))
+    return out if type(x) is torch.Tensor else out.as_subclass(type(x))
+
+
 # ---- decoding -------------------------------------------------------------------------
 
 def _encoded(data):
@@ -457,12 +492,36 @@ def decode_image(input, mode=ImageReadMode.UNCHANGED, apply_exif_orientation=Fal
 
 class Transform:
     """Base of the transforms: ``t(x)`` applies it; inputs it does not
-    transform (labels, boxes, other objects) pass through unchanged."""
+    transform (labels, boxes, other objects) pass through unchanged. A
+    tensor of more than 3 dimensions, (..., C, H, W), is a batch: every
+    image gets the same random draws, as torchvision v2 gives them."""
 
     def __call__(self, *inputs):
         if len(inputs) == 1:
-            return self.forward(inputs[0])
-        return tuple(self.forward(x) for x in inputs)
+            return self._forward_any(inputs[0])
+        # one set of draws per call, as v2: each input from the same state of
+        # torch's generator, which is left where the image's draws leave it
+        passed = _pure_tensors_passed(inputs)
+        torch = _torch
+        state = end = torch.get_rng_state() if torch is not None else None
+        out = []
+        for i, x in enumerate(inputs):
+            if i in passed:
+                out.append(x)
+                continue
+            if state is not None and i:
+                torch.set_rng_state(state)
+            out.append(self._forward_any(x))
+            if state is not None and _kind(x) is not None:
+                end = torch.get_rng_state()
+        if state is not None:
+            torch.set_rng_state(end)
+        return tuple(out)
+
+    def _forward_any(self, x):
+        if getattr(x, "ndim", 0) > 3 and _kind(x) == "tensor":
+            return _batched(self.forward, x)
+        return self.forward(x)
 
     def forward(self, x):
         raise NotImplementedError
@@ -692,17 +751,111 @@ class Pad(Transform):
         return img.give(o)
 
 
-def _rotation_matrix(angle, cx, cy):
-    """The inverse map of a rotation by `angle` degrees (counter-clockwise)
-    about (cx, cy) in torchvision's centred coordinates, as the 6 numbers
-    its grid uses: output pixel -> source pixel."""
-    a = math.radians(-angle)
-    cos, sin = math.cos(a), math.sin(a)
-    # inverse of [[cos, -sin], [sin, cos]] is its transpose
-    m = [cos, sin, 0.0, -sin, cos, 0.0]
-    m[2] += m[0] * (-cx) + m[1] * (-cy) + cx
-    m[5] += m[3] * (-cx) + m[4] * (-cy) + cy
+def _inverse_affine_matrix(center, angle, translate, scale, shear):
+    """torchvision's affine as the 6 numbers its grid uses (output pixel ->
+    source pixel): the inverse of translate . about-centre (rotate `angle`
+    degrees clockwise, scale, shear (sx, sy) degrees); center and translate
+    in the caller's coordinates (centred for tensors, pixels for PIL)."""
+    rot, sx, sy = math.radians(angle), math.radians(shear[0]), math.radians(shear[1])
+    cx, cy = center
+    tx, ty = translate
+    # the forward matrix R(rot) S(scale) SHy(sy) SHx(sx) without the scale
+    a = math.cos(rot - sy) / math.cos(sy)
+    b = -math.cos(rot - sy) * math.tan(sx) / math.cos(sy) - math.sin(rot)
+    c = math.sin(rot - sy) / math.cos(sy)
+    d = -math.sin(rot - sy) * math.tan(sx) / math.cos(sy) + math.cos(rot)
+    # its inverse (the determinant is 1), then the translations in
+    # torchvision's order: centre . RSS^-1 . centre^-1 . translate^-1
+    m = [x / scale for x in (d, -b, 0.0, -c, a, 0.0)]
+    m[2] += m[0] * (-cx - tx) + m[1] * (-cy - ty)
+    m[5] += m[3] * (-cx - tx) + m[4] * (-cy - ty)
+    m[2] += cx
+    m[5] += cy
     return m
+
+
+def _expanded_size(m, w, h):
+    """(width, height) that holds the whole image under the inverse matrix m
+    (rotate with expand=True): torchvision's corners in float32, trimmed to
+    1e-4 before the ceil and floor so that a corner at 3.00000001 stays 3."""
+    torch = _tm()
+    hw, hh = 0.5 * w, 0.5 * h
+    pts = torch.tensor([[-hw, -hh, 1.0], [-hw, hh, 1.0], [hw, hh, 1.0], [hw, -hh, 1.0]])
+    corners = torch.matmul(pts, torch.tensor(m, dtype=torch.float32).view(2, 3).T)
+    lo, hi = corners.aminmax(dim=0)
+    half = torch.tensor((hw, hh))
+    hi = hi.add_(half).mul_(1.0 / 1e-4).trunc_().mul_(1e-4).ceil_()
+    lo = lo.add_(half).mul_(1.0 / 1e-4).trunc_().mul_(1e-4).floor_()
+    size = hi.sub_(lo)
+    return int(size[0]), int(size[1])
+
+
+def _pil_fill(fill, img):
+    """torchvision's fill for PIL's geometric operations: 0 for None, one
+    integer per band."""
+    n = len(img.getbands())
+    if fill is None:
+        fill = 0
+    if isinstance(fill, (list, tuple)):
+        if len(fill) == 1:
+            fill = list(fill) * n
+        elif len(fill) != n:
+            raise ValueError(f"The number of elements in 'fill' does not match the number of "
+                             f"channels of the image ({len(fill)} != {n})")
+        fill = tuple(fill)
+    elif n > 1:
+        fill = (fill,) * n
+    if img.mode != "F":
+        fill = tuple(int(v) for v in fill) if isinstance(fill, tuple) else int(fill)
+    return fill
+
+
+def _pil_resample(name):
+    P = _pil()
+    return {"nearest": P.NEAREST, "nearest-exact": P.NEAREST, "bilinear": P.BILINEAR,
+            "bicubic": P.BICUBIC}[name]
+
+
+def _grid_fill(fill, c):
+    """fill for sl_view_affine: None (grid_sample's zeros, no blending at
+    the border) or one value per channel."""
+    if fill is None:
+        return None
+    if isinstance(fill, (list, tuple)) and len(fill) not in (1, c):
+        raise ValueError(f"The number of elements in 'fill' cannot broadcast to match the "
+                         f"number of channels of the image ({len(fill)} != {c})")
+    return _fill_values(fill, c)
+
+
+def _grid_interp(name):
+    if name not in ("nearest", "bilinear"):
+        raise ValueError(f"Interpolation mode '{name}' is unsupported with Tensor input "
+                         f"(nearest or bilinear)")
+    return _SL_NEAREST if name == "nearest" else _SL_BILINEAR
+
+
+def _warp(img, m, oh, ow, name, fill):
+    """img (an _Img) through the inverse matrix m onto oh x ow: the result
+    object."""
+    dst, o = img.new(oh, ow)
+    _sluice.tf_affine(img.view, dst, [float(np.float32(v)) for v in m], _grid_interp(name),
+                      _grid_fill(fill, img.c))
+    return o
+
+
+def _affine(x, kind, angle, translate, scale, shear, interpolation, fill, center=None):
+    """v2's F.affine on one image."""
+    name = _interp_name(interpolation)
+    if kind == "pil":
+        w, h = x.size
+        c = [w * 0.5, h * 0.5] if center is None else [float(v) for v in center]
+        m = _inverse_affine_matrix(c, angle, [float(t) for t in translate], scale, shear)
+        return x.transform(x.size, _pil().AFFINE, m, _pil_resample(name),
+                           fillcolor=_pil_fill(fill, x))
+    img = _Img(x, kind)
+    c = [0.0, 0.0] if center is None else [center[0] - img.w * 0.5, center[1] - img.h * 0.5]
+    m = _inverse_affine_matrix(c, angle, [float(t) for t in translate], scale, shear)
+    return img.give(_warp(img, m, img.h, img.w, name, fill))
 
 
 class RandomRotation(Transform):
@@ -735,23 +888,10 @@ def _rotate(x, kind, angle, interpolation, expand, center, fill):
     name = _interp_name(interpolation)
     if kind == "pil":
         # torchvision hands PIL images to PIL's rotate (which releases the GIL)
-        P = _pil()
-        f = fill
-        if isinstance(f, (list, tuple)) and len(f) == 1:
-            f = f[0]
-        if isinstance(f, (list, tuple)):
-            f = tuple(int(v) for v in f)
-        elif f is not None:
-            f = int(f) if x.mode != "F" else f
-            if len(x.getbands()) > 1:
-                f = (f,) * len(x.getbands())
-        return x.rotate(angle, {"nearest": P.NEAREST, "nearest-exact": P.NEAREST,
-                                "bilinear": P.BILINEAR, "bicubic": P.BICUBIC}[name],
-                        expand=expand, center=center, fillcolor=f)
+        return x.rotate(angle, _pil_resample(name), expand=expand, center=center,
+                        fillcolor=_pil_fill(fill, x))
     img = _Img(x, kind)
-    if name not in ("nearest", "bilinear"):
-        raise ValueError(f"rotate: interpolation {name} is unsupported with Tensor input "
-                         f"(nearest or bilinear)")
+    _grid_interp(name)
     a = angle % 360
     if center is None:
         # torchvision's exact paths for multiples of 90 degrees
@@ -766,17 +906,12 @@ def _rotate(x, kind, angle, interpolation, expand, center, fill):
             if img.kind == "tensor":
                 return img.give(_tm().rot90(img.obj, k=rot, dims=(-2, -1)))
             return img.give(np.ascontiguousarray(np.rot90(img.obj, k=rot, axes=(0, 1))))
-    if expand:
-        raise NotImplementedError("sluice.transforms: rotate with expand=True is only "
-                                  "supported for multiples of 90 degrees")
     cx = 0.0 if center is None else center[0] - img.w * 0.5
     cy = 0.0 if center is None else center[1] - img.h * 0.5
-    m = [float(np.float32(v)) for v in _rotation_matrix(a, cx, cy)]
-    dst, o = img.new(img.h, img.w)
-    fillv = None if fill is None else _fill_values(fill, img.c)
-    _sluice.tf_affine(img.view, dst, m, _SL_NEAREST if name == "nearest" else _SL_BILINEAR,
-                      fillv)
-    return img.give(o)
+    # torchvision's rotate turns counter-clockwise: its affine with -angle
+    m = _inverse_affine_matrix([cx, cy], -a, [0.0, 0.0], 1.0, [0.0, 0.0])
+    ow, oh = _expanded_size(m, img.w, img.h) if expand else (img.w, img.h)
+    return img.give(_warp(img, m, oh, ow, name, fill))
 
 
 # ---- colour ---------------------------------------------------------------------------
@@ -891,6 +1026,363 @@ class ColorJitter(Transform):
         return x
 
 
+# ---- tone and the auto-augment policies -----------------------------------------------
+
+_ADJ_SHARPNESS, _ADJ_POSTERIZE, _ADJ_SOLARIZE, _ADJ_INVERT = 6, 7, 8, 9
+_ADJ_AUTOCONTRAST, _ADJ_EQUALIZE = 10, 11
+
+
+def _max_value(img):
+    return 255.0 if img.dtype == _U8 else 1.0
+
+
+def _tone(x, kind, op, factor=0.0):
+    """One of sl_view_adjust's operations on an image of any kind; PIL
+    images go to PIL's own ImageOps and ImageEnhance, as torchvision sends
+    them."""
+    if kind == "pil":
+        from PIL import ImageEnhance, ImageOps
+        if op == _ADJ_SHARPNESS:
+            return ImageEnhance.Sharpness(x).enhance(factor)
+        if op == _ADJ_POSTERIZE:
+            return ImageOps.posterize(x, int(factor))
+        if op == _ADJ_SOLARIZE:
+            return ImageOps.solarize(x, factor)
+        if op in (_ADJ_BRIGHTNESS, _ADJ_CONTRAST, _ADJ_SATURATION):
+            return _pil_enhance(x, "bcs"[op - 1], factor)
+        return {_ADJ_INVERT: ImageOps.invert, _ADJ_AUTOCONTRAST: ImageOps.autocontrast,
+                _ADJ_EQUALIZE: ImageOps.equalize}[op](x)
+    img = _Img(x, kind)
+    if op in (_ADJ_SHARPNESS, _ADJ_AUTOCONTRAST) and img.c not in (1, 3):
+        raise TypeError(f"Input image tensor permitted channel values are 1 or 3, but found "
+                        f"{img.c}")
+    if op == _ADJ_SOLARIZE and factor > _max_value(img):
+        raise TypeError(f"Threshold should be less or equal the maximum value of the dtype, "
+                        f"but got {factor}")
+    if op == _ADJ_SHARPNESS and factor < 0:
+        raise ValueError(f"sharpness_factor ({factor}) is not non-negative.")
+    if op == _ADJ_POSTERIZE and (not isinstance(factor, numbers.Integral) or
+                                 not 0 <= factor <= 8):
+        raise TypeError(f"bits must be a positive integer in the range [0, 8], got {factor} "
+                        f"instead.")
+    dst, o = img.new(img.h, img.w)
+    _sluice.tf_adjust(img.view, dst, op, float(factor))
+    return img.give(o)
+
+
+class _RandomTone(_RandomApply):
+    _op = None
+
+    def _factor(self):
+        return 0.0
+
+    def _apply(self, x, kind):
+        return _tone(x, kind, self._op, self._factor())
+
+
+class RandomPosterize(_RandomTone):
+    _op = _ADJ_POSTERIZE
+
+    def __init__(self, bits, p=0.5):
+        super().__init__(p)
+        self.bits = bits
+
+    def _factor(self):
+        return self.bits
+
+
+class RandomSolarize(_RandomTone):
+    _op = _ADJ_SOLARIZE
+
+    def __init__(self, threshold, p=0.5):
+        super().__init__(p)
+        self.threshold = threshold
+
+    def _factor(self):
+        return self.threshold
+
+
+class RandomAdjustSharpness(_RandomTone):
+    _op = _ADJ_SHARPNESS
+
+    def __init__(self, sharpness_factor, p=0.5):
+        super().__init__(p)
+        self.sharpness_factor = sharpness_factor
+
+    def _factor(self):
+        return self.sharpness_factor
+
+
+class RandomAutocontrast(_RandomTone):
+    _op = _ADJ_AUTOCONTRAST
+
+
+class RandomEqualize(_RandomTone):
+    _op = _ADJ_EQUALIZE
+
+
+class RandomInvert(_RandomTone):
+    _op = _ADJ_INVERT
+
+
+class AutoAugmentPolicy(enum.Enum):
+    """torchvision's AutoAugmentPolicy (same names and values; its own enum
+    is accepted too)."""
+    IMAGENET = "imagenet"
+    CIFAR10 = "cifar10"
+    SVHN = "svhn"
+
+
+def _magnitudes(name, bins, h, w, wide):
+    """The magnitude table of one operation, computed as torchvision does
+    (float32 linspace; Posterize's bits rounded from float32): None for the
+    operations without one. `wide` selects TrivialAugmentWide's ranges."""
+    torch = _tm()
+    if name in ("Identity", "AutoContrast", "Equalize", "Invert"):
+        return None
+    top = 0.99 if wide else None
+    if name in ("ShearX", "ShearY"):
+        return torch.linspace(0.0, top or 0.3, bins)
+    if name == "TranslateX":
+        return torch.linspace(0.0, 32.0 if wide else 150.0 / 331.0 * w, bins)
+    if name == "TranslateY":
+        return torch.linspace(0.0, 32.0 if wide else 150.0 / 331.0 * h, bins)
+    if name == "Rotate":
+        return torch.linspace(0.0, 135.0 if wide else 30.0, bins)
+    if name in ("Brightness", "Color", "Contrast", "Sharpness"):
+        return torch.linspace(0.0, top or 0.9, bins)
+    if name == "Posterize":
+        return (8 - (torch.arange(bins) / ((bins - 1) / (6 if wide else 4)))).round().int()
+    if name == "Solarize":
+        return torch.linspace(1.0, 0.0, bins)
+    raise ValueError(f"No transform available for {name}")
+
+
+# which magnitudes take a random sign
+_SIGNED = {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color",
+           "Contrast", "Sharpness"}
+# the operations of RandAugment and TrivialAugmentWide, in torchvision's order
+# (the index of the draw picks one)
+_AUG_OPS = ("Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness",
+            "Color", "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast",
+            "Equalize")
+# AutoAugment's sub-policies (operation, probability, magnitude bin) as
+# published with the paper, for each policy
+_POLICIES = {
+    "imagenet": """
+        Posterize .4 8, Rotate .6 9 | Solarize .6 5, AutoContrast .6 - |
+        Equalize .8 -, Equalize .6 - | Posterize .6 7, Posterize .6 6 |
+        Equalize .4 -, Solarize .2 4 | Equalize .4 -, Rotate .8 8 |
+        Solarize .6 3, Equalize .6 - | Posterize .8 5, Equalize 1 - |
+        Rotate .2 3, Solarize .6 8 | Equalize .6 -, Posterize .4 6 |
+        Rotate .8 8, Color .4 0 | Rotate .4 9, Equalize .6 - |
+        Equalize 0 -, Equalize .8 - | Invert .6 -, Equalize 1 - |
+        Color .6 4, Contrast 1 8 | Rotate .8 8, Color 1 2 |
+        Color .8 8, Solarize .8 7 | Sharpness .4 7, Invert .6 - |
+        ShearX .6 5, Equalize 1 - | Color .4 0, Equalize .6 - |
+        Equalize .4 -, Solarize .2 4 | Solarize .6 5, AutoContrast .6 - |
+        Invert .6 -, Equalize 1 - | Color .6 4, Contrast 1 8 |
+        Equalize .8 -, Equalize .6 -""",
+    "cifar10": """
+        Invert .1 -, Contrast .2 6 | Rotate .7 2, TranslateX .3 9 |
+        Sharpness .8 1, Sharpness .9 3 | ShearY .5 8, TranslateY .7 9 |
+        AutoContrast .5 -, Equalize .9 - | ShearY .2 7, Posterize .3 7 |
+        Color .4 3, Brightness .6 7 | Sharpness .3 9, Brightness .7 9 |
+        Equalize .6 -, Equalize .5 - | Contrast .6 7, Sharpness .6 5 |
+        Color .7 7, TranslateX .5 8 | Equalize .3 -, AutoContrast .4 - |
+        TranslateY .4 3, Sharpness .2 6 | Brightness .9 6, Color .2 8 |
+        Solarize .5 2, Invert 0 - | Equalize .2 -, AutoContrast .6 - |
+        Equalize .2 -, Equalize .6 - | Color .9 9, Equalize .6 - |
+        AutoContrast .8 -, Solarize .2 8 | Brightness .1 3, Color .7 0 |
+        Solarize .4 5, AutoContrast .9 - | TranslateY .9 9, TranslateY .7 9 |
+        AutoContrast .9 -, Solarize .8 3 | Equalize .8 -, Invert .1 - |
+        TranslateY .7 9, AutoContrast .9 -""",
+    "svhn": """
+        ShearX .9 4, Invert .2 - | ShearY .9 8, Invert .7 - |
+        Equalize .6 -, Solarize .6 6 | Invert .9 -, Equalize .6 - |
+        Equalize .6 -, Rotate .9 3 | ShearX .9 4, AutoContrast .8 - |
+        ShearY .9 8, Invert .4 - | ShearY .9 5, Solarize .2 6 |
+        Invert .9 -, AutoContrast .8 - | Equalize .6 -, Rotate .9 3 |
+        ShearX .9 4, Solarize .3 3 | ShearY .8 8, Invert .7 - |
+        Equalize .9 -, TranslateY .6 6 | Invert .9 -, Equalize .6 - |
+        Contrast .3 3, Rotate .8 4 | Invert .8 -, TranslateY 0 2 |
+        ShearY .7 6, Solarize .4 8 | Invert .6 -, Rotate .8 4 |
+        ShearY .3 7, TranslateX .9 3 | ShearX .1 6, Invert .6 - |
+        Solarize .7 2, TranslateY .6 7 | ShearY .8 4, Invert .8 - |
+        ShearX .7 9, TranslateY .8 3 | ShearY .8 5, AutoContrast .7 - |
+        ShearX .7 2, Invert .1 -""",
+}
+
+
+def _parse_policy(text):
+    out = []
+    for sub in text.split("|"):
+        steps = []
+        for step in sub.split(","):
+            name, p, mag = step.split()
+            steps.append((name, float(p), None if mag == "-" else int(mag)))
+        out.append(tuple(steps))
+    return out
+
+
+class _AutoAugmentBase(Transform):
+    """What the policies share: one image per call (other inputs pass
+    through), the operations as torchvision applies them."""
+
+    def __init__(self, interpolation=InterpolationMode.NEAREST, fill=None):
+        _interp_name(interpolation)
+        self.interpolation = interpolation
+        if fill is not None and not isinstance(fill, (numbers.Number, list, tuple, dict)):
+            raise TypeError("Got inappropriate fill arg, only Numbers, tuples, lists and dicts "
+                            "are allowed.")
+        self.fill = fill
+
+    def _fill_for(self, x):
+        f = self.fill
+        if isinstance(f, dict):
+            for key in (type(x), "others"):
+                if key in f:
+                    f = f[key]
+                    break
+            else:
+                f = None
+        if f is None or isinstance(f, numbers.Number):
+            return f
+        return [float(v) for v in f]
+
+    def __call__(self, *inputs):
+        items = list(inputs[0]) if len(inputs) == 1 and isinstance(inputs[0], (tuple, list)) \
+            else list(inputs)
+        passed = _pure_tensors_passed(items) if len(items) > 1 else ()
+        at = [i for i, v in enumerate(items) if _kind(v) is not None and i not in passed]
+        if not at:
+            raise TypeError("Found no image in the sample.")
+        if len(at) > 1:
+            raise TypeError(f"Auto augment transformations are only properly defined for a "
+                            f"single image or video, but found {len(at)}.")
+        i = at[0]
+        items[i] = self._forward_any(items[i])
+        if len(inputs) == 1 and not isinstance(inputs[0], (tuple, list)):
+            return items[0]
+        return type(inputs[0])(items) if len(inputs) == 1 else tuple(items)
+
+    @staticmethod
+    def _size(x, kind):
+        if kind == "pil":
+            return x.size[1], x.size[0]
+        return (x.shape[-2], x.shape[-1]) if kind == "tensor" else (x.shape[0], x.shape[1])
+
+    def _magnitude(self, name, table, index):
+        """The signed magnitude of `name` at `index` of its table (the sign
+        drawn as torchvision draws it), 0.0 without a table."""
+        if table is None:
+            return 0.0
+        m = float(table[index])
+        if name in _SIGNED and _tm().rand(()) <= 0.5:
+            m *= -1
+        return m
+
+    def _op(self, x, kind, name, m):
+        fill = self._fill_for(x)
+        interp = self.interpolation
+        if name == "Identity":
+            return x
+        if name in ("ShearX", "ShearY"):
+            # torchvision's shear: the angle whose tangent is the magnitude,
+            # about the top-left corner
+            s = math.degrees(math.atan(m))
+            return _affine(x, kind, 0.0, [0, 0], 1.0, [s, 0.0] if name == "ShearX" else
+                           [0.0, s], interp, fill, center=[0, 0])
+        if name in ("TranslateX", "TranslateY"):
+            t = [int(m), 0] if name == "TranslateX" else [0, int(m)]
+            return _affine(x, kind, 0.0, t, 1.0, [0.0, 0.0], interp, fill)
+        if name == "Rotate":
+            return _rotate(x, kind, m, interp, False, None, fill)
+        if name in ("Brightness", "Color", "Contrast", "Sharpness"):
+            op = {"Brightness": _ADJ_BRIGHTNESS, "Color": _ADJ_SATURATION,
+                  "Contrast": _ADJ_CONTRAST, "Sharpness": _ADJ_SHARPNESS}[name]
+            if kind == "pil" or op == _ADJ_SHARPNESS:
+                return _tone(x, kind, op, 1.0 + m)
+            return _adjust(x, kind, op, 1.0 + m)
+        if name == "Posterize":
+            return _tone(x, kind, _ADJ_POSTERIZE, int(m))
+        if name == "Solarize":
+            bound = 255.0 if kind == "pil" else _max_value(_Img(x, kind))
+            return _tone(x, kind, _ADJ_SOLARIZE, bound * m)
+        op = {"AutoContrast": _ADJ_AUTOCONTRAST, "Equalize": _ADJ_EQUALIZE,
+              "Invert": _ADJ_INVERT}[name]
+        return _tone(x, kind, op)
+
+
+class AutoAugment(_AutoAugmentBase):
+    """torchvision's AutoAugment: one of the policy's sub-policies drawn per
+    call, each of its two operations applied with its probability."""
+
+    def __init__(self, policy=AutoAugmentPolicy.IMAGENET, interpolation=InterpolationMode.NEAREST,
+                 fill=None):
+        super().__init__(interpolation, fill)
+        key = getattr(policy, "value", policy)
+        if key not in _POLICIES:
+            raise ValueError(f"The provided policy {policy} is not recognized.")
+        self.policy = policy
+        self._policies = _parse_policy(_POLICIES[key])
+
+    def forward(self, x):
+        torch = _tm()
+        kind = _kind(x)
+        h, w = self._size(x, kind)
+        sub = self._policies[int(torch.randint(len(self._policies), ()))]
+        for name, p, index in sub:
+            if not torch.rand(()) <= p:
+                continue
+            table = _magnitudes(name, 10, h, w, False)
+            x = self._op(x, kind, name, self._magnitude(name, table, index))
+        return x
+
+
+class RandAugment(_AutoAugmentBase):
+    """torchvision's RandAugment: num_ops operations drawn per call, all at
+    the one magnitude bin."""
+
+    def __init__(self, num_ops=2, magnitude=9, num_magnitude_bins=31,
+                 interpolation=InterpolationMode.NEAREST, fill=None):
+        super().__init__(interpolation, fill)
+        if not isinstance(num_ops, int) or num_ops < 0:
+            raise ValueError(f"num_ops should be a non-negative integer, but got {num_ops} "
+                             f"instead.")
+        self.num_ops = num_ops
+        self.magnitude = magnitude
+        self.num_magnitude_bins = num_magnitude_bins
+
+    def forward(self, x):
+        torch = _tm()
+        kind = _kind(x)
+        h, w = self._size(x, kind)
+        for _ in range(self.num_ops):
+            name = _AUG_OPS[int(torch.randint(len(_AUG_OPS), ()))]
+            table = _magnitudes(name, self.num_magnitude_bins, h, w, False)
+            x = self._op(x, kind, name, self._magnitude(name, table, self.magnitude))
+        return x
+
+
+class TrivialAugmentWide(_AutoAugmentBase):
+    """torchvision's TrivialAugmentWide: one operation and one magnitude bin
+    drawn per call, over the wide ranges."""
+
+    def __init__(self, num_magnitude_bins=31, interpolation=InterpolationMode.NEAREST, fill=None):
+        super().__init__(interpolation, fill)
+        self.num_magnitude_bins = num_magnitude_bins
+
+    def forward(self, x):
+        torch = _tm()
+        kind = _kind(x)
+        h, w = self._size(x, kind)
+        name = _AUG_OPS[int(torch.randint(len(_AUG_OPS), ()))]
+        table = _magnitudes(name, self.num_magnitude_bins, h, w, True)
+        index = int(torch.randint(self.num_magnitude_bins, ())) if table is not None else 0
+        return self._op(x, kind, name, self._magnitude(name, table, index))
+
+
 # ---- conversion and normalization -----------------------------------------------------
 
 class ToImage(Transform):
@@ -913,17 +1405,18 @@ class ToImage(Transform):
 class ToDtype(Transform):
     """ToDtype(dtype, scale=False): uint8 <-> float32 by sluice's kernel
     (v2's formulas, bit for bit); other dtypes by torch's own .to() with
-    v2's scaling. numpy images take numpy or torch dtypes; PIL images pass."""
+    v2's scaling. numpy images take numpy or torch dtypes; PIL images pass.
+    As v2: one dtype converts images (plain tensors, tv_tensors.Image and
+    Video, numpy arrays) and passes other tensors (masks, boxes); a dict
+    maps an input's type to its dtype ("others": the rest; None: pass),
+    scaling images only."""
 
     def __init__(self, dtype, scale=False):
-        if isinstance(dtype, dict):
-            raise TypeError("sluice.transforms.ToDtype: a dict of dtypes per tv_tensor type is "
-                            "not supported; give one dtype")
         self.dtype = dtype
         self.scale = scale
 
-    def _target(self, kind):
-        d = self.dtype
+    @staticmethod
+    def _target(d):
         torch = _torch
         if torch is not None and isinstance(d, torch.dtype):
             return _U8 if d == torch.uint8 else _F32 if d == torch.float32 else None
@@ -934,17 +1427,49 @@ class ToDtype(Transform):
         kind = _kind(x)
         if kind is None or kind == "pil":
             return x
-        target = self._target(kind)
+        image = kind == "numpy" or _is_image_tensor(x)
+        dtype = self.dtype
+        if isinstance(dtype, dict):
+            if type(x) in dtype:
+                dtype = dtype[type(x)]
+            elif "others" in dtype:
+                dtype = dtype["others"]
+            else:
+                raise ValueError(f"No dtype was specified for type {type(x)}. If you only need "
+                                 f"to convert the dtype of images or videos, you can just pass "
+                                 f"e.g. dtype=torch.float32. If you're passing a dict as dtype, "
+                                 f"you can use \"others\" as a catch-all key e.g. "
+                                 f"dtype={{tv_tensors.Mask: torch.int64, \"others\": None}} to "
+                                 f"pass-through the rest of the inputs.")
+            if dtype is None:
+                if self.scale and image:
+                    import warnings
+                    warnings.warn("scale was set to True but no dtype was specified for images "
+                                  "or videos: no scaling will be done.")
+                return x
+            if not image:
+                return x.to(dtype)
+        elif not image:
+            return x
+        target = self._target(dtype)
         if kind == "tensor" and (target is None or x.dtype not in (_torch.uint8,
                                                                   _torch.float32)):
-            return _torch_to_dtype(x, self.dtype, self.scale)
+            return _torch_to_dtype(x, dtype, self.scale)
         if target is None:
             raise TypeError(f"sluice.transforms.ToDtype: numpy images go to uint8 or float32, "
-                            f"not {self.dtype}")
+                            f"not {dtype}")
         img = _Img(x, kind)
         if target == img.dtype:
             return x
         return img.give(_copy(img, _SCALE if self.scale else 0, dtype=target))
+
+
+def _is_image_tensor(x):
+    """A plain tensor, or torchvision's tv_tensors.Image or Video (the
+    tensors v2 treats as images; its other tv_tensors are not)."""
+    t = type(x)
+    return t is _torch.Tensor or (t.__module__.startswith("torchvision") and
+                                  t.__name__ in ("Image", "Video"))
 
 
 def _torch_to_dtype(t, dtype, scale):
@@ -1088,8 +1613,9 @@ class Compose(Transform):
         start = 0
         if ts and isinstance(ts[0], DecodeJPEG) and _is_encoded(x):
             x, start = _fused_decode(ts, x)
+        multi = len(inputs) > 1
         for t in ts[start:]:
-            x = t(x)
+            x = t(*x) if multi else t(x)
         return x
 
     def forward(self, x):

@@ -1,7 +1,9 @@
 /*
  * color.c — the colour operations of torchvision.transforms.v2 on tensors
  * (adjust_brightness, _contrast, _saturation, _hue, rgb_to_grayscale) for
- * sl_image_view images, uint8 or float32.
+ * sl_image_view images, uint8 or float32; sl_view_adjust hands the tone
+ * operations of the auto-augment policies (sharpness, posterize, solarize,
+ * invert, autocontrast, equalize) to tone.c.
  *
  * Written to reproduce v2's tensor arithmetic step by step: every torch
  * operation is one float32 rounding here in the same order. torch's
@@ -84,9 +86,11 @@ static void hue_shift(float r, float g, float b, float shift, float out[3]) {
 }
 
 int sl_view_adjust(const sl_image_view *src, const sl_image_view *dst, sl_adjust op,
-                   float factor) {
+                   double factor_d) {
     SL_TRY(sl_ops__view_check(src, "adjust", "source"));
     SL_TRY(sl_ops__view_check(dst, "adjust", "destination"));
+    if (op >= SL_ADJUST_SHARPNESS)
+        return sl_ops__view_tone(src, dst, op, factor_d);
     if (src->h != dst->h || src->w != dst->w || src->dtype != dst->dtype)
         return sl__error(SL_EINVAL, "adjust: source and destination differ in size or dtype");
     if (src->c != 1 && src->c != 3)
@@ -99,12 +103,15 @@ int sl_view_adjust(const sl_image_view *src, const sl_image_view *dst, sl_adjust
         return sl__error(SL_EINVAL, "adjust: source has %d channels, destination %d", src->c,
                          dst->c);
     }
-    if (op == SL_ADJUST_HUE ? !(factor >= -0.5f && factor <= 0.5f) : !(factor >= 0.0f))
-        return sl__error(SL_EINVAL, "adjust: factor %g out of range (%s)", (double)factor,
+    /* torch takes the factor as a float32 scalar where it multiplies, and
+     * 1 - factor (a Python double) as the float32 alpha of add_ */
+    const float factor = (float)factor_d;
+    if (op == SL_ADJUST_HUE ? !(factor_d >= -0.5 && factor_d <= 0.5) : !(factor_d >= 0.0))
+        return sl__error(SL_EINVAL, "adjust: factor %g out of range (%s)", factor_d,
                          op == SL_ADJUST_HUE ? "-0.5 .. 0.5" : ">= 0");
     const int u8 = src->dtype == SL_U8;
     const float bound = u8 ? 255.0f : 1.0f;
-    const float one_minus = (float)(1.0 - (double)factor);
+    const float one_minus = (float)(1.0 - factor_d);
     const int C = src->c;
     float mean = 0.0f;
     if (op == SL_ADJUST_CONTRAST) {
@@ -119,7 +126,7 @@ int sl_view_adjust(const sl_image_view *src, const sl_image_view *dst, sl_adjust
             }
         mean = (float)(sum / ((double)src->h * src->w));
     }
-    const float up = (float)(1.0 / 255.0), down = (float)(255.0 + 1.0 - 1e-3);
+    const float up = SL_VIEW_UP, down = SL_VIEW_DOWN;
     for (int y = 0; y < src->h; y++)
         for (int x = 0; x < src->w; x++) {
             float px[3] = {0, 0, 0};

@@ -63,7 +63,7 @@ int sl_view_decode(sl_decoder *dec, const void *data, size_t size, const double 
     }
     if (dst->dtype == SL_F32 && (hwc_dense(dst) || chw_dense(dst))) {
         float lut[3][256];
-        const float up = (flags & SL_VIEW_SCALE) ? (float)(1.0 / 255.0) : 1.0f;
+        const float up = (flags & SL_VIEW_SCALE) ? SL_VIEW_UP : 1.0f;
         for (int k = 0; k < dst->c; k++)
             for (int i = 0; i < 256; i++) {
                 float v = (float)i * up;

@@ -52,35 +52,6 @@ sl_image_view sl_ops__view_flipped(const sl_image_view *v, int flags) {
     return r;
 }
 
-/* float32 -> uint8 as a saturating cast toward zero (NaN -> 0). torch's own
- * .to(uint8) of values outside 0..255 is undefined in C++ and wraps on
- * x86; within range the two agree. */
-static inline uint8_t f2u8(float v) {
-    if (!(v > 0.0f))
-        return 0;
-    if (v >= 255.0f)
-        return 255;
-    return (uint8_t)v;
-}
-
-/* One loop body per (source, destination) dtype pair: the compiler keeps
- * each inner loop free of dtype branches. */
-#define VIEW_LOOP(ST, DT, EXPR)                                                               \
-    do {                                                                                      \
-        for (int y = 0; y < s.h; y++) {                                                       \
-            const ST *srow = (const ST *)s.data + (int64_t)y * s.sh;                          \
-            DT *drow = (DT *)d->data + (int64_t)y * d->sh;                                    \
-            for (int x = 0; x < s.w; x++) {                                                   \
-                const ST *sp = srow + (int64_t)x * s.sw;                                      \
-                DT *dp = drow + (int64_t)x * d->sw;                                           \
-                for (int k = 0; k < s.c; k++) {                                               \
-                    ST v = sp[(int64_t)k * s.sc];                                             \
-                    dp[(int64_t)k * d->sc] = EXPR;                                            \
-                }                                                                             \
-            }                                                                                 \
-        }                                                                                     \
-    } while (0)
-
 int sl_view_convert(const sl_image_view *src, const sl_image_view *dst, int flags) {
     SL_TRY(sl_ops__view_check(src, "convert", "source"));
     SL_TRY(sl_ops__view_check(dst, "convert", "destination"));
@@ -90,19 +61,19 @@ int sl_view_convert(const sl_image_view *src, const sl_image_view *dst, int flag
     int scale = (flags & SL_VIEW_SCALE) != 0;
     /* torch: image.to(float32).mul_(1.0 / 255): the double 1/255 becomes a
      * float32 scalar; image.mul(255 + 1.0 - 1e-3).to(uint8) the other way. */
-    const float up = (float)(1.0 / 255.0), down = (float)(255.0 + 1.0 - 1e-3);
+    const float up = SL_VIEW_UP, down = SL_VIEW_DOWN;
     if (s.dtype == SL_U8 && d->dtype == SL_U8)
-        VIEW_LOOP(uint8_t, uint8_t, v);
+        SL_VIEW_LOOP(uint8_t, uint8_t, v);
     else if (s.dtype == SL_F32 && d->dtype == SL_F32)
-        VIEW_LOOP(float, float, v);
+        SL_VIEW_LOOP(float, float, v);
     else if (s.dtype == SL_U8 && scale)
-        VIEW_LOOP(uint8_t, float, (float)v * up);
+        SL_VIEW_LOOP(uint8_t, float, (float)v * up);
     else if (s.dtype == SL_U8)
-        VIEW_LOOP(uint8_t, float, (float)v);
+        SL_VIEW_LOOP(uint8_t, float, (float)v);
     else if (scale)
-        VIEW_LOOP(float, uint8_t, f2u8(v * down));
+        SL_VIEW_LOOP(float, uint8_t, sl_ops__f2u8(v * down));
     else
-        VIEW_LOOP(float, uint8_t, f2u8(v));
+        SL_VIEW_LOOP(float, uint8_t, sl_ops__f2u8(v));
     return SL_OK;
 }
 
@@ -138,14 +109,14 @@ int sl_view_normalize(const sl_image_view *src, const sl_image_view *dst, const 
      * float chain above (after x * float32(1/255) with SL_VIEW_SCALE), so
      * the values are the same bits as the per-element computation. */
     float lut[4][256];
-    const float up = (flags & SL_VIEW_SCALE) ? (float)(1.0 / 255.0) : 1.0f;
+    const float up = (flags & SL_VIEW_SCALE) ? SL_VIEW_UP : 1.0f;
     for (int k = 0; k < s.c; k++)
         for (int i = 0; i < 256; i++) {
             float v = (float)i * up;
             float t = v - mean[k];
             lut[k][i] = t / std[k];
         }
-    VIEW_LOOP(uint8_t, float, lut[k][v]);
+    SL_VIEW_LOOP(uint8_t, float, lut[k][v]);
     return SL_OK;
 }
 
@@ -193,7 +164,7 @@ int sl_view_pad(const sl_image_view *src, const sl_image_view *dst, int top, int
     uint8_t fb[4] = {0, 0, 0, 0};
     for (int k = 0; k < src->c; k++) {
         fv[k] = fill ? fill[k] : 0.0f;
-        fb[k] = f2u8(fv[k]);
+        fb[k] = sl_ops__f2u8(fv[k]);
     }
     const int u8 = src->dtype == SL_U8;
     for (int y = 0; y < dst->h; y++) {
@@ -220,7 +191,7 @@ int sl_view_fill(const sl_image_view *dst, const float *value) {
     uint8_t fb[4] = {0, 0, 0, 0};
     for (int k = 0; k < dst->c; k++) {
         fv[k] = value ? value[k] : 0.0f;
-        fb[k] = f2u8(fv[k]);
+        fb[k] = sl_ops__f2u8(fv[k]);
     }
     for (int y = 0; y < dst->h; y++)
         for (int x = 0; x < dst->w; x++)

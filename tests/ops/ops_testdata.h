@@ -165,4 +165,15 @@ static inline int td_decode_oom(const uint8_t *data, size_t n, const int64_t (*p
     sl_test_fail(__FILE__, __LINE__, "the decode still failed after 200 allocations");
 }
 
+/* An sl_image_view over p: interleaved HWC, or planar CHW (the sl_view_*
+ * tests: test_view.c, test_tone.c). */
+static inline sl_image_view td_hwc(void *p, int dtype, int h, int w, int c) {
+    sl_image_view v = {p, dtype, h, w, c, (int64_t)w * c, c, 1};
+    return v;
+}
+static inline sl_image_view td_chw(void *p, int dtype, int h, int w, int c) {
+    sl_image_view v = {p, dtype, h, w, c, w, 1, (int64_t)h * w};
+    return v;
+}
+
 #endif

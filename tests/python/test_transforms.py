@@ -227,6 +227,55 @@ def test_other_inputs_pass_and_checks_match_torchvision():
         T.RandomCrop(20)(x)
 
 
+def test_tone_operations_equal_pil_imageops_and_numpy():
+    """On tensors, numpy arrays and strided views: equalize, posterize,
+    solarize and invert give PIL's ImageOps bytes (the same tables as v2);
+    autocontrast v2's float32 formula in numpy."""
+    from PIL import ImageOps
+    for path in JPEGS[:2]:
+        a = np.asarray(Image.open(path).convert("RGB"))[:300, :400]
+        low = (a // 3 + 70).astype(np.uint8)
+        for arr in (a, low, np.ascontiguousarray(a[::-1, ::2])):
+            img = Image.fromarray(np.ascontiguousarray(arr))
+            t = torch.from_numpy(np.ascontiguousarray(arr)).permute(2, 0, 1)
+            cases = [(T.RandomEqualize(1.0), ImageOps.equalize(img)),
+                     (T.RandomInvert(1.0), ImageOps.invert(img))]
+            cases += [(T.RandomPosterize(b, 1.0), ImageOps.posterize(img, b)) for b in (1, 4, 7)]
+            cases += [(T.RandomSolarize(th, 1.0), ImageOps.solarize(img, th))
+                      for th in (0, 77, 128, 255)]
+            for tf, want in cases:
+                want = np.asarray(want)
+                np.testing.assert_array_equal(tf(arr), want, err_msg=repr(tf))
+                np.testing.assert_array_equal(tf(t).permute(1, 2, 0).numpy(), want,
+                                              err_msg=repr(tf))
+            f = arr.astype(np.float32)
+            lo, hi = f.min(axis=(0, 1)), f.max(axis=(0, 1))
+            scale = (hi - lo) * np.float32(1.0 / 255.0)
+            want = np.clip((f - lo) / scale, 0, 255).astype(np.uint8)
+            np.testing.assert_array_equal(T.RandomAutocontrast(1.0)(arr), want)
+
+
+def test_batches_get_one_set_of_draws():
+    """A (N, C, H, W) tensor: each image as if transformed alone from the
+    same seed, and the generator left where one image leaves it."""
+    a = torch.from_numpy(R.natural_image(90, 70, 3)).permute(2, 0, 1)
+    batch = torch.stack([a, a.flip(-1), a // 2])
+    for tf in (T.RandomResizedCrop(32), T.ColorJitter(0.5, 0.5, 0.5, 0.2),
+               T.RandomRotation(40, expand=True), T.TrivialAugmentWide(),
+               T.RandAugment(num_ops=3), T.RandomErasing(1.0)):
+        for seed in range(5):
+            torch.manual_seed(seed)
+            got = tf(batch.view(3, 1, *a.shape))
+            after = torch.rand(1)
+            want = []
+            for img in batch:
+                torch.manual_seed(seed)
+                want.append(tf(img))
+            assert torch.equal(torch.rand(1), after), (repr(tf), "a different number of draws")
+            assert got.shape[:2] == (3, 1)
+            assert torch.equal(got[:, 0], torch.stack(want)), (repr(tf), seed)
+
+
 # ---- threads and the GIL ----------------------------------------------------------------
 
 def test_transform_calls_release_the_gil():

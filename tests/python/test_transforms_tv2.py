@@ -232,6 +232,273 @@ def test_random_resized_crop_draws_and_pixels(photo, dtype):
         assert box == (want["top"], want["left"], want["height"], want["width"])
 
 
+# ---- tone operations and the auto-augment policies ------------------------------------
+
+# every magnitude the policies use: solarize thresholds and sharpness
+# factors from the tables of 10 and 31 bins (float32 linspace, as v2's)
+_SOLARIZE_U8 = sorted({255.0 * float(v) for n in (10, 31) for v in torch.linspace(1.0, 0.0, n)})
+_SHARP = sorted({1.0 + s * float(v) for n in (10, 31) for top in (0.9, 0.99) for s in (1, -1)
+                 for v in torch.linspace(0.0, top, n)})
+
+
+def _tone_cases(x, every=1):
+    """(name, sluice's result, v2's result) for every tone operation (every
+    `every`-th sharpness factor)."""
+    fl = x.is_floating_point()
+    bound = 1.0 if fl else 255.0
+    for bits in range(9):
+        yield f"posterize {bits}", T._tone(x, "tensor", T._ADJ_POSTERIZE, bits), F.posterize(x, bits)
+    for t in (_SOLARIZE_U8 if not fl else [v / 255.0 for v in _SOLARIZE_U8]) + [bound * 0.5]:
+        yield f"solarize {t}", T._tone(x, "tensor", T._ADJ_SOLARIZE, t), F.solarize(x, t)
+    for f in _SHARP[::every] + [0.0, 3.5]:
+        yield f"sharpness {f}", T._tone(x, "tensor", T._ADJ_SHARPNESS, f), F.adjust_sharpness(x, f)
+    yield "invert", T._tone(x, "tensor", T._ADJ_INVERT), F.invert(x)
+    yield "autocontrast", T._tone(x, "tensor", T._ADJ_AUTOCONTRAST), F.autocontrast(x)
+    yield "equalize", T._tone(x, "tensor", T._ADJ_EQUALIZE), F.equalize(x)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "float32"])
+def test_tone_operations_equal_v2(photo, dtype):
+    """Posterize, solarize, invert, autocontrast, equalize: exact; sharpness:
+    uint8 exact, float32 within 1 ulp of 1.0 (torch's convolution sums in
+    its own order)."""
+    x = photo if dtype == "uint8" else photo.float() / 255
+    # a low-contrast copy too, so that autocontrast and equalize stretch
+    low = (photo // 4 + 60) if dtype == "uint8" else photo.float() / 1020 + 0.2
+    gray = x[:1]
+    # every factor of the tables on a strided view, a sample of them on the rest
+    for img, every in ((x, 9), (low, 9), (gray, 9), (x[:, 50:250:2, 7:300], 1)):
+        for what, a, b in _tone_cases(img, every):
+            tol = (2e-7, 1.0) if what.startswith("sharp") and dtype == "float32" else (0, 0.0)
+            assert a.dtype == b.dtype
+            assert_close(a, b, *tol, what=f"{what} {tuple(img.shape)}")
+
+
+def test_tone_edge_cases_equal_v2():
+    """Constant channels (autocontrast keeps them, equalize's step 0), a
+    channel with one odd pixel, images too thin to sharpen."""
+    flat = torch.full((3, 40, 50), 93, dtype=torch.uint8)
+    flat[1, 3, 4] = 200
+    flat[2] = torch.arange(50, dtype=torch.uint8)  # each value 40 times
+    for x in (flat, flat.float() / 255, torch.zeros(1, 2, 9, dtype=torch.uint8) + 7,
+              torch.randint(0, 256, (3, 9, 2), dtype=torch.uint8)):
+        for what, a, b in _tone_cases(x):
+            assert_close(a, b, what=f"{what} {x.dtype} {tuple(x.shape)}")
+
+
+def test_tone_argument_checks_match_v2(photo):
+    for bad in (lambda m: m.solarize(photo, 256.0), lambda m: m.posterize(photo, 9),
+                lambda m: m.autocontrast(photo[:2])):
+        with pytest.raises(TypeError):
+            bad(F)
+        with pytest.raises(TypeError):
+            bad(_TF)
+    with pytest.raises(ValueError):
+        F.adjust_sharpness(photo, -1.0)
+    with pytest.raises(ValueError):
+        _TF.adjust_sharpness(photo, -1.0)
+
+
+class _TF:
+    """v2's functional names over sluice's kernels (for the argument checks)."""
+    solarize = staticmethod(lambda x, t: T._tone(x, "tensor", T._ADJ_SOLARIZE, t))
+    posterize = staticmethod(lambda x, b: T._tone(x, "tensor", T._ADJ_POSTERIZE, b))
+    autocontrast = staticmethod(lambda x: T._tone(x, "tensor", T._ADJ_AUTOCONTRAST))
+    adjust_sharpness = staticmethod(lambda x, f: T._tone(x, "tensor", T._ADJ_SHARPNESS, f))
+
+
+TONE_CLASSES = [
+    ("RandomPosterize", (3,), {}), ("RandomPosterize", (6,), {"p": 1.0}),
+    ("RandomSolarize", (100.0,), {}), ("RandomAdjustSharpness", (2.0,), {}),
+    ("RandomAdjustSharpness", (0.3,), {"p": 1.0}), ("RandomAutocontrast", (), {}),
+    ("RandomEqualize", (), {"p": 1.0}), ("RandomInvert", (), {}),
+]
+
+
+@pytest.mark.parametrize("name,args,kw", TONE_CLASSES, ids=lambda v: str(v))
+def test_tone_classes_draw_and_give_v2s_results(photo, name, args, kw):
+    img = Image.fromarray(photo.permute(1, 2, 0).numpy())
+    for seed in range(4):
+        a, b = both(name, args, photo, seed=seed, **kw)
+        assert_close(a, b, what=f"{name} seed {seed}")
+        a, b = both(name, args, img, seed=seed, **kw)
+        assert_close(np.asarray(a), np.asarray(b), what=f"{name} PIL seed {seed}")
+
+
+POLICIES = [
+    ("TrivialAugmentWide", (), {}), ("TrivialAugmentWide", (), {"num_magnitude_bins": 11}),
+    ("RandAugment", (), {}), ("RandAugment", (), {"num_ops": 4, "magnitude": 27}),
+    ("RandAugment", (), {"num_ops": 3, "magnitude": 4, "num_magnitude_bins": 10}),
+    ("AutoAugment", (), {}), ("AutoAugment", (V.AutoAugmentPolicy.CIFAR10,), {}),
+    ("AutoAugment", (V.AutoAugmentPolicy.SVHN,), {}),
+]
+
+
+@pytest.mark.parametrize("fill", [None, 128, (10, 200, 30)])
+@pytest.mark.parametrize("interp", ["nearest", "bilinear"])
+@pytest.mark.parametrize("name,args,kw", POLICIES, ids=lambda v: str(v))
+def test_policies_draw_and_give_v2s_results(photo, name, args, kw, interp, fill):
+    """Every operation is drawn over the seeds (TrivialAugmentWide has 14,
+    the policies 25 sub-policies): the same draws as v2 (both() checks the
+    generator ends at the same place) and v2's pixels."""
+    im = V.InterpolationMode(interp)
+    x = photo[:, :160, :200] if photo.shape[1] > 200 else photo[:, :150, :150]
+    for dtype in ("uint8", "float32"):
+        xx = x if dtype == "uint8" else x.float() / 255
+        f = fill if fill is None or dtype == "uint8" else \
+            fill / 255 if isinstance(fill, int) else [v / 255 for v in fill]
+        for seed in range(40):
+            a, b = both(name, args, xx, seed=seed, interpolation=im, fill=f, **kw)
+            assert a.dtype == b.dtype and a.shape == b.shape
+            what = f"{name}{args}{kw} {interp} fill={f} {dtype} seed {seed}"
+            if interp == "nearest":
+                # uint8 exact; float32: sharpness's and contrast's last bits, chained
+                assert_close(a, b, *((0, 0.0) if dtype == "uint8" else (1e-6, 1.0)), what=what)
+                continue
+            # bilinear: the grid's one level (as rotation) on a few pixels, which a
+            # following equalize, posterize or solarize may move further
+            d = (a.double() - b.double()).abs()
+            if dtype == "uint8":
+                assert (d > 0).double().mean() <= 0.02, f"{what}: {(d > 0).double().mean():.4%}"
+            else:
+                assert (d > 1e-5).double().mean() <= 0.5 and d.mean() <= 0.01, \
+                    f"{what}: mean |diff| {d.mean():g}"
+
+
+@pytest.mark.parametrize("name,args,kw", POLICIES, ids=lambda v: str(v))
+def test_policies_on_pil_and_numpy(photo, name, args, kw):
+    """PIL images get v2's PIL results (PIL's own operations); numpy HWC
+    arrays the tensor results."""
+    x = photo[:, :120, :170]
+    img = Image.fromarray(x.permute(1, 2, 0).numpy())
+    arr = x.permute(1, 2, 0).contiguous().numpy()
+    for seed in range(30):
+        a, b = both(name, args, img, seed=seed, fill=(5, 6, 7), **kw)
+        assert isinstance(a, Image.Image) and a.mode == b.mode
+        assert_close(np.asarray(a), np.asarray(b), what=f"{name} PIL seed {seed}")
+        torch.manual_seed(seed)
+        got = getattr(T, name)(*args, **kw)(arr)
+        torch.manual_seed(seed)
+        want = getattr(T, name)(*args, **kw)(x)
+        np.testing.assert_array_equal(got, want.permute(1, 2, 0).numpy(), err_msg=f"{name} {seed}")
+
+
+@pytest.mark.parametrize("name,args", [("RandomHorizontalFlip", ()), ("RandomRotation", (30,)),
+                                       ("ColorJitter", (0.4, 0.4)), ("RandomResizedCrop", (64,)),
+                                       ("RandomErasing", (1.0,))])
+def test_one_set_of_draws_with_labels(photo, name, args):
+    """t(img, label, ...): v2 draws once per call, whatever else is there."""
+    x = photo[:, :100, :120].float() / 255
+    for seed in range(3):
+        torch.manual_seed(seed)
+        a = getattr(T, name)(*args)(x, 5, "label")
+        after = torch.rand(1)
+        torch.manual_seed(seed)
+        b = getattr(V, name)(*args)(x, 5, "label")
+        assert torch.equal(torch.rand(1), after), f"{name}: a different number of draws"
+        assert a[1:] == (5, "label")
+        assert_close(a[0], b[0], 1e-6, 1.0, what=name)  # float32 contrast: its mean
+
+
+def test_policies_take_one_image_among_other_inputs(photo):
+    x = photo[:, :64, :80]
+    torch.manual_seed(1)
+    a = T.TrivialAugmentWide()(x, 3, "label")
+    torch.manual_seed(1)
+    b = V.TrivialAugmentWide()(x, 3, "label")
+    assert a[1:] == (3, "label") and torch.equal(a[0], b[0])
+    from torchvision import tv_tensors
+    for t in (T.RandAugment(), V.RandAugment()):
+        with pytest.raises(TypeError, match="single image"):
+            t(tv_tensors.Image(x), tv_tensors.Image(x))
+        # of two plain tensors the first is the image, the second passes
+        torch.manual_seed(2)
+        out = t(x, x)
+        assert out[1] is x
+        with pytest.raises(TypeError, match="no image"):
+            t("label")
+    with pytest.raises(ValueError):
+        T.RandAugment(num_ops=-1)
+    with pytest.raises(ValueError):
+        T.AutoAugment("nonsense")
+
+
+@pytest.mark.parametrize("angle", [17.5, -33.0, 123.0, 271.0, 45.0])
+def test_rotate_with_expand_at_any_angle(photo, angle):
+    """expand=True: v2's output size (its float32 corners) and pixels."""
+    for interp, tol in (("nearest", (0, 0.0)), ("bilinear", (1, 0.001))):
+        im = V.InterpolationMode(interp)
+        for fill in (None, 0, (9, 99, 199)):
+            a, b = both("RandomRotation", ((angle, angle),), photo, interpolation=im,
+                        expand=True, fill=fill)
+            assert a.shape == b.shape, (angle, a.shape, b.shape)
+            assert_close(a, b, *tol, what=f"rotate {angle} expand {interp} fill={fill}")
+            f = photo.float() / 255
+            a = T._rotate(f, "tensor", angle, im, True, None, None)
+            b = F.rotate(f, angle, im, expand=True)
+            assert_close(a, b, 1e-5 if interp == "bilinear" else 0, 1.0,
+                         what=f"rotate {angle} expand float32")
+
+
+# ---- batches and ToDtype with a dict --------------------------------------------------
+
+BATCHED = [
+    ("RandomResizedCrop", (96,), {}), ("RandomHorizontalFlip", (), {}), ("RandomCrop", (64,), {"padding": 3}),
+    ("ColorJitter", (0.4, 0.4, 0.4, 0.1), {}), ("RandomRotation", (30,), {}),
+    ("RandomRotation", (30,), {"expand": True, "interpolation": V.InterpolationMode.BILINEAR}),
+    ("RandomErasing", (1.0,), {}), ("RandomGrayscale", (1.0,), {}), ("Resize", (77,), {}),
+    ("TrivialAugmentWide", (), {}), ("RandAugment", (), {}), ("AutoAugment", (), {}),
+    ("RandomEqualize", (), {}), ("RandomAdjustSharpness", (2.0,), {}),
+]
+
+
+@pytest.mark.parametrize("name,args,kw", BATCHED, ids=lambda v: str(v))
+def test_batches_share_the_draws_as_v2(photo, name, args, kw):
+    """(N, C, H, W) and (A, B, C, H, W) tensors: v2's results (one set of
+    draws for the batch) and the generator left where v2 leaves it."""
+    x = photo[:, :120, :150]
+    batch = torch.stack([x, x.flip(-1), (x // 2), x.flip(-2)])
+    tol = (1, 0.01) if name in ("RandomResizedCrop", "Resize") else \
+        (1, 0.001) if "BILINEAR" in str(kw) else (0, 0.0)
+    for b in (batch, batch.view(2, 2, *x.shape)):
+        for seed in range(6):
+            a, w = both(name, args, b, seed=seed, **kw)
+            assert a.shape == w.shape
+            assert_close(a, w, *tol, what=f"{name} {tuple(b.shape)} seed {seed}")
+
+
+def test_batches_in_a_compose_with_float_steps(photo):
+    x = torch.stack([photo[:, :100, :100], photo[:, 100:200, 100:200]])
+    mk = lambda M: M.Compose([M.RandomHorizontalFlip(), M.ToDtype(torch.float32, scale=True),
+                              M.Normalize(MEAN, STD)])
+    torch.manual_seed(0)
+    a = mk(T)(x)
+    torch.manual_seed(0)
+    b = mk(V)(x)
+    assert_close(a, b, what="batched Compose")
+
+
+def test_to_dtype_with_a_dict_follows_v2(photo):
+    from torchvision import tv_tensors
+    img = tv_tensors.Image(photo)
+    mask = tv_tensors.Mask(photo[0] > 100)
+    for dt in ({tv_tensors.Image: torch.float32, tv_tensors.Mask: torch.int64},
+               {tv_tensors.Image: torch.float32, "others": None},
+               {"others": torch.float32}, {torch.Tensor: torch.float32, "others": None}):
+        for scale in (False, True):
+            got = T.ToDtype(dt, scale=scale)(img, mask, photo)
+            want = V.ToDtype(dt, scale=scale)(img, mask, photo)
+            for g, w in zip(got, want):
+                assert type(g) is type(w) and g.dtype == w.dtype, (dt, type(g), type(w))
+                assert torch.equal(g, w), (dt, scale)
+    with pytest.raises(ValueError, match="No dtype was specified"):
+        T.ToDtype({tv_tensors.Mask: torch.int64})(img)
+    # a single dtype converts images and passes masks, as v2's
+    got = T.ToDtype(torch.float32, scale=True)(img, mask)
+    want = V.ToDtype(torch.float32, scale=True)(img, mask)
+    assert torch.equal(got[0], want[0]) and got[1] is mask and want[1] is mask
+
+
 # ---- numpy arrays and PIL images ------------------------------------------------------
 
 PIL_CASES = [
