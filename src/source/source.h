@@ -333,6 +333,7 @@ typedef struct sl_source_format {
     const char *key;        /* "path", "tfrecord", "webdataset", "image_folder", "idx" */
     sl_source_open_fn open;
     const char *summary;
+    const char *noun;       /* the input in words for messages ("a tar shard"); NULL: the key */
     sl_source_sniff_fn sniff; /* may be NULL: never chosen by content */
     int multi;              /* the input is a list of files (1) or one path / a pair */
     /* Build the sidecar index of one file (sl_source_index_build); NULL:
