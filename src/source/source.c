@@ -166,17 +166,19 @@ int sl_source__heap_alloc(void *ctx, sl_tensor *t, sl_dtype dtype, int ndim,
     return sl_tensor_alloc(t, dtype, ndim, shape);
 }
 
+int sl_source__cursor_new(size_t size, const char *what, sl_source_cursor **out) {
+    *out = sl__calloc(1, size);
+    return *out ? SL_OK : sl__oom(what);
+}
+
 int sl_source__cursor_open(sl_source *s, sl_source_alloc_fn alloc, void *ctx,
                            sl_source_cursor **out) {
     *out = NULL;
     sl_source_cursor *c = NULL;
-    if (s->vt->cursor_open) {
+    if (s->vt->cursor_open)
         SL_TRY(s->vt->cursor_open(s, &c));
-    } else {
-        c = sl__calloc(1, sizeof *c);
-        if (!c)
-            return sl__oom("opening a source cursor");
-    }
+    else
+        SL_TRY(sl_source__cursor_new(sizeof *c, "opening a source cursor", &c));
     c->alloc = alloc ? alloc : sl_source__heap_alloc;
     c->alloc_ctx = alloc ? ctx : NULL;
     *out = c;

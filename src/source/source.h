@@ -197,6 +197,11 @@ typedef struct sl_source_cursor {
                                and sample. 0 (default): referenced. */
 } sl_source_cursor;
 
+/* A zeroed cursor of `size` bytes (an implementation's struct, its
+ * sl_source_cursor first) into *out, for a cursor_open; SL_ENOMEM naming
+ * `what` ("opening a tar cursor") when memory runs out. */
+int sl_source__cursor_new(size_t size, const char *what, sl_source_cursor **out);
+
 /* Source flags. */
 #define SL_SOURCE_F_MEMORY 0x1u /* reads are views of memory: no I/O to overlap,
                                    so the executor runs the first ops in the
