@@ -120,6 +120,11 @@ void *sl__zalloc(void *opaque, unsigned items, unsigned size) {
     return sl__calloc(items, size);
 }
 
+void *sl__opaque_malloc(void *opaque, size_t size) {
+    (void)opaque;
+    return sl__malloc(size);
+}
+
 void sl__zfree(void *opaque, void *p) {
     (void)opaque;
     sl__free(p);

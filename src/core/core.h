@@ -73,8 +73,11 @@ int sl__json_copy_out(struct cJSON *doc, char *buf, size_t cap, size_t *len_out,
 
 /* zlib's allocation hooks through the seam (z_stream.zalloc / zfree; the
  * signatures are zlib's alloc_func and free_func), so that an OOM test
- * reaches inside inflate. */
+ * reaches inside inflate. sl__zfree is also zstd's ZSTD_freeFunction and
+ * Brotli's brotli_free_func; sl__opaque_malloc their allocation side
+ * (ZSTD_allocFunction, brotli_alloc_func). */
 void *sl__zalloc(void *opaque, unsigned items, unsigned size);
+void *sl__opaque_malloc(void *opaque, size_t size);
 void sl__zfree(void *opaque, void *p);
 
 /* The `user` of a buffer made by sl_buffer_wrap with this `release`, else
