@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 
 #include <cjson/cJSON.h>
+#include <xxhash.h>
 
 /* fail_at == 0: injection off. Otherwise the allocation whose ordinal (counted
  * from the last sl__alloc_fail_at call) equals fail_at returns NULL. */
@@ -120,6 +121,11 @@ void *sl__zalloc(void *opaque, unsigned items, unsigned size) {
     return sl__calloc(items, size);
 }
 
+void *sl__opaque_malloc(void *opaque, size_t size) {
+    (void)opaque;
+    return sl__malloc(size);
+}
+
 void sl__zfree(void *opaque, void *p) {
     (void)opaque;
     sl__free(p);
@@ -167,6 +173,16 @@ int sl__json_copy_out(cJSON *doc, char *buf, size_t cap, size_t *len_out, const 
     if (!text)
         return sl__oom(what);
     sl__copy_out(text, buf, cap, len_out);
+    cJSON_free(text);
+    return SL_OK;
+}
+
+int sl__json_hash(cJSON *doc, const char *what, uint64_t *out) {
+    char *text = cJSON_PrintUnformatted(doc);
+    cJSON_Delete(doc);
+    if (!text)
+        return sl__oom(what);
+    *out = XXH3_64bits(text, strlen(text));
     cJSON_free(text);
     return SL_OK;
 }

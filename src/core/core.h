@@ -70,11 +70,18 @@ int sl__json_add(struct cJSON *obj, const char *key, struct cJSON *item);
  * "out of memory while <what>". */
 int sl__json_copy_out(struct cJSON *doc, char *buf, size_t cap, size_t *len_out,
                       const char *what);
+/* The XXH3-64 hash of `doc`'s compact JSON text into *out (a fingerprint
+ * of a spec or a source); `doc` is consumed. SL_ENOMEM "out of memory while
+ * <what>" when printing fails. */
+int sl__json_hash(struct cJSON *doc, const char *what, uint64_t *out);
 
 /* zlib's allocation hooks through the seam (z_stream.zalloc / zfree; the
  * signatures are zlib's alloc_func and free_func), so that an OOM test
- * reaches inside inflate. */
+ * reaches inside inflate. sl__zfree is also zstd's ZSTD_freeFunction and
+ * Brotli's brotli_free_func; sl__opaque_malloc their allocation side
+ * (ZSTD_allocFunction, brotli_alloc_func). */
 void *sl__zalloc(void *opaque, unsigned items, unsigned size);
+void *sl__opaque_malloc(void *opaque, size_t size);
 void sl__zfree(void *opaque, void *p);
 
 /* The `user` of a buffer made by sl_buffer_wrap with this `release`, else

@@ -27,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 /* ---- creation --------------------------------------------------------------------- */
 
@@ -54,13 +53,7 @@ static int hash_spec(const sl_spec *s, uint64_t *out) {
     for (cJSON *op = cJSON_IsArray(ops) ? ops->child : NULL; op; op = op->next)
         if (cJSON_IsObject(op))
             cJSON_DeleteItemFromObjectCaseSensitive(op, "parallel");
-    char *text = cJSON_PrintUnformatted(doc);
-    cJSON_Delete(doc);
-    if (!text)
-        return sl__oom("hashing the spec");
-    *out = XXH3_64bits(text, strlen(text));
-    cJSON_free(text);
-    return SL_OK;
+    return sl__json_hash(doc, "hashing the spec", out);
 }
 
 /* Stream positions an epoch needs: a `take` ends the epoch after its count,

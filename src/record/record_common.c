@@ -26,17 +26,7 @@ uint64_t sl_record__hash(const void *p, size_t len, uint64_t seed) {
 
 /* ---- zstd ------------------------------------------------------------------------ */
 
-static void *zstd_alloc(void *opaque, size_t size) {
-    (void)opaque;
-    return sl__malloc(size);
-}
-
-static void zstd_free(void *opaque, void *p) {
-    (void)opaque;
-    sl__free(p);
-}
-
-static const ZSTD_customMem zstd_mem = {zstd_alloc, zstd_free, NULL};
+static const ZSTD_customMem zstd_mem = {sl__opaque_malloc, sl__zfree, NULL};
 
 ZSTD_CCtx *sl_record__zstd_cctx(void) { return ZSTD_createCCtx_advanced(zstd_mem); }
 

@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <xxhash.h>
 
 const char *sl_pack_kind_name(sl_pack_kind kind) {
     switch (kind) {
@@ -237,13 +236,7 @@ static int source_fingerprint(const sl_source *src, uint64_t *out) {
     const cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(j, "columns"))
         cJSON_DeleteItemFromObjectCaseSensitive((cJSON *)c, "indexed");
-    char *text = cJSON_PrintUnformatted(j);
-    cJSON_Delete(j);
-    if (!text)
-        return sl__oom("planning a pack");
-    *out = XXH3_64bits(text, strlen(text));
-    cJSON_free(text);
-    return SL_OK;
+    return sl__json_hash(j, "planning a pack", out);
 }
 
 int sl_source__pack(sl_source *src, const char *dst, const sl_pack_options *opts,

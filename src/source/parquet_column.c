@@ -96,15 +96,6 @@ size_t pq_dcol_bytes(const pq_dcol *d) {
 
 /* ---- decompression ------------------------------------------------------------ */
 
-static void *brotli_alloc(void *opaque, size_t n) {
-    (void)opaque;
-    return sl__malloc(n);
-}
-static void brotli_free(void *opaque, void *p) {
-    (void)opaque;
-    sl__free(p);
-}
-
 /* Hadoop's LZ4 framing (codec LZ4, older writers): blocks of a 4-byte
  * big-endian decompressed size, a 4-byte compressed size and an LZ4 block.
  * 1 when `src` is such a stream that fills dst exactly. */
@@ -197,7 +188,7 @@ static int decompress(int codec, const uint8_t *src, size_t n, uint8_t *dst, siz
                              pq_codec_name(codec), cap);
         return SL_OK;
     case PQ_BROTLI: {
-        BrotliDecoderState *st = BrotliDecoderCreateInstance(brotli_alloc, brotli_free, NULL);
+        BrotliDecoderState *st = BrotliDecoderCreateInstance(sl__opaque_malloc, sl__zfree, NULL);
         if (!st)
             return sl__oom("starting brotli");
         size_t in_left = n, out_left = cap;

@@ -558,6 +558,16 @@ static int parse_kv(tr *t, pq_meta *m) {
     return t->bad ? SL_ECORRUPT : SL_OK;
 }
 
+/* FileMetaData's list `field` (schema, row_groups): refused when given
+ * twice (`given`), else struct_list's. */
+static int footer_list(tr *t, int type, const char *field, int given, uint64_t max,
+                       const char *what, void **out, int *n_out, size_t size) {
+    tr_where(t, "%s", field);
+    if (given)
+        return tr_fail(t, "given twice");
+    return struct_list(t, type, max, what, out, n_out, size);
+}
+
 int pq_meta_parse(const uint8_t *p, size_t n, const char *name, pq_meta *m) {
     char pre[300];
     snprintf(pre, sizeof pre, "%s: footer", name);
@@ -571,13 +581,8 @@ int pq_meta_parse(const uint8_t *p, size_t n, const char *name, pq_meta *m) {
             m->version = tr_i32(&t, type);
             break;
         case 2:
-            tr_where(&t, "schema");
-            if (seen & 1) {
-                tr_fail(&t, "given twice");
-                break;
-            }
-            if ((rc = struct_list(&t, type, PQ_MAX_SCHEMA, "schema elements", (void **)&m->schema,
-                                  &m->nschema, sizeof *m->schema)) < 0)
+            if ((rc = footer_list(&t, type, "schema", seen & 1, PQ_MAX_SCHEMA, "schema elements",
+                                  (void **)&m->schema, &m->nschema, sizeof *m->schema)) < 0)
                 break;
             for (int i = 0; i < m->nschema && !t.bad; i++) {
                 tr_where(&t, "schema[%d]", i);
@@ -594,13 +599,8 @@ int pq_meta_parse(const uint8_t *p, size_t n, const char *name, pq_meta *m) {
             seen |= 2;
             break;
         case 4:
-            tr_where(&t, "row_groups");
-            if (seen & 4) {
-                tr_fail(&t, "given twice");
-                break;
-            }
-            if ((rc = struct_list(&t, type, PQ_MAX_ROW_GROUPS, "row groups", (void **)&m->rg,
-                                  &m->nrg, sizeof *m->rg)) < 0)
+            if ((rc = footer_list(&t, type, "row_groups", seen & 4, PQ_MAX_ROW_GROUPS,
+                                  "row groups", (void **)&m->rg, &m->nrg, sizeof *m->rg)) < 0)
                 break;
             for (int i = 0; i < m->nrg && rc == SL_OK && !t.bad; i++)
                 rc = parse_rowgroup(&t, &m->rg[i], i);

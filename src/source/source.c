@@ -22,24 +22,25 @@
  * format's input ({"tfrecord": [...]}); "path" is sluice's own .slr. */
 const sl_source_format sl_source__kinds[] = {
     {"path", sl_source__open_slr, ".slr dataset (a directory with a manifest, or one .slr file)",
-     sl_source__sniff_slr, 0, NULL, &sl_source__slr_table},
+     "a .slr dataset", sl_source__sniff_slr, 0, NULL, &sl_source__slr_table},
     {"image_folder", sl_source__open_imagefolder,
-     "a torchvision ImageFolder: ROOT/CLASS/IMAGE, read in place", sl_source__sniff_imagefolder,
-     0, NULL, &sl_source__folder_table},
+     "a torchvision ImageFolder: ROOT/CLASS/IMAGE, read in place", "an ImageFolder",
+     sl_source__sniff_imagefolder, 0, NULL, &sl_source__folder_table},
     {"idx", sl_source__open_idx, "IDX (MNIST-style) images and labels, plain or gzip",
-     sl_source__sniff_idx, 0, NULL, &sl_source__idx_table},
+     "an IDX file", sl_source__sniff_idx, 0, NULL, &sl_source__idx_table},
     {"webdataset", sl_source__open_webdataset,
-     "WebDataset tar shards (a path, a brace pattern, a list or @listfile)", sl_source__sniff_tar,
-     1, sl_source__index_tar, &sl_source__tar_table},
+     "WebDataset tar shards (a path, a brace pattern, a list or @listfile)", "a tar shard",
+     sl_source__sniff_tar, 1, sl_source__index_tar, &sl_source__tar_table},
     {"tfrecord", sl_source__open_tfrecord, "TFRecord files of tf.train.Example / SequenceExample",
-     sl_source__sniff_tfrecord, 1, sl_source__index_tfrecord, &sl_source__tf_table},
+     "a TFRecord file", sl_source__sniff_tfrecord, 1, sl_source__index_tfrecord,
+     &sl_source__tf_table},
     {"parquet", sl_source__open_parquet,
-     "Apache Parquet files (pyarrow, Hugging Face datasets): one record a row",
+     "Apache Parquet files (pyarrow, Hugging Face datasets): one record a row", "a Parquet file",
      sl_source__sniff_parquet, 1, sl_source__index_parquet, &sl_source__pq_table},
     {"synthetic", sl_source__open_synthetic,
-     "records computed from their index, nothing stored (simulation, tests)", NULL, 0, NULL,
+     "records computed from their index, nothing stored (simulation, tests)", NULL, NULL, 0, NULL,
      &sl_source__syn_table},
-    {NULL, NULL, NULL, NULL, 0, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL},
 };
 
 /* Keys a source object may carry besides the kind key and the kind's own
@@ -165,17 +166,19 @@ int sl_source__heap_alloc(void *ctx, sl_tensor *t, sl_dtype dtype, int ndim,
     return sl_tensor_alloc(t, dtype, ndim, shape);
 }
 
+int sl_source__cursor_new(size_t size, const char *what, sl_source_cursor **out) {
+    *out = sl__calloc(1, size);
+    return *out ? SL_OK : sl__oom(what);
+}
+
 int sl_source__cursor_open(sl_source *s, sl_source_alloc_fn alloc, void *ctx,
                            sl_source_cursor **out) {
     *out = NULL;
     sl_source_cursor *c = NULL;
-    if (s->vt->cursor_open) {
+    if (s->vt->cursor_open)
         SL_TRY(s->vt->cursor_open(s, &c));
-    } else {
-        c = sl__calloc(1, sizeof *c);
-        if (!c)
-            return sl__oom("opening a source cursor");
-    }
+    else
+        SL_TRY(sl_source__cursor_new(sizeof *c, "opening a source cursor", &c));
     c->alloc = alloc ? alloc : sl_source__heap_alloc;
     c->alloc_ctx = alloc ? ctx : NULL;
     *out = c;

@@ -197,6 +197,11 @@ typedef struct sl_source_cursor {
                                and sample. 0 (default): referenced. */
 } sl_source_cursor;
 
+/* A zeroed cursor of `size` bytes (an implementation's struct, its
+ * sl_source_cursor first) into *out, for a cursor_open; SL_ENOMEM naming
+ * `what` ("opening a tar cursor") when memory runs out. */
+int sl_source__cursor_new(size_t size, const char *what, sl_source_cursor **out);
+
 /* Source flags. */
 #define SL_SOURCE_F_MEMORY 0x1u /* reads are views of memory: no I/O to overlap,
                                    so the executor runs the first ops in the
@@ -333,6 +338,7 @@ typedef struct sl_source_format {
     const char *key;        /* "path", "tfrecord", "webdataset", "image_folder", "idx" */
     sl_source_open_fn open;
     const char *summary;
+    const char *noun;       /* the input in words for messages ("a tar shard"); NULL: the key */
     sl_source_sniff_fn sniff; /* may be NULL: never chosen by content */
     int multi;              /* the input is a list of files (1) or one path / a pair */
     /* Build the sidecar index of one file (sl_source_index_build); NULL:

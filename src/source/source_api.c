@@ -39,22 +39,8 @@ static int read_head(const char *path, uint8_t *head, size_t cap, size_t *n_out)
 
 static int detect_one(const char *path, const sl_source_format **kind_out);
 
-/* What a kind of input is, in words for messages. */
-static const char *kind_noun(const sl_source_format *k) {
-    if (k->open == sl_source__open_slr)
-        return "a .slr dataset";
-    if (k->open == sl_source__open_imagefolder)
-        return "an ImageFolder";
-    if (k->open == sl_source__open_idx)
-        return "an IDX file";
-    if (k->open == sl_source__open_tfrecord)
-        return "a TFRecord file";
-    if (k->open == sl_source__open_webdataset)
-        return "a tar shard";
-    if (k->open == sl_source__open_parquet)
-        return "a Parquet file";
-    return k->key;
-}
+/* What a kind of input is, in words for messages (the registry's noun). */
+static const char *kind_noun(const sl_source_format *k) { return k->noun ? k->noun : k->key; }
 
 /* A sidecar index ("DATA.slidx", written by `sluice index`) given beside its
  * data file, as a shell glob ('train-*') gives them: not an input of its own.

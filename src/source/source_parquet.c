@@ -1408,11 +1408,7 @@ static int null_error(sl_source *src, uint64_t i, int c, const char *what) {
 
 static int cursor_open(sl_source *src, sl_source_cursor **out) {
     (void)src;
-    pq_cursor *c = sl__calloc(1, sizeof *c);
-    if (!c)
-        return sl__oom("opening a Parquet cursor");
-    *out = &c->base;
-    return SL_OK;
+    return sl_source__cursor_new(sizeof(pq_cursor), "opening a Parquet cursor", out);
 }
 
 static void cursor_free(sl_source *src, sl_source_cursor *base) {

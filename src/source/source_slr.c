@@ -38,15 +38,14 @@ typedef struct slr_cursor {
 
 static int slr_cursor_open(sl_source *src, sl_source_cursor **out) {
     (void)src;
-    slr_cursor *c = sl__calloc(1, sizeof *c);
-    if (!c)
-        return sl__oom("opening a .slr cursor");
+    SL_TRY(sl_source__cursor_new(sizeof(slr_cursor), "opening a .slr cursor", out));
+    slr_cursor *c = (slr_cursor *)*out;
     int rc = sl_record_create(&c->rec);
     if (rc < 0) {
         sl__free(c);
+        *out = NULL;
         return rc;
     }
-    *out = &c->base;
     return SL_OK;
 }
 

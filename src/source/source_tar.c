@@ -1065,11 +1065,7 @@ static int tar_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample
 
 static int tar_cursor_open(sl_source *src, sl_source_cursor **out) {
     (void)src;
-    tar_cursor *c = sl__calloc(1, sizeof *c);
-    if (!c)
-        return sl__oom("opening a tar cursor");
-    *out = &c->base;
-    return SL_OK;
+    return sl_source__cursor_new(sizeof(tar_cursor), "opening a tar cursor", out);
 }
 
 static void tar_cursor_free(sl_source *src, sl_source_cursor *cur) {

@@ -889,12 +889,10 @@ static int tf_read(sl_source *src, sl_source_cursor *cur, uint64_t i, sl_sample 
 
 static int tf_cursor_open(sl_source *src, sl_source_cursor **out) {
     (void)src;
-    tf_cursor *c = sl__calloc(1, sizeof *c);
-    if (!c)
-        return sl__oom("opening a TFRecord cursor");
+    SL_TRY(sl_source__cursor_new(sizeof(tf_cursor), "opening a TFRecord cursor", out));
+    tf_cursor *c = (tf_cursor *)*out;
     arena_init(&c->arena);
     c->arena.owner = &c->base;
-    *out = &c->base;
     return SL_OK;
 }
 
