@@ -4,6 +4,7 @@
 #   build-asan/   ASan+UBSan: every C test, the fuzz replays; the sluice command over the remote tests
 #   build-tsan/   TSan: every C test; the sluice command over the remote tests
 set -euo pipefail
+. "$(dirname "$0")/sigint.bash"   # the Ctrl-C tests need SIGINT at its default
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 JOBS=$(nproc)

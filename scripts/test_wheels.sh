@@ -35,14 +35,7 @@
 # each run works on fresh copies of the roots. Last line:
 # `wheels: N passed, M failed`.
 set -euo pipefail
-# Started in the background (`nohup ... &`), a shell ignores SIGINT, and so
-# would every test under it, the Ctrl-C tests among them (a signal ignored at
-# entry cannot be reset by the shell): start again with SIGINT at its default.
-if [ -z "${SLUICE_TEST_WHEELS_SIGINT:-}" ] && [ -n "$(trap -p INT)" ]; then
-  exec env SLUICE_TEST_WHEELS_SIGINT=1 /usr/bin/python3 -c \
-    'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv("/bin/bash", ["bash"] + sys.argv[1:])' \
-    "$0" "$@"
-fi
+. "$(dirname "$0")/sigint.bash"   # the Ctrl-C tests need SIGINT at its default
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/scripts/debian.sh"
 W=${SLUICE_WHEEL_CACHE:-$HOME/.cache/sluice-wheel}
