@@ -215,6 +215,7 @@ SL_TEST(pipeline_mix_schedule__mix_pipeline_threads_resume_schema) {
     for (int s = 0; s < 2; s++) {
         uint64_t want[64], got[64];
         sl_pipeline *p = mix_pipeline(a, b, 1, 1, scheds[s]);
+        ASSERT(pu_held_bytes(p, 0) == 0.0); /* inputs read from their files (PIPELINE.md) */
         int n = pu_run_epoch(p, want, 64);
         ASSERT_EQ(n, 20); /* 307 samples, batches of 16 */
         sl_pipeline_free(p);
