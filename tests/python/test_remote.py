@@ -1370,7 +1370,9 @@ def test_epoch_start_opens_every_shard_in_one_round_trip(tmp_path):
 
     want = run(str(root / "ds"), env_for(tmp_path))
     assert len(want) == 5
-    delay = 0.4
+    # a second wave starts at least one round trip (delay) after the first:
+    # the bound sits at 0.7 of it, room for a loaded machine's scheduling
+    delay = 0.6
     with httpfix.Nginx(str(root)) as ng:
         for trial in range(3):
             px = httpfix.FaultProxy(ng.port, delay_ms=int(delay * 1000))
@@ -1388,6 +1390,6 @@ def test_epoch_start_opens_every_shard_in_one_round_trip(tmp_path):
                     first.setdefault(p, t)
                 assert sorted(first) == sorted("/ds/" + f for f in files), sorted(first)
                 spread = max(first.values()) - min(first.values())
-                assert spread < delay / 2, (trial, spread, sorted(first.items(), key=lambda kv: kv[1]))
+                assert spread < 0.7 * delay, (trial, spread, sorted(first.items(), key=lambda kv: kv[1]))
             finally:
                 px.close()
