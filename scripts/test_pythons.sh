@@ -133,6 +133,12 @@ for name in "${NAMES[@]}"; do
       --junitxml="$xml" "${ARGS[@]}" 2>&1 | tee "$REPORT/$name.log" | tail -25
   rc=${PIPESTATUS[0]}
   set -e
+  # what failed and why (the tail above holds only the summary): pytest's
+  # FAILURES section, the first 300 lines of it
+  if [ "$rc" -ne 0 ]; then
+    sed -n '/^=\+ FAILURES =\+$/,/^=\+ \(warnings summary\|short test summary info\) =\+$/p' \
+      "$REPORT/$name.log" | head -300 || true
+  fi
   # Counts and skip reasons from the JUnit report: only the want of a GPU
   # may skip a test.
   line=$("$py" "$REPORT/summary.py" "$xml" "$rc")
