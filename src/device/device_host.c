@@ -62,6 +62,14 @@ typedef struct host_event {
 } host_event;
 
 
+/* The work queued on s so far: what an event recorded now waits for. */
+static uint64_t stream_submitted(host_stream *s) {
+    pthread_mutex_lock(&s->mu);
+    uint64_t seq = s->submitted;
+    pthread_mutex_unlock(&s->mu);
+    return seq;
+}
+
 static void stream_wait_seq(host_stream *s, uint64_t seq) {
     pthread_mutex_lock(&s->mu);
     while (s->done < seq)
@@ -162,12 +170,8 @@ static void h_stream_destroy(sl_dev_backend *b, void *stream) {
 static int h_stream_sync(sl_dev_backend *b, void *stream) {
     (void)b;
     host_stream *s = stream;
-    if (!s)
-        return SL_OK;
-    pthread_mutex_lock(&s->mu);
-    uint64_t seq = s->submitted;
-    pthread_mutex_unlock(&s->mu);
-    stream_wait_seq(s, seq);
+    if (s)
+        stream_wait_seq(s, stream_submitted(s));
     return SL_OK;
 }
 
@@ -221,12 +225,7 @@ static int h_event_record(sl_dev_backend *b, void *event, void *stream) {
     (void)b;
     host_event *e = event;
     host_stream *s = stream;
-    uint64_t seq = 0;
-    if (s) {
-        pthread_mutex_lock(&s->mu);
-        seq = s->submitted;
-        pthread_mutex_unlock(&s->mu);
-    }
+    uint64_t seq = s ? stream_submitted(s) : 0;
     pthread_mutex_lock(&e->mu);
     e->s = s;
     e->seq = seq;
