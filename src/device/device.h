@@ -80,7 +80,7 @@ typedef struct sl_dev_ops {
     int (*stream_sync)(sl_dev_backend *b, void *stream);
     int (*stream_wait)(sl_dev_backend *b, void *stream, void *event);
     int (*copy)(sl_dev_backend *b, void *dst, const void *src, size_t n, void *stream);
-    /* The kernels: call them only when the backend's `kernels` is 1. */
+    /* The kernels: SL_EUNSUPPORTED (norm_missing) when the backend's kernels is 0. */
     int (*normalize)(sl_dev_backend *b, const sl_dev_norm *args, void *stream);
     int (*crop_resize)(sl_dev_backend *b, const sl_dev_crop *args, void *stream);
     int (*event_create)(sl_dev_backend *b, void **out);

@@ -261,9 +261,14 @@ static int c_copy(sl_dev_backend *b, void *dst, const void *src, size_t n, void 
     CU_TRY("cudaMemcpyAsync", cu.MemcpyAsync(dst, src, n, CUDA_MEMCPY_H2D, s));
     return SL_OK;
 }
-/* The kernels: ops->normalize and ->crop_resize are called only when the
- * backend's `kernels` is 1 (cu.normalize and cu.crop_resize are loaded). */
+/* The kernels: callers ask the backend's `kernels` first; without the
+ * kernel library each call refuses, saying why (norm_missing). */
+static int no_kernels(const sl_dev_backend *b) {
+    return sl__error(SL_EUNSUPPORTED, "device \"cuda\": %s", b->norm_missing);
+}
 static int c_normalize(sl_dev_backend *b, const sl_dev_norm *a, void *s) {
+    if (!cu.normalize)
+        return no_kernels(b);
     ON(b);
     CU_TRY("normalize kernel", cu.normalize(a->dst, a->src, a->n, a->h, a->w, (int)a->c, a->mean,
                                             a->std, a->chw,
@@ -271,6 +276,8 @@ static int c_normalize(sl_dev_backend *b, const sl_dev_norm *a, void *s) {
     return SL_OK;
 }
 static int c_crop_resize(sl_dev_backend *b, const sl_dev_crop *a, void *s) {
+    if (!cu.crop_resize)
+        return no_kernels(b);
     ON(b);
     CU_TRY("crop_resize kernel", cu.crop_resize(a->dst, a->src, a->pitch, a->box, a->lim, a->flip,
                                                 a->oh, a->ow, a->mean, a->std, a->hwc, a->u8,

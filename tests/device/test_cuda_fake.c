@@ -254,13 +254,20 @@ SL_TEST(cuda_fake__normalize_on_device_without_kernels) {
     nothing_left();
 }
 
-/* Without the kernel library, the backend has neither kernel, and says why. */
+/* Without the kernel library, the backend has neither kernel, and says why;
+ * a call of either refuses with that reason. */
 SL_TEST(cuda_fake__no_kernels_no_crop_resize) {
     use_fake();
     sl_dev_backend *be;
     ASSERT_OK(sl_dev__cuda_open(&be, 0));
     ASSERT_EQ(be->kernels, 0);
     ASSERT_CONTAINS(be->norm_missing, "SLUICE_CUDA_KERNELS=");
+    sl_dev_norm na = {0};
+    ASSERT_EQ(be->ops->normalize(be, &na, NULL), SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_errmsg(), "SLUICE_CUDA_KERNELS=");
+    sl_dev_crop ca = {0};
+    ASSERT_EQ(be->ops->crop_resize(be, &ca, NULL), SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_errmsg(), "SLUICE_CUDA_KERNELS=");
     sl_dev__backend_release(be);
     nothing_left();
 }
