@@ -61,33 +61,9 @@ static void read_all(int verify, int small) {
     char json[600];
     snprintf(json, sizeof json, "{\"parquet\": \"%s\", \"verify\": %s%s}", g_file,
              verify ? "true" : "false", small ? ", \"cache_bytes\": 1" : "");
-    cJSON *o = cJSON_Parse(json);
-    if (!o)
-        abort();
-    sl_source *s = NULL;
-    int rc = sl_source__open_json(&s, o, "source");
-    cJSON_Delete(o);
-    if (rc < 0) {
-        if (s || !sl_errmsg()[0]) {
-            fprintf(stderr, "open: %d without a message\n", rc);
-            abort();
-        }
-        return;
-    }
-    if (s->count == 0 || s->ncols < 1)
-        abort();
-    sl_source_cursor *cur = NULL;
-    if (sl_source__cursor_open(s, NULL, NULL, &cur) != SL_OK)
-        abort();
-    uint64_t n = s->count < 4096 ? s->count : 4096;
-    fuzz_read_records(s, cur, n, "a.parquet: record ");
-    for (int k = 0; k < s->ncols; k++) {
-        const void *vals = NULL;
-        if (s->col[k].indexed && s->vt->index_column(s, k, &vals) != SL_OK && !sl_errmsg()[0])
-            abort();
-    }
-    sl_source__cursor_free(s, cur);
-    sl_source__release(s);
+    sl_source *s = fuzz_open_source(json);
+    if (s)
+        (void)fuzz_read_source(s, 4096, "a.parquet: record ", 1);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "fuzz_util.h"
+#include "fuzz_source.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -39,15 +40,7 @@ static void init(void) {
 static sl_source *open_tar(const char *index) {
     char spec[512];
     snprintf(spec, sizeof spec, "{\"webdataset\": \"%s\", \"index\": %s}", g_tar, index);
-    cJSON *obj = cJSON_Parse(spec);
-    if (!obj)
-        abort();
-    sl_source *s = NULL;
-    int rc = sl_source__open_json(&s, obj, "source");
-    cJSON_Delete(obj);
-    if (rc < 0 && (!sl_errmsg()[0] || s))
-        abort(); /* every failure has a message and leaves nothing */
-    return s;
+    return fuzz_open_source(spec); /* every failure has a message and leaves nothing */
 }
 
 /* Read record i; returns 1 when it read. A read view must lie inside the

@@ -62,32 +62,8 @@ static int64_t read_all(int verify) {
     char json[600];
     snprintf(json, sizeof json, "{\"tfrecord\": \"%s\", \"verify\": %s}", g_file,
              verify ? "true" : "false");
-    cJSON *o = cJSON_Parse(json);
-    if (!o)
-        abort();
-    sl_source *s = NULL;
-    int rc = sl_source__open_json(&s, o, "source");
-    cJSON_Delete(o);
-    if (rc < 0) {
-        if (!sl_errmsg()[0] || s)
-            abort();
-        return -1;
-    }
-    if (s->count == 0 || s->ncols < 1)
-        abort();
-    sl_source_cursor *cur = NULL;
-    if (sl_source__cursor_open(s, NULL, NULL, &cur) != SL_OK)
-        abort();
-    fuzz_read_records(s, cur, s->count, "a.tfrecord: record ");
-    for (int k = 0; k < s->ncols; k++) {
-        const void *vals = NULL;
-        if (s->col[k].indexed && s->vt->index_column(s, k, &vals) != SL_OK)
-            abort();
-    }
-    int64_t n = (int64_t)s->count;
-    sl_source__cursor_free(s, cur);
-    sl_source__release(s);
-    return n;
+    sl_source *s = fuzz_open_source(json);
+    return s ? (int64_t)fuzz_read_source(s, UINT64_MAX, "a.tfrecord: record ", 0) : -1;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -34,7 +34,6 @@ static inline void rm_tree(const char *path) {
     }
 }
 
-/* Write p[0..n) to path; any failure aborts (a broken harness, not a finding). */
 /* This process's scratch directory under $TMPDIR, "sluice-fuzz-TAG-XXXXXX",
  * made on first use and removed at exit. */
 static char fuzz_tmpdir_[256];
@@ -51,6 +50,7 @@ static inline const char *fuzz_tmpdir(const char *tag) {
     return fuzz_tmpdir_;
 }
 
+/* Write p[0..n) to path; any failure aborts (a broken harness, not a finding). */
 static inline void write_bytes(const char *path, const uint8_t *p, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f)

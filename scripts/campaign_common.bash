@@ -1,8 +1,50 @@
 # campaign_common.bash — what the kill -9 and kill -INT campaigns share
 # (scripts/campaign_kill9.sh, scripts/campaign_killint.sh; sourced, not run):
-# the dataset, the clean reference pack and the self-test that alters an
-# input after it. The caller sets SLUICE, GEN, PY, W (work directory),
-# IMAGES, COPIES, SHARD and defines die.
+# the command line, the work directory, the dataset, the clean reference pack
+# and the self-test that alters an input after it. The caller calls
+# campaign_start, sets IMAGES, COPIES and SHARD, then campaign_prepare.
+
+# campaign_start NAME DEFAULT_TRIALS "$@": the command line both campaigns
+# take (SLUICE [TRIALS [SEED]]; none, or -h/--help: the script's opening
+# comment, exit 2); sets CAMPAIGN, SLUICE (absolute), TRIALS, SEED, GEN
+# (sluice_gen_images beside SLUICE), PY and TTY (stderr is a terminal).
+campaign_start() {
+    CAMPAIGN=$1
+    local def=$2
+    shift 2
+    if [ $# -lt 1 ] || [ $# -gt 3 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
+        sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
+        exit 2
+    fi
+    SLUICE=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+    TRIALS=${2:-$def}
+    SEED=${3:-1}
+    GEN=$(dirname "$SLUICE")/sluice_gen_images
+    PY=/usr/bin/python3
+    export SLUICE_NO_PROGRESS=1
+    [ -x "$SLUICE" ] || die "$SLUICE is not an executable (build with: cmake --build build)"
+    [ -x "$GEN" ] || die "no $GEN beside the sluice binary (it is built with the tools)"
+    case "$TRIALS$SEED" in *[!0-9]*) die "TRIALS and SEED are whole numbers (got '$TRIALS', '$SEED')" ;; esac
+    [ -t 2 ] && TTY=1 || TTY=0
+}
+
+die() { echo "campaign_$CAMPAIGN: $*" >&2; exit 2; }
+
+# campaign_prepare DIR TAMPER: the work directory W (DIR, or when empty a new
+# one under $TMPDIR, removed at exit), the dataset and the reference pack
+# (below); when TAMPER is not empty, the self-test's altered input.
+campaign_prepare() {
+    if [ -n "$1" ]; then
+        W=$1
+        mkdir -p "$W" || die "cannot create $W"
+    else
+        W=$(mktemp -d "${TMPDIR:-/tmp}/sluice-$CAMPAIGN-XXXXXX") || die "cannot create a work directory"
+        trap 'rm -rf "$W"' EXIT
+    fi
+    campaign_dataset
+    campaign_reference
+    if [ -n "$2" ]; then campaign_tamper; fi
+}
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 

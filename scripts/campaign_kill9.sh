@@ -36,38 +36,12 @@
 #      byte-identical to the reference (diff -r).
 # Any failed check is a bad output; the exit status is 1 if there is any.
 set -u
-if [ $# -lt 1 ] || [ $# -gt 3 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
-    sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
-    exit 2
-fi
-SLUICE=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-TRIALS=${2:-100}
-SEED=${3:-1}
-GEN=$(dirname "$SLUICE")/sluice_gen_images
+. "$(dirname "$0")/campaign_common.bash"
+campaign_start kill9 100 "$@"
 IMAGES=${KILL9_IMAGES:-600}
 COPIES=${KILL9_COPIES:-20}
 SHARD=${KILL9_SHARD:-32M}
-PY=/usr/bin/python3
-export SLUICE_NO_PROGRESS=1
-
-die() { echo "campaign_kill9: $*" >&2; exit 2; }
-[ -x "$SLUICE" ] || die "$SLUICE is not an executable (build with: cmake --build build)"
-[ -x "$GEN" ] || die "no $GEN beside the sluice binary (it is built with the tools)"
-case "$TRIALS$SEED" in *[!0-9]*) die "TRIALS and SEED are whole numbers (got '$TRIALS', '$SEED')" ;; esac
-[ -t 2 ] && TTY=1 || TTY=0
-
-if [ -n "${KILL9_DIR:-}" ]; then
-    W=$KILL9_DIR
-    mkdir -p "$W" || die "cannot create $W"
-else
-    W=$(mktemp -d "${TMPDIR:-/tmp}/sluice-kill9-XXXXXX") || die "cannot create a work directory"
-    trap 'rm -rf "$W"' EXIT
-fi
-
-. "$(dirname "$0")/campaign_common.bash"
-campaign_dataset
-campaign_reference
-[ -n "${KILL9_TAMPER:-}" ] && campaign_tamper
+campaign_prepare "${KILL9_DIR:-}" "${KILL9_TAMPER:-}"
 [ "$NSHARDS" -ge 2 ] || echo "campaign_kill9: note: the reference has one shard; roll-over is not exercised (lower KILL9_SHARD)" >&2
 
 # prefix_check REF_INFO OUT_INFO: OUT's records are REF's first K, frame for

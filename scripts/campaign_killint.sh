@@ -35,44 +35,19 @@
 #      (diff -r), with no DST.partial left.
 # Any failed check is a bad output; the exit status is 1 if there is any.
 set -u
-if [ $# -lt 1 ] || [ $# -gt 3 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
-    sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
-    exit 2
-fi
-SLUICE=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-TRIALS=${2:-60}
-SEED=${3:-1}
-GEN=$(dirname "$SLUICE")/sluice_gen_images
+. "$(dirname "$0")/campaign_common.bash"
+campaign_start killint 60 "$@"
 IMAGES=${KILLINT_IMAGES:-600}
 COPIES=${KILLINT_COPIES:-10}
 SHARD=${KILLINT_SHARD:-16M}
 EVERY_PY=${KILLINT_PYTHON:-4}
-PY=/usr/bin/python3
 HERE=$(cd "$(dirname "$0")" && pwd)
-export SLUICE_NO_PROGRESS=1
 export PYTHONPATH=$(dirname "$SLUICE")/python${PYTHONPATH:+:$PYTHONPATH}
-
-die() { echo "campaign_killint: $*" >&2; exit 2; }
-[ -x "$SLUICE" ] || die "$SLUICE is not an executable (build with: cmake --build build)"
-[ -x "$GEN" ] || die "no $GEN beside the sluice binary (it is built with the tools)"
-case "$TRIALS$SEED$EVERY_PY" in *[!0-9]*) die "TRIALS, SEED and KILLINT_PYTHON are whole numbers" ;; esac
+case "$EVERY_PY" in *[!0-9]*) die "KILLINT_PYTHON is a whole number (got '$EVERY_PY')" ;; esac
 if [ "$EVERY_PY" != 0 ] && ! $PY -c 'import sluice' 2>/dev/null; then
     die "the Python module does not import from $(dirname "$SLUICE")/python (build it, or KILLINT_PYTHON=0)"
 fi
-[ -t 2 ] && TTY=1 || TTY=0
-
-if [ -n "${KILLINT_DIR:-}" ]; then
-    W=$KILLINT_DIR
-    mkdir -p "$W" || die "cannot create $W"
-else
-    W=$(mktemp -d "${TMPDIR:-/tmp}/sluice-killint-XXXXXX") || die "cannot create a work directory"
-    trap 'rm -rf "$W"' EXIT
-fi
-
-. "$(dirname "$0")/campaign_common.bash"
-campaign_dataset
-campaign_reference
-[ -n "${KILLINT_TAMPER:-}" ] && campaign_tamper
+campaign_prepare "${KILLINT_DIR:-}" "${KILLINT_TAMPER:-}"
 
 # The Python pack: says "started" once imported (the delay counts from there:
 # the interpreter's start is not what is tested), then KeyboardInterrupt is

@@ -66,12 +66,11 @@ typedef struct sl_dev_crop {
 } sl_dev_crop;
 
 typedef struct sl_dev_backend sl_dev_backend;
-struct sl_dev_backend {
-    _Atomic int refs;          /* 1 at open; sl_dev__backend_release frees at 0 */
+/* What a backend does: one `static const` table per backend (device_cuda.c's
+ * cuda_ops, device_host.c's host_ops), shared by every backend it opens. */
+typedef struct sl_dev_ops {
     const char *name;          /* "cuda", "host" */
     int device;                /* sl_device the tensors report */
-    int id;
-    char norm_missing[384];    /* why normalize is NULL ("" when it is set) */
     int (*host_alloc)(sl_dev_backend *b, size_t size, void **out);  /* pinned */
     void (*host_free)(sl_dev_backend *b, void *ptr);
     int (*dev_alloc)(sl_dev_backend *b, size_t size, void **out);
@@ -81,9 +80,8 @@ struct sl_dev_backend {
     int (*stream_sync)(sl_dev_backend *b, void *stream);
     int (*stream_wait)(sl_dev_backend *b, void *stream, void *event);
     int (*copy)(sl_dev_backend *b, void *dst, const void *src, size_t n, void *stream);
-    /* NULL when the build or the machine lacks it (see norm_missing). */
+    /* The kernels: SL_EUNSUPPORTED (norm_missing) when the backend's kernels is 0. */
     int (*normalize)(sl_dev_backend *b, const sl_dev_norm *args, void *stream);
-    /* NULL with normalize (the same kernel library; see norm_missing). */
     int (*crop_resize)(sl_dev_backend *b, const sl_dev_crop *args, void *stream);
     int (*event_create)(sl_dev_backend *b, void **out);
     void (*event_destroy)(sl_dev_backend *b, void *event);
@@ -91,7 +89,19 @@ struct sl_dev_backend {
     int (*event_query)(sl_dev_backend *b, void *event);   /* 1 passed, 0 not, < 0 error */
     int (*event_sync)(sl_dev_backend *b, void *event);
     void (*destroy)(sl_dev_backend *b);
+} sl_dev_ops;
+/* An open backend: its table and its own state. */
+struct sl_dev_backend {
+    const sl_dev_ops *ops;
+    _Atomic int refs;          /* 1 at open; sl_dev__backend_release frees at 0 */
+    int id;                    /* the device's number */
+    int kernels;               /* 1: ops->normalize and ->crop_resize run; 0: the build
+                                  or the machine lacks them (see norm_missing) */
+    char norm_missing[384];    /* why kernels is 0 ("" when it is 1) */
 };
+/* The state of a backend just allocated (zeroed): one reference, its table,
+ * its device number; kernels and norm_missing are left to the caller. */
+void sl_dev__backend_init(sl_dev_backend *b, const sl_dev_ops *ops, int id);
 
 /* dlopen the library the environment variable `env_var` names when it is
  * set, else the first of names[0..n) that loads; its name goes to name_out.
@@ -199,7 +209,7 @@ void sl_dev__backend_release(sl_dev_backend *b);
 int sl_dev__normalize_check(const sl_dev_backend *b, const char *what);
 /* Where the backend's memory is, as tensors report it (sl_device and id). */
 static inline void sl_dev__backend_place(const sl_dev_backend *b, int32_t *device, int32_t *id) {
-    *device = b->device;
+    *device = b->ops->device;
     *id = b->id;
 }
 /* Pool memory from the backend's pinned allocator (pools.c's batch

@@ -261,7 +261,14 @@ static int c_copy(sl_dev_backend *b, void *dst, const void *src, size_t n, void 
     CU_TRY("cudaMemcpyAsync", cu.MemcpyAsync(dst, src, n, CUDA_MEMCPY_H2D, s));
     return SL_OK;
 }
+/* The kernels: callers ask the backend's `kernels` first; without the
+ * kernel library each call refuses, saying why (norm_missing). */
+static int no_kernels(const sl_dev_backend *b) {
+    return sl__error(SL_EUNSUPPORTED, "device \"cuda\": %s", b->norm_missing);
+}
 static int c_normalize(sl_dev_backend *b, const sl_dev_norm *a, void *s) {
+    if (!cu.normalize)
+        return no_kernels(b);
     ON(b);
     CU_TRY("normalize kernel", cu.normalize(a->dst, a->src, a->n, a->h, a->w, (int)a->c, a->mean,
                                             a->std, a->chw,
@@ -269,6 +276,8 @@ static int c_normalize(sl_dev_backend *b, const sl_dev_norm *a, void *s) {
     return SL_OK;
 }
 static int c_crop_resize(sl_dev_backend *b, const sl_dev_crop *a, void *s) {
+    if (!cu.crop_resize)
+        return no_kernels(b);
     ON(b);
     CU_TRY("crop_resize kernel", cu.crop_resize(a->dst, a->src, a->pitch, a->box, a->lim, a->flip,
                                                 a->oh, a->ow, a->mean, a->std, a->hwc, a->u8,
@@ -306,6 +315,28 @@ static int c_event_sync(sl_dev_backend *b, void *ev) {
 }
 static void c_destroy(sl_dev_backend *b) { sl__free(b); }
 
+static const sl_dev_ops cuda_ops = {
+    .name = "cuda",
+    .device = SL_DEVICE_CUDA,
+    .host_alloc = c_host_alloc,
+    .host_free = c_host_free,
+    .dev_alloc = c_dev_alloc,
+    .dev_free = c_dev_free,
+    .stream_create = c_stream_create,
+    .stream_destroy = c_stream_destroy,
+    .stream_sync = c_stream_sync,
+    .stream_wait = c_stream_wait,
+    .copy = c_copy,
+    .normalize = c_normalize,
+    .crop_resize = c_crop_resize,
+    .event_create = c_event_create,
+    .event_destroy = c_event_destroy,
+    .event_record = c_event_record,
+    .event_query = c_event_query,
+    .event_sync = c_event_sync,
+    .destroy = c_destroy,
+};
+
 int sl_dev__cuda_open(sl_dev_backend **out, int id) {
     *out = NULL;
     pthread_once(&cu_once, load_cuda);
@@ -329,28 +360,9 @@ int sl_dev__cuda_open(sl_dev_backend **out, int id) {
     if (!c)
         return sl__oom("opening the CUDA device");
     sl_dev_backend *b = &c->b;
-    atomic_init(&b->refs, 1);
-    b->name = "cuda";
-    b->device = SL_DEVICE_CUDA;
-    b->id = id;
-    b->host_alloc = c_host_alloc;
-    b->host_free = c_host_free;
-    b->dev_alloc = c_dev_alloc;
-    b->dev_free = c_dev_free;
-    b->stream_create = c_stream_create;
-    b->stream_destroy = c_stream_destroy;
-    b->stream_sync = c_stream_sync;
-    b->stream_wait = c_stream_wait;
-    b->copy = c_copy;
-    b->normalize = cu.normalize ? c_normalize : NULL;
-    b->crop_resize = cu.crop_resize ? c_crop_resize : NULL;
+    sl_dev__backend_init(b, &cuda_ops, id);
+    b->kernels = cu.normalize && cu.crop_resize;
     snprintf(b->norm_missing, sizeof b->norm_missing, "%s", cu.kmissing);
-    b->event_create = c_event_create;
-    b->event_destroy = c_event_destroy;
-    b->event_record = c_event_record;
-    b->event_query = c_event_query;
-    b->event_sync = c_event_sync;
-    b->destroy = c_destroy;
     *out = b;
     return SL_OK;
 }

@@ -285,8 +285,8 @@ void sl_dev__out_close(sl_dev_out *o) {
     if (o->fb_host) {
         sl_dev_backend *be = o->ring ? sl_dev__ring_backend(o->ring) : o->be;
         if (o->ring) /* no fallback copy may still read it */
-            be->stream_sync(be, sl_dev__ring_copy_stream(o->ring));
-        be->host_free(be, o->fb_host);
+            be->ops->stream_sync(be, sl_dev__ring_copy_stream(o->ring));
+        be->ops->host_free(be, o->fb_host);
     }
     if (o->ring)
         sl_dev__ring_close(o->ring);
@@ -505,7 +505,7 @@ int sl_dev__gpu_begin(sl_dev_out *o, const sl_dev_gpu_spec *g) {
     if (sl_dev__nvjpeg_probe() < 0)
         return sl__error_prefix(SL_EUNSUPPORTED, "ops[%d].device \"gpu\": decoding on the GPU "
                                                  "needs nvJPEG", pos);
-    if (!o->be->crop_resize)
+    if (!o->be->kernels)
         return sl__error(SL_EUNSUPPORTED, "ops[%d].device \"gpu\": decoding on the GPU needs "
                          "the crop/resize kernel: %s", pos, o->be->norm_missing);
     if (o->has_norm)
@@ -579,11 +579,11 @@ static int gpu_open_decoder(sl_dev_out *o, sl_dev_backend *be, size_t n) {
         n = GPU_FALLBACK_PLACES;
     if (o->fb_cap < n) {
         if (o->fb_host)
-            be->host_free(be, o->fb_host);
+            be->ops->host_free(be, o->fb_host);
         o->fb_host = NULL;
         o->fb_cap = 0;
         size_t bytes = n * image_bytes(&o->gd);
-        SL_TRY(be->host_alloc(be, bytes, &o->fb_host));
+        SL_TRY(be->ops->host_alloc(be, bytes, &o->fb_host));
         o->fb_cap = n;
     }
     return SL_OK;
@@ -718,7 +718,7 @@ int sl_dev__gpu_fill_take(sl_dev_out *o, const sl_dev_cols *b, sl_dev_gpu_item *
         rc = sl_dev__gpu_decode_batch(&gb, it, m, &on_gpu, &on_cpu, &failed);
     }
     if (rc >= 0 && on_cpu > 0) /* fb_host's places are reused by the next decode */
-        rc = be->stream_sync(be, gb.stream);
+        rc = be->ops->stream_sync(be, gb.stream);
     if (rc < 0)
         return rc;
     for (int c = 0; c < b->ncols; c++) {

@@ -29,7 +29,7 @@ int sl_dev__gpu_decode_batch(const sl_dev_gpu_batch *b, sl_dev_gpu_item *items, 
     sl_dev_backend *be = sl_dev__jpeg_backend_of(b->jpeg);
     if (!be)
         return sl_dev__nvjpeg_probe();
-    if (!be->crop_resize)
+    if (!be->kernels)
         return sl__error(SL_EUNSUPPORTED, "GPU decode: %s", be->norm_missing);
     sl_dev_jpeg_item jt[SL_DEV_JPEG_MAX];
     memset(jt, 0, (size_t)n * sizeof *jt);
@@ -62,7 +62,7 @@ int sl_dev__gpu_decode_batch(const sl_dev_gpu_batch *b, sl_dev_gpu_item *items, 
         memcpy(a.lim, it->lim, sizeof a.lim);
         memcpy(a.mean, b->mean, sizeof a.mean);
         memcpy(a.std, b->std, sizeof a.std);
-        SL_TRY(be->crop_resize(be, &a, b->stream));
+        SL_TRY(be->ops->crop_resize(be, &a, b->stream));
         (*on_gpu)++;
     }
     int k = 0; /* with host_cap: the next place in `host` */
@@ -71,7 +71,7 @@ int sl_dev__gpu_decode_batch(const sl_dev_gpu_batch *b, sl_dev_gpu_item *items, 
         if (it->status == SL_DEV_JPEG_OK)
             continue;
         if (b->host_cap > 0 && k == b->host_cap) { /* every place's copy must have run */
-            SL_TRY(be->stream_sync(be, b->stream));
+            SL_TRY(be->ops->stream_sync(be, b->stream));
             k = 0;
         }
         float *h = (float *)(void *)(host + (size_t)(b->host_cap > 0 ? k : i) * per);
@@ -83,7 +83,7 @@ int sl_dev__gpu_decode_batch(const sl_dev_gpu_batch *b, sl_dev_gpu_item *items, 
             (*failed)++;
             continue;
         }
-        SL_TRY(be->copy(be, dst + (size_t)i * per, h, per, b->stream));
+        SL_TRY(be->ops->copy(be, dst + (size_t)i * per, h, per, b->stream));
         (*on_cpu)++;
         k++;
     }

@@ -62,6 +62,14 @@ typedef struct host_event {
 } host_event;
 
 
+/* The work queued on s so far: what an event recorded now waits for. */
+static uint64_t stream_submitted(host_stream *s) {
+    pthread_mutex_lock(&s->mu);
+    uint64_t seq = s->submitted;
+    pthread_mutex_unlock(&s->mu);
+    return seq;
+}
+
 static void stream_wait_seq(host_stream *s, uint64_t seq) {
     pthread_mutex_lock(&s->mu);
     while (s->done < seq)
@@ -162,12 +170,8 @@ static void h_stream_destroy(sl_dev_backend *b, void *stream) {
 static int h_stream_sync(sl_dev_backend *b, void *stream) {
     (void)b;
     host_stream *s = stream;
-    if (!s)
-        return SL_OK;
-    pthread_mutex_lock(&s->mu);
-    uint64_t seq = s->submitted;
-    pthread_mutex_unlock(&s->mu);
-    stream_wait_seq(s, seq);
+    if (s)
+        stream_wait_seq(s, stream_submitted(s));
     return SL_OK;
 }
 
@@ -221,12 +225,7 @@ static int h_event_record(sl_dev_backend *b, void *event, void *stream) {
     (void)b;
     host_event *e = event;
     host_stream *s = stream;
-    uint64_t seq = 0;
-    if (s) {
-        pthread_mutex_lock(&s->mu);
-        seq = s->submitted;
-        pthread_mutex_unlock(&s->mu);
-    }
+    uint64_t seq = s ? stream_submitted(s) : 0;
     pthread_mutex_lock(&e->mu);
     e->s = s;
     e->seq = seq;
@@ -324,31 +323,34 @@ int sl_dev__host_stream_call(sl_dev_backend *b, void *stream, void (*fn)(void *)
     return push(s, &w);
 }
 
+static const sl_dev_ops host_ops = {
+    .name = "host",
+    .device = SL_DEVICE_CPU,
+    .host_alloc = h_host_alloc,
+    .host_free = h_host_free,
+    .dev_alloc = h_dev_alloc,
+    .dev_free = h_dev_free,
+    .stream_create = h_stream_create,
+    .stream_destroy = h_stream_destroy,
+    .stream_sync = h_stream_sync,
+    .stream_wait = h_stream_wait,
+    .copy = h_copy,
+    .normalize = h_normalize,
+    .crop_resize = h_crop_resize,
+    .event_create = h_event_create,
+    .event_destroy = h_event_destroy,
+    .event_record = h_event_record,
+    .event_query = h_event_query,
+    .event_sync = h_event_sync,
+    .destroy = h_destroy,
+};
+
 int sl_dev__host_open(sl_dev_backend **out) {
     sl_dev_backend *b = sl__calloc(1, sizeof *b);
     if (!b)
         return sl__oom("opening the host device");
-    atomic_init(&b->refs, 1);
-    b->name = "host";
-    b->device = SL_DEVICE_CPU;
-    b->id = 0;
-    b->host_alloc = h_host_alloc;
-    b->host_free = h_host_free;
-    b->dev_alloc = h_dev_alloc;
-    b->dev_free = h_dev_free;
-    b->stream_create = h_stream_create;
-    b->stream_destroy = h_stream_destroy;
-    b->stream_sync = h_stream_sync;
-    b->stream_wait = h_stream_wait;
-    b->copy = h_copy;
-    b->normalize = h_normalize;
-    b->crop_resize = h_crop_resize;
-    b->event_create = h_event_create;
-    b->event_destroy = h_event_destroy;
-    b->event_record = h_event_record;
-    b->event_query = h_event_query;
-    b->event_sync = h_event_sync;
-    b->destroy = h_destroy;
+    sl_dev__backend_init(b, &host_ops, 0);
+    b->kernels = 1;
     *out = b;
     return SL_OK;
 }

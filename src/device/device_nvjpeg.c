@@ -123,7 +123,7 @@ void sl_dev__jpeg_close(sl_dev_jpeg *j) {
         return;
     for (int i = 0; i < SL_DEV_JPEG_MAX; i++)
         if (j->out[i])
-            j->be->dev_free(j->be, j->out[i]);
+            j->be->ops->dev_free(j->be, j->out[i]);
     if (j->st)
         (void)nj.nvjpegJpegStateDestroy(j->st);
     if (j->h)
@@ -135,8 +135,8 @@ void sl_dev__jpeg_close(sl_dev_jpeg *j) {
 int sl_dev__jpeg_open(sl_dev_jpeg **out, sl_dev_backend *be) {
     *out = NULL;
     SL_TRY(sl_dev__nvjpeg_probe());
-    if (be->device != SL_DEVICE_CUDA)
-        return sl__error(SL_EINVAL, "nvJPEG decodes on a CUDA device, not on \"%s\"", be->name);
+    if (be->ops->device != SL_DEVICE_CUDA)
+        return sl__error(SL_EINVAL, "nvJPEG decodes on a CUDA device, not on \"%s\"", be->ops->name);
     sl_dev_jpeg *j = sl__calloc(1, sizeof *j);
     if (!j)
         return sl__oom("opening nvJPEG");
@@ -215,10 +215,10 @@ static int screen(sl_dev_jpeg *j, int i, sl_dev_jpeg_item *it) {
     size_t need = (size_t)w[0] * (size_t)h[0] * 3;
     if (j->cap[i] < need) {
         if (j->out[i])
-            j->be->dev_free(j->be, j->out[i]);
+            j->be->ops->dev_free(j->be, j->out[i]);
         j->out[i] = NULL;
         j->cap[i] = 0;
-        SL_TRY(j->be->dev_alloc(j->be, need, &j->out[i]));
+        SL_TRY(j->be->ops->dev_alloc(j->be, need, &j->out[i]));
         j->cap[i] = need;
     }
     it->dev = j->out[i];

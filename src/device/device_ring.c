@@ -92,27 +92,33 @@ int sl_device_held(sl_device device, int64_t *device_blocks, int64_t *pinned_blo
     return SL_OK;
 }
 
+void sl_dev__backend_init(sl_dev_backend *b, const sl_dev_ops *ops, int id) {
+    b->ops = ops;
+    atomic_init(&b->refs, 1);
+    b->id = id;
+}
+
 void sl_dev__backend_retain(sl_dev_backend *b) { atomic_fetch_add(&b->refs, 1); }
 
 void sl_dev__backend_release(sl_dev_backend *b) {
     if (b && atomic_fetch_sub(&b->refs, 1) == 1)
-        b->destroy(b);
+        b->ops->destroy(b);
 }
 
 static void *pinned_alloc(void *ctx, size_t size) {
     sl_dev_backend *b = ctx;
     void *p = NULL;
-    return b->host_alloc(b, size, &p) < 0 ? NULL : p;
+    return b->ops->host_alloc(b, size, &p) < 0 ? NULL : p;
 }
 
 static void pinned_free(void *ctx, void *ptr) {
     sl_dev_backend *b = ctx;
-    b->host_free(b, ptr);
+    b->ops->host_free(b, ptr);
 }
 
 static void backend_retain(void *ctx) { sl_dev__backend_retain(ctx); }
 int sl_dev__normalize_check(const sl_dev_backend *b, const char *what) {
-    if (b->normalize)
+    if (b->kernels)
         return SL_OK;
     return sl__error(SL_EUNSUPPORTED, "%s: %s", what, b->norm_missing);
 }
@@ -132,7 +138,7 @@ void sl_dev__pinned_mem(sl_dev_backend *b, sl_pool_mem *out) {
  * them without the ring's lock, as the last release may free a pool. */
 static int take_holds(sl_dev_ring *r, sl_dev_slot *s, sl_buffer **out) {
     int n = s->nhold;
-    if (n == 0 || r->be->event_query(r->be, s->copy_ev) != 1)
+    if (n == 0 || r->be->ops->event_query(r->be, s->copy_ev) != 1)
         return 0;
     memcpy(out, s->hold, (size_t)n * sizeof *out);
     s->nhold = 0;
@@ -142,32 +148,32 @@ static int take_holds(sl_dev_ring *r, sl_dev_slot *s, sl_buffer **out) {
 static void slot_free(sl_dev_ring *r, sl_dev_slot *s) {
     sl_dev_backend *be = r->be;
     if (s->copy_ev) {
-        be->event_sync(be, s->copy_ev);
-        be->event_destroy(be, s->copy_ev);
+        be->ops->event_sync(be, s->copy_ev);
+        be->ops->event_destroy(be, s->copy_ev);
     }
     for (int i = 0; i < s->nhold; i++) /* the copy has passed: synced above */
         sl_buffer_release(s->hold[i]);
     s->nhold = 0;
     if (s->rel_ev) {
-        be->event_sync(be, s->rel_ev);
-        be->event_destroy(be, s->rel_ev);
+        be->ops->event_sync(be, s->rel_ev);
+        be->ops->event_destroy(be, s->rel_ev);
     }
     if (s->host)
-        be->host_free(be, s->host);
+        be->ops->host_free(be, s->host);
     if (s->dev)
-        be->dev_free(be, s->dev);
+        be->ops->dev_free(be, s->dev);
     sl__free(s);
 }
 
 static void ring_destroy(sl_dev_ring *r) {
     sl_dev_backend *be = r->be;
     if (r->copy_stream)
-        be->stream_sync(be, r->copy_stream);
+        be->ops->stream_sync(be, r->copy_stream);
     for (int i = 0; i < r->nslots; i++)
         if (r->slot[i])
             slot_free(r, r->slot[i]);
     if (r->copy_stream)
-        be->stream_destroy(be, r->copy_stream);
+        be->ops->stream_destroy(be, r->copy_stream);
     pthread_mutex_destroy(&r->mu);
     sl__free(r);
     sl_dev__backend_release(be);
@@ -187,7 +193,7 @@ int sl_dev__ring_create(sl_dev_ring **out, sl_dev_backend *be, int depth) {
     pthread_mutex_init(&r->mu, NULL);
     r->be = be;
     r->depth = sl_dev__ring_depth(depth);
-    int rc = be->stream_create(be, &r->copy_stream);
+    int rc = be->ops->stream_create(be, &r->copy_stream);
     if (rc < 0) {
         ring_destroy(r);
         return rc;
@@ -249,12 +255,12 @@ static int mem_fit(sl_dev_backend *be, int host, void **mem, size_t *cap, size_t
     if (*cap >= want)
         return SL_OK;
     if (*mem && host)
-        be->host_free(be, *mem);
+        be->ops->host_free(be, *mem);
     else if (*mem)
-        be->dev_free(be, *mem);
+        be->ops->dev_free(be, *mem);
     *mem = NULL;
     *cap = 0;
-    SL_TRY(host ? be->host_alloc(be, want, mem) : be->dev_alloc(be, want, mem));
+    SL_TRY(host ? be->ops->host_alloc(be, want, mem) : be->ops->dev_alloc(be, want, mem));
     *cap = want;
     return SL_OK;
 }
@@ -270,9 +276,9 @@ static int slot_new(sl_dev_ring *r, sl_dev_slot **out) {
     if (!s)
         return sl__oom("creating a device slot");
     s->ring = r;
-    int rc = r->be->event_create(r->be, &s->copy_ev);
+    int rc = r->be->ops->event_create(r->be, &s->copy_ev);
     if (rc >= 0)
-        rc = r->be->event_create(r->be, &s->rel_ev);
+        rc = r->be->ops->event_create(r->be, &s->rel_ev);
     if (rc < 0) {
         slot_free(r, s);
         return rc;
@@ -299,9 +305,9 @@ int sl_dev__ring_acquire(sl_dev_ring *r, size_t host_bytes, size_t dev_bytes,
                 pthread_mutex_lock(&r->mu);
             }
             if (s->state == SLOT_RELEASED) {
-                int q = be->event_query(be, s->rel_ev);
+                int q = be->ops->event_query(be, s->rel_ev);
                 if (q == 1)
-                    q = be->event_query(be, s->copy_ev);
+                    q = be->ops->event_query(be, s->copy_ev);
                 if (q < 0) { /* a failing query would never pass: say so, not spin */
                     pthread_mutex_unlock(&r->mu);
                     return q;
@@ -346,9 +352,9 @@ int sl_dev__ring_acquire(sl_dev_ring *r, size_t host_bytes, size_t dev_bytes,
          * its events: wait for it (invariant 1). */
         pthread_mutex_unlock(&r->mu);
         uint64_t t0 = sl__now_ns();
-        int rc = be->event_sync(be, oldest->rel_ev);
+        int rc = be->ops->event_sync(be, oldest->rel_ev);
         if (rc >= 0)
-            rc = be->event_sync(be, oldest->copy_ev);
+            rc = be->ops->event_sync(be, oldest->copy_ev);
         if (wait_ns)
             *wait_ns += sl__now_ns() - t0;
         if (rc < 0)
@@ -381,22 +387,22 @@ static int submit(sl_dev_slot *s, const sl_dev_copy *cp, int ncp, const sl_dev_n
     int rc = SL_OK;
     for (int i = 0; i < ncp && rc >= 0; i++)
         if (cp[i].n)
-            rc = be->copy(be, (char *)s->dev + cp[i].dst_off, cp[i].src, cp[i].n, r->copy_stream);
+            rc = be->ops->copy(be, (char *)s->dev + cp[i].dst_off, cp[i].src, cp[i].n, r->copy_stream);
     if (rc >= 0 && norm) {
         char what[64];
-        snprintf(what, sizeof what, "device \"%s\": normalize_on_device", be->name);
+        snprintf(what, sizeof what, "device \"%s\": normalize_on_device", be->ops->name);
         rc = sl_dev__normalize_check(be, what);
         if (rc >= 0)
-            rc = be->normalize(be, norm, r->copy_stream);
+            rc = be->ops->normalize(be, norm, r->copy_stream);
     }
     if (rc >= 0)
-        rc = be->event_record(be, s->copy_ev, r->copy_stream);
+        rc = be->ops->event_record(be, s->copy_ev, r->copy_stream);
     if (rc >= 0)
-        rc = be->stream_wait(be, cons, s->copy_ev);
+        rc = be->ops->stream_wait(be, cons, s->copy_ev);
     if (rc < 0) {
         char msg[SL__ERRMSG_MAX];
         snprintf(msg, sizeof msg, "%s", sl_errmsg());
-        be->stream_sync(be, r->copy_stream);
+        be->ops->stream_sync(be, r->copy_stream);
         return sl__error(rc, "%s", msg);
     }
     s->use_stream = cons;
@@ -424,9 +430,9 @@ static void slot_released(void *user) {
     sl_dev_slot *s = user;
     sl_dev_ring *r = s->ring;
     pthread_mutex_lock(&r->mu);
-    int rc = r->be->event_record(r->be, s->rel_ev, s->use_stream);
+    int rc = r->be->ops->event_record(r->be, s->rel_ev, s->use_stream);
     if (rc < 0) /* cannot tell when the consumer is done: make it wait for all */
-        r->be->stream_sync(r->be, s->use_stream);
+        r->be->ops->stream_sync(r->be, s->use_stream);
     s->state = SLOT_RELEASED;
     s->rel_order = ++r->rel_counter;
     r->nout--;
@@ -467,7 +473,7 @@ sl_dev_slot *sl_dev__slot_of(const sl_buffer *buf) {
 int sl_dev__slot_wait(sl_dev_slot *s, void *stream) {
     sl_dev_ring *r = s->ring;
     pthread_mutex_lock(&r->mu);
-    int rc = r->be->stream_wait(r->be, stream, s->copy_ev);
+    int rc = r->be->ops->stream_wait(r->be, stream, s->copy_ev);
     if (rc >= 0)
         s->use_stream = stream;
     pthread_mutex_unlock(&r->mu);

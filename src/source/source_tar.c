@@ -29,7 +29,7 @@
  * Invariants after open (everything in the source but the set is read-only
  * from then on; a cursor holds only scratch tables):
  *  1. Records are in shard order as given, then file order; shard k's
- *     records are [shards[k].first, + nsamples).
+ *     records are [shards[k].first, + count).
  *  2. A scanned shard's samples are tab.samples[tab_first ..]; a sample's
  *     members are tab.members[first .. first+nmembers), each an (offset,
  *     size) into the shard's bytes, tagged with its column.
@@ -49,6 +49,7 @@
 #include "record/shard_set.h"
 #include "source/source.h"
 #include "source/source_index.h"
+#include "source/source_shard.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -72,21 +73,8 @@
 /* A decimal int64 with generous whitespace fits; longer text is not a label. */
 #define TAR_INT_TEXT_MAX 64
 
-typedef struct tar_shard {
-    char *path;
-    uint64_t size;          /* bytes: as scanned, or as its index says */
-    uint64_t first;         /* index of its first sample */
-    uint64_t nsamples;
-    uint64_t tab_first;     /* scanned: its first sample in the source's tables */
-    sl_sidx *head;          /* its sidecar index's header and descriptors
-                               (sl_sidx__load_head), or NULL: scanned */
-    char *version;          /* the version of its bytes this source reads (io.h):
-                               set by the scan, or as its index was checked at
-                               open (else by its first open); every open asks
-                               for it (after open, written and read by
-                               open_shard only, which the shard set runs for
-                               one shard at a time) */
-} tar_shard;
+/* A shard: its path, index header, version, size and samples (source_shard.h). */
+typedef sl_shard_file tar_shard;
 
 /* A shard opened by the shard set, when a read first needs it. */
 typedef struct tar_open {
@@ -891,7 +879,7 @@ static int load_int_columns(sl_source *src, int64_t *const *vals) {
             continue;
         }
         for (int c = 1; c < src->ncols; c++)
-            for (uint64_t r = 0; vals[c] && r < sh->nsamples; r++) {
+            for (uint64_t r = 0; vals[c] && r < sh->count; r++) {
                 const tar_sample *smp = &s->tab.samples[sh->tab_first + r];
                 const tar_member *m = smp->err ? NULL : find_member(&s->tab, smp, c, NULL);
                 if (m && m->ival_ok)
@@ -1104,11 +1092,8 @@ static int tar_describe(sl_source *src, cJSON *obj) {
 static void tar_free(sl_source *src) {
     tar_source *s = (tar_source *)src;
     sl_shard_set__free(s->set);
-    for (int k = 0; k < s->nshards; k++) {
-        sl_sidx__free(s->shards[k].head);
-        sl__free(s->shards[k].path);
-        sl__free(s->shards[k].version);
-    }
+    for (int k = 0; k < s->nshards; k++)
+        sl_shard_file__dispose(&s->shards[k]);
     sl_source__ivals_dispose(&s->ivals);
     sl__free(s->shards);
     tables_free(&s->tab);
@@ -1144,12 +1129,8 @@ static void close_shard(void *user, int k, void *state) {
 
 /* The shard set's open: map the shard (a remote one is fetched into the
  * shard cache) and, when it has an index, load the whole index, which must
- * still be what its header said at open. A remote shard with an index is
- * checked whole against it, and fetched again once when it differs. Every
- * open but the first asks for the version the first one read (a scanned
- * shard's members were found in those bytes): a shard replaced since is
- * read on from the shard cache's copy of that version, or fails naming it
- * (io.h, sl_io__open_version), never read at offsets found in another. */
+ * still be what its header said at open (sl_shard_file__open: a remote
+ * indexed shard checked whole, every reopen at the first one's version). */
 static int open_shard(void *user, int k, void **state_out) {
     tar_source *s = user;
     tar_shard *sh = &s->shards[k];
@@ -1157,21 +1138,11 @@ static int open_shard(void *user, int k, void **state_out) {
     if (!o)
         return sl__oom("opening a tar shard");
     int rc = SL_OK;
-    if (sh->head)
-        SL_CHECK(sl_sidx__load_again(sh->path, "webdataset", sh->head, &o->ix));
-    if (o->ix && sl_io__is_url(sh->path))
-        SL_CHECK(sl_io__open_checked(&o->io, sh->path, SL_IO_MAP, sh->version, sl_sidx__io_check,
-                                     o->ix));
-    else
-        SL_CHECK(sl_io__open_version(&o->io, sh->path, SL_IO_MAP, sh->version));
+    SL_CHECK(sl_shard_file__open(sh, "webdataset", SL_IO_MAP, NULL, NULL, &o->ix, &o->io));
     o->map = sl_io__map(o->io);
     o->size = sl_io__size(o->io);
     if (o->size != sh->size)
-        SL_FAIL(SL_EIO, "%s: %" PRIu64 " bytes now, %" PRIu64 " when the source opened: it "
-                "changed; open the source again", sl_io__short_name(sh->path), o->size,
-                sh->size);
-    if (!sh->version && !(sh->version = sl__strdup(sl_io__version(o->io))))
-        SL_FAIL(SL_ENOMEM, "out of memory opening %s", sl_io__short_name(sh->path));
+        SL_CHECK(sl_shard_file__changed(sh, o->size));
     if (o->map && sl_buffer_wrap(&o->mapbuf, (void *)(uintptr_t)o->map, (size_t)o->size,
                                  io_release, o->io) != SL_OK)
         SL_FAIL(SL_ENOMEM, "out of memory opening %s", sl_io__short_name(sh->path));
@@ -1188,18 +1159,14 @@ cleanup:
 static int scan_at_open(tar_source *s, int k) {
     tar_shard *sh = &s->shards[k];
     sl_io *io;
-    SL_TRY(sl_io__open(&io, sh->path, SL_IO_MAP));
+    sl_sidx *ix;
+    /* the members below are where they are in this version alone (kept) */
+    SL_TRY(sl_shard_file__open(sh, "webdataset", SL_IO_MAP, NULL, NULL, &ix, &io));
     sh->size = sl_io__size(io);
-    /* the members below are where they are in this version alone */
-    sh->version = sl__strdup(sl_io__version(io));
-    if (!sh->version) {
-        sl_io__close(io);
-        return sl__oom("opening a tar source");
-    }
     sh->tab_first = s->tab.nsamples;
     int rc = scan_shard(s, &s->tab, (uint32_t)k, sl_io__map(io), 0, sh->size);
     sl_io__close(io);
-    sh->nsamples = s->tab.nsamples - sh->tab_first;
+    sh->count = s->tab.nsamples - sh->tab_first;
     return rc;
 }
 
@@ -1245,13 +1212,7 @@ static int parse_options(tar_source *s, const cJSON *obj, const char *field, sl_
 /* sl_shard_set__each at open: shard k's index header (or none). */
 static int load_head(void *user, int k) {
     tar_source *s = user;
-    tar_shard *sh = &s->shards[k];
-    SL_TRY(sl_sidx__load_head_for(sh->path, "webdataset", s->index_use, &sh->head));
-    /* the data as the index was checked against it: the version read */
-    if (sh->head && sh->head->data_version &&
-        !(sh->version = sl__strdup(sh->head->data_version)))
-        return sl__oom("opening a tar source");
-    return SL_OK;
+    return sl_shard_file__load_head(&s->shards[k], "webdataset", s->index_use);
 }
 
 int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *field) {
@@ -1292,7 +1253,7 @@ int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *fi
         tar_shard *sh = &s->shards[k];
         sh->first = s->base.count;
         if (sh->head) {
-            sh->nsamples = sh->head->count;
+            sh->count = sh->head->count;
             sh->size = sh->head->data_size;
             s->indexed_shards++;
         } else {
@@ -1306,7 +1267,7 @@ int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *fi
             SL_CHECK(scan_at_open(s, k));
             remote_scans += sl_io__is_url(sh->path);
         }
-        s->base.count += sh->nsamples;
+        s->base.count += sh->count;
     }
     if (remote_scans)
         SL_LOG_WARN("%s: %d remote shard%s without a sidecar index, each fetched whole at open "

@@ -40,6 +40,7 @@
 #include "record/shard_set.h"
 #include "source/source.h"
 #include "source/source_index.h"
+#include "source/source_shard.h"
 #include "source/source_tfrecord.h"
 #include "source/tf_example.pb-c.h"
 
@@ -181,20 +182,11 @@ enum { TF_KIND_NONE = 0, TF_KIND_BYTES = 1, TF_KIND_FLOAT = 2, TF_KIND_INT64 = 3
 static const char *const kind_name[] = {"empty", "bytes_list", "float_list", "int64_list"};
 
 typedef struct tf_file {
-    char *path;
+    sl_shard_file sh;           /* path, index header, version; size: scanned, its
+                                   bytes (decompressed for gzip) (source_shard.h) */
     const char *name;           /* base name, for messages */
-    uint64_t size;              /* scanned: its bytes (decompressed for gzip) */
     int gzip;                   /* scanned: read through gzip */
     int indexed;
-    uint64_t first;             /* number of its first record in the source */
-    uint64_t nrec;
-    uint64_t tab_first;         /* scanned: its first entry in off[]/len[] */
-    sl_sidx *head;              /* indexed: its index's header and descriptors */
-    char *version;              /* the version of its bytes this source reads
-                                   (io.h): set by the scan, or by an indexed
-                                   file's first open; every reopen asks for it
-                                   (only the shard set's open of this file,
-                                   one at a time, writes or reads it) */
 } tf_file;
 
 /* A file opened by the shard set, when a read first needs it. */
@@ -302,7 +294,7 @@ static int add_bad(tf_source *s, tf_file *f, uint64_t offset, int code, const ch
      * read says so (and the caller what reads it); no warning ahead of it. */
     if (offset != 0 || strcmp(b->msg, TF_NOT_FRAMED) != 0)
         SL_LOG_WARN("%s: record %" PRIu64 " (offset %" PRIu64 "): %s", f->name,
-                    s->base.count - f->first, offset, b->msg);
+                    s->base.count - f->sh.first, offset, b->msg);
     SL_TRY(add_record(s, (uint64_t)s->nbad, TF_BAD));
     s->nbad++;
     return SL_OK;
@@ -439,26 +431,18 @@ static int frames_check(sl_io *io, void *user) {
 }
 
 /* Map (or inflate) one file's bytes into `o`; gzip damage after some
- * output is kept in gzerr (a bad tail entry for the scan). A remote file
- * with an index (o->ix) is checked whole against it, and fetched again once
- * when it differs. */
+ * output is kept in gzerr (a bad tail entry for the scan). An indexed
+ * file's whole index is loaded again into o->ix, and a remote one checked
+ * whole against it, fetched again once when it differs (sl_shard_file__open;
+ * an unindexed remote one against its frames' checksums when verifying). */
 static int open_bytes(const tf_source *s, tf_file *f, tf_open *o, char *gzerr,
                       size_t cap) {
     sl_io *io;
     /* Reads jump between records: no read-ahead past the one asked for.
      * Every open but the first asks for the version the first one read
      * (records were found at offsets of those bytes; io.h). */
-    const unsigned fl = SL_IO_MAP | SL_IO_RANDOM;
-    if (o->ix && sl_io__is_url(f->path))
-        SL_TRY(sl_io__open_checked(&io, f->path, fl, f->version, sl_sidx__io_check, o->ix));
-    else if (!f->head && s->verify && sl_io__is_url(f->path))
-        SL_TRY(sl_io__open_checked(&io, f->path, fl, f->version, frames_check, NULL));
-    else
-        SL_TRY(sl_io__open_version(&io, f->path, fl, f->version));
-    if (!f->version && !(f->version = sl__strdup(sl_io__version(io)))) {
-        sl_io__close(io);
-        return sl__oom("opening a TFRecord file");
-    }
+    SL_TRY(sl_shard_file__open(&f->sh, "tfrecord", SL_IO_MAP | SL_IO_RANDOM,
+                               s->verify ? frames_check : NULL, NULL, &o->ix, &io));
     int rc = SL_OK;
     size_t n = (size_t)sl_io__size(io);
     const uint8_t *m = sl_io__map(io);
@@ -471,8 +455,8 @@ static int open_bytes(const tf_source *s, tf_file *f, tf_open *o, char *gzerr,
         o->gzip = magic && !(n >= 12 && header_ok(m));
     if (o->gzip) {
         if (!n)
-            SL_FAIL(SL_ECORRUPT, "%s: empty file, not a gzip stream", f->path);
-        SL_CHECK(inflate_all(o, f->path, m, n, gzerr, cap));
+            SL_FAIL(SL_ECORRUPT, "%s: empty file, not a gzip stream", f->sh.path);
+        SL_CHECK(inflate_all(o, f->sh.path, m, n, gzerr, cap));
         sl_io__close(io);
     } else {
         o->data = m;
@@ -506,17 +490,14 @@ static int open_file_lazily(void *user, int k, void **state_out) {
         return sl__oom("opening a TFRecord file");
     int rc = SL_OK;
     char gzerr[160] = "";
-    if (f->head)
-        SL_CHECK(sl_sidx__load_again(f->path, "tfrecord", f->head, &o->ix));
     SL_CHECK(open_bytes(s, f, o, gzerr, sizeof gzerr));
     if (o->ix && !!(o->ix->flags & SL_SIDX_DECOMPRESSED) != o->gzip)
         SL_FAIL(SL_EINVAL, "%s.slidx was built for %s bytes, but the file is read %s; rebuild "
-                "it with `sluice index %s`", f->path,
+                "it with `sluice index %s`", f->sh.path,
                 o->ix->flags & SL_SIDX_DECOMPRESSED ? "decompressed" : "plain",
-                o->gzip ? "through gzip" : "as it is", f->path);
-    if (!f->head && (o->size != f->size || o->gzip != f->gzip))
-        SL_FAIL(SL_EIO, "%s: %zu bytes now, %" PRIu64 " when the source opened: it changed; "
-                "open the source again", f->path, o->size, f->size);
+                o->gzip ? "through gzip" : "as it is", f->sh.path);
+    if (!f->sh.head && (o->size != f->sh.size || o->gzip != f->gzip))
+        SL_CHECK(sl_shard_file__changed(&f->sh, o->size));
     *state_out = o;
     return SL_OK;
 cleanup:
@@ -530,16 +511,16 @@ static int scan_at_open(tf_source *s, tf_file *f) {
     tf_open o = {0};
     char gzerr[160] = "";
     SL_TRY(open_bytes(s, f, &o, gzerr, sizeof gzerr));
-    f->first = s->base.count;
-    f->tab_first = s->nscan;
+    f->sh.first = s->base.count;
+    f->sh.tab_first = s->nscan;
     f->gzip = o.gzip;
-    f->size = o.size;
+    f->sh.size = o.size;
     int rc = scan_file(s, f, o.data, o.size);
     if (rc == SL_OK && gzerr[0])
         rc = add_bad(s, f, o.size, SL_ECORRUPT, "%s", gzerr);
-    f->nrec = s->base.count - f->first;
+    f->sh.count = s->base.count - f->sh.first;
     if (rc == SL_OK && !o.size)
-        SL_LOG_WARN("%s: empty file (no records)", f->path);
+        SL_LOG_WARN("%s: empty file (no records)", f->sh.path);
     sl_io__close(o.io);
     sl__free(o.heap);
     return rc;
@@ -677,14 +658,14 @@ static int feat_note_record(feat_set *fs, const Tensorflow__SequenceExample *ex,
 static tf_file *file_of(tf_source *s, uint64_t i) {
     /* (An empty file shares `first` with the next: the search lands past it.) */
     return &s->files[sl__last_at_most(s->files, s->nfiles, sizeof *s->files,
-                                      offsetof(tf_file, first), i)];
+                                      offsetof(tf_file, sh.first), i)];
 }
 
 static void tf_locate(sl_source *src, uint64_t i, char *buf, size_t cap) {
     tf_source *s = (tf_source *)src;
     tf_file *f = file_of(s, i);
-    uint64_t r = i - f->first;
-    if (f->head) {
+    uint64_t r = i - f->sh.first;
+    if (f->sh.head) {
         /* The offset is in the file's index, known once the file is open:
          * a message never opens one. */
         int k = (int)(f - s->files);
@@ -698,7 +679,7 @@ static void tf_locate(sl_source *src, uint64_t i, char *buf, size_t cap) {
         }
         return;
     }
-    uint64_t e = f->tab_first + r;
+    uint64_t e = f->sh.tab_first + r;
     uint64_t off = s->len[e] == TF_BAD ? s->bad[s->off[e]].offset : s->off[e];
     snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ")", f->name, r, off);
 }
@@ -708,27 +689,27 @@ static int parse_open(tf_source *s, tf_arena *a, uint64_t i, const tf_file *f,
                       const tf_open *o, int verify, Tensorflow__SequenceExample **ex_out) {
     char where[320];
     tf_locate(&s->base, i, where, sizeof where);
-    uint64_t r = i - f->first, off, len;
-    if (f->head) {
+    uint64_t r = i - f->sh.first, off, len;
+    if (f->sh.head) {
         off = o->ix->offset[r];
         len = o->ix->length[r] - 16;
         /* entries are in order and inside the data when the index is plain
          * (sl_sidx__parse); a decompressed one is bounded here */
         if (o->ix->length[r] < 16 || off > o->size || o->ix->length[r] > o->size - off)
             return sl__error(SL_ECORRUPT, "%s: the index places it outside the data (%zu bytes); "
-                             "rebuild it with `sluice index %s`", where, o->size, f->path);
+                             "rebuild it with `sluice index %s`", where, o->size, f->sh.path);
     } else {
-        off = s->off[f->tab_first + r];
-        len = s->len[f->tab_first + r];
+        off = s->off[f->sh.tab_first + r];
+        len = s->len[f->sh.tab_first + r];
     }
     const uint8_t *p = o->data + off;
     /* The whole framed record against the checksum its index recorded. */
-    if (f->head && o->ix->sum)
-        SL_TRY(sl_sidx__check_entry(o->ix, r, p, where, f->path));
+    if (f->sh.head && o->ix->sum)
+        SL_TRY(sl_sidx__check_entry(o->ix, r, p, where, f->sh.path));
     if (sl__ld64(p) != len)
         return sl__error(SL_ECORRUPT, "%s: length field %" PRIu64 " disagrees with the index "
                          "(%" PRIu64 "); rebuild it with `sluice index %s`", where, sl__ld64(p),
-                         len, f->path);
+                         len, f->sh.path);
     if (verify && !header_ok(p))
         return sl__error(SL_ECORRUPT, "%s: length checksum mismatch", where);
     if (verify && sl_source__tf_mask(sl__crc32c(0, p + 12, (size_t)len)) !=
@@ -753,8 +734,8 @@ static int parse_open(tf_source *s, tf_arena *a, uint64_t i, const tf_file *f,
 static int parse_record(tf_source *s, tf_arena *a, uint64_t i, int verify,
                         Tensorflow__SequenceExample **ex_out) {
     const tf_file *f = file_of(s, i);
-    uint64_t e = f->tab_first + (i - f->first);
-    if (!f->head && s->len[e] == TF_BAD) {
+    uint64_t e = f->sh.tab_first + (i - f->sh.first);
+    if (!f->sh.head && s->len[e] == TF_BAD) {
         char where[320];
         tf_locate(&s->base, i, where, sizeof where);
         const tf_bad *b = &s->bad[s->off[e]];
@@ -762,7 +743,7 @@ static int parse_record(tf_source *s, tf_arena *a, uint64_t i, int verify,
     }
     int k = (int)(f - s->files);
     void *st;
-    SL_TRY(sl_source__shard_get(s->set, k, f->name, i - f->first, &st));
+    SL_TRY(sl_source__shard_get(s->set, k, f->name, i - f->sh.first, &st));
     int rc = parse_open(s, a, i, f, st, verify, ex_out);
     sl_shard_set__put(s->set, k);
     return rc;
@@ -915,7 +896,7 @@ static int tf_index_column(sl_source *src, int col, const void **vals_out) {
 }
 
 static const char *file_path(const void *s, int k) {
-    return ((const tf_source *)s)->files[k].path;
+    return ((const tf_source *)s)->files[k].sh.path;
 }
 
 static int tf_describe(sl_source *src, cJSON *obj) {
@@ -924,7 +905,7 @@ static int tf_describe(sl_source *src, cJSON *obj) {
     int nindexed = 0, ngzip = 0;
     for (int k = 0; k < s->nfiles; k++) {
         nindexed += s->files[k].indexed;
-        ngzip += s->files[k].head ? !!(s->files[k].head->flags & SL_SIDX_DECOMPRESSED)
+        ngzip += s->files[k].sh.head ? !!(s->files[k].sh.head->flags & SL_SIDX_DECOMPRESSED)
                                   : s->files[k].gzip;
     }
     if (!cJSON_AddNumberToObject(obj, "indexed_files", nindexed) ||
@@ -938,11 +919,8 @@ static int tf_describe(sl_source *src, cJSON *obj) {
 static void tf_free(sl_source *src) {
     tf_source *s = (tf_source *)src;
     sl_shard_set__free(s->set);
-    for (int k = 0; k < s->nfiles; k++) {
-        sl_sidx__free(s->files[k].head);
-        sl__free(s->files[k].path);
-        sl__free(s->files[k].version);
-    }
+    for (int k = 0; k < s->nfiles; k++)
+        sl_shard_file__dispose(&s->files[k].sh);
     sl_source__ivals_dispose(&s->ivals);
     sl__free(s->files);
     sl__free(s->off);
@@ -966,7 +944,7 @@ static const sl_source_vtbl tf_vtbl = {
 /* The type facts of the columns, from every file's index (all have one). */
 static int feats_from_indexes(tf_source *s, feat_set *fs) {
     for (int k = 0; k < s->nfiles; k++) {
-        const sl_sidx *ix = s->files[k].head;
+        const sl_sidx *ix = s->files[k].sh.head;
         for (int c = 0; c < ix->ncols; c++) {
             const sl_sidx_col *ic = &ix->col[c];
             int list = !!(ic->flags & SL_SIDX_COL_LIST);
@@ -979,11 +957,11 @@ static int feats_from_indexes(tf_source *s, feat_set *fs) {
             feat_stat *st = feat_find(fs, ic->name, list);
             if (st && st->kind != kind && kind != TF_KIND_NONE && st->kind != TF_KIND_NONE)
                 return sl__error(SL_EINVAL, "feature '%s' is %s in %s but %s in an earlier "
-                                 "file", ic->name, kind_name[kind], s->files[k].path,
+                                 "file", ic->name, kind_name[kind], s->files[k].sh.path,
                                  kind_name[st->kind]);
             /* Each file's index counts as "seen in every record" when its
              * column is scalar; a list anywhere makes the column a list. */
-            SL_TRY(feat_note(fs, ic->name, list, kind, scalar ? 1 : 2, NULL, s->files[k].path));
+            SL_TRY(feat_note(fs, ic->name, list, kind, scalar ? 1 : 2, NULL, s->files[k].sh.path));
             st = feat_find(fs, ic->name, list);
             st->encoded |= !!(ic->flags & SL_SIDX_COL_ENCODED);
             if (!scalar)
@@ -1075,7 +1053,7 @@ static void mark_index_columns(tf_source *s) {
             continue;
         int all = 1;
         for (int f = 0; f < s->nfiles && all; f++) {
-            const sl_sidx *h = s->files[f].head;
+            const sl_sidx *h = s->files[f].sh.head;
             int j = h ? sl_sidx__find_scalar(h, s->col[k].key) : -1;
             all = j >= 0 && h->scalar[j].type == SL_COL_INT64;
         }
@@ -1091,8 +1069,8 @@ static int gather_index_values(sl_source *src, int64_t *const *vals) {
     for (int k = 0; k < src->ncols; k++)
         keys[k] = s->col[k].key;
     for (int f = 0; f < s->nfiles; f++)
-        SL_TRY(sl_sidx__copy_int_values(s->files[f].path, "tfrecord", s->files[f].head,
-                                        s->files[f].first, src->ncols, keys, vals));
+        SL_TRY(sl_sidx__copy_int_values(s->files[f].sh.path, "tfrecord", s->files[f].sh.head,
+                                        s->files[f].sh.first, src->ncols, keys, vals));
     return SL_OK;
 }
 
@@ -1135,12 +1113,7 @@ static int parse_options(const cJSON *obj, const char *field, int *verify,
 /* sl_shard_set__each at open: file k's index header (or none). */
 static int load_head(void *user, int k) {
     tf_source *s = user;
-    tf_file *f = &s->files[k];
-    SL_TRY(sl_sidx__load_head_for(f->path, "tfrecord", s->index_use, &f->head));
-    /* the data as the index was checked against it: the version read */
-    if (f->head && f->head->data_version && !(f->version = sl__strdup(f->head->data_version)))
-        return sl__oom("opening a TFRecord file");
-    return SL_OK;
+    return sl_shard_file__load_head(&s->files[k].sh, "tfrecord", s->index_use);
 }
 
 /* Every file: the header of its index (as `use_index` says), or a scan of
@@ -1158,9 +1131,9 @@ static int open_files(tf_source *s, const cJSON *paths, const char *field, sl_si
     for (int k = 0; k < n; k++) {
         tf_file *f = &s->files[k];
         s->nfiles = k + 1;
-        f->path = pv[k];
+        f->sh.path = pv[k];
         pv[k] = NULL;
-        f->name = sl_io__short_name(f->path);
+        f->name = sl_io__short_name(f->sh.path);
     }
     /* Every file's index header at once (a few requests each for remote
      * ones, so that a server's stalls overlap); then, in order, the counts,
@@ -1169,14 +1142,14 @@ static int open_files(tf_source *s, const cJSON *paths, const char *field, sl_si
     SL_CHECK(sl_shard_set__each(n, load_head, s));
     for (int k = 0; k < n; k++) {
         tf_file *f = &s->files[k];
-        f->indexed = f->head != NULL;
-        if (f->head) {
-            f->first = s->base.count;
-            f->nrec = f->head->count;
-            s->base.count += f->nrec;
+        f->indexed = f->sh.head != NULL;
+        if (f->sh.head) {
+            f->sh.first = s->base.count;
+            f->sh.count = f->sh.head->count;
+            s->base.count += f->sh.count;
         } else {
             SL_CHECK(scan_at_open(s, f));
-            remote_scans += sl_io__is_url(f->path);
+            remote_scans += sl_io__is_url(f->sh.path);
         }
     }
     if (remote_scans)
@@ -1243,7 +1216,7 @@ int sl_source__open_tfrecord(sl_source **out, const cJSON *obj, const char *fiel
     snprintf(s->base.name, sizeof s->base.name, "%s%s", s->files[0].name,
              s->nfiles > 1 ? " (and more)" : "");
     if (s->base.count == 0)
-        SL_FAIL(SL_EINVAL, "%s: no records in %s%s", tfield, s->files[0].path,
+        SL_FAIL(SL_EINVAL, "%s: no records in %s%s", tfield, s->files[0].sh.path,
                 s->nfiles > 1 ? " or the files after it" : " (the file is empty)");
     int all_indexed = 1;
     for (int k = 0; k < s->nfiles; k++)

@@ -188,18 +188,18 @@ SL_TEST(crop_resize__flip_mirrors_exactly) {
 SL_TEST(crop_resize__host_backend_on_a_stream) {
     sl_dev_backend *be;
     ASSERT_OK(sl_dev__host_open(&be));
-    ASSERT(be->crop_resize != NULL);
+    ASSERT(be->kernels);
     void *stream;
-    ASSERT_OK(be->stream_create(be, &stream));
+    ASSERT_OK(be->ops->stream_create(be, &stream));
     placement ps[NPLACE];
     placements(ps);
     const placement *p = &ps[0];
     uint8_t *src = photoish(p->sh, p->sw, 5);
     size_t sbytes = (size_t)p->sh * p->sw * 3, n = (size_t)3 * p->oh * p->ow;
     void *dsrc, *ddst;
-    ASSERT_OK(be->dev_alloc(be, sbytes, &dsrc));
-    ASSERT_OK(be->dev_alloc(be, n * sizeof(float), &ddst));
-    ASSERT_OK(be->copy(be, dsrc, src, sbytes, stream));
+    ASSERT_OK(be->ops->dev_alloc(be, sbytes, &dsrc));
+    ASSERT_OK(be->ops->dev_alloc(be, n * sizeof(float), &ddst));
+    ASSERT_OK(be->ops->copy(be, dsrc, src, sbytes, stream));
     sl_dev_crop a = {.dst = ddst, .src = dsrc, .pitch = (size_t)p->sw * 3, .flip = 1,
                      .oh = p->oh, .ow = p->ow};
     for (int k = 0; k < 4; k++) {
@@ -208,15 +208,15 @@ SL_TEST(crop_resize__host_backend_on_a_stream) {
     }
     memcpy(a.mean, MEAN, sizeof MEAN);
     memcpy(a.std, STD, sizeof STD);
-    ASSERT_OK(be->crop_resize(be, &a, stream));
-    ASSERT_OK(be->stream_sync(be, stream));
+    ASSERT_OK(be->ops->crop_resize(be, &a, stream));
+    ASSERT_OK(be->ops->stream_sync(be, stream));
     float *want = reference(src, p, 1);
     ASSERT_EQ(memcmp(ddst, want, n * sizeof(float)), 0);
     free(want);
     free(src);
-    be->dev_free(be, dsrc);
-    be->dev_free(be, ddst);
-    be->stream_destroy(be, stream);
+    be->ops->dev_free(be, dsrc);
+    be->ops->dev_free(be, ddst);
+    be->ops->stream_destroy(be, stream);
     sl_dev__backend_release(be);
 }
 
@@ -230,7 +230,7 @@ SL_TEST(crop_resize_gpu__kernel_equals_reference) {
     sl_dev_backend *be = NULL;
     if (sl_dev__cuda_open(&be, 0) != SL_OK)
         sl_test_skip_gpu("no CUDA device: %s", sl_errmsg());
-    if (!be->crop_resize) {
+    if (!be->kernels) {
         char why[400];
         snprintf(why, sizeof why, "%s", be->norm_missing);
         sl_dev__backend_release(be);
@@ -247,12 +247,12 @@ SL_TEST(crop_resize_gpu__kernel_equals_reference) {
         uint8_t *src = photoish(p->sh, p->sw, 200 + (uint64_t)i);
         size_t sbytes = (size_t)p->sh * p->sw * 3, n = (size_t)3 * p->oh * p->ow;
         void *dsrc, *ddst;
-        ASSERT_OK(be->dev_alloc(be, sbytes, &dsrc));
-        ASSERT_OK(be->dev_alloc(be, n * sizeof(float), &ddst));
-        ASSERT_OK(be->copy(be, dsrc, src, sbytes, NULL));
+        ASSERT_OK(be->ops->dev_alloc(be, sbytes, &dsrc));
+        ASSERT_OK(be->ops->dev_alloc(be, n * sizeof(float), &ddst));
+        ASSERT_OK(be->ops->copy(be, dsrc, src, sbytes, NULL));
         for (int flip = 0; flip < 2; flip++) {
             sl_dev_crop a = crop_args(ddst, dsrc, p, flip);
-            ASSERT_OK(be->crop_resize(be, &a, NULL));
+            ASSERT_OK(be->ops->crop_resize(be, &a, NULL));
             float *got = malloc(n * sizeof *got), *want = reference(src, p, flip);
             ASSERT_EQ(memcpy_d2h(got, ddst, n * sizeof(float), 2 /* DeviceToHost */), 0);
             compare(got, want, p->oh, p->ow, &worst, &ndiff);
@@ -260,8 +260,8 @@ SL_TEST(crop_resize_gpu__kernel_equals_reference) {
             free(got);
             free(want);
         }
-        be->dev_free(be, dsrc);
-        be->dev_free(be, ddst);
+        be->ops->dev_free(be, dsrc);
+        be->ops->dev_free(be, ddst);
         free(src);
     }
     printf("  crop_resize kernel vs CPU reference: %zu of %zu values differ, worst %.3f uint8 "
@@ -335,7 +335,7 @@ SL_TEST(crop_resize_gpu__hwc_and_uint8_equal_reference) {
     sl_dev_backend *be = NULL;
     if (sl_dev__cuda_open(&be, 0) != SL_OK)
         sl_test_skip_gpu("no CUDA device: %s", sl_errmsg());
-    ASSERT(be->crop_resize != NULL);
+    ASSERT(be->kernels);
     du_memcpy_fn memcpy_d2h = du_cuda_memcpy();
     ASSERT(memcpy_d2h != NULL);
     placement ps[NPLACE];
@@ -346,14 +346,14 @@ SL_TEST(crop_resize_gpu__hwc_and_uint8_equal_reference) {
         uint8_t *src = photoish(p->sh, p->sw, 400 + (uint64_t)i);
         size_t sbytes = (size_t)p->sh * p->sw * 3, n = (size_t)3 * p->oh * p->ow;
         void *dsrc, *ddst;
-        ASSERT_OK(be->dev_alloc(be, sbytes, &dsrc));
-        ASSERT_OK(be->dev_alloc(be, n * sizeof(float), &ddst));
-        ASSERT_OK(be->copy(be, dsrc, src, sbytes, NULL));
+        ASSERT_OK(be->ops->dev_alloc(be, sbytes, &dsrc));
+        ASSERT_OK(be->ops->dev_alloc(be, n * sizeof(float), &ddst));
+        ASSERT_OK(be->ops->copy(be, dsrc, src, sbytes, NULL));
         for (int u8 = 0; u8 < 2; u8++) {
             sl_dev_crop a = crop_args(ddst, dsrc, p, i & 1);
             a.hwc = 1;
             a.u8 = u8;
-            ASSERT_OK(be->crop_resize(be, &a, NULL));
+            ASSERT_OK(be->ops->crop_resize(be, &a, NULL));
             size_t bytes = n * (u8 ? 1 : sizeof(float));
             void *got = malloc(bytes), *want = reference_as(src, p, i & 1, 1, u8);
             ASSERT_EQ(memcpy_d2h(got, ddst, bytes, 2 /* DeviceToHost */), 0);
@@ -366,8 +366,8 @@ SL_TEST(crop_resize_gpu__hwc_and_uint8_equal_reference) {
             free(got);
             free(want);
         }
-        be->dev_free(be, dsrc);
-        be->dev_free(be, ddst);
+        be->ops->dev_free(be, dsrc);
+        be->ops->dev_free(be, ddst);
         free(src);
     }
     printf("  crop_resize kernel hwc/uint8 vs CPU reference: worst %.3f uint8 steps\n", worst);

@@ -254,14 +254,20 @@ SL_TEST(cuda_fake__normalize_on_device_without_kernels) {
     nothing_left();
 }
 
-/* Without the kernel library, the backend has neither kernel, and says why. */
+/* Without the kernel library, the backend has neither kernel, and says why;
+ * a call of either refuses with that reason. */
 SL_TEST(cuda_fake__no_kernels_no_crop_resize) {
     use_fake();
     sl_dev_backend *be;
     ASSERT_OK(sl_dev__cuda_open(&be, 0));
-    ASSERT(be->normalize == NULL);
-    ASSERT(be->crop_resize == NULL);
+    ASSERT_EQ(be->kernels, 0);
     ASSERT_CONTAINS(be->norm_missing, "SLUICE_CUDA_KERNELS=");
+    sl_dev_norm na = {0};
+    ASSERT_EQ(be->ops->normalize(be, &na, NULL), SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_errmsg(), "SLUICE_CUDA_KERNELS=");
+    sl_dev_crop ca = {0};
+    ASSERT_EQ(be->ops->crop_resize(be, &ca, NULL), SL_EUNSUPPORTED);
+    ASSERT_CONTAINS(sl_errmsg(), "SLUICE_CUDA_KERNELS=");
     sl_dev__backend_release(be);
     nothing_left();
 }
@@ -651,6 +657,17 @@ static int ref_crop_resize(sl_dev_backend *b, const sl_dev_crop *a, void *stream
     return SL_OK;
 }
 
+/* Gives the stand-in backend `kernel` as its crop_resize, on a copy of its
+ * table (each case runs in its own process: one copy serves). */
+static sl_dev_ops kernel_ops;
+static void give_kernel(sl_dev_backend *be,
+                        int (*kernel)(sl_dev_backend *, const sl_dev_crop *, void *)) {
+    kernel_ops = *be->ops;
+    kernel_ops.crop_resize = kernel;
+    be->ops = &kernel_ops;
+    be->kernels = 1;
+}
+
 /* the output size (each case runs in its own process) */
 static int GD_OH = 12, GD_OW = 16;
 static const float GD_MEAN[3] = {0.485f, 0.456f, 0.406f}, GD_STD[3] = {0.229f, 0.224f, 0.225f};
@@ -709,7 +726,7 @@ static void gd_place(sl_dev_gpu_item *it, int w, int h, uint64_t seed) {
  * "GPU", each at its own place in the batch. */
 SL_TEST(gpu_decode_fake__bad_neighbour_costs_only_itself) {
     sl_dev_backend *be = use_fakes();
-    be->crop_resize = ref_crop_resize;
+    give_kernel(be, ref_crop_resize);
     sl_dev_jpeg *j;
     ASSERT_OK(sl_dev__jpeg_open(&j, be));
     enum { NI = 5 };
@@ -729,8 +746,8 @@ SL_TEST(gpu_decode_fake__bad_neighbour_costs_only_itself) {
     it[3].len = f[3].len * 6 / 10; /* truncated: its header is intact */
     size_t per = (size_t)3 * GD_OH * GD_OW;
     float *dst, *host;
-    ASSERT_OK(be->dev_alloc(be, NI * per * sizeof(float), (void **)&dst));
-    ASSERT_OK(be->host_alloc(be, NI * per * sizeof(float), (void **)&host));
+    ASSERT_OK(be->ops->dev_alloc(be, NI * per * sizeof(float), (void **)&dst));
+    ASSERT_OK(be->ops->host_alloc(be, NI * per * sizeof(float), (void **)&host));
     memset(dst, 0, NI * per * sizeof(float));
     gd_cpu cpu = {it, 0};
     sl_dev_gpu_batch b = {.jpeg = j, .oh = GD_OH, .ow = GD_OW, .dst = dst, .host = host,
@@ -776,8 +793,8 @@ SL_TEST(gpu_decode_fake__bad_neighbour_costs_only_itself) {
     ASSERT_U64_EQ(gpu, 3);
     ASSERT_U64_EQ(fb, 2);
     printf("  flips among the 5 placements: %d\n", flips);
-    be->dev_free(be, dst);
-    be->host_free(be, host);
+    be->ops->dev_free(be, dst);
+    be->ops->host_free(be, host);
     sl_dev__jpeg_close(j);
     sl_dev__backend_release(be);
     for (int i = 0; i < NI; i++)
@@ -873,8 +890,8 @@ static void gd_agreement(sl_dev_backend *be, int (*d2h)(void *, const void *, si
     }
     size_t per = (size_t)3 * GD_OH * GD_OW;
     float *dst, *host, *got = malloc(per * sizeof *got), *want = malloc(per * sizeof *want);
-    ASSERT_OK(be->dev_alloc(be, (size_t)n * per * sizeof(float), (void **)&dst));
-    ASSERT_OK(be->host_alloc(be, (size_t)n * per * sizeof(float), (void **)&host));
+    ASSERT_OK(be->ops->dev_alloc(be, (size_t)n * per * sizeof(float), (void **)&dst));
+    ASSERT_OK(be->ops->host_alloc(be, (size_t)n * per * sizeof(float), (void **)&host));
     gd_path cpu = {it, dec};
     sl_dev_gpu_batch b = {.jpeg = j, .oh = GD_OH, .ow = GD_OW, .dst = dst, .host = host,
                           .cpu = gd_cpu_path, .cpu_ctx = &cpu};
@@ -898,8 +915,8 @@ static void gd_agreement(sl_dev_backend *be, int (*d2h)(void *, const void *, si
     out->n = n;
     out->mean_steps = count ? sum / (double)count : 0;
     out->max_steps = worst;
-    be->dev_free(be, dst);
-    be->host_free(be, host);
+    be->ops->dev_free(be, dst);
+    be->ops->host_free(be, host);
     free(got);
     free(want);
     sl_decoder_free(dec);
@@ -923,7 +940,7 @@ SL_TEST(gpu_decode_fake__agrees_with_cpu_path) {
     ASSERT_EQ(unsetenv("SLUICE_GPU_PHOTOS"), 0);
     GD_OH = GD_OW = 224;
     sl_dev_backend *be = use_fakes();
-    be->crop_resize = ref_crop_resize;
+    give_kernel(be, ref_crop_resize);
     gd_agree a;
     gd_agreement(be, host_d2h, &a);
     printf("  stand-in decode + reference vs CPU path over %d images (%d GPU, %d CPU, %d "
@@ -956,8 +973,8 @@ SL_TEST(gpu_decode_fake__no_kernels_or_failing_kernel_is_an_error) {
     gd_place(&it, 20, 20, 1);
     float *dst, *host;
     size_t per = (size_t)3 * GD_OH * GD_OW;
-    ASSERT_OK(be->dev_alloc(be, per * sizeof(float), (void **)&dst));
-    ASSERT_OK(be->host_alloc(be, per * sizeof(float), (void **)&host));
+    ASSERT_OK(be->ops->dev_alloc(be, per * sizeof(float), (void **)&dst));
+    ASSERT_OK(be->ops->host_alloc(be, per * sizeof(float), (void **)&host));
     gd_cpu cpu = {&it, 0};
     sl_dev_gpu_batch b = {.jpeg = j, .oh = GD_OH, .ow = GD_OW, .dst = dst, .host = host,
                           .cpu = gd_cpu_decode, .cpu_ctx = &cpu};
@@ -965,12 +982,12 @@ SL_TEST(gpu_decode_fake__no_kernels_or_failing_kernel_is_an_error) {
     int g, c, x;
     ASSERT_EQ(sl_dev__gpu_decode_batch(&b, &it, 1, &g, &c, &x), SL_EUNSUPPORTED);
     ASSERT_CONTAINS(sl_errmsg(), "GPU decode: SLUICE_CUDA_KERNELS=");
-    be->crop_resize = failing_crop_resize;
+    give_kernel(be, failing_crop_resize);
     ASSERT_EQ(sl_dev__gpu_decode_batch(&b, &it, 1, &g, &c, &x), SL_EIO);
     ASSERT_CONTAINS(sl_errmsg(), "crop_resize kernel");
     ASSERT_EQ(cpu.calls, 0);
-    be->dev_free(be, dst);
-    be->host_free(be, host);
+    be->ops->dev_free(be, dst);
+    be->ops->host_free(be, host);
     sl_dev__jpeg_close(j);
     sl_dev__backend_release(be);
     tjFree(f.buf);

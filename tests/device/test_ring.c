@@ -67,8 +67,8 @@ static void (*cons_destroy)(sl_dev_backend *, void *);
 static sl_dev_ring *host_ring(int depth) {
     sl_dev_backend *be;
     ASSERT_OK(sl_dev__host_open(&be));
-    ASSERT_OK(be->stream_create(be, &cons));
-    cons_destroy = be->stream_destroy;
+    ASSERT_OK(be->ops->stream_create(be, &cons));
+    cons_destroy = be->ops->stream_destroy;
     sl_dev_ring *r;
     ASSERT_OK(sl_dev__ring_create(&r, be, depth));
     sl_dev__ring_set_stream(r, cons);
@@ -119,7 +119,7 @@ SL_TEST(device_ring__copy_reaches_device_memory) {
     sl_buffer *buf;
     sl_dev_slot *s = fill(r, 4096, 0x5a, &buf);
     ASSERT(sl_dev__slot_of(buf) == s);
-    ASSERT_OK(be->stream_sync(be, cons)); /* the consumer stream waited on the copy */
+    ASSERT_OK(be->ops->stream_sync(be, cons)); /* the consumer stream waited on the copy */
     ASSERT(all_equal(sl_buffer_data(buf), 4096, 0x5a));
     sl_buffer_release(buf);
     ring_done(r);
@@ -152,7 +152,7 @@ SL_TEST(device_ring__consumer_stream_waits_for_the_copy) {
     ASSERT_OK(sl_dev__host_stream_call(be, cons, check_on_consumer, &c));
     pthread_t t;
     ASSERT_EQ(pthread_create(&t, NULL, open_later, &g), 0);
-    ASSERT_OK(be->stream_sync(be, cons));
+    ASSERT_OK(be->ops->stream_sync(be, cons));
     pthread_join(t, NULL);
     ASSERT_EQ(c.gate_was_open, 1);
     ASSERT_EQ(c.data_ok, 1);
@@ -207,7 +207,7 @@ SL_TEST(device_ring__held_batches_released_out_of_order) {
         slot[i] = fill(r, 8192, (uint8_t)(10 + i), &buf[i]);
     /* Every slot is held: the ring grew past its depth instead of blocking. */
     ASSERT_EQ(sl_dev__ring_slots(r), N);
-    ASSERT_OK(be->stream_sync(be, cons));
+    ASSERT_OK(be->ops->stream_sync(be, cons));
     for (int i = 0; i < N; i++)
         ASSERT(all_equal(sl_buffer_data(buf[i]), 8192, (uint8_t)(10 + i)));
     static const int order[N] = {3, 0, 4, 2, 1};
@@ -218,7 +218,7 @@ SL_TEST(device_ring__held_batches_released_out_of_order) {
         sl_dev_slot *ns = fill(r, 8192, 0xee, &nb);
         for (int j = k + 1; j < N; j++)
             ASSERT(ns != slot[order[j]]);
-        ASSERT_OK(be->stream_sync(be, cons));
+        ASSERT_OK(be->ops->stream_sync(be, cons));
         for (int j = k + 1; j < N; j++)
             ASSERT(all_equal(sl_buffer_data(buf[order[j]]), 8192, (uint8_t)(10 + order[j])));
         sl_buffer_release(nb);
@@ -246,7 +246,7 @@ SL_TEST(device_ring__close_mid_copy) {
     double t0 = now_s();
     sl_dev__ring_close(r);
     ASSERT(now_s() - t0 < 2.0);
-    ASSERT_OK(be->stream_sync(be, cons)); /* the backend lives while a batch is held */
+    ASSERT_OK(be->ops->stream_sync(be, cons)); /* the backend lives while a batch is held */
     ASSERT(all_equal(sl_buffer_data(held), 1 << 20, 0x42));
     sl_buffer_release(held); /* the last reference frees the ring */
     cons_free();
@@ -291,7 +291,7 @@ SL_TEST(device_ring__normalize_matches_cpu_op) {
             ASSERT_OK(sl_dev__slot_submit(s, in, &n));
             sl_buffer *buf;
             ASSERT_OK(sl_dev__slot_handout(s, &buf));
-            ASSERT_OK(be->stream_sync(be, cons));
+            ASSERT_OK(be->ops->stream_sync(be, cons));
             sl_tensor src, ref;
             int64_t shp[3] = {H, W, C};
             sl_tensor_view(&src, h, SL_U8, 3, shp);
@@ -342,7 +342,7 @@ SL_TEST(device_ring__pinned_source_held_until_copied) {
     ASSERT_EQ(sl_buffer_refcount(src), 1u);
     sl_buffer_release(other);
     gate_open(&g);
-    ASSERT_OK(be->stream_sync(be, cons));
+    ASSERT_OK(be->ops->stream_sync(be, cons));
     ASSERT(all_equal(sl_buffer_data(out), 4096, 0x3c));
     sl_buffer_release(out);
     /* the copy has passed: the next acquire lets the buffer go to its pool,
@@ -467,11 +467,11 @@ SL_TEST(device_ring__host_stream_thread_refused) {
     ASSERT_OK(sl_dev__host_open(&be));
     void *s = NULL;
     sl__workers_fail_at(1);
-    int rc = be->stream_create(be, &s);
+    int rc = be->ops->stream_create(be, &s);
     sl__workers_fail_at(0);
     ASSERT_RC(rc, SL_ENOMEM);
     ASSERT_CONTAINS(sl_errmsg(), "host device: cannot start a hoststream thread");
-    ASSERT_OK(be->stream_create(be, &s));
-    be->stream_destroy(be, s);
+    ASSERT_OK(be->ops->stream_create(be, &s));
+    be->ops->stream_destroy(be, s);
     sl_dev__backend_release(be);
 }

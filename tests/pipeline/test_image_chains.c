@@ -42,6 +42,23 @@ static sl_spec *image_spec(const imageset *s, uint64_t seed) {
 
 static void add(sl_spec *spec, const char *json) { ASSERT_OK(sl_spec_add_op_json(spec, json)); }
 
+/* image_spec with the ops ops[0], ops[1], ... (a NULL ends them). */
+static sl_spec *chain_spec(const imageset *s, uint64_t seed, const char *const ops[]) {
+    sl_spec *spec = image_spec(s, seed);
+    for (int k = 0; ops[k]; k++)
+        add(spec, ops[k]);
+    return spec;
+}
+
+/* The pipeline of `spec`, its explain text in buf. */
+static sl_pipeline *create_explained(sl_spec *spec, char *buf, size_t cap) {
+    sl_pipeline *p;
+    size_t len;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    ASSERT_OK(sl_pipeline_explain(p, buf, cap, &len));
+    return p;
+}
+
 /* Run one epoch and return a digest of every batch's bytes. */
 static uint64_t run_digest(sl_spec *spec, int threads, int *nbatches) {
     ASSERT_OK(sl_spec_set_threads(spec, threads));
@@ -67,20 +84,17 @@ static uint64_t run_digest(sl_spec *spec, int threads, int *nbatches) {
 SL_TEST(pipeline_image_chains__train_chain_fused_and_deterministic) {
     imageset set;
     make_images(&set);
-    sl_spec *spec = image_spec(&set, 7);
-    add(spec, "{\"op\": \"decode\", \"column\": \"image\", \"mode\": \"rgb\"}");
-    add(spec, "{\"op\": \"random_resized_crop\", \"column\": \"image\", \"size\": 32, "
-              "\"scale\": [0.08, 1.0], \"ratio\": [0.75, 1.3333]}");
-    add(spec, "{\"op\": \"flip\", \"column\": \"image\", \"p\": 0.5}");
-    add(spec, "{\"op\": \"normalize\", \"column\": \"image\", \"mean\": [0.485, 0.456, 0.406], "
-              "\"std\": [0.229, 0.224, 0.225], \"layout\": \"chw\", \"dtype\": \"float32\"}");
-    add(spec, "{\"op\": \"one_hot\", \"column\": \"label\", \"classes\": 3}");
-    add(spec, "{\"op\": \"batch\", \"size\": 8}");
-    sl_pipeline *p;
-    ASSERT_OK(sl_pipeline_create(&p, spec));
+    sl_spec *spec = chain_spec(&set, 7, (const char *const[]){
+        "{\"op\": \"decode\", \"column\": \"image\", \"mode\": \"rgb\"}",
+        "{\"op\": \"random_resized_crop\", \"column\": \"image\", \"size\": 32, "
+        "\"scale\": [0.08, 1.0], \"ratio\": [0.75, 1.3333]}",
+        "{\"op\": \"flip\", \"column\": \"image\", \"p\": 0.5}",
+        "{\"op\": \"normalize\", \"column\": \"image\", \"mean\": [0.485, 0.456, 0.406], "
+        "\"std\": [0.229, 0.224, 0.225], \"layout\": \"chw\", \"dtype\": \"float32\"}",
+        "{\"op\": \"one_hot\", \"column\": \"label\", \"classes\": 3}",
+        "{\"op\": \"batch\", \"size\": 8}", NULL});
     char explain[8192];
-    size_t len;
-    ASSERT_OK(sl_pipeline_explain(p, explain, sizeof explain, &len));
+    sl_pipeline *p = create_explained(spec, explain, sizeof explain);
     ASSERT_CONTAINS(explain, "decode_random_resized_crop");
     ASSERT_CONTAINS(explain, "flip_normalize");
     /* every sample equals the unfused library calls with the same draws:
@@ -174,11 +188,7 @@ static sl_spec *select_spec(const imageset *set, int map_at, int one_hot) {
 }
 
 static void select_explain(sl_spec *spec, char *buf, size_t cap) {
-    sl_pipeline *p;
-    size_t len;
-    ASSERT_OK(sl_pipeline_create(&p, spec));
-    ASSERT_OK(sl_pipeline_explain(p, buf, cap, &len));
-    sl_pipeline_free(p);
+    sl_pipeline_free(create_explained(spec, buf, cap));
 }
 
 SL_TEST(pipeline_image_chains__select_pushed_down_same_batches) {
@@ -222,17 +232,14 @@ SL_TEST(pipeline_image_chains__select_pushed_down_same_batches) {
 SL_TEST(pipeline_image_chains__eval_chain_resize_center_crop) {
     imageset set;
     make_images(&set);
-    sl_spec *spec = image_spec(&set, 1);
-    add(spec, "{\"op\": \"decode\", \"column\": \"image\"}");
-    add(spec, "{\"op\": \"resize\", \"column\": \"image\", \"size\": 40}");
-    add(spec, "{\"op\": \"center_crop\", \"column\": \"image\", \"size\": 36}");
-    add(spec, "{\"op\": \"normalize\", \"column\": \"image\", \"layout\": \"hwc\", \"dtype\": \"uint8\"}");
-    add(spec, "{\"op\": \"batch\", \"size\": 4}");
-    sl_pipeline *p;
-    ASSERT_OK(sl_pipeline_create(&p, spec));
+    sl_spec *spec = chain_spec(&set, 1, (const char *const[]){
+        "{\"op\": \"decode\", \"column\": \"image\"}",
+        "{\"op\": \"resize\", \"column\": \"image\", \"size\": 40}",
+        "{\"op\": \"center_crop\", \"column\": \"image\", \"size\": 36}",
+        "{\"op\": \"normalize\", \"column\": \"image\", \"layout\": \"hwc\", \"dtype\": \"uint8\"}",
+        "{\"op\": \"batch\", \"size\": 4}", NULL});
     char explain[8192];
-    size_t len;
-    ASSERT_OK(sl_pipeline_explain(p, explain, sizeof explain, &len));
+    sl_pipeline *p = create_explained(spec, explain, sizeof explain);
     ASSERT_CONTAINS(explain, "decode_resize");
     ASSERT_CONTAINS(explain, "center_crop 36x36");
     sl_decoder *dec;
@@ -274,13 +281,13 @@ SL_TEST(pipeline_image_chains__eval_chain_resize_center_crop) {
 SL_TEST(pipeline_image_chains__gray_rotate_resize_cast) {
     imageset set;
     make_images(&set);
-    sl_spec *spec = image_spec(&set, 3);
-    add(spec, "{\"op\": \"decode\", \"mode\": \"gray\"}");
-    add(spec, "{\"op\": \"rotate\", \"degrees\": [-10, 10], \"fill\": 0}");
-    add(spec, "{\"op\": \"resize\", \"size\": [20, 30], \"interpolation\": \"area\"}");
-    add(spec, "{\"op\": \"cast\", \"column\": \"image\", \"dtype\": \"float32\"}");
-    add(spec, "{\"op\": \"cast\", \"column\": \"label\", \"dtype\": \"int32\"}");
-    add(spec, "{\"op\": \"batch\", \"size\": 6}");
+    sl_spec *spec = chain_spec(&set, 3, (const char *const[]){
+        "{\"op\": \"decode\", \"mode\": \"gray\"}",
+        "{\"op\": \"rotate\", \"degrees\": [-10, 10], \"fill\": 0}",
+        "{\"op\": \"resize\", \"size\": [20, 30], \"interpolation\": \"area\"}",
+        "{\"op\": \"cast\", \"column\": \"image\", \"dtype\": \"float32\"}",
+        "{\"op\": \"cast\", \"column\": \"label\", \"dtype\": \"int32\"}",
+        "{\"op\": \"batch\", \"size\": 6}", NULL});
     sl_pipeline *p;
     ASSERT_OK(sl_pipeline_create(&p, spec));
     sl_batch *b;
@@ -304,10 +311,9 @@ SL_TEST(pipeline_image_chains__damaged_image_policy) {
     make_images(&set);
     /* sample 5: cut in half */
     set.size[5] /= 2;
-    sl_spec *spec = image_spec(&set, 1);
-    add(spec, "{\"op\": \"decode\"}");
-    add(spec, "{\"op\": \"random_resized_crop\", \"size\": [16, 24]}");
-    add(spec, "{\"op\": \"batch\", \"size\": 4}");
+    sl_spec *spec = chain_spec(&set, 1, (const char *const[]){
+        "{\"op\": \"decode\"}", "{\"op\": \"random_resized_crop\", \"size\": [16, 24]}",
+        "{\"op\": \"batch\", \"size\": 4}", NULL});
     sl_pipeline *p;
     ASSERT_OK(sl_pipeline_create(&p, spec));
     sl_batch *b;
@@ -354,9 +360,8 @@ SL_TEST(pipeline_image_chains__bad_params_name_the_field) {
         {"{\"op\": \"one_hot\", \"classes\": 0}", "ops[1].classes"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        sl_spec *spec = image_spec(&set, 1);
-        add(spec, "{\"op\": \"decode\"}");
-        add(spec, cases[k].op);
+        sl_spec *spec =
+            chain_spec(&set, 1, (const char *const[]){"{\"op\": \"decode\"}", cases[k].op, NULL});
         sl_pipeline *p = NULL;
         int rc = sl_pipeline_create(&p, spec);
         if (rc != SL_EINVAL || !strstr(sl_errmsg(), cases[k].want))
