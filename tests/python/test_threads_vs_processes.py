@@ -100,7 +100,8 @@ def test_rows_keep_the_contract(tmp_path):
 
 def test_thread_peer_batches_are_the_works(tmp_path):
     """The thread peers hand out the work's batches: every sample of an epoch
-    once (pure_python's rows are a function of the file), batch by batch."""
+    once (pure_python's rows are a function of the file), in batches of the
+    batch size and one short one."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("tvp", BENCH)
     tvp = importlib.util.module_from_spec(spec)
@@ -114,7 +115,9 @@ def test_thread_peer_batches_are_the_works(tmp_path):
             continue
         epochs, threads, note = tvp.peers.thread_peer_epochs(name, ds, 5, 2, shuffle=True)
         batches = list(epochs(0))
-        assert [len(b[0]) for b in batches] == [5, 5, 2], (name, note)
+        # shuffled (train): torchdata.nodes maps batches with in_order=False, so the
+        # short last batch may come before a full one
+        assert sorted(len(b[0]) for b in batches) == [2, 5, 5], (name, note)
         got = sorted(tuple(row.tolist()) for b in batches for row in b[0])
         assert got == ref, name
         assert threads == 2

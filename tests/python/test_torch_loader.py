@@ -29,7 +29,7 @@ from torchvision.transforms import functional as TF  # noqa: E402
 import sluice  # noqa: E402
 import sluice.ops  # noqa: E402
 import sluice.torch as st  # noqa: E402
-from sluice import _torch_auto, _torch_compat, _torch_threads  # noqa: E402
+from sluice import _torch_auto, _torch_compat, _torch_dispatch, _torch_threads  # noqa: E402
 import torch.utils.data as tud  # noqa: E402
 
 KINDS = [("thread", 1), ("thread", 3), ("process", 2), ("auto", 2)]
@@ -423,6 +423,12 @@ def test_auto_predicted_verdict_needs_no_trial(monkeypatch, processes_predicted)
                         lambda batch: 0.0 if processes_predicted else 1e6)
     if processes_predicted:
         monkeypatch.setattr(_torch_auto, "MARGIN", -0.5)     # any share predicts a gain
+    started = []
+    if not processes_predicted:
+        def no_processes(*a, **k):
+            started.append(a)
+            raise RuntimeError("a worker process was started")
+        monkeypatch.setattr(_torch_dispatch, "ProcessPool", no_processes)
     torch.manual_seed(6)
     ref = list(tud.DataLoader(Plain(120), batch_size=2, shuffle=True))
     torch.manual_seed(6)
@@ -434,12 +440,13 @@ def test_auto_predicted_verdict_needs_no_trial(monkeypatch, processes_predicted)
     assert_batches(ours, ref)
     runs = [k for i, k in enumerate(seen) if i == 0 or seen[i - 1] != k]
     want = "process" if processes_predicted else "thread"
-    assert runs == (["thread", "process"] if processes_predicted else ["thread"]), (runs, dl.auto_probe)
+    assert runs == (["thread", "process"] if processes_predicted else ["thread"]), \
+        (runs, dl.auto_probe)
     probe = dl.auto_probe
     assert probe["choice"] == want and "predicted_gain" in probe, probe
     assert "process_batches_s" not in probe and "measuring" not in probe, probe
     if not processes_predicted:
-        assert not children()
+        assert not started and not children()
     del dl
     assert wait_gone(lambda: worker_threads() or children()) < 3
 
