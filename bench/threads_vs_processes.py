@@ -34,7 +34,12 @@ sluice-process (2), sluice-auto (2); the thread-based peers on pure_python,
 pillow and sluice_transforms: spdl (2 threads), torchdata (torchdata.nodes,
 2 threads) and grain (2 threads, and 16: Grain's default ReadOptions), each
 built as bench/peers/run.py builds it (thread_peer_epochs, which cites their
-docs); and for `native` sluice-native (engine threads 1, 2, 3). Batch
+docs); `ceiling` (2) on those works: no loader, the Dataset's __getitem__
+alone on one thread in the sampler's order, its CPU time (time.thread_time)
+per sample turned into the rate WORKERS cores would reach if nothing else
+ran (samples_per_s = min(WORKERS, cores) / CPU seconds a sample: the
+ceiling the Dataset's own cost sets; no collation, no transport); and for
+`native` sluice-native (engine threads 1, 2, 3). Batch
 --batch (32), shuffled, torch.set_num_threads(1) in every run (as torch's
 own workers do). A peer this interpreter does not import gets a row with
 null figures and its reason on stderr (bench/peers/setup.sh installs them
@@ -97,13 +102,13 @@ def loaders_for(work):
             [("sluice", "process", 2), ("sluice", "auto", 2)])
     if work in PEER_WORKS:
         runs += [("spdl", "thread", 2), ("torchdata", "thread", 2), ("grain", "thread", 2),
-                 ("grain", "thread", 16)]
+                 ("grain", "thread", 16), ("ceiling", "core", 2)]
     return runs
 
 
 def loader_name(loader, worker_type):
-    if loader == "torch":
-        return "torch-process"
+    if loader in ("torch", "ceiling"):
+        return "torch-process" if loader == "torch" else "ceiling"
     return f"sluice-{worker_type}" if loader == "sluice" else loader
 
 
@@ -288,9 +293,44 @@ def make_epochs(cfg):
     return epochs, chose
 
 
+def ceiling(cfg):
+    """The ceiling the Dataset's own CPU cost sets: __getitem__ alone on this
+    thread, in a shuffled order, epochs following one another; its CPU time
+    a sample, scaled to min(workers, cores) cores."""
+    import torch
+    with open(cfg["items_file"]) as f:
+        ds = DATASETS[cfg["work"]]([tuple(x) for x in json.load(f)])
+    g = torch.Generator()
+    g.manual_seed(0)
+
+    def samples():
+        while True:
+            yield from torch.randperm(len(ds), generator=g).tolist()
+    order = samples()
+    t0 = time.perf_counter()
+    ds[next(order)]
+    first_batch_s = time.perf_counter() - t0
+    t_warm = time.perf_counter() + max(1.0, cfg["seconds"] / 4)
+    while time.perf_counter() < t_warm:
+        ds[next(order)]
+    cores = min(cfg["workers"], len(os.sched_getaffinity(0)))
+    c0, t0, seen = time.thread_time(), time.perf_counter(), 0
+    while time.perf_counter() - t0 < cfg["seconds"]:
+        ds[next(order)]
+        seen += 1
+    cpu = time.thread_time() - c0
+    print(json.dumps({"samples": seen, "seconds": cpu / cores, "first_batch_s": first_batch_s,
+                      "gil": gil_enabled(), "python": python_tag(), "torch": torch.__version__,
+                      "chose": {"cpu_ms_per_sample": round(1e3 * cpu / max(1, seen), 3),
+                                "cores": cores}}), flush=True)
+    os._exit(0)
+
+
 def child(cfg):
     import torch
     torch.set_num_threads(1)
+    if cfg["loader"] == "ceiling":
+        ceiling(cfg)
     t0 = time.perf_counter()
     epochs, chose = make_epochs(cfg)
 
@@ -337,7 +377,7 @@ def run_all(a):
             runs.append((w, loader, kind, n))
     if not runs:
         raise SystemExit("--loaders left no run (names: torch-process, sluice-thread, "
-                         "sluice-process, sluice-auto, sluice-native, spdl, torchdata, grain; "
+                         "sluice-process, sluice-auto, sluice-native, spdl, torchdata, grain, ceiling; "
                          "NAME or NAME:WORKERS)")
     if any(r[0] == "native" for r in runs):
         folder = subset_folder(a.photos, items, a.cache)
@@ -387,6 +427,9 @@ def rounds(a, runs, items, folder, items_file):
             got[key].append(rec)
             chose = rec.get("chose") or {}
             extra = ""
+            if chose.get("cpu_ms_per_sample") is not None:
+                extra = (f", {chose['cpu_ms_per_sample']} ms of CPU a sample, "
+                         f"{chose['cores']} cores")
             if chose.get("used"):
                 extra = f", ran {chose['used']}"
                 if kind == "auto" and chose.get("auto_probe"):
@@ -480,10 +523,10 @@ def plot(rows, path):
     fig, axes = plt.subplots(1, len(works), figsize=(4.2 * len(works), 4.0), squeeze=False)
     colors = {"torch-process": "tab:blue", "sluice-thread": "tab:red", "sluice-process": "tab:green",
               "sluice-auto": "tab:purple", "sluice-native": "tab:orange", "spdl": "tab:brown",
-              "torchdata": "tab:olive", "grain": "tab:cyan"}
+              "torchdata": "tab:olive", "grain": "tab:cyan", "ceiling": "lightgray"}
     markers = {"torch-process": "o", "sluice-thread": "s", "sluice-process": "^",
                "sluice-auto": "D", "sluice-native": "*", "spdl": "v", "torchdata": "P",
-               "grain": "X"}
+               "grain": "X", "ceiling": "_"}
 
     def label_py(r):
         return f"{r['python']}" + (" GIL" if r["gil"] else " no GIL")

@@ -2,40 +2,77 @@
 
 On an interpreter whose GIL is off (free-threaded 3.13t/3.14t): threads, at
 once. With the GIL, for a map-style dataset, the first batches of the first
-epoch are measured, in two steps:
+epoch are measured on threads, and in most cases that settles it:
 
-1. On threads. Each task's thread CPU time and wall time are measured, less
-   the time the thread was runnable but waited for a core (other threads and
-   other processes on the machine: the scheduler's run-queue wait). What
-   remains besides CPU time is time asleep, which for a loading thread is
-   mostly time waiting for the GIL, so sum(cpu) / sum(wall - run-queue wait)
-   says how much of the work could run in parallel. Below THRESHOLD the
+1. Each task's thread CPU time and wall time are measured, less the time
+   the thread was runnable but waited for a core (other threads and other
+   processes on the machine: the scheduler's run-queue wait). What remains
+   besides CPU time is time asleep, which for a loading thread is mostly
+   time waiting for the GIL, so share = sum(cpu) / sum(wall - run-queue
+   wait) says how much of the work runs in parallel. Below THRESHOLD the
    loader drains the threads and continues on processes: the verdict.
-2. At or above THRESHOLD the share does not settle it: the GIL's hand-offs
-   cost more than the time a thread waits for it (torchvision's transforms
-   on Pillow images: share 0.88-0.94, yet processes ran 1.08-1.16x faster
-   on 3.11, issue 46). So the loader tries processes for as many batches,
-   and compares the rates at which batches arrived on each kind (batches a
-   second while the workers are busy: each worker's first batch after a
-   start, the batches after an epoch's sampler ran out and the time between
-   epochs are left out). Processes stay when they were more than MARGIN
-   faster; else the loader goes back to threads, which use less memory.
+2. At or above THRESHOLD the two kinds are compared in core time a batch:
+   on threads the batch's CPU time c over the share (the rest of a core's
+   time went waiting for the GIL); on processes c plus what their
+   transport adds — a process worker writes the batch into a new
+   shared-memory file and the main process maps it, timed here once on a
+   batch the threads loaded (transport_seconds). processes ÷ threads =
+   (c / share) / (c + t) - 1 is the gain processes are predicted to bring.
+   Above MARGIN + BAND: processes, at once; below MARGIN - BAND: threads,
+   which use less memory, and no worker process is ever started. Where the
+   prediction lies within BAND of MARGIN, or the transport could not be
+   timed, it is the timed trial's:
+3. The loader tries processes for as many batches, and compares the rates
+   at which batches arrived on each kind (batches a second while the
+   workers are busy: each worker's first batch after a start, the batches
+   after an epoch's sampler ran out and the time between epochs are left
+   out). Processes stay when they were more than MARGIN faster; else the
+   loader goes back to threads.
 
 An epoch too short for a step goes on measuring in the next ones, on the
 kind being measured. Each switch lets the running batches finish first, so
 the batches handed out do not change; persistent workers of the other kind
 are replaced when the next epoch starts. The verdict is kept for the
 loader's later epochs. docs/PYTHON.md, "Workers", gives the figures behind
-THRESHOLD and MARGIN.
+THRESHOLD, MARGIN and BAND.
 """
+import os
+import secrets
 import time
 
 from . import _torch_compat as compat
+from . import _torch_processes as processes
 from . import _torch_threads as threads
 
 THRESHOLD = 0.8
 PROBE_TASKS = 6   # per worker and kind, after each worker's first
 MARGIN = 0.03
+BAND = 0.15
+
+
+def transport_seconds(batch):
+    """CPU seconds the process transport adds to a batch like `batch`: the
+    worker's write of its tensors and arrays into a new shared-memory file
+    and the main process's mapping of it and rebuilding of the batch, the
+    calling thread's CPU time (page faults included) of the faster of two
+    rounds. None where it cannot be done."""
+    if isinstance(batch, threads.Staged):
+        batch = batch.batch
+    path = os.path.join(processes._shm_base(),
+                        f"sluice-torch-{os.getpid()}-probe-{secrets.token_hex(4)}")
+    best = None
+    for _ in range(2):
+        c0 = time.thread_time()
+        try:
+            desc, written = processes.batch_to_shm(batch, path)
+            out = processes.batch_from_shm(desc, written)
+        except Exception:
+            processes.unlink_quiet(path)
+            return None
+        del out
+        c1 = time.thread_time()
+        best = c1 - c0 if best is None else min(best, c1 - c0)
+    return best
 
 
 def worker_type_now(loader):
@@ -88,6 +125,8 @@ class Probe:
         self.rates = {}            # kind -> batches a second
         self.cpu_share = None
         self.thread_tasks = 0
+        self.sample = None         # a batch the threads loaded
+        self.model = {}            # the prediction's figures
         self._phase()
 
     def _phase(self):
@@ -101,8 +140,10 @@ class Probe:
             self.seen = {}
         self.run = None
 
-    def add(self, wid, cpu, wall, exhausted):
-        """An "ok" result of worker `wid` of the kind being measured."""
+    def add(self, wid, cpu, wall, exhausted, batch=None):
+        """An "ok" result of worker `wid` of the kind being measured (on
+        threads, its batch: the last one counted is kept for the transport's
+        timing)."""
         seen = self.seen
         seen[wid] = seen.get(wid, 0) + 1
         if seen[wid] == 1 or exhausted:
@@ -120,6 +161,8 @@ class Probe:
         self.counted += 1
         if self.kind == "thread" and wall > 0:
             self.share.append((cpu, wall))
+            if batch is not None:
+                self.sample = batch
 
     def _rate(self):
         batches = sum(n - 1 for _, _, n in self.runs if n >= 2)
@@ -140,6 +183,12 @@ class Probe:
             if self.cpu_share is None or self.cpu_share < THRESHOLD:
                 return self._verdict(loader, "process" if self.cpu_share is not None
                                      else "thread")
+            sample, self.sample = self.sample, None
+            gain = self.predict(sample)
+            if gain is not None and gain > MARGIN + BAND:
+                return self._verdict(loader, "process")
+            if gain is not None and gain < MARGIN - BAND:
+                return self._verdict(loader, "thread")
             # Try processes for as many batches.
             self.kind = "process"
             self._phase()
@@ -149,14 +198,31 @@ class Probe:
         faster = rt is not None and rp is not None and rp > rt * (1 + MARGIN)
         return self._verdict(loader, "process" if faster else "thread")
 
+    def predict(self, sample):
+        """The gain processes are predicted to bring over threads (0.1: 10 %
+        more batches a second), from the share, the threads' CPU time a
+        batch and the transport's time on `sample`; None without them."""
+        cpus = [c for c, _ in self.share]
+        if not cpus or not self.cpu_share or sample is None:
+            return None
+        t = transport_seconds(sample)
+        if t is None:
+            return None
+        c = sum(cpus) / len(cpus)
+        gain = (c / self.cpu_share) / max(1e-9, c + t) - 1
+        self.model = {"cpu_s_per_batch": round(c, 5), "transport_s_per_batch": round(t, 5),
+                      "predicted_gain": round(gain, 3), "band": BAND}
+        return gain
+
     def _figures(self, choice):
         probe = {"tasks": self.thread_tasks, "choice": choice, "threshold": THRESHOLD,
                  "cpu_share": self.cpu_share}
+        probe.update(self.model)
         for k, r in self.rates.items():
             probe[f"{k}_batches_s"] = None if r is None else round(r, 2)
         if choice is None:
             probe["measuring"] = self.kind
-        elif "process" in self.rates:
+        elif "process" in self.rates or self.model:
             probe["margin"] = MARGIN
         return probe
 

@@ -269,7 +269,7 @@ class Iter:
                 self._status[wid] = False
                 self._try_put()
             if self._probe is not None and kind == "ok" and not self._draining:
-                self._probe.add(wid, cpu, wall, self._exhausted)
+                self._probe.add(wid, cpu, wall, self._exhausted, payload)
 
     def _auto_step(self):
         loader = self._loader()

@@ -177,13 +177,19 @@ def thread_clock():
     """(CPU seconds, seconds spent runnable but waiting for a core) of the
     calling thread. The second comes from the scheduler's statistics
     (/proc/thread-self/schedstat) and is 0 where they are not available.
-    Waiting for the GIL is neither: the thread sleeps."""
+    Waiting for the GIL is neither: the thread sleeps. The CPU time is the
+    thread's clock (CLOCK_THREAD_CPUTIME_ID), not schedstat's first field:
+    that one is brought up to date only at scheduler events, so read by the
+    running thread it lags by up to a tick (a task of 1 ms read 0); the
+    wait is complete when read by the running thread (it is added as the
+    thread is scheduled in)."""
+    cpu = time.thread_time()
     try:
         with open("/proc/thread-self/schedstat", "rb") as f:
-            cpu_ns, wait_ns = f.read().split()[:2]
-        return int(cpu_ns) * 1e-9, int(wait_ns) * 1e-9
-    except (OSError, ValueError):
-        return time.thread_time(), 0.0
+            wait_ns = f.read().split()[1]
+        return cpu, int(wait_ns) * 1e-9
+    except (OSError, ValueError, IndexError):
+        return cpu, 0.0
 
 
 def serve(cfg, wid, kind, recv, send, stop, finish):

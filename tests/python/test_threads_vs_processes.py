@@ -8,6 +8,7 @@ native run."""
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -74,7 +75,7 @@ def test_rows_keep_the_contract(tmp_path):
                      [("sluice", "process", 2), ("sluice", "auto", 2)])
             if w in ("pure_python", "pillow", "sluice_transforms"):
                 want += [("spdl", "thread", 2), ("torchdata", "thread", 2),
-                         ("grain", "thread", 2), ("grain", "thread", 16)]
+                         ("grain", "thread", 2), ("grain", "thread", 16), ("ceiling", "core", 2)]
     assert [(x["loader"], x["worker_type"], x["workers"]) for x in rows] == want
     for x in rows:
         assert list(x) == KEYS, x
@@ -92,6 +93,9 @@ def test_rows_keep_the_contract(tmp_path):
         assert x["peak_rss_mb"] > 50 and 0 < x["first_batch_s"] < 300, x
     # round lines on stderr: what auto chose
     assert "sluice-auto(2)" in r.stderr and "ran " in r.stderr
+    # the ceiling's round lines: the Dataset's CPU time a sample, the cores it is scaled to
+    assert re.search(r"pure_python ceiling\(2\): [0-9.]+ samples/s, .* [0-9.]+ ms of CPU a "
+                     r"sample, [12] cores", r.stderr), r.stderr[-2000:]
 
 
 def test_thread_peer_batches_are_the_works(tmp_path):

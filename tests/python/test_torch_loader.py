@@ -29,7 +29,7 @@ from torchvision.transforms import functional as TF  # noqa: E402
 import sluice  # noqa: E402
 import sluice.ops  # noqa: E402
 import sluice.torch as st  # noqa: E402
-from sluice import _torch_auto, _torch_compat, _torch_threads  # noqa: E402
+from sluice import _torch_auto, _torch_compat, _torch_dispatch, _torch_threads  # noqa: E402
 import torch.utils.data as tud  # noqa: E402
 
 KINDS = [("thread", 1), ("thread", 3), ("process", 2), ("auto", 2)]
@@ -252,8 +252,9 @@ def test_auto_switches_to_processes_mid_epoch(monkeypatch):
 
 @pytest.mark.parametrize("processes_win", [True, False])
 def test_auto_tries_processes_and_keeps_the_faster(monkeypatch, processes_win):
-    """With the GIL and a CPU share at or above the threshold, "auto" tries
-    processes for as many batches as it measured on threads and keeps the
+    """With the GIL, a CPU share at or above the threshold and a prediction
+    within the band (forced here), "auto" tries processes for as many
+    batches as it measured on threads and keeps the
     kind whose batches arrived faster (the margin forced here: processes
     always win, or never). Two switches mid-epoch, and the batches are still
     torch's; the verdict holds for the next epoch."""
@@ -261,6 +262,7 @@ def test_auto_tries_processes_and_keeps_the_faster(monkeypatch, processes_win):
         monkeypatch.setattr(_torch_threads, "gil_enabled", lambda: True)
     monkeypatch.setattr(_torch_auto, "THRESHOLD", 0.0)
     monkeypatch.setattr(_torch_auto, "MARGIN", -1.0 if processes_win else 1e9)
+    monkeypatch.setattr(_torch_auto, "BAND", 1e10)       # the prediction never settles it
     torch.manual_seed(5)
     ref = [list(tud.DataLoader(Plain(160), batch_size=2, shuffle=True)) for _ in range(2)]
     torch.manual_seed(5)
@@ -345,6 +347,110 @@ def test_auto_probe_rates_decide(monkeypatch):
     assert "process_batches_s" not in loader.auto_probe
 
 
+def test_auto_predicts_from_share_and_transport(monkeypatch):
+    """At or above the threshold the threads' figures predict the gain of
+    processes — (cpu / share) / (cpu + transport) - 1 — and a prediction
+    clear of MARGIN by more than BAND settles it without the timed trial;
+    one within the band, or a transport that could not be timed, goes to
+    the trial."""
+    clock = [0.0]
+    monkeypatch.setattr(_torch_auto.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(_torch_auto, "THRESHOLD", 0.0)
+    transport = [0.0]
+    monkeypatch.setattr(_torch_auto, "transport_seconds", lambda batch: transport[0])
+    margin, band = _torch_auto.MARGIN, _torch_auto.BAND
+
+    def probe(cpu, share, t, batch="a batch"):
+        transport[0] = t
+        loader = _AutoLoader()
+        p = _torch_auto.Probe(2)
+        for k in range(14):
+            clock[0] += 0.1
+            p.add(k % 2, cpu, cpu / share, False, batch)
+        return loader, p.step(loader)
+
+    # no transport cost, a share that predicts processes 10 points past the
+    # band: processes, at once
+    gain = margin + band + 0.1
+    loader, into = probe(0.09, 1 / (1 + gain), 0.0)
+    assert into == "process" and loader._sl_auto_choice == "process", loader.auto_probe
+    assert not loader._sl_auto_pending and "measuring" not in loader.auto_probe
+    assert loader.auto_probe["predicted_gain"] == pytest.approx(gain, abs=1e-3)
+    assert loader.auto_probe["cpu_s_per_batch"] == pytest.approx(0.09)
+    assert loader.auto_probe["band"] == band and loader.auto_probe["margin"] == margin
+    assert "process_batches_s" not in loader.auto_probe
+    # share 0.95, a transport that predicts processes 10 points below the
+    # band: threads, at once
+    gain = margin - band - 0.1
+    t = (0.02 / 0.95) / (1 + gain) - 0.02
+    loader, into = probe(0.02, 0.95, t)
+    assert into is None and loader._sl_auto_choice == "thread", loader.auto_probe
+    assert loader.auto_probe["predicted_gain"] == pytest.approx(gain, abs=1e-3)
+    assert loader.auto_probe["transport_s_per_batch"] == pytest.approx(t, abs=1e-5)
+    # a prediction within BAND of MARGIN, either side: the trial
+    for gain in (margin - band * 0.9, margin + band * 0.9):
+        loader, into = probe(0.09, 1 / (1 + gain), 0.0)
+        assert into == "process" and loader._sl_auto_pending, loader.auto_probe
+        assert loader.auto_probe["measuring"] == "process"
+    # no batch kept (or a transport that could not be timed): the trial
+    loader, into = probe(0.09, 0.5, 0.0, batch=None)
+    assert into == "process" and loader.auto_probe["measuring"] == "process"
+    assert "predicted_gain" not in loader.auto_probe
+    loader, into = probe(0.09, 0.5, None)
+    assert into == "process" and loader.auto_probe["measuring"] == "process"
+
+
+def test_auto_transport_timed_on_a_real_batch():
+    """transport_seconds writes a batch into a shared-memory file and maps it
+    back, as the process transport does: a CPU time, and no file left."""
+    batch = {"x": torch.rand(32, 3, 64, 64), "y": [torch.arange(32)], "n": np.zeros(9)}
+    t = _torch_auto.transport_seconds(batch)
+    assert t is not None and 0 < t < 5, t
+    assert not shm_files()
+    assert _torch_auto.transport_seconds({"plain": "python"}) is not None
+    assert _torch_auto.transport_seconds(_torch_threads.Staged(batch)) > 0
+
+
+@pytest.mark.parametrize("processes_predicted", [True, False])
+def test_auto_predicted_verdict_needs_no_trial(monkeypatch, processes_predicted):
+    """A clear prediction is the verdict: predicted threads never start a
+    worker process; predicted processes switch once. The batches are
+    torch's either way."""
+    if not _torch_threads.gil_enabled():
+        monkeypatch.setattr(_torch_threads, "gil_enabled", lambda: True)
+    monkeypatch.setattr(_torch_auto, "THRESHOLD", 0.0)
+    monkeypatch.setattr(_torch_auto, "transport_seconds",
+                        lambda batch: 0.0 if processes_predicted else 1e6)
+    if processes_predicted:
+        monkeypatch.setattr(_torch_auto, "MARGIN", -0.5)     # any share predicts a gain
+    started = []
+    if not processes_predicted:
+        def no_processes(*a, **k):
+            started.append(a)
+            raise RuntimeError("a worker process was started")
+        monkeypatch.setattr(_torch_dispatch, "ProcessPool", no_processes)
+    torch.manual_seed(6)
+    ref = list(tud.DataLoader(Plain(120), batch_size=2, shuffle=True))
+    torch.manual_seed(6)
+    dl = st.DataLoader(Plain(120), batch_size=2, shuffle=True, num_workers=2)
+    seen, ours = [], []
+    for b in dl:
+        seen.append(dl.worker_type_used)
+        ours.append(b)
+    assert_batches(ours, ref)
+    runs = [k for i, k in enumerate(seen) if i == 0 or seen[i - 1] != k]
+    want = "process" if processes_predicted else "thread"
+    assert runs == (["thread", "process"] if processes_predicted else ["thread"]), \
+        (runs, dl.auto_probe)
+    probe = dl.auto_probe
+    assert probe["choice"] == want and "predicted_gain" in probe, probe
+    assert "process_batches_s" not in probe and "measuring" not in probe, probe
+    if not processes_predicted:
+        assert not started and not children()
+    del dl
+    assert wait_gone(lambda: worker_threads() or children()) < 3
+
+
 def test_auto_verdict_at_an_epoch_end_holds_for_persistent_workers(monkeypatch):
     """An epoch too short for the trial: the measurement goes on in the next
     epochs (on the kind being measured), and the verdict, whenever it comes,
@@ -353,6 +459,7 @@ def test_auto_verdict_at_an_epoch_end_holds_for_persistent_workers(monkeypatch):
         monkeypatch.setattr(_torch_threads, "gil_enabled", lambda: True)
     monkeypatch.setattr(_torch_auto, "THRESHOLD", 0.0)
     monkeypatch.setattr(_torch_auto, "MARGIN", 1e9)      # threads win
+    monkeypatch.setattr(_torch_auto, "BAND", 1e10)       # after the timed trial
     torch.manual_seed(9)
     ref = tud.DataLoader(Plain(24), batch_size=2, shuffle=True, num_workers=2,
                          persistent_workers=True)
