@@ -20,7 +20,11 @@ static void help(FILE *f) {
                "              default, layer, doc} per setting\n"
                "  -h, --help  show this help\n"
                "\n"
-               "exit status: 0 printed, 1 the spec cannot be read, 2 usage error\n"
+               "A value a setting does not take is an error: every other command stops\n"
+               "with it before it starts, and this one prints the table, then the error.\n"
+               "\n"
+               "exit status: 0 printed, 1 the spec cannot be read, 2 usage error or a bad\n"
+               "setting\n"
                "\n"
                "example:\n"
                "  sluice env\n"
@@ -122,5 +126,9 @@ int cmd_env(int argc, char **argv) {
     }
     if (json)
         cli_json_out(arr);
+    if (sl_settings_check() != SL_OK) { /* shown above; every other command stops here */
+        fprintf(stderr, "sluice env: %s\n", sl_errmsg());
+        return 2;
+    }
     return 0;
 }

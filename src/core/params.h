@@ -106,6 +106,20 @@ int sl_param_read(const sl_param_table *t, const sl_param *p, const struct cJSON
 /* The same for a value already looked up (`v` NULL: the key is absent). */
 int sl_param_value(const sl_param_table *t, const sl_param *p, const struct cJSON *v,
                    const char *field, void *dst);
+/* The same for a value written as text (an environment variable): INT,
+ * INT64, UINT64 (decimal), BYTES ("512M"), ENUM (one of `names`) and STRING
+ * entries. A bad value is `KEY: must be ... (got "TEXT")`, the message a bad
+ * JSON value gets; with `t` NULL it is only SL_EINVAL, no message set. */
+int sl_param_text(const sl_param_table *t, const sl_param *p, const char *text,
+                  const char *field, void *dst);
+/* The message of every bad value: "KEY: must be EXPECTED" (the allowed
+ * values in words), then " (got GOT)" unless `got` is NULL; returns the
+ * table's code. */
+int sl_param_must(const sl_param_table *t, const sl_param *p, const char *field,
+                  const char *got);
+/* The allowed values in words ("a whole number from 1 to 100"): the text
+ * after "must be", in buf or the entry's own `expect`. */
+const char *sl_param_expected(const sl_param *p, char *buf, size_t cap);
 /* The entry for `key` (fragments included), or NULL. */
 const sl_param *sl_params_find(const sl_param_table *t, const char *key);
 /* The table's listed keys, closest to `want` first, as "a, b, c" in buf. */

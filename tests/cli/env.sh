@@ -64,6 +64,35 @@ assert c["value"] == "123" and c["source"] == "spec", c
 ' "$OUT" || fail "values from the environment and the spec are not said so"
 SLUICE_HTTP_TRIES=9 run 0 "$SLUICE" env
 has "$OUT" "SLUICE_HTTP_TRIES            9            environment"
+# a bad value of each kind stops every command before it starts, with the
+# message a bad spec parameter gets; `sluice env` prints the table, then it
+INT="a whole number from 1 to 100"
+BYTES='a whole number of bytes >= 0 or a string such as "512M" (K, M, G, T)'
+MODE="an octal folder mode that gives its owner rwx (0700 to 02777)"
+while IFS='|' read -r var value says; do
+    run 2 env "$var=$value" "$SLUICE" info "$T/missing.slr"
+    has "$ERR" "sluice info: $var: must be $says"
+    has "$ERR" "(got \"$value\")"
+    one_line "$ERR"
+    run 2 env "$var=$value" "$SLUICE" run "$T/spec.json" --digest
+    has "$ERR" "sluice run: $var: must be $says"
+    run 2 env "$var=$value" "$SLUICE" env --json
+    has "$ERR" "sluice env: $var: must be $says"
+    "$PY" -c 'import json,sys; json.load(open(sys.argv[1]))' "$OUT" || fail "env --json with a bad $var: not the table"
+done <<EOF2
+SLUICE_HTTP_TRIES|abc|$INT
+SLUICE_HTTP_TRIES|0|$INT
+SLUICE_CPUS|-2|a whole number from 1 to 1000000
+SLUICE_CACHE_BYTES|12Q|$BYTES
+SLUICE_CACHE_MODE|0600|$MODE
+SLUICE_LOG|loud|"error", "warn", "info" or "debug"
+SLUICE_SIMD|neon|"scalar", "sse4.1", "avx2" or "avx512"
+SLUICE_INTEGRITY|yes|"strict"
+EOF2
+# empty is unset; a good value of each kind passes
+SLUICE_HTTP_TRIES= SLUICE_CACHE_BYTES=20G SLUICE_CACHE_MODE=0750 SLUICE_LOG=error SLUICE_SIMD=scalar \
+    SLUICE_INTEGRITY=strict SLUICE_CPUS=2 run 0 "$SLUICE" env
+
 run 1 "$SLUICE" env "$T/missing.json"
 has "$ERR" "missing.json: cannot open it"
 run 2 "$SLUICE" env --bogus
