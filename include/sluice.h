@@ -1681,6 +1681,20 @@ SL_API int sl_settings_check(void);
  *  through the table: NULL when it is unset or empty, or not a setting of
  *  the table. Any thread. Since 0.1 */
 SL_API const char *sl_setting_value(const char *name);
+/** How many parameters a pipeline spec has in sl_spec_param_get's list.
+ *  Any thread. Since 0.1 */
+SL_API int sl_spec_param_count(void);
+/** Parameter `i` of a pipeline spec (`sluice env`, docs/CLI.md's "Spec
+ *  parameters"), from the tables that check a spec (its top level, the
+ *  source's pipeline keys, source.shuffle, source.shard, device, and what
+ *  every op takes): `name` is the key's path ("epochs",
+ *  "source.shuffle.window", "ops[].parallel"), `type`, `range` and
+ *  `default_value` as a bad value's message and the spec write them
+ *  ("required", or "unset" where the doc says what then), `value` NULL.
+ *  `name`, `range` and `default_value` are valid in this thread until its
+ *  next call; the others are static.
+ *  @return SL_OK, SL_EINVAL (i out of range). Any thread. Since 0.1 */
+SL_API int sl_spec_param_get(int i, sl_setting_info *out);
 
 /* ==========================================================================
  * Device

@@ -516,11 +516,31 @@ void sl_params_defaults(const sl_param_table *t, void *out) {
 
 /* ---- documentation --------------------------------------------------------------- */
 
-static const char *type_name(sl_param_type type) {
+const char *sl_param_type_name(const sl_param *p) {
     static const char *const names[] = {"bool",   "int",    "int",    "uint64",
                                         "number", "bytes",  "string", "enum",
                                         "list",   "object", "any",    "include"};
-    return names[type];
+    return names[p->type];
+}
+
+const char *sl_param_default(const sl_param *p, char *buf, size_t cap) {
+    buf[0] = '\0';
+    if (p->flags & (SL_PARAM_REQUIRED | SL_PARAM_UNSET))
+        return buf;
+    if (p->type == SL_PARAM_STRING && p->def_str)
+        snprintf(buf, cap, "\"%s\"", p->def_str);
+    else if (p->type == SL_PARAM_ENUM && p->names)
+        snprintf(buf, cap, "\"%s\"", p->names[(int)p->def]);
+    else if (p->type == SL_PARAM_BOOL)
+        snprintf(buf, cap, "%s", p->def < 0 ? "\"auto\"" : p->def ? "true" : "false");
+    else if (p->type <= SL_PARAM_BYTES) {
+        /* a default outside the range means "not set": the doc says what then */
+        if (p->def < 0 && p->flags & SL_PARAM_OR_AUTO)
+            snprintf(buf, cap, "\"auto\"");
+        else if (!(has_min(p) && p->def < p->min) && !(has_max(p) && p->def > p->max))
+            snprintf(buf, cap, "%.15g", p->def);
+    }
+    return buf;
 }
 
 static int doc_visit(const sl_param *p, size_t off, void *ctx) {
@@ -528,27 +548,39 @@ static int doc_visit(const sl_param *p, size_t off, void *ctx) {
     sl_text *d = ctx;
     if (p->flags & SL_PARAM_HIDDEN)
         return 0;
-    char range[256];
-    sl__text_add(d, "  %-18s %s", p->key, type_name(p->type));
+    char range[256], def[128];
+    sl__text_add(d, "  %-18s %s", p->key, sl_param_type_name(p));
     if (p->flags & SL_PARAM_REQUIRED)
         sl__text_add(d, ", required");
-    else if (p->type == SL_PARAM_STRING && p->def_str)
-        sl__text_add(d, ", default \"%s\"", p->def_str);
-    else if (p->type == SL_PARAM_ENUM && p->names)
-        sl__text_add(d, ", default \"%s\"", p->names[(int)p->def]);
-    else if (p->type == SL_PARAM_BOOL)
-        sl__text_add(d, ", default %s", p->def < 0 ? "\"auto\"" : p->def ? "true" : "false");
-    else if (p->type <= SL_PARAM_BYTES) {
-        /* a default outside the range means "not set": the doc says what then */
-        if (p->def < 0 && p->flags & SL_PARAM_OR_AUTO)
-            sl__text_add(d, ", default \"auto\"");
-        else if (!(has_min(p) && p->def < p->min) && !(has_max(p) && p->def > p->max))
-            sl__text_add(d, ", default %.15g", p->def);
-    }
+    else if (*sl_param_default(p, def, sizeof def))
+        sl__text_add(d, ", default %s", def);
     if (p->type != SL_PARAM_ANY && p->type != SL_PARAM_OBJECT)
         sl__text_add(d, ": %s", expected(p, range, sizeof range));
     sl__text_add(d, "%s%s\n", p->doc ? ". " : "", p->doc ? p->doc : "");
     return 0;
+}
+
+typedef struct {
+    int want, n;
+    const sl_param *found;
+} nth_ctx;
+
+static int nth_visit(const sl_param *p, size_t off, void *ctx) {
+    (void)off;
+    nth_ctx *c = ctx;
+    if (p->flags & SL_PARAM_HIDDEN)
+        return 0;
+    if (c->n++ == c->want)
+        c->found = p;
+    return 0;
+}
+
+int sl_params_nth(const sl_param_table *t, int i, const sl_param **out) {
+    nth_ctx c = {i, 0, NULL};
+    walk(t->params, 0, nth_visit, &c);
+    if (out)
+        *out = c.found;
+    return c.n;
 }
 
 size_t sl_params_doc(const sl_param_table *t, char *buf, size_t cap) {
