@@ -161,35 +161,29 @@ int cmd_env(int argc, char **argv) {
         return 1;
     char from_spec[256];
     cJSON *arr = json ? cJSON_CreateArray() : NULL;
-    if (!json)
-        printf("%-28s %-12s %-11s %s\n", "SETTING", "VALUE", "FROM", "WHAT");
-    int n = sl_setting_count();
-    for (int i = 0; i < n; i++) {
-        sl_setting_info s;
-        if (sl_setting_get(i, &s) != SL_OK) {
-            cJSON_Delete(spec);
-            cJSON_Delete(arr);
-            return cli_fail("env");
+    /* the settings, then the spec's parameters: one row each */
+    static const char *const heads[] = {"SETTING", "SPEC PARAMETER"};
+    for (int pass = 0; pass < 2; pass++) {
+        if (!json)
+            printf("%s%-28s %-12s %-11s %s\n", pass ? "\n" : "", heads[pass], "VALUE", "FROM",
+                   "WHAT");
+        int n = pass ? sl_spec_param_count() : sl_setting_count();
+        for (int i = 0; i < n; i++) {
+            sl_setting_info s;
+            if ((pass ? sl_spec_param_get(i, &s) : sl_setting_get(i, &s)) != SL_OK) {
+                cJSON_Delete(spec);
+                cJSON_Delete(arr);
+                return cli_fail("env");
+            }
+            /* a spec's cache_bytes wins over SLUICE_CACHE_BYTES */
+            const char *key = pass ? s.name : !strcmp(s.name, "SLUICE_CACHE_BYTES") ? "cache_bytes"
+                                                                                     : NULL;
+            const char *value = s.value ? s.value : s.default_value;
+            const char *source = s.value ? "environment" : "default";
+            if (key && spec_value(spec, key, from_spec, sizeof from_spec))
+                value = from_spec, source = "spec";
+            row(arr, pass ? "spec" : "setting", &s, value, source);
         }
-        const char *value = s.value ? s.value : s.default_value;
-        const char *source = s.value ? "environment" : "default";
-        if (!strcmp(s.name, "SLUICE_CACHE_BYTES") &&
-            spec_value(spec, "cache_bytes", from_spec, sizeof from_spec))
-            value = from_spec, source = "spec";
-        row(arr, "setting", &s, value, source);
-    }
-    if (!json)
-        printf("\n%-28s %-12s %-11s %s\n", "SPEC PARAMETER", "VALUE", "FROM", "WHAT");
-    n = sl_spec_param_count();
-    for (int i = 0; i < n; i++) {
-        sl_setting_info s;
-        if (sl_spec_param_get(i, &s) != SL_OK) {
-            cJSON_Delete(spec);
-            cJSON_Delete(arr);
-            return cli_fail("env");
-        }
-        int given = spec_value(spec, s.name, from_spec, sizeof from_spec);
-        row(arr, "spec", &s, given ? from_spec : s.default_value, given ? "spec" : "default");
     }
     cJSON_Delete(spec);
     if (json)
