@@ -1652,8 +1652,9 @@ SL_API int sl_pipeline_trace_json(const sl_pipeline *p, char *buf, size_t cap, s
  * ========================================================================== */
 
 /** One SLUICE_* environment variable sluice reads (`sluice env`), from the
- *  library's one table of them. Strings are static, but `value`, which
- *  points into the environment: valid until it is changed. */
+ *  library's one table of them. Strings are static, but `range`, valid in
+ *  this thread until the next sl_setting_get of the same setting, and
+ *  `value`, which points into the environment: valid until it is changed. */
 typedef struct sl_setting_info {
     const char *name;          /**< "SLUICE_HTTP_TRIES" */
     const char *type;          /**< int, bytes, mode, choice, path or flag */
@@ -1670,6 +1671,30 @@ SL_API int sl_setting_count(void);
  *  order (by name). @return SL_OK, SL_EINVAL (i out of range). Any thread.
  *  Since 0.1 */
 SL_API int sl_setting_get(int i, sl_setting_info *out);
+/** Check every SLUICE_* variable that is set against its row of the table.
+ *  A bad value fails with the message a bad spec parameter gets:
+ *  `SLUICE_HTTP_TRIES: must be a whole number from 1 to 100 (got "abc")`.
+ *  Building a pipeline, a source or a reader, and opening a remote object,
+ *  check first. @return SL_OK, SL_EINVAL. Any thread. Since 0.1 */
+SL_API int sl_settings_check(void);
+/** The environment's value of the setting `name` ("SLUICE_LOG"), read
+ *  through the table: NULL when it is unset or empty, or not a setting of
+ *  the table. Any thread. Since 0.1 */
+SL_API const char *sl_setting_value(const char *name);
+/** How many parameters a pipeline spec has in sl_spec_param_get's list.
+ *  Any thread. Since 0.1 */
+SL_API int sl_spec_param_count(void);
+/** Parameter `i` of a pipeline spec (`sluice env`, docs/CLI.md's "Spec
+ *  parameters"), from the tables that check a spec (its top level, the
+ *  source's pipeline keys, source.shuffle, source.shard, device, and what
+ *  every op takes): `name` is the key's path ("epochs",
+ *  "source.shuffle.window", "ops[].parallel"), `type`, `range` and
+ *  `default_value` as a bad value's message and the spec write them
+ *  ("required", or "unset" where the doc says what then), `value` NULL.
+ *  `name`, `range` and `default_value` are valid in this thread until its
+ *  next call; the others are static.
+ *  @return SL_OK, SL_EINVAL (i out of range). Any thread. Since 0.1 */
+SL_API int sl_spec_param_get(int i, sl_setting_info *out);
 
 /* ==========================================================================
  * Device

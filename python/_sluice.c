@@ -258,7 +258,64 @@ static PyObject *py_check_spec(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* One row of sluice's tables as a dict (None for a value not set). */
+static PyObject *setting_dict(const sl_setting_info *s, const char *kind) {
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+    const char *keys[] = {"name", "kind", "type", "range", "default", "layer", "doc"};
+    const char *vals[] = {s->name, kind, s->type, s->range, s->default_value, s->layer, s->doc};
+    for (int i = 0; i < 7; i++) {
+        PyObject *v = PyUnicode_FromString(vals[i]);
+        if (!v || PyDict_SetItemString(d, keys[i], v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    PyObject *v = s->value ? PyUnicode_FromString(s->value) : Py_NewRef(Py_None);
+    if (!v || PyDict_SetItemString(d, "value", v) < 0) {
+        Py_XDECREF(v);
+        Py_DECREF(d);
+        return NULL;
+    }
+    Py_DECREF(v);
+    return d;
+}
+
+/* _sluice.settings(): every SLUICE_* setting (kind "setting", its value from
+ * the environment or None) and every spec parameter (kind "spec"), from the
+ * library's tables (sl_setting_get, sl_spec_param_get): what `sluice env
+ * --json` prints, for Python's defaults and checks to come from. */
+static PyObject *py_settings(PyObject *self, PyObject *unused) {
+    PyObject *out = PyList_New(0);
+    if (!out)
+        return NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        int n = pass ? sl_spec_param_count() : sl_setting_count();
+        for (int i = 0; i < n; i++) {
+            sl_setting_info s;
+            int rc = pass ? sl_spec_param_get(i, &s) : sl_setting_get(i, &s);
+            if (rc < 0) {
+                Py_DECREF(out);
+                return py_sl_raise(rc);
+            }
+            PyObject *d = setting_dict(&s, pass ? "spec" : "setting");
+            if (!d || PyList_Append(out, d) < 0) {
+                Py_XDECREF(d);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(d);
+        }
+    }
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
+    {"settings", py_settings, METH_NOARGS,
+     "settings() -> [dict]: every SLUICE_* setting and spec parameter (sluice env --json)."},
     {"spec_resolve_paths", py_spec_resolve_paths, METH_VARARGS,
      "spec_resolve_paths(json, spec_path) -> json with relative input paths resolved"},
     {"check_op", py_check_op, METH_VARARGS,

@@ -155,7 +155,7 @@ void cli_progress_start(cli_progress *p, const char *label, uint64_t total) {
     p->label = label;
     p->total = total;
     p->t0_ns = p->last_ns = cli_now_ns();
-    p->enabled = isatty(2) && !getenv("SLUICE_NO_PROGRESS");
+    p->enabled = isatty(2) && !sl_setting_value("SLUICE_NO_PROGRESS");
 }
 
 void cli_progress_update(cli_progress *p, uint64_t done, uint64_t bytes) {
@@ -193,9 +193,17 @@ int main(int argc, char **argv) {
         printf("sluice %s\n", sl_version_string());
         return 0;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name))
-            return commands[i].fn(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(argv[1], commands[i].name) != 0)
+            continue;
+        /* a bad SLUICE_* value stops every command before it starts but
+         * `sluice env`, which shows them all and then says what is wrong */
+        if (commands[i].fn != cmd_env && sl_settings_check() != SL_OK) {
+            fprintf(stderr, "sluice %s: %s\n", commands[i].name, sl_errmsg());
+            return 2;
+        }
+        return commands[i].fn(argc - 1, argv + 1);
+    }
     fprintf(stderr, "sluice: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

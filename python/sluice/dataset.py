@@ -73,6 +73,47 @@ def _numbers(value, arg):
     return out
 
 
+_PY_TYPES = {"int": (int, "an int"), "uint64": (int, "an int"), "number": ((int, float), "a number"),
+             "bytes": ((int, str), "an int or a string such as '512M'"), "enum": (str, "a str"),
+             "bool": (bool, "a bool")}
+_spec_types = None
+
+
+def _check_type(name, value):
+    """TypeError for a Python value of the wrong kind for the spec parameter
+    ``name``, its kind read from the engine's table."""
+    global _spec_types
+    if _spec_types is None:
+        _spec_types = {r["name"]: r for r in _sluice.settings() if r["kind"] == "spec"}
+    row = _spec_types.get(name)
+    if row is None or row["type"] not in _PY_TYPES:
+        return
+    if isinstance(value, str) and value == "auto" and '"auto"' in row["range"]:
+        return
+    want, words = _PY_TYPES[row["type"]]
+    if not isinstance(value, want) or (isinstance(value, bool) and row["type"] != "bool"):
+        raise TypeError(f"{name}: expected {words}, got {type(value).__name__}")
+
+
+def _engine_check(source=None, **top):
+    """The engine's own check of spec parameters: the tables `sluice env`
+    lists (``_sluice.settings()``), so a bad value raises its message and
+    :class:`sluice.InvalidError` (a ValueError), as from a spec file, and no
+    range or default is repeated here (a value of the wrong Python type:
+    TypeError, its kind also from the table)."""
+    for k, v in top.items():
+        _check_type(k, v)
+    for k, v in (source or {}).items():
+        if isinstance(v, dict):
+            for kk, vv in v.items():
+                _check_type(f"source.{k}.{kk}", vv)
+        else:
+            _check_type(f"source.{k}", v)
+    spec = {"source": dict(source or {}, path="-")}
+    spec.update(top)
+    _sluice.check_spec(json.dumps(spec))
+
+
 def _size2(size, arg="size"):
     """An int (kept: each op gives it torchvision's meaning) or [h, w]."""
     if isinstance(size, int) and not isinstance(size, bool):
@@ -160,13 +201,6 @@ class Dataset:
         more than 16,777,216 records (docs/PIPELINE.md, "Shuffle").
         ``buffer_size`` asks for a
         bounded shuffle buffer instead (streaming sources)."""
-        if seed is not None:
-            _check_int(seed, "seed", 0)
-        if mode is not None and mode not in ("global", "window", "auto"):
-            raise ValueError(f"mode: expected 'global', 'window' or 'auto', got {mode!r}")
-        for name, v in (("window", window), ("block", block)):
-            if v is not None:
-                _check_int(v, name, 1)
         if buffer_size is not None:
             if mode is not None or window is not None or block is not None:
                 raise ValueError("buffer_size: a shuffle buffer takes no mode, window or block")
@@ -175,13 +209,16 @@ class Dataset:
         elif mode is None and window is None and block is None:
             ds = self._with_source(shuffle=True)
         else:
-            how = {"mode": mode or ("window" if window or block else "auto")}
+            how = {"mode": mode if mode is not None else
+                   "window" if window is not None or block is not None else "auto"}
             if window is not None:
                 how["window"] = window
             if block is not None:
                 how["block"] = block
+            _engine_check(source={"shuffle": how})
             ds = self._with_source(shuffle=how)
         if seed is not None:
+            _engine_check(seed=seed)
             ds._spec["seed"] = seed
         return ds
 
@@ -202,15 +239,13 @@ class Dataset:
             rank, world_size = _launcher_rank_world()
         elif rank is None or world_size is None:
             raise TypeError("shard: give both rank and world_size, or neither")
-        _check_int(rank, "rank", 0)
-        _check_int(world_size, "world_size", 1)
-        if rank >= world_size:
-            raise ValueError(f"rank: must be < world_size ({world_size}), got {rank}")
         shard = {"index": rank, "count": world_size}
         if equal is not None:
-            if equal not in ("pad", "drop", "none"):
-                raise ValueError(f"equal: must be \"pad\", \"drop\" or \"none\", got {equal!r}")
             shard["equal"] = equal
+        try:
+            _engine_check(source={"shard": shard})
+        except (TypeError, ValueError) as e:  # name the arguments given, then the spec's key
+            raise type(e)(f"shard(rank={rank!r}, world_size={world_size!r}): {e}") from None
         return self._with_source(shard=shard)
 
     def decode(self, column="image", mode="rgb", warnings="default", exif_orientation=False,
@@ -347,7 +382,8 @@ class Dataset:
         """Tell the engine how many epochs you will run, so that it prepares
         epoch e+1 while you finish epoch e. Iteration still stops at the end
         of every epoch."""
-        return self._with(epochs=_check_int(n, "n", 1))
+        _engine_check(epochs=n)
+        return self._with(epochs=n)
 
     def take(self, n):
         return self.op("take", count=_check_int(n, "n", 0))
@@ -358,7 +394,7 @@ class Dataset:
     def on_error(self, policy):
         """``"fail"`` (default): a bad sample raises, naming file, record and
         op. ``"skip"``: drop it and count it in :meth:`stats`."""
-        _sluice.check_spec(json.dumps({"source": {"path": "-"}, "on_error": policy}))
+        _engine_check(on_error=policy)
         return self._with(on_error=policy)
 
     def deterministic(self, flag=True):
@@ -374,10 +410,7 @@ class Dataset:
         ``SLUICE_CACHE_BYTES``, else 8G; the cache lives in
         ``SLUICE_CACHE_DIR`` (default ``~/.cache/sluice``). It is one setting
         for the process, taken when the engine starts."""
-        if isinstance(limit, bool) or not isinstance(limit, (int, str)):
-            raise TypeError(f"limit: expected an int or a string such as '20G', got {limit!r}")
-        if isinstance(limit, int) and limit < 0:
-            raise ValueError(f"limit: must be >= 0 bytes, got {limit}")
+        _engine_check(cache_bytes=limit)
         return self._with(cache_bytes=limit)
 
     def memory_limit(self, limit):
@@ -389,10 +422,7 @@ class Dataset:
         use (physical memory or the cgroup limit, whichever is smaller).
         Creating the engine raises :class:`sluice.LimitError` when one batch
         does not fit."""
-        if isinstance(limit, bool) or not isinstance(limit, (int, str)):
-            raise TypeError(f"limit: expected an int or a string such as '512M', got {limit!r}")
-        if isinstance(limit, int) and limit < 1:
-            raise ValueError(f"limit: must be >= 1 byte, got {limit}")
+        _engine_check(memory_limit=limit)
         return self._with(memory_limit=limit)
 
     # ---- the spec --------------------------------------------------------
@@ -750,15 +780,9 @@ def _paths(paths, what):
 
 
 def _source(src, parallel, chunk):
-    if parallel is not None:
-        if parallel != "auto":
-            _check_int(parallel, "parallel", 1)
-        src["parallel"] = parallel
-    if chunk is not None:
-        _check_int(chunk, "chunk", 1)
-        if chunk > 256:
-            raise ValueError(f"chunk: must be at most 256, got {chunk}")
-        src["chunk"] = chunk
+    given = {k: v for k, v in (("parallel", parallel), ("chunk", chunk)) if v is not None}
+    _engine_check(source=given)
+    src.update(given)
     return Dataset({"source": src, "ops": []})
 
 

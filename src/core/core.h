@@ -172,10 +172,15 @@ const char *sl__names_closest(const char *want, const char *const *names, int n,
 const char *sl__base_name(const char *path);
 
 /* ---- logging ---------------------------------------------------------------- */
-/* An integer setting from the environment, as the table of settings
- * (settings.c) says: its default when unset, else the number when in its
- * range (else a warning and the default). `name` must be an "int" row. */
+/* Settings from the environment, read through their rows of the table of
+ * settings (settings.c); sl_settings_check() fails on a bad one first.
+ * sl__setting_int: an int, bytes or mode row's value, else its default
+ * (-1 where the default is not a number); sl__setting_choice: a choice
+ * row's index in its values, else its default's (-1: none);
+ * sl__setting_str: any row's text, NULL when unset or empty. */
 long long sl__setting_int(const char *name);
+int sl__setting_choice(const char *name);
+const char *sl__setting_str(const char *name);
 
 void sl__log(sl_log_level level, const char *fmt, ...) SL_PRINTF(2, 3);
 #define SL_LOG_ERROR(...) sl__log(SL_LOG_ERROR, __VA_ARGS__)

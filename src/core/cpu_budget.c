@@ -126,9 +126,9 @@ static void fold_mem(const char *path, void *acc) {
 }
 
 static int compute_cpus(void) {
-    const char *e = getenv("SLUICE_CPUS");
-    if (e && atoi(e) > 0)
-        return atoi(e);
+    long long given = sl__setting_int("SLUICE_CPUS"); /* -1: unset */
+    if (given > 0)
+        return (int)given;
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     int n = online > 0 ? (int)online : 1;
     cpu_set_t set;

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -15,15 +14,8 @@ static pthread_mutex_t cb_mu = PTHREAD_MUTEX_INITIALIZER;
 static void (*log_cb)(sl_log_level, const char *, void *);
 static void *log_user;
 
-static int level_from_env(void) {
-    const char *e = getenv("SLUICE_LOG");
-    if (!e)
-        return SL_LOG_WARN;
-    if (!strcasecmp(e, "error")) return SL_LOG_ERROR;
-    if (!strcasecmp(e, "info")) return SL_LOG_INFO;
-    if (!strcasecmp(e, "debug")) return SL_LOG_DEBUG;
-    return SL_LOG_WARN;
-}
+/* SLUICE_LOG's values are the levels in order: error, warn, info, debug. */
+static int level_from_env(void) { return sl__setting_choice("SLUICE_LOG"); }
 
 void sl_log_set_level(sl_log_level level) { atomic_store(&log_level, (int)level); }
 

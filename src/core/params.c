@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -183,51 +184,73 @@ static const char *expected(const sl_param *p, char *buf, size_t cap) {
     return buf;
 }
 
-static int bad_value(const sl_param_table *t, const sl_param *p, const char *field) {
+const char *sl_param_expected(const sl_param *p, char *buf, size_t cap) {
+    return expected(p, buf, cap);
+}
+
+/* The one message of a bad value, whether it came from JSON, Python or the
+ * environment: "KEY: must be EXPECTED" and, where the value is worth
+ * repeating, " (got GOT)". */
+int sl_param_must(const sl_param_table *t, const sl_param *p, const char *field,
+                  const char *got) {
     char buf[256];
+    if (got)
+        return key_error(t, field, p->key, "must be %s (got %s)", expected(p, buf, sizeof buf),
+                         got);
     return key_error(t, field, p->key, "must be %s", expected(p, buf, sizeof buf));
+}
+
+static int bad_value(const sl_param_table *t, const sl_param *p, const char *field) {
+    return sl_param_must(t, p, field, NULL);
 }
 
 static int out_of_range(const sl_param_table *t, const sl_param *p, const char *field,
                         double got) {
-    char buf[256];
-    return key_error(t, field, p->key, "must be %s (got %.15g)", expected(p, buf, sizeof buf),
-                     got);
+    char num[32];
+    snprintf(num, sizeof num, "%.15g", got);
+    return sl_param_must(t, p, field, num);
 }
 
 /* ---- reading one value ----------------------------------------------------------- */
 
 static int is_auto(const cJSON *v) { return cJSON_IsString(v) && !strcmp(v->valuestring, "auto"); }
 
-/* A size: a number, or a string with an optional K/M/G/T (1024s) and B/iB. */
+/* A size written as text: a number with an optional K/M/G/T (1024s) and
+ * B/iB ("512M", "20GiB", "1000"). */
+static int parse_bytes_text(const char *s, double *out) {
+    char *end;
+    double x = strtod(s, &end);
+    if (end == s)
+        return -1;
+    static const char units[] = "KMGT";
+    const char *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
+    if (*end && !u)
+        return -1;
+    if (u) {
+        x *= (double)((uint64_t)1 << (10 * (u - units + 1)));
+        end++;
+        if (!strcmp(end, "iB") || !strcmp(end, "B"))
+            end += strlen(end);
+    } else if (!strcmp(end, "B")) {
+        end++;
+    }
+    if (*end)
+        return -1;
+    *out = x;
+    return 0;
+}
+
+/* A size: a number, or a string parse_bytes_text reads. */
 static int parse_bytes(const cJSON *v, double *out) {
     double x;
     if (cJSON_IsNumber(v)) {
         x = v->valuedouble;
     } else if (cJSON_IsString(v)) {
-        char *end;
-        x = strtod(v->valuestring, &end);
-        if (end == v->valuestring)
-            return -1;
-        static const char units[] = "KMGT";
-        const char *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
-        if (*end && !u)
-            return -1;
-        if (u) {
-            x *= (double)((uint64_t)1 << (10 * (u - units + 1)));
-            end++;
-            if (!strcmp(end, "iB") || !strcmp(end, "B"))
-                end += strlen(end);
-        } else if (!strcmp(end, "B")) {
-            end++;
-        }
-        if (*end)
+        if (parse_bytes_text(v->valuestring, &x) < 0)
             return -1;
     } else {
         return -1;
     }
-    if (!(x >= 0 && x <= 9.0e18) || x != floor(x))
-        return -1;
     *out = x;
     return 0;
 }
@@ -264,22 +287,46 @@ static void put_default(const sl_param *p, void *dst) {
     }
 }
 
+/* The whole numbers an INT, INT64 or UINT64 entry takes: its type's range
+ * within the entry's bounds. */
+static void whole_range(const sl_param *p, double *lo, double *hi) {
+    *lo = p->type == SL_PARAM_UINT64 ? 0 : p->type == SL_PARAM_INT ? INT_MIN : -WHOLE_MAX;
+    *hi = p->type == SL_PARAM_INT ? INT_MAX : WHOLE_MAX;
+    if (has_min(p) && p->min > *lo)
+        *lo = p->min;
+    if (has_max(p) && p->max < *hi)
+        *hi = p->max;
+}
+
 /* A whole number within the entry's bounds and its type's range. */
 static int read_whole(const sl_param_table *t, const sl_param *p, const cJSON *v,
-                      const char *field, double lo, double hi, double *out) {
+                      const char *field, double *out) {
     if (!cJSON_IsNumber(v))
         return bad_value(t, p, field);
-    double d = v->valuedouble;
-    if (!isfinite(d) || d != floor(d))
-        return out_of_range(t, p, field, d);
-    if (has_min(p) && p->min > lo)
-        lo = p->min;
-    if (has_max(p) && p->max < hi)
-        hi = p->max;
-    if (d < lo || d > hi)
+    double d = v->valuedouble, lo, hi;
+    whole_range(p, &lo, &hi);
+    if (!isfinite(d) || d != floor(d) || d < lo || d > hi)
         return out_of_range(t, p, field, d);
     *out = d;
     return SL_OK;
+}
+
+/* Store a whole number at an INT, INT64 or UINT64 entry's storage. */
+static void put_whole(const sl_param *p, double d, void *dst) {
+    if (!dst)
+        return;
+    if (p->type == SL_PARAM_INT)
+        *(int *)dst = (int)d;
+    else if (p->type == SL_PARAM_INT64)
+        *(int64_t *)dst = (int64_t)d;
+    else
+        *(uint64_t *)dst = (uint64_t)d;
+}
+
+/* A size within the entry's bounds (a whole number of bytes). */
+static int bytes_ok(const sl_param *p, double d) {
+    return d >= 0 && d <= 9.0e18 && d == floor(d) && !(has_min(p) && d < p->min) &&
+           !(has_max(p) && d > p->max);
 }
 
 int sl_param_read(const sl_param_table *t, const sl_param *p, const cJSON *obj,
@@ -311,22 +358,11 @@ int sl_param_value(const sl_param_table *t, const sl_param *p, const cJSON *v,
     case SL_PARAM_INT:
     case SL_PARAM_INT64:
     case SL_PARAM_UINT64:
-        if (p->flags & SL_PARAM_OR_AUTO && is_auto(v)) {
+        if (p->flags & SL_PARAM_OR_AUTO && is_auto(v))
             d = -1;
-        } else {
-            double lo = p->type == SL_PARAM_UINT64 ? 0 : p->type == SL_PARAM_INT ? INT_MIN
-                                                                                   : -WHOLE_MAX;
-            double hi = p->type == SL_PARAM_INT ? INT_MAX : WHOLE_MAX;
-            SL_TRY(read_whole(t, p, v, field, lo, hi, &d));
-        }
-        if (!dst)
-            return SL_OK;
-        if (p->type == SL_PARAM_INT)
-            *(int *)dst = (int)d;
-        else if (p->type == SL_PARAM_INT64)
-            *(int64_t *)dst = (int64_t)d;
         else
-            *(uint64_t *)dst = (uint64_t)d;
+            SL_TRY(read_whole(t, p, v, field, &d));
+        put_whole(p, d, dst);
         return SL_OK;
     case SL_PARAM_DOUBLE:
         if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
@@ -338,7 +374,7 @@ int sl_param_value(const sl_param_table *t, const sl_param *p, const cJSON *v,
             *(double *)dst = d;
         return SL_OK;
     case SL_PARAM_BYTES:
-        if (parse_bytes(v, &d) < 0 || (has_min(p) && d < p->min) || (has_max(p) && d > p->max))
+        if (parse_bytes(v, &d) < 0 || !bytes_ok(p, d))
             return bad_value(t, p, field);
         if (dst)
             *(uint64_t *)dst = (uint64_t)d;
@@ -379,6 +415,55 @@ int sl_param_value(const sl_param_table *t, const sl_param *p, const cJSON *v,
     if (dst)
         *(const cJSON **)dst = v;
     return SL_OK;
+}
+
+/* ---- a value written as text ------------------------------------------------------ */
+
+int sl_param_text(const sl_param_table *t, const sl_param *p, const char *text,
+                  const char *field, void *dst) {
+    char got[160];
+    snprintf(got, sizeof got, "\"%.120s%s\"", text, strlen(text) > 120 ? "..." : "");
+    double d;
+    switch (p->type) {
+    case SL_PARAM_INT:
+    case SL_PARAM_INT64:
+    case SL_PARAM_UINT64: {
+        char *end;
+        errno = 0;
+        long long x = strtoll(text, &end, 10);
+        double lo, hi;
+        whole_range(p, &lo, &hi);
+        if (end == text || *end || errno || (double)x < lo || (double)x > hi)
+            break;
+        put_whole(p, (double)x, dst);
+        return SL_OK;
+    }
+    case SL_PARAM_BYTES:
+        if (parse_bytes_text(text, &d) < 0 || !bytes_ok(p, d))
+            break;
+        if (dst)
+            *(uint64_t *)dst = (uint64_t)d;
+        return SL_OK;
+    case SL_PARAM_ENUM:
+        for (int i = 0; p->names && p->names[i]; i++)
+            if (!strcmp(text, p->names[i])) {
+                if (dst)
+                    *(int *)dst = i;
+                return SL_OK;
+            }
+        break;
+    case SL_PARAM_STRING: {
+        double n = (double)strlen(text);
+        if ((has_min(p) && n < p->min) || (has_max(p) && n > p->max))
+            break;
+        if (dst)
+            *(const char **)dst = text;
+        return SL_OK;
+    }
+    default: /* a table's mistake: BOOL, DOUBLE and JSON values are not read from text */
+        break;
+    }
+    return t ? sl_param_must(t, p, field, got) : SL_EINVAL;
 }
 
 /* ---- a whole object -------------------------------------------------------------- */
@@ -431,11 +516,31 @@ void sl_params_defaults(const sl_param_table *t, void *out) {
 
 /* ---- documentation --------------------------------------------------------------- */
 
-static const char *type_name(sl_param_type type) {
+const char *sl_param_type_name(const sl_param *p) {
     static const char *const names[] = {"bool",   "int",    "int",    "uint64",
                                         "number", "bytes",  "string", "enum",
                                         "list",   "object", "any",    "include"};
-    return names[type];
+    return names[p->type];
+}
+
+const char *sl_param_default(const sl_param *p, char *buf, size_t cap) {
+    buf[0] = '\0';
+    if (p->flags & (SL_PARAM_REQUIRED | SL_PARAM_UNSET))
+        return buf;
+    if (p->type == SL_PARAM_STRING && p->def_str)
+        snprintf(buf, cap, "\"%s\"", p->def_str);
+    else if (p->type == SL_PARAM_ENUM && p->names)
+        snprintf(buf, cap, "\"%s\"", p->names[(int)p->def]);
+    else if (p->type == SL_PARAM_BOOL)
+        snprintf(buf, cap, "%s", p->def < 0 ? "\"auto\"" : p->def ? "true" : "false");
+    else if (p->type <= SL_PARAM_BYTES) {
+        /* a default outside the range means "not set": the doc says what then */
+        if (p->def < 0 && p->flags & SL_PARAM_OR_AUTO)
+            snprintf(buf, cap, "\"auto\"");
+        else if (!(has_min(p) && p->def < p->min) && !(has_max(p) && p->def > p->max))
+            snprintf(buf, cap, "%.15g", p->def);
+    }
+    return buf;
 }
 
 static int doc_visit(const sl_param *p, size_t off, void *ctx) {
@@ -443,27 +548,39 @@ static int doc_visit(const sl_param *p, size_t off, void *ctx) {
     sl_text *d = ctx;
     if (p->flags & SL_PARAM_HIDDEN)
         return 0;
-    char range[256];
-    sl__text_add(d, "  %-18s %s", p->key, type_name(p->type));
+    char range[256], def[128];
+    sl__text_add(d, "  %-18s %s", p->key, sl_param_type_name(p));
     if (p->flags & SL_PARAM_REQUIRED)
         sl__text_add(d, ", required");
-    else if (p->type == SL_PARAM_STRING && p->def_str)
-        sl__text_add(d, ", default \"%s\"", p->def_str);
-    else if (p->type == SL_PARAM_ENUM && p->names)
-        sl__text_add(d, ", default \"%s\"", p->names[(int)p->def]);
-    else if (p->type == SL_PARAM_BOOL)
-        sl__text_add(d, ", default %s", p->def < 0 ? "\"auto\"" : p->def ? "true" : "false");
-    else if (p->type <= SL_PARAM_BYTES) {
-        /* a default outside the range means "not set": the doc says what then */
-        if (p->def < 0 && p->flags & SL_PARAM_OR_AUTO)
-            sl__text_add(d, ", default \"auto\"");
-        else if (!(has_min(p) && p->def < p->min) && !(has_max(p) && p->def > p->max))
-            sl__text_add(d, ", default %.15g", p->def);
-    }
+    else if (*sl_param_default(p, def, sizeof def))
+        sl__text_add(d, ", default %s", def);
     if (p->type != SL_PARAM_ANY && p->type != SL_PARAM_OBJECT)
         sl__text_add(d, ": %s", expected(p, range, sizeof range));
     sl__text_add(d, "%s%s\n", p->doc ? ". " : "", p->doc ? p->doc : "");
     return 0;
+}
+
+typedef struct {
+    int want, n;
+    const sl_param *found;
+} nth_ctx;
+
+static int nth_visit(const sl_param *p, size_t off, void *ctx) {
+    (void)off;
+    nth_ctx *c = ctx;
+    if (p->flags & SL_PARAM_HIDDEN)
+        return 0;
+    if (c->n++ == c->want)
+        c->found = p;
+    return 0;
+}
+
+int sl_params_nth(const sl_param_table *t, int i, const sl_param **out) {
+    nth_ctx c = {i, 0, NULL};
+    walk(t->params, 0, nth_visit, &c);
+    if (out)
+        *out = c.found;
+    return c.n;
 }
 
 size_t sl_params_doc(const sl_param_table *t, char *buf, size_t cap) {

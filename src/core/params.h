@@ -58,7 +58,9 @@ typedef enum sl_param_type {
 enum {
     SL_PARAM_REQUIRED = 1u << 0, /* absent: "FIELD.KEY: missing" */
     SL_PARAM_OR_AUTO = 1u << 1,  /* BOOL, INT, INT64: the string "auto" too (-1) */
-    SL_PARAM_HIDDEN = 1u << 2    /* accepted, but not listed after an unknown key */
+    SL_PARAM_HIDDEN = 1u << 2,   /* accepted, but not listed after an unknown key */
+    SL_PARAM_UNSET = 1u << 3     /* absent is "not set" (the doc says what then): no
+                                    default is listed, though 0 is written */
 };
 
 /* Where nothing is written: the key is only checked (or read elsewhere). */
@@ -106,6 +108,20 @@ int sl_param_read(const sl_param_table *t, const sl_param *p, const struct cJSON
 /* The same for a value already looked up (`v` NULL: the key is absent). */
 int sl_param_value(const sl_param_table *t, const sl_param *p, const struct cJSON *v,
                    const char *field, void *dst);
+/* The same for a value written as text (an environment variable): INT,
+ * INT64, UINT64 (decimal), BYTES ("512M"), ENUM (one of `names`) and STRING
+ * entries. A bad value is `KEY: must be ... (got "TEXT")`, the message a bad
+ * JSON value gets; with `t` NULL it is only SL_EINVAL, no message set. */
+int sl_param_text(const sl_param_table *t, const sl_param *p, const char *text,
+                  const char *field, void *dst);
+/* The message of every bad value: "KEY: must be EXPECTED" (the allowed
+ * values in words), then " (got GOT)" unless `got` is NULL; returns the
+ * table's code. */
+int sl_param_must(const sl_param_table *t, const sl_param *p, const char *field,
+                  const char *got);
+/* The allowed values in words ("a whole number from 1 to 100"): the text
+ * after "must be", in buf or the entry's own `expect`. */
+const char *sl_param_expected(const sl_param *p, char *buf, size_t cap);
 /* The entry for `key` (fragments included), or NULL. */
 const sl_param *sl_params_find(const sl_param_table *t, const char *key);
 /* The table's listed keys, closest to `want` first, as "a, b, c" in buf. */
@@ -114,6 +130,15 @@ const char *sl_params_names(const sl_param_table *t, const char *want, char *buf
  * `more` (NULL-terminated, may be NULL) listed after them. */
 int sl_params_unknown(const sl_param_table *t, const char *field, const char *key,
                       const char *const *more);
+/* The listed entries of a table, fragments included, in order: the i-th in
+ * *out (NULL past the end); returns how many there are. */
+int sl_params_nth(const sl_param_table *t, int i, const sl_param **out);
+/* An entry's type in words: bool, int, uint64, number, bytes, string, enum,
+ * list, object, any. */
+const char *sl_param_type_name(const sl_param *p);
+/* An entry's default as the spec writes it ("1", "true", "\"fail\""), in
+ * buf; "" for a required key or one whose default is "not set". */
+const char *sl_param_default(const sl_param *p, char *buf, size_t cap);
 /* The table as documentation, one line per listed key:
  * "  KEY  TYPE[, required][, default D][, RANGE]  DOC\n". Cut at cap. */
 size_t sl_params_doc(const sl_param_table *t, char *buf, size_t cap);

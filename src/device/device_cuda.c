@@ -85,8 +85,8 @@ static void own_dir(char *out, size_t cap) {
 
 static void load_kernels(void) {
     char path[1024], dir[900];
-    const char *env = getenv("SLUICE_CUDA_KERNELS");
-    if (env && *env) {
+    const char *env = sl__setting_str("SLUICE_CUDA_KERNELS");
+    if (env) {
         cu.klib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
         if (!cu.klib) {
             snprintf(cu.kmissing, sizeof cu.kmissing, "SLUICE_CUDA_KERNELS=%s: %s", env,
@@ -123,8 +123,8 @@ static void load_kernels(void) {
 void *sl_dev__dlopen_first(const char *env_var, const char *const *names, int n,
                            const char *what, const char *hint, char *name_out, size_t name_cap,
                            char *missing, size_t missing_cap) {
-    const char *env = getenv(env_var);
-    if (env && *env) {
+    const char *env = sl__setting_str(env_var);
+    if (env) {
         void *lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
         if (!lib) {
             const char *why = dlerror();

@@ -51,55 +51,21 @@ static struct {
     atomic_int said_open; /* the folder's mode was said to be open to others */
 } cache;
 
-/* SLUICE_CACHE_MODE: an octal folder mode that keeps the owner's rwx (the
- * cache must stay usable by its writer), setgid allowed for a group's
- * shared folder; anything else is said and the default kept. */
-static mode_t env_mode(const char *name, mode_t def) {
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return def;
-    char *end;
-    long x = strtol(v, &end, 8);
-    if (*end || x < 0 || (x & ~02777L) || (x & 0700) != 0700) {
-        SL_LOG_WARN("%s=%s: not a folder mode in octal that gives its owner rwx, such as 0700 "
-                    "(private), 0750 (the group reads) or 0770 (the group shares); using %04o",
-                    name, v, (unsigned)def);
-        return def;
-    }
-    return (mode_t)x;
-}
-
 void sl_cache__init(void) {
     cache.ttl_s = sl__setting_int("SLUICE_CACHE_TTL");
     /* Private by default: the cache holds whatever remote data this user
      * reads (private S3 objects too), on a machine others may share. */
-    cache.dir_mode = env_mode("SLUICE_CACHE_MODE", 0700);
+    cache.dir_mode = (mode_t)sl__setting_int("SLUICE_CACHE_MODE");
     cache.file_mode = cache.dir_mode & 0666;
-    const char *dir = getenv("SLUICE_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"),
+    const char *dir = sl__setting_str("SLUICE_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"),
                *home = getenv("HOME");
-    if (dir && *dir)
+    if (dir)
         snprintf(cache.dir, sizeof cache.dir, "%s", dir);
     else if (xdg && *xdg)
         snprintf(cache.dir, sizeof cache.dir, "%s/sluice", xdg);
     else if (home && *home)
         snprintf(cache.dir, sizeof cache.dir, "%s/.cache/sluice", home);
-    cache.bytes = (uint64_t)8 << 30;
-    const char *cb = getenv("SLUICE_CACHE_BYTES");
-    if (cb && *cb) {
-        char *end;
-        unsigned long long v = strtoull(cb, &end, 10);
-        if (*end == 'K' || *end == 'k')
-            v <<= 10, end++;
-        else if (*end == 'M' || *end == 'm')
-            v <<= 20, end++;
-        else if (*end == 'G' || *end == 'g')
-            v <<= 30, end++;
-        if (*end || cb[0] == '-')
-            SL_LOG_WARN("SLUICE_CACHE_BYTES=%s: not a byte count (like 500000000 or 20G); "
-                        "using 8G", cb);
-        else
-            cache.bytes = v;
-    }
+    cache.bytes = (uint64_t)sl__setting_int("SLUICE_CACHE_BYTES");
 }
 
 void sl_cache__set_bytes(uint64_t bytes) { __atomic_store_n(&cache.bytes, bytes, __ATOMIC_RELAXED); }

@@ -131,7 +131,7 @@ static void init(void) {
     http.backoff_max_ms = sl__setting_int("SLUICE_HTTP_BACKOFF_MAX_MS");
     http.connect_timeout_s = sl__setting_int("SLUICE_HTTP_CONNECT_TIMEOUT");
     http.stall_s = sl__setting_int("SLUICE_HTTP_STALL_TIMEOUT");
-    const char *ca = getenv("SLUICE_CA_BUNDLE");
+    const char *ca = sl__setting_str("SLUICE_CA_BUNDLE");
     if (!ca || !*ca)
         ca = getenv("CURL_CA_BUNDLE");
     if (!ca || !*ca)

@@ -391,8 +391,7 @@ void sl_io__forget(sl_io *io) {
 }
 
 int sl_io__strict(void) {
-    const char *v = getenv("SLUICE_INTEGRITY");
-    return v && !strcmp(v, "strict");
+    return sl__setting_choice("SLUICE_INTEGRITY") == 0; /* its one value: "strict" */
 }
 
 /* `msg` without a leading "NAME: " (the message around it names the object

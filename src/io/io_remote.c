@@ -101,6 +101,7 @@ static void init(void) {
 }
 
 static int ensure_init(void) {
+    SL_TRY(sl_settings_check()); /* before init reads them */
     pthread_once(&remote.once, init);
     if (remote.init_rc)
         return sl__error(SL_EIO, "libcurl failed to initialise");

@@ -143,14 +143,9 @@ static int simd_detect(void) {
     const unsigned avx512 = SL_CPU_AVX512F | SL_CPU_AVX512BW | SL_CPU_AVX512VL;
     if (level == SL_OPS_AVX2 && (f & avx512) == avx512)
         level = SL_OPS_AVX512;
-    const char *env = getenv("SLUICE_SIMD");
-    if (env && *env) {
-        static const char *const names[] = {"scalar", "sse4.1", "avx2", "avx512"};
-        for (int i = 0; i < 4; i++)
-            if (!strcmp(env, names[i]) && i < level)
-                level = i;
-    }
-    return level;
+    /* SLUICE_SIMD's values are the levels in order (-1: unset) */
+    int cap = sl__setting_choice("SLUICE_SIMD");
+    return cap >= 0 && cap < level ? cap : level;
 }
 
 int sl_ops__simd(void) {

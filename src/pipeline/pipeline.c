@@ -96,6 +96,7 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     *out = NULL;
     if (!spec)
         return sl__error(SL_EINVAL, "spec is NULL");
+    SL_TRY(sl_settings_check());
     sl_pipeline *p = sl__calloc(1, sizeof *p);
     if (!p)
         return sl__oom("creating a pipeline");

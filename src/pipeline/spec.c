@@ -361,9 +361,10 @@ static const sl_param spec_params[] = {
     {.key = "memory_limit", .type = SL_PARAM_BYTES, .min = 1, .max = -1,
      .offset = offsetof(sl_spec, memory_limit),
      .doc = "bytes the pipeline may hold (default: a quarter of the process's memory)"},
-    {.key = "cache_bytes", .type = SL_PARAM_BYTES, .min = 0, .max = -1,
+    {.key = "cache_bytes", .type = SL_PARAM_BYTES, .flags = SL_PARAM_UNSET, .min = 0, .max = -1,
      .offset = offsetof(sl_spec, cache_bytes),
-     .doc = "the node's shard cache for remote inputs; 0: none on disk"},
+     .doc = "the node's shard cache for remote inputs; 0: none on disk (unset: "
+            "SLUICE_CACHE_BYTES)"},
     {0}};
 static const sl_param_table spec_table = {spec_params, NULL, NULL, 0, 0};
 
@@ -811,6 +812,54 @@ int sl_spec_params_doc(char *buf, size_t cap, size_t *len_out) {
     }
     sl__free(d.buf);
     return SL_OK;
+}
+
+/* ---- the keys, listed (sluice env, docs/CLI.md's "Spec parameters") ------------- */
+
+static const struct {
+    const char *prefix, *layer;
+    const sl_param_table *t;
+} sections[] = {
+    {"", "pipeline", &spec_table},
+    {"source.", "pipeline", &source_table},
+    {"source.shuffle.", "pipeline", &shuffle_table},
+    {"source.shard.", "pipeline", &shard_table},
+    {"device.", "device", &sl_dev__params},
+    {"ops[].", "pipeline", &parallel_table},
+};
+enum { NSECTIONS = (int)(sizeof sections / sizeof sections[0]) };
+
+int sl_spec_param_count(void) {
+    int n = 0;
+    for (int k = 0; k < NSECTIONS; k++)
+        n += sl_params_nth(sections[k].t, 0, NULL);
+    return n;
+}
+
+int sl_spec_param_get(int i, sl_setting_info *out) {
+    static _Thread_local char name[96], range[256], def[128];
+    int first = i;
+    for (int k = 0; i >= 0 && k < NSECTIONS; k++) {
+        const sl_param *p;
+        int n = sl_params_nth(sections[k].t, i, &p);
+        if (i >= n) {
+            i -= n;
+            continue;
+        }
+        snprintf(name, sizeof name, "%s%s", sections[k].prefix, p->key);
+        out->name = name;
+        out->type = sl_param_type_name(p);
+        out->range = sl_param_expected(p, range, sizeof range);
+        out->default_value = (p->flags & SL_PARAM_REQUIRED) ? "required"
+                             : *sl_param_default(p, def, sizeof def) ? def
+                                                                      : "unset";
+        out->layer = sections[k].layer;
+        out->doc = p->doc ? p->doc : "";
+        out->value = NULL;
+        return SL_OK;
+    }
+    int n = sl_spec_param_count();
+    return sl__error(SL_EINVAL, "spec parameter %d: there are %d (0 to %d)", first, n, n - 1);
 }
 
 cJSON *sl_spec__to_cjson(const sl_spec *s) {

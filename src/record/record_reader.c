@@ -689,6 +689,7 @@ int sl_reader_open(sl_reader **out, const char *path, unsigned flags) {
         return sl__error(SL_EINVAL, "sl_reader_open: empty path");
     if (flags & ~(SL_READ_NO_VERIFY | SL_READ_NO_MMAP))
         return sl__error(SL_EINVAL, "%s: unknown reader flags 0x%x", path, flags);
+    SL_TRY(sl_settings_check());
     sl_io_info st;
     int src = sl_io__stat(path, &st);
     if (src == SL_END)

@@ -17,6 +17,7 @@ int sl_source_open(sl_source **out, const char *json) {
     if (!out)
         return sl__error(SL_EINVAL, "sl_source_open: out is NULL");
     *out = NULL;
+    SL_TRY(sl_settings_check());
     sl__json_init(); /* an allocation that fails is out of memory, not bad JSON */
     cJSON *doc = json ? cJSON_ParseWithOpts(json, NULL, 1) : NULL;
     if (!doc)
@@ -301,6 +302,7 @@ int sl_source_open_paths(sl_source **out, const char *const *paths, int n,
     if (!out)
         return sl__error(SL_EINVAL, "sl_source_open_paths: out is NULL");
     *out = NULL;
+    SL_TRY(sl_settings_check());
     const sl_source_format *k;
     SL_TRY(sl_source__detect(paths, n, &k));
     sl__json_init();

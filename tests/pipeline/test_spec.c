@@ -291,3 +291,43 @@ SL_TEST(pipeline_spec__oom_json) {
     }
     ASSERT(n > 20); /* cJSON's allocations were among those failed */
 }
+
+/* The spec's parameters listed (sluice env): each row says what the check
+ * of a spec says — a bad value's message carries the row's range words. */
+SL_TEST(pipeline_spec__parameters_listed_as_checked) {
+    int n = sl_spec_param_count();
+    ASSERT(n >= 20);
+    int seen = 0;
+    for (int i = 0; i < n; i++) {
+        sl_setting_info s;
+        ASSERT_RC(sl_spec_param_get(i, &s), SL_OK);
+        ASSERT(*s.name && *s.type && *s.range && *s.default_value && *s.layer && s.value == NULL);
+        if (!strcmp(s.name, "epochs")) {
+            seen++;
+            ASSERT_STR_EQ(s.type, "int");
+            ASSERT_STR_EQ(s.default_value, "1");
+            sl_spec *spec = NULL;
+            ASSERT_RC(sl_spec_from_json(&spec, "{\"source\": {\"synthetic\": {\"records\": 4}}, "
+                                               "\"epochs\": 0}"), SL_EINVAL);
+            char want[256];
+            snprintf(want, sizeof want, "epochs: must be %s (got 0)", s.range);
+            ASSERT_STR_EQ(sl_errmsg(), want);
+        } else if (!strcmp(s.name, "source.shuffle.mode")) {
+            seen++;
+            ASSERT_STR_EQ(s.range, "\"auto\", \"global\" or \"window\"");
+            ASSERT_STR_EQ(s.default_value, "\"auto\"");
+        } else if (!strcmp(s.name, "cache_bytes")) {
+            seen++;
+            ASSERT_STR_EQ(s.default_value, "unset"); /* SLUICE_CACHE_BYTES decides */
+        } else if (!strcmp(s.name, "device.kind")) {
+            seen++;
+            ASSERT_STR_EQ(s.default_value, "required");
+            ASSERT_STR_EQ(s.layer, "device");
+        }
+    }
+    ASSERT(seen == 4);
+    sl_setting_info s;
+    ASSERT_RC(sl_spec_param_get(n, &s), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "there are");
+    ASSERT_RC(sl_spec_param_get(-1, &s), SL_EINVAL);
+}

@@ -349,7 +349,7 @@ def test_cache_is_private_whatever_the_umask(tmp_path, data_dir_small):
     data readable by every user of the machine); a looser cache folder that
     exists is said once and left as it is; SLUICE_CACHE_MODE=0770 shares
     the cache with the group on purpose (files 0660) even under umask 077;
-    a mode that is not one is said and the default kept."""
+    a mode that is not one stops the command before it makes anything."""
     with httpfix.Nginx(data_dir_small) as ng:
         url = ng.url + "/t-{00..07}.tar"
         cache = tmp_path / "cache" / "deep"
@@ -385,6 +385,7 @@ def test_cache_is_private_whatever_the_umask(tmp_path, data_dir_small):
         bad = tmp_path / "bad"
         r = run_umask([SLUICE, "info", url], env_for(tmp_path, SLUICE_CACHE_DIR=bad,
                                                      SLUICE_CACHE_MODE="rwx"), 0)
-        assert r.returncode == 0, r.stderr
-        assert "SLUICE_CACHE_MODE=rwx: not a folder mode in octal" in r.stderr, r.stderr
-        assert stat.S_IMODE(os.stat(bad).st_mode) == 0o700
+        assert r.returncode == 2, r.stderr
+        assert 'SLUICE_CACHE_MODE: must be an octal folder mode that gives its owner rwx' in r.stderr
+        assert '(got "rwx")' in r.stderr, r.stderr
+        assert not bad.exists()  # refused before anything is made
