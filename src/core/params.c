@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* Whole numbers are exact in a double up to 2^53. */
 #define WHOLE_MAX 9007199254740992.0
@@ -445,8 +446,10 @@ int sl_param_text(const sl_param_table *t, const sl_param *p, const char *text,
             *(uint64_t *)dst = (uint64_t)d;
         return SL_OK;
     case SL_PARAM_ENUM:
+        /* in any case, as a shell user writes it (SLUICE_LOG=DEBUG); JSON
+         * values are matched exactly */
         for (int i = 0; p->names && p->names[i]; i++)
-            if (!strcmp(text, p->names[i])) {
+            if (!strcasecmp(text, p->names[i])) {
                 if (dst)
                     *(int *)dst = i;
                 return SL_OK;

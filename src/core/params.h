@@ -109,7 +109,8 @@ int sl_param_read(const sl_param_table *t, const sl_param *p, const struct cJSON
 int sl_param_value(const sl_param_table *t, const sl_param *p, const struct cJSON *v,
                    const char *field, void *dst);
 /* The same for a value written as text (an environment variable): INT,
- * INT64, UINT64 (decimal), BYTES ("512M"), ENUM (one of `names`) and STRING
+ * INT64, UINT64 (decimal), BYTES ("512M"), ENUM (one of `names`, in any
+ * case) and STRING
  * entries. A bad value is `KEY: must be ... (got "TEXT")`, the message a bad
  * JSON value gets; with `t` NULL it is only SL_EINVAL, no message set. */
 int sl_param_text(const sl_param_table *t, const sl_param *p, const char *text,

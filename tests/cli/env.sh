@@ -137,6 +137,13 @@ EOF2
 # empty is unset; a good value of each kind passes
 SLUICE_HTTP_TRIES= SLUICE_CACHE_BYTES=20G SLUICE_CACHE_MODE=0750 SLUICE_LOG=error SLUICE_SIMD=scalar \
     SLUICE_INTEGRITY=strict SLUICE_CPUS=2 run 0 "$SLUICE" env
+# a choice in any case, as shells write it
+SLUICE_LOG=DEBUG SLUICE_SIMD=Scalar run 0 "$SLUICE" env --json
+"$PY" - "$OUT" <<'EOF3' || fail "SLUICE_LOG=DEBUG: not read as debug"
+import json, sys
+rows = {r["name"]: r for r in json.load(open(sys.argv[1]))}
+assert rows["SLUICE_LOG"]["source"] == "environment", rows["SLUICE_LOG"]
+EOF3
 
 run 1 "$SLUICE" env "$T/missing.json"
 has "$ERR" "missing.json: cannot open it"
