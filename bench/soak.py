@@ -9,7 +9,11 @@ resident memory (VmRSS), open file descriptors and threads, from /proc.
                                    [--rss-tolerance 1.0] [--json]
 
   c       drives `sluice run SPEC --digest` (one line per batch) and reads
-          /proc/PID of that process when an epoch's last batch comes out
+          /proc/PID of that process as each batch comes out: RSS as the
+          epoch's last batch comes out, fds and threads the most seen over
+          the epoch's batches (the process runs on while it is read, and
+          between two epochs it may be stopping one epoch's workers and
+          starting the next's: one reading can land in that gap)
   python  iterates the same pipeline through the sluice module in a child
           /usr/bin/python3 and reads /proc/self after each epoch
 
@@ -95,6 +99,7 @@ def run_c(a, spec, images, env):
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout] + [lines.put("")],
                      daemon=True).start()
     rows = []
+    most_fds = most_threads = 0
     try:
         while len(rows) < a.epochs:
             try:
@@ -106,11 +111,13 @@ def run_c(a, spec, images, env):
                 raise SystemExit(f"soak.py: sluice run ended after {len(rows)} epochs "
                                  f"(exit {proc.wait()})")
             batch = int(line.split()[0].split(":")[1])
+            rss, fds, threads = proc_sample(proc.pid)
+            most_fds, most_threads = max(most_fds, fds), max(most_threads, threads)
             if batch == per_epoch - 1:
                 # this epoch's last batch has been consumed: the state after it
-                rss, fds, threads = proc_sample(proc.pid)
                 rows.append({"epoch": len(rows) + 1, "samples": images, "rss_kb": rss,
-                             "fds": fds, "threads": threads})
+                             "fds": most_fds, "threads": most_threads})
+                most_fds = most_threads = 0
     finally:
         proc.kill()
         proc.wait()
