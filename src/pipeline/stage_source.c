@@ -827,10 +827,21 @@ int sl_stage_src__mix_json(sl_stage_src *s, cJSON *obj) {
     for (int k = 0; k < m->n; k++)
         total += drawn[k] = m->drawn[k];
     pthread_mutex_unlock(&s->cur.mu);
+    const sl_mix_schedule *sc = &m->sched;
+    /* Samples per epoch of each input, where the schedule fixes them: the
+     * counts (when no input runs out first), or every record once
+     * (all_exhausted). Else (shares under never or first_exhausted, or a
+     * take that cuts the epoch) only the expectation is known. */
+    int known = s->per_epoch == sl_mix__epoch_len(sc) &&
+                (sc->by_samples || sc->stop == SL_MIX_STOP_ALL);
+    for (int k = 0; k < m->n && known && sc->stop == SL_MIX_STOP_FIRST; k++)
+        known = sc->quota[k] <= sc->limit[k];
     cJSON *o = cJSON_AddObjectToObject(obj, "mix");
     cJSON *arr = o ? cJSON_AddArrayToObject(o, "inputs") : NULL;
     if (!arr || !cJSON_AddStringToObject(o, "schedule", m->sched.exact ? "exact" : "random") ||
-        !cJSON_AddStringToObject(o, "stop", stops[m->sched.stop]))
+        !cJSON_AddStringToObject(o, "stop", stops[m->sched.stop]) ||
+        !cJSON_AddNumberToObject(o, "positions_per_epoch", (double)s->per_epoch) ||
+        !cJSON_AddBoolToObject(o, "epoch_length_known", sc->stop != SL_MIX_STOP_FIRST || known))
         return sl__oom("writing a mix's stats");
     for (int k = 0; k < m->n; k++) {
         cJSON *e = cJSON_CreateObject();
@@ -838,7 +849,19 @@ int sl_stage_src__mix_json(sl_stage_src *s, cJSON *obj) {
             cJSON_Delete(e);
             return sl__oom("writing a mix's stats");
         }
+        uint64_t per = !sc->by_samples             ? sc->limit[k]
+                       : sc->stop == SL_MIX_STOP_ALL && sc->limit[k] < sc->quota[k] ? sc->limit[k]
+                                                                  : sc->quota[k];
         if (!cJSON_AddStringToObject(e, "name", sl_source_name(m->in[k].src)) ||
+            !cJSON_AddStringToObject(e, "kind", sl_source_kind(m->in[k].src)) ||
+            !cJSON_AddNumberToObject(e, "records", (double)m->in[k].nrecords) ||
+            !(known ? cJSON_AddNumberToObject(e, "samples_per_epoch", (double)per)
+                    : cJSON_AddNullToObject(e, "samples_per_epoch")) ||
+            !(!known && sc->stop == SL_MIX_STOP_FIRST /* the epoch's length is unknown */
+                  ? cJSON_AddNullToObject(e, "expected_samples")
+                  : cJSON_AddNumberToObject(e, "expected_samples",
+                                            known ? (double)per
+                                                  : m->share[k] * (double)s->per_epoch)) ||
             !cJSON_AddNumberToObject(e, "weight", m->share[k]) ||
             !cJSON_AddNumberToObject(e, "samples", (double)drawn[k]) ||
             !cJSON_AddNumberToObject(e, "share", total ? (double)drawn[k] / (double)total : 0))
