@@ -679,22 +679,6 @@ static int plan_mix(sl_stage_src *s, const sl_spec *spec, const sl_plan *plan, u
         sc->limit[k] = in->per_epoch;
         quota[k] = rank_pass(s, ms->samples[k]) * (uint64_t)plan->repeat;
     }
-    /* Each globally shuffled input keeps its records where scattered reads
-     * are cheaper, as one source does (sl_stage_src__plan), the inputs
-     * sharing the one budget in their order; the mix's held_bytes (what
-     * memory.c counts) gains what they hold. Not for a take shorter than the
-     * inputs together. */
-    uint64_t budget = sl_spec__memory_limit(spec) / 4;
-    for (int k = 0; k < m->n && needed >= s->nrecords; k++) {
-        sl_stage_src *in = &m->in[k];
-        if (!in->shuf.on || in->shuf.window_mode)
-            continue;
-        uint64_t before = in->src->held_bytes;
-        sl_source__hold_for_random(in->src, budget);
-        uint64_t got = in->src->held_bytes - before;
-        s->src->held_bytes += got;
-        budget -= got < budget ? got : budget;
-    }
     sl_mix__init(sc, m->share, quota);
     s->nbase = s->nrecords;
     s->per_epoch = sl_mix__epoch_len(sc);
