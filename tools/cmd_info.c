@@ -1,5 +1,6 @@
-/* cmd_info.c — `sluice info DATASET [--json]`: schema, size, metadata, labels. */
-#include "cli.h"
+/* cmd_info.c — `sluice info DATASET [--json]`: schema, size, metadata, labels;
+ * `sluice info SPEC.json`: a spec's columns and, for a mixture, each input's share. */
+#include "pipe_common.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -7,6 +8,7 @@
 
 static void help(FILE *f) {
     fprintf(f, "usage: sluice info DATASET... [--json] [--features SPEC]\n"
+               "       sluice info SPEC.json [--json]\n"
                "\n"
                "Describe a sluice dataset: record count, columns, shards, bytes, metadata\n"
                "(class names) and, for an int64 column named 'label', the count of each\n"
@@ -15,6 +17,11 @@ static void help(FILE *f) {
                "directory, IDX files, TFRecord files, tar shards (format from content).\n"
                "Several .slr datasets are described one after the other; TFRecord\n"
                "files, tar shards or an IDX pair are described as the one source they form.\n"
+               "A pipeline spec (a .json file) is described as the pipeline reads it: its\n"
+               "columns, batches per epoch and, for a mixture, each input with its share\n"
+               "(weights normalised) and its samples per epoch on this rank where the\n"
+               "schedule fixes them (counts, or all_exhausted), else the expected number.\n"
+               "The sources are opened; no record is read.\n"
                "\n"
                "options:\n"
                "  --json           print one JSON object on stdout (one line per .slr dataset)\n"
@@ -26,7 +33,8 @@ static void help(FILE *f) {
                "\n"
                "examples:\n"
                "  sluice info /data/train.slr --json\n"
-               "  sluice info train-00000-of-01024.tfrecord\n");
+               "  sluice info train-00000-of-01024.tfrecord\n"
+               "  sluice info blend.json --json\n");
 }
 
 typedef struct {
@@ -293,6 +301,94 @@ static int info_source(const char *const *paths, int n, const char *features, in
     return o ? 0 : cli_fail("info");
 }
 
+/* A pipeline spec: its columns, batches per epoch and a mixture's inputs
+ * with their shares (the explain JSON's "mix", stage_source.c). */
+static int info_spec(const char *path, int json) {
+    sl_pipeline *p;
+    int ec = cli_build_pipeline("info", path, -1, -1, &p);
+    if (ec)
+        return ec;
+    size_t len = 0;
+    sl_pipeline_explain_json(p, NULL, 0, &len);
+    char *text = malloc(len + 1);
+    cJSON *ex = text && sl_pipeline_explain_json(p, text, len + 1, &len) == SL_OK
+                    ? cJSON_Parse(text) : NULL;
+    free(text);
+    cJSON *o = cJSON_CreateObject();
+    cJSON *cols = o && cJSON_AddStringToObject(o, "spec", path)
+                      ? cJSON_AddArrayToObject(o, "columns") : NULL;
+    if (!ex || !cols) {
+        cJSON_Delete(ex);
+        cJSON_Delete(o);
+        sl_pipeline_free(p);
+        return cli_fail("info");
+    }
+    for (int c = 0; c < sl_pipeline_ncols(p); c++)
+        cJSON_AddItemToArray(cols, cJSON_CreateString(sl_pipeline_column_name(p, c)));
+    cJSON_AddNumberToObject(o, "batches_per_epoch", (double)sl_pipeline_len(p));
+    cJSON *mix = cJSON_DetachItemFromObject(ex, "mix");
+    if (mix) { /* what the readers drew so far: nothing yet (that is bench's) */
+        cJSON *it;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(mix, "inputs")) {
+            cJSON_DeleteItemFromObject(it, "samples");
+            cJSON_DeleteItemFromObject(it, "share");
+        }
+        cJSON_AddItemToObject(o, "mix", mix);
+    }
+    cJSON_Delete(ex);
+    sl_pipeline_free(p);
+    if (json) {
+        char *t = cJSON_PrintUnformatted(o);
+        if (t)
+            printf("%s\n", t);
+        free(t);
+        cJSON_Delete(o);
+        return t ? 0 : cli_fail("info");
+    }
+    printf("spec      %s\n", path);
+    cJSON *it;
+    printf("columns  ");
+    cJSON_ArrayForEach(it, cols)
+        printf(" %s", it->valuestring);
+    printf("\nbatches   %.0f per epoch\n",
+           cJSON_GetObjectItem(o, "batches_per_epoch")->valuedouble);
+    if (mix) {
+        cJSON *ins = cJSON_GetObjectItem(mix, "inputs");
+        printf("mix       %d inputs, schedule %s, stop %s, %.0f positions per epoch%s\n",
+               cJSON_GetArraySize(ins), cJSON_GetObjectItem(mix, "schedule")->valuestring,
+               cJSON_GetObjectItem(mix, "stop")->valuestring,
+               cJSON_GetObjectItem(mix, "positions_per_epoch")->valuedouble,
+               cJSON_IsTrue(cJSON_GetObjectItem(mix, "epoch_length_known"))
+                   ? "" : " at most (it ends when an input runs out)");
+        int k = 0;
+        cJSON_ArrayForEach(it, ins) {
+            cJSON *per = cJSON_GetObjectItem(it, "samples_per_epoch");
+            cJSON *exp = cJSON_GetObjectItem(it, "expected_samples");
+            printf("  input %d  %s (%s, %.0f records): share %.4f, ", k++,
+                   cJSON_GetObjectItem(it, "name")->valuestring,
+                   cJSON_GetObjectItem(it, "kind")->valuestring,
+                   cJSON_GetObjectItem(it, "records")->valuedouble,
+                   cJSON_GetObjectItem(it, "weight")->valuedouble);
+            if (cJSON_IsNumber(per))
+                printf("%.0f samples per epoch\n", per->valuedouble);
+            else if (cJSON_IsNumber(exp))
+                printf("~%.0f samples per epoch\n", exp->valuedouble);
+            else
+                printf("samples per epoch unknown until an input runs out\n");
+        }
+    }
+    printf("next: 'sluice explain %s' shows the plan%s%s%s\n", path,
+           mix ? "; 'sluice bench " : "", mix ? path : "", mix ? "' the share each input got" : "");
+    cJSON_Delete(o);
+    return 0;
+}
+
+/* A .json file: a pipeline spec, not a dataset. */
+static int is_spec(const char *path) {
+    size_t n = strlen(path);
+    return n > 5 && !strcmp(path + n - 5, ".json");
+}
+
 int cmd_info(int argc, char **argv) {
     const char *paths[256];
     const char *features = NULL;
@@ -315,6 +411,11 @@ int cmd_info(int argc, char **argv) {
     }
     if (n == 0)
         return cli_usage("info", "missing the DATASET to describe");
+    if (n == 1 && is_spec(paths[0])) {
+        if (features)
+            return cli_usage("info", "--features is for data files; a spec names its own");
+        return info_spec(paths[0], json);
+    }
     /* Several .slr datasets: one block (or JSON line) each, since a source
      * is one dataset. Files of another kind (TFRecord files, tar shards, an
      * IDX pair) are described together, as the one source they form. */

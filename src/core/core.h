@@ -249,6 +249,11 @@ static inline uint64_t sl__mix64(uint64_t x) {
     x *= 0x94d049bb133111ebull;
     return x ^ (x >> 31);
 }
+/* sl_rng_init in two steps, for a loop that draws at many indices of one
+ * (seed, epoch): the key of (seed, epoch), then the generator at (index, op)
+ * from it — the same generator sl_rng_init(seed, epoch, index, op) makes. */
+uint64_t sl__rng_epoch_key(uint64_t seed, uint64_t epoch);
+void sl__rng_init_keyed(sl_rng *rng, uint64_t epoch_key, uint64_t index, uint64_t op);
 static inline bool sl__mul_ok(size_t a, size_t b, size_t *out) {
     return !__builtin_mul_overflow(a, b, out);
 }

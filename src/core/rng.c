@@ -14,13 +14,18 @@
 
 uint64_t sl_mix64(uint64_t x) { return sl__mix64(x); }
 
-void sl_rng_init(sl_rng *rng, uint64_t seed, uint64_t epoch, uint64_t index, uint64_t op) {
-    uint64_t k = sl__mix64(seed + GAMMA);
-    k = sl__mix64(k ^ (epoch + 0x632be59bd9b4e019ull));
-    k = sl__mix64(k ^ (index + 0x8cb92ba72f3d8dd7ull));
-    k = sl__mix64(k ^ (op + 0x4f1bbcdcbfa53e0bull));
-    rng->key = k;
+uint64_t sl__rng_epoch_key(uint64_t seed, uint64_t epoch) {
+    return sl__mix64(sl__mix64(seed + GAMMA) ^ (epoch + 0x632be59bd9b4e019ull));
+}
+
+void sl__rng_init_keyed(sl_rng *rng, uint64_t epoch_key, uint64_t index, uint64_t op) {
+    uint64_t k = sl__mix64(epoch_key ^ (index + 0x8cb92ba72f3d8dd7ull));
+    rng->key = sl__mix64(k ^ (op + 0x4f1bbcdcbfa53e0bull));
     rng->counter = 0;
+}
+
+void sl_rng_init(sl_rng *rng, uint64_t seed, uint64_t epoch, uint64_t index, uint64_t op) {
+    sl__rng_init_keyed(rng, sl__rng_epoch_key(seed, epoch), index, op);
 }
 
 uint64_t sl_rng_next(sl_rng *rng) {

@@ -74,31 +74,23 @@ static int rotation(const sl_mix_schedule *m, uint64_t epoch) {
     return (int)(sl_mix64(m->seed ^ sl_mix64(epoch + MIX_OP)) % (uint64_t)m->n);
 }
 
-static int pick_exact(const sl_mix_schedule *m, sl_mix_state *st) {
-    __int128 total = 0;
+static int pick_exact(const sl_mix_schedule *m, sl_mix_state *st, __int128 total, int rot) {
     for (int k = 0; k < m->n; k++)
-        if (st->live >> k & 1) {
+        if (st->live >> k & 1)
             st->credit[k] += m->w[k];
-            total += m->w[k];
-        }
-    int rot = rotation(m, st->epoch), best = -1;
-    for (int j = 0; j < m->n; j++) {
-        int k = (j + rot) % m->n;
+    int best = -1;
+    for (int j = 0, k = rot; j < m->n; j++, k = k + 1 == m->n ? 0 : k + 1)
         if ((st->live >> k & 1) && (best < 0 || st->credit[k] > st->credit[best]))
             best = k;
-    }
     st->credit[best] -= total;
     return best;
 }
 
-static int pick_random(const sl_mix_schedule *m, sl_mix_state *st) {
-    uint64_t w[SL_MIX_MAX], total = 0;
-    for (int k = 0; k < m->n; k++) {
-        w[k] = !(st->live >> k & 1) ? 0 : m->by_samples ? m->quota[k] - st->count[k] : m->w[k];
-        total += w[k];
-    }
+/* w: each input's weight now (0: not live), total: their sum. */
+static int pick_random(const sl_mix_state *st, uint64_t epoch_key, const uint64_t *w,
+                       uint64_t total) {
     sl_rng r;
-    sl_rng_init(&r, m->seed, st->epoch, st->pos, MIX_OP);
+    sl__rng_init_keyed(&r, epoch_key, st->pos, MIX_OP); /* = sl_rng_init(seed, epoch, pos) */
     uint64_t u = sl_rng_below(&r, total);
     int k = 0;
     while (u >= w[k]) {
@@ -108,27 +100,70 @@ static int pick_random(const sl_mix_schedule *m, sl_mix_state *st) {
     return k;
 }
 
+/* The weights the next draw is over (0: an input not live): random by
+ * counts, what each input has left; else the integer weights (exact's
+ * credits are earned at those). */
+static uint64_t live_weights(const sl_mix_schedule *m, const sl_mix_state *st, uint64_t *w) {
+    uint64_t total = 0;
+    for (int k = 0; k < m->n; k++) {
+        w[k] = !(st->live >> k & 1)          ? 0
+               : m->by_samples && !m->exact ? m->quota[k] - st->count[k]
+                                            : m->w[k];
+        total += w[k];
+    }
+    return total;
+}
+
+/* The schedule a block at a time: what is the same for every position of
+ * the block (the generator's (seed, epoch) key, the weights and their total,
+ * the tie-break rotation) is computed once and kept up to date as inputs
+ * are drawn and run out, rather than once per position — the same draws as
+ * one position at a time. */
+size_t sl_mix__next_n(const sl_mix_schedule *m, sl_mix_state *st, uint8_t *ks, size_t n) {
+    uint64_t w[SL_MIX_MAX], total = live_weights(m, st, w);
+    const uint64_t epoch_key = m->exact ? 0 : sl__rng_epoch_key(m->seed, st->epoch);
+    const int rot = m->exact ? rotation(m, st->epoch) : 0;
+    size_t made = 0;
+    for (; made < n; made++) {
+        if (st->done || st->live == 0) {
+            st->done = 1;
+            break;
+        }
+        int k = m->exact ? pick_exact(m, st, (__int128)total, rot)
+                         : pick_random(st, epoch_key, w, total);
+        if (m->stop == SL_MIX_STOP_FIRST && st->count[k] >= m->limit[k]) {
+            st->done = 1; /* tf.data's stop_on_empty_dataset: the drawn input is empty */
+            break;
+        }
+        st->count[k]++;
+        st->pos++;
+        if (m->by_samples && !m->exact) {
+            w[k]--;
+            total--;
+        }
+        if ((m->by_samples && st->count[k] >= m->quota[k]) ||
+            (m->stop == SL_MIX_STOP_ALL && st->count[k] >= m->limit[k])) {
+            st->live &= ~(1ull << k);
+            total -= w[k];
+            w[k] = 0;
+        }
+        if (ks)
+            ks[made] = (uint8_t)k;
+    }
+    return made;
+}
+
 int sl_mix__next(const sl_mix_schedule *m, sl_mix_state *st) {
-    if (st->done || st->live == 0) {
-        st->done = 1;
-        return -1;
-    }
-    int k = m->exact ? pick_exact(m, st) : pick_random(m, st);
-    if (m->stop == SL_MIX_STOP_FIRST && st->count[k] >= m->limit[k]) {
-        st->done = 1; /* tf.data's stop_on_empty_dataset: the drawn input is empty */
-        return -1;
-    }
-    st->count[k]++;
-    st->pos++;
-    if ((m->by_samples && st->count[k] >= m->quota[k]) ||
-        (m->stop == SL_MIX_STOP_ALL && st->count[k] >= m->limit[k]))
-        st->live &= ~(1ull << k);
-    return k;
+    uint8_t k;
+    return sl_mix__next_n(m, st, &k, 1) ? k : -1;
 }
 
 void sl_mix__seek(const sl_mix_schedule *m, sl_mix_state *st, uint64_t epoch, uint64_t pos) {
     if (st->epoch != epoch || st->pos > pos)
         sl_mix__start(m, st, epoch);
-    while (st->pos < pos && sl_mix__next(m, st) >= 0) {
+    while (st->pos < pos) {
+        uint64_t left = pos - st->pos;
+        if (!sl_mix__next_n(m, st, NULL, left < 4096 ? (size_t)left : 4096))
+            break;
     }
 }

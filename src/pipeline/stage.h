@@ -580,6 +580,10 @@ void sl_mix__start(const sl_mix_schedule *m, sl_mix_state *st, uint64_t epoch);
 /* The input that position st->pos takes (then st->pos, its count advance),
  * or -1 when the epoch has ended there (the stop rule). */
 int sl_mix__next(const sl_mix_schedule *m, sl_mix_state *st);
+/* The inputs of the next n positions into ks[0..) (NULL: only advance),
+ * as n calls of sl_mix__next; returns the positions made, fewer than n when
+ * the epoch ends. */
+size_t sl_mix__next_n(const sl_mix_schedule *m, sl_mix_state *st, uint8_t *ks, size_t n);
 /* Move st to position `pos` of `epoch` (forward from where it is, or replayed
  * from the epoch's start: O(pos n) once, at a restore). */
 void sl_mix__seek(const sl_mix_schedule *m, sl_mix_state *st, uint64_t epoch, uint64_t pos);

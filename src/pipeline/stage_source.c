@@ -75,90 +75,15 @@ static uint64_t record_at(sl_stage_src *p, uint64_t epoch, uint64_t pos, uint64_
     return idx;
 }
 
-/* The records (and keys) at positions q[0..n) of source s's own stream in
- * `epoch`, q ascending (cur.mu held): record_at's values, the global
- * order's bijection computed n at a time over each run of one pass
- * (sl_feistel_fwd_n), as order_chunk does for a stream of one source. */
-static void order_positions(sl_stage_src *s, uint64_t epoch, const uint64_t *q, uint64_t *rec,
-                            uint64_t *key, size_t n) {
-    if (s->shuf.window_mode) {
-        for (size_t i = 0; i < n; i++)
-            rec[i] = record_at(s, epoch, q[i], &key[i]);
-        return;
-    }
-    const uint64_t m = s->nbase, stride = (uint64_t)s->shard_count;
-    for (size_t i = 0; i < n;) {
-        uint64_t rep = q[i] / s->per_pass;
-        size_t e = i;
-        for (; e < n && q[e] / s->per_pass == rep; e++)
-            rec[e] = ((q[e] % s->per_pass) * stride + (uint64_t)s->shard_index) % m;
-        if (s->shuf.on)
-            sl_feistel_fwd_n(global_order(s, epoch, rep), rec + i, e - i);
-        for (size_t k = i; k < e; k++) {
-            if (s->base)
-                rec[k] = s->base[rec[k]];
-            key[k] = rec[k] + rep * s->nrecords;
-        }
-        i = e;
-    }
-}
-
-/* A mixture's positions [pos, pos + n) into chunk `c` (cur.mu held): the
- * schedule names each position's input k, whose own next position maps
- * through its own order (its shard, its shuffle, a new pass when it wraps)
- * to one of its records, numbered in the concatenated source; each input's
- * positions of the chunk are mapped together (order_positions). The key
- * that random ops draw with is the input's own (record and pass) times the
- * number of inputs, plus k. Returns the positions made: fewer than n when
- * the stop rule ends the epoch. */
-static uint64_t order_mix(sl_stage_src *p, sl_chunk *c, uint64_t pos, uint64_t n) {
-    enum { PIECE = 256 };
-    sl_src_mix *m = p->mix;
-    sl_mix__seek(&m->sched, &m->at, c->epoch, pos);
-    uint64_t made = 0;
-    for (; made < n; made++) { /* the schedule: input k in key, k's position in index */
-        int k = sl_mix__next(&m->sched, &m->at);
-        if (k < 0)
-            break;
-        c->key[made] = (uint64_t)k;
-        c->s[made].index = m->at.count[k] - 1;
-        m->drawn[k]++;
-    }
-    uint64_t q[PIECE], rec[PIECE], key[PIECE];
-    uint32_t at[PIECE];
-    for (int k = 0; k < m->n; k++) {
-        uint64_t i = 0;
-        while (i < made) {
-            size_t cnt = 0;
-            for (; i < made && cnt < PIECE; i++)
-                if (c->key[i] == (uint64_t)k) {
-                    at[cnt] = (uint32_t)i;
-                    q[cnt++] = c->s[i].index;
-                }
-            order_positions(&m->in[k], c->epoch, q, rec, key, cnt);
-            for (size_t j = 0; j < cnt; j++) {
-                c->s[at[j]].index = m->off[k] + rec[j];
-                c->pos[at[j]] = key[j] * (uint64_t)m->n + (uint64_t)k; /* the key, for now */
-            }
-        }
-    }
-    for (uint64_t i = 0; i < made; i++) {
-        c->key[i] = c->pos[i];
-        c->pos[i] = pos + i;
-    }
-    return made;
-}
-
-/* The same for positions [pos, pos + n) into chunk `c` (its pos, key and
- * samples' index; cur.mu held): in order or global, each pass's span of the
- * chunk at once, the bijection computed n at a time (sl_feistel_fwd_n), with
- * c->key holding the positions in [0, nbase) until they become keys. */
-static void order_chunk(sl_stage_src *p, sl_chunk *c, uint64_t pos, uint64_t n) {
+/* The records and keys at this rank's stream positions [pos, pos + n) of
+ * `epoch` (cur.mu held) into rec[] and key[]: in order or global, each
+ * pass's span at once, the bijection computed n at a time
+ * (sl_feistel_fwd_n); window mode one position at a time (record_at). */
+static void order_range(sl_stage_src *p, uint64_t epoch, uint64_t pos, uint64_t n,
+                        uint64_t *rec, uint64_t *key) {
     if (p->shuf.window_mode) {
-        for (uint64_t i = 0; i < n; i++) {
-            c->pos[i] = pos + i;
-            c->s[i].index = record_at(p, c->epoch, pos + i, &c->key[i]);
-        }
+        for (uint64_t i = 0; i < n; i++)
+            rec[i] = record_at(p, epoch, pos + i, &key[i]);
         return;
     }
     const uint64_t m = p->nbase, stride = (uint64_t)p->shard_count;
@@ -168,20 +93,74 @@ static void order_chunk(sl_stage_src *p, sl_chunk *c, uint64_t pos, uint64_t n) 
         uint64_t span = p->per_pass - j < n - i ? p->per_pass - j : n - i;
         uint64_t g = (j * stride + (uint64_t)p->shard_index) % m;
         for (uint64_t k = 0; k < span; k++) {
-            c->key[i + k] = g;
+            rec[i + k] = g;
             g += stride;
             if (g >= m)
                 g %= m; /* pad wraps around to the start */
         }
         if (p->shuf.on)
-            sl_feistel_fwd_n(global_order(p, c->epoch, rep), c->key + i, span);
+            sl_feistel_fwd_n(global_order(p, epoch, rep), rec + i, span);
         for (uint64_t k = i; k < i + span; k++) {
-            uint64_t idx = p->base ? p->base[c->key[k]] : c->key[k];
-            c->pos[k] = pos + k;
-            c->s[k].index = idx;
-            c->key[k] = idx + rep * p->nrecords;
+            if (p->base)
+                rec[k] = p->base[rec[k]];
+            key[k] = rec[k] + rep * p->nrecords;
         }
         i += span;
+    }
+}
+
+/* A mixture's positions [pos, pos + n) into chunk `c` (cur.mu held): the
+ * schedule names each position's input k, whose own next position maps
+ * through its own order (its shard, its shuffle, a new pass when it wraps)
+ * to one of its records, numbered in the concatenated source. A block of
+ * MIX_BLOCK positions at a time: the schedule for the block
+ * (sl_mix__next_n), then, since input k's positions in the block are
+ * consecutive in its own stream, each input's run ordered at once
+ * (order_range), then dealt back to the block's positions. The key that
+ * random ops draw with is the input's own (record and pass) times the
+ * number of inputs, plus k. Returns the positions made: fewer than n when
+ * the stop rule ends the epoch. */
+static uint64_t order_mix(sl_stage_src *p, sl_chunk *c, uint64_t pos, uint64_t n) {
+    enum { MIX_BLOCK = 512 };
+    sl_src_mix *m = p->mix;
+    sl_mix__seek(&m->sched, &m->at, c->epoch, pos);
+    uint8_t ks[MIX_BLOCK];
+    uint64_t rec[MIX_BLOCK], key[MIX_BLOCK];
+    uint64_t made = 0;
+    while (made < n) {
+        uint64_t from[SL_MIX_MAX], at[SL_MIX_MAX];
+        memcpy(from, m->at.count, (size_t)m->n * sizeof from[0]);
+        size_t want = n - made < MIX_BLOCK ? (size_t)(n - made) : MIX_BLOCK;
+        size_t got = sl_mix__next_n(&m->sched, &m->at, ks, want);
+        uint64_t first = 0;
+        for (int k = 0; k < m->n; k++) { /* input k's run: its positions [from, count) */
+            uint64_t nk = m->at.count[k] - from[k];
+            order_range(&m->in[k], c->epoch, from[k], nk, rec + first, key + first);
+            m->drawn[k] += nk;
+            at[k] = first;
+            first += nk;
+        }
+        for (size_t i = 0; i < got; i++) {
+            int k = ks[i];
+            uint64_t j = at[k]++;
+            c->s[made + i].index = m->off[k] + rec[j];
+            c->key[made + i] = key[j] * (uint64_t)m->n + (uint64_t)k;
+            c->pos[made + i] = pos + made + i;
+        }
+        made += got;
+        if (got < want)
+            break;
+    }
+    return made;
+}
+
+/* The same for one source (cur.mu held): c->pos holds the records until
+ * they move into the samples' index. */
+static void order_chunk(sl_stage_src *p, sl_chunk *c, uint64_t pos, uint64_t n) {
+    order_range(p, c->epoch, pos, n, c->pos, c->key);
+    for (uint64_t i = 0; i < n; i++) {
+        c->s[i].index = c->pos[i];
+        c->pos[i] = pos + i;
     }
 }
 
@@ -832,10 +811,21 @@ int sl_stage_src__mix_json(sl_stage_src *s, cJSON *obj) {
     for (int k = 0; k < m->n; k++)
         total += drawn[k] = m->drawn[k];
     pthread_mutex_unlock(&s->cur.mu);
+    const sl_mix_schedule *sc = &m->sched;
+    /* Samples per epoch of each input, where the schedule fixes them: the
+     * counts (when no input runs out first), or every record once
+     * (all_exhausted). Else (shares under never or first_exhausted, or a
+     * take that cuts the epoch) only the expectation is known. */
+    int known = s->per_epoch == sl_mix__epoch_len(sc) &&
+                (sc->by_samples || sc->stop == SL_MIX_STOP_ALL);
+    for (int k = 0; k < m->n && known && sc->stop == SL_MIX_STOP_FIRST; k++)
+        known = sc->quota[k] <= sc->limit[k];
     cJSON *o = cJSON_AddObjectToObject(obj, "mix");
     cJSON *arr = o ? cJSON_AddArrayToObject(o, "inputs") : NULL;
     if (!arr || !cJSON_AddStringToObject(o, "schedule", m->sched.exact ? "exact" : "random") ||
-        !cJSON_AddStringToObject(o, "stop", stops[m->sched.stop]))
+        !cJSON_AddStringToObject(o, "stop", stops[m->sched.stop]) ||
+        !cJSON_AddNumberToObject(o, "positions_per_epoch", (double)s->per_epoch) ||
+        !cJSON_AddBoolToObject(o, "epoch_length_known", sc->stop != SL_MIX_STOP_FIRST || known))
         return sl__oom("writing a mix's stats");
     for (int k = 0; k < m->n; k++) {
         cJSON *e = cJSON_CreateObject();
@@ -843,7 +833,19 @@ int sl_stage_src__mix_json(sl_stage_src *s, cJSON *obj) {
             cJSON_Delete(e);
             return sl__oom("writing a mix's stats");
         }
+        uint64_t per = !sc->by_samples             ? sc->limit[k]
+                       : sc->stop == SL_MIX_STOP_ALL && sc->limit[k] < sc->quota[k] ? sc->limit[k]
+                                                                  : sc->quota[k];
         if (!cJSON_AddStringToObject(e, "name", sl_source_name(m->in[k].src)) ||
+            !cJSON_AddStringToObject(e, "kind", sl_source_kind(m->in[k].src)) ||
+            !cJSON_AddNumberToObject(e, "records", (double)m->in[k].nrecords) ||
+            !(known ? cJSON_AddNumberToObject(e, "samples_per_epoch", (double)per)
+                    : cJSON_AddNullToObject(e, "samples_per_epoch")) ||
+            !(!known && sc->stop == SL_MIX_STOP_FIRST /* the epoch's length is unknown */
+                  ? cJSON_AddNullToObject(e, "expected_samples")
+                  : cJSON_AddNumberToObject(e, "expected_samples",
+                                            known ? (double)per
+                                                  : m->share[k] * (double)s->per_epoch)) ||
             !cJSON_AddNumberToObject(e, "weight", m->share[k]) ||
             !cJSON_AddNumberToObject(e, "samples", (double)drawn[k]) ||
             !cJSON_AddNumberToObject(e, "share", total ? (double)drawn[k] / (double)total : 0))

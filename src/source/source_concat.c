@@ -26,6 +26,7 @@ typedef struct concat {
     uint64_t *off;                /* n + 1 offsets: input k is [off[k], off[k+1]) */
     int (*map)[SL_MAX_COLUMNS];   /* map[k][c]: input k's column of output column c */
     int64_t *ids;                 /* 0 .. n-1: the source column's values */
+    bool *same;                   /* same[k]: input k's columns are the output's, in order */
 } concat;
 
 typedef struct concat_cursor {
@@ -97,6 +98,8 @@ static int concat_read_cols(sl_source *s, sl_source_cursor *cur, uint64_t i, voi
     int k = input_of(m, i);
     sl_source_cursor *sc;
     SL_TRY(sub_cursor(m, (concat_cursor *)cur, k, &sc));
+    if (m->same[k]) /* the rows as they are: no column to move (tiny records feel it) */
+        return sl_source__read_cols(m->in[k], sc, i - m->off[k], dst, bytes);
     void *d[SL_MAX_COLUMNS];
     size_t b[SL_MAX_COLUMNS];
     for (int c = 0; c < s->ncols; c++) {
@@ -162,6 +165,7 @@ static void concat_free(sl_source *s) {
     sl__free(m->off);
     sl__free(m->map);
     sl__free(m->ids);
+    sl__free(m->same);
     sl__free(m);
 }
 
@@ -231,8 +235,9 @@ int sl_source__concat(sl_source **out, sl_source *const *in, const char *const *
     m->off = sl__calloc((size_t)n + 1, sizeof *m->off);
     m->map = sl__calloc((size_t)n, sizeof *m->map);
     m->ids = sl__calloc((size_t)n, sizeof *m->ids);
+    m->same = sl__calloc((size_t)n, sizeof *m->same);
     int rc = SL_OK;
-    if (!m->in || !m->off || !m->map || !m->ids)
+    if (!m->in || !m->off || !m->map || !m->ids || !m->same)
         SL_FAIL(SL_ENOMEM, "out of memory while opening a mix");
     for (int k = 0; k < n; k++) {
         m->in[k] = sl_source__retain(in[k]);
@@ -284,6 +289,11 @@ int sl_source__concat(sl_source **out, sl_source *const *in, const char *const *
                                "name it otherwise", source_col);
         SL_CHECK(sl_source__add_col(s, source_col, SL_COL_INT64, SL_I64, 0, NULL));
         m->src_col = s->ncols - 1;
+    }
+    for (int k = 0; k < n; k++) {
+        m->same[k] = m->src_col < 0 && in[k]->ncols == s->ncols;
+        for (int c = 0; c < s->ncols && m->same[k]; c++)
+            m->same[k] = m->map[k][c] == c;
     }
     uint64_t bytes = 0;
     s->checksummed = 1;

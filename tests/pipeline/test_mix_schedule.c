@@ -1,7 +1,8 @@
 /* A mixture's schedule (mix_schedule.c): the random schedule's proportions
  * within binomial bounds over 10^6 draws, the exact schedule's share within
  * one over every window, counts per epoch met exactly, the three stop
- * rules, and a seek landing where the walk does; and a mixture's pipeline:
+ * rules, a seek landing where the walk does, the block schedule equal to
+ * the definition one position at a time; and a mixture's pipeline:
  * the same batches for any thread count and after a resume, its schema
  * check. */
 #include "pipeline/stage.h"
@@ -253,4 +254,94 @@ SL_TEST(pipeline_mix_schedule__mix_pipeline_threads_resume_schema) {
     ASSERT_CONTAINS(sl_errmsg(), "inputs[1]");
     ASSERT_CONTAINS(sl_errmsg(), "no column 'image'");
     sl_spec_free(spec);
+}
+
+/* The schedule as PIPELINE.md defines it, one position at a time from its
+ * definition (random: input drawn by sl_rng_init(seed, epoch, position,
+ * the schedule's op) over the live weights, or the samples left; exact:
+ * each live input earns its weight, the richest from the seed's rotation
+ * takes the position and pays the total). */
+#define REF_OP 0xfffffffffffffff3ull
+typedef struct ref_state {
+    uint64_t pos, count[SL_MIX_MAX], live;
+    __int128 credit[SL_MIX_MAX];
+    int done;
+} ref_state;
+
+static int ref_next(const sl_mix_schedule *m, ref_state *st, uint64_t epoch) {
+    if (st->done || !st->live) {
+        st->done = 1;
+        return -1;
+    }
+    int k = 0;
+    if (m->exact) {
+        __int128 total = 0;
+        for (int j = 0; j < m->n; j++)
+            if (st->live >> j & 1) {
+                st->credit[j] += m->w[j];
+                total += m->w[j];
+            }
+        int rot = (int)(sl_mix64(m->seed ^ sl_mix64(epoch + REF_OP)) % (uint64_t)m->n), best = -1;
+        for (int j = 0; j < m->n; j++) {
+            int c = (j + rot) % m->n;
+            if ((st->live >> c & 1) && (best < 0 || st->credit[c] > st->credit[best]))
+                best = c;
+        }
+        st->credit[best] -= total;
+        k = best;
+    } else {
+        uint64_t w[SL_MIX_MAX], total = 0;
+        for (int j = 0; j < m->n; j++) {
+            w[j] = !(st->live >> j & 1) ? 0 : m->by_samples ? m->quota[j] - st->count[j] : m->w[j];
+            total += w[j];
+        }
+        sl_rng r;
+        sl_rng_init(&r, m->seed, epoch, st->pos, REF_OP);
+        uint64_t u = sl_rng_below(&r, total);
+        while (u >= w[k])
+            u -= w[k++];
+    }
+    if (m->stop == SL_MIX_STOP_FIRST && st->count[k] >= m->limit[k]) {
+        st->done = 1;
+        return -1;
+    }
+    st->count[k]++;
+    st->pos++;
+    if ((m->by_samples && st->count[k] >= m->quota[k]) ||
+        (m->stop == SL_MIX_STOP_ALL && st->count[k] >= m->limit[k]))
+        st->live &= ~(1ull << k);
+    return k;
+}
+
+/* sl_mix__next_n, in blocks of 1, 7 and 512 positions, gives the
+ * definition's inputs for both schedules, shares and counts, every stop
+ * rule (inputs running out mid-block), and ends where it does. */
+SL_TEST(pipeline_mix_schedule__blocks_are_the_definition) {
+    const double share[3] = {0.5, 0.3, 0.2};
+    const uint64_t quota[3] = {900, 40, 300}, limit[3] = {2000, 35, 700};
+    const size_t blocks[3] = {1, 7, 512};
+    for (int exact = 0; exact < 2; exact++)
+        for (int counts = 0; counts < 2; counts++)
+            for (int stop = SL_MIX_STOP_NEVER; stop <= SL_MIX_STOP_ALL; stop++)
+                for (int b = 0; b < 3; b++) {
+                    sl_mix_schedule m;
+                    sched_make(&m, 3, share, counts ? quota : NULL, limit, exact, stop);
+                    sl_mix_state st;
+                    sl_mix__start(&m, &st, 5);
+                    ref_state ref = {.live = 7};
+                    uint8_t ks[512];
+                    uint64_t made = 0;
+                    for (;;) {
+                        size_t got = sl_mix__next_n(&m, &st, ks, blocks[b]);
+                        for (size_t i = 0; i < got; i++)
+                            ASSERT_EQ(ks[i], ref_next(&m, &ref, 5));
+                        made += got;
+                        if (got < blocks[b] || made >= 3000)
+                            break;
+                    }
+                    if (made < 3000) /* the epoch ended: the definition ends there too */
+                        ASSERT_EQ(ref_next(&m, &ref, 5), -1);
+                    ASSERT(made > 40);
+                    ASSERT_U64_EQ(st.pos, ref.pos);
+                }
 }
