@@ -1,5 +1,5 @@
 # Sourced first by the scripts that run the Ctrl-C tests (scripts/test.sh,
-# scripts/test_wheels.sh): started in the background (`nohup ... &`), a shell
+# scripts/test_wheels.sh, scripts/test_pythons.sh): started in the background (`nohup ... &`), a shell
 # ignores SIGINT, and so would every test under it — Python then never raises
 # KeyboardInterrupt — and a signal ignored at entry cannot be reset by the
 # shell. So the script starts again with SIGINT at its default.

@@ -19,6 +19,7 @@
 # GIL was on after `import sluice` and after `import torchvision`.
 # A skip is a failure unless its reason is the want of a GPU.
 # One summary line per venv; the exit status is 1 when either failed.
+. "$(dirname "$0")/sigint.bash"   # the Ctrl-C tests need SIGINT at its default
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
