@@ -86,26 +86,21 @@ int sl_record__meta_set(slr_meta *m, const char *key, const char *value) {
         sl__free(v);
         return sl__oom("copying a metadata key");
     }
-    if (m->n == m->cap) {
-        int cap = m->cap ? m->cap * 2 : 8;
-        char **nk = sl__realloc(m->keys, (size_t)cap * sizeof *nk);
-        if (!nk)
-            goto oom;
-        m->keys = nk;
-        char **nv = sl__realloc(m->vals, (size_t)cap * sizeof *nv);
-        if (!nv)
-            goto oom;
-        m->vals = nv;
-        m->cap = cap;
+    size_t need = (size_t)m->n + 1;
+    int rc = sl__grow((void **)&m->keys, &m->cap[0], need, sizeof *m->keys, 8,
+                      "growing the metadata table");
+    if (rc == SL_OK)
+        rc = sl__grow((void **)&m->vals, &m->cap[1], need, sizeof *m->vals, 8,
+                      "growing the metadata table");
+    if (rc < 0) {
+        sl__free(k);
+        sl__free(v);
+        return rc;
     }
     m->keys[m->n] = k;
     m->vals[m->n] = v;
     m->n++;
     return SL_OK;
-oom:
-    sl__free(k);
-    sl__free(v);
-    return sl__oom("growing the metadata table");
 }
 
 /* Block: u32 count, u32 reserved (0), then per entry u32 key_len, u32 value_len,

@@ -115,7 +115,8 @@ bool sl_record__schema_equal(const sl_schema *a, const sl_schema *b);
 /* ---- metadata (record_common.c) --------------------------------------------------- */
 
 typedef struct slr_meta {
-    int n, cap;
+    int n;
+    size_t cap[2]; /* keys', vals' */
     char **keys;
     char **vals;
 } slr_meta;

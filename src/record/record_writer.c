@@ -72,7 +72,8 @@ struct sl_writer {
 
     uint64_t count;
     done_shard *done;
-    uint32_t ndone, done_cap;
+    uint32_t ndone;
+    size_t done_cap;
     bool closed;                /* published successfully */
     bool failed;                /* an I/O error left the current shard unusable */
     bool kept;                  /* sl_writer__suspend: free leaves the temporaries */
@@ -311,16 +312,8 @@ static int finish_shard(sl_writer *w) {
     }
     w->fd = -1;
 
-    if (w->ndone == w->done_cap) {
-        uint32_t cap = w->done_cap ? w->done_cap * 2 : 8;
-        done_shard *d = sl__realloc(w->done, cap * sizeof *d);
-        if (!d) {
-            rc = sl__oom("recording a finished shard");
-            goto cleanup;
-        }
-        w->done = d;
-        w->done_cap = cap;
-    }
+    SL_CHECK(sl__grow((void **)&w->done, &w->done_cap, w->ndone + 1, sizeof *w->done, 8,
+                      "recording a finished shard"));
     char name[64];
     shard_name(name, sizeof name, w->shard_no, false);
     char *final = sl_record__join(w->tmpdir, name);
@@ -865,14 +858,9 @@ static int take_sealed(sl_writer *w, const char *path, uint32_t i, bool unseal,
         w->shard_count = n;
         *data_end = io_off;
     } else {
-        if (w->ndone == w->done_cap) {
-            uint32_t cap = w->done_cap ? w->done_cap * 2 : 8;
-            done_shard *d = sl__realloc(w->done, cap * sizeof *d);
-            if (!d)
-                SL_FAIL(SL_ENOMEM, "out of memory resuming %s", w->path);
-            w->done = d;
-            w->done_cap = cap;
-        }
+        if (sl__grow((void **)&w->done, &w->done_cap, w->ndone + 1, sizeof *w->done, 8,
+                     "resuming") < 0)
+            SL_FAIL(SL_ENOMEM, "out of memory resuming %s", w->path);
         w->done[w->ndone++] = (done_shard){w->count, n, size, sl__ld64(f + 48)};
         w->count += n;
     }

@@ -312,7 +312,8 @@ int sl_source__add_col(sl_source *s, const char *name, sl_coltype type, sl_dtype
 
 typedef struct pathlist {
     char **v;
-    int n, cap;
+    int n;
+    size_t cap;
 } pathlist;
 
 #define SL_SOURCE_MAX_PATHS (1 << 20)
@@ -320,15 +321,9 @@ typedef struct pathlist {
 static int pl_add(pathlist *pl, const char *p, size_t len, const char *field) {
     if (pl->n + 1 >= SL_SOURCE_MAX_PATHS)
         return sl__error(SL_ELIMIT, "%s: more than %d paths", field, SL_SOURCE_MAX_PATHS);
-    if (pl->n + 1 >= pl->cap) {
-        int cap = pl->cap ? pl->cap * 2 : 16;
-        char **v = sl__realloc(pl->v, (size_t)cap * sizeof *v);
-        if (!v)
-            return sl__oom("listing source paths");
-        pl->v = v;
-        pl->cap = cap;
-        pl->v[pl->n] = NULL; /* still a list sl_source__free_paths can walk */
-    }
+    SL_TRY(sl__grow((void **)&pl->v, &pl->cap, (size_t)pl->n + 2, sizeof *pl->v, 16,
+                    "listing source paths"));
+    pl->v[pl->n] = NULL; /* still a list sl_source__free_paths can walk */
     char *s = sl__malloc(len + 1);
     if (!s)
         return sl__oom("listing source paths");
