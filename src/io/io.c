@@ -460,6 +460,26 @@ void sl_io__close(sl_io *io) {
     io->vt->close(io);
 }
 
+static void map_buffer_gone(void *io) { sl_io__close(io); }
+
+int sl_io__map_buffer(sl_io *io, sl_buffer **out) {
+    *out = NULL;
+    if (!io->map)
+        return SL_OK;
+    return sl_buffer_wrap(out, (void *)(uintptr_t)io->map, (size_t)io->size, map_buffer_gone, io);
+}
+
+void sl_io__map_close(sl_io *io, sl_buffer *buf) {
+    if (buf)
+        sl_buffer_release(buf); /* io closes with the last view */
+    else
+        sl_io__close(io);
+}
+
+sl_io *sl_io__of_map_buffer(const sl_buffer *buf) {
+    return buf ? sl_buffer__wrap_user(buf, map_buffer_gone) : NULL;
+}
+
 int sl_io__read_file(const char *name, uint64_t max, int missing_ok, uint8_t **out,
                      size_t *n_out) {
     *out = NULL;

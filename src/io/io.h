@@ -144,6 +144,17 @@ static inline uint64_t sl_io__size(const sl_io *io) { return io->size; }
 static inline const char *sl_io__name(const sl_io *io) { return io->name; }
 /* Accepts NULL. */
 void sl_io__close(sl_io *io);
+/* io's mapping as a buffer (*out) whose last release closes io, so that a
+ * zero-copy view of the mapping (sl_buffer_retain on it) outlives the reader
+ * that opened io: io then belongs to the buffer. *out is NULL when io has no
+ * mapping (io stays the caller's). SL_OK or SL_ENOMEM (io still the
+ * caller's). */
+int sl_io__map_buffer(sl_io *io, sl_buffer **out);
+/* Done with io: buf released when sl_io__map_buffer made one (io closes with
+ * the last view), else io closed. Accepts NULLs. */
+void sl_io__map_close(sl_io *io, sl_buffer *buf);
+/* The io a buffer from sl_io__map_buffer closes, else NULL. */
+sl_io *sl_io__of_map_buffer(const sl_buffer *buf);
 /* The bytes of `io` failed a check: a remote object's copy in the shard
  * cache is deleted (the open mapping stays valid), so that the next open
  * fetches it again. A no-op for a local file. Accepts NULL. */

@@ -486,16 +486,12 @@ static int read_bytes(pq_file *f, uint64_t off, size_t n, uint8_t *dst) {
     return sl_io__read(f->io, dst, n, off);
 }
 
-static void close_io(void *io) { sl_io__close(io); }
-
 static int open_footer(pq_file *f) {
     int remote = sl_io__is_url(f->path);
     SL_TRY(sl_io__open(&f->io, f->path, remote ? SL_IO_EDGES : SL_IO_MAP));
     f->size = sl_io__size(f->io);
     f->map = sl_io__map(f->io);
-    if (f->map)
-        SL_TRY(sl_buffer_wrap(&f->mapbuf, (void *)(uintptr_t)f->map, (size_t)f->size,
-                              close_io, f->io));
+    SL_TRY(sl_io__map_buffer(f->io, &f->mapbuf));
     if (f->size < 12)
         return sl__error(SL_ECORRUPT, "%s: %" PRIu64 " bytes: too short for a Parquet file (12 "
                          "bytes of magic and footer length at least)", f->name, f->size);
@@ -549,10 +545,7 @@ static int open_file(void *user, int k) {
 }
 
 static void file_dispose(pq_file *f) {
-    if (f->mapbuf)
-        sl_buffer_release(f->mapbuf); /* the io closes with the last view */
-    else
-        sl_io__close(f->io);
+    sl_io__map_close(f->io, f->mapbuf);
     pq_meta_dispose(&f->meta);
     sl__free(f->footer);
     sl__free(f->lf);
@@ -900,8 +893,7 @@ static int whole_open(void *user, int k, void **state_out) {
     int rc = sl_io__open_checked(&w->io, f->path, SL_IO_MAP | SL_IO_MAP_OR_RANGES | SL_IO_RANDOM,
                                  sl_io__version(f->io), whole_check, &x);
     if (rc == SL_OK && (w->map = sl_io__map(w->io)) != NULL) {
-        rc = sl_buffer_wrap(&w->buf, (void *)(uintptr_t)w->map, (size_t)sl_io__size(w->io),
-                            close_io, w->io);
+        rc = sl_io__map_buffer(w->io, &w->buf);
         if (rc == SL_OK)
             w->io = NULL; /* closed with the buffer's last reference */
     }
@@ -927,7 +919,7 @@ static void whole_close(void *user, int k, void *state) {
 
 /* The io of a fetched-whole copy, to drop it from the shard cache. */
 static sl_io *whole_io(const pq_whole *w) {
-    return w->buf ? sl_buffer__wrap_user(w->buf, close_io) : NULL;
+    return sl_io__of_map_buffer(w->buf);
 }
 
 /* ---- row groups: decoding ------------------------------------------------------------ */

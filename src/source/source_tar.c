@@ -1113,16 +1113,11 @@ static const sl_source_vtbl tar_vtbl = {
 
 /* ---- open ----------------------------------------------------------------------------- */
 
-static void io_release(void *user) { sl_io__close(user); }
-
 static void close_shard(void *user, int k, void *state) {
     (void)user;
     (void)k;
     tar_open *o = state;
-    if (o->mapbuf)
-        sl_buffer_release(o->mapbuf); /* the mapping goes with the last view */
-    else
-        sl_io__close(o->io);
+    sl_io__map_close(o->io, o->mapbuf); /* the mapping goes with the last view */
     sl_sidx__free(o->ix);
     sl__free(o);
 }
@@ -1143,8 +1138,7 @@ static int open_shard(void *user, int k, void **state_out) {
     o->size = sl_io__size(o->io);
     if (o->size != sh->size)
         SL_CHECK(sl_shard_file__changed(sh, o->size));
-    if (o->map && sl_buffer_wrap(&o->mapbuf, (void *)(uintptr_t)o->map, (size_t)o->size,
-                                 io_release, o->io) != SL_OK)
+    if (sl_io__map_buffer(o->io, &o->mapbuf) != SL_OK)
         SL_FAIL(SL_ENOMEM, "out of memory opening %s", sl_io__short_name(sh->path));
     *state_out = o;
     return SL_OK;
