@@ -476,10 +476,6 @@ void sl_io__map_close(sl_io *io, sl_buffer *buf) {
         sl_io__close(io);
 }
 
-sl_io *sl_io__of_map_buffer(const sl_buffer *buf) {
-    return buf ? sl_buffer__wrap_user(buf, map_buffer_gone) : NULL;
-}
-
 int sl_io__read_file(const char *name, uint64_t max, int missing_ok, uint8_t **out,
                      size_t *n_out) {
     *out = NULL;

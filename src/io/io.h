@@ -153,8 +153,6 @@ int sl_io__map_buffer(sl_io *io, sl_buffer **out);
 /* Done with io: buf released when sl_io__map_buffer made one (io closes with
  * the last view), else io closed. Accepts NULLs. */
 void sl_io__map_close(sl_io *io, sl_buffer *buf);
-/* The io a buffer from sl_io__map_buffer closes, else NULL. */
-sl_io *sl_io__of_map_buffer(const sl_buffer *buf);
 /* The bytes of `io` failed a check: a remote object's copy in the shard
  * cache is deleted (the open mapping stays valid), so that the next open
  * fetches it again. A no-op for a local file. Accepts NULL. */

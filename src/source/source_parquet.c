@@ -71,6 +71,7 @@
 #include "record/shard_set.h"
 #include "source/parquet_format.h"
 #include "source/source.h"
+#include "source/source_shard.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -161,14 +162,6 @@ typedef struct pq_block {
     int64_t base[SL_MAX_COLUMNS]; /* slot j's first row (of the row group) */
     pq_dcol col[SL_MAX_COLUMNS]; /* per slot */
 } pq_block;
-
-/* A remote file fetched whole into the shard cache (the files' shard set),
- * or found not to fit it (map NULL: read by ranges). */
-typedef struct pq_whole {
-    sl_io *io;
-    sl_buffer *buf;              /* the mapping; its last release closes io */
-    const uint8_t *map;
-} pq_whole;
 
 enum { PQ_ROLE_VALUES = 0, PQ_ROLE_LENGTHS = 1 };
 
@@ -882,44 +875,31 @@ static int whole_check(sl_io *io, void *user) {
     return SL_OK;
 }
 
+/* The files' shard set's open of a remote file: fetched whole into the
+ * shard cache (its bytes held as sl_shard_bytes), or found not to fit it
+ * (data NULL: read by ranges). */
 static int whole_open(void *user, int k, void **state_out) {
     pq_source *s = user;
     pq_file *f = &s->files[k];
-    pq_whole *w = sl__calloc(1, sizeof *w);
-    if (!w)
-        return sl__oom("opening a Parquet file");
     whole_ctx x = {s, f};
+    sl_shard_bytes w = {0};
     /* the version the footer was read from: one version per run */
-    int rc = sl_io__open_checked(&w->io, f->path, SL_IO_MAP | SL_IO_MAP_OR_RANGES | SL_IO_RANDOM,
+    int rc = sl_io__open_checked(&w.io, f->path, SL_IO_MAP | SL_IO_MAP_OR_RANGES | SL_IO_RANDOM,
                                  sl_io__version(f->io), whole_check, &x);
-    if (rc == SL_OK && (w->map = sl_io__map(w->io)) != NULL) {
-        rc = sl_io__map_buffer(w->io, &w->buf);
-        if (rc == SL_OK)
-            w->io = NULL; /* closed with the buffer's last reference */
+    if (rc == SL_OK)
+        rc = sl_io__map_buffer(w.io, &w.buf);
+    if (rc < 0) {
+        sl_shard_bytes__dispose(&w);
+        return rc;
     }
-    if (rc < 0 || !w->map) { /* an error, or too big for the cache: ranges */
-        sl_io__close(w->io);
-        w->io = NULL;
-        if (rc < 0) {
-            sl__free(w);
-            return rc;
-        }
+    if (w.buf) {
+        w.data = sl_io__map(w.io);
+        w.size = sl_io__size(w.io);
+    } else { /* too big for the cache: ranges */
+        sl_io__close(w.io);
+        w.io = NULL;
     }
-    *state_out = w;
-    return SL_OK;
-}
-
-static void whole_close(void *user, int k, void *state) {
-    (void)user;
-    (void)k;
-    pq_whole *w = state;
-    sl_buffer_release(w->buf);
-    sl__free(w);
-}
-
-/* The io of a fetched-whole copy, to drop it from the shard cache. */
-static sl_io *whole_io(const pq_whole *w) {
-    return sl_io__of_map_buffer(w->buf);
+    return sl_shard_bytes__keep(&w, "opening a Parquet file", state_out);
 }
 
 /* ---- row groups: decoding ------------------------------------------------------------ */
@@ -1037,9 +1017,9 @@ static int decode_column(pq_source *s, pq_file *f, int fk, int g, int j, pq_aren
         rc = sl_shard_set__get(s->wholes, fk, &st);
         if (rc < 0)
             return rc; /* the message names the file */
-        const pq_whole *w = st;
-        if (w->map) {
-            rc = decode_chunk_fn(&job, w->map + start, out);
+        const sl_shard_bytes *w = st;
+        if (w->data) {
+            rc = decode_chunk_fn(&job, w->data + start, out);
             if (rc == SL_OK && !*map_out)
                 *map_out = sl_buffer_retain(w->buf);
             if (rc == SL_ECORRUPT) {
@@ -1049,7 +1029,7 @@ static int decode_column(pq_source *s, pq_file *f, int fk, int g, int j, pq_aren
                 char first[SL__ERRMSG_MAX];
                 snprintf(first, sizeof first, "%s", sl_errmsg());
                 pq_dcol_dispose(out);
-                sl_io__forget(whole_io(w));
+                sl_io__forget(w->io);
                 SL_LOG_WARN("%s: %s (the shard cache's copy, dropped); reading the chunk again",
                             what, first);
                 sl_io *fresh = NULL;
@@ -1938,7 +1918,7 @@ int sl_source__open_parquet(sl_source **out, const cJSON *obj, const char *field
     if (remote) /* fetched whole into the shard cache when it is on and they fit */
         SL_CHECK(sl_shard_set__create(&s->wholes, n, SL_SHARD_SET_OPEN_REMOTE,
                                       &(sl_shard_set_ops){.open = whole_open,
-                                                          .close = whole_close},
+                                                          .close = sl_shard_bytes__close},
                                       s));
     sl_source__free_paths(pv);
     *out = &s->base;

@@ -1,11 +1,12 @@
 /*
  * source_shard.c — a shard file of the tar and TFRecord sources: its index
- * header at open, its bytes at first read, one version per run
- * (source_shard.h).
+ * header at open, its bytes at first read, one version per run; an open
+ * shard's bytes, Parquet's fetched-whole files' too (source_shard.h).
  */
 #include "source/source_shard.h"
 
 #include <inttypes.h>
+#include <string.h>
 
 int sl_shard_file__load_head(sl_shard_file *f, const char *kind, sl_sidx_use use) {
     SL_TRY(sl_sidx__load_head_for(f->path, kind, use, &f->head));
@@ -48,4 +49,29 @@ void sl_shard_file__dispose(sl_shard_file *f) {
     sl_sidx__free(f->head);
     sl__free(f->path);
     sl__free(f->version);
+}
+
+void sl_shard_bytes__dispose(sl_shard_bytes *b) {
+    sl_io__map_close(b->io, b->buf);
+    sl__free(b->heap);
+    sl_sidx__free(b->ix);
+    memset(b, 0, sizeof *b);
+}
+
+int sl_shard_bytes__keep(sl_shard_bytes *b, const char *what, void **state_out) {
+    sl_shard_bytes *o = sl__malloc(sizeof *o);
+    if (!o) {
+        sl_shard_bytes__dispose(b);
+        return sl__oom(what);
+    }
+    *o = *b;
+    *state_out = o;
+    return SL_OK;
+}
+
+void sl_shard_bytes__close(void *user, int k, void *state) {
+    (void)user;
+    (void)k;
+    sl_shard_bytes__dispose(state);
+    sl__free(state);
 }

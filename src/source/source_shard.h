@@ -59,4 +59,28 @@ int sl_shard_file__changed(const sl_shard_file *f, uint64_t now);
 /* Free what f holds (its path, index header and version). */
 void sl_shard_file__dispose(sl_shard_file *f);
 
+/* A shard's bytes, the state the shard set keeps for an open shard (the tar
+ * and TFRecord sources' shards, Parquet files fetched whole): whole in
+ * memory at `data`, or not at all (a Parquet file read by ranges). */
+typedef struct sl_shard_bytes {
+    const uint8_t *data;    /* the mapping, or `heap`; NULL: empty, or not held */
+    uint64_t size;
+    sl_io *io;              /* the file (owned by buf when there is one) */
+    sl_buffer *buf;         /* the mapping as a buffer (sl_io__map_buffer): views
+                               retain it, so it outlives the shard's closing */
+    uint8_t *heap;          /* bytes of the source's making (a gzip TFRecord
+                               inflated), else NULL */
+    sl_sidx *ix;            /* an indexed shard's whole index, else NULL */
+} sl_shard_bytes;
+
+/* Free what b holds and zero it. */
+void sl_shard_bytes__dispose(sl_shard_bytes *b);
+/* b, filled on the stack by a shard set's open, moved into the state it
+ * hands the shard set (*state_out; sl_shard_bytes__close frees it). SL_OK,
+ * or SL_ENOMEM "out of memory <what>" with b disposed. */
+int sl_shard_bytes__keep(sl_shard_bytes *b, const char *what, void **state_out);
+/* The shard set's close (record/shard_set.h) of a state made by
+ * sl_shard_bytes__keep. */
+void sl_shard_bytes__close(void *user, int k, void *state);
+
 #endif /* SL_SOURCE_SHARD_H */

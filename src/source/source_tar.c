@@ -77,15 +77,6 @@
 typedef sl_shard_file tar_shard;
 
 /* A shard opened by the shard set, when a read first needs it. */
-typedef struct tar_open {
-    const uint8_t *map;     /* the file, whole in memory (io.h); NULL when empty */
-    uint64_t size;
-    sl_io *io;              /* owned by mapbuf when there is one */
-    sl_buffer *mapbuf;      /* wraps the mapping: views retain it, so the
-                               mapping outlives the shard's closing */
-    sl_sidx *ix;            /* the whole index (indexed shards), else NULL */
-} tar_open;
-
 typedef struct tar_member {
     uint64_t off;           /* data offset in the shard */
     uint64_t size;
@@ -901,7 +892,7 @@ static void tar_locate(sl_source *src, uint64_t i, char *buf, size_t cap) {
          * a message never opens one. */
         void *st = NULL;
         if (s->set && sl_shard_set__get_if_open(s->set, k, &st) == SL_OK) {
-            const tar_open *o = st;
+            const sl_shard_bytes *o = st;
             snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ")",
                      sl_io__short_name(sh->path), r, o->ix->offset[r]);
             sl_shard_set__put(s->set, k);
@@ -938,7 +929,7 @@ static void tables_free(tar_tables *t) {
 
 /* Fill `out` from sample `smp` of tables `t`. `copy_key`: the key lives in
  * a cursor's tables, so it is copied into a tensor from the allocator. */
-static int fill(tar_source *s, sl_source_cursor *cur, uint64_t i, const tar_open *sh,
+static int fill(tar_source *s, sl_source_cursor *cur, uint64_t i, const sl_shard_bytes *sh,
                 const tar_tables *t, const tar_sample *smp, const int *colmap, int copy_key,
                 sl_sample *out) {
     sl_source *src = &s->base;
@@ -960,9 +951,9 @@ static int fill(tar_source *s, sl_source_cursor *cur, uint64_t i, const tar_open
                              where, key, src->col[c].name, src->col[c].name);
         }
         if (src->col[c].type == SL_COL_INT64 &&
-            parse_int_text(sh->map + mem[c]->off, mem[c]->size, &ival[c]) < 0) {
+            parse_int_text(sh->data + mem[c]->off, mem[c]->size, &ival[c]) < 0) {
             char q[32];
-            quote_bytes(q, sizeof q, sh->map + mem[c]->off, mem[c]->size);
+            quote_bytes(q, sizeof q, sh->data + mem[c]->off, mem[c]->size);
             tar_locate(src, i, where, sizeof where);
             return sl__error(SL_ECORRUPT, "%s: member '%s.%s' is not a decimal integer ('%s')",
                              where, key, src->col[c].name, q);
@@ -990,9 +981,9 @@ static int fill(tar_source *s, sl_source_cursor *cur, uint64_t i, const tar_open
              * borrowing cursor): the shard set may close the shard while
              * the view is in use, and the mapping must outlive that. */
             n = (int64_t)mem[c]->size;
-            sl_tensor_view(&out->col[c], (void *)(uintptr_t)(sh->map + mem[c]->off), SL_U8, 1,
+            sl_tensor_view(&out->col[c], (void *)(uintptr_t)(sh->data + mem[c]->off), SL_U8, 1,
                            &n);
-            out->col[c].buf = sl_buffer_retain(sh->mapbuf);
+            out->col[c].buf = sl_buffer_retain(sh->buf);
         }
         out->ncols = (uint32_t)c + 1;
     }
@@ -1000,7 +991,7 @@ static int fill(tar_source *s, sl_source_cursor *cur, uint64_t i, const tar_open
 }
 
 /* Record r of shard k, which is open (`o`, pinned). */
-static int read_open(tar_source *s, sl_source_cursor *cur, uint64_t i, int k, const tar_open *o,
+static int read_open(tar_source *s, sl_source_cursor *cur, uint64_t i, int k, const sl_shard_bytes *o,
                      sl_sample *out) {
     sl_source *src = &s->base;
     const tar_shard *sh = &s->shards[k];
@@ -1021,11 +1012,11 @@ static int read_open(tar_source *s, sl_source_cursor *cur, uint64_t i, int k, co
      * checksum its index recorded: a copy that differs from the bytes
      * indexed is refused, never read. */
     if (o->ix->sum && len &&
-        XXH3_64bits(o->map + off, (size_t)len) != o->ix->sum[r]) {
+        XXH3_64bits(o->data + off, (size_t)len) != o->ix->sum[r]) {
         tar_locate(src, i, where, sizeof where);
-        return sl_sidx__check_entry(o->ix, r, o->map + off, where, sh->path);
+        return sl_sidx__check_entry(o->ix, r, o->data + off, where, sh->path);
     }
-    SL_TRY(scan_shard(s, t, (uint32_t)k, o->map, off, off + len));
+    SL_TRY(scan_shard(s, t, (uint32_t)k, o->data, off, off + len));
     for (uint64_t j = 0; j < t->nsamples; j++)
         if (t->samples[j].err) /* damage since indexing: its own message says more */
             return fill(s, cur, i, o, t, &t->samples[j], NULL, 1, out);
@@ -1113,37 +1104,26 @@ static const sl_source_vtbl tar_vtbl = {
 
 /* ---- open ----------------------------------------------------------------------------- */
 
-static void close_shard(void *user, int k, void *state) {
-    (void)user;
-    (void)k;
-    tar_open *o = state;
-    sl_io__map_close(o->io, o->mapbuf); /* the mapping goes with the last view */
-    sl_sidx__free(o->ix);
-    sl__free(o);
-}
-
 /* The shard set's open: map the shard (a remote one is fetched into the
  * shard cache) and, when it has an index, load the whole index, which must
  * still be what its header said at open (sl_shard_file__open: a remote
- * indexed shard checked whole, every reopen at the first one's version). */
+ * indexed shard checked whole, every reopen at the first one's version).
+ * The mapping goes with the last view (sl_shard_bytes). */
 static int open_shard(void *user, int k, void **state_out) {
     tar_source *s = user;
     tar_shard *sh = &s->shards[k];
-    tar_open *o = sl__calloc(1, sizeof *o);
-    if (!o)
-        return sl__oom("opening a tar shard");
+    sl_shard_bytes b = {0};
     int rc = SL_OK;
-    SL_CHECK(sl_shard_file__open(sh, "webdataset", SL_IO_MAP, NULL, NULL, &o->ix, &o->io));
-    o->map = sl_io__map(o->io);
-    o->size = sl_io__size(o->io);
-    if (o->size != sh->size)
-        SL_CHECK(sl_shard_file__changed(sh, o->size));
-    if (sl_io__map_buffer(o->io, &o->mapbuf) != SL_OK)
+    SL_CHECK(sl_shard_file__open(sh, "webdataset", SL_IO_MAP, NULL, NULL, &b.ix, &b.io));
+    b.data = sl_io__map(b.io);
+    b.size = sl_io__size(b.io);
+    if (b.size != sh->size)
+        SL_CHECK(sl_shard_file__changed(sh, b.size));
+    if (sl_io__map_buffer(b.io, &b.buf) != SL_OK)
         SL_FAIL(SL_ENOMEM, "out of memory opening %s", sl_io__short_name(sh->path));
-    *state_out = o;
-    return SL_OK;
+    return sl_shard_bytes__keep(&b, "opening a tar shard", state_out);
 cleanup:
-    close_shard(s, k, o);
+    sl_shard_bytes__dispose(&b);
     return rc;
 }
 
@@ -1272,7 +1252,8 @@ int sl_source__open_webdataset(sl_source **out, const cJSON *obj, const char *fi
                     "every sample", sl_io__short_name(s->shards[0].path), remote_scans,
                     remote_scans > 1 ? "s" : "");
     SL_CHECK(sl_shard_set__create(&s->set, n, s->max_open,
-                                  &(sl_shard_set_ops){.open = open_shard, .close = close_shard},
+                                  &(sl_shard_set_ops){.open = open_shard,
+                                                      .close = sl_shard_bytes__close},
                                   s));
     SL_CHECK(check_duplicates(s));
     uint64_t bad = 0;

@@ -189,16 +189,6 @@ typedef struct tf_file {
     int indexed;
 } tf_file;
 
-/* A file opened by the shard set, when a read first needs it. */
-typedef struct tf_open {
-    const uint8_t *data;        /* the mapping, or the inflated bytes */
-    size_t size;
-    sl_io *io;                  /* plain: the file, whole in memory (data is its map) */
-    uint8_t *heap;              /* gzip: the inflated bytes (data), else NULL */
-    int gzip;
-    sl_sidx *ix;                /* indexed: the whole index */
-} tf_open;
-
 typedef struct tf_bad {
     int code;
     uint64_t offset;
@@ -341,7 +331,7 @@ static int scan_file(tf_source *s, tf_file *f, const uint8_t *d, size_t n) {
 /* Inflate all of src (every gzip member) into f->data. Damage after some
  * output keeps that output and is reported in *err (a bad tail entry);
  * damage before any is an error. */
-static int inflate_all(tf_open *f, const char *path, const uint8_t *src, size_t n, char *err,
+static int inflate_all(sl_shard_bytes *f, const char *path, const uint8_t *src, size_t n, char *err,
                        size_t errcap) {
     z_stream zs;
     memset(&zs, 0, sizeof zs);
@@ -430,13 +420,15 @@ static int frames_check(sl_io *io, void *user) {
     return SL_OK;
 }
 
-/* Map (or inflate) one file's bytes into `o`; gzip damage after some
+/* Map (or inflate: *gzip) one file's bytes into `o`: a plain file whole in
+ * memory (data its mapping), a gzip one inflated (data the heap, the file
+ * closed); gzip damage after some
  * output is kept in gzerr (a bad tail entry for the scan). An indexed
  * file's whole index is loaded again into o->ix, and a remote one checked
  * whole against it, fetched again once when it differs (sl_shard_file__open;
  * an unindexed remote one against its frames' checksums when verifying). */
-static int open_bytes(const tf_source *s, tf_file *f, tf_open *o, char *gzerr,
-                      size_t cap) {
+static int open_bytes(const tf_source *s, tf_file *f, sl_shard_bytes *o, int *gzip,
+                      char *gzerr, size_t cap) {
     sl_io *io;
     /* Reads jump between records: no read-ahead past the one asked for.
      * Every open but the first asks for the version the first one read
@@ -449,11 +441,12 @@ static int open_bytes(const tf_source *s, tf_file *f, tf_open *o, char *gzerr,
     /* "auto": gzip's magic and deflate method, unless the first 12 bytes
      * are a valid TFRecord header (a record length can start 1f 8b 08). */
     int magic = n >= 3 && m[0] == 0x1f && m[1] == 0x8b && m[2] == 8;
+    *gzip = 0;
     if (!strcmp(s->compression, "gzip"))
-        o->gzip = 1;
+        *gzip = 1;
     else if (!strcmp(s->compression, "auto"))
-        o->gzip = magic && !(n >= 12 && header_ok(m));
-    if (o->gzip) {
+        *gzip = magic && !(n >= 12 && header_ok(m));
+    if (*gzip) {
         if (!n)
             SL_FAIL(SL_ECORRUPT, "%s: empty file, not a gzip stream", f->sh.path);
         SL_CHECK(inflate_all(o, f->sh.path, m, n, gzerr, cap));
@@ -469,51 +462,39 @@ cleanup:
     return rc;
 }
 
-static void close_file(void *user, int k, void *state) {
-    (void)user;
-    (void)k;
-    tf_open *o = state;
-    sl_io__close(o->io);
-    sl__free(o->heap);
-    sl_sidx__free(o->ix);
-    sl__free(o);
-}
-
 /* The shard set's open: the file's bytes (a remote one fetched into the
  * shard cache; a gzip one inflated) and, when it has an index, the whole
  * index, which must still be what its header said at open. */
 static int open_file_lazily(void *user, int k, void **state_out) {
     tf_source *s = user;
     tf_file *f = &s->files[k];
-    tf_open *o = sl__calloc(1, sizeof *o);
-    if (!o)
-        return sl__oom("opening a TFRecord file");
-    int rc = SL_OK;
+    sl_shard_bytes b = {0};
+    int rc = SL_OK, gzip = 0;
     char gzerr[160] = "";
-    SL_CHECK(open_bytes(s, f, o, gzerr, sizeof gzerr));
-    if (o->ix && !!(o->ix->flags & SL_SIDX_DECOMPRESSED) != o->gzip)
+    SL_CHECK(open_bytes(s, f, &b, &gzip, gzerr, sizeof gzerr));
+    if (b.ix && !!(b.ix->flags & SL_SIDX_DECOMPRESSED) != gzip)
         SL_FAIL(SL_EINVAL, "%s.slidx was built for %s bytes, but the file is read %s; rebuild "
                 "it with `sluice index %s`", f->sh.path,
-                o->ix->flags & SL_SIDX_DECOMPRESSED ? "decompressed" : "plain",
-                o->gzip ? "through gzip" : "as it is", f->sh.path);
-    if (!f->sh.head && (o->size != f->sh.size || o->gzip != f->gzip))
-        SL_CHECK(sl_shard_file__changed(&f->sh, o->size));
-    *state_out = o;
-    return SL_OK;
+                b.ix->flags & SL_SIDX_DECOMPRESSED ? "decompressed" : "plain",
+                gzip ? "through gzip" : "as it is", f->sh.path);
+    if (!f->sh.head && (b.size != f->sh.size || gzip != f->gzip))
+        SL_CHECK(sl_shard_file__changed(&f->sh, b.size));
+    return sl_shard_bytes__keep(&b, "opening a TFRecord file", state_out);
 cleanup:
-    close_file(s, k, o);
+    sl_shard_bytes__dispose(&b);
     return rc;
 }
 
 /* Find one unindexed file's frames at open (its record count needs them),
  * then close it: reads open it again through the shard set. */
 static int scan_at_open(tf_source *s, tf_file *f) {
-    tf_open o = {0};
+    sl_shard_bytes o = {0};
     char gzerr[160] = "";
-    SL_TRY(open_bytes(s, f, &o, gzerr, sizeof gzerr));
+    int gzip = 0;
+    SL_TRY(open_bytes(s, f, &o, &gzip, gzerr, sizeof gzerr));
     f->sh.first = s->base.count;
     f->sh.tab_first = s->nscan;
-    f->gzip = o.gzip;
+    f->gzip = gzip;
     f->sh.size = o.size;
     int rc = scan_file(s, f, o.data, o.size);
     if (rc == SL_OK && gzerr[0])
@@ -521,8 +502,7 @@ static int scan_at_open(tf_source *s, tf_file *f) {
     f->sh.count = s->base.count - f->sh.first;
     if (rc == SL_OK && !o.size)
         SL_LOG_WARN("%s: empty file (no records)", f->sh.path);
-    sl_io__close(o.io);
-    sl__free(o.heap);
+    sl_shard_bytes__dispose(&o);
     return rc;
 }
 
@@ -672,7 +652,7 @@ static void tf_locate(sl_source *src, uint64_t i, char *buf, size_t cap) {
         void *st = NULL;
         if (s->set && sl_shard_set__get_if_open(s->set, k, &st) == SL_OK) {
             snprintf(buf, cap, "%s: record %" PRIu64 " (offset %" PRIu64 ")", f->name, r,
-                     ((const tf_open *)st)->ix->offset[r]);
+                     ((const sl_shard_bytes *)st)->ix->offset[r]);
             sl_shard_set__put(s->set, k);
         } else {
             snprintf(buf, cap, "%s: record %" PRIu64, f->name, r);
@@ -686,7 +666,7 @@ static void tf_locate(sl_source *src, uint64_t i, char *buf, size_t cap) {
 
 /* Check and unpack record i of file k, open as `o` (pinned), into the arena. */
 static int parse_open(tf_source *s, tf_arena *a, uint64_t i, const tf_file *f,
-                      const tf_open *o, int verify, Tensorflow__SequenceExample **ex_out) {
+                      const sl_shard_bytes *o, int verify, Tensorflow__SequenceExample **ex_out) {
     char where[320];
     tf_locate(&s->base, i, where, sizeof where);
     uint64_t r = i - f->sh.first, off, len;
@@ -1159,7 +1139,7 @@ static int open_files(tf_source *s, const cJSON *paths, const char *field, sl_si
                     remote_scans, remote_scans > 1 ? "s" : "");
     SL_CHECK(sl_shard_set__create(&s->set, n, s->max_open,
                                   &(sl_shard_set_ops){.open = open_file_lazily,
-                                                      .close = close_file},
+                                                      .close = sl_shard_bytes__close},
                                   s));
 cleanup:
     for (int k = 0; k < n; k++)
@@ -1364,7 +1344,7 @@ int sl_source__index_tfrecord(const char *path, const cJSON *opts) {
          * too (sl_sidx__write sums a plain file's entries itself). */
         void *st;
         SL_CHECK(sl_shard_set__get(s->set, 0, &st));
-        const tf_open *o = st;
+        const sl_shard_bytes *o = st;
         rc = sl_sidx__sum_entries(ix, o->data, o->size);
         sl_shard_set__put(s->set, 0);
         SL_CHECK(rc);

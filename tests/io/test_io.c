@@ -50,6 +50,47 @@ SL_TEST(io_io__empty_file_maps_to_nothing) {
     sl_io__close(io);
 }
 
+/* sl_io__map_buffer: the mapping as a buffer that closes the io with its
+ * last reference; an io without a mapping stays the caller's. */
+SL_TEST(io_io__map_buffer_closes_with_the_last_view) {
+    char p[4096];
+    make(p, sizeof p, "m.bin", "0123456789");
+    sl_io_counters a, b;
+    sl_io__counters(&a);
+    sl_io *io;
+    sl_buffer *buf = (sl_buffer *)1;
+    ASSERT_OK(sl_io__open(&io, p, 0));
+    ASSERT_OK(sl_io__map_buffer(io, &buf));
+    ASSERT(buf == NULL);
+    sl_io__map_close(io, buf); /* closes io */
+    sl_io__counters(&b);
+    ASSERT_U64_EQ(b.open_now, a.open_now);
+
+    ASSERT_OK(sl_io__open(&io, p, SL_IO_MAP));
+    ASSERT_OK(sl_io__map_buffer(io, &buf));
+    ASSERT(buf != NULL);
+    ASSERT(sl_buffer_data(buf) == sl_io__map(io));
+    ASSERT_EQ(sl_buffer_size(buf), 10);
+    sl_buffer *view = sl_buffer_retain(buf);
+    sl_io__map_close(io, buf);
+    sl_io__counters(&b);
+    ASSERT_U64_EQ(b.open_now, a.open_now + 1); /* the view holds it */
+    ASSERT(!memcmp(sl_buffer_data(view), "0123456789", 10));
+    sl_buffer_release(view);
+    sl_io__counters(&b);
+    ASSERT_U64_EQ(b.open_now, a.open_now);
+
+    ASSERT_OK(sl_io__open(&io, p, SL_IO_MAP));
+    sl__alloc_fail_at(1);
+    int rc = sl_io__map_buffer(io, &buf);
+    sl__alloc_fail_at(0);
+    ASSERT_RC(rc, SL_ENOMEM);
+    ASSERT(buf == NULL);
+    ASSERT(!memcmp(sl_io__map(io), "0123", 4)); /* still the caller's */
+    sl_io__close(io);
+    sl_io__map_close(NULL, NULL);
+}
+
 SL_TEST(io_io__one_error_policy) {
     char p[4096];
     sl_io *io = (sl_io *)1;
