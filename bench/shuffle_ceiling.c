@@ -5,20 +5,21 @@
  *
  * The reading threads' work and nothing else: T threads (default 2) take
  * chunks of 256 positions from one atomic counter; for each position the
- * record's bytes are checksummed with sluice's record checksum
- * (sl_record__payload_sum: XXH3-64) and its first `row` bytes copied into
- * the thread's batch rows (plus an 8-byte label into the label rows). The
+ * record's bytes are checksummed as a .slr reader checks them (FORMAT.md 8:
+ * XXH3-64 of the payload XOR XXH3-64 of the record number, with the same
+ * libxxhash sluice uses) and its first `row` bytes copied into the thread's
+ * batch rows (plus an 8-byte label into the label rows). The
  * records lie in one buffer of `records` x `stride` bytes (default 10,000 x
  * 872 = 8.7 MB, Fashion-MNIST t10k's .slr: 784-byte images, 832-byte
  * payloads after a 16-byte frame header), on 2 MB huge pages
  * (MADV_HUGEPAGE) or on 4 KB pages (MADV_NOHUGEPAGE). Orders:
  *
  *   seq       storage order
- *   table     one permutation, precomputed (the order costs one load)
- *   feistel   sluice's global order: the keyed bijection of 8 rounds,
- *             computed a chunk at a time (sl_feistel_fwd_n), a new key
- *             per epoch, as stage_source.c computes it
- *   sorted    feistel, then each chunk's records read in address order
+ *   table     sluice's global order (the keyed bijection), taken from a
+ *             sluice pipeline with a global shuffle over the record
+ *             numbers (16 epochs' orders, used in turn) and stored: the
+ *             order costs one load a record, not its computation
+ *   sorted    table, then each chunk's records read in address order
  *             into their own rows (the rows and bytes are the same)
  *
  * with a software prefetch of each record PREFETCH records ahead (0: none;
@@ -30,11 +31,11 @@
  * Every run is whole epochs; the sum of the checksums of an epoch does not
  * depend on the order, so each run checks that it read every record once.
  *
- *   cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc bench/shuffle_ceiling.c \
+ *   cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude bench/shuffle_ceiling.c \
  *      $(bash scripts/link_flags.sh build) -o shuffle_ceiling
  *   ./shuffle_ceiling [--threads 2] [--epochs 500] [--rounds 3] [--work 0]
  *                     [--records 10000] [--stride 872] [--payload 832] [--row 784]
- *                     [--configs huge:seq:4,huge:feistel:4,...]
+ *                     [--configs huge:seq:4,huge:table:4,...]
  *
  * Each config is ORDER PAGES PREFETCH (pages: huge or 4k); the configs run
  * interleaved, `rounds` times, the order of the configs rotating by round.
@@ -42,8 +43,7 @@
  * ratio to the best in-order config on the same pages (÷ seq) and what a
  * record costs each thread beyond that config (+ns/rec).
  */
-#include "pipeline/shuffle_window.h"
-#include "record/record_format.h"
+#include "sluice.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -52,12 +52,15 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#define XXH_INLINE_ALL /* as sluice's reader has it: no call for a small record */
+#include <xxhash.h>
 
 #define CHUNK 256
-#define PERM_OP 0xfffffffffffffff1ull /* stage_source.c's key of the global order */
+#define FRAME_HEADER 16 /* a .slr frame: payload length and checksum (FORMAT.md) */
+#define ORDERS 16       /* epochs' orders stored, used in turn */
 
-enum { ORD_SEQ, ORD_TABLE, ORD_FEISTEL, ORD_SORTED };
-static const char *const ORD_NAME[] = {"seq", "table", "feistel", "sorted"};
+enum { ORD_SEQ, ORD_TABLE, ORD_SORTED };
+static const char *const ORD_NAME[] = {"seq", "table", "sorted"};
 
 typedef struct config {
     int order, huge, prefetch;
@@ -65,7 +68,7 @@ typedef struct config {
 
 typedef struct run {
     const uint8_t *buf;
-    const uint64_t *table;
+    const uint64_t *table; /* ORDERS orders of `records` */
     uint64_t records, stride, payload, row, epochs, chunks_per_epoch;
     config cf;
     atomic_uint_fast64_t next; /* the next chunk of the stream */
@@ -103,6 +106,70 @@ static void address_order(uint64_t *rec, uint64_t *row, uint64_t n, uint64_t rec
     memcpy(row, w2, (size_t)n * sizeof row[0]);
 }
 
+/* A .slr record's checksum (FORMAT.md 8, files with SLR_FEAT_SUM_XOR). */
+static inline uint64_t record_sum(const uint8_t *p, size_t len, uint64_t record) {
+    uint8_t le[8];
+    for (int k = 0; k < 8; k++)
+        le[k] = (uint8_t)(record >> (8 * k));
+    return (uint64_t)XXH3_64bits(p, len) ^ (uint64_t)XXH3_64bits(le, sizeof le);
+}
+
+/* SplitMix64's finaliser, inline: --work's unit (sl_mix64 is a call). */
+static inline uint64_t mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* ORDERS epochs of sluice's global order of `records` records (seed 0)
+ * into table[e * records + j]: a pipeline over one int64 column holding
+ * each record's number, shuffled globally, batches of 256. */
+static int sluice_orders(uint64_t records, uint64_t *table) {
+    sl_spec *spec;
+    sl_pipeline *p = NULL;
+    sl_tensor col;
+    int64_t shape[1] = {(int64_t)records};
+    const char *name[1] = {"i"};
+    int rc = sl_spec_create(&spec);
+    if (rc < 0)
+        return rc;
+    if ((rc = sl_tensor_alloc(&col, SL_I64, 1, shape)) < 0)
+        goto out;
+    for (uint64_t i = 0; i < records; i++)
+        ((int64_t *)col.data)[i] = (int64_t)i;
+    rc = sl_spec_set_source_columns(spec, 1, name, &col);
+    sl_tensor_release(&col);
+    if (rc < 0 || (rc = sl_spec_set_shuffle_mode(spec, SL_SHUFFLE_GLOBAL, 0, 0)) < 0 ||
+        (rc = sl_spec_set_epochs(spec, ORDERS)) < 0 ||
+        (rc = sl_spec_add_op_json(spec, "{\"op\": \"batch\", \"size\": 256}")) < 0 ||
+        (rc = sl_pipeline_create(&p, spec)) < 0)
+        goto out;
+    uint64_t k = 0;
+    sl_batch *b;
+    for (int e = 0; e < ORDERS; e++) { /* SL_END after each epoch; the next call goes on */
+        while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
+            const sl_tensor *x = sl_batch_column(b, 0);
+            for (int64_t i = 0; i < sl_batch_size(b) && k < ORDERS * records; i++)
+                table[k++] = (uint64_t)((const int64_t *)x->data)[i];
+            sl_batch_release(b);
+        }
+        if (rc < 0)
+            goto out;
+    }
+    if (k != ORDERS * records) {
+        fprintf(stderr, "shuffle_ceiling: sluice's order gave %llu positions, not %llu\n",
+                (unsigned long long)k, (unsigned long long)(ORDERS * records));
+        rc = -1;
+    }
+    rc = rc < 0 ? rc : SL_OK;
+out:
+    if (rc < 0 && rc != -1)
+        fprintf(stderr, "shuffle_ceiling: sluice's order: %s\n", sl_errmsg());
+    sl_pipeline_free(p);
+    sl_spec_free(spec);
+    return rc;
+}
+
 static inline void prefetch_record(const run *r, uint64_t rec) {
     const uint8_t *at = r->buf + rec * r->stride;
     for (uint64_t b = 0; b < 1024 && b < r->stride; b += 64)
@@ -113,8 +180,7 @@ static void *reader(void *arg) {
     run *r = arg;
     uint8_t *img = malloc((size_t)(CHUNK * r->row)), *lab = malloc(CHUNK * 8);
     uint64_t rec[CHUNK];
-    sl_feistel f;
-    uint64_t f_epoch = UINT64_MAX, sum = 0, sink = 0;
+    uint64_t sum = 0, sink = 0;
     const int pf = r->cf.prefetch;
     for (;;) {
         uint64_t c = atomic_fetch_add_explicit(&r->next, 1, memory_order_relaxed);
@@ -123,18 +189,9 @@ static void *reader(void *arg) {
             break;
         uint64_t pos = (c % r->chunks_per_epoch) * CHUNK;
         uint64_t n = r->records - pos < CHUNK ? r->records - pos : CHUNK;
+        const uint64_t *order = r->table + (epoch % ORDERS) * r->records;
         for (uint64_t i = 0; i < n; i++)
-            rec[i] = pos + i;
-        if (r->cf.order == ORD_TABLE) {
-            for (uint64_t i = 0; i < n; i++)
-                rec[i] = r->table[pos + i];
-        } else if (r->cf.order >= ORD_FEISTEL) {
-            if (epoch != f_epoch) {
-                sl_feistel_init_rounds(&f, r->records, 8, 1, epoch, 0, PERM_OP);
-                f_epoch = epoch;
-            }
-            sl_feistel_fwd_n(&f, rec, (size_t)n);
-        }
+            rec[i] = r->cf.order == ORD_SEQ ? pos + i : order[pos + i];
         uint64_t row[CHUNK];
         for (uint64_t i = 0; i < n; i++)
             row[i] = i;
@@ -145,11 +202,11 @@ static void *reader(void *arg) {
         for (uint64_t i = 0; i < n; i++) {
             if (pf && i + (uint64_t)pf < n)
                 prefetch_record(r, rec[i + (uint64_t)pf]);
-            const uint8_t *f16 = r->buf + rec[i] * r->stride, *pl = f16 + SLR_FRAME_HEADER;
-            uint64_t h = sl_record__payload_sum(pl, (size_t)r->payload, rec[i], SLR_FEAT_SUM_XOR);
+            const uint8_t *pl = r->buf + rec[i] * r->stride + FRAME_HEADER;
+            uint64_t h = record_sum(pl, (size_t)r->payload, rec[i]);
             sum += h;
             for (int k = 0; k < r->work; k++) /* the rest of a reader's work a record */
-                h = sl__mix64(h);
+                h = mix(h);
             sink += h;
             memcpy(img + row[i] * r->row, pl, (size_t)r->row);
             memcpy(lab + row[i] * 8, pl + r->row, 8);
@@ -203,7 +260,7 @@ static int parse_configs(const char *s, config *out, int max) {
         if (sscanf(t, "%7[^:]:%15[^:]:%d", pages, ord, &pf) != 3)
             goto bad;
         config c = {.order = -1, .huge = !strcmp(pages, "huge"), .prefetch = pf};
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < 3; k++)
             if (!strcmp(ord, ORD_NAME[k]))
                 c.order = k;
         if (c.order < 0 || (!c.huge && strcmp(pages, "4k")) || pf < 0 || pf > CHUNK)
@@ -214,7 +271,7 @@ static int parse_configs(const char *s, config *out, int max) {
     return n;
 bad:
     fprintf(stderr, "shuffle_ceiling: bad config in \"%s\" (PAGES:ORDER:PREFETCH, PAGES huge or "
-                    "4k, ORDER seq, table, feistel or sorted)\n", s);
+                    "4k, ORDER seq, table or sorted)\n", s);
     free(dup);
     return -1;
 }
@@ -227,8 +284,8 @@ static int cmp_double(const void *a, const void *b) {
 int main(int argc, char **argv) {
     uint64_t records = 10000, stride = 872, payload = 832, row = 784, epochs = 500;
     int threads = 2, rounds = 3, work = 0;
-    const char *configs = "huge:seq:0,huge:seq:4,huge:table:4,huge:feistel:4,huge:sorted:4,"
-                          "4k:seq:4,4k:table:4,4k:feistel:4";
+    const char *configs = "huge:seq:0,huge:seq:4,huge:table:4,huge:table:16,huge:sorted:4,"
+                          "4k:seq:4,4k:table:4";
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (!strcmp(k, "--threads"))
@@ -255,7 +312,7 @@ int main(int argc, char **argv) {
         }
     }
     if (argc % 2 == 0 || work < 0 || threads < 1 || threads > 64 || rounds < 1 || records < 2 ||
-        records >= 1ull << 56 || payload + SLR_FRAME_HEADER > stride || row + 8 > payload) {
+        records >= 1ull << 56 || payload + FRAME_HEADER > stride || row + 8 > payload) {
         fprintf(stderr, "shuffle_ceiling: bad arguments (see the file's head)\n");
         return 2;
     }
@@ -278,19 +335,14 @@ int main(int argc, char **argv) {
         }
         huge_kb[h] = anon_huge_kb() - before;
     }
-    /* the table: epoch 0's global order, stored */
-    uint64_t *table = malloc((size_t)records * sizeof *table);
-    for (uint64_t i = 0; i < records; i++)
-        table[i] = i;
-    sl_feistel f;
-    sl_feistel_init_rounds(&f, records, 8, 1, 0, 0, PERM_OP);
-    sl_feistel_fwd_n(&f, table, (size_t)records);
+    uint64_t *table = malloc((size_t)(ORDERS * records) * sizeof *table);
+    if (!table || sluice_orders(records, table) < 0)
+        return 1;
     /* what one epoch's checksums add up to, in any order */
     uint64_t epoch_sum[2] = {0, 0};
     for (int h = 0; h < 2; h++)
         for (uint64_t i = 0; buf[h] && i < records; i++)
-            epoch_sum[h] += sl_record__payload_sum(buf[h] + i * stride + SLR_FRAME_HEADER,
-                                                   (size_t)payload, i, SLR_FEAT_SUM_XOR);
+            epoch_sum[h] += record_sum(buf[h] + i * stride + FRAME_HEADER, (size_t)payload, i);
     fprintf(stderr, "shuffle_ceiling: %llu records of %llu bytes (%.1f MB), %d threads, %llu "
                     "epochs a run, work %d; AnonHugePages: huge buffer %ld kB, 4k buffer %ld kB\n",
             (unsigned long long)records, (unsigned long long)stride,
