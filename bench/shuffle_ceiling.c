@@ -23,7 +23,8 @@
  *             into their own rows (the rows and bytes are the same)
  *
  * with a software prefetch of each record PREFETCH records ahead (0: none;
- * the hint covers the first 1 KB of the record, as sluice's does).
+ * the hint covers the record's first `--hint` bytes, default 1024 as
+ * sluice's).
  * `--work N` adds N dependent steps of SplitMix64's finaliser on each
  * record's checksum: the rest of a real reader's work a record (parsing,
  * bookkeeping), so that its in-order rate can be brought down to sluice's
@@ -33,7 +34,7 @@
  *
  *   cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude bench/shuffle_ceiling.c \
  *      $(bash scripts/link_flags.sh build) -o shuffle_ceiling
- *   ./shuffle_ceiling [--threads 2] [--epochs 500] [--rounds 3] [--work 0]
+ *   ./shuffle_ceiling [--threads 2] [--epochs 500] [--rounds 3] [--work 0] [--hint 1024]
  *                     [--records 10000] [--stride 872] [--payload 832] [--row 784]
  *                     [--configs huge:seq:4,huge:table:4,...]
  *
@@ -70,6 +71,7 @@ typedef struct run {
     const uint8_t *buf;
     const uint64_t *table; /* ORDERS orders of `records` */
     uint64_t records, stride, payload, row, epochs, chunks_per_epoch;
+    uint64_t hint; /* bytes of a record hinted */
     config cf;
     atomic_uint_fast64_t next; /* the next chunk of the stream */
     atomic_uint_fast64_t sum;  /* the checksums of every record read */
@@ -172,7 +174,7 @@ out:
 
 static inline void prefetch_record(const run *r, uint64_t rec) {
     const uint8_t *at = r->buf + rec * r->stride;
-    for (uint64_t b = 0; b < 1024 && b < r->stride; b += 64)
+    for (uint64_t b = 0; b < r->hint && b < r->stride; b += 64)
         __builtin_prefetch(at + b);
 }
 
@@ -282,7 +284,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-    uint64_t records = 10000, stride = 872, payload = 832, row = 784, epochs = 500;
+    uint64_t records = 10000, stride = 872, payload = 832, row = 784, epochs = 500, hint = 1024;
     int threads = 2, rounds = 3, work = 0;
     const char *configs = "huge:seq:0,huge:seq:4,huge:table:4,huge:table:16,huge:sorted:4,"
                           "4k:seq:4,4k:table:4";
@@ -302,6 +304,8 @@ int main(int argc, char **argv) {
             payload = strtoull(v, NULL, 10);
         else if (!strcmp(k, "--row"))
             row = strtoull(v, NULL, 10);
+        else if (!strcmp(k, "--hint"))
+            hint = strtoull(v, NULL, 10);
         else if (!strcmp(k, "--work"))
             work = atoi(v);
         else if (!strcmp(k, "--configs"))
@@ -353,7 +357,7 @@ int main(int argc, char **argv) {
         for (int j = 0; j < ncf; j++) {
             int k = (j + rd) % ncf;
             run r = {.buf = buf[cf[k].huge], .table = table, .records = records,
-                     .stride = stride, .payload = payload, .row = row, .epochs = epochs, .work = work,
+                     .stride = stride, .payload = payload, .row = row, .epochs = epochs, .work = work, .hint = hint,
                      .chunks_per_epoch = (records + CHUNK - 1) / CHUNK, .cf = cf[k]};
             atomic_init(&r.next, 0);
             atomic_init(&r.sum, 0);
