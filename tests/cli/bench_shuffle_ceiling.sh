@@ -10,6 +10,8 @@ cd "$SRC" || exit 1
 if ! FLAGS=$(bash scripts/link_flags.sh "$BUILD" 2>"$ERR"); then
     fail "link_flags.sh $BUILD: $(head -1 "$ERR")"; finish
 fi
+# a coverage build's library (scripts/coverage.sh) needs gcov's runtime too
+if nm "$BUILD/libsluice.a" 2>/dev/null | grep -q __gcov_; then FLAGS="$FLAGS --coverage"; fi
 # shellcheck disable=SC2086
 run 0 cc -O2 -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude bench/shuffle_ceiling.c \
     $FLAGS -o "$T/shuffle_ceiling"
