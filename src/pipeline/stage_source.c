@@ -449,7 +449,7 @@ const sl_stage_kind sl_stage_source = {
 
 /* What the plan knows of the source's columns: every source fills dtype,
  * ndim and shape for each column type (sl_source__add_col). */
-static void source_colset(const sl_source *src, sl_colset *out) {
+void sl_stage_src__colset(const sl_source *src, sl_colset *out) {
     memset(out, 0, sizeof *out);
     out->ncols = src->ncols;
     for (int i = 0; i < src->ncols; i++) {
@@ -498,6 +498,8 @@ static int open_mix(sl_stage_src *s, const sl_spec *spec) {
         for (int k = 0; k < ms->n; k++)
             m->share[k] = ms->weight[k] / total;
     }
+    if (ms->has_ops) /* the columns agree after the ops: mix_ops.c */
+        return sl_source__concat_raw(&s->src, srcs, ms->n);
     const char *keep[SL_MAX_COLUMNS];
     for (int c = 0; c < ms->ncols; c++)
         keep[c] = ms->cols[c];
@@ -523,7 +525,7 @@ int sl_stage_src__open(sl_stage_src *s, const sl_spec *spec, sl_colset *cols) {
         SL_TRY(sl_source__open_json(&s->src, spec->input, "source"));
     }
     s->nrecords = s->src->count;
-    source_colset(s->src, cols);
+    sl_stage_src__colset(s->src, cols);
     snprintf(s->name, sizeof s->name, "%s", s->src->name);
     return SL_OK;
 }
