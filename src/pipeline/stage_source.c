@@ -466,6 +466,55 @@ void sl_stage_src__colset(const sl_source *src, sl_colset *out) {
     }
 }
 
+/* A mixture's inputs, opened at once: each thread (and the caller) takes
+ * the next input not yet taken, so that what the opens wait on (a remote
+ * input's first requests, an index read from disk) overlaps. */
+typedef struct mix_opens {
+    const sl_spec_mix *ms;
+    sl_src_mix *m;
+    _Atomic int next;
+    int rc[SL_MIX_MAX];
+    char msg[SL_MIX_MAX][SL__ERRMSG_MAX]; /* a failure's message, from its thread */
+} mix_opens;
+
+static void *mix_open_main(void *arg) {
+    mix_opens *o = arg;
+    for (int k; (k = atomic_fetch_add(&o->next, 1)) < o->ms->n;) {
+        char field[48];
+        snprintf(field, sizeof field, "source.inputs[%d]", k);
+        o->rc[k] = sl_source__open_json(&o->m->in[k].src, o->ms->in[k]->input, field);
+        if (o->rc[k] < 0)
+            snprintf(o->msg[k], sizeof o->msg[k], "%s", sl_errmsg());
+    }
+    return NULL;
+}
+
+static int open_inputs(const sl_spec_mix *ms, sl_src_mix *m) {
+    mix_opens *o = sl__calloc(1, sizeof *o);
+    if (!o)
+        return sl__oom("opening a mix");
+    o->ms = ms;
+    o->m = m;
+    m->n = ms->n; /* those not opened stay NULL */
+    sl_workers ws;
+    int threads = ms->n - 1 < 7 ? ms->n - 1 : 7;
+    if (threads > 0 && sl__workers_init(&ws, "mix open", threads, NULL, NULL) == SL_OK) {
+        for (int t = 0; t < threads && sl__workers_start(&ws, mix_open_main, o) == SL_OK; t++)
+            ;
+        sl_errclear(); /* a thread refused: the others and this one open the rest */
+        mix_open_main(o);
+        sl__workers_dispose(&ws);
+    } else {
+        mix_open_main(o);
+    }
+    int rc = SL_OK;
+    for (int k = 0; k < ms->n && rc == SL_OK; k++)
+        if ((rc = o->rc[k]) < 0)
+            sl__seterrmsg(o->msg[k]);
+    sl__free(o);
+    return rc;
+}
+
 /* A mixture: each input's own source, and the concatenation of them the
  * readers read (sl_source__concat: one record numbering, the schema check,
  * the source column). */
@@ -477,14 +526,11 @@ static int open_mix(sl_stage_src *s, const sl_spec *spec) {
     s->mix = m;
     if (!(m->in = sl__calloc((size_t)ms->n, sizeof *m->in)))
         return sl__oom("opening a mix");
+    SL_TRY(open_inputs(ms, m));
     sl_source *srcs[SL_MIX_MAX];
     char labels[SL_MIX_MAX][160];
     const char *lp[SL_MIX_MAX];
     for (int k = 0; k < ms->n; k++) {
-        char field[48];
-        snprintf(field, sizeof field, "source.inputs[%d]", k);
-        SL_TRY(sl_source__open_json(&m->in[k].src, ms->in[k]->input, field));
-        m->n = k + 1;
         srcs[k] = m->in[k].src;
         m->in[k].nrecords = srcs[k]->count;
         m->share[k] = ms->weight[k];
@@ -706,7 +752,8 @@ int sl_stage_src__plan(sl_stage_src *s, const sl_spec *spec, const sl_plan *plan
     /* a global shuffle reads all over the source: it may keep its records
      * where scattered reads are cheaper (.slr: on huge pages), within a
      * quarter of the memory limit; not for a take shorter than a pass (a
-     * mixture's inputs read from where they are) */
+     * mixture's inputs read from where they are: docs/PIPELINE.md,
+     * "Memory") */
     if (spec->shuffle && !s->shuf.window_mode && needed >= s->nbase)
         sl_source__hold_for_random(s->src, sl_spec__memory_limit(spec) / 4);
     s->cur.end_epoch = (uint64_t)spec->epochs;

@@ -419,3 +419,40 @@ SL_TEST(pipeline_mix_schedule__per_input_ops) {
     ASSERT_RC(mix_ops_pipeline(&p, f64, "{\"op\": \"take\", \"count\": 3}", 1), SL_EINVAL);
     ASSERT_CONTAINS(sl_errmsg(), "source.inputs[1].ops[0]: 'take' is not a per-sample op");
 }
+
+/* The inputs are opened at once (a thread each): a failure of one is the
+ * one reported, naming it, whichever thread opened it; the inputs opened
+ * beside it are released (the sanitizers). */
+SL_TEST(pipeline_mix_schedule__inputs_opened_at_once) {
+    char a[512], json[2048];
+    sl_test_path(a, sizeof a, "mix_open_a.slr");
+    make_slr(a, 20);
+    for (int bad = 0; bad < 4; bad++) {
+        size_t n = (size_t)snprintf(json, sizeof json, "{\"source\": {\"kind\": \"mix\", "
+                                                       "\"inputs\": [");
+        for (int k = 0; k < 4; k++)
+            n += (size_t)snprintf(json + n, sizeof json - n, "%s{\"path\": \"%s%s\"}",
+                                  k ? ", " : "", a, k == bad ? ".missing" : "");
+        snprintf(json + n, sizeof json - n, "]}}");
+        sl_spec *spec;
+        ASSERT_OK(sl_spec_from_json(&spec, json));
+        sl_pipeline *p;
+        ASSERT(sl_pipeline_create(&p, spec) < 0);
+        char want[64];
+        snprintf(want, sizeof want, "source.inputs[%d]", bad);
+        ASSERT_CONTAINS(sl_errmsg(), want);
+        ASSERT_CONTAINS(sl_errmsg(), "mix_open_a.slr.missing");
+        sl_spec_free(spec);
+    }
+    snprintf(json, sizeof json, "{\"source\": {\"kind\": \"mix\", \"inputs\": [{\"path\": \"%s\"}, "
+             "{\"path\": \"%s\"}, {\"path\": \"%s\"}]}, \"ops\": [{\"op\": \"batch\", \"size\": 7}]}",
+             a, a, a);
+    sl_spec *spec;
+    ASSERT_OK(sl_spec_from_json(&spec, json));
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    uint64_t dig[16];
+    ASSERT_EQ(pu_run_epoch(p, dig, 16), 9); /* 60 samples */
+    sl_pipeline_free(p);
+    sl_spec_free(spec);
+}
