@@ -343,6 +343,8 @@ def test_per_input_ops_equal_each_inputs_own_pipeline(photo_sets):
             own[(k, int(s["label"]))] = np.asarray(s["jpg"])
     ds = sluice.mix(photo_inputs(photo_sets), [0.6, 0.4], seed=4, source_column="src").batch(8)
     assert ds.columns == ["jpg", "label", "src"]
+    assert ("mix inputs' ops: input 0: decode, resize (running as decode_resize); input 1: "
+            "decode, center_crop, resize") in ds.explain()
     n = 0
     for b in ds:
         assert np.asarray(b["jpg"]).shape[1:] == (64, 64, 3)
@@ -434,3 +436,24 @@ def test_per_input_op_failure_names_input_file_and_record(tmp_path, photo_sets):
     ds = sluice.from_spec(spec)
     assert sum(len(b["label"]) for b in ds) == 60   # every good sample, the bad one counted
     assert ds.stats()["skipped"] == 1
+
+
+def test_per_input_random_ops_draw_apart_from_the_blends(photo_sets):
+    """A flip in an input and the same flip on the blend draw from different
+    generators (docs/PIPELINE.md: positions 2^30 + 2^16 k + j): the samples
+    they flip differ; each is the same on a second run."""
+    a, _ = photo_sets
+
+    def flipped(where):
+        inp = sluice.records(a).decode("jpg").resize("jpg", (16, 16))
+        plain = {int(s["label"]): np.asarray(s["jpg"]) for s in inp}
+        if where == "input":
+            ds = sluice.mix([inp.flip("jpg", 0.5)], seed=9)
+        else:
+            ds = sluice.mix([inp], seed=9).flip("jpg", 0.5)
+        return sorted(int(s["label"]) for s in ds
+                      if not np.array_equal(np.asarray(s["jpg"]), plain[int(s["label"])]))
+    in_input, on_blend = flipped("input"), flipped("blend")
+    assert 0 < len(in_input) < 60 and 0 < len(on_blend) < 60
+    assert in_input != on_blend
+    assert flipped("input") == in_input
