@@ -807,6 +807,15 @@ void sl_stage_src__rewind(sl_stage_src *s, uint64_t epoch, uint64_t ahead) {
     pthread_mutex_unlock(&s->cur.mu);
 }
 
+/* Input k's share of the weights, as a fraction (equal weights left as
+ * given, 1 each, are 1/n: the schedule's arithmetic keeps them as given). */
+static double share_of(const sl_src_mix *m, int k) {
+    double sum = 0;
+    for (int j = 0; j < m->n; j++)
+        sum += m->share[j];
+    return sum > 0 ? m->share[k] / sum : 0;
+}
+
 static void describe_mix(const sl_stage_src *s, char *buf, size_t cap) {
     static const char *const stops[] = {"never", "first_exhausted", "all_exhausted"};
     const sl_src_mix *m = s->mix;
@@ -815,7 +824,7 @@ static void describe_mix(const sl_stage_src *s, char *buf, size_t cap) {
                                 m->sched.exact ? "exact" : "random", stops[m->sched.stop],
                                 (unsigned long long)s->per_epoch);
     for (int k = 0; k < m->n && n < cap; k++) {
-        n += (size_t)snprintf(buf + n, cap - n, "  input %d, share %.4f", k, m->share[k]);
+        n += (size_t)snprintf(buf + n, cap - n, "  input %d, share %.4f", k, share_of(m, k));
         if (n < cap && m->sched.by_samples)
             n += (size_t)snprintf(buf + n, cap - n, " (%llu samples per epoch)",
                                   (unsigned long long)m->sched.quota[k]);
@@ -894,8 +903,8 @@ int sl_stage_src__mix_json(sl_stage_src *s, cJSON *obj) {
                   ? cJSON_AddNullToObject(e, "expected_samples")
                   : cJSON_AddNumberToObject(e, "expected_samples",
                                             known ? (double)per
-                                                  : m->share[k] * (double)s->per_epoch)) ||
-            !cJSON_AddNumberToObject(e, "weight", m->share[k]) ||
+                                                  : share_of(m, k) * (double)s->per_epoch)) ||
+            !cJSON_AddNumberToObject(e, "weight", share_of(m, k)) ||
             !cJSON_AddNumberToObject(e, "samples", (double)drawn[k]) ||
             !cJSON_AddNumberToObject(e, "share", total ? (double)drawn[k] / (double)total : 0))
             return sl__oom("writing a mix's stats");

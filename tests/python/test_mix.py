@@ -457,3 +457,12 @@ def test_per_input_random_ops_draw_apart_from_the_blends(photo_sets):
     assert 0 < len(in_input) < 60 and 0 < len(on_blend) < 60
     assert in_input != on_blend
     assert flipped("input") == in_input
+
+
+def test_default_weights_are_equal_shares(sets):
+    ds = sluice.mix([sluice.records(sets["big"]), sluice.records(sets["small"])]).batch(10)
+    next(iter(ds))
+    mix = ds.stats()["mix"]
+    assert [e["weight"] for e in mix["inputs"]] == [0.5, 0.5]
+    assert [e["expected_samples"] for e in mix["inputs"]] == [5005, 5005]
+    assert "input 1, share 0.5000" in ds.explain()
