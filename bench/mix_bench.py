@@ -2,6 +2,7 @@
 side by side in one run (docs/PIPELINE.md, "Mixtures").
 
     PYTHONPATH=build/python /usr/bin/python3 bench/mix_bench.py [PHOTOS_DIR] [--repeats N]
+        [--epochs E]
 
 tiny: 300,000 records of an int64[4] and a label, batch 256: one .slr, or
 the same records cut into three .slr inputs blended with counts equal to
@@ -12,7 +13,8 @@ imagenet-like/): decode + RandomResizedCrop 224 + flip + normalize, batch
 64: the folder packed into one .slr, or its classes cut into three packed
 inputs blended the same way.
 
-For each: samples/s over one epoch, the runs alternating one / mix, medians
+For each: samples/s over E epochs of tiny (default 5: one epoch is ~50 ms)
+or one epoch of train, from making the iterator, the runs alternating one / mix, medians
 and their ratio (mix / one); and the time from making the iterator to the
 first batch, for the mix and for each of its inputs alone (the slowest
 input is what the mix should not be worse than). Speed is never asserted.
@@ -40,11 +42,16 @@ def write_tiny(path, lo, hi):
     return path
 
 
-def epoch_rate(ds):
+def epoch_rate(ds, epochs):
+    """Samples/s over `epochs` epochs from making the iterator (its setup,
+    the huge-page copies made while the first epoch reads, included)."""
     t0 = time.perf_counter()
     n = 0
-    for b in ds:
-        n += len(b["label"])
+    for e in range(epochs):
+        ds.set_epoch(e)
+        for b in ds:
+            n += len(b["label"])
+    ds.close()
     return n / (time.perf_counter() - t0), n
 
 
@@ -57,11 +64,11 @@ def first_batch_s(make):
     return dt
 
 
-def compare(name, one, mixed, inputs, repeats):
+def compare(name, one, mixed, inputs, repeats, epochs):
     r_one, r_mix = [], []
     for _ in range(repeats):
-        a, na = epoch_rate(one())
-        b, nb = epoch_rate(mixed())
+        a, na = epoch_rate(one(), epochs)
+        b, nb = epoch_rate(mixed(), epochs)
         assert na == nb, (na, nb)
         r_one.append(a)
         r_mix.append(b)
@@ -84,6 +91,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("photos", nargs="?")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=5,
+                    help="epochs per tiny run (one epoch is ~50 ms: too short alone)")
     a = ap.parse_args()
     print(f"machine: {os.cpu_count()} cores; load {open('/proc/loadavg').read().split()[:3]}")
     tmp = tempfile.mkdtemp(prefix="mix-bench-")
@@ -95,7 +104,8 @@ def main():
         tiny = lambda ds: ds.batch(256)  # noqa: E731
         compare("tiny", lambda: tiny(sluice.records(one).shuffle()),
                 lambda: mix_of(parts, sizes, tiny), 
-                [lambda p=p: tiny(sluice.records(p).shuffle()) for p in parts], a.repeats)
+                [lambda p=p: tiny(sluice.records(p).shuffle()) for p in parts], a.repeats,
+                a.epochs)
         if a.photos:
             classes = sorted(d for d in os.listdir(a.photos)
                              if os.path.isdir(os.path.join(a.photos, d)))
@@ -120,7 +130,8 @@ def main():
                                    std=(0.229, 0.224, 0.225), layout="chw").batch(64))
             compare("train", lambda: train(sluice.records(one).shuffle()),
                     lambda: mix_of(packed, psizes, train),
-                    [lambda p=p: train(sluice.records(p).shuffle()) for p in packed], a.repeats)
+                    [lambda p=p: train(sluice.records(p).shuffle()) for p in packed], a.repeats,
+                    1)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

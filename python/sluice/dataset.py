@@ -949,10 +949,15 @@ def mix(datasets, weights=None, *, seed=None, stop="never", schedule="random",
     """Blend several datasets into one by weight (docs/PYTHON.md, "Mixtures").
 
     ``datasets``: Datasets made by :func:`records`, :func:`tfrecord`,
-    :func:`webdataset`, ... each with its own ``shuffle()``; they must have
-    the same columns (names, types, fixed shapes: a mismatch is refused when
-    the pipeline is made, naming both inputs and the column). Ops go on the
-    mix: ``sluice.mix([a, b], [0.7, 0.3]).decode("image")...``.
+    :func:`webdataset`, ... each with its own ``shuffle()`` and its own
+    per-sample ops (``.decode()``, ``.resize()``, ``.filter()``, ... — the
+    engine's ops; not ``.batch()`` and the other whole-stream ops, nor Python
+    functions, which go on the mix), run on its samples before the blend;
+    after those ops they must have the same columns (names, dtypes, fixed
+    shapes: a mismatch is refused when the pipeline is made, naming both
+    inputs and the column). The ops of the mix run on the blend:
+    ``sluice.mix([a.decode("jpg").resize("jpg", 64), b.decode("jpg")
+    .center_crop("jpg", 200).resize("jpg", 64)], [0.7, 0.3]).batch(256)``.
     ``weights``: one share per input (normalised; default equal), or
     ``{"samples": N}`` per input: N samples of it per epoch (an epoch is
     then their sum). ``schedule``: ``"random"`` draws each position's input
@@ -983,15 +988,17 @@ def mix(datasets, weights=None, *, seed=None, stop="never", schedule="random",
     for i, ds in enumerate(datasets):
         if not isinstance(ds, Dataset):
             raise TypeError(f"datasets[{i}]: expected a Dataset, got {type(ds).__name__}")
-        if ds._arrays is not None or ds._callables:
-            raise ValueError(f"datasets[{i}]: a mix reads files; from_arrays and Python "
-                             "functions are not supported as its inputs")
-        if ds._spec.get("ops"):
-            raise ValueError(f"datasets[{i}]: has ops; per-input ops are not supported: apply "
-                             "the ops to the mix (its inputs must have the same columns)")
+        if ds._arrays is not None:
+            raise ValueError(f"datasets[{i}]: a mix reads files; from_arrays is not supported "
+                             "as its input")
+        if ds._callables:
+            raise ValueError(f"datasets[{i}]: has a Python function; an input takes the "
+                             "engine's per-sample ops only: put the function on the mix")
         src = copy.deepcopy(ds._spec.get("source"))
         if isinstance(src, str):
             src = {"path": src}
+        if ds._spec.get("ops"):  # its own per-sample ops (checked by the engine below)
+            src["ops"] = copy.deepcopy(ds._spec["ops"])
         inputs.append(src)
     if weights is not None:
         weights = list(weights)

@@ -133,7 +133,7 @@ static int push_down_projections(sl_plan *plan, sl_pnode *work, int n) {
 }
 
 int sl_plan__optimize(sl_plan *plan, int index_filters_ok) {
-    plan->opt = sl__calloc((size_t)plan->nnodes + 1, sizeof *plan->opt);
+    plan->opt = sl__calloc((size_t)plan->nnodes + 2, sizeof *plan->opt);
     sl_pnode *work = sl__calloc((size_t)plan->nnodes + 1, sizeof *work);
     if (!plan->opt || !work) {
         sl__free(work);
@@ -156,6 +156,10 @@ int sl_plan__optimize(sl_plan *plan, int index_filters_ok) {
  * logical nodes after push_down_projections), into plan->opt. */
 static int fuse_nodes(sl_plan *plan, const sl_pnode *work, int index_filters_ok) {
     int leading = 1;
+    if (plan->has_lead) { /* it fuses with nothing and nothing is pushed past it */
+        plan->opt[plan->nopt++] = plan->lead;
+        leading = 0;
+    }
     for (int i = 0; i < plan->nnodes; i++) {
         sl_pnode nd = work[i];
         if (nd.kind == SL_PN_REPEAT)

@@ -105,7 +105,11 @@ int sl_pipeline_create(sl_pipeline **out, const sl_spec *spec) {
     SL_CHECK(sl_exec__init(x, p->spec)); /* the device: may take the normalize op */
     sl_colset cols;
     SL_CHECK(sl_stage_src__open(&p->in, p->spec, &cols));
-    SL_CHECK(sl_plan__build(&p->plan, p->spec, &cols));
+    sl_pnode lead; /* a mixture's per-input ops */
+    int has_lead = p->spec->mix && p->spec->mix->has_ops;
+    if (has_lead)
+        SL_CHECK(sl_mix__ops_node(&lead, p->spec, &p->in));
+    SL_CHECK(sl_plan__build(&p->plan, p->spec, &cols, has_lead ? &lead : NULL));
     SL_CHECK(sl_plan__optimize(&p->plan, any_indexed(p->in.src)));
     SL_CHECK(sl_stage_handoff__plan(&x->handoff, &p->plan));
     SL_CHECK(sl_stage_src__plan(&p->in, p->spec, &p->plan, needed_positions(p)));

@@ -154,15 +154,20 @@ static int parse_structural(sl_pnode *nd, const char *name, const cJSON *j, cons
     return SL_OK;
 }
 
-int sl_plan__build(sl_plan *plan, const sl_spec *spec, const sl_colset *src_cols) {
+int sl_plan__build(sl_plan *plan, const sl_spec *spec, const sl_colset *src_cols,
+                   const sl_pnode *lead) {
     memset(plan, 0, sizeof *plan);
     plan->src_cols = *src_cols;
     plan->repeat = 1;
     plan->out_depth = 2;
+    if (lead) {
+        plan->lead = *lead;
+        plan->has_lead = 1;
+    }
     plan->nodes = sl__calloc((size_t)spec->nops + 1, sizeof *plan->nodes);
     if (!plan->nodes)
         return sl__oom("building a plan");
-    sl_colset cols = *src_cols;
+    sl_colset cols = lead ? lead->cols : *src_cols;
     int seen_batch = 0, seen_seq = 0, seen_repeat = 0;
     for (int i = 0; i < spec->nops; i++) {
         const sl_spec_op *o = &spec->ops[i];
@@ -239,6 +244,11 @@ int sl_plan__build(sl_plan *plan, const sl_spec *spec, const sl_colset *src_cols
 }
 
 void sl_plan__free(sl_plan *plan) {
+    if (plan->has_lead && plan->lead.params) {
+        if (plan->lead.def->params_free)
+            plan->lead.def->params_free(plan->lead.params);
+        sl__free(plan->lead.params);
+    }
     for (int i = 0; i < plan->nnodes; i++) {
         sl_pnode *nd = &plan->nodes[i];
         if (nd->params) {

@@ -46,6 +46,9 @@ typedef struct sl_pnode {
 typedef struct sl_plan {
     sl_pnode *nodes;              /* logical plan, spec order */
     int nnodes;
+    sl_pnode lead;                /* has_lead: the node before the spec's ops
+                                     (sl_plan__build), first in opt */
+    int has_lead;
     sl_pnode *opt;                /* optimised plan */
     int nopt;
     sl_colset src_cols;
@@ -73,8 +76,13 @@ typedef struct sl_plan {
                                      hand-off applies (drop_remainder is then 0) */
 } sl_plan;
 
-/* Build the logical plan from a spec, given the source's columns. */
-int sl_plan__build(sl_plan *plan, const sl_spec *spec, const sl_colset *src_cols);
+/* Build the logical plan from a spec, given the source's columns. `lead`
+ * (or NULL): a node bound already that runs before the spec's ops, on the
+ * source's samples (a mixture's per-input ops, mix_ops.c); the plan takes
+ * its params, also on failure. It is not a spec op: not in `nodes`, first
+ * in `opt`, its pos -1. */
+int sl_plan__build(sl_plan *plan, const sl_spec *spec, const sl_colset *src_cols,
+                   const sl_pnode *lead);
 /* Parse one JSON op's parameters as sl_plan__build does (structural ops and
  * the op table's parse()), then drop them: sl_spec_check_op_json. */
 int sl_plan__check_op(const cJSON *j, const char *field);

@@ -559,22 +559,73 @@ static int parse_mix_weights(sl_spec_mix *m, const cJSON *w) {
     return SL_OK;
 }
 
-/* Input k: a source object of its own (its shuffle; the mix shards them
- * all and runs the ops on the blend). */
+/* Input k's "ops": per-sample ops only, each checked as the spec's own are
+ * (its fields named "source.inputs[k].ops[j]"); they run on input k's
+ * samples before the blend (mix_ops.c). A stream op (batch, take, ...)
+ * would cut the blend's stream, and decode on the GPU runs on batches:
+ * both belong on the mix. */
+static int parse_mix_input_ops(sl_spec *in, int k, const cJSON *ops) {
+    static const char *const whole_stream[] = {"batch", "prefetch", "shuffle_buffer", "take",
+                                               "skip",  "repeat",   "map",            NULL};
+    if (!cJSON_IsArray(ops))
+        return sl__error(SL_EINVAL, "source.inputs[%d].ops: must be an array of op objects", k);
+    int j = 0;
+    for (const cJSON *it = ops->child; it; it = it->next, j++) {
+        char field[64];
+        snprintf(field, sizeof field, "source.inputs[%d].ops[%d]", k, j);
+        const cJSON *op = cJSON_GetObjectItemCaseSensitive(it, "op");
+        if (!cJSON_IsObject(it) || !cJSON_IsString(op) || !op->valuestring[0])
+            return sl__error(SL_EINVAL, "%s: must be an op object naming its \"op\"", field);
+        for (int w = 0; whole_stream[w]; w++)
+            if (!strcmp(op->valuestring, whole_stream[w]))
+                return sl__error(SL_EINVAL, "%s: '%s' is not a per-sample op: an input's ops "
+                                            "run on each of its samples before the blend; put "
+                                            "'%s' in the spec's \"ops\", after the mix",
+                                 field, whole_stream[w], whole_stream[w]);
+        int gpu;
+        int rc = sl_dev__decode_placement(it, j, &gpu);
+        if (rc < 0)
+            return sl__error_prefix(rc, "source.inputs[%d]", k);
+        if (gpu)
+            return sl__error(SL_EINVAL, "%s.device: decode on the GPU runs on the blend's "
+                                        "batches: decode there (the spec's \"ops\")", field);
+        SL_TRY(sl_plan__check_op(it, field));
+        cJSON *dup = cJSON_Duplicate(it, 1);
+        if (!dup)
+            return sl__oom("reading a mix's input ops");
+        SL_TRY(add_json_op(in, dup, j));
+    }
+    return SL_OK;
+}
+
+/* Input k: a source object of its own (its shuffle, its per-sample ops;
+ * the mix shards them all). */
 static int parse_mix_input(sl_spec_mix *m, int k, const cJSON *obj) {
     static const char *const refused[][2] = {
-        {"ops", "per-input ops are not supported: apply the ops after the mix (its inputs must "
-                "have the same columns)"},
         {"shard", "shard the mix, not its inputs: each input is then sharded the same way"},
         {"kind", "a mix within a mix is not supported: list the inputs in one mix"},
     };
-    for (int r = 0; cJSON_IsObject(obj) && r < 3; r++)
+    for (int r = 0; cJSON_IsObject(obj) && r < 2; r++)
         if (cJSON_GetObjectItemCaseSensitive(obj, refused[r][0]))
             return sl__error(SL_EINVAL, "source.inputs[%d].%s: %s", k, refused[r][0],
                              refused[r][1]);
     SL_TRY(sl_spec_create(&m->in[k]));
     m->n = k + 1;
-    int rc = parse_source(m->in[k], obj);
+    const cJSON *ops = cJSON_IsObject(obj) ? cJSON_GetObjectItemCaseSensitive(obj, "ops") : NULL;
+    cJSON *src = NULL; /* the input without its ops */
+    if (ops) {
+        if (!(src = cJSON_Duplicate(obj, 1)))
+            return sl__oom("reading a mix's inputs");
+        cJSON_DeleteItemFromObjectCaseSensitive(src, "ops");
+        int rc = parse_mix_input_ops(m->in[k], k, ops);
+        if (rc < 0) {
+            cJSON_Delete(src);
+            return rc;
+        }
+        m->has_ops = 1;
+    }
+    int rc = parse_source(m->in[k], src ? src : obj);
+    cJSON_Delete(src);
     if (rc < 0) {
         char pre[48];
         snprintf(pre, sizeof pre, "source.inputs[%d]: ", k);
@@ -635,8 +686,14 @@ static cJSON *mix_to_cjson(const sl_spec_mix *m) {
     for (int k = 0; k < m->n && ok; k++) {
         cJSON *doc = sl_spec__to_cjson(m->in[k]); /* NULL: out of memory */
         cJSON *src = doc ? cJSON_DetachItemFromObjectCaseSensitive(doc, "source") : NULL;
+        cJSON *ops = doc && m->in[k]->nops ? cJSON_DetachItemFromObjectCaseSensitive(doc, "ops")
+                                           : NULL;
+        if (ops && (!src || !cJSON_AddItemToObject(src, "ops", ops))) {
+            cJSON_Delete(ops);
+            ok = 0;
+        }
         cJSON_Delete(doc);
-        ok = cJSON_AddItemToArray(in, src);
+        ok = ok && cJSON_AddItemToArray(in, src);
         cJSON *x;
         if (m->by_samples) {
             x = cJSON_CreateObject();

@@ -31,7 +31,9 @@ enum { SL_MIX_STOP_NEVER = 0, SL_MIX_STOP_FIRST = 1, SL_MIX_STOP_ALL = 2 };
 enum { SL_MIX_RANDOM = 0, SL_MIX_EXACT = 1 };
 typedef struct sl_spec_mix {
     int n;
-    struct sl_spec *in[SL_MIX_MAX]; /* input k: its source object, shuffle */
+    struct sl_spec *in[SL_MIX_MAX]; /* input k: its source object, shuffle and
+                                       per-sample ops (its own "ops") */
+    int has_ops;                  /* 1: some input has ops of its own */
     double weight[SL_MIX_MAX];    /* > 0 in all; with by_samples: samples[k] */
     uint64_t samples[SL_MIX_MAX]; /* by_samples: input k's samples per epoch */
     int by_samples;

@@ -131,7 +131,10 @@ void sl_stage__add_skip_hint(const sl_stage_env *e, char *msg, size_t cap) {
 
 void sl_stage__op_error(const sl_stage_env *e, char *msg, size_t cap, const char *where, int pos,
                         const char *label, const char *cause) {
-    snprintf(msg, cap, "%s: ops[%d] (%s): %s", where, pos, label, cause);
+    if (pos < 0) /* not a spec op (a mixture's input ops): the cause names it */
+        snprintf(msg, cap, "%s: %s", where, cause);
+    else
+        snprintf(msg, cap, "%s: ops[%d] (%s): %s", where, pos, label, cause);
     sl_stage__add_skip_hint(e, msg, cap);
 }
 

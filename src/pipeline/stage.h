@@ -624,6 +624,13 @@ typedef struct sl_stage_src {
 /* Open the spec's source (or take its memory source) into s, zeroed; cols:
  * what the plan knows of its columns. */
 int sl_stage_src__open(sl_stage_src *s, const sl_spec *spec, sl_colset *cols);
+/* What the plan knows of an opened source's columns. */
+void sl_stage_src__colset(const sl_source *src, sl_colset *out);
+/* A mixture whose inputs have ops of their own (mix_ops.c): the one
+ * per-sample op that runs each sample through its input's ops and makes
+ * the blend's columns, checked to agree after the ops; it leads the plan
+ * (sl_plan__build's `lead`). s: the opened source stage of `spec`. */
+int sl_mix__ops_node(sl_pnode *out, const sl_spec *spec, const sl_stage_src *s);
 /* Once the plan is optimised: the filters pushed into the index, this
  * rank's slice, the length of an epoch (at most `needed` positions), the
  * shuffle order's mode; the readers may read up to the spec's epochs. */

@@ -449,7 +449,7 @@ const sl_stage_kind sl_stage_source = {
 
 /* What the plan knows of the source's columns: every source fills dtype,
  * ndim and shape for each column type (sl_source__add_col). */
-static void source_colset(const sl_source *src, sl_colset *out) {
+void sl_stage_src__colset(const sl_source *src, sl_colset *out) {
     memset(out, 0, sizeof *out);
     out->ncols = src->ncols;
     for (int i = 0; i < src->ncols; i++) {
@@ -466,6 +466,55 @@ static void source_colset(const sl_source *src, sl_colset *out) {
     }
 }
 
+/* A mixture's inputs, opened at once: each thread (and the caller) takes
+ * the next input not yet taken, so that what the opens wait on (a remote
+ * input's first requests, an index read from disk) overlaps. */
+typedef struct mix_opens {
+    const sl_spec_mix *ms;
+    sl_src_mix *m;
+    _Atomic int next;
+    int rc[SL_MIX_MAX];
+    char msg[SL_MIX_MAX][SL__ERRMSG_MAX]; /* a failure's message, from its thread */
+} mix_opens;
+
+static void *mix_open_main(void *arg) {
+    mix_opens *o = arg;
+    for (int k; (k = atomic_fetch_add(&o->next, 1)) < o->ms->n;) {
+        char field[48];
+        snprintf(field, sizeof field, "source.inputs[%d]", k);
+        o->rc[k] = sl_source__open_json(&o->m->in[k].src, o->ms->in[k]->input, field);
+        if (o->rc[k] < 0)
+            snprintf(o->msg[k], sizeof o->msg[k], "%s", sl_errmsg());
+    }
+    return NULL;
+}
+
+static int open_inputs(const sl_spec_mix *ms, sl_src_mix *m) {
+    mix_opens *o = sl__calloc(1, sizeof *o);
+    if (!o)
+        return sl__oom("opening a mix");
+    o->ms = ms;
+    o->m = m;
+    m->n = ms->n; /* those not opened stay NULL */
+    sl_workers ws;
+    int threads = ms->n - 1 < 7 ? ms->n - 1 : 7;
+    if (threads > 0 && sl__workers_init(&ws, "mix open", threads, NULL, NULL) == SL_OK) {
+        for (int t = 0; t < threads && sl__workers_start(&ws, mix_open_main, o) == SL_OK; t++)
+            ;
+        sl_errclear(); /* a thread refused: the others and this one open the rest */
+        mix_open_main(o);
+        sl__workers_dispose(&ws);
+    } else {
+        mix_open_main(o);
+    }
+    int rc = SL_OK;
+    for (int k = 0; k < ms->n && rc == SL_OK; k++)
+        if ((rc = o->rc[k]) < 0)
+            sl__seterrmsg(o->msg[k]);
+    sl__free(o);
+    return rc;
+}
+
 /* A mixture: each input's own source, and the concatenation of them the
  * readers read (sl_source__concat: one record numbering, the schema check,
  * the source column). */
@@ -477,14 +526,11 @@ static int open_mix(sl_stage_src *s, const sl_spec *spec) {
     s->mix = m;
     if (!(m->in = sl__calloc((size_t)ms->n, sizeof *m->in)))
         return sl__oom("opening a mix");
+    SL_TRY(open_inputs(ms, m));
     sl_source *srcs[SL_MIX_MAX];
     char labels[SL_MIX_MAX][160];
     const char *lp[SL_MIX_MAX];
     for (int k = 0; k < ms->n; k++) {
-        char field[48];
-        snprintf(field, sizeof field, "source.inputs[%d]", k);
-        SL_TRY(sl_source__open_json(&m->in[k].src, ms->in[k]->input, field));
-        m->n = k + 1;
         srcs[k] = m->in[k].src;
         m->in[k].nrecords = srcs[k]->count;
         m->share[k] = ms->weight[k];
@@ -498,6 +544,8 @@ static int open_mix(sl_stage_src *s, const sl_spec *spec) {
         for (int k = 0; k < ms->n; k++)
             m->share[k] = ms->weight[k] / total;
     }
+    if (ms->has_ops) /* the columns agree after the ops: mix_ops.c */
+        return sl_source__concat_raw(&s->src, srcs, ms->n);
     const char *keep[SL_MAX_COLUMNS];
     for (int c = 0; c < ms->ncols; c++)
         keep[c] = ms->cols[c];
@@ -523,7 +571,7 @@ int sl_stage_src__open(sl_stage_src *s, const sl_spec *spec, sl_colset *cols) {
         SL_TRY(sl_source__open_json(&s->src, spec->input, "source"));
     }
     s->nrecords = s->src->count;
-    source_colset(s->src, cols);
+    sl_stage_src__colset(s->src, cols);
     snprintf(s->name, sizeof s->name, "%s", s->src->name);
     return SL_OK;
 }
@@ -704,7 +752,8 @@ int sl_stage_src__plan(sl_stage_src *s, const sl_spec *spec, const sl_plan *plan
     /* a global shuffle reads all over the source: it may keep its records
      * where scattered reads are cheaper (.slr: on huge pages), within a
      * quarter of the memory limit; not for a take shorter than a pass (a
-     * mixture's inputs read from where they are) */
+     * mixture's inputs read from where they are: docs/PIPELINE.md,
+     * "Memory") */
     if (spec->shuffle && !s->shuf.window_mode && needed >= s->nbase)
         sl_source__hold_for_random(s->src, sl_spec__memory_limit(spec) / 4);
     s->cur.end_epoch = (uint64_t)spec->epochs;
@@ -758,6 +807,15 @@ void sl_stage_src__rewind(sl_stage_src *s, uint64_t epoch, uint64_t ahead) {
     pthread_mutex_unlock(&s->cur.mu);
 }
 
+/* Input k's share of the weights, as a fraction (equal weights left as
+ * given, 1 each, are 1/n: the schedule's arithmetic keeps them as given). */
+static double share_of(const sl_src_mix *m, int k) {
+    double sum = 0;
+    for (int j = 0; j < m->n; j++)
+        sum += m->share[j];
+    return sum > 0 ? m->share[k] / sum : 0;
+}
+
 static void describe_mix(const sl_stage_src *s, char *buf, size_t cap) {
     static const char *const stops[] = {"never", "first_exhausted", "all_exhausted"};
     const sl_src_mix *m = s->mix;
@@ -766,7 +824,7 @@ static void describe_mix(const sl_stage_src *s, char *buf, size_t cap) {
                                 m->sched.exact ? "exact" : "random", stops[m->sched.stop],
                                 (unsigned long long)s->per_epoch);
     for (int k = 0; k < m->n && n < cap; k++) {
-        n += (size_t)snprintf(buf + n, cap - n, "  input %d, share %.4f", k, m->share[k]);
+        n += (size_t)snprintf(buf + n, cap - n, "  input %d, share %.4f", k, share_of(m, k));
         if (n < cap && m->sched.by_samples)
             n += (size_t)snprintf(buf + n, cap - n, " (%llu samples per epoch)",
                                   (unsigned long long)m->sched.quota[k]);
@@ -845,8 +903,8 @@ int sl_stage_src__mix_json(sl_stage_src *s, cJSON *obj) {
                   ? cJSON_AddNullToObject(e, "expected_samples")
                   : cJSON_AddNumberToObject(e, "expected_samples",
                                             known ? (double)per
-                                                  : m->share[k] * (double)s->per_epoch)) ||
-            !cJSON_AddNumberToObject(e, "weight", m->share[k]) ||
+                                                  : share_of(m, k) * (double)s->per_epoch)) ||
+            !cJSON_AddNumberToObject(e, "weight", share_of(m, k)) ||
             !cJSON_AddNumberToObject(e, "samples", (double)drawn[k]) ||
             !cJSON_AddNumberToObject(e, "share", total ? (double)drawn[k] / (double)total : 0))
             return sl__oom("writing a mix's stats");

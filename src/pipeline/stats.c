@@ -444,6 +444,8 @@ int sl_pipeline_explain(const sl_pipeline *p, char *buf, size_t cap, size_t *len
     sb_printf(&b, "    columns: ");
     cols_text(&b, &pl->src_cols);
     sb_printf(&b, "\n");
+    if (pl->has_lead) /* a mixture's per-input ops */
+        sb_printf(&b, "  %s: %s\n", pl->lead.label, pl->lead.desc);
     for (int i = 0; i < pl->nnodes; i++) {
         sb_printf(&b, "  ops[%d] ", pl->nodes[i].pos);
         node_text(&b, &pl->nodes[i]);

@@ -490,6 +490,11 @@ int sl_source__index_parquet(const char *path, const cJSON *opts);
  * each input. */
 int sl_source__concat(sl_source **out, sl_source *const *in, const char *const *labels, int n,
                       const char *const *keep, int nkeep, const char *source_col);
+/* The same numbering with no column check: a record of input k is read as
+ * input k reads it (its own columns, in its order); the source's columns
+ * are in[0]'s. For a mix whose inputs have ops of their own, which make
+ * the columns agree (src/pipeline/mix_ops.c). */
+int sl_source__concat_raw(sl_source **out, sl_source *const *in, int n);
 /* Which input of concatenation `s` holds its record i (and, if rec is not
  * NULL, that input's record number). */
 int sl_source__concat_input(const sl_source *s, uint64_t i, uint64_t *rec);

@@ -12,6 +12,11 @@
  * features): each input's columns are mapped onto the first input's order.
  * An optional extra int64 column (`source_col`) holds the input's index;
  * its values are borrowed views of a table the source owns.
+ *
+ * A mix whose inputs have ops of their own opens the raw form
+ * (sl_source__concat_raw): each input's samples come as that input reads
+ * them, and the columns are made to agree after the ops
+ * (src/pipeline/mix_ops.c), where the check and the source column are.
  */
 #include "source/source.h"
 
@@ -21,6 +26,8 @@
 typedef struct concat {
     sl_source base;
     int n;
+    bool raw;                     /* each input's samples as it reads them
+                                     (sl_source__concat_raw) */
     int src_col;                  /* the source-index column, -1: none */
     sl_source **in;
     uint64_t *off;                /* n + 1 offsets: input k is [off[k], off[k+1]) */
@@ -78,6 +85,11 @@ static int concat_read(sl_source *s, sl_source_cursor *cur, uint64_t i, sl_sampl
     int k = input_of(m, i);
     sl_source_cursor *sc;
     SL_TRY(sub_cursor(m, (concat_cursor *)cur, k, &sc));
+    if (m->raw) {
+        SL_TRY(sl_source__read(m->in[k], sc, i - m->off[k], out));
+        out->index = i;
+        return SL_OK;
+    }
     sl_sample tmp;
     tmp.ncols = 0;
     SL_TRY(sl_source__read(m->in[k], sc, i - m->off[k], &tmp));
@@ -218,33 +230,86 @@ static int find_col(const sl_source *s, const char *name) {
     return -1;
 }
 
-int sl_source__concat(sl_source **out, sl_source *const *in, const char *const *labels, int n,
-                      const char *const *keep, int nkeep, const char *source_col) {
+/* The concatenation's record numbering and inputs, before its columns. */
+static int concat_new(concat **out, sl_source *const *in, int n, const sl_source_vtbl *vt) {
     *out = NULL;
     if (n < 1)
         return sl__error(SL_EINVAL, "mix: needs at least one input");
-    int rows = 1;
-    for (int k = 0; k < n; k++)
-        rows = rows && sl_source__has_read_cols(in[k]);
-    concat *m = sl_source__new(sizeof *m, rows ? &concat_vt : &concat_vt_rows_off, "mix");
+    concat *m = sl_source__new(sizeof *m, vt, "mix");
     if (!m)
         return sl__oom("opening a mix");
-    sl_source *s = &m->base;
     m->src_col = -1;
     m->in = sl__calloc((size_t)n, sizeof *m->in);
     m->off = sl__calloc((size_t)n + 1, sizeof *m->off);
     m->map = sl__calloc((size_t)n, sizeof *m->map);
     m->ids = sl__calloc((size_t)n, sizeof *m->ids);
     m->same = sl__calloc((size_t)n, sizeof *m->same);
-    int rc = SL_OK;
-    if (!m->in || !m->off || !m->map || !m->ids || !m->same)
-        SL_FAIL(SL_ENOMEM, "out of memory while opening a mix");
+    if (!m->in || !m->off || !m->map || !m->ids || !m->same) {
+        sl_source__release(&m->base);
+        return sl__oom("opening a mix");
+    }
     for (int k = 0; k < n; k++) {
         m->in[k] = sl_source__retain(in[k]);
         m->n = k + 1;
         m->ids[k] = k;
         m->off[k + 1] = m->off[k] + in[k]->count;
     }
+    *out = m;
+    return SL_OK;
+}
+
+/* What the concatenation holds, counts and is called, from its inputs. */
+static void concat_finish(concat *m) {
+    sl_source *s = &m->base;
+    uint64_t bytes = 0;
+    s->checksummed = 1;
+    for (int k = 0; k < m->n; k++) {
+        sl_source *in = m->in[k];
+        bytes += in->record_bytes * in->count;
+        s->held_bytes += in->held_bytes;
+        s->remote = s->remote || sl_source__remote(in);
+        s->checksummed = s->checksummed && in->checksummed;
+    }
+    s->count = m->off[m->n];
+    s->record_bytes = s->count ? bytes / s->count : 0;
+    size_t len = (size_t)snprintf(s->name, sizeof s->name, "mix(");
+    for (int k = 0; k < m->n && len < sizeof s->name; k++)
+        len += (size_t)snprintf(s->name + len, sizeof s->name - len, "%s%s", k ? ", " : "",
+                                sl_source_name(m->in[k]));
+    if (len < sizeof s->name)
+        snprintf(s->name + len, sizeof s->name - len, ")");
+}
+
+int sl_source__concat_raw(sl_source **out, sl_source *const *in, int n) {
+    concat *m;
+    SL_TRY(concat_new(&m, in, n, &concat_vt_rows_off));
+    sl_source *s = &m->base;
+    m->raw = true;
+    int rc = SL_OK;
+    for (int c = 0; c < in[0]->ncols; c++) {
+        const sl_source_col *a = &in[0]->col[c];
+        SL_CHECK(sl_source__add_col(s, a->name, a->type, a->dtype, a->ndim, a->shape));
+        s->col[c] = *a;
+        s->col[c].indexed = 0; /* filters on a mix run per sample */
+    }
+    concat_finish(m);
+    *out = s;
+    return SL_OK;
+cleanup:
+    sl_source__release(s);
+    return rc;
+}
+
+int sl_source__concat(sl_source **out, sl_source *const *in, const char *const *labels, int n,
+                      const char *const *keep, int nkeep, const char *source_col) {
+    *out = NULL;
+    int rows = 1;
+    for (int k = 0; k < n; k++)
+        rows = rows && sl_source__has_read_cols(in[k]);
+    concat *m;
+    SL_TRY(concat_new(&m, in, n, rows ? &concat_vt : &concat_vt_rows_off));
+    sl_source *s = &m->base;
+    int rc = SL_OK;
     /* the first input's columns (or those kept), each found in every other
      * input */
     const sl_source *a = in[0];
@@ -295,22 +360,7 @@ int sl_source__concat(sl_source **out, sl_source *const *in, const char *const *
         for (int c = 0; c < s->ncols && m->same[k]; c++)
             m->same[k] = m->map[k][c] == c;
     }
-    uint64_t bytes = 0;
-    s->checksummed = 1;
-    for (int k = 0; k < n; k++) {
-        bytes += in[k]->record_bytes * in[k]->count;
-        s->held_bytes += in[k]->held_bytes;
-        s->remote = s->remote || sl_source__remote(in[k]);
-        s->checksummed = s->checksummed && in[k]->checksummed;
-    }
-    s->count = m->off[n];
-    s->record_bytes = s->count ? bytes / s->count : 0;
-    size_t len = (size_t)snprintf(s->name, sizeof s->name, "mix(");
-    for (int k = 0; k < n && len < sizeof s->name; k++)
-        len += (size_t)snprintf(s->name + len, sizeof s->name - len, "%s%s", k ? ", " : "",
-                                sl_source_name(in[k]));
-    if (len < sizeof s->name)
-        snprintf(s->name + len, sizeof s->name - len, ")");
+    concat_finish(m);
     *out = s;
     return SL_OK;
 cleanup:

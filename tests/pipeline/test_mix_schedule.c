@@ -345,3 +345,114 @@ SL_TEST(pipeline_mix_schedule__blocks_are_the_definition) {
                     ASSERT_U64_EQ(st.pos, ref.pos);
                 }
 }
+
+static int mix_ops_pipeline(sl_pipeline **p, const char *ops0, const char *ops1, int parallel) {
+    char json[2048];
+    snprintf(json, sizeof json,
+             "{\"source\": {\"kind\": \"mix\", \"inputs\": [{\"synthetic\": {\"records\": 50}, "
+             "\"shuffle\": true, \"ops\": [%s]}, {\"synthetic\": {\"records\": 30}, \"ops\": [%s]}], "
+             "\"stop\": \"all_exhausted\", \"columns\": [\"index\"], \"source_column\": \"src\", "
+             "\"parallel\": %d}, \"ops\": [{\"op\": \"batch\", \"size\": 8}], \"seed\": 5}",
+             ops0, ops1, parallel);
+    sl_spec *spec;
+    int rc = sl_spec_from_json(&spec, json);
+    if (rc < 0)
+        return rc;
+    rc = sl_pipeline_create(p, spec);
+    sl_spec_free(spec);
+    return rc;
+}
+
+/* Per-input ops (mix_ops.c): input 0 keeps its even records and casts its
+ * index to float64, input 1 casts its own; the blend has every sample once
+ * with the columns the ops made (the others dropped by "columns", the
+ * source column added), the same for 1 and 3 readers. A cast to another
+ * dtype is refused after the ops naming both inputs; a whole-stream op in
+ * an input is refused. Under the sanitizers: the inputs' worker states,
+ * the columns moved and released. */
+SL_TEST(pipeline_mix_schedule__per_input_ops) {
+    const char *even = "{\"op\": \"filter\", \"column\": \"index\", \"in\": [0, 2, 4, 6, 8, 10, "
+                       "12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 42, 44, 46, "
+                       "48]}, {\"op\": \"cast\", \"column\": \"index\", \"dtype\": \"float64\"}";
+    const char *f64 = "{\"op\": \"cast\", \"column\": \"index\", \"dtype\": \"float64\"}";
+    uint64_t want[16], got[16];
+    for (int par = 1; par <= 3; par += 2) {
+        sl_pipeline *p;
+        ASSERT_OK(mix_ops_pipeline(&p, even, f64, par));
+        int seen[2][50] = {{0}}, n = 0, nb = 0;
+        sl_batch *b;
+        int rc;
+        while ((rc = sl_pipeline_next(p, &b)) == SL_OK) {
+            const sl_tensor *idx = sl_batch_column(b, 0), *src = sl_batch_column(b, 1);
+            ASSERT_EQ(idx->dtype, SL_F64);
+            ASSERT_EQ(src->dtype, SL_I64);
+            for (int64_t i = 0; i < sl_batch_size(b); i++) {
+                int k = (int)((const int64_t *)src->data)[i];
+                int v = (int)((const double *)idx->data)[i];
+                ASSERT(k == 0 || k == 1);
+                ASSERT(v >= 0 && v < (k ? 30 : 50));
+                ASSERT(k == 1 || v % 2 == 0);
+                seen[k][v]++;
+                n++;
+            }
+            if (nb < 16)
+                (par == 1 ? want : got)[nb] = pu_digest(b);
+            nb++;
+            sl_batch_release(b);
+        }
+        ASSERT_EQ(rc, SL_END);
+        ASSERT_EQ(n, 55);
+        for (int v = 0; v < 50; v++)
+            ASSERT_EQ(seen[0][v], v % 2 == 0);
+        for (int v = 0; v < 30; v++)
+            ASSERT_EQ(seen[1][v], 1);
+        for (int i = 0; par == 3 && i < nb && i < 16; i++)
+            ASSERT_U64_EQ(got[i], want[i]);
+        sl_pipeline_free(p);
+    }
+    sl_pipeline *p = NULL;
+    ASSERT_RC(mix_ops_pipeline(&p, f64, "{\"op\": \"cast\", \"column\": \"index\", "
+                                        "\"dtype\": \"float32\"}", 1), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "inputs[0]");
+    ASSERT_CONTAINS(sl_errmsg(), "inputs[1]");
+    ASSERT_CONTAINS(sl_errmsg(), "'index' after their ops: dtype float64 vs float32");
+    ASSERT_RC(mix_ops_pipeline(&p, f64, "{\"op\": \"take\", \"count\": 3}", 1), SL_EINVAL);
+    ASSERT_CONTAINS(sl_errmsg(), "source.inputs[1].ops[0]: 'take' is not a per-sample op");
+}
+
+/* The inputs are opened at once (a thread each): a failure of one is the
+ * one reported, naming it, whichever thread opened it; the inputs opened
+ * beside it are released (the sanitizers). */
+SL_TEST(pipeline_mix_schedule__inputs_opened_at_once) {
+    char a[512], json[2048];
+    sl_test_path(a, sizeof a, "mix_open_a.slr");
+    make_slr(a, 20);
+    for (int bad = 0; bad < 4; bad++) {
+        size_t n = (size_t)snprintf(json, sizeof json, "{\"source\": {\"kind\": \"mix\", "
+                                                       "\"inputs\": [");
+        for (int k = 0; k < 4; k++)
+            n += (size_t)snprintf(json + n, sizeof json - n, "%s{\"path\": \"%s%s\"}",
+                                  k ? ", " : "", a, k == bad ? ".missing" : "");
+        snprintf(json + n, sizeof json - n, "]}}");
+        sl_spec *spec;
+        ASSERT_OK(sl_spec_from_json(&spec, json));
+        sl_pipeline *p;
+        ASSERT(sl_pipeline_create(&p, spec) < 0);
+        char want[64];
+        snprintf(want, sizeof want, "source.inputs[%d]", bad);
+        ASSERT_CONTAINS(sl_errmsg(), want);
+        ASSERT_CONTAINS(sl_errmsg(), "mix_open_a.slr.missing");
+        sl_spec_free(spec);
+    }
+    snprintf(json, sizeof json, "{\"source\": {\"kind\": \"mix\", \"inputs\": [{\"path\": \"%s\"}, "
+             "{\"path\": \"%s\"}, {\"path\": \"%s\"}]}, \"ops\": [{\"op\": \"batch\", \"size\": 7}]}",
+             a, a, a);
+    sl_spec *spec;
+    ASSERT_OK(sl_spec_from_json(&spec, json));
+    sl_pipeline *p;
+    ASSERT_OK(sl_pipeline_create(&p, spec));
+    uint64_t dig[16];
+    ASSERT_EQ(pu_run_epoch(p, dig, 16), 9); /* 60 samples */
+    sl_pipeline_free(p);
+    sl_spec_free(spec);
+}

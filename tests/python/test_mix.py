@@ -7,7 +7,10 @@ read into batch rows or not, and across a mid-epoch resume; upsampling of a
 counts per epoch; ranks disjoint, equal and complete; schema mismatches
 refused naming both inputs and the column; a mix of an .slr, WebDataset tar
 shards and TFRecord files with the same columns, each sample equal to the
-record its own reader gives.
+record its own reader gives; per-input ops (two photo sets made alike by
+their own ops, byte-equal to each input's own pipeline for any thread count
+and across a resume; a filter in one input; a mismatch after the ops and a
+whole-stream op in an input refused).
 
 Run: PYTHONPATH=build/python /usr/bin/python3 -m pytest tests/python/test_mix.py
 """
@@ -218,7 +221,8 @@ def test_mix_argument_and_spec_errors(sets):
         sluice.mix([a, b], [1.0])
     with pytest.raises(ValueError, match="stop"):
         sluice.mix([a, b], stop="never_ever")
-    with pytest.raises(ValueError, match="per-input ops"):
+    with pytest.raises(sluice.InvalidError, match=r"inputs\[0\]\.ops\[0\]: 'batch' is not a "
+                                                  r"per-sample op"):
         sluice.mix([a.batch(2), b])
     with pytest.raises(sluice.InvalidError, match="shuffle each"):
         sluice.mix([a, b]).shuffle().columns
@@ -282,3 +286,183 @@ def test_slr_webdataset_tfrecord_mix(tmp_path):
     # decoded and batched like any source
     imgs = ds.decode("jpg").resize("jpg", (16, 16)).batch(8)
     assert sum(len(b["cls"]) for b in imgs) == n
+
+
+# ---- per-input ops ------------------------------------------------------------------------
+
+def photos(path, n, lo, hi, tag, seed):
+    """An .slr of n JPEGs of random sizes in [lo, hi) and label tag*1000 + i."""
+    import io
+    Image = pytest.importorskip("PIL.Image")
+    rng = np.random.default_rng(seed)
+    with sluice.Writer(str(path), [("jpg", "bytes"), ("label", "int64")], fsync=False) as w:
+        for i in range(n):
+            h, wd = (int(v) for v in rng.integers(lo, hi, size=2))
+            img = (rng.random((h, wd, 3)) * 255).astype(np.uint8)
+            buf = io.BytesIO()
+            Image.fromarray(img).save(buf, "JPEG", quality=90)
+            w.append({"jpg": buf.getvalue(), "label": tag * 1000 + i})
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def photo_sets(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mixops")
+    return photos(d / "a.slr", 60, 40, 120, 0, 1), photos(d / "b.slr", 45, 80, 160, 1, 2)
+
+
+def photo_inputs(photo_sets):
+    a, b = photo_sets
+    return [sluice.records(a).shuffle().decode("jpg").resize("jpg", (64, 64)),
+            sluice.records(b).shuffle().decode("jpg").center_crop("jpg", 72)
+            .resize("jpg", (64, 64))]
+
+
+def photo_mix(photo_sets, parallel):
+    ds = sluice.mix(photo_inputs(photo_sets), [0.6, 0.4], seed=4, source_column="src")
+    spec = ds.spec
+    spec["source"]["parallel"] = parallel
+    spec["ops"] = [{"op": "flip", "column": "jpg", "p": 0.5}, {"op": "batch", "size": 8}]
+    return sluice.from_spec(spec)
+
+
+def photo_samples(ds, it=None):
+    out = []
+    for b in (it if it is not None else ds):
+        for img, lab, src in zip(np.asarray(b["jpg"]), np.asarray(b["label"]),
+                                 np.asarray(b["src"])):
+            out.append((int(src), int(lab), img.tobytes()))
+    return out
+
+
+def test_per_input_ops_equal_each_inputs_own_pipeline(photo_sets):
+    # each input's samples, by label, from its own pipeline with its ops
+    own = {}
+    for k, inp in enumerate(photo_inputs(photo_sets)):
+        for s in inp:
+            own[(k, int(s["label"]))] = np.asarray(s["jpg"])
+    ds = sluice.mix(photo_inputs(photo_sets), [0.6, 0.4], seed=4, source_column="src").batch(8)
+    assert ds.columns == ["jpg", "label", "src"]
+    assert ("mix inputs' ops: input 0: decode, resize (running as decode_resize); input 1: "
+            "decode, center_crop, resize") in ds.explain()
+    n = 0
+    for b in ds:
+        assert np.asarray(b["jpg"]).shape[1:] == (64, 64, 3)
+        for img, lab, src in zip(np.asarray(b["jpg"]), np.asarray(b["label"]),
+                                 np.asarray(b["src"])):
+            assert int(lab) // 1000 == int(src)
+            assert np.array_equal(own[(int(src), int(lab))], img), (src, lab)
+            n += 1
+    assert n == 105
+    # with a random op on the blend: the same bytes for 1, 2 and 5 readers,
+    # and across a mid-epoch resume
+    want = photo_samples(photo_mix(photo_sets, 1))
+    assert len(want) == 105
+    flipped = sum(not np.array_equal(own[(k, lab)], np.frombuffer(img, np.uint8)
+                                     .reshape(64, 64, 3)) for k, lab, img in want)
+    assert 0 < flipped < 105
+    for parallel in (2, 5):
+        assert photo_samples(photo_mix(photo_sets, parallel)) == want, parallel
+    for stop_after in (1, 6):
+        ds = photo_mix(photo_sets, 3)
+        it = iter(ds)
+        head = photo_samples(ds, [next(it) for _ in range(stop_after)])
+        state = ds.state_dict()
+        ds.close()
+        again = photo_mix(photo_sets, 2)
+        again.load_state_dict(state)
+        assert head + photo_samples(again) == want, stop_after
+
+
+def test_per_input_filter_and_spec_round_trip(photo_sets):
+    a, b = photo_sets
+    keep = list(range(0, 60, 3))
+    ia = sluice.records(a).filter("label", keep).decode("jpg").resize("jpg", (32, 32))
+    ib = sluice.records(b).decode("jpg").resize("jpg", (32, 32))
+    ds = sluice.mix([ia, ib], stop="all_exhausted", source_column="src").batch(10)
+    batches = [(np.asarray(bt["src"]), np.asarray(bt["label"]), np.asarray(bt["jpg"]).tobytes())
+               for bt in ds]
+    got = sorted((int(s), int(l)) for src, lab, _ in batches for s, l in zip(src, lab))
+    assert got == sorted([(0, i) for i in keep] + [(1, 1000 + i) for i in range(45)])
+    spec = json.loads(ds.to_json())
+    assert [o["op"] for o in spec["source"]["inputs"][0]["ops"]] == ["filter", "decode", "resize"]
+    again = sluice.from_spec(spec)
+    assert [np.asarray(x["jpg"]).tobytes() for x in again] == [img for _, _, img in batches]
+
+
+def test_per_input_ops_mismatch_and_stream_ops_refused(photo_sets):
+    a, b = photo_sets
+    ds = sluice.mix([sluice.records(a).decode("jpg").resize("jpg", (64, 64)),
+                     sluice.records(b).decode("jpg").resize("jpg", (32, 32))]).batch(4)
+    with pytest.raises(sluice.InvalidError) as e:
+        next(iter(ds))
+    msg = str(e.value)
+    assert "a.slr" in msg and "b.slr" in msg and "'jpg'" in msg and "after their ops" in msg, msg
+    assert "[64x64x3] vs [32x32x3]" in msg, msg
+    # one input decoded, the other not: refused too
+    ds = sluice.mix([sluice.records(a).decode("jpg"), sluice.records(b)])
+    with pytest.raises(sluice.InvalidError, match="'jpg' after their ops: decoded vs encoded"):
+        ds.columns
+    for op in ({"op": "batch", "size": 2}, {"op": "take", "count": 3},
+               {"op": "shuffle_buffer", "size": 8}, {"op": "repeat", "count": 2}):
+        spec = {"source": {"kind": "mix", "inputs": [{"path": a, "ops": [op]}, {"path": b}]}}
+        with pytest.raises(sluice.InvalidError,
+                           match=r"source\.inputs\[0\]\.ops\[0\]: '%s' is not a per-sample op"
+                           % op["op"]):
+            sluice.from_spec(spec).columns
+    spec = {"source": {"kind": "mix", "inputs": [{"path": a, "ops": [{"op": "resize",
+                                                                      "column": "jpg"}]}]}}
+    with pytest.raises(sluice.InvalidError, match=r"source\.inputs\[0\]\.ops\[0\]\.size"):
+        sluice.from_spec(spec).columns
+    with pytest.raises(ValueError, match="Python function"):
+        sluice.mix([sluice.records(a).map(lambda s: s), sluice.records(b)])
+
+
+def test_per_input_op_failure_names_input_file_and_record(tmp_path, photo_sets):
+    a, _ = photo_sets
+    bad = tmp_path / "bad.slr"
+    with sluice.Writer(str(bad), [("jpg", "bytes"), ("label", "int64")], fsync=False) as w:
+        w.append({"jpg": b"not a jpeg at all", "label": 1000})
+    ds = sluice.mix([sluice.records(a).decode("jpg").resize("jpg", (16, 16)),
+                     sluice.records(str(bad)).decode("jpg").resize("jpg", (16, 16))],
+                    stop="all_exhausted").batch(4)
+    with pytest.raises(sluice.Error) as e:
+        for _ in ds:
+            pass
+    msg = str(e.value)
+    assert "bad.slr" in msg and "record 0" in msg and "source.inputs[1].ops[0] (decode" in msg, msg
+    spec = ds.spec
+    spec["on_error"] = "skip"
+    ds = sluice.from_spec(spec)
+    assert sum(len(b["label"]) for b in ds) == 60   # every good sample, the bad one counted
+    assert ds.stats()["skipped"] == 1
+
+
+def test_per_input_random_ops_draw_apart_from_the_blends(photo_sets):
+    """A flip in an input and the same flip on the blend draw from different
+    generators (docs/PIPELINE.md: positions 2^30 + 2^16 k + j): the samples
+    they flip differ; each is the same on a second run."""
+    a, _ = photo_sets
+
+    def flipped(where):
+        inp = sluice.records(a).decode("jpg").resize("jpg", (16, 16))
+        plain = {int(s["label"]): np.asarray(s["jpg"]) for s in inp}
+        if where == "input":
+            ds = sluice.mix([inp.flip("jpg", 0.5)], seed=9)
+        else:
+            ds = sluice.mix([inp], seed=9).flip("jpg", 0.5)
+        return sorted(int(s["label"]) for s in ds
+                      if not np.array_equal(np.asarray(s["jpg"]), plain[int(s["label"])]))
+    in_input, on_blend = flipped("input"), flipped("blend")
+    assert 0 < len(in_input) < 60 and 0 < len(on_blend) < 60
+    assert in_input != on_blend
+    assert flipped("input") == in_input
+
+
+def test_default_weights_are_equal_shares(sets):
+    ds = sluice.mix([sluice.records(sets["big"]), sluice.records(sets["small"])]).batch(10)
+    next(iter(ds))
+    mix = ds.stats()["mix"]
+    assert [e["weight"] for e in mix["inputs"]] == [0.5, 0.5]
+    assert [e["expected_samples"] for e in mix["inputs"]] == [5005, 5005]
+    assert "input 1, share 0.5000" in ds.explain()
