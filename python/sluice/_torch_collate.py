@@ -6,10 +6,21 @@ batch of 32 images of 3x224x224 float32 is 19 MB: glibc serves an
 allocation that size with a fresh mmap (or hands it back to the kernel when
 freed), so every batch first-touches 4,700 new pages, which the kernel
 faults in and zeroes. Here each worker keeps the memory of the batches it
-made and stacks the next batch into one the consumer has let go. Used only
-where the interpreter runs without the GIL (_torch_fetch.Fetch): there it
-loaded as fast as torch's allocations with 60-70 MB less peak memory, with
-the GIL at 0.87x (bench/README.md, "Batch memory").
+made and stacks the next batch into one the consumer has let go. Without
+the GIL it loaded as fast as torch's allocations with 60-70 MB less peak
+memory; with the GIL the copy into it ran at 0.87x (bench/README.md, "Batch
+memory"), so there a worker keeps it only while sluice.transforms writes
+the samples into it itself (_Stream.offer; _torch_fetch.Fetch).
+
+sluice.transforms' fused outputs (a float32 (C, H, W) tensor from
+DecodeJPEG + crop + ToDtype + Normalize, or the float tail on a decoded
+image) need no copy at all: before each __getitem__ of a batch whose plan
+is one float32 image tensor, the stream offers that sample's row of the
+batch tensor (sluice.transforms._offer, a thread-local, withdrawn when
+__getitem__ returns or raises); the first fused output of that shape is
+written there, and _copy finds the returned tensor already in place. What
+__getitem__ does with the output does not matter: a sample returned changed,
+cloned, or another tensor altogether is copied into the row as before.
 
 When a batch is let go: the memory is a numpy array that only this pool
 holds; `torch.from_numpy` makes the batch tensor, whose storage keeps one
@@ -225,6 +236,7 @@ class _Stream:
         self.plan = None
         self.outs = {}            # key -> the batch tensor
         self.samples = []
+        self.in_place = 0         # samples found written into the batch (offer)
 
     def _start(self, sample):
         parts = _parts(sample)
@@ -267,6 +279,24 @@ class _Stream:
         self._unstream()
         self.samples.append(sample)
 
+    def offer(self):
+        """Before the next __getitem__: the batch row its image goes into,
+        offered to sluice.transforms (its fused outputs write there, and
+        _copy then finds the sample in place). Only where the plan is one
+        float32 (C, H, W) tensor, and sluice.transforms is in use."""
+        plan, i = self.plan, self.i
+        if not plan or len(plan) != 1 or i >= self.n:
+            return None
+        key = next(iter(plan))
+        shape, dtype = plan[key][0], plan[key][1]
+        if dtype != torch.float32 or len(shape) != 3:
+            return None
+        tf = sys.modules.get("sluice.transforms")
+        if tf is None:
+            return None
+        tf._offer(self.outs[key][i])
+        return tf
+
     def _fits(self, sample):
         kind = type(sample)
         if kind is not self.kind:
@@ -288,7 +318,11 @@ class _Stream:
         swap = {}
         for key, (_, _, rows, marker) in self.plan.items():
             v = sample if key is None else sample[key]
-            if v.is_contiguous() and not v.is_conj() and not v.is_neg():
+            row = self.outs[key][i]
+            if v.data_ptr() == row.data_ptr() and v.stride() == row.stride() \
+                    and not v.is_conj() and not v.is_neg():
+                self.in_place += 1  # written in place (offer)
+            elif v.is_contiguous() and not v.is_conj() and not v.is_neg():
                 # numpy's copy of contiguous memory is one memcpy; torch's
                 # copy_ goes through its element loop (slower by a third
                 # on 602 KB samples, `perf record`).

@@ -38,6 +38,7 @@ import enum
 import math
 import numbers
 import os
+import threading
 
 import numpy as np
 
@@ -241,6 +242,34 @@ class _Img:
 def _wrap_same(img, o):
     """For results that are views or inputs of the same object family."""
     return img.give(o)
+
+
+# ---- the batch row a loader offers ------------------------------------------------------
+
+# sluice.torch.DataLoader's map-style collation (_torch_collate._Stream)
+# offers, around one __getitem__ on this thread, the row of the batch tensor
+# the sample's image will be copied into. The first fused Compose output of
+# that shape goes straight into it (the loader then finds the sample already
+# in place and skips the copy): one 602 KB copy a sample and the page faults
+# of its fresh memory fewer. Any other use of the row is harmless: the
+# loader copies whatever __getitem__ returns into it afterwards.
+_offered = threading.local()
+
+
+def _offer(row):
+    """Offer `row` (a contiguous float32 (C, H, W) tensor, or None to
+    withdraw) to the next fused output on this thread."""
+    _offered.row = row
+
+
+def _float_out(c, h, w):
+    """A float32 (c, h, w) tensor for a fused output: the offered row when
+    it has that shape (taken once), else a new one."""
+    row = getattr(_offered, "row", None)
+    if row is not None and tuple(row.shape) == (c, h, w):
+        _offered.row = None
+        return row
+    return _torch.empty((c, h, w), dtype=_torch.float32)
 
 
 # ---- functional kernels (one C call each) -------------------------------------------
@@ -1731,7 +1760,7 @@ def _fused_decode(ts, x):
                 std = [float(np.float32(v)) for v in (n.std * c if len(n.std) == 1 else n.std)]
                 i += 1
     if out_f32:
-        out = torch.empty((c, oh, ow), dtype=torch.float32)
+        out = _float_out(c, oh, ow)
         dst = (out.data_ptr(), _F32, oh, ow, c, ow, 1, oh * ow)
     else:
         hwc = torch.empty((oh, ow, c), dtype=torch.uint8)
@@ -1800,8 +1829,8 @@ def _fused_tail(ts, i, x):
     if flip is not None and _draw_applies(flip.p):
         flags |= _FLIP_H
     if to_image or img.kind == "tensor":
-        torch = _tm()
-        o = torch.empty((img.c, img.h, img.w), dtype=torch.float32)
+        _tm()
+        o = _float_out(img.c, img.h, img.w)
         dst = (o.data_ptr(), _F32, img.h, img.w, img.c, img.w, 1, img.h * img.w)
     else:
         dst, o = img.new(img.h, img.w, dtype=_F32)
