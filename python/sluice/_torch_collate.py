@@ -237,9 +237,11 @@ class _Stream:
         self.outs = {}            # key -> the batch tensor
         self.samples = []
         self.in_place = 0         # samples found written into the batch (offer)
+        self.early = None         # (key, batch tensor) offered before the first sample
 
     def _start(self, sample):
         parts = _parts(sample)
+        early, self.early = self.early, None
         if parts is None:
             return False
         self.kind, items = parts
@@ -247,12 +249,20 @@ class _Stream:
         for key, v in items:
             if not _leaf_ok(v) or v.numel() * v.element_size() * self.n < MIN_BYTES:
                 continue
-            out = self.owner.pool.tensor((self.n,) + tuple(v.shape), v.dtype)
+            shape = (self.n,) + tuple(v.shape)
+            if early is not None and early[0] == key and tuple(early[1].shape) == shape \
+                    and early[1].dtype == v.dtype:
+                out = early[1]
+            else:
+                out = self.owner.pool.tensor(shape, v.dtype)
             if out is None:
                 continue
             self.outs[key] = out
             plan[key] = (v.shape, v.dtype, out.numpy(), _Marker(key))
         self.plan = plan
+        if len(plan) == 1:
+            key = next(iter(plan))
+            self.owner.last = (key, plan[key][0], plan[key][1])
         return bool(plan)
 
     def _unstream(self):
@@ -285,6 +295,22 @@ class _Stream:
         _copy then finds the sample in place). Only where the plan is one
         float32 (C, H, W) tensor, and sluice.transforms is in use."""
         plan, i = self.plan, self.i
+        if i == 0:
+            # The first sample: the plan of the batch before (one float32
+            # image tensor) guesses its shape; _start uses the memory when
+            # the sample fits it, and lets it go otherwise.
+            last = self.owner.last
+            if last is None or last[2] != torch.float32 or len(last[1]) != 3 or self.n < 2:
+                return None
+            tf = sys.modules.get("sluice.transforms")
+            if tf is None:
+                return None
+            out = self.owner.pool.tensor((self.n,) + tuple(last[1]), last[2])
+            if out is None:
+                return None
+            self.early = (last[0], out)
+            tf._offer(out[0])
+            return tf
         if not plan or len(plan) != 1 or i >= self.n:
             return None
         key = next(iter(plan))
@@ -357,6 +383,8 @@ class PooledCollate:
 
     def __init__(self, pool):
         self.pool = pool
+        # (key, shape, dtype) of the last streamed batch's one planned tensor
+        self.last = None
         fn_map = dict(compat.default_collate_fn_map)
         # The same key, so the same place in the map's order (torch tries
         # the keys in order with isinstance).
