@@ -344,11 +344,20 @@ class _Stream:
         swap = {}
         for key, (_, _, rows, marker) in self.plan.items():
             v = sample if key is None else sample[key]
-            row = self.outs[key][i]
-            if v.data_ptr() == row.data_ptr() and v.stride() == row.stride() \
+            out = self.outs[key]
+            row = out[i]
+            p, base = v.data_ptr(), out.data_ptr()
+            if p == row.data_ptr() and v.stride() == row.stride() \
                     and not v.is_conj() and not v.is_neg():
                 self.in_place += 1  # written in place (offer)
-            elif v.is_contiguous() and not v.is_conj() and not v.is_neg():
+                swap[key] = marker
+                continue
+            if base <= p < base + out.numel() * out.element_size():
+                # A view of the batch itself (the offered row transposed,
+                # say): copied out first, the copy's source and
+                # destination may overlap.
+                v = v.clone()
+            if v.is_contiguous() and not v.is_conj() and not v.is_neg():
                 # numpy's copy of contiguous memory is one memcpy; torch's
                 # copy_ goes through its element loop (slower by a third
                 # on 602 KB samples, `perf record`).

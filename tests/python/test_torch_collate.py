@@ -252,11 +252,14 @@ class Encoded(tud.Dataset):
             return tf(d).mul_(2), i
         if how == "clone":
             return tf(d).clone(), i
+        if how == "transposed":     # a view of the row, other strides
+            return tf(d).transpose(1, 2), i
         raise ValueError(how)
 
 
 @pytest.mark.parametrize("gil", [False, True])
-@pytest.mark.parametrize("how", ["plain", "tail", "second", "first", "changed", "clone"])
+@pytest.mark.parametrize("how", ["plain", "tail", "second", "first", "changed", "clone",
+                                 "transposed"])
 def test_transforms_write_into_the_batch(monkeypatch, how, gil):
     """sluice.transforms' fused outputs go straight into the batch (no
     copy): the batches equal torch's DataLoader's on the same Dataset,
@@ -291,7 +294,7 @@ def test_transforms_write_into_the_batch(monkeypatch, how, gil):
     # not known yet). Where the returned sample is not the one written in
     # place ("second", "clone"), the GIL build goes back to torch's
     # collation after each worker's first batch.
-    in_place = how not in ("second", "clone")
+    in_place = how not in ("second", "clone", "transposed")
     assert sum(taken) == (2 * 5 * 8 - 3 if in_place or not gil else 3 * 7), taken
 
 
