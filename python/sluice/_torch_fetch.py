@@ -35,8 +35,9 @@ class Fetch:
         # 60-70 MB less peak memory; with the GIL the copy into it ran 0.87x
         # as fast (bench/README.md, "Batch memory"), so there it is kept
         # only while sluice.transforms writes the samples straight into it
-        # (_Stream.offer: no copy at all; 1.08x on 3.11): a map-style batch in which
-        # no sample was written in place turns it off for this worker.
+        # (_Stream.offer: no copy at all; 1.08x on 3.11): a map-style batch
+        # in which no sample was written in place turns it off for this
+        # worker.
         gil = getattr(sys, "_is_gil_enabled", None)
         self.gil = gil is None or gil()
         self.pooled = (pooled_collate(keep) if collate_fn is compat.default_collate else None)
