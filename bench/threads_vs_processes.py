@@ -38,7 +38,11 @@ docs); `ceiling` (2) on those works: no loader, the Dataset's __getitem__
 alone on one thread in the sampler's order, its CPU time (time.thread_time)
 per sample turned into the rate WORKERS cores would reach if nothing else
 ran (samples_per_s = min(WORKERS, cores) / CPU seconds a sample: the
-ceiling the Dataset's own cost sets; no collation, no transport); and for
+ceiling the Dataset's own cost sets; no collation, no transport); `threads`
+(2) on those works: no loader either, the Dataset's __getitem__ on WORKERS
+plain Python threads at once, samples/s counted (what running the same
+cost on these cores gives before any loader: the GIL, the cores' shared
+caches and memory, the outputs' fresh memory); and for
 `native` sluice-native (engine threads 1, 2, 3). Batch
 --batch (32), shuffled, torch.set_num_threads(1) in every run (as torch's
 own workers do). A peer this interpreter does not import gets a row with
@@ -53,8 +57,8 @@ running every loader once, the order rotating from round to round (as
 bench/peers/run.py does). Per loader one JSON line:
 
   {"python": "3.11"|"3.13t", "gil": bool, "torch": VERSION, "work", "loader":
-   "torch"|"sluice"|"spdl"|"torchdata"|"grain",
-   "worker_type": "process"|"thread"|"auto"|"native",
+   "torch"|"sluice"|"spdl"|"torchdata"|"grain"|"ceiling"|"threads",
+   "worker_type": "process"|"thread"|"auto"|"native"|"core"|"plain",
    "workers", "samples_per_s", "peak_rss_mb", "first_batch_s"}
 
 samples_per_s and first_batch_s are medians over the rounds; peak_rss_mb is
@@ -102,13 +106,13 @@ def loaders_for(work):
             [("sluice", "process", 2), ("sluice", "auto", 2)])
     if work in PEER_WORKS:
         runs += [("spdl", "thread", 2), ("torchdata", "thread", 2), ("grain", "thread", 2),
-                 ("grain", "thread", 16), ("ceiling", "core", 2)]
+                 ("grain", "thread", 16), ("ceiling", "core", 2), ("threads", "plain", 2)]
     return runs
 
 
 def loader_name(loader, worker_type):
-    if loader in ("torch", "ceiling"):
-        return "torch-process" if loader == "torch" else "ceiling"
+    if loader in ("torch", "ceiling", "threads"):
+        return "torch-process" if loader == "torch" else loader
     return f"sluice-{worker_type}" if loader == "sluice" else loader
 
 
@@ -326,11 +330,52 @@ def ceiling(cfg):
     os._exit(0)
 
 
+def plain_threads(cfg):
+    """The Dataset's __getitem__ on `workers` plain threads at once, each
+    through its own shuffled order, no loader and no collation: samples
+    a second over the window."""
+    import threading
+    import torch
+    with open(cfg["items_file"]) as f:
+        ds = DATASETS[cfg["work"]]([tuple(x) for x in json.load(f)])
+    n = cfg["workers"]
+    counts = [0] * n
+    stop = threading.Event()
+    first = []
+
+    def run(k):
+        g = torch.Generator()
+        g.manual_seed(k)
+        while not stop.is_set():
+            for i in torch.randperm(len(ds), generator=g).tolist():
+                if stop.is_set():
+                    return
+                t0 = time.perf_counter()
+                ds[i]
+                if not first:
+                    first.append(time.perf_counter() - t0)
+                counts[k] += 1
+    threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(n)]
+    for t in threads:
+        t.start()
+    time.sleep(max(1.0, cfg["seconds"] / 4))
+    c0, t0 = sum(counts), time.perf_counter()
+    time.sleep(cfg["seconds"])
+    seen, dt = sum(counts) - c0, time.perf_counter() - t0
+    stop.set()
+    print(json.dumps({"samples": seen, "seconds": dt, "first_batch_s": first[0] if first else 0.0,
+                      "gil": gil_enabled(), "python": python_tag(), "torch": torch.__version__,
+                      "chose": None}), flush=True)
+    os._exit(0)
+
+
 def child(cfg):
     import torch
     torch.set_num_threads(1)
     if cfg["loader"] == "ceiling":
         ceiling(cfg)
+    if cfg["loader"] == "threads":
+        plain_threads(cfg)
     t0 = time.perf_counter()
     epochs, chose = make_epochs(cfg)
 
@@ -377,8 +422,8 @@ def run_all(a):
             runs.append((w, loader, kind, n))
     if not runs:
         raise SystemExit("--loaders left no run (names: torch-process, sluice-thread, "
-                         "sluice-process, sluice-auto, sluice-native, spdl, torchdata, grain, ceiling; "
-                         "NAME or NAME:WORKERS)")
+                         "sluice-process, sluice-auto, sluice-native, spdl, torchdata, grain, "
+                         "ceiling, threads; NAME or NAME:WORKERS)")
     if any(r[0] == "native" for r in runs):
         folder = subset_folder(a.photos, items, a.cache)
     os.makedirs(a.cache, exist_ok=True)
@@ -523,10 +568,11 @@ def plot(rows, path):
     fig, axes = plt.subplots(1, len(works), figsize=(4.2 * len(works), 4.0), squeeze=False)
     colors = {"torch-process": "tab:blue", "sluice-thread": "tab:red", "sluice-process": "tab:green",
               "sluice-auto": "tab:purple", "sluice-native": "tab:orange", "spdl": "tab:brown",
-              "torchdata": "tab:olive", "grain": "tab:cyan", "ceiling": "lightgray"}
+              "torchdata": "tab:olive", "grain": "tab:cyan", "ceiling": "lightgray",
+              "threads": "darkgray"}
     markers = {"torch-process": "o", "sluice-thread": "s", "sluice-process": "^",
                "sluice-auto": "D", "sluice-native": "*", "spdl": "v", "torchdata": "P",
-               "grain": "X", "ceiling": "_"}
+               "grain": "X", "ceiling": "_", "threads": "|"}
 
     def label_py(r):
         return f"{r['python']}" + (" GIL" if r["gil"] else " no GIL")
@@ -588,7 +634,7 @@ def main():
     ap.add_argument("--works", default=",".join(WORKS), help="comma-separated: " + ", ".join(WORKS))
     ap.add_argument("--loaders", default=None, help="only these: NAME or NAME:WORKERS, comma-"
                     "separated (torch-process, sluice-thread, sluice-process, sluice-auto, "
-                    "sluice-native, spdl, torchdata, grain)")
+                    "sluice-native, spdl, torchdata, grain, ceiling, threads)")
     ap.add_argument("--limit", type=int, default=800, help="photos (0: all)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--cache", default=os.path.join(os.path.expanduser("~"), ".cache", "sluice-bench"),

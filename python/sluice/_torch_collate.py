@@ -6,10 +6,21 @@ batch of 32 images of 3x224x224 float32 is 19 MB: glibc serves an
 allocation that size with a fresh mmap (or hands it back to the kernel when
 freed), so every batch first-touches 4,700 new pages, which the kernel
 faults in and zeroes. Here each worker keeps the memory of the batches it
-made and stacks the next batch into one the consumer has let go. Used only
-where the interpreter runs without the GIL (_torch_fetch.Fetch): there it
-loaded as fast as torch's allocations with 60-70 MB less peak memory, with
-the GIL at 0.87x (bench/README.md, "Batch memory").
+made and stacks the next batch into one the consumer has let go. Without
+the GIL it loaded as fast as torch's allocations with 60-70 MB less peak
+memory; with the GIL the copy into it ran at 0.87x (bench/README.md, "Batch
+memory"), so there a worker keeps it only while sluice.transforms writes
+the samples into it itself (_Stream.offer; _torch_fetch.Fetch).
+
+sluice.transforms' fused outputs (a float32 (C, H, W) tensor from
+DecodeJPEG + crop + ToDtype + Normalize, or the float tail on a decoded
+image) need no copy at all: before each __getitem__ of a batch whose plan
+is one float32 image tensor, the stream offers that sample's row of the
+batch tensor (sluice.transforms._offer, a thread-local, withdrawn when
+__getitem__ returns or raises); the first fused output of that shape is
+written there, and _copy finds the returned tensor already in place. What
+__getitem__ does with the output does not matter: a sample returned changed,
+cloned, or another tensor altogether is copied into the row as before.
 
 When a batch is let go: the memory is a numpy array that only this pool
 holds; `torch.from_numpy` makes the batch tensor, whose storage keeps one
@@ -225,9 +236,12 @@ class _Stream:
         self.plan = None
         self.outs = {}            # key -> the batch tensor
         self.samples = []
+        self.in_place = 0         # samples found written into the batch (offer)
+        self.early = None         # (key, batch tensor) offered before the first sample
 
     def _start(self, sample):
         parts = _parts(sample)
+        early, self.early = self.early, None
         if parts is None:
             return False
         self.kind, items = parts
@@ -235,12 +249,20 @@ class _Stream:
         for key, v in items:
             if not _leaf_ok(v) or v.numel() * v.element_size() * self.n < MIN_BYTES:
                 continue
-            out = self.owner.pool.tensor((self.n,) + tuple(v.shape), v.dtype)
+            shape = (self.n,) + tuple(v.shape)
+            if early is not None and early[0] == key and tuple(early[1].shape) == shape \
+                    and early[1].dtype == v.dtype:
+                out = early[1]
+            else:
+                out = self.owner.pool.tensor(shape, v.dtype)
             if out is None:
                 continue
             self.outs[key] = out
             plan[key] = (v.shape, v.dtype, out.numpy(), _Marker(key))
         self.plan = plan
+        if len(plan) == 1:
+            key = next(iter(plan))
+            self.owner.last = (key, plan[key][0], plan[key][1])
         return bool(plan)
 
     def _unstream(self):
@@ -267,6 +289,40 @@ class _Stream:
         self._unstream()
         self.samples.append(sample)
 
+    def offer(self):
+        """Before the next __getitem__: the batch row its image goes into,
+        offered to sluice.transforms (its fused outputs write there, and
+        _copy then finds the sample in place). Only where the plan is one
+        float32 (C, H, W) tensor, and sluice.transforms is in use."""
+        plan, i = self.plan, self.i
+        if i == 0:
+            # The first sample: the plan of the batch before (one float32
+            # image tensor) guesses its shape; _start uses the memory when
+            # the sample fits it, and lets it go otherwise.
+            last = self.owner.last
+            if last is None or last[2] != torch.float32 or len(last[1]) != 3 or self.n < 2:
+                return None
+            tf = sys.modules.get("sluice.transforms")
+            if tf is None:
+                return None
+            out = self.owner.pool.tensor((self.n,) + tuple(last[1]), last[2])
+            if out is None:
+                return None
+            self.early = (last[0], out)
+            tf._offer(out[0])
+            return tf
+        if not plan or len(plan) != 1 or i >= self.n:
+            return None
+        key = next(iter(plan))
+        shape, dtype = plan[key][0], plan[key][1]
+        if dtype != torch.float32 or len(shape) != 3:
+            return None
+        tf = sys.modules.get("sluice.transforms")
+        if tf is None:
+            return None
+        tf._offer(self.outs[key][i])
+        return tf
+
     def _fits(self, sample):
         kind = type(sample)
         if kind is not self.kind:
@@ -288,6 +344,19 @@ class _Stream:
         swap = {}
         for key, (_, _, rows, marker) in self.plan.items():
             v = sample if key is None else sample[key]
+            out = self.outs[key]
+            row = out[i]
+            p, base = v.data_ptr(), out.data_ptr()
+            if p == row.data_ptr() and v.stride() == row.stride() \
+                    and not v.is_conj() and not v.is_neg():
+                self.in_place += 1  # written in place (offer)
+                swap[key] = marker
+                continue
+            if base <= p < base + out.numel() * out.element_size():
+                # A view of the batch itself (the offered row transposed,
+                # say): copied out first, the copy's source and
+                # destination may overlap.
+                v = v.clone()
             if v.is_contiguous() and not v.is_conj() and not v.is_neg():
                 # numpy's copy of contiguous memory is one memcpy; torch's
                 # copy_ goes through its element loop (slower by a third
@@ -323,6 +392,8 @@ class PooledCollate:
 
     def __init__(self, pool):
         self.pool = pool
+        # (key, shape, dtype) of the last streamed batch's one planned tensor
+        self.last = None
         fn_map = dict(compat.default_collate_fn_map)
         # The same key, so the same place in the map's order (torch tries
         # the keys in order with isinstance).

@@ -30,13 +30,17 @@ class Fetch:
         self.auto = auto_collation
         self.collate_fn = collate_fn
         # default_collate into this worker's reused batch memory (up to
-        # `keep` batches: those in flight and a few the consumer holds), on
-        # an interpreter running without the GIL only: there it loaded as
-        # fast as torch's own allocations with 60-70 MB less peak memory;
-        # with the GIL it ran 0.87x as fast (bench/README.md, "Batch memory").
+        # `keep` batches: those in flight and a few the consumer holds).
+        # Without the GIL it loaded as fast as torch's own allocations with
+        # 60-70 MB less peak memory; with the GIL the copy into it ran 0.87x
+        # as fast (bench/README.md, "Batch memory"), so there it is kept
+        # only while sluice.transforms writes the samples straight into it
+        # (_Stream.offer: no copy at all; 1.08x on 3.11): a map-style batch
+        # in which no sample was written in place turns it off for this
+        # worker.
         gil = getattr(sys, "_is_gil_enabled", None)
-        self.pooled = (pooled_collate(keep) if collate_fn is compat.default_collate
-                       and gil is not None and not gil() else None)
+        self.gil = gil is None or gil()
+        self.pooled = (pooled_collate(keep) if collate_fn is compat.default_collate else None)
         self.drop_last = drop_last
         self.batch_size = batch_size
         self.wid = wid
@@ -101,11 +105,21 @@ class Fetch:
                         raise Stopped
                     self.current = i
                     tls.sample = (seed, epoch, i, 0)
-                    add(self.dataset[i])
+                    # the batch row offered to sluice.transforms for this
+                    # one __getitem__ only (_Stream.offer)
+                    offered = stream.offer() if stream is not None else None
+                    try:
+                        sample = self.dataset[i]
+                    finally:
+                        if offered is not None:
+                            offered._offer(None)
+                    add(sample)
             finally:
                 tls.sample = None
             if stream is not None:
                 self.current = None
+                if self.gil and not stream.in_place:
+                    self.pooled = None
                 return self._collate(stream.collate)
         else:
             self.current = indices
@@ -116,7 +130,8 @@ class Fetch:
                 tls.sample = None
         self.current = None
         if self.collate_fn is compat.default_collate:
-            return self._collate(lambda: (self.pooled or self.collate_fn)(data))
+            pooled = None if self.gil else self.pooled
+            return self._collate(lambda: (pooled or self.collate_fn)(data))
         return self.collate_fn(data)
 
     @staticmethod

@@ -27,7 +27,9 @@ leaves the GIL off on a free-threaded Python (torchvision turns it on).
 ``Compose`` fuses ``DecodeJPEG`` with the crop or resize after it (and a
 horizontal flip, ``ToDtype(float32, scale=True)`` and ``Normalize`` after
 that): only the part of the JPEG the crop needs is decoded, at a reduced DCT
-scale when the output allows, straight into the normalized tensor.
+scale when the output allows, straight into the normalized tensor. On an
+image already decoded, a flip, ``ToImage``, ``ToDtype(float32)`` and
+``Normalize`` in a row run as one pass over the pixels.
 
 docs/PYTHON.md ("sluice.transforms") lists the classes, and docs/OPS.md
 ("Transforms") each kernel's reference and tolerance.
@@ -36,6 +38,7 @@ import enum
 import math
 import numbers
 import os
+import threading
 
 import numpy as np
 
@@ -239,6 +242,34 @@ class _Img:
 def _wrap_same(img, o):
     """For results that are views or inputs of the same object family."""
     return img.give(o)
+
+
+# ---- the batch row a loader offers ------------------------------------------------------
+
+# sluice.torch.DataLoader's map-style collation (_torch_collate._Stream)
+# offers, around one __getitem__ on this thread, the row of the batch tensor
+# the sample's image will be copied into. The first fused Compose output of
+# that shape goes straight into it (the loader then finds the sample already
+# in place and skips the copy): one 602 KB copy a sample and the page faults
+# of its fresh memory fewer. Any other use of the row is harmless: the
+# loader copies whatever __getitem__ returns into it afterwards.
+_offered = threading.local()
+
+
+def _offer(row):
+    """Offer `row` (a contiguous float32 (C, H, W) tensor, or None to
+    withdraw) to the next fused output on this thread."""
+    _offered.row = row
+
+
+def _float_out(c, h, w):
+    """A float32 (c, h, w) tensor for a fused output: the offered row when
+    it has that shape (taken once), else a new one."""
+    row = getattr(_offered, "row", None)
+    if row is not None and tuple(row.shape) == (c, h, w):
+        _offered.row = None
+        return row
+    return _torch.empty((c, h, w), dtype=_torch.float32)
 
 
 # ---- functional kernels (one C call each) -------------------------------------------
@@ -1600,7 +1631,10 @@ class Compose(Transform):
     Normalize run as one C call that decodes only the region: the same
     random draws as running them one by one, the same values where the JPEG
     is decoded at full scale, and within docs/OPS.md's tolerance where a
-    reduced DCT scale is used (a crop at least twice the output size)."""
+    reduced DCT scale is used (a crop at least twice the output size).
+    Elsewhere in the chain, a RandomHorizontalFlip, ToImage, ToDtype to
+    float32 and Normalize that follow one another on a uint8 image run as
+    one pass (_fused_tail): the same draws and values as one by one."""
 
     def __init__(self, transforms):
         if not isinstance(transforms, (list, tuple)):
@@ -1613,9 +1647,20 @@ class Compose(Transform):
         start = 0
         if ts and isinstance(ts[0], DecodeJPEG) and _is_encoded(x):
             x, start = _fused_decode(ts, x)
-        multi = len(inputs) > 1
-        for t in ts[start:]:
-            x = t(*x) if multi else t(x)
+        if len(inputs) > 1:
+            for t in ts[start:]:
+                x = t(*x)
+            return x
+        i, n = start, len(ts)
+        while i < n:
+            t = ts[i]
+            if type(t) in _TAIL_HEADS:
+                j, y = _fused_tail(ts, i, x)
+                if j > i:
+                    x, i = y, j
+                    continue
+            x = t(x)
+            i += 1
         return x
 
     def forward(self, x):
@@ -1715,7 +1760,7 @@ def _fused_decode(ts, x):
                 std = [float(np.float32(v)) for v in (n.std * c if len(n.std) == 1 else n.std)]
                 i += 1
     if out_f32:
-        out = torch.empty((c, oh, ow), dtype=torch.float32)
+        out = _float_out(c, oh, ow)
         dst = (out.data_ptr(), _F32, oh, ow, c, ow, 1, oh * ow)
     else:
         hwc = torch.empty((oh, ow, c), dtype=torch.uint8)
@@ -1724,3 +1769,79 @@ def _fused_decode(ts, x):
     _sluice.tf_decode(data, dst, box, lim, interp, mean, std, flags, exif, dec.max_pixels)
     del keep
     return out, i
+
+
+def _fused_tail(ts, i, x):
+    """The float tail of a chain as one C call: from ts[i], an optional
+    RandomHorizontalFlip, an optional ToImage, a ToDtype to float32 and an
+    optional Normalize, on one uint8 image (a plain 3-D tensor, a numpy
+    array, or a PIL image with the ToImage), run as one sl_view_normalize
+    (or, without Normalize, sl_view_convert) pass: mirror, HWC -> CHW,
+    scale and normalize together, as the native pipeline's normalize op
+    does. The flip draws as it does unfused, after every check (nothing is
+    drawn when the chain is not fused); the values are the unfused steps'
+    bit for bit (the kernels' own contract: docs/OPS.md). Returns (index of
+    the first transform left, output), or (i, None) when the run does not
+    apply and the transforms run one by one."""
+    n = len(ts)
+    j = i
+    flip = ts[j] if type(ts[j]) is RandomHorizontalFlip else None
+    if flip is not None:
+        j += 1
+    to_image = j < n and type(ts[j]) is ToImage
+    if to_image:
+        j += 1
+    if j >= n or type(ts[j]) is not ToDtype:
+        return i, None
+    td = ts[j]
+    j += 1
+    norm = ts[j] if j < n and type(ts[j]) is Normalize and not ts[j].inplace else None
+    if norm is not None:
+        j += 1
+    kind = _kind(x)
+    if isinstance(td.dtype, dict):
+        return i, None
+    try:
+        if ToDtype._target(td.dtype) != _F32:
+            return i, None
+    except TypeError:
+        return i, None              # the unfused ToDtype says what is wrong
+    if kind == "tensor":
+        if type(x) is not _torch.Tensor or x.ndim != 3 or x.dtype != _torch.uint8:
+            return i, None
+    elif kind == "numpy":
+        if x.dtype != np.uint8 or x.ndim not in (2, 3):
+            return i, None
+    elif kind != "pil" or not to_image:
+        return i, None
+    img = _Img(x, kind)
+    if img.dtype != _U8:
+        return i, None
+    mean = std = None
+    if norm is not None:
+        c = img.c
+        if len(norm.mean) not in (1, c) or len(norm.std) not in (1, c) or not all(norm.std):
+            return i, None          # the unfused Normalize raises its own error
+        mean = [float(np.float32(v)) for v in (norm.mean * c if len(norm.mean) == 1
+                                               else norm.mean)]
+        std = [float(np.float32(v)) for v in (norm.std * c if len(norm.std) == 1 else norm.std)]
+    flags = _SCALE if td.scale else 0
+    if flip is not None and _draw_applies(flip.p):
+        flags |= _FLIP_H
+    if to_image or img.kind == "tensor":
+        _tm()
+        o = _float_out(img.c, img.h, img.w)
+        dst = (o.data_ptr(), _F32, img.h, img.w, img.c, img.w, 1, img.h * img.w)
+    else:
+        dst, o = img.new(img.h, img.w, dtype=_F32)
+    if mean is not None:
+        _sluice.tf_normalize(img.view, dst, mean, std, flags)
+    else:
+        _sluice.tf_convert(img.view, dst, flags)
+    if img.kind == "numpy" and not to_image:
+        o = img.give(o)             # (H, W, C), or (H, W) as it came
+    return j, o
+
+
+# The transforms a fused float tail (_fused_tail) can start with.
+_TAIL_HEADS = (RandomHorizontalFlip, ToImage, ToDtype)

@@ -75,7 +75,8 @@ def test_rows_keep_the_contract(tmp_path):
                      [("sluice", "process", 2), ("sluice", "auto", 2)])
             if w in ("pure_python", "pillow", "sluice_transforms"):
                 want += [("spdl", "thread", 2), ("torchdata", "thread", 2),
-                         ("grain", "thread", 2), ("grain", "thread", 16), ("ceiling", "core", 2)]
+                         ("grain", "thread", 2), ("grain", "thread", 16), ("ceiling", "core", 2),
+                         ("threads", "plain", 2)]
     assert [(x["loader"], x["worker_type"], x["workers"]) for x in rows] == want
     for x in rows:
         assert list(x) == KEYS, x

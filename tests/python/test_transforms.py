@@ -129,6 +129,111 @@ def test_fused_decode_equals_the_steps_at_full_scale():
             assert torch.equal(a, b), (tail, seed)
 
 
+class _Calls:
+    """T._sluice with every kernel call counted."""
+
+    def __init__(self, real):
+        self.real, self.n = real, 0
+
+    def __getattr__(self, name):
+        fn = getattr(self.real, name)
+        if not name.startswith("tf_"):
+            return fn
+
+        def counted(*a):
+            self.n += 1
+            return fn(*a)
+        return counted
+
+
+def _one_by_one(chain, x):
+    for t in chain:
+        x = t(x)
+    return x
+
+
+def _inputs(path):
+    pil = Image.open(path).convert("RGB")
+    arr = np.asarray(pil)
+    return [("pil", pil), ("pil-L", pil.convert("L")), ("numpy", arr),
+            ("numpy-2d", np.ascontiguousarray(arr[:, :, 1])), ("tensor", T.decode_image(path)),
+            ("tensor-view", T.decode_image(path)[:, 10:-20, 5:-7]),
+            ("float32", T.ToDtype(torch.float32, scale=True)(T.decode_image(path)))]
+
+
+@pytest.mark.parametrize("path", JPEGS[:2])
+def test_fused_float_tail_equals_the_steps(path, monkeypatch):
+    """Compose runs flip + ToImage + ToDtype(float32) + Normalize on a uint8
+    image as one kernel call: the unfused steps' values bit for bit, the same
+    draws, the generator left at the same place; on every input kind, every
+    interpolation of the crop before it, and float32 inputs (not fused)."""
+    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    tails = [[T.RandomHorizontalFlip(), T.ToImage(), T.ToDtype(torch.float32, scale=True),
+              T.Normalize(mean, std)],
+             [T.RandomHorizontalFlip(1.0), T.ToImage(), T.ToDtype(torch.float32, scale=True)],
+             [T.ToImage(), T.ToDtype(torch.float32, scale=False), T.Normalize([100.0], [50.0])],
+             [T.RandomHorizontalFlip(0.0), T.ToImage(), T.ToDtype(torch.float32, scale=True),
+              T.Normalize([0.5], [0.25])]]
+    heads = [[]] + [[T.RandomResizedCrop(96, interpolation=m)]
+                    for m in (T.InterpolationMode.BILINEAR, T.InterpolationMode.BICUBIC,
+                              T.InterpolationMode.NEAREST)]
+    for name, x in _inputs(path):
+        c = 1 if name in ("pil-L", "numpy-2d") else 3
+        for head in heads:
+            for tail in tails:
+                if c == 1 and len(tail) == 4 and len(tail[3].mean) == 3:
+                    continue
+                chain = head + tail
+                for seed in range(4):
+                    torch.manual_seed(seed)
+                    calls = _Calls(T._sluice)
+                    monkeypatch.setattr(T, "_sluice", calls)
+                    a = T.Compose(chain)(x)
+                    monkeypatch.setattr(T, "_sluice", calls.real)
+                    after = torch.rand(1)
+                    torch.manual_seed(seed)
+                    b = _one_by_one(chain, x)
+                    assert torch.equal(torch.rand(1), after), (name, chain, seed)
+                    assert type(a) is type(b) and a.dtype == b.dtype and a.shape == b.shape
+                    assert torch.equal(a, b), (name, chain, seed)
+                    if name != "float32":
+                        # the crop's resample (none when it keeps the size) + one pass
+                        assert calls.n <= len(head) + 1, (name, chain, calls.n)
+    # numpy without ToImage stays numpy, (H, W) as it came
+    for name, x in _inputs(path)[2:4]:
+        chain = [T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True),
+                 T.Normalize([0.5], [0.5])]
+        torch.manual_seed(1)
+        a = T.Compose(chain)(x)
+        torch.manual_seed(1)
+        b = _one_by_one(chain, x)
+        assert isinstance(a, np.ndarray) and a.shape == b.shape and a.dtype == np.float32
+        assert np.array_equal(a, b), name
+
+
+def test_fused_float_tail_keeps_the_steps_errors():
+    """Where the steps raise, the fused Compose raises the same (nothing is
+    fused, nothing drawn before the error)."""
+    img = Image.fromarray(R.natural_image(64, 48, 0))
+    with pytest.raises(TypeError, match="PIL"):   # Normalize of a PIL image
+        T.Compose([T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True),
+                   T.Normalize([0.5], [0.5])])(img)
+    t = T.ToImage()(img)
+    with pytest.raises(ValueError, match="std"):
+        T.Compose([T.ToDtype(torch.float32, scale=True), T.Normalize([0.5], [0.0])])(t)
+    with pytest.raises(ValueError, match="channels"):
+        T.Compose([T.ToDtype(torch.float32, scale=True), T.Normalize([0.5, 0.5], [1, 1])])(t)
+    chain = [T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True),
+             T.Normalize([0.5], [0.0])]
+    states = []
+    for run in (T.Compose(chain), lambda x: _one_by_one(chain, x)):
+        torch.manual_seed(0)
+        with pytest.raises(ValueError, match="std"):
+            run(t)
+        states.append(torch.get_rng_state())       # the flip drew once in both
+    assert torch.equal(states[0], states[1])
+
+
 # ---- PIL and numpy references -----------------------------------------------------------
 
 PIL_FILTERS = {"nearest": Image.NEAREST, "bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC,
