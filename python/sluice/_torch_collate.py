@@ -101,6 +101,13 @@ def _baseline():
 
 
 _BASE = _baseline()
+# How many tensors share a storage (torch >= 2.0), to find a fused output a
+# Dataset kept past __getitem__ (_Stream.collate); None: no offers.
+_USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)
+
+
+def _uses(t):
+    return _USE_COUNT(t.untyped_storage()._cdata)
 _NUMPY_DTYPES = {}
 
 
@@ -237,7 +244,10 @@ class _Stream:
         self.outs = {}            # key -> the batch tensor
         self.samples = []
         self.in_place = 0         # samples found written into the batch (offer)
+        self.kept = 0             # batches copied out: a row kept by the Dataset
         self.early = None         # (key, batch tensor) offered before the first sample
+        self.offered = 0          # rows offered in this batch
+        self.uses0 = {}           # key -> _uses(batch tensor) when it was made
 
     def _start(self, sample):
         parts = _parts(sample)
@@ -253,8 +263,11 @@ class _Stream:
             if early is not None and early[0] == key and tuple(early[1].shape) == shape \
                     and early[1].dtype == v.dtype:
                 out = early[1]
+                self.uses0[key] = early[2]
             else:
                 out = self.owner.pool.tensor(shape, v.dtype)
+                if out is not None and _USE_COUNT is not None:
+                    self.uses0[key] = _uses(out)
             if out is None:
                 continue
             self.outs[key] = out
@@ -300,7 +313,8 @@ class _Stream:
             # image tensor) guesses its shape; _start uses the memory when
             # the sample fits it, and lets it go otherwise.
             last = self.owner.last
-            if last is None or last[2] != torch.float32 or len(last[1]) != 3 or self.n < 2:
+            if last is None or last[2] != torch.float32 or len(last[1]) != 3 or self.n < 2 \
+                    or _USE_COUNT is None:
                 return None
             tf = sys.modules.get("sluice.transforms")
             if tf is None:
@@ -308,18 +322,20 @@ class _Stream:
             out = self.owner.pool.tensor((self.n,) + tuple(last[1]), last[2])
             if out is None:
                 return None
-            self.early = (last[0], out)
+            self.early = (last[0], out, _uses(out))
+            self.offered += 1
             tf._offer(out[0])
             return tf
         if not plan or len(plan) != 1 or i >= self.n:
             return None
         key = next(iter(plan))
         shape, dtype = plan[key][0], plan[key][1]
-        if dtype != torch.float32 or len(shape) != 3:
+        if dtype != torch.float32 or len(shape) != 3 or key not in self.uses0:
             return None
         tf = sys.modules.get("sluice.transforms")
         if tf is None:
             return None
+        self.offered += 1
         tf._offer(self.outs[key][i])
         return tf
 
@@ -377,6 +393,15 @@ class _Stream:
         outs = self.outs
         self.plan = None
         self.outs = {}
+        if self.offered:
+            # A row offered may have been kept by the Dataset (its fused
+            # output, a view or array of it): then the batch's memory is
+            # not the consumer's alone, and the consumer gets a copy.
+            for key, out in outs.items():
+                if key in self.uses0 and _uses(out) != self.uses0[key]:
+                    outs[key] = out.clone()
+                    self.kept += 1
+            self.offered = 0
 
         def streamed(batch, *, collate_fn_map=None):
             return outs[batch[0].key]

@@ -117,6 +117,9 @@ class Fetch:
             finally:
                 tls.sample = None
             if stream is not None:
+                # the last sample let go: stream.collate counts the tensors
+                # left on the batch's memory (a fused output the Dataset kept)
+                sample = None
                 self.current = None
                 if self.gil and not stream.in_place:
                     self.pooled = None

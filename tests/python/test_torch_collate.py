@@ -226,6 +226,7 @@ class Encoded(tud.Dataset):
                                   quality=90) for i in range(n)]
         self.pil = [Image.open(__import__("io").BytesIO(d)).convert("RGB") for d in self.data]
         self.how = how
+        self.kept = []
         self.tf = T.Compose([T.DecodeJPEG(), T.Resize(64), T.CenterCrop(56),
                              T.ToDtype(torch.float32, scale=True),
                              T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
@@ -254,12 +255,49 @@ class Encoded(tud.Dataset):
             return tf(d).clone(), i
         if how == "transposed":     # a view of the row, other strides
             return tf(d).transpose(1, 2), i
+        if how == "kept":           # the output kept past __getitem__ (a cache)
+            x = tf(d)
+            self.kept.append((i, x))
+            return x, i
+        if how == "kept_view":      # a numpy view of one channel kept
+            x = tf(d)
+            self.kept.append((i, x[1].numpy()))
+            return x, i
         raise ValueError(how)
 
 
 @pytest.mark.parametrize("gil", [False, True])
+@pytest.mark.parametrize("how", ["kept", "kept_view", "plain"])
+def test_a_kept_output_shares_nothing_with_the_batch(monkeypatch, how, gil):
+    """A Dataset that keeps its fused output (or a view of it) past
+    __getitem__ gets torch's semantics: the batch it hands over is the
+    consumer's own, so changing the batch in place leaves what the Dataset
+    kept untouched, as with torch's DataLoader (the batch is then a copy)."""
+    import sluice.transforms  # noqa: F401  (the offers need it imported)
+    monkeypatch.setattr(sys, "_is_gil_enabled", lambda: gil, raising=False)
+    ds = Encoded(how)
+    want = {int(i): x for b in tud.DataLoader(ds, batch_size=8) for x, i in zip(*b)}
+    for workers in (0, 2):
+        ds.kept.clear()
+        dl = st.DataLoader(ds, batch_size=8, shuffle=False, num_workers=workers,
+                           worker_type="thread")
+        n = 0
+        for images, labels in dl:
+            for x, i in zip(images, labels):
+                assert torch.equal(x, want[int(i)])
+            images.zero_()              # a training loop changing its batch
+            n += len(labels)
+        assert n == len(ds)
+        assert len(ds.kept) == (len(ds) if how != "plain" else 0)
+        for i, x in ds.kept:
+            ref = want[i] if how == "kept" else want[i][1].numpy()
+            assert (x == ref).all(), f"sample {i}: what the Dataset kept was changed"
+        del dl
+
+
+@pytest.mark.parametrize("gil", [False, True])
 @pytest.mark.parametrize("how", ["plain", "tail", "second", "first", "changed", "clone",
-                                 "transposed"])
+                                 "transposed", "kept"])
 def test_transforms_write_into_the_batch(monkeypatch, how, gil):
     """sluice.transforms' fused outputs go straight into the batch (no
     copy): the batches equal torch's DataLoader's on the same Dataset,
@@ -295,6 +333,10 @@ def test_transforms_write_into_the_batch(monkeypatch, how, gil):
     # place ("second", "clone"), the GIL build goes back to torch's
     # collation after each worker's first batch.
     in_place = how not in ("second", "clone", "transposed")
+    if how == "kept":
+        # every batch copied out, its pooled memory held by what the
+        # Dataset kept: once the pool has none free, torch allocates
+        return
     assert sum(taken) == (2 * 5 * 8 - 3 if in_place or not gil else 3 * 7), taken
 
 
