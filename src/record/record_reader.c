@@ -138,15 +138,10 @@ cleanup:
  * page. */
 #define COPY_MIN_RECORD (4u << 10)
 
-static void io_release(void *user) { sl_io__close(user); }
-
 static void shard_close(slr_shard *sh) {
     if (sh->hotbuf)
         sl_buffer_release(sh->hotbuf);   /* unmapped once retained views are gone */
-    if (sh->mapbuf)
-        sl_buffer_release(sh->mapbuf);   /* closes once retained views are gone */
-    else
-        sl_io__close(sh->io);
+    sl_io__map_close(sh->io, sh->mapbuf); /* closes once retained views are gone */
     if (!sh->entries_mapped)
         sl__free(sh->index);
     sl__free(sh->path);
@@ -184,8 +179,7 @@ static int shard_validate(slr_shard *sh, const char *path, unsigned flags, const
     sh->map = sl_io__map(sh->io);
     /* The file is owned by a buffer so a caller can keep a zero-copy view
      * alive past the reader (sl_buffer_retain on the view's buf). */
-    if (sh->map && sl_buffer_wrap(&sh->mapbuf, (void *)(uintptr_t)sh->map, (size_t)sh->size,
-                                  io_release, sh->io) != SL_OK)
+    if (sl_io__map_buffer(sh->io, &sh->mapbuf) != SL_OK)
         return sl__oom("opening a shard");
     /* The header's metadata is superseded by the index's, but it is
      * validated all the same: recovery relies on it. */
