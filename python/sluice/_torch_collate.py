@@ -103,11 +103,8 @@ def _baseline():
 _BASE = _baseline()
 # How many tensors share a storage (torch >= 2.0), to find a fused output a
 # Dataset kept past __getitem__ (_Stream.collate); None: no offers.
-_USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)
-
-
-def _uses(t):
-    return _USE_COUNT(t.untyped_storage()._cdata)
+_USE_COUNT = compat.storage_use_count
+_uses = compat.storage_uses
 _NUMPY_DTYPES = {}
 
 

@@ -47,6 +47,9 @@ PRIVATE = [
      "default_collate's functions per element type, which that walk is given"),
     ("torch.utils.data._utils.collate", "collate_tensor_fn", False,
      "default_collate's function for tensors, for the batches that are not pooled"),
+    ("torch._C", "_storage_Use_Count", False,
+     "how many tensors share a batch's storage: a fused sluice.transforms output a Dataset "
+     "kept past __getitem__ is found by it (without it: no batch row is offered)"),
     ("torch.utils.data.dataloader", "_DatasetKind", True,
      "map-style or iterable (DataLoader._dataset_kind)"),
     ("torch.utils.data.DataLoader", "_dataset_kind", True, "the loader's dataset kind"),
@@ -160,6 +163,14 @@ default_collate_fn_map = _optional("torch.utils.data._utils.collate", "default_c
 collate_tensor_fn = _optional("torch.utils.data._utils.collate", "collate_tensor_fn")
 if collate is None or default_collate_fn_map is None or collate_tensor_fn is None:
     collate = default_collate_fn_map = collate_tensor_fn = None
+
+# torch >= 2.0: the number of tensors (and storage objects) on a storage.
+storage_use_count = _optional("torch._C", "_storage_Use_Count")
+
+
+def storage_uses(t):
+    """How many tensors share `t`'s storage (storage_use_count not None)."""
+    return storage_use_count(t.untyped_storage()._cdata)
 
 
 # ---------------------------------------------------------------- the loader's private state

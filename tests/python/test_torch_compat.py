@@ -7,6 +7,8 @@ import glob
 import os
 import re
 
+import numpy as np
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -93,3 +95,20 @@ def test_the_guard_sees_a_private_use():
         assert PRIVATE_USE.search(line), line
     for line in ("torch.utils.data.default_collate", "self._sl_seed", "torch.Tensor.__init__"):
         assert not PRIVATE_USE.search(line), line
+
+
+@pytest.mark.skipif(compat.storage_use_count is None,
+                    reason="this torch has no torch._C._storage_Use_Count (torch 1.x)")
+def test_the_storage_use_count_counts_the_tensors_on_a_storage():
+    """The batch memory's check for a kept fused output (_torch_collate)
+    reads how many tensors share a storage: one more for each view or numpy
+    array alive, back when they go."""
+    t = torch.from_numpy(np.empty((4, 3), np.float32))
+    base = compat.storage_uses(t)
+    v = t[1]
+    a = t[2].numpy()
+    assert compat.storage_uses(t) == base + 2, (
+        f"torch {torch.__version__}: torch._C._storage_Use_Count no longer counts a storage's "
+        f"tensors; python/sluice/_torch_compat.py (storage_uses) is the one place to adapt")
+    del v, a
+    assert compat.storage_uses(t) == base
