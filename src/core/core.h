@@ -254,6 +254,11 @@ static inline uint64_t sl__mix64(uint64_t x) {
  * from it — the same generator sl_rng_init(seed, epoch, index, op) makes. */
 uint64_t sl__rng_epoch_key(uint64_t seed, uint64_t epoch);
 void sl__rng_init_keyed(sl_rng *rng, uint64_t epoch_key, uint64_t index, uint64_t op);
+/* The first output (sl_rng_next after sl__rng_init_keyed) of the generators
+ * keyed (epoch_key, index + i, op) for i in [0, n), into out[i]: for a loop
+ * that draws once at each of many consecutive indices. */
+void sl__rng_first_n(uint64_t epoch_key, uint64_t index, uint64_t op, size_t n,
+                     uint64_t *out);
 static inline bool sl__mul_ok(size_t a, size_t b, size_t *out) {
     return !__builtin_mul_overflow(a, b, out);
 }

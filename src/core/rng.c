@@ -18,10 +18,20 @@ uint64_t sl__rng_epoch_key(uint64_t seed, uint64_t epoch) {
     return sl__mix64(sl__mix64(seed + GAMMA) ^ (epoch + 0x632be59bd9b4e019ull));
 }
 
-void sl__rng_init_keyed(sl_rng *rng, uint64_t epoch_key, uint64_t index, uint64_t op) {
+static inline uint64_t keyed(uint64_t epoch_key, uint64_t index, uint64_t op) {
     uint64_t k = sl__mix64(epoch_key ^ (index + 0x8cb92ba72f3d8dd7ull));
-    rng->key = sl__mix64(k ^ (op + 0x4f1bbcdcbfa53e0bull));
+    return sl__mix64(k ^ (op + 0x4f1bbcdcbfa53e0bull));
+}
+
+void sl__rng_init_keyed(sl_rng *rng, uint64_t epoch_key, uint64_t index, uint64_t op) {
+    rng->key = keyed(epoch_key, index, op);
     rng->counter = 0;
+}
+
+void sl__rng_first_n(uint64_t epoch_key, uint64_t index, uint64_t op, size_t n,
+                     uint64_t *out) {
+    for (size_t i = 0; i < n; i++) /* no call, no dependency between i: pipelined */
+        out[i] = sl__mix64(keyed(epoch_key, index + i, op) + GAMMA);
 }
 
 void sl_rng_init(sl_rng *rng, uint64_t seed, uint64_t epoch, uint64_t index, uint64_t op) {

@@ -86,16 +86,29 @@ static int pick_exact(const sl_mix_schedule *m, sl_mix_state *st, __int128 total
     return best;
 }
 
-/* w: each input's weight now (0: not live), total: their sum. */
-static int pick_random(const sl_mix_state *st, uint64_t epoch_key, const uint64_t *w,
-                       uint64_t total) {
-    sl_rng r;
-    sl__rng_init_keyed(&r, epoch_key, st->pos, MIX_OP); /* = sl_rng_init(seed, epoch, pos) */
-    uint64_t u = sl_rng_below(&r, total);
+/* h: the position's first draw, sl_rng_next of the generator keyed by
+ * (seed, epoch, position) (sl__rng_first_n makes a block's at once); w: each
+ * input's weight now (0: not live), total: their sum. The draw is
+ * sl_rng_below(total)'s: its first multiply is accepted nearly always
+ * (low >= total), and then gives the input here without a call; else the
+ * generator is made again and sl_rng_below draws as it does. */
+static int pick_random(uint64_t h, const sl_mix_state *st, uint64_t epoch_key,
+                       const uint64_t *w, int n, uint64_t total) {
+    unsigned __int128 prod = (unsigned __int128)h * total;
+    uint64_t u = (uint64_t)(prod >> 64);
+    if ((uint64_t)prod < total) {
+        sl_rng r;
+        sl__rng_init_keyed(&r, epoch_key, st->pos, MIX_OP); /* = sl_rng_init(seed, epoch, pos) */
+        u = sl_rng_below(&r, total);
+    }
+    /* the input whose span of [0, total) holds u: the number of spans'
+     * ends at or below it, every end compared (no early exit to
+     * mispredict, the input being random) */
     int k = 0;
-    while (u >= w[k]) {
-        u -= w[k];
-        k++;
+    uint64_t end = 0;
+    for (int j = 0; j + 1 < n; j++) {
+        end += w[j];
+        k += u >= end;
     }
     return k;
 }
@@ -117,20 +130,28 @@ static uint64_t live_weights(const sl_mix_schedule *m, const sl_mix_state *st, u
 /* The schedule a block at a time: what is the same for every position of
  * the block (the generator's (seed, epoch) key, the weights and their total,
  * the tie-break rotation) is computed once and kept up to date as inputs
- * are drawn and run out, rather than once per position — the same draws as
- * one position at a time. */
+ * are drawn and run out, rather than once per position, and random's first
+ * draws for up to DRAWS positions are made in one loop without a call
+ * (sl__rng_first_n) — the same draws as one position at a time. */
 size_t sl_mix__next_n(const sl_mix_schedule *m, sl_mix_state *st, uint8_t *ks, size_t n) {
     uint64_t w[SL_MIX_MAX], total = live_weights(m, st, w);
     const uint64_t epoch_key = m->exact ? 0 : sl__rng_epoch_key(m->seed, st->epoch);
     const int rot = m->exact ? rotation(m, st->epoch) : 0;
+    enum { DRAWS = 256 };
+    uint64_t h[DRAWS], h_from = 0, h_n = 0; /* the draws at positions [h_from, h_from + h_n) */
     size_t made = 0;
     for (; made < n; made++) {
         if (st->done || st->live == 0) {
             st->done = 1;
             break;
         }
+        if (!m->exact && st->pos - h_from >= h_n) {
+            h_from = st->pos;
+            h_n = n - made < DRAWS ? n - made : DRAWS;
+            sl__rng_first_n(epoch_key, h_from, MIX_OP, h_n, h);
+        }
         int k = m->exact ? pick_exact(m, st, (__int128)total, rot)
-                         : pick_random(st, epoch_key, w, total);
+                         : pick_random(h[st->pos - h_from], st, epoch_key, w, m->n, total);
         if (m->stop == SL_MIX_STOP_FIRST && st->count[k] >= m->limit[k]) {
             st->done = 1; /* tf.data's stop_on_empty_dataset: the drawn input is empty */
             break;

@@ -280,6 +280,22 @@ SL_TEST(core_rng__deterministic_and_keyed) {
             ASSERT(first[i] != first[j]);
 }
 
+/* sl__rng_first_n is, index by index, the first draw of the generator
+ * sl_rng_init keys at (seed, epoch, index, op), from any start. */
+SL_TEST(core_rng__first_n_is_each_generators_first_draw) {
+    const uint64_t starts[3] = {0, 1000003, ~0ull - 40};
+    uint64_t got[100];
+    for (int s = 0; s < 3; s++) {
+        uint64_t ek = sl__rng_epoch_key(77, (uint64_t)s);
+        sl__rng_first_n(ek, starts[s], 9, 100, got);
+        for (uint64_t i = 0; i < 100; i++) {
+            sl_rng r;
+            sl_rng_init(&r, 77, (uint64_t)s, starts[s] + i, 9);
+            ASSERT_U64_EQ(got[i], sl_rng_next(&r));
+        }
+    }
+}
+
 SL_TEST(core_rng__uniform_statistics) {
     sl_rng r;
     sl_rng_init(&r, 42, 0, 0, 0);

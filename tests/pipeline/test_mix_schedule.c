@@ -346,6 +346,29 @@ SL_TEST(pipeline_mix_schedule__blocks_are_the_definition) {
                 }
 }
 
+/* Counts near 2^64 in all: sl_rng_below's first multiply is refused as
+ * often as not (low < total, and low < its threshold a quarter of the
+ * time), so the block's draws made at once (sl__rng_first_n) fall back to
+ * the generator's own rejection loop: still the definition's inputs. */
+SL_TEST(pipeline_mix_schedule__huge_counts_redraw_as_defined) {
+    const uint64_t quota[3] = {1ull << 62, 1ull << 62, (1ull << 62) + 1};
+    for (size_t block = 1; block <= 512; block += 511) {
+        sl_mix_schedule m;
+        sched_make(&m, 3, NULL, quota, NULL, 0, SL_MIX_STOP_NEVER);
+        sl_mix_state st;
+        sl_mix__start(&m, &st, 2);
+        ref_state ref = {.live = 7};
+        uint8_t ks[512];
+        for (int round = 0; round < 8; round++) {
+            size_t got = sl_mix__next_n(&m, &st, ks, block);
+            ASSERT_EQ(got, block);
+            for (size_t i = 0; i < got; i++)
+                ASSERT_EQ(ks[i], ref_next(&m, &ref, 2));
+        }
+        ASSERT_U64_EQ(st.pos, ref.pos);
+    }
+}
+
 static int mix_ops_pipeline(sl_pipeline **p, const char *ops0, const char *ops1, int parallel) {
     char json[2048];
     snprintf(json, sizeof json,
