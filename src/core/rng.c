@@ -18,6 +18,11 @@ uint64_t sl__rng_epoch_key(uint64_t seed, uint64_t epoch) {
     return sl__mix64(sl__mix64(seed + GAMMA) ^ (epoch + 0x632be59bd9b4e019ull));
 }
 
+/* Output number `counter` (from 1) of the generator keyed `key`. */
+static inline uint64_t output(uint64_t key, uint64_t counter) {
+    return sl__mix64(key + counter * GAMMA);
+}
+
 static inline uint64_t keyed(uint64_t epoch_key, uint64_t index, uint64_t op) {
     uint64_t k = sl__mix64(epoch_key ^ (index + 0x8cb92ba72f3d8dd7ull));
     return sl__mix64(k ^ (op + 0x4f1bbcdcbfa53e0bull));
@@ -31,7 +36,7 @@ void sl__rng_init_keyed(sl_rng *rng, uint64_t epoch_key, uint64_t index, uint64_
 void sl__rng_first_n(uint64_t epoch_key, uint64_t index, uint64_t op, size_t n,
                      uint64_t *out) {
     for (size_t i = 0; i < n; i++) /* no call, no dependency between i: pipelined */
-        out[i] = sl__mix64(keyed(epoch_key, index + i, op) + GAMMA);
+        out[i] = output(keyed(epoch_key, index + i, op), 1);
 }
 
 void sl_rng_init(sl_rng *rng, uint64_t seed, uint64_t epoch, uint64_t index, uint64_t op) {
@@ -39,8 +44,7 @@ void sl_rng_init(sl_rng *rng, uint64_t seed, uint64_t epoch, uint64_t index, uin
 }
 
 uint64_t sl_rng_next(sl_rng *rng) {
-    rng->counter++;
-    return sl__mix64(rng->key + rng->counter * GAMMA);
+    return output(rng->key, ++rng->counter);
 }
 
 double sl_rng_uniform(sl_rng *rng) {
