@@ -26,7 +26,13 @@
 #include "py_decoder.h"
 #include "sluice.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* The sluice.Error subclasses: _sluice.c's own mapping, reached through the
  * module's _raise function so that this file needs no internal header. */
@@ -224,6 +230,168 @@ static int bytes_from(PyObject *o, const char **p, Py_ssize_t *n) {
     return 0;
 }
 
+/* ---- a file read into this thread's buffer --------------------------------
+ *
+ * Compose's fused decode of a path reads the file here, without the GIL,
+ * into a buffer each thread keeps (as it keeps its decoder), and decodes it
+ * from there in the second call: no Python file object, no bytes object of
+ * the file's size made and freed a sample (whose memory, at the size of a
+ * JPEG, glibc hands back and faults in again). Hand-written with POSIX
+ * read(2) because the library's file layer is internal to libsluice and
+ * this file uses sluice.h alone. Each read gets a new token; the decode call
+ * names the token it expects and reads the file again if another read on the
+ * same thread came between (a transform run from a finalizer, say). */
+typedef struct read_buf {
+    char *p;
+    size_t cap, n;
+    unsigned long long token;
+} read_buf;
+
+static pthread_key_t buf_key;
+static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
+static int buf_key_rc;
+
+static void buf_free(void *v) {
+    read_buf *b = v;
+    free(b->p);
+    free(b);
+}
+static void buf_make_key(void) { buf_key_rc = pthread_key_create(&buf_key, buf_free); }
+
+/* A buffer kept larger than this is given back before a smaller file. */
+#define KEEP_BYTES ((size_t)16 << 20)
+
+static read_buf *thread_buf(void) {
+    pthread_once(&buf_once, buf_make_key);
+    if (buf_key_rc != 0)
+        return NULL;
+    read_buf *b = pthread_getspecific(buf_key);
+    if (!b) {
+        b = calloc(1, sizeof *b);
+        if (b && pthread_setspecific(buf_key, b) != 0) {
+            free(b);
+            b = NULL;
+        }
+    }
+    return b;
+}
+
+static int buf_reserve(read_buf *b, size_t need) {
+    if (b->cap > KEEP_BYTES && need <= KEEP_BYTES && b->n == 0) {
+        free(b->p);
+        b->p = NULL, b->cap = 0;
+    }
+    if (need <= b->cap)
+        return 0;
+    char *p = realloc(b->p, need < 4096 ? 4096 : need);
+    if (!p)
+        return -1;
+    b->p = p, b->cap = need < 4096 ? 4096 : need;
+    return 0;
+}
+
+/* Read `path` whole into b (no GIL): 0, or -1 with *err an errno value. */
+static int read_whole(read_buf *b, const char *path, int *err) {
+    int fd;
+    do
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0) {
+        *err = errno;
+        return -1;
+    }
+    struct stat st;
+    /* one byte past the size: a file that grew is read on to its end */
+    size_t want = fstat(fd, &st) == 0 && st.st_size > 0 ? (size_t)st.st_size + 1 : 65536;
+    b->n = 0;
+    int rc = 0;
+    if (buf_reserve(b, want) < 0) {
+        *err = ENOMEM, rc = -1;
+    }
+    while (rc == 0) {
+        if (b->n == b->cap && buf_reserve(b, b->cap * 2) < 0) {
+            *err = ENOMEM, rc = -1;
+            break;
+        }
+        ssize_t r = read(fd, b->p + b->n, b->cap - b->n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            *err = errno, rc = -1;
+        else if (r == 0)
+            break;
+        else
+            b->n += (size_t)r;
+    }
+    close(fd);
+    b->token++;
+    return rc;
+}
+
+/* An error about a file: OSError for errno `err`, else the status's
+ * sluice.Error with the file's name in front of the cause. */
+static PyObject *raise_for_file(PyObject *m, PyObject *path, int rc, int err) {
+    if (err) {
+        errno = err;
+        return PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path);
+    }
+    const char *msg = sl_errmsg();
+    PyObject *text = PyUnicode_FromFormat("%U: %s", path, msg && *msg ? msg : sl_status_str(rc));
+    if (!text)
+        return NULL;
+    PyObject *r = PyObject_CallMethod(m, "_raise", "iO", rc, text);
+    Py_DECREF(text);
+    Py_XDECREF(r);
+    return NULL;
+}
+
+/* The path argument: the file system's bytes (for open) and the name as
+ * str (for messages), or -1 with TypeError. */
+static int path_from(PyObject *o, PyObject **fs, PyObject **name) {
+    if (!PyUnicode_FSConverter(o, fs))
+        return -1;
+    if (!PyUnicode_FSDecoder(o, name)) {
+        Py_CLEAR(*fs);
+        return -1;
+    }
+    return 0;
+}
+
+/* read_info(path, exif, max_pixels) -> (height, width, channels, format,
+ * token): the file read into this thread's buffer and its header read. */
+static PyObject *tf_read_info(PyObject *m, PyObject *args) {
+    PyObject *o, *fs = NULL, *name = NULL;
+    int exif, err = 0;
+    long long maxp;
+    if (!PyArg_ParseTuple(args, "OpL:tf_read_info", &o, &exif, &maxp) ||
+        path_from(o, &fs, &name) < 0)
+        return NULL;
+    const char *path = PyBytes_AsString(fs);
+    sl_image_info info;
+    unsigned long long token = 0;
+    int rc = SL_OK;
+    Py_BEGIN_ALLOW_THREADS
+    read_buf *b = thread_buf();
+    if (!b)
+        err = ENOMEM, rc = -1;
+    else if (read_whole(b, path, &err) < 0)
+        rc = -1;
+    else {
+        sl_decoder *dec = NULL;
+        token = b->token;
+        rc = thread_decoder(&dec, exif, maxp);
+        if (rc == SL_OK)
+            rc = sl_decode_info(dec, b->p, b->n, &info);
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *r = rc < 0 ? raise_for_file(m, name, rc, err)
+                         : Py_BuildValue("(iiiiK)", info.height, info.width, info.channels,
+                                         info.format, token);
+    Py_DECREF(fs);
+    Py_DECREF(name);
+    return r;
+}
+
 /* decode_info(data, exif, max_pixels) -> (height, width, channels, format) */
 static PyObject *tf_decode_info(PyObject *m, PyObject *args) {
     PyObject *o;
@@ -247,24 +415,48 @@ static PyObject *tf_decode_info(PyObject *m, PyObject *args) {
     return Py_BuildValue("(iiii)", info.height, info.width, info.channels, info.format);
 }
 
-/* decode(data, dst, box4, lim4, interp, mean, std, flags, exif, max_pixels) */
+/* decode(data, dst, box4, lim4, interp, mean, std, flags, exif, max_pixels
+ * [, token]): data is bytes, (address, length), or with a token the path
+ * tf_read_info read into this thread's buffer (read again if the buffer
+ * holds another read now). */
 static PyObject *tf_decode(PyObject *m, PyObject *args) {
-    PyObject *o, *b, *mo, *so;
+    PyObject *o, *b, *mo, *so, *tok = NULL;
     double box[4];
     int lim[4], interp, flags, exif;
     long long maxp;
-    const char *p;
-    Py_ssize_t n;
+    const char *p = NULL;
+    Py_ssize_t n = 0;
     sl_image_view d;
     float mb[4], sb[4];
     const float *mean, *std;
-    if (!PyArg_ParseTuple(args, "OO(dddd)(iiii)iOOipL:tf_decode", &o, &b, &box[0], &box[1],
+    if (!PyArg_ParseTuple(args, "OO(dddd)(iiii)iOOipL|O:tf_decode", &o, &b, &box[0], &box[1],
                           &box[2], &box[3], &lim[0], &lim[1], &lim[2], &lim[3], &interp, &mo,
-                          &so, &flags, &exif, &maxp) ||
-        bytes_from(o, &p, &n) < 0 || view_from(b, &d) < 0 ||
+                          &so, &flags, &exif, &maxp, &tok) ||
+        (!tok && bytes_from(o, &p, &n) < 0) || view_from(b, &d) < 0 ||
         floats_from(mo, mb, &mean, "mean") < 0 || floats_from(so, sb, &std, "std") < 0)
         return NULL;
-    CALL_WITHOUT_GIL(m, decode_into(p, n, box, lim, interp, mean, std, flags, exif, maxp, &d));
+    if (!tok)
+        CALL_WITHOUT_GIL(m, decode_into(p, n, box, lim, interp, mean, std, flags, exif, maxp, &d));
+    unsigned long long token = PyLong_AsUnsignedLongLong(tok);
+    PyObject *fs = NULL, *name = NULL;
+    if ((token == (unsigned long long)-1 && PyErr_Occurred()) || path_from(o, &fs, &name) < 0)
+        return NULL;
+    const char *path = PyBytes_AsString(fs);
+    int rc = SL_OK, err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    read_buf *rb = thread_buf();
+    if (!rb)
+        err = ENOMEM, rc = -1;
+    else if (rb->token != token && read_whole(rb, path, &err) < 0)
+        rc = -1;
+    else
+        rc = decode_into(rb->p, (Py_ssize_t)rb->n, box, lim, interp, mean, std, flags, exif,
+                         maxp, &d);
+    Py_END_ALLOW_THREADS
+    PyObject *r = rc < 0 ? raise_for_file(m, name, rc, err) : Py_NewRef(Py_None);
+    Py_DECREF(fs);
+    Py_DECREF(name);
+    return r;
 }
 
 static PyMethodDef transforms_methods[] = {
@@ -277,8 +469,10 @@ static PyMethodDef transforms_methods[] = {
     {"tf_affine", tf_affine, METH_VARARGS, "sl_view_affine(src, dst, matrix, interp, fill)"},
     {"tf_decode_info", tf_decode_info, METH_VARARGS,
      "sl_decode_info(data, exif, max_pixels) -> (h, w, channels, format)"},
+    {"tf_read_info", tf_read_info, METH_VARARGS,
+     "read a file into this thread's buffer: (h, w, channels, format, token)"},
     {"tf_decode", tf_decode, METH_VARARGS,
-     "sl_view_decode(data, dst, box, lim, interp, mean, std, flags, exif, max_pixels)"},
+     "sl_view_decode(data, dst, box, lim, interp, mean, std, flags, exif, max_pixels[, token])"},
     {NULL, NULL, 0, NULL}};
 
 /* Registered by _sluice.c's module init (declared in pysluice.h). */

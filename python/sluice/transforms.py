@@ -404,8 +404,35 @@ def _copy(img, flags, dtype=None):
     return o
 
 
+# The draws below are torchvision's generator calls, each on a one-element
+# tensor this thread keeps instead of a new one a draw: torch.empty(1)
+# .uniform_(a, b) is buf.uniform_(a, b); torch.rand(1) is buf.uniform_(0, 1);
+# torch.randint(0, n, (1,)) is ibuf.random_(0, n) (torch builds rand and
+# randint exactly so); torch.exp(t) is t.exp_() (the same kernel in place).
+# The same numbers from the same generator state, with a third of the
+# torch calls and no tensor made (tests/python/test_transforms.py,
+# test_draws_are_torchvisions).
+_scratch = threading.local()
+
+
+def _draw_bufs():
+    """This thread's (float32, int64) one-element tensors for draws."""
+    try:
+        return _scratch.f, _scratch.i
+    except AttributeError:
+        torch = _tm()
+        _scratch.f, _scratch.i = torch.empty(1), torch.empty(1, dtype=torch.int64)
+        return _scratch.f, _scratch.i
+
+
 def _draw_uniform(lo, hi):
-    return _tm().empty(1).uniform_(lo, hi).item()
+    """torch.empty(1).uniform_(lo, hi).item()"""
+    return _draw_bufs()[0].uniform_(lo, hi).item()
+
+
+def _draw_int(n):
+    """torch.randint(0, n, size=(1,)).item()"""
+    return _draw_bufs()[1].random_(0, n).item()
 
 
 def _area_ratio_draw(t, area):
@@ -413,18 +440,36 @@ def _area_ratio_draw(t, area):
     `area * U(scale)` and an aspect ratio `exp(U(log(ratio)))`, each from a
     float32 torch.empty(1).uniform_ as torchvision draws them (t has
     .scale, .ratio and a cached ._log_ratio)."""
-    torch = _tm()
-    if t._log_ratio is None:
-        lr = torch.log(torch.tensor(t.ratio))
-        t._log_ratio = (float(lr[0]), float(lr[1]))
-    target = area * torch.empty(1).uniform_(t.scale[0], t.scale[1]).item()
-    aspect = torch.exp(torch.empty(1).uniform_(t._log_ratio[0], t._log_ratio[1])).item()
+    lr = t._log_ratio
+    if lr is None or lr[0] != t.ratio:
+        torch = _tm()
+        v = torch.log(torch.tensor(t.ratio))
+        lr = t._log_ratio = (t.ratio, float(v[0]), float(v[1]))
+    f = _draw_bufs()[0]
+    target = area * f.uniform_(t.scale[0], t.scale[1]).item()
+    aspect = f.uniform_(lr[1], lr[2]).exp_().item()
     return target, aspect
 
 
+_P32 = {}
+
+
 def _draw_applies(p):
-    """_RandomApplyTransform's draw: applies unless torch.rand(1) >= p."""
-    return not (_tm().rand(1) >= p)
+    """_RandomApplyTransform's draw: applies unless torch.rand(1) >= p. torch
+    compares a float32 tensor with p cast to float32, so the drawn float32
+    is compared with p rounded to float32 (not with p itself)."""
+    if type(p) is not float and type(p) is not int:
+        return not (_tm().rand(1) >= p)     # a tensor or numpy scalar: torch's own rules
+    return _below(_draw_bufs()[0].uniform_(0.0, 1.0).item(), p)
+
+
+def _below(x, p):
+    """not (float32 tensor [x] >= p), for a float32 value x and a Python
+    number p: p rounded to float32 (kept per p), then compared."""
+    p32 = _P32.get(p)
+    if p32 is None:
+        p32 = _P32[p] = float(np.float32(p))
+    return x < p32
 
 
 def _pure_tensors_passed(inputs):
@@ -506,17 +551,24 @@ def decode_image(input, mode=ImageReadMode.UNCHANGED, apply_exif_orientation=Fal
     channel for a grey image), RGB or GRAY. The pixels equal PIL's
     ``Image.open(f).convert("RGB")``. The tensor is a CHW view of HWC memory,
     as torchvision's decoders return. Raises sluice.DecodeError naming the
-    cause for damaged data, sluice.LimitError above ``max_pixels`` (0: 64
-    Mpx)."""
+    cause (and the file, for a path) for damaged data, sluice.LimitError
+    above ``max_pixels`` (0: 64 Mpx), OSError for a file that cannot be
+    read."""
     torch = _tm()
-    data, keep = _encoded(input)
     m = _read_mode(mode)
-    h, w, ch, _ = _sluice.tf_decode_info(data, bool(apply_exif_orientation), int(max_pixels))
+    exif, maxp = bool(apply_exif_orientation), int(max_pixels)
+    if isinstance(input, (str, os.PathLike)):    # read by the C call; errors name the file
+        h, w, ch, _, token = _sluice.tf_read_info(input, exif, maxp)
+        data, keep, more = input, None, (token,)
+    else:
+        data, keep = _encoded(input)
+        h, w, ch, _ = _sluice.tf_decode_info(data, exif, maxp)
+        more = ()
     c = _decode_channels(m, ch)
     out = torch.empty((h, w, c), dtype=torch.uint8)
     dst = (out.data_ptr(), _U8, h, w, c, w * c, c, 1)
     _sluice.tf_decode(data, dst, (0.0, 0.0, float(w), float(h)), (0, 0, w, h), _SL_BILINEAR,
-                      None, None, 0, bool(apply_exif_orientation), int(max_pixels))
+                      None, None, 0, exif, maxp, *more)
     del keep
     return out.permute(2, 0, 1)
 
@@ -694,16 +746,13 @@ class RandomResizedCrop(Transform):
     def params(self, height, width):
         """(top, left, h, w): torchvision's draws, in its order, from torch's
         generator."""
-        torch = _tm()
         area = height * width
         for _ in range(10):
             target, aspect = _area_ratio_draw(self, area)
             w = int(round(math.sqrt(target * aspect)))
             h = int(round(math.sqrt(target / aspect)))
             if 0 < w <= width and 0 < h <= height:
-                top = torch.randint(0, height - h + 1, size=(1,)).item()
-                left = torch.randint(0, width - w + 1, size=(1,)).item()
-                return top, left, h, w
+                return _draw_int(height - h + 1), _draw_int(width - w + 1), h, w
         in_ratio = float(width) / float(height)
         if in_ratio < min(self.ratio):
             w = width
@@ -1526,6 +1575,23 @@ class Normalize(Transform):
         self.mean = [float(v) for v in mean]
         self.std = [float(v) for v in std]
         self.inplace = inplace
+        self._consts = None
+
+    def _f32(self, c):
+        """(mean, std) for c channels as the float32 values the kernels use
+        (tuples; one value repeated for every channel), or None when they do
+        not fit c channels or a std is 0. Made once and kept while mean, std
+        and c stay the same (they are compared, so a changed list is seen)."""
+        k = getattr(self, "_consts", None)
+        if k is not None and k[0] == c and k[1] == self.mean and k[2] == self.std:
+            return k[3]
+        mean, std = list(self.mean), list(self.std)
+        ms = None
+        if len(mean) in (1, c) and len(std) in (1, c) and all(std):
+            ms = (tuple(float(np.float32(v)) for v in (mean * c if len(mean) == 1 else mean)),
+                  tuple(float(np.float32(v)) for v in (std * c if len(std) == 1 else std)))
+        self._consts = (c, mean, std, ms)
+        return ms
 
     def forward(self, x):
         kind = _kind(x)
@@ -1540,13 +1606,11 @@ class Normalize(Transform):
                             f"{'torch.uint8' if kind == 'tensor' else 'uint8'}.")
         if not all(self.std):
             raise ValueError("std evaluated to zero, leading to division by zero.")
-        mean = self.mean * img.c if len(self.mean) == 1 else self.mean
-        std = self.std * img.c if len(self.std) == 1 else self.std
-        if len(mean) != img.c or len(std) != img.c:
+        ms = self._f32(img.c)
+        if ms is None:
             raise ValueError(f"Normalize: mean and std have {len(self.mean)} and "
                              f"{len(self.std)} values for an image of {img.c} channels")
-        mean32 = [float(np.float32(v)) for v in mean]
-        std32 = [float(np.float32(v)) for v in std]
+        mean32, std32 = ms
         if self.inplace:
             _sluice.tf_normalize(img.view, img.view, mean32, std32, 0)
             return x
@@ -1595,8 +1659,8 @@ class RandomErasing(_RandomApply):
                 v = torch.empty([c, eh, ew], dtype=torch.float32).normal_()
             else:
                 v = self.value
-            i = torch.randint(0, h - eh + 1, size=(1,)).item()
-            j = torch.randint(0, w - ew + 1, size=(1,)).item()
+            i = _draw_int(h - eh + 1)
+            j = _draw_int(w - ew + 1)
             return i, j, eh, ew, v
         return 0, 0, h, w, None
 
@@ -1646,7 +1710,7 @@ class Compose(Transform):
         ts = self.transforms
         start = 0
         if ts and isinstance(ts[0], DecodeJPEG) and _is_encoded(x):
-            x, start = _fused_decode(ts, x)
+            x, start = _fused_decode(self._decode_plan(ts), ts, x)
         if len(inputs) > 1:
             for t in ts[start:]:
                 x = t(*x)
@@ -1662,6 +1726,14 @@ class Compose(Transform):
             x = t(x)
             i += 1
         return x
+
+    def _decode_plan(self, ts):
+        """The fused decode's plan for ts (_DecodePlan), made on the first
+        call and again only when the list holds other transforms."""
+        plan = getattr(self, "_plan", None)
+        if plan is None or plan.ts != ts:
+            plan = self._plan = _DecodePlan(ts)
+        return plan
 
     def forward(self, x):
         return self(x)
@@ -1679,59 +1751,120 @@ def _is_encoded(x):
     return _torch is not None and isinstance(x, _torch.Tensor) and x.ndim == 1
 
 
-def _fused_decode(ts, x):
+class _DecodePlan:
+    """What of a chain that starts with DecodeJPEG one sl_view_decode call
+    can take, as far as the transforms' types decide it: found once per
+    Compose instead of once a sample. The transforms' settings (sizes,
+    probabilities, dtypes, interpolation) are still read on every call, so
+    changing one after the first call counts, as it does unfused; whether a
+    crop fits is decided per image. `tails[k]`: the flip, ToImage, ToDtype
+    and Normalize that may follow a crop or resize ending at ts[k - 1]."""
+    __slots__ = ("ts", "geo", "cc", "tails")
+
+    def __init__(self, ts):
+        self.ts = list(ts)
+        nxt = ts[1] if len(ts) > 1 else None
+        self.cc = None
+        if isinstance(nxt, RandomResizedCrop):
+            self.geo = "rrc"
+        elif isinstance(nxt, Resize):
+            self.geo = "resize"
+            if len(ts) > 2 and isinstance(ts[2], CenterCrop):
+                self.cc = ts[2]
+        elif isinstance(nxt, CenterCrop):
+            self.geo = "cc"
+        elif isinstance(nxt, RandomCrop):
+            self.geo = "rcrop"
+        else:
+            self.geo = None
+        self.tails = {k: self._tail(ts, k) for k in (2, 3)}
+
+    @staticmethod
+    def _tail(ts, i):
+        """(flip or None, ToDtype or None, Normalize or None, index after the
+        flip and ToImage, after the ToDtype, after the Normalize)."""
+        n = len(ts)
+        flip = ts[i] if i < n and isinstance(ts[i], RandomHorizontalFlip) else None
+        if flip is not None:
+            i += 1
+        if i < n and isinstance(ts[i], ToImage):
+            i += 1
+        td = ts[i] if i < n and isinstance(ts[i], ToDtype) else None
+        j = i + 1 if td is not None else i
+        norm = ts[j] if td is not None and j < n and isinstance(ts[j], Normalize) else None
+        return flip, td, norm, i, j, j + 1
+
+
+def _fused_interp(t):
+    """The sl_interp a fused decode resamples with for t's interpolation
+    (bilinear or bicubic, antialiased), or None: kept on t while its
+    interpolation and antialias stay the same objects."""
+    k = getattr(t, "_fused_interp_key", None)
+    if k is not None and k[0] is t.interpolation and k[1] is t.antialias:
+        return k[2]
+    name = _interp_name(t.interpolation)
+    code = _PIL_FILTER[name] if name in ("bilinear", "bicubic") and \
+        (t.antialias is None or t.antialias) else None
+    t._fused_interp_key = (t.interpolation, t.antialias, code)
+    return code
+
+
+def _fused_decode(plan, ts, x):
     """Run ts[0] (DecodeJPEG) with what follows it that one sl_view_decode
-    call can do; returns (output, index of the first transform left)."""
+    call can do; returns (output, index of the first transform left). A
+    path is read by the C call (into the thread's buffer, the GIL
+    released), its errors naming the file."""
     torch = _tm()
     dec = ts[0]
-    data, keep = _encoded(x)
-    exif = dec.apply_exif_orientation
-    H, W, ch, _ = _sluice.tf_decode_info(data, exif, dec.max_pixels)
+    exif, maxp = dec.apply_exif_orientation, dec.max_pixels
+    if isinstance(x, (str, os.PathLike)):
+        H, W, ch, _, token = _sluice.tf_read_info(x, exif, maxp)
+        data, keep = x, None
+    else:
+        data, keep = _encoded(x)
+        H, W, ch, _ = _sluice.tf_decode_info(data, exif, maxp)
+        token = None
     c = _decode_channels(dec.mode, ch)
     i = 1
-    nxt = ts[1] if len(ts) > 1 else None
     box = (0.0, 0.0, float(W), float(H))
     lim = (0, 0, W, H)
     oh, ow = H, W
     interp = _SL_BILINEAR
     resized = False
-
-    def fusable_interp(t):
-        name = _interp_name(t.interpolation)
-        return name in ("bilinear", "bicubic") and (t.antialias is None or t.antialias)
-
-    if isinstance(nxt, RandomResizedCrop) and fusable_interp(nxt):
-        top, left, h, w = nxt.params(H, W)
-        box = (float(left), float(top), float(left + w), float(top + h))
-        lim = (left, top, left + w, top + h)
-        oh, ow = nxt.size
-        interp = _PIL_FILTER[_interp_name(nxt.interpolation)]
-        i, resized = 2, True
-    elif isinstance(nxt, Resize) and fusable_interp(nxt):
-        rh, rw = _resized_size(H, W, nxt.size, nxt.max_size)
-        interp = _PIL_FILTER[_interp_name(nxt.interpolation)]
-        oh, ow = rh, rw
-        i, resized = 2, True
-        cc = ts[2] if len(ts) > 2 else None
-        if isinstance(cc, CenterCrop):
-            chh, cww = cc.size
-            top, left = CenterCrop.box(rh, rw, chh, cww)
-            if top >= 0 and left >= 0 and top + chh <= rh and left + cww <= rw:
-                fx, fy = W / rw, H / rh
-                box = (left * fx, top * fy, (left + cww) * fx, (top + chh) * fy)
-                oh, ow = chh, cww
-                i = 3
-    elif isinstance(nxt, CenterCrop):
-        chh, cww = nxt.size
+    geo = plan.geo
+    if geo == "rrc" or geo == "resize":
+        nxt = ts[1]
+        code = _fused_interp(nxt)
+        if code is not None:
+            interp, i, resized = code, 2, True
+            if geo == "rrc":
+                top, left, h, w = nxt.params(H, W)
+                box = (float(left), float(top), float(left + w), float(top + h))
+                lim = (left, top, left + w, top + h)
+                oh, ow = nxt.size
+            else:
+                oh, ow = rh, rw = _resized_size(H, W, nxt.size, nxt.max_size)
+                cc = plan.cc
+                if cc is not None:
+                    chh, cww = cc.size
+                    top, left = CenterCrop.box(rh, rw, chh, cww)
+                    if top >= 0 and left >= 0 and top + chh <= rh and left + cww <= rw:
+                        fx, fy = W / rw, H / rh
+                        box = (left * fx, top * fy, (left + cww) * fx, (top + chh) * fy)
+                        oh, ow = chh, cww
+                        i = 3
+    elif geo == "cc":
+        chh, cww = ts[1].size
         top, left = CenterCrop.box(H, W, chh, cww)
         if top >= 0 and left >= 0 and top + chh <= H and left + cww <= W:
             box = (float(left), float(top), float(left + cww), float(top + chh))
             lim = (left, top, left + cww, top + chh)
             oh, ow = chh, cww
             i, resized = 2, True
-    elif isinstance(nxt, RandomCrop) and nxt.padding is None and not nxt.pad_if_needed:
+    elif geo == "rcrop":
+        nxt = ts[1]
         ch_, cw_ = nxt.size
-        if ch_ <= H and cw_ <= W:
+        if nxt.padding is None and not nxt.pad_if_needed and ch_ <= H and cw_ <= W:
             _, top, left = nxt._params(H, W)
             box = (float(left), float(top), float(left + cw_), float(top + ch_))
             lim = (left, top, left + cw_, top + ch_)
@@ -1741,24 +1874,18 @@ def _fused_decode(ts, x):
     mean = std = None
     out_f32 = False
     if resized:
-        if i < len(ts) and isinstance(ts[i], RandomHorizontalFlip):
-            if _draw_applies(ts[i].p):
-                flags |= _FLIP_H
-            i += 1
-        if i < len(ts) and isinstance(ts[i], ToImage):
-            i += 1
-        if i < len(ts) and isinstance(ts[i], ToDtype) and ts[i].dtype == torch.float32 \
-                and ts[i].scale:
+        flip, td, norm, i, j, k = plan.tails[i]
+        if flip is not None and _draw_applies(flip.p):
+            flags |= _FLIP_H
+        if td is not None and td.dtype == torch.float32 and td.scale:
             out_f32 = True
             flags |= _SCALE
-            i += 1
-            if i < len(ts) and isinstance(ts[i], Normalize) and not ts[i].inplace and \
-                    len(ts[i].mean) in (1, c) and len(ts[i].std) in (1, c) and all(ts[i].std):
-                n = ts[i]
-                mean = [float(np.float32(v)) for v in (n.mean * c if len(n.mean) == 1
-                                                       else n.mean)]
-                std = [float(np.float32(v)) for v in (n.std * c if len(n.std) == 1 else n.std)]
-                i += 1
+            i = j
+            if norm is not None and not norm.inplace:
+                ms = norm._f32(c)
+                if ms is not None:
+                    mean, std = ms
+                    i = k
     if out_f32:
         out = _float_out(c, oh, ow)
         dst = (out.data_ptr(), _F32, oh, ow, c, ow, 1, oh * ow)
@@ -1766,7 +1893,10 @@ def _fused_decode(ts, x):
         hwc = torch.empty((oh, ow, c), dtype=torch.uint8)
         dst = (hwc.data_ptr(), _U8, oh, ow, c, ow * c, c, 1)
         out = hwc.permute(2, 0, 1)
-    _sluice.tf_decode(data, dst, box, lim, interp, mean, std, flags, exif, dec.max_pixels)
+    if token is None:
+        _sluice.tf_decode(data, dst, box, lim, interp, mean, std, flags, exif, maxp)
+    else:
+        _sluice.tf_decode(data, dst, box, lim, interp, mean, std, flags, exif, maxp, token)
     del keep
     return out, i
 
@@ -1819,12 +1949,10 @@ def _fused_tail(ts, i, x):
         return i, None
     mean = std = None
     if norm is not None:
-        c = img.c
-        if len(norm.mean) not in (1, c) or len(norm.std) not in (1, c) or not all(norm.std):
+        ms = norm._f32(img.c)
+        if ms is None:
             return i, None          # the unfused Normalize raises its own error
-        mean = [float(np.float32(v)) for v in (norm.mean * c if len(norm.mean) == 1
-                                               else norm.mean)]
-        std = [float(np.float32(v)) for v in (norm.std * c if len(norm.std) == 1 else norm.std)]
+        mean, std = ms
     flags = _SCALE if td.scale else 0
     if flip is not None and _draw_applies(flip.p):
         flags |= _FLIP_H

@@ -425,3 +425,184 @@ def test_threads_get_the_single_thread_results():
     assert not errors, errors
     for a, b in zip(got, want):
         assert torch.equal(a, b)
+
+
+# ---- the per-sample path: draws, file reads, the plan -----------------------------------
+
+def test_draws_are_torchvisions():
+    """The draws on this thread's one-element tensors give torchvision's
+    numbers (torch.empty(1).uniform_, torch.exp of one, torch.randint,
+    torch.rand(1) >= p) and leave the generator where torchvision's calls
+    leave it."""
+    ps = [0.5, 0.7, 0.9, 0.3, 1 / 3, 0.1, 0.0, 1.0, 1, 0]
+    for seed in range(40):
+        torch.manual_seed(seed)
+        want = []
+        for k, p in enumerate(ps):
+            want.append(torch.empty(1).uniform_(0.08, 1.0).item())
+            want.append(torch.exp(torch.empty(1).uniform_(-0.2877, 0.2877)).item())
+            want.append(torch.randint(0, 37 + 1000 * k, size=(1,)).item())
+            want.append(not (torch.rand(1) >= p))
+        end = torch.get_rng_state()
+        torch.manual_seed(seed)
+        got = []
+        for k, p in enumerate(ps):
+            got.append(T._draw_uniform(0.08, 1.0))
+            got.append(T._draw_bufs()[0].uniform_(-0.2877, 0.2877).exp_().item())
+            got.append(T._draw_int(37 + 1000 * k))
+            got.append(T._draw_applies(p))
+        assert got == want, seed
+        assert torch.equal(torch.get_rng_state(), end)
+    # the comparison with p is torch's: p rounded to float32 first (0.7 and 0.9
+    # round down, 0.1 and 0.3 up), on both sides of float32(p)
+    for p in (0.7, 0.9, 0.1, 0.3, 1 / 3, 0.5, 0.999999999, 1e-9):
+        p32 = np.float32(p)
+        for x in (np.nextafter(p32, np.float32(0)), p32, np.nextafter(p32, np.float32(1))):
+            assert T._below(float(x), p) == (not bool(torch.tensor([x]) >= p)), (p, x)
+
+
+def test_rrc_params_equal_torchvisions_formula():
+    """RandomResizedCrop.params against torchvision's get_params written out
+    with its own torch calls, the generator left at the same place."""
+    import math
+
+    def tv_params(h, w, scale, ratio):
+        area = h * w
+        log_ratio = torch.log(torch.tensor(ratio))
+        for _ in range(10):
+            target_area = area * torch.empty(1).uniform_(scale[0], scale[1]).item()
+            aspect_ratio = torch.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1])).item()
+            cw = int(round(math.sqrt(target_area * aspect_ratio)))
+            ch = int(round(math.sqrt(target_area / aspect_ratio)))
+            if 0 < cw <= w and 0 < ch <= h:
+                i = torch.randint(0, h - ch + 1, size=(1,)).item()
+                j = torch.randint(0, w - cw + 1, size=(1,)).item()
+                return i, j, ch, cw
+        return None
+    for scale, ratio in (((0.08, 1.0), (3 / 4, 4 / 3)), ((0.5, 1.0), (0.2, 5.0)),
+                         ((0.9, 1.0), (1.0, 1.0))):
+        t = T.RandomResizedCrop(224, scale=scale, ratio=ratio)
+        for seed in range(60):
+            h, w = 200 + 7 * seed, 480 - 3 * seed
+            torch.manual_seed(seed)
+            want = tv_params(h, w, scale, ratio)
+            end = torch.get_rng_state()
+            torch.manual_seed(seed)
+            got = t.params(h, w)
+            if want is not None:
+                assert got == want, (scale, ratio, seed)
+                assert torch.equal(torch.get_rng_state(), end)
+    t.ratio = (0.5, 2.0)            # a new ratio is seen after the first call
+    torch.manual_seed(1)
+    want = tv_params(300, 400, t.scale, t.ratio)
+    torch.manual_seed(1)
+    assert t.params(300, 400) == want
+
+
+def _photo_files(tmp_path, n=3):
+    out = []
+    for s in range(n):
+        f = tmp_path / f"p{s}.jpg"
+        f.write_bytes(small_jpeg(320 + 16 * s, 240, seed=s))
+        out.append(str(f))
+    return out
+
+
+def test_paths_read_in_c_equal_bytes(tmp_path):
+    """A path is read by the C call into the thread's buffer: the fused and
+    plain decodes equal those of the file's bytes, str and PathLike, and a
+    read between the header call and the decode (another path on the same
+    thread) makes the decode read its file again, not decode the other."""
+    import pathlib
+    paths = _photo_files(tmp_path)
+    chain = [T.DecodeJPEG(), T.RandomResizedCrop(96), T.RandomHorizontalFlip(),
+             T.ToDtype(torch.float32, scale=True), T.Normalize([0.5, 0.4, 0.3], [0.2, 0.3, 0.4])]
+    tf = T.Compose(chain)
+    for p in paths + [pathlib.Path(paths[0])]:
+        data = open(p, "rb").read()
+        assert torch.equal(T.decode_image(p), T.decode_image(data))
+        for seed in range(3):
+            torch.manual_seed(seed)
+            a = tf(p)
+            torch.manual_seed(seed)
+            assert torch.equal(a, tf(data))
+    # the token: a decode whose buffer another read replaced reads its file again
+    h, w, _, _, tok = T._sluice.tf_read_info(paths[0], False, 0)
+    T._sluice.tf_read_info(paths[2], False, 0)
+    out = torch.empty((h, w, 3), dtype=torch.uint8)
+    T._sluice.tf_decode(paths[0], (out.data_ptr(), T._U8, h, w, 3, w * 3, 3, 1),
+                        (0.0, 0.0, float(w), float(h)), (0, 0, w, h), T._SL_BILINEAR, None, None,
+                        0, False, 0, tok)
+    assert torch.equal(out.permute(2, 0, 1), T.decode_image(open(paths[0], "rb").read()))
+    # a file above 16 MB (a JPEG with 17 MB after its end: the thread gives
+    # back a buffer that large before it reads a small file), then small ones
+    big = tmp_path / "big.jpg"
+    big.write_bytes(small_jpeg(640, 480, seed=5) + bytes(17 << 20))
+    for p in (str(big), paths[1], str(big), paths[0]):
+        assert torch.equal(T.decode_image(p), T.decode_image(open(p, "rb").read()))
+
+
+def test_path_errors_name_the_file_then_the_next_decodes(tmp_path):
+    paths = _photo_files(tmp_path, 1)
+    good = paths[0]
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(open(good, "rb").read()[:300])
+    empty = tmp_path / "empty.jpg"
+    empty.write_bytes(b"")
+    fused = T.Compose([T.DecodeJPEG(), T.RandomResizedCrop(64),
+                       T.ToDtype(torch.float32, scale=True)])
+    torch.manual_seed(0)
+    want = fused(open(good, "rb").read())
+    for fn in (fused, T.decode_image):
+        with pytest.raises(FileNotFoundError) as e:
+            fn(str(tmp_path / "missing.jpg"))
+        assert e.value.filename == str(tmp_path / "missing.jpg")
+        with pytest.raises(IsADirectoryError):
+            fn(str(tmp_path))
+        for f in (bad, empty):
+            with pytest.raises(sluice.Error) as e:
+                fn(str(f))
+            assert str(f) in str(e.value) and "decode" in str(e.value), str(e.value)
+        torch.manual_seed(0)
+        assert torch.equal(fused(good), want)
+
+
+def test_the_plan_follows_changes_to_the_chain():
+    """Compose plans its fused decode once; what a user changes afterwards
+    (the list, a Normalize's values in place, an interpolation, a
+    probability) counts on the next call, as it does unfused."""
+    data = small_jpeg(500, 375, seed=4)
+    full = T.decode_image(data)
+    norm = T.Normalize([0.5, 0.5, 0.5], [0.25, 0.25, 0.25])
+    rrc = T.RandomResizedCrop(150, scale=(0.3, 0.6))
+    flip = T.RandomHorizontalFlip(0.5)
+    tail = [rrc, flip, T.ToDtype(torch.float32, scale=True), norm]
+    tf = T.Compose([T.DecodeJPEG()] + tail)
+
+    def check(seed=0):
+        torch.manual_seed(seed)
+        a = tf(data)
+        torch.manual_seed(seed)
+        b = _one_by_one(tf.transforms[1:], full)
+        assert torch.equal(a, b)
+    check()
+    norm.mean[1] = 0.1              # in place
+    check()
+    norm.std = [0.5]                # rebound, one value for every channel
+    check()
+    flip.p = 1.0
+    check()
+    rrc.interpolation = T.InterpolationMode.NEAREST     # no longer fused
+    calls = _Calls(T._sluice)
+    orig = T._sluice
+    T._sluice = calls
+    try:
+        check()
+    finally:
+        T._sluice = orig
+    assert calls.n > 2              # decode, resize, flip + float: not one call
+    rrc.interpolation = T.InterpolationMode.BICUBIC
+    tf.transforms.append(T.RandomVerticalFlip(1.0))
+    check(3)
+    tf.transforms[1:] = [T.CenterCrop(100), T.ToDtype(torch.float32, scale=True)]
+    check(4)
