@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -239,8 +240,8 @@ static int bytes_from(PyObject *o, const char **p, Py_ssize_t *n) {
  * JPEG, glibc hands back and faults in again). Hand-written with POSIX
  * read(2) because the library's file layer is internal to libsluice and
  * this file uses sluice.h alone. Each read gets a new token; the decode call
- * names the token it expects and reads the file again if another read on the
- * same thread came between (a transform run from a finalizer, say). */
+ * names the token it expects and reads the file again if the buffer holds
+ * another read by then (a transform run from a finalizer, say). */
 typedef struct read_buf {
     char *p;
     size_t cap, n;
@@ -257,6 +258,10 @@ static void buf_free(void *v) {
     free(b);
 }
 static void buf_make_key(void) { buf_key_rc = pthread_key_create(&buf_key, buf_free); }
+
+/* Tokens are unique across threads: a token can only match the read it
+ * came from. */
+static atomic_ullong next_token;
 
 /* A buffer kept larger than this is given back before a smaller file. */
 #define KEEP_BYTES ((size_t)16 << 20)
@@ -324,7 +329,7 @@ static int read_whole(read_buf *b, const char *path, int *err) {
             b->n += (size_t)r;
     }
     close(fd);
-    b->token++;
+    b->token = atomic_fetch_add(&next_token, 1) + 1;
     return rc;
 }
 
