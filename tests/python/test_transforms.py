@@ -383,17 +383,21 @@ def test_batches_get_one_set_of_draws():
 
 # ---- threads and the GIL ----------------------------------------------------------------
 
-def test_transform_calls_release_the_gil():
+def test_transform_calls_release_the_gil(tmp_path):
     """Another Python thread runs while the kernels work (each call drops
     the GIL for the kernel; only argument handling holds it)."""
     big = torch.from_numpy(R.natural_image(1600, 1200, 8)).permute(2, 0, 1).contiguous()
     data = small_jpeg(1600, 1200, seed=8)
+    path = str(tmp_path / "big.jpg")
+    with open(path, "wb") as f:
+        f.write(data)
     jobs = [lambda: T.Resize(1000, interpolation=T.InterpolationMode.BICUBIC)(big),
             lambda: T.ColorJitter(0.4, 0.4, 0.4, 0.1)(big),
             lambda: T.ToDtype(torch.float32, scale=True)(big),
             lambda: T.RandomRotation(33)(big),
             lambda: T.decode_image(data),
-            lambda: T.Compose([T.DecodeJPEG(), T.Resize(900)])(data)]
+            lambda: T.Compose([T.DecodeJPEG(), T.Resize(900)])(data),
+            lambda: T.Compose([T.DecodeJPEG(), T.Resize(900)])(path)]
     for job in jobs:
         def work(job=job):
             for _ in range(3):
@@ -401,10 +405,14 @@ def test_transform_calls_release_the_gil():
         assert Counter().during(work) > MIN_COUNT
 
 
-def test_threads_get_the_single_thread_results():
+@pytest.mark.parametrize("src", ["bytes", "path"])
+def test_threads_get_the_single_thread_results(src, tmp_path):
     """The kernels keep no state between calls: six threads decoding,
-    resizing and cropping at once get what one thread gets."""
-    data = [small_jpeg(320, 240, seed=s) for s in range(6)]
+    resizing and cropping at once get what one thread gets (given paths,
+    each thread reads into its own buffer)."""
+    data = [small_jpeg(320 + 8 * s, 240, seed=s) for s in range(6)]
+    if src == "path":
+        data = _photo_files(tmp_path, 6)
     det = T.Compose([T.DecodeJPEG(), T.Resize(200), T.CenterCrop(160),
                      T.ToDtype(torch.float32, scale=True)])
     want = [det(d) for d in data]
