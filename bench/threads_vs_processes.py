@@ -375,22 +375,31 @@ def plain_threads(cfg):
     counts = [0] * n
     stop = threading.Event()
     first = []
+    started = threading.Event()
 
     def run(k):
-        g = torch.Generator()
-        g.manual_seed(k)
-        while not stop.is_set():
-            for i in torch.randperm(len(ds), generator=g).tolist():
-                if stop.is_set():
-                    return
-                t0 = time.perf_counter()
-                ds[i]
-                if not first:
-                    first.append(time.perf_counter() - t0)
-                counts[k] += 1
+        try:
+            g = torch.Generator()
+            g.manual_seed(k)
+            while not stop.is_set():
+                for i in torch.randperm(len(ds), generator=g).tolist():
+                    if stop.is_set():
+                        return
+                    t0 = time.perf_counter()
+                    ds[i]
+                    if not first:
+                        first.append(time.perf_counter() - t0)
+                    counts[k] += 1
+                    started.set()
+        finally:
+            started.set()   # a __getitem__ that raised: no wait for it
     threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(n)]
     for t in threads:
         t.start()
+    # The warm-up starts with the first sample, as the loaders' does with
+    # their first batch (a first __getitem__ that imports torchvision can
+    # take longer than the warm-up itself on a loaded machine).
+    started.wait()
     time.sleep(max(1.0, cfg["seconds"] / 4))
     c0, t0 = sum(counts), time.perf_counter()
     time.sleep(cfg["seconds"])
