@@ -28,18 +28,24 @@ Works (one map-style Dataset each, over --limit photos of DIR, an ImageFolder):
                then the same v2 transforms on the tensor
   native       no Python Dataset: sluice.image_folder over the same photos,
                decode, random_resized_crop 224, flip, normalize, batch, to torch
+The loader's own cost (not in the default --works; no photo is read):
+  fixed        __getitem__ returns at once: the same float32 (3, 224, 224)
+               tensor (the image works' output) and the label, every time
+  c_work       fixed GIL-free C work first (SHA-256 of a 1 MiB buffer, the
+               GIL released: about 0.5 ms of CPU a sample on 3.11's hashlib
+               here), then the same as fixed
 Loaders: torch-process (torch's DataLoader, num_workers 0, 1, 2, 3),
 sluice-thread (sluice.torch.DataLoader worker_type="thread", 1, 2, 3),
 sluice-process (2), sluice-auto (2); the thread-based peers on pure_python,
 pillow and sluice_transforms: spdl (2 threads), torchdata (torchdata.nodes,
 2 threads) and grain (2 threads, and 16: Grain's default ReadOptions), each
 built as bench/peers/run.py builds it (thread_peer_epochs, which cites their
-docs); `ceiling` (2) on those works: no loader, the Dataset's __getitem__
+docs); `ceiling` (2) on those works, fixed and c_work: no loader, the Dataset's __getitem__
 alone on one thread in the sampler's order, its CPU time (time.thread_time)
 per sample turned into the rate WORKERS cores would reach if nothing else
 ran (samples_per_s = min(WORKERS, cores) / CPU seconds a sample: the
 ceiling the Dataset's own cost sets; no collation, no transport); `threads`
-(2) on those works: no loader either, the Dataset's __getitem__ on WORKERS
+(2) on the same works: no loader either, the Dataset's __getitem__ on WORKERS
 plain Python threads at once, samples/s counted (what running the same
 cost on these cores gives before any loader: the GIL, the cores' shared
 caches and memory, the outputs' fresh memory); and for
@@ -89,8 +95,12 @@ _spec.loader.exec_module(peers)
 
 MEAN = [0.485, 0.456, 0.406]
 STD = [0.229, 0.224, 0.225]
-WORKS = ["pure_python", "pillow", "sluice_transforms", "decode_jpeg", "native"]
+WORKS = ["pure_python", "pillow", "sluice_transforms", "decode_jpeg", "native", "fixed", "c_work"]
+DEFAULT_WORKS = WORKS[:5]
 PEER_WORKS = ("pure_python", "pillow", "sluice_transforms")
+# Works with the `ceiling` and `threads` rows (no peers on the loader-cost works).
+CEILING_WORKS = PEER_WORKS + ("fixed", "c_work")
+C_WORK_BYTES = 1 << 20
 PEER_MODULES = {"spdl": "spdl.pipeline", "torchdata": "torchdata.nodes", "grain": "grain"}
 KEYS = ["python", "gil", "torch", "work", "loader", "worker_type", "workers", "samples_per_s",
         "peak_rss_mb", "first_batch_s"]
@@ -106,7 +116,9 @@ def loaders_for(work):
             [("sluice", "process", 2), ("sluice", "auto", 2)])
     if work in PEER_WORKS:
         runs += [("spdl", "thread", 2), ("torchdata", "thread", 2), ("grain", "thread", 2),
-                 ("grain", "thread", 16), ("ceiling", "core", 2), ("threads", "plain", 2)]
+                 ("grain", "thread", 16)]
+    if work in CEILING_WORKS:
+        runs += [("ceiling", "core", 2), ("threads", "plain", 2)]
     return runs
 
 
@@ -249,8 +261,29 @@ class DecodeJpeg(PhotoDataset):
         return self.transforms()(img), label
 
 
+class Fixed(PhotoDataset):
+    """The loader's own cost: no work at all, the image works' output shape."""
+    out = None
+
+    def __getitem__(self, i):
+        if self.out is None:
+            import torch
+            self.out = torch.zeros(3, 224, 224)
+        return self.out, self.items[i][1]
+
+
+class CWork(Fixed):
+    """A fixed C work that releases the GIL (hashlib does so on buffers
+    above 2 KB), then what Fixed returns."""
+    buf = bytes(range(256)) * (C_WORK_BYTES // 256)
+
+    def __getitem__(self, i):
+        hashlib.sha256(self.buf).digest()
+        return Fixed.__getitem__(self, i)
+
+
 DATASETS = {"pure_python": PurePython, "pillow": Pillow, "sluice_transforms": SluiceTransforms,
-            "decode_jpeg": DecodeJpeg}
+            "decode_jpeg": DecodeJpeg, "fixed": Fixed, "c_work": CWork}
 
 
 def make_epochs(cfg):
@@ -342,22 +375,31 @@ def plain_threads(cfg):
     counts = [0] * n
     stop = threading.Event()
     first = []
+    started = threading.Event()
 
     def run(k):
-        g = torch.Generator()
-        g.manual_seed(k)
-        while not stop.is_set():
-            for i in torch.randperm(len(ds), generator=g).tolist():
-                if stop.is_set():
-                    return
-                t0 = time.perf_counter()
-                ds[i]
-                if not first:
-                    first.append(time.perf_counter() - t0)
-                counts[k] += 1
+        try:
+            g = torch.Generator()
+            g.manual_seed(k)
+            while not stop.is_set():
+                for i in torch.randperm(len(ds), generator=g).tolist():
+                    if stop.is_set():
+                        return
+                    t0 = time.perf_counter()
+                    ds[i]
+                    if not first:
+                        first.append(time.perf_counter() - t0)
+                    counts[k] += 1
+                    started.set()
+        finally:
+            started.set()   # a __getitem__ that raised: no wait for it
     threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(n)]
     for t in threads:
         t.start()
+    # The warm-up starts with the first sample, as the loaders' does with
+    # their first batch (a first __getitem__ that imports torchvision can
+    # take longer than the warm-up itself on a loaded machine).
+    started.wait()
     time.sleep(max(1.0, cfg["seconds"] / 4))
     c0, t0 = sum(counts), time.perf_counter()
     time.sleep(cfg["seconds"])
@@ -631,7 +673,8 @@ def main():
     ap.add_argument("--json", action="store_true", help="one JSON object per line (else a table)")
     ap.add_argument("--seconds", type=float, default=10.0, help="timed seconds per run")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds")
-    ap.add_argument("--works", default=",".join(WORKS), help="comma-separated: " + ", ".join(WORKS))
+    ap.add_argument("--works", default=",".join(DEFAULT_WORKS),
+                    help="comma-separated: " + ", ".join(WORKS) + " (default: the first five)")
     ap.add_argument("--loaders", default=None, help="only these: NAME or NAME:WORKERS, comma-"
                     "separated (torch-process, sluice-thread, sluice-process, sluice-auto, "
                     "sluice-native, spdl, torchdata, grain, ceiling, threads)")

@@ -245,6 +245,11 @@ class _Stream:
         self.early = None         # (key, batch tensor) offered before the first sample
         self.offered = 0          # rows offered in this batch
         self.uses0 = {}           # key -> _uses(batch tensor) when it was made
+        # The rows offered after the first sample, made in one call
+        # (out.unbind(0)) rather than indexed twice a sample (offer and
+        # _copy), and what add() checks a returned row against; None where
+        # no row is offered (see _offering).
+        self.rows = None
 
     def _start(self, sample):
         parts = _parts(sample)
@@ -273,12 +278,31 @@ class _Stream:
         if len(plan) == 1:
             key = next(iter(plan))
             self.owner.last = (key, plan[key][0], plan[key][1])
+            self._offering(key)
         return bool(plan)
+
+    def _offering(self, key):
+        """After the first sample: the rows the following samples are offered
+        (one float32 (C, H, W) tensor planned, sluice.transforms in use, the
+        batch's memory counted), with each row's layout as made, since a
+        Dataset may change a row's view in place (transpose_)."""
+        shape, dtype = self.plan[key][0], self.plan[key][1]
+        if dtype != torch.float32 or len(shape) != 3 or key not in self.uses0 or self.n < 2:
+            return
+        tf = sys.modules.get("sluice.transforms")
+        if tf is None:
+            return
+        out = self.outs[key]
+        self.rows = out.unbind(0)
+        self.tf = tf
+        self.fast = (key, shape, out.stride()[1:], out.data_ptr(),
+                     out.stride(0) * out.element_size(), self.plan[key][3])
 
     def _unstream(self):
         """Back to torch's collation: every sample as __getitem__ gave it
         (its copied tensors as views of the batch)."""
         plan, self.plan = self.plan, None
+        self.rows = None
         if plan:
             outs = self.outs
             self.samples = [_rebuild(self.kind, s, {k: outs[k][j] for k in plan})
@@ -287,6 +311,21 @@ class _Stream:
 
     def add(self, sample):
         i = self.i
+        rows = self.rows
+        if rows is not None and 0 < i < self.n and type(sample) is self.kind:
+            # The common case first: the offered row itself returned, as it
+            # was offered (one check each, no tensor made or indexed).
+            key, shape, stride, base, step, marker = self.fast
+            try:
+                v = sample if key is None else sample[key]
+            except Exception:
+                v = None
+            if v is rows[i] and v.shape == shape and v.stride() == stride \
+                    and v.data_ptr() == base + i * step and not v.requires_grad:
+                self.i = i + 1
+                self.in_place += 1
+                self.samples.append(_rebuild(self.kind, sample, {key: marker}))
+                return
         self.i += 1
         if i == 0:
             if self._start(sample):
@@ -305,6 +344,13 @@ class _Stream:
         _copy then finds the sample in place). Only where the plan is one
         float32 (C, H, W) tensor, and sluice.transforms is in use."""
         plan, i = self.plan, self.i
+        rows = self.rows
+        if rows is not None:
+            if i >= self.n:
+                return None
+            self.offered += 1
+            self.tf._offer(rows[i])
+            return self.tf
         if i == 0:
             # The first sample: the plan of the batch before (one float32
             # image tensor) guesses its shape; _start uses the memory when
@@ -323,18 +369,9 @@ class _Stream:
             self.offered += 1
             tf._offer(out[0])
             return tf
-        if not plan or len(plan) != 1 or i >= self.n:
-            return None
-        key = next(iter(plan))
-        shape, dtype = plan[key][0], plan[key][1]
-        if dtype != torch.float32 or len(shape) != 3 or key not in self.uses0:
-            return None
-        tf = sys.modules.get("sluice.transforms")
-        if tf is None:
-            return None
-        self.offered += 1
-        tf._offer(self.outs[key][i])
-        return tf
+        # After the first sample, rows are offered only where _offering
+        # made them.
+        return None
 
     def _fits(self, sample):
         kind = type(sample)
@@ -389,6 +426,7 @@ class _Stream:
             return owner(samples)
         outs = self.outs
         self.plan = None
+        self.rows = None
         self.outs = {}
         if self.offered:
             # A row offered may have been kept by the Dataset (its fused

@@ -191,23 +191,38 @@ def where(kind, wid, fetch, batch):
     return f"in sluice.torch.DataLoader {kind} worker {wid}{pid}, {at}, batch {batch}"
 
 
-def thread_clock():
+class ThreadClock:
     """(CPU seconds, seconds spent runnable but waiting for a core) of the
-    calling thread. The second comes from the scheduler's statistics
-    (/proc/thread-self/schedstat) and is 0 where they are not available.
-    Waiting for the GIL is neither: the thread sleeps. The CPU time is the
-    thread's clock (CLOCK_THREAD_CPUTIME_ID), not schedstat's first field:
-    that one is brought up to date only at scheduler events, so read by the
-    running thread it lags by up to a tick (a task of 1 ms read 0); the
-    wait is complete when read by the running thread (it is added as the
-    thread is scheduled in)."""
-    cpu = time.thread_time()
-    try:
-        with open("/proc/thread-self/schedstat", "rb") as f:
-            wait_ns = f.read().split()[1]
-        return cpu, int(wait_ns) * 1e-9
-    except (OSError, ValueError, IndexError):
+    thread that made it, read by that thread. The second comes from the
+    scheduler's statistics (/proc/thread-self/schedstat) and is 0 where they
+    are not available. Waiting for the GIL is neither: the thread sleeps.
+    The CPU time is the thread's clock (CLOCK_THREAD_CPUTIME_ID), not
+    schedstat's first field: that one is brought up to date only at
+    scheduler events, so read by the running thread it lags by up to a tick
+    (a task of 1 ms read 0); the wait is complete when read by the running
+    thread (it is added as the thread is scheduled in). The file is opened
+    once (it names the thread that opens it) and read again with pread:
+    0.4 us a read against 10 us for an open and read, twice a batch."""
+
+    def __init__(self):
+        try:
+            self.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self.fd = None
+
+    def __call__(self):
+        cpu = time.thread_time()
+        if self.fd is not None:
+            try:
+                return cpu, int(os.pread(self.fd, 128, 0).split()[1]) * 1e-9
+            except (OSError, ValueError, IndexError):
+                pass
         return cpu, 0.0
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def serve(cfg, wid, kind, recv, send, stop, finish):
@@ -222,6 +237,14 @@ def serve(cfg, wid, kind, recv, send, stop, finish):
             init_error = compat.wrap_exception(
                 f"in sluice.torch.DataLoader {kind} worker {wid}, in worker_init_fn")
     fetch = cfg.fetcher(wid, stop)
+    clock = ThreadClock()
+    try:
+        _serve(fetch, clock, init_error, kind, wid, recv, send, finish)
+    finally:
+        clock.close()
+
+
+def _serve(fetch, thread_clock, init_error, kind, wid, recv, send, finish):
     generation = None
     while True:
         task = recv()

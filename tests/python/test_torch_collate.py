@@ -261,6 +261,8 @@ class Encoded(tud.Dataset):
             return tf(d).clone(), i
         if how == "transposed":     # a view of the row, other strides
             return tf(d).transpose(1, 2), i
+        if how == "transposed_":    # the offered row itself, transposed in place
+            return tf(d).transpose_(1, 2), i
         if how == "kept":           # the output kept past __getitem__ (a cache)
             x = tf(d)
             self.kept.append((i, x))
@@ -304,7 +306,7 @@ def test_a_kept_output_shares_nothing_with_the_batch(monkeypatch, how, gil):
 @needs_use_count
 @pytest.mark.parametrize("gil", [False, True])
 @pytest.mark.parametrize("how", ["plain", "tail", "second", "first", "changed", "clone",
-                                 "transposed", "kept"])
+                                 "transposed", "transposed_", "kept"])
 def test_transforms_write_into_the_batch(monkeypatch, how, gil):
     """sluice.transforms' fused outputs go straight into the batch (no
     copy): the batches equal torch's DataLoader's on the same Dataset,
@@ -339,7 +341,7 @@ def test_transforms_write_into_the_batch(monkeypatch, how, gil):
     # not known yet). Where the returned sample is not the one written in
     # place ("second", "clone"), the GIL build goes back to torch's
     # collation after each worker's first batch.
-    in_place = how not in ("second", "clone", "transposed")
+    in_place = how not in ("second", "clone", "transposed", "transposed_")
     if how == "kept":
         # every batch copied out, its pooled memory held by what the
         # Dataset kept: once the pool has none free, torch allocates
