@@ -874,6 +874,16 @@ def children_of(pid):
     return kids
 
 
+def running(pid):
+    """pid is a process that has not exited (neither gone nor a zombie). A
+    process can vanish between any two looks at /proc: gone is not running."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def test_sigint_from_terminal_to_process_group(tmp_path):
     """A real SIGINT to the whole process group, as a terminal sends it."""
     script = tmp_path / "run.py"
@@ -905,9 +915,7 @@ def test_sigint_from_terminal_to_process_group(tmp_path):
     rest, _ = p.communicate(timeout=20)
     assert time.monotonic() - t0 < 10
     assert "interrupted" in rest and p.returncode == 3
-    for k in kids:
-        assert not os.path.exists(f"/proc/{k}") or \
-            open(f"/proc/{k}/stat").read().split()[2] == "Z"
+    assert not [k for k in kids if running(k)]
     assert not glob.glob(f"/dev/shm/sluice-torch-{pid}-*")
 
 
@@ -941,8 +949,7 @@ def test_workers_exit_when_the_main_process_is_killed(tmp_path, context):
     p.wait(10)
 
     def alive():
-        return [k for k in kids if os.path.exists(f"/proc/{k}")
-                and open(f"/proc/{k}/stat").read().split()[2] != "Z"]
+        return [k for k in kids if running(k)]
 
     assert wait_gone(alive, 5) < 5, alive()
     assert not glob.glob(f"/dev/shm/sluice-torch-{pid}-*")
