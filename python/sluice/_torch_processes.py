@@ -303,12 +303,19 @@ class ProcessPool:
                 pass
         for m in out:
             self.outstanding[m[2]] -= 1
-        if any(r in self.by_sentinel for r in ready):
+        exited = [self.procs[self.by_sentinel[r]] for r in ready if r in self.by_sentinel]
+        if exited:
             self.pending = out
             for m in out:
                 if m[3] == "ok":
                     unlink_quiet(m[4][1])
-            self._check_dead()
+            # A sentinel is ready as the process's files close, a moment
+            # before the process can be reaped: until then its exitcode is
+            # None. Wait for it, so the death is reported with its cause and
+            # the batches just removed are never handed out.
+            for p in exited:
+                p.join(5.0)
+            self._check_dead(force=True)
         return out
 
     def shutdown(self, wait=0.3):
