@@ -145,6 +145,21 @@ class BatchPool:
         self.made = 0        # arrays allocated
         self.reused = 0      # batches stacked into an array made before
         self.lock = threading.Lock()
+        self.users = 0       # workers stacking into it (attach, detach)
+
+    def attach(self):
+        with self.lock:
+            self.users += 1
+
+    def detach(self):
+        """A worker stops using the pool (with the GIL, a batch none of
+        whose samples was written in place: _torch_fetch.Fetch). When none
+        is left the arrays are let go: those of batches still alive stay
+        with their batches, the others are freed, not kept unused."""
+        with self.lock:
+            self.users -= 1
+            if self.users <= 0:
+                self.slots = []
 
     def tensor(self, shape, dtype):
         """An uninitialised tensor of `shape` and `dtype` on pooled memory,
@@ -547,4 +562,6 @@ def pooled_collate(keep, pool=None):
     this torch or interpreter cannot."""
     if _BASE is None or compat.collate is None:
         return None
-    return PooledCollate(pool if pool is not None else BatchPool(keep))
+    pool = pool if pool is not None else BatchPool(keep)
+    pool.attach()
+    return PooledCollate(pool)

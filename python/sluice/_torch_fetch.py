@@ -123,6 +123,7 @@ class Fetch:
                 sample = None
                 self.current = None
                 if self.gil and not stream.in_place:
+                    self.pooled.pool.detach()
                     self.pooled = None
                 return self._collate(stream.collate)
         else:

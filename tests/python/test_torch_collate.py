@@ -170,6 +170,22 @@ def test_tv_tensors_images_are_pooled_and_equal_torchs():
     assert pc.pool.made + pc.pool.reused == 1
 
 
+def test_a_shared_pool_lets_its_memory_go_when_its_last_user_leaves():
+    pool = C.BatchPool(4)
+    a, b = C.pooled_collate(4, pool), C.pooled_collate(4, pool)
+    x = streamed(images(32, seed=1), pc=a)
+    y = streamed(images(32, seed=2), pc=b)
+    assert pool.made == 2 and pool.users == 2
+    del y
+    pool.detach()                       # one worker leaves: the other reuses
+    z = streamed(images(32, seed=3), pc=a)
+    assert pool.reused == 1 and len(pool.slots) == 2
+    pool.detach()                       # the last one: nothing kept unused
+    assert pool.slots == []
+    same(x, torch.stack(images(32, seed=1)))      # batches alive stay whole
+    same(z, torch.stack(images(32, seed=3)))
+
+
 def test_fewer_samples_than_announced_collate_as_torch():
     samples = images(20)
     pc = C.pooled_collate(2)
@@ -261,6 +277,8 @@ def test_loader_batches_equal_torch_pooled_without_the_gil(monkeypatch, worker_t
         # its samples was written in place (no sluice.transforms here), so
         # the worker goes back to torch's collation for the rest.
         assert sum(p.made + p.reused for p in mine) <= max(1, num_workers)
+        # and lets the pool's memory go (none kept unused)
+        assert all(not p.slots for p in mine)
     else:
         # Each worker made a few batches' memory and reused it for the rest
         # (32 batches, the last one short).
