@@ -47,16 +47,23 @@ one difference from torch's order a Dataset can see: a tensor is read when
 its __getitem__ returns, not when the batch is complete, so a Dataset that
 writes into a tensor it returned earlier gets the value it returned.
 
-What torch's default_collate would do is kept: the pool takes only exact
-torch.Tensor leaves (no subclass), on the CPU, strided, without autograd,
+What torch's default_collate would do is kept: the pool takes only
+torch.Tensor leaves, on the CPU, strided, without autograd,
 of one shape and dtype across the batch, whose stacked result torch makes
 contiguous (contiguous samples, or samples of up to 3 dimensions in any
 layout), with a numpy dtype, of at least MIN_BYTES a batch; everything else
-is collated by torch's own functions. The one difference a user can see: a
+is collated by torch's own functions. A leaf of a subclass of torch.Tensor
+(torchvision v2's ToImage() gives a tv_tensors.Image) is taken only where
+torch's stack of it is the plain stack of its data: checked once a batch on
+its first sample, through the subclass's own __torch_function__
+(_plain_leaf); tv_tensors in their "TVTensor" return type, a subclass
+whose results keep its class or whose instances carry attributes, go to
+torch's stack. The one difference a user can see: a
 pooled batch tensor's storage is not resizable (x.resize_() to a larger
 size raises, as for any tensor from torch.from_numpy); docs/PYTHON.md.
 """
 import sys
+import threading
 
 import numpy as np
 import torch
@@ -123,14 +130,36 @@ def _numpy_dtype(dtype):
 
 
 class BatchPool:
-    """The batch memory of one worker: at most `keep` arrays, each reused
-    once the batch made on it is gone. Used by one thread only."""
+    """The batch memory of one worker, or of all the thread workers of a
+    loader: at most `keep` arrays, each reused once the batch made on it is
+    gone. Shared, a batch one worker made is reused by whichever worker
+    needs memory first: a worker whose batch the training step holds takes
+    the array of another's batch let go, instead of making one more (a
+    lock, taken once a batch, orders the workers; a reference to an array
+    is only ever taken under it, so a count read under it is never too
+    low)."""
 
     def __init__(self, keep):
         self.keep = max(1, int(keep))
         self.slots = []
         self.made = 0        # arrays allocated
         self.reused = 0      # batches stacked into an array made before
+        self.lock = threading.Lock()
+        self.users = 0       # workers stacking into it (attach, detach)
+
+    def attach(self):
+        with self.lock:
+            self.users += 1
+
+    def detach(self):
+        """A worker stops using the pool (with the GIL, a batch none of
+        whose samples was written in place: _torch_fetch.Fetch). When none
+        is left the arrays are let go: those of batches still alive stay
+        with their batches, the others are freed, not kept unused."""
+        with self.lock:
+            self.users -= 1
+            if self.users <= 0:
+                self.slots = []
 
     def tensor(self, shape, dtype):
         """An uninitialised tensor of `shape` and `dtype` on pooled memory,
@@ -140,7 +169,10 @@ class BatchPool:
         nd = _numpy_dtype(dtype)
         if nd is None:
             return None
-        key = (shape, nd)
+        with self.lock:
+            return self._take((shape, nd), shape, nd)
+
+    def _take(self, key, shape, nd):
         spare = None
         for slot in self.slots:
             if _refs(slot) != _BASE:
@@ -172,6 +204,35 @@ def _leaf_ok(t):
             and (t.dim() <= 3 or t.is_contiguous()))
 
 
+def _plain_leaf(v):
+    """A sample's tensor of a subclass of torch.Tensor, as a plain tensor on
+    the same memory, where the batch torch would make of such samples is the
+    plain stack of their data: torch.stack of the sample alone, through the
+    subclass's own __torch_function__, gives an exact torch.Tensor of its
+    values (torchvision's tv_tensors.Image in its default return type, an
+    nn.Parameter), and the sample carries nothing but its data (no instance
+    attributes, no __slots__), so that as_subclass(type) can give it back
+    whole. None otherwise (torch's own collation then). The check runs on
+    the first sample of each batch, once, as torch's stack runs once."""
+    kind = type(v)
+    if not isinstance(v, torch.Tensor) or getattr(v, "__dict__", None):
+        return None
+    mro = kind.__mro__
+    if any("__slots__" in vars(c) for c in mro[:mro.index(torch.Tensor)]):
+        return None
+    p = v.as_subclass(torch.Tensor)       # ignored by __torch_function__
+    if not _leaf_ok(p):
+        return None
+    try:
+        probe = torch.stack([v], 0)
+    except Exception:
+        return None     # torch's stack raises it again, with its message
+    if type(probe) is not torch.Tensor or probe.dtype != p.dtype \
+            or probe.shape[1:] != p.shape or not torch.equal(probe[0], p):
+        return None
+    return p
+
+
 def _poolable(batch):
     elem = batch[0]
     if not _leaf_ok(elem):
@@ -196,7 +257,7 @@ def _parts(sample):
     """(kind, [(key, value)]) of a sample's top level: the sample itself, an
     exact tuple, namedtuple, list or dict; None for anything else."""
     kind = type(sample)
-    if kind is torch.Tensor:
+    if kind is torch.Tensor or isinstance(sample, torch.Tensor):
         return kind, [(None, sample)]
     if kind is tuple or kind is list or (issubclass(kind, tuple) and hasattr(kind, "_fields")):
         return kind, list(enumerate(sample))
@@ -207,7 +268,7 @@ def _parts(sample):
 
 def _rebuild(kind, sample, swap):
     """`sample` with the values at the keys of `swap` replaced."""
-    if kind is torch.Tensor:
+    if kind is torch.Tensor or issubclass(kind, torch.Tensor):
         return swap[None]
     if kind is dict:
         out = dict(sample)
@@ -259,6 +320,11 @@ class _Stream:
         self.kind, items = parts
         plan = {}
         for key, v in items:
+            leaf = type(v)
+            if leaf is not torch.Tensor and isinstance(v, torch.Tensor):
+                v = _plain_leaf(v)
+                if v is None:
+                    continue
             if not _leaf_ok(v) or v.numel() * v.element_size() * self.n < MIN_BYTES:
                 continue
             shape = (self.n,) + tuple(v.shape)
@@ -273,7 +339,7 @@ class _Stream:
             if out is None:
                 continue
             self.outs[key] = out
-            plan[key] = (v.shape, v.dtype, out.numpy(), _Marker(key))
+            plan[key] = (v.shape, v.dtype, out.numpy(), _Marker(key), leaf)
         self.plan = plan
         if len(plan) == 1:
             key = next(iter(plan))
@@ -305,7 +371,13 @@ class _Stream:
         self.rows = None
         if plan:
             outs = self.outs
-            self.samples = [_rebuild(self.kind, s, {k: outs[k][j] for k in plan})
+
+            def row(k, j):
+                # a subclass's sample given back its type (_plain_leaf)
+                leaf = plan[k][4]
+                r = outs[k][j]
+                return r if leaf is torch.Tensor else r.as_subclass(leaf)
+            self.samples = [_rebuild(self.kind, s, {k: row(k, j) for k in plan})
                             for j, s in enumerate(self.samples)]
         self.outs = {}
 
@@ -381,19 +453,26 @@ class _Stream:
         if kind is dict:
             if not all(k in sample for k in plan):
                 return False
-        elif kind is not torch.Tensor and len(sample) <= max(plan):
+        elif None not in plan and len(sample) <= max(plan):
             return False
-        for key, (shape, dtype, _, _) in plan.items():
+        for key, (shape, dtype, _, _, leaf) in plan.items():
             v = sample if key is None else sample[key]
-            if type(v) is not torch.Tensor or v.shape != shape or v.dtype != dtype \
-                    or not _leaf_ok(v):
+            if type(v) is not leaf:
+                return False
+            if leaf is not torch.Tensor:
+                if getattr(v, "__dict__", None):
+                    return False
+                v = v.as_subclass(torch.Tensor)
+            if v.shape != shape or v.dtype != dtype or not _leaf_ok(v):
                 return False
         return True
 
     def _copy(self, i, sample):
         swap = {}
-        for key, (_, _, rows, marker) in self.plan.items():
+        for key, (_, _, rows, marker, leaf) in self.plan.items():
             v = sample if key is None else sample[key]
+            if leaf is not torch.Tensor:
+                v = v.as_subclass(torch.Tensor)
             out = self.outs[key]
             row = out[i]
             p, base = v.data_ptr(), out.data_ptr()
@@ -477,9 +556,12 @@ class PooledCollate:
         return _Stream(self, n)
 
 
-def pooled_collate(keep):
+def pooled_collate(keep, pool=None):
     """A default_collate for one worker that reuses the memory of up to
-    `keep` batches, or None where this torch or interpreter cannot."""
+    `keep` batches (or `pool`'s, shared with other workers), or None where
+    this torch or interpreter cannot."""
     if _BASE is None or compat.collate is None:
         return None
-    return PooledCollate(BatchPool(keep))
+    pool = pool if pool is not None else BatchPool(keep)
+    pool.attach()
+    return PooledCollate(pool)

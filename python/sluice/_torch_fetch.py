@@ -24,7 +24,7 @@ class Fetch:
     around every call (sample_rng)."""
 
     def __init__(self, dataset, iterable, auto_collation, collate_fn, drop_last, batch_size,
-                 wid, stop, keep=2):
+                 wid, stop, keep=2, pool=None):
         self.dataset = dataset
         self.iterable = iterable
         self.auto = auto_collation
@@ -40,7 +40,8 @@ class Fetch:
         # worker.
         gil = getattr(sys, "_is_gil_enabled", None)
         self.gil = gil is None or gil()
-        self.pooled = (pooled_collate(keep) if collate_fn is compat.default_collate else None)
+        self.pooled = (pooled_collate(keep, pool) if collate_fn is compat.default_collate
+                       else None)
         self.drop_last = drop_last
         self.batch_size = batch_size
         self.wid = wid
@@ -122,6 +123,7 @@ class Fetch:
                 sample = None
                 self.current = None
                 if self.gil and not stream.in_place:
+                    self.pooled.pool.detach()
                     self.pooled = None
                 return self._collate(stream.collate)
         else:
@@ -165,6 +167,10 @@ class Config:
         # Batches a worker's pooled memory keeps: its prefetched ones and two
         # the consumer may hold (the step's batch and the one before it).
         self.pool_keep = (loader._sl_prefetch if num_workers else 0) + 2
+        # Thread workers share one pool (made by the thread pool): all the
+        # prefetched batches and the consumer's two. A process worker makes
+        # its own (never pickled).
+        self.pool = None
         self.parent_pid = os.getpid()
         self.token = secrets.token_hex(4)
         # pin_memory through sluice: thread workers copy their batch into a
@@ -177,11 +183,13 @@ class Config:
         # its worker arguments: never the staging ring (main process only).
         state = dict(self.__dict__)
         state["stage"] = None
+        state["pool"] = None
         return state
 
-    def fetcher(self, wid, stop):
+    def fetcher(self, wid, stop, kind="thread"):
         return Fetch(self.dataset, self.iterable, self.auto_collation, self.collate_fn,
-                     self.drop_last, self.batch_size, wid, stop, self.pool_keep)
+                     self.drop_last, self.batch_size, wid, stop, self.pool_keep,
+                     self.pool if kind == "thread" else None)
 
 
 def where(kind, wid, fetch, batch):
@@ -236,7 +244,7 @@ def serve(cfg, wid, kind, recv, send, stop, finish):
         except Exception:
             init_error = compat.wrap_exception(
                 f"in sluice.torch.DataLoader {kind} worker {wid}, in worker_init_fn")
-    fetch = cfg.fetcher(wid, stop)
+    fetch = cfg.fetcher(wid, stop, kind)
     clock = ThreadClock()
     try:
         _serve(fetch, clock, init_error, kind, wid, recv, send, finish)

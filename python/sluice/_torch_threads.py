@@ -9,6 +9,7 @@ import warnings
 
 from . import _sluice
 from . import _torch_compat as compat
+from ._torch_collate import BatchPool
 from ._torch_fetch import serve
 from ._torch_sampling import tls
 
@@ -47,6 +48,9 @@ class ThreadPool:
     def __init__(self, cfg):
         self.cfg = cfg
         self.n = cfg.num_workers
+        # One batch memory for all the workers (_torch_collate.BatchPool):
+        # the prefetched batches of all and the two the consumer may hold.
+        cfg.pool = BatchPool(cfg.num_workers * (cfg.pool_keep - 2) + 2)
         self.results = queue.SimpleQueue()
         self.stop = threading.Event()
         self.inboxes = [queue.SimpleQueue() for _ in range(self.n)]

@@ -56,6 +56,34 @@ def images(n, seed=0, shape=BIG, dtype=torch.float32):
     return [torch.rand(shape, generator=g).to(dtype) for _ in range(n)]
 
 
+class Plain(torch.Tensor):
+    """Stacks (as every torch function) to a plain tensor of its values."""
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+
+class Wraps(torch.Tensor):
+    """torch's default __torch_function__: results stay this class (as
+    torchvision's tv_tensors in their "TVTensor" return type)."""
+
+
+class Shifted(torch.Tensor):
+    """Stacks to a plain tensor, but not of its values."""
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        out = torch._C._disabled_torch_function_impl(func, types, args, kwargs or {})
+        return out + 1 if func is torch.stack else out
+
+
+def as_(cls, xs, meta=None):
+    out = []
+    for i, x in enumerate(xs):
+        t = x.as_subclass(cls)
+        if meta is not None and i >= meta:
+            t.meta = i          # an instance attribute: not the plain stack's
+        out.append(t)
+    return out
+
+
 SAMPLES = {
     "tensor": lambda: images(32),
     "tuple": lambda: [(x, i) for i, x in enumerate(images(32))],
@@ -79,6 +107,16 @@ SAMPLES = {
     + [(x, 1) for x in images(21)],
     "dict_missing_key": lambda: [{"a": x} for x in images(3)] + [{"b": images(1)[0]}],
     "subclass": lambda: [torch.nn.Parameter(x, requires_grad=False) for x in images(32)],
+    "subclass_plain": lambda: [(x, 1) for x in as_(Plain, images(32))],
+    "subclass_wraps": lambda: [(x, 1) for x in as_(Wraps, images(32))],
+    "subclass_shifted": lambda: as_(Shifted, images(32)),
+    "subclass_with_attributes": lambda: as_(Plain, images(32), meta=0),
+    "subclass_attributes_later": lambda: as_(Plain, images(32), meta=7),
+    "subclass_then_plain": lambda: as_(Plain, images(9)) + images(23),
+    "plain_then_subclass": lambda: images(9) + as_(Plain, images(23)),
+    "subclass_then_wraps": lambda: as_(Plain, images(9)) + as_(Wraps, images(23)),
+    "subclass_mixed_shapes": lambda: as_(Plain, images(5) + images(1, shape=(3, 60, 64))
+                                         + images(26)),
 }
 
 
@@ -97,6 +135,55 @@ def test_batches_equal_default_collate(name):
         return
     same(streamed(SAMPLES[name]()), want)
     same(C.pooled_collate(3)(SAMPLES[name]()), want)
+
+
+@pytest.mark.parametrize("cls,pooled", [(Plain, True), (Wraps, False), (Shifted, False)])
+def test_subclass_samples_pooled_only_where_torch_stacks_them_plain(cls, pooled):
+    """A subclass's samples go into the pooled batch as they arrive only where
+    torch's stack of them is the plain stack of their values; the batches
+    equal torch's either way."""
+    pc = C.pooled_collate(2)
+    for seed in range(3):
+        samples = as_(cls, images(32, seed=seed))
+        want = compat.default_collate(as_(cls, images(32, seed=seed)))
+        got = streamed(samples, pc=pc)
+        same(got, want)
+        del got
+    assert (pc.pool.made + pc.pool.reused == 3) if pooled else pc.pool.made == 0
+
+
+def test_tv_tensors_images_are_pooled_and_equal_torchs():
+    """torchvision v2's ToImage() output (tv_tensors.Image) stacks to a plain
+    tensor by default, and to an Image under set_return_type("TVTensor"):
+    the batches equal torch's in both, pooled in the first only."""
+    tv_tensors = pytest.importorskip("torchvision.tv_tensors")
+
+    def samples(seed):
+        return [(tv_tensors.Image(x), i) for i, x in enumerate(images(32, seed=seed))]
+    pc = C.pooled_collate(2)
+    same(streamed(samples(0), pc=pc), compat.default_collate(samples(0)))
+    assert pc.pool.made == 1
+    with tv_tensors.set_return_type("TVTensor"):
+        want = compat.default_collate(samples(1))
+        assert type(want[0]) is tv_tensors.Image
+        same(streamed(samples(1), pc=pc), want)
+    assert pc.pool.made + pc.pool.reused == 1
+
+
+def test_a_shared_pool_lets_its_memory_go_when_its_last_user_leaves():
+    pool = C.BatchPool(4)
+    a, b = C.pooled_collate(4, pool), C.pooled_collate(4, pool)
+    x = streamed(images(32, seed=1), pc=a)
+    y = streamed(images(32, seed=2), pc=b)
+    assert pool.made == 2 and pool.users == 2
+    del y
+    pool.detach()                       # one worker leaves: the other reuses
+    z = streamed(images(32, seed=3), pc=a)
+    assert pool.reused == 1 and len(pool.slots) == 2
+    pool.detach()                       # the last one: nothing kept unused
+    assert pool.slots == []
+    same(x, torch.stack(images(32, seed=1)))      # batches alive stay whole
+    same(z, torch.stack(images(32, seed=3)))
 
 
 def test_fewer_samples_than_announced_collate_as_torch():
@@ -144,35 +231,38 @@ def test_a_failed_batch_frees_its_memory():
 
 
 class Images(tud.Dataset):
-    def __init__(self, shape=BIG, n=1000):
-        self.shape, self.n = shape, n
+    def __init__(self, shape=BIG, n=1000, leaf=torch.Tensor):
+        self.shape, self.n, self.leaf = shape, n, leaf
 
     def __len__(self):
         return self.n
 
     def __getitem__(self, i):
         g = torch.Generator().manual_seed(i)
-        return {"image": torch.rand(self.shape, generator=g), "label": i, "name": str(i)}
+        x = torch.rand(self.shape, generator=g).as_subclass(self.leaf)
+        return {"image": x, "label": i, "name": str(i)}
 
 
 def pools():
     return [p for p in gc.get_objects() if type(p) is C.BatchPool]
 
 
+@pytest.mark.parametrize("leaf", [torch.Tensor, Plain])
 @pytest.mark.parametrize("gil", [False, True])
 @pytest.mark.parametrize("worker_type,num_workers", [("thread", 0), ("thread", 2),
                                                       ("process", 2)])
 def test_loader_batches_equal_torch_pooled_without_the_gil(monkeypatch, worker_type,
-                                                           num_workers, gil):
+                                                           num_workers, gil, leaf):
     """Batches equal torch's either way; the memory is pooled only where the
-    interpreter runs without the GIL (forced here both ways)."""
+    interpreter runs without the GIL (forced here both ways), for plain
+    tensors and a subclass that stacks to one (torchvision's ToImage())."""
     monkeypatch.setattr(sys, "_is_gil_enabled", lambda: gil, raising=False)
     kw = dict(batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(5))
-    want = list(tud.DataLoader(Images(), **kw))
+    want = list(tud.DataLoader(Images(leaf=leaf), **kw))
     kw["generator"] = torch.Generator().manual_seed(5)
     gc.collect()
     before = set(map(id, pools()))
-    dl = st.DataLoader(Images(), num_workers=num_workers, worker_type=worker_type,
+    dl = st.DataLoader(Images(leaf=leaf), num_workers=num_workers, worker_type=worker_type,
                        persistent_workers=num_workers > 0, **kw)
     n = 0
     for got, w in zip(dl, want):
@@ -187,12 +277,45 @@ def test_loader_batches_equal_torch_pooled_without_the_gil(monkeypatch, worker_t
         # its samples was written in place (no sluice.transforms here), so
         # the worker goes back to torch's collation for the rest.
         assert sum(p.made + p.reused for p in mine) <= max(1, num_workers)
+        # and lets the pool's memory go (none kept unused)
+        assert all(not p.slots for p in mine)
     else:
         # Each worker made a few batches' memory and reused it for the rest
         # (32 batches, the last one short).
         assert mine and sum(p.reused for p in mine) > 0
         assert all(len(p.slots) <= p.keep for p in mine)
         assert sum(p.made + p.reused for p in mine) == n
+
+
+@pytest.mark.parametrize("leaf", [torch.Tensor, Plain])
+def test_thread_workers_share_one_pool_and_never_write_a_held_batch(monkeypatch, leaf):
+    """A loader's thread workers stack into one pool (prefetch_factor
+    batches a worker and the consumer's two); batches the training loop
+    keeps past their step are never written, whichever worker reuses
+    memory. Three epochs, a third of the batches kept to the epoch's end."""
+    monkeypatch.setattr(sys, "_is_gil_enabled", lambda: False, raising=False)
+    # the same shuffled order every epoch
+    kw = dict(batch_size=32,
+              sampler=torch.randperm(640, generator=torch.Generator().manual_seed(7)).tolist())
+    want = list(tud.DataLoader(Images(n=640, leaf=leaf), **kw))
+    gc.collect()
+    before = set(map(id, pools()))
+    dl = st.DataLoader(Images(n=640, leaf=leaf), num_workers=3, worker_type="thread",
+                       persistent_workers=True, **kw)
+    for epoch in range(3):
+        kept = []
+        for j, b in enumerate(dl):
+            same(b, want[j], f"epoch {epoch} batch {j}")
+            if j % 3 == 0:
+                kept.append((j, b))
+            del b
+        for j, b in kept:
+            same(b, want[j], f"epoch {epoch} batch {j}, kept")
+    mine = [p for p in pools() if id(p) not in before]
+    assert len(mine) == 1, "one pool for the loader's thread workers"
+    pool = mine[0]
+    assert pool.keep == 3 * 2 + 2 and len(pool.slots) <= pool.keep
+    assert pool.reused > 0
 
 
 def test_what_differs_from_torch():
