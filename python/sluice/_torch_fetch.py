@@ -143,12 +143,11 @@ class Fetch:
     def _collate(run):
         # torch's default_collate stacks into torch shared memory when it
         # sees worker info; sluice moves batches itself, so hide it.
-        info = getattr(tls, "info", None)
-        tls.info = None
+        saved = tls.hide_info()
         try:
             return run()
         finally:
-            tls.info = info
+            tls.restore_info(saved)
 
 
 class Config:

@@ -10,9 +10,50 @@ import torch
 from . import _sluice
 from . import _torch_compat as compat
 
-# Per thread: `info` (the WorkerInfo of the worker the thread is) and
-# `sample` (the (seed, epoch, index, op) key of the sample being loaded).
-tls = threading.local()
+class _Context(threading.local):
+    """Per thread: `info` (the WorkerInfo of the worker the thread is) and
+    `sample` (the (seed, epoch, index, op) key of the sample being loaded).
+
+    A thread worker's WorkerInfo is made when first asked for (defer_info):
+    on torch 2.x it holds the worker's own generators, numpy's among them,
+    and a Dataset that never asks for it (most) then never pays for numpy's
+    random module (2.6 MB of memory, the first time in a process). The
+    generators are seeded as they would have been at the thread's start, so
+    what they draw does not depend on when they are made."""
+    _info = None
+    _make = None
+    sample = None
+
+    @property
+    def info(self):
+        info = self._info
+        if info is None and self._make is not None:
+            make, self._make = self._make, None
+            info = self._info = make()
+        return info
+
+    @info.setter
+    def info(self, value):
+        self._make = None
+        self._info = value
+
+    def defer_info(self, make):
+        """info is make() when first read in this thread."""
+        self._info = None
+        self._make = make
+
+    def hide_info(self):
+        """No worker info until restore_info(the value returned), without
+        making a deferred one."""
+        saved = (self._info, self._make)
+        self._info = self._make = None
+        return saved
+
+    def restore_info(self, saved):
+        self._info, self._make = saved
+
+
+tls = _Context()
 
 # The `op` coordinate of the shuffle generator's key; samples use op 0
 # (map-style) or the worker id (iterable-style).

@@ -23,7 +23,8 @@ class Staged:
 
 
 def thread_main(cfg, wid, inbox, results, stop):
-    tls.info = compat.thread_worker_info(wid, cfg.num_workers, cfg.base_seed, cfg.dataset)
+    tls.defer_info(lambda: compat.thread_worker_info(wid, cfg.num_workers, cfg.base_seed,
+                                                     cfg.dataset))
 
     def recv():
         while not stop.is_set():

@@ -171,6 +171,28 @@ const char *sl__names_closest(const char *want, const char *const *names, int n,
  * whole string when it ends in '/'). */
 const char *sl__base_name(const char *path);
 
+/* ---- shared libraries loaded on demand ------------------------------------------ */
+/* dlopen the library the setting `setting` names (a path, or a name for the
+ * loader's search) when it is set (`setting` may be NULL), else the first of
+ * names[0..n) that loads; its name goes to name_out. NULL on failure, with
+ * `missing` saying why (the setting's value and dlerror, or names[0] and
+ * `hint`: what to install). `what` names the library. Used for what only
+ * some runs need (the CUDA runtime, nvJPEG, libcurl): a process that never
+ * needs it never loads it, nor the libraries it depends on. */
+void *sl__dlopen_first(const char *setting, const char *const *names, int n, const char *what,
+                       const char *hint, char *name_out, size_t name_cap, char *missing,
+                       size_t missing_cap);
+/* The functions a loaded library must have: each syms[i].name found with
+ * dlsym is stored at (char *)table + syms[i].off (a function pointer field).
+ * 0 when all are found; else -1, with `missing` saying "LIB_NAME lacks NAME
+ * (WHY)" (WHY may be NULL), and *lib closed and set to NULL. */
+typedef struct sl_dlsym {
+    const char *name;
+    size_t off;
+} sl_dlsym;
+int sl__dlsym_all(void **lib, const sl_dlsym *syms, size_t n, void *table, const char *lib_name,
+                  const char *why, char *missing, size_t missing_cap);
+
 /* ---- logging ---------------------------------------------------------------- */
 /* Settings from the environment, read through their rows of the table of
  * settings (settings.c); sl_settings_check() fails on a bad one first.

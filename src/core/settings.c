@@ -88,6 +88,10 @@ static const setting table[] = {
       .doc = "strict: refuse remote bytes nothing can check end to end (else read them with a "
              "warning)"},
      "choice", "unset", "io"},
+    {{.key = "SLUICE_LIBCURL", TEXT("a file"),
+      .doc = "the libcurl to load when the first remote read starts (builds that link it, "
+             "the wheels among them, ignore it)"},
+     "path", "libcurl.so.4 found by the loader", "io"},
     {{.key = "SLUICE_LOG", .type = SL_PARAM_ENUM, .names = log_names,
       .doc = "the level of the messages sluice writes to stderr"},
      "choice", "warn", "core"},

@@ -103,13 +103,6 @@ struct sl_dev_backend {
  * its device number; kernels and norm_missing are left to the caller. */
 void sl_dev__backend_init(sl_dev_backend *b, const sl_dev_ops *ops, int id);
 
-/* dlopen the library the environment variable `env_var` names when it is
- * set, else the first of names[0..n) that loads; its name goes to name_out.
- * NULL on failure, with `missing` saying why (the variable's value, or
- * names[0] and `hint`: what to install). `what` names the library. */
-void *sl_dev__dlopen_first(const char *env_var, const char *const *names, int n,
-                           const char *what, const char *hint, char *name_out, size_t name_cap,
-                           char *missing, size_t missing_cap);
 /* Open the CUDA backend for device `id`: SL_EUNSUPPORTED with a message
  * naming what is missing (runtime library, device, kernels). */
 int sl_dev__cuda_open(sl_dev_backend **out, int id);

@@ -120,32 +120,6 @@ static void load_kernels(void) {
     }
 }
 
-void *sl_dev__dlopen_first(const char *env_var, const char *const *names, int n,
-                           const char *what, const char *hint, char *name_out, size_t name_cap,
-                           char *missing, size_t missing_cap) {
-    const char *env = sl__setting_str(env_var);
-    if (env) {
-        void *lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
-        if (!lib) {
-            const char *why = dlerror();
-            snprintf(missing, missing_cap, "%s=%.150s could not be loaded (%.120s); unset it to "
-                     "use the installed %s", env_var, env, why ? why : "?", what);
-            return NULL;
-        }
-        snprintf(name_out, name_cap, "%s", env);
-        return lib;
-    }
-    for (int i = 0; i < n; i++) {
-        void *lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (lib) {
-            snprintf(name_out, name_cap, "%s", names[i]);
-            return lib;
-        }
-    }
-    snprintf(missing, missing_cap, "%s not found (%s)", names[0], hint);
-    return NULL;
-}
-
 static void load_cuda(void) {
     /* SLUICE_CUDART names the runtime library to load instead (a path, or a
      * name for the loader's search): the tests load a stand-in with it
@@ -162,16 +136,13 @@ static void load_cuda(void) {
     snprintf(names[n++], sizeof names[0], "libcudart.so");
     for (int i = 0; i < n; i++)
         list[i] = names[i];
-    cu.lib = sl_dev__dlopen_first("SLUICE_CUDART", list, n, "CUDA runtime",
-                                  "install the CUDA runtime, or add its directory to "
-                                  "LD_LIBRARY_PATH", cu.lib_name, sizeof cu.lib_name, cu.missing,
-                                  sizeof cu.missing);
+    cu.lib = sl__dlopen_first("SLUICE_CUDART", list, n, "CUDA runtime",
+                              "install the CUDA runtime, or add its directory to "
+                              "LD_LIBRARY_PATH", cu.lib_name, sizeof cu.lib_name, cu.missing,
+                              sizeof cu.missing);
     if (!cu.lib)
         return;
-    static const struct {
-        const char *name;
-        size_t off;
-    } fns[] = {
+    static const sl_dlsym fns[] = {
 #define FN(x) {"cuda" #x, offsetof(__typeof__(cu), x)}
         FN(HostAlloc), FN(FreeHost), FN(Malloc), FN(Free), FN(MemcpyAsync),
         FN(StreamCreateWithFlags), FN(StreamDestroy), FN(StreamSynchronize),
@@ -180,16 +151,9 @@ static void load_cuda(void) {
         FN(SetDevice), FN(GetErrorString),
 #undef FN
     };
-    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
-        void *f = dlsym(cu.lib, fns[i].name);
-        if (!f) {
-            snprintf(cu.missing, sizeof cu.missing, "%s lacks %s", cu.lib_name, fns[i].name);
-            dlclose(cu.lib);
-            cu.lib = NULL;
-            return;
-        }
-        memcpy((char *)&cu + fns[i].off, &f, sizeof f);
-    }
+    if (sl__dlsym_all(&cu.lib, fns, sizeof fns / sizeof fns[0], &cu, cu.lib_name, NULL,
+                      cu.missing, sizeof cu.missing))
+        return;
     load_kernels();
 }
 

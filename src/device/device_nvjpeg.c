@@ -30,6 +30,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,23 +58,20 @@ static void load_nvjpeg(void) {
     /* SLUICE_NVJPEG names the library to load instead (a path): the tests
      * load a stand-in with it. */
     static const char *const names[] = {"libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so"};
-    nj.lib = sl_dev__dlopen_first("SLUICE_NVJPEG", names, 3, "libnvjpeg",
-                                  "install NVIDIA's nvidia-nvjpeg wheel or the CUDA toolkit's "
-                                  "nvJPEG, and add the folder of libnvjpeg.so.13 to "
-                                  "LD_LIBRARY_PATH, or set SLUICE_NVJPEG to its path",
-                                  nj.name, sizeof nj.name, nj.missing, sizeof nj.missing);
+    nj.lib = sl__dlopen_first("SLUICE_NVJPEG", names, 3, "libnvjpeg",
+                              "install NVIDIA's nvidia-nvjpeg wheel or the CUDA toolkit's "
+                              "nvJPEG, and add the folder of libnvjpeg.so.13 to "
+                              "LD_LIBRARY_PATH, or set SLUICE_NVJPEG to its path",
+                              nj.name, sizeof nj.name, nj.missing, sizeof nj.missing);
     if (!nj.lib)
         return;
-#define X(f)                                                                                \
-    if (!(*(void **)&nj.f = dlsym(nj.lib, #f))) {                                           \
-        snprintf(nj.missing, sizeof nj.missing, "%s lacks %s (a different version)", nj.name, \
-                 #f);                                                                       \
-        dlclose(nj.lib);                                                                    \
-        nj.lib = NULL;                                                                      \
-        return;                                                                             \
-    }
-    NVJ_FNS(X)
+    static const sl_dlsym fns[] = {
+#define X(f) {#f, offsetof(__typeof__(nj), f)},
+        NVJ_FNS(X)
 #undef X
+    };
+    sl__dlsym_all(&nj.lib, fns, sizeof fns / sizeof fns[0], &nj, nj.name, "a different version",
+                  nj.missing, sizeof nj.missing);
 }
 
 int sl_dev__nvjpeg_probe(void) {

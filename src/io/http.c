@@ -59,6 +59,7 @@
 static struct {
     pthread_once_t once;
     int init_rc;
+    char init_why[400];
     int tries;
     long backoff_ms, backoff_max_ms;
     long connect_timeout_s, stall_s;
@@ -122,7 +123,14 @@ static void fork_child(void) {
 }
 
 static void init(void) {
+    if (sl_curl__load() != SL_OK) {
+        /* what is missing: the message sl_http__init gives every caller */
+        snprintf(http.init_why, sizeof http.init_why, "%s", sl_errmsg());
+        http.init_rc = SL_EUNSUPPORTED;
+        return;
+    }
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        snprintf(http.init_why, sizeof http.init_why, "libcurl failed to initialise");
         http.init_rc = SL_EIO;
         return;
     }
@@ -155,7 +163,7 @@ static void init(void) {
 int sl_http__init(void) {
     pthread_once(&http.once, init);
     if (http.init_rc)
-        return sl__error(SL_EIO, "libcurl failed to initialise");
+        return sl__error(http.init_rc, "%s", http.init_why);
     return SL_OK;
 }
 

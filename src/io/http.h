@@ -23,7 +23,7 @@
 
 #include "io/io.h"
 
-#include <curl/curl.h>
+#include "io/curl_api.h"
 #include <stdint.h>
 #include <xxhash.h>
 

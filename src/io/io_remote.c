@@ -104,7 +104,7 @@ static int ensure_init(void) {
     SL_TRY(sl_settings_check()); /* before init reads them */
     pthread_once(&remote.once, init);
     if (remote.init_rc)
-        return sl__error(SL_EIO, "libcurl failed to initialise");
+        return sl_http__init(); /* its error again: what is missing or failed */
     return SL_OK;
 }
 

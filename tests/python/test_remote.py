@@ -154,6 +154,51 @@ def test_epoch_over_http_equals_local(tmp_path, data, web, kind):
     assert entries
 
 
+def _links_libcurl(path):
+    out = subprocess.run(["ldd", path], capture_output=True, text=True).stdout
+    return "libcurl" in out
+
+
+def test_libcurl_is_loaded_by_the_first_remote_read(tmp_path, data, web):
+    """A source build loads libcurl (and the libraries it brings) when the
+    first remote read starts, not at import (src/io/curl_api.h); the read
+    then equals the local one. SLUICE_LIBCURL naming a library that cannot
+    be loaded fails the remote read with a message naming it, and local
+    reads still work. A build that links libcurl (the wheels) has it at
+    import and ignores the setting: that half is skipped there."""
+    linked = _links_libcurl(sluice._sluice.__file__)
+    code = f"""
+import json, sluice
+def mapped():
+    return any("libcurl" in line for line in open("/proc/self/maps"))
+before = mapped()
+local = [int(x) for b in sluice.records({data + '/ds'!r}).batch(60) for x in b["idx"]]
+after_local = mapped()
+try:
+    remote = [int(x) for b in sluice.records({web.url + '/ds'!r}).batch(60) for x in b["idx"]]
+    err = None
+except Exception as e:
+    remote, err = None, str(e)
+print(json.dumps([before, after_local, mapped(), local, remote, err]))
+"""
+    def run(**extra):
+        r = subprocess.run([sys.executable, "-c", code], env=env_for(tmp_path, **extra),
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+    before, after_local, after, local, remote, err = run()
+    assert err is None and remote == local and sorted(local) == list(range(N))
+    assert after
+    if linked:
+        assert before, "a build that links libcurl has it at import"
+        return
+    assert not before and not after_local, "libcurl loaded before any remote read"
+    before, after_local, after, local, remote, err = run(SLUICE_LIBCURL=str(tmp_path / "none.so"))
+    assert sorted(local) == list(range(N)) and remote is None
+    assert "SLUICE_LIBCURL=" in err and "none.so could not be loaded" in err, err
+    assert not after
+
+
 def test_dataset_directory_without_slash_and_with(tmp_path, data, web):
     want = local_digest(tmp_path, data, {"path": data + "/ds"})
     assert digests(run_spec(tmp_path, {"path": web.url + "/ds/"}, env_for(tmp_path))) == want

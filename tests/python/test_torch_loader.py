@@ -641,6 +641,60 @@ def test_thread_safe_generator_in_workers(worker_type):
     assert torch.equal(run(), out)
 
 
+class WorkerNumpyDraws(tud.Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        info = tud.get_worker_info()
+        return torch.tensor([info.id, info.rng.numpy_generator.integers(0, 2 ** 30)])
+
+
+def test_thread_worker_info_is_made_when_first_asked_for():
+    """A thread worker's WorkerInfo (with torch 2.x's rng, numpy's generator
+    among them) is made the first time the thread asks for it: a Dataset
+    that never asks does not import numpy's random module (checked in a
+    fresh interpreter); one that asks gets the generators seeded as at the
+    worker's start, the same in every run, and torch's collation inside a
+    worker still sees no worker info."""
+    code = textwrap.dedent("""
+        import sys, torch
+        import sluice.torch as st
+        class Plain(torch.utils.data.Dataset):
+            def __len__(self):
+                return 64
+            def __getitem__(self, i):
+                return torch.full((3, 8, 8), float(i)), i
+        before = "numpy.random" in sys.modules     # numpy 1.x imports it itself
+        dl = st.DataLoader(Plain(), batch_size=8, num_workers=2, worker_type="thread",
+                           shuffle=True)
+        n = sum(len(y) for _, y in dl)
+        assert n == 64, n
+        print(before, "numpy.random" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    before, after = out.stdout.split()
+    assert after == before, "the loader imported numpy.random for a Dataset that never asked"
+
+    rng_fields = "rng" in getattr(_torch_compat.WorkerInfo, "__dataclass_fields__", {})
+    if not rng_fields:
+        return      # torch 1.x: no generators in the WorkerInfo
+    def run():
+        dl = st.DataLoader(WorkerNumpyDraws(), batch_size=2, num_workers=2, worker_type="thread",
+                           generator=torch.Generator().manual_seed(9))
+        return torch.cat(list(dl))
+    out = run()
+    base = int(torch.empty((), dtype=torch.int64).random_(
+        generator=torch.Generator().manual_seed(9)).item())
+    for w in (0, 1):
+        g = np.random.default_rng(_torch_compat._generate_state(base, w))
+        mine = out[out[:, 0] == w][:, 1].tolist()
+        assert mine and mine == [int(g.integers(0, 2 ** 30)) for _ in mine]
+    assert torch.equal(run(), out)
+
+
 def test_sample_rng_outside_a_sample():
     with pytest.raises(RuntimeError, match="no sample is being loaded"):
         st.sample_rng()
